@@ -23,3 +23,107 @@ class NotSerialisableError(LoomError, TypeError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class FlowNotFoundError(LoomError, KeyError):
+    """No flow is registered under this name in this process."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class FlowAlreadyRegisteredError(LoomError):
+    """A second flow was registered under a name that is taken (names key stored executions)."""
+
+
+class FlowInputError(LoomError, TypeError):
+    """The input given to a flow does not match its signature."""
+
+
+class ExecutionNotFoundError(LoomError, KeyError):
+    """No execution with this id is in the log."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ExecutionConflictError(LoomError):
+    """Another worker appended to this execution first; this worker's append was refused.
+
+    Nothing was duplicated: the log kept exactly one of the two competing events.
+    """
+
+
+class ExecutionFinishedError(LoomError):
+    """The execution already failed; a failed execution is final and is not resumed."""
+
+
+class RecordedComputeError(LoomError):
+    """Raised inside a replay where the recorded run's ``compute`` raised.
+
+    ``error_type`` and ``message`` are the original exception's, as recorded.
+    """
+
+    def __init__(self, *, key: str, error_type: str, message: str) -> None:
+        super().__init__(f"recorded failure of decision {key!r}: {error_type}: {message}")
+        self.key = key
+        self.error_type = error_type
+        self.message = message
+
+
+class ReplayDivergence(LoomError):
+    """Base of every way a replay can differ from the recorded execution."""
+
+
+class UnrecordedDecisionError(ReplayDivergence):
+    """The flow asked for a decision key that the recording never made."""
+
+    def __init__(self, *, key: str, nearest: list[str]) -> None:
+        hint = f"; nearest recorded keys: {', '.join(map(repr, nearest))}" if nearest else ""
+        super().__init__(
+            f"decision {key!r} was never recorded{hint}. The flow asks for something the "
+            "recorded run did not: the code changed, or the key is built from live data."
+        )
+        self.key = key
+        self.nearest = nearest
+
+
+class DecisionInputChangedError(ReplayDivergence):
+    """A recorded decision was asked for again with a different ``input``."""
+
+    def __init__(self, *, key: str, diff: str) -> None:
+        super().__init__(f"decision {key!r} was recorded with a different input:\n{diff}")
+        self.key = key
+        self.diff = diff
+
+
+class UnusedDecisionsError(ReplayDivergence):
+    """The recording holds decisions that the replay never asked for."""
+
+    def __init__(self, *, keys: list[str]) -> None:
+        super().__init__(
+            f"{len(keys)} recorded decision(s) never asked for by the replay: "
+            + ", ".join(map(repr, keys))
+        )
+        self.keys = keys
+
+
+class OutputChangedError(ReplayDivergence):
+    """The replay returned a different output from the recorded one."""
+
+    def __init__(self, *, diff: str) -> None:
+        super().__init__(f"the flow's output changed:\n{diff}")
+        self.diff = diff
+
+
+class OutcomeChangedError(ReplayDivergence):
+    """The recorded run and the replay ended differently (returned vs raised, or raised otherwise)."""
+
+    def __init__(self, *, recorded: str, replayed: str) -> None:
+        super().__init__(f"the recorded run {recorded}, but the replay {replayed}")
+        self.recorded = recorded
+        self.replayed = replayed
+
+
+class DecisionKeyError(LoomError, ValueError):
+    """A decision key must be a non-empty string: it is how a replay finds the recorded value."""

@@ -1,0 +1,59 @@
+"""loom_runtime: the log, flows, ``ctx.decide``, replay and projections.
+
+Every nondeterministic result of a flow is recorded with ``ctx.decide(key, compute)`` into one
+append-only event log, so an execution can be replayed later, anywhere, to the same output.
+"""
+
+from loom_runtime.context import AsyncFlowContext, FlowContext
+from loom_runtime.errors import (
+    ConfigurationError,
+    DecisionInputChangedError,
+    DecisionKeyError,
+    ExecutionConflictError,
+    ExecutionFinishedError,
+    ExecutionNotFoundError,
+    FlowAlreadyRegisteredError,
+    FlowInputError,
+    FlowNotFoundError,
+    LoomError,
+    NotSerialisableError,
+    OutcomeChangedError,
+    OutputChangedError,
+    RecordedComputeError,
+    ReplayDivergence,
+    UnrecordedDecisionError,
+    UnusedDecisionsError,
+)
+from loom_runtime.execution import Decision, Execution
+from loom_runtime.log import EventLog, LogSettings
+from loom_runtime.loom import Loom, Run
+from loom_runtime.replay import ReplayResult
+
+__all__ = [
+    "AsyncFlowContext",
+    "ConfigurationError",
+    "Decision",
+    "DecisionInputChangedError",
+    "DecisionKeyError",
+    "EventLog",
+    "Execution",
+    "ExecutionConflictError",
+    "ExecutionFinishedError",
+    "ExecutionNotFoundError",
+    "FlowAlreadyRegisteredError",
+    "FlowContext",
+    "FlowInputError",
+    "FlowNotFoundError",
+    "LogSettings",
+    "Loom",
+    "LoomError",
+    "NotSerialisableError",
+    "OutcomeChangedError",
+    "OutputChangedError",
+    "RecordedComputeError",
+    "ReplayDivergence",
+    "ReplayResult",
+    "Run",
+    "UnrecordedDecisionError",
+    "UnusedDecisionsError",
+]

@@ -1,0 +1,98 @@
+"""Encoding of the values loom puts in the log: flow inputs, decision values, outputs.
+
+Why one module: a value crosses the log boundary in exactly one way. It is encoded to JSON
+with msgspec *before* anything is appended, and what the caller gets back is the value
+decoded from those bytes. That round trip is what makes a live run and its replay see the
+same types (a tuple comes back as a list on both; a datetime comes back as a datetime only
+when a ``type`` asks for it). A value msgspec cannot encode is refused up front with the
+path of the offending field, so nothing half-written reaches the log.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+from loom_runtime.errors import NotSerialisableError
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(value: object, *, path: str) -> msgspec.Raw:
+    """Encode ``value`` to JSON, or raise :class:`NotSerialisableError` naming ``path.field``."""
+    try:
+        return msgspec.Raw(_encoder.encode(value))
+    except (TypeError, ValueError, OverflowError) as exc:
+        bad_path, bad_value = _find_unencodable(value, path)
+        raise NotSerialisableError(
+            f"{bad_path} cannot be stored in the log: {type(bad_value).__name__} is not "
+            f"msgspec-serialisable ({exc}). Pass plain data (str, int, float, bool, None, "
+            "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
+            path=bad_path,
+        ) from exc
+
+
+def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
+    """Decode stored JSON, typed by ``type`` (``Any`` gives plain JSON values)."""
+    return msgspec.json.decode(raw, type=type)
+
+
+def round_trip(value: object, *, path: str, type: type[T] | Any = Any) -> tuple[msgspec.Raw, T]:
+    """Encode ``value`` and decode it back: the stored bytes and what a reader will see."""
+    raw = encode(value, path=path)
+    return raw, decode(raw, type=type)
+
+
+def pretty(raw: msgspec.Raw | bytes | None) -> str:
+    """Render stored JSON for humans (sorted keys, indented), for diffs and the CLI."""
+    if raw is None:
+        return "(none)"
+    return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def diff(
+    before: msgspec.Raw | bytes | None, after: msgspec.Raw | bytes | None, *, label: str
+) -> str:
+    """A unified diff of two stored JSON values, recorded (before) against replayed (after)."""
+    return "".join(
+        difflib.unified_diff(
+            pretty(before).splitlines(keepends=True),
+            pretty(after).splitlines(keepends=True),
+            fromfile=f"recorded {label}",
+            tofile=f"replayed {label}",
+        )
+    )
+
+
+def _find_unencodable(value: object, path: str) -> tuple[str, object]:
+    """Walk ``value`` to the first leaf msgspec refuses, so the error can name it."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float):
+                return f"{path}[{key!r}] (key)", key
+            if not _encodes(item):
+                return _find_unencodable(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            if not _encodes(item):
+                return _find_unencodable(item, f"{path}[{index}]")
+    elif isinstance(value, msgspec.Struct):
+        for field in value.__struct_fields__:
+            item = getattr(value, field)
+            if not _encodes(item):
+                return _find_unencodable(item, f"{path}.{field}")
+    return path, value
+
+
+def _encodes(value: object) -> bool:
+    try:
+        _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True

@@ -1,0 +1,254 @@
+"""The ``ctx`` a flow receives: ``decide`` and the recorded clock, uuid and random built on it.
+
+A flow never touches the log itself. Every nondeterministic result goes through
+``ctx.decide(key, compute)``, and *where the answer comes from* is a :class:`DecisionSource`:
+
+* :class:`Recorder` (a live run or a resume): answer from the log when the key was already
+  recorded (resume), else run ``compute``, append the result durably, and return the decoded
+  round trip of what was stored, so live code sees exactly the types a replay will see.
+* ``Replayer`` (in :mod:`loom_runtime.replay`): answer from the log only; ``compute`` is
+  never called and nothing is appended.
+
+Matching is by key, not by position (ADR 0002). The n-th use of the same key within one
+execution is ``key#n`` (the first is plain ``key``), numbered when ``decide`` is *called*
+(program order), not when it completes, so ``asyncio.gather`` replays whatever order its
+computations finish in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import resolve_topic
+
+from loom_runtime import codec
+from loom_runtime.errors import (
+    DecisionInputChangedError,
+    DecisionKeyError,
+    ExecutionConflictError,
+    RecordedComputeError,
+)
+from loom_runtime.execution import Decision, Execution
+from loom_runtime.log import EventLog
+
+T = TypeVar("T")
+
+
+class Slot(msgspec.Struct, frozen=True):
+    """One ``decide`` call: its occurrence key, its kind and its recorded-form input."""
+
+    key: str
+    kind: str | None
+    input: msgspec.Raw
+
+
+class DecisionSource(Protocol):
+    """Where a decision's value comes from: the log, a live computation, or both."""
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        """The recorded decision for ``slot`` or ``None`` to compute live (may raise)."""
+        ...
+
+    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
+        """Store a freshly computed value (or not) and return what a reader will see."""
+        ...
+
+    def record_failure(self, slot: Slot, error: Exception) -> None:
+        """Store that ``compute`` raised ``error`` (or not)."""
+        ...
+
+
+class Recorder:
+    """A live run or a resume: recorded keys answer from the log, the rest run and append."""
+
+    def __init__(self, log: EventLog, execution: Execution) -> None:
+        self._log = log
+        self._execution = execution
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        decision = self._execution.decisions.get(slot.key)
+        if decision is not None and decision.input != slot.input:
+            # Resuming with code that asks a recorded key differently would splice two
+            # different runs into one execution: refuse rather than guess.
+            raise DecisionInputChangedError(
+                key=slot.key,
+                diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+            )
+        return decision
+
+    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
+        raw, decoded = codec.round_trip(value, path=f"decision {slot.key!r}", type=type)
+        self._execution.record_decision(key=slot.key, kind=slot.kind, value=raw, input=slot.input)
+        save(self._log, self._execution)
+        return decoded
+
+    def record_failure(self, slot: Slot, error: Exception) -> None:
+        self._execution.record_failure(key=slot.key, kind=slot.kind, input=slot.input, error=error)
+        save(self._log, self._execution)
+
+
+def save(log: EventLog, execution: Execution) -> None:
+    """Append the execution's pending events; a lost version race is a typed conflict."""
+    try:
+        log.save(execution)
+    except IntegrityError as exc:
+        raise ExecutionConflictError(
+            f"execution {execution.id} was appended to by another worker first; this worker's "
+            f"event (version {execution.version}) was refused and nothing was duplicated. "
+            "Reload the execution to see the winner's result."
+        ) from exc
+
+
+class _Context:
+    """What sync and async contexts share: key numbering and answering from a source."""
+
+    def __init__(self, source: DecisionSource, *, execution_id: UUID, flow: str) -> None:
+        self.execution_id = execution_id
+        self.flow = flow
+        self._source = source
+        self._seen: dict[str, int] = {}
+        self._taken: set[str] = set()
+
+    def _slot(self, key: str, input: object, kind: str | None) -> Slot:
+        if not isinstance(key, str) or not key:
+            raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
+        occurrence = self._seen.get(key, 0) + 1
+        slot_key = key if occurrence == 1 else f"{key}#{occurrence}"
+        while slot_key in self._taken:  # a caller's own "k#2" must not collide with ours
+            occurrence += 1
+            slot_key = f"{key}#{occurrence}"
+        self._seen[key] = occurrence
+        self._taken.add(slot_key)
+        raw_input = codec.encode(input, path=f"input of {key!r}")
+        return Slot(key=slot_key, kind=kind, input=raw_input)
+
+    def _answer(self, slot: Slot, type: Any) -> tuple[bool, Any]:
+        decision = self._source.lookup(slot)
+        if decision is None:
+            return False, None
+        if decision.error_type is not None:
+            raise rebuild_error(decision)
+        return True, codec.decode(decision.value or b"null", type=type)
+
+    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+        found, value = self._answer(slot, type)
+        if found:
+            return value
+        try:
+            result = compute()
+            if inspect.isawaitable(result):
+                _discard(result)
+                raise TypeError(
+                    f"compute for {slot.key!r} returned an awaitable in a sync flow: make the "
+                    "flow `async def` and `await ctx.decide(...)`"
+                )
+        except Exception as exc:
+            self._source.record_failure(slot, exc)
+            raise
+        return self._source.record(slot, result, type=type)
+
+    def now(self) -> datetime:
+        """The current UTC time, recorded: a replay sees the time the live run saw."""
+        return self._decide_now(self._slot("now", None, "clock"), _utcnow, datetime)
+
+    def uuid(self) -> UUID:
+        """A fresh uuid4, recorded."""
+        return self._decide_now(self._slot("uuid", None, "uuid"), uuid.uuid4, UUID)
+
+    def random(self) -> float:
+        """A float in [0, 1), recorded."""
+        return self._decide_now(self._slot("random", None, "random"), random.random, float)
+
+
+class FlowContext(_Context):
+    """The ``ctx`` of a plain ``def`` flow: ``decide`` returns the value."""
+
+    def decide(
+        self,
+        key: str,
+        compute: Callable[[], T],
+        *,
+        input: object = None,
+        type: Any = Any,
+        kind: str | None = None,
+    ) -> T:
+        """Run ``compute`` once and record its result under ``key``; a replay returns the record.
+
+        ``input`` (the request a model call is made with, a search's parameters) is recorded
+        too, so a replay can tell that the same key is now asked differently. ``type`` decodes
+        the stored value (e.g. ``datetime`` or a msgspec Struct); ``kind`` labels the decision
+        ("retrieval", "model", ...) for audits and counterfactual replays.
+        """
+        return self._decide_now(self._slot(key, input, kind), compute, type)
+
+
+class AsyncFlowContext(_Context):
+    """The ``ctx`` of an ``async def`` flow: ``await ctx.decide(...)``."""
+
+    def decide(
+        self,
+        key: str,
+        compute: Callable[[], T | Awaitable[T]],
+        *,
+        input: object = None,
+        type: Any = Any,
+        kind: str | None = None,
+    ) -> Awaitable[T]:
+        """As :meth:`FlowContext.decide`; ``compute`` may be sync or async.
+
+        A plain method returning an awaitable, so the occurrence key is fixed when the call is
+        made (program order), not when the awaitable is scheduled.
+        """
+        return self._decide_later(self._slot(key, input, kind), compute, type)
+
+    async def _decide_later(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+        found, value = self._answer(slot, type)
+        if found:
+            return value
+        try:
+            result = compute()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            self._source.record_failure(slot, exc)
+            raise
+        return self._source.record(slot, result, type=type)
+
+
+def rebuild_error(decision: Decision) -> Exception:
+    """Re-create a recorded ``compute`` failure so the flow takes the path it took live.
+
+    The original class is rebuilt from its recorded ``module:qualname`` when it takes a single
+    message argument (``except ValueError`` then behaves the same on replay); otherwise a
+    :class:`RecordedComputeError` carries the type and message.
+    """
+    error_type = decision.error_type or "builtins:Exception"
+    message = decision.message or ""
+    try:
+        cls = resolve_topic(error_type)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            error = cls(message)
+            if str(error) == message:
+                error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
+                return error
+    except Exception:
+        pass
+    return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()

@@ -1,0 +1,186 @@
+"""An execution of a flow: one event stream in the log.
+
+Why an aggregate: the stream's version numbers are eventsourcing's optimistic lock. Two
+workers that load the same execution and both try to append the next event collide on
+``(originator_id, originator_version)``; exactly one wins. That is the whole of loom's
+"exactly once" story for resume, and it costs no extra table.
+
+Every event class names an explicit, stable ``TOPIC``: the stored topic never depends on the
+Python module path, so moving or renaming a class cannot orphan stored events (register an
+alias with ``eventsourcing.utils.register_topic`` if a topic itself must ever change).
+
+Values (inputs, decision values, outputs) are held as ``msgspec.Raw``: the exact JSON bytes
+that were stored. They are decoded on demand, typed by whoever reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import Aggregate
+
+_TOPIC = "loom.execution"
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """One recorded decision, as a replay looks it up by its occurrence key.
+
+    Exactly one of ``value`` and ``error_type`` is set: a ``compute`` that raised is a recorded
+    outcome too, so a replay raises where the live run raised instead of computing again.
+    """
+
+    key: str
+    kind: str | None
+    input: msgspec.Raw
+    value: msgspec.Raw | None = None
+    error_type: str | None = None
+    message: str | None = None
+
+
+class Execution(Aggregate):
+    """The event-sourced state of one run of a flow."""
+
+    TOPIC = _TOPIC
+
+    class Created(Aggregate.Created):
+        """The flow was started with this input, by this code, having seen the log up to here."""
+
+        TOPIC = f"{_TOPIC}.Created"
+        flow: str
+        code_version: str
+        input: msgspec.Raw
+        log_position: int
+
+    class DecisionRecorded(Aggregate.Event):
+        """A nondeterministic result, stored before the flow was allowed to see it."""
+
+        TOPIC = f"{_TOPIC}.DecisionRecorded"
+        key: str
+        kind: str | None
+        value: msgspec.Raw
+        input: msgspec.Raw
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.decisions[self.key] = Decision(
+                key=self.key, kind=self.kind, input=self.input, value=self.value
+            )
+
+    class DecisionFailed(Aggregate.Event):
+        """A decision's ``compute`` raised; ``error_type`` is ``module:qualname`` of the error."""
+
+        TOPIC = f"{_TOPIC}.DecisionFailed"
+        key: str
+        kind: str | None
+        input: msgspec.Raw
+        error_type: str
+        message: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.decisions[self.key] = Decision(
+                key=self.key,
+                kind=self.kind,
+                input=self.input,
+                error_type=self.error_type,
+                message=self.message,
+            )
+
+    class Resumed(Aggregate.Event):
+        """A worker claimed an unfinished execution; a second claimant of the same version loses."""
+
+        TOPIC = f"{_TOPIC}.Resumed"
+        worker: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.resumes += 1
+
+    class Completed(Aggregate.Event):
+        """The flow returned; ``output`` is the stored return value."""
+
+        TOPIC = f"{_TOPIC}.Completed"
+        output: msgspec.Raw
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.output = self.output
+
+    class Failed(Aggregate.Event):
+        """The flow raised; ``error_type`` is ``module:qualname`` of the exception."""
+
+        TOPIC = f"{_TOPIC}.Failed"
+        error_type: str
+        message: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.error = (self.error_type, self.message)
+
+    def __init__(
+        self, *, flow: str, code_version: str, input: msgspec.Raw, log_position: int
+    ) -> None:
+        self.flow = flow
+        self.code_version = code_version
+        self.input = input
+        self.log_position = log_position
+        self.decisions: dict[str, Decision] = {}
+        self.resumes = 0
+        self.output: msgspec.Raw | None = None
+        self.error: tuple[str, str] | None = None
+
+    @classmethod
+    def start(
+        cls, *, id: UUID, flow: str, code_version: str, input: msgspec.Raw, log_position: int
+    ) -> Execution:
+        return cls._create(
+            cls.Created,
+            id=id,
+            flow=flow,
+            code_version=code_version,
+            input=input,
+            log_position=log_position,
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.output is not None or self.error is not None
+
+    def record_decision(
+        self, *, key: str, kind: str | None, value: msgspec.Raw, input: msgspec.Raw
+    ) -> None:
+        self.trigger_event(self.DecisionRecorded, key=key, kind=kind, value=value, input=input)
+
+    def record_failure(
+        self, *, key: str, kind: str | None, input: msgspec.Raw, error: BaseException
+    ) -> None:
+        self.trigger_event(
+            self.DecisionFailed,
+            key=key,
+            kind=kind,
+            input=input,
+            error_type=error_type_of(error),
+            message=str(error),
+        )
+
+    def claim(self, *, worker: str) -> None:
+        self.trigger_event(self.Resumed, worker=worker)
+
+    def complete(self, *, output: msgspec.Raw) -> None:
+        self.trigger_event(self.Completed, output=output)
+
+    def fail(self, *, error: BaseException) -> None:
+        self.trigger_event(self.Failed, error_type=error_type_of(error), message=str(error))
+
+
+def error_type_of(error: BaseException) -> str:
+    """``module:qualname`` of an exception's class: how failures are named in the log."""
+    cls = type(error)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+EXECUTION_EVENT_TYPES: tuple[type[Aggregate.Event], ...] = (
+    Execution.Created,
+    Execution.DecisionRecorded,
+    Execution.DecisionFailed,
+    Execution.Resumed,
+    Execution.Completed,
+    Execution.Failed,
+)

@@ -1,0 +1,106 @@
+"""A registered flow: the function, its name and code version, and its input/output schema.
+
+The input schema is built from the function's signature once, at registration, so a bad call
+is refused before anything is appended, and a live run receives its input *decoded from the
+stored bytes*, exactly as a replay will (a tuple argument arrives as a list in both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from loom_runtime import codec
+from loom_runtime.errors import ConfigurationError, FlowInputError
+
+
+class Flow:
+    """A flow function registered under a stable name."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str, version: str | None) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"flow {name!r} must be a function, not {fn!r}")
+        self.fn = fn
+        self.name = name
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.version = version or _source_version(fn)
+        self._input_type = _input_schema(fn, name)
+        self.output_type = _output_type(fn)
+
+    def bind(self, arguments: dict[str, Any]) -> tuple[msgspec.Raw, dict[str, Any]]:
+        """Check ``arguments`` against the signature; the stored input and the kwargs to call with."""
+        names = set(self._input_type.__struct_fields__)
+        unknown = sorted(set(arguments) - names)
+        if unknown:
+            raise FlowInputError(
+                f"flow {self.name!r} takes no argument(s) {', '.join(unknown)}; "
+                f"its parameters are: {', '.join(self._input_type.__struct_fields__) or 'none'}"
+            )
+        raw = codec.encode(arguments, path="input")
+        return raw, self.decode_input(raw)
+
+    def decode_input(self, raw: msgspec.Raw) -> dict[str, Any]:
+        """The keyword arguments a stored input calls the flow with."""
+        try:
+            decoded = codec.decode(raw, type=self._input_type)
+        except msgspec.ValidationError as exc:
+            raise FlowInputError(f"input of flow {self.name!r} does not fit its signature: {exc}")
+        return msgspec.structs.asdict(decoded)
+
+
+def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
+    parameters = list(inspect.signature(fn).parameters.values())
+    if not parameters:
+        raise ConfigurationError(f"flow {name!r} must take the context as its first parameter")
+    hints = _hints(fn)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for parameter in parameters[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"flow {name!r} cannot take *args/**kwargs: its input is recorded by name"
+            )
+        annotation = hints.get(parameter.name, Any)
+        if parameter.default is parameter.empty:
+            fields.append((parameter.name, annotation))
+        else:
+            fields.append((parameter.name, annotation, parameter.default))
+    schema = msgspec.defstruct(f"{name}_input", fields, kw_only=True, forbid_unknown_fields=True)
+    try:
+        msgspec.json.Decoder(schema)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"flow {name!r} has a parameter type msgspec cannot decode ({exc}); "
+            "annotate inputs with plain data types or msgspec Structs"
+        ) from exc
+    return schema
+
+
+def _output_type(fn: Callable[..., Any]) -> Any:
+    """The return annotation when msgspec can decode into it, else plain JSON (``Any``)."""
+    annotation = _hints(fn).get("return", Any)
+    try:
+        msgspec.json.Decoder(annotation)
+    except TypeError:
+        return Any
+    return annotation
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except (NameError, TypeError):
+        return {}
+
+
+def _source_version(fn: Callable[..., Any]) -> str:
+    """Default code-version label: a short hash of the flow's source text."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return "unknown"
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]

@@ -1,0 +1,142 @@
+"""Replay: re-run the current code of a flow with every decision answered from the log.
+
+A replay never calls ``compute`` for a recorded decision and never appends to the log, so it
+can run anywhere the execution's events are (a copy of the database, later a bundle) with
+every live dependency unreachable. What it proves is reported, not assumed: each way the
+current code departs from the recording is one :class:`~loom_runtime.errors.ReplayDivergence`
+in :attr:`ReplayResult.divergences`.
+
+``live`` names decision *kinds* ("retrieval", ...) that run live instead of from the log while
+the rest stay recorded: a counterfactual replay ("would this still happen today?"). Their
+fresh values are reported in :attr:`ReplayResult.live_values`; nothing is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime import codec
+from loom_runtime.context import Slot
+from loom_runtime.errors import (
+    DecisionInputChangedError,
+    OutcomeChangedError,
+    OutputChangedError,
+    ReplayDivergence,
+    UnrecordedDecisionError,
+    UnusedDecisionsError,
+)
+from loom_runtime.execution import Decision, Execution, error_type_of
+
+
+class Replayer:
+    """A decision source that answers from the recording and collects divergences."""
+
+    def __init__(self, decisions: dict[str, Decision], *, live: frozenset[str]) -> None:
+        self._decisions = decisions
+        self._live = live
+        self.asked: set[str] = set()
+        self.divergences: list[ReplayDivergence] = []
+        self.live_values: dict[str, Any] = {}
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        self.asked.add(slot.key)
+        if slot.kind is not None and slot.kind in self._live:
+            return None
+        decision = self._decisions.get(slot.key)
+        if decision is None:
+            nearest = difflib.get_close_matches(slot.key, list(self._decisions), n=3, cutoff=0.4)
+            divergence = UnrecordedDecisionError(key=slot.key, nearest=nearest)
+            self.divergences.append(divergence)
+            raise divergence
+        if decision.input != slot.input:
+            self.divergences.append(
+                DecisionInputChangedError(
+                    key=slot.key,
+                    diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                )
+            )
+        return decision
+
+    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
+        _, decoded = codec.round_trip(value, path=f"decision {slot.key!r}", type=type)
+        self.live_values[slot.key] = decoded
+        return decoded
+
+    def record_failure(self, slot: Slot, error: Exception) -> None:
+        self.live_values[slot.key] = error
+
+    def unused(self) -> list[str]:
+        """Recorded decisions the replay never asked for (live kinds excluded)."""
+        return [
+            key
+            for key, decision in self._decisions.items()
+            if key not in self.asked and (decision.kind is None or decision.kind not in self._live)
+        ]
+
+
+class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a replay found. ``identical`` is true only when there is no divergence at all."""
+
+    execution_id: UUID
+    flow: str
+    recorded_code_version: str
+    code_version: str
+    divergences: tuple[ReplayDivergence, ...]
+    output: Any = None
+    live_values: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def identical(self) -> bool:
+        return not self.divergences
+
+    def raise_for_divergence(self) -> None:
+        """Raise the first divergence (each is a typed error), if any."""
+        if self.divergences:
+            raise self.divergences[0]
+
+    def describe(self) -> str:
+        """A readable account: 'identical', or every divergence in order."""
+        if self.identical:
+            return f"execution {self.execution_id} ({self.flow}) replayed identically"
+        lines = [f"execution {self.execution_id} ({self.flow}) diverged:"]
+        lines += [f"- {type(d).__name__}: {d}" for d in self.divergences]
+        return "\n".join(lines)
+
+
+def compare_outcome(
+    execution: Execution,
+    replayer: Replayer,
+    *,
+    output: msgspec.Raw,
+    error: BaseException | None,
+) -> list[ReplayDivergence]:
+    """Divergences found after the flow returned or raised: outcome, output, unused decisions."""
+    found: list[ReplayDivergence] = []
+    if isinstance(error, ReplayDivergence):
+        return found  # already collected; the flow could not run to its end
+    recorded = _describe_recorded(execution)
+    if error is not None:
+        replayed = f"raised {error_type_of(error)}: {error}"
+        if recorded != replayed:
+            found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
+    elif execution.output is None:
+        found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
+    elif codec.decode(execution.output) != codec.decode(output or b"null"):
+        found.append(OutputChangedError(diff=codec.diff(execution.output, output, label="output")))
+    unused = replayer.unused()
+    if unused:
+        found.append(UnusedDecisionsError(keys=unused))
+    return found
+
+
+def _describe_recorded(execution: Execution) -> str:
+    if execution.error is not None:
+        error_type, message = execution.error
+        return f"raised {error_type}: {message}"
+    if execution.output is not None:
+        return "returned"
+    return "did not finish"
