@@ -1,0 +1,119 @@
+"""`MemoryEntry`: one item of the ordered list a memory key names, and its one wire format.
+
+An entry is stored whole, as the JSON msgspec writes for it, by every backend. That is what
+makes the two fields a decomposing backend gets wrong round-trip by construction:
+
+* ``id`` is optional for a caller and must come back exactly, because the ``remove`` fallback
+  (read, filter by id, replace) silently deletes nothing on a store that drops it.
+* ``role`` is optional and an absent role reads back ABSENT (``msgspec.UNSET``), never ``None``:
+  ``{content}`` and ``{role: null, content}`` are different prompts. UNSET fields are omitted
+  from the JSON, so there is no null to read back.
+
+``origin`` is the taint: when present the content is third-party (for example a corpus
+passage anyone with wiki access could have written) and the value is its provenance label. The
+label travels with the entry but is never searchable text (see :mod:`loom_memory.text`).
+
+:func:`encode_entries` validates a whole batch before a backend writes anything, so a bad entry
+in position 5 cannot leave entries 0-4 half-written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeAlias
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from loom_memory.errors import EntryNotSerialisableError
+
+Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
+"""JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One remembered item: content plus the optional id, role and taint it is recalled with."""
+
+    content: Content
+    id: str | UnsetType = UNSET
+    role: str | UnsetType = UNSET
+    timestamp: datetime = msgspec.field(default_factory=_utc_now)
+    origin: str | UnsetType = UNSET
+
+    @property
+    def tainted(self) -> bool:
+        """True when the content is third-party and must stay out of instruction positions."""
+        return self.origin is not UNSET
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(MemoryEntry)
+
+
+def encode_entries(entries: Sequence[MemoryEntry]) -> list[bytes]:
+    """Validate every entry, then encode each; raise before returning anything if one is bad.
+
+    A value that msgspec would encode but not read back equal (a tuple, a NaN, a naive
+    timestamp) is refused too, because a store must return what it was given.
+    """
+    if isinstance(entries, MemoryEntry) or not isinstance(entries, Sequence):
+        raise EntryNotSerialisableError(
+            f"entries must be a list of MemoryEntry, got {type(entries).__name__}",
+            path="entries",
+        )
+    for index, entry in enumerate(entries):
+        _check_entry(entry, f"entries[{index}]")
+    return [_encoder.encode(entry) for entry in entries]
+
+
+def decode_entry(data: bytes | str) -> MemoryEntry:
+    """Decode one stored entry (the inverse of :func:`encode_entries`)."""
+    return _decoder.decode(data)
+
+
+def _check_entry(entry: object, path: str) -> None:
+    if not isinstance(entry, MemoryEntry):
+        raise EntryNotSerialisableError(
+            f"{path} is a {type(entry).__name__}, not a MemoryEntry: wrap it in MemoryEntry(...)",
+            path=path,
+        )
+    for name in ("id", "role", "origin"):
+        value = getattr(entry, name)
+        if value is not UNSET and not isinstance(value, str):
+            _refuse(f"{path}.{name}", value, "a str or absent")
+    if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
+        _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
+    _check_content(entry.content, f"{path}.content")
+
+
+def _check_content(value: object, path: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            _refuse(path, value, "a finite number (JSON has no NaN or infinity)")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_content(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                _refuse(f"{path} key {key!r}", key, "a str object key")
+            _check_content(item, f"{path}[{key!r}]")
+        return
+    _refuse(path, value, "JSON-like: str, int, float, bool, None, list or str-keyed dict")
+
+
+def _refuse(path: str, value: object, expected: str) -> NoReturn:
+    raise EntryNotSerialisableError(
+        f"{path} is {type(value).__name__} {value!r}, expected {expected}; nothing was written",
+        path=path,
+    )

@@ -1,0 +1,59 @@
+"""The errors a memory store raises on purpose, all under :class:`loom_runtime.errors.LoomError`.
+
+One root (:class:`MemoryStoreError`) lets a caller catch "anything the memory seam refused" in
+one clause, while each subclass also derives from the builtin a Python caller would reach for
+first (``TypeError``, ``ValueError``), so generic handlers keep working. Every message says what
+to do next. Driver failures are translated to :class:`BackendError` with ``raise ... from exc``
+so the database's own message stays on ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from loom_runtime.errors import ConfigurationError, LoomError, NotSerialisableError
+
+
+class MemoryStoreError(LoomError):
+    """Root of every error the memory seam raises on purpose."""
+
+
+class InvalidArgumentError(MemoryStoreError, ValueError):
+    """An argument to a store verb is unusable; ``parameter`` names it."""
+
+    def __init__(self, message: str, *, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+class InvalidKeyError(InvalidArgumentError, TypeError):
+    """A key is not a ``str``: keys are compared as text, so anything else would alias."""
+
+    def __init__(self, key: object) -> None:
+        super().__init__(
+            f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
+            parameter="key",
+        )
+
+
+class InvalidLimitError(InvalidArgumentError):
+    """A search limit is not a positive int (an empty result must be asked for by not searching)."""
+
+    def __init__(self, limit: object) -> None:
+        super().__init__(
+            f"search limit must be a positive int, got {limit!r}: pass limit >= 1",
+            parameter="limit",
+        )
+
+
+class EntryNotSerialisableError(MemoryStoreError, NotSerialisableError):
+    """An entry cannot be stored so that it reads back equal; nothing of the call was written.
+
+    ``path`` names the offending field, e.g. ``entries[1].content['meta'][0]``.
+    """
+
+
+class StoreConfigurationError(MemoryStoreError, ConfigurationError):
+    """A store was constructed with a value it cannot use (table prefix, URL, missing FTS5)."""
+
+
+class BackendError(MemoryStoreError):
+    """The database failed underneath a store verb; the driver error is on ``__cause__``."""

@@ -1,0 +1,81 @@
+"""What a memory entry says, as far as search is concerned: the first-party text contract.
+
+Every backend indexes ``tokenize(searchable_text(entry))`` and matches ``query_terms(query)``
+OR-ed; only the ranking is its own. The pair lives here, not in each backend, because a backend
+that indexed something else would still return matches, just to a different question than the
+caller asked, and still pass a conformance kit that can only probe a few words.
+
+* :func:`searchable_text` is the string and number leaves of ``content``, in document order.
+  Not ``role``, not ``timestamp``, not object keys, not ``id`` (an id is a handle; indexing it
+  would make a document id match every passage of that document), and not ``origin`` (a taint
+  label stamped on a whole corpus would make one term match all of it). Booleans and nulls are
+  not text either.
+* :func:`tokenize` NFKC-normalises and case-folds, splits on anything that is not a letter or a
+  digit, and drops a short list of English stop words and runs longer than
+  :data:`MAX_TERM_LENGTH`. Its output re-tokenizes to itself, so a
+  backend may store the tokens joined by spaces and hand them to its own word splitter.
+
+Terms are OR-ed: a longer question must never return fewer memories (PostgreSQL's
+``plainto_tsquery`` ANDs, which gets this backwards). A query with no terms left (only
+punctuation or stop words) searches for nothing and returns ``[]``. Scripts written without
+spaces (Chinese, Japanese) tokenize as whole runs, so a substring of such a run does not match.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+
+from loom_memory.entry import Content, MemoryEntry
+
+STOP_WORDS = frozenset(
+    {
+        *("a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have"),
+        *("in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "were"),
+        *("will", "with"),
+    }
+)
+"""Words too common to carry meaning; dropped from documents and queries alike."""
+
+MAX_TERM_LENGTH = 256
+"""Longer letter/digit runs (encoded blobs) are not words and are dropped; PostgreSQL refuses
+lexemes over 2 KiB, and a term one backend drops must be dropped by all of them."""
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def searchable_text(entry: MemoryEntry) -> str:
+    """Return the text of ``entry`` that search may match: its content's string/number leaves."""
+    return "\n".join(_leaves(entry.content))
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into normalised terms, in order, duplicates kept (they are frequencies)."""
+    # NFKC again after casefold: folding can denormalise, and the output must re-tokenize to itself.
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return [
+        word
+        for word in _WORD.findall(folded)
+        if len(word) <= MAX_TERM_LENGTH and word not in STOP_WORDS
+    ]
+
+
+def query_terms(query: str) -> list[str]:
+    """Return the distinct terms of a search query, in order; search ORs them."""
+    return list(dict.fromkeys(tokenize(query)))
+
+
+def _leaves(value: Content) -> Iterator[str]:
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float):
+        yield str(value)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        for item in value.values():
+            yield from _leaves(item)
