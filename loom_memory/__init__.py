@@ -1,0 +1,65 @@
+"""loom_memory: the memory seam - ordered lists of entries under string keys, optionally searched.
+
+A :class:`MemoryStore` appends, reads and clears; ``replace``, ``remove``, ``search`` and
+``close`` are optional and declared as separate protocols, because presence is the feature flag
+(see :mod:`loom_memory.store`). What a backend indexes and what counts as a term is first-party
+(:func:`searchable_text`, :func:`tokenize`); only ranking is the backend's.
+
+Backends: :class:`InMemoryMemoryStore` (reference), :class:`SqliteMemoryStore` (FTS5, BM25),
+:class:`PostgresMemoryStore` (tsvector, ts_rank). The SQL backends take ``conn=`` on every verb
+to write inside a caller's transaction. Every backend passes the conformance kit,
+``loom_memory.conformance.MemoryStoreContract`` (imported from there: it needs pytest).
+"""
+
+from __future__ import annotations
+
+from loom_memory.entry import Content, MemoryEntry
+from loom_memory.errors import (
+    BackendError,
+    EntryNotSerialisableError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    InvalidLimitError,
+    MemoryStoreError,
+    StoreConfigurationError,
+)
+from loom_memory.inmemory import InMemoryMemoryStore
+from loom_memory.postgres import PostgresMemoryStore
+from loom_memory.sqlite import SqliteMemoryStore
+from loom_memory.store import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_SEARCH_LIMIT,
+    MemoryStore,
+    SupportsClose,
+    SupportsRemove,
+    SupportsReplace,
+    SupportsSearch,
+    remove_entries,
+)
+from loom_memory.text import query_terms, searchable_text, tokenize
+
+__all__ = [
+    "DEFAULT_SEARCH_LIMIT",
+    "MAX_SEARCH_LIMIT",
+    "BackendError",
+    "Content",
+    "EntryNotSerialisableError",
+    "InMemoryMemoryStore",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "InvalidLimitError",
+    "MemoryEntry",
+    "MemoryStore",
+    "MemoryStoreError",
+    "PostgresMemoryStore",
+    "SqliteMemoryStore",
+    "StoreConfigurationError",
+    "SupportsClose",
+    "SupportsRemove",
+    "SupportsReplace",
+    "SupportsSearch",
+    "query_terms",
+    "remove_entries",
+    "searchable_text",
+    "tokenize",
+]

@@ -1,0 +1,237 @@
+"""`SqlMemoryStore`: what the SQLite and PostgreSQL backends share, everything but search.
+
+Both keep one ordinary table, ``<prefix>entries``, with one row per entry:
+
+* ``seq`` - an integer primary key assigned on insert: the append order, which timestamps
+  cannot give (entries of one turn share a timestamp);
+* ``key`` - the list the entry belongs to; ``(key, seq)`` is indexed for ``read`` and ``clear``;
+* ``entry`` - the entry's JSON exactly as :func:`~loom_memory.entry.encode_entries` wrote it, so
+  every field round-trips and an absent role stays absent;
+* ``entry_id`` - a generated column computed FROM ``entry`` (never a second copy that could
+  disagree with it), indexed with ``key`` so ``remove`` is one indexed ``DELETE``;
+* the backend's search columns, derived from ``tokenize(searchable_text(entry))``.
+
+Rows are only ever inserted and deleted, never updated: ``replace`` is delete-then-insert in
+one transaction, which is what keeps a derived search index simple to keep in step.
+
+Writing inside a caller's transaction
+-------------------------------------
+Every verb takes an optional keyword ``conn``: a SQLAlchemy ``Connection`` with a transaction
+begun on the same database. Given one, the store executes on it and neither commits nor rolls
+back, so store rows and, say, a projection's tracking position commit together::
+
+    with store.engine.begin() as conn:
+        store.append(key, entries, conn=conn)
+        conn.execute(record_position)        # both commit, or neither
+
+Without ``conn`` each verb runs in its own transaction. With ``conn`` the CALLER's transaction is
+the unit of atomicity: if a verb raises, roll it back (PostgreSQL refuses further statements in
+it anyway). Several stores may share one database under different ``table_prefix`` values.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    URL,
+    BigInteger,
+    Column,
+    Computed,
+    Connection,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    insert,
+    select,
+)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.schema import SchemaItem
+
+from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
+from loom_memory.errors import BackendError, StoreConfigurationError
+from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
+from loom_memory.text import searchable_text, tokenize
+
+DEFAULT_TABLE_PREFIX = "loom_memory_"
+_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+class SqlMemoryStore(ABC):
+    """Base of the SQL backends: schema, the required verbs, ``replace``, ``remove``, ``close``.
+
+    A subclass names its dialect, how the id is computed from the JSON, its search columns and
+    how to search them; everything a SQL backend gets wrong first (order, duplicates, absent
+    role, id round-trip, atomic replace) is written once, here.
+    """
+
+    dialect: ClassVar[str]
+    """The SQLAlchemy dialect name the backend accepts (``engine.dialect.name``)."""
+
+    entry_id_sql: ClassVar[str]
+    """SQL computing the id from the ``entry`` JSON column, for the generated ``entry_id``."""
+
+    def __init__(
+        self, bind: Engine | URL | str, *, table_prefix: str = DEFAULT_TABLE_PREFIX
+    ) -> None:
+        if not _PREFIX.fullmatch(table_prefix):
+            raise StoreConfigurationError(
+                f"table_prefix {table_prefix!r} must be a SQL identifier of at most 40 "
+                "characters (letters, digits, underscores; not starting with a digit)"
+            )
+        self._owns_engine = not isinstance(bind, Engine)
+        self._engine = bind if isinstance(bind, Engine) else _create_engine(bind)
+        if self._engine.dialect.name != self.dialect:
+            raise StoreConfigurationError(
+                f"{type(self).__name__} needs a {self.dialect} database, got "
+                f"{self._engine.dialect.name}: use the backend for that database"
+            )
+        self.table_prefix = table_prefix
+        self.entries = Table(
+            f"{table_prefix}entries",
+            MetaData(),
+            Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+            Column("key", Text, nullable=False),
+            Column("entry", Text, nullable=False),
+            Column("entry_id", Text, Computed(self.entry_id_sql)),
+            Index(f"{table_prefix}entries_key_seq", "key", "seq"),
+            Index(f"{table_prefix}entries_key_entry_id", "key", "entry_id"),
+            *self._search_schema(table_prefix),
+        )
+        with self._begin(None) as conn:
+            self.entries.create(conn, checkfirst=True)
+            for statement in self._search_ddl():
+                conn.exec_driver_sql(statement)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the store writes through; begin a transaction on it to pass as ``conn``."""
+        return self._engine
+
+    def append(
+        self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None
+    ) -> None:
+        """Add ``entries`` to the end of the list at ``key``, all or none."""
+        rows = self._rows(check_key(key), entries)
+        if rows:
+            with self._begin(conn) as c:
+                c.execute(insert(self.entries), rows)
+
+    def read(self, key: str, *, conn: Connection | None = None) -> list[MemoryEntry]:
+        """Return the list at ``key`` in append order."""
+        query = (
+            select(self.entries.c.entry)
+            .where(self.entries.c.key == check_key(key))
+            .order_by(self.entries.c.seq)
+        )
+        with self._begin(conn) as c:
+            return [decode_entry(data) for data in c.scalars(query)]
+
+    def clear(self, key: str, *, conn: Connection | None = None) -> None:
+        """Remove every entry at ``key``."""
+        statement = delete(self.entries).where(self.entries.c.key == check_key(key))
+        with self._begin(conn) as c:
+            c.execute(statement)
+
+    def replace(
+        self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None
+    ) -> None:
+        """Make ``entries`` the list at ``key``: delete and insert in one transaction."""
+        rows = self._rows(check_key(key), entries)
+        with self._begin(conn) as c:
+            c.execute(delete(self.entries).where(self.entries.c.key == key))
+            if rows:
+                c.execute(insert(self.entries), rows)
+
+    def remove(self, key: str, ids: Iterable[str], *, conn: Connection | None = None) -> None:
+        """Delete every entry at ``key`` whose id is in ``ids``: one statement on the id index."""
+        check_key(key)
+        wanted = check_ids(ids)
+        if not wanted:
+            return
+        statement = delete(self.entries).where(
+            self.entries.c.key == key, self.entries.c.entry_id.in_(sorted(wanted))
+        )
+        with self._begin(conn) as c:
+            c.execute(statement)
+
+    def search(
+        self,
+        key: str,
+        query: str,
+        *,
+        limit: int = DEFAULT_SEARCH_LIMIT,
+        conn: Connection | None = None,
+    ) -> list[MemoryEntry]:
+        """Return the best ``limit`` entries at ``key`` containing any term of ``query``."""
+        terms, limit = check_search(key, query, limit)
+        if not terms:
+            return []
+        with self._begin(conn) as c:
+            return [decode_entry(data) for data in self._search(c, key, terms, limit)]
+
+    def close(self) -> None:
+        """Dispose of the engine if the store created it from a URL; a passed engine is kept."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    @abstractmethod
+    def _search_schema(self, prefix: str) -> list[SchemaItem]:
+        """Return the search columns and indexes to add to the entries table."""
+
+    @abstractmethod
+    def _search_ddl(self) -> list[str]:
+        """Return idempotent DDL for search structures outside the entries table."""
+
+    @abstractmethod
+    def _search_values(self, terms: list[str]) -> dict[str, Any]:
+        """Return the search column values of a row whose searchable terms are ``terms``."""
+
+    @abstractmethod
+    def _search(self, conn: Connection, key: str, terms: list[str], limit: int) -> Iterable[str]:
+        """Return the ``entry`` JSON of the best ``limit`` rows at ``key`` matching any term."""
+
+    def _rows(self, key: str, entries: Sequence[MemoryEntry]) -> list[dict[str, Any]]:
+        encoded = encode_entries(entries)
+        return [
+            {
+                "key": key,
+                "entry": data.decode(),
+                **self._search_values(tokenize(searchable_text(entry))),
+            }
+            for entry, data in zip(entries, encoded, strict=True)
+        ]
+
+    @contextmanager
+    def _begin(self, conn: Connection | None) -> Iterator[Connection]:
+        """Yield ``conn`` as given, or one in a transaction of our own; translate driver errors."""
+        try:
+            if conn is not None:
+                yield conn
+            else:
+                with self._engine.begin() as own:
+                    yield own
+        except SQLAlchemyError as exc:
+            raise BackendError(
+                f"{type(self).__name__} (tables {self.table_prefix}*) failed: {exc}; "
+                "nothing of this call was committed unless you passed conn= (then roll back)"
+            ) from exc
+
+
+def _create_engine(url: URL | str) -> Engine:
+    try:
+        return create_engine(url)
+    except (SQLAlchemyError, ImportError) as exc:
+        raise StoreConfigurationError(
+            f"cannot open a database at {url!r}: {exc}; pass a SQLAlchemy URL such as "
+            "sqlite:///memory.db or postgresql+psycopg://user@host/db, or an Engine"
+        ) from exc
