@@ -1,0 +1,49 @@
+"""The fingerprint that tells a reconcile whether a document changed.
+
+It covers the WHOLE document — title, text and meta — because each of them is searchable
+(ADR 0007): a fingerprint over the text alone would skip a retitled document and leave the old
+title answering queries. The id is not hashed; it is the key the fingerprint is compared under.
+
+The encoding is canonical (msgspec JSON with every mapping's keys sorted), so the same document
+hashes the same whichever order its meta was built in. The algorithm's name is recorded with
+each document (``DocRecord.fingerprint_algorithm``): if this encoding ever changes, the new
+name makes the old fingerprints recognisably incomparable instead of silently "different".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from loom_knowledge.types import Doc
+
+FINGERPRINT_ALGORITHM: Final = "sha256/msgspec-json-sorted/v1"
+"""The name recorded with every fingerprint :func:`fingerprint` produces. Bump it with any
+change to the encoding below."""
+
+
+def fingerprint(doc: Doc) -> str:
+    """The sha256 hex digest of the document's title, text and meta, canonically encoded."""
+    canonical = msgspec.json.encode(
+        {"title": doc.title, "text": doc.text, "meta": doc.meta}, order="sorted"
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fingerprinter:
+    """A fingerprint function together with the algorithm name recorded beside its output.
+
+    They travel as one value so that a reconcile can never hash with one function and
+    record the name of another.
+    """
+
+    algorithm: str
+    digest: Callable[[Doc], str]
+
+
+DEFAULT_FINGERPRINTER: Final = Fingerprinter(algorithm=FINGERPRINT_ALGORITHM, digest=fingerprint)

@@ -1,0 +1,188 @@
+"""The values a corpus is made of: documents, passages, manifest records, reconcile results.
+
+A :class:`Doc` is the unit a corpus is EDITED in; a :class:`Passage` is the unit it is
+SEARCHED in. Everything else in ``loom_knowledge`` is the mapping between the two. All of them
+are frozen msgspec Structs because they travel through the event log: what is encoded must be
+exactly what was decided, and decoding it back must give an equal value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from loom_knowledge.errors import InvalidDocumentError
+
+
+def _check_string(value: str, *, doc_id: object, field: str) -> None:
+    """Refuse strings that cannot be stored faithfully.
+
+    A NUL byte truncates text in SQLite FTS and C-string APIs, so the passage would index as
+    a fragment of itself; a lone surrogate cannot be encoded as UTF-8 at all, so the write
+    would fail halfway through an ingest instead of here.
+    """
+    if "\x00" in value:
+        raise InvalidDocumentError(doc_id=doc_id, field=field, reason="contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidDocumentError(
+            doc_id=doc_id, field=field, reason="contains a lone surrogate (not valid Unicode)"
+        ) from exc
+
+
+def _check_json(value: object, *, doc_id: object, field: str) -> None:
+    """Refuse meta values that would not come back equal from the log.
+
+    Tuples come back as lists and NaN/infinity as ``null``, so a document holding one would
+    fingerprint differently after a round trip and be rewritten by every sync.
+    """
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidDocumentError(doc_id=doc_id, field=field, reason="is not a finite number")
+    elif isinstance(value, str):
+        _check_string(value, doc_id=doc_id, field=field)
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _check_json(item, doc_id=doc_id, field=f"{field}[{position}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidDocumentError(
+                    doc_id=doc_id, field=field, reason=f"has a non-string key {key!r}"
+                )
+            _check_string(key, doc_id=doc_id, field=f"{field} key {key!r}")
+            _check_json(item, doc_id=doc_id, field=f"{field}.{key}")
+    else:
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field=field,
+            reason=f"is a {type(value).__name__}, not a JSON value (null, bool, number, "
+            "string, list or str-keyed dict)",
+        )
+
+
+class Doc(msgspec.Struct, frozen=True, kw_only=True):
+    """A document as its source has it: the unit that is revised and deleted.
+
+    ``meta`` is the caller's own vocabulary (source, section, author, ...) and travels
+    verbatim. It is searchable text (ADR 0007), so a value stamped on every document matches
+    every document. A ``Doc`` that cannot be stored faithfully cannot be constructed: the
+    checks run here rather than at ingest, so a bad document fails where it was made.
+    """
+
+    id: str
+    text: str
+    title: str | None = None
+    meta: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise InvalidDocumentError(
+                doc_id=self.id, field="id", reason="must be a non-blank string"
+            )
+        _check_string(self.id, doc_id=self.id, field="id")
+        if not isinstance(self.text, str):
+            raise InvalidDocumentError(
+                doc_id=self.id, field="text", reason=f"is a {type(self.text).__name__}, not a str"
+            )
+        _check_string(self.text, doc_id=self.id, field="text")
+        if self.title is not None:
+            if not isinstance(self.title, str):
+                raise InvalidDocumentError(
+                    doc_id=self.id, field="title", reason="must be a str or None"
+                )
+            _check_string(self.title, doc_id=self.id, field="title")
+        if self.meta is not None:
+            if not isinstance(self.meta, dict):
+                raise InvalidDocumentError(
+                    doc_id=self.id, field="meta", reason="must be a dict or None"
+                )
+            _check_json(self.meta, doc_id=self.id, field="meta")
+
+
+class Passage(msgspec.Struct, frozen=True, kw_only=True):
+    """One searchable piece of a document, as retrieval returns it.
+
+    ``revision`` is the document revision the passage was cut from, so a recorded retrieval
+    says which version of a document an answer was grounded in even after it is revised.
+    """
+
+    doc_id: str
+    index: int
+    text: str
+    title: str | None = None
+    meta: dict[str, Any] | None = None
+    revision: int
+
+
+class DocRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The manifest's row for one live document: enough to compare, count and remove it.
+
+    ``passage_count`` IS the list of the document's passage ids (``id#0`` .. ``id#n-1``), so
+    a revision can remove exactly its predecessor's passages. ``fingerprint_algorithm`` is
+    kept beside ``fingerprint`` so a change of algorithm is visible rather than looking like
+    an edit of every document. ``source`` is the one writer allowed to revise or delete the
+    document (ADR 0005); ``None`` is a source, not "anyone".
+    """
+
+    id: str
+    revision: int
+    fingerprint: str
+    fingerprint_algorithm: str
+    passage_count: int
+    source: str | None
+
+
+class SyncResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a reconcile did (or, from a plan, would do), by document id.
+
+    ``written`` and ``unchanged`` follow the input order; ``removed`` and ``retained``
+    follow the manifest order. ``retained`` lists other sources' documents the reconcile
+    protected: "deleted nothing" and "protected four documents it does not own" describe
+    very different corpora, and only one is something an operator should stop noticing.
+    """
+
+    written: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    removed: tuple[str, ...]
+    retained: tuple[str, ...]
+
+
+class PlannedWrite(msgspec.Struct, frozen=True, kw_only=True):
+    """A document a reconcile will write, with the revision and fingerprint to record."""
+
+    doc: Doc
+    revision: int
+    fingerprint: str
+
+
+class SyncPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """The full classification of a reconcile; :attr:`result` is its :class:`SyncResult`.
+
+    ``rehashed`` lists the written documents whose record was fingerprinted by another
+    algorithm: they could not be compared, so they are rewritten, and saying so is what
+    keeps an algorithm change from looking like an edit of the whole corpus.
+    """
+
+    source: str | None
+    fingerprint_algorithm: str
+    writes: tuple[PlannedWrite, ...]
+    unchanged: tuple[str, ...]
+    removed: tuple[str, ...]
+    retained: tuple[str, ...]
+    rehashed: tuple[str, ...]
+
+    @property
+    def result(self) -> SyncResult:
+        """The plan as the result shape ``sync`` and ``plan_sync`` both return."""
+        return SyncResult(
+            written=tuple(write.doc.id for write in self.writes),
+            unchanged=self.unchanged,
+            removed=self.removed,
+            retained=self.retained,
+        )
