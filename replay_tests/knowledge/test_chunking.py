@@ -1,0 +1,96 @@
+"""pack_paragraphs keeps every character of text, in order, in passages within the limit."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loom_knowledge import (
+    Doc,
+    InvalidOptionError,
+    ParagraphPacker,
+    Passage,
+    pack_paragraphs,
+    to_passages,
+)
+
+
+def _chunk(text: str, max_chars: int = 1000) -> list[str]:
+    return list(pack_paragraphs(max_chars)(Doc(id="d", text=text)))
+
+
+def _squashed(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\n\t\n"])
+def test_text_with_nothing_to_search_gives_zero_passages(text: str) -> None:
+    assert _chunk(text) == []
+
+
+def test_short_paragraphs_are_packed_together_up_to_the_limit() -> None:
+    assert _chunk("one\n\ntwo\n\nthree", max_chars=10) == ["one\n\ntwo", "three"]
+
+
+def test_blank_lines_with_spaces_or_crlf_still_separate_paragraphs() -> None:
+    assert _chunk("one\r\n  \r\ntwo", max_chars=4) == ["one", "two"]
+
+
+def test_single_newlines_stay_inside_a_paragraph() -> None:
+    assert _chunk("line one\nline two", max_chars=100) == ["line one\nline two"]
+
+
+def test_a_paragraph_longer_than_the_limit_is_split_at_a_sentence_end() -> None:
+    text = "First sentence is here. Second one follows it. Third closes."
+    assert _chunk(text, max_chars=50) == [
+        "First sentence is here. Second one follows it.",
+        "Third closes.",
+    ]
+
+
+def test_without_a_late_sentence_end_the_split_is_at_whitespace() -> None:
+    assert _chunk("Hi. alpha beta gamma delta", max_chars=16) == ["Hi. alpha beta", "gamma delta"]
+
+
+def test_a_run_without_whitespace_is_cut_hard_and_not_dropped() -> None:
+    blob = "x" * 25
+    assert _chunk(blob, max_chars=10) == ["x" * 10, "x" * 10, "x" * 5]
+
+
+@given(
+    text=st.text(alphabet=st.sampled_from("ab .!?\n\t\r"), max_size=400),
+    max_chars=st.integers(min_value=1, max_value=60),
+)
+def test_every_passage_fits_and_no_text_is_lost_or_reordered(text: str, max_chars: int) -> None:
+    passages = _chunk(text, max_chars=max_chars)
+    assert all(0 < len(passage) <= max_chars for passage in passages)
+    assert all(passage == passage.strip() for passage in passages)
+    assert _squashed("".join(passages)) == _squashed(text)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "100"])
+def test_a_limit_that_is_not_a_positive_int_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidOptionError, match="max_chars"):
+        pack_paragraphs(bad)  # type: ignore[arg-type]
+
+
+def test_packers_with_the_same_limit_are_equal_options() -> None:
+    assert pack_paragraphs() == ParagraphPacker(max_chars=1000)
+    assert pack_paragraphs(500) != pack_paragraphs(1000)
+
+
+def test_to_passages_indexes_from_zero_and_carries_title_meta_and_revision() -> None:
+    doc = Doc(id="d", text="one\n\ntwo", title="T", meta={"k": "v"})
+    assert to_passages(doc, revision=3, chunker=pack_paragraphs(3)) == [
+        Passage(doc_id="d", index=0, text="one", title="T", meta={"k": "v"}, revision=3),
+        Passage(doc_id="d", index=1, text="two", title="T", meta={"k": "v"}, revision=3),
+    ]
+
+
+def test_to_passages_accepts_any_chunker() -> None:
+    def by_line(doc: Doc) -> list[str]:
+        return doc.text.splitlines()
+
+    passages = to_passages(Doc(id="d", text="a\nb"), revision=1, chunker=by_line)
+    assert [p.text for p in passages] == ["a", "b"]
