@@ -1,0 +1,52 @@
+"""Citation checks: did the answer cite only documents the model was actually shown?
+
+A citation outside the retrieved set was not misread from a passage; there was no passage.
+Because the retrieval is recorded, the set of documents the model could have read is known
+exactly, which makes this the one hallucination in a grounded answer that is DECIDABLE rather
+than judged. The check is membership only, by design: whether a claim follows from the cited
+passage needs a judge, and folding that in would turn a decidable check into an approximate
+one. Ids are compared exactly (no case folding, no trimming): a near-miss id names a document
+that was not shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from loom_knowledge.errors import UngroundedCitationError
+from loom_knowledge.types import Passage
+
+
+class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The cited doc ids split by whether a shown passage came from them, in citation order."""
+
+    grounded: tuple[str, ...]
+    ungrounded: tuple[str, ...]
+    shown: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every cited document was shown."""
+        return not self.ungrounded
+
+
+def check_citations(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -> CitationCheck:
+    """Split ``cited_doc_ids`` (deduplicated, first occurrence kept) into grounded and not."""
+    shown = tuple(dict.fromkeys(passage.doc_id for passage in passages))
+    shown_set = set(shown)
+    cited = dict.fromkeys(cited_doc_ids)
+    return CitationCheck(
+        grounded=tuple(doc_id for doc_id in cited if doc_id in shown_set),
+        ungrounded=tuple(doc_id for doc_id in cited if doc_id not in shown_set),
+        shown=shown,
+    )
+
+
+def assert_grounded(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -> tuple[str, ...]:
+    """Return the cited doc ids, or raise :class:`UngroundedCitationError` naming unshown ones."""
+    check = check_citations(cited_doc_ids, passages)
+    if not check.ok:
+        raise UngroundedCitationError(ungrounded=check.ungrounded, shown=check.shown)
+    return check.grounded
