@@ -1,0 +1,88 @@
+"""The model seam: a grounded request in, an answer with the doc ids it cites out.
+
+The seam is a one-method protocol so a flow can be written, tested and replayed against
+:class:`ExtractiveModel` (offline, deterministic, no keys) and pointed at a real provider later
+without changing. The answer carries its citations as data, which is what lets
+:func:`~loom_knowledge.citations.assert_grounded` check them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import msgspec
+
+from loom_knowledge.errors import InvalidOptionError
+from loom_knowledge.grounding import GroundedRequest, unfence
+
+NO_ANSWER: Final = "The provided passages do not answer this question."
+
+_TOKEN = re.compile(r"\w+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_STOPWORDS: Final = frozenset(
+    {"a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how", "i"}
+    | {"if", "in", "is", "it", "of", "on", "or", "should", "the", "this", "to", "we", "what"}
+    | {"when", "where", "which", "who", "why", "with", "you"}
+)
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """A model's answer and the documents it claims to be based on."""
+
+    text: str
+    cited_doc_ids: tuple[str, ...]
+
+
+class Model(Protocol):
+    """Anything that answers a grounded request."""
+
+    def answer(self, request: GroundedRequest) -> Answer: ...
+
+
+def _terms(text: str) -> set[str]:
+    return {token for token in _TOKEN.findall(text.lower()) if token not in _STOPWORDS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractiveModel:
+    """An offline model answering with the passage sentences that best match the question.
+
+    Deterministic by construction (no randomness, ties broken by position in the request),
+    so a test or demo can assert exact answers. It reads the request as a real model would:
+    the question is the last user message without provenance, the passages are the
+    messages with provenance,
+    and it cites the documents of the sentences it used. It never invents a citation, which
+    is exactly why it cannot exercise the citation check's failure path on its own.
+    """
+
+    max_sentences: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_sentences < 1:
+            raise InvalidOptionError(
+                f"max_sentences must be at least 1, got {self.max_sentences!r}"
+            )
+
+    def answer(self, request: GroundedRequest) -> Answer:
+        questions = [m.content for m in request.messages if m.role == "user" and not m.provenance]
+        question_terms = _terms(questions[-1]) if questions else set()
+        scored: list[tuple[int, int, str, str]] = []
+        for message in request.messages:
+            if message.provenance is None:
+                continue
+            # Hard-wrapped text breaks lines mid-sentence, so whitespace is normalised first.
+            body = " ".join(unfence(message.content).split())
+            for sentence in _SENTENCE_BREAK.split(body):
+                overlap = len(question_terms & _terms(sentence))
+                if overlap:
+                    scored.append((overlap, len(scored), sentence, message.provenance.doc_id))
+        best = sorted(scored, key=lambda item: (-item[0], item[1]))[: self.max_sentences]
+        if not best:
+            return Answer(text=NO_ANSWER, cited_doc_ids=())
+        in_request_order = sorted(best, key=lambda item: item[1])
+        return Answer(
+            text=" ".join(sentence for _, _, sentence, _ in in_request_order),
+            cited_doc_ids=tuple(dict.fromkeys(doc_id for *_, doc_id in in_request_order)),
+        )

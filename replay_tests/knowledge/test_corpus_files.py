@@ -1,0 +1,66 @@
+"""A directory of text files becomes documents with stable ids; the demo runbooks ship with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loom_knowledge import Doc, InvalidDocumentError, load_docs, load_runbooks
+
+RUNBOOK_IDS = [
+    "cache-stampede.md",
+    "database-slow-queries.md",
+    "deploy-rollback.md",
+    "disk-full.md",
+    "dns-failure.md",
+    "on-call-escalation-policy.md",
+    "queue-backlog.md",
+    "tls-certificate-expiry.md",
+]
+
+
+def test_the_shipped_runbooks_load_as_titled_documents_sorted_by_id() -> None:
+    runbooks = load_runbooks()
+    assert [doc.id for doc in runbooks] == RUNBOOK_IDS
+    assert all(doc.title and not doc.text.startswith("#") for doc in runbooks)
+    assert all(1500 <= len(doc.text.encode()) <= 4000 for doc in runbooks)
+    assert all(doc.text.count("\n\n") >= 3 for doc in runbooks)
+
+
+def test_ids_are_relative_posix_paths_and_the_leading_heading_is_the_title(tmp_path: Path) -> None:
+    (tmp_path / "ops" / "db").mkdir(parents=True)
+    (tmp_path / "ops" / "db" / "restart.md").write_text("\n## Restart the DB ##\n\nDrain first.\n")
+    (tmp_path / "notes.txt").write_text("No heading here.\n")
+    assert load_docs(tmp_path) == [
+        Doc(id="notes.txt", text="No heading here."),
+        Doc(id="ops/db/restart.md", text="Drain first.", title="Restart the DB"),
+    ]
+
+
+def test_a_heading_later_in_the_file_is_text_not_a_title(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("Intro.\n\n# Later heading\n")
+    assert load_docs(tmp_path) == [Doc(id="a.md", text="Intro.\n\n# Later heading")]
+
+
+def test_hidden_entries_and_other_file_types_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD.md").write_text("x")
+    (tmp_path / ".draft.md").write_text("x")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    (tmp_path / "kept.md").write_text("kept")
+    assert [doc.id for doc in load_docs(tmp_path)] == ["kept.md"]
+
+
+def test_a_file_that_is_not_utf8_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(InvalidDocumentError) as caught:
+        load_docs(tmp_path)
+    assert (caught.value.doc_id, caught.value.field) == ("latin1.txt", "text")
+
+
+def test_a_file_the_document_rules_refuse_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "nul.md").write_text("a\x00b")
+    with pytest.raises(InvalidDocumentError) as caught:
+        load_docs(tmp_path)
+    assert caught.value.doc_id == "nul.md"
