@@ -18,7 +18,8 @@ from loom_knowledge.types import Doc
 SUFFIXES = (".md", ".txt")
 """The file types read as documents; anything else in the directory is ignored."""
 
-_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+?)[ \t#]*")
+_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*")
+"""An ATX heading; a closing `#` run needs a space before it, so `# Using C#` keeps its `#`."""
 
 
 def _walk(directory: Traversable, prefix: str) -> list[tuple[str, Traversable]]:

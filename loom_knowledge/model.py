@@ -66,7 +66,9 @@ class ExtractiveModel:
             )
 
     def answer(self, request: GroundedRequest) -> Answer:
-        questions = [m.content for m in request.messages if m.role == "user" and not m.provenance]
+        questions = [
+            m.content for m in request.messages if m.role == "user" and m.provenance is None
+        ]
         question_terms = _terms(questions[-1]) if questions else set()
         scored: list[tuple[int, int, str, str]] = []
         for message in request.messages:

@@ -38,6 +38,18 @@ def test_ids_are_relative_posix_paths_and_the_leading_heading_is_the_title(tmp_p
     ]
 
 
+@pytest.mark.parametrize(
+    ("heading", "title"),
+    [("# Using C#", "Using C#"), ("### Closed ###", "Closed"), ("#NoSpace", None)],
+)
+def test_a_closing_hash_run_is_dropped_only_after_a_space(
+    tmp_path: Path, heading: str, title: str | None
+) -> None:
+    (tmp_path / "a.md").write_text(f"{heading}\n\nBody.")
+    (doc,) = load_docs(tmp_path)
+    assert doc.title == title
+
+
 def test_a_heading_later_in_the_file_is_text_not_a_title(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("Intro.\n\n# Later heading\n")
     assert load_docs(tmp_path) == [Doc(id="a.md", text="Intro.\n\n# Later heading")]

@@ -7,9 +7,12 @@ import pytest
 from loom_knowledge import (
     Answer,
     ExtractiveModel,
+    GroundedRequest,
     InvalidOptionError,
+    Message,
     Model,
     Passage,
+    Provenance,
     assert_grounded,
     grounded_request,
     load_runbooks,
@@ -27,6 +30,8 @@ PASSAGES = [
         revision=1,
     ),
 ]
+
+PROVENANCE = Provenance(scope="runbooks", doc_id="k8s.md")
 
 
 def _ask(question: str, passages: list[Passage], model: Model | None = None) -> Answer:
@@ -67,6 +72,18 @@ def test_the_answer_over_the_runbooks_is_deterministic_and_grounded() -> None:
     (answer,) = answers
     assert answer.cited_doc_ids == ("tls-certificate-expiry.md",)
     assert assert_grounded(answer.cited_doc_ids, passages)
+
+
+def test_an_unfenced_tainted_message_is_read_as_plain_passage_text() -> None:
+    request = GroundedRequest(
+        messages=(
+            Message(role="user", content="Restart the pods.", provenance=PROVENANCE),
+            Message(role="user", content="restart pods?"),
+        )
+    )
+    assert ExtractiveModel().answer(request) == Answer(
+        text="Restart the pods.", cited_doc_ids=("k8s.md",)
+    )
 
 
 def test_max_sentences_below_one_is_refused() -> None:
