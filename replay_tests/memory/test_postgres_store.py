@@ -1,0 +1,165 @@
+"""PostgreSQL backend: the kit against a real server, plus its index and transaction tests.
+
+Run with a server via ``scripts/with-postgres .venv/bin/python -m pytest replay_tests/memory``;
+without ``LOOM_TEST_PG_URL`` every test here skips with one reason naming the variable. Each
+test gets its own table prefix and drops its tables afterwards, so a shared server stays clean.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
+
+from loom_memory import BackendError, MemoryEntry, PostgresMemoryStore
+from loom_memory.conformance import MemoryStoreContract
+
+PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not PG_URL, reason="LOOM_TEST_PG_URL is not set (run under scripts/with-postgres)"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    engine = create_engine(PG_URL)
+    yield engine
+    engine.dispose()
+
+
+def _drop(conn: Connection, store: PostgresMemoryStore) -> None:
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {store.entries.name}")
+
+
+@pytest.fixture
+def store(engine: Engine) -> Iterator[PostgresMemoryStore]:
+    store = PostgresMemoryStore(engine, table_prefix=f"t{uuid.uuid4().hex[:12]}_")
+    yield store
+    with engine.begin() as conn:
+        _drop(conn, store)
+
+
+class TestPostgresMemoryStore(MemoryStoreContract):
+    @pytest.fixture
+    def store(self, engine: Engine) -> Iterator[PostgresMemoryStore]:
+        store = PostgresMemoryStore(engine, table_prefix=f"k{uuid.uuid4().hex[:12]}_")
+        yield store
+        with engine.begin() as conn:
+            _drop(conn, store)
+
+
+def _entries(*words: str) -> list[MemoryEntry]:
+    return [MemoryEntry(content=f"{word} shared", id=word) for word in words]
+
+
+def _plan(store: PostgresMemoryStore, statement: str, parameters: Any) -> str:
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(f"ANALYZE {store.entries.name}")
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        rows = conn.exec_driver_sql(f"EXPLAIN {statement}", parameters)
+        return "\n".join(row[0] for row in rows)
+
+
+def _executed(store: PostgresMemoryStore, verb: Any) -> list[tuple[str, Any]]:
+    executed: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        executed.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        verb()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    return executed
+
+
+def test_remove_is_one_statement_on_the_id_index(store: PostgresMemoryStore) -> None:
+    """remove runs one DELETE, and its plan can use the (key, entry_id) index."""
+    store.append("k", _entries(*(f"w{n}" for n in range(200))))
+    [(statement, parameters)] = _executed(store, lambda: store.remove("k", ["w3", "w7"]))
+    assert statement.lstrip().upper().startswith("DELETE")
+    assert f"{store.entries.name}_key_entry_id" in _plan(store, statement, parameters)
+
+
+def test_search_uses_the_gin_index(store: PostgresMemoryStore) -> None:
+    """A rare term in a large key is found through the GIN index on the stored tsvector."""
+    store.append("k", _entries(*(f"w{n}" for n in range(5000))))
+    [(statement, parameters)] = _executed(store, lambda: store.search("k", "w5 w9"))
+    assert f"{store.entries.name}_search" in _plan(store, statement, parameters)
+
+
+def test_stored_vector_holds_exactly_the_first_party_terms(store: PostgresMemoryStore) -> None:
+    """The tsvector is built from tokenize(), not PostgreSQL's parser, so terms agree."""
+    store.append("k", [MemoryEntry(content="Straße node_7 the Café", id="x")])
+    with store.engine.connect() as conn:
+        vector = conn.exec_driver_sql(
+            f"SELECT search_vector::text FROM {store.entries.name}"
+        ).scalar()
+    assert vector == "'7':3 'café':4 'node':2 'strasse':1"
+
+
+def test_failed_replace_keeps_the_old_list(store: PostgresMemoryStore) -> None:
+    """A replace that fails in the database after its DELETE rolls back to the old list."""
+    store.append("k", _entries("old1", "old2"))
+    table = store.entries.name
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE FUNCTION {table}_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF strpos(new.entry, 'boom') > 0 THEN RAISE EXCEPTION 'boom'; END IF; "
+            "RETURN new; END $$"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER boom BEFORE INSERT ON {table} "
+            f"FOR EACH ROW EXECUTE FUNCTION {table}_boom()"
+        )
+    try:
+        with pytest.raises(BackendError) as raised:
+            store.replace("k", _entries("fine", "boom"))
+        assert isinstance(raised.value.__cause__, SQLAlchemyError)
+        assert [e.id for e in store.read("k")] == ["old1", "old2"]
+    finally:
+        with store.engine.begin() as conn:
+            _drop(conn, store)
+            conn.exec_driver_sql(f"DROP FUNCTION {table}_boom()")
+
+
+def test_store_rows_and_a_callers_row_commit_together(store: PostgresMemoryStore) -> None:
+    """With conn=, the store's rows and the caller's own row commit or roll back together."""
+    tracking = f"{store.table_prefix}tracking"
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {tracking} (position integer)")
+    try:
+        with pytest.raises(RuntimeError), store.engine.begin() as conn:
+            store.append("k", _entries("lost"), conn=conn)
+            conn.exec_driver_sql(f"INSERT INTO {tracking} VALUES (1)")
+            raise RuntimeError("crash after both writes, before commit")
+        with store.engine.begin() as conn:
+            store.replace("k", _entries("kept"), conn=conn)
+            conn.exec_driver_sql(f"INSERT INTO {tracking} VALUES (2)")
+        with store.engine.connect() as conn:
+            positions = list(conn.exec_driver_sql(f"SELECT position FROM {tracking}").scalars())
+        assert ([e.id for e in store.read("k")], positions) == (["kept"], [2])
+    finally:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE {tracking}")
+
+
+def test_prefixes_share_one_database(engine: Engine, store: PostgresMemoryStore) -> None:
+    """Two stores with different prefixes on one database do not see each other."""
+    other = PostgresMemoryStore(engine, table_prefix=f"o{uuid.uuid4().hex[:12]}_")
+    try:
+        store.append("k", _entries("mine"))
+        assert (other.read("k"), other.search("k", "mine")) == ([], [])
+    finally:
+        with engine.begin() as conn:
+            _drop(conn, other)
