@@ -95,7 +95,12 @@ def unfence(content: str) -> str:
 def grounded_request(
     instructions: str, question: str, passages: Sequence[Passage], *, scope: str
 ) -> GroundedRequest:
-    """Build the request for answering ``question`` from ``passages`` of corpus ``scope``."""
+    """Build the request for answering ``question`` from ``passages`` of corpus ``scope``.
+
+    Raises :class:`TaintedSystemContentError` when a :class:`Passage` is passed as
+    ``instructions``: the mistake the ``str`` annotation prevents for typed callers, caught
+    at run time for the rest.
+    """
     if isinstance(instructions, Passage):
         raise TaintedSystemContentError(
             provenance=Provenance(scope=scope, doc_id=instructions.doc_id).label
