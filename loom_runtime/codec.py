@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
+from datetime import date, datetime, time
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,7 +22,15 @@ from loom_runtime.errors import NotSerialisableError
 
 T = TypeVar("T")
 
-_encoder = msgspec.json.Encoder()
+
+def enc_hook(value: object) -> object:
+    """Encode subclasses msgspec refuses but whose base it knows (freezegun's FakeDatetime)."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 def encode(value: object, *, path: str) -> msgspec.Raw:
@@ -46,7 +55,12 @@ def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
 def round_trip(value: object, *, path: str, type: type[T] | Any = Any) -> tuple[msgspec.Raw, T]:
     """Encode ``value`` and decode it back: the stored bytes and what a reader will see."""
     raw = encode(value, path=path)
-    return raw, decode(raw, type=type)
+    try:
+        return raw, decode(raw, type=type)
+    except msgspec.ValidationError as exc:
+        raise NotSerialisableError(
+            f"{path} does not fit its declared type {type!r}: {exc}", path=path
+        ) from exc
 
 
 def pretty(raw: msgspec.Raw | bytes | None) -> str:

@@ -22,7 +22,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -40,6 +40,10 @@ from loom_runtime.execution import Decision, Execution
 from loom_runtime.log import EventLog
 
 T = TypeVar("T")
+
+# An alias, not ``datetime`` itself: freezegun swaps module attributes that *are* datetime for
+# its FakeDatetime, which msgspec cannot decode into. The alias also demands a tz-aware value.
+_UTCTimestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 class Slot(msgspec.Struct, frozen=True):
@@ -157,7 +161,7 @@ class _Context:
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
-        return self._decide_now(self._slot("now", None, "clock"), _utcnow, datetime)
+        return self._decide_now(self._slot("now", None, "clock"), _utcnow, _UTCTimestamp)
 
     def uuid(self) -> UUID:
         """A fresh uuid4, recorded."""

@@ -30,7 +30,7 @@ def _search(question: str) -> list[str]:
     if not _live.reachable:
         raise ConnectionError("search is unreachable during replay")
     runbooks = ["db/slow-queries.md", "db/connection-pool.md", "infra/disk-full.md"]
-    return random.sample(runbooks, k=2) + [f"asked about: {question}"]
+    return [*random.sample(runbooks, k=2), f"asked about: {question}"]
 
 
 def _model(question: str, hits: list[str]) -> str:

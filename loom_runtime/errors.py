@@ -117,7 +117,7 @@ class OutputChangedError(ReplayDivergence):
 
 
 class OutcomeChangedError(ReplayDivergence):
-    """The recorded run and the replay ended differently (returned vs raised, or raised otherwise)."""
+    """The recorded run and the replay ended differently (returned vs raised, or another error)."""
 
     def __init__(self, *, recorded: str, replayed: str) -> None:
         super().__init__(f"the recorded run {recorded}, but the replay {replayed}")

@@ -33,7 +33,7 @@ class Flow:
         self.output_type = _output_type(fn)
 
     def bind(self, arguments: dict[str, Any]) -> tuple[msgspec.Raw, dict[str, Any]]:
-        """Check ``arguments`` against the signature; the stored input and the kwargs to call with."""
+        """Check ``arguments`` against the signature: the stored input, and the kwargs to call."""
         names = set(self._input_type.__struct_fields__)
         unknown = sorted(set(arguments) - names)
         if unknown:
@@ -47,9 +47,11 @@ class Flow:
     def decode_input(self, raw: msgspec.Raw) -> dict[str, Any]:
         """The keyword arguments a stored input calls the flow with."""
         try:
-            decoded = codec.decode(raw, type=self._input_type)
+            decoded: msgspec.Struct = codec.decode(raw, type=self._input_type)
         except msgspec.ValidationError as exc:
-            raise FlowInputError(f"input of flow {self.name!r} does not fit its signature: {exc}")
+            raise FlowInputError(
+                f"input of flow {self.name!r} does not fit its signature: {exc}"
+            ) from exc
         return msgspec.structs.asdict(decoded)
 
 

@@ -20,7 +20,7 @@ import msgspec
 from eventsourcing.application import AggregateNotFoundError
 
 from loom_runtime import codec
-from loom_runtime.context import AsyncFlowContext, FlowContext, Recorder, save
+from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Recorder, save
 from loom_runtime.errors import (
     ConfigurationError,
     ExecutionConflictError,
@@ -223,7 +223,9 @@ class Loom:
             save(self.log, execution)
         return execution
 
-    def _context(self, definition: Flow, execution: Execution, source: Any) -> FlowContext:
+    def _context(
+        self, definition: Flow, execution: Execution, source: DecisionSource
+    ) -> FlowContext | AsyncFlowContext:
         cls = AsyncFlowContext if definition.is_async else FlowContext
         return cls(source, execution_id=execution.id, flow=definition.name)
 
@@ -285,7 +287,7 @@ class Loom:
 
     def _prepare_replay(
         self, execution_id: UUID | str, live: frozenset[str] | set[str]
-    ) -> tuple[Execution, Flow, Replayer, FlowContext, dict[str, Any]]:
+    ) -> tuple[Execution, Flow, Replayer, FlowContext | AsyncFlowContext, dict[str, Any]]:
         execution = self.execution(execution_id)
         definition = self.get_flow(execution.flow)
         replayer = Replayer(execution.decisions, live=frozenset(live))

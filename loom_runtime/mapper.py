@@ -30,8 +30,10 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
+from loom_runtime.codec import enc_hook
+
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
-_encoder = msgspec.json.Encoder()
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 class MsgspecMapper(Mapper[UUID]):
@@ -79,6 +81,7 @@ def _decode_state(cls: type, payload: bytes) -> dict[str, Any]:
     """Decode a payload typed; upcast first when it was written by an older class version."""
     schema = schema_for(cls)
     target = getattr(cls, "class_version", 1)
+    decoded: Any
     try:
         decoded = msgspec.json.decode(payload, type=schema)
     except msgspec.ValidationError:
@@ -102,7 +105,16 @@ def schema_for(cls: type) -> type[msgspec.Struct]:
     """A msgspec Struct mirroring the stored fields of an event dataclass (cached per class)."""
     hints = typing.get_type_hints(cls)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        (f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.name not in _ROW_COLUMNS
+        (f.name, _real_type(hints[f.name]))
+        for f in dataclasses.fields(cls)
+        if f.name not in _ROW_COLUMNS
     ]
     fields.append(("class_version", int, 1))
     return msgspec.defstruct(f"{cls.__qualname__}Schema", fields)
+
+
+def _real_type(hint: Any) -> Any:
+    """The stdlib class behind a patched one (freezegun's FakeDatetime in a test's globals)."""
+    if isinstance(hint, type) and hint.__module__ != "datetime":
+        return next((c for c in hint.__mro__ if c.__module__ == "datetime"), hint)
+    return hint

@@ -25,6 +25,7 @@ from loom_runtime.errors import (
     DecisionInputChangedError,
     OutcomeChangedError,
     OutputChangedError,
+    RecordedComputeError,
     ReplayDivergence,
     UnrecordedDecisionError,
     UnusedDecisionsError,
@@ -111,7 +112,7 @@ def compare_outcome(
     execution: Execution,
     replayer: Replayer,
     *,
-    output: msgspec.Raw,
+    output: msgspec.Raw | None,
     error: BaseException | None,
 ) -> list[ReplayDivergence]:
     """Divergences found after the flow returned or raised: outcome, output, unused decisions."""
@@ -120,7 +121,7 @@ def compare_outcome(
         return found  # already collected; the flow could not run to its end
     recorded = _describe_recorded(execution)
     if error is not None:
-        replayed = f"raised {error_type_of(error)}: {error}"
+        replayed = _describe_error(error)
         if recorded != replayed:
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
@@ -131,6 +132,12 @@ def compare_outcome(
     if unused:
         found.append(UnusedDecisionsError(keys=unused))
     return found
+
+
+def _describe_error(error: BaseException) -> str:
+    if isinstance(error, RecordedComputeError):  # the recorded failure, re-raised unchanged
+        return f"raised {error.error_type}: {error.message}"
+    return f"raised {error_type_of(error)}: {error}"
 
 
 def _describe_recorded(execution: Execution) -> str:

@@ -1,0 +1,147 @@
+"""Bad input gets a clear, typed error, and nothing is lost or half-written."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from loom_runtime import (
+    ConfigurationError,
+    ExecutionFinishedError,
+    ExecutionNotFoundError,
+    FlowAlreadyRegisteredError,
+    FlowContext,
+    FlowInputError,
+    FlowNotFoundError,
+    Loom,
+    LoomError,
+    NotSerialisableError,
+)
+
+
+def test_unknown_flow_names_the_registered_ones(loom: Loom) -> None:
+    """Running a name nobody registered says which names exist."""
+    loom.flow("known")(lambda ctx: None)
+    with pytest.raises(FlowNotFoundError, match=r"'nope'.*known"):
+        loom.run("nope")
+    assert loom.log.position == 0
+
+
+def test_flow_registered_twice_is_refused(loom: Loom) -> None:
+    """Flow names key stored executions: a second registration under a taken name fails."""
+    loom.flow("f")(lambda ctx: 1)
+    with pytest.raises(FlowAlreadyRegisteredError):
+        loom.flow("f")(lambda ctx: 2)
+
+
+@pytest.mark.parametrize("bad_id", [uuid.uuid4(), "not-a-uuid"])
+def test_unknown_execution_id(loom: Loom, bad_id: Any) -> None:
+    """Replay, resume and lookup of an id not in the log raise ExecutionNotFoundError."""
+    for call in (loom.replay, loom.resume, loom.execution):
+        with pytest.raises(ExecutionNotFoundError):
+            call(bad_id)
+
+
+def test_unknown_argument_and_wrong_type_are_refused_before_anything_is_written(
+    loom: Loom,
+) -> None:
+    """Input is checked against the signature up front."""
+
+    @loom.flow("f")
+    def f(ctx: FlowContext, n: int) -> int:
+        return n
+
+    with pytest.raises(FlowInputError, match="takes no argument"):
+        loom.run("f", m=1)
+    with pytest.raises(FlowInputError, match="Expected `int`"):
+        loom.run("f", n="three")
+    assert loom.log.position == 0
+
+
+def test_non_serialisable_input_names_the_field(loom: Loom) -> None:
+    """The error names the exact path of the offending value; nothing is appended."""
+
+    @loom.flow("f")
+    def f(ctx: FlowContext, payload: Any) -> None:
+        return None
+
+    with pytest.raises(NotSerialisableError) as caught:
+        loom.run("f", payload={"ok": 1, "items": [1, object()]})
+    assert caught.value.path == "input.payload.items[1]"
+    assert loom.log.position == 0
+
+
+def test_non_serialisable_decision_value_fails_the_execution(loom: Loom) -> None:
+    """A decision value that cannot be stored is refused, and recorded as the failure."""
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> None:
+        ctx.decide("k", lambda: {"conn": object()})
+
+    with pytest.raises(NotSerialisableError) as caught:
+        loom.run("f")
+    assert caught.value.path == "decision 'k'.conn"
+    assert any("recorded as the failure" in note for note in caught.value.__notes__)
+
+
+def test_non_serialisable_output_is_refused_and_recorded(loom: Loom) -> None:
+    """An output that cannot be stored fails the execution rather than vanishing."""
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> Any:
+        return {1j}
+
+    with pytest.raises(NotSerialisableError, match="output"):
+        loom.run("f")
+
+
+def test_compute_that_raises_is_recorded_and_reraised(loom: Loom) -> None:
+    """The caller gets the original error; the log holds the failure; resume refuses it."""
+
+    def compute() -> Any:
+        raise KeyError("missing")
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> Any:
+        return ctx.decide("k", compute)
+
+    with pytest.raises(KeyError) as caught:
+        loom.run("f")
+    execution_id = caught.value.__notes__[-1].rsplit(" ", 1)[-1]
+    execution = loom.execution(execution_id)
+    assert execution.error == ("builtins:KeyError", "'missing'")
+    assert execution.decisions["k"].error_type == "builtins:KeyError"
+    with pytest.raises(ExecutionFinishedError):
+        loom.resume(execution_id)
+    assert loom.replay(execution_id).identical
+
+
+def test_bad_urls_and_options_are_configuration_errors(tmp_path: Any) -> None:
+    """Each refusal says what a good value looks like."""
+    with pytest.raises(ConfigurationError, match="sqlite:///"):
+        Loom("sqlite://")
+    with pytest.raises(ConfigurationError, match="Unsupported database"):
+        Loom("mysql://x/y")
+    with pytest.raises(ConfigurationError, match="never waits forever"):
+        Loom(f"sqlite:///{tmp_path}/x.db", lock_timeout=0)
+    with pytest.raises(ConfigurationError, match="persistence"):
+        Loom(f"sqlite:///{tmp_path}/x.db", persistence="redis")  # type: ignore[arg-type]
+
+
+def test_flow_with_varargs_is_refused_at_registration(loom: Loom) -> None:
+    """Inputs are recorded by name, so *args/**kwargs cannot be."""
+    with pytest.raises(ConfigurationError, match=r"\*args"):
+        loom.flow("f")(lambda ctx, *args: None)
+
+
+def test_every_error_is_a_loom_error() -> None:
+    """One hierarchy: catching LoomError catches every refusal loom makes on purpose."""
+    import loom_runtime.errors as errors
+
+    classes = [
+        obj for obj in vars(errors).values() if isinstance(obj, type) and issubclass(obj, Exception)
+    ]
+    assert len(classes) > 10
+    assert all(issubclass(cls, LoomError) for cls in classes)

@@ -1,0 +1,176 @@
+"""Replay: answers from the log only, appends nothing, and reports each divergence precisely."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loom_runtime import (
+    DecisionInputChangedError,
+    FlowContext,
+    Loom,
+    OutcomeChangedError,
+    OutputChangedError,
+    ReplayDivergence,
+    UnrecordedDecisionError,
+    UnusedDecisionsError,
+)
+
+
+def _boom() -> Any:
+    raise AssertionError("compute must never run during a replay")
+
+
+def _record(db_url: str, fn: Any) -> Any:
+    """Run ``fn`` as flow 'f' with the "old code", in its own Loom on the same log."""
+    with Loom(db_url) as old:
+        old.flow("f")(fn)
+        return old.run("f")
+
+
+def test_replay_never_calls_compute_and_appends_nothing(loom: Loom) -> None:
+    """Every decision is answered from the log: a compute that raises is never reached."""
+    state = {"live": True}
+
+    def f(ctx: FlowContext, q: str) -> str:
+        a = ctx.decide("a", lambda: f"A({q})" if state["live"] else _boom())
+        b = ctx.decide("b", lambda: f"B({a})" if state["live"] else _boom())
+        return b
+
+    loom.flow("f")(f)
+    run = loom.run("f", q="x")
+    state["live"] = False
+    before = loom.log.position
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == "B(A(x))"
+    assert loom.log.position == before
+
+
+def test_unrecorded_key_names_the_nearest_recorded_keys(loom: Loom, db_url: str) -> None:
+    """A key the recording never made stops the replay and suggests what was recorded."""
+    run = _record(db_url, lambda ctx: ctx.decide("search:db slow", lambda: 1))
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        return ctx.decide("search:db slowness", _boom)
+
+    result = loom.replay(run.execution_id)
+    assert not result.identical
+    [divergence] = result.divergences
+    assert isinstance(divergence, UnrecordedDecisionError)
+    assert divergence.nearest == ["search:db slow"]
+    assert "search:db slow" in str(divergence)
+
+
+def test_changed_input_is_reported_as_a_unified_diff(loom: Loom, db_url: str) -> None:
+    """A changed prompt template shows up as a diff of recorded vs replayed input."""
+    run = _record(
+        db_url,
+        lambda ctx: ctx.decide("model", lambda: "ok", input={"prompt": "Answer briefly."}),
+    )
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        return ctx.decide("model", _boom, input={"prompt": "Answer in detail."})
+
+    result = loom.replay(run.execution_id)
+    [divergence] = result.divergences
+    assert isinstance(divergence, DecisionInputChangedError)
+    assert '-  "prompt": "Answer briefly."' in divergence.diff
+    assert '+  "prompt": "Answer in detail."' in divergence.diff
+    assert result.output == "ok"  # the recorded value still answered
+
+
+def test_recorded_decisions_never_asked_for_are_reported(loom: Loom, db_url: str) -> None:
+    """Decisions the current code no longer makes are a divergence, listed by key."""
+    run = _record(db_url, lambda ctx: [ctx.decide("a", lambda: 1), ctx.decide("b", lambda: 2)][0])
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        return ctx.decide("a", _boom)
+
+    [divergence] = loom.replay(run.execution_id).divergences
+    assert isinstance(divergence, UnusedDecisionsError)
+    assert divergence.keys == ["b"]
+
+
+def test_changed_output_is_reported_as_a_unified_diff(loom: Loom, db_url: str) -> None:
+    """Same decisions, different output: the diff shows the changed field."""
+    run = _record(db_url, lambda ctx: {"answer": ctx.decide("a", lambda: "x"), "v": 1})
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        return {"answer": ctx.decide("a", _boom), "v": 2}
+
+    [divergence] = loom.replay(run.execution_id).divergences
+    assert isinstance(divergence, OutputChangedError)
+    assert '-  "v": 1' in divergence.diff and '+  "v": 2' in divergence.diff
+
+
+def test_raising_where_the_recording_returned_is_an_outcome_change(loom: Loom, db_url: str) -> None:
+    """The recorded run returned; the replayed code raises: reported, not propagated."""
+    run = _record(db_url, lambda ctx: ctx.decide("a", lambda: 1))
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        ctx.decide("a", _boom)
+        raise RuntimeError("new bug")
+
+    [divergence] = loom.replay(run.execution_id).divergences
+    assert isinstance(divergence, OutcomeChangedError)
+    assert "new bug" in divergence.replayed
+
+
+def test_every_divergence_shares_one_base_and_can_be_raised(loom: Loom, db_url: str) -> None:
+    """raise_for_divergence raises the first divergence; all derive from ReplayDivergence."""
+    run = _record(db_url, lambda ctx: ctx.decide("a", lambda: 1))
+
+    @loom.flow("f")
+    def changed(ctx: FlowContext) -> Any:
+        return ctx.decide("zzz", _boom)
+
+    result = loom.replay(run.execution_id)
+    with pytest.raises(ReplayDivergence):
+        result.raise_for_divergence()
+    assert "diverged" in result.describe()
+
+
+def test_a_recorded_compute_failure_replays_as_the_same_failure(loom: Loom) -> None:
+    """The live run's compute raised ValueError: the replay raises ValueError at that point."""
+
+    def fails() -> Any:
+        raise ValueError("search backend down")
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> str:
+        try:
+            return ctx.decide("search", fails)
+        except ValueError as exc:
+            return f"fallback: {exc}"
+
+    run = loom.run("f")
+    assert run.output == "fallback: search backend down"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output
+
+
+def test_counterfactual_replay_runs_chosen_kinds_live(loom: Loom) -> None:
+    """live={'retrieval'} re-runs retrievals against today's data, the rest stays recorded."""
+    corpus = {"docs": ["old"]}
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> Any:
+        hits = ctx.decide("search", lambda: list(corpus["docs"]), kind="retrieval")
+        return ctx.decide("model", lambda: f"answer from {hits}", kind="model")
+
+    run = loom.run("f")
+    corpus["docs"] = ["new"]
+    before = loom.log.position
+    result = loom.replay(run.execution_id, live={"retrieval"})
+    assert result.live_values == {"search": ["new"]}
+    assert result.output == "answer from ['old']"  # the model answer stayed recorded
+    assert result.identical  # the model key was still asked with the same (absent) input
+    assert loom.log.position == before
