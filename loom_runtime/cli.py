@@ -1,4 +1,4 @@
-"""The ``loom`` command line, on Typer (Click underneath) with Rich output (ADR 0003).
+"""The ``loom`` command line, on Typer (Click underneath) with Rich output (ADR 0008).
 
 Exit codes: 0 ok, 1 a divergence or failed check, 2 a usage error (Click's own convention for
 bad arguments, kept for loom's refusals of bad input too).
