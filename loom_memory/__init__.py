@@ -36,7 +36,7 @@ from loom_memory.store import (
     SupportsSearch,
     remove_entries,
 )
-from loom_memory.text import query_terms, searchable_text, tokenize
+from loom_memory.text import entry_terms, query_terms, searchable_text, tokenize
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -58,6 +58,7 @@ __all__ = [
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "entry_terms",
     "query_terms",
     "remove_entries",
     "searchable_text",

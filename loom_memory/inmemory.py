@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
-from loom_memory.text import searchable_text, tokenize
+from loom_memory.text import entry_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class _Row:
     @classmethod
     def of(cls, entry: MemoryEntry, data: bytes) -> _Row:
         entry_id = entry.id if isinstance(entry.id, str) else None
-        return cls(data, entry_id, Counter(tokenize(searchable_text(entry))))
+        return cls(data, entry_id, Counter(entry_terms(entry)))
 
 
 class InMemoryMemoryStore:

@@ -9,7 +9,7 @@ Both keep one ordinary table, ``<prefix>entries``, with one row per entry:
   every field round-trips and an absent role stays absent;
 * ``entry_id`` - a generated column computed FROM ``entry`` (never a second copy that could
   disagree with it), indexed with ``key`` so ``remove`` is one indexed ``DELETE``;
-* the backend's search columns, derived from ``tokenize(searchable_text(entry))``.
+* the backend's search columns, derived from :func:`~loom_memory.text.entry_terms`.
 
 Rows are only ever inserted and deleted, never updated: ``replace`` is delete-then-insert in
 one transaction, which is what keeps a derived search index simple to keep in step.
@@ -60,7 +60,7 @@ from sqlalchemy.schema import SchemaItem
 from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
 from loom_memory.errors import BackendError, StoreConfigurationError
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
-from loom_memory.text import searchable_text, tokenize
+from loom_memory.text import entry_terms
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -206,7 +206,7 @@ class SqlMemoryStore(ABC):
             {
                 "key": key,
                 "entry": data.decode(),
-                **self._search_values(tokenize(searchable_text(entry))),
+                **self._search_values(entry_terms(entry)),
             }
             for entry, data in zip(entries, encoded, strict=True)
         ]

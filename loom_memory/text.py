@@ -1,9 +1,9 @@
 """What a memory entry says, as far as search is concerned: the first-party text contract.
 
-Every backend indexes ``tokenize(searchable_text(entry))`` and matches ``query_terms(query)``
-OR-ed; only the ranking is its own. The pair lives here, not in each backend, because a backend
-that indexed something else would still return matches, just to a different question than the
-caller asked, and still pass a conformance kit that can only probe a few words.
+Every backend indexes :func:`entry_terms` (``tokenize(searchable_text(entry))``) and matches
+``query_terms(query)`` OR-ed; only the ranking is its own. The contract lives here, not in each
+backend, because a backend that indexed something else would still return matches, just to a
+different question than the caller asked, and still pass a kit that can only probe a few words.
 
 * :func:`searchable_text` is the string and number leaves of ``content``, in document order.
   Not ``role``, not ``timestamp``, not object keys, not ``id`` (an id is a handle; indexing it
@@ -12,8 +12,8 @@ caller asked, and still pass a conformance kit that can only probe a few words.
   not text either.
 * :func:`tokenize` NFKC-normalises and case-folds, splits on anything that is not a letter or a
   digit, and drops a short list of English stop words and runs longer than
-  :data:`MAX_TERM_LENGTH`. Its output re-tokenizes to itself, so a
-  backend may store the tokens joined by spaces and hand them to its own word splitter.
+  :data:`MAX_TERM_LENGTH`. Its output re-tokenizes to itself, so a backend may store the terms
+  joined by spaces and hand them to its own word splitter.
 
 Terms are OR-ed: a longer question must never return fewer memories (PostgreSQL's
 ``plainto_tsquery`` ANDs, which gets this backwards). A query with no terms left (only
@@ -59,6 +59,11 @@ def tokenize(text: str) -> list[str]:
         for word in _WORD.findall(folded)
         if len(word) <= MAX_TERM_LENGTH and word not in STOP_WORDS
     ]
+
+
+def entry_terms(entry: MemoryEntry) -> list[str]:
+    """Return the terms every backend indexes ``entry`` under (duplicates are frequencies)."""
+    return tokenize(searchable_text(entry))
 
 
 def query_terms(query: str) -> list[str]:
