@@ -21,6 +21,7 @@ from loom_runtime.errors import (
     OutputChangedError,
     RecordedComputeError,
     ReplayDivergence,
+    StreamConflictError,
     UnrecordedDecisionError,
     UnusedDecisionsError,
 )
@@ -28,6 +29,7 @@ from loom_runtime.execution import Decision, Execution
 from loom_runtime.log import EventLog, LogSettings
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import ReplayResult
+from loom_runtime.stream import LogEvent
 
 __all__ = [
     "AsyncFlowContext",
@@ -44,6 +46,7 @@ __all__ = [
     "FlowContext",
     "FlowInputError",
     "FlowNotFoundError",
+    "LogEvent",
     "LogSettings",
     "Loom",
     "LoomError",
@@ -54,6 +57,7 @@ __all__ = [
     "ReplayDivergence",
     "ReplayResult",
     "Run",
+    "StreamConflictError",
     "UnrecordedDecisionError",
     "UnusedDecisionsError",
 ]

@@ -47,7 +47,14 @@ class ExecutionNotFoundError(LoomError, KeyError):
         return str(self.args[0])
 
 
-class ExecutionConflictError(LoomError):
+class StreamConflictError(LoomError):
+    """Another writer appended to this event stream first; this append was refused whole.
+
+    Nothing was written: re-read the stream's state and decide again.
+    """
+
+
+class ExecutionConflictError(StreamConflictError):
     """Another worker appended to this execution first; this worker's append was refused.
 
     Nothing was duplicated: the log kept exactly one of the two competing events.

@@ -1,0 +1,85 @@
+"""Plain event streams for packages that need an ordered, versioned stream but no aggregate.
+
+An execution is an eventsourcing Aggregate because replay rebuilds its state. A corpus scope or
+a memory key needs less: its read models are projections, and a writer only needs the stream's
+last *version* to append with optimistic concurrency. Reading one row (``desc=True, limit=1``)
+instead of rehydrating the whole stream keeps every write O(1) in the stream's length.
+
+Every event class derives from :class:`LogEvent` and declares a stable ``TOPIC``, registered
+when the class is created, so a fresh process that only *reads* can resolve stored topics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+from uuid import UUID, uuid5
+
+from eventsourcing.domain import DomainEvent
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import register_topic
+
+from loom_runtime.errors import StreamConflictError
+from loom_runtime.log import EventLog
+
+_NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
+
+
+class LogEvent(DomainEvent):
+    """Base of loom's stream events: frozen dataclasses with an explicit, stable TOPIC."""
+
+    TOPIC: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        topic = cls.__dict__.get("TOPIC")
+        if not topic:
+            raise TypeError(
+                f"{cls.__qualname__} must declare TOPIC: stored events are found by it, so it "
+                "must not depend on the module path"
+            )
+        register_topic(topic, cls)
+
+
+def stream_id(name: str) -> UUID:
+    """The stream id for a stable name (e.g. ``knowledge:runbooks``): the same in every process."""
+    return uuid5(_NAMESPACE, name)
+
+
+def stream_version(log: EventLog, stream: UUID) -> int:
+    """The version of the stream's last event, 0 for a stream with none."""
+    last = next(iter(log.events.get(stream, desc=True, limit=1)), None)
+    return 0 if last is None else last.originator_version
+
+
+def append(
+    log: EventLog,
+    stream: UUID,
+    *,
+    expected_version: int,
+    events: Sequence[tuple[type[LogEvent], Mapping[str, Any]]],
+) -> list[int]:
+    """Append ``events`` atomically after ``expected_version``; returns their log positions.
+
+    All or nothing: the events go in one transaction. If another writer appended after
+    ``expected_version`` first, :class:`StreamConflictError` is raised and nothing is written.
+    """
+    now = datetime.now(UTC)
+    built = [
+        cls(
+            originator_id=stream,
+            originator_version=expected_version + offset,
+            timestamp=now,
+            **fields,
+        )
+        for offset, (cls, fields) in enumerate(events, start=1)
+    ]
+    try:
+        recordings = log.save(*built)
+    except IntegrityError as exc:
+        raise StreamConflictError(
+            f"stream {stream} moved past version {expected_version} before this append; "
+            "nothing was written: re-read and retry"
+        ) from exc
+    return [recording.notification.id for recording in recordings]
