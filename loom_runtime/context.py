@@ -100,10 +100,21 @@ class Recorder:
 
 
 def save(log: EventLog, execution: Execution) -> None:
-    """Append the execution's pending events; a lost version race is a typed conflict."""
+    """Append the execution's pending events; a lost version race is a typed conflict.
+
+    Losing is final for this worker: its in-memory version has moved past the refused event,
+    so a later append could land *after* the winner's events. Every later save by it raises
+    too, even if the flow swallowed the first conflict in an ``except Exception``.
+    """
+    if execution.lost:
+        raise ExecutionConflictError(
+            f"execution {execution.id} is owned by another worker since this worker's append "
+            "was refused; nothing more is appended by this worker"
+        )
     try:
         log.save(execution)
     except IntegrityError as exc:
+        execution.lost = True
         raise ExecutionConflictError(
             f"execution {execution.id} was appended to by another worker first; this worker's "
             f"event (version {execution.version}) was refused and nothing was duplicated. "

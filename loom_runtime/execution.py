@@ -125,6 +125,7 @@ class Execution(Aggregate):
         self.resumes = 0
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
+        self.lost = False  # set when another worker won an append race (never stored)
 
     @classmethod
     def start(

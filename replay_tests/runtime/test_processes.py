@@ -401,24 +401,11 @@ def test_two_processes_resuming_at_once_one_wins_one_gets_a_conflict(
     assert ran == Counter(range(1, STEPS + 1)) + Counter([AT])  # the loser computed nothing
 
 
-STALE_WORKER_BUG = (
-    "After a refused append (ExecutionConflictError) the stale worker's in-memory Execution "
-    "keeps its advanced version (trigger_event bumped it; the refused event is dropped), and "
-    "nothing marks the worker as having lost. A flow that catches Exception around a decide "
-    "(a fallback) swallows the conflict and keeps appending; once its drifting version passes "
-    "the winner's last version its DecisionRecorded and a second Completed are accepted after "
-    "the winner's Completed, overwriting the execution's output."
-)
-
-
 @pytest.mark.parametrize(
     "flow",
-    [
-        "steps",
-        pytest.param(
-            "steps_with_fallback", marks=pytest.mark.xfail(strict=True, reason=STALE_WORKER_BUG)
-        ),
-    ],
+    # steps_with_fallback catches Exception around decide: a swallowed conflict must not let
+    # the stale worker append after the winner (its in-memory version keeps moving).
+    ["steps", "steps_with_fallback"],
 )
 def test_a_stale_worker_that_lost_the_execution_gets_a_conflict_and_appends_nothing(
     flow: str, db_url: str, tmp_path: Path
