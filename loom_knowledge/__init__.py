@@ -25,12 +25,14 @@ from loom_knowledge.errors import (
     InvalidDocumentError,
     InvalidOptionError,
     InvalidPassageIdError,
+    KnowledgeBaseOptionsError,
     KnowledgeError,
     MassDeleteRefusedError,
     SourceConflictError,
     TaintedSystemContentError,
     UngroundedCitationError,
 )
+from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import (
     DEFAULT_FINGERPRINTER,
     FINGERPRINT_ALGORITHM,
@@ -48,6 +50,7 @@ from loom_knowledge.grounding import (
     to_anthropic_messages,
     to_openai_messages,
 )
+from loom_knowledge.knowledge_base import KnowledgeBase, open_knowledge_base
 from loom_knowledge.model import Answer, ExtractiveModel, Model
 from loom_knowledge.passage_entry import (
     PassageContent,
@@ -67,8 +70,11 @@ __all__ = [
     "Answer",
     "Chunker",
     "CitationCheck",
+    "CorpusReconciled",
     "Doc",
     "DocRecord",
+    "DocumentRemoved",
+    "DocumentWritten",
     "DuplicateDocumentError",
     "ExtractiveModel",
     "Fingerprinter",
@@ -76,6 +82,8 @@ __all__ = [
     "InvalidDocumentError",
     "InvalidOptionError",
     "InvalidPassageIdError",
+    "KnowledgeBase",
+    "KnowledgeBaseOptionsError",
     "KnowledgeError",
     "MassDeleteRefusedError",
     "Message",
@@ -100,6 +108,7 @@ __all__ = [
     "guard_messages",
     "load_docs",
     "load_runbooks",
+    "open_knowledge_base",
     "pack_paragraphs",
     "parse_passage_id",
     "passage_content",

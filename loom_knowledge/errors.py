@@ -135,3 +135,7 @@ class InvalidPassageIdError(KnowledgeError, ValueError):
         )
         self.entry_id = entry_id
         self.reason = reason
+
+
+class KnowledgeBaseOptionsError(KnowledgeError):
+    """A scope was opened again with options that differ from the ones it is open with."""

@@ -45,7 +45,11 @@ class TrackedProjection(Protocol):
     """What :func:`catch_up` needs from a read model, SQL or not."""
 
     name: str
-    topics: Sequence[str]
+
+    @property
+    def topics(self) -> Sequence[str]:
+        """The event topics the projection reads (empty: every event)."""
+        ...
 
     def position(self) -> int:
         """The last log position applied (0 before any)."""

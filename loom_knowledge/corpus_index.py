@@ -1,0 +1,248 @@
+"""The corpus read models: the manifest and the passage index, one tracked projection.
+
+Both are rebuilt from the corpus events, and both are written in the same transaction as the
+projection's tracking position. That single transaction is what replaces the seed's two
+manifest mechanisms (ADR 0010):
+
+* the seed wrote an append-only manifest and pruned it later, because "delete the old row,
+  write the new one" had a crash window in which a document had NO row;
+* it added a two-phase ``committed`` flag, because a row written before its passages could
+  claim a revision whose passages never landed.
+
+Here a document's row, its revision history, its old passages' removal and its new passages'
+insertion commit together with the position, or none of them does and the page is applied
+again on the next catch-up. There is no window to guard.
+
+Tables (``loom_kb_`` prefix): ``documents`` (the live manifest), ``revisions`` (every revision
+with the positions it was current between, for audit and as-of), and the passage store's own
+tables (a :class:`~loom_memory.SqliteMemoryStore` or :class:`~loom_memory.PostgresMemoryStore`
+on the log's database). Passages are stored under the key ``knowledge:<scope>`` with entry id
+``<doc_id>#<index>`` and the provenance label ``knowledge:<scope>:<doc_id>`` as their taint.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    select,
+    update,
+)
+
+from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
+from loom_knowledge.passage_entry import PassageContent, format_passage_id, parse_passage_id
+from loom_knowledge.types import DocRecord
+from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
+from loom_runtime.projection import SQLProjection
+
+TABLE_PREFIX = "loom_kb_"
+
+
+def corpus_key(scope: str) -> str:
+    """The memory key a scope's passages live under."""
+    return f"knowledge:{scope}"
+
+
+def provenance_label(scope: str, doc_id: str) -> str:
+    """The taint a passage carries: where the untrusted text came from."""
+    return f"knowledge:{scope}:{doc_id}"
+
+
+class CorpusIndex(SQLProjection):
+    """The manifest and passage index of every scope of one log."""
+
+    topics = CORPUS_TOPICS
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine, name="knowledge")
+        store_class = (
+            PostgresMemoryStore if engine.dialect.name == "postgresql" else SqliteMemoryStore
+        )
+        self.store = store_class(engine, table_prefix=TABLE_PREFIX)
+        self.documents = Table(
+            f"{TABLE_PREFIX}documents",
+            self.metadata,
+            Column("scope", Text, primary_key=True),
+            Column("doc_id", Text, primary_key=True),
+            Column("revision", Integer, nullable=False),
+            Column("fingerprint", String(128), nullable=False),
+            Column("fingerprint_algorithm", String(100), nullable=False),
+            Column("passage_count", Integer, nullable=False),
+            Column("source", Text, nullable=True),
+        )
+        self.revisions = Table(
+            f"{TABLE_PREFIX}revisions",
+            self.metadata,
+            Column("scope", Text, primary_key=True),
+            Column("doc_id", Text, primary_key=True),
+            Column("revision", Integer, primary_key=True),
+            Column("fingerprint", String(128), nullable=False),
+            Column("source", Text, nullable=True),
+            Column("written_position", BigInteger, nullable=False),
+            Column("ended_position", BigInteger, nullable=True),
+            Column("ended_by", String(20), nullable=True),
+        )
+        self.create_tables()
+
+    # -- projection ---------------------------------------------------------------------------
+
+    def handle(self, conn: Connection, position: int, event: Any) -> None:
+        if isinstance(event, DocumentWritten):
+            self._written(conn, position, event)
+        elif isinstance(event, DocumentRemoved):
+            self._removed(conn, position, event)
+        # CorpusReconciled changes no state: it is the record of what a sync decided.
+
+    def clear(self, conn: Connection) -> None:
+        conn.execute(delete(self.documents))
+        conn.execute(delete(self.revisions))
+        conn.execute(delete(self.store.entries))
+
+    def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
+        key = corpus_key(event.scope)
+        previous = self._record(conn, event.scope, event.doc_id)
+        if previous is not None:
+            self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
+            self.store.remove(key, _passage_ids(event.doc_id, previous.passage_count), conn=conn)
+        self.store.append(key, _entries(event), conn=conn)
+        values = {
+            "revision": event.revision,
+            "fingerprint": event.fingerprint,
+            "fingerprint_algorithm": event.fingerprint_algorithm,
+            "passage_count": len(event.passages),
+            "source": event.source,
+        }
+        if previous is None:
+            conn.execute(
+                self.documents.insert().values(scope=event.scope, doc_id=event.doc_id, **values)
+            )
+        else:
+            conn.execute(
+                update(self.documents)
+                .where(self._document(event.scope, event.doc_id))
+                .values(**values)
+            )
+        conn.execute(
+            self.revisions.insert().values(
+                scope=event.scope,
+                doc_id=event.doc_id,
+                revision=event.revision,
+                fingerprint=event.fingerprint,
+                source=event.source,
+                written_position=position,
+            )
+        )
+
+    def _removed(self, conn: Connection, position: int, event: DocumentRemoved) -> None:
+        previous = self._record(conn, event.scope, event.doc_id)
+        if previous is None:
+            return  # nothing live to remove (the writer checked; a rebuild sees the same)
+        self._end_revision(conn, event.scope, previous, position, ended_by="removed")
+        self.store.remove(
+            corpus_key(event.scope), _passage_ids(event.doc_id, previous.passage_count), conn=conn
+        )
+        conn.execute(delete(self.documents).where(self._document(event.scope, event.doc_id)))
+
+    def _end_revision(
+        self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
+    ) -> None:
+        conn.execute(
+            update(self.revisions)
+            .where(
+                and_(
+                    self.revisions.c.scope == scope,
+                    self.revisions.c.doc_id == record.id,
+                    self.revisions.c.revision == record.revision,
+                )
+            )
+            .values(ended_position=position, ended_by=ended_by)
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def manifest(self, scope: str, *, conn: Connection | None = None) -> dict[str, DocRecord]:
+        """Every live document of ``scope`` by id, in id order."""
+        query = (
+            select(self.documents)
+            .where(self.documents.c.scope == scope)
+            .order_by(self.documents.c.doc_id)
+        )
+        with self._reading(conn) as c:
+            return {row.doc_id: _record(row) for row in c.execute(query)}
+
+    def last_revision(self, scope: str, doc_id: str) -> int:
+        """The highest revision ``doc_id`` ever had in ``scope`` (0 if never written).
+
+        Revisions keep counting across a removal, so "revision 3" names one text forever.
+        """
+        query = select(self.revisions.c.revision).where(
+            and_(self.revisions.c.scope == scope, self.revisions.c.doc_id == doc_id)
+        )
+        with self.engine.connect() as conn:
+            return max((row.revision for row in conn.execute(query)), default=0)
+
+    def current_revisions(self, scope: str, entry_ids: set[str]) -> dict[str, int]:
+        """The current revision of the documents the given passage entry ids belong to."""
+        doc_ids = {parse_passage_id(entry_id)[0] for entry_id in entry_ids}
+        if not doc_ids:
+            return {}
+        query = select(self.documents.c.doc_id, self.documents.c.revision).where(
+            and_(self.documents.c.scope == scope, self.documents.c.doc_id.in_(doc_ids))
+        )
+        with self.engine.connect() as conn:
+            return {row.doc_id: row.revision for row in conn.execute(query)}
+
+    def _record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
+        row = conn.execute(
+            select(self.documents).where(self._document(scope, doc_id))
+        ).one_or_none()
+        return None if row is None else _record(row)
+
+    def _document(self, scope: str, doc_id: str) -> Any:
+        return and_(self.documents.c.scope == scope, self.documents.c.doc_id == doc_id)
+
+    def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
+        return nullcontext(conn) if conn is not None else self.engine.connect()
+
+
+def _record(row: Any) -> DocRecord:
+    return DocRecord(
+        id=row.doc_id,
+        revision=row.revision,
+        fingerprint=row.fingerprint,
+        fingerprint_algorithm=row.fingerprint_algorithm,
+        passage_count=row.passage_count,
+        source=row.source,
+    )
+
+
+def _passage_ids(doc_id: str, count: int) -> list[str]:
+    return [format_passage_id(doc_id, index) for index in range(count)]
+
+
+def _entries(event: DocumentWritten) -> list[MemoryEntry]:
+    timestamp: datetime = event.timestamp
+    return [
+        MemoryEntry(
+            id=format_passage_id(event.doc_id, index),
+            content=msgspec.to_builtins(
+                PassageContent(text=text, title=event.title, meta=event.meta)
+            ),
+            timestamp=timestamp,
+            origin=provenance_label(event.scope, event.doc_id),
+        )
+        for index, text in enumerate(event.passages)
+    ]

@@ -1,0 +1,59 @@
+"""The corpus events: every ingest, removal and reconcile is one of these in the log.
+
+One stream per scope (``knowledge:<scope>``), so writers of one corpus are ordered by the
+stream's version and a stale writer is refused instead of interleaving. A reconcile appends its
+document events *and* its :class:`CorpusReconciled` record in one transaction: the log never
+holds half a sync.
+
+A :class:`DocumentWritten` carries the passages exactly as the chunker cut them. A rebuild
+therefore reproduces the index passage for passage even if the chunker's code changes later;
+re-chunking is a new write, never a silent difference between two rebuilds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loom_runtime import LogEvent
+
+_TOPIC = "loom.knowledge"
+
+
+class DocumentWritten(LogEvent):
+    """A document revision was ingested; its passages supersede the previous revision's."""
+
+    TOPIC = f"{_TOPIC}.DocumentWritten"
+    scope: str
+    doc_id: str
+    revision: int
+    fingerprint: str
+    fingerprint_algorithm: str
+    source: str | None
+    title: str | None
+    meta: dict[str, Any] | None
+    passages: list[str]
+
+
+class DocumentRemoved(LogEvent):
+    """A document was removed; ``revision`` is the revision that stopped being current."""
+
+    TOPIC = f"{_TOPIC}.DocumentRemoved"
+    scope: str
+    doc_id: str
+    revision: int
+    source: str | None
+
+
+class CorpusReconciled(LogEvent):
+    """A sync ran: what it wrote, found unchanged, removed and retained (other sources')."""
+
+    TOPIC = f"{_TOPIC}.CorpusReconciled"
+    scope: str
+    source: str | None
+    written: list[str]
+    unchanged: list[str]
+    removed: list[str]
+    retained: list[str]
+
+
+CORPUS_TOPICS = (DocumentWritten.TOPIC, DocumentRemoved.TOPIC, CorpusReconciled.TOPIC)

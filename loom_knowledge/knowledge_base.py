@@ -1,0 +1,341 @@
+"""``KnowledgeBase``: a mutable corpus whose every change is an event in the log.
+
+A corpus is written by appending events to its scope's stream (``knowledge:<scope>``) and read
+from :class:`~loom_knowledge.corpus_index.CorpusIndex`, a tracked projection of those events.
+Deleting every index table loses nothing: the next read rebuilds it from the log.
+
+Writers follow one pattern: read the stream's version, bring the projection up to date, decide
+(with the same pure classifier for ``sync`` and ``plan_sync``), then append every event of the
+decision in ONE transaction after that version. If another writer got there first the append is
+refused whole and the decision is made again on the new state, so two writers never interleave
+half-syncs. Refusals (ownership, the mass-delete guard, bad documents) happen before anything is
+appended.
+
+Retrieval is recorded: :meth:`KnowledgeBase.retrieve` requires ``decide`` and stores the
+passages by CONTENT, so a replay reproduces them after the corpus is gone.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from loom_knowledge.chunking import Chunker, pack_paragraphs
+from loom_knowledge.corpus_index import CorpusIndex, corpus_key
+from loom_knowledge.errors import (
+    InvalidOptionError,
+    InvalidPassageIdError,
+    KnowledgeBaseOptionsError,
+)
+from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
+from loom_knowledge.passage_entry import PassageContent, passage_from_entry
+from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
+from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
+from loom_memory import MemoryEntry
+from loom_runtime import LogEvent, Loom, StreamConflictError
+from loom_runtime.projection import catch_up, rebuild
+from loom_runtime.stream import append, stream_id, stream_version
+
+R = TypeVar("R")
+
+DEFAULT_RETRIEVE_LIMIT: Final = 4
+_WRITE_ATTEMPTS: Final = 8
+
+Change = tuple[type[LogEvent], Mapping[str, Any]]
+
+
+class KnowledgeBase:
+    """One scope's corpus: upsert, remove, reconcile, list and (recorded) retrieve."""
+
+    def __init__(
+        self,
+        loom: Loom,
+        scope: str,
+        *,
+        index: CorpusIndex,
+        chunker: Chunker,
+        max_removal_fraction: float,
+    ) -> None:
+        self.loom = loom
+        self.scope = scope
+        self.chunker = chunker
+        self.max_removal_fraction = max_removal_fraction
+        self._index = index
+        self._stream = stream_id(f"knowledge:{scope}")
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def put_doc(self, doc: Doc, *, source: str | None = None) -> DocRecord:
+        """Upsert ``doc``: a changed document becomes a new revision whose passages replace the
+        old ones (they stop retrieving; a shorter revision leaves no orphans). An unchanged one
+        writes nothing. A document another source owns is refused (SourceConflictError)."""
+        _check_doc(doc)
+
+        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+            record = manifest.get(doc.id)
+            ensure_writable(doc_id=doc.id, record=record, source=source)
+            digest = DEFAULT_FINGERPRINTER.digest(doc)
+            if record is not None and (record.fingerprint_algorithm, record.fingerprint) == (
+                DEFAULT_FINGERPRINTER.algorithm,
+                digest,
+            ):
+                return []
+            return [self._written(doc, digest, source)]
+
+        self._write(decide)
+        return self._index.manifest(self.scope)[doc.id]
+
+    def remove_doc(self, doc_id: str, *, source: str | None = None) -> bool:
+        """Remove ``doc_id`` and its passages; False (and nothing written) if it is absent."""
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            raise InvalidOptionError(f"doc_id must be a non-blank string, not {doc_id!r}")
+        removed: list[bool] = []
+
+        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+            record = manifest.get(doc_id)
+            removed[:] = [record is not None]
+            if record is None:
+                return []
+            ensure_writable(doc_id=doc_id, record=record, source=source)
+            return [self._removed(record)]
+
+        self._write(decide)
+        return removed[0]
+
+    def sync(
+        self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
+    ) -> SyncResult:
+        """Reconcile ``source``'s documents against ``docs``, the COMPLETE set (destructive).
+
+        Writes what changed, leaves what did not, removes what the source dropped, and reports
+        other sources' documents as ``retained``. One event records the reconcile; an
+        unchanged source appends exactly that one event and writes nothing else.
+        """
+        plans: list[SyncPlan] = []
+
+        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+            plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+            plans[:] = [plan]
+            changes = [self._written(w.doc, w.fingerprint, source) for w in plan.writes]
+            changes += [self._removed(manifest[doc_id]) for doc_id in plan.removed]
+            result = plan.result
+            changes.append(
+                (
+                    CorpusReconciled,
+                    {
+                        "scope": self.scope,
+                        "source": source,
+                        "written": list(result.written),
+                        "unchanged": list(result.unchanged),
+                        "removed": list(result.removed),
+                        "retained": list(result.retained),
+                    },
+                )
+            )
+            return changes
+
+        self._write(decide)
+        return plans[0].result
+
+    def plan_sync(
+        self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
+    ) -> SyncResult:
+        """What :meth:`sync` would do, through the same classifier; writes nothing."""
+        self.refresh()
+        manifest = self._index.manifest(self.scope)
+        return self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete).result
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def list_docs(self) -> list[DocRecord]:
+        """The live documents, by id."""
+        self.refresh()
+        return list(self._index.manifest(self.scope).values())
+
+    def retrieve(
+        self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
+    ) -> R:
+        """Search the corpus through ``decide`` (e.g. ``ctx.decide``), so the passages are
+        recorded by content under a key built from scope, query and limit.
+
+        Returns what ``decide`` returns: the passages, or an awaitable of them from an async
+        flow's ``ctx.decide``. A replay answers from the log with the corpus gone, and a changed
+        query or limit is a divergence.
+        """
+        return decide(
+            f"knowledge:{self.scope}:retrieve:{limit}:{query}",
+            lambda: self.search(query, limit=limit),
+            input={"scope": self.scope, "query": query, "limit": limit},
+            type=list[Passage],
+            kind="retrieval",
+        )
+
+    def search(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
+        """Search the current corpus WITHOUT recording it (for operators and audits).
+
+        A flow must use :meth:`retrieve`: an unrecorded search cannot be replayed.
+        """
+        if not isinstance(query, str):
+            raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
+        self.refresh()
+        entries = self._index.store.search(corpus_key(self.scope), query, limit=limit)
+        revisions = self._index.current_revisions(
+            self.scope, {entry.id for entry in entries if isinstance(entry.id, str)}
+        )
+        return [_passage(entry, revisions) for entry in entries]
+
+    def refresh(self) -> int:
+        """Bring the manifest and passage index up to the head of the log; returns the position."""
+        return catch_up(self.loom.log, self._index)
+
+    def rebuild(self) -> int:
+        """Drop the corpus read models (every scope) and rebuild them from the log."""
+        return rebuild(self.loom.log, self._index)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        manifest: Mapping[str, DocRecord],
+        docs: Sequence[Doc],
+        *,
+        source: str | None,
+        allow_mass_delete: bool,
+    ) -> SyncPlan:
+        for doc in docs:
+            _check_doc(doc)
+        return reconcile(
+            manifest=manifest,
+            docs=docs,
+            source=source,
+            fingerprinter=DEFAULT_FINGERPRINTER,
+            max_removal_fraction=self.max_removal_fraction,
+            allow_mass_delete=allow_mass_delete,
+        )
+
+    def _write(self, decide: Callable[[Mapping[str, DocRecord]], list[Change]]) -> None:
+        """Decide on fresh state and append the changes after the version decided on."""
+        for _ in range(_WRITE_ATTEMPTS):
+            version = stream_version(self.loom.log, self._stream)
+            self.refresh()
+            changes = decide(self._index.manifest(self.scope))
+            if not changes:
+                return
+            try:
+                append(self.loom.log, self._stream, expected_version=version, events=changes)
+            except StreamConflictError:
+                continue  # another writer moved the corpus: decide again on its new state
+            self.refresh()
+            return
+        raise StreamConflictError(
+            f"knowledge scope {self.scope!r} kept changing under this write "
+            f"({_WRITE_ATTEMPTS} attempts); nothing was written by this call"
+        )
+
+    def _written(self, doc: Doc, digest: str, source: str | None) -> Change:
+        return (
+            DocumentWritten,
+            {
+                "scope": self.scope,
+                "doc_id": doc.id,
+                "revision": self._index.last_revision(self.scope, doc.id) + 1,
+                "fingerprint": digest,
+                "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
+                "source": source,
+                "title": doc.title,
+                "meta": doc.meta,
+                "passages": list(self.chunker(doc)),
+            },
+        )
+
+    def _removed(self, record: DocRecord) -> Change:
+        return (
+            DocumentRemoved,
+            {
+                "scope": self.scope,
+                "doc_id": record.id,
+                "revision": record.revision,
+                "source": record.source,
+            },
+        )
+
+
+_open: weakref.WeakKeyDictionary[Loom, tuple[CorpusIndex, dict[str, KnowledgeBase]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def open_knowledge_base(
+    loom: Loom,
+    scope: str,
+    *,
+    chunker: Chunker | None = None,
+    max_removal_fraction: float | None = None,
+) -> KnowledgeBase:
+    """The corpus ``scope`` of ``loom``'s log: one per scope and Loom, cached.
+
+    Options default to :func:`pack_paragraphs` and a removal guard of
+    ``DEFAULT_MAX_REMOVAL_FRACTION``. Opening an open scope again without options returns it;
+    WITH options that differ from its own raises :class:`KnowledgeBaseOptionsError` rather
+    than ignoring them: two parts of an app chunking one corpus differently would show only
+    as worse retrieval.
+    """
+    if not isinstance(scope, str) or not scope.strip() or scope != scope.strip():
+        raise InvalidOptionError(
+            f"scope must be a non-blank string without surrounding spaces, not {scope!r}"
+        )
+    if max_removal_fraction is not None and not 0.0 <= max_removal_fraction <= 1.0:
+        raise InvalidOptionError(
+            f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
+        )
+    if loom not in _open:
+        _open[loom] = (CorpusIndex(loom.log.engine), {})
+    index, scopes = _open[loom]
+    existing = scopes.get(scope)
+    if existing is None:
+        scopes[scope] = KnowledgeBase(
+            loom,
+            scope,
+            index=index,
+            chunker=chunker if chunker is not None else pack_paragraphs(),
+            max_removal_fraction=(
+                DEFAULT_MAX_REMOVAL_FRACTION
+                if max_removal_fraction is None
+                else max_removal_fraction
+            ),
+        )
+        return scopes[scope]
+    chosen = existing.chunker if chunker is None else chunker
+    fraction = (
+        existing.max_removal_fraction if max_removal_fraction is None else max_removal_fraction
+    )
+    if (existing.chunker, existing.max_removal_fraction) != (chosen, fraction):
+        raise KnowledgeBaseOptionsError(
+            f"knowledge scope {scope!r} is already open with chunker={existing.chunker!r}, "
+            f"max_removal_fraction={existing.max_removal_fraction}; it was asked for "
+            f"chunker={chosen!r}, max_removal_fraction={fraction}. Open it with the same "
+            "options everywhere, or without options to reuse the open one's."
+        )
+    return existing
+
+
+def _check_doc(doc: object) -> None:
+    if not isinstance(doc, Doc):
+        raise InvalidOptionError(f"expected a loom_knowledge.Doc, not {type(doc).__name__}")
+
+
+def _passage(entry: MemoryEntry, revisions: Mapping[str, int]) -> Passage:
+    """A passage read back from the index; an entry that is not one is refused, not guessed."""
+    entry_id = entry.id if isinstance(entry.id, str) else ""
+    try:
+        content = msgspec.convert(entry.content, PassageContent)
+    except msgspec.ValidationError as exc:
+        raise InvalidPassageIdError(
+            entry_id=entry_id, reason=f"its content is not a passage ({exc})"
+        ) from exc
+    passage = passage_from_entry(entry_id=entry_id, content=content, revision=0)
+    return msgspec.structs.replace(passage, revision=revisions[passage.doc_id])
