@@ -52,7 +52,20 @@ class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         return self.origin is not UNSET
 
 
-_encoder = msgspec.json.Encoder()
+def _enc_hook(value: object) -> object:
+    """Encode a datetime subclass (freezegun's ``FakeDatetime``) as the plain datetime it is.
+
+    msgspec refuses subclasses; converting to the stdlib class (rather than to an ISO string)
+    keeps the bytes identical to those of a real datetime, so an entry written under a frozen
+    clock re-encodes byte for byte when a store is rebuilt from the log.
+    """
+    if isinstance(value, datetime):
+        base = next(c for c in type(value).__mro__ if c.__module__ == "datetime")
+        return base.fromisoformat(value.isoformat())
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _decoder = msgspec.json.Decoder(MemoryEntry)
 
 
