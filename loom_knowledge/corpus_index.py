@@ -46,7 +46,7 @@ from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritte
 from loom_knowledge.passage_entry import PassageContent, format_passage_id, parse_passage_id
 from loom_knowledge.types import DocRecord
 from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
-from loom_runtime.projection import SQLProjection
+from loom_runtime.projection import SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
 
@@ -170,6 +170,13 @@ class CorpusIndex(SQLProjection):
             )
             .values(ended_position=position, ended_by=ended_by)
         )
+
+    def drop(self) -> None:
+        """Drop every table of this projection and forget its position (see ``drop_corpus``)."""
+        with self.engine.begin() as conn:
+            self.store.drop(conn=conn)
+            self.metadata.drop_all(conn)
+            conn.execute(delete(tracking_table).where(tracking_table.c.projection == self.name))
 
     # -- reads --------------------------------------------------------------------------------
 

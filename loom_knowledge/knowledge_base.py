@@ -56,7 +56,6 @@ class KnowledgeBase:
         loom: Loom,
         scope: str,
         *,
-        index: CorpusIndex,
         chunker: Chunker,
         max_removal_fraction: float,
     ) -> None:
@@ -64,8 +63,13 @@ class KnowledgeBase:
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
-        self._index = index
         self._stream = stream_id(f"knowledge:{scope}")
+
+    @property
+    def _index(self) -> CorpusIndex:
+        """The corpus read models, created on first use: a replay that only calls
+        :meth:`retrieve` never touches (or re-creates) a table."""
+        return _corpus_index(self.loom)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -155,6 +159,13 @@ class KnowledgeBase:
         """The live documents, by id."""
         self.refresh()
         return list(self._index.manifest(self.scope).values())
+
+    def passages(self) -> list[Passage]:
+        """Every current passage, in index order (documents in ingest order, then by index)."""
+        self.refresh()
+        entries = self._index.store.read(corpus_key(self.scope))
+        revisions = {record.id: record.revision for record in self.list_docs()}
+        return [_passage(entry, revisions) for entry in entries]
 
     def retrieve(
         self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
@@ -264,9 +275,24 @@ class KnowledgeBase:
         )
 
 
-_open: weakref.WeakKeyDictionary[Loom, tuple[CorpusIndex, dict[str, KnowledgeBase]]] = (
-    weakref.WeakKeyDictionary()
-)
+_open: weakref.WeakKeyDictionary[Loom, dict[str, KnowledgeBase]] = weakref.WeakKeyDictionary()
+_indexes: weakref.WeakKeyDictionary[Loom, CorpusIndex] = weakref.WeakKeyDictionary()
+
+
+def _corpus_index(loom: Loom) -> CorpusIndex:
+    if loom not in _indexes:
+        _indexes[loom] = CorpusIndex(loom.log.engine)
+    return _indexes[loom]
+
+
+def drop_corpus(loom: Loom) -> None:
+    """Delete every corpus read model of ``loom``'s log: manifest, revisions, passage index.
+
+    Nothing is lost: the next read or write recreates the tables and rebuilds them from the
+    log. This is how the headline demo and tests prove the corpus is a projection.
+    """
+    _corpus_index(loom).drop()
+    del _indexes[loom]
 
 
 def open_knowledge_base(
@@ -292,15 +318,12 @@ def open_knowledge_base(
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
         )
-    if loom not in _open:
-        _open[loom] = (CorpusIndex(loom.log.engine), {})
-    index, scopes = _open[loom]
+    scopes = _open.setdefault(loom, {})
     existing = scopes.get(scope)
     if existing is None:
         scopes[scope] = KnowledgeBase(
             loom,
             scope,
-            index=index,
             chunker=chunker if chunker is not None else pack_paragraphs(),
             max_removal_fraction=(
                 DEFAULT_MAX_REMOVAL_FRACTION

@@ -179,6 +179,20 @@ class SqlMemoryStore(ABC):
         with self._begin(conn) as c:
             return [decode_entry(data) for data in self._search(c, key, terms, limit)]
 
+    def drop(self, *, conn: Connection | None = None) -> None:
+        """Drop the store's tables and search structures: every entry of every key is gone.
+
+        For read models that are projections: they are dropped and rebuilt from the log.
+        """
+        with self._begin(conn) as c:
+            for statement in self._drop_ddl():
+                c.exec_driver_sql(statement)
+            self.entries.drop(c, checkfirst=True)
+
+    def _drop_ddl(self) -> list[str]:
+        """DDL dropping search structures that do not go with the entries table."""
+        return []
+
     def close(self) -> None:
         """Dispose of the engine if the store created it from a URL; a passed engine is kept."""
         if self._owns_engine:

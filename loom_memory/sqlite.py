@@ -56,6 +56,9 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"VALUES ('delete', old.seq, old.search_text); END",
         ]
 
+    def _drop_ddl(self) -> list[str]:
+        return [f"DROP TABLE IF EXISTS {self.fts_table}"]
+
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
         return {"search_text": " ".join(terms)}
 

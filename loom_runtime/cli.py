@@ -2,10 +2,15 @@
 
 Exit codes: 0 ok, 1 a divergence or failed check, 2 a usage error (Click's own convention for
 bad arguments, kept for loom's refusals of bad input too).
+
+Packages above the runtime add their commands through the ``loom.cli`` entry-point group
+(each entry point is a ``register(app)`` function), so this module never imports them and the
+dependencies stay one way.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Annotated
 
 import typer
@@ -38,7 +43,8 @@ def _root() -> None:
     """Record, replay and audit AI-agent executions from one append-only event log."""
 
 
-def _open(db: str | None) -> Loom:
+def open_loom(db: str | None) -> Loom:
+    """Open the log for a command; a bad URL or option is a usage error (exit 2)."""
     try:
         return Loom(db)
     except LoomError as exc:
@@ -46,14 +52,12 @@ def _open(db: str | None) -> Loom:
         raise typer.Exit(2) from exc
 
 
-@app.command()
-def demo(db: DbOption = None) -> None:
-    """Record a small flow, replay it with its live dependencies unreachable, print both."""
-    from loom_runtime.demo import run_demo
+def _load_plugins() -> None:
+    for entry_point in entry_points(group="loom.cli"):
+        entry_point.load()(app)
 
-    with _open(db) as loom:
-        result = run_demo(loom, say=console.print)
-    raise typer.Exit(0 if result.identical else 1)
+
+_load_plugins()
 
 
 def main() -> None:

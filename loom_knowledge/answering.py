@@ -1,0 +1,65 @@
+"""Answering a question from a corpus, with every nondeterministic step recorded.
+
+This is the flow step loom exists for: retrieve (recorded by content), build the grounded
+request (deterministic), ask the model (recorded WITH the request as its input), and check the
+citations against what the model was shown. Because the request is the model decision's
+recorded input, a replay that would send a different request, byte for byte, reports a
+``DecisionInputChangedError`` with the diff; and because the passages are recorded by content,
+it reproduces the request with the corpus gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from loom_knowledge.citations import CitationCheck, check_citations
+from loom_knowledge.grounding import GroundedRequest, grounded_request
+from loom_knowledge.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.model import Answer, Model
+from loom_knowledge.types import Passage
+
+DEFAULT_INSTRUCTIONS: Final = (
+    "You are an on-call assistant. Answer the operator's question from the runbook passages "
+    "only, briefly, and cite the doc_id of every passage you use."
+)
+
+
+class GroundedAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent saw, what it sent, what it answered, and whether its citations hold."""
+
+    question: str
+    passages: tuple[Passage, ...]
+    request: GroundedRequest
+    answer: Answer
+    citations: CitationCheck
+
+
+def answer_from_corpus(
+    kb: KnowledgeBase,
+    question: str,
+    *,
+    decide: Callable[..., Any],
+    model: Model,
+    instructions: str = DEFAULT_INSTRUCTIONS,
+    limit: int = DEFAULT_RETRIEVE_LIMIT,
+) -> GroundedAnswer:
+    """Retrieve, ground, ask and check, inside a (sync) flow; ``decide`` is ``ctx.decide``."""
+    passages: list[Passage] = kb.retrieve(question, decide=decide, limit=limit)
+    request = grounded_request(instructions, question, passages, scope=kb.scope)
+    answer: Answer = decide(
+        "model",
+        lambda: model.answer(request),
+        input=request,
+        type=Answer,
+        kind="model",
+    )
+    return GroundedAnswer(
+        question=question,
+        passages=tuple(passages),
+        request=request,
+        answer=answer,
+        citations=check_citations(answer.cited_doc_ids, passages),
+    )

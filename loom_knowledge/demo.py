@@ -1,0 +1,177 @@
+"""``loom demo``: the headline, end to end, on the embedded SQLite default.
+
+1. ingest a small corpus of runbooks (shipped in the package) from a source folder;
+2. ask an incident question: retrieve (recorded), ground, ask the offline model (recorded),
+   check the citations;
+3. revise a runbook and re-sync (the superseded passages stop retrieving);
+4. delete the ENTIRE corpus: the source folder and every corpus table;
+5. replay the execution in a FRESH process: identical request and citations;
+6. rebuild the corpus from the log alone: equal to the original, passage for passage.
+
+``python -m loom_knowledge.demo replay --db URL ID`` is step 5's fresh process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from loom_knowledge.answering import answer_from_corpus
+from loom_knowledge.corpus_files import load_docs, load_runbooks
+from loom_knowledge.grounding import encode_request
+from loom_knowledge.knowledge_base import drop_corpus, open_knowledge_base
+from loom_knowledge.model import ExtractiveModel
+from loom_knowledge.types import Doc, Passage
+from loom_runtime import FlowContext, Loom
+
+SCOPE: Final = "runbooks"
+FLOW: Final = "incident-answer"
+QUESTION: Final = "The database is slow and queries time out: what should I check first?"
+REVISED_DOC: Final = "database-slow-queries.md"
+REVISION_NOTE: Final = (
+    "\n\nUpdate after incident 4711: before anything else, look for sessions that are idle in "
+    "transaction and hold locks; they make every other query slow.\n"
+)
+
+Say = Callable[[str], None]
+
+
+def register_incident_flow(loom: Loom) -> str:
+    """Register the demo's flow on ``loom`` (the live run and the fresh replay share it)."""
+    kb = open_knowledge_base(loom, SCOPE)
+    model = ExtractiveModel()
+
+    @loom.flow(FLOW, version="demo-1")
+    def incident_answer(ctx: FlowContext, question: str) -> dict[str, Any]:
+        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=model)
+        return {
+            "answer": grounded.answer.text,
+            "cited": list(grounded.answer.cited_doc_ids),
+            "ungrounded": list(grounded.citations.ungrounded),
+            "request_sha256": hashlib.sha256(encode_request(grounded.request)).hexdigest(),
+            "passages": [[p.doc_id, p.index, p.revision] for p in grounded.passages],
+        }
+
+    return FLOW
+
+
+def write_source_folder(folder: Path) -> list[Doc]:
+    """Copy the shipped runbooks into ``folder``: the "source of truth" the corpus syncs from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for doc in load_runbooks():
+        (folder / doc.id).write_text(doc.text, encoding="utf-8")
+    return load_docs(folder)
+
+
+def corpus_state(loom: Loom) -> tuple[list[Any], list[Passage]]:
+    """The manifest and every passage of the demo scope: what "equal corpora" compares."""
+    kb = open_knowledge_base(loom, SCOPE)
+    return list(kb.list_docs()), kb.passages()
+
+
+def run_demo(loom: Loom, *, say: Say, workdir: Path | None = None) -> bool:
+    """Run the six steps, reporting each; True when replay and rebuild both matched."""
+    scratch = None if workdir is not None else Path(tempfile.mkdtemp(prefix="loom-demo-"))
+    folder = (workdir or scratch or Path()) / "runbooks"
+    register_incident_flow(loom)
+    kb = open_knowledge_base(loom, SCOPE)
+
+    result = kb.sync(write_source_folder(folder), source="runbook-repo")
+    say(
+        f"1. synced {len(load_docs(folder))} runbooks from {folder}: "
+        f"{len(result.written)} written, {len(result.unchanged)} unchanged"
+    )
+
+    run = loom.run(FLOW, question=QUESTION)
+    recorded = loom.execution(run.execution_id)
+    request = json.loads(bytes(recorded.decisions["model"].input or b"null"))
+    say(f"2. asked: {QUESTION!r} (execution {run.execution_id})")
+    for message in request["messages"]:
+        label = message["provenance"] and "knowledge:{scope}:{doc_id}".format(
+            **message["provenance"]
+        )
+        first_line = message["content"].splitlines()[0][:90]
+        say(f"   {message['role']:>6} {label or '':<40} {first_line}")
+    say(f"   answer: {run.output['answer']}")
+    say(f"   cited {run.output['cited']}, ungrounded {run.output['ungrounded'] or 'none'}")
+
+    revised = folder / REVISED_DOC
+    revised.write_text(revised.read_text(encoding="utf-8") + REVISION_NOTE, encoding="utf-8")
+    result = kb.sync(load_docs(folder), source="runbook-repo")
+    say(
+        f"3. revised {REVISED_DOC}: written {list(result.written)}, "
+        f"{len(result.unchanged)} unchanged; now revision "
+        f"{next(r.revision for r in kb.list_docs() if r.id == REVISED_DOC)}"
+    )
+    before = corpus_state(loom)
+
+    shutil.rmtree(scratch or folder)
+    drop_corpus(loom)
+    say("4. deleted the corpus: the source folder and every corpus table")
+
+    replayed = replay_in_fresh_process(
+        loom.log.settings.url.render_as_string(False), run.execution_id
+    )
+    same = replayed["identical"] and replayed["output"] == run.output
+    say(
+        f"5. replayed in a fresh process with no corpus: "
+        f"{'IDENTICAL' if same else 'DIVERGED'} (request sha256 "
+        f"{replayed['output'] and replayed['output']['request_sha256'][:16]}..., "
+        f"citations {replayed['output'] and replayed['output']['cited']})"
+    )
+    for divergence in replayed["divergences"]:
+        say(f"   {divergence}")
+
+    after = corpus_state(loom)
+    rebuilt = after == before
+    say(
+        f"6. rebuilt the corpus from the log: {len(after[0])} documents, {len(after[1])} "
+        f"passages, {'EQUAL' if rebuilt else 'DIFFERENT'} to the original passage for passage"
+    )
+    return same and rebuilt
+
+
+def replay_in_fresh_process(db_url: str, execution_id: object) -> dict[str, Any]:
+    """Replay ``execution_id`` in a new interpreter; returns its JSON report."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "loom_knowledge.demo", "replay", "--db", db_url, str(execution_id)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"the replay process failed:\n{completed.stderr}")
+    report: dict[str, Any] = json.loads(completed.stdout)
+    return report
+
+
+def _replay_main(argv: list[str]) -> int:
+    """Entry of the fresh replay process: register the flow, replay, print a JSON report."""
+    if len(argv) != 4 or argv[0] != "replay" or argv[1] != "--db":
+        print("usage: python -m loom_knowledge.demo replay --db URL EXECUTION_ID", file=sys.stderr)
+        return 2
+    with Loom(argv[2]) as loom:
+        register_incident_flow(loom)
+        result = loom.replay(argv[3])
+    print(
+        json.dumps(
+            {
+                "identical": result.identical,
+                "output": result.output,
+                "divergences": [f"{type(d).__name__}: {d}" for d in result.divergences],
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_replay_main(sys.argv[1:]))
