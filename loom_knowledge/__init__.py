@@ -28,6 +28,8 @@ from loom_knowledge.errors import (
     KnowledgeBaseOptionsError,
     KnowledgeError,
     MassDeleteRefusedError,
+    ModelResponseError,
+    ModelUnavailableError,
     SourceConflictError,
     TaintedSystemContentError,
     UngroundedCitationError,
@@ -52,6 +54,7 @@ from loom_knowledge.grounding import (
 )
 from loom_knowledge.knowledge_base import KnowledgeBase, open_knowledge_base
 from loom_knowledge.model import Answer, ExtractiveModel, Model
+from loom_knowledge.openai_compatible import OpenAICompatibleModel
 from loom_knowledge.passage_entry import (
     PassageContent,
     format_passage_id,
@@ -88,6 +91,9 @@ __all__ = [
     "MassDeleteRefusedError",
     "Message",
     "Model",
+    "ModelResponseError",
+    "ModelUnavailableError",
+    "OpenAICompatibleModel",
     "ParagraphPacker",
     "Passage",
     "PassageContent",

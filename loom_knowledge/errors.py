@@ -139,3 +139,11 @@ class InvalidPassageIdError(KnowledgeError, ValueError):
 
 class KnowledgeBaseOptionsError(KnowledgeError):
     """A scope was opened again with options that differ from the ones it is open with."""
+
+
+class ModelUnavailableError(KnowledgeError):
+    """A model endpoint could not be reached or answered with an HTTP error."""
+
+
+class ModelResponseError(KnowledgeError):
+    """A model endpoint answered, but not with an answer and its citations."""
