@@ -1,0 +1,149 @@
+"""The measuring instrument every section shares: interleaved rounds, medians, tables, controls.
+
+Why interleaved rounds: on a shared 2-core machine background load drifts during a run.
+Measuring arm A's rounds and then arm B's would hand that drift to whichever arm ran in the
+slow minute. Each round runs every arm once, in an order rotated per round; a figure is the
+median over rounds, shown with its range so that noise is visible instead of hidden. Ratios
+are taken between medians of arms measured in the same run.
+
+Why negative controls: an instrument that can only report good news proves nothing. A
+:class:`Control` is a deliberately broken arm whose result must stay bad; if it ever looks
+good the instrument broke, and the command refuses to publish its figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Sample = Mapping[str, float]
+"""One measurement of one arm: metric name -> value (e.g. ``{"record_per_s": 8123.0}``)."""
+
+Progress = Callable[[str], None]
+"""Told what is about to be measured, so a long run shows where it is."""
+
+
+class InstrumentError(RuntimeError):
+    """The harness measured something other than what it claims (e.g. a replay diverged)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What one invocation of ``python -m benchmarks`` asked for."""
+
+    quick: bool
+    rounds: int
+    pg_url: str | None
+    """An admin URL of a PostgreSQL server (``LOOM_TEST_PG_URL``), or None to skip PG arms."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration under test; ``measure`` runs it once from scratch and reports a Sample."""
+
+    name: str
+    measure: Callable[[], Sample]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Every round's value of one metric of one arm."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def cell(self, unit: str = "") -> str:
+        """``median (low-high)``, the form every table uses, e.g. ``8,396/s (7,912-9,201)``."""
+        low, high = min(self.samples), max(self.samples)
+        return f"{_number(self.median)}{unit} ({_number(low)}-{_number(high)})"
+
+
+Results = dict[str, dict[str, Stats]]
+"""arm name -> metric name -> Stats."""
+
+
+def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Results:
+    """Run every arm once per round, rotating the order each round; collect every sample."""
+    collected: dict[str, dict[str, list[float]]] = {arm.name: {} for arm in arms}
+    for round_index in range(rounds):
+        shift = round_index % len(arms)
+        for arm in [*arms[shift:], *arms[:shift]]:
+            progress(f"round {round_index + 1}/{rounds}: {arm.name}")
+            gc.collect()  # start each sample without the previous one's garbage
+            for metric, value in arm.measure().items():
+                collected[arm.name].setdefault(metric, []).append(value)
+    return {
+        arm: {metric: Stats(tuple(values)) for metric, values in metrics.items()}
+        for arm, metrics in collected.items()
+    }
+
+
+def ratio(numerator: Stats, denominator: Stats) -> str:
+    """The ratio of two medians, as a table cell (``3.4x``)."""
+    return f"{numerator.median / denominator.median:.2f}x"
+
+
+@contextmanager
+def scratch_directory() -> Iterator[Path]:
+    """A fresh ``mktemp -d`` directory, deleted afterwards: no sample sees another's files."""
+    path = Path(tempfile.mkdtemp(prefix="loom-bench-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of already formatted cells, rendered both to the terminal and markdown."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Control:
+    """A negative control: a deliberately broken arm and whether its result stayed bad."""
+
+    name: str
+    expected: str
+    observed: str
+    held: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SectionResult:
+    """What a section measured: prose first, then tables, then its negative controls."""
+
+    notes: tuple[str, ...] = ()
+    tables: tuple[Table, ...] = ()
+    controls: tuple[Control, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """A heading of docs/benchmarks.md; ``run`` is None while its issue has not measured it."""
+
+    name: str
+    title: str
+    issue: int
+    run: Callable[[Settings, Progress], SectionResult] | None = field(default=None)
+
+
+def _number(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"

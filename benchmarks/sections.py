@@ -1,0 +1,42 @@
+"""The sections of docs/benchmarks.md, in order: the registry a new benchmark is added to.
+
+A section with ``run=None`` is a promise, not a measurement: it is printed as a heading that
+says which issue will measure it. Issue 7 replaces its placeholders with modules of its own
+(a ``run(settings, progress) -> SectionResult`` each) built on :mod:`benchmarks.harness`.
+"""
+
+from __future__ import annotations
+
+from benchmarks import persistence, runtime
+from benchmarks.harness import Section
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        name="runtime",
+        title="Runtime: decisions recorded and replayed per second",
+        issue=2,
+        run=runtime.run,
+    ),
+    Section(
+        name="persistence",
+        title="Persistence: built-in modules vs eventsourcing-sqlalchemy, NORMAL vs FULL "
+        "(ADR 0001)",
+        issue=2,
+        run=persistence.run,
+    ),
+    Section(
+        name="peers-runtime",
+        title="Recording and replay vs DBOS Transact and LangGraph",
+        issue=7,
+    ),
+    Section(
+        name="peers-sync",
+        title="Corpus sync vs LangChain indexing and LlamaIndex ingestion",
+        issue=7,
+    ),
+    Section(
+        name="peers-retrieval",
+        title="Retrieval quality and latency vs tantivy and bm25s",
+        issue=7,
+    ),
+)
