@@ -60,7 +60,7 @@ def _enc_hook(value: object) -> object:
     clock re-encodes byte for byte when a store is rebuilt from the log.
     """
     if isinstance(value, datetime):
-        base = next(c for c in type(value).__mro__ if c.__module__ == "datetime")
+        base: type[datetime] = next(c for c in type(value).__mro__ if c.__module__ == "datetime")
         return base.fromisoformat(value.isoformat())
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
