@@ -9,6 +9,11 @@ Backends: :class:`InMemoryMemoryStore` (reference), :class:`SqliteMemoryStore` (
 :class:`PostgresMemoryStore` (tsvector, ts_rank). The SQL backends take ``conn=`` on every verb
 to write inside a caller's transaction. Every backend passes the conformance kit,
 ``loom_memory.conformance.MemoryStoreContract`` (imported from there: it needs pytest).
+
+:class:`EventSourcedMemory` is the store an application writes to: every write is an event in
+the loom log, projected exactly once into one of those backends, which can therefore be deleted
+and rebuilt from the log (whole, or as of a position). :class:`TieredMemory` layers named tiers
+with TTL and size limits, recency recall and (recorded) relevance recall over any store.
 """
 
 from __future__ import annotations
@@ -21,8 +26,13 @@ from loom_memory.errors import (
     InvalidKeyError,
     InvalidLimitError,
     MemoryStoreError,
+    ProjectionFailedError,
+    SearchNotSupportedError,
     StoreConfigurationError,
+    StoreNotOnLogDatabaseError,
+    UnknownTierError,
 )
+from loom_memory.event_sourced import EventSourcedMemory
 from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
@@ -44,6 +54,7 @@ __all__ = [
     "BackendError",
     "Content",
     "EntryNotSerialisableError",
+    "EventSourcedMemory",
     "InMemoryMemoryStore",
     "InvalidArgumentError",
     "InvalidKeyError",
@@ -52,12 +63,16 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "PostgresMemoryStore",
+    "ProjectionFailedError",
+    "SearchNotSupportedError",
     "SqliteMemoryStore",
     "StoreConfigurationError",
+    "StoreNotOnLogDatabaseError",
     "SupportsClose",
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "UnknownTierError",
     "entry_terms",
     "query_terms",
     "remove_entries",

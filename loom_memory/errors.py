@@ -57,3 +57,36 @@ class StoreConfigurationError(MemoryStoreError, ConfigurationError):
 
 class BackendError(MemoryStoreError):
     """The database failed underneath a store verb; the driver error is on ``__cause__``."""
+
+
+class StoreNotOnLogDatabaseError(StoreConfigurationError):
+    """An event-sourced memory was given a SQL store that does not write through the log's engine.
+
+    Exactly-once projection needs the store's rows and the tracking position in ONE transaction,
+    which is only possible on the log's own database and connection pool.
+    """
+
+
+class ProjectionFailedError(MemoryStoreError):
+    """A write reached the log but the store failed to apply it; the store is unchanged.
+
+    The write is durable (``position`` is its place in the log) and nothing was half-applied:
+    the store's rows and its tracking position rolled back together. Fix the store and call
+    ``catch_up()`` (any later write does too); the event is applied then, exactly once.
+    """
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class SearchNotSupportedError(MemoryStoreError, TypeError):
+    """A relevance search was asked of a store without ``search``.
+
+    Refused rather than degraded to ``read``: a silent fallback returns plausible entries that
+    are not the relevant ones, which shows up only as worse answers, never as an error.
+    """
+
+
+class UnknownTierError(InvalidArgumentError):
+    """A tier name that the :class:`~loom_memory.tiers.TieredMemory` was not configured with."""

@@ -1,0 +1,209 @@
+"""`EventSourcedMemory`: a memory store whose writes are events in the log.
+
+Every ``append``, ``replace``, ``remove`` and ``clear`` is validated, then appended to the log
+as one event on the key's stream (see :mod:`loom_memory.events`), then projected into a backend
+store, and only then returns: a read after a write sees it (read-your-writes). Reads and
+searches go straight to the backend store, which is a projection and can be deleted and rebuilt
+from the log, whole or "as of" a position.
+
+Backends:
+
+* ``store=None`` or an :class:`InMemoryMemoryStore`: projected in-process, rebuilt from the
+  log when the memory is opened (the store must be fresh: the memory owns it);
+* a :class:`SqliteMemoryStore` / :class:`PostgresMemoryStore` constructed with
+  ``loom.log.engine``: store rows and the tracking position commit in one transaction, so
+  every process writing the same log and store shares one exactly-once projection.
+
+Both backend kinds have every optional verb, so this class always offers ``replace``,
+``remove`` and ``search`` (presence stays a truthful feature flag).
+
+Concurrency: each write appends after the stream version it just read; a
+:class:`~loom_runtime.errors.StreamConflictError` means another writer appended to the same key
+in between, and the write is retried with the new version, at most :data:`WRITE_ATTEMPTS` times.
+Retrying is correct because these writes are blind (an append, a replace with a given list, a
+remove of given ids, a clear do not depend on what the key held), so the version only orders
+writers; it does not guard a read-modify-write. A caller that reads, edits and replaces (as
+tiered eviction does) can lose a concurrent append, exactly as with any other store.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from loom_memory.entry import MemoryEntry, encode_entries
+from loom_memory.errors import (
+    InvalidArgumentError,
+    ProjectionFailedError,
+    StoreConfigurationError,
+    StoreNotOnLogDatabaseError,
+)
+from loom_memory.events import (
+    MemoryAppended,
+    MemoryCleared,
+    MemoryRemoved,
+    MemoryReplaced,
+    memory_stream,
+)
+from loom_memory.inmemory import InMemoryMemoryStore
+from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
+from loom_memory.sql import SqlMemoryStore
+from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
+from loom_runtime import projection as tracked
+from loom_runtime.errors import StreamConflictError
+from loom_runtime.loom import Loom
+from loom_runtime.stream import LogEvent, append, stream_version
+
+WRITE_ATTEMPTS = 5
+"""How many times a write re-reads the stream version after losing a race, before raising."""
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+class EventSourcedMemory:
+    """A :class:`~loom_memory.store.MemoryStore` recorded in the log and projected to a backend."""
+
+    def __init__(
+        self,
+        loom: Loom,
+        *,
+        store: SqlMemoryStore | InMemoryMemoryStore | None = None,
+        name: str = "memory",
+    ) -> None:
+        """Open memory ``name`` of ``loom``'s log and bring ``store`` up to the log's head.
+
+        ``name`` separates memories sharing a log (it is part of every stream id), so it is
+        restricted to letters, digits, ``_``, ``.`` and ``-``: no ``:`` to alias a key with.
+        """
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InvalidArgumentError(
+                f"memory name must be 1-100 letters, digits, '_', '.' or '-', got {name!r}",
+                parameter="name",
+            )
+        self.name = name
+        self._log = loom.log
+        self._store: SqlMemoryStore | InMemoryMemoryStore
+        self._projection: SqlMemoryProjection | InProcessMemoryProjection
+        if store is None or isinstance(store, InMemoryMemoryStore):
+            self._store = InMemoryMemoryStore() if store is None else store
+            self._projection = InProcessMemoryProjection(self._store, memory=name)
+        elif isinstance(store, SqlMemoryStore):
+            if store.engine is not loom.log.engine:
+                raise StoreNotOnLogDatabaseError(
+                    f"{type(store).__name__} writes through {store.engine.url!r}, not the log's "
+                    "engine: construct it with loom.log.engine so its rows and the projection's "
+                    "position commit in one transaction"
+                )
+            self._store = store
+            self._projection = SqlMemoryProjection(store, memory=name)
+        else:
+            raise StoreConfigurationError(
+                f"EventSourcedMemory projects into InMemoryMemoryStore or a SQL store, not "
+                f"{type(store).__name__}: a store without transactions or a way to clear it "
+                "whole cannot be kept exactly in step with the log"
+            )
+        tracked.catch_up(self._log, self._projection)
+
+    @property
+    def store(self) -> SqlMemoryStore | InMemoryMemoryStore:
+        """The backend store (a projection: read it freely, never write to it directly)."""
+        return self._store
+
+    @property
+    def position(self) -> int:
+        """The last log position the store reflects."""
+        return self._projection.position()
+
+    # -- writes: one event each, projected before returning --------------------------------
+
+    def append(self, key: str, entries: Sequence[MemoryEntry]) -> None:
+        """Add ``entries`` to the end of the list at ``key``; an empty list records nothing."""
+        check_key(key)
+        raw = _raw_entries(entries)
+        if raw:
+            self._write(key, MemoryAppended, {"entries": raw})
+
+    def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
+        """Make ``entries`` the list at ``key`` (one event, so one atomic step in every store)."""
+        check_key(key)
+        self._write(key, MemoryReplaced, {"entries": _raw_entries(entries)})
+
+    def remove(self, key: str, ids: Iterable[str]) -> None:
+        """Delete every entry at ``key`` whose id is in ``ids``; no ids records nothing."""
+        check_key(key)
+        wanted = check_ids(ids)
+        if wanted:
+            self._write(key, MemoryRemoved, {"ids": sorted(wanted)})
+
+    def clear(self, key: str) -> None:
+        """Remove every entry at ``key``."""
+        self._write(check_key(key), MemoryCleared, {})
+
+    # -- reads: straight from the projection -----------------------------------------------
+
+    def read(self, key: str) -> list[MemoryEntry]:
+        """Return the list at ``key`` in append order, as of :attr:`position`."""
+        return self._store.read(key)
+
+    def search(
+        self, key: str, query: str, *, limit: int = DEFAULT_SEARCH_LIMIT
+    ) -> list[MemoryEntry]:
+        """Return at most ``limit`` entries at ``key`` matching any term of ``query``.
+
+        A query with no terms (only punctuation or stop words) returns ``[]``.
+        """
+        return self._store.search(key, query, limit=limit)
+
+    # -- the projection --------------------------------------------------------------------
+
+    def catch_up(self, *, upto: int | None = None) -> int:
+        """Apply the log's memory events the store has not seen (up to ``upto``); return position.
+
+        Needed only after a :class:`ProjectionFailedError`, or for an in-process store to see
+        another process's writes; every write of this object catches up before returning.
+        """
+        return tracked.catch_up(self._log, self._projection, upto=upto)
+
+    def rebuild(self, *, upto: int | None = None) -> int:
+        """Empty the store and project the log into it again, up to ``upto`` (inclusive).
+
+        ``upto=P`` gives the memory exactly as it was when the log's position was P; the next
+        write (or :meth:`catch_up`) brings it back to the head.
+        """
+        return tracked.rebuild(self._log, self._projection, upto=upto)
+
+    def close(self) -> None:
+        """Close the backend store (a store given an engine leaves the engine open)."""
+        if isinstance(self._store, SqlMemoryStore):
+            self._store.close()
+
+    def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
+        stream = memory_stream(self.name, key)
+        payload = {"memory": self.name, "key": key, **fields}
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            version = stream_version(self._log, stream)
+            try:
+                [position] = append(
+                    self._log, stream, expected_version=version, events=[(event, payload)]
+                )
+                break
+            except StreamConflictError:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+        try:
+            self.catch_up()
+        except Exception as exc:
+            raise ProjectionFailedError(
+                f"the {event.__name__} of {key!r} is in the log at position {position}, but "
+                f"{type(self._store).__name__} failed to apply it ({exc}); the store is "
+                "unchanged: fix it and call catch_up()",
+                position=position,
+            ) from exc
+
+
+def _raw_entries(entries: Sequence[MemoryEntry]) -> list[msgspec.Raw]:
+    """Validate and encode ``entries`` before anything reaches the log."""
+    return [msgspec.Raw(data) for data in encode_entries(entries)]

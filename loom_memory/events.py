@@ -1,0 +1,74 @@
+"""The memory events: every write to an event-sourced memory is one of these in the log.
+
+One stream per key, ``memory:<name>:<key>``, so writers of one key are ordered by the stream's
+version; keys of one memory never contend with each other. Each event names its memory and key
+in the payload as well, because a projection selects by topic and must skip other memories'
+events without resolving stream ids.
+
+Entries travel as :class:`msgspec.Raw`: the exact JSON :func:`~loom_memory.entry.encode_entries`
+validated and produced, stored inline (readable with SQL) and handed back as the same bytes.
+Their timestamps were fixed when the entries were built, so every rebuild writes the store
+byte for byte as the first projection did. Topics are stored names and never change.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime.stream import LogEvent, stream_id
+
+_TOPIC = "loom.memory"
+
+
+class MemoryAppended(LogEvent):
+    """Entries were added to the end of a key's list."""
+
+    TOPIC = f"{_TOPIC}.Appended"
+    memory: str
+    key: str
+    entries: list[msgspec.Raw]
+
+
+class MemoryReplaced(LogEvent):
+    """A key's whole list was replaced (eviction rewrites, ``remove`` on a rewritten list)."""
+
+    TOPIC = f"{_TOPIC}.Replaced"
+    memory: str
+    key: str
+    entries: list[msgspec.Raw]
+
+
+class MemoryRemoved(LogEvent):
+    """Every entry of a key whose id is in ``ids`` was deleted (ids sorted, for stable bytes)."""
+
+    TOPIC = f"{_TOPIC}.Removed"
+    memory: str
+    key: str
+    ids: list[str]
+
+
+class MemoryCleared(LogEvent):
+    """Every entry of a key was deleted."""
+
+    TOPIC = f"{_TOPIC}.Cleared"
+    memory: str
+    key: str
+
+
+MemoryEvent: TypeAlias = MemoryAppended | MemoryReplaced | MemoryRemoved | MemoryCleared
+"""Any memory event (LogEvent subclasses cannot share a base without registering its topic)."""
+
+MEMORY_TOPICS = (
+    MemoryAppended.TOPIC,
+    MemoryReplaced.TOPIC,
+    MemoryRemoved.TOPIC,
+    MemoryCleared.TOPIC,
+)
+
+
+def memory_stream(memory: str, key: str) -> UUID:
+    """The stream of one key of one memory: the same id in every process."""
+    return stream_id(f"memory:{memory}:{key}")

@@ -1,0 +1,175 @@
+"""How memory events reach a store: one dispatch, two tracked projections.
+
+:func:`apply_event` turns one event into the store verb it records. It is the only place that
+knows the mapping, so the SQL and in-process projections cannot drift apart.
+
+* :class:`SqlMemoryProjection` is a :class:`~loom_runtime.projection.SQLProjection`: each page's
+  store writes go through the store's ``conn=`` on the page's transaction, so the rows and the
+  tracking position commit together or not at all (exactly once, crash-safe, shared by every
+  process on the database).
+* :class:`InProcessMemoryProjection` holds an :class:`InMemoryMemoryStore` and its position side
+  by side in the process. It is rebuilt from the log when opened. A page that fails is undone
+  key by key (the touched keys' lists were read before the page), so the same guarantee holds:
+  rows and position unchanged, and the next catch-up applies the page again.
+
+A projection serves ONE memory name: it skips other memories' events, and its reset clears the
+whole store (a SQL store's table, or every key the in-process projection wrote).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+from eventsourcing.domain import DomainEventProtocol
+from sqlalchemy import Connection, delete
+
+from loom_memory.entry import MemoryEntry, decode_entry
+from loom_memory.events import (
+    MEMORY_TOPICS,
+    MemoryAppended,
+    MemoryCleared,
+    MemoryEvent,
+    MemoryRemoved,
+    MemoryReplaced,
+)
+from loom_memory.inmemory import InMemoryMemoryStore
+from loom_memory.sql import SqlMemoryStore
+from loom_runtime.projection import SQLProjection
+
+
+class MemoryWriter(Protocol):
+    """The four write verbs an event can stand for."""
+
+    def append(self, key: str, entries: Sequence[MemoryEntry]) -> None: ...
+
+    def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None: ...
+
+    def remove(self, key: str, ids: Iterable[str]) -> None: ...
+
+    def clear(self, key: str) -> None: ...
+
+
+def apply_event(writer: MemoryWriter, event: MemoryEvent) -> None:
+    """Perform the write ``event`` records on ``writer``."""
+    match event:
+        case MemoryAppended():
+            writer.append(event.key, _decode(event.entries))
+        case MemoryReplaced():
+            writer.replace(event.key, _decode(event.entries))
+        case MemoryRemoved():
+            writer.remove(event.key, event.ids)
+        case MemoryCleared():
+            writer.clear(event.key)
+
+
+def memory_event(event: DomainEventProtocol[Any], memory: str) -> MemoryEvent | None:
+    """``event`` if it is a write to ``memory``, else None (another memory's, or not memory)."""
+    if isinstance(event, MemoryAppended | MemoryReplaced | MemoryRemoved | MemoryCleared):
+        return event if event.memory == memory else None
+    return None
+
+
+def _decode(entries: list[msgspec.Raw]) -> list[MemoryEntry]:
+    return [decode_entry(bytes(raw)) for raw in entries]
+
+
+class _InTransaction:
+    """A SQL store's write verbs bound to one connection (the projection page's transaction)."""
+
+    def __init__(self, store: SqlMemoryStore, conn: Connection) -> None:
+        self._store = store
+        self._conn = conn
+
+    def append(self, key: str, entries: Sequence[MemoryEntry]) -> None:
+        self._store.append(key, entries, conn=self._conn)
+
+    def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
+        self._store.replace(key, entries, conn=self._conn)
+
+    def remove(self, key: str, ids: Iterable[str]) -> None:
+        self._store.remove(key, ids, conn=self._conn)
+
+    def clear(self, key: str) -> None:
+        self._store.clear(key, conn=self._conn)
+
+
+class SqlMemoryProjection(SQLProjection):
+    """Projects one memory's events into a SQL store on the log's database.
+
+    Tracked as ``loom_memory:<memory>:<table prefix>``, so the same memory projected into two
+    tables keeps two positions. The store must write through the log's engine (checked by the
+    caller): the page's transaction is opened on it and handed to the store as ``conn``.
+    """
+
+    topics = MEMORY_TOPICS
+
+    def __init__(self, store: SqlMemoryStore, *, memory: str) -> None:
+        super().__init__(store.engine, name=f"loom_memory:{memory}:{store.table_prefix}")
+        self.store = store
+        self.memory = memory
+        self.create_tables()
+
+    def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
+        """Apply one of this memory's events inside the page's transaction; skip the rest."""
+        mine = memory_event(event, self.memory)
+        if mine is not None:
+            apply_event(_InTransaction(self.store, conn), mine)
+
+    def clear(self, conn: Connection) -> None:
+        """Delete every row of the store's table (its search index follows by trigger)."""
+        conn.execute(delete(self.store.entries))
+
+
+class InProcessMemoryProjection:
+    """Projects one memory's events into an in-memory store whose position lives beside it.
+
+    Both die with the process, so they can never disagree across a crash; within the process a
+    lock serialises pages, and a page that raises is undone before the error propagates.
+    """
+
+    topics = MEMORY_TOPICS
+
+    def __init__(self, store: InMemoryMemoryStore, *, memory: str) -> None:
+        self.store = store
+        self.memory = memory
+        self.name = f"loom_memory:{memory}:in-process"
+        self._position = 0
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def position(self) -> int:
+        """The last log position applied (0 before any)."""
+        return self._position
+
+    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+        """Apply a page and move to ``upto``, all or nothing; False if another caller got there."""
+        with self._lock:
+            if (events and events[0][0] <= self._position) or upto <= self._position:
+                return False
+            before: dict[str, list[MemoryEntry]] = {}
+            try:
+                for _, event in events:
+                    mine = memory_event(event, self.memory)
+                    if mine is None:
+                        continue
+                    if mine.key not in before:
+                        before[mine.key] = self.store.read(mine.key)
+                    self._keys.add(mine.key)
+                    apply_event(self.store, mine)
+            except BaseException:
+                for key, entries in before.items():
+                    self.store.replace(key, entries)
+                raise
+            self._position = upto
+            return True
+
+    def reset(self) -> None:
+        """Clear every key this projection wrote and go back to position 0."""
+        with self._lock:
+            for key in self._keys:
+                self.store.clear(key)
+            self._keys.clear()
+            self._position = 0
