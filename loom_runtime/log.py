@@ -28,6 +28,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import Mapper, Notification
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
+from eventsourcing_sqlalchemy.factory import Factory as SQLAlchemyFactory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -100,8 +101,10 @@ class LogSettings:
         """The eventsourcing environment for these settings."""
         if self.persistence == "sqlalchemy":
             return {
-                "PERSISTENCE_MODULE": "eventsourcing_sqlalchemy",
+                "PERSISTENCE_MODULE": f"{__name__}:LoomSQLAlchemyFactory",
                 "SQLALCHEMY_URL": self.url.render_as_string(hide_password=False),
+                "LOOM_SQLITE_SYNCHRONOUS": self.sqlite_synchronous,
+                "LOOM_LOCK_TIMEOUT_MS": str(round(self.lock_timeout * 1000)),
             }
         if self.is_sqlite:
             return {
@@ -178,6 +181,28 @@ class LoomSQLiteFactory(SQLiteFactory):
             db_name=pool.db_name,
             lock_timeout=pool.lock_timeout,
         )
+
+
+class LoomSQLAlchemyFactory(SQLAlchemyFactory):
+    """eventsourcing-sqlalchemy, with the same durability and lock-timeout settings as the
+    built-in modules: it has no options for either, so they are set on each new connection."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        engine = self.datastore.engine
+        if not isinstance(engine, Engine):
+            return  # a caller-supplied session or connection keeps its own settings
+        synchronous = self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL")
+        lock_timeout_ms = int(self.env.get("LOOM_LOCK_TIMEOUT_MS", "5000"))
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            if engine.dialect.name == "sqlite":
+                cursor.execute(f"PRAGMA synchronous={synchronous}")
+            else:
+                cursor.execute(f"SET lock_timeout = {lock_timeout_ms}")
+            cursor.close()
 
 
 class EventLog(Application[UUID]):

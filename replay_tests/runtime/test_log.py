@@ -71,3 +71,11 @@ def test_sqlalchemy_persistence_is_a_configuration_choice(db_url: str) -> None:
         run = loom.run("f")
         assert loom.replay(run.execution_id).identical
         assert [n.id for n in loom.log.notifications()] == [1, 2, 3]
+
+
+def test_sqlalchemy_persistence_honours_the_synchronous_setting(db_url: str) -> None:
+    """eventsourcing-sqlalchemy has no such option: loom sets it on each connection."""
+    with Loom(db_url, persistence="sqlalchemy", sqlite_synchronous="OFF") as loom:
+        engine = loom.log.factory.datastore.engine  # type: ignore[attr-defined]
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 0
