@@ -47,12 +47,15 @@ from loom_memory.store import (
     remove_entries,
 )
 from loom_memory.text import entry_terms, query_terms, searchable_text, tokenize
+from loom_memory.tiers import DEFAULT_TIERS, Decide, Tier, TieredMemory
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
+    "DEFAULT_TIERS",
     "MAX_SEARCH_LIMIT",
     "BackendError",
     "Content",
+    "Decide",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
     "InMemoryMemoryStore",
@@ -72,6 +75,8 @@ __all__ = [
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "Tier",
+    "TieredMemory",
     "UnknownTierError",
     "entry_terms",
     "query_terms",
