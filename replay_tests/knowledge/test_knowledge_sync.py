@@ -1,0 +1,404 @@
+"""sync and plan_sync over a real log: the reconcile, its record, sources and the mass-delete guard.
+
+"Wrote nothing" cannot be read off the corpus, because a no-op and a rewrite of everything leave
+identical corpora. So writes are counted at two levels: calls to the passage store's writing
+verbs, and INSERT/UPDATE/DELETE statements reaching any ``loom_kb_`` table. A negative control
+shows both probes see a rewrite that leaves the corpus unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from loom_knowledge import (
+    CorpusReconciled,
+    Doc,
+    DocumentRemoved,
+    DocumentWritten,
+    KnowledgeBase,
+    MassDeleteRefusedError,
+    SourceConflictError,
+    SyncResult,
+    open_knowledge_base,
+)
+from loom_knowledge.corpus_index import TABLE_PREFIX, corpus_key
+from loom_memory import MemoryEntry, SqliteMemoryStore
+from loom_runtime import Loom
+
+SCOPE = "ops"
+_CORPUS_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b[^;]*\bloom_kb_", re.IGNORECASE)
+
+
+@pytest.fixture
+def kb(loom: Loom) -> KnowledgeBase:
+    return open_knowledge_base(loom, SCOPE)
+
+
+def _recording(verb: str, original: Any, calls: list[str]) -> Any:
+    def spy(self: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        calls.append(verb)
+        return original(self, *args, **kwargs)
+
+    return spy
+
+
+@pytest.fixture
+def store_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every call of a passage store's writing verbs (append, remove, replace, clear)."""
+    calls: list[str] = []
+    for verb in ("append", "remove", "replace", "clear"):
+        original = getattr(SqliteMemoryStore, verb)
+        monkeypatch.setattr(SqliteMemoryStore, verb, _recording(verb, original, calls))
+    return calls
+
+
+@pytest.fixture
+def row_writes(loom: Loom) -> Iterator[list[str]]:
+    """Every INSERT/UPDATE/DELETE statement sent to a corpus (``loom_kb_``) table."""
+    writes: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if _CORPUS_WRITE.match(statement):
+            writes.append(statement)
+
+    engine = loom.log.engine
+    event.listen(engine, "before_cursor_execute", record)
+    yield writes
+    event.remove(engine, "before_cursor_execute", record)
+
+
+def _doc(doc_id: str, text: str = "") -> Doc:
+    return Doc(id=doc_id, text=text or f"{doc_id} runbook body")
+
+
+def _docs(*ids: str) -> list[Doc]:
+    return [_doc(doc_id) for doc_id in ids]
+
+
+def _appended(loom: Loom, since: int) -> list[Any]:
+    """The events appended after log position ``since``, decoded."""
+    return [loom.log.mapper.to_domain_event(n) for n in loom.log.notifications(after=since)]
+
+
+def _summary(events: Sequence[Any]) -> list[tuple[str, str]]:
+    return [(type(e).__name__, getattr(e, "doc_id", "")) for e in events]
+
+
+def _entries(loom: Loom) -> list[MemoryEntry]:
+    return SqliteMemoryStore(loom.log.engine, table_prefix=TABLE_PREFIX).read(corpus_key(SCOPE))
+
+
+def _revisions(kb: KnowledgeBase) -> dict[str, tuple[int, str | None]]:
+    return {record.id: (record.revision, record.source) for record in kb.list_docs()}
+
+
+# -- the reconcile ------------------------------------------------------------------------------
+
+
+def test_sync_writes_changed_and_new_documents_and_removes_dropped_ones(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """A sync appends a write per new or changed document and a removal per dropped one."""
+    kb.sync(_docs("a", "b", "c", "d"))
+    position = loom.log.position
+    result = kb.sync([_doc("a"), _doc("b", "b edited"), _doc("d"), _doc("e")])
+    assert result == SyncResult(
+        written=("b", "e"), unchanged=("a", "d"), removed=("c",), retained=()
+    )
+    assert _summary(_appended(loom, position)) == [
+        ("DocumentWritten", "b"),
+        ("DocumentWritten", "e"),
+        ("DocumentRemoved", "c"),
+        ("CorpusReconciled", ""),
+    ]
+    assert _revisions(kb) == {"a": (1, None), "b": (2, None), "d": (1, None), "e": (1, None)}
+
+
+def test_sync_leaves_the_rows_of_unchanged_documents_in_place(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """A sync that edits one document does not rewrite the stored rows of the others."""
+    kb.sync(_docs("a", "b"))
+    before = [entry for entry in _entries(loom) if entry.id == "a#0"]
+    kb.sync([_doc("a"), _doc("b", "b edited")])
+    assert [entry for entry in _entries(loom) if entry.id == "a#0"] == before
+    assert [entry.id for entry in _entries(loom)] == ["a#0", "b#0"]
+
+
+def test_an_unchanged_sync_appends_exactly_one_corpus_reconciled(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """Syncing an unchanged source appends one event, the CorpusReconciled record."""
+    kb.sync(_docs("a", "b", "c"))
+    position = loom.log.position
+    kb.sync(_docs("a", "b", "c"))
+    appended = _appended(loom, position)
+    assert [type(e) for e in appended] == [CorpusReconciled]
+    assert appended[0].unchanged == ["a", "b", "c"]
+
+
+def test_an_unchanged_sync_makes_no_store_write_call(
+    kb: KnowledgeBase, store_calls: list[str]
+) -> None:
+    """Syncing an unchanged source calls none of the passage store's writing verbs."""
+    kb.sync(_docs("a", "b", "c"))
+    assert store_calls == ["append", "append", "append"]
+    store_calls.clear()
+    kb.sync(_docs("a", "b", "c"))
+    assert store_calls == []
+
+
+def test_an_unchanged_sync_writes_no_corpus_row(kb: KnowledgeBase, row_writes: list[str]) -> None:
+    """Syncing an unchanged source sends no INSERT/UPDATE/DELETE to any loom_kb_ table."""
+    kb.sync(_docs("a", "b", "c"))
+    assert row_writes != []
+    row_writes.clear()
+    kb.sync(_docs("a", "b", "c"))
+    assert row_writes == []
+
+
+def test_the_write_probes_see_a_rewrite_that_leaves_the_corpus_identical(
+    loom: Loom, kb: KnowledgeBase, store_calls: list[str], row_writes: list[str]
+) -> None:
+    """Negative control: rewriting everything leaves an equal corpus, and both probes see it."""
+    kb.sync(_docs("a", "b", "c"))
+    corpus = (kb.list_docs(), _entries(loom))
+    store_calls.clear()
+    row_writes.clear()
+    kb.rebuild()
+    assert (kb.list_docs(), _entries(loom)) == corpus
+    assert store_calls.count("append") == 3
+    assert row_writes != []
+
+
+def test_the_reconcile_event_records_written_unchanged_removed_and_retained(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """CorpusReconciled carries the scope, the source and the four lists of the result."""
+    kb.sync(_docs("a", "b", "c"), source="wiki")
+    kb.put_doc(_doc("learned"), source="agent")
+    position = loom.log.position
+    result = kb.sync([_doc("a"), _doc("b", "b edited"), _doc("n")], source="wiki")
+    record = _appended(loom, position)[-1]
+    assert isinstance(record, CorpusReconciled)
+    assert (record.scope, record.source) == (SCOPE, "wiki")
+    assert (record.written, record.unchanged, record.removed, record.retained) == (
+        ["b", "n"],
+        ["a"],
+        ["c"],
+        ["learned"],
+    )
+    assert result == SyncResult(
+        written=("b", "n"), unchanged=("a",), removed=("c",), retained=("learned",)
+    )
+
+
+def test_a_sync_appends_all_its_events_in_one_save(
+    loom: Loom, kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync's document events and its CorpusReconciled go to the log in ONE save call."""
+    kb.sync(_docs("a", "b", "c"))
+    saves: list[list[str]] = []
+    original = loom.log.save
+
+    def spy(*events: Any, **kwargs: Any) -> Any:
+        saves.append([type(e).__name__ for e in events])
+        return original(*events, **kwargs)
+
+    monkeypatch.setattr(loom.log, "save", spy)
+    kb.sync([_doc("a", "a edited"), _doc("b"), _doc("d")])
+    assert saves == [["DocumentWritten", "DocumentWritten", "DocumentRemoved", "CorpusReconciled"]]
+
+
+def test_plan_sync_returns_what_the_following_sync_returns(kb: KnowledgeBase) -> None:
+    """plan_sync gives the same SyncResult as the sync run right after it on the same input."""
+    kb.sync(_docs("a", "b", "c", "d"), source="wiki")
+    kb.put_doc(_doc("learned"), source="agent")
+    docs = [_doc("a"), _doc("b", "b edited"), _doc("d"), _doc("n")]
+    planned = kb.plan_sync(docs, source="wiki")
+    assert planned == kb.sync(docs, source="wiki")
+    assert planned == SyncResult(
+        written=("b", "n"), unchanged=("a", "d"), removed=("c",), retained=("learned",)
+    )
+
+
+def test_plan_sync_appends_and_writes_nothing(
+    loom: Loom, kb: KnowledgeBase, store_calls: list[str]
+) -> None:
+    """plan_sync of a destructive change appends no event and calls no store write."""
+    kb.sync(_docs("a", "b", "c"))
+    position = loom.log.position
+    store_calls.clear()
+    kb.plan_sync([_doc("a", "a edited"), _doc("b"), _doc("n")])
+    assert (loom.log.position, store_calls) == (position, [])
+    assert _revisions(kb) == {"a": (1, None), "b": (1, None), "c": (1, None)}
+
+
+def test_a_writer_that_lost_the_race_decides_again_on_the_new_state(
+    loom: Loom, db_url: str
+) -> None:
+    """A sync whose stream moved while it decided re-decides, and refuses a doc taken meanwhile."""
+    with Loom(db_url) as other_process:
+        rival = open_knowledge_base(other_process, SCOPE)
+        cut: list[str] = []
+
+        def chunker(doc: Doc) -> list[str]:
+            if not cut:
+                rival.put_doc(_doc("x"), source="agent")  # lands between decide and append
+            cut.append(doc.id)
+            return [doc.text]
+
+        kb = open_knowledge_base(loom, SCOPE, chunker=chunker)
+        with pytest.raises(SourceConflictError) as refused:
+            kb.sync([_doc("w"), _doc("x")], source="wiki")
+        assert refused.value.owners == {"x": "agent"}
+        assert _revisions(kb) == {"x": (1, "agent")}
+
+
+# -- sources ------------------------------------------------------------------------------------
+
+
+def test_a_reconcile_touches_only_its_own_source_and_reports_others_retained(
+    kb: KnowledgeBase,
+) -> None:
+    """A source's sync leaves another source's documents alone and lists them as retained."""
+    kb.sync(_docs("w1", "w2"), source="wiki")
+    kb.put_doc(_doc("learned"), source="agent")
+    result = kb.sync(_docs("w1"), source="wiki")
+    assert (result.removed, result.retained) == (("w2",), ("learned",))
+    assert _revisions(kb) == {"learned": (1, "agent"), "w1": (1, "wiki")}
+
+
+def test_none_is_a_source_not_a_wildcard(kb: KnowledgeBase) -> None:
+    """source=None reconciles only the unstamped documents, and a named source keeps out of them."""
+    kb.sync(_docs("u1", "u2"))
+    kb.sync(_docs("w1"), source="wiki")
+    assert kb.sync(_docs("w1"), source="wiki").retained == ("u1", "u2")
+    result = kb.sync([], allow_mass_delete=True)
+    assert (result.removed, result.retained) == (("u1", "u2"), ("w1",))
+    assert _revisions(kb) == {"w1": (1, "wiki")}
+
+
+def test_an_absent_document_may_be_created_by_any_source(kb: KnowledgeBase) -> None:
+    """A document nobody holds is created by whichever source writes it first."""
+    kb.put_doc(_doc("a"), source="agent")
+    kb.sync(_docs("w"), source="wiki")
+    kb.remove_doc("a", source="agent")
+    kb.put_doc(_doc("a"), source="wiki")
+    assert _revisions(kb) == {"a": (2, "wiki"), "w": (1, "wiki")}
+
+
+@pytest.mark.parametrize("verb", ["put_doc", "remove_doc", "sync"])
+def test_writing_a_document_another_source_owns_is_refused(
+    loom: Loom, kb: KnowledgeBase, verb: str
+) -> None:
+    """put_doc, remove_doc and sync of another source's document raise SourceConflictError."""
+    kb.put_doc(_doc("learned"), source="agent")
+    position = loom.log.position
+    with pytest.raises(SourceConflictError) as refused:
+        if verb == "put_doc":
+            kb.put_doc(_doc("learned", "rewritten"), source="wiki")
+        elif verb == "remove_doc":
+            kb.remove_doc("learned", source="wiki")
+        else:
+            kb.sync([_doc("fresh"), _doc("learned")], source="wiki")
+    assert (refused.value.writer, refused.value.owners) == ("wiki", {"learned": "agent"})
+    assert loom.log.position == position
+    assert _revisions(kb) == {"learned": (1, "agent")}
+
+
+# -- the mass-delete guard ----------------------------------------------------------------------
+
+
+def test_an_empty_sync_of_a_source_with_documents_is_refused(loom: Loom, kb: KnowledgeBase) -> None:
+    """sync([]) of a source owning documents raises MassDeleteRefusedError saying how many."""
+    kb.sync(_docs("a", "b", "c"), source="wiki")
+    position = loom.log.position
+    with pytest.raises(MassDeleteRefusedError, match="would remove 3 of the 3 documents"):
+        kb.sync([], source="wiki")
+    assert loom.log.position == position
+    assert len(kb.list_docs()) == 3
+
+
+def test_removing_more_than_the_guard_s_fraction_is_refused(loom: Loom, kb: KnowledgeBase) -> None:
+    """A sync removing 3 of 4 documents (over the default half) is refused and appends nothing."""
+    kb.sync(_docs("a", "b", "c", "d"))
+    position = loom.log.position
+    with pytest.raises(MassDeleteRefusedError, match="would remove 3 of the 4") as refused:
+        kb.sync(_docs("a"))
+    assert (refused.value.would_remove, refused.value.owned) == (3, 4)
+    assert loom.log.position == position
+
+
+def test_removing_up_to_the_guard_s_fraction_is_allowed(kb: KnowledgeBase) -> None:
+    """A sync removing exactly half of the source's documents goes through."""
+    kb.sync(_docs("a", "b", "c", "d"))
+    assert kb.sync(_docs("a", "b")).removed == ("c", "d")
+
+
+def test_allow_mass_delete_overrides_the_guard(kb: KnowledgeBase) -> None:
+    """allow_mass_delete=True lets an empty sync remove every document of the source."""
+    kb.sync(_docs("a", "b", "c"))
+    assert kb.sync([], allow_mass_delete=True).removed == ("a", "b", "c")
+    assert kb.list_docs() == []
+
+
+def test_the_guard_s_fraction_is_an_option_of_the_knowledge_base(loom: Loom) -> None:
+    """Opened with max_removal_fraction=0.8, a sync may remove 3 of 4 documents."""
+    kb = open_knowledge_base(loom, "lenient", max_removal_fraction=0.8)
+    kb.sync(_docs("a", "b", "c", "d"))
+    assert kb.sync(_docs("a")).removed == ("b", "c", "d")
+
+
+def test_an_empty_sync_of_a_source_with_no_documents_is_allowed(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """sync([]) of a source that owns nothing is not a mass delete: it records the reconcile."""
+    kb.put_doc(_doc("learned"), source="agent")
+    position = loom.log.position
+    assert kb.sync([], source="wiki") == SyncResult(
+        written=(), unchanged=(), removed=(), retained=("learned",)
+    )
+    assert [type(e) for e in _appended(loom, position)] == [CorpusReconciled]
+
+
+def test_a_sync_of_a_revised_and_removed_document_leaves_no_passage_behind(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """After syncs that revise, shrink and drop documents, the rows are exactly the counted ones."""
+    long_text = "\n\n".join(f"para {n} " + "x" * 900 for n in range(3))
+    kb.sync([_doc("a", long_text), _doc("b", long_text), _doc("c")])
+    kb.sync([_doc("a", "short now"), _doc("b", long_text), _doc("c")])
+    kb.sync([_doc("b", long_text), _doc("c")])
+    counted = sorted(
+        f"{record.id}#{index}" for record in kb.list_docs() for index in range(record.passage_count)
+    )
+    assert (
+        sorted(str(entry.id) for entry in _entries(loom))
+        == counted
+        == [
+            "b#0",
+            "b#1",
+            "b#2",
+            "c#0",
+        ]
+    )
+
+
+def test_sync_events_carry_the_revision_and_the_passages_as_cut(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """A sync's DocumentWritten holds the new revision and its cut passages; a removal its last."""
+    kb.sync(_docs("a", "b"))
+    position = loom.log.position
+    kb.sync([_doc("a", "edited")])
+    written, removed, _ = _appended(loom, position)
+    assert isinstance(written, DocumentWritten)
+    assert (written.doc_id, written.revision, written.passages) == ("a", 2, ["edited"])
+    assert isinstance(removed, DocumentRemoved)
+    assert (removed.doc_id, removed.revision) == ("b", 1)
