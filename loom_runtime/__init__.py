@@ -26,6 +26,7 @@ from loom_runtime.errors import (
     UnusedDecisionsError,
 )
 from loom_runtime.execution import Decision, Execution
+from loom_runtime.flow import FlowRegistry
 from loom_runtime.log import EventLog, LogSettings
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import ReplayResult
@@ -46,6 +47,7 @@ __all__ = [
     "FlowContext",
     "FlowInputError",
     "FlowNotFoundError",
+    "FlowRegistry",
     "LogEvent",
     "LogSettings",
     "Loom",

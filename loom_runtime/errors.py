@@ -134,3 +134,27 @@ class OutcomeChangedError(ReplayDivergence):
 
 class DecisionKeyError(LoomError, ValueError):
     """A decision key must be a non-empty string: it is how a replay finds the recorded value."""
+
+
+class BundleError(LoomError):
+    """A bundle file cannot be used; the subclass says why."""
+
+
+class BundleFormatError(BundleError):
+    """The file is not a loom bundle."""
+
+
+class BundleTruncatedError(BundleError):
+    """The file ends (or breaks) before the bundle does: an incomplete copy or write."""
+
+
+class BundleTamperedError(BundleError):
+    """The bundle's content does not match its sha256: it was altered after export."""
+
+
+class BundleVersionError(BundleError):
+    """The bundle was written by a newer format than this loom reads."""
+
+
+class BundleConflictError(BundleError):
+    """The target log already holds this execution with different events."""

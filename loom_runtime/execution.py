@@ -185,3 +185,12 @@ EXECUTION_EVENT_TYPES: tuple[type[Aggregate.Event], ...] = (
     Execution.Completed,
     Execution.Failed,
 )
+
+EXECUTION_TOPICS: tuple[str, ...] = (
+    Execution.Created.TOPIC,
+    Execution.DecisionRecorded.TOPIC,
+    Execution.DecisionFailed.TOPIC,
+    Execution.Resumed.TOPIC,
+    Execution.Completed.TOPIC,
+    Execution.Failed.TOPIC,
+)

@@ -11,12 +11,19 @@ import hashlib
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from loom_runtime import codec
-from loom_runtime.errors import ConfigurationError, FlowInputError
+from loom_runtime.errors import (
+    ConfigurationError,
+    FlowAlreadyRegisteredError,
+    FlowInputError,
+    FlowNotFoundError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Flow:
@@ -53,6 +60,55 @@ class Flow:
                 f"input of flow {self.name!r} does not fit its signature: {exc}"
             ) from exc
         return msgspec.structs.asdict(decoded)
+
+
+class FlowRegistry:
+    """Flows by name, independent of any database.
+
+    A :class:`~loom_runtime.Loom` has one; a process that only replays bundles needs nothing
+    else (no log is opened until one is used).
+    """
+
+    def __init__(self) -> None:
+        self._flows: dict[str, Flow] = {}
+
+    def flow(self, name: str | None = None, *, version: str | None = None) -> Callable[[F], F]:
+        """Register a flow (``def`` or ``async def``) under ``name`` (default: its __name__).
+
+        ``version`` labels the code that recorded an execution (default: a hash of the flow's
+        source); a replay reports both labels. The function is returned unchanged.
+        """
+
+        def register(fn: F) -> F:
+            flow_name = name or fn.__name__
+            if flow_name in self._flows:
+                raise FlowAlreadyRegisteredError(
+                    f"a flow named {flow_name!r} is already registered; flow names key stored "
+                    "executions, so each must be unique (pass another name to @loom.flow)"
+                )
+            self._flows[flow_name] = Flow(fn, name=flow_name, version=version)
+            return fn
+
+        return register
+
+    def get_flow(self, name: str) -> Flow:
+        """The flow registered as ``name``, or :class:`FlowNotFoundError` naming those that are."""
+        try:
+            return self._flows[name]
+        except KeyError:
+            known = ", ".join(sorted(self._flows)) or "none"
+            raise FlowNotFoundError(
+                f"no flow named {name!r} is registered in this process (registered: {known}); "
+                "import the module that defines it before running or replaying"
+            ) from None
+
+    def find(self, name: str) -> Flow | None:
+        """The flow registered as ``name``, or None."""
+        return self._flows.get(name)
+
+    def names(self) -> list[str]:
+        """Every registered flow name, sorted."""
+        return sorted(self._flows)
 
 
 def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:

@@ -13,29 +13,31 @@ import asyncio
 import os
 import socket
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError
 
 from loom_runtime import codec
+from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
 from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Recorder, save
 from loom_runtime.errors import (
+    BundleConflictError,
     ConfigurationError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
-    FlowAlreadyRegisteredError,
-    FlowNotFoundError,
     NotSerialisableError,
 )
-from loom_runtime.execution import Execution
-from loom_runtime.flow import Flow
+from loom_runtime.execution import EXECUTION_TOPICS, Execution
+from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
@@ -46,6 +48,20 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     flow: str
     output: Any
     log_position: int
+
+
+class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of `loom executions list`."""
+
+    execution_id: UUID
+    flow: str
+    code_version: str
+    started_at: datetime
+    log_position: int
+    status: Literal["running", "completed", "failed"]
+
+
+_SUMMARY_TOPICS = (Execution.Created.TOPIC, Execution.Completed.TOPIC, Execution.Failed.TOPIC)
 
 
 class Loom:
@@ -59,49 +75,36 @@ class Loom:
         sqlite_synchronous: Synchronous = "NORMAL",
         lock_timeout: float = 5.0,
         pool_size: int = 5,
+        flows: FlowRegistry | None = None,
     ) -> None:
-        """Open (creating if needed) the log at ``url``, else ``LOOM_DB_URL``, else ./loom.db."""
-        self.log = EventLog(
-            LogSettings(
-                url,
-                persistence=persistence,
-                sqlite_synchronous=sqlite_synchronous,
-                lock_timeout=lock_timeout,
-                pool_size=pool_size,
-            )
+        """A log at ``url``, else ``LOOM_DB_URL``, else ./loom.db, and a flow registry.
+
+        The settings are checked here; the database is opened (and created) on first use, so
+        a process that only registers flows and replays bundles never touches one.
+        """
+        self.settings = LogSettings(
+            url,
+            persistence=persistence,
+            sqlite_synchronous=sqlite_synchronous,
+            lock_timeout=lock_timeout,
+            pool_size=pool_size,
         )
-        self._flows: dict[str, Flow] = {}
+        self.flows = flows if flows is not None else FlowRegistry()
+
+    @cached_property
+    def log(self) -> EventLog:
+        """The event log, opened on first use."""
+        return EventLog(self.settings)
 
     # -- flows -------------------------------------------------------------------------------
 
     def flow(self, name: str | None = None, *, version: str | None = None) -> Callable[[F], F]:
-        """Register a flow (``def`` or ``async def``) under ``name`` (default: its __name__).
-
-        ``version`` labels the code that recorded an execution (default: a hash of the flow's
-        source); a replay reports both labels. The function is returned unchanged.
-        """
-
-        def register(fn: F) -> F:
-            flow_name = name or fn.__name__
-            if flow_name in self._flows:
-                raise FlowAlreadyRegisteredError(
-                    f"a flow named {flow_name!r} is already registered; flow names key stored "
-                    "executions, so each must be unique (pass another name to @loom.flow)"
-                )
-            self._flows[flow_name] = Flow(fn, name=flow_name, version=version)
-            return fn
-
-        return register
+        """Register a flow on this Loom's registry (see :meth:`FlowRegistry.flow`)."""
+        return self.flows.flow(name, version=version)
 
     def get_flow(self, name: str) -> Flow:
-        try:
-            return self._flows[name]
-        except KeyError:
-            known = ", ".join(sorted(self._flows)) or "none"
-            raise FlowNotFoundError(
-                f"no flow named {name!r} is registered in this process (registered: {known}); "
-                "import the module that defines it before running or replaying"
-            ) from None
+        """The flow registered as ``name`` (:class:`FlowNotFoundError` otherwise)."""
+        return self.flows.get_flow(name)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -142,7 +145,16 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        execution, definition, replayer, ctx, kwargs = self._prepare_replay(execution_id, live)
+        return self._replay(self.execution(execution_id), live)
+
+    def replay_bundle(
+        self, path: str | Path, *, live: frozenset[str] | set[str] = frozenset()
+    ) -> ReplayResult:
+        """Replay an exported bundle with this Loom's flows; no database is opened."""
+        return self._replay(read_bundle(Path(path)).execution(), live)
+
+    def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> ReplayResult:
+        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
         try:
@@ -160,7 +172,8 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        execution, definition, replayer, ctx, kwargs = self._prepare_replay(execution_id, live)
+        execution = self.execution(execution_id)
+        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
         try:
@@ -180,12 +193,84 @@ class Loom:
             return self.log.repository.get(_as_uuid(execution_id))
         except AggregateNotFoundError:
             raise ExecutionNotFoundError(
-                f"no execution {execution_id} in the log at {self.log.settings.url!r}"
+                f"no execution {execution_id} in the log at {self.settings.url!r}"
             ) from None
 
+    def executions(self) -> list[ExecutionSummary]:
+        """Every execution in the log, oldest first, with its status (one pass over the log)."""
+        summaries: dict[UUID, ExecutionSummary] = {}
+        for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
+            event = self.log.mapper.to_domain_event(notification)
+            if isinstance(event, Execution.Created):
+                summaries[event.originator_id] = ExecutionSummary(
+                    execution_id=event.originator_id,
+                    flow=event.flow,
+                    code_version=event.code_version,
+                    started_at=event.timestamp,
+                    log_position=event.log_position,
+                    status="running",
+                )
+            elif event.originator_id in summaries:
+                summaries[event.originator_id] = msgspec.structs.replace(
+                    summaries[event.originator_id],
+                    status="completed" if isinstance(event, Execution.Completed) else "failed",
+                )
+        return list(summaries.values())
+
+    def export(self, execution_id: UUID | str, path: str | Path) -> Path:
+        """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`)."""
+        execution = self.execution(execution_id)
+        bundle = seal(
+            execution_id=execution.id,
+            flow=execution.flow,
+            code_version=execution.code_version,
+            started_at_position=execution.log_position,
+            events=self._bundle_events(execution),
+        )
+        return write_bundle(bundle, Path(path))
+
+    def import_bundle(self, path: str | Path) -> UUID:
+        """Add a bundle's execution to this log, keeping it replayable; never duplicates it.
+
+        Importing an execution the log already holds identically writes nothing; one it holds
+        with different events raises :class:`BundleConflictError`.
+        """
+        bundle = read_bundle(Path(path))
+        rows = bundle.stored_events()
+        existing = [
+            (e.originator_version, e.topic, bytes(e.state))
+            for e in self.log.recorder.select_events(bundle.execution_id)
+        ]
+        if not existing:
+            self.log.recorder.insert_events(rows)
+        elif existing != [(r.originator_version, r.topic, bytes(r.state)) for r in rows]:
+            raise BundleConflictError(
+                f"this log already holds execution {bundle.execution_id} with different "
+                f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
+            )
+        return bundle.execution_id
+
+    def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
+        """The execution's events with their log positions, found by one scan of the log."""
+        for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
+            found = [
+                BundleEvent(
+                    position=n.id,
+                    topic=n.topic,
+                    version=n.originator_version,
+                    state=bytes(n.state).decode(),
+                )
+                for n in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
+                if n.originator_id == execution.id
+            ]
+            if len(found) == execution.version:
+                return found
+        raise ExecutionNotFoundError(f"the log's events of execution {execution.id} are incomplete")
+
     def close(self) -> None:
-        """Release the log's connections."""
-        self.log.close()
+        """Release the log's connections (if it was ever opened)."""
+        if "log" in self.__dict__:
+            self.log.close()
 
     def __enter__(self) -> Loom:
         return self
@@ -276,7 +361,7 @@ class Loom:
         error.add_note(f"loom: recorded as the failure of execution {execution.id}")
 
     def _finished_run(self, execution: Execution) -> Run:
-        definition = self._flows.get(execution.flow)
+        definition = self.flows.find(execution.flow)
         output_type = definition.output_type if definition else Any
         return Run(
             execution_id=execution.id,
@@ -286,13 +371,12 @@ class Loom:
         )
 
     def _prepare_replay(
-        self, execution_id: UUID | str, live: frozenset[str] | set[str]
-    ) -> tuple[Execution, Flow, Replayer, FlowContext | AsyncFlowContext, dict[str, Any]]:
-        execution = self.execution(execution_id)
+        self, execution: Execution, live: frozenset[str] | set[str]
+    ) -> tuple[Flow, Replayer, FlowContext | AsyncFlowContext, dict[str, Any]]:
         definition = self.get_flow(execution.flow)
         replayer = Replayer(execution.decisions, live=frozenset(live))
         ctx = self._context(definition, execution, replayer)
-        return execution, definition, replayer, ctx, definition.decode_input(execution.input)
+        return definition, replayer, ctx, definition.decode_input(execution.input)
 
     def _replay_result(
         self,

@@ -1,0 +1,176 @@
+"""Execution bundles: one portable file holding everything a replay needs.
+
+A bundle is the execution's stored events exactly as the log holds them (topic, version,
+the JSON state bytes), plus the flow name, the code-version label and the log positions the
+execution ran at, in a versioned msgspec envelope with a sha256 content hash. JSON by default
+(an operator can read it), msgpack when the path ends in ``.msgpack``.
+
+Reading refuses, with a typed error that says which: a file that is not a bundle, a truncated
+one, one whose content no longer matches its hash (tampered), and one written by a newer
+format than this loom reads. The envelope's ``format`` and ``schema_version`` are read before
+anything else, so a future bundle is refused as *future*, not as garbage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Literal, TypeVar
+from uuid import UUID
+
+import msgspec
+from eventsourcing.application import project_aggregate
+from eventsourcing.persistence import StoredEvent
+
+from loom_runtime.errors import (
+    BundleFormatError,
+    BundleTamperedError,
+    BundleTruncatedError,
+    BundleVersionError,
+)
+from loom_runtime.execution import Execution
+from loom_runtime.mapper import MsgspecMapper
+
+T = TypeVar("T")
+
+FORMAT: Final = "loom-bundle"
+SCHEMA_VERSION: Final = 1
+
+
+class BundleEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event: its position in the source log, topic, version and exact state."""
+
+    position: int
+    topic: str
+    version: int
+    state: str
+    """The stored JSON state as text (a string, so msgpack and JSON bundles hold the same)."""
+
+
+class Bundle(msgspec.Struct, frozen=True, kw_only=True):
+    """A self-contained recording of one execution (see the module docstring)."""
+
+    format: Literal["loom-bundle"] = FORMAT
+    schema_version: int = SCHEMA_VERSION
+    execution_id: UUID
+    flow: str
+    code_version: str
+    started_at_position: int
+    positions: tuple[int, int]
+    exported_at: datetime
+    events: tuple[BundleEvent, ...]
+    content_hash: str = ""
+
+    def execution(self) -> Execution:
+        """The execution rebuilt from the bundle's events, with no database."""
+        mapper = MsgspecMapper()
+        events = (
+            mapper.to_domain_event(
+                StoredEvent(
+                    originator_id=self.execution_id,
+                    originator_version=event.version,
+                    topic=event.topic,
+                    state=event.state.encode(),
+                )
+            )
+            for event in self.events
+        )
+        execution = project_aggregate(None, events)
+        if not isinstance(execution, Execution):
+            raise BundleFormatError("the bundle's events do not rebuild an execution")
+        return execution
+
+    def stored_events(self) -> list[StoredEvent]:
+        """The events as rows to insert into another log."""
+        return [
+            StoredEvent(
+                originator_id=self.execution_id,
+                originator_version=event.version,
+                topic=event.topic,
+                state=event.state.encode(),
+            )
+            for event in self.events
+        ]
+
+
+class _Envelope(msgspec.Struct):
+    """What is read first: enough to refuse a non-bundle or a future one by name."""
+
+    format: str = ""
+    schema_version: int = 0
+
+
+def content_hash(bundle: Bundle) -> str:
+    """sha256 of the canonical JSON of everything but the hash itself."""
+    unhashed = msgspec.structs.replace(bundle, content_hash="")
+    return hashlib.sha256(msgspec.json.encode(unhashed, order="sorted")).hexdigest()
+
+
+def seal(
+    *,
+    execution_id: UUID,
+    flow: str,
+    code_version: str,
+    started_at_position: int,
+    events: list[BundleEvent],
+) -> Bundle:
+    """A bundle of these events with its content hash filled in."""
+    bundle = Bundle(
+        execution_id=execution_id,
+        flow=flow,
+        code_version=code_version,
+        started_at_position=started_at_position,
+        positions=(events[0].position, events[-1].position),
+        exported_at=datetime.now(UTC),
+        events=tuple(events),
+    )
+    return msgspec.structs.replace(bundle, content_hash=content_hash(bundle))
+
+
+def write_bundle(bundle: Bundle, path: Path) -> Path:
+    """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path."""
+    data = (
+        msgspec.msgpack.encode(bundle)
+        if path.suffix == ".msgpack"
+        else msgspec.json.encode(bundle, order="sorted")
+    )
+    path.write_bytes(data)
+    return path
+
+
+def read_bundle(path: Path) -> Bundle:
+    """Read and check a bundle; each way it can be unusable is its own typed error."""
+    data = path.read_bytes()
+    try:
+        envelope = _decode(data, path, _Envelope)
+    except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
+        raise BundleFormatError(f"{path} is not a loom bundle: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise BundleTruncatedError(
+            f"{path} is not a complete bundle (it ends or breaks before its end: {exc}); "
+            "export it again"
+        ) from exc
+    if envelope.format != FORMAT:
+        raise BundleFormatError(f"{path} is not a loom bundle (format {envelope.format!r})")
+    if envelope.schema_version > SCHEMA_VERSION:
+        raise BundleVersionError(
+            f"{path} is a version {envelope.schema_version} bundle; this loom reads up to "
+            f"version {SCHEMA_VERSION}: upgrade loom to replay it"
+        )
+    try:
+        bundle = _decode(data, path, Bundle)
+    except msgspec.ValidationError as exc:
+        raise BundleTamperedError(f"{path} does not match the bundle format: {exc}") from exc
+    if not bundle.events or content_hash(bundle) != bundle.content_hash:
+        raise BundleTamperedError(
+            f"{path} was altered after export: its content no longer matches its sha256 "
+            f"({bundle.content_hash[:16] or 'missing'}...)"
+        )
+    return bundle
+
+
+def _decode(data: bytes, path: Path, into: type[T]) -> T:
+    if path.suffix == ".msgpack":
+        return msgspec.msgpack.decode(data, type=into)
+    return msgspec.json.decode(data, type=into)

@@ -1,0 +1,139 @@
+"""The loom pytest plugin: yesterday's incidents as today's regression tests.
+
+``pytest --loom-bundles=recordings/ --loom-flows=myapp.flows:loom`` adds one test per bundle
+file (``*.json``, ``*.msgpack``) in each folder; a test fails with the readable divergence
+(unrecorded key with its nearest neighbours, the diff of a changed prompt, of a changed
+output) when the current code no longer reproduces the recording. ``--loom-flows`` (or the
+``loom_flows`` ini option) names where the flows are registered: a ``Loom``, a
+``FlowRegistry``, or a function returning one. No database is opened: a bundle carries all a
+replay needs.
+
+For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way;
+override the ``loom_flows`` fixture to supply flows from a conftest instead of the option.
+
+Registered through the ``pytest11`` entry point, so installing loom is enough.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loom_runtime.flow import FlowRegistry
+from loom_runtime.loom import Loom
+from loom_runtime.replay import ReplayResult
+
+BUNDLE_SUFFIXES = (".json", ".msgpack")
+
+
+class ReplayDiverged(AssertionError):
+    """A bundle's replay was not identical; the message is the readable account."""
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__(result.describe())
+        self.result = result
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("loom", "loom recorded executions")
+    group.addoption(
+        "--loom-bundles",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="replay every bundle in DIR as a test (repeatable)",
+    )
+    group.addoption(
+        "--loom-flows",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="where the flows are registered: a Loom, a FlowRegistry, or a function returning one",
+    )
+    parser.addini("loom_flows", "default for --loom-flows", default=None)
+
+
+def load_flows(spec: str) -> FlowRegistry:
+    """Import ``module:attr`` and return the flow registry it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise pytest.UsageError(f"--loom-flows expects MODULE:ATTR, not {spec!r}")
+    target: Any = getattr(importlib.import_module(module_name), attribute)
+    if callable(target) and not isinstance(target, Loom | FlowRegistry):
+        target = target()
+    if isinstance(target, Loom):
+        return target.flows
+    if isinstance(target, FlowRegistry):
+        return target
+    raise pytest.UsageError(f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry")
+
+
+def _configured_flows(config: pytest.Config) -> FlowRegistry:
+    spec = config.getoption("--loom-flows") or config.getini("loom_flows")
+    if not spec:
+        raise pytest.UsageError(
+            "loom needs to know where the flows are registered: pass --loom-flows=MODULE:ATTR, "
+            "set loom_flows in the ini file, or override the loom_flows fixture"
+        )
+    return load_flows(str(spec))
+
+
+def replay_or_fail(flows: FlowRegistry, bundle: Path) -> ReplayResult:
+    """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical."""
+    result = Loom(flows=flows).replay_bundle(bundle)
+    if not result.identical:
+        raise ReplayDiverged(result)
+    return result
+
+
+class BundleFile(pytest.File):
+    """A bundle file, collected as one test."""
+
+    def collect(self) -> Iterator[BundleItem]:
+        yield BundleItem.from_parent(self, name=f"replay[{self.path.name}]")
+
+
+class BundleItem(pytest.Item):
+    """Replays one bundle with the configured flows."""
+
+    def runtest(self) -> None:
+        replay_or_fail(_configured_flows(self.config), self.path)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ReplayDiverged):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"loom replay {self.path.name}"
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    for folder in config.getoption("--loom-bundles"):
+        directory = Path(folder)
+        if not directory.is_dir():
+            raise pytest.UsageError(f"--loom-bundles={folder}: no such directory")
+        for path in sorted(directory.iterdir()):
+            if path.suffix in BUNDLE_SUFFIXES:
+                items.extend(BundleFile.from_parent(session, path=path.resolve()).collect())
+
+
+@pytest.fixture
+def loom_flows(pytestconfig: pytest.Config) -> FlowRegistry:
+    """The flows bundles are replayed with (from --loom-flows / loom_flows); override freely."""
+    return _configured_flows(pytestconfig)
+
+
+@pytest.fixture
+def loom_replay(loom_flows: FlowRegistry) -> Callable[[str | Path], ReplayResult]:
+    """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical."""
+
+    def replay(bundle: str | Path) -> ReplayResult:
+        return replay_or_fail(loom_flows, Path(bundle))
+
+    return replay

@@ -1,0 +1,88 @@
+"""The pytest plugin, exercised with pytester: bundles become tests that fail readably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loom_runtime import FlowRegistry, Loom
+
+FLOWS = '''
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("greet")
+def greet(ctx, name: str) -> str:
+    salutation = ctx.decide("model", lambda: "Hello", input={"prompt": PROMPT + name})
+    return f"{salutation}, {name}"
+
+PROMPT = "TEMPLATE"
+'''
+
+
+def flows_module(template: str) -> str:
+    """The flows module's source, with the prompt template the code has at that time."""
+    return FLOWS.replace("TEMPLATE", template)
+
+
+@pytest.fixture
+def recordings(pytester: pytest.Pytester, tmp_path: Path) -> Path:
+    """A folder with one bundle, recorded by the code as it was (the 'Greet ' prompt)."""
+    pytester.syspathinsert()
+    namespace: dict[str, object] = {}
+    exec(flows_module("Greet "), namespace)
+    flows = namespace["flows"]
+    assert isinstance(flows, FlowRegistry)
+    folder = pytester.path / "recordings"
+    folder.mkdir()
+    with Loom(f"sqlite:///{tmp_path / 'rec.db'}", flows=flows) as recorder:
+        run = recorder.run("greet", name="Ada")
+        recorder.export(run.execution_id, folder / "incident-1.json")
+    return folder
+
+
+def test_one_passing_test_per_bundle(pytester: pytest.Pytester, recordings: Path) -> None:
+    """Unchanged code: the bundle's test passes, with no database anywhere."""
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows")
+    result.assert_outcomes(passed=1)
+    assert not list(pytester.path.glob("*.db"))
+
+
+def test_a_changed_prompt_fails_with_the_diff(pytester: pytest.Pytester, recordings: Path) -> None:
+    """Changed prompt template: the test fails and shows recorded vs replayed input."""
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v2:flows")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*DecisionInputChangedError*",
+            '*-  "prompt": "Greet Ada"*',
+            '*+  "prompt": "Say hi to Ada"*',
+        ]
+    )
+
+
+def test_the_fixture_replays_hand_written_cases(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """loom_replay(path) in a user's test, flows supplied by overriding loom_flows."""
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    pytester.makeconftest(
+        "import pytest, flows_v1\n@pytest.fixture\ndef loom_flows():\n    return flows_v1.flows\n"
+    )
+    bundle = recordings / "incident-1.json"
+    pytester.makepyfile(
+        test_incidents="def test_incident_1(loom_replay):\n"
+        f"    assert loom_replay({str(bundle)!r}).output == 'Hello, Ada'\n"
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_missing_flows_option_is_a_usage_error(pytester: pytest.Pytester, recordings: Path) -> None:
+    """Without --loom-flows the bundle test errors and says how to name the flows."""
+    result = pytester.runpytest("--loom-bundles", str(recordings))
+    result.stdout.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
+    assert result.ret != 0
