@@ -36,7 +36,7 @@ from loom_knowledge.passage_entry import PassageContent, passage_from_entry
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_memory import MemoryEntry
-from loom_runtime import LogEvent, Loom, StreamConflictError
+from loom_runtime import EventLog, LogEvent, Loom, StreamConflictError
 from loom_runtime.projection import catch_up, rebuild
 from loom_runtime.stream import append, stream_id, stream_version
 
@@ -285,6 +285,11 @@ def _corpus_index(loom: Loom) -> CorpusIndex:
     return _indexes[loom]
 
 
+def corpus_projections(log: EventLog) -> list[CorpusIndex]:
+    """The corpus read models of ``log``'s database (the ``loom.projections`` entry point)."""
+    return [CorpusIndex(log.engine)]
+
+
 def drop_corpus(loom: Loom) -> None:
     """Delete every corpus read model of ``loom``'s log: manifest, revisions, passage index.
 
@@ -361,4 +366,10 @@ def _passage(entry: MemoryEntry, revisions: Mapping[str, int]) -> Passage:
             entry_id=entry_id, reason=f"its content is not a passage ({exc})"
         ) from exc
     passage = passage_from_entry(entry_id=entry_id, content=content, revision=0)
-    return msgspec.structs.replace(passage, revision=revisions[passage.doc_id])
+    revision = revisions.get(passage.doc_id)
+    if revision is None:
+        raise InvalidPassageIdError(
+            entry_id=entry_id,
+            reason="no live document counts it (an orphan passage): run kb.rebuild()",
+        )
+    return msgspec.structs.replace(passage, revision=revision)

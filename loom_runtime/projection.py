@@ -20,11 +20,22 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Notification
-from sqlalchemy import BigInteger, Column, Connection, Engine, MetaData, String, Table, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    inspect,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import PAGE_SIZE, EventLog
@@ -82,9 +93,16 @@ class SQLProjection(ABC):
         self.metadata = MetaData()
 
     def create_tables(self) -> None:
-        """Create the tracking table and this projection's tables if missing."""
+        """Create the tracking table and this projection's tables if missing.
+
+        If any of the projection's tables had to be created while its tracking row says it is
+        past position 0, the rows it counted are gone (someone dropped the tables): the
+        position is reset so the next catch-up rebuilds from the log instead of trusting it.
+        """
         with self.engine.begin() as conn:
             _tracking_metadata.create_all(conn, checkfirst=True)
+            existing = set(inspect(conn).get_table_names())
+            recreated = any(table.name not in existing for table in self.metadata.sorted_tables)
             self.metadata.create_all(conn, checkfirst=True)
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
             conn.execute(
@@ -92,6 +110,9 @@ class SQLProjection(ABC):
                 .values(projection=self.name, position=0)
                 .on_conflict_do_nothing(index_elements=["projection"])
             )
+            if recreated:
+                self.clear(conn)
+                self._set_position(conn, 0)
 
     @abstractmethod
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
@@ -137,6 +158,27 @@ class SQLProjection(ABC):
             .where(tracking_table.c.projection == self.name)
             .values(position=position)
         )
+
+
+def registered_projections(log: EventLog) -> list[TrackedProjection]:
+    """Every read model the installed packages keep in ``log``'s database.
+
+    Packages above the runtime declare theirs through the ``loom.projections`` entry-point
+    group: each entry point is a function ``(log) -> Sequence[TrackedProjection]``. This is
+    what ``loom rebuild`` and ``loom doctor`` walk, without the runtime importing them.
+    """
+    found: list[TrackedProjection] = []
+    for entry_point in sorted(entry_points(group="loom.projections"), key=lambda e: e.name):
+        found.extend(entry_point.load()(log))
+    return found
+
+
+def tracked_names(engine: Engine) -> list[str]:
+    """Names of the projections that have a tracking row in this database."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(tracking_table.name):
+            return []
+        return [row[0] for row in conn.execute(select(tracking_table.c.projection))]
 
 
 def catch_up(

@@ -278,13 +278,6 @@ def test_an_entry_with_an_unparseable_passage_id_is_refused_on_read(
     assert raised.value.entry_id == entry_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="KnowledgeBase.search looks up the revision of a passage's document with "
-    "revisions[passage.doc_id] (knowledge_base._passage): an entry whose id parses but whose "
-    "document is not in the manifest escapes as a bare KeyError instead of a KnowledgeError",
-)
 def test_an_entry_whose_document_is_not_listed_is_refused_on_read(
     loom: Loom, kb: KnowledgeBase
 ) -> None:
@@ -364,13 +357,6 @@ def test_a_fresh_open_rebuilds_dropped_tables_equal_to_the_original(
         assert _corpus(fresh, rebuilt) == original
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="CorpusIndex.create_tables recreates dropped loom_kb_* tables empty but keeps the "
-    "'knowledge' row of the shared loom_tracking table at the old position, so catch_up "
-    "believes the empty tables are current: the fresh open silently serves an empty corpus",
-)
 def test_a_fresh_open_rebuilds_when_only_the_corpus_tables_were_dropped(
     loom: Loom, kb: KnowledgeBase, db_url: str
 ) -> None:
