@@ -36,8 +36,11 @@ from loom_memory.events import (
     MemoryReplaced,
 )
 from loom_memory.inmemory import InMemoryMemoryStore
+from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import SqlMemoryStore
-from loom_runtime.projection import SQLProjection
+from loom_memory.sqlite import SqliteMemoryStore
+from loom_runtime.log import EventLog
+from loom_runtime.projection import SQLProjection, tracked_names
 
 
 class MemoryWriter(Protocol):
@@ -173,3 +176,20 @@ class InProcessMemoryProjection:
                 self.store.clear(key)
             self._keys.clear()
             self._position = 0
+
+
+def memory_projections(log: EventLog) -> list[SqlMemoryProjection]:
+    """The SQL memory projections tracked in ``log``'s database (the ``loom.projections``
+    entry point): found by their tracking names, ``loom_memory:<memory>:<table prefix>``."""
+    store_class = (
+        PostgresMemoryStore if log.engine.dialect.name == "postgresql" else SqliteMemoryStore
+    )
+    found = []
+    for name in tracked_names(log.engine):
+        kind, _, rest = name.partition(":")
+        memory, _, prefix = rest.partition(":")
+        if kind == "loom_memory" and memory and prefix:
+            found.append(
+                SqlMemoryProjection(store_class(log.engine, table_prefix=prefix), memory=memory)
+            )
+    return found

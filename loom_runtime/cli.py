@@ -10,14 +10,30 @@ dependencies stay one way.
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import entry_points
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, NoReturn
 
+import msgspec
 import typer
 from rich.console import Console
+from rich.progress import Progress, TaskID
+from rich.table import Table
 
-from loom_runtime.errors import LoomError
+from loom_runtime import codec
+from loom_runtime.errors import (
+    BundleError,
+    ExecutionNotFoundError,
+    FlowInputError,
+    FlowNotFoundError,
+    LoomError,
+    NotSerialisableError,
+)
+from loom_runtime.flow import load_flows
 from loom_runtime.loom import Loom
+from loom_runtime.projection import rebuild as projection_rebuild
+from loom_runtime.projection import registered_projections
 
 app = typer.Typer(
     name="loom",
@@ -50,6 +66,214 @@ def open_loom(db: str | None) -> Loom:
     except LoomError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+
+
+FlowsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--flows",
+        envvar="LOOM_FLOWS",
+        help="Where your flows are registered, MODULE:ATTR (a Loom or FlowRegistry).",
+    ),
+]
+
+
+def open_with_flows(db: str | None, flows: str | None) -> Loom:
+    """Open the log with the flows named by ``--flows`` (needed to run or replay)."""
+    loom = open_loom(db)
+    if flows:
+        try:
+            loom.flows = load_flows(flows)
+        except LoomError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+    return loom
+
+
+def fail(message: str, *, code: int = 1) -> NoReturn:
+    """Print an error and exit with ``code`` (1: failed check, 2: usage)."""
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def run(
+    flow: str,
+    arguments_json: Annotated[
+        str, typer.Option("--input", help="The flow's arguments as a JSON object.")
+    ] = "{}",
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Run FLOW durably and print its execution id and output."""
+    try:
+        arguments = json.loads(arguments_json)
+    except json.JSONDecodeError as exc:
+        fail(f"--input is not JSON: {exc}", code=2)
+    if not isinstance(arguments, dict):
+        fail("--input must be a JSON object of the flow's arguments", code=2)
+    with open_with_flows(db, flows) as loom:
+        try:
+            result = loom.run(flow, **arguments)
+        except (FlowNotFoundError, FlowInputError, NotSerialisableError) as exc:
+            fail(str(exc), code=2)
+    console.print(f"execution {result.execution_id}")
+    console.print_json(data=result.output)
+
+
+executions_app = typer.Typer(help="List and inspect recorded executions.", no_args_is_help=True)
+app.add_typer(executions_app, name="executions")
+
+
+@executions_app.command("list")
+def executions_list(db: DbOption = None) -> None:
+    """Every execution in the log, oldest first."""
+    with open_loom(db) as loom:
+        summaries = loom.executions()
+    table = Table()  # narrow terminals wrap the flow name; ids and statuses are never cut
+    table.add_column("execution", min_width=36, no_wrap=True)
+    table.add_column("status", min_width=9, no_wrap=True)
+    table.add_column("started (UTC)", min_width=14, no_wrap=True)
+    table.add_column("flow", overflow="fold")
+    for summary in summaries:
+        table.add_row(
+            str(summary.execution_id),
+            summary.status,
+            summary.started_at.strftime("%m-%d %H:%M:%S"),
+            summary.flow,
+        )
+    console.print(table)
+
+
+@executions_app.command("show")
+def executions_show(execution_id: str, db: DbOption = None) -> None:
+    """One execution: its input, every decision (key, kind, input, value) and its outcome."""
+    with open_loom(db) as loom:
+        try:
+            execution = loom.execution(execution_id)
+        except ExecutionNotFoundError as exc:
+            fail(str(exc))
+    console.print(
+        f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
+        f"started after log position {execution.log_position}"
+    )
+    console.print(f"input: {codec.pretty(execution.input)}")
+    table = Table("key", "kind", "input", "value")
+    for decision in execution.decisions.values():
+        value = (
+            codec.pretty(decision.value)
+            if decision.error_type is None
+            else f"raised {decision.error_type}: {decision.message}"
+        )
+        table.add_row(decision.key, decision.kind or "", _short(decision.input), _short(value))
+    console.print(table)
+    if execution.error is not None:
+        console.print(f"failed: {execution.error[0]}: {execution.error[1]}")
+    elif execution.output is not None:
+        console.print(f"output: {codec.pretty(execution.output)}")
+    else:
+        console.print("not finished (resume it with loom.resume)")
+
+
+@app.command()
+def replay(
+    target: Annotated[str, typer.Argument(help="An execution id, or the path of a bundle.")],
+    live: Annotated[
+        list[str] | None,
+        typer.Option("--live", help="Decision kinds to run live (e.g. retrieval); repeatable."),
+    ] = None,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Replay an execution (or a bundle) with the current code; exit 1 if it diverges."""
+    kinds = frozenset(live or ())
+    with open_with_flows(db, flows) as loom:
+        try:
+            result = (
+                loom.replay_bundle(target, live=kinds)
+                if Path(target).is_file()
+                else loom.replay(target, live=kinds)
+            )
+        except (FlowNotFoundError, ExecutionNotFoundError, BundleError) as exc:
+            fail(str(exc), code=2)
+    console.print(result.describe())
+    for key, value in result.live_values.items():
+        console.print(f"live {key}: {value!r}")
+    raise typer.Exit(0 if result.identical else 1)
+
+
+@app.command()
+def export(
+    execution_id: str,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The bundle file to write.")],
+    db: DbOption = None,
+) -> None:
+    """Write an execution to a portable bundle (.json, or .msgpack)."""
+    with open_loom(db) as loom:
+        try:
+            path = loom.export(execution_id, output)
+        except ExecutionNotFoundError as exc:
+            fail(str(exc), code=2)
+    console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
+@app.command()
+def rebuild(db: DbOption = None) -> None:
+    """Drop every read model (corpus, memory) and rebuild it from the log."""
+    with open_loom(db) as loom:
+        projections = registered_projections(loom.log)
+        target = loom.log.position
+        with Progress(console=console) as progress:
+            for projection in projections:
+                task = progress.add_task(projection.name, total=max(target, 1))
+
+                def advance(reached: int, _target: int, task: TaskID = task) -> None:
+                    progress.update(task, completed=reached)
+
+                projection_rebuild(loom.log, projection, progress=advance)
+                progress.update(task, completed=max(target, 1))
+    console.print(f"rebuilt {len(projections)} projection(s) up to log position {target}")
+
+
+@app.command()
+def doctor(db: DbOption = None) -> None:
+    """Check the setup: log reachable and readable, projections caught up. Exit 1 on a problem."""
+    problems = 0
+
+    def check(ok: bool, label: str, detail: str) -> None:
+        nonlocal problems
+        problems += 0 if ok else 1
+        console.print(f"{'[green]ok[/green]  ' if ok else '[red]FAIL[/red]'} {label}: {detail}")
+
+    with open_loom(db) as loom:
+        check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
+        try:
+            head = loom.log.position
+            count = 0
+            for notification in loom.log.notifications():
+                loom.log.mapper.to_domain_event(notification)  # raises if a row does not decode
+                count += 1
+            check(True, "log readable", f"{count} events decode, head at position {head}")
+        except Exception as exc:
+            check(False, "log readable", str(exc))
+            raise typer.Exit(1) from exc
+        for projection in registered_projections(loom.log):
+            position = projection.position()
+            check(
+                position >= head,
+                f"projection {projection.name}",
+                f"at {position} of {head}" + ("" if position >= head else " (run loom rebuild)"),
+            )
+            store = getattr(projection, "store", None)
+            if store is not None:
+                check(hasattr(store, "search"), f"  {projection.name} search", type(store).__name__)
+    raise typer.Exit(1 if problems else 0)
+
+
+def _short(text: object, width: int = 60) -> str:
+    value = codec.pretty(text) if isinstance(text, bytes | msgspec.Raw) else str(text)
+    flat = " ".join(value.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _load_plugins() -> None:

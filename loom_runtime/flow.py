@@ -8,6 +8,7 @@ stored bytes*, exactly as a replay will (a tuple argument arrives as a list in b
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -109,6 +110,26 @@ class FlowRegistry:
     def names(self) -> list[str]:
         """Every registered flow name, sorted."""
         return sorted(self._flows)
+
+
+def load_flows(spec: str) -> FlowRegistry:
+    """Import ``MODULE:ATTR`` naming a :class:`FlowRegistry`, an object with a ``flows``
+    registry (a ``Loom``), or a function returning either; return the registry."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"flows must be given as MODULE:ATTR, not {spec!r}")
+    try:
+        target: Any = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load flows from {spec!r}: {exc}") from exc
+    if callable(target) and not isinstance(target, FlowRegistry):
+        target = target()
+    registry = getattr(target, "flows", target)
+    if not isinstance(registry, FlowRegistry):
+        raise ConfigurationError(
+            f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry"
+        )
+    return registry
 
 
 def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:

@@ -16,14 +16,14 @@ Registered through the ``pytest11`` entry point, so installing loom is enough.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loom_runtime.flow import FlowRegistry
+from loom_runtime.errors import ConfigurationError
+from loom_runtime.flow import FlowRegistry, load_flows
 from loom_runtime.loom import Loom
 from loom_runtime.replay import ReplayResult
 
@@ -56,21 +56,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("loom_flows", "default for --loom-flows", default=None)
 
 
-def load_flows(spec: str) -> FlowRegistry:
-    """Import ``module:attr`` and return the flow registry it names."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise pytest.UsageError(f"--loom-flows expects MODULE:ATTR, not {spec!r}")
-    target: Any = getattr(importlib.import_module(module_name), attribute)
-    if callable(target) and not isinstance(target, Loom | FlowRegistry):
-        target = target()
-    if isinstance(target, Loom):
-        return target.flows
-    if isinstance(target, FlowRegistry):
-        return target
-    raise pytest.UsageError(f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry")
-
-
 def _configured_flows(config: pytest.Config) -> FlowRegistry:
     spec = config.getoption("--loom-flows") or config.getini("loom_flows")
     if not spec:
@@ -78,7 +63,10 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
             "loom needs to know where the flows are registered: pass --loom-flows=MODULE:ATTR, "
             "set loom_flows in the ini file, or override the loom_flows fixture"
         )
-    return load_flows(str(spec))
+    try:
+        return load_flows(str(spec))
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def replay_or_fail(flows: FlowRegistry, bundle: Path) -> ReplayResult:

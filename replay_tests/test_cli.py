@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from loom_runtime.cli import app
@@ -33,3 +34,80 @@ def test_bad_database_url_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["demo", "--db", "mysql://nowhere/x"])
     assert result.exit_code == 2
     assert "SQLite or PostgreSQL" in _text(result.output)
+
+
+FLOWS = """
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("double")
+def double(ctx, n: int) -> int:
+    return ctx.decide("twice", lambda: n * 2, kind="math")
+"""
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, _text(result.output)
+
+
+def test_run_list_show_replay_export_rebuild_doctor(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's round trip through the CLI, each command's exit code checked."""
+    (tmp_path / "cli_flows.py").write_text(FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = _cli(
+        "run", "double", "--input", '{"n": 21}', "--db", db_url, "--flows", "cli_flows:flows"
+    )
+    assert code == 0 and "42" in out
+    execution_id = out.split()[1]
+    code, out = _cli("executions", "list", "--db", db_url)
+    assert code == 0 and execution_id in out and "completed" in out
+    code, out = _cli("executions", "show", execution_id, "--db", db_url)
+    assert code == 0 and "twice" in out and "math" in out
+    code, out = _cli("replay", execution_id, "--db", db_url, "--flows", "cli_flows:flows")
+    assert code == 0 and "replayed identically" in out
+    bundle = tmp_path / "incident.json"
+    code, out = _cli("export", execution_id, "-o", str(bundle), "--db", db_url)
+    assert code == 0 and bundle.exists()
+    code, out = _cli("replay", str(bundle), "--flows", "cli_flows:flows")
+    assert code == 0 and "replayed identically" in out
+    code, out = _cli("rebuild", "--db", db_url)
+    assert code == 0 and "rebuilt" in out
+    code, out = _cli("doctor", "--db", db_url)
+    assert code == 0 and "FAIL" not in out
+
+
+def test_a_divergent_replay_exits_1_and_bad_input_exits_2(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit codes: 1 for a divergence, 2 for a usage error (bad JSON, unknown flow or id)."""
+    (tmp_path / "cli_flows_old.py").write_text(FLOWS)
+    (tmp_path / "cli_flows_new.py").write_text(
+        FLOWS.replace("n * 2", "n * 3").replace('"twice"', '"thrice"')
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = _cli(
+        "run", "double", "--input", '{"n": 1}', "--db", db_url, "--flows", "cli_flows_old:flows"
+    )
+    execution_id = out.split()[1]
+    code, out = _cli("replay", execution_id, "--db", db_url, "--flows", "cli_flows_new:flows")
+    assert code == 1 and "UnrecordedDecisionError" in out and "'twice'" in out
+    assert _cli("run", "double", "--input", "{nope", "--db", db_url)[0] == 2
+    assert _cli("run", "nope", "--db", db_url, "--flows", "cli_flows_old:flows")[0] == 2
+    assert _cli("replay", "not-an-id", "--db", db_url, "--flows", "cli_flows_old:flows")[0] == 2
+
+
+def test_doctor_fails_when_a_projection_lags(db_url: str) -> None:
+    """A corpus projection behind the log head is reported and exits 1."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_runtime import Loom
+
+    with Loom(db_url) as loom:
+        open_knowledge_base(loom, "ops").put_doc(Doc(id="a", text="alpha"))
+        with loom.log.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE loom_tracking SET position = 0")
+        code, out = _cli("doctor", "--db", db_url)
+    assert code == 1 and "FAIL" in out and "loom rebuild" in out
