@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 from loom_runtime import Loom
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture
