@@ -15,6 +15,7 @@ from loom_runtime.errors import (
     FlowAlreadyRegisteredError,
     FlowInputError,
     FlowNotFoundError,
+    IntegrityUnsupportedError,
     LoomError,
     NotSerialisableError,
     OutcomeChangedError,
@@ -27,12 +28,14 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import FlowRegistry
+from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
 from loom_runtime.log import EventLog, LogSettings
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import ReplayResult
 from loom_runtime.stream import LogEvent
 
 __all__ = [
+    "Anchor",
     "AsyncFlowContext",
     "ConfigurationError",
     "Decision",
@@ -48,6 +51,7 @@ __all__ = [
     "FlowInputError",
     "FlowNotFoundError",
     "FlowRegistry",
+    "IntegrityUnsupportedError",
     "LogEvent",
     "LogSettings",
     "Loom",
@@ -60,6 +64,9 @@ __all__ = [
     "ReplayResult",
     "Run",
     "StreamConflictError",
+    "Tampering",
     "UnrecordedDecisionError",
     "UnusedDecisionsError",
+    "VerifyReport",
+    "verify_log",
 ]

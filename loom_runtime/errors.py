@@ -158,3 +158,7 @@ class BundleVersionError(BundleError):
 
 class BundleConflictError(BundleError):
     """The target log already holds this execution with different events."""
+
+
+class IntegrityUnsupportedError(LoomError):
+    """The log's persistence keeps no hash chain, so it cannot be verified (ADR 0011)."""
