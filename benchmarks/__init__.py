@@ -6,9 +6,11 @@ reported as medians and ratios, next to negative controls that must stay bad.
 
 Layout: :mod:`benchmarks.harness` is the instrument (rounds, medians, tables, controls),
 :mod:`benchmarks.stores` gives each sample a fresh database, :mod:`benchmarks.workload` is
-loom's recording/replay workload, one module per section (:mod:`benchmarks.runtime`,
-:mod:`benchmarks.persistence`), :mod:`benchmarks.sections` orders them, and
-:mod:`benchmarks.report` renders the terminal tables and the markdown.
+loom's recording/replay workload, :mod:`benchmarks.corpora` cuts realistic text and queries
+from the shared corpora, one module per section (:mod:`benchmarks.runtime`,
+:mod:`benchmarks.persistence`, :mod:`benchmarks.memory`, :mod:`benchmarks.corpus`),
+:mod:`benchmarks.sections` orders them, and :mod:`benchmarks.report` renders the terminal
+tables and the markdown.
 """
 
 from benchmarks.harness import (

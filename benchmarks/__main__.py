@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK_ROUNDS} rounds and smaller persistence workloads (well under a minute); "
+        help=f"{QUICK_ROUNDS} rounds and smaller workloads (well under a minute); "
         "does not publish docs/benchmarks.md",
     )
     parser.add_argument(

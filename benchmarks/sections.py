@@ -7,7 +7,7 @@ says which issue will measure it. Issue 7 replaces its placeholders with modules
 
 from __future__ import annotations
 
-from benchmarks import persistence, runtime
+from benchmarks import corpus, memory, persistence, runtime
 from benchmarks.harness import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -23,6 +23,18 @@ SECTIONS: tuple[Section, ...] = (
         "(ADR 0001)",
         issue=2,
         run=persistence.run,
+    ),
+    Section(
+        name="memory",
+        title="Memory stores: append throughput and search latency (SQLite, PostgreSQL)",
+        issue=3,
+        run=memory.run,
+    ),
+    Section(
+        name="corpus",
+        title="Corpus: ingest, unchanged and edited sync, retrieval",
+        issue=4,
+        run=corpus.run,
     ),
     Section(
         name="peers-runtime",

@@ -1,0 +1,457 @@
+"""Section "corpus" (issue 4): ingest, unchanged and edited sync, retrieval of a knowledge base.
+
+Everything goes through the public surface (``open_knowledge_base`` on a ``Loom`` with its
+defaults: a SQLite file, built-in persistence, ``synchronous=NORMAL``), so every figure
+includes what a user pays: the events appended to the log AND the projection that indexes
+them (a write returns only once the manifest and passage index have caught up).
+
+* **Ingest** (a fresh log each round): ``kb.sync`` of 2,000 documents into an empty corpus,
+  and ``kb.put_doc`` of 300 documents one by one into an empty corpus and of 10 new documents
+  into the 10,000-document corpus (removed again, untimed, after each round).
+* **Unchanged sync** of a 2,000- and a 10,000-document corpus, each built once by a sync: time
+  and events appended, read from ``loom.log.position`` before and after (must be exactly 1).
+* **Edited sync** of the 10,000-document corpus with 1% of documents edited and 1% dropped
+  (well under the mass-delete guard, so no override is passed), restored after each round by
+  an untimed sync of the original set.
+* **Retrieval**: ``kb.search(query, limit=4)`` with 200 seeded queries of 2-4 words drawn from
+  the corpus, p50/p95 per round.
+
+Documents are ~2,000-character windows of real manuals (:mod:`benchmarks.corpora`), cut at
+paragraph boundaries so the default chunker (``pack_paragraphs(max_chars=1000)``) sees real
+paragraphs. Each ends with a paragraph of one marker term unique to it (``loommark0x<n>``, no
+other word, so term statistics stay the manuals'); an edit changes that term to
+``loommark<round>x<n>``. After every edited sync the old marker of each edited and each dropped
+document is searched: it exists only in a superseded or removed revision, so any hit is a stale
+passage leaking (must be 0); the new marker of each edited document must be found, or the
+check proves nothing.
+
+Negative controls: a re-sync of the 2,000-document corpus with every document's text changed
+by one character (the fingerprint defeated) must append one event per document plus the
+record and take far longer than the unchanged sync; a fresh ``SqliteMemoryStore`` holding the
+superseded revisions' passages (a projection that never applied the edit) must find the stale
+markers that the knowledge base must not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import msgspec
+
+from benchmarks.corpora import queries, windows
+from benchmarks.harness import (
+    Arm,
+    Control,
+    InstrumentError,
+    Progress,
+    Results,
+    Sample,
+    SectionResult,
+    Settings,
+    Stats,
+    Table,
+    interleave,
+)
+from benchmarks.memory import percentile
+from benchmarks.stores import fresh_sqlite
+from loom_knowledge import (
+    Doc,
+    KnowledgeBase,
+    format_passage_id,
+    open_knowledge_base,
+    pack_paragraphs,
+    passage_content,
+    to_passages,
+)
+from loom_memory import MemoryEntry, SqliteMemoryStore
+from loom_runtime import Loom
+
+DOC_CHARS = 2_000
+SIZES = (2_000, 10_000)
+QUICK_SIZES = (200, 1_000)
+SYNC_INGEST = 2_000
+QUICK_SYNC_INGEST = 200
+PUT_INGEST = 300
+QUICK_PUT_INGEST = 50
+PUT_INTO_LARGE = 10
+QUICK_PUT_INTO_LARGE = 5
+CHURN = 100
+"""One document in CHURN is edited and another one dropped by the edited sync (1% each)."""
+QUERIES = 200
+LIMIT = 4
+SOURCE = "bench"
+SCOPE = "bench"
+UNCHANGED_TARGET_MS = 100.0
+INGEST_TARGET = 500.0
+DEFEATED_FACTOR = 10.0
+"""A sync that rewrites every document must take at least this many times the unchanged one."""
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus built once and kept for the rounds: its log, knowledge base and documents."""
+
+    loom: Loom
+    kb: KnowledgeBase
+    docs: list[Doc]
+
+    def sync(self, docs: Sequence[Doc]) -> tuple[float, int]:
+        """Sync ``docs``; return the seconds taken and the events appended."""
+        before = self.loom.log.position
+        started = time.perf_counter()
+        self.kb.sync(docs, source=SOURCE)
+        elapsed = time.perf_counter() - started
+        return elapsed, self.loom.log.position - before
+
+
+def run(settings: Settings, progress: Progress) -> SectionResult:
+    """Build the corpora once, then measure every arm in interleaved rounds."""
+    small, large = QUICK_SIZES if settings.quick else SIZES
+    sync_ingest = QUICK_SYNC_INGEST if settings.quick else SYNC_INGEST
+    put_ingest = QUICK_PUT_INGEST if settings.quick else PUT_INGEST
+    put_into_large = QUICK_PUT_INTO_LARGE if settings.quick else PUT_INTO_LARGE
+    progress(f"cutting {large + put_into_large:,} documents of ~{DOC_CHARS:,} characters")
+    docs = base_docs(large + put_into_large)
+    spare, docs = docs[large:], docs[:large]
+    query_set = queries([doc.text.rpartition("\n\n")[0] for doc in docs], QUERIES)
+
+    with ExitStack() as stack:
+        builds: list[tuple[int, float, int]] = []
+        corpora: dict[int, Corpus] = {}
+        for size in (small, large):
+            progress(f"building the {size:,}-document corpus by one sync")
+            url, _ = stack.enter_context(fresh_sqlite())
+            loom = stack.enter_context(Loom(url))
+            corpus = Corpus(loom, _opened(loom), docs[:size])
+            seconds, events = corpus.sync(corpus.docs)
+            builds.append((size, seconds, events))
+            corpora[size] = corpus
+        leaks: list[int] = []
+        arms = [
+            _sync_ingest_arm(docs[:sync_ingest]),
+            _put_ingest_arm(docs[:put_ingest]),
+            _put_into_arm(corpora[large], spare),
+            _unchanged_arm(corpora[small]),
+            _unchanged_arm(corpora[large]),
+            _edited_arm(corpora[large], leaks),
+            _retrieval_arm(corpora[large], query_set),
+        ]
+        results = interleave(arms, rounds=settings.rounds, progress=progress)
+        progress("negative controls")
+        unchanged_small = results[arms[3].name]["seconds"]
+        controls = (
+            _defeated_fingerprint(corpora[small], unchanged_small),
+            _stale_store_control(corpora[large]),
+        )
+
+    names = [arm.name for arm in arms]
+    return SectionResult(
+        notes=(
+            f"Documents: ~{DOC_CHARS:,}-character windows of the PostgreSQL and Python manuals "
+            f"(mean {sum(len(d.text) for d in docs) / len(docs):,.0f} characters, "
+            f"{_passages_per_doc(docs):.1f} passages each with the default chunker), one "
+            f"source ({SOURCE!r}). Loom defaults: a SQLite file, built-in persistence, "
+            "synchronous=NORMAL. Every write includes its event append and the projection "
+            "catching up (manifest and FTS5 passage index).",
+            f"Retrieval queries: {QUERIES} seeded queries of 2-4 words drawn from the corpus, "
+            f"e.g. {', '.join(repr(q) for q in query_set[:3])}; `kb.search(query, "
+            f"limit={LIMIT})` (the unrecorded search `retrieve` wraps).",
+        ),
+        tables=(
+            _ingest_table(names[:3], results, builds, settings.rounds),
+            _sync_table(names[3:6], results, leaks, large, settings.rounds),
+            _retrieval_table(names[6], results, settings.rounds),
+        ),
+        controls=controls,
+    )
+
+
+# -- documents ------------------------------------------------------------------------------
+
+
+def base_docs(count: int) -> list[Doc]:
+    """``count`` documents, each ending with a paragraph of its own marker term."""
+    return [
+        Doc(
+            id=f"{window.origin}#{index}",
+            title=window.title,
+            text=f"{window.text}\n\n{marker(0, index)}",
+        )
+        for index, window in enumerate(windows(DOC_CHARS, count))
+    ]
+
+
+def marker(revision: int, index: int) -> str:
+    """A term found in exactly one document: document ``index`` as of edit ``revision``."""
+    return f"loommark{revision}x{index}"
+
+
+def edited(doc: Doc, index: int, revision: int) -> Doc:
+    return msgspec.structs.replace(
+        doc, text=doc.text.replace(marker(0, index), marker(revision, index))
+    )
+
+
+def _passages_per_doc(docs: list[Doc]) -> float:
+    chunker = pack_paragraphs()
+    sample = docs[:500]
+    return sum(len(chunker(doc)) for doc in sample) / len(sample)
+
+
+def _opened(loom: Loom) -> KnowledgeBase:
+    """The benchmark scope's knowledge base with its tables created (outside any clock)."""
+    kb = open_knowledge_base(loom, SCOPE)
+    kb.refresh()
+    return kb
+
+
+@contextmanager
+def _fresh_corpus() -> Iterator[tuple[Loom, KnowledgeBase]]:
+    with fresh_sqlite() as (url, _), Loom(url) as loom:
+        yield loom, _opened(loom)
+
+
+# -- arms -----------------------------------------------------------------------------------
+
+
+def _sync_ingest_arm(docs: list[Doc]) -> Arm:
+    def measure() -> Sample:
+        with _fresh_corpus() as (loom, kb):
+            started = time.perf_counter()
+            result = kb.sync(docs, source=SOURCE)
+            elapsed = time.perf_counter() - started
+            events = loom.log.position
+        _expect(len(result.written) == len(docs), f"sync wrote {len(result.written)} documents")
+        return {"docs_per_s": len(docs) / elapsed, "events": events}
+
+    return Arm(f"kb.sync of {len(docs):,} documents into an empty corpus", measure)
+
+
+def _put_ingest_arm(docs: list[Doc]) -> Arm:
+    def measure() -> Sample:
+        with _fresh_corpus() as (loom, kb):
+            started = time.perf_counter()
+            for doc in docs:
+                kb.put_doc(doc, source=SOURCE)
+            elapsed = time.perf_counter() - started
+            events = loom.log.position
+        return {"docs_per_s": len(docs) / elapsed, "events": events}
+
+    return Arm(f"kb.put_doc of {len(docs):,} documents into an empty corpus", measure)
+
+
+def _put_into_arm(corpus: Corpus, docs: list[Doc]) -> Arm:
+    def measure() -> Sample:
+        before = corpus.loom.log.position
+        started = time.perf_counter()
+        for doc in docs:
+            corpus.kb.put_doc(doc, source=SOURCE)
+        elapsed = time.perf_counter() - started
+        events = corpus.loom.log.position - before
+        for doc in docs:  # untimed: back to the corpus the other arms expect
+            corpus.kb.remove_doc(doc.id, source=SOURCE)
+        return {"docs_per_s": len(docs) / elapsed, "events": events}
+
+    return Arm(
+        f"kb.put_doc of {len(docs):,} new documents into the {len(corpus.docs):,}-document corpus",
+        measure,
+    )
+
+
+def _unchanged_arm(corpus: Corpus) -> Arm:
+    def measure() -> Sample:
+        seconds, events = corpus.sync(corpus.docs)
+        return {"seconds": seconds, "events": events}
+
+    return Arm(f"unchanged sync, {len(corpus.docs):,} documents", measure)
+
+
+def _edited_arm(corpus: Corpus, leaks: list[int]) -> Arm:
+    """Sync with 1% edited and 1% dropped, check for stale passages, then restore (untimed)."""
+    rounds = iter(range(1, 1_000_000))
+    edit = [index for index in range(len(corpus.docs)) if index % CHURN == 0]
+    drop = [index for index in range(len(corpus.docs)) if index % CHURN == CHURN // 2]
+
+    def measure() -> Sample:
+        revision = next(rounds)
+        changed = {index: edited(corpus.docs[index], index, revision) for index in edit}
+        dropped = set(drop)
+        docs = [
+            changed.get(index, doc) for index, doc in enumerate(corpus.docs) if index not in dropped
+        ]
+        seconds, events = corpus.sync(docs)
+        for index in edit:
+            found = _hits(corpus.kb, marker(revision, index))
+            _expect(
+                corpus.docs[index].id in found,
+                f"the edited document {corpus.docs[index].id} is not found by its new marker",
+            )
+        leaks.append(sum(len(_hits(corpus.kb, marker(0, index))) for index in edit + drop))
+        _, restored = corpus.sync(corpus.docs)
+        _expect(restored == len(edit) + len(drop) + 1, f"the restore appended {restored} events")
+        return {"seconds": seconds, "events": events}
+
+    return Arm(
+        f"sync with 1% edited and 1% dropped, {len(corpus.docs):,} documents "
+        f"({len(edit)} edited, {len(drop)} dropped)",
+        measure,
+    )
+
+
+def _hits(kb: KnowledgeBase, query: str) -> list[str]:
+    return [passage.doc_id for passage in kb.search(query, limit=LIMIT)]
+
+
+def _retrieval_arm(corpus: Corpus, query_set: list[str]) -> Arm:
+    def measure() -> Sample:
+        latencies = []
+        for query in query_set:
+            started = time.perf_counter()
+            found = corpus.kb.search(query, limit=LIMIT)
+            latencies.append(time.perf_counter() - started)
+            _expect(bool(found), f"query {query!r} was drawn from the corpus but found nothing")
+        return {
+            "p50_ms": percentile(latencies, 50) * 1e3,
+            "p95_ms": percentile(latencies, 95) * 1e3,
+        }
+
+    return Arm(f"kb.search(query, limit={LIMIT}), {len(corpus.docs):,} documents", measure)
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise InstrumentError(f"corpus section: {problem}")
+
+
+# -- controls -------------------------------------------------------------------------------
+
+
+def _defeated_fingerprint(corpus: Corpus, unchanged: Stats) -> Control:
+    """Every document changed by one character: a sync must write them all, and slowly."""
+    touched = [msgspec.structs.replace(doc, text=doc.text + ".") for doc in corpus.docs]
+    seconds, events = corpus.sync(touched)
+    wanted = len(touched) + 1
+    factor = seconds / unchanged.median
+    return Control(
+        name=f"re-sync of the {len(touched):,}-document corpus with every text changed by one "
+        "character (fingerprint defeated)",
+        expected=f"{wanted:,} events, >= {DEFEATED_FACTOR:.0f}x the unchanged sync's time",
+        observed=f"{events:,} events, {seconds:.2f} s = {factor:,.0f}x",
+        held=events == wanted and factor >= DEFEATED_FACTOR,
+    )
+
+
+def _stale_store_control(corpus: Corpus) -> Control:
+    """A store that never applied the edit still holds the old markers: it must find them."""
+    edit = [index for index in range(len(corpus.docs)) if index % CHURN == 0]
+    chunker = pack_paragraphs()
+    with fresh_sqlite() as (url, _):
+        store = SqliteMemoryStore(url)
+        try:
+            for index in edit:
+                passages = to_passages(corpus.docs[index], revision=1, chunker=chunker)
+                store.append(
+                    SCOPE,
+                    [
+                        MemoryEntry(
+                            id=format_passage_id(passage.doc_id, passage.index),
+                            content=msgspec.to_builtins(passage_content(passage)),
+                        )
+                        for passage in passages
+                    ],
+                )
+            found = sum(bool(store.search(SCOPE, marker(0, index))) for index in edit)
+        finally:
+            store.close()
+    return Control(
+        name=f"the old markers of the {len(edit)} edited documents searched in a fresh "
+        "SqliteMemoryStore still holding their superseded revisions",
+        expected=f"all {len(edit)} found (the leak check can see a leak)",
+        observed=f"{found} found",
+        held=found == len(edit),
+    )
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def _ingest_table(
+    names: list[str], results: Results, builds: list[tuple[int, float, int]], rounds: int
+) -> Table:
+    rows = []
+    for name in names:
+        stats = results[name]
+        rate = stats["docs_per_s"]
+        rows.append((name, rate.cell("/s"), _events(stats["events"]), _verdict(rate.median)))
+    for size, seconds, events in builds:
+        built = size / seconds
+        rows.append(
+            (
+                f"kb.sync of {size:,} documents into an empty corpus (fixture build; one sample)",
+                f"{built:,.0f}/s",
+                f"{events:,}",
+                _verdict(built),
+            )
+        )
+    return Table(
+        title="Ingest, documents per second (event append and indexing included)",
+        columns=("arm", "docs/s", "events appended", f"target >= {INGEST_TARGET:,.0f} docs/s"),
+        rows=tuple(rows),
+        note=f"median of {rounds} interleaved rounds (low-high), unless marked one sample",
+    )
+
+
+def _sync_table(
+    names: list[str], results: Results, leaks: list[int], large: int, rounds: int
+) -> Table:
+    rows = []
+    for name in names:
+        stats = results[name]
+        seconds, events = stats["seconds"], stats["events"]
+        verdict = "n/a"
+        if name == f"unchanged sync, {large:,} documents":
+            ok = seconds.median * 1e3 < UNCHANGED_TARGET_MS and set(events.samples) == {1.0}
+            verdict = (
+                f"{'met' if ok else 'MISSED'} ({seconds.median * 1e3 / UNCHANGED_TARGET_MS:.1f}x "
+                "the limit)"
+            )
+        stale = "n/a"
+        if name.startswith("sync with 1% edited"):
+            stale = f"{sum(leaks)} over {len(leaks)} rounds (must be 0)"
+        ms = Stats(tuple(value * 1e3 for value in seconds.samples))
+        rows.append((name, ms.cell(" ms"), _events(events), stale, verdict))
+    return Table(
+        title="Sync of a built corpus: time and events appended",
+        columns=(
+            "arm",
+            "time",
+            "events appended",
+            "stale passages retrievable",
+            f"target: unchanged {large:,} < {UNCHANGED_TARGET_MS:.0f} ms with 1 event",
+        ),
+        rows=tuple(rows),
+        note=f"median of {rounds} interleaved rounds (low-high); events appended in every "
+        "round (low-high)",
+    )
+
+
+def _retrieval_table(name: str, results: Results, rounds: int) -> Table:
+    stats = results[name]
+    return Table(
+        title=f"Retrieval latency, {QUERIES} queries per round",
+        columns=("arm", "p50", "p95"),
+        rows=((name, stats["p50_ms"].cell(" ms"), stats["p95_ms"].cell(" ms")),),
+        note=f"median over {rounds} interleaved rounds of each round's p50/p95 (low-high)",
+    )
+
+
+def _events(stats: Stats) -> str:
+    low, high = min(stats.samples), max(stats.samples)
+    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
+
+
+def _verdict(rate: float) -> str:
+    return f"{'met' if rate >= INGEST_TARGET else 'MISSED'} ({rate / INGEST_TARGET:.1f}x)"
