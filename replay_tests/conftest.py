@@ -1,25 +1,68 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite.
+
+``db_url`` is parametrised over both backends: every test that takes it (or ``loom``) runs on
+a fresh SQLite file AND on a fresh PostgreSQL database of the server ``scripts/test`` starts
+(``LOOM_TEST_PG_URL``). Without that server the PostgreSQL half is skipped, and the session
+says so in one line. Tests about SQLite itself (pragmas, the FTS5 index, the file) take
+``sqlite_url`` instead.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 
 from loom_runtime import Loom
 
 pytest_plugins = ["pytester"]
 
+PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
+NO_PG = "PostgreSQL half skipped: LOOM_TEST_PG_URL is not set (run the suite with scripts/test)"
+
+
+def pytest_report_header() -> str:
+    return f"loom backends: sqlite, {'postgresql at ' + PG_URL if PG_URL else NO_PG}"
+
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
+def sqlite_url(tmp_path: Path) -> str:
     """A fresh SQLite log file for one test."""
     return f"sqlite:///{tmp_path / 'loom.db'}"
 
 
+def fresh_postgres_database() -> Iterator[str]:
+    """Create an empty database on the test server, yield its URL, drop it afterwards."""
+    name = f"loom_t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty log database: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'loom.db'}"
+        return
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    yield from fresh_postgres_database()
+
+
 @pytest.fixture
 def loom(db_url: str) -> Iterator[Loom]:
-    """A Loom on a fresh log, closed after the test."""
+    """A Loom on a fresh log (each backend), closed after the test."""
     with Loom(db_url) as instance:
         yield instance

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -31,24 +30,20 @@ def test_value_returned_live_is_the_decoded_round_trip(loom: Loom) -> None:
 
 
 def test_decision_is_durable_before_the_flow_sees_it(loom: Loom, db_url: str) -> None:
-    """When compute returns, the value is already in the log file (read with plain sqlite3)."""
-    path = db_url.removeprefix("sqlite:///")
-    rows_when_seen: list[int] = []
+    """When decide returns, the value is committed: another connection already reads it."""
+    seen_by_another_reader: list[list[str]] = []
 
     @loom.flow("f")
     def f(ctx: FlowContext) -> str:
         value = ctx.decide("k", lambda: "v")
-        with sqlite3.connect(path) as conn:
-            rows_when_seen.append(
-                conn.execute(
-                    "SELECT count(*) FROM stored_events WHERE topic = ?",
-                    ("loom.execution.DecisionRecorded",),
-                ).fetchone()[0]
+        with Loom(db_url) as reader:
+            seen_by_another_reader.append(
+                [n.topic for n in reader.log.notifications() if n.topic.endswith("Recorded")]
             )
         return value
 
     loom.run("f")
-    assert rows_when_seen == [1]
+    assert seen_by_another_reader == [["loom.execution.DecisionRecorded"]]
 
 
 def test_typed_decide_returns_the_declared_type(loom: Loom) -> None:

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from loom_runtime import FlowContext, Loom
 
 
-def test_sqlite_runs_in_wal_with_synchronous_normal_by_default(loom: Loom) -> None:
+def test_sqlite_runs_in_wal_with_synchronous_normal_by_default(sqlite_url: str) -> None:
     """ADR 0001: WAL, synchronous=NORMAL (1) on the log's own connections."""
+    loom = Loom(sqlite_url)
     assert _pragma(loom, "journal_mode") == "wal"
     assert _pragma(loom, "synchronous") == 1
 
 
 @pytest.mark.parametrize(("setting", "code"), [("FULL", 2), ("OFF", 0)])
-def test_synchronous_is_configurable(db_url: str, setting: str, code: int) -> None:
+def test_synchronous_is_configurable(sqlite_url: str, setting: str, code: int) -> None:
     """The durability trade-off is the caller's choice (sqlite_synchronous=...)."""
-    with Loom(db_url, sqlite_synchronous=setting) as loom:  # type: ignore[arg-type]
+    with Loom(sqlite_url, sqlite_synchronous=setting) as loom:  # type: ignore[arg-type]
         assert _pragma(loom, "synchronous") == code
 
 
@@ -41,11 +40,8 @@ def test_executions_share_one_global_order(loom: Loom, db_url: str) -> None:
     ids = [n.id for n in loom.log.notifications()]
     assert ids == list(range(1, 7))
     assert second.log_position == 3 > first.log_position == 0
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        [(tables,)] = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type='table' AND name LIKE 'stored_%'"
-        ).fetchall()
-    assert tables == 1  # one application, one events table
+    with Loom(db_url) as another_process_view:  # one application: one table, one sequence
+        assert [n.id for n in another_process_view.log.notifications()] == ids
 
 
 def test_notifications_page_through_the_whole_log(loom: Loom) -> None:
@@ -73,9 +69,9 @@ def test_sqlalchemy_persistence_is_a_configuration_choice(db_url: str) -> None:
         assert [n.id for n in loom.log.notifications()] == [1, 2, 3]
 
 
-def test_sqlalchemy_persistence_honours_the_synchronous_setting(db_url: str) -> None:
+def test_sqlalchemy_persistence_honours_the_synchronous_setting(sqlite_url: str) -> None:
     """eventsourcing-sqlalchemy has no such option: loom sets it on each connection."""
-    with Loom(db_url, persistence="sqlalchemy", sqlite_synchronous="OFF") as loom:
+    with Loom(sqlite_url, persistence="sqlalchemy", sqlite_synchronous="OFF") as loom:
         engine = loom.log.factory.datastore.engine  # type: ignore[attr-defined]
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -63,7 +62,7 @@ def test_every_event_type_round_trips(cls: type) -> None:
         ), name
 
 
-def test_stored_form_is_json_an_operator_can_read(loom: Loom, db_url: str) -> None:
+def test_stored_form_is_json_an_operator_can_read(loom: Loom) -> None:
     """The state column holds JSON with the decision's value inline, not an opaque blob."""
 
     @loom.flow("f")
@@ -72,11 +71,12 @@ def test_stored_form_is_json_an_operator_can_read(loom: Loom, db_url: str) -> No
 
     with freeze_time("2026-03-04T05:06:07Z"):
         loom.run("f")
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        [(state,)] = conn.execute(
-            "SELECT state FROM stored_events WHERE topic = 'loom.execution.DecisionRecorded'"
+    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    with loom.log.engine.connect() as conn:
+        [(state,)] = conn.exec_driver_sql(
+            f"SELECT state FROM {table} WHERE topic = 'loom.execution.DecisionRecorded'"
         ).fetchall()
-    document = json.loads(state)
+    document = json.loads(bytes(state))
     assert document["value"] == {"answer": "é"}
     assert document["timestamp"].startswith("2026-03-04T05:06:07")
 

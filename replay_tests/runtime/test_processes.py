@@ -3,7 +3,7 @@
 Every test drives ``flows_for_processes.py`` in fresh interpreters (``sys.executable``), so
 nothing is shared with the recording process but the SQLite file: no registered flow, no
 cached aggregate, no open connection. The parent observes the children through the log
-(read with plain ``sqlite3``), the JSON line each child prints, and files the children's live
+(read through a fresh connection), the JSON line each child prints, and files the children's live
 dependencies append to.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -25,6 +24,8 @@ from uuid import UUID
 
 import msgspec
 import pytest
+
+from loom_runtime import Loom
 
 HELPER = Path(__file__).with_name("flows_for_processes.py")
 TIMEOUT = 30  # seconds any one child may take; every wait below is bounded
@@ -82,25 +83,19 @@ def _killed(db_url: str, *args: str, **env: str | os.PathLike[str]) -> None:
     assert status == -signal.SIGKILL, f"expected the child to die of SIGKILL, got {status}"
 
 
-def _db_file(db_url: str) -> str:
-    return db_url.removeprefix("sqlite:///")
-
-
 def _events(db_url: str, execution_id: str | None = None) -> list[tuple[str, int, str, Any]]:
-    """(originator_id, version, topic, decoded state) of every stored event, in log order."""
-    connection = sqlite3.connect(_db_file(db_url), timeout=10)
-    try:
-        rows = connection.execute(
-            "SELECT originator_id, originator_version, topic, state FROM stored_events "
-            "ORDER BY rowid"
-        ).fetchall()
-    finally:
-        connection.close()
+    """(originator_id, version, topic, decoded state) of every stored event, in log order,
+    read through a connection of its own (what the children committed, nothing cached)."""
+    with Loom(db_url) as reader:
+        rows = [
+            (UUID(str(n.originator_id)).hex, n.originator_version, n.topic, bytes(n.state))
+            for n in reader.log.notifications()
+        ]
     wanted = None if execution_id is None else UUID(execution_id).hex
     return [
-        (UUID(oid).hex, version, topic, msgspec.json.decode(state))
+        (oid, version, topic, msgspec.json.decode(state))
         for oid, version, topic, state in rows
-        if wanted is None or UUID(oid).hex == wanted
+        if wanted is None or oid == wanted
     ]
 
 
