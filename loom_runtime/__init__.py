@@ -22,6 +22,7 @@ from loom_runtime.errors import (
     OutputChangedError,
     RecordedComputeError,
     ReplayDivergence,
+    SecretRefusedError,
     StreamConflictError,
     UnrecordedDecisionError,
     UnusedDecisionsError,
@@ -31,6 +32,7 @@ from loom_runtime.flow import FlowRegistry
 from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
 from loom_runtime.log import EventLog, LogSettings
 from loom_runtime.loom import Loom, Run
+from loom_runtime.redaction import Redactor, SecretPattern
 from loom_runtime.replay import ReplayResult
 from loom_runtime.stream import LogEvent
 
@@ -60,9 +62,12 @@ __all__ = [
     "OutcomeChangedError",
     "OutputChangedError",
     "RecordedComputeError",
+    "Redactor",
     "ReplayDivergence",
     "ReplayResult",
     "Run",
+    "SecretPattern",
+    "SecretRefusedError",
     "StreamConflictError",
     "Tampering",
     "UnrecordedDecisionError",

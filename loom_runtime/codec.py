@@ -6,6 +6,10 @@ decoded from those bytes. That round trip is what makes a live run and its repla
 same types (a tuple comes back as a list on both; a datetime comes back as a datetime only
 when a ``type`` asks for it). A value msgspec cannot encode is refused up front with the
 path of the offending field, so nothing half-written reaches the log.
+
+The boundary is also where a log's :class:`~loom_runtime.redaction.Redactor` runs (ADR 0012):
+given one, the stored bytes carry ``[REDACTED:...]`` markers instead of secrets, and because
+the caller gets the round trip of those bytes, a live run sees exactly what its replay will.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from loom_runtime.errors import NotSerialisableError
+from loom_runtime.redaction import Redactor
 
 T = TypeVar("T")
 
@@ -33,10 +38,14 @@ def enc_hook(value: object) -> object:
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
-def encode(value: object, *, path: str) -> msgspec.Raw:
-    """Encode ``value`` to JSON, or raise :class:`NotSerialisableError` naming ``path.field``."""
+def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msgspec.Raw:
+    """Encode ``value`` to JSON, or raise :class:`NotSerialisableError` naming ``path.field``.
+
+    With a ``redactor``, secrets in the value's strings are replaced by markers (or refused
+    with :class:`~loom_runtime.errors.SecretRefusedError`) before the bytes are returned.
+    """
     try:
-        return msgspec.Raw(_encoder.encode(value))
+        raw = msgspec.Raw(_encoder.encode(value))
     except (TypeError, ValueError, OverflowError) as exc:
         bad_path, bad_value = _find_unencodable(value, path)
         raise NotSerialisableError(
@@ -45,6 +54,7 @@ def encode(value: object, *, path: str) -> msgspec.Raw:
             "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
             path=bad_path,
         ) from exc
+    return raw if redactor is None else redactor.raw(raw, path=path)
 
 
 def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
@@ -52,9 +62,12 @@ def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
     return msgspec.json.decode(raw, type=type)
 
 
-def round_trip(value: object, *, path: str, type: type[T] | Any = Any) -> tuple[msgspec.Raw, T]:
-    """Encode ``value`` and decode it back: the stored bytes and what a reader will see."""
-    raw = encode(value, path=path)
+def round_trip(
+    value: object, *, path: str, type: type[T] | Any = Any, redactor: Redactor | None = None
+) -> tuple[msgspec.Raw, T]:
+    """Encode ``value`` (redacted, given a redactor) and decode it back: the stored bytes and
+    what a reader will see."""
+    raw = encode(value, path=path, redactor=redactor)
     try:
         return raw, decode(raw, type=type)
     except msgspec.ValidationError as exc:

@@ -38,6 +38,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.log import EventLog
+from loom_runtime.redaction import Redactor
 
 T = TypeVar("T")
 
@@ -55,7 +56,13 @@ class Slot(msgspec.Struct, frozen=True):
 
 
 class DecisionSource(Protocol):
-    """Where a decision's value comes from: the log, a live computation, or both."""
+    """Where a decision's value comes from: the log, a live computation, or both.
+
+    ``redactor`` is applied to each decision's input as it is encoded, so the input compared
+    with the recording has the same ``[REDACTED:...]`` markers the recording has (ADR 0012).
+    """
+
+    redactor: Redactor | None
 
     def lookup(self, slot: Slot) -> Decision | None:
         """The recorded decision for ``slot`` or ``None`` to compute live (may raise)."""
@@ -76,6 +83,7 @@ class Recorder:
     def __init__(self, log: EventLog, execution: Execution) -> None:
         self._log = log
         self._execution = execution
+        self.redactor = log.redactor
 
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
@@ -89,7 +97,10 @@ class Recorder:
         return decision
 
     def record(self, slot: Slot, value: object, *, type: Any) -> Any:
-        raw, decoded = codec.round_trip(value, path=f"decision {slot.key!r}", type=type)
+        # Redacted before it is stored and decoded back: the flow sees what a replay will see.
+        raw, decoded = codec.round_trip(
+            value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
+        )
         self._execution.record_decision(key=slot.key, kind=slot.kind, value=raw, input=slot.input)
         save(self._log, self._execution)
         return decoded
@@ -142,7 +153,7 @@ class _Context:
             slot_key = f"{key}#{occurrence}"
         self._seen[key] = occurrence
         self._taken.add(slot_key)
-        raw_input = codec.encode(input, path=f"input of {key!r}")
+        raw_input = codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
         return Slot(key=slot_key, kind=kind, input=raw_input)
 
     def _answer(self, slot: Slot, type: Any) -> tuple[bool, Any]:

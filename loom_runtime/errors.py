@@ -162,3 +162,20 @@ class BundleConflictError(BundleError):
 
 class IntegrityUnsupportedError(LoomError):
     """The log's persistence keeps no hash chain, so it cannot be verified (ADR 0011)."""
+
+
+class SecretRefusedError(LoomError, ValueError):
+    """A value matched a secret pattern and the redactor refuses instead of redacting.
+
+    Nothing was written. ``pattern`` names the matching pattern and ``path`` where the value
+    was; the message never contains the value itself.
+    """
+
+    def __init__(self, *, pattern: str, path: str) -> None:
+        super().__init__(
+            f"{path} contains what looks like a secret ({pattern}); the log's redactor is set to "
+            "refuse, so nothing was written. Remove the secret from the value, or configure "
+            "Redactor(mode='redact') to store it with a [REDACTED:...] marker instead"
+        )
+        self.pattern = pattern
+        self.path = path

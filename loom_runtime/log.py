@@ -14,7 +14,8 @@ Storage is chosen by URL and a persistence setting (ADR 0001):
   configuration choice; it measured several times slower on the write path.
 
 With the built-in modules every event is hash-chained as it is inserted (ADR 0011,
-:mod:`loom_runtime.integrity`).
+:mod:`loom_runtime.integrity`); every payload is redacted before it is mapped to a row
+(ADR 0012, :mod:`loom_runtime.redaction`).
 
 Projections open their own SQLAlchemy engine on the same database (:attr:`EventLog.engine`).
 """
@@ -40,6 +41,7 @@ from sqlalchemy.exc import ArgumentError
 from loom_runtime.errors import ConfigurationError
 from loom_runtime.integrity import ChainedPostgresRecorder, ChainedSQLiteRecorder
 from loom_runtime.mapper import MsgspecMapper
+from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 
 Persistence = Literal["builtin", "sqlalchemy"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -59,7 +61,10 @@ class LogSettings:
         sqlite_synchronous: Synchronous = "NORMAL",
         lock_timeout: float = 5.0,
         pool_size: int = 5,
+        redactor: RedactorOption = "builtin",
     ) -> None:
+        """``redactor``: secrets are redacted before storage with the built-in patterns unless
+        you pass your own :class:`Redactor` (extra patterns, ``mode="refuse"``) or ``None``."""
         raw = url or os.environ.get("LOOM_DB_URL") or DEFAULT_URL
         try:
             self.url: URL = make_url(raw)
@@ -84,6 +89,10 @@ class LogSettings:
         self.sqlite_synchronous = sqlite_synchronous
         self.lock_timeout = lock_timeout
         self.pool_size = pool_size
+        try:
+            self.redactor: Redactor | None = resolve_redactor(redactor)
+        except TypeError as exc:
+            raise ConfigurationError(str(exc)) from exc
         backend = self.url.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ConfigurationError(
@@ -229,7 +238,12 @@ class EventLog(Application[UUID]):
         super().__init__(env=settings.application_env())
 
     def construct_mapper(self) -> Mapper[UUID]:
-        return MsgspecMapper()
+        return MsgspecMapper(redactor=self.settings.redactor)
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """The redactor every value and payload passes before storage (its counts included)."""
+        return self.settings.redactor
 
     @cached_property
     def engine(self) -> Engine:

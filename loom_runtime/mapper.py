@@ -15,6 +15,10 @@ Schema evolution follows eventsourcing's convention: an event class with ``class
 defines static ``upcast_v1_v2(state)``, ... ``upcast_vN-1_vN(state)`` that edit the plain
 dict in place. Old rows are upcast on read; the log itself is never rewritten. The stored form
 stays JSON so an operator can read it with SQL.
+
+Given a :class:`~loom_runtime.redaction.Redactor`, the mapper redacts every string of every
+payload before it becomes a row: it is the one place every event passes on its way to the
+database, so it is where "nothing unredacted is stored" can be guaranteed (ADR 0012).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from eventsourcing.persistence import Mapper, MapperDeserialisationError, Stored
 from eventsourcing.utils import get_topic, resolve_topic
 
 from loom_runtime.codec import enc_hook
+from loom_runtime.redaction import Redactor
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
@@ -39,21 +44,25 @@ _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 class MsgspecMapper(Mapper[UUID]):
     """Maps eventsourcing domain events to JSON rows with msgspec, typed both ways."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, redactor: Redactor | None = None) -> None:
         # The base class's transcoder, compressor and cipher are replaced wholesale: loom
         # stores plain JSON (readable with SQL), never compressed or encrypted per row.
         self.compressor = None
         self.cipher = None
+        self.redactor = redactor
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        topic = get_topic(type(domain_event))
         state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_COLUMNS}
+        if self.redactor is not None:
+            state = {k: self.redactor.value(v, path=f"{topic}.{k}") for k, v in state.items()}
         class_version = getattr(type(domain_event), "class_version", 1)
         if class_version > 1:
             state["class_version"] = class_version
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(type(domain_event)),
+            topic=topic,
             state=_encoder.encode(state),
         )
 

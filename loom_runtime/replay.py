@@ -6,6 +6,10 @@ every live dependency unreachable. What it proves is reported, not assumed: each
 current code departs from the recording is one :class:`~loom_runtime.errors.ReplayDivergence`
 in :attr:`ReplayResult.divergences`.
 
+Decision inputs are redacted as they were when recorded (the built-in patterns unless the
+caller passes the log's redactor), so a secret the flow adds to a prompt compares equal to
+its ``[REDACTED:...]`` marker in the recording instead of diverging (ADR 0012).
+
 ``live`` names decision *kinds* ("retrieval", ...) that run live instead of from the log while
 the rest stay recorded: a counterfactual replay ("would this still happen today?"). Their
 fresh values are reported in :attr:`ReplayResult.live_values`; nothing is written.
@@ -31,14 +35,22 @@ from loom_runtime.errors import (
     UnusedDecisionsError,
 )
 from loom_runtime.execution import Decision, Execution, error_type_of
+from loom_runtime.redaction import RedactorOption, resolve_redactor
 
 
 class Replayer:
     """A decision source that answers from the recording and collects divergences."""
 
-    def __init__(self, decisions: dict[str, Decision], *, live: frozenset[str]) -> None:
+    def __init__(
+        self,
+        decisions: dict[str, Decision],
+        *,
+        live: frozenset[str],
+        redactor: RedactorOption = "builtin",
+    ) -> None:
         self._decisions = decisions
         self._live = live
+        self.redactor = resolve_redactor(redactor)
         self.asked: set[str] = set()
         self.divergences: list[ReplayDivergence] = []
         self.live_values: dict[str, Any] = {}
@@ -63,7 +75,9 @@ class Replayer:
         return decision
 
     def record(self, slot: Slot, value: object, *, type: Any) -> Any:
-        _, decoded = codec.round_trip(value, path=f"decision {slot.key!r}", type=type)
+        _, decoded = codec.round_trip(
+            value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
+        )
         self.live_values[slot.key] = decoded
         return decoded
 

@@ -1,0 +1,243 @@
+"""ADR 0012: secrets are redacted before storage, and a replay reproduces the redacted record."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from sqlalchemy import text
+
+from loom_runtime import (
+    ConfigurationError,
+    FlowContext,
+    LogEvent,
+    LogSettings,
+    Loom,
+    Redactor,
+    SecretPattern,
+    SecretRefusedError,
+)
+from loom_runtime.context import Recorder, save
+from loom_runtime.execution import Execution
+from loom_runtime.log import EventLog
+from loom_runtime.redaction import BUILTIN_PATTERNS
+from loom_runtime.stream import append, stream_id
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.sig-Abc123"
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq\nZm9vYmFy\n-----END RSA PRIVATE KEY-----"
+)
+
+SECRETS = [
+    ("bearer-token", f"Authorization: Bearer {TOKEN}", TOKEN),
+    ("aws-key", "key AKIAIOSFODNN7EXAMPLE in use", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "aws-secret",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    ("private-key", f"key:\n{PEM}\nend", "MIIEowIBAAKCAQEA7bq"),
+    ("url-password", "postgresql://loom:hunter2-pw@db.internal:5432/loom", "hunter2-pw"),
+]
+
+
+class Noted(LogEvent):
+    TOPIC = "test.redaction.Noted"
+    text: str
+    meta: dict[str, object]
+
+
+def _stored(loom: Loom) -> list[tuple[str, bytes]]:
+    """Every stored row's topic and state, read with SQL on the log's own tables."""
+    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    with loom.log.engine.connect() as conn:
+        rows = conn.execute(text(f"SELECT topic, state FROM {table}")).all()
+    return [(topic, bytes(state)) for topic, state in rows]
+
+
+@pytest.mark.parametrize(("name", "value", "secret"), SECRETS, ids=[s[0] for s in SECRETS])
+def test_each_builtin_pattern_is_replaced_by_its_marker(name: str, value: str, secret: str) -> None:
+    """A built-in secret format becomes [REDACTED:<name>] and is counted under that name."""
+    redactor = Redactor()
+    redacted = redactor.text(value, path="v")
+    assert secret not in redacted
+    assert f"[REDACTED:{name}]" in redacted
+    assert redactor.counts == {name: 1}
+
+
+def test_the_text_around_a_secret_stays_readable() -> None:
+    """Only the secret part is replaced: the scheme, user and host of a URL stay."""
+    redacted = Redactor().text("postgresql://loom:pw123@db:5432/x and Bearer abcdefghij", path="v")
+    assert redacted == (
+        "postgresql://loom:[REDACTED:url-password]@db:5432/x and Bearer [REDACTED:bearer-token]"
+    )
+
+
+def test_a_truncated_private_key_is_redacted_to_the_end() -> None:
+    """A BEGIN line with no END (a cut-off paste) is not left half-stored."""
+    redacted = Redactor().text("see -----BEGIN PRIVATE KEY-----\nMIIEvQIBADAN", path="v")
+    assert redacted == "see [REDACTED:private-key]"
+
+
+def test_redaction_is_idempotent_and_counts_once() -> None:
+    """A marker never matches again: a second pass changes and counts nothing."""
+    redactor = Redactor()
+    once = redactor.text(SECRETS[4][1], path="v")
+    assert redactor.text(once, path="v") is once
+    assert redactor.total == 1
+
+
+def test_nested_values_are_redacted_but_keys_are_not() -> None:
+    """Strings anywhere in plain data and in stored JSON are scanned; mapping keys are kept."""
+    redactor = Redactor()
+    value = {"Bearer abcdefghijk": [1, {"auth": f"Bearer {TOKEN}"}], "n": None}
+    redacted = redactor.value(value, path="v")
+    assert redacted == {
+        "Bearer abcdefghijk": [1, {"auth": "Bearer [REDACTED:bearer-token]"}],
+        "n": None,
+    }
+    raw = msgspec.Raw(msgspec.json.encode(value))
+    assert msgspec.json.decode(redactor.raw(raw, path="v")) == redacted
+    clean = msgspec.Raw(b'{"a":"b"}')
+    assert redactor.raw(clean, path="v") is clean
+
+
+def test_users_add_patterns_and_keep_the_builtins() -> None:
+    """``extra`` patterns join the built-in set; ``patterns`` replaces it."""
+    ticket = SecretPattern.compile("ticket", r"TKT-[0-9]{6}")
+    both = Redactor(extra=[ticket])
+    assert both.text("TKT-123456 / AKIAIOSFODNN7EXAMPLE", path="v") == (
+        "[REDACTED:ticket] / [REDACTED:aws-key]"
+    )
+    only = Redactor(patterns=[ticket])
+    assert only.text("TKT-123456 / AKIAIOSFODNN7EXAMPLE", path="v") == (
+        "[REDACTED:ticket] / AKIAIOSFODNN7EXAMPLE"
+    )
+    assert len(only.patterns) == 1 < len(BUILTIN_PATTERNS)
+
+
+def test_refusing_names_the_pattern_and_path_but_never_the_secret() -> None:
+    """mode='refuse' raises a typed error whose message does not leak the value."""
+    with pytest.raises(SecretRefusedError) as caught:
+        Redactor(mode="refuse").text(f"Bearer {TOKEN}", path="decision 'model'")
+    assert (caught.value.pattern, caught.value.path) == ("bearer-token", "decision 'model'")
+    assert TOKEN not in str(caught.value)
+
+
+def test_a_replay_reproduces_the_prompt_as_recorded_with_markers(loom: Loom) -> None:
+    """The live run sees the redacted model answer; its replay is identical; no row holds it."""
+    seen: dict[str, str] = {}
+
+    @loom.flow("ask")
+    def ask(ctx: FlowContext, question: str) -> str:
+        prompt = f"{question}\nAuthorization: Bearer {TOKEN}"  # a secret the code adds
+        answer: str = ctx.decide(
+            "model", lambda: f"echo: {prompt}", input={"prompt": prompt}, kind="model"
+        )
+        seen["answer"] = answer
+        return answer.upper()
+
+    run = loom.run("ask", question="key AKIAIOSFODNN7EXAMPLE?")
+    assert TOKEN not in seen["answer"] and "[REDACTED:bearer-token]" in seen["answer"]
+    assert "[REDACTED:aws-key]" in seen["answer"]  # it came in through the flow's input
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    decision = loom.execution(run.execution_id).decisions["model"]
+    assert b"Bearer [REDACTED:bearer-token]" in bytes(decision.input)
+    stored = b"".join(state for _, state in _stored(loom))
+    assert TOKEN.encode() not in stored
+    assert b"AKIAIOSFODNN7EXAMPLE" not in stored
+    assert loom.log.redactor is not None and loom.log.redactor.total >= 2
+
+
+def test_a_recorded_failure_message_is_redacted_and_replays(loom: Loom) -> None:
+    """Error messages are payload strings too: stored redacted, and the replay agrees."""
+
+    @loom.flow("fetch")
+    def fetch(ctx: FlowContext) -> str:
+        def call() -> str:
+            raise PermissionError(f"401 for Bearer {TOKEN}")
+
+        try:
+            return ctx.decide("call", call)
+        except PermissionError as exc:
+            return f"failed: {exc}"
+
+    run = loom.run("fetch")
+    assert loom.replay(run.execution_id).identical
+    assert TOKEN.encode() not in b"".join(state for _, state in _stored(loom))
+
+
+def test_every_event_payload_is_redacted_before_storage(loom: Loom) -> None:
+    """A plain stream event (any package's) is redacted by the mapper, nested meta included."""
+    append(
+        loom.log,
+        stream_id("notes"),
+        expected_version=0,
+        events=[(Noted, {"text": PEM, "meta": {"dsn": "mysql://app:s3cr3t@h/db"}})],
+    )
+    [(_, state)] = _stored(loom)
+    assert msgspec.json.decode(state)["text"] == "[REDACTED:private-key]"
+    assert msgspec.json.decode(state)["meta"] == {"dsn": "mysql://app:[REDACTED:url-password]@h/db"}
+
+
+def test_refuse_mode_writes_nothing_for_an_event(db_url: str) -> None:
+    """A refusing log raises before the insert: the stream and the log are unchanged."""
+    log = EventLog(LogSettings(db_url, redactor=Redactor(mode="refuse")))
+    try:
+        with pytest.raises(SecretRefusedError, match=r"test\.redaction\.Noted\.meta"):
+            append(
+                log,
+                stream_id("notes"),
+                expected_version=0,
+                events=[
+                    (Noted, {"text": "fine", "meta": {}}),
+                    (Noted, {"text": "fine", "meta": {"k": f"Bearer {TOKEN}"}}),
+                ],
+            )
+        assert log.position == 0
+    finally:
+        log.close()
+
+
+def test_refuse_mode_records_no_decision_and_the_flow_sees_the_error(db_url: str) -> None:
+    """A decision whose value holds a secret is refused before it is appended."""
+    log = EventLog(LogSettings(db_url, redactor=Redactor(mode="refuse")))
+    try:
+        execution = Execution.start(
+            id=stream_id("run"),
+            flow="f",
+            code_version="1",
+            input=msgspec.Raw(b"{}"),
+            log_position=0,
+        )
+        save(log, execution)
+        ctx = FlowContext(Recorder(log, execution), execution_id=execution.id, flow="f")
+        with pytest.raises(SecretRefusedError, match="decision 'model'"):
+            ctx.decide("model", lambda: f"Bearer {TOKEN}")
+        assert log.position == 1  # only Created
+        assert ctx.decide("clean", lambda: "ok") == "ok"
+    finally:
+        log.close()
+
+
+def test_redaction_can_be_switched_off(db_url: str) -> None:
+    """redactor=None stores values as given (a deliberate choice, e.g. a local test log)."""
+    log = EventLog(LogSettings(db_url, redactor=None))
+    try:
+        append(
+            log,
+            stream_id("notes"),
+            expected_version=0,
+            events=[(Noted, {"text": f"Bearer {TOKEN}", "meta": {}})],
+        )
+        [notification] = log.notifications()
+        assert TOKEN.encode() in notification.state
+    finally:
+        log.close()
+
+
+def test_a_bad_redactor_setting_is_a_configuration_error(db_url: str) -> None:
+    """Anything but a Redactor, 'builtin' or None is refused when the settings are made."""
+    with pytest.raises(ConfigurationError, match="redactor must be"):
+        LogSettings(db_url, redactor="on")  # type: ignore[arg-type]
