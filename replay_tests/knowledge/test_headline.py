@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect
 
 from loom_knowledge import ExtractiveModel, encode_request
 from loom_knowledge.answering import answer_from_corpus
@@ -27,11 +28,9 @@ pytestmark = pytest.mark.slow
 
 
 def _corpus_tables(loom: Loom) -> list[str]:
+    """The corpus read models' tables that exist in the log's database (either backend)."""
     with loom.log.engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE name LIKE 'loom_kb_%'"
-        ).fetchall()
-    return [row[0] for row in rows]
+        return [name for name in inspect(conn).get_table_names() if name.startswith("loom_kb_")]
 
 
 def test_replay_with_the_corpus_deleted_gives_the_identical_request_and_citations(
