@@ -1,10 +1,30 @@
-"""The knowledge package's ``loom`` commands, registered through the ``loom.cli`` entry point."""
+"""The knowledge package's ``loom`` commands, registered through the ``loom.cli`` entry point.
+
+``loom knowledge sync`` is a DRY RUN unless ``--apply`` is given: a reconcile is destructive
+(anything of the source's missing from the folder is removed), so the default shows the plan.
+"""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Annotated
 
-from loom_runtime.cli import DbOption, console, open_loom
+import msgspec
+import typer
+from rich.table import Table
+
+from loom_knowledge.audit import audit
+from loom_knowledge.audit_render import flat, render_html, render_text
+from loom_knowledge.corpus_files import load_docs
+from loom_knowledge.errors import KnowledgeError
+from loom_knowledge.knowledge_base import open_knowledge_base
+from loom_knowledge.types import SyncResult
+from loom_runtime.cli import DbOption, console, fail, open_loom
+from loom_runtime.errors import ExecutionNotFoundError
+
+ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
+
+knowledge_app = typer.Typer(help="Sync, list and search a corpus.", no_args_is_help=True)
 
 
 def demo(db: DbOption = None) -> None:
@@ -17,6 +37,111 @@ def demo(db: DbOption = None) -> None:
     raise typer.Exit(0 if ok else 1)
 
 
+def audit_command(
+    execution_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the audit as JSON.")] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write a self-contained HTML page here.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """What the agent knew: passages (and what became of them), request, answer, citations."""
+    with open_loom(db) as loom:
+        try:
+            report = audit(loom, execution_id)
+        except ExecutionNotFoundError as exc:
+            fail(str(exc), code=2)
+    if html is not None:
+        html.write_text(render_html(report), encoding="utf-8")
+        console.print(f"wrote {html}")
+    elif as_json:
+        console.print_json(msgspec.json.encode(report).decode())
+    else:
+        console.print(render_text(report), highlight=False, markup=False)
+    ungrounded = any(c.citations and c.citations.ungrounded for c in report.model_calls)
+    raise typer.Exit(1 if ungrounded else 0)
+
+
+@knowledge_app.command("sync")
+def sync_command(
+    directory: Annotated[Path, typer.Argument(help="A folder of .md/.txt documents.")],
+    scope: ScopeOption,
+    source: Annotated[
+        str | None, typer.Option("--source", help="The writer these documents belong to.")
+    ] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Write (default: show the plan).")] = False,
+    allow_mass_delete: Annotated[
+        bool, typer.Option("--allow-mass-delete", help="Allow removing most of the source.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY."""
+    if not directory.is_dir():
+        fail(f"{directory} is not a directory", code=2)
+    docs = load_docs(directory)
+    with open_loom(db) as loom:
+        kb = open_knowledge_base(loom, scope)
+        try:
+            if apply:
+                result = kb.sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+            else:
+                result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+        except KnowledgeError as exc:
+            fail(str(exc))
+    _print_sync(result, applied=apply)
+
+
+@knowledge_app.command("list")
+def list_command(scope: ScopeOption, db: DbOption = None) -> None:
+    """The live documents of SCOPE with their revisions."""
+    with open_loom(db) as loom:
+        records = open_knowledge_base(loom, scope).list_docs()
+    table = Table("document", "revision", "passages", "source", "fingerprint")
+    for record in records:
+        table.add_row(
+            record.id,
+            str(record.revision),
+            str(record.passage_count),
+            record.source or "",
+            record.fingerprint[:12],
+        )
+    console.print(table)
+
+
+@knowledge_app.command("search")
+def search_command(
+    query: str,
+    scope: ScopeOption,
+    limit: Annotated[int, typer.Option("--limit")] = 4,
+    db: DbOption = None,
+) -> None:
+    """Search SCOPE now. NOT recorded: a flow must use kb.retrieve(..., decide=ctx.decide)."""
+    with open_loom(db) as loom:
+        try:
+            passages = open_knowledge_base(loom, scope).search(query, limit=limit)
+        except KnowledgeError as exc:
+            fail(str(exc), code=2)
+    console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
+    for passage in passages:
+        console.print(
+            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
+            markup=False,
+        )
+
+
+def _print_sync(result: SyncResult, *, applied: bool) -> None:
+    verb = "synced" if applied else "plan (dry run; --apply to write)"
+    console.print(
+        f"{verb}: {len(result.written)} to write, {len(result.unchanged)} unchanged, "
+        f"{len(result.removed)} to remove, {len(result.retained)} retained (other sources)"
+    )
+    for label, ids in (("write", result.written), ("remove", result.removed)):
+        for doc_id in ids:
+            console.print(f"  {label:<6} {doc_id}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the ``loom`` CLI."""
     app.command()(demo)
+    app.command("audit")(audit_command)
+    app.add_typer(knowledge_app, name="knowledge")

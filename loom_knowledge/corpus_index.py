@@ -201,6 +201,27 @@ class CorpusIndex(SQLProjection):
         with self.engine.connect() as conn:
             return max((row.revision for row in conn.execute(query)), default=0)
 
+    def revision_history(
+        self, scope: str, revisions: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+        """For each (doc_id, revision): the position it stopped being current at (None while
+        it is current) and why ("superseded" or "removed"). Unknown revisions are absent."""
+        doc_ids = {doc_id for doc_id, _ in revisions}
+        if not doc_ids:
+            return {}
+        query = select(
+            self.revisions.c.doc_id,
+            self.revisions.c.revision,
+            self.revisions.c.ended_position,
+            self.revisions.c.ended_by,
+        ).where(and_(self.revisions.c.scope == scope, self.revisions.c.doc_id.in_(doc_ids)))
+        with self.engine.connect() as conn:
+            return {
+                (row.doc_id, row.revision): (row.ended_position, row.ended_by)
+                for row in conn.execute(query)
+                if (row.doc_id, row.revision) in revisions
+            }
+
     def current_revisions(self, scope: str, entry_ids: set[str]) -> dict[str, int]:
         """The current revision of the documents the given passage entry ids belong to."""
         doc_ids = {parse_passage_id(entry_id)[0] for entry_id in entry_ids}

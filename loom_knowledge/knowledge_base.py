@@ -69,7 +69,7 @@ class KnowledgeBase:
     def _index(self) -> CorpusIndex:
         """The corpus read models, created on first use: a replay that only calls
         :meth:`retrieve` never touches (or re-creates) a table."""
-        return _corpus_index(self.loom)
+        return corpus_index(self.loom)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -279,7 +279,8 @@ _open: weakref.WeakKeyDictionary[Loom, dict[str, KnowledgeBase]] = weakref.WeakK
 _indexes: weakref.WeakKeyDictionary[Loom, CorpusIndex] = weakref.WeakKeyDictionary()
 
 
-def _corpus_index(loom: Loom) -> CorpusIndex:
+def corpus_index(loom: Loom) -> CorpusIndex:
+    """The corpus read models of ``loom`` (one per Loom, created on first use)."""
     if loom not in _indexes:
         _indexes[loom] = CorpusIndex(loom.log.engine)
     return _indexes[loom]
@@ -296,7 +297,7 @@ def drop_corpus(loom: Loom) -> None:
     Nothing is lost: the next read or write recreates the tables and rebuilds them from the
     log. This is how the headline demo and tests prove the corpus is a projection.
     """
-    _corpus_index(loom).drop()
+    corpus_index(loom).drop()
     del _indexes[loom]
 
 

@@ -1,0 +1,188 @@
+"""Audit: what did the agent know, what did it send, what did it answer?
+
+An audit is read from two places that the log keeps consistent: the execution's recorded
+decisions (the passages each retrieval returned, by content; the request each model call was
+made with; the answer) and the corpus's revision history (is the revision a passage came from
+still current, or was it superseded or removed since, and when?). Nothing is recomputed: an
+audit of an execution is the same tomorrow, whatever happens to the corpus.
+
+:func:`audit` returns a typed :class:`Audit`; ``msgspec.json.encode`` and the renderers in
+:mod:`loom_knowledge.audit_render` (text, one self-contained HTML page) present it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from loom_knowledge.citations import CitationCheck, check_citations
+from loom_knowledge.corpus_index import CorpusIndex
+from loom_knowledge.grounding import GroundedRequest
+from loom_knowledge.knowledge_base import corpus_index
+from loom_knowledge.model import Answer
+from loom_knowledge.types import Passage
+from loom_runtime import Execution, Loom, codec
+from loom_runtime.projection import catch_up
+
+Status = Literal["current", "superseded", "removed", "unknown"]
+
+
+class AuditedPassage(msgspec.Struct, frozen=True, kw_only=True):
+    """One passage the agent was shown, and what has become of its revision since."""
+
+    doc_id: str
+    index: int
+    revision: int
+    text: str
+    status: Status
+    ended_at: datetime | None = None
+    ended_position: int | None = None
+
+
+class AuditedRetrieval(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded retrieval: the query and the passages it returned."""
+
+    key: str
+    scope: str
+    query: str
+    limit: int
+    passages: tuple[AuditedPassage, ...]
+
+
+class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded model call: the exact request, the answer, and its citation check."""
+
+    key: str
+    request: GroundedRequest | None
+    answer: Answer | None
+    citations: CitationCheck | None
+    raw_input: str
+    raw_output: str
+
+
+class Audit(msgspec.Struct, frozen=True, kw_only=True):
+    """The whole account of one execution."""
+
+    execution_id: UUID
+    flow: str
+    code_version: str
+    log_position: int
+    status: Literal["completed", "failed", "unfinished"]
+    input: Any
+    retrievals: tuple[AuditedRetrieval, ...]
+    model_calls: tuple[AuditedModelCall, ...]
+    output: Any = None
+    error: str | None = None
+
+
+def audit(loom: Loom, execution_id: UUID | str) -> Audit:
+    """Build the audit of ``execution_id`` from its decisions and the corpus history."""
+    execution = loom.execution(execution_id)
+    index = corpus_index(loom)
+    catch_up(loom.log, index)  # the history must include every change up to now
+    retrievals = [
+        _retrieval(loom, index, decision.key, decision.input, decision.value)
+        for decision in execution.decisions.values()
+        if decision.kind == "retrieval" and decision.value is not None
+    ]
+    shown = [p for r in retrievals for p in r.passages]
+    model_calls = [
+        _model_call(decision.key, decision.input, decision.value, shown)
+        for decision in execution.decisions.values()
+        if decision.kind == "model"
+    ]
+    return Audit(
+        execution_id=execution.id,
+        flow=execution.flow,
+        code_version=execution.code_version,
+        log_position=execution.log_position,
+        status=_status(execution),
+        input=codec.decode(execution.input),
+        retrievals=tuple(retrievals),
+        model_calls=tuple(model_calls),
+        output=None if execution.output is None else codec.decode(execution.output),
+        error=None if execution.error is None else ": ".join(execution.error),
+    )
+
+
+def _status(execution: Execution) -> Literal["completed", "failed", "unfinished"]:
+    if execution.output is not None:
+        return "completed"
+    return "failed" if execution.error is not None else "unfinished"
+
+
+def _retrieval(
+    loom: Loom, index: CorpusIndex, key: str, raw_input: Any, raw_value: Any
+) -> AuditedRetrieval:
+    request: Any = codec.decode(raw_input or b"null")
+    passages: list[Passage] = codec.decode(raw_value, type=list[Passage])
+    scope = str(request.get("scope", "")) if isinstance(request, dict) else ""
+    history = index.revision_history(scope, {(p.doc_id, p.revision) for p in passages})
+    audited = []
+    for passage in passages:
+        ended = history.get((passage.doc_id, passage.revision))
+        if ended is None:
+            status: Status = "unknown"
+            ended_position = None
+        else:
+            ended_position, ended_by = ended
+            status = "current" if ended_position is None else ended_by  # type: ignore[assignment]
+        audited.append(
+            AuditedPassage(
+                doc_id=passage.doc_id,
+                index=passage.index,
+                revision=passage.revision,
+                text=passage.text,
+                status=status,
+                ended_position=ended_position,
+                ended_at=None if ended_position is None else _time_at(loom, ended_position),
+            )
+        )
+    return AuditedRetrieval(
+        key=key,
+        scope=scope,
+        query=str(request.get("query", "")) if isinstance(request, dict) else "",
+        limit=int(request.get("limit", 0)) if isinstance(request, dict) else 0,
+        passages=tuple(audited),
+    )
+
+
+def _model_call(
+    key: str, raw_input: Any, raw_value: Any, shown: list[AuditedPassage]
+) -> AuditedModelCall:
+    request = _try_decode(raw_input, GroundedRequest)
+    answer = _try_decode(raw_value, Answer)
+    citations = None
+    if answer is not None:
+        shown_passages = [
+            Passage(doc_id=p.doc_id, index=p.index, text=p.text, revision=p.revision) for p in shown
+        ]
+        citations = check_citations(answer.cited_doc_ids, shown_passages)
+    return AuditedModelCall(
+        key=key,
+        request=request,
+        answer=answer,
+        citations=citations,
+        raw_input=codec.pretty(raw_input),
+        raw_output=codec.pretty(raw_value),
+    )
+
+
+def _try_decode(raw: Any, into: type[Any]) -> Any:
+    if raw is None:
+        return None
+    try:
+        return codec.decode(raw, type=into)
+    except msgspec.ValidationError:
+        return None
+
+
+def _time_at(loom: Loom, position: int) -> datetime | None:
+    page = loom.log.recorder.select_notifications(start=position, limit=1)
+    if not page or page[0].id != position:
+        return None
+    timestamp: datetime = getattr(loom.log.mapper.to_domain_event(page[0]), "timestamp")  # noqa: B009
+    return timestamp

@@ -1,0 +1,136 @@
+"""Presenting an :class:`~loom_knowledge.audit.Audit`: plain text for a terminal, and one
+self-contained HTML page (inline CSS, no scripts, no external assets) that reads as a
+timeline: start, each retrieval with what became of its passages, each model call with the
+exact request and the citation check, the outcome."""
+
+from __future__ import annotations
+
+from html import escape
+from importlib.resources import files
+from string import Template
+
+import msgspec
+
+from loom_knowledge.audit import Audit, AuditedModelCall, AuditedPassage, AuditedRetrieval
+
+
+def render_text(report: Audit) -> str:
+    """The audit as plain text."""
+    lines = [
+        f"execution {report.execution_id}  flow {report.flow}  code {report.code_version}",
+        f"status {report.status}; the corpus as it saw it: log position {report.log_position}",
+        f"input: {flat(report.input)}",
+    ]
+    for retrieval in report.retrievals:
+        lines.append(
+            f"retrieval {retrieval.query!r} in {retrieval.scope} (limit {retrieval.limit})"
+        )
+        lines += [f"  {_passage_line(p)}" for p in retrieval.passages]
+    for call in report.model_calls:
+        lines.append(f"model call {call.key}")
+        if call.request is not None:
+            for message in call.request.messages:
+                label = message.provenance.label if message.provenance else ""
+                lines.append(f"  {message.role:>6} {label:<40} {flat(message.content, 60)}")
+        if call.answer is not None:
+            lines.append(f"  answer: {flat(call.answer.text, 100)}")
+        if call.citations is not None:
+            ungrounded = list(call.citations.ungrounded)
+            lines.append(
+                f"  cited {list(call.citations.grounded)}"
+                + (f", UNGROUNDED {ungrounded}" if ungrounded else ", all grounded")
+            )
+    lines.append(f"error: {report.error}" if report.error else f"output: {flat(report.output)}")
+    return "\n".join(lines)
+
+
+def render_html(report: Audit) -> str:
+    """The audit as one self-contained HTML page."""
+    items = [
+        _card(
+            "Started",
+            f"input <code>{escape(flat(report.input, 400))}</code><br>"
+            f"the corpus as it saw it: log position {report.log_position}",
+            "start",
+        )
+    ]
+    items += [_retrieval_card(r) for r in report.retrievals]
+    items += [_model_card(c) for c in report.model_calls]
+    outcome = (
+        f"<b>error</b> {escape(report.error)}"
+        if report.error
+        else f"output <code>{escape(flat(report.output, 600))}</code>"
+    )
+    items.append(_card(f"Outcome: {report.status}", outcome, "end"))
+    page = Template(files("loom_knowledge").joinpath("templates/audit.html").read_text("utf-8"))
+    return page.substitute(
+        title=escape(f"Audit of {report.flow} {report.execution_id}"),
+        heading=escape(f"{report.flow}: execution {report.execution_id}"),
+        meta=escape(f"code {report.code_version}"),
+        items="".join(items),
+    )
+
+
+def flat(value: object, width: int = 200) -> str:
+    """One line of at most ``width`` characters (JSON for non-strings)."""
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    single = " ".join(text.split())
+    return single if len(single) <= width else single[: width - 1] + "…"
+
+
+def _passage_line(passage: AuditedPassage) -> str:
+    since = ""
+    if passage.ended_at is not None:
+        since = f" at {passage.ended_at:%Y-%m-%d %H:%M:%S} (position {passage.ended_position})"
+    return (
+        f"{passage.doc_id}#{passage.index} r{passage.revision}  {passage.status}{since}  "
+        f"{flat(passage.text, 60)}"
+    )
+
+
+def _card(title: str, body: str, kind: str) -> str:
+    return f"<li class='{kind}'><h2>{escape(title)}</h2>{body}</li>"
+
+
+def _badge(text: str, kind: str) -> str:
+    return f"<span class='badge {kind}'>{escape(text)}</span>"
+
+
+def _retrieval_card(retrieval: AuditedRetrieval) -> str:
+    rows = []
+    for p in retrieval.passages:
+        when = f"<br><small>{p.ended_at:%Y-%m-%d %H:%M:%S}</small>" if p.ended_at else ""
+        rows.append(
+            f"<tr><td>{escape(p.doc_id)}#{p.index}</td><td>r{p.revision}</td>"
+            f"<td>{_badge(p.status, p.status)}{when}</td><td>{escape(flat(p.text, 220))}</td></tr>"
+        )
+    table = (
+        "<table><tr><th>passage</th><th>revision</th><th>now</th><th>text</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    intro = f"<p>scope <b>{escape(retrieval.scope)}</b>, limit {retrieval.limit}</p>"
+    return _card(f"Retrieval: {retrieval.query}", intro + table, "retrieval")
+
+
+def _model_card(call: AuditedModelCall) -> str:
+    body = []
+    if call.request is None:
+        body.append(f"<pre>{escape(call.raw_input)}</pre>")
+    for message in call.request.messages if call.request is not None else ():
+        label = (
+            f"<span class='prov'>{escape(message.provenance.label)}</span>"
+            if message.provenance
+            else ""
+        )
+        body.append(
+            f"<div class='msg'><span class='role'>{message.role}</span>{label}"
+            f"<pre>{escape(message.content)}</pre></div>"
+        )
+    if call.answer is not None:
+        body.append(f"<p><b>Answer:</b> {escape(call.answer.text)}</p>")
+    if call.citations is not None:
+        cites = [_badge(c, "current") for c in call.citations.grounded]
+        cites += [_badge(f"UNGROUNDED {c}", "ungrounded") for c in call.citations.ungrounded]
+        body.append(f"<p><b>Citations:</b> {''.join(cites) or 'none'}</p>")
+    return _card(f"Model call: {call.key}", "".join(body), "model")
