@@ -1,0 +1,149 @@
+"""Audit: what the agent knew (and what became of it), what it sent, answered and cited."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from freezegun import freeze_time
+from typer.testing import CliRunner
+
+from loom_knowledge import Answer, Doc, ExtractiveModel, open_knowledge_base
+from loom_knowledge.answering import answer_from_corpus
+from loom_knowledge.audit import Audit, audit
+from loom_knowledge.audit_render import render_html, render_text
+from loom_runtime import FlowContext, Loom
+from loom_runtime.cli import app
+
+
+class LyingModel:
+    """Answers from the passages but also cites a document it was never shown."""
+
+    def answer(self, request: Any) -> Answer:
+        real = ExtractiveModel().answer(request)
+        return Answer(text=real.text, cited_doc_ids=(*real.cited_doc_ids, "made-up.md"))
+
+
+@pytest.fixture
+def audited(loom: Loom) -> tuple[Loom, Any]:
+    """An execution that saw two documents; one is later revised, one removed."""
+    kb = open_knowledge_base(loom, "ops")
+    with freeze_time("2026-01-01T09:00:00Z"):
+        kb.put_doc(Doc(id="disk.md", text="When the disk is full, rotate the logs."))
+        kb.put_doc(Doc(id="dns.md", text="When DNS fails the disk looks full to no one."))
+        kb.put_doc(Doc(id="tls.md", text="Renew certificates before they expire."))
+
+    @loom.flow("answer")
+    def answer(ctx: FlowContext, question: str) -> dict[str, Any]:
+        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=LyingModel())
+        return {"cited": list(grounded.answer.cited_doc_ids)}
+
+    with freeze_time("2026-01-01T10:00:00Z"):
+        run = loom.run("answer", question="the disk is full")
+    with freeze_time("2026-01-02T08:00:00Z"):
+        kb.put_doc(Doc(id="disk.md", text="When the disk is full, first check inodes."))
+    with freeze_time("2026-01-03T08:00:00Z"):
+        kb.remove_doc("dns.md")
+    return loom, run
+
+
+def test_each_passage_says_what_became_of_its_revision(audited: tuple[Loom, Any]) -> None:
+    """disk.md r1 was superseded on Jan 2, dns.md r1 removed on Jan 3, with positions."""
+    loom, run = audited
+    report = audit(loom, run.execution_id)
+    [retrieval] = report.retrievals
+    assert retrieval.query == "the disk is full" and retrieval.scope == "ops"
+    by_doc = {p.doc_id: p for p in retrieval.passages}
+    assert set(by_doc) == {"disk.md", "dns.md"}
+    assert by_doc["disk.md"].status == "superseded" and by_doc["disk.md"].revision == 1
+    assert by_doc["disk.md"].ended_at is not None
+    assert by_doc["disk.md"].ended_at.isoformat().startswith("2026-01-02T08:00")
+    assert by_doc["dns.md"].status == "removed"
+    assert by_doc["dns.md"].ended_at is not None
+    assert by_doc["dns.md"].ended_at.isoformat().startswith("2026-01-03T08:00")
+    assert by_doc["dns.md"].ended_position is not None
+    assert by_doc["dns.md"].ended_position > by_doc["disk.md"].ended_position  # type: ignore[operator]
+
+
+def test_the_request_answer_and_ungrounded_citation_are_reported(
+    audited: tuple[Loom, Any],
+) -> None:
+    """The exact recorded request, the answer, and made-up.md flagged as never shown."""
+    loom, run = audited
+    [call] = audit(loom, run.execution_id).model_calls
+    assert call.request is not None
+    labels = [m.provenance.label for m in call.request.messages if m.provenance]
+    assert sorted(labels) == ["knowledge:ops:disk.md", "knowledge:ops:dns.md"]
+    assert call.answer is not None and "rotate the logs" in call.answer.text
+    assert call.citations is not None
+    assert call.citations.ungrounded == ("made-up.md",)
+
+
+def test_the_audit_does_not_change_when_the_corpus_does(audited: tuple[Loom, Any]) -> None:
+    """Recorded content, not today's corpus: the passages' text is what the agent saw."""
+    loom, run = audited
+    [retrieval] = audit(loom, run.execution_id).retrievals
+    texts = {p.doc_id: p.text for p in retrieval.passages}
+    assert texts["disk.md"] == "When the disk is full, rotate the logs."
+
+
+def test_text_json_and_html_renderings(audited: tuple[Loom, Any]) -> None:
+    """All three carry the same facts; JSON decodes back into an Audit."""
+    loom, run = audited
+    report = audit(loom, run.execution_id)
+    text = render_text(report)
+    assert "superseded" in text and "UNGROUNDED ['made-up.md']" in text
+    assert msgspec.json.decode(msgspec.json.encode(report), type=Audit) == report
+    page = render_html(report)
+    assert page.startswith("<!doctype html>") and "http" not in page.split("<body>")[1]
+    assert "UNGROUNDED made-up.md" in page and "badge superseded" in page
+
+
+def test_cli_audit_exit_code_flags_ungrounded_citations(
+    audited: tuple[Loom, Any], db_url: str, tmp_path: Path
+) -> None:
+    """`loom audit ID` prints the account; exit 1 because a citation is ungrounded."""
+    _, run = audited
+    result = CliRunner().invoke(app, ["audit", str(run.execution_id), "--db", db_url])
+    assert result.exit_code == 1 and "UNGROUNDED" in result.output
+    result = CliRunner().invoke(app, ["audit", str(run.execution_id), "--json", "--db", db_url])
+    assert json.loads(result.output)["flow"] == "answer"
+    page = tmp_path / "audit.html"
+    CliRunner().invoke(app, ["audit", str(run.execution_id), "--html", str(page), "--db", db_url])
+    assert "<ol>" in page.read_text()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_the_html_page_renders_in_headless_chromium(
+    audited: tuple[Loom, Any], tmp_path: Path
+) -> None:
+    """Chromium loads the page from a file and its DOM holds the timeline's four cards."""
+    loom, run = audited
+    page = tmp_path / "audit.html"
+    page.write_text(render_html(audit(loom, run.execution_id)), encoding="utf-8")
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert dom.count("<li class=") == 4  # started, retrieval, model call, outcome
+    assert "superseded" in dom
