@@ -16,11 +16,12 @@ from rich.table import Table
 from loom_knowledge.audit import audit
 from loom_knowledge.audit_render import flat, render_html, render_text
 from loom_knowledge.corpus_files import load_docs
+from loom_knowledge.counterfactual import counterfactual, render_counterfactual
 from loom_knowledge.errors import KnowledgeError
 from loom_knowledge.knowledge_base import open_knowledge_base
 from loom_knowledge.types import SyncResult
-from loom_runtime.cli import DbOption, console, fail, open_loom
-from loom_runtime.errors import ExecutionNotFoundError
+from loom_runtime.cli import DbOption, FlowsOption, console, fail, open_loom, open_with_flows
+from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -127,6 +128,25 @@ def search_command(
             f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
             markup=False,
         )
+
+
+@knowledge_app.command("counterfactual")
+def counterfactual_command(
+    execution_id: str,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Would EXECUTION_ID go the same way today? Retrievals live, the rest recorded.
+
+    Exit 0 if nothing would change, 1 if something would (passages, request, citations).
+    """
+    with open_with_flows(db, flows) as loom:
+        try:
+            report = counterfactual(loom, execution_id)
+        except (ExecutionNotFoundError, FlowNotFoundError) as exc:
+            fail(str(exc), code=2)
+    console.print(render_counterfactual(report), markup=False, highlight=False)
+    raise typer.Exit(0 if report.unchanged else 1)
 
 
 def _print_sync(result: SyncResult, *, applied: bool) -> None:

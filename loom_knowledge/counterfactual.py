@@ -1,0 +1,122 @@
+"""Counterfactual replay: would this execution go the same way against today's corpus?
+
+The execution is replayed with its retrievals run LIVE against the corpus as it is now, while
+everything else (the model's answer, the clock) stays as recorded. Nothing is written. The
+report says, per retrieval, which passages today's corpus would add or no longer return; how
+the model request would differ (the unified diff the replay produced); and which of the
+recorded answer's citations would now point at documents the model would not be shown. That
+is the regression test for a corpus change: replay yesterday's incidents against it.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+
+from loom_knowledge.model import Answer
+from loom_knowledge.types import Passage
+from loom_runtime import DecisionInputChangedError, Loom, codec
+
+
+class PassageRef(msgspec.Struct, frozen=True, order=True):
+    """A passage by identity: document, index, revision."""
+
+    doc_id: str
+    index: int
+    revision: int
+
+
+class RetrievalChange(msgspec.Struct, frozen=True, kw_only=True):
+    """How one retrieval's results differ today from what was recorded."""
+
+    key: str
+    added: tuple[PassageRef, ...]
+    removed: tuple[PassageRef, ...]
+    kept: tuple[PassageRef, ...]
+
+
+class Counterfactual(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to "would this incident happen again with today's corpus?"."""
+
+    execution_id: UUID
+    unchanged: bool
+    retrievals: tuple[RetrievalChange, ...]
+    request_diffs: tuple[str, ...]
+    now_ungrounded: tuple[str, ...]
+    divergences: tuple[str, ...]
+
+
+def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
+    """Replay with live retrievals and compare them, the request and the citations."""
+    execution = loom.execution(execution_id)
+    result = loom.replay(execution.id, live={"retrieval"})
+    changes = []
+    live_docs: set[str] = set()
+    for decision in execution.decisions.values():
+        if decision.kind != "retrieval" or decision.value is None:
+            continue
+        recorded_passages: list[Passage] = codec.decode(decision.value, type=list[Passage])
+        live_passages: list[Passage] = result.live_values.get(decision.key, [])
+        recorded = {_ref(p) for p in recorded_passages}
+        live = {_ref(p) for p in live_passages}
+        live_docs |= {ref.doc_id for ref in live}
+        changes.append(
+            RetrievalChange(
+                key=decision.key,
+                added=tuple(sorted(live - recorded)),
+                removed=tuple(sorted(recorded - live)),
+                kept=tuple(sorted(recorded & live)),
+            )
+        )
+    cited = [
+        doc_id
+        for decision in execution.decisions.values()
+        if decision.kind == "model" and decision.value is not None
+        for doc_id in _citations(decision.value)
+    ]
+    diffs = tuple(d.diff for d in result.divergences if isinstance(d, DecisionInputChangedError))
+    return Counterfactual(
+        execution_id=execution.id,
+        unchanged=result.identical and all(not (c.added or c.removed) for c in changes),
+        retrievals=tuple(changes),
+        request_diffs=diffs,
+        now_ungrounded=tuple(dict.fromkeys(d for d in cited if d not in live_docs)),
+        divergences=tuple(f"{type(d).__name__}: {d}" for d in result.divergences),
+    )
+
+
+def render_counterfactual(report: Counterfactual) -> str:
+    """The report as text for a terminal."""
+    verdict = (
+        "would go the same way with today's corpus"
+        if report.unchanged
+        else "would NOT go the same way with today's corpus"
+    )
+    lines = [f"execution {report.execution_id} {verdict}"]
+    for change in report.retrievals:
+        lines.append(f"retrieval {change.key}")
+        lines += [f"  + {_label(ref)}" for ref in change.added]
+        lines += [f"  - {_label(ref)}" for ref in change.removed]
+        lines.append(f"  = {len(change.kept)} passage(s) unchanged")
+    for diff in report.request_diffs:
+        lines.append("model request would change:")
+        lines.append(diff.rstrip())
+    if report.now_ungrounded:
+        lines.append(f"citations now UNGROUNDED: {', '.join(report.now_ungrounded)}")
+    return "\n".join(lines)
+
+
+def _ref(passage: Passage) -> PassageRef:
+    return PassageRef(passage.doc_id, passage.index, passage.revision)
+
+
+def _label(ref: PassageRef) -> str:
+    return f"{ref.doc_id}#{ref.index} r{ref.revision}"
+
+
+def _citations(raw: msgspec.Raw) -> tuple[str, ...]:
+    try:
+        return codec.decode(raw, type=Answer).cited_doc_ids
+    except msgspec.ValidationError:
+        return ()

@@ -1,0 +1,55 @@
+"""Counterfactual replay: today's corpus, yesterday's execution, nothing written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loom_knowledge import Doc, ExtractiveModel, open_knowledge_base
+from loom_knowledge.answering import answer_from_corpus
+from loom_knowledge.counterfactual import PassageRef, counterfactual, render_counterfactual
+from loom_runtime import FlowContext, Loom
+
+
+@pytest.fixture
+def incident(loom: Loom) -> tuple[Loom, Any]:
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="disk.md", text="When the disk is full, rotate the logs."))
+    kb.put_doc(Doc(id="tls.md", text="Renew certificates before they expire."))
+
+    @loom.flow("answer")
+    def answer(ctx: FlowContext, question: str) -> list[str]:
+        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=ExtractiveModel())
+        return list(grounded.answer.cited_doc_ids)
+
+    return loom, loom.run("answer", question="the disk is full")
+
+
+def test_an_unchanged_corpus_changes_nothing(incident: tuple[Loom, Any]) -> None:
+    """Same corpus: same passages, same request, every citation still grounded."""
+    loom, run = incident
+    report = counterfactual(loom, run.execution_id)
+    assert report.unchanged and not report.request_diffs and not report.now_ungrounded
+    assert report.retrievals[0].kept == (PassageRef("disk.md", 0, 1),)
+
+
+def test_a_removed_runbook_would_change_the_incident(incident: tuple[Loom, Any]) -> None:
+    """Removing the cited runbook: the passage is gone, the request differs, the citation
+    would be ungrounded; and the replay wrote nothing."""
+    loom, run = incident
+    kb = open_knowledge_base(loom, "ops")
+    kb.remove_doc("disk.md")
+    kb.put_doc(Doc(id="inodes.md", text="A full disk can mean inodes ran out."))
+    before = loom.log.position
+    report = counterfactual(loom, run.execution_id)
+    assert loom.log.position == before
+    assert not report.unchanged
+    [change] = report.retrievals
+    assert change.removed == (PassageRef("disk.md", 0, 1),)
+    assert change.added == (PassageRef("inodes.md", 0, 1),)
+    [diff] = report.request_diffs
+    assert "rotate the logs" in diff and "inodes ran out" in diff
+    assert report.now_ungrounded == ("disk.md",)
+    text = render_counterfactual(report)
+    assert "would NOT go the same way" in text and "- disk.md#0 r1" in text
