@@ -1,9 +1,11 @@
 """KnowledgeBase over a real log: upsert, removal, the passage rules, recorded retrieval, rebuild.
 
-The corpus is read back RAW wherever a search could hide a defect: passages through a second
-``SqliteMemoryStore`` on the corpus tables (no manifest join), and the FTS5 index through an
-``fts5vocab`` table and rowid-only ``MATCH`` (no join to the rows), because a search joined back
-to the rows hides a stale index row. Events are counted with ``loom.log.position``.
+Every test runs on both backends. The corpus is read back RAW wherever a search could hide a
+defect (``corpus_tables``): passages straight from the entries table (no manifest join), and the
+search index on its own, never joined to the rows, because a search joined back to the rows hides
+a stale index row: on SQLite the FTS5 index through ``fts5vocab`` and a rowid-only ``MATCH``, on
+PostgreSQL the rows' ``search_vector`` tsvectors through ``unnest`` and ``@@``. Events are counted
+with ``loom.log.position``.
 """
 
 from __future__ import annotations
@@ -25,13 +27,21 @@ from loom_knowledge import (
     pack_paragraphs,
     parse_passage_id,
 )
-from loom_knowledge.corpus_index import TABLE_PREFIX, corpus_key
-from loom_memory import MemoryEntry, SqliteMemoryStore
+from loom_knowledge.corpus_index import corpus_key
+from loom_memory import MemoryEntry
 from loom_runtime import FlowContext, Loom, UnrecordedDecisionError
+from replay_tests.knowledge.corpus_tables import (
+    drop_corpus_tables,
+    index_match_count,
+    indexed_rows,
+    indexed_terms,
+    indexed_terms_by_row,
+    passage_store,
+    read_passages,
+    row_terms,
+)
 
 SCOPE = "ops"
-CORPUS_TABLES = ("loom_kb_fts", "loom_kb_entries", "loom_kb_documents", "loom_kb_revisions")
-"""Every table the corpus owns (dropping the FTS5 table drops its shadow tables too)."""
 
 
 @pytest.fixture
@@ -45,51 +55,20 @@ def _paragraphs(*words: str) -> str:
     return "\n\n".join(f"{word} paragraph filler text" for word in words)
 
 
-# -- raw reads ----------------------------------------------------------------------------------
-
-
-def _store(loom: Loom) -> SqliteMemoryStore:
-    """A second store over the corpus's own tables, to read rows without the manifest."""
-    return SqliteMemoryStore(loom.log.engine, table_prefix=TABLE_PREFIX)
+# -- raw reads (corpus_tables reads under the KnowledgeBase, on either backend) ---------------
 
 
 def _entries(loom: Loom, scope: str = SCOPE) -> list[MemoryEntry]:
-    return _store(loom).read(corpus_key(scope))
+    return read_passages(loom.log.engine, scope)
 
 
 def _entry_ids(loom: Loom, doc_id: str) -> list[str]:
     return [e.id for e in _entries(loom) if isinstance(e.id, str) and e.id.startswith(doc_id)]
 
 
-def _indexed_rowids(loom: Loom) -> set[int]:
-    """Rowids the FTS index holds terms for, read from the index alone."""
-    with loom.log.engine.begin() as conn:
-        conn.exec_driver_sql(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_vocab "
-            "USING fts5vocab(main, 'loom_kb_fts', 'instance')"
-        )
-        return {row[0] for row in conn.exec_driver_sql("SELECT DISTINCT doc FROM temp.kb_vocab")}
-
-
-def _indexed_terms(loom: Loom) -> set[str]:
-    with loom.log.engine.begin() as conn:
-        conn.exec_driver_sql(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_vocab_rows "
-            "USING fts5vocab(main, 'loom_kb_fts', 'row')"
-        )
-        return {row[0] for row in conn.exec_driver_sql("SELECT term FROM temp.kb_vocab_rows")}
-
-
 def _row_seqs(loom: Loom) -> set[int]:
     with loom.log.engine.connect() as conn:
         return set(conn.scalars(text("SELECT seq FROM loom_kb_entries")))
-
-
-def _raw_match_count(loom: Loom, term: str) -> int:
-    """Index hits for ``term`` selecting only the rowid, answered from the index alone."""
-    with loom.log.engine.connect() as conn:
-        statement = text("SELECT count(rowid) FROM loom_kb_fts WHERE loom_kb_fts MATCH :t")
-        return conn.scalar(statement, {"t": f'"{term}"'}) or 0
 
 
 def _revision_rows(loom: Loom) -> list[tuple[Any, ...]]:
@@ -101,12 +80,6 @@ def _revision_rows(loom: Loom) -> list[tuple[Any, ...]]:
 def _corpus(loom: Loom, kb: KnowledgeBase) -> tuple[Any, ...]:
     """Everything the corpus holds: manifest, every passage entry, the revision history."""
     return kb.list_docs(), _entries(loom, kb.scope), _revision_rows(loom)
-
-
-def _drop_corpus_tables(loom: Loom) -> None:
-    with loom.log.engine.begin() as conn:
-        for table in CORPUS_TABLES:
-            conn.exec_driver_sql(f"DROP TABLE {table}")
 
 
 def _write_history(kb: KnowledgeBase) -> None:
@@ -148,13 +121,32 @@ def test_a_revision_s_old_words_stop_retrieving(kb: KnowledgeBase) -> None:
     assert [(p.doc_id, p.index, p.revision) for p in kb.search("wombat")] == [("disk", 0, 2)]
 
 
-def test_a_revision_leaves_no_stale_row_in_the_fts_index(loom: Loom, kb: KnowledgeBase) -> None:
-    """Read without the join, the FTS index holds only live rows and none of the old terms."""
+def test_a_revision_leaves_no_stale_row_in_the_search_index(loom: Loom, kb: KnowledgeBase) -> None:
+    """Read without the join, the search index holds only live rows and none of the old terms."""
     kb.put_doc(Doc(id="disk", text=_paragraphs("platypus", "volume", "inode")))
     kb.put_doc(Doc(id="disk", text=_paragraphs("wombat")))
-    assert _raw_match_count(loom, "platypus") == 0
-    assert _raw_match_count(loom, "wombat") == 1
-    assert _indexed_rowids(loom) == _row_seqs(loom) != set()
+    assert index_match_count(loom.log.engine, "platypus") == 0
+    assert index_match_count(loom.log.engine, "wombat") == 1
+    assert "platypus" not in indexed_terms(loom.log.engine)
+    assert indexed_rows(loom.log.engine) == _row_seqs(loom) != set()
+    assert indexed_terms_by_row(loom.log.engine) == row_terms(loom.log.engine)
+
+
+def test_the_index_probes_see_a_stale_index_row(loom: Loom, kb: KnowledgeBase) -> None:
+    """Negative control: an index row for a term no live row has is seen by every index probe."""
+    kb.put_doc(Doc(id="disk", text=_paragraphs("wombat")))
+    with loom.log.engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # the index is each row's tsvector
+            conn.exec_driver_sql(
+                "UPDATE loom_kb_entries SET search_vector = search_vector || 'platypus'::tsvector"
+            )
+        else:  # the external-content FTS5 index is written behind the rows' backs
+            conn.exec_driver_sql(
+                "INSERT INTO loom_kb_fts(rowid, search_text) VALUES (9999, 'platypus')"
+            )
+    assert index_match_count(loom.log.engine, "platypus") == 1
+    assert "platypus" in indexed_terms(loom.log.engine)
+    assert indexed_terms_by_row(loom.log.engine) != row_terms(loom.log.engine)
 
 
 def test_a_shorter_revision_leaves_no_orphan_passages(loom: Loom, kb: KnowledgeBase) -> None:
@@ -183,7 +175,7 @@ def test_remove_doc_removes_the_record_and_every_passage(loom: Loom, kb: Knowled
     kb.put_doc(Doc(id="disk", text=_paragraphs("full", "volume")))
     assert kb.remove_doc("disk") is True
     assert (kb.list_docs(), _entries(loom), kb.search("full volume")) == ([], [], [])
-    assert _raw_match_count(loom, "full") == 0
+    assert index_match_count(loom.log.engine, "full") == 0
 
 
 def test_remove_doc_is_idempotent(loom: Loom, kb: KnowledgeBase) -> None:
@@ -227,7 +219,7 @@ def test_a_document_id_is_not_searchable_text(loom: Loom, kb: KnowledgeBase) -> 
     """Searching a document's id matches nothing, and the id is no term of the index."""
     kb.put_doc(Doc(id="zanzibar", text=_paragraphs("full", "volume")))
     assert kb.search("zanzibar") == []
-    assert "zanzibar" not in _indexed_terms(loom)
+    assert "zanzibar" not in indexed_terms(loom.log.engine)
 
 
 def test_a_passage_index_is_not_searchable_text(loom: Loom, kb: KnowledgeBase) -> None:
@@ -235,7 +227,7 @@ def test_a_passage_index_is_not_searchable_text(loom: Loom, kb: KnowledgeBase) -
     kb.put_doc(Doc(id="disk", text=_paragraphs("full", "volume")))
     kb.put_doc(Doc(id="dns", text=_paragraphs("resolver")))
     assert kb.search("0") == []
-    assert "0" not in _indexed_terms(loom)
+    assert "0" not in indexed_terms(loom.log.engine)
 
 
 def test_title_words_are_searchable(kb: KnowledgeBase) -> None:
@@ -272,7 +264,9 @@ def test_an_entry_with_an_unparseable_passage_id_is_refused_on_read(
 ) -> None:
     """A corpus entry whose id is not '<doc_id>#<index>' is refused: InvalidPassageIdError."""
     kb.put_doc(Doc(id="disk", text="full"))
-    _store(loom).append(corpus_key(SCOPE), [MemoryEntry(id=entry_id, content={"text": "zebra"})])
+    passage_store(loom.log.engine).append(
+        corpus_key(SCOPE), [MemoryEntry(id=entry_id, content={"text": "zebra"})]
+    )
     with pytest.raises(InvalidPassageIdError) as raised:
         kb.search("zebra")
     assert raised.value.entry_id == entry_id
@@ -283,7 +277,9 @@ def test_an_entry_whose_document_is_not_listed_is_refused_on_read(
 ) -> None:
     """A passage entry no manifest row counts is refused with a KnowledgeError on read."""
     kb.put_doc(Doc(id="disk", text="full"))
-    _store(loom).append(corpus_key(SCOPE), [MemoryEntry(id="ghost#0", content={"text": "zebra"})])
+    passage_store(loom.log.engine).append(
+        corpus_key(SCOPE), [MemoryEntry(id="ghost#0", content={"text": "zebra"})]
+    )
     with pytest.raises(KnowledgeError):
         kb.search("zebra")
 
@@ -311,7 +307,7 @@ def test_retrieval_replays_identically_after_the_corpus_tables_are_dropped(
         ("disk", 0, "full paragraph filler text", 2),
         ("disk", 1, "quota paragraph filler text", 2),
     ]
-    _drop_corpus_tables(loom)
+    drop_corpus_tables(loom.log.engine)
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.describe()
     assert replayed.output == run.output
@@ -349,7 +345,7 @@ def test_a_fresh_open_rebuilds_dropped_tables_equal_to_the_original(
     """With every corpus table and its tracking row dropped, a fresh open rebuilds it exactly."""
     _write_history(kb)
     original = _corpus(loom, kb)
-    _drop_corpus_tables(loom)
+    drop_corpus_tables(loom.log.engine)
     with loom.log.engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM loom_tracking WHERE projection = 'knowledge'")
     with Loom(db_url) as fresh:
@@ -363,7 +359,7 @@ def test_a_fresh_open_rebuilds_when_only_the_corpus_tables_were_dropped(
     """With every loom_kb_* table dropped (tracking untouched), a fresh open rebuilds it exactly."""
     _write_history(kb)
     original = _corpus(loom, kb)
-    _drop_corpus_tables(loom)
+    drop_corpus_tables(loom.log.engine)
     with Loom(db_url) as fresh:
         rebuilt = open_knowledge_base(fresh, SCOPE, chunker=pack_paragraphs(max_chars=40))
         assert _corpus(fresh, rebuilt) == original
@@ -380,7 +376,8 @@ def test_kb_rebuild_restores_a_wiped_corpus_equal_to_the_original(
             conn.exec_driver_sql(f"DELETE FROM {table}")
     kb.rebuild()
     assert _corpus(loom, kb) == original
-    assert _indexed_rowids(loom) == _row_seqs(loom)
+    assert indexed_rows(loom.log.engine) == _row_seqs(loom)
+    assert indexed_terms_by_row(loom.log.engine) == row_terms(loom.log.engine)
 
 
 def test_rebuild_reproduces_the_passages_as_cut_even_if_the_chunker_changed(
