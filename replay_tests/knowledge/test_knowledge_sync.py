@@ -3,7 +3,9 @@
 "Wrote nothing" cannot be read off the corpus, because a no-op and a rewrite of everything leave
 identical corpora. So writes are counted at two levels: calls to the passage store's writing
 verbs, and INSERT/UPDATE/DELETE statements reaching any ``loom_kb_`` table. A negative control
-shows both probes see a rewrite that leaves the corpus unchanged.
+shows both probes see a rewrite that leaves the corpus unchanged. Both work on either backend: the
+spy wraps the store class the corpus writes through there (``SqliteMemoryStore`` or
+``PostgresMemoryStore``), and the statement listener matches either dialect's SQL.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from loom_knowledge import (
     SyncResult,
     open_knowledge_base,
 )
-from loom_knowledge.corpus_index import TABLE_PREFIX, corpus_key
-from loom_memory import MemoryEntry, SqliteMemoryStore
+from loom_memory import MemoryEntry
+from loom_memory.sql import SqlMemoryStore
 from loom_runtime import Loom
+from replay_tests.knowledge.corpus_tables import read_passages, store_class
 
 SCOPE = "ops"
 _CORPUS_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b[^;]*\bloom_kb_", re.IGNORECASE)
@@ -40,7 +43,7 @@ def kb(loom: Loom) -> KnowledgeBase:
 
 
 def _recording(verb: str, original: Any, calls: list[str]) -> Any:
-    def spy(self: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
+    def spy(self: SqlMemoryStore, *args: Any, **kwargs: Any) -> Any:
         calls.append(verb)
         return original(self, *args, **kwargs)
 
@@ -48,12 +51,13 @@ def _recording(verb: str, original: Any, calls: list[str]) -> Any:
 
 
 @pytest.fixture
-def store_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def store_calls(loom: Loom, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every call of a passage store's writing verbs (append, remove, replace, clear)."""
     calls: list[str] = []
+    store = store_class(loom.log.engine)  # the class the corpus writes through on this backend
     for verb in ("append", "remove", "replace", "clear"):
-        original = getattr(SqliteMemoryStore, verb)
-        monkeypatch.setattr(SqliteMemoryStore, verb, _recording(verb, original, calls))
+        original = getattr(store, verb)
+        monkeypatch.setattr(store, verb, _recording(verb, original, calls))
     return calls
 
 
@@ -90,7 +94,7 @@ def _summary(events: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def _entries(loom: Loom) -> list[MemoryEntry]:
-    return SqliteMemoryStore(loom.log.engine, table_prefix=TABLE_PREFIX).read(corpus_key(SCOPE))
+    return read_passages(loom.log.engine, SCOPE)
 
 
 def _revisions(kb: KnowledgeBase) -> dict[str, tuple[int, str | None]]:
