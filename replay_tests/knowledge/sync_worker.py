@@ -4,13 +4,16 @@ Run by file path (the test tree has no packages) from ``test_knowledge_crash.py`
 
     python sync_worker.py DB_URL CORPUS [--kill-in POINT:N]
 
+``DB_URL`` is a SQLite or a PostgreSQL URL (the test runs on both backends).
+
 ``CORPUS`` is ``v1`` (40 documents of three passages each) or ``v2`` (v1 with eight documents
 shortened to one passage, one retitled, six dropped and five added). ``--kill-in`` makes the
 N-th call of POINT kill the process with SIGKILL, where POINT is:
 
 * ``chunk``: the chunker, while the sync is still deciding (nothing appended yet);
-* ``append`` / ``remove``: the passage store's verb, while the projection applies the sync's
-  already-appended events inside its transaction.
+* ``append`` / ``remove``: the verb of the passage store class the corpus uses on DB_URL's
+  backend, while the projection applies the sync's already-appended events inside its
+  transaction.
 
 Prints one JSON line: the sync's result and how many events it appended.
 """
@@ -25,9 +28,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from sqlalchemy.engine import make_url
 
 from loom_knowledge import Chunker, Doc, open_knowledge_base, pack_paragraphs
-from loom_memory import SqliteMemoryStore
+from loom_memory import PostgresMemoryStore, SqliteMemoryStore
 from loom_runtime import Loom
 
 SCOPE = "runbooks"
@@ -97,7 +101,9 @@ def main() -> int:
         if point == "chunk":
             chunker = _killing(chunker, int(at))
         else:
-            setattr(SqliteMemoryStore, point, _killing(getattr(SqliteMemoryStore, point), int(at)))
+            postgres = make_url(args.db_url).get_backend_name() == "postgresql"
+            store = PostgresMemoryStore if postgres else SqliteMemoryStore
+            setattr(store, point, _killing(getattr(store, point), int(at)))
 
     with Loom(args.db_url) as loom:
         kb = open_knowledge_base(loom, SCOPE, chunker=chunker)

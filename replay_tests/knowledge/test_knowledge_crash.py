@@ -5,7 +5,8 @@ because its manifest row and its passages were separate writes. Here the events 
 first, in one transaction, and the projection writes rows and its position in another, so a
 failure can only leave the rows BEHIND the log, never half-way. These tests break ingest where
 the seed's broke (a store raising mid-ingest, a process SIGKILLed mid-sync) and check, by
-reading the tables raw with ``sqlite3`` (no catch-up, no join), that:
+reading the tables raw (``corpus_tables``: no Loom, so no catch-up, and the search index without
+a join), on SQLite and on PostgreSQL alike, that:
 
 * at the failure point every listed document has exactly its passages and nothing else;
 * after the fault is gone, a re-run converges on the state a clean run gives in another
@@ -15,7 +16,6 @@ reading the tables raw with ``sqlite3`` (no catch-up, no join), that:
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,8 +26,14 @@ import msgspec
 import pytest
 
 from loom_knowledge import Doc, KnowledgeBase, open_knowledge_base, pack_paragraphs
-from loom_memory import SqliteMemoryStore
+from loom_memory.sql import SqlMemoryStore
 from loom_runtime import Loom
+from replay_tests.knowledge.corpus_tables import (
+    another_database,
+    assert_consistent,
+    corpus_state,
+    store_class,
+)
 
 SCOPE = "ops"
 WORKER = Path(__file__).with_name("sync_worker.py")
@@ -39,86 +45,40 @@ class InjectedFault(RuntimeError):
 
 
 class StoreFault:
-    """From its ``at``-th call on, the store verb raises, until :meth:`heal` is called."""
+    """From its ``at``-th call on, the store verb raises, until :meth:`heal` is called.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, verb: str, *, at: int) -> None:
+    It breaks the store class the corpus writes through on ``db_url``'s backend.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, db_url: str, verb: str, *, at: int) -> None:
         self.calls = 0
         self.broken = True
-        original = getattr(SqliteMemoryStore, verb)
+        store = store_class(db_url)
+        original = getattr(store, verb)
 
-        def faulty(store: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        def faulty(store: SqlMemoryStore, *args: Any, **kwargs: Any) -> Any:
             self.calls += 1
             if self.broken and self.calls >= at:
                 raise InjectedFault(f"{verb} call {self.calls} failed (injected)")
             return original(store, *args, **kwargs)
 
-        monkeypatch.setattr(SqliteMemoryStore, verb, faulty)
+        monkeypatch.setattr(store, verb, faulty)
 
     def heal(self) -> None:
         self.broken = False
 
 
-# -- reading the corpus raw ---------------------------------------------------------------------
+# -- reading the corpus raw (corpus_tables: no Loom, so nothing catches up first) ---------------
 
 
-def _connect(db_url: str) -> sqlite3.Connection:
-    return sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=10)
-
-
-def _state(db_url: str) -> dict[str, Any]:
-    """Manifest, revision history (without log positions) and passages, read raw."""
-    con = _connect(db_url)
-    try:
-        manifest = con.execute(
-            "SELECT scope, doc_id, revision, fingerprint, fingerprint_algorithm, passage_count, "
-            "source FROM loom_kb_documents ORDER BY scope, doc_id"
-        ).fetchall()
-        history = con.execute(
-            "SELECT scope, doc_id, revision, fingerprint, source, ended_by "
-            "FROM loom_kb_revisions ORDER BY scope, doc_id, revision"
-        ).fetchall()
-        rows = con.execute("SELECT key, entry FROM loom_kb_entries").fetchall()
-    finally:
-        con.close()
-    passages = []
-    for key, raw in rows:
-        entry = msgspec.json.decode(raw)  # everything but the timestamp, which is per database
-        passages.append((key, entry["id"], msgspec.json.encode(entry["content"]), entry["origin"]))
-    return {"manifest": manifest, "history": history, "passages": sorted(passages)}
-
-
-def _assert_consistent(db_url: str) -> None:
-    """Every listed document has exactly its counted passages; the index holds only live rows."""
-    con = _connect(db_url)
-    try:
-        counted = sorted(
-            f"{doc_id}#{index}"
-            for doc_id, count in con.execute("SELECT doc_id, passage_count FROM loom_kb_documents")
-            for index in range(count)
-        )
-        stored = sorted(
-            entry_id for (entry_id,) in con.execute("SELECT entry_id FROM loom_kb_entries")
-        )
-        seqs = {seq for (seq,) in con.execute("SELECT seq FROM loom_kb_entries")}
-        con.execute(
-            "CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, 'loom_kb_fts', 'instance')"
-        )
-        indexed = {doc for (doc,) in con.execute("SELECT DISTINCT doc FROM temp.vocab")}
-    finally:
-        con.close()
-    assert stored == counted, "passages that no manifest row counts, or rows missing passages"
-    assert len(set(stored)) == len(stored), "duplicate passages"
-    assert indexed == seqs, "the FTS index holds rows that are gone, or misses live ones"
-
-
-def _reference(tmp_path: Path, *writes: Callable[[KnowledgeBase], object]) -> dict[str, Any]:
+def _reference(db_url: str, tmp_path: Path, *writes: Callable[[KnowledgeBase], object]) -> Any:
     """The state the same writes leave when nothing fails, in a database of its own."""
-    url = f"sqlite:///{tmp_path / 'reference.db'}"
-    with Loom(url) as clean:
-        kb = open_knowledge_base(clean, SCOPE, chunker=pack_paragraphs(max_chars=40))
-        for write in writes:
-            write(kb)
-    return _state(url)
+    with another_database(db_url, tmp_path) as url:
+        with Loom(url) as clean:
+            kb = open_knowledge_base(clean, SCOPE, chunker=pack_paragraphs(max_chars=40))
+            for write in writes:
+                write(kb)
+        return corpus_state(url)
 
 
 @pytest.fixture
@@ -147,15 +107,15 @@ def test_a_new_document_whose_ingest_fails_is_not_listed_until_it_converges(
 ) -> None:
     """put_doc raises when the store fails; nothing is listed meanwhile; a refresh converges."""
     doc = _doc("disk", "full", "volume", "inode")
-    fault = StoreFault(monkeypatch, "append", at=1)
+    fault = StoreFault(monkeypatch, db_url, "append", at=1)
     with pytest.raises(InjectedFault):
         kb.put_doc(doc)
-    _assert_consistent(db_url)
-    assert _state(db_url)["manifest"] == []
+    assert_consistent(db_url)
+    assert corpus_state(db_url)["manifest"] == []
     fault.heal()
     kb.refresh()
-    _assert_consistent(db_url)
-    assert _state(db_url) == _reference(tmp_path, lambda clean: clean.put_doc(doc))
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == _reference(db_url, tmp_path, lambda clean: clean.put_doc(doc))
 
 
 def test_a_revision_whose_ingest_fails_leaves_the_old_revision_whole(
@@ -164,19 +124,19 @@ def test_a_revision_whose_ingest_fails_leaves_the_old_revision_whole(
     """A revision failing at store.remove keeps revision 1 whole; re-running put_doc converges."""
     old, new = _doc("disk", "full", "volume", "inode"), _doc("disk", "cleanup")
     kb.put_doc(old)
-    before = _state(db_url)
-    fault = StoreFault(monkeypatch, "remove", at=1)
+    before = corpus_state(db_url)
+    fault = StoreFault(monkeypatch, db_url, "remove", at=1)
     with pytest.raises(InjectedFault):
         kb.put_doc(new)
-    _assert_consistent(db_url)
-    assert _state(db_url) == before
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == before
     fault.heal()
     position = loom.log.position
     assert kb.put_doc(new).revision == 2
     assert loom.log.position == position, "the revision was already in the log"
-    _assert_consistent(db_url)
-    assert _state(db_url) == _reference(
-        tmp_path, lambda clean: clean.put_doc(old), lambda clean: clean.put_doc(new)
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == _reference(
+        db_url, tmp_path, lambda clean: clean.put_doc(old), lambda clean: clean.put_doc(new)
     )
 
 
@@ -184,16 +144,16 @@ def test_a_sync_whose_projection_fails_mid_page_converges_on_rerun(
     loom: Loom, kb: KnowledgeBase, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A sync failing at its 7th passage write converges when re-run, appending only its record."""
-    fault = StoreFault(monkeypatch, "append", at=7)
+    fault = StoreFault(monkeypatch, db_url, "append", at=7)
     with pytest.raises(InjectedFault):
         kb.sync(V1)
-    _assert_consistent(db_url)
+    assert_consistent(db_url)
     fault.heal()
     position = loom.log.position
     rerun = kb.sync(V1)
     assert (len(rerun.unchanged), loom.log.position - position) == (len(V1), 1)
-    _assert_consistent(db_url)
-    assert _state(db_url) == _reference(tmp_path, lambda clean: clean.sync(V1))
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == _reference(db_url, tmp_path, lambda clean: clean.sync(V1))
 
 
 @pytest.mark.parametrize(("verb", "at"), [("append", 3), ("remove", 5)])
@@ -207,17 +167,17 @@ def test_an_editing_sync_whose_projection_fails_converges_on_rerun(
 ) -> None:
     """A sync revising, shortening and dropping documents, failing mid-projection, converges."""
     kb.sync(V1)
-    before = _state(db_url)
-    fault = StoreFault(monkeypatch, verb, at=at)  # mid-projection, not the last call
+    before = corpus_state(db_url)
+    fault = StoreFault(monkeypatch, db_url, verb, at=at)  # mid-projection, not the last call
     with pytest.raises(InjectedFault):
         kb.sync(V2)
-    _assert_consistent(db_url)
-    assert _state(db_url) == before, "a failed page must leave the previous corpus whole"
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == before, "a failed page must leave the previous corpus whole"
     fault.heal()
     kb.sync(V2)
-    _assert_consistent(db_url)
-    assert _state(db_url) == _reference(
-        tmp_path, lambda clean: clean.sync(V1), lambda clean: clean.sync(V2)
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == _reference(
+        db_url, tmp_path, lambda clean: clean.sync(V1), lambda clean: clean.sync(V2)
     )
 
 
@@ -226,15 +186,15 @@ def test_a_sync_failing_on_a_later_page_converges_on_rerun(
 ) -> None:
     """A sync spanning two projection pages, failing on the second, converges on re-run."""
     docs = [_doc(f"d{n:04}", "alpha") for n in range(600)]  # 601 events: pages of 500
-    fault = StoreFault(monkeypatch, "append", at=550)
+    fault = StoreFault(monkeypatch, db_url, "append", at=550)
     with pytest.raises(InjectedFault):
         kb.sync(docs)
-    _assert_consistent(db_url)
-    assert len(_state(db_url)["manifest"]) == 500, "the first page committed whole"
+    assert_consistent(db_url)
+    assert len(corpus_state(db_url)["manifest"]) == 500, "the first page committed whole"
     fault.heal()
     kb.sync(docs)
-    _assert_consistent(db_url)
-    assert _state(db_url) == _reference(tmp_path, lambda clean: clean.sync(docs))
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == _reference(db_url, tmp_path, lambda clean: clean.sync(docs))
 
 
 def test_a_sync_whose_chunker_fails_appends_and_writes_nothing(loom: Loom, db_url: str) -> None:
@@ -249,10 +209,10 @@ def test_a_sync_whose_chunker_fails_appends_and_writes_nothing(loom: Loom, db_ur
 
     kb = open_knowledge_base(loom, SCOPE, chunker=chunker)
     kb.put_doc(_doc("kept", "alpha"))
-    position, before = loom.log.position, _state(db_url)
+    position, before = loom.log.position, corpus_state(db_url)
     with pytest.raises(InjectedFault):
         kb.sync([_doc("kept", "alpha"), *V1])
-    assert (loom.log.position, _state(db_url)) == (position, before)
+    assert (loom.log.position, corpus_state(db_url)) == (position, before)
 
 
 # -- a process SIGKILLed mid-sync ---------------------------------------------------------------
@@ -283,26 +243,26 @@ def _synced(db_url: str, corpus: str) -> dict[str, Any]:
     ids=["first-sync-in-projection", "edit-in-remove", "edit-in-append", "edit-while-deciding"],
 )
 def test_a_sync_killed_with_sigkill_converges_on_rerun_in_a_fresh_process(
-    tmp_path: Path, corpus: str, kill_in: str, logged: bool
+    db_url: str, tmp_path: Path, corpus: str, kill_in: str, logged: bool
 ) -> None:
     """A sync SIGKILLed part-way leaves a whole corpus, and a re-run equals a clean run's."""
-    reference_url = f"sqlite:///{tmp_path / 'reference.db'}"
-    url = f"sqlite:///{tmp_path / 'killed.db'}"
     earlier = ["v1"] if corpus == "v2" else []
+    with another_database(db_url, tmp_path) as reference_url:  # the clean run, same backend
+        for done in [*earlier, corpus]:
+            clean = _synced(reference_url, done)
+        expected = corpus_state(reference_url)
     for done in earlier:
-        _synced(reference_url, done)
-        _synced(url, done)
-    clean = _synced(reference_url, corpus)
-    before = _state(url) if earlier else {"manifest": [], "history": [], "passages": []}
+        _synced(db_url, done)
+    before = corpus_state(db_url) if earlier else {"manifest": [], "history": [], "passages": []}
 
-    killed = _worker(url, corpus, "--kill-in", kill_in)
+    killed = _worker(db_url, corpus, "--kill-in", kill_in)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    _assert_consistent(url)
-    assert _state(url) == before, "the killed projection transaction must leave no trace"
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == before, "the killed projection transaction must leave no trace"
 
-    rerun = _synced(url, corpus)
-    _assert_consistent(url)
-    assert _state(url) == _state(reference_url)
+    rerun = _synced(db_url, corpus)
+    assert_consistent(db_url)
+    assert corpus_state(db_url) == expected
     if logged:  # the killed sync was in the log whole: the re-run only records its reconcile
         assert (rerun["appended"], rerun["result"]["written"]) == (1, [])
     else:  # nothing was appended: the re-run is the sync itself
