@@ -14,10 +14,9 @@ serves ``@@``; ``ts_rank`` orders the hits, ties in append order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from sqlalchemy import Column, Connection, Index, bindparam, cast, func, select
+from sqlalchemy import Column, Index, Select, bindparam, cast, func, select
 from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.schema import SchemaItem
 
@@ -48,16 +47,15 @@ class PostgresMemoryStore(SqlMemoryStore):
         )
         return {"search_vector": " ".join(lexemes)}
 
-    def _search(self, conn: Connection, key: str, terms: list[str], limit: int) -> Iterable[str]:
+    def _search_statement(self, key: str, terms: list[str], limit: int) -> Select[Any]:
         rows = self.entries.c
         query = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)
-        statement = (
-            select(rows.entry)
+        return (
+            select(rows.entry, *self.annotations)
             .where(rows.key == key, rows.search_vector.bool_op("@@")(query))
             .order_by(func.ts_rank(rows.search_vector, query).desc(), rows.seq)
             .limit(limit)
         )
-        return conn.scalars(statement)
 
 
 def _quote(term: str) -> str:

@@ -27,13 +27,22 @@ back, so store rows and, say, a projection's tracking position commit together::
 Without ``conn`` each verb runs in its own transaction. With ``conn`` the CALLER's transaction is
 the unit of atomicity: if a verb raises, roll it back (PostgreSQL refuses further statements in
 it anyway). Several stores may share one database under different ``table_prefix`` values.
+
+Annotated rows
+--------------
+A caller that keeps more than a list (the corpus keeps every revision of a passage, with the
+log positions it was current between) passes extra ``columns`` (and indexes) to the
+constructor, sets them with ``append(..., values=...)``, and restricts ``read``/``search``
+with ``where=`` over them. ``where`` is part of the ranked query itself, so a filtered search
+returns the best matches among the admitted rows, ranked by the same scorer as any other
+search. ``read_annotated``/``search_annotated`` return each entry with those values.
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -41,12 +50,15 @@ from sqlalchemy import (
     URL,
     BigInteger,
     Column,
+    ColumnElement,
     Computed,
     Connection,
     Engine,
     Index,
     Integer,
     MetaData,
+    Row,
+    Select,
     Table,
     Text,
     create_engine,
@@ -81,7 +93,11 @@ class SqlMemoryStore(ABC):
     """SQL computing the id from the ``entry`` JSON column, for the generated ``entry_id``."""
 
     def __init__(
-        self, bind: Engine | URL | str, *, table_prefix: str = DEFAULT_TABLE_PREFIX
+        self,
+        bind: Engine | URL | str,
+        *,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        columns: Sequence[SchemaItem] = (),
     ) -> None:
         if not _PREFIX.fullmatch(table_prefix):
             raise StoreConfigurationError(
@@ -106,7 +122,9 @@ class SqlMemoryStore(ABC):
             Index(f"{table_prefix}entries_key_seq", "key", "seq"),
             Index(f"{table_prefix}entries_key_entry_id", "key", "entry_id"),
             *self._search_schema(table_prefix),
+            *columns,
         )
+        self.annotations = tuple(column for column in columns if isinstance(column, Column))
         with self._begin(None) as conn:
             self.entries.create(conn, checkfirst=True)
             for statement in self._search_ddl():
@@ -118,23 +136,52 @@ class SqlMemoryStore(ABC):
         return self._engine
 
     def append(
-        self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None
+        self,
+        key: str,
+        entries: Sequence[MemoryEntry],
+        *,
+        conn: Connection | None = None,
+        values: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add ``entries`` to the end of the list at ``key``, all or none."""
+        """Add ``entries`` to the end of the list at ``key``, all or none.
+
+        ``values`` sets the store's extra ``columns`` on every row written (see the module
+        docstring, "Annotated rows").
+        """
         rows = self._rows(check_key(key), entries)
+        if values:
+            rows = [{**row, **values} for row in rows]
         if rows:
             with self._begin(conn) as c:
                 c.execute(insert(self.entries), rows)
 
-    def read(self, key: str, *, conn: Connection | None = None) -> list[MemoryEntry]:
-        """Return the list at ``key`` in append order."""
+    def read(
+        self,
+        key: str,
+        *,
+        conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> list[MemoryEntry]:
+        """Return the list at ``key`` in append order (only rows matching ``where``, if given)."""
+        return [entry for entry, _ in self.read_annotated(key, conn=conn, where=where)]
+
+    def read_annotated(
+        self,
+        key: str,
+        *,
+        conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
+        """As :meth:`read`, each entry with its extra columns' values."""
         query = (
-            select(self.entries.c.entry)
+            select(self.entries.c.entry, *self.annotations)
             .where(self.entries.c.key == check_key(key))
             .order_by(self.entries.c.seq)
         )
+        if where is not None:
+            query = query.where(where)
         with self._begin(conn) as c:
-            return [decode_entry(data) for data in c.scalars(query)]
+            return [self._annotated(row) for row in c.execute(query)]
 
     def clear(self, key: str, *, conn: Connection | None = None) -> None:
         """Remove every entry at ``key``."""
@@ -171,13 +218,42 @@ class SqlMemoryStore(ABC):
         *,
         limit: int = DEFAULT_SEARCH_LIMIT,
         conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
     ) -> list[MemoryEntry]:
-        """Return the best ``limit`` entries at ``key`` containing any term of ``query``."""
+        """Return the best ``limit`` entries at ``key`` containing any term of ``query``.
+
+        ``where`` restricts the candidates INSIDE the ranked query (a filter, not a
+        post-filter): the best ``limit`` of the rows it admits, by the same scorer.
+        """
+        return [
+            entry
+            for entry, _ in self.search_annotated(key, query, limit=limit, conn=conn, where=where)
+        ]
+
+    def search_annotated(
+        self,
+        key: str,
+        query: str,
+        *,
+        limit: int = DEFAULT_SEARCH_LIMIT,
+        conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
+        """As :meth:`search`, each entry with its extra columns' values."""
         terms, limit = check_search(key, query, limit)
         if not terms:
             return []
+        statement = self._search_statement(key, terms, limit)
+        if where is not None:
+            statement = statement.where(where)
         with self._begin(conn) as c:
-            return [decode_entry(data) for data in self._search(c, key, terms, limit)]
+            return [self._annotated(row) for row in c.execute(statement)]
+
+    def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
+        values = row._mapping
+        return decode_entry(values["entry"]), {
+            column.name: values[column.name] for column in self.annotations
+        }
 
     def drop(self, *, conn: Connection | None = None) -> None:
         """Drop the store's tables and search structures: every entry of every key is gone.
@@ -211,8 +287,11 @@ class SqlMemoryStore(ABC):
         """Return the search column values of a row whose searchable terms are ``terms``."""
 
     @abstractmethod
-    def _search(self, conn: Connection, key: str, terms: list[str], limit: int) -> Iterable[str]:
-        """Return the ``entry`` JSON of the best ``limit`` rows at ``key`` matching any term."""
+    def _search_statement(self, key: str, terms: list[str], limit: int) -> Select[Any]:
+        """The ranked query for the best ``limit`` rows at ``key`` matching any term.
+
+        It selects ``entry`` and the extra columns, and callers may add ``.where(...)``.
+        """
 
     def _rows(self, key: str, entries: Sequence[MemoryEntry]) -> list[dict[str, Any]]:
         encoded = encode_entries(entries)

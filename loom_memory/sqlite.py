@@ -21,10 +21,9 @@ splits on and folds case, so the index holds exactly the first-party terms.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from sqlalchemy import Column, Connection, Text, text
+from sqlalchemy import Column, Select, Text, literal_column, select, table, text
 from sqlalchemy.schema import SchemaItem
 
 from loom_memory.sql import SqlMemoryStore
@@ -62,13 +61,14 @@ class SqliteMemoryStore(SqlMemoryStore):
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
         return {"search_text": " ".join(terms)}
 
-    def _search(self, conn: Connection, key: str, terms: list[str], limit: int) -> Iterable[str]:
-        rows, fts = self.entries.name, self.fts_table
-        statement = text(
-            f"SELECT {rows}.entry FROM {fts} JOIN {rows} ON {rows}.seq = {fts}.rowid "
-            f"WHERE {fts} MATCH :match AND {rows}.key = :key "
-            f"ORDER BY bm25({fts}), {rows}.seq LIMIT :limit"
-        )
+    def _search_statement(self, key: str, terms: list[str], limit: int) -> Select[Any]:
+        rows, fts = self.entries, self.fts_table
         # Each term is quoted, so FTS5 operators in a query (NOT, OR, *, ^, :) are plain words.
         match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-        return conn.scalars(statement, {"match": match, "key": key, "limit": limit})
+        return (
+            select(rows.c.entry, *self.annotations)
+            .select_from(rows.join(table(fts), rows.c.seq == literal_column(f"{fts}.rowid")))
+            .where(text(f"{fts} MATCH :match").bindparams(match=match), rows.c.key == key)
+            .order_by(text(f"bm25({fts})"), rows.c.seq)
+            .limit(limit)
+        )
