@@ -142,10 +142,12 @@ class ChainTable:
         p = placeholder
         self.ddl = tuple(ddl)
         self.db_originator = db_originator
-        self._head = f"SELECT global_hash FROM {chain_table} ORDER BY notification_id DESC LIMIT 1"
+        self._head = (
+            f"(SELECT global_hash FROM {chain_table} ORDER BY notification_id DESC LIMIT 1)"
+        )
         self._stream_head = (
-            f"SELECT stream_hash FROM {chain_table} WHERE originator_id = {p} "
-            "ORDER BY notification_id DESC LIMIT 1"
+            f"(SELECT stream_hash FROM {chain_table} WHERE originator_id = {p} "
+            "ORDER BY notification_id DESC LIMIT 1)"
         )
         self._insert = f"INSERT INTO {chain_table} VALUES ({p}, {p}, {p}, {p}, {p})"
         self._bounds = (
@@ -204,20 +206,12 @@ class ChainTable:
         Must run after the events' insert, while the transaction holds the write lock: only
         then is the head read here still the head when this transaction commits.
         """
-        cursor.execute(self._head)
-        head = cursor.fetchone()
-        previous = GENESIS if head is None else bytes(_values(head)[0])
-        streams: dict[object, bytes] = {}
+        originators = [self.db_originator(event.originator_id) for event in events]
+        previous, streams = self._heads(cursor, list(dict.fromkeys(originators)))
         rows = []
-        for event, notification_id in zip(events, ids, strict=True):
-            originator = self.db_originator(event.originator_id)
-            prior = streams.get(originator)
-            if prior is None:
-                cursor.execute(self._stream_head, (originator,))
-                found = cursor.fetchone()
-                prior = GENESIS if found is None else bytes(_values(found)[0])
+        for event, originator, notification_id in zip(events, originators, ids, strict=True):
             stream_hash = stream_link(
-                prior,
+                streams[originator],
                 topic=event.topic,
                 originator_id=event.originator_id,
                 version=event.originator_version,
@@ -229,6 +223,15 @@ class ChainTable:
                 (notification_id, originator, event.originator_version, stream_hash, previous)
             )
         cursor.executemany(self._insert, rows)
+
+    def _heads(self, cursor: Any, originators: list[object]) -> tuple[bytes, dict[object, bytes]]:
+        """The global head and each stream's head, in one statement (one round trip per save:
+        the chain's cost is mostly statements, not hashing)."""
+        heads = [f"{self._head} AS head"]
+        heads += [f"{self._stream_head} AS stream{i}" for i in range(len(originators))]
+        cursor.execute(f"SELECT {', '.join(heads)}", originators)
+        found = [GENESIS if value is None else bytes(value) for value in _values(cursor.fetchone())]
+        return found[0], dict(zip(originators, found[1:], strict=True))
 
     def bound(self, cursor: Any) -> int:
         """The highest id in either table: the walk stops there, so later appends don't count."""

@@ -1,13 +1,12 @@
 """ADR 0011: the hash chain over stored events, and ``verify_log`` finding the first bad row.
 
 Every alteration is made the way an attacker with database access would make it: raw SQL on
-the stored rows (sqlite3 on the file; psycopg on PostgreSQL when ``LOOM_TEST_PG_URL`` is set,
-each test on a fresh database of its own).
+the stored rows (sqlite3 on the file; psycopg on PostgreSQL, where ``db_url`` gives each test a
+fresh database of its own).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import uuid
@@ -30,10 +29,6 @@ from loom_runtime.integrity import (
     verify_log,
 )
 from loom_runtime.stream import append, stream_id
-
-PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
-_NO_PG = "LOOM_TEST_PG_URL is not set (use scripts/with-postgres)"
-_needs_pg = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=_NO_PG)]
 
 
 class Noted(LogEvent):
@@ -73,25 +68,9 @@ class Database:
             self.sql(f"UPDATE {{events}} SET {column} = ? WHERE {{id}} = ?", value_a, b)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=_needs_pg)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh log: a SQLite file, or a PostgreSQL database created for this test alone."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'loom.db'}"
-        return
-    server = make_url(PG_URL)
-    admin = server.set(drivername="postgresql").render_as_string(False)
-    name = f"loom_verify_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
-    yield server.set(database=name).render_as_string(False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[arg-type]
-
-
 @pytest.fixture
-def loom(url: str) -> Iterator[Loom]:
-    with Loom(url) as instance:
+def loom(db_url: str) -> Iterator[Loom]:
+    with Loom(db_url) as instance:
 
         @instance.flow("steps")
         def steps(ctx: FlowContext, n: int) -> int:
@@ -122,9 +101,9 @@ def test_an_empty_log_verifies(loom: Loom) -> None:
     assert report.ok and report.checked == 0 and report.head is None
 
 
-def test_concurrent_appends_from_two_looms_keep_one_chain(url: str, loom: Loom) -> None:
+def test_concurrent_appends_from_two_looms_keep_one_chain(db_url: str, loom: Loom) -> None:
     """Two Loom instances writing at once still produce one unbroken chain."""
-    with Loom(url) as other:
+    with Loom(db_url) as other:
 
         @other.flow("steps")
         def steps(ctx: FlowContext, n: int) -> int:
@@ -159,59 +138,61 @@ def test_a_refused_append_leaves_no_chain_row(loom: Loom) -> None:
     assert verify_log(loom.log).ok
 
 
-def test_altered_state_bytes_are_located(url: str, loom: Loom) -> None:
+def test_altered_state_bytes_are_located(db_url: str, loom: Loom) -> None:
     """Editing one event's stored JSON is reported as altered, at that event."""
     _record(loom, 4)
-    Database(url).sql("UPDATE {events} SET state = ? WHERE {id} = ?", b'{"value":1}', 7)
+    Database(db_url).sql("UPDATE {events} SET state = ? WHERE {id} = ?", b'{"value":1}', 7)
     report = verify_log(loom.log)
     assert (report.problem, report.position, report.checked) == (Tampering.ALTERED, 7, 6)
 
 
-def test_an_altered_topic_is_located(url: str, loom: Loom) -> None:
+def test_an_altered_topic_is_located(db_url: str, loom: Loom) -> None:
     """The topic is part of what is chained, not just the state."""
     _record(loom, 2)
-    Database(url).sql("UPDATE {events} SET topic = ? WHERE {id} = ?", "loom.execution.Failed", 5)
+    Database(db_url).sql("UPDATE {events} SET topic = ? WHERE {id} = ?", "loom.execution.Failed", 5)
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.ALTERED, 5)
 
 
-def test_a_deleted_event_is_located(url: str, loom: Loom) -> None:
+def test_a_deleted_event_is_located(db_url: str, loom: Loom) -> None:
     """Removing an event from the middle is reported as deleted, at its position."""
     _record(loom, 4)
-    Database(url).sql("DELETE FROM {events} WHERE {id} = ?", 9)
+    Database(db_url).sql("DELETE FROM {events} WHERE {id} = ?", 9)
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.DELETED, 9)
 
 
-def test_deleting_the_last_event_is_located(url: str, loom: Loom) -> None:
+def test_deleting_the_last_event_is_located(db_url: str, loom: Loom) -> None:
     """The chain outlives the events table's tail: a removed last event is still missed."""
     position = _record(loom, 2)
-    Database(url).sql("DELETE FROM {events} WHERE {id} = ?", position)
+    Database(db_url).sql("DELETE FROM {events} WHERE {id} = ?", position)
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.DELETED, position)
 
 
-def test_swapped_states_are_located_at_the_first(url: str, loom: Loom) -> None:
+def test_swapped_states_are_located_at_the_first(db_url: str, loom: Loom) -> None:
     """Exchanging two events' stored states is caught at the earlier of the two."""
     _record(loom, 4)
-    Database(url).swap("state", 3, 12)
+    Database(db_url).swap("state", 3, 12)
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.ALTERED, 3)
 
 
-def test_swapped_positions_are_reported_as_reordered(url: str, loom: Loom) -> None:
+def test_swapped_positions_are_reported_as_reordered(db_url: str, loom: Loom) -> None:
     """Exchanging two events' notification ids is a reorder, found at the earlier id."""
     _record(loom, 4)
-    db = Database(url)
+    db = Database(db_url)
     db.swap(db.id, 4, 11)
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.REORDERED, 4)
 
 
-def test_swapped_versions_within_a_stream_are_reported_as_reordered(url: str, loom: Loom) -> None:
+def test_swapped_versions_within_a_stream_are_reported_as_reordered(
+    db_url: str, loom: Loom
+) -> None:
     """Reordering one stream's events (its versions) is a reorder too."""
     _record(loom, 1)
-    db = Database(url)
+    db = Database(db_url)
     db.sql("UPDATE {events} SET originator_version = 100 WHERE {id} = 2")
     db.sql("UPDATE {events} SET originator_version = 2 WHERE {id} = 3")
     db.sql("UPDATE {events} SET originator_version = 3 WHERE {id} = 2")
@@ -219,10 +200,10 @@ def test_swapped_versions_within_a_stream_are_reported_as_reordered(url: str, lo
     assert (report.problem, report.position) == (Tampering.REORDERED, 2)
 
 
-def test_an_inserted_event_is_located(url: str, loom: Loom) -> None:
+def test_an_inserted_event_is_located(db_url: str, loom: Loom) -> None:
     """A row written around loom has no chain row: reported as inserted, at its position."""
     position = _record(loom, 2)
-    db = Database(url)
+    db = Database(db_url)
     [(topic, state)] = db.sql("SELECT topic, state FROM {events} WHERE {id} = 1")
     forged = uuid.uuid4()
     db.sql(
@@ -236,38 +217,38 @@ def test_an_inserted_event_is_located(url: str, loom: Loom) -> None:
     assert (report.problem, report.position) == (Tampering.INSERTED, position + 1)
 
 
-def test_a_deleted_chain_row_is_located(url: str, loom: Loom) -> None:
+def test_a_deleted_chain_row_is_located(db_url: str, loom: Loom) -> None:
     """An event whose chain row is gone is unvouched for, at its position."""
     _record(loom, 2)
-    Database(url).sql("DELETE FROM loom_chain WHERE notification_id = 6")
+    Database(db_url).sql("DELETE FROM loom_chain WHERE notification_id = 6")
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.INSERTED, 6)
 
 
-def test_an_edited_chain_row_breaks_the_chain(url: str, loom: Loom) -> None:
+def test_an_edited_chain_row_breaks_the_chain(db_url: str, loom: Loom) -> None:
     """Re-hashing an altered event's own chain row does not help: the next link breaks."""
     _record(loom, 2)
-    db = Database(url)
+    db = Database(db_url)
     db.sql("UPDATE {events} SET state = ? WHERE {id} = 4", b'{"value":2}')
     db.sql("UPDATE loom_chain SET stream_hash = ? WHERE notification_id = 4", bytes(32))
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.CHAIN_BROKEN, 4)
 
 
-def test_an_event_deleted_with_its_chain_row_breaks_the_chain(url: str, loom: Loom) -> None:
+def test_an_event_deleted_with_its_chain_row_breaks_the_chain(db_url: str, loom: Loom) -> None:
     """Removing both rows of a position is found at the next one, which no longer links."""
     _record(loom, 2)
-    db = Database(url)
+    db = Database(db_url)
     db.sql("DELETE FROM {events} WHERE {id} = 5")
     db.sql("DELETE FROM loom_chain WHERE notification_id = 5")
     report = verify_log(loom.log)
     assert (report.problem, report.position) == (Tampering.CHAIN_BROKEN, 6)
 
 
-def test_garbage_in_the_rows_is_reported_not_raised(url: str, loom: Loom) -> None:
+def test_garbage_in_the_rows_is_reported_not_raised(db_url: str, loom: Loom) -> None:
     """Whatever the columns hold (text for bytes, a non-UUID id, NULLs), verify reports."""
     _record(loom, 2)
-    db = Database(url)
+    db = Database(db_url)
     if db.is_sqlite:  # SQLite's loose typing lets anything into any column
         db.sql("UPDATE {events} SET state = 'not bytes', topic = NULL WHERE {id} = 2")
         db.sql("UPDATE {events} SET originator_id = 'not-a-uuid' WHERE {id} = 3")
@@ -278,12 +259,12 @@ def test_garbage_in_the_rows_is_reported_not_raised(url: str, loom: Loom) -> Non
     assert (report.problem, report.position) == (Tampering.ALTERED, 2)
 
 
-def test_a_rewritten_and_rechained_log_fails_its_anchor(url: str, loom: Loom) -> None:
+def test_a_rewritten_and_rechained_log_fails_its_anchor(db_url: str, loom: Loom) -> None:
     """An attacker who re-chains the log passes a plain verify, but not the kept anchor."""
     _record(loom, 3)
     anchor = verify_log(loom.log).head
     assert anchor is not None
-    db = Database(url)
+    db = Database(db_url)
     db.sql("UPDATE {events} SET state = ? WHERE {id} = 2", b'{"value":3}')
     _rechain(db)
     assert verify_log(loom.log).ok  # the chain alone cannot tell
@@ -291,11 +272,11 @@ def test_a_rewritten_and_rechained_log_fails_its_anchor(url: str, loom: Loom) ->
     assert (report.problem, report.position) == (Tampering.ANCHOR_MISMATCH, anchor.notification_id)
 
 
-def test_a_truncated_log_fails_its_anchor(url: str, loom: Loom) -> None:
+def test_a_truncated_log_fails_its_anchor(db_url: str, loom: Loom) -> None:
     """Cutting events off the end (with their chain rows) is found against the anchor."""
     position = _record(loom, 2)
     anchor = verify_log(loom.log).head
-    db = Database(url)
+    db = Database(db_url)
     db.sql("DELETE FROM {events} WHERE {id} > ?", position - 2)
     db.sql("DELETE FROM loom_chain WHERE notification_id > ?", position - 2)
     assert verify_log(loom.log).ok
