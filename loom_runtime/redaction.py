@@ -26,15 +26,16 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 import msgspec
 
 from loom_runtime.errors import SecretRefusedError
 
+T = TypeVar("T")
 RedactionMode = Literal["redact", "refuse"]
 RedactorOption = Union["Redactor", Literal["builtin"], None]
 """How a log is configured: ``"builtin"`` (the default: a fresh redactor with the built-in
@@ -49,14 +50,22 @@ class SecretPattern:
 
     If the expression has a group named ``secret``, only that group is replaced (so
     ``Bearer `` or ``user:`` stays readable around the marker); otherwise the whole match is.
+
+    ``hints`` are lower-case substrings at least one of which every match contains: a string
+    whose lower-cased form holds none of them skips the regex. Every value loom stores is
+    scanned, almost all of them clean, so this is what keeps redaction cheap. No hints: the
+    regex always runs.
     """
 
     name: str
     regex: re.Pattern[str]
+    hints: tuple[str, ...] = ()
 
     @classmethod
-    def compile(cls, name: str, pattern: str, flags: int = 0) -> SecretPattern:
-        return cls(name, re.compile(pattern, flags))
+    def compile(
+        cls, name: str, pattern: str, flags: int = 0, *, hints: tuple[str, ...] = ()
+    ) -> SecretPattern:
+        return cls(name, re.compile(pattern, flags), tuple(hint.lower() for hint in hints))
 
 
 BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
@@ -65,17 +74,29 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
         r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)",
         re.DOTALL,
+        hints=("private key",),
     ),
     SecretPattern.compile(
-        "bearer-token", r"\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)", re.IGNORECASE
+        "bearer-token",
+        r"\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)",
+        re.IGNORECASE,
+        hints=("bearer",),
     ),
-    SecretPattern.compile("aws-key", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    SecretPattern.compile(
+        "aws-key",
+        r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
+        hints=("akia", "asia", "abia", "acca"),
+    ),
     SecretPattern.compile(
         "aws-secret",
         r"(?i:aws_?secret_?access_?key)\W{0,3}(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        hints=("secret",),
     ),
     SecretPattern.compile(
-        "url-password", r"\b[a-z][a-z0-9+.\-]*://[^\s/:@]+:(?P<secret>[^\s/@]+)@", re.IGNORECASE
+        "url-password",
+        r"\b[a-z][a-z0-9+.\-]*://[^\s/:@]+:(?P<secret>[^\s/@]+)@",
+        re.IGNORECASE,
+        hints=("://",),
     ),
 )
 """Common secret formats: PEM private keys, bearer tokens, AWS access keys and secret keys,
@@ -118,11 +139,37 @@ class Redactor:
 
     def text(self, value: str, *, path: str) -> str:
         """``value`` with every secret replaced by its marker (or refused)."""
+        return self._at(path, self._text, value)
+
+    def value(self, value: object, *, path: str) -> object:
+        """Plain data (str, list, tuple, dict values, ``msgspec.Raw``) with strings redacted.
+
+        Returns ``value`` itself when nothing changed, so the caller can keep its bytes.
+        """
+        return self._at(path, self._walk, value)
+
+    def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
+        """Stored JSON with its strings redacted; the same object when there was nothing to do."""
+        return self._at(path, self._raw, raw)
+
+    def _at(self, path: str, redact: Callable[[T], T], value: T) -> T:
+        """Run ``redact``; a refusal deep inside gets its full path only here, when it happens
+        (building a path string for every clean field would cost more than the scan)."""
+        try:
+            return redact(value)
+        except _Refusal as refusal:
+            where = path + "".join(reversed(refusal.where))
+            raise SecretRefusedError(pattern=refusal.pattern, path=where) from None
+
+    def _text(self, value: str) -> str:
         found: Counter[str] = Counter()
         redacted = value
+        lowered = value.lower()
         for pattern in self.patterns:
+            if pattern.hints and not any(hint in lowered for hint in pattern.hints):
+                continue
             if pattern.regex.search(redacted):
-                replace = partial(self._replace, pattern=pattern, found=found, path=path)
+                replace = partial(self._replace, pattern=pattern, found=found)
                 redacted = pattern.regex.sub(replace, redacted)
         if not found:
             return value  # the same object: callers keep their bytes when nothing changed
@@ -130,49 +177,73 @@ class Redactor:
             self._counts.update(found)
         return redacted
 
-    def value(self, value: object, *, path: str) -> object:
-        """Plain data (str, list, tuple, dict values, ``msgspec.Raw``) with strings redacted.
-
-        Returns ``value`` itself when nothing changed, so the caller can keep its bytes.
-        """
+    def _walk(self, value: object) -> object:
         if isinstance(value, str):
-            return self.text(value, path=path)
+            return self._text(value)
         if isinstance(value, msgspec.Raw):
-            return self.raw(value, path=path)
+            return self._raw(value)
         if isinstance(value, list | tuple):
-            items = [self.value(item, path=f"{path}[{i}]") for i, item in enumerate(value)]
-            changed = any(new is not old for new, old in zip(items, value, strict=True))
-            return type(value)(items) if changed else value
-        if isinstance(value, Mapping):
-            pairs = {k: self.value(v, path=f"{path}.{k}") for k, v in value.items()}
-            changed = any(pairs[k] is not v for k, v in value.items())
-            return pairs if changed else value
+            return self._walk_items(value, enumerate(value), lambda i: f"[{i}]")
+        if isinstance(value, dict):
+            return self._walk_items(value, value.items(), lambda k: f".{k}")
         return value
 
-    def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
-        """Stored JSON with its strings redacted; the same object when there was nothing to do.
+    def _walk_items(
+        self,
+        container: list[Any] | tuple[Any, ...] | dict[Any, Any],
+        items: Iterable[tuple[Any, Any]],
+        label: Callable[[Any], str],
+    ) -> object:
+        """The container, or a copy with redacted items once the first one changes."""
+        copy: dict[Any, Any] | None = None
+        for key, item in items:
+            try:
+                redacted = self._walk(item)
+            except _Refusal as refusal:
+                refusal.where.append(label(key))
+                raise
+            if redacted is not item:
+                if copy is None:
+                    copy = (
+                        dict(container)
+                        if isinstance(container, dict)
+                        else dict(enumerate(container))
+                    )
+                copy[key] = redacted
+        if copy is None:
+            return container
+        if isinstance(container, dict):
+            return copy
+        return type(container)(copy.values())
 
-        Decoded first, never matched as JSON text: escaping (``\\n`` for a newline, ``\\"``)
-        would hide a secret from a pattern written for the string.
-        """
+    def _raw(self, raw: msgspec.Raw) -> msgspec.Raw:
+        # Decoded first, never matched as JSON text: escaping (``\\n`` for a newline, ``\\"``)
+        # would hide a secret from a pattern written for the string.
         decoded = msgspec.json.decode(raw)
-        redacted = self.value(decoded, path=path)
+        redacted = self._walk(decoded)
         return raw if redacted is decoded else msgspec.Raw(msgspec.json.encode(redacted))
 
-    def _replace(
-        self, match: re.Match[str], *, pattern: SecretPattern, found: Counter[str], path: str
-    ) -> str:
+    def _replace(self, match: re.Match[str], *, pattern: SecretPattern, found: Counter[str]) -> str:
         """The marker for one match (keeping the text around a ``secret`` group), or refuse."""
         group = "secret" if "secret" in pattern.regex.groupindex else 0
         secret = match.group(group)
         if secret.startswith(_MARKER_PREFIX):
             return match.group(0)  # already redacted: idempotent, not counted again
         if self.mode == "refuse":
-            raise SecretRefusedError(pattern=pattern.name, path=path)
+            raise _Refusal(pattern.name)
         found[pattern.name] += 1
         before = match.string[match.start() : match.start(group)]
         after = match.string[match.end(group) : match.end()]
         return before + MARKER.format(name=pattern.name) + after
+
+
+class _Refusal(Exception):
+    """A match in refuse mode, unwinding to the public call that knows where it started."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+        self.where: list[str] = []  # innermost first: "[2]", ".prompt", ...
 
 
 def resolve_redactor(option: RedactorOption) -> Redactor | None:
