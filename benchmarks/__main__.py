@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks.harness import InstrumentError, Progress, Settings
-from benchmarks.report import REPOSITORY, Outcome, markdown, print_outcome
+from benchmarks.report import REPOSITORY, Outcome, git_revision, markdown, print_outcome
 from benchmarks.sections import SECTIONS
 
 DEFAULT_OUTPUT = REPOSITORY / "docs" / "benchmarks.md"
@@ -39,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pg_url=os.environ.get("LOOM_TEST_PG_URL") or None,
     )
     command = shlex.join(["python", "-m", "benchmarks", *arguments])
+    revision = git_revision()  # now: the code imported at start is the code measured
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a log file has no width; 80 columns would fold every range
@@ -71,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("report not written: pass --output PATH (only a full run publishes docs)")
         return 0
     report = markdown(
-        command, outcomes, rounds=settings.rounds, postgres=settings.pg_url is not None
+        command,
+        outcomes,
+        rounds=settings.rounds,
+        postgres=settings.pg_url is not None,
+        revision=revision,
     )
     output.write_text(report)
     console.print(f"wrote {output}")

@@ -30,8 +30,17 @@ Outcome = tuple[Section, SectionResult | None]
 """A section and what it measured (None: planned, or not selected with --only)."""
 
 
-def environment(command: str, *, postgres: bool) -> list[tuple[str, str]]:
-    """The facts a reader needs to reproduce or discount the figures, as (label, value)."""
+def environment(
+    command: str, *, postgres: bool, revision: str | None = None
+) -> list[tuple[str, str]]:
+    """The facts a reader needs to reproduce or discount the figures, as (label, value).
+
+    ``revision`` is :func:`git_revision` taken when the run STARTED (the code imported then is
+    the code measured); if the repository moved on during the run, both are stated.
+    """
+    loom_at = git_revision()
+    if revision is not None and revision != loom_at:
+        loom_at = f"{revision} when the run started (at its end: {loom_at})"
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = f"{os.cpu_count()} logical cores" + (f" ({affinity} usable)" if affinity else "")
     versions = ", ".join(f"{name} {_version(name)}" for name in VERSIONED)
@@ -41,7 +50,7 @@ def environment(command: str, *, postgres: bool) -> list[tuple[str, str]]:
         ("machine", f"{_cpu_model()}, {cores}, {platform.system()} {platform.release()}"),
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("sqlite", f"{sqlite3.sqlite_version}; scratch directories under {_scratch_fs()}"),
-        ("loom", f"loom-replay {_version('loom-replay')} at {_git_revision()}"),
+        ("loom", f"loom-replay {_version('loom-replay')} at {loom_at}"),
         ("libraries", versions),
         (
             "postgresql",
@@ -52,8 +61,15 @@ def environment(command: str, *, postgres: bool) -> list[tuple[str, str]]:
     ]
 
 
-def markdown(command: str, outcomes: Sequence[Outcome], *, rounds: int, postgres: bool) -> str:
-    """The whole of docs/benchmarks.md."""
+def markdown(
+    command: str,
+    outcomes: Sequence[Outcome],
+    *,
+    rounds: int,
+    postgres: bool,
+    revision: str | None = None,
+) -> str:
+    """The whole of docs/benchmarks.md (``revision``: see :func:`environment`)."""
     controls = [c for _, result in outcomes if result for c in result.controls]
     lines = [
         "# Benchmarks",
@@ -62,7 +78,10 @@ def markdown(command: str, outcomes: Sequence[Outcome], *, rounds: int, postgres
         "",
         "## How this was measured",
         "",
-        *(f"- **{label}:** {value}" for label, value in environment(command, postgres=postgres)),
+        *(
+            f"- **{label}:** {value}"
+            for label, value in environment(command, postgres=postgres, revision=revision)
+        ),
         "",
         "Every sample runs in a fresh `mktemp -d` directory (a fresh database on PostgreSQL). "
         f"Arms run in {rounds} interleaved rounds, in an order rotated each round; a figure is "
@@ -141,7 +160,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _git_revision() -> str:
+def git_revision() -> str:
     """The commit measured, flagged when the work tree differs from it."""
     try:
         revision = subprocess.run(
