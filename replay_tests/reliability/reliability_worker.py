@@ -1,0 +1,302 @@
+"""One real worker process of the reliability tests, and how a test drives one.
+
+Run by file path (the test tree has no packages)::
+
+    python reliability_worker.py DB_URL record --count N [--go FILE]
+    python reliability_worker.py DB_URL sync --rounds N [--go FILE]
+    python reliability_worker.py DB_URL tail --name NAME --stop FILE [--go FILE]
+    python reliability_worker.py DB_URL crash SCENARIO POINT:N
+    python reliability_worker.py DB_URL check
+    python reliability_worker.py zygote
+
+Each command prints ONE JSON line on stdout:
+
+* ``record``: runs N executions (alternating ``pipeline`` and ``fanout``) and prints their ids;
+* ``sync``: syncs corpus rounds 0..N-1 (revisions and removals) and prints what each wrote;
+* ``tail``: catches a :class:`SeenEvents` projection and the corpus up, again and again, while
+  the others write, until FILE exists; then once more. Prints how often it advanced;
+* ``crash``: arms one kill point (:mod:`reliability_faults`), runs the scenario and, if it
+  survived (the point was never reached), prints ``{"survived": true}``;
+* ``check``: a freshly started process runs every invariant (:mod:`reliability_checks`) and
+  prints the report.
+
+``zygote`` (see :func:`serve`) imports all of the above once and then forks one worker per job
+it reads on stdin: the crash harness runs ~150 short-lived workers per backend, and paying an
+interpreter start-up and loom's imports for each would be most of its wall time.
+
+``--go FILE``: the worker imports everything, opens its log, then waits for FILE, so that all
+workers of a test start writing at the same moment instead of one interpreter start-up apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+from reliability_checks import SeenEvents, check_log
+from reliability_faults import arm, count_hits
+from reliability_workload import (
+    SCENARIOS,
+    SOURCE,
+    corpus_round,
+    knowledge_base,
+    register_flows,
+    run_one,
+)
+
+import loom_knowledge.knowledge_base
+from loom_runtime import Loom
+from loom_runtime.projection import catch_up
+
+SCRIPT: Final = Path(__file__)
+CRASH_PAGE_SIZE: Final = 2  # tiny projection pages, so a corpus write spans several of them
+
+
+# -- the commands -------------------------------------------------------------------------------
+
+
+def record(loom: Loom, count: int) -> list[str]:
+    register_flows(loom)
+    return [run_one(loom, index) for index in range(count)]
+
+
+def sync(loom: Loom, rounds: int) -> list[dict[str, Any]]:
+    kb = knowledge_base(loom)
+    return [
+        msgspec.to_builtins(kb.sync(corpus_round(round_), source=SOURCE))
+        for round_ in range(rounds)
+    ]
+
+
+def tail(loom: Loom, name: str, stop: Path) -> dict[str, int]:
+    """Catch up while others write; ``advances`` proves the tail ran concurrently with them."""
+    seen = SeenEvents(loom.log.engine, name=name)
+    kb = knowledge_base(loom)
+    advances = rounds = 0
+    while True:
+        finished = stop.exists()  # read BEFORE catching up: the last round sees every write
+        before = seen.position()
+        catch_up(loom.log, seen, page_size=7)  # small pages: many page boundaries under load
+        kb.refresh()
+        advances += seen.position() > before
+        rounds += 1
+        if finished:
+            return {"advances": advances, "rounds": rounds, "position": seen.position()}
+        time.sleep(0.005)
+
+
+def crash(loom: Loom, scenario: str, spec: str) -> dict[str, Any]:
+    knowledge_base_module: Any = loom_knowledge.knowledge_base
+    knowledge_base_module.catch_up = functools.partial(catch_up, page_size=CRASH_PAGE_SIZE)
+    if spec == "count":
+        hits = count_hits()
+        SCENARIOS[scenario](loom)
+        return {"survived": True, "hits": dict(hits)}
+    point, occurrence = spec.rsplit(":", 1)
+    arm(point, int(occurrence))
+    SCENARIOS[scenario](loom)
+    return {"survived": True}
+
+
+def check(loom: Loom) -> dict[str, Any]:
+    register_flows(loom)
+    report: dict[str, Any] = msgspec.to_builtins(check_log(loom))
+    return report
+
+
+def _wait_for(go: Path | None) -> None:
+    deadline = time.monotonic() + 60
+    while go is not None and not go.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{go} never appeared")
+        time.sleep(0.002)
+
+
+class Job(msgspec.Struct, frozen=True):
+    """One worker for a zygote to fork: its arguments, where its output goes, its time limit."""
+
+    argv: list[str]
+    stdout: str
+    stderr: str
+    timeout: float
+
+
+def serve() -> int:
+    """The zygote: fork one worker per job line on stdin, reply its exit status on stdout.
+
+    Why a forked child is as good a "fresh process" as a new interpreter here: the zygote has
+    only imported modules. It never opens a Loom, a connection or a thread, so a child starts
+    with no connection, no cached aggregate or projection and no armed kill point, exactly
+    like ``python reliability_worker.py ...``, and a SIGKILL takes down only the child. The
+    zygote enforces the time limit itself, because only it can reap the child: a parent
+    killing by pid could hit a recycled one.
+    """
+    for line in sys.stdin:
+        job = msgspec.json.decode(line, type=Job)
+        pid = os.fork()
+        if pid == 0:
+            _forked(job)
+        deadline, timed_out = time.monotonic() + job.timeout, False
+        while (reaped := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline and not timed_out:
+                os.kill(pid, signal.SIGKILL)
+                timed_out = True
+            time.sleep(0.005)
+        status = os.waitstatus_to_exitcode(reaped[1])
+        sys.stdout.write(msgspec.json.encode({"status": status, "timed_out": timed_out}).decode())
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _forked(job: Job) -> None:
+    """In the child: point stdin, stdout and stderr at the job's files, run it, never return."""
+    code = 1
+    try:
+        with open(os.devnull) as null, open(job.stdout, "w") as out, open(job.stderr, "w") as err:
+            for stream, fd in ((null, 0), (out, 1), (err, 2)):
+                os.dup2(stream.fileno(), fd)
+        code = main(job.argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if (argv if argv is not None else sys.argv[1:]) == ["zygote"]:
+        return serve()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("db_url")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("record", "sync", "tail"):
+        command = commands.add_parser(name)
+        command.add_argument("--go", type=Path, default=None)
+    commands.choices["record"].add_argument("--count", type=int, required=True)
+    commands.choices["sync"].add_argument("--rounds", type=int, required=True)
+    commands.choices["tail"].add_argument("--name", required=True)
+    commands.choices["tail"].add_argument("--stop", type=Path, required=True)
+    crash_command = commands.add_parser("crash")
+    crash_command.add_argument("scenario", choices=sorted(SCENARIOS))
+    crash_command.add_argument("spec", help="POINT:N (e.g. tracking.before:3), or count")
+    commands.add_parser("check")
+    args = parser.parse_args(argv)
+
+    with Loom(args.db_url) as loom:
+        _ = loom.log.position  # open the log (and its connections) before the start signal
+        _wait_for(getattr(args, "go", None))
+        result: Any
+        if args.command == "record":
+            result = record(loom, args.count)
+        elif args.command == "sync":
+            result = sync(loom, args.rounds)
+        elif args.command == "tail":
+            result = tail(loom, args.name, args.stop)
+        elif args.command == "crash":
+            result = crash(loom, args.scenario, args.spec)
+        else:
+            result = check(loom)
+    sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
+    return 0
+
+
+# -- driving a worker from a test -----------------------------------------------------------------
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """How a worker ended: exit status (negative: killed by that signal), output, errors."""
+
+    status: int
+    payload: Any
+    stderr: str
+
+    @property
+    def killed(self) -> bool:
+        return self.status == -signal.SIGKILL
+
+
+def spawn(db_url: str, *args: str) -> subprocess.Popen[str]:
+    """Start a worker in a fresh interpreter; nothing is shared with the caller but the database."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), db_url, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(child: subprocess.Popen[str], *, timeout: float) -> Outcome:
+    """Wait at most ``timeout`` seconds for a worker (then SIGKILL it and say so)."""
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        stdout, stderr = child.communicate()
+        return _outcome(None, stdout, stderr, timeout)
+    return _outcome(child.returncode, stdout, stderr, timeout)
+
+
+def _outcome(status: int | None, stdout: str, stderr: str, timeout: float) -> Outcome:
+    """What a worker printed last, its status, or a timeout (``status`` None) said in stderr."""
+    lines = stdout.strip().splitlines()
+    payload = msgspec.json.decode(lines[-1]) if lines else None
+    if status is None:
+        return Outcome(-999, payload, f"{stderr}\n[the worker was killed after {timeout}s]")
+    return Outcome(status, payload, stderr)
+
+
+def run(db_url: str, *args: str, timeout: float) -> Outcome:
+    """Spawn a worker and wait for it (bounded)."""
+    return finish(spawn(db_url, *args), timeout=timeout)
+
+
+class Zygote:
+    """A running :func:`serve` process: forks workers for one caller thread at a time."""
+
+    def __init__(self, scratch: Path) -> None:
+        self._scratch = scratch
+        self._jobs = 0
+        env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
+        self._process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "zygote"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, db_url: str, *args: str, timeout: float) -> Outcome:
+        """As :func:`run`, forked from this zygote."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._jobs += 1
+        out, err = (self._scratch / f"job{self._jobs}.{name}" for name in ("out", "err"))
+        job = Job(argv=[db_url, *args], stdout=str(out), stderr=str(err), timeout=timeout)
+        self._process.stdin.write(msgspec.json.encode(job).decode() + "\n")
+        self._process.stdin.flush()
+        reply = msgspec.json.decode(self._process.stdout.readline())
+        status = None if reply["timed_out"] else reply["status"]
+        return _outcome(status, out.read_text(), err.read_text(), timeout)
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
