@@ -107,12 +107,32 @@ def check_order(events: list[LoggedEvent], report: Report) -> None:
 # -- the corpus ---------------------------------------------------------------------------------
 
 
+class StoredPassage(msgspec.Struct, frozen=True, order=True):
+    """One row of the passage index; ``valid_to`` is set once its revision stopped being current.
+
+    ``revision``, ``valid_from`` and ``valid_to`` exist only where the index keeps superseded
+    passages for as-of reads (ADR 0014); an index that deletes them reads as ``None`` here and
+    every row is live.
+    """
+
+    key: str
+    entry_id: str
+    entry: str
+    revision: int | None
+    valid_from: int | None
+    valid_to: int | None
+
+    @property
+    def doc_id(self) -> str:
+        return self.entry_id.rsplit("#", 1)[0]
+
+
 class CorpusState(msgspec.Struct, frozen=True):
     """The corpus read models as rows: what a rebuild must reproduce exactly."""
 
     manifest: list[tuple[Any, ...]]
     history: list[tuple[Any, ...]]
-    passages: list[tuple[str, str, str]]
+    passages: list[StoredPassage]
 
 
 _CORPUS_QUERIES: Final = {
@@ -121,26 +141,33 @@ _CORPUS_QUERIES: Final = {
     "history": "SELECT scope, doc_id, revision, fingerprint, source, written_position, "
     "ended_position, ended_by FROM loom_kb_revisions ORDER BY scope, doc_id, revision",
 }
+_VALIDITY: Final = ("revision", "valid_from", "valid_to")
 
 
 def read_corpus(engine: Engine) -> CorpusState | None:
     """The corpus tables read raw, with no catch-up (``None`` before they exist)."""
     with engine.connect() as conn:
-        if not inspect(conn).has_table("loom_kb_documents"):
+        schema = inspect(conn)
+        if not schema.has_table("loom_kb_documents"):
             return None
         rows = {
             name: [tuple(row) for row in conn.execute(text(query))]
             for name, query in _CORPUS_QUERIES.items()
         }
-        entries = conn.execute(text("SELECT key, entry FROM loom_kb_entries")).all()
+        present = {column["name"] for column in schema.get_columns("loom_kb_entries")}
+        validity = [c if c in present else f"NULL AS {c}" for c in _VALIDITY]
+        entries = conn.execute(
+            text(f"SELECT key, entry, {', '.join(validity)} FROM loom_kb_entries")
+        ).all()
     passages = sorted(
-        (str(key), str(msgspec.json.decode(entry)["id"]), str(entry)) for key, entry in entries
+        StoredPassage(str(key), str(msgspec.json.decode(entry)["id"]), str(entry), *validity_of)
+        for key, entry, *validity_of in entries
     )
     return CorpusState(manifest=rows["manifest"], history=rows["history"], passages=passages)
 
 
 def check_corpus_consistent(state: CorpusState | None, report: Report, *, when: str) -> None:
-    """Every stored passage is counted by a live document and every document has them all."""
+    """Live passages are exactly those the manifest counts; old ones belong to ended revisions."""
     if state is None:
         return
     counted = {
@@ -148,16 +175,26 @@ def check_corpus_consistent(state: CorpusState | None, report: Report, *, when: 
         for scope, doc_id, *_, passage_count, _source in state.manifest
         for index in range(passage_count)
     }
-    stored = Counter((key, entry_id) for key, entry_id, _ in state.passages)
-    for (key, entry_id), count in sorted(stored.items()):
+    live = Counter((p.key, p.entry_id) for p in state.passages if p.valid_to is None)
+    for (key, entry_id), count in sorted(live.items()):
         if (key, entry_id) not in counted:
             report.violations.append(f"{when}: orphan passage {entry_id} under {key}")
         if count > 1:
             report.violations.append(f"{when}: passage {entry_id} stored {count} times")
-    for key, entry_id in sorted(counted - set(stored)):
+    for key, entry_id in sorted(counted - set(live)):
         report.violations.append(f"{when}: document listed without passage {entry_id} ({key})")
+    ended = {
+        (f"knowledge:{scope}", doc_id, revision, ended_position)
+        for scope, doc_id, revision, *_, ended_position, _by in state.history
+    }
+    for p in state.passages:
+        if p.valid_to is not None and (p.key, p.doc_id, p.revision, p.valid_to) not in ended:
+            report.violations.append(
+                f"{when}: superseded passage {p.entry_id} (revision {p.revision}, ended at "
+                f"{p.valid_to}) belongs to no revision that ended there"
+            )
     report.stats["documents"] = len(state.manifest)
-    report.stats["passages"] = len(state.passages)
+    report.stats["passages"] = sum(live.values())
 
 
 def check_corpus_converges(loom: Loom, report: Report) -> None:

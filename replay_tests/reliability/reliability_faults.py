@@ -53,8 +53,11 @@ POINTS: Final[dict[str, Hook]] = {
     "tracking.before": Hook("loom_runtime.projection:SQLProjection", "_set_position", "before"),
     "tracking.after": Hook("loom_runtime.projection:SQLProjection", "_set_position", "after"),
     "store.append": Hook("loom_memory.sql:SqlMemoryStore", "append", "before"),
-    "store.remove.before": Hook("loom_memory.sql:SqlMemoryStore", "remove", "before"),
-    "store.remove.after": Hook("loom_memory.sql:SqlMemoryStore", "remove", "after"),
+    # ending a superseded or removed revision (its passages leave the live index here)
+    "end_revision.before": Hook(
+        "loom_knowledge.corpus_index:CorpusIndex", "_end_revision", "before"
+    ),
+    "end_revision.after": Hook("loom_knowledge.corpus_index:CorpusIndex", "_end_revision", "after"),
     # decide: before compute (the log was asked and had no answer), after compute before
     # the append (and after encoding), after the append before the flow sees the value
     "decide.before_compute": Hook("loom_runtime.context:Recorder", "lookup", "after"),
@@ -111,8 +114,8 @@ CATALOGUE: Final[list[KillPoint]] = [
     *_points("projection", "corpus", "tracking.before", 1, 3, 6),
     *_points("projection", "corpus", "tracking.after", 1, 3, 6),
     *_points("projection", "corpus", "store.append", 2, 4, 7),
-    *_points("projection", "corpus", "store.remove.before", 1, 2, 4),
-    *_points("projection", "corpus", "store.remove.after", 1, 3),
+    *_points("projection", "corpus", "end_revision.before", 1, 2, 4),
+    *_points("projection", "corpus", "end_revision.after", 1, 3),
     *_points("projection", "execution", "catch_up.enter", 3),
     *_points("decide", "execution", "decide.before_compute", 1, 2, 4, 8, 12),
     *_points("decide", "execution", "decide.after_compute", 1, 3, 6, 9, 14),
