@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,7 @@ from loom_knowledge.errors import KnowledgeError
 from loom_knowledge.knowledge_base import open_knowledge_base
 from loom_knowledge.types import SyncResult
 from loom_runtime.cli import DbOption, FlowsOption, console, fail, open_loom, open_with_flows
-from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError
+from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError, LoomError
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -124,6 +125,39 @@ def search_command(
             fail(str(exc), code=2)
     console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
     for passage in passages:
+        console.print(
+            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
+            markup=False,
+        )
+
+
+@knowledge_app.command("as-of")
+def as_of_command(
+    when: Annotated[str, typer.Argument(help="A log position, or an ISO time with a zone.")],
+    scope: ScopeOption,
+    query: Annotated[str | None, typer.Option("--query", help="Search the corpus then.")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 4,
+    db: DbOption = None,
+) -> None:
+    """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
+    try:
+        moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
+    except ValueError:
+        fail(f"{when!r} is neither a log position nor an ISO time", code=2)
+    with open_loom(db) as loom:
+        try:
+            view = open_knowledge_base(loom, scope).as_of(moment)
+            found = view.retrieve(query, limit=limit) if query is not None else None
+            records = view.list_docs()
+        except (LoomError, ValueError) as exc:
+            fail(str(exc), code=2)
+    console.print(f"scope {scope} as of log position {view.position}")
+    if found is None:
+        for record in records:
+            console.print(f"  {record.id} r{record.revision}", markup=False)
+        return
+    console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
+    for passage in found:
         console.print(
             f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
             markup=False,

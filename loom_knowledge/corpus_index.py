@@ -18,6 +18,13 @@ with the positions it was current between, for audit and as-of), and the passage
 tables (a :class:`~loom_memory.SqliteMemoryStore` or :class:`~loom_memory.PostgresMemoryStore`
 on the log's database). Passages are stored under the key ``knowledge:<scope>`` with entry id
 ``<doc_id>#<index>`` and the provenance label ``knowledge:<scope>:<doc_id>`` as their taint.
+
+History is a filter over that one index (ADR 0014). A superseded or removed revision's passages
+are not deleted: their rows get ``valid_to``, the position from which they stopped being
+current, next to the ``revision`` and ``valid_from`` written with them. A current search admits
+``valid_to IS NULL``; a search as of position P admits ``valid_from <= P < valid_to``. Both are
+the same ranked query with a different ``where``, so they rank with the same scorer and cost
+the same; superseded passages never retrieve as current (they are excluded, not ranked lower).
 """
 
 from __future__ import annotations
@@ -30,21 +37,25 @@ import msgspec
 from sqlalchemy import (
     BigInteger,
     Column,
+    ColumnElement,
     Connection,
     Engine,
+    Index,
     Integer,
     String,
     Table,
     Text,
     and_,
     delete,
+    or_,
     select,
     update,
 )
 
+from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
 from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
-from loom_knowledge.passage_entry import PassageContent, format_passage_id, parse_passage_id
-from loom_knowledge.types import DocRecord
+from loom_knowledge.passage_entry import PassageContent, format_passage_id, passage_from_entry
+from loom_knowledge.types import DocRecord, Passage
 from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
 from loom_runtime.projection import SQLProjection, tracking_table
 
@@ -71,7 +82,16 @@ class CorpusIndex(SQLProjection):
         store_class = (
             PostgresMemoryStore if engine.dialect.name == "postgresql" else SqliteMemoryStore
         )
-        self.store = store_class(engine, table_prefix=TABLE_PREFIX)
+        self.store = store_class(
+            engine,
+            table_prefix=TABLE_PREFIX,
+            columns=[
+                Column("revision", Integer, nullable=True),
+                Column("valid_from", BigInteger, nullable=True),
+                Column("valid_to", BigInteger, nullable=True),
+                Index(f"{TABLE_PREFIX}entries_current", "key", "valid_to"),
+            ],
+        )
         self.documents = Table(
             f"{TABLE_PREFIX}documents",
             self.metadata,
@@ -90,6 +110,8 @@ class CorpusIndex(SQLProjection):
             Column("doc_id", Text, primary_key=True),
             Column("revision", Integer, primary_key=True),
             Column("fingerprint", String(128), nullable=False),
+            Column("fingerprint_algorithm", String(100), nullable=False),
+            Column("passage_count", Integer, nullable=False),
             Column("source", Text, nullable=True),
             Column("written_position", BigInteger, nullable=False),
             Column("ended_position", BigInteger, nullable=True),
@@ -116,8 +138,12 @@ class CorpusIndex(SQLProjection):
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-            self.store.remove(key, _passage_ids(event.doc_id, previous.passage_count), conn=conn)
-        self.store.append(key, _entries(event), conn=conn)
+        self.store.append(
+            key,
+            _entries(event),
+            conn=conn,
+            values={"revision": event.revision, "valid_from": position},
+        )
         values = {
             "revision": event.revision,
             "fingerprint": event.fingerprint,
@@ -141,6 +167,8 @@ class CorpusIndex(SQLProjection):
                 doc_id=event.doc_id,
                 revision=event.revision,
                 fingerprint=event.fingerprint,
+                fingerprint_algorithm=event.fingerprint_algorithm,
+                passage_count=len(event.passages),
                 source=event.source,
                 written_position=position,
             )
@@ -151,9 +179,6 @@ class CorpusIndex(SQLProjection):
         if previous is None:
             return  # nothing live to remove (the writer checked; a rebuild sees the same)
         self._end_revision(conn, event.scope, previous, position, ended_by="removed")
-        self.store.remove(
-            corpus_key(event.scope), _passage_ids(event.doc_id, previous.passage_count), conn=conn
-        )
         conn.execute(delete(self.documents).where(self._document(event.scope, event.doc_id)))
 
     def _end_revision(
@@ -169,6 +194,16 @@ class CorpusIndex(SQLProjection):
                 )
             )
             .values(ended_position=position, ended_by=ended_by)
+        )
+        entries = self.store.entries.c
+        conn.execute(
+            update(self.store.entries)
+            .where(
+                entries.key == corpus_key(scope),
+                entries.entry_id.in_(_passage_ids(record.id, record.passage_count)),
+                entries.valid_to.is_(None),
+            )
+            .values(valid_to=position)
         )
 
     def drop(self) -> None:
@@ -222,16 +257,48 @@ class CorpusIndex(SQLProjection):
                 if (row.doc_id, row.revision) in revisions
             }
 
-    def current_revisions(self, scope: str, entry_ids: set[str]) -> dict[str, int]:
-        """The current revision of the documents the given passage entry ids belong to."""
-        doc_ids = {parse_passage_id(entry_id)[0] for entry_id in entry_ids}
-        if not doc_ids:
-            return {}
-        query = select(self.documents.c.doc_id, self.documents.c.revision).where(
-            and_(self.documents.c.scope == scope, self.documents.c.doc_id.in_(doc_ids))
+    def current(self) -> ColumnElement[bool]:
+        """The passage rows of current revisions."""
+        return self.store.entries.c.valid_to.is_(None)
+
+    def valid_at(self, position: int) -> ColumnElement[bool]:
+        """The passage rows that were current at log ``position``."""
+        entries = self.store.entries.c
+        return and_(
+            entries.valid_from <= position,
+            or_(entries.valid_to.is_(None), entries.valid_to > position),
+        )
+
+    def read_passages(self, scope: str, *, where: ColumnElement[bool]) -> list[Passage]:
+        """The passages of ``scope`` admitted by ``where``, in index order."""
+        return [
+            _passage(entry, values)
+            for entry, values in self.store.read_annotated(corpus_key(scope), where=where)
+        ]
+
+    def search_passages(
+        self, scope: str, query: str, *, limit: int, where: ColumnElement[bool]
+    ) -> list[Passage]:
+        """The best ``limit`` passages of ``scope`` for ``query`` among those ``where`` admits."""
+        if not isinstance(query, str):
+            raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
+        hits = self.store.search_annotated(corpus_key(scope), query, limit=limit, where=where)
+        return [_passage(entry, values) for entry, values in hits]
+
+    def manifest_at(self, scope: str, position: int) -> dict[str, DocRecord]:
+        """Every document of ``scope`` live at ``position``, at its revision then, by id."""
+        rows = self.revisions.c
+        query = (
+            select(self.revisions)
+            .where(
+                rows.scope == scope,
+                rows.written_position <= position,
+                or_(rows.ended_position.is_(None), rows.ended_position > position),
+            )
+            .order_by(rows.doc_id)
         )
         with self.engine.connect() as conn:
-            return {row.doc_id: row.revision for row in conn.execute(query)}
+            return {row.doc_id: _record(row) for row in conn.execute(query)}
 
     def _record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
         row = conn.execute(
@@ -274,3 +341,21 @@ def _entries(event: DocumentWritten) -> list[MemoryEntry]:
         )
         for index, text in enumerate(event.passages)
     ]
+
+
+def _passage(entry: MemoryEntry, values: dict[str, Any]) -> Passage:
+    """A passage read back from the index; an entry that is not one is refused, not guessed."""
+    entry_id = entry.id if isinstance(entry.id, str) else ""
+    try:
+        content = msgspec.convert(entry.content, PassageContent)
+    except msgspec.ValidationError as exc:
+        raise InvalidPassageIdError(
+            entry_id=entry_id, reason=f"its content is not a passage ({exc})"
+        ) from exc
+    revision = values.get("revision")
+    if revision is None:
+        raise InvalidPassageIdError(
+            entry_id=entry_id,
+            reason="no document revision counts it (an orphan passage): run kb.rebuild()",
+        )
+    return passage_from_entry(entry_id=entry_id, content=content, revision=revision)

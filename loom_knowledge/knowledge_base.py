@@ -19,26 +19,24 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, TypeVar
-
-import msgspec
+from uuid import UUID
 
 from loom_knowledge.chunking import Chunker, pack_paragraphs
-from loom_knowledge.corpus_index import CorpusIndex, corpus_key
+from loom_knowledge.corpus_index import CorpusIndex
 from loom_knowledge.errors import (
     InvalidOptionError,
-    InvalidPassageIdError,
     KnowledgeBaseOptionsError,
 )
 from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
-from loom_knowledge.passage_entry import PassageContent, passage_from_entry
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
-from loom_memory import MemoryEntry
 from loom_runtime import EventLog, LogEvent, Loom, StreamConflictError
 from loom_runtime.projection import catch_up, rebuild
 from loom_runtime.stream import append, stream_id, stream_version
+from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
 
@@ -46,6 +44,30 @@ DEFAULT_RETRIEVE_LIMIT: Final = 4
 _WRITE_ATTEMPTS: Final = 8
 
 Change = tuple[type[LogEvent], Mapping[str, Any]]
+
+
+class CorpusAsOf:
+    """One scope as it was at a log position: which documents, at which revisions, and an
+    unrecorded search of the passages current then (for audits, not for flows)."""
+
+    def __init__(self, kb: KnowledgeBase, position: int) -> None:
+        self.scope = kb.scope
+        self.position = position
+        self._index = kb._index
+
+    def list_docs(self) -> list[DocRecord]:
+        """The documents live at this position, at the revision they had then."""
+        return list(self._index.manifest_at(self.scope, self.position).values())
+
+    def passages(self) -> list[Passage]:
+        """Every passage current at this position, in index order."""
+        return self._index.read_passages(self.scope, where=self._index.valid_at(self.position))
+
+    def retrieve(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
+        """Search the corpus as it was (NOT recorded: this is for audit)."""
+        return self._index.search_passages(
+            self.scope, query, limit=limit, where=self._index.valid_at(self.position)
+        )
 
 
 class KnowledgeBase:
@@ -163,9 +185,7 @@ class KnowledgeBase:
     def passages(self) -> list[Passage]:
         """Every current passage, in index order (documents in ingest order, then by index)."""
         self.refresh()
-        entries = self._index.store.read(corpus_key(self.scope))
-        revisions = {record.id: record.revision for record in self.list_docs()}
-        return [_passage(entry, revisions) for entry in entries]
+        return self._index.read_passages(self.scope, where=self._index.current())
 
     def retrieve(
         self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
@@ -190,14 +210,29 @@ class KnowledgeBase:
 
         A flow must use :meth:`retrieve`: an unrecorded search cannot be replayed.
         """
-        if not isinstance(query, str):
-            raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
         self.refresh()
-        entries = self._index.store.search(corpus_key(self.scope), query, limit=limit)
-        revisions = self._index.current_revisions(
-            self.scope, {entry.id for entry in entries if isinstance(entry.id, str)}
+        return self._index.search_passages(
+            self.scope, query, limit=limit, where=self._index.current()
         )
-        return [_passage(entry, revisions) for entry in entries]
+
+    def as_of(self, when: int | datetime) -> CorpusAsOf:
+        """A read-only view of this corpus as it was at log position (or moment) ``when``.
+
+        History is a filter over the same index, so the view ranks with the same scorer as a
+        current search and costs the same.
+        """
+        self.refresh()
+        head = self.loom.log.position
+        position = position_at(self.loom.log, when) if isinstance(when, datetime) else when
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= head:
+            raise InvalidOptionError(
+                f"as_of needs a log position from 0 to {head} or an aware datetime, not {when!r}"
+            )
+        return CorpusAsOf(self, position)
+
+    def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
+        """The corpus as the execution saw it when it started (its recorded log position)."""
+        return self.as_of(self.loom.execution(execution_id).log_position)
 
     def refresh(self) -> int:
         """Bring the manifest and passage index up to the head of the log; returns the position."""
@@ -355,22 +390,3 @@ def open_knowledge_base(
 def _check_doc(doc: object) -> None:
     if not isinstance(doc, Doc):
         raise InvalidOptionError(f"expected a loom_knowledge.Doc, not {type(doc).__name__}")
-
-
-def _passage(entry: MemoryEntry, revisions: Mapping[str, int]) -> Passage:
-    """A passage read back from the index; an entry that is not one is refused, not guessed."""
-    entry_id = entry.id if isinstance(entry.id, str) else ""
-    try:
-        content = msgspec.convert(entry.content, PassageContent)
-    except msgspec.ValidationError as exc:
-        raise InvalidPassageIdError(
-            entry_id=entry_id, reason=f"its content is not a passage ({exc})"
-        ) from exc
-    passage = passage_from_entry(entry_id=entry_id, content=content, revision=0)
-    revision = revisions.get(passage.doc_id)
-    if revision is None:
-        raise InvalidPassageIdError(
-            entry_id=entry_id,
-            reason="no live document counts it (an orphan passage): run kb.rebuild()",
-        )
-    return msgspec.structs.replace(passage, revision=revision)

@@ -45,8 +45,10 @@ from loom_memory.sql import SqlMemoryStore
 from loom_memory.text import entry_terms
 
 ENTRIES = table(
-    f"{TABLE_PREFIX}entries", column("seq"), column("key"), column("entry"), column("entry_id")
+    f"{TABLE_PREFIX}entries",
+    *map(column, ("seq", "key", "entry", "entry_id", "revision", "valid_from", "valid_to")),
 )
+"""The passage rows: every revision's, current ones with ``valid_to`` NULL (ADR 0014)."""
 DOCUMENTS = table(
     f"{TABLE_PREFIX}documents",
     *map(column, ("scope", "doc_id", "revision", "fingerprint", "fingerprint_algorithm")),
@@ -56,6 +58,7 @@ DOCUMENTS = table(
 REVISIONS = table(
     f"{TABLE_PREFIX}revisions",
     *map(column, ("scope", "doc_id", "revision", "fingerprint", "source", "ended_by")),
+    *map(column, ("passage_count", "ended_position")),
 )
 """The revision history without its log positions (they differ between two databases)."""
 
@@ -76,8 +79,10 @@ def passage_store(engine: Engine) -> SqlMemoryStore:
 
 
 def read_passages(engine: Engine, scope: str) -> list[MemoryEntry]:
-    """The passage entries stored under ``scope``, in append order, with no manifest join."""
-    query = select(ENTRIES.c.entry).where(ENTRIES.c.key == corpus_key(scope))
+    """The CURRENT passage entries of ``scope``, in append order, with no manifest join."""
+    query = select(ENTRIES.c.entry).where(
+        ENTRIES.c.key == corpus_key(scope), ENTRIES.c.valid_to.is_(None)
+    )
     with engine.connect() as conn:
         return [decode_entry(raw) for raw in conn.scalars(query.order_by(ENTRIES.c.seq))]
 
@@ -171,21 +176,31 @@ def corpus_state(url: str) -> dict[str, Any]:
             documents, revisions = DOCUMENTS.c, REVISIONS.c
             manifest = conn.execute(select(DOCUMENTS).order_by(documents.scope, documents.doc_id))
             history = conn.execute(
-                select(REVISIONS).order_by(revisions.scope, revisions.doc_id, revisions.revision)
+                select(*[c for c in REVISIONS.c if c.name != "ended_position"]).order_by(
+                    revisions.scope, revisions.doc_id, revisions.revision
+                )
             )
             state = {"manifest": list(map(tuple, manifest)), "history": list(map(tuple, history))}
-            rows = list(conn.execute(select(ENTRIES.c.key, ENTRIES.c.entry)))
+            rows = list(
+                conn.execute(
+                    select(ENTRIES.c.key, ENTRIES.c.entry, ENTRIES.c.revision, ENTRIES.c.valid_to)
+                )
+            )
     finally:
         engine.dispose()
     passages = []
-    for key, raw in rows:
+    for key, raw, revision, valid_to in rows:
         entry = msgspec.json.decode(raw)
-        passages.append((key, entry["id"], msgspec.json.encode(entry["content"]), entry["origin"]))
+        content = msgspec.json.encode(entry["content"])
+        current = valid_to is None
+        passages.append((key, entry["id"], revision, current, content, entry["origin"]))
     return {**state, "passages": sorted(passages)}
 
 
 def assert_consistent(url: str) -> None:
-    """Every listed document has exactly its counted passages; the index holds only live rows.
+    """Every listed document has exactly its counted current passages, every revision in the
+    history exactly its passages (current iff the revision is), and the index holds exactly
+    the stored rows.
 
     Read raw from ``url``: no Loom is opened, so nothing catches the projection up first.
     """
@@ -194,12 +209,29 @@ def assert_consistent(url: str) -> None:
         with engine.connect() as conn:
             manifest = conn.execute(select(DOCUMENTS.c.doc_id, DOCUMENTS.c.passage_count))
             counted = sorted(f"{doc_id}#{index}" for doc_id, n in manifest for index in range(n))
-            stored = sorted(conn.scalars(select(ENTRIES.c.entry_id)))
+            stored = sorted(
+                conn.scalars(select(ENTRIES.c.entry_id).where(ENTRIES.c.valid_to.is_(None)))
+            )
+            revisions = {
+                (row.doc_id, row.revision): (row.passage_count, row.ended_position is None)
+                for row in conn.execute(select(REVISIONS))
+            }
+            rows = list(
+                conn.execute(select(ENTRIES.c.entry_id, ENTRIES.c.revision, ENTRIES.c.valid_to))
+            )
         indexed, expected = indexed_terms_by_row(engine), row_terms(engine)
     finally:
         engine.dispose()
     assert stored == counted, "passages that no manifest row counts, or rows missing passages"
     assert len(set(stored)) == len(stored), "duplicate passages"
+    per_revision: dict[tuple[str, int], list[bool]] = {}
+    for entry_id, revision, valid_to in rows:
+        per_revision.setdefault((entry_id.rpartition("#")[0], revision), []).append(
+            valid_to is None
+        )
+    assert {key: (len(v), all(v)) for key, v in per_revision.items()} == {
+        key: value for key, value in revisions.items() if value[0] or key in per_revision
+    }, "a revision's passages are missing, extra, or current when the revision is not"
     assert set(indexed) == set(expected), (
         "the search index holds rows that are gone, or misses live ones"
     )

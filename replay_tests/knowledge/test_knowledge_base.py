@@ -121,15 +121,28 @@ def test_a_revision_s_old_words_stop_retrieving(kb: KnowledgeBase) -> None:
     assert [(p.doc_id, p.index, p.revision) for p in kb.search("wombat")] == [("disk", 0, 2)]
 
 
-def test_a_revision_leaves_no_stale_row_in_the_search_index(loom: Loom, kb: KnowledgeBase) -> None:
-    """Read without the join, the search index holds only live rows and none of the old terms."""
+def _history_rows_with(loom: Loom, term: str) -> int:
+    """Passage rows of ended revisions whose text holds ``term`` (read from the rows)."""
+    query = text("SELECT entry FROM loom_kb_entries WHERE valid_to IS NOT NULL")
+    with loom.log.engine.connect() as conn:
+        return sum(term in entry for entry in conn.scalars(query))
+
+
+def test_a_superseded_revision_stays_in_the_index_only_as_history(
+    loom: Loom, kb: KnowledgeBase
+) -> None:
+    """Read without the join, the index holds exactly the stored rows; the old revision's rows
+    are there as history (ended), never retrieved as current, and found again as of then."""
     kb.put_doc(Doc(id="disk", text=_paragraphs("platypus", "volume", "inode")))
+    then = loom.log.position
     kb.put_doc(Doc(id="disk", text=_paragraphs("wombat")))
-    assert index_match_count(loom.log.engine, "platypus") == 0
+    assert kb.search("platypus") == []
+    assert index_match_count(loom.log.engine, "platypus") == _history_rows_with(loom, "platypus")
+    assert _history_rows_with(loom, "platypus") >= 1
     assert index_match_count(loom.log.engine, "wombat") == 1
-    assert "platypus" not in indexed_terms(loom.log.engine)
     assert indexed_rows(loom.log.engine) == _row_seqs(loom) != set()
     assert indexed_terms_by_row(loom.log.engine) == row_terms(loom.log.engine)
+    assert [p.revision for p in kb.as_of(then).retrieve("platypus")] == [1]
 
 
 def test_the_index_probes_see_a_stale_index_row(loom: Loom, kb: KnowledgeBase) -> None:
@@ -171,11 +184,14 @@ def test_revision_numbers_keep_counting_after_remove_and_recreate(kb: KnowledgeB
 
 
 def test_remove_doc_removes_the_record_and_every_passage(loom: Loom, kb: KnowledgeBase) -> None:
-    """remove_doc takes the manifest row, the passages and their index terms away."""
+    """remove_doc takes the manifest row and every current passage away; the passages remain
+    only as history (ended), found as of before the removal."""
     kb.put_doc(Doc(id="disk", text=_paragraphs("full", "volume")))
+    then = loom.log.position
     assert kb.remove_doc("disk") is True
     assert (kb.list_docs(), _entries(loom), kb.search("full volume")) == ([], [], [])
-    assert index_match_count(loom.log.engine, "full") == 0
+    assert index_match_count(loom.log.engine, "full") == _history_rows_with(loom, "full") >= 1
+    assert {p.doc_id for p in kb.as_of(then).retrieve("full")} == {"disk"}
 
 
 def test_remove_doc_is_idempotent(loom: Loom, kb: KnowledgeBase) -> None:

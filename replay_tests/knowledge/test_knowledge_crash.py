@@ -121,11 +121,12 @@ def test_a_new_document_whose_ingest_fails_is_not_listed_until_it_converges(
 def test_a_revision_whose_ingest_fails_leaves_the_old_revision_whole(
     loom: Loom, kb: KnowledgeBase, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A revision failing at store.remove keeps revision 1 whole; re-running put_doc converges."""
+    """A revision failing mid-write (its predecessor already ended in the same transaction)
+    keeps revision 1 whole and current; re-running put_doc converges."""
     old, new = _doc("disk", "full", "volume", "inode"), _doc("disk", "cleanup")
     kb.put_doc(old)
     before = corpus_state(db_url)
-    fault = StoreFault(monkeypatch, db_url, "remove", at=1)
+    fault = StoreFault(monkeypatch, db_url, "append", at=1)
     with pytest.raises(InjectedFault):
         kb.put_doc(new)
     assert_consistent(db_url)
@@ -156,7 +157,7 @@ def test_a_sync_whose_projection_fails_mid_page_converges_on_rerun(
     assert corpus_state(db_url) == _reference(db_url, tmp_path, lambda clean: clean.sync(V1))
 
 
-@pytest.mark.parametrize(("verb", "at"), [("append", 3), ("remove", 5)])
+@pytest.mark.parametrize(("verb", "at"), [("append", 3), ("append", 5)])
 def test_an_editing_sync_whose_projection_fails_converges_on_rerun(
     kb: KnowledgeBase,
     db_url: str,
@@ -236,11 +237,11 @@ def _synced(db_url: str, corpus: str) -> dict[str, Any]:
     ("corpus", "kill_in", "logged"),
     [
         ("v1", "append:20", True),
-        ("v2", "remove:3", True),
+        ("v2", "append:3", True),
         ("v2", "append:6", True),
         ("v2", "chunk:6", False),
     ],
-    ids=["first-sync-in-projection", "edit-in-remove", "edit-in-append", "edit-while-deciding"],
+    ids=["first-sync-in-projection", "edit-early", "edit-late", "edit-while-deciding"],
 )
 def test_a_sync_killed_with_sigkill_converges_on_rerun_in_a_fresh_process(
     db_url: str, tmp_path: Path, corpus: str, kill_in: str, logged: bool

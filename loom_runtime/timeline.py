@@ -1,0 +1,35 @@
+"""Log time and wall time: which log position was "now" at a given moment?
+
+Positions are the log's own clock (one global order); people ask in wall time ("what did the
+agent know at 03:12?"). Each event carries the timestamp it was created at, and timestamps
+grow with positions (a writer stamps its events just before it appends them; concurrent
+writers can invert two neighbours by microseconds, which a question asked in seconds does
+not see). So the answer is a binary search over positions, reading one event per step:
+O(log n) reads, no index to maintain.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from loom_runtime.errors import ConfigurationError
+from loom_runtime.log import EventLog
+
+
+def position_at(log: EventLog, when: datetime) -> int:
+    """The highest log position whose event was recorded at or before ``when`` (0: none)."""
+    if when.tzinfo is None:
+        raise ConfigurationError(
+            f"{when!r} has no timezone: give an aware datetime (e.g. with tzinfo=UTC) so the "
+            "moment is unambiguous"
+        )
+    low, high = 0, log.position  # invariant: low is at or before `when`, high+1.. is after
+    while low < high:
+        middle = (low + high + 1) // 2
+        page = log.recorder.select_notifications(start=middle, limit=1)
+        stamped: datetime = getattr(log.mapper.to_domain_event(page[0]), "timestamp")  # noqa: B009
+        if stamped <= when:
+            low = page[0].id  # ids may skip (PostgreSQL gaps): jump to the id actually read
+        else:
+            high = middle - 1
+    return low
