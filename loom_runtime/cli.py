@@ -27,10 +27,12 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     FlowInputError,
     FlowNotFoundError,
+    IntegrityUnsupportedError,
     LoomError,
     NotSerialisableError,
 )
 from loom_runtime.flow import load_flows
+from loom_runtime.integrity import Anchor, verify_log
 from loom_runtime.loom import Loom
 from loom_runtime.projection import rebuild as projection_rebuild
 from loom_runtime.projection import registered_projections
@@ -268,6 +270,43 @@ def doctor(db: DbOption = None) -> None:
             if store is not None:
                 check(hasattr(store, "search"), f"  {projection.name} search", type(store).__name__)
     raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+def verify(
+    anchor: Annotated[
+        str | None,
+        typer.Option(
+            "--anchor", help="A head printed by an earlier verify (ID:HEX), kept elsewhere."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Walk the hash chain; report the first event altered, deleted, inserted or reordered."""
+    expected = None
+    if anchor is not None:
+        position, _, digest = anchor.partition(":")
+        try:
+            expected = Anchor(notification_id=int(position), global_hash=digest)
+        except ValueError:
+            fail(f"--anchor must be ID:HEX as printed by loom verify, not {anchor!r}", code=2)
+    with open_loom(db) as loom:
+        try:
+            report = verify_log(loom.log, anchor=expected)
+        except IntegrityUnsupportedError as exc:
+            fail(str(exc), code=2)
+    if as_json:
+        console.print_json(msgspec.json.encode(report).decode())
+    elif report.ok:
+        head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
+        console.print(f"ok: {report.checked} events verified; head {head} (keep it as --anchor)")
+    else:
+        console.print(
+            f"[red]TAMPERED[/red] at log position {report.position}: {report.problem} "
+            f"({report.detail}); {report.checked} events verified before it"
+        )
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def _short(text: object, width: int = 60) -> str:

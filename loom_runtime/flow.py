@@ -23,6 +23,7 @@ from loom_runtime.errors import (
     FlowInputError,
     FlowNotFoundError,
 )
+from loom_runtime.redaction import Redactor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,7 +41,9 @@ class Flow:
         self._input_type = _input_schema(fn, name)
         self.output_type = _output_type(fn)
 
-    def bind(self, arguments: dict[str, Any]) -> tuple[msgspec.Raw, dict[str, Any]]:
+    def bind(
+        self, arguments: dict[str, Any], *, redactor: Redactor | None = None
+    ) -> tuple[msgspec.Raw, dict[str, Any]]:
         """Check ``arguments`` against the signature: the stored input, and the kwargs to call."""
         names = set(self._input_type.__struct_fields__)
         unknown = sorted(set(arguments) - names)
@@ -49,7 +52,7 @@ class Flow:
                 f"flow {self.name!r} takes no argument(s) {', '.join(unknown)}; "
                 f"its parameters are: {', '.join(self._input_type.__struct_fields__) or 'none'}"
             )
-        raw = codec.encode(arguments, path="input")
+        raw = codec.encode(arguments, path="input", redactor=redactor)
         return raw, self.decode_input(raw)
 
     def decode_input(self, raw: msgspec.Raw) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import EXECUTION_TOPICS, Execution
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
+from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 
 T = TypeVar("T")
@@ -76,11 +77,14 @@ class Loom:
         lock_timeout: float = 5.0,
         pool_size: int = 5,
         flows: FlowRegistry | None = None,
+        redactor: RedactorOption = "builtin",
     ) -> None:
         """A log at ``url``, else ``LOOM_DB_URL``, else ./loom.db, and a flow registry.
 
         The settings are checked here; the database is opened (and created) on first use, so
         a process that only registers flows and replays bundles never touches one.
+        ``redactor`` replaces secrets in every value and payload before it is stored (the
+        built-in patterns by default; ``None`` to store values as given; ADR 0012).
         """
         self.settings = LogSettings(
             url,
@@ -88,6 +92,7 @@ class Loom:
             sqlite_synchronous=sqlite_synchronous,
             lock_timeout=lock_timeout,
             pool_size=pool_size,
+            redactor=redactor,
         )
         self.flows = flows if flows is not None else FlowRegistry()
 
@@ -163,7 +168,7 @@ class Loom:
                 if definition.is_async
                 else definition.fn(ctx, **kwargs)
             )
-            output = codec.encode(result, path="output")
+            output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:
             error = exc
         return self._replay_result(execution, definition, replayer, output, error)
@@ -180,7 +185,7 @@ class Loom:
             result = definition.fn(ctx, **kwargs)
             if definition.is_async:
                 result = await result
-            output = codec.encode(result, path="output")
+            output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:
             error = exc
         return self._replay_result(execution, definition, replayer, output, error)
@@ -284,7 +289,7 @@ class Loom:
         self, flow: str, arguments: dict[str, Any]
     ) -> tuple[Flow, Execution, dict[str, Any]]:
         definition = self.get_flow(flow)
-        raw_input, kwargs = definition.bind(arguments)
+        raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
         execution = Execution.start(
             id=uuid4(),
             flow=definition.name,
@@ -340,7 +345,12 @@ class Loom:
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:
-            raw, output = codec.round_trip(result, path="output", type=definition.output_type)
+            raw, output = codec.round_trip(
+                result,
+                path="output",
+                type=definition.output_type,
+                redactor=self.settings.redactor,
+            )
         except NotSerialisableError as exc:
             self._fail(execution, exc)
             raise
@@ -374,7 +384,9 @@ class Loom:
         self, execution: Execution, live: frozenset[str] | set[str]
     ) -> tuple[Flow, Replayer, FlowContext | AsyncFlowContext, dict[str, Any]]:
         definition = self.get_flow(execution.flow)
-        replayer = Replayer(execution.decisions, live=frozenset(live))
+        replayer = Replayer(
+            execution.decisions, live=frozenset(live), redactor=self.settings.redactor
+        )
         ctx = self._context(definition, execution, replayer)
         return definition, replayer, ctx, definition.decode_input(execution.input)
 

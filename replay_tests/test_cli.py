@@ -111,3 +111,28 @@ def test_doctor_fails_when_a_projection_lags(db_url: str) -> None:
             conn.exec_driver_sql("UPDATE loom_tracking SET position = 0")
         code, out = _cli("doctor", "--db", db_url)
     assert code == 1 and "FAIL" in out and "loom rebuild" in out
+
+
+def test_verify_reports_ok_then_the_first_altered_event(db_url: str) -> None:
+    """`loom verify` exits 0 on an intact log with a head to keep; 1 after a row is altered."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_runtime import Loom
+
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "ops")
+        kb.put_doc(Doc(id="a", text="alpha"))
+        kb.put_doc(Doc(id="b", text="beta"))
+        table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+        code, out = _cli("verify", "--db", db_url)
+        assert code == 0 and "ok: 2 events verified" in out
+        head = out.split("head ")[1].split()[0]
+        with loom.log.engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"UPDATE {table} SET state = replace(state, 'alpha', 'omega') "
+                if loom.log.engine.dialect.name == "sqlite"
+                else f"UPDATE {table} SET state = convert_to(replace(convert_from(state, "
+                "'UTF8'), 'alpha', 'omega'), 'UTF8')"
+            )
+        code, out = _cli("verify", "--db", db_url, "--anchor", head)
+        assert code == 1 and "TAMPERED at log position 1" in out
+    assert _cli("verify", "--db", db_url, "--anchor", "nonsense")[0] == 2

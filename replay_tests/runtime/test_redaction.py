@@ -241,3 +241,25 @@ def test_a_bad_redactor_setting_is_a_configuration_error(db_url: str) -> None:
     """Anything but a Redactor, 'builtin' or None is refused when the settings are made."""
     with pytest.raises(ConfigurationError, match="redactor must be"):
         LogSettings(db_url, redactor="on")  # type: ignore[arg-type]
+
+
+def test_a_flow_receives_its_input_and_returns_its_output_as_stored(db_url: str) -> None:
+    """Loom(redactor=...) applies to the flow's input and output too: what the live run sees
+    and returns is the redacted round trip, so a replay compares equal."""
+    with Loom(db_url) as loom:
+
+        @loom.flow("echo")
+        def echo(ctx: FlowContext, header: str) -> str:
+            assert TOKEN not in header, "the live run saw the unredacted input"
+            return f"got {header} and Bearer {TOKEN}"
+
+        run = loom.run("echo", header=f"Authorization: Bearer {TOKEN}")
+        assert TOKEN not in run.output and run.output.count("[REDACTED:bearer-token]") == 2
+        assert loom.replay(run.execution_id).identical
+    with Loom(db_url, redactor=None) as raw:
+
+        @raw.flow("echo")
+        def echo_raw(ctx: FlowContext, header: str) -> str:
+            return header
+
+        assert raw.run("echo", header=f"Bearer {TOKEN}").output == f"Bearer {TOKEN}"
