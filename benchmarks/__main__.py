@@ -18,7 +18,14 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks.harness import InstrumentError, Progress, Settings
-from benchmarks.report import REPOSITORY, Outcome, git_revision, markdown, print_outcome
+from benchmarks.report import (
+    REPOSITORY,
+    Outcome,
+    git_revision,
+    load_average,
+    markdown,
+    print_outcome,
+)
 from benchmarks.sections import SECTIONS
 
 DEFAULT_OUTPUT = REPOSITORY / "docs" / "benchmarks.md"
@@ -40,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     command = shlex.join(["python", "-m", "benchmarks", *arguments])
     revision = git_revision()  # now: the code imported at start is the code measured
+    load_at_start = load_average()
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a log file has no width; 80 columns would fold every range
@@ -77,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds=settings.rounds,
         postgres=settings.pg_url is not None,
         revision=revision,
+        load_at_start=load_at_start,
     )
     output.write_text(report)
     console.print(f"wrote {output}")

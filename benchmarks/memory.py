@@ -71,7 +71,7 @@ SEARCH_ROUNDS = 3
 100,000 entries), and 600 timed searches per arm already pin p50 and p95 down."""
 SQLITE_TARGET_MS = 5.0
 TARGET_SIZE = 100_000
-IN_MEMORY_BUDGET_S = 30.0
+IN_MEMORY_BUDGET_S = 60.0
 """The in-memory store ranks by scanning every entry; it gets a search row at a size only if
 all its rounds there would fit in this many seconds (measured by a probe of a few queries)."""
 PROBE_QUERIES = 5

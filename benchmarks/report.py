@@ -31,16 +31,25 @@ Outcome = tuple[Section, SectionResult | None]
 
 
 def environment(
-    command: str, *, postgres: bool, revision: str | None = None
+    command: str,
+    *,
+    postgres: bool,
+    revision: str | None = None,
+    load_at_start: str | None = None,
 ) -> list[tuple[str, str]]:
     """The facts a reader needs to reproduce or discount the figures, as (label, value).
 
     ``revision`` is :func:`git_revision` taken when the run STARTED (the code imported then is
-    the code measured); if the repository moved on during the run, both are stated.
+    the code measured); if the repository moved on during the run, both are stated. The load
+    average is stated because other processes on a shared 2-core machine slow every arm: a
+    figure measured at a load of 8 is not comparable with one measured at 0.
     """
     loom_at = git_revision()
     if revision is not None and revision != loom_at:
         loom_at = f"{revision} when the run started (at its end: {loom_at})"
+    load = f"{load_average()} at the end of the run" + (
+        f", {load_at_start} at its start" if load_at_start else ""
+    )
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = f"{os.cpu_count()} logical cores" + (f" ({affinity} usable)" if affinity else "")
     versions = ", ".join(f"{name} {_version(name)}" for name in VERSIONED)
@@ -48,6 +57,7 @@ def environment(
         ("command", f"`{command}`"),
         ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("machine", f"{_cpu_model()}, {cores}, {platform.system()} {platform.release()}"),
+        ("load average (1 min)", load),
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("sqlite", f"{sqlite3.sqlite_version}; scratch directories under {_scratch_fs()}"),
         ("loom", f"loom-replay {_version('loom-replay')} at {loom_at}"),
@@ -68,8 +78,10 @@ def markdown(
     rounds: int,
     postgres: bool,
     revision: str | None = None,
+    load_at_start: str | None = None,
 ) -> str:
-    """The whole of docs/benchmarks.md (``revision``: see :func:`environment`)."""
+    """The whole of docs/benchmarks.md (``revision``, ``load_at_start``: see
+    :func:`environment`)."""
     controls = [c for _, result in outcomes if result for c in result.controls]
     lines = [
         "# Benchmarks",
@@ -80,7 +92,9 @@ def markdown(
         "",
         *(
             f"- **{label}:** {value}"
-            for label, value in environment(command, postgres=postgres, revision=revision)
+            for label, value in environment(
+                command, postgres=postgres, revision=revision, load_at_start=load_at_start
+            )
         ),
         "",
         "Every sample runs in a fresh `mktemp -d` directory (a fresh database on PostgreSQL). "
@@ -158,6 +172,14 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def load_average() -> str:
+    """The 1-minute load average, or "unknown" where the platform has none."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "unknown"
 
 
 def git_revision() -> str:
