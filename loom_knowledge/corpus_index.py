@@ -95,24 +95,12 @@ class CorpusIndex(SQLProjection):
         self.documents = Table(
             f"{TABLE_PREFIX}documents",
             self.metadata,
-            Column("scope", Text, primary_key=True),
-            Column("doc_id", Text, primary_key=True),
-            Column("revision", Integer, nullable=False),
-            Column("fingerprint", String(128), nullable=False),
-            Column("fingerprint_algorithm", String(100), nullable=False),
-            Column("passage_count", Integer, nullable=False),
-            Column("source", Text, nullable=True),
+            *_record_columns(revision_is_key=False),
         )
         self.revisions = Table(
             f"{TABLE_PREFIX}revisions",
             self.metadata,
-            Column("scope", Text, primary_key=True),
-            Column("doc_id", Text, primary_key=True),
-            Column("revision", Integer, primary_key=True),
-            Column("fingerprint", String(128), nullable=False),
-            Column("fingerprint_algorithm", String(100), nullable=False),
-            Column("passage_count", Integer, nullable=False),
-            Column("source", Text, nullable=True),
+            *_record_columns(revision_is_key=True),
             Column("written_position", BigInteger, nullable=False),
             Column("ended_position", BigInteger, nullable=True),
             Column("ended_by", String(20), nullable=True),
@@ -311,6 +299,19 @@ class CorpusIndex(SQLProjection):
 
     def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
         return nullcontext(conn) if conn is not None else self.engine.connect()
+
+
+def _record_columns(*, revision_is_key: bool) -> list[Column[Any]]:
+    """The columns of a document record: the live manifest row, or one revision's row."""
+    return [
+        Column("scope", Text, primary_key=True),
+        Column("doc_id", Text, primary_key=True),
+        Column("revision", Integer, primary_key=revision_is_key, nullable=False),
+        Column("fingerprint", String(128), nullable=False),
+        Column("fingerprint_algorithm", String(100), nullable=False),
+        Column("passage_count", Integer, nullable=False),
+        Column("source", Text, nullable=True),
+    ]
 
 
 def _record(row: Any) -> DocRecord:

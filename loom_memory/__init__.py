@@ -47,7 +47,7 @@ from loom_memory.store import (
     remove_entries,
 )
 from loom_memory.text import entry_terms, query_terms, searchable_text, tokenize
-from loom_memory.tiers import DEFAULT_TIERS, Decide, Tier, TieredMemory
+from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -55,7 +55,6 @@ __all__ = [
     "MAX_SEARCH_LIMIT",
     "BackendError",
     "Content",
-    "Decide",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
     "InMemoryMemoryStore",

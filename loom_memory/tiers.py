@@ -32,7 +32,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.errors import (
@@ -50,24 +49,9 @@ from loom_memory.store import (
     check_key,
     check_search,
 )
-
-T = TypeVar("T")
+from loom_runtime.context import Decide
 
 _TIER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-class Decide(Protocol):
-    """A sync flow's ``ctx.decide``: run ``compute`` once and record it; a replay reads it back."""
-
-    def __call__(
-        self,
-        key: str,
-        compute: Callable[[], T],
-        *,
-        input: object = None,
-        type: Any = Any,
-        kind: str | None = None,
-    ) -> T: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

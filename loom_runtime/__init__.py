@@ -4,7 +4,7 @@ Every nondeterministic result of a flow is recorded with ``ctx.decide(key, compu
 append-only event log, so an execution can be replayed later, anywhere, to the same output.
 """
 
-from loom_runtime.context import AsyncFlowContext, FlowContext
+from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
 from loom_runtime.errors import (
     ConfigurationError,
     DecisionInputChangedError,
@@ -40,6 +40,7 @@ __all__ = [
     "Anchor",
     "AsyncFlowContext",
     "ConfigurationError",
+    "Decide",
     "Decision",
     "DecisionInputChangedError",
     "DecisionKeyError",

@@ -47,6 +47,24 @@ T = TypeVar("T")
 _UTCTimestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
+class Decide(Protocol):
+    """A sync flow's ``ctx.decide``, as a value: helpers that record decisions take one.
+
+    Declared as a protocol so a helper (a knowledge base, a tiered memory) can require "a
+    decide" without depending on :class:`FlowContext`.
+    """
+
+    def __call__(
+        self,
+        key: str,
+        compute: Callable[[], T],
+        *,
+        input: object = None,
+        type: Any = Any,
+        kind: str | None = None,
+    ) -> T: ...
+
+
 class Slot(msgspec.Struct, frozen=True):
     """One ``decide`` call: its occurrence key, its kind and its recorded-form input."""
 
