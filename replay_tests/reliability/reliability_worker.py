@@ -7,6 +7,7 @@ Run by file path (the test tree has no packages)::
     python reliability_worker.py DB_URL tail --name NAME --stop FILE [--go FILE]
     python reliability_worker.py DB_URL crash SCENARIO POINT:N
     python reliability_worker.py DB_URL check
+    python reliability_worker.py DB_URL open-race --processes N --rounds R
     python reliability_worker.py zygote
 
 Each command prints ONE JSON line on stdout:
@@ -17,6 +18,8 @@ Each command prints ONE JSON line on stdout:
   the others write, until FILE exists; then once more. Prints how often it advanced;
 * ``crash``: arms one kill point (:mod:`reliability_faults`), runs the scenario and, if it
   survived (the point was never reached), prints ``{"survived": true}``;
+* ``open-race``: R times, fork N processes that open the log at the same instant; prints how
+  many failed and how (see :func:`open_race`);
 * ``check``: a freshly started process runs every invariant (:mod:`reliability_checks`) and
   prints the report.
 
@@ -26,11 +29,16 @@ interpreter start-up and loom's imports for each would be most of its wall time.
 
 ``--go FILE``: the worker imports everything, opens its log, then waits for FILE, so that all
 workers of a test start writing at the same moment instead of one interpreter start-up apart.
+The workers open their logs one at a time (an exclusive ``flock`` on ``FILE.lock``): opening
+an eventsourcing PostgreSQL log re-runs its DDL, and concurrent openers can fail with "tuple
+concurrently updated" (pinned by ``test_invariants.py``); the writing that follows is the race
+these tests are about.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import os
 import signal
@@ -113,6 +121,47 @@ def check(loom: Loom) -> dict[str, Any]:
     return report
 
 
+def open_race(db_url: str, processes: int, rounds: int) -> dict[str, Any]:
+    """Open one log from ``processes`` processes at once, ``rounds`` times; count the failures.
+
+    Processes, not threads: the DDL race this exposes did not reproduce between threads of one
+    interpreter. Each round's children are forked (no connection is open in this process),
+    block on a pipe, and are released together by one write of ``processes`` bytes.
+    """
+    failures = 0
+    for _ in range(rounds):
+        gun, trigger = os.pipe()
+        children = []
+        for _ in range(processes):
+            pid = os.fork()
+            if pid == 0:
+                os.read(gun, 1)
+                try:
+                    with Loom(db_url) as loom:
+                        _ = loom.log.position
+                except Exception as exc:
+                    sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+                    os._exit(1)
+                os._exit(0)
+            children.append(pid)
+        os.write(trigger, b"x" * processes)
+        for pid in children:
+            failures += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+        os.close(gun)
+        os.close(trigger)
+    return {"failures": failures, "attempts": processes * rounds}  # why: on stderr
+
+
+def _open_alone(loom: Loom, go: Path | None) -> None:
+    """Open the log (its tables and connections) before the start signal, one worker at a time."""
+    if go is None:
+        _ = loom.log.position
+        return
+    with open(go.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ = loom.log.position
+
+
 def _wait_for(go: Path | None) -> None:
     deadline = time.monotonic() + 60
     while go is not None and not go.exists():
@@ -193,11 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     crash_command.add_argument("scenario", choices=sorted(SCENARIOS))
     crash_command.add_argument("spec", help="POINT:N (e.g. tracking.before:3), or count")
     commands.add_parser("check")
+    race = commands.add_parser("open-race")
+    race.add_argument("--processes", type=int, required=True)
+    race.add_argument("--rounds", type=int, required=True)
     args = parser.parse_args(argv)
+    if args.command == "open-race":  # opens nothing itself: its children must fork clean
+        raced = open_race(args.db_url, args.processes, args.rounds)
+        sys.stdout.write(msgspec.json.encode(raced).decode() + "\n")
+        return 0
 
+    go: Path | None = getattr(args, "go", None)
     with Loom(args.db_url) as loom:
-        _ = loom.log.position  # open the log (and its connections) before the start signal
-        _wait_for(getattr(args, "go", None))
+        _open_alone(loom, go)
+        _wait_for(go)
         result: Any
         if args.command == "record":
             result = record(loom, args.count)
