@@ -73,6 +73,7 @@ from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
 from loom_memory.errors import BackendError, StoreConfigurationError
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import entry_terms
+from loom_runtime.schema import serialise_ddl
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -126,6 +127,7 @@ class SqlMemoryStore(ABC):
         )
         self.annotations = tuple(column for column in columns if isinstance(column, Column))
         with self._begin(None) as conn:
+            serialise_ddl(conn)  # workers creating the store at once must not race
             self.entries.create(conn, checkfirst=True)
             for statement in self._search_ddl():
                 conn.exec_driver_sql(statement)

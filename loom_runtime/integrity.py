@@ -44,6 +44,7 @@ from psycopg.rows import DictRow
 from psycopg.sql import SQL
 
 from loom_runtime.errors import IntegrityUnsupportedError
+from loom_runtime.schema import DDL_LOCK_KEY
 
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
@@ -307,6 +308,17 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
             schema=datastore.schema, events_table=events_table_name
         )
         self.sql_create_statements.extend(SQL(statement).format() for statement in self.chain.ddl)
+
+    def create_table(self) -> None:
+        """Create (if missing) under a session advisory lock: processes opening one log at once
+        would otherwise race on eventsourcing's ``CREATE TYPE``/``CREATE OR REPLACE FUNCTION``
+        ("tuple concurrently updated")."""
+        with self.datastore.get_connection() as conn:
+            conn.execute(SQL("SELECT pg_advisory_lock({key})").format(key=DDL_LOCK_KEY))
+            try:
+                super().create_table()
+            finally:
+                conn.execute(SQL("SELECT pg_advisory_unlock({key})").format(key=DDL_LOCK_KEY))
 
     def _fetch_ids_after_insert_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any

@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import PAGE_SIZE, EventLog
+from loom_runtime.schema import serialise_ddl
 
 Progress = Callable[[int, int], None]
 """Called after each page with (position reached, target position)."""
@@ -100,6 +101,7 @@ class SQLProjection(ABC):
         position is reset so the next catch-up rebuilds from the log instead of trusting it.
         """
         with self.engine.begin() as conn:
+            serialise_ddl(conn)
             _tracking_metadata.create_all(conn, checkfirst=True)
             existing = set(inspect(conn).get_table_names())
             recreated = any(table.name not in existing for table in self.metadata.sorted_tables)

@@ -117,30 +117,12 @@ def test_a_projection_that_skipped_or_doubled_an_event_is_caught(worked: Loom, f
     assert report.violations == [expected]
 
 
-# -- bugs: concurrent opening on PostgreSQL -------------------------------------------------------
-
-
-def _xfail_on_postgres(request: pytest.FixtureRequest, db_url: str, reason: str) -> None:
-    if db_url.startswith("postgresql"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
-OPEN_RACE: Final = (
-    "BUG loom_runtime.log.LoomPostgresFactory: every EventLog construction runs eventsourcing's "
-    "PostgresApplicationRecorder.create_table(), whose statements include CREATE OR REPLACE "
-    "FUNCTION es_insert_events_uuid even with the tables present; concurrent sessions replacing "
-    "one function fail with 'tuple concurrently updated' (InternalError), so a worker starting "
-    "beside others dies at its first log access. Fix: run the DDL under "
-    "pg_advisory_xact_lock in LoomPostgresFactory (or skip it when the tables exist)"
-)
+# -- concurrent opening and first use (PostgreSQL raced here before schema.serialise_ddl) --------
 
 
 @pytest.mark.slow
-def test_processes_opening_one_existing_log_at_once_all_succeed(
-    db_url: str, request: pytest.FixtureRequest
-) -> None:
+def test_processes_opening_one_existing_log_at_once_all_succeed(db_url: str) -> None:
     """Twelve processes opening one existing log at the same instant, six times, all succeed."""
-    _xfail_on_postgres(request, db_url, OPEN_RACE)
     with Loom(db_url) as loom:
         _ = loom.log.position  # the tables exist: what races is opening, not creating
     raced = run(db_url, "open-race", "--processes", "12", "--rounds", "6", timeout=TIMEOUT)
@@ -148,21 +130,8 @@ def test_processes_opening_one_existing_log_at_once_all_succeed(
     assert raced.payload == {"failures": 0, "attempts": 72}, raced.stderr[-2000:]
 
 
-FIRST_USE_RACE: Final = (
-    "BUG loom_runtime.projection.SQLProjection.create_tables and loom_memory.sql."
-    "SqlMemoryStore.__init__: tables are created with checkfirst (check, then CREATE), so "
-    "processes first using a projection (CorpusIndex) at once race: all see no table, the "
-    "losers fail with UniqueViolation on pg_type / DuplicateTable. Fix: take "
-    "pg_advisory_xact_lock(hash of the table prefix) before creating, or CREATE ... IF NOT "
-    "EXISTS and retry once on UniqueViolation"
-)
-
-
-def test_workers_using_the_corpus_first_at_once_all_succeed(
-    db_url: str, request: pytest.FixtureRequest
-) -> None:
+def test_workers_using_the_corpus_first_at_once_all_succeed(db_url: str) -> None:
     """Twelve workers whose first corpus use coincides all get a usable index, five times."""
-    _xfail_on_postgres(request, db_url, FIRST_USE_RACE)
     looms = [Loom(db_url) for _ in range(12)]
     try:
         for loom in looms:

@@ -62,8 +62,8 @@ def test_recorders_a_syncer_and_two_tails_at_once_lose_and_duplicate_nothing(
     backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
     go, stop = tmp_path / "go", tmp_path / "stop"
     with Loom(db_url) as loom:
-        # Created here, before the workers start: concurrent FIRST use of a projection's tables
-        # fails on PostgreSQL (an xfail in test_invariants.py); the race under test is writing.
+        # Created here so every worker starts writing at once (concurrent first use is tested
+        # on its own in test_invariants.py); the race under test is writing.
         SeenEvents(loom.log.engine, name="tail")
         knowledge_base(loom).refresh()
     tails = [
