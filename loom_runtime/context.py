@@ -22,7 +22,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
@@ -237,15 +237,37 @@ class FlowContext(_Context):
 class AsyncFlowContext(_Context):
     """The ``ctx`` of an ``async def`` flow: ``await ctx.decide(...)``."""
 
+    @overload
     def decide(
         self,
         key: str,
-        compute: Callable[[], T | Awaitable[T]],
+        compute: Callable[[], Awaitable[T]],
         *,
         input: object = None,
         type: Any = Any,
         kind: str | None = None,
-    ) -> Awaitable[T]:
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def decide(
+        self,
+        key: str,
+        compute: Callable[[], T],
+        *,
+        input: object = None,
+        type: Any = Any,
+        kind: str | None = None,
+    ) -> Awaitable[T]: ...
+
+    def decide(
+        self,
+        key: str,
+        compute: Callable[[], Any],
+        *,
+        input: object = None,
+        type: Any = Any,
+        kind: str | None = None,
+    ) -> Awaitable[Any]:
         """As :meth:`FlowContext.decide`; ``compute`` may be sync or async.
 
         A plain method returning an awaitable, so the occurrence key is fixed when the call is

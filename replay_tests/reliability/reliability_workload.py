@@ -89,9 +89,7 @@ def register_flows(loom: Loom) -> None:
             *(
                 ctx.decide(
                     "probe",
-                    # mypy solves decide's `Callable[[], T | Awaitable[T]]` to T = Never for
-                    # an async compute: a gap in loom's annotation, not in this call.
-                    partial(_compute_later, f"probe{n}", (-n % 4) * 0.002),  # type: ignore[arg-type]
+                    partial(_compute_later, f"probe{n}", (-n % 4) * 0.002),
                     input={"n": n},
                 )
                 for n in range(4)
