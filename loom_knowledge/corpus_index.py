@@ -29,6 +29,7 @@ the same; superseded passages never retrieve as current (they are excluded, not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -47,6 +48,7 @@ from sqlalchemy import (
     Text,
     and_,
     delete,
+    func,
     or_,
     select,
     update,
@@ -60,6 +62,7 @@ from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
 from loom_runtime.projection import SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
+_IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
 def corpus_key(scope: str) -> str:
@@ -203,26 +206,57 @@ class CorpusIndex(SQLProjection):
 
     # -- reads --------------------------------------------------------------------------------
 
-    def manifest(self, scope: str, *, conn: Connection | None = None) -> dict[str, DocRecord]:
-        """Every live document of ``scope`` by id, in id order."""
-        query = (
-            select(self.documents)
-            .where(self.documents.c.scope == scope)
-            .order_by(self.documents.c.doc_id)
-        )
-        with self._reading(conn) as c:
-            return {row.doc_id: _record(row) for row in c.execute(query)}
+    def manifest(
+        self,
+        scope: str,
+        *,
+        doc_ids: Sequence[str] | None = None,
+        conn: Connection | None = None,
+    ) -> dict[str, DocRecord]:
+        """The live documents of ``scope`` (all, or those of ``doc_ids``) by id, in id order.
 
-    def last_revision(self, scope: str, doc_id: str) -> int:
-        """The highest revision ``doc_id`` ever had in ``scope`` (0 if never written).
+        Read as plain tuples: an unchanged sync of a large corpus is mostly this read.
+        """
+        c = self.documents.c
+        query = (
+            select(c.doc_id, c.revision, c.fingerprint, c.fingerprint_algorithm)
+            .add_columns(c.passage_count, c.source)
+            .where(c.scope == scope)
+            .order_by(c.doc_id)
+        )
+        if doc_ids is not None:
+            query = query.where(c.doc_id.in_(doc_ids))
+        with self._reading(conn) as connection:
+            return {
+                doc_id: DocRecord(
+                    id=doc_id,
+                    revision=revision,
+                    fingerprint=fingerprint,
+                    fingerprint_algorithm=algorithm,
+                    passage_count=count,
+                    source=source,
+                )
+                for doc_id, revision, fingerprint, algorithm, count, source in connection.execute(
+                    query
+                ).tuples()
+            }
+
+    def last_revisions(self, scope: str, doc_ids: Sequence[str]) -> dict[str, int]:
+        """The highest revision each of ``doc_ids`` ever had in ``scope`` (absent if never).
 
         Revisions keep counting across a removal, so "revision 3" names one text forever.
         """
-        query = select(self.revisions.c.revision).where(
-            and_(self.revisions.c.scope == scope, self.revisions.c.doc_id == doc_id)
-        )
+        c = self.revisions.c
+        found: dict[str, int] = {}
         with self.engine.connect() as conn:
-            return max((row.revision for row in conn.execute(query)), default=0)
+            for start in range(0, len(doc_ids), _IN_CHUNK):
+                query = (
+                    select(c.doc_id, func.max(c.revision))
+                    .where(c.scope == scope, c.doc_id.in_(doc_ids[start : start + _IN_CHUNK]))
+                    .group_by(c.doc_id)
+                )
+                found.update(conn.execute(query).tuples())
+        return found
 
     def revision_history(
         self, scope: str, revisions: set[tuple[str, int]]

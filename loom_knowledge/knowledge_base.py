@@ -110,10 +110,11 @@ class KnowledgeBase:
                 digest,
             ):
                 return []
-            return [self._written(doc, digest, source)]
+            revisions = self._index.last_revisions(self.scope, [doc.id])
+            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)]
 
-        self._write(decide)
-        return self._index.manifest(self.scope)[doc.id]
+        self._write(decide, only=[doc.id])
+        return self._index.manifest(self.scope, doc_ids=[doc.id])[doc.id]
 
     def remove_doc(self, doc_id: str, *, source: str | None = None) -> bool:
         """Remove ``doc_id`` and its passages; False (and nothing written) if it is absent."""
@@ -129,7 +130,7 @@ class KnowledgeBase:
             ensure_writable(doc_id=doc_id, record=record, source=source)
             return [self._removed(record)]
 
-        self._write(decide)
+        self._write(decide, only=[doc_id])
         return removed[0]
 
     def sync(
@@ -146,7 +147,11 @@ class KnowledgeBase:
         def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
             plans[:] = [plan]
-            changes = [self._written(w.doc, w.fingerprint, source) for w in plan.writes]
+            revisions = self._index.last_revisions(self.scope, [w.doc.id for w in plan.writes])
+            changes = [
+                self._written(w.doc, w.fingerprint, source, revisions.get(w.doc.id, 0) + 1)
+                for w in plan.writes
+            ]
             changes += [self._removed(manifest[doc_id]) for doc_id in plan.removed]
             result = plan.result
             changes.append(
@@ -263,12 +268,21 @@ class KnowledgeBase:
             allow_mass_delete=allow_mass_delete,
         )
 
-    def _write(self, decide: Callable[[Mapping[str, DocRecord]], list[Change]]) -> None:
-        """Decide on fresh state and append the changes after the version decided on."""
+    def _write(
+        self,
+        decide: Callable[[Mapping[str, DocRecord]], list[Change]],
+        *,
+        only: Sequence[str] | None = None,
+    ) -> None:
+        """Decide on fresh state and append the changes after the version decided on.
+
+        ``decide`` sees the manifest: all of it, or only the records of ``only`` (a one-document
+        write must not read a 10,000-row manifest).
+        """
         for _ in range(_WRITE_ATTEMPTS):
             version = stream_version(self.loom.log, self._stream)
             self.refresh()
-            changes = decide(self._index.manifest(self.scope))
+            changes = decide(self._index.manifest(self.scope, doc_ids=only))
             if not changes:
                 return
             try:
@@ -282,13 +296,13 @@ class KnowledgeBase:
             f"({_WRITE_ATTEMPTS} attempts); nothing was written by this call"
         )
 
-    def _written(self, doc: Doc, digest: str, source: str | None) -> Change:
+    def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
             DocumentWritten,
             {
                 "scope": self.scope,
                 "doc_id": doc.id,
-                "revision": self._index.last_revision(self.scope, doc.id) + 1,
+                "revision": revision,
                 "fingerprint": digest,
                 "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
                 "source": source,
