@@ -255,7 +255,7 @@ class CorpusIndex(SQLProjection):
                     .where(c.scope == scope, c.doc_id.in_(doc_ids[start : start + _IN_CHUNK]))
                     .group_by(c.doc_id)
                 )
-                found.update(conn.execute(query).tuples())
+                found.update((doc_id, top) for doc_id, top in conn.execute(query).tuples())
         return found
 
     def revision_history(
