@@ -7,7 +7,7 @@ says which issue will measure it. Issue 7 replaces its placeholders with modules
 
 from __future__ import annotations
 
-from benchmarks import corpus, memory, persistence, runtime
+from benchmarks import bundles, corpus, memory, persistence, runtime, scaleout
 from benchmarks.harness import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -35,6 +35,18 @@ SECTIONS: tuple[Section, ...] = (
         title="Corpus: ingest, unchanged and edited sync, retrieval",
         issue=4,
         run=corpus.run,
+    ),
+    Section(
+        name="bundles",
+        title="Bundles: export and database-free replay; as-of vs current retrieval",
+        issue=5,
+        run=bundles.run,
+    ),
+    Section(
+        name="scaleout",
+        title="Scale-out: recording with concurrent worker processes; replay and rebuild",
+        issue=6,
+        run=scaleout.run,
     ),
     Section(
         name="peers-runtime",

@@ -1,0 +1,352 @@
+"""Section "scaleout" (issue 6): recording with many worker processes; replay and rebuild rates.
+
+**Recording.** N worker processes (forked, so each is a fresh process with nothing open; the
+parent only creates the schema beforehand so the workers do not race on ``CREATE TABLE``)
+share one log: a new PostgreSQL database per sample (N = 1, 4, 8) when ``LOOM_TEST_PG_URL`` is
+set, and one SQLite file (N = 1, 4). Each worker opens its own ``Loom`` and log, waits at a
+barrier, then records executions of a sequential flow of ``DECISIONS_PER_EXECUTION`` ~1 KB
+decisions (:mod:`benchmarks.workload`) until the duration has passed, finishing the execution
+it is in. The aggregate rate is every completed execution's decisions over the time from the
+barrier to the last worker's finish. After each sample the harness counts the decision events
+in the log: they must equal what the workers reported (nothing lost, nothing extra).
+
+ADR 0015 says every append takes one table lock (PostgreSQL) or the single write lock (SQLite),
+so the aggregate is expected to stay roughly flat in N; this section reports what it measures.
+
+**Replay and rebuild.** One log per backend holds a corpus (``kb.sync`` of real-manual
+documents, :func:`benchmarks.corpus.base_docs`) and a few recorded executions. Replay: a fresh
+``Loom`` (log opened before the clock) replays every execution; decisions/s. Rebuild: the corpus
+projection (``registered_projections(log)``, the one named ``knowledge``) is rebuilt from
+position 0 with ``loom_runtime.projection.rebuild``; events applied per second, and afterwards
+the manifest must list every document.
+
+Control: 4 workers each recording into its OWN SQLite file (the shared log removed on purpose)
+must exceed 1 worker's rate by a clear margin; otherwise the workers did not run concurrently
+and a flat result above would say nothing about the shared append.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Barrier
+from typing import Any
+from uuid import UUID
+
+from benchmarks.corpus import base_docs
+from benchmarks.harness import (
+    Arm,
+    Control,
+    InstrumentError,
+    Progress,
+    Results,
+    Sample,
+    SectionResult,
+    Settings,
+    Stats,
+    Table,
+    interleave,
+    scratch_directory,
+)
+from benchmarks.stores import fresh_postgres, fresh_sqlite, postgres_description
+from benchmarks.workload import FLOW, Value, make_values, recording_flow
+from loom_knowledge import open_knowledge_base
+from loom_runtime import Loom
+from loom_runtime.execution import Execution
+from loom_runtime.projection import TrackedProjection, rebuild, registered_projections
+
+DECISIONS_PER_EXECUTION = 25
+DURATION_S = 1.5
+QUICK_DURATION_S = 0.4
+PG_WORKERS = (1, 4, 8)
+SQLITE_WORKERS = (1, 4)
+CONTROL_WORKERS = 4
+CONTROL_FACTOR = 1.3
+"""4 unshared SQLite files must record at least this many times 1 worker (2 cores)."""
+START_TIMEOUT_S = 60.0
+REBUILD_DOCS = 1_000
+QUICK_REBUILD_DOCS = 200
+REPLAY_EXECUTIONS = 5
+REPLAY_DECISIONS = 400
+QUICK_REPLAY_DECISIONS = 100
+SCOPE = "bench"
+SOURCE = "bench"
+
+_FORK = multiprocessing.get_context("fork")
+
+
+def run(settings: Settings, progress: Progress) -> SectionResult:
+    """Interleave the recording arms of every backend, then the replay and rebuild arms."""
+    duration = QUICK_DURATION_S if settings.quick else DURATION_S
+    values = make_values(DECISIONS_PER_EXECUTION)
+    backends: list[tuple[str, tuple[int, ...]]] = [("SQLite", SQLITE_WORKERS)]
+    if settings.pg_url:
+        backends.insert(0, ("PostgreSQL", PG_WORKERS))
+    recording = [
+        _recording_arm(backend, workers, settings.pg_url, values, duration)
+        for backend, counts in backends
+        for workers in counts
+    ]
+    unshared = _unshared_arm(values, duration)
+    recorded = interleave([*recording, unshared], rounds=settings.rounds, progress=progress)
+
+    docs = QUICK_REBUILD_DOCS if settings.quick else REBUILD_DOCS
+    decisions = QUICK_REPLAY_DECISIONS if settings.quick else REPLAY_DECISIONS
+    with ExitStack() as stack:
+        fixtures = []
+        for backend, _ in backends:
+            progress(f"{backend}: syncing {docs:,} documents, recording replay executions")
+            url = _fresh_url(stack, backend, settings.pg_url)
+            fixtures.append(_build_fixture(stack, backend, url, docs, make_values(decisions)))
+        arms = [
+            arm for fixture in fixtures for arm in (fixture.replay_arm(), fixture.rebuild_arm())
+        ]
+        throughput = interleave(arms, rounds=settings.rounds, progress=progress)
+
+    one = recorded["SQLite, 1 worker"]["per_s"].median
+    factor = recorded[unshared.name]["per_s"].median / one
+    control = Control(
+        name=f"{CONTROL_WORKERS} workers each recording into its own SQLite file (no shared "
+        "log), against 1 worker on a shared file (same rounds)",
+        expected=f">= {CONTROL_FACTOR:.1f}x (the workers really run at once)",
+        observed=f"{recorded[unshared.name]['per_s'].cell('/s')} = {factor:.2f}x",
+        held=factor >= CONTROL_FACTOR,
+    )
+    notes = [
+        f"Each worker process records executions of a sequential flow of "
+        f"{DECISIONS_PER_EXECUTION} decisions of ~1 KB for {duration:g} s (finishing the "
+        "execution it is in); the aggregate is all completed decisions over the time from the "
+        "start barrier to the last worker's finish, and must equal the decision events found "
+        "in the log afterwards. A fresh database per sample; loom defaults otherwise "
+        "(pool_size=5, lock_timeout=5 s; SQLite synchronous=NORMAL).",
+        f"Replay: {REPLAY_EXECUTIONS} executions of {decisions:,} decisions replayed by a fresh "
+        f"`Loom`. Rebuild: the corpus projection of a {docs:,}-document `kb.sync` dropped and "
+        "rebuilt from position 0 (manifest, revisions and passage index; every event of the "
+        "corpus topics is read and applied).",
+    ]
+    if settings.pg_url:
+        notes.append(f"PostgreSQL server: {postgres_description(settings.pg_url)}.")
+    else:
+        notes.append("LOOM_TEST_PG_URL not set: PostgreSQL rows skipped.")
+    return SectionResult(
+        notes=tuple(notes),
+        tables=(
+            _recording_table(recording, recorded, settings.rounds),
+            _throughput_table(arms, throughput, settings.rounds),
+        ),
+        controls=(control,),
+    )
+
+
+# -- recording ------------------------------------------------------------------------------
+
+
+def _fresh_url(stack: ExitStack, backend: str, pg_url: str | None) -> str:
+    if backend == "PostgreSQL":
+        assert pg_url is not None
+        return stack.enter_context(fresh_postgres(pg_url))
+    url, _ = stack.enter_context(fresh_sqlite())
+    return url
+
+
+def _recording_arm(
+    backend: str, workers: int, pg_url: str | None, values: list[Value], duration: float
+) -> Arm:
+    def measure() -> Sample:
+        with ExitStack() as stack:
+            url = _fresh_url(stack, backend, pg_url)
+            with Loom(url) as loom:  # the schema, created once before the workers start
+                loom.log  # noqa: B018
+            decisions, seconds = _record_concurrently([url] * workers, values, duration)
+            with Loom(url) as loom:
+                found = _decision_events(loom)
+        if found != decisions:
+            raise InstrumentError(
+                f"scaleout: {workers} workers on {backend} reported {decisions} decisions "
+                f"but the log holds {found}"
+            )
+        return {"per_s": decisions / seconds, "decisions": decisions}
+
+    return Arm(f"{backend}, {workers} worker{'s' if workers > 1 else ''}", measure)
+
+
+def _decision_events(loom: Loom) -> int:
+    return sum(1 for _ in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)))
+
+
+def _record_concurrently(
+    urls: list[str], values: list[Value], duration: float
+) -> tuple[int, float]:
+    """Fork one worker per URL; total decisions recorded and seconds from start to last finish."""
+    barrier = _FORK.Barrier(len(urls) + 1)
+    pipes = []
+    processes = []
+    for url in urls:
+        receiver, sender = _FORK.Pipe(duplex=False)
+        process = _FORK.Process(target=_worker, args=(url, values, duration, barrier, sender))
+        process.start()
+        sender.close()
+        pipes.append(receiver)
+        processes.append(process)
+    try:
+        barrier.wait(timeout=START_TIMEOUT_S)
+        started = time.monotonic()
+        reports = [pipe.recv() for pipe in pipes]
+    finally:
+        for process in processes:
+            process.join(timeout=START_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+    errors = [report for report in reports if isinstance(report, str)]
+    if errors:
+        raise InstrumentError(f"scaleout: a worker failed: {errors[0]}")
+    return sum(r[0] for r in reports), max(r[1] for r in reports) - started
+
+
+def _worker(
+    url: str, values: list[Value], duration: float, barrier: Barrier, pipe: Connection
+) -> None:
+    """Record executions until ``duration`` has passed; send (decisions, monotonic end)."""
+    report: Any
+    try:
+        with Loom(url) as loom:
+            loom.flow(FLOW)(recording_flow(values))
+            loom.log  # noqa: B018 - connect before the start line
+            barrier.wait(timeout=START_TIMEOUT_S)
+            deadline = time.monotonic() + duration
+            decisions = 0
+            while time.monotonic() < deadline:
+                loom.run(FLOW, n=len(values))
+                decisions += len(values)
+            report = (decisions, time.monotonic())
+    except BaseException as exc:  # reported to the parent, which stops the run
+        report = f"{type(exc).__name__}: {exc}"
+    pipe.send(report)
+    pipe.close()
+
+
+def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+    rows = []
+    for arm in arms:
+        backend = arm.name.partition(",")[0]
+        one = results[f"{backend}, 1 worker"]["per_s"]
+        stats = results[arm.name]["per_s"]
+        rows.append(
+            (
+                arm.name,
+                stats.cell("/s"),
+                f"{stats.median / one.median:.2f}x",
+                _range(results[arm.name]["decisions"]),
+            )
+        )
+    return Table(
+        title="Decisions recorded per second by concurrent worker processes sharing one log",
+        columns=("backend, workers", "decisions/s (all workers)", "vs 1 worker", "decisions"),
+        rows=tuple(rows),
+        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians",
+    )
+
+
+# -- replay and rebuild ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A log holding a synced corpus and recorded executions, kept for the rounds."""
+
+    backend: str
+    url: str
+    loom: Loom
+    values: list[Value]
+    executions: list[UUID]
+    docs: int
+    corpus_events: int
+
+    def replay_arm(self) -> Arm:
+        def measure() -> Sample:
+            with Loom(self.url) as loom:
+                loom.flow(FLOW)(recording_flow(self.values))
+                loom.log  # noqa: B018 - open the log before the clock
+                started = time.perf_counter()
+                results = [loom.replay(execution) for execution in self.executions]
+                elapsed = time.perf_counter() - started
+            if any(result.divergences for result in results):
+                raise InstrumentError(f"scaleout: a timed replay diverged on {self.backend}")
+            return {"per_s": len(self.values) * len(self.executions) / elapsed}
+
+        return Arm(f"replay, {self.backend}", measure)
+
+    def rebuild_arm(self) -> Arm:
+        def measure() -> Sample:
+            projection = _corpus_projection(self.loom)
+            started = time.perf_counter()
+            rebuild(self.loom.log, projection)
+            elapsed = time.perf_counter() - started
+            listed = len(open_knowledge_base(self.loom, SCOPE).list_docs())
+            if listed != self.docs:
+                raise InstrumentError(
+                    f"scaleout: after the rebuild on {self.backend} the manifest lists "
+                    f"{listed} of {self.docs} documents"
+                )
+            return {"per_s": self.corpus_events / elapsed, "seconds": elapsed}
+
+        return Arm(f"rebuild of the corpus projection, {self.backend}", measure)
+
+
+def _corpus_projection(loom: Loom) -> TrackedProjection:
+    for projection in registered_projections(loom.log):
+        if getattr(projection, "name", None) == "knowledge":
+            return projection
+    raise InstrumentError("scaleout: no projection named 'knowledge' is registered")
+
+
+def _build_fixture(
+    stack: ExitStack, backend: str, url: str, docs: int, values: list[Value]
+) -> Fixture:
+    loom = stack.enter_context(Loom(url))
+    loom.flow(FLOW)(recording_flow(values))
+    kb = open_knowledge_base(loom, SCOPE)
+    kb.sync(base_docs(docs), source=SOURCE)
+    executions = [loom.run(FLOW, n=len(values)).execution_id for _ in range(REPLAY_EXECUTIONS)]
+    topics = _corpus_projection(loom).topics
+    events = sum(1 for _ in loom.log.notifications(topics=topics))
+    return Fixture(backend, url, loom, values, executions, docs, events)
+
+
+def _throughput_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+    rows = []
+    for arm in arms:
+        stats = results[arm.name]
+        unit = "events/s" if arm.name.startswith("rebuild") else "decisions/s"
+        time_cell = stats["seconds"].cell(" s") if "seconds" in stats else ""
+        rows.append((arm.name, f"{stats['per_s'].cell('/s')} {unit}", time_cell))
+    return Table(
+        title="Replay and projection rebuild throughput",
+        columns=("arm", "rate", "rebuild time"),
+        rows=tuple(rows),
+        note=f"median of {rounds} interleaved rounds (low-high)",
+    )
+
+
+# -- control --------------------------------------------------------------------------------
+
+
+def _unshared_arm(values: list[Value], duration: float) -> Arm:
+    def measure() -> Sample:
+        with scratch_directory() as directory:
+            urls = [f"sqlite:///{directory / f'worker{n}.db'}" for n in range(CONTROL_WORKERS)]
+            for url in urls:
+                with Loom(url) as loom:
+                    loom.log  # noqa: B018 - the schema, before the workers start
+            decisions, seconds = _record_concurrently(urls, values, duration)
+        return {"per_s": decisions / seconds}
+
+    return Arm(f"control: {CONTROL_WORKERS} workers, one SQLite file each", measure)
+
+
+def _range(stats: Stats) -> str:
+    low, high = min(stats.samples), max(stats.samples)
+    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
