@@ -5,10 +5,17 @@ the JSON state bytes), plus the flow name, the code-version label and the log po
 execution ran at, in a versioned msgspec envelope with a sha256 content hash. JSON by default
 (an operator can read it), msgpack when the path ends in ``.msgpack``.
 
-Reading refuses, with a typed error that says which: a file that is not a bundle, a truncated
-one, one whose content no longer matches its hash (tampered), and one written by a newer
-format than this loom reads. The envelope's ``format`` and ``schema_version`` are read before
-anything else, so a future bundle is refused as *future*, not as garbage.
+Reading refuses, with a typed error that says which: a path with no file, a file that is not
+a bundle, a truncated one, one whose content no longer matches its hash (tampered), and one
+written by a newer format than this loom reads. The envelope's ``format`` and
+``schema_version`` are read before anything else, so a future bundle is refused as *future*,
+not as garbage.
+
+The hash proves integrity, not authenticity (ADR 0013): anyone can re-seal an edited bundle.
+So its events are checked as an execution before any of them is mapped: only execution topics
+(a topic is never resolved, so a bundle cannot make loom import a module it names), versions
+1..n in order, a ``Created`` first and only first; and any failure to rebuild the execution
+from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper's own error.
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ from eventsourcing.persistence import StoredEvent
 
 from loom_runtime.errors import (
     BundleFormatError,
+    BundleNotFoundError,
     BundleTamperedError,
     BundleTruncatedError,
     BundleVersionError,
 )
-from loom_runtime.execution import Execution
+from loom_runtime.execution import EXECUTION_TOPICS, Execution
 from loom_runtime.mapper import MsgspecMapper
 
 T = TypeVar("T")
@@ -63,20 +71,21 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
     content_hash: str = ""
 
     def execution(self) -> Execution:
-        """The execution rebuilt from the bundle's events, with no database."""
+        """The execution rebuilt from the bundle's events, with no database.
+
+        Raises :class:`BundleFormatError` when the events are not an execution's (see the
+        module docstring); nothing the events name is imported.
+        """
+        check_events(self.events)
         mapper = MsgspecMapper()
-        events = (
-            mapper.to_domain_event(
-                StoredEvent(
-                    originator_id=self.execution_id,
-                    originator_version=event.version,
-                    topic=event.topic,
-                    state=event.state.encode(),
-                )
-            )
-            for event in self.events
-        )
-        execution = project_aggregate(None, events)
+        try:
+            events = [mapper.to_domain_event(row) for row in self.stored_events()]
+            execution = project_aggregate(None, events)
+        except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
+            raise BundleFormatError(
+                f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
+                "it was edited and re-sealed, or written by a broken exporter: export it again"
+            ) from exc
         if not isinstance(execution, Execution):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
         return execution
@@ -99,6 +108,28 @@ class _Envelope(msgspec.Struct):
 
     format: str = ""
     schema_version: int = 0
+
+
+def check_events(events: tuple[BundleEvent, ...]) -> None:
+    """Refuse events that cannot be an execution's stream, before any of them is mapped."""
+    if not events:
+        raise BundleFormatError("the bundle holds no events")
+    for expected, event in enumerate(events, start=1):
+        if event.topic not in EXECUTION_TOPICS:
+            raise BundleFormatError(
+                f"event {expected} of the bundle has topic {event.topic!r}, which is not an "
+                f"execution event ({', '.join(EXECUTION_TOPICS)}); it is refused unread"
+            )
+        if event.version != expected:
+            raise BundleFormatError(
+                f"event {expected} of the bundle has version {event.version}; an execution's "
+                "events are numbered 1, 2, 3... without gaps or repeats"
+            )
+        if (event.topic == Execution.Created.TOPIC) != (expected == 1):
+            raise BundleFormatError(
+                "an execution's stream starts with exactly one Created event; this bundle's "
+                f"event {expected} is {event.topic!r}"
+            )
 
 
 def content_hash(bundle: Bundle) -> str:
@@ -141,7 +172,13 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
 
 def read_bundle(path: Path) -> Bundle:
     """Read and check a bundle; each way it can be unusable is its own typed error."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # missing, a directory, unreadable
+        raise BundleNotFoundError(
+            f"cannot read a bundle at {path}: {exc.strerror or exc}; pass the path of a file "
+            "written by `loom export` (Loom.export)"
+        ) from exc
     try:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
@@ -162,11 +199,17 @@ def read_bundle(path: Path) -> Bundle:
         bundle = _decode(data, path, Bundle)
     except msgspec.ValidationError as exc:
         raise BundleTamperedError(f"{path} does not match the bundle format: {exc}") from exc
+    except msgspec.DecodeError as exc:  # e.g. invalid UTF-8 in a field the envelope skipped
+        raise BundleTamperedError(
+            f"{path} was altered or corrupted after export: it no longer decodes ({exc}); "
+            "export it again"
+        ) from exc
     if not bundle.events or content_hash(bundle) != bundle.content_hash:
         raise BundleTamperedError(
             f"{path} was altered after export: its content no longer matches its sha256 "
             f"({bundle.content_hash[:16] or 'missing'}...)"
         )
+    check_events(bundle.events)
     return bundle
 
 

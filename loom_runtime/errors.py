@@ -140,8 +140,12 @@ class BundleError(LoomError):
     """A bundle file cannot be used; the subclass says why."""
 
 
+class BundleNotFoundError(BundleError):
+    """The path names no readable bundle file (missing, a directory, or not readable)."""
+
+
 class BundleFormatError(BundleError):
-    """The file is not a loom bundle."""
+    """The file is not a loom bundle, or its events do not rebuild an execution."""
 
 
 class BundleTruncatedError(BundleError):

@@ -241,6 +241,7 @@ class Loom:
         with different events raises :class:`BundleConflictError`.
         """
         bundle = read_bundle(Path(path))
+        bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.stored_events()
         existing = [
             (e.originator_version, e.topic, bytes(e.state))
