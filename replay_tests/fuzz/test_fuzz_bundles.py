@@ -191,7 +191,7 @@ def test_a_sealed_bundle_with_unusable_events_is_refused_as_a_bundle_error(
 
 
 def test_a_topic_in_a_bundle_is_never_imported(bundle: Path, tmp_path: Path) -> None:
-    """A re-sealed bundle naming a module in a topic is refused unread: the module is not imported."""
+    """A re-sealed bundle whose topic names a module is refused unread: nothing is imported."""
     assert "colorsys" not in sys.modules
     events = list(read_bundle(bundle).events)
     events[1] = msgspec.structs.replace(events[1], topic="colorsys:Event")
