@@ -10,15 +10,21 @@ path of the offending field, so nothing half-written reaches the log.
 The boundary is also where a log's :class:`~loom_runtime.redaction.Redactor` runs (ADR 0012):
 given one, the stored bytes carry ``[REDACTED:...]`` markers instead of secrets, and because
 the caller gets the round trip of those bytes, a live run sees exactly what its replay will.
+
+Nesting is bounded (:data:`MAX_DEPTH`, ADR 0012): a value nested deeper is refused with
+:class:`NotSerialisableError` before it is encoded, measured by a loop rather than recursion,
+because every later step (msgspec, the redactor, a reader) recurses and would otherwise fail
+with ``RecursionError`` halfway through a write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -26,6 +32,14 @@ from loom_runtime.errors import NotSerialisableError
 from loom_runtime.redaction import Redactor
 
 T = TypeVar("T")
+
+MAX_DEPTH: Final = 128
+"""How many containers (lists, tuples, sets, dicts, Structs, dataclasses) may nest in a value
+loom stores: a decision value or input, a flow's input or output, a memory entry's content, a
+document's meta. Real data nests a few levels; JSON libraries stop at 100-512 (serde_json at
+128). Deeper values are refused whole, before anything is written (ADR 0012)."""
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
 
 
 def enc_hook(value: object) -> object:
@@ -44,6 +58,13 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     With a ``redactor``, secrets in the value's strings are replaced by markers (or refused
     with :class:`~loom_runtime.errors.SecretRefusedError`) before the bytes are returned.
     """
+    deep = too_deep(value)
+    if deep is not None:
+        raise NotSerialisableError(
+            f"{path}{deep} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
+            "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
+            path=f"{path}{deep}",
+        )
     try:
         raw = msgspec.Raw(_encoder.encode(value))
     except (TypeError, ValueError, OverflowError) as exc:
@@ -54,7 +75,15 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
             path=bad_path,
         ) from exc
-    return raw if redactor is None else redactor.raw(raw, path=path)
+    if redactor is None:
+        return raw
+    try:
+        return redactor.raw(raw, path=path)
+    except RecursionError as exc:  # a msgspec.Raw inside the value hides its depth until here
+        raise NotSerialisableError(
+            f"{path} cannot be stored in the log: it nests more than {MAX_DEPTH} levels deep",
+            path=path,
+        ) from exc
 
 
 def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
@@ -95,6 +124,60 @@ def diff(
             tofile=f"replayed {label}",
         )
     )
+
+
+def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
+    """The path (``[0].k[2]``) of the first container nested more than ``limit`` deep, or None.
+
+    A loop over an explicit stack, never recursion: it must measure a value nested 100,000
+    levels deep without itself raising ``RecursionError``. Scalars are never pushed, so a flat
+    list of a million numbers costs one pass over it.
+    """
+    if isinstance(value, _SCALARS):
+        return None
+    stack: list[tuple[object, int, str, object]] = [(value, 0, "", None)]
+    trail: list[tuple[str, object]] = []  # (kind, key) of each level down to the current item
+    while stack:
+        item, depth, kind, key = stack.pop()
+        del trail[depth:]
+        trail.append((kind, key))
+        children = _containers_in(item)
+        if children is None:
+            continue
+        if depth >= limit:
+            return "".join(_label(kind, key) for kind, key in trail)
+        stack.extend((child, depth + 1, k, name) for k, name, child in children)
+    return None
+
+
+def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None:
+    """The container children of ``value`` as ``(kind, key, child)``; None for a non-container."""
+    items: Iterable[tuple[object, object]]
+    if isinstance(value, dict):
+        kind, items = "key", value.items()
+    elif isinstance(value, list | tuple):
+        kind, items = "index", enumerate(value)
+    elif isinstance(value, set | frozenset):
+        kind, items = "member", ((None, item) for item in value)
+    elif isinstance(value, msgspec.Struct):
+        kind = "field"
+        items = ((name, getattr(value, name, None)) for name in value.__struct_fields__)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        kind = "field"
+        items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    else:
+        return None
+    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
+
+
+def _label(kind: str, key: object) -> str:
+    if kind == "index":
+        return f"[{key}]"
+    if kind == "member":
+        return "[*]"
+    if kind in ("key", "field") and isinstance(key, str):
+        return f".{key}"
+    return f"[{key!r}]" if kind == "key" else ""
 
 
 def _find_unencodable(value: object, path: str) -> tuple[str, object]:

@@ -34,6 +34,8 @@ from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
     ExecutionConflictError,
+    LogWriteError,
+    LoomError,
     RecordedComputeError,
 )
 from loom_runtime.execution import Decision, Execution
@@ -134,11 +136,20 @@ def save(log: EventLog, execution: Execution) -> None:
     Losing is final for this worker: its in-memory version has moved past the refused event,
     so a later append could land *after* the winner's events. Every later save by it raises
     too, even if the flow swallowed the first conflict in an ``except Exception``.
+
+    Any other failure (the mapper refusing the event, the database failing) must not leave
+    the in-memory version ahead of the stream either: the next event would be stored past a
+    gap and the execution could never be loaded again. So the execution is put back to what
+    the log holds (the failed events were stored or not: the log, not this process, says
+    which), and the failure is raised typed: a ``LoomError`` as it is, anything else as
+    :class:`LogWriteError`. If the log cannot even be read, the worker stops appending to the
+    execution, as after a lost race; resuming it later continues from what was stored.
     """
     if execution.lost:
         raise ExecutionConflictError(
             f"execution {execution.id} is owned by another worker since this worker's append "
-            "was refused; nothing more is appended by this worker"
+            "was refused, or its log could not be re-read after a failed write; nothing more "
+            "is appended by this worker"
         )
     try:
         log.save(execution)
@@ -149,6 +160,33 @@ def save(log: EventLog, execution: Execution) -> None:
             f"event (version {execution.version}) was refused and nothing was duplicated. "
             "Reload the execution to see the winner's result."
         ) from exc
+    except BaseException as exc:
+        attempted = execution.version
+        _reset_to_log(log, execution)
+        if isinstance(exc, LoomError) or not isinstance(exc, Exception):
+            raise
+        state = (
+            "this worker appends nothing more to it (the log could not be re-read): resume it "
+            "once the log is reachable"
+            if execution.lost
+            else f"it was reloaded from the log at version {execution.version}"
+        )
+        raise LogWriteError(
+            f"the log failed while storing event version {attempted} of execution "
+            f"{execution.id} ({type(exc).__name__}: {exc}); {state}"
+        ) from exc
+
+
+def _reset_to_log(log: EventLog, execution: Execution) -> None:
+    """Make ``execution`` exactly what its stored events rebuild, or mark it lost."""
+    try:
+        stored: Execution = log.repository.get(execution.id)
+    except Exception:
+        execution.lost = True
+        return
+    state = vars(execution)
+    state.clear()
+    state.update(vars(stored))
 
 
 class _Context:
@@ -164,6 +202,15 @@ class _Context:
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
             raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
+        if not _encodable(key):
+            raise DecisionKeyError(
+                f"decision key {key!r} contains a lone surrogate, which cannot be stored; "
+                "build keys from valid text (decode bytes with errors='replace' first)"
+            )
+        if kind is not None and (not isinstance(kind, str) or not _encodable(kind)):
+            raise DecisionKeyError(
+                f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
+            )
         occurrence = self._seen.get(key, 0) + 1
         slot_key = key if occurrence == 1 else f"{key}#{occurrence}"
         while slot_key in self._taken:  # a caller's own "k#2" must not collide with ours
@@ -308,6 +355,14 @@ def rebuild_error(decision: Decision) -> Exception:
     except Exception:
         pass
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _utcnow() -> datetime:

@@ -61,6 +61,15 @@ class ExecutionConflictError(StreamConflictError):
     """
 
 
+class LogWriteError(LoomError):
+    """The log failed while storing an execution's event (the database, or the event's encoding).
+
+    The writer's in-memory execution is put back to what the log holds (or, when the log
+    cannot be read, this worker appends nothing more to it), so a later event can never leave
+    a gap in the stream's versions. The cause is on ``__cause__``.
+    """
+
+
 class ExecutionFinishedError(LoomError):
     """The execution already failed; a failed execution is final and is not resumed."""
 
@@ -133,7 +142,8 @@ class OutcomeChangedError(ReplayDivergence):
 
 
 class DecisionKeyError(LoomError, ValueError):
-    """A decision key must be a non-empty string: it is how a replay finds the recorded value."""
+    """A decision key must be a non-empty string that can be stored (no lone surrogate): it is
+    how a replay finds the recorded value. Also raised for a ``kind`` that is not a str or None."""
 
 
 class BundleError(LoomError):

@@ -125,7 +125,7 @@ class Execution(Aggregate):
         self.resumes = 0
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
-        self.lost = False  # set when another worker won an append race (never stored)
+        self.lost = False  # set when this worker may append no more: a lost race (never stored)
 
     @classmethod
     def start(
@@ -158,7 +158,7 @@ class Execution(Aggregate):
             kind=kind,
             input=input,
             error_type=error_type_of(error),
-            message=str(error),
+            message=error_message_of(error),
         )
 
     def claim(self, *, worker: str) -> None:
@@ -168,13 +168,35 @@ class Execution(Aggregate):
         self.trigger_event(self.Completed, output=output)
 
     def fail(self, *, error: BaseException) -> None:
-        self.trigger_event(self.Failed, error_type=error_type_of(error), message=str(error))
+        self.trigger_event(
+            self.Failed, error_type=error_type_of(error), message=error_message_of(error)
+        )
 
 
 def error_type_of(error: BaseException) -> str:
     """``module:qualname`` of an exception's class: how failures are named in the log."""
     cls = type(error)
-    return f"{cls.__module__}:{cls.__qualname__}"
+    return storable_text(f"{cls.__module__}:{cls.__qualname__}")
+
+
+def error_message_of(error: BaseException) -> str:
+    """``str(error)`` as the log records it (see :func:`storable_text`)."""
+    return storable_text(str(error))
+
+
+def storable_text(text: str) -> str:
+    """``text`` with any lone surrogate written as its ``\\udXXX`` escape.
+
+    An error message is whatever the failing code put in it; one holding a lone surrogate
+    (``ValueError("\\ud800")``) cannot be encoded as UTF-8, and a failure that cannot be
+    recorded would leave the execution neither failed nor resumable. Clean text is returned
+    unchanged (the same object), so this costs one encode per recorded failure.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 EXECUTION_EVENT_TYPES: tuple[type[Aggregate.Event], ...] = (

@@ -365,8 +365,8 @@ class Loom:
         )
 
     def _fail(self, execution: Execution, error: Exception) -> None:
-        if isinstance(error, ExecutionConflictError):
-            return  # another worker owns the execution now; it records the outcome
+        if execution.lost or isinstance(error, ExecutionConflictError):
+            return  # another worker owns the execution now (or this one can no longer append)
         execution.fail(error=error)
         save(self.log, execution)
         error.add_note(f"loom: recorded as the failure of execution {execution.id}")

@@ -35,6 +35,7 @@ from eventsourcing.persistence import Mapper, MapperDeserialisationError, Stored
 from eventsourcing.utils import get_topic, resolve_topic
 
 from loom_runtime.codec import enc_hook
+from loom_runtime.errors import NotSerialisableError
 from loom_runtime.redaction import Redactor
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
@@ -54,16 +55,27 @@ class MsgspecMapper(Mapper[UUID]):
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         topic = get_topic(type(domain_event))
         state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_COLUMNS}
-        if self.redactor is not None:
-            state = {k: self.redactor.value(v, path=f"{topic}.{k}") for k, v in state.items()}
-        class_version = getattr(type(domain_event), "class_version", 1)
-        if class_version > 1:
-            state["class_version"] = class_version
+        try:
+            if self.redactor is not None:
+                state = {k: self.redactor.value(v, path=f"{topic}.{k}") for k, v in state.items()}
+            class_version = getattr(type(domain_event), "class_version", 1)
+            if class_version > 1:
+                state["class_version"] = class_version
+            payload = _encoder.encode(state)
+        except (RecursionError, UnicodeEncodeError) as exc:
+            # The last line of defence: every package validates its values up front (depth,
+            # lone surrogates), so reaching this is a bug there, refused typed all the same.
+            raise NotSerialisableError(
+                f"event {topic} v{domain_event.originator_version} cannot be stored: "
+                f"{type(exc).__name__} ({exc}); nothing was written. Values must nest at most "
+                "loom_runtime.codec.MAX_DEPTH levels and hold only valid text",
+                path=topic,
+            ) from exc
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=topic,
-            state=_encoder.encode(state),
+            state=payload,
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
