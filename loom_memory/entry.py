@@ -14,7 +14,10 @@ passage anyone with wiki access could have written) and the value is its provena
 label travels with the entry but is never searchable text (see :mod:`loom_memory.text`).
 
 :func:`encode_entries` validates a whole batch before a backend writes anything, so a bad entry
-in position 5 cannot leave entries 0-4 half-written.
+in position 5 cannot leave entries 0-4 half-written. Every backend refuses the same entries:
+text holding NUL (PostgreSQL cannot store it in text, so an event-sourced memory would log an
+entry it can never project) or a lone surrogate (not encodable), and content nested more than
+:data:`~loom_runtime.codec.MAX_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from loom_memory.errors import EntryNotSerialisableError
+from loom_runtime.codec import MAX_DEPTH, too_deep
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
@@ -90,6 +94,20 @@ def decode_entry(data: bytes | str) -> MemoryEntry:
     return _decoder.decode(data)
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored by every backend, or None when it can.
+
+    The one text rule of the memory seam, for entry fields, dict keys and memory keys alike.
+    """
+    if "\x00" in text:
+        return "contains a NUL character, which PostgreSQL cannot store in text"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not valid Unicode and cannot be encoded"
+    return None
+
+
 def _check_entry(entry: object, path: str) -> None:
     if not isinstance(entry, MemoryEntry):
         raise EntryNotSerialisableError(
@@ -100,13 +118,34 @@ def _check_entry(entry: object, path: str) -> None:
         value = getattr(entry, name)
         if value is not UNSET and not isinstance(value, str):
             _refuse(f"{path}.{name}", value, "a str or absent")
+        if isinstance(value, str):
+            _check_text(value, f"{path}.{name}")
     if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
         _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
+    deep = too_deep(entry.content)
+    if deep is not None:
+        raise EntryNotSerialisableError(
+            f"{path}.content{deep} nests more than {MAX_DEPTH} levels deep "
+            "(loom_runtime.codec.MAX_DEPTH); flatten the content; nothing was written",
+            path=f"{path}.content{deep}",
+        )
     _check_content(entry.content, f"{path}.content")
 
 
+def _check_text(text: str, path: str) -> None:
+    problem = text_problem(text)
+    if problem is not None:
+        raise EntryNotSerialisableError(
+            f"{path} {problem}; remove it from the text; nothing was written", path=path
+        )
+
+
 def _check_content(value: object, path: str) -> None:
-    if value is None or isinstance(value, str | bool | int):
+    """Recursive, but only ever called on content :func:`too_deep` has bounded."""
+    if isinstance(value, str):
+        _check_text(value, path)
+        return
+    if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -120,6 +159,7 @@ def _check_content(value: object, path: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 _refuse(f"{path} key {key!r}", key, "a str object key")
+            _check_text(key, f"{path} key {key!r}")
             _check_content(item, f"{path}[{key!r}]")
         return
     _refuse(path, value, "JSON-like: str, int, float, bool, None, list or str-keyed dict")

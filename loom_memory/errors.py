@@ -25,11 +25,14 @@ class InvalidArgumentError(MemoryStoreError, ValueError):
 
 
 class InvalidKeyError(InvalidArgumentError, TypeError):
-    """A key is not a ``str``: keys are compared as text, so anything else would alias."""
+    """A key is not a ``str`` of storable text: keys are compared as text, so anything else
+    would alias, and a NUL or lone surrogate cannot be stored by every backend."""
 
-    def __init__(self, key: object) -> None:
+    def __init__(self, key: object, *, problem: str | None = None) -> None:
         super().__init__(
-            f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
+            f"memory key {key!r} {problem}: use a key of valid text without NUL"
+            if problem is not None
+            else f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
             parameter="key",
         )
 

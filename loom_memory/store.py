@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loom_memory.entry import MemoryEntry
+from loom_memory.entry import MemoryEntry, text_problem
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import query_terms
 
@@ -115,9 +115,12 @@ def remove_entries(store: MemoryStore, key: str, ids: Iterable[str]) -> None:
 
 
 def check_key(key: object) -> str:
-    """Return ``key`` if it is a ``str``; raise :class:`InvalidKeyError` otherwise."""
+    """Return ``key`` if it is a ``str`` of storable text, else raise :class:`InvalidKeyError`."""
     if not isinstance(key, str):
         raise InvalidKeyError(key)
+    problem = text_problem(key)
+    if problem is not None:
+        raise InvalidKeyError(key, problem=problem)
     return key
 
 
@@ -134,6 +137,9 @@ def check_ids(ids: Iterable[str]) -> frozenset[str]:
                 f"ids must all be str, got {type(entry_id).__name__} {entry_id!r}",
                 parameter="ids",
             )
+        problem = text_problem(entry_id)
+        if problem is not None:
+            raise InvalidArgumentError(f"id {entry_id!r} {problem}", parameter="ids")
     return frozenset(given)
 
 

@@ -17,6 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loom_memory import (
+    EntryNotSerialisableError,
     EventSourcedMemory,
     InMemoryMemoryStore,
     MemoryEntry,
@@ -25,17 +26,17 @@ from loom_memory import (
     SqliteMemoryStore,
 )
 from loom_runtime import Loom
+from loom_runtime.codec import MAX_DEPTH
 
 FUZZ = settings.get_profile("loom-fuzz")
 
-SAFE_TEXT = st.text(st.characters(exclude_categories=("Cs",)))  # lone surrogates: see xfails
-NO_NUL_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
+TEXT = st.text()  # NUL and lone surrogates included: every store refuses them alike
 LEAVES = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(),
     st.floats(),  # NaN and infinities: refused
-    SAFE_TEXT,
+    TEXT,
     st.binary(max_size=4),  # refused
     st.just(object()),  # refused
 )
@@ -44,12 +45,12 @@ CONTENT = st.recursive(
     lambda inner: st.one_of(
         st.lists(inner, max_size=3),
         st.lists(inner, max_size=3).map(tuple),  # refused: would come back a list
-        st.dictionaries(SAFE_TEXT, inner, max_size=3),
+        st.dictionaries(TEXT, inner, max_size=3),
         st.dictionaries(st.one_of(st.integers(), st.none()), inner, max_size=2),  # refused
     ),
     max_leaves=10,
 )
-LABELS = st.one_of(st.just(None), SAFE_TEXT, st.integers(), st.binary(max_size=3))
+LABELS = st.one_of(st.just(None), TEXT, st.integers(), st.binary(max_size=3))
 TIMESTAMPS = st.one_of(
     st.datetimes(timezones=st.just(dt.UTC)),
     st.datetimes(),  # naive: refused
@@ -57,7 +58,7 @@ TIMESTAMPS = st.one_of(
 
 
 @st.composite
-def entries(draw: st.DrawFn, text: st.SearchStrategy[str] = SAFE_TEXT) -> Any:
+def entries(draw: st.DrawFn, text: st.SearchStrategy[str] = TEXT) -> Any:
     """A MemoryEntry of arbitrary fields (None label = absent), or something that is not one."""
     fields: dict[str, Any] = {"content": draw(CONTENT)}
     for name in ("id", "role", "origin"):
@@ -72,7 +73,7 @@ def entries(draw: st.DrawFn, text: st.SearchStrategy[str] = SAFE_TEXT) -> Any:
 
 
 BATCHES = st.lists(entries(), max_size=4)
-KEYS = st.one_of(SAFE_TEXT, st.sampled_from(["", "k\x00", "a" * 2000]), st.integers(), st.none())
+KEYS = st.one_of(TEXT, st.sampled_from(["", "k\x00", "a" * 2000]), st.integers(), st.none())
 STORE_KINDS = ["in-memory", "sql", "event-sourced", "event-sourced-sql"]
 
 
@@ -121,16 +122,11 @@ def append_or_refuse(memory: Any, position: Callable[[], int], key: Any, batch: 
     assert memory.read(key) == before + list(batch)
 
 
-def no_nul(db_url: str, memory: Any) -> bool:
-    """Whether NUL must be kept out (the PostgreSQL event-sourced bug pinned below)."""
-    return db_url.startswith("postgresql") and isinstance(memory, EventSourcedMemory)
-
-
 @FUZZ
 @given(data=st.data())
 @example(data=None)
 def test_any_batch_round_trips_or_is_refused_whole(
-    store: tuple[Any, Callable[[], int]], db_url: str, data: Any
+    store: tuple[Any, Callable[[], int]], data: Any
 ) -> None:
     """Any key and batch of entries round-trips, or is refused whole with a MemoryStoreError."""
     memory, position = store
@@ -142,14 +138,13 @@ def test_any_batch_round_trips_or_is_refused_whole(
         append_or_refuse(memory, position, 7, [MemoryEntry(content="x")])
         append_or_refuse(memory, position, "k", MemoryEntry(content="not a list"))
         return
-    text = NO_NUL_TEXT if no_nul(db_url, memory) else SAFE_TEXT
-    key = data.draw(st.one_of(text, KEYS.filter(lambda k: not isinstance(k, str))), label="key")
-    batch = data.draw(st.lists(entries(text), max_size=4), label="batch")
+    key = data.draw(st.one_of(TEXT, KEYS.filter(lambda k: not isinstance(k, str))), label="key")
+    batch = data.draw(st.lists(entries(TEXT), max_size=4), label="batch")
     append_or_refuse(memory, position, key, batch)
 
 
 @FUZZ
-@given(query=SAFE_TEXT, limit=st.one_of(st.integers(-2, 200), st.none(), st.floats(0, 5)))
+@given(query=TEXT, limit=st.one_of(st.integers(-2, 200), st.none(), st.floats(0, 5)))
 @example(query="", limit=5)
 @example(query="?!.,;:", limit=5)
 @example(query='NOT OR * ^ : "', limit=5)
@@ -178,12 +173,6 @@ def test_any_search_returns_stored_entries_or_a_typed_error(
         ("role", lambda: MemoryEntry(content="x", role="\ud800")),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an entry with a lone surrogate in content, id or role makes encode_entries "
-    "raise UnicodeEncodeError (msgspec), not EntryNotSerialisableError: _check_content never "
-    "checks that a str encodes (nothing is written)",
-)
 def test_a_lone_surrogate_in_an_entry_is_refused_with_a_typed_error(
     store: tuple[Any, Callable[[], int]], field: str, entry: Callable[[], MemoryEntry]
 ) -> None:
@@ -193,19 +182,10 @@ def test_a_lone_surrogate_in_an_entry_is_refused_with_a_typed_error(
 
 
 def test_a_lone_surrogate_key_is_refused_with_a_typed_error(
-    request: pytest.FixtureRequest, store: tuple[Any, Callable[[], int]]
+    store: tuple[Any, Callable[[], int]],
 ) -> None:
     """A key with a lone surrogate round-trips, or is refused with a LoomError writing nothing."""
     memory, position = store
-    if not isinstance(memory, InMemoryMemoryStore):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG: append('k\\ud800', ...) raises UnicodeEncodeError, not a "
-                "MemoryStoreError: from the SQLite/psycopg driver (not translated to "
-                "BackendError) in the SQL stores, from stream_id's uuid5 in EventSourcedMemory",
-            )
-        )
     append_or_refuse(memory, position, "k\ud800", [MemoryEntry(content="x")])
 
 
@@ -220,25 +200,10 @@ def test_a_lone_surrogate_key_is_refused_with_a_typed_error(
     ids=["content", "id", "dict-key", "key"],
 )
 def test_nul_round_trips_or_is_refused_without_wedging_the_memory(
-    request: pytest.FixtureRequest,
-    store: tuple[Any, Callable[[], int]],
-    db_url: str,
-    key: str,
-    entry: MemoryEntry,
+    store: tuple[Any, Callable[[], int]], key: str, entry: MemoryEntry
 ) -> None:
     """NUL anywhere round-trips or is refused whole, and later writes to other keys still work."""
     memory, position = store
-    if no_nul(db_url, memory) and isinstance(memory.store, PostgresMemoryStore):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG (PostgreSQL): EventSourcedMemory(store=PostgresMemoryStore) appends "
-                "an entry holding NUL to the log, then the projection fails (NUL in a TEXT "
-                "column, or \\u0000 in the jsonb the entry_id column is computed from) with "
-                "ProjectionFailedError on THIS and EVERY later write of any key: the memory "
-                "is wedged for good",
-            )
-        )
     append_or_refuse(memory, position, key, [entry])
     memory.append("other", [MemoryEntry(content="later")])
     assert [e.content for e in memory.read("other")] == ["later"]
@@ -259,18 +224,21 @@ def test_moderately_nested_content_round_trips(store: tuple[Any, Callable[[], in
 
 @pytest.mark.parametrize("depth", [600, 1200])
 def test_deeply_nested_content_is_stored_or_refused_with_a_typed_error(
-    request: pytest.FixtureRequest, store: tuple[Any, Callable[[], int]], depth: int
+    store: tuple[Any, Callable[[], int]], depth: int
 ) -> None:
     """Content nested hundreds of levels deep is stored, or refused with a MemoryStoreError."""
     memory, position = store
-    if depth > 1000 or isinstance(memory, EventSourcedMemory):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=f"BUG: append of content nested {depth} levels deep raises "
-                "RecursionError, not EntryNotSerialisableError: from _check_content at ~1,000 "
-                "levels in every store; from Redactor.value in MsgspecMapper at ~500 levels in "
-                "EventSourcedMemory (nothing is written)",
-            )
-        )
     append_or_refuse(memory, position, "k", [MemoryEntry(content=deep_list(depth))])
+
+
+def test_content_nested_past_max_depth_is_refused_alike(
+    store: tuple[Any, Callable[[], int]],
+) -> None:
+    """Content nested MAX_DEPTH levels round-trips; one level more is EntryNotSerialisableError
+    on every store, writing nothing."""
+    memory, position = store
+    append_or_refuse(memory, position, "k", [MemoryEntry(content=deep_list(MAX_DEPTH))])
+    at, before = position(), memory.read("k")
+    with pytest.raises(EntryNotSerialisableError):
+        memory.append("k", [MemoryEntry(content=deep_list(MAX_DEPTH + 1))])
+    assert (position(), memory.read("k")) == (at, before)
