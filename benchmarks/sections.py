@@ -7,7 +7,16 @@ says which issue will measure it. Issue 7 replaces its placeholders with modules
 
 from __future__ import annotations
 
-from benchmarks import bundles, corpus, memory, persistence, runtime, scaleout
+from benchmarks import (
+    bundles,
+    corpus,
+    memory,
+    peers_durable,
+    peers_targets,
+    persistence,
+    runtime,
+    scaleout,
+)
 from benchmarks.harness import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -52,6 +61,7 @@ SECTIONS: tuple[Section, ...] = (
         name="peers-runtime",
         title="Recording and replay vs DBOS Transact and LangGraph",
         issue=7,
+        run=peers_durable.run,
     ),
     Section(
         name="peers-sync",
@@ -62,5 +72,11 @@ SECTIONS: tuple[Section, ...] = (
         name="peers-retrieval",
         title="Retrieval quality and latency vs tantivy and bm25s",
         issue=7,
+    ),
+    Section(
+        name="peers-targets",
+        title="Targets of issue 7 and the ratios measured",
+        issue=7,
+        run=peers_targets.run,
     ),
 )

@@ -1,0 +1,52 @@
+"""Section "peers-targets" (issue 7, requirement 6): every target next to its measured ratio.
+
+The peer sections publish their targets here as they finish; this section, registered after
+them, prints the one table a reader checks first. A target is never hidden when missed: it is
+printed as MISSED with the ratio measured, and a section not run by this command says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.harness import Progress, SectionResult, Settings, Table
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """A goal of issue 7 and what this run measured for it."""
+
+    name: str
+    measured: str
+    met: bool
+
+
+_PUBLISHED: list[Target] = []
+
+
+def publish(targets: list[Target]) -> None:
+    """Called by a peer section once its figures exist."""
+    _PUBLISHED.extend(targets)
+
+
+def run(settings: Settings, progress: Progress) -> SectionResult:
+    """The table of targets published by the peer sections of this run."""
+    del settings
+    progress(f"{len(_PUBLISHED)} targets published")
+    met = sum(target.met for target in _PUBLISHED)
+    return SectionResult(
+        notes=(
+            f"{met} of {len(_PUBLISHED)} targets met in this run. Each ratio is between "
+            "medians measured in this one run, on this machine, in the sections above.",
+        ),
+        tables=(
+            Table(
+                title="Targets of issue 7",
+                columns=("target", "measured", "status"),
+                rows=tuple(
+                    (target.name, target.measured, "met" if target.met else "MISSED")
+                    for target in _PUBLISHED
+                ),
+            ),
+        ),
+    )
