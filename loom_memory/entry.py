@@ -17,7 +17,7 @@ label travels with the entry but is never searchable text (see :mod:`loom_memory
 in position 5 cannot leave entries 0-4 half-written. Every backend refuses the same entries:
 text holding NUL (PostgreSQL cannot store it in text, so an event-sourced memory would log an
 entry it can never project) or a lone surrogate (not encodable), and content nested more than
-:data:`~loom_runtime.codec.MAX_DEPTH` levels.
+:data:`~loom_runtime.codec.MAX_DATA_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from loom_memory.errors import EntryNotSerialisableError
-from loom_runtime.codec import MAX_DEPTH, too_deep
+from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
@@ -122,11 +122,11 @@ def _check_entry(entry: object, path: str) -> None:
             _check_text(value, f"{path}.{name}")
     if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
         _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
-    deep = too_deep(entry.content)
+    deep = too_deep(entry.content, limit=MAX_DATA_DEPTH)
     if deep is not None:
         raise EntryNotSerialisableError(
-            f"{path}.content{deep} nests more than {MAX_DEPTH} levels deep "
-            "(loom_runtime.codec.MAX_DEPTH); flatten the content; nothing was written",
+            f"{path}.content{deep} nests more than {MAX_DATA_DEPTH} levels deep "
+            "(loom_runtime.codec.MAX_DATA_DEPTH); flatten the content; nothing was written",
             path=f"{path}.content{deep}",
         )
     _check_content(entry.content, f"{path}.content")

@@ -33,11 +33,16 @@ from loom_runtime.redaction import Redactor
 
 T = TypeVar("T")
 
-MAX_DEPTH: Final = 128
+MAX_DEPTH: Final = 256
 """How many containers (lists, tuples, sets, dicts, Structs, dataclasses) may nest in a value
-loom stores: a decision value or input, a flow's input or output, a memory entry's content, a
-document's meta. Real data nests a few levels; JSON libraries stop at 100-512 (serde_json at
-128). Deeper values are refused whole, before anything is written (ADR 0012)."""
+loom records: a decision's value or input, a flow's input or output. Real data nests a few
+levels; JSON libraries stop at 100-512. Deeper values are refused whole, before anything is
+written (ADR 0012)."""
+
+MAX_DATA_DEPTH: Final = MAX_DEPTH // 2
+"""How deeply the data a store keeps may nest: a memory entry's content, a document's meta.
+Half of :data:`MAX_DEPTH`, so stored data always fits inside what records it (an entry inside
+a list of entries inside a recorded read, a passage inside a retrieval)."""
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 

@@ -26,7 +26,7 @@ from loom_memory import (
     SqliteMemoryStore,
 )
 from loom_runtime import Loom
-from loom_runtime.codec import MAX_DEPTH
+from loom_runtime.codec import MAX_DATA_DEPTH
 
 FUZZ = settings.get_profile("loom-fuzz")
 
@@ -234,11 +234,11 @@ def test_deeply_nested_content_is_stored_or_refused_with_a_typed_error(
 def test_content_nested_past_max_depth_is_refused_alike(
     store: tuple[Any, Callable[[], int]],
 ) -> None:
-    """Content nested MAX_DEPTH levels round-trips; one level more is EntryNotSerialisableError
-    on every store, writing nothing."""
+    """Content nested MAX_DATA_DEPTH levels round-trips; one level more is
+    EntryNotSerialisableError on every store, writing nothing."""
     memory, position = store
-    append_or_refuse(memory, position, "k", [MemoryEntry(content=deep_list(MAX_DEPTH))])
+    append_or_refuse(memory, position, "k", [MemoryEntry(content=deep_list(MAX_DATA_DEPTH))])
     at, before = position(), memory.read("k")
     with pytest.raises(EntryNotSerialisableError):
-        memory.append("k", [MemoryEntry(content=deep_list(MAX_DEPTH + 1))])
+        memory.append("k", [MemoryEntry(content=deep_list(MAX_DATA_DEPTH + 1))])
     assert (position(), memory.read("k")) == (at, before)
