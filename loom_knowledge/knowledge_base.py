@@ -32,7 +32,7 @@ from loom_knowledge.errors import (
 from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
+from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult, text_problem
 from loom_runtime import EventLog, LogEvent, Loom, StreamConflictError
 from loom_runtime.projection import catch_up, rebuild
 from loom_runtime.stream import append, stream_id, stream_version
@@ -100,6 +100,7 @@ class KnowledgeBase:
         old ones (they stop retrieving; a shorter revision leaves no orphans). An unchanged one
         writes nothing. A document another source owns is refused (SourceConflictError)."""
         _check_doc(doc)
+        _check_source(source)
 
         def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
             record = manifest.get(doc.id)
@@ -120,6 +121,8 @@ class KnowledgeBase:
         """Remove ``doc_id`` and its passages; False (and nothing written) if it is absent."""
         if not isinstance(doc_id, str) or not doc_id.strip():
             raise InvalidOptionError(f"doc_id must be a non-blank string, not {doc_id!r}")
+        _check_text("doc_id", doc_id)
+        _check_source(source)
         removed: list[bool] = []
 
         def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
@@ -142,6 +145,7 @@ class KnowledgeBase:
         other sources' documents as ``retained``. One event records the reconcile; an
         unchanged source appends exactly that one event and writes nothing else.
         """
+        _check_source(source)
         plans: list[SyncPlan] = []
 
         def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
@@ -176,6 +180,7 @@ class KnowledgeBase:
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
     ) -> SyncResult:
         """What :meth:`sync` would do, through the same classifier; writes nothing."""
+        _check_source(source)
         self.refresh()
         manifest = self._index.manifest(self.scope)
         return self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete).result
@@ -369,6 +374,7 @@ def open_knowledge_base(
         raise InvalidOptionError(
             f"scope must be a non-blank string without surrounding spaces, not {scope!r}"
         )
+    _check_text("scope", scope)
     if max_removal_fraction is not None and not 0.0 <= max_removal_fraction <= 1.0:
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
@@ -399,6 +405,23 @@ def open_knowledge_base(
             "options everywhere, or without options to reuse the open one's."
         )
     return existing
+
+
+def _check_source(source: object) -> None:
+    """A source is stored in every event and manifest row it writes: refuse it before it is."""
+    if source is not None and not isinstance(source, str):
+        raise InvalidOptionError(
+            f"source must be a str or None, not {type(source).__name__} {source!r}; it names "
+            "the one writer allowed to revise a document (ADR 0005)"
+        )
+    if source is not None:
+        _check_text("source", source)
+
+
+def _check_text(name: str, value: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidOptionError(f"{name} {value!r} {problem}; pass valid text without NUL")
 
 
 def _check_doc(doc: object) -> None:

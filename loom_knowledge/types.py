@@ -9,35 +9,49 @@ exactly what was decided, and decoding it back must give an equal value.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from loom_knowledge.errors import InvalidDocumentError
+from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
+
+MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
+"""How deeply a document's meta may nest: the index stores meta one level down, inside a
+passage's content, which may nest :data:`~loom_runtime.codec.MAX_DATA_DEPTH` levels. Checked
+when the :class:`Doc` is made, so a corpus never logs a document it cannot index."""
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored faithfully, or None when it can.
+
+    A NUL byte truncates text in SQLite FTS and C-string APIs (and PostgreSQL refuses it in
+    text), so a passage would index as a fragment of itself; a lone surrogate cannot be
+    encoded as UTF-8 at all, so the write would fail halfway through an ingest instead of
+    here. The one rule for every string a corpus stores: document fields, scopes, sources.
+    """
+    if "\x00" in value:
+        return "contains a NUL byte"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
 
 
 def _check_string(value: str, *, doc_id: object, field: str) -> None:
-    """Refuse strings that cannot be stored faithfully.
-
-    A NUL byte truncates text in SQLite FTS and C-string APIs, so the passage would index as
-    a fragment of itself; a lone surrogate cannot be encoded as UTF-8 at all, so the write
-    would fail halfway through an ingest instead of here.
-    """
-    if "\x00" in value:
-        raise InvalidDocumentError(doc_id=doc_id, field=field, reason="contains a NUL byte")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidDocumentError(
-            doc_id=doc_id, field=field, reason="contains a lone surrogate (not valid Unicode)"
-        ) from exc
+    """Refuse a document string that cannot be stored faithfully (see :func:`text_problem`)."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidDocumentError(doc_id=doc_id, field=field, reason=problem)
 
 
 def _check_json(value: object, *, doc_id: object, field: str) -> None:
     """Refuse meta values that would not come back equal from the log.
 
     Tuples come back as lists and NaN/infinity as ``null``, so a document holding one would
-    fingerprint differently after a round trip and be rewritten by every sync.
+    fingerprint differently after a round trip and be rewritten by every sync. Recursive, but
+    only called on meta :func:`~loom_runtime.codec.too_deep` has bounded.
     """
     if value is None or isinstance(value, bool | int):
         return
@@ -101,6 +115,13 @@ class Doc(msgspec.Struct, frozen=True, kw_only=True):
             if not isinstance(self.meta, dict):
                 raise InvalidDocumentError(
                     doc_id=self.id, field="meta", reason="must be a dict or None"
+                )
+            deep = too_deep(self.meta, limit=MAX_META_DEPTH)
+            if deep is not None:
+                raise InvalidDocumentError(
+                    doc_id=self.id,
+                    field=f"meta{deep}",
+                    reason=f"nests more than {MAX_META_DEPTH} levels deep (MAX_META_DEPTH)",
                 )
             _check_json(self.meta, doc_id=self.id, field="meta")
 

@@ -21,13 +21,15 @@ from hypothesis import strategies as st
 from loom_knowledge import (
     Doc,
     InvalidDocumentError,
+    InvalidOptionError,
     KnowledgeBase,
     open_knowledge_base,
     pack_paragraphs,
     passage_content,
 )
+from loom_knowledge.types import MAX_META_DEPTH
 from loom_memory import MemoryEntry, entry_terms, tokenize
-from loom_runtime import Loom, LoomError
+from loom_runtime import FlowContext, FlowRegistry, Loom, LoomError
 
 FUZZ = settings.get_profile("loom-fuzz")
 
@@ -234,12 +236,6 @@ def test_moderately_nested_meta_round_trips(kb: KnowledgeBase) -> None:
     assert [p.doc_id for p in kb.search("deepword")] == ["nested"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: put_doc of a Doc whose meta is nested 500 levels deep raises RecursionError "
-    "(Redactor.value recursing in MsgspecMapper.to_stored_event, two frames per level), not a "
-    "LoomError; nothing is written",
-)
 def test_meta_nested_500_levels_is_stored_or_refused_with_a_typed_error(
     kb: KnowledgeBase,
 ) -> None:
@@ -247,11 +243,6 @@ def test_meta_nested_500_levels_is_stored_or_refused_with_a_typed_error(
     put_or_refuse(kb, lambda: Doc(id="deep", text="deep text", meta=nested(500)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Doc(meta=<1,000 levels of nesting>) raises RecursionError from "
-    "loom_knowledge.types._check_json, not InvalidDocumentError",
-)
 def test_meta_nested_1000_levels_is_refused_as_an_invalid_document() -> None:
     """A Doc whose meta is nested 1,000 levels deep is refused with InvalidDocumentError."""
     with pytest.raises(InvalidDocumentError):
@@ -345,39 +336,18 @@ def put_with_source(kb: KnowledgeBase, source: Any) -> None:
     assert [r.id for r in other.list_docs()] == ["after"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: put_doc(doc, source=5) appends a DocumentWritten whose source is an int; the "
-    "corpus projection then fails with MapperDeserialisationError (not a LoomError) on every "
-    "later read or write of EVERY scope of the log: one bad call poisons the corpus for good",
-)
 def test_a_non_str_source_is_refused_without_poisoning_the_corpus(kb: KnowledgeBase) -> None:
     """A non-str source is refused with a LoomError, and the corpus stays usable."""
     put_with_source(kb, 5)
 
 
 def test_a_nul_source_is_stored_or_refused_without_poisoning_the_corpus(
-    request: pytest.FixtureRequest, db_url: str, kb: KnowledgeBase
+    kb: KnowledgeBase,
 ) -> None:
     """A source containing NUL is stored or refused with a LoomError; the corpus stays usable."""
-    if db_url.startswith("postgresql"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG (PostgreSQL): put_doc(doc, source='a\\x00') appends the event, then "
-                "the corpus projection fails inserting the source into a TEXT column "
-                "(sqlalchemy DataError, not a LoomError) on every later read or write of every "
-                "scope: the corpus is poisoned for good",
-            )
-        )
     put_with_source(kb, "a\x00")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: put_doc(doc, source='\\ud800') raises UnicodeEncodeError from "
-    "MsgspecMapper.to_stored_event, not a LoomError (nothing is written)",
-)
 def test_a_lone_surrogate_source_is_refused_with_a_typed_error(kb: KnowledgeBase) -> None:
     """A source containing a lone surrogate is refused with a LoomError, writing nothing."""
     before = snapshot(kb)
@@ -386,23 +356,9 @@ def test_a_lone_surrogate_source_is_refused_with_a_typed_error(kb: KnowledgeBase
     assert snapshot(kb) == before
 
 
-@pytest.mark.parametrize(
-    ("scope", "bug"),
-    [
-        ("s\ud800", "UnicodeEncodeError from stream_id's uuid5 on both backends"),
-        ("s\x00", None),
-    ],
-)
-def test_an_unusable_scope_is_refused_with_a_typed_error(
-    request: pytest.FixtureRequest, db_url: str, scope: str, bug: str | None
-) -> None:
+@pytest.mark.parametrize("scope", ["s\ud800", "s\x00"])
+def test_an_unusable_scope_is_refused_with_a_typed_error(db_url: str, scope: str) -> None:
     """A scope with a lone surrogate or NUL works or is refused (LoomError) writing nothing."""
-    if bug is None and db_url.startswith("postgresql"):
-        bug = "sqlalchemy DataError (NUL in a TEXT parameter) from the corpus manifest read"
-    if bug is not None:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason=f"BUG: put_doc in scope {scope!r}: {bug}")
-        )
     with Loom(db_url) as loom:
         position = loom.log.position
         try:
@@ -419,3 +375,44 @@ def test_nan_is_never_stored_as_meta() -> None:
     with pytest.raises(InvalidDocumentError) as caught:
         Doc(id="n", text="t", meta={"a": [1, {"b": math.nan}]})
     assert caught.value.field == "meta.a[1].b"
+
+
+@pytest.mark.parametrize("source", [5, b"s", "a\x00", "\ud800"])
+@pytest.mark.parametrize("verb", ["remove_doc", "sync", "plan_sync"])
+def test_every_verb_refuses_an_unstorable_source_up_front(
+    kb: KnowledgeBase, verb: str, source: Any
+) -> None:
+    """remove_doc, sync and plan_sync refuse a source put_doc would refuse, writing nothing."""
+    kb.put_doc(Doc(id="kept", text="kept text"))
+    before = snapshot(kb)
+    call = {
+        "remove_doc": lambda: kb.remove_doc("kept", source=source),
+        "sync": lambda: kb.sync([Doc(id="new", text="new text")], source=source),
+        "plan_sync": lambda: kb.plan_sync([Doc(id="new", text="new text")], source=source),
+    }[verb]
+    with pytest.raises(InvalidOptionError):
+        call()
+    assert snapshot(kb) == before
+
+
+def test_meta_nested_exactly_max_meta_depth_round_trips(db_url: str) -> None:
+    """Meta nested MAX_META_DEPTH levels is stored, indexed and retrievable in a recorded
+    decision; one level more is an InvalidDocumentError."""
+    flows = FlowRegistry()
+
+    @flows.flow("ask", version="fuzz")
+    def ask(ctx: FlowContext) -> list[str]:
+        kb = open_knowledge_base(loom, "deep")
+        return [p.doc_id for p in kb.retrieve("deepword", decide=ctx.decide)]
+
+    with Loom(db_url, flows=flows) as loom:
+        kb = open_knowledge_base(loom, "deep")
+        meta = nested(MAX_META_DEPTH - 1)  # nested(n) is n + 1 dicts deep
+        put_or_refuse(kb, lambda: Doc(id="at-limit", text="limit text", meta=meta))
+        assert [p.doc_id for p in kb.search("deepword")] == ["at-limit"]
+        run = loom.run("ask")
+        assert run.output == ["at-limit"]
+        assert loom.replay(run.execution_id).identical
+    with pytest.raises(InvalidDocumentError) as caught:
+        Doc(id="past-limit", text="x", meta=nested(MAX_META_DEPTH))
+    assert caught.value.field.startswith("meta.k.k")
