@@ -12,6 +12,8 @@ from benchmarks import (
     corpus,
     memory,
     peers_durable,
+    peers_retrieval,
+    peers_sync,
     peers_targets,
     persistence,
     runtime,
@@ -67,11 +69,13 @@ SECTIONS: tuple[Section, ...] = (
         name="peers-sync",
         title="Corpus sync vs LangChain indexing and LlamaIndex ingestion",
         issue=7,
+        run=peers_sync.run,
     ),
     Section(
         name="peers-retrieval",
         title="Retrieval quality and latency vs tantivy and bm25s",
         issue=7,
+        run=peers_retrieval.run,
     ),
     Section(
         name="peers-targets",

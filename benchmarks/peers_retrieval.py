@@ -1,0 +1,376 @@
+"""Section "peers-retrieval" (issue 7, requirement 4): quality and latency vs tantivy and bm25s.
+
+Every system indexes the same passages (loom's default chunker over the pages, the
+back-of-book index page left out) and answers the same queries with 10 passages; passages are
+mapped to their pages, duplicates dropped, and the page list scored against the judgments:
+MRR@10 and Hit@10. Latency is per query, p50 and p95 per round, medians over rounds.
+
+* Judgments: ``qrels-pg17-index`` (the PostgreSQL 17 manual's back-of-book index: short
+  lexical queries; a seeded sample of 200) and ``qrels-py3.11-faq`` (the Python FAQ's 162
+  questions; each question's own heading is removed from the page text first, as the
+  corpora's README asks, or the match is trivial).
+* loom: ``kb.search(query, limit=10)`` on SQLite (FTS5) and, with ``LOOM_TEST_PG_URL``, on
+  PostgreSQL (a fresh database). tantivy: an in-memory index, default tokenizer, the query's
+  terms OR-ed through its query parser. bm25s: ``bm25s.tokenize(..., stopwords="en")`` and
+  ``BM25().retrieve(k=10)``, one query at a time.
+* As of: one loom knowledge base syncs pg15.18, then pg15.20, then pg17; ``kb.as_of(position
+  after pg15.18).retrieve`` is scored against ``qrels-pg15-index`` next to tantivy over the
+  pg15.18 passages, and timed against a current ``kb.search`` on the same queries (target: the
+  as-of query at most 2x the current one).
+
+Negative control: the pg17 results of tantivy scored against judgments rotated by one query
+(every query judged by its neighbour's relevant pages) must score MRR@10 below 0.05; a scorer
+that counted anything as a hit would not.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.harness import (
+    Arm,
+    Control,
+    InstrumentError,
+    Progress,
+    Results,
+    Sample,
+    SectionResult,
+    Settings,
+    Table,
+    interleave,
+)
+from benchmarks.memory import percentile
+from benchmarks.peers_corpora import INDEX_PAGE, docs, passages, qrels, terms
+from benchmarks.peers_targets import Target, publish
+from benchmarks.stores import fresh_postgres, fresh_sqlite
+from loom_knowledge import Doc, open_knowledge_base
+from loom_runtime import Loom
+
+LIMIT = 10
+QUERIES = 200
+QUICK_QUERIES = 40
+QUICK_PAGES = 300
+"""--quick: the first pages of each manual only, judgments restricted to them."""
+MAX_ROUNDS = 5
+"""A round runs every query set on every system (~15 s): more rounds add little."""
+QUERY_SEED = 11
+MRR_TOLERANCE = 0.02
+AS_OF_TARGET = 2.0
+CONTROL_CEILING = 0.05
+
+Search = Callable[[str], list[str]]
+"""A query -> the page ids of the passages returned, best first."""
+Judged = tuple[tuple[str, frozenset[str]], ...]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One corpus version, its passages' pages, and the sampled judgments."""
+
+    name: str
+    pages: tuple[Doc, ...]
+    judged: Judged
+
+
+def run(settings: Settings, progress: Progress) -> SectionResult:
+    """Index each corpus once per system, then time the query sets in interleaved rounds."""
+    count = QUICK_QUERIES if settings.quick else QUERIES
+    pages = QUICK_PAGES if settings.quick else None
+    rounds = min(settings.rounds, MAX_ROUNDS)
+    pg17 = _workload("pg17", "qrels-pg17-index", count, pages)
+    faq = _faq_workload(pages)
+    pg15 = _workload("pg15.18", "qrels-pg15-index", count, pages)
+    with ExitStack() as stack:
+        arms: list[Arm] = []
+        searches: dict[str, Search] = {}
+        for workload in (pg17, faq):
+            progress(f"indexing {workload.name} in every system")
+            builders = _builders(settings)
+            for system, build in builders.items():
+                search = stack.enter_context(build(workload.pages))
+                searches[f"{system} | {workload.name}"] = search
+                arms.append(_arm(f"{system} | {workload.name}", search, workload.judged))
+        progress("as of: syncing pg15.18, pg15.20, pg17 into one knowledge base")
+        as_of, current = stack.enter_context(_as_of_searches({d.id for d in pg15.pages}))
+        arms.append(_arm("loom SQLite as of pg15.18 | pg15.18", as_of, pg15.judged))
+        arms.append(_arm("loom SQLite current | pg15.18", current, pg15.judged))
+        tantivy15 = stack.enter_context(_tantivy(pg15.pages))
+        arms.append(_arm("tantivy | pg15.18", tantivy15, pg15.judged))
+        results = interleave(arms, rounds=rounds, progress=progress)
+        progress("negative control: rotated judgments")
+        control = _rotated_control(searches["tantivy | pg17"], pg17.judged)
+    _check_deterministic(results)
+    publish(_targets(results, pg17, faq))
+    return SectionResult(
+        notes=(
+            __doc__.split("\n\n", 2)[1].replace("\n", " "),
+            f"Queries: {len(pg17.judged)} sampled from qrels-pg17-index (seed {QUERY_SEED}), "
+            f"{len(faq.judged)} FAQ questions, {len(pg15.judged)} sampled from "
+            "qrels-pg15-index for the as-of rows; judged at page level (passages mapped to "
+            "pages, duplicates dropped, top 10 pages).",
+            "PostgreSQL rows need LOOM_TEST_PG_URL (scripts/with-postgres)."
+            if settings.pg_url is None
+            else "PostgreSQL: a fresh database on the LOOM_TEST_PG_URL server (fsync off).",
+        ),
+        tables=(_quality_table(results, rounds), _as_of_table(results)),
+        controls=(control,),
+    )
+
+
+def _workload(version: str, judgments: str, count: int, limit: int | None) -> Workload:
+    pages = tuple(doc for doc in docs(version) if doc.id != INDEX_PAGE)[:limit]
+    ids = {doc.id for doc in pages}
+    judged = [(q, rel & ids) for q, rel in qrels(judgments) if rel & ids and terms(q)]
+    judged = random.Random(QUERY_SEED).sample(judged, min(count, len(judged)))
+    return Workload(version, pages, tuple(judged))
+
+
+def _faq_workload(limit: int | None) -> Workload:
+    judged = tuple((q, rel) for q, rel in qrels("qrels-py3.11-faq") if terms(q))
+    questions = sorted({q for q, _ in judged}, key=len, reverse=True)
+    pages = []
+    for doc in docs("py3.11"):
+        text = doc.text
+        for question in questions:
+            text = text.replace(question, " ")
+        pages.append(Doc(id=doc.id, text=text, title=doc.title))
+    if limit is not None:  # keep the FAQ pages, so every question stays answerable
+        faq = {page for _, rel in judged for page in rel}
+        pages = [doc for doc in pages if doc.id in faq] + [
+            doc for doc in pages if doc.id not in faq
+        ][:limit]
+    return Workload("py3.11 FAQ", tuple(pages), judged)
+
+
+Builder = Callable[[Sequence[Doc]], Any]
+
+
+def _builders(settings: Settings) -> dict[str, Builder]:
+    builders: dict[str, Builder] = {"loom SQLite": _loom_sqlite}
+    if settings.pg_url is not None:
+        url = settings.pg_url
+        builders["loom PostgreSQL"] = lambda pages: _loom_postgres(url, pages)
+    builders["tantivy"] = _tantivy
+    builders["bm25s"] = _bm25s
+    return builders
+
+
+def _loom_search(loom: Loom, pages: Sequence[Doc]) -> Search:
+    kb = open_knowledge_base(loom, "retrieval")
+    kb.sync(pages, source="manual")
+    return lambda query: [p.doc_id for p in kb.search(query, limit=LIMIT)]
+
+
+@contextmanager
+def _loom_sqlite(pages: Sequence[Doc]) -> Iterator[Search]:
+    with fresh_sqlite() as (url, _), Loom(url) as loom:
+        yield _loom_search(loom, pages)
+
+
+@contextmanager
+def _loom_postgres(admin_url: str, pages: Sequence[Doc]) -> Iterator[Search]:
+    with fresh_postgres(admin_url) as url, Loom(url) as loom:
+        yield _loom_search(loom, pages)
+
+
+@contextmanager
+def _tantivy(pages: Sequence[Doc]) -> Iterator[Search]:
+    import tantivy
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("page", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=False)
+    index = tantivy.Index(builder.build())
+    writer = index.writer()
+    for doc in pages:
+        for text in passages(doc):
+            writer.add_document(tantivy.Document(page=doc.id, text=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    searcher = index.searcher()
+
+    def search(query: str) -> list[str]:
+        parsed = index.parse_query(" OR ".join(dict.fromkeys(terms(query))), ["text"])
+        hits = searcher.search(parsed, LIMIT).hits
+        return [searcher.doc(address)["page"][0] for _, address in hits]
+
+    yield search
+
+
+@contextmanager
+def _bm25s(pages: Sequence[Doc]) -> Iterator[Search]:
+    import bm25s
+
+    owners = [doc.id for doc in pages for _ in passages(doc)]
+    texts = [text for doc in pages for text in passages(doc)]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+
+    def search(query: str) -> list[str]:
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if not tokens.ids or not tokens.ids[0]:
+            return []
+        found, _ = retriever.retrieve(tokens, k=LIMIT, show_progress=False, n_threads=1)
+        return [owners[int(i)] for i in found[0]]
+
+    yield search
+
+
+@contextmanager
+def _as_of_searches(keep: set[str]) -> Iterator[tuple[Search, Search]]:
+    with fresh_sqlite() as (url, _), Loom(url) as loom:
+        kb = open_knowledge_base(loom, "history")
+        for number, version in enumerate(("pg15.18", "pg15.20", "pg17")):
+            pages = [doc for doc in docs(version) if doc.id in keep or number]
+            kb.sync(pages, source="manual", allow_mass_delete=True)
+            if not number:
+                position = loom.log.position
+        past = kb.as_of(position)
+        yield (
+            lambda query: [p.doc_id for p in past.retrieve(query, limit=LIMIT)],
+            lambda query: [p.doc_id for p in kb.search(query, limit=LIMIT)],
+        )
+
+
+def _ranked_pages(found: list[str]) -> list[str]:
+    return list(dict.fromkeys(found))[:LIMIT]
+
+
+def _scores(ranked: Sequence[list[str]], judged: Judged) -> tuple[float, float]:
+    reciprocal, hits = [], []
+    for pages, (_, relevant) in zip(ranked, judged, strict=True):
+        rank = next((n for n, page in enumerate(pages, 1) if page in relevant), None)
+        reciprocal.append(1 / rank if rank else 0.0)
+        hits.append(1.0 if rank else 0.0)
+    return statistics.fmean(reciprocal), statistics.fmean(hits)
+
+
+def _arm(name: str, search: Search, judged: Judged) -> Arm:
+    def measure() -> Sample:
+        latencies, ranked = [], []
+        for query, _ in judged:
+            started = time.perf_counter()
+            found = search(query)
+            latencies.append(1000 * (time.perf_counter() - started))
+            ranked.append(_ranked_pages(found))
+        mrr, hit = _scores(ranked, judged)
+        return {
+            "mrr": mrr,
+            "hit": hit,
+            "p50_ms": percentile(latencies, 50),
+            "p95_ms": percentile(latencies, 95),
+        }
+
+    return Arm(name, measure)
+
+
+def _rotated_control(search: Search, judged: Judged) -> Control:
+    ranked = [_ranked_pages(search(query)) for query, _ in judged]
+    relevant = [rel for _, rel in judged]
+    rotated = tuple(
+        (query, rel) for (query, _), rel in zip(judged, relevant[1:] + relevant[:1], strict=True)
+    )
+    mrr, _ = _scores(ranked, rotated)
+    return Control(
+        name="tantivy pg17 results scored against judgments rotated by one query",
+        expected=f"MRR@10 < {CONTROL_CEILING}",
+        observed=f"MRR@10 {mrr:.3f}",
+        held=mrr < CONTROL_CEILING,
+    )
+
+
+def _check_deterministic(results: Results) -> None:
+    for arm, metrics in results.items():
+        for metric in ("mrr", "hit"):
+            if len(set(metrics[metric].samples)) > 1:
+                raise InstrumentError(f"{arm}: {metric} changed between rounds")
+
+
+def _quality_table(results: Results, rounds: int) -> Table:
+    rows = []
+    for name, stats in results.items():
+        system, corpus = name.split(" | ")
+        if "as of" in system or "current" in system or corpus == "pg15.18":
+            continue
+        tantivy = results[f"tantivy | {corpus}"]["mrr"].median
+        rows.append(
+            (
+                corpus,
+                system,
+                f"{stats['mrr'].median:.3f}",
+                f"{stats['mrr'].median - tantivy:+.3f}",
+                f"{stats['hit'].median:.3f}",
+                stats["p50_ms"].cell(" ms"),
+                stats["p95_ms"].cell(" ms"),
+            )
+        )
+    return Table(
+        title="Retrieval quality and latency on the same passages",
+        columns=("corpus", "system", "MRR@10", "MRR - tantivy", "Hit@10", "p50", "p95"),
+        rows=tuple(rows),
+        note=f"quality is deterministic (checked identical in every round); latency: median "
+        f"of {rounds} interleaved rounds (low-high)",
+    )
+
+
+def _as_of_table(results: Results) -> Table:
+    past = results["loom SQLite as of pg15.18 | pg15.18"]
+    now = results["loom SQLite current | pg15.18"]
+    tantivy = results["tantivy | pg15.18"]
+    rows = [
+        (
+            name,
+            f"{stats['mrr'].median:.3f}",
+            f"{stats['hit'].median:.3f}",
+            stats["p50_ms"].cell(" ms"),
+            stats["p95_ms"].cell(" ms"),
+        )
+        for name, stats in (
+            ("loom as of pg15.18 (after reconciling to pg17)", past),
+            ("loom current (pg17) on the same queries", now),
+            ("tantivy over the pg15.18 passages", tantivy),
+        )
+    ]
+    ratio = past["p50_ms"].median / now["p50_ms"].median
+    return Table(
+        title="As-of retrieval scored against the pg15 judgments",
+        columns=("arm", "MRR@10", "Hit@10", "p50", "p95"),
+        rows=tuple(rows),
+        note=f"as-of / current p50 latency: {ratio:.2f}x (target <= {AS_OF_TARGET:.0f}x)",
+    )
+
+
+def _targets(results: Results, *workloads: Workload) -> list[Target]:
+    targets = []
+    for workload in workloads:
+        tantivy = results[f"tantivy | {workload.name}"]["mrr"].median
+        for system in ("loom SQLite", "loom PostgreSQL"):
+            name = f"{system} | {workload.name}"
+            if name not in results:
+                continue
+            mrr = results[name]["mrr"].median
+            targets.append(
+                Target(
+                    name=f"retrieval quality within {MRR_TOLERANCE} MRR of tantivy "
+                    f"({system}, {workload.name})",
+                    measured=f"{mrr:.3f} vs {tantivy:.3f} ({mrr - tantivy:+.3f})",
+                    met=mrr >= tantivy - MRR_TOLERANCE,
+                )
+            )
+    past = results["loom SQLite as of pg15.18 | pg15.18"]["p50_ms"].median
+    now = results["loom SQLite current | pg15.18"]["p50_ms"].median
+    targets.append(
+        Target(
+            name=f"as-of retrieval at most {AS_OF_TARGET:.0f}x the latency of a current search",
+            measured=f"{past / now:.2f}x (p50)",
+            met=past / now <= AS_OF_TARGET,
+        )
+    )
+    return targets
