@@ -8,6 +8,7 @@ printed as MISSED with the ratio measured, and a section not run by this command
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 from benchmarks.harness import Progress, SectionResult, Settings, Table
 
@@ -22,6 +23,17 @@ class Target:
 
 
 _PUBLISHED: list[Target] = []
+PEERS = (
+    "dbos",
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "langchain-classic",
+    "llama-index-core",
+    "tantivy",
+    "bm25s",
+)
+"""The ``bench`` extra (``pip install -e .[bench]``): every peer measured, with its version."""
 
 
 def publish(targets: list[Target]) -> None:
@@ -37,7 +49,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     return SectionResult(
         notes=(
             f"{met} of {len(_PUBLISHED)} targets met in this run. Each ratio is between "
-            "medians measured in this one run, on this machine, in the sections above.",
+            "medians measured in this one run, on this machine, in the sections above. "
+            "Install the peers with `pip install -e .[bench]`, then run `python -m benchmarks`.",
+            "Peer versions: " + ", ".join(f"{name} {_version(name)}" for name in PEERS) + ".",
         ),
         tables=(
             Table(
@@ -50,3 +64,10 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             ),
         ),
     )
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
