@@ -190,15 +190,21 @@ def test_a_sealed_bundle_with_unusable_events_is_refused_as_a_bundle_error(
         Loom(flows=flows).replay_bundle(path)
 
 
-def test_a_topic_in_a_bundle_is_never_imported(bundle: Path, tmp_path: Path) -> None:
+def test_a_topic_in_a_bundle_is_never_imported(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A re-sealed bundle whose topic names a module is refused unread: nothing is imported."""
-    assert "colorsys" not in sys.modules
+    name = f"loom_planted_{uuid4().hex}"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     events = list(read_bundle(bundle).events)
-    events[1] = msgspec.structs.replace(events[1], topic="colorsys:Event")
+    events[1] = msgspec.structs.replace(events[1], topic=f"{name}:Event")
     path = forged(bundle, tmp_path, events)
     with pytest.raises(BundleFormatError):
         Loom(flows=flows).replay_bundle(path)
-    assert "colorsys" not in sys.modules
+    assert name not in sys.modules
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
