@@ -76,7 +76,9 @@ FILTER_CHECKS = 50
 AS_OF_TARGET = 2.0
 """Issue 5: an as-of retrieval costs at most this many times a current one."""
 CONTROL_DOCS = 300
+QUICK_CONTROL_DOCS = 150
 CONTROL_QUERIES = 5
+QUICK_CONTROL_QUERIES = 3
 CONTROL_FACTOR = 10.0
 """The forbidden design must cost at least this many times a current search (5x the target)."""
 
@@ -116,7 +118,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         results = interleave([*bundle_arms, *as_of_arms], rounds=settings.rounds, progress=progress)
         progress("negative controls")
         tampered = _tampered_control(bundles["json"], values, directory)
-        forbidden = _rebuild_per_question_control(stack, progress)
+        forbidden = _rebuild_per_question_control(stack, progress, quick=settings.quick)
 
     return SectionResult(
         notes=(
@@ -369,14 +371,16 @@ def _retrieval_table(arms: list[Arm], results: Results, rounds: int, count: int)
     )
 
 
-def _rebuild_per_question_control(stack: ExitStack, progress: Progress) -> Control:
+def _rebuild_per_question_control(stack: ExitStack, progress: Progress, *, quick: bool) -> Control:
     """The forbidden design: rebuild the index up to P into a scratch database per question."""
-    progress(f"control corpus: {CONTROL_DOCS} documents x {REVISIONS} revisions")
+    size = QUICK_CONTROL_DOCS if quick else CONTROL_DOCS
+    progress(f"control corpus: {size} documents x {REVISIONS} revisions")
     url, _ = stack.enter_context(fresh_sqlite())
     loom = stack.enter_context(Loom(url))
-    corpus = _synced(loom, base_docs(CONTROL_DOCS), progress)
+    corpus = _synced(loom, base_docs(size), progress)
     p2 = corpus.positions[1]
-    query_set = queries([doc.text for doc in corpus.docs], CONTROL_QUERIES)
+    count = QUICK_CONTROL_QUERIES if quick else CONTROL_QUERIES
+    query_set = queries([doc.text for doc in corpus.docs], count)
     current, forbidden = [], []
     for number, query in enumerate(query_set):
         started = time.perf_counter()
@@ -396,7 +400,7 @@ def _rebuild_per_question_control(stack: ExitStack, progress: Progress) -> Contr
         _expect(bool(found), f"the rebuilt index found nothing for {query!r}")
     factor = percentile(forbidden, 50) / percentile(current, 50)
     return Control(
-        name=f"as-of by rebuilding the index up to P2 per question ({CONTROL_DOCS} documents x "
+        name=f"as-of by rebuilding the index up to P2 per question ({size} documents x "
         f"{REVISIONS} revisions, {len(query_set)} questions)",
         expected=f"p50 >= {CONTROL_FACTOR:.0f}x a current search on the same corpus (the "
         f"target allows {AS_OF_TARGET:.0f}x)",

@@ -22,7 +22,9 @@ the manifest must list every document.
 
 Control: 4 workers each recording into its OWN SQLite file (the shared log removed on purpose)
 must exceed 1 worker's rate by a clear margin; otherwise the workers did not run concurrently
-and a flat result above would say nothing about the shared append.
+and a flat result above would say nothing about the shared append. On a machine with no free
+core (another benchmark running, load above the core count) it fails, and rightly: there the
+worker counts cannot be told apart whatever the log does.
 """
 
 from __future__ import annotations
