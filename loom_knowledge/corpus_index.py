@@ -41,7 +41,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Index,
     Integer,
     String,
     Table,
@@ -91,8 +90,11 @@ class CorpusIndex(SQLProjection):
             columns=[
                 Column("revision", Integer, nullable=True),
                 Column("valid_from", BigInteger, nullable=True),
+                # No index on valid_to: a search filters the rows its MATCH found (by rowid),
+                # and ending a revision finds its rows through the store's (key, entry_id)
+                # index. An index on (key, valid_to) made SQLite pick it for that UPDATE and
+                # scan every current passage of the scope per document (quadratic re-syncs).
                 Column("valid_to", BigInteger, nullable=True),
-                Index(f"{TABLE_PREFIX}entries_current", "key", "valid_to"),
             ],
         )
         self.documents = Table(
