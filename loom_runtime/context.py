@@ -26,6 +26,7 @@ from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import resolve_topic
 
@@ -162,31 +163,33 @@ def save(log: EventLog, execution: Execution) -> None:
         ) from exc
     except BaseException as exc:
         attempted = execution.version
-        _reset_to_log(log, execution)
+        state = _reset_to_log(log, execution)
         if isinstance(exc, LoomError) or not isinstance(exc, Exception):
             raise
-        state = (
-            "this worker appends nothing more to it (the log could not be re-read): resume it "
-            "once the log is reachable"
-            if execution.lost
-            else f"it was reloaded from the log at version {execution.version}"
-        )
         raise LogWriteError(
             f"the log failed while storing event version {attempted} of execution "
             f"{execution.id} ({type(exc).__name__}: {exc}); {state}"
         ) from exc
 
 
-def _reset_to_log(log: EventLog, execution: Execution) -> None:
-    """Make ``execution`` exactly what its stored events rebuild, or mark it lost."""
+def _reset_to_log(log: EventLog, execution: Execution) -> str:
+    """Make ``execution`` exactly what its stored events rebuild, or mark it lost; returns
+    what happened, for the error message."""
     try:
         stored: Execution = log.repository.get(execution.id)
+    except AggregateNotFoundError:
+        execution.lost = True
+        return "nothing of it was stored: run the flow again"
     except Exception:
         execution.lost = True
-        return
+        return (
+            "this worker appends nothing more to it (the log could not be re-read): resume it "
+            "once the log is reachable"
+        )
     state = vars(execution)
     state.clear()
     state.update(vars(stored))
+    return f"it was reloaded from the log at version {execution.version}"
 
 
 class _Context:

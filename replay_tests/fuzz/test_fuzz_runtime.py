@@ -336,3 +336,15 @@ def test_a_worker_that_cannot_reread_the_log_stops_appending(
     assert versions(loom, summary.execution_id) == [1]
     assert loom.resume(summary.execution_id).output == 7
     assert versions(loom, summary.execution_id) == [1, 2, 3, 4]
+
+
+def test_a_failed_first_write_stores_nothing_and_says_so(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the Created event itself cannot be stored, run raises LogWriteError and the log
+    holds no trace of the execution."""
+    CASE.update(key="k", value=1)
+    failing_on(loom, monkeypatch, 1)
+    with pytest.raises(LogWriteError, match="nothing of it was stored"):
+        loom.run("decide-once")
+    assert loom.executions() == []
