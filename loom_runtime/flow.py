@@ -129,9 +129,7 @@ def load_flows(spec: str) -> FlowRegistry:
         target = target()
     registry = getattr(target, "flows", target)
     if not isinstance(registry, FlowRegistry):
-        raise ConfigurationError(
-            f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry"
-        )
+        raise ConfigurationError(f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry")
     return registry
 
 
