@@ -76,16 +76,17 @@ def corpus_state(loom: Loom) -> tuple[list[Any], list[Passage]]:
     return list(kb.list_docs()), kb.passages()
 
 
-def run_demo(loom: Loom, *, say: Say, workdir: Path | None = None) -> bool:
+def run_demo(loom: Loom, *, say: Say) -> bool:
     """Run the six steps, reporting each; True when replay and rebuild both matched."""
-    scratch = None if workdir is not None else Path(tempfile.mkdtemp(prefix="loom-demo-"))
-    folder = (workdir or scratch or Path()) / "runbooks"
+    scratch = Path(tempfile.mkdtemp(prefix="loom-demo-"))  # the source of truth, deleted in 4
+    folder = scratch / "runbooks"
     register_incident_flow(loom)
     kb = open_knowledge_base(loom, SCOPE)
 
-    result = kb.sync(write_source_folder(folder), source="runbook-repo")
+    docs = write_source_folder(folder)
+    result = kb.sync(docs, source="runbook-repo")
     say(
-        f"1. synced {len(load_docs(folder))} runbooks from {folder}: "
+        f"1. synced {len(docs)} runbooks from {folder}: "
         f"{len(result.written)} written, {len(result.unchanged)} unchanged"
     )
 
@@ -112,7 +113,7 @@ def run_demo(loom: Loom, *, say: Say, workdir: Path | None = None) -> bool:
     )
     before = corpus_state(loom)
 
-    shutil.rmtree(scratch or folder)
+    shutil.rmtree(scratch)
     drop_corpus(loom)
     say("4. deleted the corpus: the source folder and every corpus table")
 
