@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteDatastore
+from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL
@@ -319,6 +320,29 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
                 super().create_table()
             finally:
                 conn.execute(SQL("SELECT pg_advisory_unlock({key})").format(key=DDL_LOCK_KEY))
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """eventsourcing's insert, in one plain transaction instead of psycopg's pipeline mode.
+
+        In pipeline mode a large batch (a sync of a big corpus, a multi-megabyte document)
+        could deadlock in ``Pipeline.sync``: the client blocked writing while the server blocked
+        sending results (seen in the fuzz suite and the corpus benchmark). The statements are
+        the same; only the round trips are not overlapped, which a one-writer-at-a-time append
+        behind a table lock does not miss.
+        """
+        with (
+            self.datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor() as curs,
+        ):
+            self._insert_events(curs, stored_events, **kwargs)
+            if not stored_events:
+                return None
+            self._insert_stored_events(curs, stored_events, **kwargs)
+            return self._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
 
     def _fetch_ids_after_insert_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
