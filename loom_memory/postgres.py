@@ -14,9 +14,10 @@ serves ``@@``; ``ts_rank`` orders the hits, ties in append order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy import Column, Index, Select, bindparam, cast, func, select
+from sqlalchemy import Column, ColumnElement, Connection, Index, Row, bindparam, cast, func, select
 from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.schema import SchemaItem
 
@@ -47,15 +48,25 @@ class PostgresMemoryStore(SqlMemoryStore):
         )
         return {"search_vector": " ".join(lexemes)}
 
-    def _search_statement(self, key: str, terms: list[str], limit: int) -> Select[Any]:
+    def _search_rows(
+        self,
+        conn: Connection,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> Sequence[Row[Any]]:
         rows = self.entries.c
         query = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)
-        return (
+        statement = (
             select(rows.entry, *self.annotations)
             .where(rows.key == key, rows.search_vector.bool_op("@@")(query))
             .order_by(func.ts_rank(rows.search_vector, query).desc(), rows.seq)
             .limit(limit)
         )
+        if where is not None:
+            statement = statement.where(where)
+        return conn.execute(statement).all()
 
 
 def _quote(term: str) -> str:

@@ -58,7 +58,6 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Row,
-    Select,
     Table,
     Text,
     create_engine,
@@ -245,11 +244,8 @@ class SqlMemoryStore(ABC):
         terms, limit = check_search(key, query, limit)
         if not terms:
             return []
-        statement = self._search_statement(key, terms, limit)
-        if where is not None:
-            statement = statement.where(where)
         with self._begin(conn) as c:
-            return [self._annotated(row) for row in c.execute(statement)]
+            return [self._annotated(row) for row in self._search_rows(c, key, terms, limit, where)]
 
     def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
         values = row._mapping
@@ -289,10 +285,17 @@ class SqlMemoryStore(ABC):
         """Return the search column values of a row whose searchable terms are ``terms``."""
 
     @abstractmethod
-    def _search_statement(self, key: str, terms: list[str], limit: int) -> Select[Any]:
-        """The ranked query for the best ``limit`` rows at ``key`` matching any term.
+    def _search_rows(
+        self,
+        conn: Connection,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> Sequence[Row[Any]]:
+        """The best ``limit`` rows at ``key`` matching any term and ``where``, best first.
 
-        It selects ``entry`` and the extra columns, and callers may add ``.where(...)``.
+        Each row has ``entry`` and the extra columns.
         """
 
     def _rows(self, key: str, entries: Sequence[MemoryEntry]) -> list[dict[str, Any]]:

@@ -1,0 +1,160 @@
+"""Exact top-k BM25 for an OR query, scoring a small part of the rows the query matches.
+
+Why: an OR-ed query of ordinary words matches a large share of a store (three words of a
+manual match ~15% of 100,000 entries), and FTS5 computes ``bm25()`` for EVERY matching row
+before it can sort. Scoring is the cost; finding the rows is cheap. So we only score the rows
+that could still enter the top ``k``, and prove the rest cannot - the idea of MaxScore (Turtle
+and Flood, 1995), expressed in FTS5 match expressions so that FTS5's own ``bm25()`` does all
+the scoring and the answer is EXACTLY the plain OR query's answer, order and ties included.
+
+The bound. FTS5's BM25 sums, over the query terms a row contains,
+``idf(t) * f * (k1 + 1) / (f + k1 * (1 - b + b * len / avglen))``, and that fraction is below
+``k1 + 1`` for any frequency ``f`` and length, so a row containing exactly the terms ``S``
+scores less than ``ub(S) = (k1 + 1) * sum(idf(t) for t in S)``. ``idf`` needs only each term's
+document count and the row count, both of which FTS5 keeps (see :class:`TermStats`).
+
+Two plans, both exact:
+
+* **Term subsets** (a few terms): run the conjunction of each subset ``S`` of the terms, in
+  falling ``ub(S)``. A conjunction query's ``bm25()`` covers only the phrases in it, so it
+  scores rows containing exactly ``S`` exactly and rows containing more terms too low; those
+  are scored exactly by the superset's query, which ran earlier (a superset's bound is never
+  lower). The ``k``-th best score seen so far, ``theta``, is a lower bound of the true ``k``-th
+  score, so once the next subset's bound is below ``theta`` no unseen row can enter: stop.
+  A query of rare words ends after one or two conjunctions of a few rows each.
+* **Essential terms** (many terms, where subsets would be too many): sort the terms from the
+  most to the least common; the common prefix ``C`` whose summed bound is below ``theta`` is
+  non-essential, since a row with only those terms cannot enter. Score every row containing an
+  essential term ``E``: ``E-or`` scores rows without any ``C`` term exactly, ``E-or AND C-or``
+  scores the others exactly. Start with ``E`` = the rarest term; when the result's ``theta``
+  does not yet cover ``C``, move terms from ``C`` to ``E`` and run again (at worst the plain OR
+  query).
+
+Rows are merged by their id, keeping the highest score seen (every score seen is exact or too
+low, never too high), and ordered by score, then id: the plain query's ``ORDER BY``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Generic, TypeVar
+
+K1 = 1.2
+"""FTS5's ``bm25()`` k1 (fixed in SQLite's source, not configurable)."""
+
+SUBSET_TERMS = 4
+"""Queries with at most this many terms use the subset plan: at most 2**4 - 1 = 15 conjunctions,
+and in practice two or three. Longer queries use the essential-terms plan."""
+
+_MARGIN = 1e-9
+"""Relative slack for comparing a Python bound with a score computed in C: a bound must be
+CLEARLY below theta to prune, so a row that would tie theta (and could win on id) is scored."""
+
+Payload = TypeVar("Payload")
+
+
+@dataclass(frozen=True)
+class Hit(Generic[Payload]):
+    """A row a match expression returned: its id (the tie-breaker), score (higher is better)."""
+
+    rowid: int
+    score: float
+    payload: Payload
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """What the bound needs: how many rows the index holds and how many contain each term."""
+
+    rows: int
+    documents: dict[str, int]
+    """Rows containing each term; a term absent here is in no row."""
+
+    def upper_bound(self, terms: Sequence[str]) -> float:
+        """An upper bound of the score of a row containing exactly ``terms`` (FTS5's idf)."""
+        return sum((K1 + 1.0) * self._idf(term) for term in terms)
+
+    def _idf(self, term: str) -> float:
+        hits = self.documents[term]
+        # FTS5 clamps a non-positive idf (a term in over half the rows) to 1e-6.
+        return max(math.log((self.rows - hits + 0.5) / (hits + 0.5)), 1e-6)
+
+
+Run = Callable[[str], Sequence[Hit[Payload]]]
+"""Runs one FTS5 match expression; returns its best ``k`` hits (the caller's filters applied)."""
+
+
+def top_k(terms: Sequence[str], stats: TermStats, k: int, run: Run[Payload]) -> list[Payload]:
+    """The best ``k`` hits of ``terms`` OR-ed, exactly as ``run`` of the OR expression ranks them.
+
+    ``run`` must apply every filter of the search (key, ``where``) and return its best ``k``:
+    the bound argument holds for any subset of rows, so filters need no special care.
+    """
+    present = [term for term in terms if stats.documents.get(term, 0) > 0]
+    if not present:
+        return []
+    best: dict[int, Hit[Payload]] = {}
+    if len(present) <= SUBSET_TERMS:
+        _subsets(present, stats, k, run, best)
+    else:
+        _essential_terms(present, stats, k, run, best)
+    return [hit.payload for hit in _ranked(best)[:k]]
+
+
+def _subsets(
+    terms: list[str], stats: TermStats, k: int, run: Run[Payload], best: dict[int, Hit[Payload]]
+) -> None:
+    subsets = [s for size in range(1, len(terms) + 1) for s in combinations(terms, size)]
+    subsets.sort(key=stats.upper_bound, reverse=True)
+    for subset in subsets:
+        if stats.upper_bound(subset) < _theta(best, k) * (1.0 - _MARGIN):
+            return
+        _merge(best, run(" AND ".join(map(_phrase, subset))))
+
+
+def _essential_terms(
+    terms: list[str], stats: TermStats, k: int, run: Run[Payload], best: dict[int, Hit[Payload]]
+) -> None:
+    by_commonness = sorted(terms, key=lambda term: stats.upper_bound([term]))
+    split = len(by_commonness) - 1  # C = by_commonness[:split], E = the rest
+    while True:
+        common, essential = by_commonness[:split], by_commonness[split:]
+        any_essential = _any(essential)
+        _merge(best, run(any_essential))
+        if not common:
+            return
+        _merge(best, run(f"{any_essential} AND {_any(common)}"))
+        theta = _theta(best, k) * (1.0 - _MARGIN)
+        if stats.upper_bound(common) < theta:
+            return
+        while split > 0 and stats.upper_bound(by_commonness[:split]) >= theta:
+            split -= 1
+
+
+def _theta(best: dict[int, Hit[Payload]], k: int) -> float:
+    """The k-th best score seen: a lower bound of the final k-th score (0 until k are seen)."""
+    ranked = _ranked(best)
+    return ranked[k - 1].score if len(ranked) >= k else 0.0
+
+
+def _merge(best: dict[int, Hit[Payload]], hits: Sequence[Hit[Payload]]) -> None:
+    for hit in hits:
+        seen = best.get(hit.rowid)
+        if seen is None or hit.score > seen.score:
+            best[hit.rowid] = hit
+
+
+def _ranked(best: dict[int, Hit[Payload]]) -> list[Hit[Payload]]:
+    return sorted(best.values(), key=lambda hit: (-hit.score, hit.rowid))
+
+
+def _any(terms: Sequence[str]) -> str:
+    return "(" + " OR ".join(map(_phrase, terms)) + ")"
+
+
+def _phrase(term: str) -> str:
+    """Quote ``term`` so FTS5 operators in it (NOT, OR, *, ^, :) are plain words."""
+    return '"' + term.replace('"', '""') + '"'
