@@ -52,7 +52,7 @@ def store(engine: Engine) -> SqliteMemoryStore:
 
 def plain_or(
     store: SqliteMemoryStore, terms: list[str], limit: int, flag: int | None
-) -> list[str | None]:
+) -> list[object]:
     """Ids the query the pruning replaces returns: it scores every match, sorts, cuts."""
     fts = store.fts_table
     match = " OR ".join(f'"{term}"' for term in terms)
@@ -69,7 +69,7 @@ def plain_or(
         return [decode_entry(row.entry).id for row in rows]
 
 
-def ids(entries: list[MemoryEntry]) -> list[str | None]:
+def ids(entries: list[MemoryEntry]) -> list[object]:
     return [entry.id for entry in entries]
 
 
