@@ -160,3 +160,27 @@ def test_a_bound_below_a_real_score_would_be_caught() -> None:
     pruned = top_k(["a", "b"], LowBound(rows=1000, documents=documents), 1, hits.__getitem__)
     assert honest == ["b-only"]
     assert pruned == ["ab"]
+
+
+def test_the_key_check_reads_the_key_index_not_the_rows(store: SqliteMemoryStore) -> None:
+    """Each ranked statement checks the key on the covering (key, seq) index: no row lookups."""
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "bm25(" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        store.search("k", "w0 w59", limit=3)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+    assert statements, "the probe saw no ranked statement"
+    with store.engine.connect() as conn:
+        for statement, parameters in statements:
+            plan = " | ".join(
+                row[-1]
+                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            )
+            assert "COVERING INDEX loom_memory_entries_key_seq" in plan, plan
