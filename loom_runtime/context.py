@@ -39,7 +39,7 @@ from loom_runtime.errors import (
     LoomError,
     RecordedComputeError,
 )
-from loom_runtime.execution import Decision, Execution
+from loom_runtime.execution import Decision, Execution, project_execution
 from loom_runtime.log import EventLog
 from loom_runtime.redaction import Redactor
 
@@ -176,7 +176,7 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
     """Make ``execution`` exactly what its stored events rebuild, or mark it lost; returns
     what happened, for the error message."""
     try:
-        stored: Execution = log.repository.get(execution.id)
+        stored: Execution = log.repository.get(execution.id, projector_func=project_execution)
     except AggregateNotFoundError:
         execution.lost = True
         return "nothing of it was stored: run the flow again"

@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from enum import StrEnum
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
@@ -294,6 +295,18 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)
+
+    def convert_originator_id(self, originator_id: str) -> UUID | str:
+        # Every row of a stream carries the same id text: parse it once, not per row
+        # (UUID() was a fifth of a 10,000-decision replay).
+        if self.datastore.originator_id_type == "uuid":
+            return _parse_uuid(originator_id)
+        return originator_id
+
+
+@lru_cache(maxsize=1024)
+def _parse_uuid(text: str) -> UUID:
+    return UUID(text)
 
 
 class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):

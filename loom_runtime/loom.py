@@ -33,7 +33,7 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     NotSerialisableError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution
+from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
 from loom_runtime.redaction import RedactorOption
@@ -195,7 +195,7 @@ class Loom:
     def execution(self, execution_id: UUID | str) -> Execution:
         """The execution's current state, rebuilt from its events."""
         try:
-            return self.log.repository.get(_as_uuid(execution_id))
+            return self.log.repository.get(_as_uuid(execution_id), projector_func=project_execution)
         except AggregateNotFoundError:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
