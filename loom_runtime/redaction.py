@@ -103,6 +103,10 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
 and passwords in URLs (``scheme://user:password@host``)."""
 
 
+_CLEAN_CACHE_SIZE = 256
+"""How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each)."""
+
+
 class Redactor:
     """Replaces secrets in strings (or refuses them) and counts what it replaced, per pattern.
 
@@ -124,6 +128,10 @@ class Redactor:
         self.mode: RedactionMode = mode
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        # JSON found clean lately (oldest first). A decision's value is checked when it is
+        # encoded and again when its event is stored (the mapper's pass, which makes the
+        # guarantee); the second check is a lookup. Patterns and mode never change after here.
+        self._clean: dict[bytes, None] = {}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -217,11 +225,23 @@ class Redactor:
         return type(container)(copy.values())
 
     def _raw(self, raw: msgspec.Raw) -> msgspec.Raw:
+        data = bytes(raw)
+        if b'"' not in data:
+            return raw  # JSON without a quote holds no string: nothing to redact
+        with self._lock:
+            if data in self._clean:
+                return raw
         # Decoded first, never matched as JSON text: escaping (``\\n`` for a newline, ``\\"``)
         # would hide a secret from a pattern written for the string.
         decoded = msgspec.json.decode(raw)
         redacted = self._walk(decoded)
-        return raw if redacted is decoded else msgspec.Raw(msgspec.json.encode(redacted))
+        if redacted is not decoded:
+            return msgspec.Raw(msgspec.json.encode(redacted))
+        with self._lock:
+            if len(self._clean) >= _CLEAN_CACHE_SIZE:
+                del self._clean[next(iter(self._clean))]
+            self._clean[data] = None
+        return raw
 
     def _replace(self, match: re.Match[str], *, pattern: SecretPattern, found: Counter[str]) -> str:
         """The marker for one match (keeping the text around a ``secret`` group), or refuse."""

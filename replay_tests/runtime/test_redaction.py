@@ -101,6 +101,40 @@ def test_nested_values_are_redacted_but_keys_are_not() -> None:
     assert redactor.raw(clean, path="v") is clean
 
 
+def test_clean_json_is_scanned_once_and_a_secret_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decision's value passes the redactor twice (encode, then the mapper): the second pass
+    over clean JSON is a lookup, counted here as no decode; JSON with a secret never is."""
+    import loom_runtime.redaction as redaction
+
+    decodes = 0
+    real_decode = msgspec.json.decode
+
+    def counting_decode(*args: object, **kwargs: object) -> object:
+        nonlocal decodes
+        decodes += 1
+        return real_decode(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(redaction.msgspec.json, "decode", counting_decode)
+    redactor = Redactor()
+    clean = msgspec.Raw(b'{"answer":"vacuum reclaims dead tuples"}')
+    for _ in range(3):
+        assert redactor.raw(msgspec.Raw(bytes(clean)), path="v") == clean
+    assert decodes == 1
+    assert redactor.raw(msgspec.Raw(b"[1,2,null]"), path="v") == msgspec.Raw(b"[1,2,null]")
+    assert decodes == 1  # no quote, no string, nothing to decode
+
+    dirty = msgspec.Raw(msgspec.json.encode({"auth": f"Bearer {TOKEN}"}))
+    for _ in range(2):
+        assert b"[REDACTED:bearer-token]" in bytes(redactor.raw(dirty, path="v"))
+    assert redactor.total == 2
+
+    for index in range(300):  # the memory of clean values is bounded
+        redactor.raw(msgspec.Raw(msgspec.json.encode(f"clean {index}")), path="v")
+    assert len(redactor._clean) <= 256
+
+
 def test_users_add_patterns_and_keep_the_builtins() -> None:
     """``extra`` patterns join the built-in set; ``patterns`` replaces it."""
     ticket = SecretPattern.compile("ticket", r"TKT-[0-9]{6}")
