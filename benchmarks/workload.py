@@ -11,6 +11,7 @@ reads the log as another process would, with nothing cached from the run.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from functools import partial
@@ -128,6 +129,7 @@ def record_and_replay(
 ) -> Sample:
     """One sample: record the flow, then replay it identically from a second Loom."""
     execution_id, recorded = record(url, values, persistence=persistence, synchronous=synchronous)
+    gc.collect()  # the replay starts without the recording's garbage, as every peer's does
     replayed, divergences = replay(
         url, execution_id, recording_flow(values), len(values), persistence=persistence
     )

@@ -48,6 +48,7 @@ T = TypeVar("T")
 # An alias, not ``datetime`` itself: freezegun swaps module attributes that *are* datetime for
 # its FakeDatetime, which msgspec cannot decode into. The alias also demands a tz-aware value.
 _UTCTimestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+_NULL = msgspec.Raw(b"null")
 
 
 class Decide(Protocol):
@@ -221,6 +222,8 @@ class _Context:
             slot_key = f"{key}#{occurrence}"
         self._seen[key] = occurrence
         self._taken.add(slot_key)
+        if input is None:  # most decisions have no input: skip the encoder and the redactor
+            return Slot(key=slot_key, kind=kind, input=_NULL)
         raw_input = codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
         return Slot(key=slot_key, kind=kind, input=raw_input)
 
