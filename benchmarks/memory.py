@@ -14,8 +14,9 @@ opened the way a user opens it: a URL, the backend's defaults.
 
 Entries are ~500-character windows of real manuals (:mod:`benchmarks.corpora`), so the
 number of entries a query term matches is what it would be on real text. Terms are OR-ed (the
-contract of :func:`loom_memory.query_terms`), so every query matches many entries and the
-backend ranks all of them: that, not the index lookup, is the cost measured.
+contract of :func:`loom_memory.query_terms`), so every query matches many entries: ranking
+them, not the index lookup, is the cost measured. PostgreSQL ranks every match; SQLite scores
+only the ones that could enter the top 10 and proves the rest cannot (ADR 0016).
 
 Every query was drawn from an entry, so each must return at least one hit: a query that
 returns nothing stops the harness (a search that silently matches nothing is fast and wrong).
