@@ -6,7 +6,17 @@ parser would split and fold some words differently from :func:`~loom_memory.text
 then the database would answer a different question than the caller asked. For the same reason
 the query is a ``tsquery`` of the quoted terms joined with ``|`` (OR), not ``plainto_tsquery``,
 which ANDs and so returns fewer memories for a longer question. A GIN index on the column
-serves ``@@``; ``ts_rank`` orders the hits, ties in append order.
+serves ``@@``.
+
+Ranking (ADR 0017) is BM25 without length normalisation, in one statement: the sum over the
+query terms in a row of ``idf * tf * (k1 + 1) / (tf + k1)``, ties in append order. Why not
+``ts_rank``: it has no IDF, so on a long question the words in every row (why, python, use)
+outweighed the rare one that decides it; MRR@10 on the Python FAQ was 0.31 against 0.35-0.37
+for BM25 engines. ``tf`` is the number of positions of the term in the row's vector, cut down
+to the query's terms (``setweight`` marks them, ``ts_filter`` keeps the marked). ``idf`` is
+BM25's, floored at 1e-6, from ``df`` counted over the matching rows and ``N`` the rows at the
+key that ``where`` admits: a filtered search ranks as if the store held only those rows. No
+``b``: a tsvector keeps no token count, and its lexeme count was a worse length than none.
 
 ``entry_id`` is a stored generated column, ``entry::json ->> 'id'``, indexed with ``key`` so
 ``remove`` is one indexed ``DELETE``. Use a ``postgresql+psycopg://`` URL (psycopg 3).
@@ -17,17 +27,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy import Column, ColumnElement, Connection, Index, Row, bindparam, cast, func, select
-from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
+from sqlalchemy import (
+    ARRAY,
+    Column,
+    ColumnElement,
+    Connection,
+    Index,
+    Row,
+    Text,
+    bindparam,
+    cast,
+    func,
+    literal,
+    select,
+    true,
+)
+from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR, aggregate_order_by
 from sqlalchemy.schema import SchemaItem
+from sqlalchemy.types import UserDefinedType
 
 from loom_memory.sql import SqlMemoryStore
 
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position; it clamps larger ones itself
+_K1 = 1.2  # BM25's term-frequency saturation, as in Lucene, tantivy and FTS5
+_MIN_IDF = 1e-6  # a term in over half the rows still counts, a little
 
 
 class PostgresMemoryStore(SqlMemoryStore):
-    """A durable memory store in PostgreSQL, full-text searched with ts_rank."""
+    """A durable memory store in PostgreSQL, full-text searched and ranked by BM25 (no ``b``)."""
 
     dialect: ClassVar[str] = "postgresql"
     entry_id_sql: ClassVar[str] = "(entry::json ->> 'id')"
@@ -57,16 +84,74 @@ class PostgresMemoryStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
     ) -> Sequence[Row[Any]]:
         rows = self.entries.c
-        query = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)
+        admitted = [rows.key == key, *([] if where is None else [where])]
+        any_term = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)
+        # Each match's vector cut down to the query's terms: mark them A (a stored vector has
+        # no weights, so every other lexeme is D) and keep the A lexemes, with their positions.
+        marked = func.setweight(
+            rows.search_vector, _WEIGHT_A, bindparam("terms", terms, ARRAY(Text))
+        )
+        occurrence = (
+            func.unnest(func.ts_filter(marked, _ONLY_A))
+            .table_valued("lexeme", "positions")
+            .lateral("occurrence")
+        )
+        occurrences = (
+            select(
+                rows.seq,
+                occurrence.c.lexeme,
+                func.cardinality(occurrence.c.positions).label("tf"),
+            )
+            .join_from(self.entries, occurrence, true())
+            .where(*admitted, rows.search_vector.bool_op("@@")(any_term))
+            .cte("occurrences")
+            .prefix_with("MATERIALIZED")
+        )
+        found = occurrences.c
+        total = select(func.count()).select_from(self.entries).where(*admitted)
+        df = func.count()
+        idf = (
+            select(
+                found.lexeme,
+                func.greatest(
+                    func.ln((total.scalar_subquery() - df + 0.5) / (df + 0.5)), _MIN_IDF
+                ).label("idf"),
+            )
+            .group_by(found.lexeme)
+            .cte("idf")
+            .prefix_with("MATERIALIZED")
+        )
+        saturated = found.tf * (_K1 + 1) / (found.tf + _K1)
+        # Summed in lexeme order: equal contributions give bit-equal scores, so ties fall to seq.
+        score = func.sum(aggregate_order_by(idf.c.idf * saturated, found.lexeme)).label("score")
+        best = (
+            select(found.seq, score)
+            .join_from(occurrences, idf, found.lexeme == idf.c.lexeme)
+            .group_by(found.seq)
+            .order_by(score.desc(), found.seq)
+            .limit(limit)
+            .cte("best")
+            .prefix_with("MATERIALIZED")
+        )
         statement = (
             select(rows.entry, *self.annotations)
-            .where(rows.key == key, rows.search_vector.bool_op("@@")(query))
-            .order_by(func.ts_rank(rows.search_vector, query).desc(), rows.seq)
-            .limit(limit)
+            .join_from(best, self.entries, best.c.seq == rows.seq)
+            .order_by(best.c.score.desc(), best.c.seq)
         )
-        if where is not None:
-            statement = statement.where(where)
         return conn.execute(statement).all()
+
+
+class _Char(UserDefinedType[str]):
+    """PostgreSQL's one-byte ``"char"``: the type of a tsvector weight label."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return '"char"'
+
+
+_WEIGHT_A = cast(literal("A"), _Char())
+_ONLY_A = cast(literal(["a"], ARRAY(Text)), ARRAY(_Char()))
 
 
 def _quote(term: str) -> str:

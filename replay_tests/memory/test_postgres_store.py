@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Column, Connection, Engine, Integer, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 
 from loom_memory import BackendError, MemoryEntry, PostgresMemoryStore
@@ -96,6 +96,64 @@ def test_search_uses_the_gin_index(store: PostgresMemoryStore) -> None:
     store.append("k", _entries(*(f"w{n}" for n in range(5000))))
     [(statement, parameters)] = _executed(store, lambda: store.search("k", "w5 w9"))
     assert f"{store.entries.name}_search" in _plan(store, statement, parameters)
+
+
+def _plain_ts_rank_order(store: PostgresMemoryStore, key: str, query: str) -> list[str]:
+    """The ids in the order the previous ranking, ts_rank over the OR of the terms, gave."""
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"SELECT entry_id FROM {store.entries.name} "
+            "WHERE key = %(key)s AND search_vector @@ %(query)s::tsquery "
+            "ORDER BY ts_rank(search_vector, %(query)s::tsquery) DESC, seq",
+            {"key": key, "query": " | ".join(f"'{term}'" for term in query.split())},
+        )
+        return [row[0] for row in rows]
+
+
+def test_a_rare_term_outranks_a_repeated_common_one(store: PostgresMemoryStore) -> None:
+    """One rare query term outranks four of a common one: each term is weighted by its IDF."""
+    common = [MemoryEntry(content=f"python note{n}", id=f"n{n}") for n in range(20)]
+    store.append("k", common)
+    store.append("k", [MemoryEntry(content="python python python python", id="repeats")])
+    store.append("k", [MemoryEntry(content="walrus operator", id="rare")])
+    # control: plain ts_rank has no IDF, so four occurrences of "python" beat one "walrus"
+    plain = _plain_ts_rank_order(store, "k", "python walrus")
+    assert plain.index("repeats") < plain.index("rare")
+    assert [e.id for e in store.search("k", "python walrus", limit=2)] == ["rare", "repeats"]
+
+
+def test_where_restricts_the_term_statistics(engine: Engine) -> None:
+    """A filtered search ranks as if the store held only the rows ``where`` admits."""
+    prefix = f"w{uuid.uuid4().hex[:12]}_"
+    store = PostgresMemoryStore(engine, table_prefix=prefix, columns=[Column("batch", Integer)])
+    alone = PostgresMemoryStore(engine, table_prefix=f"{prefix}a_")
+    try:
+        # "alpha" is common in batch 1 and rare in batch 2; "beta" the other way round
+        batches = {
+            1: ["alpha one", "alpha two", "alpha three", "alpha alpha", "beta"],
+            2: ["beta one", "beta two", "beta three", "beta beta", "alpha"],
+        }
+        for batch, texts in batches.items():
+            entries = [MemoryEntry(content=t, id=f"{batch}:{t}") for t in texts]
+            store.append("k", entries, values={"batch": batch})
+        alone.append("k", [MemoryEntry(content=t, id=f"1:{t}") for t in batches[1]])
+        first = store.search("k", "alpha beta", where=store.entries.c.batch == 1)
+        second = store.search("k", "alpha beta", where=store.entries.c.batch == 2)
+        assert (first[0].id, second[0].id) == ("1:beta", "2:alpha")
+        assert [e.id for e in first] == [e.id for e in alone.search("k", "alpha beta")]
+    finally:
+        with engine.begin() as conn:
+            _drop(conn, store)
+            _drop(conn, alone)
+
+
+def test_equal_scores_come_back_in_append_order(store: PostgresMemoryStore) -> None:
+    """Entries that score the same are returned in append order, not in any plan's order."""
+    store.append("k", _entries("m", "c", "x"))
+    store.append("k", _entries("a", "q"))
+    store.remove("k", ["c"])
+    store.append("k", _entries("c"))
+    assert [e.id for e in store.search("k", "shared")] == ["m", "x", "a", "q", "c"]
 
 
 def test_stored_vector_holds_exactly_the_first_party_terms(store: PostgresMemoryStore) -> None:
