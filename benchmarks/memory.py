@@ -1,8 +1,8 @@
 """Section "memory" (issue 3): memory store append throughput and search latency.
 
 What a caller of ``loom_memory`` pays, per backend: :class:`~loom_memory.SqliteMemoryStore`
-(FTS5, BM25), :class:`~loom_memory.PostgresMemoryStore` (tsvector + GIN, ts_rank, when
-``LOOM_TEST_PG_URL`` names a server) and the in-memory reference store as a baseline. Each is
+(FTS5, BM25), :class:`~loom_memory.PostgresMemoryStore` (tsvector + GIN, BM25 with b = 0,
+when ``LOOM_TEST_PG_URL`` names a server) and the in-memory reference store as a baseline. Each is
 opened the way a user opens it: a URL, the backend's defaults.
 
 * **Append**: in every round, a fresh store takes 5,000 entries in batches of 100, then 200

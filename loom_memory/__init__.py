@@ -6,8 +6,8 @@ A :class:`MemoryStore` appends, reads and clears; ``replace``, ``remove``, ``sea
 (:func:`searchable_text`, :func:`tokenize`); only ranking is the backend's.
 
 Backends: :class:`InMemoryMemoryStore` (reference), :class:`SqliteMemoryStore` (FTS5, BM25),
-:class:`PostgresMemoryStore` (tsvector, ts_rank). The SQL backends take ``conn=`` on every verb
-to write inside a caller's transaction. Every backend passes the conformance kit,
+:class:`PostgresMemoryStore` (tsvector, BM25 with b = 0). The SQL backends take ``conn=`` on
+every verb to write inside a caller's transaction. Every backend passes the conformance kit,
 ``loom_memory.conformance.MemoryStoreContract`` (imported from there: it needs pytest).
 
 :class:`EventSourcedMemory` is the store an application writes to: every write is an event in

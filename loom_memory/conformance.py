@@ -27,7 +27,8 @@ What the kit cannot see:
 * index maintenance. A backend that joins its index back to its rows passes every clear,
   replace and remove clause even if its index grows stale without bound. Test that in the
   backend's own suite by reading the index without the join.
-* ranking. BM25, ts_rank and an IDF sum disagree on order, so no clause pins one.
+* ranking. FTS5's BM25, PostgreSQL's BM25 (b = 0) and an IDF sum disagree on order, so no
+  clause pins one.
 * a similarity backend must choose a floor: "a query matching nothing returns []" is free for
   an inverted index, but cosine similarity is defined against every entry, so an unthresholded
   vector store returns the whole key, least-unrelated first. Put a minimum score in the

@@ -8,7 +8,7 @@ import pytest
 
 from loom_runtime import FlowRegistry, Loom
 
-FLOWS = '''
+FLOWS = """
 from loom_runtime import FlowRegistry
 
 flows = FlowRegistry()
@@ -19,7 +19,7 @@ def greet(ctx, name: str) -> str:
     return f"{salutation}, {name}"
 
 PROMPT = "TEMPLATE"
-'''
+"""
 
 
 def flows_module(template: str) -> str:
