@@ -122,9 +122,9 @@ class SqliteMemoryStore(SqlMemoryStore):
                 .limit(limit)
             )
 
-        def run(match: str) -> list[Hit[int]]:
+        def run(match: str) -> list[Hit]:
             found = conn.execute(ranked, {"match": match})
-            return [Hit(rowid=row.seq, score=-row.bm25, payload=row.seq) for row in found]
+            return [Hit(rowid=row.seq, score=-row.bm25) for row in found]
 
         best = top_k(terms, self._term_stats(conn, terms), limit, run)
         if not best:

@@ -40,7 +40,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Generic, TypeVar
 
 K1 = 1.2
 """FTS5's ``bm25()`` k1 (fixed in SQLite's source, not configurable)."""
@@ -53,16 +52,13 @@ _MARGIN = 1e-9
 """Relative slack for comparing a Python bound with a score computed in C: a bound must be
 CLEARLY below theta to prune, so a row that would tie theta (and could win on id) is scored."""
 
-Payload = TypeVar("Payload")
-
 
 @dataclass(frozen=True)
-class Hit(Generic[Payload]):
+class Hit:
     """A row a match expression returned: its id (the tie-breaker), score (higher is better)."""
 
     rowid: int
     score: float
-    payload: Payload
 
 
 @dataclass(frozen=True)
@@ -83,12 +79,13 @@ class TermStats:
         return max(math.log((self.rows - hits + 0.5) / (hits + 0.5)), 1e-6)
 
 
-Run = Callable[[str], Sequence[Hit[Payload]]]
+Run = Callable[[str], Sequence[Hit]]
 """Runs one FTS5 match expression; returns its best ``k`` hits (the caller's filters applied)."""
 
 
-def top_k(terms: Sequence[str], stats: TermStats, k: int, run: Run[Payload]) -> list[Payload]:
-    """The best ``k`` hits of ``terms`` OR-ed, exactly as ``run`` of the OR expression ranks them.
+def top_k(terms: Sequence[str], stats: TermStats, k: int, run: Run) -> list[int]:
+    """The rowids of the best ``k`` rows matching any of ``terms``, best first, exactly as
+    ``run`` of the OR expression would rank them.
 
     ``run`` must apply every filter of the search (key, ``where``) and return its best ``k``:
     the bound argument holds for any subset of rows, so filters need no special care.
@@ -96,17 +93,15 @@ def top_k(terms: Sequence[str], stats: TermStats, k: int, run: Run[Payload]) -> 
     present = [term for term in terms if stats.documents.get(term, 0) > 0]
     if not present:
         return []
-    best: dict[int, Hit[Payload]] = {}
+    best: dict[int, Hit] = {}
     if len(present) <= SUBSET_TERMS:
         _subsets(present, stats, k, run, best)
     else:
         _essential_terms(present, stats, k, run, best)
-    return [hit.payload for hit in _ranked(best)[:k]]
+    return [hit.rowid for hit in _ranked(best)[:k]]
 
 
-def _subsets(
-    terms: list[str], stats: TermStats, k: int, run: Run[Payload], best: dict[int, Hit[Payload]]
-) -> None:
+def _subsets(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> None:
     subsets = [s for size in range(1, len(terms) + 1) for s in combinations(terms, size)]
     subsets.sort(key=stats.upper_bound, reverse=True)
     for subset in subsets:
@@ -116,7 +111,7 @@ def _subsets(
 
 
 def _essential_terms(
-    terms: list[str], stats: TermStats, k: int, run: Run[Payload], best: dict[int, Hit[Payload]]
+    terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]
 ) -> None:
     by_commonness = sorted(terms, key=lambda term: stats.upper_bound([term]))
     split = len(by_commonness) - 1  # C = by_commonness[:split], E = the rest
@@ -134,20 +129,20 @@ def _essential_terms(
             split -= 1
 
 
-def _theta(best: dict[int, Hit[Payload]], k: int) -> float:
+def _theta(best: dict[int, Hit], k: int) -> float:
     """The k-th best score seen: a lower bound of the final k-th score (0 until k are seen)."""
     ranked = _ranked(best)
     return ranked[k - 1].score if len(ranked) >= k else 0.0
 
 
-def _merge(best: dict[int, Hit[Payload]], hits: Sequence[Hit[Payload]]) -> None:
+def _merge(best: dict[int, Hit], hits: Sequence[Hit]) -> None:
     for hit in hits:
         seen = best.get(hit.rowid)
         if seen is None or hit.score > seen.score:
             best[hit.rowid] = hit
 
 
-def _ranked(best: dict[int, Hit[Payload]]) -> list[Hit[Payload]]:
+def _ranked(best: dict[int, Hit]) -> list[Hit]:
     return sorted(best.values(), key=lambda hit: (-hit.score, hit.rowid))
 
 
