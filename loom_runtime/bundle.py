@@ -27,7 +27,6 @@ from typing import Final, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import project_aggregate
 from eventsourcing.persistence import StoredEvent
 
 from loom_runtime.errors import (
@@ -37,7 +36,7 @@ from loom_runtime.errors import (
     BundleTruncatedError,
     BundleVersionError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution
+from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.mapper import MsgspecMapper
 
 T = TypeVar("T")
@@ -80,7 +79,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         mapper = MsgspecMapper()
         try:
             events = [mapper.to_domain_event(row) for row in self.stored_events()]
-            execution = project_aggregate(None, events)
+            execution = project_execution(None, events)
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "

@@ -18,6 +18,7 @@ from typing import Annotated, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
@@ -28,6 +29,7 @@ from loom_runtime.errors import (
     FlowInputError,
     FlowNotFoundError,
     IntegrityUnsupportedError,
+    LogCorruptError,
     LoomError,
     NotSerialisableError,
 )
@@ -93,8 +95,11 @@ def open_with_flows(db: str | None, flows: str | None) -> Loom:
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
-    """Print an error and exit with ``code`` (1: failed check, 2: usage)."""
-    console.print(f"[red]error:[/red] {message}")
+    """Print an error on one line and exit with ``code`` (1: failed check, 2: usage).
+
+    The message may quote what a log or bundle holds, so it is never read as Rich markup.
+    """
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -198,7 +203,9 @@ def replay(
             )
         except (FlowNotFoundError, ExecutionNotFoundError, BundleError) as exc:
             fail(str(exc), code=2)
-    console.print(result.describe())
+        except LogCorruptError as exc:
+            fail(str(exc))
+    console.print(result.describe(), markup=False)
     for key, value in result.live_values.items():
         console.print(f"live {key}: {value!r}")
     raise typer.Exit(0 if result.identical else 1)
@@ -245,7 +252,8 @@ def doctor(db: DbOption = None) -> None:
     def check(ok: bool, label: str, detail: str) -> None:
         nonlocal problems
         problems += 0 if ok else 1
-        console.print(f"{'[green]ok[/green]  ' if ok else '[red]FAIL[/red]'} {label}: {detail}")
+        status = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
+        console.print(f"{status} {escape(label)}: {escape(detail)}")
 
     with open_loom(db) as loom:
         check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
@@ -296,6 +304,8 @@ def verify(
             report = verify_log(loom.log, anchor=expected)
         except IntegrityUnsupportedError as exc:
             fail(str(exc), code=2)
+        except LogCorruptError as exc:
+            fail(str(exc))
     if as_json:
         console.print_json(msgspec.json.encode(report).decode())
     elif report.ok:

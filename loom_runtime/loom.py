@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import cached_property
@@ -31,6 +32,7 @@ from loom_runtime.errors import (
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
+    LogCorruptError,
     NotSerialisableError,
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
@@ -98,8 +100,18 @@ class Loom:
 
     @cached_property
     def log(self) -> EventLog:
-        """The event log, opened on first use."""
-        return EventLog(self.settings)
+        """The event log, opened on first use.
+
+        A SQLite file that is not a database (truncated, overwritten) fails here, in the
+        driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
+        """
+        try:
+            return EventLog(self.settings)
+        except sqlite3.DatabaseError as exc:
+            raise LogCorruptError(
+                f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
+                "it is damaged or not a loom database; restore it from a backup"
+            ) from exc
 
     # -- flows -------------------------------------------------------------------------------
 

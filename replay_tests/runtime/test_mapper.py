@@ -15,6 +15,7 @@ from freezegun import freeze_time
 from loom_runtime import FlowContext, Loom
 from loom_runtime.execution import EXECUTION_EVENT_TYPES, Execution
 from loom_runtime.mapper import MsgspecMapper
+from loom_runtime.topics import register_aggregate
 
 _RAW = msgspec.Raw(b'{"a":[1,2]}')
 _SAMPLES: dict[type, dict[str, Any]] = {
@@ -105,6 +106,9 @@ class _Note(Aggregate):
 
     def __init__(self, *, text: str) -> None:
         self.text = text
+
+
+register_aggregate(_Note)  # the mapper reads only loom's closed set of registered topics
 
 
 def test_old_events_are_upcast_on_read() -> None:
