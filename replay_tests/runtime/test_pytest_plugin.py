@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from loom_runtime import FlowRegistry, Loom
+from loom_runtime.bundle import read_bundle, seal, write_bundle
+from loom_runtime.execution import Execution
 
 FLOWS = """
 from loom_runtime import FlowRegistry
@@ -86,3 +89,32 @@ def test_missing_flows_option_is_a_usage_error(pytester: pytest.Pytester, record
     result = pytester.runpytest("--loom-bundles", str(recordings))
     result.stdout.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
     assert result.ret != 0
+
+
+def test_a_forged_replay_finding_in_a_bundle_fails_the_test(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """A re-sealed bundle whose decision 'failed' with ReplayDivergence is red: a recorded
+    error is never taken for the replay's own finding (issue 11, item 2)."""
+    path = recordings / "incident-1.json"
+    real = read_bundle(path)
+    state = msgspec.json.decode(real.events[1].state)
+    del state["value"]
+    state.update(error_type="loom_runtime.errors:ReplayDivergence", message="forged")
+    failed = msgspec.structs.replace(
+        real.events[1],
+        topic=Execution.DecisionFailed.TOPIC,
+        state=msgspec.json.encode(state).decode(),
+    )
+    forged = seal(
+        execution_id=real.execution_id,
+        flow=real.flow,
+        code_version=real.code_version,
+        started_at_position=real.started_at_position,
+        events=[real.events[0], failed, *real.events[2:]],
+    )
+    write_bundle(forged, path)
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*OutcomeChangedError*ReplayDivergence*"])
