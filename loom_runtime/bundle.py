@@ -21,6 +21,7 @@ from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal, TypeVar
@@ -33,8 +34,10 @@ from loom_runtime.errors import (
     BundleFormatError,
     BundleNotFoundError,
     BundleTamperedError,
+    BundleTooLargeError,
     BundleTruncatedError,
     BundleVersionError,
+    ConfigurationError,
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.mapper import MsgspecMapper
@@ -43,6 +46,15 @@ T = TypeVar("T")
 
 FORMAT: Final = "loom-bundle"
 SCHEMA_VERSION: Final = 1
+
+MAX_BUNDLE_BYTES: Final = 256 * 1024 * 1024
+"""The default size cap of a bundle file read (256 MiB); ``LOOM_MAX_BUNDLE_BYTES`` overrides it.
+
+A bundle is untrusted input, decoded whole into memory (several times its size): without a
+cap, any file handed to ``loom replay`` or the pytest plugin could exhaust memory. A real
+execution's bundle is kilobytes to a few megabytes; raise the cap for one you trust."""
+
+MAX_BUNDLE_BYTES_ENV: Final = "LOOM_MAX_BUNDLE_BYTES"
 
 
 class BundleEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,15 +181,24 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     return path
 
 
-def read_bundle(path: Path) -> Bundle:
-    """Read and check a bundle; each way it can be unusable is its own typed error."""
+def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
+    """Read and check a bundle; each way it can be unusable is its own typed error.
+
+    A file over ``max_bytes`` (default: ``LOOM_MAX_BUNDLE_BYTES``, else
+    :data:`MAX_BUNDLE_BYTES`) is refused by its size before it is read, and at most
+    ``max_bytes + 1`` bytes are ever read (a file that grows, or a device with no size).
+    """
+    limit = bundle_size_cap(max_bytes)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            _refuse_over(path, os.fstat(file.fileno()).st_size, limit)
+            data = file.read(limit + 1)
     except OSError as exc:  # missing, a directory, unreadable
         raise BundleNotFoundError(
             f"cannot read a bundle at {path}: {exc.strerror or exc}; pass the path of a file "
             "written by `loom export` (Loom.export)"
         ) from exc
+    _refuse_over(path, len(data), limit)
     try:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
@@ -210,6 +231,30 @@ def read_bundle(path: Path) -> Bundle:
         )
     check_events(bundle.events)
     return bundle
+
+
+def bundle_size_cap(max_bytes: int | None = None) -> int:
+    """The cap in force: ``max_bytes``, else ``LOOM_MAX_BUNDLE_BYTES``, else the default."""
+    if max_bytes is None:
+        setting = os.environ.get(MAX_BUNDLE_BYTES_ENV, "")
+        try:
+            max_bytes = int(setting) if setting else MAX_BUNDLE_BYTES
+        except ValueError:
+            raise ConfigurationError(
+                f"{MAX_BUNDLE_BYTES_ENV} must be a number of bytes, not {setting!r}"
+            ) from None
+    if max_bytes < 1:
+        raise ConfigurationError(f"the bundle size cap must be at least 1 byte, not {max_bytes}")
+    return max_bytes
+
+
+def _refuse_over(path: Path, size: int, limit: int) -> None:
+    if size > limit:
+        raise BundleTooLargeError(
+            f"{path} is too large to read as a bundle: {size:,} bytes or more, over the cap of "
+            f"{limit:,}; it was not read. If you trust the file, raise the cap "
+            f"(max_bundle_bytes=, --max-bundle-bytes or {MAX_BUNDLE_BYTES_ENV})"
+        )
 
 
 def _decode(data: bytes, path: Path, into: type[T]) -> T:

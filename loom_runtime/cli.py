@@ -25,6 +25,7 @@ from rich.table import Table
 from loom_runtime import codec
 from loom_runtime.errors import (
     BundleError,
+    ConfigurationError,
     ExecutionNotFoundError,
     FlowInputError,
     FlowNotFoundError,
@@ -189,6 +190,14 @@ def replay(
         list[str] | None,
         typer.Option("--live", help="Decision kinds to run live (e.g. retrieval); repeatable."),
     ] = None,
+    max_bundle_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-bundle-bytes",
+            help="Refuse a bundle file larger than this, unread (default: LOOM_MAX_BUNDLE_BYTES, "
+            "else 256 MiB).",
+        ),
+    ] = None,
     db: DbOption = None,
     flows: FlowsOption = None,
 ) -> None:
@@ -197,11 +206,11 @@ def replay(
     with open_with_flows(db, flows) as loom:
         try:
             result = (
-                loom.replay_bundle(target, live=kinds)
+                loom.replay_bundle(target, live=kinds, max_bundle_bytes=max_bundle_bytes)
                 if Path(target).is_file()
                 else loom.replay(target, live=kinds)
             )
-        except (FlowNotFoundError, ExecutionNotFoundError, BundleError) as exc:
+        except (FlowNotFoundError, ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
             fail(str(exc), code=2)
         except LogCorruptError as exc:
             fail(str(exc))

@@ -32,6 +32,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 
 from loom_runtime import codec
+from loom_runtime.diff import diff
 from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
@@ -115,7 +116,7 @@ class Recorder:
             # different runs into one execution: refuse rather than guess.
             raise DecisionInputChangedError(
                 key=slot.key,
-                diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
             )
         return decision
 

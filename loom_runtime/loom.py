@@ -165,10 +165,19 @@ class Loom:
         return self._replay(self.execution(execution_id), live)
 
     def replay_bundle(
-        self, path: str | Path, *, live: frozenset[str] | set[str] = frozenset()
+        self,
+        path: str | Path,
+        *,
+        live: frozenset[str] | set[str] = frozenset(),
+        max_bundle_bytes: int | None = None,
     ) -> ReplayResult:
-        """Replay an exported bundle with this Loom's flows; no database is opened."""
-        return self._replay(read_bundle(Path(path)).execution(), live)
+        """Replay an exported bundle with this Loom's flows; no database is opened.
+
+        A file over ``max_bundle_bytes`` (default ``LOOM_MAX_BUNDLE_BYTES``, else 256 MiB) is
+        refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
+        """
+        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
+        return self._replay(bundle.execution(), live)
 
     def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> ReplayResult:
         definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
@@ -246,13 +255,14 @@ class Loom:
         )
         return write_bundle(bundle, Path(path))
 
-    def import_bundle(self, path: str | Path) -> UUID:
+    def import_bundle(self, path: str | Path, *, max_bundle_bytes: int | None = None) -> UUID:
         """Add a bundle's execution to this log, keeping it replayable; never duplicates it.
 
         Importing an execution the log already holds identically writes nothing; one it holds
-        with different events raises :class:`BundleConflictError`.
+        with different events raises :class:`BundleConflictError`. ``max_bundle_bytes`` as
+        for :meth:`replay_bundle`.
         """
-        bundle = read_bundle(Path(path))
+        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.stored_events()
         existing = [

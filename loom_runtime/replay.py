@@ -25,6 +25,7 @@ import msgspec
 
 from loom_runtime import codec
 from loom_runtime.context import Slot
+from loom_runtime.diff import diff
 from loom_runtime.errors import (
     DecisionInputChangedError,
     OutcomeChangedError,
@@ -69,7 +70,7 @@ class Replayer:
             self.divergences.append(
                 DecisionInputChangedError(
                     key=slot.key,
-                    diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                    diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
                 )
             )
         return decision
@@ -144,7 +145,7 @@ def compare_outcome(
     elif execution.output is None:
         found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
     elif _canonical(execution.output) != _canonical(output or b"null"):
-        found.append(OutputChangedError(diff=codec.diff(execution.output, output, label="output")))
+        found.append(OutputChangedError(diff=diff(execution.output, output, label="output")))
     unused = replayer.unused()
     if unused:
         found.append(UnusedDecisionsError(keys=unused))
