@@ -12,10 +12,12 @@ written by a newer format than this loom reads. The envelope's ``format`` and
 not as garbage.
 
 The hash proves integrity, not authenticity (ADR 0013): anyone can re-seal an edited bundle.
-So its events are checked as an execution before any of them is mapped: only execution topics
-(a topic is never resolved, so a bundle cannot make loom import a module it names), versions
-1..n in order, a ``Created`` first and only first; and any failure to rebuild the execution
-from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper's own error.
+So its events are checked as an execution before any of them is mapped: only execution topics,
+versions 1..n in order, a ``Created`` first and only first; and any failure to rebuild the
+execution from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper's
+own error. Nothing a bundle names is imported (ADR 0018): the mapper reads only loom's closed
+set of topics and aggregates, and a recorded error type is rebuilt only from a class already
+loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it is read.
 """
 
 from __future__ import annotations

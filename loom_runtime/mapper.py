@@ -16,6 +16,11 @@ defines static ``upcast_v1_v2(state)``, ... ``upcast_vN-1_vN(state)`` that edit 
 dict in place. Old rows are upcast on read; the log itself is never rewritten. The stored form
 stays JSON so an operator can read it with SQL.
 
+A row is untrusted input (anyone with SQL access can edit it), so reading one never imports:
+its topic is looked up in loom's closed set of event classes (:mod:`loom_runtime.topics`), a
+``Created`` event's ``originator_topic`` must name a registered aggregate, and any row that
+fails either, or does not decode, is a :class:`~loom_runtime.errors.LogCorruptError`.
+
 Given a :class:`~loom_runtime.redaction.Redactor`, the mapper redacts every string of every
 payload before it becomes a row: it is the one place every event passes on its way to the
 database, so it is where "nothing unredacted is stored" can be guaranteed (ADR 0012).

@@ -23,13 +23,15 @@ _events: dict[str, type] = {}
 _aggregates: dict[str, type[Aggregate]] = {}
 
 
-def register_event(cls: type) -> None:
+def register_event(cls: type, *, topic: str | None = None) -> None:
     """Add an event class under its explicit ``TOPIC`` (eventsourcing's registry too).
 
-    A second, different class under a topic already taken is refused by eventsourcing's
-    ``register_topic`` (``TopicError``), so a topic always names one class.
+    ``topic`` registers the class under another name as well: the alias that keeps old rows
+    readable when a topic itself must change (stored names never change; renames are
+    aliases). A second, different class under a topic already taken is refused by
+    eventsourcing's ``register_topic`` (``TopicError``), so a topic always names one class.
     """
-    topic = getattr(cls, "TOPIC", None)
+    topic = topic or getattr(cls, "TOPIC", None)
     if not isinstance(topic, str) or not topic:
         raise TypeError(f"{cls.__qualname__} must declare a TOPIC to be stored")
     register_topic(topic, cls)
