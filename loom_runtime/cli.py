@@ -232,6 +232,8 @@ def export(
             path = loom.export(execution_id, output)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=2)
+        except LogCorruptError as exc:
+            fail(str(exc))
     console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
 
 
