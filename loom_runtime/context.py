@@ -24,6 +24,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
@@ -370,18 +371,16 @@ def rebuild_error(decision: Decision) -> Exception:
 def loaded_exception_class(error_type: str) -> type[Exception] | None:
     """The ``Exception`` subclass named ``module:qualname`` if its module is already loaded.
 
-    Looked up in ``sys.modules`` and then in each namespace's ``__dict__``, so neither an
+    Looked up in ``sys.modules`` and then in each namespace's own ``vars()``, so neither an
     import nor a module's ``__getattr__`` (which may import lazily) nor a descriptor runs.
     """
     module_name, _, qualname = error_type.partition(":")
-    module = builtins if module_name == "builtins" else sys.modules.get(module_name)
-    found: object = module
-    for part in qualname.split(".") if module is not None and qualname else ():
-        namespace = getattr(found, "__dict__", None)
-        found = namespace.get(part) if isinstance(namespace, dict) else None
-    if found is not module and isinstance(found, type) and issubclass(found, Exception):
-        return found
-    return None
+    found: object = builtins if module_name == "builtins" else sys.modules.get(module_name)
+    for part in qualname.split("."):
+        if not isinstance(found, ModuleType | type):
+            return None
+        found = vars(found).get(part)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
 def _encodable(text: str) -> bool:

@@ -63,6 +63,13 @@ from test_untrusted_input import flows
 """
 
 
+class Outer:
+    """Holds a nested exception class, rebuilt by its dotted qualname."""
+
+    class Inner(Exception):
+        pass
+
+
 # -- helpers -----------------------------------------------------------------------------------
 
 
@@ -209,6 +216,7 @@ def test_a_recorded_error_is_rebuilt_only_from_classes_already_loaded(
     assert type(rebuilt("builtins:ValueError")) is ValueError
     assert type(rebuilt("json.decoder:JSONDecodeError")) is RecordedComputeError  # needs 3 args
     assert type(rebuilt("msgspec:ValidationError")) is msgspec.ValidationError
+    assert type(rebuilt(f"{__name__}:Outer.Inner")) is Outer.Inner
     for unknown in (f"{name}:Boom", f"{name}", "os:system", "builtins:len", "nope:"):
         error = rebuilt(unknown)
         assert isinstance(error, RecordedComputeError) and error.error_type == unknown
