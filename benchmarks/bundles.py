@@ -21,6 +21,13 @@ before the clock. Before the rounds the harness checks that as-of is a real filt
 2's marker of sampled documents is found as of P2 and not in the current corpus, and revision
 3's marker is not found as of P2.
 
+**Divergence reports.** An execution whose output is one string of 4 MB (and 20 MB) is
+recorded and exported; it is replayed by code whose output differs in its second half, and the
+report is printed as ``loom replay`` prints it (``result.describe()`` through a Rich console,
+80 columns, into memory). Timed: ``replay_bundle`` plus the printing; the printed size is
+reported too, since the report must stay bounded (issue 11: 11.6 s at 4 MB, unfinished after
+300 s at 20 MB, before diffs were bounded). Each replay must report the divergence.
+
 Negative controls: a bundle with one recorded value altered must be refused as tampered (a
 replay that skipped the hash check would also have been timed cheaper); and the design the
 issue forbids, rebuilding the index up to P into a scratch database for every question, run
@@ -29,12 +36,15 @@ on a small corpus with a few questions, must come out far beyond the 2x target.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
+
+from rich.console import Console
 
 from benchmarks.corpora import queries
 from benchmarks.corpus import base_docs, edited, marker
@@ -57,7 +67,7 @@ from benchmarks.stores import fresh_postgres, fresh_sqlite
 from benchmarks.workload import FLOW, Value, make_values, record, recording_flow
 from loom_knowledge import Doc, KnowledgeBase, Passage, open_knowledge_base
 from loom_knowledge.corpus_index import CorpusIndex
-from loom_runtime import FlowRegistry, LogSettings, Loom
+from loom_runtime import FlowContext, FlowRegistry, LogSettings, Loom
 from loom_runtime.errors import BundleTamperedError
 from loom_runtime.projection import rebuild
 
@@ -81,6 +91,9 @@ CONTROL_QUERIES = 5
 QUICK_CONTROL_QUERIES = 3
 CONTROL_FACTOR = 10.0
 """The forbidden design must cost at least this many times a current search (5x the target)."""
+DIVERGENT_OUTPUT_MB = (4, 20)
+"""Sizes of the changed output whose divergence report is timed."""
+QUICK_DIVERGENT_OUTPUT_MB = (4,)
 
 
 def run(settings: Settings, progress: Progress) -> SectionResult:
@@ -108,6 +121,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             *(_bundle_replay_arm(path, values, directory) for path in bundles.values()),
             *(_log_replay_arm(name, log_url, log_id, values) for name, log_url, log_id in logs),
         ]
+        sizes = QUICK_DIVERGENT_OUTPUT_MB if settings.quick else DIVERGENT_OUTPUT_MB
+        progress(f"recording outputs of {', '.join(f'{mb} MB' for mb in sizes)}")
+        report_arms = [_divergence_report_arm(directory, mb) for mb in sizes]
 
         progress(f"building a {corpus_docs:,}-document corpus with {REVISIONS} revisions each")
         corpus = _build_corpus(stack, base_docs(corpus_docs), progress)
@@ -115,7 +131,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         query_set = queries([doc.text.rpartition("\n\n")[0] for doc in corpus.docs], query_count)
         as_of_arms = _retrieval_arms(corpus, query_set)
 
-        results = interleave([*bundle_arms, *as_of_arms], rounds=settings.rounds, progress=progress)
+        results = interleave(
+            [*bundle_arms, *report_arms, *as_of_arms], rounds=settings.rounds, progress=progress
+        )
         progress("negative controls")
         tampered = _tampered_control(bundles["json"], values, directory)
         forbidden = _rebuild_per_question_control(stack, progress, quick=settings.quick)
@@ -138,6 +156,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         ),
         tables=(
             _bundle_table(bundle_arms, results, decisions, settings.rounds),
+            _report_table(report_arms, results, settings.rounds),
             _retrieval_table(as_of_arms, results, settings.rounds, query_count),
         ),
         controls=(tampered, forbidden),
@@ -208,6 +227,49 @@ def _identical(divergences: tuple[object, ...]) -> None:
     _expect(
         not divergences,
         f"a timed replay diverged ({', '.join(type(d).__name__ for d in divergences)})",
+    )
+
+
+def _divergence_report_arm(directory: Path, megabytes: int) -> Arm:
+    """Replay a bundle whose recorded output of ``megabytes`` MB changed, and print the report."""
+    size = megabytes * 1_000_000
+    output = {"value": "y" * size}
+    registry = FlowRegistry()
+
+    @registry.flow("big-output", version="bench")
+    def big_output(ctx: FlowContext) -> str:
+        return output["value"]
+
+    with Loom(f"sqlite:///{directory / f'output-{megabytes}.db'}", flows=registry) as loom:
+        run = loom.run("big-output")
+        path = loom.export(run.execution_id, directory / f"output-{megabytes}.json")
+    output["value"] = "y" * (size // 2) + "x" * (size - size // 2)
+
+    def measure() -> Sample:
+        printed = io.StringIO()
+        started = time.perf_counter()
+        result = Loom(flows=registry).replay_bundle(path)
+        Console(file=printed, width=80, highlight=False).print(result.describe(), markup=False)
+        elapsed = time.perf_counter() - started
+        _expect(not result.identical, "a changed output replayed as identical")
+        return {"ms": elapsed * 1e3, "chars": len(printed.getvalue())}
+
+    return Arm(f"replay_bundle + printed report, a {megabytes} MB output changed", measure)
+
+
+def _report_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+    return Table(
+        title="Divergence report of a changed output, as `loom replay` prints it",
+        columns=("arm", "time", "printed characters"),
+        rows=tuple(
+            (
+                arm.name,
+                results[arm.name]["ms"].cell(" ms"),
+                f"{results[arm.name]['chars'].median:,.0f}",
+            )
+            for arm in arms
+        ),
+        note=f"median of {rounds} interleaved rounds (low-high)",
     )
 
 

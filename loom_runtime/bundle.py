@@ -12,38 +12,51 @@ written by a newer format than this loom reads. The envelope's ``format`` and
 not as garbage.
 
 The hash proves integrity, not authenticity (ADR 0013): anyone can re-seal an edited bundle.
-So its events are checked as an execution before any of them is mapped: only execution topics
-(a topic is never resolved, so a bundle cannot make loom import a module it names), versions
-1..n in order, a ``Created`` first and only first; and any failure to rebuild the execution
-from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper's own error.
+So its events are checked as an execution before any of them is mapped: only execution topics,
+versions 1..n in order, a ``Created`` first and only first; and any failure to rebuild the
+execution from them is a :class:`~loom_runtime.errors.BundleFormatError`, never the mapper's
+own error. Nothing a bundle names is imported (ADR 0018): the mapper reads only loom's closed
+set of topics and aggregates, and a recorded error type is rebuilt only from a class already
+loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it is read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import project_aggregate
 from eventsourcing.persistence import StoredEvent
 
 from loom_runtime.errors import (
     BundleFormatError,
     BundleNotFoundError,
     BundleTamperedError,
+    BundleTooLargeError,
     BundleTruncatedError,
     BundleVersionError,
+    ConfigurationError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution
+from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.mapper import MsgspecMapper
 
 T = TypeVar("T")
 
 FORMAT: Final = "loom-bundle"
 SCHEMA_VERSION: Final = 1
+
+MAX_BUNDLE_BYTES: Final = 256 * 1024 * 1024
+"""The default size cap of a bundle file read (256 MiB); ``LOOM_MAX_BUNDLE_BYTES`` overrides it.
+
+A bundle is untrusted input, decoded whole into memory (several times its size): without a
+cap, any file handed to ``loom replay`` or the pytest plugin could exhaust memory. A real
+execution's bundle is kilobytes to a few megabytes; raise the cap for one you trust."""
+
+MAX_BUNDLE_BYTES_ENV: Final = "LOOM_MAX_BUNDLE_BYTES"
 
 
 class BundleEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,7 +93,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         mapper = MsgspecMapper()
         try:
             events = [mapper.to_domain_event(row) for row in self.stored_events()]
-            execution = project_aggregate(None, events)
+            execution = project_execution(None, events)
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
@@ -170,15 +183,24 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     return path
 
 
-def read_bundle(path: Path) -> Bundle:
-    """Read and check a bundle; each way it can be unusable is its own typed error."""
+def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
+    """Read and check a bundle; each way it can be unusable is its own typed error.
+
+    A file over ``max_bytes`` (default: ``LOOM_MAX_BUNDLE_BYTES``, else
+    :data:`MAX_BUNDLE_BYTES`) is refused by its size before it is read, and at most
+    ``max_bytes + 1`` bytes are ever read (a file that grows, or a device with no size).
+    """
+    limit = bundle_size_cap(max_bytes)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            _refuse_over(path, os.fstat(file.fileno()).st_size, limit)
+            data = file.read(limit + 1)
     except OSError as exc:  # missing, a directory, unreadable
         raise BundleNotFoundError(
             f"cannot read a bundle at {path}: {exc.strerror or exc}; pass the path of a file "
             "written by `loom export` (Loom.export)"
         ) from exc
+    _refuse_over(path, len(data), limit)
     try:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
@@ -211,6 +233,30 @@ def read_bundle(path: Path) -> Bundle:
         )
     check_events(bundle.events)
     return bundle
+
+
+def bundle_size_cap(max_bytes: int | None = None) -> int:
+    """The cap in force: ``max_bytes``, else ``LOOM_MAX_BUNDLE_BYTES``, else the default."""
+    if max_bytes is None:
+        setting = os.environ.get(MAX_BUNDLE_BYTES_ENV, "")
+        try:
+            max_bytes = int(setting) if setting else MAX_BUNDLE_BYTES
+        except ValueError:
+            raise ConfigurationError(
+                f"{MAX_BUNDLE_BYTES_ENV} must be a number of bytes, not {setting!r}"
+            ) from None
+    if max_bytes < 1:
+        raise ConfigurationError(f"the bundle size cap must be at least 1 byte, not {max_bytes}")
+    return max_bytes
+
+
+def _refuse_over(path: Path, size: int, limit: int) -> None:
+    if size > limit:
+        raise BundleTooLargeError(
+            f"{path} is too large to read as a bundle: {size:,} bytes or more, over the cap of "
+            f"{limit:,}; it was not read. If you trust the file, raise the cap "
+            f"(max_bundle_bytes=, --max-bundle-bytes or {MAX_BUNDLE_BYTES_ENV})"
+        )
 
 
 def _decode(data: bytes, path: Path, into: type[T]) -> T:

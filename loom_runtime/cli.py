@@ -18,16 +18,19 @@ from typing import Annotated, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from loom_runtime import codec
 from loom_runtime.errors import (
     BundleError,
+    ConfigurationError,
     ExecutionNotFoundError,
     FlowInputError,
     FlowNotFoundError,
     IntegrityUnsupportedError,
+    LogCorruptError,
     LoomError,
     NotSerialisableError,
 )
@@ -93,8 +96,11 @@ def open_with_flows(db: str | None, flows: str | None) -> Loom:
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
-    """Print an error and exit with ``code`` (1: failed check, 2: usage)."""
-    console.print(f"[red]error:[/red] {message}")
+    """Print an error on one line and exit with ``code`` (1: failed check, 2: usage).
+
+    The message may quote what a log or bundle holds, so it is never read as Rich markup.
+    """
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -184,6 +190,14 @@ def replay(
         list[str] | None,
         typer.Option("--live", help="Decision kinds to run live (e.g. retrieval); repeatable."),
     ] = None,
+    max_bundle_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-bundle-bytes",
+            help="Refuse a bundle file larger than this, unread (default: LOOM_MAX_BUNDLE_BYTES, "
+            "else 256 MiB).",
+        ),
+    ] = None,
     db: DbOption = None,
     flows: FlowsOption = None,
 ) -> None:
@@ -192,13 +206,15 @@ def replay(
     with open_with_flows(db, flows) as loom:
         try:
             result = (
-                loom.replay_bundle(target, live=kinds)
+                loom.replay_bundle(target, live=kinds, max_bundle_bytes=max_bundle_bytes)
                 if Path(target).is_file()
                 else loom.replay(target, live=kinds)
             )
-        except (FlowNotFoundError, ExecutionNotFoundError, BundleError) as exc:
+        except (FlowNotFoundError, ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
             fail(str(exc), code=2)
-    console.print(result.describe())
+        except LogCorruptError as exc:
+            fail(str(exc))
+    console.print(result.describe(), markup=False)
     for key, value in result.live_values.items():
         console.print(f"live {key}: {value!r}")
     raise typer.Exit(0 if result.identical else 1)
@@ -216,6 +232,8 @@ def export(
             path = loom.export(execution_id, output)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=2)
+        except LogCorruptError as exc:
+            fail(str(exc))
     console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
 
 
@@ -245,7 +263,8 @@ def doctor(db: DbOption = None) -> None:
     def check(ok: bool, label: str, detail: str) -> None:
         nonlocal problems
         problems += 0 if ok else 1
-        console.print(f"{'[green]ok[/green]  ' if ok else '[red]FAIL[/red]'} {label}: {detail}")
+        status = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
+        console.print(f"{status} {escape(label)}: {escape(detail)}")
 
     with open_loom(db) as loom:
         check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
@@ -296,6 +315,8 @@ def verify(
             report = verify_log(loom.log, anchor=expected)
         except IntegrityUnsupportedError as exc:
             fail(str(exc), code=2)
+        except LogCorruptError as exc:
+            fail(str(exc))
     if as_json:
         console.print_json(msgspec.json.encode(report).decode())
     elif report.ok:

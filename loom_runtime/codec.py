@@ -20,7 +20,6 @@ with ``RecursionError`` halfway through a write.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
@@ -115,20 +114,6 @@ def pretty(raw: msgspec.Raw | bytes | None) -> str:
     if raw is None:
         return "(none)"
     return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def diff(
-    before: msgspec.Raw | bytes | None, after: msgspec.Raw | bytes | None, *, label: str
-) -> str:
-    """A unified diff of two stored JSON values, recorded (before) against replayed (after)."""
-    return "".join(
-        difflib.unified_diff(
-            pretty(before).splitlines(keepends=True),
-            pretty(after).splitlines(keepends=True),
-            fromfile=f"recorded {label}",
-            tofile=f"replayed {label}",
-        )
-    )
 
 
 def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:

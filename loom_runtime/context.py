@@ -17,20 +17,23 @@ computations finish in.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import random
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import resolve_topic
 
 from loom_runtime import codec
+from loom_runtime.diff import diff
 from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
@@ -114,7 +117,7 @@ class Recorder:
             # different runs into one execution: refuse rather than guess.
             raise DecisionInputChangedError(
                 key=slot.key,
-                diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
             )
         return decision
 
@@ -345,22 +348,39 @@ class AsyncFlowContext(_Context):
 def rebuild_error(decision: Decision) -> Exception:
     """Re-create a recorded ``compute`` failure so the flow takes the path it took live.
 
-    The original class is rebuilt from its recorded ``module:qualname`` when it takes a single
-    message argument (``except ValueError`` then behaves the same on replay); otherwise a
-    :class:`RecordedComputeError` carries the type and message.
+    The original class is rebuilt from its recorded ``module:qualname`` when that class is
+    already loaded (:func:`loaded_exception_class`) and takes a single message argument
+    (``except ValueError`` then behaves the same on replay); otherwise a
+    :class:`RecordedComputeError` carries the recorded type and message. The recorded name
+    is untrusted input (a log row, a bundle), so it never imports anything.
     """
     error_type = decision.error_type or "builtins:Exception"
     message = decision.message or ""
-    try:
-        cls = resolve_topic(error_type)
-        if isinstance(cls, type) and issubclass(cls, Exception):
+    cls = loaded_exception_class(error_type)
+    if cls is not None:
+        try:
             error = cls(message)
-            if str(error) == message:
-                error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
-                return error
-    except Exception:
-        pass
+        except Exception:  # a class that needs other arguments: carried as recorded instead
+            error = None
+        if error is not None and str(error) == message:
+            error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
+            return error
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def loaded_exception_class(error_type: str) -> type[Exception] | None:
+    """The ``Exception`` subclass named ``module:qualname`` if its module is already loaded.
+
+    Looked up in ``sys.modules`` and then in each namespace's own ``vars()``, so neither an
+    import nor a module's ``__getattr__`` (which may import lazily) nor a descriptor runs.
+    """
+    module_name, _, qualname = error_type.partition(":")
+    found: object = builtins if module_name == "builtins" else sys.modules.get(module_name)
+    for part in qualname.split("."):
+        if not isinstance(found, ModuleType | type):
+            return None
+        found = vars(found).get(part)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
 def _encodable(text: str) -> bool:

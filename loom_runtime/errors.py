@@ -74,10 +74,18 @@ class ExecutionFinishedError(LoomError):
     """The execution already failed; a failed execution is final and is not resumed."""
 
 
+class LogCorruptError(LoomError):
+    """What the log (or a bundle) holds is not what loom wrote: an event with a topic outside
+    loom's own event classes, a state that does not decode, a stream out of order, a database
+    file that is not one. Nothing it names was imported; ``loom verify`` says where it broke."""
+
+
 class RecordedComputeError(LoomError):
     """Raised inside a replay where the recorded run's ``compute`` raised.
 
-    ``error_type`` and ``message`` are the original exception's, as recorded.
+    ``error_type`` and ``message`` are the original exception's, as recorded. A recorded error
+    is rebuilt as its own class only when that class is already loaded (nothing a log names is
+    imported); otherwise, and when the class cannot be built from a message, it is this.
     """
 
     def __init__(self, *, key: str, error_type: str, message: str) -> None:
@@ -88,7 +96,11 @@ class RecordedComputeError(LoomError):
 
 
 class ReplayDivergence(LoomError):
-    """Base of every way a replay can differ from the recorded execution."""
+    """Base of every way a replay can differ from the recorded execution.
+
+    A replay tells its own findings from what the flow raised by identity (the instances it
+    collected), never by this class: a recording can name any class as a failure's type.
+    """
 
 
 class UnrecordedDecisionError(ReplayDivergence):
@@ -168,6 +180,10 @@ class BundleTamperedError(BundleError):
 
 class BundleVersionError(BundleError):
     """The bundle was written by a newer format than this loom reads."""
+
+
+class BundleTooLargeError(BundleError):
+    """The file is larger than the bundle size cap; it was refused before being read whole."""
 
 
 class BundleConflictError(BundleError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import cached_property
@@ -31,6 +32,7 @@ from loom_runtime.errors import (
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
+    LogCorruptError,
     NotSerialisableError,
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
@@ -98,8 +100,18 @@ class Loom:
 
     @cached_property
     def log(self) -> EventLog:
-        """The event log, opened on first use."""
-        return EventLog(self.settings)
+        """The event log, opened on first use.
+
+        A SQLite file that is not a database (truncated, overwritten) fails here, in the
+        driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
+        """
+        try:
+            return EventLog(self.settings)
+        except sqlite3.DatabaseError as exc:
+            raise LogCorruptError(
+                f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
+                "it is damaged or not a loom database; restore it from a backup"
+            ) from exc
 
     # -- flows -------------------------------------------------------------------------------
 
@@ -153,10 +165,19 @@ class Loom:
         return self._replay(self.execution(execution_id), live)
 
     def replay_bundle(
-        self, path: str | Path, *, live: frozenset[str] | set[str] = frozenset()
+        self,
+        path: str | Path,
+        *,
+        live: frozenset[str] | set[str] = frozenset(),
+        max_bundle_bytes: int | None = None,
     ) -> ReplayResult:
-        """Replay an exported bundle with this Loom's flows; no database is opened."""
-        return self._replay(read_bundle(Path(path)).execution(), live)
+        """Replay an exported bundle with this Loom's flows; no database is opened.
+
+        A file over ``max_bundle_bytes`` (default ``LOOM_MAX_BUNDLE_BYTES``, else 256 MiB) is
+        refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
+        """
+        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
+        return self._replay(bundle.execution(), live)
 
     def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> ReplayResult:
         definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
@@ -234,13 +255,14 @@ class Loom:
         )
         return write_bundle(bundle, Path(path))
 
-    def import_bundle(self, path: str | Path) -> UUID:
+    def import_bundle(self, path: str | Path, *, max_bundle_bytes: int | None = None) -> UUID:
         """Add a bundle's execution to this log, keeping it replayable; never duplicates it.
 
         Importing an execution the log already holds identically writes nothing; one it holds
-        with different events raises :class:`BundleConflictError`.
+        with different events raises :class:`BundleConflictError`. ``max_bundle_bytes`` as
+        for :meth:`replay_bundle`.
         """
-        bundle = read_bundle(Path(path))
+        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.stored_events()
         existing = [

@@ -16,6 +16,11 @@ defines static ``upcast_v1_v2(state)``, ... ``upcast_vN-1_vN(state)`` that edit 
 dict in place. Old rows are upcast on read; the log itself is never rewritten. The stored form
 stays JSON so an operator can read it with SQL.
 
+A row is untrusted input (anyone with SQL access can edit it), so reading one never imports:
+its topic is looked up in loom's closed set of event classes (:mod:`loom_runtime.topics`), a
+``Created`` event's ``originator_topic`` must name a registered aggregate, and any row that
+fails either, or does not decode, is a :class:`~loom_runtime.errors.LogCorruptError`.
+
 Given a :class:`~loom_runtime.redaction.Redactor`, the mapper redacts every string of every
 payload before it becomes a row: it is the one place every event passes on its way to the
 database, so it is where "nothing unredacted is stored" can be guaranteed (ADR 0012).
@@ -31,12 +36,13 @@ from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.utils import get_topic
 
 from loom_runtime.codec import enc_hook
-from loom_runtime.errors import NotSerialisableError
+from loom_runtime.errors import LogCorruptError, NotSerialisableError
 from loom_runtime.redaction import Redactor
+from loom_runtime.topics import event_class, is_aggregate_topic
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
@@ -79,21 +85,40 @@ class MsgspecMapper(Mapper[UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        cls = resolve_topic(stored_event.topic)
+        """The event a row holds, or :class:`LogCorruptError`; a row never imports anything.
+
+        The topic is looked up in loom's closed set (:mod:`loom_runtime.topics`) and a
+        ``Created`` event's ``originator_topic`` must name a registered aggregate, both before
+        anything could resolve them: eventsourcing would import the module either one names.
+        """
+        where = f"stored event {stored_event.originator_id} v{stored_event.originator_version}"
+        cls = event_class(stored_event.topic)
+        if cls is None:
+            raise LogCorruptError(
+                f"{where} has topic {stored_event.topic!r}, which is none of loom's event "
+                "classes; it was refused unread (import the package that defines it, or run "
+                "`loom verify`: the row may have been edited)"
+            )
         try:
             state = _decode_state(cls, stored_event.state)
         except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
-            raise MapperDeserialisationError(
-                f"Stored event {stored_event.originator_id} v{stored_event.originator_version} "
-                f"({stored_event.topic}) does not decode as {cls.__qualname__}: {exc}. If the "
-                "event class changed, give it a class_version and an upcaster."
+            raise LogCorruptError(
+                f"{where} ({stored_event.topic}) does not decode as {cls.__qualname__}: {exc}. "
+                "If the event class changed, give it a class_version and an upcaster; "
+                "otherwise run `loom verify`: the row may have been edited"
             ) from exc
+        if "originator_topic" in state and not is_aggregate_topic(state["originator_topic"]):
+            raise LogCorruptError(
+                f"{where} has originator_topic {state['originator_topic']!r}, which is none of "
+                "loom's aggregates; it was refused unread (run `loom verify`: the row may have "
+                "been edited)"
+            )
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
         )
         state["originator_version"] = stored_event.originator_version
-        domain_event = object.__new__(cls)
+        domain_event: DomainEventProtocol[UUID] = object.__new__(cls)
         object.__setattr__(domain_event, "__dict__", state)
         return domain_event
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from loom_runtime.errors import ConfigurationError
+from loom_runtime.errors import BundleError, ConfigurationError
 from loom_runtime.flow import FlowRegistry, load_flows
 from loom_runtime.loom import Loom
 from loom_runtime.replay import ReplayResult
@@ -93,6 +93,8 @@ class BundleItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ReplayDiverged):
             return str(excinfo.value)
+        if isinstance(excinfo.value, BundleError):  # an unusable file: what and why, no trace
+            return f"{type(excinfo.value).__name__}: {excinfo.value}"
         return str(super().repr_failure(excinfo, style))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

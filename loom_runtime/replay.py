@@ -25,6 +25,7 @@ import msgspec
 
 from loom_runtime import codec
 from loom_runtime.context import Slot
+from loom_runtime.diff import diff
 from loom_runtime.errors import (
     DecisionInputChangedError,
     OutcomeChangedError,
@@ -69,7 +70,7 @@ class Replayer:
             self.divergences.append(
                 DecisionInputChangedError(
                     key=slot.key,
-                    diff=codec.diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                    diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
                 )
             )
         return decision
@@ -131,8 +132,11 @@ def compare_outcome(
 ) -> list[ReplayDivergence]:
     """Divergences found after the flow returned or raised: outcome, output, unused decisions."""
     found: list[ReplayDivergence] = []
-    if isinstance(error, ReplayDivergence):
-        return found  # already collected; the flow could not run to its end
+    if any(error is finding for finding in replayer.divergences):
+        # The replay's own finding, already collected: the flow could not run to its end.
+        # Told by identity, never by class: a recording can name ReplayDivergence (or any
+        # class) as a failure's type, and a rebuilt one must not pass for a finding.
+        return found
     recorded = _describe_recorded(execution)
     if error is not None:
         replayed = _describe_error(error)
@@ -140,12 +144,21 @@ def compare_outcome(
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
         found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
-    elif codec.decode(execution.output) != codec.decode(output or b"null"):
-        found.append(OutputChangedError(diff=codec.diff(execution.output, output, label="output")))
+    elif _canonical(execution.output) != _canonical(output or b"null"):
+        found.append(OutputChangedError(diff=diff(execution.output, output, label="output")))
     unused = replayer.unused()
     if unused:
         found.append(UnusedDecisionsError(keys=unused))
     return found
+
+
+def _canonical(raw: msgspec.Raw | bytes) -> bytes:
+    """Stored JSON re-encoded with sorted keys: equal exactly when the values are the same JSON.
+
+    Comparing decoded Python values would call ``true``, ``1`` and ``1.0`` equal; bytes keep
+    them apart, and sorting keys keeps an object's key order from counting as a change.
+    """
+    return msgspec.json.encode(msgspec.json.decode(raw), order="sorted")
 
 
 def _describe_error(error: BaseException) -> str:

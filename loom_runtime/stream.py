@@ -6,7 +6,8 @@ last *version* to append with optimistic concurrency. Reading one row (``desc=Tr
 instead of rehydrating the whole stream keeps every write O(1) in the stream's length.
 
 Every event class derives from :class:`LogEvent` and declares a stable ``TOPIC``, registered
-when the class is created, so a fresh process that only *reads* can resolve stored topics.
+when the class is created (in loom's closed set, :mod:`loom_runtime.topics`), so a fresh
+process that only *reads* can map stored topics, and a stored topic never imports anything.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from uuid import UUID, uuid5
 
 from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import register_topic
 
 from loom_runtime.errors import StreamConflictError
 from loom_runtime.log import EventLog
+from loom_runtime.topics import register_event
 
 _NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
 
@@ -39,7 +40,7 @@ class LogEvent(DomainEvent):
                 f"{cls.__qualname__} must declare TOPIC: stored events are found by it, so it "
                 "must not depend on the module path"
             )
-        register_topic(topic, cls)
+        register_event(cls)
 
 
 def stream_id(name: str) -> UUID:

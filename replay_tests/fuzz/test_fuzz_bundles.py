@@ -10,6 +10,7 @@ content: ADR 0013, and ``test_a_byte_alteration_that_decodes_equal_is_the_same_b
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import uuid4
 
@@ -18,9 +19,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loom_runtime import FlowContext, FlowRegistry, Loom
+from loom_runtime import FlowContext, FlowRegistry, Loom, errors
 from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
 from loom_runtime.errors import BundleError, BundleFormatError, BundleNotFoundError
+from loom_runtime.execution import Execution
 
 FUZZ = settings.get_profile("loom-fuzz")
 
@@ -227,3 +229,79 @@ def test_a_path_with_no_bundle_file_is_refused_as_a_bundle_error(
     """replay_bundle of a missing path or of a directory raises BundleNotFoundError."""
     with pytest.raises(BundleNotFoundError):
         Loom(flows=flows).replay_bundle(tmp_path / where)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A module on sys.path that leaves a marker file if anything imports it."""
+    folder = tmp_path_factory.mktemp("planted")
+    name = f"loom_planted_{uuid4().hex}"
+    marker = folder / "imported"
+    (folder / f"{name}.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nclass Boom(Exception):\n    pass\n"
+    )
+    sys.path.insert(0, str(folder))
+    yield name, marker
+    sys.path.remove(str(folder))
+    assert name not in sys.modules and not marker.exists(), f"{name} was imported"
+
+
+def restated(event: BundleEvent, topic: str, **changes: object) -> BundleEvent:
+    """``event`` under ``topic`` with its stored state's fields changed (``value`` dropped)."""
+    state = msgspec.json.decode(event.state)
+    state.pop("value", None)
+    state.update(changes)
+    return msgspec.structs.replace(event, topic=topic, state=msgspec.json.encode(state).decode())
+
+
+LOOM_ERROR_TYPES = sorted(
+    f"loom_runtime.errors:{name}"
+    for name, value in vars(errors).items()
+    if isinstance(value, type) and issubclass(value, errors.LoomError)
+)
+
+
+@FUZZ
+@given(topic=st.text(max_size=80) | st.sampled_from(["planted", "planted:Boom", "os:system"]))
+@example(topic="loom_runtime.execution:Execution")
+@example(topic="")
+def test_a_created_event_naming_any_other_aggregate_is_refused_unimported(
+    bundle: Path, tmp_path: Path, planted: tuple[str, Path], topic: str
+) -> None:
+    """A re-sealed bundle whose Created names any originator_topic but loom's execution is
+    refused as a BundleFormatError, and nothing it names is imported (issue 11)."""
+    name, marker = planted
+    topic = topic.replace("planted", name)
+    if topic == Execution.TOPIC:
+        return
+    events = list(read_bundle(bundle).events)
+    created = restated(events[0], events[0].topic, originator_topic=topic)
+    path = forged(bundle, tmp_path, [created, *events[1:]])
+    with pytest.raises(BundleFormatError):
+        Loom(flows=flows).replay_bundle(path)
+    assert not marker.exists()
+
+
+@FUZZ
+@given(
+    error_type=st.sampled_from([*LOOM_ERROR_TYPES, "planted:Boom", "planted", "builtins:KeyError"])
+    | st.text(max_size=80),
+    message=st.text(max_size=40),
+)
+@example(error_type="loom_runtime.errors:ReplayDivergence", message="")
+def test_a_forged_failure_never_replays_identically(
+    bundle: Path, tmp_path: Path, planted: tuple[str, Path], error_type: str, message: str
+) -> None:
+    """A re-sealed bundle whose first decision 'failed' with any error type (replay's own
+    findings included) never replays as identical, and imports nothing (issue 11)."""
+    name, marker = planted
+    events = list(read_bundle(bundle).events)
+    failed = restated(
+        events[1],
+        Execution.DecisionFailed.TOPIC,
+        error_type=error_type.replace("planted", name),
+        message=message,
+    )
+    path = forged(bundle, tmp_path, [events[0], failed, *events[2:]])
+    assert not Loom(flows=flows).replay_bundle(path).identical
+    assert not marker.exists()

@@ -13,8 +13,10 @@ from eventsourcing.domain import Aggregate
 from freezegun import freeze_time
 
 from loom_runtime import FlowContext, Loom
+from loom_runtime.errors import LogCorruptError
 from loom_runtime.execution import EXECUTION_EVENT_TYPES, Execution
 from loom_runtime.mapper import MsgspecMapper
+from loom_runtime.topics import register_aggregate, register_event
 
 _RAW = msgspec.Raw(b'{"a":[1,2]}')
 _SAMPLES: dict[type, dict[str, Any]] = {
@@ -107,6 +109,9 @@ class _Note(Aggregate):
         self.text = text
 
 
+register_aggregate(_Note)  # the mapper reads only loom's closed set of registered topics
+
+
 def test_old_events_are_upcast_on_read() -> None:
     """A v1 payload (no 'editor') decodes into the v2 class through its upcaster."""
     mapper = MsgspecMapper()
@@ -129,3 +134,27 @@ def test_old_events_are_upcast_on_read() -> None:
     )
     back = mapper.to_domain_event(old)
     assert back.editor == "unknown" and back.text == "hello"
+
+
+def test_a_renamed_topic_reads_through_its_registered_alias() -> None:
+    """A row stored under an old topic maps once the alias is registered, and only then:
+    the mapper reads loom's closed set of topics, never resolving (importing) one."""
+    mapper = MsgspecMapper()
+    event = _Note.Edited(
+        originator_id=uuid.uuid4(),
+        originator_version=2,
+        timestamp=datetime.now(UTC),
+        text="hello",
+        editor="ann",
+    )
+    stored = mapper.to_stored_event(event)
+    old = type(stored)(
+        originator_id=stored.originator_id,
+        originator_version=stored.originator_version,
+        topic="test.mapper.OldNote.Edited",
+        state=stored.state,
+    )
+    with pytest.raises(LogCorruptError, match="none of loom's event classes"):
+        mapper.to_domain_event(old)
+    register_event(_Note.Edited, topic="test.mapper.OldNote.Edited")
+    assert mapper.to_domain_event(old).editor == "ann"

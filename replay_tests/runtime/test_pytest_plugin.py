@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from loom_runtime import FlowRegistry, Loom
+from loom_runtime.bundle import read_bundle, seal, write_bundle
+from loom_runtime.execution import Execution
 
 FLOWS = """
 from loom_runtime import FlowRegistry
@@ -86,3 +89,59 @@ def test_missing_flows_option_is_a_usage_error(pytester: pytest.Pytester, record
     result = pytester.runpytest("--loom-bundles", str(recordings))
     result.stdout.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
     assert result.ret != 0
+
+
+def reseal(path: Path, version: int, topic: str | None = None, **changes: object) -> None:
+    """Rewrite event ``version`` of the bundle at ``path`` (its state's fields changed, a
+    ``value`` field dropped when ``topic`` changes) and re-seal it, as a forger would."""
+    real = read_bundle(path)
+    events = list(real.events)
+    event = events[version - 1]
+    state = msgspec.json.decode(event.state)
+    if topic is not None:
+        del state["value"]
+    state.update(changes)
+    events[version - 1] = msgspec.structs.replace(
+        event, topic=topic or event.topic, state=msgspec.json.encode(state).decode()
+    )
+    forged = seal(
+        execution_id=real.execution_id,
+        flow=real.flow,
+        code_version=real.code_version,
+        started_at_position=real.started_at_position,
+        events=events,
+    )
+    write_bundle(forged, path)
+
+
+def test_a_bundle_naming_a_module_fails_readably_without_importing_it(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """A re-sealed bundle whose Created names a planted module as its aggregate fails as a
+    BundleFormatError, and the module's code never runs (issue 11, item 1)."""
+    marker = pytester.path / "imported"
+    pytester.makepyfile(planted=f"open({str(marker)!r}, 'w').close()\nclass Boom:\n    pass\n")
+    reseal(recordings / "incident-1.json", 1, originator_topic="planted:Boom")
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*BundleFormatError*originator_topic*planted:Boom*"])
+    assert not marker.exists()
+
+
+def test_a_forged_replay_finding_in_a_bundle_fails_the_test(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """A re-sealed bundle whose decision 'failed' with ReplayDivergence is red: a recorded
+    error is never taken for the replay's own finding (issue 11, item 2)."""
+    reseal(
+        recordings / "incident-1.json",
+        2,
+        Execution.DecisionFailed.TOPIC,
+        error_type="loom_runtime.errors:ReplayDivergence",
+        message="forged",
+    )
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*OutcomeChangedError*ReplayDivergence*"])
