@@ -20,8 +20,17 @@ from loom_knowledge.corpus_files import load_docs
 from loom_knowledge.counterfactual import counterfactual, render_counterfactual
 from loom_knowledge.errors import KnowledgeError
 from loom_knowledge.knowledge_base import open_knowledge_base
-from loom_knowledge.types import SyncResult
-from loom_runtime.cli import DbOption, FlowsOption, console, fail, open_loom, open_with_flows
+from loom_knowledge.types import Passage, SyncResult
+from loom_runtime.cli import (
+    DbOption,
+    FlowsOption,
+    console,
+    fail,
+    inert,
+    open_loom,
+    open_with_flows,
+)
+from loom_runtime.display import visible
 from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError, LoomError
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
@@ -55,11 +64,11 @@ def audit_command(
             fail(str(exc), code=2)
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
-        console.print(f"wrote {html}")
-    elif as_json:
-        console.print_json(msgspec.json.encode(report).decode())
+        console.print(inert(f"wrote {html}"))
+    elif as_json:  # \uXXXX escapes: still JSON, and inert in a terminal
+        console.print_json(msgspec.json.encode(report).decode(), ensure_ascii=True)
     else:
-        console.print(render_text(report), highlight=False, markup=False)
+        console.print(inert(render_text(report)))
     ungrounded = any(c.citations and c.citations.ungrounded for c in report.model_calls)
     raise typer.Exit(1 if ungrounded else 0)
 
@@ -99,12 +108,13 @@ def list_command(scope: ScopeOption, db: DbOption = None) -> None:
     with open_loom(db) as loom:
         records = open_knowledge_base(loom, scope).list_docs()
     table = Table("document", "revision", "passages", "source", "fingerprint")
+    table.columns[0].overflow = "fold"  # an id is never cut: two ids could look the same
     for record in records:
         table.add_row(
-            record.id,
+            inert(record.id, one_line=True),
             str(record.revision),
             str(record.passage_count),
-            record.source or "",
+            inert(record.source or "", one_line=True),
             record.fingerprint[:12],
         )
     console.print(table)
@@ -124,11 +134,7 @@ def search_command(
         except KnowledgeError as exc:
             fail(str(exc), code=2)
     console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    for passage in passages:
-        console.print(
-            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
-            markup=False,
-        )
+    _print_passages(passages)
 
 
 @knowledge_app.command("as-of")
@@ -151,17 +157,13 @@ def as_of_command(
             records = view.list_docs()
         except (LoomError, ValueError) as exc:
             fail(str(exc), code=2)
-    console.print(f"scope {scope} as of log position {view.position}")
+    console.print(inert(f"scope {scope} as of log position {view.position}"))
     if found is None:
         for record in records:
-            console.print(f"  {record.id} r{record.revision}", markup=False)
+            console.print(inert(f"  {visible(record.id, one_line=True)} r{record.revision}"))
         return
     console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    for passage in found:
-        console.print(
-            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
-            markup=False,
-        )
+    _print_passages(found)
 
 
 @knowledge_app.command("counterfactual")
@@ -179,7 +181,7 @@ def counterfactual_command(
             report = counterfactual(loom, execution_id)
         except (ExecutionNotFoundError, FlowNotFoundError) as exc:
             fail(str(exc), code=2)
-    console.print(render_counterfactual(report), markup=False, highlight=False)
+    console.print(inert(render_counterfactual(report)))
     raise typer.Exit(0 if report.unchanged else 1)
 
 
@@ -191,7 +193,16 @@ def _print_sync(result: SyncResult, *, applied: bool) -> None:
     )
     for label, ids in (("write", result.written), ("remove", result.removed)):
         for doc_id in ids:
-            console.print(f"  {label:<6} {doc_id}", markup=False)
+            console.print(inert(f"  {label:<6} {visible(doc_id, one_line=True)}"))
+
+
+def _print_passages(passages: list[Passage]) -> None:
+    """One line per passage: its id, revision and the start of its text, all inert."""
+    for passage in passages:
+        doc_id = visible(passage.doc_id, one_line=True)
+        console.print(
+            inert(f"{doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}")
+        )
 
 
 def register(app: typer.Typer) -> None:

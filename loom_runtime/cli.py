@@ -20,8 +20,10 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from loom_runtime import codec
+from loom_runtime.display import visible
 from loom_runtime.errors import (
     BundleError,
     ExecutionNotFoundError,
@@ -66,8 +68,7 @@ def open_loom(db: str | None) -> Loom:
     try:
         return Loom(db)
     except LoomError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc), code=2)
 
 
 FlowsOption = Annotated[
@@ -87,15 +88,28 @@ def open_with_flows(db: str | None, flows: str | None) -> Loom:
         try:
             loom.flows = load_flows(flows)
         except LoomError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
+            fail(str(exc), code=2)
     return loom
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
-    """Print an error and exit with ``code`` (1: failed check, 2: usage)."""
-    console.print(f"[red]error:[/red] {message}")
+    """Print an error and exit with ``code`` (1: failed check, 2: usage).
+
+    The message often quotes the user's input or the log, so it is printed inert.
+    """
+    console.print(Text.assemble(("error:", "red"), " ", inert(message)))
     raise typer.Exit(code)
+
+
+def inert(text: str, *, one_line: bool = False) -> Text:
+    """``text`` (from the log, or quoting it) as Rich ``Text`` that prints exactly as written.
+
+    Rich parses a plain ``str`` for markup (``[link=...]`` makes a hyperlink, a stray ``[/]``
+    crashes the print) and emoji codes; ``Text`` is never parsed. Control, bidi and
+    zero-width characters are shown as ``<U+XXXX>`` (:func:`~loom_runtime.display.visible`).
+    Every value from the log that a command prints goes through here.
+    """
+    return Text(visible(text, one_line=one_line))
 
 
 @app.command()
@@ -120,7 +134,7 @@ def run(
         except (FlowNotFoundError, FlowInputError, NotSerialisableError) as exc:
             fail(str(exc), code=2)
     console.print(f"execution {result.execution_id}")
-    console.print_json(data=result.output)
+    console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
 
 executions_app = typer.Typer(help="List and inspect recorded executions.", no_args_is_help=True)
@@ -142,7 +156,7 @@ def executions_list(db: DbOption = None) -> None:
             str(summary.execution_id),
             summary.status,
             summary.started_at.strftime("%m-%d %H:%M:%S"),
-            summary.flow,
+            inert(summary.flow, one_line=True),
         )
     console.print(table)
 
@@ -156,10 +170,12 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
         except ExecutionNotFoundError as exc:
             fail(str(exc))
     console.print(
-        f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
-        f"started after log position {execution.log_position}"
+        inert(
+            f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
+            f"started after log position {execution.log_position}"
+        )
     )
-    console.print(f"input: {codec.pretty(execution.input)}")
+    console.print(inert(f"input: {codec.pretty(execution.input)}"))
     table = Table("key", "kind", "input", "value")
     for decision in execution.decisions.values():
         value = (
@@ -167,12 +183,13 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
             if decision.error_type is None
             else f"raised {decision.error_type}: {decision.message}"
         )
-        table.add_row(decision.key, decision.kind or "", _short(decision.input), _short(value))
+        cells = (decision.key, decision.kind or "", _short(decision.input), _short(value))
+        table.add_row(*(inert(cell, one_line=True) for cell in cells))
     console.print(table)
     if execution.error is not None:
-        console.print(f"failed: {execution.error[0]}: {execution.error[1]}")
+        console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}"))
     elif execution.output is not None:
-        console.print(f"output: {codec.pretty(execution.output)}")
+        console.print(inert(f"output: {codec.pretty(execution.output)}"))
     else:
         console.print("not finished (resume it with loom.resume)")
 
@@ -198,9 +215,9 @@ def replay(
             )
         except (FlowNotFoundError, ExecutionNotFoundError, BundleError) as exc:
             fail(str(exc), code=2)
-    console.print(result.describe())
+    console.print(inert(result.describe()))
     for key, value in result.live_values.items():
-        console.print(f"live {key}: {value!r}")
+        console.print(inert(f"live {key}: {value!r}"))
     raise typer.Exit(0 if result.identical else 1)
 
 
@@ -245,7 +262,8 @@ def doctor(db: DbOption = None) -> None:
     def check(ok: bool, label: str, detail: str) -> None:
         nonlocal problems
         problems += 0 if ok else 1
-        console.print(f"{'[green]ok[/green]  ' if ok else '[red]FAIL[/red]'} {label}: {detail}")
+        verdict = ("ok  ", "green") if ok else ("FAIL", "red")
+        console.print(Text.assemble(verdict, " ", inert(f"{label}: {detail}", one_line=True)))
 
     with open_loom(db) as loom:
         check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
