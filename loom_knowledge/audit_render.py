@@ -16,7 +16,13 @@ from string import Template
 
 import msgspec
 
-from loom_knowledge.audit import Audit, AuditedModelCall, AuditedPassage, AuditedRetrieval
+from loom_knowledge.audit import (
+    Audit,
+    AuditedDecision,
+    AuditedModelCall,
+    AuditedPassage,
+    AuditedRetrieval,
+)
 from loom_runtime.display import visible
 
 
@@ -46,6 +52,7 @@ def render_text(report: Audit) -> str:
                 f"  cited {list(call.citations.grounded)}"
                 + (f", UNGROUNDED {ungrounded}" if ungrounded else ", all grounded")
             )
+    lines += [f"decision {_decision_line(d)}" for d in report.decisions]
     lines.append(f"error: {report.error}" if report.error else f"output: {flat(report.output)}")
     return "\n".join(visible(line, one_line=True) for line in lines)
 
@@ -62,6 +69,10 @@ def render_html(report: Audit) -> str:
     ]
     items += [_retrieval_card(r) for r in report.retrievals]
     items += [_model_card(c) for c in report.model_calls]
+    items += [
+        _card(f"Decision: {d.key}", f"<pre>{_h(_decision_line(d))}</pre>", "decision")
+        for d in report.decisions
+    ]
     outcome = (
         f"<b>error</b> {_h(report.error)}"
         if report.error
@@ -97,6 +108,11 @@ def _passage_line(passage: AuditedPassage) -> str:
         f"{passage.doc_id}#{passage.index} r{passage.revision}  {passage.status}{since}  "
         f"{flat(passage.text, 60)}"
     )
+
+
+def _decision_line(decision: AuditedDecision) -> str:
+    outcome = f"raised {decision.error}" if decision.error else flat(decision.value, 100)
+    return f"{decision.key} (kind {decision.kind}): {outcome}"
 
 
 def _card(title: str, body: str, kind: str) -> str:
