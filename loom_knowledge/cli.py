@@ -38,13 +38,26 @@ ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 knowledge_app = typer.Typer(help="Sync, list and search a corpus.", no_args_is_help=True)
 
 
-def demo(db: DbOption = None) -> None:
-    """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
-    rebuild it from the log."""
-    from loom_knowledge.demo import run_demo
+DemoDbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Run in this database, in a fresh demo-... scope of its own (default: a new "
+        "temporary SQLite file; ./loom.db and LOOM_DB_URL are never used).",
+    ),
+]
 
-    with open_loom(db) as loom:
-        ok = run_demo(loom, say=console.print)
+
+def demo(db: DemoDbOption = None) -> None:
+    """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
+    rebuild it from the log. In a new temporary database unless --db is given."""
+    from loom_knowledge.demo import demo_database, run_demo
+
+    with open_loom(db or demo_database()) as loom:
+        try:
+            ok = run_demo(loom, say=lambda line: console.print(inert(line)), owns_database=not db)
+        except LoomError as exc:
+            fail(str(exc))
     raise typer.Exit(0 if ok else 1)
 
 
