@@ -16,7 +16,7 @@ from rich.table import Table
 
 from loom_knowledge.audit import audit
 from loom_knowledge.audit_render import flat, render_html, render_text
-from loom_knowledge.corpus_files import load_docs
+from loom_knowledge.corpus_files import scan_docs
 from loom_knowledge.counterfactual import counterfactual, render_counterfactual
 from loom_knowledge.errors import KnowledgeError
 from loom_knowledge.knowledge_base import open_knowledge_base
@@ -97,12 +97,35 @@ def sync_command(
     allow_mass_delete: Annotated[
         bool, typer.Option("--allow-mass-delete", help="Allow removing most of the source.")
     ] = False,
+    follow_external_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-external-links",
+            help="Also read links that point outside DIRECTORY (default: skip them).",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
-    """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY."""
+    """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY.
+
+    Links out of DIRECTORY are not followed unless --follow-external-links: what is synced
+    stays in the append-only log for good, and a stray link to /etc would put /etc there.
+    The flag is for a docs folder that links a shared checkout on purpose.
+    """
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=2)
-    docs = load_docs(directory)
+    try:
+        scan = scan_docs(directory, follow_external_links=follow_external_links)
+    except KnowledgeError as exc:
+        fail(str(exc), code=2)
+    docs = scan.docs
+    for skipped in scan.skipped:
+        console.print(
+            inert(
+                f"skipped link {visible(skipped, one_line=True)}: it points outside "
+                f"{directory} or nowhere (--follow-external-links to read links out of it)"
+            )
+        )
     with open_loom(db) as loom:
         kb = open_knowledge_base(loom, scope)
         try:
