@@ -78,7 +78,6 @@ __all__ = [
     "Doc",
     "DocRecord",
     "DocScan",
-    "DocScan",
     "DocumentRemoved",
     "DocumentWritten",
     "DuplicateDocumentError",
