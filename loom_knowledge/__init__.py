@@ -23,6 +23,7 @@ from loom_knowledge.citations import CitationCheck, assert_grounded, check_citat
 from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
 from loom_knowledge.errors import (
     DuplicateDocumentError,
+    InvalidArgumentError,
     InvalidDocumentError,
     InvalidOptionError,
     InvalidPassageIdError,
@@ -84,6 +85,7 @@ __all__ = [
     "ExtractiveModel",
     "Fingerprinter",
     "GroundedRequest",
+    "InvalidArgumentError",
     "InvalidDocumentError",
     "InvalidOptionError",
     "InvalidPassageIdError",
