@@ -65,9 +65,13 @@ def _root() -> None:
 
 
 def open_loom(db: str | None) -> Loom:
-    """Open the log for a command; a bad URL or option is a usage error (exit 2)."""
+    """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
+    be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2)."""
     try:
-        return Loom(db)
+        loom = Loom(db)
+        if not loom.settings.is_sqlite:
+            _ = loom.log
+        return loom
     except LoomError as exc:
         fail(str(exc), code=2)
 
