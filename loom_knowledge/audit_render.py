@@ -6,6 +6,8 @@ exact request and the citation check, the outcome.
 Every string in an audit comes from the log, so both renderings are inert: control, bidi and
 zero-width characters are shown as ``<U+XXXX>`` (:func:`loom_runtime.display.visible`), and the
 HTML escapes every value through :func:`_h` (a planted ``<script>`` is text, not a script).
+The page also carries a Content-Security-Policy that allows its inline style and nothing
+else, so a value that ever escaped escaping still could not run a script or load anything.
 """
 
 from __future__ import annotations
