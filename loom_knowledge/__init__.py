@@ -14,14 +14,16 @@ and replay to the log). The pieces here are pure and need no database:
 * :func:`grounded_request`, :func:`check_citations`, :func:`assert_grounded`: the prompt
   boundary, where passages stay untrusted and citations are checked against what was shown.
 * :class:`Model` / :class:`ExtractiveModel`: the model seam and an offline deterministic model.
-* :func:`load_docs` / :func:`load_runbooks`: documents from a directory; the demo corpus.
+* :func:`load_docs` / :func:`scan_docs` / :func:`load_runbooks`: documents from a directory
+  (links out of it not followed; ``scan_docs`` also lists them); the demo corpus.
 """
 
 from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, to_passages
 from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
-from loom_knowledge.corpus_files import load_docs, load_runbooks
+from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
 from loom_knowledge.errors import (
     DuplicateDocumentError,
+    InvalidArgumentError,
     InvalidDocumentError,
     InvalidOptionError,
     InvalidPassageIdError,
@@ -76,12 +78,14 @@ __all__ = [
     "CorpusReconciled",
     "Doc",
     "DocRecord",
+    "DocScan",
     "DocumentRemoved",
     "DocumentWritten",
     "DuplicateDocumentError",
     "ExtractiveModel",
     "Fingerprinter",
     "GroundedRequest",
+    "InvalidArgumentError",
     "InvalidDocumentError",
     "InvalidOptionError",
     "InvalidPassageIdError",
@@ -120,6 +124,7 @@ __all__ = [
     "passage_content",
     "passage_from_entry",
     "reconcile",
+    "scan_docs",
     "to_anthropic_messages",
     "to_openai_messages",
     "to_passages",

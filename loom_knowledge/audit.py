@@ -25,6 +25,7 @@ from loom_knowledge.knowledge_base import corpus_index
 from loom_knowledge.model import Answer
 from loom_knowledge.types import Passage
 from loom_runtime import Execution, Loom, codec
+from loom_runtime.execution import Decision
 from loom_runtime.projection import catch_up
 
 Status = Literal["current", "superseded", "removed", "unknown"]
@@ -63,6 +64,26 @@ class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
     raw_output: str
 
 
+class AuditedDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """A recorded decision the audit does not interpret, shown as recorded: the clock, a
+    user's own kinds, or a user's decision labelled ``kind="retrieval"`` that is not in the
+    shape :meth:`KnowledgeBase.retrieve` records (the label is the user's to choose too)."""
+
+    key: str
+    kind: str | None
+    input: Any
+    value: Any = None
+    error: str | None = None
+
+
+class _RetrievalRequest(msgspec.Struct, frozen=True):
+    """The input :meth:`KnowledgeBase.retrieve` records; anything else is not loom's retrieval."""
+
+    scope: str
+    query: str
+    limit: int
+
+
 class Audit(msgspec.Struct, frozen=True, kw_only=True):
     """The whole account of one execution."""
 
@@ -76,6 +97,7 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     model_calls: tuple[AuditedModelCall, ...]
     output: Any = None
     error: str | None = None
+    decisions: tuple[AuditedDecision, ...] = ()
 
 
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
@@ -83,11 +105,14 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     execution = loom.execution(execution_id)
     index = corpus_index(loom)
     catch_up(loom.log, index)  # the history must include every change up to now
-    retrievals = [
-        _retrieval(loom, index, decision.key, decision.input, decision.value)
-        for decision in execution.decisions.values()
-        if decision.kind == "retrieval" and decision.value is not None
-    ]
+    retrievals = []
+    others = []
+    for decision in execution.decisions.values():
+        found = _as_retrieval(decision) if decision.kind == "retrieval" else None
+        if found is not None:
+            retrievals.append(_retrieval(loom, index, decision.key, *found))
+        elif decision.kind != "model":
+            others.append(_generic(decision))
     shown = [p for r in retrievals for p in r.passages]
     model_calls = [
         _model_call(decision.key, decision.input, decision.value, shown)
@@ -105,6 +130,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
         model_calls=tuple(model_calls),
         output=None if execution.output is None else codec.decode(execution.output),
         error=None if execution.error is None else ": ".join(execution.error),
+        decisions=tuple(others),
     )
 
 
@@ -114,12 +140,32 @@ def _status(execution: Execution) -> Literal["completed", "failed", "unfinished"
     return "failed" if execution.error is not None else "unfinished"
 
 
+def _as_retrieval(decision: Decision) -> tuple[_RetrievalRequest, list[Passage]] | None:
+    """The request and passages of a retrieval loom recorded, or None for any other shape."""
+    request = _try_decode(decision.input, _RetrievalRequest)
+    passages = _try_decode(decision.value, list[Passage])
+    return None if request is None or passages is None else (request, passages)
+
+
+def _generic(decision: Decision) -> AuditedDecision:
+    failed = decision.error_type is not None
+    return AuditedDecision(
+        key=decision.key,
+        kind=decision.kind,
+        input=codec.decode(decision.input),
+        value=None if failed or decision.value is None else codec.decode(decision.value),
+        error=f"{decision.error_type}: {decision.message}" if failed else None,
+    )
+
+
 def _retrieval(
-    loom: Loom, index: CorpusIndex, key: str, raw_input: Any, raw_value: Any
+    loom: Loom,
+    index: CorpusIndex,
+    key: str,
+    request: _RetrievalRequest,
+    passages: list[Passage],
 ) -> AuditedRetrieval:
-    request: Any = codec.decode(raw_input or b"null")
-    passages: list[Passage] = codec.decode(raw_value, type=list[Passage])
-    scope = str(request.get("scope", "")) if isinstance(request, dict) else ""
+    scope = request.scope
     history = index.revision_history(scope, {(p.doc_id, p.revision) for p in passages})
     audited = []
     for passage in passages:
@@ -144,8 +190,8 @@ def _retrieval(
     return AuditedRetrieval(
         key=key,
         scope=scope,
-        query=str(request.get("query", "")) if isinstance(request, dict) else "",
-        limit=int(request.get("limit", 0)) if isinstance(request, dict) else 0,
+        query=request.query,
+        limit=request.limit,
         passages=tuple(audited),
     )
 

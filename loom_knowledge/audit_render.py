@@ -1,7 +1,14 @@
 """Presenting an :class:`~loom_knowledge.audit.Audit`: plain text for a terminal, and one
 self-contained HTML page (inline CSS, no scripts, no external assets) that reads as a
 timeline: start, each retrieval with what became of its passages, each model call with the
-exact request and the citation check, the outcome."""
+exact request and the citation check, the outcome.
+
+Every string in an audit comes from the log, so both renderings are inert: control, bidi and
+zero-width characters are shown as ``<U+XXXX>`` (:func:`loom_runtime.display.visible`), and the
+HTML escapes every value through :func:`_h` (a planted ``<script>`` is text, not a script).
+The page also carries a Content-Security-Policy that allows its inline style and nothing
+else, so a value that ever escaped escaping still could not run a script or load anything.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +18,18 @@ from string import Template
 
 import msgspec
 
-from loom_knowledge.audit import Audit, AuditedModelCall, AuditedPassage, AuditedRetrieval
+from loom_knowledge.audit import (
+    Audit,
+    AuditedDecision,
+    AuditedModelCall,
+    AuditedPassage,
+    AuditedRetrieval,
+)
+from loom_runtime.display import visible
 
 
 def render_text(report: Audit) -> str:
-    """The audit as plain text."""
+    """The audit as plain text, one line per fact (a value cannot forge a line)."""
     lines = [
         f"execution {report.execution_id}  flow {report.flow}  code {report.code_version}",
         f"status {report.status}; the corpus as it saw it: log position {report.log_position}",
@@ -40,8 +54,9 @@ def render_text(report: Audit) -> str:
                 f"  cited {list(call.citations.grounded)}"
                 + (f", UNGROUNDED {ungrounded}" if ungrounded else ", all grounded")
             )
+    lines += [f"decision {_decision_line(d)}" for d in report.decisions]
     lines.append(f"error: {report.error}" if report.error else f"output: {flat(report.output)}")
-    return "\n".join(lines)
+    return "\n".join(visible(line, one_line=True) for line in lines)
 
 
 def render_html(report: Audit) -> str:
@@ -49,33 +64,42 @@ def render_html(report: Audit) -> str:
     items = [
         _card(
             "Started",
-            f"input <code>{escape(flat(report.input, 400))}</code><br>"
+            f"input <code>{_h(flat(report.input, 400))}</code><br>"
             f"the corpus as it saw it: log position {report.log_position}",
             "start",
         )
     ]
     items += [_retrieval_card(r) for r in report.retrievals]
     items += [_model_card(c) for c in report.model_calls]
+    items += [
+        _card(f"Decision: {d.key}", f"<pre>{_h(_decision_line(d))}</pre>", "decision")
+        for d in report.decisions
+    ]
     outcome = (
-        f"<b>error</b> {escape(report.error)}"
+        f"<b>error</b> {_h(report.error)}"
         if report.error
-        else f"output <code>{escape(flat(report.output, 600))}</code>"
+        else f"output <code>{_h(flat(report.output, 600))}</code>"
     )
     items.append(_card(f"Outcome: {report.status}", outcome, "end"))
     page = Template(files("loom_knowledge").joinpath("templates/audit.html").read_text("utf-8"))
     return page.substitute(
-        title=escape(f"Audit of {report.flow} {report.execution_id}"),
-        heading=escape(f"{report.flow}: execution {report.execution_id}"),
-        meta=escape(f"code {report.code_version}"),
+        title=_h(f"Audit of {report.flow} {report.execution_id}"),
+        heading=_h(f"{report.flow}: execution {report.execution_id}"),
+        meta=_h(f"code {report.code_version}"),
         items="".join(items),
     )
 
 
 def flat(value: object, width: int = 200) -> str:
-    """One line of at most ``width`` characters (JSON for non-strings)."""
+    """One inert line of at most ``width`` characters (JSON for non-strings)."""
     text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
-    single = " ".join(text.split())
+    single = visible(" ".join(text.split()), one_line=True)
     return single if len(single) <= width else single[: width - 1] + "…"
+
+
+def _h(value: str) -> str:
+    """A value from the log as HTML text: inert (see the module docstring), then escaped."""
+    return escape(visible(value))
 
 
 def _passage_line(passage: AuditedPassage) -> str:
@@ -88,12 +112,17 @@ def _passage_line(passage: AuditedPassage) -> str:
     )
 
 
+def _decision_line(decision: AuditedDecision) -> str:
+    outcome = f"raised {decision.error}" if decision.error else flat(decision.value, 100)
+    return f"{decision.key} (kind {decision.kind}): {outcome}"
+
+
 def _card(title: str, body: str, kind: str) -> str:
-    return f"<li class='{kind}'><h2>{escape(title)}</h2>{body}</li>"
+    return f"<li class='{kind}'><h2>{_h(title)}</h2>{body}</li>"
 
 
 def _badge(text: str, kind: str) -> str:
-    return f"<span class='badge {kind}'>{escape(text)}</span>"
+    return f"<span class='badge {kind}'>{_h(text)}</span>"
 
 
 def _retrieval_card(retrieval: AuditedRetrieval) -> str:
@@ -101,34 +130,34 @@ def _retrieval_card(retrieval: AuditedRetrieval) -> str:
     for p in retrieval.passages:
         when = f"<br><small>{p.ended_at:%Y-%m-%d %H:%M:%S}</small>" if p.ended_at else ""
         rows.append(
-            f"<tr><td>{escape(p.doc_id)}#{p.index}</td><td>r{p.revision}</td>"
-            f"<td>{_badge(p.status, p.status)}{when}</td><td>{escape(flat(p.text, 220))}</td></tr>"
+            f"<tr><td>{_h(p.doc_id)}#{p.index}</td><td>r{p.revision}</td>"
+            f"<td>{_badge(p.status, p.status)}{when}</td><td>{_h(flat(p.text, 220))}</td></tr>"
         )
     table = (
         "<table><tr><th>passage</th><th>revision</th><th>now</th><th>text</th></tr>"
         + "".join(rows)
         + "</table>"
     )
-    intro = f"<p>scope <b>{escape(retrieval.scope)}</b>, limit {retrieval.limit}</p>"
+    intro = f"<p>scope <b>{_h(retrieval.scope)}</b>, limit {retrieval.limit}</p>"
     return _card(f"Retrieval: {retrieval.query}", intro + table, "retrieval")
 
 
 def _model_card(call: AuditedModelCall) -> str:
     body = []
     if call.request is None:
-        body.append(f"<pre>{escape(call.raw_input)}</pre>")
+        body.append(f"<pre>{_h(call.raw_input)}</pre>")
     for message in call.request.messages if call.request is not None else ():
         label = (
-            f"<span class='prov'>{escape(message.provenance.label)}</span>"
+            f"<span class='prov'>{_h(message.provenance.label)}</span>"
             if message.provenance
             else ""
         )
         body.append(
-            f"<div class='msg'><span class='role'>{message.role}</span>{label}"
-            f"<pre>{escape(message.content)}</pre></div>"
+            f"<div class='msg'><span class='role'>{_h(message.role)}</span>{label}"
+            f"<pre>{_h(message.content)}</pre></div>"
         )
     if call.answer is not None:
-        body.append(f"<p><b>Answer:</b> {escape(call.answer.text)}</p>")
+        body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")
     if call.citations is not None:
         cites = [_badge(c, "current") for c in call.citations.grounded]
         cites += [_badge(f"UNGROUNDED {c}", "ungrounded") for c in call.citations.ungrounded]

@@ -16,12 +16,21 @@ from rich.table import Table
 
 from loom_knowledge.audit import audit
 from loom_knowledge.audit_render import flat, render_html, render_text
-from loom_knowledge.corpus_files import load_docs
+from loom_knowledge.corpus_files import scan_docs
 from loom_knowledge.counterfactual import counterfactual, render_counterfactual
 from loom_knowledge.errors import KnowledgeError
 from loom_knowledge.knowledge_base import open_knowledge_base
-from loom_knowledge.types import SyncResult
-from loom_runtime.cli import DbOption, FlowsOption, console, fail, open_loom, open_with_flows
+from loom_knowledge.types import Passage, SyncResult
+from loom_runtime.cli import (
+    DbOption,
+    FlowsOption,
+    console,
+    fail,
+    inert,
+    open_loom,
+    open_with_flows,
+)
+from loom_runtime.display import visible
 from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError, LoomError
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
@@ -29,13 +38,26 @@ ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 knowledge_app = typer.Typer(help="Sync, list and search a corpus.", no_args_is_help=True)
 
 
-def demo(db: DbOption = None) -> None:
-    """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
-    rebuild it from the log."""
-    from loom_knowledge.demo import run_demo
+DemoDbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Run in this database, in a fresh demo-... scope of its own (default: a new "
+        "temporary SQLite file; ./loom.db and LOOM_DB_URL are never used).",
+    ),
+]
 
-    with open_loom(db) as loom:
-        ok = run_demo(loom, say=console.print)
+
+def demo(db: DemoDbOption = None) -> None:
+    """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
+    rebuild it from the log. In a new temporary database unless --db is given."""
+    from loom_knowledge.demo import demo_database, run_demo
+
+    with open_loom(db or demo_database()) as loom:
+        try:
+            ok = run_demo(loom, say=lambda line: console.print(inert(line)), owns_database=not db)
+        except LoomError as exc:
+            fail(str(exc))
     raise typer.Exit(0 if ok else 1)
 
 
@@ -55,11 +77,11 @@ def audit_command(
             fail(str(exc), code=2)
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
-        console.print(f"wrote {html}")
-    elif as_json:
-        console.print_json(msgspec.json.encode(report).decode())
+        console.print(inert(f"wrote {html}"))
+    elif as_json:  # \uXXXX escapes: still JSON, and inert in a terminal
+        console.print_json(msgspec.json.encode(report).decode(), ensure_ascii=True)
     else:
-        console.print(render_text(report), highlight=False, markup=False)
+        console.print(inert(render_text(report)))
     ungrounded = any(c.citations and c.citations.ungrounded for c in report.model_calls)
     raise typer.Exit(1 if ungrounded else 0)
 
@@ -75,12 +97,35 @@ def sync_command(
     allow_mass_delete: Annotated[
         bool, typer.Option("--allow-mass-delete", help="Allow removing most of the source.")
     ] = False,
+    follow_external_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-external-links",
+            help="Also read links that point outside DIRECTORY (default: skip them).",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
-    """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY."""
+    """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY.
+
+    Links out of DIRECTORY are not followed unless --follow-external-links: what is synced
+    stays in the append-only log for good, and a stray link to /etc would put /etc there.
+    The flag is for a docs folder that links a shared checkout on purpose.
+    """
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=2)
-    docs = load_docs(directory)
+    try:
+        scan = scan_docs(directory, follow_external_links=follow_external_links)
+    except KnowledgeError as exc:
+        fail(str(exc), code=2)
+    docs = scan.docs
+    for skipped in scan.skipped:
+        console.print(
+            inert(
+                f"skipped link {visible(skipped, one_line=True)}: it points outside "
+                f"{directory} or nowhere (--follow-external-links to read links out of it)"
+            )
+        )
     with open_loom(db) as loom:
         kb = open_knowledge_base(loom, scope)
         try:
@@ -99,12 +144,13 @@ def list_command(scope: ScopeOption, db: DbOption = None) -> None:
     with open_loom(db) as loom:
         records = open_knowledge_base(loom, scope).list_docs()
     table = Table("document", "revision", "passages", "source", "fingerprint")
+    table.columns[0].overflow = "fold"  # an id is never cut: two ids could look the same
     for record in records:
         table.add_row(
-            record.id,
+            inert(record.id, one_line=True),
             str(record.revision),
             str(record.passage_count),
-            record.source or "",
+            inert(record.source or "", one_line=True),
             record.fingerprint[:12],
         )
     console.print(table)
@@ -124,11 +170,7 @@ def search_command(
         except KnowledgeError as exc:
             fail(str(exc), code=2)
     console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    for passage in passages:
-        console.print(
-            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
-            markup=False,
-        )
+    _print_passages(passages)
 
 
 @knowledge_app.command("as-of")
@@ -151,17 +193,13 @@ def as_of_command(
             records = view.list_docs()
         except (LoomError, ValueError) as exc:
             fail(str(exc), code=2)
-    console.print(f"scope {scope} as of log position {view.position}")
+    console.print(inert(f"scope {scope} as of log position {view.position}"))
     if found is None:
         for record in records:
-            console.print(f"  {record.id} r{record.revision}", markup=False)
+            console.print(inert(f"  {visible(record.id, one_line=True)} r{record.revision}"))
         return
     console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    for passage in found:
-        console.print(
-            f"{passage.doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}",
-            markup=False,
-        )
+    _print_passages(found)
 
 
 @knowledge_app.command("counterfactual")
@@ -179,7 +217,7 @@ def counterfactual_command(
             report = counterfactual(loom, execution_id)
         except (ExecutionNotFoundError, FlowNotFoundError) as exc:
             fail(str(exc), code=2)
-    console.print(render_counterfactual(report), markup=False, highlight=False)
+    console.print(inert(render_counterfactual(report)))
     raise typer.Exit(0 if report.unchanged else 1)
 
 
@@ -191,7 +229,16 @@ def _print_sync(result: SyncResult, *, applied: bool) -> None:
     )
     for label, ids in (("write", result.written), ("remove", result.removed)):
         for doc_id in ids:
-            console.print(f"  {label:<6} {doc_id}", markup=False)
+            console.print(inert(f"  {label:<6} {visible(doc_id, one_line=True)}"))
+
+
+def _print_passages(passages: list[Passage]) -> None:
+    """One line per passage: its id, revision and the start of its text, all inert."""
+    for passage in passages:
+        doc_id = visible(passage.doc_id, one_line=True)
+        console.print(
+            inert(f"{doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}")
+        )
 
 
 def register(app: typer.Typer) -> None:

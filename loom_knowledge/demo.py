@@ -8,7 +8,15 @@
 5. replay the execution in a FRESH process: identical request and citations;
 6. rebuild the corpus from the log alone: equal to the original, passage for passage.
 
-``python -m loom_knowledge.demo replay --db URL ID`` is step 5's fresh process.
+``python -m loom_knowledge.demo replay --db URL --scope SCOPE ID`` is step 5's fresh process.
+
+The demo never touches a database it did not create. By default it writes a new SQLite file
+of its own in a temporary folder (NOT ``./loom.db``, NOT ``LOOM_DB_URL``): a user who followed
+the README's corpus example has a ``runbooks`` scope there, and a reconcile of the demo's
+runbooks would remove and overwrite their documents. Given ``--db`` explicitly, it writes
+only a fresh ``demo-<hex>`` scope and source of its own, and leaves the corpus tables alone
+(they hold the database's other scopes): step 4 deletes only the source folder and step 6
+is skipped, since a rebuild rebuilds every scope.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
+from uuid import uuid4
 
 from loom_knowledge.answering import answer_from_corpus
 from loom_knowledge.corpus_files import load_docs, load_runbooks
@@ -43,9 +52,22 @@ REVISION_NOTE: Final = (
 Say = Callable[[str], None]
 
 
-def register_incident_flow(loom: Loom) -> str:
+def demo_database() -> str:
+    """The URL of a new SQLite file in a new temporary folder: the demo's own log.
+
+    Kept after the demo, so its executions can be explored (``loom audit ID --db URL``).
+    """
+    return f"sqlite:///{Path(tempfile.mkdtemp(prefix='loom-demo-')) / 'loom.db'}"
+
+
+def demo_scope() -> str:
+    """A scope (and source) name no one else uses, for a demo run in someone's database."""
+    return f"demo-{uuid4().hex[:12]}"
+
+
+def register_incident_flow(loom: Loom, *, scope: str = SCOPE) -> str:
     """Register the demo's flow on ``loom`` (the live run and the fresh replay share it)."""
-    kb = open_knowledge_base(loom, SCOPE)
+    kb = open_knowledge_base(loom, scope)
     model = ExtractiveModel()
 
     @loom.flow(FLOW, version="demo-1")
@@ -70,21 +92,33 @@ def write_source_folder(folder: Path) -> list[Doc]:
     return load_docs(folder)
 
 
-def corpus_state(loom: Loom) -> tuple[list[Any], list[Passage]]:
+def corpus_state(loom: Loom, *, scope: str = SCOPE) -> tuple[list[Any], list[Passage]]:
     """The manifest and every passage of the demo scope: what "equal corpora" compares."""
-    kb = open_knowledge_base(loom, SCOPE)
+    kb = open_knowledge_base(loom, scope)
     return list(kb.list_docs()), kb.passages()
 
 
-def run_demo(loom: Loom, *, say: Say) -> bool:
-    """Run the six steps, reporting each; True when replay and rebuild both matched."""
+def run_demo(loom: Loom, *, say: Say, owns_database: bool) -> bool:
+    """Run the six steps, reporting each; True when replay (and rebuild) matched.
+
+    ``owns_database``: the demo created ``loom``'s database, so it may use the README's scope
+    and drop the corpus tables; otherwise it writes only a fresh scope of its own.
+    """
+    scope = SCOPE if owns_database else demo_scope()
+    source = "runbook-repo" if owns_database else scope
     scratch = Path(tempfile.mkdtemp(prefix="loom-demo-"))  # the source of truth, deleted in 4
     folder = scratch / "runbooks"
-    register_incident_flow(loom)
-    kb = open_knowledge_base(loom, SCOPE)
+    register_incident_flow(loom, scope=scope)
+    kb = open_knowledge_base(loom, scope)
+    url = loom.log.settings.url.render_as_string(hide_password=True)
+    say(
+        f"0. a new log of its own: {url} (explore it with --db; ./loom.db is not touched)"
+        if owns_database
+        else f"0. in {url}, only in a new scope of its own: {scope}"
+    )
 
     docs = write_source_folder(folder)
-    result = kb.sync(docs, source="runbook-repo")
+    result = kb.sync(docs, source=source)
     say(
         f"1. synced {len(docs)} runbooks from {folder}: "
         f"{len(result.written)} written, {len(result.unchanged)} unchanged"
@@ -105,20 +139,26 @@ def run_demo(loom: Loom, *, say: Say) -> bool:
 
     revised = folder / REVISED_DOC
     revised.write_text(revised.read_text(encoding="utf-8") + REVISION_NOTE, encoding="utf-8")
-    result = kb.sync(load_docs(folder), source="runbook-repo")
+    result = kb.sync(load_docs(folder), source=source)
     say(
         f"3. revised {REVISED_DOC}: written {list(result.written)}, "
         f"{len(result.unchanged)} unchanged; now revision "
         f"{next(r.revision for r in kb.list_docs() if r.id == REVISED_DOC)}"
     )
-    before = corpus_state(loom)
+    before = corpus_state(loom, scope=scope)
 
     shutil.rmtree(scratch)
-    drop_corpus(loom)
-    say("4. deleted the corpus: the source folder and every corpus table")
+    if owns_database:
+        drop_corpus(loom)
+        say("4. deleted the corpus: the source folder and every corpus table")
+    else:
+        say(
+            "4. deleted the source folder; the corpus tables also hold this database's other "
+            "scopes, so they stay (the replay reads none of them)"
+        )
 
     replayed = replay_in_fresh_process(
-        loom.log.settings.url.render_as_string(False), run.execution_id
+        loom.log.settings.url.render_as_string(False), run.execution_id, scope=scope
     )
     same = replayed["identical"] and replayed["output"] == run.output
     say(
@@ -130,7 +170,11 @@ def run_demo(loom: Loom, *, say: Say) -> bool:
     for divergence in replayed["divergences"]:
         say(f"   {divergence}")
 
-    after = corpus_state(loom)
+    if not owns_database:
+        say("6. rebuild skipped: it would rebuild every scope of this database (run loom demo")
+        say("   without --db to see the corpus rebuilt from the log alone)")
+        return bool(same)
+    after = corpus_state(loom, scope=scope)
     rebuilt = after == before
     say(
         f"6. rebuilt the corpus from the log: {len(after[0])} documents, {len(after[1])} "
@@ -139,10 +183,22 @@ def run_demo(loom: Loom, *, say: Say) -> bool:
     return same and rebuilt
 
 
-def replay_in_fresh_process(db_url: str, execution_id: object) -> dict[str, Any]:
+def replay_in_fresh_process(
+    db_url: str, execution_id: object, *, scope: str = SCOPE
+) -> dict[str, Any]:
     """Replay ``execution_id`` in a new interpreter; returns its JSON report."""
     completed = subprocess.run(
-        [sys.executable, "-m", "loom_knowledge.demo", "replay", "--db", db_url, str(execution_id)],
+        [
+            sys.executable,
+            "-m",
+            "loom_knowledge.demo",
+            "replay",
+            "--db",
+            db_url,
+            "--scope",
+            scope,
+            str(execution_id),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -156,12 +212,15 @@ def replay_in_fresh_process(db_url: str, execution_id: object) -> dict[str, Any]
 
 def _replay_main(argv: list[str]) -> int:
     """Entry of the fresh replay process: register the flow, replay, print a JSON report."""
-    if len(argv) != 4 or argv[0] != "replay" or argv[1] != "--db":
-        print("usage: python -m loom_knowledge.demo replay --db URL EXECUTION_ID", file=sys.stderr)
+    if len(argv) != 6 or argv[0] != "replay" or argv[1] != "--db" or argv[3] != "--scope":
+        print(
+            "usage: python -m loom_knowledge.demo replay --db URL --scope SCOPE EXECUTION_ID",
+            file=sys.stderr,
+        )
         return 2
     with Loom(argv[2]) as loom:
-        register_incident_flow(loom)
-        result = loom.replay(argv[3])
+        register_incident_flow(loom, scope=argv[4])
+        result = loom.replay(argv[5])
     print(
         json.dumps(
             {

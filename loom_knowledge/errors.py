@@ -22,6 +22,14 @@ class InvalidOptionError(KnowledgeError, ValueError):
     """An option (a chunk size, a guard fraction) has a value the corpus cannot work with."""
 
 
+class InvalidArgumentError(KnowledgeError, TypeError):
+    """An argument is missing or of the wrong kind (``sync(None)``, ``retrieve(decide=None)``).
+
+    Raised before anything is read or written, with what to pass instead; also a
+    :class:`TypeError`, which is what Python itself would have raised, less helpfully.
+    """
+
+
 class InvalidDocumentError(KnowledgeError, ValueError):
     """A document cannot enter the corpus; ``field`` names the offending part (``meta.tags[2]``)."""
 

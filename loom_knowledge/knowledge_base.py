@@ -26,6 +26,7 @@ from uuid import UUID
 from loom_knowledge.chunking import Chunker, pack_paragraphs
 from loom_knowledge.corpus_index import CorpusIndex
 from loom_knowledge.errors import (
+    InvalidArgumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
 )
@@ -145,6 +146,7 @@ class KnowledgeBase:
         other sources' documents as ``retained``. One event records the reconcile; an
         unchanged source appends exactly that one event and writes nothing else.
         """
+        _check_docs(docs)
         _check_source(source)
         plans: list[SyncPlan] = []
 
@@ -180,6 +182,7 @@ class KnowledgeBase:
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
     ) -> SyncResult:
         """What :meth:`sync` would do, through the same classifier; writes nothing."""
+        _check_docs(docs)
         _check_source(source)
         self.refresh()
         manifest = self._index.manifest(self.scope)
@@ -207,6 +210,12 @@ class KnowledgeBase:
         flow's ``ctx.decide``. A replay answers from the log with the corpus gone, and a changed
         query or limit is a divergence.
         """
+        if not callable(decide):
+            raise InvalidArgumentError(
+                f"retrieve needs decide=ctx.decide (the flow's context), not {decide!r}: the "
+                "passages are recorded so a replay can answer without the corpus; use "
+                "kb.search(query) for a search that is not part of an execution"
+            )
         return decide(
             f"knowledge:{self.scope}:retrieve:{limit}:{query}",
             lambda: self.search(query, limit=limit),
@@ -416,6 +425,20 @@ def _check_source(source: object) -> None:
         )
     if source is not None:
         _check_text("source", source)
+
+
+def _check_docs(docs: object) -> None:
+    """``docs`` is the COMPLETE set a reconcile compares against: refuse what is not a list.
+
+    A one-shot iterator is refused too: it is read once to check the documents, so the
+    reconcile (or its retry after a conflict) would see an empty set and remove everything.
+    """
+    if not isinstance(docs, Sequence) or isinstance(docs, str | bytes):
+        raise InvalidArgumentError(
+            f"docs must be a list of loom_knowledge.Doc (the complete set of the source's "
+            f"documents), not {type(docs).__name__} {docs!r:.80}; wrap an iterator in list(), "
+            "and to remove every document pass [] with allow_mass_delete=True"
+        )
 
 
 def _check_text(name: str, value: str) -> None:

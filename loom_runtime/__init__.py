@@ -7,6 +7,7 @@ append-only event log, so an execution can be replayed later, anywhere, to the s
 from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
 from loom_runtime.errors import (
     ConfigurationError,
+    DatabaseUnavailableError,
     DecisionInputChangedError,
     DecisionKeyError,
     ExecutionConflictError,
@@ -40,6 +41,7 @@ __all__ = [
     "Anchor",
     "AsyncFlowContext",
     "ConfigurationError",
+    "DatabaseUnavailableError",
     "Decide",
     "Decision",
     "DecisionInputChangedError",

@@ -18,11 +18,12 @@ from typing import Annotated, NoReturn
 import msgspec
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from loom_runtime import codec
+from loom_runtime.display import visible
 from loom_runtime.errors import (
     BundleError,
     ConfigurationError,
@@ -37,8 +38,9 @@ from loom_runtime.errors import (
 from loom_runtime.flow import load_flows
 from loom_runtime.integrity import Anchor, verify_log
 from loom_runtime.loom import Loom
+from loom_runtime.projection import TrackedProjection, registered_projections
+from loom_runtime.projection import catch_up as projection_catch_up
 from loom_runtime.projection import rebuild as projection_rebuild
-from loom_runtime.projection import registered_projections
 
 app = typer.Typer(
     name="loom",
@@ -65,12 +67,15 @@ def _root() -> None:
 
 
 def open_loom(db: str | None) -> Loom:
-    """Open the log for a command; a bad URL or option is a usage error (exit 2)."""
+    """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
+    be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2)."""
     try:
-        return Loom(db)
+        loom = Loom(db)
+        if not loom.settings.is_sqlite:
+            _ = loom.log
+        return loom
     except LoomError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc), code=2)
 
 
 FlowsOption = Annotated[
@@ -90,18 +95,28 @@ def open_with_flows(db: str | None, flows: str | None) -> Loom:
         try:
             loom.flows = load_flows(flows)
         except LoomError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
+            fail(str(exc), code=2)
     return loom
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
     """Print an error on one line and exit with ``code`` (1: failed check, 2: usage).
 
-    The message may quote what a log or bundle holds, so it is never read as Rich markup.
+    The message often quotes the user's input or the log, so it is printed inert.
     """
-    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
     raise typer.Exit(code)
+
+
+def inert(text: str, *, one_line: bool = False) -> Text:
+    """``text`` (from the log, or quoting it) as Rich ``Text`` that prints exactly as written.
+
+    Rich parses a plain ``str`` for markup (``[link=...]`` makes a hyperlink, a stray ``[/]``
+    crashes the print) and emoji codes; ``Text`` is never parsed. Control, bidi and
+    zero-width characters are shown as ``<U+XXXX>`` (:func:`~loom_runtime.display.visible`).
+    Every value from the log that a command prints goes through here.
+    """
+    return Text(visible(text, one_line=one_line))
 
 
 @app.command()
@@ -126,7 +141,7 @@ def run(
         except (FlowNotFoundError, FlowInputError, NotSerialisableError) as exc:
             fail(str(exc), code=2)
     console.print(f"execution {result.execution_id}")
-    console.print_json(data=result.output)
+    console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
 
 executions_app = typer.Typer(help="List and inspect recorded executions.", no_args_is_help=True)
@@ -137,7 +152,10 @@ app.add_typer(executions_app, name="executions")
 def executions_list(db: DbOption = None) -> None:
     """Every execution in the log, oldest first."""
     with open_loom(db) as loom:
-        summaries = loom.executions()
+        try:
+            summaries = loom.executions()
+        except LogCorruptError as exc:
+            fail(str(exc))
     table = Table()  # narrow terminals wrap the flow name; ids and statuses are never cut
     table.add_column("execution", min_width=36, no_wrap=True)
     table.add_column("status", min_width=9, no_wrap=True)
@@ -148,7 +166,7 @@ def executions_list(db: DbOption = None) -> None:
             str(summary.execution_id),
             summary.status,
             summary.started_at.strftime("%m-%d %H:%M:%S"),
-            summary.flow,
+            inert(summary.flow, one_line=True),
         )
     console.print(table)
 
@@ -161,11 +179,15 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
             execution = loom.execution(execution_id)
         except ExecutionNotFoundError as exc:
             fail(str(exc))
+        except LogCorruptError as exc:
+            fail(str(exc))
     console.print(
-        f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
-        f"started after log position {execution.log_position}"
+        inert(
+            f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
+            f"started after log position {execution.log_position}"
+        )
     )
-    console.print(f"input: {codec.pretty(execution.input)}")
+    console.print(inert(f"input: {codec.pretty(execution.input)}"))
     table = Table("key", "kind", "input", "value")
     for decision in execution.decisions.values():
         value = (
@@ -173,12 +195,13 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
             if decision.error_type is None
             else f"raised {decision.error_type}: {decision.message}"
         )
-        table.add_row(decision.key, decision.kind or "", _short(decision.input), _short(value))
+        cells = (decision.key, decision.kind or "", _short(decision.input), _short(value))
+        table.add_row(*(inert(cell, one_line=True) for cell in cells))
     console.print(table)
     if execution.error is not None:
-        console.print(f"failed: {execution.error[0]}: {execution.error[1]}")
+        console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}"))
     elif execution.output is not None:
-        console.print(f"output: {codec.pretty(execution.output)}")
+        console.print(inert(f"output: {codec.pretty(execution.output)}"))
     else:
         console.print("not finished (resume it with loom.resume)")
 
@@ -214,9 +237,9 @@ def replay(
             fail(str(exc), code=2)
         except LogCorruptError as exc:
             fail(str(exc))
-    console.print(result.describe(), markup=False)
+    console.print(inert(result.describe()))
     for key, value in result.live_values.items():
-        console.print(f"live {key}: {value!r}")
+        console.print(inert(f"live {key}: {value!r}"))
     raise typer.Exit(0 if result.identical else 1)
 
 
@@ -234,7 +257,7 @@ def export(
             fail(str(exc), code=2)
         except LogCorruptError as exc:
             fail(str(exc))
-    console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    console.print(inert(f"wrote {path} ({path.stat().st_size:,} bytes)"))
 
 
 @app.command()
@@ -263,8 +286,8 @@ def doctor(db: DbOption = None) -> None:
     def check(ok: bool, label: str, detail: str) -> None:
         nonlocal problems
         problems += 0 if ok else 1
-        status = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
-        console.print(f"{status} {escape(label)}: {escape(detail)}")
+        verdict = ("ok  ", "green") if ok else ("FAIL", "red")
+        console.print(Text.assemble(verdict, " ", inert(f"{label}: {detail}", one_line=True)))
 
     with open_loom(db) as loom:
         check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
@@ -279,12 +302,7 @@ def doctor(db: DbOption = None) -> None:
             check(False, "log readable", str(exc))
             raise typer.Exit(1) from exc
         for projection in registered_projections(loom.log):
-            position = projection.position()
-            check(
-                position >= head,
-                f"projection {projection.name}",
-                f"at {position} of {head}" + ("" if position >= head else " (run loom rebuild)"),
-            )
+            check(*_caught_up(loom, projection, head))
             store = getattr(projection, "store", None)
             if store is not None:
                 check(hasattr(store, "search"), f"  {projection.name} search", type(store).__name__)
@@ -323,11 +341,29 @@ def verify(
         head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
         console.print(f"ok: {report.checked} events verified; head {head} (keep it as --anchor)")
     else:
-        console.print(
-            f"[red]TAMPERED[/red] at log position {report.position}: {report.problem} "
-            f"({report.detail}); {report.checked} events verified before it"
+        detail = (
+            f" at log position {report.position}: {report.problem} ({report.detail}); "
+            f"{report.checked} events verified before it"
         )
+        console.print(Text.assemble(("TAMPERED", "red"), inert(detail, one_line=True)))
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bool, str, str]:
+    """Doctor's projection check: catch it up to ``head``, as the next read would.
+
+    Projections catch up lazily (on the next read), so a healthy log after writes is
+    usually ahead of them; "behind" is not a fault. Failing to catch up is.
+    """
+    label = f"projection {projection.name}"
+    start = projection.position()
+    try:
+        reached = projection_catch_up(loom.log, projection, upto=head)
+    except Exception as exc:  # any failure to apply the log is what doctor is here to report
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return False, label, f"cannot catch up from {start} to {head}: {cause} (run loom rebuild)"
+    done = f"caught up from {start} to {reached}" if start < head else f"at {start}"
+    return reached >= head, label, f"{done} of {head}"
 
 
 def _short(text: object, width: int = 60) -> str:

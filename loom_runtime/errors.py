@@ -17,6 +17,23 @@ class ConfigurationError(LoomError):
     """The log or a store was configured with a value loom cannot use (bad URL, option)."""
 
 
+class DatabaseUnavailableError(LoomError):
+    """The log's PostgreSQL database cannot be connected to: missing, refused, unreachable.
+
+    Checked once when the log is opened, so the cause is the driver's own ("database ... does
+    not exist", "password authentication failed") instead of a connection pool's timeout.
+    ``database`` names it; the cause is on ``__cause__``.
+    """
+
+    def __init__(self, *, database: str, where: str, cause: str) -> None:
+        super().__init__(
+            f"cannot open the log in PostgreSQL database {database!r} at {where}: {cause}. "
+            f"Create the database (createdb {database}), start the server, or fix the URL "
+            "(--db / LOOM_DB_URL)"
+        )
+        self.database = database
+
+
 class NotSerialisableError(LoomError, TypeError):
     """A value that must go into the log cannot be encoded; ``path`` names the offending field."""
 

@@ -37,8 +37,9 @@ from eventsourcing_sqlalchemy.factory import Factory as SQLAlchemyFactory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import OperationalError as SQLAlchemyOperationalError
 
-from loom_runtime.errors import ConfigurationError
+from loom_runtime.errors import ConfigurationError, DatabaseUnavailableError
 from loom_runtime.integrity import ChainedPostgresRecorder, ChainedSQLiteRecorder
 from loom_runtime.mapper import MsgspecMapper
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
@@ -235,7 +236,29 @@ class EventLog(Application[UUID]):
 
     def __init__(self, settings: LogSettings) -> None:
         self.settings = settings
+        if not settings.is_sqlite:
+            self._check_reachable()
         super().__init__(env=settings.application_env())
+
+    def _check_reachable(self) -> None:
+        """Connect once before eventsourcing's pool does, to name what is wrong.
+
+        The pool retries a failed connect in the background and reports only "couldn't get
+        a connection after 5.00 sec". The connection is the projections' engine's own, so a
+        reachable database pays nothing: the projections reuse it.
+        """
+        try:
+            with self.engine.connect():
+                pass
+        except SQLAlchemyOperationalError as exc:
+            self.engine.dispose()
+            url = self.settings.url
+            host, port, user = url.host or "127.0.0.1", url.port or 5432, url.username or "postgres"
+            raise DatabaseUnavailableError(
+                database=url.database or "postgres",
+                where=f"{host}:{port} as {user}",
+                cause=" ".join(str(exc.orig).split()),
+            ) from exc
 
     def construct_mapper(self) -> Mapper[UUID]:
         return MsgspecMapper(redactor=self.settings.redactor)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loom_knowledge import Doc, InvalidDocumentError, load_docs, load_runbooks
+from loom_knowledge import Doc, InvalidDocumentError, load_docs, load_runbooks, scan_docs
 
 RUNBOOK_IDS = [
     "cache-stampede.md",
@@ -76,3 +76,56 @@ def test_a_file_the_document_rules_refuse_names_the_file(tmp_path: Path) -> None
     with pytest.raises(InvalidDocumentError) as caught:
         load_docs(tmp_path)
     assert caught.value.doc_id == "nul.md"
+
+
+@pytest.fixture
+def linked_folder(tmp_path: Path) -> Path:
+    """A docs folder with links out of it (a file, a folder), a link inside it, a link to
+    itself and a dangling link."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "passwd.txt").write_text("root:x:0:0")
+    (outside / "shadow.md").write_text("root:$6$secret")
+    root = tmp_path / "docs"
+    (root / "guides").mkdir(parents=True)
+    (root / "guides" / "a.md").write_text("alpha")
+    (root / "leak.md").symlink_to(outside / "shadow.md")
+    (root / "etc").symlink_to(outside, target_is_directory=True)
+    (root / "alias.md").symlink_to(root / "guides" / "a.md")
+    (root / "again").symlink_to(root / "guides", target_is_directory=True)
+    (root / "loop").symlink_to(root, target_is_directory=True)
+    (root / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    return root
+
+
+def test_links_out_of_the_folder_are_not_followed(linked_folder: Path) -> None:
+    """Nothing outside the root enters the append-only log: the links are listed as skipped.
+
+    A file link inside the root is a document; a directory link inside it is not followed
+    (its target is read under its own path, so ids stay unique and a loop ends)."""
+    scan = scan_docs(linked_folder)
+    assert [doc.id for doc in scan.docs] == ["alias.md", "guides/a.md"]
+    assert "root" not in "".join(doc.text for doc in scan.docs)
+    assert sorted(scan.skipped) == ["etc", "gone.md", "leak.md"]
+    assert [doc.id for doc in load_docs(linked_folder)] == ["alias.md", "guides/a.md"]
+
+
+def test_links_out_of_the_folder_are_followed_only_when_asked(linked_folder: Path) -> None:
+    """follow_external_links=True reads them (a docs folder linking a shared checkout)."""
+    ids = [doc.id for doc in scan_docs(linked_folder, follow_external_links=True).docs]
+    assert ids == ["alias.md", "etc/passwd.txt", "etc/shadow.md", "guides/a.md", "leak.md"]
+
+
+def test_the_sync_command_says_what_it_did_not_follow(linked_folder: Path, db_url: str) -> None:
+    """`loom knowledge sync` lists the skipped links and how to include them."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.cli import app
+
+    args = ["knowledge", "sync", str(linked_folder), "--scope", "s", "--apply", "--db", db_url]
+    result = CliRunner().invoke(app, args)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 0, out
+    assert "2 to write" in out and "leak.md" in out and "--follow-external-links" in out
+    result = CliRunner().invoke(app, [*args, "--follow-external-links"])
+    assert result.exit_code == 0 and "3 to write" in " ".join(result.output.split())

@@ -316,8 +316,8 @@ TAMPERINGS: dict[str, tuple[int, str, Callable[[Any], Any]]] = {
 def test_replaying_or_exporting_a_tampered_log_is_a_one_line_refusal(
     tmp_path: Path, tampering: str, flows_option: str
 ) -> None:
-    """`loom replay ID` and `loom export ID` on an edited topic, version or state: exit 1,
-    one line, no traceback."""
+    """`loom replay ID`, `loom export ID` and `loom executions show ID` on an edited topic,
+    version or state: exit 1, one line, no traceback."""
     url, bundle = record(tmp_path, "answer", question="db slow")
     version, column, edit = TAMPERINGS[tampering]
     edit_row(url, version, column, edit)
@@ -326,6 +326,7 @@ def test_replaying_or_exporting_a_tampered_log_is_a_one_line_refusal(
     exported = tmp_path / "again.json"
     assert_one_line_refusal(*cli("export", execution_id, "-o", str(exported), f"--db={url}"))
     assert not exported.exists()
+    assert_one_line_refusal(*cli("executions", "show", execution_id, f"--db={url}"))
 
 
 @pytest.mark.parametrize("kept", [0.5, 0.9])
