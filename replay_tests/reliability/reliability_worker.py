@@ -5,7 +5,7 @@ Run by file path (the test tree has no packages)::
     python reliability_worker.py DB_URL record --count N [--go FILE]
     python reliability_worker.py DB_URL sync --rounds N [--go FILE]
     python reliability_worker.py DB_URL tail --name NAME --stop FILE [--go FILE]
-    python reliability_worker.py DB_URL write --worker W --ops N [--go FILE]
+    python reliability_worker.py DB_URL write --worker W --ops N [--retry-budget S] [--go FILE]
     python reliability_worker.py DB_URL audit-writes REPORTS
     python reliability_worker.py DB_URL crash SCENARIO POINT:N
     python reliability_worker.py DB_URL check
@@ -19,7 +19,8 @@ Each command prints ONE JSON line on stdout:
 * ``tail``: catches a :class:`SeenEvents` projection and the corpus up, again and again, while
   the others write, until FILE exists; then once more. Prints how often it advanced;
 * ``write``: worker W's N contended corpus and memory writes (:mod:`reliability_contention`);
-  prints what it wrote and every failure;
+  prints what it wrote and every failure. ``--retry-budget`` shrinks the log's write retry
+  budget (seconds), which is how the benchmark's negative control makes writes give up;
 * ``audit-writes``: judges the log against the ``write`` reports in the JSON file REPORTS;
 * ``crash``: arms one kill point (:mod:`reliability_faults`), runs the scenario and, if it
   survived (the point was never reached), prints ``{"survived": true}``;
@@ -68,8 +69,9 @@ from reliability_workload import (
 )
 
 import loom_knowledge.knowledge_base
-from loom_runtime import Loom
+from loom_runtime import Loom, RetryPolicy
 from loom_runtime.projection import catch_up
+from loom_runtime.retry import DEFAULT_RETRY
 
 SCRIPT: Final = Path(__file__)
 CRASH_PAGE_SIZE: Final = 2  # tiny projection pages, so a corpus write spans several of them
@@ -249,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.choices["tail"].add_argument("--stop", type=Path, required=True)
     commands.choices["write"].add_argument("--worker", type=int, required=True)
     commands.choices["write"].add_argument("--ops", type=int, required=True)
+    commands.choices["write"].add_argument("--retry-budget", type=float, default=None)
     commands.add_parser("audit-writes").add_argument("reports", type=Path)
     crash_command = commands.add_parser("crash")
     crash_command.add_argument("scenario", choices=sorted(SCENARIOS))
@@ -264,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     go: Path | None = getattr(args, "go", None)
-    with Loom(args.db_url) as loom:
+    budget: float | None = getattr(args, "retry_budget", None)
+    retry = DEFAULT_RETRY if budget is None else RetryPolicy(budget=budget)
+    with Loom(args.db_url, write_retry=retry) as loom:
         _open_alone(loom, go, streams=args.command == "write")
         _wait_for(go)
         result: Any
