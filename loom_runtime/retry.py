@@ -26,6 +26,7 @@ once.
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 import time
@@ -56,11 +57,16 @@ class RetryPolicy:
     max_pause: float = 0.5
 
     def __post_init__(self) -> None:
-        if not (self.budget > 0 and 0 < self.first_pause <= self.max_pause):
+        values = (self.budget, self.first_pause, self.max_pause)
+        numbers = all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+        if not (numbers and self.budget > 0 and 0 < self.first_pause <= self.max_pause):
             raise ConfigurationError(
-                f"RetryPolicy needs budget > 0 and 0 < first_pause <= max_pause, got "
-                f"budget={self.budget}, first_pause={self.first_pause}, "
-                f"max_pause={self.max_pause}: a write must be allowed to wait, and not forever"
+                "RetryPolicy needs finite seconds with budget > 0 and 0 < first_pause <= "
+                f"max_pause, got budget={self.budget!r}, first_pause={self.first_pause!r}, "
+                f"max_pause={self.max_pause!r}: a write must be allowed to wait, and not forever"
             )
 
     def pauses(self, draw: Callable[[], float] = random.random) -> Iterator[float]:

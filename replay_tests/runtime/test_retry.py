@@ -43,10 +43,16 @@ def test_two_writers_draw_different_pauses() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"budget": 0}, {"first_pause": 0}, {"first_pause": 1.0, "max_pause": 0.5}],
+    [
+        {"budget": 0},
+        {"budget": float("inf")},
+        {"budget": True},
+        {"first_pause": 0},
+        {"first_pause": 1.0, "max_pause": 0.5},
+    ],
 )
 def test_a_policy_that_cannot_wait_or_waits_forever_is_refused(kwargs: dict[str, float]) -> None:
-    """A zero budget or a pause cap below the first pause is a configuration error."""
+    """No budget, an endless one, a non-number or a cap below the first pause is refused."""
     with pytest.raises(ConfigurationError, match="RetryPolicy needs"):
         RetryPolicy(**kwargs)
 
