@@ -100,7 +100,7 @@ def append_replanned(
     events to append after it (none: nothing is appended). It must decide only from what it
     reads during that call, so that a retry decides on the new state; it may raise to refuse,
     which ends the write. Waits follow ``log.settings.write_retry`` (ADR 0019); when its budget
-    is spent :class:`~loom_runtime.retry.WriteContentionError` names ``what`` and says how
+    is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what`` and says how
     long it tried. Returns the appended events' log positions.
     """
 
