@@ -46,8 +46,10 @@ _BUSY_SQLSTATES: Final = frozenset({"55P03", "40001", "40P01"})
 class RetryPolicy:
     """How a contended write waits: full-jitter exponential pauses within a time budget.
 
-    ``budget`` is the total time (seconds) a write may spend trying, attempts included;
-    ``first_pause`` the cap of the first pause and ``max_pause`` the cap of every pause. Pass
+    ``budget`` is the time (seconds) a write may spend trying, attempts included: it gives up
+    at the first contended failure whose next pause would end past the budget. An attempt in
+    flight is never cut short, so a write can overrun the budget by one attempt.
+    ``first_pause`` is the cap of the first pause and ``max_pause`` the cap of every pause. Pass
     one to ``Loom(..., write_retry=RetryPolicy(budget=120))``; ``budget`` is what to raise
     when many writers share one corpus scope or memory key and a write may wait longer.
     """

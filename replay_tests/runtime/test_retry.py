@@ -135,9 +135,10 @@ def test_the_budget_bounds_the_time_and_the_error_says_how_long_and_what_next() 
     started = time.monotonic()
     with pytest.raises(WriteContentionError) as raised:
         retrying(step, policy=RetryPolicy(budget=0.3, max_pause=0.05), what="a write to 'x'")
-    assert time.monotonic() - started < 0.3 + 0.1
+    took = time.monotonic() - started
     error = raised.value
-    assert error.attempts > 3 and error.seconds <= 0.3
+    assert 0.3 - 0.05 <= took < 0.3 + 0.25  # no pause ends past the budget (sleep may overrun)
+    assert error.attempts > 3 and error.seconds <= took
     assert isinstance(error, StreamConflictError)  # old handlers still catch it
     assert isinstance(error.__cause__, StreamConflictError)
     message = str(error)
