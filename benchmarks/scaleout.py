@@ -20,6 +20,17 @@ projection (``registered_projections(log)``, the one named ``knowledge``) is reb
 position 0 with ``loom_runtime.projection.rebuild``; events applied per second, and afterwards
 the manifest must list every document.
 
+**Contended writes** (ADR 0019). ``CONTENDED_WORKERS`` processes each make
+``CONTENDED_OPS`` knowledge writes (syncs of their own source alternating with ``put_doc`` of
+documents every process revises) and as many memory appends, all on ONE corpus scope and ONE
+memory key, released together: the workload of ``replay_tests/reliability/
+test_concurrent_writes.py``, driven through the same worker script and judged by the same
+audit (``reliability_worker.py write`` / ``audit-writes``), so the row measures exactly what
+the test asserts. Reported: failed writes, writes lost or duplicated in the log, whether the
+hash chain verifies, and writes per second from the start signal to the slowest worker's end.
+Its control runs the same workload with a retry budget too small to wait in: it must fail
+writes, or the audit could not see a failure.
+
 Control: 4 workers each recording into its OWN SQLite file (the shared log removed on purpose)
 must exceed 1 worker's rate by a clear margin; otherwise the workers did not run concurrently
 and a flat result above would say nothing about the shared append. On a machine with no free
@@ -29,12 +40,16 @@ worker counts cannot be told apart whatever the log does.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -53,6 +68,7 @@ from benchmarks.harness import (
     interleave,
     scratch_directory,
 )
+from benchmarks.report import REPOSITORY
 from benchmarks.stores import fresh_postgres, fresh_sqlite, postgres_description
 from benchmarks.workload import FLOW, Value, make_values, recording_flow
 from loom_knowledge import open_knowledge_base
@@ -76,6 +92,14 @@ REPLAY_DECISIONS = 400
 QUICK_REPLAY_DECISIONS = 100
 SCOPE = "bench"
 SOURCE = "bench"
+CONTENDED_WORKERS = 8
+CONTENDED_OPS = 20
+"""Per worker: this many knowledge writes and as many memory appends."""
+CONTENDED_ROUNDS = 3
+CONTENDED_TIMEOUT_S = 300.0
+CONTROL_RETRY_BUDGET_S = 0.001
+"""The negative control's write retry budget: shorter than any pause, so a lost race fails."""
+WORKER_SCRIPT = REPOSITORY / "replay_tests" / "reliability" / "reliability_worker.py"
 
 _FORK = multiprocessing.get_context("fork")
 
@@ -108,6 +132,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         ]
         throughput = interleave(arms, rounds=settings.rounds, progress=progress)
 
+    contended = [_contended_arm(backend, settings.pg_url) for backend, _ in backends]
+    starved = _contended_arm("SQLite", None, retry_budget=CONTROL_RETRY_BUDGET_S)
+    contention_rounds = 1 if settings.quick else min(settings.rounds, CONTENDED_ROUNDS)
+    contention = interleave([*contended, starved], rounds=contention_rounds, progress=progress)
+
     one = recorded["SQLite, 1 worker"]["per_s"].median
     factor = recorded[unshared.name]["per_s"].median / one
     control = Control(
@@ -117,6 +146,14 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         observed=f"{recorded[unshared.name]['per_s'].cell('/s')} = {factor:.2f}x",
         held=factor >= CONTROL_FACTOR,
     )
+    starved_failures = contention[starved.name]["failures"]
+    starved_control = Control(
+        name=f"the contended workload with a write retry budget of {CONTROL_RETRY_BUDGET_S} s "
+        "(SQLite): writes give up instead of waiting",
+        expected="> 0 failed writes (the audit sees a failure)",
+        observed=f"{min(starved_failures.samples):.0f} failed writes in the fewest round",
+        held=min(starved_failures.samples) > 0,
+    )
     notes = [
         f"Each worker process records executions of a sequential flow of "
         f"{DECISIONS_PER_EXECUTION} decisions of ~1 KB for {duration:g} s (finishing the "
@@ -124,6 +161,12 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         "start barrier to the last worker's finish, and must equal the decision events found "
         "in the log afterwards. A fresh database per sample; loom defaults otherwise "
         "(pool_size=5, lock_timeout=5 s; SQLite synchronous=NORMAL).",
+        f"Contended writes: {CONTENDED_WORKERS} processes x {CONTENDED_OPS} knowledge writes "
+        f"(syncs of the process's own 3 documents alternating with put_doc of 3 shared "
+        f"documents) + {CONTENDED_OPS} memory appends each, ONE corpus scope and ONE memory "
+        "key, default write_retry (30 s budget, full-jitter pauses 5 ms doubling to 0.5 s); "
+        "lost/duplicated match every logged write to the one call that reported it, 'serial' "
+        "says the corpus and memory equal a replay of the log in order (ADR 0019).",
         f"Replay: {REPLAY_EXECUTIONS} executions of {decisions:,} decisions replayed by a fresh "
         f"`Loom`. Rebuild: the corpus projection of a {docs:,}-document `kb.sync` dropped and "
         "rebuilt from position 0 (manifest, revisions and passage index; every event of the "
@@ -138,8 +181,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         tables=(
             _recording_table(recording, recorded, settings.rounds),
             _throughput_table(arms, throughput, settings.rounds),
+            _contention_table(contended, contention, contention_rounds),
         ),
-        controls=(control,),
+        controls=(control, starved_control),
     )
 
 
@@ -331,6 +375,113 @@ def _throughput_table(arms: list[Arm], results: Results, rounds: int) -> Table:
         rows=tuple(rows),
         note=f"median of {rounds} interleaved rounds (low-high)",
     )
+
+
+# -- contended writes -----------------------------------------------------------------------
+
+
+def _contended_arm(backend: str, pg_url: str | None, *, retry_budget: float | None = None) -> Arm:
+    """The contended workload on a fresh database, audited by a fresh process."""
+
+    def measure() -> Sample:
+        with ExitStack() as stack:
+            url = _fresh_url(stack, backend, pg_url)
+            directory = stack.enter_context(scratch_directory())
+            reports = _write_concurrently(url, directory, retry_budget)
+            (directory / "reports.json").write_text(json.dumps(reports))
+            audit = _finished(_script(url, "audit-writes", str(directory / "reports.json")))
+        seconds = max(report["seconds"] for report in reports)
+        return {
+            "per_s": CONTENDED_WORKERS * CONTENDED_OPS * 2 / seconds,
+            "failures": audit["failures"],
+            "lost": audit["lost"],
+            "duplicated": audit["duplicated"],
+            "chain_ok": float(audit["chain_ok"]),
+            "violations": len(audit["violations"]),
+        }
+
+    control = "" if retry_budget is None else f", retry budget {retry_budget:g} s (control)"
+    return Arm(f"contended writes, {backend}{control}", measure)
+
+
+def _write_concurrently(
+    url: str, directory: Path, retry_budget: float | None
+) -> list[dict[str, Any]]:
+    """Start every writer, release them together, return their reports."""
+    go = directory / "go"
+    budget = [] if retry_budget is None else ["--retry-budget", str(retry_budget)]
+    writers = [
+        _script(
+            url, "write", "--worker", str(w), "--ops", str(CONTENDED_OPS), "--go", str(go), *budget
+        )
+        for w in range(CONTENDED_WORKERS)
+    ]
+    go.touch()
+    return [_finished(writer) for writer in writers]
+
+
+def _script(url: str, *args: str) -> subprocess.Popen[str]:
+    """Run the reliability worker script in a fresh interpreter."""
+    return subprocess.Popen(
+        [sys.executable, str(WORKER_SCRIPT), url, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(worker: subprocess.Popen[str]) -> Any:
+    """The worker's one JSON line; a crash or a timeout is an instrument error."""
+    try:
+        stdout, stderr = worker.communicate(timeout=CONTENDED_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        worker.kill()
+        worker.communicate()
+        raise InstrumentError(
+            f"scaleout: a contended writer ran over {CONTENDED_TIMEOUT_S} s"
+        ) from exc
+    if worker.returncode != 0:
+        raise InstrumentError(f"scaleout: a contended-write worker failed:\n{stderr[-2000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _contention_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+    rows = []
+    for arm in arms:
+        stats = results[arm.name]
+        rows.append(
+            (
+                arm.name.removeprefix("contended writes, "),
+                f"{sum(stats['failures'].samples):.0f}",
+                f"{sum(stats['lost'].samples):.0f}",
+                f"{sum(stats['duplicated'].samples):.0f}",
+                "verified" if min(stats["chain_ok"].samples) == 1 else "BROKEN",
+                _serial(stats["violations"]),
+                stats["per_s"].cell("/s"),
+            )
+        )
+    return Table(
+        title=f"Contended writes: {CONTENDED_WORKERS} processes x {CONTENDED_OPS} syncs and "
+        f"put_docs + {CONTENDED_OPS} memory appends on one scope and one key",
+        columns=(
+            "backend",
+            "failed",
+            "lost",
+            "duplicated",
+            "chain",
+            "state vs serial replay",
+            "writes/s (all workers)",
+        ),
+        rows=tuple(rows),
+        note=f"failed/lost/duplicated: totals over {rounds} rounds of "
+        f"{CONTENDED_WORKERS * CONTENDED_OPS * 2} writes each; rate: median (low-high)",
+    )
+
+
+def _serial(violations: Stats) -> str:
+    """Whether every round's corpus and memory equalled a replay of its log in order."""
+    broken = sum(count > 0 for count in violations.samples)
+    return "equal" if broken == 0 else f"DIFFERENT in {broken} round(s)"
 
 
 # -- control --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.chunking import Chunker, pack_paragraphs
@@ -34,17 +34,14 @@ from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWri
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult, text_problem
-from loom_runtime import EventLog, LogEvent, Loom, StreamConflictError
+from loom_runtime import EventLog, Loom
 from loom_runtime.projection import catch_up, rebuild
-from loom_runtime.stream import append, stream_id, stream_version
+from loom_runtime.stream import Change, append_replanned, stream_id
 from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
-_WRITE_ATTEMPTS: Final = 8
-
-Change = tuple[type[LogEvent], Mapping[str, Any]]
 
 
 class CorpusAsOf:
@@ -291,24 +288,19 @@ class KnowledgeBase:
         """Decide on fresh state and append the changes after the version decided on.
 
         ``decide`` sees the manifest: all of it, or only the records of ``only`` (a one-document
-        write must not read a 10,000-row manifest).
+        write must not read a 10,000-row manifest). When another writer moved the corpus first,
+        it decides again on the new state (``append_replanned``, ADR 0019): re-deciding is safe
+        because the classifier is a pure function of the documents and the manifest, so
+        ownership and the guard are checked against what is really there.
         """
-        for _ in range(_WRITE_ATTEMPTS):
-            version = stream_version(self.loom.log, self._stream)
+
+        def plan(_version: int) -> list[Change]:
+            self.refresh()  # at least up to the version just read
+            return decide(self._index.manifest(self.scope, doc_ids=only))
+
+        what = f"a write to knowledge scope {self.scope!r}"
+        if append_replanned(self.loom.log, self._stream, plan, what=what):
             self.refresh()
-            changes = decide(self._index.manifest(self.scope, doc_ids=only))
-            if not changes:
-                return
-            try:
-                append(self.loom.log, self._stream, expected_version=version, events=changes)
-            except StreamConflictError:
-                continue  # another writer moved the corpus: decide again on its new state
-            self.refresh()
-            return
-        raise StreamConflictError(
-            f"knowledge scope {self.scope!r} kept changing under this write "
-            f"({_WRITE_ATTEMPTS} attempts); nothing was written by this call"
-        )
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (

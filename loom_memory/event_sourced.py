@@ -17,9 +17,10 @@ Backends:
 Both backend kinds have every optional verb, so this class always offers ``replace``,
 ``remove`` and ``search`` (presence stays a truthful feature flag).
 
-Concurrency: each write appends after the stream version it just read; a
-:class:`~loom_runtime.errors.StreamConflictError` means another writer appended to the same key
-in between, and the write is retried with the new version, at most :data:`WRITE_ATTEMPTS` times.
+Concurrency: each write appends after the stream version it just read; when another writer
+appended to the same key in between (or the database was busy), the write is retried with the
+new version under the log's ``write_retry`` policy (jittered backoff within a time budget,
+ADR 0019), and raises :class:`~loom_runtime.errors.WriteContentionError` once it is spent.
 Retrying is correct because these writes are blind (an append, a replace with a given list, a
 remove of given ids, a clear do not depend on what the key held), so the version only orders
 writers; it does not guard a read-modify-write. A caller that reads, edits and replaces (as
@@ -53,12 +54,8 @@ from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjectio
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
 from loom_runtime import projection as tracked
-from loom_runtime.errors import StreamConflictError
 from loom_runtime.loom import Loom
-from loom_runtime.stream import LogEvent, append, stream_version
-
-WRITE_ATTEMPTS = 5
-"""How many times a write re-reads the stream version after losing a race, before raising."""
+from loom_runtime.stream import LogEvent, append_replanned
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -183,16 +180,12 @@ class EventSourcedMemory:
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
         stream = memory_stream(self.name, key)
         payload = {"memory": self.name, "key": key, **fields}
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            version = stream_version(self._log, stream)
-            try:
-                [position] = append(
-                    self._log, stream, expected_version=version, events=[(event, payload)]
-                )
-                break
-            except StreamConflictError:
-                if attempt == WRITE_ATTEMPTS:
-                    raise
+        [position] = append_replanned(
+            self._log,
+            stream,
+            lambda _version: [(event, payload)],  # blind: the same event at any version
+            what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",
+        )
         try:
             self.catch_up()
         except Exception as exc:

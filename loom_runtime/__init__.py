@@ -27,6 +27,7 @@ from loom_runtime.errors import (
     StreamConflictError,
     UnrecordedDecisionError,
     UnusedDecisionsError,
+    WriteContentionError,
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import FlowRegistry
@@ -35,6 +36,7 @@ from loom_runtime.log import EventLog, LogSettings
 from loom_runtime.loom import Loom, Run
 from loom_runtime.redaction import Redactor, SecretPattern
 from loom_runtime.replay import ReplayResult
+from loom_runtime.retry import RetryPolicy
 from loom_runtime.stream import LogEvent
 
 __all__ = [
@@ -68,6 +70,7 @@ __all__ = [
     "Redactor",
     "ReplayDivergence",
     "ReplayResult",
+    "RetryPolicy",
     "Run",
     "SecretPattern",
     "SecretRefusedError",
@@ -76,5 +79,6 @@ __all__ = [
     "UnrecordedDecisionError",
     "UnusedDecisionsError",
     "VerifyReport",
+    "WriteContentionError",
     "verify_log",
 ]

@@ -71,6 +71,24 @@ class StreamConflictError(LoomError):
     """
 
 
+class WriteContentionError(StreamConflictError):
+    """A write kept losing to other writers, or finding the database busy, for its whole time
+    budget (``Loom(write_retry=RetryPolicy(budget=...))``, ADR 0019). Nothing was written.
+
+    ``attempts`` and ``seconds`` say how hard it tried.
+    """
+
+    def __init__(self, *, what: str, attempts: int, seconds: float, budget: float) -> None:
+        super().__init__(
+            f"{what} was refused {attempts} times in {seconds:.1f} s because other writers kept "
+            "appending to it or the database stayed busy; nothing was written. Run it again "
+            "when fewer writers share it, or let writes wait longer with "
+            f"Loom(..., write_retry=RetryPolicy(budget=...)) (the budget is {budget:g} s)"
+        )
+        self.attempts = attempts
+        self.seconds = seconds
+
+
 class ExecutionConflictError(StreamConflictError):
     """Another worker appended to this execution first; this worker's append was refused.
 

@@ -43,6 +43,7 @@ from loom_runtime.errors import ConfigurationError, DatabaseUnavailableError
 from loom_runtime.integrity import ChainedPostgresRecorder, ChainedSQLiteRecorder
 from loom_runtime.mapper import MsgspecMapper
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
+from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 
 Persistence = Literal["builtin", "sqlalchemy"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -63,9 +64,11 @@ class LogSettings:
         lock_timeout: float = 5.0,
         pool_size: int = 5,
         redactor: RedactorOption = "builtin",
+        write_retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         """``redactor``: secrets are redacted before storage with the built-in patterns unless
-        you pass your own :class:`Redactor` (extra patterns, ``mode="refuse"``) or ``None``."""
+        you pass your own :class:`Redactor` (extra patterns, ``mode="refuse"``) or ``None``.
+        ``write_retry``: how long a corpus or memory write waits for other writers (ADR 0019)."""
         raw = url or os.environ.get("LOOM_DB_URL") or DEFAULT_URL
         try:
             self.url: URL = make_url(raw)
@@ -86,10 +89,15 @@ class LogSettings:
             raise ConfigurationError("lock_timeout must be > 0 seconds: loom never waits forever")
         if pool_size < 1:
             raise ConfigurationError("pool_size must be at least 1")
+        if not isinstance(write_retry, RetryPolicy):
+            raise ConfigurationError(
+                f"write_retry must be a loom_runtime.RetryPolicy, not {type(write_retry).__name__}"
+            )
         self.persistence = persistence
         self.sqlite_synchronous = sqlite_synchronous
         self.lock_timeout = lock_timeout
         self.pool_size = pool_size
+        self.write_retry = write_retry
         try:
             self.redactor: Redactor | None = resolve_redactor(redactor)
         except TypeError as exc:

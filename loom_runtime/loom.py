@@ -40,6 +40,7 @@ from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
+from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 
 T = TypeVar("T")
 
@@ -80,6 +81,7 @@ class Loom:
         pool_size: int = 5,
         flows: FlowRegistry | None = None,
         redactor: RedactorOption = "builtin",
+        write_retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         """A log at ``url``, else ``LOOM_DB_URL``, else ./loom.db, and a flow registry.
 
@@ -87,6 +89,8 @@ class Loom:
         a process that only registers flows and replays bundles never touches one.
         ``redactor`` replaces secrets in every value and payload before it is stored (the
         built-in patterns by default; ``None`` to store values as given; ADR 0012).
+        ``write_retry`` bounds how long a corpus or memory write waits and re-plans while
+        other writers append to the same stream (ADR 0019).
         """
         self.settings = LogSettings(
             url,
@@ -95,6 +99,7 @@ class Loom:
             lock_timeout=lock_timeout,
             pool_size=pool_size,
             redactor=redactor,
+            write_retry=write_retry,
         )
         self.flows = flows if flows is not None else FlowRegistry()
 

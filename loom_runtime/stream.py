@@ -12,7 +12,7 @@ process that only *reads* can map stored topics, and a stored topic never import
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID, uuid5
@@ -22,6 +22,7 @@ from eventsourcing.persistence import IntegrityError
 
 from loom_runtime.errors import StreamConflictError
 from loom_runtime.log import EventLog
+from loom_runtime.retry import retrying
 from loom_runtime.topics import register_event
 
 _NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
@@ -43,6 +44,10 @@ class LogEvent(DomainEvent):
         register_event(cls)
 
 
+Change = tuple[type[LogEvent], Mapping[str, Any]]
+"""One event to append: its class and its fields."""
+
+
 def stream_id(name: str) -> UUID:
     """The stream id for a stable name (e.g. ``knowledge:runbooks``): the same in every process."""
     return uuid5(_NAMESPACE, name)
@@ -59,7 +64,7 @@ def append(
     stream: UUID,
     *,
     expected_version: int,
-    events: Sequence[tuple[type[LogEvent], Mapping[str, Any]]],
+    events: Sequence[Change],
 ) -> list[int]:
     """Append ``events`` atomically after ``expected_version``; returns their log positions.
 
@@ -84,3 +89,25 @@ def append(
             "nothing was written: re-read and retry"
         ) from exc
     return [recording.notification.id for recording in recordings]
+
+
+def append_replanned(
+    log: EventLog, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
+) -> list[int]:
+    """Plan ``stream``'s next events against its current version and append them, re-planning
+    from a fresh read whenever another writer got there first or the database was busy.
+
+    ``plan(version)`` is called once per attempt, after the version is read, and returns the
+    events to append after it (none: nothing is appended). It must decide only from what it
+    reads during that call, so that a retry decides on the new state; it may raise to refuse,
+    which ends the write. Waits follow ``log.settings.write_retry`` (ADR 0019); when its budget
+    is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what`` and says how
+    long it tried. Returns the appended events' log positions.
+    """
+
+    def attempt() -> list[int]:
+        version = stream_version(log, stream)
+        events = plan(version)
+        return append(log, stream, expected_version=version, events=events) if events else []
+
+    return retrying(attempt, policy=log.settings.write_retry, what=what)

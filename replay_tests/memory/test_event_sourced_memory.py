@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from sqlalchemy import Engine, create_engine, select, text
 
-import loom_memory.event_sourced
+import loom_runtime.stream
 from loom_memory import (
     EntryNotSerialisableError,
     EventSourcedMemory,
@@ -34,7 +34,7 @@ from loom_memory import (
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.events import MEMORY_TOPICS, memory_stream
 from loom_memory.sql import SqlMemoryStore
-from loom_runtime import Loom, StreamConflictError
+from loom_runtime import Loom, RetryPolicy, WriteContentionError
 from loom_runtime.stream import stream_version
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -340,7 +340,7 @@ def test_a_lost_race_is_retried_with_the_new_version(
         calls.append(1)
         return stream_version(log, stream) - (1 if len(calls) == 1 else 0)
 
-    monkeypatch.setattr(loom_memory.event_sourced, "stream_version", stale_once)
+    monkeypatch.setattr(loom_runtime.stream, "stream_version", stale_once)
     memory.append("k", [entry("b")])
     assert len(calls) == 2
     assert [e.content for e in memory.read("k")] == ["a", "b"]
@@ -350,7 +350,7 @@ def test_a_lost_race_is_retried_with_the_new_version(
 def test_a_write_that_keeps_losing_gives_up_and_writes_nothing(
     open_memory: Opener, loom: Loom, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After WRITE_ATTEMPTS conflicts the StreamConflictError propagates; the log is unchanged."""
+    """Once the retry budget is spent a typed error says how hard it tried; nothing is logged."""
     memory = open_memory()
     memory.append("k", [entry("a")])
     calls: list[int] = []
@@ -359,11 +359,12 @@ def test_a_write_that_keeps_losing_gives_up_and_writes_nothing(
         calls.append(1)
         return 0
 
-    monkeypatch.setattr(loom_memory.event_sourced, "stream_version", always_stale)
+    monkeypatch.setattr(loom_runtime.stream, "stream_version", always_stale)
+    monkeypatch.setattr(loom.log.settings, "write_retry", RetryPolicy(budget=0.2))
     position = loom.log.position
-    with pytest.raises(StreamConflictError):
+    with pytest.raises(WriteContentionError, match=r"budget is 0\.2 s") as raised:
         memory.append("k", [entry("b")])
-    assert len(calls) == loom_memory.event_sourced.WRITE_ATTEMPTS
+    assert raised.value.attempts == len(calls) > 1  # it gave up on time, not on a count
     assert loom.log.position == position
 
 

@@ -41,8 +41,8 @@ POINTS: Final[dict[str, Hook]] = {
     "sync.enter": Hook("loom_knowledge.knowledge_base:KnowledgeBase", "sync", "before"),
     "chunker": Hook("loom_knowledge.chunking:ParagraphPacker", "__call__", "before"),
     "reconcile": Hook("loom_knowledge.knowledge_base", "reconcile", "before"),
-    "stream.append.before": Hook("loom_knowledge.knowledge_base", "append", "before"),
-    "stream.append.after": Hook("loom_knowledge.knowledge_base", "append", "after"),
+    "stream.append.before": Hook("loom_runtime.stream", "append", "before"),
+    "stream.append.after": Hook("loom_runtime.stream", "append", "after"),
     # projection catch-up: entering, inside a page's transaction, around the tracking write,
     # and between pages (after one page committed, before the next is read)
     "catch_up.enter": Hook("loom_knowledge.knowledge_base", "catch_up", "before"),

@@ -5,6 +5,8 @@ Run by file path (the test tree has no packages)::
     python reliability_worker.py DB_URL record --count N [--go FILE]
     python reliability_worker.py DB_URL sync --rounds N [--go FILE]
     python reliability_worker.py DB_URL tail --name NAME --stop FILE [--go FILE]
+    python reliability_worker.py DB_URL write --worker W --ops N [--retry-budget S] [--go FILE]
+    python reliability_worker.py DB_URL audit-writes REPORTS
     python reliability_worker.py DB_URL crash SCENARIO POINT:N
     python reliability_worker.py DB_URL check
     python reliability_worker.py DB_URL open-race --processes N --rounds R
@@ -16,6 +18,10 @@ Each command prints ONE JSON line on stdout:
 * ``sync``: syncs corpus rounds 0..N-1 (revisions and removals) and prints what each wrote;
 * ``tail``: catches a :class:`SeenEvents` projection and the corpus up, again and again, while
   the others write, until FILE exists; then once more. Prints how often it advanced;
+* ``write``: worker W's N contended corpus and memory writes (:mod:`reliability_contention`);
+  prints what it wrote and every failure. ``--retry-budget`` shrinks the log's write retry
+  budget (seconds), which is how the benchmark's negative control makes writes give up;
+* ``audit-writes``: judges the log against the ``write`` reports in the JSON file REPORTS;
 * ``crash``: arms one kill point (:mod:`reliability_faults`), runs the scenario and, if it
   survived (the point was never reached), prints ``{"survived": true}``;
 * ``open-race``: R times, fork N processes that open the log at the same instant; prints how
@@ -51,6 +57,7 @@ from typing import Any, Final
 
 import msgspec
 from reliability_checks import SeenEvents, check_log
+from reliability_contention import WriterReport, audit, open_streams, write
 from reliability_faults import arm, count_hits
 from reliability_workload import (
     SCENARIOS,
@@ -62,8 +69,9 @@ from reliability_workload import (
 )
 
 import loom_knowledge.knowledge_base
-from loom_runtime import Loom
+from loom_runtime import Loom, RetryPolicy
 from loom_runtime.projection import catch_up
+from loom_runtime.retry import DEFAULT_RETRY
 
 SCRIPT: Final = Path(__file__)
 CRASH_PAGE_SIZE: Final = 2  # tiny projection pages, so a corpus write spans several of them
@@ -152,14 +160,17 @@ def open_race(db_url: str, processes: int, rounds: int) -> dict[str, Any]:
     return {"failures": failures, "attempts": processes * rounds}  # why: on stderr
 
 
-def _open_alone(loom: Loom, go: Path | None) -> None:
-    """Open the log (its tables and connections) before the start signal, one worker at a time."""
-    if go is None:
+def _open_alone(loom: Loom, go: Path | None, *, streams: bool) -> None:
+    """Open the log (its tables and connections) before the start signal, one worker at a time.
+
+    ``streams``: also open the contended corpus and memory, whose stores create tables too.
+    """
+    with open(go.with_suffix(".lock") if go else os.devnull, "a") as lock:
+        if go is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
         _ = loom.log.position
-        return
-    with open(go.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _ = loom.log.position
+        if streams:
+            open_streams(loom)
 
 
 def _wait_for(go: Path | None) -> None:
@@ -231,13 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("db_url")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("record", "sync", "tail"):
+    for name in ("record", "sync", "tail", "write"):
         command = commands.add_parser(name)
         command.add_argument("--go", type=Path, default=None)
     commands.choices["record"].add_argument("--count", type=int, required=True)
     commands.choices["sync"].add_argument("--rounds", type=int, required=True)
     commands.choices["tail"].add_argument("--name", required=True)
     commands.choices["tail"].add_argument("--stop", type=Path, required=True)
+    commands.choices["write"].add_argument("--worker", type=int, required=True)
+    commands.choices["write"].add_argument("--ops", type=int, required=True)
+    commands.choices["write"].add_argument("--retry-budget", type=float, default=None)
+    commands.add_parser("audit-writes").add_argument("reports", type=Path)
     crash_command = commands.add_parser("crash")
     crash_command.add_argument("scenario", choices=sorted(SCENARIOS))
     crash_command.add_argument("spec", help="POINT:N (e.g. tracking.before:3), or count")
@@ -252,8 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     go: Path | None = getattr(args, "go", None)
-    with Loom(args.db_url) as loom:
-        _open_alone(loom, go)
+    budget: float | None = getattr(args, "retry_budget", None)
+    retry = DEFAULT_RETRY if budget is None else RetryPolicy(budget=budget)
+    with Loom(args.db_url, write_retry=retry) as loom:
+        _open_alone(loom, go, streams=args.command == "write")
         _wait_for(go)
         result: Any
         if args.command == "record":
@@ -262,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             result = sync(loom, args.rounds)
         elif args.command == "tail":
             result = tail(loom, args.name, args.stop)
+        elif args.command == "write":
+            result = write(loom, args.worker, args.ops)
+        elif args.command == "audit-writes":
+            reports = msgspec.json.decode(args.reports.read_bytes(), type=list[WriterReport])
+            result = audit(loom, reports)
         elif args.command == "crash":
             result = crash(loom, args.scenario, args.spec)
         else:
