@@ -45,6 +45,7 @@ Half of :data:`MAX_DEPTH`, so stored data always fits inside what records it (an
 a list of entries inside a recorded read, a passage inside a retrieval)."""
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
+_BINARY = (bytes, bytearray, memoryview)
 
 
 def enc_hook(value: object) -> object:
@@ -55,6 +56,13 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
+
+
+def _builtins_hook(value: object) -> object:
+    """:func:`enc_hook` for ``msgspec.to_builtins``, which also needs stored JSON decoded."""
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)
+    return enc_hook(value)
 
 
 def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msgspec.Raw:
@@ -71,6 +79,12 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             path=f"{path}{deep}",
         )
     try:
+        if redactor is not None and _holds_binary(value):
+            # base64 would hide a secret inside bytes from every pattern: scan them as text
+            # first (ADR 0012). Structs and dataclasses become plain data so every bytes
+            # value is reachable; the JSON they encode to is the same.
+            plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
+            value = redactor.value(plain, path=path)
         raw = msgspec.Raw(_encoder.encode(value))
     except (TypeError, ValueError, OverflowError) as exc:
         bad_path, bad_value = _find_unencodable(value, path)
@@ -155,8 +169,32 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
+def _holds_binary(value: object) -> bool:
+    """Whether a bytes-like value is anywhere in ``value``: a loop, like :func:`too_deep`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _BINARY):
+            return True
+        children = _children(item)
+        if children is not None:
+            stack.extend(child for _, _, child in children if not isinstance(child, _TEXT))
+    return False
+
+
+_TEXT = (str, int, float, bool, type(None))
+
+
 def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None:
     """The container children of ``value`` as ``(kind, key, child)``; None for a non-container."""
+    children = _children(value)
+    if children is None:
+        return None
+    return [(kind, key, child) for kind, key, child in children if not isinstance(child, _SCALARS)]
+
+
+def _children(value: object) -> Iterable[tuple[str, object, object]] | None:
+    """Every child of ``value`` as ``(kind, key, child)``; None for a non-container."""
     items: Iterable[tuple[object, object]]
     if isinstance(value, dict):
         kind, items = "key", value.items()
@@ -172,7 +210,7 @@ def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None
         items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
     else:
         return None
-    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
+    return ((kind, key, child) for key, child in items)
 
 
 def _label(kind: str, key: object) -> str:

@@ -66,7 +66,9 @@ def test_each_builtin_pattern_is_replaced_by_its_marker(name: str, value: str, s
 
 def test_the_text_around_a_secret_stays_readable() -> None:
     """Only the secret part is replaced: the scheme, user and host of a URL stay."""
-    redacted = Redactor().text("postgresql://loom:pw123@db:5432/x and Bearer abcdefghij", path="v")
+    redacted = Redactor().text(
+        "postgresql://loom:pw123@db:5432/x and Bearer abc123def456ghi7", path="v"
+    )
     assert redacted == (
         "postgresql://loom:[REDACTED:url-password]@db:5432/x and Bearer [REDACTED:bearer-token]"
     )
