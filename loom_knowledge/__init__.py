@@ -21,6 +21,7 @@ from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, t
 from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
 from loom_knowledge.corpus_files import load_docs, load_runbooks
 from loom_knowledge.errors import (
+    CorpusIdentifierSecretError,
     DuplicateDocumentError,
     InvalidDocumentError,
     InvalidOptionError,
@@ -73,6 +74,7 @@ __all__ = [
     "Answer",
     "Chunker",
     "CitationCheck",
+    "CorpusIdentifierSecretError",
     "CorpusReconciled",
     "Doc",
     "DocRecord",

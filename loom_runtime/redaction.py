@@ -34,7 +34,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import msgspec
 
-from loom_runtime.errors import SecretRefusedError
+from loom_runtime.errors import SecretIdentifierError, SecretRefusedError
 
 T = TypeVar("T")
 RedactionMode = Literal["redact", "refuse"]
@@ -204,11 +204,13 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     ),
     # Passwords and keys assigned in config, shell or JSON text: password=..., "password":
     # "...", api_key: ..., client_secret=... (detect-secrets' KeywordDetector's keywords).
-    # A quoted value is taken whole, spaces included; a bare one ends at a separator.
+    # A quoted value is taken whole, spaces included; a bare one ends at a separator. After
+    # a colon a bare value must hold a non-letter: "Password: how to reset it" is a heading.
     SecretPattern.compile(
         "password-assignment",
         r"(?<![A-Za-z0-9])(?:passwd|password|passphrase|pwd|api[_-]?key|secret[_-]?key"
-        r"|client[_-]?secret|(?:access|auth|refresh)[_-]?token)[\"']?\s*[:=]\s*"
+        r"|client[_-]?secret|(?:access|auth|refresh)[_-]?token)[\"']?\s*"
+        r"(?:=|:(?=\s*[\"']|\s*[^\s\"',;&}]*[^A-Za-z\s\"',;&}]))\s*"
         r"(?P<quote>[\"'])?(?P<secret>(?(quote)[^\"'\n]+|[^\s\"',;&}]+))",
         re.IGNORECASE,
         hints=("pass", "pwd", "key", "secret", "token"),
@@ -301,6 +303,25 @@ class Redactor:
                 if _is_secret(pattern, match.group(group)):
                     return pattern.name
         return None
+
+    def check_identifier(
+        self,
+        value: object,
+        *,
+        path: str,
+        error: type[SecretIdentifierError] = SecretIdentifierError,
+    ) -> None:
+        """Raise ``error`` (naming ``path``, never the value) if an identifier holds a secret.
+
+        ``value`` is one identifier (a str, or None for an absent one) or a list of them.
+        Whatever the mode, an identifier is checked, never rewritten (ADR 0012).
+        """
+        names = value if isinstance(value, list | tuple) else [value]
+        for index, name in enumerate(names):
+            pattern = self.secret_in(name) if isinstance(name, str) else None
+            if pattern is not None:
+                where = path if names is not value else f"{path}[{index}]"
+                raise error(pattern=pattern, path=where)
 
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""

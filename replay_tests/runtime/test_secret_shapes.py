@@ -67,6 +67,7 @@ SHAPES = [
         "c3ZjLXVzZXI6aHVudGVyMi1wYXNzd29yZA",
     ),
     ("password-assignment", "connect with password=Tr0ub4dor-3xyz then retry", "Tr0ub4dor-3xyz"),
+    ("password-yaml", "db:\n  host: pg\n  password: hunter2-Xy\n", "hunter2-Xy"),
     (
         "password-json",
         'config {"user": "svc", "password": "c0rrect h0rse-battery"}',
@@ -158,6 +159,7 @@ def test_each_shape_is_redacted_by_the_builtin_set(shape: str, text: str, secret
         "risk-assessment-framework-document-version",
         "sk-learn-model-selection-and-tuning-guide",
         "the password field is required",
+        "Password: how to reset it",
         "password: ",
         "https://host:8080/path/user@example.com",
     ],
