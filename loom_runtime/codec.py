@@ -78,13 +78,9 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
             path=f"{path}{deep}",
         )
+    if redactor is not None and _holds_binary(value):
+        value = _binary_redacted(value, path=path, redactor=redactor)
     try:
-        if redactor is not None and _holds_binary(value):
-            # base64 would hide a secret inside bytes from every pattern: scan them as text
-            # first (ADR 0012). Structs and dataclasses become plain data so every bytes
-            # value is reachable; the JSON they encode to is the same.
-            plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
-            value = redactor.value(plain, path=path)
         raw = msgspec.Raw(_encoder.encode(value))
     except (TypeError, ValueError, OverflowError) as exc:
         bad_path, bad_value = _find_unencodable(value, path)
@@ -103,6 +99,20 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             f"{path} cannot be stored in the log: it nests more than {MAX_DEPTH} levels deep",
             path=path,
         ) from exc
+
+
+def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
+    """``value`` with the secrets inside its bytes redacted (or refused), before encoding.
+
+    base64 would hide a secret inside bytes from every pattern, so they are scanned as the
+    text they hold first (ADR 0012). Structs and dataclasses become plain data so every bytes
+    value is reachable; the JSON they encode to is the same.
+    """
+    try:
+        plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
+    except (TypeError, ValueError, OverflowError):
+        return value  # not encodable: the encode that follows names the offending field
+    return redactor.value(plain, path=path)
 
 
 def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:

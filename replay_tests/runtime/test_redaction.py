@@ -15,6 +15,7 @@ from loom_runtime import (
     Redactor,
     SecretPattern,
     SecretRefusedError,
+    codec,
 )
 from loom_runtime.context import Recorder, save
 from loom_runtime.execution import Execution
@@ -299,3 +300,18 @@ def test_a_flow_receives_its_input_and_returns_its_output_as_stored(db_url: str)
             return header
 
         assert raw.run("echo", header=f"Bearer {TOKEN}").output == f"Bearer {TOKEN}"
+
+
+def test_a_secret_inside_bytes_is_redacted_and_stays_bytes() -> None:
+    """Bytes are scanned as text before base64 hides them; a redacted value is still bytes."""
+    value = {"blob": f"Authorization: Bearer {TOKEN}".encode(), "bin": b"\xff\xfe " + PEM.encode()}
+    raw = codec.encode(value, path="v", redactor=Redactor())
+    decoded = msgspec.json.decode(raw, type=dict[str, bytes])
+    assert decoded["blob"] == b"Authorization: Bearer [REDACTED:bearer-token]"
+    assert decoded["bin"] == b"\xff\xfe [REDACTED:private-key]"  # latin-1: binary kept as is
+
+
+def test_a_secret_inside_bytes_is_refused_in_refuse_mode() -> None:
+    """Refuse mode refuses a secret in bytes like one in text, naming where it was."""
+    with pytest.raises(SecretRefusedError, match=r"v\[0\]"):
+        codec.encode([f"Bearer {TOKEN}".encode()], path="v", redactor=Redactor(mode="refuse"))
