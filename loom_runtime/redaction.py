@@ -88,9 +88,20 @@ class SecretPattern:
 
     def may_match(self, value: str, lowered: str) -> bool:
         """False when ``value`` (``lowered`` is its lower-case form) cannot hold a match."""
-        if self.requires and not any(char in value for char in self.requires):
-            return False
-        return not self.hints or any(hint in lowered for hint in self.hints)
+        # Plain loops, not any(...) over a generator: this runs for every pattern on every
+        # string loom stores, and a generator costs more than the scans on short strings.
+        if self.requires:
+            for char in self.requires:
+                if char in value:
+                    break
+            else:
+                return False
+        if not self.hints:
+            return True
+        for hint in self.hints:  # noqa: SIM110 - see above
+            if hint in lowered:
+                return True
+        return False
 
 
 def token_like(candidate: str) -> bool:
