@@ -46,6 +46,7 @@ a list of entries inside a recorded read, a passage inside a retrieval)."""
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 _BINARY = (bytes, bytearray, memoryview)
+_TEXT = (str, int, float, bool, type(None))  # the scalars that are not bytes
 
 
 def enc_hook(value: object) -> object:
@@ -180,27 +181,15 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
 
 
 def _holds_binary(value: object) -> bool:
-    """Whether a bytes-like value is anywhere in ``value``: a loop, like :func:`too_deep`.
-
-    Runs on every value a redacting log records, almost none holding bytes, so dicts and
-    lists (nearly all of them) are walked inline rather than through :func:`_children`.
-    """
+    """Whether a bytes-like value is anywhere in ``value``: a loop, like :func:`too_deep`."""
+    if isinstance(value, _BINARY):
+        return True
     stack = [value]
     while stack:
-        item = stack.pop()
-        children: Iterable[object]
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        elif isinstance(item, _BINARY):
-            return True
-        else:
-            found = _children(item)
-            if found is None:
-                continue
-            children = [child for _, _, child in found]
-        for child in children:
+        members = _members(stack.pop())
+        if members is None:
+            continue
+        for _, child in members[1]:
             if isinstance(child, _BINARY):
                 return True
             if not isinstance(child, _TEXT):
@@ -208,19 +197,17 @@ def _holds_binary(value: object) -> bool:
     return False
 
 
-_TEXT = (str, int, float, bool, type(None))
-
-
 def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None:
     """The container children of ``value`` as ``(kind, key, child)``; None for a non-container."""
-    children = _children(value)
-    if children is None:
+    members = _members(value)
+    if members is None:
         return None
-    return [(kind, key, child) for kind, key, child in children if not isinstance(child, _SCALARS)]
+    kind, items = members
+    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
 
 
-def _children(value: object) -> Iterable[tuple[str, object, object]] | None:
-    """Every child of ``value`` as ``(kind, key, child)``; None for a non-container."""
+def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | None:
+    """The kind of container ``value`` is and its ``(key, child)`` pairs; None for a scalar."""
     items: Iterable[tuple[object, object]]
     if isinstance(value, dict):
         kind, items = "key", value.items()
@@ -236,7 +223,7 @@ def _children(value: object) -> Iterable[tuple[str, object, object]] | None:
         items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
     else:
         return None
-    return ((kind, key, child) for key, child in items)
+    return kind, items
 
 
 def _label(kind: str, key: object) -> str:

@@ -309,6 +309,8 @@ def test_a_secret_inside_bytes_is_redacted_and_stays_bytes() -> None:
     decoded = msgspec.json.decode(raw, type=dict[str, bytes])
     assert decoded["blob"] == b"Authorization: Bearer [REDACTED:bearer-token]"
     assert decoded["bin"] == b"\xff\xfe [REDACTED:private-key]"  # latin-1: binary kept as is
+    alone = codec.encode(bytearray(f"Bearer {TOKEN}".encode()), path="v", redactor=Redactor())
+    assert msgspec.json.decode(alone, type=bytes) == b"Bearer [REDACTED:bearer-token]"
 
 
 def test_a_secret_inside_bytes_is_refused_in_refuse_mode() -> None:
