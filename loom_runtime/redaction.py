@@ -19,6 +19,12 @@ mapping keys: replacing two keys by the same marker would silently merge them.
 ``mode="refuse"`` raises :class:`~loom_runtime.errors.SecretRefusedError` at the first match
 instead, before anything is written. A private-key block with no END line (a truncated paste)
 is redacted to the end of the string rather than left half-stored.
+
+Identifiers (ids, keys, names) are never rewritten, in either mode: a rewritten id names
+something else. :meth:`Redactor.check_identifier` refuses one that holds a secret instead,
+which is why a pattern may carry a ``check`` that tells a token from a word
+(``Bearer authentication.md`` names a file). Bytes are scanned as the text they hold, since
+base64 would hide a secret from every pattern.
 """
 
 from __future__ import annotations
