@@ -142,7 +142,12 @@ def basic_credentials(candidate: str) -> bool:
 
 
 _TOKEN = r"[A-Za-z0-9_\-]"
-"""A character of the base64url / alphanumeric tokens most API vendors issue."""
+"""A character of the base64url / alphanumeric tokens most API vendors issue.
+
+Patterns that begin with a literal (``sk-``, ``AIza``, ``xox``) put it first and check the
+word boundary with a lookbehind after it (``sk-(?<!\\wsk-)`` rather than ``\\bsk-``): ``re``
+then finds candidates with its fast literal search instead of trying every position, ~20x
+less time on a 1 KB string (measured, ADR 0012)."""
 
 BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # PEM private keys; an unterminated block (a cut-off paste) is redacted to the end.
@@ -157,7 +162,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # RFC 6750 bearer tokens (JWTs, opaque tokens): the scheme word stays readable.
     SecretPattern.compile(
         "bearer-token",
-        r"\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)",
+        r"bearer(?<!\wbearer)\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)",
         re.IGNORECASE,
         hints=("bearer",),
         check=token_like,
@@ -165,7 +170,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # RFC 7617 Basic credentials: base64 of user:password after the scheme word.
     SecretPattern.compile(
         "basic-auth",
-        r"\bbasic\s+(?P<secret>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])",
+        r"basic(?<!\wbasic)\s+(?P<secret>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])",
         re.IGNORECASE,
         hints=("basic",),
         check=basic_credentials,
@@ -173,7 +178,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # AWS access key ids (gitleaks aws-access-token prefixes).
     SecretPattern.compile(
         "aws-key",
-        r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
+        r"A(?<!\wA)(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}\b",
         hints=("akia", "asia", "abia", "acca"),
     ),
     # AWS secret access keys: 40 base64 characters after their variable name.
@@ -185,7 +190,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # Anthropic keys: sk-ant-api03-... / sk-ant-admin01-... (before openai, which shares sk-).
     SecretPattern.compile(
         "anthropic-key",
-        rf"\bsk-ant-{_TOKEN}{{20,}}",
+        rf"sk-ant-(?<!\wsk-ant-){_TOKEN}{{20,}}",
         hints=("sk-ant-",),
         requires="-",
     ),
@@ -193,7 +198,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # random base64url: a hyphenated slug after sk- (sk-learn-...) is not one.
     SecretPattern.compile(
         "openai-key",
-        rf"\bsk-(?:proj-|svcacct-|admin-)?(?P<secret>{_TOKEN}{{20,}})",
+        rf"sk-(?<!\wsk-)(?:proj-|svcacct-|admin-)?(?P<secret>{_TOKEN}{{20,}})",
         hints=("sk-",),
         requires="-",
         check=token_like,
@@ -202,20 +207,20 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # fine-grained personal access tokens (github_pat_).
     SecretPattern.compile(
         "github-token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+        r"g(?<!\wg)(?:h[pousr]_[A-Za-z0-9]{36,}|ithub_pat_[A-Za-z0-9_]{22,})",
         hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
         requires="_",
     ),
     # Google API keys: AIza and 35 base64url characters.
     SecretPattern.compile(
         "google-api-key",
-        rf"\bAIza{_TOKEN}{{35}}",
+        rf"AIza(?<!\wAIza){_TOKEN}{{35}}",
         hints=("aiza",),
     ),
     # Slack tokens: bot (xoxb), user (xoxp), app-level, legacy workspace and refresh tokens.
     SecretPattern.compile(
         "slack-token",
-        r"\bxox[abposre]-[0-9]{6,}-[A-Za-z0-9-]{6,}",
+        r"xox(?<!\wxox)[abposre]-[0-9]{6,}-[A-Za-z0-9-]{6,}",
         hints=("xox",),
         requires="-",
     ),
@@ -230,7 +235,11 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
         r"(?:=|:(?=\s*[\"']|\s*[^\s\"',;&}]*[^A-Za-z\s\"',;&}]))\s*"
         r"(?P<quote>[\"'])?(?P<secret>(?(quote)[^\"'\n]+|[^\s\"',;&}]+))",
         re.IGNORECASE,
-        hints=("pass", "pwd", "key", "secret", "token"),
+        hints=(
+            *("passw", "passphrase", "pwd", "_token", "-token", "accesstoken", "authtoken"),
+            *("api_key", "api-key", "apikey", "secret_key", "secret-key", "secretkey"),
+            *("client_secret", "client-secret", "clientsecret", "refreshtoken"),
+        ),
         requires=":=",
     ),
     # Passwords in URLs, scheme://user:password@host: the user may be empty (redis://:pw@h)
