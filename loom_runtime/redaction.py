@@ -136,7 +136,7 @@ def basic_credentials(candidate: str) -> bool:
     """
     try:
         decoded = base64.b64decode(candidate, validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:  # binascii.Error (not base64) and UnicodeDecodeError are both ValueErrors
         return False
     return ":" in decoded and decoded.isprintable()
 
