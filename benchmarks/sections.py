@@ -16,6 +16,7 @@ from benchmarks import (
     peers_sync,
     peers_targets,
     persistence,
+    redaction,
     runtime,
     scaleout,
 )
@@ -27,6 +28,13 @@ SECTIONS: tuple[Section, ...] = (
         title="Runtime: decisions recorded and replayed per second",
         issue=2,
         run=runtime.run,
+    ),
+    Section(
+        name="redaction",
+        title="Redaction: what the built-in secret patterns cost per value and per decision "
+        "(ADR 0012)",
+        issue=11,
+        run=redaction.run,
     ),
     Section(
         name="persistence",

@@ -22,6 +22,7 @@ from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, t
 from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
 from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
 from loom_knowledge.errors import (
+    CorpusIdentifierSecretError,
     DuplicateDocumentError,
     InvalidArgumentError,
     InvalidDocumentError,
@@ -75,6 +76,7 @@ __all__ = [
     "Answer",
     "Chunker",
     "CitationCheck",
+    "CorpusIdentifierSecretError",
     "CorpusReconciled",
     "Doc",
     "DocRecord",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from loom_runtime import errors as runtime_errors
 from loom_runtime.errors import LoomError
 
 
@@ -41,6 +42,15 @@ class InvalidDocumentError(KnowledgeError, ValueError):
         self.doc_id = doc_id
         self.field = field
         self.reason = reason
+
+
+class CorpusIdentifierSecretError(KnowledgeError, runtime_errors.SecretIdentifierError):
+    """A document id, scope or source holds what looks like a secret; nothing was written.
+
+    ``path`` names the field (``docs[3].id``, ``source``, ``scope``), never the value: every
+    event, manifest row and passage id of a document repeats its id, and a redacted id would
+    name another document.
+    """
 
 
 class DuplicateDocumentError(KnowledgeError, ValueError):

@@ -8,6 +8,9 @@ holds half a sync.
 A :class:`DocumentWritten` carries the passages exactly as the chunker cut them. A rebuild
 therefore reproduces the index passage for passage even if the chunker's code changes later;
 re-chunking is a new write, never a silent difference between two rebuilds.
+
+Scopes, document ids and sources are ``IDENTIFIERS``: never redacted (a redacted id would
+re-issue revision 1 of another document), refused at the boundary if they hold a secret.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class DocumentWritten(LogEvent):
     """A document revision was ingested; its passages supersede the previous revision's."""
 
     TOPIC = f"{_TOPIC}.DocumentWritten"
+    IDENTIFIERS = ("scope", "doc_id", "fingerprint", "fingerprint_algorithm", "source")
     scope: str
     doc_id: str
     revision: int
@@ -38,6 +42,7 @@ class DocumentRemoved(LogEvent):
     """A document was removed; ``revision`` is the revision that stopped being current."""
 
     TOPIC = f"{_TOPIC}.DocumentRemoved"
+    IDENTIFIERS = ("scope", "doc_id", "source")
     scope: str
     doc_id: str
     revision: int
@@ -48,6 +53,7 @@ class CorpusReconciled(LogEvent):
     """A sync ran: what it wrote, found unchanged, removed and retained (other sources')."""
 
     TOPIC = f"{_TOPIC}.CorpusReconciled"
+    IDENTIFIERS = ("scope", "source", "written", "unchanged", "removed", "retained")
     scope: str
     source: str | None
     written: list[str]

@@ -26,6 +26,7 @@ from uuid import UUID
 from loom_knowledge.chunking import Chunker, pack_paragraphs
 from loom_knowledge.corpus_index import CorpusIndex
 from loom_knowledge.errors import (
+    CorpusIdentifierSecretError,
     InvalidArgumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
@@ -99,6 +100,8 @@ class KnowledgeBase:
         writes nothing. A document another source owns is refused (SourceConflictError)."""
         _check_doc(doc)
         _check_source(source)
+        _check_identifier(self.loom, doc.id, path="doc.id")
+        _check_identifier(self.loom, source, path="source")
 
         def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
             record = manifest.get(doc.id)
@@ -268,8 +271,10 @@ class KnowledgeBase:
         source: str | None,
         allow_mass_delete: bool,
     ) -> SyncPlan:
-        for doc in docs:
+        _check_identifier(self.loom, source, path="source")
+        for index, doc in enumerate(docs):
             _check_doc(doc)
+            _check_identifier(self.loom, doc.id, path=f"docs[{index}].id")
         return reconcile(
             manifest=manifest,
             docs=docs,
@@ -376,6 +381,7 @@ def open_knowledge_base(
             f"scope must be a non-blank string without surrounding spaces, not {scope!r}"
         )
     _check_text("scope", scope)
+    _check_identifier(loom, scope, path="scope")
     if max_removal_fraction is not None and not 0.0 <= max_removal_fraction <= 1.0:
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
@@ -431,6 +437,16 @@ def _check_docs(docs: object) -> None:
             f"documents), not {type(docs).__name__} {docs!r:.80}; wrap an iterator in list(), "
             "and to remove every document pass [] with allow_mass_delete=True"
         )
+
+
+def _check_identifier(loom: Loom, value: object, *, path: str) -> None:
+    """Refuse a scope, doc id or source the log's redactor takes for a secret (ADR 0012).
+
+    Identifiers are stored as given, never redacted: a rewritten doc id names another
+    document, and its next write re-issues that one's revision 1.
+    """
+    if loom.log.redactor is not None:
+        loom.log.redactor.check_identifier(value, path=path, error=CorpusIdentifierSecretError)
 
 
 def _check_text(name: str, value: str) -> None:

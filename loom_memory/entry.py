@@ -30,8 +30,9 @@ from typing import Any, NoReturn, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from loom_memory.errors import EntryNotSerialisableError
+from loom_memory.errors import EntryNotSerialisableError, MemoryIdentifierSecretError
 from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
+from loom_runtime.redaction import Redactor
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
@@ -92,6 +93,28 @@ def encode_entries(entries: Sequence[MemoryEntry]) -> list[bytes]:
 def decode_entry(data: bytes | str) -> MemoryEntry:
     """Decode one stored entry (the inverse of :func:`encode_entries`)."""
     return _decoder.decode(data)
+
+
+def check_identifiers(
+    redactor: Redactor | None,
+    *,
+    key: str,
+    entries: Sequence[MemoryEntry] = (),
+    ids: Sequence[str] = (),
+) -> None:
+    """Refuse a key or entry id that ``redactor`` (the log's) takes for a secret (ADR 0012).
+
+    Identifiers are stored as given, never redacted: a redacted key files the entries under
+    another key, so ``read`` of the key given finds nothing. Checked on validated entries,
+    before anything reaches the log; a store without a log (no redactor) stores them as is.
+    """
+    if redactor is None:
+        return
+    error = MemoryIdentifierSecretError
+    redactor.check_identifier(key, path="key", error=error)
+    for index, entry in enumerate(entries):
+        redactor.check_identifier(entry.id, path=f"entries[{index}].id", error=error)
+    redactor.check_identifier(list(ids), path="ids", error=error)
 
 
 def text_problem(text: str) -> str | None:

@@ -9,7 +9,12 @@ so the database's own message stays on ``__cause__``.
 
 from __future__ import annotations
 
-from loom_runtime.errors import ConfigurationError, LoomError, NotSerialisableError
+from loom_runtime.errors import (
+    ConfigurationError,
+    LoomError,
+    NotSerialisableError,
+    SecretIdentifierError,
+)
 
 
 class MemoryStoreError(LoomError):
@@ -35,6 +40,14 @@ class InvalidKeyError(InvalidArgumentError, TypeError):
             else f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
             parameter="key",
         )
+
+
+class MemoryIdentifierSecretError(MemoryStoreError, SecretIdentifierError):
+    """A memory key or entry id holds what looks like a secret; nothing was written.
+
+    ``path`` names it (``key``, ``entries[2].id``, ``ids``), never the value. A redacted key
+    would file the entries under another key, so ``read`` of the key given finds nothing.
+    """
 
 
 class InvalidLimitError(InvalidArgumentError):

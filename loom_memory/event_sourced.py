@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from loom_memory.entry import MemoryEntry, encode_entries
+from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
 from loom_memory.errors import (
     InvalidArgumentError,
     ProjectionFailedError,
@@ -120,24 +120,30 @@ class EventSourcedMemory:
         """Add ``entries`` to the end of the list at ``key``; an empty list records nothing."""
         check_key(key)
         raw = _raw_entries(entries)
+        check_identifiers(self._log.redactor, key=key, entries=entries)
         if raw:
             self._write(key, MemoryAppended, {"entries": raw})
 
     def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
         """Make ``entries`` the list at ``key`` (one event, so one atomic step in every store)."""
         check_key(key)
-        self._write(key, MemoryReplaced, {"entries": _raw_entries(entries)})
+        raw = _raw_entries(entries)
+        check_identifiers(self._log.redactor, key=key, entries=entries)
+        self._write(key, MemoryReplaced, {"entries": raw})
 
     def remove(self, key: str, ids: Iterable[str]) -> None:
         """Delete every entry at ``key`` whose id is in ``ids``; no ids records nothing."""
         check_key(key)
-        wanted = check_ids(ids)
+        wanted = sorted(check_ids(ids))
+        check_identifiers(self._log.redactor, key=key, ids=wanted)
         if wanted:
-            self._write(key, MemoryRemoved, {"ids": sorted(wanted)})
+            self._write(key, MemoryRemoved, {"ids": wanted})
 
     def clear(self, key: str) -> None:
         """Remove every entry at ``key``."""
-        self._write(check_key(key), MemoryCleared, {})
+        check_key(key)
+        check_identifiers(self._log.redactor, key=key)
+        self._write(key, MemoryCleared, {})
 
     # -- reads: straight from the projection -----------------------------------------------
 

@@ -8,7 +8,9 @@ events without resolving stream ids.
 Entries travel as :class:`msgspec.Raw`: the exact JSON :func:`~loom_memory.entry.encode_entries`
 validated and produced, stored inline (readable with SQL) and handed back as the same bytes.
 Their timestamps were fixed when the entries were built, so every rebuild writes the store
-byte for byte as the first projection did. Topics are stored names and never change.
+byte for byte as the first projection did. Topics are stored names and never change. Memory
+names, keys and removed ids are ``IDENTIFIERS``: never redacted (a redacted key files entries
+under another key), refused if they hold a secret (ADR 0012).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class MemoryAppended(LogEvent):
     """Entries were added to the end of a key's list."""
 
     TOPIC = f"{_TOPIC}.Appended"
+    IDENTIFIERS = ("memory", "key")
     memory: str
     key: str
     entries: list[msgspec.Raw]
@@ -36,6 +39,7 @@ class MemoryReplaced(LogEvent):
     """A key's whole list was replaced (eviction rewrites, ``remove`` on a rewritten list)."""
 
     TOPIC = f"{_TOPIC}.Replaced"
+    IDENTIFIERS = ("memory", "key")
     memory: str
     key: str
     entries: list[msgspec.Raw]
@@ -45,6 +49,7 @@ class MemoryRemoved(LogEvent):
     """Every entry of a key whose id is in ``ids`` was deleted (ids sorted, for stable bytes)."""
 
     TOPIC = f"{_TOPIC}.Removed"
+    IDENTIFIERS = ("memory", "key", "ids")
     memory: str
     key: str
     ids: list[str]
@@ -54,6 +59,7 @@ class MemoryCleared(LogEvent):
     """Every entry of a key was deleted."""
 
     TOPIC = f"{_TOPIC}.Cleared"
+    IDENTIFIERS = ("memory", "key")
     memory: str
     key: str
 

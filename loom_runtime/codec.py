@@ -44,6 +44,8 @@ Half of :data:`MAX_DEPTH`, so stored data always fits inside what records it (an
 a list of entries inside a recorded read, a passage inside a retrieval)."""
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
+_BINARY = (bytes, bytearray, memoryview)
+_TEXT = (str, int, float, bool, type(None))  # the scalars that are not bytes
 
 
 def enc_hook(value: object) -> object:
@@ -54,6 +56,13 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
+
+
+def _builtins_hook(value: object) -> object:
+    """:func:`enc_hook` for ``msgspec.to_builtins``, which also needs stored JSON decoded."""
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)
+    return enc_hook(value)
 
 
 def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msgspec.Raw:
@@ -69,6 +78,8 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
             path=f"{path}{deep}",
         )
+    if redactor is not None and _holds_binary(value):
+        value = _binary_redacted(value, path=path, redactor=redactor)
     try:
         raw = msgspec.Raw(_encoder.encode(value))
     except (TypeError, ValueError, OverflowError) as exc:
@@ -88,6 +99,20 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             f"{path} cannot be stored in the log: it nests more than {MAX_DEPTH} levels deep",
             path=path,
         ) from exc
+
+
+def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
+    """``value`` with the secrets inside its bytes redacted (or refused), before encoding.
+
+    base64 would hide a secret inside bytes from every pattern, so they are scanned as the
+    text they hold first (ADR 0012). Structs and dataclasses become plain data so every bytes
+    value is reachable; the JSON they encode to is the same.
+    """
+    try:
+        plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
+    except (TypeError, ValueError, OverflowError):
+        return value  # not encodable: the encode that follows names the offending field
+    return redactor.value(plain, path=path)
 
 
 def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
@@ -140,8 +165,34 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
+def _holds_binary(value: object) -> bool:
+    """Whether a bytes-like value is anywhere in ``value``: a loop, like :func:`too_deep`."""
+    if isinstance(value, _BINARY):
+        return True
+    stack = [value]
+    while stack:
+        members = _members(stack.pop())
+        if members is None:
+            continue
+        for _, child in members[1]:
+            if isinstance(child, _BINARY):
+                return True
+            if not isinstance(child, _TEXT):
+                stack.append(child)
+    return False
+
+
 def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None:
     """The container children of ``value`` as ``(kind, key, child)``; None for a non-container."""
+    members = _members(value)
+    if members is None:
+        return None
+    kind, items = members
+    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
+
+
+def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | None:
+    """The kind of container ``value`` is and its ``(key, child)`` pairs; None for a scalar."""
     items: Iterable[tuple[object, object]]
     if isinstance(value, dict):
         kind, items = "key", value.items()
@@ -157,7 +208,7 @@ def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None
         items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
     else:
         return None
-    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
+    return kind, items
 
 
 def _label(kind: str, key: object) -> str:

@@ -244,3 +244,24 @@ class SecretRefusedError(LoomError, ValueError):
         )
         self.pattern = pattern
         self.path = path
+
+
+class SecretIdentifierError(SecretRefusedError):
+    """An identifier (an id, key, name, scope or source) holds what looks like a secret.
+
+    Identifiers are never redacted, in any mode: a rewritten id no longer names what it named
+    (a document written under one id and revised under another), so it is refused instead,
+    before anything is written. ``path`` names the field; the message never holds the value.
+    Each package raises its own subclass, under its own error root.
+    """
+
+    def __init__(self, *, pattern: str, path: str) -> None:
+        LoomError.__init__(
+            self,
+            f"{path} looks like it holds a secret ({pattern}); identifiers are stored as given "
+            "and never redacted, so nothing was written. Name it without the credential (a URL "
+            "without its password, a key without a token); a credential that must be recorded "
+            "belongs in a value, where it is redacted",
+        )
+        self.pattern = pattern
+        self.path = path

@@ -11,7 +11,9 @@ registered in loom's closed set of readable topics (:mod:`loom_runtime.topics`),
 topic is looked up, never imported; an alias, if a topic itself must ever change, goes there.
 
 Values (inputs, decision values, outputs) are held as ``msgspec.Raw``: the exact JSON bytes
-that were stored. They are decoded on demand, typed by whoever reads them.
+that were stored. They are decoded on demand, typed by whoever reads them. Each event lists
+its identifier fields in ``IDENTIFIERS`` (a decision key is how a replay finds its value):
+the mapper never redacts those, and refuses one that holds a secret (ADR 0012).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Execution(Aggregate):
         """The flow was started with this input, by this code, having seen the log up to here."""
 
         TOPIC = f"{_TOPIC}.Created"
+        IDENTIFIERS = ("flow", "code_version")
         flow: str
         code_version: str
         input: msgspec.Raw
@@ -68,6 +71,7 @@ class Execution(Aggregate):
         """A nondeterministic result, stored before the flow was allowed to see it."""
 
         TOPIC = f"{_TOPIC}.DecisionRecorded"
+        IDENTIFIERS = ("key", "kind")
         key: str
         kind: str | None
         value: msgspec.Raw
@@ -82,6 +86,7 @@ class Execution(Aggregate):
         """A decision's ``compute`` raised; ``error_type`` is ``module:qualname`` of the error."""
 
         TOPIC = f"{_TOPIC}.DecisionFailed"
+        IDENTIFIERS = ("key", "kind", "error_type")
         key: str
         kind: str | None
         input: msgspec.Raw
@@ -101,6 +106,7 @@ class Execution(Aggregate):
         """A worker claimed an unfinished execution; a second claimant of the same version loses."""
 
         TOPIC = f"{_TOPIC}.Resumed"
+        IDENTIFIERS = ("worker",)
         worker: str
 
         def apply(self, aggregate: Any) -> None:
@@ -119,6 +125,7 @@ class Execution(Aggregate):
         """The flow raised; ``error_type`` is ``module:qualname`` of the exception."""
 
         TOPIC = f"{_TOPIC}.Failed"
+        IDENTIFIERS = ("error_type",)
         error_type: str
         message: str
 

@@ -23,7 +23,9 @@ fails either, or does not decode, is a :class:`~loom_runtime.errors.LogCorruptEr
 
 Given a :class:`~loom_runtime.redaction.Redactor`, the mapper redacts every string of every
 payload before it becomes a row: it is the one place every event passes on its way to the
-database, so it is where "nothing unredacted is stored" can be guaranteed (ADR 0012).
+database, so it is where "nothing unredacted is stored" can be guaranteed (ADR 0012). The
+fields an event class lists in ``IDENTIFIERS`` are the exception: an identifier is never
+rewritten (a redacted doc id names another document), so one holding a secret is refused.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class MsgspecMapper(Mapper[UUID]):
         state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_COLUMNS}
         try:
             if self.redactor is not None:
-                state = {k: self.redactor.value(v, path=f"{topic}.{k}") for k, v in state.items()}
+                state = _redacted(self.redactor, topic, type(domain_event), state)
             class_version = getattr(type(domain_event), "class_version", 1)
             if class_version > 1:
                 state["class_version"] = class_version
@@ -164,3 +166,22 @@ def _real_type(hint: Any) -> Any:
     if isinstance(hint, type) and hint.__module__ != "datetime":
         return next((c for c in hint.__mro__ if c.__module__ == "datetime"), hint)
     return hint
+
+
+def _redacted(redactor: Redactor, topic: str, cls: type, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its values redacted and its identifiers checked, never rewritten.
+
+    An event class lists its identifier fields in ``IDENTIFIERS`` (ADR 0012). Every package
+    checks its identifiers at its own boundary first, with its own error; a refusal here
+    means one path did not, and it is refused all the same, before anything is written.
+    """
+    identifiers = getattr(cls, "IDENTIFIERS", ())
+    redacted = {}
+    for key, value in state.items():
+        path = f"{topic}.{key}"
+        if key in identifiers:
+            redactor.check_identifier(value, path=path)
+            redacted[key] = value
+        else:
+            redacted[key] = redactor.value(value, path=path)
+    return redacted

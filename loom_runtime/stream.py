@@ -29,9 +29,14 @@ _NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
 
 
 class LogEvent(DomainEvent):
-    """Base of loom's stream events: frozen dataclasses with an explicit, stable TOPIC."""
+    """Base of loom's stream events: frozen dataclasses with an explicit, stable TOPIC.
+
+    ``IDENTIFIERS`` names the fields that identify something (ids, keys, names, scopes): the
+    mapper never redacts them, and refuses one holding a secret (ADR 0012).
+    """
 
     TOPIC: ClassVar[str] = ""
+    IDENTIFIERS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -275,7 +275,7 @@ def test_an_event_the_mapper_refuses_leaves_no_version_gap(db_url: str) -> None:
     """A decision refused while it is stored (a secret in its key, refuse mode) leaves the
     execution readable and failed: the Failed event takes the next stored version."""
     with Loom(db_url, flows=flows, redactor=Redactor(mode="refuse")) as loom:
-        CASE.update(key="auth Bearer abcdefghijklmnop", value=1)
+        CASE.update(key="auth Bearer abc123def456ghi789", value=1)
         with pytest.raises(SecretRefusedError):
             loom.run("decide-once")
         [summary] = loom.executions()

@@ -15,6 +15,7 @@ from loom_runtime import (
     Redactor,
     SecretPattern,
     SecretRefusedError,
+    codec,
 )
 from loom_runtime.context import Recorder, save
 from loom_runtime.execution import Execution
@@ -66,7 +67,9 @@ def test_each_builtin_pattern_is_replaced_by_its_marker(name: str, value: str, s
 
 def test_the_text_around_a_secret_stays_readable() -> None:
     """Only the secret part is replaced: the scheme, user and host of a URL stay."""
-    redacted = Redactor().text("postgresql://loom:pw123@db:5432/x and Bearer abcdefghij", path="v")
+    redacted = Redactor().text(
+        "postgresql://loom:pw123@db:5432/x and Bearer abc123def456ghi7", path="v"
+    )
     assert redacted == (
         "postgresql://loom:[REDACTED:url-password]@db:5432/x and Bearer [REDACTED:bearer-token]"
     )
@@ -297,3 +300,20 @@ def test_a_flow_receives_its_input_and_returns_its_output_as_stored(db_url: str)
             return header
 
         assert raw.run("echo", header=f"Bearer {TOKEN}").output == f"Bearer {TOKEN}"
+
+
+def test_a_secret_inside_bytes_is_redacted_and_stays_bytes() -> None:
+    """Bytes are scanned as text before base64 hides them; a redacted value is still bytes."""
+    value = {"blob": f"Authorization: Bearer {TOKEN}".encode(), "bin": b"\xff\xfe " + PEM.encode()}
+    raw = codec.encode(value, path="v", redactor=Redactor())
+    decoded = msgspec.json.decode(raw, type=dict[str, bytes])
+    assert decoded["blob"] == b"Authorization: Bearer [REDACTED:bearer-token]"
+    assert decoded["bin"] == b"\xff\xfe [REDACTED:private-key]"  # latin-1: binary kept as is
+    alone = codec.encode(bytearray(f"Bearer {TOKEN}".encode()), path="v", redactor=Redactor())
+    assert msgspec.json.decode(alone, type=bytes) == b"Bearer [REDACTED:bearer-token]"
+
+
+def test_a_secret_inside_bytes_is_refused_in_refuse_mode() -> None:
+    """Refuse mode refuses a secret in bytes like one in text, naming where it was."""
+    with pytest.raises(SecretRefusedError, match=r"v\[0\]"):
+        codec.encode([f"Bearer {TOKEN}".encode()], path="v", redactor=Redactor(mode="refuse"))
