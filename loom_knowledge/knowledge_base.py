@@ -216,8 +216,13 @@ class KnowledgeBase:
                 "passages are recorded so a replay can answer without the corpus; use "
                 "kb.search(query) for a search that is not part of an execution"
             )
+        # A key is never rewritten once stored (ADR 0012), so the query goes into it already
+        # redacted: a question quoting a password is retrieved, not refused, and the key
+        # (the same live and on replay) holds the marker, never the secret.
+        redactor = self.loom.log.redactor
+        shown = query if redactor is None else redactor.text(query, path="query")
         return decide(
-            f"knowledge:{self.scope}:retrieve:{limit}:{query}",
+            f"knowledge:{self.scope}:retrieve:{limit}:{shown}",
             lambda: self.search(query, limit=limit),
             input={"scope": self.scope, "query": query, "limit": limit},
             type=list[Passage],

@@ -218,6 +218,8 @@ class _Context:
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
+        if self._source.redactor is not None:  # refused before compute runs, not after
+            self._source.redactor.check_identifier(key, path="key")
         occurrence = self._seen.get(key, 0) + 1
         slot_key = key if occurrence == 1 else f"{key}#{occurrence}"
         while slot_key in self._taken:  # a caller's own "k#2" must not collide with ours

@@ -160,3 +160,40 @@ def test_every_declared_identifier_is_a_field_of_its_event() -> None:
     for cls in events:
         fields = {field.name for field in dataclasses.fields(cls)}
         assert set(getattr(cls, "IDENTIFIERS", ())) <= fields, cls
+
+
+def test_a_decision_key_holding_a_secret_is_refused_before_compute_runs(loom: Loom) -> None:
+    """The key is checked when decide is called: the model is never called (nor billed) for a
+    decision that could not be recorded."""
+    calls: list[str] = []
+
+    @loom.flow("keyed-early")
+    def keyed(ctx: FlowContext) -> str:
+        return ctx.decide(f"fetch {SECRET_ID}", lambda: calls.append("computed") or "v")
+
+    with pytest.raises(SecretIdentifierError, match="key"):
+        loom.run("keyed-early")
+    assert calls == []
+
+
+def test_a_query_holding_a_secret_is_retrieved_recorded_redacted_and_replayed(
+    loom: Loom,
+) -> None:
+    """A user's question may quote a password: retrieval works, the key loom builds from the
+    query holds the redacted text (never the secret), and the replay is identical."""
+    kb = open_knowledge_base(loom, "faq")
+    kb.put_doc(Doc(id="login.md", text="When login fails, reset the password in the portal."))
+    question = "login fails with password=Hunter2x9 why"
+
+    @loom.flow("ask-secret")
+    def ask(ctx: FlowContext) -> list[str]:
+        return [p.doc_id for p in kb.retrieve(question, decide=ctx.decide)]
+
+    run = loom.run("ask-secret")
+    assert run.output == ["login.md"]
+    assert loom.replay(run.execution_id).identical
+    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    with loom.log.engine.connect() as conn:
+        states = conn.execute(text(f"SELECT state FROM {table}")).scalars().all()
+    assert all(b"Hunter2x9" not in bytes(state) for state in states)
+    assert any(b"login fails with password=" in bytes(state) for state in states)
