@@ -44,6 +44,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Index,
     Integer,
     String,
     Table,
@@ -119,11 +120,13 @@ class CorpusIndex(SQLProjection):
             columns=[
                 Column("revision", Integer, nullable=True),
                 Column("valid_from", BigInteger, nullable=True),
-                # No index on valid_to: a search filters the rows its postings found (by seq),
-                # and ending a revision finds its rows through the store's (key, entry_id)
-                # index. An index on (key, valid_to) made SQLite pick it for that UPDATE and
-                # scan every current passage of the scope per document (quadratic re-syncs).
                 Column("valid_to", BigInteger, nullable=True),
+                # A search reads the seqs a scope admits at a position from this index alone
+                # (the rows are wide). valid_from leads valid_to on purpose: an index on
+                # (key, valid_to) made SQLite pick it for ending a revision (UPDATE ... WHERE
+                # key AND entry_id IN .. AND valid_to IS NULL) and scan every current passage
+                # of the scope per document; this one offers that UPDATE only its key prefix.
+                Index(f"{TABLE_PREFIX}entries_validity", "key", "valid_from", "valid_to", "seq"),
             ],
             postings=True,
         )

@@ -12,18 +12,22 @@ A store built with ``postings=True`` keeps one row per distinct term of each ent
 count, written and deleted with the entry in the same transaction, and ranks every search with
 :func:`rank`: BM25 with ``k1 = 1.2``, no length normalisation (``b = 0``, as ADR 0017 chose for
 PostgreSQL) and ``idf = max(ln((N - df + 0.5) / (df + 0.5)), 1e-6)``, where ``N`` and ``df``
-count only the rows at the key that ``where`` admits. The arithmetic is done here, in Python,
-from integers the database counted, summing each row's terms in term order: the same admitted
-rows give bit-equal scores on either backend, whatever order a plan delivers them in. Ties fall
-to the entry id, then the append order, so a search depends on what the admitted rows ARE, not
-on when or in which order they were written, and ``where`` can select any past state exactly.
+count only the rows at the key that ``where`` admits. Scores are exact integers (see
+:func:`rank`), so the same admitted rows score the same whatever order a plan adds their terms
+in, on either backend. Ties fall to the entry id, then the append order: a search depends on
+what the admitted rows ARE, not on when or in which order they were written, and ``where`` can
+select any past state exactly.
+
+Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
+the admitted rows (give ``where``'s columns a covering index with the key); it scores every
+admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
+known before counting.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 
 from sqlalchemy import (
@@ -38,7 +42,9 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    case,
     func,
+    literal,
     select,
 )
 
@@ -48,13 +54,17 @@ K1 = 1.2
 MIN_IDF = 1e-6
 """A term in over half the admitted rows still counts, a little (FTS5's and ADR 0017's floor)."""
 
+IDF_SCALE = 2**32
+"""Scores are integers: ``idf`` in units of 2**-32, so a sum is exact in any order."""
+
 
 def postings_table(prefix: str, metadata: MetaData) -> Table:
     """The side table: one row per (term, entry), searched by term, deleted with its entry.
 
-    Deleted with the entry by the database itself, whoever deletes it (a caller's own
-    ``DELETE`` included): on PostgreSQL by the foreign key's cascade, on SQLite (where foreign
-    keys are off by default) by a trigger the backend adds (:meth:`SqliteMemoryStore._search_ddl`).
+    Clustered by ``(term, seq)`` (``WITHOUT ROWID`` on SQLite) so a term's postings, counts
+    included, are one range read. Deleted with the entry by the database itself, whoever
+    deletes it (a caller's own ``DELETE`` included): on PostgreSQL by the foreign key's
+    cascade, on SQLite (where foreign keys are off by default) by a trigger the backend adds.
     A posting left behind would, on SQLite, collide with a re-used rowid.
     """
     return Table(
@@ -70,6 +80,7 @@ def postings_table(prefix: str, metadata: MetaData) -> Table:
         Column("tf", Integer, nullable=False),
         PrimaryKeyConstraint("term", "seq"),
         Index(f"{prefix}postings_seq", "seq"),
+        sqlite_with_rowid=False,
     )
 
 
@@ -85,32 +96,51 @@ def rank(
     admitted: Sequence[ColumnElement[bool]],
     terms: Sequence[str],
     limit: int,
-) -> list[int]:
-    """The seqs of the best ``limit`` admitted rows containing any of ``terms``, best first.
+) -> list[tuple[int, int]]:
+    """The ``(seq, score)`` of every admitted row containing any of ``terms`` that scores at
+    least the ``limit``-th best score, best first, ties in append order (the caller breaks them
+    by entry id: it reads those rows anyway).
 
-    ``admitted`` restricts ``entries`` (the key, the caller's ``where``); orphan postings (an
-    entry deleted behind the store's back) join to nothing and count nowhere.
+    Two statements. The first counts ``N`` (the rows ``admitted`` selects from ``entries``: the
+    key and the caller's ``where``) and each term's document frequency among them; ``idf`` is
+    computed here from those integers and bound into the second, which sums each row's
+    ``idf * tf * (k1 + 1) / (tf + k1)`` in integers (``idf`` scaled by :data:`IDF_SCALE`, the
+    saturation as the exact fraction ``11 tf / (5 tf + 6)``, integer division), so a row's score
+    is the same whatever order a plan adds its terms in, and the same on either backend.
+    Orphan postings (an entry deleted behind the store's back) match no admitted seq.
     """
-    total = conn.execute(select(func.count()).select_from(entries).where(*admitted)).scalar_one()
-    found = conn.execute(
-        select(postings.c.seq, postings.c.term, postings.c.tf, entries.c.entry_id)
-        .join_from(postings, entries, postings.c.seq == entries.c.seq)
-        .where(postings.c.term.in_(terms), *admitted)
-    ).tuples()
-    rows: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    names: dict[int, str] = {}
-    for seq, term, tf, entry_id in found:
-        rows[seq].append((term, tf))
-        names[seq] = "" if entry_id is None else entry_id
-    df = Counter(term for matched in rows.values() for term, _ in matched)
+    rows = select(entries.c.seq).where(*admitted).cte("admitted").prefix_with("MATERIALIZED")
+    # seq + 0: reach the postings by term and test their seqs against the admitted set. On the
+    # bare column SQLite probed (term, seq) once per admitted row and term instead, ~2x slower.
+    matching = (postings.c.term.in_(terms), (postings.c.seq + 0).in_(select(rows.c.seq)))
+    total = select(func.count()).select_from(rows).scalar_subquery()
+    counted = conn.execute(
+        select(postings.c.term, func.count(), total).where(*matching).group_by(postings.c.term)
+    ).all()
+    if not counted:
+        return []
     idf = {
-        term: max(math.log((total - count + 0.5) / (count + 0.5)), MIN_IDF)
-        for term, count in df.items()
+        term: round(IDF_SCALE * max(math.log((n - df + 0.5) / (df + 0.5)), MIN_IDF))
+        for term, df, n in counted
     }
-
-    def score(matched: list[tuple[str, int]]) -> float:
-        return sum(idf[term] * tf * (K1 + 1.0) / (tf + K1) for term, tf in sorted(matched))
-
-    ranked = ((-score(matched), names[seq], seq) for seq, matched in rows.items())
-    best = heapq.nsmallest(limit, ranked)
-    return [seq for _, _, seq in best]
+    weight = case(
+        {term: literal(value, BigInteger) for term, value in idf.items()}, value=postings.c.term
+    )
+    tf = postings.c.tf
+    score = func.sum(weight * 11 * tf // (5 * tf + 6)).label("score")
+    scores = (
+        select(postings.c.seq, score)
+        .where(*matching)
+        .group_by(postings.c.seq)
+        .cte("scores")
+        .prefix_with("MATERIALIZED")
+    )
+    threshold = (
+        select(scores.c.score).order_by(scores.c.score.desc()).offset(limit - 1).limit(1)
+    ).scalar_subquery()
+    best = conn.execute(
+        select(scores.c.seq, scores.c.score)
+        .where(scores.c.score >= func.coalesce(threshold, 0))
+        .order_by(scores.c.score.desc(), scores.c.seq)
+    ).tuples()
+    return list(best)

@@ -264,20 +264,33 @@ class SqlMemoryStore(ABC):
             if self.postings is None:
                 found = self._search_rows(c, key, terms, limit, where)
             else:
-                admitted = [self.entries.c.key == key, *([] if where is None else [where])]
-                found = self._read_seqs(
-                    c, rank(c, self.entries, self.postings, admitted, terms, limit)
-                )
+                found = self._ranked_by_postings(c, self.postings, key, terms, limit, where)
             return [self._annotated(row) for row in found]
+
+    def _ranked_by_postings(
+        self,
+        conn: Connection,
+        postings: Table,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> list[Row[Any]]:
+        """The best ``limit`` rows by :func:`~loom_memory.postings.rank`, ties by entry id."""
+        admitted = [self.entries.c.key == key, *([] if where is None else [where])]
+        scores = dict(rank(conn, self.entries, postings, admitted, terms, limit))
+        rows = self._read_seqs(conn, list(scores))
+        rows.sort(key=lambda row: (-scores[row.seq], row.entry_id or "", row.seq))
+        return rows[:limit]
 
     def _read_seqs(self, conn: Connection, seqs: Sequence[int]) -> list[Row[Any]]:
         """The rows ``seqs`` (entry and extra columns), in that order: a ranking's answer."""
         if not seqs:
             return []
         fetched = conn.execute(
-            select(self.entries.c.seq, self.entries.c.entry, *self.annotations).where(
-                self.entries.c.seq.in_(seqs)
-            )
+            select(
+                self.entries.c.seq, self.entries.c.entry_id, self.entries.c.entry, *self.annotations
+            ).where(self.entries.c.seq.in_(seqs))
         )
         by_seq = {row.seq: row for row in fetched}
         return [by_seq[seq] for seq in seqs if seq in by_seq]
