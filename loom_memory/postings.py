@@ -48,9 +48,6 @@ from sqlalchemy import (
     select,
 )
 
-K1 = 1.2
-"""BM25's term-frequency saturation, as in Lucene, tantivy, FTS5 and ADR 0017."""
-
 MIN_IDF = 1e-6
 """A term in over half the admitted rows still counts, a little (FTS5's and ADR 0017's floor)."""
 
@@ -104,8 +101,9 @@ def rank(
     Two statements. The first counts ``N`` (the rows ``admitted`` selects from ``entries``: the
     key and the caller's ``where``) and each term's document frequency among them; ``idf`` is
     computed here from those integers and bound into the second, which sums each row's
-    ``idf * tf * (k1 + 1) / (tf + k1)`` in integers (``idf`` scaled by :data:`IDF_SCALE`, the
-    saturation as the exact fraction ``11 tf / (5 tf + 6)``, integer division), so a row's score
+    ``idf * tf * (k1 + 1) / (tf + k1)`` in integers (``idf`` scaled by :data:`IDF_SCALE`; with
+    ``k1 = 1.2``, as in Lucene, tantivy, FTS5 and ADR 0017, the saturation is the exact fraction
+    ``11 tf / (5 tf + 6)``, taken by integer division), so a row's score
     is the same whatever order a plan adds its terms in, and the same on either backend.
     Orphan postings (an entry deleted behind the store's back) match no admitted seq.
     """

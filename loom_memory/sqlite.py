@@ -21,6 +21,10 @@ narrower match expressions and proves, from each term's document count (read fro
 ``fts5vocab`` view, ``<prefix>fts_terms``), that no row it skipped could enter the top ``k``.
 That takes a three-word query on 100,000 entries from scoring ~15,000 rows to a few hundred.
 
+A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (the
+statistics of the rows ``where`` admits, not of the whole index; a trigger deletes an entry's
+postings with it); the FTS index is still kept.
+
 The FTS tokenizer is ``unicode61`` with diacritics kept: it splits on what :func:`tokenize`
 splits on and folds case, so the index holds exactly the first-party terms.
 """
