@@ -38,8 +38,11 @@ _CORPORA = (
 _VERSIONS = ("pg15.18", "pg15.20", "pg17", "pg15.18")
 """Three versions and back: a minor release, a major one, and the first text again."""
 _JUDGMENTS = "qrels-pg15-index.jsonl.gz"
-_OTHER_PAGES = 150
-"""Pages no judgment names, kept beside the judged ones so the statistics are not only theirs."""
+_JUDGED_PAGES = 200
+"""Pages kept from those the judgments name (in id order); every query judged by one of them is
+asked. The whole manual asks 3,015 queries of ~950 pages four times over: minutes per backend."""
+_OTHER_PAGES = 120
+"""Pages no kept judgment names, so the statistics are not only the judged pages'."""
 _LIMIT = 10
 
 
@@ -122,17 +125,21 @@ def _version(directory: Path, name: str, keep: set[str]) -> list[Doc]:
 def test_a_manual_reconciled_through_three_versions_and_back_ranks_as_fresh(
     loom: Loom, db_url: str, tmp_path: Path
 ) -> None:
-    """pg15.18 -> 15.20 -> 17 -> 15.18: every judged query, current = fresh, as of = then."""
+    """pg15.18 -> 15.20 -> 17 -> 15.18: every query judged by a kept page, current = fresh and
+    as of each earlier sync = the search made then."""
     directory = _corpora()
     judged = _read(directory / _JUDGMENTS)
-    queries = [str(line["query"]) for line in judged]
-    relevant = {str(page) for line in judged for page in line["relevant"]}  # type: ignore[attr-defined]
+    named = sorted({str(page) for line in judged for page in line["relevant"]})  # type: ignore[attr-defined]
+    kept_judged = set(named[:_JUDGED_PAGES])
+    queries = [
+        str(line["query"])
+        for line in judged
+        if kept_judged & {str(page) for page in line["relevant"]}  # type: ignore[attr-defined]
+    ]
     unjudged = sorted(
-        str(page["id"])
-        for page in _read(directory / "pg15.18.jsonl.gz")
-        if page["id"] not in relevant
+        str(page["id"]) for page in _read(directory / "pg15.18.jsonl.gz") if page["id"] not in named
     )
-    keep = relevant | set(unjudged[:_OTHER_PAGES])
+    keep = kept_judged | set(unjudged[:_OTHER_PAGES])
     kb = open_knowledge_base(loom, "manual")
     then: list[tuple[int, list[list[Passage]]]] = []
     for name in _VERSIONS:
