@@ -18,6 +18,12 @@ MRR@10 and Hit@10. Latency is per query, p50 and p95 per round, medians over rou
   pg15.18 passages, and timed against a current ``kb.search`` on the same queries (target: the
   as-of query at most 2x the current one).
 
+* History independence (issue 11): on each backend, one knowledge base reconciles pg15.18 ->
+  pg15.20 -> pg17 -> pg15.18 (three versions and back), searching the sampled pg15 queries
+  after each sync. Reported as percentages that must be 100%: the final current search equal
+  (passages and order) to a fresh corpus of the pg15.18 pages, and ``as_of(P).retrieve`` at each
+  earlier position equal to the search that ran at P.
+
 Negative control: the pg17 results of tantivy scored against judgments rotated by one query
 (every query judged by its neighbour's relevant pages) must score MRR@10 below 0.05; a scorer
 that counted anything as a hit would not.
@@ -105,8 +111,12 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         results = interleave(arms, rounds=rounds, progress=progress)
         progress("negative control: rotated judgments")
         control = _rotated_control(searches["tantivy | pg17"], pg17.judged)
+    history = {
+        backend: _history_equivalence(open_loom, [query for query, _ in pg15.judged], pages)
+        for backend, open_loom in _history_backends(settings).items()
+    }
     _check_deterministic(results)
-    publish(_targets(results, pg17, faq))
+    publish([*_targets(results, pg17, faq), *_history_targets(history)])
     return SectionResult(
         notes=(
             __doc__.split("\n\n", 2)[1].replace("\n", " "),
@@ -118,7 +128,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             if settings.pg_url is None
             else "PostgreSQL: a fresh database on the LOOM_TEST_PG_URL server (fsync off).",
         ),
-        tables=(_quality_table(results, rounds), _as_of_table(results)),
+        tables=(
+            _quality_table(results, rounds),
+            _as_of_table(results),
+            _history_table(history, len(pg15.judged)),
+        ),
         controls=(control,),
     )
 
@@ -237,6 +251,111 @@ def _as_of_searches(keep: set[str]) -> Iterator[tuple[Search, Search]]:
             lambda query: [p.doc_id for p in past.retrieve(query, limit=LIMIT)],
             lambda query: [p.doc_id for p in kb.search(query, limit=LIMIT)],
         )
+
+
+HISTORY_VERSIONS = ("pg15.18", "pg15.20", "pg17", "pg15.18")
+"""Three versions and back: the last corpus is the first one's text again."""
+
+LoomOpener = Callable[[], Any]
+"""A context manager giving a Loom on a fresh database of one backend."""
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """How many searches agreed: current vs a fresh corpus, as of P vs the search at P."""
+
+    fresh_equal: int
+    fresh_total: int
+    as_of_equal: int
+    as_of_total: int
+
+
+def _history_backends(settings: Settings) -> dict[str, LoomOpener]:
+    @contextmanager
+    def sqlite() -> Iterator[Loom]:
+        with fresh_sqlite() as (url, _), Loom(url) as loom:
+            yield loom
+
+    backends: dict[str, LoomOpener] = {"SQLite": sqlite}
+    if settings.pg_url is not None:
+        admin = settings.pg_url
+
+        @contextmanager
+        def postgres() -> Iterator[Loom]:
+            with fresh_postgres(admin) as url, Loom(url) as loom:
+                yield loom
+
+        backends["PostgreSQL"] = postgres
+    return backends
+
+
+def _history_equivalence(
+    open_loom: LoomOpener, queries: Sequence[str], limit_pages: int | None
+) -> Equivalence:
+    """Reconcile three versions and back; compare every query with a fresh corpus and as of."""
+
+    def key(passages: Sequence[Any]) -> list[tuple[str, int, str]]:
+        return [(p.doc_id, p.index, p.text) for p in passages]
+
+    versions = [
+        tuple(doc for doc in docs(name) if doc.id != INDEX_PAGE)[:limit_pages]
+        for name in HISTORY_VERSIONS
+    ]
+    with open_loom() as loom:
+        kb = open_knowledge_base(loom, "history")
+        then = []
+        for pages in versions:
+            kb.sync(pages, source="manual", allow_mass_delete=True)
+            then.append((loom.log.position, [kb.search(q, limit=LIMIT) for q in queries]))
+        current = [key(found) for found in then[-1][1]]
+        as_of = [
+            kb.as_of(position).retrieve(q, limit=LIMIT) == past
+            for position, found in then[:-1]
+            for q, past in zip(queries, found, strict=True)
+        ]
+    with open_loom() as loom:
+        fresh = open_knowledge_base(loom, "fresh")
+        fresh.sync(versions[-1], source="manual")
+        expected = [key(fresh.search(q, limit=LIMIT)) for q in queries]
+    return Equivalence(
+        fresh_equal=sum(a == b for a, b in zip(current, expected, strict=True)),
+        fresh_total=len(queries),
+        as_of_equal=sum(as_of),
+        as_of_total=len(as_of),
+    )
+
+
+def _percent(equal: int, total: int) -> str:
+    return f"{100 * equal / total:.1f}% ({equal}/{total})"
+
+
+def _history_table(history: dict[str, Equivalence], queries: int) -> Table:
+    return Table(
+        title="Retrieval independent of history (pg15.18 -> 15.20 -> 17 -> 15.18)",
+        columns=("backend", "current = fresh corpus", "as of P = search at P"),
+        rows=tuple(
+            (
+                backend,
+                _percent(found.fresh_equal, found.fresh_total),
+                _percent(found.as_of_equal, found.as_of_total),
+            )
+            for backend, found in history.items()
+        ),
+        note=f"{queries} sampled pg15 queries, top {LIMIT} passages compared in order; as of "
+        f"each of the {len(HISTORY_VERSIONS) - 1} earlier positions; must be 100%",
+    )
+
+
+def _history_targets(history: dict[str, Equivalence]) -> list[Target]:
+    return [
+        Target(
+            name=f"retrieval independent of history ({backend}): current = fresh, as of = then",
+            measured=f"{_percent(found.fresh_equal, found.fresh_total)}, "
+            f"{_percent(found.as_of_equal, found.as_of_total)}",
+            met=found.fresh_equal == found.fresh_total and found.as_of_equal == found.as_of_total,
+        )
+        for backend, found in history.items()
+    ]
 
 
 def _ranked_pages(found: list[str]) -> list[str]:

@@ -25,6 +25,9 @@ current, next to the ``revision`` and ``valid_from`` written with them. A curren
 ``valid_to IS NULL``; a search as of position P admits ``valid_from <= P < valid_to``. Both are
 the same ranked query with a different ``where``, so they rank with the same scorer and cost
 the same; superseded passages never retrieve as current (they are excluded, not ranked lower).
+The store keeps postings (``postings=True``), so that scorer counts its statistics over the
+admitted rows only and breaks ties by passage id: a search ranks the corpus as it was at the
+position, exactly as a fresh corpus of those documents would, whatever history it went through.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Index,
     Integer,
     String,
     Table,
@@ -48,6 +52,7 @@ from sqlalchemy import (
     and_,
     delete,
     func,
+    inspect,
     or_,
     select,
     update,
@@ -81,22 +86,8 @@ class CorpusIndex(SQLProjection):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
-        store_class = (
-            PostgresMemoryStore if engine.dialect.name == "postgresql" else SqliteMemoryStore
-        )
-        self.store = store_class(
-            engine,
-            table_prefix=TABLE_PREFIX,
-            columns=[
-                Column("revision", Integer, nullable=True),
-                Column("valid_from", BigInteger, nullable=True),
-                # No index on valid_to: a search filters the rows its MATCH found (by rowid),
-                # and ending a revision finds its rows through the store's (key, entry_id)
-                # index. An index on (key, valid_to) made SQLite pick it for that UPDATE and
-                # scan every current passage of the scope per document (quadratic re-syncs).
-                Column("valid_to", BigInteger, nullable=True),
-            ],
-        )
+        predates_postings = _predates_postings(engine)
+        self.store = self._open_store()
         self.documents = Table(
             f"{TABLE_PREFIX}documents",
             self.metadata,
@@ -110,7 +101,35 @@ class CorpusIndex(SQLProjection):
             Column("ended_position", BigInteger, nullable=True),
             Column("ended_by", String(20), nullable=True),
         )
+        if predates_postings:
+            # Built before searches ranked by the admitted rows' statistics: its passages have
+            # no postings. Drop the read model; create_tables finds its tables missing and the
+            # next catch-up rebuilds it from the log.
+            self.drop()
+            self.store = self._open_store()
         self.create_tables()
+
+    def _open_store(self) -> PostgresMemoryStore | SqliteMemoryStore:
+        """The passage store, with postings: a search ranks by the admitted rows (ADR 0014)."""
+        store_class = (
+            PostgresMemoryStore if self.engine.dialect.name == "postgresql" else SqliteMemoryStore
+        )
+        return store_class(
+            self.engine,
+            table_prefix=TABLE_PREFIX,
+            columns=[
+                Column("revision", Integer, nullable=True),
+                Column("valid_from", BigInteger, nullable=True),
+                Column("valid_to", BigInteger, nullable=True),
+                # A search reads the seqs a scope admits at a position from this index alone
+                # (the rows are wide). valid_from leads valid_to on purpose: an index on
+                # (key, valid_to) made SQLite pick it for ending a revision (UPDATE ... WHERE
+                # key AND entry_id IN .. AND valid_to IS NULL) and scan every current passage
+                # of the scope per document; this one offers that UPDATE only its key prefix.
+                Index(f"{TABLE_PREFIX}entries_validity", "key", "valid_from", "valid_to", "seq"),
+            ],
+            postings=True,
+        )
 
     # -- projection ---------------------------------------------------------------------------
 
@@ -124,7 +143,7 @@ class CorpusIndex(SQLProjection):
     def clear(self, conn: Connection) -> None:
         conn.execute(delete(self.documents))
         conn.execute(delete(self.revisions))
-        conn.execute(delete(self.store.entries))
+        self.store.clear_all(conn=conn)
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
         key = corpus_key(event.scope)
@@ -335,6 +354,12 @@ class CorpusIndex(SQLProjection):
 
     def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
         return nullcontext(conn) if conn is not None else self.engine.connect()
+
+
+def _predates_postings(engine: Engine) -> bool:
+    """Whether ``engine`` holds a passage index written before postings were kept."""
+    tables = set(inspect(engine).get_table_names())
+    return f"{TABLE_PREFIX}entries" in tables and f"{TABLE_PREFIX}postings" not in tables
 
 
 def _record_columns(*, revision_is_key: bool) -> list[Column[Any]]:

@@ -47,12 +47,19 @@ from loom_memory.store import (
     SupportsSearch,
     remove_entries,
 )
-from loom_memory.text import entry_terms, query_terms, searchable_text, tokenize
+from loom_memory.text import (
+    MAX_QUERY_TERMS,
+    entry_terms,
+    query_terms,
+    searchable_text,
+    tokenize,
+)
 from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
     "DEFAULT_TIERS",
+    "MAX_QUERY_TERMS",
     "MAX_SEARCH_LIMIT",
     "BackendError",
     "Content",

@@ -18,6 +18,9 @@ BM25's, floored at 1e-6, from ``df`` counted over the matching rows and ``N`` th
 key that ``where`` admits: a filtered search ranks as if the store held only those rows. No
 ``b``: a tsvector keeps no token count, and its lexeme count was a worse length than none.
 
+A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (same
+formula, integer scores, ties by entry id; a foreign key's cascade deletes an entry's postings).
+
 ``entry_id`` is a stored generated column, ``entry::json ->> 'id'``, indexed with ``key`` so
 ``remove`` is one indexed ``DELETE``. Use a ``postgresql+psycopg://`` URL (psycopg 3).
 """

@@ -36,6 +36,11 @@ constructor, sets them with ``append(..., values=...)``, and restricts ``read``/
 with ``where=`` over them. ``where`` is part of the ranked query itself, so a filtered search
 returns the best matches among the admitted rows, ranked by the same scorer as any other
 search. ``read_annotated``/``search_annotated`` return each entry with those values.
+
+Such a caller usually also wants ``postings=True``: a ``(term, seq, tf)`` side table kept with
+the rows, so that every search ranks with the statistics of the rows ``where`` admits and breaks
+ties by entry id, never by the rows it filtered out or the order rows were written in
+(:mod:`loom_memory.postings`). Both backends then rank with the same scorer.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from sqlalchemy.schema import SchemaItem
 
 from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
 from loom_memory.errors import BackendError, StoreConfigurationError
+from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import entry_terms
 from loom_runtime.schema import serialise_ddl
@@ -98,6 +104,7 @@ class SqlMemoryStore(ABC):
         *,
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         columns: Sequence[SchemaItem] = (),
+        postings: bool = False,
     ) -> None:
         if not _PREFIX.fullmatch(table_prefix):
             raise StoreConfigurationError(
@@ -112,9 +119,10 @@ class SqlMemoryStore(ABC):
                 f"{self._engine.dialect.name}: use the backend for that database"
             )
         self.table_prefix = table_prefix
+        metadata = MetaData()
         self.entries = Table(
             f"{table_prefix}entries",
-            MetaData(),
+            metadata,
             Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
             Column("key", Text, nullable=False),
             Column("entry", Text, nullable=False),
@@ -125,9 +133,12 @@ class SqlMemoryStore(ABC):
             *columns,
         )
         self.annotations = tuple(column for column in columns if isinstance(column, Column))
+        self.postings = postings_table(table_prefix, metadata) if postings else None
+        """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
+        :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers creating the store at once must not race
-            self.entries.create(conn, checkfirst=True)
+            metadata.create_all(conn, checkfirst=True)
             for statement in self._search_ddl():
                 conn.exec_driver_sql(statement)
 
@@ -149,12 +160,12 @@ class SqlMemoryStore(ABC):
         ``values`` sets the store's extra ``columns`` on every row written (see the module
         docstring, "Annotated rows").
         """
-        rows = self._rows(check_key(key), entries)
+        rows, terms = self._rows(check_key(key), entries)
         if values:
             rows = [{**row, **values} for row in rows]
         if rows:
             with self._begin(conn) as c:
-                c.execute(insert(self.entries), rows)
+                self._insert(c, rows, terms)
 
     def read(
         self,
@@ -190,15 +201,20 @@ class SqlMemoryStore(ABC):
         with self._begin(conn) as c:
             c.execute(statement)
 
+    def clear_all(self, *, conn: Connection | None = None) -> None:
+        """Remove every entry of every key (a projection's reset), search structures included."""
+        with self._begin(conn) as c:
+            c.execute(delete(self.entries))
+
     def replace(
         self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None
     ) -> None:
         """Make ``entries`` the list at ``key``: delete and insert in one transaction."""
-        rows = self._rows(check_key(key), entries)
+        rows, terms = self._rows(check_key(key), entries)
         with self._begin(conn) as c:
             c.execute(delete(self.entries).where(self.entries.c.key == key))
             if rows:
-                c.execute(insert(self.entries), rows)
+                self._insert(c, rows, terms)
 
     def remove(self, key: str, ids: Iterable[str], *, conn: Connection | None = None) -> None:
         """Delete every entry at ``key`` whose id is in ``ids``: one statement on the id index."""
@@ -245,7 +261,56 @@ class SqlMemoryStore(ABC):
         if not terms:
             return []
         with self._begin(conn) as c:
-            return [self._annotated(row) for row in self._search_rows(c, key, terms, limit, where)]
+            if self.postings is None:
+                found = self._search_rows(c, key, terms, limit, where)
+            else:
+                found = self._ranked_by_postings(c, self.postings, key, terms, limit, where)
+            return [self._annotated(row) for row in found]
+
+    def _ranked_by_postings(
+        self,
+        conn: Connection,
+        postings: Table,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> list[Row[Any]]:
+        """The best ``limit`` rows by :func:`~loom_memory.postings.rank`, ties by entry id."""
+        admitted = [self.entries.c.key == key, *([] if where is None else [where])]
+        scores = dict(rank(conn, self.entries, postings, admitted, terms, limit))
+        rows = self._read_seqs(conn, list(scores))
+        rows.sort(key=lambda row: (-scores[row.seq], row.entry_id or "", row.seq))
+        return rows[:limit]
+
+    def _read_seqs(self, conn: Connection, seqs: Sequence[int]) -> list[Row[Any]]:
+        """The rows ``seqs`` (entry and extra columns), in that order: a ranking's answer."""
+        if not seqs:
+            return []
+        fetched = conn.execute(
+            select(
+                self.entries.c.seq, self.entries.c.entry_id, self.entries.c.entry, *self.annotations
+            ).where(self.entries.c.seq.in_(seqs))
+        )
+        by_seq = {row.seq: row for row in fetched}
+        return [by_seq[seq] for seq in seqs if seq in by_seq]
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
+        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept."""
+        if self.postings is None:
+            conn.execute(insert(self.entries), rows)
+            return
+        seqs = conn.execute(
+            insert(self.entries).returning(self.entries.c.seq, sort_by_parameter_order=True),
+            rows,
+        ).scalars()
+        postings = [
+            posting
+            for seq, row_terms in zip(seqs, terms, strict=True)
+            for posting in posting_rows(seq, row_terms)
+        ]
+        if postings:
+            conn.execute(insert(self.postings), postings)
 
     def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
         values = row._mapping
@@ -261,7 +326,7 @@ class SqlMemoryStore(ABC):
         with self._begin(conn) as c:
             for statement in self._drop_ddl():
                 c.exec_driver_sql(statement)
-            self.entries.drop(c, checkfirst=True)
+            self.entries.metadata.drop_all(c, checkfirst=True)
 
     def _drop_ddl(self) -> list[str]:
         """DDL dropping search structures that do not go with the entries table."""
@@ -298,16 +363,17 @@ class SqlMemoryStore(ABC):
         Each row has ``entry`` and the extra columns.
         """
 
-    def _rows(self, key: str, entries: Sequence[MemoryEntry]) -> list[dict[str, Any]]:
+    def _rows(
+        self, key: str, entries: Sequence[MemoryEntry]
+    ) -> tuple[list[dict[str, Any]], list[list[str]]]:
+        """The table rows of ``entries`` at ``key``, and each one's indexed terms."""
         encoded = encode_entries(entries)
-        return [
-            {
-                "key": key,
-                "entry": data.decode(),
-                **self._search_values(entry_terms(entry)),
-            }
-            for entry, data in zip(entries, encoded, strict=True)
+        terms = [entry_terms(entry) for entry in entries]
+        rows = [
+            {"key": key, "entry": data.decode(), **self._search_values(row_terms)}
+            for row_terms, data in zip(terms, encoded, strict=True)
         ]
+        return rows, terms
 
     @contextmanager
     def _begin(self, conn: Connection | None) -> Iterator[Connection]:

@@ -21,6 +21,10 @@ narrower match expressions and proves, from each term's document count (read fro
 ``fts5vocab`` view, ``<prefix>fts_terms``), that no row it skipped could enter the top ``k``.
 That takes a three-word query on 100,000 entries from scoring ~15,000 rows to a few hundred.
 
+A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (the
+statistics of the rows ``where`` admits, not of the whole index; a trigger deletes an entry's
+postings with it); the FTS index is still kept.
+
 The FTS tokenizer is ``unicode61`` with diacritics kept: it splits on what :func:`tokenize`
 splits on and folds case, so the index holds exactly the first-party terms.
 """
@@ -82,6 +86,17 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"VALUES ('delete', old.seq, old.search_text); END",
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.vocabulary_table} "
             f"USING fts5vocab({fts}, 'row')",
+            *self._postings_ddl(),
+        ]
+
+    def _postings_ddl(self) -> list[str]:
+        """The trigger deleting an entry's postings with it (SQLite ignores the foreign key)."""
+        if self.postings is None:
+            return []
+        rows, postings = self.entries.name, self.postings.name
+        return [
+            f"CREATE TRIGGER IF NOT EXISTS {rows}_postings_delete AFTER DELETE ON {rows} BEGIN "
+            f"DELETE FROM {postings} WHERE seq = old.seq; END"
         ]
 
     def _drop_ddl(self) -> list[str]:
@@ -126,14 +141,7 @@ class SqliteMemoryStore(SqlMemoryStore):
             found = conn.execute(ranked, {"match": match})
             return [Hit(rowid=row.seq, score=-row.bm25) for row in found]
 
-        best = top_k(terms, self._term_stats(conn, terms), limit, run)
-        if not best:
-            return []
-        fetched = conn.execute(
-            select(rows.c.seq, rows.c.entry, *self.annotations).where(rows.c.seq.in_(best))
-        )
-        by_seq = {row.seq: row for row in fetched}
-        return [by_seq[seq] for seq in best if seq in by_seq]
+        return self._read_seqs(conn, top_k(terms, self._term_stats(conn, terms), limit, run))
 
     def _term_stats(self, conn: Connection, terms: list[str]) -> TermStats:
         """The row count and each term's document count, as FTS5's ``bm25()`` sees them."""

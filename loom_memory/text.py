@@ -15,7 +15,8 @@ different question than the caller asked, and still pass a kit that can only pro
   :data:`MAX_TERM_LENGTH`. Its output re-tokenizes to itself, so a backend may store the terms
   joined by spaces and hand them to its own word splitter.
 
-Terms are OR-ed: a longer question must never return fewer memories (PostgreSQL's
+Terms are OR-ed (the first :data:`MAX_QUERY_TERMS` distinct ones): a longer question must never
+return fewer memories (PostgreSQL's
 ``plainto_tsquery`` ANDs, which gets this backwards). A query with no terms left (only
 punctuation or stop words) searches for nothing and returns ``[]``. Scripts written without
 spaces (Chinese, Japanese) tokenize as whole runs, so a substring of such a run does not match.
@@ -42,6 +43,12 @@ MAX_TERM_LENGTH = 256
 """Longer letter/digit runs (encoded blobs) are not words and are dropped; PostgreSQL refuses
 lexemes over 2 KiB, and a term one backend drops must be dropped by all of them."""
 
+MAX_QUERY_TERMS = 1_000
+"""A query's distinct terms beyond this many are not searched. A question has tens of words; a
+pasted document has thousands, and PostgreSQL refused a 20,000-term OR query outright ("stack
+depth limit exceeded") where SQLite answered it. Every backend searches the same first terms, so
+a huge query gets the same kind of answer everywhere: the best matches of its opening."""
+
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -67,8 +74,9 @@ def entry_terms(entry: MemoryEntry) -> list[str]:
 
 
 def query_terms(query: str) -> list[str]:
-    """Return the distinct terms of a search query, in order; search ORs them."""
-    return list(dict.fromkeys(tokenize(query)))
+    """Return the distinct terms of a search query, in order, at most :data:`MAX_QUERY_TERMS`
+    of them; search ORs them."""
+    return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
 
 
 def _leaves(value: Content) -> Iterator[str]:

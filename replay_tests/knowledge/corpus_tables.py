@@ -75,7 +75,7 @@ def store_class(bind: Engine | str) -> type[SqlMemoryStore]:
 
 def passage_store(engine: Engine) -> SqlMemoryStore:
     """A second store over the corpus's own tables, to read and write rows without the manifest."""
-    return store_class(engine)(engine, table_prefix=TABLE_PREFIX)
+    return store_class(engine)(engine, table_prefix=TABLE_PREFIX, postings=True)
 
 
 def read_passages(engine: Engine, scope: str) -> list[MemoryEntry]:

@@ -1,0 +1,144 @@
+"""Postings: a ``(term, seq, tf)`` side table, and BM25 with the statistics of the admitted rows.
+
+Why a store would want it: FTS5's ``bm25()`` takes the row count ``N``, each term's document
+frequency and the average length from its WHOLE index (every key, every row ever appended and
+not deleted), and breaks ties by rowid. A caller that keeps history as rows and searches it
+through ``where=`` (the corpus keeps every revision of a passage, ADR 0014) then ranks a current
+search with the statistics of superseded rows, and an "as of" search with today's: re-syncing
+one document back and forth made it sink for its own question. PostgreSQL counted the admitted
+rows already (ADR 0017) but broke ties by append order, which history also changes.
+
+A store built with ``postings=True`` keeps one row per distinct term of each entry, with its
+count, written and deleted with the entry in the same transaction, and ranks every search with
+:func:`rank`: BM25 with ``k1 = 1.2``, no length normalisation (``b = 0``, as ADR 0017 chose for
+PostgreSQL) and ``idf = max(ln((N - df + 0.5) / (df + 0.5)), 1e-6)``, where ``N`` and ``df``
+count only the rows at the key that ``where`` admits. Scores are exact integers (see
+:func:`rank`), so the same admitted rows score the same whatever order a plan adds their terms
+in, on either backend. Ties fall to the entry id, then the append order: a search depends on
+what the admitted rows ARE, not on when or in which order they were written, and ``where`` can
+select any past state exactly.
+
+Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
+the admitted rows (give ``where``'s columns a covering index with the key); it scores every
+admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
+known before counting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    Connection,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    case,
+    func,
+    literal,
+    select,
+)
+
+MIN_IDF = 1e-6
+"""A term in over half the admitted rows still counts, a little (FTS5's and ADR 0017's floor)."""
+
+IDF_SCALE = 2**32
+"""Scores are integers: ``idf`` in units of 2**-32, so a sum is exact in any order."""
+
+
+def postings_table(prefix: str, metadata: MetaData) -> Table:
+    """The side table: one row per (term, entry), searched by term, deleted with its entry.
+
+    Clustered by ``(term, seq)`` (``WITHOUT ROWID`` on SQLite) so a term's postings, counts
+    included, are one range read. Deleted with the entry by the database itself, whoever
+    deletes it (a caller's own ``DELETE`` included): on PostgreSQL by the foreign key's
+    cascade, on SQLite (where foreign keys are off by default) by a trigger the backend adds.
+    A posting left behind would, on SQLite, collide with a re-used rowid.
+    """
+    return Table(
+        f"{prefix}postings",
+        metadata,
+        Column("term", Text, nullable=False),
+        Column(
+            "seq",
+            BigInteger().with_variant(Integer, "sqlite"),
+            ForeignKey(f"{prefix}entries.seq", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("tf", Integer, nullable=False),
+        PrimaryKeyConstraint("term", "seq"),
+        Index(f"{prefix}postings_seq", "seq"),
+        sqlite_with_rowid=False,
+    )
+
+
+def posting_rows(seq: int, terms: Sequence[str]) -> list[dict[str, object]]:
+    """The postings of the entry ``seq`` whose indexed terms are ``terms``."""
+    return [{"term": term, "seq": seq, "tf": tf} for term, tf in Counter(terms).items()]
+
+
+def rank(
+    conn: Connection,
+    entries: Table,
+    postings: Table,
+    admitted: Sequence[ColumnElement[bool]],
+    terms: Sequence[str],
+    limit: int,
+) -> list[tuple[int, int]]:
+    """The ``(seq, score)`` of every admitted row containing any of ``terms`` that scores at
+    least the ``limit``-th best score, best first, ties in append order (the caller breaks them
+    by entry id: it reads those rows anyway).
+
+    Two statements. The first counts ``N`` (the rows ``admitted`` selects from ``entries``: the
+    key and the caller's ``where``) and each term's document frequency among them; ``idf`` is
+    computed here from those integers and bound into the second, which sums each row's
+    ``idf * tf * (k1 + 1) / (tf + k1)`` in integers (``idf`` scaled by :data:`IDF_SCALE`; with
+    ``k1 = 1.2``, as in Lucene, tantivy, FTS5 and ADR 0017, the saturation is the exact fraction
+    ``11 tf / (5 tf + 6)``, taken by integer division), so a row's score
+    is the same whatever order a plan adds its terms in, and the same on either backend.
+    Orphan postings (an entry deleted behind the store's back) match no admitted seq.
+    """
+    rows = select(entries.c.seq).where(*admitted).cte("admitted").prefix_with("MATERIALIZED")
+    # seq + 0: reach the postings by term and test their seqs against the admitted set. On the
+    # bare column SQLite probed (term, seq) once per admitted row and term instead, ~2x slower.
+    matching = (postings.c.term.in_(terms), (postings.c.seq + 0).in_(select(rows.c.seq)))
+    total = select(func.count()).select_from(rows).scalar_subquery()
+    counted = conn.execute(
+        select(postings.c.term, func.count(), total).where(*matching).group_by(postings.c.term)
+    ).all()
+    if not counted:
+        return []
+    idf = {
+        term: round(IDF_SCALE * max(math.log((n - df + 0.5) / (df + 0.5)), MIN_IDF))
+        for term, df, n in counted
+    }
+    weight = case(
+        {term: literal(value, BigInteger) for term, value in idf.items()}, value=postings.c.term
+    )
+    tf = postings.c.tf
+    score = func.sum(weight * 11 * tf // (5 * tf + 6)).label("score")
+    scores = (
+        select(postings.c.seq, score)
+        .where(*matching)
+        .group_by(postings.c.seq)
+        .cte("scores")
+        .prefix_with("MATERIALIZED")
+    )
+    threshold = (
+        select(scores.c.score).order_by(scores.c.score.desc()).offset(limit - 1).limit(1)
+    ).scalar_subquery()
+    best = conn.execute(
+        select(scores.c.seq, scores.c.score)
+        .where(scores.c.score >= func.coalesce(threshold, 0))
+        .order_by(scores.c.score.desc(), scores.c.seq)
+    ).tuples()
+    return list(best)
