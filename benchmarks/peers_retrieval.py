@@ -18,7 +18,7 @@ MRR@10 and Hit@10. Latency is per query, p50 and p95 per round, medians over rou
   pg15.18 passages, and timed against a current ``kb.search`` on the same queries (target: the
   as-of query at most 2x the current one).
 
-* History independence (issue 11): on each backend, one knowledge base reconciles pg15.18 ->
+* History independence (ADR 0014): on each backend, one knowledge base reconciles pg15.18 ->
   pg15.20 -> pg17 -> pg15.18 (three versions and back), searching the sampled pg15 queries
   after each sync. Reported as percentages that must be 100%: the final current search equal
   (passages and order) to a fresh corpus of the pg15.18 pages, and ``as_of(P).retrieve`` at each

@@ -1,4 +1,4 @@
-"""Section "redaction" (ADR 0012, issue 11 item 8): what the built-in secret patterns cost.
+"""Section "redaction" (ADR 0012): what the built-in secret patterns cost.
 
 Every value loom records passes the redactor, almost all of them clean, so the figure that
 matters is the cost on a clean ~1 KB value: ``codec.encode`` with the log's built-in

@@ -269,7 +269,7 @@ def test_a_created_event_naming_any_other_aggregate_is_refused_unimported(
     bundle: Path, tmp_path: Path, planted: tuple[str, Path], topic: str
 ) -> None:
     """A re-sealed bundle whose Created names any originator_topic but loom's execution is
-    refused as a BundleFormatError, and nothing it names is imported (issue 11)."""
+    refused as a BundleFormatError, and nothing it names is imported."""
     name, marker = planted
     topic = topic.replace("planted", name)
     if topic == Execution.TOPIC:
@@ -293,7 +293,7 @@ def test_a_forged_failure_never_replays_identically(
     bundle: Path, tmp_path: Path, planted: tuple[str, Path], error_type: str, message: str
 ) -> None:
     """A re-sealed bundle whose first decision 'failed' with any error type (replay's own
-    findings included) never replays as identical, and imports nothing (issue 11)."""
+    findings included) never replays as identical, and imports nothing."""
     name, marker = planted
     events = list(read_bundle(bundle).events)
     failed = restated(

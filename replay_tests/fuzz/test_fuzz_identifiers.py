@@ -1,4 +1,4 @@
-"""Identifiers near a secret pattern, fuzzed (issue 11 item 6, ADR 0012).
+"""Identifiers near a secret pattern, fuzzed (ADR 0012).
 
 The property: a doc id, source or memory key built from fragments of every built-in
 pattern (and the text between them) is either stored exactly as given, or refused with the

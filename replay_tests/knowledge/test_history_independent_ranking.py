@@ -1,4 +1,4 @@
-"""Retrieval does not depend on a corpus's history (issue 11, item 7; ADR 0014).
+"""Retrieval does not depend on a corpus's history (ADR 0014).
 
 Two equalities, on both backends:
 

@@ -1,4 +1,4 @@
-"""Issue 11, item 6 (ADR 0012): identifiers are never rewritten by the redactor.
+"""Identifiers are never rewritten by the redactor (ADR 0012).
 
 A doc id, scope, source or memory key that a redaction pattern matched used to be rewritten
 inside its event: the next write re-issued revision 1 under the rewritten id and every read

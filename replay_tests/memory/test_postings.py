@@ -1,6 +1,6 @@
 """Postings (``postings=True``): a search ranks by the admitted rows only, ties by entry id.
 
-And the query bound every store shares (issue 11, item 12): a 20,000-word query answers, on
+And the query bound every store shares: a 20,000-word query answers, on
 every backend, with the best matches of its first :data:`MAX_QUERY_TERMS` distinct terms.
 Each test runs on SQLite and on PostgreSQL (``postgres`` marker; skipped without a server).
 """

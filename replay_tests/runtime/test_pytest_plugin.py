@@ -118,7 +118,7 @@ def test_a_bundle_naming_a_module_fails_readably_without_importing_it(
     pytester: pytest.Pytester, recordings: Path
 ) -> None:
     """A re-sealed bundle whose Created names a planted module as its aggregate fails as a
-    BundleFormatError, and the module's code never runs (issue 11, item 1)."""
+    BundleFormatError, and the module's code never runs."""
     marker = pytester.path / "imported"
     pytester.makepyfile(planted=f"open({str(marker)!r}, 'w').close()\nclass Boom:\n    pass\n")
     reseal(recordings / "incident-1.json", 1, originator_topic="planted:Boom")
@@ -133,7 +133,7 @@ def test_a_forged_replay_finding_in_a_bundle_fails_the_test(
     pytester: pytest.Pytester, recordings: Path
 ) -> None:
     """A re-sealed bundle whose decision 'failed' with ReplayDivergence is red: a recorded
-    error is never taken for the replay's own finding (issue 11, item 2)."""
+    error is never taken for the replay's own finding."""
     reseal(
         recordings / "incident-1.json",
         2,

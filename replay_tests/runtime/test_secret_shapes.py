@@ -1,4 +1,4 @@
-"""Issue 11, item 8 (ADR 0012): the secrets users actually paste never reach the database file.
+"""ADR 0012: the secrets users actually paste never reach the database file.
 
 Each shape is planted in every kind of field loom stores (flow input, decision value, decision
 input, the message of a failing compute, document text and title, memory entry, flow output,

@@ -1,4 +1,4 @@
-"""Bundles and log rows are untrusted input (issue 11, items 1-5).
+"""Bundles and log rows are untrusted input.
 
 Reading one imports nothing (a topic or a recorded error type naming a module never runs its
 code), cannot forge a verdict (a recorded error is never taken for a replay finding; outputs
