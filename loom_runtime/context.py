@@ -218,8 +218,6 @@ class _Context:
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
-        if self._source.redactor is not None:  # refused before compute runs, not after
-            self._source.redactor.check_identifier(key, path="key")
         occurrence = self._seen.get(key, 0) + 1
         slot_key = key if occurrence == 1 else f"{key}#{occurrence}"
         while slot_key in self._taken:  # a caller's own "k#2" must not collide with ours
@@ -234,7 +232,9 @@ class _Context:
 
     def _answer(self, slot: Slot, type: Any) -> tuple[bool, Any]:
         decision = self._source.lookup(slot)
-        if decision is None:
+        if decision is None:  # compute runs next: refuse a key the log would not store first
+            if self._source.redactor is not None:  # (a replay never gets here: nothing to check)
+                self._source.redactor.check_identifier(slot.key, path="key")
             return False, None
         if decision.error_type is not None:
             raise rebuild_error(decision)

@@ -93,27 +93,27 @@ class MsgspecMapper(Mapper[UUID]):
         ``Created`` event's ``originator_topic`` must name a registered aggregate, both before
         anything could resolve them: eventsourcing would import the module either one names.
         """
-        where = f"stored event {stored_event.originator_id} v{stored_event.originator_version}"
         cls = event_class(stored_event.topic)
         if cls is None:
             raise LogCorruptError(
-                f"{where} has topic {stored_event.topic!r}, which is none of loom's event "
-                "classes; it was refused unread (import the package that defines it, or run "
-                "`loom verify`: the row may have been edited)"
+                f"{_where(stored_event)} has topic {stored_event.topic!r}, which is none of "
+                "loom's event classes; it was refused unread (import the package that "
+                "defines it, or run `loom verify`: the row may have been edited)"
             )
         try:
             state = _decode_state(cls, stored_event.state)
         except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
             raise LogCorruptError(
-                f"{where} ({stored_event.topic}) does not decode as {cls.__qualname__}: {exc}. "
-                "If the event class changed, give it a class_version and an upcaster; "
-                "otherwise run `loom verify`: the row may have been edited"
+                f"{_where(stored_event)} ({stored_event.topic}) does not decode as "
+                f"{cls.__qualname__}: {exc}. If the event class changed, give it a "
+                "class_version and an upcaster; otherwise run `loom verify`: the row may "
+                "have been edited"
             ) from exc
         if "originator_topic" in state and not is_aggregate_topic(state["originator_topic"]):
             raise LogCorruptError(
-                f"{where} has originator_topic {state['originator_topic']!r}, which is none of "
-                "loom's aggregates; it was refused unread (run `loom verify`: the row may have "
-                "been edited)"
+                f"{_where(stored_event)} has originator_topic {state['originator_topic']!r}, "
+                "which is none of loom's aggregates; it was refused unread (run `loom "
+                "verify`: the row may have been edited)"
             )
         originator_id = stored_event.originator_id
         state["originator_id"] = (
@@ -185,3 +185,8 @@ def _redacted(redactor: Redactor, topic: str, cls: type, state: dict[str, Any]) 
         else:
             redacted[key] = redactor.value(value, path=path)
     return redacted
+
+
+def _where(stored_event: StoredEvent) -> str:
+    """How an error names a row (built only when one is raised: replay maps every row)."""
+    return f"stored event {stored_event.originator_id} v{stored_event.originator_version}"
