@@ -112,17 +112,21 @@ class _Note(Aggregate):
 register_aggregate(_Note)  # the mapper reads only loom's closed set of registered topics
 
 
-def test_old_events_are_upcast_on_read() -> None:
-    """A v1 payload (no 'editor') decodes into the v2 class through its upcaster."""
-    mapper = MsgspecMapper()
-    event = _Note.Edited(
+def _edited() -> _Note.Edited:
+    """A current (v2) Edited event, to store and read back in different shapes."""
+    return _Note.Edited(
         originator_id=uuid.uuid4(),
         originator_version=2,
         timestamp=datetime.now(UTC),
         text="hello",
         editor="ann",
     )
-    stored = mapper.to_stored_event(event)
+
+
+def test_old_events_are_upcast_on_read() -> None:
+    """A v1 payload (no 'editor') decodes into the v2 class through its upcaster."""
+    mapper = MsgspecMapper()
+    stored = mapper.to_stored_event(_edited())
     assert json.loads(stored.state)["class_version"] == 2
     old_state = json.loads(stored.state)
     del old_state["class_version"], old_state["editor"]
@@ -140,14 +144,7 @@ def test_a_renamed_topic_reads_through_its_registered_alias() -> None:
     """A row stored under an old topic maps once the alias is registered, and only then:
     the mapper reads loom's closed set of topics, never resolving (importing) one."""
     mapper = MsgspecMapper()
-    event = _Note.Edited(
-        originator_id=uuid.uuid4(),
-        originator_version=2,
-        timestamp=datetime.now(UTC),
-        text="hello",
-        editor="ann",
-    )
-    stored = mapper.to_stored_event(event)
+    stored = mapper.to_stored_event(_edited())
     old = type(stored)(
         originator_id=stored.originator_id,
         originator_version=stored.originator_version,
