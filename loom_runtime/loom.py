@@ -41,6 +41,7 @@ from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
+from loom_runtime.services import Services
 
 T = TypeVar("T")
 
@@ -102,6 +103,9 @@ class Loom:
             write_retry=write_retry,
         )
         self.flows = flows if flows is not None else FlowRegistry()
+        self.services = Services()
+        """Objects that live as long as this Loom (a corpus's read models, open corpora),
+        created on first use and closed with it: see :class:`~loom_runtime.services.Services`."""
 
     @cached_property
     def log(self) -> EventLog:
@@ -301,9 +305,13 @@ class Loom:
         raise ExecutionNotFoundError(f"the log's events of execution {execution.id} are incomplete")
 
     def close(self) -> None:
-        """Release the log's connections (if it was ever opened)."""
-        if "log" in self.__dict__:
-            self.log.close()
+        """Close this Loom's services, then release the log's connections (if it was ever
+        opened): services may still need the log while they close."""
+        try:
+            self.services.close()
+        finally:
+            if "log" in self.__dict__:
+                self.log.close()
 
     def __enter__(self) -> Loom:
         return self
