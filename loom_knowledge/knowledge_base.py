@@ -34,9 +34,10 @@ from loom_knowledge.errors import (
 from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult, text_problem
+from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection import catch_up, rebuild
+from loom_runtime.storable import text_problem
 from loom_runtime.stream import Change, append_replanned, stream_id
 from loom_runtime.timeline import position_at
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loom_memory.entry import MemoryEntry, text_problem
+from loom_memory.entry import MemoryEntry
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import query_terms
+from loom_runtime.storable import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
 """How many hits :meth:`SupportsSearch.search` returns when the caller does not say."""
