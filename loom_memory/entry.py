@@ -154,9 +154,7 @@ def _check_content(value: object, path: str) -> None:
     found = json_problem(value, path)
     if found is not None:
         where, problem = found
-        raise EntryNotSerialisableError(
-            f"{where} {problem}; nothing was written", path=where
-        )
+        raise EntryNotSerialisableError(f"{where} {problem}; nothing was written", path=where)
 
 
 def _refuse(path: str, value: object, expected: str) -> NoReturn:
