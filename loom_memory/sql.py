@@ -11,8 +11,10 @@ Both keep one ordinary table, ``<prefix>entries``, with one row per entry:
   disagree with it), indexed with ``key`` so ``remove`` is one indexed ``DELETE``;
 * the backend's search columns, derived from :func:`~loom_memory.text.entry_terms`.
 
-Rows are only ever inserted and deleted, never updated: ``replace`` is delete-then-insert in
-one transaction, which is what keeps a derived search index simple to keep in step.
+Rows are only ever inserted and deleted: ``replace`` is delete-then-insert in one
+transaction, which is what keeps a derived search index simple to keep in step. The one
+exception is a temporal store's ``end_validity`` (:mod:`loom_memory.validity`), which sets a
+column no search structure derives from.
 
 Writing inside a caller's transaction
 -------------------------------------
@@ -37,7 +39,9 @@ with ``where=`` over them. ``where`` is part of the ranked query itself, so a fi
 returns the best matches among the admitted rows, ranked by the same scorer as any other
 search. ``read_annotated``/``search_annotated`` return each entry with those values.
 
-Such a caller usually also wants ``postings=True``: a ``(term, seq, tf)`` side table kept with
+A caller keeping history this way wants :mod:`loom_memory.validity`, which owns the
+validity columns and the ranking rule. A caller filtering by its own columns usually also
+wants ``postings=True``: a ``(term, seq, tf)`` side table kept with
 the rows, so that every search ranks with the statistics of the rows ``where`` admits and breaks
 ties by entry id, never by the rows it filtered out or the order rows were written in
 (:mod:`loom_memory.postings`). Both backends then rank with the same scorer.
