@@ -50,10 +50,10 @@ class CorpusAsOf:
     """One scope as it was at a log position: which documents, at which revisions, and an
     unrecorded search of the passages current then (for audits, not for flows)."""
 
-    def __init__(self, kb: KnowledgeBase, position: int) -> None:
-        self.scope = kb.scope
+    def __init__(self, index: CorpusIndex, scope: str, position: int) -> None:
+        self.scope = scope
         self.position = position
-        self._index = kb._index
+        self._index = index
 
     def list_docs(self) -> list[DocRecord]:
         """The documents live at this position, at the revision they had then."""
@@ -61,13 +61,11 @@ class CorpusAsOf:
 
     def passages(self) -> list[Passage]:
         """Every passage current at this position, in index order."""
-        return self._index.read_passages(self.scope, where=self._index.valid_at(self.position))
+        return self._index.read_passages(self.scope, as_of=self.position)
 
     def retrieve(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
         """Search the corpus as it was (NOT recorded: this is for audit)."""
-        return self._index.search_passages(
-            self.scope, query, limit=limit, where=self._index.valid_at(self.position)
-        )
+        return self._index.search_passages(self.scope, query, limit=limit, as_of=self.position)
 
 
 class KnowledgeBase:
@@ -199,7 +197,7 @@ class KnowledgeBase:
     def passages(self) -> list[Passage]:
         """Every current passage, in index order (documents in ingest order, then by index)."""
         self.refresh()
-        return self._index.read_passages(self.scope, where=self._index.current())
+        return self._index.read_passages(self.scope)
 
     def retrieve(
         self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
@@ -236,9 +234,7 @@ class KnowledgeBase:
         A flow must use :meth:`retrieve`: an unrecorded search cannot be replayed.
         """
         self.refresh()
-        return self._index.search_passages(
-            self.scope, query, limit=limit, where=self._index.current()
-        )
+        return self._index.search_passages(self.scope, query, limit=limit)
 
     def as_of(self, when: int | datetime) -> CorpusAsOf:
         """A read-only view of this corpus as it was at log position (or moment) ``when``.
@@ -253,7 +249,7 @@ class KnowledgeBase:
             raise InvalidOptionError(
                 f"as_of needs a log position from 0 to {head} or an aware datetime, not {when!r}"
             )
-        return CorpusAsOf(self, position)
+        return CorpusAsOf(self._index, self.scope, position)
 
     def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
         """The corpus as the execution saw it when it started (its recorded log position)."""

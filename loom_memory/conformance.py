@@ -706,9 +706,7 @@ class MemoryStoreContract:
         temporal.end_validity(KEY, ["old"], 2)
         assert _ids(searching.search(KEY, "term")) == ["new"]
 
-    def test_validity_search_as_of_finds_what_was_current(
-        self, temporal: SupportsValidity
-    ) -> None:
+    def test_validity_search_as_of_finds_what_was_current(self, temporal: SupportsValidity) -> None:
         """A search as of a position finds the entries valid then, ended or not since."""
         temporal.append_at(KEY, [entry("term old", id="old")], 1)
         temporal.end_validity(KEY, ["old"], 3)

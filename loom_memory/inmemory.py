@@ -147,9 +147,7 @@ class InMemoryMemoryStore:
 
 def _rows_for(entries: Sequence[MemoryEntry], valid_from: int) -> list[_Row]:
     encoded = encode_entries(entries)
-    return [
-        _Row.of(entry, data, valid_from) for entry, data in zip(entries, encoded, strict=True)
-    ]
+    return [_Row.of(entry, data, valid_from) for entry, data in zip(entries, encoded, strict=True)]
 
 
 def _idf(n: int, df: int) -> float:

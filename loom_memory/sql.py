@@ -72,6 +72,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     insert,
+    inspect,
     select,
 )
 from sqlalchemy.exc import SQLAlchemyError
@@ -140,8 +141,16 @@ class SqlMemoryStore(ABC):
         self.postings = postings_table(table_prefix, metadata) if postings else None
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
+        self.predates_postings = False
+        """True when this store keeps postings but found rows written without them: those rows
+        are never found by a search, so their owner drops the store and rebuilds it."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers creating the store at once must not race
+            if self.postings is not None:
+                existing = set(inspect(conn).get_table_names())
+                self.predates_postings = (
+                    self.entries.name in existing and self.postings.name not in existing
+                )
             metadata.create_all(conn, checkfirst=True)
             for statement in self._search_ddl():
                 conn.exec_driver_sql(statement)
