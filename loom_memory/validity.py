@@ -159,6 +159,7 @@ class TemporalSqlStore(SqlMemoryStore):
     ) -> ColumnElement[bool]:
         """The rows current (``as_of`` None) or valid at ``as_of``, and matching ``where``."""
         rows = self.entries.c
+        valid: ColumnElement[bool]
         if as_of is None:
             valid = rows.valid_to.is_(None)
         else:
