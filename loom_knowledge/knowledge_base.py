@@ -17,10 +17,9 @@ passages by CONTENT, so a replay reproduces them after the corpus is gone.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 from uuid import UUID
 
 from loom_knowledge.chunking import Chunker, pack_paragraphs
@@ -42,6 +41,7 @@ from loom_runtime.stream import Change, append_replanned, stream_id
 from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
+D = TypeVar("D")
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
 
@@ -102,7 +102,7 @@ class KnowledgeBase:
         _check_identifier(self.loom, doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], None]:
             record = manifest.get(doc.id)
             ensure_writable(doc_id=doc.id, record=record, source=source)
             digest = DEFAULT_FINGERPRINTER.digest(doc)
@@ -110,9 +110,9 @@ class KnowledgeBase:
                 DEFAULT_FINGERPRINTER.algorithm,
                 digest,
             ):
-                return []
+                return [], None
             revisions = self._index.last_revisions(self.scope, [doc.id])
-            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)]
+            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)], None
 
         self._write(decide, only=[doc.id])
         return self._index.manifest(self.scope, doc_ids=[doc.id])[doc.id]
@@ -123,18 +123,15 @@ class KnowledgeBase:
             raise InvalidOptionError(f"doc_id must be a non-blank string, not {doc_id!r}")
         _check_text("doc_id", doc_id)
         _check_source(source)
-        removed: list[bool] = []
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], bool]:
             record = manifest.get(doc_id)
-            removed[:] = [record is not None]
             if record is None:
-                return []
+                return [], False
             ensure_writable(doc_id=doc_id, record=record, source=source)
-            return [self._removed(record)]
+            return [self._removed(record)], True
 
-        self._write(decide, only=[doc_id])
-        return removed[0]
+        return self._write(decide, only=[doc_id])
 
     def sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
@@ -147,11 +144,9 @@ class KnowledgeBase:
         """
         _check_docs(docs)
         _check_source(source)
-        plans: list[SyncPlan] = []
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
-            plans[:] = [plan]
             revisions = self._index.last_revisions(self.scope, [w.doc.id for w in plan.writes])
             changes = [
                 self._written(w.doc, w.fingerprint, source, revisions.get(w.doc.id, 0) + 1)
@@ -172,10 +167,9 @@ class KnowledgeBase:
                     },
                 )
             )
-            return changes
+            return changes, result
 
-        self._write(decide)
-        return plans[0].result
+        return self._write(decide)
 
     def plan_sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
@@ -288,11 +282,12 @@ class KnowledgeBase:
 
     def _write(
         self,
-        decide: Callable[[Mapping[str, DocRecord]], list[Change]],
+        decide: Callable[[Mapping[str, DocRecord]], tuple[list[Change], D]],
         *,
         only: Sequence[str] | None = None,
-    ) -> None:
-        """Decide on fresh state and append the changes after the version decided on.
+    ) -> D:
+        """Decide on fresh state, append the changes after the version decided on, and return
+        what the decision that was appended says (``decide`` returns the changes and that).
 
         ``decide`` sees the manifest: all of it, or only the records of ``only`` (a one-document
         write must not read a 10,000-row manifest). When another writer moved the corpus first,
@@ -301,13 +296,15 @@ class KnowledgeBase:
         ownership and the guard are checked against what is really there.
         """
 
-        def plan(_version: int) -> list[Change]:
+        def fresh() -> tuple[list[Change], D]:
             self.refresh()  # at least up to the version just read
             return decide(self._index.manifest(self.scope, doc_ids=only))
 
+        plan = _Replanned(fresh)
         what = f"a write to knowledge scope {self.scope!r}"
         if append_replanned(self.loom.log, self._stream, plan, what=what):
             self.refresh()
+        return plan.outcome()
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
@@ -337,15 +334,34 @@ class KnowledgeBase:
         )
 
 
-_open: weakref.WeakKeyDictionary[Loom, dict[str, KnowledgeBase]] = weakref.WeakKeyDictionary()
-_indexes: weakref.WeakKeyDictionary[Loom, CorpusIndex] = weakref.WeakKeyDictionary()
+class _Replanned(Generic[D]):
+    """The plan handed to ``append_replanned``: each attempt decides afresh, and the outcome
+    kept is the LAST attempt's, the one whose changes were appended."""
+
+    def __init__(self, decide: Callable[[], tuple[list[Change], D]]) -> None:
+        self._decide = decide
+        self._outcome: tuple[D] | None = None
+
+    def __call__(self, _version: int) -> list[Change]:
+        changes, outcome = self._decide()
+        self._outcome = (outcome,)
+        return changes
+
+    def outcome(self) -> D:
+        """What the appended decision returned besides its changes."""
+        if self._outcome is None:
+            raise RuntimeError("append_replanned never called the plan")
+        return self._outcome[0]
+
+
+_CORPUS_SERVICE: Final = "loom_knowledge.corpus_index"
+_SCOPES_SERVICE: Final = "loom_knowledge.open_scopes"
 
 
 def corpus_index(loom: Loom) -> CorpusIndex:
-    """The corpus read models of ``loom`` (one per Loom, created on first use)."""
-    if loom not in _indexes:
-        _indexes[loom] = CorpusIndex(loom.log.engine)
-    return _indexes[loom]
+    """The corpus read models of ``loom`` (one per Loom, created on first use, a service of
+    the Loom so it goes with it)."""
+    return loom.services.get(_CORPUS_SERVICE, lambda: CorpusIndex(loom.log.engine))
 
 
 def corpus_projections(log: EventLog) -> list[CorpusIndex]:
@@ -360,7 +376,7 @@ def drop_corpus(loom: Loom) -> None:
     log. This is how the headline demo and tests prove the corpus is a projection.
     """
     corpus_index(loom).drop()
-    del _indexes[loom]
+    loom.services.discard(_CORPUS_SERVICE)
 
 
 def open_knowledge_base(
@@ -388,7 +404,7 @@ def open_knowledge_base(
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
         )
-    scopes = _open.setdefault(loom, {})
+    scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
     if existing is None:
         scopes[scope] = KnowledgeBase(
