@@ -50,6 +50,7 @@ from sqlalchemy import (
 
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
 from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
+from loom_knowledge.keys import corpus_key, provenance_label
 from loom_knowledge.passage_entry import PassageContent, format_passage_id, passage_from_entry
 from loom_knowledge.types import DocRecord, Passage
 from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore
@@ -57,16 +58,6 @@ from loom_runtime.projection import SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
-
-
-def corpus_key(scope: str) -> str:
-    """The memory key a scope's passages live under."""
-    return f"knowledge:{scope}"
-
-
-def provenance_label(scope: str, doc_id: str) -> str:
-    """The taint a passage carries: where the untrusted text came from."""
-    return f"knowledge:{scope}:{doc_id}"
 
 
 class CorpusIndex(SQLProjection):

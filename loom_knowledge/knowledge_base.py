@@ -32,6 +32,7 @@ from loom_knowledge.errors import (
 )
 from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
+from loom_knowledge.keys import retrieve_key, stream_name
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_runtime import EventLog, Loom
@@ -83,7 +84,7 @@ class KnowledgeBase:
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
-        self._stream = stream_id(f"knowledge:{scope}")
+        self._stream = stream_id(stream_name(scope))
 
     @property
     def _index(self) -> CorpusIndex:
@@ -197,7 +198,7 @@ class KnowledgeBase:
         self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
     ) -> R:
         """Search the corpus through ``decide`` (e.g. ``ctx.decide``), so the passages are
-        recorded by content under a key built from scope, query and limit.
+        recorded by content under the scope's retrieval key with the query and limit as input.
 
         Returns what ``decide`` returns: the passages, or an awaitable of them from an async
         flow's ``ctx.decide``. A replay answers from the log with the corpus gone, and a changed
@@ -209,13 +210,11 @@ class KnowledgeBase:
                 "passages are recorded so a replay can answer without the corpus; use "
                 "kb.search(query) for a search that is not part of an execution"
             )
-        # A key is never rewritten once stored (ADR 0012), so the query goes into it already
-        # redacted: a question quoting a password is retrieved, not refused, and the key
-        # (the same live and on replay) holds the marker, never the secret.
-        redactor = self.loom.log.redactor
-        shown = query if redactor is None else redactor.text(query, path="query")
+        # The query is the decision's input, never its key: the log redacts it there (a
+        # question quoting a password is retrieved, not refused), and a replay asked another
+        # question reports the changed input with a diff (loom_knowledge.keys).
         return decide(
-            f"knowledge:{self.scope}:retrieve:{limit}:{shown}",
+            retrieve_key(self.scope),
             lambda: self.search(query, limit=limit),
             input={"scope": self.scope, "query": query, "limit": limit},
             type=list[Passage],
