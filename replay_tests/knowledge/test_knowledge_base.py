@@ -28,6 +28,7 @@ from loom_knowledge import (
     parse_passage_id,
 )
 from loom_knowledge.keys import corpus_key, retrieve_key
+from loom_knowledge.knowledge_base import corpus_index
 from loom_memory import MemoryEntry
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom
 from replay_tests.knowledge.corpus_tables import (
@@ -212,6 +213,18 @@ def test_open_returns_one_knowledge_base_per_loom_and_scope(loom: Loom) -> None:
     assert open_knowledge_base(loom, "runbooks") is runbooks
     assert open_knowledge_base(loom, "runbooks", chunker=pack_paragraphs()) is runbooks
     assert open_knowledge_base(loom, "wiki") is not runbooks
+
+
+def test_each_loom_has_its_own_scopes_and_index_closed_with_it(db_url: str) -> None:
+    """Two Looms on one database share no open scope or index; closing one forgets its own."""
+    with Loom(db_url) as first, Loom(db_url) as second:
+        runbooks = open_knowledge_base(first, "runbooks")
+        assert open_knowledge_base(second, "runbooks") is not runbooks
+        assert corpus_index(first) is not corpus_index(second)
+        runbooks.put_doc(Doc(id="disk", text="full"))
+        assert [d.id for d in open_knowledge_base(second, "runbooks").list_docs()] == ["disk"]
+    assert first.services.peek("loom_knowledge.corpus_index") is None
+    assert first.services.peek("loom_knowledge.open_scopes") is None
 
 
 @pytest.mark.parametrize(
