@@ -28,7 +28,8 @@ What the kit cannot see:
   replace and remove clause even if its index grows stale without bound. Test that in the
   backend's own suite by reading the index without the join.
 * ranking. FTS5's BM25, PostgreSQL's BM25 (b = 0) and an IDF sum disagree on order, so no
-  clause pins one.
+  clause pins one. The validity clauses pin only the rule that a search ranks as a key
+  holding just the entries it admits would: history never sways it.
 * a similarity backend must choose a floor: "a query matching nothing returns []" is free for
   an inverted index, but cosine similarity is defined against every entry, so an unthresholded
   vector store returns the whole key, least-unrelated first. Put a minimum score in the
