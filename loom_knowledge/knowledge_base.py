@@ -303,7 +303,7 @@ class KnowledgeBase:
         what = f"a write to knowledge scope {self.scope!r}"
         if append_replanned(self.loom.log, self._stream, plan, what=what):
             self.refresh()
-        return plan.outcome()
+        return plan.outcome
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
@@ -334,23 +334,18 @@ class KnowledgeBase:
 
 
 class _Replanned(Generic[D]):
-    """The plan handed to ``append_replanned``: each attempt decides afresh, and the outcome
-    kept is the LAST attempt's, the one whose changes were appended."""
+    """The plan handed to ``append_replanned``: each attempt decides afresh, and ``outcome``
+    is the LAST attempt's, the one whose changes were appended (set by the first call, which
+    ``append_replanned`` always makes)."""
+
+    outcome: D
 
     def __init__(self, decide: Callable[[], tuple[list[Change], D]]) -> None:
         self._decide = decide
-        self._outcome: tuple[D] | None = None
 
     def __call__(self, _version: int) -> list[Change]:
-        changes, outcome = self._decide()
-        self._outcome = (outcome,)
+        changes, self.outcome = self._decide()
         return changes
-
-    def outcome(self) -> D:
-        """What the appended decision returned besides its changes."""
-        if self._outcome is None:
-            raise RuntimeError("append_replanned never called the plan")
-        return self._outcome[0]
 
 
 _CORPUS_SERVICE: Final = "loom_knowledge.corpus_index"
