@@ -455,7 +455,7 @@ def _rebuild_per_question_control(stack: ExitStack, progress: Progress, *, quick
             try:
                 index = CorpusIndex(engine)
                 rebuild(loom.log, index, upto=p2)
-                found = index.search_passages(SCOPE, query, limit=LIMIT, where=index.current())
+                found = index.search_passages(SCOPE, query, limit=LIMIT)
             finally:
                 engine.dispose()
             forbidden.append(time.perf_counter() - started)

@@ -1,33 +1,26 @@
 """The corpus read models: the manifest and the passage index, one tracked projection.
 
 Both are rebuilt from the corpus events, and both are written in the same transaction as the
-projection's tracking position. That single transaction is what replaces the seed's two
-manifest mechanisms (ADR 0010):
-
-* the seed wrote an append-only manifest and pruned it later, because "delete the old row,
-  write the new one" had a crash window in which a document had NO row;
-* it added a two-phase ``committed`` flag, because a row written before its passages could
-  claim a revision whose passages never landed.
-
-Here a document's row, its revision history, its old passages' removal and its new passages'
-insertion commit together with the position, or none of them does and the page is applied
-again on the next catch-up. There is no window to guard.
+projection's tracking position (ADR 0010). A document's row, its revision history, its old
+passages' end and its new passages' insertion commit together with the position, or none of
+them does and the page is applied again on the next catch-up. So there is no crash window in
+which a document has no row, and no row can claim a revision whose passages never landed:
+neither a pruned append-only manifest nor a two-phase ``committed`` flag is needed.
 
 Tables (``loom_kb_`` prefix): ``documents`` (the live manifest), ``revisions`` (every revision
 with the positions it was current between, for audit and as-of), and the passage store's own
-tables (a :class:`~loom_memory.SqliteMemoryStore` or :class:`~loom_memory.PostgresMemoryStore`
-on the log's database). Passages are stored under the key ``knowledge:<scope>`` with entry id
+tables (a :class:`~loom_memory.SqliteTemporalStore` or
+:class:`~loom_memory.PostgresTemporalStore` on the log's database, used only through its
+verbs). Passages are stored under the key ``knowledge:<scope>`` with entry id
 ``<doc_id>#<index>`` and the provenance label ``knowledge:<scope>:<doc_id>`` as their taint.
 
-History is a filter over that one index (ADR 0014). A superseded or removed revision's passages
-are not deleted: their rows get ``valid_to``, the position from which they stopped being
-current, next to the ``revision`` and ``valid_from`` written with them. A current search admits
-``valid_to IS NULL``; a search as of position P admits ``valid_from <= P < valid_to``. Both are
-the same ranked query with a different ``where``, so they rank with the same scorer and cost
-the same; superseded passages never retrieve as current (they are excluded, not ranked lower).
-The store keeps postings (``postings=True``), so that scorer counts its statistics over the
-admitted rows only and breaks ties by passage id: a search ranks the corpus as it was at the
-position, exactly as a fresh corpus of those documents would, whatever history it went through.
+History is the passage store's validity (ADR 0014): a revision's passages are appended valid
+from the position that wrote them, and a superseded or removed revision's passages are not
+deleted but ended (``end_validity``) at the position from which they stopped being current.
+A current search is the store's ``search``; a search as of position P is its ``as_of`` search.
+The store ranks both by the passages they admit, ties by passage id
+(:mod:`loom_memory.validity`): a search ranks the corpus as it was at the position, exactly as
+a fresh corpus of those documents would, whatever history it went through.
 """
 
 from __future__ import annotations
@@ -41,10 +34,8 @@ import msgspec
 from sqlalchemy import (
     BigInteger,
     Column,
-    ColumnElement,
     Connection,
     Engine,
-    Index,
     Integer,
     String,
     Table,
@@ -52,7 +43,6 @@ from sqlalchemy import (
     and_,
     delete,
     func,
-    inspect,
     or_,
     select,
     update,
@@ -60,23 +50,14 @@ from sqlalchemy import (
 
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
 from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
+from loom_knowledge.keys import corpus_key, provenance_label
 from loom_knowledge.passage_entry import PassageContent, format_passage_id, passage_from_entry
 from loom_knowledge.types import DocRecord, Passage
-from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
+from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore
 from loom_runtime.projection import SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
-
-
-def corpus_key(scope: str) -> str:
-    """The memory key a scope's passages live under."""
-    return f"knowledge:{scope}"
-
-
-def provenance_label(scope: str, doc_id: str) -> str:
-    """The taint a passage carries: where the untrusted text came from."""
-    return f"knowledge:{scope}:{doc_id}"
 
 
 class CorpusIndex(SQLProjection):
@@ -86,7 +67,6 @@ class CorpusIndex(SQLProjection):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
-        predates_postings = _predates_postings(engine)
         self.store = self._open_store()
         self.documents = Table(
             f"{TABLE_PREFIX}documents",
@@ -101,7 +81,7 @@ class CorpusIndex(SQLProjection):
             Column("ended_position", BigInteger, nullable=True),
             Column("ended_by", String(20), nullable=True),
         )
-        if predates_postings:
+        if self.store.predates_postings:
             # Built before searches ranked by the admitted rows' statistics: its passages have
             # no postings. Drop the read model; create_tables finds its tables missing and the
             # next catch-up rebuilds it from the log.
@@ -109,26 +89,17 @@ class CorpusIndex(SQLProjection):
             self.store = self._open_store()
         self.create_tables()
 
-    def _open_store(self) -> PostgresMemoryStore | SqliteMemoryStore:
-        """The passage store, with postings: a search ranks by the admitted rows (ADR 0014)."""
+    def _open_store(self) -> PostgresTemporalStore | SqliteTemporalStore:
+        """The passage store: temporal, so history and its ranking rule are memory's."""
         store_class = (
-            PostgresMemoryStore if self.engine.dialect.name == "postgresql" else SqliteMemoryStore
+            PostgresTemporalStore
+            if self.engine.dialect.name == "postgresql"
+            else SqliteTemporalStore
         )
         return store_class(
             self.engine,
             table_prefix=TABLE_PREFIX,
-            columns=[
-                Column("revision", Integer, nullable=True),
-                Column("valid_from", BigInteger, nullable=True),
-                Column("valid_to", BigInteger, nullable=True),
-                # A search reads the seqs a scope admits at a position from this index alone
-                # (the rows are wide). valid_from leads valid_to on purpose: an index on
-                # (key, valid_to) made SQLite pick it for ending a revision (UPDATE ... WHERE
-                # key AND entry_id IN .. AND valid_to IS NULL) and scan every current passage
-                # of the scope per document; this one offers that UPDATE only its key prefix.
-                Index(f"{TABLE_PREFIX}entries_validity", "key", "valid_from", "valid_to", "seq"),
-            ],
-            postings=True,
+            columns=[Column("revision", Integer, nullable=True)],
         )
 
     # -- projection ---------------------------------------------------------------------------
@@ -150,11 +121,8 @@ class CorpusIndex(SQLProjection):
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-        self.store.append(
-            key,
-            _entries(event),
-            conn=conn,
-            values={"revision": event.revision, "valid_from": position},
+        self.store.append_at(
+            key, _entries(event), position, conn=conn, values={"revision": event.revision}
         )
         values = {
             "revision": event.revision,
@@ -207,16 +175,8 @@ class CorpusIndex(SQLProjection):
             )
             .values(ended_position=position, ended_by=ended_by)
         )
-        entries = self.store.entries.c
-        conn.execute(
-            update(self.store.entries)
-            .where(
-                entries.key == corpus_key(scope),
-                entries.entry_id.in_(_passage_ids(record.id, record.passage_count)),
-                entries.valid_to.is_(None),
-            )
-            .values(valid_to=position)
-        )
+        ids = _passage_ids(record.id, record.passage_count)
+        self.store.end_validity(corpus_key(scope), ids, position, conn=conn)
 
     def drop(self) -> None:
         """Drop every table of this projection and forget its position (see ``drop_corpus``)."""
@@ -300,32 +260,21 @@ class CorpusIndex(SQLProjection):
                 if (row.doc_id, row.revision) in revisions
             }
 
-    def current(self) -> ColumnElement[bool]:
-        """The passage rows of current revisions."""
-        return self.store.entries.c.valid_to.is_(None)
-
-    def valid_at(self, position: int) -> ColumnElement[bool]:
-        """The passage rows that were current at log ``position``."""
-        entries = self.store.entries.c
-        return and_(
-            entries.valid_from <= position,
-            or_(entries.valid_to.is_(None), entries.valid_to > position),
-        )
-
-    def read_passages(self, scope: str, *, where: ColumnElement[bool]) -> list[Passage]:
-        """The passages of ``scope`` admitted by ``where``, in index order."""
+    def read_passages(self, scope: str, *, as_of: int | None = None) -> list[Passage]:
+        """The current passages of ``scope`` (or those current at ``as_of``), in index order."""
         return [
             _passage(entry, values)
-            for entry, values in self.store.read_annotated(corpus_key(scope), where=where)
+            for entry, values in self.store.read_annotated(corpus_key(scope), as_of=as_of)
         ]
 
     def search_passages(
-        self, scope: str, query: str, *, limit: int, where: ColumnElement[bool]
+        self, scope: str, query: str, *, limit: int, as_of: int | None = None
     ) -> list[Passage]:
-        """The best ``limit`` passages of ``scope`` for ``query`` among those ``where`` admits."""
+        """The best ``limit`` current passages of ``scope`` for ``query`` (or the best of those
+        current at ``as_of``)."""
         if not isinstance(query, str):
             raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
-        hits = self.store.search_annotated(corpus_key(scope), query, limit=limit, where=where)
+        hits = self.store.search_annotated(corpus_key(scope), query, limit=limit, as_of=as_of)
         return [_passage(entry, values) for entry, values in hits]
 
     def manifest_at(self, scope: str, position: int) -> dict[str, DocRecord]:
@@ -354,12 +303,6 @@ class CorpusIndex(SQLProjection):
 
     def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
         return nullcontext(conn) if conn is not None else self.engine.connect()
-
-
-def _predates_postings(engine: Engine) -> bool:
-    """Whether ``engine`` holds a passage index written before postings were kept."""
-    tables = set(inspect(engine).get_table_names())
-    return f"{TABLE_PREFIX}entries" in tables and f"{TABLE_PREFIX}postings" not in tables
 
 
 def _record_columns(*, revision_is_key: bool) -> list[Column[Any]]:

@@ -24,6 +24,7 @@ from typing import Final, Literal, TypedDict
 import msgspec
 
 from loom_knowledge.errors import TaintedSystemContentError
+from loom_knowledge.keys import provenance_label
 from loom_knowledge.types import Passage
 
 UNTRUSTED_CONTENT_NOTE: Final = (
@@ -44,7 +45,7 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def label(self) -> str:
         """The provenance label, ``knowledge:<scope>:<doc_id>``."""
-        return f"knowledge:{self.scope}:{self.doc_id}"
+        return provenance_label(self.scope, self.doc_id)
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,10 +17,9 @@ passages by CONTENT, so a replay reproduces them after the corpus is gone.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 from uuid import UUID
 
 from loom_knowledge.chunking import Chunker, pack_paragraphs
@@ -33,14 +32,17 @@ from loom_knowledge.errors import (
 )
 from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
+from loom_knowledge.keys import retrieve_key, stream_name
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult, text_problem
+from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection import catch_up, rebuild
+from loom_runtime.storable import text_problem
 from loom_runtime.stream import Change, append_replanned, stream_id
 from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
+D = TypeVar("D")
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
 
@@ -49,10 +51,10 @@ class CorpusAsOf:
     """One scope as it was at a log position: which documents, at which revisions, and an
     unrecorded search of the passages current then (for audits, not for flows)."""
 
-    def __init__(self, kb: KnowledgeBase, position: int) -> None:
-        self.scope = kb.scope
+    def __init__(self, index: CorpusIndex, scope: str, position: int) -> None:
+        self.scope = scope
         self.position = position
-        self._index = kb._index
+        self._index = index
 
     def list_docs(self) -> list[DocRecord]:
         """The documents live at this position, at the revision they had then."""
@@ -60,13 +62,11 @@ class CorpusAsOf:
 
     def passages(self) -> list[Passage]:
         """Every passage current at this position, in index order."""
-        return self._index.read_passages(self.scope, where=self._index.valid_at(self.position))
+        return self._index.read_passages(self.scope, as_of=self.position)
 
     def retrieve(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
         """Search the corpus as it was (NOT recorded: this is for audit)."""
-        return self._index.search_passages(
-            self.scope, query, limit=limit, where=self._index.valid_at(self.position)
-        )
+        return self._index.search_passages(self.scope, query, limit=limit, as_of=self.position)
 
 
 class KnowledgeBase:
@@ -84,7 +84,7 @@ class KnowledgeBase:
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
-        self._stream = stream_id(f"knowledge:{scope}")
+        self._stream = stream_id(stream_name(scope))
 
     @property
     def _index(self) -> CorpusIndex:
@@ -103,7 +103,7 @@ class KnowledgeBase:
         _check_identifier(self.loom, doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], None]:
             record = manifest.get(doc.id)
             ensure_writable(doc_id=doc.id, record=record, source=source)
             digest = DEFAULT_FINGERPRINTER.digest(doc)
@@ -111,9 +111,9 @@ class KnowledgeBase:
                 DEFAULT_FINGERPRINTER.algorithm,
                 digest,
             ):
-                return []
+                return [], None
             revisions = self._index.last_revisions(self.scope, [doc.id])
-            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)]
+            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)], None
 
         self._write(decide, only=[doc.id])
         return self._index.manifest(self.scope, doc_ids=[doc.id])[doc.id]
@@ -124,18 +124,15 @@ class KnowledgeBase:
             raise InvalidOptionError(f"doc_id must be a non-blank string, not {doc_id!r}")
         _check_text("doc_id", doc_id)
         _check_source(source)
-        removed: list[bool] = []
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], bool]:
             record = manifest.get(doc_id)
-            removed[:] = [record is not None]
             if record is None:
-                return []
+                return [], False
             ensure_writable(doc_id=doc_id, record=record, source=source)
-            return [self._removed(record)]
+            return [self._removed(record)], True
 
-        self._write(decide, only=[doc_id])
-        return removed[0]
+        return self._write(decide, only=[doc_id])
 
     def sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
@@ -148,11 +145,9 @@ class KnowledgeBase:
         """
         _check_docs(docs)
         _check_source(source)
-        plans: list[SyncPlan] = []
 
-        def decide(manifest: Mapping[str, DocRecord]) -> list[Change]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
-            plans[:] = [plan]
             revisions = self._index.last_revisions(self.scope, [w.doc.id for w in plan.writes])
             changes = [
                 self._written(w.doc, w.fingerprint, source, revisions.get(w.doc.id, 0) + 1)
@@ -173,10 +168,9 @@ class KnowledgeBase:
                     },
                 )
             )
-            return changes
+            return changes, result
 
-        self._write(decide)
-        return plans[0].result
+        return self._write(decide)
 
     def plan_sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
@@ -198,13 +192,13 @@ class KnowledgeBase:
     def passages(self) -> list[Passage]:
         """Every current passage, in index order (documents in ingest order, then by index)."""
         self.refresh()
-        return self._index.read_passages(self.scope, where=self._index.current())
+        return self._index.read_passages(self.scope)
 
     def retrieve(
         self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
     ) -> R:
         """Search the corpus through ``decide`` (e.g. ``ctx.decide``), so the passages are
-        recorded by content under a key built from scope, query and limit.
+        recorded by content under the scope's retrieval key with the query and limit as input.
 
         Returns what ``decide`` returns: the passages, or an awaitable of them from an async
         flow's ``ctx.decide``. A replay answers from the log with the corpus gone, and a changed
@@ -216,13 +210,11 @@ class KnowledgeBase:
                 "passages are recorded so a replay can answer without the corpus; use "
                 "kb.search(query) for a search that is not part of an execution"
             )
-        # A key is never rewritten once stored (ADR 0012), so the query goes into it already
-        # redacted: a question quoting a password is retrieved, not refused, and the key
-        # (the same live and on replay) holds the marker, never the secret.
-        redactor = self.loom.log.redactor
-        shown = query if redactor is None else redactor.text(query, path="query")
+        # The query is the decision's input, never its key: the log redacts it there (a
+        # question quoting a password is retrieved, not refused), and a replay asked another
+        # question reports the changed input with a diff (loom_knowledge.keys).
         return decide(
-            f"knowledge:{self.scope}:retrieve:{limit}:{shown}",
+            retrieve_key(self.scope),
             lambda: self.search(query, limit=limit),
             input={"scope": self.scope, "query": query, "limit": limit},
             type=list[Passage],
@@ -235,9 +227,7 @@ class KnowledgeBase:
         A flow must use :meth:`retrieve`: an unrecorded search cannot be replayed.
         """
         self.refresh()
-        return self._index.search_passages(
-            self.scope, query, limit=limit, where=self._index.current()
-        )
+        return self._index.search_passages(self.scope, query, limit=limit)
 
     def as_of(self, when: int | datetime) -> CorpusAsOf:
         """A read-only view of this corpus as it was at log position (or moment) ``when``.
@@ -252,7 +242,7 @@ class KnowledgeBase:
             raise InvalidOptionError(
                 f"as_of needs a log position from 0 to {head} or an aware datetime, not {when!r}"
             )
-        return CorpusAsOf(self, position)
+        return CorpusAsOf(self._index, self.scope, position)
 
     def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
         """The corpus as the execution saw it when it started (its recorded log position)."""
@@ -291,11 +281,12 @@ class KnowledgeBase:
 
     def _write(
         self,
-        decide: Callable[[Mapping[str, DocRecord]], list[Change]],
+        decide: Callable[[Mapping[str, DocRecord]], tuple[list[Change], D]],
         *,
         only: Sequence[str] | None = None,
-    ) -> None:
-        """Decide on fresh state and append the changes after the version decided on.
+    ) -> D:
+        """Decide on fresh state, append the changes after the version decided on, and return
+        what the decision that was appended says (``decide`` returns the changes and that).
 
         ``decide`` sees the manifest: all of it, or only the records of ``only`` (a one-document
         write must not read a 10,000-row manifest). When another writer moved the corpus first,
@@ -304,13 +295,15 @@ class KnowledgeBase:
         ownership and the guard are checked against what is really there.
         """
 
-        def plan(_version: int) -> list[Change]:
+        def fresh() -> tuple[list[Change], D]:
             self.refresh()  # at least up to the version just read
             return decide(self._index.manifest(self.scope, doc_ids=only))
 
+        plan = _Replanned(fresh)
         what = f"a write to knowledge scope {self.scope!r}"
         if append_replanned(self.loom.log, self._stream, plan, what=what):
             self.refresh()
+        return plan.outcome
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
@@ -340,15 +333,29 @@ class KnowledgeBase:
         )
 
 
-_open: weakref.WeakKeyDictionary[Loom, dict[str, KnowledgeBase]] = weakref.WeakKeyDictionary()
-_indexes: weakref.WeakKeyDictionary[Loom, CorpusIndex] = weakref.WeakKeyDictionary()
+class _Replanned(Generic[D]):
+    """The plan handed to ``append_replanned``: each attempt decides afresh, and ``outcome``
+    is the LAST attempt's, the one whose changes were appended (set by the first call, which
+    ``append_replanned`` always makes)."""
+
+    outcome: D
+
+    def __init__(self, decide: Callable[[], tuple[list[Change], D]]) -> None:
+        self._decide = decide
+
+    def __call__(self, _version: int) -> list[Change]:
+        changes, self.outcome = self._decide()
+        return changes
+
+
+_CORPUS_SERVICE: Final = "loom_knowledge.corpus_index"
+_SCOPES_SERVICE: Final = "loom_knowledge.open_scopes"
 
 
 def corpus_index(loom: Loom) -> CorpusIndex:
-    """The corpus read models of ``loom`` (one per Loom, created on first use)."""
-    if loom not in _indexes:
-        _indexes[loom] = CorpusIndex(loom.log.engine)
-    return _indexes[loom]
+    """The corpus read models of ``loom`` (one per Loom, created on first use, a service of
+    the Loom so it goes with it)."""
+    return loom.services.get(_CORPUS_SERVICE, lambda: CorpusIndex(loom.log.engine))
 
 
 def corpus_projections(log: EventLog) -> list[CorpusIndex]:
@@ -363,7 +370,7 @@ def drop_corpus(loom: Loom) -> None:
     log. This is how the headline demo and tests prove the corpus is a projection.
     """
     corpus_index(loom).drop()
-    del _indexes[loom]
+    loom.services.discard(_CORPUS_SERVICE)
 
 
 def open_knowledge_base(
@@ -391,7 +398,7 @@ def open_knowledge_base(
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
         )
-    scopes = _open.setdefault(loom, {})
+    scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
     if existing is None:
         scopes[scope] = KnowledgeBase(

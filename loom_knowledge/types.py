@@ -8,13 +8,13 @@ exactly what was decided, and decoding it back must give an equal value.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Final
 
 import msgspec
 
 from loom_knowledge.errors import InvalidDocumentError
 from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
+from loom_runtime.storable import json_problem, text_problem
 
 MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
 """How deeply a document's meta may nest: the index stores meta one level down, inside a
@@ -22,25 +22,8 @@ passage's content, which may nest :data:`~loom_runtime.codec.MAX_DATA_DEPTH` lev
 when the :class:`Doc` is made, so a corpus never logs a document it cannot index."""
 
 
-def text_problem(value: str) -> str | None:
-    """Why ``value`` cannot be stored faithfully, or None when it can.
-
-    A NUL byte truncates text in SQLite FTS and C-string APIs (and PostgreSQL refuses it in
-    text), so a passage would index as a fragment of itself; a lone surrogate cannot be
-    encoded as UTF-8 at all, so the write would fail halfway through an ingest instead of
-    here. The one rule for every string a corpus stores: document fields, scopes, sources.
-    """
-    if "\x00" in value:
-        return "contains a NUL byte"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate (not valid Unicode)"
-    return None
-
-
 def _check_string(value: str, *, doc_id: object, field: str) -> None:
-    """Refuse a document string that cannot be stored faithfully (see :func:`text_problem`)."""
+    """Refuse a document string that cannot be stored faithfully (the runtime's text rule)."""
     problem = text_problem(value)
     if problem is not None:
         raise InvalidDocumentError(doc_id=doc_id, field=field, reason=problem)
@@ -50,34 +33,12 @@ def _check_json(value: object, *, doc_id: object, field: str) -> None:
     """Refuse meta values that would not come back equal from the log.
 
     Tuples come back as lists and NaN/infinity as ``null``, so a document holding one would
-    fingerprint differently after a round trip and be rewritten by every sync. Recursive, but
-    only called on meta :func:`~loom_runtime.codec.too_deep` has bounded.
+    fingerprint differently after a round trip and be rewritten by every sync.
     """
-    if value is None or isinstance(value, bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidDocumentError(doc_id=doc_id, field=field, reason="is not a finite number")
-    elif isinstance(value, str):
-        _check_string(value, doc_id=doc_id, field=field)
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            _check_json(item, doc_id=doc_id, field=f"{field}[{position}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidDocumentError(
-                    doc_id=doc_id, field=field, reason=f"has a non-string key {key!r}"
-                )
-            _check_string(key, doc_id=doc_id, field=f"{field} key {key!r}")
-            _check_json(item, doc_id=doc_id, field=f"{field}.{key}")
-    else:
-        raise InvalidDocumentError(
-            doc_id=doc_id,
-            field=field,
-            reason=f"is a {type(value).__name__}, not a JSON value (null, bool, number, "
-            "string, list or str-keyed dict)",
-        )
+    found = json_problem(value, field)
+    if found is not None:
+        where, problem = found
+        raise InvalidDocumentError(doc_id=doc_id, field=where, reason=problem)
 
 
 class Doc(msgspec.Struct, frozen=True, kw_only=True):

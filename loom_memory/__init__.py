@@ -45,6 +45,7 @@ from loom_memory.store import (
     SupportsRemove,
     SupportsReplace,
     SupportsSearch,
+    SupportsValidity,
     remove_entries,
 )
 from loom_memory.text import (
@@ -55,6 +56,7 @@ from loom_memory.text import (
     tokenize,
 )
 from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
+from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -74,15 +76,18 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "PostgresMemoryStore",
+    "PostgresTemporalStore",
     "ProjectionFailedError",
     "SearchNotSupportedError",
     "SqliteMemoryStore",
+    "SqliteTemporalStore",
     "StoreConfigurationError",
     "StoreNotOnLogDatabaseError",
     "SupportsClose",
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "SupportsValidity",
     "Tier",
     "TieredMemory",
     "UnknownTierError",

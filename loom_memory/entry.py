@@ -22,7 +22,6 @@ entry it can never project) or a lone surrogate (not encodable), and content nes
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeAlias
@@ -33,6 +32,7 @@ from msgspec import UNSET, UnsetType
 from loom_memory.errors import EntryNotSerialisableError, MemoryIdentifierSecretError
 from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
 from loom_runtime.redaction import Redactor
+from loom_runtime.storable import json_problem, text_problem
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
@@ -117,20 +117,6 @@ def check_identifiers(
     redactor.check_identifier(list(ids), path="ids", error=error)
 
 
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot be stored by every backend, or None when it can.
-
-    The one text rule of the memory seam, for entry fields, dict keys and memory keys alike.
-    """
-    if "\x00" in text:
-        return "contains a NUL character, which PostgreSQL cannot store in text"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate, which is not valid Unicode and cannot be encoded"
-    return None
-
-
 def _check_entry(entry: object, path: str) -> None:
     if not isinstance(entry, MemoryEntry):
         raise EntryNotSerialisableError(
@@ -164,28 +150,11 @@ def _check_text(text: str, path: str) -> None:
 
 
 def _check_content(value: object, path: str) -> None:
-    """Recursive, but only ever called on content :func:`too_deep` has bounded."""
-    if isinstance(value, str):
-        _check_text(value, path)
-        return
-    if value is None or isinstance(value, bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            _refuse(path, value, "a finite number (JSON has no NaN or infinity)")
-        return
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_content(item, f"{path}[{index}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                _refuse(f"{path} key {key!r}", key, "a str object key")
-            _check_text(key, f"{path} key {key!r}")
-            _check_content(item, f"{path}[{key!r}]")
-        return
-    _refuse(path, value, "JSON-like: str, int, float, bool, None, list or str-keyed dict")
+    """Refuse content the log would not give back equal (the runtime's one JSON check)."""
+    found = json_problem(value, path)
+    if found is not None:
+        where, problem = found
+        raise EntryNotSerialisableError(f"{where} {problem}; nothing was written", path=where)
 
 
 def _refuse(path: str, value: object, expected: str) -> NoReturn:

@@ -11,8 +11,10 @@ Both keep one ordinary table, ``<prefix>entries``, with one row per entry:
   disagree with it), indexed with ``key`` so ``remove`` is one indexed ``DELETE``;
 * the backend's search columns, derived from :func:`~loom_memory.text.entry_terms`.
 
-Rows are only ever inserted and deleted, never updated: ``replace`` is delete-then-insert in
-one transaction, which is what keeps a derived search index simple to keep in step.
+Rows are only ever inserted and deleted: ``replace`` is delete-then-insert in one
+transaction, which is what keeps a derived search index simple to keep in step. The one
+exception is a temporal store's ``end_validity`` (:mod:`loom_memory.validity`), which sets a
+column no search structure derives from.
 
 Writing inside a caller's transaction
 -------------------------------------
@@ -37,7 +39,9 @@ with ``where=`` over them. ``where`` is part of the ranked query itself, so a fi
 returns the best matches among the admitted rows, ranked by the same scorer as any other
 search. ``read_annotated``/``search_annotated`` return each entry with those values.
 
-Such a caller usually also wants ``postings=True``: a ``(term, seq, tf)`` side table kept with
+A caller keeping history this way wants :mod:`loom_memory.validity`, which owns the
+validity columns and the ranking rule. A caller filtering by its own columns usually also
+wants ``postings=True``: a ``(term, seq, tf)`` side table kept with
 the rows, so that every search ranks with the statistics of the rows ``where`` admits and breaks
 ties by entry id, never by the rows it filtered out or the order rows were written in
 (:mod:`loom_memory.postings`). Both backends then rank with the same scorer.
@@ -68,6 +72,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     insert,
+    inspect,
     select,
 )
 from sqlalchemy.exc import SQLAlchemyError
@@ -136,8 +141,16 @@ class SqlMemoryStore(ABC):
         self.postings = postings_table(table_prefix, metadata) if postings else None
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
+        self.predates_postings = False
+        """True when this store keeps postings but found rows written without them: those rows
+        are never found by a search, so their owner drops the store and rebuilds it."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers creating the store at once must not race
+            if self.postings is not None:
+                existing = set(inspect(conn).get_table_names())
+                self.predates_postings = (
+                    self.entries.name in existing and self.postings.name not in existing
+                )
             metadata.create_all(conn, checkfirst=True)
             for statement in self._search_ddl():
                 conn.exec_driver_sql(statement)

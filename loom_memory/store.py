@@ -1,4 +1,4 @@
-"""The `MemoryStore` seam: three required verbs, four optional ones, and the rules they share.
+"""The `MemoryStore` seam: three required verbs, five optional ones, and the rules they share.
 
 A key (a ``str``) names an ORDERED LIST of entries, read back in APPEND order: not timestamp
 order (one turn's entries share a timestamp) and not a set (appending an entry twice keeps two).
@@ -14,6 +14,12 @@ and turn that fallback into a failure, so a backend without a capability omits t
   are handles, not a uniqueness constraint). Entries without an id never match.
 * :class:`SupportsSearch` - the entries of one key matching any term of ``query``, best first
   by the backend's own ranking, at most ``limit`` (clamped to :data:`MAX_SEARCH_LIMIT`).
+* :class:`SupportsValidity` - entries valid between two log positions: ``append_at`` a
+  position, ``end_validity`` at a later one, and ``read_as_of``/``search_as_of`` a position.
+  On such a store ``read`` and ``search`` see the CURRENT entries (those not ended), and every
+  search ranks with the statistics of exactly the entries it admits: the current ones, or
+  those valid at the position. A key's history never changes how its present (or any past
+  state) ranks; the conformance kit pins that.
 * :class:`SupportsClose` - release connections.
 
 The argument checks at the bottom are shared by every backend so that they refuse alike.
@@ -24,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loom_memory.entry import MemoryEntry, text_problem
+from loom_memory.entry import MemoryEntry
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import query_terms
+from loom_runtime.storable import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
 """How many hits :meth:`SupportsSearch.search` returns when the caller does not say."""
@@ -78,6 +85,35 @@ class SupportsSearch(Protocol):
         self, key: str, query: str, *, limit: int = DEFAULT_SEARCH_LIMIT
     ) -> list[MemoryEntry]:
         """Return at most ``limit`` entries at ``key`` matching any term of ``query``."""
+        ...
+
+
+@runtime_checkable
+class SupportsValidity(Protocol):
+    """Optional: entries valid from one log position until another, read and searched as of
+    a position. ``read``/``search`` of such a store see only the current (unended) entries;
+    ``append`` without a position makes entries valid from position 0."""
+
+    def append_at(self, key: str, entries: Sequence[MemoryEntry], position: int) -> None:
+        """Add ``entries`` to the end of ``key``, valid from log ``position`` until ended."""
+        ...
+
+    def end_validity(self, key: str, ids: Iterable[str], position: int) -> None:
+        """End, at ``position``, the current entries at ``key`` whose id is in ``ids``: they
+        leave ``read``/``search`` and stay visible as of any earlier position. Entries ended
+        already keep the position they ended at."""
+        ...
+
+    def read_as_of(self, key: str, position: int) -> list[MemoryEntry]:
+        """The entries at ``key`` valid at ``position`` (``from <= position < to``), in
+        append order."""
+        ...
+
+    def search_as_of(
+        self, key: str, query: str, position: int, *, limit: int = DEFAULT_SEARCH_LIMIT
+    ) -> list[MemoryEntry]:
+        """As ``search``, among (and ranked by the statistics of) the entries valid at
+        ``position``."""
         ...
 
 
@@ -141,6 +177,16 @@ def check_ids(ids: Iterable[str]) -> frozenset[str]:
         if problem is not None:
             raise InvalidArgumentError(f"id {entry_id!r} {problem}", parameter="ids")
     return frozenset(given)
+
+
+def check_position(position: object) -> int:
+    """Return ``position`` if it is a log position (an int >= 0), else raise."""
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise InvalidArgumentError(
+            f"position must be a log position (an int >= 0), got {position!r}",
+            parameter="position",
+        )
+    return position
 
 
 def check_search(key: object, query: object, limit: object) -> tuple[list[str], int]:

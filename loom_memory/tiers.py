@@ -2,13 +2,13 @@
 
 A tier (working, episodic, semantic, procedural, or one of your own) is a policy over the
 scopes stored in it: entries older than ``ttl`` are expired, and only the newest
-``max_entries`` are kept. Each (tier, scope) is one key of the underlying store,
-``tier/<tier>/<scope>``; tier names cannot contain ``/``, so keys never alias.
+``max_entries`` are kept. Each (tier, scope) is one key of the underlying store
+(:mod:`loom_memory.keys` defines it and every other name this module stores under).
 
 Eviction is a rewrite of the whole list, and the rewrite is where memory gets destroyed:
 as clear-then-append, a crash between the two loses the scope. So it uses ``replace`` (one
 atomic step) whenever the store has it. A store with only the required verbs gets a journal:
-the surviving list is first appended under ``rewrite/<tier>/<scope>``, then the scope is
+the surviving list is first appended under the scope's journal key, then the scope is
 cleared and re-appended, then the journal is cleared; every access to a scope first finishes
 a journal left by a crash, so the scope is never lost, only its eviction replayed.
 
@@ -40,6 +40,7 @@ from loom_memory.errors import (
     SearchNotSupportedError,
     UnknownTierError,
 )
+from loom_memory.keys import journal_key, recall_key, recall_relevant_key, tier_key
 from loom_memory.store import (
     DEFAULT_SEARCH_LIMIT,
     MAX_SEARCH_LIMIT,
@@ -169,7 +170,7 @@ class TieredMemory:
         if decide is None:
             return self.read(tier, scope)[-n:]
         return decide(
-            f"memory.recall:{tier}:{n}:{scope}",
+            recall_key(tier, scope, n),
             lambda: self.read(tier, scope)[-n:],
             input={"tier": tier, "scope": scope, "n": n},
             type=list[MemoryEntry],
@@ -216,7 +217,7 @@ class TieredMemory:
         _, key = self._locate(tier, scope)
         check_search(key, query, n)
         return decide(
-            f"memory.recall_relevant:{tier}:{n}:{scope}:{query}",
+            recall_relevant_key(tier, scope),
             lambda: self.search(tier, scope, query, limit=n),
             input={"tier": tier, "scope": scope, "query": query, "n": n},
             type=list[MemoryEntry],
@@ -229,14 +230,14 @@ class TieredMemory:
             raise UnknownTierError(
                 f"no tier {tier!r}: this memory has {sorted(self.tiers)}", parameter="tier"
             )
-        return policy, f"tier/{tier}/{check_key(scope)}"
+        return policy, tier_key(tier, check_key(scope))
 
     def _rewrite(self, key: str, entries: list[MemoryEntry]) -> None:
         """Make ``entries`` the list at ``key`` so that a crash midway loses nothing."""
         if isinstance(self.store, SupportsReplace):
             self.store.replace(key, entries)
             return
-        journal = _journal_key(key)
+        journal = journal_key(key)
         self.store.append(journal, entries)
         self._finish_rewrite(key, pending=entries)
 
@@ -244,7 +245,7 @@ class TieredMemory:
         """Complete a journalled rewrite of ``key`` (one a crash interrupted, if none given)."""
         if isinstance(self.store, SupportsReplace):
             return  # rewrites were atomic: there is never a journal
-        journal = _journal_key(key)
+        journal = journal_key(key)
         if pending is None:
             pending = self.store.read(journal)
             if not pending:
@@ -252,10 +253,6 @@ class TieredMemory:
         self.store.clear(key)
         self.store.append(key, pending)
         self.store.clear(journal)
-
-
-def _journal_key(key: str) -> str:
-    return "rewrite/" + key.removeprefix("tier/")
 
 
 def _check_n(n: object) -> None:

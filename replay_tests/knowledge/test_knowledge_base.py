@@ -27,9 +27,10 @@ from loom_knowledge import (
     pack_paragraphs,
     parse_passage_id,
 )
-from loom_knowledge.corpus_index import corpus_key
+from loom_knowledge.keys import corpus_key, retrieve_key
+from loom_knowledge.knowledge_base import corpus_index
 from loom_memory import MemoryEntry
-from loom_runtime import FlowContext, Loom, UnrecordedDecisionError
+from loom_runtime import DecisionInputChangedError, FlowContext, Loom
 from replay_tests.knowledge.corpus_tables import (
     drop_corpus_tables,
     index_match_count,
@@ -214,6 +215,18 @@ def test_open_returns_one_knowledge_base_per_loom_and_scope(loom: Loom) -> None:
     assert open_knowledge_base(loom, "wiki") is not runbooks
 
 
+def test_each_loom_has_its_own_scopes_and_index_closed_with_it(db_url: str) -> None:
+    """Two Looms on one database share no open scope or index; closing one forgets its own."""
+    with Loom(db_url) as first, Loom(db_url) as second:
+        runbooks = open_knowledge_base(first, "runbooks")
+        assert open_knowledge_base(second, "runbooks") is not runbooks
+        assert corpus_index(first) is not corpus_index(second)
+        runbooks.put_doc(Doc(id="disk", text="full"))
+        assert [d.id for d in open_knowledge_base(second, "runbooks").list_docs()] == ["disk"]
+    assert first.services.peek("loom_knowledge.corpus_index") is None
+    assert first.services.peek("loom_knowledge.open_scopes") is None
+
+
 @pytest.mark.parametrize(
     "options",
     [{"chunker": pack_paragraphs(max_chars=200)}, {"max_removal_fraction": 0.9}],
@@ -330,19 +343,33 @@ def test_retrieval_replays_identically_after_the_corpus_tables_are_dropped(
     assert all(isinstance(p, Passage) and p.title == "Disk" for p in replayed.output)
 
 
-def test_a_changed_query_is_a_divergence_naming_the_recorded_key(
-    loom: Loom, kb: KnowledgeBase
-) -> None:
-    """Replaying a flow whose query changed reports UnrecordedDecisionError near the old key."""
+def test_a_changed_query_is_a_changed_input_with_a_diff(loom: Loom, kb: KnowledgeBase) -> None:
+    """Replaying a flow whose query changed reports DecisionInputChangedError showing both."""
     kb.put_doc(Doc(id="disk", text=_paragraphs("full")))
     template = ["restart {}"]
     _register_ask(loom, kb, template)
     run = loom.run("ask", topic="disk")
     template[0] = "reboot {}"
     replayed = loom.replay(run.execution_id)
-    divergence = replayed.divergences[0]
-    assert isinstance(divergence, UnrecordedDecisionError)
-    assert f"knowledge:{SCOPE}:retrieve:4:restart disk" in divergence.nearest
+    [divergence] = replayed.divergences
+    assert isinstance(divergence, DecisionInputChangedError)
+    assert divergence.key == retrieve_key(SCOPE)
+    assert "restart disk" in divergence.diff
+    assert "reboot disk" in divergence.diff
+
+
+def test_two_retrievals_in_one_flow_replay_in_program_order(loom: Loom, kb: KnowledgeBase) -> None:
+    """Two retrievals of one scope in one flow get distinct keys and replay identically."""
+    kb.put_doc(Doc(id="disk", text=_paragraphs("full", "quota")))
+
+    @loom.flow("ask twice")
+    def ask_twice(ctx: FlowContext) -> list[list[Passage]]:
+        return [kb.retrieve(q, decide=ctx.decide, limit=1) for q in ("full", "quota")]
+
+    run = loom.run("ask twice")
+    assert [[p.index for p in hits] for hits in run.output] == [[0], [1]]
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
 
 
 def test_retrieve_requires_decide(kb: KnowledgeBase) -> None:

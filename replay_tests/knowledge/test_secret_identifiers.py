@@ -179,8 +179,8 @@ def test_a_decision_key_holding_a_secret_is_refused_before_compute_runs(loom: Lo
 def test_a_query_holding_a_secret_is_retrieved_recorded_redacted_and_replayed(
     loom: Loom,
 ) -> None:
-    """A user's question may quote a password: retrieval works, the key loom builds from the
-    query holds the redacted text (never the secret), and the replay is identical."""
+    """A user's question may quote a password: retrieval works, the query is recorded as the
+    decision's input, redacted (never the secret), and the replay is identical."""
     kb = open_knowledge_base(loom, "faq")
     kb.put_doc(Doc(id="login.md", text="When login fails, reset the password in the portal."))
     question = "login fails with password=Hunter2x9 why"

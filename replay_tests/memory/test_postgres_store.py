@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Column, Connection, Engine, Integer, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 
-from loom_memory import BackendError, MemoryEntry, PostgresMemoryStore
+from loom_memory import BackendError, MemoryEntry, PostgresMemoryStore, PostgresTemporalStore
 from loom_memory.conformance import MemoryStoreContract
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -55,6 +55,14 @@ class TestPostgresMemoryStore(MemoryStoreContract):
         yield store
         with engine.begin() as conn:
             _drop(conn, store)
+
+
+class TestPostgresTemporalStore(MemoryStoreContract):
+    @pytest.fixture
+    def store(self, engine: Engine) -> Iterator[PostgresTemporalStore]:
+        store = PostgresTemporalStore(engine, table_prefix=f"v{uuid.uuid4().hex[:12]}_")
+        yield store
+        store.drop()
 
 
 def _entries(*words: str) -> list[MemoryEntry]:

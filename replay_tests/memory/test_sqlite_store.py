@@ -20,6 +20,7 @@ from loom_memory import (
     BackendError,
     MemoryEntry,
     SqliteMemoryStore,
+    SqliteTemporalStore,
     StoreConfigurationError,
 )
 from loom_memory.conformance import MemoryStoreContract
@@ -36,6 +37,14 @@ class TestSqliteMemoryStore(MemoryStoreContract):
     @pytest.fixture
     def store(self, engine: Engine) -> Iterator[SqliteMemoryStore]:
         store = SqliteMemoryStore(engine, table_prefix="kit_")
+        yield store
+        store.close()
+
+
+class TestSqliteTemporalStore(MemoryStoreContract):
+    @pytest.fixture
+    def store(self, engine: Engine) -> Iterator[SqliteTemporalStore]:
+        store = SqliteTemporalStore(engine, table_prefix="kit_")
         yield store
         store.close()
 

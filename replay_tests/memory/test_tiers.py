@@ -30,8 +30,9 @@ from loom_memory import (
     TieredMemory,
     UnknownTierError,
 )
+from loom_memory.keys import recall_relevant_key
 from loom_memory.tiers import DEFAULT_TIERS
-from loom_runtime import FlowContext, Loom
+from loom_runtime import DecisionInputChangedError, FlowContext, Loom
 
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 WRITES = frozenset({"append", "clear", "replace", "remove"})
@@ -271,8 +272,8 @@ def test_recall_relevant_requires_decide_as_a_keyword() -> None:
         memory.recall_relevant("semantic", "s", "deploy")  # type: ignore[call-arg]
 
 
-def test_recall_relevant_key_names_tier_scope_query_and_n() -> None:
-    """The decision key is built from tier, scope, query and n; kind is 'memory'."""
+def test_recall_relevant_keys_on_tier_and_scope_with_the_query_as_input() -> None:
+    """The decision key names tier and scope only; query and n are its input; kind 'memory'."""
     memory = TieredMemory(InMemoryMemoryStore())
     memory.remember("semantic", "runbooks", [MemoryEntry(content="restart the deploy")])
     decide = RecordingDecide()
@@ -280,8 +281,48 @@ def test_recall_relevant_key_names_tier_scope_query_and_n() -> None:
     assert contents(hits) == ["restart the deploy"]
     [call] = decide.calls
     assert call["kind"] == "memory"
-    assert all(part in call["key"] for part in ("semantic", "runbooks", "deploy", "4"))
+    assert call["key"] == recall_relevant_key("semantic", "runbooks")
     assert call["input"] == {"tier": "semantic", "scope": "runbooks", "query": "deploy", "n": 4}
+
+
+def test_a_changed_recall_query_is_a_changed_input_with_a_diff(tmp_path: Path) -> None:
+    """Replaying a flow whose recall query changed reports DecisionInputChangedError."""
+    memory = TieredMemory(InMemoryMemoryStore())
+    memory.remember("semantic", "kb", [MemoryEntry(content="deploy with the blue button")])
+    question = ["deploy"]
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("answer")
+        def answer(ctx: FlowContext) -> list[Any]:
+            return contents(
+                memory.recall_relevant("semantic", "kb", question[0], decide=ctx.decide)
+            )
+
+        run = loom.run("answer")
+        question[0] = "blue button"
+        [divergence] = loom.replay(run.execution_id).divergences
+    assert isinstance(divergence, DecisionInputChangedError)
+    assert "deploy" in divergence.diff and "blue button" in divergence.diff
+
+
+def test_a_recall_query_holding_a_secret_is_recalled_and_recorded_redacted(
+    tmp_path: Path,
+) -> None:
+    """A query quoting a password is recalled, not refused; the log holds it redacted."""
+    memory = TieredMemory(InMemoryMemoryStore())
+    memory.remember("semantic", "kb", [MemoryEntry(content="reset the password in the portal")])
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("answer")
+        def answer(ctx: FlowContext) -> list[Any]:
+            query = "password=Hunter2x9 portal"
+            return contents(memory.recall_relevant("semantic", "kb", query, decide=ctx.decide))
+
+        run = loom.run("answer")
+        assert run.output == ["reset the password in the portal"]
+        assert loom.replay(run.execution_id).identical
+        [decision] = loom.execution(run.execution_id).decisions.values()
+    assert b"Hunter2x9" not in bytes(decision.input)
 
 
 def test_a_replay_recalls_what_the_run_recalled_though_memory_grew(tmp_path: Path) -> None:

@@ -1,0 +1,45 @@
+"""The memory-store conformance kit: every clause of the seam as one pytest test.
+
+A backend author subclasses :class:`MemoryStoreContract` and provides ONE fixture, ``store``,
+yielding a fresh, empty store::
+
+    import pytest
+    from loom_memory.conformance import MemoryStoreContract
+
+    class TestMyStore(MemoryStoreContract):
+        @pytest.fixture
+        def store(self):
+            store = MyStore(...)
+            yield store
+            store.close()
+
+and adds ``pytest.register_assert_rewrite("loom_memory.conformance")`` to the conftest.py that
+precedes it, so a failing clause shows its values. The class has no ``Test`` prefix so that
+pytest never collects the kit itself. Each test states one clause in its docstring, so
+``-k`` selects clauses and a failure names the clause broken.
+
+One module per capability holds its clauses (``required``, ``replace``, ``remove``,
+``search``, ``validity``, ``close``); :class:`MemoryStoreContract` inherits them all, and
+registering this package for assertion rewriting covers every module in it. Optional verbs are
+tested when present and SKIPPED, naming the capability, when absent (presence is the feature
+flag). The id round trip is tested on every store, because the
+``remove`` fallback depends on it precisely where ``remove`` is missing.
+
+What the kit cannot see:
+
+* index maintenance. A backend that joins its index back to its rows passes every clear,
+  replace and remove clause even if its index grows stale without bound. Test that in the
+  backend's own suite by reading the index without the join.
+* ranking. FTS5's BM25, PostgreSQL's BM25 (b = 0) and an IDF sum disagree on order, so no
+  clause pins one. The validity clauses pin only the rule that a search ranks as a key
+  holding just the entries it admits would: history never sways it.
+* a similarity backend must choose a floor: "a query matching nothing returns []" is free for
+  an inverted index, but cosine similarity is defined against every entry, so an unthresholded
+  vector store returns the whole key, least-unrelated first. Put a minimum score in the
+  backend's options (it is a property of the embedding model) and set it for the kit.
+"""
+
+from loom_memory.conformance.contract import MemoryStoreContract
+from loom_memory.conformance.helpers import entry
+
+__all__ = ["MemoryStoreContract", "entry"]
