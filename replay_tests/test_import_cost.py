@@ -156,3 +156,26 @@ def test_python_dash_m_runs_the_same_cli(module: str) -> None:
 
     assert without_usage(output) == without_usage(expected)
     assert "knowledge" in output
+
+
+@pytest.mark.slow
+def test_every_event_decodes_in_a_process_that_imported_no_package_above(
+    sqlite_url: str,
+) -> None:
+    """Lazy packages have not registered their events when ``loom doctor`` reads the log; the
+    ``loom.events`` entry points they declare are imported on the first unknown topic."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_memory import EventSourcedMemory, MemoryEntry
+    from loom_runtime import Loom
+
+    with Loom(sqlite_url) as loom:
+        open_knowledge_base(loom, "docs").sync([Doc(id="a", text="Restart the pool.")])
+        EventSourcedMemory(loom).append("chat", [MemoryEntry(content="hello")])
+    done = subprocess.run(
+        [sys.executable, "-m", "loom_runtime", "doctor", "--db", sqlite_url],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok log readable: 3 events decode" in " ".join(done.stdout.split())
