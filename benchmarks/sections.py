@@ -10,6 +10,7 @@ from __future__ import annotations
 from benchmarks import (
     bundles,
     corpus,
+    imports,
     memory,
     peers_durable,
     peers_retrieval,
@@ -28,6 +29,12 @@ SECTIONS: tuple[Section, ...] = (
         title="Runtime: decisions recorded and replayed per second",
         issue=2,
         run=runtime.run,
+    ),
+    Section(
+        name="imports",
+        title="Import cost: a program, a pytest session and `loom --help` (ADR 0022)",
+        issue=12,
+        run=imports.run,
     ),
     Section(
         name="redaction",

@@ -18,55 +18,65 @@ and replay to the log). The pieces here are pure and need no database:
   (links out of it not followed; ``scan_docs`` also lists them); the demo corpus.
 """
 
-from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, to_passages
-from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
-from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
-from loom_knowledge.errors import (
-    CorpusIdentifierSecretError,
-    DuplicateDocumentError,
-    InvalidArgumentError,
-    InvalidDocumentError,
-    InvalidOptionError,
-    InvalidPassageIdError,
-    KnowledgeBaseOptionsError,
-    KnowledgeError,
-    MassDeleteRefusedError,
-    ModelResponseError,
-    ModelUnavailableError,
-    SourceConflictError,
-    TaintedSystemContentError,
-    UngroundedCitationError,
-)
-from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+# fingerprint and reconcile are bound now: each shares its name with its module, which the
+# import system sets on the package whenever anything imports that module, and would win over a
+# lazily bound function. Both modules are pure and cheap.
 from loom_knowledge.fingerprint import (
     DEFAULT_FINGERPRINTER,
     FINGERPRINT_ALGORITHM,
     Fingerprinter,
     fingerprint,
 )
-from loom_knowledge.grounding import (
-    UNTRUSTED_CONTENT_NOTE,
-    GroundedRequest,
-    Message,
-    Provenance,
-    encode_request,
-    grounded_request,
-    guard_messages,
-    to_anthropic_messages,
-    to_openai_messages,
-)
-from loom_knowledge.knowledge_base import KnowledgeBase, open_knowledge_base
-from loom_knowledge.model import Answer, ExtractiveModel, Model
-from loom_knowledge.openai_compatible import OpenAICompatibleModel
-from loom_knowledge.passage_entry import (
-    PassageContent,
-    format_passage_id,
-    parse_passage_id,
-    passage_content,
-    passage_from_entry,
-)
 from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.types import Doc, DocRecord, Passage, PlannedWrite, SyncPlan, SyncResult
+from loom_runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, to_passages
+    from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
+    from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
+    from loom_knowledge.errors import (
+        CorpusIdentifierSecretError,
+        DuplicateDocumentError,
+        InvalidArgumentError,
+        InvalidDocumentError,
+        InvalidOptionError,
+        InvalidPassageIdError,
+        KnowledgeBaseOptionsError,
+        KnowledgeError,
+        MassDeleteRefusedError,
+        ModelResponseError,
+        ModelUnavailableError,
+        SourceConflictError,
+        TaintedSystemContentError,
+        UngroundedCitationError,
+    )
+    from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+    from loom_knowledge.grounding import (
+        UNTRUSTED_CONTENT_NOTE,
+        GroundedRequest,
+        Message,
+        Provenance,
+        encode_request,
+        grounded_request,
+        guard_messages,
+        to_anthropic_messages,
+        to_openai_messages,
+    )
+    from loom_knowledge.knowledge_base import KnowledgeBase, open_knowledge_base
+    from loom_knowledge.model import Answer, ExtractiveModel, Model
+    from loom_knowledge.openai_compatible import OpenAICompatibleModel
+    from loom_knowledge.passage_entry import (
+        PassageContent,
+        format_passage_id,
+        parse_passage_id,
+        passage_content,
+        passage_from_entry,
+    )
+    from loom_knowledge.types import Doc, DocRecord, Passage, PlannedWrite, SyncPlan, SyncResult
 
 __all__ = [
     "DEFAULT_FINGERPRINTER",
@@ -131,3 +141,70 @@ __all__ = [
     "to_openai_messages",
     "to_passages",
 ]
+
+# Where each public name lives, imported on first use (PEP 562) so that importing the
+# package costs nothing until a name is used.
+_EXPORTS = {
+    "Answer": "loom_knowledge.model",
+    "Chunker": "loom_knowledge.chunking",
+    "CitationCheck": "loom_knowledge.citations",
+    "CorpusIdentifierSecretError": "loom_knowledge.errors",
+    "CorpusReconciled": "loom_knowledge.events",
+    "DEFAULT_FINGERPRINTER": "loom_knowledge.fingerprint",
+    "DEFAULT_MAX_REMOVAL_FRACTION": "loom_knowledge.reconcile",
+    "Doc": "loom_knowledge.types",
+    "DocRecord": "loom_knowledge.types",
+    "DocScan": "loom_knowledge.corpus_files",
+    "DocumentRemoved": "loom_knowledge.events",
+    "DocumentWritten": "loom_knowledge.events",
+    "DuplicateDocumentError": "loom_knowledge.errors",
+    "ExtractiveModel": "loom_knowledge.model",
+    "FINGERPRINT_ALGORITHM": "loom_knowledge.fingerprint",
+    "Fingerprinter": "loom_knowledge.fingerprint",
+    "GroundedRequest": "loom_knowledge.grounding",
+    "InvalidArgumentError": "loom_knowledge.errors",
+    "InvalidDocumentError": "loom_knowledge.errors",
+    "InvalidOptionError": "loom_knowledge.errors",
+    "InvalidPassageIdError": "loom_knowledge.errors",
+    "KnowledgeBase": "loom_knowledge.knowledge_base",
+    "KnowledgeBaseOptionsError": "loom_knowledge.errors",
+    "KnowledgeError": "loom_knowledge.errors",
+    "MassDeleteRefusedError": "loom_knowledge.errors",
+    "Message": "loom_knowledge.grounding",
+    "Model": "loom_knowledge.model",
+    "ModelResponseError": "loom_knowledge.errors",
+    "ModelUnavailableError": "loom_knowledge.errors",
+    "OpenAICompatibleModel": "loom_knowledge.openai_compatible",
+    "ParagraphPacker": "loom_knowledge.chunking",
+    "Passage": "loom_knowledge.types",
+    "PassageContent": "loom_knowledge.passage_entry",
+    "PlannedWrite": "loom_knowledge.types",
+    "Provenance": "loom_knowledge.grounding",
+    "SourceConflictError": "loom_knowledge.errors",
+    "SyncPlan": "loom_knowledge.types",
+    "SyncResult": "loom_knowledge.types",
+    "TaintedSystemContentError": "loom_knowledge.errors",
+    "UNTRUSTED_CONTENT_NOTE": "loom_knowledge.grounding",
+    "UngroundedCitationError": "loom_knowledge.errors",
+    "assert_grounded": "loom_knowledge.citations",
+    "check_citations": "loom_knowledge.citations",
+    "encode_request": "loom_knowledge.grounding",
+    "ensure_writable": "loom_knowledge.reconcile",
+    "format_passage_id": "loom_knowledge.passage_entry",
+    "grounded_request": "loom_knowledge.grounding",
+    "guard_messages": "loom_knowledge.grounding",
+    "load_docs": "loom_knowledge.corpus_files",
+    "load_runbooks": "loom_knowledge.corpus_files",
+    "open_knowledge_base": "loom_knowledge.knowledge_base",
+    "pack_paragraphs": "loom_knowledge.chunking",
+    "parse_passage_id": "loom_knowledge.passage_entry",
+    "passage_content": "loom_knowledge.passage_entry",
+    "passage_from_entry": "loom_knowledge.passage_entry",
+    "scan_docs": "loom_knowledge.corpus_files",
+    "to_anthropic_messages": "loom_knowledge.grounding",
+    "to_openai_messages": "loom_knowledge.grounding",
+    "to_passages": "loom_knowledge.chunking",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,25 +2,24 @@
 
 ``loom knowledge sync`` is a DRY RUN unless ``--apply`` is given: a reconcile is destructive
 (anything of the source's missing from the folder is removed), so the default shows the plan.
+
+Registering these commands runs on every ``loom`` invocation, ``--help`` included, so this
+module imports only what defines them; each command imports the corpus, audit or
+counterfactual machinery when it runs.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 import typer
 from rich.table import Table
 
-from loom_knowledge.audit import audit
-from loom_knowledge.audit_render import flat, render_html, render_text
 from loom_knowledge.corpus_files import scan_docs
-from loom_knowledge.counterfactual import counterfactual, render_counterfactual
 from loom_knowledge.errors import KnowledgeError
-from loom_knowledge.knowledge_base import open_knowledge_base
-from loom_knowledge.types import Passage, SyncResult
 from loom_runtime.cli import (
     DbOption,
     FlowsOption,
@@ -32,6 +31,9 @@ from loom_runtime.cli import (
 )
 from loom_runtime.display import visible
 from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError, LoomError
+
+if TYPE_CHECKING:
+    from loom_knowledge.types import Passage, SyncResult
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -70,6 +72,9 @@ def audit_command(
     db: DbOption = None,
 ) -> None:
     """What the agent knew: passages (and what became of them), request, answer, citations."""
+    from loom_knowledge.audit import audit
+    from loom_knowledge.audit_render import render_html, render_text
+
     with open_loom(db) as loom:
         try:
             report = audit(loom, execution_id)
@@ -112,6 +117,8 @@ def sync_command(
     stays in the append-only log for good, and a stray link to /etc would put /etc there.
     The flag is for a docs folder that links a shared checkout on purpose.
     """
+    from loom_knowledge.knowledge_base import open_knowledge_base
+
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=2)
     try:
@@ -141,6 +148,8 @@ def sync_command(
 @knowledge_app.command("list")
 def list_command(scope: ScopeOption, db: DbOption = None) -> None:
     """The live documents of SCOPE with their revisions."""
+    from loom_knowledge.knowledge_base import open_knowledge_base
+
     with open_loom(db) as loom:
         records = open_knowledge_base(loom, scope).list_docs()
     table = Table("document", "revision", "passages", "source", "fingerprint")
@@ -164,6 +173,8 @@ def search_command(
     db: DbOption = None,
 ) -> None:
     """Search SCOPE now. NOT recorded: a flow must use kb.retrieve(..., decide=ctx.decide)."""
+    from loom_knowledge.knowledge_base import open_knowledge_base
+
     with open_loom(db) as loom:
         try:
             passages = open_knowledge_base(loom, scope).search(query, limit=limit)
@@ -182,6 +193,8 @@ def as_of_command(
     db: DbOption = None,
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
+    from loom_knowledge.knowledge_base import open_knowledge_base
+
     try:
         moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
     except ValueError:
@@ -212,6 +225,8 @@ def counterfactual_command(
 
     Exit 0 if nothing would change, 1 if something would (passages, request, citations).
     """
+    from loom_knowledge.counterfactual import counterfactual, render_counterfactual
+
     with open_with_flows(db, flows) as loom:
         try:
             report = counterfactual(loom, execution_id)
@@ -234,6 +249,8 @@ def _print_sync(result: SyncResult, *, applied: bool) -> None:
 
 def _print_passages(passages: list[Passage]) -> None:
     """One line per passage: its id, revision and the start of its text, all inert."""
+    from loom_knowledge.audit_render import flat
+
     for passage in passages:
         doc_id = visible(passage.doc_id, one_line=True)
         console.print(

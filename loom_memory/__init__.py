@@ -18,45 +18,50 @@ with TTL and size limits, recency recall and (recorded) relevance recall over an
 
 from __future__ import annotations
 
-from loom_memory.entry import Content, MemoryEntry
-from loom_memory.errors import (
-    BackendError,
-    EntryNotSerialisableError,
-    InvalidArgumentError,
-    InvalidKeyError,
-    InvalidLimitError,
-    MemoryIdentifierSecretError,
-    MemoryStoreError,
-    ProjectionFailedError,
-    SearchNotSupportedError,
-    StoreConfigurationError,
-    StoreNotOnLogDatabaseError,
-    UnknownTierError,
-)
-from loom_memory.event_sourced import EventSourcedMemory
-from loom_memory.inmemory import InMemoryMemoryStore
-from loom_memory.postgres import PostgresMemoryStore
-from loom_memory.sqlite import SqliteMemoryStore
-from loom_memory.store import (
-    DEFAULT_SEARCH_LIMIT,
-    MAX_SEARCH_LIMIT,
-    MemoryStore,
-    SupportsClose,
-    SupportsRemove,
-    SupportsReplace,
-    SupportsSearch,
-    SupportsValidity,
-    remove_entries,
-)
-from loom_memory.text import (
-    MAX_QUERY_TERMS,
-    entry_terms,
-    query_terms,
-    searchable_text,
-    tokenize,
-)
-from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
-from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
+from typing import TYPE_CHECKING
+
+from loom_runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from loom_memory.entry import Content, MemoryEntry
+    from loom_memory.errors import (
+        BackendError,
+        EntryNotSerialisableError,
+        InvalidArgumentError,
+        InvalidKeyError,
+        InvalidLimitError,
+        MemoryIdentifierSecretError,
+        MemoryStoreError,
+        ProjectionFailedError,
+        SearchNotSupportedError,
+        StoreConfigurationError,
+        StoreNotOnLogDatabaseError,
+        UnknownTierError,
+    )
+    from loom_memory.event_sourced import EventSourcedMemory
+    from loom_memory.inmemory import InMemoryMemoryStore
+    from loom_memory.postgres import PostgresMemoryStore
+    from loom_memory.sqlite import SqliteMemoryStore
+    from loom_memory.store import (
+        DEFAULT_SEARCH_LIMIT,
+        MAX_SEARCH_LIMIT,
+        MemoryStore,
+        SupportsClose,
+        SupportsRemove,
+        SupportsReplace,
+        SupportsSearch,
+        SupportsValidity,
+        remove_entries,
+    )
+    from loom_memory.text import (
+        MAX_QUERY_TERMS,
+        entry_terms,
+        query_terms,
+        searchable_text,
+        tokenize,
+    )
+    from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
+    from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -97,3 +102,48 @@ __all__ = [
     "searchable_text",
     "tokenize",
 ]
+
+# Where each public name lives, imported on first use (PEP 562) so that importing the
+# package costs nothing until a name is used.
+_EXPORTS = {
+    "BackendError": "loom_memory.errors",
+    "Content": "loom_memory.entry",
+    "DEFAULT_SEARCH_LIMIT": "loom_memory.store",
+    "DEFAULT_TIERS": "loom_memory.tiers",
+    "EntryNotSerialisableError": "loom_memory.errors",
+    "EventSourcedMemory": "loom_memory.event_sourced",
+    "InMemoryMemoryStore": "loom_memory.inmemory",
+    "InvalidArgumentError": "loom_memory.errors",
+    "InvalidKeyError": "loom_memory.errors",
+    "InvalidLimitError": "loom_memory.errors",
+    "MAX_QUERY_TERMS": "loom_memory.text",
+    "MAX_SEARCH_LIMIT": "loom_memory.store",
+    "MemoryEntry": "loom_memory.entry",
+    "MemoryIdentifierSecretError": "loom_memory.errors",
+    "MemoryStore": "loom_memory.store",
+    "MemoryStoreError": "loom_memory.errors",
+    "PostgresMemoryStore": "loom_memory.postgres",
+    "ProjectionFailedError": "loom_memory.errors",
+    "SearchNotSupportedError": "loom_memory.errors",
+    "SqliteMemoryStore": "loom_memory.sqlite",
+    "StoreConfigurationError": "loom_memory.errors",
+    "StoreNotOnLogDatabaseError": "loom_memory.errors",
+    "SupportsClose": "loom_memory.store",
+    "SupportsRemove": "loom_memory.store",
+    "SupportsReplace": "loom_memory.store",
+    "SupportsSearch": "loom_memory.store",
+    "SupportsValidity": "loom_memory.store",
+    "PostgresTemporalStore": "loom_memory.validity",
+    "SqliteTemporalStore": "loom_memory.validity",
+    "Tier": "loom_memory.tiers",
+    "TieredMemory": "loom_memory.tiers",
+    "UnknownTierError": "loom_memory.errors",
+    "entry_terms": "loom_memory.text",
+    "query_terms": "loom_memory.text",
+    "remove_entries": "loom_memory.store",
+    "searchable_text": "loom_memory.text",
+    "tokenize": "loom_memory.text",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,41 +4,48 @@ Every nondeterministic result of a flow is recorded with ``ctx.decide(key, compu
 append-only event log, so an execution can be replayed later, anywhere, to the same output.
 """
 
-from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
-from loom_runtime.errors import (
-    ConfigurationError,
-    DatabaseUnavailableError,
-    DecisionInputChangedError,
-    DecisionKeyError,
-    ExecutionConflictError,
-    ExecutionFinishedError,
-    ExecutionNotFoundError,
-    FlowAlreadyRegisteredError,
-    FlowInputError,
-    FlowNotFoundError,
-    IntegrityUnsupportedError,
-    LoomError,
-    NotSerialisableError,
-    OutcomeChangedError,
-    OutputChangedError,
-    RecordedComputeError,
-    ReplayDivergence,
-    SecretIdentifierError,
-    SecretRefusedError,
-    StreamConflictError,
-    UnrecordedDecisionError,
-    UnusedDecisionsError,
-    WriteContentionError,
-)
-from loom_runtime.execution import Decision, Execution
-from loom_runtime.flow import FlowRegistry
-from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
-from loom_runtime.log import EventLog, LogSettings
-from loom_runtime.loom import Loom, Run
-from loom_runtime.redaction import Redactor, SecretPattern
-from loom_runtime.replay import ReplayResult
-from loom_runtime.retry import RetryPolicy
-from loom_runtime.stream import LogEvent
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loom_runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
+    from loom_runtime.errors import (
+        ConfigurationError,
+        DatabaseUnavailableError,
+        DecisionInputChangedError,
+        DecisionKeyError,
+        ExecutionConflictError,
+        ExecutionFinishedError,
+        ExecutionNotFoundError,
+        FlowAlreadyRegisteredError,
+        FlowInputError,
+        FlowNotFoundError,
+        IntegrityUnsupportedError,
+        LoomError,
+        NotSerialisableError,
+        OutcomeChangedError,
+        OutputChangedError,
+        RecordedComputeError,
+        ReplayDivergence,
+        SecretIdentifierError,
+        SecretRefusedError,
+        StreamConflictError,
+        UnrecordedDecisionError,
+        UnusedDecisionsError,
+        WriteContentionError,
+    )
+    from loom_runtime.execution import Decision, Execution
+    from loom_runtime.flow import FlowRegistry
+    from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
+    from loom_runtime.log import EventLog, LogSettings
+    from loom_runtime.loom import Loom, Run
+    from loom_runtime.redaction import Redactor, SecretPattern
+    from loom_runtime.replay import ReplayResult
+    from loom_runtime.retry import RetryPolicy
+    from loom_runtime.stream import LogEvent
 
 __all__ = [
     "Anchor",
@@ -84,3 +91,53 @@ __all__ = [
     "WriteContentionError",
     "verify_log",
 ]
+
+# Where each public name lives, imported on first use (PEP 562) so that importing the
+# package costs nothing until a name is used.
+_EXPORTS = {
+    "Anchor": "loom_runtime.integrity",
+    "AsyncFlowContext": "loom_runtime.context",
+    "ConfigurationError": "loom_runtime.errors",
+    "DatabaseUnavailableError": "loom_runtime.errors",
+    "Decide": "loom_runtime.context",
+    "Decision": "loom_runtime.execution",
+    "DecisionInputChangedError": "loom_runtime.errors",
+    "DecisionKeyError": "loom_runtime.errors",
+    "EventLog": "loom_runtime.log",
+    "Execution": "loom_runtime.execution",
+    "ExecutionConflictError": "loom_runtime.errors",
+    "ExecutionFinishedError": "loom_runtime.errors",
+    "ExecutionNotFoundError": "loom_runtime.errors",
+    "FlowAlreadyRegisteredError": "loom_runtime.errors",
+    "FlowContext": "loom_runtime.context",
+    "FlowInputError": "loom_runtime.errors",
+    "FlowNotFoundError": "loom_runtime.errors",
+    "FlowRegistry": "loom_runtime.flow",
+    "IntegrityUnsupportedError": "loom_runtime.errors",
+    "LogEvent": "loom_runtime.stream",
+    "LogSettings": "loom_runtime.log",
+    "Loom": "loom_runtime.loom",
+    "LoomError": "loom_runtime.errors",
+    "NotSerialisableError": "loom_runtime.errors",
+    "OutcomeChangedError": "loom_runtime.errors",
+    "OutputChangedError": "loom_runtime.errors",
+    "RecordedComputeError": "loom_runtime.errors",
+    "Redactor": "loom_runtime.redaction",
+    "ReplayDivergence": "loom_runtime.errors",
+    "ReplayResult": "loom_runtime.replay",
+    "RetryPolicy": "loom_runtime.retry",
+    "Run": "loom_runtime.loom",
+    "SecretIdentifierError": "loom_runtime.errors",
+    "SecretPattern": "loom_runtime.redaction",
+    "SecretRefusedError": "loom_runtime.errors",
+    "StreamConflictError": "loom_runtime.errors",
+    "Tampering": "loom_runtime.integrity",
+    "UnrecordedDecisionError": "loom_runtime.errors",
+    "UnusedDecisionsError": "loom_runtime.errors",
+    "VerifyReport": "loom_runtime.integrity",
+    "WriteContentionError": "loom_runtime.errors",
+    "verify_log": "loom_runtime.integrity",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,6 +6,9 @@ bad arguments, kept for loom's refusals of bad input too).
 Packages above the runtime add their commands through the ``loom.cli`` entry-point group
 (each entry point is a ``register(app)`` function), so this module never imports them and the
 dependencies stay one way.
+
+``loom --help`` must be quick, so this module imports only Typer, Rich and the light runtime
+modules; each command imports the log, the projections or the integrity walk when it runs.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import msgspec
 import typer
@@ -36,11 +39,10 @@ from loom_runtime.errors import (
     NotSerialisableError,
 )
 from loom_runtime.flow import load_flows
-from loom_runtime.integrity import Anchor, verify_log
-from loom_runtime.loom import Loom
-from loom_runtime.projection import TrackedProjection, registered_projections
-from loom_runtime.projection import catch_up as projection_catch_up
-from loom_runtime.projection import rebuild as projection_rebuild
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
+    from loom_runtime.projection import TrackedProjection
 
 app = typer.Typer(
     name="loom",
@@ -69,6 +71,8 @@ def _root() -> None:
 def open_loom(db: str | None) -> Loom:
     """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
     be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2)."""
+    from loom_runtime.loom import Loom
+
     try:
         loom = Loom(db)
         if not loom.settings.is_sqlite:
@@ -263,6 +267,9 @@ def export(
 @app.command()
 def rebuild(db: DbOption = None) -> None:
     """Drop every read model (corpus, memory) and rebuild it from the log."""
+    from loom_runtime.projection import rebuild as projection_rebuild
+    from loom_runtime.projection import registered_projections
+
     with open_loom(db) as loom:
         projections = registered_projections(loom.log)
         target = loom.log.position
@@ -281,6 +288,8 @@ def rebuild(db: DbOption = None) -> None:
 @app.command()
 def doctor(db: DbOption = None) -> None:
     """Check the setup: log reachable and readable, projections caught up. Exit 1 on a problem."""
+    from loom_runtime.projection import registered_projections
+
     problems = 0
 
     def check(ok: bool, label: str, detail: str) -> None:
@@ -321,6 +330,8 @@ def verify(
     db: DbOption = None,
 ) -> None:
     """Walk the hash chain; report the first event altered, deleted, inserted or reordered."""
+    from loom_runtime.integrity import Anchor, verify_log
+
     expected = None
     if anchor is not None:
         position, _, digest = anchor.partition(":")
@@ -355,6 +366,8 @@ def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bo
     Projections catch up lazily (on the next read), so a healthy log after writes is
     usually ahead of them; "behind" is not a fault. Failing to catch up is.
     """
+    from loom_runtime.projection import catch_up as projection_catch_up
+
     label = f"projection {projection.name}"
     start = projection.position()
     try:
@@ -377,9 +390,17 @@ def _load_plugins() -> None:
         entry_point.load()(app)
 
 
-_load_plugins()
-
-
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    # ``python -m loom_runtime.cli`` runs this file as ``__main__``, a second copy of the module.
+    # The command packages import ``loom_runtime.cli`` and register on ITS app (registering from
+    # this copy would re-enter them half-imported), so run the real module.
+    from loom_runtime.cli import main as _real_main
+
+    _real_main()
+else:
+    _load_plugins()

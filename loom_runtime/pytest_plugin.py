@@ -11,21 +11,23 @@ replay needs.
 For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way;
 override the ``loom_flows`` fixture to supply flows from a conftest instead of the option.
 
-Registered through the ``pytest11`` entry point, so installing loom is enough.
+Registered through the ``pytest11`` entry point, so installing loom is enough. That also
+loads it into every pytest session of an environment where loom is installed, most of which
+never use it: so this module imports only pytest, and loom itself is imported inside the hooks
+and fixtures, when a bundle is collected or a loom fixture requested.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from loom_runtime.errors import BundleError, ConfigurationError
-from loom_runtime.flow import FlowRegistry, load_flows
-from loom_runtime.loom import Loom
-from loom_runtime.replay import ReplayResult
+if TYPE_CHECKING:
+    from loom_runtime.flow import FlowRegistry
+    from loom_runtime.replay import ReplayResult
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 
@@ -57,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _configured_flows(config: pytest.Config) -> FlowRegistry:
+    from loom_runtime.errors import ConfigurationError
+    from loom_runtime.flow import load_flows
+
     spec = config.getoption("--loom-flows") or config.getini("loom_flows")
     if not spec:
         raise pytest.UsageError(
@@ -71,6 +76,8 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
 
 def replay_or_fail(flows: FlowRegistry, bundle: Path) -> ReplayResult:
     """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical."""
+    from loom_runtime.loom import Loom
+
     result = Loom(flows=flows).replay_bundle(bundle)
     if not result.identical:
         raise ReplayDiverged(result)
@@ -91,6 +98,8 @@ class BundleItem(pytest.Item):
         replay_or_fail(_configured_flows(self.config), self.path)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        from loom_runtime.errors import BundleError
+
         if isinstance(excinfo.value, ReplayDiverged):
             return str(excinfo.value)
         if isinstance(excinfo.value, BundleError):  # an unusable file: what and why, no trace

@@ -10,11 +10,18 @@ else is a :class:`~loom_runtime.errors.LogCorruptError`, raised before anything 
 Classes register themselves as they are defined (the runtime's ``Execution`` in
 :mod:`loom_runtime.execution`; every :class:`~loom_runtime.stream.LogEvent` subclass in its
 ``__init_subclass__``, which is how ``loom_memory`` and ``loom_knowledge`` add theirs without
-the runtime importing them). A topic is therefore known once the package that defines it is
-imported, exactly as before, but only *by* that import, never *because of* a stored row.
+the runtime importing them). A topic is therefore known once the module that defines it is
+imported. Packages import their modules lazily, so a log can hold events of a package the
+process has not used yet (a memory event met by ``loom doctor``, or by an as-of lookup in a
+corpus-only process): on a topic it does not know, this module imports, once, the event modules
+the installed packages declare in the ``loom.events`` entry-point group. Which modules can be
+imported is fixed by what is installed; a stored row only decides *when*, never *what*.
 """
 
 from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import entry_points
 
 from eventsourcing.domain import Aggregate, CanMutateAggregate
 from eventsourcing.utils import register_topic
@@ -52,11 +59,26 @@ def register_aggregate(cls: type[Aggregate]) -> None:
             register_event(member)
 
 
+EVENTS_GROUP = "loom.events"
+"""Entry points naming the modules that define a package's stored event classes."""
+
+
 def event_class(topic: str) -> type | None:
-    """The registered event class stored under ``topic``, or None; never imports."""
+    """The registered event class stored under ``topic``, or None; never imports the topic."""
+    if topic not in _events:
+        _import_installed_events()
     return _events.get(topic)
 
 
 def is_aggregate_topic(topic: object) -> bool:
     """Whether ``topic`` names a registered aggregate (what a ``Created`` may create)."""
+    if isinstance(topic, str) and topic not in _aggregates:
+        _import_installed_events()
     return isinstance(topic, str) and topic in _aggregates
+
+
+@cache
+def _import_installed_events() -> None:
+    """Import every module of the ``loom.events`` entry points, once per process."""
+    for entry_point in entry_points(group=EVENTS_GROUP):
+        entry_point.load()

@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from loom_runtime import Loom
 
 pytest_plugins = ["pytester"]
+pytest.register_assert_rewrite("loom_runtime.projection_conformance")
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 NO_PG = "PostgreSQL half skipped: LOOM_TEST_PG_URL is not set (run the suite with scripts/test)"
