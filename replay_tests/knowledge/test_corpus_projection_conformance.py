@@ -57,8 +57,8 @@ class CorpusHarness:
         return {
             scope: (
                 index.manifest(scope),
-                index.read_passages(scope, where=index.current()),
-                index.search_passages(scope, "queue worker", limit=10, where=index.current()),
+                index.read_passages(scope),
+                index.search_passages(scope, "queue worker", limit=10),
             )
             for scope in SCOPES
         }
