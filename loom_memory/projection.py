@@ -113,7 +113,7 @@ class SqlMemoryProjection(SQLProjection):
         super().__init__(store.engine, name=f"loom_memory:{memory}:{store.table_prefix}")
         self.store = store
         self.memory = memory
-        self.create_tables()
+        self.create_tables(rows_lost=store.created_tables)
 
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
         """Apply one of this memory's events inside the page's transaction; skip the rest."""

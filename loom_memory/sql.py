@@ -144,10 +144,14 @@ class SqlMemoryStore(ABC):
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
+        self.created_tables = False
+        """True when this store found its table missing and created it: a projection into it
+        must not trust a position it tracked over rows that no longer exist."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers creating the store at once must not race
+            existing = set(inspect(conn).get_table_names())
+            self.created_tables = self.entries.name not in existing
             if self.postings is not None:
-                existing = set(inspect(conn).get_table_names())
                 self.predates_postings = (
                     self.entries.name in existing and self.postings.name not in existing
                 )

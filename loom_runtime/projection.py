@@ -93,12 +93,14 @@ class SQLProjection(ABC):
         self.name = name
         self.metadata = MetaData()
 
-    def create_tables(self) -> None:
+    def create_tables(self, *, rows_lost: bool = False) -> None:
         """Create the tracking table and this projection's tables if missing.
 
         If any of the projection's tables had to be created while its tracking row says it is
         past position 0, the rows it counted are gone (someone dropped the tables): the
         position is reset so the next catch-up rebuilds from the log instead of trusting it.
+        ``rows_lost``: the same for tables created elsewhere (a store that creates its own
+        tables when it is opened says so, since they are not missing by the time this runs).
         """
         with self.engine.begin() as conn:
             serialise_ddl(conn)
@@ -112,7 +114,7 @@ class SQLProjection(ABC):
                 .values(projection=self.name, position=0)
                 .on_conflict_do_nothing(index_elements=["projection"])
             )
-            if recreated:
+            if recreated or rows_lost:
                 self.clear(conn)
                 self._set_position(conn, 0)
 
