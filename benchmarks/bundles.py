@@ -1,12 +1,12 @@
-"""Section "bundles" (issue 5): bundle export and database-free replay; as-of vs current retrieval.
+"""Section "bundles": bundle export and database-free replay; as-of vs current retrieval.
 
 **Bundles.** One execution of the runtime workload (1,000 decisions of ~1 KB,
 :mod:`benchmarks.workload`) is recorded once into a SQLite file (and into PostgreSQL when
 ``LOOM_TEST_PG_URL`` is set). The arms: ``loom.export(id, path)`` to JSON and to msgpack (time
 and bytes); ``replay_bundle(path)`` of each bundle by a ``Loom(url, flows=registry)`` whose URL
 names a file in a directory that does not exist, so opening its log would fail: after every
-sample the harness checks that the log was never opened and no file appeared (the "process
-with no database" of the issue); and ``loom.replay(id)`` of the same execution from the log,
+sample the harness checks that the log was never opened and no file appeared (a process
+with no database); and ``loom.replay(id)`` of the same execution from the log,
 by a fresh ``Loom`` whose log is opened before the clock starts (both replay arms then time
 reading the recording from where it lives, rebuilding the execution and answering every
 ``decide``). Every replay must be identical, else the harness stops.
@@ -29,8 +29,8 @@ reported too, since the report must stay bounded (unbounded diffs took 11.6 s at
 not finish in 300 s at 20 MB). Each replay must report the divergence.
 
 Negative controls: a bundle with one recorded value altered must be refused as tampered (a
-replay that skipped the hash check would also have been timed cheaper); and the design the
-issue forbids, rebuilding the index up to P into a scratch database for every question, run
+replay that skipped the hash check would also have been timed cheaper); and the design ADR 0014
+rules out, rebuilding the index up to P into a scratch database for every question, run
 on a small corpus with a few questions, must come out far beyond the 2x target.
 """
 
@@ -84,7 +84,7 @@ SOURCE = "bench"
 FILTER_CHECKS = 50
 """Documents whose markers are searched to prove as-of filters (before the rounds, untimed)."""
 AS_OF_TARGET = 2.0
-"""Issue 5: an as-of retrieval costs at most this many times a current one."""
+"""The target: an as-of retrieval costs at most this many times a current one."""
 CONTROL_DOCS = 300
 QUICK_CONTROL_DOCS = 150
 CONTROL_QUERIES = 5

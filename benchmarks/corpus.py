@@ -1,4 +1,4 @@
-"""Section "corpus" (issue 4): ingest, unchanged and edited sync, retrieval of a knowledge base.
+"""Section "corpus": ingest, unchanged and edited sync, retrieval of a knowledge base.
 
 Everything goes through the public surface (``open_knowledge_base`` on a ``Loom`` with its
 defaults: a SQLite file, built-in persistence, ``synchronous=NORMAL``), so every figure

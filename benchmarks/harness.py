@@ -133,11 +133,10 @@ class SectionResult:
 
 @dataclass(frozen=True, kw_only=True)
 class Section:
-    """A heading of docs/benchmarks.md; ``run`` is None while its issue has not measured it."""
+    """A heading of docs/benchmarks.md; ``run`` is None while nothing measures it yet."""
 
     name: str
     title: str
-    issue: int
     run: Callable[[Settings, Progress], SectionResult] | None = field(default=None)
 
 

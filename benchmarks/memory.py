@@ -1,4 +1,4 @@
-"""Section "memory" (issue 3): memory store append throughput and search latency.
+"""Section "memory": memory store append throughput and search latency.
 
 What a caller of ``loom_memory`` pays, per backend: :class:`~loom_memory.SqliteMemoryStore`
 (FTS5, BM25), :class:`~loom_memory.PostgresMemoryStore` (tsvector + GIN, BM25 with b = 0,

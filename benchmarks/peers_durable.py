@@ -1,4 +1,4 @@
-"""Section "peers-runtime" (issue 7, requirement 2): recording and replay vs DBOS and LangGraph.
+"""Section "peers-runtime": recording and replay vs DBOS and LangGraph.
 
 The same workload in every arm: a sequential flow of N steps, step ``i`` returning the ~1 KB
 value ``make_values(N)[i]`` (built before the clock starts). Recording runs the flow once

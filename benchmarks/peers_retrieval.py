@@ -1,4 +1,4 @@
-"""Section "peers-retrieval" (issue 7, requirement 4): quality and latency vs tantivy and bm25s.
+"""Section "peers-retrieval": quality and latency vs tantivy and bm25s.
 
 Every system indexes the same passages (loom's default chunker over the pages, the
 back-of-book index page left out) and answers the same queries with 10 passages; passages are

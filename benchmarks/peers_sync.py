@@ -1,4 +1,4 @@
-"""Section "peers-sync" (issue 7, requirement 3): corpus sync vs LangChain and LlamaIndex.
+"""Section "peers-sync": corpus sync vs LangChain and LlamaIndex.
 
 One workload on the real PostgreSQL manual, the same for every arm and run from scratch each
 round: ingest pg15.18 (1,167 pages), reconcile to pg15.20 (a minor release), reconcile to

@@ -1,4 +1,4 @@
-"""Section "peers-targets" (issue 7, requirement 6): every target next to its measured ratio.
+"""Section "peers-targets": every target next to its measured ratio.
 
 The peer sections publish their targets here as they finish; this section, registered after
 them, prints the one table a reader checks first. A target is never hidden when missed: it is
@@ -15,7 +15,7 @@ from benchmarks.harness import Progress, SectionResult, Settings, Table
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """A goal of issue 7 and what this run measured for it."""
+    """A goal against a peer and what this run measured for it."""
 
     name: str
     measured: str
@@ -55,7 +55,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         ),
         tables=(
             Table(
-                title="Targets of issue 7",
+                title="Targets against the peers",
                 columns=("target", "measured", "status"),
                 rows=tuple(
                     (target.name, target.measured, "met" if target.met else "MISSED")

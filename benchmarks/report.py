@@ -2,7 +2,7 @@
 
 A figure without its machine, versions and command cannot be checked or compared, so the
 markdown opens with all three and the method; each section follows in registry order, and a
-section whose issue has not measured it yet is a heading that says so (never a number).
+section nothing measures yet is a heading that says so (never a number).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def markdown(
         lines += ["", f"## {section.title}", ""]
         if result is None:
             status = "not measured yet" if section.run is None else "not run by this command"
-            lines.append(f"_{status} — issue {section.issue}_")
+            lines.append(f"_{status}_")
             continue
         lines += [paragraph for note in result.notes for paragraph in (note, "")]
         for table in result.tables:
@@ -121,7 +121,7 @@ def markdown(
 
 def print_outcome(console: Console, section: Section, result: SectionResult) -> None:
     """One section's tables and controls, as rich tables on the terminal."""
-    console.rule(f"{section.title} (issue {section.issue})")
+    console.rule(section.title)
     for note in result.notes:
         console.print(note, style="dim", markup=False)
     tables = [*result.tables, *([_controls_table(result.controls)] if result.controls else [])]

@@ -1,7 +1,7 @@
-"""Section "runtime" (issue 2, requirement 11): decisions recorded and replayed per second.
+"""Section "runtime": decisions recorded and replayed per second.
 
 The default configuration only (a SQLite file, built-in persistence, ``synchronous=NORMAL``)
-at 1,000 and 10,000 decisions of ~1 KB, against the issue's targets for a 2-core machine.
+at 1,000 and 10,000 decisions of ~1 KB, against the targets for a 2-core machine.
 Log bytes per decision are the checkpointed file size over the number of decisions: the
 execution's started/completed events and SQLite's pages are included, as a user would pay.
 

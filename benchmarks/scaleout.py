@@ -1,4 +1,4 @@
-"""Section "scaleout" (issue 6): recording with many worker processes; replay and rebuild rates.
+"""Section "scaleout": recording with many worker processes; replay and rebuild rates.
 
 **Recording.** N worker processes (forked, so each is a fresh process with nothing open; the
 parent only creates the schema beforehand so the workers do not race on ``CREATE TABLE``)

@@ -1,6 +1,6 @@
 """The workload every loom arm runs: one sequential flow making N decisions of ~1 KB each.
 
-Why this shape: issue 2 states its targets for "a sequential flow" with "~1 KB values", the
+Why this shape: the targets are stated for "a sequential flow" with "~1 KB values", the
 size of a short model answer. The values are built before the clock starts, so ``compute``
 costs nothing and the figures are loom's own cost: encode, append durably, decode the round
 trip (recording); read the stream, decode, answer every ``decide`` (replay).
