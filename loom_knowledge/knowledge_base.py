@@ -37,7 +37,7 @@ from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writab
 from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult, text_problem
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection import catch_up, rebuild
-from loom_runtime.stream import Change, append_replanned, stream_id
+from loom_runtime.stream import Change, stream_id
 from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
@@ -309,7 +309,7 @@ class KnowledgeBase:
             return decide(self._index.manifest(self.scope, doc_ids=only))
 
         what = f"a write to knowledge scope {self.scope!r}"
-        if append_replanned(self.loom.log, self._stream, plan, what=what):
+        if self.loom.log.append_replanned(self._stream, plan, what=what):
             self.refresh()
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:

@@ -18,6 +18,7 @@ from loom_runtime.errors import (
     FlowNotFoundError,
     IntegrityUnsupportedError,
     LoomError,
+    MissingExtraError,
     NotSerialisableError,
     OutcomeChangedError,
     OutputChangedError,
@@ -33,7 +34,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import FlowRegistry
 from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
-from loom_runtime.log import EventLog, LogSettings
+from loom_runtime.log import EventLog, LogSettings, open_log
 from loom_runtime.loom import Loom, Run
 from loom_runtime.redaction import Redactor, SecretPattern
 from loom_runtime.replay import ReplayResult
@@ -64,6 +65,7 @@ __all__ = [
     "LogSettings",
     "Loom",
     "LoomError",
+    "MissingExtraError",
     "NotSerialisableError",
     "OutcomeChangedError",
     "OutputChangedError",
@@ -82,5 +84,6 @@ __all__ = [
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
+    "open_log",
     "verify_log",
 ]

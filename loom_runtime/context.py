@@ -29,8 +29,6 @@ from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
 
 from loom_runtime import codec
 from loom_runtime.diff import diff
@@ -41,10 +39,12 @@ from loom_runtime.errors import (
     LogWriteError,
     LoomError,
     RecordedComputeError,
+    StreamConflictError,
 )
 from loom_runtime.execution import Decision, Execution, project_execution
 from loom_runtime.log import EventLog
 from loom_runtime.redaction import Redactor
+from loom_runtime.storable import is_unicode
 
 T = TypeVar("T")
 
@@ -158,7 +158,7 @@ def save(log: EventLog, execution: Execution) -> None:
         )
     try:
         log.save(execution)
-    except IntegrityError as exc:
+    except StreamConflictError as exc:
         execution.lost = True
         raise ExecutionConflictError(
             f"execution {execution.id} was appended to by another worker first; this worker's "
@@ -180,19 +180,17 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
     """Make ``execution`` exactly what its stored events rebuild, or mark it lost; returns
     what happened, for the error message."""
     try:
-        stored: Execution = log.repository.get(execution.id, projector_func=project_execution)
-    except AggregateNotFoundError:
-        execution.lost = True
-        return "nothing of it was stored: run the flow again"
+        stored = project_execution(None, log.events(execution.id))
     except Exception:
         execution.lost = True
         return (
             "this worker appends nothing more to it (the log could not be re-read): resume it "
             "once the log is reachable"
         )
-    state = vars(execution)
-    state.clear()
-    state.update(vars(stored))
+    if stored is None:
+        execution.lost = True
+        return "nothing of it was stored: run the flow again"
+    execution.reset_to(stored)
     return f"it was reloaded from the log at version {execution.version}"
 
 
@@ -209,12 +207,12 @@ class _Context:
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
             raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
-        if not _encodable(key):
+        if not is_unicode(key):
             raise DecisionKeyError(
                 f"decision key {key!r} contains a lone surrogate, which cannot be stored; "
                 "build keys from valid text (decode bytes with errors='replace' first)"
             )
-        if kind is not None and (not isinstance(kind, str) or not _encodable(kind)):
+        if kind is not None and (not isinstance(kind, str) or not is_unicode(kind)):
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
@@ -383,14 +381,6 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
             return None
         found = vars(found).get(part)
     return found if isinstance(found, type) and issubclass(found, Exception) else None
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _utcnow() -> datetime:

@@ -21,7 +21,6 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
 
 from loom_runtime import codec
 from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
@@ -37,7 +36,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.flow import F, Flow, FlowRegistry
-from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
+from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -115,7 +114,7 @@ class Loom:
         driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
         """
         try:
-            return EventLog(self.settings)
+            return open_log(self.settings)
         except sqlite3.DatabaseError as exc:
             raise LogCorruptError(
                 f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
@@ -224,18 +223,18 @@ class Loom:
 
     def execution(self, execution_id: UUID | str) -> Execution:
         """The execution's current state, rebuilt from its events."""
-        try:
-            return self.log.repository.get(_as_uuid(execution_id), projector_func=project_execution)
-        except AggregateNotFoundError:
+        execution = project_execution(None, self.log.events(_as_uuid(execution_id)))
+        if execution is None:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
-            ) from None
+            )
+        return execution
 
     def executions(self) -> list[ExecutionSummary]:
         """Every execution in the log, oldest first, with its status (one pass over the log)."""
         summaries: dict[UUID, ExecutionSummary] = {}
         for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
-            event = self.log.mapper.to_domain_event(notification)
+            event = self.log.decode(notification)
             if isinstance(event, Execution.Created):
                 summaries[event.originator_id] = ExecutionSummary(
                     execution_id=event.originator_id,
@@ -273,14 +272,11 @@ class Loom:
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
-        rows = bundle.stored_events()
-        existing = [
-            (e.originator_version, e.topic, bytes(e.state))
-            for e in self.log.recorder.select_events(bundle.execution_id)
-        ]
+        rows = bundle.rows()
+        existing = self.log.rows(bundle.execution_id)
         if not existing:
-            self.log.recorder.insert_events(rows)
-        elif existing != [(r.originator_version, r.topic, bytes(r.state)) for r in rows]:
+            self.log.insert_rows(rows)
+        elif existing != rows:
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
                 f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
@@ -292,13 +288,13 @@ class Loom:
         for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
             found = [
                 BundleEvent(
-                    position=n.id,
-                    topic=n.topic,
-                    version=n.originator_version,
-                    state=bytes(n.state).decode(),
+                    position=record.position,
+                    topic=record.topic,
+                    version=record.version,
+                    state=record.state.decode(),
                 )
-                for n in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
-                if n.originator_id == execution.id
+                for record in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
+                if record.stream == execution.id
             ]
             if len(found) == execution.version:
                 return found
