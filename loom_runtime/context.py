@@ -32,6 +32,7 @@ import msgspec
 
 from loom_runtime import codec
 from loom_runtime.diff import diff
+from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
@@ -238,22 +239,24 @@ class _Context:
             raise rebuild_error(decision)
         return True, codec.decode(decision.value or b"null", type=type)
 
-    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+    def _decide(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Steps[Any]:
+        """One decision, for either driver: answered from the source, or computed (an
+        awaitable result is awaited by the async driver, refused by the sync one) and
+        recorded, a failure of ``compute`` included."""
         found, value = self._answer(slot, type)
         if found:
             return value
         try:
             result = compute()
             if inspect.isawaitable(result):
-                _discard(result)
-                raise TypeError(
-                    f"compute for {slot.key!r} returned an awaitable in a sync flow: make the "
-                    "flow `async def` and `await ctx.decide(...)`"
-                )
+                result = yield Pending(slot.key, result)
         except Exception as exc:
             self._source.record_failure(slot, exc)
             raise
         return self._source.record(slot, result, type=type)
+
+    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+        return drive(self._decide(slot, compute, type), _refuse_awaitable)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
@@ -329,20 +332,7 @@ class AsyncFlowContext(_Context):
         A plain method returning an awaitable, so the occurrence key is fixed when the call is
         made (program order), not when the awaitable is scheduled.
         """
-        return self._decide_later(self._slot(key, input, kind), compute, type)
-
-    async def _decide_later(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
-        found, value = self._answer(slot, type)
-        if found:
-            return value
-        try:
-            result = compute()
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            self._source.record_failure(slot, exc)
-            raise
-        return self._source.record(slot, result, type=type)
+        return adrive(self._decide(self._slot(key, input, kind), compute, type))
 
 
 def rebuild_error(decision: Decision) -> Exception:
@@ -387,7 +377,12 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _discard(awaitable: Awaitable[Any]) -> None:
-    close = getattr(awaitable, "close", None)
+def _refuse_awaitable(pending: Pending) -> Any:
+    """A sync flow cannot await: close what ``compute`` returned and refuse it."""
+    close = getattr(pending.awaitable, "close", None)
     if close is not None:
         close()
+    raise TypeError(
+        f"compute for {pending.what!r} returned an awaitable in a sync flow: make the "
+        "flow `async def` and `await ctx.decide(...)`"
+    )
