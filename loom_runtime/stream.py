@@ -12,22 +12,34 @@ process that only *reads* can map stored topics, and a stored topic never import
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar, dataclass_transform
 from uuid import UUID, uuid5
 
-from loom_runtime.storage.domain import DomainEvent
 from loom_runtime.storage.topics import register_event
 
 _NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
 
 
-class LogEvent(DomainEvent):
+@dataclass_transform(frozen_default=True)
+@dataclasses.dataclass(frozen=True)
+class LogEvent:
     """Base of loom's stream events: frozen dataclasses with an explicit, stable TOPIC.
+
+    Every subclass is made a frozen dataclass as it is defined, after the three fields every
+    event carries: its stream (``originator_id``), its version in that stream and when it was
+    created. They are named, and ordered, as eventsourcing names its own events', which is the
+    structure its storage checks for (and the order the stored JSON has always had).
 
     ``IDENTIFIERS`` names the fields that identify something (ids, keys, names, scopes): the
     mapper never redacts them, and refuses one holding a secret (ADR 0012).
     """
+
+    originator_id: UUID
+    originator_version: int
+    timestamp: datetime
 
     TOPIC: ClassVar[str] = ""
     IDENTIFIERS: ClassVar[tuple[str, ...]] = ()
@@ -40,6 +52,7 @@ class LogEvent(DomainEvent):
                 f"{cls.__qualname__} must declare TOPIC: stored events are found by it, so it "
                 "must not depend on the module path"
             )
+        dataclasses.dataclass(frozen=True)(cls)
         register_event(cls)
 
 

@@ -1,8 +1,8 @@
-"""eventsourcing's domain classes that loom's events and the Execution aggregate derive from.
+"""eventsourcing's domain classes that the Execution aggregate derives from.
 
-Named here, and only here, so that the modules defining loom's events import the storage
-layer rather than eventsourcing: which library builds an event object is the storage's
-business. Stored topics do not depend on these classes (every event declares its own
+Named here, and only here, so that :mod:`loom_runtime.execution` imports the storage layer
+rather than eventsourcing. Stream events need none of this: :class:`loom_runtime.stream.LogEvent`
+is loom's own. Stored topics do not depend on these classes (every event declares its own
 ``TOPIC``), so replacing them later changes no stored byte.
 """
 
@@ -10,7 +10,6 @@ from eventsourcing.domain import (
     Aggregate,
     CanMutateAggregate,
     CanMutateProtocol,
-    DomainEvent,
     OriginatorIDError,
     OriginatorVersionError,
 )
@@ -19,7 +18,6 @@ __all__ = [
     "Aggregate",
     "CanMutateAggregate",
     "CanMutateProtocol",
-    "DomainEvent",
     "OriginatorIDError",
     "OriginatorVersionError",
 ]
