@@ -13,7 +13,7 @@ writes its rows *and* that position in one transaction. So:
   with ``upto=P`` (:meth:`~loom_runtime.log.EventLog.notifications` includes ``upto``).
 
 Paging continues from the last id seen, so permanent gaps in PostgreSQL's notification ids
-are harmless. Pages are one transaction each (a transaction per event is ~30x slower).
+are harmless. Pages are one transaction each (a transaction per event is many times slower).
 """
 
 from __future__ import annotations
