@@ -56,7 +56,7 @@ def stream_link(
     including garbage an attacker wrote, and must get a (mismatching) hash, not an exception.
     """
     digest = hashlib.sha256(previous)
-    for value in (topic, canonical_originator(originator_id), version, state):
+    for value in (topic, _canonical_originator(originator_id), version, state):
         digest.update(_field(value))
     return digest.digest()
 
@@ -82,7 +82,7 @@ def _field(value: object) -> bytes:
     return tag + len(data).to_bytes(8, "big") + data
 
 
-def canonical_originator(value: object) -> object:
+def _canonical_originator(value: object) -> object:
     """One spelling of an originator id, whichever way a backend stores it (hex, uuid, bytes)."""
     if isinstance(value, UUID):
         return str(value)
@@ -216,8 +216,8 @@ def _walk(events: Iterator[_Event], links: Iterator[_Link], anchor: Anchor | Non
                 "this chain row does not link to the one before it: it was edited, or rows "
                 "before it were removed",
             )
-        originator = canonical_originator(event.originator_id)
-        if originator != canonical_originator(link.originator_id) or event.version != link.version:
+        originator = _canonical_originator(event.originator_id)
+        if originator != _canonical_originator(link.originator_id) or event.version != link.version:
             return bad(
                 Tampering.REORDERED,
                 position,

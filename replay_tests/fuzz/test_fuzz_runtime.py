@@ -266,6 +266,20 @@ def test_a_compute_error_with_a_lone_surrogate_keeps_the_execution_readable(loom
         loom.execution(summary.execution_id)
 
 
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["NUL", "surrogate"])
+def test_an_error_message_is_recorded_escaped_and_replays_identically(loom: Loom, bad: str) -> None:
+    """A NUL or a lone surrogate in an error message is stored escaped; the replay matches it."""
+    CASE.update(message=f"bad {bad} message")
+    with pytest.raises(ValueError):
+        loom.run("raise-in-compute")
+    [summary] = loom.executions()
+    execution = loom.execution(summary.execution_id)
+    assert execution.error is not None
+    assert execution.error[1] == f"bad {bad.encode('unicode_escape').decode()} message"
+    assert execution.decisions["k"].message == execution.error[1]
+    assert loom.replay(summary.execution_id).identical
+
+
 def versions(loom: Loom, execution_id: Any) -> list[int]:
     """The stored versions of an execution's stream, as the log holds them."""
     return [row.version for row in loom.log.rows(execution_id)]
