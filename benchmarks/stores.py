@@ -56,7 +56,7 @@ def synchronous_in_effect(loom: Loom) -> str:
     may ignore the setting; a comparison between arms in different durability classes would
     otherwise be reported as a comparison of persistence modules.
     """
-    datastore: Any = loom.log.recorder.datastore  # type: ignore[attr-defined]
+    datastore: Any = loom.log.application.recorder.datastore  # type: ignore[attr-defined]
     if loom.log.settings.persistence == "sqlalchemy":
         with datastore.transaction(commit=False) as session:
             level = session.execute(text("PRAGMA synchronous")).scalar()

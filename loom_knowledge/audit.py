@@ -227,8 +227,5 @@ def _try_decode(raw: Any, into: type[Any]) -> Any:
 
 
 def _time_at(loom: Loom, position: int) -> datetime | None:
-    page = loom.log.recorder.select_notifications(start=position, limit=1)
-    if not page or page[0].id != position:
-        return None
-    timestamp: datetime = getattr(loom.log.mapper.to_domain_event(page[0]), "timestamp")  # noqa: B009
-    return timestamp
+    stamped = loom.log.event_at(position)
+    return stamped.timestamp if stamped is not None and stamped.position == position else None

@@ -38,7 +38,7 @@ from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection import catch_up, rebuild
 from loom_runtime.storable import text_problem
-from loom_runtime.stream import Change, append_replanned, stream_id
+from loom_runtime.stream import Change, stream_id
 from loom_runtime.timeline import position_at
 
 R = TypeVar("R")
@@ -301,7 +301,7 @@ class KnowledgeBase:
 
         plan = _Replanned(fresh)
         what = f"a write to knowledge scope {self.scope!r}"
-        if append_replanned(self.loom.log, self._stream, plan, what=what):
+        if self.loom.log.append_replanned(self._stream, plan, what=what):
             self.refresh()
         return plan.outcome
 

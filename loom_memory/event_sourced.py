@@ -55,7 +55,7 @@ from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
 from loom_runtime import projection as tracked
 from loom_runtime.loom import Loom
-from loom_runtime.stream import LogEvent, append_replanned
+from loom_runtime.stream import LogEvent
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -186,8 +186,7 @@ class EventSourcedMemory:
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
         stream = memory_stream(self.name, key)
         payload = {"memory": self.name, "key": key, **fields}
-        [position] = append_replanned(
-            self._log,
+        [position] = self._log.append_replanned(
             stream,
             lambda _version: [(event, payload)],  # blind: the same event at any version
             what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",

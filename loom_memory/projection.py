@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import msgspec
-from eventsourcing.domain import DomainEventProtocol
 from sqlalchemy import Connection, delete
 
 from loom_memory.entry import MemoryEntry, decode_entry
@@ -39,7 +38,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
-from loom_runtime.log import EventLog
+from loom_runtime.log import DomainEventProtocol, EventLog
 from loom_runtime.projection import SQLProjection, tracked_names
 
 

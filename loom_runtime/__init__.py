@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         FlowNotFoundError,
         IntegrityUnsupportedError,
         LoomError,
+        MissingExtraError,
         NotSerialisableError,
         OutcomeChangedError,
         OutputChangedError,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from loom_runtime.execution import Decision, Execution
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
-    from loom_runtime.log import EventLog, LogSettings
+    from loom_runtime.log import EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
@@ -71,6 +72,7 @@ __all__ = [
     "LogSettings",
     "Loom",
     "LoomError",
+    "MissingExtraError",
     "NotSerialisableError",
     "OutcomeChangedError",
     "OutputChangedError",
@@ -89,6 +91,7 @@ __all__ = [
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
+    "open_log",
     "verify_log",
 ]
 
@@ -118,6 +121,7 @@ _EXPORTS = {
     "LogSettings": "loom_runtime.log",
     "Loom": "loom_runtime.loom",
     "LoomError": "loom_runtime.errors",
+    "MissingExtraError": "loom_runtime.errors",
     "NotSerialisableError": "loom_runtime.errors",
     "OutcomeChangedError": "loom_runtime.errors",
     "OutputChangedError": "loom_runtime.errors",
@@ -136,6 +140,7 @@ _EXPORTS = {
     "UnusedDecisionsError": "loom_runtime.errors",
     "VerifyReport": "loom_runtime.integrity",
     "WriteContentionError": "loom_runtime.errors",
+    "open_log": "loom_runtime.log",
     "verify_log": "loom_runtime.integrity",
 }
 

@@ -30,7 +30,6 @@ from typing import Final, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import StoredEvent
 
 from loom_runtime.errors import (
     BundleFormatError,
@@ -42,7 +41,7 @@ from loom_runtime.errors import (
     ConfigurationError,
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
-from loom_runtime.mapper import MsgspecMapper
+from loom_runtime.log import Row, decode_rows
 
 T = TypeVar("T")
 
@@ -90,10 +89,8 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         module docstring); nothing the events name is imported.
         """
         check_events(self.events)
-        mapper = MsgspecMapper()
         try:
-            events = [mapper.to_domain_event(row) for row in self.stored_events()]
-            execution = project_execution(None, events)
+            execution = project_execution(None, decode_rows(self.rows()))
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
@@ -103,12 +100,12 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
         return execution
 
-    def stored_events(self) -> list[StoredEvent]:
-        """The events as rows to insert into another log."""
+    def rows(self) -> list[Row]:
+        """The events as the rows the source log stored, to insert into another log."""
         return [
-            StoredEvent(
-                originator_id=self.execution_id,
-                originator_version=event.version,
+            Row(
+                stream=self.execution_id,
+                version=event.version,
                 topic=event.topic,
                 state=event.state.encode(),
             )

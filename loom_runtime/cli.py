@@ -304,7 +304,7 @@ def doctor(db: DbOption = None) -> None:
             head = loom.log.position
             count = 0
             for notification in loom.log.notifications():
-                loom.log.mapper.to_domain_event(notification)  # raises if a row does not decode
+                loom.log.decode(notification)  # raises if a row does not decode
                 count += 1
             check(True, "log readable", f"{count} events decode, head at position {head}")
         except Exception as exc:

@@ -29,11 +29,10 @@ from typing import Annotated, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
 
 from loom_runtime import codec
 from loom_runtime.diff import diff
+from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
@@ -41,10 +40,12 @@ from loom_runtime.errors import (
     LogWriteError,
     LoomError,
     RecordedComputeError,
+    StreamConflictError,
 )
 from loom_runtime.execution import Decision, Execution, project_execution
 from loom_runtime.log import EventLog
 from loom_runtime.redaction import Redactor
+from loom_runtime.storable import is_unicode
 
 T = TypeVar("T")
 
@@ -158,7 +159,7 @@ def save(log: EventLog, execution: Execution) -> None:
         )
     try:
         log.save(execution)
-    except IntegrityError as exc:
+    except StreamConflictError as exc:
         execution.lost = True
         raise ExecutionConflictError(
             f"execution {execution.id} was appended to by another worker first; this worker's "
@@ -180,19 +181,17 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
     """Make ``execution`` exactly what its stored events rebuild, or mark it lost; returns
     what happened, for the error message."""
     try:
-        stored: Execution = log.repository.get(execution.id, projector_func=project_execution)
-    except AggregateNotFoundError:
-        execution.lost = True
-        return "nothing of it was stored: run the flow again"
+        stored = project_execution(None, log.events(execution.id))
     except Exception:
         execution.lost = True
         return (
             "this worker appends nothing more to it (the log could not be re-read): resume it "
             "once the log is reachable"
         )
-    state = vars(execution)
-    state.clear()
-    state.update(vars(stored))
+    if stored is None:
+        execution.lost = True
+        return "nothing of it was stored: run the flow again"
+    execution.reset_to(stored)
     return f"it was reloaded from the log at version {execution.version}"
 
 
@@ -209,12 +208,12 @@ class _Context:
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
             raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
-        if not _encodable(key):
+        if not is_unicode(key):
             raise DecisionKeyError(
                 f"decision key {key!r} contains a lone surrogate, which cannot be stored; "
                 "build keys from valid text (decode bytes with errors='replace' first)"
             )
-        if kind is not None and (not isinstance(kind, str) or not _encodable(kind)):
+        if kind is not None and (not isinstance(kind, str) or not is_unicode(kind)):
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
@@ -240,22 +239,24 @@ class _Context:
             raise rebuild_error(decision)
         return True, codec.decode(decision.value or b"null", type=type)
 
-    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+    def _decide(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Steps[Any]:
+        """One decision, for either driver: answered from the source, or computed (an
+        awaitable result is awaited by the async driver, refused by the sync one) and
+        recorded, a failure of ``compute`` included."""
         found, value = self._answer(slot, type)
         if found:
             return value
         try:
             result = compute()
             if inspect.isawaitable(result):
-                _discard(result)
-                raise TypeError(
-                    f"compute for {slot.key!r} returned an awaitable in a sync flow: make the "
-                    "flow `async def` and `await ctx.decide(...)`"
-                )
+                result = yield Pending(slot.key, result)
         except Exception as exc:
             self._source.record_failure(slot, exc)
             raise
         return self._source.record(slot, result, type=type)
+
+    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
+        return drive(self._decide(slot, compute, type), _refuse_awaitable)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
@@ -331,20 +332,7 @@ class AsyncFlowContext(_Context):
         A plain method returning an awaitable, so the occurrence key is fixed when the call is
         made (program order), not when the awaitable is scheduled.
         """
-        return self._decide_later(self._slot(key, input, kind), compute, type)
-
-    async def _decide_later(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
-        found, value = self._answer(slot, type)
-        if found:
-            return value
-        try:
-            result = compute()
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            self._source.record_failure(slot, exc)
-            raise
-        return self._source.record(slot, result, type=type)
+        return adrive(self._decide(self._slot(key, input, kind), compute, type))
 
 
 def rebuild_error(decision: Decision) -> Exception:
@@ -385,19 +373,16 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
     return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _discard(awaitable: Awaitable[Any]) -> None:
-    close = getattr(awaitable, "close", None)
+def _refuse_awaitable(pending: Pending) -> Any:
+    """A sync flow cannot await: close what ``compute`` returned and refuse it."""
+    close = getattr(pending.awaitable, "close", None)
     if close is not None:
         close()
+    raise TypeError(
+        f"compute for {pending.what!r} returned an awaitable in a sync flow: make the "
+        "flow `async def` and `await ctx.decide(...)`"
+    )

@@ -265,3 +265,17 @@ class SecretIdentifierError(SecretRefusedError):
         )
         self.pattern = pattern
         self.path = path
+
+
+class MissingExtraError(ConfigurationError):
+    """The configured backend needs an optional package that is not installed.
+
+    ``extra`` names the loom extra that installs it (``postgres``, ``sqlalchemy``).
+    """
+
+    def __init__(self, *, extra: str, missing: str) -> None:
+        super().__init__(
+            f"this log's backend needs {missing!r}, which is not installed: "
+            f"pip install 'loom-replay[{extra}]'"
+        )
+        self.extra = extra

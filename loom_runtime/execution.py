@@ -1,13 +1,13 @@
 """An execution of a flow: one event stream in the log.
 
-Why an aggregate: the stream's version numbers are eventsourcing's optimistic lock. Two
+Why an aggregate: the stream's version numbers are the log's optimistic lock. Two
 workers that load the same execution and both try to append the next event collide on
 ``(originator_id, originator_version)``; exactly one wins. That is the whole of loom's
 "exactly once" story for resume, and it costs no extra table.
 
 Every event class names an explicit, stable ``TOPIC``: the stored topic never depends on the
 Python module path, so moving or renaming a class cannot orphan stored events. They are
-registered in loom's closed set of readable topics (:mod:`loom_runtime.topics`), so a stored
+registered in loom's closed set of readable topics (:mod:`loom_runtime.storage.topics`), so a stored
 topic is looked up, never imported; an alias, if a topic itself must ever change, goes there.
 
 Values (inputs, decision values, outputs) are held as ``msgspec.Raw``: the exact JSON bytes
@@ -23,16 +23,17 @@ from typing import Any, cast
 from uuid import UUID
 
 import msgspec
-from eventsourcing.domain import (
+
+from loom_runtime.errors import LogCorruptError
+from loom_runtime.log import Event
+from loom_runtime.storable import storable_text
+from loom_runtime.storage.domain import (
     Aggregate,
     CanMutateProtocol,
-    DomainEventProtocol,
     OriginatorIDError,
     OriginatorVersionError,
 )
-
-from loom_runtime.errors import LogCorruptError
-from loom_runtime.topics import register_aggregate
+from loom_runtime.storage.topics import register_aggregate
 
 _TOPIC = "loom.execution"
 
@@ -103,14 +104,14 @@ class Execution(Aggregate):
             )
 
     class Resumed(Aggregate.Event):
-        """A worker claimed an unfinished execution; a second claimant of the same version loses."""
+        """A worker claimed an unfinished execution; a second claimant of the same version loses.
+
+        It changes no state: claiming *is* appending it, at the next version.
+        """
 
         TOPIC = f"{_TOPIC}.Resumed"
         IDENTIFIERS = ("worker",)
         worker: str
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.resumes += 1
 
     class Completed(Aggregate.Event):
         """The flow returned; ``output`` is the stored return value."""
@@ -140,7 +141,6 @@ class Execution(Aggregate):
         self.input = input
         self.log_position = log_position
         self.decisions: dict[str, Decision] = {}
-        self.resumes = 0
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
         self.lost = False  # set when this worker may append no more: a lost race (never stored)
@@ -157,6 +157,21 @@ class Execution(Aggregate):
             input=input,
             log_position=log_position,
         )
+
+    def reset_to(self, stored: Execution) -> None:
+        """Take the state of ``stored``, this execution as its events in the log rebuild it.
+
+        After a failed save the log, not this process, says what was stored; events this
+        process triggered that the log does not hold are dropped.
+        """
+        if stored.id != self.id:
+            raise ValueError(f"cannot reset execution {self.id} to execution {stored.id}")
+        self.collect_events()
+        self.version = stored.version
+        self.modified_on = stored.modified_on
+        self.decisions = dict(stored.decisions)
+        self.output = stored.output
+        self.error = stored.error
 
     @property
     def finished(self) -> bool:
@@ -198,28 +213,15 @@ def error_type_of(error: BaseException) -> str:
 
 
 def error_message_of(error: BaseException) -> str:
-    """``str(error)`` as the log records it (see :func:`storable_text`)."""
+    """``str(error)`` as the log records it: a NUL or a lone surrogate in it is escaped
+    (:func:`~loom_runtime.storable.storable_text`), because a failure that cannot be recorded
+    would leave the execution neither failed nor resumable."""
     return storable_text(str(error))
-
-
-def storable_text(text: str) -> str:
-    """``text`` with any lone surrogate written as its ``\\udXXX`` escape.
-
-    An error message is whatever the failing code put in it; one holding a lone surrogate
-    (``ValueError("\\ud800")``) cannot be encoded as UTF-8, and a failure that cannot be
-    recorded would leave the execution neither failed nor resumable. Clean text is returned
-    unchanged (the same object), so this costs one encode per recorded failure.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 register_aggregate(Execution)
 
-EXECUTION_EVENT_TYPES: tuple[type[Aggregate.Event], ...] = (
+EXECUTION_EVENT_TYPES: tuple[type[Any], ...] = (
     Execution.Created,
     Execution.DecisionRecorded,
     Execution.DecisionFailed,
@@ -228,29 +230,19 @@ EXECUTION_EVENT_TYPES: tuple[type[Aggregate.Event], ...] = (
     Execution.Failed,
 )
 
-EXECUTION_TOPICS: tuple[str, ...] = (
-    Execution.Created.TOPIC,
-    Execution.DecisionRecorded.TOPIC,
-    Execution.DecisionFailed.TOPIC,
-    Execution.Resumed.TOPIC,
-    Execution.Completed.TOPIC,
-    Execution.Failed.TOPIC,
-)
+EXECUTION_TOPICS: tuple[str, ...] = tuple(cls.TOPIC for cls in EXECUTION_EVENT_TYPES)
 
 
-def project_execution(
-    execution: Execution | None, events: Iterable[DomainEventProtocol[UUID]]
-) -> Execution | None:
-    """Apply ``events`` in order: the projector to pass to ``repository.get``.
+def project_execution(execution: Execution | None, events: Iterable[Event]) -> Execution | None:
+    """Apply ``events`` in order: ``project_execution(None, log.events(id))`` loads one.
 
     The events come from a log or a bundle, which anyone with access can edit, so they are
     checked as an execution's stream (execution events only, one ``Created`` first, versions
     in sequence) and a stream that is not one is a :class:`LogCorruptError`, never
     eventsourcing's own ``OriginatorVersionError``/``OriginatorIDError``.
 
-    eventsourcing's default projector asserts every event against a runtime-checkable
-    Protocol, and on Python 3.11 that ``isinstance`` costs more than the rest of a replay
-    (0.34 of 0.65 s for 10,000 decisions); the concrete ``isinstance`` below is cheap.
+    Checked with a concrete ``isinstance``: asserting a runtime-checkable Protocol per event
+    (as eventsourcing's default projector does) costs more than the rest of a replay.
     """
     for event in events:
         if not isinstance(event, EXECUTION_EVENT_TYPES) or (

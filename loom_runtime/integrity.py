@@ -16,7 +16,9 @@ Why a side table and not a hash inside the event: the notification id is only kn
 previous global hash only stable, inside the insert transaction, where writers are
 serialised (SQLite's write lock; ``eventsourcing.postgres`` takes ``LOCK TABLE ... IN
 EXCLUSIVE MODE`` on every insert). The mapper runs before that transaction, so it cannot
-chain; the recorders below do, after the events' insert, holding the lock (ADR 0011).
+chain; the recorders do, after the events' insert, holding the lock (ADR 0011). They live
+with the storage (:mod:`loom_runtime.storage.chain`); the links and the walk that checks them
+are here, in loom's terms, for any backend.
 
 What the chain proves: that the stored rows are the rows loom wrote, in the order it wrote
 them, *unless* whoever edited them also recomputed every later chain row. The chain has no
@@ -28,34 +30,18 @@ everything written before the anchor.
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteDatastore
-from eventsourcing.utils import retry
-from psycopg import Cursor
-from psycopg.rows import DictRow
-from psycopg.sql import SQL
-
-from loom_runtime.errors import IntegrityUnsupportedError
-from loom_runtime.schema import DDL_LOCK_KEY
 
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
 
 GENESIS = bytes(32)
 """The "previous hash" of the first event of the log and of every stream."""
-
-CHAIN_TABLE = "loom_chain"
-_PAGE = 1000
 
 
 # -- the links ---------------------------------------------------------------------------------
@@ -115,259 +101,6 @@ def _as_bytes(value: object) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     return _field(value)
-
-
-def _values(row: Any) -> tuple[Any, ...]:
-    """A DB-API row as a tuple, whether the driver returns tuples, sqlite3.Row or dicts."""
-    return tuple(row.values()) if isinstance(row, dict) else tuple(row)
-
-
-# -- the side table ----------------------------------------------------------------------------
-
-
-class ChainTable:
-    """The SQL of ``loom_chain`` for one backend, on a DB-API cursor of the caller's transaction.
-
-    One class for every backend: they differ only in the placeholder, the table names, the
-    events table's id column and how an originator id is stored (hex text, uuid, bytes).
-    """
-
-    def __init__(
-        self,
-        *,
-        placeholder: str,
-        chain_table: str,
-        events_table: str,
-        event_id: str,
-        ddl: Sequence[str],
-        db_originator: Callable[[UUID | str], object],
-    ) -> None:
-        p = placeholder
-        self.ddl = tuple(ddl)
-        self.db_originator = db_originator
-        self._head = (
-            f"(SELECT global_hash FROM {chain_table} ORDER BY notification_id DESC LIMIT 1)"
-        )
-        self._stream_head = (
-            f"(SELECT stream_hash FROM {chain_table} WHERE originator_id = {p} "
-            "ORDER BY notification_id DESC LIMIT 1)"
-        )
-        self._insert = f"INSERT INTO {chain_table} VALUES ({p}, {p}, {p}, {p}, {p})"
-        self._bounds = (
-            f"SELECT (SELECT MAX({event_id}) FROM {events_table}) AS last_event, "
-            f"(SELECT MAX(notification_id) FROM {chain_table}) AS last_link"
-        )
-        self._events_page = (
-            f"SELECT {event_id}, originator_id, originator_version, topic, state "
-            f"FROM {events_table} WHERE {event_id} > {p} AND {event_id} <= {p} "
-            f"ORDER BY {event_id} LIMIT {p}"
-        )
-        self._links_page = (
-            "SELECT notification_id, originator_id, originator_version, stream_hash, "
-            f"global_hash FROM {chain_table} WHERE notification_id > {p} "
-            f"AND notification_id <= {p} ORDER BY notification_id LIMIT {p}"
-        )
-
-    @classmethod
-    def for_sqlite(cls, events_table: str) -> ChainTable:
-        return cls(
-            placeholder="?",
-            chain_table=CHAIN_TABLE,
-            events_table=events_table,
-            event_id="rowid",
-            ddl=(
-                f"CREATE TABLE IF NOT EXISTS {CHAIN_TABLE} (notification_id INTEGER PRIMARY KEY, "
-                "originator_id TEXT NOT NULL, originator_version INTEGER NOT NULL, "
-                "stream_hash BLOB NOT NULL, global_hash BLOB NOT NULL)",
-                f"CREATE INDEX IF NOT EXISTS {CHAIN_TABLE}_stream_idx "
-                f"ON {CHAIN_TABLE} (originator_id, notification_id)",
-            ),
-            db_originator=lambda o: o.hex if isinstance(o, UUID) else o,
-        )
-
-    @classmethod
-    def for_postgres(cls, *, schema: str, events_table: str) -> ChainTable:
-        chain = f'"{schema}"."{CHAIN_TABLE}"'
-        return cls(
-            placeholder="%s",
-            chain_table=chain,
-            events_table=f'"{schema}"."{events_table}"',
-            event_id="notification_id",
-            ddl=(
-                f"CREATE TABLE IF NOT EXISTS {chain} (notification_id bigint PRIMARY KEY, "
-                "originator_id uuid NOT NULL, originator_version bigint NOT NULL, "
-                "stream_hash bytea NOT NULL, global_hash bytea NOT NULL)",
-                f'CREATE INDEX IF NOT EXISTS "{CHAIN_TABLE}_stream_idx" '
-                f"ON {chain} (originator_id, notification_id)",
-            ),
-            db_originator=lambda o: o,
-        )
-
-    def append(self, cursor: Any, events: Sequence[StoredEvent], ids: Sequence[int]) -> None:
-        """Chain ``events`` (just inserted with ``ids``), inside the caller's transaction.
-
-        Must run after the events' insert, while the transaction holds the write lock: only
-        then is the head read here still the head when this transaction commits.
-        """
-        originators = [self.db_originator(event.originator_id) for event in events]
-        previous, streams = self._heads(cursor, list(dict.fromkeys(originators)))
-        rows = []
-        for event, originator, notification_id in zip(events, originators, ids, strict=True):
-            stream_hash = stream_link(
-                streams[originator],
-                topic=event.topic,
-                originator_id=event.originator_id,
-                version=event.originator_version,
-                state=event.state,
-            )
-            previous = global_link(previous, notification_id, stream_hash)
-            streams[originator] = stream_hash
-            rows.append(
-                (notification_id, originator, event.originator_version, stream_hash, previous)
-            )
-        cursor.executemany(self._insert, rows)
-
-    def _heads(self, cursor: Any, originators: list[object]) -> tuple[bytes, dict[object, bytes]]:
-        """The global head and each stream's head, in one statement (one round trip per save:
-        the chain's cost is mostly statements, not hashing)."""
-        heads = [f"{self._head} AS head"]
-        heads += [f"{self._stream_head} AS stream{i}" for i in range(len(originators))]
-        cursor.execute(f"SELECT {', '.join(heads)}", originators)
-        found = [GENESIS if value is None else bytes(value) for value in _values(cursor.fetchone())]
-        return found[0], dict(zip(originators, found[1:], strict=True))
-
-    def bound(self, cursor: Any) -> int:
-        """The highest id in either table: the walk stops there, so later appends don't count."""
-        cursor.execute(self._bounds)
-        events, links = _values(cursor.fetchone())
-        return max(events or 0, links or 0)
-
-    def events(self, cursor: Any, upto: int) -> Iterator[tuple[Any, ...]]:
-        """Raw event rows ``(id, originator_id, version, topic, state)`` in id order."""
-        return self._pages(cursor, self._events_page, upto)
-
-    def links(self, cursor: Any, upto: int) -> Iterator[tuple[Any, ...]]:
-        """Raw chain rows ``(id, originator_id, version, stream_hash, global_hash)``."""
-        return self._pages(cursor, self._links_page, upto)
-
-    @staticmethod
-    def _pages(cursor: Any, statement: str, upto: int) -> Iterator[tuple[Any, ...]]:
-        after = 0
-        while True:
-            cursor.execute(statement, (after, upto, _PAGE))
-            page = [_values(row) for row in cursor.fetchall()]
-            yield from page
-            if len(page) < _PAGE:
-                return
-            after = page[-1][0]
-
-
-# -- the recorders that write it ---------------------------------------------------------------
-
-
-class ChainedRecorder(ABC):
-    """An application recorder that chains every event it inserts (see the module docstring)."""
-
-    chain: ChainTable
-
-    @abstractmethod
-    def reading(self) -> AbstractContextManager[Any]:
-        """A read-only transaction's DB-API cursor, for :func:`verify_log`."""
-
-
-class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
-    """``eventsourcing.sqlite``'s application recorder, plus the chain row per event."""
-
-    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
-        # Set before the base constructor, which builds the create-table statements.
-        self.chain = ChainTable.for_sqlite(events_table_name)
-        super().__init__(datastore, events_table_name)
-
-    def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), *self.chain.ddl]
-
-    def _insert_events(
-        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        ids = super()._insert_events(c, stored_events, **kwargs)
-        self.chain.append(c, stored_events, ids or ())
-        return ids
-
-    def reading(self) -> AbstractContextManager[Any]:
-        return self.datastore.transaction(commit=False)
-
-    def convert_originator_id(self, originator_id: str) -> UUID | str:
-        # Every row of a stream carries the same id text: parse it once, not per row
-        # (UUID() was a fifth of a 10,000-decision replay).
-        if self.datastore.originator_id_type == "uuid":
-            return _parse_uuid(originator_id)
-        return originator_id
-
-
-@lru_cache(maxsize=1024)
-def _parse_uuid(text: str) -> UUID:
-    return UUID(text)
-
-
-class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
-    """``eventsourcing.postgres``'s application recorder, plus the chain row per event.
-
-    The chain rows are written after the insert returned its notification ids, still inside
-    the transaction that holds ``LOCK TABLE ... IN EXCLUSIVE MODE``.
-    """
-
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
-        super().__init__(datastore, events_table_name=events_table_name)
-        self.chain = ChainTable.for_postgres(
-            schema=datastore.schema, events_table=events_table_name
-        )
-        self.sql_create_statements.extend(SQL(statement).format() for statement in self.chain.ddl)
-
-    def create_table(self) -> None:
-        """Create (if missing) under a session advisory lock: processes opening one log at once
-        would otherwise race on eventsourcing's ``CREATE TYPE``/``CREATE OR REPLACE FUNCTION``
-        ("tuple concurrently updated")."""
-        with self.datastore.get_connection() as conn:
-            conn.execute(SQL("SELECT pg_advisory_lock({key})").format(key=DDL_LOCK_KEY))
-            try:
-                super().create_table()
-            finally:
-                conn.execute(SQL("SELECT pg_advisory_unlock({key})").format(key=DDL_LOCK_KEY))
-
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-    def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        """eventsourcing's insert, in one plain transaction instead of psycopg's pipeline mode.
-
-        In pipeline mode a large batch (a sync of a big corpus, a multi-megabyte document)
-        could deadlock in ``Pipeline.sync``: the client blocked writing while the server blocked
-        sending results (seen in the fuzz suite and the corpus benchmark). The statements are
-        the same; only the round trips are not overlapped, which a one-writer-at-a-time append
-        behind a table lock does not miss.
-        """
-        with (
-            self.datastore.get_connection() as conn,
-            conn.transaction(),
-            conn.cursor() as curs,
-        ):
-            self._insert_events(curs, stored_events, **kwargs)
-            if not stored_events:
-                return None
-            self._insert_stored_events(curs, stored_events, **kwargs)
-            return self._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
-
-    def _fetch_ids_after_insert_events(
-        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        ids = super()._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
-        self.chain.append(curs, stored_events, ids or ())
-        return ids
-
-    @contextmanager
-    def reading(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=False) as curs:
-            yield curs
 
 
 # -- verifying ---------------------------------------------------------------------------------
@@ -437,22 +170,20 @@ def verify_log(log: EventLog, *, anchor: Anchor | None = None) -> VerifyReport:
     Never raises on what it reads: any content of either table yields a report. Raises
     :class:`IntegrityUnsupportedError` when the log's persistence keeps no chain.
     """
-    recorder = log.recorder
-    if not isinstance(recorder, ChainedRecorder):
-        raise IntegrityUnsupportedError(
-            f"the log at {log.settings.url!r} is stored with persistence="
-            f"{log.settings.persistence!r}, which keeps no hash chain; use the built-in "
-            "persistence (the default) to record a log that `loom verify` can check"
-        )
-    with recorder.reading() as cursor:
-        chain = recorder.chain
-        upto = chain.bound(cursor)
-        events = (_Event(*row) for row in chain.events(cursor, upto))
-        links = (
-            _Link(row[0], row[1], row[2], _as_bytes(row[3]), _as_bytes(row[4]))
-            for row in chain.links(cursor, upto)
-        )
-        return _walk(events, links, anchor)
+    return log.verify(anchor=anchor)
+
+
+def verify_rows(
+    events: Iterable[Sequence[Any]], links: Iterable[Sequence[Any]], anchor: Anchor | None
+) -> VerifyReport:
+    """Check raw event rows ``(id, originator_id, version, topic, state)`` against raw chain
+    rows ``(id, originator_id, version, stream_hash, global_hash)``, both in id order: what a
+    log's :meth:`~loom_runtime.log.EventLog.verify` feeds from its two tables."""
+    return _walk(
+        (_Event(*row) for row in events),
+        (_Link(row[0], row[1], row[2], _as_bytes(row[3]), _as_bytes(row[4])) for row in links),
+        anchor,
+    )
 
 
 def _walk(events: Iterator[_Event], links: Iterator[_Link], anchor: Anchor | None) -> VerifyReport:

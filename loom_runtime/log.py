@@ -1,55 +1,261 @@
-"""The log: one eventsourcing Application per database, one global order for every package.
+"""The event log port: what loom needs from a log, in loom's terms (ADR 0020).
 
-Why one application: eventsourcing gives each application one notification sequence. Putting
-executions, memory writes and corpus changes in the same application makes "position P" mean
-one thing everywhere, which is what "the corpus as this execution saw it" relies on.
+Everything above the log (flows, replay, projections, bundles, the CLI, memory and knowledge)
+uses only :class:`EventLog`. The one implementation today is eventsourcing's, in
+:mod:`loom_runtime.storage`, the only package that imports eventsourcing; moving to another
+eventsourcing release or another store touches that folder alone, and
+:mod:`loom_runtime.log_conformance` is the contract a new implementation must pass.
+
+Why one log per database: one notification sequence. Putting executions, memory writes and
+corpus changes in the same log makes "position P" mean one thing everywhere, which is what
+"the corpus as this execution saw it" relies on.
 
 Storage is chosen by URL and a persistence setting (ADR 0001):
 
-* ``sqlite:///path/to/loom.db`` (the default is ``./loom.db``, or ``LOOM_DB_URL``): the
-  built-in ``eventsourcing.sqlite`` module, WAL mode, ``synchronous=NORMAL`` by default.
-* ``postgresql+psycopg://user:pw@host:port/db``: the built-in ``eventsourcing.postgres``
-  module, with a lock timeout (never "wait forever") and a pool size.
+* ``sqlite:///path/to/loom.db`` (the default is ``./loom.db``, or ``LOOM_DB_URL``): WAL mode,
+  ``synchronous=NORMAL`` by default.
+* ``postgresql+psycopg://user:pw@host:port/db``: with a lock timeout (never "wait forever")
+  and a pool size; needs the ``postgres`` extra.
 * ``persistence="sqlalchemy"``: ``eventsourcing-sqlalchemy`` for either URL, kept as a
-  configuration choice; it measured several times slower on the write path.
+  configuration choice (``sqlalchemy`` extra); it keeps no hash chain.
 
-With the built-in modules every event is hash-chained as it is inserted (ADR 0011,
+With the built-in persistence every event is hash-chained as it is inserted (ADR 0011,
 :mod:`loom_runtime.integrity`); every payload is redacted before it is mapped to a row
 (ADR 0012, :mod:`loom_runtime.redaction`).
-
-Projections open their own SQLAlchemy engine on the same database (:attr:`EventLog.engine`).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
-from functools import cached_property
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import Application
-from eventsourcing.persistence import Mapper, Notification
-from eventsourcing.postgres import PostgresFactory
-from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
-from eventsourcing_sqlalchemy.factory import Factory as SQLAlchemyFactory
+import msgspec
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.exc import OperationalError as SQLAlchemyOperationalError
 
-from loom_runtime.errors import ConfigurationError, DatabaseUnavailableError
-from loom_runtime.integrity import ChainedPostgresRecorder, ChainedSQLiteRecorder
-from loom_runtime.mapper import MsgspecMapper
+from loom_runtime.errors import ConfigurationError
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
+
+if TYPE_CHECKING:
+    from loom_runtime.integrity import Anchor, VerifyReport
+    from loom_runtime.stream import Change
 
 Persistence = Literal["builtin", "sqlalchemy"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 DEFAULT_URL = "sqlite:///loom.db"
 PAGE_SIZE = 500
+
+_Id_co = TypeVar("_Id_co", covariant=True)
+
+
+class DomainEventProtocol(Protocol[_Id_co]):
+    """What every event read from the log carries, whatever its class.
+
+    Structural on purpose: loom's event classes satisfy it without naming it, and so does any
+    event eventsourcing builds (it checks the same three attributes).
+    """
+
+    @property
+    def originator_id(self) -> _Id_co:
+        """The stream the event belongs to."""
+        ...
+
+    @property
+    def originator_version(self) -> int:
+        """Its place in that stream: 1, 2, 3... without gaps."""
+        ...
+
+    @property
+    def timestamp(self) -> datetime:
+        """When the writer created it (tz-aware UTC); grows with positions, to microseconds."""
+        ...
+
+
+Event = DomainEventProtocol[UUID]
+"""An event of the log: every stream id is a UUID."""
+
+
+class Row(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event exactly as the log holds it: which stream, which version, the stored
+    topic and the stored JSON state bytes (what a bundle carries, what the chain hashes)."""
+
+    stream: UUID
+    version: int
+    topic: str
+    state: bytes
+
+
+class Record(Row, frozen=True, kw_only=True):
+    """A stored row and its position in the log (the log's clock: one global order)."""
+
+    position: int
+
+
+class Stamped(msgspec.Struct, frozen=True, kw_only=True):
+    """The event at a position, decoded, and when it was recorded."""
+
+    position: int
+    event: Any
+    timestamp: datetime
+
+
+class Saves(Protocol):
+    """An aggregate the log can save: it hands over the events it has triggered since."""
+
+    def collect_events(self) -> Sequence[Any]:
+        """Its pending events, in order, each carrying its stream and version; forgets them."""
+        ...
+
+
+class EventLog(Protocol):
+    """The one log of a database: append to streams, read them back, follow the log in order.
+
+    Appends are optimistic: a writer states the version it decided on and the append is
+    refused whole (:class:`~loom_runtime.errors.StreamConflictError`) if the stream moved,
+    which is loom's whole concurrency story (no locks held while a flow or a plan runs).
+    Positions are the log's own clock: they only grow, and may skip (a failed PostgreSQL insert
+    consumes a sequence value), so readers continue from the last position *seen*.
+    """
+
+    settings: LogSettings
+    """Where the log lives and how it is written."""
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """The redactor every value and payload passes before storage (its counts included)."""
+        ...
+
+    @property
+    def engine(self) -> Engine:
+        """SQLAlchemy engine on the log's database, shared by every projection of this log."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The head: the highest position in the log (0 when empty), "now" in log time."""
+        ...
+
+    def append(self, stream: UUID, *, expected_version: int, events: Sequence[Change]) -> list[int]:
+        """Append ``events`` atomically after ``expected_version``; returns their positions.
+
+        All or nothing: if another writer appended after ``expected_version`` first,
+        :class:`~loom_runtime.errors.StreamConflictError` is raised and nothing is written.
+        """
+        ...
+
+    def append_replanned(
+        self, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
+    ) -> list[int]:
+        """Plan ``stream``'s next events against its current version and append them,
+        re-planning from a fresh read whenever another writer got there first or the database
+        was busy (ADR 0019).
+
+        ``plan(version)`` is called once per attempt, after the version is read, and returns
+        the events to append after it (none: nothing is appended). It must decide only from
+        what it reads during that call, so that a retry decides on the new state; it may raise
+        to refuse, which ends the write. Waits follow ``settings.write_retry``; when its budget
+        is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what``. Returns
+        the appended events' positions.
+        """
+        ...
+
+    def save(self, aggregate: Saves) -> list[int]:
+        """Append the events ``aggregate`` triggered since it was loaded or last saved.
+
+        The events carry their own versions, so this is the same optimistic append as
+        :meth:`append`: a lost race is a ``StreamConflictError`` and nothing is written.
+        """
+        ...
+
+    def stream_version(self, stream: UUID) -> int:
+        """The version of the stream's last event, 0 for a stream with none.
+
+        Reads one row, so a writer's cost does not grow with the stream's length.
+        """
+        ...
+
+    def events(
+        self,
+        stream: UUID,
+        *,
+        after_version: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Any]:
+        """The stream's events, decoded, by version (``desc``: newest first)."""
+        ...
+
+    def rows(self, stream: UUID) -> list[Row]:
+        """The stream's rows exactly as stored, by version: what a bundle exports."""
+        ...
+
+    def insert_rows(self, rows: Sequence[Row]) -> list[int]:
+        """Store rows exactly as given (already mapped, e.g. from a bundle); their positions.
+
+        No redaction or mapping runs: the bytes are what another log stored, and must stay
+        what its chain and its replays saw. A version already taken is a
+        ``StreamConflictError`` and nothing is written.
+        """
+        ...
+
+    def notifications(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        topics: Sequence[str] = (),
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[Record]:
+        """Every row with ``after < position <= upto`` (of ``topics``, if any), in log order.
+
+        Read ``page_size`` rows per query, continuing from the last position seen.
+        """
+        ...
+
+    def decode(self, row: Row) -> Any:
+        """The event a stored row holds, or :class:`~loom_runtime.errors.LogCorruptError`.
+
+        A row is untrusted input: decoding never imports what it names (ADR 0018).
+        """
+        ...
+
+    def event_at(self, position: int) -> Stamped | None:
+        """The first event at or after ``position`` and when it was recorded (None: past the
+        head). Its own position is in the result: positions may skip."""
+        ...
+
+    def verify(self, *, anchor: Anchor | None = None) -> VerifyReport:
+        """Walk the hash chain (ADR 0011); see :func:`loom_runtime.integrity.verify_log`."""
+        ...
+
+    def close(self) -> None:
+        """Release the log's connections and its engine's."""
+        ...
+
+
+def open_log(settings: LogSettings) -> EventLog:
+    """The log these settings describe (created if missing), through eventsourcing.
+
+    Imported here, on first use, so that importing loom costs nothing of the storage layer and
+    only the backend the settings select is ever imported.
+    """
+    from loom_runtime.storage.application import EventsourcingLog
+
+    return EventsourcingLog(settings)
+
+
+def decode_rows(rows: Iterable[Row]) -> list[Any]:
+    """The events stored rows hold, with no log open (a bundle's); as :meth:`EventLog.decode`."""
+    from loom_runtime.storage.mapper import decode_row
+
+    return [decode_row(row) for row in rows]
 
 
 class LogSettings:
@@ -120,35 +326,6 @@ class LogSettings:
     def is_sqlite(self) -> bool:
         return self.url.get_backend_name() == "sqlite"
 
-    def application_env(self) -> dict[str, str]:
-        """The eventsourcing environment for these settings."""
-        if self.persistence == "sqlalchemy":
-            return {
-                "PERSISTENCE_MODULE": f"{__name__}:LoomSQLAlchemyFactory",
-                "SQLALCHEMY_URL": self.url.render_as_string(hide_password=False),
-                "LOOM_SQLITE_SYNCHRONOUS": self.sqlite_synchronous,
-                "LOOM_LOCK_TIMEOUT_MS": str(round(self.lock_timeout * 1000)),
-            }
-        if self.is_sqlite:
-            return {
-                "PERSISTENCE_MODULE": f"{__name__}:LoomSQLiteFactory",
-                "SQLITE_DBNAME": str(self.url.database),
-                "SQLITE_LOCK_TIMEOUT": str(max(1, round(self.lock_timeout))),
-                "LOOM_SQLITE_SYNCHRONOUS": self.sqlite_synchronous,
-            }
-        return {
-            "PERSISTENCE_MODULE": f"{__name__}:LoomPostgresFactory",
-            "POSTGRES_DBNAME": self.url.database or "postgres",
-            "POSTGRES_HOST": self.url.host or "127.0.0.1",
-            "POSTGRES_PORT": str(self.url.port or 5432),
-            "POSTGRES_USER": self.url.username or "postgres",
-            "POSTGRES_PASSWORD": self.url.password or "",
-            "POSTGRES_POOL_SIZE": str(self.pool_size),
-            # eventsourcing's default is 0, i.e. wait forever for the table lock.
-            "POSTGRES_LOCK_TIMEOUT": str(max(1, round(self.lock_timeout))),
-            "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(self.lock_timeout))),
-        }
-
     def create_engine(self) -> Engine:
         """A SQLAlchemy engine on the same database, for projections (same durability)."""
         if not self.is_sqlite:
@@ -178,141 +355,3 @@ class LogSettings:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-
-
-class _SynchronousPool(SQLiteConnectionPool):
-    """eventsourcing's SQLite pool, plus the ``synchronous`` pragma loom chose (ADR 0001)."""
-
-    def __init__(self, *, synchronous: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.synchronous = synchronous
-
-    def _create_connection(self) -> SQLiteConnection:
-        connection = super()._create_connection()
-        connection.cursor().execute(f"PRAGMA synchronous={self.synchronous}")
-        return connection
-
-
-class LoomSQLiteFactory(SQLiteFactory):
-    """The built-in SQLite persistence, with loom's durability setting applied per connection
-    and every event hash-chained as it is inserted."""
-
-    application_recorder_class = ChainedSQLiteRecorder
-
-    def __init__(self, env: Any) -> None:
-        super().__init__(env)
-        pool = self.datastore.pool
-        self.datastore.pool = _SynchronousPool(
-            synchronous=self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL"),
-            db_name=pool.db_name,
-            lock_timeout=pool.lock_timeout,
-        )
-
-
-class LoomPostgresFactory(PostgresFactory):
-    """The built-in PostgreSQL persistence, with every event hash-chained as it is inserted."""
-
-    application_recorder_class = ChainedPostgresRecorder
-
-
-class LoomSQLAlchemyFactory(SQLAlchemyFactory):
-    """eventsourcing-sqlalchemy, with the same durability and lock-timeout settings as the
-    built-in modules: it has no options for either, so they are set on each new connection."""
-
-    def __init__(self, env: Any) -> None:
-        super().__init__(env)
-        engine = self.datastore.engine
-        if not isinstance(engine, Engine):
-            return  # a caller-supplied session or connection keeps its own settings
-        synchronous = self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL")
-        lock_timeout_ms = int(self.env.get("LOOM_LOCK_TIMEOUT_MS", "5000"))
-
-        @event.listens_for(engine, "connect")
-        def _configure(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            if engine.dialect.name == "sqlite":
-                cursor.execute(f"PRAGMA synchronous={synchronous}")
-            else:
-                cursor.execute(f"SET lock_timeout = {lock_timeout_ms}")
-            cursor.close()
-
-
-class EventLog(Application[UUID]):
-    """The one application that holds every event loom writes."""
-
-    name = "loom"
-
-    def __init__(self, settings: LogSettings) -> None:
-        self.settings = settings
-        if not settings.is_sqlite:
-            self._check_reachable()
-        super().__init__(env=settings.application_env())
-
-    def _check_reachable(self) -> None:
-        """Connect once before eventsourcing's pool does, to name what is wrong.
-
-        The pool retries a failed connect in the background and reports only "couldn't get
-        a connection after 5.00 sec". The connection is the projections' engine's own, so a
-        reachable database pays nothing: the projections reuse it.
-        """
-        try:
-            with self.engine.connect():
-                pass
-        except SQLAlchemyOperationalError as exc:
-            self.engine.dispose()
-            url = self.settings.url
-            host, port, user = url.host or "127.0.0.1", url.port or 5432, url.username or "postgres"
-            raise DatabaseUnavailableError(
-                database=url.database or "postgres",
-                where=f"{host}:{port} as {user}",
-                cause=" ".join(str(exc.orig).split()),
-            ) from exc
-
-    def construct_mapper(self) -> Mapper[UUID]:
-        return MsgspecMapper(redactor=self.settings.redactor)
-
-    @property
-    def redactor(self) -> Redactor | None:
-        """The redactor every value and payload passes before storage (its counts included)."""
-        return self.settings.redactor
-
-    @cached_property
-    def engine(self) -> Engine:
-        """SQLAlchemy engine on the log's database, shared by every projection of this log."""
-        return self.settings.create_engine()
-
-    @property
-    def position(self) -> int:
-        """The highest notification id in the log (0 when empty): "now" in log time."""
-        return self.recorder.max_notification_id() or 0
-
-    def notifications(
-        self,
-        *,
-        after: int = 0,
-        upto: int | None = None,
-        topics: Sequence[str] = (),
-        page_size: int = PAGE_SIZE,
-    ) -> Iterator[Notification]:
-        """Every notification with ``after < id <= upto``, in log order, paged.
-
-        Ids may have permanent gaps (a failed PostgreSQL insert consumes a sequence value), so
-        paging continues from the last id *seen*, never from ``after + page_size``.
-        """
-        while True:
-            page = self.recorder.select_notifications(
-                start=after,
-                limit=page_size,
-                stop=upto,
-                topics=topics,
-                inclusive_of_start=False,
-            )
-            yield from page
-            if len(page) < page_size:
-                return
-            after = page[-1].id
-
-    def close(self) -> None:
-        if "engine" in self.__dict__:
-            self.engine.dispose()
-        super().close()

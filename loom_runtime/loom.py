@@ -4,7 +4,8 @@ It is deliberately a thin facade: the log is :class:`~loom_runtime.log.EventLog`
 is the :class:`~loom_runtime.execution.Execution` aggregate, decisions are answered by the
 sources in :mod:`loom_runtime.context` and :mod:`loom_runtime.replay`. Sync flows are called
 directly; ``async def`` flows run on ``asyncio.run`` from the sync methods, or are awaited from
-``arun``/``aresume``/``areplay`` inside a running loop.
+``arun``/``aresume``/``areplay`` inside a running loop. Each pair is one body
+(:mod:`loom_runtime.driver`), driven now or awaited.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, cast
 from uuid import UUID, uuid4
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
 
 from loom_runtime import codec
 from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
 from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Recorder, save
+from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
@@ -37,13 +38,11 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.flow import F, Flow, FlowRegistry
-from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous
+from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.services import Services
-
-T = TypeVar("T")
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,7 +114,7 @@ class Loom:
         driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
         """
         try:
-            return EventLog(self.settings)
+            return open_log(self.settings)
         except sqlite3.DatabaseError as exc:
             raise LogCorruptError(
                 f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
@@ -136,13 +135,11 @@ class Loom:
 
     def run(self, flow: str, /, **arguments: Any) -> Run:
         """Run ``flow`` durably: every decision is in the log before the flow sees it."""
-        definition, execution, kwargs = self._start(flow, arguments)
-        return self._drive(definition, execution, kwargs)
+        return drive(self._run(flow, arguments), _run_now)
 
     async def arun(self, flow: str, /, **arguments: Any) -> Run:
         """As :meth:`run`, from inside a running event loop."""
-        definition, execution, kwargs = self._start(flow, arguments)
-        return await self._adrive(definition, execution, kwargs)
+        return await adrive(self._run(flow, arguments))
 
     def resume(self, execution_id: UUID | str) -> Run:
         """Finish an interrupted execution: recorded decisions from the log, the rest live.
@@ -151,19 +148,11 @@ class Loom:
         resuming the same execution race on the stream version: the loser gets
         :class:`ExecutionConflictError` and appends nothing.
         """
-        execution = self._claim(execution_id)
-        if execution.output is not None:
-            return self._finished_run(execution)
-        definition = self.get_flow(execution.flow)
-        return self._drive(definition, execution, definition.decode_input(execution.input))
+        return drive(self._resume(execution_id), _run_now)
 
     async def aresume(self, execution_id: UUID | str) -> Run:
         """As :meth:`resume`, from inside a running event loop."""
-        execution = self._claim(execution_id)
-        if execution.output is not None:
-            return self._finished_run(execution)
-        definition = self.get_flow(execution.flow)
-        return await self._adrive(definition, execution, definition.decode_input(execution.input))
+        return await adrive(self._resume(execution_id))
 
     # -- replaying ---------------------------------------------------------------------------
 
@@ -171,7 +160,7 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        return self._replay(self.execution(execution_id), live)
+        return drive(self._replay(self.execution(execution_id), live), _run_now)
 
     def replay_bundle(
         self,
@@ -186,56 +175,30 @@ class Loom:
         refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        return self._replay(bundle.execution(), live)
-
-    def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> ReplayResult:
-        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
-        output: msgspec.Raw | None = None
-        error: BaseException | None = None
-        try:
-            result = (
-                _run_coroutine(definition.fn(ctx, **kwargs), definition.name)
-                if definition.is_async
-                else definition.fn(ctx, **kwargs)
-            )
-            output = codec.encode(result, path="output", redactor=replayer.redactor)
-        except Exception as exc:
-            error = exc
-        return self._replay_result(execution, definition, replayer, output, error)
+        return drive(self._replay(bundle.execution(), live), _run_now)
 
     async def areplay(
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        execution = self.execution(execution_id)
-        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
-        output: msgspec.Raw | None = None
-        error: BaseException | None = None
-        try:
-            result = definition.fn(ctx, **kwargs)
-            if definition.is_async:
-                result = await result
-            output = codec.encode(result, path="output", redactor=replayer.redactor)
-        except Exception as exc:
-            error = exc
-        return self._replay_result(execution, definition, replayer, output, error)
+        return await adrive(self._replay(self.execution(execution_id), live))
 
     # -- reading -----------------------------------------------------------------------------
 
     def execution(self, execution_id: UUID | str) -> Execution:
         """The execution's current state, rebuilt from its events."""
-        try:
-            return self.log.repository.get(_as_uuid(execution_id), projector_func=project_execution)
-        except AggregateNotFoundError:
+        execution = project_execution(None, self.log.events(_as_uuid(execution_id)))
+        if execution is None:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
-            ) from None
+            )
+        return execution
 
     def executions(self) -> list[ExecutionSummary]:
         """Every execution in the log, oldest first, with its status (one pass over the log)."""
         summaries: dict[UUID, ExecutionSummary] = {}
         for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
-            event = self.log.mapper.to_domain_event(notification)
+            event = self.log.decode(notification)
             if isinstance(event, Execution.Created):
                 summaries[event.originator_id] = ExecutionSummary(
                     execution_id=event.originator_id,
@@ -273,14 +236,11 @@ class Loom:
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
-        rows = bundle.stored_events()
-        existing = [
-            (e.originator_version, e.topic, bytes(e.state))
-            for e in self.log.recorder.select_events(bundle.execution_id)
-        ]
+        rows = bundle.rows()
+        existing = self.log.rows(bundle.execution_id)
         if not existing:
-            self.log.recorder.insert_events(rows)
-        elif existing != [(r.originator_version, r.topic, bytes(r.state)) for r in rows]:
+            self.log.insert_rows(rows)
+        elif existing != rows:
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
                 f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
@@ -292,13 +252,13 @@ class Loom:
         for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
             found = [
                 BundleEvent(
-                    position=n.id,
-                    topic=n.topic,
-                    version=n.originator_version,
-                    state=bytes(n.state).decode(),
+                    position=record.position,
+                    topic=record.topic,
+                    version=record.version,
+                    state=record.state.decode(),
                 )
-                for n in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
-                if n.originator_id == execution.id
+                for record in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
+                if record.stream == execution.id
             ]
             if len(found) == execution.version:
                 return found
@@ -355,29 +315,39 @@ class Loom:
         cls = AsyncFlowContext if definition.is_async else FlowContext
         return cls(source, execution_id=execution.id, flow=definition.name)
 
-    def _drive(self, definition: Flow, execution: Execution, kwargs: dict[str, Any]) -> Run:
+    def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
+        definition, execution, kwargs = self._start(flow, arguments)
+        return (yield from self._record(definition, execution, kwargs))
+
+    def _resume(self, execution_id: UUID | str) -> Steps[Run]:
+        execution = self._claim(execution_id)
+        if execution.output is not None:
+            return self._finished_run(execution)
+        definition = self.get_flow(execution.flow)
+        kwargs = definition.decode_input(execution.input)
+        return (yield from self._record(definition, execution, kwargs))
+
+    def _record(self, definition: Flow, execution: Execution, kwargs: dict[str, Any]) -> Steps[Run]:
+        """Call the flow with a recording context; store its output, or its failure."""
         ctx = self._context(definition, execution, Recorder(self.log, execution))
         try:
-            result = (
-                _run_coroutine(definition.fn(ctx, **kwargs), definition.name)
-                if definition.is_async
-                else definition.fn(ctx, **kwargs)
-            )
+            result = yield from _call(definition, ctx, kwargs)
         except Exception as exc:
             self._fail(execution, exc)
             raise
         return self._complete(definition, execution, result)
 
-    async def _adrive(self, definition: Flow, execution: Execution, kwargs: dict[str, Any]) -> Run:
-        ctx = self._context(definition, execution, Recorder(self.log, execution))
+    def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> Steps[ReplayResult]:
+        """Call the flow with a replaying context; compare what it did with the recording."""
+        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
+        output: msgspec.Raw | None = None
+        error: BaseException | None = None
         try:
-            result = definition.fn(ctx, **kwargs)
-            if definition.is_async:
-                result = await result
+            result = yield from _call(definition, ctx, kwargs)
+            output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:
-            self._fail(execution, exc)
-            raise
-        return self._complete(definition, execution, result)
+            error = exc
+        return self._replay_result(execution, definition, replayer, output, error)
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:
@@ -448,14 +418,26 @@ class Loom:
         )
 
 
-def _run_coroutine(coroutine: Coroutine[Any, Any, T], flow: str) -> T:
+def _call(
+    definition: Flow, ctx: FlowContext | AsyncFlowContext, kwargs: dict[str, Any]
+) -> Steps[Any]:
+    """The flow's result: an async flow's coroutine is pending, for the driver to settle."""
+    result = definition.fn(ctx, **kwargs)
+    if definition.is_async:
+        result = yield Pending(definition.name, result)
+    return result
+
+
+def _run_now(pending: Pending) -> Any:
+    """Settle an async flow from a sync method: on a new event loop, never inside one."""
+    coroutine = cast("Coroutine[Any, Any, Any]", pending.awaitable)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
     coroutine.close()
     raise ConfigurationError(
-        f"flow {flow!r} is async and an event loop is already running: "
+        f"flow {pending.what!r} is async and an event loop is already running: "
         "use `await loom.arun(...)` / `aresume` / `areplay` instead"
     )
 

@@ -10,10 +10,10 @@ writes its rows *and* that position in one transaction. So:
   ``BEGIN IMMEDIATE``; PostgreSQL: ``SELECT ... FOR UPDATE``) and the loser re-reads the
   position, so no event is applied twice;
 * a projection can be dropped and rebuilt from position 0, or built "as of" any position P
-  with ``upto=P`` (``select_notifications``' ``stop`` is inclusive).
+  with ``upto=P`` (:meth:`~loom_runtime.log.EventLog.notifications` includes ``upto``).
 
 Paging continues from the last id seen, so permanent gaps in PostgreSQL's notification ids
-are harmless. Pages are one transaction each (a transaction per event is ~30x slower).
+are harmless. Pages are one transaction each (a transaction per event is many times slower).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
+from itertools import islice
 from typing import Any, Protocol
 
-from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Notification
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -38,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from loom_runtime.log import PAGE_SIZE, EventLog
+from loom_runtime.log import PAGE_SIZE, DomainEventProtocol, EventLog
 from loom_runtime.schema import serialise_ddl
 
 Progress = Callable[[int, int], None]
@@ -200,15 +199,16 @@ def catch_up(
     target = log.position if upto is None else upto
     position = projection.position()
     while position < target:
-        page = log.recorder.select_notifications(
-            start=position,
-            limit=page_size,
-            stop=target,
-            topics=projection.topics,
-            inclusive_of_start=False,
+        page = list(
+            islice(
+                log.notifications(
+                    after=position, upto=target, topics=projection.topics, page_size=page_size
+                ),
+                page_size,
+            )
         )
-        reached = page[-1].id if len(page) == page_size else target
-        events = [(n.id, _to_event(log, n)) for n in page]
+        reached = page[-1].position if len(page) == page_size else target
+        events = [(record.position, log.decode(record)) for record in page]
         if not projection.apply(events, upto=reached):
             position = projection.position()  # lost a race: continue from the winner's position
             continue
@@ -228,7 +228,3 @@ def rebuild(
     """Drop the projection's rows and build it again from position 0 (up to ``upto``)."""
     projection.reset()
     return catch_up(log, projection, upto=upto, progress=progress)
-
-
-def _to_event(log: EventLog, notification: Notification) -> DomainEventProtocol[Any]:
-    return log.mapper.to_domain_event(notification)

@@ -35,7 +35,7 @@ from loom_runtime.errors import (
     UnrecordedDecisionError,
     UnusedDecisionsError,
 )
-from loom_runtime.execution import Decision, Execution, error_type_of
+from loom_runtime.execution import Decision, Execution, error_message_of, error_type_of
 from loom_runtime.redaction import RedactorOption, resolve_redactor
 
 
@@ -164,7 +164,7 @@ def _canonical(raw: msgspec.Raw | bytes) -> bytes:
 def _describe_error(error: BaseException) -> str:
     if isinstance(error, RecordedComputeError):  # the recorded failure, re-raised unchanged
         return f"raised {error.error_type}: {error.message}"
-    return f"raised {error_type_of(error)}: {error}"
+    return f"raised {error_type_of(error)}: {error_message_of(error)}"
 
 
 def _describe_recorded(execution: Execution) -> str:

@@ -28,11 +28,22 @@ def text_problem(text: str) -> str | None:
             "contains a NUL character, which SQLite full-text search and PostgreSQL text "
             "cannot hold"
         )
+    if not is_unicode(text):
+        return "contains a lone surrogate, which is not valid Unicode and cannot be encoded"
+    return None
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate), so it can be encoded as UTF-8.
+
+    The half of :func:`text_problem` that the log's JSON needs: a NUL is escaped in JSON, so
+    text that only the log holds (a decision key) may contain one.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return "contains a lone surrogate, which is not valid Unicode and cannot be encoded"
-    return None
+        return False
+    return True
 
 
 def storable_text(text: str) -> str:

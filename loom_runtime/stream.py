@@ -1,39 +1,45 @@
 """Plain event streams for packages that need an ordered, versioned stream but no aggregate.
 
-An execution is an eventsourcing Aggregate because replay rebuilds its state. A corpus scope or
-a memory key needs less: its read models are projections, and a writer only needs the stream's
-last *version* to append with optimistic concurrency. Reading one row (``desc=True, limit=1``)
-instead of rehydrating the whole stream keeps every write O(1) in the stream's length.
+An execution is an aggregate because replay rebuilds its state. A corpus scope or a memory key
+needs less: its read models are projections, and a writer only needs the stream's last
+*version* to append with optimistic concurrency (:meth:`~loom_runtime.log.EventLog.append`,
+:meth:`~loom_runtime.log.EventLog.append_replanned`), which the log reads from one row.
 
 Every event class derives from :class:`LogEvent` and declares a stable ``TOPIC``, registered
-when the class is created (in loom's closed set, :mod:`loom_runtime.topics`), so a fresh
+when the class is created (in loom's closed set, :mod:`loom_runtime.storage.topics`), so a fresh
 process that only *reads* can map stored topics, and a stored topic never imports anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar, dataclass_transform
 from uuid import UUID, uuid5
 
-from eventsourcing.domain import DomainEvent
-from eventsourcing.persistence import IntegrityError
-
-from loom_runtime.errors import StreamConflictError
-from loom_runtime.log import EventLog
-from loom_runtime.retry import retrying
-from loom_runtime.topics import register_event
+from loom_runtime.storage.topics import register_event
 
 _NAMESPACE = UUID("6f1d3c5e-0c7a-4f55-9b1e-6c0c5a7e2b10")
 
 
-class LogEvent(DomainEvent):
+@dataclass_transform(frozen_default=True)
+@dataclasses.dataclass(frozen=True)
+class LogEvent:
     """Base of loom's stream events: frozen dataclasses with an explicit, stable TOPIC.
+
+    Every subclass is made a frozen dataclass as it is defined, after the three fields every
+    event carries: its stream (``originator_id``), its version in that stream and when it was
+    created. They are named, and ordered, as eventsourcing names its own events', which is the
+    structure its storage checks for (and the order the stored JSON has always had).
 
     ``IDENTIFIERS`` names the fields that identify something (ids, keys, names, scopes): the
     mapper never redacts them, and refuses one holding a secret (ADR 0012).
     """
+
+    originator_id: UUID
+    originator_version: int
+    timestamp: datetime
 
     TOPIC: ClassVar[str] = ""
     IDENTIFIERS: ClassVar[tuple[str, ...]] = ()
@@ -46,6 +52,7 @@ class LogEvent(DomainEvent):
                 f"{cls.__qualname__} must declare TOPIC: stored events are found by it, so it "
                 "must not depend on the module path"
             )
+        dataclasses.dataclass(frozen=True)(cls)
         register_event(cls)
 
 
@@ -56,63 +63,3 @@ Change = tuple[type[LogEvent], Mapping[str, Any]]
 def stream_id(name: str) -> UUID:
     """The stream id for a stable name (e.g. ``knowledge:runbooks``): the same in every process."""
     return uuid5(_NAMESPACE, name)
-
-
-def stream_version(log: EventLog, stream: UUID) -> int:
-    """The version of the stream's last event, 0 for a stream with none."""
-    last = next(iter(log.events.get(stream, desc=True, limit=1)), None)
-    return 0 if last is None else last.originator_version
-
-
-def append(
-    log: EventLog,
-    stream: UUID,
-    *,
-    expected_version: int,
-    events: Sequence[Change],
-) -> list[int]:
-    """Append ``events`` atomically after ``expected_version``; returns their log positions.
-
-    All or nothing: the events go in one transaction. If another writer appended after
-    ``expected_version`` first, :class:`StreamConflictError` is raised and nothing is written.
-    """
-    now = datetime.now(UTC)
-    built = [
-        cls(
-            originator_id=stream,
-            originator_version=expected_version + offset,
-            timestamp=now,
-            **fields,
-        )
-        for offset, (cls, fields) in enumerate(events, start=1)
-    ]
-    try:
-        recordings = log.save(*built)
-    except IntegrityError as exc:
-        raise StreamConflictError(
-            f"stream {stream} moved past version {expected_version} before this append; "
-            "nothing was written: re-read and retry"
-        ) from exc
-    return [recording.notification.id for recording in recordings]
-
-
-def append_replanned(
-    log: EventLog, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
-) -> list[int]:
-    """Plan ``stream``'s next events against its current version and append them, re-planning
-    from a fresh read whenever another writer got there first or the database was busy.
-
-    ``plan(version)`` is called once per attempt, after the version is read, and returns the
-    events to append after it (none: nothing is appended). It must decide only from what it
-    reads during that call, so that a retry decides on the new state; it may raise to refuse,
-    which ends the write. Waits follow ``log.settings.write_retry`` (ADR 0019); when its budget
-    is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what`` and says how
-    long it tried. Returns the appended events' log positions.
-    """
-
-    def attempt() -> list[int]:
-        version = stream_version(log, stream)
-        events = plan(version)
-        return append(log, stream, expected_version=version, events=events) if events else []
-
-    return retrying(attempt, policy=log.settings.write_retry, what=what)

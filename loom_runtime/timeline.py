@@ -26,10 +26,9 @@ def position_at(log: EventLog, when: datetime) -> int:
     low, high = 0, log.position  # invariant: low is at or before `when`, high+1.. is after
     while low < high:
         middle = (low + high + 1) // 2
-        page = log.recorder.select_notifications(start=middle, limit=1)
-        stamped: datetime = getattr(log.mapper.to_domain_event(page[0]), "timestamp")  # noqa: B009
-        if stamped <= when:
-            low = page[0].id  # ids may skip (PostgreSQL gaps): jump to the id actually read
+        stamped = log.event_at(middle)
+        if stamped is not None and stamped.timestamp <= when:
+            low = stamped.position  # positions may skip (PostgreSQL gaps): jump to the one read
         else:
             high = middle - 1
     return low

@@ -84,8 +84,7 @@ def test_demo_with_an_explicit_db_writes_only_a_scope_of_its_own(db_url: str) ->
     with Loom(db_url) as loom:
         assert list(open_knowledge_base(loom, "runbooks").list_docs()) == manifest
         scopes = {
-            getattr(loom.log.mapper.to_domain_event(n), "scope", None)
-            for n in loom.log.notifications(after=head)
+            getattr(loom.log.decode(n), "scope", None) for n in loom.log.notifications(after=head)
         } - {None}
     [scope] = scopes
     assert isinstance(scope, str) and scope.startswith("demo-")
@@ -208,7 +207,7 @@ def test_verify_reports_ok_then_the_first_altered_event(db_url: str) -> None:
         kb = open_knowledge_base(loom, "ops")
         kb.put_doc(Doc(id="a", text="alpha"))
         kb.put_doc(Doc(id="b", text="beta"))
-        table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+        table = loom.log.application.recorder.events_table_name  # type: ignore[attr-defined]
         code, out = _cli("verify", "--db", db_url)
         assert code == 0 and "ok: 2 events verified" in out
         head = out.split("head ")[1].split()[0]

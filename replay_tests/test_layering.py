@@ -35,3 +35,21 @@ def test_the_walk_sees_real_imports() -> None:
     """Guard against a vacuous pass: the walker does find runtime imports in memory code."""
     found = set().union(*(_imports(p) for p in (ROOT / "loom_runtime").rglob("*.py")))
     assert "eventsourcing" in found and "msgspec" in found
+
+
+STORAGE = ROOT / "loom_runtime" / "storage"
+STORAGE_LIBRARIES = {"eventsourcing", "eventsourcing_sqlalchemy", "psycopg", "psycopg_pool"}
+"""What only the log's implementation may import: the rest of loom uses the port."""
+
+
+def test_only_the_storage_package_imports_eventsourcing() -> None:
+    """eventsourcing (and the drivers its backends need) are imported in loom_runtime/storage
+    alone, so moving to another release or another store touches that folder only."""
+    outside = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for package in ORDER
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if STORAGE not in path.parents
+        for name in sorted(_imports(path) & STORAGE_LIBRARIES)
+    ]
+    assert outside == []

@@ -266,9 +266,23 @@ def test_a_compute_error_with_a_lone_surrogate_keeps_the_execution_readable(loom
         loom.execution(summary.execution_id)
 
 
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["NUL", "surrogate"])
+def test_an_error_message_is_recorded_escaped_and_replays_identically(loom: Loom, bad: str) -> None:
+    """A NUL or a lone surrogate in an error message is stored escaped; the replay matches it."""
+    CASE.update(message=f"bad {bad} message")
+    with pytest.raises(ValueError):
+        loom.run("raise-in-compute")
+    [summary] = loom.executions()
+    execution = loom.execution(summary.execution_id)
+    assert execution.error is not None
+    assert execution.error[1] == f"bad {bad.encode('unicode_escape').decode()} message"
+    assert execution.decisions["k"].message == execution.error[1]
+    assert loom.replay(summary.execution_id).identical
+
+
 def versions(loom: Loom, execution_id: Any) -> list[int]:
     """The stored versions of an execution's stream, as the log holds them."""
-    return [e.originator_version for e in loom.log.recorder.select_events(execution_id)]
+    return [row.version for row in loom.log.rows(execution_id)]
 
 
 def test_an_event_the_mapper_refuses_leaves_no_version_gap(db_url: str) -> None:
@@ -286,7 +300,7 @@ def test_an_event_the_mapper_refuses_leaves_no_version_gap(db_url: str) -> None:
 
 def failing_on(loom: Loom, monkeypatch: pytest.MonkeyPatch, *calls: int) -> None:
     """Make the log's insert fail (OSError) on the given 1-based calls, and work otherwise."""
-    insert = loom.log.recorder.insert_events
+    insert = loom.log.application.recorder.insert_events
     made: list[int] = []
 
     def insert_or_fail(*args: Any, **kwargs: Any) -> Any:
@@ -295,7 +309,7 @@ def failing_on(loom: Loom, monkeypatch: pytest.MonkeyPatch, *calls: int) -> None
             raise OSError("disk full")
         return insert(*args, **kwargs)
 
-    monkeypatch.setattr(loom.log.recorder, "insert_events", insert_or_fail)
+    monkeypatch.setattr(loom.log.application.recorder, "insert_events", insert_or_fail)
 
 
 def test_a_failed_database_write_leaves_no_version_gap(
@@ -327,7 +341,7 @@ def test_a_worker_that_cannot_reread_the_log_stops_appending(
     def unreadable(*args: Any, **kwargs: Any) -> Any:
         raise OSError("log unreachable")
 
-    monkeypatch.setattr(loom.log.repository, "get", unreadable)
+    monkeypatch.setattr(loom.log, "events", unreadable)
     with pytest.raises(LogWriteError, match="appends nothing more"):
         loom.run("decide-once")
     monkeypatch.undo()

@@ -86,7 +86,7 @@ def _docs(*ids: str) -> list[Doc]:
 
 def _appended(loom: Loom, since: int) -> list[Any]:
     """The events appended after log position ``since``, decoded."""
-    return [loom.log.mapper.to_domain_event(n) for n in loom.log.notifications(after=since)]
+    return [loom.log.decode(n) for n in loom.log.notifications(after=since)]
 
 
 def _summary(events: Sequence[Any]) -> list[tuple[str, str]]:
@@ -208,13 +208,13 @@ def test_a_sync_appends_all_its_events_in_one_save(
     """A sync's document events and its CorpusReconciled go to the log in ONE save call."""
     kb.sync(_docs("a", "b", "c"))
     saves: list[list[str]] = []
-    original = loom.log.save
+    original = loom.log.append
 
-    def spy(*events: Any, **kwargs: Any) -> Any:
-        saves.append([type(e).__name__ for e in events])
-        return original(*events, **kwargs)
+    def spy(stream: Any, *, expected_version: int, events: Any) -> Any:
+        saves.append([cls.__name__ for cls, _fields in events])
+        return original(stream, expected_version=expected_version, events=events)
 
-    monkeypatch.setattr(loom.log, "save", spy)
+    monkeypatch.setattr(loom.log, "append", spy)
     kb.sync([_doc("a", "a edited"), _doc("b"), _doc("d")])
     assert saves == [["DocumentWritten", "DocumentWritten", "DocumentRemoved", "CorpusReconciled"]]
 

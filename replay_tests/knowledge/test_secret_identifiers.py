@@ -21,7 +21,7 @@ from loom_runtime import FlowContext, LogEvent, Loom, SecretIdentifierError
 from loom_runtime.execution import EXECUTION_EVENT_TYPES
 from loom_runtime.integrity import verify_log
 from loom_runtime.projection import rebuild, registered_projections
-from loom_runtime.stream import append, stream_id
+from loom_runtime.stream import stream_id
 
 BENIGN_ID = "Bearer authentication.md"
 SECRET_ID = "https://svc:pw123456@wiki/page.md"
@@ -127,12 +127,12 @@ def test_the_mapper_refuses_rather_than_rewrites_an_identifier(loom: Loom) -> No
     """Defence in depth: an identifier field holding a secret is refused, never redacted."""
     stream = stream_id("identifiers")
     with pytest.raises(SecretIdentifierError, match=r"test\.identifiers\.Named\.name"):
-        append(
-            loom.log, stream, expected_version=0, events=[(Named, {"name": SECRET_ID, "note": ""})]
+        loom.log.append(
+            stream, expected_version=0, events=[(Named, {"name": SECRET_ID, "note": ""})]
         )
     assert loom.log.position == 0
-    append(loom.log, stream, expected_version=0, events=[(Named, {"name": "n", "note": SECRET_ID})])
-    [event] = loom.log.events.get(stream)
+    loom.log.append(stream, expected_version=0, events=[(Named, {"name": "n", "note": SECRET_ID})])
+    [event] = loom.log.events(stream)
     assert "pw123456" not in event.note  # a non-identifier field is still redacted
 
 
@@ -145,7 +145,7 @@ def test_a_decision_key_holding_a_secret_is_refused_not_rewritten(loom: Loom) ->
 
     with pytest.raises(SecretIdentifierError, match="key"):
         loom.run("keyed")
-    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    table = loom.log.application.recorder.events_table_name  # type: ignore[attr-defined]
     with loom.log.engine.connect() as conn:
         states = conn.execute(text(f"SELECT state FROM {table}")).scalars().all()
     assert states and all(b"pw123456" not in bytes(state) for state in states)
@@ -192,7 +192,7 @@ def test_a_query_holding_a_secret_is_retrieved_recorded_redacted_and_replayed(
     run = loom.run("ask-secret")
     assert run.output == ["login.md"]
     assert loom.replay(run.execution_id).identical
-    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    table = loom.log.application.recorder.events_table_name  # type: ignore[attr-defined]
     with loom.log.engine.connect() as conn:
         states = conn.execute(text(f"SELECT state FROM {table}")).scalars().all()
     assert all(b"Hunter2x9" not in bytes(state) for state in states)

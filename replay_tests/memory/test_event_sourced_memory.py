@@ -16,7 +16,6 @@ import msgspec
 import pytest
 from sqlalchemy import Engine, create_engine, select, text
 
-import loom_runtime.stream
 from loom_memory import (
     EntryNotSerialisableError,
     EventSourcedMemory,
@@ -35,7 +34,6 @@ from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.events import MEMORY_TOPICS, memory_stream
 from loom_memory.sql import SqlMemoryStore
 from loom_runtime import Loom, RetryPolicy, WriteContentionError
-from loom_runtime.stream import stream_version
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 _NO_PG = "LOOM_TEST_PG_URL is not set (use scripts/with-postgres)"
@@ -189,9 +187,9 @@ def test_each_write_is_one_event_on_the_keys_stream(open_memory: Opener, loom: L
     before = loom.log.position
     _history_part_one(memory)
     _history_part_two(memory)
-    assert stream_version(loom.log, memory_stream(memory.name, "chat")) == 3
-    assert stream_version(loom.log, memory_stream(memory.name, "emptied")) == 2
-    notifications = loom.log.recorder.select_notifications(start=before + 1, limit=100)
+    assert loom.log.stream_version(memory_stream(memory.name, "chat")) == 3
+    assert loom.log.stream_version(memory_stream(memory.name, "emptied")) == 2
+    notifications = list(loom.log.notifications(after=before))
     assert len(notifications) == 9
     assert {n.topic for n in notifications} == set(MEMORY_TOPICS)
 
@@ -201,7 +199,7 @@ def test_entries_are_stored_inline_as_their_exact_json(open_memory: Opener, loom
     memory = open_memory()
     item = entry({"a": [1, "two"]}, id="x", origin="wiki")
     memory.append("k", [item])
-    [notification] = loom.log.recorder.select_notifications(start=loom.log.position, limit=1)
+    [notification] = loom.log.notifications(after=loom.log.position - 1)
     assert notification.topic == "loom.memory.Appended"
     state = msgspec.json.decode(notification.state)
     assert state["memory"] == memory.name and state["key"] == "k"
@@ -336,15 +334,17 @@ def test_a_lost_race_is_retried_with_the_new_version(
     memory.append("k", [entry("a")])
     calls: list[int] = []
 
-    def stale_once(log: Any, stream: uuid.UUID) -> int:
-        calls.append(1)
-        return stream_version(log, stream) - (1 if len(calls) == 1 else 0)
+    read_version = loom.log.stream_version
 
-    monkeypatch.setattr(loom_runtime.stream, "stream_version", stale_once)
+    def stale_once(stream: uuid.UUID) -> int:
+        calls.append(1)
+        return read_version(stream) - (1 if len(calls) == 1 else 0)
+
+    monkeypatch.setattr(loom.log, "stream_version", stale_once)
     memory.append("k", [entry("b")])
     assert len(calls) == 2
     assert [e.content for e in memory.read("k")] == ["a", "b"]
-    assert stream_version(loom.log, memory_stream(memory.name, "k")) == 2
+    assert loom.log.stream_version(memory_stream(memory.name, "k")) == 2
 
 
 def test_a_write_that_keeps_losing_gives_up_and_writes_nothing(
@@ -355,11 +355,11 @@ def test_a_write_that_keeps_losing_gives_up_and_writes_nothing(
     memory.append("k", [entry("a")])
     calls: list[int] = []
 
-    def always_stale(log: Any, stream: uuid.UUID) -> int:
+    def always_stale(stream: uuid.UUID) -> int:
         calls.append(1)
         return 0
 
-    monkeypatch.setattr(loom_runtime.stream, "stream_version", always_stale)
+    monkeypatch.setattr(loom.log, "stream_version", always_stale)
     monkeypatch.setattr(loom.log.settings, "write_retry", RetryPolicy(budget=0.2))
     position = loom.log.position
     with pytest.raises(WriteContentionError, match=r"budget is 0\.2 s") as raised:

@@ -73,16 +73,17 @@ def read_log(loom: Loom, report: Report) -> list[LoggedEvent]:
     events: list[LoggedEvent] = []
     for notification in loom.log.notifications():
         try:
-            loom.log.mapper.to_domain_event(notification)
+            loom.log.decode(notification)
         except Exception as exc:  # any failure to decode is the finding, whatever its type
             report.violations.append(
-                f"notification {notification.id} ({notification.topic}) does not decode: {exc!r}"
+                f"notification {notification.position} ({notification.topic}) does not "
+                f"decode: {exc!r}"
             )
         events.append(
             LoggedEvent(
-                notification.id,
-                str(notification.originator_id),
-                notification.originator_version,
+                notification.position,
+                str(notification.stream),
+                notification.version,
                 notification.topic,
             )
         )
@@ -261,9 +262,7 @@ def _check_resume(loom: Loom, execution_id: str, report: Report) -> None:
     again = sorted(labels.intersection(COMPUTED))
     if again:
         report.violations.append(f"resuming {execution_id} recomputed recorded decisions {again}")
-    completions = sum(
-        1 for stored in loom.log.recorder.select_events(after.id) if stored.topic == _COMPLETED
-    )
+    completions = sum(1 for row in loom.log.rows(after.id) if row.topic == _COMPLETED)
     if completions != 1:
         report.violations.append(f"execution {execution_id} completed {completions} times")
 

@@ -104,7 +104,7 @@ def audit(loom: Loom, reports: list[WriterReport]) -> Audit:
     appended: list[str] = []
     reconciles: Counter[str | None] = Counter()
     for notification in loom.log.notifications():
-        event: Any = loom.log.mapper.to_domain_event(notification)
+        event: Any = loom.log.decode(notification)
         if isinstance(event, DocumentWritten) and event.scope == SCOPE:
             written.append(event)
         elif isinstance(event, CorpusReconciled) and event.scope == SCOPE:

@@ -41,8 +41,12 @@ POINTS: Final[dict[str, Hook]] = {
     "sync.enter": Hook("loom_knowledge.knowledge_base:KnowledgeBase", "sync", "before"),
     "chunker": Hook("loom_knowledge.chunking:ParagraphPacker", "__call__", "before"),
     "reconcile": Hook("loom_knowledge.knowledge_base", "reconcile", "before"),
-    "stream.append.before": Hook("loom_runtime.stream", "append", "before"),
-    "stream.append.after": Hook("loom_runtime.stream", "append", "after"),
+    "stream.append.before": Hook(
+        "loom_runtime.storage.application:EventsourcingLog", "append", "before"
+    ),
+    "stream.append.after": Hook(
+        "loom_runtime.storage.application:EventsourcingLog", "append", "after"
+    ),
     # projection catch-up: entering, inside a page's transaction, around the tracking write,
     # and between pages (after one page committed, before the next is read)
     "catch_up.enter": Hook("loom_knowledge.knowledge_base", "catch_up", "before"),
@@ -64,8 +68,10 @@ POINTS: Final[dict[str, Hook]] = {
     "decide.after_compute": Hook("loom_runtime.context:Recorder", "record", "before"),
     "decide.encoded": Hook("loom_runtime.codec", "round_trip", "after"),
     "decide.appended": Hook("loom_runtime.context:Recorder", "record", "after"),
-    "log.save.before": Hook("loom_runtime.log:EventLog", "save", "before"),
-    "log.save.after": Hook("loom_runtime.log:EventLog", "save", "after"),
+    "log.save.before": Hook(
+        "loom_runtime.storage.application:EventsourcingLog", "_store", "before"
+    ),
+    "log.save.after": Hook("loom_runtime.storage.application:EventsourcingLog", "_store", "after"),
     # completion: output encoded but Completed not triggered, and Completed stored but the
     # run not yet returned to its caller
     "complete.before": Hook("loom_runtime.execution:Execution", "complete", "before"),

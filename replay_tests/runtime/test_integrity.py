@@ -28,7 +28,7 @@ from loom_runtime.integrity import (
     stream_link,
     verify_log,
 )
-from loom_runtime.stream import append, stream_id
+from loom_runtime.stream import stream_id
 
 
 class Noted(LogEvent):
@@ -131,10 +131,10 @@ def test_concurrent_appends_from_two_looms_keep_one_chain(db_url: str, loom: Loo
 def test_a_refused_append_leaves_no_chain_row(loom: Loom) -> None:
     """A version conflict rolls back the chain row with the event: the log still verifies."""
     stream = stream_id("notes")
-    append(loom.log, stream, expected_version=0, events=[(Noted, {"text": "a"})])
+    loom.log.append(stream, expected_version=0, events=[(Noted, {"text": "a"})])
     with pytest.raises(Exception, match="moved past version"):
-        append(loom.log, stream, expected_version=0, events=[(Noted, {"text": "b"})])
-    append(loom.log, stream, expected_version=1, events=[(Noted, {"text": "c"})])
+        loom.log.append(stream, expected_version=0, events=[(Noted, {"text": "b"})])
+    loom.log.append(stream, expected_version=1, events=[(Noted, {"text": "c"})])
     assert verify_log(loom.log).ok
 
 

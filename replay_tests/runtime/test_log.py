@@ -23,7 +23,7 @@ def test_synchronous_is_configurable(sqlite_url: str, setting: str, code: int) -
 
 def _pragma(loom: Loom, name: str) -> object:
     """Read a PRAGMA through the log's own (eventsourcing) connection pool."""
-    with loom.log.factory.datastore.transaction(commit=False) as cursor:  # type: ignore[attr-defined]
+    with loom.log.application.factory.datastore.transaction(commit=False) as cursor:  # type: ignore[attr-defined]
         cursor.execute(f"PRAGMA {name}")
         return cursor.fetchone()[0]
 
@@ -37,11 +37,11 @@ def test_executions_share_one_global_order(loom: Loom, db_url: str) -> None:
 
     first = loom.run("f", n=1)
     second = loom.run("f", n=2)
-    ids = [n.id for n in loom.log.notifications()]
+    ids = [n.position for n in loom.log.notifications()]
     assert ids == list(range(1, 7))
     assert second.log_position == 3 > first.log_position == 0
     with Loom(db_url) as another_process_view:  # one application: one table, one sequence
-        assert [n.id for n in another_process_view.log.notifications()] == ids
+        assert [n.position for n in another_process_view.log.notifications()] == ids
 
 
 def test_notifications_page_through_the_whole_log(loom: Loom) -> None:
@@ -52,8 +52,13 @@ def test_notifications_page_through_the_whole_log(loom: Loom) -> None:
         return sum(ctx.decide("k", lambda: 1) for _ in range(30))
 
     loom.run("f")
-    assert [n.id for n in loom.log.notifications(page_size=7)] == list(range(1, 33))
-    assert [n.id for n in loom.log.notifications(after=5, upto=9, page_size=2)] == [6, 7, 8, 9]
+    assert [n.position for n in loom.log.notifications(page_size=7)] == list(range(1, 33))
+    assert [n.position for n in loom.log.notifications(after=5, upto=9, page_size=2)] == [
+        6,
+        7,
+        8,
+        9,
+    ]
 
 
 def test_sqlalchemy_persistence_is_a_configuration_choice(db_url: str) -> None:
@@ -66,12 +71,12 @@ def test_sqlalchemy_persistence_is_a_configuration_choice(db_url: str) -> None:
 
         run = loom.run("f")
         assert loom.replay(run.execution_id).identical
-        assert [n.id for n in loom.log.notifications()] == [1, 2, 3]
+        assert [n.position for n in loom.log.notifications()] == [1, 2, 3]
 
 
 def test_sqlalchemy_persistence_honours_the_synchronous_setting(sqlite_url: str) -> None:
     """eventsourcing-sqlalchemy has no such option: loom sets it on each connection."""
     with Loom(sqlite_url, persistence="sqlalchemy", sqlite_synchronous="OFF") as loom:
-        engine = loom.log.factory.datastore.engine  # type: ignore[attr-defined]
+        engine = loom.log.application.factory.datastore.engine  # type: ignore[attr-defined]
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 0

@@ -15,8 +15,8 @@ from freezegun import freeze_time
 from loom_runtime import FlowContext, Loom
 from loom_runtime.errors import LogCorruptError
 from loom_runtime.execution import EXECUTION_EVENT_TYPES, Execution
-from loom_runtime.mapper import MsgspecMapper
-from loom_runtime.topics import register_aggregate, register_event
+from loom_runtime.storage.mapper import MsgspecMapper
+from loom_runtime.storage.topics import register_aggregate, register_event
 
 _RAW = msgspec.Raw(b'{"a":[1,2]}')
 _SAMPLES: dict[type, dict[str, Any]] = {
@@ -73,7 +73,7 @@ def test_stored_form_is_json_an_operator_can_read(loom: Loom) -> None:
 
     with freeze_time("2026-03-04T05:06:07Z"):
         loom.run("f")
-    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    table = loom.log.application.recorder.events_table_name  # type: ignore[attr-defined]
     with loom.log.engine.connect() as conn:
         [(state,)] = conn.exec_driver_sql(
             f"SELECT state FROM {table} WHERE topic = 'loom.execution.DecisionRecorded'"

@@ -87,10 +87,7 @@ def _events(db_url: str, execution_id: str | None = None) -> list[tuple[str, int
     """(originator_id, version, topic, decoded state) of every stored event, in log order,
     read through a connection of its own (what the children committed, nothing cached)."""
     with Loom(db_url) as reader:
-        rows = [
-            (UUID(str(n.originator_id)).hex, n.originator_version, n.topic, bytes(n.state))
-            for n in reader.log.notifications()
-        ]
+        rows = [(n.stream.hex, n.version, n.topic, n.state) for n in reader.log.notifications()]
     wanted = None if execution_id is None else UUID(execution_id).hex
     return [
         (oid, version, topic, msgspec.json.decode(state))

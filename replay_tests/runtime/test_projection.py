@@ -84,8 +84,7 @@ def test_a_projector_that_lost_the_race_applies_nothing(recorded: Loom) -> None:
     projection = DecisionRows(recorded)
     catch_up(recorded.log, projection, upto=30)
     stale_page = [
-        (n.id, recorded.log.mapper.to_domain_event(n))
-        for n in recorded.log.notifications(after=20, upto=30)
+        (n.position, recorded.log.decode(n)) for n in recorded.log.notifications(after=20, upto=30)
     ]
     assert projection.apply(stale_page, upto=30) is False
     assert projection.count() == 27  # decisions 2..26 and 29..30

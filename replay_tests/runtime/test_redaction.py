@@ -19,9 +19,9 @@ from loom_runtime import (
 )
 from loom_runtime.context import Recorder, save
 from loom_runtime.execution import Execution
-from loom_runtime.log import EventLog
+from loom_runtime.log import open_log
 from loom_runtime.redaction import BUILTIN_PATTERNS
-from loom_runtime.stream import append, stream_id
+from loom_runtime.stream import stream_id
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.sig-Abc123"
 PEM = (
@@ -49,7 +49,7 @@ class Noted(LogEvent):
 
 def _stored(loom: Loom) -> list[tuple[str, bytes]]:
     """Every stored row's topic and state, read with SQL on the log's own tables."""
-    table = loom.log.recorder.events_table_name  # type: ignore[attr-defined]
+    table = loom.log.application.recorder.events_table_name  # type: ignore[attr-defined]
     with loom.log.engine.connect() as conn:
         rows = conn.execute(text(f"SELECT topic, state FROM {table}")).all()
     return [(topic, bytes(state)) for topic, state in rows]
@@ -207,8 +207,7 @@ def test_a_recorded_failure_message_is_redacted_and_replays(loom: Loom) -> None:
 
 def test_every_event_payload_is_redacted_before_storage(loom: Loom) -> None:
     """A plain stream event (any package's) is redacted by the mapper, nested meta included."""
-    append(
-        loom.log,
+    loom.log.append(
         stream_id("notes"),
         expected_version=0,
         events=[(Noted, {"text": PEM, "meta": {"dsn": "mysql://app:s3cr3t@h/db"}})],
@@ -220,11 +219,10 @@ def test_every_event_payload_is_redacted_before_storage(loom: Loom) -> None:
 
 def test_refuse_mode_writes_nothing_for_an_event(db_url: str) -> None:
     """A refusing log raises before the insert: the stream and the log are unchanged."""
-    log = EventLog(LogSettings(db_url, redactor=Redactor(mode="refuse")))
+    log = open_log(LogSettings(db_url, redactor=Redactor(mode="refuse")))
     try:
         with pytest.raises(SecretRefusedError, match=r"test\.redaction\.Noted\.meta"):
-            append(
-                log,
+            log.append(
                 stream_id("notes"),
                 expected_version=0,
                 events=[
@@ -239,7 +237,7 @@ def test_refuse_mode_writes_nothing_for_an_event(db_url: str) -> None:
 
 def test_refuse_mode_records_no_decision_and_the_flow_sees_the_error(db_url: str) -> None:
     """A decision whose value holds a secret is refused before it is appended."""
-    log = EventLog(LogSettings(db_url, redactor=Redactor(mode="refuse")))
+    log = open_log(LogSettings(db_url, redactor=Redactor(mode="refuse")))
     try:
         execution = Execution.start(
             id=stream_id("run"),
@@ -260,10 +258,9 @@ def test_refuse_mode_records_no_decision_and_the_flow_sees_the_error(db_url: str
 
 def test_redaction_can_be_switched_off(db_url: str) -> None:
     """redactor=None stores values as given (a deliberate choice, e.g. a local test log)."""
-    log = EventLog(LogSettings(db_url, redactor=None))
+    log = open_log(LogSettings(db_url, redactor=None))
     try:
-        append(
-            log,
+        log.append(
             stream_id("notes"),
             expected_version=0,
             events=[(Noted, {"text": f"Bearer {TOKEN}", "meta": {}})],

@@ -20,7 +20,7 @@ from loom_runtime import (
     WriteContentionError,
 )
 from loom_runtime.retry import is_contention, retrying
-from loom_runtime.stream import Change, append_replanned, stream_id, stream_version
+from loom_runtime.stream import Change, stream_id
 
 
 class Counted(LogEvent):
@@ -154,18 +154,18 @@ def test_append_replanned_plans_again_on_the_version_that_won(loom: Loom) -> Non
     def plan(version: int) -> list[Change]:
         seen.append(version)
         if len(seen) == 1:  # another writer appends between this read and this append
-            append_replanned(loom.log, stream, lambda v: [(Counted, {"n": v + 1})], what="rival")
+            loom.log.append_replanned(stream, lambda v: [(Counted, {"n": v + 1})], what="rival")
         return [(Counted, {"n": version + 1})]
 
-    append_replanned(loom.log, stream, plan, what="writer")
+    loom.log.append_replanned(stream, plan, what="writer")
     assert seen == [0, 1]
-    assert stream_version(loom.log, stream) == 2
-    assert [e.n for e in loom.log.events.get(stream)] == [1, 2]  # type: ignore[attr-defined]
+    assert loom.log.stream_version(stream) == 2
+    assert [e.n for e in loom.log.events(stream)] == [1, 2]  # type: ignore[attr-defined]
 
 
 def test_an_empty_plan_appends_nothing(loom: Loom) -> None:
     """A plan with no events is a write that decided there is nothing to do."""
-    assert append_replanned(loom.log, stream_id("empty"), lambda v: [], what="noop") == []
+    assert loom.log.append_replanned(stream_id("empty"), lambda v: [], what="noop") == []
     assert loom.log.position == 0
 
 
@@ -183,11 +183,11 @@ def test_a_write_that_finds_sqlite_locked_waits_and_succeeds(tmp_path: Path) -> 
         release.start()
         started = time.monotonic()
         try:
-            positions = append_replanned(
-                loom.log, stream, lambda v: [(Counted, {"n": v + 1})], what="a locked write"
+            positions = loom.log.append_replanned(
+                stream, lambda v: [(Counted, {"n": v + 1})], what="a locked write"
             )
         finally:
             release.join()
             holder.close()
         assert time.monotonic() - started > 1.0  # it really met the lock
-        assert positions == [1] and stream_version(loom.log, stream) == 1
+        assert positions == [1] and loom.log.stream_version(stream) == 1

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import pytest
 
 from loom_runtime import LogEvent, LogSettings, verify_log
-from loom_runtime.log import EventLog
-from loom_runtime.stream import append, stream_id
+from loom_runtime.log import EventLog, open_log
+from loom_runtime.stream import stream_id
 
 TOPIC = "test.schema_evolution.NoteTaken"
 
@@ -27,8 +27,8 @@ OLD_WRITER = textwrap.dedent(
     import sys
     from typing import ClassVar
     from loom_runtime import LogEvent, LogSettings
-    from loom_runtime.log import EventLog
-    from loom_runtime.stream import append, stream_id, stream_version
+    from loom_runtime.log import open_log
+    from loom_runtime.stream import stream_id
 
     url, version = sys.argv[1], int(sys.argv[2])
     if version == 1:
@@ -50,9 +50,9 @@ OLD_WRITER = textwrap.dedent(
                 state["tags"] = []
         fields = {{"title": "v2 title", "body": "written by v2", "tags": ["kept"]}}
 
-    log = EventLog(LogSettings(url))
+    log = open_log(LogSettings(url))
     stream = stream_id("notes")
-    append(log, stream, expected_version=stream_version(log, stream),
+    log.append(stream, expected_version=log.stream_version(stream),
            events=[(NoteTaken, fields)])
     log.close()
     """
@@ -86,14 +86,14 @@ def log(db_url: str) -> Iterator[EventLog]:
     """Rows written by v1 and then v2 code, one each, before this process opens the log."""
     _write_with_old_class(db_url, 1)
     _write_with_old_class(db_url, 2)
-    opened = EventLog(LogSettings(db_url))
+    opened = open_log(LogSettings(db_url))
     yield opened
     opened.close()
 
 
 def test_rows_of_every_old_version_read_as_the_new_class(log: EventLog) -> None:
     """v1 gains the default tags and the renamed heading; v2 keeps its tags, gains heading."""
-    v1, v2 = log.events.get(stream_id("notes"))
+    v1, v2 = log.events(stream_id("notes"))
     assert isinstance(v1, NoteTaken) and isinstance(v2, NoteTaken)
     assert (v1.heading, v1.body, v1.tags) == ("v1 title", "written by v1", [])
     assert (v2.heading, v2.body, v2.tags) == ("v2 title", "written by v2", ["kept"])
@@ -103,7 +103,7 @@ def test_rows_of_every_old_version_read_as_the_new_class(log: EventLog) -> None:
 def test_the_log_is_never_rewritten_by_upcasting(log: EventLog) -> None:
     """Old rows stay byte for byte as written (and chained): only the reader upcasts."""
     before = [bytes(n.state) for n in log.notifications()]
-    list(log.events.get(stream_id("notes")))
+    list(log.events(stream_id("notes")))
     assert [bytes(n.state) for n in log.notifications()] == before
     assert b'"title":"v1 title"' in before[0] and b"class_version" not in before[0]
     assert b'"class_version":2' in before[1]
@@ -114,7 +114,7 @@ def test_new_rows_follow_old_ones_in_the_same_stream(log: EventLog) -> None:
     """The new class appends after old rows and everything reads back in order."""
     stream = stream_id("notes")
     fields = {"heading": "v3 heading", "body": "written by v3", "tags": ["new"]}
-    append(log, stream, expected_version=2, events=[(NoteTaken, fields)])
-    assert [e.heading for e in log.events.get(stream)] == ["v1 title", "v2 title", "v3 heading"]
+    log.append(stream, expected_version=2, events=[(NoteTaken, fields)])
+    assert [e.heading for e in log.events(stream)] == ["v1 title", "v2 title", "v3 heading"]
     [*_, newest] = log.notifications()
     assert b'"class_version":3' in bytes(newest.state) and b'"heading"' in bytes(newest.state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loom_runtime import LogEvent, Loom, StreamConflictError
-from loom_runtime.stream import append, stream_id, stream_version
+from loom_runtime.stream import stream_id
 
 
 class Noted(LogEvent):
@@ -16,29 +16,27 @@ class Noted(LogEvent):
 def test_append_is_atomic_and_versioned(loom: Loom) -> None:
     """Events get consecutive versions and log positions; the version is read back."""
     stream = stream_id("notes")
-    assert stream_version(loom.log, stream) == 0
-    positions = append(
-        loom.log,
+    assert loom.log.stream_version(stream) == 0
+    positions = loom.log.append(
         stream,
         expected_version=0,
         events=[(Noted, {"text": "a"}), (Noted, {"text": "b"})],
     )
     assert positions == [1, 2]
-    assert stream_version(loom.log, stream) == 2
+    assert loom.log.stream_version(stream) == 2
 
 
 def test_a_stale_writer_is_refused_and_writes_nothing(loom: Loom) -> None:
     """Appending after an outdated version raises and leaves the log as it was."""
     stream = stream_id("notes")
-    append(loom.log, stream, expected_version=0, events=[(Noted, {"text": "a"})])
+    loom.log.append(stream, expected_version=0, events=[(Noted, {"text": "a"})])
     with pytest.raises(StreamConflictError):
-        append(
-            loom.log,
+        loom.log.append(
             stream,
             expected_version=0,
             events=[(Noted, {"text": "x"}), (Noted, {"text": "y"})],
         )
-    assert [e.text for e in loom.log.events.get(stream)] == ["a"]
+    assert [e.text for e in loom.log.events(stream)] == ["a"]
     assert loom.log.position == 1
 
 

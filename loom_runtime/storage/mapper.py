@@ -17,7 +17,7 @@ dict in place. Old rows are upcast on read; the log itself is never rewritten. T
 stays JSON so an operator can read it with SQL.
 
 A row is untrusted input (anyone with SQL access can edit it), so reading one never imports:
-its topic is looked up in loom's closed set of event classes (:mod:`loom_runtime.topics`), a
+its topic is looked up in loom's closed set of event classes (:mod:`loom_runtime.storage.topics`), a
 ``Created`` event's ``originator_topic`` must name a registered aggregate, and any row that
 fails either, or does not decode, is a :class:`~loom_runtime.errors.LogCorruptError`.
 
@@ -43,8 +43,9 @@ from eventsourcing.utils import get_topic
 
 from loom_runtime.codec import enc_hook
 from loom_runtime.errors import LogCorruptError, NotSerialisableError
+from loom_runtime.log import Row
 from loom_runtime.redaction import Redactor
-from loom_runtime.topics import event_class, is_aggregate_topic
+from loom_runtime.storage.topics import event_class, is_aggregate_topic
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
@@ -87,42 +88,54 @@ class MsgspecMapper(Mapper[UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        """The event a row holds, or :class:`LogCorruptError`; a row never imports anything.
-
-        The topic is looked up in loom's closed set (:mod:`loom_runtime.topics`) and a
-        ``Created`` event's ``originator_topic`` must name a registered aggregate, both before
-        anything could resolve them: eventsourcing would import the module either one names.
-        """
-        cls = event_class(stored_event.topic)
-        if cls is None:
-            raise LogCorruptError(
-                f"{_where(stored_event)} has topic {stored_event.topic!r}, which is none of "
-                "loom's event classes; it was refused unread (import the package that "
-                "defines it, or run `loom verify`: the row may have been edited)"
-            )
-        try:
-            state = _decode_state(cls, stored_event.state)
-        except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
-            raise LogCorruptError(
-                f"{_where(stored_event)} ({stored_event.topic}) does not decode as "
-                f"{cls.__qualname__}: {exc}. If the event class changed, give it a "
-                "class_version and an upcaster; otherwise run `loom verify`: the row may "
-                "have been edited"
-            ) from exc
-        if "originator_topic" in state and not is_aggregate_topic(state["originator_topic"]):
-            raise LogCorruptError(
-                f"{_where(stored_event)} has originator_topic {state['originator_topic']!r}, "
-                "which is none of loom's aggregates; it was refused unread (run `loom "
-                "verify`: the row may have been edited)"
-            )
-        originator_id = stored_event.originator_id
-        state["originator_id"] = (
-            originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+        """The event a row holds, or :class:`LogCorruptError`; see :func:`decode_event`."""
+        return decode_event(
+            stream=stored_event.originator_id,
+            version=stored_event.originator_version,
+            topic=stored_event.topic,
+            state=stored_event.state,
         )
-        state["originator_version"] = stored_event.originator_version
-        domain_event: DomainEventProtocol[UUID] = object.__new__(cls)
-        object.__setattr__(domain_event, "__dict__", state)
-        return domain_event
+
+
+def decode_event(*, stream: object, version: int, topic: str, state: bytes) -> Any:
+    """The event a stored row holds, or :class:`LogCorruptError`; a row never imports anything.
+
+    The topic is looked up in loom's closed set (:mod:`loom_runtime.storage.topics`) and a
+    ``Created`` event's ``originator_topic`` must name a registered aggregate, both before
+    anything could resolve them: eventsourcing would import the module either one names.
+    """
+    cls = event_class(topic)
+    if cls is None:
+        raise LogCorruptError(
+            f"{_where(stream, version)} has topic {topic!r}, which is none of "
+            "loom's event classes; it was refused unread (import the package that "
+            "defines it, or run `loom verify`: the row may have been edited)"
+        )
+    try:
+        fields = _decode_state(cls, state)
+    except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
+        raise LogCorruptError(
+            f"{_where(stream, version)} ({topic}) does not decode as "
+            f"{cls.__qualname__}: {exc}. If the event class changed, give it a "
+            "class_version and an upcaster; otherwise run `loom verify`: the row may "
+            "have been edited"
+        ) from exc
+    if "originator_topic" in fields and not is_aggregate_topic(fields["originator_topic"]):
+        raise LogCorruptError(
+            f"{_where(stream, version)} has originator_topic {fields['originator_topic']!r}, "
+            "which is none of loom's aggregates; it was refused unread (run `loom "
+            "verify`: the row may have been edited)"
+        )
+    fields["originator_id"] = stream if isinstance(stream, UUID) else UUID(str(stream))
+    fields["originator_version"] = version
+    domain_event: Any = object.__new__(cls)
+    object.__setattr__(domain_event, "__dict__", fields)
+    return domain_event
+
+
+def decode_row(row: Row) -> Any:
+    """The event a loom :class:`~loom_runtime.log.Row` holds (see :func:`decode_event`)."""
+    return decode_event(stream=row.stream, version=row.version, topic=row.topic, state=row.state)
 
 
 def _decode_state(cls: type, payload: bytes) -> dict[str, Any]:
@@ -187,6 +200,6 @@ def _redacted(redactor: Redactor, topic: str, cls: type, state: dict[str, Any]) 
     return redacted
 
 
-def _where(stored_event: StoredEvent) -> str:
+def _where(stream: object, version: int) -> str:
     """How an error names a row (built only when one is raised: replay maps every row)."""
-    return f"stored event {stored_event.originator_id} v{stored_event.originator_version}"
+    return f"stored event {stream} v{version}"

@@ -1,0 +1,319 @@
+"""The event log port implemented with eventsourcing: one Application per database.
+
+:class:`EventsourcingLog` is what :func:`loom_runtime.log.open_log` returns. It *has* an
+eventsourcing ``Application`` rather than being one, so the only surface above the storage is
+the port: nothing outside this package reaches a recorder, a mapper or a repository.
+
+The persistence module is chosen by topic in the application's environment, which is how
+eventsourcing resolves it; the PostgreSQL and eventsourcing-sqlalchemy modules are imported
+only when the settings select them, and a missing optional package is a
+:class:`~loom_runtime.errors.MissingExtraError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError, Mapper, StoredEvent
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError as SQLAlchemyOperationalError
+
+from loom_runtime.errors import (
+    DatabaseUnavailableError,
+    IntegrityUnsupportedError,
+    MissingExtraError,
+    StreamConflictError,
+)
+from loom_runtime.integrity import verify_rows
+from loom_runtime.log import PAGE_SIZE, LogSettings, Record, Row, Saves, Stamped
+from loom_runtime.redaction import Redactor
+from loom_runtime.retry import retrying
+from loom_runtime.storage.chain import ChainedRecorder
+from loom_runtime.storage.mapper import MsgspecMapper, decode_event, decode_row
+
+if TYPE_CHECKING:
+    from loom_runtime.integrity import Anchor, VerifyReport
+    from loom_runtime.stream import Change
+
+_SQLITE = "loom_runtime.storage.sqlite"
+_POSTGRES = "loom_runtime.storage.postgres"
+_SQLALCHEMY = "loom_runtime.storage.alchemy"
+
+_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    _POSTGRES: ("postgres", ("psycopg", "psycopg_pool")),
+    _SQLALCHEMY: ("sqlalchemy", ("eventsourcing_sqlalchemy",)),
+}
+"""Optional backend module -> (the extra that installs it, the packages that extra provides)."""
+
+
+def environment(settings: LogSettings) -> dict[str, str]:
+    """The eventsourcing environment for ``settings``: its persistence module and options."""
+    if settings.persistence == "sqlalchemy":
+        return {
+            "PERSISTENCE_MODULE": f"{_SQLALCHEMY}:LoomSQLAlchemyFactory",
+            "SQLALCHEMY_URL": settings.url.render_as_string(hide_password=False),
+            "LOOM_SQLITE_SYNCHRONOUS": settings.sqlite_synchronous,
+            "LOOM_LOCK_TIMEOUT_MS": str(round(settings.lock_timeout * 1000)),
+        }
+    if settings.is_sqlite:
+        return {
+            "PERSISTENCE_MODULE": f"{_SQLITE}:LoomSQLiteFactory",
+            "SQLITE_DBNAME": str(settings.url.database),
+            "SQLITE_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
+            "LOOM_SQLITE_SYNCHRONOUS": settings.sqlite_synchronous,
+        }
+    url = settings.url
+    return {
+        "PERSISTENCE_MODULE": f"{_POSTGRES}:LoomPostgresFactory",
+        "POSTGRES_DBNAME": url.database or "postgres",
+        "POSTGRES_HOST": url.host or "127.0.0.1",
+        "POSTGRES_PORT": str(url.port or 5432),
+        "POSTGRES_USER": url.username or "postgres",
+        "POSTGRES_PASSWORD": url.password or "",
+        "POSTGRES_POOL_SIZE": str(settings.pool_size),
+        # eventsourcing's default is 0, i.e. wait forever for the table lock.
+        "POSTGRES_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
+        "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(settings.lock_timeout))),
+    }
+
+
+def import_backend(env: dict[str, str]) -> None:
+    """Import the persistence module ``env`` names, or say which extra provides it.
+
+    eventsourcing would import it too, but would report a missing driver as a bare
+    ``ModuleNotFoundError`` from deep inside its factory lookup.
+    """
+    module = env["PERSISTENCE_MODULE"].partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        extra, packages = _EXTRAS.get(module, ("", ()))
+        if (exc.name or "").partition(".")[0] in packages:
+            raise MissingExtraError(extra=extra, missing=exc.name or "") from exc
+        raise
+
+
+class _LoomApplication(Application[UUID]):
+    """eventsourcing's Application with loom's mapper; its name keeps the stored table names."""
+
+    name = "loom"
+
+    def __init__(self, env: dict[str, str], redactor: Redactor | None) -> None:
+        self._redactor = redactor
+        super().__init__(env=env)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        return MsgspecMapper(redactor=self._redactor)
+
+    def __del__(self) -> None:
+        """Close when collected, as eventsourcing's ``__del__`` does, but without the module
+        global it uses: this module is imported on first open, late, so at interpreter exit
+        eventsourcing's module can be torn down before a log still referenced elsewhere."""
+        try:  # noqa: SIM105 - contextlib.suppress is such a module global
+            self.close()
+        except AttributeError:
+            pass
+
+
+class EventsourcingLog:
+    """The :class:`~loom_runtime.log.EventLog` of one database, stored by eventsourcing."""
+
+    def __init__(self, settings: LogSettings) -> None:
+        self.settings = settings
+        env = environment(settings)
+        import_backend(env)
+        if not settings.is_sqlite:
+            self._check_reachable()
+        self.application = _LoomApplication(env, settings.redactor)
+        """The eventsourcing Application: for this package and tests of it, never above it."""
+
+    def _check_reachable(self) -> None:
+        """Connect once before eventsourcing's pool does, to name what is wrong.
+
+        The pool retries a failed connect in the background and reports only "couldn't get
+        a connection after 5.00 sec". The connection is the projections' engine's own, so a
+        reachable database pays nothing: the projections reuse it.
+        """
+        try:
+            with self.engine.connect():
+                pass
+        except SQLAlchemyOperationalError as exc:
+            self.engine.dispose()
+            url = self.settings.url
+            host, port, user = url.host or "127.0.0.1", url.port or 5432, url.username or "postgres"
+            raise DatabaseUnavailableError(
+                database=url.database or "postgres",
+                where=f"{host}:{port} as {user}",
+                cause=" ".join(str(exc.orig).split()),
+            ) from exc
+
+    @property
+    def redactor(self) -> Redactor | None:
+        return self.settings.redactor
+
+    @cached_property
+    def engine(self) -> Engine:
+        return self.settings.create_engine()
+
+    @property
+    def position(self) -> int:
+        return self.application.recorder.max_notification_id() or 0
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, stream: UUID, *, expected_version: int, events: Sequence[Change]) -> list[int]:
+        now = datetime.now(UTC)
+        return self._store(
+            [
+                cls(
+                    originator_id=stream,
+                    originator_version=expected_version + offset,
+                    timestamp=now,
+                    **fields,
+                )
+                for offset, (cls, fields) in enumerate(events, start=1)
+            ]
+        )
+
+    def append_replanned(
+        self, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
+    ) -> list[int]:
+        def attempt() -> list[int]:
+            version = self.stream_version(stream)
+            events = plan(version)
+            return self.append(stream, expected_version=version, events=events) if events else []
+
+        return retrying(attempt, policy=self.settings.write_retry, what=what)
+
+    def save(self, aggregate: Saves) -> list[int]:
+        return self._store(aggregate.collect_events())
+
+    def _store(self, events: Sequence[Any]) -> list[int]:
+        """Map and insert ``events`` in one transaction: the one path every write takes."""
+        try:
+            recordings = self.application.save(*events)
+        except IntegrityError as exc:
+            raise StreamConflictError(_conflict(events[0])) from exc
+        return [recording.notification.id for recording in recordings]
+
+    def insert_rows(self, rows: Sequence[Row]) -> list[int]:
+        stored = [
+            StoredEvent(
+                originator_id=row.stream,
+                originator_version=row.version,
+                topic=row.topic,
+                state=row.state,
+            )
+            for row in rows
+        ]
+        try:
+            ids = self.application.recorder.insert_events(stored)
+        except IntegrityError as exc:
+            raise StreamConflictError(_conflict(stored[0])) from exc
+        return list(ids or ())
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def stream_version(self, stream: UUID) -> int:
+        last = next(iter(self.application.events.get(stream, desc=True, limit=1)), None)
+        return 0 if last is None else last.originator_version
+
+    def events(
+        self,
+        stream: UUID,
+        *,
+        after_version: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Any]:
+        return iter(self.application.events.get(stream, gt=after_version, desc=desc, limit=limit))
+
+    def rows(self, stream: UUID) -> list[Row]:
+        return [
+            Row(
+                stream=stream,
+                version=stored.originator_version,
+                topic=stored.topic,
+                state=bytes(stored.state),
+            )
+            for stored in self.application.recorder.select_events(stream)
+        ]
+
+    def notifications(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        topics: Sequence[str] = (),
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[Record]:
+        while True:
+            page = self.application.recorder.select_notifications(
+                start=after,
+                limit=page_size,
+                stop=upto,
+                topics=topics,
+                inclusive_of_start=False,
+            )
+            for n in page:
+                yield Record(
+                    position=n.id,
+                    stream=_uuid(n.originator_id),
+                    version=n.originator_version,
+                    topic=n.topic,
+                    state=bytes(n.state),
+                )
+            if len(page) < page_size:
+                return
+            after = page[-1].id
+
+    def decode(self, row: Row) -> Any:
+        return decode_row(row)
+
+    def event_at(self, position: int) -> Stamped | None:
+        page = self.application.recorder.select_notifications(start=position, limit=1)
+        if not page:
+            return None
+        event = decode_event(
+            stream=page[0].originator_id,
+            version=page[0].originator_version,
+            topic=page[0].topic,
+            state=page[0].state,
+        )
+        return Stamped(position=page[0].id, event=event, timestamp=event.timestamp)
+
+    def verify(self, *, anchor: Anchor | None = None) -> VerifyReport:
+        recorder = self.application.recorder
+        if not isinstance(recorder, ChainedRecorder):
+            raise IntegrityUnsupportedError(
+                f"the log at {self.settings.url!r} is stored with persistence="
+                f"{self.settings.persistence!r}, which keeps no hash chain; use the built-in "
+                "persistence (the default) to record a log that `loom verify` can check"
+            )
+        with recorder.reading() as cursor:
+            chain = recorder.chain
+            upto = chain.bound(cursor)
+            return verify_rows(chain.events(cursor, upto), chain.links(cursor, upto), anchor)
+
+    def close(self) -> None:
+        if "engine" in self.__dict__:
+            self.engine.dispose()
+        self.application.close()
+
+
+def _conflict(first: Any) -> str:
+    """The refusal of an append whose ``first`` event (or row) found its version taken."""
+    return (
+        f"stream {first.originator_id} moved past version {first.originator_version - 1} "
+        "before this append; nothing was written: re-read and retry"
+    )
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))

@@ -1,0 +1,174 @@
+"""The hash chain's side table, written by the recorders in the events' own transaction.
+
+The links and what they prove are :mod:`loom_runtime.integrity` (ADR 0011); this module holds
+the SQL of ``loom_chain`` for each backend and the base every chaining recorder shares. Each
+backend's recorder (:mod:`loom_runtime.storage.sqlite`, :mod:`loom_runtime.storage.postgres`)
+appends the chain rows after its insert, while its transaction holds the write lock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from loom_runtime.integrity import GENESIS, global_link, stream_link
+
+CHAIN_TABLE = "loom_chain"
+_PAGE = 1000
+
+
+def _values(row: Any) -> tuple[Any, ...]:
+    """A DB-API row as a tuple, whether the driver returns tuples, sqlite3.Row or dicts."""
+    return tuple(row.values()) if isinstance(row, dict) else tuple(row)
+
+
+class ChainTable:
+    """The SQL of ``loom_chain`` for one backend, on a DB-API cursor of the caller's transaction.
+
+    One class for every backend: they differ only in the placeholder, the table names, the
+    events table's id column and how an originator id is stored (hex text, uuid, bytes).
+    """
+
+    def __init__(
+        self,
+        *,
+        placeholder: str,
+        chain_table: str,
+        events_table: str,
+        event_id: str,
+        ddl: Sequence[str],
+        db_originator: Callable[[UUID | str], object],
+    ) -> None:
+        p = placeholder
+        self.ddl = tuple(ddl)
+        self.db_originator = db_originator
+        self._head = (
+            f"(SELECT global_hash FROM {chain_table} ORDER BY notification_id DESC LIMIT 1)"
+        )
+        self._stream_head = (
+            f"(SELECT stream_hash FROM {chain_table} WHERE originator_id = {p} "
+            "ORDER BY notification_id DESC LIMIT 1)"
+        )
+        self._insert = f"INSERT INTO {chain_table} VALUES ({p}, {p}, {p}, {p}, {p})"
+        self._bounds = (
+            f"SELECT (SELECT MAX({event_id}) FROM {events_table}) AS last_event, "
+            f"(SELECT MAX(notification_id) FROM {chain_table}) AS last_link"
+        )
+        self._events_page = (
+            f"SELECT {event_id}, originator_id, originator_version, topic, state "
+            f"FROM {events_table} WHERE {event_id} > {p} AND {event_id} <= {p} "
+            f"ORDER BY {event_id} LIMIT {p}"
+        )
+        self._links_page = (
+            "SELECT notification_id, originator_id, originator_version, stream_hash, "
+            f"global_hash FROM {chain_table} WHERE notification_id > {p} "
+            f"AND notification_id <= {p} ORDER BY notification_id LIMIT {p}"
+        )
+
+    @classmethod
+    def for_sqlite(cls, events_table: str) -> ChainTable:
+        return cls(
+            placeholder="?",
+            chain_table=CHAIN_TABLE,
+            events_table=events_table,
+            event_id="rowid",
+            ddl=(
+                f"CREATE TABLE IF NOT EXISTS {CHAIN_TABLE} (notification_id INTEGER PRIMARY KEY, "
+                "originator_id TEXT NOT NULL, originator_version INTEGER NOT NULL, "
+                "stream_hash BLOB NOT NULL, global_hash BLOB NOT NULL)",
+                f"CREATE INDEX IF NOT EXISTS {CHAIN_TABLE}_stream_idx "
+                f"ON {CHAIN_TABLE} (originator_id, notification_id)",
+            ),
+            db_originator=lambda o: o.hex if isinstance(o, UUID) else o,
+        )
+
+    @classmethod
+    def for_postgres(cls, *, schema: str, events_table: str) -> ChainTable:
+        chain = f'"{schema}"."{CHAIN_TABLE}"'
+        return cls(
+            placeholder="%s",
+            chain_table=chain,
+            events_table=f'"{schema}"."{events_table}"',
+            event_id="notification_id",
+            ddl=(
+                f"CREATE TABLE IF NOT EXISTS {chain} (notification_id bigint PRIMARY KEY, "
+                "originator_id uuid NOT NULL, originator_version bigint NOT NULL, "
+                "stream_hash bytea NOT NULL, global_hash bytea NOT NULL)",
+                f'CREATE INDEX IF NOT EXISTS "{CHAIN_TABLE}_stream_idx" '
+                f"ON {chain} (originator_id, notification_id)",
+            ),
+            db_originator=lambda o: o,
+        )
+
+    def append(self, cursor: Any, events: Sequence[StoredEvent], ids: Sequence[int]) -> None:
+        """Chain ``events`` (just inserted with ``ids``), inside the caller's transaction.
+
+        Must run after the events' insert, while the transaction holds the write lock: only
+        then is the head read here still the head when this transaction commits.
+        """
+        originators = [self.db_originator(event.originator_id) for event in events]
+        previous, streams = self._heads(cursor, list(dict.fromkeys(originators)))
+        rows = []
+        for event, originator, notification_id in zip(events, originators, ids, strict=True):
+            stream_hash = stream_link(
+                streams[originator],
+                topic=event.topic,
+                originator_id=event.originator_id,
+                version=event.originator_version,
+                state=event.state,
+            )
+            previous = global_link(previous, notification_id, stream_hash)
+            streams[originator] = stream_hash
+            rows.append(
+                (notification_id, originator, event.originator_version, stream_hash, previous)
+            )
+        cursor.executemany(self._insert, rows)
+
+    def _heads(self, cursor: Any, originators: list[object]) -> tuple[bytes, dict[object, bytes]]:
+        """The global head and each stream's head, in one statement (one round trip per save:
+        the chain's cost is mostly statements, not hashing)."""
+        heads = [f"{self._head} AS head"]
+        heads += [f"{self._stream_head} AS stream{i}" for i in range(len(originators))]
+        cursor.execute(f"SELECT {', '.join(heads)}", originators)
+        found = [GENESIS if value is None else bytes(value) for value in _values(cursor.fetchone())]
+        return found[0], dict(zip(originators, found[1:], strict=True))
+
+    def bound(self, cursor: Any) -> int:
+        """The highest id in either table: the walk stops there, so later appends don't count."""
+        cursor.execute(self._bounds)
+        events, links = _values(cursor.fetchone())
+        return max(events or 0, links or 0)
+
+    def events(self, cursor: Any, upto: int) -> Iterator[tuple[Any, ...]]:
+        """Raw event rows ``(id, originator_id, version, topic, state)`` in id order."""
+        return self._pages(cursor, self._events_page, upto)
+
+    def links(self, cursor: Any, upto: int) -> Iterator[tuple[Any, ...]]:
+        """Raw chain rows ``(id, originator_id, version, stream_hash, global_hash)``."""
+        return self._pages(cursor, self._links_page, upto)
+
+    @staticmethod
+    def _pages(cursor: Any, statement: str, upto: int) -> Iterator[tuple[Any, ...]]:
+        after = 0
+        while True:
+            cursor.execute(statement, (after, upto, _PAGE))
+            page = [_values(row) for row in cursor.fetchall()]
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+
+class ChainedRecorder(ABC):
+    """An application recorder that chains every event it inserts (see the module docstring)."""
+
+    chain: ChainTable
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[Any]:
+        """A read-only transaction's DB-API cursor, for :func:`verify_log`."""

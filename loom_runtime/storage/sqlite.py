@@ -1,0 +1,84 @@
+"""The built-in SQLite persistence: eventsourcing's, with loom's durability and the chain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from functools import lru_cache
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.sqlite import (
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteDatastore,
+    SQLiteFactory,
+)
+
+from loom_runtime.storage.chain import ChainedRecorder, ChainTable
+
+
+class _SynchronousPool(SQLiteConnectionPool):
+    """eventsourcing's SQLite pool, plus the ``synchronous`` pragma loom chose (ADR 0001)."""
+
+    def __init__(self, *, synchronous: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.synchronous = synchronous
+
+    def _create_connection(self) -> SQLiteConnection:
+        connection = super()._create_connection()
+        connection.cursor().execute(f"PRAGMA synchronous={self.synchronous}")
+        return connection
+
+
+class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
+    """``eventsourcing.sqlite``'s application recorder, plus the chain row per event."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
+        # Set before the base constructor, which builds the create-table statements.
+        self.chain = ChainTable.for_sqlite(events_table_name)
+        super().__init__(datastore, events_table_name)
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *self.chain.ddl]
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        self.chain.append(c, stored_events, ids or ())
+        return ids
+
+    def reading(self) -> AbstractContextManager[Any]:
+        return self.datastore.transaction(commit=False)
+
+    def convert_originator_id(self, originator_id: str) -> UUID | str:
+        # Every row of a stream carries the same id text: parse it once, not per row
+        # (parsing a UUID is a visible share of a long replay).
+        if self.datastore.originator_id_type == "uuid":
+            return _parse_uuid(originator_id)
+        return originator_id
+
+
+@lru_cache(maxsize=1024)
+def _parse_uuid(text: str) -> UUID:
+    return UUID(text)
+
+
+class LoomSQLiteFactory(SQLiteFactory):
+    """The built-in SQLite persistence, with loom's durability setting applied per connection
+    and every event hash-chained as it is inserted."""
+
+    application_recorder_class = ChainedSQLiteRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        pool = self.datastore.pool
+        self.datastore.pool = _SynchronousPool(
+            synchronous=self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL"),
+            db_name=pool.db_name,
+            lock_timeout=pool.lock_timeout,
+        )
