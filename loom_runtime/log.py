@@ -34,15 +34,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from uuid import UUID
 
 import msgspec
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 
 from loom_runtime.errors import ConfigurationError
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
+    # SQLAlchemy is imported where a URL is parsed or an engine made, not when the package
+    # is: a process that only replays bundles never needs it (ADR 0022).
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import URL
+
     from loom_runtime.integrity import Anchor, VerifyReport
     from loom_runtime.stream import Change
 
@@ -275,6 +277,9 @@ class LogSettings:
         """``redactor``: secrets are redacted before storage with the built-in patterns unless
         you pass your own :class:`Redactor` (extra patterns, ``mode="refuse"``) or ``None``.
         ``write_retry``: how long a corpus or memory write waits for other writers (ADR 0019)."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
         raw = url or os.environ.get("LOOM_DB_URL") or DEFAULT_URL
         try:
             self.url: URL = make_url(raw)
@@ -328,6 +333,8 @@ class LogSettings:
 
     def create_engine(self) -> Engine:
         """A SQLAlchemy engine on the same database, for projections (same durability)."""
+        from sqlalchemy import create_engine, event
+
         if not self.is_sqlite:
             return create_engine(
                 self.url,
