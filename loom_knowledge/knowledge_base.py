@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, Generic, TypeVar
+from typing import Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.chunking import Chunker, pack_paragraphs
@@ -299,11 +299,13 @@ class KnowledgeBase:
             self.refresh()  # at least up to the version just read
             return decide(self._index.manifest(self.scope, doc_ids=only))
 
-        plan = _Replanned(fresh)
         what = f"a write to knowledge scope {self.scope!r}"
-        if self.loom.log.append_replanned(self._stream, plan, what=what):
+        positions, outcome = self.loom.log.append_replanned(
+            self._stream, lambda _version: fresh(), what=what
+        )
+        if positions:
             self.refresh()
-        return plan.outcome
+        return outcome
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
@@ -331,21 +333,6 @@ class KnowledgeBase:
                 "source": record.source,
             },
         )
-
-
-class _Replanned(Generic[D]):
-    """The plan handed to ``append_replanned``: each attempt decides afresh, and ``outcome``
-    is the LAST attempt's, the one whose changes were appended (set by the first call, which
-    ``append_replanned`` always makes)."""
-
-    outcome: D
-
-    def __init__(self, decide: Callable[[], tuple[list[Change], D]]) -> None:
-        self._decide = decide
-
-    def __call__(self, _version: int) -> list[Change]:
-        changes, self.outcome = self._decide()
-        return changes
 
 
 _CORPUS_SERVICE: Final = "loom_knowledge.corpus_index"

@@ -186,9 +186,9 @@ class EventSourcedMemory:
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
         stream = memory_stream(self.name, key)
         payload = {"memory": self.name, "key": key, **fields}
-        [position] = self._log.append_replanned(
+        [position], _ = self._log.append_replanned(
             stream,
-            lambda _version: [(event, payload)],  # blind: the same event at any version
+            lambda _version: ([(event, payload)], None),  # blind: the same event at any version
             what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",
         )
         try:

@@ -55,6 +55,7 @@ DEFAULT_URL = "sqlite:///loom.db"
 PAGE_SIZE = 500
 
 _Id_co = TypeVar("_Id_co", covariant=True)
+Outcome = TypeVar("Outcome")
 
 
 class DomainEventProtocol(Protocol[_Id_co]):
@@ -153,18 +154,23 @@ class EventLog(Protocol):
         ...
 
     def append_replanned(
-        self, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
-    ) -> list[int]:
+        self,
+        stream: UUID,
+        plan: Callable[[int], tuple[Sequence[Change], Outcome]],
+        *,
+        what: str,
+    ) -> tuple[list[int], Outcome]:
         """Plan ``stream``'s next events against its current version and append them,
         re-planning from a fresh read whenever another writer got there first or the database
         was busy (ADR 0019).
 
         ``plan(version)`` is called once per attempt, after the version is read, and returns
-        the events to append after it (none: nothing is appended). It must decide only from
+        the events to append after it (none: nothing is appended) and what the caller wants
+        back from that decision (what was written, a plan's report). It must decide only from
         what it reads during that call, so that a retry decides on the new state; it may raise
         to refuse, which ends the write. Waits follow ``settings.write_retry``; when its budget
         is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what``. Returns
-        the appended events' positions.
+        the appended events' positions and the outcome of the attempt that was appended.
         """
         ...
 

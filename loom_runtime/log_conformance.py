@@ -132,19 +132,23 @@ class EventLogContract:
         stream = stream_id("kit:a")
         seen: list[int] = []
 
-        def plan(version: int) -> Sequence[Change]:
+        def plan(version: int) -> tuple[Sequence[Change], str]:
             seen.append(version)
             if len(seen) == 1:  # another writer appends between this read and this append
                 log.append(stream, expected_version=version, events=notes("rival"))
-            return [(KitNoted, {"text": "mine", "n": version + 1})]
+            return [(KitNoted, {"text": "mine", "n": version + 1})], f"planned at {version}"
 
-        [position] = log.append_replanned(stream, plan, what="a kit write")
+        [position], outcome = log.append_replanned(stream, plan, what="a kit write")
         assert seen == [0, 1] and position == log.position
+        assert outcome == "planned at 1"  # the outcome of the attempt that was appended
         assert [e.text for e in log.events(stream)] == ["rival", "mine"]
 
     def test_an_empty_plan_appends_nothing(self, log: EventLog) -> None:
-        """append_replanned with a plan of no events writes nothing and returns []."""
-        assert log.append_replanned(stream_id("kit:a"), lambda _v: [], what="a no-op") == []
+        """append_replanned with a plan of no events writes nothing and returns no positions."""
+        assert log.append_replanned(stream_id("kit:a"), lambda _v: ([], 7), what="a no-op") == (
+            [],
+            7,
+        )
         assert log.position == 0
 
     # -- reading a stream ----------------------------------------------------------------------

@@ -31,7 +31,7 @@ from loom_runtime.errors import (
     StreamConflictError,
 )
 from loom_runtime.integrity import verify_rows
-from loom_runtime.log import PAGE_SIZE, LogSettings, Record, Row, Saves, Stamped
+from loom_runtime.log import PAGE_SIZE, LogSettings, Outcome, Record, Row, Saves, Stamped
 from loom_runtime.redaction import Redactor
 from loom_runtime.retry import retrying
 from loom_runtime.storage.chain import ChainedRecorder
@@ -182,12 +182,18 @@ class EventsourcingLog:
         )
 
     def append_replanned(
-        self, stream: UUID, plan: Callable[[int], Sequence[Change]], *, what: str
-    ) -> list[int]:
-        def attempt() -> list[int]:
+        self,
+        stream: UUID,
+        plan: Callable[[int], tuple[Sequence[Change], Outcome]],
+        *,
+        what: str,
+    ) -> tuple[list[int], Outcome]:
+        def attempt() -> tuple[list[int], Outcome]:
             version = self.stream_version(stream)
-            events = plan(version)
-            return self.append(stream, expected_version=version, events=events) if events else []
+            events, outcome = plan(version)
+            if not events:
+                return [], outcome
+            return self.append(stream, expected_version=version, events=events), outcome
 
         return retrying(attempt, policy=self.settings.write_retry, what=what)
 

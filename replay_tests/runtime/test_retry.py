@@ -151,11 +151,13 @@ def test_append_replanned_plans_again_on_the_version_that_won(loom: Loom) -> Non
     stream = stream_id("counted")
     seen: list[int] = []
 
-    def plan(version: int) -> list[Change]:
+    def plan(version: int) -> tuple[list[Change], None]:
         seen.append(version)
         if len(seen) == 1:  # another writer appends between this read and this append
-            loom.log.append_replanned(stream, lambda v: [(Counted, {"n": v + 1})], what="rival")
-        return [(Counted, {"n": version + 1})]
+            loom.log.append_replanned(
+                stream, lambda v: ([(Counted, {"n": v + 1})], None), what="rival"
+            )
+        return [(Counted, {"n": version + 1})], None
 
     loom.log.append_replanned(stream, plan, what="writer")
     assert seen == [0, 1]
@@ -165,7 +167,10 @@ def test_append_replanned_plans_again_on_the_version_that_won(loom: Loom) -> Non
 
 def test_an_empty_plan_appends_nothing(loom: Loom) -> None:
     """A plan with no events is a write that decided there is nothing to do."""
-    assert loom.log.append_replanned(stream_id("empty"), lambda v: [], what="noop") == []
+    assert loom.log.append_replanned(stream_id("empty"), lambda v: ([], None), what="noop") == (
+        [],
+        None,
+    )
     assert loom.log.position == 0
 
 
@@ -183,8 +188,8 @@ def test_a_write_that_finds_sqlite_locked_waits_and_succeeds(tmp_path: Path) -> 
         release.start()
         started = time.monotonic()
         try:
-            positions = loom.log.append_replanned(
-                stream, lambda v: [(Counted, {"n": v + 1})], what="a locked write"
+            positions, _ = loom.log.append_replanned(
+                stream, lambda v: ([(Counted, {"n": v + 1})], None), what="a locked write"
             )
         finally:
             release.join()
