@@ -66,7 +66,7 @@ from benchmarks.memory import percentile
 from benchmarks.stores import fresh_postgres, fresh_sqlite
 from benchmarks.workload import FLOW, Value, make_values, record, recording_flow
 from loom_knowledge import Doc, KnowledgeBase, Passage, open_knowledge_base
-from loom_knowledge.corpus_index import CorpusIndex
+from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_runtime import FlowContext, FlowRegistry, LogSettings, Loom
 from loom_runtime.errors import BundleTamperedError
 from loom_runtime.projection import rebuild

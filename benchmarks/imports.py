@@ -42,8 +42,8 @@ STATEMENTS: tuple[tuple[str, str, float], ...] = (
     ("import loom_memory", "", IMPORT_BUDGET),
     ("import loom_knowledge", "", IMPORT_BUDGET),
     ("from loom_runtime import Loom", "", IMPORT_BUDGET),
-    ("import loom_runtime.pytest_plugin", "import pytest", PLUGIN_BUDGET),
-    ("import loom_runtime.cli", "", IMPORT_BUDGET),
+    ("import loom_runtime.tools.pytest_plugin", "import pytest", PLUGIN_BUDGET),
+    ("import loom_runtime.tools.cli", "", IMPORT_BUDGET),
 )
 """(statement, what runs first and is not counted, budget in seconds)."""
 

@@ -22,22 +22,56 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-# fingerprint and reconcile are bound now: each shares its name with its module, which the
-# import system sets on the package whenever anything imports that module, and would win over a
-# lazily bound function. Both modules are pure and cheap.
-from loom_knowledge.fingerprint import (
-    DEFAULT_FINGERPRINTER,
-    FINGERPRINT_ALGORITHM,
-    Fingerprinter,
-    fingerprint,
-)
-from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_runtime.lazy import lazy_exports
+from loom_runtime import lazy_exports
 
 if TYPE_CHECKING:
-    from loom_knowledge.chunking import Chunker, ParagraphPacker, pack_paragraphs, to_passages
-    from loom_knowledge.citations import CitationCheck, assert_grounded, check_citations
-    from loom_knowledge.corpus_files import DocScan, load_docs, load_runbooks, scan_docs
+    from loom_knowledge.corpus.corpus_files import DocScan, load_docs, scan_docs
+    from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+    from loom_knowledge.corpus.knowledge_base import KnowledgeBase, open_knowledge_base
+    from loom_knowledge.domain.chunking import (
+        Chunker,
+        ParagraphPacker,
+        pack_paragraphs,
+        to_passages,
+    )
+    from loom_knowledge.domain.citations import CitationCheck, assert_grounded, check_citations
+    from loom_knowledge.domain.fingerprint import (
+        DEFAULT_FINGERPRINTER,
+        FINGERPRINT_ALGORITHM,
+        Fingerprinter,
+        fingerprint,
+    )
+    from loom_knowledge.domain.grounding import (
+        UNTRUSTED_CONTENT_NOTE,
+        GroundedRequest,
+        Message,
+        Provenance,
+        encode_request,
+        grounded_request,
+        guard_messages,
+        to_anthropic_messages,
+        to_openai_messages,
+    )
+    from loom_knowledge.domain.passage_entry import (
+        PassageContent,
+        format_passage_id,
+        parse_passage_id,
+        passage_content,
+        passage_from_entry,
+    )
+    from loom_knowledge.domain.reconcile import (
+        DEFAULT_MAX_REMOVAL_FRACTION,
+        ensure_writable,
+        reconcile,
+    )
+    from loom_knowledge.domain.types import (
+        Doc,
+        DocRecord,
+        Passage,
+        PlannedWrite,
+        SyncPlan,
+        SyncResult,
+    )
     from loom_knowledge.errors import (
         CorpusIdentifierSecretError,
         DuplicateDocumentError,
@@ -54,29 +88,9 @@ if TYPE_CHECKING:
         TaintedSystemContentError,
         UngroundedCitationError,
     )
-    from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
-    from loom_knowledge.grounding import (
-        UNTRUSTED_CONTENT_NOTE,
-        GroundedRequest,
-        Message,
-        Provenance,
-        encode_request,
-        grounded_request,
-        guard_messages,
-        to_anthropic_messages,
-        to_openai_messages,
-    )
-    from loom_knowledge.knowledge_base import KnowledgeBase, open_knowledge_base
-    from loom_knowledge.model import Answer, ExtractiveModel, Model
-    from loom_knowledge.openai_compatible import OpenAICompatibleModel
-    from loom_knowledge.passage_entry import (
-        PassageContent,
-        format_passage_id,
-        parse_passage_id,
-        passage_content,
-        passage_from_entry,
-    )
-    from loom_knowledge.types import Doc, DocRecord, Passage, PlannedWrite, SyncPlan, SyncResult
+    from loom_knowledge.models.model import Answer, ExtractiveModel, Model
+    from loom_knowledge.models.openai_compatible import OpenAICompatibleModel
+    from loom_knowledge.tools.demo import load_runbooks
 
 __all__ = [
     "DEFAULT_FINGERPRINTER",
@@ -145,65 +159,67 @@ __all__ = [
 # Where each public name lives, imported on first use (PEP 562) so that importing the
 # package costs nothing until a name is used.
 _EXPORTS = {
-    "Answer": "loom_knowledge.model",
-    "Chunker": "loom_knowledge.chunking",
-    "CitationCheck": "loom_knowledge.citations",
+    "reconcile": "loom_knowledge.domain.reconcile",
+    "fingerprint": "loom_knowledge.domain.fingerprint",
+    "Answer": "loom_knowledge.models.model",
+    "Chunker": "loom_knowledge.domain.chunking",
+    "CitationCheck": "loom_knowledge.domain.citations",
     "CorpusIdentifierSecretError": "loom_knowledge.errors",
-    "CorpusReconciled": "loom_knowledge.events",
-    "DEFAULT_FINGERPRINTER": "loom_knowledge.fingerprint",
-    "DEFAULT_MAX_REMOVAL_FRACTION": "loom_knowledge.reconcile",
-    "Doc": "loom_knowledge.types",
-    "DocRecord": "loom_knowledge.types",
-    "DocScan": "loom_knowledge.corpus_files",
-    "DocumentRemoved": "loom_knowledge.events",
-    "DocumentWritten": "loom_knowledge.events",
+    "CorpusReconciled": "loom_knowledge.corpus.events",
+    "DEFAULT_FINGERPRINTER": "loom_knowledge.domain.fingerprint",
+    "DEFAULT_MAX_REMOVAL_FRACTION": "loom_knowledge.domain.reconcile",
+    "Doc": "loom_knowledge.domain.types",
+    "DocRecord": "loom_knowledge.domain.types",
+    "DocScan": "loom_knowledge.corpus.corpus_files",
+    "DocumentRemoved": "loom_knowledge.corpus.events",
+    "DocumentWritten": "loom_knowledge.corpus.events",
     "DuplicateDocumentError": "loom_knowledge.errors",
-    "ExtractiveModel": "loom_knowledge.model",
-    "FINGERPRINT_ALGORITHM": "loom_knowledge.fingerprint",
-    "Fingerprinter": "loom_knowledge.fingerprint",
-    "GroundedRequest": "loom_knowledge.grounding",
+    "ExtractiveModel": "loom_knowledge.models.model",
+    "FINGERPRINT_ALGORITHM": "loom_knowledge.domain.fingerprint",
+    "Fingerprinter": "loom_knowledge.domain.fingerprint",
+    "GroundedRequest": "loom_knowledge.domain.grounding",
     "InvalidArgumentError": "loom_knowledge.errors",
     "InvalidDocumentError": "loom_knowledge.errors",
     "InvalidOptionError": "loom_knowledge.errors",
     "InvalidPassageIdError": "loom_knowledge.errors",
-    "KnowledgeBase": "loom_knowledge.knowledge_base",
+    "KnowledgeBase": "loom_knowledge.corpus.knowledge_base",
     "KnowledgeBaseOptionsError": "loom_knowledge.errors",
     "KnowledgeError": "loom_knowledge.errors",
     "MassDeleteRefusedError": "loom_knowledge.errors",
-    "Message": "loom_knowledge.grounding",
-    "Model": "loom_knowledge.model",
+    "Message": "loom_knowledge.domain.grounding",
+    "Model": "loom_knowledge.models.model",
     "ModelResponseError": "loom_knowledge.errors",
     "ModelUnavailableError": "loom_knowledge.errors",
-    "OpenAICompatibleModel": "loom_knowledge.openai_compatible",
-    "ParagraphPacker": "loom_knowledge.chunking",
-    "Passage": "loom_knowledge.types",
-    "PassageContent": "loom_knowledge.passage_entry",
-    "PlannedWrite": "loom_knowledge.types",
-    "Provenance": "loom_knowledge.grounding",
+    "OpenAICompatibleModel": "loom_knowledge.models.openai_compatible",
+    "ParagraphPacker": "loom_knowledge.domain.chunking",
+    "Passage": "loom_knowledge.domain.types",
+    "PassageContent": "loom_knowledge.domain.passage_entry",
+    "PlannedWrite": "loom_knowledge.domain.types",
+    "Provenance": "loom_knowledge.domain.grounding",
     "SourceConflictError": "loom_knowledge.errors",
-    "SyncPlan": "loom_knowledge.types",
-    "SyncResult": "loom_knowledge.types",
+    "SyncPlan": "loom_knowledge.domain.types",
+    "SyncResult": "loom_knowledge.domain.types",
     "TaintedSystemContentError": "loom_knowledge.errors",
-    "UNTRUSTED_CONTENT_NOTE": "loom_knowledge.grounding",
+    "UNTRUSTED_CONTENT_NOTE": "loom_knowledge.domain.grounding",
     "UngroundedCitationError": "loom_knowledge.errors",
-    "assert_grounded": "loom_knowledge.citations",
-    "check_citations": "loom_knowledge.citations",
-    "encode_request": "loom_knowledge.grounding",
-    "ensure_writable": "loom_knowledge.reconcile",
-    "format_passage_id": "loom_knowledge.passage_entry",
-    "grounded_request": "loom_knowledge.grounding",
-    "guard_messages": "loom_knowledge.grounding",
-    "load_docs": "loom_knowledge.corpus_files",
-    "load_runbooks": "loom_knowledge.corpus_files",
-    "open_knowledge_base": "loom_knowledge.knowledge_base",
-    "pack_paragraphs": "loom_knowledge.chunking",
-    "parse_passage_id": "loom_knowledge.passage_entry",
-    "passage_content": "loom_knowledge.passage_entry",
-    "passage_from_entry": "loom_knowledge.passage_entry",
-    "scan_docs": "loom_knowledge.corpus_files",
-    "to_anthropic_messages": "loom_knowledge.grounding",
-    "to_openai_messages": "loom_knowledge.grounding",
-    "to_passages": "loom_knowledge.chunking",
+    "assert_grounded": "loom_knowledge.domain.citations",
+    "check_citations": "loom_knowledge.domain.citations",
+    "encode_request": "loom_knowledge.domain.grounding",
+    "ensure_writable": "loom_knowledge.domain.reconcile",
+    "format_passage_id": "loom_knowledge.domain.passage_entry",
+    "grounded_request": "loom_knowledge.domain.grounding",
+    "guard_messages": "loom_knowledge.domain.grounding",
+    "load_docs": "loom_knowledge.corpus.corpus_files",
+    "load_runbooks": "loom_knowledge.tools.demo",
+    "open_knowledge_base": "loom_knowledge.corpus.knowledge_base",
+    "pack_paragraphs": "loom_knowledge.domain.chunking",
+    "parse_passage_id": "loom_knowledge.domain.passage_entry",
+    "passage_content": "loom_knowledge.domain.passage_entry",
+    "passage_from_entry": "loom_knowledge.domain.passage_entry",
+    "scan_docs": "loom_knowledge.corpus.corpus_files",
+    "to_anthropic_messages": "loom_knowledge.domain.grounding",
+    "to_openai_messages": "loom_knowledge.domain.grounding",
+    "to_passages": "loom_knowledge.domain.chunking",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

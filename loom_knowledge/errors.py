@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from loom_runtime import errors as runtime_errors
-from loom_runtime.errors import LoomError
+from loom_runtime import LoomError
+from loom_runtime import SecretIdentifierError as RuntimeSecretIdentifierError
 
 
 class KnowledgeError(LoomError):
@@ -44,7 +44,7 @@ class InvalidDocumentError(KnowledgeError, ValueError):
         self.reason = reason
 
 
-class CorpusIdentifierSecretError(KnowledgeError, runtime_errors.SecretIdentifierError):
+class CorpusIdentifierSecretError(KnowledgeError, RuntimeSecretIdentifierError):
     """A document id, scope or source holds what looks like a secret; nothing was written.
 
     ``path`` names the field (``docs[3].id``, ``source``, ``scope``), never the value: every

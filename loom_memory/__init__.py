@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loom_runtime.lazy import lazy_exports
+from loom_runtime import lazy_exports
 
 if TYPE_CHECKING:
     from loom_memory.entry import Content, MemoryEntry

@@ -30,9 +30,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from loom_memory.errors import EntryNotSerialisableError, MemoryIdentifierSecretError
-from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
-from loom_runtime.redaction import Redactor
-from loom_runtime.storable import json_problem, text_problem
+from loom_runtime import MAX_DATA_DEPTH, Redactor, json_problem, text_problem, too_deep
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""

@@ -9,7 +9,7 @@ so the database's own message stays on ``__cause__``.
 
 from __future__ import annotations
 
-from loom_runtime.errors import (
+from loom_runtime import (
     ConfigurationError,
     LoomError,
     NotSerialisableError,

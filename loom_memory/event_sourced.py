@@ -53,9 +53,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
-from loom_runtime import projection as tracked
-from loom_runtime.loom import Loom
-from loom_runtime.stream import LogEvent
+from loom_runtime import LogEvent, Loom, catch_up, rebuild
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -102,7 +100,7 @@ class EventSourcedMemory:
                 f"{type(store).__name__}: a store without transactions or a way to clear it "
                 "whole cannot be kept exactly in step with the log"
             )
-        tracked.catch_up(self._log, self._projection)
+        catch_up(self._log, self._projection)
 
     @property
     def store(self) -> SqlMemoryStore | InMemoryMemoryStore:
@@ -168,7 +166,7 @@ class EventSourcedMemory:
         Needed only after a :class:`ProjectionFailedError`, or for an in-process store to see
         another process's writes; every write of this object catches up before returning.
         """
-        return tracked.catch_up(self._log, self._projection, upto=upto)
+        return catch_up(self._log, self._projection, upto=upto)
 
     def rebuild(self, *, upto: int | None = None) -> int:
         """Empty the store and project the log into it again, up to ``upto`` (inclusive).
@@ -176,7 +174,7 @@ class EventSourcedMemory:
         ``upto=P`` gives the memory exactly as it was when the log's position was P; the next
         write (or :meth:`catch_up`) brings it back to the head.
         """
-        return tracked.rebuild(self._log, self._projection, upto=upto)
+        return rebuild(self._log, self._projection, upto=upto)
 
     def close(self) -> None:
         """Close the backend store (a store given an engine leaves the engine open)."""

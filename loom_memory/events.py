@@ -20,7 +20,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.stream import LogEvent, stream_id
+from loom_runtime import LogEvent, stream_id
 
 _TOPIC = "loom.memory"
 

@@ -38,8 +38,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
-from loom_runtime.log import DomainEventProtocol, EventLog
-from loom_runtime.projection import SQLProjection, tracked_names
+from loom_runtime import DomainEventProtocol, EventLog, SQLProjection, tracked_names
 
 
 class MemoryWriter(Protocol):

@@ -83,7 +83,7 @@ from loom_memory.errors import BackendError, StoreConfigurationError
 from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import entry_terms
-from loom_runtime.schema import serialise_ddl
+from loom_runtime import serialise_ddl
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

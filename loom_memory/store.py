@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 from loom_memory.entry import MemoryEntry
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import query_terms
-from loom_runtime.storable import text_problem
+from loom_runtime import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
 """How many hits :meth:`SupportsSearch.search` returns when the caller does not say."""

@@ -50,7 +50,7 @@ from loom_memory.store import (
     check_key,
     check_search,
 )
-from loom_runtime.context import Decide
+from loom_runtime import Decide
 
 _TIER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 

@@ -2,6 +2,13 @@
 
 Every nondeterministic result of a flow is recorded with ``ctx.decide(key, compute)`` into one
 append-only event log, so an execution can be replayed later, anywhere, to the same output.
+
+The names here are the runtime's whole public surface, for applications and for the packages
+built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
+(:class:`EventLog`, :class:`LogEvent`, :func:`stream_id`), tracked projections
+(:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
+(:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
+Every name is imported on first use, so importing the package costs almost nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from typing import TYPE_CHECKING
 from loom_runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
     from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
     from loom_runtime.errors import (
         ConfigurationError,
@@ -41,22 +49,35 @@ if TYPE_CHECKING:
     from loom_runtime.execution import Decision, Execution
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
-    from loom_runtime.log import EventLog, LogSettings, open_log
+    from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
+    from loom_runtime.projection import (
+        SQLProjection,
+        catch_up,
+        rebuild,
+        tracked_names,
+        tracking_table,
+    )
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
     from loom_runtime.retry import RetryPolicy
-    from loom_runtime.stream import LogEvent
+    from loom_runtime.schema import serialise_ddl
+    from loom_runtime.storable import json_problem, text_problem
+    from loom_runtime.stream import Change, LogEvent, stream_id
+    from loom_runtime.timeline import position_at
 
 __all__ = [
+    "MAX_DATA_DEPTH",
     "Anchor",
     "AsyncFlowContext",
+    "Change",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "Decide",
     "Decision",
     "DecisionInputChangedError",
     "DecisionKeyError",
+    "DomainEventProtocol",
     "EventLog",
     "Execution",
     "ExecutionConflictError",
@@ -82,6 +103,7 @@ __all__ = [
     "ReplayResult",
     "RetryPolicy",
     "Run",
+    "SQLProjection",
     "SecretIdentifierError",
     "SecretPattern",
     "SecretRefusedError",
@@ -91,13 +113,38 @@ __all__ = [
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
+    "catch_up",
+    "json_problem",
+    "lazy_exports",
     "open_log",
+    "position_at",
+    "rebuild",
+    "serialise_ddl",
+    "stream_id",
+    "text_problem",
+    "too_deep",
+    "tracked_names",
+    "tracking_table",
     "verify_log",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
 # package costs nothing until a name is used.
 _EXPORTS = {
+    "MAX_DATA_DEPTH": "loom_runtime.codec",
+    "too_deep": "loom_runtime.codec",
+    "SQLProjection": "loom_runtime.projection",
+    "catch_up": "loom_runtime.projection",
+    "rebuild": "loom_runtime.projection",
+    "tracked_names": "loom_runtime.projection",
+    "tracking_table": "loom_runtime.projection",
+    "serialise_ddl": "loom_runtime.schema",
+    "json_problem": "loom_runtime.storable",
+    "text_problem": "loom_runtime.storable",
+    "Change": "loom_runtime.stream",
+    "stream_id": "loom_runtime.stream",
+    "position_at": "loom_runtime.timeline",
+    "DomainEventProtocol": "loom_runtime.log",
     "Anchor": "loom_runtime.integrity",
     "AsyncFlowContext": "loom_runtime.context",
     "ConfigurationError": "loom_runtime.errors",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loom_runtime.cli import app
+from loom_runtime.tools.cli import app
 
 
 def _text(output: str) -> str:

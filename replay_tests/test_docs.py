@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from loom_runtime.cli import app
+from loom_runtime.tools.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -66,8 +66,6 @@ def test_lazy_table_matches_the_type_checking_imports(package: str) -> None:
     imported: dict[str, str] = {}
     for node in ast.walk(_init_source(package)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{package}."):
-            if node.module == "loom_runtime.lazy":
-                continue
             imported.update({alias.asname or alias.name: str(node.module) for alias in node.names})
     assert sorted(imported) == sorted(module.__all__)
     lazy = module._EXPORTS
@@ -107,8 +105,13 @@ def test_opening_a_sqlite_log_imports_within_budget() -> None:
 @pytest.mark.slow
 def test_the_pytest_plugin_costs_a_session_nothing() -> None:
     """The plugin, loaded into every pytest session, imports nothing of loom but its names."""
-    cost = measure("import loom_runtime.pytest_plugin", after="import pytest")
-    assert set(cost.modules) <= {"loom_runtime", "loom_runtime.lazy", "loom_runtime.pytest_plugin"}
+    cost = measure("import loom_runtime.tools.pytest_plugin", after="import pytest")
+    assert set(cost.modules) <= {
+        "loom_runtime",
+        "loom_runtime.lazy",
+        "loom_runtime.tools",
+        "loom_runtime.tools.pytest_plugin",
+    }
     assert cost.seconds <= PLUGIN_BUDGET, (
         f"the pytest plugin took {cost.seconds:.3f}s of imports (budget {PLUGIN_BUDGET}s): "
         f"{cost.heaviest()}"
@@ -118,10 +121,10 @@ def test_the_pytest_plugin_costs_a_session_nothing() -> None:
 @pytest.mark.slow
 def test_the_cli_imports_no_log() -> None:
     """Building the ``loom`` app, every command registered, imports Typer and Rich, no log."""
-    cost = measure("import loom_runtime.cli")
+    cost = measure("import loom_runtime.tools.cli")
     assert not DATABASE_LAYERS & set(cost.modules)
     assert cost.seconds <= IMPORT_BUDGET, (
-        f"import loom_runtime.cli took {cost.seconds:.3f}s of imports "
+        f"import loom_runtime.tools.cli took {cost.seconds:.3f}s of imports "
         f"(budget {IMPORT_BUDGET}s): {cost.heaviest()}"
     )
 
@@ -144,10 +147,10 @@ def test_loom_help_is_quick() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["loom_runtime", "loom_runtime.cli"])
+@pytest.mark.parametrize("module", ["loom_runtime", "loom_runtime.tools.cli"])
 def test_python_dash_m_runs_the_same_cli(module: str) -> None:
-    """``python -m loom_runtime`` and ``python -m loom_runtime.cli`` print loom's own help."""
-    expected = _help(sys.executable, "-c", "from loom_runtime.cli import main; main()")
+    """``python -m loom_runtime`` and ``python -m loom_runtime.tools.cli`` print loom's own help."""
+    expected = _help(sys.executable, "-c", "from loom_runtime.tools.cli import main; main()")
     output = _help(sys.executable, "-m", module)
     assert f"Usage: python -m {module} " in output
 

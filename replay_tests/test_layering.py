@@ -1,9 +1,21 @@
-"""Dependencies go one way: loom_knowledge -> loom_memory -> loom_runtime."""
+"""Dependencies go one way: loom_knowledge -> loom_memory -> loom_runtime, through seams.
+
+* Only ``loom_runtime/storage`` imports eventsourcing and its drivers (the log port, ADR 0020).
+* A package above the runtime imports only the runtime's public surface: the names in
+  ``loom_runtime.__all__``, the value codec ``loom_runtime.codec``, and (from a ``tools``
+  folder only) the runtime's tools; knowledge imports only ``loom_memory``'s ``__all__``.
+* Knowledge never writes memory's tables: it goes through the store's verbs (ADR 0014).
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = ["loom_runtime", "loom_memory", "loom_knowledge"]
@@ -53,3 +65,107 @@ def test_only_the_storage_package_imports_eventsourcing() -> None:
         for name in sorted(_imports(path) & STORAGE_LIBRARIES)
     ]
     assert outside == []
+
+
+PUBLIC_MODULES = {"loom_runtime.codec"}
+"""Runtime modules a package above may import from besides the package itself."""
+
+
+def _surface_violations(package: str, below: str) -> list[str]:
+    """Every import in ``package`` of ``below`` that is not ``below``'s public surface."""
+    public = set(importlib.import_module(below).__all__)
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        in_tools = "tools" in path.relative_to(ROOT).parts
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                found += [
+                    f"{where} imports {alias.name}"
+                    for alias in node.names
+                    if alias.name.split(".")[0] == below
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                module = node.module
+                if module.split(".")[0] != below or module in PUBLIC_MODULES:
+                    continue
+                if in_tools and module.startswith(f"{below}.tools"):
+                    continue
+                if module != below:
+                    found.append(f"{where} imports from {module}")
+                    continue
+                found += [
+                    f"{where} imports {below}.{alias.name}, not in {below}.__all__"
+                    for alias in node.names
+                    if alias.name not in public and f"{below}.{alias.name}" not in PUBLIC_MODULES
+                ]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "below"),
+    [
+        ("loom_memory", "loom_runtime"),
+        ("loom_knowledge", "loom_runtime"),
+        ("loom_knowledge", "loom_memory"),
+    ],
+)
+def test_upper_packages_use_only_the_public_surface_below(package: str, below: str) -> None:
+    """A package imports the one below through its ``__all__`` (plus its public modules)."""
+    assert _surface_violations(package, below) == []
+
+
+def test_the_surface_rule_fires_on_a_private_import(tmp_path: Path, monkeypatch: Any) -> None:
+    """Negative control: an import of a runtime module's internals is reported."""
+    planted = ROOT / "loom_memory" / "_planted_for_layering_test.py"
+    planted.write_text("from loom_runtime.context import FlowContext\n", encoding="utf-8")
+    try:
+        assert any(
+            "_planted_for_layering_test" in v
+            for v in _surface_violations("loom_memory", "loom_runtime")
+        )
+    finally:
+        planted.unlink()
+
+
+def test_knowledge_never_writes_memory_tables(tmp_path: Path) -> None:
+    """Every write to the passage store's tables during ingest, edit, removal, rebuild and
+    as-of reads is issued from ``loom_memory`` code: knowledge uses the store's verbs only."""
+    from sqlalchemy import event
+
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import corpus_index
+    from loom_runtime import Loom
+
+    writers: dict[str, set[str]] = {}
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+        kb = open_knowledge_base(loom, "docs")
+        store = corpus_index(loom).store
+        memory_tables = {store.entries.name}
+        if store.postings is not None:
+            memory_tables.add(store.postings.name)
+
+        def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            words = statement.split()
+            verb = words[0].upper() if words else ""
+            if verb not in {"INSERT", "UPDATE", "DELETE"}:
+                return
+            if not any(table in statement for table in memory_tables):
+                return
+            for frame in inspect.stack()[1:]:
+                module = frame.frame.f_globals.get("__name__", "")
+                if module.startswith(("loom_memory", "loom_knowledge")):
+                    writers.setdefault(verb, set()).add(module.split(".")[0])
+                    break
+
+        event.listen(loom.log.engine, "before_cursor_execute", record)
+        kb.sync([Doc(id="a", text="Restart the pool."), Doc(id="b", text="Drain the queue.")])
+        middle = loom.log.position
+        kb.put_doc(Doc(id="a", text="Restart the pool, then page the owner."))
+        kb.remove_doc("b")
+        kb.as_of(middle).retrieve("pool")
+        kb.rebuild()
+    assert writers.get("UPDATE") and writers.get("INSERT") and writers.get("DELETE"), (
+        f"the workload must write the memory tables every way, saw {writers}"
+    )
+    assert set().union(*writers.values()) == {"loom_memory"}

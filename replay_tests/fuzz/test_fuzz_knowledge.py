@@ -27,7 +27,7 @@ from loom_knowledge import (
     pack_paragraphs,
     passage_content,
 )
-from loom_knowledge.types import MAX_META_DEPTH
+from loom_knowledge.domain.types import MAX_META_DEPTH
 from loom_memory import MemoryEntry, entry_terms, tokenize
 from loom_runtime import FlowContext, FlowRegistry, Loom, LoomError
 

@@ -38,8 +38,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSQUERY
 from sqlalchemy.engine import make_url
 
-from loom_knowledge.corpus_index import TABLE_PREFIX
-from loom_knowledge.keys import corpus_key
+from loom_knowledge.corpus.corpus_index import TABLE_PREFIX
+from loom_knowledge.corpus.keys import corpus_key
 from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
 from loom_memory.entry import decode_entry
 from loom_memory.sql import SqlMemoryStore

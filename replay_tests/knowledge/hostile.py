@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 
 from loom_knowledge import Doc, ExtractiveModel, open_knowledge_base
-from loom_knowledge.answering import answer_from_corpus
+from loom_knowledge.models.answering import answer_from_corpus
 from loom_runtime import FlowContext, Loom
 
 CLEAR_SCREEN: Final = "\x1b[2J\x1b[H"

@@ -9,10 +9,10 @@ from freezegun import freeze_time
 from typer.testing import CliRunner
 
 from loom_knowledge import Doc, InvalidOptionError, KnowledgeBase, open_knowledge_base
-from loom_knowledge.knowledge_base import corpus_index
+from loom_knowledge.corpus.knowledge_base import corpus_index
 from loom_runtime import FlowContext, Loom
-from loom_runtime.cli import app
 from loom_runtime.projection import rebuild
+from loom_runtime.tools.cli import app
 
 
 @pytest.fixture

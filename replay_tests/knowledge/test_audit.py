@@ -12,11 +12,11 @@ from freezegun import freeze_time
 from typer.testing import CliRunner
 
 from loom_knowledge import Answer, Doc, ExtractiveModel, open_knowledge_base
-from loom_knowledge.answering import answer_from_corpus
-from loom_knowledge.audit import Audit, audit
-from loom_knowledge.audit_render import render_html, render_text
+from loom_knowledge.models.answering import answer_from_corpus
+from loom_knowledge.tools.audit import Audit, audit
+from loom_knowledge.tools.audit_render import render_html, render_text
 from loom_runtime import FlowContext, Loom
-from loom_runtime.cli import app
+from loom_runtime.tools.cli import app
 
 
 class LyingModel:

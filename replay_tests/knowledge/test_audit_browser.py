@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from loom_knowledge.audit import audit
-from loom_knowledge.audit_render import render_html
+from loom_knowledge.tools.audit import audit
+from loom_knowledge.tools.audit_render import render_html
 from loom_runtime import Loom
-from loom_runtime.display import visible
+from loom_runtime.tools.display import visible
 from replay_tests.knowledge.hostile import (
     CONTROL,
     DOC_ID,

@@ -120,7 +120,7 @@ def test_the_sync_command_says_what_it_did_not_follow(linked_folder: Path, db_ur
     """`loom knowledge sync` lists the skipped links and how to include them."""
     from typer.testing import CliRunner
 
-    from loom_runtime.cli import app
+    from loom_runtime.tools.cli import app
 
     args = ["knowledge", "sync", str(linked_folder), "--scope", "s", "--apply", "--db", db_url]
     result = CliRunner().invoke(app, args)

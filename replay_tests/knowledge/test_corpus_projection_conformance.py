@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from loom_knowledge import Doc, open_knowledge_base
-from loom_knowledge.corpus_index import CorpusIndex
+from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection_conformance import TrackedProjectionContract
 from replay_tests.conftest import fresh_postgres_database

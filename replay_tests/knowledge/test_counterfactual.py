@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from loom_knowledge import Doc, ExtractiveModel, open_knowledge_base
-from loom_knowledge.answering import answer_from_corpus
-from loom_knowledge.counterfactual import PassageRef, counterfactual, render_counterfactual
+from loom_knowledge.corpus.counterfactual import PassageRef, counterfactual, render_counterfactual
+from loom_knowledge.models.answering import answer_from_corpus
 from loom_runtime import FlowContext, Loom
 
 

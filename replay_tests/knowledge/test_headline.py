@@ -11,8 +11,10 @@ import pytest
 from sqlalchemy import inspect
 
 from loom_knowledge import ExtractiveModel, encode_request
-from loom_knowledge.answering import answer_from_corpus
-from loom_knowledge.demo import (
+from loom_knowledge.corpus.knowledge_base import drop_corpus, open_knowledge_base
+from loom_knowledge.domain.grounding import GroundedRequest
+from loom_knowledge.models.answering import answer_from_corpus
+from loom_knowledge.tools.demo import (
     FLOW,
     QUESTION,
     corpus_state,
@@ -20,8 +22,6 @@ from loom_knowledge.demo import (
     replay_in_fresh_process,
     write_source_folder,
 )
-from loom_knowledge.grounding import GroundedRequest
-from loom_knowledge.knowledge_base import drop_corpus, open_knowledge_base
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom, codec
 
 pytestmark = pytest.mark.slow

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from loom_knowledge import Doc, KnowledgeBase, Passage, open_knowledge_base
-from loom_knowledge.corpus_files import load_runbooks
-from loom_knowledge.corpus_index import TABLE_PREFIX
-from loom_knowledge.demo import QUESTION, REVISED_DOC, REVISION_NOTE
+from loom_knowledge import Doc, KnowledgeBase, Passage, load_runbooks, open_knowledge_base
+from loom_knowledge.corpus.corpus_index import TABLE_PREFIX
+from loom_knowledge.tools.demo import QUESTION, REVISED_DOC, REVISION_NOTE
 from loom_runtime import Loom
 
 _CORPORA = (

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import Loom
-from loom_runtime.cli import app, console
-from loom_runtime.display import visible
+from loom_runtime.tools.cli import app, console
+from loom_runtime.tools.display import visible
 from replay_tests.knowledge.hostile import CONTROL, DOC_ID, MARKUP, record_hostile_execution
 
 

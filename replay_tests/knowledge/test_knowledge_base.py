@@ -27,8 +27,8 @@ from loom_knowledge import (
     pack_paragraphs,
     parse_passage_id,
 )
-from loom_knowledge.keys import corpus_key, retrieve_key
-from loom_knowledge.knowledge_base import corpus_index
+from loom_knowledge.corpus.keys import corpus_key, retrieve_key
+from loom_knowledge.corpus.knowledge_base import corpus_index
 from loom_memory import MemoryEntry
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom
 from replay_tests.knowledge.corpus_tables import (
@@ -223,7 +223,7 @@ def test_each_loom_has_its_own_scopes_and_index_closed_with_it(db_url: str) -> N
         assert corpus_index(first) is not corpus_index(second)
         runbooks.put_doc(Doc(id="disk", text="full"))
         assert [d.id for d in open_knowledge_base(second, "runbooks").list_docs()] == ["disk"]
-    assert first.services.peek("loom_knowledge.corpus_index") is None
+    assert first.services.peek("loom_knowledge.corpus.corpus_index") is None
     assert first.services.peek("loom_knowledge.open_scopes") is None
 
 

@@ -19,7 +19,7 @@ from loom_knowledge import (
     pack_paragraphs,
     to_passages,
 )
-from loom_knowledge.model import NO_ANSWER
+from loom_knowledge.models.model import NO_ANSWER
 
 PASSAGES = [
     Passage(doc_id="dns.md", index=0, text="Check CoreDNS pods. Lower TTLs.", revision=1),

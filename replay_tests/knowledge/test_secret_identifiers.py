@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from loom_knowledge import Doc, KnowledgeError, open_knowledge_base
-from loom_knowledge import events as knowledge_events
+from loom_knowledge.corpus import events as knowledge_events
 from loom_memory import EventSourcedMemory, MemoryEntry, MemoryStoreError
 from loom_memory import events as memory_events
 from loom_runtime import FlowContext, LogEvent, Loom, SecretIdentifierError

@@ -39,7 +39,7 @@ from sqlalchemy import (
     text,
 )
 
-from loom_knowledge.knowledge_base import drop_corpus
+from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_runtime import Loom, codec
 from loom_runtime.execution import Execution
 from loom_runtime.projection import SQLProjection, catch_up, rebuild

@@ -25,7 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from loom_knowledge import Doc, KnowledgeBase, open_knowledge_base, pack_paragraphs
-from loom_knowledge.events import CorpusReconciled, DocumentWritten
+from loom_knowledge.corpus.events import CorpusReconciled, DocumentWritten
 from loom_memory import EventSourcedMemory, MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
 from loom_memory.events import MemoryAppended
 from loom_runtime import Loom, verify_log

@@ -37,10 +37,12 @@ class Hook(msgspec.Struct, frozen=True):
 
 POINTS: Final[dict[str, Hook]] = {
     # put_doc and sync: deciding, and appending the decision to the corpus stream
-    "put_doc.enter": Hook("loom_knowledge.knowledge_base:KnowledgeBase", "put_doc", "before"),
-    "sync.enter": Hook("loom_knowledge.knowledge_base:KnowledgeBase", "sync", "before"),
-    "chunker": Hook("loom_knowledge.chunking:ParagraphPacker", "__call__", "before"),
-    "reconcile": Hook("loom_knowledge.knowledge_base", "reconcile", "before"),
+    "put_doc.enter": Hook(
+        "loom_knowledge.corpus.knowledge_base:KnowledgeBase", "put_doc", "before"
+    ),
+    "sync.enter": Hook("loom_knowledge.corpus.knowledge_base:KnowledgeBase", "sync", "before"),
+    "chunker": Hook("loom_knowledge.domain.chunking:ParagraphPacker", "__call__", "before"),
+    "reconcile": Hook("loom_knowledge.corpus.knowledge_base", "reconcile", "before"),
     "stream.append.before": Hook(
         "loom_runtime.storage.application:EventsourcingLog", "append", "before"
     ),
@@ -49,19 +51,21 @@ POINTS: Final[dict[str, Hook]] = {
     ),
     # projection catch-up: entering, inside a page's transaction, around the tracking write,
     # and between pages (after one page committed, before the next is read)
-    "catch_up.enter": Hook("loom_knowledge.knowledge_base", "catch_up", "before"),
+    "catch_up.enter": Hook("loom_knowledge.corpus.knowledge_base", "catch_up", "before"),
     "page.before": Hook("loom_runtime.projection:SQLProjection", "apply", "before"),
     "page.committed": Hook("loom_runtime.projection:SQLProjection", "apply", "after"),
-    "handle.before": Hook("loom_knowledge.corpus_index:CorpusIndex", "handle", "before"),
-    "handle.after": Hook("loom_knowledge.corpus_index:CorpusIndex", "handle", "after"),
+    "handle.before": Hook("loom_knowledge.corpus.corpus_index:CorpusIndex", "handle", "before"),
+    "handle.after": Hook("loom_knowledge.corpus.corpus_index:CorpusIndex", "handle", "after"),
     "tracking.before": Hook("loom_runtime.projection:SQLProjection", "_set_position", "before"),
     "tracking.after": Hook("loom_runtime.projection:SQLProjection", "_set_position", "after"),
     "store.append": Hook("loom_memory.sql:SqlMemoryStore", "append", "before"),
     # ending a superseded or removed revision (its passages leave the live index here)
     "end_revision.before": Hook(
-        "loom_knowledge.corpus_index:CorpusIndex", "_end_revision", "before"
+        "loom_knowledge.corpus.corpus_index:CorpusIndex", "_end_revision", "before"
     ),
-    "end_revision.after": Hook("loom_knowledge.corpus_index:CorpusIndex", "_end_revision", "after"),
+    "end_revision.after": Hook(
+        "loom_knowledge.corpus.corpus_index:CorpusIndex", "_end_revision", "after"
+    ),
     # decide: before compute (the log was asked and had no answer), after compute before
     # the append (and after encoding), after the append before the flow sees the value
     "decide.before_compute": Hook("loom_runtime.context:Recorder", "lookup", "after"),

@@ -68,7 +68,7 @@ from reliability_workload import (
     run_one,
 )
 
-import loom_knowledge.knowledge_base
+import loom_knowledge.corpus.knowledge_base
 from loom_runtime import Loom, RetryPolicy
 from loom_runtime.projection import catch_up
 from loom_runtime.retry import DEFAULT_RETRY
@@ -111,7 +111,7 @@ def tail(loom: Loom, name: str, stop: Path) -> dict[str, int]:
 
 
 def crash(loom: Loom, scenario: str, spec: str) -> dict[str, Any]:
-    knowledge_base_module: Any = loom_knowledge.knowledge_base
+    knowledge_base_module: Any = loom_knowledge.corpus.knowledge_base
     knowledge_base_module.catch_up = functools.partial(catch_up, page_size=CRASH_PAGE_SIZE)
     if spec == "count":
         hits = count_hits()

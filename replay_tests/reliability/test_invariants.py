@@ -24,7 +24,7 @@ from reliability_worker import run
 from reliability_workload import SCENARIOS, knowledge_base, register_flows
 from sqlalchemy import text
 
-from loom_knowledge.corpus_index import CorpusIndex
+from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_runtime import Loom
 from loom_runtime.context import Recorder
 from loom_runtime.projection import catch_up

@@ -36,7 +36,7 @@ def test_the_cli_reports_it_in_one_line_with_exit_2() -> None:
     """`loom executions list --db <missing database>`: the reason, no traceback."""
     from typer.testing import CliRunner
 
-    from loom_runtime.cli import app
+    from loom_runtime.tools.cli import app
 
     url = make_url(PG_URL).set(database="loom_no_such_database")
     result = CliRunner().invoke(

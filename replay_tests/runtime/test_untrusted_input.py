@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
 from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
-from loom_runtime.cli import app
 from loom_runtime.context import rebuild_error
 from loom_runtime.errors import (
     BundleFormatError,
@@ -32,6 +31,7 @@ from loom_runtime.errors import (
     RecordedComputeError,
 )
 from loom_runtime.execution import Decision, Execution
+from loom_runtime.tools.cli import app
 
 flows = FlowRegistry()
 REPLAYED_OUTPUT: dict[str, object] = {}

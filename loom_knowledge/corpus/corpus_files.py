@@ -1,4 +1,4 @@
-"""Documents from a directory of text files, and the runbooks ``loom demo`` ships with.
+"""Documents from a directory of text files.
 
 A directory is the simplest source a corpus is synced from (a docs folder, a wiki export), so
 the mapping is fixed and predictable: one file, one document; the id is the file's path
@@ -18,14 +18,13 @@ would block the read) are skipped too.
 from __future__ import annotations
 
 import re
-from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import msgspec
 
+from loom_knowledge.domain.types import Doc
 from loom_knowledge.errors import InvalidDocumentError
-from loom_knowledge.types import Doc
 
 SUFFIXES = (".md", ".txt")
 """The file types read as documents; anything else in the directory is ignored."""
@@ -118,8 +117,3 @@ def scan_docs(directory: Traversable, *, follow_external_links: bool = False) ->
 def load_docs(directory: Traversable, *, follow_external_links: bool = False) -> list[Doc]:
     """The documents of :func:`scan_docs` (links out of the root are not followed)."""
     return scan_docs(directory, follow_external_links=follow_external_links).docs
-
-
-def load_runbooks() -> list[Doc]:
-    """The incident runbooks shipped in ``loom_knowledge/runbooks`` (the demo corpus)."""
-    return load_docs(files("loom_knowledge") / "runbooks")

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import UngroundedCitationError
-from loom_knowledge.types import Passage
 
 
 class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):

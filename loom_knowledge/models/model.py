@@ -3,7 +3,7 @@
 The seam is a one-method protocol so a flow can be written, tested and replayed against
 :class:`ExtractiveModel` (offline, deterministic, no keys) and pointed at a real provider later
 without changing. The answer carries its citations as data, which is what lets
-:func:`~loom_knowledge.citations.assert_grounded` check them.
+:func:`~loom_knowledge.domain.citations.assert_grounded` check them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Final, Protocol
 
 import msgspec
 
+from loom_knowledge.domain.grounding import GroundedRequest, unfence
 from loom_knowledge.errors import InvalidOptionError
-from loom_knowledge.grounding import GroundedRequest, unfence
 
 NO_ANSWER: Final = "The provided passages do not answer this question."
 

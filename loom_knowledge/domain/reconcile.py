@@ -23,14 +23,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from loom_knowledge.domain.fingerprint import DEFAULT_FINGERPRINTER, Fingerprinter
+from loom_knowledge.domain.types import Doc, DocRecord, PlannedWrite, SyncPlan
 from loom_knowledge.errors import (
     DuplicateDocumentError,
     InvalidOptionError,
     MassDeleteRefusedError,
     SourceConflictError,
 )
-from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER, Fingerprinter
-from loom_knowledge.types import Doc, DocRecord, PlannedWrite, SyncPlan
 
 DEFAULT_MAX_REMOVAL_FRACTION: Final = 0.5
 """A reconcile may remove at most half of a source's documents without an override.

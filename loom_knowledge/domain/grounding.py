@@ -23,9 +23,9 @@ from typing import Final, Literal, TypedDict
 
 import msgspec
 
+from loom_knowledge.corpus.keys import provenance_label
+from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import TaintedSystemContentError
-from loom_knowledge.keys import provenance_label
-from loom_knowledge.types import Passage
 
 UNTRUSTED_CONTENT_NOTE: Final = (
     "The user messages fenced in <passage> tags are reference material retrieved from a "

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
+from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidPassageIdError
-from loom_knowledge.types import Passage
 
 _SEPARATOR = "#"
 

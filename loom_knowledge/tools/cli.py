@@ -18,9 +18,10 @@ import msgspec
 import typer
 from rich.table import Table
 
-from loom_knowledge.corpus_files import scan_docs
+from loom_knowledge.corpus.corpus_files import scan_docs
 from loom_knowledge.errors import KnowledgeError
-from loom_runtime.cli import (
+from loom_runtime import ExecutionNotFoundError, FlowNotFoundError, LoomError
+from loom_runtime.tools.cli import (
     DbOption,
     FlowsOption,
     console,
@@ -29,11 +30,10 @@ from loom_runtime.cli import (
     open_loom,
     open_with_flows,
 )
-from loom_runtime.display import visible
-from loom_runtime.errors import ExecutionNotFoundError, FlowNotFoundError, LoomError
+from loom_runtime.tools.display import visible
 
 if TYPE_CHECKING:
-    from loom_knowledge.types import Passage, SyncResult
+    from loom_knowledge.domain.types import Passage, SyncResult
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -53,7 +53,7 @@ DemoDbOption = Annotated[
 def demo(db: DemoDbOption = None) -> None:
     """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
     rebuild it from the log. In a new temporary database unless --db is given."""
-    from loom_knowledge.demo import demo_database, run_demo
+    from loom_knowledge.tools.demo import demo_database, run_demo
 
     with open_loom(db or demo_database()) as loom:
         try:
@@ -72,8 +72,8 @@ def audit_command(
     db: DbOption = None,
 ) -> None:
     """What the agent knew: passages (and what became of them), request, answer, citations."""
-    from loom_knowledge.audit import audit
-    from loom_knowledge.audit_render import render_html, render_text
+    from loom_knowledge.tools.audit import audit
+    from loom_knowledge.tools.audit_render import render_html, render_text
 
     with open_loom(db) as loom:
         try:
@@ -117,7 +117,7 @@ def sync_command(
     stays in the append-only log for good, and a stray link to /etc would put /etc there.
     The flag is for a docs folder that links a shared checkout on purpose.
     """
-    from loom_knowledge.knowledge_base import open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=2)
@@ -148,7 +148,7 @@ def sync_command(
 @knowledge_app.command("list")
 def list_command(scope: ScopeOption, db: DbOption = None) -> None:
     """The live documents of SCOPE with their revisions."""
-    from loom_knowledge.knowledge_base import open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
         records = open_knowledge_base(loom, scope).list_docs()
@@ -173,7 +173,7 @@ def search_command(
     db: DbOption = None,
 ) -> None:
     """Search SCOPE now. NOT recorded: a flow must use kb.retrieve(..., decide=ctx.decide)."""
-    from loom_knowledge.knowledge_base import open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
         try:
@@ -193,7 +193,7 @@ def as_of_command(
     db: DbOption = None,
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
-    from loom_knowledge.knowledge_base import open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     try:
         moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
@@ -225,7 +225,7 @@ def counterfactual_command(
 
     Exit 0 if nothing would change, 1 if something would (passages, request, citations).
     """
-    from loom_knowledge.counterfactual import counterfactual, render_counterfactual
+    from loom_knowledge.corpus.counterfactual import counterfactual, render_counterfactual
 
     with open_with_flows(db, flows) as loom:
         try:
@@ -249,7 +249,7 @@ def _print_sync(result: SyncResult, *, applied: bool) -> None:
 
 def _print_passages(passages: list[Passage]) -> None:
     """One line per passage: its id, revision and the start of its text, all inert."""
-    from loom_knowledge.audit_render import flat
+    from loom_knowledge.tools.audit_render import flat
 
     for passage in passages:
         doc_id = visible(passage.doc_id, one_line=True)

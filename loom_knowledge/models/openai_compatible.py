@@ -1,4 +1,4 @@
-"""A :class:`~loom_knowledge.model.Model` over any OpenAI-compatible chat-completions endpoint.
+"""A :class:`~loom_knowledge.models.model.Model` over any OpenAI-compatible chat endpoint.
 
 Standard library HTTP on purpose: the request shape is three fields, and an SDK would add a
 dependency (and its retries and timeouts) to every install for a call loom records anyway. Use
@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import msgspec
 
+from loom_knowledge.domain.grounding import GroundedRequest, to_openai_messages
 from loom_knowledge.errors import ModelResponseError, ModelUnavailableError
-from loom_knowledge.grounding import GroundedRequest, to_openai_messages
-from loom_knowledge.model import Answer
+from loom_knowledge.models.model import Answer
 
 REPLY_FORMAT: Final = (
     'Reply with one JSON object: {"answer": "<your answer>", "cited_doc_ids": '

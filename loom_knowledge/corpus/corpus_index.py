@@ -48,13 +48,17 @@ from sqlalchemy import (
     update,
 )
 
+from loom_knowledge.corpus.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
+from loom_knowledge.corpus.keys import corpus_key, provenance_label
+from loom_knowledge.domain.passage_entry import (
+    PassageContent,
+    format_passage_id,
+    passage_from_entry,
+)
+from loom_knowledge.domain.types import DocRecord, Passage
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
-from loom_knowledge.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
-from loom_knowledge.keys import corpus_key, provenance_label
-from loom_knowledge.passage_entry import PassageContent, format_passage_id, passage_from_entry
-from loom_knowledge.types import DocRecord, Passage
 from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore
-from loom_runtime.projection import SQLProjection, tracking_table
+from loom_runtime import SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits

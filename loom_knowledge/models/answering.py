@@ -15,11 +15,11 @@ from typing import Any, Final
 
 import msgspec
 
-from loom_knowledge.citations import CitationCheck, check_citations
-from loom_knowledge.grounding import GroundedRequest, grounded_request
-from loom_knowledge.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
-from loom_knowledge.model import Answer, Model
-from loom_knowledge.types import Passage
+from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.domain.citations import CitationCheck, check_citations
+from loom_knowledge.domain.grounding import GroundedRequest, grounded_request
+from loom_knowledge.domain.types import Passage
+from loom_knowledge.models.model import Answer, Model
 
 DEFAULT_INSTRUCTIONS: Final = (
     "You are an on-call assistant. Answer the operator's question from the runbook passages "

@@ -1,7 +1,7 @@
 """``KnowledgeBase``: a mutable corpus whose every change is an event in the log.
 
 A corpus is written by appending events to its scope's stream (``knowledge:<scope>``) and read
-from :class:`~loom_knowledge.corpus_index.CorpusIndex`, a tracked projection of those events.
+from :class:`~loom_knowledge.corpus.corpus_index.CorpusIndex`, a tracked projection of those events.
 Deleting every index table loses nothing: the next read rebuilds it from the log.
 
 Writers follow one pattern: read the stream's version, bring the projection up to date, decide
@@ -22,24 +22,29 @@ from datetime import datetime
 from typing import Final, TypeVar
 from uuid import UUID
 
-from loom_knowledge.chunking import Chunker, pack_paragraphs
-from loom_knowledge.corpus_index import CorpusIndex
+from loom_knowledge.corpus.corpus_index import CorpusIndex
+from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+from loom_knowledge.corpus.keys import retrieve_key, stream_name
+from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
+from loom_knowledge.domain.fingerprint import DEFAULT_FINGERPRINTER
+from loom_knowledge.domain.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
+from loom_knowledge.domain.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_knowledge.errors import (
     CorpusIdentifierSecretError,
     InvalidArgumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
 )
-from loom_knowledge.events import CorpusReconciled, DocumentRemoved, DocumentWritten
-from loom_knowledge.fingerprint import DEFAULT_FINGERPRINTER
-from loom_knowledge.keys import retrieve_key, stream_name
-from loom_knowledge.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
-from loom_runtime import EventLog, Loom
-from loom_runtime.projection import catch_up, rebuild
-from loom_runtime.storable import text_problem
-from loom_runtime.stream import Change, stream_id
-from loom_runtime.timeline import position_at
+from loom_runtime import (
+    Change,
+    EventLog,
+    Loom,
+    catch_up,
+    position_at,
+    rebuild,
+    stream_id,
+    text_problem,
+)
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -212,7 +217,7 @@ class KnowledgeBase:
             )
         # The query is the decision's input, never its key: the log redacts it there (a
         # question quoting a password is retrieved, not refused), and a replay asked another
-        # question reports the changed input with a diff (loom_knowledge.keys).
+        # question reports the changed input with a diff (loom_knowledge.corpus.keys).
         return decide(
             retrieve_key(self.scope),
             lambda: self.search(query, limit=limit),
@@ -335,7 +340,7 @@ class KnowledgeBase:
         )
 
 
-_CORPUS_SERVICE: Final = "loom_knowledge.corpus_index"
+_CORPUS_SERVICE: Final = "loom_knowledge.corpus.corpus_index"
 _SCOPES_SERVICE: Final = "loom_knowledge.open_scopes"
 
 

@@ -19,7 +19,7 @@ from typing import Final
 
 import msgspec
 
-from loom_knowledge.types import Doc
+from loom_knowledge.domain.types import Doc
 
 FINGERPRINT_ALGORITHM: Final = "sha256/msgspec-json-sorted/v1"
 """The name recorded with every fingerprint :func:`fingerprint` produces. Bump it with any

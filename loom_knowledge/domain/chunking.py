@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidOptionError
-from loom_knowledge.types import Doc, Passage
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")

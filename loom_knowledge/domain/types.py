@@ -13,8 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from loom_knowledge.errors import InvalidDocumentError
-from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
-from loom_runtime.storable import json_problem, text_problem
+from loom_runtime import MAX_DATA_DEPTH, json_problem, text_problem, too_deep
 
 MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
 """How deeply a document's meta may nest: the index stores meta one level down, inside a

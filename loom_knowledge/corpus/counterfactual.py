@@ -14,8 +14,8 @@ from uuid import UUID
 
 import msgspec
 
-from loom_knowledge.model import Answer
-from loom_knowledge.types import Passage
+from loom_knowledge.domain.types import Passage
+from loom_knowledge.models.model import Answer
 from loom_runtime import DecisionInputChangedError, Loom, codec
 
 

@@ -7,7 +7,7 @@ still current, or was it superseded or removed since, and when?). Nothing is rec
 audit of an execution is the same tomorrow, whatever happens to the corpus.
 
 :func:`audit` returns a typed :class:`Audit`; ``msgspec.json.encode`` and the renderers in
-:mod:`loom_knowledge.audit_render` (text, one self-contained HTML page) present it.
+:mod:`loom_knowledge.tools.audit_render` (text, one self-contained HTML page) present it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ from uuid import UUID
 
 import msgspec
 
-from loom_knowledge.citations import CitationCheck, check_citations
-from loom_knowledge.corpus_index import CorpusIndex
-from loom_knowledge.grounding import GroundedRequest
-from loom_knowledge.knowledge_base import corpus_index
-from loom_knowledge.model import Answer
-from loom_knowledge.types import Passage
-from loom_runtime import Execution, Loom, codec
-from loom_runtime.execution import Decision
-from loom_runtime.projection import catch_up
+from loom_knowledge.corpus.corpus_index import CorpusIndex
+from loom_knowledge.corpus.knowledge_base import corpus_index
+from loom_knowledge.domain.citations import CitationCheck, check_citations
+from loom_knowledge.domain.grounding import GroundedRequest
+from loom_knowledge.domain.types import Passage
+from loom_knowledge.models.model import Answer
+from loom_runtime import Decision, Execution, Loom, catch_up, codec
 
 Status = Literal["current", "superseded", "removed", "unknown"]
 

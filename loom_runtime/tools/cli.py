@@ -26,7 +26,6 @@ from rich.table import Table
 from rich.text import Text
 
 from loom_runtime import codec
-from loom_runtime.display import visible
 from loom_runtime.errors import (
     BundleError,
     ConfigurationError,
@@ -39,6 +38,7 @@ from loom_runtime.errors import (
     NotSerialisableError,
 )
 from loom_runtime.flow import load_flows
+from loom_runtime.tools.display import visible
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -117,7 +117,7 @@ def inert(text: str, *, one_line: bool = False) -> Text:
 
     Rich parses a plain ``str`` for markup (``[link=...]`` makes a hyperlink, a stray ``[/]``
     crashes the print) and emoji codes; ``Text`` is never parsed. Control, bidi and
-    zero-width characters are shown as ``<U+XXXX>`` (:func:`~loom_runtime.display.visible`).
+    zero-width characters are shown as ``<U+XXXX>`` (:func:`~loom_runtime.tools.display.visible`).
     Every value from the log that a command prints goes through here.
     """
     return Text(visible(text, one_line=one_line))
@@ -396,10 +396,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # ``python -m loom_runtime.cli`` runs this file as ``__main__``, a second copy of the module.
-    # The command packages import ``loom_runtime.cli`` and register on ITS app (registering from
-    # this copy would re-enter them half-imported), so run the real module.
-    from loom_runtime.cli import main as _real_main
+    # ``python -m loom_runtime.tools.cli`` runs this file as ``__main__``, a second copy of the
+    # module. The command packages import ``loom_runtime.tools.cli`` and register on ITS app
+    # (registering from this copy would re-enter them half-imported), so run the real module.
+    from loom_runtime.tools.cli import main as _real_main
 
     _real_main()
 else:

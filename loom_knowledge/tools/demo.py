@@ -8,7 +8,7 @@
 5. replay the execution in a FRESH process: identical request and citations;
 6. rebuild the corpus from the log alone: equal to the original, passage for passage.
 
-``python -m loom_knowledge.demo replay --db URL --scope SCOPE ID`` is step 5's fresh process.
+``python -m loom_knowledge.tools.demo replay --db URL --scope SCOPE ID`` is step 5's fresh process.
 
 The demo never touches a database it did not create. By default it writes a new SQLite file
 of its own in a temporary folder (NOT ``./loom.db``, NOT ``LOOM_DB_URL``): a user who followed
@@ -28,17 +28,24 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
 from uuid import uuid4
 
-from loom_knowledge.answering import answer_from_corpus
-from loom_knowledge.corpus_files import load_docs, load_runbooks
-from loom_knowledge.grounding import encode_request
-from loom_knowledge.knowledge_base import drop_corpus, open_knowledge_base
-from loom_knowledge.model import ExtractiveModel
-from loom_knowledge.types import Doc, Passage
+from loom_knowledge.corpus.corpus_files import load_docs
+from loom_knowledge.corpus.knowledge_base import drop_corpus, open_knowledge_base
+from loom_knowledge.domain.grounding import encode_request
+from loom_knowledge.domain.types import Doc, Passage
+from loom_knowledge.models.answering import answer_from_corpus
+from loom_knowledge.models.model import ExtractiveModel
 from loom_runtime import FlowContext, Loom
+
+
+def load_runbooks() -> list[Doc]:
+    """The incident runbooks shipped in ``loom_knowledge/tools/runbooks`` (the demo corpus)."""
+    return load_docs(files("loom_knowledge.tools") / "runbooks")
+
 
 SCOPE: Final = "runbooks"
 FLOW: Final = "incident-answer"
@@ -191,7 +198,7 @@ def replay_in_fresh_process(
         [
             sys.executable,
             "-m",
-            "loom_knowledge.demo",
+            "loom_knowledge.tools.demo",
             "replay",
             "--db",
             db_url,
@@ -214,7 +221,7 @@ def _replay_main(argv: list[str]) -> int:
     """Entry of the fresh replay process: register the flow, replay, print a JSON report."""
     if len(argv) != 6 or argv[0] != "replay" or argv[1] != "--db" or argv[3] != "--scope":
         print(
-            "usage: python -m loom_knowledge.demo replay --db URL --scope SCOPE EXECUTION_ID",
+            "usage: python -m loom_knowledge.tools.demo replay --db URL --scope SCOPE EXECUTION_ID",
             file=sys.stderr,
         )
         return 2

@@ -1,11 +1,11 @@
-"""Presenting an :class:`~loom_knowledge.audit.Audit`: plain text for a terminal, and one
+"""Presenting an :class:`~loom_knowledge.tools.audit.Audit`: plain text for a terminal, and one
 self-contained HTML page (inline CSS, no scripts, no external assets) that reads as a
 timeline: start, each retrieval with what became of its passages, each model call with the
 exact request and the citation check, the outcome.
 
 Every string in an audit comes from the log, so both renderings are inert: control, bidi and
-zero-width characters are shown as ``<U+XXXX>`` (:func:`loom_runtime.display.visible`), and the
-HTML escapes every value through :func:`_h` (a planted ``<script>`` is text, not a script).
+zero-width characters are shown as ``<U+XXXX>`` (:func:`loom_runtime.tools.display.visible`),
+and the HTML escapes every value through :func:`_h` (a planted ``<script>`` is text, not a script).
 The page also carries a Content-Security-Policy that allows its inline style and nothing
 else, so a value that ever escaped escaping still could not run a script or load anything.
 """
@@ -18,14 +18,14 @@ from string import Template
 
 import msgspec
 
-from loom_knowledge.audit import (
+from loom_knowledge.tools.audit import (
     Audit,
     AuditedDecision,
     AuditedModelCall,
     AuditedPassage,
     AuditedRetrieval,
 )
-from loom_runtime.display import visible
+from loom_runtime.tools.display import visible
 
 
 def render_text(report: Audit) -> str:
@@ -81,7 +81,9 @@ def render_html(report: Audit) -> str:
         else f"output <code>{_h(flat(report.output, 600))}</code>"
     )
     items.append(_card(f"Outcome: {report.status}", outcome, "end"))
-    page = Template(files("loom_knowledge").joinpath("templates/audit.html").read_text("utf-8"))
+    page = Template(
+        files("loom_knowledge.tools").joinpath("templates/audit.html").read_text("utf-8")
+    )
     return page.substitute(
         title=_h(f"Audit of {report.flow} {report.execution_id}"),
         heading=_h(f"{report.flow}: execution {report.execution_id}"),
