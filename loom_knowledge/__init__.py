@@ -88,6 +88,7 @@ if TYPE_CHECKING:
         TaintedSystemContentError,
         UngroundedCitationError,
     )
+    from loom_knowledge.models.answering import answer_from_corpus
     from loom_knowledge.models.model import Answer, ExtractiveModel, Model
     from loom_knowledge.models.openai_compatible import OpenAICompatibleModel
     from loom_knowledge.tools.demo import load_runbooks
@@ -134,6 +135,7 @@ __all__ = [
     "SyncResult",
     "TaintedSystemContentError",
     "UngroundedCitationError",
+    "answer_from_corpus",
     "assert_grounded",
     "check_citations",
     "encode_request",
@@ -159,6 +161,7 @@ __all__ = [
 # Where each public name lives, imported on first use (PEP 562) so that importing the
 # package costs nothing until a name is used.
 _EXPORTS = {
+    "answer_from_corpus": "loom_knowledge.models.answering",
     "reconcile": "loom_knowledge.domain.reconcile",
     "fingerprint": "loom_knowledge.domain.fingerprint",
     "Answer": "loom_knowledge.models.model",
