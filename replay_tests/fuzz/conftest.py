@@ -1,4 +1,4 @@
-"""Hypothesis settings for the bad-input fuzz tests (issue 6, requirement 7).
+"""Hypothesis settings for the bad-input fuzz tests.
 
 One profile, ``loom-fuzz``, that every test here names explicitly (``settings.get_profile``)
 instead of loading it globally, so the rest of the suite keeps Hypothesis' own defaults:

@@ -1,6 +1,6 @@
 """Bad bundle bytes, fuzzed: arbitrary bytes, truncations and single-byte flips of real bundles.
 
-The property (issue 6, requirement 7): ``Loom.replay_bundle`` either replays or raises a
+The property: ``Loom.replay_bundle`` either replays or raises a
 ``BundleError`` subclass, never another exception. A real bundle carries a sha256 of its
 content, so a truncated or altered one must be refused; the only alterations allowed through
 are those that decode to exactly the same bundle (an equivalent re-encoding is the same

@@ -1,6 +1,6 @@
 """Bad input to a KnowledgeBase, fuzzed: documents, ids, meta, sources and queries.
 
-The property (issue 6, requirement 7): every call either succeeds and the document
+The property: every call either succeeds and the document
 round-trips (listed, its passages are what the chunker cut, a word only it has finds it), or
 raises a subclass of ``LoomError`` having written NOTHING: the log position and the corpus
 (``list_docs`` + ``passages``) are exactly what they were before the call.

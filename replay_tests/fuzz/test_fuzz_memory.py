@@ -1,6 +1,6 @@
 """Bad memory entries, fuzzed: content, ids, roles, origins and keys of any kind.
 
-The property (issue 6, requirement 7): ``append`` on every store either stores the batch so
+The property: ``append`` on every store either stores the batch so
 that ``read`` returns what was there plus exactly these entries, or raises a ``loom_memory``
 error (all ``LoomError``) having written NOTHING: ``read`` returns what it returned before, and
 an event-sourced memory's log position did not move.

@@ -1,6 +1,6 @@
 """Bad decision keys and values, fuzzed.
 
-The property (issue 6, requirement 7): ``ctx.decide(key, compute)`` with any key and any value
+The property: ``ctx.decide(key, compute)`` with any key and any value
 either records the decision and a replay reproduces it identically, or raises a ``LoomError``
 (``DecisionKeyError`` for a key, ``NotSerialisableError`` whose ``path`` names the offending
 field for a value) with NOTHING recorded for that decision: the execution is still readable,

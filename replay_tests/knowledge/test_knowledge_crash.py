@@ -1,10 +1,11 @@
-"""The seed's crash test, against the corpus as a projection: a failed ingest or sync converges.
+"""A failed ingest or sync converges: the crash test of a two-phase manifest, against the
+corpus as a projection (ADR 0010).
 
-The seed (ADR 0091, D2) needed an append-only manifest and a two-phase ``committed`` flag
-because its manifest row and its passages were separate writes. Here the events are appended
-first, in one transaction, and the projection writes rows and its position in another, so a
-failure can only leave the rows BEHIND the log, never half-way. These tests break ingest where
-the seed's broke (a store raising mid-ingest, a process SIGKILLed mid-sync) and check, by
+A design whose manifest row and passages are separate writes needs an append-only manifest and
+a two-phase ``committed`` flag. Here the events are appended first, in one transaction, and the
+projection writes rows and its position in another, so a failure can only leave the rows BEHIND
+the log, never half-way. These tests break ingest where such a design breaks (a store raising
+mid-ingest, a process SIGKILLed mid-sync) and check, by
 reading the tables raw (``corpus_tables``: no Loom, so no catch-up, and the search index without
 a join), on SQLite and on PostgreSQL alike, that:
 

@@ -1,7 +1,8 @@
 """TieredMemory: TTL and size eviction that never loses a scope, and recall recorded by decide.
 
 Which verbs a rewrite or a search called is invisible in the resulting entries, so these tests
-record every store call and assert on them (the seed's evictionRewrite lesson).
+record every store call and assert on them (ADR 0009: an eviction rewrite that clears a scope
+and re-appends it must never lose the scope).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 6, "Crashes": SIGKILL a real worker at every catalogued point, restart, check.
+"""Crashes: SIGKILL a real worker at every catalogued point, restart, check.
 
 For each kill point of :data:`reliability_faults.CATALOGUE` (put_doc, sync, projection
 catch-up, decide, completion) a fresh worker arms the point and runs its scenario on a fresh
@@ -150,7 +150,7 @@ def test_a_worker_killed_here_leaves_a_log_a_restart_recovers(
 
 
 def test_the_catalogue_has_enough_distinct_points_in_every_area() -> None:
-    """At least 50 distinct kill points, spread over the five areas the issue names."""
+    """At least 50 distinct kill points, spread over the five areas of the catalogue."""
     assert len({kill.id for kill in CATALOGUE}) == len(CATALOGUE) >= 50
     areas = {kill.area for kill in CATALOGUE}
     assert areas == {"put_doc", "sync", "projection", "decide", "completion"}

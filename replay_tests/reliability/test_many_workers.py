@@ -1,4 +1,4 @@
-"""Issue 6, "Many workers": real processes recording, syncing and projecting at once.
+"""Many workers: real processes recording, syncing and projecting at once.
 
 Eight recorders on PostgreSQL (four on SQLite) each run twenty executions, half of them
 ``pipeline`` (whose recorded retrieval catches the corpus projection up from inside a decide,

@@ -1,4 +1,4 @@
-"""Record, kill, resume and replay in real, separate Python processes (issue 2, "Tests").
+"""Record, kill, resume and replay in real, separate Python processes.
 
 Every test drives ``flows_for_processes.py`` in fresh interpreters (``sys.executable``), so
 nothing is shared with the recording process but the SQLite file: no registered flow, no

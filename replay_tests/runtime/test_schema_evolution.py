@@ -1,4 +1,4 @@
-"""Requirement 8: an event class that gained a field and renamed another still reads old rows.
+"""An event class that gained a field and renamed another still reads old rows.
 
 The old rows are real: a separate Python process, running the *old* class definitions, writes
 them through the log. This process then reads them with the *new* class through the same log
