@@ -8,6 +8,7 @@ if it is ever called (:class:`Unreachable`).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import sqlite3
@@ -68,9 +69,11 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def _reply(self, body: bytes, content_type: str = "application/json") -> None:
+        def _reply(self, body: bytes, *, encoding: str | None = None) -> None:
             self.send_response(200)
-            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Type", "application/json")
+            if encoding is not None:
+                self.send_header("Content-Encoding", encoding)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Set-Cookie", f"session={SET_COOKIE}")
             self.end_headers()
@@ -85,6 +88,8 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if url.path == "/items":
                 query = parse_qs(url.query)
                 self._reply(json.dumps({"q": query.get("q"), "served": len(server.hits)}).encode())
+            elif url.path == "/gzip":
+                self._reply(gzip.compress(b'{"zipped": "unzipped in the log"}'), encoding="gzip")
             elif url.path == "/secret":
                 self._reply(json.dumps({"leaked": OPENAI_KEY}).encode())
             elif url.path == "/stream":
@@ -186,6 +191,11 @@ def build(
     def secret(ctx: Any, base: str) -> str:
         with httpx.Client(transport=loom_runtime.transport(inner)) as client:
             return client.get(f"{base}/secret").text
+
+    @loom.flow("zipped")
+    def zipped(ctx: Any, base: str) -> Any:
+        with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+            return client.get(f"{base}/gzip").json()
 
     @loom.flow("refused")
     def refused(ctx: Any, base: str) -> str:
@@ -362,6 +372,31 @@ def test_an_async_client_records_and_replays(server: Server, sqlite_url: str) ->
     assert unreachable.calls == 0
 
 
+def test_a_sync_client_in_an_async_flow_records_and_replays(
+    server: Server, sqlite_url: str
+) -> None:
+    """The async flow's context records a sync client's request too (a tool built on one)."""
+
+    def build_mixed(inner: httpx.BaseTransport) -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("mixed")
+        async def mixed(ctx: Any, base: str) -> Any:
+            await asyncio.sleep(0)
+            with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+                return client.get(f"{base}/items", params={"q": "mixed"}).json()
+
+        return loom
+
+    with build_mixed(httpx.HTTPTransport()) as loom:
+        run = loom.run("mixed", base=server.url)
+    server.stop()
+    assert run.output == {"q": ["mixed"], "served": 1}
+    with build_mixed(Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
 def test_a_stream_reaches_the_caller_as_it_arrives_and_replays_in_its_pieces(
     server: Server, sqlite_url: str
 ) -> None:
@@ -393,6 +428,22 @@ def test_a_stream_closed_early_records_what_was_read(server: Server, sqlite_url:
         result = fresh.replay(run.execution_id)
     assert result.identical, result.describe()
     assert result.output == ["data: one\n\n", "decided mid-stream"]
+
+
+def test_a_compressed_body_is_stored_decoded(server: Server, sqlite_url: str) -> None:
+    """A gzip body is stored as the text it holds, without the encoding header that no longer
+    describes it, and replays to the same value."""
+    with build(sqlite_url, httpx.HTTPTransport()) as loom:
+        run = loom.run("zipped", base=server.url)
+        (decision,) = loom.execution(run.execution_id).decisions.values()
+    value = msgspec.json.decode(decision.value)
+    assert value["text"] == '{"zipped": "unzipped in the log"}'
+    assert "content-encoding" not in dict(value["headers"])
+    assert run.output == {"zipped": "unzipped in the log"}
+    server.stop()
+    with build(sqlite_url, Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
 
 
 def test_a_transport_error_is_recorded_and_replays_as_the_same_error(sqlite_url: str) -> None:
