@@ -12,6 +12,8 @@ import gzip
 import json
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -511,3 +513,19 @@ def test_the_current_context_is_the_running_flow_and_only_there(sqlite_url: str)
             loom.run("failing")
     assert seen == {"sync": True, "thread": None, "async": True, "task": True}
     assert current_context() is None
+
+
+def test_without_httpx_the_transport_names_the_extra_to_install() -> None:
+    """httpx missing: asking for the transport raises the typed error naming the extra."""
+    script = (
+        "import sys; sys.modules['httpx'] = None\n"
+        "import loom_runtime\n"
+        "try:\n"
+        "    loom_runtime.transport\n"
+        "except loom_runtime.MissingExtraError as exc:\n"
+        "    print(exc.extra, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("http ")
+    assert "pip install 'loom-replay[http]'" in done.stdout
