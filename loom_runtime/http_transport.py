@@ -51,12 +51,13 @@ CREDENTIAL_HEADERS = frozenset(
 """Request headers never stored, whatever they hold."""
 
 CLIENT_HEADERS = frozenset(
-    {"host", "user-agent", "content-length", "connection", "accept-encoding"}
+    {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
 )
 CLIENT_HEADER_PREFIX = "x-stainless-"
 """Request headers that describe the client software, its retries or the connection, not what
 is asked (the host is in the URL, the length is the body's; ``x-stainless-*`` are the OpenAI
-and Anthropic SDKs' platform, version and retry-count headers): left out of the input."""
+and Anthropic SDKs' platform, version and retry-count headers; an idempotency key is random
+per request): left out of the input, so a replay does not diverge on them."""
 
 CREDENTIAL_PARAMETERS = frozenset(
     {

@@ -294,13 +294,19 @@ def test_credentials_and_cookies_never_reach_the_log(server: Server, tmp_path: P
     assert set(msgspec.json.decode(decision.input)["headers"]) == {"accept"}
 
 
-def test_a_header_the_redactor_flags_is_left_out(server: Server, sqlite_url: str) -> None:
-    """A header with an unlisted name whose value the log's redactor flags is not stored."""
+def test_flagged_and_client_headers_are_left_out(server: Server, sqlite_url: str) -> None:
+    """A header with an unlisted name whose value the log's redactor flags is not stored, nor
+    are an SDK's platform and retry headers or a random idempotency key."""
     loom = Loom(sqlite_url)
 
     @loom.flow("custom")
     def custom(ctx: Any, base: str) -> int:
-        headers = {"x-custom-auth": OPENAI_KEY, "x-trace": "plain"}
+        headers = {
+            "x-custom-auth": OPENAI_KEY,
+            "x-trace": "plain",
+            "X-Stainless-Retry-Count": "0",
+            "Idempotency-Key": "stainless-python-retry-0b3f",
+        }
         with httpx.Client(transport=loom_runtime.transport(), headers=headers) as client:
             return client.get(f"{base}/items").status_code
 
