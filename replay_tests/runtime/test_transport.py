@@ -454,6 +454,40 @@ def test_a_compressed_body_is_stored_decoded(server: Server, sqlite_url: str) ->
     assert result.identical, result.describe()
 
 
+def test_an_async_stream_closed_early_records_what_was_read(
+    server: Server, sqlite_url: str
+) -> None:
+    """The async twin: leaving ``aiter_bytes`` after the first event stores it, incomplete."""
+
+    def build_async(inner: httpx.AsyncBaseTransport) -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("first_event")
+        async def first_event(ctx: Any, base: str) -> str:
+            transport = loom_runtime.async_transport(inner)
+            async with (
+                httpx.AsyncClient(transport=transport) as client,
+                client.stream("GET", f"{base}/stream") as response,
+            ):
+                async for chunk in response.aiter_bytes():
+                    _release_server_of(base)
+                    return chunk.decode()
+            return "no event"
+
+        return loom
+
+    with build_async(httpx.AsyncHTTPTransport()) as loom:
+        run = loom.run("first_event", base=server.url)
+        (decision,) = loom.execution(run.execution_id).decisions.values()
+    value = msgspec.json.decode(decision.value)
+    assert value["complete"] is False and value["text"] == "data: one\n\n"
+    server.stop()
+    with build_async(Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == "data: one\n\n"
+
+
 def test_a_transport_error_is_recorded_and_replays_as_the_same_error(sqlite_url: str) -> None:
     """A refused connection is the decision's recorded failure; the replay raises the same
     ``httpx.ConnectError``, so the flow's ``except`` takes the same path."""
