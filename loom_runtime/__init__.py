@@ -8,6 +8,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`EventLog`, :class:`LogEvent`, :func:`stream_id`), tracked projections
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
+:func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
+made inside a flow (the ``http`` extra).
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -19,7 +21,13 @@ from loom_runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
-    from loom_runtime.context import AsyncFlowContext, Decide, FlowContext
+    from loom_runtime.context import (
+        AsyncFlowContext,
+        Decide,
+        FlowContext,
+        OpenDecision,
+        current_context,
+    )
     from loom_runtime.errors import (
         ConfigurationError,
         DatabaseUnavailableError,
@@ -48,6 +56,7 @@ if TYPE_CHECKING:
     )
     from loom_runtime.execution import Decision, Execution
     from loom_runtime.flow import FlowRegistry
+    from loom_runtime.http_transport import async_transport, transport
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
     from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
@@ -95,6 +104,7 @@ __all__ = [
     "LoomError",
     "MissingExtraError",
     "NotSerialisableError",
+    "OpenDecision",
     "OutcomeChangedError",
     "OutputChangedError",
     "RecordedComputeError",
@@ -113,7 +123,9 @@ __all__ = [
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
+    "async_transport",
     "catch_up",
+    "current_context",
     "json_problem",
     "lazy_exports",
     "open_log",
@@ -125,6 +137,7 @@ __all__ = [
     "too_deep",
     "tracked_names",
     "tracking_table",
+    "transport",
     "verify_log",
 ]
 
@@ -188,6 +201,10 @@ _EXPORTS = {
     "VerifyReport": "loom_runtime.integrity",
     "WriteContentionError": "loom_runtime.errors",
     "open_log": "loom_runtime.log",
+    "OpenDecision": "loom_runtime.context",
+    "current_context": "loom_runtime.context",
+    "transport": "loom_runtime.http_transport",
+    "async_transport": "loom_runtime.http_transport",
     "verify_log": "loom_runtime.integrity",
 }
 

@@ -13,6 +13,13 @@ Matching is by key, not by position (ADR 0002). The n-th use of the same key wit
 execution is ``key#n`` (the first is plain ``key``), numbered when ``decide`` is *called*
 (program order), not when it completes, so ``asyncio.gather`` replays whatever order its
 computations finish in.
+
+A value that is complete only after the caller has started using it (an HTTP response body
+read as it streams) is an :class:`OpenDecision`: its key is numbered and looked up when the
+call is made, and its value stored once, when it is complete (ADR 0024).
+
+While a flow body runs, its context is :func:`current_context` (a ``ContextVar``), so code
+the flow calls without passing ``ctx`` (an HTTP transport) can record into it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import inspect
 import random
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Annotated, Any, Protocol, TypeVar, overload
@@ -239,6 +248,26 @@ class _Context:
             raise rebuild_error(decision)
         return True, codec.decode(decision.value or b"null", type=type)
 
+    @property
+    def redactor(self) -> Redactor | None:
+        """The redactor this context's decisions are stored through (None: stored as given)."""
+        return self._source.redactor
+
+    def open_decision(
+        self, key: str, *, input: object = None, kind: str | None = None, type: Any = Any
+    ) -> OpenDecision:
+        """A decision whose value is stored later, once, by the returned :class:`OpenDecision`.
+
+        The key is numbered and looked up now, as ``decide`` does when it is called: a
+        recorded value (or recorded failure, raised here) answers at once, a changed input is
+        reported now. Otherwise the caller computes the value and hands it to
+        :meth:`OpenDecision.record` (or its failure to :meth:`OpenDecision.fail`) when it is
+        complete, whatever other decisions were made in between.
+        """
+        slot = self._slot(key, input, kind)
+        found, value = self._answer(slot, type)
+        return OpenDecision(self._source, slot, type=type, recorded=found, value=value)
+
     def _decide(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Steps[Any]:
         """One decision, for either driver: answered from the source, or computed (an
         awaitable result is awaited by the async driver, refused by the sync one) and
@@ -333,6 +362,68 @@ class AsyncFlowContext(_Context):
         made (program order), not when the awaitable is scheduled.
         """
         return adrive(self._decide(self._slot(key, input, kind), compute, type))
+
+
+class OpenDecision:
+    """One decision taken when a call was made and stored when its value is complete.
+
+    ``recorded`` says whether the source already answered (``value`` is then the recorded
+    value, decoded); otherwise exactly one of :meth:`record` and :meth:`fail` stores the
+    outcome, and later calls of either do nothing (``settled``), so a stream that is both read
+    to its end and closed is stored once.
+    """
+
+    def __init__(
+        self, source: DecisionSource, slot: Slot, *, type: Any, recorded: bool, value: Any
+    ) -> None:
+        self.key = slot.key
+        self.recorded = recorded
+        self.value = value
+        self.settled = recorded
+        self._source = source
+        self._slot = slot
+        self._type = type
+
+    def record(self, value: object) -> Any:
+        """Store ``value`` (nothing if already settled); returns what a reader will see.
+
+        Settled before storing: a value the log refuses is not stored as a failure either.
+        """
+        if self.settled:
+            return self.value
+        self.settled = True
+        self.value = self._source.record(self._slot, value, type=self._type)
+        return self.value
+
+    def fail(self, error: Exception) -> None:
+        """Store that computing the value raised ``error`` (nothing if already settled)."""
+        if not self.settled:
+            self.settled = True
+            self._source.record_failure(self._slot, error)
+
+
+_current: ContextVar[FlowContext | AsyncFlowContext | None] = ContextVar(
+    "loom_current_context", default=None
+)
+
+
+def current_context() -> FlowContext | AsyncFlowContext | None:
+    """The context of the flow whose body is running here, or None outside any flow.
+
+    Set only while a flow body runs, in its thread or task: tasks the flow creates inherit it
+    (asyncio copies the context), threads it starts do not, and it is gone when the flow ends.
+    """
+    return _current.get()
+
+
+@contextmanager
+def running(ctx: FlowContext | AsyncFlowContext) -> Iterator[None]:
+    """Make ``ctx`` the :func:`current_context` for the ``with`` block (a flow body's run)."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def rebuild_error(decision: Decision) -> Exception:

@@ -268,14 +268,15 @@ class SecretIdentifierError(SecretRefusedError):
 
 
 class MissingExtraError(ConfigurationError):
-    """The configured backend needs an optional package that is not installed.
+    """A configured backend or a used feature needs an optional package that is not installed.
 
-    ``extra`` names the loom extra that installs it (``postgres``, ``sqlalchemy``).
+    ``extra`` names the loom extra that installs it (``postgres``, ``sqlalchemy``, ``http``);
+    ``needed_by`` says what needs it.
     """
 
-    def __init__(self, *, extra: str, missing: str) -> None:
+    def __init__(self, *, extra: str, missing: str, needed_by: str = "this log's backend") -> None:
         super().__init__(
-            f"this log's backend needs {missing!r}, which is not installed: "
+            f"{needed_by} needs {missing!r}, which is not installed: "
             f"pip install 'loom-replay[{extra}]'"
         )
         self.extra = extra

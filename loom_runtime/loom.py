@@ -25,7 +25,14 @@ import msgspec
 
 from loom_runtime import codec
 from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
-from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Recorder, save
+from loom_runtime.context import (
+    AsyncFlowContext,
+    DecisionSource,
+    FlowContext,
+    Recorder,
+    running,
+    save,
+)
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     BundleConflictError,
@@ -421,10 +428,15 @@ class Loom:
 def _call(
     definition: Flow, ctx: FlowContext | AsyncFlowContext, kwargs: dict[str, Any]
 ) -> Steps[Any]:
-    """The flow's result: an async flow's coroutine is pending, for the driver to settle."""
-    result = definition.fn(ctx, **kwargs)
-    if definition.is_async:
-        result = yield Pending(definition.name, result)
+    """The flow's result: an async flow's coroutine is pending, for the driver to settle.
+
+    ``ctx`` is the current context while the body runs; the coroutine is awaited in this
+    context, or in a copy of it (``asyncio.run`` copies it into its task).
+    """
+    with running(ctx):
+        result = definition.fn(ctx, **kwargs)
+        if definition.is_async:
+            result = yield Pending(definition.name, result)
     return result
 
 

@@ -36,6 +36,8 @@ RUNS = 3
 # SQLite log must not pay for them.
 OPTIONAL_BACKENDS = ("psycopg", "eventsourcing_sqlalchemy")
 DATABASE_LAYERS = {"sqlalchemy", "eventsourcing", *OPTIONAL_BACKENDS}
+HTTP_CLIENT = "httpx"
+"""Imported only when ``loom_runtime.transport`` or ``async_transport`` is first used."""
 
 
 def measure(statement: str, *, after: str = "") -> ImportCost:
@@ -77,19 +79,23 @@ def test_lazy_table_matches_the_type_checking_imports(package: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("package", PACKAGES)
 def test_importing_a_package_is_cheap(package: str) -> None:
-    """``import <package>`` imports no backend, log or database driver: within the budget."""
+    """``import <package>`` imports no backend, log, database driver or HTTP client: within
+    the budget."""
     cost = measure(f"import {package}")
     assert cost.seconds <= IMPORT_BUDGET, (
         f"import {package} took {cost.seconds:.3f}s of imports (budget {IMPORT_BUDGET}s): "
         f"{cost.heaviest()}"
     )
     assert not DATABASE_LAYERS & set(cost.modules)
+    assert HTTP_CLIENT not in cost.modules
 
 
 @pytest.mark.slow
 def test_opening_a_sqlite_log_imports_within_budget() -> None:
-    """``from loom_runtime import Loom`` (all a SQLite user needs) is within the budget."""
+    """``from loom_runtime import Loom`` (all a SQLite user needs) is within the budget, and
+    recording no HTTP it imports no HTTP client."""
     cost = measure("from loom_runtime import Loom")
+    assert HTTP_CLIENT not in cost.modules
     optional = [name for name in OPTIONAL_BACKENDS if name in cost.modules]
     if optional:
         pytest.xfail(

@@ -24,6 +24,13 @@ def test_optional_backends_are_extras() -> None:
     assert _names(extras["sqlalchemy"]) == {"eventsourcing-sqlalchemy"}
 
 
+def test_the_http_client_is_an_extra() -> None:
+    """httpx, which only the recording transport needs, is the http extra, not core."""
+    extras = PROJECT["optional-dependencies"]
+    assert "httpx" not in _names(PROJECT["dependencies"])
+    assert _names(extras["http"]) == {"httpx"}
+
+
 def test_dev_tools_are_not_in_the_test_extra() -> None:
     """ruff and mypy are the dev extra; ``test`` holds what the tests import."""
     extras = PROJECT["optional-dependencies"]

@@ -1,0 +1,346 @@
+"""httpx transports that record each request a flow makes as a decision of kind ``"http"``.
+
+``httpx.Client(transport=loom_runtime.transport())`` (and ``AsyncClient`` with
+:func:`async_transport`) is how an SDK loom does not wrap by name is recorded: any client that
+accepts an ``http_client`` sends its requests through it (ADR 0024).
+
+Inside a running flow (:func:`~loom_runtime.context.current_context`) a request is an
+:class:`~loom_runtime.context.OpenDecision`:
+
+* the key names the call, ``http:<METHOD> <host[:port]><path>``: never the query string or
+  credentials; the flow context numbers a repeated key (``#2``) in program order;
+* the input is the canonical request: method, URL without userinfo or query, the query
+  parameters, the headers and the body (JSON when it parses, else text, else bytes). Headers
+  and parameters that carry credentials, or that the log's redactor flags, are never part of
+  it, nor are the headers that describe the client software or the connection rather than the
+  request (so upgrading an SDK does not make every replay diverge);
+* the value is the response (:class:`RecordedResponse`), stored when its body has been read
+  to the end, or when it is closed before that (``complete=False``, with what was read). The
+  caller receives the body as it arrives, so a streamed response streams live.
+
+A recorded key answers from the log with a response rebuilt from it, and the inner transport
+is never called. A transport error is recorded as the decision's failure and raised again on
+replay as the same ``httpx`` error. Outside a flow, a request goes straight to the inner
+transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, NoReturn
+
+import msgspec
+
+from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
+from loom_runtime.driver import Pending, Steps, adrive, drive
+from loom_runtime.errors import MissingExtraError
+from loom_runtime.redaction import Redactor
+
+try:
+    import httpx
+except ImportError as exc:  # the http extra is not installed
+    raise MissingExtraError(
+        extra="http", missing="httpx", needed_by="recording HTTP (loom_runtime.transport)"
+    ) from exc
+
+KIND = "http"
+
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
+)
+"""Request headers never stored, whatever they hold."""
+
+CLIENT_HEADERS = frozenset(
+    {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
+)
+CLIENT_HEADER_PREFIX = "x-stainless-"
+"""Request headers that describe the client software, its retries or the connection, not what
+is asked (the host is in the URL, the length is the body's; ``x-stainless-*`` are the OpenAI
+and Anthropic SDKs' platform, version and retry-count headers; an idempotency key is random
+per request): left out of the input, so a replay does not diverge on them."""
+
+CREDENTIAL_PARAMETERS = frozenset(
+    {
+        *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
+        *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
+    }
+)
+"""Query parameters never stored, whatever they hold (compared lower-cased)."""
+
+RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding", "content-length"})
+"""``set-cookie`` is a credential; the body is stored decoded, so its encoding and encoded
+length no longer describe it."""
+
+
+class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """An HTTP response as the log keeps it.
+
+    The body is decoded (no ``content-encoding``) and stored as ``text`` when it is UTF-8,
+    else as ``data`` (bytes, base64 in the JSON): either way byte for byte. ``chunks`` are the
+    sizes of the pieces it arrived in, so a replay hands the caller the same pieces.
+    ``complete`` is false when the caller closed the response before reading it to the end;
+    the body is then what was read.
+    """
+
+    status: int
+    headers: list[tuple[str, str]]
+    text: str | None = None
+    data: bytes | None = None
+    chunks: list[int] = msgspec.field(default_factory=list)
+    complete: bool = True
+
+    def pieces(self) -> list[bytes]:
+        """The body in the pieces it arrived in. A body the redactor shortened or lengthened
+        no longer fits the sizes: what is left after them is one more piece."""
+        body = self.text.encode("utf-8") if self.text is not None else self.data or b""
+        pieces, start = [], 0
+        for size in self.chunks:
+            pieces.append(body[start : start + size])
+            start += size
+        pieces.append(body[start:])
+        return [piece for piece in pieces if piece]
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """Records each request made inside a flow; passes requests outside one to ``inner``."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        ctx = current_context()
+        if ctx is None:
+            return self._inner.handle_request(request)
+        request.read()
+        return drive(
+            _exchange(ctx, request, lambda: self._inner.handle_request(request), _SyncBody),
+            _never_pending,
+        )
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class AsyncRecordingTransport(httpx.AsyncBaseTransport):
+    """The async twin of :class:`RecordingTransport`, for ``httpx.AsyncClient``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        ctx = current_context()
+        if ctx is None:
+            return await self._inner.handle_async_request(request)
+        await request.aread()
+        return await adrive(
+            _exchange(ctx, request, lambda: self._inner.handle_async_request(request), _AsyncBody)
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
+    """A transport for ``httpx.Client(transport=...)`` that records requests made in a flow.
+
+    ``inner`` sends what is not answered from the log (default: ``httpx.HTTPTransport()``).
+    """
+    return RecordingTransport(inner if inner is not None else httpx.HTTPTransport())
+
+
+def async_transport(inner: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncBaseTransport:
+    """As :func:`transport`, for ``httpx.AsyncClient(transport=...)``."""
+    return AsyncRecordingTransport(inner if inner is not None else httpx.AsyncHTTPTransport())
+
+
+def _exchange(
+    ctx: FlowContext | AsyncFlowContext,
+    request: httpx.Request,
+    send: Callable[[], Any],
+    body: Callable[[httpx.Response, _Recording], httpx.SyncByteStream | httpx.AsyncByteStream],
+) -> Steps[httpx.Response]:
+    """One request as a decision, for either twin: the recorded response, or the live one
+    with a body that records itself (``send`` returns an awaitable in the async twin)."""
+    key, request_input = request_key_and_input(request, ctx.redactor)
+    decision = ctx.open_decision(key, input=request_input, kind=KIND, type=RecordedResponse)
+    if decision.recorded:
+        recorded: RecordedResponse = decision.value
+        return _response(recorded.status, recorded.headers, _ReplayedBody(recorded.pieces()))
+    try:
+        response = send()
+        if not isinstance(response, httpx.Response):
+            response = yield Pending(decision.key, response)
+    except Exception as exc:
+        decision.fail(exc)
+        raise
+    recording = _Recording(decision, response)
+    return _response(response.status_code, recording.headers, body(response, recording))
+
+
+def request_key_and_input(
+    request: httpx.Request, redactor: Redactor | None
+) -> tuple[str, dict[str, Any]]:
+    """The decision key naming ``request`` and its canonical form (credentials left out).
+
+    The request's body must have been read.
+    """
+    url = request.url
+    origin = url.host if url.port is None else f"{url.host}:{url.port}"
+    query = [
+        [name, value]
+        for name, value in url.params.multi_items()
+        if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
+    ]
+    headers: dict[str, str] = {}
+    for raw_name, value in request.headers.multi_items():
+        name = raw_name.lower()
+        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
+            continue
+        if not _credential(name, value, CREDENTIAL_HEADERS, redactor):
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return f"{KIND}:{request.method} {origin}{url.path}", {
+        "method": request.method,
+        "url": f"{url.scheme}://{origin}{url.path}",
+        "query": query,
+        "headers": dict(sorted(headers.items())),
+        "body": _request_body(request.content),
+    }
+
+
+def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
+    """Whether a header or parameter carries a credential: by its name, or by the redactor."""
+    return name in names or (redactor is not None and redactor.secret_in(value) is not None)
+
+
+def _request_body(content: bytes) -> dict[str, Any] | None:
+    """A request body as data a diff can read: JSON when it parses, else text, else bytes."""
+    if not content:
+        return None
+    try:
+        return {"json": msgspec.json.decode(content)}
+    except msgspec.DecodeError:
+        pass
+    try:
+        return {"text": content.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"bytes": content}
+
+
+def _response(
+    status: int,
+    headers: list[tuple[str, str]],
+    stream: httpx.SyncByteStream | httpx.AsyncByteStream,
+) -> httpx.Response:
+    """The response a caller receives, live or replayed: the stored headers and a body."""
+    return httpx.Response(status, headers=headers, stream=stream)
+
+
+class _Recording:
+    """A live response's body as it is read, stored when it ends or is closed."""
+
+    def __init__(self, decision: OpenDecision, response: httpx.Response) -> None:
+        self.headers = [
+            (name.lower(), value)
+            for name, value in response.headers.multi_items()
+            if name.lower() not in RESPONSE_HEADERS_NOT_STORED
+        ]
+        self._decision = decision
+        self._status = response.status_code
+        self._chunks: list[bytes] = []
+
+    def add(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+
+    def finish(self, *, complete: bool) -> None:
+        """Store the response with what was read (once: a later call does nothing)."""
+        if self._decision.settled:
+            return
+        body = b"".join(self._chunks)
+        sizes = [len(chunk) for chunk in self._chunks]
+        try:
+            value = RecordedResponse(
+                status=self._status,
+                headers=self.headers,
+                text=body.decode("utf-8"),
+                chunks=sizes,
+                complete=complete,
+            )
+        except UnicodeDecodeError:
+            value = RecordedResponse(
+                status=self._status,
+                headers=self.headers,
+                data=body,
+                chunks=sizes,
+                complete=complete,
+            )
+        self._decision.record(value)
+
+    def fail(self, error: Exception) -> None:
+        self._decision.fail(error)
+
+
+class _SyncBody(httpx.SyncByteStream):
+    """The live body: each decoded chunk passed on as it arrives, and recorded."""
+
+    def __init__(self, response: httpx.Response, recording: _Recording) -> None:
+        self._response = response
+        self._recording = recording
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._response.iter_bytes():
+                self._recording.add(chunk)
+                yield chunk
+        except Exception as exc:
+            self._recording.fail(exc)
+            raise
+        self._recording.finish(complete=True)
+
+    def close(self) -> None:
+        try:
+            self._response.close()
+        finally:
+            self._recording.finish(complete=False)
+
+
+class _AsyncBody(httpx.AsyncByteStream):
+    """The async twin of :class:`_SyncBody`."""
+
+    def __init__(self, response: httpx.Response, recording: _Recording) -> None:
+        self._response = response
+        self._recording = recording
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_bytes():
+                self._recording.add(chunk)
+                yield chunk
+        except Exception as exc:
+            self._recording.fail(exc)
+            raise
+        self._recording.finish(complete=True)
+
+    async def aclose(self) -> None:
+        try:
+            await self._response.aclose()
+        finally:
+            self._recording.finish(complete=False)
+
+
+class _ReplayedBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A recorded body, handed out in the pieces it arrived in, to a sync or async client."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self._pieces:
+            yield piece
+
+
+def _never_pending(pending: Pending) -> NoReturn:
+    """A sync transport returns a response, never an awaitable."""
+    raise TypeError(f"the inner transport of {pending.what!r} returned an awaitable")
