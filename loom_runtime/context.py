@@ -29,7 +29,7 @@ import inspect
 import random
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -103,11 +103,18 @@ class DecisionSource(Protocol):
         """The recorded decision for ``slot`` or ``None`` to compute live (may raise)."""
         ...
 
-    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
-        """Store a freshly computed value (or not) and return what a reader will see."""
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
+        """Store a freshly computed value (or not) and return what a reader will see.
+
+        ``meta`` is what was measured while computing it (:func:`encode_meta`).
+        """
         ...
 
-    def record_failure(self, slot: Slot, error: Exception) -> None:
+    def record_failure(
+        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+    ) -> None:
         """Store that ``compute`` raised ``error`` (or not)."""
         ...
 
@@ -131,17 +138,25 @@ class Recorder:
             )
         return decision
 
-    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
         # Redacted before it is stored and decoded back: the flow sees what a replay will see.
         raw, decoded = codec.round_trip(
             value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
         )
-        self._execution.record_decision(key=slot.key, kind=slot.kind, value=raw, input=slot.input)
+        self._execution.record_decision(
+            key=slot.key, kind=slot.kind, value=raw, input=slot.input, meta=meta
+        )
         save(self._log, self._execution)
         return decoded
 
-    def record_failure(self, slot: Slot, error: Exception) -> None:
-        self._execution.record_failure(key=slot.key, kind=slot.kind, input=slot.input, error=error)
+    def record_failure(
+        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+    ) -> None:
+        self._execution.record_failure(
+            key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
+        )
         save(self._log, self._execution)
 
 
@@ -384,22 +399,42 @@ class OpenDecision:
         self._slot = slot
         self._type = type
 
-    def record(self, value: object) -> Any:
+    def record(self, value: object, *, meta: Mapping[str, object] | None = None) -> Any:
         """Store ``value`` (nothing if already settled); returns what a reader will see.
 
+        ``meta`` is what was measured while computing it (a model's name, latency, usage,
+        attempts): stored beside the value for audits, never compared by a replay.
         Settled before storing: a value the log refuses is not stored as a failure either.
         """
         if self.settled:
             return self.value
         self.settled = True
-        self.value = self._source.record(self._slot, value, type=self._type)
+        self.value = self._source.record(
+            self._slot, value, type=self._type, meta=self.encode_meta(meta)
+        )
         return self.value
 
-    def fail(self, error: Exception) -> None:
+    def fail(self, error: Exception, *, meta: Mapping[str, object] | None = None) -> None:
         """Store that computing the value raised ``error`` (nothing if already settled)."""
         if not self.settled:
             self.settled = True
-            self._source.record_failure(self._slot, error)
+            self._source.record_failure(self._slot, error, meta=self.encode_meta(meta))
+
+    def encode_meta(self, meta: Mapping[str, object] | None) -> msgspec.Raw | None:
+        """``meta`` as stored (redacted like an input), or None for none."""
+        return encode_meta(meta, key=self.key, redactor=self._source.redactor)
+
+
+def encode_meta(
+    meta: Mapping[str, object] | None, *, key: str, redactor: Redactor | None
+) -> msgspec.Raw | None:
+    """A decision's ``meta`` as its JSON bytes, redacted as its input is; None for none/empty.
+
+    A mapping with string keys, so audits can show it as fields and readers can add fields.
+    """
+    if not meta:
+        return None
+    return codec.encode(dict(meta), path=f"meta of {key!r}", redactor=redactor)
 
 
 _current: ContextVar[FlowContext | AsyncFlowContext | None] = ContextVar(

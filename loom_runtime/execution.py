@@ -51,6 +51,9 @@ class Decision(msgspec.Struct, frozen=True):
     value: msgspec.Raw | None = None
     error_type: str | None = None
     message: str | None = None
+    meta: msgspec.Raw | None = None
+    """What was measured while deciding (a model's name, latency, token usage, the attempts a
+    retry made), as JSON: shown by audits, never compared by a replay."""
 
 
 class Execution(Aggregate):
@@ -77,10 +80,11 @@ class Execution(Aggregate):
         kind: str | None
         value: msgspec.Raw
         input: msgspec.Raw
+        meta: msgspec.Raw | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.decisions[self.key] = Decision(
-                key=self.key, kind=self.kind, input=self.input, value=self.value
+                key=self.key, kind=self.kind, input=self.input, value=self.value, meta=self.meta
             )
 
     class DecisionFailed(Aggregate.Event):
@@ -93,6 +97,7 @@ class Execution(Aggregate):
         input: msgspec.Raw
         error_type: str
         message: str
+        meta: msgspec.Raw | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.decisions[self.key] = Decision(
@@ -101,6 +106,7 @@ class Execution(Aggregate):
                 input=self.input,
                 error_type=self.error_type,
                 message=self.message,
+                meta=self.meta,
             )
 
     class Resumed(Aggregate.Event):
@@ -178,12 +184,26 @@ class Execution(Aggregate):
         return self.output is not None or self.error is not None
 
     def record_decision(
-        self, *, key: str, kind: str | None, value: msgspec.Raw, input: msgspec.Raw
+        self,
+        *,
+        key: str,
+        kind: str | None,
+        value: msgspec.Raw,
+        input: msgspec.Raw,
+        meta: msgspec.Raw | None = None,
     ) -> None:
-        self.trigger_event(self.DecisionRecorded, key=key, kind=kind, value=value, input=input)
+        self.trigger_event(
+            self.DecisionRecorded, key=key, kind=kind, value=value, input=input, meta=meta
+        )
 
     def record_failure(
-        self, *, key: str, kind: str | None, input: msgspec.Raw, error: BaseException
+        self,
+        *,
+        key: str,
+        kind: str | None,
+        input: msgspec.Raw,
+        error: BaseException,
+        meta: msgspec.Raw | None = None,
     ) -> None:
         self.trigger_event(
             self.DecisionFailed,
@@ -192,6 +212,7 @@ class Execution(Aggregate):
             input=input,
             error_type=error_type_of(error),
             message=error_message_of(error),
+            meta=meta,
         )
 
     def claim(self, *, worker: str) -> None:

@@ -75,14 +75,18 @@ class Replayer:
             )
         return decision
 
-    def record(self, slot: Slot, value: object, *, type: Any) -> Any:
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
         _, decoded = codec.round_trip(
             value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
         )
         self.live_values[slot.key] = decoded
         return decoded
 
-    def record_failure(self, slot: Slot, error: Exception) -> None:
+    def record_failure(
+        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+    ) -> None:
         self.live_values[slot.key] = error
 
     def unused(self) -> list[str]:

@@ -63,7 +63,12 @@ class MsgspecMapper(Mapper[UUID]):
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         topic = get_topic(type(domain_event))
-        state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_COLUMNS}
+        optional = _optional_fields(type(domain_event))
+        state = {
+            k: v
+            for k, v in vars(domain_event).items()
+            if k not in _ROW_COLUMNS and not (v is None and k in optional)
+        }
         try:
             if self.redactor is not None:
                 state = _redacted(self.redactor, topic, type(domain_event), state)
@@ -165,13 +170,33 @@ def _decode_state(cls: type, payload: bytes) -> dict[str, Any]:
 def schema_for(cls: type) -> type[msgspec.Struct]:
     """A msgspec Struct mirroring the stored fields of an event dataclass (cached per class)."""
     hints = typing.get_type_hints(cls)
+    optional = _optional_fields(cls)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        (f.name, _real_type(hints[f.name]))
+        (f.name, _present_type(hints[f.name]), None)
+        if f.name in optional
+        else (f.name, _real_type(hints[f.name]))
         for f in dataclasses.fields(cls)
         if f.name not in _ROW_COLUMNS
     ]
     fields.append(("class_version", int, 1))
-    return msgspec.defstruct(f"{cls.__qualname__}Schema", fields)
+    return msgspec.defstruct(f"{cls.__qualname__}Schema", fields, kw_only=True)
+
+
+@cache
+def _optional_fields(cls: type) -> frozenset[str]:
+    """The fields that default to ``None``: left out of the stored JSON while ``None``.
+
+    So a field added later with a ``None`` default (a decision's ``meta``) changes no byte of
+    the events that do not use it, and rows written before it existed decode unchanged.
+    """
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.default is None)
+
+
+def _present_type(hint: Any) -> Any:
+    """An optional field's type when present: msgspec decodes ``Raw`` only on its own, not in
+    a union with ``None`` (absent is the ``None`` default, so a stored ``null`` never occurs)."""
+    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return args[0] if args == [msgspec.Raw] else _real_type(hint)
 
 
 def _real_type(hint: Any) -> Any:
