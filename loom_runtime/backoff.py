@@ -39,7 +39,8 @@ class Backoff:
             for v in pauses
         )
         whole = isinstance(self.attempts, int) and not isinstance(self.attempts, bool)
-        if not (whole and self.attempts >= 1 and finite and 0 <= self.first_pause <= self.max_pause):
+        ordered = finite and 0 <= self.first_pause <= self.max_pause
+        if not (whole and self.attempts >= 1 and ordered):
             raise ConfigurationError(
                 "Backoff needs attempts >= 1 (an int) and finite seconds with 0 <= first_pause "
                 f"<= max_pause, got attempts={self.attempts!r}, first_pause={self.first_pause!r}"
