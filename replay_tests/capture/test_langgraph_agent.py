@@ -1,0 +1,108 @@
+"""The LangGraph agent of docs/examples/langgraph_agent.py, recorded and replayed end to end.
+
+The agent runs as written (real ``openai`` SDK, real LangGraph) against the loopback provider:
+the model calls ``search_runbooks``, the tool retrieves from a synced knowledge base, the model
+answers citing what it was shown. Then the provider is stopped and every corpus table dropped,
+and a fresh ``Loom`` replays the execution from the log alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from docs.examples.langgraph_agent import FLOW, INSTRUCTIONS, SCOPE, recorded_client, register
+from loom_knowledge import load_runbooks, open_knowledge_base
+from loom_runtime import DecisionInputChangedError, Loom, ReplayResult
+from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.knowledge.corpus_tables import corpus_tables, drop_corpus_tables
+
+QUESTION = "The disk is full on a host: what do I check first?"
+
+
+class Recorded:
+    """A recorded run of the agent, and what the provider saw while it ran."""
+
+    def __init__(self, execution_id: str, output: Any, requests: int) -> None:
+        self.execution_id = execution_id
+        self.output = output
+        self.requests = requests
+
+
+def _replay(
+    db_url: str,
+    provider: ProviderServer,
+    run: Recorded,
+    *,
+    instructions: str = INSTRUCTIONS,
+    live: frozenset[str] = frozenset(),
+) -> ReplayResult:
+    """Replay ``run`` in a fresh Loom on the same log, with the agent registered anew."""
+    with Loom(db_url) as fresh:
+        client = recorded_client(api_key="sk-loopback", base_url=provider.openai_url)
+        register(fresh, client=client, instructions=instructions)
+        return fresh.replay(run.execution_id, live=live)
+
+
+@pytest.fixture
+def recorded(db_url: str, provider: ProviderServer) -> Recorded:
+    """The agent recorded against the provider; then the provider stopped, the corpus dropped."""
+    with Loom(db_url) as loom:
+        open_knowledge_base(loom, SCOPE).sync(load_runbooks(), source="runbooks")
+        register(loom, client=recorded_client(api_key="sk-loopback", base_url=provider.openai_url))
+        run = loom.run(FLOW, question=QUESTION)
+        drop_corpus_tables(loom.log.engine)
+    provider.stop()
+    return Recorded(str(run.execution_id), run.output, provider.count)
+
+
+def test_the_agent_searches_the_runbooks_and_cites_what_it_was_shown(recorded: Recorded) -> None:
+    """Live: one tool call with the question, an answer citing only passages it was shown."""
+    assert recorded.requests == 2  # the tool call, then the answer
+    assert recorded.output["tool_calls"] == [
+        {"name": "search_runbooks", "arguments": json.dumps({"query": QUESTION})}
+    ]
+    assert "disk-full.md" in recorded.output["cited"]
+    assert recorded.output["ungrounded"] == []
+
+
+def test_replay_with_the_provider_stopped_and_the_corpus_deleted_is_identical(
+    db_url: str, provider: ProviderServer, recorded: Recorded
+) -> None:
+    """Same prompts, tool calls, citations and answer, from the log alone: no request sent."""
+    result = _replay(db_url, provider, recorded)
+
+    assert result.identical, result.describe()
+    assert result.output == recorded.output
+    assert provider.count == recorded.requests
+    with Loom(db_url) as loom:
+        assert corpus_tables(loom.log.engine) == []  # the replay did not rebuild the corpus
+
+
+def test_replaying_the_model_live_needs_the_provider(
+    db_url: str, provider: ProviderServer, recorded: Recorded
+) -> None:
+    """Control: a replay that does call the (stopped) provider cannot reproduce the run."""
+    result = _replay(db_url, provider, recorded, live=frozenset({"http"}))
+
+    assert not result.identical
+
+
+def test_a_changed_prompt_template_is_reported_with_the_changed_message(
+    db_url: str, provider: ProviderServer, recorded: Recorded
+) -> None:
+    """New instructions change the model request: the replay names the call and shows the line."""
+    changed = INSTRUCTIONS.replace("answer briefly", "answer in French")
+    assert changed != INSTRUCTIONS
+
+    result = _replay(db_url, provider, recorded, instructions=changed)
+
+    divergence = result.divergences[0]
+    assert isinstance(divergence, DecisionInputChangedError)
+    assert divergence.key.endswith("/v1/chat/completions")
+    removed = [line for line in divergence.diff.splitlines() if line.startswith("-  ")]
+    added = [line for line in divergence.diff.splitlines() if line.startswith("+  ")]
+    assert len(removed) == len(added) == 1
+    assert "answer briefly" in removed[0] and "answer in French" in added[0]
