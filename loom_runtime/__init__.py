@@ -9,7 +9,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
-made inside a flow (the ``http`` extra).
+made inside a flow (the ``http`` extra); :func:`tool` records the calls of an agent's tool
+functions.
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         tracked_names,
         tracking_table,
     )
+    from loom_runtime.recorded_tool import tool
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
     from loom_runtime.retry import RetryPolicy
@@ -135,6 +137,7 @@ __all__ = [
     "stream_id",
     "text_problem",
     "too_deep",
+    "tool",
     "tracked_names",
     "tracking_table",
     "transport",
@@ -206,6 +209,7 @@ _EXPORTS = {
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
     "verify_log": "loom_runtime.integrity",
+    "tool": "loom_runtime.recorded_tool",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
