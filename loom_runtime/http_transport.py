@@ -467,10 +467,13 @@ class _SyncBody(httpx.SyncByteStream):
     def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
+        # One reader of the live body, however often it is iterated: an SDK that stops at
+        # its stream's last event and then drains the rest iterates it a second time.
+        self._chunks = response.iter_bytes()
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            for chunk in self._response.iter_bytes():
+            for chunk in self._chunks:
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
@@ -493,10 +496,11 @@ class _AsyncBody(httpx.AsyncByteStream):
     def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
+        self._chunks = response.aiter_bytes()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.aiter_bytes():
+            async for chunk in self._chunks:
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
