@@ -9,8 +9,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
-made inside a flow (the ``http`` extra); :func:`tool` records the calls of an agent's tool
-functions.
+made inside a flow (the ``http`` extra); :func:`wrap` records an OpenAI or Anthropic client's
+calls as ``model`` decisions; :func:`tool` records the calls of an agent's tool functions.
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -43,15 +43,18 @@ if TYPE_CHECKING:
         IntegrityUnsupportedError,
         LoomError,
         MissingExtraError,
+        ModelResponseError,
         NotSerialisableError,
         OutcomeChangedError,
         OutputChangedError,
         RecordedComputeError,
+        RecordedValueError,
         ReplayDivergence,
         SecretIdentifierError,
         SecretRefusedError,
         StreamConflictError,
         UnrecordedDecisionError,
+        UnsupportedClientError,
         UnusedDecisionsError,
         WriteContentionError,
     )
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.timeline import position_at
+    from loom_runtime.wrap import wrap
 
 __all__ = [
     "MAX_DATA_DEPTH",
@@ -105,11 +109,13 @@ __all__ = [
     "Loom",
     "LoomError",
     "MissingExtraError",
+    "ModelResponseError",
     "NotSerialisableError",
     "OpenDecision",
     "OutcomeChangedError",
     "OutputChangedError",
     "RecordedComputeError",
+    "RecordedValueError",
     "Redactor",
     "ReplayDivergence",
     "ReplayResult",
@@ -122,6 +128,7 @@ __all__ = [
     "StreamConflictError",
     "Tampering",
     "UnrecordedDecisionError",
+    "UnsupportedClientError",
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
@@ -142,6 +149,7 @@ __all__ = [
     "tracking_table",
     "transport",
     "verify_log",
+    "wrap",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -164,6 +172,9 @@ _EXPORTS = {
     "Anchor": "loom_runtime.integrity",
     "AsyncFlowContext": "loom_runtime.context",
     "ConfigurationError": "loom_runtime.errors",
+    "ModelResponseError": "loom_runtime.errors",
+    "RecordedValueError": "loom_runtime.errors",
+    "UnsupportedClientError": "loom_runtime.errors",
     "DatabaseUnavailableError": "loom_runtime.errors",
     "Decide": "loom_runtime.context",
     "Decision": "loom_runtime.execution",
@@ -208,6 +219,7 @@ _EXPORTS = {
     "current_context": "loom_runtime.context",
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
+    "wrap": "loom_runtime.wrap",
     "verify_log": "loom_runtime.integrity",
     "tool": "loom_runtime.recorded_tool",
 }

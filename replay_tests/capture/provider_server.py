@@ -26,6 +26,7 @@ import json
 import re
 import socket
 import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -107,8 +108,7 @@ class ProviderServer:
         self.requests: list[Received] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), _handler_class(self))
         self.port: int = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.openai_url = f"{self.url}/v1"
@@ -468,9 +468,19 @@ def _sse(event: Event) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (an abandoned stream, a stopped test) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # each event leaves when written, as from a provider
 
         def log_message(self, *args: object) -> None:
             pass
