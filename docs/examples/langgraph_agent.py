@@ -23,12 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Final, TypedDict
 
-import httpx
 import openai
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-import loom_runtime
 from loom_knowledge import (
     KnowledgeBase,
     Passage,
@@ -36,7 +34,7 @@ from loom_knowledge import (
     load_runbooks,
     open_knowledge_base,
 )
-from loom_runtime import FlowContext, Loom, current_context
+from loom_runtime import FlowContext, Loom, current_context, wrap
 
 FLOW: Final = "runbook-agent"
 SCOPE: Final = "runbooks"
@@ -125,17 +123,12 @@ def register(loom: Loom, *, client: openai.OpenAI, instructions: str = INSTRUCTI
         }
 
 
-def recorded_client(**options: Any) -> openai.OpenAI:
-    """An OpenAI client whose requests made inside a flow are recorded decisions."""
-    return openai.OpenAI(http_client=httpx.Client(transport=loom_runtime.transport()), **options)
-
-
 def main(question: str) -> None:
     """Sync the runbooks, run the agent once, and replay it from the log."""
     url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='loom-agent-')) / 'loom.db'}"
     with Loom(url) as loom:
         open_knowledge_base(loom, SCOPE).sync(load_runbooks(), source="runbooks")
-        register(loom, client=recorded_client())
+        register(loom, client=wrap(openai.OpenAI()))
         run = loom.run(FLOW, question=question)
         print(json.dumps(run.output, indent=2))
         replay = loom.replay(run.execution_id)

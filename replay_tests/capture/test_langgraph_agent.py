@@ -9,26 +9,45 @@ and a fresh ``Loom`` replays the execution from the log alone.
 from __future__ import annotations
 
 import json
+import re
+import textwrap
+from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
-from docs.examples.langgraph_agent import FLOW, INSTRUCTIONS, SCOPE, recorded_client, register
+from docs.examples.langgraph_agent import FLOW, INSTRUCTIONS, SCOPE, register
 from loom_knowledge import load_runbooks, open_knowledge_base
-from loom_runtime import DecisionInputChangedError, Loom, ReplayResult
+from loom_runtime import (
+    DecisionInputChangedError,
+    Loom,
+    OutcomeChangedError,
+    ReplayResult,
+    wrap,
+)
 from replay_tests.capture.provider_server import ProviderServer
 from replay_tests.knowledge.corpus_tables import corpus_tables, drop_corpus_tables
 
 QUESTION = "The disk is full on a host: what do I check first?"
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "guides" / "record-an-existing-agent.md"
+SOURCES = [ROOT / "docs" / "examples" / "langgraph_agent.py", Path(__file__)]
 
 
 class Recorded:
     """A recorded run of the agent, and what the provider saw while it ran."""
 
-    def __init__(self, execution_id: str, output: Any, requests: int) -> None:
+    def __init__(self, execution_id: str, output: Any, requests: int, keys: list[str]) -> None:
         self.execution_id = execution_id
         self.output = output
         self.requests = requests
+        self.keys = keys
+
+
+def _client(provider: ProviderServer) -> openai.OpenAI:
+    """The example's client, pointed at the loopback provider."""
+    return wrap(openai.OpenAI(api_key="sk-loopback", base_url=provider.openai_url))
 
 
 def _replay(
@@ -41,8 +60,7 @@ def _replay(
 ) -> ReplayResult:
     """Replay ``run`` in a fresh Loom on the same log, with the agent registered anew."""
     with Loom(db_url) as fresh:
-        client = recorded_client(api_key="sk-loopback", base_url=provider.openai_url)
-        register(fresh, client=client, instructions=instructions)
+        register(fresh, client=_client(provider), instructions=instructions)
         return fresh.replay(run.execution_id, live=live)
 
 
@@ -51,16 +69,22 @@ def recorded(db_url: str, provider: ProviderServer) -> Recorded:
     """The agent recorded against the provider; then the provider stopped, the corpus dropped."""
     with Loom(db_url) as loom:
         open_knowledge_base(loom, SCOPE).sync(load_runbooks(), source="runbooks")
-        register(loom, client=recorded_client(api_key="sk-loopback", base_url=provider.openai_url))
+        register(loom, client=_client(provider))
         run = loom.run(FLOW, question=QUESTION)
+        keys = list(loom.execution(run.execution_id).decisions)
         drop_corpus_tables(loom.log.engine)
     provider.stop()
-    return Recorded(str(run.execution_id), run.output, provider.count)
+    return Recorded(str(run.execution_id), run.output, provider.count, keys)
 
 
 def test_the_agent_searches_the_runbooks_and_cites_what_it_was_shown(recorded: Recorded) -> None:
     """Live: one tool call with the question, an answer citing only passages it was shown."""
     assert recorded.requests == 2  # the tool call, then the answer
+    assert recorded.keys == [
+        "model:openai:chat.completions",
+        "knowledge:runbooks:retrieve",
+        "model:openai:chat.completions#2",
+    ]
     assert recorded.output["tool_calls"] == [
         {"name": "search_runbooks", "arguments": json.dumps({"query": QUESTION})}
     ]
@@ -85,9 +109,11 @@ def test_replaying_the_model_live_needs_the_provider(
     db_url: str, provider: ProviderServer, recorded: Recorded
 ) -> None:
     """Control: a replay that does call the (stopped) provider cannot reproduce the run."""
-    result = _replay(db_url, provider, recorded, live=frozenset({"http"}))
+    result = _replay(db_url, provider, recorded, live=frozenset({"model"}))
 
     assert not result.identical
+    assert isinstance(result.divergences[0], OutcomeChangedError)
+    assert "APIConnectionError" in str(result.divergences[0])
 
 
 def test_a_changed_prompt_template_is_reported_with_the_changed_message(
@@ -101,8 +127,38 @@ def test_a_changed_prompt_template_is_reported_with_the_changed_message(
 
     divergence = result.divergences[0]
     assert isinstance(divergence, DecisionInputChangedError)
-    assert divergence.key.endswith("/v1/chat/completions")
+    assert divergence.key == "model:openai:chat.completions"
     removed = [line for line in divergence.diff.splitlines() if line.startswith("-  ")]
     added = [line for line in divergence.diff.splitlines() if line.startswith("+  ")]
     assert len(removed) == len(added) == 1
     assert "answer briefly" in removed[0] and "answer in French" in added[0]
+
+
+def _guide_blocks() -> list[Any]:
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
+    return [pytest.param(block, id=f"block-{n}") for n, block in enumerate(blocks, start=1)]
+
+
+def _excerpt_of(block: str, source: Path) -> bool:
+    """Whether ``block`` is a run of ``source``'s lines, up to their common indentation."""
+    want = block.rstrip("\n")
+    lines = source.read_text(encoding="utf-8").splitlines()
+    size = len(want.splitlines())
+    return any(
+        textwrap.dedent("\n".join(lines[start : start + size])) == want
+        for start in range(len(lines) - size + 1)
+    )
+
+
+@pytest.mark.parametrize("block", _guide_blocks())
+def test_each_python_block_of_the_guide_runs_or_is_a_piece_of_the_example(
+    block: str, provider: ProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guide cannot drift: a block starting with its imports runs as written (against the
+    loopback provider), any other block is a verbatim piece of the example or of this test."""
+    if not block.startswith(("import ", "from ")):
+        assert any(_excerpt_of(block, source) for source in SOURCES), block
+        return
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.openai_url)
+    exec(compile(block, f"{GUIDE.name}, a block", "exec", dont_inherit=True), {})
