@@ -1,6 +1,6 @@
-"""A LangGraph agent recorded by loom, unchanged: a model node, a tool node, a runbook search.
+"""A LangGraph agent recorded by loom: a model node, a tool node, a runbook search.
 
-The agent is ordinary LangGraph and OpenAI SDK code. loom adds three things, each one line:
+The agent is ordinary LangGraph and OpenAI SDK code. loom adds three things:
 
 1. the OpenAI client is wrapped, so every completion is a recorded ``model`` decision;
 2. the runbook search goes through ``kb.retrieve``, so the passages are recorded by content;
@@ -8,8 +8,9 @@ The agent is ordinary LangGraph and OpenAI SDK code. loom adds three things, eac
    unreachable and the corpus deleted, and a changed prompt is reported with a diff.
 
 Run it against any OpenAI-compatible endpoint (``OPENAI_API_KEY``, and ``OPENAI_BASE_URL``
-for another one than OpenAI's): ``python docs/examples/langgraph_agent.py "disk is full"``.
-The guide docs/guides/record-an-existing-agent.md walks through it; the test
+for another one than OpenAI's), after ``pip install langgraph -e ".[openai,http]"``:
+``python docs/examples/langgraph_agent.py "disk is full"``. The guide
+docs/guides/record-an-existing-agent.md walks through it; the test
 replay_tests/capture/test_langgraph_agent.py replays it with the server stopped.
 """
 
@@ -124,7 +125,11 @@ def register(loom: Loom, *, client: openai.OpenAI, instructions: str = INSTRUCTI
 
 
 def main(question: str) -> None:
-    """Sync the runbooks, run the agent once, and replay it from the log."""
+    """Sync the runbooks, run the agent once, and replay it from the log.
+
+    In a new SQLite file of its own, like ``loom demo``: in your ``./loom.db`` the sync would
+    write the example's runbooks into a ``runbooks`` scope you may already have there.
+    """
     url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='loom-agent-')) / 'loom.db'}"
     with Loom(url) as loom:
         open_knowledge_base(loom, SCOPE).sync(load_runbooks(), source="runbooks")
