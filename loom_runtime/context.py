@@ -129,15 +129,37 @@ class DecisionSource(Protocol):
 
 
 class Recorder:
-    """A live run or a resume: recorded keys answer from the log, the rest run and append."""
+    """A live run or a resume: recorded keys answer from the log, the rest run and append.
 
-    def __init__(self, log: EventLog, execution: Execution) -> None:
+    A fork's recorder also holds its ``overrides`` (ADR 0027): a key the flow asks that is
+    not recorded yet and has an override is answered by it, stored as this execution's
+    decision (``origin="override"``) with the input it was asked with, whatever that input.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        execution: Execution,
+        *,
+        overrides: Mapping[str, msgspec.Raw] | None = None,
+    ) -> None:
         self._log = log
         self._execution = execution
+        self._overrides = overrides or {}
         self.redactor = log.redactor
 
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
+        if decision is None and slot.key in self._overrides:
+            self._execution.record_decision(
+                key=slot.key,
+                kind=slot.kind,
+                value=self._overrides[slot.key],
+                input=slot.input,
+                origin="override",
+            )
+            save(self._log, self._execution)
+            return self._execution.decisions[slot.key]
         if decision is not None and decision.input != slot.input:
             # Resuming with code that asks a recorded key differently would splice two
             # different runs into one execution: refuse rather than guess.
