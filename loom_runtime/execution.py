@@ -180,7 +180,13 @@ class Execution(Aggregate):
         dropped: tuple[str, ...]
 
         def apply(self, aggregate: Any) -> None:
-            error_type, message = aggregate.error or ("", "")
+            if aggregate.error is None:
+                raise LogCorruptError(
+                    f"event v{self.originator_version} of execution {self.originator_id} "
+                    "reopens an execution that had not failed; run `loom verify`: the log "
+                    "was edited"
+                )
+            error_type, message = aggregate.error
             aggregate.reopenings.append(
                 Reopening(
                     error_type=error_type,

@@ -50,7 +50,7 @@ def describe_meta(meta: object) -> str:
         if name == "model" and isinstance(value, str):
             parts.append(f"model {value}")
         elif name == "latency_ms" and _is_number(value):
-            parts.append(f"{value:g} ms")
+            parts.append(f"{_number(value)} ms")
         elif name == "usage" and isinstance(value, dict):
             counts = " ".join(f"{k}={_json(v)}" for k, v in value.items() if _is_number(v))
             parts.append(f"usage {counts}" if counts else f"usage={_json(value)}")
@@ -72,10 +72,15 @@ def _attempts(attempts: list[object]) -> str:
         paused = attempt.get("paused")
         text = f"{error}: {message}" if message else str(error)
         if _is_number(paused):
-            text += f" (paused {paused:g} s)"
+            text += f" (paused {_number(paused)} s)"
         described.append(text)
     label = "retry" if len(attempts) == 1 else "retries"
     return f"{len(attempts)} {label}: " + ", ".join(described)
+
+
+def _number(value: float) -> str:
+    """A number as short text; an int as it is (a huge one does not fit a float's ``g``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _is_number(value: object) -> bool:

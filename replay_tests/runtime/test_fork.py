@@ -4,6 +4,8 @@ overrides, runs the rest live, and records its lineage; the parent is only read.
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from loom_runtime import (
     Loom,
     NotSerialisableError,
 )
-from loom_runtime.errors import ForkPointError
+from loom_runtime.errors import ForkPointError, LogCorruptError
 
 
 class Agent:
@@ -220,3 +222,30 @@ def test_an_async_flow_is_forked_with_afork(sqlite_url: str) -> None:
 
     assert forked.output == "a-live+B!"
     assert calls == {"a": 1, "b": 1}, "the parent's two calls only"
+
+
+@pytest.mark.parametrize(
+    ("topic", "field", "value"),
+    [
+        ("Created", "parent_id", "not-a-uuid"),
+        ("Created", "forked_at", "three"),
+        ("DecisionRecorded", "origin", "stolen"),
+    ],
+)
+def test_tampered_lineage_is_a_corrupt_log(
+    recorded: Any, sqlite_url: str, topic: str, field: str, value: Any
+) -> None:
+    loom, _agent, parent = recorded
+    fork = loom.fork(parent.execution_id, at=1)
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        rowid, stored = db.execute(
+            "SELECT rowid, state FROM stored_events WHERE topic = ? ORDER BY rowid DESC",
+            (f"loom.execution.{topic}",),
+        ).fetchone()
+        state = {**json.loads(stored), field: value}
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE rowid = ?",
+            (json.dumps(state).encode(), rowid),
+        )
+    with Loom(sqlite_url) as reader, pytest.raises(LogCorruptError):
+        reader.execution(fork.execution_id)

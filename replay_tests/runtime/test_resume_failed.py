@@ -4,6 +4,8 @@ fixed; its failed decisions are computed again, every successful one is kept, ex
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 import threading
 from collections import Counter
 from typing import Any
@@ -18,6 +20,7 @@ from loom_runtime import (
     Loom,
 )
 from loom_runtime.context import save
+from loom_runtime.errors import LogCorruptError
 
 
 class Service:
@@ -206,3 +209,60 @@ def test_an_async_flow_is_reopened_with_aresume(sqlite_url: str) -> None:
     assert output == "first-valueflaky-value"
     assert service.calls == {"first": 1, "flaky": 2}
     assert replay.identical
+
+
+def _edit_event(url: str, topic: str, *, new_topic: str | None = None, **state: Any) -> None:
+    """Rewrite the stored event of ``topic`` (its topic and state fields), as an attacker."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        rowid, stored = db.execute(
+            "SELECT rowid, state FROM stored_events WHERE topic = ?", (topic,)
+        ).fetchone()
+        edited = {**json.loads(stored), **state}
+        db.execute(
+            "UPDATE stored_events SET topic = ?, state = ? WHERE rowid = ?",
+            (new_topic or topic, json.dumps(edited).encode(), rowid),
+        )
+
+
+def test_a_reopening_that_does_not_list_keys_is_a_corrupt_log(sqlite_url: str) -> None:
+    service = Service()
+    with Loom(sqlite_url) as loom:
+        register(loom, service)
+        execution_id = failed_run(loom)
+        service.down = False
+        loom.resume(execution_id, retry_failed=True)
+    _edit_event(sqlite_url, "loom.execution.Reopened", dropped="flaky")
+    with Loom(sqlite_url) as loom, pytest.raises(LogCorruptError):
+        loom.execution(execution_id)
+
+
+def test_a_reopening_of_an_execution_that_had_not_failed_is_a_corrupt_log(
+    sqlite_url: str,
+) -> None:
+    """A forged Reopened in place of a claim: nothing had failed, so the log was edited."""
+    interrupted = [True]
+
+    def compute() -> str:
+        if interrupted[0]:
+            raise KeyboardInterrupt
+        return "v"
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            return ctx.decide("k", compute)
+
+        with pytest.raises(KeyboardInterrupt):
+            loom.run("f")
+        execution_id = str(loom.executions()[0].execution_id)
+        with pytest.raises(KeyboardInterrupt):
+            loom.resume(execution_id)  # appends a claim, then is interrupted again
+    _edit_event(
+        sqlite_url,
+        "loom.execution.Resumed",
+        new_topic="loom.execution.Reopened",
+        dropped=[],
+    )
+    with Loom(sqlite_url) as loom, pytest.raises(LogCorruptError, match="had not failed"):
+        loom.execution(execution_id)
