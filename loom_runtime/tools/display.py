@@ -78,7 +78,7 @@ def _attempts(attempts: list[object]) -> str:
     return f"{len(attempts)} {label}: " + ", ".join(described)
 
 
-def _number(value: float) -> str:
+def _number(value: object) -> str:
     """A number as short text; an int as it is (a huge one does not fit a float's ``g``)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
 
