@@ -343,7 +343,7 @@ class _Context:
                 if inspect.isawaitable(result):
                     result = yield Pending(slot.key, result)
             except Exception as exc:
-                planned = next(pauses, None) if retry_on(exc) else None
+                planned = next(pauses, None) if retry is not None and retry_on(exc) else None
                 if retry is None or planned is None:
                     self._source.record_failure(slot, exc, meta=self._retried(slot, attempts))
                     raise
