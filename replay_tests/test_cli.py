@@ -286,6 +286,8 @@ def test_resume_retry_failed_and_fork_show_their_lineage(
     code, out = _cli("executions", "show", fork_id, "--db", db_url)
     assert f"forked from execution {execution_id}, taking its first 1 decision(s)" in out
     assert "inherited" in out and "override" in out
+    code, out = _cli("executions", "list", "--db", db_url)
+    assert code == 0 and "parent" in out and execution_id[:8] in out.split(fork_id)[1]
 
     assert _cli("fork", execution_id, *flows)[0] == 2, "no point given"
     assert _cli("fork", execution_id, "--at", "nope", *flows)[0] == 2

@@ -170,13 +170,19 @@ def executions_list(db: DbOption = None) -> None:
     table.add_column("status", min_width=9, no_wrap=True)
     table.add_column("started (UTC)", min_width=14, no_wrap=True)
     table.add_column("flow", overflow="fold")
+    forks = any(summary.parent_id is not None for summary in summaries)
+    if forks:
+        table.add_column("parent", min_width=8, no_wrap=True)
     for summary in summaries:
-        table.add_row(
+        cells: list[str | Text] = [
             str(summary.execution_id),
             summary.status,
             summary.started_at.strftime("%m-%d %H:%M:%S"),
             inert(summary.flow, one_line=True),
-        )
+        ]
+        if forks:
+            cells.append(str(summary.parent_id or "")[:8])
+        table.add_row(*cells)
     console.print(table)
 
 
