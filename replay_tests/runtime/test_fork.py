@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from loom_runtime import (
     AsyncFlowContext,
+    DecisionKeyError,
     ExecutionNotFoundError,
     FlowContext,
     Loom,
@@ -172,10 +173,17 @@ def test_an_unknown_execution_is_refused(recorded: Any) -> None:
         loom.fork("00000000-0000-0000-0000-000000000000", at=0)
 
 
-def test_an_override_that_cannot_be_stored_writes_nothing(recorded: Any) -> None:
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [({"model": object()}, NotSerialisableError), ({1: "x"}, DecisionKeyError)],
+    ids=["unstorable-value", "not-a-key"],
+)
+def test_an_override_that_cannot_be_stored_writes_nothing(
+    recorded: Any, override: Any, error: type[Exception]
+) -> None:
     loom, _agent, parent = recorded
-    with pytest.raises(NotSerialisableError):
-        loom.fork(parent.execution_id, at=0, override={"model": object()})
+    with pytest.raises(error):
+        loom.fork(parent.execution_id, at=0, override=override)
     assert len(loom.executions()) == 1
 
 

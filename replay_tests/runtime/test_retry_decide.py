@@ -320,3 +320,30 @@ def test_retry_after_reads_what_the_service_asked(
 
 def test_retry_after_is_none_without_a_response() -> None:
     assert retry_after(TimeoutError()) is None
+
+
+def test_an_async_pause_lets_other_tasks_run(sqlite_url: str) -> None:
+    """The async driver awaits the pause: a task gathered beside the retrying decision runs
+    while it waits (a blocking sleep would hold the event loop until the retry)."""
+    order: list[str] = []
+
+    async def compute() -> str:
+        order.append("attempt")
+        if order.count("attempt") == 1:
+            raise RateLimited("busy", headers={"retry-after": "0.05"})
+        return "done"
+
+    async def other() -> None:
+        await asyncio.sleep(0)
+        order.append("other task")
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("f")
+        async def f(ctx: AsyncFlowContext) -> str:
+            backoff = Backoff(attempts=2, first_pause=0.0, max_pause=1.0)
+            result, _ = await asyncio.gather(ctx.decide("k", compute, retry=backoff), other())
+            return result
+
+        assert loom.run("f").output == "done"
+    assert order == ["attempt", "other task", "attempt"]
