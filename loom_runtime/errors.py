@@ -106,7 +106,13 @@ class LogWriteError(LoomError):
 
 
 class ExecutionFinishedError(LoomError):
-    """The execution already failed; a failed execution is final and is not resumed."""
+    """The execution already failed, and resuming it was not asked to reopen the failure
+    (``resume(id, retry_failed=True)``, ADR 0026)."""
+
+
+class ForkPointError(LoomError, ValueError):
+    """``fork(..., at=...)`` names no point of the parent execution: a key it never recorded,
+    or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""
 
 
 class LogCorruptError(LoomError):
