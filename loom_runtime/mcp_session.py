@@ -14,9 +14,12 @@ what it answered must come from the log on replay, with the server gone (ADR 002
 
 each valued ``{"type": <result class>, "result": <its JSON>}`` (``model_dump(mode="json",
 by_alias=True)``: the protocol's own field names, so an audit reads what the server sent) and
-handed back as the SDK's result type rebuilt from that JSON, live and on replay alike. A
-failed call (an ``MCPError``) is recorded as the decision's failure. Timeouts and progress
-callbacks are not part of the question and are not recorded; a replay calls no callback.
+handed back as the SDK's result type rebuilt from that JSON, live and on replay alike. An
+error the server answered with (an ``MCPError``: a JSON-RPC error, an unknown resource) is an
+answer too: recorded as ``{"type": "MCPError", "result": <its ErrorData>}`` and raised again on
+replay with the same code, message and data, so ``except MCPError`` takes the same path. Any
+other failure (the connection closed) is recorded as the decision's failure. Timeouts and
+progress callbacks are not part of the question and are not recorded; a replay calls none.
 Everything else (``list_tools``, ``initialize``, ``async with``) goes to the session as is,
 and outside a flow so do these two.
 
@@ -41,6 +44,7 @@ try:
     import pydantic_core
     from mcp import ClientSession
     from mcp import types as mcp_types
+    from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # the mcp extra is not installed
     raise MissingExtraError(
         extra="mcp", missing="mcp", needed_by="recording MCP sessions (loom_runtime.wrap_session)"
@@ -54,6 +58,9 @@ _RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
 RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
 """The result classes a recording may name, by name: a recorded name is never imported.
 Anything else (an extension's claimed result) is refused before it is recorded."""
+
+SERVER_ERROR: Final = "MCPError"
+"""The recorded type of an error the server answered with (its JSON is the ``ErrorData``)."""
 
 REQUEST_OPTIONS: Final = ("meta", "input_responses", "request_state")
 """Keyword arguments of ``call_tool``/``read_resource`` that change what is asked, so they
@@ -146,10 +153,15 @@ async def _decide(
     if not decision.recorded:
         try:
             result = await call()
+        except MCPError as exc:  # the server answered with an error: an answer all the same
+            result = exc.error
         except Exception as exc:
             decision.fail(exc)
             raise
-        if RESULT_TYPES.get(type(result).__name__) is not type(result):
+        recorded_type = SERVER_ERROR if isinstance(result, mcp_types.ErrorData) else None
+        if recorded_type is None and RESULT_TYPES.get(type(result).__name__) is type(result):
+            recorded_type = type(result).__name__
+        if recorded_type is None:
             refused = RecordedResultError(
                 key=key,
                 reason=f"loom records {sorted(RESULT_TYPES)}, not {type(result).__name__}; "
@@ -157,24 +169,29 @@ async def _decide(
             )
             decision.fail(refused)
             raise refused
-        decision.record(
-            _Recorded(
-                type=type(result).__name__,
-                result=result.model_dump(mode="json", by_alias=True),
-            )
-        )
-    return _rebuild(decision.key, decision.value)
+        decision.record(_Recorded(type=recorded_type, result=_dump(result)))
+    rebuilt = _rebuild(decision.key, decision.value)
+    if isinstance(rebuilt, MCPError):
+        raise rebuilt
+    return rebuilt
+
+
+def _dump(model: pydantic.BaseModel) -> Any:
+    return model.model_dump(mode="json", by_alias=True)
 
 
 def _rebuild(key: str, recorded: _Recorded) -> Any:
-    cls = RESULT_TYPES.get(recorded.type)
+    """The SDK object a recorded answer stands for: a result, or the server's error."""
+    cls = mcp_types.ErrorData if recorded.type == SERVER_ERROR else RESULT_TYPES.get(recorded.type)
     if cls is None:
-        raise RecordedResultError(
-            key=key, reason=f"{recorded.type!r} is not one of {sorted(RESULT_TYPES)}"
-        )
+        known = sorted([*RESULT_TYPES, SERVER_ERROR])
+        raise RecordedResultError(key=key, reason=f"{recorded.type!r} is not one of {known}")
     try:
-        return cls.model_validate(recorded.result)
+        rebuilt = cls.model_validate(recorded.result)
     except pydantic.ValidationError as exc:
         raise RecordedResultError(
             key=key, reason=f"it does not validate as {cls.__name__}: {exc}"
         ) from exc
+    if isinstance(rebuilt, mcp_types.ErrorData):
+        return MCPError.from_error_data(rebuilt)
+    return rebuilt

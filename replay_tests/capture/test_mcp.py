@@ -8,12 +8,14 @@ session the replay gets fails the test if it is called at all.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import msgspec
 import pytest
 import sqlalchemy as sa
-from mcp import Client
+from mcp import Client, MCPError
 from mcp import types as mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -70,12 +72,17 @@ def build(url: str, session: Any, *, query: str = "disk full") -> Loom:
         found = await recorded.call_tool("search", {"query": query})
         paged = await recorded.call_tool("page_oncall", {"team": "storage"})
         page = await recorded.read_resource("runbook://disk-full")
+        try:
+            await recorded.read_resource("missing://dns")
+        except MCPError as exc:  # the same class, code and data live and on replay
+            missing = [exc.code, exc.message, exc.data]
         assert isinstance(found, mcp_types.CallToolResult)
         assert isinstance(page, mcp_types.ReadResourceResult)
         return {
             "found": [block.text for block in found.content],
             "paged": [paged.is_error, paged.content[0].text],
             "page": page.contents[0].text,
+            "missing": missing,
         }
 
     return loom
@@ -104,6 +111,7 @@ def test_tool_calls_and_resource_reads_are_keyed_decisions_with_their_request_as
         "found": ["disk full-0", "disk full-1"],
         "paged": [True, "Error executing tool page_oncall: no on-call rota for storage"],
         "page": "How to handle disk-full: rotate the logs.",
+        "missing": [-32602, "Unknown resource: missing://dns", {"uri": "missing://dns"}],
     }
     with Loom(sqlite_url) as loom:
         decisions = loom.execution(run.execution_id).decisions
@@ -111,8 +119,17 @@ def test_tool_calls_and_resource_reads_are_keyed_decisions_with_their_request_as
         "tool:mcp:search",
         "tool:mcp:page_oncall",
         "resource:mcp:runbook://disk-full",
+        "resource:mcp:missing://dns",
     ]
-    assert [d.kind for d in decisions.values()] == ["tool", "tool", "resource"]
+    assert [d.kind for d in decisions.values()] == ["tool", "tool", "resource", "resource"]
+    assert msgspec.json.decode(decisions["resource:mcp:missing://dns"].value or b"null") == {
+        "type": "MCPError",
+        "result": {
+            "code": -32602,
+            "message": "Unknown resource: missing://dns",
+            "data": {"uri": "missing://dns"},
+        },
+    }
     assert msgspec.json.decode(decisions["tool:mcp:search"].input) == {
         "name": "search",
         "arguments": {"query": "disk full"},
@@ -199,3 +216,19 @@ def test_a_resource_key_names_scheme_host_and_path_never_query_or_userinfo() -> 
         == "https://docs.example/runbooks/dns.md"
     )
     assert resource_name("file:///srv/runbooks/a.md") == "file:///srv/runbooks/a.md"
+
+
+def test_without_mcp_wrap_session_names_the_extra_to_install() -> None:
+    """mcp missing: asking for wrap_session raises the typed error naming the extra."""
+    script = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "import loom_runtime\n"
+        "try:\n"
+        "    loom_runtime.wrap_session\n"
+        "except loom_runtime.MissingExtraError as exc:\n"
+        "    print(exc.extra, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("mcp ")
+    assert "pip install 'loom-replay[mcp]'" in done.stdout
