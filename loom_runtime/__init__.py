@@ -9,7 +9,9 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
-made inside a flow (the ``http`` extra).
+made inside a flow (the ``http`` extra); :func:`tool` records the calls of an agent's tool
+functions, and :func:`wrap_session` an MCP session's tool calls and resource reads (the ``mcp``
+extra).
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
         OutcomeChangedError,
         OutputChangedError,
         RecordedComputeError,
+        RecordedResultError,
         ReplayDivergence,
         SecretIdentifierError,
         SecretRefusedError,
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
     from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
+    from loom_runtime.mcp_session import RecordedSession, wrap_session
     from loom_runtime.projection import (
         SQLProjection,
         catch_up,
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
         tracked_names,
         tracking_table,
     )
+    from loom_runtime.recorded_tool import tool
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
     from loom_runtime.retry import RetryPolicy
@@ -108,6 +113,8 @@ __all__ = [
     "OutcomeChangedError",
     "OutputChangedError",
     "RecordedComputeError",
+    "RecordedResultError",
+    "RecordedSession",
     "Redactor",
     "ReplayDivergence",
     "ReplayResult",
@@ -135,10 +142,12 @@ __all__ = [
     "stream_id",
     "text_problem",
     "too_deep",
+    "tool",
     "tracked_names",
     "tracking_table",
     "transport",
     "verify_log",
+    "wrap_session",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -206,6 +215,10 @@ _EXPORTS = {
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
     "verify_log": "loom_runtime.integrity",
+    "tool": "loom_runtime.recorded_tool",
+    "RecordedResultError": "loom_runtime.errors",
+    "RecordedSession": "loom_runtime.mcp_session",
+    "wrap_session": "loom_runtime.mcp_session",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

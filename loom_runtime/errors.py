@@ -136,6 +136,23 @@ class RecordedComputeError(LoomError):
         self.message = message
 
 
+class RecordedResultError(LoomError, ValueError):
+    """A recorded value cannot be rebuilt as the SDK object it was recorded from: the type it
+    names is not one loom rebuilds, or the installed SDK no longer validates its JSON.
+
+    Recorded data is untrusted input (a bundle, a row), so this names the decision instead of
+    letting a validation error escape from deep inside the SDK.
+    """
+
+    def __init__(self, *, key: str, reason: str) -> None:
+        super().__init__(
+            f"the recorded result of decision {key!r} cannot be rebuilt: {reason}; replay it "
+            "with the SDK version it was recorded with, or record the execution again"
+        )
+        self.key = key
+        self.reason = reason
+
+
 class ReplayDivergence(LoomError):
     """Base of every way a replay can differ from the recorded execution.
 
