@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from loom_runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from loom_runtime.backoff import Attempt, Backoff, transient
     from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
     from loom_runtime.context import (
         AsyncFlowContext,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         FlowAlreadyRegisteredError,
         FlowInputError,
         FlowNotFoundError,
+        ForkPointError,
         IntegrityUnsupportedError,
         LoomError,
         MissingExtraError,
@@ -84,6 +86,8 @@ __all__ = [
     "MAX_DATA_DEPTH",
     "Anchor",
     "AsyncFlowContext",
+    "Attempt",
+    "Backoff",
     "Change",
     "ConfigurationError",
     "DatabaseUnavailableError",
@@ -102,6 +106,7 @@ __all__ = [
     "FlowInputError",
     "FlowNotFoundError",
     "FlowRegistry",
+    "ForkPointError",
     "IntegrityUnsupportedError",
     "LogEvent",
     "LogSettings",
@@ -145,6 +150,7 @@ __all__ = [
     "tool",
     "tracked_names",
     "tracking_table",
+    "transient",
     "transport",
     "verify_log",
     "wrap_session",
@@ -219,6 +225,10 @@ _EXPORTS = {
     "RecordedResultError": "loom_runtime.errors",
     "RecordedSession": "loom_runtime.mcp_session",
     "wrap_session": "loom_runtime.mcp_session",
+    "Attempt": "loom_runtime.backoff",
+    "Backoff": "loom_runtime.backoff",
+    "transient": "loom_runtime.backoff",
+    "ForkPointError": "loom_runtime.errors",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
