@@ -12,7 +12,8 @@ and replay to the log). The pieces here are pure and need no database:
 * :func:`reconcile`: the classification ``sync`` and ``plan_sync`` share, with the
   one-writer-per-document rule (ADR 0005) and the mass-delete guard (ADR 0006).
 * :func:`grounded_request`, :func:`check_citations`, :func:`assert_grounded`: the prompt
-  boundary, where passages stay untrusted and citations are checked against what was shown.
+  boundary, where passages and tool results stay untrusted and citations are checked against
+  what was shown; :class:`ToolCall` / :class:`ToolSpec` for tool-using conversations.
 * :class:`Model` / :class:`ExtractiveModel`: the model seam and an offline deterministic model.
 * :func:`load_docs` / :func:`scan_docs` / :func:`load_runbooks`: documents from a directory
   (links out of it not followed; ``scan_docs`` also lists them); the demo corpus.
@@ -46,11 +47,14 @@ if TYPE_CHECKING:
         GroundedRequest,
         Message,
         Provenance,
+        ToolCall,
+        ToolSpec,
         encode_request,
         grounded_request,
         guard_messages,
         to_anthropic_messages,
         to_openai_messages,
+        to_openai_tools,
     )
     from loom_knowledge.domain.passage_entry import (
         PassageContent,
@@ -89,7 +93,7 @@ if TYPE_CHECKING:
         UngroundedCitationError,
     )
     from loom_knowledge.models.answering import answer_from_corpus
-    from loom_knowledge.models.model import Answer, ExtractiveModel, Model
+    from loom_knowledge.models.model import Answer, ExtractiveModel, Model, Usage
     from loom_knowledge.models.openai_compatible import OpenAICompatibleModel
     from loom_knowledge.tools.demo import load_runbooks
 
@@ -134,7 +138,10 @@ __all__ = [
     "SyncPlan",
     "SyncResult",
     "TaintedSystemContentError",
+    "ToolCall",
+    "ToolSpec",
     "UngroundedCitationError",
+    "Usage",
     "answer_from_corpus",
     "assert_grounded",
     "check_citations",
@@ -155,6 +162,7 @@ __all__ = [
     "scan_docs",
     "to_anthropic_messages",
     "to_openai_messages",
+    "to_openai_tools",
     "to_passages",
 ]
 
@@ -222,6 +230,10 @@ _EXPORTS = {
     "scan_docs": "loom_knowledge.corpus.corpus_files",
     "to_anthropic_messages": "loom_knowledge.domain.grounding",
     "to_openai_messages": "loom_knowledge.domain.grounding",
+    "to_openai_tools": "loom_knowledge.domain.grounding",
+    "ToolCall": "loom_knowledge.domain.grounding",
+    "ToolSpec": "loom_knowledge.domain.grounding",
+    "Usage": "loom_knowledge.models.model",
     "to_passages": "loom_knowledge.domain.chunking",
 }
 

@@ -10,7 +10,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
 made inside a flow (the ``http`` extra); :func:`wrap` records an OpenAI or Anthropic client's
-calls as ``model`` decisions; :func:`tool` records the calls of an agent's tool functions.
+calls as ``model`` decisions; :func:`tool` records the calls of an agent's tool functions, and
+:func:`wrap_session` an MCP session's tool calls and resource reads (the ``mcp`` extra).
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from loom_runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from loom_runtime.backoff import Attempt, Backoff, transient
     from loom_runtime.codec import MAX_DATA_DEPTH, too_deep
     from loom_runtime.context import (
         AsyncFlowContext,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
         FlowAlreadyRegisteredError,
         FlowInputError,
         FlowNotFoundError,
+        ForkPointError,
         IntegrityUnsupportedError,
         LoomError,
         MissingExtraError,
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
         OutcomeChangedError,
         OutputChangedError,
         RecordedComputeError,
+        RecordedResultError,
         RecordedValueError,
         ReplayDivergence,
         SecretIdentifierError,
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
     from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
+    from loom_runtime.mcp_session import RecordedSession, wrap_session
     from loom_runtime.projection import (
         SQLProjection,
         catch_up,
@@ -85,6 +90,8 @@ __all__ = [
     "MAX_DATA_DEPTH",
     "Anchor",
     "AsyncFlowContext",
+    "Attempt",
+    "Backoff",
     "Change",
     "ConfigurationError",
     "DatabaseUnavailableError",
@@ -103,6 +110,7 @@ __all__ = [
     "FlowInputError",
     "FlowNotFoundError",
     "FlowRegistry",
+    "ForkPointError",
     "IntegrityUnsupportedError",
     "LogEvent",
     "LogSettings",
@@ -115,6 +123,8 @@ __all__ = [
     "OutcomeChangedError",
     "OutputChangedError",
     "RecordedComputeError",
+    "RecordedResultError",
+    "RecordedSession",
     "RecordedValueError",
     "Redactor",
     "ReplayDivergence",
@@ -147,9 +157,11 @@ __all__ = [
     "tool",
     "tracked_names",
     "tracking_table",
+    "transient",
     "transport",
     "verify_log",
     "wrap",
+    "wrap_session",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -222,6 +234,13 @@ _EXPORTS = {
     "wrap": "loom_runtime.wrap",
     "verify_log": "loom_runtime.integrity",
     "tool": "loom_runtime.recorded_tool",
+    "RecordedResultError": "loom_runtime.errors",
+    "RecordedSession": "loom_runtime.mcp_session",
+    "wrap_session": "loom_runtime.mcp_session",
+    "Attempt": "loom_runtime.backoff",
+    "Backoff": "loom_runtime.backoff",
+    "transient": "loom_runtime.backoff",
+    "ForkPointError": "loom_runtime.errors",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

@@ -16,6 +16,8 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import msgspec
 
@@ -71,3 +73,77 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     error: str
     message: str = ""
     paused: float = 0.0
+
+
+_RETRIED_STATUSES = frozenset({408, 409, 429})
+_CHAIN_LIMIT = 16  # how far down ``raise ... from`` a cause is looked for
+
+
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` is worth another attempt: the default ``retry_on`` of ``decide``.
+
+    True for a timeout or a dropped connection (``TimeoutError``, ``ConnectionError``) and for
+    an error carrying an HTTP status that asks to be retried (408, 409, 429, 5xx) as
+    ``status_code`` or ``response.status_code``: the shape of httpx's, requests', OpenAI's and
+    Anthropic's errors, recognised without importing any of them. SDKs translate the socket's
+    error into their own (httpx's ``ConnectError``, OpenAI's ``APIConnectionError``), httpcore
+    even ``from None``, so the errors it was raised from or during count too; the price is that
+    an error raised while handling a timeout is retried as well (within ``attempts``).
+    ``decide`` asks only about an ``Exception``: a ``KeyboardInterrupt`` or a cancelled task
+    stops the run instead of being retried.
+    """
+    for cause in _causes(error):
+        if isinstance(cause, TimeoutError | ConnectionError):
+            return True
+        status = status_of(cause)
+        if status is not None and (status in _RETRIED_STATUSES or 500 <= status <= 599):
+            return True
+    return False
+
+
+def status_of(error: BaseException) -> int | None:
+    """The HTTP status ``error`` carries (``status_code``, else ``response.status_code``)."""
+    for holder in (error, getattr(error, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The seconds the service asked to wait, from the ``retry-after-ms`` or ``retry-after``
+    header (seconds or an HTTP date) of the response ``error`` carries; None if it did not ask."""
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    get = getattr(headers, "get", None)
+    if not callable(get):
+        return None
+    try:
+        millis = get("retry-after-ms")
+        if isinstance(millis, str):
+            return _finite(float(millis) / 1000)
+        asked = get("retry-after")
+        if not isinstance(asked, str):
+            return None
+        try:
+            return _finite(float(asked))
+        except ValueError:
+            when = parsedate_to_datetime(asked)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    except (ValueError, TypeError, OverflowError):
+        return None  # a header that says nothing usable: the planned pause is taken
+
+
+def _finite(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it was raised from or during, nearest first, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _CHAIN_LIMIT:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

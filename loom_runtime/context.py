@@ -24,12 +24,14 @@ the flow calls without passing ``ctx`` (an HTTP transport) can record into it.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import inspect
 import random
 import sys
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -40,6 +42,7 @@ from uuid import UUID
 import msgspec
 
 from loom_runtime import codec
+from loom_runtime.backoff import Attempt, Backoff, retry_after, transient
 from loom_runtime.diff import diff
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
@@ -51,7 +54,13 @@ from loom_runtime.errors import (
     RecordedComputeError,
     StreamConflictError,
 )
-from loom_runtime.execution import Decision, Execution, project_execution
+from loom_runtime.execution import (
+    Decision,
+    Execution,
+    error_message_of,
+    error_type_of,
+    project_execution,
+)
 from loom_runtime.log import EventLog
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
@@ -120,15 +129,37 @@ class DecisionSource(Protocol):
 
 
 class Recorder:
-    """A live run or a resume: recorded keys answer from the log, the rest run and append."""
+    """A live run or a resume: recorded keys answer from the log, the rest run and append.
 
-    def __init__(self, log: EventLog, execution: Execution) -> None:
+    A fork's recorder also holds its ``overrides`` (ADR 0027): a key the flow asks that is
+    not recorded yet and has an override is answered by it, stored as this execution's
+    decision (``origin="override"``) with the input it was asked with, whatever that input.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        execution: Execution,
+        *,
+        overrides: Mapping[str, msgspec.Raw] | None = None,
+    ) -> None:
         self._log = log
         self._execution = execution
+        self._overrides = overrides or {}
         self.redactor = log.redactor
 
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
+        if decision is None and slot.key in self._overrides:
+            self._execution.record_decision(
+                key=slot.key,
+                kind=slot.kind,
+                value=self._overrides[slot.key],
+                input=slot.input,
+                origin="override",
+            )
+            save(self._log, self._execution)
+            return self._execution.decisions[slot.key]
         if decision is not None and decision.input != slot.input:
             # Resuming with code that asks a recorded key differently would splice two
             # different runs into one execution: refuse rather than guess.
@@ -283,24 +314,62 @@ class _Context:
         found, value = self._answer(slot, type)
         return OpenDecision(self._source, slot, type=type, recorded=found, value=value)
 
-    def _decide(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Steps[Any]:
+    def _decide(
+        self,
+        slot: Slot,
+        compute: Callable[[], Any],
+        type: Any,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
+    ) -> Steps[Any]:
         """One decision, for either driver: answered from the source, or computed (an
         awaitable result is awaited by the async driver, refused by the sync one) and
-        recorded, a failure of ``compute`` included."""
+        recorded, a failure of ``compute`` included.
+
+        With ``retry``, a failure ``retry_on`` calls transient is paused on (a pending
+        :class:`_Pause`: slept by the sync driver, awaited by the async one) and computed
+        again, up to ``retry.attempts`` calls; each retried failure is an :class:`Attempt` in
+        the decision's ``meta["attempts"]`` and only the last outcome is the decision. Only an
+        ``Exception`` is retried or recorded: an interrupt stops the run with nothing stored.
+        """
         found, value = self._answer(slot, type)
         if found:
             return value
-        try:
-            result = compute()
-            if inspect.isawaitable(result):
-                result = yield Pending(slot.key, result)
-        except Exception as exc:
-            self._source.record_failure(slot, exc)
-            raise
-        return self._source.record(slot, result, type=type)
+        attempts: list[Attempt] = []
+        pauses = retry.pauses() if retry is not None else iter(())
+        while True:
+            try:
+                result = compute()
+                if inspect.isawaitable(result):
+                    result = yield Pending(slot.key, result)
+            except Exception as exc:
+                planned = next(pauses, None) if retry is not None and retry_on(exc) else None
+                if retry is None or planned is None:
+                    self._source.record_failure(slot, exc, meta=self._retried(slot, attempts))
+                    raise
+                paused = retry.pause(planned, asked=retry_after(exc))
+                attempts.append(
+                    Attempt(error=error_type_of(exc), message=error_message_of(exc), paused=paused)
+                )
+            else:
+                meta = self._retried(slot, attempts)
+                return self._source.record(slot, result, type=type, meta=meta)
+            yield Pending(slot.key, _Pause(paused))
 
-    def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
-        return drive(self._decide(slot, compute, type), _refuse_awaitable)
+    def _retried(self, slot: Slot, attempts: list[Attempt]) -> msgspec.Raw | None:
+        """The meta of a decision that took ``attempts`` retries (None for none)."""
+        meta = {"attempts": attempts} if attempts else None
+        return encode_meta(meta, key=slot.key, redactor=self._source.redactor)
+
+    def _decide_now(
+        self,
+        slot: Slot,
+        compute: Callable[[], Any],
+        type: Any,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
+    ) -> Any:
+        return drive(self._decide(slot, compute, type, retry, retry_on), _settle_now)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
@@ -326,6 +395,8 @@ class FlowContext(_Context):
         input: object = None,
         type: Any = Any,
         kind: str | None = None,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
     ) -> T:
         """Run ``compute`` once and record its result under ``key``; a replay returns the record.
 
@@ -333,8 +404,15 @@ class FlowContext(_Context):
         too, so a replay can tell that the same key is now asked differently. ``type`` decodes
         the stored value (e.g. ``datetime`` or a msgspec Struct); ``kind`` labels the decision
         ("retrieval", "model", ...) for audits and counterfactual replays.
+
+        ``retry=Backoff(...)`` computes again after a failure ``retry_on`` calls transient
+        (default :func:`~loom_runtime.backoff.transient`: timeouts, dropped connections, HTTP
+        408/409/429/5xx), pausing with jitter or as long as a ``retry-after`` asked; every
+        retried attempt is in the decision's meta, the last outcome is the decision, and a
+        replay neither retries nor pauses (ADR 0026).
         """
-        return self._decide_now(self._slot(key, input, kind), compute, type)
+        slot = self._slot(key, input, kind)
+        return self._decide_now(slot, compute, type, retry, retry_on)
 
 
 class AsyncFlowContext(_Context):
@@ -349,6 +427,8 @@ class AsyncFlowContext(_Context):
         input: object = None,
         type: Any = Any,
         kind: str | None = None,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
     ) -> Awaitable[T]: ...
 
     @overload
@@ -360,6 +440,8 @@ class AsyncFlowContext(_Context):
         input: object = None,
         type: Any = Any,
         kind: str | None = None,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
     ) -> Awaitable[T]: ...
 
     def decide(
@@ -370,13 +452,17 @@ class AsyncFlowContext(_Context):
         input: object = None,
         type: Any = Any,
         kind: str | None = None,
+        retry: Backoff | None = None,
+        retry_on: Callable[[Exception], bool] = transient,
     ) -> Awaitable[Any]:
-        """As :meth:`FlowContext.decide`; ``compute`` may be sync or async.
+        """As :meth:`FlowContext.decide`; ``compute`` may be sync or async, and a retry's
+        pause is ``asyncio.sleep`` (other tasks run meanwhile).
 
         A plain method returning an awaitable, so the occurrence key is fixed when the call is
         made (program order), not when the awaitable is scheduled.
         """
-        return adrive(self._decide(self._slot(key, input, kind), compute, type))
+        slot = self._slot(key, input, kind)
+        return adrive(self._decide(slot, compute, type, retry, retry_on))
 
 
 class OpenDecision:
@@ -501,6 +587,25 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class _Pause:
+    """A retry's pause, as a pending value: awaited (``asyncio.sleep``) by the async driver,
+    slept (``time.sleep``) by the sync one, so the retry loop is written once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return asyncio.sleep(self.seconds).__await__()
+
+
+def _settle_now(pending: Pending) -> Any:
+    """A sync flow's pending value: a retry's pause is slept, anything else refused."""
+    if isinstance(pending.awaitable, _Pause):
+        time.sleep(pending.awaitable.seconds)
+        return None
+    return _refuse_awaitable(pending)
 
 
 def _refuse_awaitable(pending: Pending) -> Any:

@@ -106,7 +106,13 @@ class LogWriteError(LoomError):
 
 
 class ExecutionFinishedError(LoomError):
-    """The execution already failed; a failed execution is final and is not resumed."""
+    """The execution already failed, and resuming it was not asked to reopen the failure
+    (``resume(id, retry_failed=True)``, ADR 0026)."""
+
+
+class ForkPointError(LoomError, ValueError):
+    """``fork(..., at=...)`` names no point of the parent execution: a key it never recorded,
+    or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""
 
 
 class LogCorruptError(LoomError):
@@ -128,6 +134,23 @@ class RecordedComputeError(LoomError):
         self.key = key
         self.error_type = error_type
         self.message = message
+
+
+class RecordedResultError(LoomError, ValueError):
+    """A recorded value cannot be rebuilt as the SDK object it was recorded from: the type it
+    names is not one loom rebuilds, or the installed SDK no longer validates its JSON.
+
+    Recorded data is untrusted input (a bundle, a row), so this names the decision instead of
+    letting a validation error escape from deep inside the SDK.
+    """
+
+    def __init__(self, *, key: str, reason: str) -> None:
+        super().__init__(
+            f"the recorded result of decision {key!r} cannot be rebuilt: {reason}; replay it "
+            "with the SDK version it was recorded with, or record the execution again"
+        )
+        self.key = key
+        self.reason = reason
 
 
 class ReplayDivergence(LoomError):

@@ -19,7 +19,7 @@ the mapper never redacts those, and refuses one that holds a secret (ADR 0012).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any, Literal, cast
 from uuid import UUID
 
 import msgspec
@@ -38,6 +38,10 @@ from loom_runtime.storage.topics import register_aggregate
 _TOPIC = "loom.execution"
 
 
+Origin = Literal["inherited", "override"]
+"""Where a fork's decision came from (ADR 0027)."""
+
+
 class Decision(msgspec.Struct, frozen=True):
     """One recorded decision, as a replay looks it up by its occurrence key.
 
@@ -54,6 +58,19 @@ class Decision(msgspec.Struct, frozen=True):
     meta: msgspec.Raw | None = None
     """What was measured while deciding (a model's name, latency, token usage, the attempts a
     retry made), as JSON: shown by audits, never compared by a replay."""
+    origin: Origin | None = None
+    """In a fork (ADR 0027): ``"inherited"`` from the parent, or ``"override"`` (the value the
+    fork was told to use); None for a decision this execution computed."""
+
+
+class Reopening(msgspec.Struct, frozen=True, kw_only=True):
+    """A failure that a worker reopened (ADR 0026): what the flow had raised, the failed
+    decisions dropped to be computed again, and who reopened it."""
+
+    error_type: str
+    message: str
+    dropped: tuple[str, ...]
+    worker: str
 
 
 class Execution(Aggregate):
@@ -65,11 +82,15 @@ class Execution(Aggregate):
         """The flow was started with this input, by this code, having seen the log up to here."""
 
         TOPIC = f"{_TOPIC}.Created"
-        IDENTIFIERS = ("flow", "code_version")
+        IDENTIFIERS = ("flow", "code_version", "parent_id")
         flow: str
         code_version: str
         input: msgspec.Raw
         log_position: int
+        parent_id: UUID | None = None
+        """The execution this one was forked from (ADR 0027); None for a run."""
+        forked_at: int | None = None
+        """How many of the parent's decisions, in recorded order, the fork took."""
 
     class DecisionRecorded(Aggregate.Event):
         """A nondeterministic result, stored before the flow was allowed to see it."""
@@ -81,10 +102,16 @@ class Execution(Aggregate):
         value: msgspec.Raw
         input: msgspec.Raw
         meta: msgspec.Raw | None = None
+        origin: Origin | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.decisions[self.key] = Decision(
-                key=self.key, kind=self.kind, input=self.input, value=self.value, meta=self.meta
+                key=self.key,
+                kind=self.kind,
+                input=self.input,
+                value=self.value,
+                meta=self.meta,
+                origin=self.origin,
             )
 
     class DecisionFailed(Aggregate.Event):
@@ -98,6 +125,7 @@ class Execution(Aggregate):
         error_type: str
         message: str
         meta: msgspec.Raw | None = None
+        origin: Origin | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.decisions[self.key] = Decision(
@@ -107,6 +135,7 @@ class Execution(Aggregate):
                 error_type=self.error_type,
                 message=self.message,
                 meta=self.meta,
+                origin=self.origin,
             )
 
     class Resumed(Aggregate.Event):
@@ -139,21 +168,70 @@ class Execution(Aggregate):
         def apply(self, aggregate: Any) -> None:
             aggregate.error = (self.error_type, self.message)
 
+    class Reopened(Aggregate.Event):
+        """A worker reopened the failed execution once its cause was fixed (ADR 0026): the
+        failure and the ``dropped`` failed decisions are gone from the state, so they are
+        computed again; every decision that succeeded stays. Appended at the next version, so
+        of two workers reopening the same failure one wins and the other is refused."""
+
+        TOPIC = f"{_TOPIC}.Reopened"
+        IDENTIFIERS = ("worker", "dropped")
+        worker: str
+        dropped: tuple[str, ...]
+
+        def apply(self, aggregate: Any) -> None:
+            if aggregate.error is None:
+                raise LogCorruptError(
+                    f"event v{self.originator_version} of execution {self.originator_id} "
+                    "reopens an execution that had not failed; run `loom verify`: the log "
+                    "was edited"
+                )
+            error_type, message = aggregate.error
+            aggregate.reopenings.append(
+                Reopening(
+                    error_type=error_type,
+                    message=message,
+                    dropped=self.dropped,
+                    worker=self.worker,
+                )
+            )
+            aggregate.error = None
+            for key in self.dropped:
+                aggregate.decisions.pop(key, None)
+
     def __init__(
-        self, *, flow: str, code_version: str, input: msgspec.Raw, log_position: int
+        self,
+        *,
+        flow: str,
+        code_version: str,
+        input: msgspec.Raw,
+        log_position: int,
+        parent_id: UUID | None = None,
+        forked_at: int | None = None,
     ) -> None:
         self.flow = flow
         self.code_version = code_version
         self.input = input
         self.log_position = log_position
+        self.parent_id = parent_id
+        self.forked_at = forked_at
         self.decisions: dict[str, Decision] = {}
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
+        self.reopenings: list[Reopening] = []
         self.lost = False  # set when this worker may append no more: a lost race (never stored)
 
     @classmethod
     def start(
-        cls, *, id: UUID, flow: str, code_version: str, input: msgspec.Raw, log_position: int
+        cls,
+        *,
+        id: UUID,
+        flow: str,
+        code_version: str,
+        input: msgspec.Raw,
+        log_position: int,
+        parent_id: UUID | None = None,
+        forked_at: int | None = None,
     ) -> Execution:
         return cls._create(
             cls.Created,
@@ -162,6 +240,8 @@ class Execution(Aggregate):
             code_version=code_version,
             input=input,
             log_position=log_position,
+            parent_id=parent_id,
+            forked_at=forked_at,
         )
 
     def reset_to(self, stored: Execution) -> None:
@@ -178,6 +258,7 @@ class Execution(Aggregate):
         self.decisions = dict(stored.decisions)
         self.output = stored.output
         self.error = stored.error
+        self.reopenings = list(stored.reopenings)
 
     @property
     def finished(self) -> bool:
@@ -191,10 +272,41 @@ class Execution(Aggregate):
         value: msgspec.Raw,
         input: msgspec.Raw,
         meta: msgspec.Raw | None = None,
+        origin: Origin | None = None,
     ) -> None:
         self.trigger_event(
-            self.DecisionRecorded, key=key, kind=kind, value=value, input=input, meta=meta
+            self.DecisionRecorded,
+            key=key,
+            kind=kind,
+            value=value,
+            input=input,
+            meta=meta,
+            origin=origin,
         )
+
+    def inherit(self, decision: Decision) -> None:
+        """Take a parent's decision as this fork's own event, marked ``inherited``: a fork
+        replays, exports and imports on its own, without its parent."""
+        if decision.error_type is None:
+            self.record_decision(
+                key=decision.key,
+                kind=decision.kind,
+                value=decision.value or msgspec.Raw(b"null"),
+                input=decision.input,
+                meta=decision.meta,
+                origin="inherited",
+            )
+        else:
+            self.trigger_event(
+                self.DecisionFailed,
+                key=decision.key,
+                kind=decision.kind,
+                input=decision.input,
+                error_type=decision.error_type,
+                message=decision.message or "",
+                meta=decision.meta,
+                origin="inherited",
+            )
 
     def record_failure(
         self,
@@ -217,6 +329,11 @@ class Execution(Aggregate):
 
     def claim(self, *, worker: str) -> None:
         self.trigger_event(self.Resumed, worker=worker)
+
+    def reopen(self, *, worker: str) -> None:
+        """Drop the failure and every failed decision, to compute them again (ADR 0026)."""
+        dropped = tuple(k for k, d in self.decisions.items() if d.error_type is not None)
+        self.trigger_event(self.Reopened, worker=worker, dropped=dropped)
 
     def complete(self, *, output: msgspec.Raw) -> None:
         self.trigger_event(self.Completed, output=output)
@@ -249,6 +366,7 @@ EXECUTION_EVENT_TYPES: tuple[type[Any], ...] = (
     Execution.Resumed,
     Execution.Completed,
     Execution.Failed,
+    Execution.Reopened,
 )
 
 EXECUTION_TOPICS: tuple[str, ...] = tuple(cls.TOPIC for cls in EXECUTION_EVENT_TYPES)

@@ -11,10 +11,11 @@ directly; ``async def`` flows run on ``asyncio.run`` from the sync methods, or a
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -37,9 +38,11 @@ from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
+    DecisionKeyError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
+    ForkPointError,
     LogCorruptError,
     NotSerialisableError,
 )
@@ -70,9 +73,21 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime
     log_position: int
     status: Literal["running", "completed", "failed"]
+    parent_id: UUID | None = None
+    """The execution this one was forked from, if it is a fork."""
 
 
-_SUMMARY_TOPICS = (Execution.Created.TOPIC, Execution.Completed.TOPIC, Execution.Failed.TOPIC)
+_SUMMARY_TOPICS = (
+    Execution.Created.TOPIC,
+    Execution.Completed.TOPIC,
+    Execution.Failed.TOPIC,
+    Execution.Reopened.TOPIC,
+)
+_STATUS_AFTER: dict[type[Any], Literal["running", "completed", "failed"]] = {
+    Execution.Completed: "completed",
+    Execution.Failed: "failed",
+    Execution.Reopened: "running",
+}
 
 
 class Loom:
@@ -148,18 +163,54 @@ class Loom:
         """As :meth:`run`, from inside a running event loop."""
         return await adrive(self._run(flow, arguments))
 
-    def resume(self, execution_id: UUID | str) -> Run:
+    def resume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
         """Finish an interrupted execution: recorded decisions from the log, the rest live.
 
         A completed execution is returned as recorded (it completes exactly once). Two workers
         resuming the same execution race on the stream version: the loser gets
         :class:`ExecutionConflictError` and appends nothing.
-        """
-        return drive(self._resume(execution_id), _run_now)
 
-    async def aresume(self, execution_id: UUID | str) -> Run:
+        A failed execution raises :class:`ExecutionFinishedError`, unless ``retry_failed``:
+        then, once the cause is fixed, it is reopened (ADR 0026): its failure and its failed
+        decisions are dropped and computed again, every successful decision is kept (not
+        computed again), and the flow runs to its end. Reopening is appending at the next
+        version, so of two workers reopening the same failure exactly one does.
+        """
+        return drive(self._resume(execution_id, retry_failed), _run_now)
+
+    async def aresume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
         """As :meth:`resume`, from inside a running event loop."""
-        return await adrive(self._resume(execution_id))
+        return await adrive(self._resume(execution_id, retry_failed))
+
+    def fork(
+        self,
+        execution_id: UUID | str,
+        *,
+        at: str | int,
+        override: Mapping[str, object] | None = None,
+    ) -> Run:
+        """Run the flow again as a new execution that takes the parent's decisions before
+        ``at`` and computes the rest live: "had this decision been different, what then?".
+
+        ``at`` is a recorded decision key (the fork takes every decision before it) or a
+        number of decisions, in recorded order. ``override`` maps keys to values: a key the
+        fork's flow asks is answered by its override whatever it is asked with (the override
+        *is* the counterfactual), before the point or after it. The flow gets the parent's
+        input; the parent is only read. The fork records its parent and fork point, and its
+        inherited decisions as its own events, so it replays, exports and imports on its own
+        (ADR 0027). Raises :class:`ForkPointError` for a point the parent does not have.
+        """
+        return drive(self._fork(execution_id, at, override), _run_now)
+
+    async def afork(
+        self,
+        execution_id: UUID | str,
+        *,
+        at: str | int,
+        override: Mapping[str, object] | None = None,
+    ) -> Run:
+        """As :meth:`fork`, from inside a running event loop."""
+        return await adrive(self._fork(execution_id, at, override))
 
     # -- replaying ---------------------------------------------------------------------------
 
@@ -214,11 +265,11 @@ class Loom:
                     started_at=event.timestamp,
                     log_position=event.log_position,
                     status="running",
+                    parent_id=event.parent_id,
                 )
             elif event.originator_id in summaries:
                 summaries[event.originator_id] = msgspec.structs.replace(
-                    summaries[event.originator_id],
-                    status="completed" if isinstance(event, Execution.Completed) else "failed",
+                    summaries[event.originator_id], status=_STATUS_AFTER[type(event)]
                 )
         return list(summaries.values())
 
@@ -303,16 +354,23 @@ class Loom:
         save(self.log, execution)
         return definition, execution, kwargs
 
-    def _claim(self, execution_id: UUID | str) -> Execution:
+    def _claim(self, execution_id: UUID | str, retry_failed: bool) -> Execution:
+        """The execution to resume, claimed by this worker (reopened if it failed and
+        ``retry_failed``); a completed one is returned as it is."""
         execution = self.execution(execution_id)
+        worker = f"{socket.gethostname()}:{os.getpid()}"
         if execution.error is not None:
-            error_type, message = execution.error
-            raise ExecutionFinishedError(
-                f"execution {execution.id} failed ({error_type}: {message}); a failed "
-                "execution is final: run the flow again for a new one"
-            )
-        if execution.output is None:
-            execution.claim(worker=f"{socket.gethostname()}:{os.getpid()}")
+            if not retry_failed:
+                error_type, message = execution.error
+                raise ExecutionFinishedError(
+                    f"execution {execution.id} failed ({error_type}: {message}). Once the cause "
+                    "is fixed, reopen it with loom.resume(id, retry_failed=True) (`loom resume "
+                    "ID --retry-failed`): its failed decisions are computed again, the rest kept"
+                )
+            execution.reopen(worker=worker)
+            save(self.log, execution)
+        elif execution.output is None:
+            execution.claim(worker=worker)
             save(self.log, execution)
         return execution
 
@@ -326,17 +384,54 @@ class Loom:
         definition, execution, kwargs = self._start(flow, arguments)
         return (yield from self._record(definition, execution, kwargs))
 
-    def _resume(self, execution_id: UUID | str) -> Steps[Run]:
-        execution = self._claim(execution_id)
+    def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
+        execution = self._claim(execution_id, retry_failed)
         if execution.output is not None:
             return self._finished_run(execution)
         definition = self.get_flow(execution.flow)
         kwargs = definition.decode_input(execution.input)
         return (yield from self._record(definition, execution, kwargs))
 
-    def _record(self, definition: Flow, execution: Execution, kwargs: dict[str, Any]) -> Steps[Run]:
+    def _fork(
+        self, execution_id: UUID | str, at: str | int, override: Mapping[str, object] | None
+    ) -> Steps[Run]:
+        """Create the fork (its Created event and inherited decisions in one append), then
+        run the flow with its overrides."""
+        parent = self.execution(execution_id)
+        taken = _fork_point(parent, at)
+        definition = self.get_flow(parent.flow)
+        overrides = {
+            _override_key(key): codec.encode(
+                value, path=f"override of {key!r}", redactor=self.settings.redactor
+            )
+            for key, value in (override or {}).items()
+        }
+        kwargs = definition.decode_input(parent.input)
+        execution = Execution.start(
+            id=uuid4(),
+            flow=definition.name,
+            code_version=definition.version,
+            input=parent.input,
+            log_position=self.log.position,
+            parent_id=parent.id,
+            forked_at=taken,
+        )
+        for decision in list(parent.decisions.values())[:taken]:
+            if decision.key not in overrides:
+                execution.inherit(decision)
+        save(self.log, execution)
+        return (yield from self._record(definition, execution, kwargs, overrides))
+
+    def _record(
+        self,
+        definition: Flow,
+        execution: Execution,
+        kwargs: dict[str, Any],
+        overrides: Mapping[str, msgspec.Raw] | None = None,
+    ) -> Steps[Run]:
         """Call the flow with a recording context; store its output, or its failure."""
-        ctx = self._context(definition, execution, Recorder(self.log, execution))
+        recorder = Recorder(self.log, execution, overrides=overrides)
+        ctx = self._context(definition, execution, recorder)
         try:
             result = yield from _call(definition, ctx, kwargs)
         except Exception as exc:
@@ -438,6 +533,33 @@ def _call(
         if definition.is_async:
             result = yield Pending(definition.name, result)
     return result
+
+
+def _fork_point(parent: Execution, at: str | int) -> int:
+    """How many of ``parent``'s decisions (in recorded order) a fork ``at`` takes."""
+    keys = list(parent.decisions)
+    if isinstance(at, str) and at in parent.decisions:
+        return keys.index(at)
+    if isinstance(at, int) and not isinstance(at, bool) and 0 <= at <= len(keys):
+        return at
+    if isinstance(at, str):
+        nearest = difflib.get_close_matches(at, keys, n=3, cutoff=0.4)
+        hint = f" (nearest: {', '.join(map(repr, nearest))})" if nearest else ""
+        problem = f"recorded no decision {at!r}{hint}"
+    else:
+        problem = f"cannot be forked at {at!r}"
+    raise ForkPointError(
+        f"execution {parent.id} {problem}; fork at one of its decision keys (see `loom "
+        f"executions show {parent.id}`) or at a number of decisions from 0 to {len(keys)}"
+    )
+
+
+def _override_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise DecisionKeyError(
+            f"an override is keyed by a decision key (a non-empty str), not {key!r}"
+        )
+    return key
 
 
 def _run_now(pending: Pending) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,74 @@ def test_verify_reports_ok_then_the_first_altered_event(db_url: str) -> None:
         code, out = _cli("verify", "--db", db_url, "--anchor", head)
         assert code == 1 and "TAMPERED at log position 1" in out
     assert _cli("verify", "--db", db_url, "--anchor", "nonsense")[0] == 2
+
+
+FLAKY = """
+import os
+
+from loom_runtime import FlowRegistry
+from loom_runtime.backoff import Backoff
+
+flows = FlowRegistry()
+calls = []
+
+
+def slow_once():
+    calls.append(1)
+    if len(calls) == 1:
+        raise TimeoutError("slow")
+    return "steady"
+
+
+def fetch():
+    if os.environ.get("LOOM_TEST_UPSTREAM_DOWN"):
+        raise ConnectionError("upstream down")
+    return "data"
+
+
+@flows.flow("fetcher")
+def fetcher(ctx) -> str:
+    first = ctx.decide("first", slow_once, retry=Backoff(attempts=2, first_pause=0.0))
+    data = ctx.decide("fetch", fetch, kind="http")
+    return first + ":" + data
+"""
+
+
+def test_resume_retry_failed_and_fork_show_their_lineage(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed run is reopened with --retry-failed, then forked with an override; `executions
+    show` tells each one's history and what was measured (the retry)."""
+    (tmp_path / "cli_flaky.py").write_text(FLAKY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    flows = ("--db", db_url, "--flows", "cli_flaky:flows")
+    monkeypatch.setenv("LOOM_TEST_UPSTREAM_DOWN", "1")
+    code, _ = _cli("run", "fetcher", *flows)
+    assert code == 1
+    code, out = _cli("executions", "list", "--db", db_url)
+    (execution_id,) = re.findall(r"[0-9a-f]{8}-[0-9a-f-]{27}", out)
+    code, out = _cli("executions", "show", execution_id, "--db", db_url)
+    assert "--retry-failed" in out
+    assert "1 retry:" in out and "builtins:TimeoutError:" in out and "(paused 0 s)" in out
+
+    code, out = _cli("resume", execution_id, *flows)
+    assert code == 2 and "retry_failed=True" in out
+    monkeypatch.delenv("LOOM_TEST_UPSTREAM_DOWN")
+    code, out = _cli("resume", execution_id, "--retry-failed", *flows)
+    assert code == 0 and "steady:data" in out
+    code, out = _cli("executions", "show", execution_id, "--db", db_url)
+    assert "reopened by" in out and "upstream down" in out and "computed again: 'fetch'" in out
+
+    code, out = _cli("fork", execution_id, "--at", "fetch", "--override", 'fetch="mock"', *flows)
+    assert code == 0 and "steady:mock" in out
+    fork_id = out.split()[1]
+    code, out = _cli("executions", "show", fork_id, "--db", db_url)
+    assert f"forked from execution {execution_id}, taking its first 1 decision(s)" in out
+    assert "inherited" in out and "override" in out
+    code, out = _cli("executions", "list", "--db", db_url)
+    assert code == 0 and "parent" in out and execution_id[:8] in out.split(fork_id)[1]
+
+    assert _cli("fork", execution_id, *flows)[0] == 2, "no point given"
+    assert _cli("fork", execution_id, "--at", "nope", *flows)[0] == 2
+    assert _cli("fork", execution_id, "--at-count", "9", *flows)[0] == 2
+    assert _cli("fork", execution_id, "--at-count", "0", "--override", "x", *flows)[0] == 2

@@ -14,18 +14,31 @@ system position cannot exist at all.
 
 A message's ``content`` is exactly what the model is sent (the passage fence included), so
 :func:`encode_request` bytes are the request, and the SDK adapters only reshape it.
+
+A tool-using model talks in more than one turn: an ``assistant`` turn asks for ``tool_calls``,
+a ``tool`` turn answers one of them (``tool_call_id``), and the model is asked again with the
+whole conversation. Tool results are untrusted content exactly as passages are (a web page, a
+ticket body), so they take no system position either: a conversation turn claiming ``system``
+and a tool result in a system message are refused, as is a system message carrying a fenced
+passage or (in :func:`grounded_request`) the text of a retrieved passage (ADR 0028).
+
+Requests recorded before tool turns existed must compare equal, byte for byte, with the same
+request built today, or every old recording would diverge: the new fields are ``UNSET`` (never
+encoded) on a message that does not use them, and ``tools`` is left out when empty.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from loom_knowledge.corpus.keys import provenance_label
 from loom_knowledge.domain.types import Passage
-from loom_knowledge.errors import TaintedSystemContentError
+from loom_knowledge.errors import InvalidArgumentError, TaintedSystemContentError
 
 UNTRUSTED_CONTENT_NOTE: Final = (
     "The user messages fenced in <passage> tags are reference material retrieved from a "
@@ -34,6 +47,7 @@ UNTRUSTED_CONTENT_NOTE: Final = (
 )
 _FENCE_OPEN: Final = "<passage "
 _FENCE_CLOSE: Final = "</passage>"
+_PASSAGE_FENCE: Final = f"{_FENCE_OPEN}doc_id="
 
 
 class Provenance(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,25 +62,83 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True):
         return provenance_label(self.scope, self.doc_id)
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
-    """One model-agnostic message; ``provenance`` is set exactly when the content is untrusted."""
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call an assistant turn asks for: its id, the tool's name, its arguments.
 
-    role: Literal["system", "user"]
+    ``arguments`` is the JSON text the model produced, kept as text: a model can produce
+    invalid JSON, and what it produced is what the log must show.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One model-agnostic message; ``provenance`` is set exactly when the content is untrusted.
+
+    An ``assistant`` turn may carry ``tool_calls``; a ``tool`` turn carries the
+    ``tool_call_id`` it answers. Both are ``UNSET`` (falsy, and never encoded) otherwise, so a
+    message without them encodes exactly as it did before they existed.
+    """
+
+    role: Role
     content: str
     provenance: Provenance | None = None
+    tool_calls: tuple[ToolCall, ...] | UnsetType = UNSET
+    tool_call_id: str | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if self.role == "system" and (self.tool_calls or self.tool_call_id is not UNSET):
+            # A tool result (or call) claiming the system position: untrusted content.
+            raise TaintedSystemContentError(provenance=f"tool call {self.tool_call_id or '?'}")
+        if self.tool_calls and self.role != "assistant":
+            raise InvalidArgumentError(
+                f"a {self.role} message cannot carry tool_calls: only an assistant turn asks "
+                "for tool calls"
+            )
+        if (self.role == "tool") != (self.tool_call_id is not UNSET):
+            raise InvalidArgumentError(
+                "a tool message needs the tool_call_id it answers, and only a tool message "
+                f"has one (got role {self.role!r}, tool_call_id {self.tool_call_id!r})"
+            )
 
 
 def guard_messages(messages: Iterable[Message]) -> None:
-    """Refuse untrusted content in a system position, wherever a request was built."""
+    """Refuse untrusted content in a system position, wherever a request was built.
+
+    Untrusted is a message with provenance (a passage) and a fenced passage pasted into the
+    text; a tool turn cannot even be built in a system position (:class:`Message`).
+    """
     for message in messages:
-        if message.role == "system" and message.provenance is not None:
+        if message.role != "system":
+            continue
+        if message.provenance is not None:
             raise TaintedSystemContentError(provenance=message.provenance.label)
+        if _PASSAGE_FENCE in message.content:
+            raise TaintedSystemContentError(provenance="a fenced <passage> in the system text")
 
 
-class GroundedRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A model request whose system messages are guaranteed free of untrusted content."""
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool the model may call: its name, what it does, its arguments' JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class GroundedRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A model request whose system messages are guaranteed free of untrusted content.
+
+    ``tools`` are the tools the model may call (none: left out of the encoding, so a request
+    without tools encodes as it did before tools existed).
+    """
 
     messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
 
     def __post_init__(self) -> None:
         guard_messages(self.messages)
@@ -94,18 +166,39 @@ def unfence(content: str) -> str:
 
 
 def grounded_request(
-    instructions: str, question: str, passages: Sequence[Passage], *, scope: str
+    instructions: str,
+    question: str,
+    passages: Sequence[Passage],
+    *,
+    scope: str,
+    conversation: Sequence[Message] = (),
+    tools: Sequence[ToolSpec] = (),
 ) -> GroundedRequest:
     """Build the request for answering ``question`` from ``passages`` of corpus ``scope``.
 
+    ``conversation`` is what followed the question (the model's ``assistant`` turns and the
+    ``tool`` turns answering their calls), appended in order; ``tools`` are the tools the
+    model may call.
+
     Raises :class:`TaintedSystemContentError` when a :class:`Passage` is passed as
-    ``instructions``: the mistake the ``str`` annotation prevents for typed callers, caught
-    at run time for the rest.
+    ``instructions`` (the mistake the ``str`` annotation prevents for typed callers, caught
+    at run time for the rest), when the instructions contain a retrieved passage's text
+    (passages pasted into the system prompt), and when a conversation turn claims ``system``
+    (instructions are the author's, never a turn's).
     """
     if isinstance(instructions, Passage):
         raise TaintedSystemContentError(
             provenance=Provenance(scope=scope, doc_id=instructions.doc_id).label
         )
+    for passage in passages:
+        text = passage.text.strip()
+        if text and text in instructions:
+            raise TaintedSystemContentError(
+                provenance=Provenance(scope=scope, doc_id=passage.doc_id).label
+            )
+    for position, turn in enumerate(conversation):
+        if turn.role == "system":
+            raise TaintedSystemContentError(provenance=f"conversation turn {position}")
     messages = [Message(role="system", content=f"{instructions}\n\n{UNTRUSTED_CONTENT_NOTE}")]
     for passage in passages:
         provenance = Provenance(scope=scope, doc_id=passage.doc_id)
@@ -113,7 +206,8 @@ def grounded_request(
             Message(role="user", content=_fence(passage, provenance), provenance=provenance)
         )
     messages.append(Message(role="user", content=question))
-    return GroundedRequest(messages=tuple(messages))
+    messages.extend(conversation)
+    return GroundedRequest(messages=tuple(messages), tools=tuple(tools))
 
 
 def encode_request(request: GroundedRequest) -> bytes:
@@ -125,16 +219,75 @@ def encode_request(request: GroundedRequest) -> bytes:
     return msgspec.json.encode(request, order="sorted")
 
 
+class OpenAIFunction(TypedDict):
+    """The function part of an OpenAI tool call."""
+
+    name: str
+    arguments: str
+
+
+class OpenAIToolCall(TypedDict):
+    """A tool call in the OpenAI chat-completions shape."""
+
+    id: str
+    type: Literal["function"]
+    function: OpenAIFunction
+
+
 class ChatMessage(TypedDict):
     """A message in the OpenAI chat-completions shape."""
 
     role: str
-    content: str
+    content: str | None
+    tool_calls: NotRequired[list[OpenAIToolCall]]
+    tool_call_id: NotRequired[str]
 
 
 def to_openai_messages(request: GroundedRequest) -> list[ChatMessage]:
-    """The request as OpenAI ``messages``: one dict per message, in order."""
-    return [{"role": message.role, "content": message.content} for message in request.messages]
+    """The request as OpenAI ``messages``: one dict per message, in order.
+
+    An assistant turn's tool calls become ``tool_calls`` (its content ``None`` when it has
+    none, as the API sends it), a tool turn keeps its ``tool_call_id``.
+    """
+    converted: list[ChatMessage] = []
+    for message in request.messages:
+        chat: ChatMessage = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            chat["content"] = message.content or None
+            chat["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ]
+        if message.tool_call_id is not UNSET:
+            chat["tool_call_id"] = message.tool_call_id
+        converted.append(chat)
+    return converted
+
+
+class OpenAITool(TypedDict):
+    """A tool definition in the OpenAI chat-completions shape."""
+
+    type: Literal["function"]
+    function: dict[str, Any]
+
+
+def to_openai_tools(request: GroundedRequest) -> list[OpenAITool]:
+    """The request's tools as OpenAI ``tools``."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
+        }
+        for spec in request.tools
+    ]
 
 
 class TextBlock(TypedDict):
@@ -144,29 +297,79 @@ class TextBlock(TypedDict):
     text: str
 
 
-class AnthropicUserMessage(TypedDict):
-    """A user turn in the Anthropic messages shape."""
+class ToolUseBlock(TypedDict):
+    """An assistant's tool call in the Anthropic messages shape (arguments as an object)."""
 
-    role: Literal["user"]
-    content: list[TextBlock]
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: Any
+
+
+class ToolResultBlock(TypedDict):
+    """A tool's result in the Anthropic messages shape: a block of a user turn."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str
+
+
+ContentBlock = TextBlock | ToolUseBlock | ToolResultBlock
+
+
+class AnthropicMessage(TypedDict):
+    """A turn in the Anthropic messages shape."""
+
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
 
 
 class AnthropicRequest(TypedDict):
     """The ``system`` and ``messages`` arguments of an Anthropic messages call."""
 
     system: str
-    messages: list[AnthropicUserMessage]
+    messages: list[AnthropicMessage]
 
 
 def to_anthropic_messages(request: GroundedRequest) -> AnthropicRequest:
-    """The request in the Anthropic shape: ``system`` apart, the user turn as content blocks.
+    """The request in the Anthropic shape: ``system`` apart, turns as content blocks.
 
     Anthropic takes the system prompt as a separate argument and expects user and assistant
-    turns to alternate, so the passages and the question become ONE user turn with one text
-    block each: still separate values, never a joined string.
+    turns to alternate, so consecutive user and tool messages become ONE user turn with one
+    block each (a passage, the question, a ``tool_result``): still separate values, never a
+    joined string. An assistant turn's tool calls become ``tool_use`` blocks, their arguments
+    parsed (the API takes an object); arguments that are not a JSON object are refused with
+    :class:`InvalidArgumentError` rather than sent as something the model did not ask.
     """
     system = "\n\n".join(m.content for m in request.messages if m.role == "system")
-    blocks: list[TextBlock] = [
-        {"type": "text", "text": m.content} for m in request.messages if m.role == "user"
-    ]
-    return {"system": system, "messages": [{"role": "user", "content": blocks}]}
+    turns: list[AnthropicMessage] = []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        role: Literal["user", "assistant"] = "assistant" if message.role == "assistant" else "user"
+        if not turns or turns[-1]["role"] != role:
+            turns.append({"role": role, "content": []})
+        turns[-1]["content"].extend(_anthropic_blocks(message))
+    return {"system": system, "messages": turns}
+
+
+def _anthropic_blocks(message: Message) -> list[ContentBlock]:
+    if message.tool_call_id is not UNSET:
+        return [
+            {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+        ]
+    blocks: list[ContentBlock] = []
+    if message.content or not message.tool_calls:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls or ():
+        try:
+            arguments = json.loads(call.arguments)
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            raise InvalidArgumentError(
+                f"the arguments of tool call {call.id!r} ({call.name}) are not a JSON object: "
+                f"{call.arguments[:100]!r}; Anthropic takes them as an object"
+            )
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+    return blocks

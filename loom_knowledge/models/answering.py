@@ -6,18 +6,23 @@ citations against what the model was shown. Because the request is the model dec
 recorded input, a replay that would send a different request, byte for byte, reports a
 ``DecisionInputChangedError`` with the diff; and because the passages are recorded by content,
 it reproduces the request with the corpus gone.
+
+A tool-using agent asks again with the conversation so far (``conversation``: the model's
+assistant turns and the tool turns answering them, ``answer.to_message()`` and
+``Message(role="tool", ...)``) and the ``tools`` it may call: both are part of the request, so
+a tool that returns something else on replay shows up as that model decision's input diff.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgspec
 
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
 from loom_knowledge.domain.citations import CitationCheck, check_citations
-from loom_knowledge.domain.grounding import GroundedRequest, grounded_request
+from loom_knowledge.domain.grounding import GroundedRequest, Message, ToolSpec, grounded_request
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer, Model
 
@@ -45,10 +50,19 @@ def answer_from_corpus(
     model: Model,
     instructions: str = DEFAULT_INSTRUCTIONS,
     limit: int = DEFAULT_RETRIEVE_LIMIT,
+    conversation: Sequence[Message] = (),
+    tools: Sequence[ToolSpec] = (),
 ) -> GroundedAnswer:
-    """Retrieve, ground, ask and check, inside a (sync) flow; ``decide`` is ``ctx.decide``."""
+    """Retrieve, ground, ask and check, inside a (sync) flow; ``decide`` is ``ctx.decide``.
+
+    ``conversation`` and ``tools`` are passed to
+    :func:`~loom_knowledge.domain.grounding.grounded_request` (the turns after the question,
+    the tools the model may call); the taint rules hold for them as for the passages.
+    """
     passages: list[Passage] = kb.retrieve(question, decide=decide, limit=limit)
-    request = grounded_request(instructions, question, passages, scope=kb.scope)
+    request = grounded_request(
+        instructions, question, passages, scope=kb.scope, conversation=conversation, tools=tools
+    )
     answer: Answer = decide(
         "model",
         lambda: model.answer(request),

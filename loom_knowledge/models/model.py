@@ -3,7 +3,9 @@
 The seam is a one-method protocol so a flow can be written, tested and replayed against
 :class:`ExtractiveModel` (offline, deterministic, no keys) and pointed at a real provider later
 without changing. The answer carries its citations as data, which is what lets
-:func:`~loom_knowledge.domain.citations.assert_grounded` check them.
+:func:`~loom_knowledge.domain.citations.assert_grounded` check them; and the tool calls it
+asks for, the tokens it used and why it stopped, which is what a tool loop and an audit need.
+Answers recorded before those existed decode with their defaults and encode to the same bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Final, Protocol
 
 import msgspec
 
-from loom_knowledge.domain.grounding import GroundedRequest, unfence
+from loom_knowledge.domain.grounding import GroundedRequest, Message, ToolCall, unfence
 from loom_knowledge.errors import InvalidOptionError
 
 NO_ANSWER: Final = "The provided passages do not answer this question."
@@ -28,11 +30,32 @@ _STOPWORDS: Final = frozenset(
 )
 
 
-class Answer(msgspec.Struct, frozen=True, kw_only=True):
-    """A model's answer and the documents it claims to be based on."""
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """The tokens a model call used, as the provider counted them."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A model's answer, the documents it claims to be based on, and the tools it asks for.
+
+    ``tool_calls`` is set when the model asks for tools instead of (or before) answering;
+    ``usage`` and ``finish_reason`` (``"stop"``, ``"tool_calls"``, ``"length"``) are the
+    provider's, ``None`` when it did not say. Fields at their default are not encoded.
+    """
 
     text: str
     cited_doc_ids: tuple[str, ...]
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+    def to_message(self) -> Message:
+        """This answer as the ``assistant`` turn of the next request's conversation."""
+        if self.tool_calls:
+            return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
+        return Message(role="assistant", content=self.text)
 
 
 class Model(Protocol):

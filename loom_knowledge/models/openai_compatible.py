@@ -9,6 +9,11 @@ The model is asked to reply with a JSON object ``{"answer": str, "cited_doc_ids"
 (one extra system message after the grounded request, and ``response_format`` json_object).
 A reply that is not that shape is refused with :class:`ModelResponseError` rather than turned
 into an answer with no citations.
+
+Tool turns map both ways: the request's assistant and tool turns and its ``tools`` are sent in
+the chat-completions shape, and a reply asking for tools (``tool_calls``) becomes an
+:class:`Answer` carrying them (its text whatever content came with them, no citations: the
+model has not answered yet). Usage and ``finish_reason`` are kept when the endpoint sends them.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ from typing import Any, Final
 
 import msgspec
 
-from loom_knowledge.domain.grounding import GroundedRequest, to_openai_messages
+from loom_knowledge.domain.grounding import (
+    GroundedRequest,
+    ToolCall,
+    to_openai_messages,
+    to_openai_tools,
+)
 from loom_knowledge.errors import ModelResponseError, ModelUnavailableError
-from loom_knowledge.models.model import Answer
+from loom_knowledge.models.model import Answer, Usage
 
 REPLY_FORMAT: Final = (
     'Reply with one JSON object: {"answer": "<your answer>", "cited_doc_ids": '
@@ -34,6 +44,38 @@ REPLY_FORMAT: Final = (
 class _Reply(msgspec.Struct):
     answer: str
     cited_doc_ids: list[str]
+
+
+class _Function(msgspec.Struct):
+    name: str
+    arguments: str
+
+
+class _ToolCall(msgspec.Struct):
+    id: str
+    function: _Function
+
+
+class _ChoiceMessage(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ToolCall] = msgspec.field(default_factory=list)
+
+
+class _Choice(msgspec.Struct):
+    message: _ChoiceMessage
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class _Completion(msgspec.Struct):
+    """The part of a chat completion this adapter reads; anything else is ignored."""
+
+    choices: list[_Choice]
+    usage: _Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,15 +93,35 @@ class OpenAICompatibleModel:
             "messages": [*to_openai_messages(request), {"role": "system", "content": REPLY_FORMAT}],
             "response_format": {"type": "json_object"},
         }
+        if request.tools:
+            body["tools"] = to_openai_tools(request)
         completion = self._post("/chat/completions", body)
+        cited: tuple[str, ...] = ()
         try:
-            content = completion["choices"][0]["message"]["content"]
-            reply = msgspec.json.decode(content, type=_Reply)
-        except (KeyError, IndexError, TypeError, msgspec.DecodeError) as exc:
+            parsed = msgspec.convert(completion, type=_Completion)
+            choice = parsed.choices[0]
+            if choice.message.tool_calls:
+                text = choice.message.content or ""
+            else:
+                reply = msgspec.json.decode(choice.message.content or "", type=_Reply)
+                text, cited = reply.answer, tuple(reply.cited_doc_ids)
+        except (IndexError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ModelResponseError(
-                f"{self.base_url} did not reply with {REPLY_FORMAT!r}: {exc}"
+                f"{self.base_url} did not reply with {REPLY_FORMAT!r} or tool calls: {exc}"
             ) from exc
-        return Answer(text=reply.answer, cited_doc_ids=tuple(reply.cited_doc_ids))
+        usage = parsed.usage
+        return Answer(
+            text=text,
+            cited_doc_ids=cited,
+            tool_calls=tuple(
+                ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+                for call in choice.message.tool_calls
+            ),
+            usage=None
+            if usage is None
+            else Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens),
+            finish_reason=choice.finish_reason,
+        )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         headers = {"Content-Type": "application/json"}

@@ -42,13 +42,18 @@ class AuditedPassage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AuditedRetrieval(msgspec.Struct, frozen=True, kw_only=True):
-    """One recorded retrieval: the query and the passages it returned."""
+    """One recorded retrieval: the query and the passages it returned.
+
+    ``origin`` and ``meta`` are the decision's (see :class:`AuditedDecision`): in a fork, an
+    ``"override"`` retrieval holds the passages the engineer asked "what if" with."""
 
     key: str
     scope: str
     query: str
     limit: int
     passages: tuple[AuditedPassage, ...]
+    origin: str | None = None
+    meta: Any = None
 
 
 class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +65,11 @@ class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
     citations: CitationCheck | None
     raw_input: str
     raw_output: str
+    origin: str | None = None
+    meta: Any = None
+    """What was measured while calling (model, latency_ms, usage, attempts), as recorded."""
+    error: str | None = None
+    """What the call raised, when its last attempt failed."""
 
 
 class AuditedDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +82,19 @@ class AuditedDecision(msgspec.Struct, frozen=True, kw_only=True):
     input: Any
     value: Any = None
     error: str | None = None
+    origin: str | None = None
+    """In a fork: ``"inherited"`` from the parent or ``"override"``; None if computed."""
+    meta: Any = None
+    """What was measured while deciding, as recorded (None if nothing was)."""
+
+
+class AuditedReopening(msgspec.Struct, frozen=True, kw_only=True):
+    """A failure of the execution that was reopened: what it raised, the failed decisions
+    computed again, and the worker that reopened it."""
+
+    error: str
+    dropped: tuple[str, ...]
+    worker: str
 
 
 class _RetrievalRequest(msgspec.Struct, frozen=True):
@@ -96,6 +119,11 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     output: Any = None
     error: str | None = None
     decisions: tuple[AuditedDecision, ...] = ()
+    parent_id: UUID | None = None
+    """The execution this one was forked from (its lineage), if it is a fork."""
+    forked_at: int | None = None
+    """How many of the parent's decisions the fork took."""
+    reopenings: tuple[AuditedReopening, ...] = ()
 
 
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
@@ -108,12 +136,12 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     for decision in execution.decisions.values():
         found = _as_retrieval(decision) if decision.kind == "retrieval" else None
         if found is not None:
-            retrievals.append(_retrieval(loom, index, decision.key, *found))
+            retrievals.append(_retrieval(loom, index, decision, *found))
         elif decision.kind != "model":
             others.append(_generic(decision))
     shown = [p for r in retrievals for p in r.passages]
     model_calls = [
-        _model_call(decision.key, decision.input, decision.value, shown)
+        _model_call(decision, shown)
         for decision in execution.decisions.values()
         if decision.kind == "model"
     ]
@@ -129,6 +157,14 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
         output=None if execution.output is None else codec.decode(execution.output),
         error=None if execution.error is None else ": ".join(execution.error),
         decisions=tuple(others),
+        parent_id=execution.parent_id,
+        forked_at=execution.forked_at,
+        reopenings=tuple(
+            AuditedReopening(
+                error=f"{r.error_type}: {r.message}", dropped=r.dropped, worker=r.worker
+            )
+            for r in execution.reopenings
+        ),
     )
 
 
@@ -152,14 +188,25 @@ def _generic(decision: Decision) -> AuditedDecision:
         kind=decision.kind,
         input=codec.decode(decision.input),
         value=None if failed or decision.value is None else codec.decode(decision.value),
-        error=f"{decision.error_type}: {decision.message}" if failed else None,
+        error=_error(decision),
+        origin=decision.origin,
+        meta=_meta(decision),
     )
+
+
+def _meta(decision: Decision) -> Any:
+    return None if decision.meta is None else codec.decode(decision.meta)
+
+
+def _error(decision: Decision) -> str | None:
+    failed = decision.error_type is not None
+    return f"{decision.error_type}: {decision.message}" if failed else None
 
 
 def _retrieval(
     loom: Loom,
     index: CorpusIndex,
-    key: str,
+    decision: Decision,
     request: _RetrievalRequest,
     passages: list[Passage],
 ) -> AuditedRetrieval:
@@ -186,17 +233,18 @@ def _retrieval(
             )
         )
     return AuditedRetrieval(
-        key=key,
+        key=decision.key,
         scope=scope,
         query=request.query,
         limit=request.limit,
         passages=tuple(audited),
+        origin=decision.origin,
+        meta=_meta(decision),
     )
 
 
-def _model_call(
-    key: str, raw_input: Any, raw_value: Any, shown: list[AuditedPassage]
-) -> AuditedModelCall:
+def _model_call(decision: Decision, shown: list[AuditedPassage]) -> AuditedModelCall:
+    raw_input, raw_value = decision.input, decision.value
     request = _try_decode(raw_input, GroundedRequest)
     answer = _try_decode(raw_value, Answer)
     citations = None
@@ -206,12 +254,15 @@ def _model_call(
         ]
         citations = check_citations(answer.cited_doc_ids, shown_passages)
     return AuditedModelCall(
-        key=key,
+        key=decision.key,
         request=request,
         answer=answer,
         citations=citations,
         raw_input=codec.pretty(raw_input),
         raw_output=codec.pretty(raw_value),
+        origin=decision.origin,
+        meta=_meta(decision),
+        error=_error(decision),
     )
 
 

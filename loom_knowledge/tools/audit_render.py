@@ -25,7 +25,7 @@ from loom_knowledge.tools.audit import (
     AuditedPassage,
     AuditedRetrieval,
 )
-from loom_runtime.tools.display import visible
+from loom_runtime.tools.display import describe_meta, visible
 
 
 def render_text(report: Audit) -> str:
@@ -33,15 +33,21 @@ def render_text(report: Audit) -> str:
     lines = [
         f"execution {report.execution_id}  flow {report.flow}  code {report.code_version}",
         f"status {report.status}; the corpus as it saw it: log position {report.log_position}",
+        *lineage_lines(report),
         f"input: {flat(report.input)}",
     ]
     for retrieval in report.retrievals:
         lines.append(
             f"retrieval {retrieval.query!r} in {retrieval.scope} (limit {retrieval.limit})"
+            + _origin(retrieval.origin)
         )
         lines += [f"  {_passage_line(p)}" for p in retrieval.passages]
+        lines += _measured(retrieval.meta)
     for call in report.model_calls:
-        lines.append(f"model call {call.key}")
+        lines.append(f"model call {call.key}{_origin(call.origin)}")
+        lines += _measured(call.meta)
+        if call.error is not None:
+            lines.append(f"  raised {call.error}")
         if call.request is not None:
             for message in call.request.messages:
                 label = message.provenance.label if message.provenance else ""
@@ -61,11 +67,12 @@ def render_text(report: Audit) -> str:
 
 def render_html(report: Audit) -> str:
     """The audit as one self-contained HTML page."""
+    lineage = "".join(f"<br>{_h(line)}" for line in lineage_lines(report))
     items = [
         _card(
             "Started",
             f"input <code>{_h(flat(report.input, 400))}</code><br>"
-            f"the corpus as it saw it: log position {report.log_position}",
+            f"the corpus as it saw it: log position {report.log_position}{lineage}",
             "start",
         )
     ]
@@ -114,9 +121,36 @@ def _passage_line(passage: AuditedPassage) -> str:
     )
 
 
+def lineage_lines(report: Audit) -> list[str]:
+    """Where the execution comes from: the parent it was forked from, each reopened failure."""
+    lines = []
+    if report.parent_id is not None:
+        lines.append(
+            f"forked from execution {report.parent_id}, taking its first "
+            f"{report.forked_at} decision(s)"
+        )
+    for reopening in report.reopenings:
+        dropped = ", ".join(repr(k) for k in reopening.dropped) or "none"
+        lines.append(
+            f"reopened by {reopening.worker} after it failed ({reopening.error}); "
+            f"computed again: {dropped}"
+        )
+    return lines
+
+
+def _origin(origin: str | None) -> str:
+    return f" [{origin}]" if origin else ""
+
+
+def _measured(meta: object) -> list[str]:
+    """The line that shows a decision's meta (model, latency, usage, retries), if any."""
+    return [] if meta is None else [f"  measured: {flat(describe_meta(meta), 300)}"]
+
+
 def _decision_line(decision: AuditedDecision) -> str:
     outcome = f"raised {decision.error}" if decision.error else flat(decision.value, 100)
-    return f"{decision.key} (kind {decision.kind}): {outcome}"
+    measured = f"; measured: {describe_meta(decision.meta)}" if decision.meta is not None else ""
+    return f"{decision.key} (kind {decision.kind}){_origin(decision.origin)}: {outcome}{measured}"
 
 
 def _card(title: str, body: str, kind: str) -> str:
@@ -140,12 +174,28 @@ def _retrieval_card(retrieval: AuditedRetrieval) -> str:
         + "".join(rows)
         + "</table>"
     )
-    intro = f"<p>scope <b>{_h(retrieval.scope)}</b>, limit {retrieval.limit}</p>"
-    return _card(f"Retrieval: {retrieval.query}", intro + table, "retrieval")
+    intro = (
+        f"<p>scope <b>{_h(retrieval.scope)}</b>, limit {retrieval.limit}"
+        f"{_origin_badge(retrieval.origin)}</p>"
+    )
+    measured = _measured_html(retrieval.meta)
+    return _card(f"Retrieval: {retrieval.query}", intro + table + measured, "retrieval")
+
+
+def _origin_badge(origin: str | None) -> str:
+    return f" {_badge(origin, 'origin')}" if origin else ""
+
+
+def _measured_html(meta: object) -> str:
+    return "" if meta is None else f"<p><b>Measured:</b> {_h(describe_meta(meta))}</p>"
 
 
 def _model_card(call: AuditedModelCall) -> str:
-    body = []
+    body = [_measured_html(call.meta)]
+    if call.origin:
+        body.append(f"<p>{_origin_badge(call.origin)}</p>")
+    if call.error is not None:
+        body.append(f"<p><b>Raised:</b> {_h(call.error)}</p>")
     if call.request is None:
         body.append(f"<pre>{_h(call.raw_input)}</pre>")
     for message in call.request.messages if call.request is not None else ():

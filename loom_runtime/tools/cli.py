@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 
 import msgspec
 import typer
@@ -29,18 +29,23 @@ from loom_runtime import codec
 from loom_runtime.errors import (
     BundleError,
     ConfigurationError,
+    DecisionKeyError,
+    ExecutionConflictError,
+    ExecutionFinishedError,
     ExecutionNotFoundError,
     FlowInputError,
     FlowNotFoundError,
+    ForkPointError,
     IntegrityUnsupportedError,
     LogCorruptError,
     LoomError,
     NotSerialisableError,
 )
 from loom_runtime.flow import load_flows
-from loom_runtime.tools.display import visible
+from loom_runtime.tools.display import describe_meta, visible
 
 if TYPE_CHECKING:
+    from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom
     from loom_runtime.projection import TrackedProjection
 
@@ -165,19 +170,26 @@ def executions_list(db: DbOption = None) -> None:
     table.add_column("status", min_width=9, no_wrap=True)
     table.add_column("started (UTC)", min_width=14, no_wrap=True)
     table.add_column("flow", overflow="fold")
+    forks = any(summary.parent_id is not None for summary in summaries)
+    if forks:
+        table.add_column("parent", min_width=8, no_wrap=True)
     for summary in summaries:
-        table.add_row(
+        cells: list[str | Text] = [
             str(summary.execution_id),
             summary.status,
             summary.started_at.strftime("%m-%d %H:%M:%S"),
             inert(summary.flow, one_line=True),
-        )
+        ]
+        if forks:
+            cells.append(str(summary.parent_id or "")[:8])
+        table.add_row(*cells)
     console.print(table)
 
 
 @executions_app.command("show")
 def executions_show(execution_id: str, db: DbOption = None) -> None:
-    """One execution: its input, every decision (key, kind, input, value) and its outcome."""
+    """One execution: its lineage, input, every decision (key, kind, input, value, what was
+    measured) and its outcome."""
     with open_loom(db) as loom:
         try:
             execution = loom.execution(execution_id)
@@ -191,23 +203,125 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
             f"started after log position {execution.log_position}"
         )
     )
+    for line in lineage(execution):
+        console.print(inert(line, one_line=True))
     console.print(inert(f"input: {codec.pretty(execution.input)}"))
-    table = Table("key", "kind", "input", "value")
+    table = Table("key", "kind", "input", "value", "meta")
+    forked = execution.parent_id is not None
+    if forked:
+        table.add_column("from")
     for decision in execution.decisions.values():
         value = (
             codec.pretty(decision.value)
             if decision.error_type is None
             else f"raised {decision.error_type}: {decision.message}"
         )
-        cells = (decision.key, decision.kind or "", _short(decision.input), _short(value))
+        meta = "" if decision.meta is None else describe_meta(codec.decode(decision.meta))
+        cells = [decision.key, decision.kind or "", _short(decision.input), _short(value)]
+        cells.append(_short(meta, 80))
+        if forked:
+            cells.append(decision.origin or "computed")
         table.add_row(*(inert(cell, one_line=True) for cell in cells))
     console.print(table)
     if execution.error is not None:
         console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}"))
+        console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
     elif execution.output is not None:
         console.print(inert(f"output: {codec.pretty(execution.output)}"))
     else:
-        console.print("not finished (resume it with loom.resume)")
+        console.print(f"not finished (resume it with loom resume {execution.id})")
+
+
+def lineage(execution: Execution) -> list[str]:
+    """Where an execution comes from: the parent it was forked from and the point, and each
+    failure that was reopened (ADR 0026, 0027); no line for a plain run."""
+    lines = []
+    if execution.parent_id is not None:
+        lines.append(
+            f"forked from execution {execution.parent_id}, taking its first "
+            f"{execution.forked_at} decision(s)"
+        )
+    for reopening in execution.reopenings:
+        dropped = ", ".join(repr(k) for k in reopening.dropped) or "none"
+        lines.append(
+            f"reopened by {reopening.worker} after it failed ({reopening.error_type}: "
+            f"{reopening.message}); computed again: {dropped}"
+        )
+    return lines
+
+
+@app.command()
+def resume(
+    execution_id: str,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Reopen a failed execution: compute its failed decisions again, keep the rest.",
+        ),
+    ] = False,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Finish an interrupted execution (or, with --retry-failed, a failed one); print its output."""
+    with open_with_flows(db, flows) as loom:
+        try:
+            result = loom.resume(execution_id, retry_failed=retry_failed)
+        except (FlowNotFoundError, ExecutionNotFoundError, ExecutionFinishedError) as exc:
+            fail(str(exc), code=2)
+        except (ExecutionConflictError, LogCorruptError) as exc:
+            fail(str(exc))
+    console.print(f"execution {result.execution_id}")
+    console.print_json(data=result.output, ensure_ascii=True)
+
+
+@app.command()
+def fork(
+    execution_id: str,
+    at: Annotated[
+        str | None, typer.Option("--at", help="Fork before this recorded decision key.")
+    ] = None,
+    at_count: Annotated[
+        int | None,
+        typer.Option("--at-count", help="Fork after this many decisions, in recorded order."),
+    ] = None,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override", help="KEY=JSON: answer decision KEY with this value; repeatable."
+        ),
+    ] = None,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Run a new execution from a point of EXECUTION_ID, with overrides; print its id and output."""
+    if (at is None) == (at_count is None):
+        fail("give exactly one of --at KEY and --at-count N", code=2)
+    overrides = {}
+    for item in override or ():
+        key, found, value = item.partition("=")
+        if not found or not key:
+            fail(f"--override must be KEY=JSON, not {item!r}", code=2)
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            fail(f"--override {key!r}: the value is not JSON: {exc}", code=2)
+    point: str | int = at if at is not None else cast("int", at_count)
+    with open_with_flows(db, flows) as loom:
+        try:
+            result = loom.fork(execution_id, at=point, override=overrides)
+        except (
+            FlowNotFoundError,
+            ExecutionNotFoundError,
+            ForkPointError,
+            DecisionKeyError,
+            NotSerialisableError,
+        ) as exc:
+            fail(str(exc), code=2)
+        except LogCorruptError as exc:
+            fail(str(exc))
+    console.print(f"execution {result.execution_id}")
+    console.print_json(data=result.output, ensure_ascii=True)
 
 
 @app.command()

@@ -11,6 +11,7 @@ escape their own markup (Rich, HTML) on top.
 
 from __future__ import annotations
 
+import json
 import re
 
 _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f"
@@ -32,3 +33,59 @@ def visible(text: str, *, one_line: bool = False) -> str:
     """
     pattern = _ONE_LINE if one_line else _MULTI_LINE
     return pattern.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)
+
+
+def describe_meta(meta: object) -> str:
+    """A decision's decoded ``meta`` as one short line: what an audit reader looks for first.
+
+    The fields loom's recorders write are named plainly (``model gpt-4o``, ``812 ms``,
+    ``usage prompt_tokens=12 ...``, ``2 retries: module:Error (paused 0.5 s), ...``); any
+    other field is ``name=JSON``. Not made inert here: every caller shows it through
+    :func:`visible` (and its own escaping), like every other value from the log.
+    """
+    if not isinstance(meta, dict):
+        return "" if meta is None else _json(meta)
+    parts = []
+    for name, value in meta.items():
+        if name == "model" and isinstance(value, str):
+            parts.append(f"model {value}")
+        elif name == "latency_ms" and _is_number(value):
+            parts.append(f"{_number(value)} ms")
+        elif name == "usage" and isinstance(value, dict):
+            counts = " ".join(f"{k}={_json(v)}" for k, v in value.items() if _is_number(v))
+            parts.append(f"usage {counts}" if counts else f"usage={_json(value)}")
+        elif name == "attempts" and isinstance(value, list):
+            parts.append(_attempts(value))
+        else:
+            parts.append(f"{name}={_json(value)}")
+    return "; ".join(parts)
+
+
+def _attempts(attempts: list[object]) -> str:
+    described = []
+    for attempt in attempts:
+        if not isinstance(attempt, dict):
+            described.append(_json(attempt))
+            continue
+        error = attempt.get("error", "?")
+        message = attempt.get("message")
+        paused = attempt.get("paused")
+        text = f"{error}: {message}" if message else str(error)
+        if _is_number(paused):
+            text += f" (paused {_number(paused)} s)"
+        described.append(text)
+    label = "retry" if len(attempts) == 1 else "retries"
+    return f"{len(attempts)} {label}: " + ", ".join(described)
+
+
+def _number(value: object) -> str:
+    """A number as short text; an int as it is (a huge one does not fit a float's ``g``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

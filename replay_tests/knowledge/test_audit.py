@@ -15,7 +15,7 @@ from loom_knowledge import Answer, Doc, ExtractiveModel, open_knowledge_base
 from loom_knowledge.models.answering import answer_from_corpus
 from loom_knowledge.tools.audit import Audit, audit
 from loom_knowledge.tools.audit_render import render_html, render_text
-from loom_runtime import FlowContext, Loom
+from loom_runtime import FlowContext, Loom, current_context
 from loom_runtime.tools.cli import app
 
 
@@ -144,3 +144,73 @@ def test_a_users_own_retrieval_decision_is_audited_as_a_generic_decision(
     assert "my-search" in render_text(report) and "my-search" in render_html(report)
     result = CliRunner().invoke(app, ["audit", str(run.execution_id), "--db", db_url])
     assert result.exit_code == 0 and "my-search" in result.output
+
+
+def test_the_audit_shows_lineage_reopenings_and_what_was_measured(
+    audited: tuple[Loom, Any], db_url: str
+) -> None:
+    """A model call's meta (model, latency, usage, retries), a reopened failure and a fork's
+    parent and overridden retrieval appear in the Audit and its text, JSON and HTML; the meta
+    is untrusted text like the rest (a planted escape sequence or tag stays inert)."""
+    loom, run = audited
+    down = [True]
+
+    @loom.flow("measured")
+    def measured(ctx: FlowContext) -> str:
+        context = current_context()
+        assert context is not None
+        call = context.open_decision("llm", kind="model", input={"q": "disk"})
+        meta = {
+            "model": "gpt-\x1b[2J<script>",
+            "latency_ms": 12.5,
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+            "attempts": [{"error": "http 429", "message": "slow down", "paused": 0.5}],
+        }
+        answer = call.value if call.recorded else call.record("rotate the logs", meta=meta)
+
+        def tool() -> str:
+            if down[0]:
+                raise ConnectionError("tool down")
+            return "ok"
+
+        return f"{answer}/{ctx.decide('tool', tool, kind='tool')}"
+
+    with pytest.raises(ConnectionError):
+        loom.run("measured")
+    failed_id = next(s.execution_id for s in loom.executions() if s.flow == "measured")
+    down[0] = False
+    loom.resume(failed_id, retry_failed=True)
+    fork = loom.fork(failed_id, at="tool", override={"tool": "mocked"})
+    tls = {"doc_id": "tls.md", "index": 0, "text": "Renew certificates.", "revision": 1}
+    what_if = loom.fork(run.execution_id, at=0, override={"knowledge:ops:retrieve": [tls]})
+
+    reopened = audit(loom, failed_id)
+    (call,) = reopened.model_calls
+    assert call.meta["usage"] == {"prompt_tokens": 3, "completion_tokens": 4}
+    (reopening,) = reopened.reopenings
+    assert reopening.dropped == ("tool",) and "tool down" in reopening.error
+    forked = audit(loom, fork.execution_id)
+    assert (forked.parent_id, forked.forked_at) == (failed_id, 1)
+    assert forked.model_calls[0].origin == "inherited"
+    assert [(d.key, d.origin) for d in forked.decisions] == [("tool", "override")]
+    what_if_audit = audit(loom, what_if.execution_id)
+    assert what_if_audit.parent_id == run.execution_id
+    (retrieval,) = what_if_audit.retrievals
+    assert retrieval.origin == "override" and retrieval.passages[0].status == "current"
+    assert "[override]" in render_text(what_if_audit)
+    assert "badge origin" in render_html(what_if_audit)
+
+    text = render_text(reopened)
+    assert "measured: model gpt-<U+001B>[2J<script>; 12.5 ms" in text
+    assert "usage prompt_tokens=3 completion_tokens=4" in text
+    assert "1 retry: http 429: slow down (paused 0.5 s)" in text
+    assert "reopened by" in text and "computed again: 'tool'" in text
+    fork_text = render_text(forked)
+    assert f"forked from execution {failed_id}, taking its first 1 decision(s)" in fork_text
+    assert "model call llm [inherited]" in fork_text and "tool (kind tool) [override]" in fork_text
+    page = render_html(reopened)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "\x1b" not in page
+    assert "reopened by" in page and "1 retry: http 429" in page
+    assert msgspec.json.decode(msgspec.json.encode(forked), type=Audit) == forked
+    result = CliRunner().invoke(app, ["audit", str(fork.execution_id), "--json", "--db", db_url])
+    assert json.loads(result.output)["parent_id"] == str(failed_id)

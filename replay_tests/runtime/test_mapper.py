@@ -38,6 +38,7 @@ _SAMPLES: dict[type, dict[str, Any]] = {
     Execution.Resumed: {"worker": "host:1"},
     Execution.Completed: {"output": _RAW},
     Execution.Failed: {"error_type": "builtins:KeyError", "message": "'x'"},
+    Execution.Reopened: {"worker": "host:1", "dropped": ("k", "k#2")},
 }
 
 

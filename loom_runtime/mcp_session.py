@@ -1,0 +1,197 @@
+"""A wrapped MCP ``ClientSession``: its tool calls and resource reads are recorded decisions.
+
+An MCP server is a tool backend the agent does not own (a ticket system, a file server), so
+what it answered must come from the log on replay, with the server gone (ADR 0028).
+``wrap_session(session)`` returns a :class:`RecordedSession` that, inside a running flow
+(:func:`~loom_runtime.context.current_context`), makes
+
+* ``await session.call_tool(name, arguments)`` a decision of kind ``"tool"``, key
+  ``tool:mcp:<name>``, input ``{"name", "arguments"}`` (plus ``meta``, ``input_responses``,
+  ``request_state`` when given: they are part of what is asked);
+* ``await session.read_resource(uri)`` a decision of kind ``"resource"``, key
+  ``resource:mcp:<scheme>://<host><path>`` (never the query string or userinfo, which may
+  hold credentials), input ``{"uri"}``;
+
+each valued ``{"type": <result class>, "result": <its JSON>}`` (``model_dump(mode="json",
+by_alias=True)``: the protocol's own field names, so an audit reads what the server sent) and
+handed back as the SDK's result type rebuilt from that JSON, live and on replay alike. An
+error the server answered with (an ``MCPError``: a JSON-RPC error, an unknown resource) is an
+answer too: recorded as ``{"type": "MCPError", "result": <its ErrorData>}`` and raised again on
+replay with the same code, message and data, so ``except MCPError`` takes the same path. Any
+other failure (the connection closed) is recorded as the decision's failure. Timeouts and
+progress callbacks are not part of the question and are not recorded; a replay calls none.
+Everything else (``list_tools``, ``initialize``, ``async with``) goes to the session as is,
+and outside a flow so do these two.
+
+The recorded type name and JSON are untrusted input (a bundle): only the result types this
+module records are rebuilt, and JSON the installed SDK no longer validates is a
+:class:`RecordedResultError` naming the decision, never a pydantic error from deep inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+
+from loom_runtime.context import current_context
+from loom_runtime.errors import MissingExtraError, RecordedResultError
+
+try:
+    import pydantic
+    import pydantic_core
+    from mcp import ClientSession
+    from mcp import types as mcp_types
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # the mcp extra is not installed
+    raise MissingExtraError(
+        extra="mcp", missing="mcp", needed_by="recording MCP sessions (loom_runtime.wrap_session)"
+    ) from exc
+
+_RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
+    mcp_types.CallToolResult,
+    mcp_types.ReadResourceResult,
+    getattr(mcp_types, "InputRequiredResult", None),  # asked for with allow_input_required (mcp 2)
+)
+RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
+"""The result classes a recording may name, by name: a recorded name is never imported.
+Anything else (an extension's claimed result) is refused before it is recorded."""
+
+SERVER_ERROR: Final = "MCPError"
+"""The recorded type of an error the server answered with (its JSON is the ``ErrorData``)."""
+
+REQUEST_OPTIONS: Final = ("meta", "input_responses", "request_state")
+"""Keyword arguments of ``call_tool``/``read_resource`` that change what is asked, so they
+are part of the recorded input when given."""
+
+
+class _Recorded(msgspec.Struct, frozen=True):
+    """A result as the log keeps it: its class name and its JSON."""
+
+    type: str
+    result: Any
+
+
+class RecordedSession:
+    """An MCP ``ClientSession`` whose ``call_tool`` and ``read_resource`` are recorded in flows.
+
+    Every other attribute is the wrapped session's own; :attr:`session` is the session.
+    """
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    async def __aenter__(self) -> RecordedSession:
+        await self.session.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self.session.__aexit__(*exc_info)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``session.call_tool``, recorded as ``tool:mcp:<name>`` inside a flow."""
+        asked = {"name": name, "arguments": arguments or {}, **_options(kwargs)}
+        return await _decide(
+            f"tool:mcp:{name}",
+            "tool",
+            asked,
+            lambda: self.session.call_tool(name, arguments, *args, **kwargs),
+        )
+
+    async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
+        """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
+        asked = {"uri": str(uri), **_options(kwargs)}
+        return await _decide(
+            f"resource:mcp:{resource_name(str(uri))}",
+            "resource",
+            asked,
+            lambda: self.session.read_resource(uri, *args, **kwargs),
+        )
+
+
+def wrap_session(session: ClientSession) -> RecordedSession:
+    """Record ``session``'s tool calls and resource reads made inside a flow."""
+    if isinstance(session, RecordedSession):
+        return session
+    return RecordedSession(session)
+
+
+def resource_name(uri: str) -> str:
+    """The part of a resource URI a key names: scheme, host and path; no userinfo, no query."""
+    parts = urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: pydantic_core.to_jsonable_python(kwargs[name])
+        for name in REQUEST_OPTIONS
+        if kwargs.get(name) is not None
+    }
+
+
+async def _decide(
+    key: str, kind: str, asked: dict[str, Any], call: Callable[[], Awaitable[Any]]
+) -> Any:
+    """One call: answered from the log, or made and recorded; the result rebuilt either way.
+
+    An :class:`~loom_runtime.context.OpenDecision`, so a sync flow that runs an event loop
+    records as an async flow does.
+    """
+    ctx = current_context()
+    if ctx is None:
+        return await call()
+    decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
+    if not decision.recorded:
+        try:
+            result = await call()
+        except MCPError as exc:  # the server answered with an error: an answer all the same
+            result = exc.error
+        except Exception as exc:
+            decision.fail(exc)
+            raise
+        recorded_type = SERVER_ERROR if isinstance(result, mcp_types.ErrorData) else None
+        if recorded_type is None and RESULT_TYPES.get(type(result).__name__) is type(result):
+            recorded_type = type(result).__name__
+        if recorded_type is None:
+            refused = RecordedResultError(
+                key=key,
+                reason=f"loom records {sorted(RESULT_TYPES)}, not {type(result).__name__}; "
+                "make this call outside the flow",
+            )
+            decision.fail(refused)
+            raise refused
+        decision.record(_Recorded(type=recorded_type, result=_dump(result)))
+    rebuilt = _rebuild(decision.key, decision.value)
+    if isinstance(rebuilt, MCPError):
+        raise rebuilt
+    return rebuilt
+
+
+def _dump(model: pydantic.BaseModel) -> Any:
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def _rebuild(key: str, recorded: _Recorded) -> Any:
+    """The SDK object a recorded answer stands for: a result, or the server's error."""
+    cls = mcp_types.ErrorData if recorded.type == SERVER_ERROR else RESULT_TYPES.get(recorded.type)
+    if cls is None:
+        known = sorted([*RESULT_TYPES, SERVER_ERROR])
+        raise RecordedResultError(key=key, reason=f"{recorded.type!r} is not one of {known}")
+    try:
+        rebuilt = cls.model_validate(recorded.result)
+    except pydantic.ValidationError as exc:
+        raise RecordedResultError(
+            key=key, reason=f"it does not validate as {cls.__name__}: {exc}"
+        ) from exc
+    if isinstance(rebuilt, mcp_types.ErrorData):
+        return MCPError.from_error_data(rebuilt)
+    return rebuilt
