@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,15 @@ GUIDE = ROOT / "docs" / "guides" / "record-an-existing-agent.md"
 SOURCES = [ROOT / "docs" / "examples" / "langgraph_agent.py", Path(__file__)]
 
 
+@dataclass(frozen=True)
 class Recorded:
-    """A recorded run of the agent, and what the provider saw while it ran."""
+    """A recorded run of the agent: its id, output and decision keys, and how many requests
+    the provider served while it ran."""
 
-    def __init__(self, execution_id: str, output: Any, requests: int, keys: list[str]) -> None:
-        self.execution_id = execution_id
-        self.output = output
-        self.requests = requests
-        self.keys = keys
+    execution_id: str
+    output: Any
+    requests: int
+    keys: list[str]
 
 
 def _client(provider: ProviderServer) -> openai.OpenAI:
@@ -74,7 +76,9 @@ def recorded(db_url: str, provider: ProviderServer) -> Recorded:
         keys = list(loom.execution(run.execution_id).decisions)
         drop_corpus_tables(loom.log.engine)
     provider.stop()
-    return Recorded(str(run.execution_id), run.output, provider.count, keys)
+    return Recorded(
+        execution_id=str(run.execution_id), output=run.output, requests=provider.count, keys=keys
+    )
 
 
 def test_the_agent_searches_the_runbooks_and_cites_what_it_was_shown(recorded: Recorded) -> None:
@@ -135,6 +139,7 @@ def test_a_changed_prompt_template_is_reported_with_the_changed_message(
 
 
 def _guide_blocks() -> list[Any]:
+    """The guide's Python blocks, one test parameter each."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
     return [pytest.param(block, id=f"block-{n}") for n, block in enumerate(blocks, start=1)]
 
