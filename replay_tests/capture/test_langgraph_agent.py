@@ -138,6 +138,36 @@ def test_a_changed_prompt_template_is_reported_with_the_changed_message(
     assert "answer briefly" in removed[0] and "answer in French" in added[0]
 
 
+def test_a_fork_asks_the_model_again_as_if_retrieval_had_found_other_passages(
+    db_url: str, provider: ProviderServer
+) -> None:
+    """What if the search had found the DNS runbook? The fork inherits the first model call,
+    takes the override as the retrieval, and only the answer is asked live."""
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(load_runbooks(), source="runbooks")
+        register(loom, client=_client(provider))
+        run = loom.run(FLOW, question=QUESTION)
+
+        dns = [p for p in kb.passages() if p.doc_id == "dns-failure.md"]
+        fork = loom.fork(
+            run.execution_id,
+            at="knowledge:runbooks:retrieve",
+            override={"knowledge:runbooks:retrieve": dns},
+        )
+
+        origins = {k: d.origin for k, d in loom.execution(fork.execution_id).decisions.items()}
+        assert loom.replay(fork.execution_id).identical
+    assert provider.count == 3  # the run's two calls, then the fork's answer
+    assert origins == {
+        "model:openai:chat.completions": "inherited",
+        "knowledge:runbooks:retrieve": "override",
+        "model:openai:chat.completions#2": None,
+    }
+    assert fork.output["cited"] == ["dns-failure.md"]
+    assert fork.output["tool_calls"] == run.output["tool_calls"]
+
+
 def _guide_blocks() -> list[Any]:
     """The guide's Python blocks, one test parameter each."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
