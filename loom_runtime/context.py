@@ -29,6 +29,7 @@ import builtins
 import inspect
 import random
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
@@ -108,6 +109,11 @@ class DecisionSource(Protocol):
 
     redactor: Redactor | None
 
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        """The decisions already recorded, by occurrence key (empty for a new execution)."""
+        ...
+
     def lookup(self, slot: Slot) -> Decision | None:
         """The recorded decision for ``slot`` or ``None`` to compute live (may raise)."""
         ...
@@ -147,6 +153,10 @@ class Recorder:
         self._execution = execution
         self._overrides = overrides or {}
         self.redactor = log.redactor
+
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        return self._execution.decisions
 
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
@@ -259,6 +269,7 @@ class _Context:
         self._source = source
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
+        self._numbering = threading.Lock()
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
@@ -272,17 +283,45 @@ class _Context:
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
-        occurrence = self._seen.get(key, 0) + 1
-        slot_key = key if occurrence == 1 else f"{key}#{occurrence}"
-        while slot_key in self._taken:  # a caller's own "k#2" must not collide with ours
-            occurrence += 1
-            slot_key = f"{key}#{occurrence}"
-        self._seen[key] = occurrence
-        self._taken.add(slot_key)
         if input is None:  # most decisions have no input: skip the encoder and the redactor
-            return Slot(key=slot_key, kind=kind, input=_NULL)
-        raw_input = codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
+            raw_input = _NULL
+        else:
+            raw_input = codec.encode(
+                input, path=f"input of {key!r}", redactor=self._source.redactor
+            )
+        with self._numbering:  # threads a flow starts (a tool pool) number keys concurrently
+            slot_key = self._occurrence(key, raw_input)
+            self._taken.add(slot_key)
         return Slot(key=slot_key, kind=kind, input=raw_input)
+
+    def _occurrence(self, key: str, raw_input: msgspec.Raw) -> str:
+        """The occurrence key of this call of ``key``: the first not yet taken, unless that one
+        was recorded with another input and a later untaken one with this very input.
+
+        Calls made one after another are numbered in program order, as always. Calls made at
+        the same time from threads (a framework's tool pool) arrive in any order, so a replay
+        or resume matches them to the recorded occurrences by input; a changed input still
+        finds no match and diverges at its own number. ``_seen`` is the highest number below
+        which every occurrence is taken, so numbering stays O(1) per call.
+        """
+        below = self._seen.get(key, 0)
+        occurrence = below + 1
+        while _numbered(key, occurrence) in self._taken:  # a caller's own "k#2", or a match
+            occurrence += 1
+        slot_key = _numbered(key, occurrence)
+        recorded = self._source.recorded
+        first = recorded.get(slot_key)
+        if first is not None and first.input != raw_input:
+            candidate = occurrence + 1
+            while (other := recorded.get(_numbered(key, candidate))) is not None:
+                if other.input == raw_input and _numbered(key, candidate) not in self._taken:
+                    slot_key = _numbered(key, candidate)
+                    break
+                candidate += 1
+        while _numbered(key, below + 1) in self._taken or _numbered(key, below + 1) == slot_key:
+            below += 1
+        self._seen[key] = below
+        return slot_key
 
     def _answer(self, slot: Slot, type: Any) -> tuple[bool, Any]:
         decision = self._source.lookup(slot)
@@ -583,6 +622,11 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
             return None
         found = vars(found).get(part)
     return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def _numbered(key: str, occurrence: int) -> str:
+    """The ``occurrence``-th use of ``key``: ``key`` itself, then ``key#2``, ``key#3``..."""
+    return key if occurrence == 1 else f"{key}#{occurrence}"
 
 
 def _utcnow() -> datetime:

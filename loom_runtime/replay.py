@@ -18,6 +18,7 @@ fresh values are reported in :attr:`ReplayResult.live_values`; nothing is writte
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -55,6 +56,10 @@ class Replayer:
         self.asked: set[str] = set()
         self.divergences: list[ReplayDivergence] = []
         self.live_values: dict[str, Any] = {}
+
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        return self._decisions
 
     def lookup(self, slot: Slot) -> Decision | None:
         self.asked.add(slot.key)
