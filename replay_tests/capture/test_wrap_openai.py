@@ -265,9 +265,9 @@ def test_an_async_client_records_and_replays_plain_and_streamed(
 def test_the_api_key_and_organisation_never_reach_the_database(
     provider: ProviderServer, tmp_path: Path
 ) -> None:
-    """Neither the key nor the organisation id (headers the SDK sends) is stored: the SQLite
-    file and its WAL are grepped, with the log's redaction switched off so nothing but loom's
-    own choice of what to store keeps them out."""
+    """Neither the key nor the organisation id (headers the SDK sends, the organisation echoed
+    in the response's headers) is stored: the SQLite file and its WAL are grepped, with the
+    log's redaction switched off so nothing but loom's choice of what to store keeps them out."""
     db = tmp_path / "loom.db"
     loom = Loom(f"sqlite:///{db}", redactor=None)
 
