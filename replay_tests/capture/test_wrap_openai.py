@@ -8,6 +8,8 @@ nothing was sent.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +303,15 @@ def test_outside_a_flow_a_wrapped_client_passes_through(provider: ProviderServer
 def test_wrap_refuses_what_it_cannot_record_saying_what_it_accepts() -> None:
     with pytest.raises(UnsupportedClientError, match=r"openai\.OpenAI.*transport\(\)"):
         wrap(object())
+
+
+def test_wrap_imports_no_sdk() -> None:
+    """``loom_runtime.wrap`` recognises clients by class name: using it imports neither SDK
+    (a user of one SDK does not pay for the other)."""
+    code = (
+        "import sys, loom_runtime\n"
+        "loom_runtime.wrap\n"
+        "print(sorted({'openai', 'anthropic', 'mcp'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
