@@ -9,9 +9,9 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
-made inside a flow (the ``http`` extra); :func:`tool` records the calls of an agent's tool
-functions, and :func:`wrap_session` an MCP session's tool calls and resource reads (the ``mcp``
-extra).
+made inside a flow (the ``http`` extra); :func:`wrap` records an OpenAI or Anthropic client's
+calls as ``model`` decisions and an MCP session's tool calls and resource reads (the ``mcp``
+extra); :func:`tool` records the calls of an agent's tool functions.
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -46,16 +46,19 @@ if TYPE_CHECKING:
         IntegrityUnsupportedError,
         LoomError,
         MissingExtraError,
+        ModelResponseError,
         NotSerialisableError,
         OutcomeChangedError,
         OutputChangedError,
         RecordedComputeError,
         RecordedResultError,
+        RecordedValueError,
         ReplayDivergence,
         SecretIdentifierError,
         SecretRefusedError,
         StreamConflictError,
         UnrecordedDecisionError,
+        UnsupportedClientError,
         UnusedDecisionsError,
         WriteContentionError,
     )
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.timeline import position_at
+    from loom_runtime.wrap import wrap
 
 __all__ = [
     "MAX_DATA_DEPTH",
@@ -113,6 +117,7 @@ __all__ = [
     "Loom",
     "LoomError",
     "MissingExtraError",
+    "ModelResponseError",
     "NotSerialisableError",
     "OpenDecision",
     "OutcomeChangedError",
@@ -120,6 +125,7 @@ __all__ = [
     "RecordedComputeError",
     "RecordedResultError",
     "RecordedSession",
+    "RecordedValueError",
     "Redactor",
     "ReplayDivergence",
     "ReplayResult",
@@ -132,6 +138,7 @@ __all__ = [
     "StreamConflictError",
     "Tampering",
     "UnrecordedDecisionError",
+    "UnsupportedClientError",
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
@@ -153,6 +160,7 @@ __all__ = [
     "transient",
     "transport",
     "verify_log",
+    "wrap",
     "wrap_session",
 ]
 
@@ -176,6 +184,9 @@ _EXPORTS = {
     "Anchor": "loom_runtime.integrity",
     "AsyncFlowContext": "loom_runtime.context",
     "ConfigurationError": "loom_runtime.errors",
+    "ModelResponseError": "loom_runtime.errors",
+    "RecordedValueError": "loom_runtime.errors",
+    "UnsupportedClientError": "loom_runtime.errors",
     "DatabaseUnavailableError": "loom_runtime.errors",
     "Decide": "loom_runtime.context",
     "Decision": "loom_runtime.execution",
@@ -220,6 +231,7 @@ _EXPORTS = {
     "current_context": "loom_runtime.context",
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
+    "wrap": "loom_runtime.wrap",
     "verify_log": "loom_runtime.integrity",
     "tool": "loom_runtime.recorded_tool",
     "RecordedResultError": "loom_runtime.errors",
