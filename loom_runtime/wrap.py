@@ -36,9 +36,9 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
     Accepts ``openai.OpenAI``, ``openai.AsyncOpenAI``, ``anthropic.Anthropic``,
     ``anthropic.AsyncAnthropic`` and their subclasses (Azure's included) and returns a client
     of the same class (the SDK's ``with_options``); an ``mcp.ClientSession`` gives a
-    :class:`~loom_runtime.mcp_session.RecordedSession` (:func:`wrap_session`). ``retry`` retries 408, 409, 429, 5xx,
-    timeouts and dropped connections inside the one decision (``None``: no retry); a stream
-    is retried only before its first byte reached the caller.
+    :class:`~loom_runtime.mcp_session.RecordedSession` (:func:`wrap_session`). ``retry``
+    retries 408, 409, 429, 5xx, timeouts and dropped connections inside the one decision
+    (``None``: no retry); a stream is retried only before its first byte reached the caller.
     """
     for cls in type(client).__mro__:
         wrapper = WRAPPERS.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -47,8 +47,8 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
             return wrapped
     raise UnsupportedClientError(
         f"wrap() records openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic and "
-        f"anthropic.AsyncAnthropic clients and mcp.ClientSession sessions, not a {type(client).__module__}."
-        f"{type(client).__qualname__}. For another httpx-based SDK pass it "
+        "anthropic.AsyncAnthropic clients and mcp.ClientSession sessions, not a "
+        f"{type(client).__module__}.{type(client).__qualname__}. For another httpx-based SDK pass it "
         "http_client=httpx.Client(transport=loom_runtime.transport()); record any other call "
         "with ctx.decide(key, compute, input=...)"
     )
