@@ -48,7 +48,8 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
     raise UnsupportedClientError(
         f"wrap() records openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic and "
         "anthropic.AsyncAnthropic clients and mcp.ClientSession sessions, not a "
-        f"{type(client).__module__}.{type(client).__qualname__}. For another httpx-based SDK pass it "
+        f"{type(client).__module__}.{type(client).__qualname__}. For another httpx-based SDK "
+        "pass it "
         "http_client=httpx.Client(transport=loom_runtime.transport()); record any other call "
         "with ctx.decide(key, compute, input=...)"
     )
