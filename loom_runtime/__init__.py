@@ -9,7 +9,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:class:`SQLProjection`, :func:`catch_up`, :func:`rebuild`), the one storage rule
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
-made inside a flow (the ``http`` extra).
+made inside a flow (the ``http`` extra); :func:`wrap` records an OpenAI or Anthropic client's
+calls as ``model`` decisions.
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.timeline import position_at
+    from loom_runtime.wrap import wrap
 
 __all__ = [
     "MAX_DATA_DEPTH",
@@ -139,6 +141,7 @@ __all__ = [
     "tracking_table",
     "transport",
     "verify_log",
+    "wrap",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -205,6 +208,7 @@ _EXPORTS = {
     "current_context": "loom_runtime.context",
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
+    "wrap": "loom_runtime.wrap",
     "verify_log": "loom_runtime.integrity",
 }
 

@@ -280,3 +280,34 @@ class MissingExtraError(ConfigurationError):
             f"pip install 'loom-replay[{extra}]'"
         )
         self.extra = extra
+
+
+# --- Recording SDK clients (issue 13: loom_runtime.wrap, ADR 0025) ---------------------------
+
+
+class RecordedValueError(LogCorruptError):
+    """A recorded decision's value is not what its kind stores (an ``http`` or ``model``
+    decision whose value is not a recorded response): the row or bundle was altered, or
+    written by something other than loom's recording. Nothing was sent in its place."""
+
+    def __init__(self, *, key: str, expected: str, problem: str) -> None:
+        super().__init__(
+            f"decision {key!r} holds a value that is not {expected} ({problem}): the log row or "
+            "bundle was altered or written by another program. Check the log with `loom verify`, "
+            "and record the execution again to replace it"
+        )
+        self.key = key
+        self.expected = expected
+        self.problem = problem
+
+
+class ModelResponseError(LoomError):
+    """A provider's answer to a model decision cannot be stored as its answer: a success whose
+    body is not the JSON it announced, or a stream cut before its end. Recorded as the
+    decision's failure (a replay raises this again, with the same message), never half
+    written. The message names the decision and what was received."""
+
+
+class UnsupportedClientError(LoomError, TypeError):
+    """``wrap()`` was given an object it does not know how to record; the message lists what
+    it accepts (and how to record anything else)."""

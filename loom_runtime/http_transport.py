@@ -26,14 +26,18 @@ transport.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
+from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import MissingExtraError
+from loom_runtime.errors import MissingExtraError, RecordedValueError
 from loom_runtime.redaction import Redactor
 
 try:
@@ -101,21 +105,76 @@ class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
         return [piece for piece in pieces if piece]
 
 
+RETRIED_STATUSES = frozenset({408, 409, 429})
+"""Statuses a profile with a retry policy retries (and every 5xx): a timeout, a conflict, a
+rate limit and a server error say "ask again later", not "this request is wrong"."""
+
+MESSAGE_LIMIT = 500
+"""Characters of a refused attempt's body kept in its :class:`Attempt` (enough for the
+provider's error message, not a whole HTML error page)."""
+
+
+class Recording(Protocol):
+    """A live response's body as the caller reads it, stored once: when it ends, when it is
+    closed before that, or as a failure when reading it fails."""
+
+    headers: list[tuple[str, str]]
+
+    def add(self, chunk: bytes) -> None: ...
+
+    def finish(self, *, complete: bool) -> None: ...
+
+    def fail(self, error: Exception) -> Exception:
+        """Store the failure; returns the error the caller sees (``error`` or a loom error)."""
+        ...
+
+
+class Profile(Protocol):
+    """What one kind of recorded HTTP call stores: its key and input, its value, its retries.
+
+    Sending, retrying, recording a body as it streams and replaying are the same for every
+    call (:func:`_exchange`); a profile says what the decision holds. ``http`` keeps the raw
+    response (:class:`HttpProfile`); ``model`` keeps a provider's JSON or its parsed event
+    stream (:mod:`loom_runtime.providers`).
+    """
+
+    @property
+    def kind(self) -> str:
+        """The decisions' kind."""
+        ...
+
+    @property
+    def retry(self) -> Backoff | None:
+        """How a transient failure is retried inside the decision (None: not at all)."""
+        ...
+
+    def key_and_input(
+        self, request: httpx.Request, redactor: Redactor | None
+    ) -> tuple[str, object]: ...
+
+    def replayed(self, key: str, value: Any) -> httpx.Response:
+        """The response rebuilt from a recorded value (plain JSON data, untrusted)."""
+        ...
+
+    def recording(
+        self, decision: OpenDecision, response: httpx.Response, call: Call
+    ) -> Recording: ...
+
+
 class RecordingTransport(httpx.BaseTransport):
     """Records each request made inside a flow; passes requests outside one to ``inner``."""
 
-    def __init__(self, inner: httpx.BaseTransport) -> None:
+    def __init__(self, inner: httpx.BaseTransport, profile: Profile | None = None) -> None:
         self._inner = inner
+        self._profile = profile if profile is not None else HTTP
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
         if ctx is None:
             return self._inner.handle_request(request)
         request.read()
-        return drive(
-            _exchange(ctx, request, lambda: self._inner.handle_request(request), _SyncBody),
-            _never_pending,
-        )
+        send = lambda: self._inner.handle_request(request)  # noqa: E731
+        return drive(_exchange(ctx, request, send, _SYNC, self._profile), _never_pending)
 
     def close(self) -> None:
         self._inner.close()
@@ -124,17 +183,17 @@ class RecordingTransport(httpx.BaseTransport):
 class AsyncRecordingTransport(httpx.AsyncBaseTransport):
     """The async twin of :class:`RecordingTransport`, for ``httpx.AsyncClient``."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+    def __init__(self, inner: httpx.AsyncBaseTransport, profile: Profile | None = None) -> None:
         self._inner = inner
+        self._profile = profile if profile is not None else HTTP
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
         if ctx is None:
             return await self._inner.handle_async_request(request)
         await request.aread()
-        return await adrive(
-            _exchange(ctx, request, lambda: self._inner.handle_async_request(request), _AsyncBody)
-        )
+        send = lambda: self._inner.handle_async_request(request)  # noqa: E731
+        return await adrive(_exchange(ctx, request, send, _ASYNC, self._profile))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -153,28 +212,136 @@ def async_transport(inner: httpx.AsyncBaseTransport | None = None) -> httpx.Asyn
     return AsyncRecordingTransport(inner if inner is not None else httpx.AsyncHTTPTransport())
 
 
+class Call:
+    """One live call: when it started and the attempts it retried, for the decision's meta."""
+
+    def __init__(self, retry: Backoff | None) -> None:
+        self.started = time.perf_counter()
+        self.attempts: list[Attempt] = []
+        self._retry = retry
+        self._pauses = retry.pauses() if retry is not None else iter(())
+
+    def pause(self, *, asked: float | None) -> float | None:
+        """The pause before the next attempt, or None when no attempt is left."""
+        planned = next(self._pauses, None)
+        if planned is None or self._retry is None:
+            return None
+        return self._retry.pause(planned, asked=asked)
+
+    def retried(self, *, error: str, message: str, paused: float) -> None:
+        self.attempts.append(Attempt(error=error, message=message[:MESSAGE_LIMIT], paused=paused))
+
+    def meta(self) -> dict[str, object]:
+        """The attempts retried before the outcome (nothing when there were none)."""
+        if not self.attempts:
+            return {}
+        return {
+            "attempts": [msgspec.to_builtins(attempt) for attempt in self.attempts],
+            "retries": len(self.attempts),
+        }
+
+
 def _exchange(
     ctx: FlowContext | AsyncFlowContext,
     request: httpx.Request,
     send: Callable[[], Any],
-    body: Callable[[httpx.Response, _Recording], httpx.SyncByteStream | httpx.AsyncByteStream],
+    io: _Io,
+    profile: Profile,
 ) -> Steps[httpx.Response]:
     """One request as a decision, for either twin: the recorded response, or the live one
-    with a body that records itself (``send`` returns an awaitable in the async twin)."""
-    key, request_input = request_key_and_input(request, ctx.redactor)
-    decision = ctx.open_decision(key, input=request_input, kind=KIND, type=RecordedResponse)
+    with a body that records itself (``send`` returns an awaitable in the async twin).
+
+    With a retry policy, a transport error or a refusal that says "later" (429, 5xx...) is
+    retried inside the one decision, each attempt kept for its meta; the last outcome (a
+    response, even a final 429, or the error) is what is recorded.
+    """
+    key, request_input = profile.key_and_input(request, ctx.redactor)
+    decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
-        recorded: RecordedResponse = decision.value
-        return _response(recorded.status, recorded.headers, _ReplayedBody(recorded.pieces()))
+        return profile.replayed(decision.key, decision.value)
+    call = Call(profile.retry)
+    while True:
+        try:
+            response = yield from _settle(decision.key, send())
+        except Exception as exc:
+            pause = call.pause(asked=None) if isinstance(exc, httpx.TransportError) else None
+            if pause is None:
+                decision.fail(exc, meta=call.meta())
+                raise
+            call.retried(error=_qualname(exc), message=str(exc), paused=pause)
+        else:
+            status = response.status_code
+            if status not in RETRIED_STATUSES and status < 500:
+                break
+            pause = call.pause(asked=_asked_pause(response.headers))
+            if pause is None:
+                break
+            try:  # the refusal's text, for the audit (and to free the connection)
+                read = yield from _settle(decision.key, io.read(response))
+                message = bytes(read).decode("utf-8", "replace")
+            except httpx.TransportError as exc:
+                message = str(exc)
+            call.retried(error=f"http {status}", message=message, paused=pause)
+        yield from _settle(decision.key, io.sleep(pause))
+    recording = profile.recording(decision, response, call)
+    return _response(response.status_code, recording.headers, io.body(response, recording))
+
+
+def _settle(what: str, value: Any) -> Steps[Any]:
+    """``value``, awaited first when the async twin returned an awaitable."""
+    if inspect.isawaitable(value):
+        value = yield Pending(what, value)
+    return value
+
+
+def _asked_pause(headers: httpx.Headers) -> float | None:
+    """The pause a refusal asked for: ``retry-after-ms`` (OpenAI, Anthropic) or
+    ``retry-after`` in seconds; None when neither is a number (an HTTP date is not honoured:
+    the planned pause is taken)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers[name]) * scale
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _qualname(error: Exception) -> str:
+    return f"{type(error).__module__}:{type(error).__qualname__}"
+
+
+def recorded_value(key: str, value: object, type: Any, *, expected: str) -> Any:
+    """A recorded value (plain JSON data) as ``type``; a value that does not fit it was not
+    written by loom's recording (a tampered row or bundle): a typed error naming the key."""
     try:
-        response = send()
-        if not isinstance(response, httpx.Response):
-            response = yield Pending(decision.key, response)
-    except Exception as exc:
-        decision.fail(exc)
-        raise
-    recording = _Recording(decision, response)
-    return _response(response.status_code, recording.headers, body(response, recording))
+        return msgspec.convert(value, type)
+    except msgspec.ValidationError as exc:
+        raise RecordedValueError(key=key, expected=expected, problem=str(exc)) from exc
+
+
+class HttpProfile:
+    """The ``http`` profile: the raw response, byte for byte (ADR 0024); no retries (an SDK's
+    own retries are each a request, so each a decision)."""
+
+    kind = KIND
+    retry: Backoff | None = None
+
+    def key_and_input(
+        self, request: httpx.Request, redactor: Redactor | None
+    ) -> tuple[str, object]:
+        return request_key_and_input(request, redactor)
+
+    def replayed(self, key: str, value: Any) -> httpx.Response:
+        recorded: RecordedResponse = recorded_value(
+            key, value, RecordedResponse, expected="a recorded HTTP response"
+        )
+        return replayed_response(recorded.status, recorded.headers, recorded.pieces())
+
+    def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
+        return _Recording(decision, response)
+
+
+HTTP = HttpProfile()
 
 
 def request_key_and_input(
@@ -226,6 +393,13 @@ def _request_body(content: bytes) -> dict[str, Any] | None:
         return {"bytes": content}
 
 
+def replayed_response(
+    status: int, headers: list[tuple[str, str]], pieces: list[bytes]
+) -> httpx.Response:
+    """A recorded response handed to a sync or async client: its body in the given pieces."""
+    return _response(status, headers, _ReplayedBody(pieces))
+
+
 def _response(
     status: int,
     headers: list[tuple[str, str]],
@@ -235,15 +409,22 @@ def _response(
     return httpx.Response(status, headers=headers, stream=stream)
 
 
+def stored_headers(
+    response: httpx.Response, not_stored: frozenset[str] = RESPONSE_HEADERS_NOT_STORED
+) -> list[tuple[str, str]]:
+    """A response's headers as a decision stores them (and the caller receives them)."""
+    return [
+        (name.lower(), value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in not_stored
+    ]
+
+
 class _Recording:
-    """A live response's body as it is read, stored when it ends or is closed."""
+    """The ``http`` profile's recording: the body's bytes, in the pieces they arrived in."""
 
     def __init__(self, decision: OpenDecision, response: httpx.Response) -> None:
-        self.headers = [
-            (name.lower(), value)
-            for name, value in response.headers.multi_items()
-            if name.lower() not in RESPONSE_HEADERS_NOT_STORED
-        ]
+        self.headers = stored_headers(response)
         self._decision = decision
         self._status = response.status_code
         self._chunks: list[bytes] = []
@@ -275,14 +456,15 @@ class _Recording:
             )
         self._decision.record(value)
 
-    def fail(self, error: Exception) -> None:
+    def fail(self, error: Exception) -> Exception:
         self._decision.fail(error)
+        return error
 
 
 class _SyncBody(httpx.SyncByteStream):
     """The live body: each decoded chunk passed on as it arrives, and recorded."""
 
-    def __init__(self, response: httpx.Response, recording: _Recording) -> None:
+    def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
 
@@ -292,8 +474,10 @@ class _SyncBody(httpx.SyncByteStream):
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
-            self._recording.fail(exc)
-            raise
+            raised = self._recording.fail(exc)
+            if raised is exc:
+                raise
+            raise raised from exc
         self._recording.finish(complete=True)
 
     def close(self) -> None:
@@ -306,7 +490,7 @@ class _SyncBody(httpx.SyncByteStream):
 class _AsyncBody(httpx.AsyncByteStream):
     """The async twin of :class:`_SyncBody`."""
 
-    def __init__(self, response: httpx.Response, recording: _Recording) -> None:
+    def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
 
@@ -316,8 +500,10 @@ class _AsyncBody(httpx.AsyncByteStream):
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
-            self._recording.fail(exc)
-            raise
+            raised = self._recording.fail(exc)
+            if raised is exc:
+                raise
+            raise raised from exc
         self._recording.finish(complete=True)
 
     async def aclose(self) -> None:
@@ -339,6 +525,19 @@ class _ReplayedBody(httpx.SyncByteStream, httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for piece in self._pieces:
             yield piece
+
+
+class _Io(NamedTuple):
+    """What differs between the twins besides sending: reading a refused response before
+    retrying, pausing, and the live body handed to the caller."""
+
+    read: Callable[[httpx.Response], Any]
+    sleep: Callable[[float], Any]
+    body: Callable[[httpx.Response, Recording], httpx.SyncByteStream | httpx.AsyncByteStream]
+
+
+_SYNC = _Io(read=httpx.Response.read, sleep=time.sleep, body=_SyncBody)
+_ASYNC = _Io(read=httpx.Response.aread, sleep=asyncio.sleep, body=_AsyncBody)
 
 
 def _never_pending(pending: Pending) -> NoReturn:

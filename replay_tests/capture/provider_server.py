@@ -471,6 +471,7 @@ def _sse(event: Event) -> bytes:
 def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # each event leaves when written, as from a provider
 
         def log_message(self, *args: object) -> None:
             pass

@@ -1,0 +1,429 @@
+"""The ``model`` profile: what a call of a wrapped OpenAI or Anthropic client stores (ADR 0025).
+
+A wrapped client sends its requests through the recording transport of ADR 0024 with this
+profile instead of the ``http`` one. The exchange is the same (sent, retried, streamed to the
+caller as it arrives, replayed with no network); what the decision holds differs:
+
+* key ``model:<provider>:<path>``: the path under the client's base URL, without a leading
+  version segment, ``/`` read as ``.`` (``model:openai:chat.completions``,
+  ``model:anthropic:messages``), numbered ``#2``... by the flow context;
+* input: the request's JSON body (model, messages, tools, parameters, ``stream``), nothing
+  else: no header, key, organisation or base URL;
+* value (:class:`ModelResponse`): the status, the headers the SDK reads, and the provider's
+  JSON, or for a stream its parsed events in order and the message they assemble to;
+* meta: the model that answered, latency, usage, finish reason, retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import msgspec
+
+from loom_runtime.backoff import Backoff
+from loom_runtime.context import OpenDecision
+from loom_runtime.errors import ModelResponseError
+from loom_runtime.http_transport import (
+    RESPONSE_HEADERS_NOT_STORED,
+    Call,
+    Recording,
+    recorded_value,
+    replayed_response,
+    request_key_and_input,
+    stored_headers,
+)
+from loom_runtime.redaction import Redactor
+
+KIND = "model"
+
+MODEL_RESPONSE_HEADERS_NOT_STORED = RESPONSE_HEADERS_NOT_STORED | {
+    "transfer-encoding",
+    "openai-organization",
+    "openai-project",
+    "anthropic-organization-id",
+}
+"""Besides the ``http`` profile's: the account's organisation and project ids (they identify
+the payer, like a key does) and the framing of the body, which a replay re-frames."""
+
+TERMINAL_EVENTS = frozenset(
+    {"[DONE]", "message_stop", "response.completed", "response.incomplete", "response.failed"}
+)
+"""The events that end a provider's stream (an event name, or a data line that is not JSON):
+a stream whose last event is one is complete even when the SDK closes it before the body's
+end (OpenAI's iterator stops at ``[DONE]`` and closes the response)."""
+
+_VERSION = re.compile(r"^v\d+(?:beta\d*|alpha\d*)?/")
+
+
+class SseEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One server-sent event: its ``event`` name (Anthropic's and the Responses API's; none
+    for a Chat Completions chunk) and its data, as JSON, or as ``text`` when it is not JSON
+    (OpenAI's ``[DONE]``)."""
+
+    event: str | None = None
+    data: Any = None
+    text: str | None = None
+
+    def wire(self) -> bytes:
+        """The event as a provider sends it (the data re-encoded: same JSON, compact)."""
+        payload = self.text if self.text is not None else msgspec.json.encode(self.data).decode()
+        head = f"event: {self.event}\n" if self.event is not None else ""
+        return f"{head}data: {payload.replace(chr(10), chr(10) + 'data: ')}\n\n".encode()
+
+
+class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A provider's response as a ``model`` decision stores it.
+
+    Exactly one of ``body`` (the JSON reply), ``text`` (a reply that is not JSON, an error
+    page), ``data`` (bytes that are not UTF-8, e.g. audio) and ``events`` (a stream) holds the
+    body. For a stream, ``final`` is the message its events assemble to (OpenAI: the deltas
+    accumulated, tool calls included; Responses: the last response snapshot; Anthropic: the
+    final ``Message``), and ``complete`` is false when the caller closed it before its last
+    event: ``events`` are then what the caller consumed.
+    """
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: Any = None
+    text: str | None = None
+    data: bytes | None = None
+    events: list[SseEvent] | None = None
+    final: Any = None
+    complete: bool = True
+
+    def pieces(self) -> list[bytes]:
+        """The body a replay hands the SDK: one piece per recorded event, or the whole."""
+        if self.events is not None:
+            return [event.wire() for event in self.events]
+        if self.text is not None:
+            return [self.text.encode()]
+        if self.data is not None:
+            return [self.data]
+        return [msgspec.json.encode(self.body)]
+
+
+Assembler = Callable[[list[SseEvent]], Any]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """The ``model`` profile of one wrapped client: its provider, its base URL's path (keys
+    name the call relative to it) and its retry policy."""
+
+    provider: str
+    base_path: str
+    retry: Backoff | None
+
+    @property
+    def kind(self) -> str:
+        return KIND
+
+    def key_and_input(
+        self, request: httpx.Request, redactor: Redactor | None
+    ) -> tuple[str, object]:
+        path = request.url.path
+        relative = path[len(self.base_path) :] if path.startswith(self.base_path) else path
+        name = _VERSION.sub("", relative.strip("/")).replace("/", ".") or "."
+        key = f"{KIND}:{self.provider}:{name}"
+        if not request.url.query:
+            try:
+                return key, msgspec.json.decode(request.content)
+            except msgspec.DecodeError:
+                pass
+        _, canonical = request_key_and_input(request, redactor)
+        return key, {part: canonical[part] for part in ("method", "query", "body")}
+
+    def replayed(self, key: str, value: Any) -> httpx.Response:
+        recorded: ModelResponse = recorded_value(
+            key, value, ModelResponse, expected="a recorded model response"
+        )
+        return replayed_response(recorded.status, recorded.headers, recorded.pieces())
+
+    def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
+        base = decision.key.split("#", 1)[0]
+        return _ModelRecording(decision, response, call, ASSEMBLERS.get(base))
+
+
+class _ModelRecording:
+    """A live model response as the SDK reads it, stored (with its meta) once it ends."""
+
+    def __init__(
+        self,
+        decision: OpenDecision,
+        response: httpx.Response,
+        call: Call,
+        assemble: Assembler | None,
+    ) -> None:
+        self.headers = stored_headers(response, MODEL_RESPONSE_HEADERS_NOT_STORED)
+        content_type = response.headers.get("content-type", "")
+        self._streamed = content_type.startswith("text/event-stream")
+        self._announced_json = "json" in content_type
+        self._status = response.status_code
+        self._decision = decision
+        self._call = call
+        self._assemble = assemble
+        self._chunks: list[bytes] = []
+        self._first_byte: float | None = None
+
+    def add(self, chunk: bytes) -> None:
+        if self._first_byte is None:
+            self._first_byte = time.perf_counter()
+        self._chunks.append(chunk)
+
+    def finish(self, *, complete: bool) -> None:
+        """Store the response (once): parsed when it is whole, what was consumed when the
+        caller closed it early. A success that is not the JSON it announced, or a stream
+        ending inside an event, is stored as a failure and raised."""
+        if self._decision.settled:
+            return
+        raw = b"".join(self._chunks)
+        if self._streamed:
+            events, rest = parse_sse(raw.decode("utf-8", "replace"))
+            if complete and rest.strip():
+                raise self._refuse(f"ended inside an event after {len(events)} events")
+            ended = complete or bool(events and _terminal(events[-1]))
+            final = self._assemble(events) if self._assemble is not None else None
+            value = ModelResponse(
+                status=self._status,
+                headers=self.headers,
+                events=events,
+                final=final,
+                complete=ended,
+            )
+            self._decision.record(value, meta=self._meta(final))
+            return
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            if complete and self._announced_json and 200 <= self._status < 300:
+                raise self._refuse(f"is not the JSON it announced: {raw[:80]!r}") from None
+            value = self._unparsed(raw, complete=complete)
+        else:
+            value = ModelResponse(status=self._status, headers=self.headers, body=body)
+        self._decision.record(value, meta=self._meta(value.body))
+
+    def fail(self, error: Exception) -> Exception:
+        """A body cut by the connection: stored as a :class:`ModelResponseError` failure."""
+        if isinstance(error, httpx.TransportError):
+            received = (
+                f"{len(parse_sse(b''.join(self._chunks).decode('utf-8', 'replace'))[0])} events"
+                if self._streamed
+                else f"{sum(map(len, self._chunks))} bytes"
+            )
+            error = self._error(f"was cut after {received} ({_name(error)}: {error})")
+        self._decision.fail(error, meta=self._call.meta())
+        return error
+
+    def _refuse(self, what: str) -> ModelResponseError:
+        error = self._error(what)
+        self._decision.fail(error, meta=self._call.meta())
+        return error
+
+    def _error(self, what: str) -> ModelResponseError:
+        return ModelResponseError(
+            f"the provider's response to model decision {self._decision.key!r} {what}; it was "
+            "recorded as the decision's failure, not as an answer. Run the flow again once the "
+            "provider answers whole responses"
+        )
+
+    def _unparsed(self, raw: bytes, *, complete: bool) -> ModelResponse:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return ModelResponse(
+                status=self._status, headers=self.headers, data=raw, complete=complete
+            )
+        return ModelResponse(
+            status=self._status, headers=self.headers, text=text, complete=complete
+        )
+
+    def _meta(self, answer: Any) -> dict[str, object]:
+        """What the call measured: the model that answered, usage and finish reason as the
+        provider reported them, latency (retries and pauses included), retries."""
+        now = time.perf_counter()
+        meta: dict[str, object] = {}
+        if isinstance(answer, dict):
+            for name, value in (
+                ("model", answer.get("model")),
+                ("usage", answer.get("usage")),
+                ("finish_reason", _finish_reason(answer)),
+            ):
+                if value is not None:
+                    meta[name] = value
+        meta["latency_ms"] = _ms(now - self._call.started)
+        if self._streamed and self._first_byte is not None:
+            meta["time_to_first_byte_ms"] = _ms(self._first_byte - self._call.started)
+        meta.update(self._call.meta())
+        return meta
+
+
+def parse_sse(body: str) -> tuple[list[SseEvent], str]:
+    """The complete events of an SSE body, and what follows the last one (an event cut
+    short, or nothing). Comments and ``id``/``retry`` fields are not kept: no SDK reads them."""
+    *blocks, rest = body.replace("\r\n", "\n").replace("\r", "\n").split("\n\n")
+    events = []
+    for block in blocks:
+        name: str | None = None
+        data: list[str] = []
+        for line in block.split("\n"):
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+        if name is None and not data:
+            continue
+        payload = "\n".join(data)
+        try:
+            events.append(SseEvent(event=name, data=msgspec.json.decode(payload)))
+        except msgspec.DecodeError:
+            events.append(SseEvent(event=name, text=payload))
+    return events, rest
+
+
+def _terminal(event: SseEvent) -> bool:
+    return event.text in TERMINAL_EVENTS or event.event in TERMINAL_EVENTS
+
+
+def _finish_reason(answer: dict[str, Any]) -> Any:
+    """Why the model stopped: a chat completion's first choice's ``finish_reason``, a
+    message's ``stop_reason``, a Responses API response's ``status``."""
+    choices = answer.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0].get("finish_reason")
+    return answer.get("stop_reason", answer.get("status"))
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _name(error: Exception) -> str:
+    return type(error).__name__
+
+
+def _objects(events: list[SseEvent]) -> list[dict[str, Any]]:
+    """The events whose data is a JSON object (what every assembler reads)."""
+    return [event.data for event in events if isinstance(event.data, dict)]
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _append(target: dict[str, Any], field: str, piece: Any) -> None:
+    if isinstance(piece, str):
+        target[field] = (target.get(field) or "") + piece
+
+
+def assemble_chat(events: list[SseEvent]) -> dict[str, Any] | None:
+    """The ``chat.completion`` a Chat Completions stream's chunks add up to: content, refusal
+    and tool calls accumulated per choice, the last finish reason, the usage chunk's usage."""
+    final: dict[str, Any] | None = None
+    choices: dict[int, dict[str, Any]] = {}
+    calls: dict[int, dict[int, dict[str, Any]]] = {}
+    for chunk in _objects(events):
+        if final is None:
+            final = {field: chunk.get(field) for field in ("id", "created", "model")}
+            final["object"] = "chat.completion"
+        if chunk.get("usage") is not None:
+            final["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or not isinstance(choice.get("index", 0), int):
+                continue
+            index = choice.get("index", 0)
+            message = {"role": "assistant", "content": None}
+            assembled = choices.setdefault(
+                index, {"index": index, "message": message, "finish_reason": None}
+            )
+            delta = _object(choice.get("delta"))
+            if delta.get("role"):
+                assembled["message"]["role"] = delta["role"]
+            _append(assembled["message"], "content", delta.get("content"))
+            _append(assembled["message"], "refusal", delta.get("refusal"))
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, dict) and isinstance(call.get("index"), int):
+                    _add_tool_call(calls.setdefault(index, {}), call)
+            if choice.get("finish_reason") is not None:
+                assembled["finish_reason"] = choice["finish_reason"]
+    if final is None:
+        return None
+    for index, per_call in calls.items():
+        choices[index]["message"]["tool_calls"] = [per_call[n] for n in sorted(per_call)]
+    final["choices"] = [choices[index] for index in sorted(choices)]
+    return final
+
+
+def _add_tool_call(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
+    call = calls.setdefault(
+        piece["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+    )
+    for field in ("id", "type"):
+        if piece.get(field):
+            call[field] = piece[field]
+    function = piece.get("function")
+    if isinstance(function, dict):
+        _append(call["function"], "name", function.get("name"))
+        _append(call["function"], "arguments", function.get("arguments"))
+
+
+def assemble_response(events: list[SseEvent]) -> Any:
+    """A Responses API stream's last response snapshot (``response.completed`` carries the
+    whole response; an abandoned stream's is the latest it reached)."""
+    final = None
+    for event in _objects(events):
+        if isinstance(event.get("response"), dict):
+            final = event["response"]
+    return final
+
+
+def assemble_message(events: list[SseEvent]) -> dict[str, Any] | None:
+    """The Anthropic ``Message`` a stream builds: ``message_start``'s message, each content
+    block from its start and deltas (text, tool input JSON, thinking), ``message_delta``'s
+    stop reason and usage."""
+    message: dict[str, Any] | None = None
+    partial_json: dict[int, str] = {}
+    for event in _objects(events):
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = {**event["message"], "content": []}
+            continue
+        if message is None:
+            continue
+        index = event.get("index")
+        blocks: list[dict[str, Any]] = message["content"]
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks.append(dict(event["content_block"]))
+        elif kind == "content_block_delta" and isinstance(index, int) and index < len(blocks):
+            delta = _object(event.get("delta"))
+            block = blocks[index]
+            if delta.get("type") == "input_json_delta":
+                partial_json[index] = partial_json.get(index, "") + str(delta.get("partial_json"))
+            for field in ("text", "thinking"):
+                _append(block, field, delta.get(field))
+            if delta.get("type") == "signature_delta":
+                block["signature"] = delta.get("signature")
+        elif kind == "content_block_stop" and isinstance(index, int) and index in partial_json:
+            with contextlib.suppress(msgspec.DecodeError):  # a cut input stays as it started
+                blocks[index]["input"] = msgspec.json.decode(partial_json.pop(index))
+        elif kind == "message_delta":
+            delta = _object(event.get("delta"))
+            message.update(delta)
+            if isinstance(event.get("usage"), dict):
+                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
+    return message
+
+
+ASSEMBLERS: dict[str, Assembler] = {
+    "model:openai:chat.completions": assemble_chat,
+    "model:openai:responses": assemble_response,
+    "model:anthropic:messages": assemble_message,
+}
+"""Which assembler builds the final message of a stream, by the decision's key."""

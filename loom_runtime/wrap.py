@@ -1,0 +1,78 @@
+"""``wrap(client)``: an OpenAI or Anthropic client whose calls in a flow are decisions (ADR 0025).
+
+``wrap(openai.OpenAI())`` returns a client of the same class, made with the SDK's own public
+option ``with_options(http_client=..., max_retries=0)``: its HTTP client sends through the
+recording transport of ADR 0024 with the ``model`` profile (:mod:`loom_runtime.providers`).
+Inside a flow each call is a ``model`` decision; replay hands the SDK the recorded response,
+and the SDK builds its own types from it (``ChatCompletion``, ``Message``, stream chunks, the
+``.stream(...)`` helpers) with no network. Outside a flow the transport passes every request
+through untouched. The SDK's retries are off because loom retries inside the decision
+(``retry``), so the attempts are one decision, not one each.
+
+The SDK is never imported here: a client is recognised by the ``module:qualname`` of its class
+or of a base class (:data:`WRAPPERS`), so ``import loom_runtime`` stays free of SDKs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from loom_runtime.backoff import Backoff
+from loom_runtime.errors import UnsupportedClientError
+from loom_runtime.http_transport import AsyncRecordingTransport, RecordingTransport, httpx
+from loom_runtime.providers import ModelProfile
+
+C = TypeVar("C")
+
+Wrapper = Callable[[Any, Backoff | None], Any]
+
+
+def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (frozen)
+    """``client``, recording each call made inside a flow as a ``model`` decision.
+
+    Accepts ``openai.OpenAI``, ``openai.AsyncOpenAI``, ``anthropic.Anthropic``,
+    ``anthropic.AsyncAnthropic`` and their subclasses (Azure's included) and returns a client
+    of the same class (the SDK's ``with_options``). ``retry`` retries 408, 409, 429, 5xx,
+    timeouts and dropped connections inside the one decision (``None``: no retry); a stream
+    is retried only before its first byte reached the caller.
+    """
+    for cls in type(client).__mro__:
+        wrapper = WRAPPERS.get(f"{cls.__module__}:{cls.__qualname__}")
+        if wrapper is not None:
+            wrapped: C = wrapper(client, retry)
+            return wrapped
+    raise UnsupportedClientError(
+        f"wrap() records openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic and "
+        f"anthropic.AsyncAnthropic clients, not a {type(client).__module__}."
+        f"{type(client).__qualname__}. For another httpx-based SDK pass it "
+        "http_client=httpx.Client(transport=loom_runtime.transport()); record any other call "
+        "with ctx.decide(key, compute, input=...)"
+    )
+
+
+def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
+    """The wrapper of one provider's sync or async SDK client (same code, one profile)."""
+
+    def wrapper(client: Any, retry: Backoff | None) -> Any:
+        profile = ModelProfile(provider=provider, base_path=client.base_url.path, retry=retry)
+        http_client: httpx.Client | httpx.AsyncClient
+        if asynchronous:
+            transport = AsyncRecordingTransport(httpx.AsyncHTTPTransport(), profile)
+            http_client = httpx.AsyncClient(transport=transport, follow_redirects=True)
+        else:
+            sync_transport = RecordingTransport(httpx.HTTPTransport(), profile)
+            http_client = httpx.Client(transport=sync_transport, follow_redirects=True)
+        return client.with_options(http_client=http_client, max_retries=0)
+
+    return wrapper
+
+
+WRAPPERS: dict[str, Wrapper] = {
+    "openai:OpenAI": _sdk_client("openai", asynchronous=False),
+    "openai:AsyncOpenAI": _sdk_client("openai", asynchronous=True),
+    "anthropic:Anthropic": _sdk_client("anthropic", asynchronous=False),
+    "anthropic:AsyncAnthropic": _sdk_client("anthropic", asynchronous=True),
+}
+"""What ``wrap`` records, by the ``module:qualname`` of the client's class (or a base class):
+one entry per SDK client class, so another client (an MCP session) is one more entry."""
