@@ -1,33 +1,43 @@
 """Section "capture": what recording an unchanged OpenAI client costs, and what replaying it buys.
 
 Every arm drives the real ``openai`` SDK against the loopback provider the capture tests use
-(:class:`replay_tests.capture.provider_server.ProviderServer`), started afresh for each sample:
+(:class:`replay_tests.capture.provider_server.ProviderServer`), started afresh for each sample.
 
-* **call** and **stream**: one flow alternates, call by call, a raw client
-  (``openai.OpenAI(base_url=...)``) and a recording one, with the same request. Alternating
-  inside one sample hands both the same background load, so the difference of their
-  percentiles is what recording adds. For a stream the figure is the time to the first chunk
-  (the recording client stores the stream only when it ends). The first calls of each client
-  (connection set-up) are left out.
-* **append**: the same flow shape, but each call replaced by ``ctx.decide`` of a response of
-  the same size with the request as its input: the bare durable append at loom's default
-  (SQLite, WAL, ``synchronous=NORMAL``), which a recording call cannot avoid. The reader
-  subtracts it from the added cost; the target is "at most 1 ms more than the append".
-* **conversation**: a tool-using conversation of 50 model calls (each question answered by a
-  call that asks for the ``lookup`` tool, the tool, then a call that answers from its result;
-  every request carries the whole conversation so far) is recorded, the server is stopped,
-  and the execution is replayed from a second ``Loom`` on the same file, then from its
-  exported bundle. A replay that is not identical stops the harness.
-* **VCR.py**: the same conversation through a raw client, recorded into a cassette with the
-  settings of LangSmith's request cache (``langsmith.utils.with_cache``: match on method, URI
-  and body; request headers dropped), then played back with the server stopped and
-  ``record_mode="none"``: the size of the cassette against loom's log and bundle, and the
-  replay speed. The played-back answers must equal the recorded ones.
+**call** and **stream**: one flow alternates, call by call and in a rotating order, three
+clients sending the same request: the raw SDK as a user builds it
+(``openai.OpenAI(base_url=...)``), the SDK on the plain ``httpx.Client`` that ``wrap`` gives
+it (nothing recorded), and ``wrap(openai.OpenAI(...))``. Alternating inside one sample hands
+all three the same background load, so differences of their percentiles are what wrapping
+adds (against the raw SDK) and what recording itself adds (against the same HTTP stack). For a
+stream the figure is the time to the first chunk (a stream is stored when it ends). The first
+calls of each client (connection set-up) are left out.
 
-Negative control: a streamed answer is recorded and exported, one word of one recorded chunk
-is changed in the bundle (same length, re-sealed) and the bundle is replayed: the replay must
-report the changed output. A replay that did not re-emit the recorded chunks would call it
-identical.
+**append**: the same flow shape with each call replaced by ``ctx.decide`` of a response of the
+same size, the request as its input: the bare durable append at loom's default (SQLite, WAL,
+``synchronous=NORMAL``) that recording a call cannot avoid. The call target is "added at most
+1 ms more than this append".
+
+**conversation**: 50 model calls of a tool-using conversation (each question answered in two
+calls: one asks for the ``lookup`` tool, the tool runs as a decision, one answers from its
+result; every request carries the whole conversation so far, as a chat agent's do). loom
+records it with a wrapped client; VCR.py records it with a raw client into a YAML cassette
+with the settings of LangSmith's request cache (``langsmith.utils.with_cache``: match on
+method, URI, path and body; request headers dropped). The server is stopped, and each replays
+it (loom from a second ``Loom`` on the file and from the exported bundle; VCR.py with
+``record_mode="none"``) alternately with the **SDK floor**, the same conversation answered
+from memory by an ``httpx.MockTransport``: what any replay through the SDK costs at least. A
+replay's own time is its time minus the floor's. A replay that is not identical, or a
+cassette left partly unplayed, stops the harness.
+
+**HTTP layer**: the request bodies the SDK sent in that conversation, posted by a plain
+``httpx.Client`` with no SDK, recorded by ``loom_runtime.transport()`` and by VCR.py, and
+replayed alternately with a client answered from memory: the replay machinery without the
+SDK's request building.
+
+Negative control: a streamed answer is recorded with a wrapped client and exported, one word
+of one recorded chunk is changed in the bundle (same length, the input untouched, re-sealed)
+and the bundle is replayed: the replay must report the changed output and nothing else. A
+replay that did not re-emit the recorded chunks would call it identical.
 """
 
 from __future__ import annotations
@@ -123,15 +133,10 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     note = f"median of {settings.rounds} interleaved rounds (low-high)"
     return SectionResult(
         notes=(
-            __doc__.split("\n\n", 2)[1].replace("\n", " "),
-            f"call, stream, append: {calls} calls of each client per sample, the first "
-            f"{WARM_UP} of each left out; p50 and p95 are over the calls of one sample. "
-            "Recording client: `openai.OpenAI(http_client=httpx.Client(transport="
-            "loom_runtime.transport()))`.",
-            f"conversation: {TURNS} model calls and {TURNS // 2} tool calls; calls/s counts "
-            "model calls. VCR.py replays through vcrpy's httpx stubs with the LangSmith cache "
-            "settings; loom replays the execution (log: a second `Loom` on the file; bundle: "
-            "`Loom.replay_bundle`, no database).",
+            *(paragraph.replace("\n", " ") for paragraph in __doc__.split("\n\n")[1:]),
+            f"Sizes: {calls} calls of each client per sample ({WARM_UP} more first, left "
+            f"out); the conversation and the HTTP layer replayed {repeats} times per sample "
+            "(the median kept). The provider answers from a thread of this process.",
         ),
         tables=(
             _latency_table(results, note),
@@ -604,28 +609,25 @@ def _raw_client(base_url: str) -> Client:
 
 
 def _plain_client(base_url: str) -> Client:
-    """The SDK on the HTTP stack the recording client runs on, recording nothing."""
+    """The SDK on the HTTP client :func:`~loom_runtime.wrap` gives it, recording nothing."""
     import httpx
     import openai
-
-    return openai.OpenAI(
-        base_url=base_url, api_key=API_KEY, max_retries=0, http_client=httpx.Client()
-    )
-
-
-def _recording_client(base_url: str) -> Client:
-    """The client under test: the real SDK, its HTTP recorded by loom inside a flow."""
-    import httpx
-    import openai
-
-    import loom_runtime
 
     return openai.OpenAI(
         base_url=base_url,
         api_key=API_KEY,
         max_retries=0,
-        http_client=httpx.Client(transport=loom_runtime.transport()),
+        http_client=httpx.Client(follow_redirects=True),
     )
+
+
+def _recording_client(base_url: str) -> Client:
+    """The client under test: the real SDK, wrapped, so each call in a flow is recorded."""
+    import openai
+
+    from loom_runtime import wrap
+
+    return wrap(openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0))
 
 
 def _latency_table(results: Results, note: str) -> Table:
