@@ -531,20 +531,12 @@ def _altered_chunk_control() -> Control:
         scratch_directory() as directory,
         _server() as server,
         _recording_client(server.openai_url) as client,
+        Loom(url) as loom,
     ):
-
-        def streamed(ctx: Any, question: str) -> str:
-            messages = [{"role": "user", "content": question}]
-            stream = client.chat.completions.create(model=MODEL, messages=messages, stream=True)
-            return "".join(chunk.choices[0].delta.content or "" for chunk in stream)
-
-        with Loom(url) as loom:
-            loom.flow("capture-stream")(streamed)
-            recorded = loom.run("capture-stream", question=CONTROL_QUESTION)
-            exported = loom.export(recorded.execution_id, directory / "stream.json")
-            altered = _alter_first_chunk(exported, directory / "altered.json")
-            server.stop()
-            result = loom.replay_bundle(altered)
+        exported = record_stream(loom, client, directory / "stream.json")
+        altered = alter_first_chunk(exported, directory / "altered.json")
+        server.stop()
+        result = loom.replay_bundle(altered)
     found = tuple(type(divergence).__name__ for divergence in result.divergences)
     return Control(
         name=f"replay of a recorded stream with {CONTROL_WORD!r} changed in one chunk",
@@ -554,7 +546,20 @@ def _altered_chunk_control() -> Control:
     )
 
 
-def _alter_first_chunk(path: Path, into: Path) -> Path:
+def record_stream(loom: Loom, client: Client, path: Path) -> Path:
+    """Record CONTROL_QUESTION answered as a stream (flow ``capture-stream``); its bundle."""
+
+    def streamed(ctx: Any, question: str) -> str:
+        messages = [{"role": "user", "content": question}]
+        stream = client.chat.completions.create(model=MODEL, messages=messages, stream=True)
+        return "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+
+    loom.flow("capture-stream")(streamed)
+    recorded = loom.run("capture-stream", question=CONTROL_QUESTION)
+    return loom.export(recorded.execution_id, path)
+
+
+def alter_first_chunk(path: Path, into: Path) -> Path:
     """A copy of the bundle with CONTROL_WORD changed in the first recorded value holding it.
 
     Only the bytes of a decision's value are touched (its input asks the same question, and
