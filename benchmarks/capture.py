@@ -77,10 +77,10 @@ QUICK_CALLS = 60
 WARM_UP = 5
 """Calls of each client left out of the percentiles: the first ones open the connection."""
 TURNS = 50
-REPEATS = 5
-QUICK_REPEATS = 2
-"""Replays of the conversation per sample, each followed by the SDK floor's (paired medians)."""
 """Model calls in the conversation (two per question: the tool call, then the answer)."""
+REPEATS = 5
+QUICK_REPEATS = 1
+"""Replays of the conversation per sample, each followed by its floor's (paired medians)."""
 ADDED_TARGET_MS = 1.0
 TTFT_TARGET_MS = 1.0
 REPLAY_TARGET = 10_000.0
@@ -144,7 +144,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             _http_layer_table(results, note),
             _recording_table(results, note),
         ),
-        controls=(_altered_chunk_control(),),
+        controls=(altered_chunk_control(),),
     )
 
 
@@ -163,7 +163,7 @@ def _paired_calls(calls: int, *, stream: bool) -> Sample:
         _server() as server,
         _raw_client(server.openai_url) as raw,
         _plain_client(server.openai_url) as plain,
-        _recording_client(server.openai_url) as recording,
+        recording_client(server.openai_url) as recording,
         fresh_sqlite() as (url, _),
         Loom(url) as loom,
     ):
@@ -172,7 +172,9 @@ def _paired_calls(calls: int, *, stream: bool) -> Sample:
 
         def flow(ctx: Any, n: int) -> int:
             for index in range(n):
-                messages = [{"role": "user", "content": f"question {index}: {TOPICS[index % 5]}"}]
+                messages = [
+                    {"role": "user", "content": f"question {index}: {TOPICS[index % len(TOPICS)]}"}
+                ]
                 shift = index % len(clients)
                 for name, client in [*clients[shift:], *clients[:shift]]:
                     latencies[name].append(timed(client, messages))
@@ -246,7 +248,7 @@ def _p95(samples: list[float]) -> float:
 # -- the conversation ------------------------------------------------------------------------
 
 
-def converse(client: Client, lookup: Callable[[str], str], turns: int) -> list[str]:
+def _converse(client: Client, lookup: Callable[[str], str], turns: int) -> list[str]:
     """A tool-using conversation of ``turns`` model calls; the answers, in order.
 
     Each question is answered in two calls: the provider asks for ``lookup`` (its query is the
@@ -281,7 +283,7 @@ def _loom_conversation(repeats: int) -> Sample:
         fresh_sqlite() as (url, path),
         scratch_directory() as directory,
         _server() as server,
-        _recording_client(server.openai_url) as client,
+        recording_client(server.openai_url) as client,
     ):
 
         def conversation(ctx: Any, turns: int) -> list[str]:
@@ -289,7 +291,7 @@ def _loom_conversation(repeats: int) -> Sample:
                 compute = partial(_lookup, arguments)
                 return ctx.decide("tool:lookup", compute, input=arguments, kind="tool")
 
-            return converse(client, lookup, turns)
+            return _converse(client, lookup, turns)
 
         with Loom(url) as loom:
             loom.flow("capture-conversation")(conversation)
@@ -337,14 +339,14 @@ def _vcr_conversation(repeats: int) -> Sample:
         cassette = directory / "conversation.yaml"
         with _vcr(vcr, directory, "new_episodes").use_cassette(cassette.name):
             started = time.perf_counter()
-            recorded = converse(client, _lookup, TURNS)
+            recorded = _converse(client, _lookup, TURNS)
             recording = time.perf_counter() - started
         server.stop()  # from here on a request would be refused
         _check_answers("the VCR.py recording", recorded)
 
         def play_back() -> None:
             with _vcr(vcr, directory, "none").use_cassette(cassette.name) as played:
-                replayed = converse(client, _lookup, TURNS)
+                replayed = _converse(client, _lookup, TURNS)
                 if not played.all_played:
                     raise InstrumentError("the VCR.py replay left recorded requests unplayed")
             if replayed != recorded:
@@ -378,12 +380,12 @@ class _SdkFloor:
             self.requests.append(request.content)
             reply, _ = ROUTES[request.url.path](json.loads(request.content))
             self._replies.append(json.dumps(reply).encode())
-            return self._response(self._replies[-1])
+            return _json_response(self._replies[-1])
 
         with self._client(provider) as live:
-            self._recorded = converse(live, _lookup, TURNS)
+            self._recorded = _converse(live, _lookup, TURNS)
         self._answers = iter(self._replies)
-        self._memory = self._client(lambda _: self._response(next(self._answers)))
+        self._memory = self._client(lambda _: _json_response(next(self._answers)))
 
     def paired(self, replay: Callable[[], None], repeats: int) -> tuple[float, float]:
         """Median seconds of ``replay`` and of the floor, run alternately ``repeats`` times."""
@@ -395,14 +397,8 @@ class _SdkFloor:
 
     def _replay(self) -> None:
         self._answers = iter(self._replies)
-        if converse(self._memory, _lookup, TURNS) != self._recorded:
+        if _converse(self._memory, _lookup, TURNS) != self._recorded:
             raise InstrumentError("the SDK floor answered differently from its recording")
-
-    @staticmethod
-    def _response(body: bytes) -> Any:
-        import httpx
-
-        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
     @staticmethod
     def _client(handler: Callable[[Any], Any]) -> Client:
@@ -430,12 +426,15 @@ def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
 
     import loom_runtime
 
+    pending: list[bytes] = []
+    answering = httpx.MockTransport(lambda _: _json_response(pending.pop(0)))
     with (
         fresh_sqlite() as (url, _),
         scratch_directory() as directory,
         _server() as server,
         httpx.Client(base_url=server.openai_url, transport=loom_runtime.transport()) as recording,
         httpx.Client(base_url=server.openai_url) as plain,
+        httpx.Client(base_url=server.openai_url, transport=answering) as memory,
     ):
 
         def exchanges(ctx: Any) -> list[str]:
@@ -450,20 +449,12 @@ def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
         server.stop()  # from here on a request would be refused
         if taped != recorded.output:
             raise InstrumentError("loom and VCR.py recorded different replies to the same requests")
-        answers = iter(())
-
-        def answer(_: httpx.Request) -> httpx.Response:
-            body = next(answers).encode()
-            return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+        replies = [reply.encode() for reply in taped]
 
         def from_memory() -> None:
-            nonlocal answers
-            answers = iter(taped)
-            with httpx.Client(
-                base_url=server.openai_url, transport=httpx.MockTransport(answer)
-            ) as memory:
-                if _post_all(memory, bodies) != taped:
-                    raise InstrumentError("the httpx floor answered differently")
+            pending[:] = replies
+            if _post_all(memory, bodies) != taped:
+                raise InstrumentError("the httpx floor answered differently")
 
         def play_back() -> None:
             with _vcr(vcr, directory, "none").use_cassette(cassette.name):
@@ -481,6 +472,13 @@ def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
                 for name, work in (("loom", replay), ("vcr", play_back), ("floor", from_memory)):
                     timings[name].append(_seconds(work))
     return {f"{name}_per_s": len(bodies) / statistics.median(t) for name, t in timings.items()}
+
+
+def _json_response(body: bytes) -> Any:
+    """An ``httpx.Response`` carrying a JSON body, as a provider sends one."""
+    import httpx
+
+    return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
 
 def _post_all(client: Any, bodies: list[bytes]) -> list[str]:
@@ -524,13 +522,13 @@ def _check_answers(what: str, answers: Any) -> None:
 # -- the negative control --------------------------------------------------------------------
 
 
-def _altered_chunk_control() -> Control:
+def altered_chunk_control() -> Control:
     """Replay a bundle in which one word of one recorded stream chunk was changed."""
     with (
         fresh_sqlite() as (url, _),
         scratch_directory() as directory,
         _server() as server,
-        _recording_client(server.openai_url) as client,
+        recording_client(server.openai_url) as client,
         Loom(url) as loom,
     ):
         exported = record_stream(loom, client, directory / "stream.json")
@@ -626,7 +624,7 @@ def _plain_client(base_url: str) -> Client:
     )
 
 
-def _recording_client(base_url: str) -> Client:
+def recording_client(base_url: str) -> Client:
     """The client under test: the real SDK, wrapped, so each call in a flow is recorded."""
     import openai
 

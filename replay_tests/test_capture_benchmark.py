@@ -27,7 +27,7 @@ def recorded(tmp_path: Path) -> Iterator[tuple[Loom, Path, ProviderServer]]:
     """A streamed answer recorded by a wrapped client and exported; the server then stopped."""
     with (
         ProviderServer() as server,
-        capture._recording_client(server.openai_url) as client,
+        capture.recording_client(server.openai_url) as client,
         Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom,
     ):
         exported = capture.record_stream(loom, client, tmp_path / "stream.json")
@@ -75,7 +75,7 @@ def test_the_unaltered_bundle_replays_identically_and_the_altered_one_on_output_
 
 
 def test_the_section_control_holds() -> None:
-    control = capture._altered_chunk_control()
+    control = capture.altered_chunk_control()
 
     assert control.held, control
     assert control.observed == "divergent (OutputChangedError)"
