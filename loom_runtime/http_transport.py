@@ -27,9 +27,12 @@ transport.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from operator import attrgetter, methodcaller
+from types import ModuleType
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
@@ -152,7 +155,7 @@ class Profile(Protocol):
         self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]: ...
 
-    def replayed(self, key: str, value: Any) -> httpx.Response:
+    def replayed(self, key: str, value: Any) -> Replayed:
         """The response rebuilt from a recorded value (plain JSON data, untrusted)."""
         ...
 
@@ -161,12 +164,16 @@ class Profile(Protocol):
     ) -> Recording: ...
 
 
-class RecordingTransport(httpx.BaseTransport):
-    """Records each request made inside a flow; passes requests outside one to ``inner``."""
+class _RecordingTransport:
+    """Records each request made inside a flow; passes requests outside one to ``inner``.
 
-    def __init__(self, inner: httpx.BaseTransport, profile: Profile | None = None) -> None:
+    Made a transport of its package by :func:`library` (an SDK on httpx2 refuses an httpx
+    transport, and the reverse)."""
+
+    def __init__(self, inner: httpx.BaseTransport, profile: Profile, library: Library) -> None:
         self._inner = inner
-        self._profile = profile if profile is not None else HTTP
+        self._profile = profile
+        self._library = library
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
@@ -174,18 +181,20 @@ class RecordingTransport(httpx.BaseTransport):
             return self._inner.handle_request(request)
         request.read()
         send = lambda: self._inner.handle_request(request)  # noqa: E731
-        return drive(_exchange(ctx, request, send, _SYNC, self._profile), _never_pending)
+        steps = _exchange(ctx, request, send, _SYNC, self._profile, self._library)
+        return drive(steps, _never_pending)
 
     def close(self) -> None:
         self._inner.close()
 
 
-class AsyncRecordingTransport(httpx.AsyncBaseTransport):
-    """The async twin of :class:`RecordingTransport`, for ``httpx.AsyncClient``."""
+class _AsyncRecordingTransport:
+    """The async twin of :class:`_RecordingTransport`, for an ``AsyncClient``."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, profile: Profile | None = None) -> None:
+    def __init__(self, inner: httpx.AsyncBaseTransport, profile: Profile, library: Library) -> None:
         self._inner = inner
-        self._profile = profile if profile is not None else HTTP
+        self._profile = profile
+        self._library = library
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
@@ -193,7 +202,7 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
             return await self._inner.handle_async_request(request)
         await request.aread()
         send = lambda: self._inner.handle_async_request(request)  # noqa: E731
-        return await adrive(_exchange(ctx, request, send, _ASYNC, self._profile))
+        return await adrive(_exchange(ctx, request, send, _ASYNC, self._profile, self._library))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -204,18 +213,20 @@ def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
 
     ``inner`` sends what is not answered from the log (default: ``httpx.HTTPTransport()``).
     """
-    return RecordingTransport(inner if inner is not None else httpx.HTTPTransport())
+    return HTTPX.transport(inner if inner is not None else httpx.HTTPTransport(), HTTP)
 
 
 def async_transport(inner: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncBaseTransport:
     """As :func:`transport`, for ``httpx.AsyncClient(transport=...)``."""
-    return AsyncRecordingTransport(inner if inner is not None else httpx.AsyncHTTPTransport())
+    return HTTPX.async_transport(inner if inner is not None else httpx.AsyncHTTPTransport(), HTTP)
 
 
 class Call:
-    """One live call: when it started and the attempts it retried, for the decision's meta."""
+    """One live call: when it started and the attempts it retried, for the decision's meta,
+    and the HTTP library it speaks (whose errors are its transport errors)."""
 
-    def __init__(self, retry: Backoff | None) -> None:
+    def __init__(self, retry: Backoff | None, library: Library) -> None:
+        self.library = library
         self.started = time.perf_counter()
         self.attempts: list[Attempt] = []
         self._retry = retry
@@ -247,6 +258,7 @@ def _exchange(
     send: Callable[[], Any],
     io: _Io,
     profile: Profile,
+    library: Library,
 ) -> Steps[httpx.Response]:
     """One request as a decision, for either twin: the recorded response, or the live one
     with a body that records itself (``send`` returns an awaitable in the async twin).
@@ -258,13 +270,15 @@ def _exchange(
     key, request_input = profile.key_and_input(request, ctx.redactor)
     decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
-        return profile.replayed(decision.key, decision.value)
-    call = Call(profile.retry)
+        status, headers, pieces = profile.replayed(decision.key, decision.value)
+        return library.response(status, headers=headers, stream=library.replayed_body(pieces))
+    call = Call(profile.retry, library)
     while True:
         try:
             response = yield from _settle(decision.key, send())
         except Exception as exc:
-            pause = call.pause(asked=None) if isinstance(exc, httpx.TransportError) else None
+            transient = isinstance(exc, library.transport_error)
+            pause = call.pause(asked=None) if transient else None
             if pause is None:
                 decision.fail(exc, meta=call.meta())
                 raise
@@ -279,12 +293,13 @@ def _exchange(
             try:  # the refusal's text, for the audit (and to free the connection)
                 read = yield from _settle(decision.key, io.read(response))
                 message = bytes(read).decode("utf-8", "replace")
-            except httpx.TransportError as exc:
+            except library.transport_error as exc:
                 message = str(exc)
             call.retried(error=f"http {status}", message=message, paused=pause)
         yield from _settle(decision.key, io.sleep(pause))
     recording = profile.recording(decision, response, call)
-    return _response(response.status_code, recording.headers, io.body(response, recording))
+    body = io.body(library)(response, recording)
+    return library.response(response.status_code, headers=recording.headers, stream=body)
 
 
 def _settle(what: str, value: Any) -> Steps[Any]:
@@ -331,11 +346,11 @@ class HttpProfile:
     ) -> tuple[str, object]:
         return request_key_and_input(request, redactor)
 
-    def replayed(self, key: str, value: Any) -> httpx.Response:
+    def replayed(self, key: str, value: Any) -> Replayed:
         recorded: RecordedResponse = recorded_value(
             key, value, RecordedResponse, expected="a recorded HTTP response"
         )
-        return replayed_response(recorded.status, recorded.headers, recorded.pieces())
+        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         return _Recording(decision, response)
@@ -393,22 +408,6 @@ def _request_body(content: bytes) -> dict[str, Any] | None:
         return {"bytes": content}
 
 
-def replayed_response(
-    status: int, headers: list[tuple[str, str]], pieces: list[bytes]
-) -> httpx.Response:
-    """A recorded response handed to a sync or async client: its body in the given pieces."""
-    return _response(status, headers, _ReplayedBody(pieces))
-
-
-def _response(
-    status: int,
-    headers: list[tuple[str, str]],
-    stream: httpx.SyncByteStream | httpx.AsyncByteStream,
-) -> httpx.Response:
-    """The response a caller receives, live or replayed: the stored headers and a body."""
-    return httpx.Response(status, headers=headers, stream=stream)
-
-
 def stored_headers(
     response: httpx.Response, not_stored: frozenset[str] = RESPONSE_HEADERS_NOT_STORED
 ) -> list[tuple[str, str]]:
@@ -461,16 +460,19 @@ class _Recording:
         return error
 
 
-class _SyncBody(httpx.SyncByteStream):
+class _SyncBody:
     """The live body: each decoded chunk passed on as it arrives, and recorded."""
 
     def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
+        # One reader of the live body, however often it is iterated: an SDK that stops at
+        # its stream's last event and then drains the rest iterates it a second time.
+        self._chunks = response.iter_bytes()
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            for chunk in self._response.iter_bytes():
+            for chunk in self._chunks:
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
@@ -487,16 +489,17 @@ class _SyncBody(httpx.SyncByteStream):
             self._recording.finish(complete=False)
 
 
-class _AsyncBody(httpx.AsyncByteStream):
+class _AsyncBody:
     """The async twin of :class:`_SyncBody`."""
 
     def __init__(self, response: httpx.Response, recording: Recording) -> None:
         self._response = response
         self._recording = recording
+        self._chunks = response.aiter_bytes()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.aiter_bytes():
+            async for chunk in self._chunks:
                 self._recording.add(chunk)
                 yield chunk
         except Exception as exc:
@@ -513,7 +516,7 @@ class _AsyncBody(httpx.AsyncByteStream):
             self._recording.finish(complete=False)
 
 
-class _ReplayedBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+class _ReplayedBody:
     """A recorded body, handed out in the pieces it arrived in, to a sync or async client."""
 
     def __init__(self, pieces: list[bytes]) -> None:
@@ -527,17 +530,69 @@ class _ReplayedBody(httpx.SyncByteStream, httpx.AsyncByteStream):
             yield piece
 
 
+class Replayed(NamedTuple):
+    """A recorded response as a profile rebuilds it: status, headers, body in pieces."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    pieces: list[bytes]
+
+
+class Library(NamedTuple):
+    """The httpx-compatible package a client speaks: ``httpx``, or ``httpx2``, the fork with
+    the same API the OpenAI and Anthropic SDKs moved to. A client checks that a response's
+    body is its own package's byte stream, so a transport answers with that package's
+    response and body classes (:func:`library`)."""
+
+    response: Callable[..., httpx.Response]
+    transport_error: type[Exception]
+    sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
+    async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
+    replayed_body: Callable[[list[bytes]], httpx.SyncByteStream]
+    transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
+    async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
+
+    def transport(self, inner: Any, profile: Profile) -> httpx.BaseTransport:
+        """A recording transport of this package over ``inner`` (one of its transports)."""
+        return self.transport_class(inner, profile, self)
+
+    def async_transport(self, inner: Any, profile: Profile) -> httpx.AsyncBaseTransport:
+        """The async twin of :meth:`transport`."""
+        return self.async_transport_class(inner, profile, self)
+
+
+@functools.cache
+def library(module: ModuleType) -> Library:
+    """The :class:`Library` of ``module`` (``httpx`` or ``httpx2``): loom's transports and
+    body classes made subclasses of its own."""
+    sync_stream, async_stream = module.SyncByteStream, module.AsyncByteStream
+    return Library(
+        response=module.Response,
+        transport_error=module.TransportError,
+        sync_body=type("SyncBody", (_SyncBody, sync_stream), {}),
+        async_body=type("AsyncBody", (_AsyncBody, async_stream), {}),
+        replayed_body=type("ReplayedBody", (_ReplayedBody, sync_stream, async_stream), {}),
+        transport_class=type("RecordingTransport", (_RecordingTransport, module.BaseTransport), {}),
+        async_transport_class=type(
+            "AsyncRecordingTransport", (_AsyncRecordingTransport, module.AsyncBaseTransport), {}
+        ),
+    )
+
+
+HTTPX = library(httpx)
+
+
 class _Io(NamedTuple):
     """What differs between the twins besides sending: reading a refused response before
-    retrying, pausing, and the live body handed to the caller."""
+    retrying, pausing, and which live body the caller receives."""
 
     read: Callable[[httpx.Response], Any]
     sleep: Callable[[float], Any]
-    body: Callable[[httpx.Response, Recording], httpx.SyncByteStream | httpx.AsyncByteStream]
+    body: Callable[[Library], Callable[[httpx.Response, Recording], Any]]
 
 
-_SYNC = _Io(read=httpx.Response.read, sleep=time.sleep, body=_SyncBody)
-_ASYNC = _Io(read=httpx.Response.aread, sleep=asyncio.sleep, body=_AsyncBody)
+_SYNC = _Io(read=methodcaller("read"), sleep=time.sleep, body=attrgetter("sync_body"))
+_ASYNC = _Io(read=methodcaller("aread"), sleep=asyncio.sleep, body=attrgetter("async_body"))
 
 
 def _never_pending(pending: Pending) -> NoReturn:

@@ -33,8 +33,8 @@ from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
     Call,
     Recording,
+    Replayed,
     recorded_value,
-    replayed_response,
     request_key_and_input,
     stored_headers,
 )
@@ -139,11 +139,11 @@ class ModelProfile:
         _, canonical = request_key_and_input(request, redactor)
         return key, {part: canonical[part] for part in ("method", "query", "body")}
 
-    def replayed(self, key: str, value: Any) -> httpx.Response:
+    def replayed(self, key: str, value: Any) -> Replayed:
         recorded: ModelResponse = recorded_value(
             key, value, ModelResponse, expected="a recorded model response"
         )
-        return replayed_response(recorded.status, recorded.headers, recorded.pieces())
+        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         base = decision.key.split("#", 1)[0]
@@ -210,7 +210,7 @@ class _ModelRecording:
 
     def fail(self, error: Exception) -> Exception:
         """A body cut by the connection: stored as a :class:`ModelResponseError` failure."""
-        if isinstance(error, httpx.TransportError):
+        if isinstance(error, self._call.library.transport_error):
             received = (
                 f"{len(parse_sse(b''.join(self._chunks).decode('utf-8', 'replace'))[0])} events"
                 if self._streamed

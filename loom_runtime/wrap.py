@@ -1,8 +1,9 @@
 """``wrap(client)``: an OpenAI or Anthropic client whose calls in a flow are decisions (ADR 0025).
 
 ``wrap(openai.OpenAI())`` returns a client of the same class, made with the SDK's own public
-option ``with_options(http_client=..., max_retries=0)``: its HTTP client sends through the
-recording transport of ADR 0024 with the ``model`` profile (:mod:`loom_runtime.providers`).
+option ``with_options(http_client=..., max_retries=0)``: its own default HTTP client class
+sends through the recording transport of ADR 0024 with the ``model`` profile
+(:mod:`loom_runtime.providers`).
 Inside a flow each call is a ``model`` decision; replay hands the SDK the recorded response,
 and the SDK builds its own types from it (``ChatCompletion``, ``Message``, stream chunks, the
 ``.stream(...)`` helpers) with no network. Outside a flow the transport passes every request
@@ -15,12 +16,14 @@ or of a base class (:data:`WRAPPERS`), so ``import loom_runtime`` stays free of 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import UnsupportedClientError
-from loom_runtime.http_transport import AsyncRecordingTransport, RecordingTransport, httpx
+from loom_runtime.http_transport import library
 from loom_runtime.providers import ModelProfile
 
 C = TypeVar("C")
@@ -56,16 +59,35 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
 
     def wrapper(client: Any, retry: Backoff | None) -> Any:
         profile = ModelProfile(provider=provider, base_path=client.base_url.path, retry=retry)
-        http_client: httpx.Client | httpx.AsyncClient
+        sdk = sys.modules[type(client).__module__.partition(".")[0]]
+        # The SDK's own default HTTP client (its timeouts, limits, redirects), sending through
+        # loom's transport over the transport it would have used: from the httpx-compatible
+        # package the SDK is built on (httpx2 for current SDKs, httpx for older ones).
+        http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
+        http = _http_package(http_client_class)
+        package = library(http)
+        transport: Any
         if asynchronous:
-            transport = AsyncRecordingTransport(httpx.AsyncHTTPTransport(), profile)
-            http_client = httpx.AsyncClient(transport=transport, follow_redirects=True)
+            transport = package.async_transport(http.AsyncHTTPTransport(), profile)
         else:
-            sync_transport = RecordingTransport(httpx.HTTPTransport(), profile)
-            http_client = httpx.Client(transport=sync_transport, follow_redirects=True)
-        return client.with_options(http_client=http_client, max_retries=0)
+            transport = package.transport(http.HTTPTransport(), profile)
+        return client.with_options(
+            http_client=http_client_class(transport=transport), max_retries=0
+        )
 
     return wrapper
+
+
+def _http_package(client_class: type) -> ModuleType:
+    """The package (``httpx`` or ``httpx2``) whose ``Client``/``AsyncClient`` a class extends."""
+    for cls in client_class.__mro__:
+        package = sys.modules.get(cls.__module__.partition(".")[0])
+        if cls.__name__ in ("Client", "AsyncClient") and hasattr(package, "HTTPTransport"):
+            return package  # type: ignore[return-value]
+    raise UnsupportedClientError(
+        f"{client_class.__qualname__} does not extend an httpx or httpx2 client: this SDK "
+        "version cannot be wrapped; record its calls with ctx.decide(key, compute, input=...)"
+    )
 
 
 WRAPPERS: dict[str, Wrapper] = {

@@ -26,6 +26,7 @@ import json
 import re
 import socket
 import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -107,8 +108,7 @@ class ProviderServer:
         self.requests: list[Received] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), _handler_class(self))
         self.port: int = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.openai_url = f"{self.url}/v1"
@@ -466,6 +466,15 @@ def _sse(event: Event) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data)
     head = f"event: {name}\n" if name is not None else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (an abandoned stream, a stopped test) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:

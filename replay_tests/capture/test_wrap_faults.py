@@ -1,0 +1,213 @@
+"""ADR 0025: retries inside one decision, and bad input, for a wrapped client.
+
+Transient refusals (429, 5xx) and dropped connections are retried with ``Backoff`` inside the
+one ``model`` decision, every failed attempt in its meta; only the final outcome is recorded
+and a replay neither sleeps nor sends. What cannot be an answer (a body that is not JSON, a
+stream cut short, a tampered recorded value) is a typed loom error naming the decision.
+Pauses are kept at zero (``retry-after: 0`` or a zero ``Backoff``): no test measures time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+import msgspec
+import openai
+import pytest
+
+from loom_runtime import (
+    Loom,
+    ModelResponseError,
+    OutcomeChangedError,
+    RecordedValueError,
+    wrap,
+)
+from loom_runtime.backoff import Backoff
+from replay_tests.capture.provider_server import Fault, ProviderServer
+
+KEY = "model:openai:chat.completions"
+NO_PAUSE = Backoff(attempts=3, first_pause=0.0, max_pause=0.0)
+RETRIES: dict[str, Backoff | None] = {"default": Backoff(), "none": None, "no-pause": NO_PAUSE}
+
+
+def build(db: str) -> Loom:
+    loom = Loom(db)
+
+    @loom.flow("ask")
+    def ask(ctx: Any, url: str, retry: str, stream: bool) -> dict[str, Any]:
+        client = wrap(openai.OpenAI(base_url=url, api_key="sk-test"), retry=RETRIES[retry])
+        said: Any = [{"role": "user", "content": "why is the disk full"}]
+        try:
+            if stream:
+                chunks = client.chat.completions.create(model="m", messages=said, stream=True)
+                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                reply = client.chat.completions.create(model="m", messages=said)
+                text = reply.choices[0].message.content or ""
+        except (openai.APIError, ModelResponseError) as exc:
+            status = getattr(exc, "status_code", None)
+            return {"raised": type(exc).__name__, "status": status, "message": str(exc)}
+        return {"text": text}
+
+    @loom.flow("async-ask")
+    async def async_ask(ctx: Any, url: str) -> str | None:
+        client = wrap(openai.AsyncOpenAI(base_url=url, api_key="sk-test"), retry=NO_PAUSE)
+        said: Any = [{"role": "user", "content": "async"}]
+        reply = await client.chat.completions.create(model="m", messages=said)
+        return reply.choices[0].message.content
+
+    return loom
+
+
+def record_then_replay(db: str, provider: ProviderServer, **arguments: Any) -> tuple[Any, Any]:
+    """Run ``ask`` live, then replay it in a fresh Loom with the provider stopped; returns
+    the live output and the recorded decision, after checking the replay was identical and
+    sent nothing."""
+    with build(db) as loom:
+        run = loom.run("ask", url=provider.openai_url, **arguments)
+    served = provider.count
+    provider.stop()
+    with build(db) as fresh:
+        result = fresh.replay(run.execution_id)
+        recorded = dict(fresh.execution(run.execution_id).decisions)
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    assert provider.count == served
+    assert list(recorded) == [KEY]  # every attempt in one decision
+    return run.output, recorded[KEY]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_rate_limit_then_an_answer_is_one_decision_with_its_attempt(
+    provider: ProviderServer, sqlite_url: str, stream: bool
+) -> None:
+    """A 429 with ``retry-after: 0`` is retried (the default ``Backoff``, honouring the pause
+    the provider asked for): the server saw two requests, the log holds one decision, the
+    answer, with the refused attempt in its meta; a stream is retried before its first byte."""
+    provider.fail_next(Fault.rate_limited(retry_after="0"))
+    output, decision = record_then_replay(sqlite_url, provider, retry="default", stream=stream)
+    assert output == {"text": "Echo: why is the disk full"}
+    assert provider.count == 2
+    meta = msgspec.json.decode(decision.meta)
+    assert meta["retries"] == 1
+    [attempt] = meta["attempts"]
+    assert attempt["error"] == "http 429" and "Rate limit" in attempt["message"]
+    assert attempt.get("paused", 0.0) == 0.0
+    assert msgspec.json.decode(decision.value)["status"] == 200
+
+
+def test_a_final_server_error_is_the_recorded_response_and_raises_alike_on_replay(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """When every attempt is refused, the last refusal is the decision's value: the SDK
+    raises ``InternalServerError`` live and, from the log, on replay."""
+    provider.fail_next(*[Fault.server_error(503)] * 3)
+    output, decision = record_then_replay(sqlite_url, provider, retry="no-pause", stream=False)
+    assert output["raised"] == "InternalServerError" and output["status"] == 503
+    assert provider.count == 3
+    meta = msgspec.json.decode(decision.meta)
+    assert [a["error"] for a in meta["attempts"]] == ["http 503", "http 503"]
+    assert msgspec.json.decode(decision.value)["status"] == 503
+
+
+def test_without_retries_a_rate_limit_raises_at_once(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    provider.fail_next(Fault.rate_limited(retry_after="0"))
+    output, decision = record_then_replay(sqlite_url, provider, retry="none", stream=False)
+    assert output["raised"] == "RateLimitError" and output["status"] == 429
+    assert provider.count == 1
+    assert "attempts" not in msgspec.json.decode(decision.meta)
+
+
+def test_a_refused_connection_is_retried_then_recorded_as_the_failure(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """Nothing listens: each attempt fails to connect; the last failure is the decision's,
+    and the replay raises it again, so the SDK reports ``APIConnectionError`` both times."""
+    url = provider.openai_url
+    provider.stop()
+    with build(sqlite_url) as loom:
+        run = loom.run("ask", url=url, retry="no-pause", stream=False)
+    assert run.output["raised"] == "APIConnectionError"
+    with build(sqlite_url) as fresh:
+        result = fresh.replay(run.execution_id)
+        decision = fresh.execution(run.execution_id).decisions[KEY]
+    assert result.identical, result.describe()
+    assert decision.error_type is not None and decision.error_type.endswith(":ConnectError")
+    meta = msgspec.json.decode(decision.meta)
+    assert meta["retries"] == 2
+    assert all(a["error"].endswith(":ConnectError") for a in meta["attempts"])
+
+
+@pytest.mark.parametrize("mid_event", [False, True])
+def test_a_stream_cut_by_the_connection_is_a_typed_failure_replayed_alike(
+    provider: ProviderServer, sqlite_url: str, mid_event: bool
+) -> None:
+    """The connection drops after two events (between events, or inside the third): the
+    caller gets :class:`ModelResponseError` naming the decision, which is recorded as the
+    decision's failure (nothing half written) and raised again on replay."""
+    provider.fail_next(Fault.dropped(after=2, mid_event=mid_event))
+    output, decision = record_then_replay(sqlite_url, provider, retry="no-pause", stream=True)
+    assert output["raised"] == "ModelResponseError"
+    assert KEY in output["message"] and "cut after 2 events" in output["message"]
+    assert (
+        decision.value is None and decision.error_type == "loom_runtime.errors:ModelResponseError"
+    )
+    assert provider.count == 1  # the stream had begun: never retried
+
+
+def test_a_success_whose_body_is_not_json_is_a_typed_failure(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    provider.fail_next(Fault.not_json())
+    output, decision = record_then_replay(sqlite_url, provider, retry="none", stream=False)
+    assert output["raised"] == "ModelResponseError"
+    assert KEY in output["message"] and "not the JSON it announced" in output["message"]
+    assert decision.value is None
+
+
+def test_an_async_client_retries_with_asyncio_and_replays_without(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    provider.fail_next(Fault.server_error(502))
+    with build(sqlite_url) as loom:
+        run = asyncio.run(loom.arun("async-ask", url=provider.openai_url))
+    assert run.output == "Echo: async" and provider.count == 2
+    provider.stop()
+    with build(sqlite_url) as fresh:
+        result = asyncio.run(fresh.areplay(run.execution_id))
+        meta = msgspec.json.decode(fresh.execution(run.execution_id).decisions[KEY].meta)
+    assert result.identical, result.describe()
+    assert provider.count == 2 and meta["retries"] == 1
+
+
+@pytest.mark.parametrize(
+    "tampered",
+    [{"status": "two hundred", "headers": []}, {"status": 200, "headers": [], "events": 7}, []],
+)
+def test_a_tampered_recorded_response_is_a_typed_error_naming_the_decision(
+    provider: ProviderServer, sqlite_url: str, tampered: Any
+) -> None:
+    """A recorded value that is not a model response (an edited row) is refused as
+    :class:`RecordedValueError` naming the key, before the SDK sees anything."""
+    with build(sqlite_url) as loom:
+        run = loom.run("ask", url=provider.openai_url, retry="none", stream=False)
+    provider.stop()
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        (state,) = db.execute(
+            "SELECT state FROM stored_events WHERE originator_version = 2"
+        ).fetchone()
+        edited = {**msgspec.json.decode(state), "value": tampered}
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_version = 2",
+            (msgspec.json.encode(edited),),
+        )
+    with build(sqlite_url) as fresh:
+        result = fresh.replay(run.execution_id)
+    [divergence] = result.divergences
+    assert isinstance(divergence, OutcomeChangedError)  # the flow saw the typed error, raised
+    assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
+    assert f"decision {KEY!r} holds a value that is not a recorded model" in str(divergence)

@@ -1,0 +1,303 @@
+"""ADR 0025: a wrapped OpenAI client records its calls in a flow and replays them offline.
+
+The real ``openai`` SDK talks to the loopback provider; each replay runs in a fresh ``Loom``
+on the same file with the provider stopped, and the provider's request count proves that
+nothing was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import openai
+import pytest
+
+from loom_runtime import DecisionInputChangedError, Loom, UnsupportedClientError, wrap
+from replay_tests.capture.provider_server import ProviderServer
+
+API_KEY = "sk-proj-wrapTESTkey0123456789abcdefghijklmnopqrstuv"
+ORGANIZATION = "org-wrapTESTorganisation42"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the runbooks",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+    }
+]
+
+
+def client(url: str) -> openai.OpenAI:
+    return wrap(openai.OpenAI(base_url=url, api_key=API_KEY, organization=ORGANIZATION))
+
+
+def aclient(url: str) -> openai.AsyncOpenAI:
+    return wrap(openai.AsyncOpenAI(base_url=url, api_key=API_KEY, organization=ORGANIZATION))
+
+
+def build(db: str, *, system: str = "You are an SRE.") -> Loom:
+    """A Loom whose flows call a wrapped OpenAI client at ``url``."""
+    loom = Loom(db)
+
+    @loom.flow("agent")
+    def agent(ctx: Any, url: str, question: str) -> dict[str, Any]:
+        said: list[Any] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ]
+        openai_client = client(url)
+        first = openai_client.chat.completions.create(
+            model="gpt-4o-mini", messages=said, tools=TOOLS
+        )
+        call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+        said.append(first.choices[0].message.model_dump(exclude_none=True))
+        said.append({"role": "tool", "tool_call_id": call.id, "content": "rotate the logs"})
+        answer = openai_client.chat.completions.create(
+            model="gpt-4o-mini", messages=said, tools=TOOLS
+        )
+        return {
+            "arguments": call.function.arguments,  # type: ignore[union-attr]
+            "answer": answer.choices[0].message.content,
+            "total_tokens": answer.usage.total_tokens,  # type: ignore[union-attr]
+            "model": answer.model,
+            "finish": [first.choices[0].finish_reason, answer.choices[0].finish_reason],
+            "types": [type(first).__name__, type(call).__name__],
+        }
+
+    @loom.flow("stream")
+    def stream(ctx: Any, url: str, question: str, keep: int | None) -> list[Any]:
+        chunks = client(url).chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": question}],
+            tools=TOOLS if question.startswith("tool") else openai.omit,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        seen: list[Any] = []
+        with chunks:
+            for chunk in chunks:
+                seen.append(chunk.model_dump(exclude_none=True))
+                if keep is not None and len(seen) == keep:
+                    break
+        return seen
+
+    @loom.flow("responses")
+    def responses(ctx: Any, url: str, question: str) -> dict[str, Any]:
+        openai_client = client(url)
+        reply = openai_client.responses.create(model="gpt-4o", input=question)
+        with openai_client.responses.stream(model="gpt-4o", input=question) as events:
+            kinds = [event.type for event in events]
+            streamed = events.get_final_response().output_text
+        vectors = openai_client.embeddings.create(model="text-embedding-3-small", input=[question])
+        return {
+            "text": reply.output_text,
+            "tokens": reply.usage.total_tokens,  # type: ignore[union-attr]
+            "kinds": kinds,
+            "streamed": streamed,
+            "vector": vectors.data[0].embedding,
+        }
+
+    @loom.flow("async-agent")
+    async def async_agent(ctx: Any, url: str, question: str) -> dict[str, Any]:
+        openai_client = aclient(url)
+        said: Any = [{"role": "user", "content": question}]
+        reply = await openai_client.chat.completions.create(model="gpt-4o-mini", messages=said)
+        chunks = await openai_client.chat.completions.create(
+            model="gpt-4o-mini", messages=said, stream=True
+        )
+        pieces = [chunk.choices[0].delta.content async for chunk in chunks if chunk.choices]
+        return {"reply": reply.choices[0].message.content, "pieces": pieces}
+
+    return loom
+
+
+def replay_offline(db: str, provider: ProviderServer, execution_id: Any, **kw: Any) -> Any:
+    """Replay in a fresh Loom with the provider stopped; fails if it was sent anything."""
+    served = provider.count
+    provider.stop()
+    with build(db, **kw) as fresh:
+        result = fresh.replay(execution_id)
+    assert provider.count == served
+    return result
+
+
+def decisions(db: str, execution_id: Any) -> dict[str, Any]:
+    with Loom(db) as loom:
+        return dict(loom.execution(execution_id).decisions)
+
+
+def test_a_tool_calling_conversation_replays_offline_with_the_same_sdk_objects(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """Two chat completions (a tool call, then the answer to its result) are two ``model``
+    decisions keyed by the call; the replay returns the same ``ChatCompletion`` objects (the
+    attribute chains of the live run give the same values) without a request."""
+    with build(sqlite_url) as loom:
+        run = loom.run("agent", url=provider.openai_url, question="disk full")
+    assert run.output["arguments"] == '{"query": "disk full"}'
+    assert run.output["answer"] == "Answer: rotate the logs"
+    assert run.output["types"] == ["ChatCompletion", "ChatCompletionMessageFunctionToolCall"]
+    assert provider.count == 2
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    recorded = decisions(sqlite_url, run.execution_id)
+    assert {key: d.kind for key, d in recorded.items()} == {
+        "model:openai:chat.completions": "model",
+        "model:openai:chat.completions#2": "model",
+    }
+    asked = msgspec.json.decode(recorded["model:openai:chat.completions"].input)
+    assert asked == {
+        "messages": [
+            {"role": "system", "content": "You are an SRE."},
+            {"role": "user", "content": "disk full"},
+        ],
+        "model": "gpt-4o-mini",
+        "tools": TOOLS,
+    }
+    value = msgspec.json.decode(recorded["model:openai:chat.completions#2"].value)
+    assert value["status"] == 200
+    assert value["body"]["choices"][0]["message"]["content"] == "Answer: rotate the logs"
+    meta = msgspec.json.decode(recorded["model:openai:chat.completions#2"].meta)
+    assert meta["model"] == "gpt-4o-mini-2025-01-01"
+    assert meta["usage"]["total_tokens"] == run.output["total_tokens"]
+    assert meta["finish_reason"] == "stop"
+    assert meta["latency_ms"] >= 0 and "attempts" not in meta
+
+
+def test_a_changed_prompt_is_a_changed_input_whose_diff_shows_the_message(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    with build(sqlite_url) as loom:
+        run = loom.run("agent", url=provider.openai_url, question="disk full")
+    result = replay_offline(sqlite_url, provider, run.execution_id, system="You are a DBA.")
+    assert not result.identical
+    changed = result.divergences[0]
+    assert isinstance(changed, DecisionInputChangedError)
+    assert changed.key == "model:openai:chat.completions"
+    assert "You are an SRE." in changed.diff and "You are a DBA." in changed.diff
+
+
+@pytest.mark.parametrize("question", ["hello there", "tool please"])
+def test_a_stream_is_stored_as_its_events_and_the_message_they_assemble_to(
+    provider: ProviderServer, sqlite_url: str, question: str
+) -> None:
+    """A streamed completion is one decision written when the stream ends: its parsed SSE
+    events in order and the assembled ``chat.completion`` (content or tool-call arguments
+    accumulated, the usage chunk's usage); the replay yields the same chunks."""
+    with build(sqlite_url) as loom:
+        run = loom.run("stream", url=provider.openai_url, question=question, keep=None)
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output and len(run.output) >= 4
+    recorded = decisions(sqlite_url, run.execution_id)["model:openai:chat.completions"]
+    value = msgspec.json.decode(recorded.value)
+    assert "complete" not in value  # true, the default, is not written
+    assert len(value["events"]) == len(run.output) + 1 and value["events"][-1] == {"text": "[DONE]"}
+    message = value["final"]["choices"][0]["message"]
+    if question.startswith("tool"):
+        arguments = message["tool_calls"][0]["function"]["arguments"]
+        assert arguments == '{"query": "tool please"}'
+        assert value["final"]["choices"][0]["finish_reason"] == "tool_calls"
+    else:
+        assert message["content"] == "Echo: hello there"
+    assert value["final"]["usage"] == run.output[-1]["usage"]
+    meta = msgspec.json.decode(recorded.meta)
+    assert meta["usage"] == run.output[-1]["usage"]
+    assert 0 <= meta["time_to_first_byte_ms"] <= meta["latency_ms"]
+
+
+def test_an_abandoned_stream_stores_what_was_consumed_and_says_so(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    with build(sqlite_url) as loom:
+        run = loom.run("stream", url=provider.openai_url, question="one two three four", keep=2)
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output and len(run.output) == 2
+    value = msgspec.json.decode(
+        decisions(sqlite_url, run.execution_id)["model:openai:chat.completions"].value
+    )
+    assert value["complete"] is False
+    assert len(value["events"]) >= 2 and value["events"][-1] != {"text": "[DONE]"}
+    assert value["final"]["choices"][0]["finish_reason"] is None
+
+
+def test_responses_and_embeddings_replay_offline(provider: ProviderServer, sqlite_url: str) -> None:
+    with build(sqlite_url) as loom:
+        run = loom.run("responses", url=provider.openai_url, question="what now")
+    assert run.output["text"] == run.output["streamed"] == "Echo: what now"
+    assert run.output["kinds"][-1] == "response.completed"
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    recorded = decisions(sqlite_url, run.execution_id)
+    assert sorted(recorded) == [
+        "model:openai:embeddings",
+        "model:openai:responses",
+        "model:openai:responses#2",
+    ]
+    streamed = msgspec.json.decode(recorded["model:openai:responses#2"].value)
+    assert streamed["final"]["output"][0]["content"][0]["text"] == "Echo: what now"
+    assert msgspec.json.decode(recorded["model:openai:embeddings"].meta)["usage"]["total_tokens"]
+
+
+def test_an_async_client_records_and_replays_plain_and_streamed(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    with build(sqlite_url) as loom:
+        run = asyncio.run(loom.arun("async-agent", url=provider.openai_url, question="hi you"))
+    assert run.output == {"reply": "Echo: hi you", "pieces": ["", "Echo: ", "hi ", "you", None]}
+    served = provider.count
+    provider.stop()
+    with build(sqlite_url) as fresh:
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert provider.count == served == 2
+    assert result.identical, result.describe()
+    assert result.output == run.output
+
+
+def test_the_api_key_and_organisation_never_reach_the_database(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """Neither the key nor the organisation id (headers the SDK sends) is stored: the SQLite
+    file and its WAL are grepped, with the log's redaction switched off so nothing but loom's
+    own choice of what to store keeps them out."""
+    db = tmp_path / "loom.db"
+    loom = Loom(f"sqlite:///{db}", redactor=None)
+
+    @loom.flow("ask")
+    def ask(ctx: Any, url: str) -> str | None:
+        said: Any = [{"role": "user", "content": "canary-question"}]
+        return (
+            client(url).chat.completions.create(model="m", messages=said).choices[0].message.content
+        )
+
+    with loom:
+        loom.run("ask", url=provider.openai_url)
+        stored = b"".join(
+            p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("loom.db")
+        )
+    assert provider.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    assert provider.requests[0].headers["openai-organization"] == ORGANIZATION
+    assert b"canary-question" in stored
+    assert API_KEY.encode() not in stored and ORGANIZATION.encode() not in stored
+
+
+def test_outside_a_flow_a_wrapped_client_passes_through(provider: ProviderServer) -> None:
+    wrapped = client(provider.openai_url)
+    assert isinstance(wrapped, openai.OpenAI) and wrapped.max_retries == 0
+    said: Any = [{"role": "user", "content": "no flow"}]
+    reply = wrapped.chat.completions.create(model="m", messages=said)
+    assert reply.choices[0].message.content == "Echo: no flow"
+    assert provider.count == 1
+
+
+def test_wrap_refuses_what_it_cannot_record_saying_what_it_accepts() -> None:
+    with pytest.raises(UnsupportedClientError, match=r"openai\.OpenAI.*transport\(\)"):
+        wrap(object())
