@@ -3,14 +3,13 @@
 Every arm drives the real ``openai`` SDK against the loopback provider the capture tests use
 (:class:`replay_tests.capture.provider_server.ProviderServer`), started afresh for each sample.
 
-**call** and **stream**: one flow alternates, call by call and in a rotating order, three
+**call** and **stream**: one flow alternates, call by call and in a rotating order, two
 clients sending the same request: the raw SDK as a user builds it
-(``openai.OpenAI(base_url=...)``), the SDK on the plain ``httpx.Client`` that ``wrap`` gives
-it (nothing recorded), and ``wrap(openai.OpenAI(...))``. Alternating inside one sample hands
-all three the same background load, so differences of their percentiles are what wrapping
-adds (against the raw SDK) and what recording itself adds (against the same HTTP stack). For a
-stream the figure is the time to the first chunk (a stream is stored when it ends). The first
-calls of each client (connection set-up) are left out.
+(``openai.OpenAI(base_url=...)``) and ``wrap(openai.OpenAI(...))``, which runs on the same
+default HTTP client of the SDK with loom's transport in it. Alternating inside one sample
+hands both the same background load, so the difference of their percentiles is what
+recording adds. For a stream the figure is the time to the first chunk (a stream is stored
+when it ends). The first calls of each client (connection set-up) are left out.
 
 **append**: the same flow shape with each call replaced by ``ctx.decide`` of a response of the
 same size, the request as its input: the bare durable append at loom's default (SQLite, WAL,
@@ -25,9 +24,9 @@ with the settings of LangSmith's request cache (``langsmith.utils.with_cache``: 
 method, URI, path and body; request headers dropped). The server is stopped, and each replays
 it (loom from a second ``Loom`` on the file and from the exported bundle; VCR.py with
 ``record_mode="none"``) alternately with the **SDK floor**, the same conversation answered
-from memory by an ``httpx.MockTransport``: what any replay through the SDK costs at least. A
-replay's own time is its time minus the floor's. A replay that is not identical, or a
-cassette left partly unplayed, stops the harness.
+from memory by a mock transport in the SDK's own default HTTP client: what any replay
+through the SDK costs at least. A replay's own time is its time minus the floor's. A replay
+that is not identical, or a cassette left partly unplayed, stops the harness.
 
 **HTTP layer**: the request bodies the SDK sent in that conversation, posted by a plain
 ``httpx.Client`` with no SDK, recorded by ``loom_runtime.transport()`` and by VCR.py, and
@@ -45,11 +44,14 @@ from __future__ import annotations
 import gc
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -80,7 +82,7 @@ TURNS = 50
 """Model calls in the conversation (two per question: the tool call, then the answer)."""
 REPEATS = 5
 QUICK_REPEATS = 1
-"""Replays of the conversation per sample, each followed by its floor's (paired medians)."""
+"""Replays of the conversation per sample, each followed by its floor's (see ``_Paired``)."""
 ADDED_TARGET_MS = 1.0
 TTFT_TARGET_MS = 1.0
 REPLAY_TARGET = 10_000.0
@@ -152,45 +154,35 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
 
 
 def _paired_calls(calls: int, *, stream: bool) -> Sample:
-    """Per-call latency of three clients, alternated call by call inside one flow.
-
-    The raw SDK as a user builds it; the SDK on a plain ``httpx.Client`` (the HTTP stack the
-    recording client runs on, nothing recorded); the recording client. Recording minus raw is
-    what a user pays; recording minus plain is what loom's recording itself costs.
-    """
-    latencies: dict[str, list[float]] = {"raw": [], "plain": [], "recorded": []}
+    """Per-call latency of the raw and the wrapped client, alternated inside one flow."""
+    latencies: dict[str, list[float]] = {"raw": [], "recorded": []}
     with (
         _server() as server,
         _raw_client(server.openai_url) as raw,
-        _plain_client(server.openai_url) as plain,
         recording_client(server.openai_url) as recording,
         fresh_sqlite() as (url, _),
         Loom(url) as loom,
     ):
         timed = _time_to_first_chunk if stream else _time_call
-        clients = [("raw", raw), ("plain", plain), ("recorded", recording)]
+        clients = [("raw", raw), ("recorded", recording)]
 
         def flow(ctx: Any, n: int) -> int:
             for index in range(n):
                 messages = [
                     {"role": "user", "content": f"question {index}: {TOPICS[index % len(TOPICS)]}"}
                 ]
-                shift = index % len(clients)
-                for name, client in [*clients[shift:], *clients[:shift]]:
+                for name, client in clients if index % 2 else reversed(clients):
                     latencies[name].append(timed(client, messages))
             return n
 
         loom.flow("capture-calls")(flow)
         loom.run("capture-calls", n=calls + WARM_UP)
-    raw_ms, plain_ms, recorded_ms = (latencies[name][WARM_UP:] for name, _ in clients)
+    raw_ms, recorded_ms = (latencies[name][WARM_UP:] for name, _ in clients)
     return {
         **_percentiles("raw", raw_ms),
-        **_percentiles("plain", plain_ms),
         **_percentiles("recorded", recorded_ms),
         "added_p50": statistics.median(recorded_ms) - statistics.median(raw_ms),
         "added_p95": _p95(recorded_ms) - _p95(raw_ms),
-        "recording_p50": statistics.median(recorded_ms) - statistics.median(plain_ms),
-        "recording_p95": _p95(recorded_ms) - _p95(plain_ms),
     }
 
 
@@ -304,19 +296,19 @@ def _loom_conversation(repeats: int) -> Sample:
         floor = _SdkFloor()
         with Loom(url) as loom:
             loom.flow("capture-conversation")(conversation)
-            from_log, log_floor = floor.paired(
+            from_log = floor.paired(
                 lambda: _identical("log", loom.replay(recorded.execution_id)), repeats
             )
-            from_bundle, bundle_floor = floor.paired(
+            from_bundle = floor.paired(
                 lambda: _identical("bundle", loom.replay_bundle(bundle)), repeats
             )
         return {
             "record_ms": 1000 * recording / TURNS,
-            "log_replay_per_s": TURNS / from_log,
-            "log_own_ms": 1000 * (from_log - log_floor) / TURNS,
-            "bundle_replay_per_s": TURNS / from_bundle,
-            "bundle_own_ms": 1000 * (from_bundle - bundle_floor) / TURNS,
-            "floor_per_s": TURNS / statistics.median([log_floor, bundle_floor]),
+            "log_replay_per_s": TURNS / from_log.replay,
+            "log_own_ms": 1000 * from_log.own / TURNS,
+            "bundle_replay_per_s": TURNS / from_bundle.replay,
+            "bundle_own_ms": 1000 * from_bundle.own / TURNS,
+            "floor_per_s": TURNS / statistics.median([from_log.floor, from_bundle.floor]),
             "log_kb": sqlite_bytes(path) / 1024,
             "bundle_kb": bundle.stat().st_size / 1024,
         }
@@ -352,13 +344,24 @@ def _vcr_conversation(repeats: int) -> Sample:
             if replayed != recorded:
                 raise InstrumentError("the VCR.py replay answered differently from its recording")
 
-        replay, floor = _SdkFloor().paired(play_back, repeats)
+        paired = _SdkFloor().paired(play_back, repeats)
         return {
             "record_ms": 1000 * recording / TURNS,
-            "replay_per_s": TURNS / replay,
-            "own_ms": 1000 * (replay - floor) / TURNS,
+            "replay_per_s": TURNS / paired.replay,
+            "own_ms": 1000 * paired.own / TURNS,
             "cassette_kb": cassette.stat().st_size / 1024,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Paired:
+    """Seconds of a replay and of the floor right after it: medians over the repeats, and the
+    median of the differences of each pair (the replay's own time: a pair shares its load,
+    so this is steadier than a difference of medians)."""
+
+    replay: float
+    floor: float
+    own: float
 
 
 class _SdkFloor:
@@ -372,6 +375,7 @@ class _SdkFloor:
     def __init__(self) -> None:
         from replay_tests.capture.provider_server import ROUTES
 
+        self._http = _sdk_http()
         self._replies: list[bytes] = []
         self.requests: list[bytes] = []
         """The request bodies the SDK sent, in order (what the HTTP-layer arm posts)."""
@@ -380,37 +384,48 @@ class _SdkFloor:
             self.requests.append(request.content)
             reply, _ = ROUTES[request.url.path](json.loads(request.content))
             self._replies.append(json.dumps(reply).encode())
-            return _json_response(self._replies[-1])
+            return _json_response(self._http, self._replies[-1])
 
         with self._client(provider) as live:
             self._recorded = _converse(live, _lookup, TURNS)
         self._answers = iter(self._replies)
-        self._memory = self._client(lambda _: _json_response(next(self._answers)))
+        self._memory = self._client(lambda _: _json_response(self._http, next(self._answers)))
 
-    def paired(self, replay: Callable[[], None], repeats: int) -> tuple[float, float]:
-        """Median seconds of ``replay`` and of the floor, run alternately ``repeats`` times."""
-        own, floor = [], []
+    def paired(self, replay: Callable[[], None], repeats: int) -> _Paired:
+        """``replay`` and the floor, run alternately ``repeats`` times (see :class:`_Paired`)."""
+        replays, floors = [], []
         for _ in range(repeats):
-            own.append(_seconds(replay))
-            floor.append(_seconds(self._replay))
-        return statistics.median(own), statistics.median(floor)
+            replays.append(_seconds(replay))
+            floors.append(_seconds(self._replay))
+        return _Paired(
+            replay=statistics.median(replays),
+            floor=statistics.median(floors),
+            own=statistics.median(r - f for r, f in zip(replays, floors, strict=True)),
+        )
 
     def _replay(self) -> None:
         self._answers = iter(self._replies)
         if _converse(self._memory, _lookup, TURNS) != self._recorded:
             raise InstrumentError("the SDK floor answered differently from its recording")
 
-    @staticmethod
-    def _client(handler: Callable[[Any], Any]) -> Client:
-        import httpx
+    def _client(self, handler: Callable[[Any], Any]) -> Client:
         import openai
 
         return openai.OpenAI(
             base_url="http://provider.invalid/v1",
             api_key=API_KEY,
             max_retries=0,
-            http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+            http_client=openai.DefaultHttpxClient(transport=self._http.MockTransport(handler)),
         )
+
+
+def _sdk_http() -> ModuleType:
+    """The httpx-compatible package the SDK's default HTTP client is built on (``httpx2`` for
+    current SDKs, ``httpx`` for older ones): the floor must run on the stack ``wrap`` runs on."""
+    import openai
+
+    client = next(c for c in openai.DefaultHttpxClient.__mro__ if c.__name__ == "Client")
+    return sys.modules[client.__module__.partition(".")[0]]
 
 
 def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
@@ -427,7 +442,7 @@ def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
     import loom_runtime
 
     pending: list[bytes] = []
-    answering = httpx.MockTransport(lambda _: _json_response(pending.pop(0)))
+    answering = httpx.MockTransport(lambda _: _json_response(httpx, pending.pop(0)))
     with (
         fresh_sqlite() as (url, _),
         scratch_directory() as directory,
@@ -474,11 +489,9 @@ def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
     return {f"{name}_per_s": len(bodies) / statistics.median(t) for name, t in timings.items()}
 
 
-def _json_response(body: bytes) -> Any:
-    """An ``httpx.Response`` carrying a JSON body, as a provider sends one."""
-    import httpx
-
-    return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+def _json_response(http: ModuleType, body: bytes) -> Any:
+    """A response of the package ``http`` (httpx or httpx2) carrying a JSON body."""
+    return http.Response(200, content=body, headers={"content-type": "application/json"})
 
 
 def _post_all(client: Any, bodies: list[bytes]) -> list[str]:
@@ -611,19 +624,6 @@ def _raw_client(base_url: str) -> Client:
     return openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
 
 
-def _plain_client(base_url: str) -> Client:
-    """The SDK on the HTTP client :func:`~loom_runtime.wrap` gives it, recording nothing."""
-    import httpx
-    import openai
-
-    return openai.OpenAI(
-        base_url=base_url,
-        api_key=API_KEY,
-        max_retries=0,
-        http_client=httpx.Client(follow_redirects=True),
-    )
-
-
 def recording_client(base_url: str) -> Client:
     """The client under test: the real SDK, wrapped, so each call in a flow is recorded."""
     import openai
@@ -654,10 +654,8 @@ def _latency_table(results: Results, note: str) -> Table:
             (
                 label,
                 arm[f"raw_{percentile}"].cell(" ms"),
-                arm[f"plain_{percentile}"].cell(" ms"),
                 arm[f"recorded_{percentile}"].cell(" ms"),
                 _difference(added),
-                _difference(arm[f"recording_{percentile}"]),
                 append_cell,
                 f"{_met(added.median <= allowed)} (<= {allowed:.2f} ms)",
             )
@@ -667,10 +665,8 @@ def _latency_table(results: Results, note: str) -> Table:
         columns=(
             "measure",
             "raw SDK",
-            "SDK on httpx.Client",
-            "recording SDK",
-            "added (recording - raw)",
-            "of which recording (recording - httpx.Client)",
+            "wrapped SDK",
+            "added (wrapped - raw)",
             "bare durable append (default)",
             f"target: added <= {ADDED_TARGET_MS:g} ms (+ the append, for a call)",
         ),
@@ -738,37 +734,46 @@ def _conversation_table(results: Results, note: str) -> Table:
 
 def _http_layer_table(results: Results, note: str) -> Table:
     arm = results["HTTP layer"]
-    loom, vcr_speed, floor = arm["loom_per_s"], arm["vcr_per_s"], arm["floor_per_s"]
+    vcr_speed, floor = arm["vcr_per_s"], arm["floor_per_s"]
+    rows = []
+    for label, speed in (
+        ("loom, from the log", arm["loom_per_s"]),
+        ("VCR.py cassette", vcr_speed),
+    ):
+        own_ms = 1000 / speed.median - 1000 / floor.median
+        rows.append(
+            (
+                label,
+                speed.cell("/s"),
+                _met(speed.median >= REPLAY_TARGET),
+                f"{own_ms:.2f} ms",
+                _own_speed(own_ms),
+                f"{speed.median / vcr_speed.median:.2f}x",
+            )
+        )
+    rows.append(
+        (
+            "httpx floor: replies from memory",
+            floor.cell("/s"),
+            _met(floor.median >= REPLAY_TARGET),
+            "0 (the floor)",
+            "",
+            f"{floor.median / vcr_speed.median:.2f}x",
+        )
+    )
     return Table(
         title=f"The same {TURNS} requests replayed with no SDK (a plain httpx.Client)",
         columns=(
             "replayed by",
             "requests/s",
             f"target >= {REPLAY_TARGET:,.0f}/s",
+            "own time per request (minus the floor)",
+            f"own share as requests/s (target >= {REPLAY_TARGET:,.0f}/s)",
             "speed vs VCR.py",
         ),
-        rows=(
-            (
-                "loom, from the log",
-                loom.cell("/s"),
-                _met(loom.median >= REPLAY_TARGET),
-                f"{loom.median / vcr_speed.median:.2f}x",
-            ),
-            (
-                "VCR.py cassette",
-                vcr_speed.cell("/s"),
-                _met(vcr_speed.median >= REPLAY_TARGET),
-                "1.00x",
-            ),
-            (
-                "httpx floor: replies from memory",
-                floor.cell("/s"),
-                _met(floor.median >= REPLAY_TARGET),
-                f"{floor.median / vcr_speed.median:.2f}x",
-            ),
-        ),
+        rows=tuple(rows),
         note=note + "; the request bodies the SDK sent in the conversation, each replay the "
-        "median of the repeats in a sample",
+        "median of the repeats in a sample; own time from the medians",
     )
 
 
