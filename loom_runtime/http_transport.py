@@ -22,6 +22,12 @@ A recorded key answers from the log with a response rebuilt from it, and the inn
 is never called. A transport error is recorded as the decision's failure and raised again on
 replay as the same ``httpx`` error. Outside a flow, a request goes straight to the inner
 transport.
+
+The exchange is shared with wrapped SDK clients (ADR 0025): a :class:`Profile` says what a
+decision stores (``http``: :class:`RecordedResponse`; ``model``: :mod:`loom_runtime.providers`)
+and whether transient failures are retried inside it. The transport and body classes are made
+per httpx-compatible package (:func:`library`: ``httpx`` or its fork ``httpx2``), since a
+client accepts only its own package's.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from operator import attrgetter, methodcaller
@@ -107,6 +114,9 @@ class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
         pieces.append(body[start:])
         return [piece for piece in pieces if piece]
 
+
+HTTP_PACKAGES = ("httpx", "httpx2")
+"""The httpx-compatible packages a recording transport can be made for (:func:`library`)."""
 
 RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses a profile with a retry policy retries (and every 5xx): a timeout, a conflict, a
@@ -212,13 +222,28 @@ def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
     """A transport for ``httpx.Client(transport=...)`` that records requests made in a flow.
 
     ``inner`` sends what is not answered from the log (default: ``httpx.HTTPTransport()``).
+    An ``httpx2`` transport as ``inner`` makes it one for an ``httpx2.Client`` (the package
+    current OpenAI and Anthropic SDKs send through).
     """
-    return HTTPX.transport(inner if inner is not None else httpx.HTTPTransport(), HTTP)
+    inner = inner if inner is not None else httpx.HTTPTransport()
+    return library(http_package(type(inner), "BaseTransport")).transport(inner, HTTP)
 
 
 def async_transport(inner: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncBaseTransport:
     """As :func:`transport`, for ``httpx.AsyncClient(transport=...)``."""
-    return HTTPX.async_transport(inner if inner is not None else httpx.AsyncHTTPTransport(), HTTP)
+    inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+    return library(http_package(type(inner), "AsyncBaseTransport")).async_transport(inner, HTTP)
+
+
+def http_package(cls: type, base: str) -> ModuleType:
+    """The httpx-compatible package (``httpx``, ``httpx2``) whose class ``base`` (``Client``,
+    ``BaseTransport``...) ``cls`` extends; ``httpx`` when neither's does. Found by identity,
+    not by ``__module__``, which SDKs rewrite on the classes they re-export."""
+    for name in HTTP_PACKAGES:
+        package = sys.modules.get(name)
+        if package is not None and issubclass(cls, getattr(package, base)):
+            return package
+    return httpx
 
 
 class Call:

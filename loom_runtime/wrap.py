@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import UnsupportedClientError
-from loom_runtime.http_transport import library
+from loom_runtime.http_transport import http_package, library
 from loom_runtime.providers import ModelProfile
 
 C = TypeVar("C")
@@ -64,7 +63,7 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
         # loom's transport over the transport it would have used: from the httpx-compatible
         # package the SDK is built on (httpx2 for current SDKs, httpx for older ones).
         http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
-        http = _http_package(http_client_class)
+        http = http_package(http_client_class, "AsyncClient" if asynchronous else "Client")
         package = library(http)
         transport: Any
         if asynchronous:
@@ -76,18 +75,6 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
         )
 
     return wrapper
-
-
-def _http_package(client_class: type) -> ModuleType:
-    """The package (``httpx`` or ``httpx2``) whose ``Client``/``AsyncClient`` a class extends."""
-    for cls in client_class.__mro__:
-        package = sys.modules.get(cls.__module__.partition(".")[0])
-        if cls.__name__ in ("Client", "AsyncClient") and hasattr(package, "HTTPTransport"):
-            return package  # type: ignore[return-value]
-    raise UnsupportedClientError(
-        f"{client_class.__qualname__} does not extend an httpx or httpx2 client: this SDK "
-        "version cannot be wrapped; record its calls with ctx.decide(key, compute, input=...)"
-    )
 
 
 WRAPPERS: dict[str, Wrapper] = {

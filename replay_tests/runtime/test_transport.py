@@ -569,3 +569,62 @@ def test_without_httpx_the_transport_names_the_extra_to_install() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("http ")
     assert "pip install 'loom-replay[http]'" in done.stdout
+
+
+def test_a_body_iterated_again_continues_and_is_stored_once(
+    server: Server, sqlite_url: str
+) -> None:
+    """An SDK that stops at its stream's last event and then drains the rest (the OpenAI
+    async stream) iterates the body a second time: that continues the one reader, and the
+    response is stored whole (not as a ``StreamConsumed`` failure)."""
+    loom = Loom(sqlite_url)
+
+    @loom.flow("twice")
+    def twice(ctx: Any, base: str) -> list[str]:
+        with (
+            httpx.Client(transport=loom_runtime.transport()) as client,
+            client.stream("POST", f"{base}/echo", json={"prompt": "p"}) as response,
+        ):
+            pieces = [next(iter(response.stream)).decode()]
+            pieces += [piece.decode() for piece in response.stream]
+        return pieces
+
+    with loom:
+        run = loom.run("twice", base=server.url)
+        decision = loom.execution(run.execution_id).decisions[
+            f"http:POST 127.0.0.1:{server.port}/echo"
+        ]
+    assert json.loads("".join(run.output))["received"] == {"prompt": "p"}
+    assert decision.error_type is None
+    assert msgspec.json.decode(decision.value)["complete"] is True
+
+
+def test_an_httpx2_inner_transport_records_for_an_httpx2_client(
+    server: Server, sqlite_url: str
+) -> None:
+    """``transport(httpx2.HTTPTransport())`` is a transport an ``httpx2.Client`` accepts (the
+    package current OpenAI and Anthropic SDKs use), recording and replaying the same way."""
+    httpx2 = pytest.importorskip("httpx2")
+
+    def build_httpx2(inner: Any) -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("two")
+        def two(ctx: Any, base: str) -> Any:
+            with httpx2.Client(transport=loom_runtime.transport(inner)) as client:
+                return client.get(f"{base}/items", params={"q": "two"}).json()
+
+        return loom
+
+    with build_httpx2(httpx2.HTTPTransport()) as loom:
+        run = loom.run("two", base=server.url)
+    server.stop()
+    assert run.output == {"q": ["two"], "served": 1}
+
+    class Unreachable2(httpx2.BaseTransport):  # type: ignore[name-defined,misc]
+        def handle_request(self, request: Any) -> Any:
+            raise AssertionError(f"the network was called on replay: {request.url}")
+
+    with build_httpx2(Unreachable2()) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
