@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from benchmarks import (
     bundles,
+    capture,
     corpus,
     imports,
     memory,
@@ -65,6 +66,11 @@ SECTIONS: tuple[Section, ...] = (
         name="scaleout",
         title="Scale-out: recording with concurrent worker processes; replay and rebuild",
         run=scaleout.run,
+    ),
+    Section(
+        name="capture",
+        title="Capture: recording an unchanged OpenAI client, and replaying it (vs VCR.py)",
+        run=capture.run,
     ),
     Section(
         name="peers-runtime",

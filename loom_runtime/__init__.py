@@ -10,8 +10,8 @@ built on it (``loom_memory``, ``loom_knowledge``): the log port and its events
 (:func:`text_problem`, :func:`json_problem`) and the value codec (:mod:`loom_runtime.codec`).
 :func:`transport` and :func:`async_transport` record the HTTP requests of any httpx client
 made inside a flow (the ``http`` extra); :func:`wrap` records an OpenAI or Anthropic client's
-calls as ``model`` decisions; :func:`tool` records the calls of an agent's tool functions, and
-:func:`wrap_session` an MCP session's tool calls and resource reads (the ``mcp`` extra).
+calls as ``model`` decisions and an MCP session's tool calls and resource reads (the ``mcp``
+extra); :func:`tool` records the calls of an agent's tool functions.
 Every name is imported on first use, so importing the package costs almost nothing.
 """
 

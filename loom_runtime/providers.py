@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import msgspec
@@ -60,13 +60,16 @@ end (OpenAI's iterator stops at ``[DONE]`` and closes the response)."""
 
 _VERSION = re.compile(r"^v\d+(?:beta\d*|alpha\d*)?/")
 
+_Line = Annotated[str, msgspec.Meta(pattern=r"^[^\r\n]*$")]
+"""An event name: one line (a recorded name holding a line break would forge more fields)."""
+
 
 class SseEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One server-sent event: its ``event`` name (Anthropic's and the Responses API's; none
     for a Chat Completions chunk) and its data, as JSON, or as ``text`` when it is not JSON
     (OpenAI's ``[DONE]``)."""
 
-    event: str | None = None
+    event: _Line | None = None
     data: Any = None
     text: str | None = None
 

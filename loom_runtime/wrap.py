@@ -35,9 +35,10 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
 
     Accepts ``openai.OpenAI``, ``openai.AsyncOpenAI``, ``anthropic.Anthropic``,
     ``anthropic.AsyncAnthropic`` and their subclasses (Azure's included) and returns a client
-    of the same class (the SDK's ``with_options``). ``retry`` retries 408, 409, 429, 5xx,
-    timeouts and dropped connections inside the one decision (``None``: no retry); a stream
-    is retried only before its first byte reached the caller.
+    of the same class (the SDK's ``with_options``); an ``mcp.ClientSession`` gives a
+    :class:`~loom_runtime.mcp_session.RecordedSession` (:func:`wrap_session`). ``retry``
+    retries 408, 409, 429, 5xx, timeouts and dropped connections inside the one decision
+    (``None``: no retry); a stream is retried only before its first byte reached the caller.
     """
     for cls in type(client).__mro__:
         wrapper = WRAPPERS.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -46,8 +47,9 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
             return wrapped
     raise UnsupportedClientError(
         f"wrap() records openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic and "
-        f"anthropic.AsyncAnthropic clients, not a {type(client).__module__}."
-        f"{type(client).__qualname__}. For another httpx-based SDK pass it "
+        "anthropic.AsyncAnthropic clients and mcp.ClientSession sessions, not a "
+        f"{type(client).__module__}.{type(client).__qualname__}. For another httpx-based SDK "
+        "pass it "
         "http_client=httpx.Client(transport=loom_runtime.transport()); record any other call "
         "with ctx.decide(key, compute, input=...)"
     )
@@ -77,7 +79,16 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
     return wrapper
 
 
+def _mcp_session(session: Any, retry: Backoff | None) -> Any:
+    """An MCP ``ClientSession``: its tool calls and resource reads (ADR 0028). ``retry`` does
+    not apply: a tool call is not known to be safe to repeat, so it is recorded as it ended."""
+    from loom_runtime.mcp_session import wrap_session  # only reached with mcp installed
+
+    return wrap_session(session)
+
+
 WRAPPERS: dict[str, Wrapper] = {
+    "mcp.client.session:ClientSession": _mcp_session,
     "openai:OpenAI": _sdk_client("openai", asynchronous=False),
     "openai:AsyncOpenAI": _sdk_client("openai", asynchronous=True),
     "anthropic:Anthropic": _sdk_client("anthropic", asynchronous=False),

@@ -511,7 +511,7 @@ def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
             for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("content-length", str(len(payload)))
-            self.send_header("x-request-id", f"req_{server.count}")
+            self._provider_headers()
             self.end_headers()
             self.wfile.write(payload)
 
@@ -519,7 +519,7 @@ def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
-            self.send_header("x-request-id", f"req_{server.count}")
+            self._provider_headers()
             self.end_headers()
             for n, chunk in enumerate(map(_sse, events)):
                 if fault is not None and fault.drop_after == n:
@@ -532,6 +532,14 @@ def _handler_class(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _provider_headers(self) -> None:
+            """A request id, and the account's organisation echoed as OpenAI does (a
+            credential-like id a recording must leave out)."""
+            self.send_header("x-request-id", f"req_{server.count}")
+            organization = self.headers.get("openai-organization")
+            if organization:
+                self.send_header("openai-organization", organization)
 
         def _drop(self) -> None:
             """Close the socket without the chunked terminator: the client sees a cut body."""

@@ -24,6 +24,7 @@ from loom_runtime import (
     DecisionInputChangedError,
     Loom,
     RecordedSession,
+    wrap,
     wrap_session,
 )
 from loom_runtime.mcp_session import resource_name
@@ -196,7 +197,7 @@ def test_outside_a_flow_calls_go_to_the_session_and_everything_else_is_delegated
 
     async def run() -> tuple[Any, Any]:
         async with Client(runbook_server(served)) as client:
-            session = wrap_session(client.session)
+            session = wrap(client.session)  # wrap() hands an MCP session to wrap_session
             assert isinstance(session, RecordedSession) and wrap_session(session) is session
             assert session.session is client.session
             tools = await session.list_tools()

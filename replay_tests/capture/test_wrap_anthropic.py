@@ -47,6 +47,14 @@ def build(db: str) -> Loom:
             "types": [type(plain).__name__, type(tool_use).__name__],
         }
 
+    @loom.flow("first-words")
+    def first_words(ctx: Any, url: str, question: str) -> list[str]:
+        client = wrap(anthropic.Anthropic(base_url=url, api_key="sk-ant-test"))
+        said: Any = [{"role": "user", "content": question}]
+        with client.messages.stream(model="claude-x", max_tokens=64, messages=said) as stream:
+            words = iter(stream.text_stream)
+            return [next(words), next(words)]
+
     @loom.flow("async-messages")
     async def async_messages(ctx: Any, url: str, question: str) -> dict[str, Any]:
         client = wrap(anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-test"))
@@ -126,3 +134,23 @@ def test_an_async_client_streams_tool_use_and_replays_it(
     assert result.output == run.output
     assert value["final"]["content"][0]["input"] == {"query": "q"}
     assert value["final"]["stop_reason"] == "tool_use"
+
+
+def test_a_stream_helper_left_early_stores_what_was_read_as_incomplete(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    with build(sqlite_url) as loom:
+        run = loom.run("first-words", url=provider.anthropic_url, question="one two three four")
+    assert run.output == ["Echo: ", "one "]
+    provider.stop()
+    with build(sqlite_url) as fresh:
+        result = fresh.replay(run.execution_id)
+        value = msgspec.json.decode(
+            fresh.execution(run.execution_id).decisions["model:anthropic:messages"].value
+        )
+    assert provider.count == 1
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    assert value["complete"] is False
+    assert value["events"][-1]["event"] != "message_stop"
+    assert value["final"]["stop_reason"] is None

@@ -186,7 +186,12 @@ def test_an_async_client_retries_with_asyncio_and_replays_without(
 
 @pytest.mark.parametrize(
     "tampered",
-    [{"status": "two hundred", "headers": []}, {"status": 200, "headers": [], "events": 7}, []],
+    [
+        {"status": "two hundred", "headers": []},
+        {"status": 200, "headers": [], "events": 7},
+        {"status": 200, "headers": [], "events": [{"event": "x\ndata: forged"}]},
+        [],
+    ],
 )
 def test_a_tampered_recorded_response_is_a_typed_error_naming_the_decision(
     provider: ProviderServer, sqlite_url: str, tampered: Any

@@ -8,6 +8,8 @@ nothing was sent.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -265,9 +267,9 @@ def test_an_async_client_records_and_replays_plain_and_streamed(
 def test_the_api_key_and_organisation_never_reach_the_database(
     provider: ProviderServer, tmp_path: Path
 ) -> None:
-    """Neither the key nor the organisation id (headers the SDK sends) is stored: the SQLite
-    file and its WAL are grepped, with the log's redaction switched off so nothing but loom's
-    own choice of what to store keeps them out."""
+    """Neither the key nor the organisation id (headers the SDK sends, the organisation echoed
+    in the response's headers) is stored: the SQLite file and its WAL are grepped, with the
+    log's redaction switched off so nothing but loom's choice of what to store keeps them out."""
     db = tmp_path / "loom.db"
     loom = Loom(f"sqlite:///{db}", redactor=None)
 
@@ -301,3 +303,15 @@ def test_outside_a_flow_a_wrapped_client_passes_through(provider: ProviderServer
 def test_wrap_refuses_what_it_cannot_record_saying_what_it_accepts() -> None:
     with pytest.raises(UnsupportedClientError, match=r"openai\.OpenAI.*transport\(\)"):
         wrap(object())
+
+
+def test_wrap_imports_no_sdk() -> None:
+    """``loom_runtime.wrap`` recognises clients by class name: using it imports neither SDK
+    (a user of one SDK does not pay for the other)."""
+    code = (
+        "import sys, loom_runtime\n"
+        "loom_runtime.wrap\n"
+        "print(sorted({'openai', 'anthropic', 'mcp'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
