@@ -8,7 +8,7 @@ The agent is ordinary LangGraph and OpenAI SDK code. loom adds three things:
    unreachable and the corpus deleted, and a changed prompt is reported with a diff.
 
 Run it against any OpenAI-compatible endpoint (``OPENAI_API_KEY``, and ``OPENAI_BASE_URL``
-for another one than OpenAI's), after ``pip install langgraph -e ".[openai,http]"``:
+for another one than OpenAI's), after ``pip install langgraph -e ".[openai]"``:
 ``python docs/examples/langgraph_agent.py "disk is full"``. The guide
 docs/guides/record-an-existing-agent.md walks through it; the test
 replay_tests/capture/test_langgraph_agent.py replays it with the server stopped.
