@@ -101,6 +101,18 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
         ) from exc
 
 
+def encodes_to(value: object, raw: msgspec.Raw) -> bool:
+    """Whether msgspec encodes ``value`` to exactly the bytes ``raw`` holds.
+
+    Unchecked and unredacted on purpose: only for recognising a value already stored (whose
+    bytes passed every check when they were written), never for producing bytes to store.
+    """
+    try:
+        return _encoder.encode(value) == bytes(raw)
+    except Exception:  # not encodable, or nested past msgspec's own limit: not the same
+        return False
+
+
 def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
     """``value`` with the secrets inside its bytes redacted (or refused), before encoding.
 

@@ -283,16 +283,27 @@ class _Context:
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
-        if input is None:  # most decisions have no input: skip the encoder and the redactor
-            raw_input = _NULL
-        else:
-            raw_input = codec.encode(
-                input, path=f"input of {key!r}", redactor=self._source.redactor
-            )
+        raw_input = self._input(key, input)
         with self._numbering:  # threads a flow starts (a tool pool) number keys concurrently
             slot_key = self._occurrence(key, raw_input)
             self._taken.add(slot_key)
         return Slot(key=slot_key, kind=kind, input=raw_input)
+
+    def _input(self, key: str, input: object) -> msgspec.Raw:
+        """``input`` as it is stored and compared: redacted by the source's redactor.
+
+        A replay or resume asks mostly for inputs already recorded. When the plain encoding
+        is byte for byte the recorded input of the occurrence this call most likely is, that
+        recording is the answer: redaction is idempotent and the recorded bytes are its
+        output, so redacting again (a walk over every string of a long conversation) would
+        give the same bytes. Anything else takes the full, checked and redacted encoding.
+        """
+        if input is None:  # most decisions have no input: skip the encoder and the redactor
+            return _NULL
+        likely = self._source.recorded.get(_numbered(key, self._seen.get(key, 0) + 1))
+        if likely is not None and codec.encodes_to(input, likely.input):
+            return likely.input
+        return codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
 
     def _occurrence(self, key: str, raw_input: msgspec.Raw) -> str:
         """The occurrence key of this call of ``key``: the first not yet taken, unless that one
