@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,7 @@ def test_resume_retry_failed_and_fork_show_their_lineage(
     show` tells each one's history and what was measured (the retry)."""
     (tmp_path / "cli_flaky.py").write_text(FLAKY)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_flaky", raising=False)  # its call count is per test
     flows = ("--db", db_url, "--flows", "cli_flaky:flows")
     monkeypatch.setenv("LOOM_TEST_UPSTREAM_DOWN", "1")
     code, _ = _cli("run", "fetcher", *flows)
