@@ -393,16 +393,18 @@ def request_key_and_input(
     """
     url = request.url
     origin = url.host if url.port is None else f"{url.host}:{url.port}"
-    query = [
+    query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
-        for name, value in url.params.multi_items()
+        for name, value in (url.params.multi_items() if url.query else ())
         if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
     ]
     headers: dict[str, str] = {}
-    for raw_name, value in request.headers.multi_items():
-        name = raw_name.lower()
+    encoding = request.headers.encoding  # what multi_items() would decode with, found once
+    for raw_name, raw_value in request.headers.raw:
+        name = raw_name.decode(encoding).lower()
         if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
             continue
+        value = raw_value.decode(encoding)
         if not _credential(name, value, CREDENTIAL_HEADERS, redactor):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
     return f"{KIND}:{request.method} {origin}{url.path}", {
