@@ -317,20 +317,22 @@ class _Context:
         """
         below = self._seen.get(key, 0)
         occurrence = below + 1
-        while _numbered(key, occurrence) in self._taken:  # a caller's own "k#2", or a match
-            occurrence += 1
         slot_key = _numbered(key, occurrence)
+        while slot_key in self._taken:  # a caller's own "k#2", or an occurrence matched early
+            occurrence += 1
+            slot_key = _numbered(key, occurrence)
         recorded = self._source.recorded
         first = recorded.get(slot_key)
         if first is not None and first.input != raw_input:
             candidate = occurrence + 1
             while (other := recorded.get(_numbered(key, candidate))) is not None:
                 if other.input == raw_input and _numbered(key, candidate) not in self._taken:
-                    slot_key = _numbered(key, candidate)
-                    break
+                    return _numbered(key, candidate)  # taken out of order: _seen stays
                 candidate += 1
-        while _numbered(key, below + 1) in self._taken or _numbered(key, below + 1) == slot_key:
+        if occurrence == below + 1:  # the usual case: the next one in order
             below += 1
+            while _numbered(key, below + 1) in self._taken:  # occurrences matched out of order
+                below += 1
         self._seen[key] = below
         return slot_key
 
