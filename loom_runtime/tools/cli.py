@@ -617,7 +617,7 @@ def verify(
         except LogCorruptError as exc:
             fail(str(exc))
     if as_json:
-        print_json(report)
+        print_json({"ok": report.ok, **msgspec.structs.asdict(report)})
     elif report.ok:
         head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
         console.print(f"ok: {report.checked} events verified; head {head} (keep it as --anchor)")
