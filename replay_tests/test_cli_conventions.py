@@ -410,3 +410,16 @@ def test_as_of_without_a_zone_says_how_to_give_one(setup: Setup) -> None:
         "knowledge", "as-of", "2099-11-30T14:00:00Z", "--scope", "ops", "--db", setup.db
     )
     assert result.exit_code == 0 and "disk.md" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["search", "disk"], ["as-of", "1"]],
+    ids=lambda command: command[0],
+)
+def test_an_unknown_scope_is_named_with_the_known_ones(setup: Setup, command: list[str]) -> None:
+    """A misspelt scope read as an empty corpus (exit 0, nothing listed): now exit 2 with
+    the scopes that exist."""
+    result = _invoke("knowledge", *command, "--scope", "opz", "--db", setup.db)
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == "error: no scope named 'opz'; known: 'ops'\n"

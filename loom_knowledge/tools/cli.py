@@ -39,7 +39,9 @@ from loom_runtime.tools.cli import (
 from loom_runtime.tools.display import visible
 
 if TYPE_CHECKING:
+    from loom_knowledge.corpus.knowledge_base import KnowledgeBase
     from loom_knowledge.domain.types import Passage, SyncResult
+    from loom_runtime import Loom
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -188,10 +190,9 @@ def _source_conflict(exc: SourceConflictError, *, given: str | None) -> str:
 @knowledge_app.command("list")
 def list_command(scope: ScopeOption, as_json: JsonOption = False, db: DbOption = None) -> None:
     """The live documents of SCOPE with their revisions."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
-        records = open_knowledge_base(loom, scope).list_docs()
+        records = _existing_scope(loom, scope).list_docs()
     if as_json:
         print_json(records)
         return
@@ -217,11 +218,10 @@ def search_command(
     db: DbOption = None,
 ) -> None:
     """Search SCOPE now. NOT recorded: a flow must use kb.retrieve(..., decide=ctx.decide)."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
         try:
-            passages = open_knowledge_base(loom, scope).search(query, limit=limit)
+            passages = _existing_scope(loom, scope).search(query, limit=limit)
         except KnowledgeError as exc:
             fail(str(exc), code=ExitCode.USAGE)
     _print_passages(passages, as_json=as_json)
@@ -237,7 +237,6 @@ def as_of_command(
     db: DbOption = None,
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     try:
         moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
@@ -251,7 +250,7 @@ def as_of_command(
         )
     with open_loom(db) as loom:
         try:
-            view = open_knowledge_base(loom, scope).as_of(moment)
+            view = _existing_scope(loom, scope).as_of(moment)
             found = view.retrieve(query, limit=limit) if query is not None else None
             records = view.list_docs()
         except (LoomError, ValueError) as exc:
@@ -287,6 +286,18 @@ def counterfactual_command(
             fail(str(exc), code=ExitCode.USAGE)
     console.print(inert(render_counterfactual(report)))
     raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
+
+
+def _existing_scope(loom: Loom, scope: str) -> KnowledgeBase:
+    """The corpus ``scope`` for a command that reads it; a scope that never held a document
+    is a usage error naming the known ones (a typo would otherwise list nothing, exit 0)."""
+    from loom_knowledge.corpus.knowledge_base import known_scopes, open_knowledge_base
+
+    known = known_scopes(loom)
+    if scope not in known:
+        named = ", ".join(repr(name) for name in known) or "none yet"
+        fail(f"no scope named {scope!r}; known: {named}", code=ExitCode.USAGE)
+    return open_knowledge_base(loom, scope)
 
 
 def _print_sync(result: SyncResult, *, applied: bool, verbose: bool) -> None:
