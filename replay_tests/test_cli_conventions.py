@@ -423,3 +423,34 @@ def test_an_unknown_scope_is_named_with_the_known_ones(setup: Setup, command: li
     result = _invoke("knowledge", *command, "--scope", "opz", "--db", setup.db)
     assert result.exit_code == ExitCode.USAGE
     assert result.stderr == "error: no scope named 'opz'; known: 'ops'\n"
+
+
+def test_executions_list_filters_and_pages_with_full_dates(setup: Setup) -> None:
+    """--flow/--status/--since/--until select, --limit/--after page (the next page's --after
+    on stderr), and the table's dates carry the year."""
+    db = ("--db", setup.db)
+    for n in range(3):
+        ran = _invoke("run", "double", "--input", f'{{"n": {n}}}', *db, "--flows", setup.flows)
+        assert ran.exit_code == 0, ran.output
+    every = json.loads(_invoke("executions", "list", "--json", *db).stdout)
+    ids = [row["execution_id"] for row in every]
+    assert len(ids) == 4
+    page = _invoke("executions", "list", "--json", "--limit", "2", *db)
+    assert [row["execution_id"] for row in json.loads(page.stdout)] == ids[:2]
+    assert page.stderr == f"warning: more: --after {ids[1]} for the next page\n"
+    rest = _invoke("executions", "list", "--json", "--limit", "2", "--after", ids[1], *db)
+    assert [row["execution_id"] for row in json.loads(rest.stdout)] == ids[2:]
+    assert rest.stderr == ""
+    assert json.loads(_invoke("executions", "list", "--json", "--flow", "nope", *db).stdout) == []
+    failed = _invoke("executions", "list", "--json", "--status", "failed", *db)
+    assert json.loads(failed.stdout) == []
+    future = _invoke("executions", "list", "--json", "--since", "2999-01-01T00:00:00Z", *db)
+    assert json.loads(future.stdout) == []
+    past = _invoke("executions", "list", "--json", "--until", "2999-01-01T00:00:00+01:00", *db)
+    assert len(json.loads(past.stdout)) == 4
+    assert _invoke("executions", "list", "--since", "2026-01-01T00:00", *db).exit_code == 2
+    assert _invoke("executions", "list", "--status", "done", *db).exit_code == 2
+    assert _invoke("executions", "list", "--after", MISSING_ID, *db).exit_code == 2
+    year = every[0]["started_at"][:4]
+    table = _invoke("executions", "list", *db).stdout
+    assert re.search(rf"{year}-\d\d-\d\d \d\d:\d\d:\d\d", table), table

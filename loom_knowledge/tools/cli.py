@@ -26,6 +26,7 @@ from loom_runtime.tools.cli import (
     ExitCode,
     FlowsOption,
     JsonOption,
+    aware_time,
     console,
     err_console,
     fail,
@@ -238,16 +239,7 @@ def as_of_command(
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
 
-    try:
-        moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
-    except ValueError:
-        fail(f"{when!r} is neither a log position nor an ISO time", code=ExitCode.USAGE)
-    if isinstance(moment, datetime) and moment.tzinfo is None:
-        fail(
-            f"{when!r} has no time zone, so it names a different moment in every zone: "
-            f"add one, e.g. {when}Z (UTC) or {when}+01:00",
-            code=ExitCode.USAGE,
-        )
+    moment: int | datetime = int(when) if when.isdigit() else aware_time(when, option="WHEN")
     with open_loom(db) as loom:
         try:
             view = _existing_scope(loom, scope).as_of(moment)

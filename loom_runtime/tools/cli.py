@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
@@ -250,14 +251,72 @@ executions_app = typer.Typer(help="List and inspect recorded executions.", no_ar
 app.add_typer(executions_app, name="executions")
 
 
+def aware_time(text: str, *, option: str) -> datetime:
+    """``text`` as an ISO time with a zone; without one it names a different moment in every
+    zone, so it is refused with an example of how to give it (exit 2)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        fail(
+            f"{option} {text!r} is not an ISO time (e.g. 2026-11-30T14:00:00Z)", code=ExitCode.USAGE
+        )
+    if moment.tzinfo is None:
+        fail(
+            f"{option} {text!r} has no time zone, so it names a different moment in every "
+            f"zone: add one, e.g. {text}Z (UTC) or {text}+01:00",
+            code=ExitCode.USAGE,
+        )
+    return moment
+
+
 @executions_app.command("list")
-def executions_list(as_json: JsonOption = False, db: DbOption = None) -> None:
-    """Every execution in the log, oldest first."""
+def executions_list(
+    flow: Annotated[str | None, typer.Option("--flow", help="Only this flow's.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only running, completed or failed ones.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only those started at or after this ISO time.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only those started before this ISO time.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many (a page).")
+    ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="Start after this execution id (the last of a page)."),
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Every execution in the log, oldest first (or those the options select, a page at a time)."""
+    if status not in (None, "running", "completed", "failed"):
+        fail(f"--status must be running, completed or failed, not {status!r}", code=ExitCode.USAGE)
+    start = None if since is None else aware_time(since, option="--since")
+    end = None if until is None else aware_time(until, option="--until")
     with open_loom(db) as loom:
         try:
             summaries = loom.executions()
         except LogCorruptError as exc:
             fail(str(exc))
+    if after is not None:
+        ids = [str(summary.execution_id) for summary in summaries]
+        if after not in ids:
+            fail(f"--after {after!r} is not an execution in this log", code=ExitCode.USAGE)
+        summaries = summaries[ids.index(after) + 1 :]
+    summaries = [
+        summary
+        for summary in summaries
+        if (flow is None or summary.flow == flow)
+        and (status is None or summary.status == status)
+        and (start is None or summary.started_at >= start)
+        and (end is None or summary.started_at < end)
+    ]
+    if limit is not None and len(summaries) > limit:
+        summaries = summaries[:limit]
+        warn(f"more: --after {summaries[-1].execution_id} for the next page")
     if as_json:
         print_json(summaries)
         return
