@@ -454,3 +454,14 @@ def test_executions_list_filters_and_pages_with_full_dates(setup: Setup) -> None
     year = every[0]["started_at"][:4]
     table = _invoke("executions", "list", *db).stdout
     assert re.search(rf"{year}-\d\d-\d\d \d\d:\d\d:\d\d", table), table
+
+
+def test_replaying_a_bundle_needs_no_database_and_creates_none(
+    setup: Setup, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle carries its execution: replayed from an empty directory, no loom.db appears."""
+    empty = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.chdir(empty)
+    result = _invoke("replay", str(setup.bundle), "--flows", setup.flows)
+    assert result.exit_code == 0 and "replayed identically" in result.stdout
+    assert list(empty.iterdir()) == []
