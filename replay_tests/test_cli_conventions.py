@@ -381,7 +381,11 @@ def test_sync_refusals_name_the_flag_in_one_line(setup: Setup) -> None:
     for path in setup.docs.glob("note-*"):
         path.unlink()
     result = _sync(setup, "--source", "repo")
-    assert result.exit_code == ExitCode.USAGE and "pass --allow-mass-delete" in result.stderr
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == (
+        "error: sync would remove 30 of the 31 documents source 'repo' owns, more than the "
+        "guard's 50%; if the source really dropped them, pass --allow-mass-delete\n"
+    )
     assert _sync(setup, "--source", "repo", "--allow-mass-delete").exit_code == 0
 
 

@@ -154,12 +154,7 @@ def sync_command(
         except SourceConflictError as exc:
             fail(_source_conflict(exc, given=source), code=ExitCode.USAGE)
         except MassDeleteRefusedError as exc:
-            fail(
-                f"sync would remove {exc.would_remove} of the {exc.owned} documents source "
-                f"{exc.source!r} owns; if the source really dropped them, pass "
-                "--allow-mass-delete",
-                code=ExitCode.USAGE,
-            )
+            fail(_mass_delete(exc), code=ExitCode.USAGE)
         except KnowledgeError as exc:
             fail(str(exc))
     if as_json:
@@ -168,13 +163,28 @@ def sync_command(
         _print_sync(result, applied=apply, verbose=verbose)
 
 
+def _mass_delete(exc: MassDeleteRefusedError) -> str:
+    """The removal guard's refusal with the flag that overrides it (the library's own
+    message names the Python argument, ``allow_mass_delete=True``)."""
+    why = (
+        f"more than the guard's {exc.max_fraction:.0%}"
+        if exc.max_fraction is not None
+        else "the folder holds none of them"
+    )
+    return (
+        f"sync would remove {exc.would_remove} of the {exc.owned} documents source "
+        f"{exc.source!r} owns, {why}; if the source really dropped them, pass "
+        "--allow-mass-delete"
+    )
+
+
 def _source_conflict(exc: SourceConflictError, *, given: str | None) -> str:
     """The refusal in one line: the owning source(s) and the flag, not every document.
 
     A folder synced without ``--source`` into a sourced corpus collides on every document;
     listing them all (49 documents, 2.4 KB) hides the one thing to do.
     """
-    owners = sorted({owner for owner in exc.owners.values()}, key=lambda owner: owner or "")
+    owners = sorted(set(exc.owners.values()), key=lambda owner: owner or "")
     named = ", ".join(repr(owner) for owner in owners)
     count = len(exc.owners)
     if given is None:
