@@ -243,6 +243,15 @@ class CorpusIndex(SQLProjection):
                 found.update((doc_id, top) for doc_id, top in conn.execute(query).tuples())
         return found
 
+    def scopes(self) -> list[str]:
+        """Every scope that ever held a document, sorted (a scope is only its documents)."""
+        with self.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    select(self.revisions.c.scope).distinct().order_by(self.revisions.c.scope)
+                ).scalars()
+            )
+
     def revision_history(
         self, scope: str, revisions: set[tuple[str, int]]
     ) -> dict[tuple[str, int], tuple[int | None, str | None]]:

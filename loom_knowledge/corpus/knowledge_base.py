@@ -344,6 +344,17 @@ _CORPUS_SERVICE: Final = "loom_knowledge.corpus.corpus_index"
 _SCOPES_SERVICE: Final = "loom_knowledge.open_scopes"
 
 
+def known_scopes(loom: Loom) -> list[str]:
+    """Every scope of ``loom``'s log that ever held a document, sorted.
+
+    A scope exists only through its documents, so a misspelt one reads as an empty corpus;
+    a tool that is handed a scope name checks it here to say so instead.
+    """
+    index = corpus_index(loom)
+    catch_up(loom.log, index)
+    return index.scopes()
+
+
 def corpus_index(loom: Loom) -> CorpusIndex:
     """The corpus read models of ``loom`` (one per Loom, created on first use, a service of
     the Loom so it goes with it)."""

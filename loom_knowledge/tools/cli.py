@@ -19,21 +19,30 @@ import typer
 from rich.table import Table
 
 from loom_knowledge.corpus.corpus_files import scan_docs
-from loom_knowledge.errors import KnowledgeError
+from loom_knowledge.errors import KnowledgeError, MassDeleteRefusedError, SourceConflictError
 from loom_runtime import ExecutionNotFoundError, FlowNotFoundError, LoomError
 from loom_runtime.tools.cli import (
     DbOption,
+    ExitCode,
     FlowsOption,
+    JsonOption,
+    aware_time,
     console,
+    err_console,
     fail,
+    flow_missing,
     inert,
     open_loom,
     open_with_flows,
+    print_json,
+    warn,
 )
 from loom_runtime.tools.display import visible
 
 if TYPE_CHECKING:
+    from loom_knowledge.corpus.knowledge_base import KnowledgeBase
     from loom_knowledge.domain.types import Passage, SyncResult
+    from loom_runtime import Loom
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
@@ -55,7 +64,7 @@ def demo(db: DemoDbOption = None) -> None:
     rebuild it from the log. In a new temporary database unless --db is given."""
     from loom_knowledge.tools.demo import demo_database, run_demo
 
-    with open_loom(db or demo_database()) as loom:
+    with open_loom(db or demo_database(), create=True) as loom:
         try:
             ok = run_demo(loom, say=lambda line: console.print(inert(line)), owns_database=not db)
         except LoomError as exc:
@@ -65,7 +74,7 @@ def demo(db: DemoDbOption = None) -> None:
 
 def audit_command(
     execution_id: str,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the audit as JSON.")] = False,
+    as_json: JsonOption = False,
     html: Annotated[
         Path | None, typer.Option("--html", help="Write a self-contained HTML page here.")
     ] = None,
@@ -79,16 +88,16 @@ def audit_command(
         try:
             report = audit(loom, execution_id)
         except ExecutionNotFoundError as exc:
-            fail(str(exc), code=2)
+            fail(str(exc), code=ExitCode.USAGE)
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
         console.print(inert(f"wrote {html}"))
-    elif as_json:  # \uXXXX escapes: still JSON, and inert in a terminal
-        console.print_json(msgspec.json.encode(report).decode(), ensure_ascii=True)
+    elif as_json:
+        print_json(report)
     else:
         console.print(inert(render_text(report)))
     ungrounded = any(c.citations and c.citations.ungrounded for c in report.model_calls)
-    raise typer.Exit(1 if ungrounded else 0)
+    raise typer.Exit(ExitCode.FAILED if ungrounded else ExitCode.OK)
 
 
 @knowledge_app.command("sync")
@@ -109,6 +118,10 @@ def sync_command(
             help="Also read links that point outside DIRECTORY (default: skip them).",
         ),
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="List every document to write or remove.")
+    ] = False,
+    as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY.
@@ -120,38 +133,80 @@ def sync_command(
     from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     if not directory.is_dir():
-        fail(f"{directory} is not a directory", code=2)
+        fail(f"{directory} is not a directory", code=ExitCode.USAGE)
     try:
         scan = scan_docs(directory, follow_external_links=follow_external_links)
     except KnowledgeError as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), code=ExitCode.USAGE)
     docs = scan.docs
     for skipped in scan.skipped:
-        console.print(
-            inert(
-                f"skipped link {visible(skipped, one_line=True)}: it points outside "
-                f"{directory} or nowhere (--follow-external-links to read links out of it)"
-            )
+        warn(
+            f"skipped link {visible(skipped, one_line=True)}: it points outside "
+            f"{directory} or nowhere (--follow-external-links to read links out of it)"
         )
-    with open_loom(db) as loom:
+    with open_loom(db, create=apply) as loom:  # the dry run only reads
         kb = open_knowledge_base(loom, scope)
         try:
             if apply:
                 result = kb.sync(docs, source=source, allow_mass_delete=allow_mass_delete)
             else:
                 result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+        except SourceConflictError as exc:
+            fail(_source_conflict(exc, given=source), code=ExitCode.USAGE)
+        except MassDeleteRefusedError as exc:
+            fail(_mass_delete(exc), code=ExitCode.USAGE)
         except KnowledgeError as exc:
             fail(str(exc))
-    _print_sync(result, applied=apply)
+    if as_json:
+        print_json({"applied": apply, **msgspec.structs.asdict(result)})
+    else:
+        _print_sync(result, applied=apply, verbose=verbose)
+
+
+def _mass_delete(exc: MassDeleteRefusedError) -> str:
+    """The removal guard's refusal with the flag that overrides it (the library's own
+    message names the Python argument, ``allow_mass_delete=True``)."""
+    why = (
+        f"more than the guard's {exc.max_fraction:.0%}"
+        if exc.max_fraction is not None
+        else "the folder holds none of them"
+    )
+    return (
+        f"sync would remove {exc.would_remove} of the {exc.owned} documents source "
+        f"{exc.source!r} owns, {why}; if the source really dropped them, pass "
+        "--allow-mass-delete"
+    )
+
+
+def _source_conflict(exc: SourceConflictError, *, given: str | None) -> str:
+    """The refusal in one line: the owning source(s) and the flag, not every document.
+
+    A folder synced without ``--source`` into a sourced corpus collides on every document;
+    listing them all (49 documents, 2.4 KB) hides the one thing to do.
+    """
+    owners = sorted(set(exc.owners.values()), key=lambda owner: owner or "")
+    named = ", ".join(repr(owner) for owner in owners)
+    count = len(exc.owners)
+    if given is None:
+        return (
+            f"{count} document(s) belong to source {named}: pass --source NAME "
+            "(documents are written by their owning source)"
+        )
+    return (
+        f"source {given!r} may not write {count} document(s) owned by source {named}: "
+        "pass that --source, or remove them there first"
+    )
 
 
 @knowledge_app.command("list")
-def list_command(scope: ScopeOption, db: DbOption = None) -> None:
+def list_command(scope: ScopeOption, as_json: JsonOption = False, db: DbOption = None) -> None:
     """The live documents of SCOPE with their revisions."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
-        records = open_knowledge_base(loom, scope).list_docs()
+        records = _existing_scope(loom, scope).list_docs()
+    if as_json:
+        print_json(records)
+        return
     table = Table("document", "revision", "passages", "source", "fingerprint")
     table.columns[0].overflow = "fold"  # an id is never cut: two ids could look the same
     for record in records:
@@ -170,18 +225,17 @@ def search_command(
     query: str,
     scope: ScopeOption,
     limit: Annotated[int, typer.Option("--limit")] = 4,
+    as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Search SCOPE now. NOT recorded: a flow must use kb.retrieve(..., decide=ctx.decide)."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
     with open_loom(db) as loom:
         try:
-            passages = open_knowledge_base(loom, scope).search(query, limit=limit)
+            passages = _existing_scope(loom, scope).search(query, limit=limit)
         except KnowledgeError as exc:
-            fail(str(exc), code=2)
-    console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    _print_passages(passages)
+            fail(str(exc), code=ExitCode.USAGE)
+    _print_passages(passages, as_json=as_json)
 
 
 @knowledge_app.command("as-of")
@@ -190,29 +244,27 @@ def as_of_command(
     scope: ScopeOption,
     query: Annotated[str | None, typer.Option("--query", help="Search the corpus then.")] = None,
     limit: Annotated[int, typer.Option("--limit")] = 4,
+    as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
 
-    try:
-        moment: int | datetime = int(when) if when.isdigit() else datetime.fromisoformat(when)
-    except ValueError:
-        fail(f"{when!r} is neither a log position nor an ISO time", code=2)
+    moment: int | datetime = int(when) if when.isdigit() else aware_time(when, option="WHEN")
     with open_loom(db) as loom:
         try:
-            view = open_knowledge_base(loom, scope).as_of(moment)
+            view = _existing_scope(loom, scope).as_of(moment)
             found = view.retrieve(query, limit=limit) if query is not None else None
             records = view.list_docs()
         except (LoomError, ValueError) as exc:
-            fail(str(exc), code=2)
-    console.print(inert(f"scope {scope} as of log position {view.position}"))
-    if found is None:
+            fail(str(exc), code=ExitCode.USAGE)
+    if found is not None:
+        _print_passages(found, as_json=as_json, position=view.position)
+    elif as_json:
+        print_json({"scope": scope, "position": view.position, "documents": records})
+    else:
+        console.print(inert(f"scope {scope} as of log position {view.position}"))
         for record in records:
             console.print(inert(f"  {visible(record.id, one_line=True)} r{record.revision}"))
-        return
-    console.print("[yellow]this search was not recorded[/yellow] (it is not part of any execution)")
-    _print_passages(found)
 
 
 @knowledge_app.command("counterfactual")
@@ -230,27 +282,54 @@ def counterfactual_command(
     with open_with_flows(db, flows) as loom:
         try:
             report = counterfactual(loom, execution_id)
-        except (ExecutionNotFoundError, FlowNotFoundError) as exc:
-            fail(str(exc), code=2)
+        except FlowNotFoundError as exc:
+            flow_missing(exc)
+        except ExecutionNotFoundError as exc:
+            fail(str(exc), code=ExitCode.USAGE)
     console.print(inert(render_counterfactual(report)))
-    raise typer.Exit(0 if report.unchanged else 1)
+    raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
 
 
-def _print_sync(result: SyncResult, *, applied: bool) -> None:
+def _existing_scope(loom: Loom, scope: str) -> KnowledgeBase:
+    """The corpus ``scope`` for a command that reads it; a scope that never held a document
+    is a usage error naming the known ones (a typo would otherwise list nothing, exit 0)."""
+    from loom_knowledge.corpus.knowledge_base import known_scopes, open_knowledge_base
+
+    known = known_scopes(loom)
+    if scope not in known:
+        named = ", ".join(repr(name) for name in known) or "none yet"
+        fail(f"no scope named {scope!r}; known: {named}", code=ExitCode.USAGE)
+    return open_knowledge_base(loom, scope)
+
+
+def _print_sync(result: SyncResult, *, applied: bool, verbose: bool) -> None:
+    """A one-line summary; each document to write or remove only with ``--verbose`` (a folder
+    of hundreds of files would otherwise bury the summary)."""
     verb = "synced" if applied else "plan (dry run; --apply to write)"
     console.print(
         f"{verb}: {len(result.written)} to write, {len(result.unchanged)} unchanged, "
         f"{len(result.removed)} to remove, {len(result.retained)} retained (other sources)"
     )
+    if not verbose:
+        return
     for label, ids in (("write", result.written), ("remove", result.removed)):
         for doc_id in ids:
             console.print(inert(f"  {label:<6} {visible(doc_id, one_line=True)}"))
 
 
-def _print_passages(passages: list[Passage]) -> None:
-    """One line per passage: its id, revision and the start of its text, all inert."""
+def _print_passages(passages: list[Passage], *, as_json: bool, position: int | None = None) -> None:
+    """One line per passage: its id, revision and the start of its text, all inert; or, with
+    --json, ``{"recorded": false, "position": ..., "passages": [...]}`` with every text whole."""
     from loom_knowledge.tools.audit_render import flat
 
+    if as_json:
+        print_json({"recorded": False, "position": position, "passages": passages})
+        return
+    err_console.print(
+        "[yellow]this search was not recorded[/yellow] (it is not part of any execution)"
+    )
+    if position is not None:
+        console.print(f"as of log position {position}")
     for passage in passages:
         doc_id = visible(passage.doc_id, one_line=True)
         console.print(

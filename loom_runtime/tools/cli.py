@@ -1,7 +1,9 @@
 """The ``loom`` command line, on Typer (Click underneath) with Rich output (ADR 0008).
 
-Exit codes: 0 ok, 1 a divergence or failed check, 2 a usage error (Click's own convention for
-bad arguments, kept for loom's refusals of bad input too).
+Every command follows the same conventions (ADR 0008): one exit-code table (:class:`ExitCode`),
+errors on stderr, no hard wrapping when stdout is not a terminal (so ``loom verify | grep``
+finds the anchor whole), ``--json`` on every command that prints data, and read-only commands
+that never create a database (:func:`open_loom`).
 
 Packages above the runtime add their commands through the ``loom.cli`` entry-point group
 (each entry point is a ``register(app)`` function), so this module never imports them and the
@@ -14,7 +16,10 @@ modules; each command imports the log, the projections or the integrity walk whe
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
+import sys
+from datetime import datetime
+from enum import IntEnum
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 
@@ -28,6 +33,8 @@ from rich.text import Text
 from loom_runtime import codec
 from loom_runtime.errors import (
     BundleError,
+    BundleTamperedError,
+    BundleTruncatedError,
     ConfigurationError,
     DecisionKeyError,
     ExecutionConflictError,
@@ -53,9 +60,27 @@ app = typer.Typer(
     name="loom",
     help="Record, replay and audit AI-agent executions from one append-only event log.",
     no_args_is_help=True,
-    add_completion=False,
 )
 console = Console(highlight=False)
+"""Where results go (stdout): what a script reads or pipes on."""
+err_console = Console(stderr=True, highlight=False)
+"""Where errors and warnings go (stderr), so a pipe or ``--json`` carries only the result."""
+
+
+class ExitCode(IntEnum):
+    """The one exit-code table of every ``loom`` command, the one scripts and CI rely on.
+
+    Click already exits 2 for a bad argument; loom uses 2 for everything the caller named
+    wrongly too (an execution, a file, a database that does not exist), and 1 only when the
+    command ran and its answer is "no" (a divergence, a tampered log, a failed check).
+    """
+
+    OK = 0
+    FAILED = 1
+    """A check failed or something differs: a divergence, tampering, an unhealthy setup."""
+    USAGE = 2
+    """A usage error, or what was named is not there (execution, file, database)."""
+
 
 DbOption = Annotated[
     str | None,
@@ -68,23 +93,60 @@ DbOption = Annotated[
 ]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            installed = version("loom-replay")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown (not installed)"
+        console.print(f"loom {installed}")
+        raise typer.Exit(ExitCode.OK)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print loom's version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Record, replay and audit AI-agent executions from one append-only event log."""
+    # Hard wrapping is for a person reading a terminal; in a pipe or a file a wrapped line
+    # splits an id or an anchor, and grep no longer finds it.
+    console.soft_wrap = not console.is_terminal
+    err_console.soft_wrap = not err_console.is_terminal
 
 
-def open_loom(db: str | None) -> Loom:
+def open_loom(db: str | None, *, create: bool = False) -> Loom:
     """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
-    be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2)."""
+    be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2).
+
+    Only commands that write (``create=True``) may bring a SQLite database into being:
+    opening a missing file creates it, so a read-only command given a typo (``--db
+    sqlite:///typo.db``, or run from the wrong directory) would otherwise leave an empty
+    ``loom.db`` behind and report "0 events verified", ok.
+    """
     from loom_runtime.loom import Loom
 
     try:
         loom = Loom(db)
         if not loom.settings.is_sqlite:
             _ = loom.log
-        return loom
     except LoomError as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), code=ExitCode.USAGE)
+    path = Path(loom.settings.url.database or "")
+    if loom.settings.is_sqlite and not create and not path.is_file():
+        fail(
+            f"no loom database at {path.absolute()} (give --db URL or set LOOM_DB_URL; "
+            "`loom run` or `loom knowledge sync --apply` creates one)",
+            code=ExitCode.USAGE,
+        )
+    return loom
 
 
 FlowsOption = Annotated[
@@ -97,24 +159,54 @@ FlowsOption = Annotated[
 ]
 
 
-def open_with_flows(db: str | None, flows: str | None) -> Loom:
-    """Open the log with the flows named by ``--flows`` (needed to run or replay)."""
-    loom = open_loom(db)
+def open_with_flows(db: str | None, flows: str | None, *, create: bool = False) -> Loom:
+    """Open the log with the flows named by ``--flows`` (needed to run or replay).
+
+    The current directory goes on the import path first, as ``python -m`` puts it there:
+    ``--flows myapp.flows:registry`` run from the project directory finds ``myapp`` even
+    though the ``loom`` script's own directory is elsewhere.
+    """
+    loom = open_loom(db, create=create)
     if flows:
+        if "" not in sys.path and str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
         try:
             loom.flows = load_flows(flows)
         except LoomError as exc:
-            fail(str(exc), code=2)
+            fail(str(exc), code=ExitCode.USAGE)
     return loom
 
 
-def fail(message: str, *, code: int = 1) -> NoReturn:
-    """Print an error on one line and exit with ``code`` (1: failed check, 2: usage).
+def flow_missing(exc: FlowNotFoundError) -> NoReturn:
+    """A flow not registered, with the command line's way to register it (exit 2)."""
+    fail(f"{exc} (pass --flows MODULE:ATTR or set LOOM_FLOWS)", code=ExitCode.USAGE)
+
+
+def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
+    """Print an error on one line of stderr and exit with ``code`` (:class:`ExitCode`).
 
     The message often quotes the user's input or the log, so it is printed inert.
     """
-    console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """A note on stderr that does not stop the command (a skipped file, say); inert."""
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", inert(message)), soft_wrap=True)
+
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the result as JSON (one schema per command).")
+]
+
+
+def print_json(data: object) -> None:
+    """``data`` as JSON on stdout: msgspec Structs and recorded ``Raw`` values as they are.
+
+    Non-ASCII is escaped as ``\\uXXXX``: still JSON, and inert if it reaches a terminal.
+    """
+    console.print_json(msgspec.json.encode(data).decode(), ensure_ascii=True)
 
 
 def inert(text: str, *, one_line: bool = False) -> Text:
@@ -141,14 +233,16 @@ def run(
     try:
         arguments = json.loads(arguments_json)
     except json.JSONDecodeError as exc:
-        fail(f"--input is not JSON: {exc}", code=2)
+        fail(f"--input is not JSON: {exc}", code=ExitCode.USAGE)
     if not isinstance(arguments, dict):
-        fail("--input must be a JSON object of the flow's arguments", code=2)
-    with open_with_flows(db, flows) as loom:
+        fail("--input must be a JSON object of the flow's arguments", code=ExitCode.USAGE)
+    with open_with_flows(db, flows, create=True) as loom:
         try:
             result = loom.run(flow, **arguments)
-        except (FlowNotFoundError, FlowInputError, NotSerialisableError) as exc:
-            fail(str(exc), code=2)
+        except FlowNotFoundError as exc:
+            flow_missing(exc)
+        except (FlowInputError, NotSerialisableError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
     console.print(f"execution {result.execution_id}")
     console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
@@ -157,18 +251,79 @@ executions_app = typer.Typer(help="List and inspect recorded executions.", no_ar
 app.add_typer(executions_app, name="executions")
 
 
+def aware_time(text: str, *, option: str) -> datetime:
+    """``text`` as an ISO time with a zone; without one it names a different moment in every
+    zone, so it is refused with an example of how to give it (exit 2)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        fail(
+            f"{option} {text!r} is not an ISO time (e.g. 2026-11-30T14:00:00Z)", code=ExitCode.USAGE
+        )
+    if moment.tzinfo is None:
+        fail(
+            f"{option} {text!r} has no time zone, so it names a different moment in every "
+            f"zone: add one, e.g. {text}Z (UTC) or {text}+01:00",
+            code=ExitCode.USAGE,
+        )
+    return moment
+
+
 @executions_app.command("list")
-def executions_list(db: DbOption = None) -> None:
-    """Every execution in the log, oldest first."""
+def executions_list(
+    flow: Annotated[str | None, typer.Option("--flow", help="Only this flow's.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only running, completed or failed ones.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only those started at or after this ISO time.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only those started before this ISO time.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many (a page).")
+    ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="Start after this execution id (the last of a page)."),
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Every execution in the log, oldest first (or those the options select, a page at a time)."""
+    if status not in (None, "running", "completed", "failed"):
+        fail(f"--status must be running, completed or failed, not {status!r}", code=ExitCode.USAGE)
+    start = None if since is None else aware_time(since, option="--since")
+    end = None if until is None else aware_time(until, option="--until")
     with open_loom(db) as loom:
         try:
             summaries = loom.executions()
         except LogCorruptError as exc:
             fail(str(exc))
+    if after is not None:
+        ids = [str(summary.execution_id) for summary in summaries]
+        if after not in ids:
+            fail(f"--after {after!r} is not an execution in this log", code=ExitCode.USAGE)
+        summaries = summaries[ids.index(after) + 1 :]
+    summaries = [
+        summary
+        for summary in summaries
+        if (flow is None or summary.flow == flow)
+        and (status is None or summary.status == status)
+        and (start is None or summary.started_at >= start)
+        and (end is None or summary.started_at < end)
+    ]
+    if limit is not None and len(summaries) > limit:
+        summaries = summaries[:limit]
+        warn(f"more: --after {summaries[-1].execution_id} for the next page")
+    if as_json:
+        print_json(summaries)
+        return
     table = Table()  # narrow terminals wrap the flow name; ids and statuses are never cut
     table.add_column("execution", min_width=36, no_wrap=True)
     table.add_column("status", min_width=9, no_wrap=True)
-    table.add_column("started (UTC)", min_width=14, no_wrap=True)
+    table.add_column("started (UTC)", min_width=19, no_wrap=True)
     table.add_column("flow", overflow="fold")
     forks = any(summary.parent_id is not None for summary in summaries)
     if forks:
@@ -177,7 +332,7 @@ def executions_list(db: DbOption = None) -> None:
         cells: list[str | Text] = [
             str(summary.execution_id),
             summary.status,
-            summary.started_at.strftime("%m-%d %H:%M:%S"),
+            summary.started_at.strftime("%Y-%m-%d %H:%M:%S"),
             inert(summary.flow, one_line=True),
         ]
         if forks:
@@ -187,16 +342,19 @@ def executions_list(db: DbOption = None) -> None:
 
 
 @executions_app.command("show")
-def executions_show(execution_id: str, db: DbOption = None) -> None:
+def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption = None) -> None:
     """One execution: its lineage, input, every decision (key, kind, input, value, what was
-    measured) and its outcome."""
+    measured) and its outcome. --json prints every value whole (the table shortens them)."""
     with open_loom(db) as loom:
         try:
             execution = loom.execution(execution_id)
         except ExecutionNotFoundError as exc:
-            fail(str(exc))
+            fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
+    if as_json:
+        print_json(_execution_json(execution))
+        return
     console.print(
         inert(
             f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
@@ -230,6 +388,27 @@ def executions_show(execution_id: str, db: DbOption = None) -> None:
         console.print(inert(f"output: {codec.pretty(execution.output)}"))
     else:
         console.print(f"not finished (resume it with loom resume {execution.id})")
+
+
+def _execution_json(execution: Execution) -> dict[str, object]:
+    """``executions show --json``: the execution with every recorded value whole, as JSON."""
+    return {
+        "id": execution.id,
+        "flow": execution.flow,
+        "code_version": execution.code_version,
+        "log_position": execution.log_position,
+        "parent_id": execution.parent_id,
+        "forked_at": execution.forked_at,
+        "input": execution.input,
+        "decisions": list(execution.decisions.values()),
+        "reopenings": execution.reopenings,
+        "output": execution.output,
+        "error": (
+            None
+            if execution.error is None
+            else {"type": execution.error[0], "message": execution.error[1]}
+        ),
+    }
 
 
 def lineage(execution: Execution) -> list[str]:
@@ -267,8 +446,10 @@ def resume(
     with open_with_flows(db, flows) as loom:
         try:
             result = loom.resume(execution_id, retry_failed=retry_failed)
-        except (FlowNotFoundError, ExecutionNotFoundError, ExecutionFinishedError) as exc:
-            fail(str(exc), code=2)
+        except FlowNotFoundError as exc:
+            flow_missing(exc)
+        except (ExecutionNotFoundError, ExecutionFinishedError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
         except (ExecutionConflictError, LogCorruptError) as exc:
             fail(str(exc))
     console.print(f"execution {result.execution_id}")
@@ -296,28 +477,29 @@ def fork(
 ) -> None:
     """Run a new execution from a point of EXECUTION_ID, with overrides; print its id and output."""
     if (at is None) == (at_count is None):
-        fail("give exactly one of --at KEY and --at-count N", code=2)
+        fail("give exactly one of --at KEY and --at-count N", code=ExitCode.USAGE)
     overrides = {}
     for item in override or ():
         key, found, value = item.partition("=")
         if not found or not key:
-            fail(f"--override must be KEY=JSON, not {item!r}", code=2)
+            fail(f"--override must be KEY=JSON, not {item!r}", code=ExitCode.USAGE)
         try:
             overrides[key] = json.loads(value)
         except json.JSONDecodeError as exc:
-            fail(f"--override {key!r}: the value is not JSON: {exc}", code=2)
+            fail(f"--override {key!r}: the value is not JSON: {exc}", code=ExitCode.USAGE)
     point: str | int = at if at is not None else cast("int", at_count)
     with open_with_flows(db, flows) as loom:
         try:
             result = loom.fork(execution_id, at=point, override=overrides)
+        except FlowNotFoundError as exc:
+            flow_missing(exc)
         except (
-            FlowNotFoundError,
             ExecutionNotFoundError,
             ForkPointError,
             DecisionKeyError,
             NotSerialisableError,
         ) as exc:
-            fail(str(exc), code=2)
+            fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
     console.print(f"execution {result.execution_id}")
@@ -339,26 +521,50 @@ def replay(
             "else 256 MiB).",
         ),
     ] = None,
+    as_json: JsonOption = False,
     db: DbOption = None,
     flows: FlowsOption = None,
 ) -> None:
     """Replay an execution (or a bundle) with the current code; exit 1 if it diverges."""
     kinds = frozenset(live or ())
-    with open_with_flows(db, flows) as loom:
+    bundle = Path(target)
+    if not bundle.is_file() and (bundle.suffix in (".json", ".msgpack") or "/" in target):
+        fail(f"file not found: {target}", code=ExitCode.USAGE)
+    # A bundle carries its own execution: replaying it reads no log, so needs no database.
+    with open_with_flows(db, flows, create=bundle.is_file()) as loom:
         try:
             result = (
-                loom.replay_bundle(target, live=kinds, max_bundle_bytes=max_bundle_bytes)
-                if Path(target).is_file()
+                loom.replay_bundle(bundle, live=kinds, max_bundle_bytes=max_bundle_bytes)
+                if bundle.is_file()
                 else loom.replay(target, live=kinds)
             )
-        except (FlowNotFoundError, ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
-            fail(str(exc), code=2)
-        except LogCorruptError as exc:
-            fail(str(exc))
-    console.print(inert(result.describe()))
-    for key, value in result.live_values.items():
-        console.print(inert(f"live {key}: {value!r}"))
-    raise typer.Exit(0 if result.identical else 1)
+        except FlowNotFoundError as exc:
+            flow_missing(exc)
+        except (BundleTamperedError, BundleTruncatedError, LogCorruptError) as exc:
+            fail(str(exc))  # the data failed its check: that is an answer, not a usage error
+        except (ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
+    if as_json:
+        print_json(
+            {
+                "execution_id": result.execution_id,
+                "flow": result.flow,
+                "identical": result.identical,
+                "recorded_code_version": result.recorded_code_version,
+                "code_version": result.code_version,
+                "divergences": [
+                    {"type": type(divergence).__name__, "message": str(divergence)}
+                    for divergence in result.divergences
+                ],
+                "output": result.output,
+                "live_values": result.live_values,
+            }
+        )
+    else:
+        console.print(inert(result.describe()))
+        for key, value in result.live_values.items():
+            console.print(inert(f"live {key}: {value!r}"))
+    raise typer.Exit(ExitCode.OK if result.identical else ExitCode.FAILED)
 
 
 @app.command()
@@ -372,7 +578,7 @@ def export(
         try:
             path = loom.export(execution_id, output)
         except ExecutionNotFoundError as exc:
-            fail(str(exc), code=2)
+            fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
     console.print(inert(f"wrote {path} ({path.stat().st_size:,} bytes)"))
@@ -387,7 +593,7 @@ def rebuild(db: DbOption = None) -> None:
     with open_loom(db) as loom:
         projections = registered_projections(loom.log)
         target = loom.log.position
-        with Progress(console=console) as progress:
+        with Progress(console=err_console, disable=not err_console.is_terminal) as progress:
             for projection in projections:
                 task = progress.add_task(projection.name, total=max(target, 1))
 
@@ -400,17 +606,23 @@ def rebuild(db: DbOption = None) -> None:
 
 
 @app.command()
-def doctor(db: DbOption = None) -> None:
+def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
     """Check the setup: log reachable and readable, projections caught up. Exit 1 on a problem."""
     from loom_runtime.projection import registered_projections
 
-    problems = 0
+    checks: list[dict[str, object]] = []
 
     def check(ok: bool, label: str, detail: str) -> None:
-        nonlocal problems
-        problems += 0 if ok else 1
-        verdict = ("ok  ", "green") if ok else ("FAIL", "red")
-        console.print(Text.assemble(verdict, " ", inert(f"{label}: {detail}", one_line=True)))
+        checks.append({"check": label.strip(), "ok": ok, "detail": detail})
+        if not as_json:
+            verdict = ("ok  ", "green") if ok else ("FAIL", "red")
+            console.print(Text.assemble(verdict, " ", inert(f"{label}: {detail}", one_line=True)))
+
+    def verdict() -> NoReturn:
+        healthy = all(entry["ok"] for entry in checks)
+        if as_json:
+            print_json({"ok": healthy, "checks": checks})
+        raise typer.Exit(ExitCode.OK if healthy else ExitCode.FAILED)
 
     with open_loom(db) as loom:
         check(True, "store configured", loom.settings.url.render_as_string(hide_password=True))
@@ -421,15 +633,15 @@ def doctor(db: DbOption = None) -> None:
                 loom.log.decode(notification)  # raises if a row does not decode
                 count += 1
             check(True, "log readable", f"{count} events decode, head at position {head}")
-        except Exception as exc:
+        except Exception as exc:  # whatever stops the log from decoding is doctor's finding
             check(False, "log readable", str(exc))
-            raise typer.Exit(1) from exc
+            verdict()
         for projection in registered_projections(loom.log):
             check(*_caught_up(loom, projection, head))
             store = getattr(projection, "store", None)
             if store is not None:
                 check(hasattr(store, "search"), f"  {projection.name} search", type(store).__name__)
-    raise typer.Exit(1 if problems else 0)
+    verdict()
 
 
 @app.command()
@@ -440,7 +652,7 @@ def verify(
             "--anchor", help="A head printed by an earlier verify (ID:HEX), kept elsewhere."
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Walk the hash chain; report the first event altered, deleted, inserted or reordered."""
@@ -452,16 +664,19 @@ def verify(
         try:
             expected = Anchor(notification_id=int(position), global_hash=digest)
         except ValueError:
-            fail(f"--anchor must be ID:HEX as printed by loom verify, not {anchor!r}", code=2)
+            fail(
+                f"--anchor must be ID:HEX as printed by loom verify, not {anchor!r}",
+                code=ExitCode.USAGE,
+            )
     with open_loom(db) as loom:
         try:
             report = verify_log(loom.log, anchor=expected)
         except IntegrityUnsupportedError as exc:
-            fail(str(exc), code=2)
+            fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
     if as_json:
-        console.print_json(msgspec.json.encode(report).decode())
+        print_json({"ok": report.ok, **msgspec.structs.asdict(report)})
     elif report.ok:
         head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
         console.print(f"ok: {report.checked} events verified; head {head} (keep it as --anchor)")
@@ -471,7 +686,7 @@ def verify(
             f"{report.checked} events verified before it"
         )
         console.print(Text.assemble(("TAMPERED", "red"), inert(detail, one_line=True)))
-    raise typer.Exit(0 if report.ok else 1)
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
 
 
 def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bool, str, str]:

@@ -1,0 +1,471 @@
+"""The conventions every ``loom`` command follows (ADR 0008), walked command by command.
+
+One exit-code table (0 ok, 1 a check failed or something differs, 2 usage or not found),
+errors on stderr, no hard wrapping in a pipe, ``--json`` with one schema per command, and
+read-only commands that never create a database.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from loom_runtime.tools.cli import ExitCode, app
+
+FLOWS = """
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("double")
+def double(ctx, n: int) -> int:
+    return ctx.decide("twice", lambda: n * 2, kind="math")
+"""
+
+MISSING_ID = "00000000-0000-4000-8000-000000000000"
+
+
+def _commands(group: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf command of the app by its path ("executions show"), from Typer itself."""
+    found: dict[str, Any] = {}
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        if hasattr(command, "commands"):
+            found |= _commands(command, f"{path} ")
+        else:
+            found[path] = command
+    return found
+
+
+COMMANDS = _commands(typer.main.get_group(app))
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+class Setup:
+    """A SQLite log holding one execution of ``double`` and a scope ``ops`` of one document,
+    its bundle, a docs folder, and the flows module on the import path."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from loom_knowledge import Doc, open_knowledge_base
+        from loom_runtime import Loom
+
+        (tmp_path / "conv_flows.py").write_text(FLOWS)
+        (tmp_path / "conv_changed.py").write_text(FLOWS.replace('"twice"', '"thrice"'))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        self.db = f"sqlite:///{tmp_path / 'loom.db'}"
+        self.flows = "conv_flows:flows"
+        with Loom(self.db) as loom:
+            loom.flows = __import__("conv_flows").flows
+            self.execution_id = str(loom.run("double", n=21).execution_id)
+            open_knowledge_base(loom, "ops").put_doc(
+                Doc(id="disk.md", text="Disk full: rotate the logs."), source="repo"
+            )
+            self.bundle = loom.export(self.execution_id, tmp_path / "run.json")
+        self.docs = tmp_path / "docs"
+        self.docs.mkdir()
+        (self.docs / "disk.md").write_text("Disk full: rotate the logs, then page someone.")
+        self.tmp_path = tmp_path
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Setup:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    monkeypatch.delenv("LOOM_FLOWS", raising=False)
+    return Setup(tmp_path, monkeypatch)
+
+
+def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
+    """For every command, invocations and the exit code the table gives them."""
+    db, flows, eid = ["--db", s.db], ["--flows", s.flows], s.execution_id
+    missing_db = ["--db", f"sqlite:///{s.tmp_path / 'absent.db'}"]
+    return {
+        "run": [
+            (["run", "double", "--input", '{"n": 2}', *db, *flows], ExitCode.OK),
+            (["run", "nope", *db, *flows], ExitCode.USAGE),
+        ],
+        "executions list": [
+            (["executions", "list", *db], ExitCode.OK),
+            (["executions", "list", *missing_db], ExitCode.USAGE),
+        ],
+        "executions show": [
+            (["executions", "show", eid, *db], ExitCode.OK),
+            (["executions", "show", MISSING_ID, *db], ExitCode.USAGE),
+        ],
+        "resume": [
+            (["resume", eid, *db, *flows], ExitCode.OK),  # finished: its output again
+            (["resume", MISSING_ID, *db, *flows], ExitCode.USAGE),
+        ],
+        "fork": [
+            (["fork", eid, "--at-count", "0", *db, *flows], ExitCode.OK),
+            (["fork", MISSING_ID, "--at-count", "0", *db, *flows], ExitCode.USAGE),
+        ],
+        "replay": [
+            (["replay", eid, *db, *flows], ExitCode.OK),
+            (["replay", eid, *db, "--flows", "conv_changed:flows"], ExitCode.FAILED),
+            (["replay", str(s.bundle), *flows], ExitCode.OK),
+            (["replay", "nonexistent.json", *flows], ExitCode.USAGE),
+            (["replay", MISSING_ID, *db, *flows], ExitCode.USAGE),
+        ],
+        "export": [
+            (["export", eid, "-o", str(s.tmp_path / "out.json"), *db], ExitCode.OK),
+            (["export", MISSING_ID, "-o", str(s.tmp_path / "no.json"), *db], ExitCode.USAGE),
+        ],
+        "rebuild": [
+            (["rebuild", *db], ExitCode.OK),
+            (["rebuild", *missing_db], ExitCode.USAGE),
+        ],
+        "doctor": [
+            (["doctor", *db], ExitCode.OK),
+            (["doctor", *missing_db], ExitCode.USAGE),
+        ],
+        "verify": [
+            (["verify", *db], ExitCode.OK),
+            (["verify", *db, "--anchor", "nonsense"], ExitCode.USAGE),
+            (["verify", *missing_db], ExitCode.USAGE),
+        ],
+        "demo": [(["demo", "--db", "mysql://nowhere/x"], ExitCode.USAGE)],
+        "audit": [
+            (["audit", eid, *db], ExitCode.OK),
+            (["audit", MISSING_ID, *db], ExitCode.USAGE),
+        ],
+        "knowledge sync": [
+            (["knowledge", "sync", str(s.docs), "--scope", "ops", "--source", "repo", *db], 0),
+            (["knowledge", "sync", str(s.tmp_path / "none"), "--scope", "ops", *db], 2),
+        ],
+        "knowledge list": [
+            (["knowledge", "list", "--scope", "ops", *db], ExitCode.OK),
+            (["knowledge", "list", "--scope", "ops", *missing_db], ExitCode.USAGE),
+        ],
+        "knowledge search": [
+            (["knowledge", "search", "disk", "--scope", "ops", *db], ExitCode.OK),
+            (["knowledge", "search", "disk", "--scope", "ops", *missing_db], ExitCode.USAGE),
+        ],
+        "knowledge as-of": [
+            (["knowledge", "as-of", "1", "--scope", "ops", *db], ExitCode.OK),
+            (["knowledge", "as-of", "2026-11-30T14:00:00", "--scope", "ops", *db], 2),
+        ],
+        "knowledge counterfactual": [
+            (["knowledge", "counterfactual", eid, *db, *flows], ExitCode.OK),
+            (["knowledge", "counterfactual", MISSING_ID, *db, *flows], ExitCode.USAGE),
+        ],
+    }
+
+
+def test_every_command_follows_the_exit_code_table(setup: Setup) -> None:
+    """Each command, found in the Typer app, exits as the table says for success, for what
+    it was asked that is not there, and (replay) for a divergence; a new command without
+    rows here fails the first assertion. Every error is one line on stderr, nothing on stdout."""
+    cases = _cases(setup)
+    assert sorted(cases) == sorted(COMMANDS)
+    for command, invocations in cases.items():
+        for args, expected in invocations:
+            result = _invoke(*args)
+            assert result.exit_code == expected, (command, args, result.output)
+            if expected == ExitCode.USAGE:
+                assert result.stdout == "", (command, args, result.stdout)
+                assert result.stderr.startswith("error: "), (command, args, result.stderr)
+                assert result.stderr.count("\n") == 1, (command, args, result.stderr)
+
+
+def _keys(data: object) -> set[str]:
+    assert isinstance(data, dict), data
+    return set(data)
+
+
+DECISION = {"key", "kind", "input", "value", "error_type", "message", "meta", "origin"}
+PASSAGES = {"recorded", "position", "passages"}
+
+
+def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
+    """For every command that prints data: its --json invocation and a check of the schema."""
+    db, flows, eid = ["--db", s.db], ["--flows", s.flows], s.execution_id
+
+    def listing(keys: set[str]) -> Any:
+        return lambda data: isinstance(data, list) and data and keys <= _keys(data[0])
+
+    return {
+        "executions list": (
+            ["executions", "list", *db],
+            listing({"execution_id", "flow", "status", "started_at", "parent_id"}),
+        ),
+        "executions show": (
+            ["executions", "show", eid, *db],
+            lambda d: d["id"] == eid and _keys(d["decisions"][0]) >= DECISION and d["output"] == 42,
+        ),
+        "replay": (
+            ["replay", eid, *db, *flows],
+            lambda d: d["identical"] is True and d["divergences"] == [] and d["output"] == 42,
+        ),
+        "audit": (["audit", eid, *db], lambda d: "execution_id" in d),
+        "verify": (
+            ["verify", *db],
+            lambda d: d["ok"] is True and d["head"]["notification_id"] == d["checked"] == 4,
+        ),
+        "doctor": (
+            ["doctor", *db],
+            lambda d: d["ok"] is True and {"check", "ok", "detail"} <= _keys(d["checks"][0]),
+        ),
+        "knowledge sync": (
+            ["knowledge", "sync", str(s.docs), "--scope", "ops", "--source", "repo", *db],
+            lambda d: d["applied"] is False and d["written"] == ["disk.md"],
+        ),
+        "knowledge list": (
+            ["knowledge", "list", "--scope", "ops", *db],
+            listing({"id", "revision", "source", "fingerprint"}),
+        ),
+        "knowledge search": (
+            ["knowledge", "search", "disk", "--scope", "ops", *db],
+            lambda d: _keys(d) == PASSAGES and d["passages"][0]["doc_id"] == "disk.md",
+        ),
+        "knowledge as-of": (
+            ["knowledge", "as-of", "4", "--scope", "ops", *db],
+            lambda d: d["position"] == 4 and d["documents"][0]["id"] == "disk.md",
+        ),
+    }
+
+
+def test_every_command_that_prints_data_has_one_json_schema(setup: Setup) -> None:
+    """--json is offered exactly by the commands that print data (a new one without a row
+    here fails), and what each prints parses as JSON of its schema, with nothing else on
+    stdout."""
+    cases = _json_cases(setup)
+    with_json = {
+        path
+        for path, command in COMMANDS.items()
+        if any("--json" in getattr(p, "opts", ()) for p in command.params)
+    }
+    assert sorted(with_json) == sorted(cases)
+    for command, (args, check) in cases.items():
+        result = _invoke(*args, "--json")
+        assert result.exit_code == 0, (command, result.output)
+        assert check(json.loads(result.stdout)), (command, result.stdout)
+
+
+READ_ONLY = [
+    ["executions", "list"],
+    ["executions", "show", MISSING_ID],
+    ["verify"],
+    ["doctor"],
+    ["audit", MISSING_ID],
+    ["rebuild"],
+    ["export", MISSING_ID, "-o", "out.json"],
+    ["replay", MISSING_ID],
+    ["knowledge", "list", "--scope", "ops"],
+    ["knowledge", "search", "q", "--scope", "ops"],
+    ["knowledge", "as-of", "0", "--scope", "ops"],
+    ["knowledge", "sync", ".", "--scope", "ops"],
+    ["knowledge", "counterfactual", MISSING_ID],
+]
+
+
+@pytest.mark.parametrize("default", [True, False], ids=["./loom.db", "--db typo"])
+@pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
+def test_a_read_only_command_never_creates_a_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], default: bool
+) -> None:
+    """On a missing SQLite path: "no loom database at ...", exit 2, and no file appears
+    (opening a missing SQLite file creates it, and verify then said "ok: 0 events")."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    db = [] if default else ["--db", f"sqlite:///{tmp_path / 'typo.db'}"]
+    result = _invoke(*args, *db)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "no loom database at" in result.stderr
+    assert str(tmp_path / ("loom.db" if default else "typo.db")) in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replaying_a_missing_file_says_file_not_found(tmp_path: Path) -> None:
+    """A path that is not there is not taken for an execution id."""
+    result = _invoke("replay", str(tmp_path / "nonexistent.json"))
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == f"error: file not found: {tmp_path / 'nonexistent.json'}\n"
+
+
+def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:
+    """Not a terminal (the runner's stdout is not one): the anchor stays on one line, so
+    `loom verify | grep head` finds it whole, and so does a long error message."""
+    result = _invoke("verify", "--db", setup.db)
+    assert result.exit_code == 0
+    [line] = [line for line in result.stdout.splitlines() if "head" in line]
+    assert re.search(r"head \d+:[0-9a-f]{64} \(keep it as --anchor\)$", line), line
+    long_id = "x" * 200
+    result = _invoke("executions", "show", long_id, "--db", setup.db)
+    assert result.stderr.count("\n") == 1 and long_id in result.stderr
+
+
+def test_version_and_completion_are_offered() -> None:
+    """`loom --version` prints the installed version; completion scripts are available."""
+    from importlib.metadata import version
+
+    result = _invoke("--version")
+    assert (result.exit_code, result.stdout) == (0, f"loom {version('loom-replay')}\n")
+    result = _invoke("--show-completion", "bash")
+    assert result.exit_code == 0 and "_LOOM_COMPLETE=complete_bash" in result.stdout
+    assert "--install-completion" in _invoke("--help").stdout
+
+
+@pytest.mark.slow
+def test_python_dash_m_loom_runtime_is_the_cli_and_keeps_errors_off_stdout(
+    tmp_path: Path,
+) -> None:
+    """`python -m loom_runtime` runs the same app in a real process: --version on stdout,
+    an error on stderr only, exit codes from the table."""
+    run = [sys.executable, "-m", "loom_runtime"]
+    done = subprocess.run([*run, "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("loom ")
+    missing = f"sqlite:///{tmp_path / 'typo.db'}"
+    done = subprocess.run(
+        [*run, "verify", "--db", missing], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: no loom database at ")
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_flows_are_found_from_the_project_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--flows myapp.flows:flows` works from the directory holding `myapp`, as `python -m`
+    would find it, though the current directory is not on the import path."""
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "flows.py").write_text(FLOWS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "myapp", raising=False)
+    monkeypatch.delitem(sys.modules, "myapp.flows", raising=False)
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    result = _invoke(
+        "run", "double", "--input", '{"n": 4}', "--db", db, "--flows", "myapp.flows:flows"
+    )
+    assert result.exit_code == 0, result.output
+    assert "8" in result.stdout
+
+
+def test_an_unregistered_flow_names_the_command_line_fix(setup: Setup) -> None:
+    """Not "import the module that defines it" (a Python answer) but --flows or LOOM_FLOWS."""
+    result = _invoke("run", "double", "--db", setup.db)
+    assert result.exit_code == ExitCode.USAGE
+    assert "pass --flows MODULE:ATTR or set LOOM_FLOWS" in result.stderr
+
+
+def _sync(s: Setup, *args: str) -> Result:
+    return _invoke("knowledge", "sync", str(s.docs), "--scope", "ops", "--db", s.db, *args)
+
+
+def test_sync_refusals_name_the_flag_in_one_line(setup: Setup) -> None:
+    """A missing --source on a sourced corpus is one line naming the owner and the flag (not
+    every document); the mass-delete refusal names --allow-mass-delete."""
+    for index in range(30):
+        (setup.docs / f"note-{index}.md").write_text(f"note {index}")
+    assert _sync(setup, "--source", "repo", "--apply").exit_code == 0
+    result = _sync(setup)
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == (
+        "error: 31 document(s) belong to source 'repo': pass --source NAME (documents are "
+        "written by their owning source)\n"
+    )
+    for path in setup.docs.glob("note-*"):
+        path.unlink()
+    result = _sync(setup, "--source", "repo")
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == (
+        "error: sync would remove 30 of the 31 documents source 'repo' owns, more than the "
+        "guard's 50%; if the source really dropped them, pass --allow-mass-delete\n"
+    )
+    assert _sync(setup, "--source", "repo", "--allow-mass-delete").exit_code == 0
+
+
+def test_sync_prints_a_summary_and_lists_documents_only_when_verbose(setup: Setup) -> None:
+    """One line for a folder of any size; --verbose lists what would be written."""
+    for index in range(20):
+        (setup.docs / f"note-{index}.md").write_text(f"note {index}")
+    result = _sync(setup, "--source", "repo")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [
+        "plan (dry run; --apply to write): 21 to write, 0 unchanged, 0 to remove, "
+        "0 retained (other sources)"
+    ]
+    verbose = _sync(setup, "--source", "repo", "--verbose").stdout.splitlines()
+    assert len(verbose) == 22 and "  write  note-0.md" in verbose
+
+
+def test_as_of_without_a_zone_says_how_to_give_one(setup: Setup) -> None:
+    """A zone-less time names a different moment in every zone: refused with an example."""
+    result = _invoke(
+        "knowledge", "as-of", "2026-11-30T14:00:00", "--scope", "ops", "--db", setup.db
+    )
+    assert result.exit_code == ExitCode.USAGE
+    assert "has no time zone" in result.stderr and "2026-11-30T14:00:00Z" in result.stderr
+    result = _invoke(
+        "knowledge", "as-of", "2099-11-30T14:00:00Z", "--scope", "ops", "--db", setup.db
+    )
+    assert result.exit_code == 0 and "disk.md" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["search", "disk"], ["as-of", "1"]],
+    ids=lambda command: command[0],
+)
+def test_an_unknown_scope_is_named_with_the_known_ones(setup: Setup, command: list[str]) -> None:
+    """A misspelt scope read as an empty corpus (exit 0, nothing listed): now exit 2 with
+    the scopes that exist."""
+    result = _invoke("knowledge", *command, "--scope", "opz", "--db", setup.db)
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr == "error: no scope named 'opz'; known: 'ops'\n"
+
+
+def test_executions_list_filters_and_pages_with_full_dates(setup: Setup) -> None:
+    """--flow/--status/--since/--until select, --limit/--after page (the next page's --after
+    on stderr), and the table's dates carry the year."""
+    db = ("--db", setup.db)
+    for n in range(3):
+        ran = _invoke("run", "double", "--input", f'{{"n": {n}}}', *db, "--flows", setup.flows)
+        assert ran.exit_code == 0, ran.output
+    every = json.loads(_invoke("executions", "list", "--json", *db).stdout)
+    ids = [row["execution_id"] for row in every]
+    assert len(ids) == 4
+    page = _invoke("executions", "list", "--json", "--limit", "2", *db)
+    assert [row["execution_id"] for row in json.loads(page.stdout)] == ids[:2]
+    assert page.stderr == f"warning: more: --after {ids[1]} for the next page\n"
+    rest = _invoke("executions", "list", "--json", "--limit", "2", "--after", ids[1], *db)
+    assert [row["execution_id"] for row in json.loads(rest.stdout)] == ids[2:]
+    assert rest.stderr == ""
+    assert json.loads(_invoke("executions", "list", "--json", "--flow", "nope", *db).stdout) == []
+    failed = _invoke("executions", "list", "--json", "--status", "failed", *db)
+    assert json.loads(failed.stdout) == []
+    future = _invoke("executions", "list", "--json", "--since", "2999-01-01T00:00:00Z", *db)
+    assert json.loads(future.stdout) == []
+    past = _invoke("executions", "list", "--json", "--until", "2999-01-01T00:00:00+01:00", *db)
+    assert len(json.loads(past.stdout)) == 4
+    assert _invoke("executions", "list", "--since", "2026-01-01T00:00", *db).exit_code == 2
+    assert _invoke("executions", "list", "--status", "done", *db).exit_code == 2
+    assert _invoke("executions", "list", "--after", MISSING_ID, *db).exit_code == 2
+    year = every[0]["started_at"][:4]
+    table = _invoke("executions", "list", *db).stdout
+    assert re.search(rf"{year}-\d\d-\d\d \d\d:\d\d:\d\d", table), table
+
+
+def test_replaying_a_bundle_needs_no_database_and_creates_none(
+    setup: Setup, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle carries its execution: replayed from an empty directory, no loom.db appears."""
+    empty = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.chdir(empty)
+    result = _invoke("replay", str(setup.bundle), "--flows", setup.flows)
+    assert result.exit_code == 0 and "replayed identically" in result.stdout
+    assert list(empty.iterdir()) == []
