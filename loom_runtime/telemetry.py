@@ -164,26 +164,36 @@ class _TracedSource:
         self._open.clear()
 
     def _start(self, slot: Slot) -> Span:
-        attributes: dict[str, str | bool | int] = {
-            **self._shared,
-            "loom.decision.key": slot.key,
-            "loom.decision.kind": slot.kind or "",
-        }
-        name = f"loom decide {slot.key}"
-        kind = SpanKind.INTERNAL
-        if slot.kind == "model":
-            request = _json_object(slot.input)
-            model = request.get("model")
-            provider, _, path = slot.key.removeprefix("model:").partition(":")
-            operation = _OPERATIONS.get(path.partition("#")[0].rsplit(".", 1)[-1], path)
-            attributes["gen_ai.operation.name"] = operation
-            attributes["gen_ai.provider.name"] = provider
-            attributes["gen_ai.system"] = provider
-            if isinstance(model, str):
-                attributes["gen_ai.request.model"] = model
-            name = f"{operation} {model}" if isinstance(model, str) else operation
-            kind = SpanKind.CLIENT
-        return self._tracer.start_span(name, context=self._parent, kind=kind, attributes=attributes)
+        name, kind, attributes = _naming(slot)
+        return self._tracer.start_span(
+            name, context=self._parent, kind=kind, attributes={**self._shared, **attributes}
+        )
+
+
+def _naming(slot: Slot) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
+    """A decision span's name, kind and own attributes: GenAI names for a ``model`` call
+    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key."""
+    attributes: dict[str, str | bool | int] = {
+        "loom.decision.key": slot.key,
+        "loom.decision.kind": slot.kind or "",
+    }
+    if slot.kind == "tool":  # tool:<name>, tool:mcp:<name> (ADR 0028)
+        tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = tool
+        return f"execute_tool {tool}", SpanKind.INTERNAL, attributes
+    if slot.kind != "model":
+        return f"loom decide {slot.key}", SpanKind.INTERNAL, attributes
+    provider, _, path = slot.key.removeprefix("model:").partition(":")  # ADR 0025
+    operation = _OPERATIONS.get(path.partition("#")[0].rsplit(".", 1)[-1], path)
+    attributes["gen_ai.operation.name"] = operation
+    attributes["gen_ai.provider.name"] = provider
+    attributes["gen_ai.system"] = provider
+    model = _json_object(slot.input).get("model")
+    if not isinstance(model, str):
+        return operation, SpanKind.CLIENT, attributes
+    attributes["gen_ai.request.model"] = model
+    return f"{operation} {model}", SpanKind.CLIENT, attributes
 
 
 def _describe(span: Span, slot: Slot, meta: msgspec.Raw | None) -> None:

@@ -7,6 +7,7 @@ real ``openai`` and ``anthropic`` SDKs talking to the loopback provider.
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from loom_runtime import Loom, wrap
+from loom_runtime import Loom, tool, wrap
 from replay_tests.capture.provider_server import ProviderServer
 
 
@@ -306,6 +307,27 @@ def test_an_anthropic_call_reports_its_token_usage(traced: Traced, tmp_path: Pat
     assert isinstance(span.attributes["gen_ai.usage.output_tokens"], int)
 
 
+def test_a_tool_call_is_an_execute_tool_span(traced: Traced, tmp_path: Path) -> None:
+    @tool
+    def search(query: str) -> str:
+        return f"runbook for {query}"
+
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("lookup")
+    def lookup(ctx: Any) -> str:
+        return search("disk full") + search("oom")
+
+    loom.run("lookup")
+    decisions = decision_spans(traced.spans())
+    assert sorted(decisions) == ["tool:search", "tool:search#2"]
+    for span in decisions.values():
+        assert span.name == "execute_tool search"
+        assert span.attributes is not None
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert span.attributes["gen_ai.tool.name"] == "search"
+
+
 def test_a_model_decision_with_unexpected_stored_shapes_still_makes_its_span(
     traced: Traced, tmp_path: Path
 ) -> None:
@@ -352,8 +374,8 @@ def test_an_open_decision_never_settled_ends_with_the_execution(
 
 
 def test_without_a_tracer_provider_nothing_is_traced_or_imported(tmp_path: Path) -> None:
-    """Off by default: a run makes no span even with a global provider set, and neither the
-    telemetry module nor OpenTelemetry is imported."""
+    """Off by default: a run imports neither the telemetry module nor OpenTelemetry, and the
+    library prints nothing (its log lines are INFO and DEBUG, below Python's last resort)."""
     script = f"""
 import sys
 from loom_runtime import Loom
@@ -369,3 +391,54 @@ print(loaded)
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
+    assert done.stderr == ""  # the library prints nothing of its own
+
+
+def test_executions_are_logged_on_the_loom_runtime_logger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+    register_triage(loom)
+    with caplog.at_level(logging.INFO, logger="loom"):
+        run = loom.run("triage", ticket="T-1")
+        loom.replay(run.execution_id)
+        with pytest.raises(ZeroDivisionError):
+            loom.flow("broken")(lambda ctx: 1 / 0)
+            loom.run("broken")
+    lines = [(record.name, record.getMessage()) for record in caplog.records]
+    failed = [message for _, message in lines if "failed" in message]
+    assert lines[:3] == [
+        (
+            "loom.runtime",
+            f"execution {run.execution_id} of flow 'triage' started at log position "
+            f"{run.log_position}",
+        ),
+        ("loom.runtime", f"execution {run.execution_id} of flow 'triage' completed"),
+        ("loom.runtime", f"replay of execution {run.execution_id}: 0 divergences"),
+    ]
+    assert len(failed) == 1 and failed[0].endswith("failed: ZeroDivisionError")
+
+
+def test_memory_writes_and_knowledge_syncs_are_logged_on_their_loggers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_memory import EventSourcedMemory, MemoryEntry
+
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom, caplog.at_level(logging.DEBUG):
+        EventSourcedMemory(loom, name="notes").append("user:1", [MemoryEntry(content="hi")])
+        kb = open_knowledge_base(loom, "runbooks")
+        kb.sync([Doc(id="disk", text="Rotate the logs.")], source="wiki")
+        kb.rebuild()
+    messages: dict[str, list[str]] = {}
+    for record in caplog.records:
+        messages.setdefault(record.name, []).append(record.getMessage())
+    assert any(
+        message.startswith("memory 'notes': MemoryAppended of key 'user:1' at log position")
+        for message in messages["loom.memory"]
+    )
+    assert messages["loom.knowledge"] == [
+        "knowledge scope 'runbooks', source 'wiki' synced: 1 written, 0 unchanged, 0 removed, "
+        "0 retained"
+    ]
+    assert any(message.startswith("rebuilding projection") for message in messages["loom.runtime"])
