@@ -30,7 +30,11 @@ from typing import Any, Literal
 import msgspec
 
 from loom_runtime.context import DecisionSource, Slot
-from loom_runtime.errors import DecisionInputChangedError, MissingExtraError
+from loom_runtime.errors import (
+    ConfigurationError,
+    DecisionInputChangedError,
+    MissingExtraError,
+)
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.redaction import Redactor
 
@@ -64,6 +68,12 @@ class Telemetry:
     """The spans of one Loom, made by one tracer of the provider it was given."""
 
     def __init__(self, tracer_provider: TracerProvider) -> None:
+        if not isinstance(tracer_provider, TracerProvider):  # a Tracer passed by mistake, ...
+            raise ConfigurationError(
+                "tracer_provider must be an OpenTelemetry TracerProvider (an SDK "
+                "TracerProvider, or opentelemetry.trace.get_tracer_provider()), not "
+                f"{type(tracer_provider).__name__}"
+            )
         self._tracer = tracer_provider.get_tracer("loom_runtime")
 
     @contextmanager

@@ -11,6 +11,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from loom_runtime import Loom, tool, wrap
+from loom_runtime import ConfigurationError, Loom, tool, wrap
 from replay_tests.capture.provider_server import ProviderServer
 
 
@@ -153,6 +154,49 @@ def test_a_resumed_execution_marks_its_recorded_decisions(traced: Traced, tmp_pa
     assert "loom.decision.recorded" not in decisions["second"].attributes
 
 
+def test_a_fork_span_marks_the_decisions_it_inherited(traced: Traced, tmp_path: Path) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("pair")
+    def pair(ctx: Any) -> list[int]:
+        return [ctx.decide("first", lambda: 1), ctx.decide("second", lambda: 2)]
+
+    parent = loom.run("pair")
+    traced.take()
+    fork = loom.fork(parent.execution_id, at="second", override={"second": 20})
+    spans = traced.spans()
+    root = execution_span(spans)
+    assert root.name == "loom fork pair"
+    assert root.attributes is not None
+    assert root.attributes["loom.execution_id"] == str(fork.execution_id)
+    decisions = decision_spans(spans)
+    for key in ("first", "second"):  # inherited, and answered by its override
+        assert decisions[key].attributes is not None
+        assert decisions[key].attributes["loom.decision.recorded"] is True
+
+
+def test_a_tracer_passed_for_a_provider_is_refused_saying_what_to_pass(tmp_path: Path) -> None:
+    tracer = TracerProvider().get_tracer("app")
+    with pytest.raises(ConfigurationError, match="must be an OpenTelemetry TracerProvider"):
+        Loom(f"sqlite:///{tmp_path / 'loom.db'}", tracer_provider=tracer)  # type: ignore[arg-type]
+
+
+def test_tracing_without_the_otel_extra_names_the_extra(tmp_path: Path) -> None:
+    script = f"""
+import sys
+sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+from loom_runtime import Loom, MissingExtraError
+try:
+    Loom({f"sqlite:///{tmp_path / 'loom.db'}"!r}, tracer_provider=object())
+except MissingExtraError as exc:
+    print(exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert "pip install 'loom-replay[otel]'" in done.stdout
+
+
 def test_a_failed_decision_is_an_error_span_live_and_on_replay(
     traced: Traced, tmp_path: Path
 ) -> None:
@@ -225,6 +269,26 @@ def test_async_decisions_made_at_once_are_all_children_of_the_execution(
     assert {span.parent.span_id for span in decisions.values() if span.parent} == {
         root.context.span_id
     }
+
+
+def test_decisions_made_from_a_thread_pool_are_children_of_the_execution(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """Threads do not inherit the current span; decision spans name their parent themselves."""
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("pool")
+    def pool(ctx: Any) -> list[int]:
+        with ThreadPoolExecutor(max_workers=2) as executor:
+            return list(executor.map(lambda n: ctx.decide(f"tool-{n}", lambda: n), range(2)))
+
+    loom.run("pool")
+    spans = traced.spans()
+    root = execution_span(spans)
+    decisions = decision_spans(spans)
+    assert sorted(decisions) == ["tool-0", "tool-1"]
+    for span in decisions.values():
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
 
 
 def test_spans_the_flow_starts_nest_under_the_execution(traced: Traced, tmp_path: Path) -> None:
