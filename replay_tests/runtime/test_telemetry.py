@@ -10,6 +10,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -184,6 +185,7 @@ def test_a_tracer_passed_for_a_provider_is_refused_saying_what_to_pass(tmp_path:
 def test_tracing_without_the_otel_extra_names_the_extra(tmp_path: Path) -> None:
     script = f"""
 import sys
+import tomllib
 sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
 from loom_runtime import Loom, MissingExtraError
 try:
@@ -442,6 +444,7 @@ def test_without_a_tracer_provider_nothing_is_traced_or_imported(tmp_path: Path)
     library prints nothing (its log lines are INFO and DEBUG, below Python's last resort)."""
     script = f"""
 import sys
+import tomllib
 from loom_runtime import Loom
 loom = Loom({f"sqlite:///{tmp_path / 'loom.db'}"!r})
 @loom.flow("f")
@@ -506,3 +509,15 @@ def test_memory_writes_and_knowledge_syncs_are_logged_on_their_loggers(
         "0 retained"
     ]
     assert any(message.startswith("rebuilding projection") for message in messages["loom.runtime"])
+
+
+def test_opentelemetry_is_the_otel_extra_not_a_dependency() -> None:
+    """Tracing is optional (ADR 0022's rule): the API and SDK come with ``[otel]`` only."""
+    project = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    )["project"]
+    assert not any(name.startswith("opentelemetry") for name in project["dependencies"])
+    assert [name.split(">")[0] for name in project["optional-dependencies"]["otel"]] == [
+        "opentelemetry-api",
+        "opentelemetry-sdk",
+    ]
