@@ -5,6 +5,11 @@ at 1,000 and 10,000 decisions of ~1 KB, against the targets for a 2-core machine
 Log bytes per decision are the checkpointed file size over the number of decisions: the
 execution's started/completed events and SQLite's pages are included, as a user would pay.
 
+Tracing (ADR 0030) side by side at 1,000 decisions: off (the default: no provider, so no
+wrapper and nothing of OpenTelemetry imported) and on (the SDK with a span processor feeding an
+in-memory exporter, the cheapest real exporter). Off must match the plain arm above: it runs
+the same code path, so any gap there is noise, and the "on" column is what tracing costs.
+
 Negative controls: the same recording replayed by two broken versions of the flow. Both must
 come out divergent with the expected divergence; a replay that calls either identical would
 also have called the measured replays identical for the wrong reason.
@@ -12,9 +17,15 @@ also have called the measured replays identical for the wrong reason.
 
 from __future__ import annotations
 
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
 from benchmarks.harness import (
     Arm,
     Control,
+    InstrumentError,
     Progress,
     Sample,
     SectionResult,
@@ -24,20 +35,24 @@ from benchmarks.harness import (
 )
 from benchmarks.stores import fresh_sqlite, sqlite_bytes
 from benchmarks.workload import (
+    FLOW,
     FlowFunction,
     Value,
     changed_last_input_flow,
     make_values,
     record,
     record_and_replay,
+    recording_flow,
     renamed_keys_flow,
     replay,
 )
+from loom_runtime import Loom
 
 SIZES = (1_000, 10_000)
 RECORD_TARGET = 2_000.0
 REPLAY_TARGET = 25_000.0
 CONTROL_SIZE = 1_000
+TRACING_SIZE = 1_000
 
 
 def run(settings: Settings, progress: Progress) -> SectionResult:
@@ -78,7 +93,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             "runs in a second `Loom` on the same file (nothing cached from the run) and must "
             "report identical, else the harness stops.",
         ),
-        tables=(table,),
+        tables=(table, _tracing_table(settings, progress)),
         controls=_controls(),
     )
 
@@ -91,6 +106,71 @@ def _arm(size: int, values: list[Value]) -> Arm:
         return sample
 
     return Arm(f"{size:,}", measure)
+
+
+def _tracing_table(settings: Settings, progress: Progress) -> Table:
+    """Tracing off and on, interleaved: decisions recorded and replayed per second."""
+    values = make_values(TRACING_SIZE)
+    arms = [
+        Arm("tracing off", _traced(values, on=False)),
+        Arm("tracing on", _traced(values, on=True)),
+    ]
+    results = interleave(arms, rounds=settings.rounds, progress=progress)
+    off = results["tracing off"]
+    rows = [
+        (
+            arm.name,
+            results[arm.name]["record_per_s"].cell("/s"),
+            f"{results[arm.name]['record_per_s'].median / off['record_per_s'].median:.2f}x",
+            results[arm.name]["replay_per_s"].cell("/s"),
+            f"{results[arm.name]['replay_per_s'].median / off['replay_per_s'].median:.2f}x",
+        )
+        for arm in arms
+    ]
+    return Table(
+        title=f"Tracing off and on ({TRACING_SIZE:,} decisions, SQLite file)",
+        columns=("tracing", "recorded/s", "vs off", "replayed/s", "vs off"),
+        rows=tuple(rows),
+        note=f"median of {settings.rounds} interleaved rounds; on: OpenTelemetry SDK, "
+        "SimpleSpanProcessor into an InMemorySpanExporter (one span per decision)",
+    )
+
+
+def _traced(values: list[Value], *, on: bool) -> Callable[[], Sample]:
+    """Record and replay the measured flow with or without a tracer provider."""
+
+    def measure() -> Sample:
+        provider = _in_memory_provider() if on else None
+        with fresh_sqlite() as (url, _):
+            with Loom(url, tracer_provider=provider) as loom:
+                loom.flow(FLOW)(recording_flow(values))
+                started = time.perf_counter()
+                execution_id = loom.run(FLOW, n=len(values)).execution_id
+                recorded = len(values) / (time.perf_counter() - started)
+            gc.collect()  # the replay starts without the recording's garbage, as elsewhere
+            with Loom(url, tracer_provider=provider) as loom:
+                loom.flow(FLOW)(recording_flow(values))
+                started = time.perf_counter()
+                result = loom.replay(execution_id)
+                replayed = len(values) / (time.perf_counter() - started)
+        if not result.identical:
+            raise InstrumentError(
+                "the traced replay being timed diverged: it would measure a failure"
+            )
+        return {"record_per_s": recorded, "replay_per_s": replayed}
+
+    return measure
+
+
+def _in_memory_provider() -> Any:
+    """An SDK tracer provider exporting to memory (imported here: only this arm needs it)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    return provider
 
 
 def _controls() -> tuple[Control, ...]:

@@ -29,6 +29,7 @@ tiered eviction does) can lose a concurrent append, exactly as with any other st
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -189,6 +190,9 @@ class EventSourcedMemory:
             lambda _version: ([(event, payload)], None),  # blind: the same event at any version
             what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",
         )
+        logger.debug(
+            "memory %r: %s of key %r at log position %d", self.name, event.__name__, key, position
+        )
         try:
             self.catch_up()
         except Exception as exc:
@@ -198,6 +202,10 @@ class EventSourcedMemory:
                 "unchanged: fix it and call catch_up()",
                 position=position,
             ) from exc
+
+
+logger = logging.getLogger("loom.memory")
+"""Each write, at DEBUG: which memory, key and event, and the log position it is stored at."""
 
 
 def _raw_entries(entries: Sequence[MemoryEntry]) -> list[msgspec.Raw]:

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import logging
 import os
 import socket
 import sqlite3
 from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from uuid import UUID, uuid4
 
 import msgspec
@@ -53,6 +55,15 @@ from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.services import Services
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from loom_runtime.telemetry import Operation, Telemetry
+
+logger = logging.getLogger("loom.runtime")
+"""Executions started, finished and replayed, at INFO (nothing per decision: that path stays
+free of logging calls; spans per decision are what ``tracer_provider`` is for)."""
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +115,7 @@ class Loom:
         flows: FlowRegistry | None = None,
         redactor: RedactorOption = "builtin",
         write_retry: RetryPolicy = DEFAULT_RETRY,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """A log at ``url``, else ``LOOM_DB_URL``, else ./loom.db, and a flow registry.
 
@@ -113,6 +125,9 @@ class Loom:
         built-in patterns by default; ``None`` to store values as given; ADR 0012).
         ``write_retry`` bounds how long a corpus or memory write waits and re-plans while
         other writers append to the same stream (ADR 0019).
+        ``tracer_provider`` (an OpenTelemetry ``TracerProvider``, e.g.
+        ``opentelemetry.trace.get_tracer_provider()``) turns on a span per execution and per
+        decision (ADR 0030); without one nothing is traced and nothing of OpenTelemetry loaded.
         """
         self.settings = LogSettings(
             url,
@@ -127,6 +142,11 @@ class Loom:
         self.services = Services()
         """Objects that live as long as this Loom (a corpus's read models, open corpora),
         created on first use and closed with it: see :class:`~loom_runtime.services.Services`."""
+        self._telemetry: Telemetry | None = None
+        if tracer_provider is not None:  # telemetry hook (ADR 0030): imported only when asked
+            from loom_runtime.telemetry import Telemetry
+
+            self._telemetry = Telemetry(tracer_provider)
 
     @cached_property
     def log(self) -> EventLog:
@@ -352,6 +372,12 @@ class Loom:
             log_position=self.log.position,
         )
         save(self.log, execution)
+        logger.info(
+            "execution %s of flow %r started at log position %d",
+            execution.id,
+            definition.name,
+            execution.log_position,
+        )
         return definition, execution, kwargs
 
     def _claim(self, execution_id: UUID | str, retry_failed: bool) -> Execution:
@@ -382,7 +408,7 @@ class Loom:
 
     def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
         definition, execution, kwargs = self._start(flow, arguments)
-        return (yield from self._record(definition, execution, kwargs))
+        return (yield from self._record("run", definition, execution, kwargs))
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
         execution = self._claim(execution_id, retry_failed)
@@ -390,7 +416,8 @@ class Loom:
             return self._finished_run(execution)
         definition = self.get_flow(execution.flow)
         kwargs = definition.decode_input(execution.input)
-        return (yield from self._record(definition, execution, kwargs))
+        logger.info("execution %s of flow %r resumed", execution.id, definition.name)
+        return (yield from self._record("resume", definition, execution, kwargs))
 
     def _fork(
         self, execution_id: UUID | str, at: str | int, override: Mapping[str, object] | None
@@ -420,10 +447,14 @@ class Loom:
             if decision.key not in overrides:
                 execution.inherit(decision)
         save(self.log, execution)
-        return (yield from self._record(definition, execution, kwargs, overrides))
+        logger.info(
+            "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
+        )
+        return (yield from self._record("fork", definition, execution, kwargs, overrides))
 
     def _record(
         self,
+        operation: Operation,
         definition: Flow,
         execution: Execution,
         kwargs: dict[str, Any],
@@ -431,25 +462,41 @@ class Loom:
     ) -> Steps[Run]:
         """Call the flow with a recording context; store its output, or its failure."""
         recorder = Recorder(self.log, execution, overrides=overrides)
-        ctx = self._context(definition, execution, recorder)
-        try:
-            result = yield from _call(definition, ctx, kwargs)
-        except Exception as exc:
-            self._fail(execution, exc)
-            raise
-        return self._complete(definition, execution, result)
+        with self._traced(operation, execution, recorder) as source:
+            ctx = self._context(definition, execution, source)
+            try:
+                result = yield from _call(definition, ctx, kwargs)
+            except Exception as exc:
+                self._fail(execution, exc)
+                raise
+            return self._complete(definition, execution, result)
 
     def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> Steps[ReplayResult]:
         """Call the flow with a replaying context; compare what it did with the recording."""
-        definition, replayer, ctx, kwargs = self._prepare_replay(execution, live)
+        definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
-        try:
-            result = yield from _call(definition, ctx, kwargs)
-            output = codec.encode(result, path="output", redactor=replayer.redactor)
-        except Exception as exc:
-            error = exc
-        return self._replay_result(execution, definition, replayer, output, error)
+        with self._traced("replay", execution, replayer) as source:
+            ctx = self._context(definition, execution, source)
+            try:
+                result = yield from _call(definition, ctx, kwargs)
+                output = codec.encode(result, path="output", redactor=replayer.redactor)
+            except Exception as exc:
+                error = exc
+        replayed = self._replay_result(execution, definition, replayer, output, error)
+        logger.info(
+            "replay of execution %s: %d divergences", execution.id, len(replayed.divergences)
+        )
+        return replayed
+
+    def _traced(
+        self, operation: Operation, execution: Execution, source: DecisionSource
+    ) -> AbstractContextManager[DecisionSource]:
+        """Telemetry hook (ADR 0030): ``source`` as is, or wrapped to make a span per decision
+        inside the execution's span when this Loom was given a tracer provider."""
+        if self._telemetry is None:
+            return nullcontext(source)
+        return self._telemetry.execution(operation, execution, source)
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:
@@ -464,6 +511,7 @@ class Loom:
             raise
         execution.complete(output=raw)
         save(self.log, execution)
+        logger.info("execution %s of flow %r completed", execution.id, execution.flow)
         return Run(
             execution_id=execution.id,
             flow=execution.flow,
@@ -476,6 +524,7 @@ class Loom:
             return  # another worker owns the execution now (or this one can no longer append)
         execution.fail(error=error)
         save(self.log, execution)
+        logger.info("execution %s failed: %s", execution.id, type(error).__name__)
         error.add_note(f"loom: recorded as the failure of execution {execution.id}")
 
     def _finished_run(self, execution: Execution) -> Run:
@@ -490,13 +539,12 @@ class Loom:
 
     def _prepare_replay(
         self, execution: Execution, live: frozenset[str] | set[str]
-    ) -> tuple[Flow, Replayer, FlowContext | AsyncFlowContext, dict[str, Any]]:
+    ) -> tuple[Flow, Replayer, dict[str, Any]]:
         definition = self.get_flow(execution.flow)
         replayer = Replayer(
             execution.decisions, live=frozenset(live), redactor=self.settings.redactor
         )
-        ctx = self._context(definition, execution, replayer)
-        return definition, replayer, ctx, definition.decode_input(execution.input)
+        return definition, replayer, definition.decode_input(execution.input)
 
     def _replay_result(
         self,

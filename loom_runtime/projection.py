@@ -18,6 +18,7 @@ are harmless. Pages are one transaction each (a transaction per event is many ti
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -42,6 +43,9 @@ from loom_runtime.schema import serialise_ddl
 
 Progress = Callable[[int, int], None]
 """Called after each page with (position reached, target position)."""
+
+logger = logging.getLogger("loom.runtime")
+"""Rebuilds at INFO, catch-ups at DEBUG."""
 
 _tracking_metadata = MetaData()
 tracking_table = Table(
@@ -215,6 +219,7 @@ def catch_up(
         position = reached
         if progress is not None:
             progress(position, target)
+    logger.debug("projection %r caught up to log position %d", projection.name, position)
     return position
 
 
@@ -226,5 +231,6 @@ def rebuild(
     progress: Progress | None = None,
 ) -> int:
     """Drop the projection's rows and build it again from position 0 (up to ``upto``)."""
+    logger.info("rebuilding projection %r from the log", projection.name)
     projection.reset()
     return catch_up(log, projection, upto=upto, progress=progress)

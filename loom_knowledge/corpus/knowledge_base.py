@@ -17,6 +17,7 @@ passages by CONTENT, so a replay reproduces them after the corpus is gone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Final, TypeVar
@@ -50,6 +51,9 @@ R = TypeVar("R")
 D = TypeVar("D")
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
+
+logger = logging.getLogger("loom.knowledge")
+"""Each sync's summary at INFO (written, unchanged, removed, retained)."""
 
 
 class CorpusAsOf:
@@ -175,7 +179,18 @@ class KnowledgeBase:
             )
             return changes, result
 
-        return self._write(decide)
+        synced = self._write(decide)
+        logger.info(
+            "knowledge scope %r, source %r synced: %d written, %d unchanged, %d removed, "
+            "%d retained",
+            self.scope,
+            source,
+            len(synced.written),
+            len(synced.unchanged),
+            len(synced.removed),
+            len(synced.retained),
+        )
+        return synced
 
     def plan_sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False

@@ -1,0 +1,241 @@
+"""OpenTelemetry spans for executions and decisions, made only when a Loom is given a provider.
+
+``Loom(tracer_provider=provider)`` turns them on (ADR 0030); without one this module is never
+imported and no decision pays anything for it. With one, each run, resume, fork or replay is
+one span, and each decision the flow asks is a child span of it, so a trace in Jaeger,
+Langfuse or Phoenix shows where an execution spent its time and links back to ``loom replay
+ID`` through ``loom.execution_id``.
+
+The decision spans come from wrapping the execution's :class:`DecisionSource`, not from hooks
+in ``decide``: a source is asked once when a decision is called (``lookup``) and told once
+when it is complete (``record``/``record_failure``), for ``decide`` and for an
+:class:`~loom_runtime.context.OpenDecision` (a stream) alike. A span therefore starts when
+the flow asks and ends when the value is stored, retries and pauses included. It is not made
+the current span: concurrent decisions (``asyncio.gather``, a tool pool) start and end in any
+order, which a context stack cannot express; the execution span is the current one, so spans
+of instrumented libraries called by the flow still nest under the execution.
+
+``model`` decisions (ADR 0025) follow the OpenTelemetry GenAI semantic conventions: span name
+``"{operation} {model}"``, ``gen_ai.operation.name``, ``gen_ai.provider.name`` (and the older
+``gen_ai.system`` that several backends still read), ``gen_ai.request.model`` from the recorded
+request, ``gen_ai.response.model`` and token usage from the decision's meta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import msgspec
+
+from loom_runtime.context import DecisionSource, Slot
+from loom_runtime.errors import (
+    ConfigurationError,
+    DecisionInputChangedError,
+    MissingExtraError,
+)
+from loom_runtime.execution import Decision, Execution
+from loom_runtime.redaction import Redactor
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+except ImportError as exc:  # the otel extra is not installed
+    raise MissingExtraError(
+        extra="otel", missing="opentelemetry-api", needed_by="tracing (Loom(tracer_provider=...))"
+    ) from exc
+
+Operation = Literal["run", "resume", "fork", "replay"]
+"""What an execution span does: record (``run``/``resume``/``fork``) or ``replay``."""
+
+_OPERATIONS = {  # the last part of a model key's path -> gen_ai.operation.name
+    "completions": "chat",  # model:openai:chat.completions
+    "responses": "chat",
+    "messages": "chat",  # model:anthropic:messages
+    "embeddings": "embeddings",
+}
+_USAGE = (  # usage field as the provider reports it -> attribute
+    ("input_tokens", "gen_ai.usage.input_tokens"),  # Anthropic, OpenAI Responses
+    ("prompt_tokens", "gen_ai.usage.input_tokens"),  # OpenAI chat and embeddings
+    ("output_tokens", "gen_ai.usage.output_tokens"),
+    ("completion_tokens", "gen_ai.usage.output_tokens"),
+)
+_any_json = msgspec.json.Decoder()
+
+
+class Telemetry:
+    """The spans of one Loom, made by one tracer of the provider it was given."""
+
+    def __init__(self, tracer_provider: TracerProvider) -> None:
+        if not isinstance(tracer_provider, TracerProvider):  # a Tracer passed by mistake, ...
+            raise ConfigurationError(
+                "tracer_provider must be an OpenTelemetry TracerProvider (an SDK "
+                "TracerProvider, or opentelemetry.trace.get_tracer_provider()), not "
+                f"{type(tracer_provider).__name__}"
+            )
+        self._tracer = tracer_provider.get_tracer("loom_runtime")
+
+    @contextmanager
+    def execution(
+        self, operation: Operation, execution: Execution, source: DecisionSource
+    ) -> Iterator[DecisionSource]:
+        """The execution's span, current for the ``with`` block, and ``source`` wrapped so that
+        each decision is a child span of it. A failure leaving the block marks the span."""
+        attributes = {
+            "loom.operation": operation,
+            "loom.replay": operation == "replay",
+            "loom.execution_id": str(execution.id),
+            "loom.flow": execution.flow,
+            "loom.code_version": execution.code_version,
+            "loom.log_position": execution.log_position,
+        }
+        with self._tracer.start_as_current_span(
+            f"loom {operation} {execution.flow}", attributes=attributes
+        ) as span:
+            traced = _TracedSource(source, self._tracer, span, attributes)
+            try:
+                yield traced
+            finally:
+                traced.end_unsettled()
+
+
+class _TracedSource:
+    """A :class:`DecisionSource` that opens a span per decision around the one it wraps."""
+
+    def __init__(
+        self,
+        source: DecisionSource,
+        tracer: trace.Tracer,
+        parent: Span,
+        execution: Mapping[str, str | bool | int],
+    ) -> None:
+        self._source = source
+        self._tracer = tracer
+        self._parent = trace.set_span_in_context(parent)
+        self._shared = {
+            name: execution[name]
+            for name in ("loom.execution_id", "loom.log_position", "loom.replay")
+        }
+        self._open: dict[str, Span] = {}
+        self.redactor: Redactor | None = source.redactor
+
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        return self._source.recorded
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        """Open the decision's span; a decision answered from the log closes it at once."""
+        span = self._start(slot)
+        try:
+            decision = self._source.lookup(slot)
+        except Exception as exc:  # a divergence, a changed input: the span says so
+            _end(span, error=exc)
+            raise
+        if decision is None:
+            self._open[slot.key] = span
+            return None
+        span.set_attribute("loom.decision.recorded", True)
+        _describe(span, slot, decision.meta)
+        if decision.input != slot.input:  # a replay goes on past a changed input: mark it here
+            _end(span, error_type=DecisionInputChangedError.__name__)
+        else:
+            _end(span, error_type=decision.error_type)
+        return decision
+
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
+        span = self._open.pop(slot.key, None) or self._start(slot)
+        try:
+            stored = self._source.record(slot, value, type=type, meta=meta)
+        except Exception as exc:
+            _end(span, error=exc)
+            raise
+        _describe(span, slot, meta)
+        _end(span)
+        return stored
+
+    def record_failure(
+        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+    ) -> None:
+        span = self._open.pop(slot.key, None) or self._start(slot)
+        try:
+            self._source.record_failure(slot, error, meta=meta)
+        finally:
+            _describe(span, slot, meta)
+            _end(span, error=error)
+
+    def end_unsettled(self) -> None:
+        """End the spans of decisions never completed (a stream the flow abandoned)."""
+        for span in self._open.values():
+            span.set_attribute("loom.decision.unsettled", True)
+            span.end()
+        self._open.clear()
+
+    def _start(self, slot: Slot) -> Span:
+        name, kind, attributes = _naming(slot)
+        return self._tracer.start_span(
+            name, context=self._parent, kind=kind, attributes={**self._shared, **attributes}
+        )
+
+
+def _naming(slot: Slot) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
+    """A decision span's name, kind and own attributes: GenAI names for a ``model`` call
+    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key."""
+    attributes: dict[str, str | bool | int] = {
+        "loom.decision.key": slot.key,
+        "loom.decision.kind": slot.kind or "",
+    }
+    if slot.kind == "tool":  # tool:<name>, tool:mcp:<name> (ADR 0028)
+        tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = tool
+        return f"execute_tool {tool}", SpanKind.INTERNAL, attributes
+    if slot.kind != "model":
+        return f"loom decide {slot.key}", SpanKind.INTERNAL, attributes
+    provider, _, path = slot.key.removeprefix("model:").partition(":")  # ADR 0025
+    operation = _OPERATIONS.get(path.partition("#")[0].rsplit(".", 1)[-1], path)
+    attributes["gen_ai.operation.name"] = operation
+    attributes["gen_ai.provider.name"] = provider
+    attributes["gen_ai.system"] = provider
+    model = _json_object(slot.input).get("model")
+    if not isinstance(model, str):
+        return operation, SpanKind.CLIENT, attributes
+    attributes["gen_ai.request.model"] = model
+    return f"{operation} {model}", SpanKind.CLIENT, attributes
+
+
+def _describe(span: Span, slot: Slot, meta: msgspec.Raw | None) -> None:
+    """What a model decision's meta measured, as GenAI attributes (nothing for other kinds)."""
+    if slot.kind != "model" or meta is None:
+        return
+    measured = _json_object(meta)
+    if isinstance(model := measured.get("model"), str):
+        span.set_attribute("gen_ai.response.model", model)
+    usage = measured.get("usage")
+    if isinstance(usage, dict):
+        for field, attribute in _USAGE:
+            count = usage.get(field)
+            if isinstance(count, int) and not isinstance(count, bool):
+                span.set_attribute(attribute, count)
+
+
+def _json_object(raw: msgspec.Raw) -> dict[str, Any]:
+    """``raw`` as a JSON object, or empty: stored data is untrusted and a span is optional."""
+    try:
+        found = _any_json.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _end(span: Span, *, error: BaseException | None = None, error_type: str | None = None) -> None:
+    """End ``span``, marked as failed when the decision raised (live or as recorded)."""
+    if error is not None:
+        span.record_exception(error)
+        error_type = type(error).__name__
+    if error_type is not None:
+        span.set_attribute("error.type", error_type)
+        span.set_status(Status(StatusCode.ERROR))
+    span.end()

@@ -1,0 +1,523 @@
+"""ADR 0030: with a tracer provider, an execution is a span and each decision a child span.
+
+Spans are read from the OpenTelemetry SDK's in-memory exporter; model decisions come from the
+real ``openai`` and ``anthropic`` SDKs talking to the loopback provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from loom_runtime import ConfigurationError, Loom, tool, wrap
+from replay_tests.capture.provider_server import ProviderServer
+
+
+class Traced:
+    """A tracer provider whose finished spans the test reads."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def take(self) -> list[ReadableSpan]:
+        spans = self.spans()
+        self.exporter.clear()
+        return spans
+
+    def loom(self, db: Path) -> Loom:
+        return Loom(f"sqlite:///{db}", tracer_provider=self.provider)
+
+
+@pytest.fixture
+def traced() -> Iterator[Traced]:
+    found = Traced()
+    yield found
+    found.provider.shutdown()
+
+
+def execution_span(spans: list[ReadableSpan]) -> ReadableSpan:
+    (found,) = [span for span in spans if span.name.startswith("loom ") and span.parent is None]
+    return found
+
+
+def decision_spans(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {
+        str(span.attributes["loom.decision.key"]): span
+        for span in spans
+        if span.attributes is not None and "loom.decision.key" in span.attributes
+    }
+
+
+def register_triage(loom: Loom) -> None:
+    @loom.flow("triage")
+    def triage(ctx: Any, ticket: str) -> str:
+        label = ctx.decide("classify", lambda: "billing", input={"ticket": ticket}, kind="llm")
+        ctx.now()
+        return f"{ticket}: {label}"
+
+
+def test_a_run_is_one_span_with_a_child_span_per_decision(traced: Traced, tmp_path: Path) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+    register_triage(loom)
+    run = loom.run("triage", ticket="T-1")
+    spans = traced.spans()
+    root = execution_span(spans)
+    assert root.name == "loom run triage"
+    assert root.attributes == {
+        "loom.operation": "run",
+        "loom.replay": False,
+        "loom.execution_id": str(run.execution_id),
+        "loom.flow": "triage",
+        "loom.code_version": loom.get_flow("triage").version,
+        "loom.log_position": run.log_position,
+    }
+    decisions = decision_spans(spans)
+    assert sorted(decisions) == ["classify", "now"]
+    for key, kind in (("classify", "llm"), ("now", "clock")):
+        span = decisions[key]
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        assert span.context.trace_id == root.context.trace_id
+        assert span.attributes is not None
+        assert span.attributes["loom.decision.kind"] == kind
+        assert span.attributes["loom.execution_id"] == str(run.execution_id)
+        assert span.attributes["loom.log_position"] == run.log_position
+        assert span.attributes["loom.replay"] is False
+        assert "loom.decision.recorded" not in span.attributes
+    assert root.status.status_code is not StatusCode.ERROR
+
+
+def test_a_replay_span_says_replay_and_its_decisions_come_from_the_log(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+    register_triage(loom)
+    run = loom.run("triage", ticket="T-1")
+    traced.take()
+    assert loom.replay(run.execution_id).identical
+    spans = traced.spans()
+    root = execution_span(spans)
+    assert root.name == "loom replay triage"
+    assert root.attributes is not None
+    assert root.attributes["loom.replay"] is True
+    assert root.attributes["loom.execution_id"] == str(run.execution_id)
+    decisions = decision_spans(spans)
+    assert sorted(decisions) == ["classify", "now"]
+    for span in decisions.values():
+        assert span.attributes is not None
+        assert span.attributes["loom.replay"] is True
+        assert span.attributes["loom.decision.recorded"] is True
+
+
+def test_a_resumed_execution_marks_its_recorded_decisions(traced: Traced, tmp_path: Path) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+    failing = {"now": True}
+
+    @loom.flow("steps")
+    def steps(ctx: Any) -> int:
+        first = ctx.decide("first", lambda: 1)
+        if failing["now"]:
+            raise RuntimeError("worker died")
+        return first + ctx.decide("second", lambda: 2)
+
+    with pytest.raises(RuntimeError):
+        loom.run("steps")
+    root = execution_span(traced.take())
+    assert root.status.status_code is StatusCode.ERROR
+    execution_id = root.attributes["loom.execution_id"] if root.attributes else None
+    failing["now"] = False
+    loom.resume(str(execution_id), retry_failed=True)
+    spans = traced.spans()
+    assert execution_span(spans).name == "loom resume steps"
+    decisions = decision_spans(spans)
+    assert decisions["first"].attributes is not None
+    assert decisions["first"].attributes["loom.decision.recorded"] is True
+    assert decisions["second"].attributes is not None
+    assert "loom.decision.recorded" not in decisions["second"].attributes
+
+
+def test_a_fork_span_marks_the_decisions_it_inherited(traced: Traced, tmp_path: Path) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("pair")
+    def pair(ctx: Any) -> list[int]:
+        return [ctx.decide("first", lambda: 1), ctx.decide("second", lambda: 2)]
+
+    parent = loom.run("pair")
+    traced.take()
+    fork = loom.fork(parent.execution_id, at="second", override={"second": 20})
+    spans = traced.spans()
+    root = execution_span(spans)
+    assert root.name == "loom fork pair"
+    assert root.attributes is not None
+    assert root.attributes["loom.execution_id"] == str(fork.execution_id)
+    decisions = decision_spans(spans)
+    for key in ("first", "second"):  # inherited, and answered by its override
+        assert decisions[key].attributes is not None
+        assert decisions[key].attributes["loom.decision.recorded"] is True
+
+
+def test_a_tracer_passed_for_a_provider_is_refused_saying_what_to_pass(tmp_path: Path) -> None:
+    tracer = TracerProvider().get_tracer("app")
+    with pytest.raises(ConfigurationError, match="must be an OpenTelemetry TracerProvider"):
+        Loom(f"sqlite:///{tmp_path / 'loom.db'}", tracer_provider=tracer)  # type: ignore[arg-type]
+
+
+def test_tracing_without_the_otel_extra_names_the_extra(tmp_path: Path) -> None:
+    script = f"""
+import sys
+import tomllib
+sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+from loom_runtime import Loom, MissingExtraError
+try:
+    Loom({f"sqlite:///{tmp_path / 'loom.db'}"!r}, tracer_provider=object())
+except MissingExtraError as exc:
+    print(exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert "pip install 'loom-replay[otel]'" in done.stdout
+
+
+def test_a_failed_decision_is_an_error_span_live_and_on_replay(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("lookup")
+    def lookup(ctx: Any) -> str:
+        try:
+            ctx.decide("fetch", _raise_lookup_error, kind="tool")
+        except LookupError:
+            return "fallback"
+        return "found"
+
+    run = loom.run("lookup")
+    live = decision_spans(traced.take())["fetch"]
+    assert live.status.status_code is StatusCode.ERROR
+    assert live.attributes is not None and live.attributes["error.type"] == "LookupError"
+    assert [event.name for event in live.events] == ["exception"]
+    assert loom.replay(run.execution_id).identical
+    replayed = decision_spans(traced.spans())["fetch"]
+    assert replayed.status.status_code is StatusCode.ERROR
+    assert replayed.attributes is not None
+    assert replayed.attributes["error.type"] == "builtins:LookupError"
+
+
+def _raise_lookup_error() -> str:
+    raise LookupError("no such runbook")
+
+
+def test_a_divergence_is_an_error_span_on_the_decision_that_diverged(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+    register_triage(loom)
+    run = loom.run("triage", ticket="T-1")
+    traced.take()
+    other = traced.loom(tmp_path / "loom.db")
+
+    @other.flow("triage")
+    def triage(ctx: Any, ticket: str) -> str:
+        return ctx.decide("classify", lambda: "x", input={"ticket": "changed"}, kind="llm")
+
+    assert not other.replay(run.execution_id).identical
+    span = decision_spans(traced.spans())["classify"]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "DecisionInputChangedError"
+
+
+def test_async_decisions_made_at_once_are_all_children_of_the_execution(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("fan_out")
+    async def fan_out(ctx: Any) -> list[int]:
+        async def value(n: int) -> int:
+            await asyncio.sleep(0.001 * (3 - n))
+            return n
+
+        return list(
+            await asyncio.gather(*(ctx.decide("part", lambda n=n: value(n)) for n in range(3)))
+        )
+
+    assert loom.run("fan_out").output == [0, 1, 2]
+    spans = traced.spans()
+    root = execution_span(spans)
+    decisions = decision_spans(spans)
+    assert sorted(decisions) == ["part", "part#2", "part#3"]
+    assert {span.parent.span_id for span in decisions.values() if span.parent} == {
+        root.context.span_id
+    }
+
+
+def test_decisions_made_from_a_thread_pool_are_children_of_the_execution(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """Threads do not inherit the current span; decision spans name their parent themselves."""
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("pool")
+    def pool(ctx: Any) -> list[int]:
+        with ThreadPoolExecutor(max_workers=2) as executor:
+            return list(executor.map(lambda n: ctx.decide(f"tool-{n}", lambda: n), range(2)))
+
+    loom.run("pool")
+    spans = traced.spans()
+    root = execution_span(spans)
+    decisions = decision_spans(spans)
+    assert sorted(decisions) == ["tool-0", "tool-1"]
+    for span in decisions.values():
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+
+
+def test_spans_the_flow_starts_nest_under_the_execution(traced: Traced, tmp_path: Path) -> None:
+    """The execution span is current while the body runs: an instrumented library's span
+    (an HTTP client, a vector store) lands in the same trace."""
+    loom = traced.loom(tmp_path / "loom.db")
+    tracer = traced.provider.get_tracer("a library")
+
+    @loom.flow("instrumented")
+    def instrumented(ctx: Any) -> None:
+        with tracer.start_as_current_span("library call"):
+            pass
+
+    loom.run("instrumented")
+    spans = traced.spans()
+    (library,) = [span for span in spans if span.name == "library call"]
+    assert library.parent is not None
+    assert library.parent.span_id == execution_span(spans).context.span_id
+
+
+def test_an_openai_call_follows_the_genai_conventions_recorded_and_replayed(
+    traced: Traced, tmp_path: Path
+) -> None:
+    with ProviderServer() as provider:
+        loom = traced.loom(tmp_path / "loom.db")
+
+        @loom.flow("ask")
+        def ask(ctx: Any, url: str) -> str:
+            client = wrap(openai.OpenAI(base_url=url, api_key="sk-test", max_retries=0))
+            answer = client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "disk full"}]
+            )
+            return answer.choices[0].message.content or ""
+
+        run = loom.run("ask", url=provider.openai_url)
+    live = decision_spans(traced.take())["model:openai:chat.completions"]
+    assert live.name == "chat gpt-4o-mini"
+    assert live.kind is SpanKind.CLIENT
+    assert live.attributes is not None
+    tokens = live.attributes["gen_ai.usage.input_tokens"]
+    assert isinstance(tokens, int) and tokens > 0
+    expected = {
+        "loom.decision.kind": "model",
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.response.model": "gpt-4o-mini-2025-01-01",
+        "gen_ai.usage.input_tokens": tokens,
+    }
+    assert {name: live.attributes.get(name) for name in expected} == expected
+    assert isinstance(live.attributes["gen_ai.usage.output_tokens"], int)
+    assert loom.replay(run.execution_id).identical  # the provider is stopped: from the log
+    replayed = decision_spans(traced.spans())["model:openai:chat.completions"]
+    assert replayed.attributes is not None
+    assert {name: replayed.attributes.get(name) for name in expected} == expected
+    assert replayed.attributes["loom.replay"] is True
+
+
+def test_an_anthropic_call_reports_its_token_usage(traced: Traced, tmp_path: Path) -> None:
+    with ProviderServer() as provider:
+        loom = traced.loom(tmp_path / "loom.db")
+
+        @loom.flow("ask")
+        def ask(ctx: Any, url: str) -> str:
+            client = wrap(anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0))
+            client.messages.create(
+                model="claude-haiku-4-5",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "disk full"}],
+            )
+            return "done"
+
+        loom.run("ask", url=provider.anthropic_url)
+    span = decision_spans(traced.spans())["model:anthropic:messages"]
+    assert span.name == "chat claude-haiku-4-5"
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.provider.name"] == "anthropic"
+    assert isinstance(span.attributes["gen_ai.usage.input_tokens"], int)
+    assert isinstance(span.attributes["gen_ai.usage.output_tokens"], int)
+
+
+def test_a_tool_call_is_an_execute_tool_span(traced: Traced, tmp_path: Path) -> None:
+    @tool
+    def search(query: str) -> str:
+        return f"runbook for {query}"
+
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("lookup")
+    def lookup(ctx: Any) -> str:
+        return search("disk full") + search("oom")
+
+    loom.run("lookup")
+    decisions = decision_spans(traced.spans())
+    assert sorted(decisions) == ["tool:search", "tool:search#2"]
+    for span in decisions.values():
+        assert span.name == "execute_tool search"
+        assert span.attributes is not None
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert span.attributes["gen_ai.tool.name"] == "search"
+
+
+def test_a_model_decision_with_unexpected_stored_shapes_still_makes_its_span(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """Inputs and meta are untrusted data: a "model" decision whose input is not a request
+    and whose meta has no usable usage gets a span without GenAI details, never a crash."""
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("odd")
+    def odd(ctx: Any) -> str:
+        decision = ctx.open_decision(
+            "model:custom:generate", input=["not", "a", "request"], kind="model"
+        )
+        decision.record("text", meta={"model": 7, "usage": {"input_tokens": "many"}})
+        return "ok"
+
+    run = loom.run("odd")
+    assert loom.replay(run.execution_id).identical
+    for span in [decision_spans(traced.take())["model:custom:generate"]]:
+        assert span.name == "generate"
+        assert span.attributes is not None
+        assert span.attributes["gen_ai.provider.name"] == "custom"
+        for absent in (
+            "gen_ai.request.model",
+            "gen_ai.response.model",
+            "gen_ai.usage.input_tokens",
+        ):
+            assert absent not in span.attributes
+
+
+def test_an_open_decision_never_settled_ends_with_the_execution(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("abandon")
+    def abandon(ctx: Any) -> str:
+        ctx.open_decision("stream", kind="http")
+        return "left"
+
+    loom.run("abandon")
+    span = decision_spans(traced.spans())["stream"]
+    assert span.end_time is not None
+    assert span.attributes is not None and span.attributes["loom.decision.unsettled"] is True
+
+
+def test_without_a_tracer_provider_nothing_is_traced_or_imported(tmp_path: Path) -> None:
+    """Off by default: a run imports neither the telemetry module nor OpenTelemetry, and the
+    library prints nothing (its log lines are INFO and DEBUG, below Python's last resort)."""
+    script = f"""
+import sys
+import tomllib
+from loom_runtime import Loom
+loom = Loom({f"sqlite:///{tmp_path / 'loom.db'}"!r})
+@loom.flow("f")
+def f(ctx):
+    return ctx.decide("k", lambda: 1)
+loom.run("f")
+loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry", "loom_runtime.telemetry")))
+print(loaded)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+    assert done.stderr == ""  # the library prints nothing of its own
+
+
+def test_executions_are_logged_on_the_loom_runtime_logger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+    register_triage(loom)
+    with caplog.at_level(logging.INFO, logger="loom"):
+        run = loom.run("triage", ticket="T-1")
+        loom.replay(run.execution_id)
+        with pytest.raises(ZeroDivisionError):
+            loom.flow("broken")(lambda ctx: 1 / 0)
+            loom.run("broken")
+    lines = [(record.name, record.getMessage()) for record in caplog.records]
+    failed = [message for _, message in lines if "failed" in message]
+    assert lines[:3] == [
+        (
+            "loom.runtime",
+            f"execution {run.execution_id} of flow 'triage' started at log position "
+            f"{run.log_position}",
+        ),
+        ("loom.runtime", f"execution {run.execution_id} of flow 'triage' completed"),
+        ("loom.runtime", f"replay of execution {run.execution_id}: 0 divergences"),
+    ]
+    assert len(failed) == 1 and failed[0].endswith("failed: ZeroDivisionError")
+
+
+def test_memory_writes_and_knowledge_syncs_are_logged_on_their_loggers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_memory import EventSourcedMemory, MemoryEntry
+
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom, caplog.at_level(logging.DEBUG):
+        EventSourcedMemory(loom, name="notes").append("user:1", [MemoryEntry(content="hi")])
+        kb = open_knowledge_base(loom, "runbooks")
+        kb.sync([Doc(id="disk", text="Rotate the logs.")], source="wiki")
+        kb.rebuild()
+    messages: dict[str, list[str]] = {}
+    for record in caplog.records:
+        messages.setdefault(record.name, []).append(record.getMessage())
+    assert any(
+        message.startswith("memory 'notes': MemoryAppended of key 'user:1' at log position")
+        for message in messages["loom.memory"]
+    )
+    assert messages["loom.knowledge"] == [
+        "knowledge scope 'runbooks', source 'wiki' synced: 1 written, 0 unchanged, 0 removed, "
+        "0 retained"
+    ]
+    assert any(message.startswith("rebuilding projection") for message in messages["loom.runtime"])
+
+
+def test_opentelemetry_is_the_otel_extra_not_a_dependency() -> None:
+    """Tracing is optional (ADR 0022's rule): the API and SDK come with ``[otel]`` only."""
+    project = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    )["project"]
+    assert not any(name.startswith("opentelemetry") for name in project["dependencies"])
+    assert [name.split(">")[0] for name in project["optional-dependencies"]["otel"]] == [
+        "opentelemetry-api",
+        "opentelemetry-sdk",
+    ]
