@@ -7,6 +7,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+# pytester forgets the modules imported after its snapshot; eventsourcing caches the storage
+# factory by topic, so the next test would find a stale class. Imported here, it stays.
+import loom_runtime.storage.sqlite  # noqa: F401
 from loom_runtime import FlowRegistry, Loom
 from loom_runtime.bundle import read_bundle, seal, write_bundle
 from loom_runtime.execution import Execution
