@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
-_RESEALED = pytest.StashKey[list[str]]()
+RESEALED_PROPERTY = "loom_resealed"
+"""The user property a re-sealing test carries (bundle and accepted diffs): a property, not
+session state, so the report reaches the controller when pytest-xdist runs the tests."""
 
 
 class ReplayDiverged(AssertionError):
@@ -239,8 +241,8 @@ def _bundle_loom(
         elif bundled.resealed is not None:
             write_bundle(bundled.resealed, bundle)
             accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
-            request.config.stash.setdefault(_RESEALED, []).append(
-                f"re-sealed {bundle}, accepting:\n{accepted}"
+            request.node.user_properties.append(
+                (RESEALED_PROPERTY, f"re-sealed {bundle}, accepting:\n{accepted}")
             )
     finally:
         bundled.close()
@@ -248,6 +250,11 @@ def _bundle_loom(
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Each bundle ``--loom-update`` re-sealed, with the diffs it accepted: the review."""
-    for report in config.stash.get(_RESEALED, []):
-        terminalreporter.write_sep("-", "loom --loom-update")
-        terminalreporter.write_line(report)
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            if getattr(report, "when", None) != "teardown":
+                continue
+            for name, text in getattr(report, "user_properties", ()):
+                if name == RESEALED_PROPERTY:
+                    terminalreporter.write_sep("-", "loom --loom-update")
+                    terminalreporter.write_line(text)
