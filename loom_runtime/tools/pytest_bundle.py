@@ -23,7 +23,7 @@ from uuid import UUID
 import msgspec
 
 from loom_runtime.bundle import Bundle, BundleEvent, read_bundle, seal
-from loom_runtime.context import DecisionSource, FlowContext, Slot
+from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot
 from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
 from loom_runtime.errors import (
@@ -97,11 +97,16 @@ class BundleLoom(Loom):
         execution = bundle.execution()
         definition = self.get_flow(flow)
         raw_input, _ = definition.bind(arguments, redactor=self.settings.redactor)
-        if definition.name != execution.flow or raw_input != execution.input:
+        if definition.name != execution.flow:
             raise BundleMismatch(
-                f"{self.bundle} recorded flow {execution.flow!r} with other arguments than "
-                f"this test runs {definition.name!r} with; record it again with "
-                "--loom-record=rewrite:\n"
+                f"{self.bundle} recorded flow {execution.flow!r}, this test runs "
+                f"{definition.name!r}: point the marker at its bundle, or record it again "
+                "with --loom-record=rewrite"
+            )
+        if raw_input != execution.input:
+            raise BundleMismatch(
+                f"{self.bundle} recorded {execution.flow!r} with other arguments than this "
+                "test runs it with; record it again with --loom-record=rewrite:\n"
                 + diff(execution.input, raw_input, label=f"arguments of {execution.flow}")
             )
         self.import_bundle(self.bundle)  # the test can look the execution up as after a run
@@ -131,10 +136,10 @@ class BundleLoom(Loom):
 
     def _context(
         self, definition: Flow, execution: Execution, source: DecisionSource
-    ) -> FlowContext:
-        if isinstance(source, Replayer):
+    ) -> FlowContext | AsyncFlowContext:
+        if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
-        return super()._context(definition, execution, source)  # type: ignore[return-value]
+        return super()._context(definition, execution, source)
 
     def _replay_result(
         self,
