@@ -53,7 +53,7 @@ class BundleLoom(Loom):
 
     def __init__(
         self,
-        url: str,
+        url: str | None,
         *,
         flows: FlowRegistry,
         bundle: Path,
@@ -119,6 +119,14 @@ class BundleLoom(Loom):
             output=result.output,
             log_position=execution.log_position,
         )
+
+    def update_bundle(self) -> None:
+        """Replay :attr:`bundle` as it is (a collected bundle has no test body to run):
+        re-seal it into :attr:`resealed` if only accepted divergences, else raise them.
+        Opens no database."""
+        result = self.replay_bundle(self.bundle)
+        if not result.identical:
+            self._settle(read_bundle(self.bundle), result)
 
     def _settle(self, bundle: Bundle, result: ReplayResult) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""

@@ -23,7 +23,7 @@ answered from it, by ``--loom-record`` (ini ``loom_record``): ``none`` replays o
 default: CI never records), ``once`` records a missing bundle and replays an existing one,
 ``rewrite`` records afresh. ``--loom-update`` re-seals a bundle whose replay diverged only by
 changed decision inputs or output, and prints each diff it accepted; any other divergence
-still fails.
+still fails. It re-seals the bundles ``--loom-bundles`` collects the same way.
 
 Registered through the ``pytest11`` entry point, so installing loom is enough. That also
 loads it into every pytest session of an environment where loom is installed, most of which
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.loom import Loom
     from loom_runtime.replay import ReplayResult
+    from loom_runtime.tools.pytest_bundle import BundleLoom
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
@@ -145,7 +146,15 @@ class BundleItem(pytest.Item):
     """Replays one bundle with the configured flows."""
 
     def runtest(self) -> None:
-        replay_or_fail(_configured_flows(self.config), self.path)
+        flows = _configured_flows(self.config)
+        if not self.config.getoption("--loom-update"):
+            replay_or_fail(flows, self.path)
+            return
+        from loom_runtime.tools.pytest_bundle import BundleLoom
+
+        updating = BundleLoom(None, flows=flows, bundle=self.path, record=False, update=True)
+        updating.update_bundle()  # opens no database: nothing to close
+        _write_resealed(self, updating)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         from loom_runtime.errors import BundleError
@@ -208,7 +217,6 @@ def loom(
 def _bundle_loom(
     request: pytest.FixtureRequest, marker: pytest.Mark, url: str, flows: FlowRegistry
 ) -> Iterator[Loom]:
-    from loom_runtime.bundle import write_bundle
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
     name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
@@ -238,14 +246,23 @@ def _bundle_loom(
         if bundled.recorded is not None:
             bundle.parent.mkdir(parents=True, exist_ok=True)
             bundled.export(bundled.recorded, bundle)
-        elif bundled.resealed is not None:
-            write_bundle(bundled.resealed, bundle)
-            accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
-            request.node.user_properties.append(
-                (RESEALED_PROPERTY, f"re-sealed {bundle}, accepting:\n{accepted}")
-            )
+        else:
+            _write_resealed(request.node, bundled)
     finally:
         bundled.close()
+
+
+def _write_resealed(item: pytest.Item, bundled: BundleLoom) -> None:
+    """Write the bundle ``bundled`` re-sealed, if it did, and note it for the summary."""
+    from loom_runtime.bundle import write_bundle
+
+    if bundled.resealed is None:
+        return
+    write_bundle(bundled.resealed, bundled.bundle)
+    accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
+    item.user_properties.append(
+        (RESEALED_PROPERTY, f"re-sealed {bundled.bundle}, accepting:\n{accepted}")
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -90,6 +90,26 @@ def test_a_changed_prompt_fails_with_the_diff(pytester: pytest.Pytester, recordi
     )
 
 
+def test_update_reseals_a_collected_bundle_too(pytester: pytest.Pytester, recordings: Path) -> None:
+    """--loom-bundles with --loom-update: the changed prompt is accepted and printed, the
+    bundle re-sealed (replaying green afterwards), and still no database anywhere."""
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    options = (
+        "-p",
+        "no:randomly",
+        "--loom-bundles",
+        str(recordings),
+        "--loom-flows=flows_v2:flows",
+    )
+    result = pytester.runpytest(*options, "--loom-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["re-sealed *incident-1.json, accepting:", '*+  "prompt": "Say hi to Ada"*']
+    )
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+    assert not list(pytester.path.glob("*.db"))
+
+
 def test_the_fixture_replays_hand_written_cases(
     pytester: pytest.Pytester, recordings: Path
 ) -> None:
