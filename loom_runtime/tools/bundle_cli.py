@@ -83,8 +83,11 @@ def diff_command(
     b: Annotated[Path, typer.Argument(help="The bundle after (e.g. the re-recorded one).")],
     as_json: JsonOption = False,
 ) -> None:
-    """Compare two bundles: arguments, each decision's input and value, the outcome (exit 1
-    when they differ)."""
+    """Compare two bundles by behaviour (exit 1 when they differ).
+
+    The flow's arguments, each decision's input and value, decisions only one made, and the
+    outcome, as unified diffs; ids, timestamps and log positions are not compared.
+    """
     (_, before), (_, after) = _read(a), _read(b)
     differences = compare(before, after, sides=(str(a), str(b)))
     if as_json:
@@ -104,8 +107,10 @@ def show_command(
     path: Annotated[Path, typer.Argument(help="A bundle file (.json or .msgpack).")],
     as_json: JsonOption = False,
 ) -> None:
-    """Show a bundle's execution: arguments, every decision (input, value, what was
-    measured) and the outcome, in full."""
+    """Show a bundle's execution in full.
+
+    Its arguments, every decision (input, value or failure, what was measured) and outcome.
+    """
     bundle, execution = _read(path)
     view = _view(execution, exported_at=bundle.exported_at.isoformat())
     if as_json:

@@ -273,5 +273,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 continue
             for name, text in getattr(report, "user_properties", ()):
                 if name == RESEALED_PROPERTY:
+                    from loom_runtime.tools.display import visible  # values from a bundle
+
                     terminalreporter.write_sep("-", "loom --loom-update")
-                    terminalreporter.write_line(text)
+                    terminalreporter.write_line(visible(str(text)))
