@@ -5,6 +5,13 @@ the JSON state bytes), plus the flow name, the code-version label and the log po
 execution ran at, in a versioned msgspec envelope with a sha256 content hash. JSON by default
 (an operator can read it), msgpack when the path ends in ``.msgpack``.
 
+A JSON bundle is written to be reviewed in a git diff (ADR 0029): keys sorted, indented, one
+event per block, and each event's state written as the JSON object it is rather than as one
+escaped string, so a re-recorded prompt shows as the one line that changed. The hash is over
+the events' exact state text, not the file's layout: a state is written as an object only when
+reading it back gives that text byte for byte, and bundles written before (states as strings)
+read as they always did.
+
 Reading refuses, with a typed error that says which: a path with no file, a file that is not
 a bundle, a truncated one, one whose content no longer matches its hash (tampered), and one
 written by a newer format than this loom reads. The envelope's ``format`` and
@@ -171,13 +178,32 @@ def seal(
 
 def write_bundle(bundle: Bundle, path: Path) -> Path:
     """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path."""
-    data = (
-        msgspec.msgpack.encode(bundle)
-        if path.suffix == ".msgpack"
-        else msgspec.json.encode(bundle, order="sorted")
-    )
+    data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
     path.write_bytes(data)
     return path
+
+
+def bundle_json(bundle: Bundle) -> bytes:
+    """The reviewable JSON text of ``bundle`` (see the module docstring): sorted, indented,
+    each event's state inline as an object when that reads back to the same text."""
+    document = msgspec.to_builtins(bundle, order="sorted")
+    for event in document["events"]:
+        event["state"] = _inline_state(event["state"])
+    encoded = msgspec.json.encode(document, order="sorted")  # a Raw state keeps its key order
+    return msgspec.json.format(encoded, indent=2)
+
+
+def _inline_state(state: str) -> str | msgspec.Raw:
+    """``state`` as raw JSON to embed, if decoding and re-encoding it gives it back exactly
+    (how :func:`read_bundle` reads it); else as the string it is."""
+    text = state.encode()
+    try:
+        decoded = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return state
+    if isinstance(decoded, dict) and msgspec.json.encode(decoded) == text:
+        return msgspec.Raw(text)
+    return state
 
 
 def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
@@ -259,4 +285,12 @@ def _refuse_over(path: Path, size: int, limit: int) -> None:
 def _decode(data: bytes, path: Path, into: type[T]) -> T:
     if path.suffix == ".msgpack":
         return msgspec.msgpack.decode(data, type=into)
-    return msgspec.json.decode(data, type=into)
+    if into is not Bundle:
+        return msgspec.json.decode(data, type=into)
+    document = msgspec.json.decode(data)
+    events = document.get("events") if isinstance(document, dict) else None
+    for event in events if isinstance(events, list) else ():
+        if isinstance(event, dict) and isinstance(event.get("state"), dict):
+            # written inline by bundle_json: back to the exact text the hash covers
+            event["state"] = msgspec.json.encode(event["state"]).decode()
+    return msgspec.convert(document, type=into)

@@ -41,20 +41,26 @@ _EXCERPT: Final = 60
 
 
 def diff(
-    before: msgspec.Raw | bytes | None, after: msgspec.Raw | bytes | None, *, label: str
+    before: msgspec.Raw | bytes | None,
+    after: msgspec.Raw | bytes | None,
+    *,
+    label: str,
+    sides: tuple[str, str] = ("recorded", "replayed"),
 ) -> str:
-    """A unified diff of ``before`` (recorded) against ``after`` (replayed), bounded in size."""
+    """A unified diff of ``before`` (recorded) against ``after`` (replayed), bounded in size.
+
+    ``sides`` names the two values in the headers (``loom diff`` compares two recordings)."""
     old, new = pretty(before), pretty(after)
     if len(old) + len(new) > MAX_DIFFED_CHARS or (
         old.count("\n") + new.count("\n") > MAX_DIFFED_LINES
     ):
-        return _summary(before, after, label=label)
+        return _summary(before, after, label=label, sides=sides)
     return _bounded(
         difflib.unified_diff(
             old.splitlines(keepends=True),
             new.splitlines(keepends=True),
-            fromfile=f"recorded {label}",
-            tofile=f"replayed {label}",
+            fromfile=f"{sides[0]} {label}",
+            tofile=f"{sides[1]} {label}",
         )
     )
 
@@ -76,14 +82,18 @@ def _bounded(lines: Iterable[str]) -> str:
 
 
 def _summary(
-    before: msgspec.Raw | bytes | None, after: msgspec.Raw | bytes | None, *, label: str
+    before: msgspec.Raw | bytes | None,
+    after: msgspec.Raw | bytes | None,
+    *,
+    label: str,
+    sides: tuple[str, str],
 ) -> str:
     """Both values by size and sha256, and an excerpt of each around their first difference."""
     old, new = bytes(before or b""), bytes(after or b"")
     at = _first_difference(old, new)
     start = max(0, at - _EXCERPT)
     lines = [f"{label} too large to diff; they differ from byte {at:,}:"]
-    for side, data in (("recorded", old), ("replayed", new)):
+    for side, data in ((sides[0], old), (sides[1], new)):
         excerpt = data[start : at + _EXCERPT].decode("utf-8", "replace")
         lines.append(
             f"{side} {label}: {len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()}, "

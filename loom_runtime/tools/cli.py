@@ -733,3 +733,5 @@ if __name__ == "__main__":
     _real_main()
 else:
     _load_plugins()
+
+import loom_runtime.tools.bundle_cli  # noqa: E402, F401  (registers `loom diff`, `loom bundle show`)

@@ -11,6 +11,20 @@ replay needs.
 For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way;
 override the ``loom_flows`` fixture to supply flows from a conftest instead of the option.
 
+A test that runs a flow records on first run and replays after (ADR 0029)::
+
+    @pytest.mark.loom(bundle="recordings/triage.json")
+    def test_triage(loom):
+        assert loom.run("triage", ticket="T-1").output.queue == "billing"
+
+The ``loom`` fixture is a fresh ``Loom`` on a temporary SQLite file, with the ``loom_flows``.
+Under the marker (path relative to the test file) its one run is recorded to the bundle or
+answered from it, by ``--loom-record`` (ini ``loom_record``): ``none`` replays only (the
+default: CI never records), ``once`` records a missing bundle and replays an existing one,
+``rewrite`` records afresh. ``--loom-update`` re-seals a bundle whose replay diverged only by
+changed decision inputs or output, and prints each diff it accepted; any other divergence
+still fails. It re-seals the bundles ``--loom-bundles`` collects the same way.
+
 Registered through the ``pytest11`` entry point, so installing loom is enough. That also
 loads it into every pytest session of an environment where loom is installed, most of which
 never use it: so this module imports only pytest, and loom itself is imported inside the hooks
@@ -27,9 +41,15 @@ import pytest
 
 if TYPE_CHECKING:
     from loom_runtime.flow import FlowRegistry
+    from loom_runtime.loom import Loom
     from loom_runtime.replay import ReplayResult
+    from loom_runtime.tools.pytest_bundle import BundleLoom
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
+RECORD_MODES = ("none", "once", "rewrite")
+RESEALED_PROPERTY = "loom_resealed"
+"""The user property a re-sealing test carries (bundle and accepted diffs): a property, not
+session state, so the report reaches the controller when pytest-xdist runs the tests."""
 
 
 class ReplayDiverged(AssertionError):
@@ -56,6 +76,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where the flows are registered: a Loom, a FlowRegistry, or a function returning one",
     )
     parser.addini("loom_flows", "default for --loom-flows", default=None)
+    group.addoption(
+        "--loom-record",
+        choices=RECORD_MODES,
+        default=None,
+        help="for tests marked loom(bundle=...): none replays only (default), once records a "
+        "missing bundle, rewrite records every bundle afresh",
+    )
+    parser.addini("loom_record", "default for --loom-record", default="none")
+    group.addoption(
+        "--loom-update",
+        action="store_true",
+        help="re-seal bundles whose replay changed only decision inputs or the output, "
+        "printing each accepted diff",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "loom(bundle): the loom fixture's run is recorded to / replayed from this bundle file "
+        "(relative to the test file; see --loom-record, --loom-update)",
+    )
+
+
+def _record_mode(config: pytest.Config) -> str:
+    mode = str(config.getoption("--loom-record") or config.getini("loom_record"))
+    if mode not in RECORD_MODES:
+        raise pytest.UsageError(
+            f"loom_record must be one of {', '.join(RECORD_MODES)}, not {mode!r}"
+        )
+    return mode
 
 
 def _configured_flows(config: pytest.Config) -> FlowRegistry:
@@ -95,7 +146,15 @@ class BundleItem(pytest.Item):
     """Replays one bundle with the configured flows."""
 
     def runtest(self) -> None:
-        replay_or_fail(_configured_flows(self.config), self.path)
+        flows = _configured_flows(self.config)
+        if not self.config.getoption("--loom-update"):
+            replay_or_fail(flows, self.path)
+            return
+        from loom_runtime.tools.pytest_bundle import BundleLoom
+
+        updating = BundleLoom(None, flows=flows, bundle=self.path, record=False, update=True)
+        updating.update_bundle()  # opens no database: nothing to close
+        _write_resealed(self, updating)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         from loom_runtime.errors import BundleError
@@ -136,3 +195,85 @@ def loom_replay(loom_flows: FlowRegistry) -> Callable[[str | Path], ReplayResult
         return replay_or_fail(loom_flows, Path(bundle))
 
     return replay
+
+
+@pytest.fixture
+def loom(
+    request: pytest.FixtureRequest, tmp_path: Path, loom_flows: FlowRegistry
+) -> Iterator[Loom]:
+    """A fresh ``Loom`` on a temporary SQLite file with the ``loom_flows``; under
+    ``@pytest.mark.loom(bundle=...)`` its run records to or replays from that bundle."""
+    from loom_runtime.loom import Loom
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    marker = request.node.get_closest_marker("loom")
+    if marker is None:
+        with Loom(url, flows=loom_flows) as plain:
+            yield plain
+        return
+    yield from _bundle_loom(request, marker, url, loom_flows)
+
+
+def _bundle_loom(
+    request: pytest.FixtureRequest, marker: pytest.Mark, url: str, flows: FlowRegistry
+) -> Iterator[Loom]:
+    from loom_runtime.tools.pytest_bundle import BundleLoom
+
+    name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
+    if not isinstance(name, str | Path):
+        raise pytest.UsageError(
+            f"{request.node.nodeid}: @pytest.mark.loom needs bundle=PATH (the file its run "
+            "records to and replays from)"
+        )
+    bundle = request.path.parent / name
+    mode = _record_mode(request.config)
+    record = mode == "rewrite" or (mode == "once" and not bundle.exists())
+    if not record and not bundle.exists():
+        pytest.fail(
+            f"no loom bundle at {bundle}: record it with --loom-record=once (replay-only is "
+            "the default, so CI never records)",
+            pytrace=False,
+        )
+    bundled = BundleLoom(
+        url,
+        flows=flows,
+        bundle=bundle,
+        record=record,
+        update=bool(request.config.getoption("--loom-update")),
+    )
+    try:
+        yield bundled
+        if bundled.recorded is not None:
+            bundle.parent.mkdir(parents=True, exist_ok=True)
+            bundled.export(bundled.recorded, bundle)
+        else:
+            _write_resealed(request.node, bundled)
+    finally:
+        bundled.close()
+
+
+def _write_resealed(item: pytest.Item, bundled: BundleLoom) -> None:
+    """Write the bundle ``bundled`` re-sealed, if it did, and note it for the summary."""
+    from loom_runtime.bundle import write_bundle
+
+    if bundled.resealed is None:
+        return
+    write_bundle(bundled.resealed, bundled.bundle)
+    accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
+    item.user_properties.append(
+        (RESEALED_PROPERTY, f"re-sealed {bundled.bundle}, accepting:\n{accepted}")
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Each bundle ``--loom-update`` re-sealed, with the diffs it accepted: the review."""
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            if getattr(report, "when", None) != "teardown":
+                continue
+            for name, text in getattr(report, "user_properties", ()):
+                if name == RESEALED_PROPERTY:
+                    from loom_runtime.tools.display import visible  # values from a bundle
+
+                    terminalreporter.write_sep("-", "loom --loom-update")
+                    terminalreporter.write_line(visible(str(text)))

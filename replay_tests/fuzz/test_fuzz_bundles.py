@@ -126,7 +126,7 @@ def test_invalid_utf8_inside_a_bundle_is_refused_as_a_bundle_error(
 
 def flip_case_in_execution_id(data: bytes) -> bytes:
     text = data.decode()
-    start = text.index('"execution_id":"') + len('"execution_id":"')
+    start = text.index('"execution_id": "') + len('"execution_id": "')
     at = next(i for i in range(start, start + 36) if text[i] in "abcdef")
     return (text[:at] + text[at].upper() + text[at + 1 :]).encode()
 

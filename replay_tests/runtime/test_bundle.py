@@ -136,7 +136,11 @@ def _reseal(path: Path) -> None:
 
     from loom_runtime.bundle import Bundle, content_hash
 
-    bundle = msgspec.json.decode(path.read_bytes(), type=Bundle)
+    document = msgspec.json.decode(path.read_bytes())
+    for event in document["events"]:  # a state written inline (ADR 0029) back to its text
+        if isinstance(event["state"], dict):
+            event["state"] = msgspec.json.encode(event["state"]).decode()
+    bundle = msgspec.convert(document, type=Bundle)
     bundle = msgspec.structs.replace(
         bundle, positions=(bundle.events[0].position, bundle.events[-1].position)
     )
@@ -150,8 +154,14 @@ def _reseal(path: Path) -> None:
     [
         (lambda text: text[: len(text) // 2], BundleTruncatedError),
         (lambda text: text.replace("db slow", "db fast"), BundleTamperedError),
-        (lambda text: text.replace('"schema_version":1', '"schema_version":2'), BundleVersionError),
-        (lambda text: text.replace('"format":"loom-bundle"', '"format":"zip"'), BundleFormatError),
+        (
+            lambda text: text.replace('"schema_version": 1', '"schema_version": 2'),
+            BundleVersionError,
+        ),
+        (
+            lambda text: text.replace('"format": "loom-bundle"', '"format": "zip"'),
+            BundleFormatError,
+        ),
         (lambda text: "[1, 2, 3]", BundleFormatError),
     ],
     ids=["truncated", "tampered", "future-version", "not-a-bundle", "not-an-object"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import msgspec
@@ -28,6 +29,27 @@ PROMPT = "TEMPLATE"
 def flows_module(template: str) -> str:
     """The flows module's source, with the prompt template the code has at that time."""
     return FLOWS.replace("TEMPLATE", template)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _loaded_before_pytester(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Run a flow and load every package's events before any pytester snapshot. pytester
+    forgets the modules imported after its snapshot, but eventsourcing keeps their classes by
+    topic (the storage factory, the events a forged bundle's unknown topic makes loom load):
+    imported again by a later test, they would clash."""
+    for entry_point in entry_points(group="loom.events"):
+        entry_point.load()
+    namespace: dict[str, object] = {}
+    exec(flows_module("Greet "), namespace)
+    flows = namespace["flows"]
+    assert isinstance(flows, FlowRegistry)
+    with Loom(f"sqlite:///{tmp_path_factory.mktemp('warm') / 'warm.db'}", flows=flows) as warm:
+        warm.import_bundle(
+            warm.export(
+                warm.run("greet", name="Ada").execution_id,
+                Path(tmp_path_factory.mktemp("warm-bundle") / "b.json"),
+            )
+        )
 
 
 @pytest.fixture
@@ -66,6 +88,26 @@ def test_a_changed_prompt_fails_with_the_diff(pytester: pytest.Pytester, recordi
             '*+  "prompt": "Say hi to Ada"*',
         ]
     )
+
+
+def test_update_reseals_a_collected_bundle_too(pytester: pytest.Pytester, recordings: Path) -> None:
+    """--loom-bundles with --loom-update: the changed prompt is accepted and printed, the
+    bundle re-sealed (replaying green afterwards), and still no database anywhere."""
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    options = (
+        "-p",
+        "no:randomly",
+        "--loom-bundles",
+        str(recordings),
+        "--loom-flows=flows_v2:flows",
+    )
+    result = pytester.runpytest(*options, "--loom-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["re-sealed *incident-1.json, accepting:", '*+  "prompt": "Say hi to Ada"*']
+    )
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+    assert not list(pytester.path.glob("*.db"))
 
 
 def test_the_fixture_replays_hand_written_cases(
@@ -145,3 +187,117 @@ def test_a_forged_replay_finding_in_a_bundle_fails_the_test(
     result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*OutcomeChangedError*ReplayDivergence*"])
+
+
+MARKED = """
+import pytest
+
+
+@pytest.mark.loom(bundle="recordings/greet.json")
+def test_greet(loom):
+    BODY
+"""
+
+
+def marked_project(pytester: pytest.Pytester, prompt: str, body: str) -> Path:
+    """A project whose one test runs ``body`` under the marker; returns the bundle's path."""
+    pytester.syspathinsert()
+    pytester.makeini("[pytest]\nloom_flows = greeter:flows\n")
+    pytester.makepyfile(greeter=flows_module(prompt), test_greet=MARKED.replace("BODY", body))
+    return pytester.path / "recordings" / "greet.json"
+
+
+RUN = 'assert loom.run("greet", name="Ada").output == "Hello, Ada"'
+
+
+def test_replay_only_is_the_default_and_a_missing_bundle_says_how_to_record(
+    pytester: pytest.Pytester,
+) -> None:
+    bundle = marked_project(pytester, "Greet ", RUN)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*no loom bundle at *greet.json: record it with --loom-record=once*"]
+    )
+    assert not bundle.exists()
+
+
+def test_once_records_then_replays_and_rewrite_records_afresh(pytester: pytest.Pytester) -> None:
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    first = read_bundle(bundle)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert read_bundle(bundle) == first  # replayed: the file is untouched
+    pytester.runpytest("-p", "no:randomly", "--loom-record=rewrite").assert_outcomes(passed=1)
+    assert read_bundle(bundle).execution_id != first.execution_id
+
+
+def test_the_replayed_run_can_be_looked_up_like_a_recorded_one(pytester: pytest.Pytester) -> None:
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    marked_project(
+        pytester,
+        "Greet ",
+        'run = loom.run("greet", name="Ada")\n'
+        '    assert loom.execution(run.execution_id).decisions["model"].key == "model"',
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+
+
+def test_update_refuses_a_new_decision_and_leaves_the_bundle(pytester: pytest.Pytester) -> None:
+    """Only changed inputs and output are accepted: a key never recorded still fails."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    before = bundle.read_bytes()
+    pytester.makepyfile(
+        greeter=flows_module("Greet ").replace(
+            'ctx.decide("model"', 'ctx.decide("tone", lambda: "warm") and ctx.decide("model"'
+        )
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*UnrecordedDecisionError*'tone' was never recorded*"])
+    assert bundle.read_bytes() == before
+
+
+def test_other_arguments_than_recorded_fail_with_their_diff(pytester: pytest.Pytester) -> None:
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    marked_project(pytester, "Greet ", 'loom.run("greet", name="Grace")')
+    result = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*BundleMismatch*--loom-record=rewrite*", '*-  "name": "Ada"*', '*+  "name": "Grace"*']
+    )
+
+
+def test_a_bundle_holds_one_run(pytester: pytest.Pytester) -> None:
+    marked_project(pytester, "Greet ", f"{RUN}\n    {RUN}")
+    result = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*BundleMismatch*holds one execution*"])
+
+
+def test_the_marker_needs_a_bundle(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert()
+    pytester.makeini("[pytest]\nloom_flows = greeter:flows\n")
+    pytester.makepyfile(
+        greeter=flows_module("Greet "),
+        test_greet="import pytest\n@pytest.mark.loom\ndef test_greet(loom):\n    pass\n",
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*@pytest.mark.loom needs bundle=PATH*"])
+    assert result.ret != 0
+
+
+def test_an_unmarked_test_gets_a_plain_loom_on_a_temporary_file(
+    pytester: pytest.Pytester,
+) -> None:
+    marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(
+        test_plain="def test_plain(loom, tmp_path):\n"
+        '    assert loom.run("greet", name="Ada").output == "Hello, Ada"\n'
+        "    assert (tmp_path / 'loom.db').exists()\n"
+    )
+    pytester.runpytest("-p", "no:randomly", "test_plain.py").assert_outcomes(passed=1)
+    assert not (pytester.path / "recordings").exists()

@@ -1,0 +1,264 @@
+"""``loom diff A B`` and ``loom bundle show F``: a bundle read as text, in review (ADR 0029).
+
+A re-recorded bundle lands in a pull request; these commands say what changed in terms a
+reviewer knows (the flow's arguments, each decision's input and value, the outcome), with the
+same bounded unified diffs a failed replay shows. Ids, timestamps and log positions are not
+compared: two recordings of the same behaviour are the same. A bundle is untrusted input, so
+every value is printed through :func:`~loom_runtime.tools.display.visible`.
+
+Exit codes: 0 the same (or shown), 1 they differ or a bundle is unusable (tampered, not a
+bundle: a failed check), 2 a usage error or a file that does not exist. Errors go to stderr.
+Registered on the ``loom`` app by the last line of :mod:`loom_runtime.tools.cli`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+
+import msgspec
+import typer
+
+from loom_runtime.tools.cli import app
+from loom_runtime.tools.display import describe_meta, visible
+
+if TYPE_CHECKING:
+    from loom_runtime.bundle import Bundle
+    from loom_runtime.execution import Decision, Execution
+
+bundle_app = typer.Typer(help="Read bundle files.", no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+Change = Literal["flow", "arguments", "added", "removed", "kind", "input", "value", "outcome"]
+
+
+class Difference(msgspec.Struct, frozen=True, kw_only=True):
+    """One way two recordings differ; ``key`` names the decision when it is one's."""
+
+    change: Change
+    key: str | None = None
+    diff: str
+
+
+class DiffReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``loom diff --json`` prints."""
+
+    a: str
+    b: str
+    same: bool
+    differences: list[Difference]
+
+
+class DecisionView(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision as ``loom bundle show --json`` prints it (values as recorded JSON)."""
+
+    key: str
+    kind: str | None
+    input: msgspec.Raw
+    value: msgspec.Raw | None
+    error: str | None
+    meta: msgspec.Raw | None
+    origin: str | None
+
+
+class BundleView(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``loom bundle show --json`` prints."""
+
+    execution_id: str
+    flow: str
+    code_version: str
+    exported_at: str
+    input: msgspec.Raw
+    decisions: list[DecisionView]
+    output: msgspec.Raw | None
+    error: str | None
+
+
+@app.command("diff")
+def diff_command(
+    a: Annotated[Path, typer.Argument(help="The bundle before (e.g. the committed one).")],
+    b: Annotated[Path, typer.Argument(help="The bundle after (e.g. the re-recorded one).")],
+    as_json: JsonOption = False,
+) -> None:
+    """Compare two bundles by behaviour (exit 1 when they differ).
+
+    The flow's arguments, each decision's input and value, decisions only one made, and the
+    outcome, as unified diffs; ids, timestamps and log positions are not compared.
+    """
+    (_, before), (_, after) = _read(a), _read(b)
+    differences = compare(before, after, sides=(str(a), str(b)))
+    if as_json:
+        report = DiffReport(a=str(a), b=str(b), same=not differences, differences=differences)
+        typer.echo(msgspec.json.encode(report).decode())
+    elif not differences:
+        typer.echo(f"same: {visible(str(a), one_line=True)} and {visible(str(b), one_line=True)}")
+    for difference in [] if as_json else differences:
+        where = f" {visible(repr(difference.key), one_line=True)}" if difference.key else ""
+        typer.echo(f"{difference.change}{where}:")
+        typer.echo(visible(difference.diff).rstrip("\n"))
+    raise typer.Exit(1 if differences else 0)
+
+
+@bundle_app.command("show")
+def show_command(
+    path: Annotated[Path, typer.Argument(help="A bundle file (.json or .msgpack).")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show a bundle's execution in full.
+
+    Its arguments, every decision (input, value or failure, what was measured) and outcome.
+    """
+    bundle, execution = _read(path)
+    view = _view(execution, exported_at=bundle.exported_at.isoformat())
+    if as_json:
+        typer.echo(msgspec.json.encode(view).decode())
+        return
+    from loom_runtime.codec import pretty
+
+    lines = [
+        f"execution {view.execution_id}  flow {view.flow}  code {view.code_version}",
+        f"exported {view.exported_at}",
+        "arguments:",
+        _indented(pretty(view.input)),
+    ]
+    for decision in view.decisions:
+        kind = f" ({decision.kind})" if decision.kind else ""
+        origin = f" [{decision.origin}]" if decision.origin else ""
+        lines += [
+            f"decision {decision.key!r}{kind}{origin}",
+            "  input:",
+            _indented(pretty(decision.input), 4),
+        ]
+        if decision.error is not None:
+            lines.append(f"  raised {decision.error}")
+        else:
+            lines += ["  value:", _indented(pretty(decision.value), 4)]
+        if decision.meta is not None:
+            lines.append(f"  measured: {describe_meta(msgspec.json.decode(decision.meta))}")
+    if view.error is not None:
+        lines.append(f"raised {view.error}")
+    else:
+        lines += ["output:", _indented(pretty(view.output))]
+    typer.echo(visible("\n".join(lines)))
+
+
+def compare(before: Execution, after: Execution, *, sides: tuple[str, str]) -> list[Difference]:
+    """Every difference in behaviour between two recorded executions, in recorded order."""
+    from loom_runtime.diff import diff
+
+    def changed(
+        change: Change,
+        old: msgspec.Raw | bytes | None,
+        new: msgspec.Raw | bytes | None,
+        key: str | None,
+        label: str,
+    ) -> Difference:
+        return Difference(change=change, key=key, diff=diff(old, new, label=label, sides=sides))
+
+    found: list[Difference] = []
+    if before.flow != after.flow:
+        found.append(changed("flow", _text(before.flow), _text(after.flow), None, "flow"))
+    if _canonical(before.input) != _canonical(after.input):
+        found.append(changed("arguments", before.input, after.input, None, "arguments"))
+    for key in [*before.decisions, *(k for k in after.decisions if k not in before.decisions)]:
+        old, new = before.decisions.get(key), after.decisions.get(key)
+        label = f"decision {key!r}"
+        if old is None or new is None:
+            change: Change = "added" if old is None else "removed"
+            found.append(changed(change, _recorded(old), _recorded(new), key, label))
+            continue
+        if old.kind != new.kind:
+            found.append(changed("kind", _text(old.kind), _text(new.kind), key, f"kind of {label}"))
+        if _canonical(old.input) != _canonical(new.input):
+            found.append(changed("input", old.input, new.input, key, f"input of {label}"))
+        if _outcome(old) != _outcome(new):
+            found.append(changed("value", _outcome(old), _outcome(new), key, f"value of {label}"))
+    if _ending(before) != _ending(after):
+        found.append(changed("outcome", _ending(before), _ending(after), None, "outcome"))
+    return found
+
+
+def _read(path: Path) -> tuple[Bundle, Execution]:
+    """The bundle and its execution; a missing file exits 2, an unusable bundle exits 1."""
+    from loom_runtime.bundle import read_bundle
+    from loom_runtime.errors import BundleError, BundleNotFoundError, ConfigurationError
+
+    try:
+        bundle = read_bundle(path)
+        return bundle, bundle.execution()
+    except BundleNotFoundError:
+        _fail(f"file not found: {path}", code=2)
+    except ConfigurationError as exc:
+        _fail(str(exc), code=2)
+    except BundleError as exc:
+        _fail(str(exc), code=1)
+
+
+def _view(execution: Execution, *, exported_at: str) -> BundleView:
+    return BundleView(
+        execution_id=str(execution.id),
+        flow=execution.flow,
+        code_version=execution.code_version,
+        exported_at=exported_at,
+        input=execution.input,
+        decisions=[
+            DecisionView(
+                key=d.key,
+                kind=d.kind,
+                input=d.input,
+                value=d.value,
+                error=f"{d.error_type}: {d.message}" if d.error_type is not None else None,
+                meta=d.meta,
+                origin=d.origin,
+            )
+            for d in execution.decisions.values()
+        ],
+        output=execution.output,
+        error=": ".join(execution.error) if execution.error is not None else None,
+    )
+
+
+def _outcome(decision: Decision) -> bytes:
+    """A decision's value, or its recorded failure, as comparable JSON."""
+    if decision.error_type is not None:
+        return msgspec.json.encode({"raised": decision.error_type, "message": decision.message})
+    return _canonical(decision.value)
+
+
+def _recorded(decision: Decision | None) -> bytes | None:
+    """A decision whole (input and outcome), for one that only one side recorded."""
+    if decision is None:
+        return None
+    outcome = msgspec.json.decode(_outcome(decision))
+    return msgspec.json.encode({"input": msgspec.json.decode(decision.input), "outcome": outcome})
+
+
+def _ending(execution: Execution) -> bytes:
+    if execution.error is not None:
+        return msgspec.json.encode({"raised": execution.error[0], "message": execution.error[1]})
+    if execution.output is None:
+        return msgspec.json.encode({"unfinished": True})
+    return msgspec.json.encode({"returned": msgspec.json.decode(execution.output)})
+
+
+def _canonical(raw: msgspec.Raw | bytes | None) -> bytes:
+    """Sorted-key JSON: the same value compares equal whatever its stored key order."""
+    decoded: Any = None if raw is None else msgspec.json.decode(raw)
+    return msgspec.json.encode(decoded, order="sorted")
+
+
+def _text(value: str | None) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def _indented(text: str, by: int = 2) -> str:
+    return "\n".join(" " * by + line for line in text.splitlines())
+
+
+def _fail(message: str, *, code: int) -> NoReturn:
+    """An error on stderr, on one line (what a script greps), inert, and the exit code."""
+    sys.stderr.write(f"error: {visible(message, one_line=True)}\n")
+    raise typer.Exit(code)

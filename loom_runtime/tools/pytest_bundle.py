@@ -1,0 +1,223 @@
+"""The ``Loom`` behind the pytest plugin's ``loom`` fixture for a test marked with a bundle.
+
+A marked test calls ``loom.run(...)`` the same way whether it records or replays (ADR 0029):
+this subclass decides which by the record mode, inside the one method both ``run`` and
+``arun`` go through. Recording runs the flow live into the test's temporary log and leaves
+the execution for the fixture to export; replaying answers the run from the bundle, with the
+current code, and fails the test with the replay's readable divergences. Under
+``--loom-update`` a replay whose only divergences are changed decision inputs or a changed
+output is re-sealed instead: the recorded events with those inputs and that output put in,
+everything else (ids, timestamps, values, code version) kept, so the bundle's git diff is
+exactly what was accepted.
+
+Imported only when a marked test requests the fixture (the plugin module imports only pytest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime.bundle import Bundle, BundleEvent, read_bundle, seal
+from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot
+from loom_runtime.diff import diff
+from loom_runtime.driver import Steps
+from loom_runtime.errors import (
+    DecisionInputChangedError,
+    OutputChangedError,
+    ReplayDivergence,
+)
+from loom_runtime.execution import Decision, Execution
+from loom_runtime.flow import Flow, FlowRegistry
+from loom_runtime.loom import Loom, Run
+from loom_runtime.replay import Replayer, ReplayResult
+from loom_runtime.tools.pytest_plugin import ReplayDiverged
+
+ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
+"""The divergences ``--loom-update`` accepts: what the code now asks and returns. Anything
+else (an unrecorded key, an unused decision, another outcome) changes what was recorded, and
+only recording afresh (``--loom-record=rewrite``) can say what the new answer is."""
+
+
+class BundleMismatch(AssertionError):
+    """The test runs the flow differently from the bundle (another flow, other arguments, a
+    second run): not a replay divergence but a test that no longer matches its recording."""
+
+
+class BundleLoom(Loom):
+    """A ``Loom`` on the test's temporary log whose one run records to or replays ``bundle``."""
+
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        flows: FlowRegistry,
+        bundle: Path,
+        record: bool,
+        update: bool,
+    ) -> None:
+        super().__init__(url, flows=flows)
+        self.bundle = bundle
+        self.recording = record
+        self.update = update
+        self.recorded: UUID | None = None
+        """The execution recorded live, for the fixture to export to :attr:`bundle`."""
+        self.resealed: Bundle | None = None
+        """The bundle re-sealed under ``--loom-update``, for the fixture to write."""
+        self.accepted: tuple[ReplayDivergence, ...] = ()
+        self._ran = False
+        self._seen: _InputsSeen | None = None
+        self._output: msgspec.Raw | None = None
+
+    def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
+        if self._ran:
+            raise BundleMismatch(
+                f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
+                "execution: split the test, or run the other flows with a Loom of your own"
+            )
+        self._ran = True
+        if self.recording:
+            return (yield from super()._run(flow, arguments))
+        return (yield from self._answer(flow, arguments))
+
+    def _start(
+        self, flow: str, arguments: dict[str, Any]
+    ) -> tuple[Flow, Execution, dict[str, Any]]:
+        started = super()._start(flow, arguments)
+        self.recorded = started[1].id  # exported even if the flow then fails: that is recorded
+        return started
+
+    def _answer(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
+        """The run answered from the bundle by a replay of the current code."""
+        bundle = read_bundle(self.bundle)
+        execution = bundle.execution()
+        definition = self.get_flow(flow)
+        raw_input, _ = definition.bind(arguments, redactor=self.settings.redactor)
+        if definition.name != execution.flow:
+            raise BundleMismatch(
+                f"{self.bundle} recorded flow {execution.flow!r}, this test runs "
+                f"{definition.name!r}: point the marker at its bundle, or record it again "
+                "with --loom-record=rewrite"
+            )
+        if raw_input != execution.input:
+            raise BundleMismatch(
+                f"{self.bundle} recorded {execution.flow!r} with other arguments than this "
+                "test runs it with; record it again with --loom-record=rewrite:\n"
+                + diff(execution.input, raw_input, label=f"arguments of {execution.flow}")
+            )
+        self.import_bundle(self.bundle)  # the test can look the execution up as after a run
+        result = yield from self._replay(execution, frozenset())
+        if not result.identical:
+            self._settle(bundle, result)
+        return Run(
+            execution_id=execution.id,
+            flow=execution.flow,
+            output=result.output,
+            log_position=execution.log_position,
+        )
+
+    def update_bundle(self) -> None:
+        """Replay :attr:`bundle` as it is (a collected bundle has no test body to run):
+        re-seal it into :attr:`resealed` if only accepted divergences, else raise them.
+        Opens no database."""
+        result = self.replay_bundle(self.bundle)
+        if not result.identical:
+            self._settle(read_bundle(self.bundle), result)
+
+    def _settle(self, bundle: Bundle, result: ReplayResult) -> None:
+        """Re-seal the bundle if updating and every divergence is accepted; else fail."""
+        if not self.update or not all(isinstance(d, ACCEPTED) for d in result.divergences):
+            raise ReplayDiverged(result)
+        seen = self._seen.inputs if self._seen is not None else {}
+        changed = [d for d in result.divergences if isinstance(d, DecisionInputChangedError)]
+        output_changed = any(isinstance(d, OutputChangedError) for d in result.divergences)
+        self.resealed = reseal(
+            bundle,
+            inputs={d.key: seen[d.key] for d in changed},
+            output=self._output if output_changed else None,
+        )
+        self.accepted = result.divergences
+
+    def _context(
+        self, definition: Flow, execution: Execution, source: DecisionSource
+    ) -> FlowContext | AsyncFlowContext:
+        if isinstance(source, Replayer):  # a replay's: note what the current code asks
+            self._seen = source = _InputsSeen(source)
+        return super()._context(definition, execution, source)
+
+    def _replay_result(
+        self,
+        execution: Execution,
+        definition: Flow,
+        replayer: Replayer,
+        output: msgspec.Raw | None,
+        error: BaseException | None,
+    ) -> ReplayResult:
+        self._output = output
+        return super()._replay_result(execution, definition, replayer, output, error)
+
+
+class _InputsSeen:
+    """A replay's decision source, noting the input each key is asked with now: what a
+    re-seal puts in place of the recorded input."""
+
+    def __init__(self, inner: Replayer) -> None:
+        self.inner = inner
+        self.redactor = inner.redactor
+        self.inputs: dict[str, msgspec.Raw] = {}
+
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        return self.inner.recorded
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        self.inputs[slot.key] = slot.input
+        return self.inner.lookup(slot)
+
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
+        return self.inner.record(slot, value, type=type, meta=meta)
+
+    def record_failure(
+        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+    ) -> None:
+        self.inner.record_failure(slot, error, meta=meta)
+
+
+def reseal(
+    bundle: Bundle, *, inputs: Mapping[str, msgspec.Raw], output: msgspec.Raw | None
+) -> Bundle:
+    """``bundle`` with the input of each decision in ``inputs`` replaced, and the recorded
+    output by ``output`` if given; every other event kept byte for byte, and sealed again."""
+    events = [_resealed_event(event, inputs, output) for event in bundle.events]
+    return seal(
+        execution_id=bundle.execution_id,
+        flow=bundle.flow,
+        code_version=bundle.code_version,
+        started_at_position=bundle.started_at_position,
+        events=events,
+    )
+
+
+def _resealed_event(
+    event: BundleEvent, inputs: Mapping[str, msgspec.Raw], output: msgspec.Raw | None
+) -> BundleEvent:
+    state = msgspec.json.decode(event.state)
+    if not isinstance(state, dict):
+        return event
+    if event.topic in (Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC):
+        new = inputs.get(state.get("key"))  # type: ignore[arg-type]
+        field = "input"
+    elif event.topic == Execution.Completed.TOPIC:
+        new, field = output, "output"
+    else:
+        return event
+    if new is None:
+        return event
+    state[field] = new
+    return msgspec.structs.replace(event, state=msgspec.json.encode(state).decode())
