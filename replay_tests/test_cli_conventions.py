@@ -160,6 +160,14 @@ def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
             (["knowledge", "counterfactual", eid, *db, *flows], ExitCode.OK),
             (["knowledge", "counterfactual", MISSING_ID, *db, *flows], ExitCode.USAGE),
         ],
+        "diff": [
+            (["diff", str(s.bundle), str(s.bundle)], ExitCode.OK),
+            (["diff", str(s.bundle), "nonexistent.json"], ExitCode.USAGE),
+        ],
+        "bundle show": [
+            (["bundle", "show", str(s.bundle)], ExitCode.OK),
+            (["bundle", "show", "nonexistent.json"], ExitCode.USAGE),
+        ],
     }
 
 
@@ -232,6 +240,14 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
         "knowledge as-of": (
             ["knowledge", "as-of", "4", "--scope", "ops", *db],
             lambda d: d["position"] == 4 and d["documents"][0]["id"] == "disk.md",
+        ),
+        "diff": (
+            ["diff", str(s.bundle), str(s.bundle)],
+            lambda d: d["same"] is True and d["differences"] == [],
+        ),
+        "bundle show": (
+            ["bundle", "show", str(s.bundle)],
+            lambda d: d["execution_id"] == eid and _keys(d["decisions"][0]) >= {"key", "input"},
         ),
     }
 

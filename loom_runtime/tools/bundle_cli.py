@@ -13,14 +13,13 @@ Registered on the ``loom`` app by the last line of :mod:`loom_runtime.tools.cli`
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 import typer
 
-from loom_runtime.tools.cli import app
+from loom_runtime.tools.cli import ExitCode, JsonOption, app, fail, print_json
 from loom_runtime.tools.display import describe_meta, visible
 
 if TYPE_CHECKING:
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
 
 bundle_app = typer.Typer(help="Read bundle files.", no_args_is_help=True)
 app.add_typer(bundle_app, name="bundle")
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 Change = Literal["flow", "arguments", "added", "removed", "kind", "input", "value", "outcome"]
 
@@ -92,14 +89,14 @@ def diff_command(
     differences = compare(before, after, sides=(str(a), str(b)))
     if as_json:
         report = DiffReport(a=str(a), b=str(b), same=not differences, differences=differences)
-        typer.echo(msgspec.json.encode(report).decode())
+        print_json(report)
     elif not differences:
         typer.echo(f"same: {visible(str(a), one_line=True)} and {visible(str(b), one_line=True)}")
     for difference in [] if as_json else differences:
         where = f" {visible(repr(difference.key), one_line=True)}" if difference.key else ""
         typer.echo(f"{difference.change}{where}:")
         typer.echo(visible(difference.diff).rstrip("\n"))
-    raise typer.Exit(1 if differences else 0)
+    raise typer.Exit(ExitCode.FAILED if differences else ExitCode.OK)
 
 
 @bundle_app.command("show")
@@ -114,7 +111,7 @@ def show_command(
     bundle, execution = _read(path)
     view = _view(execution, exported_at=bundle.exported_at.isoformat())
     if as_json:
-        typer.echo(msgspec.json.encode(view).decode())
+        print_json(view)
         return
     from loom_runtime.codec import pretty
 
@@ -190,11 +187,11 @@ def _read(path: Path) -> tuple[Bundle, Execution]:
         bundle = read_bundle(path)
         return bundle, bundle.execution()
     except BundleNotFoundError:
-        _fail(f"file not found: {path}", code=2)
+        fail(f"file not found: {path}", code=ExitCode.USAGE)
     except ConfigurationError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=ExitCode.USAGE)
     except BundleError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc))
 
 
 def _view(execution: Execution, *, exported_at: str) -> BundleView:
@@ -256,9 +253,3 @@ def _text(value: str | None) -> bytes:
 
 def _indented(text: str, by: int = 2) -> str:
     return "\n".join(" " * by + line for line in text.splitlines())
-
-
-def _fail(message: str, *, code: int) -> NoReturn:
-    """An error on stderr, on one line (what a script greps), inert, and the exit code."""
-    sys.stderr.write(f"error: {visible(message, one_line=True)}\n")
-    raise typer.Exit(code)
