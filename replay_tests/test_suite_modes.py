@@ -14,6 +14,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = "replay_tests/runtime/test_stream.py"  # takes the `loom` fixture: both backends
 
@@ -49,6 +51,7 @@ def test_quick_mode_names_only_registered_markers() -> None:
     assert named <= registered
 
 
+@pytest.mark.slow  # two pytest subprocesses
 def test_quick_mode_leaves_out_postgres_slow_and_browser() -> None:
     """With a server configured, the full run has both backends, the quick run SQLite only."""
     full = _collected()

@@ -121,6 +121,7 @@ def _version(directory: Path, name: str, keep: set[str]) -> list[Doc]:
     ]
 
 
+@pytest.mark.slow  # a soak: 320 pages of a real manual synced four times, ~20 s on SQLite
 def test_a_manual_reconciled_through_three_versions_and_back_ranks_as_fresh(
     loom: Loom, db_url: str, tmp_path: Path
 ) -> None:
