@@ -38,7 +38,8 @@ PAGES = [ROOT / "README.md", *GUIDES]
 RUNBOOKS = ROOT / "loom_knowledge" / "tools" / "runbooks"
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
-MARKER = re.compile(r"<!--\s*fragment\b(?P<rest>.*?)-->", re.S)
+MARKER = re.compile(r"^[ \t]*<!--\s*fragment\b(?P<rest>.*?)-->", re.S | re.M)
+"""A fragment marker is a line of its own (prose may quote one inline)."""
 GIVEN = re.compile(r"\s+given:\s*(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*")
 
 
