@@ -26,6 +26,7 @@ import symtable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from replay_tests.capture.provider_server import ProviderServer
@@ -43,11 +44,13 @@ MARKER = re.compile(r"^[ \t]*<!--\s*fragment\b(?P<rest>.*?)-->", re.S | re.M)
 GIVEN = re.compile(r"\s+given:\s*(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*")
 
 
-class Block:
+class Block(msgspec.Struct, frozen=True, kw_only=True):
     """One fenced Python block of a page, with the names its fragment marker gives (if any)."""
 
-    def __init__(self, page: Path, line: int, source: str, given: frozenset[str] | None) -> None:
-        self.page, self.line, self.source, self.given = page, line, source, given
+    page: Path
+    line: int
+    source: str
+    given: frozenset[str] | None
 
     @property
     def where(self) -> str:
@@ -69,7 +72,7 @@ def _blocks(page: Path) -> list[Block]:
         indent = len(fence["indent"])
         source = "".join(line[indent:] for line in fence["body"].splitlines(keepends=True))
         line = text.count("\n", 0, fence.start()) + 1
-        blocks.append(Block(page, line, source, given))
+        blocks.append(Block(page=page, line=line, source=source, given=given))
     return blocks
 
 
