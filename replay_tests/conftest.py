@@ -3,8 +3,10 @@
 ``db_url`` is parametrised over both backends: every test that takes it (or ``loom``) runs on
 a fresh SQLite file AND on a fresh PostgreSQL database of the server ``scripts/test`` starts
 (``LOOM_TEST_PG_URL``). Without that server the PostgreSQL half is skipped, and the session
-says so in one line. Tests about SQLite itself (pragmas, the FTS5 index, the file) take
-``sqlite_url`` instead.
+says so in one line. That half carries the ``postgres`` marker, so ``-m "not postgres"``
+(``scripts/test --quick``) leaves it out instead of reporting a skip per test. Every database is
+created per test under a random name, so pytest-xdist workers never share one. Tests about
+SQLite itself (pragmas, the FTS5 index, the file) take ``sqlite_url`` instead.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def fresh_postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty log database: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.events import MEMORY_TOPICS, memory_stream
 from loom_memory.sql import SqlMemoryStore
 from loom_runtime import Loom, RetryPolicy, WriteContentionError
+from replay_tests.conftest import fresh_postgres_database
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 _NO_PG = "LOOM_TEST_PG_URL is not set (use scripts/with-postgres)"
@@ -76,8 +78,16 @@ STORES: dict[str, tuple[type[SqlMemoryStore | InMemoryMemoryStore], ...]] = {
 Opener = Callable[..., EventSourcedMemory]
 
 
-def _loom(backend: str, tmp_path: Path) -> Loom:
-    return Loom(PG_URL if backend == "postgres" else f"sqlite:///{tmp_path / 'loom.db'}")
+@contextmanager
+def _loom(backend: str, tmp_path: Path) -> Iterator[Loom]:
+    """A Loom on a log of the test's own: the tests compare log positions, which another test
+    writing to a shared database (on another pytest-xdist worker) would move."""
+    if backend != "postgres":
+        with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+            yield loom
+        return
+    with contextmanager(fresh_postgres_database)() as url, Loom(url) as loom:
+        yield loom
 
 
 def _drop_tables(engine: Engine, prefix: str) -> None:

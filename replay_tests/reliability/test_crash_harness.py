@@ -31,7 +31,10 @@ import pytest
 from reliability_faults import CATALOGUE, KillPoint
 from reliability_worker import Outcome, Zygote, run
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs the whole module: the harness starts every kill point the
+# session selected, and each worker's session holds all of them, so two workers would each run
+# all ~100 worker pairs (ADR 0031).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash-harness")]
 
 PARALLEL: Final = (os.cpu_count() or 2) + 1  # the workers wait on the database part of the time
 TIMEOUT: Final = 60  # seconds for any one worker; every wait is bounded
