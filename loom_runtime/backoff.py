@@ -1,6 +1,6 @@
 """How a decision retries a transient failure: a number of attempts, paused with full jitter.
 
-Used by ``ctx.decide(..., retry=Backoff(...))`` and by wrapped model clients (issue 13). Every
+Used by ``ctx.decide(..., retry=Backoff(...))`` and by wrapped model clients (ADR 0025, 0026). Every
 attempt is recorded in the decision's ``meta`` (:class:`Attempt`), for an audit to show how
 often and for how long a call was retried; only the last attempt's outcome is the decision,
 so a replay neither sleeps nor retries.

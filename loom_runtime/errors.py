@@ -305,7 +305,7 @@ class MissingExtraError(ConfigurationError):
         self.extra = extra
 
 
-# --- Recording SDK clients (issue 13: loom_runtime.wrap, ADR 0025) ---------------------------
+# --- Recording SDK clients (loom_runtime.wrap, ADR 0025) ------------------------------------
 
 
 class RecordedValueError(LogCorruptError):

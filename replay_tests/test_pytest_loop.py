@@ -1,4 +1,4 @@
-"""The everyday regression loop of issue 15, end to end in a pytester project under git.
+"""The everyday regression loop (ADR 0029), end to end in a pytester project under git.
 
 Record on first run, commit; the model goes away (CI has none) and the test still passes from
 the bundle; change the prompt and the test fails with the diff; ``--loom-update`` re-seals the

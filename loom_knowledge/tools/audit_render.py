@@ -26,6 +26,7 @@ from loom_knowledge.tools.audit import (
     AuditedRetrieval,
 )
 from loom_runtime.tools.display import describe_meta, visible
+from loom_runtime.tools.display import lineage_lines as display_lineage
 
 
 def render_text(report: Audit) -> str:
@@ -123,19 +124,11 @@ def _passage_line(passage: AuditedPassage) -> str:
 
 def lineage_lines(report: Audit) -> list[str]:
     """Where the execution comes from: the parent it was forked from, each reopened failure."""
-    lines = []
-    if report.parent_id is not None:
-        lines.append(
-            f"forked from execution {report.parent_id}, taking its first "
-            f"{report.forked_at} decision(s)"
-        )
-    for reopening in report.reopenings:
-        dropped = ", ".join(repr(k) for k in reopening.dropped) or "none"
-        lines.append(
-            f"reopened by {reopening.worker} after it failed ({reopening.error}); "
-            f"computed again: {dropped}"
-        )
-    return lines
+    return display_lineage(
+        parent_id=report.parent_id,
+        forked_at=report.forked_at,
+        reopenings=[(r.worker, r.error, r.dropped) for r in report.reopenings],
+    )
 
 
 def _origin(origin: str | None) -> str:

@@ -49,7 +49,7 @@ from loom_runtime.errors import (
     NotSerialisableError,
 )
 from loom_runtime.flow import load_flows
-from loom_runtime.tools.display import describe_meta, visible
+from loom_runtime.tools.display import describe_meta, lineage_lines, visible
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
@@ -412,21 +412,14 @@ def _execution_json(execution: Execution) -> dict[str, object]:
 
 
 def lineage(execution: Execution) -> list[str]:
-    """Where an execution comes from: the parent it was forked from and the point, and each
-    failure that was reopened (ADR 0026, 0027); no line for a plain run."""
-    lines = []
-    if execution.parent_id is not None:
-        lines.append(
-            f"forked from execution {execution.parent_id}, taking its first "
-            f"{execution.forked_at} decision(s)"
-        )
-    for reopening in execution.reopenings:
-        dropped = ", ".join(repr(k) for k in reopening.dropped) or "none"
-        lines.append(
-            f"reopened by {reopening.worker} after it failed ({reopening.error_type}: "
-            f"{reopening.message}); computed again: {dropped}"
-        )
-    return lines
+    """Where an execution comes from (:func:`~loom_runtime.tools.display.lineage_lines`)."""
+    return lineage_lines(
+        parent_id=execution.parent_id,
+        forked_at=execution.forked_at,
+        reopenings=[
+            (r.worker, f"{r.error_type}: {r.message}", r.dropped) for r in execution.reopenings
+        ],
+    )
 
 
 @app.command()

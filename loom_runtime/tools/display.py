@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 
 _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f"
 """C0 controls except tab and newline, DEL, C1 controls: what a terminal obeys."""
@@ -76,6 +77,24 @@ def _attempts(attempts: list[object]) -> str:
         described.append(text)
     label = "retry" if len(attempts) == 1 else "retries"
     return f"{len(attempts)} {label}: " + ", ".join(described)
+
+
+def lineage_lines(
+    *,
+    parent_id: object | None,
+    forked_at: object | None,
+    reopenings: Iterable[tuple[str, str, Sequence[str]]],
+) -> list[str]:
+    """Where an execution comes from, as ``executions show`` and the audit print it: the
+    parent it was forked from and the point (ADR 0027), and each reopened failure as
+    ``(worker, error, keys computed again)`` (ADR 0026); no line for a plain run."""
+    lines = []
+    if parent_id is not None:
+        lines.append(f"forked from execution {parent_id}, taking its first {forked_at} decision(s)")
+    for worker, error, dropped in reopenings:
+        again = ", ".join(repr(key) for key in dropped) or "none"
+        lines.append(f"reopened by {worker} after it failed ({error}); computed again: {again}")
+    return lines
 
 
 def _number(value: object) -> str:
