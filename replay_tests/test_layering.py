@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# One worker runs this module: its negative control plants a module in the source tree, which
+# the surface check of loom_memory, running at the same time on another worker, would read.
+pytestmark = pytest.mark.xdist_group("layering")
 ORDER = ["loom_runtime", "loom_memory", "loom_knowledge"]
 
 
