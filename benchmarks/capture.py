@@ -44,7 +44,6 @@ from __future__ import annotations
 import gc
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -424,8 +423,9 @@ def _sdk_http() -> ModuleType:
     current SDKs, ``httpx`` for older ones): the floor must run on the stack ``wrap`` runs on."""
     import openai
 
-    client = next(c for c in openai.DefaultHttpxClient.__mro__ if c.__name__ == "Client")
-    return sys.modules[client.__module__.partition(".")[0]]
+    from loom_runtime.http_transport import http_package
+
+    return http_package(openai.DefaultHttpxClient, "Client")
 
 
 def _http_layer(bodies: list[bytes], repeats: int) -> Sample:
