@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One worker runs this module: its negative control plants a module in the source tree, which
-# the surface check of loom_memory, running at the same time on another worker, would read.
-pytestmark = pytest.mark.xdist_group("layering")
 ORDER = ["loom_runtime", "loom_memory", "loom_knowledge"]
 
 
@@ -75,14 +73,15 @@ PUBLIC_MODULES = {"loom_runtime.codec"}
 """Runtime modules a package above may import from besides the package itself."""
 
 
-def _surface_violations(package: str, below: str) -> list[str]:
-    """Every import in ``package`` of ``below`` that is not ``below``'s public surface."""
+def _surface_violations(package: str, below: str, *, root: Path = ROOT) -> list[str]:
+    """Every import in ``package`` (a folder under ``root``) of ``below`` that is not
+    ``below``'s public surface."""
     public = set(importlib.import_module(below).__all__)
     found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        in_tools = "tools" in path.relative_to(ROOT).parts
+    for path in sorted((root / package).rglob("*.py")):
+        in_tools = "tools" in path.relative_to(root).parts
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Import):
                 found += [
                     f"{where} imports {alias.name}"
@@ -119,17 +118,19 @@ def test_upper_packages_use_only_the_public_surface_below(package: str, below: s
     assert _surface_violations(package, below) == []
 
 
-def test_the_surface_rule_fires_on_a_private_import(tmp_path: Path, monkeypatch: Any) -> None:
-    """Negative control: an import of a runtime module's internals is reported."""
-    planted = ROOT / "loom_memory" / "_planted_for_layering_test.py"
-    planted.write_text("from loom_runtime.context import FlowContext\n", encoding="utf-8")
-    try:
-        assert any(
-            "_planted_for_layering_test" in v
-            for v in _surface_violations("loom_memory", "loom_runtime")
-        )
-    finally:
-        planted.unlink()
+def test_the_surface_rule_fires_on_a_private_import(tmp_path: Path) -> None:
+    """Negative control: an import of a runtime module's internals is reported. The module is
+    planted in a copy of the package, never in the source tree, which every other test (on
+    every xdist worker) reads at the same time."""
+    copy = tmp_path / "loom_memory"
+    shutil.copytree(ROOT / "loom_memory", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert _surface_violations("loom_memory", "loom_runtime", root=tmp_path) == []
+    (copy / "planted.py").write_text(
+        "from loom_runtime.context import FlowContext\n", encoding="utf-8"
+    )
+    assert _surface_violations("loom_memory", "loom_runtime", root=tmp_path) == [
+        "loom_memory/planted.py:1 imports from loom_runtime.context"
+    ]
 
 
 def test_knowledge_never_writes_memory_tables(tmp_path: Path) -> None:
