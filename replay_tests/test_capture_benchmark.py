@@ -84,3 +84,40 @@ def test_the_section_control_holds() -> None:
 def _content(event: dict[str, Any]) -> str:
     """The text a Chat Completions chunk event carries."""
     return str(event["data"]["choices"][0]["delta"].get("content"))
+
+
+def test_loom_s_clock_refuses_a_replay_it_did_not_see_whole() -> None:
+    """The own-share verdict times loom inside its transport: a replay whose model calls did
+    not all pass through the timed transport (or with no flow body timed) would report too
+    little of loom, so the clock stops the harness instead of publishing it."""
+    clock = capture._LoomClock()
+    with pytest.raises(capture.InstrumentError, match="transport calls"):
+        clock.timed(lambda: None)()
+
+
+def test_loom_s_clock_counts_the_replay_outside_the_body_and_loom_inside_it() -> None:
+    clock = capture._LoomClock()
+
+    class Transport:
+        def handle_request(self, request: Any) -> str:
+            return "response"
+
+        def close(self) -> None:
+            pass
+
+    class Client:
+        class _client:
+            _transport = Transport()
+
+    clock.time_transport_of(Client)
+
+    def replay() -> None:
+        with clock.flow():
+            for _ in range(capture.TURNS):
+                Client._client._transport.handle_request(None)
+
+    clock.timed(replay)()
+    own = clock.take()
+    assert own > 0
+    with pytest.raises(ValueError):  # taken: the next verdict starts from no samples
+        clock.take()
