@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         SourceConflictError,
         TaintedSystemContentError,
         UngroundedCitationError,
+        UnrecordedRetrievalError,
     )
     from loom_knowledge.models.answering import answer_from_corpus
     from loom_knowledge.models.model import Answer, ExtractiveModel, Model, Usage
@@ -141,6 +142,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "UngroundedCitationError",
+    "UnrecordedRetrievalError",
     "Usage",
     "answer_from_corpus",
     "assert_grounded",
@@ -213,6 +215,7 @@ _EXPORTS = {
     "TaintedSystemContentError": "loom_knowledge.errors",
     "UNTRUSTED_CONTENT_NOTE": "loom_knowledge.domain.grounding",
     "UngroundedCitationError": "loom_knowledge.errors",
+    "UnrecordedRetrievalError": "loom_knowledge.errors",
     "assert_grounded": "loom_knowledge.domain.citations",
     "check_citations": "loom_knowledge.domain.citations",
     "encode_request": "loom_knowledge.domain.grounding",

@@ -165,3 +165,12 @@ class ModelUnavailableError(KnowledgeError):
 
 class ModelResponseError(KnowledgeError):
     """A model endpoint answered, but not with an answer and its citations."""
+
+
+class UnrecordedRetrievalError(KnowledgeError):
+    """A retrieval inside a flow could not be recorded, so it was not run.
+
+    A framework retriever (``loom_knowledge.bridges``) called synchronously inside an ASYNC
+    flow cannot wait for the flow's ``ctx.decide``; searching unrecorded instead would leave a
+    replay unable to answer. Call it the async way (``ainvoke``, ``aretrieve``) there.
+    """

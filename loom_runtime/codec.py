@@ -49,9 +49,17 @@ _TEXT = (str, int, float, bool, type(None))  # the scalars that are not bytes
 
 
 def enc_hook(value: object) -> object:
-    """Encode subclasses msgspec refuses but whose base it knows (freezegun's FakeDatetime)."""
+    """Encode subclasses msgspec refuses but whose base it knows: freezegun's FakeDatetime,
+    frameworks' str subclasses (LangChain's message text), numpy's float64. They are stored
+    as their base type, which is what a replay returns."""
     if isinstance(value, datetime | date | time):
         return value.isoformat()
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
 

@@ -1,11 +1,11 @@
 """Importing loom is cheap (ADR 0022): lazy public names, a plugin that imports nothing, a quick
 ``loom --help``.
 
-Costs are measured as the benchmark's "imports" section measures them
-(:func:`benchmarks.imports.import_cost`): ``python -X importtime`` in a fresh interpreter, the
-cumulative microseconds of the modules the statement imports (loom's own and its
-dependencies), not the interpreter's start-up. That moves far less than wall-clock time on a
-busy machine; each figure is the best of a few runs, so one slow run does not fail the test.
+What a statement imports is read as the benchmark's "imports" section reads it
+(:func:`benchmarks.imports.import_cost`: ``python -X importtime`` in a fresh interpreter).
+These tests check WHICH modules are imported, never how long they took: the time budgets live
+in the benchmark (``python -m benchmarks --only imports``), where timing belongs; as unit
+tests they failed on a loaded machine without anything having changed.
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from types import ModuleType
 import pytest
 
 from benchmarks.imports import (
-    IMPORT_BUDGET,
-    PLUGIN_BUDGET,
     ImportCost,
     import_cost,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["loom_runtime", "loom_memory", "loom_knowledge"]
-RUNS = 3
 
 # The optional backends' drivers: once the log imports them only when selected, opening a
 # SQLite log must not pay for them.
@@ -39,8 +36,8 @@ HTTP_CLIENT = "httpx"
 
 
 def measure(statement: str, *, after: str = "") -> ImportCost:
-    """The cheapest of ``RUNS`` measurements of ``statement`` (see ``import_cost``)."""
-    return min((import_cost(statement, after=after) for _ in range(RUNS)), key=lambda c: c.seconds)
+    """What ``statement`` imports (see ``import_cost``)."""
+    return import_cost(statement, after=after)
 
 
 def _init_source(package: str) -> ast.Module:
@@ -77,29 +74,20 @@ def test_lazy_table_matches_the_type_checking_imports(package: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("package", PACKAGES)
 def test_importing_a_package_is_cheap(package: str) -> None:
-    """``import <package>`` imports no backend, log, database driver or HTTP client: within
-    the budget."""
+    """``import <package>`` imports no backend, log, database driver or HTTP client."""
     cost = measure(f"import {package}")
-    assert cost.seconds <= IMPORT_BUDGET, (
-        f"import {package} took {cost.seconds:.3f}s of imports (budget {IMPORT_BUDGET}s): "
-        f"{cost.heaviest()}"
-    )
     assert not DATABASE_LAYERS & set(cost.modules)
     assert HTTP_CLIENT not in cost.modules
 
 
 @pytest.mark.slow
-def test_opening_a_sqlite_log_imports_within_budget() -> None:
-    """``from loom_runtime import Loom`` (all a SQLite user needs) is within the budget, and
-    imports neither an optional backend (psycopg, eventsourcing-sqlalchemy) nor an HTTP client."""
+def test_opening_a_sqlite_log_imports_no_optional_backend() -> None:
+    """``from loom_runtime import Loom`` (all a SQLite user needs) imports neither an optional
+    backend (psycopg, eventsourcing-sqlalchemy) nor an HTTP client."""
     cost = measure("from loom_runtime import Loom")
     assert HTTP_CLIENT not in cost.modules
     optional = [name for name in OPTIONAL_BACKENDS if name in cost.modules]
     assert optional == [], f"a SQLite user's import pulled in the optional backends {optional}"
-    assert cost.seconds <= IMPORT_BUDGET, (
-        f"from loom_runtime import Loom took {cost.seconds:.3f}s of imports "
-        f"(budget {IMPORT_BUDGET}s): {cost.heaviest()}"
-    )
 
 
 @pytest.mark.slow
@@ -112,10 +100,6 @@ def test_the_pytest_plugin_costs_a_session_nothing() -> None:
         "loom_runtime.tools",
         "loom_runtime.tools.pytest_plugin",
     }
-    assert cost.seconds <= PLUGIN_BUDGET, (
-        f"the pytest plugin took {cost.seconds:.3f}s of imports (budget {PLUGIN_BUDGET}s): "
-        f"{cost.heaviest()}"
-    )
 
 
 @pytest.mark.slow
@@ -123,10 +107,6 @@ def test_the_cli_imports_no_log() -> None:
     """Building the ``loom`` app, every command registered, imports Typer and Rich, no log."""
     cost = measure("import loom_runtime.tools.cli")
     assert not DATABASE_LAYERS & set(cost.modules)
-    assert cost.seconds <= IMPORT_BUDGET, (
-        f"import loom_runtime.tools.cli took {cost.seconds:.3f}s of imports "
-        f"(budget {IMPORT_BUDGET}s): {cost.heaviest()}"
-    )
 
 
 def _help(*command: str) -> str:

@@ -195,3 +195,26 @@ def test_async_flow_inside_a_running_loop_uses_arun(loom: Loom) -> None:
 
     asyncio.run(main())
     assert datetime.now(UTC)  # the loop closed cleanly
+
+
+class _Text(str):
+    """A str subclass, as frameworks return (LangChain's message text is one)."""
+
+
+class _Score(float):
+    """A float subclass (numpy's float64 is one)."""
+
+
+def test_str_and_number_subclasses_are_recorded_as_their_base(loom: Loom) -> None:
+    """A framework's str or float subclass is plain data: recorded as its base type, not
+    refused after the (billed) call was made, and replayed equal."""
+
+    @loom.flow("subclasses")
+    def flow(ctx: FlowContext) -> dict[str, Any]:
+        text = ctx.decide("answer", lambda: _Text("restart the pool"))
+        return {"text": text, "score": ctx.decide("score", lambda: _Score(0.5)), "n": _Text("x")}
+
+    run = loom.run("subclasses")
+    assert run.output == {"text": "restart the pool", "score": 0.5, "n": "x"}
+    assert type(run.output["text"]) is str
+    assert loom.replay(run.execution_id).identical

@@ -1,0 +1,115 @@
+"""A loom knowledge base as a LangChain retriever, and LangChain's documents and splitters
+as loom's.
+
+``KnowledgeBaseRetriever(knowledge_base=kb, k=4)`` is a ``BaseRetriever``: a chain (LCEL,
+``create_retrieval_chain``, a LangGraph node) calls ``invoke``/``ainvoke`` as it would on any
+retriever. Inside a loom flow every call is recorded as the flow's ``retrieval`` decision, so
+the chain replays to the same documents with the corpus deleted; outside a flow it searches
+the current corpus and records nothing (see :mod:`loom_knowledge.bridges.recorded_search`).
+
+Needs ``langchain-core`` (the ``langchain`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from loom_knowledge.bridges import recorded_search
+from loom_knowledge.bridges.splitter_chunker import SplitterChunker
+from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.domain.passage_entry import format_passage_id
+from loom_knowledge.domain.types import Doc, Passage
+from loom_knowledge.errors import InvalidDocumentError
+
+__all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_document"]
+
+PASSAGE_KEYS = ("doc_id", "index", "revision", "title")
+"""The metadata keys a retrieved document carries about its passage, besides the doc's meta."""
+
+
+class KnowledgeBaseRetriever(BaseRetriever):
+    """The ``k`` best passages of a knowledge base for a query, as LangChain ``Document``\\ s.
+
+    ``invoke(query, k=2)`` overrides ``k`` for one call (LangChain's retriever convention).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    knowledge_base: KnowledgeBase
+    k: int = DEFAULT_RETRIEVE_LIMIT
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        limit = self.k if k is None else k
+        passages = recorded_search.search(self.knowledge_base, query, limit=limit)
+        return [to_document(passage) for passage in passages]
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+    ) -> list[Document]:
+        limit = self.k if k is None else k
+        passages = await recorded_search.asearch(self.knowledge_base, query, limit=limit)
+        return [to_document(passage) for passage in passages]
+
+
+def to_document(passage: Passage) -> Document:
+    """A retrieved passage as a LangChain ``Document``.
+
+    ``id`` is the passage's entry id (``doc#index``); ``metadata`` holds the document's own
+    meta and, over it, ``doc_id``, ``index``, ``revision`` and (when set) ``title``, so a
+    citation can name the exact revision an answer came from.
+    """
+    metadata: dict[str, Any] = dict(passage.meta or {})
+    metadata.update(doc_id=passage.doc_id, index=passage.index, revision=passage.revision)
+    if passage.title is not None:
+        metadata["title"] = passage.title
+    return Document(
+        page_content=passage.text,
+        metadata=metadata,
+        id=format_passage_id(passage.doc_id, passage.index),
+    )
+
+
+def to_doc(document: Document, *, id_key: str = "id") -> Doc:
+    """A LangChain ``Document`` (from a LangChain loader) as a loom :class:`Doc` to ingest.
+
+    The id is ``document.id``, else ``metadata[id_key]`` (loaders put the path under
+    ``source``: pass ``id_key="source"``). A document with neither is refused: a corpus syncs
+    by id, and an id made up here would make every sync see a new document. ``title`` comes
+    from ``metadata["title"]``; the rest of the metadata becomes the doc's meta (checked as
+    any meta is: JSON values only).
+    """
+    metadata: Mapping[str, Any] = document.metadata or {}
+    doc_id = document.id if document.id is not None else metadata.get(id_key)
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field="id",
+            reason=(
+                f"is missing: the LangChain Document has no .id and no metadata[{id_key!r}] "
+                "(a corpus syncs by a stable id; pass id_key= naming the metadata key that "
+                "holds one, such as 'source')"
+            ),
+        )
+    title = metadata.get("title")
+    meta = {key: value for key, value in metadata.items() if key not in {id_key, "title"}}
+    return Doc(
+        id=doc_id,
+        text=document.page_content,
+        title=title if isinstance(title, str) else None,
+        meta=meta or None,
+    )

@@ -1,0 +1,101 @@
+"""A loom knowledge base as a LlamaIndex retriever, and LlamaIndex's documents and node
+parsers as loom's.
+
+``KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=4)`` is a LlamaIndex
+``BaseRetriever``: ``RetrieverQueryEngine.from_args(retriever, llm=...)`` and friends call
+``retrieve``/``aretrieve`` as on any retriever. Inside a loom flow every call is recorded as
+the flow's ``retrieval`` decision, so the query engine replays to the same nodes with the
+corpus deleted; outside a flow it searches the current corpus and records nothing (see
+:mod:`loom_knowledge.bridges.recorded_search`).
+
+Needs ``llama-index-core`` (the ``llamaindex`` extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import Document, NodeWithScore, QueryBundle, TextNode
+
+from loom_knowledge.bridges import recorded_search
+from loom_knowledge.bridges.splitter_chunker import SplitterChunker
+from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.domain.passage_entry import format_passage_id
+from loom_knowledge.domain.types import Doc, Passage
+from loom_knowledge.errors import InvalidDocumentError
+
+__all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_node"]
+
+
+class KnowledgeBaseRetriever(BaseRetriever):
+    """The ``similarity_top_k`` best passages of a knowledge base, as LlamaIndex nodes.
+
+    A node's score is None: loom returns passages in rank order and records that order, not
+    a score (BM25 scores are not comparable across queries, so none is invented here).
+    """
+
+    def __init__(
+        self,
+        *,
+        knowledge_base: KnowledgeBase,
+        similarity_top_k: int = DEFAULT_RETRIEVE_LIMIT,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.knowledge_base = knowledge_base
+        self.similarity_top_k = similarity_top_k
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        passages = recorded_search.search(
+            self.knowledge_base, query_bundle.query_str, limit=self.similarity_top_k
+        )
+        return [NodeWithScore(node=to_node(passage), score=None) for passage in passages]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        passages = await recorded_search.asearch(
+            self.knowledge_base, query_bundle.query_str, limit=self.similarity_top_k
+        )
+        return [NodeWithScore(node=to_node(passage), score=None) for passage in passages]
+
+
+def to_node(passage: Passage) -> TextNode:
+    """A retrieved passage as a LlamaIndex ``TextNode``: its id is the passage's entry id
+    (``doc#index``), its ``ref_doc_id`` the document's; metadata as in the LangChain bridge
+    (the doc's meta, then ``doc_id``, ``index``, ``revision`` and ``title``)."""
+    metadata: dict[str, Any] = dict(passage.meta or {})
+    metadata.update(doc_id=passage.doc_id, index=passage.index, revision=passage.revision)
+    if passage.title is not None:
+        metadata["title"] = passage.title
+    return TextNode(
+        id_=format_passage_id(passage.doc_id, passage.index),
+        text=passage.text,
+        metadata=metadata,
+    )
+
+
+def to_doc(document: Document, *, id_key: str | None = None) -> Doc:
+    """A LlamaIndex ``Document`` (from a reader) as a loom :class:`Doc` to ingest.
+
+    The id is ``metadata[id_key]`` when ``id_key`` is given (``SimpleDirectoryReader`` puts
+    the path under ``file_path``), else the document's ``doc_id``, which LlamaIndex makes up
+    at random when the reader sets none: such an id would make every sync see new
+    documents, so pass ``filename_as_id=True`` to the reader or name an ``id_key``.
+    """
+    metadata: dict[str, Any] = dict(document.metadata or {})
+    doc_id = metadata.get(id_key) if id_key is not None else document.doc_id
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field="id",
+            reason=f"is missing: the LlamaIndex Document has no metadata[{id_key!r}]",
+        )
+    title = metadata.pop("title", None)
+    if id_key is not None:
+        metadata.pop(id_key, None)
+    return Doc(
+        id=doc_id,
+        text=document.text,
+        title=title if isinstance(title, str) else None,
+        meta=metadata or None,
+    )

@@ -1,0 +1,54 @@
+"""One search of a knowledge base on behalf of a framework retriever: recorded in a flow.
+
+Both bridges answer through here, so the rule lives once: inside a flow the search is the
+flow's ``retrieval`` decision (:meth:`KnowledgeBase.retrieve`, replayed from the log with the
+corpus gone); outside any flow it is :meth:`KnowledgeBase.search`, which records nothing
+because there is no execution to record it in. It never searches unrecorded inside a flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import cast
+
+from loom_knowledge.corpus.knowledge_base import KnowledgeBase
+from loom_knowledge.domain.types import Passage
+from loom_knowledge.errors import InvalidOptionError, UnrecordedRetrievalError
+from loom_runtime import AsyncFlowContext, current_context
+
+
+def search(knowledge_base: KnowledgeBase, query: str, *, limit: int) -> list[Passage]:
+    """The passages for ``query``: recorded when a flow is running here."""
+    _check(query, limit)
+    ctx = current_context()
+    if ctx is None:
+        return knowledge_base.search(query, limit=limit)
+    if isinstance(ctx, AsyncFlowContext):
+        raise UnrecordedRetrievalError(
+            f"a retrieval from knowledge scope {knowledge_base.scope!r} was called "
+            "synchronously inside the async flow "
+            f"{ctx.flow!r}: it cannot be recorded there, so it was not run. Call the async "
+            "method instead (retriever.ainvoke(...) in LangChain, retriever.aretrieve(...) in "
+            "LlamaIndex)"
+        )
+    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+
+
+async def asearch(knowledge_base: KnowledgeBase, query: str, *, limit: int) -> list[Passage]:
+    """The passages for ``query``, from async code: recorded when a flow is running here."""
+    _check(query, limit)
+    ctx = current_context()
+    if ctx is None:
+        return knowledge_base.search(query, limit=limit)
+    if isinstance(ctx, AsyncFlowContext):
+        recorded = knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+        return await cast(Awaitable[list[Passage]], recorded)
+    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+
+
+def _check(query: object, limit: object) -> None:
+    """Refuse what a framework might pass through unchecked, before anything is read."""
+    if not isinstance(query, str):
+        raise InvalidOptionError(f"a retrieval query must be a string, not {query!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidOptionError(f"the number of passages to return must be >= 1, not {limit!r}")

@@ -1,0 +1,175 @@
+"""The LangChain bridge: LangChain's own retriever contract, and every retrieval recorded.
+
+``RetrieversIntegrationTests`` is LangChain's standard test kit (``langchain-tests``), run
+unmodified against :class:`KnowledgeBaseRetriever`. The rest proves what only loom promises:
+inside a flow a chain's retrievals are decisions, so the flow replays to the same documents
+after the corpus is deleted, and a retrieval that cannot be recorded is not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnableLambda
+from langchain_tests.integration_tests import RetrieversIntegrationTests
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from loom_knowledge import Doc, UnrecordedRetrievalError, format_passage_id, open_knowledge_base
+from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever, to_doc, to_document
+from loom_knowledge.bridges.splitter_chunker import SplitterChunker
+from loom_knowledge.errors import InvalidDocumentError
+from loom_runtime import Loom
+
+RUNBOOKS = [
+    Doc(id="pool", text="Restart the connection pool when the pool is exhausted."),
+    Doc(id="queue", text="Drain the queue before you restart the pool workers."),
+    Doc(id="disk", text="When the disk is full, rotate the logs, then restart the pool."),
+    Doc(id="dns", text="A DNS failure looks like a pool timeout: check the resolver first."),
+    Doc(id="tls", text="Renew the certificate; nothing to do with the pool.", title="TLS"),
+]
+
+
+def _knowledge_base(directory: Path, scope: str = "runbooks") -> Any:
+    loom = Loom(f"sqlite:///{directory / 'loom.db'}")
+    kb = open_knowledge_base(loom, scope)
+    kb.sync(RUNBOOKS)
+    return kb
+
+
+def _empty(kb: Any) -> None:
+    """Remove every document: a live search finds nothing, so only the log can answer."""
+    for doc in RUNBOOKS:
+        kb.remove_doc(doc.id)
+    assert kb.search("pool", limit=5) == []
+
+
+# The kit builds its retriever from a property, so the corpus lives in a folder of its own
+# for the test session (the kit's tests only read it).
+_KIT_FOLDER = Path(tempfile.mkdtemp(prefix="loom-langchain-kit-"))
+
+
+# The kit's one async test relies on pytest-asyncio (which it installs); its other tests are
+# sync, and the class-wide mark warns about each of them.
+@pytest.mark.asyncio
+@pytest.mark.filterwarnings("ignore:.*marked with '@pytest.mark.asyncio' but it is not an async")
+class TestLangChainRetrieverContract(RetrieversIntegrationTests):
+    @property
+    def retriever_constructor(self) -> type[KnowledgeBaseRetriever]:
+        return KnowledgeBaseRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"knowledge_base": _KIT_KB, "k": 2}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "restart the pool"
+
+
+_KIT_KB = _knowledge_base(_KIT_FOLDER)
+
+
+def test_a_flow_records_the_chain_s_retrievals_and_replays_them_without_the_corpus(
+    tmp_path: Path,
+) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    retriever = KnowledgeBaseRetriever(knowledge_base=kb, k=3)
+    chain = retriever | RunnableLambda(lambda docs: [doc.id for doc in docs])
+
+    @loom.flow("chain")
+    def answer(ctx: Any, question: str) -> list[str]:
+        return chain.invoke(question) + chain.invoke("rotate the logs", config={})
+
+    recorded = loom.run("chain", question="restart the pool")
+    searched = kb.search("restart the pool", limit=3)
+    assert recorded.output[:3] == [format_passage_id(p.doc_id, p.index) for p in searched]
+    decisions = loom.execution(recorded.execution_id).decisions.values()
+    assert [d.kind for d in decisions] == ["retrieval", "retrieval"]
+
+    _empty(kb)  # a search now would find nothing: only the log can answer the replay
+    replay = loom.replay(recorded.execution_id)
+    assert replay.identical, replay.describe()
+
+
+def test_an_async_flow_records_through_ainvoke(tmp_path: Path) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    retriever = KnowledgeBaseRetriever(knowledge_base=kb, k=2)
+
+    @loom.flow("async-chain")
+    async def answer(ctx: Any, question: str) -> list[str | None]:
+        return [doc.id for doc in await retriever.ainvoke(question)]
+
+    recorded = asyncio.run(loom.arun("async-chain", question="drain the queue"))
+    assert recorded.output[0] == "queue#0"
+    decisions = loom.execution(recorded.execution_id).decisions.values()
+    assert [d.kind for d in decisions] == ["retrieval"]
+    _empty(kb)
+    replay = asyncio.run(loom.areplay(recorded.execution_id))
+    assert replay.identical, replay.describe()
+
+
+def test_a_sync_call_inside_an_async_flow_is_refused_not_run_unrecorded(tmp_path: Path) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    retriever = KnowledgeBaseRetriever(knowledge_base=kb)
+
+    @loom.flow("wrong-call")
+    async def answer(ctx: Any) -> int:
+        return len(retriever.invoke("pool"))
+
+    with pytest.raises(UnrecordedRetrievalError, match="ainvoke"):
+        asyncio.run(loom.arun("wrong-call"))
+
+
+def test_outside_a_flow_it_searches_the_current_corpus(tmp_path: Path) -> None:
+    kb = _knowledge_base(tmp_path)
+    position = kb.loom.log.position
+    found = KnowledgeBaseRetriever(knowledge_base=kb, k=1).invoke("certificate")
+    assert [doc.id for doc in found] == ["tls#0"]
+    assert found[0].metadata == {"doc_id": "tls", "index": 0, "revision": 1, "title": "TLS"}
+    assert kb.loom.log.position == position  # nothing recorded
+
+
+@pytest.mark.parametrize("k", [0, -1, True, "3"])
+def test_a_bad_k_is_refused_before_searching(tmp_path: Path, k: object) -> None:
+    kb = _knowledge_base(tmp_path)
+    with pytest.raises(ValueError, match=">= 1"):
+        KnowledgeBaseRetriever(knowledge_base=kb).invoke("pool", k=k)
+
+
+def test_documents_convert_both_ways(tmp_path: Path) -> None:
+    loaded = Document(
+        page_content="Fail over to the replica.",
+        metadata={"source": "runbooks/failover.md", "title": "Failover", "team": "db"},
+    )
+    doc = to_doc(loaded, id_key="source")
+    assert doc == Doc(
+        id="runbooks/failover.md",
+        text="Fail over to the replica.",
+        title="Failover",
+        meta={"team": "db"},
+    )
+    with pytest.raises(InvalidDocumentError, match="id_key"):
+        to_doc(Document(page_content="no id here"))
+    kb = _knowledge_base(tmp_path)
+    kb.put_doc(doc)
+    (passage,) = kb.search("replica", limit=1)
+    assert to_document(passage).metadata["team"] == "db"
+    assert to_document(passage).id == "runbooks/failover.md#0"
+
+
+def test_a_langchain_splitter_cuts_the_corpus(tmp_path: Path) -> None:
+    splitter = RecursiveCharacterTextSplitter(chunk_size=40, chunk_overlap=0)
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+    kb = open_knowledge_base(loom, "split", chunker=SplitterChunker(splitter))
+    kb.sync([RUNBOOKS[2]])
+    texts = [p.text for p in kb.passages()]
+    assert texts == splitter.split_text(RUNBOOKS[2].text) and len(texts) > 1
+    assert open_knowledge_base(loom, "split", chunker=SplitterChunker(splitter)) is kb

@@ -1,0 +1,120 @@
+"""The LlamaIndex bridge: a query engine over a knowledge base, every retrieval recorded.
+
+LlamaIndex has no standard test kit for retrievers; its contract is what its own query
+engines call: ``retrieve``/``aretrieve`` with a string or ``QueryBundle``, nodes with scores
+back. ``RetrieverQueryEngine`` with LlamaIndex's ``MockLLM`` drives it here, as an app would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_index.core.llms import MockLLM
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import Document, NodeWithScore, QueryBundle, TextNode
+
+from loom_knowledge import Doc, UnrecordedRetrievalError, open_knowledge_base
+from loom_knowledge.bridges.llamaindex import KnowledgeBaseRetriever, to_doc, to_node
+from loom_knowledge.bridges.splitter_chunker import SplitterChunker
+from loom_knowledge.errors import InvalidDocumentError
+from loom_runtime import Loom
+
+RUNBOOKS = [
+    Doc(id="pool", text="Restart the connection pool when the pool is exhausted."),
+    Doc(id="queue", text="Drain the queue before you restart the pool workers."),
+    Doc(id="tls", text="Renew the certificate; nothing to do with the pool.", title="TLS"),
+]
+
+
+def _knowledge_base(directory: Path) -> Any:
+    kb = open_knowledge_base(Loom(f"sqlite:///{directory / 'loom.db'}"), "runbooks")
+    kb.sync(RUNBOOKS)
+    return kb
+
+
+def _empty(kb: Any) -> None:
+    """Remove every document: a live search finds nothing, so only the log can answer."""
+    for doc in RUNBOOKS:
+        kb.remove_doc(doc.id)
+    assert kb.search("pool", limit=5) == []
+
+
+def test_the_retriever_answers_like_any_llamaindex_retriever(tmp_path: Path) -> None:
+    retriever = KnowledgeBaseRetriever(knowledge_base=_knowledge_base(tmp_path), similarity_top_k=2)
+    by_string = retriever.retrieve("restart the pool")
+    by_bundle = retriever.retrieve(QueryBundle(query_str="restart the pool"))
+    assert len(by_string) == 2 and all(isinstance(n, NodeWithScore) for n in by_string)
+    assert [n.node.node_id for n in by_string] == [n.node.node_id for n in by_bundle]
+    assert by_string[0].node.node_id == "pool#0"
+    assert asyncio.run(retriever.aretrieve("restart the pool"))[0].node.node_id == "pool#0"
+
+
+def test_a_query_engine_in_a_flow_replays_without_the_corpus(tmp_path: Path) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    engine = RetrieverQueryEngine.from_args(
+        KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=2), llm=MockLLM()
+    )
+
+    @loom.flow("query-engine")
+    def answer(ctx: Any, question: str) -> list[str]:
+        response = engine.query(question)
+        return [n.node.node_id for n in response.source_nodes]
+
+    recorded = loom.run("query-engine", question="drain the queue")
+    assert recorded.output[0] == "queue#0"
+    decisions = loom.execution(recorded.execution_id).decisions.values()
+    assert [d.kind for d in decisions] == ["retrieval"]
+    _empty(kb)
+    replay = loom.replay(recorded.execution_id)
+    assert replay.identical, replay.describe()
+
+
+def test_an_async_flow_records_through_aretrieve_and_refuses_retrieve(tmp_path: Path) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    retriever = KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=1)
+
+    @loom.flow("async-retrieve")
+    async def good(ctx: Any) -> str:
+        return (await retriever.aretrieve("certificate"))[0].node.node_id
+
+    @loom.flow("sync-in-async")
+    async def bad(ctx: Any) -> int:
+        return len(retriever.retrieve("certificate"))
+
+    recorded = asyncio.run(loom.arun("async-retrieve"))
+    assert recorded.output == "tls#0"
+    _empty(kb)
+    assert asyncio.run(loom.areplay(recorded.execution_id)).identical
+    with pytest.raises(UnrecordedRetrievalError, match="aretrieve"):
+        asyncio.run(loom.arun("sync-in-async"))
+
+
+def test_documents_and_nodes_convert(tmp_path: Path) -> None:
+    read = Document(text="Fail over.", metadata={"file_path": "ops/failover.md", "team": "db"})
+    assert to_doc(read, id_key="file_path") == Doc(
+        id="ops/failover.md", text="Fail over.", meta={"team": "db"}
+    )
+    assert to_doc(Document(text="x", doc_id="given")).id == "given"
+    with pytest.raises(InvalidDocumentError, match="file_path"):
+        to_doc(Document(text="x"), id_key="file_path")
+    (passage,) = _knowledge_base(tmp_path).search("certificate", limit=1)
+    node = to_node(passage)
+    assert isinstance(node, TextNode) and node.node_id == "tls#0"
+    assert node.metadata == {"doc_id": "tls", "index": 0, "revision": 1, "title": "TLS"}
+
+
+def test_a_llamaindex_parser_cuts_the_corpus(tmp_path: Path) -> None:
+    parser = SentenceSplitter(chunk_size=12, chunk_overlap=0)
+    kb = open_knowledge_base(
+        Loom(f"sqlite:///{tmp_path / 'loom.db'}"), "split", chunker=SplitterChunker(parser)
+    )
+    long_doc = Doc(id="long", text=" ".join(doc.text for doc in RUNBOOKS))
+    kb.sync([long_doc])
+    texts = [p.text for p in kb.passages()]
+    assert texts == parser.split_text(long_doc.text) and len(texts) > 1
