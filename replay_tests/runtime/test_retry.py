@@ -137,7 +137,9 @@ def test_the_budget_bounds_the_time_and_the_error_says_how_long_and_what_next() 
         retrying(step, policy=RetryPolicy(budget=0.3, max_pause=0.05), what="a write to 'x'")
     took = time.monotonic() - started
     error = raised.value
-    assert 0.3 - 0.05 <= took < 0.3 + 0.25  # no pause ends past the budget (sleep may overrun)
+    # No pause is planned past the budget; the upper bound is loose because a loaded machine
+    # overruns sleeps (it proves the retrying stopped, not how promptly).
+    assert 0.3 - 0.05 <= took < 0.3 + 2.0
     assert error.attempts > 3 and error.seconds <= took
     assert isinstance(error, StreamConflictError)  # old handlers still catch it
     assert isinstance(error.__cause__, StreamConflictError)
