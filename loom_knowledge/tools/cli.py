@@ -35,6 +35,7 @@ from loom_runtime.tools.cli import (
     open_loom,
     open_with_flows,
     print_json,
+    progress_bars,
     warn,
 )
 from loom_runtime.tools.display import visible
@@ -144,11 +145,19 @@ def sync_command(
             f"skipped link {visible(skipped, one_line=True)}: it points outside "
             f"{directory} or nowhere (--follow-external-links to read links out of it)"
         )
-    with open_loom(db, create=apply) as loom:  # the dry run only reads
+    with (
+        open_loom(db, create=apply) as loom,  # the dry run only reads
+        progress_bars(hidden=as_json) as bar,
+    ):
         kb = open_knowledge_base(loom, scope)
         try:
             if apply:
-                result = kb.sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+                result = kb.sync(
+                    docs,
+                    source=source,
+                    allow_mass_delete=allow_mass_delete,
+                    progress=bar("indexing"),
+                )
             else:
                 result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
         except SourceConflictError as exc:
