@@ -39,6 +39,7 @@ from loom_runtime.tools.cli import (
     warn,
 )
 from loom_runtime.tools.display import visible
+from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
     from loom_knowledge.corpus.knowledge_base import KnowledgeBase
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
-knowledge_app = typer.Typer(help="Sync, list and search a corpus.", no_args_is_help=True)
+knowledge_app = LoomTyper(help="Sync, list and search a corpus.", no_args_is_help=True)
 
 
 DemoDbOption = Annotated[

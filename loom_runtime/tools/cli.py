@@ -52,13 +52,14 @@ from loom_runtime.errors import (
 )
 from loom_runtime.flow import load_flows
 from loom_runtime.tools.display import describe_meta, lineage_lines, visible
+from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom
     from loom_runtime.projection import TrackedProjection
 
-app = typer.Typer(
+app = LoomTyper(
     name="loom",
     help="Record, replay and audit AI-agent executions from one append-only event log.",
     no_args_is_help=True,
@@ -268,7 +269,7 @@ def run(
     console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
 
-executions_app = typer.Typer(help="List and inspect recorded executions.", no_args_is_help=True)
+executions_app = LoomTyper(help="List and inspect recorded executions.", no_args_is_help=True)
 app.add_typer(executions_app, name="executions")
 
 
