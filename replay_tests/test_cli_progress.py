@@ -10,6 +10,7 @@ terminal, one does, on stderr only; and ``--json`` never draws one.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,34 @@ def test_sync_reports_each_appended_event_indexed(db: str) -> None:
         calls.clear()
         kb.sync(folder, source="repo", progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 1)]
+
+
+def test_sync_reports_done_when_another_reader_indexed_its_events(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the append and the sync's own catch-up another reader may index the events:
+    the catch-up then applies nothing and reports nothing, and the sync still ends at done."""
+    from loom_knowledge.corpus.knowledge_base import KnowledgeBase
+
+    refresh = KnowledgeBase.refresh
+
+    def indexed_by_another_reader_first(
+        self: KnowledgeBase, *, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        refresh(self)
+        return refresh(self, progress=progress)
+
+    calls: list[tuple[int, int]] = []
+    with Loom(db) as loom:
+        kb = open_knowledge_base(loom, "ops")
+        monkeypatch.setattr(KnowledgeBase, "refresh", indexed_by_another_reader_first)
+        kb.sync(
+            [Doc(id="0.md", text="Runbook 0: rewritten.")],
+            source="repo",
+            allow_mass_delete=True,
+            progress=lambda done, total: calls.append((done, total)),
+        )
+    assert calls == [(4, 4)]  # 0.md written, 1.md and 2.md removed, the reconcile
 
 
 def _invoke(*args: str) -> Result:
