@@ -175,10 +175,11 @@ def test_a_bar_on_a_terminal_on_stderr_only(db: str, docs: Path, terminal: io.St
         assert BAR not in result.stdout, args
 
 
-def test_json_never_draws_a_bar(db: str, docs: Path, terminal: io.StringIO) -> None:
-    for args in _long_operations(db, docs):
-        if "rebuild" in args:
-            continue  # prints no data, so has no --json
-        result = _invoke(*args, "--json")
+def test_json_and_a_dry_run_draw_nothing(db: str, docs: Path, terminal: io.StringIO) -> None:
+    """Not a bar, not even the cursor codes of an empty one, on the terminal."""
+    quiet = [[*args, "--json"] for args in _long_operations(db, docs) if "rebuild" not in args]
+    quiet.append(["knowledge", "sync", str(docs), "--scope", "ops", "--source", "repo", "--db", db])
+    for args in quiet:
+        result = _invoke(*args)
         assert result.exit_code == 0, result.output
-        assert BAR not in terminal.getvalue(), args
+        assert terminal.getvalue() == "", args

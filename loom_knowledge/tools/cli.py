@@ -148,7 +148,7 @@ def sync_command(
         )
     with (
         open_loom(db, create=apply) as loom,  # the dry run only reads
-        progress_bars(hidden=as_json) as bar,
+        progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
     ):
         kb = open_knowledge_base(loom, scope)
         try:
