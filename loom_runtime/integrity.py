@@ -30,7 +30,7 @@ everything written before the anchor.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 GENESIS = bytes(32)
 """The "previous hash" of the first event of the log and of every stream."""
+
+PROGRESS_STEP = 1000
+"""Events checked between two calls of a walk's ``progress`` callback: often enough for a bar
+to move, rarely enough that a callback costs nothing next to the hashing."""
 
 
 # -- the links ---------------------------------------------------------------------------------
@@ -164,30 +168,62 @@ class _Link(NamedTuple):
     global_hash: bytes
 
 
-def verify_log(log: EventLog, *, anchor: Anchor | None = None) -> VerifyReport:
+def verify_log(
+    log: EventLog,
+    *,
+    anchor: Anchor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """Walk the log in notification order and report the first event that fails its chain.
 
     Never raises on what it reads: any content of either table yields a report. Raises
-    :class:`IntegrityUnsupportedError` when the log's persistence keeps no chain.
+    :class:`IntegrityUnsupportedError` when the log's persistence keeps no chain. A walk of a
+    large log takes a while, so ``progress`` (a bar's callback) is called with (log position
+    reached, head) as it goes, rising, and with (head, head) once every event checks out.
     """
-    return log.verify(anchor=anchor)
+    return log.verify(anchor=anchor, progress=progress)
 
 
 def verify_rows(
-    events: Iterable[Sequence[Any]], links: Iterable[Sequence[Any]], anchor: Anchor | None
+    events: Iterable[Sequence[Any]],
+    links: Iterable[Sequence[Any]],
+    anchor: Anchor | None,
+    *,
+    upto: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
     """Check raw event rows ``(id, originator_id, version, topic, state)`` against raw chain
     rows ``(id, originator_id, version, stream_hash, global_hash)``, both in id order: what a
-    log's :meth:`~loom_runtime.log.EventLog.verify` feeds from its two tables."""
-    return _walk(
+    log's :meth:`~loom_runtime.log.EventLog.verify` feeds from its two tables, up to ``upto``
+    (the head it reads to, and the total :func:`verify_log`'s ``progress`` is given)."""
+    reported = -1  # an empty log still reports (0, 0): done
+
+    def reached(position: int) -> None:
+        nonlocal reported
+        if progress is not None and position > reported:
+            reported = position
+            progress(position, upto)
+
+    report = _walk(
         (_Event(*row) for row in events),
         (_Link(row[0], row[1], row[2], _as_bytes(row[3]), _as_bytes(row[4])) for row in links),
         anchor,
+        reached=reached,
     )
+    if report.ok:
+        reached(upto)
+    return report
 
 
-def _walk(events: Iterator[_Event], links: Iterator[_Link], anchor: Anchor | None) -> VerifyReport:
-    """Check each position's event against its chain row and the chain so far, in id order."""
+def _walk(
+    events: Iterator[_Event],
+    links: Iterator[_Link],
+    anchor: Anchor | None,
+    *,
+    reached: Callable[[int], None],
+) -> VerifyReport:
+    """Check each position's event against its chain row and the chain so far, in id order;
+    ``reached(position)`` every :data:`PROGRESS_STEP` events checked."""
     previous, checked = GENESIS, 0
     streams: dict[object, bytes] = {}
     head: Anchor | None = None
@@ -242,6 +278,8 @@ def _walk(events: Iterator[_Event], links: Iterator[_Link], anchor: Anchor | Non
         previous = link.global_hash
         checked += 1
         head = Anchor(notification_id=position, global_hash=link.global_hash.hex())
+        if checked % PROGRESS_STEP == 0:
+            reached(position)
         if anchor is not None and position == anchor.notification_id:
             if head != anchor:
                 return bad(

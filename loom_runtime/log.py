@@ -239,7 +239,12 @@ class EventLog(Protocol):
         head). Its own position is in the result: positions may skip."""
         ...
 
-    def verify(self, *, anchor: Anchor | None = None) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        anchor: Anchor | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> VerifyReport:
         """Walk the hash chain (ADR 0011); see :func:`loom_runtime.integrity.verify_log`."""
         ...
 

@@ -18,6 +18,7 @@ passages by CONTENT, so a replay reproduces them after the corpus is gone.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Final, TypeVar
@@ -144,13 +145,22 @@ class KnowledgeBase:
         return self._write(decide, only=[doc_id])
 
     def sync(
-        self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
+        self,
+        docs: Sequence[Doc],
+        *,
+        source: str | None = None,
+        allow_mass_delete: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> SyncResult:
         """Reconcile ``source``'s documents against ``docs``, the COMPLETE set (destructive).
 
         Writes what changed, leaves what did not, removes what the source dropped, and reports
         other sources' documents as ``retained``. One event records the reconcile; an
         unchanged source appends exactly that one event and writes nothing else.
+
+        Indexing the written passages is most of a large sync's time, so ``progress`` (a bar's
+        callback) is called as it goes with (events of this sync indexed, events it appended):
+        one per document written or removed, plus the reconcile's; rising, ending at the total.
         """
         _check_docs(docs)
         _check_source(source)
@@ -179,7 +189,7 @@ class KnowledgeBase:
             )
             return changes, result
 
-        synced = self._write(decide)
+        synced = self._write(decide, progress=progress)
         logger.info(
             "knowledge scope %r, source %r synced: %d written, %d unchanged, %d removed, "
             "%d retained",
@@ -268,9 +278,12 @@ class KnowledgeBase:
         """The corpus as the execution saw it when it started (its recorded log position)."""
         return self.as_of(self.loom.execution(execution_id).log_position)
 
-    def refresh(self) -> int:
-        """Bring the manifest and passage index up to the head of the log; returns the position."""
-        return catch_up(self.loom.log, self._index)
+    def refresh(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Bring the manifest and passage index up to the head of the log; returns the position.
+
+        ``progress`` is called after each page applied with (log position reached, head).
+        """
+        return catch_up(self.loom.log, self._index, progress=progress)
 
     def rebuild(self) -> int:
         """Drop the corpus read models (every scope) and rebuild them from the log."""
@@ -304,6 +317,7 @@ class KnowledgeBase:
         decide: Callable[[Mapping[str, DocRecord]], tuple[list[Change], D]],
         *,
         only: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> D:
         """Decide on fresh state, append the changes after the version decided on, and return
         what the decision that was appended says (``decide`` returns the changes and that).
@@ -313,6 +327,8 @@ class KnowledgeBase:
         it decides again on the new state (``append_replanned``, ADR 0019): re-deciding is safe
         because the classifier is a pure function of the documents and the manifest, so
         ownership and the guard are checked against what is really there.
+
+        ``progress`` follows the index catching up on the appended events (see :meth:`sync`).
         """
 
         def fresh() -> tuple[list[Change], D]:
@@ -324,7 +340,9 @@ class KnowledgeBase:
             self._stream, lambda _version: fresh(), what=what
         )
         if positions:
-            self.refresh()
+            indexed = _indexed(positions, progress)
+            self.refresh(progress=indexed)
+            indexed(positions[-1], positions[-1])  # indexed already (another reader): done
         return outcome
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
@@ -353,6 +371,24 @@ class KnowledgeBase:
                 "source": record.source,
             },
         )
+
+
+def _indexed(
+    positions: Sequence[int], progress: Callable[[int, int], None] | None
+) -> Callable[[int, int], None]:
+    """A catch-up's (log position reached, head) as ``progress(appended events indexed, all
+    of them)``: other writers' events in between do not count, and each count is reported
+    once, so it only rises."""
+    reported = 0
+
+    def reached(position: int, _head: int) -> None:
+        nonlocal reported
+        done = bisect_right(positions, position)
+        if progress is not None and done > reported:
+            reported = done
+            progress(done, len(positions))
+
+    return reached
 
 
 _CORPUS_SERVICE: Final = "loom_knowledge.corpus.corpus_index"

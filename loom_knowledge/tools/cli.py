@@ -35,9 +35,11 @@ from loom_runtime.tools.cli import (
     open_loom,
     open_with_flows,
     print_json,
+    progress_bars,
     warn,
 )
 from loom_runtime.tools.display import visible
+from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
     from loom_knowledge.corpus.knowledge_base import KnowledgeBase
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
 
-knowledge_app = typer.Typer(help="Sync, list and search a corpus.", no_args_is_help=True)
+knowledge_app = LoomTyper(help="Sync, list and search a corpus.", no_args_is_help=True)
 
 
 DemoDbOption = Annotated[
@@ -144,11 +146,19 @@ def sync_command(
             f"skipped link {visible(skipped, one_line=True)}: it points outside "
             f"{directory} or nowhere (--follow-external-links to read links out of it)"
         )
-    with open_loom(db, create=apply) as loom:  # the dry run only reads
+    with (
+        open_loom(db, create=apply) as loom,  # the dry run only reads
+        progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
+    ):
         kb = open_knowledge_base(loom, scope)
         try:
             if apply:
-                result = kb.sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+                result = kb.sync(
+                    docs,
+                    source=source,
+                    allow_mass_delete=allow_mass_delete,
+                    progress=bar("indexing"),
+                )
             else:
                 result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
         except SourceConflictError as exc:

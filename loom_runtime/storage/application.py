@@ -294,7 +294,12 @@ class EventsourcingLog:
         )
         return Stamped(position=page[0].id, event=event, timestamp=event.timestamp)
 
-    def verify(self, *, anchor: Anchor | None = None) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        anchor: Anchor | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> VerifyReport:
         recorder = self.application.recorder
         if not isinstance(recorder, ChainedRecorder):
             raise IntegrityUnsupportedError(
@@ -305,7 +310,13 @@ class EventsourcingLog:
         with recorder.reading() as cursor:
             chain = recorder.chain
             upto = chain.bound(cursor)
-            return verify_rows(chain.events(cursor, upto), chain.links(cursor, upto), anchor)
+            return verify_rows(
+                chain.events(cursor, upto),
+                chain.links(cursor, upto),
+                anchor,
+                upto=upto,
+                progress=progress,
+            )
 
     def close(self) -> None:
         if "engine" in self.__dict__:

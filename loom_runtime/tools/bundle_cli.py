@@ -21,12 +21,13 @@ import typer
 
 from loom_runtime.tools.cli import ExitCode, JsonOption, app, fail, print_json
 from loom_runtime.tools.display import describe_meta, visible
+from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
     from loom_runtime.bundle import Bundle
     from loom_runtime.execution import Decision, Execution
 
-bundle_app = typer.Typer(help="Read bundle files.", no_args_is_help=True)
+bundle_app = LoomTyper(help="Read bundle files.", no_args_is_help=True)
 app.add_typer(bundle_app, name="bundle")
 
 Change = Literal["flow", "arguments", "added", "removed", "kind", "input", "value", "outcome"]

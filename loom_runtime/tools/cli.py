@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, entry_points, version
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 import msgspec
 import typer
 from rich.console import Console
-from rich.progress import Progress, TaskID
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -50,13 +52,14 @@ from loom_runtime.errors import (
 )
 from loom_runtime.flow import load_flows
 from loom_runtime.tools.display import describe_meta, lineage_lines, visible
+from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom
     from loom_runtime.projection import TrackedProjection
 
-app = typer.Typer(
+app = LoomTyper(
     name="loom",
     help="Record, replay and audit AI-agent executions from one append-only event log.",
     no_args_is_help=True,
@@ -209,6 +212,25 @@ def print_json(data: object) -> None:
     console.print_json(msgspec.json.encode(data).decode(), ensure_ascii=True)
 
 
+@contextmanager
+def progress_bars(*, hidden: bool = False) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
+    """Progress bars for a long operation, on stderr, drawn only when stderr is a terminal.
+
+    Yields ``bar(label)``: it starts a bar and returns the ``progress(done, total)`` callback
+    the library calls (a rebuild, a folder sync, a verify). In a pipe, a file or a test
+    runner nothing is drawn (redraws would be noise in a log), nor with ``hidden`` (``--json``:
+    whoever asked for JSON reads the streams, not a screen).
+    """
+    shown = err_console.is_terminal and not hidden
+    with Progress(console=err_console, disable=not shown) as bars:
+
+        def bar(label: str) -> Callable[[int, int], None]:
+            task = bars.add_task(label, total=None)
+            return lambda done, total: bars.update(task, completed=done, total=total)
+
+        yield bar
+
+
 def inert(text: str, *, one_line: bool = False) -> Text:
     """``text`` (from the log, or quoting it) as Rich ``Text`` that prints exactly as written.
 
@@ -247,7 +269,7 @@ def run(
     console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
 
-executions_app = typer.Typer(help="List and inspect recorded executions.", no_args_is_help=True)
+executions_app = LoomTyper(help="List and inspect recorded executions.", no_args_is_help=True)
 app.add_typer(executions_app, name="executions")
 
 
@@ -583,18 +605,13 @@ def rebuild(db: DbOption = None) -> None:
     from loom_runtime.projection import rebuild as projection_rebuild
     from loom_runtime.projection import registered_projections
 
-    with open_loom(db) as loom:
+    with open_loom(db) as loom, progress_bars() as bar:
         projections = registered_projections(loom.log)
         target = loom.log.position
-        with Progress(console=err_console, disable=not err_console.is_terminal) as progress:
-            for projection in projections:
-                task = progress.add_task(projection.name, total=max(target, 1))
-
-                def advance(reached: int, _target: int, task: TaskID = task) -> None:
-                    progress.update(task, completed=reached)
-
-                projection_rebuild(loom.log, projection, progress=advance)
-                progress.update(task, completed=max(target, 1))
+        for projection in projections:
+            advance = bar(projection.name)
+            projection_rebuild(loom.log, projection, progress=advance)
+            advance(target, target)  # a projection with nothing to apply reports no page
     console.print(f"rebuilt {len(projections)} projection(s) up to log position {target}")
 
 
@@ -661,9 +678,9 @@ def verify(
                 f"--anchor must be ID:HEX as printed by loom verify, not {anchor!r}",
                 code=ExitCode.USAGE,
             )
-    with open_loom(db) as loom:
+    with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
         try:
-            report = verify_log(loom.log, anchor=expected)
+            report = verify_log(loom.log, anchor=expected, progress=bar("verify"))
         except IntegrityUnsupportedError as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:

@@ -1,0 +1,69 @@
+"""Help that reads like a conventional CLI's: ``loom run [OPTIONS] FLOW``, flags without a type.
+
+Typer (0.2x) writes a required argument in the usage line as ``{flow}`` and gives every flag
+a ``<bool>`` type, as if ``--apply`` took a value. No Typer setting changes either, and
+``metavar=`` only renames the argument (``{FLOW}``) and cannot reach the options Typer adds
+itself (``--help``, ``--install-completion``). So every ``loom`` command and group is built
+from the two classes here, by :class:`LoomTyper` (ADR 0033): arguments are named in capitals
+(required ``FLOW``, optional ``[FLOW]``), as Click and POSIX usage lines do, and a flag shows
+no type at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandFunctionType
+
+
+def _readable(params: list[Any]) -> list[Any]:
+    """``params`` with a metavar where Typer would print a placeholder: an argument's name in
+    capitals, and none for a flag (Typer prints the metavar in place of the type)."""
+    for param in params:
+        if param.metavar is not None:
+            continue
+        if param.param_type_name == "argument":
+            param.metavar = (param.name or "").upper()
+        elif getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+class ReadableCommand(TyperCommand):
+    """A command whose help names its arguments ``FLOW`` / ``[FLOW]`` and types no flag."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _readable(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces += param.get_usage_pieces(ctx)
+                continue
+            name = param.metavar + ("..." if param.nargs != 1 else "")
+            pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+class ReadableGroup(TyperGroup):
+    """A group (``loom``, ``loom knowledge``) whose own flags (``--help``, ``--version``,
+    ``--install-completion``) show no type."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _readable(super().get_params(ctx))
+
+
+class LoomTyper(typer.Typer):
+    """A Typer app whose groups and commands have readable help (the classes above)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(cls=ReadableGroup, **options)
+
+    def command(
+        self, name: str | None = None, **options: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(name, cls=ReadableCommand, **options)

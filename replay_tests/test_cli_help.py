@@ -1,0 +1,63 @@
+"""Every ``--help`` reads like a conventional CLI's (ADR 0033): ``loom run [OPTIONS] FLOW``,
+flags without a type, no ``{flow}`` or ``<bool>`` placeholders anywhere."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+from typer.testing import CliRunner
+
+from loom_runtime.tools.cli import app
+
+PLACEHOLDER = re.compile(r"<bool>|\{[A-Za-z_][\w-]*\}")
+"""Typer's own placeholders: a flag's ``<bool>`` type, a required argument as ``{name}``
+(``{}``, the default of ``run --input``, is a value, not a placeholder)."""
+
+
+def _paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The app, every group and every command in it, by the words that name them."""
+    found = [prefix]
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            found += _paths(command, (*prefix, name))
+        else:
+            found.append((*prefix, name))
+    return found
+
+
+PATHS = _paths(typer.main.get_group(app))
+
+
+def test_the_walk_finds_the_commands_and_the_placeholders_would_be_seen() -> None:
+    assert {("run",), ("executions", "list"), ("knowledge", "sync"), ("bundle",)} <= set(PATHS)
+    assert PLACEHOLDER.search("Usage: loom run [OPTIONS] {flow}")
+    assert PLACEHOLDER.search("--apply  <bool>  Write")
+    assert not PLACEHOLDER.search("[default: {}]")
+
+
+def test_no_help_shows_a_placeholder() -> None:
+    for path in PATHS:
+        result = CliRunner().invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        found = PLACEHOLDER.findall(result.stdout)
+        assert not found, (path, found, result.stdout)
+
+
+def test_arguments_are_named_in_capitals_and_optional_ones_in_brackets() -> None:
+    usage = {
+        path: next(
+            line
+            for line in CliRunner().invoke(app, [*path, "--help"]).stdout.splitlines()
+            if "Usage:" in line
+        )
+        .split("Usage:")[1]
+        .strip()
+        for path in [("run",), ("diff",), ("knowledge", "as-of")]
+    }
+    assert usage == {
+        ("run",): "loom run [OPTIONS] FLOW",
+        ("diff",): "loom diff [OPTIONS] A B",
+        ("knowledge", "as-of"): "loom knowledge as-of [OPTIONS] WHEN",
+    }
