@@ -122,6 +122,10 @@ def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
             (["export", eid, "-o", str(s.tmp_path / "out.json"), *db], ExitCode.OK),
             (["export", MISSING_ID, "-o", str(s.tmp_path / "no.json"), *db], ExitCode.USAGE),
         ],
+        "import": [
+            (["import", str(s.bundle), *db], ExitCode.OK),
+            (["import", "nonexistent.json", *db], ExitCode.USAGE),
+        ],
         "rebuild": [
             (["rebuild", *db], ExitCode.OK),
             (["rebuild", *missing_db], ExitCode.USAGE),
@@ -244,6 +248,14 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
         "diff": (
             ["diff", str(s.bundle), str(s.bundle)],
             lambda d: d["same"] is True and d["differences"] == [],
+        ),
+        "export": (
+            ["export", eid, "-o", str(s.tmp_path / "exported"), *db],
+            lambda d: d[0]["execution_id"] == eid and d[0]["bytes"] > 0,
+        ),
+        "import": (
+            ["import", str(s.bundle), *db],
+            lambda d: d[0]["status"] == "present" and d[0]["execution_id"] == eid,
         ),
         "bundle show": (
             ["bundle", "show", str(s.bundle)],

@@ -583,23 +583,6 @@ def replay(
 
 
 @app.command()
-def export(
-    execution_id: str,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The bundle file to write.")],
-    db: DbOption = None,
-) -> None:
-    """Write an execution to a portable bundle (.json, or .msgpack)."""
-    with open_loom(db) as loom:
-        try:
-            path = loom.export(execution_id, output)
-        except ExecutionNotFoundError as exc:
-            fail(str(exc), code=ExitCode.USAGE)
-        except LogCorruptError as exc:
-            fail(str(exc))
-    console.print(inert(f"wrote {path} ({path.stat().st_size:,} bytes)"))
-
-
-@app.command()
 def rebuild(db: DbOption = None) -> None:
     """Drop every read model (corpus, memory) and rebuild it from the log."""
     from loom_runtime.projection import rebuild as projection_rebuild
@@ -744,4 +727,5 @@ if __name__ == "__main__":
 else:
     _load_plugins()
 
-import loom_runtime.tools.bundle_cli  # noqa: E402, F401  (registers `loom diff`, `loom bundle show`)
+import loom_runtime.tools.bundle_cli  # noqa: E402  (registers `loom diff`, `loom bundle show`)
+import loom_runtime.tools.transfer_cli  # noqa: E402, F401  (registers `loom export`, `loom import`)

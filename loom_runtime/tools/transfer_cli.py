@@ -1,0 +1,169 @@
+"""``loom export`` and ``loom import``: executions out of a log into bundles, and back in.
+
+One execution goes to one bundle file, as it always has. Several (named, or ``--all``) go to
+a directory, one ``<execution id>.json`` each, which is what moving a log's executions to
+another log, or attaching a batch to an incident, needs. ``loom import`` takes bundle files
+and directories of them; importing what the log already holds identically writes nothing
+(:meth:`Loom.import_bundle`), so an import can be re-run after an interruption and never
+duplicates. A bundle that cannot be imported (tampered, conflicting, not a bundle) is
+reported and the others still go in: each import is its own atomic insert. Long runs show a
+progress bar on a terminal (ADR 0033). Registered on the ``loom`` app by
+:mod:`loom_runtime.tools.cli`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+import typer
+
+from loom_runtime.errors import BundleError, ExecutionNotFoundError, LogCorruptError
+from loom_runtime.tools.cli import (
+    DbOption,
+    ExitCode,
+    JsonOption,
+    app,
+    console,
+    fail,
+    inert,
+    open_loom,
+    print_json,
+    progress_bars,
+    warn,
+)
+
+BUNDLE_SUFFIXES = (".json", ".msgpack")
+Status = Literal["imported", "present", "failed"]
+
+
+class Exported(msgspec.Struct, frozen=True, kw_only=True):
+    """One bundle ``loom export --json`` wrote."""
+
+    execution_id: str
+    path: str
+    bytes: int
+
+
+class Imported(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``loom import --json`` did with one bundle file."""
+
+    path: str
+    status: Status
+    """``present``: the log already held this execution identically, nothing was written."""
+    execution_id: str | None = None
+    error: str | None = None
+
+
+@app.command()
+def export(
+    execution_ids: Annotated[
+        list[str] | None, typer.Argument(help="The executions to export (or --all).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="The bundle file for one execution (.json or .msgpack); a directory for "
+            "several or --all (one <id>.json each).",
+        ),
+    ] = None,
+    all_executions: Annotated[
+        bool, typer.Option("--all", help="Export every execution in the log.")
+    ] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Write executions to portable bundles (.json, or .msgpack)."""
+    ids = execution_ids or []
+    if output is None:
+        fail(
+            "say where to write: -o FILE for one execution, -o DIRECTORY for several",
+            code=ExitCode.USAGE,
+        )
+    if all_executions == bool(ids):
+        fail("name the executions to export, or pass --all (not both)", code=ExitCode.USAGE)
+    into_directory = all_executions or len(ids) > 1 or output.is_dir()
+    if into_directory and output.exists() and not output.is_dir():
+        fail(f"{output} is a file; several executions go to a directory", code=ExitCode.USAGE)
+    written: list[Exported] = []
+    with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
+        try:  # every named execution must exist before anything is written
+            executions = (
+                [summary.execution_id for summary in loom.executions()]
+                if all_executions
+                else [loom.execution(name).id for name in ids]
+            )
+        except ExecutionNotFoundError as exc:
+            fail(str(exc), code=ExitCode.USAGE)
+        if into_directory:
+            output.mkdir(parents=True, exist_ok=True)
+        advance = bar("export")
+        for done, execution_id in enumerate(executions, start=1):
+            target = output / f"{execution_id}.json" if into_directory else output
+            try:
+                path = loom.export(execution_id, target)
+            except LogCorruptError as exc:
+                fail(str(exc))
+            size = path.stat().st_size
+            written.append(Exported(execution_id=str(execution_id), path=str(path), bytes=size))
+            advance(done, len(executions))
+    if as_json:
+        print_json(written)
+    elif into_directory:
+        size = sum(bundle.bytes for bundle in written)
+        console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
+    else:
+        console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
+
+
+@app.command("import")
+def import_command(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Bundle files, or directories of them (.json, .msgpack).")
+    ],
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Add exported executions to this log (each at most once). Exit 1 if one could not be."""
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        fail(f"no such file or directory: {', '.join(missing)}", code=ExitCode.USAGE)
+    files = [file for path in paths for file in _bundles_in(path)]
+    results: list[Imported] = []
+    with open_loom(db, create=True) as loom, progress_bars(hidden=as_json) as bar:
+        advance = bar("import")
+        for done, file in enumerate(files, start=1):
+            before = loom.log.position
+            try:
+                execution_id = loom.import_bundle(file)
+            except BundleError as exc:
+                results.append(Imported(path=str(file), status="failed", error=str(exc)))
+            else:
+                status: Status = "present" if loom.log.position == before else "imported"
+                results.append(
+                    Imported(path=str(file), status=status, execution_id=str(execution_id))
+                )
+            advance(done, len(files))
+    failed = [result for result in results if result.status == "failed"]
+    if as_json:
+        print_json(results)
+    else:
+        for result in failed:
+            warn(f"{result.path}: {result.error}")
+        imported = sum(result.status == "imported" for result in results)
+        console.print(
+            f"imported {imported} execution(s); {len(results) - imported - len(failed)} "
+            f"already in the log; {len(failed)} failed"
+        )
+    if failed:
+        raise typer.Exit(ExitCode.FAILED)
+
+
+def _bundles_in(path: Path) -> list[Path]:
+    """``path`` itself, or a directory's bundle files (not its subdirectories), by name."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in BUNDLE_SUFFIXES)

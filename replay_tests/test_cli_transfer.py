@@ -1,0 +1,121 @@
+"""``loom export`` of several executions and ``loom import``: a batch moves between logs,
+nothing is duplicated, and one bad bundle does not stop the others."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from loom_runtime import Loom
+from loom_runtime.tools.cli import ExitCode, app
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[str, list[str]]:
+    """A log holding three executions; its URL and their ids."""
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    with Loom(url) as loom:
+
+        @loom.flow("double")
+        def double(ctx: object, n: int) -> int:
+            return ctx.decide("twice", lambda: n * 2)  # type: ignore[attr-defined]
+
+        ids = [str(loom.run("double", n=n).execution_id) for n in range(3)]
+    return url, ids
+
+
+def test_several_executions_move_to_another_log_once(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    url, ids = source
+    out = tmp_path / "bundles"
+    exported = _invoke("export", *ids[:2], "-o", str(out), "--db", url)
+    assert exported.exit_code == ExitCode.OK, exported.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.json" for i in ids[:2])
+
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    imported = _invoke("import", str(out), "--db", target, "--json")
+    assert imported.exit_code == ExitCode.OK, imported.output
+    assert [r["status"] for r in json.loads(imported.stdout)] == ["imported", "imported"]
+    with Loom(target) as loom:
+        assert sorted(str(s.execution_id) for s in loom.executions()) == sorted(ids[:2])
+        position = loom.log.position
+
+    again = _invoke("import", str(out), "--db", target)
+    assert again.exit_code == ExitCode.OK, again.output
+    assert "imported 0 execution(s); 2 already in the log; 0 failed" in again.stdout
+    with Loom(target) as loom:
+        assert loom.log.position == position  # a re-run import writes nothing
+
+
+def test_export_all_writes_every_execution(tmp_path: Path, source: tuple[str, list[str]]) -> None:
+    url, ids = source
+    result = _invoke("export", "--all", "-o", str(tmp_path / "all"), "--db", url, "--json")
+    assert result.exit_code == ExitCode.OK, result.output
+    assert sorted(b["execution_id"] for b in json.loads(result.stdout)) == sorted(ids)
+
+
+def test_one_bad_bundle_is_reported_and_the_others_go_in(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    url, ids = source
+    out = tmp_path / "bundles"
+    assert _invoke("export", "--all", "-o", str(out), "--db", url).exit_code == ExitCode.OK
+    tampered = out / f"{ids[1]}.json"
+    tampered.write_text(tampered.read_text().replace('"n": 1', '"n": 7'))
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    result = _invoke("import", str(out), "--db", target)
+    assert result.exit_code == ExitCode.FAILED
+    assert "imported 2 execution(s); 0 already in the log; 1 failed" in result.stdout
+    assert str(tampered) in result.stderr
+    with Loom(target) as loom:
+        assert sorted(str(s.execution_id) for s in loom.executions()) == sorted(
+            [ids[0], ids[2]]
+        )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "-o", "out"],  # neither ids nor --all
+        ["export", "--all", "ID", "-o", "out"],  # both
+        ["export", "--all"],  # nowhere to write
+        ["export", "not-a-uuid", "-o", "out.json"],
+    ],
+    ids=["nothing named", "ids and --all", "no output", "bad id"],
+)
+def test_export_usage_errors(
+    tmp_path: Path, source: tuple[str, list[str]], args: list[str]
+) -> None:
+    url, _ = source
+    result = _invoke(*args, "--db", url)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stderr.startswith("error: ")
+
+
+def test_several_executions_are_refused_into_a_file(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    url, ids = source
+    existing = tmp_path / "file.json"
+    existing.write_text("{}")
+    result = _invoke("export", *ids, "-o", str(existing), "--db", url)
+    assert result.exit_code == ExitCode.USAGE
+    assert existing.read_text() == "{}"
+
+
+def test_a_missing_path_imports_nothing(tmp_path: Path, source: tuple[str, list[str]]) -> None:
+    url, ids = source
+    bundle = tmp_path / "one.json"
+    assert _invoke("export", ids[0], "-o", str(bundle), "--db", url).exit_code == ExitCode.OK
+    target = tmp_path / "target.db"
+    result = _invoke("import", str(bundle), str(tmp_path / "absent"), "--db", f"sqlite:///{target}")
+    assert result.exit_code == ExitCode.USAGE
+    assert not target.exists()
