@@ -1,0 +1,26 @@
+"""Sphinx configuration of the documentation site (ADR 0032): ``scripts/docs`` builds it.
+
+The pages are the repository's Markdown (read by MyST), the README included as the home page;
+the API reference is autodoc over the three packages' ``__all__``, whose docstrings are
+reStructuredText with Sphinx roles. ``scripts/docs`` passes ``-W``: a warning (a broken link or
+anchor, a page in no table of contents, a docstring that does not parse) fails the build.
+Nothing here reaches the network: no intersphinx, a theme that ships its assets.
+"""
+
+project = "loom"
+author = "the loom authors"
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
+# The home page includes ../README.md; docs/adr/README.md is the records' index page.
+exclude_patterns = ["examples"]
+
+# Links to a heading (`cli.md#loom-replay`) are checked like links to a page.
+myst_heading_anchors = 4
+
+# The public surface is each package's __all__ (autodoc follows it), constants included.
+autodoc_default_options = {"members": True, "undoc-members": True}
+autodoc_member_order = "groupwise"
+
+html_theme = "furo"
+html_title = "loom"
+# The Markdown sources are in the repository; the site need not serve them again.
+html_copy_source = False
