@@ -17,6 +17,7 @@ would block the read) are skipped too.
 
 from __future__ import annotations
 
+import os
 import re
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from loom_knowledge.domain.types import Doc
-from loom_knowledge.errors import InvalidDocumentError
+from loom_knowledge.errors import InvalidDocumentError, InvalidOptionError
 
 SUFFIXES = (".md", ".txt")
 """The file types read as documents; anything else in the directory is ignored."""
@@ -95,13 +96,23 @@ def _to_doc(doc_id: str, raw: str) -> Doc:
     return Doc(id=doc_id, text=rest.strip(), title=heading["title"])
 
 
-def scan_docs(directory: Traversable, *, follow_external_links: bool = False) -> DocScan:
+def scan_docs(
+    directory: str | os.PathLike[str] | Traversable, *, follow_external_links: bool = False
+) -> DocScan:
     """Read every ``.md``/``.txt`` file under ``directory`` into a document, sorted by id.
 
-    Hidden files and directories (``.git``) are skipped, and so are links out of the root
-    unless ``follow_external_links`` (see the module docstring). A file that is not UTF-8
-    raises :class:`InvalidDocumentError` naming it, instead of ingesting mojibake.
+    ``directory`` is a path (``"runbooks"``, a ``Path``) or a package resource
+    (``importlib.resources.files(...) / "runbooks"``). Hidden files and directories
+    (``.git``) are skipped, and so are links out of the root unless
+    ``follow_external_links`` (see the module docstring). A file that is not UTF-8 raises
+    :class:`InvalidDocumentError` naming it, instead of ingesting mojibake; a directory that
+    does not exist raises :class:`InvalidOptionError` rather than reading as an empty corpus
+    (which a sync would take as "delete everything").
     """
+    if isinstance(directory, str | os.PathLike):
+        directory = Path(directory)
+    if not directory.is_dir():
+        raise InvalidOptionError(f"no directory of documents at {directory}")
     walk = _Walk(directory, follow_external_links=follow_external_links)
     walk.walk(directory, "")
     docs = []
@@ -114,6 +125,8 @@ def scan_docs(directory: Traversable, *, follow_external_links: bool = False) ->
     return DocScan(docs=docs, skipped=sorted(walk.skipped))
 
 
-def load_docs(directory: Traversable, *, follow_external_links: bool = False) -> list[Doc]:
+def load_docs(
+    directory: str | os.PathLike[str] | Traversable, *, follow_external_links: bool = False
+) -> list[Doc]:
     """The documents of :func:`scan_docs` (links out of the root are not followed)."""
     return scan_docs(directory, follow_external_links=follow_external_links).docs

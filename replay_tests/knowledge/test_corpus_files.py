@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from loom_knowledge import Doc, InvalidDocumentError, load_docs, load_runbooks, scan_docs
+from loom_knowledge import (
+    Doc,
+    InvalidDocumentError,
+    InvalidOptionError,
+    load_docs,
+    load_runbooks,
+    scan_docs,
+)
 
 RUNBOOK_IDS = [
     "cache-stampede.md",
@@ -129,3 +136,20 @@ def test_the_sync_command_says_what_it_did_not_follow(linked_folder: Path, db_ur
     assert "2 to write" in out and "leak.md" in out and "--follow-external-links" in out
     result = CliRunner().invoke(app, [*args, "--follow-external-links"])
     assert result.exit_code == 0 and "3 to write" in " ".join(result.output.split())
+
+
+def test_a_folder_is_named_by_a_string_or_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_docs("runbooks")`` is what a newcomer writes first; it reads the same folder."""
+    (tmp_path / "runbooks").mkdir()
+    (tmp_path / "runbooks" / "disk.md").write_text("# Disk\nRotate the logs.")
+    monkeypatch.chdir(tmp_path)
+    assert load_docs("runbooks") == load_docs(Path("runbooks")) == load_docs(tmp_path / "runbooks")
+    assert [doc.id for doc in load_docs("runbooks")] == ["disk.md"]
+
+
+def test_a_missing_folder_is_an_error_not_an_empty_corpus(tmp_path: Path) -> None:
+    """An empty result would tell a sync to delete every document; a typo must fail."""
+    with pytest.raises(InvalidOptionError, match="no directory of documents"):
+        load_docs(tmp_path / "runbok")
