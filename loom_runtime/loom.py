@@ -16,8 +16,9 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -51,6 +52,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
+from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -59,7 +61,9 @@ from loom_runtime.services import Services
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from loom_runtime.recovery import Unfinished
     from loom_runtime.telemetry import Operation, Telemetry
+    from loom_runtime.workers import Heartbeat, WorkerRegistry
 
 logger = logging.getLogger("loom.runtime")
 """Executions started, finished and replayed, at INFO (nothing per decision: that path stays
@@ -147,6 +151,7 @@ class Loom:
             from loom_runtime.telemetry import Telemetry
 
             self._telemetry = Telemetry(tracer_provider)
+        self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
 
     @cached_property
     def log(self) -> EventLog:
@@ -357,6 +362,182 @@ class Loom:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    # -- workers and recovery (ADR 0040) ----------------------------------------------------
+
+    @cached_property
+    def workers(self) -> WorkerRegistry:
+        """The registry of workers and their heartbeats, in the log's database."""
+        from loom_runtime.workers import WorkerRegistry
+
+        return WorkerRegistry(self.log.engine)
+
+    @contextmanager
+    def worker(
+        self,
+        *,
+        heartbeat: float = HEARTBEAT_EVERY,
+        recover_every: float | None = RECOVER_EVERY,
+        dead_after: float = DEAD_AFTER,
+        include_unowned: bool = False,
+    ) -> Iterator[str]:
+        """Run this process as a registered worker for the block; yields its worker id.
+
+        A daemon thread beats every ``heartbeat`` seconds, so executions this Loom starts or
+        claims inside the block are owned by a worker others can see alive. With
+        ``recover_every``, another daemon thread runs :meth:`recover` at once and then every
+        ``recover_every`` seconds. Leaving the block waits for the execution a recovery is
+        running, then marks the worker stopped: what it leaves unfinished (the block raised)
+        can be recovered by others at once.
+        """
+        from loom_runtime.workers import Heartbeat, new_worker_id
+
+        if self._heartbeat is not None:
+            raise ConfigurationError(
+                f"this Loom is already worker {self._heartbeat.worker}; use one "
+                "`with loom.worker(...)` block per Loom"
+            )
+        if not 0 < heartbeat < dead_after:
+            raise ConfigurationError(
+                f"heartbeat={heartbeat!r} must be positive and shorter than "
+                f"dead_after={dead_after!r}, or live workers would be taken for dead"
+            )
+        heartbeat_thread = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
+        heartbeat_thread.start()
+        self._heartbeat = heartbeat_thread
+        stopping = threading.Event()
+        recovering = threading.Thread(
+            target=self._keep_recovering,
+            kwargs={
+                "every": recover_every,
+                "dead_after": dead_after,
+                "include_unowned": include_unowned,
+                "stopping": stopping,
+            },
+            name=f"loom-recovery {heartbeat_thread.worker}",
+            daemon=True,
+        )
+        if recover_every is not None:
+            recovering.start()
+        try:
+            yield heartbeat_thread.worker
+        finally:
+            stopping.set()
+            if recovering.is_alive():
+                recovering.join()
+            self._heartbeat = None
+            heartbeat_thread.stop()
+
+    def recover(
+        self, *, dead_after: float = DEAD_AFTER, include_unowned: bool = False
+    ) -> list[Run]:
+        """Claim and finish every unfinished, not failed execution whose owner is not a live
+        worker (no beat within ``dead_after`` seconds); returns the runs it finished.
+
+        Safe to call from any number of workers at once (ADR 0040): an execution is claimed at
+        the version it was found at, so of two recoverers exactly one claims it; the other
+        skips it. Executions of flows this Loom has not registered are left for a worker that
+        has them. An execution whose owner never registered (started outside
+        :meth:`worker`, or before workers existed) is taken only with ``include_unowned``:
+        its process may still be running it. A flow that raises again is recorded as failed
+        (as in :meth:`resume`), logged, and the pass goes on.
+        """
+        return self._recover(dead_after=dead_after, include_unowned=include_unowned)
+
+    def _keep_recovering(
+        self,
+        *,
+        every: float,
+        dead_after: float,
+        include_unowned: bool,
+        stopping: threading.Event,
+    ) -> None:
+        while True:
+            try:
+                self._recover(
+                    dead_after=dead_after, include_unowned=include_unowned, stopping=stopping
+                )
+            except Exception:  # the database is away: try again next pass
+                logger.warning("recovery pass failed", exc_info=True)
+            if stopping.wait(every):
+                return
+
+    def _recover(
+        self,
+        *,
+        dead_after: float,
+        include_unowned: bool,
+        stopping: threading.Event | None = None,
+    ) -> list[Run]:
+        from loom_runtime.recovery import is_abandoned, unfinished
+
+        runs = []
+        with self._registered(every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
+            workers = self.workers.workers(dead_after=dead_after)
+            pending = unfinished(self.log)
+            owners = {execution.owner for execution in pending}
+            self.workers.forget(
+                [w.worker for w in workers if not w.alive and w.worker not in owners]
+            )
+            liveness = {w.worker: w.alive for w in workers}
+            for execution in pending:
+                if stopping is not None and stopping.is_set():
+                    break  # left for the others
+                if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
+                    run = self._adopt(execution, worker=worker)
+                    if run is not None:
+                        runs.append(run)
+        return runs
+
+    @contextmanager
+    def _registered(self, *, every: float) -> Iterator[str]:
+        """This Loom's worker id if it is a worker; else a worker for the block, so that what
+        a one-off recovery claims is owned by a worker others can see alive, and then stopped."""
+        from loom_runtime.workers import Heartbeat, new_worker_id
+
+        if self._heartbeat is not None:
+            yield self._heartbeat.worker
+            return
+        heartbeat = Heartbeat(self.workers, worker=new_worker_id(), every=every)
+        heartbeat.start()
+        try:
+            yield heartbeat.worker
+        finally:
+            heartbeat.stop()
+
+    def _adopt(self, orphan: Unfinished, *, worker: str) -> Run | None:
+        """Claim and finish an abandoned execution; None when another worker has it or its
+        flow failed."""
+        if self.flows.find(orphan.flow) is None:
+            logger.debug(
+                "execution %s: flow %r not registered here", orphan.execution_id, orphan.flow
+            )
+            return None
+        execution = self.execution(orphan.execution_id)
+        if execution.finished or execution.owner != orphan.owner:
+            return None  # finished or claimed since the scan
+        try:
+            claimed = self._claim(execution, retry_failed=False, worker=worker)
+            run = drive(self._continue(claimed), _run_now)
+        except ExecutionConflictError:
+            return None  # another worker claimed it first, or took it over from this one
+        except Exception:
+            logger.warning(
+                "execution %s of flow %r, recovered from worker %s, failed",
+                orphan.execution_id,
+                orphan.flow,
+                orphan.owner,
+                exc_info=True,
+            )
+            return None
+        logger.info(
+            "execution %s of flow %r recovered from worker %s by %s",
+            orphan.execution_id,
+            orphan.flow,
+            orphan.owner,
+            worker,
+        )
+        return run
+
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
@@ -370,6 +551,7 @@ class Loom:
             code_version=definition.version,
             input=raw_input,
             log_position=self.log.position,
+            worker=None if self._heartbeat is None else self._heartbeat.worker,
         )
         save(self.log, execution)
         logger.info(
@@ -380,11 +562,14 @@ class Loom:
         )
         return definition, execution, kwargs
 
-    def _claim(self, execution_id: UUID | str, retry_failed: bool) -> Execution:
-        """The execution to resume, claimed by this worker (reopened if it failed and
-        ``retry_failed``); a completed one is returned as it is."""
-        execution = self.execution(execution_id)
-        worker = f"{socket.gethostname()}:{os.getpid()}"
+    def _claim(
+        self, execution: Execution, retry_failed: bool, *, worker: str | None = None
+    ) -> Execution:
+        """``execution``, claimed by ``worker`` (this Loom's) at the version it was loaded at
+        (reopened if it failed and ``retry_failed``); a completed one is returned as it is."""
+        if worker is None:
+            unregistered = f"{socket.gethostname()}:{os.getpid()}"
+            worker = unregistered if self._heartbeat is None else self._heartbeat.worker
         if execution.error is not None:
             if not retry_failed:
                 error_type, message = execution.error
@@ -411,7 +596,10 @@ class Loom:
         return (yield from self._record("run", definition, execution, kwargs))
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
-        execution = self._claim(execution_id, retry_failed)
+        return (yield from self._continue(self._claim(self.execution(execution_id), retry_failed)))
+
+    def _continue(self, execution: Execution) -> Steps[Run]:
+        """Run a claimed execution's flow to its end (a completed one: its recorded output)."""
         if execution.output is not None:
             return self._finished_run(execution)
         definition = self.get_flow(execution.flow)
@@ -442,6 +630,7 @@ class Loom:
             log_position=self.log.position,
             parent_id=parent.id,
             forked_at=taken,
+            worker=None if self._heartbeat is None else self._heartbeat.worker,
         )
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
