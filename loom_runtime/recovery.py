@@ -25,12 +25,13 @@ running right now in a process nobody can see, so it is taken only when asked
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import msgspec
 
-from loom_runtime.execution import Execution
-from loom_runtime.log import EventLog
+if TYPE_CHECKING:
+    from loom_runtime.log import EventLog
 
 HEARTBEAT_EVERY = 5.0
 """Seconds between a worker's beats."""
@@ -40,15 +41,6 @@ busy database or a long pause is not mistaken for a crash (a mistake costs a was
 never a duplicate)."""
 RECOVER_EVERY = 30.0
 """Seconds between a worker's recovery passes."""
-
-OWNERSHIP_TOPICS: tuple[str, ...] = (
-    Execution.Created.TOPIC,
-    Execution.Resumed.TOPIC,
-    Execution.Reopened.TOPIC,
-    Execution.Completed.TOPIC,
-    Execution.Failed.TOPIC,
-)
-"""The events that start, move or end an execution's ownership; decisions do not."""
 
 
 class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,9 +55,18 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
 def unfinished(log: EventLog) -> list[Unfinished]:
     """Every execution of ``log`` that is neither completed nor failed, oldest first, with its
     owner: the worker that started it or last claimed or reopened it (one pass, no decisions)."""
+    from loom_runtime.execution import Execution  # here: the CLI imports this module's defaults
+
+    ownership = (  # the events that start, move or end ownership; decisions do not
+        Execution.Created.TOPIC,
+        Execution.Resumed.TOPIC,
+        Execution.Reopened.TOPIC,
+        Execution.Completed.TOPIC,
+        Execution.Failed.TOPIC,
+    )
     flows: dict[UUID, str] = {}
     owners: dict[UUID, str | None] = {}
-    for notification in log.notifications(topics=OWNERSHIP_TOPICS):
+    for notification in log.notifications(topics=ownership):
         event = log.decode(notification)
         stream = event.originator_id
         if isinstance(event, Execution.Created):

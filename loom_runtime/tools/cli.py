@@ -728,3 +728,4 @@ else:
     _load_plugins()
 
 import loom_runtime.tools.bundle_cli  # noqa: E402, F401  (registers `loom diff`, `loom bundle show`)
+from loom_runtime.tools import worker_cli  # noqa: E402, F401  (registers `loom recover`, `loom worker`)

@@ -4,18 +4,23 @@ registered, is left alone unless asked."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import pytest
 from sqlalchemy import update
+from typer.testing import CliRunner
 
 from loom_runtime import ConfigurationError, FlowContext, Loom
 from loom_runtime.context import save
+from loom_runtime.tools.cli import app
 from loom_runtime.workers import WorkerRegistry, workers_table
 
 
@@ -180,7 +185,11 @@ def test_an_owner_that_stopped_beating_is_dead_after_dead_after(
 
 
 def test_two_recoverers_racing_for_one_execution_resume_it_once(
-    loom: Loom, db_url: str, steps: Steps, monkeypatch: pytest.MonkeyPatch
+    loom: Loom,
+    db_url: str,
+    steps: Steps,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Both load the dead worker's execution at the same version before either claims it:
     exactly one claim is appended, the loser skips it silently, it completes once."""
@@ -207,6 +216,7 @@ def test_two_recoverers_racing_for_one_execution_resume_it_once(
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(len(runs) for runs in results) == [0, 1]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     counted = events(loom, execution_id)
     assert (counted["Resumed"], counted["Completed"]) == (1, 1)
     assert steps.calls == Counter(first=1, second=2, third=1)
@@ -321,3 +331,36 @@ def test_worker_settings_that_would_kill_live_workers_are_refused(loom: Loom) ->
         loom.worker(recover_every=None),
     ):
         pass
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+FLOWS_MODULE = """
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("steps")
+def steps(ctx) -> list[str]:
+    return [ctx.decide(key, lambda key=key: f"{key}-value") for key in ("first", "second", "third")]
+"""
+
+
+def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loom recover` prints what it resumed (--json: the runs); a second pass finds nothing."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            execution_id = interrupted(loom, steps)
+    args = ["recover", "--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)
+    assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
