@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import sqlite3
-import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
@@ -61,7 +60,6 @@ from loom_runtime.services import Services
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from loom_runtime.recovery import Unfinished
     from loom_runtime.telemetry import Operation, Telemetry
     from loom_runtime.workers import Heartbeat, WorkerRegistry
 
@@ -371,6 +369,11 @@ class Loom:
 
         return WorkerRegistry(self.log.engine)
 
+    @property
+    def worker_id(self) -> str | None:
+        """This Loom's id as a registered worker, inside :meth:`worker`; None outside it."""
+        return None if self._heartbeat is None else self._heartbeat.worker
+
     @contextmanager
     def worker(
         self,
@@ -389,6 +392,7 @@ class Loom:
         running, then marks the worker stopped: what it leaves unfinished (the block raised)
         can be recovered by others at once.
         """
+        from loom_runtime.recovery import recovering
         from loom_runtime.workers import Heartbeat, new_worker_id
 
         if self._heartbeat is not None:
@@ -401,31 +405,17 @@ class Loom:
                 f"heartbeat={heartbeat!r} must be positive and shorter than "
                 f"dead_after={dead_after!r}, or live workers would be taken for dead"
             )
-        heartbeat_thread = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
-        heartbeat_thread.start()
-        self._heartbeat = heartbeat_thread
-        stopping = threading.Event()
-        recovering = threading.Thread(
-            target=self._keep_recovering,
-            kwargs={
-                "every": recover_every,
-                "dead_after": dead_after,
-                "include_unowned": include_unowned,
-                "stopping": stopping,
-            },
-            name=f"loom-recovery {heartbeat_thread.worker}",
-            daemon=True,
-        )
-        if recover_every is not None:
-            recovering.start()
+        beating = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
+        beating.start()
+        self._heartbeat = beating
         try:
-            yield heartbeat_thread.worker
+            with recovering(
+                self, every=recover_every, dead_after=dead_after, include_unowned=include_unowned
+            ):
+                yield beating.worker
         finally:
-            stopping.set()
-            if recovering.is_alive():
-                recovering.join()
             self._heartbeat = None
-            heartbeat_thread.stop()
+            beating.stop()
 
     def recover(
         self, *, dead_after: float = DEAD_AFTER, include_unowned: bool = False
@@ -441,102 +431,14 @@ class Loom:
         its process may still be running it. A flow that raises again is recorded as failed
         (as in :meth:`resume`), logged, and the pass goes on.
         """
-        return self._recover(dead_after=dead_after, include_unowned=include_unowned)
+        from loom_runtime.recovery import recover
 
-    def _keep_recovering(
-        self,
-        *,
-        every: float,
-        dead_after: float,
-        include_unowned: bool,
-        stopping: threading.Event,
-    ) -> None:
-        while True:
-            try:
-                self._recover(
-                    dead_after=dead_after, include_unowned=include_unowned, stopping=stopping
-                )
-            except Exception:  # the database is away: try again next pass
-                logger.warning("recovery pass failed", exc_info=True)
-            if stopping.wait(every):
-                return
+        return recover(self, dead_after=dead_after, include_unowned=include_unowned)
 
-    def _recover(
-        self,
-        *,
-        dead_after: float,
-        include_unowned: bool,
-        stopping: threading.Event | None = None,
-    ) -> list[Run]:
-        from loom_runtime.recovery import is_abandoned, unfinished
-
-        runs = []
-        with self._registered(every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
-            workers = self.workers.workers(dead_after=dead_after)
-            pending = unfinished(self.log)
-            owners = {execution.owner for execution in pending}
-            self.workers.forget(
-                [w.worker for w in workers if not w.alive and w.worker not in owners]
-            )
-            liveness = {w.worker: w.alive for w in workers}
-            for execution in pending:
-                if stopping is not None and stopping.is_set():
-                    break  # left for the others
-                if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
-                    run = self._adopt(execution, worker=worker)
-                    if run is not None:
-                        runs.append(run)
-        return runs
-
-    @contextmanager
-    def _registered(self, *, every: float) -> Iterator[str]:
-        """This Loom's worker id if it is a worker; else a worker for the block, so that what
-        a one-off recovery claims is owned by a worker others can see alive, and then stopped."""
-        from loom_runtime.workers import Heartbeat, new_worker_id
-
-        if self._heartbeat is not None:
-            yield self._heartbeat.worker
-            return
-        heartbeat = Heartbeat(self.workers, worker=new_worker_id(), every=every)
-        heartbeat.start()
-        try:
-            yield heartbeat.worker
-        finally:
-            heartbeat.stop()
-
-    def _adopt(self, orphan: Unfinished, *, worker: str) -> Run | None:
-        """Claim and finish an abandoned execution; None when another worker has it or its
-        flow failed."""
-        if self.flows.find(orphan.flow) is None:
-            logger.debug(
-                "execution %s: flow %r not registered here", orphan.execution_id, orphan.flow
-            )
-            return None
-        execution = self.execution(orphan.execution_id)
-        if execution.finished or execution.owner != orphan.owner:
-            return None  # finished or claimed since the scan
-        try:
-            claimed = self._claim(execution, retry_failed=False, worker=worker)
-            run = drive(self._continue(claimed), _run_now)
-        except ExecutionConflictError:
-            return None  # another worker claimed it first, or took it over from this one
-        except Exception:
-            logger.warning(
-                "execution %s of flow %r, recovered from worker %s, failed",
-                orphan.execution_id,
-                orphan.flow,
-                orphan.owner,
-                exc_info=True,
-            )
-            return None
-        logger.info(
-            "execution %s of flow %r recovered from worker %s by %s",
-            orphan.execution_id,
-            orphan.flow,
-            orphan.owner,
-            worker,
-        )
-        return run
+    def _take_over(self, execution: Execution, *, worker: str) -> Run:
+        """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it:
+        the step of a recovery that needs this Loom's internals (``recovery.recover``)."""
+        return drive(self._continue(self._claim(execution, False, worker=worker)), _run_now)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -551,7 +453,7 @@ class Loom:
             code_version=definition.version,
             input=raw_input,
             log_position=self.log.position,
-            worker=None if self._heartbeat is None else self._heartbeat.worker,
+            worker=self.worker_id,
         )
         save(self.log, execution)
         logger.info(
@@ -567,9 +469,7 @@ class Loom:
     ) -> Execution:
         """``execution``, claimed by ``worker`` (this Loom's) at the version it was loaded at
         (reopened if it failed and ``retry_failed``); a completed one is returned as it is."""
-        if worker is None:
-            unregistered = f"{socket.gethostname()}:{os.getpid()}"
-            worker = unregistered if self._heartbeat is None else self._heartbeat.worker
+        worker = worker or self.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         if execution.error is not None:
             if not retry_failed:
                 error_type, message = execution.error
@@ -630,7 +530,7 @@ class Loom:
             log_position=self.log.position,
             parent_id=parent.id,
             forked_at=taken,
-            worker=None if self._heartbeat is None else self._heartbeat.worker,
+            worker=self.worker_id,
         )
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:

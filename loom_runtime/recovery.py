@@ -1,7 +1,9 @@
-"""Which executions a live worker should take over: unfinished ones whose owner is gone.
+"""Recovery: live workers take over the unfinished executions of workers that are gone.
 
-What :meth:`~loom_runtime.loom.Loom.recover` does with them, and why it is safe to run it
-anywhere, any number of times, at once (ADR 0040):
+:meth:`Loom.recover <loom_runtime.loom.Loom.recover>` is one pass of :func:`recover`, and
+:meth:`Loom.worker <loom_runtime.loom.Loom.worker>` runs passes in the background
+(:func:`recovering`). Why a pass is safe to run anywhere, any number of times, at once
+(ADR 0040):
 
 * **Finding** is a read: one pass over the log's ownership events (who started, claimed,
   reopened, finished each execution) and one read of the worker registry. Two recoverers
@@ -24,14 +26,23 @@ running right now in a process nobody can see, so it is taken only when asked
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 import msgspec
 
+from loom_runtime.errors import ExecutionConflictError
+
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
+    from loom_runtime.loom import Loom, Run
+
+logger = logging.getLogger("loom.runtime")
+"""Each execution recovered at INFO; a recovered flow that failed again, at WARNING."""
 
 HEARTBEAT_EVERY = 5.0
 """Seconds between a worker's beats."""
@@ -89,3 +100,109 @@ def is_abandoned(owner: str | None, liveness: Mapping[str, bool], *, include_uno
     if owner is None or owner not in liveness:
         return include_unowned
     return not liveness[owner]
+
+
+def recover(
+    loom: Loom,
+    *,
+    dead_after: float,
+    include_unowned: bool,
+    stopping: threading.Event | None = None,
+) -> list[Run]:
+    """One pass of :meth:`Loom.recover <loom_runtime.loom.Loom.recover>`; stops between
+    executions once ``stopping`` is set (what is left is left for the others)."""
+    runs = []
+    with _registered(loom, every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
+        workers = loom.workers.workers(dead_after=dead_after)
+        pending = unfinished(loom.log)
+        owners = {execution.owner for execution in pending}
+        loom.workers.forget([w.worker for w in workers if not w.alive and w.worker not in owners])
+        liveness = {w.worker: w.alive for w in workers}
+        for execution in pending:
+            if stopping is not None and stopping.is_set():
+                break
+            if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
+                run = _adopt(loom, execution, worker=worker)
+                if run is not None:
+                    runs.append(run)
+    return runs
+
+
+@contextmanager
+def recovering(
+    loom: Loom, *, every: float | None, dead_after: float, include_unowned: bool
+) -> Iterator[None]:
+    """Recover in a daemon thread at once and then every ``every`` seconds (never if None),
+    until the block ends; the end waits for the execution being recovered."""
+    if every is None:
+        yield
+        return
+    stopping = threading.Event()
+
+    def keep_recovering() -> None:
+        while True:
+            try:
+                recover(
+                    loom, dead_after=dead_after, include_unowned=include_unowned, stopping=stopping
+                )
+            except Exception:  # the database is away: try again next pass
+                logger.warning("recovery pass failed", exc_info=True)
+            if stopping.wait(every):
+                return
+
+    thread = threading.Thread(target=keep_recovering, name="loom-recovery", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        thread.join()
+
+
+@contextmanager
+def _registered(loom: Loom, *, every: float) -> Iterator[str]:
+    """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
+    one-off recovery claims is owned by a worker others see alive, stopped afterwards."""
+    from loom_runtime.workers import Heartbeat, new_worker_id
+
+    if loom.worker_id is not None:
+        yield loom.worker_id
+        return
+    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every)
+    heartbeat.start()
+    try:
+        yield heartbeat.worker
+    finally:
+        heartbeat.stop()
+
+
+def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
+    """Claim and finish an abandoned execution; None when another worker has it, its flow is
+    not registered here, or its flow failed again (recorded as failed, logged)."""
+    if loom.flows.find(orphan.flow) is None:
+        logger.debug("execution %s: flow %r not registered here", orphan.execution_id, orphan.flow)
+        return None
+    execution = loom.execution(orphan.execution_id)
+    if execution.finished or execution.owner != orphan.owner:
+        return None  # finished or claimed since the scan
+    try:
+        run = loom._take_over(execution, worker=worker)
+    except ExecutionConflictError:
+        return None  # another worker claimed it first, or took it over from this one since
+    except Exception:
+        logger.warning(
+            "execution %s of flow %r, recovered from worker %s, failed",
+            orphan.execution_id,
+            orphan.flow,
+            orphan.owner,
+            exc_info=True,
+        )
+        return None
+    logger.info(
+        "execution %s of flow %r recovered from worker %s by %s",
+        orphan.execution_id,
+        orphan.flow,
+        orphan.owner,
+        worker,
+    )
+    return run
