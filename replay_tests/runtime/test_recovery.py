@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -364,3 +368,43 @@ def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
     result = CliRunner().invoke(app, args)
     assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
+
+
+@pytest.mark.slow
+def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A real `loom worker` process finishes a dead worker's execution; SIGTERM stops it with
+    exit 0, and its row says stopped (dead at once, whatever dead_after)."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            execution_id = interrupted(loom, steps)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+        env["PYTHONPATH"] = str(tmp_path)
+        command = ["worker", "--heartbeat", "0.1", "--recover-every", "0.1", "--dead-after", "5"]
+        command += ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "loom_runtime", *command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while loom.execution(execution_id).output is None:
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < deadline, "the worker never recovered the execution"
+                time.sleep(0.05)
+            child.send_signal(signal.SIGTERM)
+            stdout, stderr = child.communicate(timeout=60)
+        finally:
+            child.kill()
+        assert child.returncode == 0, stderr
+        assert stdout.splitlines()[-1].endswith(" stopped"), stdout
+        assert f"execution {execution_id} of flow 'steps' recovered" in stderr
+        rows = {row.worker: row.alive for row in loom.workers.workers(dead_after=3600)}
+        assert rows[stdout.split()[1]] is False
