@@ -113,8 +113,10 @@ def recover(
     executions once ``stopping`` is set (what is left is left for the others)."""
     runs = []
     with _registered(loom, every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
-        workers = loom.workers.workers(dead_after=dead_after)
+        # The log before the registry: a worker that registers in between and starts an
+        # execution is then either unseen by the scan or seen alive, never taken for unowned.
         pending = unfinished(loom.log)
+        workers = loom.workers.workers(dead_after=dead_after)
         owners = {execution.owner for execution in pending}
         loom.workers.forget([w.worker for w in workers if not w.alive and w.worker not in owners])
         liveness = {w.worker: w.alive for w in workers}
