@@ -82,7 +82,7 @@ class Execution(Aggregate):
         """The flow was started with this input, by this code, having seen the log up to here."""
 
         TOPIC = f"{_TOPIC}.Created"
-        IDENTIFIERS = ("flow", "code_version", "parent_id")
+        IDENTIFIERS = ("flow", "code_version", "parent_id", "worker")
         flow: str
         code_version: str
         input: msgspec.Raw
@@ -91,6 +91,9 @@ class Execution(Aggregate):
         """The execution this one was forked from (ADR 0027); None for a run."""
         forked_at: int | None = None
         """How many of the parent's decisions, in recorded order, the fork took."""
+        worker: str | None = None
+        """The registered worker that started it (ADR 0040): its owner until another claims
+        it. None when started outside a worker (and in logs written before workers existed)."""
 
     class DecisionRecorded(Aggregate.Event):
         """A nondeterministic result, stored before the flow was allowed to see it."""
@@ -141,12 +144,15 @@ class Execution(Aggregate):
     class Resumed(Aggregate.Event):
         """A worker claimed an unfinished execution; a second claimant of the same version loses.
 
-        It changes no state: claiming *is* appending it, at the next version.
+        It changes no state but the owner: claiming *is* appending it, at the next version.
         """
 
         TOPIC = f"{_TOPIC}.Resumed"
         IDENTIFIERS = ("worker",)
         worker: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.owner = self.worker
 
     class Completed(Aggregate.Event):
         """The flow returned; ``output`` is the stored return value."""
@@ -198,6 +204,7 @@ class Execution(Aggregate):
             aggregate.error = None
             for key in self.dropped:
                 aggregate.decisions.pop(key, None)
+            aggregate.owner = self.worker
 
     def __init__(
         self,
@@ -208,6 +215,7 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        worker: str | None = None,
     ) -> None:
         self.flow = flow
         self.code_version = code_version
@@ -220,6 +228,8 @@ class Execution(Aggregate):
         self.error: tuple[str, str] | None = None
         self.reopenings: list[Reopening] = []
         self.lost = False  # set when this worker may append no more: a lost race (never stored)
+        self.owner = worker
+        """The worker that started it or last claimed or reopened it (ADR 0040)."""
 
     @classmethod
     def start(
@@ -232,6 +242,7 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        worker: str | None = None,
     ) -> Execution:
         return cls._create(
             cls.Created,
@@ -242,6 +253,7 @@ class Execution(Aggregate):
             log_position=log_position,
             parent_id=parent_id,
             forked_at=forked_at,
+            worker=worker,
         )
 
     def reset_to(self, stored: Execution) -> None:
@@ -259,6 +271,7 @@ class Execution(Aggregate):
         self.output = stored.output
         self.error = stored.error
         self.reopenings = list(stored.reopenings)
+        self.owner = stored.owner
 
     @property
     def finished(self) -> bool:

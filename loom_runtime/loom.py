@@ -16,8 +16,8 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -51,6 +51,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
+from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from loom_runtime.telemetry import Operation, Telemetry
+    from loom_runtime.workers import Heartbeat, WorkerRegistry
 
 logger = logging.getLogger("loom.runtime")
 """Executions started, finished and replayed, at INFO (nothing per decision: that path stays
@@ -147,6 +149,7 @@ class Loom:
             from loom_runtime.telemetry import Telemetry
 
             self._telemetry = Telemetry(tracer_provider)
+        self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
 
     @cached_property
     def log(self) -> EventLog:
@@ -357,6 +360,86 @@ class Loom:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    # -- workers and recovery (ADR 0040) ----------------------------------------------------
+
+    @cached_property
+    def workers(self) -> WorkerRegistry:
+        """The registry of workers and their heartbeats, in the log's database."""
+        from loom_runtime.workers import WorkerRegistry
+
+        return WorkerRegistry(self.log.engine)
+
+    @property
+    def worker_id(self) -> str | None:
+        """This Loom's id as a registered worker, inside :meth:`worker`; None outside it."""
+        return None if self._heartbeat is None else self._heartbeat.worker
+
+    @contextmanager
+    def worker(
+        self,
+        *,
+        heartbeat: float = HEARTBEAT_EVERY,
+        recover_every: float | None = RECOVER_EVERY,
+        dead_after: float = DEAD_AFTER,
+        include_unowned: bool = False,
+    ) -> Iterator[str]:
+        """Run this process as a registered worker for the block; yields its worker id.
+
+        A daemon thread beats every ``heartbeat`` seconds, so executions this Loom starts or
+        claims inside the block are owned by a worker others can see alive. With
+        ``recover_every``, another daemon thread runs :meth:`recover` at once and then every
+        ``recover_every`` seconds. Leaving the block waits for the execution a recovery is
+        running, then marks the worker stopped: what it leaves unfinished (the block raised)
+        can be recovered by others at once.
+        """
+        from loom_runtime.recovery import recovering
+        from loom_runtime.workers import Heartbeat, new_worker_id
+
+        if self._heartbeat is not None:
+            raise ConfigurationError(
+                f"this Loom is already worker {self._heartbeat.worker}; use one "
+                "`with loom.worker(...)` block per Loom"
+            )
+        if not 0 < heartbeat < dead_after:
+            raise ConfigurationError(
+                f"heartbeat={heartbeat!r} must be positive and shorter than "
+                f"dead_after={dead_after!r}, or live workers would be taken for dead"
+            )
+        beating = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
+        beating.start()
+        self._heartbeat = beating
+        try:
+            with recovering(
+                self, every=recover_every, dead_after=dead_after, include_unowned=include_unowned
+            ):
+                yield beating.worker
+        finally:
+            self._heartbeat = None
+            beating.stop()
+
+    def recover(
+        self, *, dead_after: float = DEAD_AFTER, include_unowned: bool = False
+    ) -> list[Run]:
+        """Claim and finish every unfinished, not failed execution whose owner is not a live
+        worker (no beat within ``dead_after`` seconds); returns the runs it finished.
+
+        Safe to call from any number of workers at once (ADR 0040): an execution is claimed at
+        the version it was found at, so of two recoverers exactly one claims it; the other
+        skips it. Executions of flows this Loom has not registered are left for a worker that
+        has them. An execution whose owner never registered (started outside
+        :meth:`worker`, or before workers existed) is taken only with ``include_unowned``:
+        its process may still be running it. A flow that raises again is recorded as failed
+        (as in :meth:`resume`), logged, and the pass goes on.
+        """
+        from loom_runtime.recovery import recover
+
+        return recover(self, dead_after=dead_after, include_unowned=include_unowned)
+
+    def _take_over(self, execution: Execution, *, worker: str) -> Run:
+        """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it:
+        the step of a recovery that needs this Loom's internals (``recovery.recover``)."""
+        return drive(self._continue(self._claim(execution, False, worker=worker)), _run_now)
+
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
@@ -370,6 +453,7 @@ class Loom:
             code_version=definition.version,
             input=raw_input,
             log_position=self.log.position,
+            worker=self.worker_id,
         )
         save(self.log, execution)
         logger.info(
@@ -380,11 +464,12 @@ class Loom:
         )
         return definition, execution, kwargs
 
-    def _claim(self, execution_id: UUID | str, retry_failed: bool) -> Execution:
-        """The execution to resume, claimed by this worker (reopened if it failed and
-        ``retry_failed``); a completed one is returned as it is."""
-        execution = self.execution(execution_id)
-        worker = f"{socket.gethostname()}:{os.getpid()}"
+    def _claim(
+        self, execution: Execution, retry_failed: bool, *, worker: str | None = None
+    ) -> Execution:
+        """``execution``, claimed by ``worker`` (this Loom's) at the version it was loaded at
+        (reopened if it failed and ``retry_failed``); a completed one is returned as it is."""
+        worker = worker or self.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         if execution.error is not None:
             if not retry_failed:
                 error_type, message = execution.error
@@ -411,7 +496,10 @@ class Loom:
         return (yield from self._record("run", definition, execution, kwargs))
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
-        execution = self._claim(execution_id, retry_failed)
+        return (yield from self._continue(self._claim(self.execution(execution_id), retry_failed)))
+
+    def _continue(self, execution: Execution) -> Steps[Run]:
+        """Run a claimed execution's flow to its end (a completed one: its recorded output)."""
         if execution.output is not None:
             return self._finished_run(execution)
         definition = self.get_flow(execution.flow)
@@ -442,6 +530,7 @@ class Loom:
             log_position=self.log.position,
             parent_id=parent.id,
             forked_at=taken,
+            worker=self.worker_id,
         )
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:

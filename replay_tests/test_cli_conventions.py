@@ -172,6 +172,15 @@ def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
             (["bundle", "show", str(s.bundle)], ExitCode.OK),
             (["bundle", "show", "nonexistent.json"], ExitCode.USAGE),
         ],
+        "recover": [
+            (["recover", *db, *flows], ExitCode.OK),
+            (["recover", *missing_db, *flows], ExitCode.USAGE),
+        ],
+        "worker": [
+            (["worker", "--stop-after", "0", *db, *flows], ExitCode.OK),
+            (["worker", *missing_db, *flows], ExitCode.USAGE),
+            (["worker", "--heartbeat", "60", "--dead-after", "30", *db, *flows], ExitCode.USAGE),
+        ],
     }
 
 
@@ -261,6 +270,7 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
             ["bundle", "show", str(s.bundle)],
             lambda d: d["execution_id"] == eid and _keys(d["decisions"][0]) >= {"key", "input"},
         ),
+        "recover": (["recover", *db, *flows], lambda d: d == []),  # nothing was interrupted
     }
 
 

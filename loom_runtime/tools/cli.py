@@ -727,5 +727,8 @@ if __name__ == "__main__":
 else:
     _load_plugins()
 
-import loom_runtime.tools.bundle_cli  # noqa: E402  (registers `loom diff`, `loom bundle show`)
-import loom_runtime.tools.transfer_cli  # noqa: E402, F401  (registers `loom export`, `loom import`)
+from loom_runtime.tools import (  # noqa: E402  (each registers its commands on `app`)
+    bundle_cli,  # noqa: F401  (`loom diff`, `loom bundle show`)
+    transfer_cli,  # noqa: F401  (`loom export`, `loom import`)
+    worker_cli,  # noqa: F401  (`loom recover`, `loom worker`)
+)

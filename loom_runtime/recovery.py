@@ -1,0 +1,210 @@
+"""Recovery: live workers take over the unfinished executions of workers that are gone.
+
+:meth:`Loom.recover <loom_runtime.loom.Loom.recover>` is one pass of :func:`recover`, and
+:meth:`Loom.worker <loom_runtime.loom.Loom.worker>` runs passes in the background
+(:func:`recovering`). Why a pass is safe to run anywhere, any number of times, at once
+(ADR 0040):
+
+* **Finding** is a read: one pass over the log's ownership events (who started, claimed,
+  reopened, finished each execution) and one read of the worker registry. Two recoverers
+  may find the same execution; nothing has happened yet.
+* **Claiming** is an append, ``Resumed`` at the version the recoverer loaded the execution
+  at. Of two recoverers that loaded the same version exactly one appends; the other's append
+  is refused whole (a version conflict) and it moves on. A recoverer that loaded *after*
+  another's claim sees a new owner, alive, and leaves it.
+* **Resuming** answers every decision already in the log from the log, so work the dead
+  worker finished is not done again; only decisions it never stored run live.
+
+A worker wrongly taken for dead keeps running until its next append, which is refused
+(the claim moved the stream past it): it stops, and the execution still completes once.
+
+Liveness is only ever judged for owners that promised it by heart-beating. An execution whose
+owner never registered (started outside a worker, or recorded before workers existed) may be
+running right now in a process nobody can see, so it is taken only when asked
+(``include_unowned``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime.errors import ExecutionConflictError
+
+if TYPE_CHECKING:
+    from loom_runtime.log import EventLog
+    from loom_runtime.loom import Loom, Run
+
+logger = logging.getLogger("loom.runtime")
+"""Each execution recovered at INFO; a recovered flow that failed again, at WARNING."""
+
+HEARTBEAT_EVERY = 5.0
+"""Seconds between a worker's beats."""
+DEAD_AFTER = 30.0
+"""Seconds without a beat after which a worker is taken for dead: six missed beats, so a
+busy database or a long pause is not mistaken for a crash (a mistake costs a wasted run,
+never a duplicate)."""
+RECOVER_EVERY = 30.0
+"""Seconds between a worker's recovery passes."""
+
+
+class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
+    """An execution neither completed nor failed, and its owner as the scan saw it."""
+
+    execution_id: UUID
+    flow: str
+    owner: str | None
+    """A recoverer that loads a different owner leaves the execution (claimed since the scan)."""
+
+
+def unfinished(log: EventLog) -> list[Unfinished]:
+    """Every execution of ``log`` that is neither completed nor failed, oldest first, with its
+    owner: the worker that started it or last claimed or reopened it (one pass, no decisions)."""
+    from loom_runtime.execution import Execution  # here: the CLI imports this module's defaults
+
+    ownership = (  # the events that start, move or end ownership; decisions do not
+        Execution.Created.TOPIC,
+        Execution.Resumed.TOPIC,
+        Execution.Reopened.TOPIC,
+        Execution.Completed.TOPIC,
+        Execution.Failed.TOPIC,
+    )
+    flows: dict[UUID, str] = {}
+    owners: dict[UUID, str | None] = {}
+    for notification in log.notifications(topics=ownership):
+        event = log.decode(notification)
+        stream = event.originator_id
+        if isinstance(event, Execution.Created):
+            flows[stream] = event.flow
+            owners[stream] = event.worker
+        elif isinstance(event, Execution.Completed | Execution.Failed):
+            owners.pop(stream, None)
+        elif isinstance(event, Execution.Reopened) or stream in owners:  # or Resumed
+            owners[stream] = event.worker
+    return [
+        Unfinished(execution_id=stream, flow=flows[stream], owner=owner)
+        for stream, owner in owners.items()
+    ]
+
+
+def is_abandoned(owner: str | None, liveness: Mapping[str, bool], *, include_unowned: bool) -> bool:
+    """Whether an execution owned by ``owner`` may be taken over: its owner registered and is
+    no longer alive; an owner that is None or never registered only with ``include_unowned``.
+    ``liveness`` maps each registered worker to whether it is alive."""
+    if owner is None or owner not in liveness:
+        return include_unowned
+    return not liveness[owner]
+
+
+def recover(
+    loom: Loom,
+    *,
+    dead_after: float,
+    include_unowned: bool,
+    stopping: threading.Event | None = None,
+) -> list[Run]:
+    """One pass of :meth:`Loom.recover <loom_runtime.loom.Loom.recover>`; stops between
+    executions once ``stopping`` is set (what is left is left for the others)."""
+    runs = []
+    with _registered(loom, every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
+        # The log before the registry: a worker that registers in between and starts an
+        # execution is then either unseen by the scan or seen alive, never taken for unowned.
+        pending = unfinished(loom.log)
+        workers = loom.workers.workers(dead_after=dead_after)
+        owners = {execution.owner for execution in pending}
+        loom.workers.forget([w.worker for w in workers if not w.alive and w.worker not in owners])
+        liveness = {w.worker: w.alive for w in workers}
+        for execution in pending:
+            if stopping is not None and stopping.is_set():
+                break
+            if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
+                run = _adopt(loom, execution, worker=worker)
+                if run is not None:
+                    runs.append(run)
+    return runs
+
+
+@contextmanager
+def recovering(
+    loom: Loom, *, every: float | None, dead_after: float, include_unowned: bool
+) -> Iterator[None]:
+    """Recover in a daemon thread at once and then every ``every`` seconds (never if None),
+    until the block ends; the end waits for the execution being recovered."""
+    if every is None:
+        yield
+        return
+    stopping = threading.Event()
+
+    def keep_recovering() -> None:
+        while True:
+            try:
+                recover(
+                    loom, dead_after=dead_after, include_unowned=include_unowned, stopping=stopping
+                )
+            except Exception:  # the database is away: try again next pass
+                logger.warning("recovery pass failed", exc_info=True)
+            if stopping.wait(every):
+                return
+
+    thread = threading.Thread(target=keep_recovering, name="loom-recovery", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        thread.join()
+
+
+@contextmanager
+def _registered(loom: Loom, *, every: float) -> Iterator[str]:
+    """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
+    one-off recovery claims is owned by a worker others see alive, stopped afterwards."""
+    from loom_runtime.workers import Heartbeat, new_worker_id
+
+    if loom.worker_id is not None:
+        yield loom.worker_id
+        return
+    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every)
+    heartbeat.start()
+    try:
+        yield heartbeat.worker
+    finally:
+        heartbeat.stop()
+
+
+def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
+    """Claim and finish an abandoned execution; None when another worker has it, its flow is
+    not registered here, or its flow failed again (recorded as failed, logged)."""
+    if loom.flows.find(orphan.flow) is None:
+        logger.debug("execution %s: flow %r not registered here", orphan.execution_id, orphan.flow)
+        return None
+    execution = loom.execution(orphan.execution_id)
+    if execution.finished or execution.owner != orphan.owner:
+        return None  # finished or claimed since the scan
+    try:
+        run = loom._take_over(execution, worker=worker)
+    except ExecutionConflictError:
+        return None  # another worker claimed it first, or took it over from this one since
+    except Exception:
+        logger.warning(
+            "execution %s of flow %r, recovered from worker %s, failed",
+            orphan.execution_id,
+            orphan.flow,
+            orphan.owner,
+            exc_info=True,
+        )
+        return None
+    logger.info(
+        "execution %s of flow %r recovered from worker %s by %s",
+        orphan.execution_id,
+        orphan.flow,
+        orphan.owner,
+        worker,
+    )
+    return run

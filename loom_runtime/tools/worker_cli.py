@@ -1,0 +1,140 @@
+"""``loom recover`` and ``loom worker``: take over what crashed workers left (ADR 0040).
+
+``loom recover`` is one pass, for a deploy hook or a cron job: it claims and finishes every
+unfinished execution whose worker stopped heart-beating, and prints what it resumed. ``loom
+worker`` is a long-running worker: it beats and recovers every ``--recover-every`` seconds until
+SIGTERM or Ctrl-C, logging what it resumes on stderr. Both need the flows (``--flows``), and
+both may run anywhere, any number at once: a claim is an append to the log, so each
+execution is taken by exactly one of them.
+
+Exit codes (the table of :class:`~loom_runtime.tools.cli.ExitCode`): 0 done (a recovered flow
+that raised again is recorded as failed and reported on stderr, as ``loom run`` would record
+it), 1 the log is damaged, 2 a usage error or a database that does not exist.
+Registered on the ``loom`` app by the last line of :mod:`loom_runtime.tools.cli`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from loom_runtime.errors import ConfigurationError, LogCorruptError
+from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
+from loom_runtime.tools.cli import (
+    DbOption,
+    ExitCode,
+    FlowsOption,
+    JsonOption,
+    app,
+    console,
+    fail,
+    inert,
+    open_with_flows,
+    print_json,
+)
+
+DeadAfterOption = Annotated[
+    float,
+    typer.Option(
+        "--dead-after",
+        min=0.001,
+        help="Seconds without a heartbeat after which a worker is taken for dead.",
+    ),
+]
+IncludeUnownedOption = Annotated[
+    bool,
+    typer.Option(
+        "--include-unowned",
+        help="Also take executions started outside a worker (or before workers existed): "
+        "only when no such process can still be running them.",
+    ),
+]
+
+
+@app.command()
+def recover(
+    dead_after: DeadAfterOption = DEAD_AFTER,
+    include_unowned: IncludeUnownedOption = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Finish every execution whose worker stopped heart-beating (one pass); print them."""
+    with open_with_flows(db, flows) as loom, _failures_on_stderr(logging.WARNING):
+        try:
+            runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
+        except LogCorruptError as exc:
+            fail(str(exc))
+    if as_json:
+        print_json(runs)
+        return
+    for run in runs:
+        console.print(inert(f"resumed execution {run.execution_id} (flow {run.flow!r})"))
+    console.print(f"{len(runs)} execution(s) recovered")
+
+
+@app.command()
+def worker(
+    heartbeat: Annotated[
+        float, typer.Option("--heartbeat", min=0.001, help="Seconds between heartbeats.")
+    ] = HEARTBEAT_EVERY,
+    recover_every: Annotated[
+        float, typer.Option("--recover-every", min=0.001, help="Seconds between recovery passes.")
+    ] = RECOVER_EVERY,
+    dead_after: DeadAfterOption = DEAD_AFTER,
+    include_unowned: IncludeUnownedOption = False,
+    stop_after: Annotated[
+        float | None,
+        typer.Option("--stop-after", min=0, help="Stop after this many seconds (default: never)."),
+    ] = None,
+    db: DbOption = None,
+    flows: FlowsOption = None,
+) -> None:
+    """Run a worker that beats and recovers until SIGTERM or Ctrl-C (or --stop-after)."""
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        with open_with_flows(db, flows) as loom, _failures_on_stderr(logging.INFO):
+            try:
+                with loom.worker(
+                    heartbeat=heartbeat,
+                    recover_every=recover_every,
+                    dead_after=dead_after,
+                    include_unowned=include_unowned,
+                ) as worker_id:
+                    console.print(
+                        inert(f"worker {worker_id} running; stop it with SIGTERM or Ctrl-C")
+                    )
+                    stopping.wait(stop_after)
+                console.print(inert(f"worker {worker_id} stopped"))
+            except ConfigurationError as exc:
+                fail(str(exc), code=ExitCode.USAGE)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _failures_on_stderr(level: int) -> Iterator[None]:
+    """Show the runtime's log (``loom.runtime``) at ``level`` and above on stderr meanwhile:
+    what was recovered, and the failures a pass reports and goes past."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    runtime = logging.getLogger("loom.runtime")
+    handler.setLevel(level)
+    previous = runtime.level
+    runtime.addHandler(handler)
+    runtime.setLevel(min(level, previous or logging.WARNING))
+    try:
+        yield
+    finally:
+        runtime.removeHandler(handler)
+        runtime.setLevel(previous)

@@ -1,0 +1,188 @@
+"""Which workers are alive: a registry of heartbeats in the log's own database.
+
+Recovery (:meth:`~loom_runtime.loom.Loom.recover`) must tell a worker that is slow from one
+that is gone. A worker that runs :class:`Heartbeat` writes its row of ``loom_workers`` every
+few seconds; one whose last beat is older than ``dead_after`` is taken for dead, and the
+executions it owns are claimed by a live worker.
+
+Why a table and not events (ADR 0040): a heartbeat is operational state, not history. As
+events, an idle fleet would grow the log with time instead of with work, every projection
+would page past them, and an audit would wade through them. Nothing about correctness rests
+on this table either: it only says *whom to suspect*. That a suspected execution is resumed
+by exactly one worker comes from the log, where a claim is an event appended at the next
+version of the execution's stream, and two claimants of one version cannot both succeed. So a
+worker wrongly taken for dead (a long GC pause, a clock jump) loses its next append and stops;
+nothing is duplicated.
+
+Times are the database's clock, never a worker's: workers on hosts whose clocks disagree
+still compare beats on one clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Collection
+from uuid import uuid4
+
+import msgspec
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Float,
+    MetaData,
+    String,
+    Table,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from loom_runtime.schema import serialise_ddl
+
+logger = logging.getLogger("loom.runtime")
+"""A heartbeat the database refused, at WARNING (the worker keeps trying)."""
+
+_metadata = MetaData()
+workers_table = Table(
+    "loom_workers",
+    _metadata,
+    Column("worker", String(300), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("beat_at", Float, nullable=False),
+)
+"""One row per worker that ever beat; times are seconds since the epoch, database clock."""
+
+_STOPPED = 0.0
+"""``beat_at`` of a worker that stopped on purpose: dead at once, whatever ``dead_after``."""
+
+
+class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A registered worker as its row says, with its liveness at the time it was read."""
+
+    worker: str
+    host: str
+    pid: int
+    started_at: float
+    beat_at: float
+    alive: bool
+
+
+def new_worker_id() -> str:
+    """``host:pid:nonce``: unique even when a pid is reused after a crash, so a new process
+    never inherits (and keeps alive) the executions of a dead one that had its pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+class WorkerRegistry:
+    """The ``loom_workers`` table of one database: beat, read who is alive, stop."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        with engine.begin() as conn:
+            serialise_ddl(conn)
+            _metadata.create_all(conn, checkfirst=True)
+
+    def beat(self, worker: str) -> None:
+        """Register ``worker`` (this process) if new, and stamp it alive now."""
+        host, pid = socket.gethostname(), os.getpid()
+        with self.engine.begin() as conn:
+            now = _now(conn)
+            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            statement = insert(workers_table).values(
+                worker=worker, host=host, pid=pid, started_at=now, beat_at=now
+            )
+            conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["worker"], set_={"beat_at": statement.excluded.beat_at}
+                )
+            )
+
+    def stop(self, worker: str) -> None:
+        """Declare ``worker`` gone: what it still owns may be recovered at once."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                workers_table.update()
+                .where(workers_table.c.worker == worker)
+                .values(beat_at=_STOPPED)
+            )
+
+    def forget(self, workers: Collection[str]) -> None:
+        """Delete the rows of ``workers``, dead ones that own nothing unfinished, so the table
+        does not grow with every worker that ever ran. Safe even if one was only taken for
+        dead: its next beat registers it again."""
+        if workers:
+            with self.engine.begin() as conn:
+                conn.execute(workers_table.delete().where(workers_table.c.worker.in_(workers)))
+
+    def workers(self, *, dead_after: float) -> list[WorkerRow]:
+        """Every registered worker, alive when it beat within the last ``dead_after`` seconds."""
+        with self.engine.connect() as conn:
+            horizon = _now(conn) - dead_after
+            rows = conn.execute(select(workers_table).order_by(workers_table.c.started_at))
+            return [
+                WorkerRow(
+                    worker=row.worker,
+                    host=row.host,
+                    pid=row.pid,
+                    started_at=row.started_at,
+                    beat_at=row.beat_at,
+                    alive=row.beat_at > _STOPPED and row.beat_at >= horizon,
+                )
+                for row in rows
+            ]
+
+
+def _now(conn: Connection) -> float:
+    """The database's clock, in seconds since the epoch."""
+    return float(conn.execute(select(_clock(conn.dialect.name))).scalar_one())
+
+
+def _clock(dialect: str) -> ColumnElement[float]:
+    if dialect == "postgresql":
+        return literal_column("extract(epoch from clock_timestamp())", Float)
+    return literal_column("(julianday('now') - 2440587.5) * 86400.0", Float)
+
+
+class Heartbeat:
+    """A daemon thread that keeps one worker's row alive, every ``every`` seconds.
+
+    The first beat is written before :meth:`start` returns, so a worker is registered before
+    it owns anything. A beat the database refuses is logged and tried again next time: if the
+    database stays away longer than ``dead_after``, others take this worker's executions over,
+    and its own next append to them is refused (it never duplicates anything).
+    """
+
+    def __init__(self, registry: WorkerRegistry, *, worker: str, every: float) -> None:
+        if every <= 0:
+            raise ValueError(f"a heartbeat interval must be positive, not {every!r}")
+        self.registry = registry
+        self.worker = worker
+        self.every = every
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"loom-heartbeat {worker}")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        self.registry.beat(self.worker)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and mark this worker stopped (its unfinished work recoverable now)."""
+        self._stopping.set()
+        self._thread.join()
+        self.registry.stop(self.worker)
+
+    def _beat(self) -> None:
+        while not self._stopping.wait(self.every):
+            try:
+                self.registry.beat(self.worker)
+            except Exception as exc:  # the database is away: beat again next time
+                logger.warning("heartbeat of worker %s failed: %s", self.worker, exc)

@@ -1,0 +1,410 @@
+"""Workers, heartbeats and ``loom.recover()`` (ADR 0040): an execution whose owner stopped
+beating is claimed by exactly one live worker and finished; one whose owner is alive, or never
+registered, is left alone unless asked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import update
+from typer.testing import CliRunner
+
+from loom_runtime import ConfigurationError, FlowContext, Loom
+from loom_runtime.context import save
+from loom_runtime.tools.cli import app
+from loom_runtime.workers import WorkerRegistry, workers_table
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-flow: not an ``Exception``, so no failure is recorded
+    and the execution stays unfinished, as after a SIGKILL."""
+
+
+class Steps:
+    """A flow of three decisions whose second can crash; counts every computation."""
+
+    def __init__(self) -> None:
+        self.crash = False
+        self.calls: Counter[str] = Counter()
+
+    def compute(self, key: str) -> str:
+        self.calls[key] += 1
+        if key == "second" and self.crash:
+            raise Crash
+        return f"{key}-value"
+
+    def register(self, loom: Loom) -> None:
+        @loom.flow("steps")
+        def steps(ctx: FlowContext) -> list[str]:
+            return [ctx.decide(key, lambda key=key: self.compute(key)) for key in KEYS]
+
+
+KEYS = ("first", "second", "third")
+OUTPUT = [f"{key}-value" for key in KEYS]
+
+
+def interrupted(loom: Loom, steps: Steps) -> UUID:
+    """Start ``steps`` on ``loom`` and "kill" it at its second decision; the execution's id."""
+    steps.crash = True
+    with pytest.raises(Crash):
+        loom.run("steps")
+    steps.crash = False
+    return loom.executions()[-1].execution_id
+
+
+def events(loom: Loom, execution_id: UUID) -> Counter[str]:
+    return Counter(type(event).__name__ for event in loom.log.events(execution_id))
+
+
+def age(loom: Loom, worker: str, seconds: float) -> None:
+    """Move a worker's last beat ``seconds`` into the past, as if it had stopped beating."""
+    with loom.log.engine.begin() as conn:
+        conn.execute(
+            update(workers_table)
+            .where(workers_table.c.worker == worker)
+            .values(beat_at=workers_table.c.beat_at - seconds)
+        )
+
+
+@pytest.fixture
+def other(db_url: str) -> Iterator[Loom]:
+    """A second Loom on the same log: another worker process, as far as the log can tell."""
+    with Loom(db_url) as instance:
+        yield instance
+
+
+@pytest.fixture
+def steps(loom: Loom, other: Loom) -> Steps:
+    steps = Steps()
+    steps.register(loom)
+    steps.register(other)
+    return steps
+
+
+# -- liveness ---------------------------------------------------------------------------------
+
+
+def test_a_worker_that_beat_within_dead_after_is_alive(loom: Loom) -> None:
+    """A fresh beat is alive (by the database's clock), even a minute's skew away from dead."""
+    loom.workers.beat("w1")
+    age(loom, "w1", 50)
+    (row,) = loom.workers.workers(dead_after=60)
+    assert (row.worker, row.alive) == ("w1", True)
+
+
+def test_a_worker_whose_last_beat_is_older_than_dead_after_is_dead(loom: Loom) -> None:
+    """A stale beat is dead; beating again makes it alive."""
+    loom.workers.beat("w1")
+    age(loom, "w1", 70)
+    assert [row.alive for row in loom.workers.workers(dead_after=60)] == [False]
+    loom.workers.beat("w1")
+    assert [row.alive for row in loom.workers.workers(dead_after=60)] == [True]
+
+
+def test_a_stopped_worker_is_dead_at_once(loom: Loom) -> None:
+    loom.workers.beat("w1")
+    loom.workers.stop("w1")
+    assert [row.alive for row in loom.workers.workers(dead_after=3600)] == [False]
+
+
+def test_the_registry_is_created_once_by_any_number_of_openers(loom: Loom, other: Loom) -> None:
+    """Creating the table is idempotent: a second registry on the database keeps the rows."""
+    loom.workers.beat("w1")
+    WorkerRegistry(other.log.engine)
+    assert [row.worker for row in other.workers.workers(dead_after=60)] == ["w1"]
+
+
+def test_a_worker_beats_while_it_runs(loom: Loom) -> None:
+    """The heartbeat thread keeps the row fresh: aged past dead_after, it is alive again soon."""
+    with loom.worker(heartbeat=0.05, recover_every=None, dead_after=60) as worker:
+        age(loom, worker, 120)
+        deadline = time.monotonic() + 10
+        while not loom.workers.workers(dead_after=60)[0].alive:
+            assert time.monotonic() < deadline, "the heartbeat never beat again"
+            time.sleep(0.02)
+
+
+# -- ownership ----------------------------------------------------------------------------------
+
+
+def test_an_execution_started_by_a_worker_is_owned_by_it(loom: Loom, steps: Steps) -> None:
+    with loom.worker(recover_every=None) as worker:
+        run = loom.run("steps")
+    assert loom.execution(run.execution_id).owner == worker
+
+
+def test_outside_a_worker_the_created_event_stores_the_bytes_it_always_did(
+    loom: Loom, steps: Steps
+) -> None:
+    """No owner: the optional field is left out of the stored JSON, so old rows and new rows
+    of plain runs are the same bytes."""
+    run = loom.run("steps")
+    created = loom.log.rows(run.execution_id)[0]
+    assert b'"worker"' not in created.state
+    assert loom.execution(run.execution_id).owner is None
+
+
+# -- recovery -----------------------------------------------------------------------------------
+
+
+def test_a_dead_workers_execution_is_recovered_without_recomputing_its_decisions(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    with loom.worker(recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        assert other.recover() == []  # its owner is alive: left alone
+    # leaving the block stopped the worker: dead at once
+    (run,) = other.recover()
+    assert (run.execution_id, run.output) == (execution_id, OUTPUT)
+    assert steps.calls == Counter(first=1, second=2, third=1)
+    assert events(other, execution_id)["Resumed"] == 1
+    assert other.execution(execution_id).owner != worker
+
+
+def test_an_owner_that_stopped_beating_is_dead_after_dead_after(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    with loom.worker(recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        loom.workers.stop(worker)
+        loom.workers.beat(worker)  # alive again: a live owner's execution is not taken
+        assert other.recover(dead_after=60) == []
+        age(loom, worker, 120)
+        loom._heartbeat.stop()  # type: ignore[union-attr]  # it stops beating
+        age(loom, worker, 120)
+        assert [run.execution_id for run in other.recover(dead_after=60)] == [execution_id]
+
+
+def test_two_recoverers_racing_for_one_execution_resume_it_once(
+    loom: Loom,
+    db_url: str,
+    steps: Steps,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both load the dead worker's execution at the same version before either claims it:
+    exactly one claim is appended, the loser skips it silently, it completes once."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+    both_loaded = threading.Barrier(2, timeout=30)
+    claim = Loom._claim
+
+    def claim_together(self: Loom, *args: Any, **kwargs: Any) -> Any:
+        both_loaded.wait()
+        return claim(self, *args, **kwargs)
+
+    monkeypatch.setattr(Loom, "_claim", claim_together)
+    results: list[list[Any]] = []
+
+    def recover() -> None:
+        with Loom(db_url) as recoverer:
+            steps.register(recoverer)
+            results.append(recoverer.recover())
+
+    threads = [threading.Thread(target=recover) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(len(runs) for runs in results) == [0, 1]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    counted = events(loom, execution_id)
+    assert (counted["Resumed"], counted["Completed"]) == (1, 1)
+    assert steps.calls == Counter(first=1, second=2, third=1)
+
+
+def test_an_execution_claimed_since_the_scan_is_left_to_its_new_owner(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """Found with a dead owner, then claimed by a live worker before this one claims: left."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+    scan = other.execution
+    taken = loom.execution(execution_id)
+
+    def claimed_meanwhile(execution_id: Any) -> Any:
+        taken.claim(worker="live-worker")
+        save(loom.log, taken)
+        return scan(execution_id)
+
+    other.execution = claimed_meanwhile  # type: ignore[method-assign]
+    assert other.recover() == []
+    assert events(loom, execution_id)["Resumed"] == 1
+
+
+def test_an_execution_without_an_owner_is_recovered_only_when_asked(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """Started outside a worker (as every execution before workers existed): its process may
+    be running it right now, so it is not taken unless the caller says it is safe."""
+    execution_id = interrupted(loom, steps)
+    assert other.recover() == []
+    assert events(other, execution_id)["Resumed"] == 0
+    (run,) = other.recover(include_unowned=True)
+    assert (run.execution_id, run.output) == (execution_id, OUTPUT)
+
+
+def test_failed_finished_and_unregistered_flows_are_not_recovered(
+    loom: Loom, db_url: str, steps: Steps
+) -> None:
+    @loom.flow("broken")
+    def broken(ctx: FlowContext) -> None:
+        raise ValueError("bug")
+
+    with loom.worker(recover_every=None):
+        with pytest.raises(ValueError):
+            loom.run("broken")
+        loom.run("steps")
+        interrupted(loom, steps)
+    with Loom(db_url) as stranger:  # has no flows registered
+        assert stranger.recover() == []
+    before = loom.log.position
+    with Loom(db_url) as stranger:
+        steps.register(stranger)
+        assert len(stranger.recover()) == 1  # only the interrupted one
+    assert loom.log.position > before
+
+
+def test_a_recovered_flow_that_raises_is_recorded_failed_and_the_pass_goes_on(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    with loom.worker(recover_every=None):
+        first = interrupted(loom, steps)
+        second = interrupted(loom, steps)
+    calls = 0
+
+    def compute(key: str) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("still down")
+        return f"{key}-value"
+
+    steps.compute = compute  # type: ignore[method-assign]
+    runs = other.recover()
+    assert [run.execution_id for run in runs] == [second]
+    assert other.execution(first).error is not None
+
+
+def test_dead_workers_that_own_nothing_are_forgotten(loom: Loom, other: Loom, steps: Steps) -> None:
+    """The registry does not grow with every worker that ever ran; a dead owner of an
+    unfinished execution stays until it is recovered."""
+    loom.workers.beat("idle")
+    loom.workers.stop("idle")
+    with loom.worker(recover_every=None) as owner:
+        interrupted(loom, steps)
+    other.flows = type(other.flows)()  # cannot run "steps": the execution stays unfinished
+    other.recover()
+    registered = {row.worker for row in other.workers.workers(dead_after=60)}
+    assert "idle" not in registered and owner in registered
+
+
+def test_a_worker_recovers_in_the_background(loom: Loom, other: Loom, steps: Steps) -> None:
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+    with other.worker(heartbeat=0.05, recover_every=0.05, dead_after=5):
+        deadline = time.monotonic() + 30
+        while other.execution(execution_id).output is None:
+            assert time.monotonic() < deadline, "the worker never recovered the execution"
+            time.sleep(0.05)
+    assert events(other, execution_id)["Completed"] == 1
+
+
+def test_worker_settings_that_would_kill_live_workers_are_refused(loom: Loom) -> None:
+    with (
+        pytest.raises(ConfigurationError, match="shorter than"),
+        loom.worker(heartbeat=30, dead_after=30),
+    ):
+        pass
+    with (
+        loom.worker(recover_every=None),
+        pytest.raises(ConfigurationError, match="already worker"),
+        loom.worker(recover_every=None),
+    ):
+        pass
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+FLOWS_MODULE = """
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("steps")
+def steps(ctx) -> list[str]:
+    return [ctx.decide(key, lambda key=key: f"{key}-value") for key in ("first", "second", "third")]
+"""
+
+
+def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loom recover` prints what it resumed (--json: the runs); a second pass finds nothing."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            execution_id = interrupted(loom, steps)
+    args = ["recover", "--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)
+    assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
+
+
+@pytest.mark.slow
+def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A real `loom worker` process finishes a dead worker's execution; SIGTERM stops it with
+    exit 0, and its row says stopped (dead at once, whatever dead_after)."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            execution_id = interrupted(loom, steps)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+        env["PYTHONPATH"] = str(tmp_path)
+        command = ["worker", "--heartbeat", "0.1", "--recover-every", "0.1", "--dead-after", "5"]
+        command += ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "loom_runtime", *command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while loom.execution(execution_id).output is None:
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < deadline, "the worker never recovered the execution"
+                time.sleep(0.05)
+            child.send_signal(signal.SIGTERM)
+            stdout, stderr = child.communicate(timeout=60)
+        finally:
+            child.kill()
+        assert child.returncode == 0, stderr
+        assert stdout.splitlines()[-1].endswith(" stopped"), stdout
+        assert f"execution {execution_id} of flow 'steps' recovered" in stderr
+        rows = {row.worker: row.alive for row in loom.workers.workers(dead_after=3600)}
+        assert rows[stdout.split()[1]] is False
