@@ -24,7 +24,8 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import LogCorruptError
+from loom_runtime.errors import LabelError, LogCorruptError
+from loom_runtime.labels import NO_LABELS, Labels
 from loom_runtime.log import Event
 from loom_runtime.storable import storable_text
 from loom_runtime.storage.domain import (
@@ -82,7 +83,7 @@ class Execution(Aggregate):
         """The flow was started with this input, by this code, having seen the log up to here."""
 
         TOPIC = f"{_TOPIC}.Created"
-        IDENTIFIERS = ("flow", "code_version", "parent_id")
+        IDENTIFIERS = ("flow", "code_version", "parent_id", "tenant", "user", "session", "tags")
         flow: str
         code_version: str
         input: msgspec.Raw
@@ -91,6 +92,14 @@ class Execution(Aggregate):
         """The execution this one was forked from (ADR 0027); None for a run."""
         forked_at: int | None = None
         """How many of the parent's decisions, in recorded order, the fork took."""
+        tenant: str | None = None
+        """Who and what the execution ran for (ADR 0034): absent from the stored event when
+        not given, so an execution without labels is stored as it was before they existed.
+        Identifiers: never redacted (erasure and filters name them as given)."""
+        user: str | None = None
+        session: str | None = None
+        tags: tuple[str, ...] | None = None
+        """Sorted and unique; None (absent) rather than empty."""
 
     class DecisionRecorded(Aggregate.Event):
         """A nondeterministic result, stored before the flow was allowed to see it."""
@@ -208,6 +217,10 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        session: str | None = None,
+        tags: tuple[str, ...] | None = None,
     ) -> None:
         self.flow = flow
         self.code_version = code_version
@@ -215,6 +228,9 @@ class Execution(Aggregate):
         self.log_position = log_position
         self.parent_id = parent_id
         self.forked_at = forked_at
+        self.labels = stored_labels(
+            self.id, tenant=tenant, user=user, session=session, tags=tags
+        )
         self.decisions: dict[str, Decision] = {}
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
@@ -232,6 +248,7 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        labels: Labels = NO_LABELS,
     ) -> Execution:
         return cls._create(
             cls.Created,
@@ -242,6 +259,10 @@ class Execution(Aggregate):
             log_position=log_position,
             parent_id=parent_id,
             forked_at=forked_at,
+            tenant=labels.tenant,
+            user=labels.user,
+            session=labels.session,
+            tags=labels.tags or None,
         )
 
     def reset_to(self, stored: Execution) -> None:
@@ -342,6 +363,26 @@ class Execution(Aggregate):
         self.trigger_event(
             self.Failed, error_type=error_type_of(error), message=error_message_of(error)
         )
+
+
+def stored_labels(
+    execution_id: UUID,
+    *,
+    tenant: str | None,
+    user: str | None,
+    session: str | None,
+    tags: tuple[str, ...] | None,
+) -> Labels:
+    """The labels a start event holds, checked again: a stored row is untrusted input (ADR
+    0018), and a label loom would have refused is :class:`LogCorruptError`, not a
+    :class:`LabelError` blaming the caller."""
+    try:
+        return Labels(tenant=tenant, user=user, session=session, tags=tags or ())
+    except LabelError as exc:
+        raise LogCorruptError(
+            f"execution {execution_id} was stored with a label loom never writes ({exc}); "
+            "run `loom verify`: the log was edited"
+        ) from exc
 
 
 def error_type_of(error: BaseException) -> str:

@@ -45,11 +45,18 @@ from loom_runtime.errors import (
     ExecutionFinishedError,
     ExecutionNotFoundError,
     ForkPointError,
+    LabelError,
     LogCorruptError,
     NotSerialisableError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
+from loom_runtime.execution import (
+    EXECUTION_TOPICS,
+    Execution,
+    project_execution,
+    stored_labels,
+)
 from loom_runtime.flow import F, Flow, FlowRegistry
+from loom_runtime.labels import NO_LABELS, Labels
 from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -86,6 +93,11 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
     status: Literal["running", "completed", "failed"]
     parent_id: UUID | None = None
     """The execution this one was forked from, if it is a fork."""
+    tenant: str | None = None
+    """Who and what it ran for, as given at start (ADR 0034)."""
+    user: str | None = None
+    session: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 _SUMMARY_TOPICS = (
@@ -175,13 +187,19 @@ class Loom:
 
     # -- running -----------------------------------------------------------------------------
 
-    def run(self, flow: str, /, **arguments: Any) -> Run:
-        """Run ``flow`` durably: every decision is in the log before the flow sees it."""
-        return drive(self._run(flow, arguments), _run_now)
+    def run(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
+        """Run ``flow`` durably: every decision is in the log before the flow sees it.
 
-    async def arun(self, flow: str, /, **arguments: Any) -> Run:
+        ``labels`` (:class:`~loom_runtime.labels.Labels`: tenant, user, session, tags) say
+        who and what the execution runs for; they are stored with it, kept by resume and fork,
+        and select it in :meth:`executions` (ADR 0034). They are one argument, not four,
+        because ``user`` or ``session`` is as likely a flow parameter as a label.
+        """
+        return drive(self._run(flow, labels, arguments), _run_now)
+
+    async def arun(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
         """As :meth:`run`, from inside a running event loop."""
-        return await adrive(self._run(flow, arguments))
+        return await adrive(self._run(flow, labels, arguments))
 
     def resume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
         """Finish an interrupted execution: recorded decisions from the log, the rest live.
@@ -272,12 +290,35 @@ class Loom:
             )
         return execution
 
-    def executions(self) -> list[ExecutionSummary]:
-        """Every execution in the log, oldest first, with its status (one pass over the log)."""
+    def executions(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str | None = None,
+        session: str | None = None,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> list[ExecutionSummary]:
+        """Every execution in the log, oldest first, with its status (one pass over the log).
+
+        ``tenant``, ``user`` and ``session`` keep those labelled so, ``tags`` those having
+        every one of them (ADR 0034). The pass reads each execution's start, end and reopening
+        events (not its decisions); one that does not match is dropped at its start, so its
+        later events cost a dictionary miss.
+        """
+        wanted = Labels(tenant=tenant, user=user, session=session, tags=tuple(tags))
         summaries: dict[UUID, ExecutionSummary] = {}
         for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
             event = self.log.decode(notification)
             if isinstance(event, Execution.Created):
+                labels = stored_labels(
+                    event.originator_id,
+                    tenant=event.tenant,
+                    user=event.user,
+                    session=event.session,
+                    tags=event.tags,
+                )
+                if not labels.matches(wanted):
+                    continue
                 summaries[event.originator_id] = ExecutionSummary(
                     execution_id=event.originator_id,
                     flow=event.flow,
@@ -286,6 +327,10 @@ class Loom:
                     log_position=event.log_position,
                     status="running",
                     parent_id=event.parent_id,
+                    tenant=labels.tenant,
+                    user=labels.user,
+                    session=labels.session,
+                    tags=labels.tags,
                 )
             elif event.originator_id in summaries:
                 summaries[event.originator_id] = msgspec.structs.replace(
@@ -360,8 +405,14 @@ class Loom:
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
-        self, flow: str, arguments: dict[str, Any]
+        self, flow: str, labels: Labels, arguments: dict[str, Any]
     ) -> tuple[Flow, Execution, dict[str, Any]]:
+        if not isinstance(labels, Labels):
+            raise LabelError(
+                f"labels must be a loom_runtime.Labels (e.g. Labels(tenant='acme', "
+                f"user='u-42')), not {type(labels).__name__}",
+                label="labels",
+            )
         definition = self.get_flow(flow)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
         execution = Execution.start(
@@ -370,6 +421,7 @@ class Loom:
             code_version=definition.version,
             input=raw_input,
             log_position=self.log.position,
+            labels=labels,
         )
         save(self.log, execution)
         logger.info(
@@ -406,8 +458,8 @@ class Loom:
         cls = AsyncFlowContext if definition.is_async else FlowContext
         return cls(source, execution_id=execution.id, flow=definition.name)
 
-    def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, arguments)
+    def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
+        definition, execution, kwargs = self._start(flow, labels, arguments)
         return (yield from self._record("run", definition, execution, kwargs))
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
@@ -442,6 +494,7 @@ class Loom:
             log_position=self.log.position,
             parent_id=parent.id,
             forked_at=taken,
+            labels=parent.labels,
         )
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
