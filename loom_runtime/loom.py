@@ -99,6 +99,11 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
     session: str | None = None
     tags: tuple[str, ...] = ()
 
+    @property
+    def labels(self) -> Labels:
+        """The labels as one value (they were checked when the execution was listed)."""
+        return Labels(tenant=self.tenant, user=self.user, session=self.session, tags=self.tags)
+
 
 _SUMMARY_TOPICS = (
     Execution.Created.TOPIC,
