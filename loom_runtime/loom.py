@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from functools import cached_property
@@ -57,7 +57,16 @@ from loom_runtime.execution import (
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.labels import NO_LABELS, Labels
-from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
+from loom_runtime.log import (
+    EventLog,
+    LogSettings,
+    Persistence,
+    Record,
+    Row,
+    Synchronous,
+    decode_rows,
+    open_log,
+)
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -111,6 +120,7 @@ _SUMMARY_TOPICS = (
     Execution.Failed.TOPIC,
     Execution.Reopened.TOPIC,
 )
+_DECISION_TOPICS = frozenset({Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC})
 _STATUS_AFTER: dict[type[Any], Literal["running", "completed", "failed"]] = {
     Execution.Completed: "completed",
     Execution.Failed: "failed",
@@ -261,7 +271,8 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        return drive(self._replay(self.execution(execution_id), live), _run_now)
+        execution = self.execution(execution_id)
+        return drive(self._replay(execution, live, self._recorded_positions), _run_now)
 
     def replay_bundle(
         self,
@@ -276,13 +287,18 @@ class Loom:
         refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        return drive(self._replay(bundle.execution(), live), _run_now)
+        positions = zip((event.position for event in bundle.events), bundle.rows(), strict=True)
+        return drive(
+            self._replay(bundle.execution(), live, lambda _: _decision_positions(positions)),
+            _run_now,
+        )
 
     async def areplay(
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        return await adrive(self._replay(self.execution(execution_id), live))
+        execution = self.execution(execution_id)
+        return await adrive(self._replay(execution, live, self._recorded_positions))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -376,21 +392,39 @@ class Loom:
         return bundle.execution_id
 
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
-        """The execution's events with their log positions, found by one scan of the log."""
+        """The execution's events with their log positions."""
+        return [
+            BundleEvent(
+                position=record.position,
+                topic=record.topic,
+                version=record.version,
+                state=record.state.decode(),
+            )
+            for record in self._stream_records(execution)
+        ]
+
+    def _stream_records(self, execution: Execution) -> list[Record]:
+        """The execution's stored events with their log positions, found by one scan of the
+        log (from where it started: its events can only come after)."""
         for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
             found = [
-                BundleEvent(
-                    position=record.position,
-                    topic=record.topic,
-                    version=record.version,
-                    state=record.state.decode(),
-                )
+                record
                 for record in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
                 if record.stream == execution.id
             ]
             if len(found) == execution.version:
                 return found
         raise ExecutionNotFoundError(f"the log's events of execution {execution.id} are incomplete")
+
+    def _recorded_positions(self, execution: Execution) -> dict[str, int]:
+        """Where each recorded decision of ``execution`` is in the log, by key: what its span
+        reports. Asked only when tracing, and then one scan of the log for an execution that
+        has recorded decisions (a resume, a fork, a replay); none for a new run."""
+        if not execution.decisions:
+            return {}
+        return _decision_positions(
+            (record.position, record) for record in self._stream_records(execution)
+        )
 
     def close(self) -> None:
         """Close this Loom's services, then release the log's connections (if it was ever
@@ -519,8 +553,9 @@ class Loom:
         overrides: Mapping[str, msgspec.Raw] | None = None,
     ) -> Steps[Run]:
         """Call the flow with a recording context; store its output, or its failure."""
-        recorder = Recorder(self.log, execution, overrides=overrides)
-        with self._traced(operation, execution, recorder) as source:
+        positions = None if self._telemetry is None else self._recorded_positions(execution)
+        recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
+        with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(definition, execution, source)
             try:
                 result = yield from _call(definition, ctx, kwargs)
@@ -529,12 +564,22 @@ class Loom:
                 raise
             return self._complete(definition, execution, result)
 
-    def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> Steps[ReplayResult]:
-        """Call the flow with a replaying context; compare what it did with the recording."""
+    def _replay(
+        self,
+        execution: Execution,
+        live: frozenset[str] | set[str],
+        recorded_positions: Callable[[Execution], dict[str, int]],
+    ) -> Steps[ReplayResult]:
+        """Call the flow with a replaying context; compare what it did with the recording.
+
+        ``recorded_positions`` says where the recording's decisions are; asked only when
+        tracing (their spans report it).
+        """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
-        with self._traced("replay", execution, replayer) as source:
+        positions = None if self._telemetry is None else recorded_positions(execution)
+        with self._traced("replay", execution, replayer, positions) as source:
             ctx = self._context(definition, execution, source)
             try:
                 result = yield from _call(definition, ctx, kwargs)
@@ -548,13 +593,21 @@ class Loom:
         return replayed
 
     def _traced(
-        self, operation: Operation, execution: Execution, source: DecisionSource
+        self,
+        operation: Operation,
+        execution: Execution,
+        source: DecisionSource,
+        positions: Mapping[str, int] | None,
     ) -> AbstractContextManager[DecisionSource]:
         """Telemetry hook (ADR 0030): ``source`` as is, or wrapped to make a span per decision
-        inside the execution's span when this Loom was given a tracer provider."""
+        inside the execution's span when this Loom was given a tracer provider. ``positions``
+        (by decision key, filled as decisions are stored) is where each decision's span finds
+        its own log position (ADR 0034)."""
         if self._telemetry is None:
             return nullcontext(source)
-        return self._telemetry.execution(operation, execution, source)
+        return self._telemetry.execution(
+            operation, execution, source, {} if positions is None else positions
+        )
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:
@@ -639,6 +692,14 @@ def _call(
         if definition.is_async:
             result = yield Pending(definition.name, result)
     return result
+
+
+def _decision_positions(records: Iterable[tuple[int, Row]]) -> dict[str, int]:
+    """The log position of each decision key among an execution's stored ``(position, row)``
+    pairs; a key recorded again (after a reopening) at its latest."""
+    decisions = [(position, row) for position, row in records if row.topic in _DECISION_TOPICS]
+    events = decode_rows(row for _, row in decisions)
+    return {event.key: position for (position, _), event in zip(decisions, events, strict=True)}
 
 
 def _fork_point(parent: Execution, at: str | int) -> int:
