@@ -597,7 +597,7 @@ class Loom:
         operation: Operation,
         execution: Execution,
         source: DecisionSource,
-        positions: Mapping[str, int] | None,
+        positions: dict[str, int] | None,
     ) -> AbstractContextManager[DecisionSource]:
         """Telemetry hook (ADR 0030): ``source`` as is, or wrapped to make a span per decision
         inside the execution's span when this Loom was given a tracer provider. ``positions``

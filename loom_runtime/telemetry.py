@@ -23,7 +23,7 @@ request, ``gen_ai.response.model`` and token usage from the decision's meta.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -82,7 +82,7 @@ class Telemetry:
         operation: Operation,
         execution: Execution,
         source: DecisionSource,
-        positions: Mapping[str, int],
+        positions: MutableMapping[str, int],
     ) -> Iterator[DecisionSource]:
         """The execution's span, current for the ``with`` block, and ``source`` wrapped so that
         each decision is a child span of it. A failure leaving the block marks the span.
@@ -90,7 +90,8 @@ class Telemetry:
         The execution's span has the position the execution started at; each decision's span
         has its own event's position, read from ``positions`` (by key) as the span ends: a
         recorded decision's is there from the start, a new one's once it is stored (ADR 0034).
-        A decision that is not stored (a replay's live key) has none."""
+        A decision computed live is first dropped from ``positions``, so one that is not
+        stored (a replay's live key) has none, rather than its recording's."""
         attributes = {
             "loom.operation": operation,
             "loom.replay": operation == "replay",
@@ -118,7 +119,7 @@ class _TracedSource:
         tracer: trace.Tracer,
         parent: Span,
         execution: Mapping[str, str | bool | int],
-        positions: Mapping[str, int],
+        positions: MutableMapping[str, int],
     ) -> None:
         self._source = source
         self._tracer = tracer
@@ -156,6 +157,7 @@ class _TracedSource:
         self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
     ) -> Any:
         span = self._open.pop(slot.key, None) or self._start(slot)
+        self._positions.pop(slot.key, None)  # computed live: its own event's, if stored
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
         except Exception as exc:
@@ -170,6 +172,7 @@ class _TracedSource:
         self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
     ) -> None:
         span = self._open.pop(slot.key, None) or self._start(slot)
+        self._positions.pop(slot.key, None)
         try:
             self._source.record_failure(slot, error, meta=meta)
         finally:
