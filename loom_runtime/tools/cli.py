@@ -346,13 +346,13 @@ def executions_list(
     table.add_column("execution", min_width=36, no_wrap=True)
     table.add_column("status", min_width=9, no_wrap=True)
     table.add_column("started (UTC)", min_width=19, no_wrap=True)
-    table.add_column("flow", overflow="fold")
+    table.add_column("flow", min_width=8, overflow="fold")
     forks = any(summary.parent_id is not None for summary in summaries)
     if forks:
         table.add_column("parent", min_width=8, no_wrap=True)
     labelled = [describe_labels(summary.labels) for summary in summaries]
     if any(labelled):
-        table.add_column("ran for", overflow="fold")
+        table.add_column("ran for", min_width=16, overflow="fold")
     for summary, labels in zip(summaries, labelled, strict=True):
         cells: list[str | Text] = [
             str(summary.execution_id),
