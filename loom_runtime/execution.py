@@ -228,9 +228,7 @@ class Execution(Aggregate):
         self.log_position = log_position
         self.parent_id = parent_id
         self.forked_at = forked_at
-        self.labels = stored_labels(
-            self.id, tenant=tenant, user=user, session=session, tags=tags
-        )
+        self.labels = stored_labels(self.id, tenant=tenant, user=user, session=session, tags=tags)
         self.decisions: dict[str, Decision] = {}
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None

@@ -271,8 +271,7 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        execution = self.execution(execution_id)
-        return drive(self._replay(execution, live, self._recorded_positions), _run_now)
+        return drive(self._replay(self.execution(execution_id), live), _run_now)
 
     def replay_bundle(
         self,
@@ -297,8 +296,7 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        execution = self.execution(execution_id)
-        return await adrive(self._replay(execution, live, self._recorded_positions))
+        return await adrive(self._replay(self.execution(execution_id), live))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -568,17 +566,21 @@ class Loom:
         self,
         execution: Execution,
         live: frozenset[str] | set[str],
-        recorded_positions: Callable[[Execution], dict[str, int]],
+        recorded_positions: Callable[[Execution], dict[str, int]] | None = None,
     ) -> Steps[ReplayResult]:
         """Call the flow with a replaying context; compare what it did with the recording.
 
-        ``recorded_positions`` says where the recording's decisions are; asked only when
-        tracing (their spans report it).
+        ``recorded_positions`` says where the recording's decisions are (default: where this
+        log holds them); asked only when tracing (their spans report it).
         """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
-        positions = None if self._telemetry is None else recorded_positions(execution)
+        positions = (
+            None
+            if self._telemetry is None
+            else (recorded_positions or self._recorded_positions)(execution)
+        )
         with self._traced("replay", execution, replayer, positions) as source:
             ctx = self._context(definition, execution, source)
             try:

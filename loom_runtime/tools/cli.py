@@ -291,7 +291,9 @@ def executions_list(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only those run for this tenant.")
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Only those run for this user.")] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only those run for this user.")
+    ] = None,
     session: Annotated[
         str | None, typer.Option("--session", help="Only those of this session.")
     ] = None,

@@ -89,18 +89,16 @@ def test_a_start_event_written_before_labels_existed_loads_and_lists(tmp_path: P
         "log_position": 0,
     }
     with _loom(tmp_path) as loom:
+        state = msgspec.json.encode(old)
         loom.log.insert_rows(
-            [Row(stream=old_id, version=1, topic="loom.execution.Created",
-                 state=msgspec.json.encode(old))]  # fmt: skip
+            [Row(stream=old_id, version=1, topic="loom.execution.Created", state=state)]
         )
         labelled = loom.run("greet", user="Bo", labels=ACME)
         assert loom.execution(old_id).labels == Labels()
         listed = loom.executions()
         assert [s.execution_id for s in listed] == [old_id, labelled.execution_id]
         assert listed[0].labels == Labels() and listed[0].tags == ()
-        assert [s.execution_id for s in loom.executions(tenant="acme")] == [
-            labelled.execution_id
-        ]
+        assert [s.execution_id for s in loom.executions(tenant="acme")] == [labelled.execution_id]
 
 
 def test_filters_select_by_tenant_user_session_and_every_tag(tmp_path: Path) -> None:
@@ -143,9 +141,7 @@ def test_filters_select_by_tenant_user_session_and_every_tag(tmp_path: Path) -> 
         (lambda: Labels(tags=tuple(f"t{n}" for n in range(MAX_TAGS + 1))), "tags"),
     ],
 )
-def test_a_bad_label_is_refused_typed_before_anything_is_written(
-    labels: Any, label: str
-) -> None:
+def test_a_bad_label_is_refused_typed_before_anything_is_written(labels: Any, label: str) -> None:
     """Empty, padded, too long, control or invisible characters, not a string: LabelError."""
     with pytest.raises(LabelError) as raised:
         labels()
