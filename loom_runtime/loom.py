@@ -402,13 +402,14 @@ class Loom:
         ]
 
     def _stream_records(self, execution: Execution) -> list[Record]:
-        """The execution's stored events with their log positions, found by one scan of the
-        log (from where it started: its events can only come after)."""
+        """The execution's stored events up to its version (another worker may append more
+        meanwhile) with their log positions, found by one scan of the log (from where it
+        started: its events can only come after)."""
         for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
             found = [
                 record
                 for record in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
-                if record.stream == execution.id
+                if record.stream == execution.id and record.version <= execution.version
             ]
             if len(found) == execution.version:
                 return found

@@ -167,3 +167,24 @@ def test_a_live_decision_of_a_replay_has_no_position(
         loom.replay(run.execution_id, live={"clock"})  # the kind of ctx.now()
         found = _positions_in_spans(list(spans.get_finished_spans()))
     assert found == {**expected, "now": None}
+
+
+def test_positions_of_an_execution_another_worker_appended_to_since_it_was_loaded(
+    exporter: tuple[InMemorySpanExporter, TracerProvider], tmp_path: Path
+) -> None:
+    """The scan a traced resume makes after claiming reads the stream up to the version this
+    worker holds: events another worker appended since are not a reason to fail."""
+    _, provider = exporter
+    failing = {"second": True}
+    with _loom(tmp_path, provider, failing=failing) as loom:
+        with pytest.raises(RuntimeError):
+            loom.run("steps", n=1)
+        (execution_id,) = {
+            record.stream for record in loom.log.notifications(topics=_DECISION_TOPICS)
+        }
+        before = _positions_in_log(loom, execution_id)
+        held = loom.execution(execution_id)
+        failing["second"] = False
+        loom.resume(execution_id, retry_failed=True)  # "another worker" appends past `held`
+        assert _positions_in_log(loom, execution_id) != before
+        assert loom._recorded_positions(held) == before
