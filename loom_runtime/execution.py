@@ -122,6 +122,7 @@ class Execution(Aggregate):
                 meta=self.meta,
                 origin=self.origin,
             )
+            aggregate.decision_versions[self.key] = self.originator_version
 
     class DecisionFailed(Aggregate.Event):
         """A decision's ``compute`` raised; ``error_type`` is ``module:qualname`` of the error."""
@@ -146,6 +147,7 @@ class Execution(Aggregate):
                 meta=self.meta,
                 origin=self.origin,
             )
+            aggregate.decision_versions[self.key] = self.originator_version
 
     class Resumed(Aggregate.Event):
         """A worker claimed an unfinished execution; a second claimant of the same version loses.
@@ -207,6 +209,7 @@ class Execution(Aggregate):
             aggregate.error = None
             for key in self.dropped:
                 aggregate.decisions.pop(key, None)
+                aggregate.decision_versions.pop(key, None)
 
     def __init__(
         self,
@@ -230,6 +233,9 @@ class Execution(Aggregate):
         self.forked_at = forked_at
         self.labels = stored_labels(self.id, tenant=tenant, user=user, session=session, tags=tags)
         self.decisions: dict[str, Decision] = {}
+        self.decision_versions: dict[str, int] = {}
+        """The stream version of the event that recorded each decision, by key (kept in
+        memory, never stored): how a decision's span finds its log position (ADR 0034)."""
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
         self.reopenings: list[Reopening] = []
@@ -275,6 +281,7 @@ class Execution(Aggregate):
         self.version = stored.version
         self.modified_on = stored.modified_on
         self.decisions = dict(stored.decisions)
+        self.decision_versions = dict(stored.decision_versions)
         self.output = stored.output
         self.error = stored.error
         self.reopenings = list(stored.reopenings)

@@ -57,16 +57,7 @@ from loom_runtime.execution import (
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.labels import NO_LABELS, Labels
-from loom_runtime.log import (
-    EventLog,
-    LogSettings,
-    Persistence,
-    Record,
-    Row,
-    Synchronous,
-    decode_rows,
-    open_log,
-)
+from loom_runtime.log import EventLog, LogSettings, Persistence, Record, Synchronous, open_log
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -120,7 +111,6 @@ _SUMMARY_TOPICS = (
     Execution.Failed.TOPIC,
     Execution.Reopened.TOPIC,
 )
-_DECISION_TOPICS = frozenset({Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC})
 _STATUS_AFTER: dict[type[Any], Literal["running", "completed", "failed"]] = {
     Execution.Completed: "completed",
     Execution.Failed: "failed",
@@ -286,9 +276,11 @@ class Loom:
         refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        positions = zip((event.position for event in bundle.events), bundle.rows(), strict=True)
+        located = [(event.version, event.position) for event in bundle.events]
         return drive(
-            self._replay(bundle.execution(), live, lambda _: _decision_positions(positions)),
+            self._replay(
+                bundle.execution(), live, lambda execution: _decision_positions(execution, located)
+            ),
             _run_now,
         )
 
@@ -422,7 +414,8 @@ class Loom:
         if not execution.decisions:
             return {}
         return _decision_positions(
-            (record.position, record) for record in self._stream_records(execution)
+            execution,
+            ((record.version, record.position) for record in self._stream_records(execution)),
         )
 
     def close(self) -> None:
@@ -697,12 +690,16 @@ def _call(
     return result
 
 
-def _decision_positions(records: Iterable[tuple[int, Row]]) -> dict[str, int]:
-    """The log position of each decision key among an execution's stored ``(position, row)``
-    pairs; a key recorded again (after a reopening) at its latest."""
-    decisions = [(position, row) for position, row in records if row.topic in _DECISION_TOPICS]
-    events = decode_rows(row for _, row in decisions)
-    return {event.key: position for (position, _), event in zip(decisions, events, strict=True)}
+def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]) -> dict[str, int]:
+    """The log position of each of ``execution``'s decisions, from the ``(version, position)``
+    of its stored events: nothing is decoded again (the execution knows each decision's
+    version)."""
+    position_of = dict(located)
+    return {
+        key: position_of[version]
+        for key, version in execution.decision_versions.items()
+        if version in position_of
+    }
 
 
 def _fork_point(parent: Execution, at: str | int) -> int:
