@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         FlowNotFoundError,
         ForkPointError,
         IntegrityUnsupportedError,
+        LabelError,
         LoomError,
         MissingExtraError,
         ModelResponseError,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.http_transport import async_transport, transport
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
+    from loom_runtime.labels import Labels
     from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
     from loom_runtime.mcp_session import RecordedSession, wrap_session
@@ -112,6 +114,8 @@ __all__ = [
     "FlowRegistry",
     "ForkPointError",
     "IntegrityUnsupportedError",
+    "LabelError",
+    "Labels",
     "LogEvent",
     "LogSettings",
     "Loom",
@@ -203,6 +207,8 @@ _EXPORTS = {
     "FlowNotFoundError": "loom_runtime.errors",
     "FlowRegistry": "loom_runtime.flow",
     "IntegrityUnsupportedError": "loom_runtime.errors",
+    "LabelError": "loom_runtime.errors",
+    "Labels": "loom_runtime.labels",
     "LogEvent": "loom_runtime.stream",
     "LogSettings": "loom_runtime.log",
     "Loom": "loom_runtime.loom",

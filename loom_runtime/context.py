@@ -140,6 +140,9 @@ class Recorder:
     A fork's recorder also holds its ``overrides`` (ADR 0027): a key the flow asks that is
     not recorded yet and has an override is answered by it, stored as this execution's
     decision (``origin="override"``) with the input it was asked with, whatever that input.
+
+    Given ``positions``, it notes there the log position of each decision it stores, by key:
+    what a decision's span reports (ADR 0034); without, it notes nothing.
     """
 
     def __init__(
@@ -148,10 +151,12 @@ class Recorder:
         execution: Execution,
         *,
         overrides: Mapping[str, msgspec.Raw] | None = None,
+        positions: dict[str, int] | None = None,
     ) -> None:
         self._log = log
         self._execution = execution
         self._overrides = overrides or {}
+        self._positions = positions
         self.redactor = log.redactor
 
     @property
@@ -168,7 +173,7 @@ class Recorder:
                 input=slot.input,
                 origin="override",
             )
-            save(self._log, self._execution)
+            self._save(slot.key)
             return self._execution.decisions[slot.key]
         if decision is not None and decision.input != slot.input:
             # Resuming with code that asks a recorded key differently would splice two
@@ -189,7 +194,7 @@ class Recorder:
         self._execution.record_decision(
             key=slot.key, kind=slot.kind, value=raw, input=slot.input, meta=meta
         )
-        save(self._log, self._execution)
+        self._save(slot.key)
         return decoded
 
     def record_failure(
@@ -198,10 +203,16 @@ class Recorder:
         self._execution.record_failure(
             key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
         )
-        save(self._log, self._execution)
+        self._save(slot.key)
+
+    def _save(self, key: str) -> None:
+        """Append the decision just triggered for ``key``; note its position if asked to."""
+        stored = save(self._log, self._execution)
+        if self._positions is not None:
+            self._positions[key] = stored[-1]
 
 
-def save(log: EventLog, execution: Execution) -> None:
+def save(log: EventLog, execution: Execution) -> list[int]:
     """Append the execution's pending events; a lost version race is a typed conflict.
 
     Losing is final for this worker: its in-memory version has moved past the refused event,
@@ -215,6 +226,7 @@ def save(log: EventLog, execution: Execution) -> None:
     which), and the failure is raised typed: a ``LoomError`` as it is, anything else as
     :class:`LogWriteError`. If the log cannot even be read, the worker stops appending to the
     execution, as after a lost race; resuming it later continues from what was stored.
+    Returns the positions of the appended events, in order.
     """
     if execution.lost:
         raise ExecutionConflictError(
@@ -223,7 +235,7 @@ def save(log: EventLog, execution: Execution) -> None:
             "is appended by this worker"
         )
     try:
-        log.save(execution)
+        return log.save(execution)
     except StreamConflictError as exc:
         execution.lost = True
         raise ExecutionConflictError(

@@ -334,3 +334,16 @@ class ModelResponseError(LoomError):
 class UnsupportedClientError(LoomError, TypeError):
     """``wrap()`` was given an object it does not know how to record; the message lists what
     it accepts (and how to record anything else)."""
+
+
+# --- Who and what an execution ran for (loom_runtime.labels, ADR 0034) ----------------------
+
+
+class LabelError(LoomError, ValueError):
+    """An execution label (``tenant``, ``user``, ``session`` or a tag) cannot be recorded: not
+    a string, empty, too long, with surrounding spaces or with a control or invisible
+    character. ``label`` names which one; nothing was written."""
+
+    def __init__(self, message: str, *, label: str) -> None:
+        super().__init__(message)
+        self.label = label

@@ -24,7 +24,8 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import LogCorruptError
+from loom_runtime.errors import LabelError, LogCorruptError
+from loom_runtime.labels import NO_LABELS, Labels
 from loom_runtime.log import Event
 from loom_runtime.storable import storable_text
 from loom_runtime.storage.domain import (
@@ -82,7 +83,10 @@ class Execution(Aggregate):
         """The flow was started with this input, by this code, having seen the log up to here."""
 
         TOPIC = f"{_TOPIC}.Created"
-        IDENTIFIERS = ("flow", "code_version", "parent_id", "worker")
+        IDENTIFIERS = (
+            *("flow", "code_version", "parent_id"),
+            *("tenant", "user", "session", "tags", "worker"),
+        )
         flow: str
         code_version: str
         input: msgspec.Raw
@@ -91,6 +95,14 @@ class Execution(Aggregate):
         """The execution this one was forked from (ADR 0027); None for a run."""
         forked_at: int | None = None
         """How many of the parent's decisions, in recorded order, the fork took."""
+        tenant: str | None = None
+        """Who and what the execution ran for (ADR 0034): absent from the stored event when
+        not given, so an execution without labels is stored as it was before they existed.
+        Identifiers: never redacted (erasure and filters name them as given)."""
+        user: str | None = None
+        session: str | None = None
+        tags: tuple[str, ...] | None = None
+        """Sorted and unique; None (absent) rather than empty."""
         worker: str | None = None
         """The registered worker that started it (ADR 0040): its owner until another claims
         it. None when started outside a worker (and in logs written before workers existed)."""
@@ -116,6 +128,7 @@ class Execution(Aggregate):
                 meta=self.meta,
                 origin=self.origin,
             )
+            aggregate.decision_versions[self.key] = self.originator_version
 
     class DecisionFailed(Aggregate.Event):
         """A decision's ``compute`` raised; ``error_type`` is ``module:qualname`` of the error."""
@@ -140,6 +153,7 @@ class Execution(Aggregate):
                 meta=self.meta,
                 origin=self.origin,
             )
+            aggregate.decision_versions[self.key] = self.originator_version
 
     class Resumed(Aggregate.Event):
         """A worker claimed an unfinished execution; a second claimant of the same version loses.
@@ -204,6 +218,7 @@ class Execution(Aggregate):
             aggregate.error = None
             for key in self.dropped:
                 aggregate.decisions.pop(key, None)
+                aggregate.decision_versions.pop(key, None)
             aggregate.owner = self.worker
 
     def __init__(
@@ -215,6 +230,10 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        session: str | None = None,
+        tags: tuple[str, ...] | None = None,
         worker: str | None = None,
     ) -> None:
         self.flow = flow
@@ -223,7 +242,11 @@ class Execution(Aggregate):
         self.log_position = log_position
         self.parent_id = parent_id
         self.forked_at = forked_at
+        self.labels = stored_labels(self.id, tenant=tenant, user=user, session=session, tags=tags)
         self.decisions: dict[str, Decision] = {}
+        self.decision_versions: dict[str, int] = {}
+        """The stream version of the event that recorded each decision, by key (kept in
+        memory, never stored): how a decision's span finds its log position (ADR 0034)."""
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
         self.reopenings: list[Reopening] = []
@@ -242,6 +265,7 @@ class Execution(Aggregate):
         log_position: int,
         parent_id: UUID | None = None,
         forked_at: int | None = None,
+        labels: Labels = NO_LABELS,
         worker: str | None = None,
     ) -> Execution:
         return cls._create(
@@ -253,6 +277,10 @@ class Execution(Aggregate):
             log_position=log_position,
             parent_id=parent_id,
             forked_at=forked_at,
+            tenant=labels.tenant,
+            user=labels.user,
+            session=labels.session,
+            tags=labels.tags or None,
             worker=worker,
         )
 
@@ -268,6 +296,7 @@ class Execution(Aggregate):
         self.version = stored.version
         self.modified_on = stored.modified_on
         self.decisions = dict(stored.decisions)
+        self.decision_versions = dict(stored.decision_versions)
         self.output = stored.output
         self.error = stored.error
         self.reopenings = list(stored.reopenings)
@@ -355,6 +384,26 @@ class Execution(Aggregate):
         self.trigger_event(
             self.Failed, error_type=error_type_of(error), message=error_message_of(error)
         )
+
+
+def stored_labels(
+    execution_id: UUID,
+    *,
+    tenant: str | None,
+    user: str | None,
+    session: str | None,
+    tags: tuple[str, ...] | None,
+) -> Labels:
+    """The labels a start event holds, checked again: a stored row is untrusted input (ADR
+    0018), and a label loom would have refused is :class:`LogCorruptError`, not a
+    :class:`LabelError` blaming the caller."""
+    try:
+        return Labels(tenant=tenant, user=user, session=session, tags=tags or ())
+    except LabelError as exc:
+        raise LogCorruptError(
+            f"execution {execution_id} was stored with a label loom never writes ({exc}); "
+            "run `loom verify`: the log was edited"
+        ) from exc
 
 
 def error_type_of(error: BaseException) -> str:

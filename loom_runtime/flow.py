@@ -144,6 +144,11 @@ def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
             raise ConfigurationError(
                 f"flow {name!r} cannot take *args/**kwargs: its input is recorded by name"
             )
+        if parameter.name == "labels":  # loom.run(name, labels=..., **arguments)
+            raise ConfigurationError(
+                f"flow {name!r} cannot take a parameter named 'labels': loom.run takes that "
+                "keyword for the execution's tenant, user, session and tags; rename it"
+            )
         annotation = hints.get(parameter.name, Any)
         if parameter.default is parameter.empty:
             fields.append((parameter.name, annotation))

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from functools import cached_property
@@ -45,12 +45,19 @@ from loom_runtime.errors import (
     ExecutionFinishedError,
     ExecutionNotFoundError,
     ForkPointError,
+    LabelError,
     LogCorruptError,
     NotSerialisableError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
+from loom_runtime.execution import (
+    EXECUTION_TOPICS,
+    Execution,
+    project_execution,
+    stored_labels,
+)
 from loom_runtime.flow import F, Flow, FlowRegistry
-from loom_runtime.log import EventLog, LogSettings, Persistence, Synchronous, open_log
+from loom_runtime.labels import NO_LABELS, Labels
+from loom_runtime.log import EventLog, LogSettings, Persistence, Record, Synchronous, open_log
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -88,6 +95,16 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
     status: Literal["running", "completed", "failed"]
     parent_id: UUID | None = None
     """The execution this one was forked from, if it is a fork."""
+    tenant: str | None = None
+    """Who and what it ran for, as given at start (ADR 0034)."""
+    user: str | None = None
+    session: str | None = None
+    tags: tuple[str, ...] = ()
+
+    @property
+    def labels(self) -> Labels:
+        """The labels as one value (they were checked when the execution was listed)."""
+        return Labels(tenant=self.tenant, user=self.user, session=self.session, tags=self.tags)
 
 
 _SUMMARY_TOPICS = (
@@ -178,13 +195,19 @@ class Loom:
 
     # -- running -----------------------------------------------------------------------------
 
-    def run(self, flow: str, /, **arguments: Any) -> Run:
-        """Run ``flow`` durably: every decision is in the log before the flow sees it."""
-        return drive(self._run(flow, arguments), _run_now)
+    def run(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
+        """Run ``flow`` durably: every decision is in the log before the flow sees it.
 
-    async def arun(self, flow: str, /, **arguments: Any) -> Run:
+        ``labels`` (:class:`~loom_runtime.labels.Labels`: tenant, user, session, tags) say
+        who and what the execution runs for; they are stored with it, kept by resume and fork,
+        and select it in :meth:`executions` (ADR 0034). They are one argument, not four,
+        because ``user`` or ``session`` is as likely a flow parameter as a label.
+        """
+        return drive(self._run(flow, labels, arguments), _run_now)
+
+    async def arun(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
         """As :meth:`run`, from inside a running event loop."""
-        return await adrive(self._run(flow, arguments))
+        return await adrive(self._run(flow, labels, arguments))
 
     def resume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
         """Finish an interrupted execution: recorded decisions from the log, the rest live.
@@ -256,7 +279,13 @@ class Loom:
         refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        return drive(self._replay(bundle.execution(), live), _run_now)
+        located = [(event.version, event.position) for event in bundle.events]
+        return drive(
+            self._replay(
+                bundle.execution(), live, lambda execution: _decision_positions(execution, located)
+            ),
+            _run_now,
+        )
 
     async def areplay(
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
@@ -275,12 +304,35 @@ class Loom:
             )
         return execution
 
-    def executions(self) -> list[ExecutionSummary]:
-        """Every execution in the log, oldest first, with its status (one pass over the log)."""
+    def executions(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str | None = None,
+        session: str | None = None,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> list[ExecutionSummary]:
+        """Every execution in the log, oldest first, with its status (one pass over the log).
+
+        ``tenant``, ``user`` and ``session`` keep those labelled so, ``tags`` those having
+        every one of them (ADR 0034). The pass reads each execution's start, end and reopening
+        events (not its decisions); one that does not match is dropped at its start, so its
+        later events cost a dictionary miss.
+        """
+        wanted = Labels(tenant=tenant, user=user, session=session, tags=tuple(tags))
         summaries: dict[UUID, ExecutionSummary] = {}
         for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
             event = self.log.decode(notification)
             if isinstance(event, Execution.Created):
+                labels = stored_labels(
+                    event.originator_id,
+                    tenant=event.tenant,
+                    user=event.user,
+                    session=event.session,
+                    tags=event.tags,
+                )
+                if not labels.matches(wanted):
+                    continue
                 summaries[event.originator_id] = ExecutionSummary(
                     execution_id=event.originator_id,
                     flow=event.flow,
@@ -289,6 +341,10 @@ class Loom:
                     log_position=event.log_position,
                     status="running",
                     parent_id=event.parent_id,
+                    tenant=labels.tenant,
+                    user=labels.user,
+                    session=labels.session,
+                    tags=labels.tags,
                 )
             elif event.originator_id in summaries:
                 summaries[event.originator_id] = msgspec.structs.replace(
@@ -329,21 +385,41 @@ class Loom:
         return bundle.execution_id
 
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
-        """The execution's events with their log positions, found by one scan of the log."""
+        """The execution's events with their log positions."""
+        return [
+            BundleEvent(
+                position=record.position,
+                topic=record.topic,
+                version=record.version,
+                state=record.state.decode(),
+            )
+            for record in self._stream_records(execution)
+        ]
+
+    def _stream_records(self, execution: Execution) -> list[Record]:
+        """The execution's stored events up to its version (another worker may append more
+        meanwhile) with their log positions, found by one scan of the log (from where it
+        started: its events can only come after)."""
         for start in (execution.log_position, 0):  # 0: an imported execution's positions differ
             found = [
-                BundleEvent(
-                    position=record.position,
-                    topic=record.topic,
-                    version=record.version,
-                    state=record.state.decode(),
-                )
+                record
                 for record in self.log.notifications(after=start, topics=EXECUTION_TOPICS)
-                if record.stream == execution.id
+                if record.stream == execution.id and record.version <= execution.version
             ]
             if len(found) == execution.version:
                 return found
         raise ExecutionNotFoundError(f"the log's events of execution {execution.id} are incomplete")
+
+    def _recorded_positions(self, execution: Execution) -> dict[str, int]:
+        """Where each recorded decision of ``execution`` is in the log, by key: what its span
+        reports. Asked only when tracing, and then one scan of the log for an execution that
+        has recorded decisions (a resume, a fork, a replay); none for a new run."""
+        if not execution.decisions:
+            return {}
+        return _decision_positions(
+            execution,
+            ((record.version, record.position) for record in self._stream_records(execution)),
+        )
 
     def close(self) -> None:
         """Close this Loom's services, then release the log's connections (if it was ever
@@ -443,8 +519,14 @@ class Loom:
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
-        self, flow: str, arguments: dict[str, Any]
+        self, flow: str, labels: Labels, arguments: dict[str, Any]
     ) -> tuple[Flow, Execution, dict[str, Any]]:
+        if not isinstance(labels, Labels):
+            raise LabelError(
+                f"labels must be a loom_runtime.Labels (e.g. Labels(tenant='acme', "
+                f"user='u-42')), not {type(labels).__name__}",
+                label="labels",
+            )
         definition = self.get_flow(flow)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
         execution = Execution.start(
@@ -453,6 +535,7 @@ class Loom:
             code_version=definition.version,
             input=raw_input,
             log_position=self.log.position,
+            labels=labels,
             worker=self.worker_id,
         )
         save(self.log, execution)
@@ -491,8 +574,8 @@ class Loom:
         cls = AsyncFlowContext if definition.is_async else FlowContext
         return cls(source, execution_id=execution.id, flow=definition.name)
 
-    def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, arguments)
+    def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
+        definition, execution, kwargs = self._start(flow, labels, arguments)
         return (yield from self._record("run", definition, execution, kwargs))
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
@@ -530,6 +613,7 @@ class Loom:
             log_position=self.log.position,
             parent_id=parent.id,
             forked_at=taken,
+            labels=parent.labels,
             worker=self.worker_id,
         )
         for decision in list(parent.decisions.values())[:taken]:
@@ -550,8 +634,9 @@ class Loom:
         overrides: Mapping[str, msgspec.Raw] | None = None,
     ) -> Steps[Run]:
         """Call the flow with a recording context; store its output, or its failure."""
-        recorder = Recorder(self.log, execution, overrides=overrides)
-        with self._traced(operation, execution, recorder) as source:
+        positions = None if self._telemetry is None else self._recorded_positions(execution)
+        recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
+        with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(definition, execution, source)
             try:
                 result = yield from _call(definition, ctx, kwargs)
@@ -560,12 +645,26 @@ class Loom:
                 raise
             return self._complete(definition, execution, result)
 
-    def _replay(self, execution: Execution, live: frozenset[str] | set[str]) -> Steps[ReplayResult]:
-        """Call the flow with a replaying context; compare what it did with the recording."""
+    def _replay(
+        self,
+        execution: Execution,
+        live: frozenset[str] | set[str],
+        recorded_positions: Callable[[Execution], dict[str, int]] | None = None,
+    ) -> Steps[ReplayResult]:
+        """Call the flow with a replaying context; compare what it did with the recording.
+
+        ``recorded_positions`` says where the recording's decisions are (default: where this
+        log holds them); asked only when tracing (their spans report it).
+        """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
         error: BaseException | None = None
-        with self._traced("replay", execution, replayer) as source:
+        positions = (
+            None
+            if self._telemetry is None
+            else (recorded_positions or self._recorded_positions)(execution)
+        )
+        with self._traced("replay", execution, replayer, positions) as source:
             ctx = self._context(definition, execution, source)
             try:
                 result = yield from _call(definition, ctx, kwargs)
@@ -579,13 +678,21 @@ class Loom:
         return replayed
 
     def _traced(
-        self, operation: Operation, execution: Execution, source: DecisionSource
+        self,
+        operation: Operation,
+        execution: Execution,
+        source: DecisionSource,
+        positions: dict[str, int] | None,
     ) -> AbstractContextManager[DecisionSource]:
         """Telemetry hook (ADR 0030): ``source`` as is, or wrapped to make a span per decision
-        inside the execution's span when this Loom was given a tracer provider."""
+        inside the execution's span when this Loom was given a tracer provider. ``positions``
+        (by decision key, filled as decisions are stored) is where each decision's span finds
+        its own log position (ADR 0034)."""
         if self._telemetry is None:
             return nullcontext(source)
-        return self._telemetry.execution(operation, execution, source)
+        return self._telemetry.execution(
+            operation, execution, source, {} if positions is None else positions
+        )
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:
@@ -670,6 +777,18 @@ def _call(
         if definition.is_async:
             result = yield Pending(definition.name, result)
     return result
+
+
+def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]) -> dict[str, int]:
+    """The log position of each of ``execution``'s decisions, from the ``(version, position)``
+    of its stored events: nothing is decoded again (the execution knows each decision's
+    version)."""
+    position_of = dict(located)
+    return {
+        key: position_of[version]
+        for key, version in execution.decision_versions.items()
+        if version in position_of
+    }
 
 
 def _fork_point(parent: Execution, at: str | int) -> int:

@@ -23,7 +23,7 @@ request, ``gen_ai.response.model`` and token usage from the decision's meta.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -78,10 +78,20 @@ class Telemetry:
 
     @contextmanager
     def execution(
-        self, operation: Operation, execution: Execution, source: DecisionSource
+        self,
+        operation: Operation,
+        execution: Execution,
+        source: DecisionSource,
+        positions: MutableMapping[str, int],
     ) -> Iterator[DecisionSource]:
         """The execution's span, current for the ``with`` block, and ``source`` wrapped so that
-        each decision is a child span of it. A failure leaving the block marks the span."""
+        each decision is a child span of it. A failure leaving the block marks the span.
+
+        The execution's span has the position the execution started at; each decision's span
+        has its own event's position, read from ``positions`` (by key) as the span ends: a
+        recorded decision's is there from the start, a new one's once it is stored (ADR 0034).
+        A decision computed live is first dropped from ``positions``, so one that is not
+        stored (a replay's live key) has none, rather than its recording's."""
         attributes = {
             "loom.operation": operation,
             "loom.replay": operation == "replay",
@@ -93,7 +103,7 @@ class Telemetry:
         with self._tracer.start_as_current_span(
             f"loom {operation} {execution.flow}", attributes=attributes
         ) as span:
-            traced = _TracedSource(source, self._tracer, span, attributes)
+            traced = _TracedSource(source, self._tracer, span, attributes, positions)
             try:
                 yield traced
             finally:
@@ -109,14 +119,13 @@ class _TracedSource:
         tracer: trace.Tracer,
         parent: Span,
         execution: Mapping[str, str | bool | int],
+        positions: MutableMapping[str, int],
     ) -> None:
         self._source = source
         self._tracer = tracer
         self._parent = trace.set_span_in_context(parent)
-        self._shared = {
-            name: execution[name]
-            for name in ("loom.execution_id", "loom.log_position", "loom.replay")
-        }
+        self._shared = {name: execution[name] for name in ("loom.execution_id", "loom.replay")}
+        self._positions = positions
         self._open: dict[str, Span] = {}
         self.redactor: Redactor | None = source.redactor
 
@@ -136,6 +145,7 @@ class _TracedSource:
             self._open[slot.key] = span
             return None
         span.set_attribute("loom.decision.recorded", True)
+        self._locate(span, slot)
         _describe(span, slot, decision.meta)
         if decision.input != slot.input:  # a replay goes on past a changed input: mark it here
             _end(span, error_type=DecisionInputChangedError.__name__)
@@ -147,11 +157,13 @@ class _TracedSource:
         self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
     ) -> Any:
         span = self._open.pop(slot.key, None) or self._start(slot)
+        self._positions.pop(slot.key, None)  # computed live: its own event's, if stored
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
         except Exception as exc:
             _end(span, error=exc)
             raise
+        self._locate(span, slot)
         _describe(span, slot, meta)
         _end(span)
         return stored
@@ -160,9 +172,11 @@ class _TracedSource:
         self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
     ) -> None:
         span = self._open.pop(slot.key, None) or self._start(slot)
+        self._positions.pop(slot.key, None)
         try:
             self._source.record_failure(slot, error, meta=meta)
         finally:
+            self._locate(span, slot)
             _describe(span, slot, meta)
             _end(span, error=error)
 
@@ -172,6 +186,12 @@ class _TracedSource:
             span.set_attribute("loom.decision.unsettled", True)
             span.end()
         self._open.clear()
+
+    def _locate(self, span: Span, slot: Slot) -> None:
+        """Give ``span`` its decision's log position, if the decision is stored."""
+        position = self._positions.get(slot.key)
+        if position is not None:
+            span.set_attribute("loom.log_position", position)
 
     def _start(self, slot: Slot) -> Span:
         name, kind, attributes = _naming(slot)

@@ -24,7 +24,7 @@ from loom_knowledge.domain.citations import CitationCheck, check_citations
 from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer
-from loom_runtime import Decision, Execution, Loom, catch_up, codec
+from loom_runtime import Decision, Execution, Labels, Loom, catch_up, codec
 
 Status = Literal["current", "superseded", "removed", "unknown"]
 
@@ -124,6 +124,8 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     forked_at: int | None = None
     """How many of the parent's decisions the fork took."""
     reopenings: tuple[AuditedReopening, ...] = ()
+    labels: Labels = Labels()
+    """Who and what the execution ran for (tenant, user, session, tags), as given at start."""
 
 
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
@@ -165,6 +167,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             )
             for r in execution.reopenings
         ),
+        labels=execution.labels,
     )
 
 

@@ -128,6 +128,7 @@ def lineage_lines(report: Audit) -> list[str]:
         parent_id=report.parent_id,
         forked_at=report.forked_at,
         reopenings=[(r.worker, r.error, r.dropped) for r in report.reopenings],
+        labels=report.labels,
     )
 
 

@@ -310,23 +310,47 @@ def executions_list(
         str | None,
         typer.Option("--after", help="Start after this execution id (the last of a page)."),
     ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only those run for this tenant.")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only those run for this user.")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Only those of this session.")
+    ] = None,
+    tags: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Only those with this tag (repeat: with every one of them)."),
+    ] = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Every execution in the log, oldest first (or those the options select, a page at a time)."""
+    from loom_runtime.errors import LabelError
+    from loom_runtime.tools.display import describe_labels
+
     if status not in (None, "running", "completed", "failed"):
         fail(f"--status must be running, completed or failed, not {status!r}", code=ExitCode.USAGE)
     start = None if since is None else aware_time(since, option="--since")
     end = None if until is None else aware_time(until, option="--until")
     with open_loom(db) as loom:
         try:
-            summaries = loom.executions()
+            summaries = loom.executions(
+                tenant=tenant, user=user, session=session, tags=tuple(tags or ())
+            )
+        except LabelError as exc:
+            fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
     if after is not None:
         ids = [str(summary.execution_id) for summary in summaries]
         if after not in ids:
-            fail(f"--after {after!r} is not an execution in this log", code=ExitCode.USAGE)
+            fail(
+                f"--after {after!r} is not an execution in this log that --tenant, --user, "
+                "--session and --tag select",
+                code=ExitCode.USAGE,
+            )
         summaries = summaries[ids.index(after) + 1 :]
     summaries = [
         summary
@@ -346,11 +370,14 @@ def executions_list(
     table.add_column("execution", min_width=36, no_wrap=True)
     table.add_column("status", min_width=9, no_wrap=True)
     table.add_column("started (UTC)", min_width=19, no_wrap=True)
-    table.add_column("flow", overflow="fold")
+    table.add_column("flow", min_width=8, overflow="fold")
     forks = any(summary.parent_id is not None for summary in summaries)
     if forks:
         table.add_column("parent", min_width=8, no_wrap=True)
-    for summary in summaries:
+    labelled = [describe_labels(summary.labels) for summary in summaries]
+    if any(labelled):
+        table.add_column("ran for", min_width=16, overflow="fold")
+    for summary, labels in zip(summaries, labelled, strict=True):
         cells: list[str | Text] = [
             str(summary.execution_id),
             summary.status,
@@ -359,6 +386,8 @@ def executions_list(
         ]
         if forks:
             cells.append(str(summary.parent_id or "")[:8])
+        if any(labelled):
+            cells.append(inert(labels, one_line=True))
         table.add_row(*cells)
     console.print(table)
 
@@ -421,6 +450,10 @@ def _execution_json(execution: Execution) -> dict[str, object]:
         "log_position": execution.log_position,
         "parent_id": execution.parent_id,
         "forked_at": execution.forked_at,
+        "tenant": execution.labels.tenant,
+        "user": execution.labels.user,
+        "session": execution.labels.session,
+        "tags": execution.labels.tags,
         "input": execution.input,
         "decisions": list(execution.decisions.values()),
         "reopenings": execution.reopenings,
@@ -438,6 +471,7 @@ def lineage(execution: Execution) -> list[str]:
     return lineage_lines(
         parent_id=execution.parent_id,
         forked_at=execution.forked_at,
+        labels=execution.labels,
         reopenings=[
             (r.worker, f"{r.error_type}: {r.message}", r.dropped) for r in execution.reopenings
         ],

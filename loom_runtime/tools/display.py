@@ -15,6 +15,8 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from loom_runtime.labels import NO_LABELS, Labels
+
 _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f"
 """C0 controls except tab and newline, DEL, C1 controls: what a terminal obeys."""
 _HIDING = "\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff"
@@ -84,17 +86,36 @@ def lineage_lines(
     parent_id: object | None,
     forked_at: object | None,
     reopenings: Iterable[tuple[str, str, Sequence[str]]],
+    labels: Labels = NO_LABELS,
 ) -> list[str]:
-    """Where an execution comes from, as ``executions show`` and the audit print it: the
-    parent it was forked from and the point (ADR 0027), and each reopened failure as
-    ``(worker, error, keys computed again)`` (ADR 0026); no line for a plain run."""
-    lines = []
+    """Where an execution comes from, as ``executions show`` and the audit print it: who and
+    what it ran for (its labels, ADR 0034), the parent it was forked from and the point (ADR
+    0027), and each reopened failure as ``(worker, error, keys computed again)`` (ADR 0026);
+    no line for a plain run."""
+    lines = [] if labels == NO_LABELS else [f"ran for {describe_labels(labels)}"]
     if parent_id is not None:
         lines.append(f"forked from execution {parent_id}, taking its first {forked_at} decision(s)")
     for worker, error, dropped in reopenings:
         again = ", ".join(repr(key) for key in dropped) or "none"
         lines.append(f"reopened by {worker} after it failed ({error}); computed again: {again}")
     return lines
+
+
+def describe_labels(labels: Labels) -> str:
+    """An execution's labels as one line (``tenant acme; user u-42; tags eval, nightly``);
+    not made inert here, like :func:`describe_meta`."""
+    parts = [
+        f"{name} {value}"
+        for name, value in (
+            ("tenant", labels.tenant),
+            ("user", labels.user),
+            ("session", labels.session),
+        )
+        if value is not None
+    ]
+    if labels.tags:
+        parts.append("tags " + ", ".join(labels.tags))
+    return "; ".join(parts)
 
 
 def _number(value: object) -> str:

@@ -33,6 +33,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import Flow, FlowRegistry
+from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import Replayer, ReplayResult
 from loom_runtime.tools.pytest_plugin import ReplayDiverged
@@ -73,7 +74,7 @@ class BundleLoom(Loom):
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
 
-    def _run(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
+    def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         if self._ran:
             raise BundleMismatch(
                 f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
@@ -81,13 +82,13 @@ class BundleLoom(Loom):
             )
         self._ran = True
         if self.recording:
-            return (yield from super()._run(flow, arguments))
+            return (yield from super()._run(flow, labels, arguments))
         return (yield from self._answer(flow, arguments))
 
     def _start(
-        self, flow: str, arguments: dict[str, Any]
+        self, flow: str, labels: Labels, arguments: dict[str, Any]
     ) -> tuple[Flow, Execution, dict[str, Any]]:
-        started = super()._start(flow, arguments)
+        started = super()._start(flow, labels, arguments)
         self.recorded = started[1].id  # exported even if the flow then fails: that is recorded
         return started
 
