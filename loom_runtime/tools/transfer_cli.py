@@ -98,6 +98,8 @@ def export(
             )
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
+        except LogCorruptError as exc:
+            fail(str(exc))
         if into_directory:
             output.mkdir(parents=True, exist_ok=True)
         advance = bar("export")
