@@ -20,7 +20,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+    Subscription,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
 from eventsourcing.utils import retry
 from psycopg.sql import SQL, Composed, Identifier, Literal
@@ -160,6 +166,16 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         assert row is not None  # a SELECT of one function call returns one row
         ids: list[int] = row["ids"]
         return ids
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Refused: eventsourcing's subscription waits for the ``NOTIFY`` the append no longer
+        sends, so it would never wake. Tail the log by polling ``notifications(after=...)``."""
+        raise NotImplementedError(
+            "loom's PostgreSQL log sends no NOTIFY, so an eventsourcing subscription would wait "
+            "forever; tail it by polling EventLog.notifications(after=last position seen)"
+        )
 
     @contextmanager
     def reading(self) -> Iterator[Any]:

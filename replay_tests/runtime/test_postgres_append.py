@@ -172,6 +172,12 @@ def test_no_notify_is_sent(log: EventsourcingLog, pg_url: str) -> None:
     assert len(heard) == 1  # the old path's, and only it: the listener does hear
 
 
+def test_a_subscription_is_refused_with_what_to_do_instead(log: EventsourcingLog) -> None:
+    """eventsourcing's subscription would wait for a NOTIFY that never comes: refused, loudly."""
+    with pytest.raises(NotImplementedError, match="polling"):
+        _recorder(log).subscribe(gt=0)
+
+
 # -- the same chain ------------------------------------------------------------------------
 
 
