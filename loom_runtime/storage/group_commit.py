@@ -50,6 +50,12 @@ class GroupCommit(Generic[T, R]):
         self._queue: list[Pending[T, R]] = []
         self._committing = False
 
+    @property
+    def queued(self) -> int:
+        """How many appends wait for the next commit (what a monitor, or a test, looks at)."""
+        with self._turn:
+            return len(self._queue)
+
     def submit(self, work: T) -> R | None:
         """``work``'s result once committed (durably, if the commit is), or its error."""
         mine: Pending[T, R] = Pending(work)
@@ -77,6 +83,8 @@ class GroupCommit(Generic[T, R]):
 
 
 def _outcome(pending: Pending[T, R]) -> R | None:
+    """The result, or the error raised in each caller it belongs to (one object for a whole
+    failed group, as ``concurrent.futures`` raises one exception to every waiter)."""
     if pending.error is not None:
         raise pending.error
     return pending.result

@@ -43,9 +43,10 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         # Set before the base constructor, which builds the create-table statements.
         self.chain = ChainTable.for_sqlite(events_table_name)
         super().__init__(datastore, events_table_name)
-        self._group: GroupCommit[Sequence[StoredEvent], Sequence[int]] = GroupCommit(
+        self.group_commit: GroupCommit[Sequence[StoredEvent], Sequence[int]] = GroupCommit(
             self._commit_group
         )
+        """Shares one transaction among the appends that arrive together (ADR 0036)."""
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *self.chain.ddl]
@@ -67,9 +68,11 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         """
         del kwargs  # an application recorder's insert takes none (eventsourcing passes
         # ``tracking=None``; a process recorder, which would use it, is not this class)
-        return self._group.submit(stored_events)
+        return self.group_commit.submit(stored_events)
 
     def _commit_group(self, group: Sequence[Pending[Sequence[StoredEvent], Sequence[int]]]) -> None:
+        """One transaction for the group, each append in its own savepoint: a conflict undoes
+        only that append's rows, and the next append reads the chain heads afresh."""
         with self.datastore.transaction(commit=True) as c:
             for append in group:
                 c.execute("SAVEPOINT loom_append")
