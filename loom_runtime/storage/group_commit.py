@@ -9,13 +9,20 @@ completed, so "decide returns once its decision is durable" holds for every one 
 
 The scheme is leader/follower, as in database write-ahead logs: a caller that finds no commit
 under way leads one for everything queued (itself included); callers that find one under way
-wait, and the first of them still unserved when it ends leads the next. Nobody waits for a
-timer: a lone flow commits at once, exactly as before.
+wait, and the first of them still unserved when it ends leads the next.
+
+One refinement, PostgreSQL's ``commit_delay`` made adaptive: when the last commit was shared
+by several appends, a new leader waits for as many to queue, for at most half the last
+commit's duration. Without it, flows that were released together come back one CPU slice
+apart: the first leads a commit of one, the rest queue behind it, and groups alternate between
+one and the rest (measured: 4.2 appends per commit with 8 flows). A lone flow never waits:
+its last commit held only itself.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -49,6 +56,8 @@ class GroupCommit(Generic[T, R]):
         self._turn = threading.Condition(threading.Lock())
         self._queue: list[Pending[T, R]] = []
         self._committing = False
+        self._last_group = 1
+        self._last_seconds = 0.0
 
     @property
     def queued(self) -> int:
@@ -61,12 +70,17 @@ class GroupCommit(Generic[T, R]):
         mine: Pending[T, R] = Pending(work)
         with self._turn:
             self._queue.append(mine)
+            self._turn.notify_all()  # a leader may be waiting for its group to fill
             while self._committing and not mine.done:
                 self._turn.wait()
             if mine.done:
                 return _outcome(mine)
             self._committing = True
+            self._turn.wait_for(
+                lambda: len(self._queue) >= self._last_group, timeout=self._last_seconds / 2
+            )
             group, self._queue = self._queue, []
+        started = time.monotonic()
         try:
             self._commit(group)
         except BaseException as exc:
@@ -78,6 +92,8 @@ class GroupCommit(Generic[T, R]):
                 for member in group:
                     member.done = True
                 self._committing = False
+                self._last_group = len(group)
+                self._last_seconds = time.monotonic() - started
                 self._turn.notify_all()
         return _outcome(mine)
 
