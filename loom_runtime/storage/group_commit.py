@@ -76,9 +76,15 @@ class GroupCommit(Generic[T, R]):
             if mine.done:
                 return _outcome(mine)
             self._committing = True
-            self._turn.wait_for(
-                lambda: len(self._queue) >= self._last_group, timeout=self._last_seconds / 2
-            )
+            try:
+                self._turn.wait_for(
+                    lambda: len(self._queue) >= self._last_group, timeout=self._last_seconds / 2
+                )
+            except BaseException:  # interrupted before its commit began: it writes nothing,
+                self._queue.remove(mine)  # and the next caller leads
+                self._committing = False
+                self._turn.notify_all()
+                raise
             group, self._queue = self._queue, []
         started = time.monotonic()
         try:

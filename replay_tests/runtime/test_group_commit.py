@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import pytest
 from loom_runtime import StreamConflictError
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage.application import EventsourcingLog
+from loom_runtime.storage.group_commit import GroupCommit, Pending
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
 
 FOLLOWERS = 6
@@ -200,3 +201,45 @@ def test_a_lone_writer_commits_every_append_by_itself(log: EventsourcingLog) -> 
     for version in range(1, 6):
         log.insert_rows(_rows(stream, range(version, version + 1)))
     assert gate.commits == 5
+
+
+def test_a_leader_interrupted_while_its_group_fills_writes_nothing_and_hands_over() -> None:
+    """Interrupted (Ctrl-C) while waiting for its group, a leader leaves nothing queued of its
+    own and no commit marked as under way: the next caller commits at once."""
+    committed: list[list[str]] = []
+    first_commit = threading.Event()
+    release = threading.Event()
+
+    def commit(group: Sequence[Pending[str, str]]) -> None:
+        if not committed:
+            first_commit.set()
+            assert release.wait(WAIT_S)
+        committed.append([member.work for member in group])
+        for member in group:
+            member.result = member.work
+
+    group_commit: GroupCommit[str, str] = GroupCommit(commit)
+    first = threading.Thread(target=group_commit.submit, args=("first",))
+    first.start()
+    assert first_commit.wait(WAIT_S)
+    queued = [threading.Thread(target=group_commit.submit, args=(f"q{n}",)) for n in range(2)]
+    for thread in queued:
+        thread.start()
+    while group_commit.queued < len(queued):
+        threading.Event().wait(0.001)
+    release.set()
+    for thread in [first, *queued]:
+        thread.join(WAIT_S)
+    assert committed[-1] == ["q0", "q1"]  # the last commit was shared: the next leader waits
+
+    def interrupted(*_: object, **__: object) -> bool:
+        raise KeyboardInterrupt
+
+    turn = group_commit._turn
+    turn.wait_for = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        group_commit.submit("interrupted")
+    del turn.wait_for
+    assert group_commit.queued == 0
+    assert group_commit.submit("next") == "next"
+    assert committed[-1] == ["next"]
