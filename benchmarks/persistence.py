@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks import group_commit
 from benchmarks.harness import (
     Arm,
     Control,
@@ -45,6 +46,9 @@ from loom_runtime.log import Persistence, Synchronous
 
 DECISIONS = 2_000
 QUICK_DECISIONS = 500
+FLOW_DECISIONS = 250
+QUICK_FLOW_DECISIONS = 100
+"""Per flow, in the concurrent-flows arms (a multiple of the 25 decisions of an execution)."""
 NOISE = 1.25
 """FULL may come out up to 25% faster than NORMAL by chance (e.g. on tmpfs, where both are
 free), never more."""
@@ -94,14 +98,19 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         )
     in_effect = {config: _synchronous_in_effect(config) for config in configs}
     arms = [_arm(config, values, settings.pg_url) for config in configs]
-    results = interleave(arms, rounds=settings.rounds, progress=progress)
+    flow_decisions = QUICK_FLOW_DECISIONS if settings.quick else FLOW_DECISIONS
+    flow_values = make_values(group_commit.DECISIONS_PER_EXECUTION)
+    one_flow = group_commit.arm(1, flow_values, flow_decisions)
+    many_flows = group_commit.arm(group_commit.FLOWS, flow_values, flow_decisions)
+    results = interleave([*arms, one_flow, many_flows], rounds=settings.rounds, progress=progress)
     return SectionResult(
         notes=tuple(notes),
         tables=(
             _figures(configs, in_effect, results, settings.rounds),
             _ratios(configs, in_effect, results),
+            group_commit.table(one_flow, many_flows, results, settings.rounds),
         ),
-        controls=(_full_not_faster(results),),
+        controls=(_full_not_faster(results), group_commit.control(one_flow, results)),
     )
 
 

@@ -12,6 +12,8 @@ in the log: they must equal what the workers reported (nothing lost, nothing ext
 
 ADR 0015 says every append takes one table lock (PostgreSQL) or the single write lock (SQLite),
 so the aggregate is expected to stay roughly flat in N; this section reports what it measures.
+Since ADR 0035 a PostgreSQL append holds that lock for one server-side statement instead of
+six client round trips, so the lock is held for less of each worker's time.
 
 **Replay and rebuild.** One log per backend holds a corpus (``kb.sync`` of real-manual
 documents, :func:`benchmarks.corpus.base_docs`) and a few recorded executions. Replay: a fresh

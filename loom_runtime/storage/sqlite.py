@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteConnection,
@@ -19,6 +20,7 @@ from eventsourcing.sqlite import (
 )
 
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable
+from loom_runtime.storage.group_commit import GroupCommit, Pending
 
 
 class _SynchronousPool(SQLiteConnectionPool):
@@ -41,6 +43,10 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         # Set before the base constructor, which builds the create-table statements.
         self.chain = ChainTable.for_sqlite(events_table_name)
         super().__init__(datastore, events_table_name)
+        self.group_commit: GroupCommit[Sequence[StoredEvent], Sequence[int]] = GroupCommit(
+            self._commit_group
+        )
+        """Shares one transaction among the appends that arrive together (ADR 0036)."""
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *self.chain.ddl]
@@ -51,6 +57,31 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         ids = super()._insert_events(c, stored_events, **kwargs)
         self.chain.append(c, stored_events, ids or ())
         return ids
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Appends from concurrent threads share one transaction and one fsync (ADR 0036).
+
+        Each returns only after that transaction has committed; a version conflict in one
+        append rolls back only its own savepoint and raises only in its own caller.
+        """
+        del kwargs  # an application recorder's insert takes none (eventsourcing passes
+        # ``tracking=None``; a process recorder, which would use it, is not this class)
+        return self.group_commit.submit(stored_events)
+
+    def _commit_group(self, group: Sequence[Pending[Sequence[StoredEvent], Sequence[int]]]) -> None:
+        """One transaction for the group, each append in its own savepoint: a conflict undoes
+        only that append's rows, and the next append reads the chain heads afresh."""
+        with self.datastore.transaction(commit=True) as c:
+            for append in group:
+                c.execute("SAVEPOINT loom_append")
+                try:
+                    append.result = self._insert_events(c, append.work)
+                except sqlite3.IntegrityError as exc:
+                    c.execute("ROLLBACK TO loom_append")
+                    append.error = IntegrityError(exc)
+                c.execute("RELEASE loom_append")
 
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)

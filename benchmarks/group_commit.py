@@ -1,0 +1,127 @@
+"""Concurrent flows in one process on SQLite at ``synchronous=FULL`` (ADR 0036: group commit).
+
+One ``Loom`` on a fresh file; ``flows`` threads each record executions of the runtime workload
+until each has made ``decisions`` decisions. The aggregate rate is all decisions over the time
+from the start barrier to the last thread's end. Alongside it, the arm counts the appends the
+recorder was asked for and the transactions it committed: their ratio is how many appends
+shared each commit (each fsync), a figure the machine's load does not change the meaning of.
+
+Negative control: one flow has nothing to share a commit with, so its appends per commit must
+be exactly 1. Above 1, a ``decide`` would have returned before its own decision was committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks.harness import Arm, Control, InstrumentError, Results, Sample, Table, ratio
+from benchmarks.stores import fresh_sqlite
+from benchmarks.workload import FLOW, Value, recording_flow
+from loom_runtime import Loom
+
+FLOWS = 8
+DECISIONS_PER_EXECUTION = 25
+START_TIMEOUT_S = 60.0
+
+
+def arm(flows: int, values: list[Value], decisions: int) -> Arm:
+    """``flows`` threads sharing one log, ``decisions`` decisions each."""
+
+    def measure() -> Sample:
+        with fresh_sqlite() as (url, _), Loom(url, sqlite_synchronous="FULL") as loom:
+            loom.flow(FLOW)(recording_flow(values))
+            loom.run(FLOW, n=1)  # the schema and the first connection, before the clock
+            with _counted(loom) as counts:
+                seconds = _record(loom, flows, decisions)
+            if not loom.log.verify().ok:
+                raise InstrumentError(f"group commit: the chain of the {flows}-flow arm broke")
+        return {
+            "per_s": flows * decisions / seconds,
+            "appends_per_commit": counts["appends"] / counts["commits"],
+        }
+
+    return Arm(f"builtin, SQLite, FULL, {flows} flow{'s' if flows > 1 else ''}", measure)
+
+
+def _record(loom: Loom, flows: int, decisions: int) -> float:
+    barrier = threading.Barrier(flows + 1)
+    errors: list[BaseException] = []
+    ends: list[float] = []
+
+    def flow() -> None:
+        try:
+            barrier.wait(START_TIMEOUT_S)
+            for _ in range(decisions // DECISIONS_PER_EXECUTION):
+                loom.run(FLOW, n=DECISIONS_PER_EXECUTION)
+            ends.append(time.monotonic())
+        except BaseException as exc:  # reported below, which stops the run
+            errors.append(exc)
+
+    threads = [threading.Thread(target=flow) for _ in range(flows)]
+    for thread in threads:
+        thread.start()
+    barrier.wait(START_TIMEOUT_S)
+    started = time.monotonic()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise InstrumentError(f"group commit: a flow failed: {errors[0]!r}")
+    return max(ends) - started
+
+
+@contextmanager
+def _counted(loom: Loom) -> Iterator[dict[str, int]]:
+    """Count the appends the recorder is asked for and the transactions it commits."""
+    recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
+    counts = {"appends": 0, "commits": 0}
+    submit, transaction = recorder.group_commit.submit, recorder.datastore.transaction
+
+    def counted_submit(work: Any) -> Any:
+        counts["appends"] += 1  # under the GIL; an exact count is all that is needed
+        return submit(work)
+
+    @contextmanager
+    def counted_transaction(*, commit: bool) -> Iterator[Any]:
+        with transaction(commit=commit) as cursor:
+            yield cursor
+        counts["commits"] += commit
+
+    recorder.group_commit.submit = counted_submit
+    recorder.datastore.transaction = counted_transaction
+    try:
+        yield counts
+    finally:
+        del recorder.group_commit.submit, recorder.datastore.transaction
+
+
+def table(one: Arm, many: Arm, results: Results, rounds: int) -> Table:
+    rows = [
+        (
+            arm.name,
+            results[arm.name]["per_s"].cell("/s"),
+            ratio(results[arm.name]["per_s"], results[one.name]["per_s"]),
+            results[arm.name]["appends_per_commit"].cell(),
+        )
+        for arm in (one, many)
+    ]
+    return Table(
+        title="Concurrent flows in one process, SQLite at synchronous=FULL (group commit)",
+        columns=("arm", "decisions/s (all flows)", "vs 1 flow", "appends per commit"),
+        rows=tuple(rows),
+        note=f"median of {rounds} interleaved rounds (low-high); each decide returns only "
+        "after the commit holding its decision",
+    )
+
+
+def control(one: Arm, results: Results) -> Control:
+    shared = max(results[one.name]["appends_per_commit"].samples)
+    return Control(
+        name="one flow's appends per commit (it has nothing to share a commit with)",
+        expected="exactly 1 (more would mean a decide returned before its own commit)",
+        observed=f"{shared:.2f} at most",
+        held=shared == 1,
+    )

@@ -1,0 +1,245 @@
+"""ADR 0036: concurrent SQLite appends in one process share a commit, each still durable first.
+
+The commit is held open on purpose (a gate inside the first transaction), so which appends
+queue behind it is decided by the test, not by timing: while it is held, the queued callers
+must not have returned and nothing of theirs may be visible; once released, they commit in
+one transaction, and each caller gets its own outcome.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loom_runtime import StreamConflictError
+from loom_runtime.log import LogSettings, Row, open_log
+from loom_runtime.storage.application import EventsourcingLog
+from loom_runtime.storage.group_commit import GroupCommit, Pending
+from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
+
+FOLLOWERS = 6
+WAIT_S = 30
+
+
+class Gate:
+    """Counts commits; holds the first one open until released, and can fail the second."""
+
+    def __init__(self, recorder: ChainedSQLiteRecorder, *, fail_second: bool = False) -> None:
+        self.recorder = recorder
+        self.commits = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail_second = fail_second
+        original = recorder.datastore.transaction
+
+        @contextmanager
+        def gated(*, commit: bool) -> Iterator[Any]:
+            with original(commit=commit) as cursor:
+                if commit:
+                    self.commits += 1
+                    if self.commits == 1:
+                        self.entered.set()
+                        assert self.release.wait(WAIT_S)
+                yield cursor
+                if commit and self.fail_second and self.commits == 2:
+                    raise OSError("disk full (injected before the group's commit)")
+
+        recorder.datastore.transaction = gated  # type: ignore[method-assign]
+
+    def wait_until_queued(self, count: int) -> None:
+        """Until ``count`` appends wait behind the held commit (they block on a condition)."""
+        group = self.recorder.group_commit
+        while group.queued < count:
+            threading.Event().wait(0.001)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventsourcingLog]:
+    opened = open_log(LogSettings(f"sqlite:///{tmp_path / 'loom.db'}", sqlite_synchronous="FULL"))
+    assert isinstance(opened, EventsourcingLog)
+    yield opened
+    opened.close()
+
+
+def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
+    recorder = log.application.recorder
+    assert isinstance(recorder, ChainedSQLiteRecorder)
+    return recorder
+
+
+def _rows(stream: uuid.UUID, versions: range) -> list[Row]:
+    return [Row(stream=stream, version=v, topic="test.Noted", state=b"{}") for v in versions]
+
+
+def _visible(log: EventsourcingLog, stream: uuid.UUID) -> int:
+    """Rows of ``stream`` another connection sees: what has been committed."""
+    path = str(log.settings.url.database)
+    with closing(sqlite3.connect(path)) as conn:
+        query = "SELECT COUNT(*) FROM stored_events WHERE originator_id = ?"
+        return int(conn.execute(query, (stream.hex,)).fetchone()[0])
+
+
+class Appender(threading.Thread):
+    """One caller: appends ``rows`` and keeps what it got back."""
+
+    def __init__(self, log: EventsourcingLog, rows: list[Row]) -> None:
+        super().__init__()
+        self.log, self.rows = log, rows
+        self.ids: list[int] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.ids = self.log.insert_rows(self.rows)
+        except BaseException as exc:  # checked by the test
+            self.error = exc
+
+
+def _hold_first_commit(log: EventsourcingLog, gate: Gate) -> Appender:
+    leader = Appender(log, _rows(uuid.uuid4(), range(1, 2)))
+    leader.start()
+    assert gate.entered.wait(WAIT_S)
+    return leader
+
+
+def test_appends_queued_behind_a_commit_share_the_next_one(log: EventsourcingLog) -> None:
+    """Six appends arriving during one commit are written by one more commit, not six."""
+    gate = Gate(_recorder(log))
+    leader = _hold_first_commit(log, gate)
+    streams = [uuid.uuid4() for _ in range(FOLLOWERS)]
+    followers = [Appender(log, _rows(stream, range(1, 3))) for stream in streams]
+    for follower in followers:
+        follower.start()
+    gate.wait_until_queued(FOLLOWERS)
+    gate.release.set()
+    for appender in [leader, *followers]:
+        appender.join(WAIT_S)
+        assert appender.error is None
+    assert gate.commits == 2
+    ids = [i for appender in [leader, *followers] for i in appender.ids]
+    assert sorted(ids) == list(range(1, 2 + 2 * FOLLOWERS))
+    assert all(_visible(log, stream) == 2 for stream in streams)
+    report = log.verify()
+    assert report.ok, report
+
+
+def test_no_queued_append_returns_before_its_commit(log: EventsourcingLog) -> None:
+    """While the commit ahead is held, the queued callers wait and nothing of theirs is
+    visible: ``decide`` cannot return before its decision is durable."""
+    gate = Gate(_recorder(log))
+    leader = _hold_first_commit(log, gate)
+    stream = uuid.uuid4()
+    follower = Appender(log, _rows(stream, range(1, 2)))
+    follower.start()
+    gate.wait_until_queued(1)
+    assert follower.is_alive()
+    assert follower.ids == []
+    assert _visible(log, stream) == 0
+    gate.release.set()
+    follower.join(WAIT_S)
+    leader.join(WAIT_S)
+    assert follower.ids and _visible(log, stream) == 1
+
+
+def test_a_conflict_in_the_group_fails_only_its_own_caller(log: EventsourcingLog) -> None:
+    """A queued append whose version is taken raises the typed conflict; the appends around
+    it in the same commit are stored and chained."""
+    taken = uuid.uuid4()
+    log.insert_rows(_rows(taken, range(1, 2)))
+    gate = Gate(_recorder(log))
+    leader = _hold_first_commit(log, gate)
+    before, after = uuid.uuid4(), uuid.uuid4()
+    group = [
+        Appender(log, _rows(before, range(1, 2))),
+        Appender(log, _rows(taken, range(1, 2))),
+        Appender(log, _rows(after, range(1, 2))),
+    ]
+    for appender in group:
+        appender.start()
+    gate.wait_until_queued(len(group))
+    gate.release.set()
+    for appender in [leader, *group]:
+        appender.join(WAIT_S)
+    assert isinstance(group[1].error, StreamConflictError)
+    assert group[0].error is None and group[2].error is None
+    assert gate.commits == 2
+    assert (_visible(log, before), _visible(log, taken), _visible(log, after)) == (1, 1, 1)
+    assert log.verify().ok
+
+
+def test_a_failed_group_commit_fails_every_member_and_stores_none(log: EventsourcingLog) -> None:
+    """If the shared commit fails, each caller in it gets the error and none of it is stored."""
+    gate = Gate(_recorder(log), fail_second=True)
+    leader = _hold_first_commit(log, gate)
+    streams = [uuid.uuid4() for _ in range(3)]
+    group = [Appender(log, _rows(stream, range(1, 2))) for stream in streams]
+    for appender in group:
+        appender.start()
+    gate.wait_until_queued(len(group))
+    gate.release.set()
+    for appender in [leader, *group]:
+        appender.join(WAIT_S)
+    assert leader.error is None
+    assert all(isinstance(appender.error, OSError) for appender in group)
+    assert [_visible(log, stream) for stream in streams] == [0, 0, 0]
+    log.insert_rows(_rows(streams[0], range(1, 2)))
+    assert log.verify().ok
+
+
+def test_a_lone_writer_commits_every_append_by_itself(log: EventsourcingLog) -> None:
+    """Negative control: sequential appends have nothing to share; one commit each."""
+    gate = Gate(_recorder(log))
+    gate.release.set()
+    stream = uuid.uuid4()
+    for version in range(1, 6):
+        log.insert_rows(_rows(stream, range(version, version + 1)))
+    assert gate.commits == 5
+
+
+def test_a_leader_interrupted_while_its_group_fills_writes_nothing_and_hands_over() -> None:
+    """Interrupted (Ctrl-C) while waiting for its group, a leader leaves nothing queued of its
+    own and no commit marked as under way: the next caller commits at once."""
+    committed: list[list[str]] = []
+    first_commit = threading.Event()
+    release = threading.Event()
+
+    def commit(group: Sequence[Pending[str, str]]) -> None:
+        if not committed:
+            first_commit.set()
+            assert release.wait(WAIT_S)
+        committed.append([member.work for member in group])
+        for member in group:
+            member.result = member.work
+
+    group_commit: GroupCommit[str, str] = GroupCommit(commit)
+    first = threading.Thread(target=group_commit.submit, args=("first",))
+    first.start()
+    assert first_commit.wait(WAIT_S)
+    queued = [threading.Thread(target=group_commit.submit, args=(f"q{n}",)) for n in range(2)]
+    for thread in queued:
+        thread.start()
+    while group_commit.queued < len(queued):
+        threading.Event().wait(0.001)
+    release.set()
+    for thread in [first, *queued]:
+        thread.join(WAIT_S)
+    assert committed[-1] == ["q0", "q1"]  # the last commit was shared: the next leader waits
+
+    def interrupted(*_: object, **__: object) -> bool:
+        raise KeyboardInterrupt
+
+    turn = group_commit._turn
+    turn.wait_for = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        group_commit.submit("interrupted")
+    del turn.wait_for
+    assert group_commit.queued == 0
+    assert group_commit.submit("next") == "next"
+    assert committed[-1] == ["next"]

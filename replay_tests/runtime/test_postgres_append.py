@@ -1,0 +1,387 @@
+"""ADR 0035: a PostgreSQL append is one statement and one round trip, chained server-side.
+
+Each guarantee is checked where it would break: the round trips are counted on the wire
+(libpq's protocol trace of every connection the recorder uses), the server's hashes are held
+against Python's (one log written by the old client-side path and the new one verifies as one
+chain; the same rows in SQLite and PostgreSQL end on the same head), a version conflict is made
+to happen, concurrent processes race on one stream, and a backend is terminated while its append
+waits between inserting the events and chaining them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+from psycopg import pq
+from sqlalchemy.engine import make_url
+
+from loom_runtime import LogEvent, StreamConflictError
+from loom_runtime.log import LogSettings, Row, open_log
+from loom_runtime.storage.application import EventsourcingLog
+from loom_runtime.storage.postgres import ChainedPostgresRecorder
+from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+
+pytestmark = pytest.mark.postgres
+
+PROCESSES = 4
+APPENDS_PER_PROCESS = 40
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    yield from fresh_postgres_database()
+
+
+@pytest.fixture
+def log(pg_url: str) -> Iterator[EventsourcingLog]:
+    opened = open_log(LogSettings(pg_url))
+    assert isinstance(opened, EventsourcingLog)
+    yield opened
+    opened.close()
+
+
+class Noted(LogEvent):
+    TOPIC = "test.postgres_append.Noted"
+    text: str
+
+
+def _recorder(log: EventsourcingLog) -> ChainedPostgresRecorder:
+    recorder = log.application.recorder
+    assert isinstance(recorder, ChainedPostgresRecorder)
+    return recorder
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _rows(stream: uuid.UUID, versions: range, *, topic: str = "test.Noted") -> list[Row]:
+    return [Row(stream=stream, version=v, topic=topic, state=b'{"n":%d}' % v) for v in versions]
+
+
+def _stored(rows: Sequence[Row]) -> list[StoredEvent]:
+    return [
+        StoredEvent(
+            originator_id=row.stream,
+            originator_version=row.version,
+            topic=row.topic,
+            state=row.state,
+        )
+        for row in rows
+    ]
+
+
+def _append_the_old_way(recorder: ChainedPostgresRecorder, rows: Sequence[Row]) -> None:
+    """The append as it was before ADR 0035, from eventsourcing's own steps: one transaction,
+    the table lock, NOTIFY, the insert, then the chain computed in Python and inserted."""
+    events = _stored(rows)
+    with (
+        recorder.datastore.get_connection() as conn,
+        conn.transaction(),
+        conn.cursor() as curs,
+    ):
+        PostgresApplicationRecorder._insert_stored_events(recorder, curs, events)
+        ids = PostgresApplicationRecorder._fetch_ids_after_insert_events(recorder, curs, events)
+        recorder.chain.append(curs, events, ids or ())
+
+
+@contextmanager
+def _round_trips(recorder: ChainedPostgresRecorder, directory: Path) -> Iterator[list[int]]:
+    """Count the round trips of every connection the recorder takes while inside the block.
+
+    libpq's trace logs each protocol message; the server ends every reply it sends, for a
+    simple query or an extended-protocol Sync alike, with one ReadyForQuery, so their number is
+    the number of times the client waited for the server. Yields a list filled on exit.
+    """
+    trace = directory / "libpq.trace"
+    datastore = recorder.datastore
+    original = datastore.get_connection
+    counted: list[int] = []
+    with trace.open("w") as sink:
+
+        @contextmanager
+        def traced() -> Iterator[Any]:
+            with original() as conn:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+                try:
+                    yield conn
+                finally:
+                    conn.pgconn.untrace()
+
+        datastore.get_connection = traced  # type: ignore[method-assign]
+        try:
+            yield counted
+        finally:
+            del datastore.get_connection
+    messages = [line.split("\t") for line in trace.read_text().splitlines()]
+    counted.append(sum(1 for m in messages if m[:1] == ["B"] and m[2:3] == ["ReadyForQuery"]))
+
+
+# -- one round trip ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 20], ids=["one event", "twenty events over two streams"])
+def test_an_append_is_one_round_trip(log: EventsourcingLog, tmp_path: Path, batch: int) -> None:
+    """Every append, the first on each pooled connection included, waits for the server once."""
+    recorder = _recorder(log)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    appends = 2 * log.settings.pool_size  # every connection of the pool, twice
+    with _round_trips(recorder, tmp_path) as counted:
+        for n in range(appends):
+            start = n * batch + 1
+            half = batch // 2
+            rows = _rows(first, range(start, start + batch - half))
+            rows += _rows(second, range(start, start + half))
+            log.insert_rows(rows)
+    assert counted == [appends]
+    assert log.verify().checked == appends * batch
+
+
+def test_the_counter_sees_the_round_trips_of_the_old_path(
+    log: EventsourcingLog, tmp_path: Path
+) -> None:
+    """Negative control: the same counter on the old client-side path counts one per statement
+    (BEGIN, SET, LOCK, NOTIFY, INSERT, heads, chain INSERT, COMMIT), so it can see more than one."""
+    recorder = _recorder(log)
+    with _round_trips(recorder, tmp_path) as counted:
+        _append_the_old_way(recorder, _rows(uuid.uuid4(), range(1, 2)))
+    assert counted[0] >= 7
+
+
+def test_no_notify_is_sent(log: EventsourcingLog, pg_url: str) -> None:
+    """Nothing in loom listens, so an append queues no notification for a listener to get."""
+    with psycopg.connect(_libpq(pg_url), autocommit=True) as listener:
+        listener.execute(f"LISTEN {_recorder(log).channel_name}")
+        log.insert_rows(_rows(uuid.uuid4(), range(1, 3)))
+        _append_the_old_way(_recorder(log), _rows(uuid.uuid4(), range(1, 2)))
+        heard = list(listener.notifies(timeout=0.5))
+    assert len(heard) == 1  # the old path's, and only it: the listener does hear
+
+
+def test_a_subscription_is_refused_with_what_to_do_instead(log: EventsourcingLog) -> None:
+    """eventsourcing's subscription would wait for a NOTIFY that never comes: refused, loudly."""
+    with pytest.raises(NotImplementedError, match="polling"):
+        _recorder(log).subscribe(gt=0)
+
+
+# -- the same chain ------------------------------------------------------------------------
+
+
+def _varied_batches() -> list[list[Row]]:
+    """Batches that exercise every part of a link: several streams in one batch, one stream
+    across batches, non-ASCII and astral topics, an empty state and a large one."""
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    return [
+        _rows(a, range(1, 4)),
+        _rows(b, range(1, 2), topic="test.Noté") + _rows(a, range(4, 6)),
+        [Row(stream=c, version=1, topic="test.🧵", state=b"")],
+        [Row(stream=c, version=2, topic="test.Big", state=b'"' + b"x" * 200_000 + b'"')],
+        _rows(b, range(2, 5)) + _rows(c, range(3, 4)) + _rows(a, range(6, 7)),
+    ]
+
+
+def test_old_and_new_appends_verify_as_one_chain(log: EventsourcingLog) -> None:
+    """A log written alternately by the client-side chain and the server-side one verifies
+    from the first row to the last: the two compute the same links."""
+    recorder = _recorder(log)
+    batches = _varied_batches() + _varied_batches()
+    for n, batch in enumerate(batches):
+        if n % 2:
+            _append_the_old_way(recorder, batch)
+        else:
+            log.insert_rows(batch)
+    report = log.verify()
+    assert report.ok, report
+    assert report.checked == sum(len(batch) for batch in batches)
+
+
+def test_postgresql_and_sqlite_end_on_the_same_head(log: EventsourcingLog, tmp_path: Path) -> None:
+    """The same rows appended to a fresh SQLite log (chained in Python) and a fresh PostgreSQL
+    log (chained by the server) give the same global hash, byte for byte."""
+    sqlite = open_log(LogSettings(f"sqlite:///{tmp_path / 'loom.db'}"))
+    try:
+        for batch in _varied_batches():
+            log.insert_rows(batch)
+            sqlite.insert_rows(batch)
+        expected = sqlite.verify().head
+    finally:
+        sqlite.close()
+    assert expected is not None
+    assert log.verify().head == expected
+
+
+# -- eventsourcing's semantics -------------------------------------------------------------
+
+
+def test_a_version_conflict_raises_and_writes_nothing_of_the_batch(
+    log: EventsourcingLog,
+) -> None:
+    """A batch whose last event's version is taken is refused whole, with the typed error."""
+    taken, fresh = uuid.uuid4(), uuid.uuid4()
+    log.insert_rows(_rows(taken, range(1, 3)))
+    before = log.position
+    with pytest.raises(StreamConflictError, match="moved past version"):
+        log.insert_rows(_rows(fresh, range(1, 4)) + _rows(taken, range(2, 3)))
+    assert log.rows(fresh) == []
+    assert log.position == before
+    assert log.verify().ok
+
+
+def test_a_stale_expected_version_raises_the_conflict(log: EventsourcingLog) -> None:
+    """Two writers from one version of an aggregate's stream: the second is told it moved on."""
+    stream = uuid.uuid4()
+    log.append(stream, expected_version=0, events=[(Noted, {"text": "first"})])
+    log.append(stream, expected_version=1, events=[(Noted, {"text": "second"})])
+    with pytest.raises(StreamConflictError, match="moved past version 1"):
+        log.append(stream, expected_version=1, events=[(Noted, {"text": "stale"})])
+    assert [event.text for event in log.events(stream)] == ["first", "second"]
+
+
+def _race(url: str, shared: str, own: str, ready: Any, go: Any, results: Any) -> None:
+    """One process: append to its own stream and race the others for the shared stream's
+    next version, as an aggregate does (read the version, append expecting it)."""
+    outcome: tuple[int, int] | str
+    try:
+        log = open_log(LogSettings(url))
+        wins = conflicts = 0
+        ready.release()
+        go.wait()
+        try:
+            for n in range(1, APPENDS_PER_PROCESS + 1):
+                log.insert_rows(_rows(uuid.UUID(own), range(n, n + 1)))
+                version = log.stream_version(uuid.UUID(shared))
+                try:
+                    log.append(
+                        uuid.UUID(shared), expected_version=version, events=[(Noted, {"text": own})]
+                    )
+                    wins += 1
+                except StreamConflictError:
+                    conflicts += 1
+        finally:
+            log.close()
+        outcome = (wins, conflicts)
+    except BaseException as exc:  # reported to the test, which fails on it
+        outcome = f"{type(exc).__name__}: {exc}"
+    results.put(outcome)
+
+
+def test_concurrent_processes_lose_nothing_duplicate_nothing_and_keep_one_chain(
+    pg_url: str,
+) -> None:
+    """Processes appending at once: every append that returned is stored once, the shared
+    stream's versions are contiguous, positions are unique, and the chain verifies."""
+    open_log(LogSettings(pg_url)).close()  # the schema, before the racers
+    context = multiprocessing.get_context("spawn")
+    ready, go, results = context.Semaphore(0), context.Event(), context.Queue()
+    shared = uuid.uuid4()
+    owns = [uuid.uuid4() for _ in range(PROCESSES)]
+    racers = [
+        context.Process(target=_race, args=(pg_url, str(shared), str(own), ready, go, results))
+        for own in owns
+    ]
+    for racer in racers:
+        racer.start()
+    for _ in racers:
+        assert ready.acquire(timeout=120)
+    go.set()
+    outcomes = [results.get(timeout=300) for _ in racers]
+    assert not [failure for failure in outcomes if isinstance(failure, str)], outcomes
+    for racer in racers:
+        racer.join(timeout=60)
+        assert racer.exitcode == 0
+    wins = sum(w for w, _ in outcomes)
+    assert sum(c for _, c in outcomes) + wins == PROCESSES * APPENDS_PER_PROCESS
+
+    log = open_log(LogSettings(pg_url))
+    try:
+        assert [r.version for r in log.rows(shared)] == list(range(1, wins + 1))
+        for own in owns:
+            assert [r.version for r in log.rows(own)] == list(range(1, APPENDS_PER_PROCESS + 1))
+        positions = [record.position for record in log.notifications()]
+        assert len(positions) == len(set(positions)) == wins + PROCESSES * APPENDS_PER_PROCESS
+        report = log.verify()
+        assert report.ok, report
+    finally:
+        log.close()
+
+
+# -- crash safety --------------------------------------------------------------------------
+
+
+def _next_position(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END "
+        "FROM loom_events_notification_id_seq"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _waiting_append(conn: psycopg.Connection[Any], deadline: float) -> int:
+    """The backend whose append waits on a lock (after its events' insert, at the chain's)."""
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            ("%loom_events_append%",),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        time.sleep(0.01)
+    raise AssertionError("the append never reached the chain insert")
+
+
+def test_an_append_killed_between_its_events_and_its_chain_leaves_nothing(
+    log: EventsourcingLog, pg_url: str
+) -> None:
+    """The backend is terminated after inserting the events and before chaining them: none of
+    the batch is stored, the log verifies, and the next append chains on past the gap."""
+    recorder = _recorder(log)
+    log.insert_rows(_rows(uuid.uuid4(), range(1, 3)))
+    before = log.position
+    killed = uuid.uuid4()
+    unretried: Callable[..., Any] = type(recorder).insert_events.__wrapped__  # type: ignore[attr-defined]
+    failures: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            unretried(recorder, _stored(_rows(killed, range(1, 4))))
+        except BaseException as exc:  # the killed append's error, checked below
+            failures.append(exc)
+
+    with (
+        psycopg.connect(_libpq(pg_url)) as blocker,
+        psycopg.connect(_libpq(pg_url), autocommit=True) as admin,
+    ):
+        # An uncommitted chain row at the position the append's first event will take: the
+        # append inserts its events, then waits on this row's key to insert its chain row.
+        blocker.execute(
+            "INSERT INTO loom_chain VALUES (%s, %s, 1, '\\x00', '\\x00')",
+            (_next_position(admin), uuid.uuid4()),
+        )
+        appender = threading.Thread(target=append)
+        appender.start()
+        pid = _waiting_append(admin, time.monotonic() + 30)
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        appender.join(timeout=30)
+        blocker.rollback()
+    assert len(failures) == 1
+    assert log.rows(killed) == []
+    assert log.position == before
+    log.insert_rows(_rows(killed, range(1, 4)))
+    report = log.verify()
+    assert report.ok, report
+    assert report.checked == 5
