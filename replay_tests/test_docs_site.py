@@ -20,7 +20,8 @@ import pytest
 for tool in ("sphinx", "myst_parser", "furo"):
     pytest.importorskip(tool, reason="the docs extra is not installed: pip install -e '.[docs]'")
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module, so the site (a module fixture) is built once, not per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs-site")]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
