@@ -23,9 +23,19 @@ from typing import TYPE_CHECKING
 from loom_runtime import lazy_exports
 
 if TYPE_CHECKING:
+    from loom_memory.embedder import (
+        Embedder,
+        FastEmbedEmbedder,
+        HashingEmbedder,
+        OpenAIEmbedder,
+        SentenceTransformersEmbedder,
+    )
     from loom_memory.entry import Content, MemoryEntry
     from loom_memory.errors import (
         BackendError,
+        EmbedderError,
+        EmbeddingModelChangedError,
+        EmbeddingNotRecordedError,
         EntryNotSerialisableError,
         InvalidArgumentError,
         InvalidKeyError,
@@ -70,8 +80,14 @@ __all__ = [
     "MAX_SEARCH_LIMIT",
     "BackendError",
     "Content",
+    "Embedder",
+    "EmbedderError",
+    "EmbeddingModelChangedError",
+    "EmbeddingNotRecordedError",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
+    "FastEmbedEmbedder",
+    "HashingEmbedder",
     "InMemoryMemoryStore",
     "InvalidArgumentError",
     "InvalidKeyError",
@@ -80,10 +96,12 @@ __all__ = [
     "MemoryIdentifierSecretError",
     "MemoryStore",
     "MemoryStoreError",
+    "OpenAIEmbedder",
     "PostgresMemoryStore",
     "PostgresTemporalStore",
     "ProjectionFailedError",
     "SearchNotSupportedError",
+    "SentenceTransformersEmbedder",
     "SqliteMemoryStore",
     "SqliteTemporalStore",
     "StoreConfigurationError",
@@ -143,6 +161,14 @@ _EXPORTS = {
     "remove_entries": "loom_memory.store",
     "searchable_text": "loom_memory.text",
     "tokenize": "loom_memory.text",
+    "EmbedderError": "loom_memory.errors",
+    "EmbeddingModelChangedError": "loom_memory.errors",
+    "EmbeddingNotRecordedError": "loom_memory.errors",
+    "Embedder": "loom_memory.embedder",
+    "FastEmbedEmbedder": "loom_memory.embedder",
+    "HashingEmbedder": "loom_memory.embedder",
+    "OpenAIEmbedder": "loom_memory.embedder",
+    "SentenceTransformersEmbedder": "loom_memory.embedder",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__
