@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from loom_memory.event_sourced import EventSourcedMemory
     from loom_memory.inmemory import InMemoryMemoryStore
     from loom_memory.postgres import PostgresMemoryStore
+    from loom_memory.similarity import SupportsSimilarity
     from loom_memory.sqlite import SqliteMemoryStore
     from loom_memory.store import (
         DEFAULT_SEARCH_LIMIT,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     )
     from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
     from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
+    from loom_memory.vector import PostgresVectorStore, SqliteVectorStore
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -99,17 +101,20 @@ __all__ = [
     "OpenAIEmbedder",
     "PostgresMemoryStore",
     "PostgresTemporalStore",
+    "PostgresVectorStore",
     "ProjectionFailedError",
     "SearchNotSupportedError",
     "SentenceTransformersEmbedder",
     "SqliteMemoryStore",
     "SqliteTemporalStore",
+    "SqliteVectorStore",
     "StoreConfigurationError",
     "StoreNotOnLogDatabaseError",
     "SupportsClose",
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "SupportsSimilarity",
     "SupportsValidity",
     "Tier",
     "TieredMemory",
@@ -161,6 +166,9 @@ _EXPORTS = {
     "remove_entries": "loom_memory.store",
     "searchable_text": "loom_memory.text",
     "tokenize": "loom_memory.text",
+    "PostgresVectorStore": "loom_memory.vector",
+    "SqliteVectorStore": "loom_memory.vector",
+    "SupportsSimilarity": "loom_memory.similarity",
     "EmbedderError": "loom_memory.errors",
     "EmbeddingModelChangedError": "loom_memory.errors",
     "EmbeddingNotRecordedError": "loom_memory.errors",

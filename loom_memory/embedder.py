@@ -106,12 +106,14 @@ class HashingEmbedder:
     coordinate, and each trigram of ``<term>`` a quarter of that, so texts that share a term
     score high, texts that share only word fragments ("postgres", "postgresql") score lower
     but above zero, and unrelated texts score about zero. The vector is L2-normalised; a text
-    without terms is the zero vector, which is similar to nothing.
+    without terms is the zero vector, which is similar to nothing. The default width, 1024,
+    keeps hash collisions between the few features of two short unrelated texts rare: at 256
+    one in a handful of conformance pairs collided and scored 0.2, which is a false match.
     """
 
     _TRIGRAM_WEIGHT = 0.25
 
-    def __init__(self, *, dimension: int = 256) -> None:
+    def __init__(self, *, dimension: int = 1024) -> None:
         self._dimension = _check_dimension(dimension)
 
     @property
