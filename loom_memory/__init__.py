@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
     from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
     from loom_memory.vector import PostgresVectorStore, SqliteVectorStore
+    from loom_memory.vector_memory import EventSourcedVectorMemory
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -88,6 +89,7 @@ __all__ = [
     "EmbeddingNotRecordedError",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
+    "EventSourcedVectorMemory",
     "FastEmbedEmbedder",
     "HashingEmbedder",
     "InMemoryMemoryStore",
@@ -169,6 +171,7 @@ _EXPORTS = {
     "PostgresVectorStore": "loom_memory.vector",
     "SqliteVectorStore": "loom_memory.vector",
     "SupportsSimilarity": "loom_memory.similarity",
+    "EventSourcedVectorMemory": "loom_memory.vector_memory",
     "EmbedderError": "loom_memory.errors",
     "EmbeddingModelChangedError": "loom_memory.errors",
     "EmbeddingNotRecordedError": "loom_memory.errors",

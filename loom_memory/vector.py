@@ -55,6 +55,7 @@ from sqlalchemy import (
     Table,
     Text,
     delete,
+    inspect,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -153,8 +154,12 @@ class VectorSqlStore(SqlMemoryStore):
             Column("token", Text, nullable=False),
         )
         super().__init__(bind, table_prefix=table_prefix)
+        self.created_embeddings = False
+        """True when the embeddings table was missing: a projection of the log's embeddings
+        into it must start again from position 0."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers opening the store at once must not race
+            self.created_embeddings = not inspect(conn).has_table(self.embeddings.name)
             metadata.create_all(conn, checkfirst=True)
             for statement in self._token_triggers():
                 conn.exec_driver_sql(statement)
