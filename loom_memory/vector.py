@@ -20,9 +20,9 @@ round trip and atomic ``replace`` are the shared SQL code's) and add three table
 
 Search is exact: cosine similarity of the query's vector with every vector of the key, hits
 at or above the floor (``min_score``, required: it is a property of the model, see
-:mod:`loom_memory.similarity`), best first, ties in append order. The index is pure Python
-(numpy is not a dependency of loom_memory); it is a cache, rebuilt per key from the rows and
-their recorded vectors, never from the model.
+:mod:`loom_memory.similarity`), best first, ties in append order. The index is one float32
+numpy matrix per key (the ``vector`` extra): a cache, rebuilt per key from the rows and their
+recorded vectors, never from the model.
 
 Where vectors come from: on ``append``/``replace`` the store looks each text's address up
 and embeds only the missing ones, BEFORE its write transaction (a network call must not hold
@@ -35,8 +35,6 @@ rebuild or an as-of read never calls the model, and a missing one is an error, n
 from __future__ import annotations
 
 import hashlib
-import math
-import operator
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -72,7 +70,15 @@ from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
 from loom_memory.text import searchable_text, tokenize
-from loom_runtime import serialise_ddl
+from loom_runtime import MissingExtraError, serialise_ddl
+
+try:
+    import numpy as np
+    from numpy.typing import NDArray
+except ImportError as exc:  # the vector extra is not installed
+    raise MissingExtraError(
+        extra="vector", missing="numpy", needed_by="the vector stores (loom_memory.vector)"
+    ) from exc
 
 _LOOKUP_BATCH = 500
 """Digests per ``IN (...)`` lookup: far below every driver's bound-parameter limit."""
@@ -102,12 +108,13 @@ def embedding_texts(entries: Sequence[MemoryEntry]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _KeyIndex:
-    """One key's entries and unit vectors, valid while the key's token is ``token``."""
+    """One key's entries and their unit vectors (one float32 row each, in append order),
+    valid while the key's token is ``token``."""
 
     token: str | None
-    seqs: list[int]
+    seqs: NDArray[np.int64]
     entries: list[tuple[MemoryEntry, dict[str, Any]]]
-    vectors: list[list[float]]
+    matrix: NDArray[np.float32]
 
 
 class VectorSqlStore(SqlMemoryStore):
@@ -376,27 +383,28 @@ class VectorSqlStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
         floor: float | None,
     ) -> list[tuple[MemoryEntry, dict[str, Any], float]]:
-        norm = math.sqrt(math.fsum(value * value for value in query))
-        if norm == 0:
+        unit = _unit(np.asarray(query, dtype=np.float32))
+        if unit is None:
             return []
-        unit = [value / norm for value in query]
         least = self._min_score if floor is None else floor
         with self._begin(conn) as c:
             index = self._key_index(c, key)
             admitted = None if where is None else self._admitted_seqs(c, key, where)
-        scored = []
-        for position, (seq, vector) in enumerate(zip(index.seqs, index.vectors, strict=True)):
-            if admitted is not None and seq not in admitted:
-                continue
-            score = math.fsum(map(operator.mul, unit, vector))
-            if score >= least:
-                scored.append((-score, position))
-        scored.sort()
-        return [(*index.entries[position], -negated) for negated, position in scored[:limit]]
+        scores = index.matrix @ unit
+        keep = scores >= least
+        if admitted is not None:
+            keep &= np.isin(index.seqs, admitted)
+        candidates = np.flatnonzero(keep)
+        # Best first, ties in append order: a stable sort of the negated scores.
+        best = candidates[np.argsort(-scores[candidates], kind="stable")][:limit]
+        return [(*index.entries[position], float(scores[position])) for position in best]
 
-    def _admitted_seqs(self, conn: Connection, key: str, where: ColumnElement[bool]) -> set[int]:
+    def _admitted_seqs(
+        self, conn: Connection, key: str, where: ColumnElement[bool]
+    ) -> NDArray[np.int64]:
         rows = self.entries.c
-        return set(conn.execute(select(rows.seq).where(rows.key == key, where)).scalars())
+        found = conn.execute(select(rows.seq).where(rows.key == key, where)).scalars()
+        return np.fromiter(found, dtype=np.int64)
 
     def _key_index(self, conn: Connection, key: str) -> _KeyIndex:
         """The key's index: the cached one while its token holds, else rebuilt from the rows."""
@@ -415,19 +423,22 @@ class VectorSqlStore(SqlMemoryStore):
         entries = [self._annotated(row) for row in found]
         digests = [text_digest(searchable_text(entry)) for entry, _ in entries]
         vectors = self._vectors(conn, sorted(set(digests)))
-        index = _KeyIndex(token=token, seqs=[], entries=[], vectors=[])
-        for row, annotated, digest in zip(found, entries, digests, strict=True):
-            vector = vectors.get(digest)
-            if vector is not None:
-                index.seqs.append(row.seq)
-                index.entries.append(annotated)
-                index.vectors.append(vector)
+        held = [n for n, digest in enumerate(digests) if digest in vectors]
+        width = self.embedder.dimension
+        index = _KeyIndex(
+            token=token,
+            seqs=np.array([found[n].seq for n in held], dtype=np.int64),
+            entries=[entries[n] for n in held],
+            matrix=np.array([vectors[digests[n]] for n in held], dtype=np.float32).reshape(
+                len(held), width
+            ),
+        )
         self._index[key] = index
         return index
 
-    def _vectors(self, conn: Connection, digests: list[str]) -> dict[str, list[float]]:
+    def _vectors(self, conn: Connection, digests: list[str]) -> dict[str, NDArray[np.float32]]:
         """The unit vectors of ``digests`` in the store's model (texts without terms have none)."""
-        found: dict[str, list[float]] = {}
+        found: dict[str, NDArray[np.float32]] = {}
         table = self.embeddings.c
         for start in range(0, len(digests), _LOOKUP_BATCH):
             batch = digests[start : start + _LOOKUP_BATCH]
@@ -437,16 +448,21 @@ class VectorSqlStore(SqlMemoryStore):
                 )
             )
             for digest, data in rows:
-                vector = unpack_vector(data)
-                norm = math.sqrt(math.fsum(value * value for value in vector))
-                if norm > 0:
-                    found[digest] = [value / norm for value in vector]
+                unit = _unit(np.frombuffer(data, dtype="<f4").astype(np.float32))
+                if unit is not None:
+                    found[digest] = unit
         return found
 
     def clear_vectors(self, *, conn: Connection | None = None) -> None:
         """Delete every stored vector (a projection of the log's embeddings resets this way)."""
         with self._begin(conn) as c:
             c.execute(delete(self.embeddings))
+
+
+def _unit(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
+    """``vector`` scaled to length 1, or None for the zero vector (similar to nothing)."""
+    norm = float(np.linalg.norm(vector))
+    return None if norm == 0 else (vector / norm).astype(np.float32)
 
 
 class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):
