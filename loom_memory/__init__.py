@@ -49,8 +49,10 @@ if TYPE_CHECKING:
         UnknownTierError,
     )
     from loom_memory.event_sourced import EventSourcedMemory
+    from loom_memory.fusion import RRF_K, reciprocal_rank_fusion
     from loom_memory.inmemory import InMemoryMemoryStore
     from loom_memory.postgres import PostgresMemoryStore
+    from loom_memory.recorded_embedding import embed_query, embedding_key
     from loom_memory.similarity import SupportsSimilarity
     from loom_memory.sqlite import SqliteMemoryStore
     from loom_memory.store import (
@@ -81,6 +83,7 @@ __all__ = [
     "DEFAULT_TIERS",
     "MAX_QUERY_TERMS",
     "MAX_SEARCH_LIMIT",
+    "RRF_K",
     "BackendError",
     "Content",
     "Embedder",
@@ -121,8 +124,11 @@ __all__ = [
     "Tier",
     "TieredMemory",
     "UnknownTierError",
+    "embed_query",
+    "embedding_key",
     "entry_terms",
     "query_terms",
+    "reciprocal_rank_fusion",
     "remove_entries",
     "searchable_text",
     "tokenize",
@@ -172,6 +178,10 @@ _EXPORTS = {
     "SqliteVectorStore": "loom_memory.vector",
     "SupportsSimilarity": "loom_memory.similarity",
     "EventSourcedVectorMemory": "loom_memory.vector_memory",
+    "RRF_K": "loom_memory.fusion",
+    "embed_query": "loom_memory.recorded_embedding",
+    "embedding_key": "loom_memory.recorded_embedding",
+    "reciprocal_rank_fusion": "loom_memory.fusion",
     "EmbedderError": "loom_memory.errors",
     "EmbeddingModelChangedError": "loom_memory.errors",
     "EmbeddingNotRecordedError": "loom_memory.errors",
