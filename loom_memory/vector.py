@@ -34,8 +34,6 @@ rebuild or an as-of read never calls the model, and a missing one is an error, n
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,18 +45,14 @@ from sqlalchemy import (
     Connection,
     Engine,
     Integer,
-    LargeBinary,
     MetaData,
-    PrimaryKeyConstraint,
     Table,
     Text,
-    delete,
-    inspect,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_memory.embedder import Embedder, checked_vectors
+from loom_memory.embedding_table import EmbeddingTable, embedding_texts, text_digest, unit_vector
 from loom_memory.entry import MemoryEntry, encode_entries
 from loom_memory.errors import (
     EmbeddingModelChangedError,
@@ -69,7 +63,7 @@ from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
-from loom_memory.text import searchable_text, tokenize
+from loom_memory.text import searchable_text
 from loom_runtime import MissingExtraError, serialise_ddl
 
 try:
@@ -79,31 +73,6 @@ except ImportError as exc:  # the vector extra is not installed
     raise MissingExtraError(
         extra="vector", missing="numpy", needed_by="the vector stores (loom_memory.vector)"
     ) from exc
-
-_LOOKUP_BATCH = 500
-"""Digests per ``IN (...)`` lookup: far below every driver's bound-parameter limit."""
-
-
-def text_digest(text: str) -> str:
-    """The address of a text's embedding within one model: SHA-256 of its UTF-8, hex."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def pack_vector(vector: Sequence[float]) -> bytes:
-    """A vector as stored: float32, little endian (the same bytes on every platform)."""
-    return struct.pack(f"<{len(vector)}f", *vector)
-
-
-def unpack_vector(data: bytes) -> list[float]:
-    """The floats of a stored vector."""
-    return list(struct.unpack(f"<{len(data) // 4}f", data))
-
-
-def embedding_texts(entries: Sequence[MemoryEntry]) -> dict[str, str]:
-    """The distinct texts ``entries`` are embedded under, by digest (entries without terms
-    have none: like a lexical backend, nothing can match them)."""
-    texts = (searchable_text(entry) for entry in entries)
-    return {text_digest(text): text for text in texts if tokenize(text)}
 
 
 @dataclass(frozen=True)
@@ -140,14 +109,6 @@ class VectorSqlStore(SqlMemoryStore):
         """False for a store projected from the log: a missing vector is then an error."""
         self._index: dict[str, _KeyIndex] = {}
         metadata = MetaData()
-        self.embeddings = Table(
-            f"{table_prefix}embeddings",
-            metadata,
-            Column("model", Text, nullable=False),
-            Column("digest", Text, nullable=False),
-            Column("vector", LargeBinary, nullable=False),
-            PrimaryKeyConstraint("model", "digest"),
-        )
         self.space = Table(
             f"{table_prefix}vector_space",
             metadata,
@@ -161,12 +122,10 @@ class VectorSqlStore(SqlMemoryStore):
             Column("token", Text, nullable=False),
         )
         super().__init__(bind, table_prefix=table_prefix)
-        self.created_embeddings = False
-        """True when the embeddings table was missing: a projection of the log's embeddings
-        into it must start again from position 0."""
+        self.vectors = EmbeddingTable(self.engine, model=self.model, table_prefix=table_prefix)
+        """The store's recorded vectors (``<prefix>embeddings``)."""
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers opening the store at once must not race
-            self.created_embeddings = not inspect(conn).has_table(self.embeddings.name)
             metadata.create_all(conn, checkfirst=True)
             for statement in self._token_triggers():
                 conn.exec_driver_sql(statement)
@@ -204,8 +163,8 @@ class VectorSqlStore(SqlMemoryStore):
         ]
 
     def _drop_ddl(self) -> list[str]:
-        own = [f"DROP TABLE IF EXISTS {t.name}" for t in (self.embeddings, self.space)]
-        own.append(f"DROP TABLE IF EXISTS {self.key_tokens.name}")
+        tables = (self.vectors.table, self.space, self.key_tokens)
+        own = [f"DROP TABLE IF EXISTS {table.name}" for table in tables]
         if self.engine.dialect.name == "postgresql":
             own.append(f"DROP FUNCTION IF EXISTS {self.table_prefix}vector_touch() CASCADE")
         self._index.clear()
@@ -242,7 +201,7 @@ class VectorSqlStore(SqlMemoryStore):
         """Add ``entries`` to the end of ``key``, embedding only texts not embedded before."""
         missing = self._missing_vectors(conn, key, entries)
         with self._begin(conn) as c:
-            self.record_vectors(missing, conn=c)
+            self.vectors.record(missing, conn=c)
             super().append(key, entries, conn=c, values=values)
 
     def replace(
@@ -251,40 +210,8 @@ class VectorSqlStore(SqlMemoryStore):
         """Make ``entries`` the list at ``key``, embedding only texts not embedded before."""
         missing = self._missing_vectors(conn, key, entries)
         with self._begin(conn) as c:
-            self.record_vectors(missing, conn=c)
+            self.vectors.record(missing, conn=c)
             super().replace(key, entries, conn=c)
-
-    def record_vectors(
-        self, vectors: Mapping[str, Sequence[float]], *, conn: Connection | None = None
-    ) -> None:
-        """Store ``digest -> vector`` of the store's model; an address already held is kept."""
-        if not vectors:
-            return
-        insert = postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
-        rows = [
-            {"model": self.model, "digest": digest, "vector": pack_vector(vector)}
-            for digest, vector in vectors.items()
-        ]
-        with self._begin(conn) as c:
-            c.execute(insert(self.embeddings).on_conflict_do_nothing(), rows)
-
-    def missing_digests(
-        self, digests: Sequence[str], *, conn: Connection | None = None
-    ) -> list[str]:
-        """The digests among ``digests`` with no vector of the store's model yet, in order."""
-        held: set[str] = set()
-        with self._begin(conn) as c:
-            for start in range(0, len(digests), _LOOKUP_BATCH):
-                batch = list(digests[start : start + _LOOKUP_BATCH])
-                held.update(
-                    c.execute(
-                        select(self.embeddings.c.digest).where(
-                            self.embeddings.c.model == self.model,
-                            self.embeddings.c.digest.in_(batch),
-                        )
-                    ).scalars()
-                )
-        return [digest for digest in digests if digest not in held]
 
     def _missing_vectors(
         self, conn: Connection | None, key: str, entries: Sequence[MemoryEntry]
@@ -294,7 +221,8 @@ class VectorSqlStore(SqlMemoryStore):
         check_key(key)
         encode_entries(entries)
         texts = embedding_texts(entries)
-        missing = self.missing_digests(list(texts), conn=conn)
+        with self._begin(conn) as c:
+            missing = self.vectors.missing(list(texts), conn=c)
         if not missing:
             return {}
         if not self.embed_missing:
@@ -383,7 +311,7 @@ class VectorSqlStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
         floor: float | None,
     ) -> list[tuple[MemoryEntry, dict[str, Any], float]]:
-        unit = _unit(np.asarray(query, dtype=np.float32))
+        unit = unit_vector(np.asarray(query, dtype=np.float32))
         if unit is None:
             return []
         least = self._min_score if floor is None else floor
@@ -422,7 +350,7 @@ class VectorSqlStore(SqlMemoryStore):
         ).all()
         entries = [self._annotated(row) for row in found]
         digests = [text_digest(searchable_text(entry)) for entry, _ in entries]
-        vectors = self._vectors(conn, sorted(set(digests)))
+        vectors = self.vectors.unit_vectors(sorted(set(digests)), conn=conn)
         held = [n for n, digest in enumerate(digests) if digest in vectors]
         width = self.embedder.dimension
         index = _KeyIndex(
@@ -435,34 +363,6 @@ class VectorSqlStore(SqlMemoryStore):
         )
         self._index[key] = index
         return index
-
-    def _vectors(self, conn: Connection, digests: list[str]) -> dict[str, NDArray[np.float32]]:
-        """The unit vectors of ``digests`` in the store's model (texts without terms have none)."""
-        found: dict[str, NDArray[np.float32]] = {}
-        table = self.embeddings.c
-        for start in range(0, len(digests), _LOOKUP_BATCH):
-            batch = digests[start : start + _LOOKUP_BATCH]
-            rows = conn.execute(
-                select(table.digest, table.vector).where(
-                    table.model == self.model, table.digest.in_(batch)
-                )
-            )
-            for digest, data in rows:
-                unit = _unit(np.frombuffer(data, dtype="<f4").astype(np.float32))
-                if unit is not None:
-                    found[digest] = unit
-        return found
-
-    def clear_vectors(self, *, conn: Connection | None = None) -> None:
-        """Delete every stored vector (a projection of the log's embeddings resets this way)."""
-        with self._begin(conn) as c:
-            c.execute(delete(self.embeddings))
-
-
-def _unit(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
-    """``vector`` scaled to length 1, or None for the zero vector (similar to nothing)."""
-    norm = float(np.linalg.norm(vector))
-    return None if norm == 0 else (vector / norm).astype(np.float32)
 
 
 class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):

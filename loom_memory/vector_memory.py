@@ -23,22 +23,36 @@ store's model; that is indexing, and the only time the model sees old entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 from sqlalchemy import Connection
 
-from loom_memory.embedder import checked_vectors
+from loom_memory.embedder import Embedder, checked_vectors
 from loom_memory.embedding_events import EmbeddingsRecorded, embeddings_stream
+from loom_memory.embedding_table import (
+    EmbeddingTable,
+    embedding_texts,
+    pack_vector,
+    unpack_vector,
+)
 from loom_memory.entry import MemoryEntry, check_identifiers, decode_entry, encode_entries
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
 from loom_memory.event_sourced import EventSourcedMemory
 from loom_memory.events import MEMORY_TOPICS, MemoryAppended, MemoryReplaced
 from loom_memory.projection import SqlMemoryProjection, memory_event
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key
-from loom_memory.vector import VectorSqlStore, embedding_texts, pack_vector, unpack_vector
-from loom_runtime import DomainEventProtocol, Loom, SQLProjection, catch_up, rebuild
+from loom_memory.vector import VectorSqlStore
+from loom_runtime import (
+    Change,
+    DomainEventProtocol,
+    EventLog,
+    Loom,
+    SQLProjection,
+    catch_up,
+    rebuild,
+)
 
 _VECTORS_PER_EVENT = 64
 """Vectors per logged event: a large batch is several events in one atomic append, so no
@@ -46,24 +60,63 @@ single stored row grows with the batch."""
 
 
 class EmbeddingProjection(SQLProjection):
-    """Projects the log's recorded embeddings of the store's model into its embeddings table."""
+    """Projects the log's recorded embeddings of the table's model into an embedding table.
+
+    Tracked as ``loom_embeddings:<table prefix>``; events of other models are skipped.
+    """
 
     topics = (EmbeddingsRecorded.TOPIC,)
 
-    def __init__(self, store: VectorSqlStore) -> None:
-        super().__init__(store.engine, name=f"loom_embeddings:{store.table_prefix}")
-        self.store = store
-        self.create_tables(rows_lost=store.created_embeddings)
+    def __init__(self, table: EmbeddingTable) -> None:
+        super().__init__(table.engine, name=f"loom_embeddings:{table.table_prefix}")
+        self.table = table
+        self.create_tables(rows_lost=table.created)
 
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
-        """Store the vectors of an event of the store's model; skip other models' events."""
-        if isinstance(event, EmbeddingsRecorded) and event.model == self.store.model:
-            vectors = dict(zip(event.digests, event.vectors, strict=True))
-            self.store.record_vectors(vectors, conn=conn)
+        """Store the vectors of an event of the table's model; skip other models' events."""
+        if isinstance(event, EmbeddingsRecorded) and event.model == self.table.model:
+            self.table.record(dict(zip(event.digests, event.vectors, strict=True)), conn=conn)
 
     def clear(self, conn: Connection) -> None:
         """Delete every stored vector (all of them came from the log)."""
-        self.store.clear_vectors(conn=conn)
+        self.table.clear(conn=conn)
+
+
+def record_embeddings(
+    log: EventLog,
+    projection: EmbeddingProjection,
+    embedder: Embedder,
+    texts: Mapping[str, str],
+) -> int:
+    """Embed the texts (``digest -> text``) whose address the log lacks, log their vectors in
+    one atomic append, and project them; return how many texts were embedded."""
+    catch_up(log, projection)
+    table = projection.table
+    with table.engine.connect() as conn:
+        missing = table.missing(list(texts), conn=conn)
+    if not missing:
+        return 0
+    vectors = checked_vectors(embedder, [texts[digest] for digest in missing])
+    # Rounded to float32 before logging: the log holds exactly what the table keeps.
+    exact = [unpack_vector(pack_vector(vector)) for vector in vectors]
+    changes: list[Change] = [
+        (
+            EmbeddingsRecorded,
+            {
+                "model": embedder.model,
+                "digests": missing[start : start + _VECTORS_PER_EVENT],
+                "vectors": exact[start : start + _VECTORS_PER_EVENT],
+            },
+        )
+        for start in range(0, len(missing), _VECTORS_PER_EVENT)
+    ]
+    log.append_replanned(
+        embeddings_stream(embedder.model),
+        lambda _version: (changes, None),  # blind: the same vectors at any version
+        what=f"the embeddings of {len(missing)} text(s) by {embedder.model!r}",
+    )
+    catch_up(log, projection)
+    return len(missing)
 
 
 class EventSourcedVectorMemory(EventSourcedMemory):
@@ -84,7 +137,7 @@ class EventSourcedVectorMemory(EventSourcedMemory):
             )
         store.embed_missing = False
         self._vector_store = store
-        self._embeddings = EmbeddingProjection(store)
+        self._embeddings = EmbeddingProjection(store.vectors)
         self._log = loom.log
         catch_up(loom.log, self._embeddings)
         behind = SqlMemoryProjection(store, memory=name).position()
@@ -151,33 +204,9 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         check_identifiers(self._log.redactor, key=key, entries=entries)
         self._record(embedding_texts(entries))
 
-    def _record(self, texts: dict[str, str]) -> None:
-        """Embed the texts whose address the log lacks and log their vectors, atomically."""
-        catch_up(self._log, self._embeddings)
-        store = self._vector_store
-        missing = store.missing_digests(list(texts))
-        if not missing:
-            return
-        vectors = checked_vectors(store.embedder, [texts[digest] for digest in missing])
-        # Rounded to float32 before logging: the log holds exactly what the store keeps.
-        exact = [unpack_vector(pack_vector(vector)) for vector in vectors]
-        changes = [
-            (
-                EmbeddingsRecorded,
-                {
-                    "model": store.model,
-                    "digests": missing[start : start + _VECTORS_PER_EVENT],
-                    "vectors": exact[start : start + _VECTORS_PER_EVENT],
-                },
-            )
-            for start in range(0, len(missing), _VECTORS_PER_EVENT)
-        ]
-        self._log.append_replanned(
-            embeddings_stream(store.model),
-            lambda _version: (changes, None),  # blind: the same vectors at any version
-            what=f"the embeddings of {len(missing)} text(s) by {store.model!r}",
-        )
-        catch_up(self._log, self._embeddings)
+    def _record(self, texts: Mapping[str, str]) -> None:
+        """Record the vectors of ``texts`` the log lacks, with the store's model."""
+        record_embeddings(self._log, self._embeddings, self._vector_store.embedder, texts)
 
     def _logged_texts(self, name: str, *, after: int) -> dict[str, str]:
         """The embeddable texts of memory ``name``'s entries logged after position ``after``."""

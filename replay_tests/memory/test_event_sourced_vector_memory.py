@@ -21,7 +21,8 @@ from loom_memory import (
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.conformance.helpers import contents
 from loom_memory.embedding_events import EmbeddingsRecorded
-from loom_memory.vector import VectorSqlStore, text_digest
+from loom_memory.embedding_table import text_digest
+from loom_memory.vector import VectorSqlStore
 from loom_runtime import Loom
 from replay_tests.conftest import fresh_postgres_database
 
