@@ -29,7 +29,9 @@ if TYPE_CHECKING:
         HashingEmbedder,
         OpenAIEmbedder,
         SentenceTransformersEmbedder,
+        checked_vectors,
     )
+    from loom_memory.embedding_table import EmbeddingTable, text_digest, unit_vector
     from loom_memory.entry import Content, MemoryEntry
     from loom_memory.errors import (
         BackendError,
@@ -76,7 +78,11 @@ if TYPE_CHECKING:
     from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
     from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
     from loom_memory.vector import PostgresVectorStore, SqliteVectorStore
-    from loom_memory.vector_memory import EventSourcedVectorMemory
+    from loom_memory.vector_memory import (
+        EmbeddingProjection,
+        EventSourcedVectorMemory,
+        record_embeddings,
+    )
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -90,6 +96,8 @@ __all__ = [
     "EmbedderError",
     "EmbeddingModelChangedError",
     "EmbeddingNotRecordedError",
+    "EmbeddingProjection",
+    "EmbeddingTable",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
     "EventSourcedVectorMemory",
@@ -124,14 +132,18 @@ __all__ = [
     "Tier",
     "TieredMemory",
     "UnknownTierError",
+    "checked_vectors",
     "embed_query",
     "embedding_key",
     "entry_terms",
     "query_terms",
     "reciprocal_rank_fusion",
+    "record_embeddings",
     "remove_entries",
     "searchable_text",
+    "text_digest",
     "tokenize",
+    "unit_vector",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -178,6 +190,12 @@ _EXPORTS = {
     "SqliteVectorStore": "loom_memory.vector",
     "SupportsSimilarity": "loom_memory.similarity",
     "EventSourcedVectorMemory": "loom_memory.vector_memory",
+    "checked_vectors": "loom_memory.embedder",
+    "EmbeddingProjection": "loom_memory.vector_memory",
+    "EmbeddingTable": "loom_memory.embedding_table",
+    "record_embeddings": "loom_memory.vector_memory",
+    "text_digest": "loom_memory.embedding_table",
+    "unit_vector": "loom_memory.embedding_table",
     "RRF_K": "loom_memory.fusion",
     "embed_query": "loom_memory.recorded_embedding",
     "embedding_key": "loom_memory.recorded_embedding",

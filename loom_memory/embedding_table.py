@@ -138,5 +138,6 @@ class EmbeddingTable:
         return found
 
     def clear(self, *, conn: Connection) -> None:
-        """Delete every vector of every model (a projection of the log resets this way)."""
-        conn.execute(delete(self.table))
+        """Delete every vector of the model (a projection of the log resets this way); other
+        models' vectors in the same table are theirs."""
+        conn.execute(delete(self.table).where(self.table.c.model == self.model))

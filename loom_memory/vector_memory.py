@@ -7,7 +7,7 @@ model behind a name changed. So every vector enters the log before the entry tha
 :class:`~loom_memory.embedding_events.EmbeddingsRecorded`, addressed by ``(model, digest of
 the text)``, and the store is two projections of the log:
 
-* the embeddings projection (tracked as ``loom_embeddings:<table prefix>``) copies recorded
+* the embeddings projection (tracked as ``loom_embeddings:<prefix>:<model>``) copies recorded
   vectors of the store's model into ``<prefix>embeddings``;
 * the memory projection (:class:`~loom_memory.projection.SqlMemoryProjection`) applies the
   memory events, looking every vector up there. The store is opened with
@@ -62,13 +62,15 @@ single stored row grows with the batch."""
 class EmbeddingProjection(SQLProjection):
     """Projects the log's recorded embeddings of the table's model into an embedding table.
 
-    Tracked as ``loom_embeddings:<table prefix>``; events of other models are skipped.
+    Tracked as ``loom_embeddings:<table prefix>:<model>``: one table may hold several models'
+    vectors (a corpus indexed by two), each projected and reset on its own.
     """
 
     topics = (EmbeddingsRecorded.TOPIC,)
 
     def __init__(self, table: EmbeddingTable) -> None:
-        super().__init__(table.engine, name=f"loom_embeddings:{table.table_prefix}")
+        name = f"loom_embeddings:{table.table_prefix}:{table.model}"
+        super().__init__(table.engine, name=name)
         self.table = table
         self.create_tables(rows_lost=table.created)
 
