@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import delete
+from typer.testing import CliRunner
 
 from loom_memory import (
     EmbeddingModelChangedError,
@@ -24,6 +26,7 @@ from loom_memory.embedding_events import EmbeddingsRecorded
 from loom_memory.embedding_table import text_digest
 from loom_memory.vector import VectorSqlStore
 from loom_runtime import Loom
+from loom_runtime.tools.cli import app
 from replay_tests.conftest import fresh_postgres_database
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -159,3 +162,23 @@ def test_a_lexical_store_is_refused(loom: Loom) -> None:
         pytest.skip("one backend is enough for an argument check")
     with pytest.raises(StoreConfigurationError):
         EventSourcedVectorMemory(loom, store=SqliteMemoryStore(loom.log.engine))  # type: ignore[arg-type]
+
+
+def test_loom_rebuild_restores_the_recorded_vectors(loom: Loom) -> None:
+    """`loom rebuild` knows the embeddings projection: vectors deleted behind its back come
+    back from the log, and the memory ranks as before with the model gone."""
+    memory = EventSourcedVectorMemory(loom, store=_store(loom, HashingEmbedder()))
+    memory.append("k", [entry("restart the worker"), entry("lunch menu")])
+    [query] = HashingEmbedder().embed(["worker"])
+    before = memory.search_by_vector("k", query)
+    with loom.log.engine.begin() as conn:
+        conn.execute(delete(memory.store.vectors.table))  # type: ignore[union-attr]
+    url = loom.log.engine.url.render_as_string(hide_password=False)
+    result = CliRunner().invoke(app, ["rebuild", "--db", url])
+    assert result.exit_code == 0, result.output
+    broken = CountingEmbedder()
+    broken.broken = True
+    assert (
+        EventSourcedVectorMemory(loom, store=_store(loom, broken)).search_by_vector("k", query)
+        == before
+    )
