@@ -4,8 +4,8 @@
 backends do (the same ``<prefix>entries`` table, so every required and optional verb, the id
 round trip and atomic ``replace`` are the shared SQL code's) and add three tables:
 
-* ``<prefix>embeddings`` - ``(model, digest) -> vector``: one row per distinct searchable text
-  per model (:func:`text_digest` of :func:`~loom_memory.text.searchable_text`), float32 little
+* ``<prefix>embeddings`` - ``(model, digest) -> vector``: one row per distinct searchable
+  text per model (:class:`~loom_memory.embedding_table.EmbeddingTable`), float32 little
   endian. Content-addressed, so a text written again (the same passage in a new revision, the
   same memory under two keys) is embedded once; an entry without terms gets no vector and is
   never a hit, as it is never a lexical one.
@@ -26,10 +26,10 @@ recorded vectors, never from the model.
 
 Where vectors come from: on ``append``/``replace`` the store looks each text's address up
 and embeds only the missing ones, BEFORE its write transaction (a network call must not hold
-the database's write lock). A store projected from the log
-(:class:`~loom_memory.vector_memory.EventSourcedVectorMemory`) is built with
-``embed_missing=False``: every vector it needs was recorded in the log before the entry, so a
-rebuild or an as-of read never calls the model, and a missing one is an error, not a call.
+the database's write lock). A store projected from the log is switched to
+``embed_missing=False`` by :class:`~loom_memory.vector_memory.EventSourcedVectorMemory`: every
+vector it needs was recorded in the log before the entry, so a rebuild or an as-of read never
+calls the model, and a missing one is an error, not a call.
 """
 
 from __future__ import annotations

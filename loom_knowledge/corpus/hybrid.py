@@ -35,6 +35,7 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 import numpy as np
+from numpy.typing import NDArray
 
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
@@ -99,13 +100,29 @@ class HybridRetriever:
         self.candidates = candidates
         table = EmbeddingTable(kb.loom.log.engine, model=embedder.model, table_prefix=TABLE_PREFIX)
         self._embeddings = EmbeddingProjection(table)
+        # Both maps only grow and never go stale: a passage (doc, index, revision) always has
+        # the same text, and a (model, digest) always the same recorded vector.
+        self._digests: dict[tuple[str, int, int], str] = {}
+        self._units: dict[str, NDArray[np.float32]] = {}
 
     def index(self, passages: Sequence[Passage] | None = None) -> int:
         """Record the vectors of ``passages`` (default: the current ones) that the log lacks;
         return how many texts were embedded."""
         chosen = self.kb.passages() if passages is None else passages
-        texts = {text_digest(text): text for text in map(passage_text, chosen) if tokenize(text)}
-        return record_embeddings(self.kb.loom.log, self._embeddings, self.embedder, texts)
+        texts: dict[str, str] = {}
+        for passage in chosen:
+            identity = _identity(passage)
+            if identity in self._digests and self._digests[identity] in self._units:
+                continue
+            text = passage_text(passage)
+            self._digests[identity] = text_digest(text)
+            if tokenize(text):
+                texts[self._digests[identity]] = text
+        embedded = record_embeddings(self.kb.loom.log, self._embeddings, self.embedder, texts)
+        table = self._embeddings.table
+        with table.engine.connect() as conn:
+            self._units.update(table.unit_vectors(sorted(texts), conn=conn))
+        return embedded
 
     def search(
         self,
@@ -185,14 +202,11 @@ class HybridRetriever:
             return []
         passages = self.kb.passages() if as_of is None else self.kb.as_of(as_of).passages()
         self.index(passages)
-        digests = [text_digest(passage_text(passage)) for passage in passages]
-        table = self._embeddings.table
-        with table.engine.connect() as conn:
-            vectors = table.unit_vectors(sorted(set(digests)), conn=conn)
-        held = [n for n, digest in enumerate(digests) if digest in vectors]
+        digests = [self._digests[_identity(passage)] for passage in passages]
+        held = [n for n, digest in enumerate(digests) if digest in self._units]
         if not held:
             return []
-        matrix = np.stack([vectors[digests[n]] for n in held])
+        matrix = np.stack([self._units[digests[n]] for n in held])
         scores = matrix @ query
         kept = np.flatnonzero(scores >= self.min_score)
         best = kept[np.argsort(-scores[kept], kind="stable")][:limit]
