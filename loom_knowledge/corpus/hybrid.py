@@ -98,12 +98,21 @@ class HybridRetriever:
         self.embedder = embedder
         self.min_score = float(min_score)
         self.candidates = candidates
-        table = EmbeddingTable(kb.loom.log.engine, model=embedder.model, table_prefix=TABLE_PREFIX)
-        self._embeddings = EmbeddingProjection(table)
+        self._projection: EmbeddingProjection | None = None
         # Both maps only grow and never go stale: a passage (doc, index, revision) always has
         # the same text, and a (model, digest) always the same recorded vector.
         self._digests: dict[tuple[str, int, int], str] = {}
         self._units: dict[str, NDArray[np.float32]] = {}
+
+    @property
+    def _embeddings(self) -> EmbeddingProjection:
+        """The projection of recorded vectors, created on first use: a replay, which answers
+        from the log, never creates (or touches) its table."""
+        if self._projection is None:
+            engine = self.kb.loom.log.engine
+            table = EmbeddingTable(engine, model=self.embedder.model, table_prefix=TABLE_PREFIX)
+            self._projection = EmbeddingProjection(table)
+        return self._projection
 
     def index(self, passages: Sequence[Passage] | None = None) -> int:
         """Record the vectors of ``passages`` (default: the current ones) that the log lacks;

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect
 
 from loom_knowledge import Doc, HybridRetriever, KnowledgeBase, open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import drop_corpus
@@ -159,3 +160,16 @@ def test_bad_modes_and_limits_are_refused(
 ) -> None:
     with pytest.raises(InvalidOptionError):
         retriever.search("worker", mode=mode, limit=limit)  # type: ignore[arg-type]
+
+
+def test_a_replay_creates_no_table(sqlite_url: str) -> None:
+    """A replay answers from the log: the vectors' table is not even created."""
+    embedder = CountingEmbedder()
+    with _build(sqlite_url, embedder) as loom:
+        open_knowledge_base(loom, "runbooks").sync(DOCS, source="test")
+        run = loom.run("ask", question="worker")
+    with _build(sqlite_url, embedder) as loom:
+        with loom.log.engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE loom_kb_embeddings")
+        assert loom.replay(run.execution_id).identical
+        assert not inspect(loom.log.engine).has_table("loom_kb_embeddings")
