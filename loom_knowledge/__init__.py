@@ -28,6 +28,7 @@ from loom_runtime import lazy_exports
 if TYPE_CHECKING:
     from loom_knowledge.corpus.corpus_files import DocScan, load_docs, scan_docs
     from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+    from loom_knowledge.corpus.hybrid import HybridRetriever
     from loom_knowledge.corpus.knowledge_base import KnowledgeBase, open_knowledge_base
     from loom_knowledge.domain.chunking import (
         Chunker,
@@ -117,6 +118,7 @@ __all__ = [
     "ExtractiveModel",
     "Fingerprinter",
     "GroundedRequest",
+    "HybridRetriever",
     "InvalidArgumentError",
     "InvalidDocumentError",
     "InvalidOptionError",
@@ -196,6 +198,7 @@ _EXPORTS = {
     "InvalidOptionError": "loom_knowledge.errors",
     "InvalidPassageIdError": "loom_knowledge.errors",
     "KnowledgeBase": "loom_knowledge.corpus.knowledge_base",
+    "HybridRetriever": "loom_knowledge.corpus.hybrid",
     "KnowledgeBaseOptionsError": "loom_knowledge.errors",
     "KnowledgeError": "loom_knowledge.errors",
     "MassDeleteRefusedError": "loom_knowledge.errors",

@@ -23,9 +23,21 @@ from typing import TYPE_CHECKING
 from loom_runtime import lazy_exports
 
 if TYPE_CHECKING:
+    from loom_memory.embedder import (
+        Embedder,
+        FastEmbedEmbedder,
+        HashingEmbedder,
+        OpenAIEmbedder,
+        SentenceTransformersEmbedder,
+        checked_vectors,
+    )
+    from loom_memory.embedding_table import EmbeddingTable, text_digest, unit_vector
     from loom_memory.entry import Content, MemoryEntry
     from loom_memory.errors import (
         BackendError,
+        EmbedderError,
+        EmbeddingModelChangedError,
+        EmbeddingNotRecordedError,
         EntryNotSerialisableError,
         InvalidArgumentError,
         InvalidKeyError,
@@ -39,8 +51,11 @@ if TYPE_CHECKING:
         UnknownTierError,
     )
     from loom_memory.event_sourced import EventSourcedMemory
+    from loom_memory.fusion import RRF_K, reciprocal_rank_fusion
     from loom_memory.inmemory import InMemoryMemoryStore
     from loom_memory.postgres import PostgresMemoryStore
+    from loom_memory.recorded_embedding import embed_query, embedding_key
+    from loom_memory.similarity import SupportsSimilarity
     from loom_memory.sqlite import SqliteMemoryStore
     from loom_memory.store import (
         DEFAULT_SEARCH_LIMIT,
@@ -62,16 +77,32 @@ if TYPE_CHECKING:
     )
     from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
     from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
+    from loom_memory.vector import PostgresVectorStore, SqliteVectorStore
+    from loom_memory.vector_memory import (
+        EmbeddingProjection,
+        EventSourcedVectorMemory,
+        record_embeddings,
+    )
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
     "DEFAULT_TIERS",
     "MAX_QUERY_TERMS",
     "MAX_SEARCH_LIMIT",
+    "RRF_K",
     "BackendError",
     "Content",
+    "Embedder",
+    "EmbedderError",
+    "EmbeddingModelChangedError",
+    "EmbeddingNotRecordedError",
+    "EmbeddingProjection",
+    "EmbeddingTable",
     "EntryNotSerialisableError",
     "EventSourcedMemory",
+    "EventSourcedVectorMemory",
+    "FastEmbedEmbedder",
+    "HashingEmbedder",
     "InMemoryMemoryStore",
     "InvalidArgumentError",
     "InvalidKeyError",
@@ -80,27 +111,39 @@ __all__ = [
     "MemoryIdentifierSecretError",
     "MemoryStore",
     "MemoryStoreError",
+    "OpenAIEmbedder",
     "PostgresMemoryStore",
     "PostgresTemporalStore",
+    "PostgresVectorStore",
     "ProjectionFailedError",
     "SearchNotSupportedError",
+    "SentenceTransformersEmbedder",
     "SqliteMemoryStore",
     "SqliteTemporalStore",
+    "SqliteVectorStore",
     "StoreConfigurationError",
     "StoreNotOnLogDatabaseError",
     "SupportsClose",
     "SupportsRemove",
     "SupportsReplace",
     "SupportsSearch",
+    "SupportsSimilarity",
     "SupportsValidity",
     "Tier",
     "TieredMemory",
     "UnknownTierError",
+    "checked_vectors",
+    "embed_query",
+    "embedding_key",
     "entry_terms",
     "query_terms",
+    "reciprocal_rank_fusion",
+    "record_embeddings",
     "remove_entries",
     "searchable_text",
+    "text_digest",
     "tokenize",
+    "unit_vector",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -143,6 +186,28 @@ _EXPORTS = {
     "remove_entries": "loom_memory.store",
     "searchable_text": "loom_memory.text",
     "tokenize": "loom_memory.text",
+    "PostgresVectorStore": "loom_memory.vector",
+    "SqliteVectorStore": "loom_memory.vector",
+    "SupportsSimilarity": "loom_memory.similarity",
+    "EventSourcedVectorMemory": "loom_memory.vector_memory",
+    "checked_vectors": "loom_memory.embedder",
+    "EmbeddingProjection": "loom_memory.vector_memory",
+    "EmbeddingTable": "loom_memory.embedding_table",
+    "record_embeddings": "loom_memory.vector_memory",
+    "text_digest": "loom_memory.embedding_table",
+    "unit_vector": "loom_memory.embedding_table",
+    "RRF_K": "loom_memory.fusion",
+    "embed_query": "loom_memory.recorded_embedding",
+    "embedding_key": "loom_memory.recorded_embedding",
+    "reciprocal_rank_fusion": "loom_memory.fusion",
+    "EmbedderError": "loom_memory.errors",
+    "EmbeddingModelChangedError": "loom_memory.errors",
+    "EmbeddingNotRecordedError": "loom_memory.errors",
+    "Embedder": "loom_memory.embedder",
+    "FastEmbedEmbedder": "loom_memory.embedder",
+    "HashingEmbedder": "loom_memory.embedder",
+    "OpenAIEmbedder": "loom_memory.embedder",
+    "SentenceTransformersEmbedder": "loom_memory.embedder",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

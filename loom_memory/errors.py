@@ -106,3 +106,25 @@ class SearchNotSupportedError(MemoryStoreError, TypeError):
 
 class UnknownTierError(InvalidArgumentError):
     """A tier name that the :class:`~loom_memory.tiers.TieredMemory` was not configured with."""
+
+
+class EmbedderError(MemoryStoreError):
+    """An embedder answered with the wrong number of vectors, the wrong width or a non-finite
+    value; nothing of the call was written."""
+
+
+class EmbeddingModelChangedError(StoreConfigurationError):
+    """A vector store was opened with another embedding model than the one it was indexed with.
+
+    Vectors of two models live in unrelated spaces, so mixing them would rank by numbers that
+    mean nothing. A changed model is a new index: give the store a new ``table_prefix`` (and
+    rebuild it from the log), or open it with the model it names.
+    """
+
+
+class EmbeddingNotRecordedError(MemoryStoreError):
+    """A vector store projected from the log met a passage whose embedding the log lacks.
+
+    A projection never calls the embedding model (a rebuild or an as-of read must not depend
+    on it), so the write that logged the passage should have logged its embedding first.
+    """

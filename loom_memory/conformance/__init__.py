@@ -36,7 +36,12 @@ What the kit cannot see:
 * a similarity backend must choose a floor: "a query matching nothing returns []" is free for
   an inverted index, but cosine similarity is defined against every entry, so an unthresholded
   vector store returns the whole key, least-unrelated first. Put a minimum score in the
-  backend's options (it is a property of the embedding model) and set it for the kit.
+  backend's options (it is a property of the embedding model) and set it for the kit. The
+  ``similarity`` clauses are the ones only such a backend can fail: an unrelated query
+  returns [] (run on every searching store), and, on a store with
+  :class:`~loom_memory.similarity.SupportsSimilarity`, the floor is honoured (also when
+  raised per call) and a store reopened with another embedding model is refused (provide a
+  ``reopen_with_other_model`` fixture for that one, or it skips saying so).
 """
 
 from loom_memory.conformance.contract import MemoryStoreContract

@@ -7,6 +7,7 @@ from loom_memory.conformance.remove import RemoveClauses
 from loom_memory.conformance.replace import ReplaceClauses
 from loom_memory.conformance.required import RequiredClauses
 from loom_memory.conformance.search import SearchClauses
+from loom_memory.conformance.similarity import SimilarityClauses
 from loom_memory.conformance.validity import ValidityClauses
 
 
@@ -17,5 +18,6 @@ class MemoryStoreContract(
     SearchClauses,
     ValidityClauses,
     CloseClauses,
+    SimilarityClauses,
 ):
     """Subclass as ``TestYourStore`` and provide a ``store`` fixture yielding a fresh store."""

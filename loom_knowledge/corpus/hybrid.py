@@ -1,0 +1,231 @@
+"""`HybridRetriever`: vector and hybrid retrieval over a knowledge base, recorded like lexical.
+
+Lexical retrieval (BM25) misses a question phrased in other words than the passage; a dense
+embedding finds it but misses rare exact terms (an error code, a flag). Hybrid fuses the two
+rankings by reciprocal rank (:func:`~loom_memory.reciprocal_rank_fusion`): BM25 scores and
+cosines do not add, ranks do.
+
+What is recorded, and where:
+
+* passage vectors are events in the log (:func:`~loom_memory.record_embeddings`), addressed by
+  ``(model, digest of the passage's searchable text)``: a passage unchanged across revisions
+  is embedded once, and they are projected into ``loom_kb_embeddings``, which a rebuild
+  restores without the model;
+* the query's vector is a decision (:func:`~loom_memory.embed_query`, kind ``embedding``);
+* the passages returned are a decision under the scope's retrieval key, as
+  :meth:`KnowledgeBase.retrieve <loom_knowledge.KnowledgeBase.retrieve>` records them, with the
+  mode, model and floor in its input: a replay needs neither the corpus nor the model, and a
+  replay asked in another mode reports a changed input.
+
+The candidates of every mode are the knowledge base's own passages: the current ones, or
+those current at a log position (``as_of``), so history holds for vector and hybrid exactly
+as for lexical, and a vector search never sees a superseded revision. Passages whose vectors
+are not recorded yet are embedded (and recorded) before ranking: indexing, which never
+happens in a replay. Vector ranking is exact cosine with the retriever's floor, ties in
+passage order; the vector index is rebuilt per call, which is fine for thousands of passages
+and not yet measured at 100,000.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, get_args
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from loom_knowledge.corpus.keys import retrieve_key
+from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.domain.passage_entry import PassageContent
+from loom_knowledge.domain.types import Passage
+from loom_knowledge.errors import InvalidArgumentError, InvalidOptionError
+from loom_memory import (
+    Embedder,
+    EmbeddingProjection,
+    EmbeddingTable,
+    MemoryEntry,
+    checked_vectors,
+    embed_query,
+    reciprocal_rank_fusion,
+    record_embeddings,
+    searchable_text,
+    text_digest,
+    tokenize,
+    unit_vector,
+)
+
+Mode = Literal["lexical", "vector", "hybrid"]
+MODES: Final = get_args(Mode)
+TABLE_PREFIX: Final = "loom_kb_"
+DEFAULT_CANDIDATES: Final = 50
+"""How deep each ranking goes before fusion: fusing only the top ``limit`` of each would drop
+a passage ranked 5th by both, which is exactly the one hybrid exists to find."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def passage_text(passage: Passage) -> str:
+    """The text a passage is embedded as: what the lexical index searches (ADR 0007)."""
+    content = PassageContent(text=passage.text, title=passage.title, meta=passage.meta)
+    return searchable_text(MemoryEntry(content=msgspec.to_builtins(content), timestamp=_EPOCH))
+
+
+def _identity(passage: Passage) -> tuple[str, int, int]:
+    return (passage.doc_id, passage.index, passage.revision)
+
+
+class HybridRetriever:
+    """Lexical, vector and hybrid retrieval over ``kb`` with ``embedder`` (module docstring)."""
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        embedder: Embedder,
+        min_score: float,
+        candidates: int = DEFAULT_CANDIDATES,
+    ) -> None:
+        if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+            raise InvalidOptionError(
+                f"min_score must be a number (the model's cosine floor), got {min_score!r}"
+            )
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+            raise InvalidOptionError(f"candidates must be a positive int, got {candidates!r}")
+        self.kb = kb
+        self.embedder = embedder
+        self.min_score = float(min_score)
+        self.candidates = candidates
+        self._projection: EmbeddingProjection | None = None
+        # Both maps only grow and never go stale: a passage (doc, index, revision) always has
+        # the same text, and a (model, digest) always the same recorded vector.
+        self._digests: dict[tuple[str, int, int], str] = {}
+        self._units: dict[str, NDArray[np.float32]] = {}
+
+    @property
+    def _embeddings(self) -> EmbeddingProjection:
+        """The projection of recorded vectors, created on first use: a replay, which answers
+        from the log, never creates (or touches) its table."""
+        if self._projection is None:
+            engine = self.kb.loom.log.engine
+            table = EmbeddingTable(engine, model=self.embedder.model, table_prefix=TABLE_PREFIX)
+            self._projection = EmbeddingProjection(table)
+        return self._projection
+
+    def index(self, passages: Sequence[Passage] | None = None) -> int:
+        """Record the vectors of ``passages`` (default: the current ones) that the log lacks;
+        return how many texts were embedded."""
+        chosen = self.kb.passages() if passages is None else passages
+        texts: dict[str, str] = {}
+        for passage in chosen:
+            identity = _identity(passage)
+            if identity in self._digests and self._digests[identity] in self._units:
+                continue
+            text = passage_text(passage)
+            self._digests[identity] = text_digest(text)
+            if tokenize(text):
+                texts[self._digests[identity]] = text
+        embedded = record_embeddings(self.kb.loom.log, self._embeddings, self.embedder, texts)
+        table = self._embeddings.table
+        with table.engine.connect() as conn:
+            self._units.update(table.unit_vectors(sorted(texts), conn=conn))
+        return embedded
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: Mode = "hybrid",
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+        as_of: int | None = None,
+    ) -> list[Passage]:
+        """Search WITHOUT recording (operators, audits, as-of); a flow uses :meth:`retrieve`."""
+        _check(query, mode, limit)
+        if mode == "lexical":
+            return self._lexical(query, limit, as_of)
+        [vector] = checked_vectors(self.embedder, [query]) if tokenize(query) else [[]]
+        return self._ranked(query, vector, mode, limit, as_of)
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        decide: Callable[..., Any],
+        mode: Mode = "hybrid",
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+    ) -> Any:
+        """Retrieve through ``decide`` (``ctx.decide`` of a plain ``def`` flow): the query's
+        vector and the passages are both recorded, so a replay needs no corpus and no model."""
+        _check(query, mode, limit)
+        if mode == "lexical":
+            return self.kb.retrieve(query, decide=decide, limit=limit)
+        if not callable(decide):
+            raise InvalidArgumentError(
+                f"retrieve needs decide=ctx.decide, not {decide!r}: use search() outside a flow"
+            )
+        vector: Any = embed_query(self.embedder, query, decide=decide) if tokenize(query) else []
+        if inspect.isawaitable(vector):
+            if inspect.iscoroutine(vector):
+                vector.close()  # never awaited: close it rather than leave a warning
+            raise InvalidArgumentError(
+                "HybridRetriever.retrieve records two decisions in turn and needs a plain def "
+                "flow's ctx.decide; from an async flow use mode='lexical' or call it in a "
+                "plain def sub-flow"
+            )
+        return decide(
+            retrieve_key(self.kb.scope),
+            lambda: self._ranked(query, vector, mode, limit, None),
+            input={
+                "scope": self.kb.scope,
+                "query": query,
+                "limit": limit,
+                "mode": mode,
+                "model": self.embedder.model,
+                "min_score": self.min_score,
+            },
+            type=list[Passage],
+            kind="retrieval",
+        )
+
+    def _lexical(self, query: str, limit: int, as_of: int | None) -> list[Passage]:
+        if as_of is None:
+            return self.kb.search(query, limit=limit)
+        return self.kb.as_of(as_of).retrieve(query, limit=limit)
+
+    def _ranked(
+        self, query: str, vector: Sequence[float], mode: Mode, limit: int, as_of: int | None
+    ) -> list[Passage]:
+        depth = limit if mode == "vector" else max(limit, self.candidates)
+        by_vector = self._by_vector(vector, depth, as_of)
+        if mode == "vector":
+            return by_vector
+        by_terms = self._lexical(query, depth, as_of)
+        return reciprocal_rank_fusion([by_terms, by_vector], identity=_identity, limit=limit)
+
+    def _by_vector(self, vector: Sequence[float], limit: int, as_of: int | None) -> list[Passage]:
+        """The best ``limit`` passages (current, or current at ``as_of``) at or above the floor."""
+        query = unit_vector(np.asarray(vector, dtype=np.float32)) if len(vector) else None
+        if query is None:
+            return []
+        passages = self.kb.passages() if as_of is None else self.kb.as_of(as_of).passages()
+        self.index(passages)
+        digests = [self._digests[_identity(passage)] for passage in passages]
+        held = [n for n, digest in enumerate(digests) if digest in self._units]
+        if not held:
+            return []
+        matrix = np.stack([self._units[digests[n]] for n in held])
+        scores = matrix @ query
+        kept = np.flatnonzero(scores >= self.min_score)
+        best = kept[np.argsort(-scores[kept], kind="stable")][:limit]
+        return [passages[held[n]] for n in best]
+
+
+def _check(query: object, mode: object, limit: object) -> None:
+    if not isinstance(query, str):
+        raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
+    if mode not in MODES:
+        raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidOptionError(f"limit must be a positive int, got {limit!r}")

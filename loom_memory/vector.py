@@ -1,0 +1,374 @@
+"""Vector stores: SQL rows, embeddings addressed by (model, text digest), an in-process index.
+
+`SqliteVectorStore` and `PostgresVectorStore` keep their entries exactly as the lexical
+backends do (the same ``<prefix>entries`` table, so every required and optional verb, the id
+round trip and atomic ``replace`` are the shared SQL code's) and add three tables:
+
+* ``<prefix>embeddings`` - ``(model, digest) -> vector``: one row per distinct searchable
+  text per model (:class:`~loom_memory.embedding_table.EmbeddingTable`), float32 little
+  endian. Content-addressed, so a text written again (the same passage in a new revision, the
+  same memory under two keys) is embedded once; an entry without terms gets no vector and is
+  never a hit, as it is never a lexical one.
+* ``<prefix>vector_space`` - the one model (and width) the store was indexed with. Opening
+  the store with another embedder raises :class:`EmbeddingModelChangedError`: a new model is
+  a new index (a new ``table_prefix``), never vectors of two spaces ranked together.
+* ``<prefix>vector_keys`` - a random token per key, replaced by a trigger on every insert and
+  delete of that key's rows, whoever issues it (a verb, a projection's reset, a caller's own
+  ``DELETE``). The in-process index of a key is valid exactly while its token is: a search
+  reads one row to know, and a rolled-back write's token never comes back, so a cache filled
+  inside a transaction that was rolled back is never reused.
+
+Search is exact: cosine similarity of the query's vector with every vector of the key, hits
+at or above the floor (``min_score``, required: it is a property of the model, see
+:mod:`loom_memory.similarity`), best first, ties in append order. The index is one float32
+numpy matrix per key (the ``vector`` extra): a cache, rebuilt per key from the rows and their
+recorded vectors, never from the model.
+
+Where vectors come from: on ``append``/``replace`` the store looks each text's address up
+and embeds only the missing ones, BEFORE its write transaction (a network call must not hold
+the database's write lock). A store projected from the log is switched to
+``embed_missing=False`` by :class:`~loom_memory.vector_memory.EventSourcedVectorMemory`: every
+vector it needs was recorded in the log before the entry, so a rebuild or an as-of read never
+calls the model, and a missing one is an error, not a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    URL,
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    select,
+)
+
+from loom_memory.embedder import Embedder, checked_vectors
+from loom_memory.embedding_table import EmbeddingTable, embedding_texts, text_digest, unit_vector
+from loom_memory.entry import MemoryEntry, encode_entries
+from loom_memory.errors import (
+    EmbeddingModelChangedError,
+    EmbeddingNotRecordedError,
+    InvalidArgumentError,
+)
+from loom_memory.postgres import PostgresMemoryStore
+from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
+from loom_memory.sqlite import SqliteMemoryStore
+from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
+from loom_memory.text import searchable_text
+from loom_runtime import MissingExtraError, serialise_ddl
+
+try:
+    import numpy as np
+    from numpy.typing import NDArray
+except ImportError as exc:  # the vector extra is not installed
+    raise MissingExtraError(
+        extra="vector", missing="numpy", needed_by="the vector stores (loom_memory.vector)"
+    ) from exc
+
+
+@dataclass(frozen=True)
+class _KeyIndex:
+    """One key's entries and their unit vectors (one float32 row each, in append order),
+    valid while the key's token is ``token``."""
+
+    token: str | None
+    seqs: NDArray[np.int64]
+    entries: list[tuple[MemoryEntry, dict[str, Any]]]
+    matrix: NDArray[np.float32]
+
+
+class VectorSqlStore(SqlMemoryStore):
+    """A SQL memory store searched by cosine similarity of recorded embeddings (module doc)."""
+
+    def __init__(
+        self,
+        bind: Engine | URL | str,
+        *,
+        embedder: Embedder,
+        min_score: float,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        embed_missing: bool = True,
+    ) -> None:
+        if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+            raise InvalidArgumentError(
+                f"min_score must be a number (a cosine floor, e.g. 0.3), got {min_score!r}",
+                parameter="min_score",
+            )
+        self.embedder = embedder
+        self._min_score = float(min_score)
+        self.embed_missing = embed_missing
+        """False for a store projected from the log: a missing vector is then an error."""
+        self._index: dict[str, _KeyIndex] = {}
+        metadata = MetaData()
+        self.space = Table(
+            f"{table_prefix}vector_space",
+            metadata,
+            Column("model", Text, nullable=False),
+            Column("dimension", Integer, nullable=False),
+        )
+        self.key_tokens = Table(
+            f"{table_prefix}vector_keys",
+            metadata,
+            Column("key", Text, primary_key=True),
+            Column("token", Text, nullable=False),
+        )
+        super().__init__(bind, table_prefix=table_prefix)
+        self.vectors = EmbeddingTable(self.engine, model=self.model, table_prefix=table_prefix)
+        """The store's recorded vectors (``<prefix>embeddings``)."""
+        with self._begin(None) as conn:
+            serialise_ddl(conn)  # workers opening the store at once must not race
+            metadata.create_all(conn, checkfirst=True)
+            for statement in self._token_triggers():
+                conn.exec_driver_sql(statement)
+        self._check_space()
+
+    @property
+    def model(self) -> str:
+        """The embedding model's identity (the space every stored vector is in)."""
+        return self.embedder.model
+
+    @property
+    def min_score(self) -> float:
+        """The floor: the least cosine similarity a hit may have."""
+        return self._min_score
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def _token_triggers(self) -> list[str]:
+        rows, tokens = self.entries.name, self.key_tokens.name
+        if self.engine.dialect.name == "postgresql":
+            touch = f"{self.table_prefix}vector_touch"
+            return [
+                f"CREATE OR REPLACE FUNCTION {touch}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                f"BEGIN INSERT INTO {tokens}(key, token) VALUES (CASE WHEN TG_OP = 'DELETE' "
+                "THEN OLD.key ELSE NEW.key END, gen_random_uuid()::text) ON CONFLICT (key) "
+                "DO UPDATE SET token = EXCLUDED.token; RETURN NULL; END $$",
+                f"CREATE OR REPLACE TRIGGER {rows}_vector_touch AFTER INSERT OR DELETE ON {rows} "
+                f"FOR EACH ROW EXECUTE FUNCTION {touch}()",
+            ]
+        return [
+            f"CREATE TRIGGER IF NOT EXISTS {rows}_vector_{event.lower()} AFTER {event} ON {rows} "
+            f"BEGIN INSERT OR REPLACE INTO {tokens}(key, token) "
+            f"VALUES ({row}.key, hex(randomblob(16))); END"
+            for event, row in (("INSERT", "new"), ("DELETE", "old"))
+        ]
+
+    def _drop_ddl(self) -> list[str]:
+        tables = (self.vectors.table, self.space, self.key_tokens)
+        own = [f"DROP TABLE IF EXISTS {table.name}" for table in tables]
+        if self.engine.dialect.name == "postgresql":
+            own.append(f"DROP FUNCTION IF EXISTS {self.table_prefix}vector_touch() CASCADE")
+        self._index.clear()
+        return [*super()._drop_ddl(), *own]
+
+    def _check_space(self) -> None:
+        """Record the store's model on first open; refuse any other model afterwards."""
+        with self._begin(None) as conn:
+            found = conn.execute(select(self.space.c.model, self.space.c.dimension)).first()
+            if found is None:
+                conn.execute(
+                    self.space.insert().values(model=self.model, dimension=self.embedder.dimension)
+                )
+                return
+        if (found.model, found.dimension) != (self.model, self.embedder.dimension):
+            raise EmbeddingModelChangedError(
+                f"the vector store {self.table_prefix}* was indexed with {found.model!r} "
+                f"(dimension {found.dimension}), not {self.model!r} (dimension "
+                f"{self.embedder.dimension}): vectors of two models do not compare. Open it "
+                "with that model, or index the new one under a new table_prefix (rebuilt from "
+                "the log for an event-sourced memory)"
+            )
+
+    # -- writes: resolve vectors first, then the shared SQL verbs ----------------------------
+
+    def append(
+        self,
+        key: str,
+        entries: Sequence[MemoryEntry],
+        *,
+        conn: Connection | None = None,
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add ``entries`` to the end of ``key``, embedding only texts not embedded before."""
+        missing = self._missing_vectors(conn, key, entries)
+        with self._begin(conn) as c:
+            self.vectors.record(missing, conn=c)
+            super().append(key, entries, conn=c, values=values)
+
+    def replace(
+        self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None
+    ) -> None:
+        """Make ``entries`` the list at ``key``, embedding only texts not embedded before."""
+        missing = self._missing_vectors(conn, key, entries)
+        with self._begin(conn) as c:
+            self.vectors.record(missing, conn=c)
+            super().replace(key, entries, conn=c)
+
+    def _missing_vectors(
+        self, conn: Connection | None, key: str, entries: Sequence[MemoryEntry]
+    ) -> dict[str, list[float]]:
+        """Embed the texts of ``entries`` the store holds no vector for (checked first, so a
+        bad batch never reaches the model)."""
+        check_key(key)
+        encode_entries(entries)
+        texts = embedding_texts(entries)
+        with self._begin(conn) as c:
+            missing = self.vectors.missing(list(texts), conn=c)
+        if not missing:
+            return {}
+        if not self.embed_missing:
+            raise EmbeddingNotRecordedError(
+                f"{len(missing)} text(s) written to key {key!r} have no recorded "
+                f"{self.model!r} embedding: this store is projected from the log and never "
+                "calls the model; write through EventSourcedVectorMemory, which records them"
+            )
+        vectors = checked_vectors(self.embedder, [texts[digest] for digest in missing])
+        return dict(zip(missing, vectors, strict=True))
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search_annotated(
+        self,
+        key: str,
+        query: str,
+        *,
+        limit: int = DEFAULT_SEARCH_LIMIT,
+        conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
+        """The entries at ``key`` at least ``min_score`` similar to ``query``, best first."""
+        found = self._scored(key, query, limit, conn=conn, where=where, floor=None)
+        return [(entry, annotations) for entry, annotations, _ in found]
+
+    def search_scored(
+        self,
+        key: str,
+        query: str,
+        *,
+        limit: int = DEFAULT_SEARCH_LIMIT,
+        min_score: float | None = None,
+        conn: Connection | None = None,
+    ) -> list[tuple[MemoryEntry, float]]:
+        """As ``search``, each hit with its cosine similarity; ``min_score`` replaces the floor."""
+        found = self._scored(key, query, limit, conn=conn, where=None, floor=min_score)
+        return [(entry, score) for entry, _, score in found]
+
+    def search_by_vector(
+        self,
+        key: str,
+        vector: Sequence[float],
+        *,
+        limit: int = DEFAULT_SEARCH_LIMIT,
+        min_score: float | None = None,
+        conn: Connection | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> list[tuple[MemoryEntry, float]]:
+        """As :meth:`search_scored` for a query vector of the store's model (the model is not
+        called: a caller that recorded the query's embedding replays without it)."""
+        _, limit = check_search(key, "", limit)
+        query = [float(value) for value in vector]
+        if len(query) != self.embedder.dimension:
+            raise InvalidArgumentError(
+                f"vector has {len(query)} floats; {self.model!r} vectors have "
+                f"{self.embedder.dimension}",
+                parameter="vector",
+            )
+        found = self._ranked(key, query, limit, conn=conn, where=where, floor=min_score)
+        return [(entry, score) for entry, _, score in found]
+
+    def _scored(
+        self,
+        key: str,
+        query: str,
+        limit: int,
+        *,
+        conn: Connection | None,
+        where: ColumnElement[bool] | None,
+        floor: float | None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any], float]]:
+        terms, limit = check_search(key, query, limit)
+        if not terms:
+            return []
+        [vector] = checked_vectors(self.embedder, [query])
+        return self._ranked(key, vector, limit, conn=conn, where=where, floor=floor)
+
+    def _ranked(
+        self,
+        key: str,
+        query: list[float],
+        limit: int,
+        *,
+        conn: Connection | None,
+        where: ColumnElement[bool] | None,
+        floor: float | None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any], float]]:
+        unit = unit_vector(np.asarray(query, dtype=np.float32))
+        if unit is None:
+            return []
+        least = self._min_score if floor is None else floor
+        with self._begin(conn) as c:
+            index = self._key_index(c, key)
+            admitted = None if where is None else self._admitted_seqs(c, key, where)
+        scores = index.matrix @ unit
+        keep = scores >= least
+        if admitted is not None:
+            keep &= np.isin(index.seqs, admitted)
+        candidates = np.flatnonzero(keep)
+        # Best first, ties in append order: a stable sort of the negated scores.
+        best = candidates[np.argsort(-scores[candidates], kind="stable")][:limit]
+        return [(*index.entries[position], float(scores[position])) for position in best]
+
+    def _admitted_seqs(
+        self, conn: Connection, key: str, where: ColumnElement[bool]
+    ) -> NDArray[np.int64]:
+        rows = self.entries.c
+        found = conn.execute(select(rows.seq).where(rows.key == key, where)).scalars()
+        return np.fromiter(found, dtype=np.int64)
+
+    def _key_index(self, conn: Connection, key: str) -> _KeyIndex:
+        """The key's index: the cached one while its token holds, else rebuilt from the rows."""
+        token = conn.execute(
+            select(self.key_tokens.c.token).where(self.key_tokens.c.key == key)
+        ).scalar_one_or_none()
+        cached = self._index.get(key)
+        if cached is not None and cached.token == token:
+            return cached
+        rows = self.entries.c
+        found = conn.execute(
+            select(rows.seq, rows.entry, *self.annotations)
+            .where(rows.key == key)
+            .order_by(rows.seq)
+        ).all()
+        entries = [self._annotated(row) for row in found]
+        digests = [text_digest(searchable_text(entry)) for entry, _ in entries]
+        vectors = self.vectors.unit_vectors(sorted(set(digests)), conn=conn)
+        held = [n for n, digest in enumerate(digests) if digest in vectors]
+        width = self.embedder.dimension
+        index = _KeyIndex(
+            token=token,
+            seqs=np.array([found[n].seq for n in held], dtype=np.int64),
+            entries=[entries[n] for n in held],
+            matrix=np.array([vectors[digests[n]] for n in held], dtype=np.float32).reshape(
+                len(held), width
+            ),
+        )
+        self._index[key] = index
+        return index
+
+
+class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):
+    """A vector store whose rows and recorded embeddings live in SQLite."""
+
+
+class PostgresVectorStore(VectorSqlStore, PostgresMemoryStore):
+    """A vector store whose rows and recorded embeddings live in PostgreSQL (the index is
+    in-process and exact, as on SQLite; no pgvector needed)."""

@@ -1,0 +1,139 @@
+"""The embedder seam: the deterministic test embedder and the duck-typed adapters."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from loom_memory import (
+    Embedder,
+    EmbedderError,
+    FastEmbedEmbedder,
+    HashingEmbedder,
+    InvalidArgumentError,
+    OpenAIEmbedder,
+    SentenceTransformersEmbedder,
+)
+from loom_memory.embedder import checked_vectors
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_hashing_embedder_is_deterministic_and_normalised() -> None:
+    """The same text gives the same unit vector in every call (and so in every process)."""
+    embedder = HashingEmbedder(dimension=64)
+    first, again = embedder.embed(["disk full on node-7"]), embedder.embed(["disk full on node-7"])
+    assert first == again
+    assert math.isclose(math.fsum(v * v for v in first[0]), 1.0)
+    assert embedder.model == "loom-hashing-v1/64" and embedder.dimension == 64
+
+
+def test_hashing_embedder_scores_shared_terms_above_fragments_above_unrelated() -> None:
+    """A shared term scores above a shared word fragment, which scores above nothing shared."""
+    [query, same, fragment, unrelated] = HashingEmbedder().embed(
+        ["postgres", "postgres vacuum", "postgresql vacuum", "lunch menu"]
+    )
+    assert _cosine(query, same) > _cosine(query, fragment) > _cosine(query, unrelated)
+    assert _cosine(query, unrelated) < 0.1
+
+
+def test_hashing_embedder_folds_like_the_tokenizer() -> None:
+    """Case, NFKC and stop words are the first-party tokenizer's: STRASSE is Straße."""
+    embedder = HashingEmbedder()
+    assert embedder.embed(["STRASSE"]) == embedder.embed(["the straße"])
+
+
+def test_hashing_embedder_gives_a_text_without_terms_the_zero_vector() -> None:
+    """Punctuation and stop words only: the zero vector, similar to nothing."""
+    assert HashingEmbedder(dimension=8).embed(["the of ?!"]) == [[0.0] * 8]
+
+
+@pytest.mark.parametrize("dimension", [0, -3, 2.0, True])
+def test_hashing_embedder_refuses_a_bad_dimension(dimension: Any) -> None:
+    with pytest.raises(InvalidArgumentError):
+        HashingEmbedder(dimension=dimension)
+
+
+class _Lying:
+    """An embedder whose answers break the contract in a chosen way."""
+
+    model = "lying"
+    dimension = 3
+
+    def __init__(self, answer: list[list[float]]) -> None:
+        self.answer = answer
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ([[1.0, 0.0, 0.0]], "returned 1 vectors for 2 texts"),
+        ([[1.0, 0.0], [1.0, 0.0]], "vector of 2 floats"),
+        ([[1.0, 0.0, 0.0], [math.nan, 0.0, 0.0]], "non-finite"),
+    ],
+)
+def test_checked_vectors_refuses_a_broken_answer(answer: list[list[float]], said: str) -> None:
+    """A wrong count, width or a NaN is an EmbedderError naming the model, never truncated."""
+    embedder = _Lying(answer)
+    assert isinstance(embedder, Embedder)
+    with pytest.raises(EmbedderError, match=said):
+        checked_vectors(embedder, ["a", "b"])
+
+
+class _FakeEmbeddings:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def create(self, *, model: str, input: list[str]) -> Any:
+        self.calls.append({"model": model, "input": input})
+        items = [
+            SimpleNamespace(index=n, embedding=[float(len(text)), float(n)])
+            for n, text in enumerate(input)
+        ]
+        return SimpleNamespace(data=list(reversed(items)))
+
+
+def test_openai_embedder_batches_and_restores_input_order() -> None:
+    """Inputs go in batches; each answer is put back in input order by its index."""
+    client = SimpleNamespace(embeddings=_FakeEmbeddings())
+    embedder = OpenAIEmbedder(client, model="text-embedding-3-small", dimension=2, batch_size=2)
+    vectors = embedder.embed(["a", "bb", "ccc"])
+    assert vectors == [[1.0, 0.0], [2.0, 1.0], [3.0, 0.0]]
+    assert [call["input"] for call in client.embeddings.calls] == [["a", "bb"], ["ccc"]]
+    assert embedder.model == "openai:text-embedding-3-small"
+
+
+def test_openai_embedder_identity_can_name_the_endpoint() -> None:
+    client = SimpleNamespace(embeddings=_FakeEmbeddings())
+    embedder = OpenAIEmbedder(client, model="m", dimension=2, identity="vllm:m@gpu-1")
+    assert embedder.model == "vllm:m@gpu-1"
+
+
+def test_sentence_transformers_and_fastembed_adapters_are_duck_typed() -> None:
+    """Both adapters take a loaded model object; neither imports its library."""
+
+    class Encoder:
+        model_name = "BAAI/bge-small-en-v1.5"
+
+        def get_sentence_embedding_dimension(self) -> int:
+            return 2
+
+        def encode(self, texts: list[str], *, normalize_embeddings: bool) -> list[list[float]]:
+            assert normalize_embeddings
+            return [[1.0, float(len(text))] for text in texts]
+
+        def embed(self, texts: list[str]) -> Any:
+            return iter([[0.5, float(len(text))] for text in texts])
+
+    st = SentenceTransformersEmbedder(Encoder(), model="all-MiniLM-L6-v2")
+    fe = FastEmbedEmbedder(Encoder(), dimension=2)
+    assert (st.model, st.dimension, st.embed(["ab"])) == ("all-MiniLM-L6-v2", 2, [[1.0, 2.0]])
+    assert (fe.model, fe.embed(["abc"])) == ("fastembed:BAAI/bge-small-en-v1.5", [[0.5, 3.0]])

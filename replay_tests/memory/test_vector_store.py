@@ -1,0 +1,190 @@
+"""The vector stores: the unmodified conformance kit, and what only their own suite can see."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete
+
+from loom_memory import (
+    EmbeddingNotRecordedError,
+    EntryNotSerialisableError,
+    HashingEmbedder,
+    InvalidArgumentError,
+    PostgresVectorStore,
+    SqliteVectorStore,
+)
+from loom_memory.conformance import MemoryStoreContract, entry
+from loom_memory.conformance.helpers import contents
+
+PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
+FLOOR = 0.2
+"""The hashing embedder's floor: unrelated texts score about 0, one shared term of a short
+text far above it (see test_embedder)."""
+
+
+class TestSqliteVectorStore(MemoryStoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[SqliteVectorStore]:
+        store = SqliteVectorStore(
+            f"sqlite:///{tmp_path / 'v.db'}", embedder=HashingEmbedder(), min_score=FLOOR
+        )
+        yield store
+        store.close()
+
+    @pytest.fixture
+    def reopen_with_other_model(self, tmp_path: Path) -> Callable[[], object]:
+        return lambda: SqliteVectorStore(
+            f"sqlite:///{tmp_path / 'v.db'}", embedder=HashingEmbedder(dimension=64), min_score=0
+        )
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not PG_URL, reason="LOOM_TEST_PG_URL is not set (use scripts/with-postgres)")
+class TestPostgresVectorStore(MemoryStoreContract):
+    @pytest.fixture
+    def prefix(self) -> str:
+        return f"v{uuid.uuid4().hex[:10]}_"
+
+    @pytest.fixture
+    def store(self, prefix: str) -> Iterator[PostgresVectorStore]:
+        store = PostgresVectorStore(
+            PG_URL, embedder=HashingEmbedder(), min_score=FLOOR, table_prefix=prefix
+        )
+        yield store
+        store.drop()
+        store.close()
+
+    @pytest.fixture
+    def reopen_with_other_model(self, prefix: str) -> Callable[[], object]:
+        return lambda: PostgresVectorStore(
+            PG_URL, embedder=HashingEmbedder(dimension=64), min_score=0, table_prefix=prefix
+        )
+
+
+# -- what the kit cannot see -----------------------------------------------------------------
+
+
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, counting every text it is asked for; raises once ``broken``."""
+
+    def __init__(self, *, dimension: int = 1024) -> None:
+        super().__init__(dimension=dimension)
+        self.texts: list[str] = []
+        self.broken = False
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.broken:
+            raise AssertionError(f"the embedding model was called for {list(texts)!r}")
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+@pytest.fixture
+def counting() -> CountingEmbedder:
+    return CountingEmbedder()
+
+
+@pytest.fixture
+def vector_store(tmp_path: Path, counting: CountingEmbedder) -> Iterator[SqliteVectorStore]:
+    store = SqliteVectorStore(f"sqlite:///{tmp_path / 'v.db'}", embedder=counting, min_score=FLOOR)
+    yield store
+    store.close()
+
+
+def test_an_unchanged_text_is_embedded_once(
+    vector_store: SqliteVectorStore, counting: CountingEmbedder
+) -> None:
+    """The same searchable text, in one batch, another key or a replace, is embedded once."""
+    vector_store.append("a", [entry("disk full"), entry("disk full"), entry({"x": "disk full"})])
+    vector_store.append("b", [entry("disk full", id="other id, same text")])
+    vector_store.replace("a", [entry("disk full"), entry("restart the worker")])
+    assert counting.texts == ["disk full", "restart the worker"]
+
+
+def test_a_text_without_terms_is_never_embedded(
+    vector_store: SqliteVectorStore, counting: CountingEmbedder
+) -> None:
+    vector_store.append("a", [entry({"ok": True}), entry("the of ?!")])
+    assert counting.texts == []
+    assert vector_store.search("a", "anything at all") == []
+
+
+def test_a_refused_batch_never_reaches_the_model(
+    vector_store: SqliteVectorStore, counting: CountingEmbedder
+) -> None:
+    """Validation runs before embedding: a bad entry costs no model call."""
+    with pytest.raises(EntryNotSerialisableError):
+        vector_store.append("a", [entry("fine text"), entry(float("inf"))])
+    assert counting.texts == []
+
+
+def test_a_failing_model_writes_nothing(
+    vector_store: SqliteVectorStore, counting: CountingEmbedder
+) -> None:
+    vector_store.append("a", [entry("kept")])
+    counting.broken = True
+    with pytest.raises(AssertionError, match="embedding model was called"):
+        vector_store.append("a", [entry("never stored")])
+    assert contents(vector_store.read("a")) == ["kept"]
+
+
+def test_a_store_that_must_not_embed_refuses_a_missing_vector(tmp_path: Path) -> None:
+    """embed_missing=False (a projection of the log): a missing vector is an error, no call."""
+    embedder = CountingEmbedder()
+    store = SqliteVectorStore(
+        f"sqlite:///{tmp_path / 'v.db'}", embedder=embedder, min_score=0.2, embed_missing=False
+    )
+    with pytest.raises(EmbeddingNotRecordedError):
+        store.append("a", [entry("unrecorded text")])
+    assert (embedder.texts, store.read("a")) == ([], [])
+
+
+def test_the_floor_and_scores(vector_store: SqliteVectorStore, counting: CountingEmbedder) -> None:
+    """search_scored reports cosine, the floor cuts, and search_by_vector calls no model."""
+    vector_store.append("a", [entry("restart the worker"), entry("restart"), entry("lunch")])
+    everything = vector_store.search_scored("a", "restart", min_score=-1.0)
+    assert [hit.content for hit, _ in everything] == ["restart", "restart the worker", "lunch"]
+    assert everything[0][1] == pytest.approx(1.0, abs=1e-6)
+    floored = vector_store.search_scored("a", "restart")
+    assert floored == everything[:2]
+    [query] = HashingEmbedder().embed(["restart"])
+    counting.broken = True
+    assert vector_store.search_by_vector("a", query) == floored
+
+
+def test_the_index_follows_writes_it_did_not_make(vector_store: SqliteVectorStore) -> None:
+    """A caller's own DELETE, and a rolled-back write, are never served from a stale index."""
+    vector_store.append("a", [entry("restart the worker", id="w")])
+    assert len(vector_store.search("a", "worker")) == 1
+    with vector_store.engine.begin() as conn:
+        conn.execute(delete(vector_store.entries).where(vector_store.entries.c.key == "a"))
+    assert vector_store.search("a", "worker") == []
+    with vector_store.engine.connect() as conn, conn.begin() as transaction:
+        vector_store.append("a", [entry("worker pool")], conn=conn)
+        assert len(vector_store.search("a", "worker", conn=conn)) == 1
+        transaction.rollback()
+    assert vector_store.search("a", "worker") == []
+
+
+def test_search_where_filters_inside_the_ranking(tmp_path: Path) -> None:
+    """where= admits rows before the top k is taken, as on the lexical backends."""
+    store = SqliteVectorStore(
+        f"sqlite:///{tmp_path / 'v.db'}", embedder=HashingEmbedder(), min_score=FLOOR
+    )
+    store.append("a", [entry("worker", id=str(n)) for n in range(5)])
+    found = store.search("a", "worker", limit=2, where=store.entries.c.entry_id.in_(["3", "4"]))
+    assert [hit.id for hit in found] == ["3", "4"]
+
+
+def test_a_floor_must_be_a_number(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError):
+        SqliteVectorStore(
+            f"sqlite:///{tmp_path / 'v.db'}",
+            embedder=HashingEmbedder(),
+            min_score="high",  # type: ignore[arg-type]
+        )
