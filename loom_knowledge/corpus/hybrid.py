@@ -37,6 +37,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from loom_knowledge.corpus.events import CORPUS_TOPICS
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
 from loom_knowledge.domain.passage_entry import PassageContent
@@ -61,6 +62,9 @@ Mode = Literal["lexical", "vector", "hybrid"]
 MODES: Final = get_args(Mode)
 TABLE_PREFIX: Final = "loom_kb_"
 DEFAULT_CANDIDATES: Final = 50
+MATRICES_KEPT: Final = 4
+"""As-of positions whose stacked vectors a retriever keeps (an audit pages through a few)."""
+Stacked = tuple[list[Passage], NDArray[np.float32]]
 """How deep each ranking goes before fusion: fusing only the top ``limit`` of each would drop
 a passage ranked 5th by both, which is exactly the one hybrid exists to find."""
 
@@ -103,6 +107,11 @@ class HybridRetriever:
         # the same text, and a (model, digest) always the same recorded vector.
         self._digests: dict[tuple[str, int, int], str] = {}
         self._units: dict[str, NDArray[np.float32]] = {}
+        # The corpus at a log position never changes, so its passages and their unit vectors
+        # are stacked once per position: a query reads and stacks nothing while no corpus
+        # event has been appended since (the current corpus), or ever (an as-of position).
+        self._matrices: dict[int, Stacked] = {}
+        self._current: tuple[int, Stacked] | None = None
 
     @property
     def _embeddings(self) -> EmbeddingProjection:
@@ -209,17 +218,41 @@ class HybridRetriever:
         query = unit_vector(np.asarray(vector, dtype=np.float32)) if len(vector) else None
         if query is None:
             return []
-        passages = self.kb.passages() if as_of is None else self.kb.as_of(as_of).passages()
-        self.index(passages)
-        digests = [self._digests[_identity(passage)] for passage in passages]
-        held = [n for n, digest in enumerate(digests) if digest in self._units]
+        held, matrix = self._stacked(as_of)
         if not held:
             return []
-        matrix = np.stack([self._units[digests[n]] for n in held])
         scores = matrix @ query
         kept = np.flatnonzero(scores >= self.min_score)
         best = kept[np.argsort(-scores[kept], kind="stable")][:limit]
-        return [passages[held[n]] for n in best]
+        return [held[n] for n in best]
+
+    def _stacked(self, as_of: int | None) -> Stacked:
+        """The passages of the corpus (current, or at ``as_of``) that have a vector, and their
+        unit vectors stacked in the same order; stacked again only when the corpus changed."""
+        if as_of is not None:
+            if as_of not in self._matrices:
+                if len(self._matrices) >= MATRICES_KEPT:
+                    del self._matrices[next(iter(self._matrices))]
+                self._matrices[as_of] = self._stack(self.kb.as_of(as_of).passages())
+            return self._matrices[as_of]
+        head = self.kb.refresh()
+        if self._current is not None:
+            checked, stacked = self._current
+            changes = self.kb.loom.log.notifications(
+                after=checked, upto=head, topics=CORPUS_TOPICS, page_size=1
+            )
+            if next(iter(changes), None) is None:
+                self._current = (head, stacked)
+                return stacked
+        self._current = (head, self._stack(self.kb.passages()))
+        return self._current[1]
+
+    def _stack(self, passages: list[Passage]) -> Stacked:
+        self.index(passages)
+        held = [p for p in passages if self._digests[_identity(p)] in self._units]
+        if not held:
+            return [], np.empty((0, 0), dtype=np.float32)
+        return held, np.stack([self._units[self._digests[_identity(p)]] for p in held])
 
 
 def _check(query: object, mode: object, limit: object) -> None:

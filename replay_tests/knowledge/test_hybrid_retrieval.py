@@ -173,3 +173,27 @@ def test_a_replay_creates_no_table(sqlite_url: str) -> None:
             conn.exec_driver_sql("DROP TABLE loom_kb_embeddings")
         assert loom.replay(run.execution_id).identical
         assert not inspect(loom.log.engine).has_table("loom_kb_embeddings")
+
+
+def test_the_corpus_is_read_once_while_it_stands_still(
+    kb: KnowledgeBase, retriever: HybridRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Vector search stacks the corpus's vectors once and reuses them until a corpus event is
+    appended: other events (a flow's decisions) do not invalidate them, a corpus edit does."""
+    reads: list[int] = []
+    passages = kb.passages
+    monkeypatch.setattr(kb, "passages", lambda: reads.append(1) or passages())
+    assert _ids(retriever.search("postgresql", mode="vector")) == ["pg"]
+    assert _ids(retriever.search("replicas streaming", mode="vector")) == ["pg"]
+
+    @kb.loom.flow("unrelated")
+    def unrelated(ctx: Any) -> int:
+        return ctx.decide("n", lambda: 1)
+
+    kb.loom.run("unrelated")  # log events that are not the corpus's
+    assert _ids(retriever.search("postgresql", mode="vector")) == ["pg"]
+    assert len(reads) == 1
+
+    kb.put_doc(Doc(id="pg2", text="A postgresql standby replays WAL."), source="test")
+    assert "pg2" in _ids(retriever.search("postgresql standby", mode="vector", limit=5))
+    assert len(reads) == 2  # the edit was seen: read again, once
