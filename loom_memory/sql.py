@@ -141,6 +141,7 @@ class SqlMemoryStore(ABC):
         self.postings = postings_table(table_prefix, metadata) if postings else None
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
+        self._declare_search_tables(table_prefix, metadata)
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -156,7 +157,8 @@ class SqlMemoryStore(ABC):
                     self.entries.name in existing and self.postings.name not in existing
                 )
             metadata.create_all(conn, checkfirst=True)
-            for statement in self._search_ddl():
+            created = {table.name for table in metadata.sorted_tables} - existing
+            for statement in self._search_ddl(created=created):
                 conn.exec_driver_sql(statement)
 
     @property
@@ -359,8 +361,19 @@ class SqlMemoryStore(ABC):
         """Return the search columns and indexes to add to the entries table."""
 
     @abstractmethod
-    def _search_ddl(self) -> list[str]:
-        """Return idempotent DDL for search structures outside the entries table."""
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        """Add the tables a backend's search keeps beside the entries to ``metadata``.
+
+        They are created with the entries table, in the same transaction.
+        """
+
+    @abstractmethod
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        """Return idempotent DDL for search structures outside the entries table.
+
+        ``created`` names the tables this open created: a structure created beside entries
+        that already exist (a store written by older code) must be filled from them here.
+        """
 
     @abstractmethod
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
