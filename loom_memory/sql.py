@@ -315,14 +315,18 @@ class SqlMemoryStore(ABC):
         return [by_seq[seq] for seq in seqs if seq in by_seq]
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
-        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept."""
-        if self.postings is None:
-            conn.execute(insert(self.entries), rows)
-            return
+        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept.
+
+        RETURNING makes SQLAlchemy send multi-row INSERTs (its "insertmanyvalues", pages of
+        up to 1,000 rows) instead of one statement per row, so a statement-level trigger
+        (PostgreSQL's term index) fires once per page, not once per entry.
+        """
         seqs = conn.execute(
             insert(self.entries).returning(self.entries.c.seq, sort_by_parameter_order=True),
             rows,
         ).scalars()
+        if self.postings is None:
+            return
         postings = [
             posting
             for seq, row_terms in zip(seqs, terms, strict=True)
