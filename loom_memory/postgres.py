@@ -18,6 +18,13 @@ BM25's, floored at 1e-6, from ``df`` counted over the matching rows and ``N`` th
 key that ``where`` admits: a filtered search ranks as if the store held only those rows. No
 ``b``: a tsvector keeps no token count, and its lexeme count was a worse length than none.
 
+That statement scores every matching row, unpacking its whole vector, and counts the key's rows
+for every query (~60 ms at 100,000 entries). A search without ``where`` gets the same answer,
+bit-equal scores and ties included, from the term index instead (ADR 0037,
+:mod:`loom_memory.postgres_terms`): postings and per-key counts kept by triggers, and score
+bounds that prove which rows cannot enter the top ``limit``. A search with ``where`` still runs
+the statement: its statistics are those of the admitted rows, unknown before counting them.
+
 A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (same
 formula, integer scores, ties by entry id; a foreign key's cascade deletes an entry's postings).
 

@@ -25,8 +25,10 @@ writers of one key queue on that row instead of deadlocking over its terms; writ
 serialise (they did on the GIN index's pending list already, less visibly).
 
 :func:`rank` answers exactly what ADR 0017's statement answers, scores bit-equal and ties by
-``seq``: the score is the same SQL expression (:func:`bm25`) over the same integers, and the
-rows it skips are proven unable to enter the top ``k`` (:func:`~loom_memory.topk.top_k_scored`).
+``seq``: each term's contribution is the same SQL expression (:func:`contribution`, :func:`idf`)
+over the same integers, added in the same order, and the rows it skips are proven unable to
+enter the top ``k`` (:func:`~loom_memory.topk.top_k_scored`). ADR 0037 says why and what it
+costs.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class TermIndex:
 
     @property
     def tables(self) -> tuple[Table, ...]:
+        """The three tables: postings, term counts, key counts."""
         return (self.postings, self.term_counts, self.key_counts)
 
 
