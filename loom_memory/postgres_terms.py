@@ -34,20 +34,26 @@ costs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Column,
     ColumnElement,
     Connection,
+    Dialect,
+    Float,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     Select,
     Table,
     Text,
+    any_,
+    bindparam,
     func,
-    literal,
     select,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by
@@ -93,6 +99,10 @@ class TermIndex:
     postings: Table
     term_counts: Table
     key_counts: Table
+    steps: dict[tuple[bool, ...], tuple[str, dict[str, Any]]] = field(
+        default_factory=dict, compare=False
+    )
+    """Each search step's compiled SQL and default parameters, by shape (see ``_step``)."""
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -213,8 +223,8 @@ def rank(
         return []
 
     def score(essential: Sequence[str]) -> list[Hit]:
-        statement = _step(index, key, known, set(essential), stats, limit)
-        return [Hit(rowid=seq, score=value) for seq, value in conn.execute(statement)]
+        sql, parameters = _step(index, key, known, set(essential), stats, limit, conn.dialect)
+        return [Hit(rowid=seq, score=value) for seq, value in conn.exec_driver_sql(sql, parameters)]
 
     return [hit.rowid for hit in top_k_scored(known, stats, limit, score)]
 
@@ -226,8 +236,36 @@ def _step(
     essential: set[str],
     stats: TermStats,
     limit: int,
-) -> Select[tuple[int, float]]:
-    """The best ``limit`` rows holding an ``essential`` term, scored on every ``known`` term.
+    dialect: Dialect,
+) -> tuple[str, dict[str, Any]]:
+    """One step's SQL and its parameters: the statement of :func:`_step_statement` for this
+    shape (how many terms, which essential), compiled once per shape and then only re-bound.
+
+    Building and cache-keying a SQLAlchemy statement of this size cost more than running it
+    (~3 ms a step, measured); the SQL text of a shape never changes, only its values do.
+    """
+    shape = tuple(term in essential for term in known)
+    cached = index.steps.get(shape)
+    if cached is None:
+        compiled = _step_statement(index, shape).compile(dialect=dialect)
+        cached = index.steps[shape] = (str(compiled), dict(compiled.params))
+    sql, defaults = cached
+    return sql, {
+        **defaults,
+        "key": key,
+        "rows": stats.rows,
+        "essential": sorted(essential),
+        "bound": stats.upper_bound([term for term in known if term not in essential]),
+        "floor_offset": limit - 1,
+        "limit": limit,
+        **{f"term{i}": term for i, term in enumerate(known)},
+        **{f"df{i}": stats.documents[term] for i, term in enumerate(known)},
+    }
+
+
+def _step_statement(index: TermIndex, shape: tuple[bool, ...]) -> Select[tuple[int, float]]:
+    """The best ``limit`` rows holding an essential term, scored on every known term (term
+    ``i`` is essential when ``shape[i]``); every value is a named parameter.
 
     Three things make it cheap and keep it exact:
 
@@ -237,41 +275,49 @@ def _step(
       reaches the ``limit``-th best essential part (a lower bound of the ``limit``-th score):
       a candidate below it cannot enter, ties included.
     * Each term's contribution is a column (one posting per row and term, so ``max`` is that
-      posting's), and the score adds them, absent ones as 0, in ``known``'s order, the
+      posting's), and the score adds them, absent ones as 0, in the known terms' order, the
       collation order ADR 0017's ``sum(.. ORDER BY lexeme)`` adds them in: the same floats
       added in the same order, so the same score, bit for bit, without sorting each row's terms.
     """
     p = index.postings.c
-    rows = literal(stats.rows, BigInteger)
-    weight = {term: idf(rows, literal(stats.documents[term], BigInteger)) for term in known}
+    key = bindparam("key", type_=Text)
+    rows = bindparam("rows", type_=BigInteger)
+    term = [bindparam(f"term{i}", type_=Text) for i in range(len(shape))]
+    weight = [idf(rows, bindparam(f"df{i}", type_=BigInteger)) for i in range(len(shape))]
     held = (
         select(
             p.seq,
             *(
-                func.max(contribution(weight[term], p.tf)).filter(p.term == term).label(f"t{i}")
-                for i, term in enumerate(known)
-                if term in essential
+                func.max(contribution(weight[i], p.tf)).filter(p.term == term[i]).label(f"t{i}")
+                for i, essential in enumerate(shape)
+                if essential
             ),
         )
-        .where(p.key == key, p.term.in_(sorted(essential)))
+        .where(p.key == key, p.term == any_(bindparam("essential", type_=ARRAY(Text))))
         .group_by(p.seq)
         .cte("held")
         .prefix_with("MATERIALIZED")
     )
-    part = _added([held.c[f"t{i}"] for i, term in enumerate(known) if term in essential])
-    floor = select(part).order_by(part.desc()).offset(limit - 1).limit(1).scalar_subquery()
-    bound = stats.upper_bound([term for term in known if term not in essential])
+    part = _added([held.c[f"t{i}"] for i, essential in enumerate(shape) if essential])
+    floor = (
+        select(part)
+        .order_by(part.desc())
+        .offset(bindparam("floor_offset", type_=Integer))
+        .limit(1)
+        .scalar_subquery()
+    )
+    bound = bindparam("bound", type_=Float)
     other = index.postings.alias("other")
     probed = (
         select(
             held,
             *(
                 select(other.c.tf)
-                .where(other.c.key == key, other.c.term == term, other.c.seq == held.c.seq)
+                .where(other.c.key == key, other.c.term == term[i], other.c.seq == held.c.seq)
                 .scalar_subquery()
                 .label(f"t{i}")
-                for i, term in enumerate(known)
-                if term not in essential
+                for i, essential in enumerate(shape)
+                if not essential
             ),
         )
         .where(part + bound >= func.coalesce(floor, 0.0) * (1.0 - MARGIN))
@@ -279,11 +325,15 @@ def _step(
         .prefix_with("MATERIALIZED")  # each probe runs once, not once per use of its tf
     )
     parts = [
-        probed.c[f"t{i}"] if term in essential else contribution(weight[term], probed.c[f"t{i}"])
-        for i, term in enumerate(known)
+        probed.c[f"t{i}"] if essential else contribution(weight[i], probed.c[f"t{i}"])
+        for i, essential in enumerate(shape)
     ]
     score = _added(parts).label("score")
-    return select(probed.c.seq, score).order_by(score.desc(), probed.c.seq).limit(limit)
+    return (
+        select(probed.c.seq, score)
+        .order_by(score.desc(), probed.c.seq)
+        .limit(bindparam("limit", type_=Integer))
+    )
 
 
 def _added(parts: Sequence[ColumnElement[float]]) -> ColumnElement[float]:
