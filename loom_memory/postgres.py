@@ -83,6 +83,9 @@ class PostgresMemoryStore(SqlMemoryStore):
             Index(f"{prefix}entries_search", "search_vector", postgresql_using="gin"),
         ]
 
+    search_isolation: ClassVar[str | None] = "REPEATABLE READ"
+    """A search reads the counts, then postings, then rows: one snapshot for all of them."""
+
     term_index: TermIndex | None = None
     """The term index (:mod:`loom_memory.postgres_terms`) a store without ``postings=True``
     ranks its searches from (for inspection; write through the store only)."""

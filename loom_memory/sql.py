@@ -103,6 +103,11 @@ class SqlMemoryStore(ABC):
     entry_id_sql: ClassVar[str]
     """SQL computing the id from the ``entry`` JSON column, for the generated ``entry_id``."""
 
+    search_isolation: ClassVar[str | None] = None
+    """The isolation level of a search's own transaction, when the backend's default would let
+    a search that runs several statements see a different state in each (PostgreSQL's READ
+    COMMITTED takes a new snapshot per statement). A caller's ``conn`` keeps its own."""
+
     def __init__(
         self,
         bind: Engine | URL | str,
@@ -279,7 +284,7 @@ class SqlMemoryStore(ABC):
         terms, limit = check_search(key, query, limit)
         if not terms:
             return []
-        with self._begin(conn) as c:
+        with self._begin(conn, isolation=self.search_isolation) as c:
             if self.postings is None:
                 found = self._search_rows(c, key, terms, limit, where)
             else:
@@ -410,11 +415,20 @@ class SqlMemoryStore(ABC):
         return rows, terms
 
     @contextmanager
-    def _begin(self, conn: Connection | None) -> Iterator[Connection]:
-        """Yield ``conn`` as given, or one in a transaction of our own; translate driver errors."""
+    def _begin(
+        self, conn: Connection | None, *, isolation: str | None = None
+    ) -> Iterator[Connection]:
+        """Yield ``conn`` as given, or one in a transaction of our own (at ``isolation``, if
+        given); translate driver errors."""
         try:
             if conn is not None:
                 yield conn
+            elif isolation is not None:
+                with (
+                    self._engine.connect() as own,
+                    own.execution_options(isolation_level=isolation).begin(),
+                ):
+                    yield own
             else:
                 with self._engine.begin() as own:
                     yield own

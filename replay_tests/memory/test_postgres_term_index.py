@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, true
 
-from loom_memory import MemoryEntry, PostgresMemoryStore, postgres_terms
+from loom_memory import MemoryEntry, PostgresMemoryStore, postgres, postgres_terms
 from loom_memory.postgres_terms import drop_ddl
 from loom_memory.topk import TermStats
 
@@ -264,3 +264,23 @@ def test_a_bound_that_is_too_low_loses_the_answer(
         for query, limit in _queries(rng, 100)
     )
     assert differ > 0
+
+
+def test_a_search_reads_one_snapshot(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search's own transaction is REPEATABLE READ: its counts, postings and rows are of one
+    state, as the single statement's were (READ COMMITTED would snapshot each statement)."""
+    store.append("k", [MemoryEntry(content="word", id="w")])
+    seen: list[str] = []
+    real = postgres_terms.rank
+
+    def rank(conn: Any, *args: Any) -> Any:
+        seen.append(conn.exec_driver_sql("SHOW transaction_isolation").scalar())
+        return real(conn, *args)
+
+    monkeypatch.setattr(postgres, "rank", rank)
+    assert _ids(store.search("k", "word")) == ["w"]
+    assert seen == ["repeatable read"]
+    with store.engine.connect() as conn:  # the pooled connection went back at its default
+        assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
