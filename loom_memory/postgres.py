@@ -77,18 +77,18 @@ class PostgresMemoryStore(SqlMemoryStore):
     dialect: ClassVar[str] = "postgresql"
     entry_id_sql: ClassVar[str] = "(entry::json ->> 'id')"
 
-    def _search_schema(self, prefix: str) -> list[SchemaItem]:
-        return [
-            Column("search_vector", TSVECTOR, nullable=False),
-            Index(f"{prefix}entries_search", "search_vector", postgresql_using="gin"),
-        ]
-
     search_isolation: ClassVar[str | None] = "REPEATABLE READ"
     """A search reads the counts, then postings, then rows: one snapshot for all of them."""
 
     term_index: TermIndex | None = None
     """The term index (:mod:`loom_memory.postgres_terms`) a store without ``postings=True``
     ranks its searches from (for inspection; write through the store only)."""
+
+    def _search_schema(self, prefix: str) -> list[SchemaItem]:
+        return [
+            Column("search_vector", TSVECTOR, nullable=False),
+            Index(f"{prefix}entries_search", "search_vector", postgresql_using="gin"),
+        ]
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
         if self.postings is None:

@@ -378,10 +378,11 @@ class SqlMemoryStore(ABC):
 
     @abstractmethod
     def _search_ddl(self, *, created: set[str]) -> list[str]:
-        """Return idempotent DDL for search structures outside the entries table.
+        """Return the DDL for search structures outside the entries table, run at every open.
 
         ``created`` names the tables this open created: a structure created beside entries
-        that already exist (a store written by older code) must be filled from them here.
+        that already exist (a store written by older code) is filled from them here, so what
+        is returned for an open that created nothing must be idempotent.
         """
 
     @abstractmethod
