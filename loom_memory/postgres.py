@@ -18,6 +18,13 @@ BM25's, floored at 1e-6, from ``df`` counted over the matching rows and ``N`` th
 key that ``where`` admits: a filtered search ranks as if the store held only those rows. No
 ``b``: a tsvector keeps no token count, and its lexeme count was a worse length than none.
 
+That statement scores every matching row, unpacking its whole vector, and counts the key's rows
+for every query (~60 ms at 100,000 entries). A search without ``where`` gets the same answer,
+bit-equal scores and ties included, from the term index instead (ADR 0037,
+:mod:`loom_memory.postgres_terms`): postings and per-key counts kept by triggers, and score
+bounds that prove which rows cannot enter the top ``limit``. A search with ``where`` still runs
+the statement: its statistics are those of the admitted rows, unknown before counting them.
+
 A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (same
 formula, integer scores, ties by entry id; a foreign key's cascade deletes an entry's postings).
 
@@ -36,6 +43,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Index,
+    MetaData,
     Row,
     Text,
     bindparam,
@@ -45,15 +53,22 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR, aggregate_order_by
+from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import UserDefinedType
 
+from loom_memory.postgres_terms import (
+    TermIndex,
+    bm25,
+    drop_ddl,
+    idf,
+    index_ddl,
+    rank,
+    term_index,
+)
 from loom_memory.sql import SqlMemoryStore
 
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position; it clamps larger ones itself
-_K1 = 1.2  # BM25's term-frequency saturation, as in Lucene, tantivy and FTS5
-_MIN_IDF = 1e-6  # a term in over half the rows still counts, a little
 
 
 class PostgresMemoryStore(SqlMemoryStore):
@@ -62,14 +77,31 @@ class PostgresMemoryStore(SqlMemoryStore):
     dialect: ClassVar[str] = "postgresql"
     entry_id_sql: ClassVar[str] = "(entry::json ->> 'id')"
 
+    search_isolation: ClassVar[str | None] = "REPEATABLE READ"
+    """A search reads the counts, then postings, then rows: one snapshot for all of them."""
+
+    term_index: TermIndex | None = None
+    """The term index (:mod:`loom_memory.postgres_terms`) a store without ``postings=True``
+    ranks its searches from (for inspection; write through the store only)."""
+
     def _search_schema(self, prefix: str) -> list[SchemaItem]:
         return [
             Column("search_vector", TSVECTOR, nullable=False),
             Index(f"{prefix}entries_search", "search_vector", postgresql_using="gin"),
         ]
 
-    def _search_ddl(self) -> list[str]:
-        return []  # the GIN index is declared with the table, in _search_schema
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        if self.postings is None:
+            self.term_index = term_index(prefix, metadata)
+
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        # The GIN index is declared with the table, in _search_schema.
+        if self.term_index is None:
+            return []
+        return index_ddl(self.table_prefix, self.entries, self.term_index, created=created)
+
+    def _drop_ddl(self) -> list[str]:
+        return [] if self.term_index is None else drop_ddl(self.table_prefix)
 
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
         lexemes = (
@@ -86,6 +118,8 @@ class PostgresMemoryStore(SqlMemoryStore):
         limit: int,
         where: ColumnElement[bool] | None,
     ) -> Sequence[Row[Any]]:
+        if where is None and self.term_index is not None:
+            return self._read_seqs(conn, rank(conn, self.term_index, key, terms, limit))
         rows = self.entries.c
         admitted = [rows.key == key, *([] if where is None else [where])]
         any_term = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)
@@ -112,24 +146,16 @@ class PostgresMemoryStore(SqlMemoryStore):
         )
         found = occurrences.c
         total = select(func.count()).select_from(self.entries).where(*admitted)
-        df = func.count()
-        idf = (
-            select(
-                found.lexeme,
-                func.greatest(
-                    func.ln((total.scalar_subquery() - df + 0.5) / (df + 0.5)), _MIN_IDF
-                ).label("idf"),
-            )
+        weight = (
+            select(found.lexeme, idf(total.scalar_subquery(), func.count()).label("idf"))
             .group_by(found.lexeme)
             .cte("idf")
             .prefix_with("MATERIALIZED")
         )
-        saturated = found.tf * (_K1 + 1) / (found.tf + _K1)
-        # Summed in lexeme order: equal contributions give bit-equal scores, so ties fall to seq.
-        score = func.sum(aggregate_order_by(idf.c.idf * saturated, found.lexeme)).label("score")
+        score = bm25(weight.c.idf, found.tf, found.lexeme).label("score")
         best = (
             select(found.seq, score)
-            .join_from(occurrences, idf, found.lexeme == idf.c.lexeme)
+            .join_from(occurrences, weight, found.lexeme == weight.c.lexeme)
             .group_by(found.seq)
             .order_by(score.desc(), found.seq)
             .limit(limit)

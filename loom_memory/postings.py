@@ -55,7 +55,7 @@ IDF_SCALE = 2**32
 """Scores are integers: ``idf`` in units of 2**-32, so a sum is exact in any order."""
 
 
-def postings_table(prefix: str, metadata: MetaData) -> Table:
+def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> Table:
     """The side table: one row per (term, entry), searched by term, deleted with its entry.
 
     Clustered by ``(term, seq)`` (``WITHOUT ROWID`` on SQLite) so a term's postings, counts
@@ -63,19 +63,32 @@ def postings_table(prefix: str, metadata: MetaData) -> Table:
     deletes it (a caller's own ``DELETE`` included): on PostgreSQL by the foreign key's
     cascade, on SQLite (where foreign keys are off by default) by a trigger the backend adds.
     A posting left behind would, on SQLite, collide with a re-used rowid.
+
+    ``keyed`` leads each posting with its entry's key, clustered by ``(key, term, seq)``: a
+    search that ranks within a key and knows its statistics already (a plain PostgreSQL store,
+    :mod:`loom_memory.postgres_terms`) then reads only the postings of its key and terms,
+    without visiting the entries to test their key. Its postings are deleted by that module's
+    trigger, not a foreign key.
     """
     return Table(
         f"{prefix}postings",
         metadata,
+        *([Column("key", Text, nullable=False)] if keyed else []),
         Column("term", Text, nullable=False),
         Column(
             "seq",
             BigInteger().with_variant(Integer, "sqlite"),
-            ForeignKey(f"{prefix}entries.seq", ondelete="CASCADE"),
+            *([] if keyed else [ForeignKey(f"{prefix}entries.seq", ondelete="CASCADE")]),
             nullable=False,
         ),
         Column("tf", Integer, nullable=False),
-        PrimaryKeyConstraint("term", "seq"),
+        PrimaryKeyConstraint(
+            *(["key"] if keyed else []),
+            "term",
+            "seq",
+            # Keyed: a probe for one row's term reads its count from the index alone.
+            postgresql_include=["tf"] if keyed else [],
+        ),
         Index(f"{prefix}postings_seq", "seq"),
         sqlite_with_rowid=False,
     )

@@ -103,6 +103,11 @@ class SqlMemoryStore(ABC):
     entry_id_sql: ClassVar[str]
     """SQL computing the id from the ``entry`` JSON column, for the generated ``entry_id``."""
 
+    search_isolation: ClassVar[str | None] = None
+    """The isolation level of a search's own transaction, when the backend's default would let
+    a search that runs several statements see a different state in each (PostgreSQL's READ
+    COMMITTED takes a new snapshot per statement). A caller's ``conn`` keeps its own."""
+
     def __init__(
         self,
         bind: Engine | URL | str,
@@ -141,6 +146,7 @@ class SqlMemoryStore(ABC):
         self.postings = postings_table(table_prefix, metadata) if postings else None
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
+        self._declare_search_tables(table_prefix, metadata)
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -156,7 +162,8 @@ class SqlMemoryStore(ABC):
                     self.entries.name in existing and self.postings.name not in existing
                 )
             metadata.create_all(conn, checkfirst=True)
-            for statement in self._search_ddl():
+            created = {table.name for table in metadata.sorted_tables} - existing
+            for statement in self._search_ddl(created=created):
                 conn.exec_driver_sql(statement)
 
     @property
@@ -277,7 +284,7 @@ class SqlMemoryStore(ABC):
         terms, limit = check_search(key, query, limit)
         if not terms:
             return []
-        with self._begin(conn) as c:
+        with self._begin(conn, isolation=self.search_isolation) as c:
             if self.postings is None:
                 found = self._search_rows(c, key, terms, limit, where)
             else:
@@ -313,14 +320,18 @@ class SqlMemoryStore(ABC):
         return [by_seq[seq] for seq in seqs if seq in by_seq]
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
-        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept."""
-        if self.postings is None:
-            conn.execute(insert(self.entries), rows)
-            return
+        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept.
+
+        RETURNING makes SQLAlchemy send multi-row INSERTs (its "insertmanyvalues", pages of
+        up to 1,000 rows) instead of one statement per row, so a statement-level trigger
+        (PostgreSQL's term index) fires once per page, not once per entry.
+        """
         seqs = conn.execute(
             insert(self.entries).returning(self.entries.c.seq, sort_by_parameter_order=True),
             rows,
         ).scalars()
+        if self.postings is None:
+            return
         postings = [
             posting
             for seq, row_terms in zip(seqs, terms, strict=True)
@@ -359,8 +370,20 @@ class SqlMemoryStore(ABC):
         """Return the search columns and indexes to add to the entries table."""
 
     @abstractmethod
-    def _search_ddl(self) -> list[str]:
-        """Return idempotent DDL for search structures outside the entries table."""
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        """Add the tables a backend's search keeps beside the entries to ``metadata``.
+
+        They are created with the entries table, in the same transaction.
+        """
+
+    @abstractmethod
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        """Return the DDL for search structures outside the entries table, run at every open.
+
+        ``created`` names the tables this open created: a structure created beside entries
+        that already exist (a store written by older code) is filled from them here, so what
+        is returned for an open that created nothing must be idempotent.
+        """
 
     @abstractmethod
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
@@ -393,11 +416,20 @@ class SqlMemoryStore(ABC):
         return rows, terms
 
     @contextmanager
-    def _begin(self, conn: Connection | None) -> Iterator[Connection]:
-        """Yield ``conn`` as given, or one in a transaction of our own; translate driver errors."""
+    def _begin(
+        self, conn: Connection | None, *, isolation: str | None = None
+    ) -> Iterator[Connection]:
+        """Yield ``conn`` as given, or one in a transaction of our own (at ``isolation``, if
+        given); translate driver errors."""
         try:
             if conn is not None:
                 yield conn
+            elif isolation is not None:
+                with (
+                    self._engine.connect() as own,
+                    own.execution_options(isolation_level=isolation).begin(),
+                ):
+                    yield own
             else:
                 with self._engine.begin() as own:
                     yield own

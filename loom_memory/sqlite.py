@@ -40,6 +40,7 @@ from sqlalchemy import (
     Connection,
     Executable,
     Float,
+    MetaData,
     Row,
     Text,
     bindparam,
@@ -74,7 +75,10 @@ class SqliteMemoryStore(SqlMemoryStore):
         """Name of the ``fts5vocab`` view of the index: each term's document count."""
         return f"{self.table_prefix}fts_terms"
 
-    def _search_ddl(self) -> list[str]:
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        return None  # FTS5 keeps its own tables (_search_ddl); postings are the base's
+
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
         rows, fts = self.entries.name, self.fts_table
         return [
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(search_text, "

@@ -32,6 +32,10 @@ Two plans, both exact:
 
 Rows are merged by their id, keeping the highest score seen (every score seen is exact or too
 low, never too high), and ordered by score, then id: the plain query's ``ORDER BY``.
+
+A backend that can score a row on ALL the query terms while selecting it by only some of them
+(PostgreSQL's postings, :mod:`loom_memory.postgres_terms`) uses :func:`top_k_scored`: the same
+essential-terms argument with one statement per step, whose answer is the final one as it comes.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ SUBSET_TERMS = 4
 """Queries with at most this many terms use the subset plan: at most 2**4 - 1 = 15 conjunctions,
 and in practice two or three. Longer queries use the essential-terms plan."""
 
-_MARGIN = 1e-9
+MARGIN = 1e-9
 """Relative slack for comparing a Python bound with a score computed in C: a bound must be
 CLEARLY below theta to prune, so a row that would tie theta (and could win on id) is scored."""
 
@@ -101,11 +105,47 @@ def top_k(terms: Sequence[str], stats: TermStats, k: int, run: Run) -> list[int]
     return [hit.rowid for hit in _ranked(best)[:k]]
 
 
+Score = Callable[[Sequence[str]], Sequence[Hit]]
+"""Returns the best ``k`` rows containing any of the given (essential) terms, each scored on
+ALL the query terms, best first in the plain query's order (the caller's filters applied)."""
+
+
+def top_k_scored(terms: Sequence[str], stats: TermStats, k: int, score: Score) -> list[Hit]:
+    """The best ``k`` rows matching any of ``terms``, best first, exactly as ``score`` of all
+    the terms would rank them: the essential terms plan, each step answered by one ``score``.
+
+    ``score(E)`` ranks only the rows holding an essential term, but ranks them by every term,
+    so its hits are exact and its ``k``-th score ``theta`` is a lower bound of the final one. A
+    row holding only the common terms ``C`` (the rest) scores below ``ub(C)``; once
+    ``ub(C) < theta`` no such row can enter, ties included, and ``score(E)``'s hits are the
+    answer. Otherwise the common terms the bound cannot exclude become essential: at worst
+    every term is, which is the plain query. While fewer than ``k`` rows hold an essential
+    term there is no ``theta`` yet, and only the next rarest term joins them.
+    """
+    present = [term for term in dict.fromkeys(terms) if stats.documents.get(term, 0) > 0]
+    by_commonness = sorted(present, key=lambda term: stats.upper_bound([term]))
+    if not by_commonness:
+        return []
+    split = len(by_commonness) - 1  # C = by_commonness[:split], E = the rest
+    while True:
+        hits = list(score(by_commonness[split:])[:k])
+        if split == 0:
+            return hits
+        if len(hits) < k:
+            split -= 1  # fewer than k rows hold an essential term: the next rarest joins them
+            continue
+        theta = hits[k - 1].score * (1.0 - MARGIN)
+        if stats.upper_bound(by_commonness[:split]) < theta:
+            return hits
+        while split > 0 and stats.upper_bound(by_commonness[:split]) >= theta:
+            split -= 1
+
+
 def _subsets(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> None:
     subsets = [s for size in range(1, len(terms) + 1) for s in combinations(terms, size)]
     subsets.sort(key=stats.upper_bound, reverse=True)
     for subset in subsets:
-        if stats.upper_bound(subset) < _theta(best, k) * (1.0 - _MARGIN):
+        if stats.upper_bound(subset) < _theta(best, k) * (1.0 - MARGIN):
             return
         _merge(best, run(" AND ".join(map(_phrase, subset))))
 
@@ -122,7 +162,7 @@ def _essential_terms(
         if not common:
             return
         _merge(best, run(f"{any_essential} AND {_any(common)}"))
-        theta = _theta(best, k) * (1.0 - _MARGIN)
+        theta = _theta(best, k) * (1.0 - MARGIN)
         if stats.upper_bound(common) < theta:
             return
         while split > 0 and stats.upper_bound(by_commonness[:split]) >= theta:
