@@ -502,25 +502,33 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     the objects in between: the row, the event, the aggregate's generic checks. A decision's
     row here is decoded typed (upcast, and refused as corrupt, by the mapper exactly as for
     an event), checked to be the stream's next version, and noted as its
-    :class:`Decision`. Every other event (the start, the end, a claim or a reopening: a few
-    per execution) is applied as an event, by :func:`project_execution`.
+    :class:`Decision`; the version and time it leaves are set on the execution before any
+    other event applies and at the end. Every other event (the start, the end, a claim or a
+    reopening: a few per execution) is applied as an event, by :func:`project_execution`.
     """
     from loom_runtime.storage.mapper import decode_row, decode_state
 
     execution: Execution | None = None
+    version = 0
+    modified_on = None
     for row in rows:
         decision = _DECISIONS.get(row.topic) if execution is not None else None
         if execution is None or decision is None:
+            if modified_on is not None and execution is not None:
+                execution.version, execution.modified_on = version, modified_on
             execution = project_execution(execution, (decode_row(row),))
+            stream, version, modified_on = (execution.id, execution.version, None)
             continue
         _, fields = decode_state(
             stream=row.stream, version=row.version, topic=row.topic, state=row.state
         )
-        if row.stream != execution.id:
+        if row.stream is not stream and row.stream != stream:
             raise _out_of_sequence(row.version, row.stream, "OriginatorIDError")
-        if row.version != execution.version + 1:
+        version += 1
+        if row.version != version:
             raise _out_of_sequence(row.version, row.stream, "OriginatorVersionError")
-        _note(execution, decision(fields), row.version)
-        execution.version = row.version
-        execution.modified_on = fields.timestamp
+        _note(execution, decision(fields), version)
+        modified_on = fields.timestamp
+    if modified_on is not None and execution is not None:
+        execution.version, execution.modified_on = version, modified_on
     return execution

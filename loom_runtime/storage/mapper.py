@@ -162,11 +162,10 @@ def decode_row(row: Row) -> Any:
 
 def _decode_state(cls: type, payload: bytes) -> Any:
     """Decode a payload typed; upcast first when it was written by an older class version."""
-    schema = schema_for(cls)
-    target = getattr(cls, "class_version", 1)
+    decoder, target = _decoder(cls)
     decoded: Any
     try:
-        decoded = msgspec.json.decode(payload, type=schema)
+        decoded = decoder.decode(payload)
     except msgspec.ValidationError:
         if target == 1:
             raise
@@ -177,8 +176,14 @@ def _decode_state(cls: type, payload: bytes) -> Any:
         while version < target:
             getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
             version += 1
-        decoded = msgspec.json.decode(_encoder.encode(state), type=schema)
+        decoded = decoder.decode(_encoder.encode(state))
     return decoded
+
+
+@cache
+def _decoder(cls: type) -> tuple[msgspec.json.Decoder[Any], int]:
+    """A decoder of ``cls``'s schema and its current class version, made once per class."""
+    return msgspec.json.Decoder(schema_for(cls)), getattr(cls, "class_version", 1)
 
 
 @cache

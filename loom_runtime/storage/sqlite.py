@@ -93,6 +93,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
     def stream_rows(self, stream: UUID) -> list[Row]:
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
+            c.row_factory = None  # plain tuples: eventsourcing's sqlite3.Row costs per row
             c.execute(self.select_stream_rows, (stream.hex,))
             return [
                 Row(stream=stream, version=version, topic=topic, state=state)
