@@ -516,8 +516,9 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
         if execution is None or decision is None:
             if modified_on is not None and execution is not None:
                 execution.version, execution.modified_on = version, modified_on
-            execution = project_execution(execution, (decode_row(row),))
-            stream, version, modified_on = (execution.id, execution.version, None)
+            # One event applied always leaves an execution (or raises).
+            execution = cast("Execution", project_execution(execution, (decode_row(row),)))
+            stream, version, modified_on = execution.id, execution.version, None
             continue
         _, fields = decode_state(
             stream=row.stream, version=row.version, topic=row.topic, state=row.state

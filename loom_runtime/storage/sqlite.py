@@ -93,7 +93,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
     def stream_rows(self, stream: UUID) -> list[Row]:
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
-            c.row_factory = None  # plain tuples: eventsourcing's sqlite3.Row costs per row
+            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
+            c.sqlite_cursor.row_factory = None
             c.execute(self.select_stream_rows, (stream.hex,))
             return [
                 Row(stream=stream, version=version, topic=topic, state=state)
