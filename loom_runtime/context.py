@@ -281,6 +281,7 @@ class _Context:
         self._source = source
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
+        self._taken_ahead = False  # see _occurrence
         self._numbering = threading.Lock()
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
@@ -326,7 +327,15 @@ class _Context:
         or resume matches them to the recorded occurrences by input; a changed input still
         finds no match and diverges at its own number. ``_seen`` is the highest number below
         which every occurrence is taken, so numbering stays O(1) per call.
+
+        ``_taken_ahead`` says whether an occurrence past some ``_seen`` may have been taken:
+        only a key that itself holds ``#`` (a caller's own ``"k#2"``), a skipped occurrence
+        or one matched out of order can take one. Until then ``_seen`` is not walked forward
+        (a set lookup of a freshly built ``key#n`` per call, in every replay); the keys
+        returned never depend on it, only how far the first loop has to look.
         """
+        if "#" in key:
+            self._taken_ahead = True
         below = self._seen.get(key, 0)
         occurrence = below + 1
         slot_key = _numbered(key, occurrence)
@@ -339,12 +348,15 @@ class _Context:
             candidate = occurrence + 1
             while (other := recorded.get(_numbered(key, candidate))) is not None:
                 if other.input == raw_input and _numbered(key, candidate) not in self._taken:
+                    self._taken_ahead = True
                     return _numbered(key, candidate)  # taken out of order: _seen stays
                 candidate += 1
         if occurrence == below + 1:  # the usual case: the next one in order
             below += 1
-            while _numbered(key, below + 1) in self._taken:  # occurrences matched out of order
-                below += 1
+            while self._taken_ahead and _numbered(key, below + 1) in self._taken:
+                below += 1  # occurrences matched out of order
+        else:
+            self._taken_ahead = True
         self._seen[key] = below
         return slot_key
 
