@@ -457,8 +457,8 @@ class _Context:
         retry_on: Callable[[Exception], bool] = transient,
     ) -> Any:
         """:meth:`_decide` driven now. A decision the source answers (every decision of a
-        replay) returns without the generator and its driver: most of a replay's time is
-        spent in calls of ``decide``, and building a generator cost a fifth of one."""
+        replay) returns without the generator and its driver, which were a visible share of
+        each ``decide`` of a replay (the rest of a replay's time is mostly these calls)."""
         found, value = self._answer(slot, type)
         if found:
             return value
