@@ -281,12 +281,13 @@ class _Context:
         self._source = source
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
+        self._taken_ahead = False  # see _occurrence
         self._numbering = threading.Lock()
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
             raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
-        if not is_unicode(key):
+        if not key.isascii() and not is_unicode(key):  # ASCII (most keys) has no surrogate
             raise DecisionKeyError(
                 f"decision key {key!r} contains a lone surrogate, which cannot be stored; "
                 "build keys from valid text (decode bytes with errors='replace' first)"
@@ -326,7 +327,15 @@ class _Context:
         or resume matches them to the recorded occurrences by input; a changed input still
         finds no match and diverges at its own number. ``_seen`` is the highest number below
         which every occurrence is taken, so numbering stays O(1) per call.
+
+        ``_taken_ahead`` says whether an occurrence past some ``_seen`` may have been taken:
+        only a key that itself holds ``#`` (a caller's own ``"k#2"``), a skipped occurrence
+        or one matched out of order can take one. Until then ``_seen`` is not walked forward
+        (a set lookup of a freshly built ``key#n`` per call, in every replay); the keys
+        returned never depend on it, only how far the first loop has to look.
         """
+        if "#" in key:
+            self._taken_ahead = True
         below = self._seen.get(key, 0)
         occurrence = below + 1
         slot_key = _numbered(key, occurrence)
@@ -339,12 +348,15 @@ class _Context:
             candidate = occurrence + 1
             while (other := recorded.get(_numbered(key, candidate))) is not None:
                 if other.input == raw_input and _numbered(key, candidate) not in self._taken:
+                    self._taken_ahead = True
                     return _numbered(key, candidate)  # taken out of order: _seen stays
                 candidate += 1
         if occurrence == below + 1:  # the usual case: the next one in order
             below += 1
-            while _numbered(key, below + 1) in self._taken:  # occurrences matched out of order
-                below += 1
+            while self._taken_ahead and _numbered(key, below + 1) in self._taken:
+                below += 1  # occurrences matched out of order
+        else:
+            self._taken_ahead = True
         self._seen[key] = below
         return slot_key
 
@@ -399,6 +411,17 @@ class _Context:
         found, value = self._answer(slot, type)
         if found:
             return value
+        return (yield from self._compute(slot, compute, type, retry, retry_on))
+
+    def _compute(
+        self,
+        slot: Slot,
+        compute: Callable[[], Any],
+        type: Any,
+        retry: Backoff | None,
+        retry_on: Callable[[Exception], bool],
+    ) -> Steps[Any]:
+        """The unanswered half of :meth:`_decide`: compute, retry, record."""
         attempts: list[Attempt] = []
         pauses = retry.pauses() if retry is not None else iter(())
         while True:
@@ -433,7 +456,13 @@ class _Context:
         retry: Backoff | None = None,
         retry_on: Callable[[Exception], bool] = transient,
     ) -> Any:
-        return drive(self._decide(slot, compute, type, retry, retry_on), _settle_now)
+        """:meth:`_decide` driven now. A decision the source answers (every decision of a
+        replay) returns without the generator and its driver, which were a visible share of
+        each ``decide`` of a replay (the rest of a replay's time is mostly these calls)."""
+        found, value = self._answer(slot, type)
+        if found:
+            return value
+        return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""

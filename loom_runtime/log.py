@@ -201,7 +201,8 @@ class EventLog(Protocol):
         ...
 
     def rows(self, stream: UUID) -> list[Row]:
-        """The stream's rows exactly as stored, by version: what a bundle exports."""
+        """The stream's rows exactly as stored, by version: what a bundle exports, and what
+        an execution is loaded from for a replay (one read, no event built per row)."""
         ...
 
     def insert_rows(self, rows: Sequence[Row]) -> list[int]:

@@ -52,7 +52,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import (
     EXECUTION_TOPICS,
     Execution,
-    project_execution,
+    project_rows,
     stored_labels,
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
@@ -297,7 +297,7 @@ class Loom:
 
     def execution(self, execution_id: UUID | str) -> Execution:
         """The execution's current state, rebuilt from its events."""
-        execution = project_execution(None, self.log.events(_as_uuid(execution_id)))
+        execution = project_rows(self.log.rows(_as_uuid(execution_id)))
         if execution is None:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"

@@ -17,6 +17,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from loom_runtime.integrity import GENESIS, global_link, stream_link
+from loom_runtime.log import Row
 
 CHAIN_TABLE = "loom_chain"
 _PAGE = 1000
@@ -172,3 +173,10 @@ class ChainedRecorder(ABC):
     @abstractmethod
     def reading(self) -> AbstractContextManager[Any]:
         """A read-only transaction's DB-API cursor, for :func:`verify_log`."""
+
+    @abstractmethod
+    def stream_rows(self, stream: UUID) -> list[Row]:
+        """The stream's rows by version, read with one SELECT of the three columns a reader
+        needs, straight into loom's :class:`~loom_runtime.log.Row`: eventsourcing's
+        ``select_events`` builds a ``StoredEvent`` per row first, a visible share of a
+        replay."""

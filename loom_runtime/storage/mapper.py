@@ -48,6 +48,7 @@ from loom_runtime.redaction import Redactor
 from loom_runtime.storage.topics import event_class, is_aggregate_topic
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
+_NO_TOPIC = object()
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
@@ -109,6 +110,25 @@ def decode_event(*, stream: object, version: int, topic: str, state: bytes) -> A
     ``Created`` event's ``originator_topic`` must name a registered aggregate, both before
     anything could resolve them: eventsourcing would import the module either one names.
     """
+    cls, decoded = decode_state(stream=stream, version=version, topic=topic, state=state)
+    fields = msgspec.structs.asdict(decoded)
+    del fields["class_version"]
+    fields["originator_id"] = stream if isinstance(stream, UUID) else UUID(str(stream))
+    fields["originator_version"] = version
+    domain_event: Any = object.__new__(cls)
+    object.__setattr__(domain_event, "__dict__", fields)
+    return domain_event
+
+
+def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> tuple[type, Any]:
+    """A row's event class and its stored fields, decoded typed and upcast, with no event built.
+
+    Every check of :func:`decode_event` (which builds the event from this) is made here, with
+    its errors: a reader that needs only the fields (a replay, which reads a decision's key
+    and value from thousands of rows) skips building an event per row, not the checks. The
+    fields are a msgspec Struct: the event's stored fields as attributes, and
+    ``class_version``.
+    """
     cls = event_class(topic)
     if cls is None:
         raise LogCorruptError(
@@ -117,7 +137,7 @@ def decode_event(*, stream: object, version: int, topic: str, state: bytes) -> A
             "defines it, or run `loom verify`: the row may have been edited)"
         )
     try:
-        fields = _decode_state(cls, state)
+        decoded = _decode_state(cls, state)
     except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
         raise LogCorruptError(
             f"{_where(stream, version)} ({topic}) does not decode as "
@@ -125,17 +145,14 @@ def decode_event(*, stream: object, version: int, topic: str, state: bytes) -> A
             "class_version and an upcaster; otherwise run `loom verify`: the row may "
             "have been edited"
         ) from exc
-    if "originator_topic" in fields and not is_aggregate_topic(fields["originator_topic"]):
+    originator_topic = getattr(decoded, "originator_topic", _NO_TOPIC)
+    if originator_topic is not _NO_TOPIC and not is_aggregate_topic(originator_topic):
         raise LogCorruptError(
-            f"{_where(stream, version)} has originator_topic {fields['originator_topic']!r}, "
+            f"{_where(stream, version)} has originator_topic {originator_topic!r}, "
             "which is none of loom's aggregates; it was refused unread (run `loom "
             "verify`: the row may have been edited)"
         )
-    fields["originator_id"] = stream if isinstance(stream, UUID) else UUID(str(stream))
-    fields["originator_version"] = version
-    domain_event: Any = object.__new__(cls)
-    object.__setattr__(domain_event, "__dict__", fields)
-    return domain_event
+    return cls, decoded
 
 
 def decode_row(row: Row) -> Any:
@@ -143,13 +160,12 @@ def decode_row(row: Row) -> Any:
     return decode_event(stream=row.stream, version=row.version, topic=row.topic, state=row.state)
 
 
-def _decode_state(cls: type, payload: bytes) -> dict[str, Any]:
+def _decode_state(cls: type, payload: bytes) -> Any:
     """Decode a payload typed; upcast first when it was written by an older class version."""
-    schema = schema_for(cls)
-    target = getattr(cls, "class_version", 1)
+    decoder, target = _decoder(cls)
     decoded: Any
     try:
-        decoded = msgspec.json.decode(payload, type=schema)
+        decoded = decoder.decode(payload)
     except msgspec.ValidationError:
         if target == 1:
             raise
@@ -160,10 +176,14 @@ def _decode_state(cls: type, payload: bytes) -> dict[str, Any]:
         while version < target:
             getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
             version += 1
-        decoded = msgspec.json.decode(_encoder.encode(state), type=schema)
-    result = msgspec.structs.asdict(decoded)
-    del result["class_version"]
-    return result
+        decoded = decoder.decode(_encoder.encode(state))
+    return decoded
+
+
+@cache
+def _decoder(cls: type) -> tuple[msgspec.json.Decoder[Any], int]:
+    """A decoder of ``cls``'s schema and its current class version, made once per class."""
+    return msgspec.json.Decoder(schema_for(cls)), getattr(cls, "class_version", 1)
 
 
 @cache

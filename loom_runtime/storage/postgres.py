@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import (
     ApplicationRecorder,
@@ -32,6 +33,7 @@ from eventsourcing.utils import retry
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from loom_runtime.integrity import GENESIS
+from loom_runtime.log import Row
 from loom_runtime.schema import DDL_LOCK_KEY
 from loom_runtime.storage.chain import CHAIN_TABLE, ChainedRecorder, ChainTable
 
@@ -127,6 +129,10 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
             "SELECT {schema}.{append}(%b, %b::bigint[], %b, %b, %s) AS ids"
         ).format(**names)
         self.lock_wait = f"{datastore.lock_timeout}s"
+        self.select_stream_rows: Composed = SQL(
+            "SELECT originator_version, topic, state FROM {schema}.{events} "
+            "WHERE originator_id = %s ORDER BY originator_version"
+        ).format(**names)
 
     def create_table(self) -> None:
         """Create (if missing) under a session advisory lock: processes opening one log at once
@@ -166,6 +172,19 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         assert row is not None  # a SELECT of one function call returns one row
         ids: list[int] = row["ids"]
         return ids
+
+    def stream_rows(self, stream: UUID) -> list[Row]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self.select_stream_rows, (stream,), prepare=True)
+            return [
+                Row(
+                    stream=stream,
+                    version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in curs.fetchall()
+            ]
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()

@@ -19,6 +19,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
+from loom_runtime.log import Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 
@@ -47,6 +48,10 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             self._commit_group
         )
         """Shares one transaction among the appends that arrive together (ADR 0036)."""
+        self.select_stream_rows = (
+            f"SELECT originator_version, topic, state FROM {events_table_name} "
+            "WHERE originator_id=? ORDER BY originator_version"
+        )
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *self.chain.ddl]
@@ -85,6 +90,16 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)
+
+    def stream_rows(self, stream: UUID) -> list[Row]:
+        with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
+            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
+            c.sqlite_cursor.row_factory = None
+            c.execute(self.select_stream_rows, (stream.hex,))
+            return [
+                Row(stream=stream, version=version, topic=topic, state=state)
+                for version, topic, state in c.fetchall()
+            ]
 
     def convert_originator_id(self, originator_id: str) -> UUID | str:
         # Every row of a stream carries the same id text: parse it once, not per row
