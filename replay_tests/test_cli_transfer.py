@@ -76,9 +76,7 @@ def test_one_bad_bundle_is_reported_and_the_others_go_in(
     assert "imported 2 execution(s); 0 already in the log; 1 failed" in result.stdout
     assert str(tampered) in result.stderr
     with Loom(target) as loom:
-        assert sorted(str(s.execution_id) for s in loom.executions()) == sorted(
-            [ids[0], ids[2]]
-        )
+        assert sorted(str(s.execution_id) for s in loom.executions()) == sorted([ids[0], ids[2]])
 
 
 @pytest.mark.parametrize(
