@@ -47,8 +47,8 @@ from loom_runtime.errors import (
     BundleVersionError,
     ConfigurationError,
 )
-from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_execution
-from loom_runtime.log import Row, decode_rows
+from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_rows
+from loom_runtime.log import Row
 
 T = TypeVar("T")
 
@@ -97,7 +97,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         """
         check_events(self.events)
         try:
-            execution = project_execution(None, decode_rows(self.rows()))
+            execution = project_rows(self.rows())
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
