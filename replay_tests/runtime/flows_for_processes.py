@@ -175,7 +175,11 @@ def _step(i: int) -> str:
 def _maybe_pause(*, after: int) -> None:
     if os.environ.get("LOOM_TEST_PAUSE_AFTER") != str(after):
         return
-    Path(os.environ["LOOM_TEST_READY"]).write_text(str(os.getpid()))
+    # Written aside, then renamed: the parent polls for the file and reads the pid at once, so
+    # it must never see the file before the pid is in it.
+    ready = Path(os.environ["LOOM_TEST_READY"])
+    ready.with_suffix(".writing").write_text(str(os.getpid()))
+    ready.with_suffix(".writing").replace(ready)
     go = os.environ.get("LOOM_TEST_GO")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the parent SIGKILLs us here, between two decisions,
