@@ -143,3 +143,50 @@ def test_the_audit_says_what_the_execution_ran_for(log: Log) -> None:
     assert line in render_text(report).splitlines()
     assert line in render_html(report)
     assert "ran for" not in render_text(plain)
+
+
+FLOWS = """
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+
+@flows.flow("echo")
+def echo(ctx, text):
+    return ctx.decide("echo", lambda: text)
+"""
+
+
+def test_run_records_the_labels_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loom run --tenant/--user/--session/--tag` labels the execution at its start, so the
+    command line can start what `executions list --tenant` later selects."""
+    (tmp_path / "label_flows.py").write_text(FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    common = ("--db", db, "--flows", "label_flows:flows", "--input", '{"text": "hi"}')
+    labelled = _invoke("run", "echo", *common, "--tenant", "acme", "--user", "u-1",
+                       "--session", "s-1", "--tag", "eval", "--tag", "nightly")  # fmt: skip
+    assert labelled.exit_code == ExitCode.OK, labelled.output
+    plain = _invoke("run", "echo", *common)
+    assert plain.exit_code == ExitCode.OK, plain.output
+    listed = _invoke("executions", "list", "--json", "--db", db, "--tenant", "acme")
+    [row] = json.loads(listed.stdout)
+    assert row["execution_id"] == labelled.stdout.split()[1]
+    assert (row["tenant"], row["user"], row["session"], row["tags"]) == (
+        "acme", "u-1", "s-1", ["eval", "nightly"])  # fmt: skip
+
+
+def test_run_refuses_a_label_that_could_never_be_stored_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "label_flows.py").write_text(FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    result = _invoke("run", "echo", "--db", db, "--flows", "label_flows:flows",
+                     "--input", '{"text": "hi"}', "--tenant", " acme")  # fmt: skip
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr.startswith("error: ") and "surrounding spaces" in result.stderr
+    with Loom(db) as loom:
+        assert loom.executions() == []

@@ -250,17 +250,36 @@ def run(
     ] = "{}",
     db: DbOption = None,
     flows: FlowsOption = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="The tenant it runs for (a label).")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="The user it runs for (a label).")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="The session it belongs to (a label).")
+    ] = None,
+    tags: Annotated[
+        list[str] | None, typer.Option("--tag", help="A free tag (repeat for more).")
+    ] = None,
 ) -> None:
     """Run FLOW durably and print its execution id and output."""
+    from loom_runtime.errors import LabelError
+    from loom_runtime.labels import Labels
+
     try:
         arguments = json.loads(arguments_json)
     except json.JSONDecodeError as exc:
         fail(f"--input is not JSON: {exc}", code=ExitCode.USAGE)
     if not isinstance(arguments, dict):
         fail("--input must be a JSON object of the flow's arguments", code=ExitCode.USAGE)
+    try:  # checked before the database is opened: a refused label writes nothing
+        labels = Labels(tenant=tenant, user=user, session=session, tags=tuple(tags or ()))
+    except LabelError as exc:
+        fail(str(exc), code=ExitCode.USAGE)
     with open_with_flows(db, flows, create=True) as loom:
         try:
-            result = loom.run(flow, **arguments)
+            result = loom.run(flow, labels=labels, **arguments)
         except FlowNotFoundError as exc:
             flow_missing(exc)
         except (FlowInputError, NotSerialisableError) as exc:
