@@ -1,0 +1,146 @@
+"""A soak: many real worker processes write mixed flows, syncs and retrievals for a while, and
+the parent SIGKILLs one at random every 0.5-2 s and starts a replacement.
+
+Eight workers on PostgreSQL (four on SQLite) run the reliability workload (ADR 0040's worker
+block: heartbeat and background recovery) for :data:`SECONDS`, and until :data:`MIN_KILLS`
+kills landed. Meanwhile the parent takes checkpoints: the log's head P and the corpus's
+answers to a few questions as of P. Afterwards, from the log alone:
+
+* 0 lost or duplicated events (each stream's versions are 1..n in log order), the hash chain
+  verifies from position 0;
+* every execution completed exactly once (those the kills left unfinished were recovered by the
+  survivors), none failed, and every one replays identically;
+* every checkpoint's as-of answers are what they were when it was taken: nothing committed
+  later landed at or below a position already read as the head;
+* the corpus, caught up, equals a rebuild from position 0.
+
+CI runs a bounded form (:data:`SECONDS` defaults to 15); ``LOOM_SOAK_SECONDS=600`` runs the
+ten-minute reliability run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import pytest
+from reliability_checks import check_log
+from reliability_soak_worker import DEAD_AFTER
+from reliability_workload import knowledge_base, register_flows
+
+from loom_runtime import Loom
+from loom_runtime.execution import Execution
+from loom_runtime.integrity import verify_log
+
+# Its own xdist group, like the recovery kills: eight interpreters at once are enough.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("soak")]
+
+SCRIPT: Final = Path(__file__).with_name("reliability_soak_worker.py")
+WORKERS: Final = {"postgresql": 8, "sqlite": 4}
+SECONDS: Final = float(os.environ.get("LOOM_SOAK_SECONDS", "15"))
+"""How long the workers write; ``LOOM_SOAK_SECONDS`` runs longer (the ten-minute run) or shorter."""
+MIN_KILLS: Final = 4
+"""The run goes on past :data:`SECONDS` until this many kills landed (a loaded machine starts
+workers slowly)."""
+TIMEOUT: Final = 120.0  # seconds for any one wait; every wait is bounded
+QUESTIONS: Final = ("restart the pool", "doc3 edition", "part2 runbook")
+
+
+def _spawn(db_url: str, folder: Path, seed: int) -> subprocess.Popen[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), db_url, str(folder), str(seed)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _answers(loom: Loom, position: int) -> list[list[tuple[str, int, int, str]]]:
+    view = knowledge_base(loom).as_of(position)
+    return [
+        [(hit.doc_id, hit.index, hit.revision, hit.text) for hit in view.retrieve(question)]
+        for question in QUESTIONS
+    ]
+
+
+def _unfinished(loom: Loom) -> int:
+    ended = {Execution.Completed.TOPIC, Execution.Failed.TOPIC}
+    created: set[object] = set()
+    finished: set[object] = set()
+    for record in loom.log.notifications(topics=[Execution.Created.TOPIC, *ended]):
+        (finished if record.topic in ended else created).add(record.stream)
+    return len(created - finished)
+
+
+def test_workers_killed_at_random_lose_duplicate_and_reorder_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+    with Loom(db_url) as loom:
+        _ = loom.workers  # the log and the registry exist before the workers race to create them
+        knowledge_base(loom).refresh()
+    rng = random.Random(2026)
+    seeds = iter(range(10_000))
+    pool = [_spawn(db_url, tmp_path, next(seeds)) for _ in range(WORKERS[backend])]
+    checkpoints: list[tuple[int, list[list[tuple[str, int, int, str]]]]] = []
+    kills = 0
+    deadline = time.monotonic() + SECONDS
+    give_up = deadline + TIMEOUT
+    with Loom(db_url) as observer:
+        while time.monotonic() < deadline or kills < MIN_KILLS:
+            assert time.monotonic() < give_up, f"only {kills} workers got busy enough to kill"
+            time.sleep(rng.uniform(0.5, 2.0))
+            busy = [n for n, w in enumerate(pool) if (tmp_path / f"busy.{w.pid}").exists()]
+            if not busy:  # all still starting (a loaded machine): kill nothing yet
+                continue
+            slot = rng.choice(busy)
+            pool[slot].send_signal(signal.SIGKILL)
+            pool[slot].communicate(timeout=TIMEOUT)
+            assert pool[slot].returncode == -signal.SIGKILL, pool[slot].returncode
+            kills += 1
+            pool[slot] = _spawn(db_url, tmp_path, next(seeds))
+            position = observer.log.position
+            checkpoints.append((position, _answers(observer, position)))
+
+        (tmp_path / "drain").touch()
+        wait_until = time.monotonic() + TIMEOUT + DEAD_AFTER
+        while _unfinished(observer):
+            assert time.monotonic() < wait_until, "the survivors never finished what was killed"
+            time.sleep(0.2)
+    (tmp_path / "exit").touch()
+    reports = []
+    for worker in pool:
+        stdout, stderr = worker.communicate(timeout=TIMEOUT)
+        assert worker.returncode == 0, stderr[-3000:]
+        reports.append(msgspec.json.decode(stdout.strip().splitlines()[-1]))
+
+    with Loom(db_url) as loom:
+        register_flows(loom)
+        verified = verify_log(loom.log)
+        assert verified.ok, verified
+        assert [
+            (position, answers)
+            for position, answers in checkpoints
+            if _answers(loom, position) != answers
+        ] == []
+        report = check_log(loom)
+        assert report.violations == []
+        resumed = sum(1 for _ in loom.log.notifications(topics=[Execution.Resumed.TOPIC]))
+
+    # It proved something only if the kills landed mid-run and the writers did real work.
+    assert len(checkpoints) == kills >= MIN_KILLS
+    assert report.stats["executions"] >= 2 * WORKERS[backend], report.stats
+    assert report.stats["resumed"] == 0, "an execution was left unfinished after the drain"
+    assert resumed >= 1, "no kill landed mid-execution: nothing was recovered"
+    assert all(r["started"] >= r["lost"] for r in reports), reports
+    distinct = {tuple(map(tuple, answers)) for _, answers in checkpoints}
+    assert len(distinct) >= 2, "the corpus never changed between checkpoints: as-of went untested"
