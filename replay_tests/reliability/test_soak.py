@@ -136,10 +136,14 @@ def test_workers_killed_at_random_lose_duplicate_and_reorder_nothing(
         assert report.violations == []
         resumed = sum(1 for _ in loom.log.notifications(topics=[Execution.Resumed.TOPIC]))
 
+    # What the run did, for a reader of the ten-minute run's output (pytest -rP shows it).
+    stats = report.stats
+    print(f"{kills} kills, {stats['executions']} executions, {resumed} resumed by a survivor, "
+          f"{len(checkpoints)} as-of checkpoints, {stats['events']} events")  # fmt: skip
     # It proved something only if the kills landed mid-run and the writers did real work.
     assert len(checkpoints) == kills >= MIN_KILLS
-    assert report.stats["executions"] >= 2 * WORKERS[backend], report.stats
-    assert report.stats["resumed"] == 0, "an execution was left unfinished after the drain"
+    assert stats["executions"] >= 2 * WORKERS[backend], stats
+    assert stats["resumed"] == 0, "an execution was left unfinished after the drain"
     assert resumed >= 1, "no kill landed mid-execution: nothing was recovered"
     assert all(r["started"] >= r["lost"] for r in reports), reports
     distinct = {tuple(map(tuple, answers)) for _, answers in checkpoints}
