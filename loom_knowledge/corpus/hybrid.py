@@ -41,8 +41,18 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
-import numpy as np
-from numpy.typing import NDArray
+
+from loom_runtime import MissingExtraError
+
+try:
+    import numpy as np
+    from numpy.typing import NDArray
+except ImportError as exc:  # the vector extra is not installed
+    raise MissingExtraError(
+        extra="vector",
+        missing="numpy",
+        needed_by="vector and hybrid retrieval (open_knowledge_base(..., embedder=))",
+    ) from exc
 
 from loom_knowledge.corpus.events import CORPUS_TOPICS
 from loom_knowledge.corpus.keys import retrieve_key

@@ -17,8 +17,9 @@ on purpose, so that it means the same on every store and in every mode:
   matches.
 
 A filter restricts WHICH passages are ranked, never HOW: scores (BM25 statistics, cosines)
-are those of the whole corpus, and the answer is the unfiltered ranking with the passages
-the filter refuses left out, still ``limit`` long when that many match.
+are those of the whole corpus. A lexical or vector answer is the unfiltered ranking with the
+passages the filter refuses left out, still ``limit`` long when that many match; a hybrid one
+fuses those two filtered rankings (ADR 0045).
 """
 
 from __future__ import annotations
