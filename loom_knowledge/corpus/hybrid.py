@@ -210,9 +210,9 @@ class HybridRetriever:
             if inspect.iscoroutine(vector):
                 vector.close()  # never awaited: close it rather than leave a warning
             raise InvalidArgumentError(
-                "HybridRetriever.retrieve records two decisions in turn and needs a plain def "
-                "flow's ctx.decide; from an async flow use mode='lexical' or call it in a "
-                "plain def sub-flow"
+                f"a {mode} retrieval records two decisions in turn (the query's vector, then "
+                "the passages) and needs a plain def flow's ctx.decide; from an async flow "
+                "use mode='lexical' or retrieve in a plain def sub-flow"
             )
         return decide(
             retrieve_key(self.kb.scope),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from loom_knowledge import (
 )
 from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_knowledge.corpus.retrieval import MODES, Mode, check_filter, matches
-from loom_knowledge.errors import InvalidOptionError
+from loom_knowledge.errors import InvalidArgumentError, InvalidOptionError
 from loom_memory import HashingEmbedder, reciprocal_rank_fusion
 from loom_runtime import DecisionInputChangedError, Loom, codec
 
@@ -326,3 +327,20 @@ def test_the_filter_matches_what_the_grammar_says_on_real_passages(loom: Loom) -
         assert [p.doc_id for p in found] == ["worker"]
         assert all(matches(p.meta, checked) for p in found)
         assert kb.search("canteen", mode=mode, filter={"team": ["sre", "dba"]}) == []
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_an_async_flow_is_told_to_retrieve_lexically_or_in_a_def_flow(
+    loom: Loom, mode: Mode
+) -> None:
+    """The vector modes record two decisions in turn: an async ctx.decide cannot give the
+    query's vector back before the passages are decided, so it is refused, not run unrecorded."""
+    _open(loom).sync(DOCS, source="test")
+
+    @loom.flow("async-ask")
+    async def ask(ctx: Any) -> list[str]:
+        passages = await _open(loom).retrieve("worker", decide=ctx.decide, mode=mode)
+        return [passage.doc_id for passage in passages]
+
+    with pytest.raises(InvalidArgumentError, match=f"a {mode} retrieval .* plain def flow"):
+        asyncio.run(loom.arun("async-ask"))
