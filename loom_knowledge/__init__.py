@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from loom_knowledge.errors import (
         CorpusIdentifierSecretError,
         DuplicateDocumentError,
+        EmbedderRequiredError,
         InvalidArgumentError,
         InvalidDocumentError,
         InvalidOptionError,
@@ -115,6 +116,7 @@ __all__ = [
     "DocumentRemoved",
     "DocumentWritten",
     "DuplicateDocumentError",
+    "EmbedderRequiredError",
     "ExtractiveModel",
     "Fingerprinter",
     "GroundedRequest",
@@ -189,6 +191,7 @@ _EXPORTS = {
     "DocumentRemoved": "loom_knowledge.corpus.events",
     "DocumentWritten": "loom_knowledge.corpus.events",
     "DuplicateDocumentError": "loom_knowledge.errors",
+    "EmbedderRequiredError": "loom_knowledge.errors",
     "ExtractiveModel": "loom_knowledge.models.model",
     "FINGERPRINT_ALGORITHM": "loom_knowledge.domain.fingerprint",
     "Fingerprinter": "loom_knowledge.domain.fingerprint",

@@ -174,3 +174,21 @@ class UnrecordedRetrievalError(KnowledgeError):
     flow cannot wait for the flow's ``ctx.decide``; searching unrecorded instead would leave a
     replay unable to answer. Call it the async way (``ainvoke``, ``aretrieve``) there.
     """
+
+
+class EmbedderRequiredError(KnowledgeError, ValueError):
+    """A vector or hybrid search was asked of a knowledge base opened without an embedder.
+
+    Lexical search needs only the corpus; the other modes need the model that places the
+    question and the passages in one vector space, and its similarity floor. Nothing was read.
+    """
+
+    def __init__(self, *, scope: str, mode: str) -> None:
+        super().__init__(
+            f"knowledge scope {scope!r} was opened without an embedder, so it cannot search in "
+            f"mode {mode!r}: open it with open_knowledge_base(loom, {scope!r}, "
+            "embedder=..., min_score=...) (e.g. loom_memory.HashingEmbedder() and 0.1, or a "
+            "real model's embedder and its floor), or use mode='lexical'"
+        )
+        self.scope = scope
+        self.mode = mode

@@ -17,13 +17,20 @@ What is recorded, and where:
   mode, model and floor in its input: a replay needs neither the corpus nor the model, and a
   replay asked in another mode reports a changed input.
 
+A knowledge base opened with an embedder (``open_knowledge_base(loom, scope, embedder=,
+min_score=)``) holds one of these and answers ``kb.retrieve(..., mode=)`` through it; build
+one yourself to query a second model over the same corpus (a new index, never a mix).
+
 The candidates of every mode are the knowledge base's own passages: the current ones, or
 those current at a log position (``as_of``), so history holds for vector and hybrid exactly
 as for lexical, and a vector search never sees a superseded revision. Passages whose vectors
 are not recorded yet are embedded (and recorded) before ranking: indexing, which never
-happens in a replay. Vector ranking is exact cosine with the retriever's floor, ties in
-passage order; the vector index is rebuilt per call, which is fine for thousands of passages
-and not yet measured at 100,000.
+happens in a replay. Vector ranking is exact cosine with the retriever's floor, ties by
+(document id, passage index), so a corpus ranks as a fresh corpus of its current documents
+would, whatever order its history wrote them in. A filter
+(:mod:`loom_knowledge.corpus.retrieval`) masks the passages before the top ``limit`` are
+taken, so it never leaves fewer hits than match; hybrid fuses the two rankings each filtered
+to its full depth.
 """
 
 from __future__ import annotations
@@ -31,15 +38,34 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final
 
 import msgspec
-import numpy as np
-from numpy.typing import NDArray
+
+from loom_runtime import MissingExtraError
+
+try:
+    import numpy as np
+    from numpy.typing import NDArray
+except ImportError as exc:  # the vector extra is not installed
+    raise MissingExtraError(
+        extra="vector",
+        missing="numpy",
+        needed_by="vector and hybrid retrieval (open_knowledge_base(..., embedder=))",
+    ) from exc
 
 from loom_knowledge.corpus.events import CORPUS_TOPICS
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.corpus.retrieval import (
+    FilterValue,
+    MetaFilter,
+    Mode,
+    check_arguments,
+    check_filter,
+    matches,
+    retrieval_input,
+)
 from loom_knowledge.domain.passage_entry import PassageContent
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidArgumentError, InvalidOptionError
@@ -58,8 +84,6 @@ from loom_memory import (
     unit_vector,
 )
 
-Mode = Literal["lexical", "vector", "hybrid"]
-MODES: Final = get_args(Mode)
 TABLE_PREFIX: Final = "loom_kb_"
 DEFAULT_CANDIDATES: Final = 50
 MATRICES_KEPT: Final = 4
@@ -69,6 +93,9 @@ Stacked = tuple[list[Passage], NDArray[np.float32]]
 a passage ranked 5th by both, which is exactly the one hybrid exists to find."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Filter = dict[str, list[FilterValue]] | None
+"""A filter as :func:`~loom_knowledge.corpus.retrieval.check_filter` returns it."""
 
 
 def passage_text(passage: Passage) -> str:
@@ -149,13 +176,15 @@ class HybridRetriever:
         mode: Mode = "hybrid",
         limit: int = DEFAULT_RETRIEVE_LIMIT,
         as_of: int | None = None,
+        filter: MetaFilter | None = None,
     ) -> list[Passage]:
         """Search WITHOUT recording (operators, audits, as-of); a flow uses :meth:`retrieve`."""
-        _check(query, mode, limit)
+        check_arguments(query, mode, limit)
+        checked = check_filter(filter)
         if mode == "lexical":
-            return self._lexical(query, limit, as_of)
+            return self._lexical(query, limit, as_of, checked)
         [vector] = checked_vectors(self.embedder, [query]) if tokenize(query) else [[]]
-        return self._ranked(query, vector, mode, limit, as_of)
+        return self._ranked(query, vector, mode, limit, as_of, checked)
 
     def retrieve(
         self,
@@ -164,12 +193,14 @@ class HybridRetriever:
         decide: Callable[..., Any],
         mode: Mode = "hybrid",
         limit: int = DEFAULT_RETRIEVE_LIMIT,
+        filter: MetaFilter | None = None,
     ) -> Any:
         """Retrieve through ``decide`` (``ctx.decide`` of a plain ``def`` flow): the query's
         vector and the passages are both recorded, so a replay needs no corpus and no model."""
-        _check(query, mode, limit)
+        check_arguments(query, mode, limit)
+        checked = check_filter(filter)
         if mode == "lexical":
-            return self.kb.retrieve(query, decide=decide, limit=limit)
+            return self.kb.retrieve(query, decide=decide, limit=limit, filter=checked)
         if not callable(decide):
             raise InvalidArgumentError(
                 f"retrieve needs decide=ctx.decide, not {decide!r}: use search() outside a flow"
@@ -179,42 +210,52 @@ class HybridRetriever:
             if inspect.iscoroutine(vector):
                 vector.close()  # never awaited: close it rather than leave a warning
             raise InvalidArgumentError(
-                "HybridRetriever.retrieve records two decisions in turn and needs a plain def "
-                "flow's ctx.decide; from an async flow use mode='lexical' or call it in a "
-                "plain def sub-flow"
+                f"a {mode} retrieval records two decisions in turn (the query's vector, then "
+                "the passages) and needs a plain def flow's ctx.decide; from an async flow "
+                "use mode='lexical' or retrieve in a plain def sub-flow"
             )
         return decide(
             retrieve_key(self.kb.scope),
-            lambda: self._ranked(query, vector, mode, limit, None),
-            input={
-                "scope": self.kb.scope,
-                "query": query,
-                "limit": limit,
-                "mode": mode,
-                "model": self.embedder.model,
-                "min_score": self.min_score,
-            },
+            lambda: self._ranked(query, vector, mode, limit, None, checked),
+            input=retrieval_input(
+                self.kb.scope,
+                query,
+                limit,
+                checked,
+                mode=mode,
+                model=self.embedder.model,
+                min_score=self.min_score,
+            ),
             type=list[Passage],
             kind="retrieval",
         )
 
-    def _lexical(self, query: str, limit: int, as_of: int | None) -> list[Passage]:
+    def _lexical(self, query: str, limit: int, as_of: int | None, filter: Filter) -> list[Passage]:
         if as_of is None:
-            return self.kb.search(query, limit=limit)
-        return self.kb.as_of(as_of).retrieve(query, limit=limit)
+            return self.kb.search(query, limit=limit, filter=filter)
+        return self.kb.as_of(as_of).search(query, limit=limit, filter=filter)
 
     def _ranked(
-        self, query: str, vector: Sequence[float], mode: Mode, limit: int, as_of: int | None
+        self,
+        query: str,
+        vector: Sequence[float],
+        mode: Mode,
+        limit: int,
+        as_of: int | None,
+        filter: Filter,
     ) -> list[Passage]:
         depth = limit if mode == "vector" else max(limit, self.candidates)
-        by_vector = self._by_vector(vector, depth, as_of)
+        by_vector = self._by_vector(vector, depth, as_of, filter)
         if mode == "vector":
             return by_vector
-        by_terms = self._lexical(query, depth, as_of)
+        by_terms = self._lexical(query, depth, as_of, filter)
         return reciprocal_rank_fusion([by_terms, by_vector], identity=_identity, limit=limit)
 
-    def _by_vector(self, vector: Sequence[float], limit: int, as_of: int | None) -> list[Passage]:
-        """The best ``limit`` passages (current, or current at ``as_of``) at or above the floor."""
+    def _by_vector(
+        self, vector: Sequence[float], limit: int, as_of: int | None, filter: Filter
+    ) -> list[Passage]:
+        """The best ``limit`` passages (current, or current at ``as_of``) at or above the floor
+        that pass ``filter``: masked before the top ``limit`` are taken, so it never cuts them."""
         query = unit_vector(np.asarray(vector, dtype=np.float32)) if len(vector) else None
         if query is None:
             return []
@@ -222,7 +263,10 @@ class HybridRetriever:
         if not held:
             return []
         scores = matrix @ query
-        kept = np.flatnonzero(scores >= self.min_score)
+        wanted = scores >= self.min_score
+        if filter is not None:
+            wanted &= np.fromiter((matches(p.meta, filter) for p in held), bool, len(held))
+        kept = np.flatnonzero(wanted)
         best = kept[np.argsort(-scores[kept], kind="stable")][:limit]
         return [held[n] for n in best]
 
@@ -248,17 +292,13 @@ class HybridRetriever:
         return self._current[1]
 
     def _stack(self, passages: list[Passage]) -> Stacked:
+        """Stacked by (document id, passage index), not in the order history wrote them: the
+        stable sort of the scores then breaks ties as a fresh corpus would."""
         self.index(passages)
-        held = [p for p in passages if self._digests[_identity(p)] in self._units]
+        held = sorted(
+            (p for p in passages if self._digests[_identity(p)] in self._units),
+            key=lambda p: (p.doc_id, p.index),
+        )
         if not held:
             return [], np.empty((0, 0), dtype=np.float32)
         return held, np.stack([self._units[self._digests[_identity(p)]] for p in held])
-
-
-def _check(query: object, mode: object, limit: object) -> None:
-    if not isinstance(query, str):
-        raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
-    if mode not in MODES:
-        raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidOptionError(f"limit must be a positive int, got {limit!r}")

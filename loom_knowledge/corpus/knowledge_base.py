@@ -12,7 +12,10 @@ half-syncs. Refusals (ownership, the mass-delete guard, bad documents) happen be
 appended.
 
 Retrieval is recorded: :meth:`KnowledgeBase.retrieve` requires ``decide`` and stores the
-passages by CONTENT, so a replay reproduces them after the corpus is gone.
+passages by CONTENT, so a replay reproduces them after the corpus is gone. It answers in three
+modes: ``lexical`` (BM25, always), ``vector`` and ``hybrid`` (when the scope was opened with an
+embedder, through :class:`~loom_knowledge.corpus.hybrid.HybridRetriever`), each with an
+optional filter on the documents' meta (:mod:`loom_knowledge.corpus.retrieval`).
 """
 
 from __future__ import annotations
@@ -21,18 +24,28 @@ import logging
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.corpus.keys import retrieve_key, stream_name
+from loom_knowledge.corpus.retrieval import (
+    FilterValue,
+    MetaFilter,
+    Mode,
+    check_arguments,
+    check_filter,
+    filtered,
+    retrieval_input,
+)
 from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
 from loom_knowledge.domain.fingerprint import DEFAULT_FINGERPRINTER
 from loom_knowledge.domain.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.domain.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_knowledge.errors import (
     CorpusIdentifierSecretError,
+    EmbedderRequiredError,
     InvalidArgumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
@@ -48,6 +61,10 @@ from loom_runtime import (
     text_problem,
 )
 
+if TYPE_CHECKING:
+    from loom_knowledge.corpus.hybrid import HybridRetriever
+    from loom_memory import Embedder
+
 R = TypeVar("R")
 D = TypeVar("D")
 
@@ -59,12 +76,21 @@ logger = logging.getLogger("loom.knowledge")
 
 class CorpusAsOf:
     """One scope as it was at a log position: which documents, at which revisions, and an
-    unrecorded search of the passages current then (for audits, not for flows)."""
+    unrecorded search of the passages current then (for audits, not for flows), in every mode
+    the knowledge base answers."""
 
-    def __init__(self, index: CorpusIndex, scope: str, position: int) -> None:
+    def __init__(
+        self,
+        index: CorpusIndex,
+        scope: str,
+        position: int,
+        *,
+        vectors: HybridRetriever | None = None,
+    ) -> None:
         self.scope = scope
         self.position = position
         self._index = index
+        self._vectors = vectors
 
     def list_docs(self) -> list[DocRecord]:
         """The documents live at this position, at the revision they had then."""
@@ -74,9 +100,25 @@ class CorpusAsOf:
         """Every passage current at this position, in index order."""
         return self._index.read_passages(self.scope, as_of=self.position)
 
-    def retrieve(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
-        """Search the corpus as it was (NOT recorded: this is for audit)."""
-        return self._index.search_passages(self.scope, query, limit=limit, as_of=self.position)
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+        mode: Mode = "lexical",
+        filter: MetaFilter | None = None,
+    ) -> list[Passage]:
+        """Search the corpus as it was (NOT recorded: this is for audit), ranking exactly as
+        a fresh corpus of the documents current then would, in every mode."""
+        check_arguments(query, mode, limit)
+        checked = check_filter(filter)
+        if mode == "lexical":
+            return _lexical(self._index, self.scope, query, limit, checked, as_of=self.position)
+        vectors = _require_vectors(self._vectors, self.scope, mode)
+        return vectors.search(query, mode=mode, limit=limit, filter=checked, as_of=self.position)
+
+    retrieve = search
+    """The same unrecorded search: the view has no flow to record it in."""
 
 
 class KnowledgeBase:
@@ -89,12 +131,41 @@ class KnowledgeBase:
         *,
         chunker: Chunker,
         max_removal_fraction: float,
+        embedder: Embedder | None = None,
+        min_score: float | None = None,
     ) -> None:
         self.loom = loom
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
         self._stream = stream_id(stream_name(scope))
+        self._vectors: HybridRetriever | None = None
+        if embedder is not None:
+            # Imported here: numpy (the vector extra) is needed only by a vector scope.
+            from loom_knowledge.corpus.hybrid import HybridRetriever
+
+            if min_score is None:
+                raise InvalidOptionError(
+                    f"knowledge scope {scope!r} was given an embedder without min_score: pass "
+                    "the model's cosine floor (e.g. 0.1 for HashingEmbedder), below which a "
+                    "passage is not a hit; without one an unrelated question returns passages"
+                )
+            self._vectors = HybridRetriever(self, embedder=embedder, min_score=min_score)
+        elif min_score is not None:
+            raise InvalidOptionError(
+                f"knowledge scope {scope!r} was given min_score={min_score!r} without an "
+                "embedder: the floor is the embedder's; pass both, or neither"
+            )
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The model the vector and hybrid modes embed with (None: lexical only)."""
+        return None if self._vectors is None else self._vectors.embedder
+
+    @property
+    def min_score(self) -> float | None:
+        """The embedder's cosine floor: a passage scoring below it is not a vector hit."""
+        return None if self._vectors is None else self._vectors.min_score
 
     @property
     def _index(self) -> CorpusIndex:
@@ -225,14 +296,30 @@ class KnowledgeBase:
         return self._index.read_passages(self.scope)
 
     def retrieve(
-        self, query: str, *, decide: Callable[..., R], limit: int = DEFAULT_RETRIEVE_LIMIT
+        self,
+        query: str,
+        *,
+        decide: Callable[..., R],
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+        mode: Mode = "lexical",
+        filter: MetaFilter | None = None,
     ) -> R:
         """Search the corpus through ``decide`` (e.g. ``ctx.decide``), so the passages are
         recorded by content under the scope's retrieval key with the query and limit as input.
 
+        ``mode`` is ``"lexical"`` (BM25), ``"vector"`` (cosine over the embedder's vectors,
+        above its floor) or ``"hybrid"`` (both fused by reciprocal rank); the last two need a
+        scope opened with ``embedder=`` and ``min_score=`` (:class:`EmbedderRequiredError`
+        otherwise) and a plain ``def`` flow, since the query's vector is a decision too. The
+        default stays lexical whatever the scope was opened with: adding an embedder must not
+        change what existing flows record. ``filter`` keeps only passages whose document's
+        meta matches (``{"team": "sre"}``, ``{"team": ["sre", "dba"]}``; the grammar is in
+        :mod:`loom_knowledge.corpus.retrieval`) and still returns ``limit`` of them when that
+        many match.
+
         Returns what ``decide`` returns: the passages, or an awaitable of them from an async
-        flow's ``ctx.decide``. A replay answers from the log with the corpus gone, and a changed
-        query or limit is a divergence.
+        flow's ``ctx.decide``. A replay answers from the log with the corpus and the model
+        gone, and a changed query, limit, mode or filter is a divergence.
         """
         if not callable(decide):
             raise InvalidArgumentError(
@@ -240,24 +327,44 @@ class KnowledgeBase:
                 "passages are recorded so a replay can answer without the corpus; use "
                 "kb.search(query) for a search that is not part of an execution"
             )
+        check_arguments(query, mode, limit)
+        checked = check_filter(filter)
+        if mode != "lexical":
+            vectors = _require_vectors(self._vectors, self.scope, mode)
+            return vectors.retrieve(  # type: ignore[no-any-return]
+                query, decide=decide, mode=mode, limit=limit, filter=checked
+            )
         # The query is the decision's input, never its key: the log redacts it there (a
         # question quoting a password is retrieved, not refused), and a replay asked another
         # question reports the changed input with a diff (loom_knowledge.corpus.keys).
         return decide(
             retrieve_key(self.scope),
-            lambda: self.search(query, limit=limit),
-            input={"scope": self.scope, "query": query, "limit": limit},
+            lambda: self.search(query, limit=limit, filter=checked),
+            input=retrieval_input(self.scope, query, limit, checked),
             type=list[Passage],
             kind="retrieval",
         )
 
-    def search(self, query: str, *, limit: int = DEFAULT_RETRIEVE_LIMIT) -> list[Passage]:
-        """Search the current corpus WITHOUT recording it (for operators and audits).
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+        mode: Mode = "lexical",
+        filter: MetaFilter | None = None,
+    ) -> list[Passage]:
+        """Search the current corpus WITHOUT recording it (for operators and audits), in any
+        mode and with any filter :meth:`retrieve` takes; a vector mode embeds the query live.
 
         A flow must use :meth:`retrieve`: an unrecorded search cannot be replayed.
         """
+        check_arguments(query, mode, limit)
+        checked = check_filter(filter)
+        if mode != "lexical":
+            vectors = _require_vectors(self._vectors, self.scope, mode)
+            return vectors.search(query, mode=mode, limit=limit, filter=checked)
         self.refresh()
-        return self._index.search_passages(self.scope, query, limit=limit)
+        return _lexical(self._index, self.scope, query, limit, checked)
 
     def as_of(self, when: int | datetime) -> CorpusAsOf:
         """A read-only view of this corpus as it was at log position (or moment) ``when``.
@@ -272,7 +379,7 @@ class KnowledgeBase:
             raise InvalidOptionError(
                 f"as_of needs a log position from 0 to {head} or an aware datetime, not {when!r}"
             )
-        return CorpusAsOf(self._index, self.scope, position)
+        return CorpusAsOf(self._index, self.scope, position, vectors=self._vectors)
 
     def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
         """The corpus as the execution saw it when it started (its recorded log position)."""
@@ -373,6 +480,30 @@ class KnowledgeBase:
         )
 
 
+def _lexical(
+    index: CorpusIndex,
+    scope: str,
+    query: str,
+    limit: int,
+    filter: dict[str, list[FilterValue]] | None,
+    *,
+    as_of: int | None = None,
+) -> list[Passage]:
+    """The best ``limit`` passages by BM25 (current, or current at ``as_of``) that pass
+    ``filter``: the one lexical search of the current corpus and of every as-of view."""
+    return filtered(
+        lambda depth: index.search_passages(scope, query, limit=depth, as_of=as_of),
+        limit,
+        filter,
+    )
+
+
+def _require_vectors(vectors: HybridRetriever | None, scope: str, mode: str) -> HybridRetriever:
+    if vectors is None:
+        raise EmbedderRequiredError(scope=scope, mode=mode)
+    return vectors
+
+
 def _indexed(
     positions: Sequence[int], progress: Callable[[int, int], None] | None
 ) -> Callable[[int, int], None]:
@@ -433,14 +564,19 @@ def open_knowledge_base(
     *,
     chunker: Chunker | None = None,
     max_removal_fraction: float | None = None,
+    embedder: Embedder | None = None,
+    min_score: float | None = None,
 ) -> KnowledgeBase:
     """The corpus ``scope`` of ``loom``'s log: one per scope and Loom, cached.
 
     Options default to :func:`pack_paragraphs` and a removal guard of
-    ``DEFAULT_MAX_REMOVAL_FRACTION``. Opening an open scope again without options returns it;
-    WITH options that differ from its own raises :class:`KnowledgeBaseOptionsError` rather
-    than ignoring them: two parts of an app chunking one corpus differently would show only
-    as worse retrieval.
+    ``DEFAULT_MAX_REMOVAL_FRACTION``. ``embedder`` (any :class:`~loom_memory.Embedder`) with
+    its cosine floor ``min_score`` lets the scope answer ``mode="vector"`` and
+    ``mode="hybrid"`` too; they come together because the floor belongs to the model. Opening
+    an open scope again without options returns it; WITH options that differ from its own
+    raises :class:`KnowledgeBaseOptionsError` rather than ignoring them: two parts of an app
+    chunking one corpus differently, or embedding it with two models, would show only as worse
+    retrieval. Embedders are compared by model identity and dimension (the vector space).
     """
     if not isinstance(scope, str) or not scope.strip() or scope != scope.strip():
         raise InvalidOptionError(
@@ -464,20 +600,37 @@ def open_knowledge_base(
                 if max_removal_fraction is None
                 else max_removal_fraction
             ),
+            embedder=embedder,
+            min_score=min_score,
         )
         return scopes[scope]
     chosen = existing.chunker if chunker is None else chunker
     fraction = (
         existing.max_removal_fraction if max_removal_fraction is None else max_removal_fraction
     )
-    if (existing.chunker, existing.max_removal_fraction) != (chosen, fraction):
+    space = _space(existing.embedder) if embedder is None else _space(embedder)
+    floor = existing.min_score if embedder is None and min_score is None else min_score
+    have = (
+        existing.chunker,
+        existing.max_removal_fraction,
+        _space(existing.embedder),
+        existing.min_score,
+    )
+    if have != (chosen, fraction, space, floor):
         raise KnowledgeBaseOptionsError(
             f"knowledge scope {scope!r} is already open with chunker={existing.chunker!r}, "
-            f"max_removal_fraction={existing.max_removal_fraction}; it was asked for "
-            f"chunker={chosen!r}, max_removal_fraction={fraction}. Open it with the same "
-            "options everywhere, or without options to reuse the open one's."
+            f"max_removal_fraction={existing.max_removal_fraction}, embedder="
+            f"{_space(existing.embedder)}, min_score={existing.min_score}; it was asked for "
+            f"chunker={chosen!r}, max_removal_fraction={fraction}, embedder={space}, "
+            f"min_score={floor}. Open it with the same options everywhere, or without options "
+            "to reuse the open one's."
         )
     return existing
+
+
+def _space(embedder: Embedder | None) -> tuple[str, int] | None:
+    """An embedder's vector space: its model identity and dimension."""
+    return None if embedder is None else (embedder.model, embedder.dimension)
 
 
 def _check_source(source: object) -> None:

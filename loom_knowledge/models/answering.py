@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.citations import CitationCheck, check_citations
 from loom_knowledge.domain.grounding import GroundedRequest, Message, ToolSpec, grounded_request
 from loom_knowledge.domain.types import Passage
@@ -52,14 +53,19 @@ def answer_from_corpus(
     limit: int = DEFAULT_RETRIEVE_LIMIT,
     conversation: Sequence[Message] = (),
     tools: Sequence[ToolSpec] = (),
+    mode: Mode = "lexical",
+    filter: MetaFilter | None = None,
 ) -> GroundedAnswer:
     """Retrieve, ground, ask and check, inside a (sync) flow; ``decide`` is ``ctx.decide``.
 
     ``conversation`` and ``tools`` are passed to
     :func:`~loom_knowledge.domain.grounding.grounded_request` (the turns after the question,
     the tools the model may call); the taint rules hold for them as for the passages.
+    ``mode`` and ``filter`` are :meth:`KnowledgeBase.retrieve`'s.
     """
-    passages: list[Passage] = kb.retrieve(question, decide=decide, limit=limit)
+    passages: list[Passage] = kb.retrieve(
+        question, decide=decide, limit=limit, mode=mode, filter=filter
+    )
     request = grounded_request(
         instructions, question, passages, scope=kb.scope, conversation=conversation, tools=tools
     )

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import msgspec
 import typer
 from rich.table import Table
 
 from loom_knowledge.corpus.corpus_files import scan_docs
+from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.errors import KnowledgeError, MassDeleteRefusedError, SourceConflictError
 from loom_runtime import ExecutionNotFoundError, FlowNotFoundError, LoomError
 from loom_runtime.tools.cli import (
@@ -61,14 +62,33 @@ DemoDbOption = Annotated[
 ]
 
 
-def demo(db: DemoDbOption = None) -> None:
+DemoModeOption = Annotated[
+    str,
+    typer.Option(
+        "--mode",
+        metavar="[lexical|vector|hybrid]",
+        help="How the flow retrieves: BM25 (lexical), embeddings (vector) or both fused "
+        "(hybrid); the vector modes use the dependency-free HashingEmbedder.",
+    ),
+]
+
+
+def demo(db: DemoDbOption = None, mode: DemoModeOption = "lexical") -> None:
     """Ingest runbooks, answer an incident, delete the corpus, replay it in a fresh process,
     rebuild it from the log. In a new temporary database unless --db is given."""
     from loom_knowledge.tools.demo import demo_database, run_demo
 
+    # A str checked here, not a Literal: typer reads Literal choices only since 0.19.
+    if mode not in MODES:
+        raise typer.BadParameter(f"{mode!r} is not one of {', '.join(MODES)}", param_hint="--mode")
     with open_loom(db or demo_database(), create=True) as loom:
         try:
-            ok = run_demo(loom, say=lambda line: console.print(inert(line)), owns_database=not db)
+            ok = run_demo(
+                loom,
+                say=lambda line: console.print(inert(line)),
+                owns_database=not db,
+                mode=cast(Mode, mode),
+            )
         except LoomError as exc:
             fail(str(exc))
     raise typer.Exit(0 if ok else 1)

@@ -8,7 +8,15 @@
 5. replay the execution in a FRESH process: identical request and citations;
 6. rebuild the corpus from the log alone: equal to the original, passage for passage.
 
-``python -m loom_knowledge.tools.demo replay --db URL --scope SCOPE ID`` is step 5's fresh process.
+``python -m loom_knowledge.tools.demo replay --db URL --scope SCOPE [--mode MODE] ID`` is step
+5's fresh process.
+
+``loom demo --mode hybrid`` (or ``vector``) retrieves by BM25 and embeddings fused, with
+:class:`~loom_memory.HashingEmbedder`: deterministic, dependency-free, no weights to download,
+so the demo runs anywhere. A real model plugs into the same ``embedder=`` seam
+(``SentenceTransformersEmbedder``, ``FastEmbedEmbedder``, ``OpenAIEmbedder``). The replay
+process is given the embedder's identity only, with a model that refuses to embed: the query's
+vector and the passages are recorded, so the replay never needs the model.
 
 The demo never touches a database it did not create. By default it writes a new SQLite file
 of its own in a temporary folder (NOT ``./loom.db``, NOT ``LOOM_DB_URL``): a user who followed
@@ -21,24 +29,27 @@ is skipped, since a rebuild rebuilds every scope.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
 from uuid import uuid4
 
 from loom_knowledge.corpus.corpus_files import load_docs
-from loom_knowledge.corpus.knowledge_base import drop_corpus, open_knowledge_base
+from loom_knowledge.corpus.knowledge_base import KnowledgeBase, drop_corpus, open_knowledge_base
+from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.domain.grounding import encode_request
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.models.answering import answer_from_corpus
 from loom_knowledge.models.model import ExtractiveModel
+from loom_memory import Embedder, EmbedderError, HashingEmbedder
 from loom_runtime import FlowContext, Loom
 
 
@@ -56,7 +67,30 @@ REVISION_NOTE: Final = (
     "transaction and hold locks; they make every other query slow.\n"
 )
 
+DEMO_FLOOR: Final = 0.1
+"""The hashing embedder's cosine floor: a runbook passage sharing word fragments with the
+question scores above it, an unrelated one about zero. A real model needs its own floor."""
+
 Say = Callable[[str], None]
+
+
+class AbsentModel:
+    """An embedder's identity with no model behind it: what the replay process is given.
+
+    ``model`` and ``dimension`` are the real embedder's (they are part of the recorded input
+    a replay compares); ``embed`` raises, so a replay that needed the model would fail loudly.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.model = embedder.model
+        self.dimension = embedder.dimension
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Refuse: this process has no embedding model."""
+        raise EmbedderError(
+            f"the embedding model {self.model!r} is not available in this process "
+            f"(asked to embed {len(texts)} texts)"
+        )
 
 
 def demo_database() -> str:
@@ -72,14 +106,28 @@ def demo_scope() -> str:
     return f"demo-{uuid4().hex[:12]}"
 
 
-def register_incident_flow(loom: Loom, *, scope: str = SCOPE) -> str:
-    """Register the demo's flow on ``loom`` (the live run and the fresh replay share it)."""
-    kb = open_knowledge_base(loom, scope)
+def open_demo_scope(
+    loom: Loom, scope: str, *, mode: Mode = "lexical", embedder: Embedder | None = None
+) -> KnowledgeBase:
+    """The demo's knowledge base: lexical only, or with ``embedder`` (default: the hashing
+    one) and :data:`DEMO_FLOOR` for the vector modes."""
+    if mode == "lexical":
+        return open_knowledge_base(loom, scope)
+    chosen = HashingEmbedder() if embedder is None else embedder
+    return open_knowledge_base(loom, scope, embedder=chosen, min_score=DEMO_FLOOR)
+
+
+def register_incident_flow(
+    loom: Loom, *, scope: str = SCOPE, mode: Mode = "lexical", embedder: Embedder | None = None
+) -> str:
+    """Register the demo's flow on ``loom`` (the live run and the fresh replay share it),
+    retrieving in ``mode`` (see :func:`open_demo_scope` for the embedder)."""
+    kb = open_demo_scope(loom, scope, mode=mode, embedder=embedder)
     model = ExtractiveModel()
 
     @loom.flow(FLOW, version="demo-1")
     def incident_answer(ctx: FlowContext, question: str) -> dict[str, Any]:
-        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=model)
+        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=model, mode=mode)
         return {
             "answer": grounded.answer.text,
             "cited": list(grounded.answer.cited_doc_ids),
@@ -105,17 +153,18 @@ def corpus_state(loom: Loom, *, scope: str = SCOPE) -> tuple[list[Any], list[Pas
     return list(kb.list_docs()), kb.passages()
 
 
-def run_demo(loom: Loom, *, say: Say, owns_database: bool) -> bool:
+def run_demo(loom: Loom, *, say: Say, owns_database: bool, mode: Mode = "lexical") -> bool:
     """Run the six steps, reporting each; True when replay (and rebuild) matched.
 
     ``owns_database``: the demo created ``loom``'s database, so it may use the README's scope
-    and drop the corpus tables; otherwise it writes only a fresh scope of its own.
+    and drop the corpus tables; otherwise it writes only a fresh scope of its own. ``mode``:
+    how the flow retrieves (``hybrid`` and ``vector`` with the hashing embedder).
     """
     scope = SCOPE if owns_database else demo_scope()
     source = "runbook-repo" if owns_database else scope
     scratch = Path(tempfile.mkdtemp(prefix="loom-demo-"))  # the source of truth, deleted in 4
     folder = scratch / "runbooks"
-    register_incident_flow(loom, scope=scope)
+    register_incident_flow(loom, scope=scope, mode=mode)
     kb = open_knowledge_base(loom, scope)
     url = loom.log.settings.url.render_as_string(hide_password=True)
     say(
@@ -134,7 +183,10 @@ def run_demo(loom: Loom, *, say: Say, owns_database: bool) -> bool:
     run = loom.run(FLOW, question=QUESTION)
     recorded = loom.execution(run.execution_id)
     request = json.loads(bytes(recorded.decisions["model"].input or b"null"))
-    say(f"2. asked: {QUESTION!r} (execution {run.execution_id})")
+    retrieval = (
+        "BM25" if kb.embedder is None else f"{mode} retrieval, {kb.embedder.model} embeddings"
+    )
+    say(f"2. asked: {QUESTION!r} ({retrieval}; execution {run.execution_id})")
     for message in request["messages"]:
         label = message["provenance"] and "knowledge:{scope}:{doc_id}".format(
             **message["provenance"]
@@ -165,11 +217,12 @@ def run_demo(loom: Loom, *, say: Say, owns_database: bool) -> bool:
         )
 
     replayed = replay_in_fresh_process(
-        loom.log.settings.url.render_as_string(False), run.execution_id, scope=scope
+        loom.log.settings.url.render_as_string(False), run.execution_id, scope=scope, mode=mode
     )
     same = replayed["identical"] and replayed["output"] == run.output
     say(
-        f"5. replayed in a fresh process with no corpus: "
+        f"5. replayed in a fresh process with no corpus"
+        f"{'' if mode == 'lexical' else ' and no embedding model'}: "
         f"{'IDENTICAL' if same else 'DIVERGED'} (request sha256 "
         f"{replayed['output'] and replayed['output']['request_sha256'][:16]}..., "
         f"citations {replayed['output'] and replayed['output']['cited']})"
@@ -191,7 +244,7 @@ def run_demo(loom: Loom, *, say: Say, owns_database: bool) -> bool:
 
 
 def replay_in_fresh_process(
-    db_url: str, execution_id: object, *, scope: str = SCOPE
+    db_url: str, execution_id: object, *, scope: str = SCOPE, mode: Mode = "lexical"
 ) -> dict[str, Any]:
     """Replay ``execution_id`` in a new interpreter; returns its JSON report."""
     completed = subprocess.run(
@@ -204,6 +257,8 @@ def replay_in_fresh_process(
             db_url,
             "--scope",
             scope,
+            "--mode",
+            mode,
             str(execution_id),
         ],
         capture_output=True,
@@ -218,16 +273,25 @@ def replay_in_fresh_process(
 
 
 def _replay_main(argv: list[str]) -> int:
-    """Entry of the fresh replay process: register the flow, replay, print a JSON report."""
-    if len(argv) != 6 or argv[0] != "replay" or argv[1] != "--db" or argv[3] != "--scope":
-        print(
-            "usage: python -m loom_knowledge.tools.demo replay --db URL --scope SCOPE EXECUTION_ID",
-            file=sys.stderr,
-        )
-        return 2
-    with Loom(argv[2]) as loom:
-        register_incident_flow(loom, scope=argv[4])
-        result = loom.replay(argv[5])
+    """Entry of the fresh replay process: register the flow, replay, print a JSON report.
+
+    In a vector mode the flow is given the hashing embedder's identity with no model behind
+    it (:class:`AbsentModel`): what the replay needs is in the log.
+    """
+    parser = argparse.ArgumentParser(prog="python -m loom_knowledge.tools.demo")
+    parser.add_argument("command", choices=["replay"])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--scope", required=True)
+    parser.add_argument("--mode", choices=MODES, default="lexical")
+    parser.add_argument("execution_id")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stopped:  # argparse exits on bad arguments: report, do not exit
+        return int(stopped.code or 0)
+    with Loom(args.db) as loom:
+        absent = AbsentModel(HashingEmbedder())
+        register_incident_flow(loom, scope=args.scope, mode=args.mode, embedder=absent)
+        result = loom.replay(args.execution_id)
     print(
         json.dumps(
             {

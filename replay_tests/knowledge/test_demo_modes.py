@@ -1,0 +1,64 @@
+"""``loom demo --mode hybrid``: the headline with hybrid retrieval and the hashing embedder,
+replayed in a fresh process that has no embedding model."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loom_knowledge.tools.demo import AbsentModel, _replay_main, run_demo
+from loom_memory import EmbedderError, HashingEmbedder
+from loom_runtime import Loom
+from loom_runtime.tools.cli import app
+
+
+def _text(output: str) -> str:
+    return " ".join(output.split())  # Rich wraps long lines
+
+
+def test_demo_in_hybrid_mode_replays_without_corpus_or_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    result = CliRunner().invoke(app, ["demo", "--mode", "hybrid"])
+    assert result.exit_code == 0, result.output
+    text = _text(result.output)
+    assert "hybrid retrieval, loom-hashing-v1/1024 embeddings" in text
+    assert "no corpus and no embedding model: IDENTICAL" in text
+    assert "EQUAL to the original passage for passage" in text
+
+
+def test_the_hybrid_demo_records_the_query_vector_and_the_retrieval(sqlite_url: str) -> None:
+    """The flow's retrieval is hybrid: an embedding decision, then the passages with the mode,
+    model and floor in the retrieval's input."""
+    lines: list[str] = []
+    with Loom(sqlite_url) as loom:
+        assert run_demo(loom, say=lines.append, owns_database=True, mode="hybrid")
+        found = re.search(r"execution ([0-9a-f-]{36})", "\n".join(lines))
+        assert found is not None
+        decisions = loom.execution(found.group(1)).decisions.values()
+        kinds = sorted(decision.kind for decision in decisions)
+    assert kinds == ["embedding", "model", "retrieval"]
+
+
+def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["demo", "--mode", "dense", "--db", f"sqlite:///{tmp_path}/x"])
+    assert result.exit_code == 2
+    assert "not one of lexical, vector, hybrid" in _text(result.output)
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_replay_process_has_the_identity_and_not_the_model() -> None:
+    absent = AbsentModel(HashingEmbedder())
+    assert (absent.model, absent.dimension) == (HashingEmbedder().model, 1024)
+    with pytest.raises(EmbedderError, match="not available"):
+        absent.embed(["a question"])
+
+
+def test_the_replay_entry_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _replay_main(["replay", "--db", "sqlite://", "--scope", "s", "--mode", "dense", "x"])
+    assert "invalid choice" in capsys.readouterr().err
