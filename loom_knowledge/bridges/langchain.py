@@ -26,6 +26,7 @@ from pydantic import ConfigDict
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError
@@ -40,18 +41,25 @@ class KnowledgeBaseRetriever(BaseRetriever):
     """The ``k`` best passages of a knowledge base for a query, as LangChain ``Document``\\ s.
 
     ``invoke(query, k=2)`` overrides ``k`` for one call (LangChain's retriever convention).
+    ``mode`` and ``filter`` choose the retrieval as :meth:`KnowledgeBase.retrieve` does.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     knowledge_base: KnowledgeBase
     k: int = DEFAULT_RETRIEVE_LIMIT
+    mode: Mode = "lexical"
+    """``"lexical"``, ``"vector"`` or ``"hybrid"``: as :meth:`KnowledgeBase.retrieve` takes it."""
+    filter: MetaFilter | None = None
+    """A filter on the documents' meta, as :meth:`KnowledgeBase.retrieve` takes it."""
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         limit = self.k if k is None else k
-        passages = recorded_search.search(self.knowledge_base, query, limit=limit)
+        passages = recorded_search.search(
+            self.knowledge_base, query, limit=limit, mode=self.mode, filter=self.filter
+        )
         return [to_document(passage) for passage in passages]
 
     async def _aget_relevant_documents(
@@ -62,7 +70,9 @@ class KnowledgeBaseRetriever(BaseRetriever):
         k: int | None = None,
     ) -> list[Document]:
         limit = self.k if k is None else k
-        passages = await recorded_search.asearch(self.knowledge_base, query, limit=limit)
+        passages = await recorded_search.asearch(
+            self.knowledge_base, query, limit=limit, mode=self.mode, filter=self.filter
+        )
         return [to_document(passage) for passage in passages]
 
 

@@ -21,6 +21,7 @@ from llama_index.core.schema import Document, NodeWithScore, QueryBundle, TextNo
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
+from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError
@@ -29,7 +30,8 @@ __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_node"]
 
 
 class KnowledgeBaseRetriever(BaseRetriever):
-    """The ``similarity_top_k`` best passages of a knowledge base, as LlamaIndex nodes.
+    """The ``similarity_top_k`` best passages of a knowledge base, as LlamaIndex nodes
+    (retrieved in ``mode`` with ``filter``, as :meth:`KnowledgeBase.retrieve` takes them).
 
     A node's score is None: loom returns passages in rank order and records that order, not
     a score (BM25 scores are not comparable across queries, so none is invented here).
@@ -40,21 +42,35 @@ class KnowledgeBaseRetriever(BaseRetriever):
         *,
         knowledge_base: KnowledgeBase,
         similarity_top_k: int = DEFAULT_RETRIEVE_LIMIT,
+        mode: Mode = "lexical",
+        filter: MetaFilter | None = None,
         **kwargs: Any,
     ) -> None:
+        check_arguments("", mode, similarity_top_k)  # refused here, not at the first query
+        check_filter(filter)
         super().__init__(**kwargs)
         self.knowledge_base = knowledge_base
         self.similarity_top_k = similarity_top_k
+        self.mode: Mode = mode
+        self.filter = filter
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         passages = recorded_search.search(
-            self.knowledge_base, query_bundle.query_str, limit=self.similarity_top_k
+            self.knowledge_base,
+            query_bundle.query_str,
+            limit=self.similarity_top_k,
+            mode=self.mode,
+            filter=self.filter,
         )
         return [NodeWithScore(node=to_node(passage), score=None) for passage in passages]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         passages = await recorded_search.asearch(
-            self.knowledge_base, query_bundle.query_str, limit=self.similarity_top_k
+            self.knowledge_base,
+            query_bundle.query_str,
+            limit=self.similarity_top_k,
+            mode=self.mode,
+            filter=self.filter,
         )
         return [NodeWithScore(node=to_node(passage), score=None) for passage in passages]
 

@@ -12,17 +12,26 @@ from collections.abc import Awaitable
 from typing import cast
 
 from loom_knowledge.corpus.knowledge_base import KnowledgeBase
+from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidOptionError, UnrecordedRetrievalError
 from loom_runtime import AsyncFlowContext, current_context
 
 
-def search(knowledge_base: KnowledgeBase, query: str, *, limit: int) -> list[Passage]:
-    """The passages for ``query``: recorded when a flow is running here."""
+def search(
+    knowledge_base: KnowledgeBase,
+    query: str,
+    *,
+    limit: int,
+    mode: Mode = "lexical",
+    filter: MetaFilter | None = None,
+) -> list[Passage]:
+    """The passages for ``query`` (in ``mode``, with ``filter``, as the knowledge base's own
+    :meth:`~KnowledgeBase.retrieve` takes them): recorded when a flow is running here."""
     _check(query, limit)
     ctx = current_context()
     if ctx is None:
-        return knowledge_base.search(query, limit=limit)
+        return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
         raise UnrecordedRetrievalError(
             f"a retrieval from knowledge scope {knowledge_base.scope!r} was called "
@@ -31,19 +40,28 @@ def search(knowledge_base: KnowledgeBase, query: str, *, limit: int) -> list[Pas
             "method instead (retriever.ainvoke(...) in LangChain, retriever.aretrieve(...) in "
             "LlamaIndex)"
         )
-    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit, mode=mode, filter=filter)
 
 
-async def asearch(knowledge_base: KnowledgeBase, query: str, *, limit: int) -> list[Passage]:
+async def asearch(
+    knowledge_base: KnowledgeBase,
+    query: str,
+    *,
+    limit: int,
+    mode: Mode = "lexical",
+    filter: MetaFilter | None = None,
+) -> list[Passage]:
     """The passages for ``query``, from async code: recorded when a flow is running here."""
     _check(query, limit)
     ctx = current_context()
     if ctx is None:
-        return knowledge_base.search(query, limit=limit)
+        return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
-        recorded = knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+        recorded = knowledge_base.retrieve(
+            query, decide=ctx.decide, limit=limit, mode=mode, filter=filter
+        )
         return await cast(Awaitable[list[Passage]], recorded)
-    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit)
+    return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit, mode=mode, filter=filter)
 
 
 def _check(query: object, limit: object) -> None:

@@ -1,0 +1,93 @@
+"""Both framework bridges retrieve in any mode the knowledge base answers, with a meta filter,
+recorded like the knowledge base's own retrieval (ADR 0041, ADR 0045).
+
+A retriever built with ``mode="hybrid"`` and ``filter=`` answers what ``kb.search`` answers
+with the same options; inside a flow the answer is one ``retrieval`` decision whose input
+carries the mode and the filter, and it replays identically with the corpus emptied.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loom_knowledge import Doc, open_knowledge_base
+from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever as LangChainRetriever
+from loom_knowledge.bridges.llamaindex import KnowledgeBaseRetriever as LlamaRetriever
+from loom_memory import HashingEmbedder
+from loom_runtime import Loom, codec
+
+pytest.importorskip("numpy")
+
+RUNBOOKS = [
+    Doc(id="pool", text="Restart the connection pool when it is exhausted.", meta={"team": "db"}),
+    Doc(id="queue", text="Drain the queue, then restart the pool workers.", meta={"team": "sre"}),
+    Doc(id="disk", text="When the disk is full, rotate logs and restart.", meta={"team": "sre"}),
+    Doc(id="tls", text="Renew the certificate before it expires.", meta={"team": "sec"}),
+]
+QUESTION = "restart the pool"
+SRE = {"team": "sre"}
+
+
+def _knowledge_base(directory: Path) -> Any:
+    loom = Loom(f"sqlite:///{directory / 'loom.db'}")
+    kb = open_knowledge_base(loom, "runbooks", embedder=HashingEmbedder(), min_score=0.0)
+    kb.sync(RUNBOOKS)
+    return kb
+
+
+def _langchain(kb: Any) -> list[str]:
+    retriever = LangChainRetriever(knowledge_base=kb, k=3, mode="hybrid", filter=SRE)
+    return [str(document.id) for document in retriever.invoke(QUESTION)]
+
+
+def _llamaindex(kb: Any) -> list[str]:
+    retriever = LlamaRetriever(knowledge_base=kb, similarity_top_k=3, mode="hybrid", filter=SRE)
+    return [node.node.node_id for node in retriever.retrieve(QUESTION)]
+
+
+@pytest.mark.parametrize("ask", [_langchain, _llamaindex], ids=["langchain", "llamaindex"])
+def test_a_bridge_retrieves_hybrid_and_filtered_recorded_and_replayable(
+    tmp_path: Path, ask: Any
+) -> None:
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    expected = [f"{p.doc_id}#{p.index}" for p in kb.search(QUESTION, limit=3, mode="hybrid",
+                                                            filter=SRE)]  # fmt: skip
+    assert expected and {entry.split("#")[0] for entry in expected} <= {"queue", "disk"}
+    assert ask(kb) == expected  # outside a flow: a plain search
+
+    @loom.flow("bridge")
+    def answer(ctx: Any) -> list[str]:
+        return ask(kb)
+
+    recorded = loom.run("bridge")
+    assert recorded.output == expected
+    [retrieval] = [
+        decision
+        for decision in loom.execution(recorded.execution_id).decisions.values()
+        if decision.kind == "retrieval"
+    ]
+    recorded_input = codec.decode(retrieval.input)
+    assert recorded_input["mode"] == "hybrid" and recorded_input["filter"] == {"team": ["sre"]}
+
+    for doc in RUNBOOKS:
+        kb.remove_doc(doc.id)
+    replay = loom.replay(recorded.execution_id)
+    assert replay.identical, replay.describe()
+
+
+def test_a_bridge_refuses_a_mode_or_filter_the_knowledge_base_does_not_know_when_built(
+    tmp_path: Path,
+) -> None:
+    """Refused at construction (LangChain's through pydantic, as its retrievers are), not at
+    the first query of a chain."""
+    kb = _knowledge_base(tmp_path)
+    with pytest.raises(ValueError, match="mode"):
+        LangChainRetriever(knowledge_base=kb, mode="semantic")
+    with pytest.raises(ValueError, match="mode"):
+        LlamaRetriever(knowledge_base=kb, mode="semantic")
+    with pytest.raises(ValueError, match="filter"):
+        LlamaRetriever(knowledge_base=kb, filter={"team": {"$in": ["sre"]}})
