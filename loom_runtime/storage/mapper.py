@@ -155,6 +155,19 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
     return cls, decoded
 
 
+def current_decoder(cls: type) -> tuple[msgspec.json.Decoder[Any], int]:
+    """The decoder of ``cls``'s current schema and its class version, for a reader that
+    decodes thousands of its rows (a replay). It calls the decoder directly and keeps the
+    result only when the state decodes at that class version, handing any other row to
+    :func:`decode_state` for the upcast or the :class:`LogCorruptError`. What it keeps is
+    then exactly what :func:`decode_state` returns, because the one check left out, of an
+    ``originator_topic``, cannot apply: a class with that field is refused here.
+    """
+    if "originator_topic" in schema_for(cls).__struct_fields__:
+        raise TypeError(f"{cls.__qualname__} rows name an aggregate: decode them with decode_state")
+    return _decoder(cls)
+
+
 def decode_row(row: Row) -> Any:
     """The event a loom :class:`~loom_runtime.log.Row` holds (see :func:`decode_event`)."""
     return decode_event(stream=row.stream, version=row.version, topic=row.topic, state=row.state)
