@@ -17,8 +17,9 @@ six client round trips, so the lock is held for less of each worker's time.
 
 With PostgreSQL, the 1-worker arm also times, right after itself in the same sample and on
 the same database, the **bare append floor**: one process with a psycopg connection and no
-loom code making the call each loom append makes (``SELECT loom_events_append(...)``, one round
-trip, the same ~1 KB states, autocommit) once per decision for the same duration. One
+loom code making the call each loom append of one event makes (``SELECT
+loom_events_append(...)`` of four scalars, one round trip, ~1 KB states, autocommit) once per
+decision for the same duration. One
 sequential worker waits for the server on every decision (ADR 0002), so with fsync off this
 is the least a recorded decision costs on this machine: the client's Python for one call, one
 round trip and the function's server-side work. The table gives loom's rate over it.
@@ -246,7 +247,7 @@ def _bare_append_rate(url: str, values: list[Value], duration: float) -> float:
 
     with Loom(url) as loom:
         recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
-        statement, lock_wait = recorder.append_statement, recorder.lock_wait
+        statement, lock_wait = recorder.append_one_statement, recorder.lock_wait
     states = [msgspec.json.encode(value) for value in values]
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as connection:
@@ -257,9 +258,7 @@ def _bare_append_rate(url: str, values: list[Value], duration: float) -> float:
             stream = uuid.uuid4()
             for version, state in enumerate(states, start=1):
                 with connection.cursor() as cursor:
-                    cursor.execute(
-                        statement, ([stream], [version], ["decision"], [state], lock_wait)
-                    )
+                    cursor.execute(statement, (stream, version, "decision", state, lock_wait))
                     cursor.fetchone()
             appended += len(states)
         return appended / (time.monotonic() - started)
