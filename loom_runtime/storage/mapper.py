@@ -125,9 +125,9 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
 
     Every check of :func:`decode_event` (which builds the event from this) is made here, with
     its errors: a reader that needs only the fields (a replay, which reads a decision's key
-    and value from thousands of rows) skips building an event per row, not the checks. The
-    fields are a msgspec Struct: the event's stored fields as attributes, and
-    ``class_version``.
+    and value from thousands of rows, decoding each with :func:`current_decoder` first)
+    skips building an event per row, not the checks. The fields are a msgspec Struct: the
+    event's stored fields as attributes, and ``class_version``.
     """
     cls = event_class(topic)
     if cls is None:
