@@ -10,6 +10,13 @@ wrapper and nothing of OpenTelemetry imported) and on (the SDK with a span proce
 in-memory exporter, the cheapest real exporter). Off must match the plain arm above: it runs
 the same code path, so any gap there is noise, and the "on" column is what tracing costs.
 
+The replay against its floor, at 10,000 decisions in one round each: ``loom.replay`` and, on
+the same file right after, the least any replay of it could do with no loom code at all (one
+``SELECT`` of the execution's states by version, each decoded untyped by one reused msgspec
+``Decoder``, which parses every decision's value once). Both are timed by wall clock and by
+the process's CPU time; the CPU ratio is the one to read on a loaded machine, since neither
+arm waits for anything but the CPU.
+
 Negative controls: the same recording replayed by two broken versions of the flow. Both must
 come out divergent with the expected divergence; a replay that calls either identical would
 also have called the measured replays identical for the wrong reason.
@@ -18,9 +25,13 @@ also have called the measured replays identical for the wrong reason.
 from __future__ import annotations
 
 import gc
+import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from benchmarks.harness import (
     Arm,
@@ -53,6 +64,11 @@ RECORD_TARGET = 2_000.0
 REPLAY_TARGET = 25_000.0
 CONTROL_SIZE = 1_000
 TRACING_SIZE = 1_000
+FLOOR_SIZE = 10_000
+FLOOR_TARGET = 250_000.0
+FLOOR_ROUNDS = 3
+"""At most this many rounds: each records 10,000 decisions first, and the CPU ratio it reports
+varied by under 0.1x between rounds even at a load average of 20."""
 
 
 def run(settings: Settings, progress: Progress) -> SectionResult:
@@ -93,7 +109,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             "runs in a second `Loom` on the same file (nothing cached from the run) and must "
             "report identical, else the harness stops.",
         ),
-        tables=(table, _tracing_table(settings, progress)),
+        tables=(table, _floor_table(settings, progress), _tracing_table(settings, progress)),
         controls=_controls(),
     )
 
@@ -106,6 +122,98 @@ def _arm(size: int, values: list[Value]) -> Arm:
         return sample
 
     return Arm(f"{size:,}", measure)
+
+
+def _floor_table(settings: Settings, progress: Progress) -> Table:
+    """``loom.replay`` and the bare read-and-decode floor of the same rows, side by side."""
+    values = make_values(FLOOR_SIZE)
+    rounds = min(settings.rounds, FLOOR_ROUNDS)
+    results = interleave(
+        [Arm(f"{FLOOR_SIZE:,}", _replay_and_floor(values))], rounds=rounds, progress=progress
+    )
+    stats = results[f"{FLOOR_SIZE:,}"]
+    rows = [
+        (
+            "loom.replay",
+            stats["replay_per_s"].cell("/s"),
+            stats["replay_cpu_us"].cell(" µs"),
+            stats["cpu_ratio"].cell("x"),
+            _verdict(stats["replay_per_s"].median, FLOOR_TARGET),
+        ),
+        (
+            "floor: SELECT + decode, no loom",
+            stats["floor_per_s"].cell("/s"),
+            stats["floor_cpu_us"].cell(" µs"),
+            "1x",
+            _verdict(stats["floor_per_s"].median, FLOOR_TARGET),
+        ),
+    ]
+    return Table(
+        title=f"Replay against its floor ({FLOOR_SIZE:,} decisions, SQLite file)",
+        columns=(
+            "reader",
+            "replayed/s",
+            "CPU per decision",
+            "CPU vs floor",
+            f"target >= {FLOOR_TARGET:,.0f}/s",
+        ),
+        rows=tuple(rows),
+        note=f"median of {rounds} rounds (low-high); both read the same file in "
+        "the same round, loom first",
+    )
+
+
+def _replay_and_floor(values: list[Value]) -> Callable[[], Sample]:
+    """Record once, then time the replay and the floor on the same file, wall and CPU."""
+
+    def measure() -> Sample:
+        with fresh_sqlite() as (url, path):
+            execution_id, _ = record(url, values)
+            gc.collect()
+            with Loom(url) as loom:
+                loom.flow(FLOW)(recording_flow(values))
+                wall, cpu = time.perf_counter(), time.process_time()
+                result = loom.replay(execution_id)
+                replay_wall, replay_cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if not result.identical:
+                raise InstrumentError("the replay being timed diverged: it would measure a failure")
+            gc.collect()
+            floor_wall, floor_cpu = _floor(path, execution_id.hex, values)
+        size = len(values)
+        return {
+            "replay_per_s": size / replay_wall,
+            "floor_per_s": size / floor_wall,
+            "replay_cpu_us": replay_cpu / size * 1e6,
+            "floor_cpu_us": floor_cpu / size * 1e6,
+            "cpu_ratio": replay_cpu / floor_cpu,
+        }
+
+    return measure
+
+
+def _floor(path: Path, stream: str, values: list[Value]) -> tuple[float, float]:
+    """Wall and CPU seconds to read the stream's states and decode each, with no loom code;
+    checked to have decoded every decision's value, so it cannot pass for a floor by
+    skipping work."""
+    connection = sqlite3.connect(path)
+    try:
+        decoder = msgspec.json.Decoder()
+        wall, cpu = time.perf_counter(), time.process_time()
+        states = [
+            decoder.decode(state)
+            for (state,) in connection.execute(
+                "SELECT state FROM stored_events WHERE originator_id = ? "
+                "ORDER BY originator_version",
+                (stream,),
+            )
+        ]
+        elapsed = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        connection.close()
+    decided = [state["value"] for state in states if "value" in state]
+    if decided != values:
+        raise InstrumentError("the floor did not decode every recorded value")
+    return elapsed
 
 
 def _tracing_table(settings: Settings, progress: Progress) -> Table:

@@ -15,6 +15,15 @@ so the aggregate is expected to stay roughly flat in N; this section reports wha
 Since ADR 0035 a PostgreSQL append holds that lock for one server-side statement instead of
 six client round trips, so the lock is held for less of each worker's time.
 
+With PostgreSQL, the 1-worker arm also times, right after itself in the same sample and on
+the same database, the **bare append floor**: one process with a psycopg connection and no
+loom code making the call each loom append of one event makes (``SELECT
+loom_events_append(...)`` of four scalars, one round trip, ~1 KB states, autocommit) once per
+decision for the same duration. One
+sequential worker waits for the server on every decision (ADR 0002), so with fsync off this
+is the least a recorded decision costs on this machine: the client's Python for one call, one
+round trip and the function's server-side work. The table gives loom's rate over it.
+
 **Replay and rebuild.** One log per backend holds a corpus (``kb.sync`` of real-manual
 documents, :func:`benchmarks.corpus.base_docs`) and a few recorded executions. Replay: a fresh
 ``Loom`` (log opened before the clock) replays every execution; decisions/s. Rebuild: the corpus
@@ -47,6 +56,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -54,6 +64,8 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+import msgspec
 
 from benchmarks.corpus import base_docs
 from benchmarks.harness import (
@@ -216,9 +228,40 @@ def _recording_arm(
                 f"scaleout: {workers} workers on {backend} reported {decisions} decisions "
                 f"but the log holds {found}"
             )
-        return {"per_s": decisions / seconds, "decisions": decisions}
+        sample = {"per_s": decisions / seconds, "decisions": decisions}
+        if backend == "PostgreSQL" and workers == 1:
+            with ExitStack() as stack:
+                sample["floor_per_s"] = _bare_append_rate(
+                    _fresh_url(stack, backend, pg_url), values, duration
+                )
+        return sample
 
     return Arm(f"{backend}, {workers} worker{'s' if workers > 1 else ''}", measure)
+
+
+def _bare_append_rate(url: str, values: list[Value], duration: float) -> float:
+    """Decisions/s of the bare append floor: loom's append function called once per decision
+    from psycopg with no loom code in between (the schema is created by loom beforehand)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    with Loom(url) as loom:
+        recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
+        statement, lock_wait = recorder.append_one_statement, recorder.lock_wait
+    states = [msgspec.json.encode(value) for value in values]
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        appended = 0
+        started = time.monotonic()
+        deadline = started + duration
+        while time.monotonic() < deadline:
+            stream = uuid.uuid4()
+            for version, state in enumerate(states, start=1):
+                with connection.cursor() as cursor:
+                    cursor.execute(statement, (stream, version, "decision", state, lock_wait))
+                    cursor.fetchone()
+            appended += len(states)
+        return appended / (time.monotonic() - started)
 
 
 def _decision_events(loom: Loom) -> int:
@@ -290,11 +333,23 @@ def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
                 _range(results[arm.name]["decisions"]),
             )
         )
+        floor = results[arm.name].get("floor_per_s")
+        if floor is not None:
+            rows.append(
+                (
+                    f"floor: bare `SELECT loom_events_append(...)` per decision, {backend}",
+                    floor.cell("/s"),
+                    f"{floor.median / one.median:.2f}x",
+                    "",
+                )
+            )
     return Table(
         title="Decisions recorded per second by concurrent worker processes sharing one log",
         columns=("backend, workers", "decisions/s (all workers)", "vs 1 worker", "decisions"),
         rows=tuple(rows),
-        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians",
+        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians; the "
+        "floor runs right after the 1-worker arm in each of its samples (target for 1 "
+        "PostgreSQL worker: >= 3,000/s)",
     )
 
 

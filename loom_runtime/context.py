@@ -296,14 +296,15 @@ class _Context:
             raise DecisionKeyError(
                 f"the kind of decision {key!r} must be a str of valid text or None, not {kind!r}"
             )
-        raw_input = self._input(key, input)
+        # Most decisions have no input: no encoder, no redactor, and no call to find that out.
+        raw_input = _NULL if input is None else self._input(key, input)
         with self._numbering:  # threads a flow starts (a tool pool) number keys concurrently
             slot_key = self._occurrence(key, raw_input)
             self._taken.add(slot_key)
-        return Slot(key=slot_key, kind=kind, input=raw_input)
+        return Slot(slot_key, kind, raw_input)
 
     def _input(self, key: str, input: object) -> msgspec.Raw:
-        """``input`` as it is stored and compared: redacted by the source's redactor.
+        """``input`` (not None) as it is stored and compared: redacted by the source's redactor.
 
         A replay or resume asks mostly for inputs already recorded. When the plain encoding
         is byte for byte the recorded input of the occurrence this call most likely is, that
@@ -311,8 +312,6 @@ class _Context:
         output, so redacting again (a walk over every string of a long conversation) would
         give the same bytes. Anything else takes the full, checked and redacted encoding.
         """
-        if input is None:  # most decisions have no input: skip the encoder and the redactor
-            return _NULL
         likely = self._source.recorded.get(_numbered(key, self._seen.get(key, 0) + 1))
         if likely is not None and codec.encodes_to(input, likely.input):
             return likely.input

@@ -485,11 +485,12 @@ def _out_of_sequence(version: int, stream: UUID, check: str) -> LogCorruptError:
     )
 
 
-_DECISIONS: dict[str, Callable[[Any], Decision]] = {
-    Execution.DecisionRecorded.TOPIC: recorded_decision,
-    Execution.DecisionFailed.TOPIC: failed_decision,
+_DECISIONS: dict[str, tuple[type, Callable[[Any], Decision]]] = {
+    Execution.DecisionRecorded.TOPIC: (Execution.DecisionRecorded, recorded_decision),
+    Execution.DecisionFailed.TOPIC: (Execution.DecisionFailed, failed_decision),
 }
-"""The topics :func:`project_rows` applies from their decoded fields, with no event built."""
+"""The topics :func:`project_rows` applies from their decoded fields, with no event built:
+each one's class and how its fields become a :class:`Decision`."""
 
 
 def project_rows(rows: Iterable[Row]) -> Execution | None:
@@ -505,14 +506,21 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     :class:`Decision`; the version and time it leaves are set on the execution before any
     other event applies and at the end. Every other event (the start, the end, a claim or a
     reopening: a few per execution) is applied as an event, by :func:`project_execution`.
-    """
-    from loom_runtime.storage.mapper import decode_row, decode_state
 
+    A decision's state goes straight to its class's current decoder; only a row that does not
+    decode as the current version (an old one to upcast, or a corrupt one) takes the mapper's
+    :func:`~loom_runtime.storage.mapper.decode_state`, which upcasts it or raises exactly
+    what it raises for an event (ADR 0043).
+    """
+    from loom_runtime.storage.mapper import current_decoder, decode_row, decode_state
+
+    applied = {topic: (build, *current_decoder(cls)) for topic, (cls, build) in _DECISIONS.items()}
     execution: Execution | None = None
     version = 0
     modified_on = None
     for row in rows:
-        decision = _DECISIONS.get(row.topic) if execution is not None else None
+        topic = row.topic
+        decision = applied.get(topic) if execution is not None else None
         if execution is None or decision is None:
             if modified_on is not None and execution is not None:
                 execution.version, execution.modified_on = version, modified_on
@@ -520,15 +528,21 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
             execution = cast("Execution", project_execution(execution, (decode_row(row),)))
             stream, version, modified_on = execution.id, execution.version, None
             continue
-        _, fields = decode_state(
-            stream=row.stream, version=row.version, topic=row.topic, state=row.state
-        )
+        build, decoder, current = decision
+        try:
+            fields = decoder.decode(row.state)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            fields = None
+        if fields is None or fields.class_version != current:
+            _, fields = decode_state(
+                stream=row.stream, version=row.version, topic=topic, state=row.state
+            )
         if row.stream is not stream and row.stream != stream:
             raise _out_of_sequence(row.version, row.stream, "OriginatorIDError")
         version += 1
         if row.version != version:
             raise _out_of_sequence(row.version, row.stream, "OriginatorVersionError")
-        _note(execution, decision(fields), version)
+        _note(execution, build(fields), version)
         modified_on = fields.timestamp
     if modified_on is not None and execution is not None:
         execution.version, execution.modified_on = version, modified_on

@@ -125,9 +125,9 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
 
     Every check of :func:`decode_event` (which builds the event from this) is made here, with
     its errors: a reader that needs only the fields (a replay, which reads a decision's key
-    and value from thousands of rows) skips building an event per row, not the checks. The
-    fields are a msgspec Struct: the event's stored fields as attributes, and
-    ``class_version``.
+    and value from thousands of rows, decoding each with :func:`current_decoder` first)
+    skips building an event per row, not the checks. The fields are a msgspec Struct: the
+    event's stored fields as attributes, and ``class_version``.
     """
     cls = event_class(topic)
     if cls is None:
@@ -153,6 +153,19 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
             "verify`: the row may have been edited)"
         )
     return cls, decoded
+
+
+def current_decoder(cls: type) -> tuple[msgspec.json.Decoder[Any], int]:
+    """The decoder of ``cls``'s current schema and its class version, for a reader that
+    decodes thousands of its rows (a replay). It calls the decoder directly and keeps the
+    result only when the state decodes at that class version, handing any other row to
+    :func:`decode_state` for the upcast or the :class:`LogCorruptError`. What it keeps is
+    then exactly what :func:`decode_state` returns, because the one check left out, of an
+    ``originator_topic``, cannot apply: a class with that field is refused here.
+    """
+    if "originator_topic" in schema_for(cls).__struct_fields__:
+        raise TypeError(f"{cls.__qualname__} rows name an aggregate: decode them with decode_state")
+    return _decoder(cls)
 
 
 def decode_row(row: Row) -> Any:

@@ -128,6 +128,13 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         self.append_statement: Composed = SQL(
             "SELECT {schema}.{append}(%b, %b::bigint[], %b, %b, %s) AS ids"
         ).format(**names)
+        self.append_one_statement: Composed = SQL(
+            "SELECT {schema}.{append}(ARRAY[%b::uuid], ARRAY[%b::bigint], ARRAY[%b::text], "
+            "ARRAY[%b::bytea], %s) AS ids"
+        ).format(**names)
+        """The same call for the usual append of one event (a decision), its arrays built by
+        the server: psycopg picks an array's dumper by inspecting the list on every call,
+        which was a third of the client's time per call; four scalars skip it."""
         self.lock_wait = f"{datastore.lock_timeout}s"
         self.select_stream_rows: Composed = SQL(
             "SELECT originator_version, topic, state FROM {schema}.{events} "
@@ -151,23 +158,22 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
     ) -> Sequence[int] | None:
         """One autocommit statement: its implicit transaction is the append's transaction.
 
-        One array per column however many events, sent binary (no text escaping of the states
-        on either side), so a large batch (a sync of a big corpus) is one message each way,
-        with none of pipeline mode's risk of both ends blocking on a full socket buffer. Not a
-        named prepared statement: preparing one costs a round trip of its own on each pooled
-        connection, and PL/pgSQL caches the plans of the function's statements per session.
+        One array per column however many events (one event: four scalars the server puts in
+        arrays), sent binary (no text escaping of the states on either side), so a large
+        batch (a sync of a big corpus) is one message each way, with none of pipeline mode's
+        risk of both ends blocking on a full socket buffer. Not a named prepared statement:
+        preparing one costs a round trip of its own on each pooled connection, and PL/pgSQL
+        caches the plans of the function's statements per session.
         """
         if not stored_events:
             return None
-        columns = (
-            [event.originator_id for event in stored_events],
-            [event.originator_version for event in stored_events],
-            [event.topic for event in stored_events],
-            [event.state for event in stored_events],
-            self.lock_wait,
+        statement, columns = (
+            (self.append_one_statement, _one(stored_events[0], self.lock_wait))
+            if len(stored_events) == 1
+            else (self.append_statement, _columns(stored_events, self.lock_wait))
         )
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(self.append_statement, columns, prepare=False)
+            curs.execute(statement, columns, prepare=False)
             row = curs.fetchone()
         assert row is not None  # a SELECT of one function call returns one row
         ids: list[int] = row["ids"]
@@ -206,3 +212,19 @@ class LoomPostgresFactory(PostgresFactory):
     """The built-in PostgreSQL persistence, with every event hash-chained as it is inserted."""
 
     application_recorder_class = ChainedPostgresRecorder
+
+
+def _one(event: StoredEvent, lock_wait: str) -> tuple[Any, ...]:
+    """The parameters of ``append_one_statement``: one event's fields, then the lock wait."""
+    return (event.originator_id, event.originator_version, event.topic, event.state, lock_wait)
+
+
+def _columns(events: Sequence[StoredEvent], lock_wait: str) -> tuple[Any, ...]:
+    """The parameters of ``append_statement``: one array per column, then the lock wait."""
+    return (
+        [event.originator_id for event in events],
+        [event.originator_version for event in events],
+        [event.topic for event in events],
+        [event.state for event in events],
+        lock_wait,
+    )

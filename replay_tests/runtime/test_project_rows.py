@@ -113,3 +113,31 @@ def test_a_replay_reads_the_rows_without_eventsourcing_row_objects(
 
     monkeypatch.setattr(recorder, "select_events", refuse)
     assert loom.replay(execution_id).identical
+
+
+def test_a_decision_row_of_an_older_class_version_is_upcast_as_its_event_is(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows stored at version 1, read once the class is at version 2: the direct decode
+    hands them to the mapper's upcasting path, so both projections see the upcast fields."""
+    from loom_runtime.storage import mapper
+
+    execution_id = _record(loom)
+
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["kind"] = "upcast"
+
+    cls = Execution.DecisionRecorded
+    monkeypatch.setattr(cls, "class_version", 2, raising=False)
+    monkeypatch.setattr(cls, "upcast_v1_v2", staticmethod(upcast_v1_v2), raising=False)
+    mapper._decoder.cache_clear()  # its cached class version is the old one
+    try:
+        rows = loom.log.rows(execution_id)
+        from_rows = project_rows(rows)
+        from_events = project_execution(None, decode_rows(rows))
+    finally:
+        monkeypatch.undo()
+        mapper._decoder.cache_clear()
+    assert isinstance(from_rows, Execution) and isinstance(from_events, Execution)
+    assert vars(from_rows) == vars(from_events)
+    assert {decision.kind for decision in from_rows.decisions.values()} == {"upcast", "model"}
