@@ -42,11 +42,17 @@ hash chain verifies, and writes per second from the start signal to the slowest 
 Its control runs the same workload with a retry budget too small to wait in: it must fail
 writes, or the audit could not see a failure.
 
-Control: 4 workers each recording into its OWN SQLite file (the shared log removed on purpose)
-must exceed 1 worker's rate by a clear margin; otherwise the workers did not run concurrently
-and a flat result above would say nothing about the shared append. On a machine with no free
-core (another benchmark running, load above the core count) it fails, and rightly: there the
-worker counts cannot be told apart whatever the log does.
+**Past one log** (ADR 0042). N worker processes each recording into its OWN PostgreSQL
+database on the same server (N logs, one worker each; N = 1, 2, 4): what splitting the log
+per tenant buys on one server, next to the shared log's rows. An informational row does the
+same with 4 SQLite files.
+
+**At once.** Each worker reports when it started and stopped; "at once" is the sum of their
+running times over the span from the first start to the last stop: N when they all ran
+together, 1 when they ran one after another. Unlike a rate it holds on a machine with no idle
+core (time-slicing still overlaps), so a flat rate can be told from workers that never
+overlapped. Control: the same 4 workers serialised on purpose by one lock must read close to 1
+while the 4 unshared workers read close to 4.
 """
 
 from __future__ import annotations
@@ -57,10 +63,10 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Barrier
+from multiprocessing.synchronize import Barrier, Lock
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -96,8 +102,10 @@ QUICK_DURATION_S = 0.4
 PG_WORKERS = (1, 4, 8)
 SQLITE_WORKERS = (1, 4)
 CONTROL_WORKERS = 4
-CONTROL_FACTOR = 1.3
-"""4 unshared SQLite files must record at least this many times 1 worker (2 cores)."""
+LOGS = (2, 4)
+"""PostgreSQL logs (databases) on one server, one worker each; 1 log is the 1-worker row."""
+SERIAL_LIMIT = 1.5
+"""Workers serialised by one lock must read at most this many "at once" (1.0 is exact)."""
 START_TIMEOUT_S = 60.0
 REBUILD_DOCS = 1_000
 QUICK_REBUILD_DOCS = 200
@@ -130,8 +138,14 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         for backend, counts in backends
         for workers in counts
     ]
+    if settings.pg_url:  # right after the shared PostgreSQL log's rows
+        logs = [_logs_arm(count, settings.pg_url, values, duration) for count in LOGS]
+        recording[len(PG_WORKERS) : len(PG_WORKERS)] = logs
     unshared = _unshared_arm(values, duration)
-    recorded = interleave([*recording, unshared], rounds=settings.rounds, progress=progress)
+    serialised = _unshared_arm(values, duration, serialised=True)
+    recorded = interleave(
+        [*recording, unshared, serialised], rounds=settings.rounds, progress=progress
+    )
 
     docs = QUICK_REBUILD_DOCS if settings.quick else REBUILD_DOCS
     decisions = QUICK_REPLAY_DECISIONS if settings.quick else REPLAY_DECISIONS
@@ -151,14 +165,15 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     contention_rounds = 1 if settings.quick else min(settings.rounds, CONTENDED_ROUNDS)
     contention = interleave([*contended, starved], rounds=contention_rounds, progress=progress)
 
-    one = recorded["SQLite, 1 worker"]["per_s"].median
-    factor = recorded[unshared.name]["per_s"].median / one
+    apart = recorded[serialised.name]["at_once"]
+    together = recorded[unshared.name]["at_once"]
     control = Control(
-        name=f"{CONTROL_WORKERS} workers each recording into its own SQLite file (no shared "
-        "log), against 1 worker on a shared file (same rounds)",
-        expected=f">= {CONTROL_FACTOR:.1f}x (the workers really run at once)",
-        observed=f"{recorded[unshared.name]['per_s'].cell('/s')} = {factor:.2f}x",
-        held=factor >= CONTROL_FACTOR,
+        name=f"{CONTROL_WORKERS} workers on their own SQLite files, serialised on purpose by one "
+        f"lock, against the same {CONTROL_WORKERS} workers free (same rounds)",
+        expected=f"serialised reads <= {SERIAL_LIMIT} at once, free reads more than twice that "
+        "(the measure tells workers that overlapped from workers that did not, on any load)",
+        observed=f"serialised {apart.median:.2f}, free {together.median:.2f} at once",
+        held=apart.median <= SERIAL_LIMIT and together.median > 2 * apart.median,
     )
     starved_failures = contention[starved.name]["failures"]
     starved_control = Control(
@@ -193,7 +208,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     return SectionResult(
         notes=tuple(notes),
         tables=(
-            _recording_table(recording, recorded, settings.rounds),
+            _recording_table([*recording, unshared, serialised], recorded, settings.rounds),
             _throughput_table(arms, throughput, settings.rounds),
             _contention_table(contended, contention, contention_rounds),
         ),
@@ -220,7 +235,7 @@ def _recording_arm(
             url = _fresh_url(stack, backend, pg_url)
             with Loom(url) as loom:  # the schema, created once before the workers start
                 loom.log  # noqa: B018
-            decisions, seconds = _record_concurrently([url] * workers, values, duration)
+            decisions, seconds, at_once = _record_concurrently([url] * workers, values, duration)
             with Loom(url) as loom:
                 found = _decision_events(loom)
         if found != decisions:
@@ -228,7 +243,7 @@ def _recording_arm(
                 f"scaleout: {workers} workers on {backend} reported {decisions} decisions "
                 f"but the log holds {found}"
             )
-        sample = {"per_s": decisions / seconds, "decisions": decisions}
+        sample = {"per_s": decisions / seconds, "decisions": decisions, "at_once": at_once}
         if backend == "PostgreSQL" and workers == 1:
             with ExitStack() as stack:
                 sample["floor_per_s"] = _bare_append_rate(
@@ -268,16 +283,43 @@ def _decision_events(loom: Loom) -> int:
     return sum(1 for _ in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)))
 
 
+def _logs_arm(logs: int, pg_url: str, values: list[Value], duration: float) -> Arm:
+    """``logs`` workers, each recording into its own fresh database on the one server."""
+
+    def measure() -> Sample:
+        with ExitStack() as stack:
+            urls = [_fresh_url(stack, "PostgreSQL", pg_url) for _ in range(logs)]
+            for url in urls:
+                with Loom(url) as loom:
+                    loom.log  # noqa: B018 - the schema, before the workers start
+            decisions, seconds, at_once = _record_concurrently(urls, values, duration)
+            found = 0
+            for url in urls:
+                with Loom(url) as loom:
+                    found += _decision_events(loom)
+        if found != decisions:
+            raise InstrumentError(
+                f"scaleout: {logs} logs reported {decisions} decisions but hold {found}"
+            )
+        return {"per_s": decisions / seconds, "decisions": decisions, "at_once": at_once}
+
+    return Arm(f"PostgreSQL, {logs} logs on one server, 1 worker each", measure)
+
+
 def _record_concurrently(
-    urls: list[str], values: list[Value], duration: float
-) -> tuple[int, float]:
-    """Fork one worker per URL; total decisions recorded and seconds from start to last finish."""
+    urls: list[str], values: list[Value], duration: float, *, serialised: bool = False
+) -> tuple[int, float, float]:
+    """Fork one worker per URL (``serialised``: each runs only while holding one shared lock).
+
+    Returns the decisions recorded, the seconds from the start line to the last finish, and
+    how many workers ran at once (see the module docstring)."""
     barrier = _FORK.Barrier(len(urls) + 1)
+    lock = _FORK.Lock() if serialised else None
     pipes = []
     processes = []
     for url in urls:
         receiver, sender = _FORK.Pipe(duplex=False)
-        process = _FORK.Process(target=_worker, args=(url, values, duration, barrier, sender))
+        process = _FORK.Process(target=_worker, args=(url, values, duration, barrier, sender, lock))
         process.start()
         sender.close()
         pipes.append(receiver)
@@ -294,25 +336,35 @@ def _record_concurrently(
     errors = [report for report in reports if isinstance(report, str)]
     if errors:
         raise InstrumentError(f"scaleout: a worker failed: {errors[0]}")
-    return sum(r[0] for r in reports), max(r[1] for r in reports) - started
+    first, last = min(r[1] for r in reports), max(r[2] for r in reports)
+    at_once = sum(r[2] - r[1] for r in reports) / (last - first)
+    return sum(r[0] for r in reports), last - started, at_once
 
 
 def _worker(
-    url: str, values: list[Value], duration: float, barrier: Barrier, pipe: Connection
+    url: str,
+    values: list[Value],
+    duration: float,
+    barrier: Barrier,
+    pipe: Connection,
+    lock: Lock | None,
 ) -> None:
-    """Record executions until ``duration`` has passed; send (decisions, monotonic end)."""
+    """Record executions for ``duration`` (once it holds ``lock``, if given); send (decisions,
+    monotonic start, monotonic end)."""
     report: Any
     try:
         with Loom(url) as loom:
             loom.flow(FLOW)(recording_flow(values))
             loom.log  # noqa: B018 - connect before the start line
             barrier.wait(timeout=START_TIMEOUT_S)
-            deadline = time.monotonic() + duration
-            decisions = 0
-            while time.monotonic() < deadline:
-                loom.run(FLOW, n=len(values))
-                decisions += len(values)
-            report = (decisions, time.monotonic())
+            with lock if lock is not None else nullcontext():
+                start = time.monotonic()
+                deadline = start + duration
+                decisions = 0
+                while time.monotonic() < deadline:
+                    loom.run(FLOW, n=len(values))
+                    decisions += len(values)
+                report = (decisions, start, time.monotonic())
     except BaseException as exc:  # reported to the parent, which stops the run
         report = f"{type(exc).__name__}: {exc}"
     pipe.send(report)
@@ -330,6 +382,7 @@ def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
                 arm.name,
                 stats.cell("/s"),
                 f"{stats.median / one.median:.2f}x",
+                f"{results[arm.name]['at_once'].median:.2f}",
                 _range(results[arm.name]["decisions"]),
             )
         )
@@ -341,15 +394,24 @@ def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
                     floor.cell("/s"),
                     f"{floor.median / one.median:.2f}x",
                     "",
+                    "",
                 )
             )
     return Table(
-        title="Decisions recorded per second by concurrent worker processes sharing one log",
-        columns=("backend, workers", "decisions/s (all workers)", "vs 1 worker", "decisions"),
+        title="Decisions recorded per second by concurrent worker processes: one shared log, "
+        "or one log each",
+        columns=(
+            "backend, workers",
+            "decisions/s (all workers)",
+            "vs 1 worker",
+            "at once",
+            "decisions",
+        ),
         rows=tuple(rows),
-        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians; the "
-        "floor runs right after the 1-worker arm in each of its samples (target for 1 "
-        "PostgreSQL worker: >= 3,000/s)",
+        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians; 'at "
+        "once' is how many workers ran together (module docstring); the floor runs right "
+        "after the 1-worker arm in each of its samples (target for 1 PostgreSQL worker: "
+        ">= 3,000/s; 8 workers vs 1 on one log: >= 4x)",
     )
 
 
@@ -544,17 +606,22 @@ def _serial(violations: Stats) -> str:
 # -- control --------------------------------------------------------------------------------
 
 
-def _unshared_arm(values: list[Value], duration: float) -> Arm:
+def _unshared_arm(values: list[Value], duration: float, *, serialised: bool = False) -> Arm:
+    """CONTROL_WORKERS workers on their own SQLite files; ``serialised``: one at a time."""
+
     def measure() -> Sample:
         with scratch_directory() as directory:
             urls = [f"sqlite:///{directory / f'worker{n}.db'}" for n in range(CONTROL_WORKERS)]
             for url in urls:
                 with Loom(url) as loom:
                     loom.log  # noqa: B018 - the schema, before the workers start
-            decisions, seconds = _record_concurrently(urls, values, duration)
-        return {"per_s": decisions / seconds}
+            decisions, seconds, at_once = _record_concurrently(
+                urls, values, duration, serialised=serialised
+            )
+        return {"per_s": decisions / seconds, "decisions": decisions, "at_once": at_once}
 
-    return Arm(f"control: {CONTROL_WORKERS} workers, one SQLite file each", measure)
+    name = f"SQLite, {CONTROL_WORKERS} workers, one file each"
+    return Arm(f"{name}, serialised by one lock (control)" if serialised else name, measure)
 
 
 def _range(stats: Stats) -> str:
