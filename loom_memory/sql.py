@@ -147,6 +147,11 @@ class SqlMemoryStore(ABC):
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
         self._declare_search_tables(table_prefix, metadata)
+        # Built once, as the corpus builds its own (ADR 0044): see _insert.
+        self._insert_entries = insert(self.entries).returning(
+            self.entries.c.seq, sort_by_parameter_order=True
+        )
+        self._postings_sql: tuple[str, tuple[str, ...] | None] | None = None
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -326,10 +331,7 @@ class SqlMemoryStore(ABC):
         up to 1,000 rows) instead of one statement per row, so a statement-level trigger
         (PostgreSQL's term index) fires once per page, not once per entry.
         """
-        seqs = conn.execute(
-            insert(self.entries).returning(self.entries.c.seq, sort_by_parameter_order=True),
-            rows,
-        ).scalars()
+        seqs = conn.execute(self._insert_entries, rows).scalars()
         if self.postings is None:
             return
         postings = [
@@ -338,7 +340,24 @@ class SqlMemoryStore(ABC):
             for posting in posting_rows(seq, row_terms)
         ]
         if postings:
-            conn.execute(insert(self.postings), postings)
+            # Postings are most of a write's rows (~40 an entry): sent straight to the driver,
+            # as SQLAlchemy would send them, but without its per-row parameter processing,
+            # which cost as much as the inserts (ADR 0044).
+            sql, order = self._postings_insert(conn)
+            conn.exec_driver_sql(
+                sql,
+                postings if order is None else [tuple(p[name] for name in order) for p in postings],
+            )
+
+    def _postings_insert(self, conn: Connection) -> tuple[str, tuple[str, ...] | None]:
+        """The postings INSERT compiled once for ``conn``'s dialect, and the order of its
+        parameters (None: the driver takes them by name)."""
+        if self._postings_sql is None:
+            assert self.postings is not None  # only called for a store that keeps postings
+            compiled = insert(self.postings).compile(dialect=conn.dialect)
+            order = compiled.positiontup
+            self._postings_sql = (str(compiled), None if order is None else tuple(order))
+        return self._postings_sql
 
     def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
         values = row._mapping
