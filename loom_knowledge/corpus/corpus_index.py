@@ -327,9 +327,7 @@ class _Statements:
             .where(d.scope == bindparam("b_scope"))
             .order_by(d.doc_id)
         )
-        self.manifest_of = self.manifest.where(
-            d.doc_id.in_(bindparam("b_doc_ids", expanding=True))
-        )
+        self.manifest_of = self.manifest.where(d.doc_id.in_(bindparam("b_doc_ids", expanding=True)))
         self.last_revisions = (
             select(r.doc_id, func.max(r.revision))
             .where(
