@@ -151,7 +151,6 @@ class SqlMemoryStore(ABC):
         self._insert_entries = insert(self.entries).returning(
             self.entries.c.seq, sort_by_parameter_order=True
         )
-        self._postings_sql: tuple[str, tuple[str, ...] | None] | None = None
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -340,24 +339,7 @@ class SqlMemoryStore(ABC):
             for posting in posting_rows(seq, row_terms)
         ]
         if postings:
-            # Postings are most of a write's rows (~40 an entry): sent straight to the driver,
-            # as SQLAlchemy would send them, but without its per-row parameter processing,
-            # which cost as much as the inserts (ADR 0044).
-            sql, order = self._postings_insert(conn)
-            conn.exec_driver_sql(
-                sql,
-                postings if order is None else [tuple(p[name] for name in order) for p in postings],
-            )
-
-    def _postings_insert(self, conn: Connection) -> tuple[str, tuple[str, ...] | None]:
-        """The postings INSERT compiled once for ``conn``'s dialect, and the order of its
-        parameters (None: the driver takes them by name)."""
-        if self._postings_sql is None:
-            assert self.postings is not None  # only called for a store that keeps postings
-            compiled = insert(self.postings).compile(dialect=conn.dialect)
-            order = compiled.positiontup
-            self._postings_sql = (str(compiled), None if order is None else tuple(order))
-        return self._postings_sql
+            _insert_postings(conn, self.postings.name, postings)
 
     def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
         values = row._mapping
@@ -457,6 +439,25 @@ class SqlMemoryStore(ABC):
                 f"{type(self).__name__} (tables {self.table_prefix}*) failed: {exc}; "
                 "nothing of this call was committed unless you passed conn= (then roll back)"
             ) from exc
+
+
+def _insert_postings(conn: Connection, table: str, postings: list[tuple[str, int, int]]) -> None:
+    """Insert ``(term, seq, tf)`` rows into the postings ``table``, in ``conn``'s transaction.
+
+    Postings are most of a write's rows (~40 an entry), so they go straight to the driver
+    (ADR 0044): SQLAlchemy's per-row parameter processing cost as much as SQLite's inserts,
+    and psycopg's ``executemany`` sends one INSERT per row, where PostgreSQL takes them all
+    as three arrays in one statement.
+    """
+    if conn.dialect.name == "postgresql":
+        terms, seqs, counts = zip(*postings, strict=True)
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} (term, seq, tf) "
+            "SELECT * FROM unnest(%(terms)s::text[], %(seqs)s::bigint[], %(counts)s::integer[])",
+            {"terms": list(terms), "seqs": list(seqs), "counts": list(counts)},
+        )
+    else:
+        conn.exec_driver_sql(f"INSERT INTO {table} (term, seq, tf) VALUES (?, ?, ?)", postings)
 
 
 def _create_engine(url: URL | str) -> Engine:
