@@ -94,9 +94,9 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
     )
 
 
-def posting_rows(seq: int, terms: Sequence[str]) -> list[dict[str, object]]:
-    """The postings of the entry ``seq`` whose indexed terms are ``terms``."""
-    return [{"term": term, "seq": seq, "tf": tf} for term, tf in Counter(terms).items()]
+def posting_rows(seq: int, terms: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The postings ``(term, seq, tf)`` of the entry ``seq`` whose indexed terms are ``terms``."""
+    return [(term, seq, tf) for term, tf in Counter(terms).items()]
 
 
 def rank(

@@ -147,6 +147,10 @@ class SqlMemoryStore(ABC):
         """The ``(term, seq, tf)`` side table when built with ``postings=True`` (see
         :mod:`loom_memory.postings`): every search then ranks by the admitted rows' statistics."""
         self._declare_search_tables(table_prefix, metadata)
+        # Built once, as the corpus builds its own (ADR 0044): see _insert.
+        self._insert_entries = insert(self.entries).returning(
+            self.entries.c.seq, sort_by_parameter_order=True
+        )
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -326,10 +330,7 @@ class SqlMemoryStore(ABC):
         up to 1,000 rows) instead of one statement per row, so a statement-level trigger
         (PostgreSQL's term index) fires once per page, not once per entry.
         """
-        seqs = conn.execute(
-            insert(self.entries).returning(self.entries.c.seq, sort_by_parameter_order=True),
-            rows,
-        ).scalars()
+        seqs = conn.execute(self._insert_entries, rows).scalars()
         if self.postings is None:
             return
         postings = [
@@ -338,7 +339,7 @@ class SqlMemoryStore(ABC):
             for posting in posting_rows(seq, row_terms)
         ]
         if postings:
-            conn.execute(insert(self.postings), postings)
+            _insert_postings(conn, self.postings.name, postings)
 
     def _annotated(self, row: Row[Any]) -> tuple[MemoryEntry, dict[str, Any]]:
         values = row._mapping
@@ -438,6 +439,25 @@ class SqlMemoryStore(ABC):
                 f"{type(self).__name__} (tables {self.table_prefix}*) failed: {exc}; "
                 "nothing of this call was committed unless you passed conn= (then roll back)"
             ) from exc
+
+
+def _insert_postings(conn: Connection, table: str, postings: list[tuple[str, int, int]]) -> None:
+    """Insert ``(term, seq, tf)`` rows into the postings ``table``, in ``conn``'s transaction.
+
+    Postings are most of a write's rows (~40 an entry), so they go straight to the driver
+    (ADR 0044): SQLAlchemy's per-row parameter processing cost as much as SQLite's inserts,
+    and psycopg's ``executemany`` sends one INSERT per row, where PostgreSQL takes them all
+    as three arrays in one statement.
+    """
+    if conn.dialect.name == "postgresql":
+        terms, seqs, counts = zip(*postings, strict=True)
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} (term, seq, tf) "
+            "SELECT * FROM unnest(%(terms)s::text[], %(seqs)s::bigint[], %(counts)s::integer[])",
+            {"terms": list(terms), "seqs": list(seqs), "counts": list(counts)},
+        )
+    else:
+        conn.exec_driver_sql(f"INSERT INTO {table} (term, seq, tf) VALUES (?, ?, ?)", postings)
 
 
 def _create_engine(url: URL | str) -> Engine:

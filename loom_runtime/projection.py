@@ -33,6 +33,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
     inspect,
     select,
 )
@@ -53,6 +54,18 @@ tracking_table = Table(
     _tracking_metadata,
     Column("projection", String(200), primary_key=True),
     Column("position", BigInteger, nullable=False),
+)
+
+# Built once: a catch-up runs these several times per write, and a statement built per call
+# costs SQLAlchemy more than SQLite takes to run it (ADR 0044).
+_SELECT_POSITION = select(tracking_table.c.position).where(
+    tracking_table.c.projection == bindparam("b_projection")
+)
+_LOCK_POSITION = _SELECT_POSITION.with_for_update()
+_UPDATE_POSITION = (
+    tracking_table.update()
+    .where(tracking_table.c.projection == bindparam("b_projection"))
+    .values(position=bindparam("b_position"))
 )
 
 
@@ -132,9 +145,7 @@ class SQLProjection(ABC):
     def position(self) -> int:
         """The last log position applied; call :meth:`create_tables` first."""
         with self.engine.connect() as conn:
-            value = conn.execute(
-                select(tracking_table.c.position).where(tracking_table.c.projection == self.name)
-            ).scalar_one_or_none()
+            value = conn.execute(_SELECT_POSITION, {"b_projection": self.name}).scalar_one_or_none()
         return value or 0
 
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
@@ -154,17 +165,11 @@ class SQLProjection(ABC):
             self._set_position(conn, 0)
 
     def _lock_position(self, conn: Connection) -> int:
-        query = select(tracking_table.c.position).where(tracking_table.c.projection == self.name)
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update()
-        return int(conn.execute(query).scalar_one())
+        query = _LOCK_POSITION if conn.dialect.name == "postgresql" else _SELECT_POSITION
+        return int(conn.execute(query, {"b_projection": self.name}).scalar_one())
 
     def _set_position(self, conn: Connection, position: int) -> None:
-        conn.execute(
-            tracking_table.update()
-            .where(tracking_table.c.projection == self.name)
-            .values(position=position)
-        )
+        conn.execute(_UPDATE_POSITION, {"b_projection": self.name, "b_position": position})
 
 
 def registered_projections(log: EventLog) -> list[TrackedProjection]:

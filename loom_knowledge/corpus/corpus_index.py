@@ -41,6 +41,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     delete,
     func,
     or_,
@@ -92,6 +93,7 @@ class CorpusIndex(SQLProjection):
             self.drop()
             self.store = self._open_store()
         self.create_tables()
+        self._statements = _Statements(self.documents, self.revisions)
 
     def _open_store(self) -> PostgresTemporalStore | SqliteTemporalStore:
         """The passage store: temporal, so history and its ranking rule are memory's."""
@@ -135,27 +137,17 @@ class CorpusIndex(SQLProjection):
             "passage_count": len(event.passages),
             "source": event.source,
         }
+        document = {"scope": event.scope, "doc_id": event.doc_id}
+        statements = self._statements
         if previous is None:
-            conn.execute(
-                self.documents.insert().values(scope=event.scope, doc_id=event.doc_id, **values)
-            )
+            conn.execute(statements.insert_document, {**document, **values})
         else:
             conn.execute(
-                update(self.documents)
-                .where(self._document(event.scope, event.doc_id))
-                .values(**values)
+                statements.update_document,
+                {**values, "b_scope": event.scope, "b_doc_id": event.doc_id},
             )
         conn.execute(
-            self.revisions.insert().values(
-                scope=event.scope,
-                doc_id=event.doc_id,
-                revision=event.revision,
-                fingerprint=event.fingerprint,
-                fingerprint_algorithm=event.fingerprint_algorithm,
-                passage_count=len(event.passages),
-                source=event.source,
-                written_position=position,
-            )
+            statements.insert_revision, {**document, **values, "written_position": position}
         )
 
     def _removed(self, conn: Connection, position: int, event: DocumentRemoved) -> None:
@@ -163,21 +155,22 @@ class CorpusIndex(SQLProjection):
         if previous is None:
             return  # nothing live to remove (the writer checked; a rebuild sees the same)
         self._end_revision(conn, event.scope, previous, position, ended_by="removed")
-        conn.execute(delete(self.documents).where(self._document(event.scope, event.doc_id)))
+        conn.execute(
+            self._statements.delete_document, {"b_scope": event.scope, "b_doc_id": event.doc_id}
+        )
 
     def _end_revision(
         self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
     ) -> None:
         conn.execute(
-            update(self.revisions)
-            .where(
-                and_(
-                    self.revisions.c.scope == scope,
-                    self.revisions.c.doc_id == record.id,
-                    self.revisions.c.revision == record.revision,
-                )
-            )
-            .values(ended_position=position, ended_by=ended_by)
+            self._statements.end_revision,
+            {
+                "b_scope": scope,
+                "b_doc_id": record.id,
+                "b_revision": record.revision,
+                "ended_position": position,
+                "ended_by": ended_by,
+            },
         )
         ids = _passage_ids(record.id, record.passage_count)
         self.store.end_validity(corpus_key(scope), ids, position, conn=conn)
@@ -202,15 +195,9 @@ class CorpusIndex(SQLProjection):
 
         Read as plain tuples: an unchanged sync of a large corpus is mostly this read.
         """
-        c = self.documents.c
-        query = (
-            select(c.doc_id, c.revision, c.fingerprint, c.fingerprint_algorithm)
-            .add_columns(c.passage_count, c.source)
-            .where(c.scope == scope)
-            .order_by(c.doc_id)
-        )
-        if doc_ids is not None:
-            query = query.where(c.doc_id.in_(doc_ids))
+        statements = self._statements
+        query = statements.manifest if doc_ids is None else statements.manifest_of
+        parameters = {"b_scope": scope, "b_doc_ids": list(doc_ids or ())}
         with self._reading(conn) as connection:
             return {
                 doc_id: DocRecord(
@@ -222,7 +209,7 @@ class CorpusIndex(SQLProjection):
                     source=source,
                 )
                 for doc_id, revision, fingerprint, algorithm, count, source in connection.execute(
-                    query
+                    query, parameters
                 ).tuples()
             }
 
@@ -231,16 +218,12 @@ class CorpusIndex(SQLProjection):
 
         Revisions keep counting across a removal, so "revision 3" names one text forever.
         """
-        c = self.revisions.c
         found: dict[str, int] = {}
         with self.engine.connect() as conn:
             for start in range(0, len(doc_ids), _IN_CHUNK):
-                query = (
-                    select(c.doc_id, func.max(c.revision))
-                    .where(c.scope == scope, c.doc_id.in_(doc_ids[start : start + _IN_CHUNK]))
-                    .group_by(c.doc_id)
-                )
-                found.update((doc_id, top) for doc_id, top in conn.execute(query).tuples())
+                chunk = {"b_scope": scope, "b_doc_ids": list(doc_ids[start : start + _IN_CHUNK])}
+                rows = conn.execute(self._statements.last_revisions, chunk).tuples()
+                found.update((doc_id, top) for doc_id, top in rows)
         return found
 
     def scopes(self) -> list[str]:
@@ -307,15 +290,52 @@ class CorpusIndex(SQLProjection):
 
     def _record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
         row = conn.execute(
-            select(self.documents).where(self._document(scope, doc_id))
+            self._statements.select_document, {"b_scope": scope, "b_doc_id": doc_id}
         ).one_or_none()
         return None if row is None else _record(row)
 
-    def _document(self, scope: str, doc_id: str) -> Any:
-        return and_(self.documents.c.scope == scope, self.documents.c.doc_id == doc_id)
-
     def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
         return nullcontext(conn) if conn is not None else self.engine.connect()
+
+
+class _Statements:
+    """The statements a write and a manifest read run, built once per index.
+
+    Built per call, a statement cost more than SQLite took to run it: SQLAlchemy constructs
+    it and derives its cache key every time. Built once, with every value a bound parameter,
+    its cache key is memoized and its compiled form comes from the engine's cache, so a
+    call only binds values (ADR 0044). Parameters of a WHERE clause are named ``b_*`` so
+    they never collide with the column values an INSERT or UPDATE sets.
+    """
+
+    def __init__(self, documents: Table, revisions: Table) -> None:
+        d, r = documents.c, revisions.c
+        document = and_(d.scope == bindparam("b_scope"), d.doc_id == bindparam("b_doc_id"))
+        self.select_document = select(documents).where(document)
+        self.insert_document = documents.insert()
+        self.update_document = update(documents).where(document)
+        self.delete_document = delete(documents).where(document)
+        self.insert_revision = revisions.insert()
+        self.end_revision = update(revisions).where(
+            r.scope == bindparam("b_scope"),
+            r.doc_id == bindparam("b_doc_id"),
+            r.revision == bindparam("b_revision"),
+        )
+        self.manifest = (
+            select(d.doc_id, d.revision, d.fingerprint, d.fingerprint_algorithm)
+            .add_columns(d.passage_count, d.source)
+            .where(d.scope == bindparam("b_scope"))
+            .order_by(d.doc_id)
+        )
+        self.manifest_of = self.manifest.where(d.doc_id.in_(bindparam("b_doc_ids", expanding=True)))
+        self.last_revisions = (
+            select(r.doc_id, func.max(r.revision))
+            .where(
+                r.scope == bindparam("b_scope"),
+                r.doc_id.in_(bindparam("b_doc_ids", expanding=True)),
+            )
+            .group_by(r.doc_id)
+        )
 
 
 def _record_columns(*, revision_is_key: bool) -> list[Column[Any]]:
