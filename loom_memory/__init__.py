@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         SentenceTransformersEmbedder,
         checked_vectors,
     )
+    from loom_memory.embedding_projections import embedding_projections
     from loom_memory.embedding_table import EmbeddingTable, text_digest, unit_vector
     from loom_memory.entry import Content, MemoryEntry
     from loom_memory.errors import (
@@ -135,6 +136,7 @@ __all__ = [
     "checked_vectors",
     "embed_query",
     "embedding_key",
+    "embedding_projections",
     "entry_terms",
     "query_terms",
     "reciprocal_rank_fusion",
@@ -193,6 +195,7 @@ _EXPORTS = {
     "checked_vectors": "loom_memory.embedder",
     "EmbeddingProjection": "loom_memory.vector_memory",
     "EmbeddingTable": "loom_memory.embedding_table",
+    "embedding_projections": "loom_memory.embedding_projections",
     "record_embeddings": "loom_memory.vector_memory",
     "text_digest": "loom_memory.embedding_table",
     "unit_vector": "loom_memory.embedding_table",

@@ -54,6 +54,7 @@ except ImportError as exc:  # the vector extra is not installed
         needed_by="vector and hybrid retrieval (open_knowledge_base(..., embedder=))",
     ) from exc
 
+from loom_knowledge.corpus.corpus_index import TABLE_PREFIX
 from loom_knowledge.corpus.events import CORPUS_TOPICS
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
@@ -84,7 +85,6 @@ from loom_memory import (
     unit_vector,
 )
 
-TABLE_PREFIX: Final = "loom_kb_"
 DEFAULT_CANDIDATES: Final = 50
 MATRICES_KEPT: Final = 4
 """As-of positions whose stacked vectors a retriever keeps (an audit pages through a few)."""

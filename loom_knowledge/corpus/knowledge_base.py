@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
-from loom_knowledge.corpus.corpus_index import CorpusIndex
+from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
 from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
 from loom_knowledge.corpus.keys import retrieve_key, stream_name
 from loom_knowledge.corpus.retrieval import (
@@ -50,6 +50,7 @@ from loom_knowledge.errors import (
     InvalidOptionError,
     KnowledgeBaseOptionsError,
 )
+from loom_memory import embedding_projections
 from loom_runtime import (
     Change,
     EventLog,
@@ -549,13 +550,19 @@ def corpus_projections(log: EventLog) -> list[CorpusIndex]:
 
 
 def drop_corpus(loom: Loom) -> None:
-    """Delete every corpus read model of ``loom``'s log: manifest, revisions, passage index.
+    """Delete every corpus read model of ``loom``'s log: manifest, revisions, passage index,
+    and the passages' recorded vectors (every embedding model's).
 
     Nothing is lost: the next read or write recreates the tables and rebuilds them from the
-    log. This is how the headline demo and tests prove the corpus is a projection.
+    log, vectors included, without calling a model. This is how the headline demo and tests
+    prove the corpus is a projection.
     """
     corpus_index(loom).drop()
     loom.services.discard(_CORPUS_SERVICE)
+    # The vectors' table stays (a knowledge base open on it holds it); its rows and position go.
+    for projection in embedding_projections(loom.log):
+        if projection.table.table_prefix == TABLE_PREFIX:
+            projection.reset()
 
 
 def open_knowledge_base(

@@ -344,3 +344,26 @@ def test_an_async_flow_is_told_to_retrieve_lexically_or_in_a_def_flow(
 
     with pytest.raises(InvalidArgumentError, match=f"a {mode} retrieval .* plain def flow"):
         asyncio.run(loom.arun("async-ask"))
+
+
+def test_drop_corpus_deletes_the_recorded_vectors_too_and_they_come_back_from_the_log(
+    loom: Loom,
+) -> None:
+    """The vectors are a corpus read model like the passage index: ``drop_corpus`` deletes
+    them, and the next search projects them again from the log without calling the model
+    for any passage (only for the live query)."""
+    embedder = CountingEmbedder()
+    kb = _open(loom, embedder=embedder)
+    kb.sync(DOCS, source="test")
+    before = kb.search("restart the stalled workers", mode="vector")
+    assert before
+
+    drop_corpus(loom)
+    with loom.log.engine.connect() as conn:
+        left = conn.exec_driver_sql("SELECT count(*) FROM loom_kb_embeddings").scalar_one()
+    assert left == 0, "drop_corpus left the corpus's recorded vectors behind"
+
+    embedder.texts.clear()
+    again = open_knowledge_base(loom, "runbooks", embedder=embedder, min_score=FLOOR)
+    assert _seen(again.search("restart the stalled workers", mode="vector")) == _seen(before)
+    assert embedder.texts == ["restart the stalled workers"]
