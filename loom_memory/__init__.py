@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     )
     from loom_memory.text import (
         MAX_QUERY_TERMS,
+        Tokenizer,
         entry_terms,
         query_terms,
         searchable_text,
@@ -131,6 +132,7 @@ __all__ = [
     "SupportsValidity",
     "Tier",
     "TieredMemory",
+    "Tokenizer",
     "UnknownTierError",
     "checked_vectors",
     "embed_query",
@@ -180,6 +182,7 @@ _EXPORTS = {
     "SqliteTemporalStore": "loom_memory.validity",
     "Tier": "loom_memory.tiers",
     "TieredMemory": "loom_memory.tiers",
+    "Tokenizer": "loom_memory.text",
     "UnknownTierError": "loom_memory.errors",
     "entry_terms": "loom_memory.text",
     "query_terms": "loom_memory.text",
