@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     )
     from loom_memory.text import (
         MAX_QUERY_TERMS,
+        Tokenizer,
         entry_terms,
         query_terms,
         searchable_text,
@@ -132,6 +133,7 @@ __all__ = [
     "SupportsValidity",
     "Tier",
     "TieredMemory",
+    "Tokenizer",
     "UnknownTierError",
     "checked_vectors",
     "embed_query",
@@ -182,6 +184,7 @@ _EXPORTS = {
     "SqliteTemporalStore": "loom_memory.validity",
     "Tier": "loom_memory.tiers",
     "TieredMemory": "loom_memory.tiers",
+    "Tokenizer": "loom_memory.text",
     "UnknownTierError": "loom_memory.errors",
     "entry_terms": "loom_memory.text",
     "query_terms": "loom_memory.text",

@@ -30,7 +30,7 @@ from loom_memory.store import (
     check_position,
     check_search,
 )
-from loom_memory.text import entry_terms
+from loom_memory.text import PLAIN, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,9 @@ class _Row:
     valid_to: int | None = None
 
     @classmethod
-    def of(cls, entry: MemoryEntry, data: bytes, valid_from: int) -> _Row:
+    def of(cls, entry: MemoryEntry, data: bytes, valid_from: int, tokenizer: Tokenizer) -> _Row:
         entry_id = entry.id if isinstance(entry.id, str) else None
-        return cls(data, entry_id, Counter(entry_terms(entry)), valid_from)
+        return cls(data, entry_id, Counter(tokenizer.entry_terms(entry)), valid_from)
 
     def valid_at(self, position: int | None) -> bool:
         """Current (``position`` None), or valid at ``position``."""
@@ -56,7 +56,9 @@ class _Row:
 class InMemoryMemoryStore:
     """A process-local store implementing every verb of the seam."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tokenizer: Tokenizer = PLAIN) -> None:
+        self.tokenizer = tokenizer
+        """The terms this store indexes and searches (:class:`~loom_memory.Tokenizer`)."""
         self._rows: dict[str, list[_Row]] = {}
 
     def append(self, key: str, entries: Sequence[MemoryEntry]) -> None:
@@ -66,7 +68,7 @@ class InMemoryMemoryStore:
     def append_at(self, key: str, entries: Sequence[MemoryEntry], position: int) -> None:
         """Add ``entries`` to the end of ``key``, valid from ``position`` until ended."""
         check_key(key)
-        rows = _rows_for(entries, check_position(position))
+        rows = _rows_for(entries, check_position(position), self.tokenizer)
         if rows:
             self._rows.setdefault(key, []).extend(rows)
 
@@ -99,7 +101,7 @@ class InMemoryMemoryStore:
     def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
         """Make ``entries`` the list at ``key``; the new list is built before the old one goes."""
         check_key(key)
-        rows = _rows_for(entries, 0)
+        rows = _rows_for(entries, 0, self.tokenizer)
         if rows:
             self._rows[key] = rows
         else:
@@ -131,7 +133,7 @@ class InMemoryMemoryStore:
 
     def _search(self, key: str, query: str, limit: int, position: int | None) -> list[MemoryEntry]:
         """Rank the rows ``position`` admits with their own statistics (see the module doc)."""
-        terms, limit = check_search(key, query, limit)
+        terms, limit = check_search(key, query, limit, self.tokenizer)
         rows = [row for row in self._rows.get(key, []) if row.valid_at(position)]
         if not terms or not rows:
             return []
@@ -145,9 +147,12 @@ class InMemoryMemoryStore:
         return [decode_entry(rows[position].data) for _, position in scored[:limit]]
 
 
-def _rows_for(entries: Sequence[MemoryEntry], valid_from: int) -> list[_Row]:
+def _rows_for(entries: Sequence[MemoryEntry], valid_from: int, tokenizer: Tokenizer) -> list[_Row]:
     encoded = encode_entries(entries)
-    return [_Row.of(entry, data, valid_from) for entry, data in zip(entries, encoded, strict=True)]
+    return [
+        _Row.of(entry, data, valid_from, tokenizer)
+        for entry, data in zip(entries, encoded, strict=True)
+    ]
 
 
 def _idf(n: int, df: int) -> float:

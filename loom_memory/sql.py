@@ -82,7 +82,8 @@ from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
 from loom_memory.errors import BackendError, StoreConfigurationError
 from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
-from loom_memory.text import entry_terms
+from loom_memory.text import PLAIN, Tokenizer
+from loom_memory.tokenizer_record import check_tokenizer, settings_table
 from loom_runtime import serialise_ddl
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
@@ -115,6 +116,7 @@ class SqlMemoryStore(ABC):
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         columns: Sequence[SchemaItem] = (),
         postings: bool = False,
+        tokenizer: Tokenizer = PLAIN,
     ) -> None:
         if not _PREFIX.fullmatch(table_prefix):
             raise StoreConfigurationError(
@@ -129,6 +131,9 @@ class SqlMemoryStore(ABC):
                 f"{self._engine.dialect.name}: use the backend for that database"
             )
         self.table_prefix = table_prefix
+        self.tokenizer = tokenizer
+        """The terms this store indexes and searches; recorded with the store, which refuses
+        to open under another (``loom_memory.tokenizer_record``)."""
         metadata = MetaData()
         self.entries = Table(
             f"{table_prefix}entries",
@@ -151,6 +156,8 @@ class SqlMemoryStore(ABC):
         self._insert_entries = insert(self.entries).returning(
             self.entries.c.seq, sort_by_parameter_order=True
         )
+        self.settings = settings_table(table_prefix, metadata)
+        """The store's recorded settings (its tokenizer's identity)."""
         self.predates_postings = False
         """True when this store keeps postings but found rows written without them: those rows
         are never found by a search, so their owner drops the store and rebuilds it."""
@@ -169,6 +176,7 @@ class SqlMemoryStore(ABC):
             created = {table.name for table in metadata.sorted_tables} - existing
             for statement in self._search_ddl(created=created):
                 conn.exec_driver_sql(statement)
+            check_tokenizer(conn, self.settings, self.entries, tokenizer)
 
     @property
     def engine(self) -> Engine:
@@ -285,7 +293,7 @@ class SqlMemoryStore(ABC):
         where: ColumnElement[bool] | None = None,
     ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
         """As :meth:`search`, each entry with its extra columns' values."""
-        terms, limit = check_search(key, query, limit)
+        terms, limit = check_search(key, query, limit, self.tokenizer)
         if not terms:
             return []
         with self._begin(conn, isolation=self.search_isolation) as c:
@@ -409,7 +417,7 @@ class SqlMemoryStore(ABC):
     ) -> tuple[list[dict[str, Any]], list[list[str]]]:
         """The table rows of ``entries`` at ``key``, and each one's indexed terms."""
         encoded = encode_entries(entries)
-        terms = [entry_terms(entry) for entry in entries]
+        terms = [self.tokenizer.entry_terms(entry) for entry in entries]
         rows = [
             {"key": key, "entry": data.decode(), **self._search_values(row_terms)}
             for row_terms, data in zip(terms, encoded, strict=True)

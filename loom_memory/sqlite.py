@@ -38,12 +38,10 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
-    Executable,
     Float,
     MetaData,
     Row,
     Text,
-    bindparam,
     literal_column,
     select,
     table,
@@ -53,7 +51,7 @@ from sqlalchemy.schema import SchemaItem
 
 from loom_memory.errors import BackendError
 from loom_memory.sql import SqlMemoryStore
-from loom_memory.topk import Hit, TermStats, top_k
+from loom_memory.topk import Hit, Run, TermStats, top_k
 
 
 class SqliteMemoryStore(SqlMemoryStore):
@@ -121,16 +119,33 @@ class SqliteMemoryStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
     ) -> Sequence[Row[Any]]:
         rows, fts = self.entries, self.fts_table
-        ranked: Executable
+        run: Run
         if where is None:
-            # The key check reads the small (key, seq) index instead of the wide rows: half
-            # the cost of a match that hits thousands of rows. SQLAlchemy renders no INDEXED BY.
-            ranked = text(
-                f"SELECT e.seq, bm25({fts}) AS bm25 FROM {rows.name} AS e "
-                f"INDEXED BY {self.table_prefix}entries_key_seq JOIN {fts} ON e.seq = {fts}.rowid "
-                f"WHERE {fts} MATCH :match AND e.key = :key ORDER BY bm25({fts}), e.seq "
-                "LIMIT :limit"
-            ).bindparams(key=key, limit=limit)
+            # Plain DBAPI statements: SQLAlchemy's per-statement work (compile-cache lookup,
+            # result metadata) cost as much as a small match.
+            if self._holds_only(conn, key):
+                # Every row is at the key, so the key check would reject nothing: leave the
+                # entries table out and rank the index alone.
+                sql = (
+                    f"SELECT rowid, bm25({fts}) FROM {fts} WHERE {fts} MATCH ? "
+                    f"ORDER BY bm25({fts}), rowid LIMIT ?"
+                )
+                parameters: tuple[Any, ...] = (limit,)
+            else:
+                # The key check reads the small (key, seq) index instead of the wide rows:
+                # half the cost of a match that hits thousands of rows.
+                sql = (
+                    f"SELECT e.seq, bm25({fts}) FROM {rows.name} AS e "
+                    f"INDEXED BY {self.table_prefix}entries_key_seq "
+                    f"JOIN {fts} ON e.seq = {fts}.rowid WHERE {fts} MATCH ? AND e.key = ? "
+                    f"ORDER BY bm25({fts}), e.seq LIMIT ?"
+                )
+                parameters = (key, limit)
+
+            def run(match: str) -> list[Hit]:
+                found = conn.exec_driver_sql(sql, (match, *parameters))
+                return [Hit(rowid=seq, score=-bm25) for seq, bm25 in found]
+
         else:
             bm25 = literal_column(f"bm25({fts})", Float)
             ranked = (
@@ -141,20 +156,27 @@ class SqliteMemoryStore(SqlMemoryStore):
                 .limit(limit)
             )
 
-        def run(match: str) -> list[Hit]:
-            found = conn.execute(ranked, {"match": match})
-            return [Hit(rowid=row.seq, score=-row.bm25) for row in found]
+            def run(match: str) -> list[Hit]:
+                found = conn.execute(ranked, {"match": match})
+                return [Hit(rowid=row.seq, score=-row.bm25) for row in found]
 
         return self._read_seqs(conn, top_k(terms, self._term_stats(conn, terms), limit, run))
 
+    def _holds_only(self, conn: Connection, key: str) -> bool:
+        """True when every row of the store is at ``key`` (two seeks of the key index)."""
+        rows = self.entries.name
+        low, high = conn.exec_driver_sql(
+            f"SELECT (SELECT min(key) FROM {rows}), (SELECT max(key) FROM {rows})"
+        ).one()
+        return bool(low == key == high)
+
     def _term_stats(self, conn: Connection, terms: list[str]) -> TermStats:
         """The row count and each term's document count, as FTS5's ``bm25()`` sees them."""
-        counts = conn.execute(
-            text(
-                f"SELECT term, doc, (SELECT block FROM {self.fts_table}_data WHERE id = 1) "
-                f"FROM {self.vocabulary_table} WHERE term IN :terms"
-            ).bindparams(bindparam("terms", expanding=True)),
-            {"terms": terms},
+        marks = ", ".join("?" * len(terms))
+        counts = conn.exec_driver_sql(
+            f"SELECT term, doc, (SELECT block FROM {self.fts_table}_data WHERE id = 1) "
+            f"FROM {self.vocabulary_table} WHERE term IN ({marks})",
+            tuple(terms),
         ).all()
         return TermStats(
             rows=_varint(counts[0][2]) if counts else 0,

@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
-from loom_memory.text import query_terms
+from loom_memory.text import PLAIN, Tokenizer
 from loom_runtime import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
@@ -189,8 +189,11 @@ def check_position(position: object) -> int:
     return position
 
 
-def check_search(key: object, query: object, limit: object) -> tuple[list[str], int]:
-    """Check a search call; return its distinct terms and the limit clamped to the maximum."""
+def check_search(
+    key: object, query: object, limit: object, tokenizer: Tokenizer = PLAIN
+) -> tuple[list[str], int]:
+    """Check a search call; return its distinct terms (``tokenizer``'s) and the limit clamped
+    to the maximum."""
     check_key(key)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise InvalidLimitError(limit)
@@ -198,4 +201,4 @@ def check_search(key: object, query: object, limit: object) -> tuple[list[str], 
         raise InvalidArgumentError(
             f"query must be a str, got {type(query).__name__}", parameter="query"
         )
-    return query_terms(query), min(limit, MAX_SEARCH_LIMIT)
+    return tokenizer.query_terms(query), min(limit, MAX_SEARCH_LIMIT)

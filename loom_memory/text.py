@@ -15,6 +15,14 @@ different question than the caller asked, and still pass a kit that can only pro
   :data:`MAX_TERM_LENGTH`. Its output re-tokenizes to itself, so a backend may store the terms
   joined by spaces and hand them to its own word splitter.
 
+A store may be opened with a stemming :class:`Tokenizer` (``Tokenizer(stemmer="english")``,
+the ``stem`` extra): after the steps above each term is reduced to its Snowball stem, so
+"running" and "runs" are both "run". The module functions are the plain tokenizer's, and every
+backend of a store indexes and queries through the store's one tokenizer, so SQLite,
+PostgreSQL and the in-memory reference keep matching alike; a store records the tokenizer's
+:attr:`Tokenizer.identity` and refuses to open under another one (a different tokenizer is a
+different index: mixing stemmed and plain terms would match silently less).
+
 Terms are OR-ed (the first :data:`MAX_QUERY_TERMS` distinct ones): a longer question must never
 return fewer memories (PostgreSQL's
 ``plainto_tsquery`` ANDs, which gets this backwards). A query with no terms left (only
@@ -25,10 +33,15 @@ spaces (Chinese, Japanese) tokenize as whole runs, so a substring of such a run 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 from loom_memory.entry import Content, MemoryEntry
+from loom_memory.errors import StoreConfigurationError
 
 STOP_WORDS = frozenset(
     {
@@ -49,12 +62,62 @@ pasted document has thousands, and PostgreSQL refused a 20,000-term OR query out
 depth limit exceeded") where SQLite answered it. Every backend searches the same first terms, so
 a huge query gets the same kind of answer everywhere: the best matches of its opening."""
 
+PLAIN_IDENTITY = "loom-words-v1"
+"""The identity of the plain tokenizer: what every store written before stemming existed used."""
+
+STEM_CACHE_SIZE = 1 << 16
+"""Stems remembered per tokenizer: a corpus repeats its words, and a pure-Python Snowball stem
+costs ~150 us, so a cache makes stemming an ingest cost per distinct word, not per word."""
+
 _WORD = re.compile(r"[^\W_]+")
 
 
 def searchable_text(entry: MemoryEntry) -> str:
     """Return the text of ``entry`` that search may match: its content's string/number leaves."""
     return "\n".join(_leaves(entry.content))
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """The terms a store indexes and searches: :func:`tokenize`, then optionally a stemmer.
+
+    ``stemmer`` names a Snowball algorithm (``"english"``, ``"french"``, ...; needs the ``stem``
+    extra). :attr:`identity` names the terms this tokenizer produces; a store records it, so a
+    store is never searched, appended to or rebuilt with another tokenizer's terms.
+    """
+
+    stemmer: str | None = None
+    _stem: Callable[[str], str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.stemmer is not None:
+            object.__setattr__(self, "_stem", _snowball(self.stemmer))
+
+    @property
+    def identity(self) -> str:
+        """What a store records: the word splitter's version and the stemmer, if any."""
+        if self.stemmer is None:
+            return PLAIN_IDENTITY
+        return f"{PLAIN_IDENTITY}+snowball-{self.stemmer}"
+
+    def tokenize(self, text: str) -> list[str]:
+        """:func:`tokenize`'s terms of ``text``, each stemmed if this tokenizer stems."""
+        terms = tokenize(text)
+        if self._stem is None:
+            return terms
+        return [self._stem(term) for term in terms]
+
+    def entry_terms(self, entry: MemoryEntry) -> list[str]:
+        """The terms a store indexes ``entry`` under (duplicates are frequencies)."""
+        return self.tokenize(searchable_text(entry))
+
+    def query_terms(self, query: str) -> list[str]:
+        """The distinct terms of ``query``, in order, at most :data:`MAX_QUERY_TERMS`."""
+        return list(dict.fromkeys(self.tokenize(query)))[:MAX_QUERY_TERMS]
+
+
+PLAIN = Tokenizer()
+"""The default tokenizer: no stemming. The module functions below are its."""
 
 
 def tokenize(text: str) -> list[str]:
@@ -77,6 +140,32 @@ def query_terms(query: str) -> list[str]:
     """Return the distinct terms of a search query, in order, at most :data:`MAX_QUERY_TERMS`
     of them; search ORs them."""
     return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
+
+
+def _snowball(language: str) -> Callable[[str], str]:
+    """The Snowball stemmer for ``language`` as a cached function (lazily imported)."""
+    try:
+        import snowballstemmer
+    except ImportError as exc:
+        raise StoreConfigurationError(
+            "stemming needs the snowballstemmer package: pip install 'loom-replay[stem]'"
+        ) from exc
+    try:
+        stemmer: Any = snowballstemmer.stemmer(language)
+    except KeyError as exc:
+        raise StoreConfigurationError(
+            f"no Snowball stemmer for {language!r}; one of: "
+            f"{', '.join(sorted(snowballstemmer.algorithms()))}"
+        ) from exc
+    lock = threading.Lock()  # a Snowball stemmer object keeps its word in itself
+
+    @lru_cache(maxsize=STEM_CACHE_SIZE)
+    def stem(word: str) -> str:
+        with lock:
+            stemmed: str = stemmer.stemWord(word)
+        return stemmed
+
+    return stem
 
 
 def _leaves(value: Content) -> Iterator[str]:

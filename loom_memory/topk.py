@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 K1 = 1.2
@@ -72,15 +72,21 @@ class TermStats:
     rows: int
     documents: dict[str, int]
     """Rows containing each term; a term absent here is in no row."""
+    _bounds: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Each term's bound, computed once: a plan compares subsets' bounds many times."""
 
     def upper_bound(self, terms: Sequence[str]) -> float:
         """An upper bound of the score of a row containing exactly ``terms`` (FTS5's idf)."""
-        return sum((K1 + 1.0) * self._idf(term) for term in terms)
+        return sum(self._bound(term) for term in terms)
 
-    def _idf(self, term: str) -> float:
-        hits = self.documents[term]
-        # FTS5 clamps a non-positive idf (a term in over half the rows) to 1e-6.
-        return max(math.log((self.rows - hits + 0.5) / (hits + 0.5)), 1e-6)
+    def _bound(self, term: str) -> float:
+        bound = self._bounds.get(term)
+        if bound is None:
+            hits = self.documents[term]
+            # FTS5 clamps a non-positive idf (a term in over half the rows) to 1e-6.
+            idf = max(math.log((self.rows - hits + 0.5) / (hits + 0.5)), 1e-6)
+            bound = self._bounds[term] = (K1 + 1.0) * idf
+        return bound
 
 
 Run = Callable[[str], Sequence[Hit]]

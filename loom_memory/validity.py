@@ -46,6 +46,7 @@ from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_position
+from loom_memory.text import PLAIN, Tokenizer
 
 
 class TemporalSqlStore(SqlMemoryStore):
@@ -57,10 +58,12 @@ class TemporalSqlStore(SqlMemoryStore):
         *,
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         columns: Sequence[SchemaItem] = (),
+        tokenizer: Tokenizer = PLAIN,
     ) -> None:
         super().__init__(
             bind,
             table_prefix=table_prefix,
+            tokenizer=tokenizer,
             columns=[
                 Column("valid_from", BigInteger, nullable=True, default=0),
                 Column("valid_to", BigInteger, nullable=True),

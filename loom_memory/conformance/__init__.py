@@ -19,8 +19,9 @@ pytest never collects the kit itself. Each test states one clause in its docstri
 ``-k`` selects clauses and a failure names the clause broken.
 
 One module per capability holds its clauses (``required``, ``replace``, ``remove``,
-``search``, ``validity``, ``close``); :class:`MemoryStoreContract` inherits them all, and
-registering this package for assertion rewriting covers every module in it. Optional verbs are
+``search``, ``validity``, ``close``, ``similarity``, ``stemming``); :class:`MemoryStoreContract`
+inherits them all, and registering this package for assertion rewriting covers every module in
+it. Optional verbs are
 tested when present and SKIPPED, naming the capability, when absent (presence is the feature
 flag). The id round trip is tested on every store, because the
 ``remove`` fallback depends on it precisely where ``remove`` is missing.

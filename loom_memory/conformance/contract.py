@@ -8,6 +8,7 @@ from loom_memory.conformance.replace import ReplaceClauses
 from loom_memory.conformance.required import RequiredClauses
 from loom_memory.conformance.search import SearchClauses
 from loom_memory.conformance.similarity import SimilarityClauses
+from loom_memory.conformance.stemming import StemmingClauses
 from loom_memory.conformance.validity import ValidityClauses
 
 
@@ -19,5 +20,6 @@ class MemoryStoreContract(
     ValidityClauses,
     CloseClauses,
     SimilarityClauses,
+    StemmingClauses,
 ):
     """Subclass as ``TestYourStore`` and provide a ``store`` fixture yielding a fresh store."""
