@@ -19,6 +19,7 @@ from benchmarks import (
     peers_targets,
     persistence,
     redaction,
+    retrieval_quality,
     runtime,
     scaleout,
 )
@@ -86,6 +87,12 @@ SECTIONS: tuple[Section, ...] = (
         name="peers-retrieval",
         title="Retrieval quality and latency vs tantivy and bm25s",
         run=peers_retrieval.run,
+    ),
+    Section(
+        name="retrieval-quality",
+        title="Lexical, vector and hybrid retrieval vs tantivy, bm25s and LangChain's "
+        "EnsembleRetriever (ADR 0047)",
+        run=retrieval_quality.run,
     ),
     Section(
         name="peers-targets",

@@ -20,9 +20,9 @@ round trip and atomic ``replace`` are the shared SQL code's) and add three table
 
 Search is exact: cosine similarity of the query's vector with every vector of the key, hits
 at or above the floor (``min_score``, required: it is a property of the model, see
-:mod:`loom_memory.similarity`), best first, ties in append order. The index is one float32
-numpy matrix per key (the ``vector`` extra): a cache, rebuilt per key from the rows and their
-recorded vectors, never from the model.
+:mod:`loom_memory.similarity`), best first, ties in append order, the top ``limit`` selected
+before it is sorted. The index is one float32 numpy matrix per key (the ``vector`` extra): a
+cache, rebuilt per key from the rows and their recorded vectors, never from the model.
 
 Where vectors come from: on ``append``/``replace`` the store looks each text's address up
 and embeds only the missing ones, BEFORE its write transaction (a network call must not hold
@@ -322,9 +322,7 @@ class VectorSqlStore(SqlMemoryStore):
         keep = scores >= least
         if admitted is not None:
             keep &= np.isin(index.seqs, admitted)
-        candidates = np.flatnonzero(keep)
-        # Best first, ties in append order: a stable sort of the negated scores.
-        best = candidates[np.argsort(-scores[candidates], kind="stable")][:limit]
+        best = _top_positions(scores, np.flatnonzero(keep), limit)
         return [(*index.entries[position], float(scores[position])) for position in best]
 
     def _admitted_seqs(
@@ -363,6 +361,25 @@ class VectorSqlStore(SqlMemoryStore):
         )
         self._index[key] = index
         return index
+
+
+def _top_positions(
+    scores: NDArray[np.float32], candidates: NDArray[np.intp], limit: int
+) -> NDArray[np.intp]:
+    """The best ``limit`` of ``candidates`` (positions in append order), best first, ties in
+    append order: exactly a stable sort of every candidate cut at ``limit``.
+
+    Sorting every candidate costs n log n; a search at 100,000 entries with a low floor keeps
+    most of them. So the ``limit``-th best score is found first (``np.partition``, linear), only
+    the candidates at or above it are sorted (every tie with it included, so the cut is the
+    same), and the stable sort keeps ties in append order.
+    """
+    if len(candidates) > limit:
+        kept = scores[candidates]
+        threshold = np.partition(kept, len(kept) - limit)[len(kept) - limit]
+        candidates = candidates[kept >= threshold]
+    ordered: NDArray[np.intp] = candidates[np.argsort(-scores[candidates], kind="stable")][:limit]
+    return ordered
 
 
 class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):
