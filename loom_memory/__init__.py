@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     )
     from loom_memory.tiers import DEFAULT_TIERS, Tier, TieredMemory
     from loom_memory.validity import PostgresTemporalStore, SqliteTemporalStore
-    from loom_memory.vector import PostgresVectorStore, SqliteVectorStore
+    from loom_memory.vector import PostgresVectorStore, SqliteVectorStore, top_positions
     from loom_memory.vector_memory import (
         EmbeddingProjection,
         EventSourcedVectorMemory,
@@ -147,6 +147,7 @@ __all__ = [
     "searchable_text",
     "text_digest",
     "tokenize",
+    "top_positions",
     "unit_vector",
 ]
 
@@ -193,6 +194,7 @@ _EXPORTS = {
     "tokenize": "loom_memory.text",
     "PostgresVectorStore": "loom_memory.vector",
     "SqliteVectorStore": "loom_memory.vector",
+    "top_positions": "loom_memory.vector",
     "SupportsSimilarity": "loom_memory.similarity",
     "EventSourcedVectorMemory": "loom_memory.vector_memory",
     "checked_vectors": "loom_memory.embedder",

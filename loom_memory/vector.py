@@ -322,7 +322,7 @@ class VectorSqlStore(SqlMemoryStore):
         keep = scores >= least
         if admitted is not None:
             keep &= np.isin(index.seqs, admitted)
-        best = _top_positions(scores, np.flatnonzero(keep), limit)
+        best = top_positions(scores, np.flatnonzero(keep), limit)
         return [(*index.entries[position], float(scores[position])) for position in best]
 
     def _admitted_seqs(
@@ -363,7 +363,7 @@ class VectorSqlStore(SqlMemoryStore):
         return index
 
 
-def _top_positions(
+def top_positions(
     scores: NDArray[np.float32], candidates: NDArray[np.intp], limit: int
 ) -> NDArray[np.intp]:
     """The best ``limit`` of ``candidates`` (positions in append order), best first, ties in

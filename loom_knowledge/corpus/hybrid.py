@@ -82,6 +82,7 @@ from loom_memory import (
     searchable_text,
     text_digest,
     tokenize,
+    top_positions,
     unit_vector,
 )
 
@@ -266,9 +267,7 @@ class HybridRetriever:
         wanted = scores >= self.min_score
         if filter is not None:
             wanted &= np.fromiter((matches(p.meta, filter) for p in held), bool, len(held))
-        kept = np.flatnonzero(wanted)
-        best = kept[np.argsort(-scores[kept], kind="stable")][:limit]
-        return [held[n] for n in best]
+        return [held[n] for n in top_positions(scores, np.flatnonzero(wanted), limit)]
 
     def _stacked(self, as_of: int | None) -> Stacked:
         """The passages of the corpus (current, or at ``as_of``) that have a vector, and their

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loom_memory import HashingEmbedder, SqliteVectorStore
+from loom_memory import HashingEmbedder, SqliteVectorStore, top_positions
 from loom_memory.conformance import entry
-from loom_memory.vector import _top_positions
 
 
 def test_the_selection_equals_a_stable_sort_cut_at_every_limit() -> None:
@@ -21,13 +20,13 @@ def test_the_selection_equals_a_stable_sort_cut_at_every_limit() -> None:
     candidates = np.arange(len(scores))
     for limit in range(1, len(scores) + 2):
         expected = candidates[np.argsort(-scores, kind="stable")][:limit]
-        assert _top_positions(scores, candidates, limit).tolist() == expected.tolist()
+        assert top_positions(scores, candidates, limit).tolist() == expected.tolist()
 
 
 def test_only_candidates_are_ranked() -> None:
     """Positions the floor or a filter dropped never come back through the selection."""
     scores = np.array([0.9, 0.8, 0.7, 0.6], dtype=np.float32)
-    assert _top_positions(scores, np.array([1, 3]), 1).tolist() == [1]
+    assert top_positions(scores, np.array([1, 3]), 1).tolist() == [1]
 
 
 def test_a_store_answers_as_the_full_ranking_with_ties_across_the_cut(tmp_path: Path) -> None:
