@@ -11,13 +11,14 @@ SQLite itself (pragmas, the FTS5 index, the file) take ``sqlite_url`` instead.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
 from loom_runtime import Loom
@@ -39,18 +40,26 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'loom.db'}"
 
 
+@functools.cache
+def _admin() -> Engine:
+    """The engine that creates and drops the test databases, one per worker process.
+
+    Its pooled connection is reused by every PostgreSQL test of the worker (and by the crash
+    harness' threads), instead of two fresh connections per test.
+    """
+    return create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+
+
 def fresh_postgres_database() -> Iterator[str]:
     """Create an empty database on the test server, yield its URL, drop it afterwards."""
     name = f"loom_t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with _admin().connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
-        admin.dispose()
+        with _admin().connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
