@@ -12,6 +12,7 @@ SQLite itself (pragmas, the FTS5 index, the file) take ``sqlite_url`` instead.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import uuid
 from collections.abc import Iterator
@@ -32,6 +33,24 @@ NO_PG = "PostgreSQL half skipped: LOOM_TEST_PG_URL is not set (run the suite wit
 
 def pytest_report_header() -> str:
     return f"loom backends: sqlite, {'postgresql at ' + PG_URL if PG_URL else NO_PG}"
+
+
+@pytest.fixture
+def pytester(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pytestconfig: pytest.Config
+) -> pytest.Pytester:
+    """pytest's ``pytester``, whose inner sessions block the plugins this suite blocks.
+
+    An inner session reads its own (temporary) project's configuration, not this one, so it
+    loaded every installed plugin again, LangChain's kit's among them (langsmith's alone is
+    about a second), on each of the plugin tests' runs. The ``-p no:NAME`` options of this
+    suite's ``addopts`` are handed on through ``PYTEST_ADDOPTS`` (pytester clears it when it
+    starts, and subprocess runs inherit it).
+    """
+    addopts: list[str] = pytestconfig.getini("addopts")
+    blocked = [f"-p {value}" for flag, value in itertools.pairwise(addopts) if flag == "-p"]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(blocked))
+    return pytester
 
 
 @pytest.fixture
