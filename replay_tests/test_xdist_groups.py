@@ -31,7 +31,7 @@ def test_spread(n):
 
 
 @pytest.mark.slow  # a pytest subprocess with two xdist workers
-def test_a_group_runs_on_one_worker_while_the_others_spread(
+def test_a_group_runs_on_one_worker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Six grouped tests all run on one worker, and their node ids carry the group."""
