@@ -32,7 +32,7 @@ SPHINX_FLAGS = ["-E", "-W", "--keep-going", "-b", "html"]
 """The flags scripts/docs passes: every warning fails, no page's warning is hidden by a cache."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site scripts/docs builds from the repository's docs/, with not one warning."""
     out = tmp_path_factory.mktemp("docs") / "site"
