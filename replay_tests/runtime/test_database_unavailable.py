@@ -6,8 +6,6 @@ connection pool, which names neither the database nor why.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -19,14 +17,15 @@ pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=NO_PG)
 
 @pytest.mark.parametrize("persistence", ["builtin", "sqlalchemy"])
 def test_a_missing_database_is_a_typed_error_naming_it_and_the_cause(persistence: str) -> None:
-    """Opening the log fails within a second with the database's name and 'does not exist'."""
+    """Opening the log fails with the database's name and 'does not exist' from the server's
+    first answer, not the pool's "couldn't get a connection after 5.00 sec" (no clock read:
+    that message, which names neither, is what waiting for the pool would end in)."""
     url = make_url(PG_URL).set(database="loom_no_such_database")
     loom = Loom(url.render_as_string(hide_password=False), persistence=persistence)  # type: ignore[arg-type]
-    started = time.monotonic()
     with pytest.raises(DatabaseUnavailableError) as raised:
         _ = loom.log
-    assert time.monotonic() - started < 2
     message = str(raised.value)
+    assert "couldn't get a connection" not in message
     assert "loom_no_such_database" in message and "does not exist" in message
     assert "createdb" in message  # the next step
     assert isinstance(raised.value, LoomError) and raised.value.database == "loom_no_such_database"
