@@ -412,11 +412,18 @@ def _check_deterministic(results: Results) -> None:
                 raise InstrumentError(f"{arm}: {metric} changed between rounds")
 
 
-def _quality_table(results: Results, rounds: int) -> Table:
+QUALITY_COLUMNS = ("corpus", "system", "MRR@10", "MRR - tantivy", "Hit@10", "p50", "p95")
+
+
+def quality_rows(
+    results: Results, *, keep: Callable[[str, str], bool] = lambda _system, _corpus: True
+) -> tuple[tuple[str, ...], ...]:
+    """One row per ``"system | corpus"`` arm that ``keep(system, corpus)`` accepts, in the
+    order of :data:`QUALITY_COLUMNS`, each scored against tantivy on the same corpus."""
     rows = []
     for name, stats in results.items():
         system, corpus = name.split(" | ")
-        if "as of" in system or "current" in system or corpus == "pg15.18":
+        if not keep(system, corpus):
             continue
         tantivy = results[f"tantivy | {corpus}"]["mrr"].median
         rows.append(
@@ -430,10 +437,19 @@ def _quality_table(results: Results, rounds: int) -> Table:
                 stats["p95_ms"].cell(" ms"),
             )
         )
+    return tuple(rows)
+
+
+def _quality_table(results: Results, rounds: int) -> Table:
     return Table(
         title="Retrieval quality and latency on the same passages",
-        columns=("corpus", "system", "MRR@10", "MRR - tantivy", "Hit@10", "p50", "p95"),
-        rows=tuple(rows),
+        columns=QUALITY_COLUMNS,
+        rows=quality_rows(
+            results,
+            keep=lambda system, corpus: (
+                not ("as of" in system or "current" in system or corpus == "pg15.18")
+            ),
+        ),
         note=f"quality is deterministic (checked identical in every round); latency: median "
         f"of {rounds} interleaved rounds (low-high)",
     )

@@ -56,6 +56,7 @@ from benchmarks.harness import (
 )
 from benchmarks.peers_corpora import passages, terms
 from benchmarks.peers_retrieval import (
+    QUALITY_COLUMNS,
     Search,
     Workload,
     _arm,
@@ -64,6 +65,7 @@ from benchmarks.peers_retrieval import (
     _faq_workload,
     _tantivy,
     _workload,
+    quality_rows,
 )
 from benchmarks.peers_targets import Target, publish
 from benchmarks.stores import fresh_sqlite
@@ -414,25 +416,10 @@ def targets(
 
 
 def _quality_table(results: Results, rounds: int) -> Table:
-    rows = []
-    for name, stats in results.items():
-        system, corpus = name.split(" | ")
-        tantivy = results[f"tantivy | {corpus}"]["mrr"].median
-        rows.append(
-            (
-                corpus,
-                system,
-                f"{stats['mrr'].median:.3f}",
-                f"{stats['mrr'].median - tantivy:+.3f}",
-                f"{stats['hit'].median:.3f}",
-                stats["p50_ms"].cell(" ms"),
-                stats["p95_ms"].cell(" ms"),
-            )
-        )
     return Table(
         title="Lexical, vector and hybrid retrieval on the same passages and vectors",
-        columns=("corpus", "system", "MRR@10", "MRR - tantivy", "Hit@10", "p50", "p95"),
-        rows=tuple(rows),
+        columns=QUALITY_COLUMNS,
+        rows=quality_rows(results),
         note=f"quality is deterministic (checked identical in every round); latency excludes "
         f"the query's embedding: median of {rounds} interleaved rounds (low-high)",
     )
