@@ -292,6 +292,15 @@ def _analyze(store: PostgresMemoryStore) -> None:
         conn.exec_driver_sql("VACUUM ANALYZE")
 
 
+def _latencies(latencies: list[float], hits: float) -> Sample:
+    """A search arm's sample: p50 and p95 in ms, and the hits per query."""
+    return {
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p95_ms": percentile(latencies, 95) * 1e3,
+        "hits": hits,
+    }
+
+
 def _search_arm(name: str, store: Store, query_set: list[str]) -> Arm:
     def measure() -> Sample:
         latencies = []
@@ -305,11 +314,7 @@ def _search_arm(name: str, store: Store, query_set: list[str]) -> Arm:
                     f"{name}: query {query!r} was drawn from a stored entry but found nothing"
                 )
             hits += len(found)
-        return {
-            "p50_ms": percentile(latencies, 50) * 1e3,
-            "p95_ms": percentile(latencies, 95) * 1e3,
-            "hits": hits / len(query_set),
-        }
+        return _latencies(latencies, hits / len(query_set))
 
     return Arm(name, measure)
 
@@ -331,11 +336,7 @@ def _scan_arm(name: str, store: PostgresMemoryStore, query_set: list[str]) -> Ar
                     f"{name}: query {query!r}: the term index answered "
                     f"{[entry.id for entry in indexed]}, the scan {[entry.id for entry in scanned]}"
                 )
-        return {
-            "p50_ms": percentile(latencies, 50) * 1e3,
-            "p95_ms": percentile(latencies, 95) * 1e3,
-            "hits": hits / len(query_set),
-        }
+        return _latencies(latencies, hits / len(query_set))
 
     return Arm(name, measure)
 
@@ -368,11 +369,7 @@ def _bare_fts5_arm(name: str, store: SqliteMemoryStore, query_set: list[str]) ->
                         f"{name}: query {query!r}: the store answered {answered}, the plain "
                         f"OR query {expected}"
                     )
-        return {
-            "p50_ms": percentile(latencies, 50) * 1e3,
-            "p95_ms": percentile(latencies, 95) * 1e3,
-            "hits": hits / len(query_set),
-        }
+        return _latencies(latencies, hits / len(query_set))
 
     return Arm(name, measure)
 
@@ -398,11 +395,7 @@ def _bare_postgres_arm(name: str, store: PostgresMemoryStore, query_set: list[st
                 found = connection.execute(ranked, (tsquery, KEY)).fetchall()
                 latencies.append(time.perf_counter() - started)
                 hits += len(found)
-        return {
-            "p50_ms": percentile(latencies, 50) * 1e3,
-            "p95_ms": percentile(latencies, 95) * 1e3,
-            "hits": hits / len(query_set),
-        }
+        return _latencies(latencies, hits / len(query_set))
 
     return Arm(name, measure)
 
