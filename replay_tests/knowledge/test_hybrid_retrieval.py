@@ -11,27 +11,12 @@ from sqlalchemy import inspect
 from loom_knowledge import Doc, HybridRetriever, KnowledgeBase, open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_knowledge.errors import InvalidOptionError
-from loom_memory import HashingEmbedder
 from loom_runtime import DecisionInputChangedError, Loom
+from replay_tests.embedders import CountingEmbedder
 
 FLOOR = 0.1
 """Lower than memory's kit floor: a passage of ten terms sharing only word fragments with a
 one-word question scores ~0.13 with the hashing embedder, unrelated ones at most ~0.03."""
-
-
-class CountingEmbedder(HashingEmbedder):
-    """The hashing embedder, counting texts; raises once ``broken`` (the model is gone)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-        self.broken = False
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if self.broken:
-            raise AssertionError(f"the embedding model was called for {list(texts)!r}")
-        self.texts.extend(texts)
-        return super().embed(texts)
 
 
 DOCS = [

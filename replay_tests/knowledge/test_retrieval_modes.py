@@ -22,23 +22,12 @@ from loom_knowledge.corpus.retrieval import MODES, Mode, check_filter, matches
 from loom_knowledge.errors import InvalidArgumentError, InvalidOptionError
 from loom_memory import HashingEmbedder, reciprocal_rank_fusion
 from loom_runtime import DecisionInputChangedError, Loom, codec
+from replay_tests.embedders import CountingEmbedder
 
 FLOOR = 0.1
 """The hashing embedder's floor used across the knowledge tests (test_hybrid_retrieval.py)."""
 
 FILTERS: list[dict[str, Any] | None] = [None, {"team": "sre"}, {"team": ["dba", "office"]}]
-
-
-class CountingEmbedder(HashingEmbedder):
-    """The hashing embedder, counting the texts it embeds."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.texts.extend(texts)
-        return super().embed(texts)
 
 
 class UnavailableEmbedder:

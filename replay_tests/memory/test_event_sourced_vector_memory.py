@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,24 +28,10 @@ from loom_memory.vector import VectorSqlStore
 from loom_runtime import Loom
 from loom_runtime.tools.cli import app
 from replay_tests.conftest import fresh_postgres_database
+from replay_tests.embedders import CountingEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 FLOOR = 0.2
-
-
-class CountingEmbedder(HashingEmbedder):
-    """The hashing embedder, counting the texts it embeds; raises once ``broken``."""
-
-    def __init__(self, *, dimension: int = 1024) -> None:
-        super().__init__(dimension=dimension)
-        self.texts: list[str] = []
-        self.broken = False
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if self.broken:
-            raise AssertionError(f"the embedding model was called for {list(texts)!r}")
-        self.texts.extend(texts)
-        return super().embed(texts)
 
 
 @contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from loom_memory import (
 )
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.conformance.helpers import contents
+from replay_tests.embedders import CountingEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 FLOOR = 0.2
@@ -67,21 +68,6 @@ class TestPostgresVectorStore(MemoryStoreContract):
 
 
 # -- what the kit cannot see -----------------------------------------------------------------
-
-
-class CountingEmbedder(HashingEmbedder):
-    """The hashing embedder, counting every text it is asked for; raises once ``broken``."""
-
-    def __init__(self, *, dimension: int = 1024) -> None:
-        super().__init__(dimension=dimension)
-        self.texts: list[str] = []
-        self.broken = False
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if self.broken:
-            raise AssertionError(f"the embedding model was called for {list(texts)!r}")
-        self.texts.extend(texts)
-        return super().embed(texts)
 
 
 @pytest.fixture
