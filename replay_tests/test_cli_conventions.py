@@ -350,9 +350,15 @@ def test_version_and_completion_are_offered() -> None:
 
     result = _invoke("--version")
     assert (result.exit_code, result.stdout) == (0, f"loom {version('loom-replay')}\n")
-    result = _invoke("--show-completion", "bash")
-    assert result.exit_code == 0 and "_LOOM_COMPLETE=complete_bash" in result.stdout
-    assert "--install-completion" in _invoke("--help").stdout
+    # `--show-completion` detects the shell from the process's ancestors, which differ between
+    # a terminal, CI and an xdist worker; naming the shell in the variable does not depend on them.
+    for shell in ("bash", "zsh", "fish"):
+        result = CliRunner().invoke(
+            app, [], env={"_LOOM_COMPLETE": f"source_{shell}"}, prog_name="loom"
+        )
+        assert result.exit_code == 0 and f"_LOOM_COMPLETE=complete_{shell}" in result.stdout
+    help_text = _invoke("--help").stdout
+    assert "--install-completion" in help_text and "--show-completion" in help_text
 
 
 @pytest.mark.slow
