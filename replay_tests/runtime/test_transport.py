@@ -54,7 +54,9 @@ class Server:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(  # a short poll: shutdown() waits for it
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
