@@ -557,6 +557,7 @@ def test_the_current_context_is_the_running_flow_and_only_there(sqlite_url: str)
     assert current_context() is None
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_without_httpx_the_transport_names_the_extra_to_install() -> None:
     """httpx missing: asking for the transport raises the typed error naming the extra."""
     script = (
