@@ -11,11 +11,14 @@ SQLite itself (pragmas, the FTS5 index, the file) take ``sqlite_url`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -69,16 +72,77 @@ def _admin() -> Engine:
     return create_engine(PG_URL, isolation_level="AUTOCOMMIT")
 
 
-def fresh_postgres_database() -> Iterator[str]:
-    """Create an empty database on the test server, yield its URL, drop it afterwards."""
+def _create_database() -> str:
     name = f"loom_t_{uuid.uuid4().hex[:16]}"
     with _admin().connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def _drop_database(name: str) -> None:
+    with _admin().connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class _Databases:
+    """Empty test databases, created one ahead and dropped behind on a thread of their own.
+
+    CREATE and DROP DATABASE are mostly the server copying and deleting files: the test waited
+    for both, about as long as a small PostgreSQL test's own work. Here the next test's
+    database is created while the current test runs, and a used one is dropped while the next
+    runs; each is still new and empty when its test gets it. A drop that fails is raised at
+    the end of the session (:func:`pytest_sessionfinish`), not lost.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="loom-test-databases")
+        self._next: Future[str] | None = None
+        self._drops: list[Future[None]] = []
+
+    def take(self) -> str:
+        """A new empty database's name (the one made ahead); starts making the next."""
+        with self._lock:
+            ready = self._next or self._worker.submit(_create_database)
+            self._next = self._worker.submit(_create_database)
+        return ready.result()
+
+    def give_back(self, name: str) -> None:
+        """Drop ``name`` in the background."""
+        with self._lock:
+            self._drops.append(self._worker.submit(_drop_database, name))
+
+    def close(self) -> None:
+        """Drop the database made ahead, wait for every drop, raise the first that failed."""
+        with self._lock:
+            if self._next is not None:
+                with contextlib.suppress(Exception):
+                    self._drops.append(self._worker.submit(_drop_database, self._next.result()))
+                self._next = None
+            drops, self._drops = self._drops, []
+        self._worker.shutdown(wait=True)
+        for drop in drops:
+            drop.result()
+
+
+@functools.cache
+def _databases() -> _Databases:
+    """This worker's (and this module instance's) maker of test databases."""
+    return _Databases()
+
+
+def pytest_sessionfinish() -> None:
+    if _databases.cache_info().currsize:
+        _databases().close()
+
+
+def fresh_postgres_database() -> Iterator[str]:
+    """An empty database on the test server: yield its URL, drop it afterwards."""
+    name = _databases().take()
     try:
         yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     finally:
-        with _admin().connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _databases().give_back(name)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

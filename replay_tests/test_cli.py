@@ -23,6 +23,7 @@ def test_demo_is_registered_through_the_entry_point() -> None:
     assert "demo" in _text(result.output)
 
 
+@pytest.mark.slow  # runs `loom demo` in subprocesses
 def test_demo_runs_the_headline_and_exits_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,6 +54,7 @@ def _readme_corpus(url: str) -> tuple[int, list[object]]:
         return loom.log.position, list(kb.list_docs())
 
 
+@pytest.mark.slow  # runs `loom demo` in subprocesses
 @pytest.mark.parametrize("env", [False, True], ids=["default", "LOOM_DB_URL"])
 def test_demo_never_touches_the_users_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: bool
@@ -73,6 +75,7 @@ def test_demo_never_touches_the_users_database(
     assert "loom-demo-" in _text(result.output)  # it says where its own log is
 
 
+@pytest.mark.slow  # runs `loom demo` in subprocesses
 def test_demo_with_an_explicit_db_writes_only_a_scope_of_its_own(db_url: str) -> None:
     """--db given: the README example's scope is untouched; every corpus event the demo
     appended is in one fresh demo-... scope; no corpus table of the database is dropped."""

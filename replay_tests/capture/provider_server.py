@@ -113,7 +113,11 @@ class ProviderServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.openai_url = f"{self.url}/v1"
         self.anthropic_url = self.url
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval: its default of 0.5 s made
+        # stop() wait about that long, once per test that uses the provider.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self._thread.start()
 
     @property

@@ -219,6 +219,7 @@ def test_a_resource_key_names_scheme_host_and_path_never_query_or_userinfo() -> 
     assert resource_name("file:///srv/runbooks/a.md") == "file:///srv/runbooks/a.md"
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_without_mcp_wrap_session_names_the_extra_to_install() -> None:
     """mcp missing: asking for wrap_session raises the typed error naming the extra."""
     script = (

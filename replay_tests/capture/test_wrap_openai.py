@@ -305,6 +305,7 @@ def test_wrap_refuses_what_it_cannot_record_saying_what_it_accepts() -> None:
         wrap(object())
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_wrap_imports_no_sdk() -> None:
     """``loom_runtime.wrap`` recognises clients by class name: using it imports neither SDK
     (a user of one SDK does not pay for the other)."""

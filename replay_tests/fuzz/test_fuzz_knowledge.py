@@ -184,6 +184,7 @@ def test_empty_and_whitespace_text_is_listed_with_no_passages(kb: KnowledgeBase,
     assert kb.passages() == []
 
 
+@pytest.mark.slow  # a 10 MB document: CI runs it, the quick run does not
 def test_ten_megabyte_document_round_trips(db_url: str) -> None:
     """A 10 MB document is stored whole (every passage within the limit) and searchable."""
     paragraph = "lorem ipsum dolor sit amet consectetur " * 25 + "\n\n"

@@ -19,6 +19,7 @@ def _text(output: str) -> str:
     return " ".join(output.split())  # Rich wraps long lines
 
 
+@pytest.mark.slow  # runs `loom demo` in subprocesses
 def test_demo_in_hybrid_mode_replays_without_corpus_or_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -32,6 +33,7 @@ def test_demo_in_hybrid_mode_replays_without_corpus_or_model(
     assert "EQUAL to the original passage for passage" in text
 
 
+@pytest.mark.slow  # runs `loom demo` in subprocesses
 def test_the_hybrid_demo_records_the_query_vector_and_the_retrieval(sqlite_url: str) -> None:
     """The flow's retrieval is hybrid: an embedding decision, then the passages with the mode,
     model and floor in the retrieval's input."""

@@ -53,7 +53,9 @@ class FakeServer:
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
     fake = FakeServer()
-    thread = threading.Thread(target=fake.httpd.serve_forever, daemon=True)
+    thread = threading.Thread(  # a short poll: shutdown() waits for it
+        target=fake.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     yield fake
     fake.httpd.shutdown()

@@ -178,7 +178,9 @@ def test_tool_fields_belong_to_their_roles(options: dict[str, Any]) -> None:
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
     fake = FakeServer()
-    thread = threading.Thread(target=fake.httpd.serve_forever, daemon=True)
+    thread = threading.Thread(  # a short poll: shutdown() waits for it
+        target=fake.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     yield fake
     fake.httpd.shutdown()

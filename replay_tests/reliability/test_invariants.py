@@ -84,6 +84,7 @@ def test_a_duplicated_completed_is_caught(worked: Loom) -> None:
     assert f"execution {first.execution_id} completed 2 times" in _violations(worked)
 
 
+@pytest.mark.slow  # SIGKILLs a worker subprocess
 def test_a_recorded_decision_recomputed_on_resume_is_caught(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +131,7 @@ def test_processes_opening_one_existing_log_at_once_all_succeed(db_url: str) -> 
     assert raced.payload == {"failures": 0, "attempts": 72}, raced.stderr[-2000:]
 
 
+@pytest.mark.slow  # twelve Looms at once
 def test_workers_using_the_corpus_first_at_once_all_succeed(db_url: str) -> None:
     """Twelve workers whose first corpus use coincides all get a usable index, five times."""
     looms = [Loom(db_url) for _ in range(12)]

@@ -72,6 +72,7 @@ def test_export_then_replay_the_bundle(
     assert result.identical and result.output == run.output
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_a_bundle_replays_in_a_fresh_process_with_no_database(
     recorded: tuple[Loom, Any], tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ def log(db_url: str) -> Iterator[EventLog]:
     opened.close()
 
 
+@pytest.mark.slow  # the log fixture writes its old rows in a subprocess
 def test_rows_of_every_old_version_read_as_the_new_class(log: EventLog) -> None:
     """v1 gains the default tags and the renamed heading; v2 keeps its tags, gains heading."""
     v1, v2 = log.events(stream_id("notes"))
@@ -100,6 +101,7 @@ def test_rows_of_every_old_version_read_as_the_new_class(log: EventLog) -> None:
     assert not hasattr(v1, "title") and not hasattr(v2, "title")
 
 
+@pytest.mark.slow  # the log fixture writes its old rows in a subprocess
 def test_the_log_is_never_rewritten_by_upcasting(log: EventLog) -> None:
     """Old rows stay byte for byte as written (and chained): only the reader upcasts."""
     before = [bytes(n.state) for n in log.notifications()]
@@ -110,6 +112,7 @@ def test_the_log_is_never_rewritten_by_upcasting(log: EventLog) -> None:
     assert verify_log(log).ok
 
 
+@pytest.mark.slow  # the log fixture writes its old rows in a subprocess
 def test_new_rows_follow_old_ones_in_the_same_stream(log: EventLog) -> None:
     """The new class appends after old rows and everything reads back in order."""
     stream = stream_id("notes")

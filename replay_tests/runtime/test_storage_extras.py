@@ -38,6 +38,7 @@ def test_importing_loom_imports_no_optional_backend() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_a_sqlite_log_opens_without_the_optional_backends(tmp_path: object) -> None:
     """A SQLite log opens, writes and reads with psycopg and eventsourcing-sqlalchemy absent."""
     result = _run(
@@ -54,6 +55,7 @@ def test_a_sqlite_log_opens_without_the_optional_backends(tmp_path: object) -> N
     assert result.stdout.strip() == "0"
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 @pytest.mark.parametrize(
     ("missing", "options", "extra"),
     [

@@ -182,6 +182,7 @@ def test_a_tracer_passed_for_a_provider_is_refused_saying_what_to_pass(tmp_path:
         Loom(f"sqlite:///{tmp_path / 'loom.db'}", tracer_provider=tracer)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_tracing_without_the_otel_extra_names_the_extra(tmp_path: Path) -> None:
     script = f"""
 import sys
@@ -439,6 +440,7 @@ def test_an_open_decision_never_settled_ends_with_the_execution(
     assert span.attributes is not None and span.attributes["loom.decision.unsettled"] is True
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_without_a_tracer_provider_nothing_is_traced_or_imported(tmp_path: Path) -> None:
     """Off by default: a run imports neither the telemetry module nor OpenTelemetry, and the
     library prints nothing (its log lines are INFO and DEBUG, below Python's last resort)."""

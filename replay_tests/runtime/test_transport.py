@@ -54,7 +54,9 @@ class Server:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(  # a short poll: shutdown() waits for it
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -555,6 +557,7 @@ def test_the_current_context_is_the_running_flow_and_only_there(sqlite_url: str)
     assert current_context() is None
 
 
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
 def test_without_httpx_the_transport_names_the_extra_to_install() -> None:
     """httpx missing: asking for the transport raises the typed error naming the extra."""
     script = (
