@@ -130,8 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK_ROUNDS} rounds and smaller workloads (well under a minute); "
-        "does not publish docs/benchmarks.md",
+        help=f"{QUICK_ROUNDS} rounds and smaller workloads (its budget: 3 minutes on a quiet "
+        "machine, 20 for a full run); does not publish docs/benchmarks.md",
     )
     parser.add_argument(
         "--only",
