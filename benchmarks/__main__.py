@@ -12,6 +12,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,10 +22,12 @@ from benchmarks.harness import InstrumentError, Progress, Settings
 from benchmarks.report import (
     REPOSITORY,
     Outcome,
+    SectionTime,
     git_revision,
     load_average,
     markdown,
     print_outcome,
+    print_times,
 )
 from benchmarks.sections import SECTIONS
 
@@ -53,17 +56,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.width = 160  # a log file has no width; 80 columns would fold every range
     progress_console = Console(stderr=True)
     outcomes: list[Outcome] = []
+    times: list[SectionTime] = []
     for section in SECTIONS:
         if section.run is None or (options.only and section.name not in options.only):
             outcomes.append((section, None))
             continue
+        started, cpu = time.perf_counter(), _cpu_seconds()
         try:
             result = section.run(settings, _progress(progress_console, section.name))
         except InstrumentError as exc:
             console.print(f"instrument error in section {section.name!r}: {exc}", style="red")
             return 1
+        times.append(
+            SectionTime(
+                section.name,
+                time.perf_counter() - started,
+                load=load_average(),
+                cpu_seconds=_cpu_seconds() - cpu,
+            )
+        )
         print_outcome(console, section, result)
         outcomes.append((section, result))
+    print_times(console, times)
 
     broken = [c.name for _, result in outcomes if result for c in result.controls if not c.held]
     if broken:
@@ -86,10 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         postgres=settings.pg_url is not None,
         revision=revision,
         load_at_start=load_at_start,
+        times=times,
     )
     output.write_text(report)
     console.print(f"wrote {output}")
     return 0
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU of this process and of the children it has waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _progress(console: Console, section: str) -> Progress:
@@ -109,8 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK_ROUNDS} rounds and smaller workloads (well under a minute); "
-        "does not publish docs/benchmarks.md",
+        help=f"{QUICK_ROUNDS} rounds and smaller workloads (its budget: 3 minutes on a quiet "
+        "machine, 20 for a full run); does not publish docs/benchmarks.md",
     )
     parser.add_argument(
         "--only",

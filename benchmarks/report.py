@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,22 @@ VERSIONED = ("eventsourcing", "eventsourcing-sqlalchemy", "sqlalchemy", "msgspec
 
 Outcome = tuple[Section, SectionResult | None]
 """A section and what it measured (None: planned, or not selected with --only)."""
+
+
+@dataclass(frozen=True)
+class SectionTime:
+    """How long one section took: wall clock, the CPU its process and the child processes it
+    waited for spent, and the 1-minute load average at its end.
+
+    Why it is published: the whole run has a time budget, and the section to cut first is the
+    one that takes longest. A section's wall time at a load of 8 says little about it at 0;
+    its CPU time moves much less with load (a PostgreSQL server's own CPU is not in it).
+    """
+
+    section: str
+    seconds: float
+    load: str
+    cpu_seconds: float | None = None
 
 
 def environment(
@@ -79,9 +96,10 @@ def markdown(
     postgres: bool,
     revision: str | None = None,
     load_at_start: str | None = None,
+    times: Sequence[SectionTime] = (),
 ) -> str:
     """The whole of docs/benchmarks.md (``revision``, ``load_at_start``: see
-    :func:`environment`)."""
+    :func:`environment`; ``times``: each section's, tabled after the method)."""
     controls = [c for _, result in outcomes if result for c in result.controls]
     lines = [
         "# Benchmarks",
@@ -104,6 +122,8 @@ def markdown(
         f"Negative controls (deliberately broken arms): {sum(c.held for c in controls)} of "
         f"{len(controls)} stayed bad, as they must.",
     ]
+    if times:
+        lines += ["", *_markdown_table(times_table(times))]
     for section, result in outcomes:
         lines += ["", f"## {section.title}", ""]
         if result is None:
@@ -132,6 +152,47 @@ def print_outcome(console: Console, section: Section, result: SectionResult) -> 
         for row in table.rows:
             rich_table.add_row(*row)
         console.print(rich_table)
+
+
+def times_table(times: Sequence[SectionTime]) -> Table:
+    """Each section's wall-clock time and share of the run, with the load it ran under."""
+    total = sum(t.seconds for t in times)
+    cpu = sum(t.cpu_seconds or 0.0 for t in times)
+    return Table(
+        title="Time per section",
+        columns=("section", "time", "share", "CPU", "load average at its end"),
+        rows=(
+            *(
+                (
+                    t.section,
+                    _duration(t.seconds),
+                    f"{100 * t.seconds / total:.0f}%" if total else "n/a",
+                    "n/a" if t.cpu_seconds is None else _duration(t.cpu_seconds),
+                    t.load,
+                )
+                for t in times
+            ),
+            ("all sections", _duration(total), "100%", _duration(cpu) if cpu else "n/a", ""),
+        ),
+        note="wall clock around each section's run; CPU: user and system time of the "
+        "benchmark process and the child processes it waited for (a PostgreSQL server's is "
+        "not counted)",
+    )
+
+
+def print_times(console: Console, times: Sequence[SectionTime]) -> None:
+    """The time table on the terminal, so that every run (not only a published one) says
+    where its minutes went."""
+    if times:
+        print_outcome(console, _TIMES, SectionResult(tables=(times_table(times),)))
+
+
+_TIMES = Section(name="times", title="Time per section")
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{seconds:.1f} s"
 
 
 def _controls_table(controls: Sequence[Control]) -> Table:

@@ -9,6 +9,7 @@ report in docs/benchmarks.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,3 +160,63 @@ def test_the_numpy_model_gives_the_published_vector() -> None:
     assert embedder.model == MODEL and len(vector) == 384
     expected = [-0.034478, 0.03102, 0.00673, 0.02611, -0.039362]
     assert vector[:5] == pytest.approx(expected, abs=1e-3)
+
+
+def _pages() -> list[Doc]:
+    return [
+        Doc(id=f"p{n}", text=text, title=f"Page {n}")
+        for n, text in enumerate(["restart the worker", "the disk is full", "rotate the logs"])
+    ]
+
+
+def test_the_langchain_arm_ranks_loom_s_own_vectors_and_embeds_nothing_new() -> None:
+    """LangChain's vector store gets the vector loom recorded for each passage (embedded with
+    its title), so the model embeds each passage once per run, whatever text LangChain holds."""
+    pytest.importorskip("langchain_classic")
+    pytest.importorskip("langchain_community.retrievers")
+    pages = _pages()
+    embedder = rq.CachedEmbedder(HashingEmbedder(dimension=16))
+    with rq._indexed(pages, embedder, rebuilt=False) as (retriever, ingest):
+        embedded = embedder.texts
+        search = rq._langchain(pages, retriever, embedder)
+        assert embedder.texts == embedded == ingest.texts_embedded == 3
+        assert search("disk full")[0] == "p1"
+
+
+def test_a_model_asked_for_more_than_loom_s_passages_and_queries_is_an_instrument_error() -> None:
+    embedder = rq.CachedEmbedder(HashingEmbedder(dimension=16))
+    ingest = rq.Ingest(
+        passages=2,
+        seconds=1.0,
+        model_seconds=1.0,
+        texts_embedded=2,
+        rebuild_calls=0,
+        reembedded=0,
+        queries=1,
+    )
+    embedder.embed(["a passage", "another passage", "a query"])
+    rq._check_embedded_once(embedder, [ingest])
+    embedder.embed(["a passage, embedded again under another text"])
+    with pytest.raises(InstrumentError, match="embedded the corpus again"):
+        rq._check_embedded_once(embedder, [ingest])
+
+
+def test_the_scale_index_built_in_one_process_is_searched_from_its_log_in_another(
+    tmp_path: Path,
+) -> None:
+    """The scale rows search an index another process built; opening it embeds nothing, and an
+    index of another size than asked is an instrument error, not a figure."""
+    from benchmarks.corpora import corpora_directory
+
+    try:
+        corpora_directory()
+    except InstrumentError:
+        pytest.skip("the shared corpora are not on this machine")
+    path = tmp_path / "scale.db"
+    built = rq.build_scale(path, 30)
+    assert (built.passages, len(built.queries)) == (30, rq.SCALE_QUERIES)
+    results = rq._scale(path, built, 30, 1, lambda _message: None)
+    assert sorted(results) == ["loom hybrid", "loom lexical", "loom vector"]
+    assert all(stats["p50_ms"].median > 0 for stats in results.values())
+    with pytest.raises(InstrumentError, match="not 31"):
+        rq._scale(path, built, 31, 1, lambda _message: None)
