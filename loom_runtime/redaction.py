@@ -261,7 +261,11 @@ password assignments and passwords in URLs."""
 
 
 _CLEAN_CACHE_SIZE = 256
-"""How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each)."""
+"""How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each), and how
+many clean identifiers."""
+
+_CLEAN_NAME_LENGTH = 200
+"""Identifiers longer than this are checked every time rather than remembered."""
 
 
 class Redactor:
@@ -289,6 +293,9 @@ class Redactor:
         # encoded and again when its event is stored (the mapper's pass, which makes the
         # guarantee); the second check is a lookup. Patterns and mode never change after here.
         self._clean: dict[bytes, None] = {}
+        # Identifiers found clean lately: a flow asks the same keys and kinds in every run,
+        # and each is checked on every append (read without the lock: a dict lookup is atomic).
+        self._clean_names: dict[str, None] = {}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -344,10 +351,17 @@ class Redactor:
         """
         names = value if isinstance(value, list | tuple) else [value]
         for index, name in enumerate(names):
-            pattern = self.secret_in(name) if isinstance(name, str) else None
+            if not isinstance(name, str) or name in self._clean_names:
+                continue
+            pattern = self.secret_in(name)
             if pattern is not None:
                 where = path if names is not value else f"{path}[{index}]"
                 raise error(pattern=pattern, path=where)
+            if len(name) <= _CLEAN_NAME_LENGTH:
+                with self._lock:
+                    if len(self._clean_names) >= _CLEAN_CACHE_SIZE:
+                        del self._clean_names[next(iter(self._clean_names))]
+                    self._clean_names[name] = None
 
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""

@@ -106,14 +106,25 @@ class ChainTable:
             db_originator=lambda o: o,
         )
 
-    def append(self, cursor: Any, events: Sequence[StoredEvent], ids: Sequence[int]) -> None:
+    def append(
+        self,
+        cursor: Any,
+        events: Sequence[StoredEvent],
+        ids: Sequence[int],
+        known: KnownHeads | None = None,
+    ) -> None:
         """Chain ``events`` (just inserted with ``ids``), inside the caller's transaction.
 
         Must run after the events' insert, while the transaction holds the write lock: only
-        then is the head read here still the head when this transaction commits.
+        then is the head read here still the head when this transaction commits. With
+        ``known``, the heads this writer itself left are used instead of reading them, when
+        ``ids`` prove nothing was appended since (see :class:`KnownHeads`); ``known`` is
+        advanced to the heads this append leaves.
         """
         originators = [self.db_originator(event.originator_id) for event in events]
-        previous, streams = self._heads(cursor, list(dict.fromkeys(originators)))
+        unique = list(dict.fromkeys(originators))
+        heads = known.heads(ids, unique) if known is not None else None
+        previous, streams = heads if heads is not None else self._heads(cursor, unique)
         rows = []
         for event, originator, notification_id in zip(events, originators, ids, strict=True):
             stream_hash = stream_link(
@@ -128,7 +139,12 @@ class ChainTable:
             rows.append(
                 (notification_id, originator, event.originator_version, stream_hash, previous)
             )
-        cursor.executemany(self._insert, rows)
+        if len(rows) == 1:
+            cursor.execute(self._insert, rows[0])
+        else:
+            cursor.executemany(self._insert, rows)
+        if known is not None and ids:
+            known.advance(ids[-1], previous, streams)
 
     def _heads(self, cursor: Any, originators: list[object]) -> tuple[bytes, dict[object, bytes]]:
         """The global head and each stream's head, in one statement (one round trip per save:
@@ -163,6 +179,59 @@ class ChainTable:
             if len(page) < _PAGE:
                 return
             after = page[-1][0]
+
+
+class KnownHeads:
+    """The chain heads one writer left with its last committed append, to skip reading them.
+
+    Reading the heads was one statement of the four an append makes. They may be taken from
+    here only when the events just inserted got the id right after the last one this writer
+    chained: ids are assigned as one more than the highest stored (SQLite's rowid, without
+    AUTOINCREMENT), under the write lock the inserting transaction now holds, so that id
+    proves no other writer (another process, or another log object on the same file) has
+    appended since, and therefore that every head is still the one kept here. Anything
+    else reads them from the table as before. A stream not seen by this writer is read too.
+
+    The heads are advanced as the transaction chains its events: a writer whose transaction
+    then does not commit must drop this object for a new one, which reads the table again.
+    """
+
+    __slots__ = ("global_hash", "last_id", "streams")
+
+    STREAMS = 1024
+    """Streams whose heads are kept (the most recently appended to): a worker appends to the
+    executions it is running, so the few it runs at once are what it needs."""
+
+    def __init__(self) -> None:
+        self.last_id = -1
+        self.global_hash = GENESIS
+        self.streams: dict[object, bytes] = {}
+
+    def heads(
+        self, ids: Sequence[int], originators: list[object]
+    ) -> tuple[bytes, dict[object, bytes]] | None:
+        """The heads before ``ids`` were inserted, or None when they must be read.
+
+        When another writer has appended since, every stream kept here may have moved, not
+        only those this append reads: all are forgotten.
+        """
+        if not ids or self.last_id < 0 or ids[0] != self.last_id + 1:
+            self.streams.clear()
+            return None
+        streams = self.streams
+        if any(originator not in streams for originator in originators):
+            return None
+        return self.global_hash, {originator: streams[originator] for originator in originators}
+
+    def advance(self, last_id: int, global_hash: bytes, streams: dict[object, bytes]) -> None:
+        """Record the heads an append left (``streams``: those it touched, already linked)."""
+        self.last_id, self.global_hash = last_id, global_hash
+        kept = self.streams
+        for originator, stream_hash in streams.items():
+            kept.pop(originator, None)  # re-inserted last: the oldest are dropped first
+            kept[originator] = stream_hash
+        while len(kept) > self.STREAMS:
+            del kept[next(iter(kept))]
 
 
 class ChainedRecorder(ABC):

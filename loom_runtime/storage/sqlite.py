@@ -20,7 +20,7 @@ from eventsourcing.sqlite import (
 )
 
 from loom_runtime.log import Row
-from loom_runtime.storage.chain import ChainedRecorder, ChainTable
+from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 
 
@@ -48,6 +48,9 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             self._commit_group
         )
         """Shares one transaction among the appends that arrive together (ADR 0036)."""
+        self.known = KnownHeads()
+        """The chain heads of this recorder's last committed append (only the group commit's
+        leader, one at a time, reads or replaces it)."""
         self.select_stream_rows = (
             f"SELECT originator_version, topic, state FROM {events_table_name} "
             "WHERE originator_id=? ORDER BY originator_version"
@@ -57,10 +60,14 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return [*super().construct_create_table_statements(), *self.chain.ddl]
 
     def _insert_events(
-        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        c: SQLiteCursor,
+        stored_events: Sequence[StoredEvent],
+        known: KnownHeads | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         ids = super()._insert_events(c, stored_events, **kwargs)
-        self.chain.append(c, stored_events, ids or ())
+        self.chain.append(c, stored_events, ids or (), known)
         return ids
 
     def insert_events(
@@ -76,17 +83,35 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return self.group_commit.submit(stored_events)
 
     def _commit_group(self, group: Sequence[Pending[Sequence[StoredEvent], Sequence[int]]]) -> None:
-        """One transaction for the group, each append in its own savepoint: a conflict undoes
-        only that append's rows, and the next append reads the chain heads afresh."""
-        with self.datastore.transaction(commit=True) as c:
-            for append in group:
-                c.execute("SAVEPOINT loom_append")
-                try:
-                    append.result = self._insert_events(c, append.work)
-                except sqlite3.IntegrityError as exc:
-                    c.execute("ROLLBACK TO loom_append")
-                    append.error = IntegrityError(exc)
-                c.execute("RELEASE loom_append")
+        """One transaction for the group.
+
+        An append alone in its group (every append of a lone flow) needs no savepoint: a
+        conflict escapes the transaction, which rolls back only that append, and the group
+        commit raises it in its one caller. In a larger group each append has its own
+        savepoint, so a conflict undoes only that append's rows, and the chain heads are read
+        afresh after one. The heads this recorder left are kept only once the transaction
+        has committed: they are forgotten when it does not
+        (:class:`~loom_runtime.storage.chain.KnownHeads`).
+        """
+        known: KnownHeads | None = self.known
+        try:
+            with self.datastore.transaction(commit=True) as c:
+                if len(group) == 1:
+                    group[0].result = self._insert_events(c, group[0].work, known)
+                else:
+                    for append in group:
+                        c.execute("SAVEPOINT loom_append")
+                        try:
+                            append.result = self._insert_events(c, append.work, known)
+                        except sqlite3.IntegrityError as exc:
+                            c.execute("ROLLBACK TO loom_append")
+                            append.error = IntegrityError(exc)
+                            known = None  # what it left is unknown: the rest read the table
+                        c.execute("RELEASE loom_append")
+        except BaseException:
+            self.known = KnownHeads()
+            raise
+        self.known = known if known is not None else KnownHeads()
 
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)

@@ -13,6 +13,7 @@ from loom_runtime import (
     LogSettings,
     Loom,
     Redactor,
+    SecretIdentifierError,
     SecretPattern,
     SecretRefusedError,
     codec,
@@ -314,3 +315,16 @@ def test_a_secret_inside_bytes_is_refused_in_refuse_mode() -> None:
     """Refuse mode refuses a secret in bytes like one in text, naming where it was."""
     with pytest.raises(SecretRefusedError, match=r"v\[0\]"):
         codec.encode([f"Bearer {TOKEN}".encode()], path="v", redactor=Redactor(mode="refuse"))
+
+
+def test_an_identifier_is_refused_every_time_and_a_clean_one_stays_clean() -> None:
+    """Clean identifiers are remembered (each append checks its keys again); a refused one
+    never is, so asking it again refuses it again."""
+    redactor = Redactor()
+    secret = "step-" + "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2"
+    for _ in range(2):
+        redactor.check_identifier("step-1", path="key")
+        with pytest.raises(SecretIdentifierError):
+            redactor.check_identifier(secret, path="key")
+        with pytest.raises(SecretIdentifierError):
+            redactor.check_identifier(["step-1", secret], path="tags")
