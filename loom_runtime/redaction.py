@@ -260,6 +260,9 @@ keys, bearer and Basic credentials, AWS, OpenAI, Anthropic, GitHub, Google and S
 password assignments and passwords in URLs."""
 
 
+_INERT_ITEMS = frozenset({int, float, bool, type(None)})
+"""Item types that hold no text: a list of only these is returned without a walk."""
+
 _CLEAN_CACHE_SIZE = 256
 """How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each), and how
 many clean identifiers."""
@@ -400,6 +403,10 @@ class Redactor:
         if isinstance(value, msgspec.Raw):
             return self._raw(value)
         if isinstance(value, list | tuple):
+            if _INERT_ITEMS.issuperset(map(type, value)):
+                # An embedding or a list of counts: no item is text, so no pattern can match,
+                # and walking thousands of floats one by one cost more than the append itself.
+                return value
             return self._walk_items(value, enumerate(value), lambda i: f"[{i}]")
         if isinstance(value, dict):
             return self._walk_items(value, value.items(), lambda k: f".{k}")

@@ -153,6 +153,19 @@ def test_users_add_patterns_and_keep_the_builtins() -> None:
     assert len(only.patterns) == 1 < len(BUILTIN_PATTERNS)
 
 
+def test_a_list_of_numbers_is_kept_whole_and_a_secret_after_numbers_is_found() -> None:
+    """A vector passes as the same object (no walk), but one string among numbers is still
+    scanned, and a refusal names its place in the list."""
+    redactor = Redactor()
+    vector = [0.25, -1.0, 3, True, None] * 100
+    assert redactor.value(vector, path="v") is vector
+    mixed = [*vector, f"Bearer {TOKEN}"]
+    assert redactor.value(mixed, path="v")[-1] == "Bearer [REDACTED:bearer-token]"
+    with pytest.raises(SecretRefusedError) as caught:
+        Redactor(mode="refuse").value((1.0, 2.0, f"Bearer {TOKEN}"), path="v")
+    assert caught.value.path == "v[2]"
+
+
 def test_refusing_names_the_pattern_and_path_but_never_the_secret() -> None:
     """mode='refuse' raises a typed error whose message does not leak the value."""
     with pytest.raises(SecretRefusedError) as caught:
