@@ -60,11 +60,14 @@ from benchmarks.workload import (
 from loom_runtime import Loom
 
 SIZES = (1_000, 10_000)
+QUICK_SIZES = (1_000,)
+"""``--quick`` records 1,000 decisions per arm: the 10,000-decision arms took most of its time."""
 RECORD_TARGET = 2_000.0
 REPLAY_TARGET = 25_000.0
 CONTROL_SIZE = 1_000
 TRACING_SIZE = 1_000
 FLOOR_SIZE = 10_000
+QUICK_FLOOR_SIZE = 1_000
 FLOOR_TARGET = 250_000.0
 FLOOR_ROUNDS = 3
 """At most this many rounds: each records 10,000 decisions first, and the CPU ratio it reports
@@ -73,7 +76,8 @@ varied by under 0.1x between rounds even at a load average of 20."""
 
 def run(settings: Settings, progress: Progress) -> SectionResult:
     """Measure every size in interleaved rounds, then run the negative controls once."""
-    arms = [_arm(size, make_values(size)) for size in SIZES]
+    sizes = QUICK_SIZES if settings.quick else SIZES
+    arms = [_arm(size, make_values(size)) for size in sizes]
     results = interleave(arms, rounds=settings.rounds, progress=progress)
     rows = []
     for arm in arms:
@@ -126,12 +130,13 @@ def _arm(size: int, values: list[Value]) -> Arm:
 
 def _floor_table(settings: Settings, progress: Progress) -> Table:
     """``loom.replay`` and the bare read-and-decode floor of the same rows, side by side."""
-    values = make_values(FLOOR_SIZE)
+    size = QUICK_FLOOR_SIZE if settings.quick else FLOOR_SIZE
+    values = make_values(size)
     rounds = min(settings.rounds, FLOOR_ROUNDS)
     results = interleave(
-        [Arm(f"{FLOOR_SIZE:,}", _replay_and_floor(values))], rounds=rounds, progress=progress
+        [Arm(f"{size:,}", _replay_and_floor(values))], rounds=rounds, progress=progress
     )
-    stats = results[f"{FLOOR_SIZE:,}"]
+    stats = results[f"{size:,}"]
     rows = [
         (
             "loom.replay",
@@ -149,7 +154,7 @@ def _floor_table(settings: Settings, progress: Progress) -> Table:
         ),
     ]
     return Table(
-        title=f"Replay against its floor ({FLOOR_SIZE:,} decisions, SQLite file)",
+        title=f"Replay against its floor ({size:,} decisions, SQLite file)",
         columns=(
             "reader",
             "replayed/s",
