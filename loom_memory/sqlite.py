@@ -202,10 +202,8 @@ class SqliteMemoryStore(SqlMemoryStore):
         rows, fts = self.entries, self.fts_table
         run: Run
         if where is None:
-            # Plain DBAPI statements on the connection's own cursor, in its transaction:
-            # SQLAlchemy's per-statement work (compile-cache lookup, result metadata) cost as
-            # much as a small match.
-            cursor = conn.connection.cursor()
+            # Plain DBAPI statements: SQLAlchemy's per-statement work (compile-cache lookup,
+            # result metadata) cost as much as a small match.
             if self._holds_only(conn, key):
                 # Every row is at the key, so the key check would reject nothing: leave the
                 # entries table out and rank the index alone.
@@ -226,7 +224,7 @@ class SqliteMemoryStore(SqlMemoryStore):
                 parameters = (key, limit)
 
             def run(match: str) -> list[Hit]:
-                found = cursor.execute(sql, (match, *parameters))
+                found = conn.exec_driver_sql(sql, (match, *parameters))
                 return [Hit(rowid=seq, score=-bm25) for seq, bm25 in found]
 
         else:
