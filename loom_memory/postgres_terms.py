@@ -384,13 +384,17 @@ def _added(parts: Sequence[ColumnElement[float]]) -> ColumnElement[float]:
 
 
 def _stats(conn: Connection, index: TermIndex, key: str, terms: Sequence[str]) -> TermStats:
-    """``N`` and each term's ``df`` at ``key``, as the index keeps them."""
-    counts, keys = index.term_counts.c, index.key_counts.c
-    total = select(keys.rows).where(keys.key == key).scalar_subquery()
-    found = conn.execute(
-        select(counts.term, counts.df, total)
-        .where(counts.key == key, counts.term.in_(terms))
-        .order_by(counts.term)
+    """``N`` and each term's ``df`` at ``key``, as the index keeps them, by term in the
+    database's collation order.
+
+    A plain DBAPI statement: SQLAlchemy's per-statement work (building, cache-keying the
+    select) cost a good part of a small search.
+    """
+    found = conn.exec_driver_sql(
+        f"SELECT c.term, c.df, (SELECT k.rows FROM {index.key_counts.name} k WHERE k.key = "
+        f"%(key)s) FROM {index.term_counts.name} c WHERE c.key = %(key)s AND "
+        "c.term = ANY(%(terms)s) ORDER BY c.term",
+        {"key": key, "terms": list(terms)},
     ).all()
     return TermStats(
         rows=found[0][2] if found else 0, documents={term: df for term, df, _ in found}

@@ -243,20 +243,6 @@ class SqliteMemoryStore(SqlMemoryStore):
 
         return self._read_seqs(conn, top_k(terms, self._term_stats(conn, terms), limit, run))
 
-    def _read_seqs(self, conn: Connection, seqs: Sequence[int]) -> list[Row[Any]]:
-        """The rows ``seqs``, in that order; without extra columns as one plain DBAPI statement
-        (SQLAlchemy's expanding ``IN`` cost as much as the read). Extra columns keep the typed
-        statement, which converts their values."""
-        if self.annotations or not seqs:
-            return super()._read_seqs(conn, seqs)
-        marks = ", ".join("?" * len(seqs))
-        fetched = conn.exec_driver_sql(
-            f"SELECT seq, entry_id, entry FROM {self.entries.name} WHERE seq IN ({marks})",
-            tuple(seqs),
-        )
-        by_seq = {row.seq: row for row in fetched}
-        return [by_seq[seq] for seq in seqs if seq in by_seq]
-
     def _holds_only(self, conn: Connection, key: str) -> bool:
         """True when every row of the store is at ``key`` (two seeks of the key index)."""
         rows = self.entries.name
