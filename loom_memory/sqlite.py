@@ -21,13 +21,6 @@ narrower match expressions and proves, from each term's document count (read fro
 ``fts5vocab`` view, ``<prefix>fts_terms``), that no row it skipped could enter the top ``k``.
 That takes a three-word query on 100,000 entries from scoring ~15,000 rows to a few hundred.
 
-The document counts and a tighter bound come from ``<prefix>term_bounds``, one row per term
-kept by the same triggers (:func:`_bounds_ddl`): its document count ``df``, its largest count in
-one row ``max_tf`` and its smallest ``D / tf`` (row length over that count) ``min_ratio``. From
-those, no row holding the term gets more than :meth:`LengthBoundStats.term_bound` from it, about
-half of FTS5's ``k1 + 1`` ceiling on ordinary text, so fewer conjunctions run; and reading a
-count is one seek, not a walk of the term's whole doclist as the ``fts5vocab`` view does.
-
 A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (the
 statistics of the rows ``where`` admits, not of the whole index; a trigger deletes an entry's
 postings with it); the FTS index is still kept.
@@ -38,9 +31,7 @@ splits on and folds case, so the index holds exactly the first-party terms.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -48,10 +39,8 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
-    Integer,
     MetaData,
     Row,
-    Table,
     Text,
     literal_column,
     select,
@@ -62,14 +51,7 @@ from sqlalchemy.schema import SchemaItem
 
 from loom_memory.errors import BackendError
 from loom_memory.sql import SqlMemoryStore
-from loom_memory.topk import K1, Hit, Run, TermStats, top_k
-
-B = 0.75
-"""FTS5's ``bm25()`` b (fixed in SQLite's source, like k1)."""
-
-BOUND_SLACK = 1e-9
-"""Relative slack added to a term's bound computed in Python: a bound must never fall below
-the score FTS5 computes in C from the same integers, whatever the last bit of either."""
+from loom_memory.topk import Hit, Run, TermStats, top_k
 
 
 class SqliteMemoryStore(SqlMemoryStore):
@@ -91,22 +73,8 @@ class SqliteMemoryStore(SqlMemoryStore):
         """Name of the ``fts5vocab`` view of the index: each term's document count."""
         return f"{self.table_prefix}fts_terms"
 
-    term_bounds: Table | None = None
-    """``<prefix>term_bounds`` when the store ranks through FTS5 (no ``postings=True``): each
-    term's ``df``, ``max_tf`` and ``min_ratio`` (see the module docstring)."""
-
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
-        # FTS5 keeps its own tables (_search_ddl); postings are the base's.
-        if self.postings is None:
-            self.term_bounds = Table(
-                f"{prefix}term_bounds",
-                metadata,
-                Column("term", Text, primary_key=True),
-                Column("df", Integer, nullable=False),
-                Column("max_tf", Integer, nullable=False),
-                Column("min_ratio", Float, nullable=False),
-                sqlite_with_rowid=False,
-            )
+        return None  # FTS5 keeps its own tables (_search_ddl); postings are the base's
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
         rows, fts = self.entries.name, self.fts_table
@@ -121,56 +89,7 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.vocabulary_table} "
             f"USING fts5vocab({fts}, 'row')",
             *self._postings_ddl(),
-            *self._bounds_ddl(created),
         ]
-
-    def _bounds_ddl(self, created: set[str]) -> list[str]:
-        """The triggers keeping ``term_bounds``, and the table filled from the rows when this
-        open created it or the entries table (a store written by older code, or entries dropped
-        by hand beside a stale table); nothing else, so reopening changes nothing.
-
-        A row's terms are its ``search_text`` split on single spaces (``json_each`` of it as a
-        JSON array: terms are letter and digit runs, never a quote or a backslash), so ``D`` is
-        the number of terms, which is the row's FTS5 token count (the tokenizers split alike,
-        see the module docstring). A delete subtracts from ``df`` only: ``max_tf`` and
-        ``min_ratio`` stay what some row once had, still bounds, never too low.
-        """
-        if self.term_bounds is None:
-            return []
-        rows, bounds = self.entries.name, self.term_bounds.name
-
-        def shapes(text: str, seq: str, source: str = "") -> str:
-            # One row per (row, term): tf, and the row's length over tf.
-            terms = f"""json_each('["' || replace({text}, ' ', '","') || '"]')"""
-            return (
-                f"SELECT {seq} AS seq, value AS term, count(*) AS tf, "
-                f"CAST(sum(count(*)) OVER (PARTITION BY {seq}) AS REAL) / count(*) AS ratio "
-                f"FROM {source}{terms} WHERE value != '' GROUP BY {seq}, value"
-            )
-
-        upsert = (
-            "ON CONFLICT (term) DO UPDATE SET df = df + excluded.df, "
-            "max_tf = max(max_tf, excluded.max_tf), min_ratio = min(min_ratio, excluded.min_ratio)"
-        )
-        statements = [
-            f"CREATE TRIGGER IF NOT EXISTS {rows}_bounds_insert AFTER INSERT ON {rows} "
-            f"WHEN new.search_text != '' BEGIN "
-            f"INSERT INTO {bounds} (term, df, max_tf, min_ratio) "
-            f"SELECT term, 1, tf, ratio FROM ({shapes('new.search_text', 'new.seq')}) WHERE true "
-            f"{upsert}; END",
-            f"CREATE TRIGGER IF NOT EXISTS {rows}_bounds_delete AFTER DELETE ON {rows} "
-            f"WHEN old.search_text != '' BEGIN "
-            f"UPDATE {bounds} SET df = df - 1 WHERE term IN (SELECT term FROM "
-            f"({shapes('old.search_text', 'old.seq')})); END",
-        ]
-        if rows in created or bounds in created:
-            statements += [
-                f"DELETE FROM {bounds}",
-                f"INSERT INTO {bounds} (term, df, max_tf, min_ratio) "
-                f"SELECT term, count(*), max(tf), min(ratio) "
-                f"FROM ({shapes('e.search_text', 'e.seq', f'{rows} AS e, ')}) GROUP BY term",
-            ]
-        return statements
 
     def _postings_ddl(self) -> list[str]:
         """The trigger deleting an entry's postings with it (SQLite ignores the foreign key)."""
@@ -252,94 +171,30 @@ class SqliteMemoryStore(SqlMemoryStore):
         return bool(low == key == high)
 
     def _term_stats(self, conn: Connection, terms: list[str]) -> TermStats:
-        """The row count and each term's document count, as FTS5's ``bm25()`` sees them, and
-        (with ``term_bounds``) each term's tighter bound."""
-        averages = f"(SELECT block FROM {self.fts_table}_data WHERE id = 1)"
+        """The row count and each term's document count, as FTS5's ``bm25()`` sees them."""
         marks = ", ".join("?" * len(terms))
-        if self.term_bounds is None:
-            counts = conn.exec_driver_sql(
-                f"SELECT term, doc, {averages} FROM {self.vocabulary_table} "
-                f"WHERE term IN ({marks})",
-                tuple(terms),
-            ).all()
-            return TermStats(
-                rows=_varints(counts[0][2])[0] if counts else 0,
-                documents={term: documents for term, documents, _ in counts},
-            )
-        found = conn.exec_driver_sql(
-            f"SELECT term, df, max_tf, min_ratio, {averages} FROM {self.term_bounds.name} "
-            f"WHERE term IN ({marks}) AND df > 0",
+        counts = conn.exec_driver_sql(
+            f"SELECT term, doc, (SELECT block FROM {self.fts_table}_data WHERE id = 1) "
+            f"FROM {self.vocabulary_table} WHERE term IN ({marks})",
             tuple(terms),
         ).all()
-        if not found:
-            return TermStats(rows=0, documents={})
-        rows, tokens = _varints(found[0][4])[:2]
-        return LengthBoundStats(
-            rows=rows,
-            documents={term: df for term, df, *_ in found},
-            average_length=tokens / rows,
-            shapes={term: (max_tf, min_ratio) for term, _, max_tf, min_ratio, _ in found},
+        return TermStats(
+            rows=_varint(counts[0][2]) if counts else 0,
+            documents={term: documents for term, documents, _ in counts},
         )
 
 
-@dataclass(frozen=True)
-class LengthBoundStats(TermStats):
-    """FTS5's statistics with a per-term bound from the term's own counts and row lengths.
+def _varint(data: bytes) -> int:
+    """Decode the SQLite varint at the start of ``data``: FTS5's total row count.
 
-    FTS5 scores a term in a row ``idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))``,
-    which is ``idf * (k1 + 1) / (1 + k1 * (1 - b) / f + k1 * b * (D / f) / avgdl)``: it grows
-    with ``f`` and falls with ``D / f``, so the term's largest ``f`` and smallest ``D / f``
-    over the rows holding it bound it from above, whichever row has them. On ordinary text
-    that is about half of the ``(k1 + 1) * idf`` the plain bound allows, and the plan stops
-    after fewer conjunctions; the scores are still FTS5's own, so the answer is unchanged.
+    FTS5 keeps its "averages" record (row 1 of ``<fts>_data``) as varints, the row count first
+    (``fts5_index.c``, stable on-disk format); it is the ``N`` of ``bm25()``'s idf.
     """
-
-    average_length: float = 1.0
-    """FTS5's ``avgdl``: tokens over rows, from its averages record."""
-    shapes: dict[str, tuple[int, float]] = field(default_factory=dict)
-    """Each term's ``(max_tf, min_ratio)``."""
-    _tight: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def upper_bound(self, terms: Sequence[str]) -> float:
-        """An upper bound of the score of a row containing exactly ``terms``."""
-        return sum(self.term_bound(term) for term in terms)
-
-    def term_bound(self, term: str) -> float:
-        """The most one row can score from ``term`` (FTS5's idf, with a little slack)."""
-        bound = self._tight.get(term)
-        if bound is None:
-            hits = self.documents[term]
-            idf = max(math.log((self.rows - hits + 0.5) / (hits + 0.5)), 1e-6)
-            max_tf, min_ratio = self.shapes[term]
-            saturation = (K1 + 1.0) / (
-                1.0 + K1 * (1.0 - B) / max_tf + K1 * B * min_ratio / self.average_length
-            )
-            bound = self._tight[term] = idf * saturation * (1.0 + BOUND_SLACK)
-        return bound
-
-
-def _varints(data: bytes) -> list[int]:
-    """Decode the SQLite varints of ``data``: FTS5's averages record.
-
-    FTS5 keeps its "averages" record (row 1 of ``<fts>_data``) as varints, the row count first,
-    then each column's token total (``fts5_index.c``, stable on-disk format): the ``N`` of
-    ``bm25()``'s idf and, over it, its ``avgdl``.
-    """
-    values = []
-    offset = 0
-    while offset < len(data):
-        value, offset = _varint(data, offset)
-        values.append(value)
-    return values
-
-
-def _varint(data: bytes, offset: int) -> tuple[int, int]:
-    """Decode the SQLite varint at ``offset`` of ``data``; return it and the next offset."""
     value = 0
-    for index, byte in enumerate(data[offset : offset + 9]):
+    for index, byte in enumerate(data[:9]):
         if index == 8:
-            return (value << 8) | byte, offset + 9
+            return (value << 8) | byte
         value = (value << 7) | (byte & 0x7F)
         if byte < 0x80:
-            return value, offset + index + 1
+            return value
     raise BackendError("FTS5 averages record is truncated")
