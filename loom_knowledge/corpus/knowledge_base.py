@@ -185,7 +185,7 @@ class KnowledgeBase:
         _check_identifier(self.loom, doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
 
-        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], None]:
+        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], DocRecord]:
             record = manifest.get(doc.id)
             ensure_writable(doc_id=doc.id, record=record, source=source)
             digest = DEFAULT_FINGERPRINTER.digest(doc)
@@ -193,12 +193,14 @@ class KnowledgeBase:
                 DEFAULT_FINGERPRINTER.algorithm,
                 digest,
             ):
-                return [], None
-            revisions = self._index.last_revisions(self.scope, [doc.id])
-            return [self._written(doc, digest, source, revisions.get(doc.id, 0) + 1)], None
+                return [], record
+            revision = self._next_revisions(manifest, [doc.id])[doc.id]
+            change = self._written(doc, digest, source, revision)
+            return [change], _written_record(change)
 
-        self._write(decide, only=[doc.id])
-        return self._index.manifest(self.scope, doc_ids=[doc.id])[doc.id]
+        # The record the appended event writes, as the projection will file it: read back
+        # from the manifest it would cost a read transaction per document.
+        return self._write(decide, only=[doc.id])
 
     def remove_doc(self, doc_id: str, *, source: str | None = None) -> bool:
         """Remove ``doc_id`` and its passages; False (and nothing written) if it is absent."""
@@ -239,9 +241,9 @@ class KnowledgeBase:
 
         def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
-            revisions = self._index.last_revisions(self.scope, [w.doc.id for w in plan.writes])
+            revisions = self._next_revisions(manifest, [w.doc.id for w in plan.writes])
             changes = [
-                self._written(w.doc, w.fingerprint, source, revisions.get(w.doc.id, 0) + 1)
+                self._written(w.doc, w.fingerprint, source, revisions[w.doc.id])
                 for w in plan.writes
             ]
             changes += [self._removed(manifest[doc_id]) for doc_id in plan.removed]
@@ -449,9 +451,26 @@ class KnowledgeBase:
         )
         if positions:
             indexed = _indexed(positions, progress)
-            self.refresh(progress=indexed)
+            # Up to this write's last event, not the head: that is what the caller must see
+            # indexed, and it spares reading the head (later events wait for the next read).
+            catch_up(self.loom.log, self._index, upto=positions[-1], progress=indexed)
             indexed(positions[-1], positions[-1])  # indexed already (another reader): done
         return outcome
+
+    def _next_revisions(
+        self, manifest: Mapping[str, DocRecord], doc_ids: Sequence[str]
+    ) -> dict[str, int]:
+        """The revision each of ``doc_ids`` is written at next: one above the highest it ever
+        had. A live document's highest is its manifest revision (each write is one above the
+        last, and removing writes none), so only documents absent from the manifest (new, or
+        removed and re-created) ask the revision history."""
+        unknown = [doc_id for doc_id in doc_ids if doc_id not in manifest]
+        history = self._index.last_revisions(self.scope, unknown) if unknown else {}
+        return {
+            doc_id: (manifest[doc_id].revision if doc_id in manifest else history.get(doc_id, 0))
+            + 1
+            for doc_id in doc_ids
+        }
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
         return (
@@ -479,6 +498,19 @@ class KnowledgeBase:
                 "source": record.source,
             },
         )
+
+
+def _written_record(change: Change) -> DocRecord:
+    """The manifest record a ``DocumentWritten`` change files (``CorpusIndex._written``)."""
+    _, fields = change
+    return DocRecord(
+        id=fields["doc_id"],
+        revision=fields["revision"],
+        fingerprint=fields["fingerprint"],
+        fingerprint_algorithm=fields["fingerprint_algorithm"],
+        passage_count=len(fields["passages"]),
+        source=fields["source"],
+    )
 
 
 def _lexical(
