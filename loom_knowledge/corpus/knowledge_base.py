@@ -140,6 +140,8 @@ class KnowledgeBase:
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
         self._stream = stream_id(stream_name(scope))
+        self._passed_ids: set[str] = set()
+        """Document ids the log's redactor passed (``_check_doc_id``)."""
         self._vectors: HybridRetriever | None = None
         if embedder is not None:
             # Imported here: numpy (the vector extra) is needed only by a vector scope.
@@ -182,7 +184,7 @@ class KnowledgeBase:
         writes nothing. A document another source owns is refused (SourceConflictError)."""
         _check_doc(doc)
         _check_source(source)
-        _check_identifier(self.loom, doc.id, path="doc.id")
+        self._check_doc_id(doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
 
         def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], DocRecord]:
@@ -412,7 +414,7 @@ class KnowledgeBase:
         _check_identifier(self.loom, source, path="source")
         for index, doc in enumerate(docs):
             _check_doc(doc)
-            _check_identifier(self.loom, doc.id, path=f"docs[{index}].id")
+            self._check_doc_id(doc.id, path=f"docs[{index}].id")
         return reconcile(
             manifest=manifest,
             docs=docs,
@@ -421,6 +423,16 @@ class KnowledgeBase:
             max_removal_fraction=self.max_removal_fraction,
             allow_mass_delete=allow_mass_delete,
         )
+
+    def _check_doc_id(self, doc_id: str, *, path: str) -> None:
+        """Refuse a document id the log's redactor takes for a secret, checking each id once.
+
+        The check is a pure function of the id under the log's one redactor, and an unchanged
+        sync of 10,000 documents spent about half its time repeating it for ids it had passed.
+        """
+        if doc_id not in self._passed_ids:
+            _check_identifier(self.loom, doc_id, path=path)
+            self._passed_ids.add(doc_id)
 
     def _write(
         self,
