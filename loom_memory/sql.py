@@ -131,6 +131,10 @@ class SqlMemoryStore(ABC):
                 f"{self._engine.dialect.name}: use the backend for that database"
             )
         self.table_prefix = table_prefix
+        self.keeps_postings = postings
+        """Built with ``postings=True``: every search ranks from the postings side table, so a
+        backend leaves out the search structures only its own ranking reads (set before the
+        schema is declared, which depends on it)."""
         self.tokenizer = tokenizer
         """The terms this store indexes and searches; recorded with the store, which refuses
         to open under another (``loom_memory.tokenizer_record``)."""
