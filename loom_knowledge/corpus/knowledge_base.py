@@ -371,6 +371,17 @@ class KnowledgeBase:
         self.refresh()
         return _lexical(self._index, self.scope, query, limit, checked)
 
+    def _search_lexical(
+        self, query: str, *, limit: int, filter: dict[str, list[FilterValue]] | None
+    ) -> list[Passage]:
+        """:meth:`search` in lexical mode, without catching up first: for a caller that has
+        just called :meth:`refresh` (hybrid search), so one query catches up once.
+
+        ``filter`` is a checked one (:func:`~loom_knowledge.corpus.retrieval.check_filter`).
+        """
+        check_arguments(query, "lexical", limit)
+        return _lexical(self._index, self.scope, query, limit, filter)
+
     def as_of(self, when: int | datetime) -> CorpusAsOf:
         """A read-only view of this corpus as it was at log position (or moment) ``when``.
 
