@@ -24,6 +24,7 @@ its own ``columns`` and reads them with ``read_annotated``/``search_annotated``,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -189,10 +190,12 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
     A current search (no ``as_of``, no ``where``) takes its statistics from counts kept as
     rows are written, not recounted over every current row: ``<prefix>current_rows`` holds
     ``N`` per key, ``<prefix>current_terms`` each term's document frequency per key, both
-    over the current rows only. Triggers keep them in the same transaction as the rows, for
-    every writer (a caller's own ``DELETE`` included): a posting inserted for a current row
-    counts its term; an entry ended by ``end_validity``, or deleted while current, uncounts
-    its terms (before its postings go with it). A store written before the counts existed
+    over the current rows only, kept in the same transaction as the rows. An append counts
+    its current rows and their distinct terms, one upsert per (key, term) of the batch (only
+    the store inserts rows and postings: a row inserted behind it has no postings either). An
+    entry ended by ``end_validity`` (or any UPDATE of its ``valid_to`` or key), or deleted
+    while current, is uncounted by a trigger, whoever issues the statement (a caller's own
+    ``DELETE`` included), before its postings go with it. A store written before the counts existed
     gets them filled from its rows when it is opened. With them, a current search ranks by
     :func:`~loom_memory.postings.rank_current`, which returns exactly what
     :func:`~loom_memory.postings.rank` would but scores only rows that can reach the top.
@@ -271,14 +274,8 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
             *super()._search_ddl(created=created),
             f"CREATE INDEX IF NOT EXISTS {self.current_index} ON {rows} (key, seq) "
             "WHERE valid_to IS NULL",
-            # An entry is inserted before its postings: count the row now, its terms as
-            # each posting arrives.
-            f"CREATE TRIGGER IF NOT EXISTS {rows}_count_insert AFTER INSERT ON {rows} "
-            f"WHEN new.valid_to IS NULL BEGIN {count_row('new.key')} END",
-            f"CREATE TRIGGER IF NOT EXISTS {postings}_count_insert AFTER INSERT ON {postings} "
-            f"BEGIN INSERT INTO {terms} (key, term, df) SELECT e.key, new.term, 1 "
-            f"FROM {rows} AS e WHERE e.seq = new.seq AND e.valid_to IS NULL "
-            "ON CONFLICT (key, term) DO UPDATE SET df = df + 1; END",
+            # Inserts are counted by _insert, once per batch: triggers per row and posting
+            # cost a third of an append's throughput, the batch's upserts a quarter.
             # BEFORE: the entry's postings are deleted after it (the postings trigger).
             f"CREATE TRIGGER IF NOT EXISTS {rows}_count_delete BEFORE DELETE ON {rows} "
             f"WHEN old.valid_to IS NULL BEGIN {uncount_row('old.key')} "
@@ -301,6 +298,29 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
                 "WHERE e.valid_to IS NULL GROUP BY e.key, p.term",
             ]
         return statements
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
+        """Insert the rows and their postings, and count the current ones in the same
+        transaction: one upsert per key and per distinct (key, term) of the batch."""
+        super()._insert(conn, rows, terms)
+        keys: Counter[str] = Counter()
+        documents: Counter[tuple[str, str]] = Counter()
+        for row, row_terms in zip(rows, terms, strict=True):
+            if row.get("valid_to") is None:
+                keys[row["key"]] += 1
+                documents.update((row["key"], term) for term in set(row_terms))
+        if keys:
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.row_counts_table} (key, n) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET n = n + excluded.n",
+                list(keys.items()),
+            )
+        if documents:
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.term_counts_table} (key, term, df) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, term) DO UPDATE SET df = df + excluded.df",
+                [(key, term, count) for (key, term), count in documents.items()],
+            )
 
     def _postings_rank(
         self,
