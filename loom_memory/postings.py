@@ -21,7 +21,9 @@ select any past state exactly.
 Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
 the admitted rows (give ``where``'s columns a covering index with the key); it scores every
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
-known before counting.
+known before counting. The one exception is a current search of a SQLite temporal store, whose
+statistics are kept as rows are written: :func:`rank_current` returns the same pairs scoring
+only the rows that can reach the top (ADR 0056).
 """
 
 from __future__ import annotations
