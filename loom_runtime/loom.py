@@ -41,6 +41,7 @@ from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
     DecisionKeyError,
+    ErasedError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
@@ -430,8 +431,20 @@ class Loom:
         return list(summaries.values())
 
     def export(self, execution_id: UUID | str, path: str | Path) -> Path:
-        """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`)."""
-        execution = self.execution(execution_id)
+        """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`).
+
+        The bundle holds the execution's values in clear (it replays with no database and no
+        key), so it is a copy outside erasure's reach; an erased execution cannot be exported
+        (:class:`~loom_runtime.errors.ErasedError`).
+        """
+        try:
+            execution = self.execution(execution_id)
+        except ErasedError as exc:
+            raise ErasedError(
+                f"execution {execution_id} cannot be exported: {exc}",
+                subject=exc.subject,
+                position=exc.position,
+            ) from exc
         bundle = seal(
             execution_id=execution.id,
             flow=execution.flow,

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 import msgspec
 import typer
 
-from loom_runtime.errors import BundleError, ExecutionNotFoundError, LogCorruptError
+from loom_runtime.errors import BundleError, ErasedError, ExecutionNotFoundError, LogCorruptError
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -98,7 +98,7 @@ def export(
             )
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-        except LogCorruptError as exc:
+        except (LogCorruptError, ErasedError) as exc:
             fail(str(exc))
         if into_directory:
             output.mkdir(parents=True, exist_ok=True)
@@ -119,6 +119,14 @@ def export(
         console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
     else:
         console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
+    if not as_json:
+        console.print(OUTSIDE_ERASURE)
+
+
+OUTSIDE_ERASURE = (
+    "note: a bundle is a copy in clear, outside erasure's reach: `loom erase` cannot reach "
+    "it, so keep it as you would keep the data itself"
+)
 
 
 @app.command("import")
