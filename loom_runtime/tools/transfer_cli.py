@@ -98,8 +98,10 @@ def export(
             )
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-        except (LogCorruptError, ErasedError) as exc:
+        except LogCorruptError as exc:
             fail(str(exc))
+        except ErasedError as exc:
+            fail(f"an erased execution cannot be exported: {exc}")
         if into_directory:
             output.mkdir(parents=True, exist_ok=True)
         advance = bar("export")
