@@ -245,7 +245,7 @@ def _raw_bytes_postgres(url: str) -> bytes:
             ).scalars()
             dumped = b""
             for table in list(tables):
-                rows = connection.execute(text(f'SELECT * FROM "{table}"')).all()  # noqa: S608
+                rows = connection.execute(text(f'SELECT * FROM "{table}"')).all()
                 dumped += repr(rows).encode()
     finally:
         engine.dispose()
