@@ -327,3 +327,19 @@ def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     monkeypatch.delenv("LOOM_MASTER_KEY")
     off = runner.invoke(app, ["erase", "--user", "alice", "--reason", "r", "--db", url])
     assert off.exit_code == 2 and "without encryption" in off.output
+
+
+class _Crash(BaseException):
+    """The process dies mid-flow: nothing records a failure, the execution stays unfinished."""
+
+
+def test_recovery_skips_an_unfinished_execution_that_was_erased(sealed: Loom) -> None:
+    @sealed.flow("dies")
+    def dies(ctx: FlowContext, text: str) -> str:
+        ctx.decide("first", lambda: text)
+        raise _Crash
+
+    with pytest.raises(_Crash):
+        sealed.run("dies", text="x", labels=Labels(user="gone"))
+    sealed.erase(user="gone", reason="request", by="dpo")
+    assert sealed.recover(dead_after=0.001, include_unowned=True) == []
