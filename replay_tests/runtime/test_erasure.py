@@ -313,6 +313,8 @@ def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     assert '"applied": true' in applied.output
     replay = runner.invoke(app, ["replay", str(run.execution_id), "--db", url])
     assert replay.exit_code == 1 and "was erased by the forget event" in replay.output
+    audit = runner.invoke(app, ["audit", str(run.execution_id), "--db", url])
+    assert audit.exit_code == 1 and "forget event at log position" in audit.output
     verify = runner.invoke(app, ["verify", "--db", url])
     assert verify.exit_code == 0, verify.output
     export = runner.invoke(
