@@ -222,7 +222,7 @@ class Loom:
             from loom_runtime.sealing import subject_of
 
             self._keyring.create(subject_of(execution.id), position=self.log.position)
-            execution.sealer = ExecutionSealer(self._keyring, execution.id)
+            execution.sealer = ExecutionSealer(self._keyring, execution.id, self.settings.redactor)
 
     # -- flows -------------------------------------------------------------------------------
 
@@ -346,7 +346,9 @@ class Loom:
         if is_sealed_raw(execution.input):
             execution = self._opener.execution(execution)  # ErasedError once erased
             if self._keyring is not None:
-                execution.sealer = ExecutionSealer(self._keyring, execution.id)
+                execution.sealer = ExecutionSealer(
+                    self._keyring, execution.id, self.settings.redactor
+                )
         return execution
 
     def erase(
@@ -521,6 +523,8 @@ class Loom:
         try:
             self.services.close()
         finally:
+            if self._keyring is not None:
+                self._keyring.close()
             if "log" in self.__dict__:
                 self.log.close()
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine, Table
 
     from loom_runtime.execution import Execution
+    from loom_runtime.redaction import Redactor
 
 MARK: Final = "loom.sealed"
 """The key of a sealed JSON value's one member, and the prefix of a sealed message. A flow's
@@ -195,6 +196,16 @@ class Keyring:
         self.wrapper = wrapper
         self.table = key_table(engine)
         self._cache: dict[str, AESGCM] = {}
+        from sqlalchemy import text
+
+        # Text, not a Core select: a write reads its key row on every append, and compiling a
+        # select each time was most of encryption's cost per recorded decision.
+        self._raw: Any = None
+        marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._live_sql = f"SELECT wrapped_key IS NOT NULL FROM {TABLE} WHERE subject = {marker}"
+        self._select_row = text(
+            f"SELECT wrapped_key, erased_position FROM {TABLE} WHERE subject = :subject"
+        )
         self._lock = threading.Lock()
         self._check()
 
@@ -255,15 +266,8 @@ class Keyring:
         return aead
 
     def _row(self, subject: str) -> _Row | None:
-        from sqlalchemy import select
-
-        table = self.table
         with self.engine.connect() as connection:
-            row = connection.execute(
-                select(table.c.wrapped_key, table.c.erased_position).where(
-                    table.c.subject == subject
-                )
-            ).first()
+            row = connection.execute(self._select_row, {"subject": subject}).first()
         if row is None:
             return None
         return _Row(None if row[0] is None else bytes(row[0]), row[1])
@@ -289,11 +293,46 @@ class Keyring:
     def live_key(self, subject: str) -> AESGCM:
         """The key for a write: the key table is read again (another process may have erased
         the subject since it was cached), and a destroyed key is :class:`SubjectErasedError`."""
+        if subject in self._cache and self._is_live(subject):
+            return self._cache[subject]
         row = self._row(subject)
         if row is None or row.wrapped_key is None:
             self.forget([subject])
             raise _erased(SubjectErasedError, subject, None if row is None else row.erased_position)
         return self.key(subject)
+
+    def _is_live(self, subject: str) -> bool:
+        """Whether ``subject``'s key row still holds a key, read on a connection this keyring
+        keeps: a pool checkout per append cost ten times the read itself. Any failure of that
+        connection answers False, and the caller reads the row the ordinary way."""
+        with self._lock:
+            try:
+                if self._raw is None:
+                    self._raw = self.engine.raw_connection()
+                cursor = self._raw.cursor()
+                try:
+                    cursor.execute(self._live_sql, (subject,))
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
+                self._raw.commit()  # no read transaction left open (a checkpoint waits on one)
+            except Exception:
+                self._close_raw()
+                return False
+        return row is not None and bool(row[0])
+
+    def _close_raw(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:  # noqa: SIM105 - closing a connection that already failed may fail again
+                raw.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Release the connection kept for write checks."""
+        with self._lock:
+            self._close_raw()
 
     def live(self, subjects: Iterable[str]) -> list[str]:
         """Which of ``subjects`` have a key that is not destroyed."""
@@ -367,10 +406,15 @@ def is_sealed_raw(raw: msgspec.Raw | bytes | None) -> bool:
     return raw is not None and bytes(memoryview(raw)[:15]) == b'{"loom.sealed":'
 
 
-def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> msgspec.Raw:
+def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
+    """A JSON value sealed, as the struct the mapper stores: ``{"loom.sealed": {...}}``.
+
+    A struct, not ``msgspec.Raw``: the log's redactor passes structs by (ciphertext holds no
+    secret to find, and the value was redacted before it was sealed), where scanning the
+    base64 of every sealed value cost more than sealing it.
+    """
     nonce = os.urandom(_NONCE_BYTES)
-    sealed = Sealed(subject, nonce, aead.encrypt(nonce, bytes(raw), ad))
-    return msgspec.Raw(_envelope_encoder.encode(_Envelope(sealed)))
+    return _Envelope(Sealed(subject, nonce, aead.encrypt(nonce, bytes(raw), ad)))
 
 
 def seal_text(aead: AESGCM, subject: str, text: str, ad: bytes) -> str:
@@ -412,10 +456,15 @@ _TEXT_FIELDS: Final = frozenset({"message"})
 class ExecutionSealer:
     """Seals one execution's events before they are stored, under its data key."""
 
-    def __init__(self, keyring: Keyring, execution_id: UUID) -> None:
+    def __init__(
+        self, keyring: Keyring, execution_id: UUID, redactor: Redactor | None = None
+    ) -> None:
         self.keyring = keyring
         self.execution_id = execution_id
         self.subject = subject_of(execution_id)
+        self.redactor = redactor
+        """The log's redactor: a message is redacted before it is sealed (values were
+        redacted when they were encoded), since the log's own pass cannot see into it."""
 
     def seal_events(self, events: Sequence[Any]) -> list[Any]:
         """Copies of ``events`` with their personal fields sealed (the key is read again from
@@ -436,6 +485,8 @@ class ExecutionSealer:
                     continue
                 ad = _aad(event.originator_id, event.originator_version, name)
                 if name in _TEXT_FIELDS:
+                    if self.redactor is not None:
+                        value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
                     stored: Any = seal_text(aead, self.subject, value, ad)
                 else:
                     stored = seal_raw(aead, self.subject, value, ad)

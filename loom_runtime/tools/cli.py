@@ -151,7 +151,9 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
             "`loom run` or `loom knowledge sync --apply` creates one)",
             code=ExitCode.USAGE,
         )
-    if loom.encrypted:  # a wrong master key is refused here, before the command runs
+    if loom.encrypted and (not loom.settings.is_sqlite or path.is_file()):
+        # A wrong master key is refused here, before the command runs (a database not yet
+        # created has no key to be wrong about, and is not created by this check).
         try:
             _ = loom.log
         except LoomError as exc:

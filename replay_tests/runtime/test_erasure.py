@@ -345,3 +345,18 @@ def test_recovery_skips_an_unfinished_execution_that_was_erased(sealed: Loom) ->
         sealed.run("dies", text="x", labels=Labels(user="gone"))
     sealed.erase(user="gone", reason="request", by="dpo")
     assert sealed.recover(dead_after=0.001, include_unowned=True) == []
+
+
+def test_a_secret_in_a_sealed_error_message_is_redacted_before_it_is_sealed(
+    sealed: Loom,
+) -> None:
+    with pytest.raises(ValueError):
+        sealed.run("broken", text="Bearer abcdefgh12345678secret")
+    [failed] = sealed.executions()
+    execution = sealed.execution(failed.execution_id)
+    assert execution.error is not None
+    assert "abcdefgh12345678secret" not in execution.error[1]
+    assert "[REDACTED" in execution.error[1]
+    assert all(
+        b"abcdefgh12345678secret" not in row.state for row in sealed.log.rows(failed.execution_id)
+    )
