@@ -34,6 +34,7 @@ from loom_runtime.errors import (
     ConfigurationError,
     EncryptionOffError,
     ErasedError,
+    LogCorruptError,
     MissingExtraError,
     SubjectErasedError,
     WrongMasterKeyError,
@@ -153,7 +154,7 @@ def subject_of(execution_id: UUID) -> str:
     return f"execution:{execution_id}"
 
 
-def _aad(stream: UUID, version: int, field: str) -> bytes:
+def _aad(stream: UUID | str, version: int, field: str) -> bytes:
     return f"{stream}:{version}:{field}".encode()
 
 
@@ -511,26 +512,27 @@ class Opener:
             )
         return self.keyring.key(sealed.subject)
 
-    def raw(self, raw: msgspec.Raw, stream: UUID, version: int, field: str) -> msgspec.Raw:
+    def raw(self, raw: msgspec.Raw, stream: UUID | str, version: int, field: str) -> msgspec.Raw:
         sealed = sealed_of_raw(raw)
         if sealed is None:
             return raw
         return msgspec.Raw(self._open(sealed, _aad(stream, version, field)))
 
-    def text(self, text: str, stream: UUID, version: int, field: str) -> str:
+    def text(self, text: str, stream: UUID | str, version: int, field: str) -> str:
         sealed = _sealed_of_text(text)
         if sealed is None:
             return text
         return self._open(sealed, _aad(stream, version, field)).decode()
 
     def _open(self, sealed: Sealed, ad: bytes) -> bytes:
-        from cryptography.exceptions import InvalidTag
-
-        from loom_runtime.errors import LogCorruptError
-
+        aead = self._aead(sealed)  # ErasedError, EncryptionOffError: raised as they are
         try:
-            return bytes(self._aead(sealed).decrypt(sealed.nonce, sealed.ciphertext, ad))
-        except InvalidTag as exc:
+            return bytes(aead.decrypt(sealed.nonce, sealed.ciphertext, ad))
+        except Exception as exc:  # InvalidTag, imported only when it is raised
+            from cryptography.exceptions import InvalidTag
+
+            if not isinstance(exc, InvalidTag):
+                raise
             raise LogCorruptError(
                 f"a sealed field of {sealed.subject} does not open where it is stored: it was "
                 "altered or moved; run `loom verify`"
@@ -544,7 +546,7 @@ class Opener:
         """
         if sealed_of_raw(execution.input) is None:
             return execution
-        stream = execution.id
+        stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
         execution.input = self.raw(execution.input, stream, 1, "input")
         for key, decision in list(execution.decisions.items()):
             version = execution.decision_versions[key]
@@ -569,7 +571,7 @@ class Opener:
         ]
         return execution
 
-    def _any_text(self, text: str, stream: UUID) -> str:
+    def _any_text(self, text: str, stream: UUID | str) -> str:
         """A reopened failure's message: sealed at a version the state no longer holds, so
         shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
         return "(sealed)" if _sealed_of_text(text) is not None else text
