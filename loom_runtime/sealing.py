@@ -55,6 +55,8 @@ _MESSAGE_PREFIX: Final = MARK + ":"
 KEY_CHECK: Final = "loom:key-check"
 """The key table's row that proves the master key: a random key wrapped by it."""
 TABLE: Final = "loom_subject_keys"
+CACHED_KEYS: Final = 10_000
+"""How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
 _NONCE_BYTES: Final = 12
 _DATA_KEY_BYTES: Final = 32
 
@@ -245,6 +247,13 @@ class Keyring:
                 "unreadable, never silently treated as erased"
             ) from exc
 
+    def _remember(self, subject: str, aead: AESGCM) -> None:
+        """Cache an unwrapped key (the caller holds the lock); the oldest goes past
+        :data:`CACHED_KEYS`, so a long-lived worker keeps a bounded number in memory."""
+        self._cache[subject] = aead
+        if len(self._cache) > CACHED_KEYS:
+            del self._cache[next(iter(self._cache))]
+
     def _aead(self, key: bytes) -> AESGCM:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -263,7 +272,7 @@ class Keyring:
             )
         aead = self._aead(key)
         with self._lock:
-            self._cache[subject] = aead
+            self._remember(subject, aead)
         return aead
 
     def _row(self, subject: str) -> _Row | None:
@@ -288,7 +297,7 @@ class Keyring:
                 f"the data key of {subject} does not unwrap with the master key given"
             ) from exc
         with self._lock:
-            self._cache[subject] = aead
+            self._remember(subject, aead)
         return aead
 
     def live_key(self, subject: str) -> AESGCM:

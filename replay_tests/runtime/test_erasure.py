@@ -360,3 +360,24 @@ def test_a_secret_in_a_sealed_error_message_is_redacted_before_it_is_sealed(
     assert all(
         b"abcdefgh12345678secret" not in row.state for row in sealed.log.rows(failed.execution_id)
     )
+
+
+def test_a_sealed_value_moved_to_another_place_does_not_open(sealed: Loom) -> None:
+    """Associated data binds a ciphertext to its stream, version and field."""
+    import msgspec
+
+    from loom_runtime.errors import LogCorruptError
+    from loom_runtime.sealing import Opener
+
+    run = sealed.run("note", text="x")
+    rows = sealed.log.rows(run.execution_id)
+    value = msgspec.Raw(msgspec.json.encode(msgspec.json.decode(rows[1].state)["value"]))
+    opener = Opener(sealed._keyring)
+    assert bytes(opener.raw(value, run.execution_id, 2, "value")) == b"1"  # where it is
+    for stream, version, field in (
+        (run.execution_id, 3, "value"),
+        (run.execution_id, 2, "input"),
+        (uuid4(), 2, "value"),
+    ):
+        with pytest.raises(LogCorruptError, match="altered or moved"):
+            opener.raw(value, stream, version, field)
