@@ -210,6 +210,10 @@ def rank_current(
     every = ", ".join("?" * len(present))
     split = len(order) - 1  # order[split:] are essential
     while True:
+        # A round whose essential terms hold fewer than ``limit`` rows in all cannot find
+        # ``limit`` rows: it would end by turning the next term essential, so do that now.
+        while split > 0 and sum(documents[term] for term in order[split:]) < limit:
+            split -= 1
         essential = order[split:]
         marks = ", ".join("?" * len(essential))
         found = conn.exec_driver_sql(
