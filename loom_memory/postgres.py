@@ -6,7 +6,7 @@ parser would split and fold some words differently from :func:`~loom_memory.text
 then the database would answer a different question than the caller asked. For the same reason
 the query is a ``tsquery`` of the quoted terms joined with ``|`` (OR), not ``plainto_tsquery``,
 which ANDs and so returns fewer memories for a longer question. A GIN index on the column
-serves ``@@``.
+serves ``@@`` (a store with postings, which never runs ``@@``, has none).
 
 Ranking (ADR 0017) is BM25 without length normalisation, in one statement: the sum over the
 query terms in a row of ``idf * tf * (k1 + 1) / (tf + k1)``, ties in append order. Why not
@@ -85,17 +85,22 @@ class PostgresMemoryStore(SqlMemoryStore):
     ranks its searches from (for inspection; write through the store only)."""
 
     def _search_schema(self, prefix: str) -> list[SchemaItem]:
-        return [
-            Column("search_vector", TSVECTOR, nullable=False),
-            Index(f"{prefix}entries_search", "search_vector", postgresql_using="gin"),
-        ]
+        vector = Column("search_vector", TSVECTOR, nullable=False)
+        if self.keeps_postings:
+            # Ranked from its postings, such a store never runs ``@@`` (_search_rows is for
+            # stores without them): a GIN index on the vector would be pure write cost.
+            return [vector]
+        return [vector, Index(_gin_index(prefix), "search_vector", postgresql_using="gin")]
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
         if self.postings is None:
             self.term_index = term_index(prefix, metadata)
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
-        # The GIN index is declared with the table, in _search_schema.
+        # The GIN index is declared with the table, in _search_schema. A postings store
+        # written before it left the index out still has one: drop it (idempotent).
+        if self.keeps_postings:
+            return [f"DROP INDEX IF EXISTS {_gin_index(self.table_prefix)}"]
         if self.term_index is None:
             return []
         return index_ddl(self.table_prefix, self.entries, self.term_index, created=created)
@@ -181,6 +186,11 @@ class _Char(UserDefinedType[str]):
 
 _WEIGHT_A = cast(literal("A"), _Char())
 _ONLY_A = cast(literal(["a"], ARRAY(Text)), ARRAY(_Char()))
+
+
+def _gin_index(prefix: str) -> str:
+    """The GIN index on ``search_vector`` that serves ``@@`` (stores without postings)."""
+    return f"{prefix}entries_search"
 
 
 def _quote(term: str) -> str:

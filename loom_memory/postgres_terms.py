@@ -67,6 +67,17 @@ K1 = 1.2
 MIN_IDF = 1e-6
 """A term in over half the rows still counts, a little."""
 
+ESSENTIAL, PROBED, JOINED = "essential", "probed", "joined"
+"""How a step reads each term: its postings select the candidates; a candidate's posting is
+looked up on the primary key; or the term's postings are read whole and joined by ``seq``."""
+
+JOIN_RATIO = 8
+"""Non-essential terms, rarest first, whose postings together number at most this many times
+the candidates (the essential terms' postings) are read whole with the essential ones, not
+looked up once per candidate: a lookup descends the primary key (~3 buffer hits, ~10 times a
+posting read in a range, measured with EXPLAIN ANALYZE). Either way a step reads the same
+``tf``, so the answer is the same."""
+
 
 def idf(total: ColumnElement[int], df: ColumnElement[int]) -> ColumnElement[float]:
     """BM25's idf of a term in ``df`` of ``total`` rows, floored at :data:`MIN_IDF`, in SQL.
@@ -99,7 +110,7 @@ class TermIndex:
     postings: Table
     term_counts: Table
     key_counts: Table
-    steps: dict[tuple[bool, ...], tuple[str, dict[str, Any]]] = field(
+    steps: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = field(
         default_factory=dict, compare=False
     )
     """Each search step's compiled SQL and default parameters, by shape (see ``_step``)."""
@@ -239,23 +250,27 @@ def _step(
     dialect: Dialect,
 ) -> tuple[str, dict[str, Any]]:
     """One step's SQL and its parameters: the statement of :func:`_step_statement` for this
-    shape (how many terms, which essential), compiled once per shape and then only re-bound.
+    shape (how many terms, how each is read), compiled once per shape and then only re-bound.
 
     Building and cache-keying a SQLAlchemy statement of this size cost more than running it
     (~3 ms a step, measured); the SQL text of a shape never changes, only its values do.
     """
-    shape = tuple(term in essential for term in known)
+    shape = _shape(known, essential, stats)
     cached = index.steps.get(shape)
     if cached is None:
         compiled = _step_statement(index, shape).compile(dialect=dialect)
         cached = index.steps[shape] = (str(compiled), dict(compiled.params))
     sql, defaults = cached
+    read = [term for term, how in zip(known, shape, strict=True) if how != PROBED]
     return sql, {
         **defaults,
         "key": key,
         "rows": stats.rows,
         "essential": sorted(essential),
-        "bound": stats.upper_bound([term for term in known if term not in essential]),
+        "read": sorted(read),
+        "bound": stats.upper_bound(
+            [term for term, how in zip(known, shape, strict=True) if how == PROBED]
+        ),
         "floor_offset": limit - 1,
         "limit": limit,
         **{f"term{i}": term for i, term in enumerate(known)},
@@ -263,17 +278,39 @@ def _step(
     }
 
 
-def _step_statement(index: TermIndex, shape: tuple[bool, ...]) -> Select[tuple[int, float]]:
+def _shape(known: list[str], essential: set[str], stats: TermStats) -> tuple[str, ...]:
+    """How a step reads each known term: the essential ones select the candidates; the other
+    terms, rarest first, are read whole while their postings together number at most
+    :data:`JOIN_RATIO` times the candidates' (the essential terms' postings); the rest are
+    probed per candidate."""
+    budget = JOIN_RATIO * sum(stats.documents[term] for term in essential)
+    joined = set()
+    for term in sorted(
+        (term for term in known if term not in essential), key=lambda t: stats.documents[t]
+    ):
+        if stats.documents[term] > budget:
+            break
+        joined.add(term)
+        budget -= stats.documents[term]
+    return tuple(
+        ESSENTIAL if term in essential else JOINED if term in joined else PROBED for term in known
+    )
+
+
+def _step_statement(index: TermIndex, shape: tuple[str, ...]) -> Select[tuple[int, float]]:
     """The best ``limit`` rows holding an essential term, scored on every known term (term
-    ``i`` is essential when ``shape[i]``); every value is a named parameter.
+    ``i`` read as ``shape[i]`` says); every value is a named parameter.
 
     Three things make it cheap and keep it exact:
 
-    * The essential terms' postings are one range read of the primary key each; every other
-      term of a candidate is probed on it, ``(key, term, seq)``, with ``tf`` in the index.
-    * A candidate is probed only if its essential terms' part plus the other terms' bound
-      reaches the ``limit``-th best essential part (a lower bound of the ``limit``-th score):
-      a candidate below it cannot enter, ties included.
+    * The postings of the essential terms and of the joined ones are one range read of the
+      primary key each, grouped by ``seq`` into one row per candidate (a row holding no
+      essential term is dropped); a probed term of a candidate is looked up on the key,
+      ``(key, term, seq)``, with ``tf`` in the index. A lookup descends the index (~3 buffer
+      hits), a range read costs a fraction of a hit per posting, hence :data:`JOIN_RATIO`.
+    * A candidate is probed only if what it has (its essential and joined terms' parts) plus
+      the probed terms' bound reaches the ``limit``-th best of what the candidates have (a
+      lower bound of the ``limit``-th score): a candidate below it cannot enter, ties included.
     * Each term's contribution is a column (one posting per row and term, so ``max`` is that
       posting's), and the score adds them, absent ones as 0, in the known terms' order, the
       collation order ADR 0017's ``sum(.. ORDER BY lexeme)`` adds them in: the same floats
@@ -284,21 +321,23 @@ def _step_statement(index: TermIndex, shape: tuple[bool, ...]) -> Select[tuple[i
     rows = bindparam("rows", type_=BigInteger)
     term = [bindparam(f"term{i}", type_=Text) for i in range(len(shape))]
     weight = [idf(rows, bindparam(f"df{i}", type_=BigInteger)) for i in range(len(shape))]
+    essential = bindparam("essential", type_=ARRAY(Text))
     held = (
         select(
             p.seq,
             *(
                 func.max(contribution(weight[i], p.tf)).filter(p.term == term[i]).label(f"t{i}")
-                for i, essential in enumerate(shape)
-                if essential
+                for i, read in enumerate(shape)
+                if read != PROBED
             ),
         )
-        .where(p.key == key, p.term == any_(bindparam("essential", type_=ARRAY(Text))))
+        .where(p.key == key, p.term == any_(bindparam("read", type_=ARRAY(Text))))
         .group_by(p.seq)
+        .having(func.bool_or(p.term == any_(essential)))
         .cte("held")
         .prefix_with("MATERIALIZED")
     )
-    part = _added([held.c[f"t{i}"] for i, essential in enumerate(shape) if essential])
+    part = _added([held.c[f"t{i}"] for i, read in enumerate(shape) if read != PROBED])
     floor = (
         select(part)
         .order_by(part.desc())
@@ -316,8 +355,8 @@ def _step_statement(index: TermIndex, shape: tuple[bool, ...]) -> Select[tuple[i
                 .where(other.c.key == key, other.c.term == term[i], other.c.seq == held.c.seq)
                 .scalar_subquery()
                 .label(f"t{i}")
-                for i, essential in enumerate(shape)
-                if not essential
+                for i, read in enumerate(shape)
+                if read == PROBED
             ),
         )
         .where(part + bound >= func.coalesce(floor, 0.0) * (1.0 - MARGIN))
@@ -325,8 +364,8 @@ def _step_statement(index: TermIndex, shape: tuple[bool, ...]) -> Select[tuple[i
         .prefix_with("MATERIALIZED")  # each probe runs once, not once per use of its tf
     )
     parts = [
-        probed.c[f"t{i}"] if essential else contribution(weight[i], probed.c[f"t{i}"])
-        for i, essential in enumerate(shape)
+        contribution(weight[i], probed.c[f"t{i}"]) if read == PROBED else probed.c[f"t{i}"]
+        for i, read in enumerate(shape)
     ]
     score = _added(parts).label("score")
     return (
@@ -345,13 +384,17 @@ def _added(parts: Sequence[ColumnElement[float]]) -> ColumnElement[float]:
 
 
 def _stats(conn: Connection, index: TermIndex, key: str, terms: Sequence[str]) -> TermStats:
-    """``N`` and each term's ``df`` at ``key``, as the index keeps them."""
-    counts, keys = index.term_counts.c, index.key_counts.c
-    total = select(keys.rows).where(keys.key == key).scalar_subquery()
-    found = conn.execute(
-        select(counts.term, counts.df, total)
-        .where(counts.key == key, counts.term.in_(terms))
-        .order_by(counts.term)
+    """``N`` and each term's ``df`` at ``key``, as the index keeps them, by term in the
+    database's collation order.
+
+    A plain DBAPI statement: SQLAlchemy's per-statement work (building, cache-keying the
+    select) cost a good part of a small search.
+    """
+    found = conn.exec_driver_sql(
+        f"SELECT c.term, c.df, (SELECT k.rows FROM {index.key_counts.name} k WHERE k.key = "
+        f"%(key)s) FROM {index.term_counts.name} c WHERE c.key = %(key)s AND "
+        "c.term = ANY(%(terms)s) ORDER BY c.term",
+        {"key": key, "terms": list(terms)},
     ).all()
     return TermStats(
         rows=found[0][2] if found else 0, documents={term: df for term, df, _ in found}

@@ -131,6 +131,10 @@ class SqlMemoryStore(ABC):
                 f"{self._engine.dialect.name}: use the backend for that database"
             )
         self.table_prefix = table_prefix
+        self.keeps_postings = postings
+        """Built with ``postings=True``: every search ranks from the postings side table, so a
+        backend leaves out the search structures only its own ranking reads (set before the
+        schema is declared, which depends on it)."""
         self.tokenizer = tokenizer
         """The terms this store indexes and searches; recorded with the store, which refuses
         to open under another (``loom_memory.tokenizer_record``)."""
@@ -320,14 +324,32 @@ class SqlMemoryStore(ABC):
         return rows[:limit]
 
     def _read_seqs(self, conn: Connection, seqs: Sequence[int]) -> list[Row[Any]]:
-        """The rows ``seqs`` (entry and extra columns), in that order: a ranking's answer."""
+        """The rows ``seqs`` (entry and extra columns), in that order: a ranking's answer.
+
+        Without extra columns, one plain DBAPI statement: SQLAlchemy's expanding ``IN`` cost
+        as much as the read. Extra columns keep the typed statement, which converts them.
+        """
         if not seqs:
             return []
-        fetched = conn.execute(
-            select(
-                self.entries.c.seq, self.entries.c.entry_id, self.entries.c.entry, *self.annotations
-            ).where(self.entries.c.seq.in_(seqs))
-        )
+        if self.annotations:
+            fetched = conn.execute(
+                select(
+                    self.entries.c.seq,
+                    self.entries.c.entry_id,
+                    self.entries.c.entry,
+                    *self.annotations,
+                ).where(self.entries.c.seq.in_(seqs))
+            )
+        else:
+            wanted = (
+                "= ANY(%(seqs)s)"
+                if conn.dialect.name == "postgresql"
+                else f"IN ({', '.join('?' * len(seqs))})"
+            )
+            fetched = conn.exec_driver_sql(
+                f"SELECT seq, entry_id, entry FROM {self.entries.name} WHERE seq {wanted}",
+                {"seqs": list(seqs)} if conn.dialect.name == "postgresql" else tuple(seqs),
+            )
         by_seq = {row.seq: row for row in fetched}
         return [by_seq[seq] for seq in seqs if seq in by_seq]
 

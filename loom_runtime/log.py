@@ -30,7 +30,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -254,6 +254,11 @@ class EventLog(Protocol):
         ...
 
 
+READ_ONLY: Final = "loom_read_only"
+"""Execution option of a connection that only reads (``engine.connect().execution_options(
+**{READ_ONLY: True})``): on SQLite its transactions begin deferred, not ``IMMEDIATE``."""
+
+
 def open_log(settings: LogSettings) -> EventLog:
     """The log these settings describe (created if missing), through eventsourcing.
 
@@ -371,6 +376,9 @@ class LogSettings:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # A read-only transaction (READ_ONLY set) is deferred: in WAL it reads a snapshot
+            # and takes no write lock, so reads never queue behind, or hold up, a writer.
+            read_only = conn.get_execution_options().get(READ_ONLY, False)
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
         return engine

@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from loom_runtime.log import PAGE_SIZE, DomainEventProtocol, EventLog
+from loom_runtime.log import PAGE_SIZE, READ_ONLY, DomainEventProtocol, EventLog
 from loom_runtime.schema import serialise_ddl
 
 Progress = Callable[[int, int], None]
@@ -144,9 +144,15 @@ class SQLProjection(ABC):
 
     def position(self) -> int:
         """The last log position applied; call :meth:`create_tables` first."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             value = conn.execute(_SELECT_POSITION, {"b_projection": self.name}).scalar_one_or_none()
         return value or 0
+
+    def reading(self) -> Connection:
+        """A connection for reads only: on SQLite its transactions are deferred, so a read
+        takes no write lock (a writer's ``BEGIN IMMEDIATE`` would make every reader of the
+        file wait for it, and it for them). Use it as a context manager; never write on it."""
+        return self.engine.connect().execution_options(**{READ_ONLY: True})
 
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
         with self.engine.begin() as conn:

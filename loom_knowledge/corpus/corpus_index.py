@@ -219,7 +219,7 @@ class CorpusIndex(SQLProjection):
         Revisions keep counting across a removal, so "revision 3" names one text forever.
         """
         found: dict[str, int] = {}
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             for start in range(0, len(doc_ids), _IN_CHUNK):
                 chunk = {"b_scope": scope, "b_doc_ids": list(doc_ids[start : start + _IN_CHUNK])}
                 rows = conn.execute(self._statements.last_revisions, chunk).tuples()
@@ -295,7 +295,7 @@ class CorpusIndex(SQLProjection):
         return None if row is None else _record(row)
 
     def _reading(self, conn: Connection | None) -> AbstractContextManager[Connection]:
-        return nullcontext(conn) if conn is not None else self.engine.connect()
+        return nullcontext(conn) if conn is not None else self.reading()
 
 
 class _Statements:

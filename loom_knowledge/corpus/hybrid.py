@@ -231,8 +231,14 @@ class HybridRetriever:
             kind="retrieval",
         )
 
-    def _lexical(self, query: str, limit: int, as_of: int | None, filter: Filter) -> list[Passage]:
+    def _lexical(
+        self, query: str, limit: int, as_of: int | None, filter: Filter, *, refreshed: bool = False
+    ) -> list[Passage]:
+        """BM25's answer; ``refreshed``: the corpus was just brought to the head (a hybrid
+        query catches up once)."""
         if as_of is None:
+            if refreshed:
+                return self.kb._search_lexical(query, limit=limit, filter=filter)
             return self.kb.search(query, limit=limit, filter=filter)
         return self.kb.as_of(as_of).search(query, limit=limit, filter=filter)
 
@@ -246,21 +252,29 @@ class HybridRetriever:
         filter: Filter,
     ) -> list[Passage]:
         depth = limit if mode == "vector" else max(limit, self.candidates)
-        by_vector = self._by_vector(vector, depth, as_of, filter)
+        # One catch-up per query, whatever the modes read: both halves see the same corpus.
+        head = self.kb.refresh() if as_of is None else None
+        by_vector = self._by_vector(vector, depth, as_of, filter, head)
         if mode == "vector":
             return by_vector
-        by_terms = self._lexical(query, depth, as_of, filter)
+        by_terms = self._lexical(query, depth, as_of, filter, refreshed=True)
         return reciprocal_rank_fusion([by_terms, by_vector], identity=_identity, limit=limit)
 
     def _by_vector(
-        self, vector: Sequence[float], limit: int, as_of: int | None, filter: Filter
+        self,
+        vector: Sequence[float],
+        limit: int,
+        as_of: int | None,
+        filter: Filter,
+        head: int | None = None,
     ) -> list[Passage]:
         """The best ``limit`` passages (current, or current at ``as_of``) at or above the floor
-        that pass ``filter``: masked before the top ``limit`` are taken, so it never cuts them."""
+        that pass ``filter``: masked before the top ``limit`` are taken, so it never cuts them.
+        ``head``: the log position the corpus was just brought to (None: bring it now)."""
         query = unit_vector(np.asarray(vector, dtype=np.float32)) if len(vector) else None
         if query is None:
             return []
-        held, matrix = self._stacked(as_of)
+        held, matrix = self._stacked(as_of, head)
         if not held:
             return []
         scores = matrix @ query
@@ -269,18 +283,22 @@ class HybridRetriever:
             wanted &= np.fromiter((matches(p.meta, filter) for p in held), bool, len(held))
         return [held[n] for n in top_positions(scores, np.flatnonzero(wanted), limit)]
 
-    def _stacked(self, as_of: int | None) -> Stacked:
+    def _stacked(self, as_of: int | None, head: int | None = None) -> Stacked:
         """The passages of the corpus (current, or at ``as_of``) that have a vector, and their
-        unit vectors stacked in the same order; stacked again only when the corpus changed."""
+        unit vectors stacked in the same order; stacked again only when the corpus changed
+        (``head``: the log position the corpus was just brought to; None: bring it now)."""
         if as_of is not None:
             if as_of not in self._matrices:
                 if len(self._matrices) >= MATRICES_KEPT:
                     del self._matrices[next(iter(self._matrices))]
                 self._matrices[as_of] = self._stack(self.kb.as_of(as_of).passages())
             return self._matrices[as_of]
-        head = self.kb.refresh()
+        if head is None:
+            head = self.kb.refresh()
         if self._current is not None:
             checked, stacked = self._current
+            if checked == head:
+                return stacked
             changes = self.kb.loom.log.notifications(
                 after=checked, upto=head, topics=CORPUS_TOPICS, page_size=1
             )

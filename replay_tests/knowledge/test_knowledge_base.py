@@ -96,6 +96,23 @@ def _write_history(kb: KnowledgeBase) -> None:
 # -- put_doc ------------------------------------------------------------------------------------
 
 
+def test_put_doc_returns_the_record_the_manifest_files(kb: KnowledgeBase) -> None:
+    """The record put_doc returns (built from its decision) is the manifest's, field for
+    field: new, rewritten, unchanged, and re-created after a removal."""
+    docs = [
+        Doc(id="disk", text=_paragraphs("full", "volume"), title="Disk full"),
+        Doc(id="disk", text=_paragraphs("inode")),
+        Doc(id="disk", text=_paragraphs("inode")),
+    ]
+    returned = [kb.put_doc(doc, source="wiki") for doc in docs]
+    assert returned[-1] == kb.list_docs()[0]
+    kb.remove_doc("disk", source="wiki")
+    recreated = kb.put_doc(Doc(id="disk", text=_paragraphs("quota")), source="wiki")
+    assert [r.revision for r in [*returned, recreated]] == [1, 2, 2, 3]
+    assert recreated == kb.list_docs()[0]
+    assert (recreated.passage_count, recreated.source) == (1, "wiki")
+
+
 def test_reingesting_an_unchanged_document_appends_nothing(loom: Loom, kb: KnowledgeBase) -> None:
     """put_doc of a document identical to the live revision appends no event."""
     doc = Doc(id="disk", text=_paragraphs("full", "volume"), title="Disk full")

@@ -284,3 +284,36 @@ def test_a_search_reads_one_snapshot(
     assert seen == ["repeatable read"]
     with store.engine.connect() as conn:  # the pooled connection went back at its default
         assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
+
+
+@pytest.mark.parametrize("ratio", [0, postgres_terms.JOIN_RATIO, 10**9])
+def test_every_way_of_reading_a_term_answers_the_scan(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch, ratio: int
+) -> None:
+    """Whether a step probes each candidate for a term (ratio 0: every term probed), reads the
+    term's postings whole with the essential ones (a huge ratio: every term read) or mixes both
+    (the default), 150 random queries return the scan's ids in its order; the default really
+    mixes them."""
+    rng = random.Random(21)
+    _fill(store, rng)
+    monkeypatch.setattr(postgres_terms, "JOIN_RATIO", ratio)
+    shapes: list[tuple[str, ...]] = []
+    real = postgres_terms._shape
+
+    def shape(*args: Any) -> tuple[str, ...]:
+        shapes.append(real(*args))
+        return shapes[-1]
+
+    monkeypatch.setattr(postgres_terms, "_shape", shape)
+    for query, limit in _queries(rng, 150):
+        key = rng.choice(KEYS)
+        assert _ids(store.search(key, query, limit=limit)) == _ids(
+            store.search(key, query, limit=limit, where=true())
+        ), (key, query, limit, shapes[-1:])
+    reads = {how for step in shapes for how in step}
+    if ratio == 0:
+        assert postgres_terms.JOINED not in reads
+    elif ratio == 10**9:
+        assert postgres_terms.PROBED not in reads
+    else:
+        assert {postgres_terms.JOINED, postgres_terms.PROBED} <= reads
