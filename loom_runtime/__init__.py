@@ -31,11 +31,16 @@ if TYPE_CHECKING:
         OpenDecision,
         current_context,
     )
+    from loom_runtime.erasure import ErasedSubject, ErasureReport
     from loom_runtime.errors import (
         ConfigurationError,
         DatabaseUnavailableError,
         DecisionInputChangedError,
         DecisionKeyError,
+        EncryptionOffError,
+        ErasedError,
+        ErasureError,
+        ErasureSubjectError,
         ExecutionConflictError,
         ExecutionFinishedError,
         ExecutionNotFoundError,
@@ -58,10 +63,12 @@ if TYPE_CHECKING:
         SecretIdentifierError,
         SecretRefusedError,
         StreamConflictError,
+        SubjectErasedError,
         UnrecordedDecisionError,
         UnsupportedClientError,
         UnusedDecisionsError,
         WriteContentionError,
+        WrongMasterKeyError,
     )
     from loom_runtime.execution import Decision, Execution
     from loom_runtime.flow import FlowRegistry
@@ -83,6 +90,7 @@ if TYPE_CHECKING:
     from loom_runtime.replay import ReplayResult
     from loom_runtime.retry import RetryPolicy
     from loom_runtime.schema import serialise_ddl
+    from loom_runtime.sealing import KeyWrapper, MasterKey, Sealed
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.timeline import position_at
@@ -102,6 +110,12 @@ __all__ = [
     "DecisionInputChangedError",
     "DecisionKeyError",
     "DomainEventProtocol",
+    "EncryptionOffError",
+    "ErasedError",
+    "ErasedSubject",
+    "ErasureError",
+    "ErasureReport",
+    "ErasureSubjectError",
     "EventLog",
     "Execution",
     "ExecutionConflictError",
@@ -114,12 +128,14 @@ __all__ = [
     "FlowRegistry",
     "ForkPointError",
     "IntegrityUnsupportedError",
+    "KeyWrapper",
     "LabelError",
     "Labels",
     "LogEvent",
     "LogSettings",
     "Loom",
     "LoomError",
+    "MasterKey",
     "MissingExtraError",
     "ModelResponseError",
     "NotSerialisableError",
@@ -136,16 +152,19 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "SQLProjection",
+    "Sealed",
     "SecretIdentifierError",
     "SecretPattern",
     "SecretRefusedError",
     "StreamConflictError",
+    "SubjectErasedError",
     "Tampering",
     "UnrecordedDecisionError",
     "UnsupportedClientError",
     "UnusedDecisionsError",
     "VerifyReport",
     "WriteContentionError",
+    "WrongMasterKeyError",
     "async_transport",
     "catch_up",
     "current_context",
@@ -247,6 +266,17 @@ _EXPORTS = {
     "Backoff": "loom_runtime.backoff",
     "transient": "loom_runtime.backoff",
     "ForkPointError": "loom_runtime.errors",
+    "EncryptionOffError": "loom_runtime.errors",
+    "ErasedError": "loom_runtime.errors",
+    "ErasureError": "loom_runtime.errors",
+    "ErasureSubjectError": "loom_runtime.errors",
+    "SubjectErasedError": "loom_runtime.errors",
+    "WrongMasterKeyError": "loom_runtime.errors",
+    "ErasedSubject": "loom_runtime.erasure",
+    "ErasureReport": "loom_runtime.erasure",
+    "KeyWrapper": "loom_runtime.sealing",
+    "MasterKey": "loom_runtime.sealing",
+    "Sealed": "loom_runtime.sealing",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

@@ -235,6 +235,8 @@ def save(log: EventLog, execution: Execution) -> list[int]:
             "is appended by this worker"
         )
     try:
+        if execution.sealer is not None:  # encrypted log (ADR 0049): seal copies, then store
+            return log.save(_Sealing(execution))
         return log.save(execution)
     except StreamConflictError as exc:
         execution.lost = True
@@ -254,11 +256,26 @@ def save(log: EventLog, execution: Execution) -> list[int]:
         ) from exc
 
 
+class _Sealing:
+    """An execution's pending events as the log stores them: their personal fields sealed
+    under its data key. The execution itself keeps them clear."""
+
+    def __init__(self, execution: Execution) -> None:
+        self.execution = execution
+
+    def collect_events(self) -> list[Any]:
+        return self.execution.sealer.seal_events(self.execution.collect_events())
+
+
 def _reset_to_log(log: EventLog, execution: Execution) -> str:
     """Make ``execution`` exactly what its stored events rebuild, or mark it lost; returns
     what happened, for the error message."""
     try:
         stored = project_execution(None, log.events(execution.id))
+        if stored is not None and execution.sealer is not None:
+            from loom_runtime.sealing import Opener
+
+            stored = Opener(execution.sealer.keyring).execution(stored)
     except Exception:
         execution.lost = True
         return (

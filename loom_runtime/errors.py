@@ -347,3 +347,46 @@ class LabelError(LoomError, ValueError):
     def __init__(self, message: str, *, label: str) -> None:
         super().__init__(message)
         self.label = label
+
+
+# --- Erasure by crypto-shredding (loom_runtime.sealing, loom_runtime.erasure, ADR 0049) -------
+
+
+class ErasureError(LoomError):
+    """Root of erasure's refusals: a log that cannot erase, a key that cannot be used."""
+
+
+class EncryptionOffError(ErasureError, ConfigurationError):
+    """``erase`` was asked of a log opened without encryption (nothing it holds is sealed, so
+    nothing can be erased), or a sealed execution was read without the master key. The
+    message says how to switch encryption on; nothing was written."""
+
+
+class WrongMasterKeyError(ErasureError, ConfigurationError):
+    """The master key given does not open this log's key table (its key-check row): a wrong
+    or lost key. Refused when the log is opened, so sealed data is never read as erased."""
+
+
+class ErasedError(ErasureError):
+    """The execution's data key was destroyed by an erasure: its sealed fields (input,
+    decisions, output, error messages) can no longer be read, by replay or anyone.
+    ``subject`` is what was erased; ``position`` is where the forget event is in the log."""
+
+    def __init__(self, message: str, *, subject: str, position: int | None) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.position = position
+
+
+class SubjectErasedError(ErasedError):
+    """An append to an execution whose key was destroyed: nothing is stored under a key that
+    no longer exists, so the write is refused and nothing was written."""
+
+
+class ErasureSubjectError(ErasureError, KeyError):
+    """``erase`` named nothing it can erase: an unknown execution, a user or tenant with no
+    sealed executions, or a kind of subject not erasable yet (documents, memory keys).
+    Nothing was written."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

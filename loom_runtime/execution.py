@@ -35,6 +35,7 @@ from loom_runtime.storage.domain import (
     OriginatorVersionError,
 )
 from loom_runtime.storage.topics import register_aggregate
+from loom_runtime.stream import LogEvent, stream_id
 
 _TOPIC = "loom.execution"
 
@@ -236,6 +237,9 @@ class Execution(Aggregate):
         self.lost = False  # set when this worker may append no more: a lost race (never stored)
         self.owner = worker
         """The worker that started it or last claimed or reopened it (ADR 0040)."""
+        self.sealer: Any = None
+        """What seals its events before they are stored, when its log is encrypted (ADR
+        0049): a :class:`~loom_runtime.sealing.ExecutionSealer`; never stored."""
 
     @classmethod
     def start(
@@ -434,6 +438,25 @@ def error_message_of(error: BaseException) -> str:
 
 
 register_aggregate(Execution)
+
+
+FORGET_LOG = stream_id("loom:forget-log")
+"""The one stream of forget events (ADR 0049): every erasure, in order."""
+
+
+class Forgotten(LogEvent):
+    """An erasure: the subjects whose data keys were destroyed, how many stored events each
+    key sealed, who erased them and why (ADR 0049). Never content: what was erased is named by
+    its subject (``execution:<uuid>``), which is an id, and its labels stay in the log."""
+
+    TOPIC = "loom.forget"
+    IDENTIFIERS = ("subjects", "events", "by")
+    subjects: tuple[str, ...]
+    events: tuple[int, ...]
+    """For each subject (same order), how many of its stored events held sealed fields."""
+    by: str
+    reason: str
+
 
 EXECUTION_EVENT_TYPES: tuple[type[Any], ...] = (
     Execution.Created,

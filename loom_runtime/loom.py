@@ -41,6 +41,7 @@ from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
     DecisionKeyError,
+    ErasedError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
@@ -62,11 +63,14 @@ from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
+from loom_runtime.sealing import ExecutionSealer, is_sealed_raw
 from loom_runtime.services import Services
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from loom_runtime.erasure import ErasureReport
+    from loom_runtime.sealing import Keyring, KeyWrapper, Opener
     from loom_runtime.telemetry import Operation, Telemetry
     from loom_runtime.workers import Heartbeat, WorkerRegistry
 
@@ -135,6 +139,7 @@ class Loom:
         redactor: RedactorOption = "builtin",
         write_retry: RetryPolicy = DEFAULT_RETRY,
         tracer_provider: TracerProvider | None = None,
+        encryption: KeyWrapper | None = None,
     ) -> None:
         """A log at ``url``, else ``LOOM_DB_URL``, else ./loom.db, and a flow registry.
 
@@ -147,6 +152,11 @@ class Loom:
         ``tracer_provider`` (an OpenTelemetry ``TracerProvider``, e.g.
         ``opentelemetry.trace.get_tracer_provider()``) turns on a span per execution and per
         decision (ADR 0030); without one nothing is traced and nothing of OpenTelemetry loaded.
+        ``encryption`` (a :class:`~loom_runtime.sealing.KeyWrapper`, e.g.
+        ``MasterKey.from_env("LOOM_MASTER_KEY")``) seals every new execution's input,
+        decisions, output and error messages under a key of its own, so :meth:`erase` can
+        destroy them (ADR 0049); off by default. A wrong master key is refused when the log is
+        opened (:class:`~loom_runtime.errors.WrongMasterKeyError`).
         """
         self.settings = LogSettings(
             url,
@@ -167,6 +177,8 @@ class Loom:
 
             self._telemetry = Telemetry(tracer_provider)
         self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
+        self._encryption = encryption
+        self._keyring: Keyring | None = None  # opened with the log when encryption is on
 
     @cached_property
     def log(self) -> EventLog:
@@ -176,12 +188,41 @@ class Loom:
         driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
         """
         try:
-            return open_log(self.settings)
+            log = open_log(self.settings)
         except sqlite3.DatabaseError as exc:
             raise LogCorruptError(
                 f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
                 "it is damaged or not a loom database; restore it from a backup"
             ) from exc
+        if self._encryption is not None:
+            from loom_runtime.sealing import Keyring
+
+            try:
+                self._keyring = Keyring(log.engine, self._encryption)
+            except BaseException:
+                log.close()
+                raise
+        return log
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this Loom seals what it records (it was given ``encryption``)."""
+        return self._encryption is not None
+
+    @property
+    def _opener(self) -> Opener:
+        from loom_runtime.sealing import Opener
+
+        _ = self.log  # opens the keyring with the log
+        return Opener(self._keyring)
+
+    def _seal_new(self, execution: Execution) -> None:
+        """Give a new execution its own data key, so its events are sealed (ADR 0049)."""
+        if self._keyring is not None:
+            from loom_runtime.sealing import subject_of
+
+            self._keyring.create(subject_of(execution.id), position=self.log.position)
+            execution.sealer = ExecutionSealer(self._keyring, execution.id, self.settings.redactor)
 
     # -- flows -------------------------------------------------------------------------------
 
@@ -302,7 +343,46 @@ class Loom:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
             )
+        if is_sealed_raw(execution.input):
+            execution = self._opener.execution(execution)  # ErasedError once erased
+            if self._keyring is not None:
+                execution.sealer = ExecutionSealer(
+                    self._keyring, execution.id, self.settings.redactor
+                )
         return execution
+
+    def erase(
+        self,
+        *,
+        execution: UUID | str | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
+        reason: str,
+        by: str,
+        dry_run: bool = False,
+    ) -> ErasureReport:
+        """Erase an execution, or every execution of a user or a tenant (by their labels):
+        destroy their data keys and append a forget event naming them, who and why (ADR 0049).
+
+        Their input, decisions, output and error messages become unreadable everywhere the
+        log is (a replay raises :class:`~loom_runtime.errors.ErasedError` naming the forget
+        event); ids, labels, kinds and positions stay, and ``loom verify`` still passes.
+        ``dry_run`` says what would be erased and writes nothing. Needs ``encryption``
+        (:class:`~loom_runtime.errors.EncryptionOffError` otherwise); naming nothing erasable
+        is :class:`~loom_runtime.errors.ErasureSubjectError`. Exported bundles are copies,
+        outside erasure's reach.
+        """
+        from loom_runtime.erasure import erase
+
+        return erase(
+            self,
+            execution=execution,
+            user=user,
+            tenant=tenant,
+            reason=reason,
+            by=by,
+            dry_run=dry_run,
+        )
 
     def executions(
         self,
@@ -353,8 +433,20 @@ class Loom:
         return list(summaries.values())
 
     def export(self, execution_id: UUID | str, path: str | Path) -> Path:
-        """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`)."""
-        execution = self.execution(execution_id)
+        """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`).
+
+        The bundle holds the execution's values in clear (it replays with no database and no
+        key), so it is a copy outside erasure's reach; an erased execution cannot be exported
+        (:class:`~loom_runtime.errors.ErasedError`).
+        """
+        try:
+            execution = self.execution(execution_id)
+        except ErasedError as exc:
+            raise ErasedError(
+                f"execution {execution_id} cannot be exported: {exc}",
+                subject=exc.subject,
+                position=exc.position,
+            ) from exc
         bundle = seal(
             execution_id=execution.id,
             flow=execution.flow,
@@ -385,13 +477,17 @@ class Loom:
         return bundle.execution_id
 
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
-        """The execution's events with their log positions."""
+        """The execution's events with their log positions, sealed fields opened: a bundle
+        replays with no database and no key, which puts it outside erasure's reach."""
+        opener = self._opener
         return [
             BundleEvent(
                 position=record.position,
                 topic=record.topic,
                 version=record.version,
-                state=record.state.decode(),
+                state=opener.state(
+                    record.topic, record.stream, record.version, record.state
+                ).decode(),
             )
             for record in self._stream_records(execution)
         ]
@@ -427,6 +523,8 @@ class Loom:
         try:
             self.services.close()
         finally:
+            if self._keyring is not None:
+                self._keyring.close()
             if "log" in self.__dict__:
                 self.log.close()
 
@@ -538,6 +636,7 @@ class Loom:
             labels=labels,
             worker=self.worker_id,
         )
+        self._seal_new(execution)
         save(self.log, execution)
         logger.info(
             "execution %s of flow %r started at log position %d",
@@ -619,6 +718,7 @@ class Loom:
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
                 execution.inherit(decision)
+        self._seal_new(execution)
         save(self.log, execution)
         logger.info(
             "execution %s forked from %s after %d decisions", execution.id, parent.id, taken

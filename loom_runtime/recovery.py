@@ -35,7 +35,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import ExecutionConflictError
+from loom_runtime.errors import ErasedError, ExecutionConflictError
 
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
@@ -184,7 +184,11 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
     if loom.flows.find(orphan.flow) is None:
         logger.debug("execution %s: flow %r not registered here", orphan.execution_id, orphan.flow)
         return None
-    execution = loom.execution(orphan.execution_id)
+    try:
+        execution = loom.execution(orphan.execution_id)
+    except ErasedError:  # erased while unfinished (ADR 0049): nothing left to finish it with
+        logger.info("execution %s was erased: not recovered", orphan.execution_id)
+        return None
     if execution.finished or execution.owner != orphan.owner:
         return None  # finished or claimed since the scan
     try:

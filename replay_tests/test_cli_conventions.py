@@ -72,6 +72,9 @@ class Setup:
                 Doc(id="disk.md", text="Disk full: rotate the logs."), source="repo"
             )
             self.bundle = loom.export(self.execution_id, tmp_path / "run.json")
+        # Every command runs with a master key (ADR 0049): a log recorded in clear stays
+        # readable with encryption on, and `loom erase` can run its dry run.
+        monkeypatch.setenv("LOOM_MASTER_KEY", "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=")
         self.docs = tmp_path / "docs"
         self.docs.mkdir()
         (self.docs / "disk.md").write_text("Disk full: rotate the logs, then page someone.")
@@ -121,6 +124,11 @@ def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
         "export": [
             (["export", eid, "-o", str(s.tmp_path / "out.json"), *db], ExitCode.OK),
             (["export", MISSING_ID, "-o", str(s.tmp_path / "no.json"), *db], ExitCode.USAGE),
+        ],
+        "erase": [
+            (["erase", "--execution", eid, "--reason", "request", *db], ExitCode.OK),  # dry run
+            (["erase", "--user", "nobody", "--reason", "request", *db], ExitCode.USAGE),
+            (["erase", "--user", "u", "--reason", "request", *missing_db], ExitCode.USAGE),
         ],
         "import": [
             (["import", str(s.bundle), *db], ExitCode.OK),
@@ -261,6 +269,10 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
         "export": (
             ["export", eid, "-o", str(s.tmp_path / "exported"), *db],
             lambda d: d[0]["execution_id"] == eid and d[0]["bytes"] > 0,
+        ),
+        "erase": (
+            ["erase", "--execution", eid, "--reason", "request", *db],
+            lambda d: d["applied"] is False and d["not_erasable"] == [eid],  # recorded in clear
         ),
         "import": (
             ["import", str(s.bundle), *db],

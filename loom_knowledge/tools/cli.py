@@ -21,7 +21,7 @@ from rich.table import Table
 from loom_knowledge.corpus.corpus_files import scan_docs
 from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.errors import KnowledgeError, MassDeleteRefusedError, SourceConflictError
-from loom_runtime import ExecutionNotFoundError, FlowNotFoundError, LoomError
+from loom_runtime import ErasedError, ExecutionNotFoundError, FlowNotFoundError, LoomError
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -111,6 +111,8 @@ def audit_command(
             report = audit(loom, execution_id)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
+        except ErasedError as exc:  # names the forget event (ADR 0049)
+            fail(str(exc))
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
         console.print(inert(f"wrote {html}"))

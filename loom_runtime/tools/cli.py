@@ -39,6 +39,7 @@ from loom_runtime.errors import (
     BundleTruncatedError,
     ConfigurationError,
     DecisionKeyError,
+    ErasedError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom
     from loom_runtime.projection import TrackedProjection
+    from loom_runtime.sealing import MasterKey
 
 app = LoomTyper(
     name="loom",
@@ -137,7 +139,7 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
     from loom_runtime.loom import Loom
 
     try:
-        loom = Loom(db)
+        loom = Loom(db, encryption=master_key())
         if not loom.settings.is_sqlite:
             _ = loom.log
     except LoomError as exc:
@@ -149,7 +151,26 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
             "`loom run` or `loom knowledge sync --apply` creates one)",
             code=ExitCode.USAGE,
         )
+    if loom.encrypted and (not loom.settings.is_sqlite or path.is_file()):
+        # A wrong master key is refused here, before the command runs (a database not yet
+        # created has no key to be wrong about, and is not created by this check).
+        try:
+            _ = loom.log
+        except LoomError as exc:
+            fail(str(exc), code=ExitCode.USAGE)
     return loom
+
+
+def master_key() -> MasterKey | None:
+    """The master key in ``$LOOM_MASTER_KEY``, if set: every command opens an encrypted log
+    with it (ADR 0049), and a wrong one is refused when the log is opened."""
+    import os
+
+    if not os.environ.get("LOOM_MASTER_KEY", "").strip():
+        return None
+    from loom_runtime.sealing import MasterKey
+
+    return MasterKey.from_env("LOOM_MASTER_KEY")
 
 
 FlowsOption = Annotated[
@@ -420,8 +441,10 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
             execution = loom.execution(execution_id)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-        except LogCorruptError as exc:
+        except (LogCorruptError, ErasedError) as exc:
             fail(str(exc))
+        except ConfigurationError as exc:  # a sealed execution, and no master key given
+            fail(str(exc), code=ExitCode.USAGE)
     if as_json:
         print_json(_execution_json(execution))
         return
@@ -608,8 +631,10 @@ def replay(
             )
         except FlowNotFoundError as exc:
             flow_missing(exc)
-        except (BundleTamperedError, BundleTruncatedError, LogCorruptError) as exc:
-            fail(str(exc))  # the data failed its check: that is an answer, not a usage error
+        except (BundleTamperedError, BundleTruncatedError, LogCorruptError, ErasedError) as exc:
+            fail(
+                str(exc)
+            )  # the data failed its check (or was erased): an answer, not a usage error
         except (ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
     if as_json:
@@ -782,6 +807,7 @@ else:
 
 from loom_runtime.tools import (  # noqa: E402  (each registers its commands on `app`)
     bundle_cli,  # noqa: F401  (`loom diff`, `loom bundle show`)
+    erase_cli,  # noqa: F401  (`loom erase`)
     transfer_cli,  # noqa: F401  (`loom export`, `loom import`)
     worker_cli,  # noqa: F401  (`loom recover`, `loom worker`)
 )

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 import msgspec
 import typer
 
-from loom_runtime.errors import BundleError, ExecutionNotFoundError, LogCorruptError
+from loom_runtime.errors import BundleError, ErasedError, ExecutionNotFoundError, LogCorruptError
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -100,6 +100,8 @@ def export(
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
+        except ErasedError as exc:
+            fail(f"an erased execution cannot be exported: {exc}")
         if into_directory:
             output.mkdir(parents=True, exist_ok=True)
         advance = bar("export")
@@ -119,6 +121,14 @@ def export(
         console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
     else:
         console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
+    if not as_json:
+        console.print(OUTSIDE_ERASURE)
+
+
+OUTSIDE_ERASURE = (
+    "note: a bundle is a copy in clear, outside erasure's reach: `loom erase` cannot reach "
+    "it, so keep it as you would keep the data itself"
+)
 
 
 @app.command("import")

@@ -1,0 +1,194 @@
+"""``erase``: destroy the data keys of executions and record that in the forget log (ADR 0049).
+
+An erasure selects executions (one by id, or every execution a user's or a tenant's labels
+name), destroys their data keys and appends one forget event: the subjects, how many stored
+events each key sealed, who erased them and why, never content. The log itself is not
+touched, so ``loom verify`` passes before and after, and every other execution replays as
+before.
+
+Order of the two writes: the forget event is appended first (it is the decision, and the
+position an :class:`~loom_runtime.errors.ErasedError` names), then the keys are destroyed. They
+are two transactions, not one (the log's append runs inside the storage layer's own
+transaction), so an interruption between them leaves the keys: ``erase`` run again finds them
+live and completes the erasure with a second forget event. A key is never destroyed without a
+forget event naming it before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime.errors import (
+    EncryptionOffError,
+    ErasureSubjectError,
+    ExecutionNotFoundError,
+    LabelError,
+)
+from loom_runtime.execution import FORGET_LOG, Forgotten
+from loom_runtime.sealing import SEALED_FIELDS, is_sealed_raw, subject_of
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
+
+
+class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
+    """One execution an erasure covers: its subject and how many stored events its key sealed."""
+
+    subject: str
+    execution_id: str
+    events: int
+
+
+class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What an erasure did (or, as a dry run, would do)."""
+
+    applied: bool
+    """False for a dry run: nothing was written."""
+    selector: str
+    """What was named: ``execution=…``, ``user=…`` or ``tenant=…``."""
+    subjects: tuple[ErasedSubject, ...]
+    """The executions whose keys are (or would be) destroyed."""
+    already_erased: tuple[str, ...] = ()
+    """Executions selected that an earlier erasure already covered."""
+    not_erasable: tuple[str, ...] = ()
+    """Executions selected that were recorded before encryption was switched on: stored in
+    clear, they cannot be erased by destroying a key."""
+    position: int | None = None
+    """Where the forget event is in the log (None for a dry run)."""
+    by: str = ""
+    reason: str = ""
+
+
+def erase(
+    loom: Loom,
+    *,
+    execution: UUID | str | None,
+    user: str | None,
+    tenant: str | None,
+    reason: str,
+    by: str,
+    dry_run: bool,
+) -> ErasureReport:
+    """See :meth:`Loom.erase`."""
+    named = [
+        (name, value)
+        for name, value in (("execution", execution), ("user", user), ("tenant", tenant))
+        if value is not None
+    ]
+    if len(named) != 1:
+        raise ErasureSubjectError(
+            "name exactly one of execution=, user= or tenant= to erase (documents and memory "
+            "keys cannot be erased yet: only executions are sealed)"
+        )
+    for label, text in (("reason", reason), ("by", by)):
+        if not isinstance(text, str) or not text.strip():
+            raise LabelError(
+                f"an erasure needs {label}= (who asked, and why: the forget log records both)",
+                label=label,
+            )
+    kind, value = named[0]
+    selector = f"{kind}={value}"
+    _ = loom.log  # opens the keyring with the log
+    keyring = loom._keyring
+    if keyring is None:
+        raise EncryptionOffError(
+            f"cannot erase {selector}: this log was opened without encryption, so what it "
+            "holds is stored in clear and no key can be destroyed. Switch encryption on with "
+            "Loom(url, encryption=MasterKey.from_env('LOOM_MASTER_KEY')) (the CLI reads "
+            "$LOOM_MASTER_KEY); executions recorded from then on can be erased"
+        )
+    ids = _selected(loom, kind, value)
+    if not ids:
+        raise ErasureSubjectError(
+            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
+            "written (names are matched exactly, as labelled when the executions started)"
+        )
+    subjects: list[ErasedSubject] = []
+    not_erasable: list[str] = []
+    sealed_ids: list[UUID] = []
+    for execution_id in ids:
+        rows = loom.log.rows(execution_id)
+        if not rows or not is_sealed_raw(_created_input(loom, rows[0])):
+            not_erasable.append(str(execution_id))
+            continue
+        sealed_ids.append(execution_id)
+        subjects.append(
+            ErasedSubject(
+                subject=subject_of(execution_id),
+                execution_id=str(execution_id),
+                events=sum(1 for row in rows if row.topic in SEALED_FIELDS),
+            )
+        )
+    live = set(keyring.live(s.subject for s in subjects))
+    already = tuple(s.execution_id for s in subjects if s.subject not in live)
+    subjects = [s for s in subjects if s.subject in live]
+    if not subjects and not dry_run:
+        what = "already erased" if already else "recorded before encryption was switched on"
+        raise ErasureSubjectError(
+            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
+        )
+    report = ErasureReport(
+        applied=False,
+        selector=selector,
+        subjects=tuple(subjects),
+        already_erased=already,
+        not_erasable=tuple(not_erasable),
+        by=by,
+        reason=reason,
+    )
+    if dry_run:
+        return report
+    position = _append_forget(loom, subjects, by=by, reason=reason)
+    keyring.destroy([s.subject for s in subjects], position=position)
+    return msgspec.structs.replace(report, applied=True, position=position)
+
+
+def _selected(loom: Loom, kind: str, value: Any) -> list[UUID]:
+    if kind == "execution":
+        from loom_runtime.loom import _as_uuid
+
+        execution_id = _as_uuid(value)
+        if not loom.log.rows(execution_id):
+            raise ExecutionNotFoundError(
+                f"no execution {value} in the log at {loom.settings.url!r}; nothing was written"
+            )
+        return [execution_id]
+    if not isinstance(value, str):
+        raise ErasureSubjectError(f"{kind}= names a label (a str), not {value!r}")
+    summaries = loom.executions(user=value) if kind == "user" else loom.executions(tenant=value)
+    return [summary.execution_id for summary in summaries]
+
+
+def _created_input(loom: Loom, row: Any) -> bytes | None:
+    event = loom.log.decode(row)
+    raw = getattr(event, "input", None)
+    return None if raw is None else bytes(raw)
+
+
+def _append_forget(loom: Loom, subjects: list[ErasedSubject], *, by: str, reason: str) -> int:
+    fields = {
+        "subjects": tuple(s.subject for s in subjects),
+        "events": tuple(s.events for s in subjects),
+        "by": by,
+        "reason": reason,
+    }
+    positions, _ = loom.log.append_replanned(
+        FORGET_LOG,
+        lambda version: ([(Forgotten, fields)], None),
+        what="the forget log",
+    )
+    return positions[-1]
+
+
+def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
+    """Every forget event in the log, with its position, oldest first."""
+    found = []
+    for record in loom.log.notifications(topics=(Forgotten.TOPIC,)):
+        found.append((record.position, loom.log.decode(record)))
+    return found
+
+
+__all__ = ["ErasedSubject", "ErasureReport", "erase", "forget_events"]

@@ -1,0 +1,601 @@
+"""Sealed fields: an execution's personal payloads encrypted under its own data key (ADR 0049).
+
+Why per field and not per event: what orders, routes and audits a log (ids, keys, kinds,
+positions, times, labels) must stay readable after an erasure, so only the fields that can
+hold personal data are sealed: a flow's input and output, a decision's value and input, an
+error message. Each is AES-GCM under the execution's data key, with the event's stream, version
+and field as associated data, so a ciphertext moved to another place does not open. The chain
+hashes the stored bytes, so it covers the ciphertext, and destroying a key changes no chained
+byte: ``loom verify`` passes before and after an erasure.
+
+Data keys live in ``loom_subject_keys`` in the log's own database, wrapped by a
+:class:`KeyWrapper` (:class:`MasterKey`, or a KMS behind the same two methods). It is the one
+state outside the log, on purpose: what is in the log can never be destroyed. A key-check row
+(a key wrapped by the master key) makes a wrong master key a refusal at open, never data
+silently read as erased.
+
+Only the cryptography package does cryptography here (AES key wrap, RFC 3394, and AES-GCM);
+this module only decides what is sealed, where, and under which key.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from uuid import UUID
+
+import msgspec
+
+from loom_runtime.errors import (
+    ConfigurationError,
+    EncryptionOffError,
+    ErasedError,
+    LogCorruptError,
+    MissingExtraError,
+    SubjectErasedError,
+    WrongMasterKeyError,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from sqlalchemy import Engine, Table
+
+    from loom_runtime.execution import Execution
+    from loom_runtime.redaction import Redactor
+
+MARK: Final = "loom.sealed"
+"""The key of a sealed JSON value's one member, and the prefix of a sealed message. A flow's
+input is an object keyed by parameter names, which cannot contain a dot, so a stored input
+that is ``{"loom.sealed": ...}`` is always a sealed one."""
+_MESSAGE_PREFIX: Final = MARK + ":"
+KEY_CHECK: Final = "loom:key-check"
+"""The key table's row that proves the master key: a random key wrapped by it."""
+TABLE: Final = "loom_subject_keys"
+CACHED_KEYS: Final = 10_000
+"""How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
+_NONCE_BYTES: Final = 12
+_DATA_KEY_BYTES: Final = 32
+
+
+class Sealed(msgspec.Struct, frozen=True):
+    """One sealed field as stored: whose key opens it, the AES-GCM nonce and ciphertext."""
+
+    subject: str
+    nonce: bytes
+    ciphertext: bytes
+
+
+class _Envelope(msgspec.Struct, frozen=True):
+    sealed: Sealed = msgspec.field(name=MARK)
+
+
+_envelope_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_sealed_decoder = msgspec.json.Decoder(Sealed)
+
+
+@runtime_checkable
+class KeyWrapper(Protocol):
+    """What wraps the data keys at rest: the seam for an external KMS.
+
+    ``unwrap`` must raise (anything) for bytes it did not wrap: a wrong key is refused, never
+    taken for an erased one.
+    """
+
+    def wrap(self, key: bytes) -> bytes:
+        """``key`` (32 random bytes) wrapped for storage."""
+        ...
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        """The key :meth:`wrap` wrapped; raises for bytes it did not wrap."""
+        ...
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives import keywrap
+    except ImportError as exc:  # pragma: no cover - the encryption extra is missing
+        raise MissingExtraError(
+            extra="encryption", missing="cryptography", needed_by="encryption"
+        ) from exc
+    return keywrap
+
+
+class MasterKey:
+    """A 256-bit (or 128/192-bit) AES key that wraps data keys (AES key wrap, RFC 3394).
+
+    Give it the key's bytes, or :meth:`from_env` for a base64 key in an environment variable
+    (:meth:`generate` prints a new one). Its repr never shows the key.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes) or len(key) not in (16, 24, 32):
+            raise ConfigurationError(
+                "a master key is 16, 24 or 32 bytes (AES); make one with "
+                "`python -c 'from loom_runtime import MasterKey; print(MasterKey.generate())'`"
+            )
+        self._key = key
+
+    @classmethod
+    def from_env(cls, name: str = "LOOM_MASTER_KEY") -> MasterKey:
+        """The key in environment variable ``name``, base64 (standard or URL-safe)."""
+        text = os.environ.get(name, "").strip()
+        if not text:
+            raise ConfigurationError(
+                f"encryption needs a master key in ${name} (base64 of 32 random bytes); make "
+                "one with `python -c 'from loom_runtime import MasterKey; "
+                "print(MasterKey.generate())'` and keep it where your other secrets are"
+            )
+        try:
+            key = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "==")
+        except ValueError as exc:
+            raise ConfigurationError(f"${name} is not base64: {exc}") from None
+        return cls(key)
+
+    @staticmethod
+    def generate() -> str:
+        """A new random 256-bit key, base64 (for ``LOOM_MASTER_KEY``)."""
+        return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+    def wrap(self, key: bytes) -> bytes:
+        return bytes(_crypto().aes_key_wrap(self._key, key))
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        return bytes(_crypto().aes_key_unwrap(self._key, wrapped))
+
+    def __repr__(self) -> str:
+        return "MasterKey(<hidden>)"
+
+
+def subject_of(execution_id: UUID) -> str:
+    """The subject an execution's fields are sealed under: ``execution:<uuid>``."""
+    return f"execution:{execution_id}"
+
+
+def _aad(stream: UUID | str, version: int, field: str) -> bytes:
+    return f"{stream}:{version}:{field}".encode()
+
+
+# --- the key table --------------------------------------------------------------------------
+
+
+def key_table(engine: Engine) -> Table:
+    """``loom_subject_keys``: one row per subject; ``wrapped_key`` NULL once destroyed, with
+    ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names)."""
+    from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
+
+    metadata = MetaData()
+    table = Table(
+        TABLE,
+        metadata,
+        Column("subject", String(300), primary_key=True),
+        Column("wrapped_key", LargeBinary, nullable=True),
+        Column("created_position", BigInteger, nullable=False),
+        Column("erased_position", BigInteger, nullable=True),
+    )
+    metadata.create_all(engine, checkfirst=True)
+    return table
+
+
+class _Row(msgspec.Struct, frozen=True):
+    wrapped_key: bytes | None
+    erased_position: int | None
+
+
+class Keyring:
+    """The data keys of one log, unwrapped on first use and cached (a replay unwraps an
+    execution's key once). A key found destroyed is refused with :class:`ErasedError`.
+
+    Opening it proves the master key against the key-check row (written by the first open
+    with encryption): :class:`WrongMasterKeyError` otherwise.
+    """
+
+    def __init__(self, engine: Engine, wrapper: KeyWrapper) -> None:
+        self.engine = engine
+        self.wrapper = wrapper
+        self.table = key_table(engine)
+        self._cache: dict[str, AESGCM] = {}
+        from sqlalchemy import text
+
+        # Text, not a Core select: a write reads its key row on every append, and compiling a
+        # select each time was most of encryption's cost per recorded decision.
+        self._raw: Any = None
+        marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._live_sql = f"SELECT wrapped_key IS NOT NULL FROM {TABLE} WHERE subject = {marker}"
+        self._select_row = text(
+            f"SELECT wrapped_key, erased_position FROM {TABLE} WHERE subject = :subject"
+        )
+        self._lock = threading.Lock()
+        self._check()
+
+    def _check(self) -> None:
+        from sqlalchemy import select
+        from sqlalchemy.exc import IntegrityError
+
+        table = self.table
+        with self.engine.begin() as connection:
+            wrapped = connection.execute(
+                select(table.c.wrapped_key).where(table.c.subject == KEY_CHECK)
+            ).scalar_one_or_none()
+            if wrapped is None:
+                try:
+                    connection.execute(
+                        table.insert().values(
+                            subject=KEY_CHECK,
+                            wrapped_key=self.wrapper.wrap(os.urandom(_DATA_KEY_BYTES)),
+                            created_position=0,
+                        )
+                    )
+                except IntegrityError:  # another process wrote it first: check against it
+                    pass
+                else:
+                    return
+        if wrapped is None:
+            self._check()
+            return
+        try:
+            self.wrapper.unwrap(bytes(wrapped))
+        except Exception as exc:
+            raise WrongMasterKeyError(
+                f"the master key given does not open this log's key table ({TABLE}): it is "
+                "not the key the log was encrypted with. Nothing was read; give the right key "
+                "(LOOM_MASTER_KEY). A lost master key cannot be recovered: the sealed data is "
+                "unreadable, never silently treated as erased"
+            ) from exc
+
+    def _remember(self, subject: str, aead: AESGCM) -> None:
+        """Cache an unwrapped key (the caller holds the lock); the oldest goes past
+        :data:`CACHED_KEYS`, so a long-lived worker keeps a bounded number in memory."""
+        self._cache[subject] = aead
+        if len(self._cache) > CACHED_KEYS:
+            del self._cache[next(iter(self._cache))]
+
+    def _aead(self, key: bytes) -> AESGCM:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        return AESGCM(key)
+
+    def create(self, subject: str, *, position: int) -> AESGCM:
+        """A new data key for ``subject``, stored wrapped (once: a subject keeps its key)."""
+        key = os.urandom(_DATA_KEY_BYTES)
+        with self.engine.begin() as connection:
+            connection.execute(
+                self.table.insert().values(
+                    subject=subject,
+                    wrapped_key=self.wrapper.wrap(key),
+                    created_position=position,
+                )
+            )
+        aead = self._aead(key)
+        with self._lock:
+            self._remember(subject, aead)
+        return aead
+
+    def _row(self, subject: str) -> _Row | None:
+        with self.engine.connect() as connection:
+            row = connection.execute(self._select_row, {"subject": subject}).first()
+        if row is None:
+            return None
+        return _Row(None if row[0] is None else bytes(row[0]), row[1])
+
+    def key(self, subject: str) -> AESGCM:
+        """The subject's data key (cached); :class:`ErasedError` if it was destroyed."""
+        cached = self._cache.get(subject)
+        if cached is not None:
+            return cached
+        row = self._row(subject)
+        if row is None or row.wrapped_key is None:
+            raise _erased(ErasedError, subject, None if row is None else row.erased_position)
+        try:
+            aead = self._aead(self.wrapper.unwrap(row.wrapped_key))
+        except Exception as exc:
+            raise WrongMasterKeyError(
+                f"the data key of {subject} does not unwrap with the master key given"
+            ) from exc
+        with self._lock:
+            self._remember(subject, aead)
+        return aead
+
+    def live_key(self, subject: str) -> AESGCM:
+        """The key for a write: the key table is read again (another process may have erased
+        the subject since it was cached), and a destroyed key is :class:`SubjectErasedError`."""
+        if subject in self._cache and self._is_live(subject):
+            return self._cache[subject]
+        row = self._row(subject)
+        if row is None or row.wrapped_key is None:
+            self.forget([subject])
+            raise _erased(SubjectErasedError, subject, None if row is None else row.erased_position)
+        return self.key(subject)
+
+    def _is_live(self, subject: str) -> bool:
+        """Whether ``subject``'s key row still holds a key, read on a connection this keyring
+        keeps: a pool checkout per append cost ten times the read itself. Any failure of that
+        connection answers False, and the caller reads the row the ordinary way."""
+        with self._lock:
+            try:
+                if self._raw is None:
+                    self._raw = self.engine.raw_connection()
+                cursor = self._raw.cursor()
+                try:
+                    cursor.execute(self._live_sql, (subject,))
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
+                self._raw.commit()  # no read transaction left open (a checkpoint waits on one)
+            except Exception:
+                self._close_raw()
+                return False
+        return row is not None and bool(row[0])
+
+    def _close_raw(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:  # noqa: SIM105 - closing a connection that already failed may fail again
+                raw.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Release the connection kept for write checks."""
+        with self._lock:
+            self._close_raw()
+
+    def live(self, subjects: Iterable[str]) -> list[str]:
+        """Which of ``subjects`` have a key that is not destroyed."""
+        from sqlalchemy import select
+
+        wanted = list(subjects)
+        table = self.table
+        found: list[str] = []
+        with self.engine.connect() as connection:
+            for start in range(0, len(wanted), 500):
+                found.extend(
+                    connection.execute(
+                        select(table.c.subject).where(
+                            table.c.subject.in_(wanted[start : start + 500]),
+                            table.c.wrapped_key.is_not(None),
+                        )
+                    ).scalars()
+                )
+        return found
+
+    def destroy(self, subjects: Sequence[str], *, position: int) -> int:
+        """Destroy the keys of ``subjects`` (their rows keep only the forget event's position);
+        returns how many were live."""
+        from sqlalchemy import update
+
+        table = self.table
+        destroyed = 0
+        with self.engine.begin() as connection:
+            for start in range(0, len(subjects), 500):
+                result = connection.execute(
+                    update(table)
+                    .where(
+                        table.c.subject.in_(subjects[start : start + 500]),
+                        table.c.wrapped_key.is_not(None),
+                    )
+                    .values(wrapped_key=None, erased_position=position)
+                )
+                destroyed += result.rowcount or 0
+        self.forget(subjects)
+        return destroyed
+
+    def forget(self, subjects: Iterable[str]) -> None:
+        """Drop cached keys (after they were destroyed, here or elsewhere)."""
+        with self._lock:
+            for subject in subjects:
+                self._cache.pop(subject, None)
+
+
+def _erased(cls: type[ErasedError], subject: str, position: int | None) -> ErasedError:
+    where = (
+        f"by the forget event at log position {position}"
+        if position is not None
+        else "(its key is not in the key table: erased by an interrupted erase, or the key "
+        "table was restored from an older backup)"
+    )
+    if cls is SubjectErasedError:
+        text = f"{subject} was erased {where}; nothing more can be stored for it"
+    else:
+        text = (
+            f"{subject} was erased {where}: its input, decisions, output and error messages "
+            "can no longer be read (see `loom erase` and the forget log)"
+        )
+    return cls(text, subject=subject, position=position)
+
+
+# --- sealing and opening fields ------------------------------------------------------------
+
+
+def is_sealed_raw(raw: msgspec.Raw | bytes | None) -> bool:
+    """Whether stored JSON is a sealed field (cheap: a prefix test)."""
+    return raw is not None and bytes(memoryview(raw)[:15]) == b'{"loom.sealed":'
+
+
+def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
+    """A JSON value sealed, as the struct the mapper stores: ``{"loom.sealed": {...}}``.
+
+    A struct, not ``msgspec.Raw``: the log's redactor passes structs by (ciphertext holds no
+    secret to find, and the value was redacted before it was sealed), where scanning the
+    base64 of every sealed value cost more than sealing it.
+    """
+    nonce = os.urandom(_NONCE_BYTES)
+    return _Envelope(Sealed(subject, nonce, aead.encrypt(nonce, bytes(raw), ad)))
+
+
+def seal_text(aead: AESGCM, subject: str, text: str, ad: bytes) -> str:
+    nonce = os.urandom(_NONCE_BYTES)
+    sealed = Sealed(subject, nonce, aead.encrypt(nonce, text.encode(), ad))
+    return _MESSAGE_PREFIX + _envelope_encoder.encode(sealed).decode()
+
+
+def sealed_of_raw(raw: msgspec.Raw | bytes) -> Sealed | None:
+    """The sealed field stored JSON holds, or None if it is clear."""
+    if not is_sealed_raw(raw):
+        return None
+    try:
+        return _envelope_decoder.decode(raw).sealed
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _sealed_of_text(text: str) -> Sealed | None:
+    if not text.startswith(_MESSAGE_PREFIX):
+        return None
+    try:
+        return _sealed_decoder.decode(text[len(_MESSAGE_PREFIX) :])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "loom.execution.Created": ("input",),
+    "loom.execution.DecisionRecorded": ("value", "input"),
+    "loom.execution.DecisionFailed": ("input", "message"),
+    "loom.execution.Completed": ("output",),
+    "loom.execution.Failed": ("message",),
+}
+"""The fields of each execution event that can hold personal data, by topic: the ones sealed."""
+_TEXT_FIELDS: Final = frozenset({"message"})
+
+
+class ExecutionSealer:
+    """Seals one execution's events before they are stored, under its data key."""
+
+    def __init__(
+        self, keyring: Keyring, execution_id: UUID, redactor: Redactor | None = None
+    ) -> None:
+        self.keyring = keyring
+        self.execution_id = execution_id
+        self.subject = subject_of(execution_id)
+        self.redactor = redactor
+        """The log's redactor: a message is redacted before it is sealed (values were
+        redacted when they were encoded), since the log's own pass cannot see into it."""
+
+    def seal_events(self, events: Sequence[Any]) -> list[Any]:
+        """Copies of ``events`` with their personal fields sealed (the key is read again from
+        the key table first: a destroyed key is :class:`SubjectErasedError`, nothing stored)."""
+        if not events:
+            return []
+        aead = self.keyring.live_key(self.subject)
+        sealed = []
+        for event in events:
+            fields = SEALED_FIELDS.get(getattr(type(event), "TOPIC", ""), ())
+            if not fields:
+                sealed.append(event)
+                continue
+            copied = copy.copy(event)
+            for name in fields:
+                value = getattr(event, name)
+                if value is None:
+                    continue
+                ad = _aad(event.originator_id, event.originator_version, name)
+                if name in _TEXT_FIELDS:
+                    if self.redactor is not None:
+                        value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
+                    stored: Any = seal_text(aead, self.subject, value, ad)
+                else:
+                    stored = seal_raw(aead, self.subject, value, ad)
+                object.__setattr__(copied, name, stored)
+            sealed.append(copied)
+        return sealed
+
+
+class Opener:
+    """Opens the sealed fields of stored executions with a log's keyring (None: no
+    encryption, and a sealed field is :class:`EncryptionOffError`)."""
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self.keyring = keyring
+
+    def _aead(self, sealed: Sealed) -> AESGCM:
+        if self.keyring is None:
+            raise EncryptionOffError(
+                f"this execution is sealed ({sealed.subject}) and the log was opened without "
+                "encryption: open it with Loom(url, encryption=MasterKey.from_env("
+                "'LOOM_MASTER_KEY')) (the CLI reads $LOOM_MASTER_KEY)"
+            )
+        return self.keyring.key(sealed.subject)
+
+    def raw(self, raw: msgspec.Raw, stream: UUID | str, version: int, field: str) -> msgspec.Raw:
+        sealed = sealed_of_raw(raw)
+        if sealed is None:
+            return raw
+        return msgspec.Raw(self._open(sealed, _aad(stream, version, field)))
+
+    def text(self, text: str, stream: UUID | str, version: int, field: str) -> str:
+        sealed = _sealed_of_text(text)
+        if sealed is None:
+            return text
+        return self._open(sealed, _aad(stream, version, field)).decode()
+
+    def _open(self, sealed: Sealed, ad: bytes) -> bytes:
+        aead = self._aead(sealed)  # ErasedError, EncryptionOffError: raised as they are
+        try:
+            return bytes(aead.decrypt(sealed.nonce, sealed.ciphertext, ad))
+        except Exception as exc:  # InvalidTag, imported only when it is raised
+            from cryptography.exceptions import InvalidTag
+
+            if not isinstance(exc, InvalidTag):
+                raise
+            raise LogCorruptError(
+                f"a sealed field of {sealed.subject} does not open where it is stored: it was "
+                "altered or moved; run `loom verify`"
+            ) from exc
+
+    def execution(self, execution: Execution) -> Execution:
+        """``execution`` with its sealed fields opened in place (unchanged when clear).
+
+        Sealed or clear is decided by its input: an execution started with encryption on has
+        every personal field sealed; one started before has none.
+        """
+        if sealed_of_raw(execution.input) is None:
+            return execution
+        stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
+        execution.input = self.raw(execution.input, stream, 1, "input")
+        for key, decision in list(execution.decisions.items()):
+            version = execution.decision_versions[key]
+            execution.decisions[key] = msgspec.structs.replace(
+                decision,
+                input=self.raw(decision.input, stream, version, "input"),
+                value=None
+                if decision.value is None
+                else self.raw(decision.value, stream, version, "value"),
+                message=None
+                if decision.message is None
+                else self.text(decision.message, stream, version, "message"),
+            )
+        if execution.output is not None:
+            execution.output = self.raw(execution.output, stream, execution.version, "output")
+        if execution.error is not None:
+            error_type, message = execution.error
+            execution.error = (error_type, self.text(message, stream, execution.version, "message"))
+        execution.reopenings = [
+            msgspec.structs.replace(r, message=self._any_text(r.message, stream))
+            for r in execution.reopenings
+        ]
+        return execution
+
+    def _any_text(self, text: str, stream: UUID | str) -> str:
+        """A reopened failure's message: sealed at a version the state no longer holds, so
+        shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
+        return "(sealed)" if _sealed_of_text(text) is not None else text
+
+    def state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
+        """A stored event's JSON with its sealed fields opened: what a bundle carries."""
+        fields = SEALED_FIELDS.get(topic)
+        if not fields or b'"loom.sealed' not in state:
+            return state
+        decoded = msgspec.json.decode(state)
+        for name in fields:
+            value = decoded.get(name)
+            if isinstance(value, dict) and MARK in value:
+                raw = self.raw(msgspec.Raw(msgspec.json.encode(value)), stream, version, name)
+                decoded[name] = msgspec.json.decode(raw)
+            elif isinstance(value, str):
+                decoded[name] = self.text(value, stream, version, name)
+        return msgspec.json.encode(decoded)

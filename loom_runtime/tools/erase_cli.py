@@ -1,0 +1,107 @@
+"""``loom erase``: destroy the data keys of executions (ADR 0049), a dry run unless ``--apply``.
+
+A dry run says what would be erased (which executions, how many sealed events each, which
+were recorded in clear before encryption was switched on and cannot be erased) and writes
+nothing, like ``knowledge sync``. ``--apply`` destroys the keys and appends the forget event.
+The log is opened with ``$LOOM_MASTER_KEY``. Registered on the ``loom`` app by
+:mod:`loom_runtime.tools.cli`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from loom_runtime.errors import (
+    EncryptionOffError,
+    ErasureSubjectError,
+    ExecutionNotFoundError,
+    LabelError,
+    LoomError,
+)
+from loom_runtime.tools.cli import (
+    DbOption,
+    ExitCode,
+    JsonOption,
+    app,
+    console,
+    fail,
+    inert,
+    open_loom,
+    print_json,
+)
+
+
+@app.command()
+def erase(
+    execution: Annotated[
+        str | None, typer.Option("--execution", help="Erase this execution (its id).")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Erase every execution labelled with this user.")
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Erase every execution labelled with this tenant."),
+    ] = None,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason", help="Why (recorded in the forget log, in clear: no personal data)."
+        ),
+    ] = "",
+    by: Annotated[
+        str, typer.Option("--by", envvar="USER", help="Who erases (recorded; default $USER).")
+    ] = "",
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Erase; without it, only say what would be erased.")
+    ] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Erase executions by destroying their keys (dry run unless --apply). Needs
+    $LOOM_MASTER_KEY; documents and memory keys cannot be erased yet."""
+    if not reason.strip():
+        fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
+    with open_loom(db) as loom:
+        try:
+            report = loom.erase(
+                execution=execution,
+                user=user,
+                tenant=tenant,
+                reason=reason,
+                by=by or "unknown",
+                dry_run=not apply,
+            )
+        except (
+            EncryptionOffError,
+            ErasureSubjectError,
+            ExecutionNotFoundError,
+            LabelError,
+        ) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
+        except LoomError as exc:
+            fail(str(exc))
+    if as_json:
+        print_json(report)
+        return
+    verb = "erased" if report.applied else "would erase"
+    events = sum(subject.events for subject in report.subjects)
+    console.print(
+        inert(
+            f"{verb} {len(report.subjects)} execution(s) of {report.selector} "
+            f"({events} sealed event(s))"
+            + (f"; forget event at log position {report.position}" if report.applied else "")
+        )
+    )
+    for subject in report.subjects:
+        console.print(inert(f"  {subject.execution_id}  {subject.events} sealed event(s)"))
+    for execution_id in report.already_erased:
+        console.print(inert(f"  {execution_id}  already erased"))
+    for execution_id in report.not_erasable:
+        console.print(
+            inert(f"  {execution_id}  not erasable: recorded before encryption was switched on")
+        )
+    if not report.applied:
+        console.print("dry run: nothing was written; pass --apply to erase")
