@@ -18,7 +18,8 @@ six client round trips, so the lock is held for less of each worker's time.
 With PostgreSQL, the 1-worker arm also times, right after itself in the same sample and on
 the same database, the **bare append floor**: one process with a psycopg connection and no
 loom code making the call each loom append of one event makes (``SELECT
-loom_events_append(...)`` of four scalars, one round trip, ~1 KB states, autocommit) once per
+loom_events_append(...)`` of four scalars, one round trip, ~1 KB states, autocommit), as loom's
+writer connection makes it (prepared once, binary parameters, through libpq), once per
 decision for the same duration. One
 sequential worker waits for the server on every decision (ADR 0002), so with fsync off this
 is the least a recorded decision costs on this machine: the client's Python for one call, one
@@ -256,25 +257,37 @@ def _recording_arm(
 
 def _bare_append_rate(url: str, values: list[Value], duration: float) -> float:
     """Decisions/s of the bare append floor: loom's append function called once per decision
-    from psycopg with no loom code in between (the schema is created by loom beforehand)."""
+    from psycopg with no loom code in between (the schema is created by loom beforehand), the
+    way loom's writer calls it: the statement prepared once, five binary parameters, libpq's
+    ``exec_prepared``, the returned id read."""
+    import struct
+
     import psycopg
+    from psycopg import pq
     from sqlalchemy.engine import make_url
 
     with Loom(url) as loom:
         recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
-        statement, lock_wait = recorder.append_one_statement, recorder.lock_wait
+        prepare, lock_wait = recorder.prepared_append, recorder.lock_wait.encode()
     states = [msgspec.json.encode(value) for value in values]
+    int8 = struct.Struct("!q").pack
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as connection:
+        pgconn = connection.pgconn
+        assert pgconn.exec_(prepare.as_bytes(connection)).status == pq.ExecStatus.COMMAND_OK
         appended = 0
         started = time.monotonic()
         deadline = started + duration
         while time.monotonic() < deadline:
-            stream = uuid.uuid4()
+            stream = uuid.uuid4().bytes
             for version, state in enumerate(states, start=1):
-                with connection.cursor() as cursor:
-                    cursor.execute(statement, (stream, version, "decision", state, lock_wait))
-                    cursor.fetchone()
+                result = pgconn.exec_prepared(
+                    b"loom_append_one",
+                    [stream, int8(version), b"decision", state, lock_wait],
+                    [1, 1, 1, 1, 1],
+                )
+                assert result.status == pq.ExecStatus.TUPLES_OK, result.get_error_message()
+                result.get_value(0, 0)
             appended += len(states)
         return appended / (time.monotonic() - started)
 

@@ -79,14 +79,14 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     With a ``redactor``, secrets in the value's strings are replaced by markers (or refused
     with :class:`~loom_runtime.errors.SecretRefusedError`) before the bytes are returned.
     """
-    deep = too_deep(value)
+    deep, binary = _inspect(value, MAX_DEPTH)
     if deep is not None:
         raise NotSerialisableError(
             f"{path}{deep} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
             path=f"{path}{deep}",
         )
-    if redactor is not None and _holds_binary(value):
+    if redactor is not None and binary:
         value = _binary_redacted(value, path=path, redactor=redactor)
     try:
         raw = msgspec.Raw(_encoder.encode(value))
@@ -178,47 +178,43 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
     levels deep without itself raising ``RecursionError``. Scalars are never pushed, so a flat
     list of a million numbers costs one pass over it.
     """
-    if isinstance(value, _SCALARS):
-        return None
+    return _inspect(value, limit)[0]
+
+
+def _inspect(value: object, limit: int) -> tuple[str | None, bool]:
+    """:func:`too_deep`'s answer, and whether a bytes-like value is anywhere in ``value``.
+
+    One walk for both, since :func:`encode` needs both of every value it stores: two walks
+    of the same value were a visible share of recording a decision. The depth answer is the
+    walk's first: a value found too deep is refused whatever else it holds. Containers are
+    visited in the order a stack of them gives (the last child first), the order the path of
+    the first one too deep has always been reported in.
+    """
+    if isinstance(value, _TEXT):
+        return None, False
+    if isinstance(value, _BINARY):
+        return None, True
+    binary = False
     stack: list[tuple[object, int, str, object]] = [(value, 0, "", None)]
     trail: list[tuple[str, object]] = []  # (kind, key) of each level down to the current item
     while stack:
         item, depth, kind, key = stack.pop()
         del trail[depth:]
         trail.append((kind, key))
-        children = _containers_in(item)
-        if children is None:
-            continue
-        if depth >= limit:
-            return "".join(_label(kind, key) for kind, key in trail)
-        stack.extend((child, depth + 1, k, name) for k, name, child in children)
-    return None
-
-
-def _holds_binary(value: object) -> bool:
-    """Whether a bytes-like value is anywhere in ``value``: a loop, like :func:`too_deep`."""
-    if isinstance(value, _BINARY):
-        return True
-    stack = [value]
-    while stack:
-        members = _members(stack.pop())
+        members = _members(item)
         if members is None:
             continue
-        for _, child in members[1]:
+        if depth >= limit:
+            return "".join(_label(kind, key) for kind, key in trail), binary
+        child_kind, items = members
+        for name, child in items:
+            if isinstance(child, _TEXT):
+                continue
             if isinstance(child, _BINARY):
-                return True
-            if not isinstance(child, _TEXT):
-                stack.append(child)
-    return False
-
-
-def _containers_in(value: object) -> Iterable[tuple[str, object, object]] | None:
-    """The container children of ``value`` as ``(kind, key, child)``; None for a non-container."""
-    members = _members(value)
-    if members is None:
-        return None
-    kind, items = members
-    return [(kind, key, child) for key, child in items if not isinstance(child, _SCALARS)]
+                binary = True
+                continue
+            stack.append((child, depth + 1, child_kind, name))
+    return None, binary
 
 
 def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | None:

@@ -201,6 +201,7 @@ def test_a_model_asked_for_more_than_loom_s_passages_and_queries_is_an_instrumen
         rq._check_embedded_once(embedder, [ingest])
 
 
+@pytest.mark.slow  # a spawned interpreter builds the index, as the benchmark does
 def test_the_scale_index_built_in_one_process_is_searched_from_its_log_in_another(
     tmp_path: Path,
 ) -> None:

@@ -33,8 +33,11 @@ Each command prints ONE JSON line on stdout:
 it reads on stdin: the crash harness runs ~150 short-lived workers per backend, and paying an
 interpreter start-up and loom's imports for each would be most of its wall time.
 
-``--go FILE``: the worker imports everything, opens its log, then waits for FILE, so that all
-workers of a test start writing at the same moment instead of one interpreter start-up apart.
+``--go FILE``: the worker imports everything, opens its log, says it is ready (an empty
+``FILE.ready.PID``), then waits for FILE. The parent creates FILE only when every worker is
+ready (:func:`start_together`), so all workers of a test start writing at the same moment
+instead of one interpreter start-up apart: a fast worker could otherwise finish its whole
+workload before a slow one had imported loom, and the race under test would not happen.
 The workers open their logs one at a time (an exclusive ``flock`` on ``FILE.lock``): opening
 an eventsourcing PostgreSQL log re-runs its DDL, and concurrent openers can fail with "tuple
 concurrently updated" (pinned by ``test_invariants.py``); the writing that follows is the race
@@ -52,6 +55,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -174,6 +178,8 @@ def _open_alone(loom: Loom, go: Path | None, *, streams: bool) -> None:
 
 
 def _wait_for(go: Path | None) -> None:
+    if go is not None:
+        go.with_name(f"{go.name}.ready.{os.getpid()}").touch()
     deadline = time.monotonic() + 60
     while go is not None and not go.exists():
         if time.monotonic() > deadline:
@@ -317,6 +323,20 @@ def spawn(db_url: str, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def start_together(go: Path, workers: Sequence[subprocess.Popen[str]], *, timeout: float) -> None:
+    """Give the start signal ``go`` once every worker has opened its log and is waiting.
+
+    A worker that exits before it is ready (a crash at start-up) ends the wait: the signal is
+    given, and its own ``finish`` reports what it printed.
+    """
+    deadline = time.monotonic() + timeout
+    while len(list(go.parent.glob(f"{go.name}.ready.*"))) < len(workers):
+        if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    go.touch()
 
 
 def finish(child: subprocess.Popen[str], *, timeout: float) -> Outcome:

@@ -20,7 +20,7 @@ from typing import Final
 import msgspec
 import pytest
 from reliability_contention import KEY, Audit, WriterReport, audit, open_streams
-from reliability_worker import finish, spawn
+from reliability_worker import finish, spawn, start_together
 
 from loom_runtime import Loom
 
@@ -53,7 +53,7 @@ def test_eight_processes_writing_one_stream_fail_nothing_lose_nothing_duplicate_
         spawn(contended_url, "write", "--worker", str(w), "--ops", str(OPS), "--go", str(go))
         for w in range(WORKERS)
     ]
-    go.touch()
+    start_together(go, writers, timeout=TIMEOUT)
     reports: list[WriterReport] = []
     for writer in writers:
         outcome = finish(writer, timeout=TIMEOUT)

@@ -36,7 +36,7 @@ from reliability_checks import (
     check_seen,
     read_log,
 )
-from reliability_worker import Outcome, finish, spawn
+from reliability_worker import Outcome, finish, spawn, start_together
 from reliability_workload import FLOWS, corpus_round, knowledge_base, register_flows
 
 from loom_runtime import Loom
@@ -75,7 +75,7 @@ def test_recorders_a_syncer_and_two_tails_at_once_lose_and_duplicate_nothing(
         spawn(db_url, "record", "--count", str(EXECUTIONS), "--go", str(go))
         for _ in range(WORKERS[backend])
     ]
-    go.touch()
+    start_together(go, [*tails, syncer, *recorders], timeout=TIMEOUT)
     reported = [_ok(finish(r, timeout=TIMEOUT), "a recorder").payload for r in recorders]
     synced = _ok(finish(syncer, timeout=TIMEOUT), "the syncer").payload
     stop.touch()

@@ -104,29 +104,48 @@ def _round_trips(recorder: ChainedPostgresRecorder, directory: Path) -> Iterator
 
     libpq's trace logs each protocol message; the server ends every reply it sends, for a
     simple query or an extended-protocol Sync alike, with one ReadyForQuery, so their number is
-    the number of times the client waited for the server. Yields a list filled on exit.
+    the number of times the client waited for the server. Yields a list filled on exit. The
+    connections counted are the pool's checkouts and the writer the recorder holds for its
+    one-event appends, taken inside the block (it is given back before and after).
     """
     trace = directory / "libpq.trace"
     datastore = recorder.datastore
     original = datastore.get_connection
+    original_getconn = datastore.pool.getconn
+    held: list[Any] = []
     counted: list[int] = []
+    recorder.release_writer()
     with trace.open("w") as sink:
+
+        def start(conn: Any) -> None:
+            conn.pgconn.trace(sink.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
 
         @contextmanager
         def traced() -> Iterator[Any]:
             with original() as conn:
-                conn.pgconn.trace(sink.fileno())
-                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+                start(conn)
                 try:
                     yield conn
                 finally:
                     conn.pgconn.untrace()
 
+        def traced_getconn(timeout: float | None = None) -> Any:
+            conn = original_getconn(timeout)
+            start(conn)
+            held.append(conn)
+            return conn
+
         datastore.get_connection = traced  # type: ignore[method-assign]
+        datastore.pool.getconn = traced_getconn  # type: ignore[method-assign]
         try:
             yield counted
         finally:
             del datastore.get_connection
+            del datastore.pool.getconn
+            for conn in held:
+                conn.pgconn.untrace()
+            recorder.release_writer()
     messages = [line.split("\t") for line in trace.read_text().splitlines()]
     counted.append(sum(1 for m in messages if m[:1] == ["B"] and m[2:3] == ["ReadyForQuery"]))
 
@@ -136,8 +155,12 @@ def _round_trips(recorder: ChainedPostgresRecorder, directory: Path) -> Iterator
 
 @pytest.mark.parametrize("batch", [1, 20], ids=["one event", "twenty events over two streams"])
 def test_an_append_is_one_round_trip(log: EventsourcingLog, tmp_path: Path, batch: int) -> None:
-    """Every append, the first on each pooled connection included, waits for the server once."""
+    """Every append, the first on each pooled connection included, waits for the server once.
+
+    Appends of one event go through the recorder's writer connection, which costs one more
+    round trip when it is taken (its ``PREPARE``), once per log, never per append."""
     recorder = _recorder(log)
+    writer_prepares = 1 if batch == 1 else 0
     first, second = uuid.uuid4(), uuid.uuid4()
     appends = 2 * log.settings.pool_size  # every connection of the pool, twice
     with _round_trips(recorder, tmp_path) as counted:
@@ -147,7 +170,7 @@ def test_an_append_is_one_round_trip(log: EventsourcingLog, tmp_path: Path, batc
             rows = _rows(first, range(start, start + batch - half))
             rows += _rows(second, range(start, start + half))
             log.insert_rows(rows)
-    assert counted == [appends]
+    assert counted == [appends + writer_prepares]
     assert log.verify().checked == appends * batch
 
 
@@ -385,3 +408,99 @@ def test_an_append_killed_between_its_events_and_its_chain_leaves_nothing(
     report = log.verify()
     assert report.ok, report
     assert report.checked == 5
+
+
+# -- the writer connection -----------------------------------------------------------------
+
+
+def _backend_pid(recorder: ChainedPostgresRecorder) -> int | None:
+    writer = recorder._writer
+    return None if writer is None else writer.pgconn.backend_pid
+
+
+def test_one_event_appends_share_one_held_connection(log: EventsourcingLog) -> None:
+    """Every one-event append after the first uses the same server session, prepared once."""
+    recorder = _recorder(log)
+    stream = uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 2)))
+    first = _backend_pid(recorder)
+    assert first is not None
+    for version in range(2, 12):
+        log.insert_rows(_rows(stream, range(version, version + 1)))
+        assert _backend_pid(recorder) == first
+    assert log.verify().checked == 11
+
+
+def test_a_terminated_writer_is_replaced_and_the_append_retried(
+    log: EventsourcingLog, pg_url: str
+) -> None:
+    """The server ends the writer's session between two appends (a restart, an idle timeout):
+    the next append fails on that connection, which goes back to the pool to be discarded,
+    and the recorder's retry appends through a new one. Nothing is lost or written twice."""
+    recorder = _recorder(log)
+    stream = uuid.uuid4()
+    for version in (1, 2):
+        log.insert_rows(_rows(stream, range(version, version + 1)))
+    killed = _backend_pid(recorder)
+    assert killed is not None
+    with psycopg.connect(_libpq(pg_url), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (killed,))
+    log.insert_rows(_rows(stream, range(3, 4)))
+    assert _backend_pid(recorder) not in (None, killed)
+    assert [row.version for row in recorder.stream_rows(stream)] == [1, 2, 3]
+    assert log.verify().checked == 3
+
+
+def test_a_thread_finding_the_writer_busy_appends_through_the_pool(
+    log: EventsourcingLog,
+) -> None:
+    """While one thread appends through the writer, another does not queue behind it in the
+    process: it checks a connection out of the pool, and both appends land, chained."""
+    recorder = _recorder(log)
+    stream = uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 2)))
+    writer = _backend_pid(recorder)
+    used: list[int] = []
+    original = recorder.datastore.get_connection
+
+    @contextmanager
+    def noting() -> Iterator[Any]:
+        with original() as conn:
+            used.append(conn.pgconn.backend_pid)
+            yield conn
+
+    recorder.datastore.get_connection = noting  # type: ignore[method-assign]
+    try:
+        with recorder._writer_lock:  # the writer is busy with another thread's append
+            done = threading.Thread(target=log.insert_rows, args=(_rows(stream, range(2, 3)),))
+            done.start()
+            done.join(timeout=30)
+            assert not done.is_alive()
+    finally:
+        del recorder.datastore.get_connection
+    assert used and writer not in used
+    assert log.verify().checked == 2
+
+
+def test_a_pool_of_one_keeps_no_writer(pg_url: str) -> None:
+    """With one connection in the pool a held writer would leave reads none: none is held."""
+    opened = open_log(LogSettings(pg_url, pool_size=1))
+    assert isinstance(opened, EventsourcingLog)
+    try:
+        stream = uuid.uuid4()
+        opened.insert_rows(_rows(stream, range(1, 3)))
+        assert _recorder(opened)._writer is None
+        assert [row.version for row in _recorder(opened).stream_rows(stream)] == [1, 2]
+    finally:
+        opened.close()
+
+
+def test_closing_the_log_gives_the_writer_back(log: EventsourcingLog) -> None:
+    """The held connection returns to the pool when the log closes, not left open."""
+    recorder = _recorder(log)
+    log.insert_rows(_rows(uuid.uuid4(), range(1, 2)))
+    writer = recorder._writer
+    assert writer is not None
+    log.close()
+    assert recorder._writer is None
+    assert writer.conn.closed
