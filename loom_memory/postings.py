@@ -21,7 +21,9 @@ select any past state exactly.
 Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
 the admitted rows (give ``where``'s columns a covering index with the key); it scores every
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
-known before counting.
+known before counting. The one exception is a current search of a SQLite temporal store, whose
+statistics are kept as rows are written: :func:`rank_current` returns the same pairs scoring
+only the rows that can reach the top (ADR 0056).
 """
 
 from __future__ import annotations
@@ -130,10 +132,7 @@ def rank(
     ).all()
     if not counted:
         return []
-    idf = {
-        term: round(IDF_SCALE * max(math.log((n - df + 0.5) / (df + 0.5)), MIN_IDF))
-        for term, df, n in counted
-    }
+    idf = {term: idf_weight(n, df) for term, df, n in counted}
     weight = case(
         {term: literal(value, BigInteger) for term, value in idf.items()}, value=postings.c.term
     )
@@ -155,3 +154,88 @@ def rank(
         .order_by(scores.c.score.desc(), scores.c.seq)
     ).tuples()
     return list(best)
+
+
+def idf_weight(rows: int, documents: int) -> int:
+    """The scaled idf of a term in ``documents`` of ``rows`` rows, as :func:`rank` binds it."""
+    return round(IDF_SCALE * max(math.log((rows - documents + 0.5) / (documents + 0.5)), MIN_IDF))
+
+
+def term_bound(weight: int) -> int:
+    """The most one term of scaled idf ``weight`` can add to a row's score, in any row.
+
+    A term adds ``weight * 11 * tf // (5 tf + 6)`` (:func:`rank`); ``11 tf / (5 tf + 6)`` is
+    below ``11 / 5`` for every ``tf``, so the floor of the product is at most
+    ``weight * 11 // 5``. Exact integers: a bound off by one would prune a row that ties.
+    """
+    return weight * 11 // 5
+
+
+def rank_current(
+    conn: Connection,
+    *,
+    postings: str,
+    entries: str,
+    current_index: str,
+    key: str,
+    rows: int,
+    documents: dict[str, int],
+    limit: int,
+    scored: list[int] | None = None,
+) -> list[tuple[int, int]]:
+    """What :func:`rank` returns for the current rows at ``key``, scoring only rows that can
+    reach the ``limit``-th best score (exact MaxScore pruning; SQLite, current rows only).
+
+    ``rows`` and ``documents`` are the counts :func:`rank` would take: the current rows at the
+    key and, per query term, how many of them hold it, read from counts kept as rows are
+    written instead of recounted over every current row. Each term's contribution is bounded
+    by :func:`term_bound`. The rarest terms are "essential": only rows holding one are scored,
+    each on every term. Rows holding only the other terms score at most the sum of those
+    terms' bounds; once that sum is strictly below the ``limit``-th best score among the
+    scored rows, no such row can reach it (a row tying it would have to be returned, so the
+    cut is strict), and every row scoring at least it is among those scored. Otherwise the
+    next rarest term turns essential and the scoring repeats, down to scoring every match as
+    :func:`rank` does. ``current_index`` is the partial ``(key, seq)`` index of the current
+    rows, the only entries read. ``scored``, when given, receives how many rows each round
+    scored (for tests: the pruning must be seen to happen).
+    """
+    present = sorted(term for term, count in documents.items() if count > 0)
+    if rows <= 0 or not present:
+        return []
+    weight = {term: idf_weight(rows, documents[term]) for term in present}
+    bound = {term: term_bound(weight[term]) for term in present}
+    order = sorted(present, key=lambda term: (bound[term], term))  # most common first
+    weights = " ".join("WHEN ? THEN ?" for _ in present)
+    weight_values = tuple(value for term in present for value in (term, weight[term]))
+    every = ", ".join("?" * len(present))
+    split = len(order) - 1  # order[split:] are essential
+    while True:
+        # A round whose essential terms hold fewer than ``limit`` rows in all cannot find
+        # ``limit`` rows: it would end by turning the next term essential, so do that now.
+        while split > 0 and sum(documents[term] for term in order[split:]) < limit:
+            split -= 1
+        essential = order[split:]
+        marks = ", ".join("?" * len(essential))
+        found = conn.exec_driver_sql(
+            f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
+            f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
+            f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
+            "AND e.valid_to IS NULL)) "
+            f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
+            f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
+            f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
+            (*essential, key, *weight_values, *present),
+        ).all()
+        if scored is not None:
+            scored.append(len(found))
+        if split == 0:
+            threshold = found[limit - 1][1] if len(found) >= limit else 0
+            return [(seq, score) for seq, score in found if score >= threshold]
+        if len(found) < limit:
+            split -= 1
+            continue
+        threshold = found[limit - 1][1]
+        if sum(bound[term] for term in order[:split]) < threshold:
+            return [(seq, score) for seq, score in found if score >= threshold]
+        while split > 0 and sum(bound[term] for term in order[:split]) >= threshold:
+            split -= 1

@@ -317,11 +317,24 @@ class SqlMemoryStore(ABC):
         where: ColumnElement[bool] | None,
     ) -> list[Row[Any]]:
         """The best ``limit`` rows by :func:`~loom_memory.postings.rank`, ties by entry id."""
-        admitted = [self.entries.c.key == key, *([] if where is None else [where])]
-        scores = dict(rank(conn, self.entries, postings, admitted, terms, limit))
+        scores = dict(self._postings_rank(conn, postings, key, terms, limit, where))
         rows = self._read_seqs(conn, list(scores))
         rows.sort(key=lambda row: (-scores[row.seq], row.entry_id or "", row.seq))
         return rows[:limit]
+
+    def _postings_rank(
+        self,
+        conn: Connection,
+        postings: Table,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> list[tuple[int, int]]:
+        """The ``(seq, score)`` pairs :func:`~loom_memory.postings.rank` returns for ``key``
+        and ``where``: a store keeping its counts may compute the same pairs faster."""
+        admitted = [self.entries.c.key == key, *([] if where is None else [where])]
+        return rank(conn, self.entries, postings, admitted, terms, limit)
 
     def _read_seqs(self, conn: Connection, seqs: Sequence[int]) -> list[Row[Any]]:
         """The rows ``seqs`` (entry and extra columns), in that order: a ranking's answer.

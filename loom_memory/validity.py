@@ -24,6 +24,7 @@ its own ``columns`` and reads them with ``read_annotated``/``search_annotated``,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,6 +36,11 @@ from sqlalchemy import (
     Connection,
     Engine,
     Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
     and_,
     or_,
     update,
@@ -43,6 +49,7 @@ from sqlalchemy.schema import SchemaItem
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.postgres import PostgresMemoryStore
+from loom_memory.postings import rank_current
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_position
@@ -78,6 +85,8 @@ class TemporalSqlStore(SqlMemoryStore):
             ],
             postings=True,
         )
+        self._current: ColumnElement[bool] = self.entries.c.valid_to.is_(None)
+        """The admission of a current search with no ``where`` (see ``_admitted``)."""
 
     def append_at(
         self,
@@ -163,6 +172,9 @@ class TemporalSqlStore(SqlMemoryStore):
         """The rows current (``as_of`` None) or valid at ``as_of``, and matching ``where``."""
         rows = self.entries.c
         valid: ColumnElement[bool]
+        if as_of is None and where is None:
+            # The one object a current search passes on: a store keeping counts knows it.
+            return self._current
         if as_of is None:
             valid = rows.valid_to.is_(None)
         else:
@@ -173,7 +185,190 @@ class TemporalSqlStore(SqlMemoryStore):
 
 
 class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
-    """A :class:`~loom_memory.SqliteMemoryStore` with validity, ranked by its postings."""
+    """A :class:`~loom_memory.SqliteMemoryStore` with validity, ranked by its postings.
+
+    A current search (no ``as_of``, no ``where``) takes its statistics from counts kept as
+    rows are written, not recounted over every current row: ``<prefix>current_rows`` holds
+    ``N`` per key, ``<prefix>current_terms`` each term's document frequency per key, both
+    over the current rows only, kept in the same transaction as the rows. An append counts
+    its current rows and their distinct terms, one upsert per (key, term) of the batch (only
+    the store inserts rows and postings: a row inserted behind it has no postings either). An
+    entry ended by ``end_validity`` (or any UPDATE of its ``valid_to`` or key), or deleted
+    while current, is uncounted by a trigger, whoever issues the statement (a caller's own
+    ``DELETE`` included), before its postings go with it. A store written before the counts existed
+    gets them filled from its rows when it is opened. With them, a current search ranks by
+    :func:`~loom_memory.postings.rank_current`, which returns exactly what
+    :func:`~loom_memory.postings.rank` would but scores only rows that can reach the top.
+    A search as of a position, or narrowed by ``where``, counts its own statistics at query
+    time as before: no kept count describes those rows.
+    """
+
+    @property
+    def row_counts_table(self) -> str:
+        """Name of the table holding each key's number of current rows."""
+        return f"{self.table_prefix}current_rows"
+
+    @property
+    def term_counts_table(self) -> str:
+        """Name of the table holding, per key and term, how many current rows hold the term."""
+        return f"{self.table_prefix}current_terms"
+
+    @property
+    def current_index(self) -> str:
+        """Name of the partial ``(key, seq)`` index of the current rows."""
+        return f"{self.table_prefix}entries_current"
+
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        super()._declare_search_tables(prefix, metadata)
+        Table(
+            self.row_counts_table,
+            metadata,
+            Column("key", Text, primary_key=True),
+            Column("n", Integer, nullable=False),
+        )
+        Table(
+            self.term_counts_table,
+            metadata,
+            Column("key", Text, nullable=False),
+            Column("term", Text, nullable=False),
+            Column("df", Integer, nullable=False),
+            PrimaryKeyConstraint("key", "term"),
+            sqlite_with_rowid=False,
+        )
+
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        """The FTS and postings DDL, the current-row index, the counting triggers, and, when
+        this open created the count tables beside existing rows, their filling."""
+        assert self.postings is not None  # a temporal store always keeps postings
+        rows, postings = self.entries.name, self.postings.name
+        counts, terms = self.row_counts_table, self.term_counts_table
+
+        def count_row(key: str) -> str:
+            return (
+                f"INSERT INTO {counts} (key, n) VALUES ({key}, 1) "
+                "ON CONFLICT (key) DO UPDATE SET n = n + 1;"
+            )
+
+        def uncount_row(key: str) -> str:
+            return (
+                f"UPDATE {counts} SET n = n - 1 WHERE key = {key}; "
+                f"DELETE FROM {counts} WHERE key = {key} AND n <= 0;"
+            )
+
+        def count_terms(key: str, seq: str) -> str:
+            return (
+                f"INSERT INTO {terms} (key, term, df) SELECT {key}, p.term, 1 "
+                f"FROM {postings} AS p WHERE p.seq = {seq} "
+                "ON CONFLICT (key, term) DO UPDATE SET df = df + 1;"
+            )
+
+        def uncount_terms(key: str, seq: str) -> str:
+            held = f"(SELECT term FROM {postings} WHERE seq = {seq})"
+            return (
+                f"UPDATE {terms} SET df = df - 1 WHERE key = {key} AND term IN {held}; "
+                f"DELETE FROM {terms} WHERE key = {key} AND df <= 0 AND term IN {held};"
+            )
+
+        moved = "new.key IS NOT old.key"
+        statements = [
+            *super()._search_ddl(created=created),
+            f"CREATE INDEX IF NOT EXISTS {self.current_index} ON {rows} (key, seq) "
+            "WHERE valid_to IS NULL",
+            # Inserts are counted by _insert, once per batch: triggers per row and posting
+            # cost a third of an append's throughput, the batch's upserts a quarter.
+            # BEFORE: the entry's postings are deleted after it (the postings trigger).
+            f"CREATE TRIGGER IF NOT EXISTS {rows}_count_delete BEFORE DELETE ON {rows} "
+            f"WHEN old.valid_to IS NULL BEGIN {uncount_row('old.key')} "
+            f"{uncount_terms('old.key', 'old.seq')} END",
+            f"CREATE TRIGGER IF NOT EXISTS {rows}_count_end AFTER UPDATE OF key, valid_to "
+            f"ON {rows} WHEN old.valid_to IS NULL AND (new.valid_to IS NOT NULL OR {moved}) "
+            f"BEGIN {uncount_row('old.key')} {uncount_terms('old.key', 'old.seq')} END",
+            f"CREATE TRIGGER IF NOT EXISTS {rows}_count_start AFTER UPDATE OF key, valid_to "
+            f"ON {rows} WHEN new.valid_to IS NULL AND (old.valid_to IS NOT NULL OR {moved}) "
+            f"BEGIN {count_row('new.key')} {count_terms('new.key', 'new.seq')} END",
+        ]
+        if created & {counts, terms}:
+            statements += [
+                f"DELETE FROM {counts}",
+                f"DELETE FROM {terms}",
+                f"INSERT INTO {counts} (key, n) SELECT key, count(*) FROM {rows} "
+                "WHERE valid_to IS NULL GROUP BY key",
+                f"INSERT INTO {terms} (key, term, df) SELECT e.key, p.term, count(*) "
+                f"FROM {postings} AS p JOIN {rows} AS e ON e.seq = p.seq "
+                "WHERE e.valid_to IS NULL GROUP BY e.key, p.term",
+            ]
+        return statements
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
+        """Insert the rows and their postings, and count the current ones in the same
+        transaction: one upsert per key and per distinct (key, term) of the batch."""
+        super()._insert(conn, rows, terms)
+        keys: Counter[str] = Counter()
+        documents: Counter[tuple[str, str]] = Counter()
+        for row, row_terms in zip(rows, terms, strict=True):
+            if row.get("valid_to") is None:
+                keys[row["key"]] += 1
+                documents.update((row["key"], term) for term in set(row_terms))
+        if keys:
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.row_counts_table} (key, n) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET n = n + excluded.n",
+                list(keys.items()),
+            )
+        if documents:
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.term_counts_table} (key, term, df) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, term) DO UPDATE SET df = df + excluded.df",
+                [(key, term, count) for (key, term), count in documents.items()],
+            )
+
+    def _postings_rank(
+        self,
+        conn: Connection,
+        postings: Table,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> list[tuple[int, int]]:
+        """A current search ranks from the kept counts; any other by counting its rows."""
+        if where is not self._current:
+            return super()._postings_rank(conn, postings, key, terms, limit, where)
+        return self._rank_current(conn, key, terms, limit, None)
+
+    def _rank_current(
+        self, conn: Connection, key: str, terms: list[str], limit: int, scored: list[int] | None
+    ) -> list[tuple[int, int]]:
+        """What ``rank()`` gives the current rows at ``key``, from the kept counts.
+
+        ``scored`` receives the rows each pruning round scored (tests watch it)."""
+        assert self.postings is not None
+        distinct = sorted(set(terms))
+        found = conn.exec_driver_sql(
+            f"SELECT n FROM {self.row_counts_table} WHERE key = ?", (key,)
+        ).first()
+        if found is None:
+            return []
+        marks = ", ".join("?" * len(distinct))
+        documents: dict[str, int] = {
+            term: count
+            for term, count in conn.exec_driver_sql(
+                f"SELECT term, df FROM {self.term_counts_table} "
+                f"WHERE key = ? AND term IN ({marks})",
+                (key, *distinct),
+            )
+        }
+        return rank_current(
+            conn,
+            postings=self.postings.name,
+            entries=self.entries.name,
+            current_index=self.current_index,
+            key=key,
+            rows=found[0],
+            documents=documents,
+            limit=limit,
+            scored=scored,
+        )
 
 
 class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):

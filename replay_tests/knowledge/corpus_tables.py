@@ -40,7 +40,13 @@ from sqlalchemy.engine import make_url
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX
 from loom_knowledge.corpus.keys import corpus_key
-from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
+from loom_memory import (
+    MemoryEntry,
+    PostgresMemoryStore,
+    PostgresTemporalStore,
+    SqliteMemoryStore,
+    SqliteTemporalStore,
+)
 from loom_memory.entry import decode_entry
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.text import entry_terms
@@ -76,7 +82,9 @@ def store_class(bind: Engine | str) -> type[SqlMemoryStore]:
 
 def passage_store(engine: Engine) -> SqlMemoryStore:
     """A second store over the corpus's own tables, to read and write rows without the manifest."""
-    return store_class(engine)(engine, table_prefix=TABLE_PREFIX, postings=True)
+    temporal = PostgresTemporalStore if backend(engine) == "postgresql" else SqliteTemporalStore
+    # The corpus's own class: its drop() knows every table it keeps (the SQLite kept counts).
+    return temporal(engine, table_prefix=TABLE_PREFIX)
 
 
 def read_passages(engine: Engine, scope: str) -> list[MemoryEntry]:
