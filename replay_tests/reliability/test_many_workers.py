@@ -110,7 +110,10 @@ def test_recorders_a_syncer_and_two_tails_at_once_lose_and_duplicate_nothing(
     order = [owner[e.stream] for e in events if e.topic == Execution.Created.TOPIC]
     switches = sum(a != b for a, b in pairwise(order))
     assert switches >= WORKERS[backend] * 4, f"the recorders barely overlapped: {order}"
-    assert all(tail["advances"] >= 5 for tail in tailed), tailed
+    # A tail that advanced in two rounds found the log grown since its own last catch-up: it
+    # ran while the others wrote. (A fixed count of rounds measured speed, not overlap: each
+    # round also refreshes the corpus, and with faster appends the writing ends in fewer rounds.)
+    assert all(tail["advances"] >= 2 for tail in tailed), tailed
     if backend == "sqlite":  # a rolled-back insert gives its id back; PostgreSQL's may not
         positions = [event.position for event in events]
         assert positions == list(range(1, len(positions) + 1))
