@@ -21,6 +21,7 @@ this module only decides what is sealed, where, and under which key.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import os
 import threading
@@ -163,22 +164,22 @@ def _aad(stream: UUID | str, version: int, field: str) -> bytes:
 # --- the key table --------------------------------------------------------------------------
 
 
-def key_table(engine: Engine) -> Table:
+def key_table() -> Table:
     """``loom_subject_keys``: one row per subject; ``wrapped_key`` NULL once destroyed, with
-    ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names)."""
+    ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names).
+
+    Only the definition: the table is created by the first write that seals
+    (:meth:`Keyring.create`), never by opening a log."""
     from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
 
-    metadata = MetaData()
-    table = Table(
+    return Table(
         TABLE,
-        metadata,
+        MetaData(),
         Column("subject", String(300), primary_key=True),
         Column("wrapped_key", LargeBinary, nullable=True),
         Column("created_position", BigInteger, nullable=False),
         Column("erased_position", BigInteger, nullable=True),
     )
-    metadata.create_all(engine, checkfirst=True)
-    return table
 
 
 class _Row(msgspec.Struct, frozen=True):
@@ -190,14 +191,20 @@ class Keyring:
     """The data keys of one log, unwrapped on first use and cached (a replay unwraps an
     execution's key once). A key found destroyed is refused with :class:`ErasedError`.
 
-    Opening it proves the master key against the key-check row (written by the first open
-    with encryption): :class:`WrongMasterKeyError` otherwise.
+    Encryption is switched on for a log by its first sealed write, not by opening it: a log
+    that has no key table keeps none until :meth:`create` makes one (with the key-check row),
+    so a reader given a master key (``loom verify`` with ``$LOOM_MASTER_KEY`` set) never
+    writes. Where the table exists, opening proves the master key against the key-check row:
+    :class:`WrongMasterKeyError` otherwise. A keyring opened before another process switched
+    encryption on looks again (and proves the key) when it first needs a row.
     """
 
     def __init__(self, engine: Engine, wrapper: KeyWrapper) -> None:
         self.engine = engine
         self.wrapper = wrapper
-        self.table = key_table(engine)
+        self.table = key_table()
+        self._active = False
+        """Whether this log has a key table whose check row this master key opened."""
         self._cache: dict[str, AESGCM] = {}
         from sqlalchemy import text
 
@@ -210,9 +217,30 @@ class Keyring:
             f"SELECT wrapped_key, erased_position FROM {TABLE} WHERE subject = :subject"
         )
         self._lock = threading.Lock()
-        self._check()
+        self._refresh()
 
-    def _check(self) -> None:
+    def _refresh(self) -> bool:
+        """Whether the log has a key table (proving the master key against it the first time
+        it is found); reads only."""
+        if not self._active:
+            from sqlalchemy import inspect
+
+            if inspect(self.engine).has_table(TABLE):
+                self._check(create=False)
+        return self._active
+
+    def _switch_on(self) -> None:
+        """Create the key table and its check row (a sealed write is about to need them)."""
+        if self._refresh():
+            return
+        from sqlalchemy.exc import DBAPIError
+
+        # DBAPIError: another process created it between the check and the create.
+        with contextlib.suppress(DBAPIError):
+            self.table.metadata.create_all(self.engine, checkfirst=True)
+        self._check(create=True)
+
+    def _check(self, *, create: bool) -> None:
         from sqlalchemy import select
         from sqlalchemy.exc import IntegrityError
 
@@ -222,6 +250,8 @@ class Keyring:
                 select(table.c.wrapped_key).where(table.c.subject == KEY_CHECK)
             ).scalar_one_or_none()
             if wrapped is None:
+                if not create:  # a table without its check row holds no data key yet
+                    return
                 try:
                     connection.execute(
                         table.insert().values(
@@ -233,9 +263,10 @@ class Keyring:
                 except IntegrityError:  # another process wrote it first: check against it
                     pass
                 else:
+                    self._active = True
                     return
         if wrapped is None:
-            self._check()
+            self._check(create=create)
             return
         try:
             self.wrapper.unwrap(bytes(wrapped))
@@ -246,6 +277,7 @@ class Keyring:
                 "(LOOM_MASTER_KEY). A lost master key cannot be recovered: the sealed data is "
                 "unreadable, never silently treated as erased"
             ) from exc
+        self._active = True
 
     def _remember(self, subject: str, aead: AESGCM) -> None:
         """Cache an unwrapped key (the caller holds the lock); the oldest goes past
@@ -261,6 +293,7 @@ class Keyring:
 
     def create(self, subject: str, *, position: int) -> AESGCM:
         """A new data key for ``subject``, stored wrapped (once: a subject keeps its key)."""
+        self._switch_on()
         key = os.urandom(_DATA_KEY_BYTES)
         with self.engine.begin() as connection:
             connection.execute(
@@ -276,6 +309,8 @@ class Keyring:
         return aead
 
     def _row(self, subject: str) -> _Row | None:
+        if not self._refresh():
+            return None
         with self.engine.connect() as connection:
             row = connection.execute(self._select_row, {"subject": subject}).first()
         if row is None:
@@ -351,6 +386,8 @@ class Keyring:
         wanted = list(subjects)
         table = self.table
         found: list[str] = []
+        if not self._refresh():
+            return found
         with self.engine.connect() as connection:
             for start in range(0, len(wanted), 500):
                 found.extend(

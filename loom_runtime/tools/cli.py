@@ -163,7 +163,8 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
 
 def master_key() -> MasterKey | None:
     """The master key in ``$LOOM_MASTER_KEY``, if set: every command opens an encrypted log
-    with it (ADR 0049), and a wrong one is refused when the log is opened."""
+    with it (ADR 0049), and a wrong one is refused when the log is opened. A log that has no
+    key table gets one only from a write that seals (``loom run``), never from a reader."""
     import os
 
     if not os.environ.get("LOOM_MASTER_KEY", "").strip():
