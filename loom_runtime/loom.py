@@ -58,7 +58,15 @@ from loom_runtime.execution import (
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.labels import NO_LABELS, Labels
-from loom_runtime.log import EventLog, LogSettings, Persistence, Record, Synchronous, open_log
+from loom_runtime.log import (
+    EventLog,
+    LogSettings,
+    Persistence,
+    Record,
+    Row,
+    Synchronous,
+    open_log,
+)
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -461,15 +469,20 @@ class Loom:
 
         Importing an execution the log already holds identically writes nothing; one it holds
         with different events raises :class:`BundleConflictError`. ``max_bundle_bytes`` as
-        for :meth:`replay_bundle`.
+        for :meth:`replay_bundle`. With ``encryption`` the execution is sealed under a key of
+        its own, as if recorded here, so :meth:`erase` can erase it; one erased here is
+        refused (:class:`~loom_runtime.errors.ErasedError`): a copy cannot bring it back.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.rows()
         existing = self.log.rows(bundle.execution_id)
         if not existing:
+            if self._keyring is not None:
+                sealer = ExecutionSealer(self._keyring, bundle.execution_id)
+                rows = sealer.seal_rows(rows, position=self.log.position)
             self.log.insert_rows(rows)
-        elif existing != rows:
+        elif not _same_rows(self._opener.rows(existing), rows):
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
                 f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
@@ -929,6 +942,16 @@ def _run_now(pending: Pending) -> Any:
     raise ConfigurationError(
         f"flow {pending.what!r} is async and an event loop is already running: "
         "use `await loom.arun(...)` / `aresume` / `areplay` instead"
+    )
+
+
+def _same_rows(stored: list[Row], imported: list[Row]) -> bool:
+    """Whether two executions' rows hold the same events, compared as JSON values (an opened
+    sealed field is re-encoded, so its bytes may differ from the bundle's)."""
+    return len(stored) == len(imported) and all(
+        (a.version, a.topic) == (b.version, b.topic)
+        and msgspec.json.decode(a.state) == msgspec.json.decode(b.state)
+        for a, b in zip(stored, imported, strict=True)
     )
 
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine, Table
 
     from loom_runtime.execution import Execution
+    from loom_runtime.log import Row
     from loom_runtime.redaction import Redactor
 
 MARK: Final = "loom.sealed"
@@ -308,6 +309,14 @@ class Keyring:
             self._remember(subject, aead)
         return aead
 
+    def ensure(self, subject: str, *, position: int) -> AESGCM:
+        """The key for a write to ``subject``: its live key, or a new one if it has none; a
+        destroyed key is :class:`SubjectErasedError` (an import cannot bring an erased
+        execution back)."""
+        if self._row(subject) is None:
+            return self.create(subject, position=position)
+        return self.live_key(subject)
+
     def _row(self, subject: str) -> _Row | None:
         if not self._refresh():
             return None
@@ -541,6 +550,36 @@ class ExecutionSealer:
             sealed.append(copied)
         return sealed
 
+    def seal_rows(self, rows: Sequence[Row], *, position: int) -> list[Row]:
+        """Copies of stored rows in clear (an imported bundle's) with their personal fields
+        sealed, under this execution's key (made now, at log ``position``, if it has none):
+        what :meth:`seal_events` does to events, done to their stored JSON."""
+        aead = self.keyring.ensure(self.subject, position=position)
+        return [
+            msgspec.structs.replace(row, state=self._seal_state(aead, row))
+            if row.topic in SEALED_FIELDS
+            else row
+            for row in rows
+        ]
+
+    def _seal_state(self, aead: AESGCM, row: Row) -> bytes:
+        fields = _fields_decoder.decode(row.state)
+        for name in SEALED_FIELDS[row.topic]:
+            raw = fields.get(name)
+            if raw is None or bytes(raw) == b"null":
+                continue
+            ad = _aad(row.stream, row.version, name)
+            if name in _TEXT_FIELDS:
+                text = msgspec.json.decode(raw, type=str)
+                stored = msgspec.json.encode(seal_text(aead, self.subject, text, ad))
+            else:
+                stored = _envelope_encoder.encode(seal_raw(aead, self.subject, raw, ad))
+            fields[name] = msgspec.Raw(stored)
+        return msgspec.json.encode(fields)
+
+
+_fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
 
 class Opener:
     """Opens the sealed fields of stored executions with a log's keyring (None: no
@@ -621,6 +660,15 @@ class Opener:
         """A reopened failure's message: sealed at a version the state no longer holds, so
         shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
         return "(sealed)" if _sealed_of_text(text) is not None else text
+
+    def rows(self, rows: Sequence[Row]) -> list[Row]:
+        """Stored rows with their sealed fields opened (what an import compares a bundle to)."""
+        return [
+            msgspec.structs.replace(
+                row, state=self.state(row.topic, row.stream, row.version, row.state)
+            )
+            for row in rows
+        ]
 
     def state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
         """A stored event's JSON with its sealed fields opened: what a bundle carries."""
