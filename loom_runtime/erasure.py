@@ -28,7 +28,7 @@ from loom_runtime.errors import (
     LabelError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
-from loom_runtime.sealing import SEALED_FIELDS, is_sealed_raw, subject_of
+from loom_runtime.sealing import SEALED_FIELDS, sealed_input, subject_of
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -111,7 +111,7 @@ def erase(
     sealed_ids: list[UUID] = []
     for execution_id in ids:
         rows = loom.log.rows(execution_id)
-        if not rows or not is_sealed_raw(_created_input(loom, rows[0])):
+        if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
             not_erasable.append(str(execution_id))
             continue
         sealed_ids.append(execution_id)

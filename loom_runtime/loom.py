@@ -71,7 +71,7 @@ from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
-from loom_runtime.sealing import ExecutionSealer, is_sealed_raw
+from loom_runtime.sealing import ExecutionSealer, sealed_input
 from loom_runtime.services import Services
 
 if TYPE_CHECKING:
@@ -351,7 +351,7 @@ class Loom:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
             )
-        if is_sealed_raw(execution.input):
+        if sealed_input(execution.input, execution.id):
             execution = self._opener.execution(execution)  # ErasedError once erased
             if self._keyring is not None:
                 execution.sealer = ExecutionSealer(
@@ -492,17 +492,15 @@ class Loom:
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
         """The execution's events with their log positions, sealed fields opened: a bundle
         replays with no database and no key, which puts it outside erasure's reach."""
-        opener = self._opener
+        records = self._stream_records(execution)
         return [
             BundleEvent(
                 position=record.position,
                 topic=record.topic,
                 version=record.version,
-                state=opener.state(
-                    record.topic, record.stream, record.version, record.state
-                ).decode(),
+                state=state.decode(),
             )
-            for record in self._stream_records(execution)
+            for record, state in zip(records, self._opener.states(records), strict=True)
         ]
 
     def _stream_records(self, execution: Execution) -> list[Record]:

@@ -46,13 +46,13 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine, Table
 
     from loom_runtime.execution import Execution
-    from loom_runtime.log import Row
+    from loom_runtime.log import Record, Row
     from loom_runtime.redaction import Redactor
 
 MARK: Final = "loom.sealed"
-"""The key of a sealed JSON value's one member, and the prefix of a sealed message. A flow's
-input is an object keyed by parameter names, which cannot contain a dot, so a stored input
-that is ``{"loom.sealed": ...}`` is always a sealed one."""
+"""The key of a sealed JSON value's one member, and the prefix of a sealed message. The mark
+alone never decides that a field is sealed (a clear value may carry it: a sealed field copied
+from another log); :func:`sealed_input` does, for a whole execution."""
 _MESSAGE_PREFIX: Final = MARK + ":"
 KEY_CHECK: Final = "loom:key-check"
 """The key table's row that proves the master key: a random key wrapped by it."""
@@ -462,6 +462,20 @@ def is_sealed_raw(raw: msgspec.Raw | bytes | None) -> bool:
     return raw is not None and bytes(memoryview(raw)[:15]) == b'{"loom.sealed":'
 
 
+def sealed_input(raw: msgspec.Raw | bytes | None, execution_id: UUID) -> bool:
+    """Whether an execution is sealed, from its stored input (``Created.input``).
+
+    Sealed or clear is decided once per execution, never per field: a sealed execution has
+    every personal field sealed, a clear one none, whatever its values look like. Its input is
+    sealed when it is a sealed field under the execution's *own* subject, which a clear input
+    cannot be: a flow's input is keyed by parameter names (no dot, so never the mark), and the
+    execution's id does not exist until after its input was given. The subject is in the
+    stored bytes, so the chain covers this decision too.
+    """
+    sealed = None if raw is None else sealed_of_raw(raw)
+    return sealed is not None and sealed.subject == subject_of(execution_id)
+
+
 def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
     """A JSON value sealed, as the struct the mapper stores: ``{"loom.sealed": {...}}``.
 
@@ -507,6 +521,7 @@ SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 """The fields of each execution event that can hold personal data, by topic: the ones sealed."""
 _TEXT_FIELDS: Final = frozenset({"message"})
+_CREATED: Final = "loom.execution.Created"
 
 
 class ExecutionSealer:
@@ -629,7 +644,7 @@ class Opener:
         Sealed or clear is decided by its input: an execution started with encryption on has
         every personal field sealed; one started before has none.
         """
-        if sealed_of_raw(execution.input) is None:
+        if not sealed_input(execution.input, execution.id):
             return execution
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
         execution.input = self.raw(execution.input, stream, 1, "input")
@@ -664,13 +679,22 @@ class Opener:
     def rows(self, rows: Sequence[Row]) -> list[Row]:
         """Stored rows with their sealed fields opened (what an import compares a bundle to)."""
         return [
-            msgspec.structs.replace(
-                row, state=self.state(row.topic, row.stream, row.version, row.state)
-            )
-            for row in rows
+            msgspec.structs.replace(row, state=state)
+            for row, state in zip(rows, self.states(rows), strict=True)
         ]
 
-    def state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
+    def states(self, rows: Sequence[Row | Record]) -> list[bytes]:
+        """One execution's stored events' JSON, oldest first, sealed fields opened if the
+        execution is sealed (:func:`sealed_input` of its first event): what a bundle carries.
+        A clear execution's fields are never opened, whatever they look like."""
+        first = rows[0] if rows else None
+        if first is None or first.topic != _CREATED:
+            return [row.state for row in rows]
+        if not sealed_input(_fields_decoder.decode(first.state).get("input"), first.stream):
+            return [row.state for row in rows]
+        return [self._state(row.topic, row.stream, row.version, row.state) for row in rows]
+
+    def _state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
         """A stored event's JSON with its sealed fields opened: what a bundle carries."""
         fields = SEALED_FIELDS.get(topic)
         if not fields or b'"loom.sealed' not in state:
