@@ -16,6 +16,7 @@ forget event naming it before.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -23,6 +24,7 @@ import msgspec
 
 from loom_runtime.errors import (
     EncryptionOffError,
+    ErasedError,
     ErasureSubjectError,
     ExecutionNotFoundError,
     LabelError,
@@ -183,6 +185,39 @@ def _append_forget(loom: Loom, subjects: list[ErasedSubject], *, by: str, reason
     return positions[-1]
 
 
+class ForgetEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The forget-log entry that erased one subject: what an audit shows in place of content."""
+
+    subject: str
+    position: int
+    """Where the forget event is in the log (what an :class:`ErasedError` names)."""
+    at: datetime
+    by: str
+    reason: str
+    erased_with: int
+    """How many subjects that one erasure covered (a user's or tenant's executions)."""
+
+
+def forget_entry(loom: Loom, error: ErasedError) -> ForgetEntry | None:
+    """The forget event ``error`` names, or None when it names none (a key row missing: an
+    interrupted erase, or a key table restored from an older backup)."""
+    if error.position is None:
+        return None
+    for record in loom.log.notifications(
+        after=error.position - 1, upto=error.position, topics=(Forgotten.TOPIC,)
+    ):
+        event = loom.log.decode(record)
+        return ForgetEntry(
+            subject=error.subject,
+            position=record.position,
+            at=event.timestamp,
+            by=event.by,
+            reason=event.reason,
+            erased_with=len(event.subjects),
+        )
+    return None
+
+
 def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
     """Every forget event in the log, with its position, oldest first."""
     found = []
@@ -191,4 +226,11 @@ def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
     return found
 
 
-__all__ = ["ErasedSubject", "ErasureReport", "erase", "forget_events"]
+__all__ = [
+    "ErasedSubject",
+    "ErasureReport",
+    "ForgetEntry",
+    "erase",
+    "forget_entry",
+    "forget_events",
+]

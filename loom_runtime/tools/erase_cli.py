@@ -9,12 +9,13 @@ The log is opened with ``$LOOM_MASTER_KEY``. Registered on the ``loom`` app by
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from loom_runtime.errors import (
     EncryptionOffError,
+    ErasedError,
     ErasureSubjectError,
     ExecutionNotFoundError,
     LabelError,
@@ -31,6 +32,9 @@ from loom_runtime.tools.cli import (
     open_loom,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
 
 
 @app.command()
@@ -105,3 +109,29 @@ def erase(
         )
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: bool) -> NoReturn:
+    """Report an erased execution by its forget-log entry (who, when, why, where), never its
+    content, and exit 1 as a replay of it does: what a command that shows an execution (an
+    audit) prints in place of it. Without an entry to name, the error alone."""
+    from loom_runtime.erasure import forget_entry
+
+    entry = forget_entry(loom, error)
+    if entry is None:
+        fail(str(error))
+    if as_json:
+        print_json({"execution_id": execution_id, "erased": entry})
+    else:
+        console.print(
+            inert(
+                f"execution {execution_id}: erased by the forget event at log position "
+                f"{entry.position} "
+                f"({entry.at.isoformat()}) by {entry.by}: {entry.reason}"
+            )
+        )
+        console.print(
+            "its input, decisions, output and error messages can no longer be read; its "
+            "labels and the chain remain (`loom verify`)"
+        )
+    raise typer.Exit(ExitCode.FAILED)
