@@ -34,6 +34,7 @@ from loom_runtime.sealing import SEALED_FIELDS, sealed_input, subject_of
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
+    from loom_runtime.sealing import Keyring
 
 
 class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,14 +86,41 @@ def erase(
             "name exactly one of execution=, user= or tenant= to erase (documents and memory "
             "keys cannot be erased yet: only executions are sealed)"
         )
+    check_who(reason=reason, by=by)
+    kind, value = named[0]
+    selector = f"{kind}={value}"
+    keyring = keyring_of(loom, selector)
+    ids = _selected(loom, kind, value)
+    if not ids:
+        raise ErasureSubjectError(
+            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
+            "written (names are matched exactly, as labelled when the executions started)"
+        )
+    report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
+    if not report.subjects and not dry_run:
+        what = (
+            "already erased"
+            if report.already_erased
+            else "recorded before encryption was switched on"
+        )
+        raise ErasureSubjectError(
+            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
+        )
+    return report if dry_run else apply(loom, keyring, report)
+
+
+def check_who(*, reason: str, by: str) -> None:
+    """Refuse an erasure that does not say who asks and why (the forget log records both)."""
     for label, text in (("reason", reason), ("by", by)):
         if not isinstance(text, str) or not text.strip():
             raise LabelError(
                 f"an erasure needs {label}= (who asked, and why: the forget log records both)",
                 label=label,
             )
-    kind, value = named[0]
-    selector = f"{kind}={value}"
+
+
+def keyring_of(loom: Loom, selector: str) -> Keyring:
+    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one."""
     _ = loom.log  # opens the keyring with the log
     keyring = loom._keyring
     if keyring is None:
@@ -102,21 +130,21 @@ def erase(
             "Loom(url, encryption=MasterKey.from_env('LOOM_MASTER_KEY')) (the CLI reads "
             "$LOOM_MASTER_KEY); executions recorded from then on can be erased"
         )
-    ids = _selected(loom, kind, value)
-    if not ids:
-        raise ErasureSubjectError(
-            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
-            "written (names are matched exactly, as labelled when the executions started)"
-        )
+    return keyring
+
+
+def plan(
+    loom: Loom, keyring: Keyring, ids: list[UUID], *, selector: str, by: str, reason: str
+) -> ErasureReport:
+    """What erasing executions ``ids`` would do (a dry run's report): which are sealed and
+    live, which were erased before, which are in clear and cannot be. Reads only."""
     subjects: list[ErasedSubject] = []
     not_erasable: list[str] = []
-    sealed_ids: list[UUID] = []
     for execution_id in ids:
         rows = loom.log.rows(execution_id)
         if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
             not_erasable.append(str(execution_id))
             continue
-        sealed_ids.append(execution_id)
         subjects.append(
             ErasedSubject(
                 subject=subject_of(execution_id),
@@ -125,25 +153,24 @@ def erase(
             )
         )
     live = set(keyring.live(s.subject for s in subjects))
-    already = tuple(s.execution_id for s in subjects if s.subject not in live)
-    subjects = [s for s in subjects if s.subject in live]
-    if not subjects and not dry_run:
-        what = "already erased" if already else "recorded before encryption was switched on"
-        raise ErasureSubjectError(
-            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
-        )
-    report = ErasureReport(
+    return ErasureReport(
         applied=False,
         selector=selector,
-        subjects=tuple(subjects),
-        already_erased=already,
+        subjects=tuple(s for s in subjects if s.subject in live),
+        already_erased=tuple(s.execution_id for s in subjects if s.subject not in live),
         not_erasable=tuple(not_erasable),
         by=by,
         reason=reason,
     )
-    if dry_run:
-        return report
-    position = _append_forget(loom, subjects, by=by, reason=reason)
+
+
+def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
+    """Carry out a planned erasure: the forget event first, then the keys (see the module
+    docstring for why in that order). A plan with no subjects writes nothing."""
+    if not report.subjects:
+        return msgspec.structs.replace(report, applied=True)
+    subjects = list(report.subjects)
+    position = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
     return msgspec.structs.replace(report, applied=True, position=position)
 

@@ -18,7 +18,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -390,6 +390,27 @@ class Loom:
             reason=reason,
             by=by,
             dry_run=dry_run,
+        )
+
+    def retain(
+        self,
+        *,
+        older_than: timedelta,
+        tenant: str | None = None,
+        reason: str | None = None,
+        by: str = "retention",
+        dry_run: bool = False,
+    ) -> ErasureReport:
+        """Erase every execution (of ``tenant``, if given) that started more than
+        ``older_than`` ago, as :meth:`erase` does, in one forget event whose reason names the
+        policy unless ``reason`` is given (ADR 0053). Nothing old enough left writes nothing
+        (safe to run on a schedule); an age that is not positive is
+        :class:`~loom_runtime.errors.RetentionPolicyError`.
+        """
+        from loom_runtime.retention import retain
+
+        return retain(
+            self, older_than=older_than, tenant=tenant, reason=reason, by=by, dry_run=dry_run
         )
 
     def executions(

@@ -20,6 +20,7 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     LabelError,
     LoomError,
+    RetentionPolicyError,
 )
 from loom_runtime.tools.cli import (
     DbOption,
@@ -31,9 +32,11 @@ from loom_runtime.tools.cli import (
     inert,
     open_loom,
     print_json,
+    warn,
 )
 
 if TYPE_CHECKING:
+    from loom_runtime.erasure import ErasureReport
     from loom_runtime.loom import Loom
 
 
@@ -87,6 +90,10 @@ def erase(
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
+    _print_report(report, as_json=as_json)
+
+
+def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
@@ -96,7 +103,7 @@ def erase(
         inert(
             f"{verb} {len(report.subjects)} execution(s) of {report.selector} "
             f"({events} sealed event(s))"
-            + (f"; forget event at log position {report.position}" if report.applied else "")
+            + (f"; forget event at log position {report.position}" if report.position else "")
         )
     )
     for subject in report.subjects:
@@ -109,6 +116,56 @@ def erase(
         )
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+@app.command()
+def retain(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Erase executions that started longer ago than this: 90d, 2w, 36h, 15m.",
+        ),
+    ],
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only executions labelled with this tenant.")
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Recorded in the forget log (default: the policy)."),
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Who erases (recorded in the forget log).")
+    ] = "retention",
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Erase; without it, only say what would be erased.")
+    ] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Erase executions older than an age (dry run unless --apply); safe on a schedule: with
+    nothing old enough left it writes nothing. Needs $LOOM_MASTER_KEY."""
+    from loom_runtime.retention import parse_age
+
+    try:
+        age = parse_age(older_than)
+    except RetentionPolicyError as exc:
+        fail(str(exc), code=ExitCode.USAGE)
+    with open_loom(db) as loom:
+        try:
+            report = loom.retain(
+                older_than=age, tenant=tenant, reason=reason, by=by, dry_run=not apply
+            )
+        except (EncryptionOffError, LabelError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
+        except LoomError as exc:
+            fail(str(exc))
+    _print_report(report, as_json=as_json)
+    if report.not_erasable:
+        warn(
+            f"{len(report.not_erasable)} execution(s) older than {older_than} are stored in "
+            "clear (recorded before encryption was switched on) and cannot be erased"
+        )
 
 
 def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: bool) -> NoReturn:
