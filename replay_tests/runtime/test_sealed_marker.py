@@ -68,3 +68,34 @@ def test_the_same_values_recorded_sealed_are_sealed_and_read_back(db_url: str) -
         execution = loom.execution(copied.execution_id)
         assert msgspec.json.decode(execution.decisions["copy"].value) == LOOKALIKE
         assert loom.replay(copied.execution_id).identical
+
+
+@pytest.mark.parametrize("seal_null", [False, True], ids=["null in clear", "null sealed"])
+def test_a_null_field_is_left_in_clear_and_a_sealed_null_still_reads(
+    seal_null: bool, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision without input stores its ``null`` in clear; one recorded when nulls were
+    sealed too (the earlier form, simulated here) reads and replays the same."""
+    from loom_runtime import sealing
+
+    if seal_null:
+        monkeypatch.setattr(sealing, "_is_null", lambda value: False)
+    with Loom(db_url, encryption=KEY) as loom:
+        _register(loom)
+        run = loom.run("copies", value={"inner": None})
+        monkeypatch.undo()
+        [created, decided, completed] = [
+            msgspec.json.decode(row.state) for row in loom.log.rows(run.execution_id)
+        ]
+        assert _sealed(decided["input"]) is seal_null
+        assert _sealed(decided["value"]) is seal_null
+        assert _sealed(completed["output"]) is seal_null
+        assert _sealed(created["input"])  # a value that is not null: sealed
+        execution = loom.execution(run.execution_id)
+        value = execution.decisions["copy"].value
+        assert value is not None and bytes(value) == b"null"
+        assert loom.replay(run.execution_id).identical
+
+
+def _sealed(stored: object) -> bool:
+    return isinstance(stored, dict) and "loom.sealed" in stored
