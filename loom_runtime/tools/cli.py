@@ -808,7 +808,7 @@ else:
 
 from loom_runtime.tools import (  # noqa: E402  (each registers its commands on `app`)
     bundle_cli,  # noqa: F401  (`loom diff`, `loom bundle show`)
-    erase_cli,  # noqa: F401  (`loom erase`)
+    erase_cli,  # noqa: F401  (`loom erase`, `loom retain`)
     transfer_cli,  # noqa: F401  (`loom export`, `loom import`)
     worker_cli,  # noqa: F401  (`loom recover`, `loom worker`)
 )

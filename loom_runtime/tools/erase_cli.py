@@ -3,7 +3,9 @@
 A dry run says what would be erased (which executions, how many sealed events each, which
 were recorded in clear before encryption was switched on and cannot be erased) and writes
 nothing, like ``knowledge sync``. ``--apply`` destroys the keys and appends the forget event.
-The log is opened with ``$LOOM_MASTER_KEY``. Registered on the ``loom`` app by
+The log is opened with ``$LOOM_MASTER_KEY``. ``loom retain`` is the same erasure selected by
+age (ADR 0053), and :func:`show_erased` is what a command that shows an execution prints for
+an erased one: its forget-log entry. Registered on the ``loom`` app by
 :mod:`loom_runtime.tools.cli`.
 """
 
