@@ -62,7 +62,7 @@ def test_a_read_only_command_with_a_master_key_never_writes_to_a_clear_log(
     assert after == before
 
 
-def test_the_first_sealed_execution_switches_encryption_on_and_reads_then_check_the_key(
+def test_the_first_sealed_run_switches_encryption_on_and_from_then_on_the_key_is_checked(
     tmp_path: Path,
 ) -> None:
     """Opening a clear log with a key writes nothing; the first sealed run creates the key
