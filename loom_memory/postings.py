@@ -21,7 +21,7 @@ select any past state exactly.
 Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
 the admitted rows (give ``where``'s columns a covering index with the key); it scores every
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
-known before counting. The one exception is a current search of a SQLite temporal store, whose
+known before counting. The one exception is a current search of a temporal store, whose
 statistics are kept as rows are written: :func:`rank_current` returns the same pairs scoring
 only the rows that can reach the top (ADR 0056).
 """
@@ -161,6 +161,11 @@ def idf_weight(rows: int, documents: int) -> int:
     return round(IDF_SCALE * max(math.log((rows - documents + 0.5) / (documents + 0.5)), MIN_IDF))
 
 
+def driver_mark(conn: Connection) -> str:
+    """The parameter mark of ``conn``'s driver in ``exec_driver_sql``: ``?`` or ``%s``."""
+    return "?" if conn.dialect.name == "sqlite" else "%s"
+
+
 def term_bound(weight: int) -> int:
     """The most one term of scaled idf ``weight`` can add to a row's score, in any row.
 
@@ -184,7 +189,7 @@ def rank_current(
     scored: list[int] | None = None,
 ) -> list[tuple[int, int]]:
     """What :func:`rank` returns for the current rows at ``key``, scoring only rows that can
-    reach the ``limit``-th best score (exact MaxScore pruning; SQLite, current rows only).
+    reach the ``limit``-th best score (exact MaxScore pruning; current rows only).
 
     ``rows`` and ``documents`` are the counts :func:`rank` would take: the current rows at the
     key and, per query term, how many of them hold it, read from counts kept as rows are
@@ -205,9 +210,15 @@ def rank_current(
     weight = {term: idf_weight(rows, documents[term]) for term in present}
     bound = {term: term_bound(weight[term]) for term in present}
     order = sorted(present, key=lambda term: (bound[term], term))  # most common first
-    weights = " ".join("WHEN ? THEN ?" for _ in present)
+    # The same statement on both backends but for three words: SQLite's marks are ``?`` and it
+    # takes the partial index only when named; psycopg binds a small int as a smallint, which
+    # ``11 *`` would overflow, so PostgreSQL is told each weight is a bigint.
+    sqlite = conn.dialect.name == "sqlite"
+    mark = driver_mark(conn)
+    hint = f"INDEXED BY {current_index} " if sqlite else ""
+    weights = " ".join(f"WHEN {mark} THEN {mark}{'' if sqlite else '::bigint'}" for _ in present)
     weight_values = tuple(value for term in present for value in (term, weight[term]))
-    every = ", ".join("?" * len(present))
+    every = ", ".join([mark] * len(present))
     split = len(order) - 1  # order[split:] are essential
     while True:
         # A round whose essential terms hold fewer than ``limit`` rows in all cannot find
@@ -215,11 +226,11 @@ def rank_current(
         while split > 0 and sum(documents[term] for term in order[split:]) < limit:
             split -= 1
         essential = order[split:]
-        marks = ", ".join("?" * len(essential))
+        marks = ", ".join([mark] * len(essential))
         found = conn.exec_driver_sql(
             f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
             f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
-            f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
+            f"{hint}WHERE e.key = {mark} AND e.seq = p.seq "
             "AND e.valid_to IS NULL)) "
             f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
             f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
