@@ -88,8 +88,9 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
             *(["key"] if keyed else []),
             "term",
             "seq",
-            # Keyed: a probe for one row's term reads its count from the index alone.
-            postgresql_include=["tf"] if keyed else [],
+            # PostgreSQL: a term's postings, counts included, are read from the index alone
+            # (no visit to the table per posting); SQLite's WITHOUT ROWID table is the index.
+            postgresql_include=["tf"],
         ),
         Index(f"{prefix}postings_seq", "seq"),
         sqlite_with_rowid=False,
@@ -210,15 +211,34 @@ def rank_current(
     weight = {term: idf_weight(rows, documents[term]) for term in present}
     bound = {term: term_bound(weight[term]) for term in present}
     order = sorted(present, key=lambda term: (bound[term], term))  # most common first
-    # The same statement on both backends but for three words: SQLite's marks are ``?`` and it
-    # takes the partial index only when named; psycopg binds a small int as a smallint, which
-    # ``11 *`` would overflow, so PostgreSQL is told each weight is a bigint.
+    # SQLite's marks are ``?`` and it takes the partial index only when named.
     sqlite = conn.dialect.name == "sqlite"
     mark = driver_mark(conn)
     hint = f"INDEXED BY {current_index} " if sqlite else ""
-    weights = " ".join(f"WHEN {mark} THEN {mark}{'' if sqlite else '::bigint'}" for _ in present)
-    weight_values = tuple(value for term in present for value in (term, weight[term]))
-    every = ", ".join([mark] * len(present))
+    if sqlite:
+        weights = " ".join("WHEN ? THEN ?" for _ in present)
+        scores = (
+            f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
+            f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
+            f"AND p.term IN ({', '.join('?' * len(present))}) GROUP BY p.seq "
+            "ORDER BY 2 DESC, p.seq"
+        )
+        score_values: tuple[object, ...] = (
+            *(value for term in present for value in (term, weight[term])),
+            *present,
+        )
+    else:
+        # Each candidate's count of each term probed on the key (term, seq) INCLUDE (tf): as
+        # a join, PostgreSQL's planner read every posting of the query's common terms, the
+        # very rows the pruning spares. The same integers added (psycopg binds a small int as
+        # a smallint, which ``11 *`` would overflow: hence the cast), so the same scores.
+        shares = " + ".join(
+            f"coalesce((SELECT %s::bigint * 11 * p.tf / (5 * p.tf + 6) FROM {postings} AS p "
+            "WHERE p.term = %s AND p.seq = c.seq), 0)"
+            for _ in present
+        )
+        scores = f"SELECT c.seq, {shares} FROM candidates AS c ORDER BY 2 DESC, c.seq"
+        score_values = tuple(value for term in present for value in (weight[term], term))
     split = len(order) - 1  # order[split:] are essential
     while True:
         # A round whose essential terms hold fewer than ``limit`` rows in all cannot find
@@ -231,11 +251,8 @@ def rank_current(
             f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
             f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
             f"{hint}WHERE e.key = {mark} AND e.seq = p.seq "
-            "AND e.valid_to IS NULL)) "
-            f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
-            f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
-            f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
-            (*essential, key, *weight_values, *present),
+            f"AND e.valid_to IS NULL)) {scores}",
+            (*essential, key, *score_values),
         ).all()
         if scored is not None:
             scored.append(len(found))
