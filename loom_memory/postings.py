@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -211,34 +212,9 @@ def rank_current(
     weight = {term: idf_weight(rows, documents[term]) for term in present}
     bound = {term: term_bound(weight[term]) for term in present}
     order = sorted(present, key=lambda term: (bound[term], term))  # most common first
-    # SQLite's marks are ``?`` and it takes the partial index only when named.
-    sqlite = conn.dialect.name == "sqlite"
-    mark = driver_mark(conn)
-    hint = f"INDEXED BY {current_index} " if sqlite else ""
-    if sqlite:
-        weights = " ".join("WHEN ? THEN ?" for _ in present)
-        scores = (
-            f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
-            f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
-            f"AND p.term IN ({', '.join('?' * len(present))}) GROUP BY p.seq "
-            "ORDER BY 2 DESC, p.seq"
-        )
-        score_values: tuple[object, ...] = (
-            *(value for term in present for value in (term, weight[term])),
-            *present,
-        )
-    else:
-        # Each candidate's count of each term probed on the key (term, seq) INCLUDE (tf): as
-        # a join, PostgreSQL's planner read every posting of the query's common terms, the
-        # very rows the pruning spares. The same integers added (psycopg binds a small int as
-        # a smallint, which ``11 *`` would overflow: hence the cast), so the same scores.
-        shares = " + ".join(
-            f"coalesce((SELECT %s::bigint * 11 * p.tf / (5 * p.tf + 6) FROM {postings} AS p "
-            "WHERE p.term = %s AND p.seq = c.seq), 0)"
-            for _ in present
-        )
-        scores = f"SELECT c.seq, {shares} FROM candidates AS c ORDER BY 2 DESC, c.seq"
-        score_values = tuple(value for term in present for value in (weight[term], term))
+    weights = " ".join("WHEN ? THEN ?" for _ in present)
+    weight_values = tuple(value for term in present for value in (term, weight[term]))
+    every = ", ".join("?" * len(present))
     split = len(order) - 1  # order[split:] are essential
     while True:
         # A round whose essential terms hold fewer than ``limit`` rows in all cannot find
@@ -246,14 +222,21 @@ def rank_current(
         while split > 0 and sum(documents[term] for term in order[split:]) < limit:
             split -= 1
         essential = order[split:]
-        marks = ", ".join([mark] * len(essential))
-        found = conn.exec_driver_sql(
-            f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
-            f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
-            f"{hint}WHERE e.key = {mark} AND e.seq = p.seq "
-            f"AND e.valid_to IS NULL)) {scores}",
-            (*essential, key, *score_values),
-        ).all()
+        found: Sequence[Any]
+        if conn.dialect.name == "postgresql":
+            found = _postgres_round(conn, postings, entries, key, order, split, weight, limit)
+        else:
+            marks = ", ".join("?" * len(essential))
+            found = conn.exec_driver_sql(
+                f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
+                f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
+                f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
+                "AND e.valid_to IS NULL)) "
+                f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
+                f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
+                f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
+                (*essential, key, *weight_values, *present),
+            ).all()
         if scored is not None:
             scored.append(len(found))
         if split == 0:
@@ -267,3 +250,54 @@ def rank_current(
             return [(seq, score) for seq, score in found if score >= threshold]
         while split > 0 and sum(bound[term] for term in order[:split]) >= threshold:
             split -= 1
+
+
+def _postgres_round(
+    conn: Connection,
+    postings: str,
+    entries: str,
+    key: str,
+    order: list[str],
+    split: int,
+    weight: dict[str, int],
+    limit: int,
+) -> list[tuple[int, int]]:
+    """One round of :func:`rank_current` on PostgreSQL: the rows holding an essential term
+    (``order[split:]``), each with its full score, best first; a row that cannot reach the
+    ``limit``-th best may be left out.
+
+    The essential terms' shares are summed from one range read of their postings (``tf`` is
+    in the key, ``(term, seq) INCLUDE (tf)``); their ``limit``-th best sum is a floor under
+    the ``limit``-th best score (a row's score is at least its essential part), so a row whose
+    essential part plus the other terms' bounds is below that floor is dropped unprobed, and
+    every other row has each other term's count probed on the key. As a join, PostgreSQL's
+    planner read every posting of the common terms, the very rows the pruning spares. The same
+    integers are added, so the same scores (psycopg binds a small int as a smallint, which
+    ``11 *`` would overflow: hence the casts).
+    """
+    essential, others = order[split:], order[:split]
+    share = "* 11 * p.tf / (5 * p.tf + 6)"
+    cases = " ".join("WHEN %s THEN %s::bigint" for _ in essential)
+    probes = "".join(
+        f" + coalesce((SELECT %s::bigint {share} FROM {postings} AS p "
+        "WHERE p.term = %s AND p.seq = c.seq), 0)"
+        for _ in others
+    )
+    found = conn.exec_driver_sql(
+        f"WITH candidates AS MATERIALIZED (SELECT p.seq, sum((CASE p.term {cases} END) {share}) "
+        f"AS part FROM {postings} AS p WHERE p.term IN ({', '.join(['%s'] * len(essential))}) "
+        f"AND EXISTS (SELECT 1 FROM {entries} AS e WHERE e.key = %s AND e.seq = p.seq "
+        "AND e.valid_to IS NULL) GROUP BY p.seq) "
+        f"SELECT c.seq, c.part{probes} FROM candidates AS c WHERE c.part + %s >= coalesce("
+        "(SELECT part FROM candidates ORDER BY part DESC OFFSET %s LIMIT 1), 0) "
+        "ORDER BY 2 DESC, c.seq",
+        (
+            *(value for term in essential for value in (term, weight[term])),
+            *essential,
+            key,
+            *(value for term in others for value in (weight[term], term)),
+            sum(term_bound(weight[term]) for term in others),
+            limit - 1,
+        ),
+    ).all()
+    return [(seq, score) for seq, score in found]
