@@ -15,7 +15,8 @@ past state, exactly as a fresh key holding only those entries would.
 
 ``end_validity`` is the only UPDATE any SQL store issues, and it touches ``valid_to`` alone:
 no search structure (FTS5 index, tsvector, postings) derives from that column, so the
-insert/delete triggers that keep them in step stay sufficient.
+insert/delete triggers that keep them in step stay sufficient. The current counts do derive
+from it (ADR 0056): each backend's triggers uncount a row that stops being current.
 
 A caller that keeps more per row (the corpus keeps each passage's document revision) passes
 its own ``columns`` and reads them with ``read_annotated``/``search_annotated``, whose
