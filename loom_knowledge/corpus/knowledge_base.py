@@ -226,12 +226,7 @@ class KnowledgeBase:
             return
         recorded = first.stemmer if isinstance(first, TokenizerChosen) else None
         if self._stemmer_given and recorded != self._stemmer:
-            raise KnowledgeBaseOptionsError(
-                f"knowledge scope {self.scope!r} was created with stemmer={recorded!r} (its "
-                f"first event in the log says so); it was asked for stemmer={self._stemmer!r}. "
-                "A scope's stemmer is chosen once, by its first write: open it without "
-                "stemmer= to use the recorded one, or sync the documents into a new scope"
-            )
+            raise _stemmer_refused(self.scope, recorded=recorded, asked=self._stemmer)
         self._stemmer = recorded
         self._settled = True
 
@@ -737,11 +732,7 @@ def open_knowledge_base(
     scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
     if existing is not None and stemmer is not RECORDED and stemmer != existing.stemmer:
-        raise KnowledgeBaseOptionsError(
-            f"knowledge scope {scope!r} is open with stemmer={existing.stemmer!r}; it was "
-            f"asked for stemmer={stemmer!r}. A scope's stemmer is chosen once, by its first "
-            "write: open it without stemmer= to use its own"
-        )
+        raise _stemmer_refused(scope, recorded=existing.stemmer, asked=stemmer)
     if existing is None:
         scopes[scope] = KnowledgeBase(
             loom,
@@ -801,6 +792,18 @@ def _check_stemmer(scope: str, stemmer: object) -> str | None:
             ) from exc
         raise InvalidOptionError(f"knowledge scope {scope!r}: {exc}") from exc
     return stemmer
+
+
+def _stemmer_refused(
+    scope: str, *, recorded: str | None, asked: object
+) -> KnowledgeBaseOptionsError:
+    """The refusal of a stemmer other than the one ``scope`` was created with."""
+    return KnowledgeBaseOptionsError(
+        f"knowledge scope {scope!r} was created with stemmer={recorded!r} (its first write "
+        f"recorded it in the log); it was asked for stemmer={asked!r}. A scope's stemmer is "
+        "chosen once: open it without stemmer= to use its own, or sync the documents into a "
+        "new scope to index them another way"
+    )
 
 
 def _space(embedder: Embedder | None) -> tuple[str, int] | None:

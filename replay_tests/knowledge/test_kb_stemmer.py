@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from itertools import chain
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from loom_knowledge import Doc, KnowledgeBase, KnowledgeBaseOptionsError, open_k
 from loom_knowledge.corpus.corpus_index import stemmed_prefix
 from loom_knowledge.corpus.events import TokenizerChosen
 from loom_knowledge.corpus.keys import stream_name
-from loom_knowledge.corpus.knowledge_base import drop_corpus
+from loom_knowledge.corpus.knowledge_base import corpus_index, drop_corpus
 from loom_knowledge.corpus.retrieval import Mode
 from loom_knowledge.errors import InvalidOptionError
 from loom_memory import HashingEmbedder
@@ -112,7 +113,7 @@ def test_a_fresh_process_reads_the_stemmer_from_the_log(db_url: str) -> None:
         assert kb.stemmer == "english"
         assert [p.doc_id for p in kb.search("indexes")] == ["idx"]
         assert open_knowledge_base(loom, "stemmed", stemmer="english") is kb
-        with pytest.raises(KnowledgeBaseOptionsError, match="open with stemmer='english'"):
+        with pytest.raises(KnowledgeBaseOptionsError, match="created with stemmer='english'"):
             open_knowledge_base(loom, "stemmed", stemmer="french")
     for asked in ("french", None):
         with (
@@ -234,6 +235,36 @@ def test_rebuild_as_of_and_a_fresh_corpus_answer_as_the_live_stemmed_index(loom:
     assert _answers(kb.search) == live[-1][1]
 
 
+def test_a_stemmed_store_left_behind_by_a_partial_drop_is_not_counted_twice(
+    db_url: str,
+) -> None:
+    """Only the manifest, history and tokenizer tables dropped (the stemmed store kept): the
+    rebuild starts the scope's passages afresh instead of appending them beside the old."""
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "stemmed", stemmer="english")
+        kb.sync([*DOCS, INDEXING], source="test")
+        passages, found = kb.passages(), kb.search("indexes")
+        with loom.log.engine.begin() as conn:
+            for table in ("documents", "revisions", "tokenizers"):
+                conn.exec_driver_sql(f"DROP TABLE loom_kb_{table}")
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "stemmed")
+        assert (kb.passages(), kb.search("indexes")) == (passages, found)
+
+
+def test_a_dropped_stemmed_store_is_rebuilt_from_the_log(db_url: str) -> None:
+    """The stemmed store's tables dropped, the rest kept: the next open rebuilds the corpus
+    (its position would otherwise claim passages that are gone)."""
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "stemmed", stemmer="english")
+        kb.sync([*DOCS, INDEXING], source="test")
+        passages, found = kb.passages(), kb.search("indexes")
+        corpus_index(loom).passage_store("english").drop()
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "stemmed")
+        assert (kb.passages(), kb.search("indexes")) == (passages, found) != ([], [])
+
+
 @pytest.mark.postgres
 @pytest.mark.skipif(not PG_URL, reason="LOOM_TEST_PG_URL is not set")
 def test_sqlite_and_postgresql_return_the_same_stemmed_passages(sqlite_url: str) -> None:
@@ -263,3 +294,26 @@ def test_without_the_stem_extra_the_error_says_what_to_install(
     monkeypatch.setitem(sys.modules, "snowballstemmer", None)  # import raises ImportError
     with pytest.raises(MissingExtraError, match=r"pip install 'loom-replay\[stem\]'"):
         open_knowledge_base(loom, "s", stemmer="english")
+
+
+def test_the_sync_command_creates_a_stemmed_scope_and_keeps_it(tmp_path: Path, db_url: str) -> None:
+    """`loom knowledge sync --stemmer english` creates the scope stemmed; a later sync without
+    the flag keeps it; another stemmer is a usage error; `search` finds by stems."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.tools.cli import app
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "idx.md").write_text(INDEXING.text, encoding="utf-8")
+    sync = ["knowledge", "sync", str(folder), "--scope", "s", "--apply", "--db", db_url]
+    assert CliRunner().invoke(app, [*sync, "--stemmer", "english"]).exit_code == 0
+    assert CliRunner().invoke(app, sync).exit_code == 0
+    refused = CliRunner().invoke(app, [*sync, "--stemmer", "french"])
+    assert refused.exit_code == 2
+    assert "created with stemmer='english'" in refused.output
+    search = ["knowledge", "search", "indexes", "--scope", "s", "--db", db_url, "--json"]
+    found = CliRunner().invoke(app, search)
+    assert found.exit_code == 0 and "idx.md" in found.output
+    with Loom(db_url) as loom:
+        assert len(_chosen(loom, "s")) == 1
