@@ -88,7 +88,7 @@ class _Recorded(Enum):
     RECORDED = "recorded"
 
 
-RECORDED: Final = _Recorded.RECORDED
+RECORDED_STEMMER: Final = _Recorded.RECORDED
 """``open_knowledge_base``'s default ``stemmer``: the one the scope was created with (read from
 its stream in the log), or none for a scope that does not exist yet. Distinct from ``None``,
 which asks for a plain scope and is refused on a stemmed one."""
@@ -166,14 +166,14 @@ class KnowledgeBase:
         max_removal_fraction: float,
         embedder: Embedder | None = None,
         min_score: float | None = None,
-        stemmer: str | _Recorded | None = RECORDED,
+        stemmer: str | _Recorded | None = RECORDED_STEMMER,
     ) -> None:
         self.loom = loom
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
         self._stream = stream_id(stream_name(scope))
-        self._stemmer_given = stemmer is not RECORDED
+        self._stemmer_given = stemmer is not RECORDED_STEMMER
         self._stemmer = None if isinstance(stemmer, _Recorded) else _check_stemmer(scope, stemmer)
         """The scope's stemmer: the log's once :attr:`_settled`; until then (a scope not yet
         written) the one its first write will record."""
@@ -699,7 +699,7 @@ def open_knowledge_base(
     max_removal_fraction: float | None = None,
     embedder: Embedder | None = None,
     min_score: float | None = None,
-    stemmer: str | _Recorded | None = RECORDED,
+    stemmer: str | _Recorded | None = RECORDED_STEMMER,
 ) -> KnowledgeBase:
     """The corpus ``scope`` of ``loom``'s log: one per scope and Loom, cached.
 
@@ -731,7 +731,7 @@ def open_knowledge_base(
         )
     scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
-    if existing is not None and stemmer is not RECORDED and stemmer != existing.stemmer:
+    if existing is not None and stemmer is not RECORDED_STEMMER and stemmer != existing.stemmer:
         raise _stemmer_refused(scope, recorded=existing.stemmer, asked=stemmer)
     if existing is None:
         scopes[scope] = KnowledgeBase(

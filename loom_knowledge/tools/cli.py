@@ -174,7 +174,7 @@ def sync_command(
     stays in the append-only log for good, and a stray link to /etc would put /etc there.
     The flag is for a docs folder that links a shared checkout on purpose.
     """
-    from loom_knowledge.corpus.knowledge_base import RECORDED, open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import RECORDED_STEMMER, open_knowledge_base
 
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=ExitCode.USAGE)
@@ -193,7 +193,9 @@ def sync_command(
         progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
     ):
         try:
-            kb = open_knowledge_base(loom, scope, stemmer=RECORDED if stemmer is None else stemmer)
+            kb = open_knowledge_base(
+                loom, scope, stemmer=RECORDED_STEMMER if stemmer is None else stemmer
+            )
             if apply:
                 result = kb.sync(
                     docs,
