@@ -176,9 +176,20 @@ class CorpusIndex(SQLProjection):
     # -- projection ---------------------------------------------------------------------------
 
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+        """Open the passage stores the page writes to, then apply it (in one transaction).
+
+        A store opened inside the page's transaction would create its tables in another one
+        and wait for this one's lock. A page names a stemmer's store by its choice event, or by
+        a document of a scope whose choice another process applied: those are in the table.
+        """
+        unseen = False
         for _, event in events:
             if isinstance(event, TokenizerChosen):
                 self.passage_store(event.stemmer)
+            elif getattr(event, "scope", None) not in self._scope_stemmers:
+                unseen = True
+        if unseen:
+            self._open_recorded_stores()
         return super().apply(events, upto=upto)
 
     def reset(self) -> None:

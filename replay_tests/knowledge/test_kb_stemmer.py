@@ -19,7 +19,7 @@ from sqlalchemy import inspect
 
 from loom_knowledge import Doc, KnowledgeBase, KnowledgeBaseOptionsError, open_knowledge_base
 from loom_knowledge.corpus.corpus_index import stemmed_prefix
-from loom_knowledge.corpus.events import TokenizerChosen
+from loom_knowledge.corpus.events import DocumentWritten, TokenizerChosen
 from loom_knowledge.corpus.keys import stream_name
 from loom_knowledge.corpus.knowledge_base import corpus_index, drop_corpus
 from loom_knowledge.corpus.retrieval import Mode
@@ -317,3 +317,31 @@ def test_the_sync_command_creates_a_stemmed_scope_and_keeps_it(tmp_path: Path, d
     assert found.exit_code == 0 and "idx.md" in found.output
     with Loom(db_url) as loom:
         assert len(_chosen(loom, "s")) == 1
+
+
+def test_a_process_that_did_not_see_the_choice_indexes_the_scopes_next_document(
+    db_url: str,
+) -> None:
+    """Another process applied the choice and the first document; this one, its index open
+    since before, applies the next document into the stemmed store (opened before the page's
+    transaction, not inside it)."""
+    with Loom(db_url) as early, Loom(db_url) as writer:
+        corpus_index(early)  # its read model opened before the scope existed
+        kb = open_knowledge_base(writer, "stemmed", stemmer="english")
+        kb.sync([DOCS[0]])
+        fields = {
+            "scope": "stemmed",
+            "doc_id": "idx",
+            "revision": 1,
+            "fingerprint": "0" * 64,
+            "fingerprint_algorithm": "test",
+            "source": None,
+            "title": None,
+            "meta": None,
+            "passages": [INDEXING.text],
+        }
+        stream = stream_id(stream_name("stemmed"))
+        version = writer.log.stream_version(stream)
+        writer.log.append(stream, expected_version=version, events=[(DocumentWritten, fields)])
+        late = open_knowledge_base(early, "stemmed")
+        assert [p.doc_id for p in late.search("indexes")] == ["idx"]
