@@ -75,6 +75,7 @@ from loom_runtime import DomainEventProtocol, SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
 PassageStore = PostgresTemporalStore | SqliteTemporalStore
+"""A passage store of the corpus: the log's backend's temporal store."""
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
