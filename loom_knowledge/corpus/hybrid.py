@@ -30,7 +30,9 @@ happens in a replay. Vector ranking is exact cosine with the retriever's floor, 
 would, whatever order its history wrote them in. A filter
 (:mod:`loom_knowledge.corpus.retrieval`) masks the passages before the top ``limit`` are
 taken, so it never leaves fewer hits than match; hybrid fuses the two rankings each filtered
-to its full depth.
+to its full depth. Hybrid's lexical half is the store's BM25 answer computed from a
+:class:`~loom_knowledge.corpus.term_index.TermIndex` of the same held passages (ADR 0052): the
+store scores rows in SQL, too slowly for 50-deep rankings at 100,000 passages.
 """
 
 from __future__ import annotations

@@ -28,8 +28,11 @@ from numpy.typing import NDArray
 from loom_memory.postings import idf_weight
 from loom_memory.store import MAX_SEARCH_LIMIT
 
-Counts = tuple[NDArray[np.int64], NDArray[np.int64]]
-"""One passage's distinct terms (as vocabulary numbers) and how often each occurs."""
+Counts = NDArray[np.int64]
+"""One passage's distinct terms (vocabulary numbers) and how often each occurs, packed as
+``number << 32 | count`` in one array: a corpus caches one per distinct text."""
+
+_COUNT_BITS = 32
 
 
 def term_counts(terms: Sequence[str], vocabulary: dict[str, int]) -> Counts:
@@ -39,7 +42,7 @@ def term_counts(terms: Sequence[str], vocabulary: dict[str, int]) -> Counts:
         (vocabulary.setdefault(term, len(vocabulary)) for term in terms), np.int64, len(terms)
     )
     distinct, counts = np.unique(numbers, return_counts=True)
-    return distinct, counts.astype(np.int64)
+    return (distinct << _COUNT_BITS) | counts.astype(np.int64)
 
 
 class TermIndex:
@@ -50,8 +53,8 @@ class TermIndex:
         *,
         vocabulary: Mapping[str, int],
         starts: NDArray[np.int64],
-        rows: NDArray[np.int64],
-        frequencies: NDArray[np.int64],
+        rows: NDArray[np.int32],
+        frequencies: NDArray[np.uint32],
         tie: NDArray[np.int64],
     ) -> None:
         self._vocabulary = vocabulary
@@ -72,10 +75,11 @@ class TermIndex:
         store would then break a tie by append order, which this index does not know."""
         if len(set(ids)) != len(ids):
             return None
-        numbers = np.concatenate([c[0] for c in counts]) if counts else np.empty(0, np.int64)
-        frequencies = np.concatenate([c[1] for c in counts]) if counts else np.empty(0, np.int64)
-        lengths = np.fromiter((len(c[0]) for c in counts), np.int64, len(counts))
-        rows = np.repeat(np.arange(len(counts), dtype=np.int64), lengths)
+        packed = np.concatenate(counts) if counts else np.empty(0, np.int64)
+        numbers = packed >> _COUNT_BITS
+        frequencies = (packed & ((1 << _COUNT_BITS) - 1)).astype(np.uint32)
+        lengths = np.fromiter((len(c) for c in counts), np.int64, len(counts))
+        rows = np.repeat(np.arange(len(counts), dtype=np.int32), lengths)
         order = np.argsort(numbers, kind="stable")
         per_term = np.bincount(numbers, minlength=len(vocabulary))
         starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(per_term)])
@@ -101,7 +105,7 @@ class TermIndex:
             begin, end = self._starts[number], self._starts[number + 1]
             if begin == end:
                 continue
-            rows, tf = self._rows[begin:end], self._frequencies[begin:end]
+            rows, tf = self._rows[begin:end], self._frequencies[begin:end].astype(np.int64)
             weight = idf_weight(self.size, int(end - begin))
             scores[rows] += weight * 11 * tf // (5 * tf + 6)
             found[rows] = True
