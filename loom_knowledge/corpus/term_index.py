@@ -11,7 +11,7 @@ scores in a few vectorised steps.
 The answer is the store's, not an approximation of it: the same terms (the store's own
 tokenizer over the same searchable text), the same statistics (``N`` is every passage of the
 corpus, ``df`` the passages holding the term), the same integer score
-(:func:`~loom_memory.postings.idf_weight`, then ``idf * 11 tf // (5 tf + 6)`` per term, summed
+(:func:`~loom_memory.idf_weight`, then ``idf * 11 tf // (5 tf + 6)`` per term, summed
 in int64, exact in any order), the same tie-break (passage id as text) and the same cap on
 depth (:data:`~loom_memory.store.MAX_SEARCH_LIMIT`). Passage ids must be unique among the rows,
 as they are among a corpus's current passages at any position; :meth:`TermIndex.build` returns
@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from loom_memory.postings import idf_weight
-from loom_memory.store import MAX_SEARCH_LIMIT
+from loom_memory import MAX_SEARCH_LIMIT, idf_weight
 
 Counts = NDArray[np.int64]
 """One passage's distinct terms (vocabulary numbers) and how often each occurs, packed as
