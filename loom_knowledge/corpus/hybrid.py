@@ -64,11 +64,11 @@ from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, Knowled
 from loom_knowledge.corpus.retrieval import (
     FilterValue,
     MetaFilter,
+    MetaIndex,
     Mode,
     check_arguments,
     check_filter,
     filtered,
-    matches,
     retrieval_input,
 )
 from loom_knowledge.corpus.term_index import Counts, TermIndex, term_counts
@@ -103,12 +103,14 @@ MATRICES_KEPT: Final = 4
 class Stacked:
     """One corpus state as a query reads it: ``held``, the passages that have a vector, by
     (document id, passage index), with their unit vectors stacked in ``matrix``; ``passages``,
-    every passage, and ``terms``, their :class:`TermIndex` (None: ask the store)."""
+    every passage, and ``terms``, their :class:`TermIndex` (None: ask the store); ``metas``,
+    the held passages' meta, for filters."""
 
     held: list[Passage]
     matrix: NDArray[np.float32]
     passages: list[Passage]
     terms: TermIndex | None
+    metas: MetaIndex
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -307,7 +309,9 @@ class HybridRetriever:
         scores = stacked.matrix @ query
         wanted = scores >= self.min_score
         if filter is not None:
-            wanted &= np.fromiter((matches(p.meta, filter) for p in held), bool, len(held))
+            passing = np.zeros(len(held), bool)
+            passing[stacked.metas.rows(filter)] = True
+            wanted &= passing
         return [held[n] for n in top_positions(scores, np.flatnonzero(wanted), limit)]
 
     def _stacked(self, as_of: int | None, head: int | None = None) -> Stacked:
@@ -356,9 +360,9 @@ class HybridRetriever:
             self._vocabulary,
         )
         if not held:
-            return Stacked([], np.empty((0, 0), dtype=np.float32), passages, terms)
+            return Stacked([], np.empty((0, 0), dtype=np.float32), passages, terms, MetaIndex([]))
         matrix = np.stack([self._units[self._digests[_identity(p)]] for p in held])
-        return Stacked(held, matrix, passages, terms)
+        return Stacked(held, matrix, passages, terms, MetaIndex([p.meta for p in held]))
 
 
 def _held_lexical(

@@ -65,7 +65,7 @@ class _StorePath(HybridRetriever):
 
     def _stack(self, passages: list[Passage]) -> hybrid.Stacked:
         stacked = super()._stack(passages)
-        return hybrid.Stacked(stacked.held, stacked.matrix, stacked.passages, None)
+        return hybrid.Stacked(stacked.held, stacked.matrix, stacked.passages, None, stacked.metas)
 
 
 @pytest.fixture
