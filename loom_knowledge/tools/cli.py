@@ -111,8 +111,10 @@ def audit_command(
             report = audit(loom, execution_id)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-        except ErasedError as exc:  # names the forget event (ADR 0049)
-            fail(str(exc))
+        except ErasedError as exc:  # shows the forget-log entry (ADR 0049)
+            from loom_runtime.tools.erase_cli import show_erased
+
+            show_erased(loom, exc, execution_id, as_json=as_json)
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
         console.print(inert(f"wrote {html}"))
