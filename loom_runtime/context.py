@@ -348,17 +348,27 @@ class _Context:
         only a key that itself holds ``#`` (a caller's own ``"k#2"``), a skipped occurrence
         or one matched out of order can take one. Until then ``_seen`` is not walked forward
         (a set lookup of a freshly built ``key#n`` per call, in every replay); the keys
-        returned never depend on it, only how far the first loop has to look.
+        returned never depend on it, only how far the first loop has to look. Nor is the rest
+        of the walk taken while nothing was taken ahead and the next occurrence is the one
+        recorded with this input (or none was): that occurrence is free, and it is the answer.
         """
+        below = self._seen.get(key, 0)
+        recorded = self._source.recorded
+        if not self._taken_ahead and "#" not in key:
+            # Nothing was taken ahead, so the next occurrence is free: every call of a replay
+            # or a resume whose code asks its keys in the recorded order ends here.
+            slot_key = key if below == 0 else f"{key}#{below + 1}"
+            first = recorded.get(slot_key)
+            if first is None or first.input == raw_input:
+                self._seen[key] = below + 1
+                return slot_key
         if "#" in key:
             self._taken_ahead = True
-        below = self._seen.get(key, 0)
         occurrence = below + 1
         slot_key = _numbered(key, occurrence)
         while slot_key in self._taken:  # a caller's own "k#2", or an occurrence matched early
             occurrence += 1
             slot_key = _numbered(key, occurrence)
-        recorded = self._source.recorded
         first = recorded.get(slot_key)
         if first is not None and first.input != raw_input:
             candidate = occurrence + 1

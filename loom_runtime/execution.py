@@ -44,11 +44,15 @@ Origin = Literal["inherited", "override"]
 """Where a fork's decision came from (ADR 0027)."""
 
 
-class Decision(msgspec.Struct, frozen=True):
+class Decision(msgspec.Struct, frozen=True, gc=False):
     """One recorded decision, as a replay looks it up by its occurrence key.
 
     Exactly one of ``value`` and ``error_type`` is set: a ``compute`` that raised is a recorded
     outcome too, so a replay raises where the live run raised instead of computing again.
+
+    Untracked by the garbage collector (``gc=False``): its fields are text and JSON bytes, so
+    it can be in no reference cycle, and an execution holds one per decision (see
+    :class:`~loom_runtime.log.Row`).
     """
 
     key: str

@@ -85,9 +85,14 @@ Event = DomainEventProtocol[UUID]
 """An event of the log: every stream id is a UUID."""
 
 
-class Row(msgspec.Struct, frozen=True, kw_only=True):
+class Row(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One stored event exactly as the log holds it: which stream, which version, the stored
-    topic and the stored JSON state bytes (what a bundle carries, what the chain hashes)."""
+    topic and the stored JSON state bytes (what a bundle carries, what the chain hashes).
+
+    Untracked by the garbage collector (``gc=False``): its fields are a UUID and scalars, so
+    it can be in no reference cycle, and a replay holds one per event of the execution; as
+    tracked objects they made the collector run (and walk the process's whole heap) every
+    few hundred rows."""
 
     stream: UUID
     version: int

@@ -50,24 +50,21 @@ class Replayer:
         live: frozenset[str],
         redactor: RedactorOption = "builtin",
     ) -> None:
-        self._decisions = decisions
+        self.recorded: Mapping[str, Decision] = decisions
+        """An attribute, not a property: the context reads it on every ``decide``."""
         self._live = live
         self.redactor = resolve_redactor(redactor)
         self.asked: set[str] = set()
         self.divergences: list[ReplayDivergence] = []
         self.live_values: dict[str, Any] = {}
 
-    @property
-    def recorded(self) -> Mapping[str, Decision]:
-        return self._decisions
-
     def lookup(self, slot: Slot) -> Decision | None:
         self.asked.add(slot.key)
         if slot.kind is not None and slot.kind in self._live:
             return None
-        decision = self._decisions.get(slot.key)
+        decision = self.recorded.get(slot.key)
         if decision is None:
-            nearest = difflib.get_close_matches(slot.key, list(self._decisions), n=3, cutoff=0.4)
+            nearest = difflib.get_close_matches(slot.key, list(self.recorded), n=3, cutoff=0.4)
             divergence = UnrecordedDecisionError(key=slot.key, nearest=nearest)
             self.divergences.append(divergence)
             raise divergence
@@ -98,7 +95,7 @@ class Replayer:
         """Recorded decisions the replay never asked for (live kinds excluded)."""
         return [
             key
-            for key, decision in self._decisions.items()
+            for key, decision in self.recorded.items()
             if key not in self.asked and (decision.kind is None or decision.kind not in self._live)
         ]
 

@@ -250,14 +250,14 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
     def stream_rows(self, stream: UUID) -> list[Row]:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(self.select_stream_rows, (stream,), prepare=True)
-            return [
+            return [  # row by row, not fetchall: as the SQLite recorder's, for the collector
                 Row(
                     stream=stream,
                     version=row["originator_version"],
                     topic=row["topic"],
                     state=bytes(row["state"]),
                 )
-                for row in curs.fetchall()
+                for row in curs
             ]
 
     def subscribe(

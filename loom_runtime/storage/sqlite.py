@@ -118,12 +118,14 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
     def stream_rows(self, stream: UUID) -> list[Row]:
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
-            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
+            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row. Read
+            # one at a time, not by fetchall: each tuple is freed before the next is made,
+            # so the rows read do not add up to a garbage collection.
             c.sqlite_cursor.row_factory = None
             c.execute(self.select_stream_rows, (stream.hex,))
             return [
                 Row(stream=stream, version=version, topic=topic, state=state)
-                for version, topic, state in c.fetchall()
+                for version, topic, state in c.sqlite_cursor
             ]
 
     def convert_originator_id(self, originator_id: str) -> UUID | str:
