@@ -10,7 +10,8 @@ Hit@10. loom lexical is ``kb.search``; loom vector and hybrid are
 weighted reciprocal rank fusion) over ``BM25Retriever`` (rank_bm25, the same word terms as
 tantivy gets) and an ``InMemoryVectorStore`` of the same vectors (each plain passage given the
 vector loom recorded for it, so the model embeds every passage once per run), 50 candidates
-each.
+each. With ``LOOM_TEST_PG_URL`` (``scripts/with-postgres``), loom on PostgreSQL too: lexical,
+vector and hybrid over the same passages and vectors (the cached model's, recorded in its log).
 
 * Corpora: the Python FAQ questions against the FAQ pages plus further pages of the Python
   manual as distractors (each question's own heading removed, as the corpora's README asks),
@@ -76,7 +77,7 @@ from benchmarks.peers_retrieval import (
     quality_rows,
 )
 from benchmarks.peers_targets import Target, publish
-from benchmarks.stores import fresh_sqlite
+from benchmarks.stores import fresh_postgres, fresh_sqlite
 from loom_knowledge import Doc, open_knowledge_base
 from loom_knowledge.corpus.hybrid import HybridRetriever, Mode, passage_text
 from loom_memory import Embedder
@@ -223,6 +224,12 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                     "LangChain ensemble": _langchain(workload.pages, retriever, model),
                     CONTROL_SYSTEM: _search(control, "vector"),
                 }
+                if settings.pg_url is not None:  # the same vectors, recorded in a PostgreSQL log
+                    on_pg, _ = stack.enter_context(
+                        _indexed(workload.pages, model, rebuilt=False, pg_url=settings.pg_url)
+                    )
+                    for mode in ("lexical", "vector", "hybrid"):
+                        searches[f"loom PostgreSQL {mode}"] = _search(on_pg, mode)
                 arms += [
                     _arm(f"{system} | {workload.name}", search, workload.judged)
                     for system, search in searches.items()
@@ -282,11 +289,16 @@ def _count(workload: Workload) -> int:
 
 @contextmanager
 def _indexed(
-    pages: Sequence[Doc], embedder: CachedEmbedder, *, rebuilt: bool = True
+    pages: Sequence[Doc],
+    embedder: CachedEmbedder,
+    *,
+    rebuilt: bool = True,
+    pg_url: str | None = None,
 ) -> Iterator[tuple[HybridRetriever, Ingest]]:
     """A knowledge base of ``pages`` indexed with ``embedder`` then (``rebuilt``) rebuilt from
-    the log as ``loom rebuild`` does, a fresh retriever over it, and what that cost."""
-    with fresh_sqlite() as (url, _), Loom(url) as loom:
+    the log as ``loom rebuild`` does, a fresh retriever over it, and what that cost; on a new
+    SQLite file, or a new database on the PostgreSQL server ``pg_url``."""
+    with _database(pg_url) as url, Loom(url) as loom:
         kb = open_knowledge_base(loom, "quality")
         model_before = embedder.seconds
         started = time.perf_counter()
@@ -313,6 +325,17 @@ def _indexed(
                 reembedded=reembedded,
             ),
         )
+
+
+@contextmanager
+def _database(pg_url: str | None) -> Iterator[str]:
+    """A loom URL on a new SQLite file, or on a new database of the server ``pg_url``."""
+    if pg_url is None:
+        with fresh_sqlite() as (url, _):
+            yield url
+    else:
+        with fresh_postgres(pg_url) as url:
+            yield url
 
 
 def _embed_queries(embedder: CachedEmbedder, workload: Workload) -> float:

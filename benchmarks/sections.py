@@ -11,6 +11,7 @@ from benchmarks import (
     bundles,
     capture,
     corpus,
+    encryption,
     imports,
     memory,
     peers_durable,
@@ -41,6 +42,11 @@ SECTIONS: tuple[Section, ...] = (
         title="Redaction: what the built-in secret patterns cost per value and per decision "
         "(ADR 0012)",
         run=redaction.run,
+    ),
+    Section(
+        name="encryption",
+        title="Encryption: recording and replay with sealed fields vs in clear (ADR 0049)",
+        run=encryption.run,
     ),
     Section(
         name="persistence",

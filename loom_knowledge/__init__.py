@@ -27,9 +27,18 @@ from loom_runtime import lazy_exports
 
 if TYPE_CHECKING:
     from loom_knowledge.corpus.corpus_files import DocScan, load_docs, scan_docs
-    from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+    from loom_knowledge.corpus.events import (
+        CorpusReconciled,
+        DocumentRemoved,
+        DocumentWritten,
+        TokenizerChosen,
+    )
     from loom_knowledge.corpus.hybrid import HybridRetriever
-    from loom_knowledge.corpus.knowledge_base import KnowledgeBase, open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import (
+        RECORDED_STEMMER,
+        KnowledgeBase,
+        open_knowledge_base,
+    )
     from loom_knowledge.domain.chunking import (
         Chunker,
         ParagraphPacker,
@@ -104,6 +113,7 @@ __all__ = [
     "DEFAULT_FINGERPRINTER",
     "DEFAULT_MAX_REMOVAL_FRACTION",
     "FINGERPRINT_ALGORITHM",
+    "RECORDED_STEMMER",
     "UNTRUSTED_CONTENT_NOTE",
     "Answer",
     "Chunker",
@@ -143,6 +153,7 @@ __all__ = [
     "SyncPlan",
     "SyncResult",
     "TaintedSystemContentError",
+    "TokenizerChosen",
     "ToolCall",
     "ToolSpec",
     "UngroundedCitationError",
@@ -201,6 +212,8 @@ _EXPORTS = {
     "InvalidOptionError": "loom_knowledge.errors",
     "InvalidPassageIdError": "loom_knowledge.errors",
     "KnowledgeBase": "loom_knowledge.corpus.knowledge_base",
+    "RECORDED_STEMMER": "loom_knowledge.corpus.knowledge_base",
+    "TokenizerChosen": "loom_knowledge.corpus.events",
     "HybridRetriever": "loom_knowledge.corpus.hybrid",
     "KnowledgeBaseOptionsError": "loom_knowledge.errors",
     "KnowledgeError": "loom_knowledge.errors",

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from loom_memory.fusion import RRF_K, reciprocal_rank_fusion
     from loom_memory.inmemory import InMemoryMemoryStore
     from loom_memory.postgres import PostgresMemoryStore
+    from loom_memory.postings import idf_weight
     from loom_memory.recorded_embedding import embed_query, embedding_key
     from loom_memory.similarity import SupportsSimilarity
     from loom_memory.sqlite import SqliteMemoryStore
@@ -140,6 +141,7 @@ __all__ = [
     "embedding_key",
     "embedding_projections",
     "entry_terms",
+    "idf_weight",
     "query_terms",
     "reciprocal_rank_fusion",
     "record_embeddings",
@@ -188,6 +190,7 @@ _EXPORTS = {
     "Tokenizer": "loom_memory.text",
     "UnknownTierError": "loom_memory.errors",
     "entry_terms": "loom_memory.text",
+    "idf_weight": "loom_memory.postings",
     "query_terms": "loom_memory.text",
     "remove_entries": "loom_memory.store",
     "searchable_text": "loom_memory.text",

@@ -21,7 +21,7 @@ select any past state exactly.
 Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
 the admitted rows (give ``where``'s columns a covering index with the key); it scores every
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
-known before counting. The one exception is a current search of a SQLite temporal store, whose
+known before counting. The one exception is a current search of a temporal store, whose
 statistics are kept as rows are written: :func:`rank_current` returns the same pairs scoring
 only the rows that can reach the top (ADR 0056).
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -88,8 +89,9 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
             *(["key"] if keyed else []),
             "term",
             "seq",
-            # Keyed: a probe for one row's term reads its count from the index alone.
-            postgresql_include=["tf"] if keyed else [],
+            # PostgreSQL: a term's postings, counts included, are read from the index alone
+            # (no visit to the table per posting); SQLite's WITHOUT ROWID table is the index.
+            postgresql_include=["tf"],
         ),
         Index(f"{prefix}postings_seq", "seq"),
         sqlite_with_rowid=False,
@@ -161,6 +163,11 @@ def idf_weight(rows: int, documents: int) -> int:
     return round(IDF_SCALE * max(math.log((rows - documents + 0.5) / (documents + 0.5)), MIN_IDF))
 
 
+def driver_mark(conn: Connection) -> str:
+    """The parameter mark of ``conn``'s driver in ``exec_driver_sql``: ``?`` or ``%s``."""
+    return "?" if conn.dialect.name == "sqlite" else "%s"
+
+
 def term_bound(weight: int) -> int:
     """The most one term of scaled idf ``weight`` can add to a row's score, in any row.
 
@@ -184,7 +191,7 @@ def rank_current(
     scored: list[int] | None = None,
 ) -> list[tuple[int, int]]:
     """What :func:`rank` returns for the current rows at ``key``, scoring only rows that can
-    reach the ``limit``-th best score (exact MaxScore pruning; SQLite, current rows only).
+    reach the ``limit``-th best score (exact MaxScore pruning; current rows only).
 
     ``rows`` and ``documents`` are the counts :func:`rank` would take: the current rows at the
     key and, per query term, how many of them hold it, read from counts kept as rows are
@@ -215,17 +222,21 @@ def rank_current(
         while split > 0 and sum(documents[term] for term in order[split:]) < limit:
             split -= 1
         essential = order[split:]
-        marks = ", ".join("?" * len(essential))
-        found = conn.exec_driver_sql(
-            f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
-            f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
-            f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
-            "AND e.valid_to IS NULL)) "
-            f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
-            f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
-            f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
-            (*essential, key, *weight_values, *present),
-        ).all()
+        found: Sequence[Any]
+        if conn.dialect.name == "postgresql":
+            found = _postgres_round(conn, postings, entries, key, order, split, weight, limit)
+        else:
+            marks = ", ".join("?" * len(essential))
+            found = conn.exec_driver_sql(
+                f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
+                f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
+                f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
+                "AND e.valid_to IS NULL)) "
+                f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
+                f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
+                f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
+                (*essential, key, *weight_values, *present),
+            ).all()
         if scored is not None:
             scored.append(len(found))
         if split == 0:
@@ -239,3 +250,54 @@ def rank_current(
             return [(seq, score) for seq, score in found if score >= threshold]
         while split > 0 and sum(bound[term] for term in order[:split]) >= threshold:
             split -= 1
+
+
+def _postgres_round(
+    conn: Connection,
+    postings: str,
+    entries: str,
+    key: str,
+    order: list[str],
+    split: int,
+    weight: dict[str, int],
+    limit: int,
+) -> list[tuple[int, int]]:
+    """One round of :func:`rank_current` on PostgreSQL: the rows holding an essential term
+    (``order[split:]``), each with its full score, best first; a row that cannot reach the
+    ``limit``-th best may be left out.
+
+    The essential terms' shares are summed from one range read of their postings (``tf`` is
+    in the key, ``(term, seq) INCLUDE (tf)``); their ``limit``-th best sum is a floor under
+    the ``limit``-th best score (a row's score is at least its essential part), so a row whose
+    essential part plus the other terms' bounds is below that floor is dropped unprobed, and
+    every other row has each other term's count probed on the key. As a join, PostgreSQL's
+    planner read every posting of the common terms, the very rows the pruning spares. The same
+    integers are added, so the same scores (psycopg binds a small int as a smallint, which
+    ``11 *`` would overflow: hence the casts).
+    """
+    essential, others = order[split:], order[:split]
+    share = "* 11 * p.tf / (5 * p.tf + 6)"
+    cases = " ".join("WHEN %s THEN %s::bigint" for _ in essential)
+    probes = "".join(
+        f" + coalesce((SELECT %s::bigint {share} FROM {postings} AS p "
+        "WHERE p.term = %s AND p.seq = c.seq), 0)"
+        for _ in others
+    )
+    found = conn.exec_driver_sql(
+        f"WITH candidates AS MATERIALIZED (SELECT p.seq, sum((CASE p.term {cases} END) {share}) "
+        f"AS part FROM {postings} AS p WHERE p.term IN ({', '.join(['%s'] * len(essential))}) "
+        f"AND EXISTS (SELECT 1 FROM {entries} AS e WHERE e.key = %s AND e.seq = p.seq "
+        "AND e.valid_to IS NULL) GROUP BY p.seq) "
+        f"SELECT c.seq, c.part{probes} FROM candidates AS c WHERE c.part + %s >= coalesce("
+        "(SELECT part FROM candidates ORDER BY part DESC OFFSET %s LIMIT 1), 0) "
+        "ORDER BY 2 DESC, c.seq",
+        (
+            *(value for term in essential for value in (term, weight[term])),
+            *essential,
+            key,
+            *(value for term in others for value in (weight[term], term)),
+            sum(term_bound(weight[term]) for term in others),
+            limit - 1,
+        ),
+    ).all()
+    return [(seq, score) for seq, score in found]

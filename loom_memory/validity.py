@@ -15,7 +15,8 @@ past state, exactly as a fresh key holding only those entries would.
 
 ``end_validity`` is the only UPDATE any SQL store issues, and it touches ``valid_to`` alone:
 no search structure (FTS5 index, tsvector, postings) derives from that column, so the
-insert/delete triggers that keep them in step stay sufficient.
+insert/delete triggers that keep them in step stay sufficient. The current counts do derive
+from it (ADR 0056): each backend's triggers uncount a row that stops being current.
 
 A caller that keeps more per row (the corpus keeps each passage's document revision) passes
 its own ``columns`` and reads them with ``read_annotated``/``search_annotated``, whose
@@ -49,7 +50,8 @@ from sqlalchemy.schema import SchemaItem
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.postgres import PostgresMemoryStore
-from loom_memory.postings import rank_current
+from loom_memory.postgres_counts import count_triggers, drop_count_triggers
+from loom_memory.postings import driver_mark, rank_current
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_position
@@ -87,6 +89,134 @@ class TemporalSqlStore(SqlMemoryStore):
         )
         self._current: ColumnElement[bool] = self.entries.c.valid_to.is_(None)
         """The admission of a current search with no ``where`` (see ``_admitted``)."""
+
+    @property
+    def row_counts_table(self) -> str:
+        """Name of the table holding each key's number of current rows."""
+        return f"{self.table_prefix}current_rows"
+
+    @property
+    def term_counts_table(self) -> str:
+        """Name of the table holding, per key and term, how many current rows hold the term."""
+        return f"{self.table_prefix}current_terms"
+
+    @property
+    def current_index(self) -> str:
+        """Name of the partial ``(key, seq)`` index of the current rows."""
+        return f"{self.table_prefix}entries_current"
+
+    def _declare_count_tables(self, metadata: MetaData) -> None:
+        """Declare the two count tables (each backend's ``_declare_search_tables`` calls this
+        beside its own search tables)."""
+        Table(
+            self.row_counts_table,
+            metadata,
+            Column("key", Text, primary_key=True),
+            Column("n", Integer, nullable=False),
+        )
+        Table(
+            self.term_counts_table,
+            metadata,
+            Column("key", Text, nullable=False),
+            Column("term", Text, nullable=False),
+            Column("df", Integer, nullable=False),
+            PrimaryKeyConstraint("key", "term"),
+            sqlite_with_rowid=False,
+        )
+
+    def _counts_ddl(self, *, created: set[str]) -> list[str]:
+        """The partial index of the current rows and, when this open created the count tables
+        or the entries table (a store written by older code, or an entries table dropped by
+        hand), the counts refilled from the rows: same SQL on both backends."""
+        assert self.postings is not None  # a temporal store always keeps postings
+        rows, postings = self.entries.name, self.postings.name
+        counts, terms = self.row_counts_table, self.term_counts_table
+        statements = [
+            f"CREATE INDEX IF NOT EXISTS {self.current_index} ON {rows} (key, seq) "
+            "WHERE valid_to IS NULL"
+        ]
+        if created & {rows, counts, terms}:
+            statements += [
+                f"DELETE FROM {counts}",
+                f"DELETE FROM {terms}",
+                f"INSERT INTO {counts} (key, n) SELECT key, count(*) FROM {rows} "
+                "WHERE valid_to IS NULL GROUP BY key",
+                f"INSERT INTO {terms} (key, term, df) SELECT e.key, p.term, count(*) "
+                f"FROM {postings} AS p JOIN {rows} AS e ON e.seq = p.seq "
+                "WHERE e.valid_to IS NULL GROUP BY e.key, p.term",
+            ]
+        return statements
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
+        """Insert the rows and their postings, and count the current ones in the same
+        transaction: one upsert per key and per distinct (key, term) of the batch.
+
+        The key's count first, then its terms in order: two writers of one key queue on the
+        key's row (an upsert holds it to the end of the transaction) instead of taking term
+        rows in different orders, and each adds to what the other committed."""
+        super()._insert(conn, rows, terms)
+        keys: Counter[str] = Counter()
+        documents: Counter[tuple[str, str]] = Counter()
+        for row, row_terms in zip(rows, terms, strict=True):
+            if row.get("valid_to") is None:
+                keys[row["key"]] += 1
+                documents.update((row["key"], term) for term in set(row_terms))
+        if keys:
+            _upsert_counts(conn, self.row_counts_table, "key", "n", sorted(keys.items()))
+        if documents:
+            counted = sorted((key, term, count) for (key, term), count in documents.items())
+            _upsert_counts(conn, self.term_counts_table, "key, term", "df", counted)
+
+    def _postings_rank(
+        self,
+        conn: Connection,
+        postings: Table,
+        key: str,
+        terms: list[str],
+        limit: int,
+        where: ColumnElement[bool] | None,
+    ) -> list[tuple[int, int]]:
+        """A current search ranks from the kept counts; any other by counting its rows."""
+        if where is not self._current:
+            return super()._postings_rank(conn, postings, key, terms, limit, where)
+        return self._rank_current(conn, key, terms, limit, None)
+
+    def _rank_current(
+        self, conn: Connection, key: str, terms: list[str], limit: int, scored: list[int] | None
+    ) -> list[tuple[int, int]]:
+        """What ``rank()`` gives the current rows at ``key``, from the kept counts.
+
+        ``scored`` receives the rows each pruning round scored (tests watch it)."""
+        assert self.postings is not None
+        distinct = sorted(set(terms))
+        if not distinct:  # no term, no match (and PostgreSQL refuses an empty IN)
+            return []
+        mark = driver_mark(conn)
+        found = conn.exec_driver_sql(
+            f"SELECT n FROM {self.row_counts_table} WHERE key = {mark}", (key,)
+        ).first()
+        if found is None:
+            return []
+        marks = ", ".join([mark] * len(distinct))
+        documents: dict[str, int] = {
+            term: count
+            for term, count in conn.exec_driver_sql(
+                f"SELECT term, df FROM {self.term_counts_table} "
+                f"WHERE key = {mark} AND term IN ({marks})",
+                (key, *distinct),
+            )
+        }
+        return rank_current(
+            conn,
+            postings=self.postings.name,
+            entries=self.entries.name,
+            current_index=self.current_index,
+            key=key,
+            rows=found[0],
+            documents=documents,
+            limit=limit,
+            scored=scored,
+        )
 
     def append_at(
         self,
@@ -203,42 +333,13 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
     time as before: no kept count describes those rows.
     """
 
-    @property
-    def row_counts_table(self) -> str:
-        """Name of the table holding each key's number of current rows."""
-        return f"{self.table_prefix}current_rows"
-
-    @property
-    def term_counts_table(self) -> str:
-        """Name of the table holding, per key and term, how many current rows hold the term."""
-        return f"{self.table_prefix}current_terms"
-
-    @property
-    def current_index(self) -> str:
-        """Name of the partial ``(key, seq)`` index of the current rows."""
-        return f"{self.table_prefix}entries_current"
-
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
         super()._declare_search_tables(prefix, metadata)
-        Table(
-            self.row_counts_table,
-            metadata,
-            Column("key", Text, primary_key=True),
-            Column("n", Integer, nullable=False),
-        )
-        Table(
-            self.term_counts_table,
-            metadata,
-            Column("key", Text, nullable=False),
-            Column("term", Text, nullable=False),
-            Column("df", Integer, nullable=False),
-            PrimaryKeyConstraint("key", "term"),
-            sqlite_with_rowid=False,
-        )
+        self._declare_count_tables(metadata)
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
-        """The FTS and postings DDL, the current-row index, the counting triggers, and, when
-        this open created the count tables beside existing rows, their filling."""
+        """The FTS and postings DDL, the counting triggers, and the shared counting DDL
+        (:meth:`TemporalSqlStore._counts_ddl`)."""
         assert self.postings is not None  # a temporal store always keeps postings
         rows, postings = self.entries.name, self.postings.name
         counts, terms = self.row_counts_table, self.term_counts_table
@@ -272,8 +373,6 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
         moved = "new.key IS NOT old.key"
         statements = [
             *super()._search_ddl(created=created),
-            f"CREATE INDEX IF NOT EXISTS {self.current_index} ON {rows} (key, seq) "
-            "WHERE valid_to IS NULL",
             # Inserts are counted by _insert, once per batch: triggers per row and posting
             # cost a third of an append's throughput, the batch's upserts a quarter.
             # BEFORE: the entry's postings are deleted after it (the postings trigger).
@@ -287,89 +386,63 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
             f"ON {rows} WHEN new.valid_to IS NULL AND (old.valid_to IS NOT NULL OR {moved}) "
             f"BEGIN {count_row('new.key')} {count_terms('new.key', 'new.seq')} END",
         ]
-        if created & {counts, terms}:
-            statements += [
-                f"DELETE FROM {counts}",
-                f"DELETE FROM {terms}",
-                f"INSERT INTO {counts} (key, n) SELECT key, count(*) FROM {rows} "
-                "WHERE valid_to IS NULL GROUP BY key",
-                f"INSERT INTO {terms} (key, term, df) SELECT e.key, p.term, count(*) "
-                f"FROM {postings} AS p JOIN {rows} AS e ON e.seq = p.seq "
-                "WHERE e.valid_to IS NULL GROUP BY e.key, p.term",
-            ]
-        return statements
-
-    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
-        """Insert the rows and their postings, and count the current ones in the same
-        transaction: one upsert per key and per distinct (key, term) of the batch."""
-        super()._insert(conn, rows, terms)
-        keys: Counter[str] = Counter()
-        documents: Counter[tuple[str, str]] = Counter()
-        for row, row_terms in zip(rows, terms, strict=True):
-            if row.get("valid_to") is None:
-                keys[row["key"]] += 1
-                documents.update((row["key"], term) for term in set(row_terms))
-        if keys:
-            conn.exec_driver_sql(
-                f"INSERT INTO {self.row_counts_table} (key, n) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET n = n + excluded.n",
-                list(keys.items()),
-            )
-        if documents:
-            conn.exec_driver_sql(
-                f"INSERT INTO {self.term_counts_table} (key, term, df) VALUES (?, ?, ?) "
-                "ON CONFLICT (key, term) DO UPDATE SET df = df + excluded.df",
-                [(key, term, count) for (key, term), count in documents.items()],
-            )
-
-    def _postings_rank(
-        self,
-        conn: Connection,
-        postings: Table,
-        key: str,
-        terms: list[str],
-        limit: int,
-        where: ColumnElement[bool] | None,
-    ) -> list[tuple[int, int]]:
-        """A current search ranks from the kept counts; any other by counting its rows."""
-        if where is not self._current:
-            return super()._postings_rank(conn, postings, key, terms, limit, where)
-        return self._rank_current(conn, key, terms, limit, None)
-
-    def _rank_current(
-        self, conn: Connection, key: str, terms: list[str], limit: int, scored: list[int] | None
-    ) -> list[tuple[int, int]]:
-        """What ``rank()`` gives the current rows at ``key``, from the kept counts.
-
-        ``scored`` receives the rows each pruning round scored (tests watch it)."""
-        assert self.postings is not None
-        distinct = sorted(set(terms))
-        found = conn.exec_driver_sql(
-            f"SELECT n FROM {self.row_counts_table} WHERE key = ?", (key,)
-        ).first()
-        if found is None:
-            return []
-        marks = ", ".join("?" * len(distinct))
-        documents: dict[str, int] = {
-            term: count
-            for term, count in conn.exec_driver_sql(
-                f"SELECT term, df FROM {self.term_counts_table} "
-                f"WHERE key = ? AND term IN ({marks})",
-                (key, *distinct),
-            )
-        }
-        return rank_current(
-            conn,
-            postings=self.postings.name,
-            entries=self.entries.name,
-            current_index=self.current_index,
-            key=key,
-            rows=found[0],
-            documents=documents,
-            limit=limit,
-            scored=scored,
-        )
+        return [*statements, *self._counts_ddl(created=created)]
 
 
 class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
-    """A :class:`~loom_memory.PostgresMemoryStore` with validity, ranked by its postings."""
+    """A :class:`~loom_memory.PostgresMemoryStore` with validity, ranked by its postings.
+
+    A current search (no ``as_of``, no ``where``) ranks from kept counts, exactly as
+    :class:`SqliteTemporalStore` does (the same tables, the same counting of an append, the
+    same :func:`~loom_memory.postings.rank_current`); ends and deletes, a caller's own
+    included, are uncounted by statement-level triggers
+    (:mod:`loom_memory.postgres_counts`). A search as of a position, or narrowed by
+    ``where``, counts its own statistics at query time.
+    """
+
+    def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
+        super()._declare_search_tables(prefix, metadata)
+        self._declare_count_tables(metadata)
+
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        """The postings store's DDL, the counting triggers (when this open created the count
+        tables or the entries table), and the shared counting DDL."""
+        triggers = []
+        if created & {self.entries.name, self.row_counts_table, self.term_counts_table}:
+            triggers = count_triggers(
+                self.table_prefix,
+                self.entries.name,
+                rows=self.row_counts_table,
+                terms=self.term_counts_table,
+            )
+        return [
+            *super()._search_ddl(created=created),
+            *triggers,
+            *self._counts_ddl(created=created),
+        ]
+
+    def _drop_ddl(self) -> list[str]:
+        return [*super()._drop_ddl(), *drop_count_triggers(self.table_prefix)]
+
+
+def _upsert_counts(
+    conn: Connection, table: str, columns: str, count: str, values: list[tuple[Any, ...]]
+) -> None:
+    """Add ``values`` (``columns`` then the ``count`` to add) to the count ``table``, one
+    upsert for the batch: on PostgreSQL its columns as arrays in one statement (psycopg's
+    ``executemany`` would send one INSERT per row), on SQLite one ``executemany``."""
+    upsert = f"ON CONFLICT ({columns}) DO UPDATE SET {count} = c.{count} + excluded.{count}"
+    if conn.dialect.name == "postgresql":
+        arrays = [list(column) for column in zip(*values, strict=True)]
+        types = ["text[]"] * (len(arrays) - 1) + ["integer[]"]
+        unnest = ", ".join(f"%s::{kind}" for kind in types)
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} AS c ({columns}, {count}) SELECT * FROM unnest({unnest}) "
+            + upsert,
+            tuple(arrays),
+        )
+    else:
+        marks = ", ".join("?" * len(values[0]))
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} AS c ({columns}, {count}) VALUES ({marks}) " + upsert, values
+        )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         OpenDecision,
         current_context,
     )
-    from loom_runtime.erasure import ErasedSubject, ErasureReport
+    from loom_runtime.erasure import ErasedSubject, ErasureReport, ForgetEntry
     from loom_runtime.errors import (
         ConfigurationError,
         DatabaseUnavailableError,
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         RecordedResultError,
         RecordedValueError,
         ReplayDivergence,
+        RetentionPolicyError,
         SecretIdentifierError,
         SecretRefusedError,
         StreamConflictError,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     from loom_runtime.recorded_tool import tool
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
+    from loom_runtime.retention import parse_age
     from loom_runtime.retry import RetryPolicy
     from loom_runtime.schema import serialise_ddl
     from loom_runtime.sealing import KeyWrapper, MasterKey, Sealed
@@ -126,6 +128,7 @@ __all__ = [
     "FlowInputError",
     "FlowNotFoundError",
     "FlowRegistry",
+    "ForgetEntry",
     "ForkPointError",
     "IntegrityUnsupportedError",
     "KeyWrapper",
@@ -149,6 +152,7 @@ __all__ = [
     "Redactor",
     "ReplayDivergence",
     "ReplayResult",
+    "RetentionPolicyError",
     "RetryPolicy",
     "Run",
     "SQLProjection",
@@ -171,6 +175,7 @@ __all__ = [
     "json_problem",
     "lazy_exports",
     "open_log",
+    "parse_age",
     "position_at",
     "rebuild",
     "serialise_ddl",
@@ -274,6 +279,9 @@ _EXPORTS = {
     "WrongMasterKeyError": "loom_runtime.errors",
     "ErasedSubject": "loom_runtime.erasure",
     "ErasureReport": "loom_runtime.erasure",
+    "ForgetEntry": "loom_runtime.erasure",
+    "RetentionPolicyError": "loom_runtime.errors",
+    "parse_age": "loom_runtime.retention",
     "KeyWrapper": "loom_runtime.sealing",
     "MasterKey": "loom_runtime.sealing",
     "Sealed": "loom_runtime.sealing",

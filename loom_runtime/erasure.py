@@ -16,6 +16,7 @@ forget event naming it before.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -23,15 +24,17 @@ import msgspec
 
 from loom_runtime.errors import (
     EncryptionOffError,
+    ErasedError,
     ErasureSubjectError,
     ExecutionNotFoundError,
     LabelError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
-from loom_runtime.sealing import SEALED_FIELDS, is_sealed_raw, subject_of
+from loom_runtime.sealing import SEALED_FIELDS, sealed_input, subject_of
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
+    from loom_runtime.sealing import Keyring
 
 
 class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,14 +86,41 @@ def erase(
             "name exactly one of execution=, user= or tenant= to erase (documents and memory "
             "keys cannot be erased yet: only executions are sealed)"
         )
+    check_who(reason=reason, by=by)
+    kind, value = named[0]
+    selector = f"{kind}={value}"
+    keyring = keyring_of(loom, selector)
+    ids = _selected(loom, kind, value)
+    if not ids:
+        raise ErasureSubjectError(
+            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
+            "written (names are matched exactly, as labelled when the executions started)"
+        )
+    report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
+    if not report.subjects and not dry_run:
+        what = (
+            "already erased"
+            if report.already_erased
+            else "recorded before encryption was switched on"
+        )
+        raise ErasureSubjectError(
+            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
+        )
+    return report if dry_run else apply(loom, keyring, report)
+
+
+def check_who(*, reason: str, by: str) -> None:
+    """Refuse an erasure that does not say who asks and why (the forget log records both)."""
     for label, text in (("reason", reason), ("by", by)):
         if not isinstance(text, str) or not text.strip():
             raise LabelError(
                 f"an erasure needs {label}= (who asked, and why: the forget log records both)",
                 label=label,
             )
-    kind, value = named[0]
-    selector = f"{kind}={value}"
+
+
+def keyring_of(loom: Loom, selector: str) -> Keyring:
+    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one."""
     _ = loom.log  # opens the keyring with the log
     keyring = loom._keyring
     if keyring is None:
@@ -100,21 +130,21 @@ def erase(
             "Loom(url, encryption=MasterKey.from_env('LOOM_MASTER_KEY')) (the CLI reads "
             "$LOOM_MASTER_KEY); executions recorded from then on can be erased"
         )
-    ids = _selected(loom, kind, value)
-    if not ids:
-        raise ErasureSubjectError(
-            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
-            "written (names are matched exactly, as labelled when the executions started)"
-        )
+    return keyring
+
+
+def plan(
+    loom: Loom, keyring: Keyring, ids: list[UUID], *, selector: str, by: str, reason: str
+) -> ErasureReport:
+    """What erasing executions ``ids`` would do (a dry run's report): which are sealed and
+    live, which were erased before, which are in clear and cannot be. Reads only."""
     subjects: list[ErasedSubject] = []
     not_erasable: list[str] = []
-    sealed_ids: list[UUID] = []
     for execution_id in ids:
         rows = loom.log.rows(execution_id)
-        if not rows or not is_sealed_raw(_created_input(loom, rows[0])):
+        if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
             not_erasable.append(str(execution_id))
             continue
-        sealed_ids.append(execution_id)
         subjects.append(
             ErasedSubject(
                 subject=subject_of(execution_id),
@@ -123,25 +153,24 @@ def erase(
             )
         )
     live = set(keyring.live(s.subject for s in subjects))
-    already = tuple(s.execution_id for s in subjects if s.subject not in live)
-    subjects = [s for s in subjects if s.subject in live]
-    if not subjects and not dry_run:
-        what = "already erased" if already else "recorded before encryption was switched on"
-        raise ErasureSubjectError(
-            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
-        )
-    report = ErasureReport(
+    return ErasureReport(
         applied=False,
         selector=selector,
-        subjects=tuple(subjects),
-        already_erased=already,
+        subjects=tuple(s for s in subjects if s.subject in live),
+        already_erased=tuple(s.execution_id for s in subjects if s.subject not in live),
         not_erasable=tuple(not_erasable),
         by=by,
         reason=reason,
     )
-    if dry_run:
-        return report
-    position = _append_forget(loom, subjects, by=by, reason=reason)
+
+
+def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
+    """Carry out a planned erasure: the forget event first, then the keys (see the module
+    docstring for why in that order). A plan with no subjects writes nothing."""
+    if not report.subjects:
+        return msgspec.structs.replace(report, applied=True)
+    subjects = list(report.subjects)
+    position = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
     return msgspec.structs.replace(report, applied=True, position=position)
 
@@ -183,6 +212,39 @@ def _append_forget(loom: Loom, subjects: list[ErasedSubject], *, by: str, reason
     return positions[-1]
 
 
+class ForgetEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The forget-log entry that erased one subject: what an audit shows in place of content."""
+
+    subject: str
+    position: int
+    """Where the forget event is in the log (what an :class:`ErasedError` names)."""
+    at: datetime
+    by: str
+    reason: str
+    erased_with: int
+    """How many subjects that one erasure covered (a user's or tenant's executions)."""
+
+
+def forget_entry(loom: Loom, error: ErasedError) -> ForgetEntry | None:
+    """The forget event ``error`` names, or None when it names none (a key row missing: an
+    interrupted erase, or a key table restored from an older backup)."""
+    if error.position is None:
+        return None
+    for record in loom.log.notifications(
+        after=error.position - 1, upto=error.position, topics=(Forgotten.TOPIC,)
+    ):
+        event = loom.log.decode(record)
+        return ForgetEntry(
+            subject=error.subject,
+            position=record.position,
+            at=event.timestamp,
+            by=event.by,
+            reason=event.reason,
+            erased_with=len(event.subjects),
+        )
+    return None
+
+
 def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
     """Every forget event in the log, with its position, oldest first."""
     found = []
@@ -191,4 +253,11 @@ def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
     return found
 
 
-__all__ = ["ErasedSubject", "ErasureReport", "erase", "forget_events"]
+__all__ = [
+    "ErasedSubject",
+    "ErasureReport",
+    "ForgetEntry",
+    "erase",
+    "forget_entry",
+    "forget_events",
+]

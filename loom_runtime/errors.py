@@ -383,6 +383,11 @@ class SubjectErasedError(ErasedError):
     no longer exists, so the write is refused and nothing was written."""
 
 
+class RetentionPolicyError(ErasureError, ValueError):
+    """A retention age that is not one (``loom retain --older-than 90 days``, ``0d``, a
+    negative timedelta): the message shows the form to write. Nothing was written."""
+
+
 class ErasureSubjectError(ErasureError, KeyError):
     """``erase`` named nothing it can erase: an unknown execution, a user or tenant with no
     sealed executions, or a kind of subject not erasable yet (documents, memory keys).

@@ -18,7 +18,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -58,12 +58,20 @@ from loom_runtime.execution import (
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.labels import NO_LABELS, Labels
-from loom_runtime.log import EventLog, LogSettings, Persistence, Record, Synchronous, open_log
+from loom_runtime.log import (
+    EventLog,
+    LogSettings,
+    Persistence,
+    Record,
+    Row,
+    Synchronous,
+    open_log,
+)
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
-from loom_runtime.sealing import ExecutionSealer, is_sealed_raw
+from loom_runtime.sealing import ExecutionSealer, sealed_input
 from loom_runtime.services import Services
 
 if TYPE_CHECKING:
@@ -343,7 +351,7 @@ class Loom:
             raise ExecutionNotFoundError(
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
             )
-        if is_sealed_raw(execution.input):
+        if sealed_input(execution.input, execution.id):
             execution = self._opener.execution(execution)  # ErasedError once erased
             if self._keyring is not None:
                 execution.sealer = ExecutionSealer(
@@ -382,6 +390,27 @@ class Loom:
             reason=reason,
             by=by,
             dry_run=dry_run,
+        )
+
+    def retain(
+        self,
+        *,
+        older_than: timedelta,
+        tenant: str | None = None,
+        reason: str | None = None,
+        by: str = "retention",
+        dry_run: bool = False,
+    ) -> ErasureReport:
+        """Erase every execution (of ``tenant``, if given) that started more than
+        ``older_than`` ago, as :meth:`erase` does, in one forget event whose reason names the
+        policy unless ``reason`` is given (ADR 0053). Nothing old enough left writes nothing
+        (safe to run on a schedule); an age that is not positive is
+        :class:`~loom_runtime.errors.RetentionPolicyError`.
+        """
+        from loom_runtime.retention import retain
+
+        return retain(
+            self, older_than=older_than, tenant=tenant, reason=reason, by=by, dry_run=dry_run
         )
 
     def executions(
@@ -461,15 +490,20 @@ class Loom:
 
         Importing an execution the log already holds identically writes nothing; one it holds
         with different events raises :class:`BundleConflictError`. ``max_bundle_bytes`` as
-        for :meth:`replay_bundle`.
+        for :meth:`replay_bundle`. With ``encryption`` the execution is sealed under a key of
+        its own, as if recorded here, so :meth:`erase` can erase it; one erased here is
+        refused (:class:`~loom_runtime.errors.ErasedError`): a copy cannot bring it back.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.rows()
         existing = self.log.rows(bundle.execution_id)
         if not existing:
+            if self._keyring is not None:
+                sealer = ExecutionSealer(self._keyring, bundle.execution_id)
+                rows = sealer.seal_rows(rows, position=self.log.position)
             self.log.insert_rows(rows)
-        elif existing != rows:
+        elif not _same_rows(self._opener.rows(existing), rows):
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
                 f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
@@ -479,17 +513,15 @@ class Loom:
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
         """The execution's events with their log positions, sealed fields opened: a bundle
         replays with no database and no key, which puts it outside erasure's reach."""
-        opener = self._opener
+        records = self._stream_records(execution)
         return [
             BundleEvent(
                 position=record.position,
                 topic=record.topic,
                 version=record.version,
-                state=opener.state(
-                    record.topic, record.stream, record.version, record.state
-                ).decode(),
+                state=state.decode(),
             )
-            for record in self._stream_records(execution)
+            for record, state in zip(records, self._opener.states(records), strict=True)
         ]
 
     def _stream_records(self, execution: Execution) -> list[Record]:
@@ -929,6 +961,16 @@ def _run_now(pending: Pending) -> Any:
     raise ConfigurationError(
         f"flow {pending.what!r} is async and an event loop is already running: "
         "use `await loom.arun(...)` / `aresume` / `areplay` instead"
+    )
+
+
+def _same_rows(stored: list[Row], imported: list[Row]) -> bool:
+    """Whether two executions' rows hold the same events, compared as JSON values (an opened
+    sealed field is re-encoded, so its bytes may differ from the bundle's)."""
+    return len(stored) == len(imported) and all(
+        (a.version, a.topic) == (b.version, b.topic)
+        and msgspec.json.decode(a.state) == msgspec.json.decode(b.state)
+        for a, b in zip(stored, imported, strict=True)
     )
 
 

@@ -21,6 +21,7 @@ this module only decides what is sealed, where, and under which key.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import os
 import threading
@@ -45,12 +46,13 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine, Table
 
     from loom_runtime.execution import Execution
+    from loom_runtime.log import Record, Row
     from loom_runtime.redaction import Redactor
 
 MARK: Final = "loom.sealed"
-"""The key of a sealed JSON value's one member, and the prefix of a sealed message. A flow's
-input is an object keyed by parameter names, which cannot contain a dot, so a stored input
-that is ``{"loom.sealed": ...}`` is always a sealed one."""
+"""The key of a sealed JSON value's one member, and the prefix of a sealed message. The mark
+alone never decides that a field is sealed (a clear value may carry it: a sealed field copied
+from another log); :func:`sealed_input` does, for a whole execution."""
 _MESSAGE_PREFIX: Final = MARK + ":"
 KEY_CHECK: Final = "loom:key-check"
 """The key table's row that proves the master key: a random key wrapped by it."""
@@ -163,22 +165,22 @@ def _aad(stream: UUID | str, version: int, field: str) -> bytes:
 # --- the key table --------------------------------------------------------------------------
 
 
-def key_table(engine: Engine) -> Table:
+def key_table() -> Table:
     """``loom_subject_keys``: one row per subject; ``wrapped_key`` NULL once destroyed, with
-    ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names)."""
+    ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names).
+
+    Only the definition: the table is created by the first write that seals
+    (:meth:`Keyring.create`), never by opening a log."""
     from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
 
-    metadata = MetaData()
-    table = Table(
+    return Table(
         TABLE,
-        metadata,
+        MetaData(),
         Column("subject", String(300), primary_key=True),
         Column("wrapped_key", LargeBinary, nullable=True),
         Column("created_position", BigInteger, nullable=False),
         Column("erased_position", BigInteger, nullable=True),
     )
-    metadata.create_all(engine, checkfirst=True)
-    return table
 
 
 class _Row(msgspec.Struct, frozen=True):
@@ -190,14 +192,20 @@ class Keyring:
     """The data keys of one log, unwrapped on first use and cached (a replay unwraps an
     execution's key once). A key found destroyed is refused with :class:`ErasedError`.
 
-    Opening it proves the master key against the key-check row (written by the first open
-    with encryption): :class:`WrongMasterKeyError` otherwise.
+    Encryption is switched on for a log by its first sealed write, not by opening it: a log
+    that has no key table keeps none until :meth:`create` makes one (with the key-check row),
+    so a reader given a master key (``loom verify`` with ``$LOOM_MASTER_KEY`` set) never
+    writes. Where the table exists, opening proves the master key against the key-check row:
+    :class:`WrongMasterKeyError` otherwise. A keyring opened before another process switched
+    encryption on looks again (and proves the key) when it first needs a row.
     """
 
     def __init__(self, engine: Engine, wrapper: KeyWrapper) -> None:
         self.engine = engine
         self.wrapper = wrapper
-        self.table = key_table(engine)
+        self.table = key_table()
+        self._active = False
+        """Whether this log has a key table whose check row this master key opened."""
         self._cache: dict[str, AESGCM] = {}
         from sqlalchemy import text
 
@@ -210,9 +218,30 @@ class Keyring:
             f"SELECT wrapped_key, erased_position FROM {TABLE} WHERE subject = :subject"
         )
         self._lock = threading.Lock()
-        self._check()
+        self._refresh()
 
-    def _check(self) -> None:
+    def _refresh(self) -> bool:
+        """Whether the log has a key table (proving the master key against it the first time
+        it is found); reads only."""
+        if not self._active:
+            from sqlalchemy import inspect
+
+            if inspect(self.engine).has_table(TABLE):
+                self._check(create=False)
+        return self._active
+
+    def _switch_on(self) -> None:
+        """Create the key table and its check row (a sealed write is about to need them)."""
+        if self._refresh():
+            return
+        from sqlalchemy.exc import DBAPIError
+
+        # DBAPIError: another process created it between the check and the create.
+        with contextlib.suppress(DBAPIError):
+            self.table.metadata.create_all(self.engine, checkfirst=True)
+        self._check(create=True)
+
+    def _check(self, *, create: bool) -> None:
         from sqlalchemy import select
         from sqlalchemy.exc import IntegrityError
 
@@ -222,6 +251,8 @@ class Keyring:
                 select(table.c.wrapped_key).where(table.c.subject == KEY_CHECK)
             ).scalar_one_or_none()
             if wrapped is None:
+                if not create:  # a table without its check row holds no data key yet
+                    return
                 try:
                     connection.execute(
                         table.insert().values(
@@ -233,9 +264,10 @@ class Keyring:
                 except IntegrityError:  # another process wrote it first: check against it
                     pass
                 else:
+                    self._active = True
                     return
         if wrapped is None:
-            self._check()
+            self._check(create=create)
             return
         try:
             self.wrapper.unwrap(bytes(wrapped))
@@ -246,6 +278,7 @@ class Keyring:
                 "(LOOM_MASTER_KEY). A lost master key cannot be recovered: the sealed data is "
                 "unreadable, never silently treated as erased"
             ) from exc
+        self._active = True
 
     def _remember(self, subject: str, aead: AESGCM) -> None:
         """Cache an unwrapped key (the caller holds the lock); the oldest goes past
@@ -261,6 +294,7 @@ class Keyring:
 
     def create(self, subject: str, *, position: int) -> AESGCM:
         """A new data key for ``subject``, stored wrapped (once: a subject keeps its key)."""
+        self._switch_on()
         key = os.urandom(_DATA_KEY_BYTES)
         with self.engine.begin() as connection:
             connection.execute(
@@ -275,7 +309,17 @@ class Keyring:
             self._remember(subject, aead)
         return aead
 
+    def ensure(self, subject: str, *, position: int) -> AESGCM:
+        """The key for a write to ``subject``: its live key, or a new one if it has none; a
+        destroyed key is :class:`SubjectErasedError` (an import cannot bring an erased
+        execution back)."""
+        if self._row(subject) is None:
+            return self.create(subject, position=position)
+        return self.live_key(subject)
+
     def _row(self, subject: str) -> _Row | None:
+        if not self._refresh():
+            return None
         with self.engine.connect() as connection:
             row = connection.execute(self._select_row, {"subject": subject}).first()
         if row is None:
@@ -351,6 +395,8 @@ class Keyring:
         wanted = list(subjects)
         table = self.table
         found: list[str] = []
+        if not self._refresh():
+            return found
         with self.engine.connect() as connection:
             for start in range(0, len(wanted), 500):
                 found.extend(
@@ -416,6 +462,20 @@ def is_sealed_raw(raw: msgspec.Raw | bytes | None) -> bool:
     return raw is not None and bytes(memoryview(raw)[:15]) == b'{"loom.sealed":'
 
 
+def sealed_input(raw: msgspec.Raw | bytes | None, execution_id: UUID) -> bool:
+    """Whether an execution is sealed, from its stored input (``Created.input``).
+
+    Sealed or clear is decided once per execution, never per field: a sealed execution has
+    every personal field sealed, a clear one none, whatever its values look like. Its input is
+    sealed when it is a sealed field under the execution's *own* subject, which a clear input
+    cannot be: a flow's input is keyed by parameter names (no dot, so never the mark), and the
+    execution's id does not exist until after its input was given. The subject is in the
+    stored bytes, so the chain covers this decision too.
+    """
+    sealed = None if raw is None else sealed_of_raw(raw)
+    return sealed is not None and sealed.subject == subject_of(execution_id)
+
+
 def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
     """A JSON value sealed, as the struct the mapper stores: ``{"loom.sealed": {...}}``.
 
@@ -461,6 +521,7 @@ SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 """The fields of each execution event that can hold personal data, by topic: the ones sealed."""
 _TEXT_FIELDS: Final = frozenset({"message"})
+_CREATED: Final = "loom.execution.Created"
 
 
 class ExecutionSealer:
@@ -491,7 +552,7 @@ class ExecutionSealer:
             copied = copy.copy(event)
             for name in fields:
                 value = getattr(event, name)
-                if value is None:
+                if value is None or _is_null(value):
                     continue
                 ad = _aad(event.originator_id, event.originator_version, name)
                 if name in _TEXT_FIELDS:
@@ -503,6 +564,44 @@ class ExecutionSealer:
                 object.__setattr__(copied, name, stored)
             sealed.append(copied)
         return sealed
+
+    def seal_rows(self, rows: Sequence[Row], *, position: int) -> list[Row]:
+        """Copies of stored rows in clear (an imported bundle's) with their personal fields
+        sealed, under this execution's key (made now, at log ``position``, if it has none):
+        what :meth:`seal_events` does to events, done to their stored JSON."""
+        aead = self.keyring.ensure(self.subject, position=position)
+        return [
+            msgspec.structs.replace(row, state=self._seal_state(aead, row))
+            if row.topic in SEALED_FIELDS
+            else row
+            for row in rows
+        ]
+
+    def _seal_state(self, aead: AESGCM, row: Row) -> bytes:
+        fields = _fields_decoder.decode(row.state)
+        for name in SEALED_FIELDS[row.topic]:
+            raw = fields.get(name)
+            if raw is None or _is_null(raw):
+                continue
+            ad = _aad(row.stream, row.version, name)
+            if name in _TEXT_FIELDS:
+                text = msgspec.json.decode(raw, type=str)
+                stored = msgspec.json.encode(seal_text(aead, self.subject, text, ad))
+            else:
+                stored = _envelope_encoder.encode(seal_raw(aead, self.subject, raw, ad))
+            fields[name] = msgspec.Raw(stored)
+        return msgspec.json.encode(fields)
+
+
+_fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _is_null(value: object) -> bool:
+    """Whether a field is JSON ``null`` (a decision without input, a flow returning None):
+    left in clear, since it holds nothing personal and its absence is visible anyway; half
+    the AES-GCM calls of a decision without input. A sealed execution's fields are each
+    opened only if sealed, so a clear ``null`` among them reads as it is."""
+    return isinstance(value, msgspec.Raw) and len(value) == 4 and bytes(value) == b"null"
 
 
 class Opener:
@@ -553,7 +652,7 @@ class Opener:
         Sealed or clear is decided by its input: an execution started with encryption on has
         every personal field sealed; one started before has none.
         """
-        if sealed_of_raw(execution.input) is None:
+        if not sealed_input(execution.input, execution.id):
             return execution
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
         execution.input = self.raw(execution.input, stream, 1, "input")
@@ -585,7 +684,25 @@ class Opener:
         shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
         return "(sealed)" if _sealed_of_text(text) is not None else text
 
-    def state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
+    def rows(self, rows: Sequence[Row]) -> list[Row]:
+        """Stored rows with their sealed fields opened (what an import compares a bundle to)."""
+        return [
+            msgspec.structs.replace(row, state=state)
+            for row, state in zip(rows, self.states(rows), strict=True)
+        ]
+
+    def states(self, rows: Sequence[Row | Record]) -> list[bytes]:
+        """One execution's stored events' JSON, oldest first, sealed fields opened if the
+        execution is sealed (:func:`sealed_input` of its first event): what a bundle carries.
+        A clear execution's fields are never opened, whatever they look like."""
+        first = rows[0] if rows else None
+        if first is None or first.topic != _CREATED:
+            return [row.state for row in rows]
+        if not sealed_input(_fields_decoder.decode(first.state).get("input"), first.stream):
+            return [row.state for row in rows]
+        return [self._state(row.topic, row.stream, row.version, row.state) for row in rows]
+
+    def _state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
         """A stored event's JSON with its sealed fields opened: what a bundle carries."""
         fields = SEALED_FIELDS.get(topic)
         if not fields or b'"loom.sealed' not in state:

@@ -130,6 +130,11 @@ def _cases(s: Setup) -> dict[str, list[tuple[list[str], ExitCode]]]:
             (["erase", "--user", "nobody", "--reason", "request", *db], ExitCode.USAGE),
             (["erase", "--user", "u", "--reason", "request", *missing_db], ExitCode.USAGE),
         ],
+        "retain": [
+            (["retain", "--older-than", "90d", *db], ExitCode.OK),  # dry run
+            (["retain", "--older-than", "90 days", *db], ExitCode.USAGE),
+            (["retain", "--older-than", "90d", *missing_db], ExitCode.USAGE),
+        ],
         "import": [
             (["import", str(s.bundle), *db], ExitCode.OK),
             (["import", "nonexistent.json", *db], ExitCode.USAGE),
@@ -273,6 +278,10 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
         "erase": (
             ["erase", "--execution", eid, "--reason", "request", *db],
             lambda d: d["applied"] is False and d["not_erasable"] == [eid],  # recorded in clear
+        ),
+        "retain": (
+            ["retain", "--older-than", "90d", *db],
+            lambda d: d["applied"] is False and d["subjects"] == [],  # nothing that old
         ),
         "import": (
             ["import", str(s.bundle), *db],

@@ -21,6 +21,12 @@ A current search is the store's ``search``; a search as of position P is its ``a
 The store ranks both by the passages they admit, ties by passage id
 (:mod:`loom_memory.validity`): a search ranks the corpus as it was at the position, exactly as
 a fresh corpus of those documents would, whatever history it went through.
+
+A scope created with a stemmer (its stream opens with
+:class:`~loom_knowledge.corpus.events.TokenizerChosen`) keeps its passages in a passage store
+of that stemmer's own (prefix ``loom_kb_stem_<stemmer>_``, recorded in ``loom_kb_tokenizers``),
+so a plain and a stemmed index never share a table: every store holds one tokenizer's terms,
+as memory's stores require (ADR 0046). Plain scopes stay in the ``loom_kb_`` store.
 """
 
 from __future__ import annotations
@@ -44,12 +50,18 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    inspect,
     or_,
     select,
     update,
 )
 
-from loom_knowledge.corpus.events import CORPUS_TOPICS, DocumentRemoved, DocumentWritten
+from loom_knowledge.corpus.events import (
+    CORPUS_TOPICS,
+    DocumentRemoved,
+    DocumentWritten,
+    TokenizerChosen,
+)
 from loom_knowledge.corpus.keys import corpus_key, provenance_label
 from loom_knowledge.domain.passage_entry import (
     PassageContent,
@@ -58,10 +70,12 @@ from loom_knowledge.domain.passage_entry import (
 )
 from loom_knowledge.domain.types import DocRecord, Passage
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
-from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore
-from loom_runtime import SQLProjection, tracking_table
+from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore, Tokenizer
+from loom_runtime import DomainEventProtocol, SQLProjection, tracking_table
 
 TABLE_PREFIX = "loom_kb_"
+PassageStore = PostgresTemporalStore | SqliteTemporalStore
+"""A passage store of the corpus: the log's backend's temporal store."""
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
@@ -73,6 +87,18 @@ class CorpusIndex(SQLProjection):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
         self.store = self._open_store()
+        """The plain scopes' passages (every scope written without a stemmer)."""
+        self._stemmed: dict[str, PassageStore] = {}
+        """The passage store of each stemmer a scope was created with, opened on first use."""
+        self._scope_stemmers: dict[str, str | None] = {}
+        """Each scope's stemmer as the projection found it when it indexed the scope's
+        documents. Final once found: a choice is only ever the first event of a stream."""
+        self.tokenizers = Table(
+            f"{TABLE_PREFIX}tokenizers",
+            self.metadata,
+            Column("scope", Text, primary_key=True),
+            Column("stemmer", String(100), nullable=False),
+        )
         self.documents = Table(
             f"{TABLE_PREFIX}documents",
             self.metadata,
@@ -93,10 +119,13 @@ class CorpusIndex(SQLProjection):
             self.drop()
             self.store = self._open_store()
         self.create_tables()
+        if self._open_recorded_stores():
+            self.reset()  # a stemmed store's tables were dropped: rebuild from the log
         self._statements = _Statements(self.documents, self.revisions)
 
-    def _open_store(self) -> PostgresTemporalStore | SqliteTemporalStore:
-        """The passage store: temporal, so history and its ranking rule are memory's."""
+    def _open_store(self, stemmer: str | None = None) -> PassageStore:
+        """The passage store of ``stemmer``'s scopes (None: the plain ones): temporal, so
+        history and its ranking rule are memory's."""
         store_class = (
             PostgresTemporalStore
             if self.engine.dialect.name == "postgresql"
@@ -104,30 +133,102 @@ class CorpusIndex(SQLProjection):
         )
         return store_class(
             self.engine,
-            table_prefix=TABLE_PREFIX,
+            table_prefix=TABLE_PREFIX if stemmer is None else stemmed_prefix(stemmer),
             columns=[Column("revision", Integer, nullable=True)],
+            tokenizer=Tokenizer(stemmer),
         )
 
+    def passage_store(self, stemmer: str | None) -> PassageStore:
+        """The passage store of ``stemmer``'s scopes, opened (its tables created) on first use.
+
+        Opening creates tables in a transaction of its own, so it never runs inside a page's
+        transaction: :meth:`apply` opens the stores a page needs before it begins.
+        """
+        if stemmer is None:
+            return self.store
+        if stemmer not in self._stemmed:
+            self._stemmed[stemmer] = self._open_store(stemmer)
+        return self._stemmed[stemmer]
+
+    def _open_recorded_stores(self) -> bool:
+        """Open the store of every stemmer a scope was created with, so :meth:`clear` and
+        :meth:`drop` reach their tables too; True if one had lost its tables (its rows are
+        gone while the projection's position says they are there)."""
+        with self.reading() as conn:
+            if not inspect(conn).has_table(self.tokenizers.name):
+                return False  # a read model from before stemmed scopes, not yet upgraded
+            stemmers = sorted(conn.execute(select(self.tokenizers.c.stemmer).distinct()).scalars())
+        opened = [stemmer for stemmer in stemmers if stemmer not in self._stemmed]
+        return any(self.passage_store(stemmer).created_tables for stemmer in opened)
+
+    def _store_of(self, conn: Connection, scope: str) -> PassageStore:
+        """The store holding ``scope``'s passages, for an event of it being applied.
+
+        Events are applied in log order, so by the time one of a scope's documents is, its
+        choice (the stream's first event) has been: what the table says then is final.
+        """
+        if scope not in self._scope_stemmers:
+            found = conn.execute(
+                select(self.tokenizers.c.stemmer).where(self.tokenizers.c.scope == scope)
+            ).scalar()
+            self._scope_stemmers[scope] = found
+        return self.passage_store(self._scope_stemmers[scope])
+
     # -- projection ---------------------------------------------------------------------------
+
+    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+        """Open the passage stores the page writes to, then apply it (in one transaction).
+
+        A store opened inside the page's transaction would create its tables in another one
+        and wait for this one's lock. A page names a stemmer's store by its choice event, or by
+        a document of a scope whose choice another process applied: those are in the table.
+        """
+        unseen = False
+        for _, event in events:
+            if isinstance(event, TokenizerChosen):
+                self.passage_store(event.stemmer)
+            elif getattr(event, "scope", None) not in self._scope_stemmers:
+                unseen = True
+        if unseen:
+            self._open_recorded_stores()
+        return super().apply(events, upto=upto)
+
+    def reset(self) -> None:
+        self._open_recorded_stores()  # another process may have recorded a stemmer since
+        super().reset()
 
     def handle(self, conn: Connection, position: int, event: Any) -> None:
         if isinstance(event, DocumentWritten):
             self._written(conn, position, event)
         elif isinstance(event, DocumentRemoved):
             self._removed(conn, position, event)
+        elif isinstance(event, TokenizerChosen):
+            self._tokenizer_chosen(conn, event)
         # CorpusReconciled changes no state: it is the record of what a sync decided.
 
     def clear(self, conn: Connection) -> None:
         conn.execute(delete(self.documents))
         conn.execute(delete(self.revisions))
+        conn.execute(delete(self.tokenizers))
         self.store.clear_all(conn=conn)
+        for store in self._stemmed.values():
+            store.clear_all(conn=conn)
+        self._scope_stemmers.clear()
+
+    def _tokenizer_chosen(self, conn: Connection, event: TokenizerChosen) -> None:
+        # Rows of the scope in the stemmer's store can only be left over from before a drop
+        # that missed them (nothing of the scope precedes this event): start it empty.
+        self.passage_store(event.stemmer).clear(corpus_key(event.scope), conn=conn)
+        conn.execute(delete(self.tokenizers).where(self.tokenizers.c.scope == event.scope))
+        conn.execute(self.tokenizers.insert().values(scope=event.scope, stemmer=event.stemmer))
+        self._scope_stemmers[event.scope] = event.stemmer
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
         key = corpus_key(event.scope)
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-        self.store.append_at(
+        self._store_of(conn, event.scope).append_at(
             key, _entries(event), position, conn=conn, values={"revision": event.revision}
         )
         values = {
@@ -173,12 +274,15 @@ class CorpusIndex(SQLProjection):
             },
         )
         ids = _passage_ids(record.id, record.passage_count)
-        self.store.end_validity(corpus_key(scope), ids, position, conn=conn)
+        self._store_of(conn, scope).end_validity(corpus_key(scope), ids, position, conn=conn)
 
     def drop(self) -> None:
         """Drop every table of this projection and forget its position (see ``drop_corpus``)."""
+        self._open_recorded_stores()
         with self.engine.begin() as conn:
             self.store.drop(conn=conn)
+            for store in self._stemmed.values():
+                store.drop(conn=conn)
             self.metadata.drop_all(conn)
             conn.execute(delete(tracking_table).where(tracking_table.c.projection == self.name))
 
@@ -256,21 +360,34 @@ class CorpusIndex(SQLProjection):
                 if (row.doc_id, row.revision) in revisions
             }
 
-    def read_passages(self, scope: str, *, as_of: int | None = None) -> list[Passage]:
-        """The current passages of ``scope`` (or those current at ``as_of``), in index order."""
+    def read_passages(
+        self, scope: str, *, as_of: int | None = None, stemmer: str | None = None
+    ) -> list[Passage]:
+        """The current passages of ``scope`` (or those current at ``as_of``), in index order.
+
+        ``stemmer``: the one the scope was created with (the caller read it from the log).
+        """
+        store = self.passage_store(stemmer)
         return [
             _passage(entry, values)
-            for entry, values in self.store.read_annotated(corpus_key(scope), as_of=as_of)
+            for entry, values in store.read_annotated(corpus_key(scope), as_of=as_of)
         ]
 
     def search_passages(
-        self, scope: str, query: str, *, limit: int, as_of: int | None = None
+        self,
+        scope: str,
+        query: str,
+        *,
+        limit: int,
+        as_of: int | None = None,
+        stemmer: str | None = None,
     ) -> list[Passage]:
         """The best ``limit`` current passages of ``scope`` for ``query`` (or the best of those
-        current at ``as_of``)."""
+        current at ``as_of``), ranked by the terms of the scope's ``stemmer``."""
         if not isinstance(query, str):
             raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
-        hits = self.store.search_annotated(corpus_key(scope), query, limit=limit, as_of=as_of)
+        store = self.passage_store(stemmer)
+        hits = store.search_annotated(corpus_key(scope), query, limit=limit, as_of=as_of)
         return [_passage(entry, values) for entry, values in hits]
 
     def manifest_at(self, scope: str, position: int) -> dict[str, DocRecord]:
@@ -336,6 +453,11 @@ class _Statements:
             )
             .group_by(r.doc_id)
         )
+
+
+def stemmed_prefix(stemmer: str) -> str:
+    """The table prefix of the passage store of scopes created with ``stemmer``."""
+    return f"{TABLE_PREFIX}stem_{stemmer}_"
 
 
 def _record_columns(*, revision_is_key: bool) -> list[Column[Any]]:

@@ -9,6 +9,11 @@ A :class:`DocumentWritten` carries the passages exactly as the chunker cut them.
 therefore reproduces the index passage for passage even if the chunker's code changes later;
 re-chunking is a new write, never a silent difference between two rebuilds.
 
+A scope created with a stemmer opens its stream with :class:`TokenizerChosen`, in the same
+append as its first write, so a rebuild, an as-of view or another process indexes and searches
+it with that stemmer without being told. A scope whose stream has none is plain, as every
+scope written before stemming existed is.
+
 Scopes, document ids and sources are ``IDENTIFIERS``: never redacted (a redacted id would
 re-issue revision 1 of another document), refused at the boundary if they hold a secret.
 """
@@ -62,4 +67,22 @@ class CorpusReconciled(LogEvent):
     retained: list[str]
 
 
-CORPUS_TOPICS = (DocumentWritten.TOPIC, DocumentRemoved.TOPIC, CorpusReconciled.TOPIC)
+class TokenizerChosen(LogEvent):
+    """A scope's passages are indexed and searched with ``stemmer``'s Snowball stems, for good.
+
+    Only ever the first event of a scope's stream: a choice made after a document was indexed
+    would leave that document's terms in another index.
+    """
+
+    TOPIC = f"{_TOPIC}.TokenizerChosen"
+    IDENTIFIERS = ("scope", "stemmer")
+    scope: str
+    stemmer: str
+
+
+CORPUS_TOPICS = (
+    DocumentWritten.TOPIC,
+    DocumentRemoved.TOPIC,
+    CorpusReconciled.TOPIC,
+    TokenizerChosen.TOPIC,
+)

@@ -16,6 +16,11 @@ passages by CONTENT, so a replay reproduces them after the corpus is gone. It an
 modes: ``lexical`` (BM25, always), ``vector`` and ``hybrid`` (when the scope was opened with an
 embedder, through :class:`~loom_knowledge.corpus.hybrid.HybridRetriever`), each with an
 optional filter on the documents' meta (:mod:`loom_knowledge.corpus.retrieval`).
+
+A scope may be created with a Snowball stemmer (``open_knowledge_base(..., stemmer="english")``,
+the ``stem`` extra): its first write opens its stream with
+:class:`~loom_knowledge.corpus.events.TokenizerChosen`, and from then on the log says how it is
+indexed, so a rebuild, an as-of view and another process need no configuration (ADR 0046).
 """
 
 from __future__ import annotations
@@ -24,11 +29,17 @@ import logging
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
-from loom_knowledge.corpus.events import CorpusReconciled, DocumentRemoved, DocumentWritten
+from loom_knowledge.corpus.events import (
+    CorpusReconciled,
+    DocumentRemoved,
+    DocumentWritten,
+    TokenizerChosen,
+)
 from loom_knowledge.corpus.keys import retrieve_key, stream_name
 from loom_knowledge.corpus.retrieval import (
     FilterValue,
@@ -50,11 +61,12 @@ from loom_knowledge.errors import (
     InvalidOptionError,
     KnowledgeBaseOptionsError,
 )
-from loom_memory import embedding_projections
+from loom_memory import StoreConfigurationError, Tokenizer, embedding_projections
 from loom_runtime import (
     Change,
     EventLog,
     Loom,
+    MissingExtraError,
     catch_up,
     position_at,
     rebuild,
@@ -70,6 +82,16 @@ R = TypeVar("R")
 D = TypeVar("D")
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
+
+
+class _Recorded(Enum):
+    RECORDED = "recorded"
+
+
+RECORDED_STEMMER: Final = _Recorded.RECORDED
+"""``open_knowledge_base``'s default ``stemmer``: the one the scope was created with (read from
+its stream in the log), or none for a scope that does not exist yet. Distinct from ``None``,
+which asks for a plain scope and is refused on a stemmed one."""
 
 logger = logging.getLogger("loom.knowledge")
 """Each sync's summary at INFO (written, unchanged, removed, retained)."""
@@ -87,11 +109,13 @@ class CorpusAsOf:
         position: int,
         *,
         vectors: HybridRetriever | None = None,
+        stemmer: str | None = None,
     ) -> None:
         self.scope = scope
         self.position = position
         self._index = index
         self._vectors = vectors
+        self._stemmer = stemmer
 
     def list_docs(self) -> list[DocRecord]:
         """The documents live at this position, at the revision they had then."""
@@ -99,7 +123,7 @@ class CorpusAsOf:
 
     def passages(self) -> list[Passage]:
         """Every passage current at this position, in index order."""
-        return self._index.read_passages(self.scope, as_of=self.position)
+        return self._index.read_passages(self.scope, as_of=self.position, stemmer=self._stemmer)
 
     def search(
         self,
@@ -114,7 +138,15 @@ class CorpusAsOf:
         check_arguments(query, mode, limit)
         checked = check_filter(filter)
         if mode == "lexical":
-            return _lexical(self._index, self.scope, query, limit, checked, as_of=self.position)
+            return _lexical(
+                self._index,
+                self.scope,
+                query,
+                limit,
+                checked,
+                as_of=self.position,
+                stemmer=self._stemmer,
+            )
         vectors = _require_vectors(self._vectors, self.scope, mode)
         return vectors.search(query, mode=mode, limit=limit, filter=checked, as_of=self.position)
 
@@ -134,12 +166,19 @@ class KnowledgeBase:
         max_removal_fraction: float,
         embedder: Embedder | None = None,
         min_score: float | None = None,
+        stemmer: str | _Recorded | None = RECORDED_STEMMER,
     ) -> None:
         self.loom = loom
         self.scope = scope
         self.chunker = chunker
         self.max_removal_fraction = max_removal_fraction
         self._stream = stream_id(stream_name(scope))
+        self._stemmer_given = stemmer is not RECORDED_STEMMER
+        self._stemmer = None if isinstance(stemmer, _Recorded) else _check_stemmer(scope, stemmer)
+        """The scope's stemmer: the log's once :attr:`_settled`; until then (a scope not yet
+        written) the one its first write will record."""
+        self._settled = False
+        self._settle()
         self._passed_ids: set[str] = set()
         """Document ids the log's redactor passed (``_check_doc_id``)."""
         self._vectors: HybridRetriever | None = None
@@ -169,6 +208,27 @@ class KnowledgeBase:
     def min_score(self) -> float | None:
         """The embedder's cosine floor: a passage scoring below it is not a vector hit."""
         return None if self._vectors is None else self._vectors.min_score
+
+    @property
+    def stemmer(self) -> str | None:
+        """The Snowball stemmer the scope's passages are indexed and searched with (None:
+        plain terms), as its stream in the log records it."""
+        if not self._settled:
+            self._settle()
+        return self._stemmer
+
+    def _settle(self) -> None:
+        """Read the scope's stemmer from the log if the scope exists, refusing a different one
+        asked for explicitly; a scope not written yet stays unsettled (another process may
+        create it first)."""
+        first = next(iter(self.loom.log.events(self._stream, limit=1)), None)
+        if first is None:
+            return
+        recorded = first.stemmer if isinstance(first, TokenizerChosen) else None
+        if self._stemmer_given and recorded != self._stemmer:
+            raise _stemmer_refused(self.scope, recorded=recorded, asked=self._stemmer)
+        self._stemmer = recorded
+        self._settled = True
 
     @property
     def _index(self) -> CorpusIndex:
@@ -298,7 +358,7 @@ class KnowledgeBase:
     def passages(self) -> list[Passage]:
         """Every current passage, in index order (documents in ingest order, then by index)."""
         self.refresh()
-        return self._index.read_passages(self.scope)
+        return self._index.read_passages(self.scope, stemmer=self.stemmer)
 
     def retrieve(
         self,
@@ -369,7 +429,7 @@ class KnowledgeBase:
             vectors = _require_vectors(self._vectors, self.scope, mode)
             return vectors.search(query, mode=mode, limit=limit, filter=checked)
         self.refresh()
-        return _lexical(self._index, self.scope, query, limit, checked)
+        return _lexical(self._index, self.scope, query, limit, checked, stemmer=self.stemmer)
 
     def _search_lexical(
         self, query: str, *, limit: int, filter: dict[str, list[FilterValue]] | None
@@ -380,7 +440,7 @@ class KnowledgeBase:
         ``filter`` is a checked one (:func:`~loom_knowledge.corpus.retrieval.check_filter`).
         """
         check_arguments(query, "lexical", limit)
-        return _lexical(self._index, self.scope, query, limit, filter)
+        return _lexical(self._index, self.scope, query, limit, filter, stemmer=self.stemmer)
 
     def as_of(self, when: int | datetime) -> CorpusAsOf:
         """A read-only view of this corpus as it was at log position (or moment) ``when``.
@@ -395,7 +455,9 @@ class KnowledgeBase:
             raise InvalidOptionError(
                 f"as_of needs a log position from 0 to {head} or an aware datetime, not {when!r}"
             )
-        return CorpusAsOf(self._index, self.scope, position, vectors=self._vectors)
+        return CorpusAsOf(
+            self._index, self.scope, position, vectors=self._vectors, stemmer=self.stemmer
+        )
 
     def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
         """The corpus as the execution saw it when it started (its recorded log position)."""
@@ -464,14 +526,19 @@ class KnowledgeBase:
         ``progress`` follows the index catching up on the appended events (see :meth:`sync`).
         """
 
-        def fresh() -> tuple[list[Change], D]:
+        def fresh(version: int) -> tuple[list[Change], D]:
             self.refresh()  # at least up to the version just read
-            return decide(self._index.manifest(self.scope, doc_ids=only))
+            changes, outcome = decide(self._index.manifest(self.scope, doc_ids=only))
+            if version == 0 and changes and self._stemmer is not None:
+                # The scope's first write: its choice goes first, in the same append.
+                chosen = {"scope": self.scope, "stemmer": self._stemmer}
+                changes = [(TokenizerChosen, chosen), *changes]
+            elif version > 0 and not self._settled:
+                self._settle()  # created since this opened: by the log's choice, or refused
+            return changes, outcome
 
         what = f"a write to knowledge scope {self.scope!r}"
-        positions, outcome = self.loom.log.append_replanned(
-            self._stream, lambda _version: fresh(), what=what
-        )
+        positions, outcome = self.loom.log.append_replanned(self._stream, fresh, what=what)
         if positions:
             indexed = _indexed(positions, progress)
             # Up to this write's last event, not the head: that is what the caller must see
@@ -544,11 +611,15 @@ def _lexical(
     filter: dict[str, list[FilterValue]] | None,
     *,
     as_of: int | None = None,
+    stemmer: str | None,
 ) -> list[Passage]:
     """The best ``limit`` passages by BM25 (current, or current at ``as_of``) that pass
-    ``filter``: the one lexical search of the current corpus and of every as-of view."""
+    ``filter``: the one lexical search of the current corpus and of every as-of view, in the
+    terms of the scope's ``stemmer``."""
     return filtered(
-        lambda depth: index.search_passages(scope, query, limit=depth, as_of=as_of),
+        lambda depth: index.search_passages(
+            scope, query, limit=depth, as_of=as_of, stemmer=stemmer
+        ),
         limit,
         filter,
     )
@@ -628,6 +699,7 @@ def open_knowledge_base(
     max_removal_fraction: float | None = None,
     embedder: Embedder | None = None,
     min_score: float | None = None,
+    stemmer: str | _Recorded | None = RECORDED_STEMMER,
 ) -> KnowledgeBase:
     """The corpus ``scope`` of ``loom``'s log: one per scope and Loom, cached.
 
@@ -639,6 +711,13 @@ def open_knowledge_base(
     raises :class:`KnowledgeBaseOptionsError` rather than ignoring them: two parts of an app
     chunking one corpus differently, or embedding it with two models, would show only as worse
     retrieval. Embedders are compared by model identity and dimension (the vector space).
+
+    ``stemmer`` (a Snowball algorithm: ``"english"``, ``"french"``, ...; the ``stem`` extra)
+    indexes and searches the scope by stems, so "indexes" finds "indexing". It is chosen once,
+    by the scope's first write, which records it in the log; not passed, the scope's recorded
+    choice is used (plain for a scope not written yet), so readers need not repeat it. Asking
+    an existing scope for another (``None`` included, on a stemmed scope) raises
+    :class:`KnowledgeBaseOptionsError`: a different tokenizer is a different index.
     """
     if not isinstance(scope, str) or not scope.strip() or scope != scope.strip():
         raise InvalidOptionError(
@@ -652,6 +731,8 @@ def open_knowledge_base(
         )
     scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
+    if existing is not None and stemmer is not RECORDED_STEMMER and stemmer != existing.stemmer:
+        raise _stemmer_refused(scope, recorded=existing.stemmer, asked=stemmer)
     if existing is None:
         scopes[scope] = KnowledgeBase(
             loom,
@@ -664,6 +745,7 @@ def open_knowledge_base(
             ),
             embedder=embedder,
             min_score=min_score,
+            stemmer=stemmer,
         )
         return scopes[scope]
     chosen = existing.chunker if chunker is None else chunker
@@ -688,6 +770,40 @@ def open_knowledge_base(
             "to reuse the open one's."
         )
     return existing
+
+
+def _check_stemmer(scope: str, stemmer: object) -> str | None:
+    """``stemmer`` if a tokenizer can stem with it: a Snowball algorithm's name, or None."""
+    if stemmer is None:
+        return None
+    if not isinstance(stemmer, str):
+        raise InvalidOptionError(
+            f"stemmer must be a Snowball algorithm's name (e.g. 'english') or None, not "
+            f"{type(stemmer).__name__} {stemmer!r}"
+        )
+    try:
+        Tokenizer(stemmer)
+    except StoreConfigurationError as exc:
+        if isinstance(exc.__cause__, ImportError):
+            raise MissingExtraError(
+                extra="stem",
+                missing="snowballstemmer",
+                needed_by=f"knowledge scope {scope!r} with stemmer={stemmer!r}",
+            ) from exc
+        raise InvalidOptionError(f"knowledge scope {scope!r}: {exc}") from exc
+    return stemmer
+
+
+def _stemmer_refused(
+    scope: str, *, recorded: str | None, asked: object
+) -> KnowledgeBaseOptionsError:
+    """The refusal of a stemmer other than the one ``scope`` was created with."""
+    return KnowledgeBaseOptionsError(
+        f"knowledge scope {scope!r} was created with stemmer={recorded!r} (its first write "
+        f"recorded it in the log); it was asked for stemmer={asked!r}. A scope's stemmer is "
+        "chosen once: open it without stemmer= to use its own, or sync the documents into a "
+        "new scope to index them another way"
+    )
 
 
 def _space(embedder: Embedder | None) -> tuple[str, int] | None:

@@ -24,7 +24,7 @@ fuses those two filtered rankings (ADR 0045).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from loom_knowledge.domain.types import Passage
@@ -99,6 +99,38 @@ def matches(meta: Mapping[str, Any] | None, filter: Mapping[str, list[FilterValu
     return True
 
 
+class MetaIndex:
+    """Which of ``metas`` (by position) hold each value of each field a filter has asked for,
+    built per field on first use: a filter over a whole corpus then costs a few lookups, not a
+    :func:`matches` call per passage, with the same answer. Values are keyed as :func:`_equal`
+    compares them (numbers as numbers, a bool only with a bool); only ``str``, ``int``,
+    ``float`` and ``bool`` values are keyed, the only kinds a wanted value can equal."""
+
+    def __init__(self, metas: Sequence[Mapping[str, Any] | None]) -> None:
+        self._metas = metas
+        self._fields: dict[str, dict[tuple[bool, FilterValue], list[int]]] = {}
+
+    def rows(self, filter: Mapping[str, list[FilterValue]]) -> list[int]:
+        """The positions of the metas that pass a checked ``filter``, ascending."""
+        found: set[int] | None = None
+        for field, wanted in filter.items():
+            if field not in self._fields:
+                self._fields[field] = self._by_value(field)
+            by_value = self._fields[field]
+            held = set().union(*(by_value.get(_key(value), ()) for value in wanted))
+            found = held if found is None else found & held
+        return sorted(found or ())
+
+    def _by_value(self, field: str) -> dict[tuple[bool, FilterValue], list[int]]:
+        by_value: dict[tuple[bool, FilterValue], list[int]] = {}
+        for position, meta in enumerate(self._metas):
+            have = _MISSING if meta is None else meta.get(field, _MISSING)
+            for one in have if isinstance(have, list) else [have]:
+                if isinstance(one, str | int | float):  # bool is an int
+                    by_value.setdefault(_key(one), []).append(position)
+        return by_value
+
+
 def filtered(
     search: Callable[[int], list[Passage]],
     limit: int,
@@ -152,3 +184,9 @@ def _is_value(value: object) -> bool:
 def _equal(have: object, value: FilterValue) -> bool:
     """Equality as the grammar says: numbers as numbers, a bool only with a bool."""
     return isinstance(have, bool) == isinstance(value, bool) and have == value
+
+
+def _key(value: FilterValue) -> tuple[bool, FilterValue]:
+    """A dict key equal for two values exactly when :func:`_equal` holds between them
+    (Python hashes equal numbers alike, ``1`` and ``1.0`` included)."""
+    return (isinstance(value, bool), value)

@@ -20,8 +20,20 @@ from rich.table import Table
 
 from loom_knowledge.corpus.corpus_files import scan_docs
 from loom_knowledge.corpus.retrieval import MODES, Mode
-from loom_knowledge.errors import KnowledgeError, MassDeleteRefusedError, SourceConflictError
-from loom_runtime import ErasedError, ExecutionNotFoundError, FlowNotFoundError, LoomError
+from loom_knowledge.errors import (
+    InvalidOptionError,
+    KnowledgeBaseOptionsError,
+    KnowledgeError,
+    MassDeleteRefusedError,
+    SourceConflictError,
+)
+from loom_runtime import (
+    ErasedError,
+    ExecutionNotFoundError,
+    FlowNotFoundError,
+    LoomError,
+    MissingExtraError,
+)
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -111,8 +123,10 @@ def audit_command(
             report = audit(loom, execution_id)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-        except ErasedError as exc:  # names the forget event (ADR 0049)
-            fail(str(exc))
+        except ErasedError as exc:  # shows the forget-log entry (ADR 0049)
+            from loom_runtime.tools.erase_cli import show_erased
+
+            show_erased(loom, exc, execution_id, as_json=as_json)
     if html is not None:
         html.write_text(render_html(report), encoding="utf-8")
         console.print(inert(f"wrote {html}"))
@@ -145,6 +159,14 @@ def sync_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List every document to write or remove.")
     ] = False,
+    stemmer: Annotated[
+        str | None,
+        typer.Option(
+            "--stemmer",
+            help="Create a new scope stemmed with this Snowball algorithm (e.g. english; the "
+            "stem extra). An existing scope keeps its own; another is refused.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
@@ -154,7 +176,7 @@ def sync_command(
     stays in the append-only log for good, and a stray link to /etc would put /etc there.
     The flag is for a docs folder that links a shared checkout on purpose.
     """
-    from loom_knowledge.corpus.knowledge_base import open_knowledge_base
+    from loom_knowledge.corpus.knowledge_base import RECORDED_STEMMER, open_knowledge_base
 
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=ExitCode.USAGE)
@@ -172,8 +194,10 @@ def sync_command(
         open_loom(db, create=apply) as loom,  # the dry run only reads
         progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
     ):
-        kb = open_knowledge_base(loom, scope)
         try:
+            kb = open_knowledge_base(
+                loom, scope, stemmer=RECORDED_STEMMER if stemmer is None else stemmer
+            )
             if apply:
                 result = kb.sync(
                     docs,
@@ -187,6 +211,8 @@ def sync_command(
             fail(_source_conflict(exc, given=source), code=ExitCode.USAGE)
         except MassDeleteRefusedError as exc:
             fail(_mass_delete(exc), code=ExitCode.USAGE)
+        except (KnowledgeBaseOptionsError, InvalidOptionError, MissingExtraError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)  # --stemmer: unknown, uninstalled or refused
         except KnowledgeError as exc:
             fail(str(exc))
     if as_json:

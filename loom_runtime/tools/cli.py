@@ -163,7 +163,8 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
 
 def master_key() -> MasterKey | None:
     """The master key in ``$LOOM_MASTER_KEY``, if set: every command opens an encrypted log
-    with it (ADR 0049), and a wrong one is refused when the log is opened."""
+    with it (ADR 0049), and a wrong one is refused when the log is opened. A log that has no
+    key table gets one only from a write that seals (``loom run``), never from a reader."""
     import os
 
     if not os.environ.get("LOOM_MASTER_KEY", "").strip():
@@ -807,7 +808,7 @@ else:
 
 from loom_runtime.tools import (  # noqa: E402  (each registers its commands on `app`)
     bundle_cli,  # noqa: F401  (`loom diff`, `loom bundle show`)
-    erase_cli,  # noqa: F401  (`loom erase`)
+    erase_cli,  # noqa: F401  (`loom erase`, `loom retain`)
     transfer_cli,  # noqa: F401  (`loom export`, `loom import`)
     worker_cli,  # noqa: F401  (`loom recover`, `loom worker`)
 )

@@ -3,22 +3,26 @@
 A dry run says what would be erased (which executions, how many sealed events each, which
 were recorded in clear before encryption was switched on and cannot be erased) and writes
 nothing, like ``knowledge sync``. ``--apply`` destroys the keys and appends the forget event.
-The log is opened with ``$LOOM_MASTER_KEY``. Registered on the ``loom`` app by
+The log is opened with ``$LOOM_MASTER_KEY``. ``loom retain`` is the same erasure selected by
+age (ADR 0053), and :func:`show_erased` is what a command that shows an execution prints for
+an erased one: its forget-log entry. Registered on the ``loom`` app by
 :mod:`loom_runtime.tools.cli`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from loom_runtime.errors import (
     EncryptionOffError,
+    ErasedError,
     ErasureSubjectError,
     ExecutionNotFoundError,
     LabelError,
     LoomError,
+    RetentionPolicyError,
 )
 from loom_runtime.tools.cli import (
     DbOption,
@@ -30,7 +34,12 @@ from loom_runtime.tools.cli import (
     inert,
     open_loom,
     print_json,
+    warn,
 )
+
+if TYPE_CHECKING:
+    from loom_runtime.erasure import ErasureReport
+    from loom_runtime.loom import Loom
 
 
 @app.command()
@@ -83,6 +92,10 @@ def erase(
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
+    _print_report(report, as_json=as_json)
+
+
+def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
@@ -92,7 +105,7 @@ def erase(
         inert(
             f"{verb} {len(report.subjects)} execution(s) of {report.selector} "
             f"({events} sealed event(s))"
-            + (f"; forget event at log position {report.position}" if report.applied else "")
+            + (f"; forget event at log position {report.position}" if report.position else "")
         )
     )
     for subject in report.subjects:
@@ -105,3 +118,79 @@ def erase(
         )
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+@app.command()
+def retain(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Erase executions that started longer ago than this: 90d, 2w, 36h, 15m.",
+        ),
+    ],
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only executions labelled with this tenant.")
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Recorded in the forget log (default: the policy)."),
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Who erases (recorded in the forget log).")
+    ] = "retention",
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Erase; without it, only say what would be erased.")
+    ] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Erase executions older than an age (dry run unless --apply); safe on a schedule: with
+    nothing old enough left it writes nothing. Needs $LOOM_MASTER_KEY."""
+    from loom_runtime.retention import parse_age
+
+    try:
+        age = parse_age(older_than)
+    except RetentionPolicyError as exc:
+        fail(str(exc), code=ExitCode.USAGE)
+    with open_loom(db) as loom:
+        try:
+            report = loom.retain(
+                older_than=age, tenant=tenant, reason=reason, by=by, dry_run=not apply
+            )
+        except (EncryptionOffError, LabelError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)
+        except LoomError as exc:
+            fail(str(exc))
+    _print_report(report, as_json=as_json)
+    if report.not_erasable:
+        warn(
+            f"{len(report.not_erasable)} execution(s) older than {older_than} are stored in "
+            "clear (recorded before encryption was switched on) and cannot be erased"
+        )
+
+
+def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: bool) -> NoReturn:
+    """Report an erased execution by its forget-log entry (who, when, why, where), never its
+    content, and exit 1 as a replay of it does: what a command that shows an execution (an
+    audit) prints in place of it. Without an entry to name, the error alone."""
+    from loom_runtime.erasure import forget_entry
+
+    entry = forget_entry(loom, error)
+    if entry is None:
+        fail(str(error))
+    if as_json:
+        print_json({"execution_id": execution_id, "erased": entry})
+    else:
+        console.print(
+            inert(
+                f"execution {execution_id}: erased by the forget event at log position "
+                f"{entry.position} "
+                f"({entry.at.isoformat()}) by {entry.by}: {entry.reason}"
+            )
+        )
+        console.print(
+            "its input, decisions, output and error messages can no longer be read; its "
+            "labels and the chain remain (`loom verify`)"
+        )
+    raise typer.Exit(ExitCode.FAILED)

@@ -151,7 +151,7 @@ def import_command(
             before = loom.log.position
             try:
                 execution_id = loom.import_bundle(file)
-            except BundleError as exc:
+            except (BundleError, ErasedError) as exc:  # erased here: a copy cannot bring it back
                 results.append(Imported(path=str(file), status="failed", error=str(exc)))
             else:
                 status: Status = "present" if loom.log.position == before else "imported"

@@ -1,0 +1,86 @@
+"""Retention: erase the executions that started before a cutoff (ADR 0053).
+
+A retention policy is an erasure selected by age: every sealed execution whose start (its
+``Created`` event's time, in clear) is older than ``older_than``, optionally of one tenant,
+has its key destroyed, and one forget event records the policy as the reason. It is the same
+two writes as :func:`~loom_runtime.erasure.erase`, so ``loom verify`` passes before and after
+and everything younger replays as before.
+
+Why it is safe to run on a schedule: a run with nothing old enough left writes nothing (no
+empty forget event a day), executions erased by an earlier run are reported as already
+erased, and an interrupted run is completed by the next one (the keys it did not reach are
+still live). An execution still running when its start passes the cutoff is erased too: its
+next write is refused (:class:`~loom_runtime.errors.SubjectErasedError`), never stored under
+a destroyed key.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from loom_runtime.erasure import ErasureReport, apply, check_who, keyring_of, plan
+from loom_runtime.errors import RetentionPolicyError
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
+
+_AGE: Final = re.compile(r"([0-9]{1,6})([wdhm])")
+_UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_age(text: str) -> timedelta:
+    """An age as ``loom retain --older-than`` takes it: a whole number and a unit, ``w``
+    (weeks), ``d`` (days), ``h`` (hours) or ``m`` (minutes): ``90d``, ``2w``, ``36h``.
+
+    One number and one unit, no fractions or combinations: a retention period is a policy
+    someone reads in a crontab, so ``90d`` is written as it is meant.
+    """
+    match = _AGE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise RetentionPolicyError(
+            f"--older-than {text!r} is not an age: write a whole number and a unit, w (weeks), "
+            "d (days), h (hours) or m (minutes), e.g. 90d"
+        )
+    return _positive(timedelta(**{_UNITS[match.group(2)]: int(match.group(1))}))
+
+
+def _positive(age: timedelta) -> timedelta:
+    if age <= timedelta(0):
+        raise RetentionPolicyError(
+            f"--older-than must be a positive age, not {age}: an age of 0 would erase "
+            "everything, including what is running now"
+        )
+    return age
+
+
+def retain(
+    loom: Loom,
+    *,
+    older_than: timedelta,
+    tenant: str | None,
+    reason: str | None,
+    by: str,
+    dry_run: bool,
+) -> ErasureReport:
+    """See :meth:`Loom.retain`."""
+    if not isinstance(older_than, timedelta):
+        raise RetentionPolicyError(f"older_than= is a timedelta, not {older_than!r}")
+    cutoff = datetime.now(UTC) - _positive(older_than)
+    selector = f"started before {cutoff.isoformat(timespec='seconds')}" + (
+        f", tenant={tenant}" if tenant is not None else ""
+    )
+    reason = reason if reason is not None else f"retention: older than {older_than}"
+    check_who(reason=reason, by=by)
+    keyring = keyring_of(loom, selector)
+    ids = [
+        summary.execution_id
+        for summary in loom.executions(tenant=tenant)
+        if summary.started_at < cutoff
+    ]
+    report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
+    return report if dry_run else apply(loom, keyring, report)
+
+
+__all__ = ["parse_age", "retain"]

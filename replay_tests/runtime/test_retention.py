@@ -1,0 +1,117 @@
+"""Retention (ADR 0053): executions started before a cutoff are erased by destroying their
+keys, a dry run unless asked, from Python and from ``loom retain``."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from freezegun import freeze_time
+from typer.testing import CliRunner
+
+from loom_runtime import (
+    ErasedError,
+    FlowContext,
+    Labels,
+    Loom,
+    MasterKey,
+    RetentionPolicyError,
+    parse_age,
+)
+
+KEY = MasterKey(b"k" * 32)
+
+
+def _register(loom: Loom) -> None:
+    @loom.flow("note")
+    def note(ctx: FlowContext, text: str) -> str:
+        return ctx.decide("shout", lambda: text.upper())
+
+
+def _history(loom: Loom) -> tuple[list[UUID], list[UUID]]:
+    """Two old executions per tenant (started 2026-01-01) and one recent one each (April)."""
+    _register(loom)
+    old, new = [], []
+    with freeze_time("2026-01-01T12:00:00Z"):
+        for tenant in ("t1", "t1", "t2", "t2"):
+            old.append(loom.run("note", text="old", labels=Labels(tenant=tenant)).execution_id)
+    with freeze_time("2026-04-01T12:00:00Z"):
+        for tenant in ("t1", "t2"):
+            new.append(loom.run("note", text="new", labels=Labels(tenant=tenant)).execution_id)
+    return old, new
+
+
+def test_retain_erases_what_started_before_the_cutoff_and_nothing_else(db_url: str) -> None:
+    with Loom(db_url, encryption=KEY) as loom:
+        old, new = _history(loom)
+        with freeze_time("2026-04-15T12:00:00Z"):  # 104 days after the old ones, 14 after
+            head = loom.log.position
+            dry = loom.retain(older_than=timedelta(days=90), tenant="t1", dry_run=True)
+            assert loom.log.position == head and not dry.applied
+            assert {s.execution_id for s in dry.subjects} == {str(i) for i in old[:2]}
+            report = loom.retain(older_than=timedelta(days=90), tenant="t1")
+        assert report.applied and report.position is not None
+        assert "2026-01-15" in report.selector and "tenant=t1" in report.selector
+        for execution_id in old[:2]:
+            with pytest.raises(ErasedError):
+                loom.replay(execution_id)
+        for execution_id in old[2:] + new:
+            assert loom.replay(execution_id).identical
+        assert loom.log.verify().problem is None
+        with freeze_time("2026-04-15T12:00:00Z"):
+            everyone = loom.retain(older_than=timedelta(days=90))
+            again = loom.retain(older_than=timedelta(days=90))
+        assert {s.execution_id for s in everyone.subjects} == {str(i) for i in old[2:]}
+        assert set(everyone.already_erased) == {str(i) for i in old[:2]}
+        assert again.subjects == () and again.position is None  # nothing left: nothing written
+        for execution_id in new:
+            assert loom.replay(execution_id).identical
+
+
+@pytest.mark.parametrize("text", ["90", "0d", "-5d", "90x", "", "d", "9" * 30 + "d", "1.5d"])
+def test_a_bad_age_is_refused_with_a_clear_error(text: str) -> None:
+    with pytest.raises(RetentionPolicyError, match="older-than"):
+        parse_age(text)
+
+
+def test_ages_read_in_weeks_days_hours_and_minutes() -> None:
+    assert parse_age("90d") == timedelta(days=90)
+    assert parse_age("2w") == timedelta(weeks=2)
+    assert parse_age("36h") == timedelta(hours=36)
+    assert parse_age("15m") == timedelta(minutes=15)
+
+
+def test_a_zero_or_negative_age_is_refused_from_python(db_url: str) -> None:
+    with Loom(db_url, encryption=KEY) as loom, pytest.raises(RetentionPolicyError):
+        loom.retain(older_than=timedelta(0))
+
+
+def test_loom_retain_is_a_dry_run_unless_apply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        old, new = _history(loom)
+    runner = CliRunner()
+    with freeze_time("2026-04-15T12:00:00Z"):
+        dry = runner.invoke(app, ["retain", "--older-than", "90d", "--db", url])
+        assert dry.exit_code == 0, dry.output
+        assert "would erase 4 execution(s)" in dry.stdout and "pass --apply" in dry.stdout
+        applied = runner.invoke(
+            app, ["retain", "--older-than", "90d", "--apply", "--json", "--db", url]
+        )
+        assert applied.exit_code == 0, applied.output
+        report = json.loads(applied.stdout)
+        assert report["applied"]
+        assert {s["execution_id"] for s in report["subjects"]} == {str(i) for i in old}
+        bad = runner.invoke(app, ["retain", "--older-than", "90 days", "--db", url])
+        assert bad.exit_code == 2 and "older-than" in bad.output
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        assert all(loom.replay(i).identical for i in new)
