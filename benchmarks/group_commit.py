@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,20 +83,29 @@ def arm(flows: int, values: list[Value], decisions: int) -> Arm:
 
 
 def _record(loom: Loom, flows: int, decisions: int) -> float:
+    def flow() -> None:
+        for _ in range(decisions // DECISIONS_PER_EXECUTION):
+            loom.run(FLOW, n=DECISIONS_PER_EXECUTION)
+
+    return _run_together(flow, flows, "a flow")
+
+
+def _run_together(flow: Callable[[], None], flows: int, what: str) -> float:
+    """Run ``flow`` on ``flows`` threads released together by a barrier; the seconds from the
+    release to the last thread's end. A thread's failure stops the run."""
     barrier = threading.Barrier(flows + 1)
     errors: list[BaseException] = []
     ends: list[float] = []
 
-    def flow() -> None:
+    def timed() -> None:
         try:
             barrier.wait(START_TIMEOUT_S)
-            for _ in range(decisions // DECISIONS_PER_EXECUTION):
-                loom.run(FLOW, n=DECISIONS_PER_EXECUTION)
+            flow()
             ends.append(time.monotonic())
         except BaseException as exc:  # reported below, which stops the run
             errors.append(exc)
 
-    threads = [threading.Thread(target=flow) for _ in range(flows)]
+    threads = [threading.Thread(target=timed) for _ in range(flows)]
     for thread in threads:
         thread.start()
     barrier.wait(START_TIMEOUT_S)
@@ -104,7 +113,7 @@ def _record(loom: Loom, flows: int, decisions: int) -> float:
     for thread in threads:
         thread.join()
     if errors:
-        raise InstrumentError(f"group commit: a flow failed: {errors[0]!r}")
+        raise InstrumentError(f"group commit: {what} failed: {errors[0]!r}")
     return max(ends) - started
 
 
@@ -165,33 +174,17 @@ def _bare_grouped_seconds(values: list[Value], flows: int, decisions: int) -> tu
             commits += 1
 
         grouped: GroupCommit[tuple[str, int, bytes], None] = GroupCommit(commit)
-        barrier = threading.Barrier(flows + 1)
-        ends: list[float] = []
-        errors: list[BaseException] = []
 
         def flow() -> None:
             stream = uuid.uuid4().hex
-            try:
-                barrier.wait(START_TIMEOUT_S)
-                for version in range(1, decisions + 1):
-                    grouped.submit((stream, version, states[version % len(states)]))
-                ends.append(time.monotonic())
-            except BaseException as exc:  # reported below, which stops the run
-                errors.append(exc)
+            for version in range(1, decisions + 1):
+                grouped.submit((stream, version, states[version % len(states)]))
 
-        threads = [threading.Thread(target=flow) for _ in range(flows)]
-        for thread in threads:
-            thread.start()
-        barrier.wait(START_TIMEOUT_S)
-        started = time.monotonic()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise InstrumentError(f"group commit: a bare flow failed: {errors[0]!r}")
+        seconds = _run_together(flow, flows, "a bare flow")
         (rows,) = connection.execute("SELECT count(*) FROM stored_events").fetchone()
         if rows != flows * decisions:
             raise InstrumentError(f"group commit: the bare floor stored {rows} rows")
-        return max(ends) - started, rows / commits
+        return seconds, rows / commits
 
 
 @contextmanager
