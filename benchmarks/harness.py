@@ -92,6 +92,19 @@ def ratio(numerator: Stats, denominator: Stats) -> str:
     return f"{numerator.median / denominator.median:.2f}x"
 
 
+def floor_verdict(measured: float, target: float, ceiling: float) -> str:
+    """The verdict on an at-least target whose floor was measured in the same run.
+
+    ``ceiling`` is the same figure for the floor (the same work with no loom code): when even
+    the floor falls short of the target, the machine cannot meet it, and saying "missed"
+    alone would blame the code; when the floor reaches it, falling short is loom's miss."""
+    if measured >= target:
+        return "met"
+    if ceiling < target:
+        return f"floor-bound (ceiling {ceiling:.2f}x)"
+    return "MISSED"
+
+
 @contextmanager
 def scratch_directory() -> Iterator[Path]:
     """A fresh ``mktemp -d`` directory, deleted afterwards: no sample sees another's files."""

@@ -63,6 +63,9 @@ QUERIES = 200
 QUICK_QUERIES = 40
 QUICK_PAGES = 300
 """--quick: the first pages of each manual only, judgments restricted to them."""
+QUICK_HISTORY_PAGES = 100
+"""--quick: the history row syncs four versions and a fresh corpus on each backend, over a
+third of this section's time at 300 pages; its answer (equal or not) needs no more pages."""
 MAX_ROUNDS = 5
 """A round runs every query set on every system (~15 s): more rounds add little."""
 QUERY_SEED = 11
@@ -112,7 +115,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         progress("negative control: rotated judgments")
         control = _rotated_control(searches["tantivy | pg17"], pg17.judged)
     history = {
-        backend: _history_equivalence(open_loom, [query for query, _ in pg15.judged], pages)
+        backend: _history_equivalence(
+            open_loom,
+            [query for query, _ in pg15.judged],
+            QUICK_HISTORY_PAGES if settings.quick else None,
+        )
         for backend, open_loom in _history_backends(settings).items()
     }
     _check_deterministic(results)

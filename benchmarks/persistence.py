@@ -109,6 +109,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             _figures(configs, in_effect, results, settings.rounds),
             _ratios(configs, in_effect, results),
             group_commit.table(one_flow, many_flows, results, settings.rounds),
+            group_commit.scaling_table(one_flow, many_flows, results),
         ),
         controls=(_full_not_faster(results), group_commit.control(one_flow, results)),
     )

@@ -159,6 +159,7 @@ class HybridRetriever:
         # vocabulary that only grows: a restack after a change tokenizes only new texts.
         self._vocabulary: dict[str, int] = {}
         self._counts: dict[str, Counts] = {}
+        self._counted_by = ""
         # The corpus at a log position never changes, so its passages and their unit vectors
         # are stacked once per position: a query reads and stacks nothing while no corpus
         # event has been appended since (the current corpus), or ever (an as-of position).
@@ -285,7 +286,7 @@ class HybridRetriever:
         if stacked.terms is None:
             by_terms = self._lexical(query, depth, as_of, filter, refreshed=True)
         else:
-            by_terms = _held_lexical(stacked, self.kb._index.store.tokenizer, query, depth, filter)
+            by_terms = _held_lexical(stacked, self._tokenizer(), query, depth, filter)
         return reciprocal_rank_fusion([by_terms, by_vector], identity=_identity, limit=limit)
 
     def _by_vector(
@@ -339,6 +340,11 @@ class HybridRetriever:
         self._current = (head, self._stack(self.kb.passages()))
         return self._current[1]
 
+    def _tokenizer(self) -> Tokenizer:
+        """The tokenizer of the store that holds this scope's passages (a stemmed scope has a
+        store of its own), so the term index ranks with the terms the store would."""
+        return self.kb._index.passage_store(self.kb.stemmer).tokenizer
+
     def _stack(self, passages: list[Passage]) -> Stacked:
         """Stacked by (document id, passage index), not in the order history wrote them: the
         stable sort of the scores then breaks ties as a fresh corpus would. The term index
@@ -348,7 +354,11 @@ class HybridRetriever:
             (p for p in passages if self._digests[_identity(p)] in self._units),
             key=lambda p: (p.doc_id, p.index),
         )
-        tokenizer = self.kb._index.store.tokenizer
+        tokenizer = self._tokenizer()
+        if tokenizer.identity != self._counted_by:
+            # Counts are of one tokenizer's terms: a scope whose stemmer was read from the log
+            # after this retriever counted is counted again, never mixed.
+            self._counted_by, self._vocabulary, self._counts = tokenizer.identity, {}, {}
         for passage in passages:
             digest = self._digests[_identity(passage)]
             if digest not in self._counts:

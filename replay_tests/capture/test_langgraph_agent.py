@@ -13,12 +13,10 @@ import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
-from docs.examples.langgraph_agent import FLOW, INSTRUCTIONS, SCOPE, register
 from loom_knowledge import load_runbooks, open_knowledge_base
 from loom_runtime import (
     DecisionInputChangedError,
@@ -28,7 +26,18 @@ from loom_runtime import (
     wrap,
 )
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
 from replay_tests.knowledge.corpus_tables import corpus_tables, drop_corpus_tables
+
+if TYPE_CHECKING:
+    import openai
+
+    from docs.examples import langgraph_agent as example
+else:
+    openai = deferred("openai")
+    example = deferred("docs.examples.langgraph_agent")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 QUESTION = "The disk is full on a host: what do I check first?"
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,12 +66,14 @@ def _replay(
     provider: ProviderServer,
     run: Recorded,
     *,
-    instructions: str = INSTRUCTIONS,
+    instructions: str | None = None,
     live: frozenset[str] = frozenset(),
 ) -> ReplayResult:
     """Replay ``run`` in a fresh Loom on the same log, with the agent registered anew."""
     with Loom(db_url) as fresh:
-        register(fresh, client=_client(provider), instructions=instructions)
+        example.register(
+            fresh, client=_client(provider), instructions=instructions or example.INSTRUCTIONS
+        )
         return fresh.replay(run.execution_id, live=live)
 
 
@@ -70,9 +81,9 @@ def _replay(
 def recorded(db_url: str, provider: ProviderServer) -> Recorded:
     """The agent recorded against the provider; then the provider stopped, the corpus dropped."""
     with Loom(db_url) as loom:
-        open_knowledge_base(loom, SCOPE).sync(load_runbooks(), source="runbooks")
-        register(loom, client=_client(provider))
-        run = loom.run(FLOW, question=QUESTION)
+        open_knowledge_base(loom, example.SCOPE).sync(load_runbooks(), source="runbooks")
+        example.register(loom, client=_client(provider))
+        run = loom.run(example.FLOW, question=QUESTION)
         keys = list(loom.execution(run.execution_id).decisions)
         drop_corpus_tables(loom.log.engine)
     provider.stop()
@@ -124,8 +135,8 @@ def test_a_changed_prompt_template_is_reported_with_the_changed_message(
     db_url: str, provider: ProviderServer, recorded: Recorded
 ) -> None:
     """New instructions change the model request: the replay names the call and shows the line."""
-    changed = INSTRUCTIONS.replace("answer briefly", "answer in French")
-    assert changed != INSTRUCTIONS
+    changed = example.INSTRUCTIONS.replace("answer briefly", "answer in French")
+    assert changed != example.INSTRUCTIONS
 
     result = _replay(db_url, provider, recorded, instructions=changed)
 
@@ -144,10 +155,10 @@ def test_a_fork_asks_the_model_again_as_if_retrieval_had_found_other_passages(
     """What if the search had found the DNS runbook? The fork inherits the first model call,
     takes the override as the retrieval, and only the answer is asked live."""
     with Loom(db_url) as loom:
-        kb = open_knowledge_base(loom, SCOPE)
+        kb = open_knowledge_base(loom, example.SCOPE)
         kb.sync(load_runbooks(), source="runbooks")
-        register(loom, client=_client(provider))
-        run = loom.run(FLOW, question=QUESTION)
+        example.register(loom, client=_client(provider))
+        run = loom.run(example.FLOW, question=QUESTION)
 
         dns = [p for p in kb.passages() if p.doc_id == "dns-failure.md"]
         fork = loom.fork(

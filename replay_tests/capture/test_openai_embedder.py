@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
+import pytest
 
 from loom_memory import OpenAIEmbedder
 from loom_runtime import Loom, wrap
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 
 def _build(db: str) -> Loom:

@@ -6,11 +6,21 @@ fail first (instead of every capture test failing for a reason unrelated to loom
 
 from __future__ import annotations
 
-import anthropic
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 
 from replay_tests.capture.provider_server import Fault, ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+else:
+    anthropic = deferred("anthropic")
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 TOOLS = [
     {

@@ -7,13 +7,21 @@ proves nothing was sent.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import msgspec
+import pytest
 
 from loom_runtime import Loom, wrap
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import anthropic
+else:
+    anthropic = deferred("anthropic")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 TOOLS: Any = [
     {

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import openai
 import pytest
 
 from loom_runtime import (
@@ -26,6 +25,14 @@ from loom_runtime import (
 )
 from loom_runtime.backoff import Backoff
 from replay_tests.capture.provider_server import Fault, ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 KEY = "model:openai:chat.completions"
 NO_PAUSE = Backoff(attempts=3, first_pause=0.0, max_pause=0.0)

@@ -11,14 +11,21 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import openai
 import pytest
 
 from loom_runtime import DecisionInputChangedError, Loom, UnsupportedClientError, wrap
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 API_KEY = "sk-proj-wrapTESTkey0123456789abcdefghijklmnopqrstuv"
 ORGANIZATION = "org-wrapTESTorganisation42"

@@ -7,7 +7,8 @@ instead of loading it globally, so the rest of the suite keeps Hypothesis' own d
   command, and a fuzz test that fails one run in fifty is noise. ``LOOM_FUZZ_EXPLORE=1`` turns
   on random search with more examples for a local hunt;
 * bounded ``max_examples`` so the whole folder stays within about a minute on two cores
-  (each example writes to a real SQLite file or PostgreSQL database);
+  (each example writes to a real SQLite file or PostgreSQL database): 25, and 10 in the
+  inner loop (``scripts/test --quick`` sets ``LOOM_FUZZ_QUICK=1``; CI runs the 25);
 * ``deadline=None``: an example's time is dominated by fsync and the database, not the code;
 * the function-scoped-fixture check is suppressed on purpose: ``db_url`` gives one fresh
   database per test, and every property here is stated relative to the state before each
@@ -21,12 +22,13 @@ import os
 from hypothesis import HealthCheck, settings
 
 EXPLORE = bool(os.environ.get("LOOM_FUZZ_EXPLORE"))
+QUICK = bool(os.environ.get("LOOM_FUZZ_QUICK"))
 
 settings.register_profile(
     "loom-fuzz",
     derandomize=not EXPLORE,
     database=None,
-    max_examples=300 if EXPLORE else 25,
+    max_examples=300 if EXPLORE else 10 if QUICK else 25,
     deadline=None,
     print_blob=True,
     suppress_health_check=[

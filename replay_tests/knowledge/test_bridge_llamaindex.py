@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from llama_index.core.llms import MockLLM
-from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import Document, NodeWithScore, QueryBundle, TextNode
 
 from loom_knowledge import Doc, UnrecordedRetrievalError, open_knowledge_base
-from loom_knowledge.bridges.llamaindex import KnowledgeBaseRetriever, to_doc, to_node
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.errors import InvalidDocumentError
 from loom_runtime import Loom
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    from llama_index.core import llms, node_parser, query_engine, schema
+
+    from loom_knowledge.bridges import llamaindex as bridge
+else:
+    llms = deferred("llama_index.core.llms")
+    node_parser = deferred("llama_index.core.node_parser")
+    query_engine = deferred("llama_index.core.query_engine")
+    schema = deferred("llama_index.core.schema")
+    bridge = deferred("loom_knowledge.bridges.llamaindex")
+
+pytestmark = pytest.mark.xdist_group("llamaindex-sdk")  # one worker imports the SDK
 
 RUNBOOKS = [
     Doc(id="pool", text="Restart the connection pool when the pool is exhausted."),
@@ -44,10 +53,12 @@ def _empty(kb: Any) -> None:
 
 
 def test_the_retriever_answers_like_any_llamaindex_retriever(tmp_path: Path) -> None:
-    retriever = KnowledgeBaseRetriever(knowledge_base=_knowledge_base(tmp_path), similarity_top_k=2)
+    retriever = bridge.KnowledgeBaseRetriever(
+        knowledge_base=_knowledge_base(tmp_path), similarity_top_k=2
+    )
     by_string = retriever.retrieve("restart the pool")
-    by_bundle = retriever.retrieve(QueryBundle(query_str="restart the pool"))
-    assert len(by_string) == 2 and all(isinstance(n, NodeWithScore) for n in by_string)
+    by_bundle = retriever.retrieve(schema.QueryBundle(query_str="restart the pool"))
+    assert len(by_string) == 2 and all(isinstance(n, schema.NodeWithScore) for n in by_string)
     assert [n.node.node_id for n in by_string] == [n.node.node_id for n in by_bundle]
     assert by_string[0].node.node_id == "pool#0"
     assert asyncio.run(retriever.aretrieve("restart the pool"))[0].node.node_id == "pool#0"
@@ -56,8 +67,8 @@ def test_the_retriever_answers_like_any_llamaindex_retriever(tmp_path: Path) -> 
 def test_a_query_engine_in_a_flow_replays_without_the_corpus(tmp_path: Path) -> None:
     kb = _knowledge_base(tmp_path)
     loom = kb.loom
-    engine = RetrieverQueryEngine.from_args(
-        KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=2), llm=MockLLM()
+    engine = query_engine.RetrieverQueryEngine.from_args(
+        bridge.KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=2), llm=llms.MockLLM()
     )
 
     @loom.flow("query-engine")
@@ -77,7 +88,7 @@ def test_a_query_engine_in_a_flow_replays_without_the_corpus(tmp_path: Path) -> 
 def test_an_async_flow_records_through_aretrieve_and_refuses_retrieve(tmp_path: Path) -> None:
     kb = _knowledge_base(tmp_path)
     loom = kb.loom
-    retriever = KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=1)
+    retriever = bridge.KnowledgeBaseRetriever(knowledge_base=kb, similarity_top_k=1)
 
     @loom.flow("async-retrieve")
     async def good(ctx: Any) -> str:
@@ -96,21 +107,23 @@ def test_an_async_flow_records_through_aretrieve_and_refuses_retrieve(tmp_path: 
 
 
 def test_documents_and_nodes_convert(tmp_path: Path) -> None:
-    read = Document(text="Fail over.", metadata={"file_path": "ops/failover.md", "team": "db"})
-    assert to_doc(read, id_key="file_path") == Doc(
+    read = schema.Document(
+        text="Fail over.", metadata={"file_path": "ops/failover.md", "team": "db"}
+    )
+    assert bridge.to_doc(read, id_key="file_path") == Doc(
         id="ops/failover.md", text="Fail over.", meta={"team": "db"}
     )
-    assert to_doc(Document(text="x", doc_id="given")).id == "given"
+    assert bridge.to_doc(schema.Document(text="x", doc_id="given")).id == "given"
     with pytest.raises(InvalidDocumentError, match="file_path"):
-        to_doc(Document(text="x"), id_key="file_path")
+        bridge.to_doc(schema.Document(text="x"), id_key="file_path")
     (passage,) = _knowledge_base(tmp_path).search("certificate", limit=1)
-    node = to_node(passage)
-    assert isinstance(node, TextNode) and node.node_id == "tls#0"
+    node = bridge.to_node(passage)
+    assert isinstance(node, schema.TextNode) and node.node_id == "tls#0"
     assert node.metadata == {"doc_id": "tls", "index": 0, "revision": 1, "title": "TLS"}
 
 
 def test_a_llamaindex_parser_cuts_the_corpus(tmp_path: Path) -> None:
-    parser = SentenceSplitter(chunk_size=12, chunk_overlap=0)
+    parser = node_parser.SentenceSplitter(chunk_size=12, chunk_overlap=0)
     kb = open_knowledge_base(
         Loom(f"sqlite:///{tmp_path / 'loom.db'}"), "split", chunker=SplitterChunker(parser)
     )

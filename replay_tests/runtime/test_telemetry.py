@@ -14,10 +14,8 @@ import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
-import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -26,6 +24,16 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from loom_runtime import ConfigurationError, Loom, tool, wrap
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+else:
+    anthropic = deferred("anthropic")
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 
 class Traced:
