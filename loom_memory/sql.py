@@ -298,6 +298,18 @@ class SqlMemoryStore(ABC):
     ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
         """As :meth:`search`, each entry with its extra columns' values."""
         terms, limit = check_search(key, query, limit, self.tokenizer)
+        return self._ranked_annotated(key, terms, limit, conn, where)
+
+    def _ranked_annotated(
+        self,
+        key: str,
+        terms: list[str],
+        limit: int,
+        conn: Connection | None,
+        where: ColumnElement[bool] | None,
+    ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
+        """The best ``limit`` rows holding any of the checked ``terms``, with their extra
+        columns: ``limit`` as given (the caller clamped it, or chose not to)."""
         if not terms:
             return []
         with self._begin(conn, isolation=self.search_isolation) as c:

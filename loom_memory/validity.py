@@ -54,7 +54,13 @@ from loom_memory.postgres_counts import count_triggers, drop_count_triggers
 from loom_memory.postings import driver_mark, rank_current
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
-from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_position
+from loom_memory.store import (
+    DEFAULT_SEARCH_LIMIT,
+    check_ids,
+    check_key,
+    check_position,
+    check_search,
+)
 from loom_memory.text import PLAIN, Tokenizer
 
 
@@ -291,10 +297,20 @@ class TemporalSqlStore(SqlMemoryStore):
         conn: Connection | None = None,
         where: ColumnElement[bool] | None = None,
         as_of: int | None = None,
+        capped: bool = True,
     ) -> list[tuple[MemoryEntry, dict[str, Any]]]:
-        """The best current entries (or those valid at ``as_of``) with their extra columns."""
+        """The best current entries (or those valid at ``as_of``) with their extra columns.
+
+        ``capped=False`` returns the best ``limit`` however many that is, not clamped to
+        :data:`~loom_memory.store.MAX_SEARCH_LIMIT`: for a caller that filters the ranking
+        itself and must read past the cap to find every row its filter keeps (the knowledge
+        base's metadata filter). Up to the cap the answer is the same either way.
+        """
         admitted = self._admitted(as_of, where)
-        return super().search_annotated(key, query, limit=limit, conn=conn, where=admitted)
+        if capped:
+            return super().search_annotated(key, query, limit=limit, conn=conn, where=admitted)
+        terms, _ = check_search(key, query, limit, self.tokenizer)
+        return self._ranked_annotated(key, terms, limit, conn, admitted)
 
     def _admitted(
         self, as_of: int | None, where: ColumnElement[bool] | None

@@ -383,11 +383,17 @@ class CorpusIndex(SQLProjection):
         stemmer: str | None = None,
     ) -> list[Passage]:
         """The best ``limit`` current passages of ``scope`` for ``query`` (or the best of those
-        current at ``as_of``), ranked by the terms of the scope's ``stemmer``."""
+        current at ``as_of``), ranked by the terms of the scope's ``stemmer``.
+
+        Not capped at :data:`~loom_memory.store.MAX_SEARCH_LIMIT`: a metadata filter reads
+        the ranking as deep as it must (:func:`~loom_knowledge.corpus.retrieval.filtered`,
+        which caps the answer)."""
         if not isinstance(query, str):
             raise InvalidOptionError(f"query must be a str, not {type(query).__name__}")
         store = self.passage_store(stemmer)
-        hits = store.search_annotated(corpus_key(scope), query, limit=limit, as_of=as_of)
+        hits = store.search_annotated(
+            corpus_key(scope), query, limit=limit, as_of=as_of, capped=False
+        )
         return [_passage(entry, values) for entry, values in hits]
 
     def manifest_at(self, scope: str, position: int) -> dict[str, DocRecord]:

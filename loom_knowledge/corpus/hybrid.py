@@ -379,7 +379,8 @@ def _held_lexical(
     stacked: Stacked, tokenizer: Tokenizer, query: str, limit: int, filter: Filter
 ) -> list[Passage]:
     """The store's lexical answer (``kb.search``), ranked by the corpus's term index: the same
-    query terms, the same overfetch and cap under a filter, so the same passages in order."""
+    query terms, the same uncapped ranking read by the same ``filtered()``, so the same
+    passages in order."""
     assert stacked.terms is not None
     terms, index = tokenizer.query_terms(query), stacked.terms
     return filtered(

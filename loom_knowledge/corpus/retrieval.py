@@ -29,6 +29,7 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidOptionError
+from loom_memory import MAX_SEARCH_LIMIT
 
 Mode = Literal["lexical", "vector", "hybrid"]
 MODES: Final = get_args(Mode)
@@ -136,13 +137,17 @@ def filtered(
     limit: int,
     filter: Mapping[str, list[FilterValue]] | None,
 ) -> list[Passage]:
-    """The best ``limit`` passages of a ranking that pass ``filter``.
+    """The best ``limit`` passages of a ranking that pass ``filter``, at most
+    :data:`~loom_memory.store.MAX_SEARCH_LIMIT` of them, filtered or not.
 
-    ``search(n)`` is the unfiltered top ``n``; a store ranks deterministically (ties by
-    passage id), so a deeper search extends a shallower one. It is asked deeper until
-    ``limit`` passages pass or it returns fewer than asked (the ranking is exhausted): the
-    filter never cuts the answer short of what matches.
+    ``search(n)`` is the unfiltered top ``n``, NOT capped: a store ranks deterministically
+    (ties by passage id), so a deeper search extends a shallower one. It is asked deeper
+    until ``limit`` passages pass or it returns fewer than asked (the ranking is exhausted):
+    the filter never cuts the answer short of what matches. Only the answer is capped, as the
+    store caps an unfiltered search; a capped ``search`` would return 100 where more were
+    asked, which reads as exhausted, and hide every match ranked below them.
     """
+    limit = min(limit, MAX_SEARCH_LIMIT)
     if filter is None:
         return search(limit)
     depth = limit * OVERFETCH

@@ -12,10 +12,11 @@ The answer is the store's, not an approximation of it: the same terms (the store
 tokenizer over the same searchable text), the same statistics (``N`` is every passage of the
 corpus, ``df`` the passages holding the term), the same integer score
 (:func:`~loom_memory.idf_weight`, then ``idf * 11 tf // (5 tf + 6)`` per term, summed
-in int64, exact in any order), the same tie-break (passage id as text) and the same cap on
-depth (:data:`~loom_memory.store.MAX_SEARCH_LIMIT`). Passage ids must be unique among the rows,
-as they are among a corpus's current passages at any position; :meth:`TermIndex.build` returns
-None otherwise and the caller asks the store.
+in int64, exact in any order), the same tie-break (passage id as text) and no cap on depth,
+like the store's uncapped search the knowledge base asks (a filter reads as deep as it must;
+:func:`~loom_knowledge.corpus.retrieval.filtered` caps the answer, on both paths alike).
+Passage ids must be unique among the rows, as they are among a corpus's current passages at
+any position; :meth:`TermIndex.build` returns None otherwise and the caller asks the store.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from loom_memory import MAX_SEARCH_LIMIT, idf_weight
+from loom_memory import idf_weight
 
 Counts = NDArray[np.int64]
 """One passage's distinct terms (vocabulary numbers) and how often each occurs, packed as
@@ -93,8 +94,8 @@ class TermIndex:
         )
 
     def search(self, terms: Sequence[str], limit: int) -> list[int]:
-        """The rows of the best ``limit`` passages (at most ``MAX_SEARCH_LIMIT``) holding any
-        of the distinct query ``terms``, best first, ties by passage id: the store's answer."""
+        """The rows of the best ``limit`` passages holding any of the distinct query
+        ``terms``, best first, ties by passage id: the store's (uncapped) answer."""
         scores = np.zeros(self.size, np.int64)
         found = np.zeros(self.size, bool)
         for term in terms:
@@ -110,10 +111,9 @@ class TermIndex:
             found[rows] = True
             self.scored += int(end - begin)
         matched = np.flatnonzero(found)
-        depth = min(limit, MAX_SEARCH_LIMIT)
-        if len(matched) > depth:
-            # Every row scoring at least the depth-th best score, boundary ties included.
-            floor = -np.partition(-scores[matched], depth - 1)[depth - 1]
+        if len(matched) > limit:
+            # Every row scoring at least the limit-th best score, boundary ties included.
+            floor = -np.partition(-scores[matched], limit - 1)[limit - 1]
             matched = matched[scores[matched] >= floor]
-        best = np.lexsort((self._tie[matched], -scores[matched]))[:depth]
+        best = np.lexsort((self._tie[matched], -scores[matched]))[:limit]
         return [int(row) for row in matched[best]]
