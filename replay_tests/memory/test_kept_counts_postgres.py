@@ -119,8 +119,13 @@ def test_opening_a_store_written_without_counts_fills_them(engine: Engine) -> No
 
 
 def _wait_for_a_lock_wait(engine: Engine, deadline: float) -> None:
-    """Return once some backend waits on a lock (the second writer queued on the first)."""
-    with engine.connect() as watcher:
+    """Return once some backend waits on a lock (the second writer queued on the first).
+
+    The watcher polls in autocommit: inside one transaction PostgreSQL answers every read of
+    ``pg_stat_activity`` from the snapshot its first read took, so a watcher that looked
+    before the second writer queued would never see it queue.
+    """
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
         while time.monotonic() < deadline:
             waiting = watcher.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
