@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SDKS = ("anthropic", "openai", "llama_index", "langgraph")
+SDKS = ("anthropic", "openai", "llama_index", "langgraph", "mcp")
 # The whole suite, not a list of the files known to use an SDK: a new test file importing one
 # at module level (a bridge test importing LlamaIndex's) went unseen by such a list.
 FILES = ["replay_tests"]
