@@ -205,20 +205,19 @@ class SqliteMemoryStore(SqlMemoryStore):
             known = _Counts(state.version)
             if state.version is not None:
                 self._counts = known
-        wanted = list(dict.fromkeys(terms))
-        missing = [term for term in wanted if term not in known.documents]
+        documents = {term: known.documents.get(term) for term in terms}
+        missing = [term for term, count in documents.items() if count is None]
         if missing:
             marks = ", ".join("?" * len(missing))
             found = conn.exec_driver_sql(
                 f"SELECT term, doc FROM {self.vocabulary_table} WHERE term IN ({marks})",
                 tuple(missing),
             )
-            counted: dict[str, int] = {term: documents for term, documents in found}
+            counted: dict[str, int] = {term: count for term, count in found}
             if len(known.documents) + len(missing) > _COUNTED_TERMS:
                 known.documents.clear()
             for term in missing:
-                known.documents[term] = counted.get(term, 0)
-        documents = {term: known.documents[term] for term in wanted}
+                documents[term] = known.documents[term] = counted.get(term, 0)
         return TermStats(
             rows=state.rows,
             documents={term: count for term, count in documents.items() if count},
