@@ -464,10 +464,12 @@ class CorpusIndex(SQLProjection):
         if scope not in page.read_scopes:
             page.read_scopes.add(scope)
             wanted = sorted(page.doc_ids(scope) - {d for s, d in page.records if s == scope})
-            found: dict[str, DocRecord] = {}
-            for start in range(0, len(wanted), _IN_CHUNK):
-                found |= self.manifest(scope, doc_ids=wanted[start : start + _IN_CHUNK], conn=conn)
-            page.records.update({(scope, doc_id): found.get(doc_id) for doc_id in wanted})
+            if len(wanted) > 1:  # one document (a put_doc's page) takes the keyed read below
+                found: dict[str, DocRecord] = {}
+                for start in range(0, len(wanted), _IN_CHUNK):
+                    chunk = wanted[start : start + _IN_CHUNK]
+                    found |= self.manifest(scope, doc_ids=chunk, conn=conn)
+                page.records.update({(scope, doc_id): found.get(doc_id) for doc_id in wanted})
         if (scope, doc_id) not in page.records:
             page.records[scope, doc_id] = self._read_record(conn, scope, doc_id)
         return page.records[scope, doc_id]

@@ -48,10 +48,17 @@ def _history(loom: Loom, kb: KnowledgeBase) -> None:
 
 
 def _dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of the compared tables, in a fixed order, every column (``seq`` included)."""
+    """Every row of the compared tables, in a fixed order, every column; a ``seq`` as its rank
+    among the entries' (the append order: PostgreSQL's sequence does not restart on a reset)."""
     dumped: dict[str, list[tuple[Any, ...]]] = {}
     with engine.connect() as conn:
         names = set(inspect(conn).get_table_names())
+        rank = {
+            seq: index
+            for index, seq in enumerate(
+                conn.exec_driver_sql("SELECT seq FROM loom_kb_entries ORDER BY seq").scalars()
+            )
+        }
         for table in _TABLES:
             name = f"loom_kb_{table}"
             assert name in names, name
@@ -60,8 +67,12 @@ def _dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
                 for column in inspect(conn).get_columns(name)
                 if column["name"] != "search_vector"  # PostgreSQL: a tsvector, derived
             ]
-            rows = conn.exec_driver_sql(f"SELECT {', '.join(columns)} FROM {name}").all()
-            dumped[table] = sorted((tuple(row) for row in rows), key=repr)
+            rows = conn.exec_driver_sql(f"SELECT {', '.join(columns)} FROM {name}").mappings()
+            ranked = [
+                tuple(rank[value] if column == "seq" else value for column, value in row.items())
+                for row in rows
+            ]
+            dumped[table] = sorted(ranked, key=repr)
     return dumped
 
 
