@@ -31,7 +31,7 @@ as memory's stores require (ADR 0046). Plain scopes stay in the ``loom_kb_`` sto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -86,6 +86,8 @@ class CorpusIndex(SQLProjection):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
+        self._page: _PageWrites | None = None
+        """What the page being applied inserts, written at its last event (:meth:`apply`)."""
         self.store = self._open_store()
         """The plain scopes' passages (every scope written without a stemmer)."""
         self._stemmed: dict[str, PassageStore] = {}
@@ -182,6 +184,14 @@ class CorpusIndex(SQLProjection):
         A store opened inside the page's transaction would create its tables in another one
         and wait for this one's lock. A page names a stemmer's store by its choice event, or by
         a document of a scope whose choice another process applied: those are in the table.
+
+        The page's inserts (passages, manifest rows, revision rows) are held and written at
+        its last event, one statement per table for the page, and the manifest records of its
+        documents are read in one query: per document, the statements' fixed cost was most of
+        a sync's projection (ADR 0051). Any other statement (an end, an update, a delete, a
+        clear) writes what is held first, so every table sees the same inserts, updates and
+        deletes in the same order as event by event, and the rows and ``seq``s are the same;
+        all of it is still in the page's one transaction with its position.
         """
         unseen = False
         for _, event in events:
@@ -191,7 +201,11 @@ class CorpusIndex(SQLProjection):
                 unseen = True
         if unseen:
             self._open_recorded_stores()
-        return super().apply(events, upto=upto)
+        self._page = _PageWrites(events) if events else None
+        try:
+            return super().apply(events, upto=upto)
+        finally:
+            self._page = None
 
     def reset(self) -> None:
         self._open_recorded_stores()  # another process may have recorded a stemmer since
@@ -205,8 +219,11 @@ class CorpusIndex(SQLProjection):
         elif isinstance(event, TokenizerChosen):
             self._tokenizer_chosen(conn, event)
         # CorpusReconciled changes no state: it is the record of what a sync decided.
+        if self._page is not None and position == self._page.last:
+            self._write_held(conn)
 
     def clear(self, conn: Connection) -> None:
+        self._write_held(conn)
         conn.execute(delete(self.documents))
         conn.execute(delete(self.revisions))
         conn.execute(delete(self.tokenizers))
@@ -218,6 +235,7 @@ class CorpusIndex(SQLProjection):
     def _tokenizer_chosen(self, conn: Connection, event: TokenizerChosen) -> None:
         # Rows of the scope in the stemmer's store can only be left over from before a drop
         # that missed them (nothing of the scope precedes this event): start it empty.
+        self._write_held(conn)
         self.passage_store(event.stemmer).clear(corpus_key(event.scope), conn=conn)
         conn.execute(delete(self.tokenizers).where(self.tokenizers.c.scope == event.scope))
         conn.execute(self.tokenizers.insert().values(scope=event.scope, stemmer=event.stemmer))
@@ -228,28 +246,32 @@ class CorpusIndex(SQLProjection):
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-        self._store_of(conn, event.scope).append_at(
-            key, _entries(event), position, conn=conn, values={"revision": event.revision}
+        store = self._store_of(conn, event.scope)
+        passages = (key, _entries(event), position, {"revision": event.revision})
+        page = self._page if self._page is not None else _PageWrites(())
+        page.passages.setdefault(id(store), (store, []))[1].append(passages)
+        record = DocRecord(
+            id=event.doc_id,
+            revision=event.revision,
+            fingerprint=event.fingerprint,
+            fingerprint_algorithm=event.fingerprint_algorithm,
+            passage_count=len(event.passages),
+            source=event.source,
         )
-        values = {
-            "revision": event.revision,
-            "fingerprint": event.fingerprint,
-            "fingerprint_algorithm": event.fingerprint_algorithm,
-            "passage_count": len(event.passages),
-            "source": event.source,
-        }
+        values = msgspec.structs.asdict(record)
+        del values["id"]
         document = {"scope": event.scope, "doc_id": event.doc_id}
-        statements = self._statements
         if previous is None:
-            conn.execute(statements.insert_document, {**document, **values})
-        else:
+            page.documents.append({**document, **values})
+        else:  # previous's rows are in place: _end_revision wrote what was held
             conn.execute(
-                statements.update_document,
+                self._statements.update_document,
                 {**values, "b_scope": event.scope, "b_doc_id": event.doc_id},
             )
-        conn.execute(
-            statements.insert_revision, {**document, **values, "written_position": position}
-        )
+        page.revisions.append({**document, **values, "written_position": position})
+        page.records[event.scope, event.doc_id] = record
+        if self._page is None:  # applied outside a page: write it now
+            self._write(conn, page)
 
     def _removed(self, conn: Connection, position: int, event: DocumentRemoved) -> None:
         previous = self._record(conn, event.scope, event.doc_id)
@@ -259,10 +281,13 @@ class CorpusIndex(SQLProjection):
         conn.execute(
             self._statements.delete_document, {"b_scope": event.scope, "b_doc_id": event.doc_id}
         )
+        if self._page is not None:
+            self._page.records[event.scope, event.doc_id] = None
 
     def _end_revision(
         self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
     ) -> None:
+        self._write_held(conn)  # the rows it ends may be held
         conn.execute(
             self._statements.end_revision,
             {
@@ -275,6 +300,24 @@ class CorpusIndex(SQLProjection):
         )
         ids = _passage_ids(record.id, record.passage_count)
         self._store_of(conn, scope).end_validity(corpus_key(scope), ids, position, conn=conn)
+
+    def _write_held(self, conn: Connection) -> None:
+        """Write the inserts held for the page: at its end, or before a statement that must
+        find their rows in place."""
+        if self._page is not None:
+            self._write(conn, self._page)
+
+    def _write(self, conn: Connection, page: _PageWrites) -> None:
+        """Insert what ``page`` holds, one statement per table, and hold nothing more."""
+        held = list(page.passages.values())
+        documents, revisions = page.documents, page.revisions
+        page.passages, page.documents, page.revisions = {}, [], []
+        for store, appends in held:
+            store.append_at_batch(appends, conn=conn)
+        if documents:
+            conn.execute(self._statements.insert_document, documents)
+        if revisions:
+            conn.execute(self._statements.insert_revision, revisions)
 
     def drop(self) -> None:
         """Drop every table of this projection and forget its position (see ``drop_corpus``)."""
@@ -412,6 +455,26 @@ class CorpusIndex(SQLProjection):
             return {row.doc_id: _record(row) for row in conn.execute(query)}
 
     def _record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
+        """The live record of ``doc_id`` as the events applied so far left it: for a page,
+        its documents' records are read in one query when the first is asked for, then kept
+        as its events file and remove them."""
+        page = self._page
+        if page is None:
+            return self._read_record(conn, scope, doc_id)
+        if scope not in page.read_scopes:
+            page.read_scopes.add(scope)
+            wanted = sorted(page.doc_ids(scope) - {d for s, d in page.records if s == scope})
+            if len(wanted) > 1:  # one document (a put_doc's page) takes the keyed read below
+                found: dict[str, DocRecord] = {}
+                for start in range(0, len(wanted), _IN_CHUNK):
+                    chunk = wanted[start : start + _IN_CHUNK]
+                    found |= self.manifest(scope, doc_ids=chunk, conn=conn)
+                page.records.update({(scope, doc_id): found.get(doc_id) for doc_id in wanted})
+        if (scope, doc_id) not in page.records:
+            page.records[scope, doc_id] = self._read_record(conn, scope, doc_id)
+        return page.records[scope, doc_id]
+
+    def _read_record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
         row = conn.execute(
             self._statements.select_document, {"b_scope": scope, "b_doc_id": doc_id}
         ).one_or_none()
@@ -459,6 +522,38 @@ class _Statements:
             )
             .group_by(r.doc_id)
         )
+
+
+Appended = tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]
+"""One document's passages as ``append_at_batch`` takes them: key, entries, position, values."""
+
+
+class _PageWrites:
+    """The page being applied: the inserts held until its last event, and its documents'
+    live records as its events leave them (see :meth:`CorpusIndex.apply`)."""
+
+    def __init__(self, events: Sequence[tuple[int, Any]]) -> None:
+        self.last = events[-1][0] if events else 0
+        """The position of the page's last event: its handling writes what is held."""
+        self._events = events
+        self.passages: dict[int, tuple[PassageStore, list[Appended]]] = {}
+        """Per passage store (by identity), the appends held, in event order."""
+        self.documents: list[dict[str, Any]] = []
+        """Manifest rows of new documents, held."""
+        self.revisions: list[dict[str, Any]] = []
+        """Revision rows, held."""
+        self.records: dict[tuple[str, str], DocRecord | None] = {}
+        """(scope, doc_id) -> the live record (None: none), once read or filed in this page."""
+        self.read_scopes: set[str] = set()
+        """The scopes whose documents in this page have had their records read."""
+
+    def doc_ids(self, scope: str) -> set[str]:
+        """The ids of the documents of ``scope`` this page writes or removes."""
+        return {
+            event.doc_id
+            for _, event in self._events
+            if isinstance(event, DocumentWritten | DocumentRemoved) and event.scope == scope
+        }
 
 
 def stemmed_prefix(stemmer: str) -> str:
