@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
+from loom_knowledge.corpus.erasure import seal_written
 from loom_knowledge.corpus.events import (
     CorpusReconciled,
     DocumentRemoved,
@@ -563,19 +564,23 @@ class KnowledgeBase:
         }
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
+        # Sealed under the document's key when the log is encrypted (ADR 0055).
         return (
             DocumentWritten,
-            {
-                "scope": self.scope,
-                "doc_id": doc.id,
-                "revision": revision,
-                "fingerprint": digest,
-                "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
-                "source": source,
-                "title": doc.title,
-                "meta": doc.meta,
-                "passages": list(self.chunker(doc)),
-            },
+            seal_written(
+                self.loom,
+                {
+                    "scope": self.scope,
+                    "doc_id": doc.id,
+                    "revision": revision,
+                    "fingerprint": digest,
+                    "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
+                    "source": source,
+                    "title": doc.title,
+                    "meta": doc.meta,
+                    "passages": list(self.chunker(doc)),
+                },
+            ),
         )
 
     def _removed(self, record: DocRecord) -> Change:
