@@ -88,13 +88,16 @@ from loom_runtime import (
 TABLE_PREFIX = "loom_kb_"
 PassageStore = PostgresTemporalStore | SqliteTemporalStore
 """A passage store of the corpus: the log's backend's temporal store."""
+INDEX_TOPICS = (*CORPUS_TOPICS, Forgotten.TOPIC)
+"""What changes the corpus read models: the corpus events, and the forget event (a document
+erased leaves them, ADR 0055)."""
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
 class CorpusIndex(SQLProjection):
     """The manifest and passage index of every scope of one log."""
 
-    topics = (*CORPUS_TOPICS, Forgotten.TOPIC)
+    topics = INDEX_TOPICS
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")

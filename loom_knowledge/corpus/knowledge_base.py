@@ -122,6 +122,12 @@ class CorpusAsOf:
         """The documents live at this position, at the revision they had then."""
         return list(self._index.manifest_at(self.scope, self.position).values())
 
+    def erased(self) -> dict[str, int]:
+        """The documents of this scope that were erased (ADR 0055), at any position, with the
+        position of the forget event that erased each: their passages show in no view, of
+        the past either, so this is where a view says "erased at P" in place of their text."""
+        return self._index.erasures(self.scope)
+
     def passages(self) -> list[Passage]:
         """Every passage current at this position, in index order."""
         return self._index.read_passages(self.scope, as_of=self.position, stemmer=self._stemmer)

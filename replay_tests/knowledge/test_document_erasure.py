@@ -24,6 +24,10 @@ from loom_knowledge.corpus.erasure import document_subject
 from loom_knowledge.corpus.events import DocumentWritten
 from loom_knowledge.corpus.keys import stream_name
 from loom_knowledge.corpus.knowledge_base import corpus_index, drop_corpus
+from loom_knowledge.corpus.retrieval import Mode
+from loom_knowledge.tools.audit import audit
+from loom_knowledge.tools.audit_render import render_text
+from loom_memory import HashingEmbedder
 from loom_runtime import (
     EncryptionOffError,
     ErasureSubjectError,
@@ -115,6 +119,8 @@ def test_an_erased_document_is_forgotten_everywhere_and_a_rebuild_agrees(db_url:
         assert _state(loom) == erased_state
         with pytest.raises(SubjectErasedError):  # never stored under a destroyed key
             kb.put_doc(Doc(id="people/alice", title="Alice", text="Back again."))
+        with pytest.raises(SubjectErasedError):  # a sync whose source still holds it
+            kb.sync(_docs(secret, kept))
         assert _state(loom) == erased_state
         # The log holds a kept document's text only sealed; its index (deletable, rebuilt
         # from the log) holds it in clear to search it.
@@ -198,9 +204,23 @@ def test_an_execution_that_retrieved_an_erased_document_replays_as_recorded(
 
         run = loom.run("ask", question="Alice address")
         assert "people/alice" in run.output
-        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        seen = kb.seen_by(run.execution_id)
+        report = loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
         assert loom.replay(run.execution_id).identical
         assert "people/alice" not in loom.run("ask", question="Alice address").output
+
+        # The audit and the corpus as the execution saw it say "erased at P", never the text.
+        assert seen.erased() == {"people/alice": report.position}
+        assert "people/alice" in {d.id for d in seen.list_docs()}  # it was there then
+        assert all(p.doc_id != "people/alice" for p in seen.passages())
+        shown = [p for r in audit(loom, run.execution_id).retrievals for p in r.passages]
+        alice = [p for p in shown if p.doc_id == "people/alice"]
+        others = [p for p in shown if p.doc_id != "people/alice"]
+        assert alice and all(
+            (p.status, p.ended_position, p.text) == ("erased", report.position, "") for p in alice
+        )
+        assert all(p.status == "current" and p.text for p in others)
+        assert "private-detail" not in render_text(audit(loom, run.execution_id))
 
 
 def test_without_encryption_documents_are_stored_as_before(tmp_path: Path) -> None:
@@ -274,3 +294,23 @@ def test_a_write_racing_the_erasure_is_refused_or_never_indexed(db_url: str) -> 
             kb.put_doc(Doc(id="people/alice", title="Alice", text="Again."))
     raw = _raw(db_url)
     assert raw.count(racing.encode()) == 0
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_vector_and_hybrid_retrieval_forget_an_erased_document(tmp_path: Path, mode: Mode) -> None:
+    """The retriever's held passages, vectors and term index (current and as-of) are stacked
+    again after a forget event, so neither search returns the erased text."""
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE, embedder=HashingEmbedder(), min_score=0.0)
+        kb.sync(_docs("hidden-word", "k"))
+        at = loom.log.position
+        assert "people/alice" in {p.doc_id for p in kb.search("Alice hidden-word", mode=mode)}
+        past = kb.as_of(at)
+        assert "people/alice" in {p.doc_id for p in past.search("Alice", mode=mode)}
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        found = kb.search("Alice hidden-word address", mode=mode, limit=10)
+        assert found and all(p.doc_id != "people/alice" for p in found)
+        then = kb.as_of(at).search("Alice hidden-word address", mode=mode, limit=10)
+        assert then and all(p.doc_id != "people/alice" for p in then)
+        assert all(p.doc_id != "people/alice" for p in past.search("Alice", mode=mode))
