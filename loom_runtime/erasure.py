@@ -128,7 +128,7 @@ def erase(
         what = (
             "already erased"
             if report.already_erased
-            else "stored before encryption was switched on"
+            else "recorded before encryption was switched on"
         )
         raise ErasureSubjectError(
             f"nothing of {selector} can be erased: it was {what}; nothing was written"

@@ -314,3 +314,40 @@ def test_vector_and_hybrid_retrieval_forget_an_erased_document(tmp_path: Path, m
         then = kb.as_of(at).search("Alice hidden-word address", mode=mode, limit=10)
         assert then and all(p.doc_id != "people/alice" for p in then)
         assert all(p.doc_id != "people/alice" for p in past.search("Alice", mode=mode))
+
+
+class _Crash(BaseException):
+    """The process dies in the middle of the index's purge."""
+
+
+def test_a_crash_mid_purge_leaves_the_index_as_it_was_and_the_next_read_purges(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge is written in the page's transaction with the index's position: a crash after
+    the passages were deleted rolls both back, and the next catch-up applies it whole."""
+    from loom_knowledge.corpus.corpus_index import CorpusIndex
+
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("crash-word", "k"))
+        before = _state(loom)
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        purge = CorpusIndex._forgotten
+
+        def crashing(self: CorpusIndex, conn: object, position: int, event: object) -> None:
+            purge(self, conn, position, event)  # type: ignore[arg-type]
+            raise _Crash
+
+        monkeypatch.setattr(CorpusIndex, "_forgotten", crashing)
+        with pytest.raises(_Crash):
+            kb.refresh()
+        monkeypatch.setattr(CorpusIndex, "_forgotten", purge)
+        index = corpus_index(loom)
+        assert index.erasures(SCOPE) == {}
+        assert [p.doc_id for p in index.search_passages(SCOPE, "crash", limit=5)] == [
+            "people/alice"
+        ]
+        after = _state(loom)  # catches up: the purge applied whole
+        assert after != before and "people/alice" not in {d.id for d in after[0]}  # type: ignore[attr-defined]
+        drop_corpus(loom)
+        assert _state(loom) == after
