@@ -315,9 +315,47 @@ class Keyring:
         """The key for a write to ``subject``: its live key, or a new one if it has none; a
         destroyed key is :class:`SubjectErasedError` (an import cannot bring an erased
         execution back)."""
-        if self._row(subject) is None:
+        if subject not in self._cache and self._row(subject) is None:
             return self.create(subject, position=position)
         return self.live_key(subject)
+
+    def ensure_all(self, subjects: Sequence[str], *, position: int) -> None:
+        """Make the keys ``subjects`` have none of yet, in one transaction, and cache them:
+        a sync writing many new documents paid a transaction per key. A destroyed key stays
+        destroyed (the write that needs it is refused by :meth:`ensure`); a key another
+        process made meanwhile is left to :meth:`ensure` too."""
+        from sqlalchemy import select
+        from sqlalchemy.exc import IntegrityError
+
+        wanted = list(dict.fromkeys(subjects))
+        if not wanted:
+            return
+        self._switch_on()
+        table = self.table
+        held: set[str] = set()
+        with self.engine.connect() as connection:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                held.update(
+                    connection.execute(
+                        select(table.c.subject).where(table.c.subject.in_(chunk))
+                    ).scalars()
+                )
+        keys = {subject: os.urandom(_DATA_KEY_BYTES) for subject in wanted if subject not in held}
+        if not keys:
+            return
+        rows = [
+            {"subject": s, "wrapped_key": self.wrapper.wrap(k), "created_position": position}
+            for s, k in keys.items()
+        ]
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(table.insert(), rows)
+        except IntegrityError:
+            return  # another process made one of them: each write finds its own
+        with self._lock:
+            for subject, key in keys.items():
+                self._remember(subject, self._aead(key))
 
     def _row(self, subject: str) -> _Row | None:
         if not self._refresh():

@@ -17,6 +17,7 @@ rebuild, finding the key gone and the same event, ends in the same state.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -98,6 +99,15 @@ def seal_written(loom: Loom, fields: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def prepare_keys(loom: Loom, scope: str, doc_ids: Sequence[str]) -> None:
+    """Make the keys of the documents a sync is about to write, in one transaction, when the
+    log is encrypted (:func:`seal_written` then finds them made)."""
+    keyring = keyring_for(loom.log.engine)
+    if keyring is not None and doc_ids:
+        subjects = [document_subject(scope, doc_id) for doc_id in doc_ids]
+        keyring.ensure_all(subjects, position=loom.log.position)
+
+
 def _is_sealed(event: DocumentWritten) -> bool:
     texts = [*event.passages, *([] if event.title is None else [event.title])]
     return bool(texts) and all(sealed_text_subject(text) is not None for text in texts)
@@ -156,4 +166,11 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     return found, clear
 
 
-__all__ = ["document_subject", "document_subjects", "named_document", "open_written"]
+__all__ = [
+    "document_subject",
+    "document_subjects",
+    "named_document",
+    "open_written",
+    "prepare_keys",
+    "seal_written",
+]

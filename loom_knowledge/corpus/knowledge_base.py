@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
-from loom_knowledge.corpus.erasure import seal_written
+from loom_knowledge.corpus.erasure import prepare_keys, seal_written
 from loom_knowledge.corpus.events import (
     CorpusReconciled,
     DocumentRemoved,
@@ -310,6 +310,7 @@ class KnowledgeBase:
 
         def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+            prepare_keys(self.loom, self.scope, [w.doc.id for w in plan.writes])
             revisions = self._next_revisions(manifest, [w.doc.id for w in plan.writes])
             changes = [
                 self._written(w.doc, w.fingerprint, source, revisions[w.doc.id])
