@@ -105,6 +105,9 @@ class CorpusIndex(SQLProjection):
         """The plain scopes' passages (every scope written without a stemmer)."""
         self._stemmed: dict[str, PassageStore] = {}
         """The passage store of each stemmer a scope was created with, opened on first use."""
+        self._erased_docs: set[tuple[str, str]] | None = None
+        """The erased (scope, doc id) pairs, read once per page, in its transaction, when a
+        written revision first asks: a query per indexed document would tax every ingest."""
         self._opened: dict[int, tuple[str | None, list[str]] | None] = {}
         """The title and passages of each written revision of the page being applied, by
         position, opened before its transaction (None: its document was erased)."""
@@ -213,6 +216,7 @@ class CorpusIndex(SQLProjection):
         unseen = False
         keyring = keyring_for(self.engine)
         self._opened.clear()
+        self._erased_docs = None
         for position, event in events:
             if isinstance(event, TokenizerChosen):
                 self.passage_store(event.stemmer)
@@ -246,6 +250,7 @@ class CorpusIndex(SQLProjection):
         conn.execute(delete(self.revisions))
         conn.execute(delete(self.tokenizers))
         conn.execute(delete(self.erased))
+        self._erased_docs = None
         self.store.clear_all(conn=conn)
         for store in self._stemmed.values():
             store.clear_all(conn=conn)
@@ -260,7 +265,10 @@ class CorpusIndex(SQLProjection):
         self._scope_stemmers[event.scope] = event.stemmer
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
-        if self._erased_at(conn, event.scope, event.doc_id) is not None:
+        if self._erased_docs is None:
+            erased = self.erased.c
+            self._erased_docs = set(conn.execute(select(erased.scope, erased.doc_id)).tuples())
+        if (event.scope, event.doc_id) in self._erased_docs:
             return  # written after its erasure (a racing write): never indexed
         key = corpus_key(event.scope)
         previous = self._record(conn, event.scope, event.doc_id)
@@ -316,6 +324,8 @@ class CorpusIndex(SQLProjection):
                         scope=scope, doc_id=doc_id, erased_position=position
                     )
                 )
+                if self._erased_docs is not None:
+                    self._erased_docs.add((scope, doc_id))
             previous = self._record(conn, scope, doc_id)
             if previous is not None:
                 self._end_revision(conn, scope, previous, position, ended_by="erased")
