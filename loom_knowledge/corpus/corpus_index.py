@@ -56,6 +56,12 @@ from sqlalchemy import (
     update,
 )
 
+from loom_knowledge.corpus.erasure import (
+    DOCUMENT,
+    document_subject,
+    named_document,
+    open_written,
+)
 from loom_knowledge.corpus.events import (
     CORPUS_TOPICS,
     DocumentRemoved,
@@ -71,18 +77,27 @@ from loom_knowledge.domain.passage_entry import (
 from loom_knowledge.domain.types import DocRecord, Passage
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
 from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore, Tokenizer
-from loom_runtime import DomainEventProtocol, SQLProjection, tracking_table
+from loom_runtime import (
+    DomainEventProtocol,
+    Forgotten,
+    SQLProjection,
+    keyring_for,
+    tracking_table,
+)
 
 TABLE_PREFIX = "loom_kb_"
 PassageStore = PostgresTemporalStore | SqliteTemporalStore
 """A passage store of the corpus: the log's backend's temporal store."""
+INDEX_TOPICS = (*CORPUS_TOPICS, Forgotten.TOPIC)
+"""What changes the corpus read models: the corpus events, and the forget event (a document
+erased leaves them, ADR 0055)."""
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
 class CorpusIndex(SQLProjection):
     """The manifest and passage index of every scope of one log."""
 
-    topics = CORPUS_TOPICS
+    topics = INDEX_TOPICS
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
@@ -92,6 +107,12 @@ class CorpusIndex(SQLProjection):
         """The plain scopes' passages (every scope written without a stemmer)."""
         self._stemmed: dict[str, PassageStore] = {}
         """The passage store of each stemmer a scope was created with, opened on first use."""
+        self._erased_docs: set[tuple[str, str]] | None = None
+        """The erased (scope, doc id) pairs, read once per page, in its transaction, when a
+        written revision first asks: a query per indexed document would tax every ingest."""
+        self._opened: dict[int, tuple[str | None, list[str]] | None] = {}
+        """The title and passages of each written revision of the page being applied, by
+        position, opened before its transaction (None: its document was erased)."""
         self._scope_stemmers: dict[str, str | None] = {}
         """Each scope's stemmer as the projection found it when it indexed the scope's
         documents. Final once found: a choice is only ever the first event of a stream."""
@@ -114,6 +135,15 @@ class CorpusIndex(SQLProjection):
             Column("ended_position", BigInteger, nullable=True),
             Column("ended_by", String(20), nullable=True),
         )
+        self.erased = Table(
+            f"{TABLE_PREFIX}erased",
+            self.metadata,
+            Column("scope", Text, primary_key=True),
+            Column("doc_id", Text, primary_key=True),
+            Column("erased_position", BigInteger, nullable=False),
+        )
+        """Documents a forget event erased (ADR 0055): never indexed again, whatever the log
+        holds after it (a write that raced the erasure)."""
         if self.store.predates_postings:
             # Built before searches ranked by the admitted rows' statistics: its passages have
             # no postings. Drop the read model; create_tables finds its tables missing and the
@@ -194,11 +224,18 @@ class CorpusIndex(SQLProjection):
         all of it is still in the page's one transaction with its position.
         """
         unseen = False
-        for _, event in events:
+        keyring = keyring_for(self.engine)
+        self._opened.clear()
+        self._erased_docs = None
+        for position, event in events:
             if isinstance(event, TokenizerChosen):
                 self.passage_store(event.stemmer)
             elif getattr(event, "scope", None) not in self._scope_stemmers:
                 unseen = True
+            if isinstance(event, DocumentWritten):
+                # Opened before the page's transaction too: reading a key inside it would
+                # wait for the write lock that transaction holds (SQLite).
+                self._opened[position] = open_written(keyring, event)
         if unseen:
             self._open_recorded_stores()
         self._page = _PageWrites(events) if events else None
@@ -218,6 +255,8 @@ class CorpusIndex(SQLProjection):
             self._removed(conn, position, event)
         elif isinstance(event, TokenizerChosen):
             self._tokenizer_chosen(conn, event)
+        elif isinstance(event, Forgotten):
+            self._forgotten(conn, position, event)
         # CorpusReconciled changes no state: it is the record of what a sync decided.
         if self._page is not None and position == self._page.last:
             self._write_held(conn)
@@ -227,6 +266,8 @@ class CorpusIndex(SQLProjection):
         conn.execute(delete(self.documents))
         conn.execute(delete(self.revisions))
         conn.execute(delete(self.tokenizers))
+        conn.execute(delete(self.erased))
+        self._erased_docs = None
         self.store.clear_all(conn=conn)
         for store in self._stemmed.values():
             store.clear_all(conn=conn)
@@ -242,14 +283,15 @@ class CorpusIndex(SQLProjection):
         self._scope_stemmers[event.scope] = event.stemmer
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
+        if self._erased_docs is None:
+            erased = self.erased.c
+            self._erased_docs = set(conn.execute(select(erased.scope, erased.doc_id)).tuples())
+        if (event.scope, event.doc_id) in self._erased_docs:
+            return  # written after its erasure (a racing write): never indexed
         key = corpus_key(event.scope)
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-        store = self._store_of(conn, event.scope)
-        passages = (key, _entries(event), position, {"revision": event.revision})
-        page = self._page if self._page is not None else _PageWrites(())
-        page.passages.setdefault(id(store), (store, []))[1].append(passages)
         record = DocRecord(
             id=event.doc_id,
             revision=event.revision,
@@ -260,6 +302,12 @@ class CorpusIndex(SQLProjection):
         )
         values = msgspec.structs.asdict(record)
         del values["id"]
+        page = self._page if self._page is not None else _PageWrites(())
+        opened = self._opened.pop(position, None)
+        if opened is not None:  # None: its key is destroyed, and a forget event follows
+            store = self._store_of(conn, event.scope)
+            passages = (key, _entries(event, *opened), position, {"revision": event.revision})
+            page.passages.setdefault(id(store), (store, []))[1].append(passages)
         document = {"scope": event.scope, "doc_id": event.doc_id}
         if previous is None:
             page.documents.append({**document, **values})
@@ -283,6 +331,72 @@ class CorpusIndex(SQLProjection):
         )
         if self._page is not None:
             self._page.records[event.scope, event.doc_id] = None
+
+    def _forgotten(self, conn: Connection, position: int, event: Forgotten) -> None:
+        """Forget every document the forget event names: its current revision ends
+        ("erased"), it leaves the manifest, and the passages of every revision leave the
+        passage store (their rows, postings and counts). Idempotent: a second forget event
+        for the same document (an interrupted erase run again) finds nothing left."""
+        self._write_held(conn)  # the documents it names may be held
+        for scope, doc_id in self._documents_named(conn, event.subjects):
+            if self._erased_at(conn, scope, doc_id) is None:
+                conn.execute(
+                    self.erased.insert().values(
+                        scope=scope, doc_id=doc_id, erased_position=position
+                    )
+                )
+                if self._erased_docs is not None:
+                    self._erased_docs.add((scope, doc_id))
+            previous = self._record(conn, scope, doc_id)
+            if previous is not None:
+                self._end_revision(conn, scope, previous, position, ended_by="erased")
+                conn.execute(
+                    self._statements.delete_document, {"b_scope": scope, "b_doc_id": doc_id}
+                )
+                if self._page is not None:
+                    self._page.records[scope, doc_id] = None
+            most = conn.execute(
+                select(func.max(self.revisions.c.passage_count)).where(
+                    self.revisions.c.scope == scope, self.revisions.c.doc_id == doc_id
+                )
+            ).scalar()
+            if most:
+                self._store_of(conn, scope).remove(
+                    corpus_key(scope), _passage_ids(doc_id, most), conn=conn
+                )
+
+    def _documents_named(self, conn: Connection, subjects: Sequence[str]) -> list[tuple[str, str]]:
+        """The (scope, doc id) of each document subject in ``subjects`` that the corpus ever
+        held; a subject named by digest is matched against the documents it holds."""
+        wanted = [subject for subject in subjects if subject.startswith(DOCUMENT)]
+        found = [pair for pair in map(named_document, wanted) if pair is not None]
+        if len(found) < len(wanted):
+            digests = set(wanted)
+            held = conn.execute(select(self.revisions.c.scope, self.revisions.c.doc_id).distinct())
+            found += [
+                (scope, doc_id)
+                for scope, doc_id in held.tuples()
+                if document_subject(scope, doc_id) in digests and (scope, doc_id) not in found
+            ]
+        return found
+
+    def _erased_at(self, conn: Connection, scope: str, doc_id: str) -> int | None:
+        return conn.execute(
+            select(self.erased.c.erased_position).where(
+                self.erased.c.scope == scope, self.erased.c.doc_id == doc_id
+            )
+        ).scalar()
+
+    def erasures(self, scope: str, *, upto: int | None = None) -> dict[str, int]:
+        """The documents of ``scope`` erased (at or before ``upto``), with the position of the
+        forget event that erased each: what an as-of view or an audit shows in place of text."""
+        query = select(self.erased.c.doc_id, self.erased.c.erased_position).where(
+            self.erased.c.scope == scope
+        )
+        if upto is not None:
+            query = query.where(self.erased.c.erased_position <= upto)
+        with self.reading() as conn:
+            return dict(conn.execute(query).tuples().all())
 
     def _end_revision(
         self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
@@ -589,18 +703,17 @@ def _passage_ids(doc_id: str, count: int) -> list[str]:
     return [format_passage_id(doc_id, index) for index in range(count)]
 
 
-def _entries(event: DocumentWritten) -> list[MemoryEntry]:
+def _entries(event: DocumentWritten, title: str | None, passages: list[str]) -> list[MemoryEntry]:
+    """The passage entries of a written revision, from its title and passages in clear."""
     timestamp: datetime = event.timestamp
     return [
         MemoryEntry(
             id=format_passage_id(event.doc_id, index),
-            content=msgspec.to_builtins(
-                PassageContent(text=text, title=event.title, meta=event.meta)
-            ),
+            content=msgspec.to_builtins(PassageContent(text=text, title=title, meta=event.meta)),
             timestamp=timestamp,
             origin=provenance_label(event.scope, event.doc_id),
         )
-        for index, text in enumerate(event.passages)
+        for index, text in enumerate(passages)
     ]
 
 
