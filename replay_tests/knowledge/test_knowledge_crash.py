@@ -238,9 +238,9 @@ def _synced(db_url: str, corpus: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("corpus", "kill_in", "logged"),
     [
-        ("v1", "append:20", True),
-        ("v2", "append:3", True),
-        ("v2", "append:6", True),
+        ("v1", "append_batch:1", True),  # a first sync's page writes its passages once
+        ("v2", "append_batch:3", True),  # an editing sync's page writes them 9 times
+        ("v2", "append_batch:6", True),
         ("v2", "chunk:6", False),
     ],
     ids=["first-sync-in-projection", "edit-early", "edit-late", "edit-while-deciding"],
