@@ -57,7 +57,7 @@ def _history(store: TemporalSqlStore, rng: random.Random, steps: int) -> int:
     so scores tie often. Returns the last position written."""
     for position in range(1, steps + 1):
         key = KEY if rng.random() < 0.85 else OTHER
-        ids = [f"e{rng.randint(0, 400)}" for _ in range(rng.randint(1, 24))]
+        ids = [f"e{rng.randint(0, 700)}" for _ in range(rng.randint(1, 30))]
         entries = [
             _entry(i, " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))))
             for i in dict.fromkeys(ids)
