@@ -21,9 +21,10 @@ select any past state exactly.
 Cost: a search reads the postings of its terms (every row ever kept at any key) and the seqs of
 the admitted rows (give ``where``'s columns a covering index with the key); it scores every
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
-known before counting. The one exception is a current search of a temporal store, whose
-statistics are kept as rows are written: :func:`rank_current` returns the same pairs scoring
-only the rows that can reach the top (ADR 0056).
+known before counting. The exception is a temporal store's search of its current rows, whose
+statistics are kept as rows are written, or of the rows valid at a position, whose statistics
+are counted for the query's terms alone (:func:`admitted_statistics`): :func:`rank_pruned`
+returns the same pairs scoring only the rows that can reach the top (ADR 0056).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -43,6 +45,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    ScalarSelect,
     Table,
     Text,
     case,
@@ -124,17 +127,11 @@ def rank(
     is the same whatever order a plan adds its terms in, and the same on either backend.
     Orphan postings (an entry deleted behind the store's back) match no admitted seq.
     """
-    rows = select(entries.c.seq).where(*admitted).cte("admitted").prefix_with("MATERIALIZED")
-    # seq + 0: reach the postings by term and test their seqs against the admitted set. On the
-    # bare column SQLite probed (term, seq) once per admitted row and term instead, ~2x slower.
-    matching = (postings.c.term.in_(terms), (postings.c.seq + 0).in_(select(rows.c.seq)))
-    total = select(func.count()).select_from(rows).scalar_subquery()
-    counted = conn.execute(
-        select(postings.c.term, func.count(), total).where(*matching).group_by(postings.c.term)
-    ).all()
-    if not counted:
+    matching = _matching(entries, postings, admitted, terms)
+    rows, documents = _statistics(conn, postings, matching)
+    if not documents:
         return []
-    idf = {term: idf_weight(n, df) for term, df, n in counted}
+    idf = {term: idf_weight(rows, df) for term, df in documents.items()}
     weight = case(
         {term: literal(value, BigInteger) for term, value in idf.items()}, value=postings.c.term
     )
@@ -142,7 +139,7 @@ def rank(
     score = func.sum(weight * 11 * tf // (5 * tf + 6)).label("score")
     scores = (
         select(postings.c.seq, score)
-        .where(*matching)
+        .where(*matching.where)
         .group_by(postings.c.seq)
         .cte("scores")
         .prefix_with("MATERIALIZED")
@@ -156,6 +153,58 @@ def rank(
         .order_by(scores.c.score.desc(), scores.c.seq)
     ).tuples()
     return list(best)
+
+
+def admitted_statistics(
+    conn: Connection,
+    entries: Table,
+    postings: Table,
+    admitted: Sequence[ColumnElement[bool]],
+    terms: Sequence[str],
+) -> tuple[int, dict[str, int]]:
+    """``N`` (the rows ``admitted`` selects) and, for each of ``terms`` that one of them
+    holds, how many do: :func:`rank`'s first statement, for :func:`rank_pruned` where no kept
+    count describes the admitted rows (a search as of a position).
+
+    Only the query's terms are counted, from their postings. ``N`` is 0 when no admitted row
+    holds any of them: nothing is ranked then, so ``N`` is not needed."""
+    return _statistics(conn, postings, _matching(entries, postings, admitted, terms))
+
+
+def _matching(
+    entries: Table,
+    postings: Table,
+    admitted: Sequence[ColumnElement[bool]],
+    terms: Sequence[str],
+) -> _Matching:
+    """The postings of ``terms`` whose rows ``admitted`` selects, and ``N``."""
+    rows = select(entries.c.seq).where(*admitted).cte("admitted").prefix_with("MATERIALIZED")
+    # seq + 0: reach the postings by term and test their seqs against the admitted set. On the
+    # bare column SQLite probed (term, seq) once per admitted row and term instead, ~2x slower.
+    return _Matching(
+        where=(postings.c.term.in_(terms), (postings.c.seq + 0).in_(select(rows.c.seq))),
+        total=select(func.count()).select_from(rows).scalar_subquery(),
+    )
+
+
+@dataclass(frozen=True)
+class _Matching:
+    """What :func:`rank`'s two statements share: which postings match, and ``N``."""
+
+    where: tuple[ColumnElement[bool], ...]
+    total: ScalarSelect[int]
+
+
+def _statistics(
+    conn: Connection, postings: Table, matching: _Matching
+) -> tuple[int, dict[str, int]]:
+    counted = conn.execute(
+        select(postings.c.term, func.count(), matching.total)
+        .where(*matching.where)
+        .group_by(postings.c.term)
+    ).all()
+    rows = counted[0][2] if counted else 0
+    return rows, {term: df for term, df, _ in counted}
 
 
 def idf_weight(rows: int, documents: int) -> int:
@@ -178,33 +227,47 @@ def term_bound(weight: int) -> int:
     return weight * 11 // 5
 
 
-def rank_current(
+@dataclass(frozen=True)
+class Admission:
+    """The rows of a key a pruned ranking admits, as SQL over the entries aliased ``e``.
+
+    ``source`` is the FROM item (``<entries> AS e``, with an index hint where one is needed),
+    ``condition`` tests a row (``e.key`` and ``e.seq`` are tested besides), ``parameters``
+    fill its marks. The current rows and the rows valid at a position differ only here
+    (:mod:`loom_memory.validity` builds both)."""
+
+    source: str
+    condition: str
+    parameters: tuple[Any, ...] = ()
+
+
+def rank_pruned(
     conn: Connection,
     *,
     postings: str,
-    entries: str,
-    current_index: str,
+    admission: Admission,
     key: str,
     rows: int,
     documents: dict[str, int],
     limit: int,
     scored: list[int] | None = None,
 ) -> list[tuple[int, int]]:
-    """What :func:`rank` returns for the current rows at ``key``, scoring only rows that can
-    reach the ``limit``-th best score (exact MaxScore pruning; current rows only).
+    """What :func:`rank` returns for the rows at ``key`` that ``admission`` admits, scoring
+    only rows that can reach the ``limit``-th best score (exact MaxScore pruning).
 
-    ``rows`` and ``documents`` are the counts :func:`rank` would take: the current rows at the
-    key and, per query term, how many of them hold it, read from counts kept as rows are
-    written instead of recounted over every current row. Each term's contribution is bounded
-    by :func:`term_bound`. The rarest terms are "essential": only rows holding one are scored,
-    each on every term. Rows holding only the other terms score at most the sum of those
-    terms' bounds; once that sum is strictly below the ``limit``-th best score among the
-    scored rows, no such row can reach it (a row tying it would have to be returned, so the
-    cut is strict), and every row scoring at least it is among those scored. Otherwise the
-    next rarest term turns essential and the scoring repeats, down to scoring every match as
-    :func:`rank` does. ``current_index`` is the partial ``(key, seq)`` index of the current
-    rows, the only entries read. ``scored``, when given, receives how many rows each round
-    scored (for tests: the pruning must be seen to happen).
+    ``rows`` and ``documents`` are the counts :func:`rank` would take: the admitted rows at
+    the key and, per query term, how many of them hold it (read from counts kept as rows are
+    written for the current rows; counted for the query's terms alone by
+    :func:`admitted_statistics` for the rows valid at a position). Each term's contribution
+    is bounded by :func:`term_bound`. The rarest terms are "essential": only rows holding one
+    are scored, each on every term. Rows holding only the other terms score at most the sum
+    of those terms' bounds; once that sum is strictly below the ``limit``-th best score among
+    the scored rows, no such row can reach it (a row tying it would have to be returned, so
+    the cut is strict), and every row scoring at least it is among those scored. Otherwise
+    the next rarest term turns essential and the scoring repeats, down to scoring every match
+    as :func:`rank` does. A candidate's admission is tested on its entry alone
+    (``admission``). ``scored``, when given, receives how many rows each round scored (for
+    tests: the pruning must be seen to happen).
     """
     present = sorted(term for term, count in documents.items() if count > 0)
     if rows <= 0 or not present:
@@ -224,18 +287,17 @@ def rank_current(
         essential = order[split:]
         found: Sequence[Any]
         if conn.dialect.name == "postgresql":
-            found = _postgres_round(conn, postings, entries, key, order, split, weight, limit)
+            found = _postgres_round(conn, postings, admission, key, order, split, weight, limit)
         else:
             marks = ", ".join("?" * len(essential))
             found = conn.exec_driver_sql(
                 f"WITH candidates AS MATERIALIZED (SELECT DISTINCT p.seq FROM {postings} AS p "
-                f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {entries} AS e "
-                f"INDEXED BY {current_index} WHERE e.key = ? AND e.seq = p.seq "
-                "AND e.valid_to IS NULL)) "
+                f"WHERE p.term IN ({marks}) AND EXISTS (SELECT 1 FROM {admission.source} "
+                f"WHERE e.key = ? AND e.seq = p.seq AND {admission.condition})) "
                 f"SELECT p.seq, sum((CASE p.term {weights} END) * 11 * p.tf / (5 * p.tf + 6)) "
                 f"FROM candidates JOIN {postings} AS p ON p.seq = candidates.seq "
                 f"AND p.term IN ({every}) GROUP BY p.seq ORDER BY 2 DESC, p.seq",
-                (*essential, key, *weight_values, *present),
+                (*essential, key, *admission.parameters, *weight_values, *present),
             ).all()
         if scored is not None:
             scored.append(len(found))
@@ -255,14 +317,14 @@ def rank_current(
 def _postgres_round(
     conn: Connection,
     postings: str,
-    entries: str,
+    admission: Admission,
     key: str,
     order: list[str],
     split: int,
     weight: dict[str, int],
     limit: int,
 ) -> list[tuple[int, int]]:
-    """One round of :func:`rank_current` on PostgreSQL: the rows holding an essential term
+    """One round of :func:`rank_pruned` on PostgreSQL: the rows holding an essential term
     (``order[split:]``), each with its full score, best first; a row that cannot reach the
     ``limit``-th best may be left out.
 
@@ -286,8 +348,8 @@ def _postgres_round(
     found = conn.exec_driver_sql(
         f"WITH candidates AS MATERIALIZED (SELECT p.seq, sum((CASE p.term {cases} END) {share}) "
         f"AS part FROM {postings} AS p WHERE p.term IN ({', '.join(['%s'] * len(essential))}) "
-        f"AND EXISTS (SELECT 1 FROM {entries} AS e WHERE e.key = %s AND e.seq = p.seq "
-        "AND e.valid_to IS NULL) GROUP BY p.seq) "
+        f"AND EXISTS (SELECT 1 FROM {admission.source} WHERE e.key = %s AND e.seq = p.seq "
+        f"AND {admission.condition}) GROUP BY p.seq) "
         f"SELECT c.seq, c.part{probes} FROM candidates AS c WHERE c.part + %s >= coalesce("
         "(SELECT part FROM candidates ORDER BY part DESC OFFSET %s LIMIT 1), 0) "
         "ORDER BY 2 DESC, c.seq",
@@ -295,6 +357,7 @@ def _postgres_round(
             *(value for term in essential for value in (term, weight[term])),
             *essential,
             key,
+            *admission.parameters,
             *(value for term in others for value in (weight[term], term)),
             sum(term_bound(weight[term]) for term in others),
             limit - 1,

@@ -26,12 +26,13 @@ its own ``columns`` and reads them with ``read_annotated``/``search_annotated``,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     URL,
     BigInteger,
+    Boolean,
     Column,
     ColumnElement,
     Connection,
@@ -46,12 +47,15 @@ from sqlalchemy import (
     or_,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import SchemaItem
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.postgres_counts import count_triggers, drop_count_triggers
-from loom_memory.postings import driver_mark, rank_current
+from loom_memory.postings import Admission, admitted_statistics, driver_mark, rank_pruned
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import (
@@ -182,10 +186,13 @@ class TemporalSqlStore(SqlMemoryStore):
         limit: int,
         where: ColumnElement[bool] | None,
     ) -> list[tuple[int, int]]:
-        """A current search ranks from the kept counts; any other by counting its rows."""
-        if where is not self._current:
-            return super()._postings_rank(conn, postings, key, terms, limit, where)
-        return self._rank_current(conn, key, terms, limit, None)
+        """A current search ranks from the kept counts, one as of a position from the query
+        terms' counts at it, both pruned; any other (``where``) by counting its rows."""
+        if where is self._current:
+            return self._rank_current(conn, key, terms, limit, None)
+        if isinstance(where, ValidAt):
+            return self._rank_as_of(conn, key, terms, limit, where, None)
+        return super()._postings_rank(conn, postings, key, terms, limit, where)
 
     def _rank_current(
         self, conn: Connection, key: str, terms: list[str], limit: int, scored: list[int] | None
@@ -212,13 +219,52 @@ class TemporalSqlStore(SqlMemoryStore):
                 (key, *distinct),
             )
         }
-        return rank_current(
+        # SQLite: the partial index of the current rows holds (key, seq), all a probe reads.
+        hint = f" INDEXED BY {self.current_index}" if conn.dialect.name == "sqlite" else ""
+        current = Admission(f"{self.entries.name} AS e{hint}", "e.valid_to IS NULL")
+        return rank_pruned(
             conn,
             postings=self.postings.name,
-            entries=self.entries.name,
-            current_index=self.current_index,
+            admission=current,
             key=key,
             rows=found[0],
+            documents=documents,
+            limit=limit,
+            scored=scored,
+        )
+
+    def _rank_as_of(
+        self,
+        conn: Connection,
+        key: str,
+        terms: list[str],
+        limit: int,
+        valid: ValidAt,
+        scored: list[int] | None,
+    ) -> list[tuple[int, int]]:
+        """What ``rank()`` gives the rows at ``key`` valid at ``valid.position``: ``N`` and
+        the query terms' counts among those rows (``rank()``'s own first statement, no kept
+        count describes them), then the same pruned ranking as a current search.
+
+        ``scored`` receives the rows each pruning round scored (tests watch it)."""
+        assert self.postings is not None
+        distinct = sorted(set(terms))
+        if not distinct:
+            return []
+        admitted = [self.entries.c.key == key, valid]
+        rows, documents = admitted_statistics(conn, self.entries, self.postings, admitted, distinct)
+        mark = driver_mark(conn)
+        then = Admission(
+            f"{self.entries.name} AS e",
+            f"e.valid_from <= {mark} AND (e.valid_to IS NULL OR e.valid_to > {mark})",
+            (valid.position, valid.position),
+        )
+        return rank_pruned(
+            conn,
+            postings=self.postings.name,
+            admission=then,
+            key=key,
+            rows=rows,
             documents=documents,
             limit=limit,
             scored=scored,
@@ -234,8 +280,23 @@ class TemporalSqlStore(SqlMemoryStore):
         values: dict[str, Any] | None = None,
     ) -> None:
         """Add ``entries`` to the end of ``key``, valid from ``position`` until ended."""
-        valid = {"valid_from": check_position(position)}
-        self.append(key, entries, conn=conn, values={**(values or {}), **valid})
+        self.append_at_batch([(key, entries, position, values or {})], conn=conn)
+
+    def append_at_batch(
+        self,
+        appends: Sequence[tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]],
+        *,
+        conn: Connection | None = None,
+    ) -> None:
+        """Make each ``(key, entries, position, values)`` an :meth:`append_at`, in order, all
+        or none, one statement per table (:meth:`~loom_memory.SqlMemoryStore.append_batch`)."""
+        self.append_batch(
+            [
+                (key, entries, {**values, "valid_from": check_position(position)})
+                for key, entries, position, values in appends
+            ],
+            conn=conn,
+        )
 
     def end_validity(
         self, key: str, ids: Iterable[str], position: int, *, conn: Connection | None = None
@@ -321,13 +382,32 @@ class TemporalSqlStore(SqlMemoryStore):
         if as_of is None and where is None:
             # The one object a current search passes on: a store keeping counts knows it.
             return self._current
-        if as_of is None:
-            valid = rows.valid_to.is_(None)
-        else:
-            valid = and_(
-                rows.valid_from <= as_of, or_(rows.valid_to.is_(None), rows.valid_to > as_of)
-            )
+        valid = rows.valid_to.is_(None) if as_of is None else ValidAt(self.entries, as_of)
         return valid if where is None else and_(valid, where)
+
+
+class ValidAt(ColumnElement[bool]):
+    """The rows of ``entries`` valid at ``position`` (``valid_from <= P``, and ``P <
+    valid_to`` or never ended): a filter SQLAlchemy compiles like any other, and one a
+    temporal store recognises when it is a search's whole admission, to rank those rows by
+    pruning (a current search's admission is recognised the same way, by identity)."""
+
+    inherit_cache = True
+    type = Boolean()
+    # SQLAlchemy's cache key: the inner clause (its bound position a parameter, not the key).
+    _traverse_internals = [("clause", InternalTraversal.dp_clauseelement)]  # noqa: RUF012
+
+    def __init__(self, entries: Table, position: int) -> None:
+        self.position = position
+        rows = entries.c
+        self.clause = and_(
+            rows.valid_from <= position, or_(rows.valid_to.is_(None), rows.valid_to > position)
+        )
+
+
+@compiles(ValidAt)
+def _compile_valid_at(element: ValidAt, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.clause, **kw)
 
 
 class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
@@ -343,10 +423,11 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
     while current, is uncounted by a trigger, whoever issues the statement (a caller's own
     ``DELETE`` included), before its postings go with it. A store written before the counts existed
     gets them filled from its rows when it is opened. With them, a current search ranks by
-    :func:`~loom_memory.postings.rank_current`, which returns exactly what
+    :func:`~loom_memory.postings.rank_pruned`, which returns exactly what
     :func:`~loom_memory.postings.rank` would but scores only rows that can reach the top.
-    A search as of a position, or narrowed by ``where``, counts its own statistics at query
-    time as before: no kept count describes those rows.
+    A search as of a position counts ``N`` and its terms' frequencies over the rows valid
+    then (no kept count describes them) and ranks by the same pruning; one narrowed by
+    ``where`` counts its own statistics and scores every match, as before.
     """
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
@@ -410,10 +491,10 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
 
     A current search (no ``as_of``, no ``where``) ranks from kept counts, exactly as
     :class:`SqliteTemporalStore` does (the same tables, the same counting of an append, the
-    same :func:`~loom_memory.postings.rank_current`); ends and deletes, a caller's own
+    same :func:`~loom_memory.postings.rank_pruned`); ends and deletes, a caller's own
     included, are uncounted by statement-level triggers
-    (:mod:`loom_memory.postgres_counts`). A search as of a position, or narrowed by
-    ``where``, counts its own statistics at query time.
+    (:mod:`loom_memory.postgres_counts`). A search as of a position is pruned the same way
+    from statistics counted at query time; one narrowed by ``where`` scores every match.
     """
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:

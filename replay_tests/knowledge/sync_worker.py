@@ -11,9 +11,10 @@ shortened to one passage, one retitled, six dropped and five added). ``--kill-in
 N-th call of POINT kill the process with SIGKILL, where POINT is:
 
 * ``chunk``: the chunker, while the sync is still deciding (nothing appended yet);
-* ``append`` / ``remove``: the verb of the passage store class the corpus uses on DB_URL's
-  backend, while the projection applies the sync's already-appended events inside its
-  transaction.
+* ``append_batch`` / ``remove``: the verb of the passage store class the corpus uses on
+  DB_URL's backend, while the projection applies the sync's already-appended events inside
+  its transaction (a page writes its held passages with one ``append_batch`` at its end and
+  before each revision it ends).
 
 Prints one JSON line: the sync's result and how many events it appended.
 """
@@ -92,7 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("db_url")
     parser.add_argument("corpus", choices=sorted(CORPORA))
-    parser.add_argument("--kill-in", default=None, help="POINT:N, e.g. append:5")
+    parser.add_argument("--kill-in", default=None, help="POINT:N, e.g. append_batch:3")
     args = parser.parse_args()
 
     chunker: Chunker = pack_paragraphs()
