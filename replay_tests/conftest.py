@@ -15,9 +15,10 @@ import contextlib
 import functools
 import itertools
 import os
+import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,6 +61,46 @@ def pytester(
 def sqlite_url(tmp_path: Path) -> str:
     """A fresh SQLite log file for one test."""
     return f"sqlite:///{tmp_path / 'loom.db'}"
+
+
+class SqliteTemplates:
+    """SQLite databases built once per worker session, each test given its own file copy.
+
+    A fixture that fills a large store (hundreds of writes, each a transaction) paid that for
+    every test using it, though its tests only read it or change it for themselves. Here
+    ``build(url)`` runs once per worker, into a file no test opens; each test gets a copy made
+    with SQLite's backup API (a consistent copy even if the builder left a write-ahead log
+    behind) under its own ``tmp_path``, so what one test writes no other test can see
+    (``replay_tests/test_sqlite_templates.py`` holds that). ``build`` must depend on nothing
+    but the URL it is given: its module and name are the template's key.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._built: dict[str, Path] = {}
+        self._lock = threading.Lock()
+
+    def copy(self, build: Callable[[str], None], to: Path) -> str:
+        """A SQLite URL of a new file at ``to`` holding what ``build`` wrote to the template."""
+        key = f"{build.__module__}.{build.__qualname__}"
+        with self._lock:
+            template = self._built.get(key)
+            if template is None:
+                template = self._root / f"template-{len(self._built)}.db"
+                build(f"sqlite:///{template}")
+                self._built[key] = template
+        with (
+            contextlib.closing(sqlite3.connect(template)) as source,
+            contextlib.closing(sqlite3.connect(to)) as target,
+        ):
+            source.backup(target)
+        return f"sqlite:///{to}"
+
+
+@pytest.fixture(scope="session")
+def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
+    """This worker's :class:`SqliteTemplates` (templates live in its session's temp folder)."""
+    return SqliteTemplates(tmp_path_factory.mktemp("sqlite-templates"))
 
 
 @functools.cache

@@ -10,29 +10,36 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
 import sqlalchemy as sa
-from mcp import Client, MCPError
-from mcp import types as mcp_types
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 
-from loom_runtime import (
-    DecisionInputChangedError,
-    Loom,
-    RecordedSession,
-    wrap,
-    wrap_session,
-)
-from loom_runtime.mcp_session import resource_name
+import loom_runtime
+from loom_runtime import DecisionInputChangedError, Loom, wrap
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import mcp
+    from mcp import types as mcp_types
+    from mcp.server import mcpserver
+    from mcp.server.mcpserver import exceptions as mcp_exceptions
+
+    from loom_runtime import mcp_session
+else:  # imported by the tests that use them, on one worker (ADR 0031)
+    mcp = deferred("mcp")
+    mcp_types = deferred("mcp.types")
+    mcpserver = deferred("mcp.server.mcpserver")
+    mcp_exceptions = deferred("mcp.server.mcpserver.exceptions")
+    mcp_session = deferred("loom_runtime.mcp_session")
+
+pytestmark = pytest.mark.xdist_group("mcp-sdk")
 
 
-def runbook_server(served: list[str]) -> MCPServer:
+def runbook_server(served: list[str]) -> mcpserver.MCPServer:
     """A small MCP server: a search tool, a failing tool and a runbook resource."""
-    server = MCPServer("runbooks")
+    server = mcpserver.MCPServer("runbooks")
 
     @server.tool()
     def search(query: str, limit: int = 2) -> list[str]:
@@ -44,7 +51,7 @@ def runbook_server(served: list[str]) -> MCPServer:
     def page_oncall(team: str) -> str:
         """Page a team."""
         served.append(f"page {team}")
-        raise ToolError(f"no on-call rota for {team}")
+        raise mcp_exceptions.ToolError(f"no on-call rota for {team}")
 
     @server.resource("runbook://{name}")
     def runbook(name: str) -> str:
@@ -66,7 +73,7 @@ class GoneSession:
 
 def build(url: str, session: Any, *, query: str = "disk full") -> Loom:
     loom = Loom(url)
-    recorded = wrap_session(session)
+    recorded = loom_runtime.wrap_session(session)
 
     @loom.flow("agent")
     async def agent(ctx: Any) -> dict[str, Any]:
@@ -75,7 +82,7 @@ def build(url: str, session: Any, *, query: str = "disk full") -> Loom:
         page = await recorded.read_resource("runbook://disk-full")
         try:
             await recorded.read_resource("missing://dns")
-        except MCPError as exc:  # the same class, code and data live and on replay
+        except mcp.MCPError as exc:  # the same class, code and data live and on replay
             missing = [exc.code, exc.message, exc.data]
         assert isinstance(found, mcp_types.CallToolResult)
         assert isinstance(page, mcp_types.ReadResourceResult)
@@ -91,7 +98,7 @@ def build(url: str, session: Any, *, query: str = "disk full") -> Loom:
 
 def record(url: str, served: list[str]) -> Any:
     async def run() -> Any:
-        async with Client(runbook_server(served)) as client:
+        async with mcp.Client(runbook_server(served)) as client:
             with build(url, client.session) as loom:
                 return await loom.arun("agent")
 
@@ -196,9 +203,10 @@ def test_outside_a_flow_calls_go_to_the_session_and_everything_else_is_delegated
     served: list[str] = []
 
     async def run() -> tuple[Any, Any]:
-        async with Client(runbook_server(served)) as client:
+        async with mcp.Client(runbook_server(served)) as client:
             session = wrap(client.session)  # wrap() hands an MCP session to wrap_session
-            assert isinstance(session, RecordedSession) and wrap_session(session) is session
+            assert isinstance(session, loom_runtime.RecordedSession)
+            assert loom_runtime.wrap_session(session) is session
             assert session.session is client.session
             tools = await session.list_tools()
             found = await session.call_tool("search", {"query": "q", "limit": 1})
@@ -211,12 +219,12 @@ def test_outside_a_flow_calls_go_to_the_session_and_everything_else_is_delegated
 
 
 def test_a_resource_key_names_scheme_host_and_path_never_query_or_userinfo() -> None:
-    assert resource_name("runbook://disk-full") == "runbook://disk-full"
+    assert mcp_session.resource_name("runbook://disk-full") == "runbook://disk-full"
     assert (
-        resource_name("https://bot:s3cret@docs.example/runbooks/dns.md?token=abc#top")
+        mcp_session.resource_name("https://bot:s3cret@docs.example/runbooks/dns.md?token=abc#top")
         == "https://docs.example/runbooks/dns.md"
     )
-    assert resource_name("file:///srv/runbooks/a.md") == "file:///srv/runbooks/a.md"
+    assert mcp_session.resource_name("file:///srv/runbooks/a.md") == "file:///srv/runbooks/a.md"
 
 
 @pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses

@@ -9,15 +9,20 @@ carries the mode and the filter, and it replays identically with the corpus empt
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever as LangChainRetriever
-from loom_knowledge.bridges.llamaindex import KnowledgeBaseRetriever as LlamaRetriever
 from loom_memory import HashingEmbedder
 from loom_runtime import Loom, codec
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    from loom_knowledge.bridges import llamaindex
+else:  # imported by the tests that use it, on the llamaindex-sdk worker (ADR 0031)
+    llamaindex = deferred("loom_knowledge.bridges.llamaindex")
 
 pytest.importorskip("numpy")
 
@@ -44,11 +49,17 @@ def _langchain(kb: Any) -> list[str]:
 
 
 def _llamaindex(kb: Any) -> list[str]:
-    retriever = LlamaRetriever(knowledge_base=kb, similarity_top_k=3, mode="hybrid", filter=SRE)
+    retriever = llamaindex.KnowledgeBaseRetriever(
+        knowledge_base=kb, similarity_top_k=3, mode="hybrid", filter=SRE
+    )
     return [node.node.node_id for node in retriever.retrieve(QUESTION)]
 
 
-@pytest.mark.parametrize("ask", [_langchain, _llamaindex], ids=["langchain", "llamaindex"])
+@pytest.mark.parametrize(
+    "ask",
+    [_langchain, pytest.param(_llamaindex, marks=pytest.mark.xdist_group("llamaindex-sdk"))],
+    ids=["langchain", "llamaindex"],
+)
 def test_a_bridge_retrieves_hybrid_and_filtered_recorded_and_replayable(
     tmp_path: Path, ask: Any
 ) -> None:
@@ -79,6 +90,7 @@ def test_a_bridge_retrieves_hybrid_and_filtered_recorded_and_replayable(
     assert replay.identical, replay.describe()
 
 
+@pytest.mark.xdist_group("llamaindex-sdk")
 def test_a_bridge_refuses_a_mode_or_filter_the_knowledge_base_does_not_know_when_built(
     tmp_path: Path,
 ) -> None:
@@ -88,6 +100,6 @@ def test_a_bridge_refuses_a_mode_or_filter_the_knowledge_base_does_not_know_when
     with pytest.raises(ValueError, match="mode"):
         LangChainRetriever(knowledge_base=kb, mode="semantic")
     with pytest.raises(ValueError, match="mode"):
-        LlamaRetriever(knowledge_base=kb, mode="semantic")
+        llamaindex.KnowledgeBaseRetriever(knowledge_base=kb, mode="semantic")
     with pytest.raises(ValueError, match="filter"):
-        LlamaRetriever(knowledge_base=kb, filter={"team": {"$in": ["sre"]}})
+        llamaindex.KnowledgeBaseRetriever(knowledge_base=kb, filter={"team": {"$in": ["sre"]}})

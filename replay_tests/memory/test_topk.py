@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import Column, Engine, Integer, create_engine, event, text
@@ -20,6 +20,9 @@ from sqlalchemy import Column, Engine, Integer, create_engine, event, text
 from loom_memory import MemoryEntry, SqliteMemoryStore
 from loom_memory.entry import decode_entry
 from loom_memory.topk import SUBSET_TERMS, Hit, TermStats, top_k
+
+if TYPE_CHECKING:
+    from replay_tests.conftest import SqliteTemplates
 
 VOCABULARY = [f"w{index}" for index in range(60)]
 
@@ -31,9 +34,14 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def store(engine: Engine) -> SqliteMemoryStore:
-    store = SqliteMemoryStore(engine, columns=[Column("flag", Integer, nullable=False)])
+def _flag() -> list[Column[int]]:
+    return [Column("flag", Integer, nullable=False)]
+
+
+def _build_corpus(url: str) -> None:
+    """The corpus, written once per worker (``sqlite_templates``); each test gets a copy."""
+    engine = create_engine(url)
+    store = SqliteMemoryStore(engine, columns=_flag())
     rng = random.Random(7)
     texts = []
     for _ in range(700):
@@ -47,7 +55,15 @@ def store(engine: Engine) -> SqliteMemoryStore:
         if index % 97 == 0:
             store.append("other", [MemoryEntry(content=body, id=str(index))], values={"flag": 0})
     store.remove("k", ["5", "6", "7"])  # deleted rows must not count in the bound either
-    return store
+    store.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def store(sqlite_templates: SqliteTemplates, tmp_path: Path) -> Iterator[SqliteMemoryStore]:
+    engine = create_engine(sqlite_templates.copy(_build_corpus, tmp_path / "corpus.db"))
+    yield SqliteMemoryStore(engine, columns=_flag())
+    engine.dispose()
 
 
 def plain_or(
