@@ -160,6 +160,8 @@ class SqlMemoryStore(ABC):
         self._insert_entries = insert(self.entries).returning(
             self.entries.c.seq, sort_by_parameter_order=True
         )
+        self._insert_numbered = insert(self.entries)
+        """Rows whose ``seq`` the caller sets (SQLite, see ``_insert``)."""
         self.settings = settings_table(table_prefix, metadata)
         """The store's recorded settings (its tokenizer's identity)."""
         self.predates_postings = False
@@ -200,12 +202,36 @@ class SqlMemoryStore(ABC):
         ``values`` sets the store's extra ``columns`` on every row written (see the module
         docstring, "Annotated rows").
         """
-        rows, terms = self._rows(check_key(key), entries)
-        if values:
-            rows = [{**row, **values} for row in rows]
-        if rows:
+        self.append_batch([(key, entries, values or {})], conn=conn)
+
+    def append_batch(
+        self,
+        appends: Sequence[tuple[str, Sequence[MemoryEntry], Mapping[str, Any]]],
+        *,
+        conn: Connection | None = None,
+    ) -> None:
+        """Make each ``(key, entries, values)`` an :meth:`append`, in order, all or none.
+
+        The rows are the ones the appends would write one by one, with the same ``seq``
+        order, but each table gets one statement for the whole batch (entries, postings and
+        any counts): a projection applying a page of events writes the page's rows at once
+        instead of paying every statement's fixed cost per event (ADR 0044).
+        """
+        runs: list[tuple[list[dict[str, Any]], list[list[str]]]] = []
+        columns: object = None  # the first run's value names never equal this
+        for key, entries, values in appends:
+            key_rows, key_terms = self._rows(check_key(key), entries)
+            if not key_rows:
+                continue
+            if sorted(values) != columns:  # one statement binds one set of columns
+                columns = sorted(values)
+                runs.append(([], []))
+            runs[-1][0].extend({**row, **values} for row in key_rows)
+            runs[-1][1].extend(key_terms)
+        if runs:
             with self._begin(conn) as c:
-                self._insert(c, rows, terms)
+                for rows, terms in runs:
+                    self._insert(c, rows, terms)
 
     def read(
         self,
@@ -381,11 +407,25 @@ class SqlMemoryStore(ABC):
     def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
         """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept.
 
-        RETURNING makes SQLAlchemy send multi-row INSERTs (its "insertmanyvalues", pages of
-        up to 1,000 rows) instead of one statement per row, so a statement-level trigger
-        (PostgreSQL's term index) fires once per page, not once per entry.
+        On PostgreSQL, RETURNING makes SQLAlchemy send multi-row INSERTs (its
+        "insertmanyvalues", pages of up to 1,000 rows) instead of one statement per row, so a
+        statement-level trigger (the term index) fires once per page, not once per entry.
+
+        SQLite does not promise RETURNING's row order, so SQLAlchemy sent one INSERT per row
+        there. Instead the first row is inserted alone and returns its ``seq``; from then on
+        this transaction holds SQLite's write lock, so the rowid SQLite would pick for each
+        next row (``max(seq) + 1``: the table has no AUTOINCREMENT) is the previous one plus
+        one, and the rest are inserted in one ``executemany`` with exactly those ``seq``s.
         """
-        seqs = conn.execute(self._insert_entries, rows).scalars()
+        if conn.dialect.name == "sqlite" and len(rows) > 1:
+            first = conn.execute(self._insert_entries, rows[0]).scalar_one()
+            seqs = list(range(first, first + len(rows)))
+            conn.execute(
+                self._insert_numbered,
+                [{**row, "seq": seq} for row, seq in zip(rows[1:], seqs[1:], strict=True)],
+            )
+        else:
+            seqs = list(conn.execute(self._insert_entries, rows).scalars())
         if self.postings is None:
             return
         postings = [

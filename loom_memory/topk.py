@@ -21,7 +21,10 @@ Two plans, both exact:
   are scored exactly by the superset's query, which ran earlier (a superset's bound is never
   lower). The ``k``-th best score seen so far, ``theta``, is a lower bound of the true ``k``-th
   score, so once the next subset's bound is below ``theta`` no unseen row can enter: stop.
-  A query of rare words ends after one or two conjunctions of a few rows each.
+  A query of rare words ends after one or two conjunctions of a few rows each. With three or
+  four terms, the subsets holding the head term (the rarer of the first and last) run as one
+  statement, ``head AND (others OR-ed)``, and ``head`` alone: FTS5's ``bm25()`` counts every
+  phrase's documents in every statement, so a common word was counted once per subset.
 * **Essential terms** (many terms, where subsets would be too many): sort the terms from the
   most to the least common; the common prefix ``C`` whose summed bound is below ``theta`` is
   non-essential, since a row with only those terms cannot enter. Score every row containing an
@@ -148,12 +151,35 @@ def top_k_scored(terms: Sequence[str], stats: TermStats, k: int, score: Score) -
 
 
 def _subsets(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> None:
-    subsets = [s for size in range(1, len(terms) + 1) for s in combinations(terms, size)]
+    rest = _head(terms, stats, k, run, best) if len(set(terms)) == len(terms) > 2 else terms
+    subsets = [s for size in range(1, len(rest) + 1) for s in combinations(rest, size)]
     subsets.sort(key=stats.upper_bound, reverse=True)
     for subset in subsets:
         if stats.upper_bound(subset) < _theta(best, k) * (1.0 - MARGIN):
             return
         _merge(best, run(" AND ".join(map(_phrase, subset))))
+
+
+def _head(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> list[str]:
+    """Score every row holding the head term (the rarer of the first and last term) in at most
+    two statements; return the other terms, whose subsets cover every row not yet scored.
+
+    ``head AND (the others OR-ed)`` names every query term once, so its ``bm25()`` scores each
+    row it matches exactly; ``head`` alone scores exactly the rows holding no other term, and
+    runs only if their bound reaches ``theta``. The subsets holding the head would each have
+    run as a statement of their own, and FTS5's ``bm25()`` counts every phrase's documents over
+    the whole index in every statement that matches a row: a common word was counted once per
+    subset. The head is an end term so that the expression's phrases, whose parts ``bm25()``
+    adds in order, stay in the query's order: the same additions as the OR query's, bit for bit.
+    """
+    first, last = terms[0], terms[-1]
+    head = first if stats.upper_bound([first]) >= stats.upper_bound([last]) else last
+    others = [term for term in terms if term != head]
+    both = (_phrase(head), _any(others))
+    _merge(best, run(" AND ".join(both if head == first else reversed(both))))
+    if stats.upper_bound([head]) >= _theta(best, k) * (1.0 - MARGIN):
+        _merge(best, run(_phrase(head)))
+    return others
 
 
 def _essential_terms(

@@ -26,7 +26,7 @@ its own ``columns`` and reads them with ``read_annotated``/``search_annotated``,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -234,8 +234,23 @@ class TemporalSqlStore(SqlMemoryStore):
         values: dict[str, Any] | None = None,
     ) -> None:
         """Add ``entries`` to the end of ``key``, valid from ``position`` until ended."""
-        valid = {"valid_from": check_position(position)}
-        self.append(key, entries, conn=conn, values={**(values or {}), **valid})
+        self.append_at_batch([(key, entries, position, values or {})], conn=conn)
+
+    def append_at_batch(
+        self,
+        appends: Sequence[tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]],
+        *,
+        conn: Connection | None = None,
+    ) -> None:
+        """Make each ``(key, entries, position, values)`` an :meth:`append_at`, in order, all
+        or none, one statement per table (:meth:`~loom_memory.SqlMemoryStore.append_batch`)."""
+        self.append_batch(
+            [
+                (key, entries, {**values, "valid_from": check_position(position)})
+                for key, entries, position, values in appends
+            ],
+            conn=conn,
+        )
 
     def end_validity(
         self, key: str, ids: Iterable[str], position: int, *, conn: Connection | None = None

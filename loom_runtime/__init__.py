@@ -71,7 +71,7 @@ if TYPE_CHECKING:
         WriteContentionError,
         WrongMasterKeyError,
     )
-    from loom_runtime.execution import Decision, Execution
+    from loom_runtime.execution import Decision, Execution, Forgotten
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.http_transport import async_transport, transport
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
@@ -92,7 +92,16 @@ if TYPE_CHECKING:
     from loom_runtime.retention import parse_age
     from loom_runtime.retry import RetryPolicy
     from loom_runtime.schema import serialise_ddl
-    from loom_runtime.sealing import KeyWrapper, MasterKey, Sealed
+    from loom_runtime.sealing import (
+        Keyring,
+        KeyWrapper,
+        MasterKey,
+        Sealed,
+        keyring_for,
+        open_subject_text,
+        seal_subject_text,
+        sealed_text_subject,
+    )
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.timeline import position_at
@@ -129,9 +138,11 @@ __all__ = [
     "FlowNotFoundError",
     "FlowRegistry",
     "ForgetEntry",
+    "Forgotten",
     "ForkPointError",
     "IntegrityUnsupportedError",
     "KeyWrapper",
+    "Keyring",
     "LabelError",
     "Labels",
     "LogEvent",
@@ -173,11 +184,15 @@ __all__ = [
     "catch_up",
     "current_context",
     "json_problem",
+    "keyring_for",
     "lazy_exports",
     "open_log",
+    "open_subject_text",
     "parse_age",
     "position_at",
     "rebuild",
+    "seal_subject_text",
+    "sealed_text_subject",
     "serialise_ddl",
     "stream_id",
     "text_problem",
@@ -285,6 +300,12 @@ _EXPORTS = {
     "KeyWrapper": "loom_runtime.sealing",
     "MasterKey": "loom_runtime.sealing",
     "Sealed": "loom_runtime.sealing",
+    "Keyring": "loom_runtime.sealing",
+    "keyring_for": "loom_runtime.sealing",
+    "open_subject_text": "loom_runtime.sealing",
+    "seal_subject_text": "loom_runtime.sealing",
+    "sealed_text_subject": "loom_runtime.sealing",
+    "Forgotten": "loom_runtime.execution",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all __getattr__

@@ -1,10 +1,14 @@
-"""``erase``: destroy the data keys of executions and record that in the forget log (ADR 0049).
+"""``erase``: destroy the data keys of subjects and record that in the forget log (ADR 0049).
 
 An erasure selects executions (one by id, or every execution a user's or a tenant's labels
-name), destroys their data keys and appends one forget event: the subjects, how many stored
-events each key sealed, who erased them and why, never content. The log itself is not
-touched, so ``loom verify`` passes before and after, and every other execution replays as
-before.
+name) or a subject a package above the runtime seals (a corpus document: ADR 0055), destroys
+their data keys and appends one forget event: the subjects, how many stored events each key
+sealed, who erased them and why, never content. Such a package names its kind of subject
+through the ``loom.erasure`` entry-point group: ``name = module:function``, the function
+``(loom, value) -> (subjects, not_erasable)`` raising :class:`ErasureSubjectError` for a
+value it does not know (the runtime cannot import it: dependencies point down). The log
+itself is not touched, so ``loom verify`` passes before and after, and every other execution
+replays as before.
 
 Order of the two writes: the forget event is appended first (it is the decision, and the
 position an :class:`~loom_runtime.errors.ErasedError` names), then the keys are destroyed. They
@@ -16,8 +20,10 @@ forget event naming it before.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 import msgspec
@@ -38,11 +44,19 @@ if TYPE_CHECKING:
 
 
 class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
-    """One execution an erasure covers: its subject and how many stored events its key sealed."""
+    """One subject an erasure covers (an execution, a document): how many stored events its
+    key sealed."""
 
     subject: str
-    execution_id: str
+    execution_id: str | None
+    """The execution's id; None for a subject that is not an execution (a document)."""
     events: int
+
+
+SubjectResolver = Callable[["Loom", str], tuple[Sequence[ErasedSubject], Sequence[str]]]
+"""What a ``loom.erasure`` entry point loads: the subjects a value names (and what of it is
+stored in clear and cannot be erased); :class:`ErasureSubjectError` for an unknown value."""
+ERASURE_KINDS: Final = "loom.erasure"
 
 
 class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,14 +65,14 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     applied: bool
     """False for a dry run: nothing was written."""
     selector: str
-    """What was named: ``execution=…``, ``user=…`` or ``tenant=…``."""
+    """What was named: ``execution=…``, ``user=…``, ``tenant=…`` or ``document=…``."""
     subjects: tuple[ErasedSubject, ...]
-    """The executions whose keys are (or would be) destroyed."""
+    """The subjects whose keys are (or would be) destroyed."""
     already_erased: tuple[str, ...] = ()
-    """Executions selected that an earlier erasure already covered."""
+    """Executions (or subjects) selected that an earlier erasure already covered."""
     not_erasable: tuple[str, ...] = ()
-    """Executions selected that were recorded before encryption was switched on: stored in
-    clear, they cannot be erased by destroying a key."""
+    """What was selected but stored before encryption was switched on (executions, document
+    revisions): in clear, it cannot be erased by destroying a key."""
     position: int | None = None
     """Where the forget event is in the log (None for a dry run)."""
     by: str = ""
@@ -71,6 +85,7 @@ def erase(
     execution: UUID | str | None,
     user: str | None,
     tenant: str | None,
+    document: str | None = None,
     reason: str,
     by: str,
     dry_run: bool,
@@ -78,25 +93,37 @@ def erase(
     """See :meth:`Loom.erase`."""
     named = [
         (name, value)
-        for name, value in (("execution", execution), ("user", user), ("tenant", tenant))
+        for name, value in (
+            ("execution", execution),
+            ("user", user),
+            ("tenant", tenant),
+            ("document", document),
+        )
         if value is not None
     ]
     if len(named) != 1:
         raise ErasureSubjectError(
-            "name exactly one of execution=, user= or tenant= to erase (documents and memory "
-            "keys cannot be erased yet: only executions are sealed)"
+            "name exactly one of execution=, user=, tenant= or document= to erase (memory "
+            "keys cannot be erased yet)"
         )
     check_who(reason=reason, by=by)
     kind, value = named[0]
     selector = f"{kind}={value}"
     keyring = keyring_of(loom, selector)
-    ids = _selected(loom, kind, value)
-    if not ids:
-        raise ErasureSubjectError(
-            f"no executions of {selector} in the log at {loom.settings.url!r}; nothing was "
-            "written (names are matched exactly, as labelled when the executions started)"
-        )
-    report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
+    if kind == "document":
+        if not isinstance(value, str):
+            raise ErasureSubjectError(f"document= names SCOPE:DOC_ID (a str), not {value!r}")
+        subjects, clear = _resolver(kind)(loom, value)
+        report = plan_subjects(keyring, subjects, clear, selector=selector, by=by, reason=reason)
+    else:
+        ids = _selected(loom, kind, value)
+        if not ids:
+            raise ErasureSubjectError(
+                f"no executions of {selector} in the log at {loom.settings.url!r}; nothing "
+                "was written (names are matched exactly, as labelled when the executions "
+                "started)"
+            )
+        report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     if not report.subjects and not dry_run:
         what = (
             "already erased"
@@ -104,9 +131,20 @@ def erase(
             else "recorded before encryption was switched on"
         )
         raise ErasureSubjectError(
-            f"nothing of {selector} can be erased: its executions were {what}; nothing was written"
+            f"nothing of {selector} can be erased: it was {what}; nothing was written"
         )
     return report if dry_run else apply(loom, keyring, report)
+
+
+def _resolver(kind: str) -> SubjectResolver:
+    """The ``loom.erasure`` entry point that names ``kind``'s subjects."""
+    for entry_point in entry_points(group=ERASURE_KINDS, name=kind):
+        resolver: SubjectResolver = entry_point.load()
+        return resolver
+    raise ErasureSubjectError(
+        f"no installed package can erase a {kind}: install loom-replay with its "
+        f"{kind}s' package (the {ERASURE_KINDS!r} entry point names it); nothing was written"
+    )
 
 
 def check_who(*, reason: str, by: str) -> None:
@@ -152,12 +190,28 @@ def plan(
                 events=sum(1 for row in rows if row.topic in SEALED_FIELDS),
             )
         )
+    return plan_subjects(keyring, subjects, not_erasable, selector=selector, by=by, reason=reason)
+
+
+def plan_subjects(
+    keyring: Keyring,
+    subjects: Sequence[ErasedSubject],
+    not_erasable: Sequence[str],
+    *,
+    selector: str,
+    by: str,
+    reason: str,
+) -> ErasureReport:
+    """The report of erasing sealed ``subjects``: those whose key is live are erased, the
+    rest were erased before (listed by execution id, or by subject). Reads only."""
     live = set(keyring.live(s.subject for s in subjects))
     return ErasureReport(
         applied=False,
         selector=selector,
         subjects=tuple(s for s in subjects if s.subject in live),
-        already_erased=tuple(s.execution_id for s in subjects if s.subject not in live),
+        already_erased=tuple(
+            s.execution_id or s.subject for s in subjects if s.subject not in live
+        ),
         not_erasable=tuple(not_erasable),
         by=by,
         reason=reason,
@@ -257,6 +311,7 @@ __all__ = [
     "ErasedSubject",
     "ErasureReport",
     "ForgetEntry",
+    "SubjectResolver",
     "erase",
     "forget_entry",
     "forget_events",

@@ -365,12 +365,14 @@ class Loom:
         execution: UUID | str | None = None,
         user: str | None = None,
         tenant: str | None = None,
+        document: str | None = None,
         reason: str,
         by: str,
         dry_run: bool = False,
     ) -> ErasureReport:
-        """Erase an execution, or every execution of a user or a tenant (by their labels):
-        destroy their data keys and append a forget event naming them, who and why (ADR 0049).
+        """Erase an execution, or every execution of a user or a tenant (by their labels), or
+        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055): destroy
+        their data keys and append a forget event naming them, who and why (ADR 0049).
 
         Their input, decisions, output and error messages become unreadable everywhere the
         log is (a replay raises :class:`~loom_runtime.errors.ErasedError` naming the forget
@@ -387,6 +389,7 @@ class Loom:
             execution=execution,
             user=user,
             tenant=tenant,
+            document=document,
             reason=reason,
             by=by,
             dry_run=dry_run,

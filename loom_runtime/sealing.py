@@ -25,6 +25,7 @@ import contextlib
 import copy
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from uuid import UUID
@@ -219,6 +220,7 @@ class Keyring:
         )
         self._lock = threading.Lock()
         self._refresh()
+        _keyrings[engine] = self
 
     def _refresh(self) -> bool:
         """Whether the log has a key table (proving the master key against it the first time
@@ -313,9 +315,47 @@ class Keyring:
         """The key for a write to ``subject``: its live key, or a new one if it has none; a
         destroyed key is :class:`SubjectErasedError` (an import cannot bring an erased
         execution back)."""
-        if self._row(subject) is None:
+        if subject not in self._cache and self._row(subject) is None:
             return self.create(subject, position=position)
         return self.live_key(subject)
+
+    def ensure_all(self, subjects: Sequence[str], *, position: int) -> None:
+        """Make the keys ``subjects`` have none of yet, in one transaction, and cache them:
+        a sync writing many new documents paid a transaction per key. A destroyed key stays
+        destroyed (the write that needs it is refused by :meth:`ensure`); a key another
+        process made meanwhile is left to :meth:`ensure` too."""
+        from sqlalchemy import select
+        from sqlalchemy.exc import IntegrityError
+
+        wanted = list(dict.fromkeys(subjects))
+        if not wanted:
+            return
+        self._switch_on()
+        table = self.table
+        held: set[str] = set()
+        with self.engine.connect() as connection:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                held.update(
+                    connection.execute(
+                        select(table.c.subject).where(table.c.subject.in_(chunk))
+                    ).scalars()
+                )
+        keys = {subject: os.urandom(_DATA_KEY_BYTES) for subject in wanted if subject not in held}
+        if not keys:
+            return
+        rows = [
+            {"subject": s, "wrapped_key": self.wrapper.wrap(k), "created_position": position}
+            for s, k in keys.items()
+        ]
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(table.insert(), rows)
+        except IntegrityError:
+            return  # another process made one of them: each write finds its own
+        with self._lock:
+            for subject, key in keys.items():
+                self._remember(subject, self._aead(key))
 
     def _row(self, subject: str) -> _Row | None:
         if not self._refresh():
@@ -447,11 +487,54 @@ def _erased(cls: type[ErasedError], subject: str, position: int | None) -> Erase
     if cls is SubjectErasedError:
         text = f"{subject} was erased {where}; nothing more can be stored for it"
     else:
+        what = (
+            "its input, decisions, output and error messages"
+            if subject.startswith("execution:")
+            else "its sealed text"
+        )
         text = (
-            f"{subject} was erased {where}: its input, decisions, output and error messages "
-            "can no longer be read (see `loom erase` and the forget log)"
+            f"{subject} was erased {where}: {what} can no longer be read (see `loom erase` "
+            "and the forget log)"
         )
     return cls(text, subject=subject, position=position)
+
+
+_keyrings: weakref.WeakKeyDictionary[Engine, Keyring] = weakref.WeakKeyDictionary()
+"""The keyring opened on each database engine: what a read model that holds sealed text (the
+corpus index) opens it with. A projection is given only the log's engine (``loom rebuild``
+builds it from ``loom.projections``), and the keyring is the engine's, so it is found there."""
+
+
+def keyring_for(engine: Engine) -> Keyring | None:
+    """The keyring of the Loom that opened ``engine`` with encryption, or None (no master key
+    was given: sealed text cannot be opened)."""
+    return _keyrings.get(engine)
+
+
+def seal_subject_text(aead: AESGCM, subject: str, text: str, place: str) -> str:
+    """``text`` sealed under ``subject``'s key, stored as a string (``loom.sealed:{...}``).
+
+    ``place`` is the associated data: where the text is stored (a document, its revision and
+    field), so a ciphertext moved to another place does not open. For subjects other than an
+    execution, whose events are not sealed by :class:`ExecutionSealer`."""
+    return seal_text(aead, subject, text, place.encode())
+
+
+def sealed_text_subject(text: str) -> str | None:
+    """The subject whose key sealed ``text``, or None if ``text`` is clear."""
+    sealed = _sealed_of_text(text)
+    return None if sealed is None else sealed.subject
+
+
+def open_subject_text(keyring: Keyring | None, text: str, place: str) -> str:
+    """``text`` opened if sealed (:func:`seal_subject_text`), as it is if clear.
+
+    :class:`ErasedError` once its subject's key is destroyed; :class:`EncryptionOffError`
+    without a keyring; :class:`LogCorruptError` if it was altered or moved from ``place``."""
+    sealed = _sealed_of_text(text)
+    if sealed is None:
+        return text
+    return Opener(keyring)._open(sealed, place.encode()).decode()
 
 
 # --- sealing and opening fields ------------------------------------------------------------
@@ -614,7 +697,7 @@ class Opener:
     def _aead(self, sealed: Sealed) -> AESGCM:
         if self.keyring is None:
             raise EncryptionOffError(
-                f"this execution is sealed ({sealed.subject}) and the log was opened without "
+                f"{sealed.subject} is sealed and the log was opened without "
                 "encryption: open it with Loom(url, encryption=MasterKey.from_env("
                 "'LOOM_MASTER_KEY')) (the CLI reads $LOOM_MASTER_KEY)"
             )

@@ -31,7 +31,7 @@ as memory's stores require (ADR 0046). Plain scopes stay in the ``loom_kb_`` sto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -56,6 +56,12 @@ from sqlalchemy import (
     update,
 )
 
+from loom_knowledge.corpus.erasure import (
+    DOCUMENT,
+    document_subject,
+    named_document,
+    open_written,
+)
 from loom_knowledge.corpus.events import (
     CORPUS_TOPICS,
     DocumentRemoved,
@@ -71,25 +77,42 @@ from loom_knowledge.domain.passage_entry import (
 from loom_knowledge.domain.types import DocRecord, Passage
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
 from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore, Tokenizer
-from loom_runtime import DomainEventProtocol, SQLProjection, tracking_table
+from loom_runtime import (
+    DomainEventProtocol,
+    Forgotten,
+    SQLProjection,
+    keyring_for,
+    tracking_table,
+)
 
 TABLE_PREFIX = "loom_kb_"
 PassageStore = PostgresTemporalStore | SqliteTemporalStore
 """A passage store of the corpus: the log's backend's temporal store."""
+INDEX_TOPICS = (*CORPUS_TOPICS, Forgotten.TOPIC)
+"""What changes the corpus read models: the corpus events, and the forget event (a document
+erased leaves them, ADR 0055)."""
 _IN_CHUNK = 1000  # ids per IN (...) list: well under SQLite's and psycopg's parameter limits
 
 
 class CorpusIndex(SQLProjection):
     """The manifest and passage index of every scope of one log."""
 
-    topics = CORPUS_TOPICS
+    topics = INDEX_TOPICS
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
+        self._page: _PageWrites | None = None
+        """What the page being applied inserts, written at its last event (:meth:`apply`)."""
         self.store = self._open_store()
         """The plain scopes' passages (every scope written without a stemmer)."""
         self._stemmed: dict[str, PassageStore] = {}
         """The passage store of each stemmer a scope was created with, opened on first use."""
+        self._erased_docs: set[tuple[str, str]] | None = None
+        """The erased (scope, doc id) pairs, read once per page, in its transaction, when a
+        written revision first asks: a query per indexed document would tax every ingest."""
+        self._opened: dict[int, tuple[str | None, list[str]] | None] = {}
+        """The title and passages of each written revision of the page being applied, by
+        position, opened before its transaction (None: its document was erased)."""
         self._scope_stemmers: dict[str, str | None] = {}
         """Each scope's stemmer as the projection found it when it indexed the scope's
         documents. Final once found: a choice is only ever the first event of a stream."""
@@ -112,6 +135,15 @@ class CorpusIndex(SQLProjection):
             Column("ended_position", BigInteger, nullable=True),
             Column("ended_by", String(20), nullable=True),
         )
+        self.erased = Table(
+            f"{TABLE_PREFIX}erased",
+            self.metadata,
+            Column("scope", Text, primary_key=True),
+            Column("doc_id", Text, primary_key=True),
+            Column("erased_position", BigInteger, nullable=False),
+        )
+        """Documents a forget event erased (ADR 0055): never indexed again, whatever the log
+        holds after it (a write that raced the erasure)."""
         if self.store.predates_postings:
             # Built before searches ranked by the admitted rows' statistics: its passages have
             # no postings. Drop the read model; create_tables finds its tables missing and the
@@ -182,16 +214,35 @@ class CorpusIndex(SQLProjection):
         A store opened inside the page's transaction would create its tables in another one
         and wait for this one's lock. A page names a stemmer's store by its choice event, or by
         a document of a scope whose choice another process applied: those are in the table.
+
+        The page's inserts (passages, manifest rows, revision rows) are held and written at
+        its last event, one statement per table for the page, and the manifest records of its
+        documents are read in one query: per document, the statements' fixed cost was most of
+        a sync's projection (ADR 0051). Any other statement (an end, an update, a delete, a
+        clear) writes what is held first, so every table sees the same inserts, updates and
+        deletes in the same order as event by event, and the rows and ``seq``s are the same;
+        all of it is still in the page's one transaction with its position.
         """
         unseen = False
-        for _, event in events:
+        keyring = keyring_for(self.engine)
+        self._opened.clear()
+        self._erased_docs = None
+        for position, event in events:
             if isinstance(event, TokenizerChosen):
                 self.passage_store(event.stemmer)
             elif getattr(event, "scope", None) not in self._scope_stemmers:
                 unseen = True
+            if isinstance(event, DocumentWritten):
+                # Opened before the page's transaction too: reading a key inside it would
+                # wait for the write lock that transaction holds (SQLite).
+                self._opened[position] = open_written(keyring, event)
         if unseen:
             self._open_recorded_stores()
-        return super().apply(events, upto=upto)
+        self._page = _PageWrites(events) if events else None
+        try:
+            return super().apply(events, upto=upto)
+        finally:
+            self._page = None
 
     def reset(self) -> None:
         self._open_recorded_stores()  # another process may have recorded a stemmer since
@@ -204,12 +255,19 @@ class CorpusIndex(SQLProjection):
             self._removed(conn, position, event)
         elif isinstance(event, TokenizerChosen):
             self._tokenizer_chosen(conn, event)
+        elif isinstance(event, Forgotten):
+            self._forgotten(conn, position, event)
         # CorpusReconciled changes no state: it is the record of what a sync decided.
+        if self._page is not None and position == self._page.last:
+            self._write_held(conn)
 
     def clear(self, conn: Connection) -> None:
+        self._write_held(conn)
         conn.execute(delete(self.documents))
         conn.execute(delete(self.revisions))
         conn.execute(delete(self.tokenizers))
+        conn.execute(delete(self.erased))
+        self._erased_docs = None
         self.store.clear_all(conn=conn)
         for store in self._stemmed.values():
             store.clear_all(conn=conn)
@@ -218,38 +276,50 @@ class CorpusIndex(SQLProjection):
     def _tokenizer_chosen(self, conn: Connection, event: TokenizerChosen) -> None:
         # Rows of the scope in the stemmer's store can only be left over from before a drop
         # that missed them (nothing of the scope precedes this event): start it empty.
+        self._write_held(conn)
         self.passage_store(event.stemmer).clear(corpus_key(event.scope), conn=conn)
         conn.execute(delete(self.tokenizers).where(self.tokenizers.c.scope == event.scope))
         conn.execute(self.tokenizers.insert().values(scope=event.scope, stemmer=event.stemmer))
         self._scope_stemmers[event.scope] = event.stemmer
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
+        if self._erased_docs is None:
+            erased = self.erased.c
+            self._erased_docs = set(conn.execute(select(erased.scope, erased.doc_id)).tuples())
+        if (event.scope, event.doc_id) in self._erased_docs:
+            return  # written after its erasure (a racing write): never indexed
         key = corpus_key(event.scope)
         previous = self._record(conn, event.scope, event.doc_id)
         if previous is not None:
             self._end_revision(conn, event.scope, previous, position, ended_by="superseded")
-        self._store_of(conn, event.scope).append_at(
-            key, _entries(event), position, conn=conn, values={"revision": event.revision}
+        record = DocRecord(
+            id=event.doc_id,
+            revision=event.revision,
+            fingerprint=event.fingerprint,
+            fingerprint_algorithm=event.fingerprint_algorithm,
+            passage_count=len(event.passages),
+            source=event.source,
         )
-        values = {
-            "revision": event.revision,
-            "fingerprint": event.fingerprint,
-            "fingerprint_algorithm": event.fingerprint_algorithm,
-            "passage_count": len(event.passages),
-            "source": event.source,
-        }
+        values = msgspec.structs.asdict(record)
+        del values["id"]
+        page = self._page if self._page is not None else _PageWrites(())
+        opened = self._opened.pop(position, None)
+        if opened is not None:  # None: its key is destroyed, and a forget event follows
+            store = self._store_of(conn, event.scope)
+            passages = (key, _entries(event, *opened), position, {"revision": event.revision})
+            page.passages.setdefault(id(store), (store, []))[1].append(passages)
         document = {"scope": event.scope, "doc_id": event.doc_id}
-        statements = self._statements
         if previous is None:
-            conn.execute(statements.insert_document, {**document, **values})
-        else:
+            page.documents.append({**document, **values})
+        else:  # previous's rows are in place: _end_revision wrote what was held
             conn.execute(
-                statements.update_document,
+                self._statements.update_document,
                 {**values, "b_scope": event.scope, "b_doc_id": event.doc_id},
             )
-        conn.execute(
-            statements.insert_revision, {**document, **values, "written_position": position}
-        )
+        page.revisions.append({**document, **values, "written_position": position})
+        page.records[event.scope, event.doc_id] = record
+        if self._page is None:  # applied outside a page: write it now
+            self._write(conn, page)
 
     def _removed(self, conn: Connection, position: int, event: DocumentRemoved) -> None:
         previous = self._record(conn, event.scope, event.doc_id)
@@ -259,10 +329,79 @@ class CorpusIndex(SQLProjection):
         conn.execute(
             self._statements.delete_document, {"b_scope": event.scope, "b_doc_id": event.doc_id}
         )
+        if self._page is not None:
+            self._page.records[event.scope, event.doc_id] = None
+
+    def _forgotten(self, conn: Connection, position: int, event: Forgotten) -> None:
+        """Forget every document the forget event names: its current revision ends
+        ("erased"), it leaves the manifest, and the passages of every revision leave the
+        passage store (their rows, postings and counts). Idempotent: a second forget event
+        for the same document (an interrupted erase run again) finds nothing left."""
+        self._write_held(conn)  # the documents it names may be held
+        for scope, doc_id in self._documents_named(conn, event.subjects):
+            if self._erased_at(conn, scope, doc_id) is None:
+                conn.execute(
+                    self.erased.insert().values(
+                        scope=scope, doc_id=doc_id, erased_position=position
+                    )
+                )
+                if self._erased_docs is not None:
+                    self._erased_docs.add((scope, doc_id))
+            previous = self._record(conn, scope, doc_id)
+            if previous is not None:
+                self._end_revision(conn, scope, previous, position, ended_by="erased")
+                conn.execute(
+                    self._statements.delete_document, {"b_scope": scope, "b_doc_id": doc_id}
+                )
+                if self._page is not None:
+                    self._page.records[scope, doc_id] = None
+            most = conn.execute(
+                select(func.max(self.revisions.c.passage_count)).where(
+                    self.revisions.c.scope == scope, self.revisions.c.doc_id == doc_id
+                )
+            ).scalar()
+            if most:
+                self._store_of(conn, scope).remove(
+                    corpus_key(scope), _passage_ids(doc_id, most), conn=conn
+                )
+
+    def _documents_named(self, conn: Connection, subjects: Sequence[str]) -> list[tuple[str, str]]:
+        """The (scope, doc id) of each document subject in ``subjects`` that the corpus ever
+        held; a subject named by digest is matched against the documents it holds."""
+        wanted = [subject for subject in subjects if subject.startswith(DOCUMENT)]
+        found = [pair for pair in map(named_document, wanted) if pair is not None]
+        if len(found) < len(wanted):
+            digests = set(wanted)
+            held = conn.execute(select(self.revisions.c.scope, self.revisions.c.doc_id).distinct())
+            found += [
+                (scope, doc_id)
+                for scope, doc_id in held.tuples()
+                if document_subject(scope, doc_id) in digests and (scope, doc_id) not in found
+            ]
+        return found
+
+    def _erased_at(self, conn: Connection, scope: str, doc_id: str) -> int | None:
+        return conn.execute(
+            select(self.erased.c.erased_position).where(
+                self.erased.c.scope == scope, self.erased.c.doc_id == doc_id
+            )
+        ).scalar()
+
+    def erasures(self, scope: str, *, upto: int | None = None) -> dict[str, int]:
+        """The documents of ``scope`` erased (at or before ``upto``), with the position of the
+        forget event that erased each: what an as-of view or an audit shows in place of text."""
+        query = select(self.erased.c.doc_id, self.erased.c.erased_position).where(
+            self.erased.c.scope == scope
+        )
+        if upto is not None:
+            query = query.where(self.erased.c.erased_position <= upto)
+        with self.reading() as conn:
+            return dict(conn.execute(query).tuples().all())
 
     def _end_revision(
         self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
     ) -> None:
+        self._write_held(conn)  # the rows it ends may be held
         conn.execute(
             self._statements.end_revision,
             {
@@ -275,6 +414,24 @@ class CorpusIndex(SQLProjection):
         )
         ids = _passage_ids(record.id, record.passage_count)
         self._store_of(conn, scope).end_validity(corpus_key(scope), ids, position, conn=conn)
+
+    def _write_held(self, conn: Connection) -> None:
+        """Write the inserts held for the page: at its end, or before a statement that must
+        find their rows in place."""
+        if self._page is not None:
+            self._write(conn, self._page)
+
+    def _write(self, conn: Connection, page: _PageWrites) -> None:
+        """Insert what ``page`` holds, one statement per table, and hold nothing more."""
+        held = list(page.passages.values())
+        documents, revisions = page.documents, page.revisions
+        page.passages, page.documents, page.revisions = {}, [], []
+        for store, appends in held:
+            store.append_at_batch(appends, conn=conn)
+        if documents:
+            conn.execute(self._statements.insert_document, documents)
+        if revisions:
+            conn.execute(self._statements.insert_revision, revisions)
 
     def drop(self) -> None:
         """Drop every table of this projection and forget its position (see ``drop_corpus``)."""
@@ -412,6 +569,26 @@ class CorpusIndex(SQLProjection):
             return {row.doc_id: _record(row) for row in conn.execute(query)}
 
     def _record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
+        """The live record of ``doc_id`` as the events applied so far left it: for a page,
+        its documents' records are read in one query when the first is asked for, then kept
+        as its events file and remove them."""
+        page = self._page
+        if page is None:
+            return self._read_record(conn, scope, doc_id)
+        if scope not in page.read_scopes:
+            page.read_scopes.add(scope)
+            wanted = sorted(page.doc_ids(scope) - {d for s, d in page.records if s == scope})
+            if len(wanted) > 1:  # one document (a put_doc's page) takes the keyed read below
+                found: dict[str, DocRecord] = {}
+                for start in range(0, len(wanted), _IN_CHUNK):
+                    chunk = wanted[start : start + _IN_CHUNK]
+                    found |= self.manifest(scope, doc_ids=chunk, conn=conn)
+                page.records.update({(scope, doc_id): found.get(doc_id) for doc_id in wanted})
+        if (scope, doc_id) not in page.records:
+            page.records[scope, doc_id] = self._read_record(conn, scope, doc_id)
+        return page.records[scope, doc_id]
+
+    def _read_record(self, conn: Connection, scope: str, doc_id: str) -> DocRecord | None:
         row = conn.execute(
             self._statements.select_document, {"b_scope": scope, "b_doc_id": doc_id}
         ).one_or_none()
@@ -461,6 +638,38 @@ class _Statements:
         )
 
 
+Appended = tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]
+"""One document's passages as ``append_at_batch`` takes them: key, entries, position, values."""
+
+
+class _PageWrites:
+    """The page being applied: the inserts held until its last event, and its documents'
+    live records as its events leave them (see :meth:`CorpusIndex.apply`)."""
+
+    def __init__(self, events: Sequence[tuple[int, Any]]) -> None:
+        self.last = events[-1][0] if events else 0
+        """The position of the page's last event: its handling writes what is held."""
+        self._events = events
+        self.passages: dict[int, tuple[PassageStore, list[Appended]]] = {}
+        """Per passage store (by identity), the appends held, in event order."""
+        self.documents: list[dict[str, Any]] = []
+        """Manifest rows of new documents, held."""
+        self.revisions: list[dict[str, Any]] = []
+        """Revision rows, held."""
+        self.records: dict[tuple[str, str], DocRecord | None] = {}
+        """(scope, doc_id) -> the live record (None: none), once read or filed in this page."""
+        self.read_scopes: set[str] = set()
+        """The scopes whose documents in this page have had their records read."""
+
+    def doc_ids(self, scope: str) -> set[str]:
+        """The ids of the documents of ``scope`` this page writes or removes."""
+        return {
+            event.doc_id
+            for _, event in self._events
+            if isinstance(event, DocumentWritten | DocumentRemoved) and event.scope == scope
+        }
+
+
 def stemmed_prefix(stemmer: str) -> str:
     """The table prefix of the passage store of scopes created with ``stemmer``."""
     return f"{TABLE_PREFIX}stem_{stemmer}_"
@@ -494,18 +703,17 @@ def _passage_ids(doc_id: str, count: int) -> list[str]:
     return [format_passage_id(doc_id, index) for index in range(count)]
 
 
-def _entries(event: DocumentWritten) -> list[MemoryEntry]:
+def _entries(event: DocumentWritten, title: str | None, passages: list[str]) -> list[MemoryEntry]:
+    """The passage entries of a written revision, from its title and passages in clear."""
     timestamp: datetime = event.timestamp
     return [
         MemoryEntry(
             id=format_passage_id(event.doc_id, index),
-            content=msgspec.to_builtins(
-                PassageContent(text=text, title=event.title, meta=event.meta)
-            ),
+            content=msgspec.to_builtins(PassageContent(text=text, title=title, meta=event.meta)),
             timestamp=timestamp,
             origin=provenance_label(event.scope, event.doc_id),
         )
-        for index, text in enumerate(event.passages)
+        for index, text in enumerate(passages)
     ]
 
 

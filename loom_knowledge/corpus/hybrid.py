@@ -57,8 +57,7 @@ except ImportError as exc:  # the vector extra is not installed
         needed_by="vector and hybrid retrieval (open_knowledge_base(..., embedder=))",
     ) from exc
 
-from loom_knowledge.corpus.corpus_index import TABLE_PREFIX
-from loom_knowledge.corpus.events import CORPUS_TOPICS
+from loom_knowledge.corpus.corpus_index import INDEX_TOPICS, TABLE_PREFIX
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
 from loom_knowledge.corpus.retrieval import (
@@ -160,10 +159,11 @@ class HybridRetriever:
         self._vocabulary: dict[str, int] = {}
         self._counts: dict[str, Counts] = {}
         self._counted_by = ""
-        # The corpus at a log position never changes, so its passages and their unit vectors
-        # are stacked once per position: a query reads and stacks nothing while no corpus
-        # event has been appended since (the current corpus), or ever (an as-of position).
-        self._matrices: dict[int, Stacked] = {}
+        # The corpus at a log position changes only when a document is erased (it leaves
+        # every view), so its passages and their unit vectors are stacked once per position
+        # and last erasure: a query reads and stacks nothing while no corpus or forget event
+        # has been appended since (the current corpus), or no erasure (an as-of position).
+        self._matrices: dict[tuple[int, int], Stacked] = {}
         self._current: tuple[int, Stacked] | None = None
 
     @property
@@ -320,11 +320,14 @@ class HybridRetriever:
         unit vectors stacked in the same order; stacked again only when the corpus changed
         (``head``: the log position the corpus was just brought to; None: bring it now)."""
         if as_of is not None:
-            if as_of not in self._matrices:
+            # Keyed by the last erasure too: a document erased since leaves the past as well.
+            self.kb.refresh()
+            key = (as_of, max(self.kb._index.erasures(self.kb.scope).values(), default=0))
+            if key not in self._matrices:
                 if len(self._matrices) >= MATRICES_KEPT:
                     del self._matrices[next(iter(self._matrices))]
-                self._matrices[as_of] = self._stack(self.kb.as_of(as_of).passages())
-            return self._matrices[as_of]
+                self._matrices[key] = self._stack(self.kb.as_of(as_of).passages())
+            return self._matrices[key]
         if head is None:
             head = self.kb.refresh()
         if self._current is not None:
@@ -332,7 +335,7 @@ class HybridRetriever:
             if checked == head:
                 return stacked
             changes = self.kb.loom.log.notifications(
-                after=checked, upto=head, topics=CORPUS_TOPICS, page_size=1
+                after=checked, upto=head, topics=INDEX_TOPICS, page_size=1
             )
             if next(iter(changes), None) is None:
                 self._current = (head, stacked)

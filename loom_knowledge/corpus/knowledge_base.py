@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
+from loom_knowledge.corpus.erasure import prepare_keys, seal_written
 from loom_knowledge.corpus.events import (
     CorpusReconciled,
     DocumentRemoved,
@@ -120,6 +121,12 @@ class CorpusAsOf:
     def list_docs(self) -> list[DocRecord]:
         """The documents live at this position, at the revision they had then."""
         return list(self._index.manifest_at(self.scope, self.position).values())
+
+    def erased(self) -> dict[str, int]:
+        """The documents of this scope that were erased (ADR 0055), at any position, with the
+        position of the forget event that erased each: their passages show in no view, of
+        the past either, so this is where a view says "erased at P" in place of their text."""
+        return self._index.erasures(self.scope)
 
     def passages(self) -> list[Passage]:
         """Every passage current at this position, in index order."""
@@ -303,6 +310,7 @@ class KnowledgeBase:
 
         def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+            prepare_keys(self.loom, self.scope, [w.doc.id for w in plan.writes])
             revisions = self._next_revisions(manifest, [w.doc.id for w in plan.writes])
             changes = [
                 self._written(w.doc, w.fingerprint, source, revisions[w.doc.id])
@@ -563,19 +571,23 @@ class KnowledgeBase:
         }
 
     def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
+        # Sealed under the document's key when the log is encrypted (ADR 0055).
         return (
             DocumentWritten,
-            {
-                "scope": self.scope,
-                "doc_id": doc.id,
-                "revision": revision,
-                "fingerprint": digest,
-                "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
-                "source": source,
-                "title": doc.title,
-                "meta": doc.meta,
-                "passages": list(self.chunker(doc)),
-            },
+            seal_written(
+                self.loom,
+                {
+                    "scope": self.scope,
+                    "doc_id": doc.id,
+                    "revision": revision,
+                    "fingerprint": digest,
+                    "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
+                    "source": source,
+                    "title": doc.title,
+                    "meta": doc.meta,
+                    "passages": list(self.chunker(doc)),
+                },
+            ),
         )
 
     def _removed(self, record: DocRecord) -> Change:

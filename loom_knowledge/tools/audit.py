@@ -26,7 +26,9 @@ from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer
 from loom_runtime import Decision, Execution, Labels, Loom, catch_up, codec
 
-Status = Literal["current", "superseded", "removed", "unknown"]
+Status = Literal["current", "superseded", "removed", "erased", "unknown"]
+"""What became of a passage's revision; "erased": its document was erased (ADR 0055), and the
+audit shows where (the forget event's position), never the text."""
 
 
 class AuditedPassage(msgspec.Struct, frozen=True, kw_only=True):
@@ -215,11 +217,15 @@ def _retrieval(
 ) -> AuditedRetrieval:
     scope = request.scope
     history = index.revision_history(scope, {(p.doc_id, p.revision) for p in passages})
+    erasures = index.erasures(scope)
     audited = []
     for passage in passages:
         ended = history.get((passage.doc_id, passage.revision))
-        if ended is None:
-            status: Status = "unknown"
+        if passage.doc_id in erasures:  # every revision of it, superseded ones too
+            status: Status = "erased"
+            ended_position = erasures[passage.doc_id]
+        elif ended is None:
+            status = "unknown"
             ended_position = None
         else:
             ended_position, ended_by = ended
@@ -229,7 +235,7 @@ def _retrieval(
                 doc_id=passage.doc_id,
                 index=passage.index,
                 revision=passage.revision,
-                text=passage.text,
+                text="" if status == "erased" else passage.text,
                 status=status,
                 ended_position=ended_position,
                 ended_at=None if ended_position is None else _time_at(loom, ended_position),

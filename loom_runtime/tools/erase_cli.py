@@ -54,6 +54,13 @@ def erase(
         str | None,
         typer.Option("--tenant", help="Erase every execution labelled with this tenant."),
     ] = None,
+    document: Annotated[
+        str | None,
+        typer.Option(
+            "--document",
+            help="Erase a corpus document, every revision: SCOPE:DOC_ID (split at the first :).",
+        ),
+    ] = None,
     reason: Annotated[
         str,
         typer.Option(
@@ -69,8 +76,8 @@ def erase(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Erase executions by destroying their keys (dry run unless --apply). Needs
-    $LOOM_MASTER_KEY; documents and memory keys cannot be erased yet."""
+    """Erase executions or a corpus document by destroying their keys (dry run unless
+    --apply). Needs $LOOM_MASTER_KEY; memory keys cannot be erased yet."""
     if not reason.strip():
         fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
     with open_loom(db) as loom:
@@ -79,6 +86,7 @@ def erase(
                 execution=execution,
                 user=user,
                 tenant=tenant,
+                document=document,
                 reason=reason,
                 by=by or "unknown",
                 dry_run=not apply,
@@ -101,21 +109,21 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         return
     verb = "erased" if report.applied else "would erase"
     events = sum(subject.events for subject in report.subjects)
+    what = "document(s)" if report.selector.startswith("document=") else "execution(s)"
     console.print(
         inert(
-            f"{verb} {len(report.subjects)} execution(s) of {report.selector} "
+            f"{verb} {len(report.subjects)} {what} of {report.selector} "
             f"({events} sealed event(s))"
             + (f"; forget event at log position {report.position}" if report.position else "")
         )
     )
     for subject in report.subjects:
-        console.print(inert(f"  {subject.execution_id}  {subject.events} sealed event(s)"))
-    for execution_id in report.already_erased:
-        console.print(inert(f"  {execution_id}  already erased"))
-    for execution_id in report.not_erasable:
-        console.print(
-            inert(f"  {execution_id}  not erasable: recorded before encryption was switched on")
-        )
+        name = subject.execution_id or subject.subject
+        console.print(inert(f"  {name}  {subject.events} sealed event(s)"))
+    for name in report.already_erased:
+        console.print(inert(f"  {name}  already erased"))
+    for name in report.not_erasable:
+        console.print(inert(f"  {name}  not erasable: stored before encryption was switched on"))
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
 

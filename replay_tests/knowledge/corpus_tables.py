@@ -105,7 +105,12 @@ def drop_corpus_tables(engine: Engine) -> None:
     """Drop every corpus table and search structure, raw; fail if any ``loom_kb_`` table is left."""
     passage_store(engine).drop()
     with engine.begin() as conn:
-        for name in (DOCUMENTS.name, REVISIONS.name, f"{TABLE_PREFIX}tokenizers"):
+        for name in (
+            DOCUMENTS.name,
+            REVISIONS.name,
+            f"{TABLE_PREFIX}tokenizers",
+            f"{TABLE_PREFIX}erased",
+        ):
             conn.exec_driver_sql(f"DROP TABLE {name}")
     assert corpus_tables(engine) == []
 

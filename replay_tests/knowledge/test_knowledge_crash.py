@@ -108,7 +108,7 @@ def test_a_new_document_whose_ingest_fails_is_not_listed_until_it_converges(
 ) -> None:
     """put_doc raises when the store fails; nothing is listed meanwhile; a refresh converges."""
     doc = _doc("disk", "full", "volume", "inode")
-    fault = StoreFault(monkeypatch, db_url, "append", at=1)
+    fault = StoreFault(monkeypatch, db_url, "append_batch", at=1)
     with pytest.raises(InjectedFault):
         kb.put_doc(doc)
     assert_consistent(db_url)
@@ -127,7 +127,7 @@ def test_a_revision_whose_ingest_fails_leaves_the_old_revision_whole(
     old, new = _doc("disk", "full", "volume", "inode"), _doc("disk", "cleanup")
     kb.put_doc(old)
     before = corpus_state(db_url)
-    fault = StoreFault(monkeypatch, db_url, "append", at=1)
+    fault = StoreFault(monkeypatch, db_url, "append_batch", at=1)
     with pytest.raises(InjectedFault):
         kb.put_doc(new)
     assert_consistent(db_url)
@@ -145,8 +145,9 @@ def test_a_revision_whose_ingest_fails_leaves_the_old_revision_whole(
 def test_a_sync_whose_projection_fails_mid_page_converges_on_rerun(
     loom: Loom, kb: KnowledgeBase, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A sync failing at its 7th passage write converges when re-run, appending only its record."""
-    fault = StoreFault(monkeypatch, db_url, "append", at=7)
+    """A sync failing at its page's passage write (one for the page) converges when re-run,
+    appending only its record."""
+    fault = StoreFault(monkeypatch, db_url, "append_batch", at=1)
     with pytest.raises(InjectedFault):
         kb.sync(V1)
     assert_consistent(db_url)
@@ -158,7 +159,7 @@ def test_a_sync_whose_projection_fails_mid_page_converges_on_rerun(
     assert corpus_state(db_url) == _reference(db_url, tmp_path, lambda clean: clean.sync(V1))
 
 
-@pytest.mark.parametrize(("verb", "at"), [("append", 3), ("append", 5)])
+@pytest.mark.parametrize(("verb", "at"), [("append_batch", 2), ("append_batch", 4)])
 def test_an_editing_sync_whose_projection_fails_converges_on_rerun(
     kb: KnowledgeBase,
     db_url: str,
@@ -188,7 +189,7 @@ def test_a_sync_failing_on_a_later_page_converges_on_rerun(
 ) -> None:
     """A sync spanning two projection pages, failing on the second, converges on re-run."""
     docs = [_doc(f"d{n:04}", "alpha") for n in range(600)]  # 601 events: pages of 500
-    fault = StoreFault(monkeypatch, db_url, "append", at=550)
+    fault = StoreFault(monkeypatch, db_url, "append_batch", at=2)  # the second page
     with pytest.raises(InjectedFault):
         kb.sync(docs)
     assert_consistent(db_url)

@@ -58,7 +58,7 @@ POINTS: Final[dict[str, Hook]] = {
     "handle.after": Hook("loom_knowledge.corpus.corpus_index:CorpusIndex", "handle", "after"),
     "tracking.before": Hook("loom_runtime.projection:SQLProjection", "_set_position", "before"),
     "tracking.after": Hook("loom_runtime.projection:SQLProjection", "_set_position", "after"),
-    "store.append": Hook("loom_memory.sql:SqlMemoryStore", "append", "before"),
+    "store.append": Hook("loom_memory.sql:SqlMemoryStore", "append_batch", "before"),
     # ending a superseded or removed revision (its passages leave the live index here)
     "end_revision.before": Hook(
         "loom_knowledge.corpus.corpus_index:CorpusIndex", "_end_revision", "before"

@@ -1,0 +1,176 @@
+"""Erasing a corpus document: its subject, its sealed text, and what the erasure covers (ADR 0055).
+
+A document (scope + doc id) is one erasure subject for every revision it ever had: a data
+protection request names a document, not a revision, and one key per document lets a later
+revision be written under the key the earlier ones used. When the log is encrypted, a
+:class:`~loom_knowledge.corpus.events.DocumentWritten` stores its ``title`` and each of its
+``passages`` sealed under that key (:func:`seal_written`); what orders, routes and audits the
+corpus stays in clear: scope, doc id, revision, fingerprint, source, meta (the filters read
+it) and the passage count.
+
+Erasing it (``loom erase --document SCOPE:DOC_ID``, :meth:`loom_runtime.Loom.erase` with
+``document=``) destroys the key and appends the forget event; the corpus index forgets the
+document when it applies that event (:mod:`loom_knowledge.corpus.corpus_index`), and a
+rebuild, finding the key gone and the same event, ends in the same state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from loom_knowledge.corpus.events import DocumentWritten
+from loom_knowledge.corpus.keys import stream_name
+from loom_runtime import (
+    ErasedError,
+    ErasedSubject,
+    ErasureSubjectError,
+    keyring_for,
+    open_subject_text,
+    seal_subject_text,
+    sealed_text_subject,
+    stream_id,
+)
+
+if TYPE_CHECKING:
+    from loom_runtime import Keyring, Loom
+
+DOCUMENT: Final = "document:"
+"""The prefix of a document's subject: ``document:["<scope>","<doc id>"]``."""
+_SUBJECT_LENGTH: Final = 300
+"""The key table's subject column holds this many characters (PostgreSQL enforces it)."""
+
+
+def document_subject(scope: str, doc_id: str) -> str:
+    """The subject a document's text is sealed under, every revision of it.
+
+    Scope and id as a JSON pair, so neither needs a separator it could itself contain; a pair
+    too long for the key table is named by its SHA-256 instead (the forget event then names
+    the digest, and the corpus index finds the document by it)."""
+    named = DOCUMENT + msgspec.json.encode([scope, doc_id]).decode()
+    if len(named) <= _SUBJECT_LENGTH:
+        return named
+    return f"{DOCUMENT}sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+
+
+def named_document(subject: str) -> tuple[str, str] | None:
+    """The (scope, doc id) a readable document subject names; None for another subject or
+    a digest (:func:`document_subject`)."""
+    if not subject.startswith(DOCUMENT + "["):
+        return None
+    try:
+        scope, doc_id = msgspec.json.decode(subject[len(DOCUMENT) :], type=tuple[str, str])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return scope, doc_id
+
+
+def _place(subject: str, revision: int, field: str) -> str:
+    """Where a sealed text is stored (its associated data): the document, revision, field."""
+    return f"{subject}:{revision}:{field}"
+
+
+def seal_written(loom: Loom, fields: dict[str, Any]) -> dict[str, Any]:
+    """A ``DocumentWritten``'s fields with its title and passages sealed under the document's
+    key, when the log is encrypted (as they are otherwise).
+
+    The key is made on the document's first sealed write and read again from the key table on
+    every later one, so a write after the document was erased is
+    :class:`~loom_runtime.SubjectErasedError` and nothing is appended."""
+    keyring = keyring_for(loom.log.engine)
+    if keyring is None:
+        return fields
+    subject = document_subject(fields["scope"], fields["doc_id"])
+    aead = keyring.ensure(subject, position=loom.log.position)
+    revision = fields["revision"]
+    title = fields["title"]
+    return {
+        **fields,
+        "title": None
+        if title is None
+        else seal_subject_text(aead, subject, title, _place(subject, revision, "title")),
+        "passages": [
+            seal_subject_text(aead, subject, text, _place(subject, revision, f"passages.{index}"))
+            for index, text in enumerate(fields["passages"])
+        ],
+    }
+
+
+def prepare_keys(loom: Loom, scope: str, doc_ids: Sequence[str]) -> None:
+    """Make the keys of the documents a sync is about to write, in one transaction, when the
+    log is encrypted (:func:`seal_written` then finds them made)."""
+    keyring = keyring_for(loom.log.engine)
+    if keyring is not None and doc_ids:
+        subjects = [document_subject(scope, doc_id) for doc_id in doc_ids]
+        keyring.ensure_all(subjects, position=loom.log.position)
+
+
+def _is_sealed(event: DocumentWritten) -> bool:
+    texts = [*event.passages, *([] if event.title is None else [event.title])]
+    return bool(texts) and all(sealed_text_subject(text) is not None for text in texts)
+
+
+def open_written(
+    keyring: Keyring | None, event: DocumentWritten
+) -> tuple[str | None, list[str]] | None:
+    """A written revision's title and passages in clear; None once the document was erased
+    (its key destroyed). A sealed revision read without a key is
+    :class:`~loom_runtime.EncryptionOffError`: never indexed as if it were empty."""
+    subject = document_subject(event.scope, event.doc_id)
+    try:
+        title = (
+            None
+            if event.title is None
+            else open_subject_text(keyring, event.title, _place(subject, event.revision, "title"))
+        )
+        passages = [
+            open_subject_text(keyring, text, _place(subject, event.revision, f"passages.{index}"))
+            for index, text in enumerate(event.passages)
+        ]
+    except ErasedError:
+        return None
+    return title, passages
+
+
+def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list[str]]:
+    """The ``loom.erasure`` entry point for ``document``: ``SCOPE:DOC_ID`` (split at the first
+    colon) as its subject and how many of its revisions are sealed, and the revisions stored
+    in clear before encryption was switched on (``<subject>@<revision>``: not erasable).
+
+    Reads the scope's stream from the log, not the corpus index: the log is what holds the
+    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`."""
+    scope, colon, doc_id = value.partition(":")
+    if not colon or not scope.strip() or not doc_id.strip():
+        raise ErasureSubjectError(
+            f"name a document as SCOPE:DOC_ID (split at the first colon), not {value!r}; "
+            "nothing was written"
+        )
+    subject = document_subject(scope, doc_id)
+    sealed = 0
+    clear: list[str] = []
+    for event in loom.log.events(stream_id(stream_name(scope))):
+        if isinstance(event, DocumentWritten) and event.doc_id == doc_id:
+            if _is_sealed(event):
+                sealed += 1
+            else:
+                clear.append(f"{subject}@{event.revision}")
+    if not sealed and not clear:
+        raise ErasureSubjectError(
+            f"knowledge scope {scope!r} never held a document {doc_id!r} in the log at "
+            f"{loom.settings.url!r}; nothing was written (ids are matched exactly)"
+        )
+    found = [ErasedSubject(subject=subject, execution_id=None, events=sealed)] if sealed else []
+    return found, clear
+
+
+__all__ = [
+    "document_subject",
+    "document_subjects",
+    "named_document",
+    "open_written",
+    "prepare_keys",
+    "seal_written",
+]

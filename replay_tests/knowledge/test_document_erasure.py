@@ -1,0 +1,353 @@
+"""Erasing a corpus document (ADR 0055), on SQLite and PostgreSQL.
+
+The claims: with encryption on, a document's title and passages are sealed under its own key
+in the log; erasing it (every revision) destroys the key, appends a forget event, and the
+corpus index forgets it on that event (manifest, passage index, search); a rebuild from
+position 0 ends in the same state; other documents retrieve identically; ``loom verify``
+passes before and after; the raw database holds none of its planted text; an unknown document
+is a typed error that writes nothing; a write after the erasure is refused typed; an
+execution that retrieved it replays as recorded (its decision is its own, sealed under its
+own key).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from typer.testing import CliRunner
+
+from loom_knowledge import Doc, Passage, open_knowledge_base
+from loom_knowledge.corpus.erasure import document_subject
+from loom_knowledge.corpus.events import DocumentWritten
+from loom_knowledge.corpus.keys import stream_name
+from loom_knowledge.corpus.knowledge_base import corpus_index, drop_corpus
+from loom_knowledge.corpus.retrieval import Mode
+from loom_knowledge.tools.audit import audit
+from loom_knowledge.tools.audit_render import render_text
+from loom_memory import HashingEmbedder
+from loom_runtime import (
+    EncryptionOffError,
+    ErasureSubjectError,
+    FlowContext,
+    Loom,
+    MasterKey,
+    SubjectErasedError,
+    stream_id,
+)
+from loom_runtime.erasure import forget_events
+from replay_tests.runtime.test_erasure import _raw_bytes_postgres, _raw_bytes_sqlite
+
+KEY = MasterKey(b"d" * 32)
+
+
+def _raw(url: str) -> bytes:
+    """The raw database after erasure: the SQLite files (main and WAL, after checkpoint and
+    VACUUM), or PostgreSQL's tables and ``pg_dump`` with every ``bytea`` value (the log's
+    event rows, dumped as hex) decoded, so text stored in them is found by a grep."""
+    if url.startswith("sqlite"):
+        return _raw_bytes_sqlite(url)
+    dumped = _raw_bytes_postgres(url)
+    decoded = [bytes.fromhex(h.decode()) for h in re.findall(rb"\\x((?:[0-9a-f]{2})+)", dumped)]
+    return dumped + b"".join(decoded)
+
+
+SCOPE = "handbook"
+
+
+def _docs(secret: str, kept: str) -> list[Doc]:
+    return [
+        Doc(id="people/alice", title=f"Alice {secret}", text=f"Alice's address is {secret}."),
+        Doc(id="ops/backups", title="Backups", text=f"Backups run nightly; tag {kept}."),
+        Doc(id="ops/oncall", title="On-call", text="The on-call rota changes on Mondays."),
+    ]
+
+
+def _state(loom: Loom) -> tuple[object, ...]:
+    """What a reader can see of the corpus: manifest, passages, searches, history, erasures."""
+    kb = open_knowledge_base(loom, SCOPE)
+    index = corpus_index(loom)
+    kb.refresh()
+    history = index.revision_history(
+        SCOPE, {("people/alice", 1), ("people/alice", 2), ("ops/backups", 1)}
+    )
+    return (
+        kb.list_docs(),
+        kb.passages(),
+        kb.search("address Alice backups nightly", limit=10),
+        history,
+        index.erasures(SCOPE),
+    )
+
+
+def test_an_erased_document_is_forgotten_everywhere_and_a_rebuild_agrees(db_url: str) -> None:
+    token = uuid4().hex  # one term of the secret: the index's postings must lose it too
+    secret, kept = f"SECRET-{token}", f"KEPT-{uuid4().hex}"
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs(secret, kept))
+        kb.put_doc(Doc(id="people/alice", title="Alice", text=f"Moved; now {secret} too."))
+        before_backups = kb.search("backups nightly")
+        seen_at = loom.log.position
+        assert [p.doc_id for p in kb.search(secret)] == ["people/alice"]
+        assert loom.log.verify().problem is None
+
+        dry = loom.erase(document=f"{SCOPE}:people/alice", reason="request", by="dpo", dry_run=True)
+        assert not dry.applied and loom.log.position == seen_at  # a dry run writes nothing
+        report = loom.erase(document=f"{SCOPE}:people/alice", reason="request", by="dpo")
+
+        subject = document_subject(SCOPE, "people/alice")
+        assert report.applied and [s.subject for s in report.subjects] == [subject]
+        assert report.subjects[0].events == 2  # both revisions
+        assert [e.subjects for _, e in forget_events(loom)] == [(subject,)]
+        assert loom.log.verify().problem is None
+        assert kb.search(secret) == []
+        assert "people/alice" not in {d.id for d in kb.list_docs()}
+        assert all(p.doc_id != "people/alice" for p in kb.passages())
+        assert kb.search("backups nightly") == before_backups  # others retrieve identically
+        past = kb.as_of(seen_at)
+        assert all(p.doc_id != "people/alice" for p in past.passages())
+        assert past.search(secret) == []
+        assert corpus_index(loom).erasures(SCOPE) == {"people/alice": report.position}
+        history = corpus_index(loom).revision_history(SCOPE, {("people/alice", 2)})
+        assert history == {("people/alice", 2): (report.position, "erased")}
+        erased_state = _state(loom)
+
+        drop_corpus(loom)  # a rebuild from position 0: the key is gone, the forget event stays
+        assert _state(loom) == erased_state
+        with pytest.raises(SubjectErasedError):  # never stored under a destroyed key
+            kb.put_doc(Doc(id="people/alice", title="Alice", text="Back again."))
+        with pytest.raises(SubjectErasedError):  # a sync whose source still holds it
+            kb.sync(_docs(secret, kept))
+        assert _state(loom) == erased_state
+        # The log holds a kept document's text only sealed; its index (deletable, rebuilt
+        # from the log) holds it in clear to search it.
+        assert not any(kept.encode() in r.state for r in loom.log.notifications())
+
+    raw = _raw(db_url)
+    assert raw.count(secret.encode()) == 0
+    assert raw.count(token.encode()) == 0  # nor any of its terms
+    assert raw.count(secret.lower().encode()) == 0
+    assert b"loom.sealed" in raw and b"ops/backups" in raw  # ids stay in clear
+    with Loom(db_url, encryption=KEY) as reopened:
+        assert [p.doc_id for p in open_knowledge_base(reopened, SCOPE).search(kept)] == [
+            "ops/backups"
+        ]
+
+
+def test_an_interrupted_erasure_run_again_ends_in_the_same_state(db_url: str) -> None:
+    """The forget event is appended and the keys are not yet destroyed (a crash between the
+    two writes): the index has already forgotten the document; erasing again destroys the key
+    with a second forget event, and the index, applying it, stays as it was."""
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("s", "k"))
+        from loom_runtime import erasure
+
+        keyring = erasure.keyring_of(loom, "document")
+        destroy = keyring.destroy
+        keyring.destroy = lambda subjects, *, position: 0  # type: ignore[method-assign]
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        keyring.destroy = destroy  # type: ignore[method-assign]
+        interrupted = _state(loom)
+        assert "people/alice" in interrupted[4]
+        again = loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        assert again.applied and len(forget_events(loom)) == 2
+        first = forget_events(loom)[0][0]
+        assert _state(loom) == interrupted
+        assert corpus_index(loom).erasures(SCOPE) == {"people/alice": first}
+        drop_corpus(loom)
+        assert _state(loom) == interrupted
+
+
+def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
+    with Loom(db_url, encryption=KEY) as loom:
+        open_knowledge_base(loom, SCOPE).sync(_docs("s", "k"))
+        head = loom.log.position
+        for named in (f"{SCOPE}:no-such-doc", "no-such-scope:people/alice", "no-colon", ":x"):
+            with pytest.raises(ErasureSubjectError):
+                loom.erase(document=named, reason="r", by="dpo")
+        assert loom.log.position == head
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        with pytest.raises(ErasureSubjectError, match="already erased"):
+            loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+    with Loom(db_url) as clear, pytest.raises(EncryptionOffError):
+        clear.erase(document=f"{SCOPE}:ops/backups", reason="r", by="dpo")
+
+
+def test_a_document_ingested_in_clear_is_listed_not_erasable(db_url: str) -> None:
+    with Loom(db_url) as clear:
+        open_knowledge_base(clear, SCOPE).sync(_docs("s", "k"))
+    with Loom(db_url, encryption=KEY) as loom:
+        report = loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo", dry_run=True)
+        assert report.subjects == ()
+        assert report.not_erasable == (f"{document_subject(SCOPE, 'people/alice')}@1",)
+        with pytest.raises(ErasureSubjectError, match="before encryption"):
+            loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+
+
+def test_an_execution_that_retrieved_an_erased_document_replays_as_recorded(
+    db_url: str,
+) -> None:
+    """Its retrieval decision is the execution's own record, sealed under the execution's
+    key: erasing the document does not reach it (erase the execution for that)."""
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("private-detail", "k"))
+
+        @loom.flow("ask")
+        def ask(ctx: FlowContext, question: str) -> list[str]:
+            found: list[Passage] = kb.retrieve(question, decide=ctx.decide)
+            return [p.doc_id for p in found]
+
+        run = loom.run("ask", question="Alice address")
+        assert "people/alice" in run.output
+        seen = kb.seen_by(run.execution_id)
+        report = loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        assert loom.replay(run.execution_id).identical
+        assert "people/alice" not in loom.run("ask", question="Alice address").output
+
+        # The audit and the corpus as the execution saw it say "erased at P", never the text.
+        assert seen.erased() == {"people/alice": report.position}
+        assert "people/alice" in {d.id for d in seen.list_docs()}  # it was there then
+        assert all(p.doc_id != "people/alice" for p in seen.passages())
+        shown = [p for r in audit(loom, run.execution_id).retrievals for p in r.passages]
+        alice = [p for p in shown if p.doc_id == "people/alice"]
+        others = [p for p in shown if p.doc_id != "people/alice"]
+        assert alice and all(
+            (p.status, p.ended_position, p.text) == ("erased", report.position, "") for p in alice
+        )
+        assert all(p.status == "current" and p.text for p in others)
+        assert "private-detail" not in render_text(audit(loom, run.execution_id))
+
+
+def test_without_encryption_documents_are_stored_as_before(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'clear.db'}"
+    with Loom(url) as loom:
+        open_knowledge_base(loom, SCOPE).sync(_docs("CLEAR-TEXT", "k"))
+        stream = stream_id(stream_name(SCOPE))
+        written = [e for e in loom.log.events(stream) if isinstance(e, DocumentWritten)]
+    assert written[0].passages == ["Alice's address is CLEAR-TEXT."]
+    assert written[0].title == "Alice CLEAR-TEXT"
+
+
+def test_the_cli_erases_a_document_dry_run_first_then_with_apply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        open_knowledge_base(loom, SCOPE).sync(_docs("s", "k"))
+    runner = CliRunner()
+    named = f"{SCOPE}:people/alice"
+    dry = runner.invoke(app, ["erase", "--document", named, "--reason", "request", "--db", url])
+    assert dry.exit_code == 0, dry.output
+    assert f"would erase 1 document(s) of document={named}" in dry.output
+    applied = runner.invoke(
+        app,
+        ["erase", "--document", named, "--reason", "request", "--apply", "--json", "--db", url],
+    )
+    assert applied.exit_code == 0, applied.output
+    assert '"applied": true' in applied.output and '"execution_id": null' in applied.output
+    unknown = runner.invoke(
+        app, ["erase", "--document", f"{SCOPE}:nope", "--reason", "r", "--db", url]
+    )
+    assert unknown.exit_code == 2 and "never held a document" in unknown.output
+    verify = runner.invoke(app, ["verify", "--db", url])
+    assert verify.exit_code == 0, verify.output
+    search = runner.invoke(app, ["knowledge", "search", "Alice", "--scope", SCOPE, "--db", url])
+    assert "people/alice" not in search.output
+
+
+def test_a_write_racing_the_erasure_is_refused_or_never_indexed(db_url: str) -> None:
+    """A ``put_doc`` that read the document's key live just before another process erased it
+    appends after the forget event, sealed under the key now destroyed (covered by the
+    erasure): the index never holds its text, and a rebuild agrees. The next write is
+    refused typed."""
+    racing = f"RACING-{uuid4().hex}"
+    with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("s", "k"))
+        from loom_runtime import keyring_for
+
+        keyring = keyring_for(loom.log.engine)
+        assert keyring is not None
+        ensure = keyring.ensure
+
+        def erased_meanwhile(subject: str, *, position: int) -> object:
+            aead = ensure(subject, position=position)
+            other.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+            return aead
+
+        keyring.ensure = erased_meanwhile  # type: ignore[assignment,method-assign]
+        kb.put_doc(Doc(id="people/alice", title="Alice", text=f"Now {racing}."))
+        keyring.ensure = ensure  # type: ignore[method-assign]
+        assert kb.search(racing) == [] and kb.search("Alice") == []
+        raced = _state(loom)
+        drop_corpus(loom)
+        assert _state(loom) == raced
+        with pytest.raises(SubjectErasedError):
+            kb.put_doc(Doc(id="people/alice", title="Alice", text="Again."))
+    raw = _raw(db_url)
+    assert raw.count(racing.encode()) == 0
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_vector_and_hybrid_retrieval_forget_an_erased_document(tmp_path: Path, mode: Mode) -> None:
+    """The retriever's held passages, vectors and term index (current and as-of) are stacked
+    again after a forget event, so neither search returns the erased text."""
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE, embedder=HashingEmbedder(), min_score=0.0)
+        kb.sync(_docs("hidden-word", "k"))
+        at = loom.log.position
+        assert "people/alice" in {p.doc_id for p in kb.search("Alice hidden-word", mode=mode)}
+        past = kb.as_of(at)
+        assert "people/alice" in {p.doc_id for p in past.search("Alice", mode=mode)}
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        found = kb.search("Alice hidden-word address", mode=mode, limit=10)
+        assert found and all(p.doc_id != "people/alice" for p in found)
+        then = kb.as_of(at).search("Alice hidden-word address", mode=mode, limit=10)
+        assert then and all(p.doc_id != "people/alice" for p in then)
+        assert all(p.doc_id != "people/alice" for p in past.search("Alice", mode=mode))
+
+
+class _Crash(BaseException):
+    """The process dies in the middle of the index's purge."""
+
+
+def test_a_crash_mid_purge_leaves_the_index_as_it_was_and_the_next_read_purges(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge is written in the page's transaction with the index's position: a crash after
+    the passages were deleted rolls both back, and the next catch-up applies it whole."""
+    from loom_knowledge.corpus.corpus_index import CorpusIndex
+
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("crash-word", "k"))
+        before = _state(loom)
+        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+        purge = CorpusIndex._forgotten
+
+        def crashing(self: CorpusIndex, conn: object, position: int, event: object) -> None:
+            purge(self, conn, position, event)  # type: ignore[arg-type]
+            raise _Crash
+
+        monkeypatch.setattr(CorpusIndex, "_forgotten", crashing)
+        with pytest.raises(_Crash):
+            kb.refresh()
+        monkeypatch.setattr(CorpusIndex, "_forgotten", purge)
+        index = corpus_index(loom)
+        assert index.erasures(SCOPE) == {}
+        assert [p.doc_id for p in index.search_passages(SCOPE, "crash", limit=5)] == [
+            "people/alice"
+        ]
+        after = _state(loom)  # catches up: the purge applied whole
+        assert after != before and "people/alice" not in {d.id for d in after[0]}  # type: ignore[attr-defined]
+        drop_corpus(loom)
+        assert _state(loom) == after
