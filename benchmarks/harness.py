@@ -18,8 +18,10 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 
 Sample = Mapping[str, float]
@@ -49,6 +51,10 @@ class Arm:
 
     name: str
     measure: Callable[[], Sample]
+    rounds: int | None = None
+    """The most rounds this arm runs (None: every round). For an arm whose samples barely
+    move but each cost many seconds: its first rounds still interleave with the cheap arms
+    it is compared with, which keep every round."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Resul
     for round_index in range(rounds):
         shift = round_index % len(arms)
         for arm in [*arms[shift:], *arms[:shift]]:
+            if arm.rounds is not None and round_index >= arm.rounds:
+                continue
             progress(f"round {round_index + 1}/{rounds}: {arm.name}")
             gc.collect()  # start each sample without the previous one's garbage
             for metric, value in arm.measure().items():
@@ -113,6 +121,16 @@ def scratch_directory() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def spawned(workers: int = 1) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes started fresh (``spawn``: nothing of this process's state in them), for
+    untimed preparation that can run beside this process's own untimed work. A section must
+    collect every result before its first timed round: nothing is timed while they run.
+    Their CPU is counted in the section's, as children this process waited for."""
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        yield pool
 
 
 @dataclass(frozen=True)

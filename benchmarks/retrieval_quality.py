@@ -42,10 +42,8 @@ import hashlib
 import statistics
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +60,7 @@ from benchmarks.harness import (
     Table,
     interleave,
     scratch_directory,
+    spawned,
 )
 from benchmarks.peers_corpora import passages, terms
 from benchmarks.peers_retrieval import (
@@ -199,7 +198,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     noise = CachedEmbedder(RandomEmbedder())
     ingests: dict[str, Ingest] = {}
     size = QUICK_SCALE if quick else SCALE
-    with scratch_directory() as scratch, _spawned() as pool:
+    with scratch_directory() as scratch, spawned() as pool:
         progress(f"scale: indexing {size:,} passages in a second process, while the model embeds")
         building = pool.submit(build_scale, scratch / "scale.db", size)
         with ExitStack() as stack:
@@ -421,13 +420,6 @@ class Built:
     passages: int
     seconds: float
     queries: tuple[str, ...]
-
-
-@contextmanager
-def _spawned() -> Iterator[ProcessPoolExecutor]:
-    """One worker process, started fresh (``spawn``): nothing of this process's state in it."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        yield pool
 
 
 def build_scale(path: Path, size: int) -> Built:
