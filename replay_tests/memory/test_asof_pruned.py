@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from sqlalchemy import Column, Engine, Integer, create_engine
+from sqlalchemy import Engine
 
-from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore, idf_weight
+from loom_memory import MemoryEntry, idf_weight
 from loom_memory import postings as postings_module
 from loom_memory.entry import decode_entry
 from loom_memory.postings import rank
 from loom_memory.store import MAX_SEARCH_LIMIT
 from loom_memory.validity import TemporalSqlStore, ValidAt
+from replay_tests.memory.test_kept_counts import _store, engine
+
+__all__ = ["engine"]  # the fixture these tests (and test_asof_pruned_postgres's) are given
 
 KEY, OTHER = "k:a", "k:b"
 WORDS = ("disk", "logs", "rotate", "volume", "worker", "pool", "stall", "wal", "zebra", "quartz")
@@ -41,19 +42,6 @@ def _cuts(ranked: list[tuple[int, int]]) -> list[int]:
     ties = {k for k in LIMITS if k < len(ranked) and ranked[k - 1][1] == ranked[k][1]}
     ends = {len(ranked), len(ranked) + 1, LIMITS[-1]} & set(LIMITS)
     return sorted(set(range(1, 11)) | ties | ends)
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    yield engine
-    engine.dispose()
-
-
-def _store(engine: Engine) -> TemporalSqlStore:
-    """The engine's temporal store (``test_asof_pruned_postgres`` runs these tests again)."""
-    temporal = PostgresTemporalStore if engine.dialect.name == "postgresql" else SqliteTemporalStore
-    return temporal(engine, columns=[Column("revision", Integer, nullable=True)])
 
 
 def _entry(entry_id: str, text: str) -> MemoryEntry:
