@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine
 
 from loom_memory import MemoryEntry, SqliteMemoryStore, topk
+from replay_tests.memory.test_topk import match_expressions
+
+__all__ = ["match_expressions"]  # the fixture, shared with test_topk
 
 
 @pytest.fixture
@@ -24,20 +27,6 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine = create_engine(f"sqlite:///{tmp_path / 'memory.db'}")
     yield engine
     engine.dispose()
-
-
-@pytest.fixture
-def match_expressions(engine: Engine) -> Iterator[list[str]]:
-    """Every FTS5 match expression the store runs."""
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "MATCH" in statement:
-            seen.extend(value for value in parameters if isinstance(value, str) and '"' in value)
-
-    event.listen(engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(engine, "before_cursor_execute", record)
 
 
 def plain_or(store: SqliteMemoryStore, terms: list[str], limit: int) -> list[str]:
