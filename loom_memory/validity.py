@@ -194,7 +194,9 @@ class TemporalSqlStore(SqlMemoryStore):
 
         The key's count first, then its terms in order: two writers of one key queue on the
         key's row (an upsert holds it to the end of the transaction) instead of taking term
-        rows in different orders, and each adds to what the other committed."""
+        rows in different orders, and each adds to what the other committed. On PostgreSQL
+        the counts by position are written after the key's lock on them
+        (:func:`~loom_memory.postgres_counts.key_lock`), which their triggers take too."""
         super()._insert(conn, rows, terms)
         keys: Counter[str] = Counter()
         documents: Counter[tuple[str, str]] = Counter()
@@ -211,8 +213,8 @@ class TemporalSqlStore(SqlMemoryStore):
             (row["key"], row.get("valid_from", 0), row.get("valid_to"), set(row_terms))
             for row, row_terms in zip(rows, terms, strict=True)
         )
-        if by_rows and conn.dialect.name == "postgresql":
-            locks = sorted({key for key, *_ in by_rows})
+        if (by_rows or by_terms) and conn.dialect.name == "postgresql":
+            locks = sorted({key for key, *_ in [*by_rows, *by_terms]})
             conn.exec_driver_sql(
                 f"SELECT {key_lock(self.table_prefix, 'k')} FROM unnest(%s::text[]) AS k",
                 (locks,),
