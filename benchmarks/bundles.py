@@ -12,8 +12,10 @@ reading the recording from where it lives, rebuilding the execution and answerin
 ``decide``). Every replay must be identical, else the harness stops.
 
 **As of.** A corpus of 10,000 documents (:func:`benchmarks.corpus.base_docs`, windows of real
-manuals) is synced three times into one log, each sync editing every document (its marker term
-becomes ``loommark<r>x<n>`` for revision r), so the index holds 3 revisions of each. P2 is the
+manuals) is synced three times into one log, each sync after the first editing every document
+(its marker term becomes ``loommark<r>x<n>`` for revision r), so the index holds 3 revisions
+of each. The first sync is restored from the corpus section's build of the same documents
+when that section ran earlier in the run (:class:`benchmarks.harness.Snapshots`). P2 is the
 log position right after the second sync. Per round, 100 seeded queries are timed three ways:
 ``kb.search(q, limit=4)`` (current), ``kb.as_of(P2).retrieve(q, limit=4)`` (the view made
 per question, as an auditor calls it) and ``view.retrieve(q, limit=4)`` on one view made
@@ -47,8 +49,9 @@ from uuid import UUID
 from rich.console import Console
 
 from benchmarks.corpora import queries
-from benchmarks.corpus import base_docs, edited, marker
+from benchmarks.corpus import base_docs, edited, marker, synced_key
 from benchmarks.harness import (
+    SNAPSHOTS,
     Arm,
     Control,
     InstrumentError,
@@ -146,8 +149,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             "not exist, and no file created); the log replay's `Loom` opens its log before "
             "the clock. Every replay must report identical.",
             f"As of: {corpus_docs:,} documents (~2,000-character windows of the PostgreSQL and "
-            f"Python manuals, default chunker), synced {REVISIONS} times with every document "
-            f"edited each time, so the index holds {REVISIONS} revisions of each; P2 = log "
+            f"Python manuals, default chunker), synced {REVISIONS} times, every document "
+            f"edited in each sync after the first{_first_sync(corpus)}, so the index holds "
+            f"{REVISIONS} revisions of each; P2 = log "
             f"position {corpus.positions[1]:,} (after the second sync), head "
             f"{corpus.positions[2]:,}. {query_count} seeded queries of 2-4 words drawn from the "
             f"corpus, e.g. {', '.join(repr(q) for q in query_set[:3])}. Checked before timing: "
@@ -334,6 +338,8 @@ class Corpus:
     kb: KnowledgeBase
     docs: list[Doc]
     positions: tuple[int, ...]
+    first_restored: bool
+    """Whether the first sync was the corpus section's build, copied (``Snapshots``)."""
 
     def check_filter(self, count: int) -> None:
         """As of P2 finds revision 2's markers and not revision 3's; now finds no revision 2."""
@@ -356,27 +362,50 @@ class Corpus:
             )
 
 
+def _first_sync(corpus: Corpus) -> str:
+    if not corpus.first_restored:
+        return ""
+    return (
+        " (the first: a copy of the corpus section's build of the same documents, made "
+        "earlier in this run by one kb.sync into a fresh SQLite loom; the copy must list "
+        "every document)"
+    )
+
+
 def _ids(passages: list[Passage]) -> list[str]:
     return [passage.doc_id for passage in passages]
 
 
 def _build_corpus(stack: ExitStack, docs: list[Doc], progress: Progress) -> Corpus:
-    url, _ = stack.enter_context(fresh_sqlite())
+    """The corpus, its first sync restored from the corpus section's snapshot of the same
+    documents when that section kept one this run (a copy: nothing here reaches it)."""
+    url, path = stack.enter_context(fresh_sqlite())
+    restored = SNAPSHOTS.restore(synced_key(docs), path)
+    if restored:
+        progress(f"sync 1/{REVISIONS}: the corpus section's {len(docs):,}-document build, copied")
     loom = stack.enter_context(Loom(url))
-    return _synced(loom, docs, progress)
+    return _synced(loom, docs, progress, first_restored=restored)
 
 
-def _synced(loom: Loom, docs: list[Doc], progress: Progress) -> Corpus:
+def _synced(
+    loom: Loom, docs: list[Doc], progress: Progress, *, first_restored: bool = False
+) -> Corpus:
+    """Sync ``docs`` as they are, then ``REVISIONS - 1`` times with every marker edited (the
+    first sync already in the log if ``first_restored``); the position after each sync."""
     kb = open_knowledge_base(loom, SCOPE)
     kb.refresh()
     positions = []
-    for revision in range(1, REVISIONS + 1):
+    if first_restored:
+        listed = len(kb.list_docs())
+        _expect(listed == len(docs), f"the restored corpus lists {listed} of {len(docs)} docs")
+        positions.append(loom.log.position)
+    for revision in range(1 + first_restored, REVISIONS + 1):
         progress(f"sync {revision}/{REVISIONS} of {len(docs):,} documents")
-        texts = [edited(doc, index, revision) for index, doc in enumerate(docs)]
+        texts = docs if revision == 1 else [edited(d, i, revision) for i, d in enumerate(docs)]
         result = kb.sync(texts, source=SOURCE)
         _expect(len(result.written) == len(docs), f"sync {revision} wrote {len(result.written)}")
         positions.append(loom.log.position)
-    return Corpus(kb, docs, tuple(positions))
+    return Corpus(kb, docs, tuple(positions), first_restored)
 
 
 def _retrieval_arms(corpus: Corpus, query_set: list[str]) -> list[Arm]:

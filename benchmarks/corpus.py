@@ -49,6 +49,7 @@ from sqlalchemy import Column, Integer, create_engine
 
 from benchmarks.corpora import queries, windows
 from benchmarks.harness import (
+    SNAPSHOTS,
     Arm,
     Control,
     InstrumentError,
@@ -59,6 +60,7 @@ from benchmarks.harness import (
     Settings,
     Stats,
     Table,
+    fingerprint,
     interleave,
 )
 from benchmarks.memory import percentile
@@ -135,12 +137,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         corpora: dict[int, Corpus] = {}
         for size in (small, large):
             progress(f"building the {size:,}-document corpus by one sync")
-            url, _ = stack.enter_context(fresh_sqlite())
+            url, path = stack.enter_context(fresh_sqlite())
             loom = stack.enter_context(Loom(url))
             corpus = Corpus(loom, _opened(loom), docs[:size])
             seconds, events = corpus.sync(corpus.docs)
             builds.append((size, seconds, events))
             corpora[size] = corpus
+        SNAPSHOTS.keep(synced_key(corpora[large].docs), path)  # before any round writes to it
         leaks: list[int] = []
         arms = [
             _sync_ingest_arm(docs[:sync_ingest]),
@@ -196,6 +199,12 @@ def base_docs(count: int) -> list[Doc]:
         )
         for index, window in enumerate(windows(DOC_CHARS, count))
     ]
+
+
+def synced_key(docs: Sequence[Doc]) -> str:
+    """The fingerprint of a fresh SQLite loom (defaults) holding ``kb.sync(docs)`` in this
+    module's scope and source, the state the bundles section's corpus starts from."""
+    return fingerprint("kb.sync into a fresh SQLite loom", SCOPE, SOURCE, list(docs))
 
 
 def marker(revision: int, index: int) -> str:

@@ -13,16 +13,21 @@ good the instrument broke, and the command refuses to publish its figures.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import hashlib
 import shutil
+import sqlite3
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+
+import msgspec
 
 Sample = Mapping[str, float]
 """One measurement of one arm: metric name -> value (e.g. ``{"record_per_s": 8123.0}``)."""
@@ -131,6 +136,59 @@ def spawned(workers: int = 1) -> Iterator[ProcessPoolExecutor]:
     Their CPU is counted in the section's, as children this process waited for."""
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         yield pool
+
+
+def fingerprint(*inputs: object) -> str:
+    """A content hash of everything a fixture is built from (msgspec-encodable values): two
+    fixtures with the same fingerprint were built from the same inputs, so a snapshot kept
+    under it cannot be a stale one."""
+    return hashlib.sha256(msgspec.json.encode(inputs)).hexdigest()
+
+
+class Snapshots:
+    """SQLite databases one section built, kept for a later section of the same run that
+    needs the same state, under the :func:`fingerprint` of what they were built from.
+
+    A build is minutes of untimed work the run would otherwise pay twice (ten thousand
+    documents synced, say). The later section restores a copy into its own fresh file, so
+    nothing it does reaches the kept one or the section that made it; without a snapshot (the
+    section run alone, or the inputs differ) it builds its own. Copies are taken with SQLite's
+    backup API: a consistent state even while the builder still holds the database open. The
+    files live in a scratch directory deleted when the process exits."""
+
+    def __init__(self) -> None:
+        self._directory: Path | None = None
+        self._kept: dict[str, Path] = {}
+
+    def keep(self, key: str, database: Path) -> None:
+        """Copy ``database`` as it is now, under ``key`` (a later ``keep`` replaces it)."""
+        if self._directory is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="loom-bench-snapshots-"))
+            atexit.register(shutil.rmtree, self._directory, ignore_errors=True)
+        target = self._directory / f"{key}.db"
+        target.unlink(missing_ok=True)
+        _copy_sqlite(database, target)
+        self._kept[key] = target
+
+    def restore(self, key: str, database: Path) -> bool:
+        """Write the database kept under ``key`` to ``database``; False if none was kept."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return False
+        _copy_sqlite(kept, database)
+        return True
+
+
+SNAPSHOTS = Snapshots()
+"""The run's snapshots (see :class:`Snapshots`)."""
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    with (
+        closing(sqlite3.connect(source)) as reader,
+        closing(sqlite3.connect(target)) as writer,
+    ):
+        reader.backup(writer)
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,9 @@ from loom_runtime import Loom
 LIMIT = 10
 QUERIES = 200
 QUICK_QUERIES = 40
-QUICK_PAGES = 300
+QUICK_PAGES = 200
 """--quick: the first pages of each manual only, judgments restricted to them."""
-QUICK_HISTORY_PAGES = 100
+QUICK_HISTORY_PAGES = 60
 """--quick: the history row syncs four versions and a fresh corpus on each backend, over a
 third of this section's time at 300 pages; its answer (equal or not) needs no more pages."""
 MAX_ROUNDS = 5

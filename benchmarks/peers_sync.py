@@ -67,7 +67,7 @@ STEPS = (
 )
 SOURCE = "postgresql-manual"
 MAX_ROUNDS = 3
-QUICK_PAGES = 150
+QUICK_PAGES = 80
 """--quick: the first pages of each version only (same ids across versions)."""
 PROBES = 100
 PROBE_SEED = 7

@@ -41,10 +41,12 @@ documents every process revises) and as many memory appends, all on ONE corpus s
 memory key, released together: the workload of ``replay_tests/reliability/
 test_concurrent_writes.py``, driven through the same worker script and judged by the same
 audit (``reliability_worker.py write`` / ``audit-writes``), so the row measures exactly what
-the test asserts. Reported: failed writes, writes lost or duplicated in the log, whether the
-hash chain verifies, and writes per second from the start signal to the slowest worker's end.
-Its control runs the same workload with a retry budget too small to wait in: it must fail
-writes, or the audit could not see a failure.
+the test asserts. Each writer and each audit is a process forked from one of
+``CONTENDED_WORKERS`` zygotes of that script started once per run (:class:`_Writers`), and the
+writers are released together once every one has opened its log. Reported: failed writes,
+writes lost or duplicated in the log, whether the hash chain verifies, and writes per second
+from the start signal to the slowest worker's end. Its control runs the same workload with a
+retry budget too small to wait in: it must fail writes, or the audit could not see a failure.
 
 **Past one log** (ADR 0042). N worker processes each recording into its OWN PostgreSQL
 database on the same server (N logs, one worker each; N = 1, 2, 4): what splitting the log
@@ -61,18 +63,20 @@ while the 4 unshared workers read close to 4.
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier, Lock
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from uuid import UUID
 
@@ -171,10 +175,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         ]
         throughput = interleave(arms, rounds=settings.rounds, progress=progress)
 
-    contended = [_contended_arm(backend, settings.pg_url) for backend, _ in backends]
-    starved = _contended_arm("SQLite", None, retry_budget=CONTROL_RETRY_BUDGET_S)
     contention_rounds = 1 if settings.quick else min(settings.rounds, CONTENDED_ROUNDS)
-    contention = interleave([*contended, starved], rounds=contention_rounds, progress=progress)
+    with ExitStack() as stack:
+        progress(f"contended writes: starting {CONTENDED_WORKERS} worker zygotes")
+        writers = _Writers(stack, CONTENDED_WORKERS)
+        contended = [_contended_arm(writers, backend, settings.pg_url) for backend, _ in backends]
+        starved = _contended_arm(writers, "SQLite", None, retry_budget=CONTROL_RETRY_BUDGET_S)
+        contention = interleave([*contended, starved], rounds=contention_rounds, progress=progress)
 
     apart = recorded[serialised.name]["at_once"]
     together = recorded[unshared.name]["at_once"]
@@ -583,16 +590,96 @@ def _throughput_table(arms: list[Arm], results: Results, rounds: int) -> Table:
 # -- contended writes -----------------------------------------------------------------------
 
 
-def _contended_arm(backend: str, pg_url: str | None, *, retry_budget: float | None = None) -> Arm:
-    """The contended workload on a fresh database, audited by a fresh process."""
+class _Writers:
+    """One zygote of the reliability worker script per contended writer, started once for
+    every contended sample of the run (``reliability_worker.py zygote``: an interpreter that
+    imports the script and loom once, then forks one worker per job).
+
+    A forked child opens its own log and connections, as a fresh interpreter does (the
+    zygote holds none); what it saves is an interpreter start-up and loom's imports for each
+    of the writers and the audit of every sample, about a second of CPU each. The writers'
+    rates are timed inside them, from the start signal, so the start-up was never in a
+    figure; on 2 cores it was only in the section's time."""
+
+    def __init__(self, stack: ExitStack, count: int) -> None:
+        zygote = _reliability_worker().Zygote
+        directory = stack.enter_context(scratch_directory())
+        self.zygotes = []
+        for number in range(count):
+            scratch = directory / f"zygote{number}"
+            scratch.mkdir()
+            self.zygotes.append(zygote(scratch))
+            stack.callback(self.zygotes[-1].close)
+        self.pool = stack.enter_context(ThreadPoolExecutor(count))
+
+    def run(self, url: str, go: Path, budget: list[str]) -> list[dict[str, Any]]:
+        """Every writer forked, released together once all are ready; their reports."""
+        running = [
+            self.pool.submit(
+                zygote.run,
+                url,
+                "write",
+                "--worker",
+                str(number),
+                "--ops",
+                str(CONTENDED_OPS),
+                "--go",
+                str(go),
+                *budget,
+                timeout=CONTENDED_TIMEOUT_S,
+            )
+            for number, zygote in enumerate(self.zygotes)
+        ]
+        _release(go, running)
+        return [_payload(future.result(), "a contended-write worker") for future in running]
+
+    def audit(self, url: str, reports: Path) -> Any:
+        return _payload(
+            self.zygotes[0].run(url, "audit-writes", str(reports), timeout=CONTENDED_TIMEOUT_S),
+            "the contended-write audit",
+        )
+
+
+def _reliability_worker() -> ModuleType:
+    """The reliability suite's worker script as a module (its siblings importable)."""
+    directory = str(WORKER_SCRIPT.parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return importlib.import_module(WORKER_SCRIPT.stem)
+
+
+def _release(go: Path, running: list[Future[Any]]) -> None:
+    """Create ``go`` once every writer is ready (or one has already ended: it reports why)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while len(list(go.parent.glob(f"{go.name}.ready.*"))) < len(running):
+        if any(future.done() for future in running) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    go.touch()
+
+
+def _payload(outcome: Any, what: str) -> Any:
+    """The JSON line a worker printed last; a failure or a timeout is an instrument error."""
+    if outcome.status != 0 or outcome.payload is None:
+        raise InstrumentError(
+            f"scaleout: {what} failed (status {outcome.status}):\n{outcome.stderr[-2000:]}"
+        )
+    return outcome.payload
+
+
+def _contended_arm(
+    writers: _Writers, backend: str, pg_url: str | None, *, retry_budget: float | None = None
+) -> Arm:
+    """The contended workload on a fresh database, audited by a fresh (forked) process."""
 
     def measure() -> Sample:
         with ExitStack() as stack:
             url = _fresh_url(stack, backend, pg_url)
             directory = stack.enter_context(scratch_directory())
-            reports = _write_concurrently(url, directory, retry_budget)
+            budget = [] if retry_budget is None else ["--retry-budget", str(retry_budget)]
+            reports = writers.run(url, directory / "go", budget)
             (directory / "reports.json").write_text(json.dumps(reports))
-            audit = _finished(_script(url, "audit-writes", str(directory / "reports.json")))
+            audit = writers.audit(url, directory / "reports.json")
         seconds = max(report["seconds"] for report in reports)
         return {
             "per_s": CONTENDED_WORKERS * CONTENDED_OPS * 2 / seconds,
@@ -605,47 +692,6 @@ def _contended_arm(backend: str, pg_url: str | None, *, retry_budget: float | No
 
     control = "" if retry_budget is None else f", retry budget {retry_budget:g} s (control)"
     return Arm(f"contended writes, {backend}{control}", measure)
-
-
-def _write_concurrently(
-    url: str, directory: Path, retry_budget: float | None
-) -> list[dict[str, Any]]:
-    """Start every writer, release them together, return their reports."""
-    go = directory / "go"
-    budget = [] if retry_budget is None else ["--retry-budget", str(retry_budget)]
-    writers = [
-        _script(
-            url, "write", "--worker", str(w), "--ops", str(CONTENDED_OPS), "--go", str(go), *budget
-        )
-        for w in range(CONTENDED_WORKERS)
-    ]
-    go.touch()
-    return [_finished(writer) for writer in writers]
-
-
-def _script(url: str, *args: str) -> subprocess.Popen[str]:
-    """Run the reliability worker script in a fresh interpreter."""
-    return subprocess.Popen(
-        [sys.executable, str(WORKER_SCRIPT), url, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finished(worker: subprocess.Popen[str]) -> Any:
-    """The worker's one JSON line; a crash or a timeout is an instrument error."""
-    try:
-        stdout, stderr = worker.communicate(timeout=CONTENDED_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        worker.kill()
-        worker.communicate()
-        raise InstrumentError(
-            f"scaleout: a contended writer ran over {CONTENDED_TIMEOUT_S} s"
-        ) from exc
-    if worker.returncode != 0:
-        raise InstrumentError(f"scaleout: a contended-write worker failed:\n{stderr[-2000:]}")
-    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _contention_table(arms: list[Arm], results: Results, rounds: int) -> Table:
