@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import threading
 import weakref
@@ -169,12 +170,15 @@ def _aad(stream: UUID | str, version: int, field: str) -> bytes:
 # --- the key table --------------------------------------------------------------------------
 
 
+@functools.cache
 def key_table() -> Table:
     """``loom_subject_keys``: one row per subject; ``wrapped_key`` NULL once destroyed, with
     ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names).
 
     Only the definition: the table is created by the first write that seals
-    (:meth:`Keyring.create`), never by opening a log."""
+    (:meth:`Keyring.create`), never by opening a log. One object per process: SQLAlchemy
+    caches a statement's compiled form per table object, and a new one per keyring made
+    every keyring compile its statements again (a visible share of opening a log)."""
     from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
 
     return Table(
@@ -229,9 +233,11 @@ class Keyring:
         """Whether the log has a key table (proving the master key against it the first time
         it is found); reads only."""
         if not self._active:
-            from sqlalchemy import inspect
-
-            if inspect(self.engine).has_table(TABLE):
+            # The dialect's own test, not ``inspect(engine)``: an inspector is built for
+            # reflection and cost more than the rest of opening an encrypted log.
+            with self.engine.connect() as connection:
+                present = self.engine.dialect.has_table(connection, TABLE)
+            if present:
                 self._check(create=False)
         return self._active
 
@@ -247,14 +253,11 @@ class Keyring:
         self._check(create=True)
 
     def _check(self, *, create: bool) -> None:
-        from sqlalchemy import select
         from sqlalchemy.exc import IntegrityError
 
         table = self.table
         with self.engine.begin() as connection:
-            wrapped = connection.execute(
-                select(table.c.wrapped_key).where(table.c.subject == KEY_CHECK)
-            ).scalar_one_or_none()
+            wrapped = connection.execute(self._select_row, {"subject": KEY_CHECK}).scalar()
             if wrapped is None:
                 if not create:  # a table without its check row holds no data key yet
                     return
@@ -626,6 +629,7 @@ class ExecutionSealer:
         self.keyring = keyring
         self.execution_id = execution_id
         self.subject = subject_of(execution_id)
+        self._stream = str(execution_id)  # formatted once: a UUID's str is a cost per event
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
         redacted when they were encoded), since the log's own pass cannot see into it."""
@@ -668,7 +672,12 @@ class ExecutionSealer:
                 value = state[name]
                 if value is None or _is_null(value):
                     continue
-                ad = _aad(event.originator_id, event.originator_version, name)
+                stream = event.originator_id
+                ad = _aad(
+                    self._stream if stream == self.execution_id else stream,
+                    event.originator_version,
+                    name,
+                )
                 if name in _TEXT_FIELDS:
                     if self.redactor is not None:
                         value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")

@@ -207,7 +207,7 @@ class EventsourcingLog:
 
         return retrying(attempt, policy=self.settings.write_retry, what=what)
 
-    @property
+    @cached_property
     def checks_preconditions(self) -> bool:
         # The built-in SQLite recorder reads one in the append's transaction. PostgreSQL's
         # append is one round trip to a server-side function, which a check would double.
