@@ -235,9 +235,14 @@ def save(log: EventLog, execution: Execution) -> list[int]:
             "is appended by this worker"
         )
     try:
-        if execution.sealer is not None:  # encrypted log (ADR 0049): seal copies, then store
-            return log.save(_Sealing(execution))
-        return log.save(execution)
+        sealer = execution.sealer
+        if sealer is None:
+            return log.save(execution)
+        # An encrypted log (ADR 0049): seal copies, then store; where the log can, the key is
+        # checked live by the append's own transaction rather than by a read before it.
+        if log.checks_preconditions:
+            return log.save(_Sealing(execution, checked=True), precondition=sealer.precondition)
+        return log.save(_Sealing(execution, checked=False))
     except StreamConflictError as exc:
         execution.lost = True
         raise ExecutionConflictError(
@@ -260,11 +265,14 @@ class _Sealing:
     """An execution's pending events as the log stores them: their personal fields sealed
     under its data key. The execution itself keeps them clear."""
 
-    def __init__(self, execution: Execution) -> None:
+    def __init__(self, execution: Execution, *, checked: bool) -> None:
         self.execution = execution
+        self.checked = checked
+        """Whether the log checks the key in the append's transaction (else the sealer does)."""
 
     def collect_events(self) -> list[Any]:
-        return self.execution.sealer.seal_events(self.execution.collect_events())
+        events = self.execution.collect_events()
+        return self.execution.sealer.seal_events(events, checked=self.checked)
 
 
 def _reset_to_log(log: EventLog, execution: Execution) -> str:

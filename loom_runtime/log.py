@@ -122,6 +122,26 @@ class Saves(Protocol):
         ...
 
 
+class Precondition(msgspec.Struct, frozen=True):
+    """A row an append needs, read inside the append's own transaction, after its inserts.
+
+    Why: a check read in a transaction of its own leaves a window in which another process
+    can change the row between the check and the append's commit. Read by the append's own
+    statements while it holds the database's write lock, the row is the one the commit
+    sees: what changed it either committed first (and the append is refused) or waits for
+    this commit. An encrypted execution's appends need their subject's data key to be live
+    (ADR 0049); that is the one user today, but nothing here is about keys.
+
+    ``sql`` is a ``SELECT`` with one ``?`` parameter, ``parameter``; the append proceeds when
+    its first row's first column is true, and otherwise is rolled back whole and
+    ``refusal()`` is raised in the appender's thread.
+    """
+
+    sql: str
+    parameter: str
+    refusal: Callable[[], BaseException]
+
+
 class EventLog(Protocol):
     """The one log of a database: append to streams, read them back, follow the log in order.
 
@@ -179,11 +199,19 @@ class EventLog(Protocol):
         """
         ...
 
-    def save(self, aggregate: Saves) -> list[int]:
+    @property
+    def checks_preconditions(self) -> bool:
+        """Whether :meth:`save` reads a :class:`Precondition` inside the append's own
+        transaction. A log that cannot leaves the check to its caller, before the append."""
+        ...
+
+    def save(self, aggregate: Saves, *, precondition: Precondition | None = None) -> list[int]:
         """Append the events ``aggregate`` triggered since it was loaded or last saved.
 
         The events carry their own versions, so this is the same optimistic append as
         :meth:`append`: a lost race is a ``StreamConflictError`` and nothing is written.
+        ``precondition`` (only where :attr:`checks_preconditions`) is read in the append's
+        transaction; when it does not hold nothing is written and its refusal is raised.
         """
         ...
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
+import functools
 import os
 import threading
 import weakref
@@ -41,6 +41,7 @@ from loom_runtime.errors import (
     SubjectErasedError,
     WrongMasterKeyError,
 )
+from loom_runtime.log import Precondition
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -58,6 +59,9 @@ _MESSAGE_PREFIX: Final = MARK + ":"
 KEY_CHECK: Final = "loom:key-check"
 """The key table's row that proves the master key: a random key wrapped by it."""
 TABLE: Final = "loom_subject_keys"
+LIVE_SQL: Final = f"SELECT wrapped_key IS NOT NULL FROM {TABLE} WHERE subject = ?"
+"""Whether a subject's key is live (true), destroyed (false) or missing (no row): what a
+sealed append reads in its own transaction where the log can (a :class:`Precondition`)."""
 CACHED_KEYS: Final = 10_000
 """How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
 _NONCE_BYTES: Final = 12
@@ -166,12 +170,15 @@ def _aad(stream: UUID | str, version: int, field: str) -> bytes:
 # --- the key table --------------------------------------------------------------------------
 
 
+@functools.cache
 def key_table() -> Table:
     """``loom_subject_keys``: one row per subject; ``wrapped_key`` NULL once destroyed, with
     ``erased_position`` naming the forget event (a tombstone: what an ``ErasedError`` names).
 
     Only the definition: the table is created by the first write that seals
-    (:meth:`Keyring.create`), never by opening a log."""
+    (:meth:`Keyring.create`), never by opening a log. One object per process: SQLAlchemy
+    caches a statement's compiled form per table object, and a new one per keyring made
+    every keyring compile its statements again (a visible share of opening a log)."""
     from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
 
     return Table(
@@ -226,9 +233,11 @@ class Keyring:
         """Whether the log has a key table (proving the master key against it the first time
         it is found); reads only."""
         if not self._active:
-            from sqlalchemy import inspect
-
-            if inspect(self.engine).has_table(TABLE):
+            # The dialect's own test, not ``inspect(engine)``: an inspector is built for
+            # reflection and cost more than the rest of opening an encrypted log.
+            with self.engine.connect() as connection:
+                present = self.engine.dialect.has_table(connection, TABLE)
+            if present:
                 self._check(create=False)
         return self._active
 
@@ -244,14 +253,11 @@ class Keyring:
         self._check(create=True)
 
     def _check(self, *, create: bool) -> None:
-        from sqlalchemy import select
         from sqlalchemy.exc import IntegrityError
 
         table = self.table
         with self.engine.begin() as connection:
-            wrapped = connection.execute(
-                select(table.c.wrapped_key).where(table.c.subject == KEY_CHECK)
-            ).scalar_one_or_none()
+            wrapped = connection.execute(self._select_row, {"subject": KEY_CHECK}).scalar()
             if wrapped is None:
                 if not create:  # a table without its check row holds no data key yet
                     return
@@ -383,6 +389,13 @@ class Keyring:
         with self._lock:
             self._remember(subject, aead)
         return aead
+
+    def write_key(self, subject: str) -> AESGCM:
+        """The key for a write whose log reads :data:`LIVE_SQL` in the append's own
+        transaction (:class:`ExecutionSealer`'s precondition): the cached key, with no read
+        of its own; :meth:`live_key` when none is cached."""
+        cached = self._cache.get(subject)
+        return cached if cached is not None else self.live_key(subject)
 
     def live_key(self, subject: str) -> AESGCM:
         """The key for a write: the key table is read again (another process may have erased
@@ -616,35 +629,63 @@ class ExecutionSealer:
         self.keyring = keyring
         self.execution_id = execution_id
         self.subject = subject_of(execution_id)
+        self._stream = str(execution_id)  # formatted once: a UUID's str is a cost per event
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
         redacted when they were encoded), since the log's own pass cannot see into it."""
+        self.precondition = Precondition(
+            sql=LIVE_SQL, parameter=self.subject, refusal=self._refusal
+        )
+        """What an append of this execution needs to find: its key still live, read by the
+        append's own transaction where the log can (``EventLog.checks_preconditions``)."""
 
-    def seal_events(self, events: Sequence[Any]) -> list[Any]:
-        """Copies of ``events`` with their personal fields sealed (the key is read again from
-        the key table first: a destroyed key is :class:`SubjectErasedError`, nothing stored)."""
+    def _refusal(self) -> ErasedError:
+        """The error of an append that found the key destroyed in its own transaction."""
+        self.keyring.forget([self.subject])
+        row = self.keyring._row(self.subject)
+        return _erased(
+            SubjectErasedError, self.subject, None if row is None else row.erased_position
+        )
+
+    def seal_events(self, events: Sequence[Any], *, checked: bool = False) -> list[Any]:
+        """Copies of ``events`` with their personal fields sealed.
+
+        A destroyed key is :class:`SubjectErasedError` and nothing is stored. ``checked``:
+        the log reads :attr:`precondition` in the append's own transaction, after its
+        inserts, so the cached key is used as it is (if it was destroyed meanwhile, that read
+        refuses the append); otherwise the key table is read again here, first.
+        """
         if not events:
             return []
-        aead = self.keyring.live_key(self.subject)
+        keyring = self.keyring
+        aead = keyring.write_key(self.subject) if checked else keyring.live_key(self.subject)
         sealed = []
         for event in events:
             fields = SEALED_FIELDS.get(getattr(type(event), "TOPIC", ""), ())
             if not fields:
                 sealed.append(event)
                 continue
-            copied = copy.copy(event)
+            # A shallow copy as the mapper reads it (its ``__dict__``): ``copy.copy`` goes
+            # through ``__reduce_ex__``, several times the cost of the seal itself.
+            state = dict(vars(event))
             for name in fields:
-                value = getattr(event, name)
+                value = state[name]
                 if value is None or _is_null(value):
                     continue
-                ad = _aad(event.originator_id, event.originator_version, name)
+                stream = event.originator_id
+                ad = _aad(
+                    self._stream if stream == self.execution_id else stream,
+                    event.originator_version,
+                    name,
+                )
                 if name in _TEXT_FIELDS:
                     if self.redactor is not None:
                         value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
-                    stored: Any = seal_text(aead, self.subject, value, ad)
+                    state[name] = seal_text(aead, self.subject, value, ad)
                 else:
-                    stored = seal_raw(aead, self.subject, value, ad)
-                object.__setattr__(copied, name, stored)
+                    state[name] = seal_raw(aead, self.subject, value, ad)
+            copied = object.__new__(type(event))
+            object.__setattr__(copied, "__dict__", state)
             sealed.append(copied)
         return sealed
 
@@ -709,6 +750,25 @@ class Opener:
             return raw
         return msgspec.Raw(self._open(sealed, _aad(stream, version, field)))
 
+    def _raw_field(self, raw: msgspec.Raw, stream: str, version: int, field: str) -> msgspec.Raw:
+        """:meth:`raw` for the replay's loop: the same answer, the checks inlined, and the
+        cached key taken without :meth:`_aead`'s call when there is one."""
+        if bytes(memoryview(raw)[:15]) != b'{"loom.sealed":':
+            return raw
+        try:
+            sealed = _envelope_decoder.decode(raw).sealed
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return raw
+        keyring = self.keyring
+        aead = None if keyring is None else keyring._cache.get(sealed.subject)
+        ad = _aad(stream, version, field)
+        if aead is None:
+            return msgspec.Raw(self._open(sealed, ad))
+        try:
+            return msgspec.Raw(aead.decrypt(sealed.nonce, sealed.ciphertext, ad))
+        except Exception:  # InvalidTag: _open raises it typed
+            return msgspec.Raw(self._open(sealed, ad))
+
     def text(self, text: str, stream: UUID | str, version: int, field: str) -> str:
         sealed = _sealed_of_text(text)
         if sealed is None:
@@ -739,18 +799,24 @@ class Opener:
             return execution
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
         execution.input = self.raw(execution.input, stream, 1, "input")
-        for key, decision in list(execution.decisions.items()):
-            version = execution.decision_versions[key]
-            execution.decisions[key] = msgspec.structs.replace(
-                decision,
-                input=self.raw(decision.input, stream, version, "input"),
-                value=None
-                if decision.value is None
-                else self.raw(decision.value, stream, version, "value"),
-                message=None
-                if decision.message is None
-                else self.text(decision.message, stream, version, "message"),
-            )
+        versions = execution.decision_versions
+        decisions = execution.decisions
+        field = self._raw_field
+        replace = msgspec.structs.replace
+        # One pass with the per-field work inlined: a replay opens every decision, and the
+        # calls around each AES-GCM open cost more than the open itself.
+        for key, decision in decisions.items():
+            version = versions[key]
+            value, input_ = decision.value, decision.input
+            opened_value = value if value is None else field(value, stream, version, "value")
+            opened_input = field(input_, stream, version, "input")
+            if decision.message is not None:
+                message = self.text(decision.message, stream, version, "message")
+                decisions[key] = replace(
+                    decision, input=opened_input, value=opened_value, message=message
+                )
+            elif opened_value is not value or opened_input is not input_:
+                decisions[key] = replace(decision, input=opened_input, value=opened_value)
         if execution.output is not None:
             execution.output = self.raw(execution.output, stream, execution.version, "output")
         if execution.error is not None:

@@ -31,11 +31,21 @@ from loom_runtime.errors import (
     StreamConflictError,
 )
 from loom_runtime.integrity import verify_rows
-from loom_runtime.log import PAGE_SIZE, LogSettings, Outcome, Record, Row, Saves, Stamped
+from loom_runtime.log import (
+    PAGE_SIZE,
+    LogSettings,
+    Outcome,
+    Precondition,
+    Record,
+    Row,
+    Saves,
+    Stamped,
+)
 from loom_runtime.redaction import Redactor
 from loom_runtime.retry import retrying
 from loom_runtime.storage.chain import ChainedRecorder
 from loom_runtime.storage.mapper import MsgspecMapper, decode_event, decode_row
+from loom_runtime.storage.sqlite import ChainedSQLiteRecorder, PreconditionFailed
 
 if TYPE_CHECKING:
     from loom_runtime.integrity import Anchor, VerifyReport
@@ -197,10 +207,21 @@ class EventsourcingLog:
 
         return retrying(attempt, policy=self.settings.write_retry, what=what)
 
-    def save(self, aggregate: Saves) -> list[int]:
-        return self._store(aggregate.collect_events())
+    @cached_property
+    def checks_preconditions(self) -> bool:
+        # The built-in SQLite recorder reads one in the append's transaction. PostgreSQL's
+        # append is one round trip to a server-side function, which a check would double.
+        return isinstance(self.application.recorder, ChainedSQLiteRecorder)
 
-    def _store(self, events: Sequence[Any]) -> list[int]:
+    def save(self, aggregate: Saves, *, precondition: Precondition | None = None) -> list[int]:
+        if precondition is not None and not self.checks_preconditions:
+            raise ValueError(
+                "this log cannot read a precondition inside its append's transaction "
+                "(checks_preconditions is False): check before saving instead"
+            )
+        return self._store(aggregate.collect_events(), precondition)
+
+    def _store(self, events: Sequence[Any], precondition: Precondition | None = None) -> list[int]:
         """Map and insert ``events`` in one transaction: the one path every write takes.
 
         The mapper and the recorder are called directly, not through ``Application.save``,
@@ -212,9 +233,14 @@ class EventsourcingLog:
         application = self.application
         stored = [application.mapper.to_stored_event(event) for event in events]
         try:
-            ids = application.recorder.insert_events(stored)
+            if precondition is None:
+                ids = application.recorder.insert_events(stored)
+            else:
+                ids = application.recorder.insert_events(stored, precondition=precondition)
         except IntegrityError as exc:
             raise StreamConflictError(_conflict(events[0])) from exc
+        except PreconditionFailed as exc:
+            raise exc.precondition.refusal() from None
         return list(ids or ())
 
     def insert_rows(self, rows: Sequence[Row]) -> list[int]:

@@ -19,9 +19,22 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
-from loom_runtime.log import Row
+from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
 from loom_runtime.storage.group_commit import GroupCommit, Pending
+
+
+class PreconditionFailed(Exception):
+    """Raised inside an append's transaction whose :class:`Precondition` did not hold (it
+    rolls the append back); the log raises the precondition's own refusal in its place."""
+
+    def __init__(self, precondition: Precondition) -> None:
+        super().__init__(precondition.sql)
+        self.precondition = precondition
+
+
+_Append = tuple[Sequence[StoredEvent], Precondition | None]
+"""One caller's work in a group commit: its rows, and what must hold for them to commit."""
 
 
 class _SynchronousPool(SQLiteConnectionPool):
@@ -44,9 +57,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         # Set before the base constructor, which builds the create-table statements.
         self.chain = ChainTable.for_sqlite(events_table_name)
         super().__init__(datastore, events_table_name)
-        self.group_commit: GroupCommit[Sequence[StoredEvent], Sequence[int]] = GroupCommit(
-            self._commit_group
-        )
+        self.group_commit: GroupCommit[_Append, Sequence[int]] = GroupCommit(self._commit_group)
         """Shares one transaction among the appends that arrive together (ADR 0036)."""
         self.known = KnownHeads()
         """The chain heads of this recorder's last committed append (only the group commit's
@@ -71,41 +82,60 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return ids
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        precondition: Precondition | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         """Appends from concurrent threads share one transaction and one fsync (ADR 0036).
 
         Each returns only after that transaction has committed; a version conflict in one
         append rolls back only its own savepoint and raises only in its own caller.
+        ``precondition`` is read after the append's inserts, in its transaction: holding the
+        write lock by then, it sees what the commit will (:class:`PreconditionFailed`).
         """
         del kwargs  # an application recorder's insert takes none (eventsourcing passes
         # ``tracking=None``; a process recorder, which would use it, is not this class)
-        return self.group_commit.submit(stored_events)
+        return self.group_commit.submit((stored_events, precondition))
 
-    def _commit_group(self, group: Sequence[Pending[Sequence[StoredEvent], Sequence[int]]]) -> None:
+    def _append(self, c: SQLiteCursor, append: _Append, known: KnownHeads | None) -> Any:
+        """One caller's rows inserted and chained, then its precondition read."""
+        stored_events, precondition = append
+        ids = self._insert_events(c, stored_events, known)
+        if precondition is not None:
+            c.execute(precondition.sql, (precondition.parameter,))
+            row = c.fetchone()
+            if row is None or not row[0]:
+                raise PreconditionFailed(precondition)
+        return ids
+
+    def _commit_group(self, group: Sequence[Pending[_Append, Sequence[int]]]) -> None:
         """One transaction for the group.
 
         An append alone in its group (every append of a lone flow) needs no savepoint: a
         conflict escapes the transaction, which rolls back only that append, and the group
         commit raises it in its one caller. In a larger group each append has its own
-        savepoint, so a conflict undoes only that append's rows, and the chain heads are read
-        afresh after one. The heads this recorder left are kept only once the transaction
-        has committed: they are forgotten when it does not
-        (:class:`~loom_runtime.storage.chain.KnownHeads`).
+        savepoint, so a conflict (or a precondition that does not hold) undoes only that
+        append's rows, and the chain heads are read afresh after one. The heads this recorder
+        left are kept only once the transaction has committed: they are forgotten when it does
+        not (:class:`~loom_runtime.storage.chain.KnownHeads`).
         """
         known: KnownHeads | None = self.known
         try:
             with self.datastore.transaction(commit=True) as c:
                 if len(group) == 1:
-                    group[0].result = self._insert_events(c, group[0].work, known)
+                    group[0].result = self._append(c, group[0].work, known)
                 else:
                     for append in group:
                         c.execute("SAVEPOINT loom_append")
                         try:
-                            append.result = self._insert_events(c, append.work, known)
-                        except sqlite3.IntegrityError as exc:
+                            append.result = self._append(c, append.work, known)
+                        except (sqlite3.IntegrityError, PreconditionFailed) as exc:
                             c.execute("ROLLBACK TO loom_append")
-                            append.error = IntegrityError(exc)
+                            append.error = (
+                                exc if isinstance(exc, PreconditionFailed) else IntegrityError(exc)
+                            )
                             known = None  # what it left is unknown: the rest read the table
                         c.execute("RELEASE loom_append")
         except BaseException:
