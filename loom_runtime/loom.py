@@ -366,13 +366,15 @@ class Loom:
         user: str | None = None,
         tenant: str | None = None,
         document: str | None = None,
+        memory_key: str | None = None,
         reason: str,
         by: str,
         dry_run: bool = False,
     ) -> ErasureReport:
         """Erase an execution, or every execution of a user or a tenant (by their labels), or
-        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055): destroy
-        their data keys and append a forget event naming them, who and why (ADR 0049).
+        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055), or a key of
+        an event-sourced memory (``memory_key="NAME:KEY"``: ADR 0060): destroy their data
+        keys and append a forget event naming them, who and why (ADR 0049).
 
         Their input, decisions, output and error messages become unreadable everywhere the
         log is (a replay raises :class:`~loom_runtime.errors.ErasedError` naming the forget
@@ -390,6 +392,7 @@ class Loom:
             user=user,
             tenant=tenant,
             document=document,
+            memory_key=memory_key,
             reason=reason,
             by=by,
             dry_run=dry_run,

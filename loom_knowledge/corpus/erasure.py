@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
 
 import msgspec
 
@@ -141,7 +142,9 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     in clear before encryption was switched on (``<subject>@<revision>``: not erasable).
 
     Reads the scope's stream from the log, not the corpus index: the log is what holds the
-    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`."""
+    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`.
+    The subject's ``held_by`` names the executions that retrieved it
+    (:func:`executions_that_retrieved`): copies this erasure does not reach."""
     scope, colon, doc_id = value.partition(":")
     if not colon or not scope.strip() or not doc_id.strip():
         raise ErasureSubjectError(
@@ -162,13 +165,67 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
             f"knowledge scope {scope!r} never held a document {doc_id!r} in the log at "
             f"{loom.settings.url!r}; nothing was written (ids are matched exactly)"
         )
-    found = [ErasedSubject(subject=subject, execution_id=None, events=sealed)] if sealed else []
-    return found, clear
+    if not sealed:
+        return [], clear
+    held_by = tuple(str(e) for e in executions_that_retrieved(loom, scope, doc_id))
+    return [
+        ErasedSubject(subject=subject, execution_id=None, events=sealed, held_by=held_by)
+    ], clear
+
+
+class _Request(msgspec.Struct, frozen=True):
+    """The part of a recorded retrieval's input that names its scope."""
+
+    scope: str
+
+
+class _Retrieved(msgspec.Struct, frozen=True):
+    """The part of a recorded passage that names its document."""
+
+    doc_id: str
+
+
+def executions_that_retrieved(loom: Loom, scope: str, doc_id: str) -> list[UUID]:
+    """The live executions whose recorded retrievals of ``scope`` returned a passage of
+    ``doc_id``: their records keep its text under their own keys, which erasing the document
+    does not reach (ADR 0055), so an erasure's report names them.
+
+    Finds candidates by the decisions' kind (in clear), then opens only those executions;
+    an execution already erased, or one this Loom cannot open, holds nothing readable here.
+    One pass over the log's decisions: an erasure is rare, and its dry run reads only."""
+    from loom_runtime import EncryptionOffError, Execution
+
+    candidates: dict[UUID, None] = {}
+    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
+        event = loom.log.decode(record)
+        if getattr(event, "kind", None) == "retrieval":
+            candidates[event.originator_id] = None
+    found = []
+    for execution_id in candidates:
+        try:
+            execution = loom.execution(execution_id)
+        except (ErasedError, EncryptionOffError):
+            continue
+        if any(_retrieved(decision, scope, doc_id) for decision in execution.decisions.values()):
+            found.append(execution_id)
+    return found
+
+
+def _retrieved(decision: Any, scope: str, doc_id: str) -> bool:
+    if decision.kind != "retrieval" or decision.value is None or decision.input is None:
+        return False
+    try:
+        request = msgspec.json.decode(decision.input, type=_Request)
+        passages = msgspec.json.decode(decision.value, type=list[_Retrieved])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False  # a retrieval of another shape (the application's own)
+    return request.scope == scope and any(p.doc_id == doc_id for p in passages)
 
 
 __all__ = [
     "document_subject",
     "document_subjects",
+    "executions_that_retrieved",
     "named_document",
     "open_written",
     "prepare_keys",
