@@ -406,17 +406,26 @@ class Loom:
         reason: str | None = None,
         by: str = "retention",
         dry_run: bool = False,
+        scope: str | None = None,
     ) -> ErasureReport:
         """Erase every execution (of ``tenant``, if given) that started more than
         ``older_than`` ago, as :meth:`erase` does, in one forget event whose reason names the
         policy unless ``reason`` is given (ADR 0053). Nothing old enough left writes nothing
         (safe to run on a schedule); an age that is not positive is
-        :class:`~loom_runtime.errors.RetentionPolicyError`.
+        :class:`~loom_runtime.errors.RetentionPolicyError`. With ``scope``, the documents of
+        that knowledge scope whose last revision was written before the cutoff are erased
+        instead (every revision, as ``erase(document=...)`` does; ADR 0060).
         """
         from loom_runtime.retention import retain
 
         return retain(
-            self, older_than=older_than, tenant=tenant, reason=reason, by=by, dry_run=dry_run
+            self,
+            older_than=older_than,
+            tenant=tenant,
+            reason=reason,
+            by=by,
+            dry_run=dry_run,
+            scope=scope,
         )
 
     def executions(

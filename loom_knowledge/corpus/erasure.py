@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
@@ -173,6 +174,52 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     ], clear
 
 
+def documents_written_before(
+    loom: Loom, scope: str, cutoff: datetime
+) -> tuple[list[ErasedSubject], list[str]]:
+    """The ``loom.retention`` entry point for ``document``: every document of ``scope`` whose
+    last revision was written before ``cutoff`` (its newest text is older than the policy's
+    age), as erasure subjects, with the executions that retrieved each; and the revisions of
+    those documents stored in clear (not erasable).
+
+    The last write, not the first: a document still being revised is still in use, and one key
+    covers every revision, so it is erased when its newest revision ages out (its older ones
+    with it). A scope the log never held is :class:`~loom_runtime.ErasureSubjectError` (a
+    typo in a crontab should fail loudly, not erase nothing every night)."""
+    last: dict[str, datetime] = {}
+    sealed: dict[str, int] = {}
+    clear: dict[str, list[str]] = {}
+    seen = False
+    for event in loom.log.events(stream_id(stream_name(scope))):
+        seen = True
+        if isinstance(event, DocumentWritten):
+            doc_id = event.doc_id
+            last[doc_id] = event.timestamp
+            if _is_sealed(event):
+                sealed[doc_id] = sealed.get(doc_id, 0) + 1
+            else:
+                named = f"{document_subject(scope, doc_id)}@{event.revision}"
+                clear.setdefault(doc_id, []).append(named)
+    if not seen:
+        raise ErasureSubjectError(
+            f"the log at {loom.settings.url!r} holds no knowledge scope {scope!r}; nothing was "
+            "written (scopes are matched exactly)"
+        )
+    old = [doc_id for doc_id, written in last.items() if written < cutoff]
+    holders = _retrieved_by(loom, scope, {doc_id for doc_id in old if doc_id in sealed})
+    subjects = [
+        ErasedSubject(
+            subject=document_subject(scope, doc_id),
+            execution_id=None,
+            events=sealed[doc_id],
+            held_by=tuple(str(e) for e in holders.get(doc_id, ())),
+        )
+        for doc_id in old
+        if doc_id in sealed
+    ]
+    return subjects, [named for doc_id in old for named in clear.get(doc_id, ())]
+
+
 class _Request(msgspec.Struct, frozen=True):
     """The part of a recorded retrieval's input that names its scope."""
 
@@ -193,38 +240,50 @@ def executions_that_retrieved(loom: Loom, scope: str, doc_id: str) -> list[UUID]
     Finds candidates by the decisions' kind (in clear), then opens only those executions;
     an execution already erased, or one this Loom cannot open, holds nothing readable here.
     One pass over the log's decisions: an erasure is rare, and its dry run reads only."""
+    return _retrieved_by(loom, scope, {doc_id}).get(doc_id, [])
+
+
+def _retrieved_by(loom: Loom, scope: str, doc_ids: set[str]) -> dict[str, list[UUID]]:
+    """For each of ``doc_ids``, the live executions that retrieved it from ``scope``."""
     from loom_runtime import EncryptionOffError, Execution
 
+    found: dict[str, list[UUID]] = {}
+    if not doc_ids:
+        return found
     candidates: dict[UUID, None] = {}
     for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
         event = loom.log.decode(record)
         if getattr(event, "kind", None) == "retrieval":
             candidates[event.originator_id] = None
-    found = []
     for execution_id in candidates:
         try:
             execution = loom.execution(execution_id)
         except (ErasedError, EncryptionOffError):
             continue
-        if any(_retrieved(decision, scope, doc_id) for decision in execution.decisions.values()):
-            found.append(execution_id)
+        retrieved: set[str] = set()
+        for decision in execution.decisions.values():
+            retrieved |= _retrieved(decision, scope)
+        for doc_id in sorted(retrieved & doc_ids):
+            found.setdefault(doc_id, []).append(execution_id)
     return found
 
 
-def _retrieved(decision: Any, scope: str, doc_id: str) -> bool:
+def _retrieved(decision: Any, scope: str) -> set[str]:
+    """The documents of ``scope`` a recorded retrieval returned passages of."""
     if decision.kind != "retrieval" or decision.value is None or decision.input is None:
-        return False
+        return set()
     try:
         request = msgspec.json.decode(decision.input, type=_Request)
         passages = msgspec.json.decode(decision.value, type=list[_Retrieved])
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return False  # a retrieval of another shape (the application's own)
-    return request.scope == scope and any(p.doc_id == doc_id for p in passages)
+        return set()  # a retrieval of another shape (the application's own)
+    return {p.doc_id for p in passages} if request.scope == scope else set()
 
 
 __all__ = [
     "document_subject",
     "document_subjects",
+    "documents_written_before",
     "executions_that_retrieved",
     "named_document",
     "open_written",

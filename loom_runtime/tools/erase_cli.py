@@ -119,7 +119,11 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     verb = "erased" if report.applied else "would erase"
     events = sum(subject.events for subject in report.subjects)
     kind = report.selector.partition("=")[0]
-    what = {"document": "document(s)", "memory_key": "memory key(s)"}.get(kind, "execution(s)")
+    what = {
+        "document": "document(s)",
+        "documents of scope": "document(s)",
+        "memory_key": "memory key(s)",
+    }.get(kind, "execution(s)")
     console.print(
         inert(
             f"{verb} {len(report.subjects)} {what} of {report.selector} "
@@ -157,6 +161,13 @@ def retain(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only executions labelled with this tenant.")
     ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            help="Erase this knowledge scope's documents last written longer ago, instead.",
+        ),
+    ] = None,
     reason: Annotated[
         str | None,
         typer.Option("--reason", help="Recorded in the forget log (default: the policy)."),
@@ -170,8 +181,9 @@ def retain(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Erase executions older than an age (dry run unless --apply); safe on a schedule: with
-    nothing old enough left it writes nothing. Needs $LOOM_MASTER_KEY."""
+    """Erase executions older than an age, or with --scope a knowledge scope's documents last
+    written longer ago (dry run unless --apply); safe on a schedule: with nothing old enough
+    left it writes nothing. Needs $LOOM_MASTER_KEY."""
     from loom_runtime.retention import parse_age
 
     try:
@@ -181,16 +193,22 @@ def retain(
     with open_loom(db) as loom:
         try:
             report = loom.retain(
-                older_than=age, tenant=tenant, reason=reason, by=by, dry_run=not apply
+                older_than=age,
+                tenant=tenant,
+                scope=scope,
+                reason=reason,
+                by=by,
+                dry_run=not apply,
             )
-        except (EncryptionOffError, LabelError) as exc:
+        except (EncryptionOffError, ErasureSubjectError, LabelError, RetentionPolicyError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
     _print_report(report, as_json=as_json)
     if report.not_erasable:
+        what = "document revision(s)" if scope is not None else "execution(s)"
         warn(
-            f"{len(report.not_erasable)} execution(s) older than {older_than} are stored in "
+            f"{len(report.not_erasable)} {what} older than {older_than} are stored in "
             "clear (recorded before encryption was switched on) and cannot be erased"
         )
 
