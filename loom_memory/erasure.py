@@ -113,6 +113,23 @@ def _is_sealed(raw: msgspec.Raw) -> bool:
     return bytes(memoryview(raw)[:1]) == _SEALED_PREFIX
 
 
+def forget_destroyed(keyring: Keyring | None, events: Iterable[object]) -> None:
+    """Drop the cached data keys of the memory keys ``events`` write that another process
+    has destroyed, in one read of the key table: the keyring caches a key once opened, and
+    without this a write that raced an erasure elsewhere (sealed under the key just before it
+    was destroyed) would still open here, as would an as-of rebuild of the erased key."""
+    if keyring is None:
+        return
+    subjects = {
+        memory_subject(event.memory, event.key)
+        for event in events
+        if isinstance(event, MemoryAppended | MemoryReplaced) and event.entries
+    }
+    if subjects:
+        live = set(keyring.live(subjects))
+        keyring.forget(subjects - live)
+
+
 def open_entries(
     keyring: Keyring | None, event: MemoryAppended | MemoryReplaced
 ) -> list[MemoryEntry] | None:
@@ -171,6 +188,7 @@ def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], li
 
 
 __all__ = [
+    "forget_destroyed",
     "keys_named",
     "memory_key_subjects",
     "memory_subject",

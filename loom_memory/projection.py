@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Connection, delete, select
 
 from loom_memory.entry import MemoryEntry
-from loom_memory.erasure import keys_named, open_entries
+from loom_memory.erasure import forget_destroyed, keys_named, open_entries
 from loom_memory.events import (
     MEMORY_TOPICS,
     MemoryAppended,
@@ -152,11 +152,13 @@ class SqlMemoryProjection(SQLProjection):
         """Open the page's sealed entries, then apply it in one transaction: reading a key
         inside that transaction would wait for the write lock it holds (SQLite)."""
         keyring = keyring_for(self.engine)
-        self._opened = {}
-        for position, event in events:
-            mine = memory_event(event, self.memory)
-            if mine is not None:
-                self._opened[position] = opened_entries(keyring, mine)
+        mine = {position: memory_event(event, self.memory) for position, event in events}
+        forget_destroyed(keyring, mine.values())
+        self._opened = {
+            position: opened_entries(keyring, event)
+            for position, event in mine.items()
+            if event is not None
+        }
         try:
             return super().apply(events, upto=upto)
         finally:
@@ -211,6 +213,7 @@ class InProcessMemoryProjection:
             if (events and events[0][0] <= self._position) or upto <= self._position:
                 return False
             before: dict[str, list[MemoryEntry]] = {}
+            forget_destroyed(self.keyring, (event for _, event in events))
             try:
                 for _, event in events:
                     touched: list[tuple[str, MemoryEvent | None]]

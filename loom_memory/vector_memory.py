@@ -37,6 +37,7 @@ from loom_memory.embedding_table import (
     unpack_vector,
 )
 from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
+from loom_memory.erasure import forget_destroyed
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
 from loom_memory.event_sourced import EventSourcedMemory
 from loom_memory.events import MEMORY_TOPICS
@@ -214,8 +215,12 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         """The embeddable texts of memory ``name``'s entries logged after position ``after``."""
         texts: dict[str, str] = {}
         keyring = keyring_for(self._log.engine)
-        for record in self._log.notifications(after=after, topics=MEMORY_TOPICS):
-            event = memory_event(self._log.decode(record), name)
+        events = [
+            memory_event(self._log.decode(record), name)
+            for record in self._log.notifications(after=after, topics=MEMORY_TOPICS)
+        ]
+        forget_destroyed(keyring, events)
+        for event in events:
             if event is not None:
                 texts.update(embedding_texts(opened_entries(keyring, event) or []))
         return texts

@@ -115,6 +115,8 @@ def test_an_erased_memory_key_is_forgotten_and_a_rebuild_agrees(
         assert (memory.read("bob"), memory.search("bob", kept)) == bob_before
         erased_state = _state(memory, f"{token} {kept}")
 
+        memory.rebuild(upto=seen_at)  # the past, before the erasure: never the erased text
+        assert memory.read("alice") == [] and memory.read("bob") == bob_before[0]
         memory.rebuild()  # from position 0: the key is gone, the forget event stays
         assert _state(memory, f"{token} {kept}") == erased_state
         assert _state(open_memory(loom), f"{token} {kept}") == erased_state  # a new projection
@@ -217,7 +219,10 @@ def test_a_write_after_another_process_erased_the_key_is_refused(db_url: str) ->
     with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
         memory = _sql(loom)
         memory.append("alice", [MemoryEntry(content="first")])  # its key is cached here
+        before = loom.log.position
         other.erase(memory_key="memory:alice", reason="r", by="dpo")
+        memory.rebuild(upto=before)  # as of before the erasure, with the key still cached
+        assert memory.read("alice") == []  # the cache does not outlive the key
         at = loom.log.position
         with pytest.raises(SubjectErasedError):
             memory.append("alice", [MemoryEntry(content="second")])
@@ -304,3 +309,36 @@ def test_a_vector_memory_seals_its_entries_and_forgets_an_erased_key(db_url: str
             assert opened.read("alice") == [] and len(opened.read("bob")) == 1
         fresh = vector_memory(loom, "vec3_")  # a new store after the erasure
         assert fresh.read("alice") == [] and len(fresh.read("bob")) == 1
+
+
+def test_a_write_racing_the_erasure_is_never_projected(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that read its key live just before another process erased it appends after
+    the forget event, sealed under the key now destroyed (covered by the erasure): no store
+    ever holds it, and a rebuild agrees. The next write is refused."""
+    from loom_memory import event_sourced
+
+    racing = f"RACING-{uuid4().hex}"
+    with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
+        memory = _sql(loom)
+        memory.append("alice", [MemoryEntry(content="first")])
+        original = event_sourced.write_key
+
+        def erased_meanwhile(*args: object, **kwargs: object) -> object:
+            aead = original(*args, **kwargs)  # type: ignore[arg-type]
+            other.erase(memory_key="memory:alice", reason="r", by="dpo")
+            return aead
+
+        monkeypatch.setattr(event_sourced, "write_key", erased_meanwhile)
+        memory.append("alice", [MemoryEntry(content=racing)])  # stored after the forget event
+        monkeypatch.undo()
+        [(forget_at, _)] = forget_events(loom)
+        assert loom.log.position > forget_at
+        assert memory.read("alice") == [] and memory.search("alice", racing) == []
+        memory.rebuild()
+        assert memory.read("alice") == []
+        with pytest.raises(SubjectErasedError):
+            memory.append("alice", [MemoryEntry(content="third")])
+        memory.close()
+    assert _raw(db_url).count(racing.encode()) == 0
