@@ -85,6 +85,7 @@ from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_
 from loom_memory.text import PLAIN, Tokenizer
 from loom_memory.tokenizer_record import check_tokenizer, settings_table
 from loom_runtime import serialise_ddl
+from loom_runtime.log import READ_ONLY
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -345,7 +346,7 @@ class SqlMemoryStore(ABC):
         columns: ``limit`` as given (the caller clamped it, or chose not to)."""
         if not terms:
             return []
-        with self._begin(conn, isolation=self.search_isolation) as c:
+        with self._begin(conn, isolation=self.search_isolation, read_only=True) as c:
             if self.postings is None:
                 found = self._search_rows(c, key, terms, limit, where)
             else:
@@ -520,18 +521,28 @@ class SqlMemoryStore(ABC):
 
     @contextmanager
     def _begin(
-        self, conn: Connection | None, *, isolation: str | None = None
+        self, conn: Connection | None, *, isolation: str | None = None, read_only: bool = False
     ) -> Iterator[Connection]:
         """Yield ``conn`` as given, or one in a transaction of our own (at ``isolation``, if
-        given); translate driver errors."""
+        given); translate driver errors.
+
+        A ``read_only`` transaction of our own reads one snapshot and takes no write lock: on
+        SQLite it is marked :data:`~loom_runtime.log.READ_ONLY` (a log's engine then begins it
+        deferred, not ``IMMEDIATE``) and begun here if the driver has not begun it (pysqlite's
+        default begins only before a write, so each read would see the latest commit).
+        """
         try:
             if conn is not None:
                 yield conn
-            elif isolation is not None:
-                with (
-                    self._engine.connect() as own,
-                    own.execution_options(isolation_level=isolation).begin(),
-                ):
+            elif isolation is not None or read_only:
+                options: dict[str, Any] = {READ_ONLY: True} if read_only else {}
+                if isolation is not None:
+                    options["isolation_level"] = isolation
+                with self._engine.connect() as own, own.execution_options(**options).begin():
+                    if read_only and own.dialect.name == "sqlite":
+                        driver = own.connection.driver_connection
+                        if not driver.in_transaction:  # type: ignore[union-attr]
+                            own.exec_driver_sql("BEGIN")
                     yield own
             else:
                 with self._engine.begin() as own:

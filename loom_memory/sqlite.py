@@ -53,6 +53,7 @@ from sqlalchemy.schema import SchemaItem
 from loom_memory.errors import BackendError
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.topk import Hit, Run, TermStats, top_k
+from loom_runtime.log import READ_ONLY
 
 
 class SqliteMemoryStore(SqlMemoryStore):
@@ -186,8 +187,11 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"(SELECT min(key) FROM {rows}), (SELECT max(key) FROM {rows})"
         ).one()
         # This connection's uncommitted writes sit in FTS5's pending terms, which a count
-        # sees and the structure record does not: the version then says nothing.
-        pending = bool(conn.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
+        # sees and the structure record does not: the version then says nothing. A read-only
+        # transaction (a search's own) holds none.
+        pending = not conn.get_execution_options().get(READ_ONLY, False) and bool(
+            conn.connection.driver_connection.in_transaction  # type: ignore[union-attr]
+        )
         return _IndexState(
             version=None if pending or structure is None else (schema, structure, averages),
             rows=_varint(averages) if averages else 0,
