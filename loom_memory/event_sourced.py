@@ -191,13 +191,19 @@ class EventSourcedMemory:
         # With encryption on, every write reads the key's row first: an erased key is
         # SubjectErasedError here, before anything is appended (ADR 0060).
         aead = write_key(self._log, self.name, key)
+        entries: list[msgspec.Raw] | None = fields.get("entries")
+        redactor = self._log.redactor
+        if aead is not None and entries is not None and redactor is not None:
+            # Redacted before they are sealed, as the log would redact them in clear
+            # (ADR 0012): a ciphertext hides a secret from every pattern.
+            entries = [redactor.raw(raw, path=f"entries[{i}]") for i, raw in enumerate(entries)]
 
         def plan(version: int) -> tuple[list[tuple[type[LogEvent], dict[str, Any]]], None]:
             # Blind: the same event at any version; sealed entries name the version they are
             # stored at (their associated data), so they are sealed again on a retry.
-            if aead is None or "entries" not in fields:
+            if aead is None or entries is None:
                 return [(event, payload)], None
-            sealed = seal_entries(aead, self.name, key, version + 1, fields["entries"])
+            sealed = seal_entries(aead, self.name, key, version + 1, entries)
             return [(event, {**payload, "entries": sealed})], None
 
         [position], _ = self._log.append_replanned(

@@ -14,6 +14,10 @@ knows the mapping, so the SQL and in-process projections cannot drift apart.
 
 A projection serves ONE memory name: it skips other memories' events, and its reset clears the
 whole store (a SQL store's table, or every key the in-process projection wrote).
+
+With encryption on, entries are stored sealed under their memory key's data key and opened
+here; an entry whose key was destroyed is skipped, and a forget event naming a key of this
+memory clears it (ADR 0060), so the live store and a rebuild from position 0 agree.
 """
 
 from __future__ import annotations

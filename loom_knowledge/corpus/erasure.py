@@ -88,15 +88,20 @@ def seal_written(loom: Loom, fields: dict[str, Any]) -> dict[str, Any]:
     subject = document_subject(fields["scope"], fields["doc_id"])
     aead = keyring.ensure(subject, position=loom.log.position)
     revision = fields["revision"]
+    redactor = loom.log.redactor
+
+    def sealed(text: str, field: str) -> str:
+        # Redacted before it is sealed, as the log would redact it in clear (ADR 0012): a
+        # ciphertext hides a secret from every pattern.
+        clear = text if redactor is None else redactor.text(text, path=field)
+        return seal_subject_text(aead, subject, clear, _place(subject, revision, field))
+
     title = fields["title"]
     return {
         **fields,
-        "title": None
-        if title is None
-        else seal_subject_text(aead, subject, title, _place(subject, revision, "title")),
+        "title": None if title is None else sealed(title, "title"),
         "passages": [
-            seal_subject_text(aead, subject, text, _place(subject, revision, f"passages.{index}"))
-            for index, text in enumerate(fields["passages"])
+            sealed(text, f"passages.{index}") for index, text in enumerate(fields["passages"])
         ],
     }
 

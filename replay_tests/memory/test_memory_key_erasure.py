@@ -342,3 +342,16 @@ def test_a_write_racing_the_erasure_is_never_projected(
             memory.append("alice", [MemoryEntry(content="third")])
         memory.close()
     assert _raw(db_url).count(racing.encode()) == 0
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["clear", "sealed"])
+def test_an_entry_is_redacted_before_it_is_sealed(tmp_path: Path, key: MasterKey | None) -> None:
+    """Sealing does not replace redaction (ADR 0012): a secret in an entry is stored redacted
+    whether the log is encrypted or not, so the store reads back the same entry."""
+    secret = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", encryption=key) as loom:
+        memory = _in_process(loom)
+        memory.append("alice", [MemoryEntry(content=f"my key is {secret}", id="a")])
+        [entry] = memory.read("alice")
+        assert isinstance(entry.content, str) and "MIIEvQIBADAN" not in entry.content
+        assert entry.content.startswith("my key is ")
