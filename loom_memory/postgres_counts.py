@@ -22,9 +22,15 @@ Each trigger takes the key rows first, in key order, then the term rows in (key,
 as the store's insert does: two writers of one key queue on the key's row and add to what the
 other committed (``n = c.n + excluded.n`` under READ COMMITTED re-reads the row it waited for),
 so the counts stay exact under concurrent writers.
+
+:func:`position_triggers` keep the counts by position (:mod:`loom_memory.position_counts`,
+ADR 0059) the same way, for every row an ``UPDATE`` or ``DELETE`` changes (ended or not),
+after taking the key's lock (:func:`key_lock`).
 """
 
 from __future__ import annotations
+
+from loom_memory.position_counts import LEVELS_SQL, end_sql
 
 _MOVED = "n.key IS DISTINCT FROM o.key"
 _CHANGES = {
@@ -81,3 +87,84 @@ def drop_count_triggers(prefix: str) -> list[str]:
 
 def _function(prefix: str, event: str) -> str:
     return f"{prefix}count_on_{event}"
+
+
+def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> list[str]:
+    """The trigger functions and triggers writing the changes by position
+    (:mod:`loom_memory.position_counts`) of the rows an ``UPDATE`` or ``DELETE`` of
+    ``entries`` changes: a deleted row's changes taken out, an updated row's (its key, start
+    or end changed) taken out and put back as they now are; the opposite changes of an
+    unchanged start cancel in the grouping. Buckets left at zero are deleted. Idempotent."""
+    changed = (
+        "o.key IS DISTINCT FROM n.key OR o.valid_from IS DISTINCT FROM n.valid_from "
+        "OR o.valid_to IS DISTINCT FROM n.valid_to"
+    )
+    pairs = f"FROM old_rows o JOIN new_rows n ON n.seq = o.seq WHERE {changed}"
+    events = {
+        "delete": _changes_of("o", -1, "FROM old_rows o"),
+        "update": f"{_changes_of('o', -1, pairs)} UNION ALL {_changes_of('n', 1, pairs)}",
+    }
+    statements = []
+    for event, changes in events.items():
+        fanned = f"({changes}) AS ch CROSS JOIN ({LEVELS_SQL}) AS l"
+        lexemes = f"{fanned}, unnest(ch.search_vector) AS v"
+        touched = "ch.key, l.level, ch.pos >> l.shift"
+        body = (
+            f"PERFORM {key_lock(prefix, 'd.key')} FROM (SELECT DISTINCT ch.key FROM "
+            f"({changes}) AS ch ORDER BY ch.key) AS d; "
+            f"INSERT INTO {rows} AS c (key, level, bucket, n) SELECT {touched}, sum(ch.sign) "
+            f"FROM {fanned} WHERE ch.pos IS NOT NULL GROUP BY {touched} "
+            f"HAVING sum(ch.sign) <> 0 ORDER BY {touched} "
+            "ON CONFLICT (key, level, bucket) DO UPDATE SET n = c.n + excluded.n; "
+            f"INSERT INTO {terms} AS c (key, level, term, bucket, df) SELECT ch.key, l.level, "
+            f"v.lexeme, ch.pos >> l.shift, sum(ch.sign) FROM {lexemes} WHERE ch.pos IS NOT NULL "
+            "GROUP BY 1, 2, 3, 4 HAVING sum(ch.sign) <> 0 ORDER BY 1, 2, 3, 4 "
+            "ON CONFLICT (key, level, term, bucket) DO UPDATE SET df = c.df + excluded.df; "
+            f"DELETE FROM {terms} c USING (SELECT DISTINCT ch.key, l.level, v.lexeme, "
+            f"ch.pos >> l.shift AS bucket FROM {lexemes}) d WHERE c.key = d.key "
+            "AND c.level = d.level AND c.term = d.lexeme AND c.bucket = d.bucket AND c.df = 0; "
+            f"DELETE FROM {rows} c USING (SELECT DISTINCT {touched} AS bucket FROM {fanned}) d "
+            "WHERE c.key = d.key AND c.level = d.level AND c.bucket = d.bucket AND c.n = 0;"
+        )
+        # Named to fire after the current counts' trigger of the same event (PostgreSQL fires
+        # them in name order): that one takes the key's current count first, as an insert does.
+        function, trigger = _function(prefix, f"at_{event}"), f"{entries}_count_{event}_at"
+        statements += [
+            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN {body} RETURN NULL; END $$",
+            f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
+            f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "
+            f"REFERENCING {_TRANSITIONS[event]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+        ]
+    return statements
+
+
+def key_lock(prefix: str, key: str) -> str:
+    """SQL taking the transaction's lock on the counts by position of the key ``key`` (an
+    expression) of the store with table prefix ``prefix``.
+
+    Every writer of those counts takes it, in key order, before touching them: writers of one
+    key then queue, instead of taking bucket rows (shared by nearby positions and common
+    terms) in different orders across their statements and deadlocking. The current counts
+    get the same from the key's row in ``current_rows``, which a statement touching no
+    current row does not take."""
+    return f"pg_advisory_xact_lock(hashtextextended('{prefix}' || {key}, 0))"
+
+
+def drop_position_triggers(prefix: str) -> list[str]:
+    """Drop the functions of :func:`position_triggers`, and with them the triggers."""
+    return [
+        f"DROP FUNCTION IF EXISTS {_function(prefix, f'at_{event}')}() CASCADE"
+        for event in _TRANSITIONS
+    ]
+
+
+def _changes_of(row: str, sign: int, source: str) -> str:
+    """The changes of the rows ``row`` of ``source`` (``sign`` 1: as they are; -1: taken
+    out) as ``(key, search_vector, pos, sign)``: each row's start, and its end (NULL while
+    current, then left out)."""
+    return (
+        f"SELECT {row}.key, {row}.search_vector, {row}.valid_from AS pos, {sign} AS sign "
+        f"{source} UNION ALL SELECT {row}.key, {row}.search_vector, {end_sql(row)}, {-sign} "
+        f"{source}"
+    )

@@ -23,8 +23,8 @@ the admitted rows (give ``where``'s columns a covering index with the key); it s
 admitted row that matches, unlike :mod:`loom_memory.topk`, because a filter's statistics are not
 known before counting. The exception is a temporal store's search of its current rows, whose
 statistics are kept as rows are written, or of the rows valid at a position, whose statistics
-are counted for the query's terms alone (:func:`admitted_statistics`): :func:`rank_pruned`
-returns the same pairs scoring only the rows that can reach the top (ADR 0056).
+are kept by position (:mod:`loom_memory.position_counts`): :func:`rank_pruned` returns the
+same pairs scoring only the rows that can reach the top (ADR 0056).
 """
 
 from __future__ import annotations
@@ -155,22 +155,6 @@ def rank(
     return list(best)
 
 
-def admitted_statistics(
-    conn: Connection,
-    entries: Table,
-    postings: Table,
-    admitted: Sequence[ColumnElement[bool]],
-    terms: Sequence[str],
-) -> tuple[int, dict[str, int]]:
-    """``N`` (the rows ``admitted`` selects) and, for each of ``terms`` that one of them
-    holds, how many do: :func:`rank`'s first statement, for :func:`rank_pruned` where no kept
-    count describes the admitted rows (a search as of a position).
-
-    Only the query's terms are counted, from their postings. ``N`` is 0 when no admitted row
-    holds any of them: nothing is ranked then, so ``N`` is not needed."""
-    return _statistics(conn, postings, _matching(entries, postings, admitted, terms))
-
-
 def _matching(
     entries: Table,
     postings: Table,
@@ -257,8 +241,8 @@ def rank_pruned(
 
     ``rows`` and ``documents`` are the counts :func:`rank` would take: the admitted rows at
     the key and, per query term, how many of them hold it (read from counts kept as rows are
-    written for the current rows; counted for the query's terms alone by
-    :func:`admitted_statistics` for the rows valid at a position). Each term's contribution
+    written for the current rows; for the rows valid at a position, summed from the changes
+    kept by position, :mod:`loom_memory.position_counts`). Each term's contribution
     is bounded by :func:`term_bound`. The rarest terms are "essential": only rows holding one
     are scored, each on every term. Rows holding only the other terms score at most the sum
     of those terms' bounds; once that sum is strictly below the ``limit``-th best score among

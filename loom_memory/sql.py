@@ -84,8 +84,7 @@ from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import PLAIN, Tokenizer
 from loom_memory.tokenizer_record import check_tokenizer, settings_table
-from loom_runtime import serialise_ddl
-from loom_runtime.log import READ_ONLY
+from loom_runtime import READ_ONLY, serialise_ddl
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

@@ -53,7 +53,7 @@ from sqlalchemy.schema import SchemaItem
 from loom_memory.errors import BackendError
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.topk import Hit, Run, TermStats, top_k
-from loom_runtime.log import READ_ONLY
+from loom_runtime import READ_ONLY
 
 
 class SqliteMemoryStore(SqlMemoryStore):

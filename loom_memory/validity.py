@@ -53,9 +53,22 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from loom_memory.entry import MemoryEntry
+from loom_memory.position_counts import (
+    bucketed,
+    declare_tables,
+    read_counts,
+    refill_statements,
+    sqlite_triggers,
+)
 from loom_memory.postgres import PostgresMemoryStore
-from loom_memory.postgres_counts import count_triggers, drop_count_triggers
-from loom_memory.postings import Admission, admitted_statistics, driver_mark, rank_pruned
+from loom_memory.postgres_counts import (
+    count_triggers,
+    drop_count_triggers,
+    drop_position_triggers,
+    key_lock,
+    position_triggers,
+)
+from loom_memory.postings import Admission, driver_mark, rank_pruned
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import (
@@ -111,13 +124,26 @@ class TemporalSqlStore(SqlMemoryStore):
         return f"{self.table_prefix}current_terms"
 
     @property
+    def rows_at_table(self) -> str:
+        """Name of the table of how each key's number of rows changed, by position
+        (:mod:`loom_memory.position_counts`)."""
+        return f"{self.table_prefix}rows_at"
+
+    @property
+    def terms_at_table(self) -> str:
+        """Name of the table of how, per key and term, the number of rows holding the term
+        changed, by position (:mod:`loom_memory.position_counts`)."""
+        return f"{self.table_prefix}terms_at"
+
+    @property
     def current_index(self) -> str:
         """Name of the partial ``(key, seq)`` index of the current rows."""
         return f"{self.table_prefix}entries_current"
 
     def _declare_count_tables(self, metadata: MetaData) -> None:
-        """Declare the two count tables (each backend's ``_declare_search_tables`` calls this
-        beside its own search tables)."""
+        """Declare the two current count tables and the two by position (each backend's
+        ``_declare_search_tables`` calls this beside its own search tables)."""
+        declare_tables(metadata, rows=self.rows_at_table, terms=self.terms_at_table)
         Table(
             self.row_counts_table,
             metadata,
@@ -155,15 +181,22 @@ class TemporalSqlStore(SqlMemoryStore):
                 f"FROM {postings} AS p JOIN {rows} AS e ON e.seq = p.seq "
                 "WHERE e.valid_to IS NULL GROUP BY e.key, p.term",
             ]
+        if created & {rows, self.rows_at_table, self.terms_at_table}:
+            statements += refill_statements(
+                entries=rows, postings=postings, rows=self.rows_at_table, terms=self.terms_at_table
+            )
         return statements
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
-        """Insert the rows and their postings, and count the current ones in the same
-        transaction: one upsert per key and per distinct (key, term) of the batch.
+        """Insert the rows and their postings, and count them in the same transaction: the
+        current ones, one upsert per key and per distinct (key, term) of the batch, and all
+        of them by position, one upsert per bucket (:mod:`loom_memory.position_counts`).
 
         The key's count first, then its terms in order: two writers of one key queue on the
         key's row (an upsert holds it to the end of the transaction) instead of taking term
-        rows in different orders, and each adds to what the other committed."""
+        rows in different orders, and each adds to what the other committed. On PostgreSQL
+        the counts by position are written after the key's lock on them
+        (:func:`~loom_memory.postgres_counts.key_lock`), which their triggers take too."""
         super()._insert(conn, rows, terms)
         keys: Counter[str] = Counter()
         documents: Counter[tuple[str, str]] = Counter()
@@ -176,6 +209,21 @@ class TemporalSqlStore(SqlMemoryStore):
         if documents:
             counted = sorted((key, term, count) for (key, term), count in documents.items())
             _upsert_counts(conn, self.term_counts_table, "key, term", "df", counted)
+        by_rows, by_terms = bucketed(
+            (row["key"], row.get("valid_from", 0), row.get("valid_to"), set(row_terms))
+            for row, row_terms in zip(rows, terms, strict=True)
+        )
+        if (by_rows or by_terms) and conn.dialect.name == "postgresql":
+            locks = sorted({key for key, *_ in [*by_rows, *by_terms]})
+            conn.exec_driver_sql(
+                f"SELECT {key_lock(self.table_prefix, 'k')} FROM unnest(%s::text[]) AS k",
+                (locks,),
+            )
+        if by_rows:
+            _upsert_counts(conn, self.rows_at_table, "key, level, bucket", "n", by_rows)
+        if by_terms:
+            columns = "key, level, term, bucket"
+            _upsert_counts(conn, self.terms_at_table, columns, "df", by_terms)
 
     def _postings_rank(
         self,
@@ -243,16 +291,22 @@ class TemporalSqlStore(SqlMemoryStore):
         scored: list[int] | None,
     ) -> list[tuple[int, int]]:
         """What ``rank()`` gives the rows at ``key`` valid at ``valid.position``: ``N`` and
-        the query terms' counts among those rows (``rank()``'s own first statement, no kept
-        count describes them), then the same pruned ranking as a current search.
+        the query terms' counts among those rows read from the counts kept by position
+        (:mod:`loom_memory.position_counts`), then the same pruned ranking as a current search.
 
         ``scored`` receives the rows each pruning round scored (tests watch it)."""
         assert self.postings is not None
         distinct = sorted(set(terms))
         if not distinct:
             return []
-        admitted = [self.entries.c.key == key, valid]
-        rows, documents = admitted_statistics(conn, self.entries, self.postings, admitted, distinct)
+        rows, documents = read_counts(
+            conn,
+            rows=self.rows_at_table,
+            terms=self.terms_at_table,
+            key=key,
+            words=distinct,
+            position=valid.position,
+        )
         mark = driver_mark(conn)
         then = Admission(
             f"{self.entries.name} AS e",
@@ -425,9 +479,11 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
     gets them filled from its rows when it is opened. With them, a current search ranks by
     :func:`~loom_memory.postings.rank_pruned`, which returns exactly what
     :func:`~loom_memory.postings.rank` would but scores only rows that can reach the top.
-    A search as of a position counts ``N`` and its terms' frequencies over the rows valid
-    then (no kept count describes them) and ranks by the same pruning; one narrowed by
-    ``where`` counts its own statistics and scores every match, as before.
+    A search as of a position reads ``N`` and its terms' frequencies then from the counts
+    kept by position (``<prefix>rows_at``, ``<prefix>terms_at``,
+    :mod:`loom_memory.position_counts`; ends, moves and deletes counted by triggers) and ranks
+    by the same pruning; one narrowed by ``where`` counts its own statistics and scores every
+    match, as before.
     """
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
@@ -483,6 +539,9 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
             f"ON {rows} WHEN new.valid_to IS NULL AND (old.valid_to IS NOT NULL OR {moved}) "
             f"BEGIN {count_row('new.key')} {count_terms('new.key', 'new.seq')} END",
         ]
+        statements += sqlite_triggers(
+            entries=rows, postings=postings, rows=self.rows_at_table, terms=self.terms_at_table
+        )
         return [*statements, *self._counts_ddl(created=created)]
 
 
@@ -494,7 +553,9 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
     same :func:`~loom_memory.postings.rank_pruned`); ends and deletes, a caller's own
     included, are uncounted by statement-level triggers
     (:mod:`loom_memory.postgres_counts`). A search as of a position is pruned the same way
-    from statistics counted at query time; one narrowed by ``where`` scores every match.
+    from the counts kept by position (:mod:`loom_memory.position_counts`, the same tables and
+    reads; ends, moves and deletes counted by statement-level triggers); one narrowed by
+    ``where`` scores every match.
     """
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
@@ -512,6 +573,13 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
                 rows=self.row_counts_table,
                 terms=self.term_counts_table,
             )
+        if created & {self.entries.name, self.rows_at_table, self.terms_at_table}:
+            triggers += position_triggers(
+                self.table_prefix,
+                self.entries.name,
+                rows=self.rows_at_table,
+                terms=self.terms_at_table,
+            )
         return [
             *super()._search_ddl(created=created),
             *triggers,
@@ -519,7 +587,12 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
         ]
 
     def _drop_ddl(self) -> list[str]:
-        return [*super()._drop_ddl(), *drop_count_triggers(self.table_prefix)]
+        prefix = self.table_prefix
+        return [
+            *super()._drop_ddl(),
+            *drop_count_triggers(prefix),
+            *drop_position_triggers(prefix),
+        ]
 
 
 def _upsert_counts(
@@ -531,7 +604,7 @@ def _upsert_counts(
     upsert = f"ON CONFLICT ({columns}) DO UPDATE SET {count} = c.{count} + excluded.{count}"
     if conn.dialect.name == "postgresql":
         arrays = [list(column) for column in zip(*values, strict=True)]
-        types = ["text[]"] * (len(arrays) - 1) + ["integer[]"]
+        types = ["text[]" if isinstance(column[0], str) else "bigint[]" for column in arrays]
         unnest = ", ".join(f"%s::{kind}" for kind in types)
         conn.exec_driver_sql(
             f"INSERT INTO {table} AS c ({columns}, {count}) SELECT * FROM unnest({unnest}) "

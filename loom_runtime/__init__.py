@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from loom_runtime.http_transport import async_transport, transport
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
     from loom_runtime.labels import Labels
-    from loom_runtime.log import DomainEventProtocol, EventLog, LogSettings, open_log
+    from loom_runtime.log import READ_ONLY, DomainEventProtocol, EventLog, LogSettings, open_log
     from loom_runtime.loom import Loom, Run
     from loom_runtime.mcp_session import RecordedSession, wrap_session
     from loom_runtime.projection import (
@@ -109,6 +109,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_DATA_DEPTH",
+    "READ_ONLY",
     "Anchor",
     "AsyncFlowContext",
     "Attempt",
@@ -250,6 +251,7 @@ _EXPORTS = {
     "Labels": "loom_runtime.labels",
     "LogEvent": "loom_runtime.stream",
     "LogSettings": "loom_runtime.log",
+    "READ_ONLY": "loom_runtime.log",
     "Loom": "loom_runtime.loom",
     "LoomError": "loom_runtime.errors",
     "MissingExtraError": "loom_runtime.errors",

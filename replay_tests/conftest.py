@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import os
 import sqlite3
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeAlias, TypeVar
 
 import pytest
 from sqlalchemy import Engine, create_engine
@@ -33,10 +35,29 @@ pytest.register_assert_rewrite("loom_runtime.projection_conformance")
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 NO_PG = "PostgreSQL half skipped: LOOM_TEST_PG_URL is not set (run the suite with scripts/test)"
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+"""The backends of ``db_url`` and ``database_copy``: the PostgreSQL half carries the marker."""
+T = TypeVar("T")
+Copy: TypeAlias = Callable[[Callable[[str], T]], tuple[str, T]]
+"""What ``database_copy`` gives: ``copy(build)`` -> a copy's URL and what ``build`` returned."""
 
 
 def pytest_report_header() -> str:
     return f"loom backends: sqlite, {'postgresql at ' + PG_URL if PG_URL else NO_PG}"
+
+
+def pytest_collection_finish() -> None:
+    """Move everything collection made (every module, test item and fixture definition) out
+    of the garbage collector's sight.
+
+    A worker holds some thousands of modules after collecting the suite, and each full
+    collection walked all of them again: every automatic one during the tests, and every
+    ``gc.collect()`` a test or the benchmark harness calls (the harness calls one per sample).
+    Frozen objects are never collected, which costs nothing here: they live for the whole
+    session anyway. Objects the tests create are collected as before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
@@ -63,44 +84,102 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'loom.db'}"
 
 
-class SqliteTemplates:
-    """SQLite databases built once per worker session, each test given its own file copy.
+class DatabaseTemplates:
+    """Databases built once per worker session, each test given its own copy.
 
     A fixture that fills a large store (hundreds of writes, each a transaction) paid that for
     every test using it, though its tests only read it or change it for themselves. Here
-    ``build(url)`` runs once per worker, into a file no test opens; each test gets a copy made
-    with SQLite's backup API (a consistent copy even if the builder left a write-ahead log
-    behind) under its own ``tmp_path``, so what one test writes no other test can see
-    (``replay_tests/test_sqlite_templates.py`` holds that). ``build`` must depend on nothing
-    but the URL it is given: its module and name are the template's key.
+    ``build(url)`` runs once per worker and backend, into a database no test opens; each test
+    gets a copy, so what one test writes no other test can see
+    (``replay_tests/test_sqlite_templates.py`` holds that on both backends):
+
+    - SQLite: a file copy made with SQLite's backup API (consistent even if the builder left a
+      write-ahead log behind) under the test's own ``tmp_path``;
+    - PostgreSQL: ``CREATE DATABASE ... TEMPLATE``, the server's own file copy, dropped after
+      the test like every test database. The builder must close its connections (a database
+      with a session open cannot be a template).
+
+    ``build`` must depend on nothing but the URL it is given: its module and name are the
+    template's key. What it returns (positions it wrote at, say) is handed to every copy.
     """
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._built: dict[str, Path] = {}
+        self._built: dict[tuple[str, str], tuple[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def copy(self, build: Callable[[str], None], to: Path) -> str:
-        """A SQLite URL of a new file at ``to`` holding what ``build`` wrote to the template."""
-        key = f"{build.__module__}.{build.__qualname__}"
+    def _template(self, build: Callable[[str], T], backend: str) -> tuple[str, T]:
+        """The template's file or database name and the builder's answer, built on first use."""
+        key = (backend, f"{build.__module__}.{build.__qualname__}")
         with self._lock:
-            template = self._built.get(key)
-            if template is None:
-                template = self._root / f"template-{len(self._built)}.db"
-                build(f"sqlite:///{template}")
-                self._built[key] = template
+            if key not in self._built:
+                if backend == "sqlite":
+                    where = str(self._root / f"template-{len(self._built)}.db")
+                    url = f"sqlite:///{where}"
+                else:
+                    where = f"loom_tpl_{uuid.uuid4().hex[:16]}"
+                    _admin_sql(f'CREATE DATABASE "{where}"')
+                    url = _postgres_url(where)
+                self._built[key] = (where, build(url))
+            return self._built[key]
+
+    def copy(self, build: Callable[[str], T], to: Path) -> tuple[str, T]:
+        """A SQLite URL of a new file at ``to`` holding what ``build`` wrote to the template,
+        and what ``build`` returned."""
+        template, answer = self._template(build, "sqlite")
         with (
             contextlib.closing(sqlite3.connect(template)) as source,
             contextlib.closing(sqlite3.connect(to)) as target,
         ):
             source.backup(target)
-        return f"sqlite:///{to}"
+        return f"sqlite:///{to}", answer
+
+    @contextlib.contextmanager
+    def copy_postgres(self, build: Callable[[str], T]) -> Iterator[tuple[str, T]]:
+        """A new PostgreSQL database copied from ``build``'s template: yield its URL and what
+        ``build`` returned, drop it afterwards."""
+        template, answer = self._template(build, "postgresql")
+        name = f"loom_t_{uuid.uuid4().hex[:16]}"
+        _admin_sql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        try:
+            yield _postgres_url(name), answer
+        finally:
+            _databases().give_back(name)
+
+    def drop_postgres(self) -> None:
+        """Drop this worker's PostgreSQL templates (at the end of its session)."""
+        with self._lock:
+            names = [
+                where for (backend, _), (where, _) in self._built.items() if backend != "sqlite"
+            ]
+            self._built = {key: built for key, built in self._built.items() if key[0] == "sqlite"}
+        for name in names:
+            _drop_database(name)
 
 
 @pytest.fixture(scope="session")
-def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
-    """This worker's :class:`SqliteTemplates` (templates live in its session's temp folder)."""
-    return SqliteTemplates(tmp_path_factory.mktemp("sqlite-templates"))
+def database_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseTemplates]:
+    """This worker's :class:`DatabaseTemplates` (SQLite templates in its session's temp
+    folder; PostgreSQL ones dropped when the session ends)."""
+    templates = DatabaseTemplates(tmp_path_factory.mktemp("database-templates"))
+    yield templates
+    templates.drop_postgres()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_copy(
+    request: pytest.FixtureRequest, tmp_path: Path, database_templates: DatabaseTemplates
+) -> Iterator[Copy[Any]]:
+    """``database_copy(build)``: a copy of ``build``'s template on each backend (as ``db_url``
+    is a fresh database on each), with what ``build`` returned."""
+    if request.param == "sqlite":
+        names = (tmp_path / f"copy-{n}.db" for n in itertools.count())
+        yield lambda build: database_templates.copy(build, next(names))
+        return
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    with contextlib.ExitStack() as stack:
+        yield lambda build: stack.enter_context(database_templates.copy_postgres(build))
 
 
 @functools.cache
@@ -113,16 +192,24 @@ def _admin() -> Engine:
     return create_engine(PG_URL, isolation_level="AUTOCOMMIT")
 
 
+def _admin_sql(statement: str) -> None:
+    with _admin().connect() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def _postgres_url(name: str) -> str:
+    """The test server's URL for database ``name``."""
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
 def _create_database() -> str:
     name = f"loom_t_{uuid.uuid4().hex[:16]}"
-    with _admin().connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    _admin_sql(f'CREATE DATABASE "{name}"')
     return name
 
 
 def _drop_database(name: str) -> None:
-    with _admin().connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class _Databases:
@@ -181,12 +268,12 @@ def fresh_postgres_database() -> Iterator[str]:
     """An empty database on the test server: yield its URL, drop it afterwards."""
     name = _databases().take()
     try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        yield _postgres_url(name)
     finally:
         _databases().give_back(name)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty log database: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":

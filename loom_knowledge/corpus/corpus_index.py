@@ -474,16 +474,19 @@ class CorpusIndex(SQLProjection):
                 ).tuples()
             }
 
-    def last_revisions(self, scope: str, doc_ids: Sequence[str]) -> dict[str, int]:
-        """The highest revision each of ``doc_ids`` ever had in ``scope`` (absent if never).
+    def last_revisions(
+        self, scope: str, doc_ids: Sequence[str], *, conn: Connection | None = None
+    ) -> dict[str, int]:
+        """The highest revision each of ``doc_ids`` ever had in ``scope`` (absent if never),
+        read on ``conn`` if given (a decision's read transaction), else in a read of its own.
 
         Revisions keep counting across a removal, so "revision 3" names one text forever.
         """
         found: dict[str, int] = {}
-        with self.reading() as conn:
+        with self._reading(conn) as connection:
             for start in range(0, len(doc_ids), _IN_CHUNK):
                 chunk = {"b_scope": scope, "b_doc_ids": list(doc_ids[start : start + _IN_CHUNK])}
-                rows = conn.execute(self._statements.last_revisions, chunk).tuples()
+                rows = connection.execute(self._statements.last_revisions, chunk).tuples()
                 found.update((doc_id, top) for doc_id, top in rows)
         return found
 

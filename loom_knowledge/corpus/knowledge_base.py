@@ -76,11 +76,17 @@ from loom_runtime import (
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from loom_knowledge.corpus.hybrid import HybridRetriever
     from loom_memory import Embedder
 
 R = TypeVar("R")
 D = TypeVar("D")
+Decided = tuple[list[Change], D]
+"""What a write's decision returns: the changes to append, and what the write answers."""
+Revisions = Callable[[Sequence[str]], dict[str, int]]
+"""The revision each given document is written at next, read in the decision's transaction."""
 
 DEFAULT_RETRIEVE_LIMIT: Final = 4
 
@@ -254,7 +260,9 @@ class KnowledgeBase:
         self._check_doc_id(doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
 
-        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], DocRecord]:
+        def decide(
+            manifest: Mapping[str, DocRecord], next_revisions: Revisions
+        ) -> Decided[DocRecord]:
             record = manifest.get(doc.id)
             ensure_writable(doc_id=doc.id, record=record, source=source)
             digest = DEFAULT_FINGERPRINTER.digest(doc)
@@ -263,7 +271,7 @@ class KnowledgeBase:
                 digest,
             ):
                 return [], record
-            revision = self._next_revisions(manifest, [doc.id])[doc.id]
+            revision = next_revisions([doc.id])[doc.id]
             change = self._written(doc, digest, source, revision)
             return [change], _written_record(change)
 
@@ -278,7 +286,7 @@ class KnowledgeBase:
         _check_text("doc_id", doc_id)
         _check_source(source)
 
-        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], bool]:
+        def decide(manifest: Mapping[str, DocRecord], _: Revisions) -> Decided[bool]:
             record = manifest.get(doc_id)
             if record is None:
                 return [], False
@@ -308,10 +316,12 @@ class KnowledgeBase:
         _check_docs(docs)
         _check_source(source)
 
-        def decide(manifest: Mapping[str, DocRecord]) -> tuple[list[Change], SyncResult]:
+        def decide(
+            manifest: Mapping[str, DocRecord], next_revisions: Revisions
+        ) -> Decided[SyncResult]:
             plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
             prepare_keys(self.loom, self.scope, [w.doc.id for w in plan.writes])
-            revisions = self._next_revisions(manifest, [w.doc.id for w in plan.writes])
+            revisions = next_revisions([w.doc.id for w in plan.writes])
             changes = [
                 self._written(w.doc, w.fingerprint, source, revisions[w.doc.id])
                 for w in plan.writes
@@ -517,7 +527,7 @@ class KnowledgeBase:
 
     def _write(
         self,
-        decide: Callable[[Mapping[str, DocRecord]], tuple[list[Change], D]],
+        decide: Callable[[Mapping[str, DocRecord], Revisions], Decided[D]],
         *,
         only: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
@@ -526,7 +536,10 @@ class KnowledgeBase:
         what the decision that was appended says (``decide`` returns the changes and that).
 
         ``decide`` sees the manifest: all of it, or only the records of ``only`` (a one-document
-        write must not read a 10,000-row manifest). When another writer moved the corpus first,
+        write must not read a 10,000-row manifest), and a function giving the revision each
+        document it writes is written at. Both read in ONE read transaction: a ``put_doc`` of
+        a new document asked the revision history in a transaction of its own, one more
+        begin and commit per document. When another writer moved the corpus first,
         it decides again on the new state (``append_replanned``, ADR 0019): re-deciding is safe
         because the classifier is a pure function of the documents and the manifest, so
         ownership and the guard are checked against what is really there.
@@ -534,9 +547,13 @@ class KnowledgeBase:
         ``progress`` follows the index catching up on the appended events (see :meth:`sync`).
         """
 
-        def fresh(version: int) -> tuple[list[Change], D]:
+        def fresh(version: int) -> Decided[D]:
             self.refresh()  # at least up to the version just read
-            changes, outcome = decide(self._index.manifest(self.scope, doc_ids=only))
+            with self._index.reading() as conn:
+                manifest = self._index.manifest(self.scope, doc_ids=only, conn=conn)
+                changes, outcome = decide(
+                    manifest, lambda doc_ids: self._next_revisions(manifest, doc_ids, conn)
+                )
             if version == 0 and changes and self._stemmer is not None:
                 # The scope's first write: its choice goes first, in the same append.
                 chosen = {"scope": self.scope, "stemmer": self._stemmer}
@@ -556,14 +573,14 @@ class KnowledgeBase:
         return outcome
 
     def _next_revisions(
-        self, manifest: Mapping[str, DocRecord], doc_ids: Sequence[str]
+        self, manifest: Mapping[str, DocRecord], doc_ids: Sequence[str], conn: Connection
     ) -> dict[str, int]:
         """The revision each of ``doc_ids`` is written at next: one above the highest it ever
         had. A live document's highest is its manifest revision (each write is one above the
         last, and removing writes none), so only documents absent from the manifest (new, or
         removed and re-created) ask the revision history."""
         unknown = [doc_id for doc_id in doc_ids if doc_id not in manifest]
-        history = self._index.last_revisions(self.scope, unknown) if unknown else {}
+        history = self._index.last_revisions(self.scope, unknown, conn=conn) if unknown else {}
         return {
             doc_id: (manifest[doc_id].revision if doc_id in manifest else history.get(doc_id, 0))
             + 1

@@ -21,8 +21,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from replay_tests.budgets import QUICK
+
 EXPLORE = bool(os.environ.get("LOOM_FUZZ_EXPLORE"))
-QUICK = bool(os.environ.get("LOOM_FUZZ_QUICK"))
 
 settings.register_profile(
     "loom-fuzz",

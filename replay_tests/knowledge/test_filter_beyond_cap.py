@@ -14,8 +14,8 @@ lexical half at most ``MAX_SEARCH_LIMIT`` long as an unfiltered one is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,9 @@ from loom_memory import HashingEmbedder, reciprocal_rank_fusion
 from loom_memory.store import MAX_SEARCH_LIMIT
 from loom_runtime import Loom
 from replay_tests.knowledge.test_ranking_reference import FLOOR, _lexical, _named, _vector
+
+if TYPE_CHECKING:
+    from replay_tests.conftest import Copy
 
 QUESTION = "disk logs"
 KEY = corpus_key("runbooks")
@@ -93,10 +96,21 @@ def _expected(passages: Sequence[Passage], mode: Mode, limit: int, filter: Any) 
     )
 
 
+def _open(loom: Loom) -> KnowledgeBase:
+    return open_knowledge_base(loom, "runbooks", embedder=HashingEmbedder(), min_score=FLOOR)
+
+
+def _build(url: str) -> int:
+    """The corpus, written once per worker and backend (``database_copy``)."""
+    with Loom(url) as loom:
+        return _history(_open(loom), loom)
+
+
 @pytest.fixture
-def corpus(loom: Loom) -> tuple[KnowledgeBase, int]:
-    kb = open_knowledge_base(loom, "runbooks", embedder=HashingEmbedder(), min_score=FLOOR)
-    return kb, _history(kb, loom)
+def corpus(database_copy: Copy[int]) -> Iterator[tuple[KnowledgeBase, int]]:
+    url, before = database_copy(_build)
+    with Loom(url) as loom:
+        yield _open(loom), before
 
 
 def test_the_filter_keeps_only_passages_past_the_cap(corpus: tuple[KnowledgeBase, int]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -24,6 +24,9 @@ from loom_knowledge.corpus.term_index import TermIndex, term_counts
 from loom_memory import HashingEmbedder
 from loom_memory.store import MAX_SEARCH_LIMIT
 from loom_runtime import Loom
+
+if TYPE_CHECKING:
+    from replay_tests.conftest import Copy
 
 FLOOR = 0.05
 WORDS = ["disk", "logs", "rotate", "volume", "worker", "pool", "stall", "wal", "replica", "menu"]
@@ -68,10 +71,17 @@ class _StorePath(HybridRetriever):
         return hybrid.Stacked(stacked.held, stacked.matrix, stacked.passages, None, stacked.metas)
 
 
+def _build(url: str) -> list[int]:
+    """The corpus, written once per worker and backend (``database_copy``)."""
+    with Loom(url) as loom:
+        return _history(open_knowledge_base(loom, "runbooks"), loom)
+
+
 @pytest.fixture
-def corpus(loom: Loom) -> tuple[KnowledgeBase, list[int]]:
-    kb = open_knowledge_base(loom, "runbooks")
-    return kb, _history(kb, loom)
+def corpus(database_copy: Copy[list[int]]) -> Iterator[tuple[KnowledgeBase, list[int]]]:
+    url, positions = database_copy(_build)
+    with Loom(url) as loom:
+        yield open_knowledge_base(loom, "runbooks"), positions
 
 
 def _retrievers(kb: KnowledgeBase) -> tuple[HybridRetriever, HybridRetriever]:

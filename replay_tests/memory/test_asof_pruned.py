@@ -24,6 +24,7 @@ from loom_memory.entry import decode_entry
 from loom_memory.postings import rank
 from loom_memory.store import MAX_SEARCH_LIMIT
 from loom_memory.validity import TemporalSqlStore, ValidAt
+from replay_tests.budgets import seeds
 from replay_tests.memory.test_kept_counts import _store, engine
 
 __all__ = ["engine"]  # the fixture these tests (and test_asof_pruned_postgres's) are given
@@ -155,7 +156,7 @@ def _old_plan(
     return [(seq, score) for seq, score in found]
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", seeds(2))
 def test_as_of_every_position_and_limit_equals_brute_force_and_the_old_plan(
     engine: Engine, seed: int
 ) -> None:

@@ -25,6 +25,7 @@ from loom_memory import postings as postings_module
 from loom_memory.postings import rank
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.validity import TemporalSqlStore
+from replay_tests.budgets import seeds
 
 KEYS = ("k:a", "k:b")
 WORDS = ("disk", "logs", "rotate", "volume", "worker", "pool", "stall", "wal", "zebra", "the")
@@ -97,7 +98,7 @@ def _churn(store: TemporalSqlStore, rng: random.Random, steps: int) -> None:
         position += 1
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", seeds(4))
 def test_kept_counts_equal_a_recount_after_random_writes(engine: Engine, seed: int) -> None:
     store = _store(engine)
     rng = random.Random(seed)
@@ -212,7 +213,7 @@ def _pruned(
         return store._rank_current(conn, key, terms, limit, scored)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", seeds(3))
 def test_the_pruned_search_returns_what_rank_returns(engine: Engine, seed: int) -> None:
     store = _store(engine)
     rng = random.Random(100 + seed)

@@ -22,7 +22,7 @@ from loom_memory.entry import decode_entry
 from loom_memory.topk import SUBSET_TERMS, Hit, TermStats, top_k
 
 if TYPE_CHECKING:
-    from replay_tests.conftest import SqliteTemplates
+    from replay_tests.conftest import DatabaseTemplates
 
 VOCABULARY = [f"w{index}" for index in range(60)]
 
@@ -39,7 +39,7 @@ def _flag() -> list[Column[int]]:
 
 
 def _build_corpus(url: str) -> None:
-    """The corpus, written once per worker (``sqlite_templates``); each test gets a copy."""
+    """The corpus, written once per worker (``database_templates``); each test gets a copy."""
     engine = create_engine(url)
     store = SqliteMemoryStore(engine, columns=_flag())
     rng = random.Random(7)
@@ -60,8 +60,9 @@ def _build_corpus(url: str) -> None:
 
 
 @pytest.fixture
-def store(sqlite_templates: SqliteTemplates, tmp_path: Path) -> Iterator[SqliteMemoryStore]:
-    engine = create_engine(sqlite_templates.copy(_build_corpus, tmp_path / "corpus.db"))
+def store(database_templates: DatabaseTemplates, tmp_path: Path) -> Iterator[SqliteMemoryStore]:
+    url, _ = database_templates.copy(_build_corpus, tmp_path / "corpus.db")
+    engine = create_engine(url)
     yield SqliteMemoryStore(engine, columns=_flag())
     engine.dispose()
 

@@ -1,0 +1,81 @@
+"""A write decides on reads made in one read transaction.
+
+``put_doc`` of a document absent from the manifest reads its record and then the highest
+revision it ever had (a removed document continues from its history). Each read used to take
+a transaction of its own, one more begin and commit per document; they now share one
+(ADR 0044, amended), which also means the decision sees one snapshot of the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from loom_knowledge import Doc, open_knowledge_base
+from loom_knowledge.corpus.knowledge_base import corpus_index
+from loom_runtime import Loom
+
+BEGIN = "BEGIN"
+
+
+@pytest.fixture
+def trace(loom: Loom) -> Iterator[list[str]]:
+    """The corpus index engine's transaction begins and statements, in order."""
+    engine = corpus_index(loom).engine
+    seen: list[str] = []
+
+    def began(_conn: Any) -> None:
+        seen.append(BEGIN)
+
+    def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.lstrip().upper().startswith("BEGIN"):  # SQLite's own, counted above
+            seen.append(" ".join(statement.split()))
+
+    event.listen(engine, "begin", began)
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+        event.remove(engine, "begin", began)
+
+
+def _reads(seen: list[str]) -> tuple[int, int]:
+    """The index of the manifest read and of the revision-history read in ``seen``."""
+    manifest = next(
+        i for i, s in enumerate(seen) if s.startswith("SELECT") and "FROM loom_kb_documents" in s
+    )
+    history = next(
+        i for i, s in enumerate(seen) if "max(loom_kb_revisions.revision)" in s and i > manifest
+    )
+    return manifest, history
+
+
+def test_a_new_documents_record_and_history_are_read_in_one_transaction(
+    loom: Loom, trace: list[str]
+) -> None:
+    """The manifest and revision-history reads of a put_doc share one transaction."""
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="a", text="first text"))
+    trace.clear()
+    kb.put_doc(Doc(id="b", text="second text"))
+    manifest, history = _reads(trace)
+    assert BEGIN not in trace[manifest:history]
+    assert BEGIN in trace[:manifest]  # the trace sees transactions begin (it can fail)
+
+
+def test_a_removed_and_recreated_document_still_continues_its_revisions(
+    loom: Loom, trace: list[str]
+) -> None:
+    """The history read in the shared transaction is the one the revision is taken from."""
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="a", text="one"))
+    kb.put_doc(Doc(id="a", text="two"))
+    kb.remove_doc("a")
+    trace.clear()
+    record = kb.put_doc(Doc(id="a", text="three"))
+    _reads(trace)
+    assert record.revision == 3
