@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from loom_memory.embedding_projections import embedding_projections
     from loom_memory.embedding_table import EmbeddingTable, text_digest, unit_vector
     from loom_memory.entry import Content, MemoryEntry
+    from loom_memory.erasure import memory_key_subjects, memory_subject
     from loom_memory.errors import (
         BackendError,
         EmbedderError,
@@ -142,6 +143,8 @@ __all__ = [
     "embedding_projections",
     "entry_terms",
     "idf_weight",
+    "memory_key_subjects",
+    "memory_subject",
     "query_terms",
     "reciprocal_rank_fusion",
     "record_embeddings",
@@ -169,6 +172,8 @@ _EXPORTS = {
     "MAX_QUERY_TERMS": "loom_memory.text",
     "MAX_SEARCH_LIMIT": "loom_memory.store",
     "MemoryEntry": "loom_memory.entry",
+    "memory_key_subjects": "loom_memory.erasure",
+    "memory_subject": "loom_memory.erasure",
     "MemoryIdentifierSecretError": "loom_memory.errors",
     "MemoryStore": "loom_memory.store",
     "MemoryStoreError": "loom_memory.errors",

@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
+from loom_memory.erasure import seal_entries, write_key
 from loom_memory.errors import (
     InvalidArgumentError,
     ProjectionFailedError,
@@ -54,7 +55,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
-from loom_runtime import LogEvent, Loom, catch_up, rebuild
+from loom_runtime import LogEvent, Loom, catch_up, keyring_for, rebuild
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -85,7 +86,9 @@ class EventSourcedMemory:
         self._projection: SqlMemoryProjection | InProcessMemoryProjection
         if store is None or isinstance(store, InMemoryMemoryStore):
             self._store = InMemoryMemoryStore() if store is None else store
-            self._projection = InProcessMemoryProjection(self._store, memory=name)
+            self._projection = InProcessMemoryProjection(
+                self._store, memory=name, keyring=keyring_for(loom.log.engine)
+            )
         elif isinstance(store, SqlMemoryStore):
             if store.engine is not loom.log.engine:
                 raise StoreNotOnLogDatabaseError(
@@ -185,10 +188,26 @@ class EventSourcedMemory:
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
         stream = memory_stream(self.name, key)
         payload = {"memory": self.name, "key": key, **fields}
+        # With encryption on, every write reads the key's row first: an erased key is
+        # SubjectErasedError here, before anything is appended (ADR 0060).
+        aead = write_key(self._log, self.name, key)
+        entries: list[msgspec.Raw] | None = fields.get("entries")
+        redactor = self._log.redactor
+        if aead is not None and entries is not None and redactor is not None:
+            # Redacted before they are sealed, as the log would redact them in clear
+            # (ADR 0012): a ciphertext hides a secret from every pattern.
+            entries = [redactor.raw(raw, path=f"entries[{i}]") for i, raw in enumerate(entries)]
+
+        def plan(version: int) -> tuple[list[tuple[type[LogEvent], dict[str, Any]]], None]:
+            # Blind: the same event at any version; sealed entries name the version they are
+            # stored at (their associated data), so they are sealed again on a retry.
+            if aead is None or entries is None:
+                return [(event, payload)], None
+            sealed = seal_entries(aead, self.name, key, version + 1, entries)
+            return [(event, {**payload, "entries": sealed})], None
+
         [position], _ = self._log.append_replanned(
-            stream,
-            lambda _version: ([(event, payload)], None),  # blind: the same event at any version
-            what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",
+            stream, plan, what=f"the {event.__name__} of key {key!r} in memory {self.name!r}"
         )
         logger.debug(
             "memory %r: %s of key %r at log position %d", self.name, event.__name__, key, position

@@ -14,18 +14,22 @@ knows the mapping, so the SQL and in-process projections cannot drift apart.
 
 A projection serves ONE memory name: it skips other memories' events, and its reset clears the
 whole store (a SQL store's table, or every key the in-process projection wrote).
+
+With encryption on, entries are stored sealed under their memory key's data key and opened
+here; an entry whose key was destroyed is skipped, and a forget event naming a key of this
+memory clears it (ADR 0060), so the live store and a rebuild from position 0 agree.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection, delete, select
 
-from loom_memory.entry import MemoryEntry, decode_entry
+from loom_memory.entry import MemoryEntry
+from loom_memory.erasure import forget_destroyed, keys_named, open_entries
 from loom_memory.events import (
     MEMORY_TOPICS,
     MemoryAppended,
@@ -38,7 +42,17 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
-from loom_runtime import DomainEventProtocol, EventLog, SQLProjection, tracked_names
+from loom_runtime import (
+    DomainEventProtocol,
+    EventLog,
+    Forgotten,
+    SQLProjection,
+    keyring_for,
+    tracked_names,
+)
+
+if TYPE_CHECKING:
+    from loom_runtime import Keyring
 
 
 class MemoryWriter(Protocol):
@@ -53,13 +67,21 @@ class MemoryWriter(Protocol):
     def clear(self, key: str) -> None: ...
 
 
-def apply_event(writer: MemoryWriter, event: MemoryEvent) -> None:
-    """Perform the write ``event`` records on ``writer``."""
+def apply_event(
+    writer: MemoryWriter, event: MemoryEvent, entries: Sequence[MemoryEntry] | None
+) -> None:
+    """Perform the write ``event`` records on ``writer``.
+
+    ``entries`` are the event's entries opened (:func:`opened_entries`); None for an event
+    whose key was erased, which writes nothing: the forget event clears the key wherever it
+    is in the log, so a rebuild ends where the live store does (ADR 0060)."""
     match event:
         case MemoryAppended():
-            writer.append(event.key, _decode(event.entries))
+            if entries is not None:
+                writer.append(event.key, entries)
         case MemoryReplaced():
-            writer.replace(event.key, _decode(event.entries))
+            if entries is not None:
+                writer.replace(event.key, entries)
         case MemoryRemoved():
             writer.remove(event.key, event.ids)
         case MemoryCleared():
@@ -73,8 +95,24 @@ def memory_event(event: DomainEventProtocol[Any], memory: str) -> MemoryEvent | 
     return None
 
 
-def _decode(entries: list[msgspec.Raw]) -> list[MemoryEntry]:
-    return [decode_entry(bytes(raw)) for raw in entries]
+def opened_entries(keyring: Keyring | None, event: MemoryEvent) -> list[MemoryEntry] | None:
+    """The entries an append or a replace writes, opened if sealed (none for the others);
+    None once the key was erased."""
+    if isinstance(event, MemoryAppended | MemoryReplaced):
+        return open_entries(keyring, event)
+    return []
+
+
+def forget_keys(
+    writer: MemoryWriter, event: Forgotten, memory: str, held: Iterable[str]
+) -> list[str]:
+    """Clear every key of ``memory`` the forget event names, and return them: their entries,
+    search rows, postings and counts leave the store (ADR 0060). A second forget event of the
+    same key (an interrupted erasure run again) finds it empty."""
+    keys = keys_named(event.subjects, memory, held)
+    for key in keys:
+        writer.clear(key)
+    return keys
 
 
 class _InTransaction:
@@ -105,19 +143,43 @@ class SqlMemoryProjection(SQLProjection):
     caller): the page's transaction is opened on it and handed to the store as ``conn``.
     """
 
-    topics = MEMORY_TOPICS
+    topics = (*MEMORY_TOPICS, Forgotten.TOPIC)
 
     def __init__(self, store: SqlMemoryStore, *, memory: str) -> None:
         super().__init__(store.engine, name=f"loom_memory:{memory}:{store.table_prefix}")
         self.store = store
         self.memory = memory
+        self._opened: dict[int, list[MemoryEntry] | None] = {}
         self.create_tables(rows_lost=store.created_tables)
 
+    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+        """Open the page's sealed entries, then apply it in one transaction: reading a key
+        inside that transaction would wait for the write lock it holds (SQLite)."""
+        keyring = keyring_for(self.engine)
+        mine = {position: memory_event(event, self.memory) for position, event in events}
+        forget_destroyed(keyring, mine.values())
+        self._opened = {
+            position: opened_entries(keyring, event)
+            for position, event in mine.items()
+            if event is not None
+        }
+        try:
+            return super().apply(events, upto=upto)
+        finally:
+            self._opened = {}
+
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
-        """Apply one of this memory's events inside the page's transaction; skip the rest."""
+        """Apply one of this memory's events (or a forget event naming its keys) inside the
+        page's transaction; skip the rest."""
+        writer = _InTransaction(self.store, conn)
+        if isinstance(event, Forgotten):
+            held = conn.execute(select(self.store.entries.c.key).distinct()).scalars()
+            if forget_keys(writer, event, self.memory, held):
+                self.store.forget_deleted(conn=conn)
+            return
         mine = memory_event(event, self.memory)
         if mine is not None:
-            apply_event(_InTransaction(self.store, conn), mine)
+            apply_event(writer, mine, self._opened[position])
 
     def clear(self, conn: Connection) -> None:
         """Delete every row of the store's table (its search index follows by trigger)."""
@@ -131,11 +193,15 @@ class InProcessMemoryProjection:
     lock serialises pages, and a page that raises is undone before the error propagates.
     """
 
-    topics = MEMORY_TOPICS
+    topics = (*MEMORY_TOPICS, Forgotten.TOPIC)
 
-    def __init__(self, store: InMemoryMemoryStore, *, memory: str) -> None:
+    def __init__(
+        self, store: InMemoryMemoryStore, *, memory: str, keyring: Keyring | None = None
+    ) -> None:
+        """``keyring`` opens sealed entries (the log's, when it is encrypted)."""
         self.store = store
         self.memory = memory
+        self.keyring = keyring
         self.name = f"loom_memory:{memory}:in-process"
         self._position = 0
         self._keys: set[str] = set()
@@ -151,15 +217,26 @@ class InProcessMemoryProjection:
             if (events and events[0][0] <= self._position) or upto <= self._position:
                 return False
             before: dict[str, list[MemoryEntry]] = {}
+            forget_destroyed(self.keyring, (event for _, event in events))
             try:
                 for _, event in events:
-                    mine = memory_event(event, self.memory)
-                    if mine is None:
-                        continue
-                    if mine.key not in before:
-                        before[mine.key] = self.store.read(mine.key)
-                    self._keys.add(mine.key)
-                    apply_event(self.store, mine)
+                    touched: list[tuple[str, MemoryEvent | None]]
+                    if isinstance(event, Forgotten):
+                        keys = keys_named(event.subjects, self.memory, self._keys)
+                        touched = [(key, None) for key in keys]
+                    else:
+                        mine = memory_event(event, self.memory)
+                        if mine is None:
+                            continue
+                        touched = [(mine.key, mine)]
+                    for key, write in touched:
+                        if key not in before:
+                            before[key] = self.store.read(key)
+                        if write is None:
+                            self.store.clear(key)
+                        else:
+                            self._keys.add(key)
+                            apply_event(self.store, write, opened_entries(self.keyring, write))
             except BaseException:
                 for key, entries in before.items():
                     self.store.replace(key, entries)

@@ -267,6 +267,13 @@ class SqlMemoryStore(ABC):
         with self._begin(conn) as c:
             c.execute(statement)
 
+    def forget_deleted(self, *, conn: Connection | None = None) -> None:
+        """Rewrite the search structures so that no page of them still holds text of deleted
+        rows: what an erasure needs (ADR 0060), never an ordinary delete (it costs a pass over
+        the whole index). Nothing to do where deleted rows leave no text behind but free space
+        that ``VACUUM`` reclaims (PostgreSQL's rows, GIN entries and postings)."""
+        return None
+
     def clear_all(self, *, conn: Connection | None = None) -> None:
         """Remove every entry of every key (a projection's reset), search structures included."""
         with self._begin(conn) as c:

@@ -106,6 +106,13 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"DELETE FROM {postings} WHERE seq = old.seq; END"
         ]
 
+    def forget_deleted(self, *, conn: Connection | None = None) -> None:
+        """Merge the FTS5 index into one segment: a delete only adds a tombstone segment, and
+        the deleted rows' terms stay in the older segments' pages until a merge drops them."""
+        fts = self.fts_table
+        with self._begin(conn) as c:
+            c.exec_driver_sql(f"INSERT INTO {fts}({fts}) VALUES('optimize')")
+
     def _drop_ddl(self) -> list[str]:
         return [
             f"DROP TABLE IF EXISTS {self.vocabulary_table}",

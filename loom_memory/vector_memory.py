@@ -23,10 +23,9 @@ store's model; that is indexing, and the only time the model sees old entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 from sqlalchemy import Connection
 
 from loom_memory.embedder import Embedder, checked_vectors
@@ -37,11 +36,12 @@ from loom_memory.embedding_table import (
     pack_vector,
     unpack_vector,
 )
-from loom_memory.entry import MemoryEntry, check_identifiers, decode_entry, encode_entries
+from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
+from loom_memory.erasure import forget_destroyed
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
 from loom_memory.event_sourced import EventSourcedMemory
-from loom_memory.events import MEMORY_TOPICS, MemoryAppended, MemoryReplaced
-from loom_memory.projection import SqlMemoryProjection, memory_event
+from loom_memory.events import MEMORY_TOPICS
+from loom_memory.projection import SqlMemoryProjection, memory_event, opened_entries
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key
 from loom_memory.vector import VectorSqlStore
 from loom_runtime import (
@@ -51,6 +51,7 @@ from loom_runtime import (
     Loom,
     SQLProjection,
     catch_up,
+    keyring_for,
     rebuild,
 )
 
@@ -213,12 +214,13 @@ class EventSourcedVectorMemory(EventSourcedMemory):
     def _logged_texts(self, name: str, *, after: int) -> dict[str, str]:
         """The embeddable texts of memory ``name``'s entries logged after position ``after``."""
         texts: dict[str, str] = {}
-        for record in self._log.notifications(after=after, topics=MEMORY_TOPICS):
-            event = memory_event(self._log.decode(record), name)
-            if isinstance(event, MemoryAppended | MemoryReplaced):
-                texts.update(embedding_texts(_entries(event.entries)))
+        keyring = keyring_for(self._log.engine)
+        events = [
+            memory_event(self._log.decode(record), name)
+            for record in self._log.notifications(after=after, topics=MEMORY_TOPICS)
+        ]
+        forget_destroyed(keyring, events)
+        for event in events:
+            if event is not None:
+                texts.update(embedding_texts(opened_entries(keyring, event) or []))
         return texts
-
-
-def _entries(raw: Iterable[msgspec.Raw]) -> list[MemoryEntry]:
-    return [decode_entry(bytes(data)) for data in raw]

@@ -1,7 +1,8 @@
 """``erase``: destroy the data keys of subjects and record that in the forget log (ADR 0049).
 
 An erasure selects executions (one by id, or every execution a user's or a tenant's labels
-name) or a subject a package above the runtime seals (a corpus document: ADR 0055), destroys
+name) or a subject a package above the runtime seals (a corpus document: ADR 0055; a memory
+key: ADR 0060), destroys
 their data keys and appends one forget event: the subjects, how many stored events each key
 sealed, who erased them and why, never content. Such a package names its kind of subject
 through the ``loom.erasure`` entry-point group: ``name = module:function``, the function
@@ -49,8 +50,13 @@ class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
 
     subject: str
     execution_id: str | None
-    """The execution's id; None for a subject that is not an execution (a document)."""
+    """The execution's id; None for a subject that is not an execution (a document, a
+    memory key)."""
     events: int
+    held_by: tuple[str, ...] = ()
+    """Executions whose own records hold copies of this subject's text (a recorded retrieval
+    of a document's passages): sealed under their own keys, so this erasure does not reach
+    them; the report names them so that they can be erased too (``--execution ID``)."""
 
 
 SubjectResolver = Callable[["Loom", str], tuple[Sequence[ErasedSubject], Sequence[str]]]
@@ -65,14 +71,15 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     applied: bool
     """False for a dry run: nothing was written."""
     selector: str
-    """What was named: ``execution=…``, ``user=…``, ``tenant=…`` or ``document=…``."""
+    """What was named: ``execution=…``, ``user=…``, ``tenant=…``, ``document=…`` or
+    ``memory_key=…``."""
     subjects: tuple[ErasedSubject, ...]
     """The subjects whose keys are (or would be) destroyed."""
     already_erased: tuple[str, ...] = ()
     """Executions (or subjects) selected that an earlier erasure already covered."""
     not_erasable: tuple[str, ...] = ()
     """What was selected but stored before encryption was switched on (executions, document
-    revisions): in clear, it cannot be erased by destroying a key."""
+    revisions, memory writes): in clear, it cannot be erased by destroying a key."""
     position: int | None = None
     """Where the forget event is in the log (None for a dry run)."""
     by: str = ""
@@ -86,6 +93,7 @@ def erase(
     user: str | None,
     tenant: str | None,
     document: str | None = None,
+    memory_key: str | None = None,
     reason: str,
     by: str,
     dry_run: bool,
@@ -98,21 +106,21 @@ def erase(
             ("user", user),
             ("tenant", tenant),
             ("document", document),
+            ("memory_key", memory_key),
         )
         if value is not None
     ]
     if len(named) != 1:
         raise ErasureSubjectError(
-            "name exactly one of execution=, user=, tenant= or document= to erase (memory "
-            "keys cannot be erased yet)"
+            "name exactly one of execution=, user=, tenant=, document= or memory_key= to erase"
         )
     check_who(reason=reason, by=by)
     kind, value = named[0]
     selector = f"{kind}={value}"
     keyring = keyring_of(loom, selector)
-    if kind == "document":
+    if kind in _RESOLVED:
         if not isinstance(value, str):
-            raise ErasureSubjectError(f"document= names SCOPE:DOC_ID (a str), not {value!r}")
+            raise ErasureSubjectError(f"{kind}= names {_RESOLVED[kind]} (a str), not {value!r}")
         subjects, clear = _resolver(kind)(loom, value)
         report = plan_subjects(keyring, subjects, clear, selector=selector, by=by, reason=reason)
     else:
@@ -134,6 +142,10 @@ def erase(
             f"nothing of {selector} can be erased: it was {what}; nothing was written"
         )
     return report if dry_run else apply(loom, keyring, report)
+
+
+_RESOLVED: Final = {"document": "SCOPE:DOC_ID", "memory_key": "NAME:KEY"}
+"""The kinds of subject a package above the runtime names (``loom.erasure``), and their form."""
 
 
 def _resolver(kind: str) -> SubjectResolver:

@@ -366,13 +366,15 @@ class Loom:
         user: str | None = None,
         tenant: str | None = None,
         document: str | None = None,
+        memory_key: str | None = None,
         reason: str,
         by: str,
         dry_run: bool = False,
     ) -> ErasureReport:
         """Erase an execution, or every execution of a user or a tenant (by their labels), or
-        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055): destroy
-        their data keys and append a forget event naming them, who and why (ADR 0049).
+        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055), or a key of
+        an event-sourced memory (``memory_key="NAME:KEY"``: ADR 0060): destroy their data
+        keys and append a forget event naming them, who and why (ADR 0049).
 
         Their input, decisions, output and error messages become unreadable everywhere the
         log is (a replay raises :class:`~loom_runtime.errors.ErasedError` naming the forget
@@ -390,6 +392,7 @@ class Loom:
             user=user,
             tenant=tenant,
             document=document,
+            memory_key=memory_key,
             reason=reason,
             by=by,
             dry_run=dry_run,
@@ -403,17 +406,26 @@ class Loom:
         reason: str | None = None,
         by: str = "retention",
         dry_run: bool = False,
+        scope: str | None = None,
     ) -> ErasureReport:
         """Erase every execution (of ``tenant``, if given) that started more than
         ``older_than`` ago, as :meth:`erase` does, in one forget event whose reason names the
         policy unless ``reason`` is given (ADR 0053). Nothing old enough left writes nothing
         (safe to run on a schedule); an age that is not positive is
-        :class:`~loom_runtime.errors.RetentionPolicyError`.
+        :class:`~loom_runtime.errors.RetentionPolicyError`. With ``scope``, the documents of
+        that knowledge scope whose last revision was written before the cutoff are erased
+        instead (every revision, as ``erase(document=...)`` does; ADR 0060).
         """
         from loom_runtime.retention import retain
 
         return retain(
-            self, older_than=older_than, tenant=tenant, reason=reason, by=by, dry_run=dry_run
+            self,
+            older_than=older_than,
+            tenant=tenant,
+            reason=reason,
+            by=by,
+            dry_run=dry_run,
+            scope=scope,
         )
 
     def executions(

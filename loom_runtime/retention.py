@@ -1,4 +1,5 @@
-"""Retention: erase the executions that started before a cutoff (ADR 0053).
+"""Retention: erase the executions that started before a cutoff (ADR 0053), or the documents
+of a knowledge scope last written before it (ADR 0060).
 
 A retention policy is an erasure selected by age: every sealed execution whose start (its
 ``Created`` event's time, in clear) is older than ``older_than``, optionally of one tenant,
@@ -12,22 +13,40 @@ erased, and an interrupted run is completed by the next one (the keys it did not
 still live). An execution still running when its start passes the cutoff is erased too: its
 next write is refused (:class:`~loom_runtime.errors.SubjectErasedError`), never stored under
 a destroyed key.
+
+Documents (``scope=``): a package above the runtime selects them through the
+``loom.retention`` entry point ``document``, ``(loom, scope, cutoff) -> (subjects,
+not_erasable)`` (the runtime cannot import the corpus: dependencies point down).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Final
 
-from loom_runtime.erasure import ErasureReport, apply, check_who, keyring_of, plan
-from loom_runtime.errors import RetentionPolicyError
+from loom_runtime.erasure import (
+    ErasedSubject,
+    ErasureReport,
+    apply,
+    check_who,
+    keyring_of,
+    plan,
+    plan_subjects,
+)
+from loom_runtime.errors import ErasureSubjectError, RetentionPolicyError
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
 
 _AGE: Final = re.compile(r"([0-9]{1,6})([wdhm])")
 _UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes"}
+RETENTION_KINDS: Final = "loom.retention"
+AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], Sequence[str]]]
+"""What a ``loom.retention`` entry point loads: the subjects of a scope older than a cutoff,
+and what of them is stored in clear."""
 
 
 def parse_age(text: str) -> timedelta:
@@ -63,16 +82,28 @@ def retain(
     reason: str | None,
     by: str,
     dry_run: bool,
+    scope: str | None = None,
 ) -> ErasureReport:
     """See :meth:`Loom.retain`."""
     if not isinstance(older_than, timedelta):
         raise RetentionPolicyError(f"older_than= is a timedelta, not {older_than!r}")
+    if scope is not None and tenant is not None:
+        raise RetentionPolicyError(
+            "name tenant= (executions) or scope= (a knowledge scope's documents), not both: "
+            "documents carry no tenant label"
+        )
     cutoff = datetime.now(UTC) - _positive(older_than)
-    selector = f"started before {cutoff.isoformat(timespec='seconds')}" + (
-        f", tenant={tenant}" if tenant is not None else ""
-    )
     reason = reason if reason is not None else f"retention: older than {older_than}"
     check_who(reason=reason, by=by)
+    if scope is not None:
+        selector = f"documents of scope={scope} last written before {_at(cutoff)}"
+        keyring = keyring_of(loom, selector)
+        subjects, clear = _aged_resolver()(loom, scope, cutoff)
+        report = plan_subjects(keyring, subjects, clear, selector=selector, by=by, reason=reason)
+        return report if dry_run else apply(loom, keyring, report)
+    selector = f"started before {_at(cutoff)}" + (
+        f", tenant={tenant}" if tenant is not None else ""
+    )
     keyring = keyring_of(loom, selector)
     ids = [
         summary.execution_id
@@ -81,6 +112,21 @@ def retain(
     ]
     report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     return report if dry_run else apply(loom, keyring, report)
+
+
+def _at(cutoff: datetime) -> str:
+    return cutoff.isoformat(timespec="seconds")
+
+
+def _aged_resolver() -> AgedResolver:
+    """The ``loom.retention`` entry point that selects a scope's documents by age."""
+    for entry_point in entry_points(group=RETENTION_KINDS, name="document"):
+        resolver: AgedResolver = entry_point.load()
+        return resolver
+    raise ErasureSubjectError(
+        "no installed package selects documents by age: install loom-replay with its "
+        f"knowledge package (the {RETENTION_KINDS!r} entry point names it); nothing was written"
+    )
 
 
 __all__ = ["parse_age", "retain"]

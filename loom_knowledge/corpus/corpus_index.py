@@ -361,9 +361,9 @@ class CorpusIndex(SQLProjection):
                 )
             ).scalar()
             if most:
-                self._store_of(conn, scope).remove(
-                    corpus_key(scope), _passage_ids(doc_id, most), conn=conn
-                )
+                store = self._store_of(conn, scope)
+                store.remove(corpus_key(scope), _passage_ids(doc_id, most), conn=conn)
+                store.forget_deleted(conn=conn)  # no index page keeps the deleted terms
 
     def _documents_named(self, conn: Connection, subjects: Sequence[str]) -> list[tuple[str, str]]:
         """The (scope, doc id) of each document subject in ``subjects`` that the corpus ever

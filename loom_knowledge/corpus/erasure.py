@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
 
 import msgspec
 
@@ -86,15 +88,20 @@ def seal_written(loom: Loom, fields: dict[str, Any]) -> dict[str, Any]:
     subject = document_subject(fields["scope"], fields["doc_id"])
     aead = keyring.ensure(subject, position=loom.log.position)
     revision = fields["revision"]
+    redactor = loom.log.redactor
+
+    def sealed(text: str, field: str) -> str:
+        # Redacted before it is sealed, as the log would redact it in clear (ADR 0012): a
+        # ciphertext hides a secret from every pattern.
+        clear = text if redactor is None else redactor.text(text, path=field)
+        return seal_subject_text(aead, subject, clear, _place(subject, revision, field))
+
     title = fields["title"]
     return {
         **fields,
-        "title": None
-        if title is None
-        else seal_subject_text(aead, subject, title, _place(subject, revision, "title")),
+        "title": None if title is None else sealed(title, "title"),
         "passages": [
-            seal_subject_text(aead, subject, text, _place(subject, revision, f"passages.{index}"))
-            for index, text in enumerate(fields["passages"])
+            sealed(text, f"passages.{index}") for index, text in enumerate(fields["passages"])
         ],
     }
 
@@ -141,7 +148,9 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     in clear before encryption was switched on (``<subject>@<revision>``: not erasable).
 
     Reads the scope's stream from the log, not the corpus index: the log is what holds the
-    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`."""
+    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`.
+    The subject's ``held_by`` names the executions that retrieved it
+    (:func:`executions_that_retrieved`): copies this erasure does not reach."""
     scope, colon, doc_id = value.partition(":")
     if not colon or not scope.strip() or not doc_id.strip():
         raise ErasureSubjectError(
@@ -162,13 +171,125 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
             f"knowledge scope {scope!r} never held a document {doc_id!r} in the log at "
             f"{loom.settings.url!r}; nothing was written (ids are matched exactly)"
         )
-    found = [ErasedSubject(subject=subject, execution_id=None, events=sealed)] if sealed else []
-    return found, clear
+    if not sealed:
+        return [], clear
+    held_by = tuple(str(e) for e in executions_that_retrieved(loom, scope, doc_id))
+    return [
+        ErasedSubject(subject=subject, execution_id=None, events=sealed, held_by=held_by)
+    ], clear
+
+
+def documents_written_before(
+    loom: Loom, scope: str, cutoff: datetime
+) -> tuple[list[ErasedSubject], list[str]]:
+    """The ``loom.retention`` entry point for ``document``: every document of ``scope`` whose
+    last revision was written before ``cutoff`` (its newest text is older than the policy's
+    age), as erasure subjects, with the executions that retrieved each; and the revisions of
+    those documents stored in clear (not erasable).
+
+    The last write, not the first: a document still being revised is still in use, and one key
+    covers every revision, so it is erased when its newest revision ages out (its older ones
+    with it). A scope the log never held is :class:`~loom_runtime.ErasureSubjectError` (a
+    typo in a crontab should fail loudly, not erase nothing every night)."""
+    last: dict[str, datetime] = {}
+    sealed: dict[str, int] = {}
+    clear: dict[str, list[str]] = {}
+    seen = False
+    for event in loom.log.events(stream_id(stream_name(scope))):
+        seen = True
+        if isinstance(event, DocumentWritten):
+            doc_id = event.doc_id
+            last[doc_id] = event.timestamp
+            if _is_sealed(event):
+                sealed[doc_id] = sealed.get(doc_id, 0) + 1
+            else:
+                named = f"{document_subject(scope, doc_id)}@{event.revision}"
+                clear.setdefault(doc_id, []).append(named)
+    if not seen:
+        raise ErasureSubjectError(
+            f"the log at {loom.settings.url!r} holds no knowledge scope {scope!r}; nothing was "
+            "written (scopes are matched exactly)"
+        )
+    old = [doc_id for doc_id, written in last.items() if written < cutoff]
+    holders = _retrieved_by(loom, scope, {doc_id for doc_id in old if doc_id in sealed})
+    subjects = [
+        ErasedSubject(
+            subject=document_subject(scope, doc_id),
+            execution_id=None,
+            events=sealed[doc_id],
+            held_by=tuple(str(e) for e in holders.get(doc_id, ())),
+        )
+        for doc_id in old
+        if doc_id in sealed
+    ]
+    return subjects, [named for doc_id in old for named in clear.get(doc_id, ())]
+
+
+class _Request(msgspec.Struct, frozen=True):
+    """The part of a recorded retrieval's input that names its scope."""
+
+    scope: str
+
+
+class _Retrieved(msgspec.Struct, frozen=True):
+    """The part of a recorded passage that names its document."""
+
+    doc_id: str
+
+
+def executions_that_retrieved(loom: Loom, scope: str, doc_id: str) -> list[UUID]:
+    """The live executions whose recorded retrievals of ``scope`` returned a passage of
+    ``doc_id``: their records keep its text under their own keys, which erasing the document
+    does not reach (ADR 0055), so an erasure's report names them.
+
+    Finds candidates by the decisions' kind (in clear), then opens only those executions;
+    an execution already erased, or one this Loom cannot open, holds nothing readable here.
+    One pass over the log's decisions: an erasure is rare, and its dry run reads only."""
+    return _retrieved_by(loom, scope, {doc_id}).get(doc_id, [])
+
+
+def _retrieved_by(loom: Loom, scope: str, doc_ids: set[str]) -> dict[str, list[UUID]]:
+    """For each of ``doc_ids``, the live executions that retrieved it from ``scope``."""
+    from loom_runtime import EncryptionOffError, Execution
+
+    found: dict[str, list[UUID]] = {}
+    if not doc_ids:
+        return found
+    candidates: dict[UUID, None] = {}
+    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
+        event = loom.log.decode(record)
+        if getattr(event, "kind", None) == "retrieval":
+            candidates[event.originator_id] = None
+    for execution_id in candidates:
+        try:
+            execution = loom.execution(execution_id)
+        except (ErasedError, EncryptionOffError):
+            continue
+        retrieved: set[str] = set()
+        for decision in execution.decisions.values():
+            retrieved |= _retrieved(decision, scope)
+        for doc_id in sorted(retrieved & doc_ids):
+            found.setdefault(doc_id, []).append(execution_id)
+    return found
+
+
+def _retrieved(decision: Any, scope: str) -> set[str]:
+    """The documents of ``scope`` a recorded retrieval returned passages of."""
+    if decision.kind != "retrieval" or decision.value is None or decision.input is None:
+        return set()
+    try:
+        request = msgspec.json.decode(decision.input, type=_Request)
+        passages = msgspec.json.decode(decision.value, type=list[_Retrieved])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return set()  # a retrieval of another shape (the application's own)
+    return {p.doc_id for p in passages} if request.scope == scope else set()
 
 
 __all__ = [
     "document_subject",
     "document_subjects",
+    "documents_written_before",
+    "executions_that_retrieved",
     "named_document",
     "open_written",
     "prepare_keys",

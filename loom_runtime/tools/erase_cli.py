@@ -1,4 +1,5 @@
-"""``loom erase``: destroy the data keys of executions (ADR 0049), a dry run unless ``--apply``.
+"""``loom erase``: destroy the data keys of executions (ADR 0049), a document (ADR 0055) or a
+memory key (ADR 0060), a dry run unless ``--apply``.
 
 A dry run says what would be erased (which executions, how many sealed events each, which
 were recorded in clear before encryption was switched on and cannot be erased) and writes
@@ -61,6 +62,13 @@ def erase(
             help="Erase a corpus document, every revision: SCOPE:DOC_ID (split at the first :).",
         ),
     ] = None,
+    memory_key: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-key",
+            help="Erase a key of an event-sourced memory: NAME:KEY (split at the first :).",
+        ),
+    ] = None,
     reason: Annotated[
         str,
         typer.Option(
@@ -76,8 +84,8 @@ def erase(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Erase executions or a corpus document by destroying their keys (dry run unless
-    --apply). Needs $LOOM_MASTER_KEY; memory keys cannot be erased yet."""
+    """Erase executions, a corpus document or a memory key by destroying their keys (dry run
+    unless --apply). Needs $LOOM_MASTER_KEY."""
     if not reason.strip():
         fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
     with open_loom(db) as loom:
@@ -87,6 +95,7 @@ def erase(
                 user=user,
                 tenant=tenant,
                 document=document,
+                memory_key=memory_key,
                 reason=reason,
                 by=by or "unknown",
                 dry_run=not apply,
@@ -109,7 +118,12 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         return
     verb = "erased" if report.applied else "would erase"
     events = sum(subject.events for subject in report.subjects)
-    what = "document(s)" if report.selector.startswith("document=") else "execution(s)"
+    kind = report.selector.partition("=")[0]
+    what = {
+        "document": "document(s)",
+        "documents of scope": "document(s)",
+        "memory_key": "memory key(s)",
+    }.get(kind, "execution(s)")
     console.print(
         inert(
             f"{verb} {len(report.subjects)} {what} of {report.selector} "
@@ -120,6 +134,13 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     for subject in report.subjects:
         name = subject.execution_id or subject.subject
         console.print(inert(f"  {name}  {subject.events} sealed event(s)"))
+        for execution_id in subject.held_by:
+            console.print(
+                inert(
+                    f"    retrieved by execution {execution_id}: its record keeps a copy; "
+                    f"erase it too with --execution {execution_id}"
+                )
+            )
     for name in report.already_erased:
         console.print(inert(f"  {name}  already erased"))
     for name in report.not_erasable:
@@ -140,6 +161,13 @@ def retain(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only executions labelled with this tenant.")
     ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            help="Erase this knowledge scope's documents last written longer ago, instead.",
+        ),
+    ] = None,
     reason: Annotated[
         str | None,
         typer.Option("--reason", help="Recorded in the forget log (default: the policy)."),
@@ -153,8 +181,9 @@ def retain(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Erase executions older than an age (dry run unless --apply); safe on a schedule: with
-    nothing old enough left it writes nothing. Needs $LOOM_MASTER_KEY."""
+    """Erase executions older than an age, or with --scope a knowledge scope's documents last
+    written longer ago (dry run unless --apply); safe on a schedule: with nothing old enough
+    left it writes nothing. Needs $LOOM_MASTER_KEY."""
     from loom_runtime.retention import parse_age
 
     try:
@@ -164,16 +193,22 @@ def retain(
     with open_loom(db) as loom:
         try:
             report = loom.retain(
-                older_than=age, tenant=tenant, reason=reason, by=by, dry_run=not apply
+                older_than=age,
+                tenant=tenant,
+                scope=scope,
+                reason=reason,
+                by=by,
+                dry_run=not apply,
             )
-        except (EncryptionOffError, LabelError) as exc:
+        except (EncryptionOffError, ErasureSubjectError, LabelError, RetentionPolicyError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
     _print_report(report, as_json=as_json)
     if report.not_erasable:
+        what = "document revision(s)" if scope is not None else "execution(s)"
         warn(
-            f"{len(report.not_erasable)} execution(s) older than {older_than} are stored in "
+            f"{len(report.not_erasable)} {what} older than {older_than} are stored in "
             "clear (recorded before encryption was switched on) and cannot be erased"
         )
 

@@ -1,0 +1,204 @@
+"""Erasing a memory key: its subject, its sealed entries, and what an erasure covers (ADR 0060).
+
+A memory key (one key of one event-sourced memory: a user's conversation, a scope of a tier)
+is one erasure subject. When the log is encrypted, every entry a ``MemoryAppended`` or
+``MemoryReplaced`` stores is sealed under that key's data key (:func:`seal_entries`), whole:
+its content, id, role, timestamp and taint. What orders and routes the memory stays in clear:
+the memory's name, the key, the event's kind, and the ids a ``MemoryRemoved`` names (refused
+if they look like a secret, ADR 0012).
+
+Erasing it (``loom erase --memory-key NAME:KEY``, :meth:`loom_runtime.Loom.erase` with
+``memory_key=``) destroys the key and appends the forget event; a memory projection clears the
+key when it applies that event (:mod:`loom_memory.projection`), and a rebuild, finding the key
+gone (its entries are skipped) and the same event, ends in the same state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from loom_memory.entry import MemoryEntry, decode_entry
+from loom_memory.events import MemoryAppended, MemoryReplaced, memory_stream
+from loom_runtime import (
+    ErasedError,
+    ErasedSubject,
+    ErasureSubjectError,
+    keyring_for,
+    open_subject_text,
+    seal_subject_text,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from loom_runtime import EventLog, Keyring, Loom
+
+MEMORY: Final = "memory:"
+"""The prefix of a memory key's subject: ``memory:["<memory>","<key>"]``."""
+_SUBJECT_LENGTH: Final = 300
+"""The key table's subject column holds this many characters (PostgreSQL enforces it)."""
+_SEALED_PREFIX: Final = b'"'
+"""A stored entry is a JSON object; a sealed one is a JSON string (``"loom.sealed:{...}"``)."""
+
+
+def memory_subject(memory: str, key: str) -> str:
+    """The subject a memory key's entries are sealed under.
+
+    Memory name and key as a JSON pair, so neither needs a separator it could itself contain
+    (a key may hold any text); a pair too long for the key table is named by its SHA-256
+    instead, and a projection finds the key among those it holds (:func:`keys_named`)."""
+    named = MEMORY + msgspec.json.encode([memory, key]).decode()
+    if len(named) <= _SUBJECT_LENGTH:
+        return named
+    return f"{MEMORY}sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+
+
+def keys_named(subjects: Iterable[str], memory: str, held: Iterable[str]) -> list[str]:
+    """The keys of ``memory`` that ``subjects`` (a forget event's) name: readable subjects
+    directly, digests by matching the keys ``held`` (iterated only if a digest is named)."""
+    keys: list[str] = []
+    digests: set[str] = set()
+    for subject in subjects:
+        if subject.startswith(MEMORY + "sha256:"):
+            digests.add(subject)
+        elif subject.startswith(MEMORY + "["):
+            try:
+                name, key = msgspec.json.decode(subject[len(MEMORY) :], type=tuple[str, str])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if name == memory:
+                keys.append(key)
+    if digests:
+        keys.extend(key for key in held if memory_subject(memory, key) in digests)
+    return list(dict.fromkeys(keys))
+
+
+def _place(subject: str, version: int, index: int) -> str:
+    """Where a sealed entry is stored (its associated data): the key, the event, the slot."""
+    return f"{subject}:{version}:entries.{index}"
+
+
+def write_key(log: EventLog, memory: str, key: str) -> AESGCM | None:
+    """The data key a write to ``key`` seals under, when the log is encrypted (else None).
+
+    Made on the key's first sealed write, read again from the key table on every later one, so
+    a write after the key was erased is :class:`~loom_runtime.SubjectErasedError` before
+    anything is appended."""
+    keyring = keyring_for(log.engine)
+    if keyring is None:
+        return None
+    return keyring.ensure(memory_subject(memory, key), position=log.position)
+
+
+def seal_entries(
+    aead: AESGCM, memory: str, key: str, version: int, entries: Sequence[msgspec.Raw]
+) -> list[msgspec.Raw]:
+    """``entries`` (validated JSON) sealed for the event at ``version`` of the key's stream."""
+    subject = memory_subject(memory, key)
+    return [
+        msgspec.Raw(
+            msgspec.json.encode(
+                seal_subject_text(aead, subject, bytes(raw).decode(), _place(subject, version, i))
+            )
+        )
+        for i, raw in enumerate(entries)
+    ]
+
+
+def _is_sealed(raw: msgspec.Raw) -> bool:
+    return bytes(memoryview(raw)[:1]) == _SEALED_PREFIX
+
+
+def forget_destroyed(keyring: Keyring | None, events: Iterable[object]) -> None:
+    """Drop the cached data keys of the memory keys ``events`` write that another process
+    has destroyed, in one read of the key table: the keyring caches a key once opened, and
+    without this a write that raced an erasure elsewhere (sealed under the key just before it
+    was destroyed) would still open here, as would an as-of rebuild of the erased key.
+
+    One read of a key's row per distinct key of the page, on the connection the keyring keeps
+    for write checks (``live_key``, which drops a destroyed key from the cache): a page of one
+    write reads one row, where a batched ``IN`` query cost a quarter of a sealed write."""
+    if keyring is None:
+        return
+    subjects = {
+        memory_subject(event.memory, event.key)
+        for event in events
+        if isinstance(event, MemoryAppended | MemoryReplaced) and event.entries
+    }
+    for subject in subjects:
+        try:
+            keyring.live_key(subject)
+        except ErasedError:
+            continue  # destroyed (or never made): opening its entries finds it so
+
+
+def open_entries(
+    keyring: Keyring | None, event: MemoryAppended | MemoryReplaced
+) -> list[MemoryEntry] | None:
+    """An event's entries in clear; None once its key was erased (its data key destroyed).
+
+    Clear entries (written before encryption was switched on) are decoded as they are. A
+    sealed entry read without a keyring is :class:`~loom_runtime.EncryptionOffError`: never
+    projected as if the key were empty."""
+    subject = memory_subject(event.memory, event.key)
+    version = event.originator_version
+    entries = []
+    try:
+        for index, raw in enumerate(event.entries):
+            if _is_sealed(raw):
+                text = msgspec.json.decode(bytes(raw), type=str)
+                opened = open_subject_text(keyring, text, _place(subject, version, index))
+                entries.append(decode_entry(opened))
+            else:
+                entries.append(decode_entry(bytes(raw)))
+    except ErasedError:
+        return None
+    return entries
+
+
+def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list[str]]:
+    """The ``loom.erasure`` entry point for ``memory_key``: ``NAME:KEY`` (split at the first
+    colon; a memory's name holds none) as its subject and how many of its writes are sealed,
+    and the writes stored in clear before encryption was switched on (``<subject>@<version>``:
+    not erasable).
+
+    Reads the key's stream from the log, not a store: the log is what holds the entries. A
+    key never written is :class:`~loom_runtime.ErasureSubjectError`."""
+    memory, colon, key = value.partition(":")
+    if not colon or not memory.strip() or not key:
+        raise ErasureSubjectError(
+            f"name a memory key as NAME:KEY (the memory's name, 'memory' by default, then the "
+            f"key), not {value!r}; nothing was written"
+        )
+    subject = memory_subject(memory, key)
+    sealed = 0
+    clear: list[str] = []
+    for event in loom.log.events(memory_stream(memory, key)):
+        if not isinstance(event, MemoryAppended | MemoryReplaced) or not event.entries:
+            continue
+        if all(_is_sealed(raw) for raw in event.entries):
+            sealed += 1
+        else:
+            clear.append(f"{subject}@{event.originator_version}")
+    if not sealed and not clear:
+        raise ErasureSubjectError(
+            f"memory {memory!r} holds no entries written at key {key!r} in the log at "
+            f"{loom.settings.url!r}; nothing was written (keys are matched exactly)"
+        )
+    found = [ErasedSubject(subject=subject, execution_id=None, events=sealed)] if sealed else []
+    return found, clear
+
+
+__all__ = [
+    "forget_destroyed",
+    "keys_named",
+    "memory_key_subjects",
+    "memory_subject",
+    "open_entries",
+    "seal_entries",
+    "write_key",
+]
