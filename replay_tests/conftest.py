@@ -273,6 +273,18 @@ def fresh_postgres_database() -> Iterator[str]:
         _databases().give_back(name)
 
 
+def fresh_postgres_engine() -> Iterator[Engine]:
+    """An engine on an empty database of the test server (:func:`fresh_postgres_database`),
+    disposed of before the database is dropped: the body of a PostgreSQL twin's ``engine``
+    fixture, which re-runs a SQLite file's store tests against PostgreSQL."""
+    for url in fresh_postgres_database():
+        engine = create_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty log database: a SQLite file, then a PostgreSQL database."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.memory.test_asof_pruned import (
     test_a_bound_below_the_exact_one_would_answer_wrong_as_of,
     test_an_as_of_search_never_recounts_every_match,
@@ -40,9 +40,4 @@ RUN_AGAIN_HERE = (
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    for url in fresh_postgres_database():
-        engine = create_engine(url)
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+    yield from fresh_postgres_engine()

@@ -18,14 +18,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from loom_memory import MemoryEntry
 from loom_memory.postgres_counts import drop_count_triggers
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.validity import TemporalSqlStore
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.memory.test_kept_counts import (
     _churn,
     _counted,
@@ -60,12 +60,7 @@ WORDS = ["disk", "logs", "rotate", "volume", "worker", "pool", "stall", "wal", "
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    for url in fresh_postgres_database():
-        engine = create_engine(url)
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+    yield from fresh_postgres_engine()
 
 
 def _entry(entry_id: str, text: str) -> MemoryEntry:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.memory.test_position_counts import (
     test_an_erased_row_leaves_no_count_and_as_of_answers_without_it,
     test_counts_at_every_position_equal_a_recount,
@@ -36,9 +36,4 @@ RUN_AGAIN_HERE = (
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    for url in fresh_postgres_database():
-        engine = create_engine(url)
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+    yield from fresh_postgres_engine()
