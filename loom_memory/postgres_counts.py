@@ -69,14 +69,9 @@ def count_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> list[
             f"DELETE FROM {rows} c USING (SELECT DISTINCT ch.key FROM {changed}) d "
             "WHERE c.key = d.key AND c.n <= 0;"
         )
-        function, trigger = _function(prefix, event), f"{entries}_count_{event}"
-        statements += [
-            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN {body} RETURN NULL; END $$",
-            f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
-            f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "
-            f"REFERENCING {_TRANSITIONS[event]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
-        ]
+        statements += _statement_trigger(
+            entries, _function(prefix, event), f"{entries}_count_{event}", event, body
+        )
     return statements
 
 
@@ -128,15 +123,24 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
         )
         # Named to fire after the current counts' trigger of the same event (PostgreSQL fires
         # them in name order): that one takes the key's current count first, as an insert does.
-        function, trigger = _function(prefix, f"at_{event}"), f"{entries}_count_{event}_at"
-        statements += [
-            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN {body} RETURN NULL; END $$",
-            f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
-            f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "
-            f"REFERENCING {_TRANSITIONS[event]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
-        ]
+        statements += _statement_trigger(
+            entries, _function(prefix, f"at_{event}"), f"{entries}_count_{event}_at", event, body
+        )
     return statements
+
+
+def _statement_trigger(
+    entries: str, function: str, trigger: str, event: str, body: str
+) -> list[str]:
+    """(Re)create ``function`` running ``body`` and the statement-level ``trigger`` calling it
+    after each ``event`` on ``entries``, with the statement's rows as transition tables."""
+    return [
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN {body} RETURN NULL; END $$",
+        f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
+        f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "
+        f"REFERENCING {_TRANSITIONS[event]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+    ]
 
 
 def key_lock(prefix: str, key: str) -> str:
