@@ -148,6 +148,8 @@ def test_a_users_memory_keys_are_erased_with_their_executions_in_one_forget_even
             loom.erase(user="u-42", memory_keys=[*keys, "chat:u-99"], reason="r", by="dpo")
         with pytest.raises(ErasureSubjectError, match="of user= or tenant="):
             loom.erase(execution=ran.execution_id, memory_keys=keys, reason="r", by="dpo")
+        with pytest.raises(ErasureSubjectError, match="no executions of user=u-99"):
+            loom.erase(user="u-99", memory_keys=keys, reason="r", by="dpo")  # a misspelt user
         with pytest.raises(ErasureSubjectError, match="a list of NAME:KEY"):
             loom.erase(user="u-42", memory_keys="chat:u-42", reason="r", by="dpo")
         plan = loom.erase(user="u-42", memory_keys=keys, reason="r", by="dpo", dry_run=True)
