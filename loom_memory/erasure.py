@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from loom_memory.entry import MemoryEntry, decode_entry
-from loom_memory.events import MemoryAppended, MemoryReplaced, memory_stream
+from loom_memory.events import (
+    MEMORY_TOPICS,
+    MemoryAppended,
+    MemoryEvent,
+    MemoryReplaced,
+    memory_stream,
+)
 from loom_runtime import (
     ErasedError,
     ErasedSubject,
@@ -160,6 +167,14 @@ def open_entries(
     return entries
 
 
+def _stored_sealed(event: object) -> bool | None:
+    """Whether a memory event's entries are stored sealed (True) or in clear (False); None for
+    a write that stores no entry (a remove, a clear, an empty replace): nothing to erase."""
+    if not isinstance(event, MemoryAppended | MemoryReplaced) or not event.entries:
+        return None
+    return all(_is_sealed(raw) for raw in event.entries)
+
+
 def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list[str]]:
     """The ``loom.erasure`` entry point for ``memory_key``: ``NAME:KEY`` (split at the first
     colon; a memory's name holds none) as its subject and how many of its writes are sealed,
@@ -178,11 +193,10 @@ def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], li
     sealed = 0
     clear: list[str] = []
     for event in loom.log.events(memory_stream(memory, key)):
-        if not isinstance(event, MemoryAppended | MemoryReplaced) or not event.entries:
-            continue
-        if all(_is_sealed(raw) for raw in event.entries):
+        stored = _stored_sealed(event)
+        if stored:
             sealed += 1
-        else:
+        elif stored is not None:
             clear.append(f"{subject}@{event.originator_version}")
     if not sealed and not clear:
         raise ErasureSubjectError(
@@ -193,10 +207,55 @@ def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], li
     return found, clear
 
 
+def memory_keys_written_before(
+    loom: Loom, memory: str, cutoff: datetime
+) -> tuple[list[ErasedSubject], list[str]]:
+    """The ``loom.retention`` entry point for ``memory``: every key of ``memory`` whose last
+    write of any kind (append, replace, remove, clear) is older than ``cutoff``, as erasure
+    subjects, and the writes of those keys stored in clear (not erasable).
+
+    The last write, so every byte the erasure removes from the log is older than the cutoff
+    and a key still in use is left alone (ADR 0060, amended). What this does not do: a key
+    written continuously keeps its old entries in the log, whatever their age (entries are not
+    subjects: ADR 0060 says why); a tier's TTL evicts them from the live store. One pass over
+    the log's memory events, decoding each (their entries stay sealed: only the memory's name,
+    key, kind and time are read). A memory the log never held is
+    :class:`~loom_runtime.ErasureSubjectError`: a typo in a crontab must fail loudly, not
+    erase nothing every night."""
+    last: dict[str, datetime] = {}
+    sealed: dict[str, int] = {}
+    clear: dict[str, list[str]] = {}
+    for record in loom.log.notifications(topics=MEMORY_TOPICS):
+        event: MemoryEvent = loom.log.decode(record)
+        if event.memory != memory:
+            continue
+        key = event.key
+        last[key] = event.timestamp
+        stored = _stored_sealed(event)
+        if stored:
+            sealed[key] = sealed.get(key, 0) + 1
+        elif stored is not None:
+            named = f"{memory_subject(memory, key)}@{event.originator_version}"
+            clear.setdefault(key, []).append(named)
+    if not last:
+        raise ErasureSubjectError(
+            f"the log at {loom.settings.url!r} holds no memory named {memory!r}; nothing was "
+            "written (memory names are matched exactly; the default is 'memory')"
+        )
+    old = [key for key, written in last.items() if written < cutoff]
+    subjects = [
+        ErasedSubject(subject=memory_subject(memory, key), execution_id=None, events=sealed[key])
+        for key in old
+        if key in sealed
+    ]
+    return subjects, [named for key in old for named in clear.get(key, ())]
+
+
 __all__ = [
     "forget_destroyed",
     "keys_named",
     "memory_key_subjects",
+    "memory_keys_written_before",
     "memory_subject",
     "open_entries",
     "seal_entries",

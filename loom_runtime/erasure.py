@@ -94,6 +94,7 @@ def erase(
     tenant: str | None,
     document: str | None = None,
     memory_key: str | None = None,
+    memory_keys: Sequence[str] = (),
     reason: str,
     by: str,
     dry_run: bool,
@@ -132,6 +133,8 @@ def erase(
                 "started)"
             )
         report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
+    if memory_keys:
+        report = _with_memory_keys(loom, keyring, report, kind, memory_keys)
     if not report.subjects and not dry_run:
         what = (
             "already erased"
@@ -146,6 +149,35 @@ def erase(
 
 _RESOLVED: Final = {"document": "SCOPE:DOC_ID", "memory_key": "NAME:KEY"}
 """The kinds of subject a package above the runtime names (``loom.erasure``), and their form."""
+
+
+def _with_memory_keys(
+    loom: Loom, keyring: Keyring, report: ErasureReport, kind: str, memory_keys: Sequence[str]
+) -> ErasureReport:
+    """``report`` (a user's or a tenant's executions) with the memory keys ``memory_keys``
+    (``NAME:KEY`` each) added, to be erased in the same forget event. Memory entries carry no
+    labels, so a person's keys are named by the application (ADR 0060, amended). Every key is
+    resolved before anything is written: one unknown key refuses the whole erasure."""
+    if isinstance(memory_keys, str) or kind not in ("user", "tenant"):
+        raise ErasureSubjectError(
+            "memory_keys= is a list of NAME:KEY erased with the executions of user= or "
+            f"tenant=, not {memory_keys!r} with {kind}= (one key alone: memory_key=); "
+            "nothing was written"
+        )
+    subjects: list[ErasedSubject] = []
+    clear: list[str] = []
+    for value in dict.fromkeys(memory_keys):
+        found, stored_clear = _resolver("memory_key")(loom, value)
+        subjects.extend(found)
+        clear.extend(stored_clear)
+    keys = plan_subjects(keyring, subjects, clear, selector="", by=report.by, reason=report.reason)
+    return msgspec.structs.replace(
+        report,
+        selector=f"{report.selector} and memory_key=" + ", ".join(dict.fromkeys(memory_keys)),
+        subjects=report.subjects + keys.subjects,
+        already_erased=report.already_erased + keys.already_erased,
+        not_erasable=report.not_erasable + keys.not_erasable,
+    )
 
 
 def _resolver(kind: str) -> SubjectResolver:

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -367,6 +367,7 @@ class Loom:
         tenant: str | None = None,
         document: str | None = None,
         memory_key: str | None = None,
+        memory_keys: Sequence[str] = (),
         reason: str,
         by: str,
         dry_run: bool = False,
@@ -383,6 +384,10 @@ class Loom:
         (:class:`~loom_runtime.errors.EncryptionOffError` otherwise); naming nothing erasable
         is :class:`~loom_runtime.errors.ErasureSubjectError`. Exported bundles are copies,
         outside erasure's reach.
+
+        ``memory_keys`` (``"NAME:KEY"`` each), with ``user`` or ``tenant``: those memory keys
+        are erased with the executions, in the same forget event. Memory entries carry no
+        labels, so the application names a person's keys (ADR 0060, amended).
         """
         from loom_runtime.erasure import erase
 
@@ -393,6 +398,7 @@ class Loom:
             tenant=tenant,
             document=document,
             memory_key=memory_key,
+            memory_keys=memory_keys,
             reason=reason,
             by=by,
             dry_run=dry_run,
@@ -407,6 +413,7 @@ class Loom:
         by: str = "retention",
         dry_run: bool = False,
         scope: str | None = None,
+        memory: str | None = None,
     ) -> ErasureReport:
         """Erase every execution (of ``tenant``, if given) that started more than
         ``older_than`` ago, as :meth:`erase` does, in one forget event whose reason names the
@@ -414,7 +421,9 @@ class Loom:
         (safe to run on a schedule); an age that is not positive is
         :class:`~loom_runtime.errors.RetentionPolicyError`. With ``scope``, the documents of
         that knowledge scope whose last revision was written before the cutoff are erased
-        instead (every revision, as ``erase(document=...)`` does; ADR 0060).
+        instead (every revision, as ``erase(document=...)`` does; ADR 0060). With ``memory``,
+        the keys of that event-sourced memory whose last write is older than the cutoff
+        (every entry ever written at each, as ``erase(memory_key=...)`` does; ADR 0060).
         """
         from loom_runtime.retention import retain
 
@@ -426,6 +435,7 @@ class Loom:
             by=by,
             dry_run=dry_run,
             scope=scope,
+            memory=memory,
         )
 
     def executions(

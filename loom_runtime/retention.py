@@ -1,5 +1,6 @@
 """Retention: erase the executions that started before a cutoff (ADR 0053), or the documents
-of a knowledge scope last written before it (ADR 0060).
+of a knowledge scope, or the keys of an event-sourced memory, last written before it (ADR
+0060).
 
 A retention policy is an erasure selected by age: every sealed execution whose start (its
 ``Created`` event's time, in clear) is older than ``older_than``, optionally of one tenant,
@@ -14,9 +15,10 @@ still live). An execution still running when its start passes the cutoff is eras
 next write is refused (:class:`~loom_runtime.errors.SubjectErasedError`), never stored under
 a destroyed key.
 
-Documents (``scope=``): a package above the runtime selects them through the
-``loom.retention`` entry point ``document``, ``(loom, scope, cutoff) -> (subjects,
-not_erasable)`` (the runtime cannot import the corpus: dependencies point down).
+Documents (``scope=``) and memory keys (``memory=``): the package above the runtime that seals
+them selects them through the ``loom.retention`` entry points ``document`` and ``memory``,
+``(loom, scope or memory name, cutoff) -> (subjects, not_erasable)`` (the runtime cannot import
+those packages: dependencies point down).
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ _AGE: Final = re.compile(r"([0-9]{1,6})([wdhm])")
 _UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes"}
 RETENTION_KINDS: Final = "loom.retention"
 AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], Sequence[str]]]
-"""What a ``loom.retention`` entry point loads: the subjects of a scope older than a cutoff,
-and what of them is stored in clear."""
+"""What a ``loom.retention`` entry point loads: the subjects of a scope (or a memory) older
+than a cutoff, and what of them is stored in clear."""
+_AGED: Final = {"document": "documents of scope", "memory": "keys of memory"}
+"""The ``loom.retention`` entry points, and how a selector names what each selects."""
 
 
 def parse_age(text: str) -> timedelta:
@@ -83,22 +87,27 @@ def retain(
     by: str,
     dry_run: bool,
     scope: str | None = None,
+    memory: str | None = None,
 ) -> ErasureReport:
     """See :meth:`Loom.retain`."""
     if not isinstance(older_than, timedelta):
         raise RetentionPolicyError(f"older_than= is a timedelta, not {older_than!r}")
-    if scope is not None and tenant is not None:
+    named = (("document", scope), ("memory", memory))
+    aged = [(kind, name) for kind, name in named if name is not None]
+    if len(aged) + (tenant is not None) > 1:
         raise RetentionPolicyError(
-            "name tenant= (executions) or scope= (a knowledge scope's documents), not both: "
-            "documents carry no tenant label"
+            "name one selector, not both of two: tenant= (executions), scope= (a knowledge "
+            "scope's documents) or memory= (a memory's keys); documents and memory keys carry "
+            "no tenant label"
         )
     cutoff = datetime.now(UTC) - _positive(older_than)
     reason = reason if reason is not None else f"retention: older than {older_than}"
     check_who(reason=reason, by=by)
-    if scope is not None:
-        selector = f"documents of scope={scope} last written before {_at(cutoff)}"
+    if aged:
+        kind, name = aged[0]
+        selector = f"{_AGED[kind]}={name} last written before {_at(cutoff)}"
         keyring = keyring_of(loom, selector)
-        subjects, clear = _aged_resolver()(loom, scope, cutoff)
+        subjects, clear = _aged_resolver(kind)(loom, name, cutoff)
         report = plan_subjects(keyring, subjects, clear, selector=selector, by=by, reason=reason)
         return report if dry_run else apply(loom, keyring, report)
     selector = f"started before {_at(cutoff)}" + (
@@ -118,14 +127,16 @@ def _at(cutoff: datetime) -> str:
     return cutoff.isoformat(timespec="seconds")
 
 
-def _aged_resolver() -> AgedResolver:
-    """The ``loom.retention`` entry point that selects a scope's documents by age."""
-    for entry_point in entry_points(group=RETENTION_KINDS, name="document"):
+def _aged_resolver(kind: str) -> AgedResolver:
+    """The ``loom.retention`` entry point that selects ``kind`` (a scope's documents, a
+    memory's keys) by age."""
+    for entry_point in entry_points(group=RETENTION_KINDS, name=kind):
         resolver: AgedResolver = entry_point.load()
         return resolver
     raise ErasureSubjectError(
-        "no installed package selects documents by age: install loom-replay with its "
-        f"knowledge package (the {RETENTION_KINDS!r} entry point names it); nothing was written"
+        f"no installed package selects {_AGED[kind]} by age: install loom-replay with the "
+        f"package that writes them (the {RETENTION_KINDS!r} entry point {kind!r} names it); "
+        "nothing was written"
     )
 
 

@@ -63,10 +63,11 @@ def erase(
         ),
     ] = None,
     memory_key: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--memory-key",
-            help="Erase a key of an event-sourced memory: NAME:KEY (split at the first :).",
+            help="Erase a key of an event-sourced memory: NAME:KEY (split at the first :). "
+            "Repeat it with --user or --tenant to erase a person's keys with their executions.",
         ),
     ] = None,
     reason: Annotated[
@@ -88,6 +89,14 @@ def erase(
     unless --apply). Needs $LOOM_MASTER_KEY."""
     if not reason.strip():
         fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
+    keys = memory_key or []
+    with_person = user is not None or tenant is not None
+    if len(keys) > 1 and not with_person:
+        fail(
+            "--memory-key is repeated only with --user or --tenant (the keys are erased with "
+            "their executions); name one key at a time otherwise",
+            code=ExitCode.USAGE,
+        )
     with open_loom(db) as loom:
         try:
             report = loom.erase(
@@ -95,7 +104,8 @@ def erase(
                 user=user,
                 tenant=tenant,
                 document=document,
-                memory_key=memory_key,
+                memory_key=None if with_person or not keys else keys[0],
+                memory_keys=keys if with_person else (),
                 reason=reason,
                 by=by or "unknown",
                 dry_run=not apply,
@@ -123,7 +133,10 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         "document": "document(s)",
         "documents of scope": "document(s)",
         "memory_key": "memory key(s)",
+        "keys of memory": "memory key(s)",
     }.get(kind, "execution(s)")
+    if " and memory_key=" in report.selector:
+        what = "execution(s) and memory key(s)"
     console.print(
         inert(
             f"{verb} {len(report.subjects)} {what} of {report.selector} "
@@ -168,6 +181,13 @@ def retain(
             help="Erase this knowledge scope's documents last written longer ago, instead.",
         ),
     ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            "--memory",
+            help="Erase this event-sourced memory's keys last written longer ago, instead.",
+        ),
+    ] = None,
     reason: Annotated[
         str | None,
         typer.Option("--reason", help="Recorded in the forget log (default: the policy)."),
@@ -181,9 +201,9 @@ def retain(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Erase executions older than an age, or with --scope a knowledge scope's documents last
-    written longer ago (dry run unless --apply); safe on a schedule: with nothing old enough
-    left it writes nothing. Needs $LOOM_MASTER_KEY."""
+    """Erase executions older than an age, or with --scope a knowledge scope's documents, or
+    with --memory a memory's keys, last written longer ago (dry run unless --apply); safe on a
+    schedule: with nothing old enough left it writes nothing. Needs $LOOM_MASTER_KEY."""
     from loom_runtime.retention import parse_age
 
     try:
@@ -196,6 +216,7 @@ def retain(
                 older_than=age,
                 tenant=tenant,
                 scope=scope,
+                memory=memory,
                 reason=reason,
                 by=by,
                 dry_run=not apply,
@@ -206,7 +227,13 @@ def retain(
             fail(str(exc))
     _print_report(report, as_json=as_json)
     if report.not_erasable:
-        what = "document revision(s)" if scope is not None else "execution(s)"
+        what = (
+            "document revision(s)"
+            if scope is not None
+            else "memory write(s)"
+            if memory is not None
+            else "execution(s)"
+        )
         warn(
             f"{len(report.not_erasable)} {what} older than {older_than} are stored in "
             "clear (recorded before encryption was switched on) and cannot be erased"
