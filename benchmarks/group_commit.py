@@ -192,24 +192,24 @@ def _counted(loom: Loom) -> Iterator[dict[str, int]]:
     """Count the appends the recorder is asked for and the transactions it commits."""
     recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
     counts = {"appends": 0, "commits": 0}
-    submit, transaction = recorder.group_commit.submit, recorder.datastore.transaction
+    submit, writing = recorder.group_commit.submit, recorder.writing
 
     def counted_submit(work: Any) -> Any:
         counts["appends"] += 1  # under the GIL; an exact count is all that is needed
         return submit(work)
 
     @contextmanager
-    def counted_transaction(*, commit: bool) -> Iterator[Any]:
-        with transaction(commit=commit) as cursor:
+    def counted_writing() -> Iterator[Any]:
+        with writing() as cursor:
             yield cursor
-        counts["commits"] += commit
+        counts["commits"] += 1
 
     recorder.group_commit.submit = counted_submit
-    recorder.datastore.transaction = counted_transaction
+    recorder.writing = counted_writing
     try:
         yield counts
     finally:
-        del recorder.group_commit.submit, recorder.datastore.transaction
+        del recorder.group_commit.submit, recorder.writing
 
 
 def table(one: Arm, many: Arm, results: Results, rounds: int) -> Table:

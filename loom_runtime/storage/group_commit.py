@@ -77,9 +77,11 @@ class GroupCommit(Generic[T, R]):
                 return _outcome(mine)
             self._committing = True
             try:
-                self._turn.wait_for(
-                    lambda: len(self._queue) >= self._last_group, timeout=self._last_seconds / 2
-                )
+                if len(self._queue) < self._last_group:  # never true for a lone flow's appends
+                    self._turn.wait_for(
+                        lambda: len(self._queue) >= self._last_group,
+                        timeout=self._last_seconds / 2,
+                    )
             except BaseException:  # interrupted before its commit began: it writes nothing,
                 self._queue.remove(mine)  # and the next caller leads
                 self._committing = False

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from datetime import datetime
 from functools import cache
 from typing import Any
 from uuid import UUID
@@ -49,6 +50,8 @@ from loom_runtime.storage.topics import event_class, is_aggregate_topic
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
 _NO_TOPIC = object()
+_NO_TEXT = frozenset({type(None), bool, int, float, datetime})
+"""Types of a stored field's value that hold no text for the redactor to find."""
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
@@ -63,8 +66,7 @@ class MsgspecMapper(Mapper[UUID]):
         self.redactor = redactor
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
-        topic = get_topic(type(domain_event))
-        optional = _optional_fields(type(domain_event))
+        topic, optional, identifiers, class_version = _shape(type(domain_event))
         state = {
             k: v
             for k, v in vars(domain_event).items()
@@ -72,8 +74,7 @@ class MsgspecMapper(Mapper[UUID]):
         }
         try:
             if self.redactor is not None:
-                state = _redacted(self.redactor, topic, type(domain_event), state)
-            class_version = getattr(type(domain_event), "class_version", 1)
+                state = _redacted(self.redactor, topic, identifiers, state)
             if class_version > 1:
                 state["class_version"] = class_version
             payload = _encoder.encode(state)
@@ -216,6 +217,19 @@ def schema_for(cls: type) -> type[msgspec.Struct]:
 
 
 @cache
+def _shape(cls: type) -> tuple[str, frozenset[str], tuple[str, ...], int]:
+    """What mapping an event of ``cls`` needs of its class, looked up once per class (every
+    decision is mapped): its topic, its optional fields, its identifier fields (ADR 0012) and
+    its class version."""
+    return (
+        get_topic(cls),
+        _optional_fields(cls),
+        tuple(getattr(cls, "IDENTIFIERS", ())),
+        getattr(cls, "class_version", 1),
+    )
+
+
+@cache
 def _optional_fields(cls: type) -> frozenset[str]:
     """The fields that default to ``None``: left out of the stored JSON while ``None``.
 
@@ -239,22 +253,26 @@ def _real_type(hint: Any) -> Any:
     return hint
 
 
-def _redacted(redactor: Redactor, topic: str, cls: type, state: dict[str, Any]) -> dict[str, Any]:
+def _redacted(
+    redactor: Redactor, topic: str, identifiers: tuple[str, ...], state: dict[str, Any]
+) -> dict[str, Any]:
     """``state`` with its values redacted and its identifiers checked, never rewritten.
 
     An event class lists its identifier fields in ``IDENTIFIERS`` (ADR 0012). Every package
     checks its identifiers at its own boundary first, with its own error; a refusal here
     means one path did not, and it is refused all the same, before anything is written.
+    A value of a type that holds no text (a timestamp, a number) is not handed to the
+    redactor, whose walk returns such a value as it is.
     """
-    identifiers = getattr(cls, "IDENTIFIERS", ())
     redacted = {}
     for key, value in state.items():
-        path = f"{topic}.{key}"
         if key in identifiers:
-            redactor.check_identifier(value, path=path)
+            redactor.check_identifier(value, path=f"{topic}.{key}")
+            redacted[key] = value
+        elif type(value) in _NO_TEXT:
             redacted[key] = value
         else:
-            redacted[key] = redactor.value(value, path=path)
+            redacted[key] = redactor.value(value, path=f"{topic}.{key}")
     return redacted
 
 

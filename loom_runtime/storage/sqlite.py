@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    ConnectionPoolClosedError,
+    IntegrityError,
+    InterfaceError,
+    StoredEvent,
+)
 from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteApplicationRecorder,
     SQLiteConnection,
     SQLiteConnectionPool,
     SQLiteCursor,
     SQLiteDatastore,
     SQLiteFactory,
+    SQLiteTransaction,
 )
 
 from loom_runtime.log import Precondition, Row
@@ -50,6 +59,29 @@ class _SynchronousPool(SQLiteConnectionPool):
         return connection
 
 
+def _open_writer(pool: SQLiteConnectionPool) -> SQLiteConnection:
+    """A connection to ``pool``'s database set up as the pool's own (WAL, the lock timeout,
+    loom's ``synchronous``), except for sqlite3's default statement cache (see
+    :meth:`ChainedSQLiteRecorder.writing`) and plain tuples for rows."""
+    if pool.closed:
+        raise ConnectionPoolClosedError
+    try:
+        connection = sqlite3.connect(
+            pool.db_name,
+            uri=True,
+            check_same_thread=False,  # used by whichever thread leads the group commit
+            isolation_level=None,  # autocommit: the transaction's BEGIN is explicit
+            timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+        )
+        if not pool.is_sqlite_memory_mode:
+            connection.execute("PRAGMA journal_mode=WAL")
+        if isinstance(pool, _SynchronousPool):
+            connection.execute(f"PRAGMA synchronous={pool.synchronous}")
+    except sqlite3.Error as exc:
+        raise InterfaceError(exc) from exc
+    return SQLiteConnection(connection, max_age=None)
+
+
 class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
     """``eventsourcing.sqlite``'s application recorder, plus the chain row per event."""
 
@@ -62,6 +94,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         self.known = KnownHeads()
         """The chain heads of this recorder's last committed append (only the group commit's
         leader, one at a time, reads or replaces it)."""
+        self._writer: SQLiteConnection | None = None
+        self._writer_pid = 0
         self.select_stream_rows = (
             f"SELECT originator_version, topic, state FROM {events_table_name} "
             "WHERE originator_id=? ORDER BY originator_version"
@@ -77,8 +111,20 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         known: KnownHeads | None = None,
         **kwargs: Any,
     ) -> Sequence[int] | None:
-        ids = super()._insert_events(c, stored_events, **kwargs)
-        self.chain.append(c, stored_events, ids or (), known)
+        """The events' rows, as eventsourcing's recorder inserts them, then their chain rows;
+        the events' ids. On the driver's own cursor: every append passes here."""
+        del kwargs  # as in insert_events: an application recorder's insert takes none
+        cursor = c.sqlite_cursor
+        statement = self.insert_events_statement
+        ids = []
+        for event in stored_events:
+            stream = event.originator_id
+            originator = stream.hex if isinstance(stream, UUID) else stream
+            cursor.execute(
+                statement, (originator, event.originator_version, event.topic, event.state)
+            )
+            ids.append(cast(int, cursor.lastrowid))  # set by every INSERT into a rowid table
+        self.chain.append(cursor, stored_events, ids, known)
         return ids
 
     def insert_events(
@@ -123,7 +169,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         """
         known: KnownHeads | None = self.known
         try:
-            with self.datastore.transaction(commit=True) as c:
+            with self.writing() as c:
                 if len(group) == 1:
                     group[0].result = self._append(c, group[0].work, known)
                 else:
@@ -140,8 +186,46 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
                         c.execute("RELEASE loom_append")
         except BaseException:
             self.known = KnownHeads()
+            self._settle_writer()
             raise
         self.known = known if known is not None else KnownHeads()
+
+    def writing(self) -> AbstractContextManager[SQLiteCursor]:
+        """The group's transaction: ``BEGIN``, then on leaving a ``COMMIT``, or a rollback if
+        the body raised, with sqlite3's errors raised as eventsourcing's, exactly as the
+        pool's transactions do; on the connection this recorder holds for its appends.
+
+        Why not a connection of the pool per group: checking one out and back (a semaphore,
+        the pool's writer lock, a condition) and the context managers around it cost more
+        CPU than the append's own statements; and eventsourcing opens its connections with
+        ``cached_statements=True``, a statement cache of ONE, so the event ``INSERT`` and the
+        chain ``INSERT`` of every append evicted each other and were compiled again each
+        time. The held connection keeps sqlite3's default cache. Only the group commit's
+        leader uses it, one leader at a time (ADR 0036), so nothing else guards it. A
+        process forked with it opens its own (a SQLite connection must not cross a fork).
+        """
+        writer = self._writer
+        if writer is None or self._writer_pid != os.getpid():
+            writer = self._writer = _open_writer(self.datastore.pool)
+            self._writer_pid = os.getpid()
+        return SQLiteTransaction(writer, commit=True)
+
+    def _settle_writer(self) -> None:
+        """After a failed group: roll back what a failed ``COMMIT`` left open (nothing, if
+        the transaction already ended); a writer that cannot is closed, for a new one."""
+        writer = self._writer
+        if writer is None or self._writer_pid != os.getpid():
+            return
+        try:
+            writer.rollback()
+        except sqlite3.Error:
+            self.close_writer()
+
+    def close_writer(self) -> None:
+        """Close the held connection (the next append opens another)."""
+        writer, self._writer = self._writer, None
+        if writer is not None and self._writer_pid == os.getpid():
+            writer.close()
 
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)
@@ -176,6 +260,18 @@ class LoomSQLiteFactory(SQLiteFactory):
     and every event hash-chained as it is inserted."""
 
     application_recorder_class = ChainedSQLiteRecorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = super().application_recorder()
+        self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
+        return recorder
+
+    def close(self) -> None:
+        """Close every recorder's writer connection with the pool's."""
+        for recorder in getattr(self, "_loom_recorders", ()):
+            if isinstance(recorder, ChainedSQLiteRecorder):
+                recorder.close_writer()
+        super().close()
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)

@@ -37,21 +37,20 @@ class Gate:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.fail_second = fail_second
-        original = recorder.datastore.transaction
+        original = recorder.writing
 
         @contextmanager
-        def gated(*, commit: bool) -> Iterator[Any]:
-            with original(commit=commit) as cursor:
-                if commit:
-                    self.commits += 1
-                    if self.commits == 1:
-                        self.entered.set()
-                        assert self.release.wait(WAIT_S)
+        def gated() -> Iterator[Any]:
+            with original() as cursor:
+                self.commits += 1
+                if self.commits == 1:
+                    self.entered.set()
+                    assert self.release.wait(WAIT_S)
                 yield cursor
-                if commit and self.fail_second and self.commits == 2:
+                if self.fail_second and self.commits == 2:
                     raise OSError("disk full (injected before the group's commit)")
 
-        recorder.datastore.transaction = gated  # type: ignore[method-assign]
+        recorder.writing = gated  # type: ignore[method-assign]
 
     def wait_until_queued(self, count: int) -> None:
         """Until ``count`` appends wait behind the held commit (they block on a condition)."""
