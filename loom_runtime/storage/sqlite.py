@@ -261,18 +261,6 @@ class LoomSQLiteFactory(SQLiteFactory):
 
     application_recorder_class = ChainedSQLiteRecorder
 
-    def application_recorder(self) -> ApplicationRecorder:
-        recorder = super().application_recorder()
-        self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
-        return recorder
-
-    def close(self) -> None:
-        """Close every recorder's writer connection with the pool's."""
-        for recorder in getattr(self, "_loom_recorders", ()):
-            if isinstance(recorder, ChainedSQLiteRecorder):
-                recorder.close_writer()
-        super().close()
-
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         pool = self.datastore.pool
@@ -281,3 +269,17 @@ class LoomSQLiteFactory(SQLiteFactory):
             db_name=pool.db_name,
             lock_timeout=pool.lock_timeout,
         )
+        self._recorders: list[ChainedSQLiteRecorder] = []
+        """The recorders made here, whose held writer connections close with the factory."""
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = super().application_recorder()
+        if isinstance(recorder, ChainedSQLiteRecorder):
+            self._recorders.append(recorder)
+        return recorder
+
+    def close(self) -> None:
+        """Close every recorder's writer connection with the pool's."""
+        for recorder in self._recorders:
+            recorder.close_writer()
+        super().close()
