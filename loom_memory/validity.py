@@ -116,9 +116,10 @@ class TemporalSqlStore(SqlMemoryStore):
         )
         self._current: ColumnElement[bool] = self.entries.c.valid_to.is_(None)
         """The admission of a current search with no ``where`` (see ``_admitted``)."""
-        self._ended: list[Change] = []
-        """The changes by position of the ends :meth:`append_at_batch` made, counted with its
-        inserts (and emptied) by the next ``_insert`` of the same call."""
+        self._ended: dict[int, list[Change]] = {}
+        """By connection (``id``: threads writing at once use their own), the changes by
+        position of the ends :meth:`append_at_batch` made, counted with its inserts (and
+        taken out) by the next ``_insert`` of the same call."""
 
     @property
     def row_counts_table(self) -> str:
@@ -216,7 +217,7 @@ class TemporalSqlStore(SqlMemoryStore):
         if documents:
             counted = sorted((key, term, count) for (key, term), count in documents.items())
             _upsert_counts(conn, self.term_counts_table, "key, term", "df", counted)
-        ended, self._ended = self._ended, []
+        ended = self._ended.pop(id(conn), [])
         self._count_positions(
             conn,
             ended
@@ -380,11 +381,11 @@ class TemporalSqlStore(SqlMemoryStore):
                 for key, ids, position in ends:
                     self._end(c, key, ids, position)
                 self.append_batch(prepared, conn=c)
-                if self._ended:  # nothing was inserted to count them with
-                    ended, self._ended = self._ended, []
+                ended = self._ended.pop(id(c), [])
+                if ended:  # nothing was inserted to count them with
                     self._count_positions(c, ended)
             finally:
-                self._ended = []
+                self._ended.pop(id(c), None)
 
     def _end(self, conn: Connection, key: str, ids: Iterable[str], position: int) -> None:
         """End ``ids`` at ``key`` as :meth:`end_validity` does; on SQLite, hold their changes
@@ -426,7 +427,8 @@ class TemporalSqlStore(SqlMemoryStore):
                 tuple(chunk),
             ):
                 held[seq].append(term)
-        self._ended += ended_changes(((key, ended[seq], held[seq]) for seq in seqs), position)
+        changes = ended_changes(((key, ended[seq], held[seq]) for seq in seqs), position)
+        self._ended.setdefault(id(conn), []).extend(changes)
 
     def end_validity(
         self, key: str, ids: Iterable[str], position: int, *, conn: Connection | None = None
