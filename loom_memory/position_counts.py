@@ -27,7 +27,9 @@ deleted too: no term of an erased row stays in these tables unless a live row st
 Each store writes the changes of what it inserts (``TemporalSqlStore._insert``), and
 triggers write those of an end, a move and a delete, whoever issues them: per row on SQLite
 (:func:`sqlite_triggers`), per statement on PostgreSQL
-(:func:`loom_memory.postgres_counts.position_triggers`).
+(:func:`loom_memory.postgres_counts.position_triggers`). On SQLite, the ends a store makes in
+``append_at_batch`` are counted with its inserts instead, in one :func:`bucketed` call, so a
+revision's end and append cancel on their shared terms before any upsert.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ from sqlalchemy import (
 
 SHIFTS = (0, 8, 16)
 """Level ``i`` sums the changes of positions ``p`` with the same ``p >> SHIFTS[i]``."""
+
+SELF_COUNTED = -1
+"""The level of a marker row a store puts in ``rows`` for a key while it ends rows of the key
+and counts their ends itself (:func:`sqlite_triggers`): no read sums it, and the store deletes
+it in the same transaction, so no other connection ever sees it."""
 
 LEVELS_SQL = " UNION ALL ".join(
     f"SELECT {level} AS level, {shift} AS shift" if level == 0 else f"SELECT {level}, {shift}"
@@ -93,33 +100,83 @@ def row_changes(valid_from: int | None, valid_to: int | None) -> list[tuple[int,
     return [(valid_from, 1), (max(valid_from, valid_to), -1)]
 
 
-def bucketed(
+Change = tuple[str, int, int, Collection[str]]
+"""``(key, position, sign, distinct terms)``: one row's ``+1`` or ``-1`` at a position."""
+
+
+def inserted_changes(
     inserted: Iterable[tuple[str, int | None, int | None, Collection[str]]],
+) -> list[Change]:
+    """The changes of inserted rows given as ``(key, valid_from, valid_to, distinct terms)``."""
+    return [
+        (key, position, sign, held)
+        for key, valid_from, valid_to, held in inserted
+        for position, sign in row_changes(valid_from, valid_to)
+    ]
+
+
+def ended_changes(
+    ended: Iterable[tuple[str, int | None, Collection[str]]], position: int
+) -> list[Change]:
+    """The changes of current rows given as ``(key, valid_from, distinct terms)`` ended at
+    ``position``: each row's ``-1`` moves from nowhere to ``max(valid_from, position)``."""
+    return [
+        (key, max(valid_from, position), -1, held)
+        for key, valid_from, held in ended
+        if valid_from is not None
+    ]
+
+
+def bucketed(
+    changes: Iterable[Change],
 ) -> tuple[list[tuple[str, int, int, int]], list[tuple[str, int, str, int, int]]]:
-    """The upserts for the ``rows`` and ``terms`` tables of inserted rows given as ``(key,
-    valid_from, valid_to, distinct terms)``: summed per bucket, zeros left out, sorted (the
-    order every writer takes the rows in)."""
-    # Summed per position first, then fanned out to the levels: a batch's rows mostly share
-    # one position, so each of its distinct terms is fanned out once, not once per row.
+    """The upserts for the ``rows`` and ``terms`` tables of ``changes``: summed per bucket,
+    zeros left out, sorted (the order every writer takes the rows in).
+
+    A revision's end and its append counted in one call cancel on their shared terms, so the
+    buckets they would leave at zero are never written (ADR 0059, amended)."""
+    # Summed per (key, position) first, each row's terms counted by Counter.update (a C loop),
+    # then fanned out to the levels: a batch's rows mostly share a position, so each of its
+    # distinct terms is fanned out once, not once per row.
     changed: Counter[tuple[str, int]] = Counter()
-    held_at: Counter[tuple[str, int, str]] = Counter()
-    for key, valid_from, valid_to, held in inserted:
-        changes = row_changes(valid_from, valid_to)
-        for position, sign in changes:
-            changed[key, position] += sign
-            for term in held:
-                held_at[key, position, term] += sign
+    added: dict[tuple[str, int], Counter[str]] = {}
+    taken: dict[tuple[str, int], Counter[str]] = {}
+    for key, position, sign, held in changes:
+        changed[key, position] += sign
+        side = added if sign > 0 else taken
+        counted = side.get((key, position))
+        if counted is None:
+            counted = side[key, position] = Counter()
+        counted.update(held)
+    held_at: dict[tuple[str, int], Counter[str]] = added
+    for where, gone in taken.items():
+        net = held_at.setdefault(where, Counter())
+        net.subtract(gone)
     rows: Counter[tuple[str, int, int]] = Counter()
-    terms: Counter[tuple[str, int, str, int]] = Counter()
+    terms: list[tuple[str, int, str, int, int]] = []
     for level, shift in enumerate(SHIFTS):
         for (key, position), n in changed.items():
             rows[key, level, position >> shift] += n
-        for (key, position, term), df in held_at.items():
-            terms[key, level, term, position >> shift] += df
-    return (
-        sorted((*where, n) for where, n in rows.items() if n),
-        sorted((*where, df) for where, df in terms.items() if df),
-    )
+        blocks: dict[tuple[str, int], Counter[str]] = {}
+        summed: set[tuple[str, int]] = set()  # blocks holding a counter of their own
+        for (key, position), counted in held_at.items():
+            where = (key, position >> shift)
+            block = blocks.get(where)
+            if block is None:  # a block of one position shares that position's counter
+                blocks[where] = counted
+                continue
+            if where not in summed:
+                block = blocks[where] = Counter(block)
+                summed.add(where)
+            block.update(counted)
+        terms += [
+            (key, level, term, bucket, df)
+            for (key, bucket), counted in blocks.items()
+            for term, df in counted.items()
+            if df
+        ]
+    terms.sort()
+    return sorted((*where, n) for where, n in rows.items() if n), terms
 
 
 def ranges(position: int) -> list[tuple[int, int | None, int]]:
@@ -211,6 +268,9 @@ def refill_statements(*, entries: str, postings: str, rows: str, terms: str) -> 
 def sqlite_triggers(*, entries: str, postings: str, rows: str, terms: str) -> list[str]:
     """SQLite's per-row triggers writing the changes of an end, a move and a delete.
 
+    An end is not counted while the key's :data:`SELF_COUNTED` marker is in ``rows``: the
+    store's own ends are counted with its inserts (``TemporalSqlStore.append_at_batch``).
+
     An end (only ``valid_to`` changed) moves the row's ``-1`` from its old end to its new
     one; a move (its key or ``valid_from`` changed) takes all its changes out and puts them
     back; a delete (BEFORE: the entry's postings go with it afterwards) takes them out and
@@ -247,9 +307,16 @@ def sqlite_triggers(*, entries: str, postings: str, rows: str, terms: str) -> li
         )
 
     same = "old.key IS new.key AND old.valid_from IS new.valid_from"
+    counted_by_store = (
+        f"EXISTS (SELECT 1 FROM {rows} WHERE key = new.key AND level = {SELF_COUNTED} "
+        "AND bucket = 0)"
+    )
     return [
-        f"CREATE TRIGGER IF NOT EXISTS {entries}_at_end AFTER UPDATE OF valid_to ON {entries} "
-        f"WHEN {same} AND old.valid_to IS NOT new.valid_to BEGIN "
+        # Replaced at every open: a store written before the store counted its own ends has
+        # the trigger without the marker's test, and would count those ends twice.
+        f"DROP TRIGGER IF EXISTS {entries}_at_end",
+        f"CREATE TRIGGER {entries}_at_end AFTER UPDATE OF valid_to ON {entries} "
+        f"WHEN {same} AND old.valid_to IS NOT new.valid_to AND NOT {counted_by_store} BEGIN "
         f"{change('new.key', 'new.seq', end_sql('old'), 1)} "
         f"{change('new.key', 'new.seq', end_sql('new'), -1)} END",
         f"CREATE TRIGGER IF NOT EXISTS {entries}_at_move AFTER UPDATE OF key, valid_from "

@@ -54,8 +54,12 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.position_counts import (
+    SELF_COUNTED,
+    Change,
     bucketed,
     declare_tables,
+    ended_changes,
+    inserted_changes,
     read_counts,
     refill_statements,
     sqlite_triggers,
@@ -112,6 +116,10 @@ class TemporalSqlStore(SqlMemoryStore):
         )
         self._current: ColumnElement[bool] = self.entries.c.valid_to.is_(None)
         """The admission of a current search with no ``where`` (see ``_admitted``)."""
+        self._ended: dict[int, list[Change]] = {}
+        """By connection (``id``: threads writing at once use their own), the changes by
+        position of the ends :meth:`append_at_batch` made, counted with its inserts (and
+        taken out) by the next ``_insert`` of the same call."""
 
     @property
     def row_counts_table(self) -> str:
@@ -209,10 +217,20 @@ class TemporalSqlStore(SqlMemoryStore):
         if documents:
             counted = sorted((key, term, count) for (key, term), count in documents.items())
             _upsert_counts(conn, self.term_counts_table, "key, term", "df", counted)
-        by_rows, by_terms = bucketed(
-            (row["key"], row.get("valid_from", 0), row.get("valid_to"), set(row_terms))
-            for row, row_terms in zip(rows, terms, strict=True)
+        ended = self._ended.pop(id(conn), [])
+        self._count_positions(
+            conn,
+            ended
+            + inserted_changes(
+                (row["key"], row.get("valid_from", 0), row.get("valid_to"), set(row_terms))
+                for row, row_terms in zip(rows, terms, strict=True)
+            ),
         )
+
+    def _count_positions(self, conn: Connection, changes: list[Change]) -> None:
+        """Write ``changes`` to the counts by position, one upsert per table: on PostgreSQL
+        after the changed keys' locks (:func:`~loom_memory.postgres_counts.key_lock`)."""
+        by_rows, by_terms = bucketed(changes)
         if (by_rows or by_terms) and conn.dialect.name == "postgresql":
             locks = sorted({key for key, *_ in [*by_rows, *by_terms]})
             conn.exec_driver_sql(
@@ -340,17 +358,77 @@ class TemporalSqlStore(SqlMemoryStore):
         self,
         appends: Sequence[tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]],
         *,
+        ends: Sequence[tuple[str, Iterable[str], int]] = (),
         conn: Connection | None = None,
     ) -> None:
-        """Make each ``(key, entries, position, values)`` an :meth:`append_at`, in order, all
-        or none, one statement per table (:meth:`~loom_memory.SqlMemoryStore.append_batch`)."""
-        self.append_batch(
-            [
-                (key, entries, {**values, "valid_from": check_position(position)})
-                for key, entries, position, values in appends
-            ],
-            conn=conn,
+        """Make each ``(key, ids, position)`` of ``ends`` an :meth:`end_validity`, then each
+        ``(key, entries, position, values)`` an :meth:`append_at`, in order, all or none, one
+        statement per table (:meth:`~loom_memory.SqlMemoryStore.append_batch`).
+
+        On SQLite the ends are counted by position with the appends, in one batch: a
+        revision's end and append at one position cancel on their shared terms before any
+        upsert, where the per-row trigger of an end wrote every term of every ended row at
+        three levels (ADR 0059, amended). PostgreSQL's statement-level triggers count them."""
+        prepared = [
+            (key, entries, {**values, "valid_from": check_position(position)})
+            for key, entries, position, values in appends
+        ]
+        if not ends:
+            self.append_batch(prepared, conn=conn)
+            return
+        with self._begin(conn) as c:
+            try:
+                for key, ids, position in ends:
+                    self._end(c, key, ids, position)
+                self.append_batch(prepared, conn=c)
+                ended = self._ended.pop(id(c), [])
+                if ended:  # nothing was inserted to count them with
+                    self._count_positions(c, ended)
+            finally:
+                self._ended.pop(id(c), None)
+
+    def _end(self, conn: Connection, key: str, ids: Iterable[str], position: int) -> None:
+        """End ``ids`` at ``key`` as :meth:`end_validity` does; on SQLite, hold their changes
+        by position for the batch's ``_insert``, the trigger told not to count them."""
+        if conn.dialect.name != "sqlite":
+            self.end_validity(key, ids, position, conn=conn)
+            return
+        check_key(key)
+        wanted = check_ids(ids)
+        check_position(position)
+        if not wanted:
+            return
+        assert self.postings is not None
+        rows = self.entries.c
+        statement = (
+            update(self.entries)
+            .where(rows.key == key, rows.entry_id.in_(sorted(wanted)), rows.valid_to.is_(None))
+            .values(valid_to=position)
+            .returning(rows.seq, rows.valid_from)
         )
+        conn.exec_driver_sql(
+            f"INSERT INTO {self.rows_at_table} (key, level, bucket, n) VALUES (?, ?, 0, 0)",
+            (key, SELF_COUNTED),
+        )
+        try:
+            ended = dict(conn.execute(statement).tuples().all())
+        finally:
+            conn.exec_driver_sql(
+                f"DELETE FROM {self.rows_at_table} WHERE key = ? AND level = ?",
+                (key, SELF_COUNTED),
+            )
+        held: dict[int, list[str]] = {seq: [] for seq in ended}
+        seqs = sorted(ended)
+        for start in range(0, len(seqs), 500):
+            chunk = seqs[start : start + 500]
+            for seq, term in conn.exec_driver_sql(
+                f"SELECT seq, term FROM {self.postings.name} "
+                f"WHERE seq IN ({', '.join('?' * len(chunk))})",
+                tuple(chunk),
+            ):
+                held[seq].append(term)
+        changes = ended_changes(((key, ended[seq], held[seq]) for seq in seqs), position)
+        self._ended.setdefault(id(conn), []).extend(changes)
 
     def end_validity(
         self, key: str, ids: Iterable[str], position: int, *, conn: Connection | None = None

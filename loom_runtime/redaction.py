@@ -264,11 +264,18 @@ _INERT_ITEMS = frozenset({int, float, bool, type(None)})
 """Item types that hold no text: a list of only these is returned without a walk."""
 
 _CLEAN_CACHE_SIZE = 256
-"""How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each), and how
-many clean identifiers."""
+"""How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each)."""
 
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
+
+_CLEAN_NAMES_CHARS = 2_000_000
+"""How many characters of clean identifiers a redactor remembers (a few MB): every document
+id of a corpus of tens of thousands, which a sync checks at its boundary and again in the
+event that lists them all. 256 names (the earlier bound, first in first out) held none of a
+10,000-id sync by the time it came round again, so every check ran every pattern. A name is
+remembered only once found clean, and patterns never change after a redactor is made: a
+name holding a secret is checked, and refused, every time."""
 
 
 class Redactor:
@@ -299,6 +306,8 @@ class Redactor:
         # Identifiers found clean lately: a flow asks the same keys and kinds in every run,
         # and each is checked on every append (read without the lock: a dict lookup is atomic).
         self._clean_names: dict[str, None] = {}
+        self._clean_chars = 0
+        """The characters of the names in ``_clean_names`` (bounded by _CLEAN_NAMES_CHARS)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -361,10 +370,19 @@ class Redactor:
                 where = path if names is not value else f"{path}[{index}]"
                 raise error(pattern=pattern, path=where)
             if len(name) <= _CLEAN_NAME_LENGTH:
-                with self._lock:
-                    if len(self._clean_names) >= _CLEAN_CACHE_SIZE:
-                        del self._clean_names[next(iter(self._clean_names))]
-                    self._clean_names[name] = None
+                self._remember_clean(name)
+
+    def _remember_clean(self, name: str) -> None:
+        """Remember ``name`` as clean, forgetting the oldest names beyond the budget."""
+        with self._lock:
+            if name in self._clean_names:  # another thread checked it meanwhile
+                return
+            self._clean_names[name] = None
+            self._clean_chars += len(name)
+            while self._clean_chars > _CLEAN_NAMES_CHARS:
+                oldest = next(iter(self._clean_names))
+                del self._clean_names[oldest]
+                self._clean_chars -= len(oldest)
 
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""

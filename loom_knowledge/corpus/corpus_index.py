@@ -307,7 +307,7 @@ class CorpusIndex(SQLProjection):
         if opened is not None:  # None: its key is destroyed, and a forget event follows
             store = self._store_of(conn, event.scope)
             passages = (key, _entries(event, *opened), position, {"revision": event.revision})
-            page.passages.setdefault(id(store), (store, []))[1].append(passages)
+            page.held(store).appends.append(passages)
         document = {"scope": event.scope, "doc_id": event.doc_id}
         if previous is None:
             page.documents.append({**document, **values})
@@ -361,6 +361,7 @@ class CorpusIndex(SQLProjection):
                 )
             ).scalar()
             if most:
+                self._write_held(conn)  # the end of its current revision is held
                 store = self._store_of(conn, scope)
                 store.remove(corpus_key(scope), _passage_ids(doc_id, most), conn=conn)
                 store.forget_deleted(conn=conn)  # no index page keeps the deleted terms
@@ -412,8 +413,15 @@ class CorpusIndex(SQLProjection):
                 "ended_by": ended_by,
             },
         )
-        ids = _passage_ids(record.id, record.passage_count)
-        self._store_of(conn, scope).end_validity(corpus_key(scope), ids, position, conn=conn)
+        # Held like an insert, and written with the page's next inserts of its store (the
+        # revision's own, mostly): counted by position together, a revision's end and append
+        # cancel on their shared terms (ADR 0059, amended).
+        page = self._page if self._page is not None else _PageWrites(())
+        store = self._store_of(conn, scope)
+        ended = (corpus_key(scope), _passage_ids(record.id, record.passage_count), position)
+        page.held(store).ends.append(ended)
+        if self._page is None:  # applied outside a page: write it now
+            self._write(conn, page)
 
     def _write_held(self, conn: Connection) -> None:
         """Write the inserts held for the page: at its end, or before a statement that must
@@ -426,8 +434,8 @@ class CorpusIndex(SQLProjection):
         held = list(page.passages.values())
         documents, revisions = page.documents, page.revisions
         page.passages, page.documents, page.revisions = {}, [], []
-        for store, appends in held:
-            store.append_at_batch(appends, conn=conn)
+        for writes in held:
+            writes.store.append_at_batch(writes.appends, ends=writes.ends, conn=conn)
         if documents:
             conn.execute(self._statements.insert_document, documents)
         if revisions:
@@ -645,6 +653,18 @@ Appended = tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]
 """One document's passages as ``append_at_batch`` takes them: key, entries, position, values."""
 
 
+class _StoreWrites:
+    """The writes held for one passage store: its ends, then its appends (an end makes the
+    page write what was held before it, so every end held precedes every append held)."""
+
+    def __init__(self, store: PassageStore) -> None:
+        self.store = store
+        self.ends: list[tuple[str, list[str], int]] = []
+        """``(key, passage ids, position)`` of each revision ended, in event order."""
+        self.appends: list[Appended] = []
+        """Each written revision's passages, in event order."""
+
+
 class _PageWrites:
     """The page being applied: the inserts held until its last event, and its documents'
     live records as its events leave them (see :meth:`CorpusIndex.apply`)."""
@@ -653,8 +673,8 @@ class _PageWrites:
         self.last = events[-1][0] if events else 0
         """The position of the page's last event: its handling writes what is held."""
         self._events = events
-        self.passages: dict[int, tuple[PassageStore, list[Appended]]] = {}
-        """Per passage store (by identity), the appends held, in event order."""
+        self.passages: dict[int, _StoreWrites] = {}
+        """Per passage store (by identity), the ends and appends held, in event order."""
         self.documents: list[dict[str, Any]] = []
         """Manifest rows of new documents, held."""
         self.revisions: list[dict[str, Any]] = []
@@ -663,6 +683,13 @@ class _PageWrites:
         """(scope, doc_id) -> the live record (None: none), once read or filed in this page."""
         self.read_scopes: set[str] = set()
         """The scopes whose documents in this page have had their records read."""
+
+    def held(self, store: PassageStore) -> _StoreWrites:
+        """What is held for ``store``."""
+        found = self.passages.get(id(store))
+        if found is None:
+            found = self.passages[id(store)] = _StoreWrites(store)
+        return found
 
     def doc_ids(self, scope: str) -> set[str]:
         """The ids of the documents of ``scope`` this page writes or removes."""
