@@ -99,3 +99,28 @@ def test_a_key_row_is_read_the_ordinary_way_when_the_kept_connection_fails(
         keyring._raw = _Broken()
         assert reader.replay(run.execution_id).identical
         assert not isinstance(keyring._raw, _Broken)  # the failed connection was let go
+
+
+def test_a_new_key_is_stored_the_ordinary_way_when_the_kept_connection_fails(
+    db_url: str,
+) -> None:
+    """A key is stored on the kept connection, or through the engine if that fails; either
+    way a subject keeps its one key (a second one for it is refused)."""
+    from sqlalchemy.exc import IntegrityError
+
+    with Loom(db_url, encryption=KEY) as loom:
+        _register(loom)
+        first = loom.run("note", text="switches encryption on")
+        keyring = loom._keyring
+        assert keyring is not None
+        kept = loom.run("note", text="key stored on the kept connection")
+        keyring._raw = _Broken()
+        ordinary = loom.run("note", text="key stored through the engine")
+        assert not isinstance(keyring._raw, _Broken)
+        with pytest.raises(IntegrityError):
+            keyring.create(subject_of(kept.execution_id), position=loom.log.position)
+        subjects = [subject_of(r.execution_id) for r in (first, kept, ordinary)]
+        assert _key_rows(loom) == sorted([KEY_CHECK, *subjects])
+    with Loom(db_url, encryption=KEY) as reader:
+        _register(reader)
+        assert all(reader.replay(r.execution_id).identical for r in (first, kept, ordinary))
