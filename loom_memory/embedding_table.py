@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Column,
@@ -79,6 +79,12 @@ def embedding_texts(entries: Sequence[MemoryEntry]) -> dict[str, str]:
     have none: like a lexical backend, nothing can match them)."""
     texts = (searchable_text(entry) for entry in entries)
     return {text_digest(text): text for text in texts if tokenize(text)}
+
+
+def _insert(conn: Connection, table: Table) -> Any:
+    """An insert into ``table`` that leaves an address already held as it is."""
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing()
 
 
 def unit_vector(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
@@ -150,31 +156,26 @@ class EmbeddingTable:
                 held.update(conn.execute(query).scalars())
         return [digest for digest in digests if digest not in held]
 
-    def record(
-        self,
-        vectors: Mapping[str, Sequence[float] | bytes],
-        *,
-        conn: Connection,
-        subject: str | None = None,
-    ) -> None:
-        """Store ``digest -> vector`` (floats, or already packed); an address already held
-        keeps its vector. ``subject``: the vectors are that sealed subject's, by keyed digest."""
+    def record(self, vectors: Mapping[str, Sequence[float]], *, conn: Connection) -> None:
+        """Store ``digest -> vector``; an address already held keeps its vector."""
         if not vectors:
             return
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
         rows = [
-            {
-                "model": self.model,
-                "digest": digest,
-                "vector": vector if isinstance(vector, bytes) else pack_vector(vector),
-            }
+            {"model": self.model, "digest": digest, "vector": pack_vector(vector)}
             for digest, vector in vectors.items()
         ]
-        table = self.table
-        if subject is not None:
-            table = self._subject_table()
-            rows = [{**row, "subject": subject} for row in rows]
-        conn.execute(insert(table).on_conflict_do_nothing(), rows)
+        conn.execute(_insert(conn, self.table), rows)
+
+    def record_sealed(self, rows: Sequence[tuple[str, str, bytes]], *, conn: Connection) -> None:
+        """Store sealed subjects' ``(subject, keyed digest, packed vector)`` rows; an address
+        already held keeps its vector."""
+        if not rows:
+            return
+        values = [
+            {"model": self.model, "digest": digest, "subject": subject, "vector": vector}
+            for subject, digest, vector in rows
+        ]
+        conn.execute(_insert(conn, self._subject_table()), values)
 
     def _subject_table(self) -> Table:
         if self.subject_table is None:

@@ -91,6 +91,10 @@ class EmbeddingProjection(SQLProjection):
         super().__init__(table.engine, name=name)
         self.table = table
         self._opened: dict[int, list[bytes] | None] = {}
+        self._held: list[tuple[str, str, bytes]] = []
+        """The page's opened (subject, digest, vector) rows, written in one statement: one
+        insert per event (a document each) was most of a corpus's sealed indexing."""
+        self._last = -1
         self.create_tables(rows_lost=table.created)
 
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
@@ -104,17 +108,16 @@ class EmbeddingProjection(SQLProjection):
         keyring = keyring_for(self.engine) if sealed else None
         if keyring is not None:
             # The keyring caches a key once opened: another process may have destroyed it
-            # since, and vectors sealed just before that must not open here.
-            for subject in {event.subject for _, event in sealed}:
-                try:
-                    keyring.live_key(subject)
-                except ErasedError:
-                    continue  # destroyed: opening its vectors finds it so
+            # since, and vectors sealed just before that must not open here. One query for
+            # the page's subjects (a page of a corpus sync names hundreds).
+            subjects = {event.subject for _, event in sealed}
+            keyring.forget(subjects - set(keyring.live(subjects)))
         self._opened = {position: _opened(keyring, event) for position, event in sealed}
+        self._last = sealed[-1][0] if sealed else -1
         try:
             return super().apply(events, upto=upto)
         finally:
-            self._opened = {}
+            self._opened, self._held = {}, []
 
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
         """Store the vectors of an event of the table's model; skip other models' events;
@@ -124,10 +127,17 @@ class EmbeddingProjection(SQLProjection):
         elif isinstance(event, SubjectEmbeddingsRecorded) and event.model == self.table.model:
             opened = self._opened[position]
             if opened is not None:
-                vectors = dict(zip(event.digests, opened, strict=True))
-                self.table.record(vectors, conn=conn, subject=event.subject)
+                pairs = zip(event.digests, opened, strict=True)
+                self._held += [(event.subject, digest, vector) for digest, vector in pairs]
+            if position == self._last:
+                self._write_held(conn)
         elif isinstance(event, Forgotten):
+            self._write_held(conn)  # the subjects it names may be held
             self.table.forget(list(event.subjects), conn=conn)
+
+    def _write_held(self, conn: Connection) -> None:
+        self.table.record_sealed(self._held, conn=conn)
+        self._held = []
 
     def clear(self, conn: Connection) -> None:
         """Delete every stored vector (all of them came from the log)."""
@@ -196,7 +206,7 @@ def _sealed_changes(
     log: EventLog, model: str, packed: Mapping[str, bytes], owners: Mapping[str, str]
 ) -> list[Change]:
     """The events recording the keyed digests among ``packed``, sealed under their subjects'
-    live keys (read again from the key table: another process may have erased one)."""
+    live keys (the key table read again, in one query: another process may have erased one)."""
     by_subject: dict[str, list[str]] = {}
     for digest in packed:
         if digest in owners:
@@ -209,9 +219,11 @@ def _sealed_changes(
                 "with its master key (encryption=)"
             )
         return []
+    live = set(keyring.live(by_subject))
     changes: list[Change] = []
     for subject, digests in by_subject.items():
-        key = keyring.live_key(subject)
+        # A subject found destroyed raises SubjectErasedError; a live one's key may be cached.
+        key = keyring.key(subject) if subject in live else keyring.live_key(subject)
         for start in range(0, len(digests), _VECTORS_PER_EVENT):
             chunk = digests[start : start + _VECTORS_PER_EVENT]
             sealed = [seal_vector(key, subject, model, d, packed[d]) for d in chunk]
