@@ -6,6 +6,12 @@ passages). The address is :func:`text_digest` of the text a store embeds for an 
 :func:`~loom_memory.text.searchable_text`, so the same text written twice is embedded once.
 A table only ever answers for its own model: rows of another model are never read.
 
+With encryption on (a keyring on the engine), a second table, ``<prefix>subject_embeddings``,
+holds ``(model, keyed digest, subject) -> vector`` for the texts of sealed subjects (ADR 0061):
+the digest is keyed under the subject's data key, so it is unique to the subject, and the
+subject column is what lets a forget event delete the subject's rows. The lookups read both
+tables; a log without encryption never has the second one.
+
 Every method takes the caller's connection: the table is written in the same transaction as
 whatever needs the vectors (a store's rows, a projection's tracking position).
 """
@@ -15,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Column,
     Connection,
     Engine,
+    Index,
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
@@ -31,9 +39,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from loom_memory.embedding_events import keyed_digest
 from loom_memory.entry import MemoryEntry
 from loom_memory.text import searchable_text, tokenize
-from loom_runtime import MissingExtraError, serialise_ddl
+from loom_runtime import EncryptionOffError, MissingExtraError, keyring_for, serialise_ddl
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 try:
     import numpy as np
@@ -69,6 +81,12 @@ def embedding_texts(entries: Sequence[MemoryEntry]) -> dict[str, str]:
     return {text_digest(text): text for text in texts if tokenize(text)}
 
 
+def _insert(conn: Connection, table: Table) -> Any:
+    """An insert into ``table`` that leaves an address already held as it is."""
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing()
+
+
 def unit_vector(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
     """``vector`` scaled to length 1, or None for the zero vector (similar to nothing)."""
     norm = float(np.linalg.norm(vector))
@@ -76,7 +94,8 @@ def unit_vector(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
 
 
 class EmbeddingTable:
-    """The vectors of ``model`` by text digest, in ``<table_prefix>embeddings``."""
+    """The vectors of ``model`` by text digest, in ``<table_prefix>embeddings`` (and, with
+    encryption on, by subject and keyed digest in ``<table_prefix>subject_embeddings``)."""
 
     def __init__(self, engine: Engine, *, model: str, table_prefix: str) -> None:
         self.engine = engine
@@ -91,53 +110,114 @@ class EmbeddingTable:
             Column("vector", LargeBinary, nullable=False),
             PrimaryKeyConstraint("model", "digest"),
         )
+        self.subject_table: Table | None = None
+        """The sealed subjects' vectors; None on a log opened without encryption."""
+        if keyring_for(engine) is not None:
+            name = f"{table_prefix}subject_embeddings"
+            # Keyed digests are unique to their subject, so lookups go by (model, digest);
+            # the subject index serves a forget event's delete.
+            self.subject_table = Table(
+                name,
+                metadata,
+                Column("model", Text, nullable=False),
+                Column("digest", Text, nullable=False),
+                Column("subject", Text, nullable=False),
+                Column("vector", LargeBinary, nullable=False),
+                PrimaryKeyConstraint("model", "digest", "subject"),
+                Index(f"{name}_subject", "subject"),
+            )
         with engine.begin() as conn:
             serialise_ddl(conn)  # workers opening the table at once must not race
-            self.created = not inspect(conn).has_table(self.table.name)
-            """True when the table was missing: a projection into it starts again from 0."""
+            inspector = inspect(conn)
+            self.created = any(not inspector.has_table(name) for name in metadata.tables)
+            """True when a table was missing: a projection into it starts again from 0."""
             metadata.create_all(conn, checkfirst=True)
+
+    @staticmethod
+    def address(text: str, *, key: AESGCM | None = None) -> str:
+        """The digest a text's vector is stored under: :func:`text_digest`, or with ``key``
+        (a sealed subject's data key) :func:`~loom_memory.embedding_events.keyed_digest`."""
+        return text_digest(text) if key is None else keyed_digest(key, text)
+
+    @property
+    def _tables(self) -> list[Table]:
+        return [self.table] if self.subject_table is None else [self.table, self.subject_table]
 
     def missing(self, digests: Sequence[str], *, conn: Connection) -> list[str]:
         """The digests among ``digests`` with no vector of the model yet, in order."""
         held: set[str] = set()
-        column = self.table.c
-        for start in range(0, len(digests), _LOOKUP_BATCH):
-            batch = list(digests[start : start + _LOOKUP_BATCH])
-            query = select(column.digest).where(
-                column.model == self.model, column.digest.in_(batch)
-            )
-            held.update(conn.execute(query).scalars())
+        for table in self._tables:
+            column = table.c
+            for start in range(0, len(digests), _LOOKUP_BATCH):
+                batch = list(digests[start : start + _LOOKUP_BATCH])
+                query = select(column.digest).where(
+                    column.model == self.model, column.digest.in_(batch)
+                )
+                held.update(conn.execute(query).scalars())
         return [digest for digest in digests if digest not in held]
 
     def record(self, vectors: Mapping[str, Sequence[float]], *, conn: Connection) -> None:
         """Store ``digest -> vector``; an address already held keeps its vector."""
         if not vectors:
             return
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
         rows = [
             {"model": self.model, "digest": digest, "vector": pack_vector(vector)}
             for digest, vector in vectors.items()
         ]
-        conn.execute(insert(self.table).on_conflict_do_nothing(), rows)
+        conn.execute(_insert(conn, self.table), rows)
+
+    def record_sealed(self, rows: Sequence[tuple[str, str, bytes]], *, conn: Connection) -> None:
+        """Store sealed subjects' ``(subject, keyed digest, packed vector)`` rows; an address
+        already held keeps its vector."""
+        if not rows:
+            return
+        values = [
+            {"model": self.model, "digest": digest, "subject": subject, "vector": vector}
+            for subject, digest, vector in rows
+        ]
+        conn.execute(_insert(conn, self._subject_table()), values)
+
+    def _subject_table(self) -> Table:
+        if self.subject_table is None:
+            raise EncryptionOffError(
+                f"{self.table.name} was opened without encryption, so it has no table for "
+                "sealed subjects' vectors: open the Loom with its master key (encryption=)"
+            )
+        return self.subject_table
+
+    def forget(self, subjects: Sequence[str], *, conn: Connection) -> None:
+        """Delete the model's vectors of ``subjects`` (their keys were destroyed)."""
+        if self.subject_table is None or not subjects:
+            return
+        column = self.subject_table.c
+        for start in range(0, len(subjects), _LOOKUP_BATCH):
+            batch = list(subjects[start : start + _LOOKUP_BATCH])
+            conn.execute(
+                delete(self.subject_table).where(
+                    column.model == self.model, column.subject.in_(batch)
+                )
+            )
 
     def unit_vectors(
         self, digests: Sequence[str], *, conn: Connection
     ) -> dict[str, NDArray[np.float32]]:
         """The unit vectors of ``digests`` that the table holds (zero vectors are left out)."""
         found: dict[str, NDArray[np.float32]] = {}
-        column = self.table.c
-        for start in range(0, len(digests), _LOOKUP_BATCH):
-            batch = list(digests[start : start + _LOOKUP_BATCH])
-            query = select(column.digest, column.vector).where(
-                column.model == self.model, column.digest.in_(batch)
-            )
-            for digest, data in conn.execute(query):
-                unit = unit_vector(np.frombuffer(data, dtype="<f4").astype(np.float32))
-                if unit is not None:
-                    found[digest] = unit
+        for table in self._tables:
+            column = table.c
+            for start in range(0, len(digests), _LOOKUP_BATCH):
+                batch = list(digests[start : start + _LOOKUP_BATCH])
+                query = select(column.digest, column.vector).where(
+                    column.model == self.model, column.digest.in_(batch)
+                )
+                for digest, data in conn.execute(query):
+                    unit = unit_vector(np.frombuffer(data, dtype="<f4").astype(np.float32))
+                    if unit is not None:
+                        found[digest] = unit
         return found
 
     def clear(self, *, conn: Connection) -> None:
         """Delete every vector of the model (a projection of the log resets this way); other
-        models' vectors in the same table are theirs."""
-        conn.execute(delete(self.table).where(self.table.c.model == self.model))
+        models' vectors in the same tables are theirs."""
+        for table in self._tables:
+            conn.execute(delete(table).where(table.c.model == self.model))

@@ -163,8 +163,8 @@ class VectorSqlStore(SqlMemoryStore):
         ]
 
     def _drop_ddl(self) -> list[str]:
-        tables = (self.vectors.table, self.space, self.key_tokens)
-        own = [f"DROP TABLE IF EXISTS {table.name}" for table in tables]
+        tables = (self.vectors.table, self.vectors.subject_table, self.space, self.key_tokens)
+        own = [f"DROP TABLE IF EXISTS {table.name}" for table in tables if table is not None]
         if self.engine.dialect.name == "postgresql":
             own.append(f"DROP FUNCTION IF EXISTS {self.table_prefix}vector_touch() CASCADE")
         self._index.clear()

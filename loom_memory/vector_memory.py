@@ -29,7 +29,13 @@ from typing import Any
 from sqlalchemy import Connection
 
 from loom_memory.embedder import Embedder, checked_vectors
-from loom_memory.embedding_events import EmbeddingsRecorded, embeddings_stream
+from loom_memory.embedding_events import (
+    EmbeddingsRecorded,
+    SubjectEmbeddingsRecorded,
+    embeddings_stream,
+    open_vectors,
+    seal_vector,
+)
 from loom_memory.embedding_table import (
     EmbeddingTable,
     embedding_texts,
@@ -47,7 +53,11 @@ from loom_memory.vector import VectorSqlStore
 from loom_runtime import (
     Change,
     DomainEventProtocol,
+    EncryptionOffError,
+    ErasedError,
     EventLog,
+    Forgotten,
+    Keyring,
     Loom,
     SQLProjection,
     catch_up,
@@ -65,24 +75,81 @@ class EmbeddingProjection(SQLProjection):
 
     Tracked as ``loom_embeddings:<table prefix>:<model>``: one table may hold several models'
     vectors (a corpus indexed by two), each projected and reset on its own.
+
+    A sealed subject's vectors (:class:`SubjectEmbeddingsRecorded`) are opened before the
+    page's transaction (on SQLite a key read inside it would wait on the lock the page holds)
+    and skipped once the subject's key is destroyed; a forget event deletes the subject's
+    rows. So a rebuild from position 0, which finds the key gone, ends where the live
+    projection did, whether the vectors were recorded before the forget event or after it
+    (a write that raced the erasure). ADR 0061.
     """
 
-    topics = (EmbeddingsRecorded.TOPIC,)
+    topics = (EmbeddingsRecorded.TOPIC, SubjectEmbeddingsRecorded.TOPIC, Forgotten.TOPIC)
 
     def __init__(self, table: EmbeddingTable) -> None:
         name = f"loom_embeddings:{table.table_prefix}:{table.model}"
         super().__init__(table.engine, name=name)
         self.table = table
+        self._opened: dict[int, list[bytes] | None] = {}
+        self._held: list[tuple[str, str, bytes]] = []
+        """The page's opened (subject, digest, vector) rows, written in one statement: one
+        insert per event (a document each) was most of a corpus's sealed indexing."""
+        self._last = -1
         self.create_tables(rows_lost=table.created)
 
+    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+        """Open the page's sealed vectors of the table's model, then apply the page in one
+        transaction; a vector whose key is destroyed opens as None (skipped)."""
+        sealed = [
+            (position, event)
+            for position, event in events
+            if isinstance(event, SubjectEmbeddingsRecorded) and event.model == self.table.model
+        ]
+        keyring = keyring_for(self.engine) if sealed else None
+        if keyring is not None:
+            # The keyring caches a key once opened: another process may have destroyed it
+            # since, and vectors sealed just before that must not open here. One query for
+            # the page's subjects (a page of a corpus sync names hundreds).
+            subjects = {event.subject for _, event in sealed}
+            keyring.forget(subjects - set(keyring.live(subjects)))
+        self._opened = {position: _opened(keyring, event) for position, event in sealed}
+        self._last = sealed[-1][0] if sealed else -1
+        try:
+            return super().apply(events, upto=upto)
+        finally:
+            self._opened, self._held = {}, []
+
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
-        """Store the vectors of an event of the table's model; skip other models' events."""
+        """Store the vectors of an event of the table's model; skip other models' events;
+        delete the vectors of the subjects a forget event names."""
         if isinstance(event, EmbeddingsRecorded) and event.model == self.table.model:
             self.table.record(dict(zip(event.digests, event.vectors, strict=True)), conn=conn)
+        elif isinstance(event, SubjectEmbeddingsRecorded) and event.model == self.table.model:
+            opened = self._opened[position]
+            if opened is not None:
+                pairs = zip(event.digests, opened, strict=True)
+                self._held += [(event.subject, digest, vector) for digest, vector in pairs]
+            if position == self._last:
+                self._write_held(conn)
+        elif isinstance(event, Forgotten):
+            self._write_held(conn)  # the subjects it names may be held
+            self.table.forget(list(event.subjects), conn=conn)
+
+    def _write_held(self, conn: Connection) -> None:
+        self.table.record_sealed(self._held, conn=conn)
+        self._held = []
 
     def clear(self, conn: Connection) -> None:
         """Delete every stored vector (all of them came from the log)."""
         self.table.clear(conn=conn)
+
+
+def _opened(keyring: Keyring | None, event: SubjectEmbeddingsRecorded) -> list[bytes] | None:
+    """A sealed event's packed vectors, or None once its subject's key is destroyed."""
+    try:
+        return open_vectors(keyring, event)
+    except ErasedError:
+        return None
 
 
 def record_embeddings(
@@ -90,9 +157,15 @@ def record_embeddings(
     projection: EmbeddingProjection,
     embedder: Embedder,
     texts: Mapping[str, str],
+    *,
+    subjects: Mapping[str, str] | None = None,
 ) -> int:
     """Embed the texts (``digest -> text``) whose address the log lacks, log their vectors in
-    one atomic append, and project them; return how many texts were embedded."""
+    one atomic append, and project them; return how many texts were embedded.
+
+    ``subjects`` names the sealed subject of each keyed digest (the others are plain, ADR
+    0061): their vectors are logged sealed under the subject's live key, one event per
+    subject, so a write to an erased subject is :class:`~loom_runtime.SubjectErasedError`."""
     catch_up(log, projection)
     table = projection.table
     with table.engine.connect() as conn:
@@ -101,18 +174,25 @@ def record_embeddings(
         return 0
     vectors = checked_vectors(embedder, [texts[digest] for digest in missing])
     # Rounded to float32 before logging: the log holds exactly what the table keeps.
-    exact = [unpack_vector(pack_vector(vector)) for vector in vectors]
+    packed = dict(zip(missing, map(pack_vector, vectors), strict=True))
+    owners = subjects or {}
+    plain = [digest for digest in missing if digest not in owners]
+    chunks = [
+        plain[start : start + _VECTORS_PER_EVENT]
+        for start in range(0, len(plain), _VECTORS_PER_EVENT)
+    ]
     changes: list[Change] = [
         (
             EmbeddingsRecorded,
             {
                 "model": embedder.model,
-                "digests": missing[start : start + _VECTORS_PER_EVENT],
-                "vectors": exact[start : start + _VECTORS_PER_EVENT],
+                "digests": chunk,
+                "vectors": [unpack_vector(packed[digest]) for digest in chunk],
             },
         )
-        for start in range(0, len(missing), _VECTORS_PER_EVENT)
+        for chunk in chunks
     ]
+    changes += _sealed_changes(log, embedder.model, packed, owners)
     log.append_replanned(
         embeddings_stream(embedder.model),
         lambda _version: (changes, None),  # blind: the same vectors at any version
@@ -120,6 +200,40 @@ def record_embeddings(
     )
     catch_up(log, projection)
     return len(missing)
+
+
+def _sealed_changes(
+    log: EventLog, model: str, packed: Mapping[str, bytes], owners: Mapping[str, str]
+) -> list[Change]:
+    """The events recording the keyed digests among ``packed``, sealed under their subjects'
+    live keys (the key table read again, in one query: another process may have erased one)."""
+    by_subject: dict[str, list[str]] = {}
+    for digest in packed:
+        if digest in owners:
+            by_subject.setdefault(owners[digest], []).append(digest)
+    keyring = keyring_for(log.engine) if by_subject else None
+    if keyring is None:
+        if by_subject:
+            raise EncryptionOffError(
+                "vectors keyed under a sealed subject need the log's keyring: open the Loom "
+                "with its master key (encryption=)"
+            )
+        return []
+    live = set(keyring.live(by_subject))
+    changes: list[Change] = []
+    for subject, digests in by_subject.items():
+        # A subject found destroyed raises SubjectErasedError; a live one's key may be cached.
+        key = keyring.key(subject) if subject in live else keyring.live_key(subject)
+        for start in range(0, len(digests), _VECTORS_PER_EVENT):
+            chunk = digests[start : start + _VECTORS_PER_EVENT]
+            sealed = [seal_vector(key, subject, model, d, packed[d]) for d in chunk]
+            changes.append(
+                (
+                    SubjectEmbeddingsRecorded,
+                    {"model": model, "subject": subject, "digests": chunk, "vectors": sealed},
+                )
+            )
+    return changes
 
 
 class EventSourcedVectorMemory(EventSourcedMemory):

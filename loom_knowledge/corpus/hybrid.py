@@ -10,7 +10,9 @@ What is recorded, and where:
 * passage vectors are events in the log (:func:`~loom_memory.record_embeddings`), addressed by
   ``(model, digest of the passage's searchable text)``: a passage unchanged across revisions
   is embedded once, and they are projected into ``loom_kb_embeddings``, which a rebuild
-  restores without the model;
+  restores without the model; with encryption on, a sealed document's are recorded under the
+  document (digest keyed and vector sealed under its data key, ADR 0061), projected into
+  ``loom_kb_subject_embeddings`` and deleted there when the document is erased;
 * the query's vector is a decision (:func:`~loom_memory.embed_query`, kind ``embedding``);
 * the passages returned are a decision under the scope's retrieval key, as
   :meth:`KnowledgeBase.retrieve <loom_knowledge.KnowledgeBase.retrieve>` records them, with the
@@ -41,11 +43,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from loom_runtime import MissingExtraError
+from loom_runtime import ErasedError, MissingExtraError, SubjectErasedError, keyring_for
 
 try:
     import numpy as np
@@ -58,6 +60,7 @@ except ImportError as exc:  # the vector extra is not installed
     ) from exc
 
 from loom_knowledge.corpus.corpus_index import INDEX_TOPICS, TABLE_PREFIX
+from loom_knowledge.corpus.erasure import document_subject
 from loom_knowledge.corpus.keys import retrieve_key
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
 from loom_knowledge.corpus.retrieval import (
@@ -85,11 +88,13 @@ from loom_memory import (
     reciprocal_rank_fusion,
     record_embeddings,
     searchable_text,
-    text_digest,
     tokenize,
     top_positions,
     unit_vector,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 DEFAULT_CANDIDATES: Final = 50
 """How deep each ranking goes before fusion: fusing only the top ``limit`` of each would drop
@@ -180,20 +185,56 @@ class HybridRetriever:
         """Record the vectors of ``passages`` (default: the current ones) that the log lacks;
         return how many texts were embedded."""
         chosen = self.kb.passages() if passages is None else passages
+        keys = self._document_keys({p.doc_id for p in chosen})
         texts: dict[str, str] = {}
+        subjects: dict[str, str] = {}
         for passage in chosen:
             identity = _identity(passage)
             if identity in self._digests and self._digests[identity] in self._units:
                 continue
             text = passage_text(passage)
-            self._digests[identity] = text_digest(text)
+            if passage.doc_id not in keys:
+                # Erased since it was listed: no vector, and a name no vector has (the term
+                # counts are cached by it until the forget event removes the passage).
+                self._digests[identity] = f"erased:{passage.doc_id}:{passage.index}"
+                continue
+            key = keys[passage.doc_id]
+            digest = EmbeddingTable.address(text, key=key)
+            self._digests[identity] = digest
             if tokenize(text):
-                texts[self._digests[identity]] = text
-        embedded = record_embeddings(self.kb.loom.log, self._embeddings, self.embedder, texts)
+                texts[digest] = text
+                if key is not None:
+                    subjects[digest] = document_subject(self.kb.scope, passage.doc_id)
+        try:
+            embedded = record_embeddings(
+                self.kb.loom.log, self._embeddings, self.embedder, texts, subjects=subjects
+            )
+        except SubjectErasedError:
+            return self.index(chosen)  # erased meanwhile by another process: left out now
         table = self._embeddings.table
         with table.engine.connect() as conn:
             self._units.update(table.unit_vectors(sorted(texts), conn=conn))
         return embedded
+
+    def _document_keys(self, doc_ids: set[str]) -> dict[str, AESGCM | None]:
+        """The data key of each document the scope's vectors are recorded under: None for a
+        document stored in clear (no key, or a log without encryption); an erased document
+        is left out. One read of the key table for the live keys (another process may have
+        destroyed a cached one)."""
+        keyring = keyring_for(self.kb.loom.log.engine)
+        if keyring is None:
+            return dict.fromkeys(doc_ids)
+        subjects = {document_subject(self.kb.scope, doc_id): doc_id for doc_id in doc_ids}
+        live = set(keyring.live(subjects))
+        keyring.forget([subject for subject in subjects if subject not in live])
+        keys: dict[str, AESGCM | None] = {}
+        for subject, doc_id in subjects.items():
+            try:
+                keys[doc_id] = keyring.key(subject)
+            except ErasedError as error:
+                if error.position is None:  # never sealed: recorded in clear as before
+                    keys[doc_id] = None
+        return keys
 
     def search(
         self,
