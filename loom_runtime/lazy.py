@@ -22,6 +22,11 @@ def lazy_exports(
 
     A resolved name is stored on the package, so each is imported once and later lookups are
     plain attribute reads.
+
+    ``__dir__`` lists the names already bound and those whose module is already imported, never
+    one that would import something: tools walk ``dir()`` and ``getattr`` every name listed
+    (freezegun's first ``freeze_time`` does, for every loaded module), and a listed lazy name
+    made that walk import all of them and their dependencies, pydantic's under a frozen clock.
     """
 
     def __getattr__(name: str) -> object:
@@ -33,6 +38,7 @@ def lazy_exports(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[package]), *exports})
+        loaded = (name for name, module in exports.items() if module in sys.modules)
+        return sorted({*vars(sys.modules[package]), *loaded})
 
     return __getattr__, __dir__
