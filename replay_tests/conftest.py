@@ -46,6 +46,19 @@ def pytest_report_header() -> str:
     return f"loom backends: sqlite, {'postgresql at ' + PG_URL if PG_URL else NO_PG}"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the ``slow`` tests first, keeping the collection order within each part.
+
+    pytest-xdist (``--dist loadgroup``) hands out every ``xdist_group`` first, largest first,
+    then the other tests one by one in this order. Collection puts ``replay_tests/test_*.py``
+    last, and with it the long single tests there (mypy, the import-cost subprocesses, the CLI
+    walk): they started in the last minute and one worker ran them alone while the other had
+    nothing left. Begun first, they overlap the thousands of short tests instead. The sort is
+    stable and the same in every worker, as xdist requires of each worker's collection.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_collection_finish() -> None:
     """Move everything collection made (every module, test item and fixture definition) out
     of the garbage collector's sight.
