@@ -4,8 +4,9 @@
 a fresh SQLite file AND on a fresh PostgreSQL database of the server ``scripts/test`` starts
 (``LOOM_TEST_PG_URL``). Without that server the PostgreSQL half is skipped, and the session
 says so in one line. That half carries the ``postgres`` marker, so ``-m "not postgres"``
-(``scripts/test --quick``) leaves it out instead of reporting a skip per test. Every database is
-created per test under a random name, so pytest-xdist workers never share one. Tests about
+(``scripts/test --quick``) leaves it out instead of reporting a skip per test. Every test gets a
+database of its own under a random name, so pytest-xdist workers never share one; a PostgreSQL
+database a test is done with is emptied and given to a later test of the same worker. Tests about
 SQLite itself (pragmas, the FTS5 index, the file) take ``sqlite_url`` instead.
 """
 
@@ -27,6 +28,7 @@ from typing import Any, TypeAlias, TypeVar
 import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from loom_runtime import Loom
 
@@ -44,6 +46,19 @@ Copy: TypeAlias = Callable[[Callable[[str], T]], tuple[str, T]]
 
 def pytest_report_header() -> str:
     return f"loom backends: sqlite, {'postgresql at ' + PG_URL if PG_URL else NO_PG}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the ``slow`` tests first, keeping the collection order within each part.
+
+    pytest-xdist (``--dist loadgroup``) hands out every ``xdist_group`` first, largest first,
+    then the other tests one by one in this order. Collection puts ``replay_tests/test_*.py``
+    last, and with it the long single tests there (mypy, the import-cost subprocesses, the CLI
+    walk): they started in the last minute and one worker ran them alone while the other had
+    nothing left. Begun first, they overlap the thousands of short tests instead. The sort is
+    stable and the same in every worker, as xdist requires of each worker's collection.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_collection_finish() -> None:
@@ -95,9 +110,9 @@ class DatabaseTemplates:
 
     - SQLite: a file copy made with SQLite's backup API (consistent even if the builder left a
       write-ahead log behind) under the test's own ``tmp_path``;
-    - PostgreSQL: ``CREATE DATABASE ... TEMPLATE``, the server's own file copy, dropped after
-      the test like every test database. The builder must close its connections (a database
-      with a session open cannot be a template).
+    - PostgreSQL: ``CREATE DATABASE ... TEMPLATE``, the server's own file copy, given back
+      after the test like every test database (emptied for a later one). The builder must
+      close its connections (a database with a session open cannot be a template).
 
     ``build`` must depend on nothing but the URL it is given: its module and name are the
     template's key. What it returns (positions it wrote at, say) is handed to every copy.
@@ -137,7 +152,7 @@ class DatabaseTemplates:
     @contextlib.contextmanager
     def copy_postgres(self, build: Callable[[str], T]) -> Iterator[tuple[str, T]]:
         """A new PostgreSQL database copied from ``build``'s template: yield its URL and what
-        ``build`` returned, drop it afterwards."""
+        ``build`` returned, give it back afterwards."""
         template, answer = self._template(build, "postgresql")
         name = f"loom_t_{uuid.uuid4().hex[:16]}"
         _admin_sql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
@@ -212,45 +227,91 @@ def _drop_database(name: str) -> None:
     _admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-class _Databases:
-    """Empty test databases, created one ahead and dropped behind on a thread of their own.
+def _empty_database(name: str) -> None:
+    """Make a used test database as empty as a new one: end its sessions, drop every schema
+    (each table, sequence, view, function and type in it), create ``public`` again."""
+    _admin_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+    engine = create_engine(_postgres_url(name), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            schemas = conn.exec_driver_sql(
+                "SELECT nspname FROM pg_namespace"
+                " WHERE left(nspname, 3) <> 'pg_' AND nspname <> 'information_schema'"
+            ).scalars()
+            for schema in list(schemas):
+                conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+            conn.exec_driver_sql("CREATE SCHEMA public")
+    finally:
+        engine.dispose()
 
-    CREATE and DROP DATABASE are mostly the server copying and deleting files: the test waited
-    for both, about as long as a small PostgreSQL test's own work. Here the next test's
-    database is created while the current test runs, and a used one is dropped while the next
-    runs; each is still new and empty when its test gets it. A drop that fails is raised at
-    the end of the session (:func:`pytest_sessionfinish`), not lost.
+
+class _Databases:
+    """Empty test databases, made one ahead and emptied behind on a thread of their own.
+
+    CREATE DATABASE is the server copying a template's files: about 0.1-0.2 s of its CPU
+    each, which a thousand PostgreSQL tests paid on a 2-core machine the tests share with it
+    (ADR 0054). So a database a test gives back is emptied (:func:`_empty_database`: a few
+    milliseconds) and handed to a later test; one is created only when none is free. Each is
+    empty when its test gets it, the next made ready while the current test runs, and used
+    ones are emptied while the next runs (``replay_tests/test_recycled_databases.py``). One
+    that cannot be emptied is dropped instead; the pool is dropped at the end of the session
+    (:func:`pytest_sessionfinish`), where a failure to empty or drop one is raised, not lost.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="loom-test-databases")
         self._next: Future[str] | None = None
-        self._drops: list[Future[None]] = []
+        self._free: list[str] = []
+        """Emptied databases; read and written on the worker thread only."""
+        self._jobs: list[Future[None]] = []
+
+    def _ready(self) -> str:
+        """An emptied database, or a new one when none is free (on the worker thread)."""
+        return self._free.pop() if self._free else _create_database()
+
+    def _recycle(self, name: str) -> None:
+        try:
+            _empty_database(name)
+        except Exception:
+            _drop_database(name)
+            raise
+        self._free.append(name)
 
     def take(self) -> str:
-        """A new empty database's name (the one made ahead); starts making the next."""
+        """An empty database's name (the one made ready ahead); starts readying the next."""
         with self._lock:
-            ready = self._next or self._worker.submit(_create_database)
-            self._next = self._worker.submit(_create_database)
+            ready = self._next or self._worker.submit(self._ready)
+            self._next = self._worker.submit(self._ready)
         return ready.result()
 
     def give_back(self, name: str) -> None:
-        """Drop ``name`` in the background."""
+        """Empty ``name`` in the background, for a later test."""
         with self._lock:
-            self._drops.append(self._worker.submit(_drop_database, name))
+            self._jobs.append(self._worker.submit(self._recycle, name))
 
     def close(self) -> None:
-        """Drop the database made ahead, wait for every drop, raise the first that failed."""
+        """Wait for every emptying, drop every database of the pool (the one made ready ahead
+        too), raise the first failure."""
         with self._lock:
             if self._next is not None:
                 with contextlib.suppress(Exception):
-                    self._drops.append(self._worker.submit(_drop_database, self._next.result()))
+                    self._free.append(self._next.result())
                 self._next = None
-            drops, self._drops = self._drops, []
+            jobs, self._jobs = self._jobs, []
+        failure: BaseException | None = None
+        for job in jobs:
+            failure = failure or job.exception()
+        drops = [self._worker.submit(_drop_database, name) for name in self._free]
+        self._free = []
         self._worker.shutdown(wait=True)
         for drop in drops:
             drop.result()
+        if failure is not None:
+            raise failure
 
 
 @functools.cache
@@ -265,7 +326,8 @@ def pytest_sessionfinish() -> None:
 
 
 def fresh_postgres_database() -> Iterator[str]:
-    """An empty database on the test server: yield its URL, drop it afterwards."""
+    """An empty database on the test server: yield its URL, empty it for a later test
+    afterwards."""
     name = _databases().take()
     try:
         yield _postgres_url(name)
@@ -275,7 +337,7 @@ def fresh_postgres_database() -> Iterator[str]:
 
 def fresh_postgres_engine() -> Iterator[Engine]:
     """An engine on an empty database of the test server (:func:`fresh_postgres_database`),
-    disposed of before the database is dropped: the body of a PostgreSQL twin's ``engine``
+    disposed of before the database is given back: the body of a PostgreSQL twin's ``engine``
     fixture, which re-runs a SQLite file's store tests against PostgreSQL."""
     for url in fresh_postgres_database():
         engine = create_engine(url)
