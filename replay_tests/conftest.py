@@ -22,9 +22,11 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
+import pydantic
 import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
@@ -59,6 +61,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stable and the same in every worker, as xdist requires of each worker's collection.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_sessionstart() -> None:
+    """Build pydantic's schema machinery with the real clock, before any test freezes it.
+
+    typer imports pydantic on its first parse of a command line, and several tests run the CLI
+    inside ``freeze_time``: pydantic then captured freezegun's fake ``datetime`` and refused,
+    for the rest of that worker, to build any model with a ``datetime`` field (the LangChain
+    guide's test failed whenever it ran after such a test on the same worker).
+    """
+    pydantic.TypeAdapter(datetime)
 
 
 def pytest_collection_finish() -> None:
