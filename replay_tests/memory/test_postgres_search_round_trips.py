@@ -12,10 +12,11 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Column, DateTime, Engine, Integer, create_engine
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, postgres_terms
 
@@ -90,3 +91,28 @@ def test_a_two_step_search_makes_five_round_trips(
     assert _ids(answer)[:3] == ["r0", "r1", "r2"]
     assert len(answer) == 4
     assert trips == 5
+
+
+def test_a_store_with_extra_columns_reads_them_after_the_ranking(engine: Engine) -> None:
+    """Extra columns are read through SQLAlchemy, which converts them: one read after the
+    one step, and each entry comes back with its own values."""
+    store = PostgresMemoryStore(
+        engine,
+        table_prefix=f"r{uuid.uuid4().hex[:12]}_",
+        columns=[Column("batch", Integer), Column("at", DateTime(timezone=True))],
+    )
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    try:
+        for batch in range(3):
+            store.append(
+                "k",
+                [MemoryEntry(content=f"rare{batch} common0", id=f"b{batch}")],
+                values={"batch": batch, "at": at},
+            )
+        answer, trips = _round_trips(
+            engine, lambda: store.search_annotated("k", "rare1 common0", limit=1)
+        )
+        assert [(entry.id, values) for entry, values in answer] == [("b1", {"batch": 1, "at": at})]
+        assert trips == 5
+    finally:
+        store.drop()
