@@ -94,7 +94,7 @@ class PostgresMemoryStore(SqlMemoryStore):
 
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
         if self.postings is None:
-            self.term_index = term_index(prefix, metadata)
+            self.term_index = term_index(prefix, metadata, self.entries)
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
         # The GIN index is declared with the table, in _search_schema. A postings store
@@ -124,7 +124,10 @@ class PostgresMemoryStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
     ) -> Sequence[Row[Any]]:
         if where is None and self.term_index is not None:
-            return self._read_seqs(conn, rank(conn, self.term_index, key, terms, limit))
+            ranked = rank(conn, self.term_index, key, terms, limit)
+            if self.annotations:  # read through SQLAlchemy, which converts their values
+                return self._read_seqs(conn, [row.seq for row in ranked])
+            return ranked
         rows = self.entries.c
         admitted = [rows.key == key, *([] if where is None else [where])]
         any_term = cast(bindparam("query", " | ".join(map(_quote, terms))), TSQUERY)

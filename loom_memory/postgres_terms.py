@@ -48,6 +48,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    Row,
     Select,
     Table,
     Text,
@@ -105,11 +106,13 @@ def bm25(
 
 @dataclass(frozen=True)
 class TermIndex:
-    """The three tables of a store's term index (see the module docstring)."""
+    """The three tables of a store's term index (see the module docstring), and the entries
+    table whose rows a search step returns with its ranking."""
 
     postings: Table
     term_counts: Table
     key_counts: Table
+    entries: Table
     steps: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = field(
         default_factory=dict, compare=False
     )
@@ -121,9 +124,10 @@ class TermIndex:
         return (self.postings, self.term_counts, self.key_counts)
 
 
-def term_index(prefix: str, metadata: MetaData) -> TermIndex:
+def term_index(prefix: str, metadata: MetaData, entries: Table) -> TermIndex:
     """Declare the term index of the store whose tables start with ``prefix``."""
     return TermIndex(
+        entries=entries,
         postings=postings_table(prefix, metadata, keyed=True),
         term_counts=Table(
             f"{prefix}term_counts",
@@ -217,14 +221,16 @@ def _function(prefix: str, event: str) -> str:
 
 def rank(
     conn: Connection, index: TermIndex, key: str, terms: Sequence[str], limit: int
-) -> list[int]:
-    """The seqs of the best ``limit`` rows at ``key`` holding any of ``terms``, best first:
-    ADR 0017's answer (BM25, ``b = 0``, ties by ``seq``), reading only postings of the key.
+) -> list[Row[Any]]:
+    """The best ``limit`` rows at ``key`` holding any of ``terms``, best first, as ``(seq,
+    score, entry_id, entry)``: ADR 0017's answer (BM25, ``b = 0``, ties by ``seq``), reading
+    only postings of the key.
 
-    One statement reads ``N`` and each term's ``df``; then each step of
-    :func:`~loom_memory.topk.top_k_scored` is one statement (:func:`_step`). A query whose
-    rarest term is in a few hundred rows scores those and stops; the thousands of rows holding
-    only its common terms are never read.
+    One statement reads ``N`` and each term's ``df`` (:func:`_stats`); then each step of
+    :func:`~loom_memory.topk.top_k_scored` is one statement (:func:`_step`) that also returns
+    its ranked rows, so the last step's are the answer and no statement reads them after it. A
+    query whose rarest term is in a few hundred rows scores those and stops; the thousands of
+    rows holding only its common terms are never read.
     """
     stats = _stats(conn, index, key, terms)
     # In the database's collation order, the order ADR 0017's sum adds the terms in.
@@ -232,12 +238,15 @@ def rank(
     known = [term for term in stats.documents if term in wanted]
     if not known:
         return []
+    rows: dict[int, Row[Any]] = {}
 
     def score(essential: Sequence[str]) -> list[Hit]:
         sql, parameters = _step(index, key, known, set(essential), stats, limit, conn.dialect)
-        return [Hit(rowid=seq, score=value) for seq, value in conn.exec_driver_sql(sql, parameters)]
+        ranked = conn.exec_driver_sql(sql, parameters).all()
+        rows.update((row.seq, row) for row in ranked)  # one snapshot: a seq's row never differs
+        return [Hit(rowid=row.seq, score=row.score) for row in ranked]
 
-    return [hit.rowid for hit in top_k_scored(known, stats, limit, score)]
+    return [rows[hit.rowid] for hit in top_k_scored(known, stats, limit, score)]
 
 
 def _step(
@@ -297,9 +306,12 @@ def _shape(known: list[str], essential: set[str], stats: TermStats) -> tuple[str
     )
 
 
-def _step_statement(index: TermIndex, shape: tuple[str, ...]) -> Select[tuple[int, float]]:
+def _step_statement(
+    index: TermIndex, shape: tuple[str, ...]
+) -> Select[tuple[int, float, str, str]]:
     """The best ``limit`` rows holding an essential term, scored on every known term (term
-    ``i`` read as ``shape[i]`` says); every value is a named parameter.
+    ``i`` read as ``shape[i]`` says), with their ``entry_id`` and ``entry``; every value is a
+    named parameter.
 
     Three things make it cheap and keep it exact:
 
@@ -368,10 +380,18 @@ def _step_statement(index: TermIndex, shape: tuple[str, ...]) -> Select[tuple[in
         for i, read in enumerate(shape)
     ]
     score = _added(parts).label("score")
-    return (
+    best = (
         select(probed.c.seq, score)
         .order_by(score.desc(), probed.c.seq)
         .limit(bindparam("limit", type_=Integer))
+        .cte("best")
+        .prefix_with("MATERIALIZED")  # the ``limit`` best first, then their rows by key
+    )
+    entry = index.entries.c
+    return (
+        select(best.c.seq, best.c.score, entry.entry_id, entry.entry)
+        .join_from(best, index.entries, entry.seq == best.c.seq)
+        .order_by(best.c.score.desc(), best.c.seq)
     )
 
 
