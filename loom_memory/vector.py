@@ -8,7 +8,9 @@ round trip and atomic ``replace`` are the shared SQL code's) and add three table
   text per model (:class:`~loom_memory.embedding_table.EmbeddingTable`), float32 little
   endian. Content-addressed, so a text written again (the same passage in a new revision, the
   same memory under two keys) is embedded once; an entry without terms gets no vector and is
-  never a hit, as it is never a lexical one.
+  never a hit, as it is never a lexical one. With encryption on, the keys of an event-sourced
+  memory have their texts' vectors under keyed digests instead, in
+  ``<prefix>subject_embeddings``, so erasing a key erases them (ADR 0061).
 * ``<prefix>vector_space`` - the one model (and width) the store was indexed with. Opening
   the store with another embedder raises :class:`EmbeddingModelChangedError`: a new model is
   a new index (a new ``table_prefix``), never vectors of two spaces ranked together.

@@ -14,11 +14,16 @@ the text)``, and the store is two projections of the log:
   ``embed_missing=False``, so a projection never calls the model: a vector the log lacks is
   :class:`~loom_memory.errors.EmbeddingNotRecordedError`.
 
+With encryption on, a memory key's texts are addressed under the key instead (digest keyed,
+vector sealed under its data key, as
+:class:`~loom_memory.embedding_events.SubjectEmbeddingsRecorded`), so erasing the key erases
+them (ADR 0061).
+
 A write records only the texts whose address the log lacks: a passage unchanged across
-revisions, or the same text under two keys, is embedded once. Opening the memory on a store
-behind the log (a new store, or one with a new ``table_prefix`` for a new model: ADR 0038)
-first records the missing vectors of every text the log's memory events hold, with the
-store's model; that is indexing, and the only time the model sees old entries.
+revisions, or (encryption off) the same text under two keys, is embedded once. Opening the
+memory on a store behind the log (a new store, or one with a new ``table_prefix`` for a new
+model: ADR 0038) first records the missing vectors of every text the log's memory events
+hold, with the store's model; that is indexing, and the only time the model sees old entries.
 """
 
 from __future__ import annotations
