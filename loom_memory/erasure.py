@@ -101,6 +101,19 @@ def write_key(log: EventLog, memory: str, key: str) -> AESGCM | None:
     return keyring.ensure(memory_subject(memory, key), position=log.position)
 
 
+def text_key(keyring: Keyring | None, memory: str, key: str) -> AESGCM | None:
+    """The data key the texts of ``key`` are embedded under (their vectors' digests keyed and
+    vectors sealed with it, ADR 0061): None without a keyring, for a key never sealed, or
+    for an erased one (the forget event deleted its vectors; its clear entries, written
+    before encryption was switched on, keep plain ones)."""
+    if keyring is None:
+        return None
+    try:
+        return keyring.key(memory_subject(memory, key))
+    except ErasedError:
+        return None
+
+
 def seal_entries(
     aead: AESGCM, memory: str, key: str, version: int, entries: Sequence[msgspec.Raw]
 ) -> list[msgspec.Raw]:
@@ -259,5 +272,6 @@ __all__ = [
     "memory_subject",
     "open_entries",
     "seal_entries",
+    "text_key",
     "write_key",
 ]

@@ -8,7 +8,9 @@ round trip and atomic ``replace`` are the shared SQL code's) and add three table
   text per model (:class:`~loom_memory.embedding_table.EmbeddingTable`), float32 little
   endian. Content-addressed, so a text written again (the same passage in a new revision, the
   same memory under two keys) is embedded once; an entry without terms gets no vector and is
-  never a hit, as it is never a lexical one.
+  never a hit, as it is never a lexical one. With encryption on, the keys of an event-sourced
+  memory have their texts' vectors under keyed digests instead, in
+  ``<prefix>subject_embeddings``, so erasing a key erases them (ADR 0061).
 * ``<prefix>vector_space`` - the one model (and width) the store was indexed with. Opening
   the store with another embedder raises :class:`EmbeddingModelChangedError`: a new model is
   a new index (a new ``table_prefix``), never vectors of two spaces ranked together.
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     URL,
@@ -54,6 +56,7 @@ from sqlalchemy import (
 from loom_memory.embedder import Embedder, checked_vectors
 from loom_memory.embedding_table import EmbeddingTable, embedding_texts, text_digest, unit_vector
 from loom_memory.entry import MemoryEntry, encode_entries
+from loom_memory.erasure import text_key
 from loom_memory.errors import (
     EmbeddingModelChangedError,
     EmbeddingNotRecordedError,
@@ -64,7 +67,10 @@ from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
 from loom_memory.text import searchable_text
-from loom_runtime import MissingExtraError, serialise_ddl
+from loom_runtime import MissingExtraError, keyring_for, serialise_ddl
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 try:
     import numpy as np
@@ -107,6 +113,10 @@ class VectorSqlStore(SqlMemoryStore):
         self._min_score = float(min_score)
         self.embed_missing = embed_missing
         """False for a store projected from the log: a missing vector is then an error."""
+        self.memory: str | None = None
+        """The event-sourced memory projected into this store (set by
+        :class:`~loom_memory.vector_memory.EventSourcedVectorMemory`): with encryption on, a
+        key of it with a data key has its texts' vectors under keyed digests (ADR 0061)."""
         self._index: dict[str, _KeyIndex] = {}
         metadata = MetaData()
         self.space = Table(
@@ -221,8 +231,14 @@ class VectorSqlStore(SqlMemoryStore):
         check_key(key)
         encode_entries(entries)
         texts = embedding_texts(entries)
+        addresses = self._addresses(list(texts.values()), self._data_key(key))
         with self._begin(conn) as c:
-            missing = self.vectors.missing(list(texts), conn=c)
+            absent = set(self.vectors.missing(sorted({*texts, *addresses}), conn=c))
+        missing = [
+            digest
+            for digest, keyed in zip(texts, addresses, strict=True)
+            if digest in absent and keyed in absent
+        ]
         if not missing:
             return {}
         if not self.embed_missing:
@@ -315,8 +331,9 @@ class VectorSqlStore(SqlMemoryStore):
         if unit is None:
             return []
         least = self._min_score if floor is None else floor
+        data_key = self._data_key(key)  # read before the transaction, as a projection does
         with self._begin(conn) as c:
-            index = self._key_index(c, key)
+            index = self._key_index(c, key, data_key)
             admitted = None if where is None else self._admitted_seqs(c, key, where)
         scores = index.matrix @ unit
         keep = scores >= least
@@ -332,7 +349,21 @@ class VectorSqlStore(SqlMemoryStore):
         found = conn.execute(select(rows.seq).where(rows.key == key, where)).scalars()
         return np.fromiter(found, dtype=np.int64)
 
-    def _key_index(self, conn: Connection, key: str) -> _KeyIndex:
+    def _data_key(self, key: str) -> AESGCM | None:
+        """The data key ``key``'s texts are addressed under (:func:`text_key`); None for a
+        store no event-sourced memory projects."""
+        if self.memory is None:
+            return None
+        return text_key(keyring_for(self.engine), self.memory, key)
+
+    def _addresses(self, texts: Sequence[str], data_key: AESGCM | None) -> list[str]:
+        """Where each of ``texts`` is looked up first: its keyed digest under the key's
+        ``data_key``, or its plain digest when the key has none. The plain digest is tried
+        too: a key's entries written in clear before encryption was switched on have only
+        that."""
+        return [EmbeddingTable.address(text, key=data_key) for text in texts]
+
+    def _key_index(self, conn: Connection, key: str, data_key: AESGCM | None) -> _KeyIndex:
         """The key's index: the cached one while its token holds, else rebuilt from the rows."""
         token = conn.execute(
             select(self.key_tokens.c.token).where(self.key_tokens.c.key == key)
@@ -347,17 +378,18 @@ class VectorSqlStore(SqlMemoryStore):
             .order_by(rows.seq)
         ).all()
         entries = [self._annotated(row) for row in found]
-        digests = [text_digest(searchable_text(entry)) for entry, _ in entries]
-        vectors = self.vectors.unit_vectors(sorted(set(digests)), conn=conn)
-        held = [n for n, digest in enumerate(digests) if digest in vectors]
+        texts = [searchable_text(entry) for entry, _ in entries]
+        plain = [text_digest(text) for text in texts]
+        keyed = plain if data_key is None else self._addresses(texts, data_key)
+        vectors = self.vectors.unit_vectors(sorted({*plain, *keyed}), conn=conn)
+        units = [vectors.get(k, vectors.get(p)) for k, p in zip(keyed, plain, strict=True)]
+        held = [n for n, unit in enumerate(units) if unit is not None]
         width = self.embedder.dimension
         index = _KeyIndex(
             token=token,
             seqs=np.array([found[n].seq for n in held], dtype=np.int64),
             entries=[entries[n] for n in held],
-            matrix=np.array([vectors[digests[n]] for n in held], dtype=np.float32).reshape(
-                len(held), width
-            ),
+            matrix=np.array([units[n] for n in held], dtype=np.float32).reshape(len(held), width),
         )
         self._index[key] = index
         return index

@@ -14,17 +14,22 @@ the text)``, and the store is two projections of the log:
   ``embed_missing=False``, so a projection never calls the model: a vector the log lacks is
   :class:`~loom_memory.errors.EmbeddingNotRecordedError`.
 
+With encryption on, a memory key's texts are addressed under the key instead (digest keyed,
+vector sealed under its data key, as
+:class:`~loom_memory.embedding_events.SubjectEmbeddingsRecorded`), so erasing the key erases
+them (ADR 0061).
+
 A write records only the texts whose address the log lacks: a passage unchanged across
-revisions, or the same text under two keys, is embedded once. Opening the memory on a store
-behind the log (a new store, or one with a new ``table_prefix`` for a new model: ADR 0038)
-first records the missing vectors of every text the log's memory events hold, with the
-store's model; that is indexing, and the only time the model sees old entries.
+revisions, or (encryption off) the same text under two keys, is embedded once. Opening the
+memory on a store behind the log (a new store, or one with a new ``table_prefix`` for a new
+model: ADR 0038) first records the missing vectors of every text the log's memory events
+hold, with the store's model; that is indexing, and the only time the model sees old entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
@@ -43,7 +48,7 @@ from loom_memory.embedding_table import (
     unpack_vector,
 )
 from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
-from loom_memory.erasure import forget_destroyed
+from loom_memory.erasure import forget_destroyed, memory_subject, text_key, write_key
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
 from loom_memory.event_sourced import EventSourcedMemory
 from loom_memory.events import MEMORY_TOPICS
@@ -60,10 +65,14 @@ from loom_runtime import (
     Keyring,
     Loom,
     SQLProjection,
+    SubjectErasedError,
     catch_up,
     keyring_for,
     rebuild,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 _VECTORS_PER_EVENT = 64
 """Vectors per logged event: a large batch is several events in one atomic append, so no
@@ -253,13 +262,14 @@ class EventSourcedVectorMemory(EventSourcedMemory):
                 "engine: construct it with loom.log.engine"
             )
         store.embed_missing = False
+        store.memory = name
         self._vector_store = store
         self._embeddings = EmbeddingProjection(store.vectors)
         self._log = loom.log
         catch_up(loom.log, self._embeddings)
         behind = SqlMemoryProjection(store, memory=name).position()
         if behind < loom.log.position:
-            self._record(self._logged_texts(name, after=behind))
+            self._record_logged(name, after=behind)
         super().__init__(loom, store=store, name=name)
 
     @property
@@ -315,19 +325,39 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         return super().rebuild(upto=upto)
 
     def _record_for(self, key: str, entries: Sequence[MemoryEntry]) -> None:
-        """Check the write as the memory will, then record the vectors its texts lack."""
+        """Check the write as the memory will, then record the vectors its texts lack: with
+        encryption on, under the key's data key (made now if the key has none; an erased key
+        is :class:`~loom_runtime.SubjectErasedError` before anything is appended)."""
         check_key(key)
         encode_entries(entries)
         check_identifiers(self._log.redactor, key=key, entries=entries)
-        self._record(embedding_texts(entries))
+        aead = write_key(self._log, self.name, key)
+        subject = memory_subject(self.name, key)
+        self._record(*_addressed(embedding_texts(entries).values(), aead, subject))
 
-    def _record(self, texts: Mapping[str, str]) -> None:
-        """Record the vectors of ``texts`` the log lacks, with the store's model."""
-        record_embeddings(self._log, self._embeddings, self._vector_store.embedder, texts)
+    def _record(self, texts: Mapping[str, str], subjects: Mapping[str, str]) -> None:
+        """Record the vectors of ``texts`` the log lacks, with the store's model; the keyed
+        digests among them under their ``subjects`` (ADR 0061)."""
+        record_embeddings(
+            self._log, self._embeddings, self._vector_store.embedder, texts, subjects=subjects
+        )
 
-    def _logged_texts(self, name: str, *, after: int) -> dict[str, str]:
-        """The embeddable texts of memory ``name``'s entries logged after position ``after``."""
+    def _record_logged(self, name: str, *, after: int) -> None:
+        """Record the vectors the log lacks of memory ``name``'s texts logged after ``after``;
+        read again if a key was erased meanwhile by another process (then left out)."""
+        while True:
+            try:
+                self._record(*self._logged_texts(name, after=after))
+                return
+            except SubjectErasedError:
+                continue
+
+    def _logged_texts(self, name: str, *, after: int) -> tuple[dict[str, str], dict[str, str]]:
+        """The embeddable texts of memory ``name``'s entries logged after position ``after``,
+        by address, and the subject of each keyed address: a key with a live data key has
+        its texts addressed under it, as :class:`VectorSqlStore` looks them up."""
         texts: dict[str, str] = {}
+        subjects: dict[str, str] = {}
         keyring = keyring_for(self._log.engine)
         events = [
             memory_event(self._log.decode(record), name)
@@ -335,6 +365,21 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         ]
         forget_destroyed(keyring, events)
         for event in events:
-            if event is not None:
-                texts.update(embedding_texts(opened_entries(keyring, event) or []))
-        return texts
+            entries = None if event is None else opened_entries(keyring, event)
+            if event is None or not entries:
+                continue
+            aead = text_key(keyring, name, event.key)
+            subject = memory_subject(name, event.key)
+            found, named = _addressed(embedding_texts(entries).values(), aead, subject)
+            texts.update(found)
+            subjects.update(named)
+        return texts, subjects
+
+
+def _addressed(
+    found: Iterable[str], aead: AESGCM | None, subject: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``found`` by address (plain digests without ``aead``, else keyed digests under it),
+    and the ``subject`` of each keyed address."""
+    texts = {EmbeddingTable.address(text, key=aead): text for text in found}
+    return texts, ({} if aead is None else dict.fromkeys(texts, subject))
