@@ -266,6 +266,10 @@ _INERT_ITEMS = frozenset({int, float, bool, type(None)})
 _CLEAN_CACHE_SIZE = 256
 """How many clean JSON values a redactor remembers (a few hundred KB at ~1 KB each)."""
 
+_PASSED_SIZE = 64
+"""How many values a redactor remembers having made from fresh bytes (:meth:`Redactor.encoded`)
+until the mapper stores them: one per thread recording a decision at a time."""
+
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
 
@@ -303,6 +307,9 @@ class Redactor:
         # encoded and again when its event is stored (the mapper's pass, which makes the
         # guarantee); the second check is a lookup. Patterns and mode never change after here.
         self._clean: dict[bytes, None] = {}
+        # Values this redactor returned from ``encoded`` lately, by identity (holding each,
+        # so its id is not reused while it is here): their bytes are already redacted.
+        self._passed: dict[int, msgspec.Raw] = {}
         # Identifiers found clean lately: a flow asks the same keys and kinds in every run,
         # and each is checked on every append (read without the lock: a dict lookup is atomic).
         self._clean_names: dict[str, None] = {}
@@ -387,6 +394,28 @@ class Redactor:
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""
         return self._at(path, self._raw, raw)
+
+    def encoded(self, data: bytes, *, path: str) -> msgspec.Raw:
+        """JSON just encoded, as :meth:`raw` returns it, remembered so :meth:`passed` knows it.
+
+        Takes ``bytes``, which nobody can change afterwards: the value it returns (a view of
+        ``data``, or the redacted copy) holds what was checked for as long as it lives.
+        """
+        checked = self._at(path, self._raw, msgspec.Raw(data))
+        with self._lock:
+            if len(self._passed) >= _PASSED_SIZE:
+                del self._passed[next(iter(self._passed))]
+            self._passed[id(checked)] = checked
+        return checked
+
+    def passed(self, value: object) -> bool:
+        """Whether ``value`` is one this redactor returned from :meth:`encoded` lately.
+
+        Such a value needs no second look: a decision's value is redacted as the codec
+        encodes it, and the mapper's pass over its event (which makes the guarantee for every
+        other value) asks this instead of reading its bytes again.
+        """
+        return self._passed.get(id(value)) is value
 
     def _at(self, path: str, redact: Callable[[T], T], value: T) -> T:
         """Run ``redact``; a refusal deep inside gets its full path only here, when it happens
