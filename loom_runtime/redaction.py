@@ -270,6 +270,11 @@ _PASSED_SIZE = 64
 """How many values a redactor remembers having made from fresh bytes (:meth:`Redactor.encoded`)
 until the mapper stores them: one per thread recording a decision at a time."""
 
+_ONE_SEARCH_LENGTH = 48
+"""Strings up to this long are first searched for all hints at once (:meth:`Redactor._hintless`):
+below it, one regex search beat twelve patterns' ``in`` scans (0.3-0.6 µs against ~1.1 µs at
+9-32 characters); above it the scans, at memchr speed, win (1.4 against 1.2 µs at 64)."""
+
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
 
@@ -301,6 +306,12 @@ class Redactor:
             raise ValueError(f"mode must be 'redact' or 'refuse', not {mode!r}")
         self.patterns = (*patterns, *extra)
         self.mode: RedactionMode = mode
+        hints = [hint for pattern in self.patterns for hint in pattern.hints]
+        self._hints = (
+            re.compile("|".join(map(re.escape, hints)))
+            if all(pattern.hints for pattern in self.patterns)
+            else None
+        )
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         # JSON found clean lately (oldest first). A decision's value is checked when it is
@@ -347,6 +358,8 @@ class Redactor:
         either stores it as given (None) or refuses it, naming the field and this pattern.
         """
         lowered = value.lower()
+        if self._hintless(lowered):
+            return None
         for pattern in self.patterns:
             if not pattern.may_match(value, lowered):
                 continue
@@ -417,6 +430,19 @@ class Redactor:
         """
         return self._passed.get(id(value)) is value
 
+    def _hintless(self, lowered: str) -> bool:
+        """True when ``lowered``, a short string, holds no hint of any pattern: none can match.
+
+        One search for every hint at once answers what each pattern's ``may_match`` would
+        (every pattern has hints, else this is never True), several times cheaper on a short
+        string, a decision's fresh key first; on a long one the per-pattern ``in`` scans win.
+        """
+        return (
+            self._hints is not None
+            and len(lowered) <= _ONE_SEARCH_LENGTH
+            and self._hints.search(lowered) is None
+        )
+
     def _at(self, path: str, redact: Callable[[T], T], value: T) -> T:
         """Run ``redact``; a refusal deep inside gets its full path only here, when it happens
         (building a path string for every clean field would cost more than the scan)."""
@@ -427,9 +453,11 @@ class Redactor:
             raise SecretRefusedError(pattern=refusal.pattern, path=where) from None
 
     def _text(self, value: str) -> str:
+        lowered = value.lower()
+        if self._hintless(lowered):
+            return value
         found: Counter[str] = Counter()
         redacted = value
-        lowered = value.lower()
         for pattern in self.patterns:
             if not pattern.may_match(value, lowered):
                 continue

@@ -8,8 +8,17 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from loom_runtime import FlowContext, LogSettings, Redactor, SecretRefusedError, codec
+from loom_runtime import (
+    FlowContext,
+    LogSettings,
+    Redactor,
+    SecretPattern,
+    SecretRefusedError,
+    codec,
+)
 from loom_runtime.context import Recorder, save
 from loom_runtime.execution import Execution
 from loom_runtime.log import EventLog, open_log
@@ -119,3 +128,58 @@ def test_the_redactor_remembers_a_bounded_number_of_values() -> None:
     assert len(redactor._passed) <= 64
     assert redactor.passed(made[-1]) and not redactor.passed(made[0])
     assert not redactor.passed(msgspec.Raw(bytes(made[-1])))  # equal bytes, another object
+
+
+SHORT_SECRETS = [
+    "AKIAIOSFODNN7EXAMPLE",
+    "key AKIAIOSFODNN7EXAMPLE",
+    f"Bearer {TOKEN[:30]}",
+    f"BEARER {TOKEN[:30]}",
+    "password=hunter2",
+    "PWD: x9y8z7",
+    "redis://:pw-secret@cache",
+    "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2",
+    "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "xoxb-123456789-abcdefg",
+]
+SHORT_CLEAN = ["step-12", "assistant", "model", "llm:call:3", "Basic idea", "sk-learn-tool", ""]
+
+
+def _without_shortcut() -> Redactor:
+    redactor = Redactor()
+    redactor._hints = None  # every pattern's own hint scan, as before the one search existed
+    return redactor
+
+
+@pytest.mark.parametrize("text", SHORT_SECRETS + SHORT_CLEAN)
+def test_a_short_strings_verdict_is_the_one_every_pattern_gives(text: str) -> None:
+    """Searching a short string for all hints at once changes no verdict, secret or clean."""
+    fast, slow = Redactor(), _without_shortcut()
+    assert fast.secret_in(text) == slow.secret_in(text)
+    assert fast.text(text, path="v") == slow.text(text, path="v")
+    assert fast.counts == slow.counts
+    if text in SHORT_SECRETS:
+        assert fast.secret_in(text) is not None
+        with pytest.raises(SecretRefusedError):
+            Redactor(mode="refuse").text(text, path="v")
+
+
+def test_a_pattern_without_hints_is_never_skipped() -> None:
+    """A user's pattern with no hints makes every string take the per-pattern path."""
+    redactor = Redactor(extra=[SecretPattern.compile("ticket", r"zz\d{3}")])
+    assert redactor.secret_in("zz123") == "ticket"
+    assert redactor.text("id zz123", path="v") == "id [REDACTED:ticket]"
+
+
+_FRAGMENTS = st.sampled_from(
+    ["sk-", "Bearer ", "basic ", "AKIA", "ghp_", "xoxb-", "://", ":", "=", "@", "pwd", "-", "_"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_FRAGMENTS | st.text(max_size=12), max_size=6).map("".join))
+def test_any_short_strings_verdict_is_the_one_every_pattern_gives(text: str) -> None:
+    """The one search never skips a string some pattern would have matched."""
+    fast, slow = Redactor(), _without_shortcut()
+    assert fast.secret_in(text) == slow.secret_in(text)
+    assert fast.text(text, path="v") == slow.text(text, path="v")
