@@ -13,7 +13,8 @@ two places (ADR 0012):
   that nothing unredacted is stored, whichever path produced the event.
 
 Redaction is idempotent (a marker never matches again), so the second pass over an already
-redacted value finds nothing and counts nothing. Only string *values* are scanned, never
+redacted value finds nothing and counts nothing; the mapper skips it for the values the codec's
+pass returned (:meth:`Redactor.passed`), and reads every other one. Only string *values* are scanned, never
 mapping keys: replacing two keys by the same marker would silently merge them.
 
 ``mode="refuse"`` raises :class:`~loom_runtime.errors.SecretRefusedError` at the first match
@@ -314,9 +315,9 @@ class Redactor:
         )
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        # JSON found clean lately (oldest first). A decision's value is checked when it is
-        # encoded and again when its event is stored (the mapper's pass, which makes the
-        # guarantee); the second check is a lookup. Patterns and mode never change after here.
+        # JSON found clean lately (oldest first): the same JSON met again by another path (a
+        # store's entries, a value not passed by ``encoded``) is a lookup, not a walk.
+        # Patterns and mode never change after here.
         self._clean: dict[bytes, None] = {}
         # Values this redactor returned from ``encoded`` lately, by identity (holding each,
         # so its id is not reused while it is here): their bytes are already redacted.
