@@ -89,7 +89,7 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     if redactor is not None and binary:
         value = _binary_redacted(value, path=path, redactor=redactor)
     try:
-        raw = msgspec.Raw(_encoder.encode(value))
+        data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
         bad_path, bad_value = _find_unencodable(value, path)
         raise NotSerialisableError(
@@ -99,9 +99,9 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             path=bad_path,
         ) from exc
     if redactor is None:
-        return raw
+        return msgspec.Raw(data)
     try:
-        return redactor.raw(raw, path=path)
+        return redactor.encoded(data, path=path)
     except RecursionError as exc:  # a msgspec.Raw inside the value hides its depth until here
         raise NotSerialisableError(
             f"{path} cannot be stored in the log: it nests more than {MAX_DEPTH} levels deep",

@@ -262,14 +262,16 @@ def _redacted(
     checks its identifiers at its own boundary first, with its own error; a refusal here
     means one path did not, and it is refused all the same, before anything is written.
     A value of a type that holds no text (a timestamp, a number) is not handed to the
-    redactor, whose walk returns such a value as it is.
+    redactor, whose walk returns such a value as it is, nor is one the redactor itself
+    returned as the codec encoded it (a decision's value, input and meta): it was redacted
+    then, and reading its bytes again found nothing by construction.
     """
     redacted = {}
     for key, value in state.items():
         if key in identifiers:
             redactor.check_identifier(value, path=f"{topic}.{key}")
             redacted[key] = value
-        elif type(value) in _NO_TEXT:
+        elif type(value) in _NO_TEXT or redactor.passed(value):
             redacted[key] = value
         else:
             redacted[key] = redactor.value(value, path=f"{topic}.{key}")
