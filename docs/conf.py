@@ -7,6 +7,8 @@ anchor, a page in no table of contents, a docstring that does not parse) fails t
 Nothing here reaches the network: no intersphinx, a theme that ships its assets.
 """
 
+import importlib
+
 project = "loom"
 author = "the loom authors"
 extensions = ["myst_parser", "sphinx.ext.autodoc"]
@@ -19,6 +21,14 @@ myst_heading_anchors = 4
 # The public surface is each package's __all__ (autodoc follows it), constants included.
 autodoc_default_options = {"members": True, "undoc-members": True}
 autodoc_member_order = "groupwise"
+
+# autodoc finds a module's members with dir(), which lists a lazy public name only once it is
+# loaded (ADR 0022: a dir() that imported would make every tool walking it import everything).
+# The reference documents all of them, so load them all first.
+for _package in ("loom_runtime", "loom_memory", "loom_knowledge"):
+    _module = importlib.import_module(_package)
+    for _name in _module.__all__:
+        getattr(_module, _name)
 
 html_theme = "furo"
 html_title = "loom"
