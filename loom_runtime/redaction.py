@@ -14,8 +14,8 @@ two places (ADR 0012):
 
 Redaction is idempotent (a marker never matches again), so the second pass over an already
 redacted value finds nothing and counts nothing; the mapper skips it for the values the codec's
-pass returned (:meth:`Redactor.passed`), and reads every other one. Only string *values* are scanned, never
-mapping keys: replacing two keys by the same marker would silently merge them.
+pass returned (:meth:`Redactor.passed`), and reads every other one. Only string *values* are
+scanned, never mapping keys: replacing two keys by the same marker would silently merge them.
 
 ``mode="refuse"`` raises :class:`~loom_runtime.errors.SecretRefusedError` at the first match
 instead, before anything is written. A private-key block with no END line (a truncated paste)
