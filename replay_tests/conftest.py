@@ -98,11 +98,15 @@ def pytester(
     loaded every installed plugin again, LangChain's kit's among them (langsmith's alone is
     about a second), on each of the plugin tests' runs. The ``-p no:NAME`` options of this
     suite's ``addopts`` are handed on through ``PYTEST_ADDOPTS`` (pytester clears it when it
-    starts, and subprocess runs inherit it).
+    starts, and subprocess runs inherit it). So is pytest-asyncio's loop scope, which this
+    suite's configuration sets and an inner session's does not (it warned in every one).
     """
     addopts: list[str] = pytestconfig.getini("addopts")
     blocked = [f"-p {value}" for flag, value in itertools.pairwise(addopts) if flag == "-p"]
-    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(blocked))
+    scope = "-o asyncio_default_fixture_loop_scope=" + pytestconfig.getini(
+        "asyncio_default_fixture_loop_scope"
+    )
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join([*blocked, scope]))
     return pytester
 
 

@@ -29,6 +29,7 @@ class TestD:
 
 def test_the_slow_tests_come_first_in_their_collected_order(pytester: pytest.Pytester) -> None:
     """Marked on the function or on its class, slow tests move ahead; each part keeps its order."""
+    pytester.makeini("[pytest]\nmarkers =\n    slow: a long test\n")  # no unknown-mark warning
     items = pytester.getitems(MIXED)
     pytest_collection_modifyitems(items)
     assert [item.name for item in items] == ["test_b", "test_d", "test_a", "test_c"]
