@@ -135,11 +135,13 @@ def test_a_cursor_freed_by_another_threads_collection_does_not_stall_the_writer(
     when each transaction ends, so nothing is left for a collection to reset.
     """
     path = tmp_path / "loom.db"
-    log = open_log(LogSettings(f"sqlite:///{path}", lock_timeout=1.0))
+    # A timeout far above the lock's hold (0.3 s plus one collection, even on a loaded machine):
+    # the old code waits it out in full and fails; the new one waits only for the holder.
+    log = open_log(LogSettings(f"sqlite:///{path}", lock_timeout=10.0))
     assert isinstance(log, EventsourcingLog)
     stream = uuid.uuid4()
     log.insert_rows([_row(stream, 1)])
-    other = sqlite3.connect(path, isolation_level=None, timeout=1.0, check_same_thread=False)
+    other = sqlite3.connect(path, isolation_level=None, timeout=10.0, check_same_thread=False)
     locked = threading.Event()
 
     def hold_the_lock_and_collect() -> None:
