@@ -55,7 +55,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.xdist_group("docs_site")
 def test_the_home_page_is_the_readme_and_every_page_is_in_the_navigation(site: Path) -> None:
     """The README is the home page, its links rewritten to the site's pages; every guide and
     decision record is a page linked from the navigation."""
@@ -70,7 +69,6 @@ def test_the_home_page_is_the_readme_and_every_page_is_in_the_navigation(site: P
         assert f'href="{url}"' in home, f"{url} is not in the navigation"
 
 
-@pytest.mark.xdist_group("docs_site")
 @pytest.mark.parametrize("package", PACKAGES)
 def test_the_api_reference_documents_every_public_name(site: Path, package: str) -> None:
     """Each name of the package's ``__all__`` has an entry on its reference page."""
