@@ -34,9 +34,9 @@ from loom_runtime import (
     ErasedError,
     ErasedSubject,
     ErasureSubjectError,
-    keyring_for,
     open_subject_text,
     seal_subject_text,
+    write_keyring,
 )
 
 if TYPE_CHECKING:
@@ -94,8 +94,9 @@ def write_key(log: EventLog, memory: str, key: str) -> AESGCM | None:
 
     Made on the key's first sealed write, read again from the key table on every later one, so
     a write after the key was erased is :class:`~loom_runtime.SubjectErasedError` before
-    anything is appended."""
-    keyring = keyring_for(log.engine)
+    anything is appended; a write to an encrypted log opened without its master key is
+    :class:`~loom_runtime.EncryptionOffError` (it would be stored in clear)."""
+    keyring = write_keyring(log.engine, f"an entry of key {key!r} in memory {memory!r}")
     if keyring is None:
         return None
     return keyring.ensure(memory_subject(memory, key), position=log.position)

@@ -225,12 +225,23 @@ class Loom:
         return Opener(self._keyring)
 
     def _seal_new(self, execution: Execution) -> None:
-        """Give a new execution its own data key, so its events are sealed (ADR 0049)."""
+        """Give a new execution its own data key, so its events are sealed (ADR 0049); without
+        encryption, refuse it when the log is encrypted (it would be stored in clear)."""
+        self._refuse_keyless(f"execution {execution.id} of flow {execution.flow!r}")
         if self._keyring is not None:
             from loom_runtime.sealing import subject_of
 
             self._keyring.create(subject_of(execution.id), position=self.log.position)
             execution.sealer = ExecutionSealer(self._keyring, execution.id, self.settings.redactor)
+
+    def _refuse_keyless(self, what: str) -> None:
+        """:class:`~loom_runtime.errors.EncryptionOffError` when this Loom has no master key
+        but its log is encrypted: ``what`` would be written in clear, beyond erasure's reach
+        (ADR 0049, amended "keyless"). A Loom with a key, or a never-encrypted log, passes."""
+        if self._keyring is None:
+            from loom_runtime.sealing import write_keyring
+
+            write_keyring(self.log.engine, what)
 
     # -- flows -------------------------------------------------------------------------------
 
@@ -524,6 +535,7 @@ class Loom:
         rows = bundle.rows()
         existing = self.log.rows(bundle.execution_id)
         if not existing:
+            self._refuse_keyless(f"the imported execution {bundle.execution_id}")
             if self._keyring is not None:
                 sealer = ExecutionSealer(self._keyring, bundle.execution_id)
                 rows = sealer.seal_rows(rows, position=self.log.position)

@@ -593,6 +593,35 @@ def keyring_for(engine: Engine) -> Keyring | None:
     return _keyrings.get(engine)
 
 
+_switched_on: weakref.WeakSet[Engine] = weakref.WeakSet()
+"""Engines of keyless Looms whose log was seen with a key table: encryption is never switched
+off, so once seen it is never looked for again on that engine."""
+
+
+def write_keyring(engine: Engine, what: str) -> Keyring | None:
+    """The keyring a write of personal data (``what``) to ``engine``'s log seals under, or None
+    for a log that never switched encryption on; :class:`EncryptionOffError` when the log is
+    encrypted (it has a key table) but was opened without the master key.
+
+    Why refuse: a clear write into an encrypted log is personal data that erasure cannot
+    reach, made silently by a process started without ``$LOOM_MASTER_KEY`` (ADR 0049,
+    amended "keyless"). Readers never call this. The key table is looked for once per write
+    batch until found, then never again: a positive answer is cached per engine."""
+    keyring = _keyrings.get(engine)
+    if keyring is not None:
+        return keyring
+    if engine not in _switched_on:
+        with engine.connect() as connection:
+            if not engine.dialect.has_table(connection, TABLE):
+                return None
+        _switched_on.add(engine)
+    raise EncryptionOffError(
+        f"this log is encrypted (it has erasable data) but was opened without its master key, "
+        f"so {what} would be stored in clear, beyond erasure's reach: open it with "
+        "Loom(url, encryption=MasterKey.from_env()) and set $LOOM_MASTER_KEY; nothing was written"
+    )
+
+
 def seal_subject_text(aead: AESGCM, subject: str, text: str, place: str) -> str:
     """``text`` sealed under ``subject``'s key, stored as a string (``loom.sealed:{...}``).
 

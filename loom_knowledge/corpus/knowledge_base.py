@@ -73,6 +73,7 @@ from loom_runtime import (
     rebuild,
     stream_id,
     text_problem,
+    write_keyring,
 )
 
 if TYPE_CHECKING:
@@ -554,6 +555,10 @@ class KnowledgeBase:
                 changes, outcome = decide(
                     manifest, lambda doc_ids: self._next_revisions(manifest, doc_ids, conn)
                 )
+            if changes:
+                # Without the master key, an encrypted log refuses the batch before it is
+                # appended: its text would be stored in clear (ADR 0049, amended "keyless").
+                write_keyring(self.loom.log.engine, f"a write to knowledge scope {self.scope!r}")
             if version == 0 and changes and self._stemmer is not None:
                 # The scope's first write: its choice goes first, in the same append.
                 chosen = {"scope": self.scope, "stemmer": self._stemmer}
