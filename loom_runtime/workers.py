@@ -43,6 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from loom_runtime.log import READ_ONLY
 from loom_runtime.schema import serialise_ddl
 
 logger = logging.getLogger("loom.runtime")
@@ -124,7 +125,9 @@ class WorkerRegistry:
 
     def workers(self, *, dead_after: float) -> list[WorkerRow]:
         """Every registered worker, alive when it beat within the last ``dead_after`` seconds."""
-        with self.engine.connect() as conn:
+        # Read-only: on SQLite a deferred transaction, so every recovery pass's read neither
+        # queues behind an append nor holds one up (a snapshot is all it needs).
+        with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn:
             horizon = _now(conn) - dead_after
             rows = conn.execute(select(workers_table).order_by(workers_table.c.started_at))
             return [

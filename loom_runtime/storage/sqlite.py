@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
+from types import TracebackType
 from typing import Any, cast
 from uuid import UUID
 
@@ -80,6 +81,32 @@ def _open_writer(pool: SQLiteConnectionPool) -> SQLiteConnection:
     except sqlite3.Error as exc:
         raise InterfaceError(exc) from exc
     return SQLiteConnection(connection, max_age=None)
+
+
+class _HeldTransaction(SQLiteTransaction):
+    """eventsourcing's transaction, whose cursor is closed when it ends, in the thread that
+    used it.
+
+    Why: a refused append leaves its cursor in a reference cycle (the error's traceback holds
+    the frame that holds it), so the garbage collector frees it later, in whatever thread runs
+    then. Freeing a cursor with a statement resets that statement, which takes the connection's
+    mutex; if the held connection is at that moment inside ``sqlite3_step`` waiting for a lock
+    the collecting thread holds (a heartbeat between its statements), neither moves until the
+    lock timeout. A closed cursor has nothing to reset.
+    """
+
+    def __enter__(self) -> SQLiteCursor:
+        self.cursor = super().__enter__()
+        return self.cursor
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.cursor.sqlite_cursor.close()
+        super().__exit__(exc_type, exc_val, exc_tb)
 
 
 class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
@@ -208,7 +235,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         if writer is None or self._writer_pid != os.getpid():
             writer = self._writer = _open_writer(self.datastore.pool)
             self._writer_pid = os.getpid()
-        return SQLiteTransaction(writer, commit=True)
+        return _HeldTransaction(writer, commit=True)
 
     def _settle_writer(self) -> None:
         """After a failed group: roll back what a failed ``COMMIT`` left open (nothing, if

@@ -64,7 +64,7 @@ def _projection(loom: Loom) -> EmbeddingProjection:
     return projection
 
 
-def _rows(table: EmbeddingTable) -> list[tuple[object, ...]]:
+def table_rows(table: EmbeddingTable) -> list[tuple[object, ...]]:
     """Every stored vector row of the model, in both tables, sorted."""
     rows: list[tuple[object, ...]] = []
     with table.engine.connect() as conn:
@@ -76,15 +76,21 @@ def _rows(table: EmbeddingTable) -> list[tuple[object, ...]]:
 
 
 def _traces(passages: list[Passage], *, dumped: bool = True) -> list[bytes]:
-    """What would betray the passages' texts in raw bytes: each text's plain digest, its
-    vector as the table stores it (packed; with ``dumped``, also as hex, the form ``pg_dump``
-    prints) and as a clear event holds it (float32-exact JSON numbers)."""
+    """What would betray the passages' texts in raw bytes (see :func:`text_traces`)."""
+    texts = (passage_text(passage) for passage in passages)
+    return text_traces([(text_digest(text), text) for text in texts], dumped=dumped)
+
+
+def text_traces(texts: list[tuple[str, str]], *, dumped: bool = True) -> list[bytes]:
+    """What would betray each ``(digest, text)`` in raw bytes: its plain digest, its vector
+    as the table stores it (packed; with ``dumped``, also as hex, the form ``pg_dump``
+    prints) and as a clear event holds it (float32-exact JSON numbers). Shared with the
+    memory-key twin."""
     traces = []
-    for passage in passages:
-        text = passage_text(passage)
+    for digest, text in texts:
         packed = pack_vector(EMBEDDER.embed([text])[0])
         as_json = msgspec.json.encode(unpack_vector(packed))[1:200]
-        traces += [text_digest(text).encode(), packed, as_json]
+        traces += [digest.encode(), packed, as_json]
         traces += [packed.hex().encode()] if dumped else []
     return traces
 
@@ -112,8 +118,8 @@ def test_an_erased_documents_vectors_leave_the_database_and_a_rebuild_agrees(
         assert alice
         table = _projection(loom).table
         subject = document_subject(SCOPE, ALICE)
-        kept_rows = [row for row in _rows(table) if subject not in row]
-        assert len(kept_rows) < len(_rows(table))  # the document's vectors were stored
+        kept_rows = [row for row in table_rows(table) if subject not in row]
+        assert len(kept_rows) < len(table_rows(table))  # the document's vectors were stored
         recorded = loom.log.notifications(topics=[SubjectEmbeddingsRecorded.TOPIC])
         assert {loom.log.decode(r).subject for r in recorded} == {
             document_subject(SCOPE, doc.id) for doc in _docs(secret)
@@ -130,16 +136,16 @@ def test_an_erased_documents_vectors_leave_the_database_and_a_rebuild_agrees(
             assert now and all(p.doc_id != ALICE for p in now)
             assert then and all(p.doc_id != ALICE for p in then)
         # (4) Other documents' vectors and answers are untouched.
-        live = _rows(table)
+        live = table_rows(table)
         assert live == kept_rows
         assert [[hit for hit in answer if hit[0] != ALICE] for answer in before] == _answers(kb)
         # (3) A rebuild from position 0 (the key is gone, the forget event stays) agrees.
         rebuild(loom.log, _projection(loom))
-        assert _rows(table) == live
+        assert table_rows(table) == live
         drop_corpus(loom)  # the corpus and its vectors rebuilt on the next read
         assert _answers(kb) == _answers(_open(loom))
         catch_up(loom.log, _projection(loom))
-        assert _rows(table) == live
+        assert table_rows(table) == live
 
     # (1) Neither a vector nor a plain digest of its texts is left in the raw files.
     raw = _raw(db_url)
@@ -185,7 +191,7 @@ def test_a_vector_sealed_with_a_key_destroyed_elsewhere_is_never_projected(
             other.erase(document=f"{SCOPE}:{ALICE}", reason="r", by="dpo")
         projection = _projection(loom)
         catch_up(loom.log, projection)
-        rows_after_erasure = _rows(projection.table)
+        rows_after_erasure = table_rows(projection.table)
         assert rows_after_erasure and all(subject not in row for row in rows_after_erasure)
         text = "a late passage of Alice"
         digest = EmbeddingTable.address(text, key=cached)
@@ -198,9 +204,9 @@ def test_a_vector_sealed_with_a_key_destroyed_elsewhere_is_never_projected(
             what="a raced vector",
         )
         catch_up(loom.log, projection)
-        assert _rows(projection.table) == rows_after_erasure
+        assert table_rows(projection.table) == rows_after_erasure
         rebuild(loom.log, projection)
-        assert _rows(projection.table) == rows_after_erasure
+        assert table_rows(projection.table) == rows_after_erasure
 
 
 def test_without_encryption_vectors_are_recorded_in_clear_once_per_text(tmp_path: Path) -> None:
@@ -217,7 +223,7 @@ def test_without_encryption_vectors_are_recorded_in_clear_once_per_text(tmp_path
         table = _projection(loom).table
         assert table.subject_table is None
         assert not inspect(loom.log.engine).has_table("loom_kb_subject_embeddings")
-        assert len(_rows(table)) == len(distinct) < len(passages)  # the twin embedded once
+        assert len(table_rows(table)) == len(distinct) < len(passages)  # the twin embedded once
         events = [
             loom.log.decode(r) for r in loom.log.notifications(topics=[EmbeddingsRecorded.TOPIC])
         ]
@@ -236,7 +242,7 @@ def test_with_encryption_the_same_text_is_embedded_once_per_document(tmp_path: P
         kb.sync([*_docs("SEALED"), twin])
         kb.search("harbour", mode="vector")
         passages = kb.passages()
-        assert len(_rows(_projection(loom).table)) == len(passages)
+        assert len(table_rows(_projection(loom).table)) == len(passages)
 
 
 def test_a_projection_that_does_not_forget_fails_the_checks(
@@ -254,8 +260,8 @@ def test_a_projection_that_does_not_forget_fails_the_checks(
         loom.erase(document=f"{SCOPE}:{ALICE}", reason="r", by="dpo")
         projection = _projection(loom)
         catch_up(loom.log, projection)
-        live = _rows(projection.table)
+        live = table_rows(projection.table)
         raw = _raw(sqlite_url)
         assert [trace for trace in _traces(alice) if trace in raw] != []
         rebuild(loom.log, projection)
-        assert _rows(projection.table) != live
+        assert table_rows(projection.table) != live

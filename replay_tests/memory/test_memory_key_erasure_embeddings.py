@@ -15,9 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import uuid4
 
-import msgspec
 import pytest
-from sqlalchemy import select
 
 from loom_memory import (
     EmbeddingTable,
@@ -29,10 +27,11 @@ from loom_memory import (
 )
 from loom_memory.conformance import entry
 from loom_memory.embedding_events import EmbeddingsRecorded, SubjectEmbeddingsRecorded
-from loom_memory.embedding_table import embedding_texts, pack_vector, unpack_vector
+from loom_memory.embedding_table import embedding_texts
 from loom_memory.erasure import memory_subject
 from loom_runtime import Loom
 from replay_tests.knowledge.test_document_erasure import KEY, _raw
+from replay_tests.knowledge.test_document_erasure_embeddings import table_rows, text_traces
 
 EMBEDDER = HashingEmbedder(dimension=64)
 FLOOR = 0.1
@@ -60,27 +59,12 @@ def _bob() -> list[MemoryEntry]:
 
 def _rows(memory: EventSourcedVectorMemory) -> list[tuple[object, ...]]:
     """Every stored vector row of the model, in both tables, sorted."""
-    table: EmbeddingTable = memory._vector_store.vectors
-    rows: list[tuple[object, ...]] = []
-    with table.engine.connect() as conn:
-        for stored in (table.table, table.subject_table):
-            if stored is not None:
-                found = conn.execute(select(stored).where(stored.c.model == table.model))
-                rows += [(stored.name, *row) for row in found]
-    return sorted(rows, key=repr)
+    return table_rows(memory._vector_store.vectors)
 
 
 def _traces(entries: list[MemoryEntry], *, dumped: bool = True) -> list[bytes]:
-    """What would betray the entries' texts in raw bytes: each text's plain digest, its vector
-    packed (with ``dumped``, also as hex, as ``pg_dump`` prints it) and as a clear event holds
-    it (float32-exact JSON numbers)."""
-    traces = []
-    for digest, text in embedding_texts(entries).items():
-        packed = pack_vector(EMBEDDER.embed([text])[0])
-        as_json = msgspec.json.encode(unpack_vector(packed))[1:200]
-        traces += [digest.encode(), packed, as_json]
-        traces += [packed.hex().encode()] if dumped else []
-    return traces
+    """What would betray the entries' texts in raw bytes (the document twin's traces)."""
+    return text_traces(list(embedding_texts(entries).items()), dumped=dumped)
 
 
 def _answers(memory: EventSourcedVectorMemory) -> list[list[tuple[object, float]]]:

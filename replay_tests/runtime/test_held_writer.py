@@ -9,7 +9,10 @@ connection, and closing the log closes it.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from loom_runtime.errors import StreamConflictError
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage import sqlite as storage_sqlite
 from loom_runtime.storage.application import EventsourcingLog
@@ -115,3 +119,47 @@ def test_closing_the_log_closes_the_writer(tmp_path: Path) -> None:
     assert recorder._writer is None
     with pytest.raises(sqlite3.ProgrammingError):
         writer.cursor().execute("SELECT 1")
+
+
+def test_a_cursor_freed_by_another_threads_collection_does_not_stall_the_writer(
+    tmp_path: Path,
+) -> None:
+    """A refused append leaves its cursor in a reference cycle (its error's traceback holds the
+    frame that holds the cursor), so the garbage collector frees it, in whichever thread runs.
+
+    Here that thread holds the write lock (as a worker's heartbeat does between its statements)
+    while this one's next append waits in ``sqlite3_step`` for that lock, on the same held
+    connection. Freeing a cursor that still has a statement resets it, which takes the
+    connection's mutex, held by the waiting step: neither thread moves until the lock timeout,
+    and the append fails with "database is locked". The held connection's cursors are closed
+    when each transaction ends, so nothing is left for a collection to reset.
+    """
+    path = tmp_path / "loom.db"
+    log = open_log(LogSettings(f"sqlite:///{path}", lock_timeout=1.0))
+    assert isinstance(log, EventsourcingLog)
+    stream = uuid.uuid4()
+    log.insert_rows([_row(stream, 1)])
+    other = sqlite3.connect(path, isolation_level=None, timeout=1.0, check_same_thread=False)
+    locked = threading.Event()
+
+    def hold_the_lock_and_collect() -> None:
+        other.execute("BEGIN IMMEDIATE")
+        locked.set()
+        time.sleep(0.3)  # by now the append below waits for this lock
+        gc.collect()
+        other.execute("COMMIT")
+
+    gc.disable()
+    try:
+        with pytest.raises(StreamConflictError):
+            log.insert_rows([_row(stream, 1)])  # version 1 again: refused, garbage left behind
+        holder = threading.Thread(target=hold_the_lock_and_collect)
+        holder.start()
+        locked.wait()
+        log.insert_rows([_row(stream, 2)])
+        holder.join()
+        assert [row.version for row in log.rows(stream)] == [1, 2]
+    finally:
+        gc.enable()
+        other.close()
+        log.close()

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from typer.testing import CliRunner
 
 from loom_runtime import ConfigurationError, FlowContext, Loom
 from loom_runtime.context import save
+from loom_runtime.log import LogSettings
 from loom_runtime.tools.cli import app
 from loom_runtime.workers import WorkerRegistry, workers_table
 
@@ -125,6 +127,24 @@ def test_the_registry_is_created_once_by_any_number_of_openers(loom: Loom, other
     loom.workers.beat("w1")
     WorkerRegistry(other.log.engine)
     assert [row.worker for row in other.workers.workers(dead_after=60)] == ["w1"]
+
+
+def test_reading_who_is_alive_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """Every worker's recovery pass reads the registry; on SQLite that read is a deferred
+    transaction, not ``BEGIN IMMEDIATE``, so it neither queues behind an append nor holds
+    one up. Here a writer holds the lock past the read's whole lock timeout."""
+    path = tmp_path / "loom.db"
+    engine = LogSettings(f"sqlite:///{path}", lock_timeout=0.5).create_engine()
+    registry = WorkerRegistry(engine)
+    registry.beat("w1")
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        assert [row.worker for row in registry.workers(dead_after=60)] == ["w1"]
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        engine.dispose()
 
 
 def test_a_worker_beats_while_it_runs(loom: Loom) -> None:
