@@ -555,10 +555,6 @@ class KnowledgeBase:
                 changes, outcome = decide(
                     manifest, lambda doc_ids: self._next_revisions(manifest, doc_ids, conn)
                 )
-            if changes:
-                # Without the master key, an encrypted log refuses the batch before it is
-                # appended: its text would be stored in clear (ADR 0049, amended "keyless").
-                write_keyring(self.loom.log.engine, f"a write to knowledge scope {self.scope!r}")
             if version == 0 and changes and self._stemmer is not None:
                 # The scope's first write: its choice goes first, in the same append.
                 chosen = {"scope": self.scope, "stemmer": self._stemmer}
@@ -568,7 +564,12 @@ class KnowledgeBase:
             return changes, outcome
 
         what = f"a write to knowledge scope {self.scope!r}"
-        positions, outcome = self.loom.log.append_replanned(self._stream, fresh, what=what)
+        # Without the master key, an encrypted log refuses the batch's append: its text would
+        # be stored in clear (ADR 0049, amended "keyless").
+        _, guard = write_keyring(self.loom.log, what)
+        positions, outcome = self.loom.log.append_replanned(
+            self._stream, fresh, what=what, precondition=guard
+        )
         if positions:
             indexed = _indexed(positions, progress)
             # Up to this write's last event, not the head: that is what the caller must see
