@@ -34,9 +34,10 @@ from loom_runtime import (
     ErasedError,
     ErasedSubject,
     ErasureSubjectError,
-    keyring_for,
+    Precondition,
     open_subject_text,
     seal_subject_text,
+    write_keyring,
 )
 
 if TYPE_CHECKING:
@@ -89,16 +90,19 @@ def _place(subject: str, version: int, index: int) -> str:
     return f"{subject}:{version}:entries.{index}"
 
 
-def write_key(log: EventLog, memory: str, key: str) -> AESGCM | None:
-    """The data key a write to ``key`` seals under, when the log is encrypted (else None).
+def write_key(log: EventLog, memory: str, key: str) -> tuple[AESGCM | None, Precondition | None]:
+    """The data key a write to ``key`` seals under, when the log is encrypted (else None), and
+    the precondition the write's appends must be given.
 
     Made on the key's first sealed write, read again from the key table on every later one, so
     a write after the key was erased is :class:`~loom_runtime.SubjectErasedError` before
-    anything is appended."""
-    keyring = keyring_for(log.engine)
+    anything is appended. Without the master key the precondition refuses the append with
+    :class:`~loom_runtime.EncryptionOffError` if the log is encrypted by then (it would be
+    stored in clear; :func:`~loom_runtime.write_keyring`)."""
+    keyring, guard = write_keyring(log, f"an entry of key {key!r} in memory {memory!r}")
     if keyring is None:
-        return None
-    return keyring.ensure(memory_subject(memory, key), position=log.position)
+        return None, guard
+    return keyring.ensure(memory_subject(memory, key), position=log.position), None
 
 
 def text_key(keyring: Keyring | None, memory: str, key: str) -> AESGCM | None:

@@ -190,7 +190,7 @@ class EventSourcedMemory:
         payload = {"memory": self.name, "key": key, **fields}
         # With encryption on, every write reads the key's row first: an erased key is
         # SubjectErasedError here, before anything is appended (ADR 0060).
-        aead = write_key(self._log, self.name, key)
+        aead, guard = write_key(self._log, self.name, key)
         entries: list[msgspec.Raw] | None = fields.get("entries")
         redactor = self._log.redactor
         if aead is not None and entries is not None and redactor is not None:
@@ -207,7 +207,10 @@ class EventSourcedMemory:
             return [(event, {**payload, "entries": sealed})], None
 
         [position], _ = self._log.append_replanned(
-            stream, plan, what=f"the {event.__name__} of key {key!r} in memory {self.name!r}"
+            stream,
+            plan,
+            what=f"the {event.__name__} of key {key!r} in memory {self.name!r}",
+            precondition=guard,
         )
         logger.debug(
             "memory %r: %s of key %r at log position %d", self.name, event.__name__, key, position

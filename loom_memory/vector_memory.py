@@ -64,6 +64,7 @@ from loom_runtime import (
     Forgotten,
     Keyring,
     Loom,
+    Precondition,
     SQLProjection,
     SubjectErasedError,
     catch_up,
@@ -168,13 +169,15 @@ def record_embeddings(
     texts: Mapping[str, str],
     *,
     subjects: Mapping[str, str] | None = None,
+    precondition: Precondition | None = None,
 ) -> int:
     """Embed the texts (``digest -> text``) whose address the log lacks, log their vectors in
     one atomic append, and project them; return how many texts were embedded.
 
     ``subjects`` names the sealed subject of each keyed digest (the others are plain, ADR
     0061): their vectors are logged sealed under the subject's live key, one event per
-    subject, so a write to an erased subject is :class:`~loom_runtime.SubjectErasedError`."""
+    subject, so a write to an erased subject is :class:`~loom_runtime.SubjectErasedError`.
+    ``precondition``: what the append must find (a keyless write's, ``write_key``)."""
     catch_up(log, projection)
     table = projection.table
     with table.engine.connect() as conn:
@@ -206,6 +209,7 @@ def record_embeddings(
         embeddings_stream(embedder.model),
         lambda _version: (changes, None),  # blind: the same vectors at any version
         what=f"the embeddings of {len(missing)} text(s) by {embedder.model!r}",
+        precondition=precondition,
     )
     catch_up(log, projection)
     return len(missing)
@@ -331,15 +335,25 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         check_key(key)
         encode_entries(entries)
         check_identifiers(self._log.redactor, key=key, entries=entries)
-        aead = write_key(self._log, self.name, key)
+        aead, guard = write_key(self._log, self.name, key)
         subject = memory_subject(self.name, key)
-        self._record(*_addressed(embedding_texts(entries).values(), aead, subject))
+        self._record(*_addressed(embedding_texts(entries).values(), aead, subject), guard)
 
-    def _record(self, texts: Mapping[str, str], subjects: Mapping[str, str]) -> None:
+    def _record(
+        self,
+        texts: Mapping[str, str],
+        subjects: Mapping[str, str],
+        precondition: Precondition | None = None,
+    ) -> None:
         """Record the vectors of ``texts`` the log lacks, with the store's model; the keyed
         digests among them under their ``subjects`` (ADR 0061)."""
         record_embeddings(
-            self._log, self._embeddings, self._vector_store.embedder, texts, subjects=subjects
+            self._log,
+            self._embeddings,
+            self._vector_store.embedder,
+            texts,
+            subjects=subjects,
+            precondition=precondition,
         )
 
     def _record_logged(self, name: str, *, after: int) -> None:

@@ -108,6 +108,7 @@ if TYPE_CHECKING:
         open_subject_text,
         seal_subject_text,
         sealed_text_subject,
+        write_keyring,
     )
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
@@ -214,6 +215,7 @@ __all__ = [
     "verify_log",
     "wrap",
     "wrap_session",
+    "write_keyring",
 ]
 
 # Where each public name lives, imported on first use (PEP 562) so that importing the
@@ -316,6 +318,7 @@ _EXPORTS = {
     "open_subject_text": "loom_runtime.sealing",
     "seal_subject_text": "loom_runtime.sealing",
     "sealed_text_subject": "loom_runtime.sealing",
+    "write_keyring": "loom_runtime.sealing",
     "Forgotten": "loom_runtime.execution",
 }
 

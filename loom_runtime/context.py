@@ -62,7 +62,7 @@ from loom_runtime.execution import (
     error_type_of,
     project_execution,
 )
-from loom_runtime.log import EventLog
+from loom_runtime.log import EventLog, Precondition
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
 
@@ -212,7 +212,9 @@ class Recorder:
             self._positions[key] = stored[-1]
 
 
-def save(log: EventLog, execution: Execution) -> list[int]:
+def save(
+    log: EventLog, execution: Execution, *, precondition: Precondition | None = None
+) -> list[int]:
     """Append the execution's pending events; a lost version race is a typed conflict.
 
     Losing is final for this worker: its in-memory version has moved past the refused event,
@@ -226,7 +228,9 @@ def save(log: EventLog, execution: Execution) -> list[int]:
     which), and the failure is raised typed: a ``LoomError`` as it is, anything else as
     :class:`LogWriteError`. If the log cannot even be read, the worker stops appending to the
     execution, as after a lost race; resuming it later continues from what was stored.
-    Returns the positions of the appended events, in order.
+    ``precondition``: what a keyless Loom's new execution must find in its first append
+    (:func:`~loom_runtime.sealing.write_keyring`). Returns the positions of the appended
+    events, in order.
     """
     if execution.lost:
         raise ExecutionConflictError(
@@ -237,7 +241,8 @@ def save(log: EventLog, execution: Execution) -> list[int]:
     try:
         sealer = execution.sealer
         if sealer is None:
-            return log.save(execution)
+            # A keyless Loom's new execution: refused if the log is encrypted (ADR 0049).
+            return log.save(execution, precondition=precondition)
         # An encrypted log (ADR 0049): seal copies, then store; where the log can, the key is
         # checked live by the append's own transaction rather than by a read before it.
         if log.checks_preconditions:

@@ -358,8 +358,10 @@ class ErasureError(LoomError):
 
 class EncryptionOffError(ErasureError, ConfigurationError):
     """``erase`` was asked of a log opened without encryption (nothing it holds is sealed, so
-    nothing can be erased), or a sealed execution was read without the master key. The
-    message says how to switch encryption on; nothing was written."""
+    nothing can be erased), a sealed execution was read without the master key, or personal
+    data (an execution, an import, a memory entry, a document) was to be written without it
+    into an encrypted log, where it would be in clear and beyond erasure's reach. The message
+    says how to switch encryption on; nothing was written."""
 
 
 class WrongMasterKeyError(ErasureError, ConfigurationError):

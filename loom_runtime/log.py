@@ -170,11 +170,19 @@ class EventLog(Protocol):
         """The head: the highest position in the log (0 when empty), "now" in log time."""
         ...
 
-    def append(self, stream: UUID, *, expected_version: int, events: Sequence[Change]) -> list[int]:
+    def append(
+        self,
+        stream: UUID,
+        *,
+        expected_version: int,
+        events: Sequence[Change],
+        precondition: Precondition | None = None,
+    ) -> list[int]:
         """Append ``events`` atomically after ``expected_version``; returns their positions.
 
         All or nothing: if another writer appended after ``expected_version`` first,
         :class:`~loom_runtime.errors.StreamConflictError` is raised and nothing is written.
+        ``precondition`` as for :meth:`save`.
         """
         ...
 
@@ -184,6 +192,7 @@ class EventLog(Protocol):
         plan: Callable[[int], tuple[Sequence[Change], Outcome]],
         *,
         what: str,
+        precondition: Precondition | None = None,
     ) -> tuple[list[int], Outcome]:
         """Plan ``stream``'s next events against its current version and append them,
         re-planning from a fresh read whenever another writer got there first or the database
@@ -196,6 +205,8 @@ class EventLog(Protocol):
         to refuse, which ends the write. Waits follow ``settings.write_retry``; when its budget
         is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what``. Returns
         the appended events' positions and the outcome of the attempt that was appended.
+        Every attempt's append is given ``precondition`` (as for :meth:`save`); its refusal
+        ends the write.
         """
         ...
 
@@ -238,12 +249,14 @@ class EventLog(Protocol):
         an execution is loaded from for a replay (one read, no event built per row)."""
         ...
 
-    def insert_rows(self, rows: Sequence[Row]) -> list[int]:
+    def insert_rows(
+        self, rows: Sequence[Row], *, precondition: Precondition | None = None
+    ) -> list[int]:
         """Store rows exactly as given (already mapped, e.g. from a bundle); their positions.
 
         No redaction or mapping runs: the bytes are what another log stored, and must stay
         what its chain and its replays saw. A version already taken is a
-        ``StreamConflictError`` and nothing is written.
+        ``StreamConflictError`` and nothing is written. ``precondition`` as for :meth:`save`.
         """
         ...
 

@@ -62,6 +62,7 @@ from loom_runtime.log import (
     EventLog,
     LogSettings,
     Persistence,
+    Precondition,
     Record,
     Row,
     Synchronous,
@@ -224,13 +225,28 @@ class Loom:
         _ = self.log  # opens the keyring with the log
         return Opener(self._keyring)
 
-    def _seal_new(self, execution: Execution) -> None:
-        """Give a new execution its own data key, so its events are sealed (ADR 0049)."""
+    def _seal_new(self, execution: Execution) -> Precondition | None:
+        """Give a new execution its own data key, so its events are sealed (ADR 0049); without
+        encryption, the precondition its first append is given (refused if the log is
+        encrypted by then: it would be stored in clear)."""
+        guard = self._keyless_guard(f"execution {execution.id} of flow {execution.flow!r}")
         if self._keyring is not None:
             from loom_runtime.sealing import subject_of
 
             self._keyring.create(subject_of(execution.id), position=self.log.position)
             execution.sealer = ExecutionSealer(self._keyring, execution.id, self.settings.redactor)
+        return guard
+
+    def _keyless_guard(self, what: str) -> Precondition | None:
+        """What the append of ``what`` must find when this Loom has no master key: no key
+        table, else :class:`~loom_runtime.errors.EncryptionOffError` and nothing written
+        (``what`` would be in clear, beyond erasure's reach: ADR 0049, amended "keyless").
+        None for a Loom with a key, or where the log was read for it here instead."""
+        if self._keyring is not None:
+            return None
+        from loom_runtime.sealing import write_keyring
+
+        return write_keyring(self.log, what)[1]
 
     # -- flows -------------------------------------------------------------------------------
 
@@ -524,10 +540,11 @@ class Loom:
         rows = bundle.rows()
         existing = self.log.rows(bundle.execution_id)
         if not existing:
+            guard = self._keyless_guard(f"the imported execution {bundle.execution_id}")
             if self._keyring is not None:
                 sealer = ExecutionSealer(self._keyring, bundle.execution_id)
                 rows = sealer.seal_rows(rows, position=self.log.position)
-            self.log.insert_rows(rows)
+            self.log.insert_rows(rows, precondition=guard)
         elif not _same_rows(self._opener.rows(existing), rows):
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
@@ -693,8 +710,7 @@ class Loom:
             labels=labels,
             worker=self.worker_id,
         )
-        self._seal_new(execution)
-        save(self.log, execution)
+        save(self.log, execution, precondition=self._seal_new(execution))
         logger.info(
             "execution %s of flow %r started at log position %d",
             execution.id,
@@ -775,8 +791,7 @@ class Loom:
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
                 execution.inherit(decision)
-        self._seal_new(execution)
-        save(self.log, execution)
+        save(self.log, execution, precondition=self._seal_new(execution))
         logger.info(
             "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
         )

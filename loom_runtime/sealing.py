@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine, Table
 
     from loom_runtime.execution import Execution
-    from loom_runtime.log import Record, Row
+    from loom_runtime.log import EventLog, Record, Row
     from loom_runtime.redaction import Redactor
 
 MARK: Final = "loom.sealed"
@@ -591,6 +591,57 @@ def keyring_for(engine: Engine) -> Keyring | None:
     """The keyring of the Loom that opened ``engine`` with encryption, or None (no master key
     was given: sealed text cannot be opened)."""
     return _keyrings.get(engine)
+
+
+_switched_on: weakref.WeakSet[Engine] = weakref.WeakSet()
+"""Engines of keyless Looms whose log was seen with a key table: encryption is never switched
+off, so once seen it is never looked for again on that engine."""
+
+_NO_KEY_TABLE_SQL: Final = (
+    "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)"
+)
+"""A keyless append's precondition on SQLite: the log has no key table (encryption is off)."""
+
+
+def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Precondition | None]:
+    """The keyring a write of personal data (``what``) to ``log`` seals under, and the
+    :class:`Precondition` its append must be given: ``(keyring, None)`` for a Loom with the
+    master key; ``(None, precondition)`` for a keyless one, whose append the log refuses with
+    :class:`EncryptionOffError` (nothing written) if the log has a key table by then.
+
+    Why refuse: a clear write into an encrypted log is personal data that erasure cannot
+    reach, made silently by a process started without ``$LOOM_MASTER_KEY`` (ADR 0049,
+    amended "keyless"). Why in the append's own transaction: it costs one statement in a
+    transaction already open, where a read before the append cost a connection of its own,
+    and it sees what the commit will, so encryption switched on by another process just
+    before cannot let the batch land in clear. A log that cannot read a precondition
+    (PostgreSQL's one-statement append) is read here instead, with ``(None, None)`` when it
+    has no key table. A positive answer is cached per engine: encryption is never switched
+    off. Readers never call this."""
+    engine = log.engine
+    keyring = _keyrings.get(engine)
+    if keyring is not None:
+        return keyring, None
+    if engine in _switched_on:
+        raise _keyless_refusal(engine, what)
+    if log.checks_preconditions:
+        return None, Precondition(
+            sql=_NO_KEY_TABLE_SQL, parameter=TABLE, refusal=lambda: _keyless_refusal(engine, what)
+        )
+    with engine.connect() as connection:
+        if not engine.dialect.has_table(connection, TABLE):
+            return None, None
+    raise _keyless_refusal(engine, what)
+
+
+def _keyless_refusal(engine: Engine, what: str) -> EncryptionOffError:
+    """The refusal of a keyless write of ``what`` to ``engine``'s encrypted log, remembered."""
+    _switched_on.add(engine)
+    return EncryptionOffError(
+        f"this log is encrypted (it has erasable data) but was opened without its master key, "
+        f"so {what} would be stored in clear, beyond erasure's reach: open it with "
+        "Loom(url, encryption=MasterKey.from_env()) and set $LOOM_MASTER_KEY; nothing was written"
+    )
 
 
 def seal_subject_text(aead: AESGCM, subject: str, text: str, place: str) -> str:

@@ -73,6 +73,7 @@ from loom_runtime import (
     rebuild,
     stream_id,
     text_problem,
+    write_keyring,
 )
 
 if TYPE_CHECKING:
@@ -563,7 +564,12 @@ class KnowledgeBase:
             return changes, outcome
 
         what = f"a write to knowledge scope {self.scope!r}"
-        positions, outcome = self.loom.log.append_replanned(self._stream, fresh, what=what)
+        # Without the master key, an encrypted log refuses the batch's append: its text would
+        # be stored in clear (ADR 0049, amended "keyless").
+        _, guard = write_keyring(self.loom.log, what)
+        positions, outcome = self.loom.log.append_replanned(
+            self._stream, fresh, what=what, precondition=guard
+        )
         if positions:
             indexed = _indexed(positions, progress)
             # Up to this write's last event, not the head: that is what the caller must see

@@ -177,7 +177,14 @@ class EventsourcingLog:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def append(self, stream: UUID, *, expected_version: int, events: Sequence[Change]) -> list[int]:
+    def append(
+        self,
+        stream: UUID,
+        *,
+        expected_version: int,
+        events: Sequence[Change],
+        precondition: Precondition | None = None,
+    ) -> list[int]:
         now = datetime.now(UTC)
         return self._store(
             [
@@ -188,7 +195,8 @@ class EventsourcingLog:
                     **fields,
                 )
                 for offset, (cls, fields) in enumerate(events, start=1)
-            ]
+            ],
+            self._checked(precondition),
         )
 
     def append_replanned(
@@ -197,13 +205,17 @@ class EventsourcingLog:
         plan: Callable[[int], tuple[Sequence[Change], Outcome]],
         *,
         what: str,
+        precondition: Precondition | None = None,
     ) -> tuple[list[int], Outcome]:
         def attempt() -> tuple[list[int], Outcome]:
             version = self.stream_version(stream)
             events, outcome = plan(version)
             if not events:
                 return [], outcome
-            return self.append(stream, expected_version=version, events=events), outcome
+            positions = self.append(
+                stream, expected_version=version, events=events, precondition=precondition
+            )
+            return positions, outcome
 
         return retrying(attempt, policy=self.settings.write_retry, what=what)
 
@@ -214,12 +226,16 @@ class EventsourcingLog:
         return isinstance(self.application.recorder, ChainedSQLiteRecorder)
 
     def save(self, aggregate: Saves, *, precondition: Precondition | None = None) -> list[int]:
+        return self._store(aggregate.collect_events(), self._checked(precondition))
+
+    def _checked(self, precondition: Precondition | None) -> Precondition | None:
+        """``precondition``, refused when this log cannot read one in its append."""
         if precondition is not None and not self.checks_preconditions:
             raise ValueError(
                 "this log cannot read a precondition inside its append's transaction "
                 "(checks_preconditions is False): check before saving instead"
             )
-        return self._store(aggregate.collect_events(), precondition)
+        return precondition
 
     def _store(self, events: Sequence[Any], precondition: Precondition | None = None) -> list[int]:
         """Map and insert ``events`` in one transaction: the one path every write takes.
@@ -243,7 +259,10 @@ class EventsourcingLog:
             raise exc.precondition.refusal() from None
         return list(ids or ())
 
-    def insert_rows(self, rows: Sequence[Row]) -> list[int]:
+    def insert_rows(
+        self, rows: Sequence[Row], *, precondition: Precondition | None = None
+    ) -> list[int]:
+        self._checked(precondition)
         stored = [
             StoredEvent(
                 originator_id=row.stream,
@@ -254,9 +273,14 @@ class EventsourcingLog:
             for row in rows
         ]
         try:
-            ids = self.application.recorder.insert_events(stored)
+            if precondition is None:
+                ids = self.application.recorder.insert_events(stored)
+            else:
+                ids = self.application.recorder.insert_events(stored, precondition=precondition)
         except IntegrityError as exc:
             raise StreamConflictError(_conflict(stored[0])) from exc
+        except PreconditionFailed as exc:
+            raise exc.precondition.refusal() from None
         return list(ids or ())
 
     # -- reading -----------------------------------------------------------------------------

@@ -211,9 +211,9 @@ def test_a_sync_appends_all_its_events_in_one_save(
     saves: list[list[str]] = []
     original = loom.log.append
 
-    def spy(stream: Any, *, expected_version: int, events: Any) -> Any:
+    def spy(stream: Any, *, expected_version: int, events: Any, **kwargs: Any) -> Any:
         saves.append([cls.__name__ for cls, _fields in events])
-        return original(stream, expected_version=expected_version, events=events)
+        return original(stream, expected_version=expected_version, events=events, **kwargs)
 
     monkeypatch.setattr(loom.log, "append", spy)
     kb.sync([_doc("a", "a edited"), _doc("b"), _doc("d")])
