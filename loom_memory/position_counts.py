@@ -64,8 +64,14 @@ LEVELS_SQL = " UNION ALL ".join(
 """The levels as rows ``(level, shift)``, to fan one change out to each level's bucket."""
 
 
+TERMS_KEY = ("key", "term", "level", "bucket")
+"""The primary key of the ``terms`` table, term before level: a write adds to a term's three
+levels at once, and so keyed they are neighbours in the B-tree, mostly on one page, where
+keyed level first each level of each term written dirtied a page of its own (ADR 0062)."""
+
+
 def declare_tables(metadata: MetaData, *, rows: str, terms: str) -> None:
-    """Declare ``rows`` (key, level, bucket, n) and ``terms`` (key, level, term, bucket, df):
+    """Declare ``rows`` (key, level, bucket, n) and ``terms`` (key, term, level, bucket, df):
     keyed so that one level's buckets of a key (and term) in a range are one range read."""
     Table(
         rows,
@@ -85,7 +91,7 @@ def declare_tables(metadata: MetaData, *, rows: str, terms: str) -> None:
         Column("term", Text, nullable=False),
         Column("bucket", BigInteger, nullable=False),
         Column("df", Integer, nullable=False),
-        PrimaryKeyConstraint("key", "level", "term", "bucket"),
+        PrimaryKeyConstraint(*TERMS_KEY),
         sqlite_with_rowid=False,
     )
 
@@ -129,9 +135,10 @@ def ended_changes(
 
 def bucketed(
     changes: Iterable[Change],
-) -> tuple[list[tuple[str, int, int, int]], list[tuple[str, int, str, int, int]]]:
-    """The upserts for the ``rows`` and ``terms`` tables of ``changes``: summed per bucket,
-    zeros left out, sorted (the order every writer takes the rows in).
+) -> tuple[list[tuple[str, int, int, int]], list[tuple[str, str, int, int, int]]]:
+    """The upserts for the ``rows`` (key, level, bucket, n) and ``terms`` (:data:`TERMS_KEY`,
+    df) tables of ``changes``: summed per bucket, zeros left out, sorted (the order every
+    writer takes the rows in, and the tables' key order).
 
     A revision's end and its append counted in one call cancel on their shared terms, so the
     buckets they would leave at zero are never written (ADR 0059, amended)."""
@@ -153,7 +160,7 @@ def bucketed(
         net = held_at.setdefault(where, Counter())
         net.subtract(gone)
     rows: Counter[tuple[str, int, int]] = Counter()
-    terms: list[tuple[str, int, str, int, int]] = []
+    terms: list[tuple[str, str, int, int, int]] = []
     for level, shift in enumerate(SHIFTS):
         for (key, position), n in changed.items():
             rows[key, level, position >> shift] += n
@@ -170,7 +177,7 @@ def bucketed(
                 summed.add(where)
             block.update(counted)
         terms += [
-            (key, level, term, bucket, df)
+            (key, term, level, bucket, df)
             for (key, bucket), counted in blocks.items()
             for term, df in counted.items()
             if df
@@ -285,7 +292,7 @@ def sqlite_triggers(*, entries: str, postings: str, rows: str, terms: str) -> li
             f"INSERT INTO {terms} (key, level, term, bucket, df) SELECT {key}, l.level, "
             f"p.term, {at} >> l.shift, {sign} FROM {postings} AS p, ({LEVELS_SQL}) AS l "
             f"WHERE p.seq = {seq} AND {at} IS NOT NULL "
-            "ON CONFLICT (key, level, term, bucket) DO UPDATE SET df = df + excluded.df;"
+            "ON CONFLICT (key, term, level, bucket) DO UPDATE SET df = df + excluded.df;"
         )
 
     def changes(row: str, sign: int) -> str:

@@ -114,7 +114,7 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
             f"INSERT INTO {terms} AS c (key, level, term, bucket, df) SELECT ch.key, l.level, "
             f"v.lexeme, ch.pos >> l.shift, sum(ch.sign) FROM {lexemes} WHERE ch.pos IS NOT NULL "
             "GROUP BY 1, 2, 3, 4 HAVING sum(ch.sign) <> 0 ORDER BY 1, 2, 3, 4 "
-            "ON CONFLICT (key, level, term, bucket) DO UPDATE SET df = c.df + excluded.df; "
+            "ON CONFLICT (key, term, level, bucket) DO UPDATE SET df = c.df + excluded.df; "
             f"DELETE FROM {terms} c USING (SELECT DISTINCT ch.key, l.level, v.lexeme, "
             f"ch.pos >> l.shift AS bucket FROM {lexemes}) d WHERE c.key = d.key "
             "AND c.level = d.level AND c.term = d.lexeme AND c.bucket = d.bucket AND c.df = 0; "

@@ -173,6 +173,9 @@ class SqlMemoryStore(ABC):
         with self._begin(None) as conn:
             serialise_ddl(conn)  # workers creating the store at once must not race
             existing = set(inspect(conn).get_table_names())
+            for outdated in self._outdated_tables(conn, existing):
+                conn.exec_driver_sql(f"DROP TABLE {outdated}")
+                existing.discard(outdated)
             self.created_tables = self.entries.name not in existing
             if self.postings is not None:
                 self.predates_postings = (
@@ -478,6 +481,12 @@ class SqlMemoryStore(ABC):
 
         They are created with the entries table, in the same transaction.
         """
+
+    def _outdated_tables(self, conn: Connection, existing: set[str]) -> list[str]:
+        """Tables of ``existing`` laid out by older code, to drop and create anew at open: a
+        subclass keeping a table derived from its rows (filled again by ``_search_ddl``, which
+        sees it as created) names it here when its layout changed. None by default."""
+        return []
 
     @abstractmethod
     def _search_ddl(self, *, created: set[str]) -> list[str]:

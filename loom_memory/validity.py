@@ -44,6 +44,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    inspect,
     or_,
     update,
 )
@@ -55,6 +56,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from loom_memory.entry import MemoryEntry
 from loom_memory.position_counts import (
     SELF_COUNTED,
+    TERMS_KEY,
     Change,
     bucketed,
     declare_tables,
@@ -168,6 +170,15 @@ class TemporalSqlStore(SqlMemoryStore):
             sqlite_with_rowid=False,
         )
 
+    def _outdated_tables(self, conn: Connection, existing: set[str]) -> list[str]:
+        """The counts by position keyed level before term (older code): dropped, then filled
+        again from the rows under the key :data:`~loom_memory.position_counts.TERMS_KEY`."""
+        terms = self.terms_at_table
+        if terms not in existing:
+            return []
+        key = inspect(conn).get_pk_constraint(terms)["constrained_columns"]
+        return [] if tuple(key) == TERMS_KEY else [terms]
+
     def _counts_ddl(self, *, created: set[str]) -> list[str]:
         """The partial index of the current rows and, when this open created the count tables
         or the entries table (a store written by older code, or an entries table dropped by
@@ -240,7 +251,7 @@ class TemporalSqlStore(SqlMemoryStore):
         if by_rows:
             _upsert_counts(conn, self.rows_at_table, "key, level, bucket", "n", by_rows)
         if by_terms:
-            columns = "key, level, term, bucket"
+            columns = ", ".join(TERMS_KEY)
             _upsert_counts(conn, self.terms_at_table, columns, "df", by_terms)
 
     def _postings_rank(
