@@ -451,6 +451,20 @@ class Keyring:
             self._remember(subject, aead)
         return aead
 
+    def read_key(self, subject: str) -> AESGCM:
+        """The key for reading one whole execution (its state, its replay, its export): the
+        cached key once its row is read again and found live, else as :meth:`key` (a
+        destroyed key is :class:`ErasedError`, and leaves the cache).
+
+        Why a read per execution and not per field: the cache would otherwise outlive an
+        erasure made by another process, and this Loom would go on opening what the erasure
+        made unreadable everywhere else; one primary-key read on the kept connection per
+        execution opened costs a few decisions' worth of opening, never one per field."""
+        if subject in self._cache and self._is_live(subject):
+            return self._cache[subject]
+        self.forget([subject])
+        return self.key(subject)
+
     def write_key(self, subject: str) -> AESGCM:
         """The key for a write whose log reads :data:`LIVE_SQL` in the append's own
         transaction (:class:`ExecutionSealer`'s precondition): the cached key, with no read
@@ -934,6 +948,7 @@ class Opener:
         """
         if not sealed_input(execution.input, execution.id):
             return execution
+        self._check_live(execution.id)
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
         execution.input = self.raw(execution.input, stream, 1, "input")
         versions = execution.decision_versions
@@ -971,6 +986,13 @@ class Opener:
         ]
         return execution
 
+    def _check_live(self, execution_id: UUID) -> None:
+        """Refuse (:class:`ErasedError`) a sealed execution whose key was destroyed, even if
+        this Loom still caches it (:meth:`Keyring.read_key`); without a keyring the first
+        sealed field refuses instead (:class:`EncryptionOffError`)."""
+        if self.keyring is not None:
+            self.keyring.read_key(subject_of(execution_id))
+
     def _any_text(self, text: str, stream: UUID | str) -> str:
         """A reopened failure's message: sealed at a version the state no longer holds, so
         shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
@@ -992,6 +1014,7 @@ class Opener:
             return [row.state for row in rows]
         if not sealed_input(_fields_decoder.decode(first.state).get("input"), first.stream):
             return [row.state for row in rows]
+        self._check_live(first.stream)
         return [self._state(row.topic, row.stream, row.version, row.state) for row in rows]
 
     def _state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
