@@ -38,6 +38,7 @@ from benchmarks.harness import (
     SectionResult,
     Settings,
     Table,
+    floor_verdict,
     interleave,
 )
 from benchmarks.stores import fresh_sqlite
@@ -108,7 +109,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                         "replay throughput with decryption",
                         f"{replay_share:.2f}x",
                         f">= {REPLAY_TARGET:.2f}x",
-                        "met" if replay_share >= REPLAY_TARGET else "MISSED",
+                        floor_verdict(replay_share, REPLAY_TARGET, best_replay),
                     ),
                 ),
             ),
