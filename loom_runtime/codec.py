@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, time
 from typing import Any, Final, TypeVar
 
@@ -136,6 +136,9 @@ def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
 
 
 _untyped = msgspec.json.Decoder()
+decode_untyped: Callable[[msgspec.Raw | bytes], Any] = _untyped.decode
+"""``decode(raw)`` with no type, called directly: a replay decodes one value per decision, and
+a call through :func:`decode` was a visible share of it."""
 
 
 def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:

@@ -72,6 +72,9 @@ T = TypeVar("T")
 # its FakeDatetime, which msgspec cannot decode into. The alias also demands a tz-aware value.
 _UTCTimestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 _NULL = msgspec.Raw(b"null")
+_UNANSWERED: Any = object()
+"""What :meth:`_Context._answer` returns when the source has no answer (compute runs): no
+decoded value can be this object."""
 
 
 class Decide(Protocol):
@@ -92,8 +95,12 @@ class Decide(Protocol):
     ) -> T: ...
 
 
-class Slot(msgspec.Struct, frozen=True):
-    """One ``decide`` call: its occurrence key, its kind and its recorded-form input."""
+class Slot(msgspec.Struct, frozen=True, gc=False):
+    """One ``decide`` call: its occurrence key, its kind and its recorded-form input.
+
+    Untracked by the garbage collector (``gc=False``): its fields are text and JSON bytes, so
+    it can be in no reference cycle, and every ``decide`` makes one.
+    """
 
     key: str
     kind: str | None
@@ -329,7 +336,20 @@ class _Context:
         # Most decisions have no input: no encoder, no redactor, and no call to find that out.
         raw_input = _NULL if input is None else self._input(key, input)
         with self._numbering:  # threads a flow starts (a tool pool) number keys concurrently
-            slot_key = self._occurrence(key, raw_input)
+            if self._taken_ahead or "#" in key:
+                slot_key = self._occurrence(key, raw_input)
+            else:
+                # Nothing was taken ahead, so the next occurrence is free: it is the answer
+                # when it was recorded with this input, or not recorded. Every call of a
+                # replay or a resume whose code asks its keys in the recorded order, and every
+                # call of a new run, ends here (in line: a replay makes one call per decide).
+                below = self._seen.get(key, 0)
+                slot_key = key if below == 0 else f"{key}#{below + 1}"
+                first = self._source.recorded.get(slot_key)
+                if first is None or first.input == raw_input:
+                    self._seen[key] = below + 1
+                else:
+                    slot_key = self._occurrence(key, raw_input)
             self._taken.add(slot_key)
         return Slot(slot_key, kind, raw_input)
 
@@ -361,20 +381,13 @@ class _Context:
         only a key that itself holds ``#`` (a caller's own ``"k#2"``), a skipped occurrence
         or one matched out of order can take one. Until then ``_seen`` is not walked forward
         (a set lookup of a freshly built ``key#n`` per call, in every replay); the keys
-        returned never depend on it, only how far the first loop has to look. Nor is the rest
-        of the walk taken while nothing was taken ahead and the next occurrence is the one
-        recorded with this input (or none was): that occurrence is free, and it is the answer.
+        returned never depend on it, only how far the first loop has to look. Nor is the walk
+        taken at all while nothing was taken ahead and the next occurrence is the one recorded
+        with this input (or none was): that occurrence is free, and it is the answer, found by
+        :meth:`_slot` before it calls this.
         """
         below = self._seen.get(key, 0)
         recorded = self._source.recorded
-        if not self._taken_ahead and "#" not in key:
-            # Nothing was taken ahead, so the next occurrence is free: every call of a replay
-            # or a resume whose code asks its keys in the recorded order ends here.
-            slot_key = key if below == 0 else f"{key}#{below + 1}"
-            first = recorded.get(slot_key)
-            if first is None or first.input == raw_input:
-                self._seen[key] = below + 1
-                return slot_key
         if "#" in key:
             self._taken_ahead = True
         occurrence = below + 1
@@ -399,15 +412,21 @@ class _Context:
         self._seen[key] = below
         return slot_key
 
-    def _answer(self, slot: Slot, type: Any) -> tuple[bool, Any]:
+    def _answer(self, slot: Slot, type: Any) -> Any:
+        """The source's answer for ``slot``, decoded, or :data:`_UNANSWERED` (compute it).
+
+        A replay answers every ``decide`` here: an untyped value goes straight to codec's
+        one untyped decoder, as :func:`~loom_runtime.codec.decode` would send it.
+        """
         decision = self._source.lookup(slot)
         if decision is None:  # compute runs next: refuse a key the log would not store first
             if self._source.redactor is not None:  # (a replay never gets here: nothing to check)
                 self._source.redactor.check_identifier(slot.key, path="key")
-            return False, None
+            return _UNANSWERED
         if decision.error_type is not None:
             raise rebuild_error(decision)
-        return True, codec.decode(decision.value or b"null", type=type)
+        value = decision.value or _NULL
+        return codec.decode_untyped(value) if type is Any else codec.decode(value, type=type)
 
     @property
     def redactor(self) -> Redactor | None:
@@ -426,8 +445,10 @@ class _Context:
         complete, whatever other decisions were made in between.
         """
         slot = self._slot(key, input, kind)
-        found, value = self._answer(slot, type)
-        return OpenDecision(self._source, slot, type=type, recorded=found, value=value)
+        value = self._answer(slot, type)
+        if value is _UNANSWERED:
+            return OpenDecision(self._source, slot, type=type, recorded=False, value=None)
+        return OpenDecision(self._source, slot, type=type, recorded=True, value=value)
 
     def _decide(
         self,
@@ -447,8 +468,8 @@ class _Context:
         the decision's ``meta["attempts"]`` and only the last outcome is the decision. Only an
         ``Exception`` is retried or recorded: an interrupt stops the run with nothing stored.
         """
-        found, value = self._answer(slot, type)
-        if found:
+        value = self._answer(slot, type)
+        if value is not _UNANSWERED:
             return value
         return (yield from self._compute(slot, compute, type, retry, retry_on))
 
@@ -498,8 +519,8 @@ class _Context:
         """:meth:`_decide` driven now. A decision the source answers (every decision of a
         replay) returns without the generator and its driver, which were a visible share of
         each ``decide`` of a replay (the rest of a replay's time is mostly these calls)."""
-        found, value = self._answer(slot, type)
-        if found:
+        value = self._answer(slot, type)
+        if value is not _UNANSWERED:
             return value
         return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
 

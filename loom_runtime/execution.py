@@ -380,26 +380,24 @@ class Execution(Aggregate):
 def recorded_decision(fields: Any) -> Decision:
     """The :class:`Decision` a ``DecisionRecorded`` holds: from the event, or from its stored
     fields as the mapper decodes them (:func:`project_rows`), which carry the same names."""
+    # Positional, in Decision's field order: a replay builds one per recorded decision, and
+    # keywords cost a lookup of each name.
     return Decision(
-        key=fields.key,
-        kind=fields.kind,
-        input=fields.input,
-        value=fields.value,
-        meta=fields.meta,
-        origin=fields.origin,
+        fields.key, fields.kind, fields.input, fields.value, None, None, fields.meta, fields.origin
     )
 
 
 def failed_decision(fields: Any) -> Decision:
     """The :class:`Decision` a ``DecisionFailed`` holds (as :func:`recorded_decision`)."""
     return Decision(
-        key=fields.key,
-        kind=fields.kind,
-        input=fields.input,
-        error_type=fields.error_type,
-        message=fields.message,
-        meta=fields.meta,
-        origin=fields.origin,
+        fields.key,
+        fields.kind,
+        fields.input,
+        None,
+        fields.error_type,
+        fields.message,
+        fields.meta,
+        fields.origin,
     )
 
 
@@ -544,16 +542,21 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     applied = {topic: (build, *current_decoder(cls)) for topic, (cls, build) in _DECISIONS.items()}
     execution: Execution | None = None
     version = 0
-    modified_on = None
+    last = None  # the fields of the last decision applied since the last event: its timestamp
+    # The execution's two maps, held here while decisions are applied (per row, every name
+    # looked up on the execution was a visible share); taken again after each event, which
+    # may replace them.
+    decisions: dict[str, Decision] = {}
+    versions: dict[str, int] = {}
     for row in rows:
-        topic = row.topic
-        decision = applied.get(topic) if execution is not None else None
-        if execution is None or decision is None:
-            if modified_on is not None and execution is not None:
-                execution.version, execution.modified_on = version, modified_on
+        decision = applied.get(row.topic) if execution is not None else None
+        if decision is None:
+            if last is not None and execution is not None:
+                execution.version, execution.modified_on = version, last.timestamp
             # One event applied always leaves an execution (or raises).
             execution = cast("Execution", project_execution(execution, (decode_row(row),)))
-            stream, version, modified_on = execution.id, execution.version, None
+            stream, version, last = execution.id, execution.version, None
+            decisions, versions = execution.decisions, execution.decision_versions
             continue
         build, decoder, current = decision
         try:
@@ -562,15 +565,17 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
             fields = None
         if fields is None or fields.class_version != current:
             _, fields = decode_state(
-                stream=row.stream, version=row.version, topic=topic, state=row.state
+                stream=row.stream, version=row.version, topic=row.topic, state=row.state
             )
         if row.stream is not stream and row.stream != stream:
             raise _out_of_sequence(row.version, row.stream, "OriginatorIDError")
         version += 1
         if row.version != version:
             raise _out_of_sequence(row.version, row.stream, "OriginatorVersionError")
-        _note(execution, build(fields), version)
-        modified_on = fields.timestamp
-    if modified_on is not None and execution is not None:
-        execution.version, execution.modified_on = version, modified_on
+        key = fields.key
+        decisions[key] = build(fields)
+        versions[key] = version
+        last = fields
+    if last is not None and execution is not None:
+        execution.version, execution.modified_on = version, last.timestamp
     return execution

@@ -109,8 +109,13 @@ def test_each_state_and_each_value_is_decoded_once(
         values.append(bytes(raw))
         return decode(raw, type=type)
 
+    def counting_decode_untyped(raw: Any) -> Any:
+        values.append(bytes(raw))
+        return decode(raw)
+
     monkeypatch.setattr(mapper, "current_decoder", counting_decoder)
     monkeypatch.setattr(codec, "decode", counting_decode)
+    monkeypatch.setattr(codec, "decode_untyped", counting_decode_untyped)
     assert _replay(sqlite_url, execution_id, IN_ORDER) == []
     recorded = [msgspec.json.encode(value) for value in VALUES]
     assert len(states) == len(IN_ORDER)
