@@ -1,0 +1,53 @@
+"""The same rows' floor of the one-flow FULL arm writes exactly what loom stored, and says so
+only when it did: it is read against loom's time, so a floor writing fewer rows or making
+fewer commits than loom would flatter loom's ratio (ADR 0048)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks import group_commit
+from benchmarks.harness import Stats
+from benchmarks.stores import fresh_sqlite
+from benchmarks.workload import FLOW, make_values, recording_flow
+from loom_runtime import Loom
+
+
+def _recorded(executions: int) -> tuple[group_commit._StoredRows, int]:
+    values = make_values(group_commit.DECISIONS_PER_EXECUTION)
+    with fresh_sqlite() as (url, path):
+        with Loom(url, sqlite_synchronous="FULL") as loom:
+            loom.flow(FLOW)(recording_flow(values))
+            loom.run(FLOW, n=1)
+            before = group_commit._last_event_id(path)
+            with group_commit._counted(loom) as counts:
+                for _ in range(executions):
+                    loom.run(FLOW, n=group_commit.DECISIONS_PER_EXECUTION)
+        return group_commit._StoredRows.read(path, before), counts["commits"]
+
+
+def test_the_floor_writes_loom_s_rows_in_loom_s_commits() -> None:
+    stored, commits = _recorded(2)
+    # two executions: a start, 25 decisions and an end each, one commit apiece
+    assert len(stored.events) == len(stored.links) == commits == 54
+    assert stored.events_before and stored.links_before
+    _, matched = group_commit._same_rows_seconds(stored, commits)
+    assert matched
+
+
+def test_a_floor_short_of_loom_s_commits_or_links_is_not_matched() -> None:
+    stored, commits = _recorded(1)
+    assert not group_commit._same_rows_seconds(stored, commits + 1)[1]
+    unlinked = dataclasses.replace(stored, links=stored.links[:-1])
+    with pytest.raises(ValueError):
+        group_commit._same_rows_seconds(unlinked, commits)
+
+
+def test_the_control_fails_when_any_sample_did_not_match() -> None:
+    one = group_commit.arm(1, [], 0)
+    results = {one.name: {"rows_floor_matched": Stats((1.0, 1.0, 1.0))}}
+    assert group_commit.rows_floor_control(one, results).held
+    results[one.name]["rows_floor_matched"] = Stats((1.0, 0.0, 1.0))
+    assert not group_commit.rows_floor_control(one, results).held
