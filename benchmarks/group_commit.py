@@ -360,8 +360,8 @@ def table(one: Arm, many: Arm, results: Results, rounds: int) -> Table:
             "",
         ),
         (
-            "floor: the rows loom stores per decision (event row and its table's index, chain "
-            "row and its index, same bytes), bare sqlite3, one transaction each, FULL, 1 writer",
+            "floor: the rows loom stores (event and chain rows, their indexes, same bytes), "
+            "bare sqlite3, FULL, 1 writer",
             single["rows_floor_per_s"].cell("/s"),
             ratio(single["rows_floor_per_s"], single["per_s"]),
             "1",
