@@ -79,12 +79,12 @@ def arm(flows: int, values: list[Value], decisions: int) -> Arm:
             with Loom(url, sqlite_synchronous="FULL") as loom:
                 loom.flow(FLOW)(recording_flow(values))
                 loom.run(FLOW, n=1)  # the schema and the first connection, before the clock
-                before = _last_event_id(path)
+                before = last_event_id(path)
                 with _counted(loom) as counts:
                     seconds = _record(loom, flows, decisions)
                 if not loom.log.verify().ok:
                     raise InstrumentError(f"group commit: the chain of the {flows}-flow arm broke")
-            stored = _StoredRows.read(path, before) if flows == 1 else None
+            stored = StoredRows.read(path, before) if flows == 1 else None
         sample = {
             "per_s": flows * decisions / seconds,
             "appends_per_commit": counts["appends"] / counts["commits"],
@@ -93,7 +93,7 @@ def arm(flows: int, values: list[Value], decisions: int) -> Arm:
             floor = _bare_commit_seconds(values, decisions)
             sample["floor_per_s"] = decisions / floor
             sample["vs_floor"] = seconds / floor
-            rows_floor, commits_matched = _same_rows_seconds(stored, counts["commits"])
+            rows_floor, commits_matched = same_rows_seconds(stored, counts["commits"])
             sample["rows_floor_per_s"] = decisions / rows_floor
             sample["rows_floor_vs_floor"] = rows_floor / floor
             sample["vs_rows_floor"] = seconds / rows_floor
@@ -156,7 +156,7 @@ def _bare_commit_seconds(values: list[Value], decisions: int) -> float:
         return time.monotonic() - started
 
 
-def _last_event_id(path: Path) -> int:
+def last_event_id(path: Path) -> int:
     """The highest event id in loom's file (what was stored before the clock)."""
     connection = sqlite3.connect(path)
     try:
@@ -167,7 +167,7 @@ def _last_event_id(path: Path) -> int:
 
 
 @dataclass(frozen=True)
-class _StoredRows:
+class StoredRows:
     """What loom's file holds: its ``CREATE`` statements, and its event and chain rows up to
     and after the clock started (``before``: the last event id stored before it)."""
 
@@ -178,7 +178,7 @@ class _StoredRows:
     links: tuple[tuple[Any, ...], ...]
 
     @classmethod
-    def read(cls, path: Path, before: int) -> _StoredRows:
+    def read(cls, path: Path, before: int) -> StoredRows:
         connection = sqlite3.connect(path)
         try:
             schema = tuple(
@@ -206,7 +206,7 @@ class _StoredRows:
         )
 
 
-def _same_rows_seconds(stored: _StoredRows, loom_commits: int) -> tuple[float, bool]:
+def same_rows_seconds(stored: StoredRows, loom_commits: int) -> tuple[float, bool]:
     """Seconds for bare ``sqlite3`` to write the rows loom stored after the clock started, an
     event row and its chain row per transaction at ``synchronous=FULL``, into a file made by
     loom's own statements and holding loom's rows from before the clock; and whether it wrote

@@ -15,17 +15,17 @@ from benchmarks.workload import FLOW, make_values, recording_flow
 from loom_runtime import Loom
 
 
-def _recorded(executions: int) -> tuple[group_commit._StoredRows, int]:
+def _recorded(executions: int) -> tuple[group_commit.StoredRows, int]:
     values = make_values(group_commit.DECISIONS_PER_EXECUTION)
     with fresh_sqlite() as (url, path):
         with Loom(url, sqlite_synchronous="FULL") as loom:
             loom.flow(FLOW)(recording_flow(values))
             loom.run(FLOW, n=1)
-            before = group_commit._last_event_id(path)
+            before = group_commit.last_event_id(path)
             with group_commit._counted(loom) as counts:
                 for _ in range(executions):
                     loom.run(FLOW, n=group_commit.DECISIONS_PER_EXECUTION)
-        return group_commit._StoredRows.read(path, before), counts["commits"]
+        return group_commit.StoredRows.read(path, before), counts["commits"]
 
 
 def test_the_floor_writes_loom_s_rows_in_loom_s_commits() -> None:
@@ -33,16 +33,16 @@ def test_the_floor_writes_loom_s_rows_in_loom_s_commits() -> None:
     # two executions: a start, 25 decisions and an end each, one commit apiece
     assert len(stored.events) == len(stored.links) == commits == 54
     assert stored.events_before and stored.links_before
-    _, matched = group_commit._same_rows_seconds(stored, commits)
+    _, matched = group_commit.same_rows_seconds(stored, commits)
     assert matched
 
 
 def test_a_floor_short_of_loom_s_commits_or_links_is_not_matched() -> None:
     stored, commits = _recorded(1)
-    assert not group_commit._same_rows_seconds(stored, commits + 1)[1]
+    assert not group_commit.same_rows_seconds(stored, commits + 1)[1]
     unlinked = dataclasses.replace(stored, links=stored.links[:-1])
     with pytest.raises(ValueError):
-        group_commit._same_rows_seconds(unlinked, commits)
+        group_commit.same_rows_seconds(unlinked, commits)
 
 
 def test_the_control_fails_when_any_sample_did_not_match() -> None:
