@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks import group_commit
+from benchmarks import group_commit, peers_durable
 from benchmarks.harness import Stats
 from benchmarks.stores import fresh_sqlite
 from benchmarks.workload import FLOW, make_values, recording_flow
@@ -51,3 +51,22 @@ def test_the_control_fails_when_any_sample_did_not_match() -> None:
     assert group_commit.rows_floor_control(one, results).held
     results[one.name]["rows_floor_matched"] = Stats((1.0, 0.0, 1.0))
     assert not group_commit.rows_floor_control(one, results).held
+
+
+def test_the_peers_targets_name_what_loom_s_row_shape_allows() -> None:
+    """Each per-step target states the peer's time over the same rows' floor beside the rest."""
+    results = {
+        "loom FULL 10": {
+            "record_ms": Stats((2.0,)),
+            "replay_per_s": Stats((10_000.0,)),
+            "rows_floor_ms": Stats((1.25,)),
+        },
+        "loom NORMAL 10": {"record_ms": Stats((0.5,))},
+        "DBOS 10": {"record_ms": Stats((15.0,)), "replay_per_s": Stats((100.0,))},
+        "LangGraph 10": {"record_ms": Stats((10.0,)), "replay_per_s": Stats((100.0,))},
+        f"{peers_durable.FLOOR} 10": {"record_ms": Stats((1.0,))},
+    }
+    dbos, langgraph, _ = peers_durable._targets(results, 10)
+    assert "7.5x (loom FULL" in dbos.measured and not dbos.met
+    assert "1.25 ms, 12.0x: the most loom's row shape allows" in dbos.measured
+    assert "1.25 ms, 8.0x" in langgraph.measured
