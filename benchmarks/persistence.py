@@ -111,7 +111,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             group_commit.table(one_flow, many_flows, results, settings.rounds),
             group_commit.scaling_table(one_flow, many_flows, results),
         ),
-        controls=(_full_not_faster(results), group_commit.control(one_flow, results)),
+        controls=(
+            _full_not_faster(results),
+            group_commit.control(one_flow, results),
+            group_commit.rows_floor_control(one_flow, results),
+        ),
     )
 
 

@@ -518,11 +518,25 @@ class _Context:
     ) -> Any:
         """:meth:`_decide` driven now. A decision the source answers (every decision of a
         replay) returns without the generator and its driver, which were a visible share of
-        each ``decide`` of a replay (the rest of a replay's time is mostly these calls)."""
+        each ``decide`` of a replay (the rest of a replay's time is mostly these calls).
+
+        So does one computed without ``retry`` (every decision of a plain recording): with
+        no pause to take, the driver's only work would be to refuse an awaitable, which
+        :meth:`_compute` then records as the decision's failure; done here in that order,
+        with the same meta (none), the outcome and what is stored are the same."""
         value = self._answer(slot, type)
         if value is not _UNANSWERED:
             return value
-        return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
+        if retry is not None:
+            return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
+        try:
+            result = compute()
+            if inspect.isawaitable(result):
+                _refuse_awaitable(Pending(slot.key, result))
+        except Exception as exc:
+            self._source.record_failure(slot, exc, meta=None)
+            raise
+        return self._source.record(slot, result, type=type, meta=None)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""

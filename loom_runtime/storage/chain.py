@@ -219,9 +219,10 @@ class KnownHeads:
             self.streams.clear()
             return None
         streams = self.streams
-        if any(originator not in streams for originator in originators):
+        try:
+            return self.global_hash, {originator: streams[originator] for originator in originators}
+        except KeyError:  # a stream not seen by this writer
             return None
-        return self.global_hash, {originator: streams[originator] for originator in originators}
 
     def advance(self, last_id: int, global_hash: bytes, streams: dict[object, bytes]) -> None:
         """Record the heads an append left (``streams``: those it touched, already linked)."""

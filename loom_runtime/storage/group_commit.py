@@ -53,11 +53,17 @@ class GroupCommit(Generic[T, R]):
 
     def __init__(self, commit: Callable[[Sequence[Pending[T, R]]], None]) -> None:
         self._commit = commit
-        self._turn = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        """``_turn``'s lock, entered directly on the append path: the same lock, without the
+        condition's Python-level ``__enter__``/``__exit__`` around it."""
+        self._turn = threading.Condition(self._lock)
         self._queue: list[Pending[T, R]] = []
         self._committing = False
         self._last_group = 1
         self._last_seconds = 0.0
+        self._waiting = 0
+        """Callers inside a wait on ``_turn``: a lone flow's appends find none, and skip the
+        notifications (``Condition.notify_all`` is Python, twice per append)."""
 
     @property
     def queued(self) -> int:
@@ -68,20 +74,18 @@ class GroupCommit(Generic[T, R]):
     def submit(self, work: T) -> R | None:
         """``work``'s result once committed (durably, if the commit is), or its error."""
         mine: Pending[T, R] = Pending(work)
-        with self._turn:
+        with self._lock:
             self._queue.append(mine)
-            self._turn.notify_all()  # a leader may be waiting for its group to fill
+            if self._waiting:
+                self._turn.notify_all()  # a leader may be waiting for its group to fill
             while self._committing and not mine.done:
-                self._turn.wait()
+                self._wait()
             if mine.done:
                 return _outcome(mine)
             self._committing = True
             try:
                 if len(self._queue) < self._last_group:  # never true for a lone flow's appends
-                    self._turn.wait_for(
-                        lambda: len(self._queue) >= self._last_group,
-                        timeout=self._last_seconds / 2,
-                    )
+                    self._wait(lambda: len(self._queue) >= self._last_group, self._last_seconds / 2)
             except BaseException:  # interrupted before its commit began: it writes nothing,
                 self._queue.remove(mine)  # and the next caller leads
                 self._committing = False
@@ -96,14 +100,27 @@ class GroupCommit(Generic[T, R]):
                 if member.error is None:
                     member.error = exc
         finally:
-            with self._turn:
+            with self._lock:
                 for member in group:
                     member.done = True
                 self._committing = False
                 self._last_group = len(group)
                 self._last_seconds = time.monotonic() - started
-                self._turn.notify_all()
+                if self._waiting:
+                    self._turn.notify_all()
         return _outcome(mine)
+
+    def _wait(self, until: Callable[[], bool] | None = None, timeout: float = 0.0) -> None:
+        """Wait on ``_turn`` (held), for a notification or until ``until`` holds (at most
+        ``timeout`` seconds), counted in ``_waiting`` for as long as it waits."""
+        self._waiting += 1
+        try:
+            if until is None:
+                self._turn.wait()
+            else:
+                self._turn.wait_for(until, timeout=timeout)
+        finally:
+            self._waiting -= 1
 
 
 def _outcome(pending: Pending[T, R]) -> R | None:
