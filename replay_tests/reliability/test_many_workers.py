@@ -113,7 +113,9 @@ def test_recorders_a_syncer_and_two_tails_at_once_lose_and_duplicate_nothing(
     # A tail that advanced in two rounds found the log grown since its own last catch-up: it
     # ran while the others wrote. (A fixed count of rounds measured speed, not overlap: each
     # round also refreshes the corpus, and with faster appends the writing ends in fewer rounds.)
-    assert all(tail["advances"] >= 2 for tail in tailed), tailed
+    # One such tail is the proof: both track one projection, so one may find every page
+    # already taken by the other (CI saw 0 and 12 advances).
+    assert max(tail["advances"] for tail in tailed) >= 2, tailed
     if backend == "sqlite":  # a rolled-back insert gives its id back; PostgreSQL's may not
         positions = [event.position for event in events]
         assert positions == list(range(1, len(positions) + 1))
