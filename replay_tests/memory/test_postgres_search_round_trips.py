@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Column, DateTime, Engine, Integer, create_engine
 
-from loom_memory import MemoryEntry, PostgresMemoryStore, postgres_terms
+from loom_memory import MemoryEntry, PostgresMemoryStore
+from replay_tests.memory.test_postgres_term_index import spy_steps
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 
@@ -69,14 +70,7 @@ def test_a_one_step_search_makes_four_round_trips(
     engine: Engine, store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BEGIN, the counts, one scoring step that returns the rows, COMMIT: no fifth."""
-    steps: list[set[str]] = []
-    real = postgres_terms._step
-
-    def step(index: Any, key: str, known: Any, essential: set[str], *rest: Any) -> Any:
-        steps.append(essential)
-        return real(index, key, known, essential, *rest)
-
-    monkeypatch.setattr(postgres_terms, "_step", step)
+    steps = spy_steps(monkeypatch)
     answer, trips = _round_trips(engine, lambda: store.search("k", "rare1 common0", limit=3))
     assert _ids(answer) == ["r0", "r1", "r2"]
     assert steps == [{"rare1"}]

@@ -227,13 +227,8 @@ def test_an_entries_table_dropped_alone_finds_its_index_rebuilt(
     _assert_exact(reopened)
 
 
-def test_a_common_term_beside_a_rare_one_is_never_read_whole(
-    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A query of a rare and a common term reads the rare term's postings and probes the
-    common one for those rows only: one scoring step, the common term never essential."""
-    store.append("k", [MemoryEntry(content=f"common0 filler{n}", id=f"f{n}") for n in range(300)])
-    store.append("k", [MemoryEntry(content=f"rare1 common0 x{n}", id=f"r{n}") for n in range(3)])
+def spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
+    """The essential terms of each scoring step the searches after this call take, in order."""
     steps: list[set[str]] = []
     real = postgres_terms._step
 
@@ -242,6 +237,17 @@ def test_a_common_term_beside_a_rare_one_is_never_read_whole(
         return real(index, key, known, essential, *rest)
 
     monkeypatch.setattr(postgres_terms, "_step", step)
+    return steps
+
+
+def test_a_common_term_beside_a_rare_one_is_never_read_whole(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query of a rare and a common term reads the rare term's postings and probes the
+    common one for those rows only: one scoring step, the common term never essential."""
+    store.append("k", [MemoryEntry(content=f"common0 filler{n}", id=f"f{n}") for n in range(300)])
+    store.append("k", [MemoryEntry(content=f"rare1 common0 x{n}", id=f"r{n}") for n in range(3)])
+    steps = spy_steps(monkeypatch)
     assert _ids(store.search("k", "rare1 common0", limit=3)) == ["r0", "r1", "r2"]
     assert steps == [{"rare1"}]
     steps.clear()
