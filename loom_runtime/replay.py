@@ -68,13 +68,16 @@ class Replayer:
             divergence = UnrecordedDecisionError(key=slot.key, nearest=nearest)
             self.divergences.append(divergence)
             raise divergence
-        if decision.input != slot.input:
-            self.divergences.append(
-                DecisionInputChangedError(
-                    key=slot.key,
-                    diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
-                )
+        # Asked as ==, not !=: msgspec's Raw answers != several times slower (53 ns against
+        # 13), and every decision of a replay asks this once.
+        if decision.input == slot.input:
+            return decision
+        self.divergences.append(
+            DecisionInputChangedError(
+                key=slot.key,
+                diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
             )
+        )
         return decision
 
     def record(
@@ -93,6 +96,8 @@ class Replayer:
 
     def unused(self) -> list[str]:
         """Recorded decisions the replay never asked for (live kinds excluded)."""
+        if self.asked.issuperset(self.recorded):  # every one asked (a faithful replay): none
+            return []
         return [
             key
             for key, decision in self.recorded.items()

@@ -202,7 +202,12 @@ def _decoder(cls: type) -> tuple[msgspec.json.Decoder[Any], int]:
 
 @cache
 def schema_for(cls: type) -> type[msgspec.Struct]:
-    """A msgspec Struct mirroring the stored fields of an event dataclass (cached per class)."""
+    """A msgspec Struct mirroring the stored fields of an event dataclass (cached per class).
+
+    Untracked by the garbage collector (``gc=False``), as ``Row`` and ``Decision`` are: an
+    instance only ever holds what one row's JSON decoded to, a tree, so it can be in no
+    reference cycle, and a replay decodes one per decision (tracking each was ~0.03 µs).
+    """
     hints = typing.get_type_hints(cls)
     optional = _optional_fields(cls)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
@@ -213,7 +218,7 @@ def schema_for(cls: type) -> type[msgspec.Struct]:
         if f.name not in _ROW_COLUMNS
     ]
     fields.append(("class_version", int, 1))
-    return msgspec.defstruct(f"{cls.__qualname__}Schema", fields, kw_only=True)
+    return msgspec.defstruct(f"{cls.__qualname__}Schema", fields, kw_only=True, gc=False)
 
 
 @cache

@@ -33,6 +33,13 @@ from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 
+DECISION_TOPIC = "loom.execution.DecisionRecorded"
+"""The topic of most rows a stream read returns (an execution's decisions, whose class
+declares this very text): the read has SQLite send NULL in its place, and one str object stands
+for it in every such row. Named here, not imported, since storage does not import the
+execution; were the two ever to differ, rows would still read the same, only dearer (a test
+pins them equal)."""
+
 
 class PreconditionFailed(Exception):
     """Raised inside an append's transaction whose :class:`Precondition` did not hold (it
@@ -124,8 +131,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         self._writer: SQLiteConnection | None = None
         self._writer_pid = 0
         self.select_stream_rows = (
-            f"SELECT originator_version, topic, state FROM {events_table_name} "
-            "WHERE originator_id=? ORDER BY originator_version"
+            f"SELECT originator_version, CASE WHEN topic = ? THEN NULL ELSE topic END, state "
+            f"FROM {events_table_name} WHERE originator_id=? ORDER BY originator_version"
         )
 
     def construct_create_table_statements(self) -> list[str]:
@@ -263,9 +270,18 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             # one at a time, not by fetchall: each tuple is freed before the next is made,
             # so the rows read do not add up to a garbage collection.
             c.sqlite_cursor.row_factory = None
-            c.execute(self.select_stream_rows, (stream.hex,))
+            c.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
+            # A NULL topic is DECISION_TOPIC, which SQLite compared byte for byte: most rows
+            # of an execution are decisions, and each row's topic text was a new str to make
+            # and, in project_rows, to hash. A topic stored as a BLOB never equals the text
+            # and comes back as it is, as before.
             return [
-                Row(stream=stream, version=version, topic=topic, state=state)
+                Row(
+                    stream=stream,
+                    version=version,
+                    topic=DECISION_TOPIC if topic is None else topic,
+                    state=state,
+                )
                 for version, topic, state in c.sqlite_cursor
             ]
 
