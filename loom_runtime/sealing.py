@@ -625,10 +625,13 @@ _switched_on: weakref.WeakSet[Engine] = weakref.WeakSet()
 """Engines of keyless Looms whose log was seen with a key table: encryption is never switched
 off, so once seen it is never looked for again on that engine."""
 
-_NO_KEY_TABLE_SQL: Final = (
-    "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)"
-)
-"""A keyless append's precondition on SQLite: the log has no key table (encryption is off)."""
+_NO_KEY_TABLE_SQL: Final = {
+    "sqlite": "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)",
+    "postgresql": "SELECT to_regclass(?) IS NULL",
+}
+"""A keyless append's precondition, by the log's dialect: the log has no key table
+(encryption is off). PostgreSQL's ``to_regclass`` resolves the name on the search path, as
+the keyring creates the table and as ``has_table`` looked for it."""
 
 
 def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Precondition | None]:
@@ -642,10 +645,10 @@ def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Preconditio
     amended "keyless"). Why in the append's own transaction: it costs one statement in a
     transaction already open, where a read before the append cost a connection of its own,
     and it sees what the commit will, so encryption switched on by another process just
-    before cannot let the batch land in clear. A log that cannot read a precondition
-    (PostgreSQL's one-statement append) is read here instead, with ``(None, None)`` when it
-    has no key table. A positive answer is cached per engine: encryption is never switched
-    off. Readers never call this."""
+    before cannot let the batch land in clear (on PostgreSQL the append's server-side
+    function reads it, in the same one statement). A log that cannot read a precondition
+    is read here instead, with ``(None, None)`` when it has no key table. A positive answer
+    is cached per engine: encryption is never switched off. Readers never call this."""
     engine = log.engine
     keyring = _keyrings.get(engine)
     if keyring is not None:
@@ -654,7 +657,9 @@ def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Preconditio
         raise _keyless_refusal(engine, what)
     if log.checks_preconditions:
         return None, Precondition(
-            sql=_NO_KEY_TABLE_SQL, parameter=TABLE, refusal=lambda: _keyless_refusal(engine, what)
+            sql=_NO_KEY_TABLE_SQL[engine.dialect.name],
+            parameter=TABLE,
+            refusal=lambda: _keyless_refusal(engine, what),
         )
     with engine.connect() as connection:
         if not engine.dialect.has_table(connection, TABLE):

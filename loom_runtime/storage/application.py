@@ -13,6 +13,7 @@ only when the settings select them, and a missing optional package is a
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
@@ -221,9 +222,15 @@ class EventsourcingLog:
 
     @cached_property
     def checks_preconditions(self) -> bool:
-        # The built-in SQLite recorder reads one in the append's transaction. PostgreSQL's
-        # append is one round trip to a server-side function, which a check would double.
-        return isinstance(self.application.recorder, ChainedSQLiteRecorder)
+        # The built-in recorders read one in the append's transaction: SQLite's after its
+        # inserts, PostgreSQL's in the server-side function the append's one statement calls.
+        # The PostgreSQL module (psycopg) is looked up only where it is loaded: a recorder of
+        # its class means it is.
+        recorder = self.application.recorder
+        postgres = sys.modules.get("loom_runtime.storage.postgres")
+        return isinstance(recorder, ChainedSQLiteRecorder) or (
+            postgres is not None and isinstance(recorder, postgres.ChainedPostgresRecorder)
+        )
 
     def save(self, aggregate: Saves, *, precondition: Precondition | None = None) -> list[int]:
         return self._store(aggregate.collect_events(), self._checked(precondition))

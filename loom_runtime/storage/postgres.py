@@ -7,7 +7,10 @@ An append is one statement, one round trip (ADR 0035): a PL/pgSQL function, crea
 schema, takes eventsourcing's ``LOCK TABLE ... IN EXCLUSIVE MODE``, inserts the events, reads
 the chain heads, computes the links and inserts the chain rows, all server-side in the
 statement's own transaction. Before it, the same work took eight client round trips, six of
-them while every other writer waited for the lock. The links are the ones
+them while every other writer waited for the lock. An append given a
+:class:`~loom_runtime.log.Precondition` calls a second function that appends the same way and
+then reads the precondition in that transaction, still one statement (ADR 0049, amended
+"pgkeyless"). The links are the ones
 :mod:`loom_runtime.integrity` defines, computed with PostgreSQL's ``sha256``; they must equal
 :func:`~loom_runtime.integrity.stream_link` and :func:`~loom_runtime.integrity.global_link`
 byte for byte (``replay_tests/runtime/test_postgres_append.py`` writes one log through both
@@ -40,9 +43,10 @@ from psycopg.errors import error_from_result
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from loom_runtime.integrity import GENESIS
-from loom_runtime.log import Row
+from loom_runtime.log import Precondition, Row
 from loom_runtime.schema import DDL_LOCK_KEY
 from loom_runtime.storage.chain import CHAIN_TABLE, ChainedRecorder, ChainTable
+from loom_runtime.storage.sqlite import PreconditionFailed
 
 _FIELD_FUNCTION = "loom_chain_field"
 """``integrity._field`` for the types a stored row holds: a tag, an 8-byte length, the bytes."""
@@ -105,6 +109,37 @@ statement's transaction only, so logs opened with different timeouts share one f
 """
 
 
+_PRECONDITION_FAILED = "LM001"
+"""The SQLSTATE the checked append raises when its precondition does not hold (a class no
+PostgreSQL error uses, so nothing else is taken for it)."""
+
+_CHECKED_DDL = """
+CREATE OR REPLACE FUNCTION {schema}.{checked}(
+    originator_ids uuid[], versions bigint[], topics text[], states bytea[], lock_wait text,
+    precondition text, parameter text
+) RETURNS bigint[] LANGUAGE plpgsql AS $checked$
+DECLARE
+    _ids bigint[];
+    _holds boolean;
+BEGIN
+    _ids := {schema}.{append}(originator_ids, versions, topics, states, lock_wait);
+    EXECUTE precondition INTO _holds USING parameter;
+    IF _holds IS NOT TRUE THEN
+        RAISE EXCEPTION 'the append''s precondition does not hold: %', precondition
+            USING ERRCODE = '{failed}';
+    END IF;
+    RETURN _ids;
+END
+$checked$
+"""
+"""The append, then its precondition read after the inserts, holding the table lock, in the
+statement's own transaction: a false (or missing) answer raises, which rolls the whole
+statement back. A function of its own rather than two more parameters of the append's: the
+append's signature, and the statement prepared on it, stay as older processes and the bare
+floor of the benchmark call them, and an append without a precondition (every decision) runs
+exactly as before. ``EXECUTE`` plans the precondition on each call; it is one short read."""
+
+
 class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
     """``eventsourcing.postgres``'s application recorder, appending in one round trip.
 
@@ -126,22 +161,27 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
             "chain": Identifier(CHAIN_TABLE),
             "field": Identifier(_FIELD_FUNCTION),
             "append": Identifier(f"{events_table_name}_append"),
+            "checked": Identifier(f"{events_table_name}_append_checked"),
             "genesis": Literal(GENESIS),
         }
         self.sql_create_statements += [
             SQL(_FIELD_DDL).format(**names),
             SQL(_APPEND_DDL).format(**names),
+            SQL(_CHECKED_DDL.replace("{failed}", _PRECONDITION_FAILED)).format(**names),
         ]
-        self.append_statement: Composed = SQL(
-            "SELECT {schema}.{append}(%b, %b::bigint[], %b, %b, %s) AS ids"
-        ).format(**names)
-        self.append_one_statement: Composed = SQL(
-            "SELECT {schema}.{append}(ARRAY[%b::uuid], ARRAY[%b::bigint], ARRAY[%b::text], "
-            "ARRAY[%b::bytea], %s) AS ids"
-        ).format(**names)
-        """The same call for the usual append of one event (a decision), its arrays built by
-        the server: psycopg picks an array's dumper by inspecting the list on every call,
-        which was a third of the client's time per call; four scalars skip it."""
+        self.statements: dict[tuple[bool, bool], Composed] = {
+            (one, checked): SQL(
+                "SELECT {schema}.{function}("
+                + (_ONE if one else _MANY)
+                + (", %s, %s" if checked else "")
+                + ") AS ids"
+            ).format(function=names["checked" if checked else "append"], **names)
+            for one in (False, True)
+            for checked in (False, True)
+        }
+        """The call by (one event, with a precondition). One event's arrays are built by the
+        server: psycopg picks an array's dumper by inspecting the list on every call, which
+        was a third of the client's time per call; four scalars skip it."""
         self._renderings: dict[int, bytes] = {}
         self.lock_wait = f"{datastore.lock_timeout}s"
         self.prepared_append = SQL(
@@ -150,6 +190,12 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         ).format(name=Identifier(_PREPARED_APPEND), **names)
         """The one-event append as a named prepared statement, prepared once on the writer's
         connection (:class:`_Writer`): the server parses and plans it once, not per append."""
+        self.prepared_checked = SQL(
+            "PREPARE {name}(uuid, bigint, text, bytea, text, text, text) AS SELECT "
+            "{schema}.{checked}(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], $5, $6, $7)"
+        ).format(name=Identifier(_PREPARED_CHECKED), **names)
+        """The same with a precondition (a keyless Loom's new execution, a sealed decision),
+        prepared on the writer's connection by its first such append."""
         self._writer: _Writer | None = None
         self._writer_lock = threading.Lock()
         self.select_stream_rows: Composed = SQL(
@@ -170,9 +216,17 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        precondition: Precondition | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         """One autocommit statement: its implicit transaction is the append's transaction.
+
+        With a ``precondition``, the statement calls the checked function, which reads it
+        after the inserts in that transaction; when it does not hold, nothing is stored and
+        :class:`~loom_runtime.storage.sqlite.PreconditionFailed` is raised, as on SQLite.
 
         One array per column however many events (one event: four scalars the server puts in
         arrays), sent binary (no text escaping of the states on either side), so a large
@@ -188,26 +242,36 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         """
         if not stored_events:
             return None
-        if len(stored_events) == 1 and self._writer_lock.acquire(blocking=False):
+        one = len(stored_events) == 1
+        if one and self._writer_lock.acquire(blocking=False):
             try:
-                written = self._append_one(stored_events[0])
+                written = self._append_one(stored_events[0], precondition)
             finally:
                 self._writer_lock.release()
             if written is not None:
                 return written
-        statement, columns = (
-            (self.append_one_statement, _one(stored_events[0], self.lock_wait))
-            if len(stored_events) == 1
-            else (self.append_statement, _columns(stored_events, self.lock_wait))
+        statement = self.statements[one, precondition is not None]
+        parameters = (
+            _one(stored_events[0], self.lock_wait)
+            if one
+            else _columns(stored_events, self.lock_wait)
         )
+        if precondition is not None:
+            parameters += (_server_sql(precondition), precondition.parameter)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(self._rendered(statement, conn), columns, prepare=False)
+            try:
+                curs.execute(self._rendered(statement, conn), parameters, prepare=False)
+            except psycopg.Error as exc:
+                _raise_failed(exc, precondition)
+                raise
             row = curs.fetchone()
         assert row is not None  # a SELECT of one function call returns one row
         ids: list[int] = row["ids"]
         return ids
 
-    def _append_one(self, event: StoredEvent) -> list[int] | None:
+    def _append_one(
+        self, event: StoredEvent, precondition: Precondition | None
+    ) -> list[int] | None:
         """One event through the writer's connection, or None if this recorder has none.
 
         Called holding ``_writer_lock``; a thread that finds it held (another thread of the
@@ -223,7 +287,7 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
                 return None
         try:
             with _translated():
-                return writer.append(event, self.lock_wait)
+                return writer.append(event, self.lock_wait, precondition)
         except persistence.PersistenceError:
             if not writer.usable():
                 self._writer = None
@@ -295,8 +359,12 @@ class LoomPostgresFactory(PostgresFactory):
 
 
 _PREPARED_APPEND = "loom_append_one"
+_PREPARED_CHECKED = "loom_append_one_checked"
+_ONE = "ARRAY[%b::uuid], ARRAY[%b::bigint], ARRAY[%b::text], ARRAY[%b::bytea], %s"
+_MANY = "%b, %b::bigint[], %b, %b, %s"
 
-_BINARY = [1, 1, 1, 1, 1]
+_BINARY = [1] * 5
+_BINARY_CHECKED = [1] * 7
 _INT8 = struct.Struct("!q").pack
 
 
@@ -325,6 +393,7 @@ class _Writer:
         self.pgconn: pq.abc.PGconn = conn.pgconn
         self.encoding = encoding
         self.pid = os.getpid()
+        self.checked_prepared = False
 
     @classmethod
     def take(cls, recorder: ChainedPostgresRecorder) -> _Writer | None:
@@ -340,14 +409,14 @@ class _Writer:
         writer = cls(recorder, conn, conn.info.encoding)
         try:
             with _translated():
-                writer._prepare()
+                writer._prepare(recorder.prepared_append)
         except BaseException:
             writer.give_back()
             raise
         return writer
 
-    def _prepare(self) -> None:
-        result = self.pgconn.exec_(self.recorder.prepared_append.as_bytes(self.conn))
+    def _prepare(self, statement: Composed) -> None:
+        result = self.pgconn.exec_(statement.as_bytes(self.conn))
         if result.status != pq.ExecStatus.COMMAND_OK:
             error = error_from_result(result, encoding=self.encoding)
             if not isinstance(error, psycopg.errors.DuplicatePreparedStatement):
@@ -355,25 +424,37 @@ class _Writer:
             # Left by an earlier recorder of this process on the same pooled connection: the
             # same name always holds the same statement for the same table.
 
-    def append(self, event: StoredEvent, lock_wait: str) -> list[int]:
+    def append(
+        self, event: StoredEvent, lock_wait: str, precondition: Precondition | None
+    ) -> list[int]:
         encoding = self.encoding
         stream = event.originator_id
-        result = self.pgconn.exec_prepared(
-            _PREPARED_APPEND.encode(),
-            [
-                (stream if isinstance(stream, UUID) else UUID(stream)).bytes,
-                _INT8(event.originator_version),
-                event.topic.encode(encoding),
-                event.state,
-                lock_wait.encode(encoding),
-            ],
-            _BINARY,
-        )
+        name = _PREPARED_APPEND
+        parameters = [
+            (stream if isinstance(stream, UUID) else UUID(stream)).bytes,
+            _INT8(event.originator_version),
+            event.topic.encode(encoding),
+            event.state,
+            lock_wait.encode(encoding),
+        ]
+        if precondition is not None:
+            if not self.checked_prepared:
+                self._prepare(self.recorder.prepared_checked)
+                self.checked_prepared = True
+            name = _PREPARED_CHECKED
+            parameters += [
+                _server_sql(precondition).encode(encoding),
+                precondition.parameter.encode(encoding),
+            ]
+        formats = _BINARY if precondition is None else _BINARY_CHECKED
+        result = self.pgconn.exec_prepared(name.encode(), parameters, formats)
         if result.status != pq.ExecStatus.TUPLES_OK:
             if self.pgconn.status != pq.ConnStatus.OK:
                 # As psycopg's cursor raises a lost connection: the retry's class.
                 raise psycopg.OperationalError(result.get_error_message(encoding))
-            raise error_from_result(result, encoding=encoding)
+            error = error_from_result(result, encoding=encoding)
+            _raise_failed(error, precondition)
+            raise error
         value = result.get_value(0, 0)
         assert value is not None  # the function returns an array, one id per event
         return [int(part) for part in bytes(value)[1:-1].split(b",")]
@@ -413,6 +494,18 @@ _ERRORS: tuple[tuple[type[psycopg.Error], type[persistence.PersistenceError]], .
     (psycopg.DatabaseError, persistence.DatabaseError),
 )
 """In ``get_connection``'s order: the first class an error is an instance of decides."""
+
+
+def _server_sql(precondition: Precondition) -> str:
+    """The precondition's ``SELECT`` as ``EXECUTE`` takes it: its one ``?`` as ``$1``."""
+    return precondition.sql.replace("?", "$1")
+
+
+def _raise_failed(error: psycopg.Error, precondition: Precondition | None) -> None:
+    """:class:`PreconditionFailed` in place of the checked function's refusal, from None (the
+    server's message is the log's business, the refusal the caller's); else nothing."""
+    if precondition is not None and error.sqlstate == _PRECONDITION_FAILED:
+        raise PreconditionFailed(precondition) from None
 
 
 def _one(event: StoredEvent, lock_wait: str) -> tuple[Any, ...]:

@@ -5,9 +5,9 @@ The claims: a Loom opened without the master key records in clear while its log 
 table; once another Loom, holding the key, switches encryption on (its first sealed write),
 the keyless Loom's next write of each kind (a new execution, an import, a memory entry, a
 ``put_doc``, a ``sync``) is refused with ``EncryptionOffError`` and the log's position does
-not move (SQLite and PostgreSQL). On SQLite the look for the key table is read inside the
-append's own transaction, so encryption switched on between the writer's preparing a batch
-and its append still refuses that batch: no window lets it land in clear.
+not move. The look for the key table is read inside the append's own transaction (SQLite and
+PostgreSQL), so encryption switched on between the writer's preparing a batch and its append
+still refuses that batch: no window lets it land in clear.
 """
 
 from __future__ import annotations
@@ -107,13 +107,11 @@ def test_a_keyless_loom_is_refused_once_another_loom_switches_encryption_on(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_encryption_switched_on_just_before_a_keyless_append_refuses_that_append(
-    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+    db_url: str, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The window: the keyless Loom has prepared its batch (and, before, looked for the key
-    table) when another process switches encryption on; the append itself must refuse it.
-    SQLite only: a PostgreSQL append is one statement to a server-side function, so there the
-    key table is read before the append and this window stays (the ADR's consequences)."""
-    db_url = f"sqlite:///{tmp_path / 'loom.db'}"
+    """The window: the keyless Loom has prepared its batch when another process switches
+    encryption on; the append itself must refuse it (on PostgreSQL, the server-side append
+    function reads the precondition in the statement's own transaction)."""
     with Loom(db_url) as loom:
         keyless = _Keyless(loom, tmp_path)
         keyless.remember()  # the log exists and is clear; the keyless Loom has written to it

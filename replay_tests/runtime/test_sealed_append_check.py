@@ -1,11 +1,11 @@
 """The live-key check of a sealed append, read in the append's own transaction (ADR 0049).
 
-On SQLite a sealed execution's append no longer reads its key row in a transaction of its
-own before sealing: it seals with the cached key and the append's transaction, after its
-inserts and holding the write lock, reads whether the key is still live. So a key destroyed
-after the seal but before the commit refuses the append, with nothing written: the window the
-separate read left is closed. PostgreSQL, whose append is one call to a server-side function,
-keeps the read before the append (``checks_preconditions`` is false there).
+A sealed execution's append no longer reads its key row in a transaction of its own before
+sealing: it seals with the cached key and the append's transaction, after its inserts and
+holding the write lock, reads whether the key is still live (on PostgreSQL, inside the
+server-side function the append's one statement calls). So a key destroyed after the seal but
+before the commit refuses the append, with nothing written: the window the separate read left
+is closed.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ KEY = MasterKey(b"c" * 32)
 
 
 def test_a_key_destroyed_between_seal_and_commit_refuses_the_append(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process erases the execution after its next decision was sealed with the
     cached key: the append is refused typed and stores nothing."""
-    with Loom(sqlite_url, encryption=KEY) as loom, Loom(sqlite_url, encryption=KEY) as other:
+    with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
         seal = ExecutionSealer.seal_events
         erase_next: list[bool] = []
 
@@ -58,9 +58,9 @@ def test_a_key_destroyed_between_seal_and_commit_refuses_the_append(
         assert loom.log.position == positions[0] + 1
 
 
-def test_the_built_in_sqlite_log_checks_preconditions(sqlite_url: str) -> None:
-    """The SQLite log declares the capability the sealer relies on."""
-    with Loom(sqlite_url) as loom:
+def test_the_built_in_logs_check_preconditions(db_url: str) -> None:
+    """The SQLite and PostgreSQL logs declare the capability the sealer relies on."""
+    with Loom(db_url) as loom:
         assert loom.log.checks_preconditions
 
 
