@@ -285,7 +285,7 @@ class Keyring:
         about 0.3 ms of a keyed Loom's first write to a clear log."""
         if self.engine.dialect.name == "sqlite":
             with contextlib.suppress(Exception):
-                return not self._kept(_NO_KEY_TABLE_SQL, (TABLE,))[0]
+                return not self._kept(_NO_KEY_TABLE_SQL["sqlite"], (TABLE,))[0]
         with self.engine.connect() as connection:
             return bool(self.engine.dialect.has_table(connection, TABLE))
 
