@@ -2,9 +2,10 @@
 
 Two claims (ADR 0051, amended "ends"): the ends of an edited sync's revisions go out in one
 batch with the page's inserts (an end wrote what the page held before it, so a page of N
-edits sent N batches), and a page reads the erased rows of the documents it writes only (it
-read the whole erased table, every erasure ever made, on every page). The rows left are those
-of applying one event per page, counts by position included.
+edits sent N batches; on PostgreSQL the batch's ends are one UPDATE, ADR 0059 amended), and
+a page reads the erased rows of the documents it writes only (it read the whole erased
+table, every erasure ever made, on every page). The rows left are those of applying one
+event per page, counts by position included.
 """
 
 from __future__ import annotations
@@ -45,6 +46,20 @@ def test_an_edited_sync_page_writes_its_passages_in_one_batch(
         _edited_sync_page(loom, scope, edits, statements)
         inserts.append(statements.count(("INSERT", "entries")))
     assert inserts[0] == inserts[1] > 0
+
+
+def test_an_edited_sync_page_ends_its_passages_in_one_update_on_postgresql(
+    loom: Loom, statements: list[tuple[str, str]]
+) -> None:
+    """On PostgreSQL a page's ends reach the store together: one UPDATE of the passages for 2
+    edits and for 20 (ADR 0059, amended "pgend")."""
+    if loom.log.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite ends row by row and counts the ends with the inserts")
+    updates = []
+    for edits, scope in ((2, "few"), (20, "many")):
+        _edited_sync_page(loom, scope, edits, statements)
+        updates.append(statements.count(("UPDATE", "entries")))
+    assert updates == [1, 1]
 
 
 def test_an_edited_sync_in_one_page_leaves_the_rows_of_one_event_per_page(loom: Loom) -> None:
