@@ -13,10 +13,11 @@ The ranking rule lives here, once: a temporal store always keeps postings
 and breaks ties by entry id. A key that went through any history ranks its present, and any
 past state, exactly as a fresh key holding only those entries would.
 
-``end_validity`` is the only UPDATE any SQL store issues, and it touches ``valid_to`` alone:
-no search structure (FTS5 index, tsvector, postings) derives from that column, so the
-insert/delete triggers that keep them in step stay sufficient. The current counts do derive
-from it (ADR 0056): each backend's triggers uncount a row that stops being current.
+Ending (``end_validity``, a batch's ends) is the only UPDATE any SQL store issues, and it
+touches ``valid_to`` alone: no search structure (FTS5 index, tsvector, postings) derives from
+that column, so the insert/delete triggers that keep them in step stay sufficient. The
+current counts do derive from it (ADR 0056): each backend's triggers uncount a row that stops
+being current.
 
 A caller that keeps more per row (the corpus keeps each passage's document revision) passes
 its own ``columns`` and reads them with ``read_annotated``/``search_annotated``, whose
@@ -379,7 +380,8 @@ class TemporalSqlStore(SqlMemoryStore):
         On SQLite the ends are counted by position with the appends, in one batch: a
         revision's end and append at one position cancel on their shared terms before any
         upsert, where the per-row trigger of an end wrote every term of every ended row at
-        three levels (ADR 0059, amended). PostgreSQL's statement-level triggers count them."""
+        three levels (ADR 0059, amended). On PostgreSQL all of them are one UPDATE, so the
+        statement-level triggers count them once for the batch, not once per end."""
         prepared = [
             (key, entries, {**values, "valid_from": check_position(position)})
             for key, entries, position, values in appends
@@ -389,8 +391,11 @@ class TemporalSqlStore(SqlMemoryStore):
             return
         with self._begin(conn) as c:
             try:
-                for key, ids, position in ends:
-                    self._end(c, key, ids, position)
+                if c.dialect.name == "sqlite":
+                    for key, ids, position in ends:
+                        self._end(c, key, ids, position)
+                else:
+                    self._end_all(c, ends)
                 self.append_batch(prepared, conn=c)
                 ended = self._ended.pop(id(c), [])
                 if ended:  # nothing was inserted to count them with
@@ -398,12 +403,41 @@ class TemporalSqlStore(SqlMemoryStore):
             finally:
                 self._ended.pop(id(c), None)
 
-    def _end(self, conn: Connection, key: str, ids: Iterable[str], position: int) -> None:
-        """End ``ids`` at ``key`` as :meth:`end_validity` does; on SQLite, hold their changes
-        by position for the batch's ``_insert``, the trigger told not to count them."""
-        if conn.dialect.name != "sqlite":
-            self.end_validity(key, ids, position, conn=conn)
+    def _end_all(self, conn: Connection, ends: Sequence[tuple[str, Iterable[str], int]]) -> None:
+        """Make ``ends`` what :meth:`end_validity` per end would, in one UPDATE (PostgreSQL).
+
+        Why one: each UPDATE fires the statement-level count triggers
+        (:mod:`~loom_memory.postgres_counts`), which upsert every term of the rows it ended;
+        one per end had a reconcile ending thousands of documents upsert the same common-term
+        rows thousands of times in one transaction, each a new row version, so it slowed
+        super-linearly. The rows an end would find already ended by an earlier one it leaves
+        alone: each ``(key, id)`` keeps its first end (one UPDATE changes a row once, at
+        whichever matching end the join meets). Arrays, not a VALUES list: one statement and
+        one plan however many ends; the triggers count each row at its own ``valid_to``."""
+        first: dict[tuple[str, str], int] = {}
+        for key, ids, position in ends:
+            check_key(key)
+            wanted = check_ids(ids)
+            check_position(position)
+            for entry_id in sorted(wanted):
+                first.setdefault((key, entry_id), position)
+        if not first:
             return
+        ordered = sorted(first.items())
+        conn.exec_driver_sql(
+            f"UPDATE {self.entries.name} AS e SET valid_to = v.position "
+            "FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS v (key, entry_id, position) "
+            "WHERE e.key = v.key AND e.entry_id = v.entry_id AND e.valid_to IS NULL",
+            (
+                [key for (key, _), _ in ordered],
+                [entry_id for (_, entry_id), _ in ordered],
+                [position for _, position in ordered],
+            ),
+        )
+
+    def _end(self, conn: Connection, key: str, ids: Iterable[str], position: int) -> None:
+        """End ``ids`` at ``key`` as :meth:`end_validity` does (SQLite), and hold their changes
+        by position for the batch's ``_insert``, the trigger told not to count them."""
         check_key(key)
         wanted = check_ids(ids)
         check_position(position)

@@ -108,8 +108,10 @@ class CorpusIndex(SQLProjection):
         self._stemmed: dict[str, PassageStore] = {}
         """The passage store of each stemmer a scope was created with, opened on first use."""
         self._erased_docs: set[tuple[str, str]] | None = None
-        """The erased (scope, doc id) pairs, read once per page, in its transaction, when a
-        written revision first asks: a query per indexed document would tax every ingest."""
+        """The erased (scope, doc id) pairs among the documents the page writes, read once per
+        page, in its transaction, when a written revision first asks: a query per indexed
+        document would tax every ingest, and reading the whole table would make every page
+        pay for every erasure ever made."""
         self._opened: dict[int, tuple[str | None, list[str]] | None] = {}
         """The title and passages of each written revision of the page being applied, by
         position, opened before its transaction (None: its document was erased)."""
@@ -153,7 +155,7 @@ class CorpusIndex(SQLProjection):
         self.create_tables()
         if self._open_recorded_stores():
             self.reset()  # a stemmed store's tables were dropped: rebuild from the log
-        self._statements = _Statements(self.documents, self.revisions)
+        self._statements = _Statements(self.documents, self.revisions, self.erased)
 
     def _open_store(self, stemmer: str | None = None) -> PassageStore:
         """The passage store of ``stemmer``'s scopes (None: the plain ones): temporal, so
@@ -218,10 +220,13 @@ class CorpusIndex(SQLProjection):
         The page's inserts (passages, manifest rows, revision rows) are held and written at
         its last event, one statement per table for the page, and the manifest records of its
         documents are read in one query: per document, the statements' fixed cost was most of
-        a sync's projection (ADR 0051). Any other statement (an end, an update, a delete, a
-        clear) writes what is held first, so every table sees the same inserts, updates and
-        deletes in the same order as event by event, and the rows and ``seq``s are the same;
-        all of it is still in the page's one transaction with its position.
+        a sync's projection (ADR 0051). Any other statement that touches a held row (an end, an
+        update or a delete of a document written earlier in the page, a forget, a clear)
+        writes what is held first, so every row sees the same inserts, updates and deletes in
+        the same order as event by event, and the rows and ``seq``s are the same; the ends of
+        documents with nothing held are held too and go out in one batch with the inserts
+        (ADR 0051, amended "ends"). All of it is in the page's one transaction with its
+        position.
         """
         unseen = False
         keyring = keyring_for(self.engine)
@@ -283,10 +288,13 @@ class CorpusIndex(SQLProjection):
         self._scope_stemmers[event.scope] = event.stemmer
 
     def _written(self, conn: Connection, position: int, event: DocumentWritten) -> None:
-        if self._erased_docs is None:
-            erased = self.erased.c
-            self._erased_docs = set(conn.execute(select(erased.scope, erased.doc_id)).tuples())
-        if (event.scope, event.doc_id) in self._erased_docs:
+        if self._page is None:  # applied outside a page: this document alone
+            erased = self._erased_among(conn, {(event.scope, event.doc_id)})
+        elif self._erased_docs is None:
+            erased = self._erased_docs = self._erased_among(conn, self._page.written())
+        else:
+            erased = self._erased_docs
+        if (event.scope, event.doc_id) in erased:
             return  # written after its erasure (a racing write): never indexed
         key = corpus_key(event.scope)
         previous = self._record(conn, event.scope, event.doc_id)
@@ -311,13 +319,14 @@ class CorpusIndex(SQLProjection):
         document = {"scope": event.scope, "doc_id": event.doc_id}
         if previous is None:
             page.documents.append({**document, **values})
-        else:  # previous's rows are in place: _end_revision wrote what was held
+        else:  # previous's rows are in place: _end_revision wrote them if they were held
             conn.execute(
                 self._statements.update_document,
                 {**values, "b_scope": event.scope, "b_doc_id": event.doc_id},
             )
         page.revisions.append({**document, **values, "written_position": position})
         page.records[event.scope, event.doc_id] = record
+        page.held_docs.add((event.scope, event.doc_id))
         if self._page is None:  # applied outside a page: write it now
             self._write(conn, page)
 
@@ -381,6 +390,18 @@ class CorpusIndex(SQLProjection):
             ]
         return found
 
+    def _erased_among(self, conn: Connection, wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (scope, doc id) pairs of ``wanted`` that were erased: keyed reads, so a page
+        reads the erased rows of its own documents only."""
+        found: set[tuple[str, str]] = set()
+        for scope in sorted({scope for scope, _ in wanted}):
+            doc_ids = sorted(doc_id for where, doc_id in wanted if where == scope)
+            for start in range(0, len(doc_ids), _IN_CHUNK):
+                chunk = {"b_scope": scope, "b_doc_ids": doc_ids[start : start + _IN_CHUNK]}
+                rows = conn.execute(self._statements.erased_of, chunk).scalars()
+                found.update((scope, doc_id) for doc_id in rows)
+        return found
+
     def _erased_at(self, conn: Connection, scope: str, doc_id: str) -> int | None:
         return conn.execute(
             select(self.erased.c.erased_position).where(
@@ -402,7 +423,9 @@ class CorpusIndex(SQLProjection):
     def _end_revision(
         self, conn: Connection, scope: str, record: DocRecord, position: int, *, ended_by: str
     ) -> None:
-        self._write_held(conn)  # the rows it ends may be held
+        page = self._page if self._page is not None else _PageWrites(())
+        if (scope, record.id) in page.held_docs:
+            self._write_held(conn)  # the rows it ends are held: they must be in place
         conn.execute(
             self._statements.end_revision,
             {
@@ -413,10 +436,11 @@ class CorpusIndex(SQLProjection):
                 "ended_by": ended_by,
             },
         )
-        # Held like an insert, and written with the page's next inserts of its store (the
+        # Held like an insert, and written with the page's inserts of its store (the
         # revision's own, mostly): counted by position together, a revision's end and append
-        # cancel on their shared terms (ADR 0059, amended).
-        page = self._page if self._page is not None else _PageWrites(())
+        # cancel on their shared terms (ADR 0059, amended). No held row is one it ends (those
+        # were written above), so it goes out with the page's other ends in one batch
+        # (ADR 0051, amended "ends").
         store = self._store_of(conn, scope)
         ended = (corpus_key(scope), _passage_ids(record.id, record.passage_count), position)
         page.held(store).ends.append(ended)
@@ -434,6 +458,7 @@ class CorpusIndex(SQLProjection):
         held = list(page.passages.values())
         documents, revisions = page.documents, page.revisions
         page.passages, page.documents, page.revisions = {}, [], []
+        page.held_docs.clear()
         for writes in held:
             writes.store.append_at_batch(writes.appends, ends=writes.ends, conn=conn)
         if documents:
@@ -619,8 +644,8 @@ class _Statements:
     they never collide with the column values an INSERT or UPDATE sets.
     """
 
-    def __init__(self, documents: Table, revisions: Table) -> None:
-        d, r = documents.c, revisions.c
+    def __init__(self, documents: Table, revisions: Table, erased: Table) -> None:
+        d, r, e = documents.c, revisions.c, erased.c
         document = and_(d.scope == bindparam("b_scope"), d.doc_id == bindparam("b_doc_id"))
         self.select_document = select(documents).where(document)
         self.insert_document = documents.insert()
@@ -639,6 +664,9 @@ class _Statements:
             .order_by(d.doc_id)
         )
         self.manifest_of = self.manifest.where(d.doc_id.in_(bindparam("b_doc_ids", expanding=True)))
+        self.erased_of = select(e.doc_id).where(
+            e.scope == bindparam("b_scope"), e.doc_id.in_(bindparam("b_doc_ids", expanding=True))
+        )
         self.last_revisions = (
             select(r.doc_id, func.max(r.revision))
             .where(
@@ -654,8 +682,9 @@ Appended = tuple[str, Sequence[MemoryEntry], int, Mapping[str, Any]]
 
 
 class _StoreWrites:
-    """The writes held for one passage store: its ends, then its appends (an end makes the
-    page write what was held before it, so every end held precedes every append held)."""
+    """The writes held for one passage store: its ends, then its appends. An end held never
+    ends a held append's rows (an end of a document with held rows makes the page write them
+    first), so applying every end before every append leaves the rows of event order."""
 
     def __init__(self, store: PassageStore) -> None:
         self.store = store
@@ -683,6 +712,9 @@ class _PageWrites:
         """(scope, doc_id) -> the live record (None: none), once read or filed in this page."""
         self.read_scopes: set[str] = set()
         """The scopes whose documents in this page have had their records read."""
+        self.held_docs: set[tuple[str, str]] = set()
+        """(scope, doc_id) of the documents with rows held (passages, manifest, revision):
+        an end, update or delete of one of them writes what is held first."""
 
     def held(self, store: PassageStore) -> _StoreWrites:
         """What is held for ``store``."""
@@ -690,6 +722,14 @@ class _PageWrites:
         if found is None:
             found = self.passages[id(store)] = _StoreWrites(store)
         return found
+
+    def written(self) -> set[tuple[str, str]]:
+        """The (scope, doc id) of the documents this page writes."""
+        return {
+            (event.scope, event.doc_id)
+            for _, event in self._events
+            if isinstance(event, DocumentWritten)
+        }
 
     def doc_ids(self, scope: str) -> set[str]:
         """The ids of the documents of ``scope`` this page writes or removes."""

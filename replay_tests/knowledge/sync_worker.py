@@ -13,8 +13,8 @@ N-th call of POINT kill the process with SIGKILL, where POINT is:
 * ``chunk``: the chunker, while the sync is still deciding (nothing appended yet);
 * ``append_batch`` / ``remove``: the verb of the passage store class the corpus uses on
   DB_URL's backend, while the projection applies the sync's already-appended events inside
-  its transaction (a page writes its held passages with one ``append_batch`` at its end and
-  before each revision it ends).
+  its transaction (a page writes its held passages and ends with one ``append_batch`` at its
+  end, and before it ends a revision of a document it wrote earlier).
 
 Prints one JSON line: the sync's result and how many events it appended.
 """
