@@ -26,19 +26,3 @@ def test_the_history_check_times_every_sync_and_its_note_names_them() -> None:
     assert all(seconds > 0 for seconds in found.sync_seconds)
     note = pr._history_table({"SQLite": found}, 1).note
     assert "its syncs " in note and "the first the fresh corpus" in note
-
-
-def test_the_history_check_refuses_to_call_a_different_first_version_fresh(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The first sync stands in for the fresh corpus only if the check ends on its pages."""
-    from benchmarks.peers_corpora import docs
-
-    try:
-        docs("pg15.18")
-    except InstrumentError:
-        pytest.skip("the shared corpora are not on this machine")
-    monkeypatch.setattr(pr, "HISTORY_VERSIONS", ("pg15.18", "pg17"))
-    settings = Settings(quick=True, rounds=1, pg_url=None)
-    with pytest.raises(InstrumentError, match="first version"):
-        pr._history_equivalence(pr._history_backends(settings)["SQLite"], ("vacuum",), 12)
