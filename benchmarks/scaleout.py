@@ -98,7 +98,6 @@ from benchmarks.harness import (
     floor_verdict,
     interleave,
     scratch_directory,
-    spawned,
 )
 from benchmarks.report import REPOSITORY
 from benchmarks.stores import (
@@ -178,25 +177,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     docs = QUICK_REBUILD_DOCS if settings.quick else REBUILD_DOCS
     decisions = QUICK_REPLAY_DECISIONS if settings.quick else REPLAY_DECISIONS
     with ExitStack() as stack:
-        replayed = make_values(decisions)
-        urls = {backend: _fresh_url(stack, backend, settings.pg_url) for backend, _ in backends}
-        progress(
-            f"{', '.join(urls)}: syncing {docs:,} documents, recording replay executions "
-            "(PostgreSQL in a second process)"
-        )
-        with spawned() as pool:
-            postgres = (
-                pool.submit(_populate, urls["PostgreSQL"], docs, replayed)
-                if "PostgreSQL" in urls
-                else None
-            )
-            executions = {"SQLite": _populate(urls["SQLite"], docs, replayed)}
-            if postgres is not None:
-                executions["PostgreSQL"] = postgres.result()
-        fixtures = [
-            _open_fixture(stack, backend, url, docs, replayed, executions[backend])
-            for backend, url in urls.items()
-        ]
+        fixtures = []
+        for backend, _ in backends:
+            progress(f"{backend}: syncing {docs:,} documents, recording replay executions")
+            url = _fresh_url(stack, backend, settings.pg_url)
+            fixtures.append(_build_fixture(stack, backend, url, docs, make_values(decisions)))
         arms = [
             arm for fixture in fixtures for arm in (fixture.replay_arm(), fixture.rebuild_arm())
         ]
@@ -599,30 +584,14 @@ def _corpus_projection(loom: Loom) -> TrackedProjection:
     raise InstrumentError("scaleout: no projection named 'knowledge' is registered")
 
 
-def _populate(url: str, docs: int, values: list[Value]) -> list[UUID]:
-    """Sync the corpus into the log at ``url`` and record the executions; their ids.
-
-    Untimed preparation: the PostgreSQL log is filled in a second process while this one
-    fills the SQLite log, so the server's share of the sync overlaps client work instead of
-    being waited for (ADR 0063)."""
-    with Loom(url) as loom:
-        loom.flow(FLOW)(recording_flow(values))
-        open_knowledge_base(loom, SCOPE).sync(base_docs(docs), source=SOURCE)
-        return [loom.run(FLOW, n=len(values)).execution_id for _ in range(REPLAY_EXECUTIONS)]
-
-
-def _open_fixture(
-    stack: ExitStack,
-    backend: str,
-    url: str,
-    docs: int,
-    values: list[Value],
-    executions: list[UUID],
+def _build_fixture(
+    stack: ExitStack, backend: str, url: str, docs: int, values: list[Value]
 ) -> Fixture:
-    """The fixture over a log :func:`_populate` filled, opened by this process for the rounds."""
     loom = stack.enter_context(Loom(url))
     loom.flow(FLOW)(recording_flow(values))
-    open_knowledge_base(loom, SCOPE)  # registers the corpus projection the rebuild arm takes
+    kb = open_knowledge_base(loom, SCOPE)
+    kb.sync(base_docs(docs), source=SOURCE)
+    executions = [loom.run(FLOW, n=len(values)).execution_id for _ in range(REPLAY_EXECUTIONS)]
     topics = _corpus_projection(loom).topics
     events = sum(1 for _ in loom.log.notifications(topics=topics))
     return Fixture(backend, url, loom, values, executions, docs, events)

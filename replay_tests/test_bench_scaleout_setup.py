@@ -1,9 +1,7 @@
 """The scale-out section's untimed set-up (ADR 0063, amended): the recording arms' PostgreSQL
-databases are copies of one holding loom's schema, and the replay and rebuild fixtures are
-filled by :func:`benchmarks.scaleout._populate` (the PostgreSQL one in a second process), then
-opened here. Both must give the arms what they were given before: a log whose schema is in
-place before any worker starts, and a fixture whose executions replay and whose corpus
-rebuilds."""
+databases are copies of one holding loom's schema. They must give the arms what loom's own
+DDL per sample gave them: a log whose schema is in place before any worker starts, one
+database per sample."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from benchmarks import scaleout
-from benchmarks.harness import spawned
-from benchmarks.stores import fresh_sqlite, loom_schema_template
+from benchmarks.stores import loom_schema_template
 from benchmarks.workload import FLOW, make_values, recording_flow
 from loom_runtime import Loom
 
@@ -44,18 +41,3 @@ def test_a_log_copied_from_the_template_holds_the_schema_before_loom_opens_it() 
             loom.run(FLOW, n=3)
         with Loom(urls[1]) as loom:
             assert scaleout._decision_events(loom) == 0  # the copies share nothing
-
-
-@pytest.mark.slow  # a spawned interpreter imports loom
-def test_a_fixture_filled_in_a_second_process_replays_and_rebuilds_here() -> None:
-    values = make_values(5)
-    with ExitStack() as stack:
-        url, _ = stack.enter_context(fresh_sqlite())
-        with spawned() as pool:
-            executions = pool.submit(scaleout._populate, url, 12, values).result()
-        fixture = scaleout._open_fixture(stack, "SQLite", url, 12, values, executions)
-
-        assert len(executions) == scaleout.REPLAY_EXECUTIONS
-        assert fixture.corpus_events > 12  # every document's event, and the sync's
-        assert fixture.replay_arm().measure()["per_s"] > 0
-        assert fixture.rebuild_arm().measure()["seconds"] > 0  # checks the manifest lists all
