@@ -1,7 +1,8 @@
 """Section "scaleout": recording with many worker processes; replay and rebuild rates.
 
 **Recording.** N worker processes (forked, so each is a fresh process with nothing open; the
-parent only creates the schema beforehand so the workers do not race on ``CREATE TABLE``)
+parent only creates the schema beforehand so the workers do not race on ``CREATE TABLE``; on
+PostgreSQL by copying a database that holds it, made once)
 share one log: a new PostgreSQL database per sample (N = 1, 4, 8) when ``LOOM_TEST_PG_URL`` is
 set, and one SQLite file (N = 1, 4). Each worker opens its own ``Loom`` and log, waits at a
 barrier, then records executions of a sequential flow of ``DECISIONS_PER_EXECUTION`` ~1 KB
@@ -99,7 +100,12 @@ from benchmarks.harness import (
     scratch_directory,
 )
 from benchmarks.report import REPOSITORY
-from benchmarks.stores import fresh_postgres, fresh_sqlite, postgres_description
+from benchmarks.stores import (
+    fresh_postgres,
+    fresh_sqlite,
+    loom_schema_template,
+    postgres_description,
+)
 from benchmarks.workload import FLOW, Value, make_values, recording_flow
 from loom_knowledge import open_knowledge_base
 from loom_runtime import Loom
@@ -148,19 +154,25 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     backends: list[tuple[str, tuple[int, ...]]] = [("SQLite", SQLITE_WORKERS)]
     if settings.pg_url:
         backends.insert(0, ("PostgreSQL", PG_WORKERS))
-    recording = [
-        _recording_arm(backend, workers, settings.pg_url, values, duration)
-        for backend, counts in backends
-        for workers in counts
-    ]
-    if settings.pg_url:  # right after the shared PostgreSQL log's rows
-        logs = [_logs_arm(count, settings.pg_url, values, duration) for count in LOGS]
-        recording[len(PG_WORKERS) : len(PG_WORKERS)] = logs
-    unshared = _unshared_arm(values, duration)
-    serialised = _unshared_arm(values, duration, serialised=True)
-    recorded = interleave(
-        [*recording, unshared, serialised], rounds=settings.rounds, progress=progress
-    )
+    with ExitStack() as stack:
+        server = (
+            _Server(settings.pg_url, stack.enter_context(loom_schema_template(settings.pg_url)))
+            if settings.pg_url
+            else None
+        )
+        recording = [
+            _recording_arm(backend, workers, server, values, duration)
+            for backend, counts in backends
+            for workers in counts
+        ]
+        if server:  # right after the shared PostgreSQL log's rows
+            logs = [_logs_arm(count, server, values, duration) for count in LOGS]
+            recording[len(PG_WORKERS) : len(PG_WORKERS)] = logs
+        unshared = _unshared_arm(values, duration)
+        serialised = _unshared_arm(values, duration, serialised=True)
+        recorded = interleave(
+            [*recording, unshared, serialised], rounds=settings.rounds, progress=progress
+        )
 
     docs = QUICK_REBUILD_DOCS if settings.quick else REBUILD_DOCS
     decisions = QUICK_REPLAY_DECISIONS if settings.quick else REPLAY_DECISIONS
@@ -246,14 +258,32 @@ def _fresh_url(stack: ExitStack, backend: str, pg_url: str | None) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class _Server:
+    """The PostgreSQL server of the recording arms, and its database of loom's bare schema."""
+
+    admin_url: str
+    template: str
+
+
+def _fresh_log(stack: ExitStack, backend: str, server: _Server | None) -> str:
+    """A fresh database holding loom's schema, created before any worker starts so that the
+    workers do not race on ``CREATE TABLE`` (on PostgreSQL a copy of ``server.template``)."""
+    if backend == "PostgreSQL":
+        assert server is not None
+        return stack.enter_context(fresh_postgres(server.admin_url, template=server.template))
+    url, _ = stack.enter_context(fresh_sqlite())
+    with Loom(url) as loom:
+        loom.log  # noqa: B018 - creates the schema
+    return url
+
+
 def _recording_arm(
-    backend: str, workers: int, pg_url: str | None, values: list[Value], duration: float
+    backend: str, workers: int, server: _Server | None, values: list[Value], duration: float
 ) -> Arm:
     def measure() -> Sample:
         with ExitStack() as stack:
-            url = _fresh_url(stack, backend, pg_url)
-            with Loom(url) as loom:  # the schema, created once before the workers start
-                loom.log  # noqa: B018
+            url = _fresh_log(stack, backend, server)
             decisions, seconds, at_once = _record_concurrently([url] * workers, values, duration)
             with Loom(url) as loom:
                 found = _decision_events(loom)
@@ -265,9 +295,7 @@ def _recording_arm(
         sample = {"per_s": decisions / seconds, "decisions": decisions, "at_once": at_once}
         if backend == "PostgreSQL" and workers in FLOOR_WORKERS:
             with ExitStack() as stack:
-                url = _fresh_url(stack, backend, pg_url)
-                with Loom(url) as loom:  # the schema and its append function, made by loom
-                    loom.log  # noqa: B018
+                url = _fresh_log(stack, backend, server)  # with loom's append function
                 appended, seconds, at_once = _record_concurrently(
                     [url] * workers, values, duration, worker=_bare_worker
                 )
@@ -335,15 +363,12 @@ def _decision_events(loom: Loom) -> int:
     return sum(1 for _ in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)))
 
 
-def _logs_arm(logs: int, pg_url: str, values: list[Value], duration: float) -> Arm:
+def _logs_arm(logs: int, server: _Server, values: list[Value], duration: float) -> Arm:
     """``logs`` workers, each recording into its own fresh database on the one server."""
 
     def measure() -> Sample:
         with ExitStack() as stack:
-            urls = [_fresh_url(stack, "PostgreSQL", pg_url) for _ in range(logs)]
-            for url in urls:
-                with Loom(url) as loom:
-                    loom.log  # noqa: B018 - the schema, before the workers start
+            urls = [_fresh_log(stack, "PostgreSQL", server) for _ in range(logs)]
             decisions, seconds, at_once = _record_concurrently(urls, values, duration)
             found = 0
             for url in urls:
