@@ -240,7 +240,7 @@ class Loom:
     def _keyless_guard(self, what: str) -> Precondition | None:
         """What the append of ``what`` must find when this Loom has no master key: no key
         table, else :class:`~loom_runtime.errors.EncryptionOffError` and nothing written
-        (``what`` would be in clear, beyond erasure's reach: ADR 0049, amended "keyless").
+        (``what`` would be in clear, beyond erasure's reach: ADR 0049, "Writes").
         None for a Loom with a key, or where the log was read for it here instead."""
         if self._keyring is not None:
             return None

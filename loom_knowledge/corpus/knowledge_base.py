@@ -565,7 +565,7 @@ class KnowledgeBase:
 
         what = f"a write to knowledge scope {self.scope!r}"
         # Without the master key, an encrypted log refuses the batch's append: its text would
-        # be stored in clear (ADR 0049, amended "keyless").
+        # be stored in clear (ADR 0049, "Writes").
         _, guard = write_keyring(self.loom.log, what)
         positions, outcome = self.loom.log.append_replanned(
             self._stream, fresh, what=what, precondition=guard

@@ -9,8 +9,8 @@ the chain heads, computes the links and inserts the chain rows, all server-side 
 statement's own transaction. Before it, the same work took eight client round trips, six of
 them while every other writer waited for the lock. An append given a
 :class:`~loom_runtime.log.Precondition` calls a second function that appends the same way and
-then reads the precondition in that transaction, still one statement (ADR 0049, amended
-"pgkeyless"). The links are the ones
+then reads the precondition in that transaction, still one statement (ADR 0049,
+"Writes"). The links are the ones
 :mod:`loom_runtime.integrity` defines, computed with PostgreSQL's ``sha256``; they must equal
 :func:`~loom_runtime.integrity.stream_link` and :func:`~loom_runtime.integrity.global_link`
 byte for byte (``replay_tests/runtime/test_postgres_append.py`` writes one log through both

@@ -1,5 +1,5 @@
 """The key table made by a log's first sealed write is the one ``key_table()`` defines, on
-SQLite and PostgreSQL (ADR 0049, amended "encost"): switching encryption on now runs the
+SQLite and PostgreSQL (ADR 0049, "Subjects"): switching encryption on now runs the
 table's DDL as driver SQL compiled once per dialect, so nothing else says it matches. And on
 SQLite the table is looked for without a write lock, and sealed values are untracked."""
 

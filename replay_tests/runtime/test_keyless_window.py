@@ -1,5 +1,5 @@
-"""A keyless Loom whose log is encrypted by another process while it runs (ADR 0049, amended
-"keyless").
+"""A keyless Loom whose log is encrypted by another process while it runs (ADR 0049,
+"Writes").
 
 The claims: a Loom opened without the master key records in clear while its log has no key
 table; once another Loom, holding the key, switches encryption on (its first sealed write),

@@ -1,4 +1,4 @@
-"""A Loom opened without the master key on an encrypted log (ADR 0049, amended "keyless").
+"""A Loom opened without the master key on an encrypted log (ADR 0049, "Writes").
 
 The claims, on SQLite and PostgreSQL: once a log holds one sealed execution, a keyless Loom's
 writes of personal data (a new execution, an imported bundle, a memory entry, a document's

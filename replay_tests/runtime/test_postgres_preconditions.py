@@ -1,4 +1,4 @@
-"""ADR 0049, amended "pgkeyless": a PostgreSQL append reads its precondition in its own
+"""ADR 0049, "Writes": a PostgreSQL append reads its precondition in its own
 statement, server-side, with no round trip of its own.
 
 The claims: an append given a precondition is still one round trip (the writer's and the
