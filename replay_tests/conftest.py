@@ -44,6 +44,8 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 T = TypeVar("T")
 Copy: TypeAlias = Callable[[Callable[[str], T]], tuple[str, T]]
 """What ``database_copy`` gives: ``copy(build)`` -> a copy's URL and what ``build`` returned."""
+SqliteCopy: TypeAlias = Callable[[Callable[[str], object], str], str]
+"""What ``sqlite_copy`` gives: ``copy(build, name)`` -> the URL of a copy named ``name``."""
 
 
 def pytest_report_header() -> str:
@@ -196,6 +198,14 @@ def database_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dat
     templates = DatabaseTemplates(tmp_path_factory.mktemp("database-templates"))
     yield templates
     templates.drop_postgres()
+
+
+@pytest.fixture
+def sqlite_copy(tmp_path: Path, database_templates: DatabaseTemplates) -> SqliteCopy:
+    """``sqlite_copy(build, name)``: the URL of this test's own SQLite file ``name`` (under its
+    ``tmp_path``), a copy of ``build``'s template; for SQLite-only fixtures such as the memory
+    kits' stores, whose schema is built once per worker instead of once per test (ADR 0054)."""
+    return lambda build, name: database_templates.copy(build, tmp_path / name)[0]
 
 
 @pytest.fixture(params=BACKENDS)

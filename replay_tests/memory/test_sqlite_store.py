@@ -24,6 +24,7 @@ from loom_memory import (
     StoreConfigurationError,
 )
 from loom_memory.conformance import MemoryStoreContract
+from replay_tests.conftest import SqliteCopy
 
 
 @pytest.fixture
@@ -33,20 +34,38 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
+def _kit_schema(url: str) -> None:
+    """The kit's tables, made once per worker; each kit test opens a copy (ADR 0054)."""
+    engine = create_engine(url)
+    SqliteMemoryStore(engine, table_prefix="kit_").close()
+    engine.dispose()
+
+
+def _temporal_kit_schema(url: str) -> None:
+    """:func:`_kit_schema` for the temporal store."""
+    engine = create_engine(url)
+    SqliteTemporalStore(engine, table_prefix="kit_").close()
+    engine.dispose()
+
+
 class TestSqliteMemoryStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[SqliteMemoryStore]:
+    def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteMemoryStore]:
+        engine = create_engine(sqlite_copy(_kit_schema, "memory.db"))
         store = SqliteMemoryStore(engine, table_prefix="kit_")
         yield store
         store.close()
+        engine.dispose()
 
 
 class TestSqliteTemporalStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[SqliteTemporalStore]:
+    def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteTemporalStore]:
+        engine = create_engine(sqlite_copy(_temporal_kit_schema, "memory.db"))
         store = SqliteTemporalStore(engine, table_prefix="kit_")
         yield store
         store.close()
+        engine.dispose()
 
 
 @pytest.fixture

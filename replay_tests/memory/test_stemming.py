@@ -28,6 +28,7 @@ from loom_memory import (
     tokenize,
 )
 from loom_memory.conformance import MemoryStoreContract
+from replay_tests.conftest import SqliteCopy
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 ENGLISH = Tokenizer(stemmer="english")
@@ -47,20 +48,38 @@ def pg_engine() -> Iterator[Engine]:
     engine.dispose()
 
 
+def _kit_schema(url: str) -> None:
+    """The stemmed kit's tables, made once per worker; each kit test opens a copy (ADR 0054)."""
+    engine = create_engine(url)
+    SqliteMemoryStore(engine, table_prefix="kit_", tokenizer=ENGLISH).close()
+    engine.dispose()
+
+
+def _temporal_kit_schema(url: str) -> None:
+    """:func:`_kit_schema` for the temporal store."""
+    engine = create_engine(url)
+    SqliteTemporalStore(engine, table_prefix="kit_", tokenizer=ENGLISH).close()
+    engine.dispose()
+
+
 class TestStemmedSqliteStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[SqliteMemoryStore]:
+    def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteMemoryStore]:
+        engine = create_engine(sqlite_copy(_kit_schema, "memory.db"))
         store = SqliteMemoryStore(engine, table_prefix="kit_", tokenizer=ENGLISH)
         yield store
         store.close()
+        engine.dispose()
 
 
 class TestStemmedSqliteTemporalStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[SqliteTemporalStore]:
+    def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteTemporalStore]:
+        engine = create_engine(sqlite_copy(_temporal_kit_schema, "memory.db"))
         store = SqliteTemporalStore(engine, table_prefix="kit_", tokenizer=ENGLISH)
         yield store
         store.close()
+        engine.dispose()
 
 
 class TestStemmedInMemoryStore(MemoryStoreContract):

@@ -20,6 +20,7 @@ from loom_memory import (
 )
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.conformance.helpers import contents
+from replay_tests.conftest import SqliteCopy
 from replay_tests.embedders import CountingEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -28,12 +29,17 @@ FLOOR = 0.2
 text far above it (see test_embedder)."""
 
 
+def _kit_schema(url: str) -> None:
+    """The kit's tables and recorded model, made once per worker; each kit test opens a copy
+    (ADR 0054)."""
+    SqliteVectorStore(url, embedder=HashingEmbedder(), min_score=FLOOR).close()
+
+
 class TestSqliteVectorStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[SqliteVectorStore]:
-        store = SqliteVectorStore(
-            f"sqlite:///{tmp_path / 'v.db'}", embedder=HashingEmbedder(), min_score=FLOOR
-        )
+    def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteVectorStore]:
+        url = sqlite_copy(_kit_schema, "v.db")  # the file reopen_with_other_model opens
+        store = SqliteVectorStore(url, embedder=HashingEmbedder(), min_score=FLOOR)
         yield store
         store.close()
 
