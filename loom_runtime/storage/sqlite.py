@@ -35,8 +35,8 @@ from loom_runtime.storage.group_commit import GroupCommit, Pending
 
 DECISION_TOPIC = "loom.execution.DecisionRecorded"
 """The topic of most rows a stream read returns (an execution's decisions, whose class
-declares this very text): the read has SQLite send NULL in its place, and one str object stands
-for it in every such row. Named here, not imported, since storage does not import the
+declares this very text): the read has SQLite send the integer 0 in its place, and one str
+object stands for it in every such row. Named here, not imported, since storage does not import the
 execution; were the two ever to differ, rows would still read the same, only dearer (a test
 pins them equal)."""
 
@@ -131,7 +131,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         self._writer: SQLiteConnection | None = None
         self._writer_pid = 0
         self.select_stream_rows = (
-            f"SELECT originator_version, CASE WHEN topic = ? THEN NULL ELSE topic END, state "
+            f"SELECT originator_version, CASE WHEN topic = ? THEN 0 ELSE topic END, state "
             f"FROM {events_table_name} WHERE originator_id=? ORDER BY originator_version"
         )
 
@@ -271,15 +271,17 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             # so the rows read do not add up to a garbage collection.
             c.sqlite_cursor.row_factory = None
             c.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
-            # A NULL topic is DECISION_TOPIC, which SQLite compared byte for byte: most rows
-            # of an execution are decisions, and each row's topic text was a new str to make
-            # and, in project_rows, to hash. A topic stored as a BLOB never equals the text
-            # and comes back as it is, as before.
+            # A 0 topic is DECISION_TOPIC, which SQLite compared byte for byte: most rows of
+            # an execution are decisions, and each row's topic text was a new str to make
+            # and, in project_rows, to hash. The marker is a number because the column's TEXT
+            # affinity stores a number as text, so no stored topic reads back as one, while
+            # NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never
+            # equals the text and comes back as it is, as before.
             return [
                 Row(
                     stream=stream,
                     version=version,
-                    topic=DECISION_TOPIC if topic is None else topic,
+                    topic=DECISION_TOPIC if topic == 0 else topic,
                     state=state,
                 )
                 for version, topic, state in c.sqlite_cursor

@@ -1,8 +1,9 @@
 """A SQLite stream read returns every row exactly as stored, its topic included.
 
-The read has SQLite send NULL for the decision topic and stands one str in for it (ADR 0048,
-amended by `replay`); these pin that what comes back is still each row's stored topic, for
-the decision topic, every other topic, and a topic a tampered file holds as a BLOB.
+The read has SQLite send a marker (the integer 0) for the decision topic and stands one str
+in for it (ADR 0048, "The replay path"); these pin that what comes back is still each row's
+stored topic, for the decision topic, every other topic, and a topic a tampered file holds
+as a BLOB or as NULL.
 """
 
 from __future__ import annotations
@@ -65,13 +66,15 @@ def test_every_row_comes_back_with_its_stored_topic(sqlite_url: str, tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "topic", [DECISION_TOPIC.encode(), "loom.execution.DecisionRecordeD", DECISION_TOPIC + " "]
+    "topic",
+    [DECISION_TOPIC.encode(), "loom.execution.DecisionRecordeD", DECISION_TOPIC + " ", None],
 )
 def test_a_tampered_topic_comes_back_as_stored(
-    sqlite_url: str, tmp_path: Path, topic: bytes | str
+    sqlite_url: str, tmp_path: Path, topic: bytes | str | None
 ) -> None:
-    """A decision row whose topic was rewritten (as BLOB bytes, or as other text) is read
-    back as the file holds it, never as the decision topic."""
+    """A decision row whose topic was rewritten (as BLOB bytes, as other text, or as NULL,
+    which eventsourcing's nullable column accepts) is read back as the file holds it, never
+    as the decision topic."""
     execution_id = _recorded(sqlite_url)
     with sqlite3.connect(tmp_path / "loom.db") as connection:
         connection.execute(
