@@ -509,12 +509,13 @@ def _raise_failed(error: psycopg.Error, precondition: Precondition | None) -> No
 
 
 def _one(event: StoredEvent, lock_wait: str) -> tuple[Any, ...]:
-    """The parameters of ``append_one_statement``: one event's fields, then the lock wait."""
+    """The parameters of a one-event call (``statements[True, ...]``): its fields, the lock wait."""
     return (event.originator_id, event.originator_version, event.topic, event.state, lock_wait)
 
 
 def _columns(events: Sequence[StoredEvent], lock_wait: str) -> tuple[Any, ...]:
-    """The parameters of ``append_statement``: one array per column, then the lock wait."""
+    """The parameters of a many-event call (``statements[False, ...]``): a list per column, then
+    the lock wait."""
     return (
         [event.originator_id for event in events],
         [event.originator_version for event in events],
