@@ -31,6 +31,7 @@ as memory's stores require (ADR 0046). Plain scopes stay in the ``loom_kb_`` sto
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
@@ -101,6 +102,12 @@ class CorpusIndex(SQLProjection):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
+        self._applying = threading.RLock()
+        """Held by the thread applying a page (or resetting): the page's held rows, opened
+        passages and erased documents are this object's state, and one index serves every
+        thread of its Loom (a worker's syncs and its recovery thread's retrievals catch it up
+        at once). The tracking row already orders their transactions; this keeps a second
+        thread from replacing that state under the first (ADR 0051, amended "threads")."""
         self._page: _PageWrites | None = None
         """What the page being applied inserts, written at its last event (:meth:`apply`)."""
         self.store = self._open_store()
@@ -226,32 +233,34 @@ class CorpusIndex(SQLProjection):
         the same order as event by event, and the rows and ``seq``s are the same; the ends of
         documents with nothing held are held too and go out in one batch with the inserts
         (ADR 0051, amended "ends"). All of it is in the page's one transaction with its
-        position.
+        position. One thread at a time applies a page of this object (``_applying``).
         """
-        unseen = False
-        keyring = keyring_for(self.engine)
-        self._opened.clear()
-        self._erased_docs = None
-        for position, event in events:
-            if isinstance(event, TokenizerChosen):
-                self.passage_store(event.stemmer)
-            elif getattr(event, "scope", None) not in self._scope_stemmers:
-                unseen = True
-            if isinstance(event, DocumentWritten):
-                # Opened before the page's transaction too: reading a key inside it would
-                # wait for the write lock that transaction holds (SQLite).
-                self._opened[position] = open_written(keyring, event)
-        if unseen:
-            self._open_recorded_stores()
-        self._page = _PageWrites(events) if events else None
-        try:
-            return super().apply(events, upto=upto)
-        finally:
-            self._page = None
+        with self._applying:
+            unseen = False
+            keyring = keyring_for(self.engine)
+            self._opened.clear()
+            self._erased_docs = None
+            for position, event in events:
+                if isinstance(event, TokenizerChosen):
+                    self.passage_store(event.stemmer)
+                elif getattr(event, "scope", None) not in self._scope_stemmers:
+                    unseen = True
+                if isinstance(event, DocumentWritten):
+                    # Opened before the page's transaction too: reading a key inside it would
+                    # wait for the write lock that transaction holds (SQLite).
+                    self._opened[position] = open_written(keyring, event)
+            if unseen:
+                self._open_recorded_stores()
+            self._page = _PageWrites(events) if events else None
+            try:
+                return super().apply(events, upto=upto)
+            finally:
+                self._page = None
 
     def reset(self) -> None:
-        self._open_recorded_stores()  # another process may have recorded a stemmer since
-        super().reset()
+        with self._applying:
+            self._open_recorded_stores()  # another process may have recorded a stemmer since
+            super().reset()
 
     def handle(self, conn: Connection, position: int, event: Any) -> None:
         if isinstance(event, DocumentWritten):
