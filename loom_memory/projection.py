@@ -155,18 +155,19 @@ class SqlMemoryProjection(SQLProjection):
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
         """Open the page's sealed entries, then apply it in one transaction: reading a key
         inside that transaction would wait for the write lock it holds (SQLite)."""
-        keyring = keyring_for(self.engine)
-        mine = {position: memory_event(event, self.memory) for position, event in events}
-        forget_destroyed(keyring, mine.values())
-        self._opened = {
-            position: opened_entries(keyring, event)
-            for position, event in mine.items()
-            if event is not None
-        }
-        try:
-            return super().apply(events, upto=upto)
-        finally:
-            self._opened = {}
+        with self._applying:  # the page's opened entries are this object's state
+            keyring = keyring_for(self.engine)
+            mine = {position: memory_event(event, self.memory) for position, event in events}
+            forget_destroyed(keyring, mine.values())
+            self._opened = {
+                position: opened_entries(keyring, event)
+                for position, event in mine.items()
+                if event is not None
+            }
+            try:
+                return super().apply(events, upto=upto)
+            finally:
+                self._opened = {}
 
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
         """Apply one of this memory's events (or a forget event naming its keys) inside the

@@ -110,24 +110,25 @@ class EmbeddingProjection(SQLProjection):
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
         """Open the page's sealed vectors of the table's model, then apply the page in one
         transaction; a vector whose key is destroyed opens as None (skipped)."""
-        sealed = [
-            (position, event)
-            for position, event in events
-            if isinstance(event, SubjectEmbeddingsRecorded) and event.model == self.table.model
-        ]
-        keyring = keyring_for(self.engine) if sealed else None
-        if keyring is not None:
-            # The keyring caches a key once opened: another process may have destroyed it
-            # since, and vectors sealed just before that must not open here. One query for
-            # the page's subjects (a page of a corpus sync names hundreds).
-            subjects = {event.subject for _, event in sealed}
-            keyring.forget(subjects - set(keyring.live(subjects)))
-        self._opened = {position: _opened(keyring, event) for position, event in sealed}
-        self._last = sealed[-1][0] if sealed else -1
-        try:
-            return super().apply(events, upto=upto)
-        finally:
-            self._opened, self._held = {}, []
+        with self._applying:  # the page's opened and held vectors are this object's state
+            sealed = [
+                (position, event)
+                for position, event in events
+                if isinstance(event, SubjectEmbeddingsRecorded) and event.model == self.table.model
+            ]
+            keyring = keyring_for(self.engine) if sealed else None
+            if keyring is not None:
+                # The keyring caches a key once opened: another process may have destroyed it
+                # since, and vectors sealed just before that must not open here. One query
+                # for the page's subjects (a page of a corpus sync names hundreds).
+                subjects = {event.subject for _, event in sealed}
+                keyring.forget(subjects - set(keyring.live(subjects)))
+            self._opened = {position: _opened(keyring, event) for position, event in sealed}
+            self._last = sealed[-1][0] if sealed else -1
+            try:
+                return super().apply(events, upto=upto)
+            finally:
+                self._opened, self._held = {}, []
 
     def handle(self, conn: Connection, position: int, event: DomainEventProtocol[Any]) -> None:
         """Store the vectors of an event of the table's model; skip other models' events;

@@ -19,6 +19,7 @@ are harmless. Pages are one transaction each (a transaction per event is many ti
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -100,6 +101,13 @@ class SQLProjection(ABC):
 
     Subclasses declare their tables on ``self.metadata`` and implement :meth:`handle` (one
     event, inside the page's transaction) and :meth:`clear` (delete every row).
+
+    One thread at a time applies a page of one projection object (``_applying``). A
+    projection is shared by every thread that reads through it, and a subclass may keep the
+    page being applied on the object (what it opened or holds before its transaction): the
+    tracking row orders two threads' transactions, but not that state. A subclass that
+    prepares a page in its own ``apply`` does so under the same lock, before calling this one
+    (ADR 0051, amended "threads").
     """
 
     topics: Sequence[str] = ()
@@ -108,6 +116,7 @@ class SQLProjection(ABC):
         self.engine = engine
         self.name = name
         self.metadata = MetaData()
+        self._applying = threading.RLock()
 
     def create_tables(self, *, rows_lost: bool = False) -> None:
         """Create the tracking table and this projection's tables if missing.
@@ -155,7 +164,7 @@ class SQLProjection(ABC):
         return self.engine.connect().execution_options(**{READ_ONLY: True})
 
     def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
-        with self.engine.begin() as conn:
+        with self._applying, self.engine.begin() as conn:
             current = self._lock_position(conn)
             if (events and events[0][0] <= current) or upto <= current:
                 return False  # another projector applied this page first
@@ -165,7 +174,7 @@ class SQLProjection(ABC):
         return True
 
     def reset(self) -> None:
-        with self.engine.begin() as conn:
+        with self._applying, self.engine.begin() as conn:
             self._lock_position(conn)
             self.clear(conn)
             self._set_position(conn, 0)
