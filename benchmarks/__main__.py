@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.harness import InstrumentError, Progress, Settings
+from benchmarks.harness import SAMPLE_CLOCK, InstrumentError, Progress, Settings
 from benchmarks.report import (
     REPOSITORY,
     Outcome,
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if section.run is None or (options.only and section.name not in options.only):
             outcomes.append((section, None))
             continue
-        started, cpu = time.perf_counter(), _cpu_seconds()
+        started, cpu, sampled = time.perf_counter(), _cpu_seconds(), SAMPLE_CLOCK.seconds
         try:
             result = section.run(settings, _progress(progress_console, section.name))
         except InstrumentError as exc:
@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 time.perf_counter() - started,
                 load=load_average(),
                 cpu_seconds=_cpu_seconds() - cpu,
+                sample_seconds=SAMPLE_CLOCK.seconds - sampled,
             )
         )
         print_outcome(console, section, result)

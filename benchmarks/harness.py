@@ -26,6 +26,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from time import perf_counter
 
 import msgspec
 
@@ -82,6 +83,23 @@ Results = dict[str, dict[str, Stats]]
 """arm name -> metric name -> Stats."""
 
 
+@dataclass
+class SampleClock:
+    """Wall seconds spent inside the arms' samples that :func:`interleave` ran, summed.
+
+    Why: a section's time is its samples plus whatever it does around them (fixtures built,
+    databases made, workers waited for, checks and controls). Only the second part can be
+    cut without losing a figure, so the report shows how much of each section it is (ADR
+    0063). A sample's own untimed preparation (its fresh database, its workers' start-up)
+    counts as sample: it is paid per sample, as the sample count says."""
+
+    seconds: float = 0.0
+
+
+SAMPLE_CLOCK = SampleClock()
+"""The run's clock of sample time (see :class:`SampleClock`)."""
+
+
 def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Results:
     """Run every arm once per round, rotating the order each round; collect every sample.
 
@@ -101,7 +119,10 @@ def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Resul
                     continue
                 progress(f"round {round_index + 1}/{rounds}: {arm.name}")
                 gc.collect()  # start each sample without the previous one's garbage
-                for metric, value in arm.measure().items():
+                started = perf_counter()
+                sample = arm.measure()
+                SAMPLE_CLOCK.seconds += perf_counter() - started
+                for metric, value in sample.items():
                     collected[arm.name].setdefault(metric, []).append(value)
     finally:
         gc.unfreeze()

@@ -45,6 +45,9 @@ class SectionTime:
     seconds: float
     load: str
     cpu_seconds: float | None = None
+    sample_seconds: float | None = None
+    """Of ``seconds``, the wall clock inside interleaved samples (:class:`SampleClock`); the
+    rest is what the section did around them, the only part cut without losing a figure."""
 
 
 def environment(
@@ -158,9 +161,10 @@ def times_table(times: Sequence[SectionTime]) -> Table:
     """Each section's wall-clock time and share of the run, with the load it ran under."""
     total = sum(t.seconds for t in times)
     cpu = sum(t.cpu_seconds or 0.0 for t in times)
+    samples = sum(t.sample_seconds or 0.0 for t in times)
     return Table(
         title="Time per section",
-        columns=("section", "time", "share", "CPU", "load average at its end"),
+        columns=("section", "time", "share", "CPU", "in samples", "load average at its end"),
         rows=(
             *(
                 (
@@ -168,16 +172,32 @@ def times_table(times: Sequence[SectionTime]) -> Table:
                     _duration(t.seconds),
                     f"{100 * t.seconds / total:.0f}%" if total else "n/a",
                     "n/a" if t.cpu_seconds is None else _duration(t.cpu_seconds),
+                    _in_samples(t.sample_seconds, t.seconds),
                     t.load,
                 )
                 for t in times
             ),
-            ("all sections", _duration(total), "100%", _duration(cpu) if cpu else "n/a", ""),
+            (
+                "all sections",
+                _duration(total),
+                "100%",
+                _duration(cpu) if cpu else "n/a",
+                _in_samples(samples, total) if samples else "n/a",
+                "",
+            ),
         ),
         note="wall clock around each section's run; CPU: user and system time of the "
         "benchmark process and the child processes it waited for (a PostgreSQL server's is "
-        "not counted)",
+        "not counted); in samples: wall clock inside the interleaved rounds' samples (each "
+        "sample's own fresh database and workers included), the rest being the section's "
+        "fixtures, single-sample builds, checks and controls",
     )
+
+
+def _in_samples(seconds: float | None, total: float) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{_duration(seconds)} ({100 * seconds / total:.0f}%)" if total else _duration(seconds)
 
 
 def print_times(console: Console, times: Sequence[SectionTime]) -> None:
