@@ -105,6 +105,10 @@ class Slot(msgspec.Struct, frozen=True, gc=False):
     key: str
     kind: str | None
     input: msgspec.Raw
+    matched: Decision | None = None
+    """The recorded decision numbering found at this key with this very input (None: none
+    found, or not looked for). A replay's lookup answers with it rather than finding and
+    comparing it a second time; every other source looks the key up itself."""
 
 
 class DecisionSource(Protocol):
@@ -319,7 +323,8 @@ class _Context:
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
         self._taken_ahead = False  # see _occurrence
-        self._numbering = threading.Lock()
+        numbering = threading.Lock()
+        self._acquire, self._release = numbering.acquire, numbering.release
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:
@@ -335,8 +340,13 @@ class _Context:
             )
         # Most decisions have no input: no encoder, no redactor, and no call to find that out.
         raw_input = _NULL if input is None else self._input(key, input)
-        with self._numbering:  # threads a flow starts (a tool pool) number keys concurrently
+        # Threads a flow starts (a tool pool) number keys concurrently. Taken and released by
+        # its bound methods, not ``with``: the statement's lookups of ``__enter__`` and
+        # ``__exit__`` cost more than the lock itself, once per decide.
+        self._acquire()
+        try:
             if self._taken_ahead or "#" in key:
+                matched = None
                 slot_key = self._occurrence(key, raw_input)
             else:
                 # Nothing was taken ahead, so the next occurrence is free: it is the answer
@@ -345,13 +355,16 @@ class _Context:
                 # call of a new run, ends here (in line: a replay makes one call per decide).
                 below = self._seen.get(key, 0)
                 slot_key = key if below == 0 else f"{key}#{below + 1}"
-                first = self._source.recorded.get(slot_key)
-                if first is None or first.input == raw_input:
+                matched = self._source.recorded.get(slot_key)
+                if matched is None or matched.input == raw_input:
                     self._seen[key] = below + 1
                 else:
+                    matched = None
                     slot_key = self._occurrence(key, raw_input)
             self._taken.add(slot_key)
-        return Slot(slot_key, kind, raw_input)
+        finally:
+            self._release()
+        return Slot(slot_key, kind, raw_input, matched)
 
     def _input(self, key: str, input: object) -> msgspec.Raw:
         """``input`` (not None) as it is stored and compared: redacted by the source's redactor.

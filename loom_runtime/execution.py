@@ -540,6 +540,9 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     from loom_runtime.storage.mapper import current_decoder, decode_row, decode_state
 
     applied = {topic: (build, *current_decoder(cls)) for topic, (cls, build) in _DECISIONS.items()}
+    # What a row's topic is looked up in: nothing until the first event made the execution
+    # (a decision cannot come first), then ``applied``. Swapped once, not tested per row.
+    table: dict[str, tuple[Callable[[Any], Decision], msgspec.json.Decoder[Any], int]] = {}
     execution: Execution | None = None
     version = 0
     last = None  # the fields of the last decision applied since the last event: its timestamp
@@ -549,7 +552,7 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     decisions: dict[str, Decision] = {}
     versions: dict[str, int] = {}
     for row in rows:
-        decision = applied.get(row.topic) if execution is not None else None
+        decision = table.get(row.topic)
         if decision is None:
             if last is not None and execution is not None:
                 execution.version, execution.modified_on = version, last.timestamp
@@ -557,6 +560,7 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
             execution = cast("Execution", project_execution(execution, (decode_row(row),)))
             stream, version, last = execution.id, execution.version, None
             decisions, versions = execution.decisions, execution.decision_versions
+            table = applied
             continue
         build, decoder, current = decision
         try:
