@@ -15,7 +15,6 @@ gone (its entries are skipped) and the same event, ends in the same state.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
@@ -36,7 +35,9 @@ from loom_runtime import (
     ErasureSubjectError,
     Precondition,
     open_subject_text,
+    pair_subject,
     seal_subject_text,
+    subject_pair,
     write_keyring,
 )
 
@@ -47,22 +48,15 @@ if TYPE_CHECKING:
 
 MEMORY: Final = "memory:"
 """The prefix of a memory key's subject: ``memory:["<memory>","<key>"]``."""
-_SUBJECT_LENGTH: Final = 300
-"""The key table's subject column holds this many characters (PostgreSQL enforces it)."""
 _SEALED_PREFIX: Final = b'"'
 """A stored entry is a JSON object; a sealed one is a JSON string (``"loom.sealed:{...}"``)."""
 
 
 def memory_subject(memory: str, key: str) -> str:
-    """The subject a memory key's entries are sealed under.
-
-    Memory name and key as a JSON pair, so neither needs a separator it could itself contain
-    (a key may hold any text); a pair too long for the key table is named by its SHA-256
-    instead, and a projection finds the key among those it holds (:func:`keys_named`)."""
-    named = MEMORY + msgspec.json.encode([memory, key]).decode()
-    if len(named) <= _SUBJECT_LENGTH:
-        return named
-    return f"{MEMORY}sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+    """The subject a memory key's entries are sealed under: memory name and key as a pair
+    (:func:`~loom_runtime.pair_subject`); a pair too long for the key table is named by its
+    digest, and a projection finds the key among those it holds (:func:`keys_named`)."""
+    return pair_subject(MEMORY, memory, key)
 
 
 def keys_named(subjects: Iterable[str], memory: str, held: Iterable[str]) -> list[str]:
@@ -73,13 +67,8 @@ def keys_named(subjects: Iterable[str], memory: str, held: Iterable[str]) -> lis
     for subject in subjects:
         if subject.startswith(MEMORY + "sha256:"):
             digests.add(subject)
-        elif subject.startswith(MEMORY + "["):
-            try:
-                name, key = msgspec.json.decode(subject[len(MEMORY) :], type=tuple[str, str])
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if name == memory:
-                keys.append(key)
+        elif (pair := subject_pair(MEMORY, subject)) is not None and pair[0] == memory:
+            keys.append(pair[1])
     if digests:
         keys.extend(key for key in held if memory_subject(memory, key) in digests)
     return list(dict.fromkeys(keys))

@@ -112,6 +112,7 @@ if TYPE_CHECKING:
     )
     from loom_runtime.storable import json_problem, text_problem
     from loom_runtime.stream import Change, LogEvent, stream_id
+    from loom_runtime.subjects import pair_subject, subject_pair
     from loom_runtime.timeline import position_at
     from loom_runtime.wrap import wrap
 
@@ -198,6 +199,7 @@ __all__ = [
     "lazy_exports",
     "open_log",
     "open_subject_text",
+    "pair_subject",
     "parse_age",
     "position_at",
     "rebuild",
@@ -205,6 +207,7 @@ __all__ = [
     "sealed_text_subject",
     "serialise_ddl",
     "stream_id",
+    "subject_pair",
     "text_problem",
     "too_deep",
     "tool",
@@ -319,6 +322,8 @@ _EXPORTS = {
     "seal_subject_text": "loom_runtime.sealing",
     "sealed_text_subject": "loom_runtime.sealing",
     "write_keyring": "loom_runtime.sealing",
+    "pair_subject": "loom_runtime.subjects",
+    "subject_pair": "loom_runtime.subjects",
     "Forgotten": "loom_runtime.execution",
 }
 

@@ -16,7 +16,6 @@ rebuild, finding the key gone and the same event, ends in the same state.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -32,9 +31,11 @@ from loom_runtime import (
     ErasureSubjectError,
     keyring_for,
     open_subject_text,
+    pair_subject,
     seal_subject_text,
     sealed_text_subject,
     stream_id,
+    subject_pair,
 )
 
 if TYPE_CHECKING:
@@ -42,32 +43,20 @@ if TYPE_CHECKING:
 
 DOCUMENT: Final = "document:"
 """The prefix of a document's subject: ``document:["<scope>","<doc id>"]``."""
-_SUBJECT_LENGTH: Final = 300
-"""The key table's subject column holds this many characters (PostgreSQL enforces it)."""
 
 
 def document_subject(scope: str, doc_id: str) -> str:
-    """The subject a document's text is sealed under, every revision of it.
-
-    Scope and id as a JSON pair, so neither needs a separator it could itself contain; a pair
-    too long for the key table is named by its SHA-256 instead (the forget event then names
-    the digest, and the corpus index finds the document by it)."""
-    named = DOCUMENT + msgspec.json.encode([scope, doc_id]).decode()
-    if len(named) <= _SUBJECT_LENGTH:
-        return named
-    return f"{DOCUMENT}sha256:{hashlib.sha256(named.encode()).hexdigest()}"
+    """The subject a document's text is sealed under, every revision of it: scope and id as a
+    pair (:func:`~loom_runtime.pair_subject`); a pair too long for the key table is named by
+    its digest (the forget event then names the digest, and the corpus index finds the
+    document by it)."""
+    return pair_subject(DOCUMENT, scope, doc_id)
 
 
 def named_document(subject: str) -> tuple[str, str] | None:
     """The (scope, doc id) a readable document subject names; None for another subject or
     a digest (:func:`document_subject`)."""
-    if not subject.startswith(DOCUMENT + "["):
-        return None
-    try:
-        scope, doc_id = msgspec.json.decode(subject[len(DOCUMENT) :], type=tuple[str, str])
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return scope, doc_id
+    return subject_pair(DOCUMENT, subject)
 
 
 def _place(subject: str, revision: int, field: str) -> str:
