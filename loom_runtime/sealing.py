@@ -43,6 +43,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.log import Precondition
 from loom_runtime.storage.mapper import holds_no_text
+from loom_runtime.subjects import SUBJECT_LENGTH
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -198,7 +199,7 @@ def key_table() -> Table:
     return Table(
         TABLE,
         MetaData(),
-        Column("subject", String(300), primary_key=True),
+        Column("subject", String(SUBJECT_LENGTH), primary_key=True),
         Column("wrapped_key", LargeBinary, nullable=True),
         Column("created_position", BigInteger, nullable=False),
         Column("erased_position", BigInteger, nullable=True),
