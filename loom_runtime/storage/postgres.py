@@ -286,13 +286,13 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
             if writer is None:
                 return None
         try:
-            with _translated():
-                return writer.append(event, self.lock_wait, precondition)
-        except persistence.PersistenceError:
+            return writer.append(event, precondition)
+        except psycopg.Error as exc:
+            error = _persistence_error(exc)
             if not writer.usable():
                 self._writer = None
                 writer.give_back()
-            raise
+            raise error from exc
 
     def release_writer(self) -> None:
         """Give the writer's connection back to the pool, before the pool is closed."""
@@ -392,6 +392,8 @@ class _Writer:
         self.conn = conn
         self.pgconn: pq.abc.PGconn = conn.pgconn
         self.encoding = encoding
+        self.lock_wait = recorder.lock_wait.encode(encoding)
+        """Encoded once: the recorder's lock wait never changes, and this is every append's."""
         self.pid = os.getpid()
         self.checked_prepared = False
 
@@ -424,9 +426,8 @@ class _Writer:
             # Left by an earlier recorder of this process on the same pooled connection: the
             # same name always holds the same statement for the same table.
 
-    def append(
-        self, event: StoredEvent, lock_wait: str, precondition: Precondition | None
-    ) -> list[int]:
+    def append(self, event: StoredEvent, precondition: Precondition | None) -> list[int]:
+        """Append ``event``, raising psycopg's errors (the caller translates them)."""
         encoding = self.encoding
         stream = event.originator_id
         name = _PREPARED_APPEND
@@ -435,7 +436,7 @@ class _Writer:
             _INT8(event.originator_version),
             event.topic.encode(encoding),
             event.state,
-            lock_wait.encode(encoding),
+            self.lock_wait,
         ]
         if precondition is not None:
             if not self.checked_prepared:
@@ -456,8 +457,8 @@ class _Writer:
             _raise_failed(error, precondition)
             raise error
         value = result.get_value(0, 0)
-        assert value is not None  # the function returns an array, one id per event
-        return [int(part) for part in bytes(value)[1:-1].split(b",")]
+        assert value is not None  # the function returns an array of the one event's id
+        return [int(bytes(value)[1:-1])]
 
     def usable(self) -> bool:
         return (
@@ -477,10 +478,17 @@ def _translated() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        for source, target in _ERRORS:
-            if isinstance(exc, source):
-                raise target(str(exc)) from exc
-        raise persistence.PersistenceError(str(exc)) from exc
+        raise _persistence_error(exc) from exc
+
+
+def _persistence_error(exc: psycopg.Error) -> persistence.PersistenceError:
+    """eventsourcing's error for psycopg's ``exc`` (see :func:`_translated`). The writer's
+    append calls this in its own ``except`` rather than entering :func:`_translated`: a
+    generator-based context manager costs a few microseconds on every decision."""
+    for source, target in _ERRORS:
+        if isinstance(exc, source):
+            return target(str(exc))
+    return persistence.PersistenceError(str(exc))
 
 
 _ERRORS: tuple[tuple[type[psycopg.Error], type[persistence.PersistenceError]], ...] = (
