@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -142,47 +144,29 @@ def bucketed(
 
     A revision's end and its append counted in one call cancel on their shared terms, so the
     buckets they would leave at zero are never written (ADR 0059, amended)."""
-    # Summed per (key, position) first, each row's terms counted by Counter.update (a C loop),
-    # then fanned out to the levels: a batch's rows mostly share a position, so each of its
-    # distinct terms is fanned out once, not once per row.
-    changed: Counter[tuple[str, int]] = Counter()
-    added: dict[tuple[str, int], Counter[str]] = {}
-    taken: dict[tuple[str, int], Counter[str]] = {}
-    for key, position, sign, held in changes:
-        changed[key, position] += sign
-        side = added if sign > 0 else taken
-        counted = side.get((key, position))
-        if counted is None:
-            counted = side[key, position] = Counter()
-        counted.update(held)
-    held_at: dict[tuple[str, int], Counter[str]] = added
-    for where, gone in taken.items():
-        net = held_at.setdefault(where, Counter())
-        net.subtract(gone)
+    # Each bucket's terms are counted from its rows' term sets in one Counter (a C loop over
+    # them all), its ends' counted apart and taken out; summing per-position counters into
+    # the coarser levels was a Python loop per term and position, and sorting the upserts as
+    # 5-tuples compared their equal keys again and again. The upserts are made level by level,
+    # buckets in order, then sorted (stably) by term and by key: the order of the tuples.
     rows: Counter[tuple[str, int, int]] = Counter()
+    added: list[dict[tuple[str, int], list[Collection[str]]]] = [{} for _ in SHIFTS]
+    taken: list[dict[tuple[str, int], list[Collection[str]]]] = [{} for _ in SHIFTS]
+    for key, position, sign, held in changes:
+        side = added if sign > 0 else taken
+        for level, shift in enumerate(SHIFTS):
+            bucket = position >> shift
+            rows[key, level, bucket] += sign
+            side[level].setdefault((key, bucket), []).append(held)
     terms: list[tuple[str, str, int, int, int]] = []
-    for level, shift in enumerate(SHIFTS):
-        for (key, position), n in changed.items():
-            rows[key, level, position >> shift] += n
-        blocks: dict[tuple[str, int], Counter[str]] = {}
-        summed: set[tuple[str, int]] = set()  # blocks holding a counter of their own
-        for (key, position), counted in held_at.items():
-            where = (key, position >> shift)
-            block = blocks.get(where)
-            if block is None:  # a block of one position shares that position's counter
-                blocks[where] = counted
-                continue
-            if where not in summed:
-                block = blocks[where] = Counter(block)
-                summed.add(where)
-            block.update(counted)
-        terms += [
-            (key, term, level, bucket, df)
-            for (key, bucket), counted in blocks.items()
-            for term, df in counted.items()
-            if df
-        ]
-    terms.sort()
+    for level, (plus, minus) in enumerate(zip(added, taken, strict=True)):
+        for key, bucket in sorted(plus.keys() | minus.keys()):
+            counted = Counter(chain.from_iterable(plus.get((key, bucket), ())))
+            for term, df in Counter(chain.from_iterable(minus.get((key, bucket), ()))).items():
+                counted[term] -= df
+            terms += [(key, term, level, bucket, df) for term, df in counted.items() if df]
+    terms.sort(key=itemgetter(1))
+    terms.sort(key=itemgetter(0))
     return sorted((*where, n) for where, n in rows.items() if n), terms
 
 

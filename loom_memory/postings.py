@@ -30,8 +30,7 @@ same pairs scoring only the rows that can reach the top (ADR 0056).
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,9 +100,10 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
     )
 
 
-def posting_rows(seq: int, terms: Sequence[str]) -> list[tuple[str, int, int]]:
-    """The postings ``(term, seq, tf)`` of the entry ``seq`` whose indexed terms are ``terms``."""
-    return [(term, seq, tf) for term, tf in Counter(terms).items()]
+def posting_rows(seq: int, counts: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """The postings ``(term, seq, tf)`` of the entry ``seq`` whose indexed terms are counted in
+    ``counts`` (each term's frequency)."""
+    return [(term, seq, tf) for term, tf in counts.items()]
 
 
 def rank(

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -220,7 +221,7 @@ class SqlMemoryStore(ABC):
         any counts): a projection applying a page of events writes the page's rows at once
         instead of paying every statement's fixed cost per event (ADR 0044).
         """
-        runs: list[tuple[list[dict[str, Any]], list[list[str]]]] = []
+        runs: list[tuple[list[dict[str, Any]], list[Counter[str]]]] = []
         columns: object = None  # the first run's value names never equal this
         for key, entries, values in appends:
             key_rows, key_terms = self._rows(check_key(key), entries)
@@ -414,8 +415,11 @@ class SqlMemoryStore(ABC):
         by_seq = {row.seq: row for row in fetched}
         return [by_seq[seq] for seq in seqs if seq in by_seq]
 
-    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
-        """Insert ``rows`` (whose indexed terms are ``terms``), and their postings if kept.
+    def _insert(
+        self, conn: Connection, rows: list[dict[str, Any]], terms: list[Counter[str]]
+    ) -> None:
+        """Insert ``rows`` (whose indexed terms are counted in ``terms``, one ``Counter`` a row),
+        and their postings if kept.
 
         On PostgreSQL, RETURNING makes SQLAlchemy send multi-row INSERTs (its
         "insertmanyvalues", pages of up to 1,000 rows) instead of one statement per row, so a
@@ -517,15 +521,18 @@ class SqlMemoryStore(ABC):
 
     def _rows(
         self, key: str, entries: Sequence[MemoryEntry]
-    ) -> tuple[list[dict[str, Any]], list[list[str]]]:
-        """The table rows of ``entries`` at ``key``, and each one's indexed terms."""
+    ) -> tuple[list[dict[str, Any]], list[Counter[str]]]:
+        """The table rows of ``entries`` at ``key``, and each one's indexed terms counted.
+
+        Each entry is tokenized once, and counted once: its postings take the frequencies,
+        a temporal store's counts the distinct terms (the counter's keys)."""
         encoded = encode_entries(entries)
         terms = [self.tokenizer.entry_terms(entry) for entry in entries]
         rows = [
             {"key": key, "entry": data.decode(), **self._search_values(row_terms)}
             for row_terms, data in zip(terms, encoded, strict=True)
         ]
-        return rows, terms
+        return rows, [Counter(row_terms) for row_terms in terms]
 
     @contextmanager
     def _begin(

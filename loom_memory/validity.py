@@ -207,7 +207,9 @@ class TemporalSqlStore(SqlMemoryStore):
             )
         return statements
 
-    def _insert(self, conn: Connection, rows: list[dict[str, Any]], terms: list[list[str]]) -> None:
+    def _insert(
+        self, conn: Connection, rows: list[dict[str, Any]], terms: list[Counter[str]]
+    ) -> None:
         """Insert the rows and their postings, and count them in the same transaction: the
         current ones, one upsert per key and per distinct (key, term) of the batch, and all
         of them by position, one upsert per bucket (:mod:`loom_memory.position_counts`).
@@ -219,22 +221,26 @@ class TemporalSqlStore(SqlMemoryStore):
         (:func:`~loom_memory.postgres_counts.key_lock`), which their triggers take too."""
         super()._insert(conn, rows, terms)
         keys: Counter[str] = Counter()
-        documents: Counter[tuple[str, str]] = Counter()
+        documents: dict[str, Counter[str]] = {}
         for row, row_terms in zip(rows, terms, strict=True):
             if row.get("valid_to") is None:
                 keys[row["key"]] += 1
-                documents.update((row["key"], term) for term in set(row_terms))
+                documents.setdefault(row["key"], Counter()).update(row_terms.keys())
         if keys:
             _upsert_counts(conn, self.row_counts_table, "key", "n", sorted(keys.items()))
-        if documents:
-            counted = sorted((key, term, count) for (key, term), count in documents.items())
+        counted = [
+            (key, term, documents[key][term])
+            for key in sorted(documents)
+            for term in sorted(documents[key])
+        ]
+        if counted:
             _upsert_counts(conn, self.term_counts_table, "key, term", "df", counted)
         ended = self._ended.pop(id(conn), [])
         self._count_positions(
             conn,
             ended
             + inserted_changes(
-                (row["key"], row.get("valid_from", 0), row.get("valid_to"), set(row_terms))
+                (row["key"], row.get("valid_from", 0), row.get("valid_to"), row_terms.keys())
                 for row, row_terms in zip(rows, terms, strict=True)
             ),
         )
