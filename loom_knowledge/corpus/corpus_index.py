@@ -31,7 +31,6 @@ as memory's stores require (ADR 0046). Plain scopes stay in the ``loom_kb_`` sto
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
@@ -102,12 +101,6 @@ class CorpusIndex(SQLProjection):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, name="knowledge")
-        self._applying = threading.RLock()
-        """Held by the thread applying a page (or resetting): the page's held rows, opened
-        passages and erased documents are this object's state, and one index serves every
-        thread of its Loom (a worker's syncs and its recovery thread's retrievals catch it up
-        at once). The tracking row already orders their transactions; this keeps a second
-        thread from replacing that state under the first (ADR 0051, amended "threads")."""
         self._page: _PageWrites | None = None
         """What the page being applied inserts, written at its last event (:meth:`apply`)."""
         self.store = self._open_store()
@@ -233,7 +226,8 @@ class CorpusIndex(SQLProjection):
         the same order as event by event, and the rows and ``seq``s are the same; the ends of
         documents with nothing held are held too and go out in one batch with the inserts
         (ADR 0051, amended "ends"). All of it is in the page's one transaction with its
-        position. One thread at a time applies a page of this object (``_applying``).
+        position. One thread at a time applies a page of this object (``_applying``, the lock
+        every :class:`~loom_runtime.SQLProjection` holds).
         """
         with self._applying:
             unseen = False
