@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
+import psycopg
 import pydantic
 import pytest
 from sqlalchemy import Engine, create_engine
@@ -44,6 +45,8 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 T = TypeVar("T")
 Copy: TypeAlias = Callable[[Callable[[str], T]], tuple[str, T]]
 """What ``database_copy`` gives: ``copy(build)`` -> a copy's URL and what ``build`` returned."""
+PostgresKit: TypeAlias = Callable[[Callable[[str], object]], str]
+"""What ``postgres_kit`` gives: ``kit(build)`` -> the URL of ``build``'s database as just built."""
 SqliteCopy: TypeAlias = Callable[[Callable[[str], object], str], str]
 """What ``sqlite_copy`` gives: ``copy(build, name)`` -> the URL of a copy named ``name``."""
 
@@ -222,6 +225,180 @@ def database_copy(
         pytest.skip(NO_PG)
     with contextlib.ExitStack() as stack:
         yield lambda build: stack.enter_context(database_templates.copy_postgres(build))
+
+
+_CATALOG_FINGERPRINT = """
+WITH ns AS (
+  SELECT oid, nspname FROM pg_namespace
+  WHERE left(nspname, 3) <> 'pg_' AND nspname <> 'information_schema'
+), rel AS (SELECT * FROM pg_class WHERE relnamespace IN (SELECT oid FROM ns))
+SELECT md5(concat_ws('|',
+  (SELECT string_agg(concat_ws(':', nspname, nspowner, nspacl), ',' ORDER BY nspname)
+     FROM pg_namespace WHERE oid IN (SELECT oid FROM ns)),
+  (SELECT string_agg(concat_ws(':', oid::regclass, relkind, relpersistence, relowner, relacl,
+       reloptions, relrowsecurity, relreplident), ',' ORDER BY oid) FROM rel),
+  (SELECT string_agg(concat_ws(':', a.attrelid::regclass, a.attname, a.atttypid, a.atttypmod,
+       a.attnotnull, a.attisdropped, a.attidentity, a.attgenerated,
+       pg_get_expr(d.adbin, d.adrelid)), ',' ORDER BY a.attrelid, a.attnum)
+     FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+     WHERE a.attrelid IN (SELECT oid FROM rel) AND a.attnum > 0),
+  (SELECT string_agg(pg_get_indexdef(indexrelid), ',' ORDER BY indexrelid) FROM pg_index
+     WHERE indrelid IN (SELECT oid FROM rel)),
+  (SELECT string_agg(concat_ws(':', conname, pg_get_constraintdef(oid)), ',' ORDER BY oid)
+     FROM pg_constraint WHERE connamespace IN (SELECT oid FROM ns)),
+  (SELECT string_agg(concat_ws(':', pg_get_triggerdef(oid), tgenabled), ',' ORDER BY oid)
+     FROM pg_trigger WHERE NOT tgisinternal),
+  (SELECT string_agg(pg_get_functiondef(oid), ',' ORDER BY oid) FROM pg_proc
+     WHERE pronamespace IN (SELECT oid FROM ns) AND prokind IN ('f', 'p')),
+  (SELECT string_agg(concat_ws(':', typname, typtype), ',' ORDER BY oid) FROM pg_type
+     WHERE typnamespace IN (SELECT oid FROM ns)),
+  (SELECT string_agg(concat_ws(':', seqrelid, seqstart, seqincrement, seqmax, seqmin, seqcycle),
+     ',' ORDER BY seqrelid) FROM pg_sequence),
+  (SELECT string_agg(concat_ws(':', ev_class::regclass, rulename, ev_enabled), ',' ORDER BY oid)
+     FROM pg_rewrite WHERE ev_class IN (SELECT oid FROM rel)),
+  (SELECT string_agg(polname, ',' ORDER BY oid) FROM pg_policy),
+  (SELECT string_agg(concat_ws(':', extname, extversion), ',' ORDER BY oid) FROM pg_extension),
+  (SELECT string_agg(setconfig::text, ',') FROM pg_db_role_setting),
+  (SELECT count(*) FROM pg_largeobject_metadata)
+))
+"""
+"""One digest of everything a test could add to, change in or drop from a database's schemas
+besides rows: relations, columns and defaults, indexes, constraints, triggers, functions,
+types, sequences' parameters, rules and views, policies, extensions, settings, large objects.
+The system's schemas are left out, as is what TRUNCATE itself changes (files, statistics)."""
+
+
+class _KitDatabase:
+    """One database of :class:`PostgresKits`: its name, its tables and what they held when
+    built (rows in COPY's binary form, each sequence's value), the digest of its schema, and
+    the one session that resets it (kept open: a new session costs the server a process)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.url = _postgres_url(name)
+        self._conninfo = make_url(self.url).set(drivername="postgresql").render_as_string(False)
+        self._conn = conn = psycopg.connect(self._conninfo, autocommit=True)
+        with conn.transaction():
+            self.fingerprint = conn.execute(_CATALOG_FINGERPRINT).fetchone()
+            tables = conn.execute(
+                "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p')"
+                " AND left(n.nspname, 3) <> 'pg_' AND n.nspname <> 'information_schema'"
+                " ORDER BY c.oid"
+            ).fetchall()
+            self.tables = [table for (table,) in tables]
+            self.rows: dict[str, bytes] = {}
+            for table in self.tables:
+                if conn.execute(f"SELECT EXISTS (SELECT FROM {table})").fetchone() == (True,):
+                    with conn.cursor().copy(f"COPY {table} TO STDOUT (FORMAT binary)") as copy:
+                        self.rows[table] = b"".join(bytes(block) for block in copy)
+            self.sequences = self._sequences(conn)
+
+    @staticmethod
+    def _sequences(conn: psycopg.Connection[Any]) -> list[tuple[str, int, bool]]:
+        names = conn.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE c.relkind = 'S'"
+            " AND left(n.nspname, 3) <> 'pg_' AND n.nspname <> 'information_schema'"
+            " ORDER BY c.oid"
+        ).fetchall()
+        return [
+            (name, *conn.execute(f"SELECT last_value, is_called FROM {name}").fetchone())
+            for (name,) in names
+        ]
+
+    def reset(self) -> bool:
+        """Bring the database back to its just-built state, after ending its other sessions;
+        False, and nothing restored, when its schema is no longer the one built."""
+        conn = self._conn
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if conn.execute(_CATALOG_FINGERPRINT).fetchone() != self.fingerprint:
+                return False
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(f"TRUNCATE {', '.join(self.tables)} RESTART IDENTITY")
+            for table, rows in self.rows.items():
+                with conn.cursor().copy(f"COPY {table} FROM STDIN (FORMAT binary)") as copy:
+                    copy.write(rows)
+            for name, value, called in self.sequences:
+                conn.execute("SELECT setval(%s, %s, %s)", (name, value, called))
+        return True
+
+    def give_back(self) -> None:
+        """Close the resetting session and give the database back to be emptied."""
+        self._conn.close()
+        _databases().give_back(self.name)
+
+
+class PostgresKits:
+    """PostgreSQL databases whose schema is built once per worker and reset for every test.
+
+    The memory kits' PostgreSQL classes (about 600 tests) each created a store's tables, its
+    indexes, functions and triggers (and, for the event-sourced ones, a log's), then dropped
+    them: the server's catalog work that ADR 0054 measured as most of its CPU. Here
+    ``build(url)`` runs once per worker into a database of :class:`_Databases`, and each test
+    that asks for it afterwards gets that database back as it was just built: every table
+    emptied (TRUNCATE, in one transaction), the rows ``build`` wrote put back, every sequence
+    set to its built value, every other session ended. A test whose schema changed (a table
+    added, dropped or altered, a function replaced: :data:`_CATALOG_FINGERPRINT`) gives the
+    database back to be emptied instead, and the next test gets a new build.
+    ``replay_tests/test_postgres_kits.py`` holds all of that.
+    """
+
+    def __init__(self) -> None:
+        self._built: dict[str, _KitDatabase] = {}
+
+    @contextlib.contextmanager
+    def use(self, build: Callable[[str], object]) -> Iterator[str]:
+        """Yield the URL of ``build``'s database in its just-built state; reset it after."""
+        key = f"{build.__module__}.{build.__qualname__}"
+        database = self._built.pop(key, None)
+        if database is None:
+            name = _databases().take()
+            try:
+                build(_postgres_url(name))
+                database = _KitDatabase(name)
+            except BaseException:
+                _databases().give_back(name)
+                raise
+        try:
+            yield database.url
+        finally:
+            try:
+                kept = database.reset()
+            except Exception:
+                kept = False
+            if kept:
+                self._built[key] = database
+            else:
+                database.give_back()
+
+    def close(self) -> None:
+        """Give every built database back (at the end of the worker's session)."""
+        for database in self._built.values():
+            database.give_back()
+        self._built = {}
+
+
+@pytest.fixture(scope="session")
+def postgres_kits() -> Iterator[PostgresKits]:
+    """This worker's :class:`PostgresKits`."""
+    kits = PostgresKits()
+    yield kits
+    kits.close()
+
+
+@pytest.fixture
+def postgres_kit(postgres_kits: PostgresKits) -> Iterator[PostgresKit]:
+    """``postgres_kit(build)``: the URL of ``build``'s database, built once per worker, in its
+    just-built state for this test (:class:`PostgresKits`); skips without a server."""
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    with contextlib.ExitStack() as stack:
+        yield lambda build: stack.enter_context(postgres_kits.use(build))
 
 
 @functools.cache

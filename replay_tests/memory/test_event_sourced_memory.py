@@ -35,7 +35,7 @@ from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.events import MEMORY_TOPICS, memory_stream
 from loom_memory.sql import SqlMemoryStore
 from loom_runtime import Loom, RetryPolicy, WriteContentionError
-from replay_tests.conftest import fresh_postgres_database
+from replay_tests.conftest import PostgresKit, fresh_postgres_database
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 _NO_PG = "LOOM_TEST_PG_URL is not set (use scripts/with-postgres)"
@@ -143,16 +143,23 @@ class TestEventSourcedSqliteMemory(MemoryStoreContract):
             yield EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine))
 
 
+def _postgres_kit_schema(url: str) -> None:
+    """The PostgreSQL kit's log and store, made once per worker; each kit test finds them as
+    just built (``postgres_kit``, ADR 0054)."""
+    with Loom(url) as loom:
+        EventSourcedMemory(
+            loom, store=PostgresMemoryStore(loom.log.engine, table_prefix="kit_"), name="kit"
+        )
+
+
 @pytest.mark.postgres
 @pytest.mark.skipif(not PG_URL, reason=_NO_PG)
 class TestEventSourcedPostgresMemory(MemoryStoreContract):
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[EventSourcedMemory]:
-        prefix = f"k{uuid.uuid4().hex[:10]}_"
-        with _loom("postgres", tmp_path) as loom:
-            store = PostgresMemoryStore(loom.log.engine, table_prefix=prefix)
-            yield EventSourcedMemory(loom, store=store, name=f"kit{uuid.uuid4().hex[:10]}")
-            _drop_tables(loom.log.engine, prefix)
+    def store(self, postgres_kit: PostgresKit) -> Iterator[EventSourcedMemory]:
+        with Loom(postgres_kit(_postgres_kit_schema)) as loom:
+            store = PostgresMemoryStore(loom.log.engine, table_prefix="kit_")
+            yield EventSourcedMemory(loom, store=store, name="kit")
 
 
 # -- helpers ---------------------------------------------------------------------------------

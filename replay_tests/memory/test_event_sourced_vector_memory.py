@@ -27,7 +27,7 @@ from loom_memory.embedding_table import text_digest
 from loom_memory.vector import VectorSqlStore
 from loom_runtime import Loom
 from loom_runtime.tools.cli import app
-from replay_tests.conftest import fresh_postgres_database
+from replay_tests.conftest import PostgresKits, fresh_postgres_database
 from replay_tests.embedders import CountingEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -63,7 +63,26 @@ def loom(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Loom]:
         yield instance
 
 
+def _postgres_kit_schema(url: str) -> None:
+    """The PostgreSQL kit's log and store, made once per worker; each kit test finds them as
+    just built (``postgres_kit``, ADR 0054)."""
+    with Loom(url) as loom:
+        EventSourcedVectorMemory(loom, store=_store(loom, HashingEmbedder()), name="kit")
+
+
 class TestEventSourcedVectorMemory(MemoryStoreContract):
+    @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=_needs_pg)])
+    def loom(
+        self, request: pytest.FixtureRequest, tmp_path: Path, postgres_kits: PostgresKits
+    ) -> Iterator[Loom]:
+        """The module's ``loom``, but on PostgreSQL the kit's database as just built."""
+        if request.param == "sqlite":
+            with _loom("sqlite", tmp_path) as instance:
+                yield instance
+            return
+        with postgres_kits.use(_postgres_kit_schema) as url, Loom(url) as instance:
+            yield instance
+
     @pytest.fixture
     def store(self, loom: Loom) -> EventSourcedVectorMemory:
         return EventSourcedVectorMemory(loom, store=_store(loom, HashingEmbedder()), name="kit")

@@ -2,7 +2,9 @@
 
 Run with a server via ``scripts/with-postgres .venv/bin/python -m pytest replay_tests/memory``;
 without ``LOOM_TEST_PG_URL`` every test here skips with one reason naming the variable. Each
-test gets its own table prefix and drops its tables afterwards, so a shared server stays clean.
+test gets its own table prefix and drops its tables afterwards, so a shared server stays clean;
+the kit classes share a database per worker, built once and reset for each test
+(``postgres_kit``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from loom_memory import BackendError, MemoryEntry, PostgresMemoryStore, PostgresTemporalStore
 from loom_memory.conformance import MemoryStoreContract
+from replay_tests.conftest import PostgresKit
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 
@@ -48,21 +51,39 @@ def store(engine: Engine) -> Iterator[PostgresMemoryStore]:
         _drop(conn, store)
 
 
+def _kit_schema(url: str) -> None:
+    """The kit's tables, made once per worker; each kit test finds them as just built
+    (``postgres_kit``, ADR 0054)."""
+    engine = create_engine(url)
+    PostgresMemoryStore(engine, table_prefix="kit_").close()
+    engine.dispose()
+
+
+def _temporal_kit_schema(url: str) -> None:
+    """:func:`_kit_schema` for the temporal store."""
+    engine = create_engine(url)
+    PostgresTemporalStore(engine, table_prefix="kit_").close()
+    engine.dispose()
+
+
 class TestPostgresMemoryStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[PostgresMemoryStore]:
-        store = PostgresMemoryStore(engine, table_prefix=f"k{uuid.uuid4().hex[:12]}_")
+    def store(self, postgres_kit: PostgresKit) -> Iterator[PostgresMemoryStore]:
+        engine = create_engine(postgres_kit(_kit_schema))
+        store = PostgresMemoryStore(engine, table_prefix="kit_")
         yield store
-        with engine.begin() as conn:
-            _drop(conn, store)
+        store.close()
+        engine.dispose()
 
 
 class TestPostgresTemporalStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, engine: Engine) -> Iterator[PostgresTemporalStore]:
-        store = PostgresTemporalStore(engine, table_prefix=f"v{uuid.uuid4().hex[:12]}_")
+    def store(self, postgres_kit: PostgresKit) -> Iterator[PostgresTemporalStore]:
+        engine = create_engine(postgres_kit(_temporal_kit_schema))
+        store = PostgresTemporalStore(engine, table_prefix="kit_")
         yield store
-        store.drop()
+        store.close()
+        engine.dispose()
 
 
 def _entries(*words: str) -> list[MemoryEntry]:

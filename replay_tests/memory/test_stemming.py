@@ -28,7 +28,7 @@ from loom_memory import (
     tokenize,
 )
 from loom_memory.conformance import MemoryStoreContract
-from replay_tests.conftest import SqliteCopy
+from replay_tests.conftest import PostgresKit, SqliteCopy
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 ENGLISH = Tokenizer(stemmer="english")
@@ -62,6 +62,13 @@ def _temporal_kit_schema(url: str) -> None:
     engine.dispose()
 
 
+def _postgres_kit_schema(url: str) -> None:
+    """:func:`_kit_schema` on PostgreSQL (``postgres_kit``)."""
+    engine = create_engine(url)
+    PostgresMemoryStore(engine, table_prefix="kit_", tokenizer=ENGLISH).close()
+    engine.dispose()
+
+
 class TestStemmedSqliteStore(MemoryStoreContract):
     @pytest.fixture
     def store(self, sqlite_copy: SqliteCopy) -> Iterator[SqliteMemoryStore]:
@@ -92,12 +99,12 @@ class TestStemmedInMemoryStore(MemoryStoreContract):
 @pytest.mark.skipif(not PG_URL, reason="LOOM_TEST_PG_URL is not set")
 class TestStemmedPostgresStore(MemoryStoreContract):
     @pytest.fixture
-    def store(self, pg_engine: Engine) -> Iterator[PostgresMemoryStore]:
-        store = PostgresMemoryStore(
-            pg_engine, table_prefix=f"s{uuid.uuid4().hex[:12]}_", tokenizer=ENGLISH
-        )
+    def store(self, postgres_kit: PostgresKit) -> Iterator[PostgresMemoryStore]:
+        engine = create_engine(postgres_kit(_postgres_kit_schema))
+        store = PostgresMemoryStore(engine, table_prefix="kit_", tokenizer=ENGLISH)
         yield store
-        store.drop()
+        store.close()
+        engine.dispose()
 
 
 def test_the_default_tokenizer_does_not_stem() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from loom_memory import (
 )
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.conformance.helpers import contents
-from replay_tests.conftest import SqliteCopy
+from replay_tests.conftest import PostgresKit, SqliteCopy
 from replay_tests.embedders import CountingEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
@@ -33,6 +32,13 @@ def _kit_schema(url: str) -> None:
     """The kit's tables and recorded model, made once per worker; each kit test opens a copy
     (ADR 0054)."""
     SqliteVectorStore(url, embedder=HashingEmbedder(), min_score=FLOOR).close()
+
+
+def _postgres_kit_schema(url: str) -> None:
+    """:func:`_kit_schema` on PostgreSQL (``postgres_kit``)."""
+    PostgresVectorStore(
+        url, embedder=HashingEmbedder(), min_score=FLOOR, table_prefix="kit_"
+    ).close()
 
 
 class TestSqliteVectorStore(MemoryStoreContract):
@@ -54,22 +60,21 @@ class TestSqliteVectorStore(MemoryStoreContract):
 @pytest.mark.skipif(not PG_URL, reason="LOOM_TEST_PG_URL is not set (use scripts/with-postgres)")
 class TestPostgresVectorStore(MemoryStoreContract):
     @pytest.fixture
-    def prefix(self) -> str:
-        return f"v{uuid.uuid4().hex[:10]}_"
+    def url(self, postgres_kit: PostgresKit) -> str:
+        return postgres_kit(_postgres_kit_schema)
 
     @pytest.fixture
-    def store(self, prefix: str) -> Iterator[PostgresVectorStore]:
+    def store(self, url: str) -> Iterator[PostgresVectorStore]:
         store = PostgresVectorStore(
-            PG_URL, embedder=HashingEmbedder(), min_score=FLOOR, table_prefix=prefix
+            url, embedder=HashingEmbedder(), min_score=FLOOR, table_prefix="kit_"
         )
         yield store
-        store.drop()
         store.close()
 
     @pytest.fixture
-    def reopen_with_other_model(self, prefix: str) -> Callable[[], object]:
+    def reopen_with_other_model(self, url: str) -> Callable[[], object]:
         return lambda: PostgresVectorStore(
-            PG_URL, embedder=HashingEmbedder(dimension=64), min_score=0, table_prefix=prefix
+            url, embedder=HashingEmbedder(dimension=64), min_score=0, table_prefix="kit_"
         )
 
 
