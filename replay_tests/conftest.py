@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import psycopg
 import pydantic
 import pytest
 from sqlalchemy import Engine, create_engine
@@ -34,6 +33,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from loom_runtime import Loom
+
+if TYPE_CHECKING:
+    import psycopg
 
 pytest_plugins = ["pytester"]
 pytest.register_assert_rewrite("loom_runtime.projection_conformance")
@@ -277,6 +279,8 @@ class _KitDatabase:
         self.name = name
         self.url = _postgres_url(name)
         self._conninfo = make_url(self.url).set(drivername="postgresql").render_as_string(False)
+        import psycopg  # here, not at the top: a session without PostgreSQL never needs it
+
         self._conn = conn = psycopg.connect(self._conninfo, autocommit=True)
         with conn.transaction():
             self.fingerprint = conn.execute(_CATALOG_FINGERPRINT).fetchone()
