@@ -325,8 +325,8 @@ class _Context:
         self._taken_in_order: list[str] = []
         """Keys taken in order and not yet in ``_taken``: only :meth:`_occurrence` reads
         ``_taken``, and adds these first. Listed, not added, on the in-order path every call
-        of a replay takes: a set growing by every key of a long execution cost about a tenth
-        of a replay's CPU, a list's append next to nothing."""
+        of a replay takes: a set growing by every key of a long execution costs a replay
+        several times a list's append (ADR 0048, replay2)."""
         self._taken_ahead = False  # see _occurrence
         numbering = threading.Lock()
         self._acquire, self._release = numbering.acquire, numbering.release
@@ -421,8 +421,7 @@ class _Context:
         if first is not None and first.input != raw_input:
             candidate = occurrence + 1
             while (other := recorded.get(_numbered(key, candidate))) is not None:
-                ahead = _numbered(key, candidate)
-                if other.input == raw_input and ahead not in taken:
+                if other.input == raw_input and (ahead := _numbered(key, candidate)) not in taken:
                     self._taken_ahead = True
                     taken.add(ahead)
                     return ahead  # taken out of order: _seen stays
