@@ -322,6 +322,11 @@ class _Context:
         self._source = source
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
+        self._taken_in_order: list[str] = []
+        """Keys taken in order and not yet in ``_taken``: only :meth:`_occurrence` reads
+        ``_taken``, and adds these first. Listed, not added, on the in-order path every call
+        of a replay takes: a set growing by every key of a long execution costs a replay
+        several times a list's append (ADR 0048, replay2)."""
         self._taken_ahead = False  # see _occurrence
         numbering = threading.Lock()
         self._acquire, self._release = numbering.acquire, numbering.release
@@ -358,10 +363,10 @@ class _Context:
                 matched = self._source.recorded.get(slot_key)
                 if matched is None or matched.input == raw_input:
                     self._seen[key] = below + 1
+                    self._taken_in_order.append(slot_key)
                 else:
                     matched = None
                     slot_key = self._occurrence(key, raw_input)
-            self._taken.add(slot_key)
         finally:
             self._release()
         return Slot(slot_key, kind, raw_input, matched)
@@ -381,8 +386,8 @@ class _Context:
         return codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
 
     def _occurrence(self, key: str, raw_input: msgspec.Raw) -> str:
-        """The occurrence key of this call of ``key``: the first not yet taken, unless that one
-        was recorded with another input and a later untaken one with this very input.
+        """The occurrence key of this call of ``key``, taken: the first not yet taken, unless
+        that one was recorded with another input and a later untaken one with this very input.
 
         Calls made one after another are numbered in program order, as always. Calls made at
         the same time from threads (a framework's tool pool) arrive in any order, so a replay
@@ -399,30 +404,36 @@ class _Context:
         with this input (or none was): that occurrence is free, and it is the answer, found by
         :meth:`_slot` before it calls this.
         """
+        taken = self._taken
+        if self._taken_in_order:
+            taken.update(self._taken_in_order)
+            self._taken_in_order.clear()
         below = self._seen.get(key, 0)
         recorded = self._source.recorded
         if "#" in key:
             self._taken_ahead = True
         occurrence = below + 1
         slot_key = _numbered(key, occurrence)
-        while slot_key in self._taken:  # a caller's own "k#2", or an occurrence matched early
+        while slot_key in taken:  # a caller's own "k#2", or an occurrence matched early
             occurrence += 1
             slot_key = _numbered(key, occurrence)
         first = recorded.get(slot_key)
         if first is not None and first.input != raw_input:
             candidate = occurrence + 1
             while (other := recorded.get(_numbered(key, candidate))) is not None:
-                if other.input == raw_input and _numbered(key, candidate) not in self._taken:
+                if other.input == raw_input and (ahead := _numbered(key, candidate)) not in taken:
                     self._taken_ahead = True
-                    return _numbered(key, candidate)  # taken out of order: _seen stays
+                    taken.add(ahead)
+                    return ahead  # taken out of order: _seen stays
                 candidate += 1
         if occurrence == below + 1:  # the usual case: the next one in order
             below += 1
-            while self._taken_ahead and _numbered(key, below + 1) in self._taken:
+            while self._taken_ahead and _numbered(key, below + 1) in taken:
                 below += 1  # occurrences matched out of order
         else:
             self._taken_ahead = True
         self._seen[key] = below
+        taken.add(slot_key)
         return slot_key
 
     def _answer(self, slot: Slot, type: Any) -> Any:

@@ -54,16 +54,23 @@ class Replayer:
         """An attribute, not a property: the context reads it on every ``decide``."""
         self._live = live
         self.redactor = resolve_redactor(redactor)
-        self.asked: set[str] = set()
+        self._asked: set[str] = set()
+        """The keys looked up that numbering had not matched (see ``_answered``)."""
+        self._answered: list[str] = []
+        """The keys answered by numbering's match: every key of a faithful replay. Listed,
+        and made a set once by :meth:`unused`: a set growing by every key as the flow runs
+        cost several times what one pass over the list costs at the end."""
         self.divergences: list[ReplayDivergence] = []
         self.live_values: dict[str, Any] = {}
 
     def lookup(self, slot: Slot) -> Decision | None:
-        self.asked.add(slot.key)
+        matched = slot.matched  # found by numbering in this very mapping, same input
+        if matched is not None and (slot.kind is None or slot.kind not in self._live):
+            self._answered.append(slot.key)
+            return matched
+        self._asked.add(slot.key)
         if slot.kind is not None and slot.kind in self._live:
             return None
-        if slot.matched is not None:  # found by numbering in this very mapping, same input
-            return slot.matched
         decision = self.recorded.get(slot.key)
         if decision is None:
             nearest = difflib.get_close_matches(slot.key, list(self.recorded), n=3, cutoff=0.4)
@@ -98,12 +105,13 @@ class Replayer:
 
     def unused(self) -> list[str]:
         """Recorded decisions the replay never asked for (live kinds excluded)."""
-        if self.asked.issuperset(self.recorded):  # every one asked (a faithful replay): none
+        asked = self._asked.union(self._answered)
+        if asked.issuperset(self.recorded):  # every one asked (a faithful replay): none
             return []
         return [
             key
             for key, decision in self.recorded.items()
-            if key not in self.asked and (decision.kind is None or decision.kind not in self._live)
+            if key not in asked and (decision.kind is None or decision.kind not in self._live)
         ]
 
 
