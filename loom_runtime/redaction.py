@@ -181,6 +181,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
         "aws-key",
         r"A(?<!\wA)(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}\b",
         hints=("akia", "asia", "abia", "acca"),
+        requires="A",  # the regex is case-sensitive: no capital A, no key (one memchr, not 4 scans)
     ),
     # AWS secret access keys: 40 base64 characters after their variable name.
     SecretPattern.compile(
@@ -217,6 +218,7 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
         "google-api-key",
         rf"AIza(?<!\wAIza){_TOKEN}{{35}}",
         hints=("aiza",),
+        requires="A",  # case-sensitive, as aws-key
     ),
     # Slack tokens: bot (xoxb), user (xoxp), app-level, legacy workspace and refresh tokens.
     SecretPattern.compile(
@@ -382,6 +384,8 @@ class Redactor:
         ``value`` is one identifier (a str, or None for an absent one) or a list of them.
         Whatever the mode, an identifier is checked, never rewritten (ADR 0012).
         """
+        if type(value) is str and value in self._clean_names:
+            return  # a decision's key and kind, checked on every append: no list built
         names = value if isinstance(value, list | tuple) else [value]
         for index, name in enumerate(names):
             if not isinstance(name, str) or name in self._clean_names:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
@@ -90,6 +91,19 @@ def _open_writer(pool: SQLiteConnectionPool) -> SQLiteConnection:
     return SQLiteConnection(connection, max_age=None)
 
 
+def _open_reader(pool: SQLiteConnectionPool) -> sqlite3.Connection:
+    """A connection to ``pool``'s database for one-statement reads, in autocommit."""
+    if pool.closed:
+        raise sqlite3.InterfaceError("the connection pool is closed")
+    return sqlite3.connect(
+        pool.db_name,
+        uri=True,
+        check_same_thread=False,  # used by whichever thread starts an execution
+        isolation_level=None,
+        timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    )
+
+
 class _HeldTransaction(SQLiteTransaction):
     """eventsourcing's transaction, whose cursor is closed when it ends, in the thread that
     used it.
@@ -130,6 +144,9 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         leader, one at a time, reads or replaces it)."""
         self._writer: SQLiteConnection | None = None
         self._writer_pid = 0
+        self._reader: sqlite3.Connection | None = None
+        self._reader_pid = 0
+        self._reader_lock = threading.Lock()
         self.select_stream_rows = (
             f"SELECT originator_version, CASE WHEN topic = ? THEN 0 ELSE topic END, state "
             f"FROM {events_table_name} WHERE originator_id=? ORDER BY originator_version"
@@ -261,6 +278,49 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         if writer is not None and self._writer_pid == os.getpid():
             writer.close()
 
+    def close_reader(self) -> None:
+        """Close the held position reader (the next position read opens another)."""
+        with self._reader_lock:
+            self._close_reader()
+
+    def max_notification_id(self) -> int:
+        """The log's position, read on a connection this recorder holds for it when no other
+        thread of the process is reading it; else as eventsourcing reads it, through the pool.
+
+        Every execution's start reads it (the position its ``Created`` event records): through
+        the pool that is a checkout, eventsourcing's transaction and cursor wrappers and a
+        check-in, ~20 µs of CPU against ~3.5 µs for the statement itself. The same statement
+        on a connection in autocommit reads the same committed maximum (one statement is its
+        own read transaction). An in-memory database (shared cache, table locks) and any
+        failure take the pool's path, whose errors and retries are eventsourcing's; a failed
+        reader is closed, for a new one.
+        """
+        if not self.datastore.pool.is_sqlite_memory_mode and self._reader_lock.acquire(
+            blocking=False
+        ):
+            try:
+                reader = self._reader
+                if reader is None or self._reader_pid != os.getpid():
+                    reader = self._reader = _open_reader(self.datastore.pool)
+                    self._reader_pid = os.getpid()
+                cursor = reader.cursor()
+                try:
+                    cursor.execute(self.select_max_notification_id_statement)
+                    return cast(int, cursor.fetchone()[0])
+                finally:
+                    cursor.close()  # freed here, not by another thread's collection
+            except sqlite3.Error:
+                self._close_reader()
+            finally:
+                self._reader_lock.release()
+        return cast(int, super().max_notification_id())
+
+    def _close_reader(self) -> None:
+        """Close the held position reader, if this process opened it (the lock held)."""
+        reader, self._reader = self._reader, None
+        if reader is not None and self._reader_pid == os.getpid():
+            reader.close()
+
     def reading(self) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=False)
 
@@ -324,7 +384,8 @@ class LoomSQLiteFactory(SQLiteFactory):
         return recorder
 
     def close(self) -> None:
-        """Close every recorder's writer connection with the pool's."""
+        """Close every recorder's held connections with the pool's."""
         for recorder in self._recorders:
             recorder.close_writer()
+            recorder.close_reader()
         super().close()
