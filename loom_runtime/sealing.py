@@ -874,8 +874,12 @@ class ExecutionSealer:
                 sealed.append(event)
                 continue
             # A shallow copy as the mapper reads it (its ``__dict__``): ``copy.copy`` goes
-            # through ``__reduce_ex__``, several times the cost of the seal itself.
-            state = dict(vars(event))
+            # through ``__reduce_ex__``, several times the cost of the seal itself. The new
+            # object's own ``__dict__`` filled in place: a dict copied and then set through
+            # ``object.__setattr__`` cost a third more (~1.2 K instructions an event).
+            copied = object.__new__(type(event))
+            state = copied.__dict__
+            state.update(vars(event))
             stream = event.originator_id
             # The associated data's stream and version, formatted once per event (a UUID's
             # str is a cost, hence the execution's own, formatted once per sealer).
@@ -890,13 +894,14 @@ class ExecutionSealer:
                         value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
                     state[name] = seal_text(aead, subject, value, (place + name).encode())
                     continue
-                if _is_null(value):
+                # Only a 4-byte value can be ``null``: a 1 KB value skips the call.
+                if len(value) == 4 and _is_null(value):
                     continue
                 nonce = urandom(_NONCE_BYTES)
-                ciphertext = encrypt(nonce, bytes(value), (place + name).encode())
+                # The value as it is (AES-GCM reads any buffer): ``bytes(value)`` copied
+                # the 1 KB value first, ~1.7 K instructions an event.
+                ciphertext = encrypt(nonce, value, (place + name).encode())
                 state[name] = _Envelope(Sealed(subject, nonce, ciphertext))
-            copied = object.__new__(type(event))
-            object.__setattr__(copied, "__dict__", state)
             sealed.append(copied)
         return sealed
 
@@ -975,7 +980,7 @@ class Opener:
             return raw
         keyring = self.keyring
         aead = None if keyring is None else keyring._cache.get(sealed.subject)
-        ad = _aad(stream, version, field)
+        ad = f"{stream}:{version}:{field}".encode()  # :func:`_aad`, without its call
         if aead is None:
             return msgspec.Raw(self._open(sealed, ad))
         try:
