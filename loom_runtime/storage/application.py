@@ -87,11 +87,21 @@ def environment(settings: LogSettings) -> dict[str, str]:
         "POSTGRES_PORT": str(url.port or 5432),
         "POSTGRES_USER": url.username or "postgres",
         "POSTGRES_PASSWORD": url.password or "",
-        "POSTGRES_POOL_SIZE": str(settings.pool_size),
+        # eventsourcing opens POSTGRES_POOL_SIZE connections up front (psycopg's min_size) and
+        # allows POSTGRES_MAX_OVERFLOW more: one kept, the rest on demand, up to the same
+        # ceiling (pool_size + eventsourcing's overflow of 10), as the projections' lazy
+        # SQLAlchemy pool does. Five backends per opened log cost the server more than most
+        # short-lived processes (a CLI command, a test) ever use (ADR 0015, amended "pool").
+        "POSTGRES_POOL_SIZE": "1",
+        "POSTGRES_MAX_OVERFLOW": str(settings.pool_size - 1 + _OVERFLOW),
         # eventsourcing's default is 0, i.e. wait forever for the table lock.
         "POSTGRES_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(settings.lock_timeout))),
     }
+
+
+_OVERFLOW = 10
+"""eventsourcing's own ``POSTGRES_MAX_OVERFLOW`` default, kept as the pool's headroom."""
 
 
 def import_backend(env: dict[str, str]) -> None:

@@ -1,0 +1,118 @@
+"""ADR 0015 (amended "pool"): a PostgreSQL log opens its connections as they are needed.
+
+eventsourcing's pool keeps ``POSTGRES_POOL_SIZE`` connections open from the start (psycopg's
+``min_size``), so every process that opened a log, a one-line CLI command included, made the
+server start five backends before its first statement. loom now asks for one kept connection
+and lets the pool grow on demand to the same ceiling as before: ``pool_size`` plus
+eventsourcing's overflow of 10, like the SQLAlchemy pool of the projections (lazy, ``pool_size``
+kept, 10 more under load).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from loom_runtime.log import LogSettings, Row, open_log
+from loom_runtime.storage.application import EventsourcingLog
+from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    yield from fresh_postgres_database()
+
+
+def _backends(url: str) -> int:
+    """Server processes connected to ``url``'s database, other than the one asking."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+def _open(url: str, pool_size: int) -> EventsourcingLog:
+    log = open_log(LogSettings(url, pool_size=pool_size))
+    assert isinstance(log, EventsourcingLog)
+    return log
+
+
+def _append(log: EventsourcingLog) -> None:
+    log.insert_rows([Row(stream=uuid.uuid4(), version=1, topic="test.Noted", state=b"{}")])
+
+
+def test_a_log_that_appended_once_holds_the_connections_it_used(pg_url: str) -> None:
+    """One append needs the writer; the log's pool opens nothing ahead (five were, before).
+    The other two backends are the projections' SQLAlchemy engine's, which opening the log
+    used to create its tables under the schema lock."""
+    log = _open(pg_url, pool_size=5)
+    try:
+        _append(log)
+        pool = log.application.recorder.datastore.pool
+        pool.wait(timeout=10)  # every connection the pool means to keep is open by now
+        assert pool.get_stats()["pool_size"] <= 2
+        assert _backends(pg_url) <= 3
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("pool_size", [1, 5])
+def test_the_pool_still_grows_to_pool_size_plus_the_overflow(pg_url: str, pool_size: int) -> None:
+    """The ceiling is unchanged: ``pool_size`` + 10 connections at once (the writer's one
+    among them), opened on demand."""
+    log = _open(pg_url, pool_size=pool_size)
+    try:
+        pool = log.application.recorder.datastore.pool
+        _append(log)
+        assert pool.max_size == pool_size + 10
+        held = [pool.getconn(timeout=10) for _ in range(pool.max_size - 1)]
+        try:
+            assert len({id(conn) for conn in held}) == pool.max_size - 1
+            assert pool.get_stats()["pool_size"] == pool.max_size
+        finally:
+            for conn in held:
+                pool.putconn(conn)
+    finally:
+        log.close()
+
+
+def test_concurrent_appends_from_more_threads_than_kept_connections(pg_url: str) -> None:
+    """Eight threads appending at once are served by a pool that started with one."""
+    log = _open(pg_url, pool_size=5)
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                _append(log)
+        except BaseException as exc:  # reported below, with the thread's error
+            failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert log.position == 40
+    finally:
+        log.close()
