@@ -46,6 +46,7 @@ from loom_runtime.integrity import GENESIS
 from loom_runtime.log import Precondition, Row
 from loom_runtime.schema import DDL_LOCK_KEY
 from loom_runtime.storage.chain import CHAIN_TABLE, ChainedRecorder, ChainTable
+from loom_runtime.storage.forks import renewed_in_child
 from loom_runtime.storage.sqlite import PreconditionFailed
 
 _FIELD_FUNCTION = "loom_chain_field"
@@ -203,6 +204,7 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         connection by its first read of the position (:meth:`max_notification_id`)."""
         self._writer: _Writer | None = None
         self._writer_lock = threading.Lock()
+        renewed_in_child(self, "_writer_lock")
         self.select_stream_rows: Composed = SQL(
             "SELECT originator_version, topic, state FROM {schema}.{events} "
             "WHERE originator_id = %s ORDER BY originator_version"

@@ -32,6 +32,7 @@ from eventsourcing.sqlite import (
 
 from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
+from loom_runtime.storage.forks import renewed_in_child
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 
 DECISION_TOPIC = "loom.execution.DecisionRecorded"
@@ -147,6 +148,9 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         self._reader: sqlite3.Connection | None = None
         self._reader_pid = 0
         self._reader_lock = threading.Lock()
+        self._reader_closed = False
+        """Set by :meth:`close_reader`: no reader is opened after the log closes it."""
+        renewed_in_child(self, "_reader_lock")
         self.select_stream_rows = (
             f"SELECT originator_version, CASE WHEN topic = ? THEN 0 ELSE topic END, state "
             f"FROM {events_table_name} WHERE originator_id=? ORDER BY originator_version"
@@ -281,6 +285,7 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
     def close_reader(self) -> None:
         """Close the held position reader (the next position read opens another)."""
         with self._reader_lock:
+            self._reader_closed = True
             self._close_reader()
 
     def max_notification_id(self) -> int:
@@ -299,6 +304,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             blocking=False
         ):
             try:
+                if self._reader_closed:
+                    return cast(int, super().max_notification_id())
                 reader = self._reader
                 if reader is None or self._reader_pid != os.getpid():
                     reader = self._reader = _open_reader(self.datastore.pool)
