@@ -88,18 +88,22 @@ def environment(settings: LogSettings) -> dict[str, str]:
         "POSTGRES_USER": url.username or "postgres",
         "POSTGRES_PASSWORD": url.password or "",
         # eventsourcing opens POSTGRES_POOL_SIZE connections up front (psycopg's min_size) and
-        # allows POSTGRES_MAX_OVERFLOW more: one kept, the rest on demand, up to the same
-        # ceiling (pool_size + eventsourcing's overflow of 10), as the projections' lazy
-        # SQLAlchemy pool does. Five backends per opened log cost the server more than most
+        # allows POSTGRES_MAX_OVERFLOW more. Two kept (the held writer's and one for reads,
+        # which opening the log uses anyway to create its tables under the schema lock), the
+        # rest on demand up to the same ceiling as before: pool_size + eventsourcing's
+        # overflow of 10. Five backends per opened log cost the server more than most
         # short-lived processes (a CLI command, a test) ever use (ADR 0015, amended "pool").
-        "POSTGRES_POOL_SIZE": "1",
-        "POSTGRES_MAX_OVERFLOW": str(settings.pool_size - 1 + _OVERFLOW),
+        "POSTGRES_POOL_SIZE": str(_KEPT),
+        "POSTGRES_MAX_OVERFLOW": str(settings.pool_size - _KEPT + _OVERFLOW),
         # eventsourcing's default is 0, i.e. wait forever for the table lock.
         "POSTGRES_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(settings.lock_timeout))),
     }
 
 
+_KEPT = 2
+"""Connections a PostgreSQL log's pool keeps open: the held writer's and one for reads, so a
+read never waits for a new connection to be made while the writer holds the other."""
 _OVERFLOW = 10
 """eventsourcing's own ``POSTGRES_MAX_OVERFLOW`` default, kept as the pool's headroom."""
 
