@@ -567,6 +567,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, for a test of that backend alone (skipped without
+    a test server)."""
+    if not PG_URL:
+        pytest.skip(NO_PG)
+    yield from fresh_postgres_database()
+
+
+@pytest.fixture
 def loom(db_url: str) -> Iterator[Loom]:
     """A Loom on a fresh log (each backend), closed after the test."""
     with Loom(db_url) as instance:

@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ import pytest
 from loom_runtime.log import EventLog, LogSettings, Row, open_log
 from loom_runtime.storage.postgres import ChainedPostgresRecorder
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -77,13 +75,6 @@ def test_a_sqlite_log_forked_during_a_position_read_closes_in_the_child(tmp_path
         assert log.position == 2  # the parent's reader still works, and sees the child's
     finally:
         log.close()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not PG_URL:
-        pytest.skip(NO_PG)
-    yield from fresh_postgres_database()
 
 
 @pytest.mark.postgres

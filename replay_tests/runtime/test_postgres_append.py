@@ -30,19 +30,11 @@ from loom_runtime import LogEvent, StreamConflictError
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.postgres import ChainedPostgresRecorder
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.postgres
 
 PROCESSES = 4
 APPENDS_PER_PROCESS = 40
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not PG_URL:
-        pytest.skip(NO_PG)
-    yield from fresh_postgres_database()
 
 
 @pytest.fixture

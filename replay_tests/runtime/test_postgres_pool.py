@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -19,16 +18,8 @@ from sqlalchemy.pool import NullPool
 
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage.application import EventsourcingLog
-from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not PG_URL:
-        pytest.skip(NO_PG)
-    yield from fresh_postgres_database()
 
 
 def _backends(url: str) -> int:

@@ -22,12 +22,11 @@ from sqlalchemy import event
 from loom_runtime import FlowContext, Loom
 from loom_runtime.log import Precondition
 from loom_runtime.storage.application import EventsourcingLog
-from replay_tests.runtime.test_postgres_append import (  # noqa: F401 (log, pg_url: fixtures)
+from replay_tests.runtime.test_postgres_append import (  # noqa: F401 (log: a fixture)
     _recorder,
     _round_trips,
     _rows,
     log,
-    pg_url,
 )
 
 pytestmark = pytest.mark.postgres
@@ -88,7 +87,7 @@ def test_an_append_whose_precondition_does_not_hold_stores_nothing(
     assert log.verify().problem is None
 
 
-def test_a_keyless_execution_sends_nothing_but_its_appends(pg_url: str) -> None:  # noqa: F811
+def test_a_keyless_execution_sends_nothing_but_its_appends(pg_url: str) -> None:
     """The key-table look of a keyless Loom's new execution is the append's: nothing goes
     through the log's SQLAlchemy engine while it runs (before: a connection checkout and a
     catalogue read there, four round trips per execution)."""
