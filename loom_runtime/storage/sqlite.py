@@ -283,7 +283,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             writer.close()
 
     def close_reader(self) -> None:
-        """Close the held position reader (the next position read opens another)."""
+        """Close the held position reader for good, as the log closes: a later position read
+        (another thread's, racing the close) goes through the pool instead of opening one."""
         with self._reader_lock:
             self._reader_closed = True
             self._close_reader()
