@@ -56,6 +56,25 @@ def _recorder(log: EventsourcingLog) -> ChainedPostgresRecorder:
     return recorder
 
 
+@contextmanager
+def _pool_checkouts(recorder: ChainedPostgresRecorder) -> Iterator[list[int]]:
+    """The backend pids of every connection checked out of the pool meanwhile."""
+    used: list[int] = []
+    original = recorder.datastore.get_connection
+
+    @contextmanager
+    def noting() -> Iterator[Any]:
+        with original() as conn:
+            used.append(conn.pgconn.backend_pid)
+            yield conn
+
+    recorder.datastore.get_connection = noting  # type: ignore[method-assign]
+    try:
+        yield used
+    finally:
+        del recorder.datastore.get_connection
+
+
 def _libpq(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
@@ -452,24 +471,12 @@ def test_a_thread_finding_the_writer_busy_appends_through_the_pool(
     stream = uuid.uuid4()
     log.insert_rows(_rows(stream, range(1, 2)))
     writer = _backend_pid(recorder)
-    used: list[int] = []
-    original = recorder.datastore.get_connection
-
-    @contextmanager
-    def noting() -> Iterator[Any]:
-        with original() as conn:
-            used.append(conn.pgconn.backend_pid)
-            yield conn
-
-    recorder.datastore.get_connection = noting  # type: ignore[method-assign]
-    try:
-        with recorder._writer_lock:  # the writer is busy with another thread's append
-            done = threading.Thread(target=log.insert_rows, args=(_rows(stream, range(2, 3)),))
-            done.start()
-            done.join(timeout=30)
-            assert not done.is_alive()
-    finally:
-        del recorder.datastore.get_connection
+    # the writer is busy with another thread's append
+    with _pool_checkouts(recorder) as used, recorder._writer_lock:
+        done = threading.Thread(target=log.insert_rows, args=(_rows(stream, range(2, 3)),))
+        done.start()
+        done.join(timeout=30)
+        assert not done.is_alive()
     assert used and writer not in used
     assert log.verify().checked == 2
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 import pytest
@@ -23,6 +21,7 @@ from sqlalchemy.engine import make_url
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.postgres import ChainedPostgresRecorder
+from replay_tests.runtime.test_postgres_append import _pool_checkouts, _recorder
 
 pytestmark = pytest.mark.postgres
 
@@ -35,12 +34,6 @@ def log(pg_url: str) -> Iterator[EventsourcingLog]:
     opened.close()
 
 
-def _recorder(log: EventsourcingLog) -> ChainedPostgresRecorder:
-    recorder = log.application.recorder
-    assert isinstance(recorder, ChainedPostgresRecorder)
-    return recorder
-
-
 def _append(log: EventsourcingLog, stream: uuid.UUID, version: int) -> None:
     log.insert_rows([Row(stream=stream, version=version, topic="test.Noted", state=b"{}")])
 
@@ -48,25 +41,6 @@ def _append(log: EventsourcingLog, stream: uuid.UUID, version: int) -> None:
 def _eventsourcings(recorder: ChainedPostgresRecorder) -> int | None:
     """The position as eventsourcing's own recorder reads it (through the pool)."""
     return PostgresApplicationRecorder.max_notification_id(recorder)
-
-
-@contextmanager
-def _pool_checkouts(recorder: ChainedPostgresRecorder) -> Iterator[list[int]]:
-    """The backend pids of every connection checked out of the pool meanwhile."""
-    used: list[int] = []
-    original = recorder.datastore.get_connection
-
-    @contextmanager
-    def noting() -> Iterator[Any]:
-        with original() as conn:
-            used.append(conn.pgconn.backend_pid)
-            yield conn
-
-    recorder.datastore.get_connection = noting  # type: ignore[method-assign]
-    try:
-        yield used
-    finally:
-        del recorder.datastore.get_connection
 
 
 def test_the_position_is_read_on_the_writer_without_the_pool(log: EventsourcingLog) -> None:
