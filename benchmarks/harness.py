@@ -107,8 +107,11 @@ def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Resul
     the arms were built from (corpora, fixtures, models) is frozen first (``gc.freeze()``):
     else every one of those collections walked all of it again, 50-170 ms a sample with the
     manuals in memory, some 400 samples a run (ADR 0063). It is unfrozen when the rounds end,
-    so whatever of it becomes garbage afterwards is collected as before."""
+    so whatever of it becomes garbage afterwards is collected as before, unless the caller
+    had frozen objects first: Python cannot unfreeze only ours, and unfreezing all of them
+    undid the test session's freeze of everything collection built (ADR 0054)."""
     collected: dict[str, dict[str, list[float]]] = {arm.name: {} for arm in arms}
+    frozen_before = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
     try:
@@ -125,7 +128,8 @@ def interleave(arms: Sequence[Arm], *, rounds: int, progress: Progress) -> Resul
                 for metric, value in sample.items():
                     collected[arm.name].setdefault(metric, []).append(value)
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
     return {
         arm: {metric: Stats(tuple(values)) for metric, values in metrics.items()}
         for arm, metrics in collected.items()
