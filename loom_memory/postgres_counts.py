@@ -26,9 +26,20 @@ so the counts stay exact under concurrent writers.
 :func:`position_triggers` keep the counts by position (:mod:`loom_memory.position_counts`,
 ADR 0059) the same way, for every row an ``UPDATE`` or ``DELETE`` changes (ended or not),
 after taking the key's lock (:func:`key_lock`).
+
+Each trigger sums its statement's changes once per table (a grouping that, for a reconcile
+ending a thousand passages, is most of the statement's time): it adds the non-zero sums and
+keeps the groups that can be at zero after it, those the addition left at zero and those whose
+changes cancelled, then deletes those at zero (:class:`_Counts`). A zero can sit in a group
+whose changes cancel: the store's insert adds without deleting, so a revision (an end, then an
+append at the same position) leaves its shared terms' buckets at zero there, and a statement
+deleting both rows must not leave the erased terms behind. So a statement deletes exactly
+the rows at zero among the groups its changes touch, as when the delete grouped them again.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from loom_memory.position_counts import LEVELS_SQL, end_sql
 
@@ -55,22 +66,18 @@ def count_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> list[
     statements = []
     for event, changes in _CHANGES.items():
         changed = f"({changes}) AS ch"
-        lexemes = f"{changed}, unnest(ch.search_vector) AS v"
-        body = (
-            f"INSERT INTO {rows} AS c (key, n) SELECT ch.key, sum(ch.sign) FROM {changed} "
-            "GROUP BY ch.key HAVING sum(ch.sign) <> 0 ORDER BY ch.key "
-            "ON CONFLICT (key) DO UPDATE SET n = c.n + excluded.n; "
-            f"INSERT INTO {terms} AS c (key, term, df) SELECT ch.key, v.lexeme, sum(ch.sign) "
-            f"FROM {lexemes} GROUP BY ch.key, v.lexeme HAVING sum(ch.sign) <> 0 "
-            "ORDER BY ch.key, v.lexeme "
-            "ON CONFLICT (key, term) DO UPDATE SET df = c.df + excluded.df; "
-            f"DELETE FROM {terms} c USING (SELECT DISTINCT ch.key, v.lexeme FROM {lexemes}) d "
-            "WHERE c.key = d.key AND c.term = d.lexeme AND c.df <= 0; "
-            f"DELETE FROM {rows} c USING (SELECT DISTINCT ch.key FROM {changed}) d "
-            "WHERE c.key = d.key AND c.n <= 0;"
+        counts = (
+            _Counts(rows, ("key",), "n", f"SELECT ch.key, ch.sign FROM {changed}", "<= 0"),
+            _Counts(
+                terms,
+                ("key", "term"),
+                "df",
+                f"SELECT ch.key, v.lexeme, ch.sign FROM {changed}, unnest(ch.search_vector) AS v",
+                "<= 0",
+            ),
         )
         statements += _statement_trigger(
-            entries, _function(prefix, event), f"{entries}_count_{event}", event, body
+            entries, _function(prefix, event), f"{entries}_count_{event}", event, counts
         )
     return statements
 
@@ -89,7 +96,8 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
     (:mod:`loom_memory.position_counts`) of the rows an ``UPDATE`` or ``DELETE`` of
     ``entries`` changes: a deleted row's changes taken out, an updated row's (its key, start
     or end changed) taken out and put back as they now are; the opposite changes of an
-    unchanged start cancel in the grouping. Buckets left at zero are deleted. Idempotent."""
+    unchanged start cancel in the grouping. The buckets the statement touched that are at zero
+    are deleted. Idempotent."""
     changed = (
         "o.key IS DISTINCT FROM n.key OR o.valid_from IS DISTINCT FROM n.valid_from "
         "OR o.valid_to IS DISTINCT FROM n.valid_to"
@@ -101,42 +109,122 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
     }
     statements = []
     for event, changes in events.items():
-        fanned = f"({changes}) AS ch CROSS JOIN ({LEVELS_SQL}) AS l"
-        lexemes = f"{fanned}, unnest(ch.search_vector) AS v"
-        touched = "ch.key, l.level, ch.pos >> l.shift"
-        body = (
+        counts = (
+            _Counts(rows, ("key", "level", "bucket"), "n", _at_every_level(changes), "= 0"),
+            _Counts(
+                terms,
+                ("key", "level", "term", "bucket"),
+                "df",
+                _at_every_level(changes, terms=True),
+                "= 0",
+            ),
+        )
+        lock = (
             f"PERFORM {key_lock(prefix, 'd.key')} FROM (SELECT DISTINCT ch.key FROM "
-            f"({changes}) AS ch ORDER BY ch.key) AS d; "
-            f"INSERT INTO {rows} AS c (key, level, bucket, n) SELECT {touched}, sum(ch.sign) "
-            f"FROM {fanned} WHERE ch.pos IS NOT NULL GROUP BY {touched} "
-            f"HAVING sum(ch.sign) <> 0 ORDER BY {touched} "
-            "ON CONFLICT (key, level, bucket) DO UPDATE SET n = c.n + excluded.n; "
-            f"INSERT INTO {terms} AS c (key, level, term, bucket, df) SELECT ch.key, l.level, "
-            f"v.lexeme, ch.pos >> l.shift, sum(ch.sign) FROM {lexemes} WHERE ch.pos IS NOT NULL "
-            "GROUP BY 1, 2, 3, 4 HAVING sum(ch.sign) <> 0 ORDER BY 1, 2, 3, 4 "
-            "ON CONFLICT (key, term, level, bucket) DO UPDATE SET df = c.df + excluded.df; "
-            f"DELETE FROM {terms} c USING (SELECT DISTINCT ch.key, l.level, v.lexeme, "
-            f"ch.pos >> l.shift AS bucket FROM {lexemes}) d WHERE c.key = d.key "
-            "AND c.level = d.level AND c.term = d.lexeme AND c.bucket = d.bucket AND c.df = 0; "
-            f"DELETE FROM {rows} c USING (SELECT DISTINCT {touched} AS bucket FROM {fanned}) d "
-            "WHERE c.key = d.key AND c.level = d.level AND c.bucket = d.bucket AND c.n = 0;"
+            f"({changes}) AS ch ORDER BY ch.key) AS d;"
         )
         # Named to fire after the current counts' trigger of the same event (PostgreSQL fires
         # them in name order): that one takes the key's current count first, as an insert does.
         statements += _statement_trigger(
-            entries, _function(prefix, f"at_{event}"), f"{entries}_count_{event}_at", event, body
+            entries,
+            _function(prefix, f"at_{event}"),
+            f"{entries}_count_{event}_at",
+            event,
+            counts,
+            lock=lock,
         )
     return statements
 
 
+def _at_every_level(changes: str, *, terms: bool = False) -> str:
+    """The ``changes`` (of ``(key, search_vector, pos, sign)``) summed per position of each
+    key, and of each of its terms with ``terms``, then fanned out to every level's bucket:
+    ``(key, level[, term], bucket, sum)``. The sums per bucket, and the buckets touched (a
+    position whose changes cancel is kept, at 0), are those of fanning out every change, for
+    a third of the rows to group (one per position, not one per change and level)."""
+    term, lexeme = (", term", ", v.lexeme") if terms else ("", "")
+    source = f"({changes}) AS ch" + (", unnest(ch.search_vector) AS v" if terms else "")
+    summed = (
+        f"SELECT ch.key{lexeme}, ch.pos, sum(ch.sign) FROM {source} WHERE ch.pos IS NOT NULL "
+        f"GROUP BY ch.key{lexeme}, ch.pos"
+    )
+    picked = ", z.term" if terms else ""
+    return (
+        f"SELECT z.key, l.level{picked}, z.pos >> l.shift, z.sign FROM ({summed}) "
+        f"AS z (key{term}, pos, sign) CROSS JOIN ({LEVELS_SQL}) AS l"
+    )
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """One count table a trigger keeps: its ``columns`` (a group of changes, in the order its
+    rows are locked), its ``count`` column, the ``changes`` (a SELECT of the columns' values
+    then each change's sign) and the test of a row left at ``zero``, to be deleted."""
+
+    table: str
+    columns: tuple[str, ...]
+    count: str
+    changes: str
+    zero: str
+
+    def declare(self, name: str) -> str:
+        """The PL/pgSQL variables ``name_<column>``: the groups to delete, an array a column."""
+        return " ".join(f"{name}_{column} {_TYPES[column]}[];" for column in self.columns)
+
+    def add(self, name: str) -> str:
+        """Sum the changes per group once, add each non-zero sum (in column order: the lock
+        order), and keep in the variables ``name`` every group the statement touched that can
+        be at zero: those the addition left at zero, and those whose changes cancelled (the
+        module docstring says how one holds a zero)."""
+        columns = ", ".join(self.columns)
+        returned = ", ".join(f"c.{column}" for column in self.columns)
+        gathered = ", ".join(f"array_agg(z.{column})" for column in self.columns)
+        into = ", ".join(f"{name}_{column}" for column in self.columns)
+        return (
+            f"WITH g AS (SELECT {columns}, sum(s.sign) AS d FROM ({self.changes}) "
+            f"AS s ({columns}, sign) GROUP BY {columns}), "
+            f"up AS (INSERT INTO {self.table} AS c ({columns}, {self.count}) "
+            f"SELECT {columns}, d FROM g WHERE d <> 0 ORDER BY {columns} "
+            f"ON CONFLICT ({columns}) DO UPDATE SET {self.count} = c.{self.count} + "
+            f"excluded.{self.count} RETURNING {returned}, c.{self.count} AS d) "
+            f"SELECT {gathered} INTO {into} FROM (SELECT {columns} FROM up WHERE d {self.zero} "
+            f"UNION ALL SELECT {columns} FROM g WHERE d = 0) AS z;"
+        )
+
+    def prune(self, name: str) -> str:
+        """Delete the groups kept in the variables ``name`` that are at zero."""
+        columns = ", ".join(self.columns)
+        arrays = ", ".join(f"{name}_{column}" for column in self.columns)
+        matched = " AND ".join(f"c.{column} = z.{column}" for column in self.columns)
+        return (
+            f"IF {name}_{self.columns[0]} IS NOT NULL THEN DELETE FROM {self.table} AS c "
+            f"USING unnest({arrays}) AS z ({columns}) WHERE {matched} "
+            f"AND c.{self.count} {self.zero}; END IF;"
+        )
+
+
+_TYPES = {"key": "text", "term": "text", "level": "integer", "bucket": "bigint"}
+
+
 def _statement_trigger(
-    entries: str, function: str, trigger: str, event: str, body: str
+    entries: str,
+    function: str,
+    trigger: str,
+    event: str,
+    counts: tuple[_Counts, _Counts],
+    *,
+    lock: str = "",
 ) -> list[str]:
-    """(Re)create ``function`` running ``body`` and the statement-level ``trigger`` calling it
-    after each ``event`` on ``entries``, with the statement's rows as transition tables."""
+    """(Re)create ``function`` and the statement-level ``trigger`` calling it after each
+    ``event`` on ``entries``, with the statement's rows as transition tables: the function
+    takes ``lock``, adds to the key rows then the term rows of ``counts``, and deletes the
+    ones left at zero, term rows first."""
+    rows, terms = counts
+    declare = f"{rows.declare('r')} {terms.declare('t')}"
+    body = f"{lock} {rows.add('r')} {terms.add('t')} {terms.prune('t')} {rows.prune('r')}"
     return [
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-        f"$$ BEGIN {body} RETURN NULL; END $$",
+        f"$$ DECLARE {declare} BEGIN {body} RETURN NULL; END $$",
         f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
         f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "
         f"REFERENCING {_TRANSITIONS[event]} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
