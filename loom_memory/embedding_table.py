@@ -34,7 +34,6 @@ from sqlalchemy import (
     Table,
     Text,
     delete,
-    inspect,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -42,7 +41,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from loom_memory.embedding_events import keyed_digest
 from loom_memory.entry import MemoryEntry
 from loom_memory.text import searchable_text, tokenize
-from loom_runtime import EncryptionOffError, MissingExtraError, keyring_for, serialise_ddl
+from loom_runtime import EncryptionOffError, MissingExtraError, create_missing, keyring_for
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -127,11 +126,8 @@ class EmbeddingTable:
                 Index(f"{name}_subject", "subject"),
             )
         with engine.begin() as conn:
-            serialise_ddl(conn)  # workers opening the table at once must not race
-            inspector = inspect(conn)
-            self.created = any(not inspector.has_table(name) for name in metadata.tables)
+            self.created = bool(create_missing(conn, metadata.sorted_tables))
             """True when a table was missing: a projection into it starts again from 0."""
-            metadata.create_all(conn, checkfirst=True)
 
     @staticmethod
     def address(text: str, *, key: AESGCM | None = None) -> str:

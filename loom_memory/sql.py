@@ -73,7 +73,6 @@ from sqlalchemy import (
     create_engine,
     delete,
     insert,
-    inspect,
     select,
 )
 from sqlalchemy.exc import SQLAlchemyError
@@ -85,7 +84,7 @@ from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import PLAIN, Tokenizer
 from loom_memory.tokenizer_record import check_tokenizer, settings_table
-from loom_runtime import READ_ONLY, serialise_ddl
+from loom_runtime import READ_ONLY, SchemaCatalog, read_catalog, serialise_ddl
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -172,21 +171,38 @@ class SqlMemoryStore(ABC):
         """True when this store found its table missing and created it: a projection into it
         must not trust a position it tracked over rows that no longer exist."""
         with self._begin(None) as conn:
-            serialise_ddl(conn)  # workers creating the store at once must not race
-            existing = set(inspect(conn).get_table_names())
-            for outdated in self._outdated_tables(conn, existing):
-                conn.exec_driver_sql(f"DROP TABLE {outdated}")
-                existing.discard(outdated)
-            self.created_tables = self.entries.name not in existing
-            if self.postings is not None:
-                self.predates_postings = (
-                    self.entries.name in existing and self.postings.name not in existing
-                )
-            metadata.create_all(conn, checkfirst=True)
-            created = {table.name for table in metadata.sorted_tables} - existing
-            for statement in self._search_ddl(created=created):
-                conn.exec_driver_sql(statement)
+            if not self._up_to_date(read_catalog(conn), metadata):
+                serialise_ddl(conn)  # workers creating the store at once must not race
+                self._create_schema(conn, metadata, read_catalog(conn))
             check_tokenizer(conn, self.settings, self.entries, tokenizer)
+
+    def _up_to_date(self, catalog: SchemaCatalog, metadata: MetaData) -> bool:
+        """True when the schema needs nothing of this open: every table there, none laid out
+        by older code, and the search DDL a no-op. An open of an up-to-date store then reads
+        the catalog once and changes nothing, instead of asking once per table and running
+        its idempotent DDL again (ADR 0054, amended "pgopen")."""
+        return (
+            all(name in catalog.tables for name in metadata.tables)
+            and not self._outdated_tables(catalog)
+            and not _pending(self._search_ddl(created=set()), catalog)
+        )
+
+    def _create_schema(self, conn: Connection, metadata: MetaData, catalog: SchemaCatalog) -> None:
+        """Drop the outdated tables, create the missing ones and run the search DDL (under
+        the DDL lock, ``catalog`` read after taking it)."""
+        existing = set(catalog.tables)
+        for outdated in self._outdated_tables(catalog):
+            conn.exec_driver_sql(f"DROP TABLE {outdated}")
+            existing.discard(outdated)
+        self.created_tables = self.entries.name not in existing
+        if self.postings is not None:
+            self.predates_postings = (
+                self.entries.name in existing and self.postings.name not in existing
+            )
+        metadata.create_all(conn, checkfirst=True)
+        created = {table.name for table in metadata.sorted_tables} - existing
+        for statement in self._search_ddl(created=created):
+            conn.exec_driver_sql(statement)
 
     @property
     def engine(self) -> Engine:
@@ -486,8 +502,8 @@ class SqlMemoryStore(ABC):
         They are created with the entries table, in the same transaction.
         """
 
-    def _outdated_tables(self, conn: Connection, existing: set[str]) -> list[str]:
-        """Tables of ``existing`` laid out by older code, to drop and create anew at open: a
+    def _outdated_tables(self, catalog: SchemaCatalog) -> list[str]:
+        """Tables of ``catalog`` laid out by older code, to drop and create anew at open: a
         subclass keeping a table derived from its rows (filled again by ``_search_ddl``, which
         sees it as created) names it here when its layout changed. None by default."""
         return []
@@ -586,6 +602,38 @@ def _insert_postings(conn: Connection, table: str, postings: list[tuple[str, int
         )
     else:
         conn.exec_driver_sql(f"INSERT INTO {table} (term, seq, tf) VALUES (?, ?, ?)", postings)
+
+
+_ENSURED = re.compile(r"CREATE (?:VIRTUAL TABLE|TRIGGER|INDEX) IF NOT EXISTS (\w+) ")
+_DEFINED = re.compile(r"CREATE (?:TRIGGER|INDEX) (\w+) ")
+_DROPPED = re.compile(r"DROP (?:TRIGGER|INDEX) IF EXISTS (\w+)")
+
+
+def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
+    """``statements`` (idempotent search DDL) less those the catalog shows to be no-ops.
+
+    Recognised by their leading words: a ``CREATE ... IF NOT EXISTS`` of an object that
+    exists; a plain ``CREATE`` of a trigger or index whose recorded definition (SQLite keeps
+    it verbatim) is the statement itself, and the ``DROP ... IF EXISTS`` replacing it; a
+    ``DROP ... IF EXISTS`` of an object not there. Any other statement (PostgreSQL's
+    ``DROP TRIGGER ... ON``, a function, a refill) is pending.
+    """
+    unchanged = {
+        match[1]
+        for statement in statements
+        if (match := _DEFINED.match(statement)) and catalog.objects.get(match[1]) == statement
+    }
+    pending = []
+    for statement in statements:
+        if (ensured := _ENSURED.match(statement)) and ensured[1] in catalog.objects:
+            continue
+        if (defined := _DEFINED.match(statement)) and defined[1] in unchanged:
+            continue
+        dropped = _DROPPED.fullmatch(statement)
+        if dropped and (dropped[1] not in catalog.objects or dropped[1] in unchanged):
+            continue
+        pending.append(statement)
+    return pending
 
 
 def _create_engine(url: URL | str) -> Engine:

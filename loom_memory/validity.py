@@ -45,7 +45,6 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
-    inspect,
     or_,
     update,
 )
@@ -86,6 +85,7 @@ from loom_memory.store import (
     check_search,
 )
 from loom_memory.text import PLAIN, Tokenizer
+from loom_runtime import SchemaCatalog
 
 
 class TemporalSqlStore(SqlMemoryStore):
@@ -171,14 +171,13 @@ class TemporalSqlStore(SqlMemoryStore):
             sqlite_with_rowid=False,
         )
 
-    def _outdated_tables(self, conn: Connection, existing: set[str]) -> list[str]:
+    def _outdated_tables(self, catalog: SchemaCatalog) -> list[str]:
         """The counts by position keyed level before term (older code): dropped, then filled
         again from the rows under the key :data:`~loom_memory.position_counts.TERMS_KEY`."""
         terms = self.terms_at_table
-        if terms not in existing:
+        if terms not in catalog.tables or catalog.primary_keys.get(terms) == TERMS_KEY:
             return []
-        key = inspect(conn).get_pk_constraint(terms)["constrained_columns"]
-        return [] if tuple(key) == TERMS_KEY else [terms]
+        return [terms]
 
     def _counts_ddl(self, *, created: set[str]) -> list[str]:
         """The partial index of the current rows and, when this open created the count tables

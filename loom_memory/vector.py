@@ -67,7 +67,7 @@ from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
 from loom_memory.text import searchable_text
-from loom_runtime import MissingExtraError, keyring_for, serialise_ddl
+from loom_runtime import MissingExtraError, create_missing, keyring_for, serialise_ddl
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -135,10 +135,11 @@ class VectorSqlStore(SqlMemoryStore):
         self.vectors = EmbeddingTable(self.engine, model=self.model, table_prefix=table_prefix)
         """The store's recorded vectors (``<prefix>embeddings``)."""
         with self._begin(None) as conn:
-            serialise_ddl(conn)  # workers opening the store at once must not race
-            metadata.create_all(conn, checkfirst=True)
-            for statement in self._token_triggers():
-                conn.exec_driver_sql(statement)
+            created = create_missing(conn, metadata.sorted_tables)
+            if created or self.created_tables:  # the triggers go and come with the tables
+                serialise_ddl(conn)  # workers opening the store at once must not race
+                for statement in self._token_triggers():
+                    conn.exec_driver_sql(statement)
         self._check_space()
 
     @property

@@ -98,7 +98,7 @@ if TYPE_CHECKING:
     from loom_runtime.replay import ReplayResult
     from loom_runtime.retention import parse_age
     from loom_runtime.retry import RetryPolicy
-    from loom_runtime.schema import serialise_ddl
+    from loom_runtime.schema import SchemaCatalog, create_missing, read_catalog, serialise_ddl
     from loom_runtime.sealing import (
         Keyring,
         KeyWrapper,
@@ -178,6 +178,7 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "SQLProjection",
+    "SchemaCatalog",
     "Sealed",
     "SecretIdentifierError",
     "SecretPattern",
@@ -193,6 +194,7 @@ __all__ = [
     "WrongMasterKeyError",
     "async_transport",
     "catch_up",
+    "create_missing",
     "current_context",
     "json_problem",
     "keyring_for",
@@ -202,6 +204,7 @@ __all__ = [
     "pair_subject",
     "parse_age",
     "position_at",
+    "read_catalog",
     "rebuild",
     "seal_subject_text",
     "sealed_text_subject",
@@ -231,6 +234,9 @@ _EXPORTS = {
     "rebuild": "loom_runtime.projection",
     "tracked_names": "loom_runtime.projection",
     "tracking_table": "loom_runtime.projection",
+    "SchemaCatalog": "loom_runtime.schema",
+    "create_missing": "loom_runtime.schema",
+    "read_catalog": "loom_runtime.schema",
     "serialise_ddl": "loom_runtime.schema",
     "json_problem": "loom_runtime.storable",
     "text_problem": "loom_runtime.storable",

@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import PAGE_SIZE, READ_ONLY, DomainEventProtocol, EventLog
-from loom_runtime.schema import serialise_ddl
+from loom_runtime.schema import create_missing
 
 Progress = Callable[[int, int], None]
 """Called after each page with (position reached, target position)."""
@@ -128,11 +128,8 @@ class SQLProjection(ABC):
         tables when it is opened says so, since they are not missing by the time this runs).
         """
         with self.engine.begin() as conn:
-            serialise_ddl(conn)
-            _tracking_metadata.create_all(conn, checkfirst=True)
-            existing = set(inspect(conn).get_table_names())
-            recreated = any(table.name not in existing for table in self.metadata.sorted_tables)
-            self.metadata.create_all(conn, checkfirst=True)
+            created = create_missing(conn, [tracking_table, *self.metadata.sorted_tables])
+            recreated = bool(created - {tracking_table.name})
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
             conn.execute(
                 insert(tracking_table)

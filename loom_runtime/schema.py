@@ -8,7 +8,10 @@ advisory lock first. SQLite needs none: its writers are already serialised.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Table
 
 DDL_LOCK_KEY = 0x6C6F6F6D
 """The advisory lock key ("loom") every schema change of loom takes on PostgreSQL."""
@@ -18,3 +21,75 @@ def serialise_ddl(conn: Connection) -> None:
     """Make the rest of this transaction's schema changes wait for any other process's."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DDL_LOCK_KEY})")
+
+
+# One statement per backend: every named object of the schema, and each table's primary-key
+# columns in key order (NULL for an object without one).
+_CATALOG = {
+    "postgresql": (
+        "SELECT c.relname, CASE WHEN c.relkind IN ('r', 'p', 'f', 'v', 'm') THEN 'table' "
+        "ELSE 'index' END, NULL, a.attname "
+        "FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
+        "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+        "LEFT JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) ON true "
+        "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+        "WHERE s.nspname = current_schema() AND c.relkind IN ('r', 'p', 'f', 'v', 'm', 'i', 'I') "
+        "ORDER BY c.relname, k.n"
+    ),
+    "sqlite": (
+        "SELECT m.name, m.type, m.sql, p.name FROM sqlite_master AS m "
+        "LEFT JOIN pragma_table_info(m.name) AS p ON m.type = 'table' AND p.pk > 0 "
+        "ORDER BY m.name, p.pk"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SchemaCatalog:
+    """What a database's schema holds, read in one query by :func:`read_catalog`.
+
+    Opening a store used to ask once per table (SQLAlchemy's ``create_all(checkfirst=True)``
+    and ``has_table``) and reflect a primary key: on PostgreSQL a dozen round trips per open
+    of an up-to-date schema, where one query answers all of them (ADR 0054).
+    """
+
+    tables: frozenset[str]
+    """Tables and views (what ``create_all`` would find and not create)."""
+    objects: Mapping[str, str | None]
+    """Every named object (tables, indexes; on SQLite triggers too), with the statement that
+    created it where the database keeps it verbatim (SQLite), else None."""
+    primary_keys: Mapping[str, tuple[str, ...]]
+    """Each table's primary-key columns, in key order."""
+
+
+def read_catalog(conn: Connection) -> SchemaCatalog:
+    """The schema of ``conn``'s database (its default schema on PostgreSQL), in one query."""
+    tables: set[str] = set()
+    objects: dict[str, str | None] = {}
+    keys: dict[str, tuple[str, ...]] = {}
+    for name, kind, sql, column in conn.exec_driver_sql(_CATALOG[conn.dialect.name]):
+        objects[name] = sql
+        if kind == "table":
+            tables.add(name)
+        if column is not None:
+            keys[name] = (*keys.get(name, ()), column)
+    return SchemaCatalog(frozenset(tables), objects, keys)
+
+
+def create_missing(conn: Connection, tables: Sequence[Table]) -> set[str]:
+    """Create those of ``tables`` the database lacks (with their indexes); their names.
+
+    The catalog is read once; only when a table is missing does this take the DDL lock
+    (:func:`serialise_ddl`) and read it again, since another process may have created it
+    meanwhile. An up-to-date schema costs one query and no lock.
+    """
+    existing = read_catalog(conn).tables
+    if all(table.name in existing for table in tables):
+        return set()
+    serialise_ddl(conn)
+    existing = read_catalog(conn).tables
+    missing = [table for table in tables if table.name not in existing]
+    for metadata in {id(table.metadata): table.metadata for table in missing}.values():
+        mine = [table for table in missing if table.metadata is metadata]
+        metadata.create_all(conn, tables=mine, checkfirst=False)
+    return {table.name for table in missing}

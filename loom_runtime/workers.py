@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import READ_ONLY
-from loom_runtime.schema import serialise_ddl
+from loom_runtime.schema import create_missing
 
 logger = logging.getLogger("loom.runtime")
 """A heartbeat the database refused, at WARNING (the worker keeps trying)."""
@@ -88,8 +88,7 @@ class WorkerRegistry:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         with engine.begin() as conn:
-            serialise_ddl(conn)
-            _metadata.create_all(conn, checkfirst=True)
+            create_missing(conn, _metadata.sorted_tables)
 
     def beat(self, worker: str) -> None:
         """Register ``worker`` (this process) if new, and stamp it alive now."""

@@ -50,7 +50,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    inspect,
     or_,
     select,
     update,
@@ -189,7 +188,7 @@ class CorpusIndex(SQLProjection):
         :meth:`drop` reach their tables too; True if one had lost its tables (its rows are
         gone while the projection's position says they are there)."""
         with self.reading() as conn:
-            if not inspect(conn).has_table(self.tokenizers.name):
+            if not conn.dialect.has_table(conn, self.tokenizers.name):
                 return False  # a read model from before stemmed scopes, not yet upgraded
             stemmers = sorted(conn.execute(select(self.tokenizers.c.stemmer).distinct()).scalars())
         opened = [stemmer for stemmer in stemmers if stemmer not in self._stemmed]
