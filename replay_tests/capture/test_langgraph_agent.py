@@ -58,7 +58,8 @@ class Recorded:
 
 def _client(provider: ProviderServer) -> openai.OpenAI:
     """The example's client, pointed at the loopback provider."""
-    return wrap(openai.OpenAI(api_key="sk-loopback", base_url=provider.openai_url))
+    # No retry: the controls call the stopped provider, and a backoff only waits (seconds).
+    return wrap(openai.OpenAI(api_key="sk-loopback", base_url=provider.openai_url), retry=None)
 
 
 def _replay(
