@@ -24,7 +24,8 @@ def serialise_ddl(conn: Connection) -> None:
 
 
 # One statement per backend: every named object of the schema, and each table's primary-key
-# columns in key order (NULL for an object without one).
+# columns in key order (NULL for an object without one). On PostgreSQL "the schema" is what
+# the search path makes visible, as for SQLAlchemy's ``has_table`` and for loom's queries.
 _CATALOG = {
     "postgresql": (
         "SELECT c.relname, CASE WHEN c.relkind IN ('r', 'p', 'f', 'v', 'm') THEN 'table' "
@@ -33,7 +34,8 @@ _CATALOG = {
         "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
         "LEFT JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) ON true "
         "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
-        "WHERE s.nspname = current_schema() AND c.relkind IN ('r', 'p', 'f', 'v', 'm', 'i', 'I') "
+        "WHERE pg_table_is_visible(c.oid) AND s.nspname <> 'pg_catalog' "
+        "AND c.relkind IN ('r', 'p', 'f', 'v', 'm', 'i', 'I') "
         "ORDER BY c.relname, k.n"
     ),
     "sqlite": (
@@ -63,7 +65,8 @@ class SchemaCatalog:
 
 
 def read_catalog(conn: Connection) -> SchemaCatalog:
-    """The schema of ``conn``'s database (its default schema on PostgreSQL), in one query."""
+    """The schema of ``conn``'s database (on PostgreSQL the relations its search path makes
+    visible), in one query."""
     tables: set[str] = set()
     objects: dict[str, str | None] = {}
     keys: dict[str, tuple[str, ...]] = {}
