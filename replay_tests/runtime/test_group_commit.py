@@ -13,19 +13,24 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loom_runtime import StreamConflictError
-from loom_runtime.log import LogSettings, Row, open_log
+from loom_runtime.log import Row
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
 
 FOLLOWERS = 6
 WAIT_S = 30
+
+
+def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
+    recorder = log.application.recorder
+    assert isinstance(recorder, ChainedSQLiteRecorder)
+    return recorder
 
 
 class Gate:
@@ -57,20 +62,6 @@ class Gate:
         group = self.recorder.group_commit
         while group.queued < count:
             threading.Event().wait(0.001)
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventsourcingLog]:
-    opened = open_log(LogSettings(f"sqlite:///{tmp_path / 'loom.db'}", sqlite_synchronous="FULL"))
-    assert isinstance(opened, EventsourcingLog)
-    yield opened
-    opened.close()
-
-
-def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
-    recorder = log.application.recorder
-    assert isinstance(recorder, ChainedSQLiteRecorder)
-    return recorder
 
 
 def _rows(stream: uuid.UUID, versions: range) -> list[Row]:
@@ -108,12 +99,12 @@ def _hold_first_commit(log: EventsourcingLog, gate: Gate) -> Appender:
     return leader
 
 
-def test_appends_queued_behind_a_commit_share_the_next_one(log: EventsourcingLog) -> None:
+def test_appends_queued_behind_a_commit_share_the_next_one(sqlite_log: EventsourcingLog) -> None:
     """Six appends arriving during one commit are written by one more commit, not six."""
-    gate = Gate(_recorder(log))
-    leader = _hold_first_commit(log, gate)
+    gate = Gate(_recorder(sqlite_log))
+    leader = _hold_first_commit(sqlite_log, gate)
     streams = [uuid.uuid4() for _ in range(FOLLOWERS)]
-    followers = [Appender(log, _rows(stream, range(1, 3))) for stream in streams]
+    followers = [Appender(sqlite_log, _rows(stream, range(1, 3))) for stream in streams]
     for follower in followers:
         follower.start()
     gate.wait_until_queued(FOLLOWERS)
@@ -124,41 +115,41 @@ def test_appends_queued_behind_a_commit_share_the_next_one(log: EventsourcingLog
     assert gate.commits == 2
     ids = [i for appender in [leader, *followers] for i in appender.ids]
     assert sorted(ids) == list(range(1, 2 + 2 * FOLLOWERS))
-    assert all(_visible(log, stream) == 2 for stream in streams)
-    report = log.verify()
+    assert all(_visible(sqlite_log, stream) == 2 for stream in streams)
+    report = sqlite_log.verify()
     assert report.ok, report
 
 
-def test_no_queued_append_returns_before_its_commit(log: EventsourcingLog) -> None:
+def test_no_queued_append_returns_before_its_commit(sqlite_log: EventsourcingLog) -> None:
     """While the commit ahead is held, the queued callers wait and nothing of theirs is
     visible: ``decide`` cannot return before its decision is durable."""
-    gate = Gate(_recorder(log))
-    leader = _hold_first_commit(log, gate)
+    gate = Gate(_recorder(sqlite_log))
+    leader = _hold_first_commit(sqlite_log, gate)
     stream = uuid.uuid4()
-    follower = Appender(log, _rows(stream, range(1, 2)))
+    follower = Appender(sqlite_log, _rows(stream, range(1, 2)))
     follower.start()
     gate.wait_until_queued(1)
     assert follower.is_alive()
     assert follower.ids == []
-    assert _visible(log, stream) == 0
+    assert _visible(sqlite_log, stream) == 0
     gate.release.set()
     follower.join(WAIT_S)
     leader.join(WAIT_S)
-    assert follower.ids and _visible(log, stream) == 1
+    assert follower.ids and _visible(sqlite_log, stream) == 1
 
 
-def test_a_conflict_in_the_group_fails_only_its_own_caller(log: EventsourcingLog) -> None:
+def test_a_conflict_in_the_group_fails_only_its_own_caller(sqlite_log: EventsourcingLog) -> None:
     """A queued append whose version is taken raises the typed conflict; the appends around
     it in the same commit are stored and chained."""
     taken = uuid.uuid4()
-    log.insert_rows(_rows(taken, range(1, 2)))
-    gate = Gate(_recorder(log))
-    leader = _hold_first_commit(log, gate)
+    sqlite_log.insert_rows(_rows(taken, range(1, 2)))
+    gate = Gate(_recorder(sqlite_log))
+    leader = _hold_first_commit(sqlite_log, gate)
     before, after = uuid.uuid4(), uuid.uuid4()
     group = [
-        Appender(log, _rows(before, range(1, 2))),
-        Appender(log, _rows(taken, range(1, 2))),
-        Appender(log, _rows(after, range(1, 2))),
+        Appender(sqlite_log, _rows(before, range(1, 2))),
+        Appender(sqlite_log, _rows(taken, range(1, 2))),
+        Appender(sqlite_log, _rows(after, range(1, 2))),
     ]
     for appender in group:
         appender.start()
@@ -169,16 +160,22 @@ def test_a_conflict_in_the_group_fails_only_its_own_caller(log: EventsourcingLog
     assert isinstance(group[1].error, StreamConflictError)
     assert group[0].error is None and group[2].error is None
     assert gate.commits == 2
-    assert (_visible(log, before), _visible(log, taken), _visible(log, after)) == (1, 1, 1)
-    assert log.verify().ok
+    assert (
+        _visible(sqlite_log, before),
+        _visible(sqlite_log, taken),
+        _visible(sqlite_log, after),
+    ) == (1, 1, 1)
+    assert sqlite_log.verify().ok
 
 
-def test_a_failed_group_commit_fails_every_member_and_stores_none(log: EventsourcingLog) -> None:
+def test_a_failed_group_commit_fails_every_member_and_stores_none(
+    sqlite_log: EventsourcingLog,
+) -> None:
     """If the shared commit fails, each caller in it gets the error and none of it is stored."""
-    gate = Gate(_recorder(log), fail_second=True)
-    leader = _hold_first_commit(log, gate)
+    gate = Gate(_recorder(sqlite_log), fail_second=True)
+    leader = _hold_first_commit(sqlite_log, gate)
     streams = [uuid.uuid4() for _ in range(3)]
-    group = [Appender(log, _rows(stream, range(1, 2))) for stream in streams]
+    group = [Appender(sqlite_log, _rows(stream, range(1, 2))) for stream in streams]
     for appender in group:
         appender.start()
     gate.wait_until_queued(len(group))
@@ -187,18 +184,18 @@ def test_a_failed_group_commit_fails_every_member_and_stores_none(log: Eventsour
         appender.join(WAIT_S)
     assert leader.error is None
     assert all(isinstance(appender.error, OSError) for appender in group)
-    assert [_visible(log, stream) for stream in streams] == [0, 0, 0]
-    log.insert_rows(_rows(streams[0], range(1, 2)))
-    assert log.verify().ok
+    assert [_visible(sqlite_log, stream) for stream in streams] == [0, 0, 0]
+    sqlite_log.insert_rows(_rows(streams[0], range(1, 2)))
+    assert sqlite_log.verify().ok
 
 
-def test_a_lone_writer_commits_every_append_by_itself(log: EventsourcingLog) -> None:
+def test_a_lone_writer_commits_every_append_by_itself(sqlite_log: EventsourcingLog) -> None:
     """Negative control: sequential appends have nothing to share; one commit each."""
-    gate = Gate(_recorder(log))
+    gate = Gate(_recorder(sqlite_log))
     gate.release.set()
     stream = uuid.uuid4()
     for version in range(1, 6):
-        log.insert_rows(_rows(stream, range(version, version + 1)))
+        sqlite_log.insert_rows(_rows(stream, range(version, version + 1)))
     assert gate.commits == 5
 
 

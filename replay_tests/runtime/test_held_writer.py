@@ -14,7 +14,6 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage import sqlite as storage_sqlite
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventsourcingLog]:
-    opened = open_log(LogSettings(f"sqlite:///{tmp_path / 'loom.db'}", sqlite_synchronous="FULL"))
-    assert isinstance(opened, EventsourcingLog)
-    yield opened
-    opened.close()
 
 
 def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
@@ -46,10 +37,10 @@ def _row(stream: uuid.UUID, version: int) -> Row:
 
 
 def test_appends_take_no_connection_from_the_pool(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five appends check nothing out of eventsourcing's pool (each took its writer before)."""
-    pool = _recorder(log).datastore.pool
+    pool = _recorder(sqlite_log).datastore.pool
     taken: list[Any] = []
     original = pool.get_connection
 
@@ -60,19 +51,19 @@ def test_appends_take_no_connection_from_the_pool(
     monkeypatch.setattr(pool, "get_connection", counted)
     stream = uuid.uuid4()
     for version in range(1, 6):
-        log.insert_rows([_row(stream, version)])
+        sqlite_log.insert_rows([_row(stream, version)])
     assert True not in taken
-    assert len(log.rows(stream)) == 5
+    assert len(sqlite_log.rows(stream)) == 5
 
 
 def test_a_failed_commit_leaves_nothing_open_for_the_next_append(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A COMMIT that fails keeps its transaction open in SQLite; the recorder rolls it back, so
     the failed append is not stored and the next one commits and chains."""
-    recorder = _recorder(log)
+    recorder = _recorder(sqlite_log)
     stream = uuid.uuid4()
-    log.insert_rows([_row(stream, 1)])
+    sqlite_log.insert_rows([_row(stream, 1)])
     writer = recorder._writer
     assert writer is not None
 
@@ -81,30 +72,30 @@ def test_a_failed_commit_leaves_nothing_open_for_the_next_append(
 
     monkeypatch.setattr(writer, "commit", failing_commit)
     with pytest.raises(Exception, match="injected at COMMIT"):
-        log.insert_rows([_row(stream, 2)])
+        sqlite_log.insert_rows([_row(stream, 2)])
     monkeypatch.undo()
-    log.insert_rows([_row(stream, 2)])
-    assert [row.version for row in log.rows(stream)] == [1, 2]
-    assert log.verify().ok
+    sqlite_log.insert_rows([_row(stream, 2)])
+    assert [row.version for row in sqlite_log.rows(stream)] == [1, 2]
+    assert sqlite_log.verify().ok
 
 
 def test_a_forked_process_opens_its_own_writer(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process id (a fork) writes through a new connection and leaves the parent's
     open: a SQLite connection must not be used, or closed, across a fork."""
-    recorder = _recorder(log)
+    recorder = _recorder(sqlite_log)
     stream = uuid.uuid4()
-    log.insert_rows([_row(stream, 1)])
+    sqlite_log.insert_rows([_row(stream, 1)])
     parent = recorder._writer
     assert parent is not None
     monkeypatch.setattr(storage_sqlite.os, "getpid", lambda: -1)
-    log.insert_rows([_row(stream, 2)])
+    sqlite_log.insert_rows([_row(stream, 2)])
     assert recorder._writer is not parent
     monkeypatch.undo()
     parent.cursor().execute("SELECT 1")  # still open
     parent.close()
-    assert log.verify().ok
+    assert sqlite_log.verify().ok
 
 
 def test_closing_the_log_closes_the_writer(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,6 @@ from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage import sqlite as storage_sqlite
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventsourcingLog]:
-    opened = open_log(LogSettings(f"sqlite:///{tmp_path / 'loom.db'}"))
-    assert isinstance(opened, EventsourcingLog)
-    yield opened
-    opened.close()
 
 
 def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
@@ -65,56 +56,56 @@ def _counting_checkouts(
 
 
 def test_the_position_takes_no_connection_from_the_pool(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the reader free, reading the position checks nothing out of the pool."""
-    recorder = _recorder(log)
-    log.insert_rows(_rows(uuid.uuid4(), 3))
+    recorder = _recorder(sqlite_log)
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 3))
     taken = _counting_checkouts(recorder, monkeypatch)
 
-    positions = [log.position for _ in range(5)]
+    positions = [sqlite_log.position for _ in range(5)]
 
     assert taken == []
     assert positions == [3] * 5
 
 
-def test_the_position_is_the_pools(log: EventsourcingLog) -> None:
+def test_the_position_is_the_pools(sqlite_log: EventsourcingLog) -> None:
     """The held reader answers what eventsourcing's read through the pool answers."""
-    recorder = _recorder(log)
+    recorder = _recorder(sqlite_log)
     assert recorder.max_notification_id() == _pool_position(recorder)  # empty: no row yet
-    log.insert_rows(_rows(uuid.uuid4(), 2))
-    log.insert_rows(_rows(uuid.uuid4(), 4))
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 2))
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 4))
 
     assert recorder.max_notification_id() == _pool_position(recorder) == 6
 
 
 def test_a_busy_reader_leaves_the_read_to_the_pool(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another thread inside the reader: this one reads through the pool, the same answer."""
-    recorder = _recorder(log)
-    log.insert_rows(_rows(uuid.uuid4(), 2))
+    recorder = _recorder(sqlite_log)
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 2))
     taken = _counting_checkouts(recorder, monkeypatch)
 
     with recorder._reader_lock:
-        assert log.position == 2
+        assert sqlite_log.position == 2
 
     assert len(taken) == 1
 
 
 def test_a_forked_process_opens_its_own_reader(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process id (a fork) reads through a new connection and leaves the parent's
     open: a SQLite connection must not be used, or closed, across a fork."""
-    recorder = _recorder(log)
-    log.insert_rows(_rows(uuid.uuid4(), 1))
-    assert log.position == 1
+    recorder = _recorder(sqlite_log)
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 1))
+    assert sqlite_log.position == 1
     parent = recorder._reader
     assert parent is not None
     monkeypatch.setattr(storage_sqlite.os, "getpid", lambda: -1)
 
-    assert log.position == 1
+    assert sqlite_log.position == 1
 
     assert recorder._reader is not parent
     monkeypatch.undo()
@@ -123,19 +114,19 @@ def test_a_forked_process_opens_its_own_reader(
 
 
 def test_a_failed_reader_is_replaced_and_the_pool_answers(
-    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+    sqlite_log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader whose statement fails is dropped; the pool reads this time, a new one next."""
-    recorder = _recorder(log)
-    log.insert_rows(_rows(uuid.uuid4(), 2))
-    assert log.position == 2
+    recorder = _recorder(sqlite_log)
+    sqlite_log.insert_rows(_rows(uuid.uuid4(), 2))
+    assert sqlite_log.position == 2
     broken = recorder._reader
     assert broken is not None
     broken.close()
 
-    assert log.position == 2
+    assert sqlite_log.position == 2
     assert recorder._reader is None
-    assert log.position == 2
+    assert sqlite_log.position == 2
     assert recorder._reader is not None
 
 
