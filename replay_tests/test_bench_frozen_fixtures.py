@@ -46,8 +46,7 @@ def run_with_cycles() -> list[tuple[int, bool]]:
 _UNFROZEN_RUN = """
 import gc, json, sys
 sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, sys.argv[1] + "/replay_tests")
-from test_bench_frozen_fixtures import _Node, run_with_cycles
+from replay_tests.test_bench_frozen_fixtures import _Node, run_with_cycles
 assert gc.get_freeze_count() == 0
 fixture = [_Node() for _ in range(10)]
 print(json.dumps({"seen": run_with_cycles(), "after": gc.get_freeze_count()}))

@@ -22,15 +22,10 @@ from loom_runtime.log import Row
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
+from replay_tests.runtime.test_held_writer import _recorder
 
 FOLLOWERS = 6
 WAIT_S = 30
-
-
-def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
-    recorder = log.application.recorder
-    assert isinstance(recorder, ChainedSQLiteRecorder)
-    return recorder
 
 
 class Gate:

@@ -20,12 +20,7 @@ from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage import sqlite as storage_sqlite
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
-
-
-def _recorder(log: EventsourcingLog) -> ChainedSQLiteRecorder:
-    recorder = log.application.recorder
-    assert isinstance(recorder, ChainedSQLiteRecorder)
-    return recorder
+from replay_tests.runtime.test_held_writer import _recorder
 
 
 def _pool_position(recorder: ChainedSQLiteRecorder) -> Any:
