@@ -54,6 +54,7 @@ _CHANGES = {
         f"ON n.seq = o.seq WHERE n.valid_to IS NULL AND (o.valid_to IS NOT NULL OR {_MOVED})"
     ),
 }
+_REPLACE = "CREATE OR REPLACE FUNCTION"
 _TRANSITIONS = {
     "delete": "OLD TABLE AS old_rows",
     "update": "OLD TABLE AS old_rows NEW TABLE AS new_rows",
@@ -80,6 +81,13 @@ def count_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> list[
             entries, _function(prefix, event), f"{entries}_count_{event}", event, counts
         )
     return statements
+
+
+def replaced_functions(statements: list[str]) -> list[str]:
+    """The function statements of ``statements`` (from :func:`count_triggers` or
+    :func:`position_triggers`): what an open of existing tables runs to replace a body that
+    older code wrote, since ``CREATE OR REPLACE`` keeps the function the triggers call."""
+    return [statement for statement in statements if statement.startswith(_REPLACE)]
 
 
 def drop_count_triggers(prefix: str) -> list[str]:
@@ -223,7 +231,7 @@ def _statement_trigger(
     declare = f"{rows.declare('r')} {terms.declare('t')}"
     body = f"{lock} {rows.add('r')} {terms.add('t')} {terms.prune('t')} {rows.prune('r')}"
     return [
-        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"{_REPLACE} {function}() RETURNS trigger LANGUAGE plpgsql AS "
         f"$$ DECLARE {declare} BEGIN {body} RETURN NULL; END $$",
         f"DROP TRIGGER IF EXISTS {trigger} ON {entries}",
         f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {entries} "

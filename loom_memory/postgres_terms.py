@@ -148,15 +148,15 @@ def term_index(prefix: str, metadata: MetaData, entries: Table) -> TermIndex:
 
 def index_ddl(prefix: str, entries: Table, index: TermIndex, *, created: set[str]) -> list[str]:
     """The triggers keeping ``index``, and the index rebuilt from the rows, when this open
-    ``created`` the entries table or the index; nothing when both existed (nor change).
+    ``created`` the entries table or the index; when both existed, only the trigger functions
+    (``CREATE OR REPLACE``, which the triggers keep calling): an open runs them only if the
+    server holds a body older code wrote (``loom_memory.sql``'s ``_pending``).
 
     An entries table created beside an existing index (its old table dropped by hand, its
     triggers with it) finds that index stale; an index created beside existing entries (a store
     written by older code) finds it empty: either way it is emptied and filled from the rows.
     """
     rows = entries.name
-    if rows not in created and index.postings.name not in created:
-        return []
     postings, terms, keys = (table.name for table in index.tables)
     per_term = "FROM {rows} n, unnest(n.search_vector) v GROUP BY n.key, v.lexeme"
 
@@ -186,19 +186,24 @@ def index_ddl(prefix: str, entries: Table, index: TermIndex, *, created: set[str
         f"DELETE FROM {keys} c USING (SELECT DISTINCT key FROM old_rows) d "
         "WHERE c.key = d.key AND c.rows = 0;"
     )
-    statements = []
+    functions, triggers = [], []
     for event, table, body in (("insert", "NEW", inserted), ("delete", "OLD", deleted)):
         function, trigger = _function(prefix, event), f"{rows}_index_{event}"
-        statements += [
+        functions.append(
             f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN {body} RETURN NULL; END $$",
+            f"$$ BEGIN {body} RETURN NULL; END $$"
+        )
+        triggers += [
             f"DROP TRIGGER IF EXISTS {trigger} ON {rows}",
             f"CREATE TRIGGER {trigger} AFTER {event.upper()} ON {rows} "
             f"REFERENCING {table} TABLE AS {table.lower()}_rows FOR EACH STATEMENT "
             f"EXECUTE FUNCTION {function}()",
         ]
+    if rows not in created and postings not in created:
+        return functions
     return [
-        *statements,
+        *functions,
+        *triggers,
         *(f"DELETE FROM {table}" for table in (postings, terms, keys)),
         posted(rows),
         f"INSERT INTO {terms} (key, term, df) SELECT key, term, count(*) FROM {postings} "

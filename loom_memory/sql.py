@@ -607,6 +607,7 @@ def _insert_postings(conn: Connection, table: str, postings: list[tuple[str, int
 _ENSURED = re.compile(r"CREATE (?:VIRTUAL TABLE|TRIGGER|INDEX) IF NOT EXISTS (\w+) ")
 _DEFINED = re.compile(r"CREATE (?:TRIGGER|INDEX) (\w+) ")
 _DROPPED = re.compile(r"DROP (?:TRIGGER|INDEX) IF EXISTS (\w+)")
+_REPLACED = re.compile(r"CREATE OR REPLACE FUNCTION (\w+)\(\) .*? AS \$\$(.*)\$\$", re.DOTALL)
 
 
 def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
@@ -615,8 +616,10 @@ def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
     Recognised by their leading words: a ``CREATE ... IF NOT EXISTS`` of an object that
     exists; a plain ``CREATE`` of a trigger or index whose recorded definition (SQLite keeps
     it verbatim) is the statement itself, and the ``DROP ... IF EXISTS`` replacing it; a
-    ``DROP ... IF EXISTS`` of an object not there. Any other statement (PostgreSQL's
-    ``DROP TRIGGER ... ON``, a function, a refill) is pending.
+    ``DROP ... IF EXISTS`` of an object not there; a ``CREATE OR REPLACE FUNCTION`` whose body
+    the server holds already (a release that changes a trigger's body changes no table, so the
+    body is what is compared). Any other statement (PostgreSQL's ``DROP TRIGGER ... ON``, a
+    refill) is pending.
     """
     unchanged = {
         match[1]
@@ -628,6 +631,9 @@ def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
         if (ensured := _ENSURED.match(statement)) and ensured[1] in catalog.objects:
             continue
         if (defined := _DEFINED.match(statement)) and defined[1] in unchanged:
+            continue
+        replaced = _REPLACED.fullmatch(statement)
+        if replaced and catalog.functions.get(replaced[1]) == replaced[2]:
             continue
         dropped = _DROPPED.fullmatch(statement)
         if dropped and (dropped[1] not in catalog.objects or dropped[1] in unchanged):

@@ -73,6 +73,7 @@ from loom_memory.postgres_counts import (
     drop_position_triggers,
     key_lock,
     position_triggers,
+    replaced_functions,
 )
 from loom_memory.postings import Admission, driver_mark, rank_pruned
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
@@ -692,22 +693,25 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
         """The postings store's DDL, the counting triggers (when this open created the count
-        tables or the entries table), and the shared counting DDL."""
-        triggers = []
-        if created & {self.entries.name, self.row_counts_table, self.term_counts_table}:
-            triggers = count_triggers(
-                self.table_prefix,
-                self.entries.name,
-                rows=self.row_counts_table,
-                terms=self.term_counts_table,
-            )
-        if created & {self.entries.name, self.rows_at_table, self.terms_at_table}:
-            triggers += position_triggers(
-                self.table_prefix,
-                self.entries.name,
-                rows=self.rows_at_table,
-                terms=self.terms_at_table,
-            )
+        tables or the entries table; else only their functions, replaced if older code wrote
+        them otherwise), and the shared counting DDL."""
+        counting = count_triggers(
+            self.table_prefix,
+            self.entries.name,
+            rows=self.row_counts_table,
+            terms=self.term_counts_table,
+        )
+        if not created & {self.entries.name, self.row_counts_table, self.term_counts_table}:
+            counting = replaced_functions(counting)
+        by_position = position_triggers(
+            self.table_prefix,
+            self.entries.name,
+            rows=self.rows_at_table,
+            terms=self.terms_at_table,
+        )
+        if not created & {self.entries.name, self.rows_at_table, self.terms_at_table}:
+            by_position = replaced_functions(by_position)
+        triggers = [*counting, *by_position]
         return [
             *super()._search_ddl(created=created),
             *triggers,

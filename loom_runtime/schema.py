@@ -24,22 +24,27 @@ def serialise_ddl(conn: Connection) -> None:
 
 
 # One statement per backend: every named object of the schema, and each table's primary-key
-# columns in key order (NULL for an object without one). On PostgreSQL "the schema" is what
+# columns in key order (NULL for an object without one); on PostgreSQL its functions too, with
+# their source. On PostgreSQL "the schema" is what
 # the search path makes visible, as for SQLAlchemy's ``has_table`` and for loom's queries.
 _CATALOG = {
     "postgresql": (
         "SELECT c.relname, CASE WHEN c.relkind IN ('r', 'p', 'f', 'v', 'm') THEN 'table' "
-        "ELSE 'index' END, NULL, a.attname "
+        "ELSE 'index' END, NULL, a.attname, k.n "
         "FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
         "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
         "LEFT JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) ON true "
         "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
         "WHERE pg_table_is_visible(c.oid) AND s.nspname <> 'pg_catalog' "
         "AND c.relkind IN ('r', 'p', 'f', 'v', 'm', 'i', 'I') "
-        "ORDER BY c.relname, k.n"
+        "UNION ALL SELECT p.proname, 'function', p.prosrc, NULL, NULL "
+        "FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "
+        "WHERE pg_function_is_visible(p.oid) "
+        "AND s.nspname NOT IN ('pg_catalog', 'information_schema') "
+        "ORDER BY 1, 5"
     ),
     "sqlite": (
-        "SELECT m.name, m.type, m.sql, p.name FROM sqlite_master AS m "
+        "SELECT m.name, m.type, m.sql, p.name, p.pk FROM sqlite_master AS m "
         "LEFT JOIN pragma_table_info(m.name) AS p ON m.type = 'table' AND p.pk > 0 "
         "ORDER BY m.name, p.pk"
     ),
@@ -62,6 +67,10 @@ class SchemaCatalog:
     created it where the database keeps it verbatim (SQLite), else None."""
     primary_keys: Mapping[str, tuple[str, ...]]
     """Each table's primary-key columns, in key order."""
+    functions: Mapping[str, str]
+    """PostgreSQL's functions (SQLite has none), each with its source as the server keeps it
+    (``pg_proc.prosrc``: a PL/pgSQL function's body between its dollar quotes). A release that
+    changes a trigger's body changes no table, so an open compares the bodies to find it."""
 
 
 def read_catalog(conn: Connection) -> SchemaCatalog:
@@ -70,13 +79,17 @@ def read_catalog(conn: Connection) -> SchemaCatalog:
     tables: set[str] = set()
     objects: dict[str, str | None] = {}
     keys: dict[str, tuple[str, ...]] = {}
-    for name, kind, sql, column in conn.exec_driver_sql(_CATALOG[conn.dialect.name]):
+    functions: dict[str, str] = {}
+    for name, kind, sql, column, _ in conn.exec_driver_sql(_CATALOG[conn.dialect.name]):
+        if kind == "function":
+            functions[name] = sql
+            continue
         objects[name] = sql
         if kind == "table":
             tables.add(name)
         if column is not None:
             keys[name] = (*keys.get(name, ()), column)
-    return SchemaCatalog(frozenset(tables), objects, keys)
+    return SchemaCatalog(frozenset(tables), objects, keys, functions)
 
 
 def create_missing(conn: Connection, tables: Sequence[Table]) -> set[str]:
