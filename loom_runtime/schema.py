@@ -25,8 +25,9 @@ def serialise_ddl(conn: Connection) -> None:
 
 # One statement per backend: every named object of the schema, and each table's primary-key
 # columns in key order (NULL for an object without one); on PostgreSQL its functions too, with
-# their source. On PostgreSQL "the schema" is what
-# the search path makes visible, as for SQLAlchemy's ``has_table`` and for loom's queries.
+# their source. On PostgreSQL "the schema" is what the search path makes visible, as for
+# SQLAlchemy's ``has_table`` and for loom's queries; functions are read from the search path's
+# schemas by name, since ``pg_function_is_visible`` over every function made the query 25 ms.
 _CATALOG = {
     "postgresql": (
         "SELECT c.relname, CASE WHEN c.relkind IN ('r', 'p', 'f', 'v', 'm') THEN 'table' "
@@ -39,8 +40,7 @@ _CATALOG = {
         "AND c.relkind IN ('r', 'p', 'f', 'v', 'm', 'i', 'I') "
         "UNION ALL SELECT p.proname, 'function', p.prosrc, NULL, NULL "
         "FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "
-        "WHERE pg_function_is_visible(p.oid) "
-        "AND s.nspname NOT IN ('pg_catalog', 'information_schema') "
+        "WHERE s.nspname = ANY(current_schemas(false)) AND s.nspname <> 'pg_catalog' "
         "ORDER BY 1, 5"
     ),
     "sqlite": (
