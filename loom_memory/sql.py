@@ -188,9 +188,19 @@ class SqlMemoryStore(ABC):
         )
 
     def _create_schema(self, conn: Connection, metadata: MetaData, catalog: SchemaCatalog) -> None:
-        """Drop the outdated tables, create the missing ones and run the search DDL (under
-        the DDL lock, ``catalog`` read after taking it)."""
+        """Drop the outdated tables (and, if the entries are gone, what was kept beside
+        them), create the missing ones and run the search DDL (under the DDL lock,
+        ``catalog`` read after taking it)."""
         existing = set(catalog.tables)
+        beside = set(metadata.tables) - {self.entries.name}
+        if self.entries.name not in existing and beside & existing:
+            # The entries were dropped (by hand) and what was kept beside them was not: the
+            # postings, counts and search index of rows that are gone, and which the new rows'
+            # numbers would collide with. Drop them too; the store starts empty.
+            for statement in self._drop_ddl():
+                conn.exec_driver_sql(statement)
+            metadata.drop_all(conn, tables=[metadata.tables[name] for name in beside & existing])
+            existing -= beside
         for outdated in self._outdated_tables(catalog):
             conn.exec_driver_sql(f"DROP TABLE {outdated}")
             existing.discard(outdated)

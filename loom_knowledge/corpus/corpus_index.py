@@ -151,7 +151,9 @@ class CorpusIndex(SQLProjection):
             # next catch-up rebuilds it from the log.
             self.drop()
             self.store = self._open_store()
-        self.create_tables()
+        # The plain store created its own tables when opened: if its entries were gone, the
+        # rows this projection's position counts are gone with them.
+        self.create_tables(rows_lost=self.store.created_tables)
         if self._open_recorded_stores():
             self.reset()  # a stemmed store's tables were dropped: rebuild from the log
         self._statements = _Statements(self.documents, self.revisions, self.erased)

@@ -130,7 +130,13 @@ def test_reopening_a_memory_store_runs_no_ddl_and_reads_the_catalog_once(
 
 
 @pytest.mark.parametrize(
-    "table", [f"{TABLE_PREFIX}postings", f"{TABLE_PREFIX}current_terms", f"{TABLE_PREFIX}terms_at"]
+    "table",
+    [
+        f"{TABLE_PREFIX}entries",
+        f"{TABLE_PREFIX}postings",
+        f"{TABLE_PREFIX}current_terms",
+        f"{TABLE_PREFIX}terms_at",
+    ],
 )
 def test_a_table_dropped_by_hand_is_created_and_filled_again(db_url: str, table: str) -> None:
     expected = _built(db_url)
