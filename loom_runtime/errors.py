@@ -269,6 +269,25 @@ class SecretRefusedError(LoomError, ValueError):
         self.path = path
 
 
+class RedactedKeysCollideError(SecretRefusedError):
+    """Two keys of one mapping hold secrets that redact to the same marker.
+
+    A key is redacted as a value is (ADR 0012), but a mapping cannot hold two equal keys: one
+    entry would silently replace the other. So the value is refused instead, in any mode, and
+    nothing is written. ``path`` names the mapping; the message never holds a key.
+    """
+
+    def __init__(self, *, pattern: str, path: str) -> None:
+        LoomError.__init__(
+            self,
+            f"{path} has keys that hold secrets ({pattern}) and would be the same key once "
+            "redacted, so one entry would be lost; nothing was written. Keep secrets out of "
+            "mapping keys (use them as values, or key by a name that holds no secret)",
+        )
+        self.pattern = pattern
+        self.path = path
+
+
 class SecretIdentifierError(SecretRefusedError):
     """An identifier (an id, key, name, scope or source) holds what looks like a secret.
 

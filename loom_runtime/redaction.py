@@ -14,8 +14,9 @@ two places (ADR 0012):
 
 Redaction is idempotent (a marker never matches again), so the second pass over an already
 redacted value finds nothing and counts nothing; the mapper skips it for the values the codec's
-pass returned (:meth:`Redactor.passed`), and reads every other one. Only string *values* are
-scanned, never mapping keys: replacing two keys by the same marker would silently merge them.
+pass returned (:meth:`Redactor.passed`), and reads every other one. Mapping keys are redacted
+as values are; two keys of one mapping that would become the same marker are refused
+(:class:`~loom_runtime.errors.RedactedKeysCollideError`) rather than merged.
 
 ``mode="refuse"`` raises :class:`~loom_runtime.errors.SecretRefusedError` at the first match
 instead, before anything is written. A private-key block with no END line (a truncated paste)
@@ -41,7 +42,11 @@ from typing import Any, Literal, TypeVar, Union
 
 import msgspec
 
-from loom_runtime.errors import SecretIdentifierError, SecretRefusedError
+from loom_runtime.errors import (
+    RedactedKeysCollideError,
+    SecretIdentifierError,
+    SecretRefusedError,
+)
 
 T = TypeVar("T")
 RedactionMode = Literal["redact", "refuse"]
@@ -347,8 +352,8 @@ class Redactor:
         return self._at(path, self._text, value)
 
     def value(self, value: object, *, path: str) -> object:
-        """Plain data (str, bytes, list, tuple, dict values, ``msgspec.Raw``) with strings
-        redacted (bytes scanned as the text they hold).
+        """Plain data (str, bytes, list, tuple, dict keys and values, ``msgspec.Raw``) with
+        strings redacted (bytes scanned as the text they hold).
 
         Returns ``value`` itself when nothing changed, so the caller can keep its bytes.
         """
@@ -455,7 +460,10 @@ class Redactor:
             return redact(value)
         except _Refusal as refusal:
             where = path + "".join(reversed(refusal.where))
-            raise SecretRefusedError(pattern=refusal.pattern, path=where) from None
+            error = (
+                RedactedKeysCollideError if isinstance(refusal, _Collision) else SecretRefusedError
+            )
+            raise error(pattern=refusal.pattern, path=where) from None
 
     def _text(self, value: str) -> str:
         lowered = value.lower()
@@ -489,8 +497,37 @@ class Redactor:
                 return value
             return self._walk_items(value, enumerate(value), lambda i: f"[{i}]")
         if isinstance(value, dict):
-            return self._walk_items(value, value.items(), lambda k: f".{k}")
+            keyed = self._keys(value)
+            return self._walk_items(keyed, keyed.items(), lambda k: f".{k}")
         return value
+
+    def _keys(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        """``value``, or a copy (same order) whose string keys are redacted as values are.
+
+        A clean key is remembered as an identifier is, so a mapping's usual keys cost a
+        lookup each. Two keys redacted to the same marker cannot both stay: refused, typed,
+        rather than one entry silently lost.
+        """
+        renamed: dict[str, str] | None = None
+        for key in value:
+            if type(key) is not str or key in self._clean_names:
+                continue
+            try:
+                redacted = self._text(key)
+            except _Refusal as refusal:
+                refusal.where.append(".<key>")
+                raise
+            if redacted is not key:
+                renamed = renamed or {}
+                renamed[key] = redacted
+            elif len(key) <= _CLEAN_NAME_LENGTH:
+                self._remember_clean(key)
+        if renamed is None:
+            return value
+        copy = {renamed.get(key, key): item for key, item in value.items()}
+        if len(copy) < len(value):
+            raise _Collision(self.secret_in(next(iter(renamed))) or "secret")
+        return copy
 
     def _binary(self, value: bytes | bytearray | memoryview) -> object:
         """Bytes scanned as the text they hold, before base64 hides it from every pattern.
@@ -587,6 +624,10 @@ class _Refusal(Exception):
         super().__init__(pattern)
         self.pattern = pattern
         self.where: list[str] = []  # innermost first: "[2]", ".prompt", ...
+
+
+class _Collision(_Refusal):
+    """Keys of one mapping redacted to the same marker (refused in any mode)."""
 
 
 def resolve_redactor(option: RedactorOption) -> Redactor | None:

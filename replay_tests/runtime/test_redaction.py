@@ -90,8 +90,9 @@ def test_redaction_is_idempotent_and_counts_once() -> None:
     assert redactor.total == 1
 
 
-def test_nested_values_are_redacted_but_keys_are_not() -> None:
-    """Strings anywhere in plain data and in stored JSON are scanned; mapping keys are kept."""
+def test_nested_values_are_redacted_and_clean_keys_kept() -> None:
+    """Strings anywhere in plain data and in stored JSON are scanned; a key that holds no
+    secret is kept (keys holding one: ``test_redaction_of_keys.py``)."""
     redactor = Redactor()
     value = {"Bearer abcdefghijk": [1, {"auth": f"Bearer {TOKEN}"}], "n": None}
     redacted = redactor.value(value, path="v")
