@@ -148,10 +148,18 @@ class SQLProjection(ABC):
     def clear(self, conn: Connection) -> None:
         """Delete every row of this projection (the tracking row is handled here)."""
 
-    def position(self) -> int:
-        """The last log position applied; call :meth:`create_tables` first."""
-        with self.reading() as conn:
-            value = conn.execute(_SELECT_POSITION, {"b_projection": self.name}).scalar_one_or_none()
+    def position(self, *, conn: Connection | None = None) -> int:
+        """The last log position applied; call :meth:`create_tables` first.
+
+        ``conn``: read it in that connection's transaction (a reader that checks the position
+        and reads the rows in one snapshot), not a transaction of its own."""
+        if conn is not None:
+            return self._read_position(conn)
+        with self.reading() as own:
+            return self._read_position(own)
+
+    def _read_position(self, conn: Connection) -> int:
+        value = conn.execute(_SELECT_POSITION, {"b_projection": self.name}).scalar_one_or_none()
         return value or 0
 
     def reading(self) -> Connection:

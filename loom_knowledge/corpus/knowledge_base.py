@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -549,8 +550,7 @@ class KnowledgeBase:
         """
 
         def fresh(version: int) -> Decided[D]:
-            self.refresh()  # at least up to the version just read
-            with self._index.reading() as conn:
+            with self._caught_up(self.loom.log.position) as conn:  # the version just read
                 manifest = self._index.manifest(self.scope, doc_ids=only, conn=conn)
                 changes, outcome = decide(
                     manifest, lambda doc_ids: self._next_revisions(manifest, doc_ids, conn)
@@ -577,6 +577,20 @@ class KnowledgeBase:
             catch_up(self.loom.log, self._index, upto=positions[-1], progress=indexed)
             indexed(positions[-1], positions[-1])  # indexed already (another reader): done
         return outcome
+
+    @contextmanager
+    def _caught_up(self, head: int) -> Iterator[Connection]:
+        """A read connection whose snapshot has the index at ``head`` or past it.
+
+        The position is read in that snapshot, so an index found caught up (a write's usual
+        case) costs no read transaction before the decision's own; one found behind is caught
+        up, and the position read again in a new snapshot."""
+        while True:
+            with self._index.reading() as conn:
+                if self._index.position(conn=conn) >= head:
+                    yield conn
+                    return
+            catch_up(self.loom.log, self._index, upto=head)
 
     def _next_revisions(
         self, manifest: Mapping[str, DocRecord], doc_ids: Sequence[str], conn: Connection
