@@ -813,8 +813,17 @@ SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 """The fields of each execution event that can hold personal data, by topic: the ones sealed."""
 _TEXT_FIELDS: Final = frozenset({"message"})
-_FIELDS_OF_CLASS: dict[type, tuple[str, ...]] = {}
-""":data:`SEALED_FIELDS` by event class, filled as classes are met (one lookup per event)."""
+_FIELDS_OF_CLASS: dict[type, tuple[tuple[str, bool], ...]] = {}
+""":data:`SEALED_FIELDS` by event class, each with whether it is text (:data:`_TEXT_FIELDS`),
+filled as classes are met (one lookup per event)."""
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, bool], ...]:
+    """The sealed fields of events of class ``cls``, kept in :data:`_FIELDS_OF_CLASS`."""
+    fields = SEALED_FIELDS.get(getattr(cls, "TOPIC", ""), ())
+    return _FIELDS_OF_CLASS.setdefault(cls, tuple((name, name in _TEXT_FIELDS) for name in fields))
+
+
 _CREATED: Final = "loom.execution.Created"
 
 
@@ -856,20 +865,23 @@ class ExecutionSealer:
         if not events:
             return []
         keyring = self.keyring
-        aead = keyring.write_key(self.subject) if checked else keyring.live_key(self.subject)
+        subject = self.subject
+        # The cached key taken without :meth:`Keyring.write_key`'s call when there is one.
+        aead = keyring._cache.get(subject) if checked else None
+        if aead is None:
+            aead = keyring.write_key(subject) if checked else keyring.live_key(subject)
         # Each decision is one event sealed on its own, so the work per field is inlined
         # here (the ``null`` test, the associated data, the envelope): the calls around one
         # AES-GCM seal of a 1 KB value cost more than the seal itself.
         encrypt = aead.encrypt
-        subject = self.subject
         urandom = os.urandom
+        null = _NULL  # read here, not bound at import: the earlier form is simulated by tests
         sealed = []
         for event in events:
-            fields = _FIELDS_OF_CLASS.get(type(event))
+            cls = type(event)
+            fields = _FIELDS_OF_CLASS.get(cls)
             if fields is None:
-                fields = _FIELDS_OF_CLASS.setdefault(
-                    type(event), SEALED_FIELDS.get(getattr(type(event), "TOPIC", ""), ())
-                )
+                fields = _fields_of(cls)
             if not fields:
                 sealed.append(event)
                 continue
@@ -877,32 +889,33 @@ class ExecutionSealer:
             # through ``__reduce_ex__``, several times the cost of the seal itself. The new
             # object's own ``__dict__`` filled in place: a dict copied and then set through
             # ``object.__setattr__`` cost a third more (~1.2 K instructions an event).
-            copied = object.__new__(type(event))
+            copied = object.__new__(cls)
             state = copied.__dict__
             state.update(vars(event))
             stream = event.originator_id
-            # The associated data's stream and version, formatted once per event (a UUID's
-            # str is a cost, hence the execution's own, formatted once per sealer).
-            own = stream is self.execution_id or stream == self.execution_id
-            place = f"{self._stream if own else stream}:{event.originator_version}:"
-            for name in fields:
+            # The associated data's stream (a UUID's str is a cost, hence the execution's own,
+            # formatted once per sealer) and version, formatted once per event.
+            place = (
+                f"{self._stream if stream is self.execution_id else stream}"
+                f":{event.originator_version}:"
+            )
+            for name, text in fields:
                 value = state[name]
-                if value is None:
+                # Only a 4-byte value can be ``null`` (a ``Raw`` compares by its bytes).
+                if value is None or (len(value) == 4 and value == null):
                     continue
-                if name in _TEXT_FIELDS:
+                if text:
                     if self.redactor is not None:
                         value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
                     state[name] = seal_text(aead, subject, value, (place + name).encode())
-                    continue
-                # Only a 4-byte value can be ``null``: a 1 KB value skips the call.
-                if len(value) == 4 and _is_null(value):
                     continue
                 nonce = urandom(_NONCE_BYTES)
                 # The value's own buffer (a ``msgspec.Raw`` the codec made; AES-GCM reads a
                 # contiguous byte buffer): ``bytes(value)`` copied the 1 KB value first,
                 # ~1.7 K instructions an event.
-                ciphertext = encrypt(nonce, value, (place + name).encode())
-                state[name] = _Envelope(Sealed(subject, nonce, ciphertext))
+                state[name] = _Envelope(
+                    Sealed(subject, nonce, encrypt(nonce, value, (place + name).encode()))
+                )
             sealed.append(copied)
         return sealed
 
@@ -937,12 +950,16 @@ class ExecutionSealer:
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
+_NULL = msgspec.Raw(b"null")
+"""A field that is JSON ``null`` (a decision without input, a flow returning None): left in
+clear, since it holds nothing personal and its absence is visible anyway; half the AES-GCM
+calls of a decision without input. A sealed execution's fields are each opened only if
+sealed, so a clear ``null`` among them reads as it is. A ``Raw`` equals another by its bytes."""
+
+
 def _is_null(value: object) -> bool:
-    """Whether a field is JSON ``null`` (a decision without input, a flow returning None):
-    left in clear, since it holds nothing personal and its absence is visible anyway; half
-    the AES-GCM calls of a decision without input. A sealed execution's fields are each
-    opened only if sealed, so a clear ``null`` among them reads as it is."""
-    return isinstance(value, msgspec.Raw) and len(value) == 4 and bytes(value) == b"null"
+    """Whether a field is JSON ``null`` (:data:`_NULL`)."""
+    return isinstance(value, msgspec.Raw) and value == _NULL
 
 
 class Opener:
