@@ -174,13 +174,19 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
 
         ``precondition`` is read by the last event's insert itself, which inserts its row
         only where the precondition holds (:meth:`_checked_insert`); none inserted is
-        :class:`PreconditionFailed`, before any chain row.
+        :class:`PreconditionFailed`, before any chain row. An append of no events reads it
+        on its own, as every append did before.
         """
         del kwargs  # as in insert_events: an application recorder's insert takes none
         cursor = c.sqlite_cursor
         statement = self.insert_events_statement
         ids = []
-        last = stored_events[-1] if precondition is not None else None
+        if precondition is not None and not stored_events:  # no insert to read it: read alone
+            cursor.execute(precondition.sql, (precondition.parameter,))
+            row = cursor.fetchone()
+            if row is None or not row[0]:
+                raise PreconditionFailed(precondition)
+        last = stored_events[-1] if precondition is not None and stored_events else None
         for event in stored_events:
             stream = event.originator_id
             originator = stream.hex if isinstance(stream, UUID) else stream

@@ -99,3 +99,20 @@ def test_a_subject_without_a_key_row_fails_the_live_key_precondition(sqlite_url:
         with pytest.raises(PreconditionFailed):
             recorder.insert_events(_events(stream, 1), precondition=unknown)
         assert recorder.stream_rows(stream) == []
+
+
+@pytest.mark.parametrize("precondition", [HOLDS, FAILS], ids=["holds", "fails"])
+def test_an_append_of_no_events_still_reads_its_precondition(
+    precondition: Precondition, sqlite_url: str
+) -> None:
+    """With no event to insert there is no insert to read it: it is read on its own, so a
+    failed precondition is refused as it always was and a holding one stores nothing."""
+    with Loom(sqlite_url) as loom:
+        recorder = _recorder(loom)
+        before = loom.log.position
+        if precondition is FAILS:
+            with pytest.raises(PreconditionFailed):
+                recorder.insert_events([], precondition=precondition)
+        else:
+            assert list(recorder.insert_events([], precondition=precondition) or ()) == []
+        assert loom.log.position == before
