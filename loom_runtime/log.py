@@ -123,7 +123,8 @@ class Saves(Protocol):
 
 
 class Precondition(msgspec.Struct, frozen=True):
-    """A row an append needs, read inside the append's own transaction, after its inserts.
+    """A row an append needs, read inside the append's own transaction, by its own statements
+    (SQLite: its last insert; PostgreSQL: after its inserts, in the append's one statement).
 
     Why: a check read in a transaction of its own leaves a window in which another process
     can change the row between the check and the append's commit. Read by the append's own

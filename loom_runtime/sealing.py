@@ -313,26 +313,18 @@ class Keyring:
 
         Why one transaction: a log recorded with encryption from its first run paid the
         table's existence test twice, then a transaction for the check row and another for
-        the key, a few milliseconds per fresh log (the benchmark section's whole margin)."""
-        from sqlalchemy.exc import DBAPIError
-
-        check = {
-            "subject": KEY_CHECK,
-            "wrapped_key": self.wrapper.wrap(os.urandom(_DATA_KEY_BYTES)),
-            "created_position": 0,
-        }
-        rows = [
-            (KEY_CHECK, check["wrapped_key"], 0),
-            (first["subject"], first["wrapped_key"], position),
-        ]
+        the key, a few milliseconds per fresh log (the benchmark section's whole margin).
+        Why on the kept connection: a transaction through the engine checked out a second
+        connection (the kept one is out), and opening it was most of what switching on cost
+        (~0.7 ms against ~0.04 ms for the statements)."""
+        check = (KEY_CHECK, self.wrapper.wrap(os.urandom(_DATA_KEY_BYTES)), 0)
+        rows = [check, (first["subject"], first["wrapped_key"], position)]
         try:
-            with self.engine.begin() as connection:
-                # Driver SQL, the DDL compiled once per dialect: a fresh Loom's engine has an
-                # empty statement cache, and compiling the table and the insert was most of
-                # what switching encryption on cost its first run (about 0.9 ms).
-                connection.exec_driver_sql(_create_table_sql(self.engine.dialect))
-                connection.exec_driver_sql(self._insert_sql, rows)
-        except DBAPIError:  # the table exists (refused: nothing is kept)
+            # Driver SQL, the DDL compiled once per dialect: a fresh Loom's engine has an
+            # empty statement cache, and compiling the table and the insert was most of
+            # what switching encryption on cost its first run (about 0.9 ms).
+            self._kept_transaction(_create_table_sql(self.engine.dialect), rows)
+        except Exception:  # the table exists (refused: nothing is kept)
             return False
         self._active = True
         return True
@@ -567,6 +559,31 @@ class Keyring:
                 self._close_raw()
                 raise
         return row
+
+    def _kept_transaction(self, ddl: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """``ddl``, then :attr:`_insert_sql` of each of ``rows``, in one transaction on the
+        kept connection (on SQLite, whose engine connections are in autocommit, an explicit
+        ``BEGIN IMMEDIATE``). Nothing is kept if any fails; the connection is closed and the
+        error raised, as :meth:`_kept` does."""
+        sqlite = self.engine.dialect.name == "sqlite"
+        with self._lock:
+            try:
+                if self._raw is None:
+                    self._raw = self.engine.raw_connection()
+                cursor = self._raw.cursor()
+                try:
+                    if sqlite:
+                        cursor.execute("BEGIN IMMEDIATE")
+                    cursor.execute(ddl)
+                    cursor.executemany(self._insert_sql, rows)
+                    self._raw.commit()  # sqlite3's commit() ends a transaction begun by hand
+                finally:
+                    cursor.close()
+            except Exception:
+                with contextlib.suppress(Exception):
+                    self._raw.rollback()  # the pool would on return; not left to it
+                self._close_raw()
+                raise
 
     def _close_raw(self) -> None:
         raw, self._raw = self._raw, None
@@ -813,8 +830,17 @@ SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 """The fields of each execution event that can hold personal data, by topic: the ones sealed."""
 _TEXT_FIELDS: Final = frozenset({"message"})
-_FIELDS_OF_CLASS: dict[type, tuple[str, ...]] = {}
-""":data:`SEALED_FIELDS` by event class, filled as classes are met (one lookup per event)."""
+_FIELDS_OF_CLASS: dict[type, tuple[tuple[str, bool], ...]] = {}
+""":data:`SEALED_FIELDS` by event class, each with whether it is text (:data:`_TEXT_FIELDS`),
+filled as classes are met (one lookup per event)."""
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, bool], ...]:
+    """The sealed fields of events of class ``cls``, kept in :data:`_FIELDS_OF_CLASS`."""
+    fields = SEALED_FIELDS.get(getattr(cls, "TOPIC", ""), ())
+    return _FIELDS_OF_CLASS.setdefault(cls, tuple((name, name in _TEXT_FIELDS) for name in fields))
+
+
 _CREATED: Final = "loom.execution.Created"
 
 
@@ -856,20 +882,23 @@ class ExecutionSealer:
         if not events:
             return []
         keyring = self.keyring
-        aead = keyring.write_key(self.subject) if checked else keyring.live_key(self.subject)
+        subject = self.subject
+        # The cached key taken without :meth:`Keyring.write_key`'s call when there is one.
+        aead = keyring._cache.get(subject) if checked else None
+        if aead is None:
+            aead = keyring.write_key(subject) if checked else keyring.live_key(subject)
         # Each decision is one event sealed on its own, so the work per field is inlined
         # here (the ``null`` test, the associated data, the envelope): the calls around one
         # AES-GCM seal of a 1 KB value cost more than the seal itself.
         encrypt = aead.encrypt
-        subject = self.subject
         urandom = os.urandom
+        null = _NULL  # read here, not bound at import: the earlier form is simulated by tests
         sealed = []
         for event in events:
-            fields = _FIELDS_OF_CLASS.get(type(event))
+            cls = type(event)
+            fields = _FIELDS_OF_CLASS.get(cls)
             if fields is None:
-                fields = _FIELDS_OF_CLASS.setdefault(
-                    type(event), SEALED_FIELDS.get(getattr(type(event), "TOPIC", ""), ())
-                )
+                fields = _fields_of(cls)
             if not fields:
                 sealed.append(event)
                 continue
@@ -877,32 +906,33 @@ class ExecutionSealer:
             # through ``__reduce_ex__``, several times the cost of the seal itself. The new
             # object's own ``__dict__`` filled in place: a dict copied and then set through
             # ``object.__setattr__`` cost a third more (~1.2 K instructions an event).
-            copied = object.__new__(type(event))
+            copied = object.__new__(cls)
             state = copied.__dict__
             state.update(vars(event))
             stream = event.originator_id
-            # The associated data's stream and version, formatted once per event (a UUID's
-            # str is a cost, hence the execution's own, formatted once per sealer).
-            own = stream is self.execution_id or stream == self.execution_id
-            place = f"{self._stream if own else stream}:{event.originator_version}:"
-            for name in fields:
+            # The associated data's stream (a UUID's str is a cost, hence the execution's own,
+            # formatted once per sealer) and version, formatted once per event.
+            place = (
+                f"{self._stream if stream is self.execution_id else stream}"
+                f":{event.originator_version}:"
+            )
+            for name, text in fields:
                 value = state[name]
-                if value is None:
+                # Only a 4-byte value can be ``null`` (a ``Raw`` compares by its bytes).
+                if value is None or (len(value) == 4 and value == null):
                     continue
-                if name in _TEXT_FIELDS:
+                if text:
                     if self.redactor is not None:
                         value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
                     state[name] = seal_text(aead, subject, value, (place + name).encode())
-                    continue
-                # Only a 4-byte value can be ``null``: a 1 KB value skips the call.
-                if len(value) == 4 and _is_null(value):
                     continue
                 nonce = urandom(_NONCE_BYTES)
                 # The value's own buffer (a ``msgspec.Raw`` the codec made; AES-GCM reads a
                 # contiguous byte buffer): ``bytes(value)`` copied the 1 KB value first,
                 # ~1.7 K instructions an event.
-                ciphertext = encrypt(nonce, value, (place + name).encode())
-                state[name] = _Envelope(Sealed(subject, nonce, ciphertext))
+                state[name] = _Envelope(
+                    Sealed(subject, nonce, encrypt(nonce, value, (place + name).encode()))
+                )
             sealed.append(copied)
         return sealed
 
@@ -937,12 +967,16 @@ class ExecutionSealer:
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
+_NULL = msgspec.Raw(b"null")
+"""A field that is JSON ``null`` (a decision without input, a flow returning None): left in
+clear, since it holds nothing personal and its absence is visible anyway; half the AES-GCM
+calls of a decision without input. A sealed execution's fields are each opened only if
+sealed, so a clear ``null`` among them reads as it is. A ``Raw`` equals another by its bytes."""
+
+
 def _is_null(value: object) -> bool:
-    """Whether a field is JSON ``null`` (a decision without input, a flow returning None):
-    left in clear, since it holds nothing personal and its absence is visible anyway; half
-    the AES-GCM calls of a decision without input. A sealed execution's fields are each
-    opened only if sealed, so a clear ``null`` among them reads as it is."""
-    return isinstance(value, msgspec.Raw) and len(value) == 4 and bytes(value) == b"null"
+    """Whether a field is JSON ``null`` (:data:`_NULL`)."""
+    return isinstance(value, msgspec.Raw) and value == _NULL
 
 
 class Opener:
