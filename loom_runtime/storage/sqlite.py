@@ -218,7 +218,9 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         if checked is None:
             checked = self._checked_inserts.setdefault(
                 sql,
-                f"INSERT INTO {self.events_table_name} SELECT ?, ?, ?, ? WHERE ({sql})",
+                f"INSERT INTO {self.events_table_name} "
+                "(originator_id, originator_version, topic, state) "
+                f"SELECT ?, ?, ?, ? WHERE ({sql})",
             )
         return checked
 
