@@ -116,7 +116,7 @@ CATALOGUE: Final[list[KillPoint]] = [
     *_points("sync", "corpus", "reconcile", 1, 2),
     *_points("sync", "corpus", "stream.append.before", 4, 5),
     *_points("sync", "corpus", "stream.append.after", 4, 5),
-    *_points("projection", "corpus", "catch_up.enter", 2, 5, 8),
+    *_points("projection", "corpus", "catch_up.enter", 1, 2, 5),
     *_points("projection", "corpus", "page.before", 2, 4, 6),
     *_points("projection", "corpus", "page.committed", 1, 3, 5, 7),
     *_points("projection", "corpus", "handle.before", 1, 2, 5, 9, 13),
