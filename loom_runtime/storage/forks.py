@@ -5,7 +5,9 @@ release a held one does not exist in the child. A recorder's lock that its ``clo
 (the SQLite position reader's, the PostgreSQL writer's) would then hang the child's
 ``log.close()`` for ever if another thread of the parent held it at the fork. The connections
 those locks guard are never used across a fork anyway (each records the pid that opened it),
-so the child only needs the locks themselves, unheld.
+so the child only needs the locks themselves, unheld. The SQLite group commit is reset
+whole (:func:`reset_in_child`): a commit a parent's thread had under way at the fork would
+never end in the child, whose first append waited for it for ever.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import weakref
 
 _OWNERS: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
 """Each registered object, and the names of its lock attributes."""
+_RESETS: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+"""Each registered object, and the name of the method resetting it in a child."""
 
 
 def renewed_in_child(owner: object, *names: str) -> None:
@@ -24,10 +28,19 @@ def renewed_in_child(owner: object, *names: str) -> None:
     _OWNERS[owner] = names
 
 
+def reset_in_child(owner: object, method: str) -> None:
+    """Call ``owner``'s method named ``method`` (no arguments) in a forked child, after its
+    locks are renewed: for state that the threads of the parent were part of (a commit under
+    way, callers queued for it), which the child must not wait on. Held weakly."""
+    _RESETS[owner] = method
+
+
 def _renew() -> None:
     for owner, names in list(_OWNERS.items()):
         for name in names:
             setattr(owner, name, threading.Lock())
+    for owner, method in list(_RESETS.items()):
+        getattr(owner, method)()
 
 
 if hasattr(os, "register_at_fork"):

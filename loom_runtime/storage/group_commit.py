@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from loom_runtime.storage.forks import reset_in_child
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -53,6 +55,14 @@ class GroupCommit(Generic[T, R]):
 
     def __init__(self, commit: Callable[[Sequence[Pending[T, R]]], None]) -> None:
         self._commit = commit
+        self._reset()
+        reset_in_child(self, "_reset")
+
+    def _reset(self) -> None:
+        """A fresh lock and an empty queue with no commit under way: the state at creation,
+        and in a forked child, where a commit the parent's threads had under way (or a lock
+        one of them held) would never end, and the child's first append would wait for it
+        for ever. Their callers are not the child's: their appends are the parent's."""
         self._lock = threading.Lock()
         """``_turn``'s lock, entered directly on the append path: the same lock, without the
         condition's Python-level ``__enter__``/``__exit__`` around it."""
