@@ -1,6 +1,9 @@
-"""Numbering a decide takes its lock by the lock's own methods, not ``with`` (ADR 0048,
-amended): a failure while numbering must still release it, or every later ``decide`` of the
-execution, from any thread, would wait forever.
+"""Numbering a decide holds a lock of its own (ADR 0048 and ADR 0043, amended).
+
+It is taken by the lock's own methods, not ``with``: a failure while numbering must still
+release it, or every later ``decide`` of the execution, from any thread, would wait forever.
+And it must exclude: a thread pool's calls of one key are numbered one at a time, or two of
+them could take the same occurrence (the lock is a one-token queue, not a ``threading.Lock``).
 """
 
 from __future__ import annotations
@@ -39,13 +42,40 @@ class _FailingOnce(Mapping[str, Decision]):
         return 0
 
 
+class _HeldOnFirst(Mapping[str, Decision]):
+    """A recorded mapping whose lookup of ``held`` waits for ``release``; every lookup is
+    listed in ``entered`` as it starts."""
+
+    def __init__(self) -> None:
+        self.inside = threading.Event()
+        self.release = threading.Event()
+        self.entered: list[str] = []
+
+    def __getitem__(self, key: str) -> Decision:
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.entered.append(key)
+        if key == "held":
+            self.inside.set()
+            self.release.wait(30)  # a deadlock guard, not a timing
+        return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 class _Source:
-    """Answers nothing from the log and keeps computed values in memory."""
+    """Answers nothing from the log and keeps computed values in memory; ``recorded`` is what
+    numbering looks keys up in."""
 
     redactor = None
 
-    def __init__(self) -> None:
-        self.recorded = _FailingOnce()
+    def __init__(self, recorded: Mapping[str, Decision]) -> None:
+        self.recorded = recorded
 
     def lookup(self, slot: Slot) -> Decision | None:
         return None
@@ -62,7 +92,7 @@ class _Source:
 
 
 def test_a_failure_while_numbering_releases_the_lock_for_every_thread() -> None:
-    ctx = FlowContext(_Source(), execution_id=uuid.uuid4(), flow="f")
+    ctx = FlowContext(_Source(_FailingOnce()), execution_id=uuid.uuid4(), flow="f")
     try:
         ctx.decide("k", lambda: 1)
     except RuntimeError as exc:
@@ -74,3 +104,24 @@ def test_a_failure_while_numbering_releases_the_lock_for_every_thread() -> None:
     other.start()
     other.join(30)  # a held lock would block it for good: a deadlock guard, not a timing
     assert not other.is_alive() and answers == [2]
+
+
+def test_a_second_thread_waits_while_another_is_numbering() -> None:
+    """A thread held inside numbering (in its source's lookup) keeps a second thread's decide
+    out of numbering until it has left."""
+    recorded = _HeldOnFirst()
+    ctx = FlowContext(_Source(recorded), execution_id=uuid.uuid4(), flow="f")
+    first = threading.Thread(target=lambda: ctx.decide("held", lambda: 1), daemon=True)
+    first.start()
+    assert recorded.inside.wait(30)
+    second = threading.Thread(target=lambda: ctx.decide("other", lambda: 2), daemon=True)
+    second.start()
+    second.join(0.5)  # ample for it to reach numbering, were it not excluded
+    try:
+        assert recorded.entered == ["held"], "a second thread numbered concurrently"
+    finally:
+        recorded.release.set()
+        first.join(30)
+        second.join(30)
+    assert not first.is_alive() and not second.is_alive()
+    assert recorded.entered == ["held", "other"]
