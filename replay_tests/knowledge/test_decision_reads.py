@@ -8,39 +8,10 @@ a transaction of its own, one more begin and commit per document; they now share
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-from sqlalchemy import event
-
 from loom_knowledge import Doc, open_knowledge_base
-from loom_knowledge.corpus.knowledge_base import corpus_index
 from loom_runtime import Loom
 
-BEGIN = "BEGIN"
-
-
-@pytest.fixture
-def trace(loom: Loom) -> Iterator[list[str]]:
-    """The corpus index engine's transaction begins and statements, in order."""
-    engine = corpus_index(loom).engine
-    seen: list[str] = []
-
-    def began(_conn: Any) -> None:
-        seen.append(BEGIN)
-
-    def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not statement.lstrip().upper().startswith("BEGIN"):  # SQLite's own, counted above
-            seen.append(" ".join(statement.split()))
-
-    event.listen(engine, "begin", began)
-    event.listen(engine, "before_cursor_execute", executed)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", executed)
-        event.remove(engine, "begin", began)
+BEGIN = "BEGIN"  # as the shared ``trace`` fixture (conftest.py) writes a begin
 
 
 def _reads(seen: list[str]) -> tuple[int, int]:
