@@ -26,7 +26,7 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from uuid import UUID
 
@@ -540,50 +540,44 @@ class Keyring:
             with self.engine.connect() as connection:
                 return connection.execute(self._select_row, {"subject": subject}).first()
 
-    def _kept(self, sql: str, parameters: tuple[Any, ...], *, fetch: bool = True) -> Any:
-        """Driver SQL ``sql`` run and committed on the connection this keyring keeps; its
-        first row if ``fetch``. The connection is closed again if it fails, and the error
-        raised."""
+    @contextlib.contextmanager
+    def _kept_cursor(self) -> Iterator[Any]:
+        """A cursor on the connection this keyring keeps, under its lock, committed after the
+        block (no transaction left open: a checkpoint waits on one). If anything fails, the
+        connection is rolled back and closed again, and the error raised."""
         with self._lock:
             try:
                 if self._raw is None:
                     self._raw = self.engine.raw_connection()
                 cursor = self._raw.cursor()
                 try:
-                    cursor.execute(sql, parameters)
-                    row = cursor.fetchone() if fetch else None
+                    yield cursor
                 finally:
                     cursor.close()
-                self._raw.commit()  # no transaction left open (a checkpoint waits on one)
+                self._raw.commit()
             except Exception:
+                with contextlib.suppress(Exception):
+                    if self._raw is not None:
+                        self._raw.rollback()  # the pool would on return; not left to it
                 self._close_raw()
                 raise
-        return row
+
+    def _kept(self, sql: str, parameters: tuple[Any, ...], *, fetch: bool = True) -> Any:
+        """Driver SQL ``sql`` run and committed on the connection this keyring keeps; its
+        first row if ``fetch``."""
+        with self._kept_cursor() as cursor:
+            cursor.execute(sql, parameters)
+            return cursor.fetchone() if fetch else None
 
     def _kept_transaction(self, ddl: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """``ddl``, then :attr:`_insert_sql` of each of ``rows``, in one transaction on the
         kept connection (on SQLite, whose engine connections are in autocommit, an explicit
-        ``BEGIN IMMEDIATE``). Nothing is kept if any fails; the connection is closed and the
-        error raised, as :meth:`_kept` does."""
-        sqlite = self.engine.dialect.name == "sqlite"
-        with self._lock:
-            try:
-                if self._raw is None:
-                    self._raw = self.engine.raw_connection()
-                cursor = self._raw.cursor()
-                try:
-                    if sqlite:
-                        cursor.execute("BEGIN IMMEDIATE")
-                    cursor.execute(ddl)
-                    cursor.executemany(self._insert_sql, rows)
-                    self._raw.commit()  # sqlite3's commit() ends a transaction begun by hand
-                finally:
-                    cursor.close()
-            except Exception:
-                with contextlib.suppress(Exception):
-                    self._raw.rollback()  # the pool would on return; not left to it
-                self._close_raw()
-                raise
+        ``BEGIN IMMEDIATE``, which the commit ends). Nothing is kept if any fails."""
+        with self._kept_cursor() as cursor:
+            if self.engine.dialect.name == "sqlite":
+                cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute(ddl)
+            cursor.executemany(self._insert_sql, rows)
 
     def _close_raw(self) -> None:
         raw, self._raw = self._raw, None
