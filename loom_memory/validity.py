@@ -695,23 +695,14 @@ class PostgresTemporalStore(TemporalSqlStore, PostgresMemoryStore):
         """The postings store's DDL, the counting triggers (when this open created the count
         tables or the entries table; else only their functions, replaced if older code wrote
         them otherwise), and the shared counting DDL."""
-        counting = count_triggers(
-            self.table_prefix,
-            self.entries.name,
-            rows=self.row_counts_table,
-            terms=self.term_counts_table,
-        )
-        if not created & {self.entries.name, self.row_counts_table, self.term_counts_table}:
-            counting = replaced_functions(counting)
-        by_position = position_triggers(
-            self.table_prefix,
-            self.entries.name,
-            rows=self.rows_at_table,
-            terms=self.terms_at_table,
-        )
-        if not created & {self.entries.name, self.rows_at_table, self.terms_at_table}:
-            by_position = replaced_functions(by_position)
-        triggers = [*counting, *by_position]
+        triggers = []
+        for make, rows, terms in (
+            (count_triggers, self.row_counts_table, self.term_counts_table),
+            (position_triggers, self.rows_at_table, self.terms_at_table),
+        ):
+            statements = make(self.table_prefix, self.entries.name, rows=rows, terms=terms)
+            created_here = created & {self.entries.name, rows, terms}
+            triggers += statements if created_here else replaced_functions(statements)
         return [
             *super()._search_ddl(created=created),
             *triggers,
