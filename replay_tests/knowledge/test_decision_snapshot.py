@@ -13,8 +13,7 @@ import pytest
 from loom_knowledge import Doc, SourceConflictError, open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_runtime import Loom
-
-BEGIN = "BEGIN"  # as the shared ``trace`` fixture (conftest.py) writes a begin
+from replay_tests.knowledge.test_decision_reads import BEGIN, _reads
 
 
 def test_a_write_into_a_caught_up_index_begins_with_its_decision(
@@ -25,9 +24,7 @@ def test_a_write_into_a_caught_up_index_begins_with_its_decision(
     kb.put_doc(Doc(id="a", text="first text"))
     trace.clear()
     kb.put_doc(Doc(id="b", text="second text"))
-    manifest = next(
-        i for i, s in enumerate(trace) if s.startswith("SELECT") and "FROM loom_kb_documents" in s
-    )
+    manifest, _ = _reads(trace)
     assert trace[:manifest].count(BEGIN) == 1
     assert "loom_tracking" in " ".join(trace[:manifest])  # the position is checked before it
 
