@@ -380,7 +380,8 @@ def _bare_fts5_arm(name: str, store: SqliteMemoryStore, query_set: list[str]) ->
     the store, which reads the document counts of terms not yet counted and keeps them for the
     later searches (ADR 0057). Run inside round 1, that reading fell in the store's timed
     searches whenever its arm came first (it always did in round 1), so one round of three
-    measured a cold store (CPU p50 ~1.2x) and the median depended on which."""
+    measured a cold store (CPU p50 1.08-1.16x a warmed one's), and the median of three was
+    then usually the slower of the two warm rounds."""
     fts, rows = store.fts_table, store.entries.name
     ranked = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rank LIMIT {LIMIT}"
     exact = (
