@@ -22,9 +22,10 @@ Two plans, both exact:
   lower). The ``k``-th best score seen so far, ``theta``, is a lower bound of the true ``k``-th
   score, so once the next subset's bound is below ``theta`` no unseen row can enter: stop.
   A query of rare words ends after one or two conjunctions of a few rows each. With three or
-  four terms, the subsets holding the head term (the rarer of the first and last) run as one
-  statement, ``head AND (others OR-ed)``, and ``head`` alone: FTS5's ``bm25()`` counts every
-  phrase's documents in every statement, so a common word was counted once per subset.
+  four terms, the subsets holding the head term (the rarest of the first, second and last)
+  run as one statement, ``head AND (others OR-ed)``, and ``head`` alone: FTS5's ``bm25()``
+  counts every phrase's documents in every statement, so a common word was counted once per
+  subset. Of four terms, the three left take a head step of their own the same way.
 * **Essential terms** (many terms, where subsets would be too many): sort the terms from the
   most to the least common; the common prefix ``C`` whose summed bound is below ``theta`` is
   non-essential, since a row with only those terms cannot enter. Score every row containing an
@@ -151,7 +152,17 @@ def top_k_scored(terms: Sequence[str], stats: TermStats, k: int, score: Score) -
 
 
 def _subsets(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> None:
-    rest = _head(terms, stats, k, run, best) if len(set(terms)) == len(terms) > 2 else terms
+    rest = terms
+    if len(set(terms)) == len(terms):
+        # Each head step leaves the rows holding none of the heads so far; a four-term query
+        # takes a second head from the three terms left rather than running their seven
+        # subsets. For those rows the taken heads' parts are 0.0 (x + 0.0 == x), so scores over
+        # the rest's phrases, in the query's order, are exact; rows holding a taken head score
+        # too low there, never too high. Once the rest's bound is below theta, stop.
+        while len(rest) > 2:
+            if rest is not terms and stats.upper_bound(rest) < _theta(best, k) * (1.0 - MARGIN):
+                return
+            rest = _head(rest, stats, k, run, best)
     subsets = [s for size in range(1, len(rest) + 1) for s in combinations(rest, size)]
     subsets.sort(key=stats.upper_bound, reverse=True)
     for subset in subsets:
@@ -161,22 +172,26 @@ def _subsets(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[in
 
 
 def _head(terms: list[str], stats: TermStats, k: int, run: Run, best: dict[int, Hit]) -> list[str]:
-    """Score every row holding the head term (the rarer of the first and last term) in at most
-    two statements; return the other terms, whose subsets cover every row not yet scored.
+    """Score every row holding the head term (the rarest of the first, second and last term)
+    in at most two statements; return the other terms, whose subsets cover every row not yet
+    scored.
 
     ``head AND (the others OR-ed)`` names every query term once, so its ``bm25()`` scores each
     row it matches exactly; ``head`` alone scores exactly the rows holding no other term, and
     runs only if their bound reaches ``theta``. The subsets holding the head would each have
     run as a statement of their own, and FTS5's ``bm25()`` counts every phrase's documents over
     the whole index in every statement that matches a row: a common word was counted once per
-    subset. The head is an end term so that the expression's phrases, whose parts ``bm25()``
-    adds in order, stay in the query's order: the same additions as the OR query's, bit for bit.
+    subset. ``bm25()`` adds the phrases' parts in the expression's order, so the head is a
+    term whose move to the front (or, the last term, staying at the end) changes no addition
+    but the first: the second term's part swaps places with the first's, and ``x + y == y + x``
+    holds exactly in floating point, where ``(x + y) + z == (x + z) + y`` does not (so a third
+    term, whose part would move past two, is never the head). Every score is then the OR
+    query's, bit for bit.
     """
-    first, last = terms[0], terms[-1]
-    head = first if stats.upper_bound([first]) >= stats.upper_bound([last]) else last
+    head = max((terms[0], terms[1], terms[-1]), key=lambda term: stats.upper_bound([term]))
     others = [term for term in terms if term != head]
     both = (_phrase(head), _any(others))
-    _merge(best, run(" AND ".join(both if head == first else reversed(both))))
+    _merge(best, run(" AND ".join(reversed(both) if head == terms[-1] else both)))
     if stats.upper_bound([head]) >= _theta(best, k) * (1.0 - MARGIN):
         _merge(best, run(_phrase(head)))
     return others

@@ -63,6 +63,7 @@ from loom_memory.errors import (
     InvalidArgumentError,
 )
 from loom_memory.postgres import PostgresMemoryStore
+from loom_memory.postgres_counts import replaced_functions
 from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
@@ -422,3 +423,11 @@ class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):
 class PostgresVectorStore(VectorSqlStore, PostgresMemoryStore):
     """A vector store whose rows and recorded embeddings live in PostgreSQL (the index is
     in-process and exact, as on SQLite; no pgvector needed)."""
+
+    def _search_ddl(self, *, created: set[str]) -> list[str]:
+        """The store's search DDL and the key-token function, whose body an open compares with
+        the server's like every trigger function's: a release that changes the body changes
+        no table, and the triggers are created only with their tables (ADR 0054, amended
+        "pgfunc"). PL/pgSQL checks a body's tables when it runs, so the function may be
+        replaced here, before this store's own tables are created."""
+        return [*super()._search_ddl(created=created), *replaced_functions(self._token_triggers())]

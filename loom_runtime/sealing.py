@@ -588,9 +588,17 @@ class Keyring:
                 pass
 
     def close(self) -> None:
-        """Release the connection kept for write checks."""
+        """Release the connection kept for write checks, leave the engine's registry and
+        forget the unwrapped keys.
+
+        Why leave the registry here: it holds its keyrings, and each keyring its engine, so
+        an entry kept its own weak key alive and nothing a closed Loom had opened (engine,
+        keyring, data keys) was ever freed."""
         with self._lock:
             self._close_raw()
+            self._cache.clear()
+        if _keyrings.get(self.engine) is self:
+            del _keyrings[self.engine]
 
     def live(self, subjects: Iterable[str]) -> list[str]:
         """Which of ``subjects`` have a key that is not destroyed."""

@@ -1,8 +1,9 @@
 """An open of a PostgreSQL store replaces trigger functions that older code defined differently
 (ADR 0054, amended "pgfunc").
 
-The counting triggers of a temporal store (``loom_memory.postgres_counts``) and the term index
-of a plain store (``loom_memory.postgres_terms``) run PL/pgSQL functions. A new release may
+The counting triggers of a temporal store (``loom_memory.postgres_counts``), the term index
+of a plain store (``loom_memory.postgres_terms``) and the key tokens of a vector store (a
+key's token changes with its rows, ``loom_memory.vector``) run PL/pgSQL functions. A new release may
 change a function's body (a faster grouping, a fixed count) without changing its tables, and an
 open of an up-to-date schema runs no DDL: such a store would keep the old body for good. Each
 test plants a body older code could have left (a trigger doing nothing), reopens the store,
@@ -17,7 +18,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from loom_memory import MemoryEntry, PostgresMemoryStore, PostgresTemporalStore
+from loom_memory import (
+    HashingEmbedder,
+    MemoryEntry,
+    PostgresMemoryStore,
+    PostgresTemporalStore,
+    PostgresVectorStore,
+)
 from loom_memory.sql import DEFAULT_TABLE_PREFIX
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.knowledge.test_open_reads_the_catalog import _ddl, _statements
@@ -95,3 +102,17 @@ def test_a_plain_stores_term_index_functions_are_replaced(engine: Engine) -> Non
     store = opened()
     store.append("k", [MemoryEntry(content="disk full rotate logs")])
     assert [entry.content for entry in store.search("k", "rotate")] == ["disk full rotate logs"]
+
+
+def test_a_vector_stores_token_function_is_replaced(engine: Engine) -> None:
+    names = [f"{DEFAULT_TABLE_PREFIX}vector_touch"]
+
+    def opened() -> PostgresVectorStore:
+        return PostgresVectorStore(engine, embedder=HashingEmbedder(dimension=16), min_score=0.1)
+
+    _replaced(engine, opened, names)
+    store = opened()
+    store.append("k", [MemoryEntry(content="disk full rotate logs")])
+    with store.engine.connect() as conn:
+        tokens = conn.execute(text(f"SELECT key FROM {store.key_tokens.name}")).scalars().all()
+    assert tokens == ["k"]
