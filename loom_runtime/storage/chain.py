@@ -246,7 +246,7 @@ class ChainedRecorder(ABC):
 
     @abstractmethod
     def stream_rows(self, stream: UUID) -> list[Row]:
-        """The stream's rows by version, read with one SELECT of the columns a reader needs,
-        straight into loom's :class:`~loom_runtime.log.Row`: eventsourcing's
+        """The stream's rows by version, read with one SELECT of the three columns a reader
+        needs, straight into loom's :class:`~loom_runtime.log.Row`: eventsourcing's
         ``select_events`` builds a ``StoredEvent`` per row first, a visible share of a
         replay."""

@@ -164,16 +164,6 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         self._checked_inserts: dict[str, str] = {}
         """The event insert that reads a precondition, by the precondition's SQL."""
         self.select_stream_rows = (
-            # A decision's numeric version alone; an integer version and a text topic joined
-            # as one BLOB; NULL for anything else (see _plain_row).
-            "SELECT CASE WHEN topic = ?1 AND originator_version <= 9223372036854775807 "
-            "THEN originator_version "
-            "WHEN topic >= '' AND topic < x'' "
-            "AND originator_version = CAST(originator_version AS INTEGER) "
-            "THEN CAST(originator_version || ' ' || topic AS BLOB) END, state "
-            f"FROM {events_table_name} WHERE originator_id=?2 ORDER BY originator_version"
-        )
-        self.select_stream_rows_as_stored = (
             f"SELECT originator_version, CASE WHEN topic = ? THEN 0 ELSE topic END, state "
             f"FROM {events_table_name} WHERE originator_id=? ORDER BY originator_version"
         )
@@ -407,50 +397,21 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return self.datastore.transaction(commit=False)
 
     def stream_rows(self, stream: UUID) -> list[Row]:
-        """The stream's rows as stored: two columns read on the held connection when it is
-        free (:meth:`_read_held`), else, or for a row the two columns do not stand for, all
-        three through the pool (ADR 0043, amended)."""
+        """The stream's rows by version: read on the held connection when it is free
+        (:meth:`_read_held`: one statement in autocommit, its own read transaction), else
+        through the pool, as before (ADR 0043, amended "replay250")."""
         rows = self._read_held(lambda cursor: self._held_stream_rows(cursor, stream))
-        if isinstance(rows, list):
-            return rows
+        if rows is not _NOT_READ:
+            return cast(list[Row], rows)
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
-            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row. Read
-            # one at a time, not by fetchall: each tuple is freed before the next is made,
-            # so the rows read do not add up to a garbage collection.
+            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
             c.sqlite_cursor.row_factory = None
-            c.execute(self.select_stream_rows_as_stored, (DECISION_TOPIC, stream.hex))
-            # A 0 topic is DECISION_TOPIC, which SQLite compared byte for byte: most rows of
-            # an execution are decisions, and each row's topic text was a new str to make
-            # and, in project_rows, to hash. The marker is a number because the column's TEXT
-            # affinity stores a number as text, so no stored topic reads back as one, while
-            # NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never
-            # equals the text and comes back as it is, as before.
-            return [
-                Row(
-                    stream=stream,
-                    version=version,
-                    topic=DECISION_TOPIC if topic == 0 else topic,
-                    state=state,
-                )
-                for version, topic, state in c.sqlite_cursor
-            ]
+            c.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
+            return _stream_rows(c.sqlite_cursor, stream)
 
-    def _held_stream_rows(self, cursor: sqlite3.Cursor, stream: UUID) -> list[Row] | _NotRead:
-        """The stream's rows by the two-column read (see :func:`_plain_row`), or
-        :data:`_NOT_READ` when a row is one it does not stand for. One statement in
-        autocommit: its own read transaction, so every row is of one committed state of the
-        log. Read row by row, not by fetchall, so each tuple is freed before the next is
-        made."""
+    def _held_stream_rows(self, cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
         cursor.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
-        try:
-            return [
-                Row(stream=stream, version=version, topic=DECISION_TOPIC, state=state)
-                if type(version) is int
-                else _plain_row(stream, version, state)
-                for version, state in cursor
-            ]
-        except _Unusual:
-            return _NOT_READ
+        return _stream_rows(cursor, stream)
 
     def convert_originator_id(self, originator_id: str) -> UUID | str:
         # Every row of a stream carries the same id text: parse it once, not per row
@@ -460,29 +421,26 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return originator_id
 
 
-class _Unusual(Exception):
-    """A row :meth:`ChainedSQLiteRecorder.stream_rows` reads again with every column."""
+def _stream_rows(cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
+    """The rows of a stream read (version, topic marker, state) that ``cursor`` executed.
 
-
-def _plain_row(stream: UUID, marker: object, state: bytes) -> Row:
-    """The row a two-column stream read sent as ``version topic`` in one BLOB (a start, an
-    end, a failed decision: every row but a recorded decision's), or :class:`_Unusual`.
-
-    Why two columns: the decision rows (nearly all of an execution's) need only their
-    version, and each column fetched costs ``sqlite3`` two releases of the GIL per row.
-    SQLite sends a decision's version when it is a number, and joins an integer version
-    and a text topic otherwise; anything else (a NULL or text version, a BLOB or NULL
-    topic, a topic that is not UTF-8: a tampered file) comes back NULL or fails to decode
-    here, and the stream is read again, column by column, exactly as stored. The version's
-    decimal text has no space, so the first space ends it; the topic is the rest.
+    Read one at a time, not by fetchall: each tuple is freed before the next is made, so the
+    rows read do not add up to a garbage collection. A 0 topic is DECISION_TOPIC, which SQLite
+    compared byte for byte: most rows of an execution are decisions, and each row's topic text
+    was a new str to make and, in project_rows, to hash. The marker is a number because the
+    column's TEXT affinity stores a number as text, so no stored topic reads back as one, while
+    NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never equals
+    the text and comes back as it is, as before.
     """
-    if type(marker) is not bytes:
-        raise _Unusual
-    version, _, topic = marker.partition(b" ")
-    try:
-        return Row(stream=stream, version=int(version), topic=topic.decode(), state=state)
-    except UnicodeDecodeError:
-        raise _Unusual from None
+    return [
+        Row(
+            stream=stream,
+            version=version,
+            topic=DECISION_TOPIC if topic == 0 else topic,
+            state=state,
+        )
+        for version, topic, state in cursor
+    ]
 
 
 @lru_cache(maxsize=1024)
