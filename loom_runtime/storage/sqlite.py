@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -34,6 +34,16 @@ from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
 from loom_runtime.storage.forks import renewed_in_child
 from loom_runtime.storage.group_commit import GroupCommit, Pending
+
+_T = TypeVar("_T")
+
+
+class _NotRead:
+    """The type of :data:`_NOT_READ`."""
+
+
+_NOT_READ = _NotRead()
+"""What a read on the held connection returns when it read nothing: the pool reads instead."""
 
 DECISION_TOPIC = "loom.execution.DecisionRecorded"
 """The topic of most rows a stream read returns (an execution's decisions, whose class
@@ -319,8 +329,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
             writer.close()
 
     def close_reader(self) -> None:
-        """Close the held position reader for good, as the log closes: a later position read
-        (another thread's, racing the close) goes through the pool instead of opening one."""
+        """Close the held reader for good, as the log closes: a later read (another thread's,
+        racing the close) goes through the pool instead of opening one."""
         with self._reader_lock:
             self._reader_closed = True
             self._close_reader()
@@ -333,34 +343,52 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         the pool that is a checkout, eventsourcing's transaction and cursor wrappers and a
         check-in, ~20 µs of CPU against ~3.5 µs for the statement itself. The same statement
         on a connection in autocommit reads the same committed maximum (one statement is its
-        own read transaction). An in-memory database (shared cache, table locks) and any
-        failure take the pool's path, whose errors and retries are eventsourcing's; a failed
-        reader is closed, for a new one.
+        own read transaction).
         """
-        if not self.datastore.pool.is_sqlite_memory_mode and self._reader_lock.acquire(
+        position = self._read_held(self._held_max_notification_id)
+        if position is _NOT_READ:
+            return cast(int, super().max_notification_id())
+        return cast(int, position)
+
+    def _held_max_notification_id(self, cursor: sqlite3.Cursor) -> int:
+        cursor.execute(self.select_max_notification_id_statement)
+        return cast(int, cursor.fetchone()[0])
+
+    def _read_held(self, read: Callable[[sqlite3.Cursor], _T]) -> _T | _NotRead:
+        """``read`` run on the connection this recorder holds for one-statement reads, or
+        :data:`_NOT_READ`: another thread of the process is using it, the database is in
+        memory (shared cache, table locks), the log closed it, or it failed (it is closed,
+        for a new one). The caller then reads through the pool, whose errors and retries
+        are eventsourcing's.
+
+        Why hold a connection: eventsourcing opens the pool's with a statement cache of one,
+        so a read through the pool compiles its statement again after the transaction's
+        ``BEGIN`` every time, and checks the connection out and in around it.
+        """
+        if self.datastore.pool.is_sqlite_memory_mode or not self._reader_lock.acquire(
             blocking=False
         ):
+            return _NOT_READ
+        try:
+            if self._reader_closed:
+                return _NOT_READ
+            reader = self._reader
+            if reader is None or self._reader_pid != os.getpid():
+                reader = self._reader = _open_reader(self.datastore.pool)
+                self._reader_pid = os.getpid()
+            cursor = reader.cursor()
             try:
-                if self._reader_closed:
-                    return cast(int, super().max_notification_id())
-                reader = self._reader
-                if reader is None or self._reader_pid != os.getpid():
-                    reader = self._reader = _open_reader(self.datastore.pool)
-                    self._reader_pid = os.getpid()
-                cursor = reader.cursor()
-                try:
-                    cursor.execute(self.select_max_notification_id_statement)
-                    return cast(int, cursor.fetchone()[0])
-                finally:
-                    cursor.close()  # freed here, not by another thread's collection
-            except sqlite3.Error:
-                self._close_reader()
+                return read(cursor)
             finally:
-                self._reader_lock.release()
-        return cast(int, super().max_notification_id())
+                cursor.close()  # freed here, not by another thread's collection
+        except sqlite3.Error:
+            self._close_reader()
+            return _NOT_READ
+        finally:
+            self._reader_lock.release()
 
     def _close_reader(self) -> None:
-        """Close the held position reader, if this process opened it (the lock held)."""
+        """Close the held reader, if this process opened it (the lock held)."""
         reader, self._reader = self._reader, None
         if reader is not None and self._reader_pid == os.getpid():
             reader.close()
@@ -369,27 +397,21 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         return self.datastore.transaction(commit=False)
 
     def stream_rows(self, stream: UUID) -> list[Row]:
+        """The stream's rows by version: read on the held connection when it is free
+        (:meth:`_read_held`: one statement in autocommit, its own read transaction), else
+        through the pool, as before (ADR 0043, amended "replay250")."""
+        rows = self._read_held(lambda cursor: self._held_stream_rows(cursor, stream))
+        if rows is not _NOT_READ:
+            return cast(list[Row], rows)
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
-            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row. Read
-            # one at a time, not by fetchall: each tuple is freed before the next is made,
-            # so the rows read do not add up to a garbage collection.
+            # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
             c.sqlite_cursor.row_factory = None
             c.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
-            # A 0 topic is DECISION_TOPIC, which SQLite compared byte for byte: most rows of
-            # an execution are decisions, and each row's topic text was a new str to make
-            # and, in project_rows, to hash. The marker is a number because the column's TEXT
-            # affinity stores a number as text, so no stored topic reads back as one, while
-            # NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never
-            # equals the text and comes back as it is, as before.
-            return [
-                Row(
-                    stream=stream,
-                    version=version,
-                    topic=DECISION_TOPIC if topic == 0 else topic,
-                    state=state,
-                )
-                for version, topic, state in c.sqlite_cursor
-            ]
+            return _stream_rows(c.sqlite_cursor, stream)
+
+    def _held_stream_rows(self, cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
+        cursor.execute(self.select_stream_rows, (DECISION_TOPIC, stream.hex))
+        return _stream_rows(cursor, stream)
 
     def convert_originator_id(self, originator_id: str) -> UUID | str:
         # Every row of a stream carries the same id text: parse it once, not per row
@@ -397,6 +419,28 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         if self.datastore.originator_id_type == "uuid":
             return _parse_uuid(originator_id)
         return originator_id
+
+
+def _stream_rows(cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
+    """The rows of a stream read (version, topic marker, state) that ``cursor`` executed.
+
+    Read one at a time, not by fetchall: each tuple is freed before the next is made, so the
+    rows read do not add up to a garbage collection. A 0 topic is DECISION_TOPIC, which SQLite
+    compared byte for byte: most rows of an execution are decisions, and each row's topic text
+    was a new str to make and, in project_rows, to hash. The marker is a number because the
+    column's TEXT affinity stores a number as text, so no stored topic reads back as one, while
+    NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never equals
+    the text and comes back as it is, as before.
+    """
+    return [
+        Row(
+            stream=stream,
+            version=version,
+            topic=DECISION_TOPIC if topic == 0 else topic,
+            state=state,
+        )
+        for version, topic, state in cursor
+    ]
 
 
 @lru_cache(maxsize=1024)
