@@ -25,15 +25,21 @@ def _reads(seen: list[str]) -> tuple[int, int]:
     return manifest, history
 
 
-def test_a_new_documents_record_and_history_are_read_in_one_transaction(
-    loom: Loom, trace: list[str]
-) -> None:
-    """The manifest and revision-history reads of a put_doc share one transaction."""
+def _second_put_doc(loom: Loom, trace: list[str]) -> tuple[int, int]:
+    """Put a second document into a caught-up corpus, ``trace`` holding only that write's
+    statements; where its manifest and history reads are in it (:func:`_reads`)."""
     kb = open_knowledge_base(loom, "ops")
     kb.put_doc(Doc(id="a", text="first text"))
     trace.clear()
     kb.put_doc(Doc(id="b", text="second text"))
-    manifest, history = _reads(trace)
+    return _reads(trace)
+
+
+def test_a_new_documents_record_and_history_are_read_in_one_transaction(
+    loom: Loom, trace: list[str]
+) -> None:
+    """The manifest and revision-history reads of a put_doc share one transaction."""
+    manifest, history = _second_put_doc(loom, trace)
     assert BEGIN not in trace[manifest:history]
     assert BEGIN in trace[:manifest]  # the trace sees transactions begin (it can fail)
 

@@ -13,18 +13,14 @@ import pytest
 from loom_knowledge import Doc, SourceConflictError, open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_runtime import Loom
-from replay_tests.knowledge.test_decision_reads import BEGIN, _reads
+from replay_tests.knowledge.test_decision_reads import BEGIN, _second_put_doc
 
 
 def test_a_write_into_a_caught_up_index_begins_with_its_decision(
     loom: Loom, trace: list[str]
 ) -> None:
     """The position check and the manifest read of a put_doc share its first transaction."""
-    kb = open_knowledge_base(loom, "ops")
-    kb.put_doc(Doc(id="a", text="first text"))
-    trace.clear()
-    kb.put_doc(Doc(id="b", text="second text"))
-    manifest, _ = _reads(trace)
+    manifest, _ = _second_put_doc(loom, trace)
     assert trace[:manifest].count(BEGIN) == 1
     assert "loom_tracking" in " ".join(trace[:manifest])  # the position is checked before it
 

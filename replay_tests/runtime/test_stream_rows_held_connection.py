@@ -11,60 +11,26 @@ fails as it always did, and which connection reads.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from eventsourcing.persistence import OperationalError
 
-from loom_runtime import FlowContext, Loom
 from loom_runtime.log import Row
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.sqlite import DECISION_TOPIC
 from replay_tests.runtime.test_held_writer import _recorder
 from replay_tests.runtime.test_sqlite_position_reader import _counting_checkouts
+from replay_tests.runtime.test_stream_rows_topic import _read, _recorded, _stored
 
 _CREATED = "loom.execution.Created"
 _UNDECODABLE = (
     "Could not decode to UTF-8 column 'CASE WHEN topic = ? THEN 0 ELSE topic END' with text"
 )
 """The error a stream read gives for such a topic (naming the column as the read names it)."""
-
-
-def _flow(ctx: FlowContext) -> str:
-    ctx.decide("first", lambda: {"a": 1})
-
-    def fails() -> None:
-        raise ValueError("no")
-
-    with contextlib.suppress(ValueError):  # recorded as the decision's failure
-        ctx.decide("second", fails, input={"q": "x"})
-    ctx.decide("third", lambda: [1, 2])
-    return "done"
-
-
-def _recorded(url: str) -> UUID:
-    with Loom(url) as loom:
-        loom.flow("f")(_flow)
-        return loom.run("f").execution_id
-
-
-def _stored(path: Path, execution_id: UUID) -> list[tuple[Any, Any, Any]]:
-    with sqlite3.connect(path) as connection:
-        return connection.execute(
-            "SELECT originator_version, topic, state FROM stored_events "
-            "WHERE originator_id = ? ORDER BY originator_version",
-            (execution_id.hex,),
-        ).fetchall()
-
-
-def _read(url: str, execution_id: UUID) -> list[tuple[Any, Any, Any]]:
-    with Loom(url) as loom:
-        return [(row.version, row.topic, row.state) for row in loom.log.rows(execution_id)]
 
 
 def _tamper(path: Path, execution_id: UUID, column: str, value: object, topic: str) -> None:
