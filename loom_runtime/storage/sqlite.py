@@ -346,9 +346,9 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         own read transaction).
         """
         position = self._read_held(self._held_max_notification_id)
-        if position is _NOT_READ:
+        if isinstance(position, _NotRead):
             return cast(int, super().max_notification_id())
-        return cast(int, position)
+        return position
 
     def _held_max_notification_id(self, cursor: sqlite3.Cursor) -> int:
         cursor.execute(self.select_max_notification_id_statement)
@@ -401,8 +401,8 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         (:meth:`_read_held`: one statement in autocommit, its own read transaction), else
         through the pool, as before (ADR 0043, amended "replay250")."""
         rows = self._read_held(lambda cursor: self._held_stream_rows(cursor, stream))
-        if rows is not _NOT_READ:
-            return cast(list[Row], rows)
+        if not isinstance(rows, _NotRead):
+            return rows
         with self.datastore.transaction(commit=False) as c:  # the id as select_events passes it
             # Plain tuples from this cursor: the connection's sqlite3.Row costs per row.
             c.sqlite_cursor.row_factory = None
