@@ -228,6 +228,8 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
         raise BundleFormatError(f"{path} is not a loom bundle: {exc}") from exc
+    except RecursionError as exc:  # nested past the decoder's limit: no bundle loom writes
+        raise _too_deep(path) from exc
     except msgspec.DecodeError as exc:
         raise BundleTruncatedError(
             f"{path} is not a complete bundle (it ends or breaks before its end: {exc}); "
@@ -242,6 +244,8 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
         )
     try:
         bundle = _decode(data, path, Bundle)
+    except RecursionError as exc:
+        raise _too_deep(path) from exc
     except msgspec.ValidationError as exc:
         raise BundleTamperedError(f"{path} does not match the bundle format: {exc}") from exc
     except msgspec.DecodeError as exc:  # e.g. invalid UTF-8 in a field the envelope skipped
@@ -280,6 +284,15 @@ def _refuse_over(path: Path, size: int, limit: int) -> None:
             f"{limit:,}; it was not read. If you trust the file, raise the cap "
             f"(max_bundle_bytes=, --max-bundle-bytes or {MAX_BUNDLE_BYTES_ENV})"
         )
+
+
+def _too_deep(path: Path) -> BundleFormatError:
+    """The refusal of a file nested past the decoder's recursion limit: loom's own values nest
+    at most ``codec.MAX_DEPTH`` levels, so no bundle it wrote does."""
+    return BundleFormatError(
+        f"{path} is not a loom bundle: it nests deeper than any value loom stores "
+        "(RecursionError while decoding it)"
+    )
 
 
 def _decode(data: bytes, path: Path, into: type[T]) -> T:

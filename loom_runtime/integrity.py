@@ -105,14 +105,20 @@ def _field(value: object) -> bytes:
 
 
 def _canonical_originator(value: object) -> object:
-    """One spelling of an originator id, whichever way a backend stores it (hex, uuid, bytes)."""
+    """One spelling of an originator id, whichever way a backend stores it (hex, uuid, bytes).
+
+    Text counts as the UUID only in the spelling the SQLite recorder writes and reads a stream
+    by (``uuid.hex``): a row respelt another way (upper case, braces, hyphens) is the same UUID
+    to a parser but no longer in its stream, hidden from every read of it, so it must not
+    chain as the row that was written.
+    """
     if isinstance(value, UUID):
         return str(value)
     try:
         if isinstance(value, bytes) and len(value) == 16:
             return str(UUID(bytes=value))
-        if isinstance(value, str):
-            return str(UUID(value))
+        if isinstance(value, str) and (parsed := UUID(value)).hex == value:
+            return str(parsed)
     except ValueError:
         pass
     return value
