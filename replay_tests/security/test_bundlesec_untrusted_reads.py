@@ -2,8 +2,8 @@
 
 Three holes an adversarial review found after ADR 0018 closed the known ones:
 
-* a SQLite row's stream id respelt (upper-case hex) in the event and its chain row hides the
-  event from every stream read while ``loom verify`` still said "ok";
+* a SQLite row's stream id respelt (upper case, braces, hyphens, a BLOB) in the event and its
+  chain row hides the event from every stream read while ``loom verify`` still said "ok";
 * a bundle or a row nested deeper than the decoder's recursion limit escaped as a bare
   ``RecursionError`` (a traceback from the CLI) instead of a typed refusal;
 * a recorded output holding a number out of a double's range (``1e400``, which loom never
@@ -13,8 +13,10 @@ Three holes an adversarial review found after ADR 0018 closed the known ones:
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import msgspec
 import pytest
@@ -59,21 +61,30 @@ def _cli(*args: str) -> tuple[int, str, BaseException | None]:
 # -- the chain vouches for a stream id only as the recorder spells it --------------------------
 
 
-@pytest.mark.parametrize("spelling", ["upper(originator_id)", "'{' || originator_id || '}'"])
+SPELLINGS: dict[str, Callable[[UUID], object]] = {
+    "upper-case": lambda stream: stream.hex.upper(),
+    "braces": lambda stream: f"{{{stream.hex}}}",
+    "hyphens": str,
+    "blob": lambda stream: stream.bytes,
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_verify_finds_an_event_hidden_from_its_stream_by_respelling_its_id(
     tmp_path: Path, spelling: str
 ) -> None:
     """An event row and its chain row whose stream id is respelt (the same UUID to a parser,
-    another text to the recorder's ``WHERE originator_id = hex``) drop the event from every
+    another value to the recorder's ``WHERE originator_id = hex``) drop the event from every
     read of its stream, so ``verify`` must not report the log intact. SQLite only: a
     PostgreSQL ``uuid`` column holds one spelling."""
     url, loom, execution_id = _record(tmp_path)
     with loom:
         last = loom.execution(execution_id).version
+    respelt = SPELLINGS[spelling](execution_id)
     _sql(
         url,
-        (f"UPDATE stored_events SET originator_id = {spelling} WHERE rowid = ?", (last,)),
-        (f"UPDATE loom_chain SET originator_id = {spelling} WHERE notification_id = ?", (last,)),
+        ("UPDATE stored_events SET originator_id = ? WHERE rowid = ?", (respelt, last)),
+        ("UPDATE loom_chain SET originator_id = ? WHERE notification_id = ?", (respelt, last)),
     )
     with Loom(url, flows=flows) as loom:
         assert loom.execution(execution_id).version == last - 1  # the edit hid its last event
