@@ -402,8 +402,6 @@ def failed_decision(fields: Any) -> Decision:
 
 
 def _note(execution: Execution, decision: Decision, version: int) -> None:
-    if decision.key in execution.decisions:
-        raise _recorded_twice(execution.id, version)
     execution.decisions[decision.key] = decision
     execution.decision_versions[decision.key] = version
 
@@ -505,16 +503,6 @@ def project_execution(execution: Execution | None, events: Iterable[Event]) -> E
     return execution
 
 
-def _recorded_twice(stream: UUID, version: int) -> LogCorruptError:
-    """A key recorded again while its decision stands: loom records a key once (numbering
-    gives a repeated call ``k#2``; a reopening drops a failed decision before it is computed
-    again), so the later event would silently replace one a reader of the log may trust."""
-    return LogCorruptError(
-        f"execution {stream} records a decision key twice (at or before event v{version}); "
-        "run `loom verify`: the log was edited"
-    )
-
-
 def _out_of_sequence(version: int, stream: UUID, check: str) -> LogCorruptError:
     return LogCorruptError(
         f"event v{version} of execution {stream} is out of sequence ({check}); run `loom "
@@ -563,21 +551,15 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     # may replace them.
     decisions: dict[str, Decision] = {}
     versions: dict[str, int] = {}
-    # A key recorded twice (see _note) is found by counting, once per event, not per decision:
-    # the decisions noted since the last event are as many as the rows applied since it.
-    held = 0
     for row in rows:
         decision = table.get(row.topic)
         if decision is None:
             if last is not None and execution is not None:
-                if len(decisions) - held != version - execution.version:
-                    raise _recorded_twice(execution.id, version)
                 execution.version, execution.modified_on = version, last.timestamp
             # One event applied always leaves an execution (or raises).
             execution = cast("Execution", project_execution(execution, (decode_row(row),)))
             stream, version, last = execution.id, execution.version, None
             decisions, versions = execution.decisions, execution.decision_versions
-            held = len(decisions)
             table = applied
             continue
         build, decoder, current = decision
@@ -599,7 +581,5 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
         versions[key] = version
         last = fields
     if last is not None and execution is not None:
-        if len(decisions) - held != version - execution.version:
-            raise _recorded_twice(execution.id, version)
         execution.version, execution.modified_on = version, last.timestamp
     return execution
