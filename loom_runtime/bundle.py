@@ -96,8 +96,12 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         module docstring); nothing the events name is imported.
         """
         check_events(self.events)
+        rows = self.rows()
         try:
-            execution = project_rows(self.rows())
+            _check_once(rows)
+            execution = project_rows(rows)
+        except BundleFormatError:
+            raise
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
@@ -147,6 +151,49 @@ def check_events(events: tuple[BundleEvent, ...]) -> None:
                 "an execution's stream starts with exactly one Created event; this bundle's "
                 f"event {expected} is {event.topic!r}"
             )
+
+
+def _check_once(rows: list[Row]) -> None:
+    """Refuse a decision key recorded while its decision stands, and an execution ended while
+    it stands ended: streams loom never writes (numbering gives a repeated call ``k#2``; only a
+    reopening drops failed decisions and a failure). Projected, the later event silently
+    replaces the earlier, so a re-sealed bundle could show a reader one answer or outcome and
+    be replayed, "identical", against another, never asked about the first.
+
+    Checked on a bundle only, which anyone can re-seal: a log has its hash chain, and its
+    invariant checkers must still read such a log to report the bug that wrote it.
+    """
+    from loom_runtime.storage.mapper import decode_state
+
+    standing: set[str] = set()
+    ended = False
+    for row in rows:
+        if row.topic in _DECISION_TOPICS or row.topic == Execution.Reopened.TOPIC:
+            _, fields = decode_state(
+                stream=row.stream, version=row.version, topic=row.topic, state=row.state
+            )
+            if row.topic == Execution.Reopened.TOPIC:
+                standing.difference_update(fields.dropped)
+                ended = False
+            elif fields.key in standing:
+                raise BundleFormatError(
+                    f"event {row.version} of the bundle records decision {fields.key!r} again; "
+                    "an execution records a key once (a reopening drops a failed one first): "
+                    "it was edited and re-sealed"
+                )
+            else:
+                standing.add(fields.key)
+        elif row.topic in _ENDING_TOPICS:
+            if ended:
+                raise BundleFormatError(
+                    f"event {row.version} of the bundle ends the execution again; an execution "
+                    "ends once (a reopening of its failure excepted): it was edited and re-sealed"
+                )
+            ended = True
+
+
+_DECISION_TOPICS: Final = (Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC)
+_ENDING_TOPICS: Final = (Execution.Completed.TOPIC, Execution.Failed.TOPIC)
 
 
 def content_hash(bundle: Bundle) -> str:
