@@ -197,3 +197,41 @@ def test_loom_diff_of_a_bundle_holding_an_out_of_range_number_is_a_refusal(
     code, output, error = _cli("diff", str(tmp_path / "real.json"), str(forged))
     assert error is None, f"escaped as {error!r}"
     assert code == 1 and "never writes" in output, output
+
+
+# -- arguments the flow's signature no longer takes ------------------------------------------
+
+CHANGED_FLOWS = """
+from loom_runtime import FlowContext, FlowRegistry
+
+flows = FlowRegistry()
+
+
+@flows.flow("answer", version="t2")
+def answer(ctx: FlowContext, question: int) -> object:
+    return ctx.decide("search", lambda: [question, "runbook.md"], kind="retrieval")
+"""
+
+
+@pytest.mark.parametrize("target", ["bundle", "id"])
+def test_recorded_arguments_the_flow_no_longer_takes_are_a_one_line_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """A recording whose arguments do not fit the current signature (the code changed, or the
+    bundle was edited) is an answer of `loom replay FILE|ID`: exit 1 on one line, no
+    traceback out of FlowInputError."""
+    url, loom, execution_id = _record(tmp_path)
+    with loom:
+        path = loom.export(execution_id, tmp_path / "answer.json")
+    (tmp_path / "changed_flows.py").write_text(CHANGED_FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, output, error = _cli(
+        "replay",
+        str(path) if target == "bundle" else str(execution_id),
+        f"--db={url}",
+        "--flows=changed_flows:flows",
+    )
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "Traceback" not in output, output
+    assert "does not fit its signature" in output, output
+    assert len(output.strip().splitlines()) == 1, output
