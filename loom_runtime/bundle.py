@@ -30,7 +30,9 @@ loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal, TypeVar
@@ -348,9 +350,42 @@ def _decode(data: bytes, path: Path, into: type[T]) -> T:
     if into is not Bundle:
         return msgspec.json.decode(data, type=into)
     document = msgspec.json.decode(data)
+    _refuse_repeated_members(data, path)
     events = document.get("events") if isinstance(document, dict) else None
     for event in events if isinstance(events, list) else ():
         if isinstance(event, dict) and isinstance(event.get("state"), dict):
             # written inline by bundle_json: back to the exact text the hash covers
             event["state"] = msgspec.json.encode(event["state"]).decode()
+        elif isinstance(event, dict) and isinstance(event.get("state"), str):
+            _refuse_repeated_members(event["state"], path)
     return msgspec.convert(document, type=into)
+
+
+def _refuse_repeated_members(text: bytes | str, path: Path) -> None:
+    """Refuse JSON holding an object member twice, which no bundle loom writes holds.
+
+    A JSON bundle is reviewed as text (ADR 0029), and JSON leaves a repeated member undefined:
+    msgspec keeps the last, a reader sees the first, so a second ``events`` (or a second
+    ``output`` in a state) would be replayed, sealed and "identical", unseen. msgspec cannot
+    report one; the standard parser's pair hook can. Called once msgspec has decoded the
+    text, so the two parsers should agree on everything else; where they do not, the text is
+    no bundle loom wrote either (a nesting too deep for this parser is ``RecursionError``,
+    refused by the caller as for msgspec).
+    """
+
+    def pairs(members: list[tuple[str, object]]) -> None:
+        """Each object's members as parsed: checked, then dropped (nothing is kept but the
+        check, so the parse holds no second copy of the document)."""
+        names = {name for name, _ in members}
+        if len(names) != len(members):
+            counted = Counter(name for name, _ in members)
+            repeated = next(name for name, count in counted.items() if count > 1)
+            raise BundleFormatError(
+                f"{path} is not a loom bundle: an object in it holds {repeated!r} more than "
+                "once (JSON leaves which one counts undefined; loom never writes that)"
+            )
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError as exc:  # JSONDecodeError, or an integer over Python's digit limit
+        raise BundleFormatError(f"{path} is not a loom bundle: {exc}") from exc
