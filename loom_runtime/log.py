@@ -396,19 +396,30 @@ class LogSettings:
         return self.url.get_backend_name() == "sqlite"
 
     def create_engine(self) -> Engine:
-        """A SQLAlchemy engine on the same database, for projections (same durability)."""
+        """A SQLAlchemy engine on the same database, for projections (same durability); a
+        process forked from this one gets a pool of its own (``storage.forks``)."""
+        from loom_runtime.storage.forks import engine_renewed_in_child
+
+        engine = self._postgres_engine() if not self.is_sqlite else self._sqlite_engine()
+        engine_renewed_in_child(engine)
+        return engine
+
+    def _postgres_engine(self) -> Engine:
+        from sqlalchemy import create_engine
+
+        return create_engine(
+            self.url,
+            pool_size=self.pool_size,
+            pool_pre_ping=True,
+            connect_args={
+                "options": f"-c lock_timeout={round(self.lock_timeout * 1000)}",
+                "connect_timeout": max(1, round(self.lock_timeout)),
+            },
+        )
+
+    def _sqlite_engine(self) -> Engine:
         from sqlalchemy import create_engine, event
 
-        if not self.is_sqlite:
-            return create_engine(
-                self.url,
-                pool_size=self.pool_size,
-                pool_pre_ping=True,
-                connect_args={
-                    "options": f"-c lock_timeout={round(self.lock_timeout * 1000)}",
-                    "connect_timeout": max(1, round(self.lock_timeout)),
-                },
-            )
         engine = create_engine(self.url, connect_args={"timeout": self.lock_timeout})
         synchronous = self.sqlite_synchronous
 
