@@ -18,7 +18,7 @@ import msgspec
 import typer
 from rich.table import Table
 
-from loom_knowledge.corpus.corpus_files import scan_docs
+from loom_knowledge.corpus.corpus_files import MAX_FILE_BYTES, scan_docs
 from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.errors import (
     InvalidOptionError,
@@ -159,6 +159,14 @@ def sync_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List every document to write or remove.")
     ] = False,
+    max_file_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-file-bytes",
+            min=1,
+            help="Refuse the sync if a file is larger than this (default 64 MiB), unread.",
+        ),
+    ] = MAX_FILE_BYTES,
     stemmer: Annotated[
         str | None,
         typer.Option(
@@ -181,7 +189,9 @@ def sync_command(
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=ExitCode.USAGE)
     try:
-        scan = scan_docs(directory, follow_external_links=follow_external_links)
+        scan = scan_docs(
+            directory, follow_external_links=follow_external_links, max_file_bytes=max_file_bytes
+        )
     except KnowledgeError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     docs = scan.docs
