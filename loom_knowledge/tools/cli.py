@@ -317,7 +317,7 @@ def as_of_command(
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
 
-    moment: int | datetime = int(when) if when.isdigit() else aware_time(when, option="WHEN")
+    moment = _moment(when)
     with open_loom(db) as loom:
         try:
             view = _existing_scope(loom, scope).as_of(moment)
@@ -356,6 +356,23 @@ def counterfactual_command(
             fail(str(exc), code=ExitCode.USAGE)
     console.print(inert(render_counterfactual(report)))
     raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
+
+
+def _moment(when: str) -> int | datetime:
+    """WHEN as a log position (digits) or an aware ISO time; anything else is a usage error.
+
+    ``str.isdigit`` also holds for digits ``int()`` refuses (``"²"``) and for more digits than
+    it converts (4,300): those are refused here, not left to end in a traceback.
+    """
+    if not when.isdigit():
+        return aware_time(when, option="WHEN")
+    try:
+        return int(when)
+    except ValueError:
+        fail(
+            f"WHEN {when[:40]!r} is not a log position or an ISO time with a zone",
+            code=ExitCode.USAGE,
+        )
 
 
 def _existing_scope(loom: Loom, scope: str) -> KnowledgeBase:
