@@ -345,7 +345,7 @@ def counterfactual_command(
 
     Exit 0 if nothing would change, 1 if something would (passages, request, citations).
     """
-    from loom_knowledge.corpus.counterfactual import counterfactual, render_counterfactual
+    from loom_knowledge.corpus.counterfactual import counterfactual, counterfactual_lines
 
     with open_with_flows(db, flows) as loom:
         try:
@@ -354,7 +354,8 @@ def counterfactual_command(
             flow_missing(exc)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-    console.print(inert(render_counterfactual(report)))
+    for line in counterfactual_lines(report):  # each inert alone: an id cannot forge a line
+        console.print(inert(line, one_line=True))
     raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
 
 
