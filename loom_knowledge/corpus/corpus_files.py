@@ -42,8 +42,10 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 """The largest file :func:`scan_docs` reads by default: a document is kept in the log for good,
 and a sparse file of any apparent size would otherwise be read whole into memory first."""
 
-_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*")
-"""An ATX heading; a closing `#` run needs a space before it, so `# Using C#` keeps its `#`."""
+_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+)")
+"""An ATX heading's opening; its closing `#` run is cut by :func:`_title`, not by the pattern
+(a lazy title before an optional `[ \t]+#+` made the engine try every split of a long run of
+spaces: quadratic in a line a synced file controls)."""
 
 
 class DocScan(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,7 +117,16 @@ def _to_doc(doc_id: str, raw: str) -> Doc:
     heading = _HEADING.fullmatch(first.strip())
     if heading is None:
         return Doc(id=doc_id, text=raw.strip())
-    return Doc(id=doc_id, text=rest.strip(), title=heading["title"])
+    return Doc(id=doc_id, text=rest.strip(), title=_title(heading["title"]))
+
+
+def _title(heading: str) -> str:
+    """A heading's text without its closing `#` run, which needs a space or tab before it, so
+    `# Using C#` keeps its `#` (``heading`` is stripped: it ends in neither)."""
+    unclosed = heading.rstrip("#")
+    if unclosed != heading and unclosed.endswith((" ", "\t")):
+        return unclosed.rstrip(" \t")
+    return heading
 
 
 def _read(doc_id: str, entry: Traversable, *, max_file_bytes: int) -> bytes:
