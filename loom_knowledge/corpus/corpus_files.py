@@ -11,8 +11,8 @@ and is reported in :attr:`DocScan.skipped` instead. The log is append-only, so a
 ``/etc`` in a docs folder would otherwise put ``/etc/passwd`` in it for good. A directory
 link inside the root is not followed either (its target is read under its own path: ids stay
 unique and deterministic, and a link to an ancestor cannot loop); a file link inside the root
-is a document. Dangling links and anything that is neither a file nor a directory (a FIFO
-would block the read) are skipped too.
+is a document. Dangling links (a link loop among them) and anything that is neither a file
+nor a directory (a FIFO would block the read) are skipped too.
 
 The folder may change while it is synced, and the walk's checks must still hold when a file
 is read: each is opened without following a link (a link's checked target, for a link) and
@@ -92,7 +92,11 @@ class _Walk:
         link the rules above do not follow (recorded when it matters)."""
         if self.root is None or not isinstance(entry, Path) or not entry.is_symlink():
             return entry
-        target = entry.resolve()
+        try:
+            target = entry.resolve()
+        except RuntimeError:  # a link loop (Python 3.13 returns a path that does not exist)
+            self.skipped.append(relative)
+            return None
         if not target.exists():
             self.skipped.append(relative)
             return None
