@@ -204,7 +204,12 @@ def scan_docs(
 
 
 def load_docs(
-    directory: str | os.PathLike[str] | Traversable, *, follow_external_links: bool = False
+    directory: str | os.PathLike[str] | Traversable,
+    *,
+    follow_external_links: bool = False,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> list[Doc]:
     """The documents of :func:`scan_docs` (links out of the root are not followed)."""
-    return scan_docs(directory, follow_external_links=follow_external_links).docs
+    return scan_docs(
+        directory, follow_external_links=follow_external_links, max_file_bytes=max_file_bytes
+    ).docs

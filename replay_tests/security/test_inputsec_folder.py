@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loom_knowledge import InvalidDocumentError, scan_docs
+from loom_knowledge import InvalidDocumentError, load_docs, scan_docs
 from loom_knowledge.corpus.corpus_files import DocScan
 from loom_runtime.tools.cli import app
 
@@ -143,3 +143,10 @@ def test_the_cli_refuses_a_changed_or_huge_file_in_one_line(
     vanished = CliRunner().invoke(app, sync)
     assert vanished.exit_code == 2, vanished.output
     assert vanished.output.startswith("error: ") and "sync again" in vanished.output
+
+
+def test_load_docs_takes_the_same_cap(folder: Path) -> None:
+    """load_docs, scan_docs' documents, refuses and raises the cap the same way."""
+    with pytest.raises(InvalidDocumentError, match=r"kept\.md.*over the 10 bytes"):
+        load_docs(folder, max_file_bytes=10)
+    assert len(load_docs(folder, max_file_bytes=30)) == 2
