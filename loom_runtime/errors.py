@@ -34,6 +34,11 @@ class DatabaseUnavailableError(LoomError):
         self.database = database
 
 
+class LoomClosedError(LoomError):
+    """A Loom, or its log, was used after ``close()`` (or after its ``with`` block): open a
+    new one. Nothing is written by the refused call."""
+
+
 class NotSerialisableError(LoomError, TypeError):
     """A value that must go into the log cannot be encoded; ``path`` names the offending field."""
 

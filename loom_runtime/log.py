@@ -35,7 +35,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import ConfigurationError
+from loom_runtime.errors import ConfigurationError, LoomClosedError
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 
@@ -297,8 +297,31 @@ class EventLog(Protocol):
         ...
 
     def close(self) -> None:
-        """Release the log's connections and its engine's."""
+        """Release the log's connections and its engine's. Closing again does nothing; any
+        other use after it raises :class:`~loom_runtime.errors.LoomClosedError`."""
         ...
+
+
+class Closed:
+    """What a closed log (or a Loom closed before it opened one) holds instead of its
+    connections: any use raises :class:`~loom_runtime.errors.LoomClosedError`.
+
+    Put in their place by ``close``, so that a log in use pays for no "is it closed?" check
+    on its hot paths, and a closed one never reaches a pool that raises a driver's error (on
+    SQLite eventsourcing's ``ConnectionPoolClosedError``, with no message).
+    """
+
+    __slots__ = ("__weakref__", "_what")  # weakly keyed registries (keyrings) look it up
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and friends probe these: not a use
+            raise AttributeError(name)
+        raise LoomClosedError(
+            f"{self._what} was closed; open a new Loom(...) to use its database again"
+        )
 
 
 READ_ONLY: Final = "loom_read_only"
@@ -396,19 +419,30 @@ class LogSettings:
         return self.url.get_backend_name() == "sqlite"
 
     def create_engine(self) -> Engine:
-        """A SQLAlchemy engine on the same database, for projections (same durability)."""
+        """A SQLAlchemy engine on the same database, for projections (same durability); a
+        process forked from this one gets a pool of its own (``storage.forks``)."""
+        from loom_runtime.storage.forks import engine_renewed_in_child
+
+        engine = self._postgres_engine() if not self.is_sqlite else self._sqlite_engine()
+        engine_renewed_in_child(engine)
+        return engine
+
+    def _postgres_engine(self) -> Engine:
+        from sqlalchemy import create_engine
+
+        return create_engine(
+            self.url,
+            pool_size=self.pool_size,
+            pool_pre_ping=True,
+            connect_args={
+                "options": f"-c lock_timeout={round(self.lock_timeout * 1000)}",
+                "connect_timeout": max(1, round(self.lock_timeout)),
+            },
+        )
+
+    def _sqlite_engine(self) -> Engine:
         from sqlalchemy import create_engine, event
 
-        if not self.is_sqlite:
-            return create_engine(
-                self.url,
-                pool_size=self.pool_size,
-                pool_pre_ping=True,
-                connect_args={
-                    "options": f"-c lock_timeout={round(self.lock_timeout * 1000)}",
-                    "connect_timeout": max(1, round(self.lock_timeout)),
-                },
-            )
         engine = create_engine(self.url, connect_args={"timeout": self.lock_timeout})
         synchronous = self.sqlite_synchronous
 

@@ -43,7 +43,12 @@ from uuid import UUID, uuid4
 import msgspec
 import pytest
 
-from loom_runtime.errors import IntegrityUnsupportedError, LogCorruptError, StreamConflictError
+from loom_runtime.errors import (
+    IntegrityUnsupportedError,
+    LogCorruptError,
+    LoomClosedError,
+    StreamConflictError,
+)
 from loom_runtime.execution import Execution, project_execution
 from loom_runtime.log import EventLog, Row
 from loom_runtime.stream import Change, LogEvent, stream_id
@@ -282,6 +287,19 @@ class EventLogContract:
         except IntegrityUnsupportedError:
             pytest.skip("capability not supported: a hash chain (verify)")
         assert report.ok and report.checked == 2
+
+    def test_a_closed_log_refuses_every_use_and_closes_again_quietly(self, log: EventLog) -> None:
+        """After close, a read or an append raises LoomClosedError (nothing reaches a closed
+        pool); a second close does nothing."""
+        log.append(stream_id("kit:a"), expected_version=0, events=notes("x"))
+        log.close()
+        log.close()
+        with pytest.raises(LoomClosedError):
+            log.append(stream_id("kit:a"), expected_version=1, events=notes("y"))
+        with pytest.raises(LoomClosedError):
+            _ = log.position
+        with pytest.raises(LoomClosedError):
+            log.events(stream_id("kit:a"))
 
 
 def _execution() -> Execution:

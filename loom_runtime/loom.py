@@ -59,6 +59,7 @@ from loom_runtime.execution import (
 from loom_runtime.flow import F, Flow, FlowRegistry
 from loom_runtime.labels import NO_LABELS, Labels
 from loom_runtime.log import (
+    Closed,
     EventLog,
     LogSettings,
     Persistence,
@@ -601,6 +602,8 @@ class Loom:
                 self._keyring.close()
             if "log" in self.__dict__:
                 self.log.close()
+            else:  # never opened: a later use must not open (or create) it now
+                self.__dict__["log"] = Closed(f"the Loom on {self.settings.url!r}")
 
     def __enter__(self) -> Loom:
         return self

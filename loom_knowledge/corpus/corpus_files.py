@@ -11,14 +11,22 @@ and is reported in :attr:`DocScan.skipped` instead. The log is append-only, so a
 ``/etc`` in a docs folder would otherwise put ``/etc/passwd`` in it for good. A directory
 link inside the root is not followed either (its target is read under its own path: ids stay
 unique and deterministic, and a link to an ancestor cannot loop); a file link inside the root
-is a document. Dangling links and anything that is neither a file nor a directory (a FIFO
-would block the read) are skipped too.
+is a document. Dangling links (a link loop among them) and anything that is neither a file
+nor a directory (a FIFO would block the read) are skipped too.
+
+The folder may change while it is synced, and the walk's checks must still hold when a file
+is read: each is opened without following a link (a link's checked target, for a link) and
+without blocking, and must still be a regular file of at most ``max_file_bytes``, measured
+before a byte is read. A file that vanished or changed into something else in between refuses
+the sync (sync again), rather than reading a FIFO for ever or a link to ``/etc`` the walk
+never saw.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
@@ -30,8 +38,14 @@ from loom_knowledge.errors import InvalidDocumentError, InvalidOptionError
 SUFFIXES = (".md", ".txt")
 """The file types read as documents; anything else in the directory is ignored."""
 
-_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*")
-"""An ATX heading; a closing `#` run needs a space before it, so `# Using C#` keeps its `#`."""
+MAX_FILE_BYTES = 64 * 1024 * 1024
+"""The largest file :func:`scan_docs` reads by default: a document is kept in the log for good,
+and a sparse file of any apparent size would otherwise be read whole into memory first."""
+
+_HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+)")
+"""An ATX heading's opening; its closing `#` run is cut by :func:`_title`, not by the pattern
+(a lazy title before an optional `[ \t]+#+` made the engine try every split of a long run of
+spaces: quadratic in a line a synced file controls)."""
 
 
 class DocScan(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,39 +63,53 @@ class _Walk:
         self.root = Path(root).resolve() if isinstance(root, Path) else None
         self.follow_external_links = follow_external_links
         self.found: list[tuple[str, Traversable]] = []
+        """Each document's id and what to read: the entry, or a link's checked target."""
         self.skipped: list[str] = []
         self.entered: set[Path] = set()
 
     def walk(self, directory: Traversable, prefix: str) -> None:
-        for entry in directory.iterdir():
+        try:
+            entries = list(directory.iterdir())
+        except OSError as exc:
+            raise InvalidOptionError(
+                f"could not list {prefix or './'} in the folder ({exc.strerror}); did it change "
+                "during the sync? sync again"
+            ) from exc
+        for entry in entries:
             if entry.name.startswith("."):
                 continue
             relative = f"{prefix}{entry.name}"
-            if not self._followed(entry, relative):
+            followed = self._followed(entry, relative)
+            if followed is None:
                 continue
             if entry.is_dir():
                 self.walk(entry, f"{relative}/")
             elif entry.is_file() and entry.name.endswith(SUFFIXES):
-                self.found.append((relative, entry))
+                self.found.append((relative, followed))
 
-    def _followed(self, entry: Traversable, relative: str) -> bool:
-        """False for a link the rules above do not follow (recorded when it matters)."""
+    def _followed(self, entry: Traversable, relative: str) -> Traversable | None:
+        """What to read for ``entry``: itself, or a link's target as checked here; None for a
+        link the rules above do not follow (recorded when it matters)."""
         if self.root is None or not isinstance(entry, Path) or not entry.is_symlink():
-            return True
-        target = entry.resolve()
+            return entry
+        try:
+            target = entry.resolve()
+        except RuntimeError:  # a link loop (Python 3.13 returns a path that does not exist)
+            self.skipped.append(relative)
+            return None
         if not target.exists():
             self.skipped.append(relative)
-            return False
+            return None
         if target.is_relative_to(self.root):
-            return not target.is_dir()
+            return None if target.is_dir() else target
         if not self.follow_external_links:
             self.skipped.append(relative)
-            return False
+            return None
         if target.is_dir():
             if target in self.entered:
-                return False  # a link cycle outside the root
+                return None  # a link cycle outside the root
             self.entered.add(target)
-        return True
+        return target
 
 
 def _to_doc(doc_id: str, raw: str) -> Doc:
@@ -93,11 +121,59 @@ def _to_doc(doc_id: str, raw: str) -> Doc:
     heading = _HEADING.fullmatch(first.strip())
     if heading is None:
         return Doc(id=doc_id, text=raw.strip())
-    return Doc(id=doc_id, text=rest.strip(), title=heading["title"])
+    return Doc(id=doc_id, text=rest.strip(), title=_title(heading["title"]))
+
+
+def _title(heading: str) -> str:
+    """A heading's text without its closing `#` run, which needs a space or tab before it, so
+    `# Using C#` keeps its `#` (``heading`` is stripped: it ends in neither)."""
+    unclosed = heading.rstrip("#")
+    if unclosed != heading and unclosed.endswith((" ", "\t")):
+        return unclosed.rstrip(" \t")
+    return heading
+
+
+def _read(doc_id: str, entry: Traversable, *, max_file_bytes: int) -> bytes:
+    """The bytes of ``entry`` if it is still the regular file the walk found (module docstring).
+
+    Opened without following a link and without blocking (``O_NOFOLLOW``, ``O_NONBLOCK``
+    where the OS has them), checked on the open descriptor, then read up to the cap.
+    """
+    if not isinstance(entry, Path):  # a package resource: shipped data, not a synced folder
+        return entry.read_bytes()
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        descriptor = os.open(entry, flags)
+    except OSError as exc:
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field="file",
+            reason=f"could not be read ({exc.strerror}); did it change during the sync? sync again",
+        ) from exc
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidDocumentError(
+                doc_id=doc_id,
+                field="file",
+                reason="is no longer a regular file; did it change during the sync? sync again",
+            )
+        data = file.read(max_file_bytes + 1) if status.st_size <= max_file_bytes else b""
+    if status.st_size > max_file_bytes or len(data) > max_file_bytes:
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field="file",
+            reason=f"is over the {max_file_bytes} bytes a sync reads (max_file_bytes, "
+            "--max-file-bytes)",
+        )
+    return data
 
 
 def scan_docs(
-    directory: str | os.PathLike[str] | Traversable, *, follow_external_links: bool = False
+    directory: str | os.PathLike[str] | Traversable,
+    *,
+    follow_external_links: bool = False,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> DocScan:
     """Read every ``.md``/``.txt`` file under ``directory`` into a document, sorted by id.
 
@@ -105,7 +181,9 @@ def scan_docs(
     (``importlib.resources.files(...) / "runbooks"``). Hidden files and directories
     (``.git``) are skipped, and so are links out of the root unless
     ``follow_external_links`` (see the module docstring). A file that is not UTF-8 raises
-    :class:`InvalidDocumentError` naming it, instead of ingesting mojibake; a directory that
+    :class:`InvalidDocumentError` naming it, instead of ingesting mojibake, and so does a file
+    over ``max_file_bytes`` (:data:`MAX_FILE_BYTES`) or one that changed after the walk saw
+    it (see the module docstring); a directory that
     does not exist raises :class:`InvalidOptionError` rather than reading as an empty corpus
     (which a sync would take as "delete everything").
     """
@@ -118,7 +196,7 @@ def scan_docs(
     docs = []
     for doc_id, entry in sorted(walk.found, key=lambda found: found[0]):
         try:
-            raw = entry.read_bytes().decode("utf-8")
+            raw = _read(doc_id, entry, max_file_bytes=max_file_bytes).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidDocumentError(doc_id=doc_id, field="text", reason="is not UTF-8") from exc
         docs.append(_to_doc(doc_id, raw))
@@ -126,7 +204,12 @@ def scan_docs(
 
 
 def load_docs(
-    directory: str | os.PathLike[str] | Traversable, *, follow_external_links: bool = False
+    directory: str | os.PathLike[str] | Traversable,
+    *,
+    follow_external_links: bool = False,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> list[Doc]:
     """The documents of :func:`scan_docs` (links out of the root are not followed)."""
-    return scan_docs(directory, follow_external_links=follow_external_links).docs
+    return scan_docs(
+        directory, follow_external_links=follow_external_links, max_file_bytes=max_file_bytes
+    ).docs

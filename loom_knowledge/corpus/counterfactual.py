@@ -87,7 +87,17 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
 
 
 def render_counterfactual(report: Counterfactual) -> str:
-    """The report as text for a terminal."""
+    """The report as text (:func:`counterfactual_lines`, one per line)."""
+    return "\n".join(counterfactual_lines(report))
+
+
+def counterfactual_lines(report: Counterfactual) -> list[str]:
+    """The report as lines, one per fact, a request diff one per diff line.
+
+    Not made inert: a doc id or a citation comes from the log or the model and may hold a line
+    break, so whoever prints these to a terminal makes each line inert on its own (one line),
+    and a line break in an id cannot forge a verdict or a retrieval line.
+    """
     verdict = (
         "would go the same way with today's corpus"
         if report.unchanged
@@ -101,10 +111,10 @@ def render_counterfactual(report: Counterfactual) -> str:
         lines.append(f"  = {len(change.kept)} passage(s) unchanged")
     for diff in report.request_diffs:
         lines.append("model request would change:")
-        lines.append(diff.rstrip())
+        lines += diff.rstrip().split("\n")
     if report.now_ungrounded:
         lines.append(f"citations now UNGROUNDED: {', '.join(report.now_ungrounded)}")
-    return "\n".join(lines)
+    return lines
 
 
 def _ref(passage: Passage) -> PassageRef:

@@ -30,6 +30,7 @@ encoded) on a message that does not use them, and ``tools`` is left out when emp
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -48,6 +49,11 @@ UNTRUSTED_CONTENT_NOTE: Final = (
 _FENCE_OPEN: Final = "<passage "
 _FENCE_CLOSE: Final = "</passage>"
 _PASSAGE_FENCE: Final = f"{_FENCE_OPEN}doc_id="
+_TAG_START: Final = re.compile(r"<(?=\s*(?:/\s*)?passage\b)", re.IGNORECASE)
+"""The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``).
+
+The second whitespace run is tried only after a ``/``: two optional runs side by side would
+be split every way on a long run after a ``<``, quadratic in a passage's text."""
 
 
 class Provenance(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,12 +154,27 @@ def _fence(passage: Passage, provenance: Provenance) -> str:
     """The text a passage is sent as: the passage, fenced and labelled so it can be cited.
 
     Attribute values are JSON-encoded, so a quote in a title cannot break the fence header.
+    A tag in the text or a value is written ``&lt;passage``/``&lt;/passage`` (:func:`_defused`).
     """
     attributes = [("doc_id", passage.doc_id), ("source", provenance.label)]
     if passage.title is not None:
         attributes.append(("title", passage.title))
-    header = " ".join(f"{name}={msgspec.json.encode(value).decode()}" for name, value in attributes)
-    return f"{_FENCE_OPEN}{header}>\n{passage.text}\n{_FENCE_CLOSE}"
+    header = " ".join(
+        f"{name}={msgspec.json.encode(_defused(value)).decode()}" for name, value in attributes
+    )
+    return f"{_FENCE_OPEN}{header}>\n{_defused(passage.text)}\n{_FENCE_CLOSE}"
+
+
+def _defused(value: str) -> str:
+    """``value`` with every fence-like tag's ``<`` written ``&lt;``.
+
+    The model is told to cite the ``doc_id`` of the fence a text sits in, so a passage whose
+    text closed its fence and opened one naming another document would have its planted text
+    cited as that document's, and the citation check would call it grounded. Only such tags
+    change: a text without one (code, HTML) is sent byte for byte as before, so recordings
+    replay unchanged. Not reversed by :func:`unfence`: the model reads the text as sent.
+    """
+    return _TAG_START.sub("&lt;", value)
 
 
 def unfence(content: str) -> str:

@@ -18,7 +18,7 @@ import msgspec
 import typer
 from rich.table import Table
 
-from loom_knowledge.corpus.corpus_files import scan_docs
+from loom_knowledge.corpus.corpus_files import MAX_FILE_BYTES, scan_docs
 from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.errors import (
     InvalidOptionError,
@@ -159,6 +159,14 @@ def sync_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List every document to write or remove.")
     ] = False,
+    max_file_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-file-bytes",
+            min=1,
+            help="Refuse the sync if a file is larger than this (default 64 MiB), unread.",
+        ),
+    ] = MAX_FILE_BYTES,
     stemmer: Annotated[
         str | None,
         typer.Option(
@@ -181,7 +189,9 @@ def sync_command(
     if not directory.is_dir():
         fail(f"{directory} is not a directory", code=ExitCode.USAGE)
     try:
-        scan = scan_docs(directory, follow_external_links=follow_external_links)
+        scan = scan_docs(
+            directory, follow_external_links=follow_external_links, max_file_bytes=max_file_bytes
+        )
     except KnowledgeError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     docs = scan.docs
@@ -307,7 +317,7 @@ def as_of_command(
 ) -> None:
     """The corpus as it was at WHEN: its documents, or (with --query) a search of it."""
 
-    moment: int | datetime = int(when) if when.isdigit() else aware_time(when, option="WHEN")
+    moment = _moment(when)
     with open_loom(db) as loom:
         try:
             view = _existing_scope(loom, scope).as_of(moment)
@@ -335,7 +345,7 @@ def counterfactual_command(
 
     Exit 0 if nothing would change, 1 if something would (passages, request, citations).
     """
-    from loom_knowledge.corpus.counterfactual import counterfactual, render_counterfactual
+    from loom_knowledge.corpus.counterfactual import counterfactual, counterfactual_lines
 
     with open_with_flows(db, flows) as loom:
         try:
@@ -344,8 +354,26 @@ def counterfactual_command(
             flow_missing(exc)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-    console.print(inert(render_counterfactual(report)))
+    for line in counterfactual_lines(report):  # each inert alone: an id cannot forge a line
+        console.print(inert(line, one_line=True))
     raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
+
+
+def _moment(when: str) -> int | datetime:
+    """WHEN as a log position (digits) or an aware ISO time; anything else is a usage error.
+
+    ``str.isdigit`` also holds for digits ``int()`` refuses (``"²"``) and for more digits than
+    it converts (4,300): those are refused here, not left to end in a traceback.
+    """
+    if not when.isdigit():
+        return aware_time(when, option="WHEN")
+    try:
+        return int(when)
+    except ValueError:
+        fail(
+            f"WHEN {when[:40]!r} is not a log position or an ISO time with a zone",
+            code=ExitCode.USAGE,
+        )
 
 
 def _existing_scope(loom: Loom, scope: str) -> KnowledgeBase:

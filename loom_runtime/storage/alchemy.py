@@ -12,6 +12,8 @@ from typing import Any
 from eventsourcing_sqlalchemy.factory import Factory as SQLAlchemyFactory
 from sqlalchemy import Engine, event
 
+from loom_runtime.storage.forks import engine_renewed_in_child
+
 
 class LoomSQLAlchemyFactory(SQLAlchemyFactory):
     """eventsourcing-sqlalchemy, with the same durability and lock-timeout settings as the
@@ -22,6 +24,7 @@ class LoomSQLAlchemyFactory(SQLAlchemyFactory):
         engine = self.datastore.engine
         if not isinstance(engine, Engine):
             return  # a caller-supplied session or connection keeps its own settings
+        engine_renewed_in_child(engine)
         synchronous = self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL")
         lock_timeout_ms = int(self.env.get("LOOM_LOCK_TIMEOUT_MS", "5000"))
 

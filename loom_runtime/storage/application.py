@@ -34,6 +34,7 @@ from loom_runtime.errors import (
 from loom_runtime.integrity import verify_rows
 from loom_runtime.log import (
     PAGE_SIZE,
+    Closed,
     LogSettings,
     Outcome,
     Precondition,
@@ -402,9 +403,14 @@ class EventsourcingLog:
             )
 
     def close(self) -> None:
+        if isinstance(self.application, Closed):
+            return
         if "engine" in self.__dict__:
             self.engine.dispose()
         self.application.close()
+        closed = Closed(f"the log at {self.settings.url!r}")
+        self.application = closed  # type: ignore[assignment]  # every later use refuses
+        self.__dict__["engine"] = closed
 
 
 def _conflict(first: Any) -> str:

@@ -46,7 +46,7 @@ from loom_runtime.integrity import GENESIS
 from loom_runtime.log import Precondition, Row
 from loom_runtime.schema import DDL_LOCK_KEY
 from loom_runtime.storage.chain import CHAIN_TABLE, ChainedRecorder, ChainTable
-from loom_runtime.storage.forks import renewed_in_child
+from loom_runtime.storage.forks import renewed_in_child, reset_in_child, set_aside
 from loom_runtime.storage.sqlite import PreconditionFailed
 
 _FIELD_FUNCTION = "loom_chain_field"
@@ -387,10 +387,45 @@ class LoomPostgresFactory(PostgresFactory):
 
     application_recorder_class = ChainedPostgresRecorder
 
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        reset_in_child(self, "_renew_pool")
+
     def application_recorder(self) -> ApplicationRecorder:
         recorder = super().application_recorder()
         self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
         return recorder
+
+    def _renew_pool(self) -> None:
+        """In a forked child: a new, unopened pool configured as the inherited one, which is
+        set aside unclosed (``loom_runtime.storage.forks``). The inherited connections are
+        sockets the parent is using: the child's first append went out on one and failed
+        ("prepared statement already exists"), and both processes then waited on replies
+        meant for the other. psycopg_pool has no reset of its own for a forked child, so the
+        pool is built again from its settings; the hooks eventsourcing gave it (``configure``,
+        ``check``, ``reset``) are read from the attributes psycopg_pool keeps them in."""
+        inherited = self.datastore.pool
+        set_aside(inherited)
+        self.datastore.pool = type(inherited)(
+            inherited.conninfo,
+            connection_class=inherited.connection_class,
+            kwargs=inherited.kwargs,
+            min_size=inherited.min_size,
+            max_size=inherited.max_size,
+            open=False,
+            configure=inherited._configure,
+            check=inherited._check,
+            reset=inherited._reset,
+            name=inherited.name,
+            timeout=inherited.timeout,
+            max_waiting=inherited.max_waiting,
+            max_lifetime=inherited.max_lifetime,
+            max_idle=inherited.max_idle,
+            reconnect_timeout=inherited.reconnect_timeout,
+            reconnect_failed=inherited._reconnect_failed,
+            num_workers=inherited.num_workers,
+            get_password_func=inherited.get_password_func,
+        )
 
     def close(self) -> None:
         """Give every recorder's writer connection back before the pool closes."""

@@ -32,7 +32,7 @@ from eventsourcing.sqlite import (
 
 from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
-from loom_runtime.storage.forks import renewed_in_child
+from loom_runtime.storage.forks import renewed_in_child, reset_in_child, set_aside
 from loom_runtime.storage.group_commit import GroupCommit, Pending
 
 _T = TypeVar("_T")
@@ -456,14 +456,26 @@ class LoomSQLiteFactory(SQLiteFactory):
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        pool = self.datastore.pool
+        self._pool_like(self.datastore.pool)
+        self._recorders: list[ChainedSQLiteRecorder] = []
+        """The recorders made here, whose held writer connections close with the factory."""
+        reset_in_child(self, "_renew_pool")
+
+    def _pool_like(self, pool: SQLiteConnectionPool) -> None:
+        """Give the datastore a new pool on ``pool``'s database, with loom's ``synchronous``."""
         self.datastore.pool = _SynchronousPool(
             synchronous=self.env.get("LOOM_SQLITE_SYNCHRONOUS", "NORMAL"),
             db_name=pool.db_name,
             lock_timeout=pool.lock_timeout,
         )
-        self._recorders: list[ChainedSQLiteRecorder] = []
-        """The recorders made here, whose held writer connections close with the factory."""
+
+    def _renew_pool(self) -> None:
+        """In a forked child: a pool of the child's own, the parent's set aside unclosed
+        (``loom_runtime.storage.forks``). SQLite's rule is never to use a connection across
+        a fork; the recorder's held connections already reopen per process."""
+        inherited = self.datastore.pool
+        set_aside(inherited)
+        self._pool_like(inherited)
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = super().application_recorder()

@@ -4,7 +4,8 @@ Everything loom shows comes from a log that untrusted parties write into: a docu
 title, a decision key, an exception message. Printed raw, an ESC sequence clears the screen,
 retitles the window or plants a hyperlink (OSC 8); a C1 byte does the same on terminals that
 honour 8-bit controls; a bidi override (U+202E) displays an id reversed, and a zero-width
-character makes two different ids look equal. :func:`visible` is the one rule that shows each
+character (or an invisible tag character, U+E0041 for "A") makes two different ids look equal
+or hides words in a passage. :func:`visible` is the one rule that shows each
 of these as ``<U+XXXX>`` instead of obeying it; the CLI and the HTML audit both call it, and
 escape their own markup (Rich, HTML) on top.
 """
@@ -19,8 +20,18 @@ from loom_runtime.labels import NO_LABELS, Labels
 
 _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f"
 """C0 controls except tab and newline, DEL, C1 controls: what a terminal obeys."""
-_HIDING = "\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff"
-"""Bidi marks, embeddings, overrides and isolates, zero-width characters: what misleads a reader."""
+_HIDING = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
+"""Every format character (Unicode category Cf): bidi marks, embeddings, overrides and
+isolates, zero-width characters, invisible operators, the soft hyphen, and the tag characters
+U+E0020-U+E007F, invisible copies of ASCII that hide an instruction in a passage from the
+person reviewing it. Any of them makes two different ids look equal or hides text; listed as
+ranges (building the class from ``unicodedata`` at import would cost the CLI a scan of every
+code point), and a test checks the list against the running Python's Unicode database."""
 _BREAKING = "\t\n\u2028\u2029"
 """What starts a new line (or jumps to a column): layout in a text, a forged line in an id."""
 
