@@ -30,7 +30,9 @@ loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal, TypeVar
@@ -96,8 +98,12 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         module docstring); nothing the events name is imported.
         """
         check_events(self.events)
+        rows = self.rows()
         try:
-            execution = project_rows(self.rows())
+            _check_once(rows)
+            execution = project_rows(rows)
+        except BundleFormatError:
+            raise
         except Exception as exc:  # the mapper's, msgspec's or eventsourcing's: all one refusal
             raise BundleFormatError(
                 f"the bundle's events do not rebuild an execution ({type(exc).__name__}: {exc}); "
@@ -147,6 +153,49 @@ def check_events(events: tuple[BundleEvent, ...]) -> None:
                 "an execution's stream starts with exactly one Created event; this bundle's "
                 f"event {expected} is {event.topic!r}"
             )
+
+
+def _check_once(rows: list[Row]) -> None:
+    """Refuse a decision key recorded while its decision stands, and an execution ended while
+    it stands ended: streams loom never writes (numbering gives a repeated call ``k#2``; only a
+    reopening drops failed decisions and a failure). Projected, the later event silently
+    replaces the earlier, so a re-sealed bundle could show a reader one answer or outcome and
+    be replayed, "identical", against another, never asked about the first.
+
+    Checked on a bundle only, which anyone can re-seal: a log has its hash chain, and its
+    invariant checkers must still read such a log to report the bug that wrote it.
+    """
+    from loom_runtime.storage.mapper import decode_state
+
+    standing: set[str] = set()
+    ended = False
+    for row in rows:
+        if row.topic in _DECISION_TOPICS or row.topic == Execution.Reopened.TOPIC:
+            _, fields = decode_state(
+                stream=row.stream, version=row.version, topic=row.topic, state=row.state
+            )
+            if row.topic == Execution.Reopened.TOPIC:
+                standing.difference_update(fields.dropped)
+                ended = False
+            elif fields.key in standing:
+                raise BundleFormatError(
+                    f"event {row.version} of the bundle records decision {fields.key!r} again; "
+                    "an execution records a key once (a reopening drops a failed one first): "
+                    "it was edited and re-sealed"
+                )
+            else:
+                standing.add(fields.key)
+        elif row.topic in _ENDING_TOPICS:
+            if ended:
+                raise BundleFormatError(
+                    f"event {row.version} of the bundle ends the execution again; an execution "
+                    "ends once (a reopening of its failure excepted): it was edited and re-sealed"
+                )
+            ended = True
+
+
+_DECISION_TOPICS: Final = (Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC)
+_ENDING_TOPICS: Final = (Execution.Completed.TOPIC, Execution.Failed.TOPIC)
 
 
 def content_hash(bundle: Bundle) -> str:
@@ -228,6 +277,8 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape
         raise BundleFormatError(f"{path} is not a loom bundle: {exc}") from exc
+    except RecursionError as exc:  # nested past the decoder's limit: no bundle loom writes
+        raise _too_deep(path) from exc
     except msgspec.DecodeError as exc:
         raise BundleTruncatedError(
             f"{path} is not a complete bundle (it ends or breaks before its end: {exc}); "
@@ -242,6 +293,8 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
         )
     try:
         bundle = _decode(data, path, Bundle)
+    except RecursionError as exc:
+        raise _too_deep(path) from exc
     except msgspec.ValidationError as exc:
         raise BundleTamperedError(f"{path} does not match the bundle format: {exc}") from exc
     except msgspec.DecodeError as exc:  # e.g. invalid UTF-8 in a field the envelope skipped
@@ -282,15 +335,57 @@ def _refuse_over(path: Path, size: int, limit: int) -> None:
         )
 
 
+def _too_deep(path: Path) -> BundleFormatError:
+    """The refusal of a file nested past the decoder's recursion limit: loom's own values nest
+    at most ``codec.MAX_DEPTH`` levels, so no bundle it wrote does."""
+    return BundleFormatError(
+        f"{path} is not a loom bundle: it nests deeper than any value loom stores "
+        "(RecursionError while decoding it)"
+    )
+
+
 def _decode(data: bytes, path: Path, into: type[T]) -> T:
     if path.suffix == ".msgpack":
         return msgspec.msgpack.decode(data, type=into)
     if into is not Bundle:
         return msgspec.json.decode(data, type=into)
     document = msgspec.json.decode(data)
+    _refuse_repeated_members(data, path)
     events = document.get("events") if isinstance(document, dict) else None
     for event in events if isinstance(events, list) else ():
         if isinstance(event, dict) and isinstance(event.get("state"), dict):
             # written inline by bundle_json: back to the exact text the hash covers
             event["state"] = msgspec.json.encode(event["state"]).decode()
+        elif isinstance(event, dict) and isinstance(event.get("state"), str):
+            _refuse_repeated_members(event["state"], path)
     return msgspec.convert(document, type=into)
+
+
+def _refuse_repeated_members(text: bytes | str, path: Path) -> None:
+    """Refuse JSON holding an object member twice, which no bundle loom writes holds.
+
+    A JSON bundle is reviewed as text (ADR 0029), and JSON leaves a repeated member undefined:
+    msgspec keeps the last, a reader sees the first, so a second ``events`` (or a second
+    ``output`` in a state) would be replayed, sealed and "identical", unseen. msgspec cannot
+    report one; the standard parser's pair hook can. Called once msgspec has decoded the
+    text, so the two parsers should agree on everything else; where they do not, the text is
+    no bundle loom wrote either (a nesting too deep for this parser is ``RecursionError``,
+    refused by the caller as for msgspec).
+    """
+
+    def pairs(members: list[tuple[str, object]]) -> None:
+        """Each object's members as parsed: checked, then dropped (nothing is kept but the
+        check, so the parse holds no second copy of the document)."""
+        names = {name for name, _ in members}
+        if len(names) != len(members):
+            counted = Counter(name for name, _ in members)
+            repeated = next(name for name, count in counted.items() if count > 1)
+            raise BundleFormatError(
+                f"{path} is not a loom bundle: an object in it holds {repeated!r} more than "
+                "once (JSON leaves which one counts undefined; loom never writes that)"
+            )
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError as exc:  # JSONDecodeError, or an integer over Python's digit limit
+        raise BundleFormatError(f"{path} is not a loom bundle: {exc}") from exc

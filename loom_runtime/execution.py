@@ -565,8 +565,8 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
         build, decoder, current = decision
         try:
             fields = decoder.decode(row.state)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            fields = None
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            fields = None  # decode_state below raises the LogCorruptError (or upcasts)
         if fields is None or fields.class_version != current:
             _, fields = decode_state(
                 stream=row.stream, version=row.version, topic=row.topic, state=row.state

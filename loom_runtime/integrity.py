@@ -118,6 +118,20 @@ def _canonical_originator(value: object) -> object:
     return value
 
 
+def _spelt_as_written(stored: object, canonical: object) -> bool:
+    """Whether an event row's stream id is spelt as loom's recorders write it: a ``uuid``
+    (PostgreSQL) or its 32 lower-case hex digits (SQLite, which reads a stream by that text).
+
+    :func:`_canonical_originator` reads any spelling of the same UUID (upper case, braces, a
+    16-byte BLOB) as one, so the chain alone vouched for a respelt row, which every read of
+    its stream no longer sees: its event hidden behind a verified log. ``canonical`` is that
+    function's answer for ``stored`` (a parsed id is hyphenated), so nothing is parsed again.
+    """
+    if isinstance(stored, UUID):
+        return True
+    return type(stored) is str and stored == str(canonical).replace("-", "")
+
+
 def _as_bytes(value: object) -> bytes:
     """A hash column as bytes; anything else (NULL, text someone wrote) as non-matching bytes."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -277,6 +291,13 @@ def _walk(
                 position,
                 f"the chain holds {link.originator_id} v{link.version} here, the log holds "
                 f"{event.originator_id} v{event.version}",
+            )
+        if not _spelt_as_written(event.originator_id, originator):
+            return bad(
+                Tampering.ALTERED,
+                position,
+                f"the event's stream id is stored as {event.originator_id!r}, a spelling no "
+                "recorder writes: every read of its stream misses it",
             )
         expected = stream_link(
             streams.get(originator, GENESIS),

@@ -171,7 +171,7 @@ def compare_outcome(
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
         found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
-    elif _canonical(execution.output) != _canonical(output or b"null"):
+    elif not _same_json(execution.output, output or b"null"):
         found.append(OutputChangedError(diff=diff(execution.output, output, label="output")))
     unused = replayer.unused()
     if unused:
@@ -179,13 +179,22 @@ def compare_outcome(
     return found
 
 
-def _canonical(raw: msgspec.Raw | bytes) -> bytes:
-    """Stored JSON re-encoded with sorted keys: equal exactly when the values are the same JSON.
+def _same_json(recorded: msgspec.Raw | bytes, replayed: msgspec.Raw | bytes) -> bool:
+    """Whether two stored JSON values are the same once re-encoded with sorted keys.
 
     Comparing decoded Python values would call ``true``, ``1`` and ``1.0`` equal; bytes keep
     them apart, and sorting keys keeps an object's key order from counting as a change.
+    A value that does not decode (a number out of a double's range such as ``1e400``, or one
+    nested past the decoder's limit) is one loom never encodes, so it equals nothing: a
+    recording holding one was edited, and the replay reports its output changed rather
+    than raising the decoder's error (ADR 0018, amended).
     """
-    return msgspec.json.encode(msgspec.json.decode(raw), order="sorted")
+    try:
+        return msgspec.json.encode(
+            msgspec.json.decode(recorded), order="sorted"
+        ) == msgspec.json.encode(msgspec.json.decode(replayed), order="sorted")
+    except (msgspec.DecodeError, RecursionError):
+        return False
 
 
 def _describe_error(error: BaseException) -> str:

@@ -87,7 +87,10 @@ def diff_command(
     outcome, as unified diffs; ids, timestamps and log positions are not compared.
     """
     (_, before), (_, after) = _read(a), _read(b)
-    differences = compare(before, after, sides=(str(a), str(b)))
+    try:
+        differences = compare(before, after, sides=(str(a), str(b)))
+    except (msgspec.DecodeError, RecursionError) as exc:  # 1e400, nesting past the decoder
+        fail(f"{a} or {b} holds a value loom never writes ({exc}): it was edited; not compared")
     if as_json:
         report = DiffReport(a=str(a), b=str(b), same=not differences, differences=differences)
         print_json(report)

@@ -636,6 +636,8 @@ def replay(
             fail(
                 str(exc)
             )  # the data failed its check (or was erased): an answer, not a usage error
+        except FlowInputError as exc:  # the recorded arguments no longer fit: an answer too
+            fail(str(exc))
         except (ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
     if as_json:

@@ -1,0 +1,88 @@
+"""A bundle holding a stream loom never writes is refused rather than half read.
+
+Loom records a key once: numbering gives a repeated call its own key (``k#2``), and a reopening
+drops a failed decision before the key is computed again. And an execution ends once: only a
+reopening (of a failure) lets it end again. A re-sealed bundle (or an edited log) holding a
+second event for a key, or a second ending, made the later one silently replace the first,
+so a replay compared with the one the reader of the file might not have looked at, said
+"identical", and never asked about the other. Refused in a bundle, which anyone can re-seal;
+a log keeps its hash chain, and its invariant checkers must still read one to report the bug
+that wrote it (replay_tests/reliability).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from loom_runtime import FlowContext, FlowRegistry, Loom
+from loom_runtime.bundle import Bundle, read_bundle, seal, write_bundle
+from loom_runtime.errors import BundleFormatError
+
+flows = FlowRegistry()
+
+
+@flows.flow("search", version="t")
+def search(ctx: FlowContext, question: str) -> object:
+    return ctx.decide("search", lambda: [question, "runbook.md"], kind="retrieval")
+
+
+def _forged(folder: Path, *, twice: str) -> Bundle:
+    """A recording of ``search`` re-sealed with a copy of its event ``twice`` ("decision" or
+    "output"), holding another value, inserted before the real one (a forger's copy)."""
+    with Loom(f"sqlite:///{folder / 'loom.db'}", flows=flows) as loom:
+        execution_id = loom.run("search", question="q").execution_id
+        real = read_bundle(loom.export(execution_id, folder / "real.json"))
+    events = list(real.events)
+    index = {"decision": 1, "output": 2}[twice]
+    state = msgspec.json.decode(events[index].state)
+    state["value" if twice == "decision" else "output"] = ["not what the replay compares"]
+    other = msgspec.structs.replace(events[index], state=msgspec.json.encode(state).decode())
+    events.insert(index, other)
+    return seal(
+        execution_id=real.execution_id,
+        flow=real.flow,
+        code_version=real.code_version,
+        started_at_position=real.started_at_position,
+        events=[
+            msgspec.structs.replace(event, version=version)
+            for version, event in enumerate(events, start=1)
+        ],
+    )
+
+
+@pytest.mark.parametrize("twice", ["decision", "output"])
+def test_a_bundle_recording_a_key_or_an_ending_twice_is_refused(tmp_path: Path, twice: str) -> None:
+    """Replaying it is a BundleFormatError, not an identical replay of the second."""
+    path = write_bundle(_forged(tmp_path, twice=twice), tmp_path / "forged.json")
+    with pytest.raises(BundleFormatError, match="again"):
+        Loom(flows=flows).replay_bundle(path)
+
+
+FLAKY: list[object] = []
+"""What the next ``model`` decision computes: popped, or IndexError (a failure) when empty."""
+
+
+@flows.flow("flaky", version="t")
+def flaky(ctx: FlowContext, question: str) -> object:
+    return ctx.decide("model", lambda: FLAKY.pop())
+
+
+def test_a_reopened_execution_recording_its_failed_key_again_replays(tmp_path: Path) -> None:
+    """The control: a reopening drops the failure and the failed decision, so a bundle of
+    Failed, Reopened, the key recorded again and Completed is an execution's, and replays."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
+        FLAKY.clear()
+        with pytest.raises(IndexError):
+            loom.run("flaky", question="q")
+        [summary] = loom.executions()
+        FLAKY.append("answered")
+        loom.resume(summary.execution_id, retry_failed=True)
+        path = loom.export(summary.execution_id, tmp_path / "reopened.json")
+    topics = [event.topic.rsplit(".", 1)[-1] for event in read_bundle(path).events]
+    assert topics == [
+        "Created", "DecisionFailed", "Failed", "Reopened", "DecisionRecorded", "Completed"
+    ]  # fmt: skip
+    assert Loom(flows=flows).replay_bundle(path).identical

@@ -1,0 +1,237 @@
+"""What an attacker can write (a bundle, a log row) never yields a false verdict or a crash.
+
+Three holes an adversarial review found after ADR 0018 closed the known ones:
+
+* a SQLite row's stream id respelt (upper case, braces, hyphens, a BLOB) in the event and its
+  chain row hides the event from every stream read while ``loom verify`` still said "ok";
+* a bundle or a row nested deeper than the decoder's recursion limit escaped as a bare
+  ``RecursionError`` (a traceback from the CLI) instead of a typed refusal;
+* a recorded output holding a number out of a double's range (``1e400``, which loom never
+  writes) escaped a replay as a bare ``msgspec.ValidationError``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import pytest
+from typer.testing import CliRunner
+
+from loom_runtime import FlowContext, FlowRegistry, Loom
+from loom_runtime.bundle import read_bundle, seal
+from loom_runtime.errors import BundleFormatError, LogCorruptError, OutputChangedError
+from loom_runtime.execution import Execution
+from loom_runtime.tools.cli import app
+
+flows = FlowRegistry()
+
+DEEP = 100_000
+"""Far past any recursion limit: what a decoder must refuse, not recurse into."""
+
+
+@flows.flow("answer", version="t")
+def answer(ctx: FlowContext, question: str) -> Any:
+    return ctx.decide("search", lambda: [question, "runbook.md"], kind="retrieval")
+
+
+def _record(folder: Path) -> tuple[str, Loom, Any]:
+    url = f"sqlite:///{folder / 'loom.db'}"
+    loom = Loom(url, flows=flows)
+    return url, loom, loom.run("answer", question="db slow").execution_id
+
+
+def _sql(url: str, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Edit a SQLite log behind loom's back, as an attacker with the file would."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        for statement, parameters in statements:
+            db.execute(statement, parameters)
+
+
+def _cli(*args: str) -> tuple[int, str, BaseException | None]:
+    result = CliRunner().invoke(app, list(args))
+    error = None if isinstance(result.exception, SystemExit) else result.exception
+    return result.exit_code, result.output, error
+
+
+# -- the chain vouches for a stream id only as the recorder spells it --------------------------
+
+
+SPELLINGS: dict[str, Callable[[UUID], object]] = {
+    "upper-case": lambda stream: stream.hex.upper(),
+    "braces": lambda stream: f"{{{stream.hex}}}",
+    "hyphens": str,
+    "blob": lambda stream: stream.bytes,
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_verify_finds_an_event_hidden_from_its_stream_by_respelling_its_id(
+    tmp_path: Path, spelling: str
+) -> None:
+    """An event row and its chain row whose stream id is respelt (the same UUID to a parser,
+    another value to the recorder's ``WHERE originator_id = hex``) drop the event from every
+    read of its stream, so ``verify`` must not report the log intact. SQLite only: a
+    PostgreSQL ``uuid`` column holds one spelling."""
+    url, loom, execution_id = _record(tmp_path)
+    with loom:
+        last = loom.execution(execution_id).version
+    respelt = SPELLINGS[spelling](execution_id)
+    _sql(
+        url,
+        ("UPDATE stored_events SET originator_id = ? WHERE rowid = ?", (respelt, last)),
+        ("UPDATE loom_chain SET originator_id = ? WHERE notification_id = ?", (respelt, last)),
+    )
+    with Loom(url, flows=flows) as loom:
+        assert loom.execution(execution_id).version == last - 1  # the edit hid its last event
+        report = loom.log.verify()
+    assert not report.ok, "verify vouched for a log whose stream reads lost an event"
+    assert report.position == last
+    code, output, error = _cli("verify", f"--db={url}")
+    assert error is None and code == 1 and "TAMPERED" in output, output
+
+
+def test_verify_still_passes_an_untouched_sqlite_log(tmp_path: Path) -> None:
+    """The control: the recorder's own spelling (lower-case hex) verifies."""
+    url, loom, _ = _record(tmp_path)
+    with loom:
+        assert loom.log.verify().ok
+    code, output, error = _cli("verify", f"--db={url}")
+    assert error is None and code == 0, output
+
+
+# -- nesting past the decoder's limit is a typed refusal ---------------------------------------
+
+
+def _bundle_with_last_state(folder: Path, state: str, *, inline: bool) -> Path:
+    """A re-sealed bundle whose last event's state is ``state``, written as JSON with that
+    state inline as an object (as ``bundle_json`` lays states out) or as a string."""
+    with Loom(f"sqlite:///{folder / 'source.db'}", flows=flows) as loom:
+        execution_id = loom.run("answer", question="q").execution_id
+        real = read_bundle(loom.export(execution_id, folder / "real.json"))
+    events = [*real.events[:-1], msgspec.structs.replace(real.events[-1], state=state)]
+    forged = seal(
+        execution_id=real.execution_id,
+        flow=real.flow,
+        code_version=real.code_version,
+        started_at_position=real.started_at_position,
+        events=events,
+    )
+    text = msgspec.json.encode(forged).decode()
+    if inline:
+        text = text.replace(msgspec.json.encode(state).decode(), state)
+    path = folder / "forged.json"
+    path.write_text(text)
+    return path
+
+
+def _deep_completed_state() -> str:
+    return '{"output":' + "[" * DEEP + "]" * DEEP + ',"timestamp":"2026-12-02T00:00:00Z"}'
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline-state", "string-state"])
+def test_a_bundle_nested_past_the_decoder_limit_is_a_format_error(
+    tmp_path: Path, inline: bool
+) -> None:
+    """Inline, the whole document nests too deep to decode (refused reading it); as a string,
+    the state does (refused rebuilding the execution): both a BundleFormatError, and a
+    one-line refusal from `loom replay FILE`, never a RecursionError."""
+    path = _bundle_with_last_state(tmp_path, _deep_completed_state(), inline=inline)
+    with pytest.raises(BundleFormatError, match=r"(?i)recursion"):
+        Loom(flows=flows).replay_bundle(path)
+    code, output, error = _cli("replay", str(path), f"--db=sqlite:///{tmp_path / 'other.db'}")
+    assert error is None, f"escaped as {error!r}"
+    assert code == 2 and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("version", "topic"),
+    [(2, Execution.DecisionRecorded.TOPIC), (3, Execution.Completed.TOPIC)],
+    ids=["decision-row", "completed-row"],
+)
+def test_a_log_row_nested_past_the_decoder_limit_is_log_corrupt(
+    tmp_path: Path, version: int, topic: str
+) -> None:
+    """A decision row (the replay's direct read) or any other row (the mapper's) whose state
+    nests too deep is LogCorruptError, as any state that does not decode (ADR 0018)."""
+    url, loom, execution_id = _record(tmp_path)
+    loom.close()
+    deep = "[" * DEEP + "]" * DEEP
+    state = (
+        f'{{"key":"search","kind":"retrieval","input":{deep},"value":[],'
+        '"timestamp":"2026-12-02T00:00:00Z"}'
+        if topic == Execution.DecisionRecorded.TOPIC
+        else _deep_completed_state()
+    )
+    _sql(url, ("UPDATE stored_events SET state = ? WHERE rowid = ?", (state.encode(), version)))
+    with Loom(url, flows=flows) as loom, pytest.raises(LogCorruptError, match=f"v{version}"):
+        loom.replay(execution_id)
+
+
+# -- an output loom could never have written diverges ------------------------------------------
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_recorded_output_out_of_a_doubles_range_diverges(tmp_path: Path, number: str) -> None:
+    """``1e400`` is JSON, but no double: loom never writes it (it stores only what it encoded),
+    so no replayed output equals it. The replay reports the output changed, with a diff, rather
+    than raising msgspec's ValidationError out of the comparison."""
+    state = '{"output":' + number + ',"timestamp":"2026-12-02T00:00:00Z"}'
+    path = _bundle_with_last_state(tmp_path, state, inline=False)
+    result = Loom(flows=flows).replay_bundle(path)
+    assert [type(d) for d in result.divergences] == [OutputChangedError], result.describe()
+    assert number in str(result.divergences[0]) or "Infinity" in str(result.divergences[0])
+
+
+def test_loom_diff_of_a_bundle_holding_an_out_of_range_number_is_a_refusal(
+    tmp_path: Path,
+) -> None:
+    """`loom diff` compares decoded values too: a bundle whose output is ``1e400`` is an
+    unusable bundle (exit 1, one line), not a traceback out of the comparison."""
+    state = '{"output":1e400,"timestamp":"2026-12-02T00:00:00Z"}'
+    forged = _bundle_with_last_state(tmp_path, state, inline=False)
+    code, output, error = _cli("diff", str(tmp_path / "real.json"), str(forged))
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "never writes" in output, output
+
+
+# -- arguments the flow's signature no longer takes ------------------------------------------
+
+CHANGED_FLOWS = """
+from loom_runtime import FlowContext, FlowRegistry
+
+flows = FlowRegistry()
+
+
+@flows.flow("answer", version="t2")
+def answer(ctx: FlowContext, question: int) -> object:
+    return ctx.decide("search", lambda: [question, "runbook.md"], kind="retrieval")
+"""
+
+
+@pytest.mark.parametrize("target", ["bundle", "id"])
+def test_recorded_arguments_the_flow_no_longer_takes_are_a_one_line_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """A recording whose arguments do not fit the current signature (the code changed, or the
+    bundle was edited) is an answer of `loom replay FILE|ID`: exit 1 on one line, no
+    traceback out of FlowInputError."""
+    url, loom, execution_id = _record(tmp_path)
+    with loom:
+        path = loom.export(execution_id, tmp_path / "answer.json")
+    (tmp_path / "changed_flows.py").write_text(CHANGED_FLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, output, error = _cli(
+        "replay",
+        str(path) if target == "bundle" else str(execution_id),
+        f"--db={url}",
+        "--flows=changed_flows:flows",
+    )
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "Traceback" not in output, output
+    assert "does not fit its signature" in output, output
+    assert len(output.strip().splitlines()) == 1, output
