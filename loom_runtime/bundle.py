@@ -29,9 +29,12 @@ loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
+import stat
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -226,9 +229,30 @@ def seal(
 
 
 def write_bundle(bundle: Bundle, path: Path) -> Path:
-    """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path."""
+    """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path.
+
+    The file is replaced whole or not at all: the bundle is written to a new file beside it,
+    flushed to disk, and renamed over it. Written in place, a write cut short (a full disk, a
+    killed ``pytest --loom-update`` re-sealing a committed recording) left neither the old
+    bundle nor the new one. A symbolic link stays a link: the file it points to is replaced.
+    An existing file keeps its permissions; a new one gets the usual ones (0o666 less the
+    umask).
+    """
     data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
-    path.write_bytes(data)
+    target = path.resolve() if path.is_symlink() else path
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            partial.chmod(stat.S_IMODE(target.stat().st_mode))
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path
 
 
