@@ -76,4 +76,8 @@ def test_interleave_keeps_what_its_caller_froze_frozen() -> None:
     assert before > 0  # the control: the caller's freeze is there to keep
     seen = run_with_cycles()
     assert all(collected for _, collected in seen)
-    assert gc.get_freeze_count() >= before
+    # Not ">= before": a frozen object still dies when its last reference goes, and other
+    # threads of this worker (a test database emptied in the background, a pool's workers)
+    # may drop some meanwhile (151 of 948,647 in one run). Unfreezing everything, the fault
+    # this guards against, leaves none frozen.
+    assert gc.get_freeze_count() > before // 2
