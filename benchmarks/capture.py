@@ -73,7 +73,7 @@ from benchmarks.harness import (
 )
 from benchmarks.stores import fresh_sqlite, sqlite_bytes
 from loom_runtime import Loom
-from loom_runtime.bundle import read_bundle, seal, write_bundle
+from loom_runtime.bundle import read_bundle, write_bundle
 
 CALLS = 400
 QUICK_CALLS = 60
@@ -679,13 +679,7 @@ def alter_first_chunk(path: Path, into: Path) -> Path:
             break
     else:
         raise InstrumentError(f"no recorded value holds {CONTROL_WORD!r}: nothing to alter")
-    resealed = seal(
-        execution_id=bundle.execution_id,
-        flow=bundle.flow,
-        code_version=bundle.code_version,
-        started_at_position=bundle.started_at_position,
-        events=events,
-    )
+    resealed = bundle.resealed(events)
     return write_bundle(resealed, into)
 
 

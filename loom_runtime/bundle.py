@@ -116,6 +116,17 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
         return execution
 
+    def resealed(self, events: list[BundleEvent]) -> Bundle:
+        """This bundle with ``events`` in place of its own, sealed again: what re-recording
+        writes (``pytest --loom-update``), and how a test forges an edited recording."""
+        return seal(
+            execution_id=self.execution_id,
+            flow=self.flow,
+            code_version=self.code_version,
+            started_at_position=self.started_at_position,
+            events=events,
+        )
+
     def rows(self) -> list[Row]:
         """The events as the rows the source log stored, to insert into another log."""
         return [

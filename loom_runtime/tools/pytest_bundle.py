@@ -22,7 +22,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.bundle import Bundle, BundleEvent, read_bundle, seal
+from loom_runtime.bundle import Bundle, BundleEvent, read_bundle
 from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot
 from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
@@ -196,13 +196,7 @@ def reseal(
     """``bundle`` with the input of each decision in ``inputs`` replaced, and the recorded
     output by ``output`` if given; every other event kept byte for byte, and sealed again."""
     events = [_resealed_event(event, inputs, output) for event in bundle.events]
-    return seal(
-        execution_id=bundle.execution_id,
-        flow=bundle.flow,
-        code_version=bundle.code_version,
-        started_at_position=bundle.started_at_position,
-        events=events,
-    )
+    return bundle.resealed(events)
 
 
 def _resealed_event(

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import Bundle, BundleEvent, read_bundle, seal, write_bundle
+from loom_runtime.bundle import Bundle, BundleEvent, read_bundle, write_bundle
 
 flows = FlowRegistry()
 
@@ -62,10 +62,4 @@ def test_a_state_that_would_not_read_back_exactly_stays_a_string(
 
 
 def _resealed(bundle: Bundle, events: list[BundleEvent]) -> Bundle:
-    return seal(
-        execution_id=bundle.execution_id,
-        flow=bundle.flow,
-        code_version=bundle.code_version,
-        started_at_position=bundle.started_at_position,
-        events=events,
-    )
+    return bundle.resealed(events)

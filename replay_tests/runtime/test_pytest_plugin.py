@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from loom_runtime import FlowRegistry, Loom
-from loom_runtime.bundle import read_bundle, seal, write_bundle
+from loom_runtime.bundle import read_bundle, write_bundle
 from loom_runtime.execution import Execution
 
 FLOWS = """
@@ -146,13 +146,7 @@ def reseal(path: Path, version: int, topic: str | None = None, **changes: object
     events[version - 1] = msgspec.structs.replace(
         event, topic=topic or event.topic, state=msgspec.json.encode(state).decode()
     )
-    forged = seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=events,
-    )
+    forged = real.resealed(events)
     write_bundle(forged, path)
 
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
+from loom_runtime.bundle import BundleEvent, read_bundle, write_bundle
 from loom_runtime.context import rebuild_error
 from loom_runtime.errors import (
     BundleFormatError,
@@ -104,13 +104,7 @@ def record(folder: Path, flow: str, **arguments: object) -> tuple[str, Path]:
 def reseal(bundle: Path, edit: Callable[[list[BundleEvent]], list[BundleEvent]]) -> Path:
     """The bundle with its events edited and its content hash recomputed (a forger's copy)."""
     real = read_bundle(bundle)
-    sealed = seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=edit(list(real.events)),
-    )
+    sealed = real.resealed(edit(list(real.events)))
     return write_bundle(sealed, bundle.with_name(f"forged-{bundle.name}"))
 
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import Bundle, bundle_json, read_bundle, seal
+from loom_runtime.bundle import Bundle, bundle_json, read_bundle
 from loom_runtime.errors import BundleFormatError
 
 flows = FlowRegistry()
@@ -36,13 +36,7 @@ def _shown_and_sealed(real: Bundle, edit: str) -> Bundle:
     state = msgspec.json.decode(completed.state)
     state["output"] = [edit]
     forged = msgspec.structs.replace(completed, state=msgspec.json.encode(state).decode())
-    return seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=[*real.events[:-1], forged],
-    )
+    return real.resealed([*real.events[:-1], forged])
 
 
 def test_a_repeated_events_member_is_refused(tmp_path: Path) -> None:
@@ -64,13 +58,7 @@ def test_a_repeated_member_inside_a_state_string_is_refused(tmp_path: Path) -> N
     real = _recorded(tmp_path)
     completed = real.events[-1]
     state = completed.state.replace('"output":', '"output":["shown"],"output":', 1)
-    forged = seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=[*real.events[:-1], msgspec.structs.replace(completed, state=state)],
-    )
+    forged = real.resealed([*real.events[:-1], msgspec.structs.replace(completed, state=state)])
     path = tmp_path / "forged.json"
     path.write_bytes(msgspec.json.encode(forged))
     with pytest.raises(BundleFormatError, match="more than once"):

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import Bundle, read_bundle, seal, write_bundle
+from loom_runtime.bundle import Bundle, read_bundle, write_bundle
 from loom_runtime.errors import BundleFormatError
 
 flows = FlowRegistry()
@@ -41,15 +41,11 @@ def _forged(folder: Path, *, twice: str) -> Bundle:
     state["value" if twice == "decision" else "output"] = ["not what the replay compares"]
     other = msgspec.structs.replace(events[index], state=msgspec.json.encode(state).decode())
     events.insert(index, other)
-    return seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=[
+    return real.resealed(
+        [
             msgspec.structs.replace(event, version=version)
             for version, event in enumerate(events, start=1)
-        ],
+        ]
     )
 
 

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import read_bundle, seal
+from loom_runtime.bundle import read_bundle
 from loom_runtime.errors import BundleFormatError, LogCorruptError, OutputChangedError
 from loom_runtime.execution import Execution
 from loom_runtime.tools.cli import app
@@ -114,13 +114,7 @@ def _bundle_with_last_state(folder: Path, state: str, *, inline: bool) -> Path:
         execution_id = loom.run("answer", question="q").execution_id
         real = read_bundle(loom.export(execution_id, folder / "real.json"))
     events = [*real.events[:-1], msgspec.structs.replace(real.events[-1], state=state)]
-    forged = seal(
-        execution_id=real.execution_id,
-        flow=real.flow,
-        code_version=real.code_version,
-        started_at_position=real.started_at_position,
-        events=events,
-    )
+    forged = real.resealed(events)
     text = msgspec.json.encode(forged).decode()
     if inline:
         text = text.replace(msgspec.json.encode(state).decode(), state)
