@@ -390,7 +390,8 @@ class Loom:
         dry_run: bool = False,
     ) -> ErasureReport:
         """Erase an execution, or every execution of a user or a tenant (by their labels), or
-        a corpus document (``document="SCOPE:DOC_ID"``, every revision: ADR 0055), or a key of
+        a corpus document (``document="SCOPE:DOC_ID"`` or ``'["SCOPE","DOC_ID"]'``, every
+        revision: ADR 0055), or a key of
         an event-sourced memory (``memory_key="NAME:KEY"``: ADR 0060): destroy their data
         keys and append a forget event naming them, who and why (ADR 0049).
 

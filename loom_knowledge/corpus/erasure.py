@@ -132,40 +132,94 @@ def open_written(
 
 
 def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list[str]]:
-    """The ``loom.erasure`` entry point for ``document``: ``SCOPE:DOC_ID`` (split at the first
-    colon) as its subject and how many of its revisions are sealed, and the revisions stored
-    in clear before encryption was switched on (``<subject>@<revision>``: not erasable).
+    """The ``loom.erasure`` entry point for ``document``: the document ``value`` names
+    (:func:`_named_in_log`) as its subject and how many of its revisions are sealed, and the
+    revisions stored in clear before encryption was switched on (``<subject>@<revision>``:
+    not erasable).
 
     Reads the scope's stream from the log, not the corpus index: the log is what holds the
-    text. A document the scope never held is :class:`~loom_runtime.ErasureSubjectError`.
+    text. A document the log never held is :class:`~loom_runtime.ErasureSubjectError`.
     The subject's ``held_by`` names the executions that retrieved it
     (:func:`executions_that_retrieved`): copies this erasure does not reach."""
-    scope, colon, doc_id = value.partition(":")
-    if not colon or not scope.strip() or not doc_id.strip():
-        raise ErasureSubjectError(
-            f"name a document as SCOPE:DOC_ID (split at the first colon), not {value!r}; "
-            "nothing was written"
-        )
+    scope, doc_id, revisions = _named_in_log(loom, value)
     subject = document_subject(scope, doc_id)
     sealed = 0
     clear: list[str] = []
-    for event in loom.log.events(stream_id(stream_name(scope))):
-        if isinstance(event, DocumentWritten) and event.doc_id == doc_id:
-            if _is_sealed(event):
-                sealed += 1
-            else:
-                clear.append(f"{subject}@{event.revision}")
-    if not sealed and not clear:
-        raise ErasureSubjectError(
-            f"knowledge scope {scope!r} never held a document {doc_id!r} in the log at "
-            f"{loom.settings.url!r}; nothing was written (ids are matched exactly)"
-        )
+    for event in revisions:
+        if _is_sealed(event):
+            sealed += 1
+        else:
+            clear.append(f"{subject}@{event.revision}")
     if not sealed:
         return [], clear
     held_by = tuple(str(e) for e in executions_that_retrieved(loom, scope, doc_id))
     return [
         ErasedSubject(subject=subject, execution_id=None, events=sealed, held_by=held_by)
     ], clear
+
+
+def _named_in_log(loom: Loom, value: str) -> tuple[str, str, list[DocumentWritten]]:
+    """The scope, doc id and written revisions of the document ``value`` names: ``SCOPE:DOC_ID``
+    or the pair form a document's subject shows, ``["SCOPE","DOC_ID"]``.
+
+    A scope may hold colons (``tenant:acme``), so ``SCOPE:DOC_ID`` is tried at each colon and
+    resolved by the log: the one split whose scope held that document. A name two documents
+    fit (scope ``a`` with document ``b:c``, scope ``a:b`` with ``c``) is refused, naming both
+    and their pair forms; the pair form is never ambiguous. Anything else is
+    :class:`~loom_runtime.ErasureSubjectError`: a name must not erase a document it was not
+    meant for."""
+    if value.startswith("["):
+        try:
+            scope, doc_id = msgspec.json.decode(value, type=tuple[str, str])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ErasureSubjectError(
+                f'name a document as SCOPE:DOC_ID or ["SCOPE","DOC_ID"] (a JSON pair of '
+                f"strings), not {value!r}: {exc}; nothing was written"
+            ) from None
+        splits = [(scope, doc_id)]
+    else:
+        splits = [(value[:at], value[at + 1 :]) for at, c in enumerate(value) if c == ":"]
+    splits = [(scope, doc_id) for scope, doc_id in splits if scope.strip() and doc_id.strip()]
+    if not splits:
+        raise ErasureSubjectError(
+            f'name a document as SCOPE:DOC_ID or ["SCOPE","DOC_ID"], not {value!r}; nothing '
+            "was written"
+        )
+    found = [
+        (scope, doc_id, revisions)
+        for scope, doc_id in splits
+        if (revisions := _revisions(loom, scope, doc_id))
+    ]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        fits = "; ".join(
+            f"scope {scope!r}, document {doc_id!r}: {_pair(scope, doc_id)}"
+            for scope, doc_id, _ in found
+        )
+        raise ErasureSubjectError(
+            f"{value!r} names more than one document ({fits}); name one by its pair form; "
+            "nothing was written"
+        )
+    (scope, doc_id), *others = splits
+    nor = "".join(f", nor scope {s!r} a document {d!r}" for s, d in others)
+    raise ErasureSubjectError(
+        f"knowledge scope {scope!r} never held a document {doc_id!r}{nor} in the log at "
+        f"{loom.settings.url!r}; nothing was written (ids are matched exactly)"
+    )
+
+
+def _revisions(loom: Loom, scope: str, doc_id: str) -> list[DocumentWritten]:
+    """Every revision of ``doc_id`` written to ``scope``, from the log."""
+    return [
+        event
+        for event in loom.log.events(stream_id(stream_name(scope)))
+        if isinstance(event, DocumentWritten) and event.doc_id == doc_id
+    ]
+
+
+def _pair(scope: str, doc_id: str) -> str:
+    return msgspec.json.encode([scope, doc_id]).decode()
 
 
 def documents_written_before(

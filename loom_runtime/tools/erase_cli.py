@@ -59,7 +59,8 @@ def erase(
         str | None,
         typer.Option(
             "--document",
-            help="Erase a corpus document, every revision: SCOPE:DOC_ID (split at the first :).",
+            help="Erase a corpus document, every revision: SCOPE:DOC_ID (a scope may hold "
+            'colons: the log says which split names a document), or \'["SCOPE","DOC_ID"]\'.',
         ),
     ] = None,
     memory_key: Annotated[
