@@ -239,18 +239,20 @@ def seal(
     return msgspec.structs.replace(bundle, content_hash=content_hash(bundle))
 
 
-def write_bundle(bundle: Bundle, path: Path) -> Path:
+def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Path:
     """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path.
 
     The file is replaced whole or not at all: the bundle is written to a new file beside it,
     flushed to disk, and renamed over it. Written in place, a write cut short (a full disk, a
     killed ``pytest --loom-update`` re-sealing a committed recording) left neither the old
-    bundle nor the new one. A symbolic link stays a link: the file it points to is replaced.
-    An existing file keeps its permissions; a new one gets the usual ones (0o666 less the
-    umask).
+    bundle nor the new one. A symbolic link stays a link: the file it points to is replaced;
+    with ``follow_link=False`` the link itself is, for a name the caller derived rather than
+    chose (``loom export -o DIR`` names each ``<id>.json``): a link planted under it must not
+    send the bundle over the file it points to. An existing file keeps its permissions; a new
+    one gets the usual ones (0o666 less the umask).
     """
     data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
-    target = path.resolve() if path.is_symlink() else path
+    target = path.resolve() if follow_link and path.is_symlink() else path
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -259,7 +261,9 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
             file.flush()
             os.fsync(file.fileno())
         with contextlib.suppress(FileNotFoundError):
-            partial.chmod(stat.S_IMODE(target.stat().st_mode))
+            kept = target.lstat()  # a link being replaced has no mode worth keeping
+            if stat.S_ISREG(kept.st_mode):
+                partial.chmod(stat.S_IMODE(kept.st_mode))
         os.replace(partial, target)
     except BaseException:
         partial.unlink(missing_ok=True)

@@ -504,8 +504,14 @@ class Loom:
                 )
         return list(summaries.values())
 
-    def export(self, execution_id: UUID | str, path: str | Path) -> Path:
+    def export(
+        self, execution_id: UUID | str, path: str | Path, *, follow_link: bool = True
+    ) -> Path:
         """Write the execution to a portable bundle file (see :mod:`loom_runtime.bundle`).
+
+        A link at ``path`` is followed (the file it points to is replaced) unless
+        ``follow_link`` is False, when the link itself is
+        (:func:`~loom_runtime.bundle.write_bundle`).
 
         The bundle holds the execution's values in clear (it replays with no database and no
         key), so it is a copy outside erasure's reach; an erased execution cannot be exported
@@ -526,7 +532,7 @@ class Loom:
             started_at_position=execution.log_position,
             events=self._bundle_events(execution),
         )
-        return write_bundle(bundle, Path(path))
+        return write_bundle(bundle, Path(path), follow_link=follow_link)
 
     def import_bundle(self, path: str | Path, *, max_bundle_bytes: int | None = None) -> UUID:
         """Add a bundle's execution to this log, keeping it replayable; never duplicates it.

@@ -4,6 +4,8 @@ nothing is duplicated, and one bad bundle does not stop the others."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,30 @@ def test_a_missing_path_imports_nothing(tmp_path: Path, source: tuple[str, list[
     result = _invoke("import", str(bundle), str(tmp_path / "absent"), "--db", f"sqlite:///{target}")
     assert result.exit_code == ExitCode.USAGE
     assert not target.exists()
+
+
+def test_export_into_a_directory_replaces_a_planted_link_not_what_it_points_to(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    """The names in a directory are derived (``<id>.json``), so a link found under one was not
+    chosen by the user: whoever could write to the directory (a shared ``/tmp/exports``) could
+    plant ``<id>.json -> ~/.bashrc`` and have the export overwrite it. The bundle replaces the
+    link itself, as ``tar`` replaces what it extracts over; a file named with ``-o FILE`` still
+    follows its link (the user chose it: see ``test_bundle_atomic_write.py``)."""
+    url, ids = source
+    out = tmp_path / "shared"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (out / f"{ids[0]}.json").symlink_to(victim)
+
+    result = _invoke("export", "--all", "-o", str(out), "--db", url)
+    assert result.exit_code == ExitCode.OK, result.output
+    assert victim.read_text() == "precious\n"
+    written = out / f"{ids[0]}.json"
+    assert not written.is_symlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~umask  # not the link's 0o777
+    assert json.loads(written.read_text())["execution_id"] == ids[0]
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.json" for i in ids)

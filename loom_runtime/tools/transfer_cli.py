@@ -108,7 +108,8 @@ def export(
         for done, execution_id in enumerate(executions, start=1):
             target = output / f"{execution_id}.json" if into_directory else output
             try:
-                path = loom.export(execution_id, target)
+                # A name derived in a directory never follows a link planted under it.
+                path = loom.export(execution_id, target, follow_link=not into_directory)
             except LogCorruptError as exc:
                 fail(str(exc))
             size = path.stat().st_size
