@@ -84,7 +84,13 @@ from loom_memory.postings import posting_rows, postings_table, rank
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key, check_search
 from loom_memory.text import PLAIN, Tokenizer
 from loom_memory.tokenizer_record import check_tokenizer, settings_table
-from loom_runtime import READ_ONLY, SchemaCatalog, read_catalog, serialise_ddl
+from loom_runtime import (
+    READ_ONLY,
+    SchemaCatalog,
+    engine_renewed_in_child,
+    read_catalog,
+    serialise_ddl,
+)
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -653,10 +659,16 @@ def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
 
 
 def _create_engine(url: URL | str) -> Engine:
+    """The engine a store opened from ``url`` owns. A process forked from this one gets an
+    empty pool of its own (``engine_renewed_in_child``), so a worker started after the store
+    was opened never talks on its parent's connections; an engine passed in is the caller's
+    to manage, as SQLAlchemy leaves it."""
     try:
-        return create_engine(url)
+        engine = create_engine(url)
     except (SQLAlchemyError, ImportError) as exc:
         raise StoreConfigurationError(
             f"cannot open a database at {url!r}: {exc}; pass a SQLAlchemy URL such as "
             "sqlite:///memory.db or postgresql+psycopg://user@host/db, or an Engine"
         ) from exc
+    engine_renewed_in_child(engine)
+    return engine

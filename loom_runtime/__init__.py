@@ -113,6 +113,7 @@ if TYPE_CHECKING:
         write_keyring,
     )
     from loom_runtime.storable import json_problem, text_problem
+    from loom_runtime.storage.forks import engine_renewed_in_child
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.subjects import pair_subject, subject_pair
     from loom_runtime.timeline import position_at
@@ -200,6 +201,7 @@ __all__ = [
     "catch_up",
     "create_missing",
     "current_context",
+    "engine_renewed_in_child",
     "json_problem",
     "keyring_for",
     "lazy_exports",
@@ -240,6 +242,7 @@ _EXPORTS = {
     "tracking_table": "loom_runtime.projection",
     "SchemaCatalog": "loom_runtime.schema",
     "create_missing": "loom_runtime.schema",
+    "engine_renewed_in_child": "loom_runtime.storage.forks",
     "read_catalog": "loom_runtime.schema",
     "serialise_ddl": "loom_runtime.schema",
     "json_problem": "loom_runtime.storable",
