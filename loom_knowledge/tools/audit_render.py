@@ -25,7 +25,7 @@ from loom_knowledge.tools.audit import (
     AuditedPassage,
     AuditedRetrieval,
 )
-from loom_runtime.tools.display import describe_meta, visible
+from loom_runtime.tools.display import describe_meta, identifier, visible
 from loom_runtime.tools.display import lineage_lines as display_lineage
 
 
@@ -117,8 +117,8 @@ def _passage_line(passage: AuditedPassage) -> str:
     if passage.ended_at is not None:
         since = f" at {passage.ended_at:%Y-%m-%d %H:%M:%S} (position {passage.ended_position})"
     return (
-        f"{passage.doc_id}#{passage.index} r{passage.revision}  {passage.status}{since}  "
-        f"{flat(passage.text, 60)}"
+        f"{identifier(passage.doc_id)}#{passage.index} r{passage.revision}  "
+        f"{passage.status}{since}  {flat(passage.text, 60)}"
     )
 
 
@@ -160,7 +160,7 @@ def _retrieval_card(retrieval: AuditedRetrieval) -> str:
     for p in retrieval.passages:
         when = f"<br><small>{p.ended_at:%Y-%m-%d %H:%M:%S}</small>" if p.ended_at else ""
         rows.append(
-            f"<tr><td>{_h(p.doc_id)}#{p.index}</td><td>r{p.revision}</td>"
+            f"<tr><td>{escape(identifier(p.doc_id))}#{p.index}</td><td>r{p.revision}</td>"
             f"<td>{_badge(p.status, p.status)}{when}</td><td>{_h(flat(p.text, 220))}</td></tr>"
         )
     table = (

@@ -51,7 +51,7 @@ from loom_runtime.tools.cli import (
     progress_bars,
     warn,
 )
-from loom_runtime.tools.display import visible
+from loom_runtime.tools.display import identifier, visible
 from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
@@ -279,10 +279,10 @@ def list_command(scope: ScopeOption, as_json: JsonOption = False, db: DbOption =
     table.columns[0].overflow = "fold"  # an id is never cut: two ids could look the same
     for record in records:
         table.add_row(
-            inert(record.id, one_line=True),
+            inert(identifier(record.id)),
             str(record.revision),
             str(record.passage_count),
-            inert(record.source or "", one_line=True),
+            inert(identifier(record.source or "")),
             record.fingerprint[:12],
         )
     console.print(table)
@@ -332,7 +332,7 @@ def as_of_command(
     else:
         console.print(inert(f"scope {scope} as of log position {view.position}"))
         for record in records:
-            console.print(inert(f"  {visible(record.id, one_line=True)} r{record.revision}"))
+            console.print(inert(f"  {identifier(record.id)} r{record.revision}"))
 
 
 @knowledge_app.command("counterfactual")
@@ -400,7 +400,7 @@ def _print_sync(result: SyncResult, *, applied: bool, verbose: bool) -> None:
         return
     for label, ids in (("write", result.written), ("remove", result.removed)):
         for doc_id in ids:
-            console.print(inert(f"  {label:<6} {visible(doc_id, one_line=True)}"))
+            console.print(inert(f"  {label:<6} {identifier(doc_id)}"))
 
 
 def _print_passages(passages: list[Passage], *, as_json: bool, position: int | None = None) -> None:
@@ -417,7 +417,7 @@ def _print_passages(passages: list[Passage], *, as_json: bool, position: int | N
     if position is not None:
         console.print(f"as of log position {position}")
     for passage in passages:
-        doc_id = visible(passage.doc_id, one_line=True)
+        doc_id = identifier(passage.doc_id)
         console.print(
             inert(f"{doc_id}#{passage.index} r{passage.revision}  {flat(passage.text, 100)}")
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 from loom_runtime.labels import NO_LABELS, Labels
@@ -37,6 +38,9 @@ _BREAKING = "\t\n\u2028\u2029"
 
 _MULTI_LINE = re.compile(f"[{_ACTING}{_HIDING}]")
 _ONE_LINE = re.compile(f"[{_ACTING}{_HIDING}{_BREAKING}]")
+_SPACES = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
+"""Every space separator but U+0020 (Unicode category Zs): each prints as a space."""
+_UNLIKE_ID = re.compile(f"[{_ACTING}{_HIDING}{_BREAKING}{_SPACES}]|^ | $")
 
 
 def visible(text: str, *, one_line: bool = False) -> str:
@@ -47,6 +51,24 @@ def visible(text: str, *, one_line: bool = False) -> str:
     """
     pattern = _ONE_LINE if one_line else _MULTI_LINE
     return pattern.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)
+
+
+def identifier(text: str) -> str:
+    """An id (a document's, a source's) as :func:`visible` shows a one-line value, and so that
+    no two ids print alike: a space at either end, every space but U+0020 (a no-break space
+    prints as a space) and, in an id not in Unicode's composed form (NFC), every combining
+    mark (``e`` + U+0301 prints as ``é``) are shown as ``<U+XXXX>`` too.
+
+    Ids in NFC with ordinary spaces, in any script, print unchanged: the marks of a composed
+    id are its letters' own. What no escaping can show apart are letters of different
+    scripts drawn alike (Latin ``a`` and Cyrillic U+0430); telling those apart needs a policy on
+    which scripts an id may use, which is the application's (loom stores ids exactly)."""
+    shown = _UNLIKE_ID.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)
+    if unicodedata.is_normalized("NFC", shown):
+        return shown
+    return "".join(
+        f"<U+{ord(char):04X}>" if unicodedata.combining(char) else char for char in shown
+    )
 
 
 def describe_meta(meta: object) -> str:
