@@ -202,16 +202,17 @@ def reseal(
 def _resealed_event(
     event: BundleEvent, inputs: Mapping[str, msgspec.Raw], output: msgspec.Raw | None
 ) -> BundleEvent:
-    state = msgspec.json.decode(event.state)
-    if not isinstance(state, dict):
-        return event
     if event.topic in (Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC):
-        new = inputs.get(state.get("key"))  # type: ignore[arg-type]
         field = "input"
     elif event.topic == Execution.Completed.TOPIC:
-        new, field = output, "output"
+        field = "output"
     else:
         return event
+    # Each field kept as its recorded bytes: decoded to Python and encoded again, the value
+    # beside a changed input would come back in msgspec's spelling (or not at all: 1e400).
+    state = msgspec.json.decode(event.state, type=dict[str, msgspec.Raw])
+    key = msgspec.json.decode(state["key"]) if "key" in state else ""
+    new = inputs.get(key) if field == "input" else output
     if new is None:
         return event
     state[field] = new
