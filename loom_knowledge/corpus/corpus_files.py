@@ -15,8 +15,9 @@ is a document. Dangling links (a link loop among them) and anything that is neit
 nor a directory (a FIFO would block the read) are skipped too.
 
 The folder may change while it is synced, and the walk's checks must still hold when a file
-is read: each is opened without following a link (a link's checked target, for a link) and
-without blocking, and must still be a regular file of at most ``max_file_bytes``, measured
+is read: each is opened without following a link in any component of its path (the walk
+starts at the resolved root and records a link's checked target, so no path it found holds
+one) and without blocking, and must still be a regular file of at most ``max_file_bytes``, measured
 before a byte is read. A file that vanished or changed into something else in between refuses
 the sync (sync again), rather than reading a FIFO for ever or a link to ``/etc`` the walk
 never saw.
@@ -82,8 +83,8 @@ class _Walk:
             followed = self._followed(entry, relative)
             if followed is None:
                 continue
-            if entry.is_dir():
-                self.walk(entry, f"{relative}/")
+            if entry.is_dir():  # a followed link's checked target: no link on any path found
+                self.walk(followed, f"{relative}/")
             elif entry.is_file() and entry.name.endswith(SUFFIXES):
                 self.found.append((relative, followed))
 
@@ -141,9 +142,8 @@ def _read(doc_id: str, entry: Traversable, *, max_file_bytes: int) -> bytes:
     """
     if not isinstance(entry, Path):  # a package resource: shipped data, not a synced folder
         return entry.read_bytes()
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        descriptor = os.open(entry, flags)
+        descriptor = _open_link_free(entry)
     except OSError as exc:
         raise InvalidDocumentError(
             doc_id=doc_id,
@@ -169,6 +169,31 @@ def _read(doc_id: str, entry: Traversable, *, max_file_bytes: int) -> bytes:
     return data
 
 
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_link_free(path: Path) -> int:
+    """A read descriptor of ``path`` (absolute, and link-free when the walk found it), opened
+    one component at a time from ``/``, none of them followed if it is now a link.
+
+    ``O_NOFOLLOW`` alone covers the last component: a directory on the path swapped for a link
+    after the walk would carry the read anywhere a same-named file lies. Where the OS has no
+    ``dir_fd`` opens (Windows) the path is opened whole, the last component still unfollowed.
+    """
+    last = os.O_RDONLY | _NO_LINK | getattr(os, "O_NONBLOCK", 0)
+    if os.open not in os.supports_dir_fd:
+        return os.open(path, last)
+    directory = os.open(path.anchor, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in path.parts[1:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NO_LINK, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        return os.open(path.name, last, dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
 def scan_docs(
     directory: str | os.PathLike[str] | Traversable,
     *,
@@ -192,7 +217,7 @@ def scan_docs(
     if not directory.is_dir():
         raise InvalidOptionError(f"no directory of documents at {directory}")
     walk = _Walk(directory, follow_external_links=follow_external_links)
-    walk.walk(directory, "")
+    walk.walk(walk.root or directory, "")  # from the resolved root: no link on any path found
     docs = []
     for doc_id, entry in sorted(walk.found, key=lambda found: found[0]):
         try:

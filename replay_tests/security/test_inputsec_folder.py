@@ -150,3 +150,46 @@ def test_load_docs_takes_the_same_cap(folder: Path) -> None:
     with pytest.raises(InvalidDocumentError, match=r"kept\.md.*over the 10 bytes"):
         load_docs(folder, max_file_bytes=10)
     assert len(load_docs(folder, max_file_bytes=30)) == 2
+
+
+def test_a_directory_swapped_for_a_link_out_of_the_root_is_not_read(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file was opened without following a link only in its last component: a directory
+    on its path swapped for a link after the walk carried the read out of the root (to a
+    same-named file anywhere). Every component is now opened without following a link."""
+    inner = folder / "team"
+    inner.mkdir()
+    (inner / "notes.md").write_text("The team's own notes.")
+    outside = folder.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "notes.md").write_text(SECRET)
+
+    def swap(path: Path) -> None:
+        path.parent.rename(folder / "team.orig")
+        (folder / "team").symlink_to(outside, target_is_directory=True)
+
+    _after_the_walk_checks(monkeypatch, "notes.md", swap)
+    with pytest.raises(InvalidDocumentError, match=r"team/notes\.md.*sync again") as refused:
+        scan_docs(folder)
+    assert SECRET not in str(refused.value)
+
+
+def test_links_the_rules_follow_are_still_read(tmp_path: Path) -> None:
+    """A file link inside the root, an external directory link with follow_external_links,
+    and a root given through a link: read as before (their checked targets, link-free)."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (real / "sub" / "a.md").write_text("A")
+    (real / "b.md").symlink_to(real / "sub" / "a.md")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "c.md").write_text("C")
+    (real / "ext").symlink_to(shared, target_is_directory=True)
+    (tmp_path / "root-link").symlink_to(real, target_is_directory=True)
+    scan = scan_docs(tmp_path / "root-link", follow_external_links=True)
+    assert [(d.id, d.text) for d in scan.docs] == [
+        ("b.md", "A"),
+        ("ext/c.md", "C"),
+        ("sub/a.md", "A"),
+    ]
