@@ -353,6 +353,16 @@ def test_replaying_a_missing_file_says_file_not_found(tmp_path: Path) -> None:
     assert result.stderr == f"error: file not found: {tmp_path / 'nonexistent.json'}\n"
 
 
+def test_a_directory_given_for_a_bundle_is_named_as_one(tmp_path: Path) -> None:
+    """A path that is there but is no file is not "file not found" (it is found)."""
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    for args in (("replay", str(folder)), ("bundle", "show", str(folder))):
+        result = _invoke(*args)
+        assert result.exit_code == ExitCode.USAGE, (args, result.output)
+        assert result.stderr == f"error: {folder} is a directory, not a bundle file\n", args
+
+
 def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:
     """Not a terminal (the runner's stdout is not one): the anchor stays on one line, so
     `loom verify | grep head` finds it whole, and so does a long error message."""

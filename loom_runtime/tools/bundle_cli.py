@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 import typer
 
-from loom_runtime.tools.cli import ExitCode, JsonOption, app, fail, print_json
+from loom_runtime.tools.cli import ExitCode, JsonOption, app, fail, no_bundle_file, print_json
 from loom_runtime.tools.display import describe_meta, visible
 from loom_runtime.tools.readable_help import LoomTyper
 
@@ -191,7 +191,7 @@ def _read(path: Path) -> tuple[Bundle, Execution]:
         bundle = read_bundle(path)
         return bundle, bundle.execution()
     except BundleNotFoundError:
-        fail(f"file not found: {path}", code=ExitCode.USAGE)
+        fail(no_bundle_file(path), code=ExitCode.USAGE)
     except ConfigurationError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     except BundleError as exc:

@@ -264,6 +264,15 @@ def inert(text: str, *, one_line: bool = False) -> Text:
     return Text(visible(text, one_line=one_line))
 
 
+def no_bundle_file(path: Path) -> str:
+    """Why ``path``, given for a bundle, is not one: missing, a directory, or no regular file."""
+    if path.is_dir():
+        return f"{path} is a directory, not a bundle file"
+    if path.exists():
+        return f"{path} is not a regular file, as a bundle is"
+    return f"file not found: {path}"
+
+
 @app.command()
 def run(
     flow: str,
@@ -621,7 +630,7 @@ def replay(
     kinds = frozenset(live or ())
     bundle = Path(target)
     if not bundle.is_file() and (bundle.suffix in (".json", ".msgpack") or "/" in target):
-        fail(f"file not found: {target}", code=ExitCode.USAGE)
+        fail(no_bundle_file(bundle), code=ExitCode.USAGE)
     # A bundle carries its own execution: replaying it reads no log, so needs no database.
     with open_with_flows(db, flows, create=bundle.is_file()) as loom:
         try:
