@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from loom_runtime.errors import ConfigurationError, LogCorruptError
+from loom_runtime.errors import ConfigurationError, EncryptionOffError, LogCorruptError
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.tools.cli import (
     DbOption,
@@ -72,6 +72,8 @@ def recover(
             runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
         except LogCorruptError as exc:
             fail(str(exc))
+        except EncryptionOffError as exc:  # a sealed execution, and no master key given
+            fail(str(exc), code=ExitCode.USAGE)
     if as_json:
         print_json(runs)
         return

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-from loom_runtime import ConfigurationError, FlowContext, Loom
+from loom_runtime import ConfigurationError, FlowContext, Loom, MasterKey
 from loom_runtime.context import save
 from loom_runtime.log import LogSettings
 from loom_runtime.tools.cli import app
@@ -388,6 +388,52 @@ def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
     result = CliRunner().invoke(app, args)
     assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
+
+
+def _sealed_and_interrupted(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> UUID:
+    """An encrypted log holding a dead worker's interrupted execution; the CLI can import
+    ``recovery_flows:flows``, and ``$LOOM_MASTER_KEY`` holds the log's key."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            return interrupted(loom, steps)
+
+
+def _one_line_error(result: Any, code: int, *words: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+
+
+def test_loom_resume_and_recover_without_the_master_key_say_so_on_one_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sealed execution cannot be read without the key: a usage error (exit 2) naming
+    $LOOM_MASTER_KEY, not a traceback; nothing is claimed."""
+    execution_id = _sealed_and_interrupted(sqlite_url, tmp_path, monkeypatch)
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    flows = ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    runner = CliRunner()
+    _one_line_error(runner.invoke(app, ["resume", str(execution_id), *flows]), 2, "LOOM_MASTER_KEY")
+    _one_line_error(runner.invoke(app, ["recover", *flows]), 2, "LOOM_MASTER_KEY")
+    with Loom(sqlite_url) as loom:
+        assert events(loom, execution_id)["Resumed"] == 0
+
+
+def test_loom_resume_of_an_erased_execution_names_the_forget_event_on_one_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Erased while unfinished: nothing is left to finish it with; exit 1, as its replay."""
+    execution_id = _sealed_and_interrupted(sqlite_url, tmp_path, monkeypatch)
+    with Loom(sqlite_url, encryption=MasterKey.from_env()) as loom:
+        loom.erase(execution=execution_id, reason="request", by="dpo")
+    flows = ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    result = CliRunner().invoke(app, ["resume", str(execution_id), *flows])
+    _one_line_error(result, 1, "erased", "forget event")
 
 
 @pytest.mark.slow
