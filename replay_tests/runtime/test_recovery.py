@@ -436,6 +436,35 @@ def test_loom_resume_of_an_erased_execution_names_the_forget_event_on_one_line(
     _one_line_error(result, 1, "erased", "forget event")
 
 
+def test_what_a_recovery_logs_on_stderr_is_inert(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner's id and a flow's error message come from the log (an imported bundle writes
+    any owner it likes): on stderr their terminal escapes are shown as <U+XXXX>, never sent."""
+    hostile = "evil\x1b]0;owned\x07\x1b[2J"
+    with Loom(sqlite_url) as loom, monkeypatch.context() as patched:
+        patched.setattr("loom_runtime.workers.new_worker_id", lambda: hostile)
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            interrupted(loom, steps)
+    (tmp_path / "failing_flows.py").write_text(
+        "from loom_runtime import FlowRegistry\n"
+        "flows = FlowRegistry()\n"
+        "@flows.flow('steps')\n"
+        "def steps(ctx):\n"
+        "    raise RuntimeError('still down \\x1b[31m')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(
+        app, ["recover", "--db", sqlite_url, "--flows", "failing_flows:flows"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "recovered from worker evil<U+001B>]0;owned<U+0007>" in result.stderr
+    assert "still down <U+001B>[31m" in result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
 @pytest.mark.slow
 def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
     sqlite_url: str, tmp_path: Path
