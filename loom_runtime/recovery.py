@@ -118,7 +118,10 @@ def recover(
         pending = unfinished(loom.log)
         workers = loom.workers.workers(dead_after=dead_after)
         owners = {execution.owner for execution in pending}
-        loom.workers.forget([w.worker for w in workers if not w.alive and w.worker not in owners])
+        loom.workers.forget(
+            [w.worker for w in workers if not w.alive and w.worker not in owners],
+            dead_after=dead_after,
+        )
         liveness = {w.worker: w.alive for w in workers}
         for execution in pending:
             if stopping is not None and stopping.is_set():

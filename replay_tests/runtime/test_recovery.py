@@ -332,6 +332,27 @@ def test_dead_workers_that_own_nothing_are_forgotten(loom: Loom, other: Loom, st
     assert "idle" not in registered and owner in registered
 
 
+def test_a_worker_that_beats_again_after_the_registry_was_read_is_not_forgotten(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """A worker paused past dead_after (owning nothing) wakes and beats between a recovery
+    pass's read of the registry and its clean-up: its fresh row stays, so what it starts next
+    is owned by a registered live worker, never mistaken for unowned and taken."""
+    loom.workers.beat("sleeper")
+    age(loom, "sleeper", 120)
+    read = other.workers.workers
+
+    def woke_meanwhile(*, dead_after: float) -> Any:
+        rows = read(dead_after=dead_after)
+        loom.workers.beat("sleeper")
+        return rows
+
+    other.workers.workers = woke_meanwhile  # type: ignore[method-assign]
+    other.recover()
+    alive = {row.worker: row.alive for row in loom.workers.workers(dead_after=30)}
+    assert alive.get("sleeper") is True
+
+
 def test_a_worker_recovers_in_the_background(loom: Loom, other: Loom, steps: Steps) -> None:
     with loom.worker(recover_every=None):
         execution_id = interrupted(loom, steps)
