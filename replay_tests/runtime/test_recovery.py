@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from loom_runtime import ConfigurationError, FlowContext, Loom, MasterKey
 from loom_runtime.context import save
 from loom_runtime.log import LogSettings
+from loom_runtime.recovery import unfinished
 from loom_runtime.tools.cli import app
 from loom_runtime.workers import WorkerRegistry, workers_table
 
@@ -351,6 +352,27 @@ def test_a_worker_that_beats_again_after_the_registry_was_read_is_not_forgotten(
     other.recover()
     alive = {row.worker: row.alive for row in loom.workers.workers(dead_after=30)}
     assert alive.get("sleeper") is True
+
+
+def test_an_execution_erased_while_unfinished_is_not_pending_and_frees_its_owner(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention erases executions still unfinished (ADR 0053): nothing is left to finish one
+    with, so no pass loads it again, and its dead owner's row is forgotten like any other
+    (the registry does not keep a row per erased crash, forever)."""
+    key = MasterKey(b"k" * 32)
+    with Loom(db_url, encryption=key) as loom, Loom(db_url, encryption=key) as other:
+        steps = Steps()
+        steps.register(loom)
+        steps.register(other)
+        with loom.worker(recover_every=None) as owner:
+            execution_id = interrupted(loom, steps)
+        loom.erase(execution=execution_id, reason="retention", by="dpo")
+        assert unfinished(other.log) == []
+        with caplog.at_level(logging.INFO, logger="loom.runtime"):
+            assert other.recover() == []
+        assert "was erased" not in caplog.text
+        assert owner not in {row.worker for row in other.workers.workers(dead_after=60)}
 
 
 def test_a_worker_recovers_in_the_background(loom: Loom, other: Loom, steps: Steps) -> None:
