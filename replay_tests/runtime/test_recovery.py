@@ -400,6 +400,39 @@ def test_worker_settings_that_would_kill_live_workers_are_refused(loom: Loom) ->
         pass
 
 
+@pytest.mark.parametrize("dead_after", [0.0, -30.0, float("nan")])
+def test_a_dead_after_that_would_take_live_workers_for_dead_is_refused(
+    loom: Loom, other: Loom, steps: Steps, dead_after: float
+) -> None:
+    """``recover(dead_after=...)`` of zero, less, or NaN judged every worker dead (no beat is
+    newer than now, none compares with NaN) and took a live worker's execution over; it is a
+    typed error and nothing is claimed, as ``worker()`` refuses such settings."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+        with (
+            other.worker(recover_every=None),
+            pytest.raises(ConfigurationError, match="dead_after"),
+        ):
+            other.recover(dead_after=dead_after)
+        with pytest.raises(ConfigurationError, match="dead_after"):
+            other.recover(dead_after=dead_after)
+        assert events(other, execution_id)["Resumed"] == 0
+
+
+@pytest.mark.parametrize("recover_every", [0.0, -1.0, float("nan")])
+def test_a_recovery_interval_that_is_not_positive_is_refused(
+    loom: Loom, recover_every: float
+) -> None:
+    """Zero or less would recover in a busy loop against the database, NaN would end the
+    recovery thread at its first wait: refused before anything starts."""
+    with (
+        pytest.raises(ConfigurationError, match="recover_every"),
+        loom.worker(recover_every=recover_every),
+    ):
+        pass
+    assert loom.workers.workers(dead_after=60) == []
+
+
 # -- the command line -----------------------------------------------------------------------------
 
 FLOWS_MODULE = """
