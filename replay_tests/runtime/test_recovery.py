@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-from loom_runtime import ConfigurationError, FlowContext, Loom, MasterKey
+from loom_runtime import ConfigurationError, FlowContext, Loom, LoomError, MasterKey
 from loom_runtime.context import save
 from loom_runtime.log import LogSettings
 from loom_runtime.recovery import unfinished
@@ -264,6 +264,54 @@ def test_an_execution_claimed_since_the_scan_is_left_to_its_new_owner(
     other.execution = claimed_meanwhile  # type: ignore[method-assign]
     assert other.recover() == []
     assert events(loom, execution_id)["Resumed"] == 1
+
+
+@pytest.mark.parametrize("flow", ["steps", "tolerant"])
+def test_a_stale_worker_whose_append_fails_after_a_takeover_appends_nothing_more(
+    loom: Loom, other: Loom, steps: Steps, monkeypatch: pytest.MonkeyPatch, flow: str
+) -> None:
+    """A worker taken for dead (paused past dead_after) wakes after its execution was
+    claimed, and its next append fails with the database rather than a version conflict (a
+    dropped connection). Reloading after that failure must not hand it the claimer's state to
+    carry on from: it appends nothing more (no failure recorded under the new owner, and a
+    flow that swallows the error records no decision or output), and the execution completes
+    once, by its owner."""
+    for instance in (loom, other):
+
+        @instance.flow("tolerant")
+        def tolerant(ctx: FlowContext) -> list[str]:
+            values = []
+            for key in KEYS:
+                try:
+                    values.append(ctx.decide(key, lambda key=key: steps.compute(key)))
+                except Exception:
+                    values.append("fallback")
+            return values
+
+    append = loom.log.save
+    claimed: list[UUID] = []
+
+    def dropped(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(loom.log, "save", append)
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    def compute(key: str) -> str:
+        if key == "second" and not claimed:  # paused here while another worker claimed it
+            (running,) = [e for e in loom.executions() if e.status == "running"]
+            taken = other.execution(running.execution_id)
+            taken.claim(worker="recoverer")
+            save(other.log, taken)
+            claimed.append(running.execution_id)
+            monkeypatch.setattr(loom.log, "save", dropped)
+        return f"{key}-value"
+
+    steps.compute = compute  # type: ignore[method-assign]
+    with loom.worker(recover_every=None), pytest.raises(LoomError):
+        loom.run(flow)
+    (execution_id,) = claimed
+    assert events(loom, execution_id) == Counter(Created=1, DecisionRecorded=1, Resumed=1)
+    assert other.resume(execution_id).output == OUTPUT
+    assert events(loom, execution_id)["Completed"] == 1
 
 
 def test_an_execution_without_an_owner_is_recovered_only_when_asked(
