@@ -382,7 +382,7 @@ def test_dead_workers_that_own_nothing_are_forgotten(loom: Loom, other: Loom, st
 
 
 def test_a_worker_that_beats_again_after_the_registry_was_read_is_not_forgotten(
-    loom: Loom, other: Loom, steps: Steps
+    loom: Loom, other: Loom
 ) -> None:
     """A worker paused past dead_after (owning nothing) wakes and beats between a recovery
     pass's read of the registry and its clean-up: its fresh row stays, so what it starts next
