@@ -237,8 +237,10 @@ def save(
     gap and the execution could never be loaded again. So the execution is put back to what
     the log holds (the failed events were stored or not: the log, not this process, says
     which), and the failure is raised typed: a ``LoomError`` as it is, anything else as
-    :class:`LogWriteError`. If the log cannot even be read, the worker stops appending to the
-    execution, as after a lost race; resuming it later continues from what was stored.
+    :class:`LogWriteError`. If the log cannot even be read, or it shows the execution claimed
+    by another worker since (this one was taken for dead while paused), the worker stops
+    appending to the execution, as after a lost race; resuming it later continues from what
+    was stored.
     ``precondition``: what a keyless Loom's new execution must find in its first append
     (:func:`~loom_runtime.sealing.write_keyring`). Returns the positions of the appended
     events, in order.
@@ -309,6 +311,15 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
     if stored is None:
         execution.lost = True
         return "nothing of it was stored: run the flow again"
+    if stored.owner != execution.owner:
+        # Claimed by another worker meanwhile (this one was taken for dead), or this worker's
+        # own claim was not stored: carrying on from the reloaded state would append after
+        # the owner's claim, as if the log had not refused this worker (ADR 0040).
+        execution.lost = True
+        return (
+            f"the log names {stored.owner!r} its owner, not this worker ({execution.owner!r}): "
+            "this worker appends nothing more to it"
+        )
     execution.reset_to(stored)
     return f"it was reloaded from the log at version {execution.version}"
 

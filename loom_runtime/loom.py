@@ -663,6 +663,11 @@ class Loom:
                 f"heartbeat={heartbeat!r} must be positive and shorter than "
                 f"dead_after={dead_after!r}, or live workers would be taken for dead"
             )
+        if recover_every is not None and not recover_every > 0:  # NaN fails too
+            raise ConfigurationError(
+                f"recover_every={recover_every!r} must be a positive number of seconds (or "
+                "None for no recovery): zero or less would recover in a busy loop"
+            )
         beating = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
         beating.start()
         self._heartbeat = beating
@@ -687,10 +692,16 @@ class Loom:
         has them. An execution whose owner never registered (started outside
         :meth:`worker`, or before workers existed) is taken only with ``include_unowned``:
         its process may still be running it. A flow that raises again is recorded as failed
-        (as in :meth:`resume`), logged, and the pass goes on.
+        (as in :meth:`resume`), logged, and the pass goes on. A ``dead_after`` that is not
+        positive (or NaN) is :class:`ConfigurationError`: it would take every worker for dead.
         """
         from loom_runtime.recovery import recover
 
+        if not dead_after > 0:  # NaN fails too: no beat compares with it, so none is alive
+            raise ConfigurationError(
+                f"dead_after={dead_after!r} must be a positive number of seconds: with zero or "
+                "less every live worker would be taken for dead and its executions taken over"
+            )
         return recover(self, dead_after=dead_after, include_unowned=include_unowned)
 
     def _take_over(self, execution: Execution, *, worker: str) -> Run:

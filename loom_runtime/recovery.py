@@ -64,9 +64,16 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def unfinished(log: EventLog) -> list[Unfinished]:
-    """Every execution of ``log`` that is neither completed nor failed, oldest first, with its
-    owner: the worker that started it or last claimed or reopened it (one pass, no decisions)."""
-    from loom_runtime.execution import Execution  # here: the CLI imports this module's defaults
+    """Every execution of ``log`` that is neither completed nor failed nor erased, oldest
+    first, with its owner: the worker that started it or last claimed or reopened it (one
+    pass, no decisions).
+
+    Erased ones (named by a forget event, ADR 0049; retention erases executions still
+    running) have nothing left to finish them with: listed, every pass would load each again
+    for good, and their dead owners' rows would be kept for them forever."""
+    # here: the CLI imports this module's defaults
+    from loom_runtime.execution import Execution, Forgotten
+    from loom_runtime.sealing import subject_of
 
     ownership = (  # the events that start, move or end ownership; decisions do not
         Execution.Created.TOPIC,
@@ -74,13 +81,17 @@ def unfinished(log: EventLog) -> list[Unfinished]:
         Execution.Reopened.TOPIC,
         Execution.Completed.TOPIC,
         Execution.Failed.TOPIC,
+        Forgotten.TOPIC,
     )
     flows: dict[UUID, str] = {}
     owners: dict[UUID, str | None] = {}
+    erased: set[str] = set()
     for notification in log.notifications(topics=ownership):
         event = log.decode(notification)
         stream = event.originator_id
-        if isinstance(event, Execution.Created):
+        if isinstance(event, Forgotten):
+            erased.update(event.subjects)
+        elif isinstance(event, Execution.Created):
             flows[stream] = event.flow
             owners[stream] = event.worker
         elif isinstance(event, Execution.Completed | Execution.Failed):
@@ -90,6 +101,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
     return [
         Unfinished(execution_id=stream, flow=flows[stream], owner=owner)
         for stream, owner in owners.items()
+        if subject_of(stream) not in erased
     ]
 
 
@@ -118,7 +130,10 @@ def recover(
         pending = unfinished(loom.log)
         workers = loom.workers.workers(dead_after=dead_after)
         owners = {execution.owner for execution in pending}
-        loom.workers.forget([w.worker for w in workers if not w.alive and w.worker not in owners])
+        loom.workers.forget(
+            [w.worker for w in workers if not w.alive and w.worker not in owners],
+            dead_after=dead_after,
+        )
         liveness = {w.worker: w.alive for w in workers}
         for execution in pending:
             if stopping is not None and stopping.is_set():

@@ -100,7 +100,7 @@ def retain(
             "scope's documents) or memory= (a memory's keys); documents and memory keys carry "
             "no tenant label"
         )
-    cutoff = datetime.now(UTC) - _positive(older_than)
+    cutoff = _cutoff(_positive(older_than))
     reason = reason if reason is not None else f"retention: older than {older_than}"
     check_who(reason=reason, by=by)
     if aged:
@@ -117,10 +117,29 @@ def retain(
     ids = [
         summary.execution_id
         for summary in loom.executions(tenant=tenant)
-        if summary.started_at < cutoff
+        if _utc(summary.started_at) < cutoff
     ]
     report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     return report if dry_run else apply(loom, keyring, report)
+
+
+def _cutoff(older_than: timedelta) -> datetime:
+    """Now minus ``older_than``; an age reaching before year 1 is a typo (``999999w``), refused
+    as one rather than an ``OverflowError`` out of the arithmetic."""
+    try:
+        return datetime.now(UTC) - older_than
+    except OverflowError:
+        raise RetentionPolicyError(
+            f"--older-than {older_than} reaches before the calendar begins: a retention period is "
+            "years, not millennia (ten years is 3650d)"
+        ) from None
+
+
+def _utc(when: datetime) -> datetime:
+    """``when``, a recorded start, read as UTC if it has no timezone (an imported execution
+    from a writer that stored none): loom's times are UTC, and a naive time cannot be compared
+    with the aware cutoff, so one such start would stop every later run of the policy."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _at(cutoff: datetime) -> str:

@@ -114,13 +114,21 @@ class WorkerRegistry:
                 .values(beat_at=_STOPPED)
             )
 
-    def forget(self, workers: Collection[str]) -> None:
+    def forget(self, workers: Collection[str], *, dead_after: float) -> None:
         """Delete the rows of ``workers``, dead ones that own nothing unfinished, so the table
-        does not grow with every worker that ever ran. Safe even if one was only taken for
-        dead: its next beat registers it again."""
+        does not grow with every worker that ever ran; a row that beat within ``dead_after``
+        since they were read is kept. Without that condition a worker that woke from a pause
+        between the read and the delete lost its fresh row, and what it started next had an
+        owner nobody registered: unowned, taken by ``include_unowned`` while it ran."""
         if workers:
             with self.engine.begin() as conn:
-                conn.execute(workers_table.delete().where(workers_table.c.worker.in_(workers)))
+                horizon = _now(conn) - dead_after
+                conn.execute(
+                    workers_table.delete().where(
+                        workers_table.c.worker.in_(workers),
+                        (workers_table.c.beat_at <= _STOPPED) | (workers_table.c.beat_at < horizon),
+                    )
+                )
 
     def workers(self, *, dead_after: float) -> list[WorkerRow]:
         """Every registered worker, alive when it beat within the last ``dead_after`` seconds."""

@@ -39,6 +39,7 @@ from loom_runtime.errors import (
     BundleTruncatedError,
     ConfigurationError,
     DecisionKeyError,
+    EncryptionOffError,
     ErasedError,
     ExecutionConflictError,
     ExecutionFinishedError,
@@ -549,9 +550,9 @@ def resume(
             result = loom.resume(execution_id, retry_failed=retry_failed)
         except FlowNotFoundError as exc:
             flow_missing(exc)
-        except (ExecutionNotFoundError, ExecutionFinishedError) as exc:
-            fail(str(exc), code=ExitCode.USAGE)
-        except (ExecutionConflictError, LogCorruptError) as exc:
+        except (ExecutionNotFoundError, ExecutionFinishedError, EncryptionOffError) as exc:
+            fail(str(exc), code=ExitCode.USAGE)  # EncryptionOffError: sealed, and no key given
+        except (ExecutionConflictError, LogCorruptError, ErasedError) as exc:
             fail(str(exc))
     console.print(f"execution {result.execution_id}")
     console.print_json(data=result.output, ensure_ascii=True)

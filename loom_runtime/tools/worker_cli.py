@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from loom_runtime.errors import ConfigurationError, LogCorruptError
+from loom_runtime.errors import ConfigurationError, EncryptionOffError, LogCorruptError
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.tools.cli import (
     DbOption,
@@ -39,6 +39,7 @@ from loom_runtime.tools.cli import (
     open_with_flows,
     print_json,
 )
+from loom_runtime.tools.display import visible
 
 DeadAfterOption = Annotated[
     float,
@@ -72,6 +73,8 @@ def recover(
             runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
         except LogCorruptError as exc:
             fail(str(exc))
+        except EncryptionOffError as exc:  # a sealed execution, and no master key given
+            fail(str(exc), code=ExitCode.USAGE)
     if as_json:
         print_json(runs)
         return
@@ -122,12 +125,21 @@ def worker(
         signal.signal(signal.SIGTERM, previous)
 
 
+class _InertFormatter(logging.Formatter):
+    """A log line as :func:`~loom_runtime.tools.display.visible` shows it: the owner ids and
+    error messages it quotes come from the log (an imported bundle names any owner it likes),
+    so their control characters are shown as ``<U+XXXX>``, never sent to the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
 @contextmanager
 def _failures_on_stderr(level: int) -> Iterator[None]:
     """Show the runtime's log (``loom.runtime``) at ``level`` and above on stderr meanwhile:
     what was recovered, and the failures a pass reports and goes past."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setFormatter(_InertFormatter("%(levelname)s: %(message)s"))
     runtime = logging.getLogger("loom.runtime")
     handler.setLevel(level)
     previous = runtime.level

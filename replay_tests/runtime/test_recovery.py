@@ -23,9 +23,10 @@ import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-from loom_runtime import ConfigurationError, FlowContext, Loom
+from loom_runtime import ConfigurationError, FlowContext, Loom, LoomError, MasterKey
 from loom_runtime.context import save
 from loom_runtime.log import LogSettings
+from loom_runtime.recovery import unfinished
 from loom_runtime.tools.cli import app
 from loom_runtime.workers import WorkerRegistry, workers_table
 
@@ -265,6 +266,54 @@ def test_an_execution_claimed_since_the_scan_is_left_to_its_new_owner(
     assert events(loom, execution_id)["Resumed"] == 1
 
 
+@pytest.mark.parametrize("flow", ["steps", "tolerant"])
+def test_a_stale_worker_whose_append_fails_after_a_takeover_appends_nothing_more(
+    loom: Loom, other: Loom, steps: Steps, monkeypatch: pytest.MonkeyPatch, flow: str
+) -> None:
+    """A worker taken for dead (paused past dead_after) wakes after its execution was
+    claimed, and its next append fails with the database rather than a version conflict (a
+    dropped connection). Reloading after that failure must not hand it the claimer's state to
+    carry on from: it appends nothing more (no failure recorded under the new owner, and a
+    flow that swallows the error records no decision or output), and the execution completes
+    once, by its owner."""
+    for instance in (loom, other):
+
+        @instance.flow("tolerant")
+        def tolerant(ctx: FlowContext) -> list[str]:
+            values = []
+            for key in KEYS:
+                try:
+                    values.append(ctx.decide(key, lambda key=key: steps.compute(key)))
+                except Exception:
+                    values.append("fallback")
+            return values
+
+    append = loom.log.save
+    claimed: list[UUID] = []
+
+    def dropped(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(loom.log, "save", append)
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    def compute(key: str) -> str:
+        if key == "second" and not claimed:  # paused here while another worker claimed it
+            (running,) = [e for e in loom.executions() if e.status == "running"]
+            taken = other.execution(running.execution_id)
+            taken.claim(worker="recoverer")
+            save(other.log, taken)
+            claimed.append(running.execution_id)
+            monkeypatch.setattr(loom.log, "save", dropped)
+        return f"{key}-value"
+
+    steps.compute = compute  # type: ignore[method-assign]
+    with loom.worker(recover_every=None), pytest.raises(LoomError):
+        loom.run(flow)
+    (execution_id,) = claimed
+    assert events(loom, execution_id) == Counter(Created=1, DecisionRecorded=1, Resumed=1)
+    assert other.resume(execution_id).output == OUTPUT
+    assert events(loom, execution_id)["Completed"] == 1
+
+
 def test_an_execution_without_an_owner_is_recovered_only_when_asked(
     loom: Loom, other: Loom, steps: Steps
 ) -> None:
@@ -332,6 +381,48 @@ def test_dead_workers_that_own_nothing_are_forgotten(loom: Loom, other: Loom, st
     assert "idle" not in registered and owner in registered
 
 
+def test_a_worker_that_beats_again_after_the_registry_was_read_is_not_forgotten(
+    loom: Loom, other: Loom
+) -> None:
+    """A worker paused past dead_after (owning nothing) wakes and beats between a recovery
+    pass's read of the registry and its clean-up: its fresh row stays, so what it starts next
+    is owned by a registered live worker, never mistaken for unowned and taken."""
+    loom.workers.beat("sleeper")
+    age(loom, "sleeper", 120)
+    read = other.workers.workers
+
+    def woke_meanwhile(*, dead_after: float) -> Any:
+        rows = read(dead_after=dead_after)
+        loom.workers.beat("sleeper")
+        return rows
+
+    other.workers.workers = woke_meanwhile  # type: ignore[method-assign]
+    other.recover()
+    alive = {row.worker: row.alive for row in loom.workers.workers(dead_after=30)}
+    assert alive.get("sleeper") is True
+
+
+def test_an_execution_erased_while_unfinished_is_not_pending_and_frees_its_owner(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention erases executions still unfinished (ADR 0053): nothing is left to finish one
+    with, so no pass loads it again, and its dead owner's row is forgotten like any other
+    (the registry does not keep a row per erased crash, forever)."""
+    key = MasterKey(b"k" * 32)
+    with Loom(db_url, encryption=key) as loom, Loom(db_url, encryption=key) as other:
+        steps = Steps()
+        steps.register(loom)
+        steps.register(other)
+        with loom.worker(recover_every=None) as owner:
+            execution_id = interrupted(loom, steps)
+        loom.erase(execution=execution_id, reason="retention", by="dpo")
+        assert unfinished(other.log) == []
+        with caplog.at_level(logging.INFO, logger="loom.runtime"):
+            assert other.recover() == []
+        assert "was erased" not in caplog.text
+        assert owner not in {row.worker for row in other.workers.workers(dead_after=60)}
+
+
 def test_a_worker_recovers_in_the_background(loom: Loom, other: Loom, steps: Steps) -> None:
     with loom.worker(recover_every=None):
         execution_id = interrupted(loom, steps)
@@ -355,6 +446,39 @@ def test_worker_settings_that_would_kill_live_workers_are_refused(loom: Loom) ->
         loom.worker(recover_every=None),
     ):
         pass
+
+
+@pytest.mark.parametrize("dead_after", [0.0, -30.0, float("nan")])
+def test_a_dead_after_that_would_take_live_workers_for_dead_is_refused(
+    loom: Loom, other: Loom, steps: Steps, dead_after: float
+) -> None:
+    """``recover(dead_after=...)`` of zero, less, or NaN judged every worker dead (no beat is
+    newer than now, none compares with NaN) and took a live worker's execution over; it is a
+    typed error and nothing is claimed, as ``worker()`` refuses such settings."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+        with (
+            other.worker(recover_every=None),
+            pytest.raises(ConfigurationError, match="dead_after"),
+        ):
+            other.recover(dead_after=dead_after)
+        with pytest.raises(ConfigurationError, match="dead_after"):
+            other.recover(dead_after=dead_after)
+        assert events(other, execution_id)["Resumed"] == 0
+
+
+@pytest.mark.parametrize("recover_every", [0.0, -1.0, float("nan")])
+def test_a_recovery_interval_that_is_not_positive_is_refused(
+    loom: Loom, recover_every: float
+) -> None:
+    """Zero or less would recover in a busy loop against the database, NaN would end the
+    recovery thread at its first wait: refused before anything starts."""
+    with (
+        pytest.raises(ConfigurationError, match="recover_every"),
+        loom.worker(recover_every=recover_every),
+    ):
+        pass
+    assert loom.workers.workers(dead_after=60) == []
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -388,6 +512,81 @@ def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
     result = CliRunner().invoke(app, args)
     assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
+
+
+def _sealed_and_interrupted(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> UUID:
+    """An encrypted log holding a dead worker's interrupted execution; the CLI can import
+    ``recovery_flows:flows``, and ``$LOOM_MASTER_KEY`` holds the log's key."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            return interrupted(loom, steps)
+
+
+def _one_line_error(result: Any, code: int, *words: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+
+
+def test_loom_resume_and_recover_without_the_master_key_say_so_on_one_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sealed execution cannot be read without the key: a usage error (exit 2) naming
+    $LOOM_MASTER_KEY, not a traceback; nothing is claimed."""
+    execution_id = _sealed_and_interrupted(sqlite_url, tmp_path, monkeypatch)
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    flows = ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    runner = CliRunner()
+    _one_line_error(runner.invoke(app, ["resume", str(execution_id), *flows]), 2, "LOOM_MASTER_KEY")
+    _one_line_error(runner.invoke(app, ["recover", *flows]), 2, "LOOM_MASTER_KEY")
+    with Loom(sqlite_url) as loom:
+        assert events(loom, execution_id)["Resumed"] == 0
+
+
+def test_loom_resume_of_an_erased_execution_names_the_forget_event_on_one_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Erased while unfinished: nothing is left to finish it with; exit 1, as its replay."""
+    execution_id = _sealed_and_interrupted(sqlite_url, tmp_path, monkeypatch)
+    with Loom(sqlite_url, encryption=MasterKey.from_env()) as loom:
+        loom.erase(execution=execution_id, reason="request", by="dpo")
+    flows = ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    result = CliRunner().invoke(app, ["resume", str(execution_id), *flows])
+    _one_line_error(result, 1, "erased", "forget event")
+
+
+def test_what_a_recovery_logs_on_stderr_is_inert(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner's id and a flow's error message come from the log (an imported bundle writes
+    any owner it likes): on stderr their terminal escapes are shown as <U+XXXX>, never sent."""
+    hostile = "evil\x1b]0;owned\x07\x1b[2J"
+    with Loom(sqlite_url) as loom, monkeypatch.context() as patched:
+        patched.setattr("loom_runtime.workers.new_worker_id", lambda: hostile)
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            interrupted(loom, steps)
+    (tmp_path / "failing_flows.py").write_text(
+        "from loom_runtime import FlowRegistry\n"
+        "flows = FlowRegistry()\n"
+        "@flows.flow('steps')\n"
+        "def steps(ctx):\n"
+        "    raise RuntimeError('still down \\x1b[31m')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(
+        app, ["recover", "--db", sqlite_url, "--flows", "failing_flows:flows"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "recovered from worker evil<U+001B>]0;owned<U+0007>" in result.stderr
+    assert "still down <U+001B>[31m" in result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
 
 
 @pytest.mark.slow

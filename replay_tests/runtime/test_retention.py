@@ -4,10 +4,12 @@ keys, a dry run unless asked, from Python and from ``loom retain``."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
+import msgspec
 import pytest
 from freezegun import freeze_time
 from typer.testing import CliRunner
@@ -21,6 +23,7 @@ from loom_runtime import (
     RetentionPolicyError,
     parse_age,
 )
+from loom_runtime.bundle import read_bundle, write_bundle
 
 KEY = MasterKey(b"k" * 32)
 
@@ -115,3 +118,59 @@ def test_loom_retain_is_a_dry_run_unless_apply(
     with Loom(url, encryption=MasterKey.from_env()) as loom:
         _register(loom)
         assert all(loom.replay(i).identical for i in new)
+
+
+@pytest.mark.parametrize("text", ["999999w", "999999d"])
+def test_an_age_reaching_before_the_calendar_is_refused_typed(db_url: str, text: str) -> None:
+    """An age longer than the calendar (19,000 years) is a typo, refused as one, not an
+    ``OverflowError`` out of the cutoff's arithmetic; nothing is written."""
+    with Loom(db_url, encryption=KEY) as loom:
+        head = loom.log.position
+        with pytest.raises(RetentionPolicyError, match="older-than"):
+            loom.retain(older_than=parse_age(text))
+        with pytest.raises(RetentionPolicyError, match="older-than"):
+            loom.retain(older_than=timedelta.max)
+        assert loom.log.position == head
+
+
+def test_loom_retain_refuses_an_age_before_the_calendar_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom_runtime.tools.cli import app
+
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _history(loom)
+    result = CliRunner().invoke(app, ["retain", "--older-than", "999999w", "--db", url])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: --older-than") and result.stderr.count("\n") == 1
+
+
+def _naive_copy(source: Loom, execution_id: UUID, into: Loom, path: Path) -> UUID:
+    """Import ``execution_id`` into ``into`` from a bundle whose timestamps have no timezone,
+    as one written by another tool (or edited by hand) may have."""
+    bundle = read_bundle(source.export(execution_id, path))
+    naive = [
+        msgspec.structs.replace(
+            event, state=re.sub(r'("timestamp":\s*"[^"]+?)(Z|[+]00:00)"', r'\1"', event.state)
+        )
+        for event in bundle.events
+    ]
+    assert naive != list(bundle.events)
+    write_bundle(bundle.resealed(naive), path)
+    return into.import_bundle(path)
+
+
+def test_a_start_recorded_without_a_timezone_is_read_as_utc(db_url: str, tmp_path: Path) -> None:
+    """An imported execution whose start has no timezone neither stops every later run (a
+    naive and an aware time cannot be compared) nor escapes the policy: it is taken as UTC."""
+    with Loom(f"sqlite:///{tmp_path / 'plain.db'}") as plain, Loom(db_url, encryption=KEY) as loom:
+        old, new = _history(plain)
+        _register(loom)
+        imported_old = _naive_copy(plain, old[0], loom, tmp_path / "old.loom")
+        imported_new = _naive_copy(plain, new[0], loom, tmp_path / "new.loom")
+        with freeze_time("2026-04-15T12:00:00Z"):
+            report = loom.retain(older_than=timedelta(days=90))
+        assert {s.execution_id for s in report.subjects} == {str(imported_old)}
+        assert loom.replay(imported_new).identical
