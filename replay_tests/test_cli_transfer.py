@@ -146,3 +146,16 @@ def test_export_into_a_directory_replaces_a_planted_link_not_what_it_points_to(
     assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~umask  # not the link's 0o777
     assert json.loads(written.read_text())["execution_id"] == ids[0]
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.json" for i in ids)
+
+
+def test_export_to_a_folder_that_is_not_there_is_one_line(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    """``-o missing/f.json``: a usage error naming the path, not a FileNotFoundError traceback
+    about the hidden partial file the write goes through."""
+    url, ids = source
+    target = tmp_path / "missing" / "f.json"
+    result = _invoke("export", ids[0], "-o", str(target), "--db", url)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stderr.startswith(f"error: cannot write {target}: "), result.stderr
+    assert ".partial" not in result.stderr and "Traceback" not in result.output

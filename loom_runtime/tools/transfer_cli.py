@@ -112,6 +112,12 @@ def export(
                 path = loom.export(execution_id, target, follow_link=not into_directory)
             except LogCorruptError as exc:
                 fail(str(exc))
+            except (
+                OSError
+            ) as exc:  # no such folder or no permission (a usage error), or a full disk
+                bad_path = isinstance(exc, FileNotFoundError | NotADirectoryError | PermissionError)
+                code = ExitCode.USAGE if bad_path else ExitCode.FAILED
+                fail(f"cannot write {target}: {exc.strerror or exc}", code=code)
             size = path.stat().st_size
             written.append(Exported(execution_id=str(execution_id), path=str(path), bytes=size))
             advance(done, len(executions))
