@@ -112,9 +112,7 @@ def export(
                 path = loom.export(execution_id, target, follow_link=not into_directory)
             except LogCorruptError as exc:
                 fail(str(exc))
-            except (
-                OSError
-            ) as exc:  # no such folder or no permission (a usage error), or a full disk
+            except OSError as exc:  # no such folder or no permission: usage; a full disk: 1
                 bad_path = isinstance(exc, FileNotFoundError | NotADirectoryError | PermissionError)
                 code = ExitCode.USAGE if bad_path else ExitCode.FAILED
                 fail(f"cannot write {target}: {exc.strerror or exc}", code=code)
