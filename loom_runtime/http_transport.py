@@ -296,7 +296,7 @@ def _exchange(
     decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
         status, headers, pieces = profile.replayed(decision.key, decision.value)
-        return library.response(status, headers=headers, stream=library.replayed_body(pieces))
+        return library.respond(status, headers, library.replayed_body(pieces))
     call = Call(profile.retry, library)
     while True:
         try:
@@ -324,7 +324,7 @@ def _exchange(
         yield from _settle(decision.key, io.sleep(pause))
     recording = profile.recording(decision, response, call)
     body = io.body(library)(response, recording)
-    return library.response(response.status_code, headers=recording.headers, stream=body)
+    return library.respond(response.status_code, recording.headers, body)
 
 
 def _settle(what: str, value: Any) -> Steps[Any]:
@@ -350,13 +350,27 @@ def _qualname(error: Exception) -> str:
     return f"{type(error).__module__}:{type(error).__qualname__}"
 
 
-def recorded_value(key: str, value: object, type: Any, *, expected: str) -> Any:
-    """A recorded value (plain JSON data) as ``type``; a value that does not fit it was not
-    written by loom's recording (a tampered row or bundle): a typed error naming the key."""
+def replayed(
+    key: str, value: object, type: Any, *, expected: str, not_stored: frozenset[str]
+) -> Replayed:
+    """A recorded value (plain JSON data) as the response ``type`` (a :class:`RecordedResponse`
+    or a model response) a replay hands the client.
+
+    A value that does not fit ``type``, or that holds a header the recording never stores
+    (``not_stored``), was not written by loom's recording (a tampered row or bundle): a typed
+    error naming the key. Such a header is refused, not dropped: ``content-encoding`` would
+    make the client inflate the recorded body (a small row, gigabytes in memory),
+    ``set-cookie`` would fill its cookie jar, ``content-length`` would contradict the body.
+    """
     try:
-        return msgspec.convert(value, type)
+        recorded = msgspec.convert(value, type)
     except msgspec.ValidationError as exc:
         raise RecordedValueError(key=key, expected=expected, problem=str(exc)) from exc
+    for name, _ in recorded.headers:
+        if name.lower() in not_stored:
+            problem = f"it holds the header {name!r}, which a recording never stores"
+            raise RecordedValueError(key=key, expected=expected, problem=problem)
+    return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
 
 class HttpProfile:
@@ -372,10 +386,13 @@ class HttpProfile:
         return request_key_and_input(request, redactor)
 
     def replayed(self, key: str, value: Any) -> Replayed:
-        recorded: RecordedResponse = recorded_value(
-            key, value, RecordedResponse, expected="a recorded HTTP response"
+        return replayed(
+            key,
+            value,
+            RecordedResponse,
+            expected="a recorded HTTP response",
+            not_stored=RESPONSE_HEADERS_NOT_STORED,
         )
-        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         return _Recording(decision, response)
@@ -578,6 +595,17 @@ class Library(NamedTuple):
     replayed_body: Callable[[list[bytes]], httpx.SyncByteStream]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
+
+    def respond(self, status: int, headers: list[tuple[str, str]], body: Any) -> httpx.Response:
+        """A response of this package with ``headers`` as a recording holds them (text), for
+        the live caller and a replay alike.
+
+        Handed to the response as UTF-8 bytes, which the client decodes back to the same text
+        (httpx tries ASCII, then UTF-8): given text, httpx encodes it as ASCII and a header
+        that is not (a latin-1 filename, as servers send) would fail the call.
+        """
+        encoded = [(name.encode(), value.encode()) for name, value in headers]
+        return self.response(status, headers=encoded, stream=body)
 
     def transport(self, inner: Any, profile: Profile) -> httpx.BaseTransport:
         """A recording transport of this package over ``inner`` (one of its transports)."""

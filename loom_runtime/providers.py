@@ -34,7 +34,7 @@ from loom_runtime.http_transport import (
     Call,
     Recording,
     Replayed,
-    recorded_value,
+    replayed,
     request_key_and_input,
     stored_headers,
 )
@@ -143,10 +143,13 @@ class ModelProfile:
         return key, {part: canonical[part] for part in ("method", "query", "body")}
 
     def replayed(self, key: str, value: Any) -> Replayed:
-        recorded: ModelResponse = recorded_value(
-            key, value, ModelResponse, expected="a recorded model response"
+        return replayed(
+            key,
+            value,
+            ModelResponse,
+            expected="a recorded model response",
+            not_stored=MODEL_RESPONSE_HEADERS_NOT_STORED,
         )
-        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         base = decision.key.split("#", 1)[0]
