@@ -48,6 +48,7 @@ from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import MissingExtraError, RecordedValueError
+from loom_runtime.http_request import KIND, request_key_and_input
 from loom_runtime.redaction import Redactor
 
 try:
@@ -56,30 +57,6 @@ except ImportError as exc:  # the http extra is not installed
     raise MissingExtraError(
         extra="http", missing="httpx", needed_by="recording HTTP (loom_runtime.transport)"
     ) from exc
-
-KIND = "http"
-
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
-)
-"""Request headers never stored, whatever they hold."""
-
-CLIENT_HEADERS = frozenset(
-    {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
-)
-CLIENT_HEADER_PREFIX = "x-stainless-"
-"""Request headers that describe the client software, its retries or the connection, not what
-is asked (the host is in the URL, the length is the body's; ``x-stainless-*`` are the OpenAI
-and Anthropic SDKs' platform, version and retry-count headers; an idempotency key is random
-per request): left out of the input, so a replay does not diverge on them."""
-
-CREDENTIAL_PARAMETERS = frozenset(
-    {
-        *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
-        *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
-    }
-)
-"""Query parameters never stored, whatever they hold (compared lower-cased)."""
 
 RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding", "content-length"})
 """``set-cookie`` is a credential; the body is stored decoded, so its encoding and encoded
@@ -399,57 +376,6 @@ class HttpProfile:
 
 
 HTTP = HttpProfile()
-
-
-def request_key_and_input(
-    request: httpx.Request, redactor: Redactor | None
-) -> tuple[str, dict[str, Any]]:
-    """The decision key naming ``request`` and its canonical form (credentials left out).
-
-    The request's body must have been read.
-    """
-    url = request.url
-    origin = url.host if url.port is None else f"{url.host}:{url.port}"
-    query = [  # parsed only when there is one: parsing is most of what this costs a replay
-        [name, value]
-        for name, value in (url.params.multi_items() if url.query else ())
-        if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
-    ]
-    headers: dict[str, str] = {}
-    encoding = request.headers.encoding  # what multi_items() would decode with, found once
-    for raw_name, raw_value in request.headers.raw:
-        name = raw_name.decode(encoding).lower()
-        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
-            continue
-        value = raw_value.decode(encoding)
-        if not _credential(name, value, CREDENTIAL_HEADERS, redactor):
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return f"{KIND}:{request.method} {origin}{url.path}", {
-        "method": request.method,
-        "url": f"{url.scheme}://{origin}{url.path}",
-        "query": query,
-        "headers": dict(sorted(headers.items())),
-        "body": _request_body(request.content),
-    }
-
-
-def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
-    """Whether a header or parameter carries a credential: by its name, or by the redactor."""
-    return name in names or (redactor is not None and redactor.secret_in(value) is not None)
-
-
-def _request_body(content: bytes) -> dict[str, Any] | None:
-    """A request body as data a diff can read: JSON when it parses, else text, else bytes."""
-    if not content:
-        return None
-    try:
-        return {"json": msgspec.json.decode(content)}
-    except msgspec.DecodeError:
-        pass
-    try:
-        return {"text": content.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"bytes": content}
 
 
 def stored_headers(

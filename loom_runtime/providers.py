@@ -29,13 +29,13 @@ import msgspec
 from loom_runtime.backoff import Backoff
 from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
+from loom_runtime.http_request import request_key_and_input
 from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
     Call,
     Recording,
     Replayed,
     replayed,
-    request_key_and_input,
     stored_headers,
 )
 from loom_runtime.redaction import Redactor

@@ -49,7 +49,7 @@ def aclient(url: str) -> openai.AsyncOpenAI:
     return wrap(openai.AsyncOpenAI(base_url=url, api_key=API_KEY, organization=ORGANIZATION))
 
 
-def build(db: str, *, system: str = "You are an SRE.") -> Loom:
+def build(db: str, *, system: str = "You are an SRE.", transcriber: str = "whisper-1") -> Loom:
     """A Loom whose flows call a wrapped OpenAI client at ``url``."""
     loom = Loom(db)
 
@@ -110,6 +110,11 @@ def build(db: str, *, system: str = "You are an SRE.") -> Loom:
             "streamed": streamed,
             "vector": vectors.data[0].embedding,
         }
+
+    @loom.flow("transcription")
+    def transcription(ctx: Any, url: str) -> str:
+        audio = ("note.wav", b"RIFF\x00\x01not really audio\xff", "audio/x-wav")
+        return client(url).audio.transcriptions.create(model=transcriber, file=audio).text
 
     @loom.flow("async-agent")
     async def async_agent(ctx: Any, url: str, question: str) -> dict[str, Any]:
@@ -254,6 +259,24 @@ def test_responses_and_embeddings_replay_offline(provider: ProviderServer, sqlit
     streamed = msgspec.json.decode(recorded["model:openai:responses#2"].value)
     assert streamed["final"]["output"][0]["content"][0]["text"] == "Echo: what now"
     assert msgspec.json.decode(recorded["model:openai:embeddings"].meta)["usage"]["total_tokens"]
+
+
+def test_an_upload_replays_offline_and_a_changed_field_shows_as_text(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """A transcription is a multipart upload with a boundary drawn per request: the same call
+    replays identically, and another model is a changed input whose diff names it."""
+    with build(sqlite_url) as loom:
+        run = loom.run("transcription", url=provider.openai_url)
+    assert run.output == "the disk is full"
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    with build(sqlite_url, transcriber="whisper-2") as fresh:
+        changed = fresh.replay(run.execution_id)
+    [finding] = changed.divergences
+    assert isinstance(finding, DecisionInputChangedError)
+    assert finding.key == "model:openai:audio.transcriptions"
+    assert '+          "text": "whisper-2"' in finding.diff
 
 
 def test_an_async_client_records_and_replays_plain_and_streamed(
