@@ -348,6 +348,24 @@ class RecordedValueError(LogCorruptError):
         self.problem = problem
 
 
+class ReadPastRecordingError(LoomError):
+    """A recorded response was read further than the recorded run read it.
+
+    The live caller closed the response early, so the recording holds only what it read
+    (``complete: false``) and the rest was never received: code that now reads on asks for
+    data no log holds, and a replay (or resume) cannot make it up. Raised into the flow at
+    the point it reads past the recorded part, so a replay reports the changed outcome."""
+
+    def __init__(self, *, key: str) -> None:
+        super().__init__(
+            f"the response of decision {key!r} was recorded only as far as the recorded run "
+            "read it before closing it, and this run reads past that point: the code reads "
+            "more of the response than the recorded run did. Record the execution again to "
+            "replay a longer read"
+        )
+        self.key = key
+
+
 class ModelResponseError(LoomError):
     """A provider's answer to a model decision cannot be stored as its answer: a success whose
     body is not the JSON it announced, or a stream cut before its end. Recorded as the

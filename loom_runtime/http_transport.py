@@ -47,7 +47,7 @@ import msgspec
 from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import MissingExtraError, RecordedValueError
+from loom_runtime.errors import MissingExtraError, ReadPastRecordingError, RecordedValueError
 from loom_runtime.http_request import KIND, request_key_and_input
 from loom_runtime.redaction import Redactor
 
@@ -272,8 +272,11 @@ def _exchange(
     key, request_input = profile.key_and_input(request, ctx.redactor)
     decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
-        status, headers, pieces = profile.replayed(decision.key, decision.value)
-        return library.respond(status, headers, library.replayed_body(pieces))
+        recorded = profile.replayed(decision.key, decision.value)
+        cut = None if recorded.complete else decision.key
+        return library.respond(
+            recorded.status, recorded.headers, library.replayed_body(recorded.pieces, cut)
+        )
     call = Call(profile.retry, library)
     while True:
         try:
@@ -347,7 +350,7 @@ def replayed(
         if name.lower() in not_stored:
             problem = f"it holds the header {name!r}, which a recording never stores"
             raise RecordedValueError(key=key, expected=expected, problem=problem)
-    return Replayed(recorded.status, recorded.headers, recorded.pieces())
+    return Replayed(recorded.status, recorded.headers, recorded.pieces(), recorded.complete)
 
 
 class HttpProfile:
@@ -487,25 +490,40 @@ class _AsyncBody:
 
 
 class _ReplayedBody:
-    """A recorded body, handed out in the pieces it arrived in, to a sync or async client."""
+    """A recorded body, handed out in the pieces it arrived in, to a sync or async client.
 
-    def __init__(self, pieces: list[bytes]) -> None:
+    A body the live caller closed early (``cut``: its decision's key) ends where that caller
+    stopped reading, not where the response ended: a reader asking for more than that gets
+    :class:`ReadPastRecordingError`, never the part passed off as the whole. A reader that
+    stops where the live one did (and closes) never asks.
+    """
+
+    def __init__(self, pieces: list[bytes], cut: str | None) -> None:
         self._pieces = pieces
+        self._cut = cut
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._pieces
+        self._ended()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for piece in self._pieces:
             yield piece
+        self._ended()
+
+    def _ended(self) -> None:
+        if self._cut is not None:
+            raise ReadPastRecordingError(key=self._cut)
 
 
 class Replayed(NamedTuple):
-    """A recorded response as a profile rebuilds it: status, headers, body in pieces."""
+    """A recorded response as a profile rebuilds it: status, headers, body in pieces, and
+    whether that body is whole (false: the live caller closed it before its end)."""
 
     status: int
     headers: list[tuple[str, str]]
     pieces: list[bytes]
+    complete: bool
 
 
 class Library(NamedTuple):
@@ -518,7 +536,7 @@ class Library(NamedTuple):
     transport_error: type[Exception]
     sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
     async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
-    replayed_body: Callable[[list[bytes]], httpx.SyncByteStream]
+    replayed_body: Callable[[list[bytes], str | None], httpx.SyncByteStream]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
 
