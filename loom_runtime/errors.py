@@ -47,6 +47,23 @@ class NotSerialisableError(LoomError, TypeError):
         self.path = path
 
 
+class DecisionTypeChangedError(LoomError, TypeError):
+    """A recorded decision's value does not decode as the type the code now declares for it
+    (``ctx.decide(..., type=)``, a ``@tool``'s return annotation, an SDK result): the type
+    changed since the recording, or the row was edited. Raised where the flow asks for it."""
+
+    def __init__(self, *, key: str, type: str, problem: str) -> None:
+        super().__init__(
+            f"the recorded value of decision {key!r} does not decode as {type} ({problem}): "
+            "the type the code declares for it changed since the execution was recorded, or "
+            "the log row was altered. Keep the type able to read old values (a new field "
+            "with a default), or record the execution again"
+        )
+        self.key = key
+        self.type = type
+        self.problem = problem
+
+
 class FlowNotFoundError(LoomError, KeyError):
     """No flow is registered under this name in this process."""
 
