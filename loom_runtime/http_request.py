@@ -27,7 +27,17 @@ KIND = "http"
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
 )
-"""Request headers never stored, whatever they hold."""
+"""Request headers never stored, whatever they hold (with any named by
+:data:`CREDENTIAL_WORDS`)."""
+
+CREDENTIAL_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "auth", "credential", "credentials"}
+)
+"""A request header one of whose words (its name split at ``-`` and ``_``) is one of these
+carries a credential by its name: ``x-goog-api-key``, ``ocp-apim-subscription-key`` (Azure AI
+services), ``private-token`` (GitLab), ``x-auth-token``, ``x-amz-security-token``. Such keys
+are mostly random text no redaction pattern recognises, so the name is what tells. Whole
+words, so ``x-keyboard-layout`` or ``x-max-tokens`` are not taken for one."""
 
 CLIENT_HEADERS = frozenset(
     {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
@@ -68,7 +78,7 @@ def request_key_and_input(
         if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
             continue
         value = raw_value.decode(encoding)
-        if not _credential(name, value, CREDENTIAL_HEADERS, redactor):
+        if not _credential_header(name, value, redactor):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
     body = _request_body(request.content)
     boundary = _BOUNDARY.search(headers.get("content-type", ""))
@@ -84,6 +94,14 @@ def request_key_and_input(
         "headers": dict(sorted(headers.items())),
         "body": body,
     }
+
+
+def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:
+    """Whether a header (its name lower-cased) carries a credential: by its name, one of its
+    words, or its value."""
+    return not CREDENTIAL_WORDS.isdisjoint(re.split(r"[-_]", name)) or _credential(
+        name, value, CREDENTIAL_HEADERS, redactor
+    )
 
 
 def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
