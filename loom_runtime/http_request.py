@@ -80,13 +80,13 @@ def request_key_and_input(
         value = raw_value.decode(encoding)
         if not _credential_header(name, value, redactor):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    body = _request_body(request.content)
     boundary = _BOUNDARY.search(headers.get("content-type", ""))
-    if boundary is not None and request.content:
+    parts = None
+    if boundary is not None:
         parts = _multipart(request.content, (boundary[1] or boundary[2]).encode("latin-1"))
-        if parts is not None:  # the random boundary left out of the header and the body
-            headers["content-type"] = _BOUNDARY.sub("", headers["content-type"])
-            body = {"multipart": parts}
+    if parts is not None:  # the random boundary left out of the header and the body
+        headers["content-type"] = _BOUNDARY.sub("", headers["content-type"])
+    body = {"multipart": parts} if parts is not None else _request_body(request.content)
     return f"{KIND}:{request.method} {origin}{url.path}", {
         "method": request.method,
         "url": f"{url.scheme}://{origin}{url.path}",
@@ -99,7 +99,8 @@ def request_key_and_input(
 def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:
     """Whether a header (its name lower-cased) carries a credential: by its name, one of its
     words, or its value."""
-    return not CREDENTIAL_WORDS.isdisjoint(re.split(r"[-_]", name)) or _credential(
+    words = name.replace("_", "-").split("-")
+    return not CREDENTIAL_WORDS.isdisjoint(words) or _credential(
         name, value, CREDENTIAL_HEADERS, redactor
     )
 
