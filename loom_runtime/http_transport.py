@@ -492,6 +492,10 @@ class _AsyncBody:
 class _ReplayedBody:
     """A recorded body, handed out in the pieces it arrived in, to a sync or async client.
 
+    One reader, however often it is iterated, as the live body (:class:`_SyncBody`) has: a
+    second iteration (an SDK draining a stream it stopped reading) continues where the first
+    stopped instead of starting over, or an unchanged flow would read a piece twice.
+
     A body the live caller closed early (``cut``: its decision's key) ends where that caller
     stopped reading, not where the response ended: a reader asking for more than that gets
     :class:`ReadPastRecordingError`, never the part passed off as the whole. A reader that
@@ -499,7 +503,7 @@ class _ReplayedBody:
     """
 
     def __init__(self, pieces: list[bytes], cut: str | None) -> None:
-        self._pieces = pieces
+        self._pieces = iter(pieces)
         self._cut = cut
 
     def __iter__(self) -> Iterator[bytes]:

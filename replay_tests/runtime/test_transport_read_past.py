@@ -1,9 +1,11 @@
-"""ADR 0024, amended: a replay that reads a response further than the recorded run did.
+"""ADR 0024, amended: a replayed body is read as the live one was: one reader, and no further
+than the recording goes.
 
 A response the live caller closed early is recorded as far as it was read (``complete:
 false``). Code that now reads it to its end asks for what was never received: its replay
 must say so, not hand back the part as if it were the whole. The recording's own reader,
-closing where it closed live, still replays identically (the control).
+closing where it closed live, still replays identically (the control). And a body iterated a
+second time continues where the first iteration stopped, live and replayed alike.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ def build(url: str, inner: Any, *, keep: int | None) -> Loom:
                 if len(seen) == keep:
                     break
         return seen
+
+    @loom.flow("twice")
+    def twice(ctx: Any) -> list[str]:
+        """Takes a piece, then iterates the body again (as an SDK draining it does)."""
+        with (
+            httpx.Client(transport=loom_runtime.transport(inner)) as client,
+            client.stream("GET", URL) as response,
+        ):
+            pieces = [next(iter(response.stream)).decode()]
+            pieces += [piece.decode() for piece in response.stream]
+        return pieces
 
     @loom.flow("aread")
     async def aread(ctx: Any) -> list[str]:
@@ -111,3 +124,15 @@ def test_a_response_read_to_its_end_replays_to_its_end(sqlite_url: str) -> None:
         result = fresh.replay(run.execution_id)
     assert result.identical, result.describe()
     assert result.output == [event.decode() for event in EVENTS]
+
+
+def test_a_body_iterated_again_continues_on_replay_as_it_did_live(sqlite_url: str) -> None:
+    """Live, a second iteration continues the one reader; the replayed body must too, or an
+    unchanged flow reads the first piece twice and its output diverges."""
+    with build(sqlite_url, httpx.MockTransport(answer), keep=None) as loom:
+        run = loom.run("twice")
+    assert run.output == [event.decode() for event in EVENTS]
+    with build(sqlite_url, Unreachable(), keep=None) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == run.output
