@@ -40,13 +40,21 @@ are mostly random text no redaction pattern recognises, so the name is what tell
 words, so ``x-keyboard-layout`` or ``x-max-tokens`` are not taken for one."""
 
 CLIENT_HEADERS = frozenset(
-    {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
+    {
+        *("host", "user-agent", "content-length", "connection", "accept-encoding"),
+        "idempotency-key",
+        *("traceparent", "tracestate", "baggage", "sentry-trace", "b3", "uber-trace-id"),
+        *("x-amzn-trace-id", "x-cloud-trace-context"),
+    }
 )
-CLIENT_HEADER_PREFIX = "x-stainless-"
-"""Request headers that describe the client software, its retries or the connection, not what
-is asked (the host is in the URL, the length is the body's; ``x-stainless-*`` are the OpenAI
-and Anthropic SDKs' platform, version and retry-count headers; an idempotency key is random
-per request): left out of the input, so a replay does not diverge on them."""
+CLIENT_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", "uberctx-")
+"""Request headers that describe the client software, its retries, the connection or the
+telemetry, not what is asked (the host is in the URL, the length is the body's;
+``x-stainless-*`` are the OpenAI and Anthropic SDKs' platform, version and retry-count
+headers; an idempotency key is random per request; tracers (W3C trace context, Sentry,
+Datadog, Zipkin B3, Jaeger, AWS X-Ray, Google Cloud) add a fresh trace id to every request,
+and are often on live and off in a test): left out of the input, so a replay does not
+diverge on them."""
 
 CREDENTIAL_PARAMETERS = frozenset(
     {
@@ -75,7 +83,7 @@ def request_key_and_input(
     encoding = request.headers.encoding  # what multi_items() would decode with, found once
     for raw_name, raw_value in request.headers.raw:
         name = raw_name.decode(encoding).lower()
-        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
+        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIXES):
             continue
         value = raw_value.decode(encoding)
         if not _credential_header(name, value, redactor):
