@@ -167,11 +167,12 @@ def round_trip(
         ) from exc
 
 
-def pretty(raw: msgspec.Raw | bytes | None) -> str:
-    """Render stored JSON for humans (sorted keys, indented), for diffs and the CLI."""
+def pretty(raw: msgspec.Raw | bytes | None, *, sort_keys: bool = True) -> str:
+    """Render stored JSON for humans (indented; keys sorted unless ``sort_keys`` is false, so
+    the same object reads the same however it was built), for diffs and the CLI."""
     if raw is None:
         return "(none)"
-    return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=True, ensure_ascii=False)
+    return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=sort_keys, ensure_ascii=False)
 
 
 def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:

@@ -49,6 +49,7 @@ from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKeyError,
+    DecisionTypeChangedError,
     ExecutionConflictError,
     LogWriteError,
     LoomError,
@@ -455,7 +456,9 @@ class _Context:
         """The source's answer for ``slot``, decoded, or :data:`_UNANSWERED` (compute it).
 
         A replay answers every ``decide`` here: an untyped value goes straight to codec's
-        one untyped decoder, as :func:`~loom_runtime.codec.decode` would send it.
+        one untyped decoder, as :func:`~loom_runtime.codec.decode` would send it. A typed one
+        that does not fit its type is :class:`DecisionTypeChangedError` naming the decision:
+        the decoder's own error says what is missing, not where.
         """
         decision = self._source.lookup(slot)
         if decision is None:  # compute runs next: refuse a key the log would not store first
@@ -465,7 +468,13 @@ class _Context:
         if decision.error_type is not None:
             raise rebuild_error(decision)
         value = decision.value or _NULL
-        return codec.decode_untyped(value) if type is Any else codec.decode(value, type=type)
+        if type is Any:
+            return codec.decode_untyped(value)
+        try:
+            return codec.decode(value, type=type)
+        except msgspec.ValidationError as exc:  # the code's type changed, or the row did
+            name = type.__qualname__ if isinstance(type, builtins.type) else repr(type)
+            raise DecisionTypeChangedError(key=slot.key, type=name, problem=str(exc)) from exc
 
     @property
     def redactor(self) -> Redactor | None:

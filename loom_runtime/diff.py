@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 from collections.abc import Iterable
 from typing import Final
 
@@ -55,12 +56,23 @@ def diff(
         old.count("\n") + new.count("\n") > MAX_DIFFED_LINES
     ):
         return _summary(before, after, label=label, sides=sides)
+    note: list[str] = []
+    if old == new and bytes(before or b"") != bytes(after or b""):
+        # Rendered with sorted keys the two read the same, but a replay compares bytes: show
+        # the keys in the order each was built, or the diff would be empty.
+        old, new = pretty(before, sort_keys=False), pretty(after, sort_keys=False)
+        if old == new:  # not even the order: the same value spelled otherwise (an escape)
+            return _summary(before, after, label=label, sides=sides, why="written differently")
+        note = [f"{label}: the same keys and values; only the order of keys differs"]
     return _bounded(
-        difflib.unified_diff(
-            old.splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            fromfile=f"{sides[0]} {label}",
-            tofile=f"{sides[1]} {label}",
+        itertools.chain(
+            note,
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile=f"{sides[0]} {label}",
+                tofile=f"{sides[1]} {label}",
+            ),
         )
     )
 
@@ -87,12 +99,13 @@ def _summary(
     *,
     label: str,
     sides: tuple[str, str],
+    why: str = "too large to diff",
 ) -> str:
     """Both values by size and sha256, and an excerpt of each around their first difference."""
     old, new = bytes(before or b""), bytes(after or b"")
     at = _first_difference(old, new)
     start = max(0, at - _EXCERPT)
-    lines = [f"{label} too large to diff; they differ from byte {at:,}:"]
+    lines = [f"{label} {why}; they differ from byte {at:,}:"]
     for side, data in ((sides[0], old), (sides[1], new)):
         excerpt = data[start : at + _EXCERPT].decode("utf-8", "replace")
         lines.append(

@@ -47,6 +47,23 @@ class NotSerialisableError(LoomError, TypeError):
         self.path = path
 
 
+class DecisionTypeChangedError(LoomError, TypeError):
+    """A recorded decision's value does not decode as the type the code now declares for it
+    (``ctx.decide(..., type=)``, a ``@tool``'s return annotation, an SDK result): the type
+    changed since the recording, or the row was edited. Raised where the flow asks for it."""
+
+    def __init__(self, *, key: str, type: str, problem: str) -> None:
+        super().__init__(
+            f"the recorded value of decision {key!r} does not decode as {type} ({problem}): "
+            "the type the code declares for it changed since the execution was recorded, or "
+            "the log row was altered. Keep the type able to read old values (a new field "
+            "with a default), or record the execution again"
+        )
+        self.key = key
+        self.type = type
+        self.problem = problem
+
+
 class FlowNotFoundError(LoomError, KeyError):
     """No flow is registered under this name in this process."""
 
@@ -346,6 +363,24 @@ class RecordedValueError(LogCorruptError):
         self.key = key
         self.expected = expected
         self.problem = problem
+
+
+class ReadPastRecordingError(LoomError):
+    """A recorded response was read further than the recorded run read it.
+
+    The live caller closed the response early, so the recording holds only what it read
+    (``complete: false``) and the rest was never received: code that now reads on asks for
+    data no log holds, and a replay (or resume) cannot make it up. Raised into the flow at
+    the point it reads past the recorded part, so a replay reports the changed outcome."""
+
+    def __init__(self, *, key: str) -> None:
+        super().__init__(
+            f"the response of decision {key!r} was recorded only as far as the recorded run "
+            "read it before closing it, and this run reads past that point: the code reads "
+            "more of the response than the recorded run did. Record the execution again to "
+            "replay a longer read"
+        )
+        self.key = key
 
 
 class ModelResponseError(LoomError):

@@ -47,7 +47,8 @@ import msgspec
 from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import MissingExtraError, RecordedValueError
+from loom_runtime.errors import MissingExtraError, ReadPastRecordingError, RecordedValueError
+from loom_runtime.http_request import KIND, request_key_and_input
 from loom_runtime.redaction import Redactor
 
 try:
@@ -56,30 +57,6 @@ except ImportError as exc:  # the http extra is not installed
     raise MissingExtraError(
         extra="http", missing="httpx", needed_by="recording HTTP (loom_runtime.transport)"
     ) from exc
-
-KIND = "http"
-
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
-)
-"""Request headers never stored, whatever they hold."""
-
-CLIENT_HEADERS = frozenset(
-    {"host", "user-agent", "content-length", "connection", "accept-encoding", "idempotency-key"}
-)
-CLIENT_HEADER_PREFIX = "x-stainless-"
-"""Request headers that describe the client software, its retries or the connection, not what
-is asked (the host is in the URL, the length is the body's; ``x-stainless-*`` are the OpenAI
-and Anthropic SDKs' platform, version and retry-count headers; an idempotency key is random
-per request): left out of the input, so a replay does not diverge on them."""
-
-CREDENTIAL_PARAMETERS = frozenset(
-    {
-        *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
-        *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
-    }
-)
-"""Query parameters never stored, whatever they hold (compared lower-cased)."""
 
 RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding", "content-length"})
 """``set-cookie`` is a credential; the body is stored decoded, so its encoding and encoded
@@ -295,8 +272,11 @@ def _exchange(
     key, request_input = profile.key_and_input(request, ctx.redactor)
     decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
-        status, headers, pieces = profile.replayed(decision.key, decision.value)
-        return library.response(status, headers=headers, stream=library.replayed_body(pieces))
+        recorded = profile.replayed(decision.key, decision.value)
+        cut = None if recorded.complete else decision.key
+        return library.respond(
+            recorded.status, recorded.headers, library.replayed_body(recorded.pieces, cut)
+        )
     call = Call(profile.retry, library)
     while True:
         try:
@@ -324,7 +304,7 @@ def _exchange(
         yield from _settle(decision.key, io.sleep(pause))
     recording = profile.recording(decision, response, call)
     body = io.body(library)(response, recording)
-    return library.response(response.status_code, headers=recording.headers, stream=body)
+    return library.respond(response.status_code, recording.headers, body)
 
 
 def _settle(what: str, value: Any) -> Steps[Any]:
@@ -350,13 +330,27 @@ def _qualname(error: Exception) -> str:
     return f"{type(error).__module__}:{type(error).__qualname__}"
 
 
-def recorded_value(key: str, value: object, type: Any, *, expected: str) -> Any:
-    """A recorded value (plain JSON data) as ``type``; a value that does not fit it was not
-    written by loom's recording (a tampered row or bundle): a typed error naming the key."""
+def replayed(
+    key: str, value: object, type: Any, *, expected: str, not_stored: frozenset[str]
+) -> Replayed:
+    """A recorded value (plain JSON data) as the response ``type`` (a :class:`RecordedResponse`
+    or a model response) a replay hands the client.
+
+    A value that does not fit ``type``, or that holds a header the recording never stores
+    (``not_stored``), was not written by loom's recording (a tampered row or bundle): a typed
+    error naming the key. Such a header is refused, not dropped: ``content-encoding`` would
+    make the client inflate the recorded body (a small row, gigabytes in memory),
+    ``set-cookie`` would fill its cookie jar, ``content-length`` would contradict the body.
+    """
     try:
-        return msgspec.convert(value, type)
+        recorded = msgspec.convert(value, type)
     except msgspec.ValidationError as exc:
         raise RecordedValueError(key=key, expected=expected, problem=str(exc)) from exc
+    for name, _ in recorded.headers:
+        if name.lower() in not_stored:
+            problem = f"it holds the header {name!r}, which a recording never stores"
+            raise RecordedValueError(key=key, expected=expected, problem=problem)
+    return Replayed(recorded.status, recorded.headers, recorded.pieces(), recorded.complete)
 
 
 class HttpProfile:
@@ -372,67 +366,19 @@ class HttpProfile:
         return request_key_and_input(request, redactor)
 
     def replayed(self, key: str, value: Any) -> Replayed:
-        recorded: RecordedResponse = recorded_value(
-            key, value, RecordedResponse, expected="a recorded HTTP response"
+        return replayed(
+            key,
+            value,
+            RecordedResponse,
+            expected="a recorded HTTP response",
+            not_stored=RESPONSE_HEADERS_NOT_STORED,
         )
-        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         return _Recording(decision, response)
 
 
 HTTP = HttpProfile()
-
-
-def request_key_and_input(
-    request: httpx.Request, redactor: Redactor | None
-) -> tuple[str, dict[str, Any]]:
-    """The decision key naming ``request`` and its canonical form (credentials left out).
-
-    The request's body must have been read.
-    """
-    url = request.url
-    origin = url.host if url.port is None else f"{url.host}:{url.port}"
-    query = [  # parsed only when there is one: parsing is most of what this costs a replay
-        [name, value]
-        for name, value in (url.params.multi_items() if url.query else ())
-        if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
-    ]
-    headers: dict[str, str] = {}
-    encoding = request.headers.encoding  # what multi_items() would decode with, found once
-    for raw_name, raw_value in request.headers.raw:
-        name = raw_name.decode(encoding).lower()
-        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIX):
-            continue
-        value = raw_value.decode(encoding)
-        if not _credential(name, value, CREDENTIAL_HEADERS, redactor):
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return f"{KIND}:{request.method} {origin}{url.path}", {
-        "method": request.method,
-        "url": f"{url.scheme}://{origin}{url.path}",
-        "query": query,
-        "headers": dict(sorted(headers.items())),
-        "body": _request_body(request.content),
-    }
-
-
-def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
-    """Whether a header or parameter carries a credential: by its name, or by the redactor."""
-    return name in names or (redactor is not None and redactor.secret_in(value) is not None)
-
-
-def _request_body(content: bytes) -> dict[str, Any] | None:
-    """A request body as data a diff can read: JSON when it parses, else text, else bytes."""
-    if not content:
-        return None
-    try:
-        return {"json": msgspec.json.decode(content)}
-    except msgspec.DecodeError:
-        pass
-    try:
-        return {"text": content.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"bytes": content}
 
 
 def stored_headers(
@@ -544,25 +490,44 @@ class _AsyncBody:
 
 
 class _ReplayedBody:
-    """A recorded body, handed out in the pieces it arrived in, to a sync or async client."""
+    """A recorded body, handed out in the pieces it arrived in, to a sync or async client.
 
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = pieces
+    One reader, however often it is iterated, as the live body (:class:`_SyncBody`) has: a
+    second iteration (an SDK draining a stream it stopped reading) continues where the first
+    stopped instead of starting over, or an unchanged flow would read a piece twice.
+
+    A body the live caller closed early (``cut``: its decision's key) ends where that caller
+    stopped reading, not where the response ended: a reader asking for more than that gets
+    :class:`ReadPastRecordingError`, never the part passed off as the whole. A reader that
+    stops where the live one did (and closes) never asks.
+    """
+
+    def __init__(self, pieces: list[bytes], cut: str | None) -> None:
+        self._pieces = iter(pieces)
+        self._cut = cut
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._pieces
+        self._ended()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for piece in self._pieces:
             yield piece
+        self._ended()
+
+    def _ended(self) -> None:
+        if self._cut is not None:
+            raise ReadPastRecordingError(key=self._cut)
 
 
 class Replayed(NamedTuple):
-    """A recorded response as a profile rebuilds it: status, headers, body in pieces."""
+    """A recorded response as a profile rebuilds it: status, headers, body in pieces, and
+    whether that body is whole (false: the live caller closed it before its end)."""
 
     status: int
     headers: list[tuple[str, str]]
     pieces: list[bytes]
+    complete: bool
 
 
 class Library(NamedTuple):
@@ -575,9 +540,20 @@ class Library(NamedTuple):
     transport_error: type[Exception]
     sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
     async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
-    replayed_body: Callable[[list[bytes]], httpx.SyncByteStream]
+    replayed_body: Callable[[list[bytes], str | None], httpx.SyncByteStream]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
+
+    def respond(self, status: int, headers: list[tuple[str, str]], body: Any) -> httpx.Response:
+        """A response of this package with ``headers`` as a recording holds them (text), for
+        the live caller and a replay alike.
+
+        Handed to the response as UTF-8 bytes, which the client decodes back to the same text
+        (httpx tries ASCII, then UTF-8): given text, httpx encodes it as ASCII and a header
+        that is not (a latin-1 filename, as servers send) would fail the call.
+        """
+        encoded = [(name.encode(), value.encode()) for name, value in headers]
+        return self.response(status, headers=encoded, stream=body)
 
     def transport(self, inner: Any, profile: Profile) -> httpx.BaseTransport:
         """A recording transport of this package over ``inner`` (one of its transports)."""

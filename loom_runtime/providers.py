@@ -29,13 +29,13 @@ import msgspec
 from loom_runtime.backoff import Backoff
 from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
+from loom_runtime.http_request import request_key_and_input
 from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
     Call,
     Recording,
     Replayed,
-    recorded_value,
-    request_key_and_input,
+    replayed,
     stored_headers,
 )
 from loom_runtime.redaction import Redactor
@@ -143,10 +143,13 @@ class ModelProfile:
         return key, {part: canonical[part] for part in ("method", "query", "body")}
 
     def replayed(self, key: str, value: Any) -> Replayed:
-        recorded: ModelResponse = recorded_value(
-            key, value, ModelResponse, expected="a recorded model response"
+        return replayed(
+            key,
+            value,
+            ModelResponse,
+            expected="a recorded model response",
+            not_stored=MODEL_RESPONSE_HEADERS_NOT_STORED,
         )
-        return Replayed(recorded.status, recorded.headers, recorded.pieces())
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         base = decision.key.split("#", 1)[0]

@@ -3,8 +3,9 @@
 The capture tests drive the *real* ``openai`` and ``anthropic`` SDKs (no monkeypatching), so
 something on 127.0.0.1 has to speak their wire formats: OpenAI Chat Completions, Responses and
 Embeddings, Anthropic Messages, each as JSON and (except embeddings) as SSE with the event
-sequence the SDKs parse. Replies are derived from the request, so a recording and its replay
-can be compared without storing expectations:
+sequence the SDKs parse, and an OpenAI audio transcription (a multipart upload) as JSON.
+Replies are derived from the request, so a recording and its replay can be compared without
+storing expectations:
 
 - a request that offers tools and ends with a user turn answers with a call of the first tool,
   its first parameter set to the user's text (so a tool round trip needs no scripting);
@@ -457,6 +458,7 @@ ROUTES: dict[str, Callable[[Json], tuple[Json, list[Event]]]] = {
     "/v1/responses": _responses,
     "/v1/embeddings": _embeddings,
     "/v1/messages": _messages,
+    "/v1/audio/transcriptions": lambda body: ({"text": "the disk is full"}, []),  # multipart
 }
 
 

@@ -176,6 +176,31 @@ def test_a_success_whose_body_is_not_json_is_a_typed_failure(
     assert decision.value is None
 
 
+def test_a_response_header_that_is_not_ascii_records_and_replays(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """A provider (or a proxy before it) sends a header that is not ASCII (latin-1 on the
+    wire): the SDK gets its answer live and from the log, instead of a connection error."""
+    reply = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Echo: caf\u00e9"},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    note = {"x-note": "caf\u00e9 ferm\u00e9"}
+    provider.fail_next(Fault(headers=note, body=msgspec.json.encode(reply)))
+    output, decision = record_then_replay(sqlite_url, provider, retry="none", stream=False)
+    assert output == {"text": "Echo: caf\u00e9"}
+    assert ["x-note", "caf\u00e9 ferm\u00e9"] in msgspec.json.decode(decision.value)["headers"]
+
+
 def test_an_async_client_retries_with_asyncio_and_replays_without(
     provider: ProviderServer, sqlite_url: str
 ) -> None:
@@ -197,6 +222,8 @@ def test_an_async_client_retries_with_asyncio_and_replays_without(
         {"status": "two hundred", "headers": []},
         {"status": 200, "headers": [], "events": 7},
         {"status": 200, "headers": [], "events": [{"event": "x\ndata: forged"}]},
+        {"status": 200, "headers": [["Content-Encoding", "gzip"]], "body": {}},
+        {"status": 200, "headers": [["transfer-encoding", "chunked"]], "body": {}},
         [],
     ],
 )

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pytest
 
-from loom_runtime import DecisionInputChangedError, Loom, UnsupportedClientError, wrap
+from loom_runtime import (
+    DecisionInputChangedError,
+    Loom,
+    OutcomeChangedError,
+    ReadPastRecordingError,
+    UnsupportedClientError,
+    wrap,
+)
 from replay_tests.capture.provider_server import ProviderServer
 from replay_tests.deferred_import import deferred
 
@@ -49,8 +56,15 @@ def aclient(url: str) -> openai.AsyncOpenAI:
     return wrap(openai.AsyncOpenAI(base_url=url, api_key=API_KEY, organization=ORGANIZATION))
 
 
-def build(db: str, *, system: str = "You are an SRE.") -> Loom:
-    """A Loom whose flows call a wrapped OpenAI client at ``url``."""
+def build(
+    db: str,
+    *,
+    system: str = "You are an SRE.",
+    transcriber: str = "whisper-1",
+    read_to_end: bool = False,
+) -> Loom:
+    """A Loom whose flows call a wrapped OpenAI client at ``url`` (``read_to_end``: the
+    ``stream`` flow ignores ``keep``, as code changed since the recording would)."""
     loom = Loom(db)
 
     @loom.flow("agent")
@@ -91,7 +105,7 @@ def build(db: str, *, system: str = "You are an SRE.") -> Loom:
         with chunks:
             for chunk in chunks:
                 seen.append(chunk.model_dump(exclude_none=True))
-                if keep is not None and len(seen) == keep:
+                if keep is not None and len(seen) == keep and not read_to_end:
                     break
         return seen
 
@@ -110,6 +124,11 @@ def build(db: str, *, system: str = "You are an SRE.") -> Loom:
             "streamed": streamed,
             "vector": vectors.data[0].embedding,
         }
+
+    @loom.flow("transcription")
+    def transcription(ctx: Any, url: str) -> str:
+        audio = ("note.wav", b"RIFF\x00\x01not really audio\xff", "audio/x-wav")
+        return client(url).audio.transcriptions.create(model=transcriber, file=audio).text
 
     @loom.flow("async-agent")
     async def async_agent(ctx: Any, url: str, question: str) -> dict[str, Any]:
@@ -237,6 +256,23 @@ def test_an_abandoned_stream_stores_what_was_consumed_and_says_so(
     assert value["final"]["choices"][0]["finish_reason"] is None
 
 
+def test_reading_an_abandoned_stream_further_on_replay_is_reported(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """Code that now reads to the end a stream the recorded run left after two chunks asks
+    for chunks never received: the flow gets :class:`ReadPastRecordingError` naming the
+    decision, instead of the part passed off as a whole stream."""
+    with build(sqlite_url) as loom:
+        run = loom.run("stream", url=provider.openai_url, question="one two three four", keep=2)
+    provider.stop()
+    with build(sqlite_url, read_to_end=True) as fresh:
+        result = fresh.replay(run.execution_id)
+    [divergence] = result.divergences
+    assert isinstance(divergence, OutcomeChangedError), result.describe()
+    assert f"{ReadPastRecordingError.__module__}:ReadPastRecordingError" in str(divergence)
+    assert "'model:openai:chat.completions'" in str(divergence)
+
+
 def test_responses_and_embeddings_replay_offline(provider: ProviderServer, sqlite_url: str) -> None:
     with build(sqlite_url) as loom:
         run = loom.run("responses", url=provider.openai_url, question="what now")
@@ -254,6 +290,24 @@ def test_responses_and_embeddings_replay_offline(provider: ProviderServer, sqlit
     streamed = msgspec.json.decode(recorded["model:openai:responses#2"].value)
     assert streamed["final"]["output"][0]["content"][0]["text"] == "Echo: what now"
     assert msgspec.json.decode(recorded["model:openai:embeddings"].meta)["usage"]["total_tokens"]
+
+
+def test_an_upload_replays_offline_and_a_changed_field_shows_as_text(
+    provider: ProviderServer, sqlite_url: str
+) -> None:
+    """A transcription is a multipart upload with a boundary drawn per request: the same call
+    replays identically, and another model is a changed input whose diff names it."""
+    with build(sqlite_url) as loom:
+        run = loom.run("transcription", url=provider.openai_url)
+    assert run.output == "the disk is full"
+    result = replay_offline(sqlite_url, provider, run.execution_id)
+    assert result.identical, result.describe()
+    with build(sqlite_url, transcriber="whisper-2") as fresh:
+        changed = fresh.replay(run.execution_id)
+    [finding] = changed.divergences
+    assert isinstance(finding, DecisionInputChangedError)
+    assert finding.key == "model:openai:audio.transcriptions"
+    assert '+          "text": "whisper-2"' in finding.diff
 
 
 def test_an_async_client_records_and_replays_plain_and_streamed(

@@ -41,6 +41,7 @@ COOKIE = "c00kie-the-client-sends"
 SET_COOKIE = "c00kie-the-server-sets"
 QUERY_KEY = "k3y-in-the-query-string"
 CANARY = "canary-question-about-disk-full"
+ATTACHMENT = "r\u00e9sum\u00e9.txt"
 OPENAI_KEY = "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56Qr78St90Uv12Wx34Yz56_-AbCdEf"
 
 
@@ -98,6 +99,12 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 self._reply(json.dumps({"leaked": OPENAI_KEY}).encode())
             elif url.path == "/stream":
                 self._stream()
+            elif url.path == "/attachment":  # a header value that is not ASCII (sent latin-1)
+                self.send_response(200)
+                self.send_header("Content-Disposition", f'attachment; filename="{ATTACHMENT}"')
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))

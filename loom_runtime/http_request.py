@@ -1,0 +1,163 @@
+"""The canonical form of a request a recorded ``http`` decision is keyed and compared by (ADR 0024).
+
+Kept apart from the transport (:mod:`loom_runtime.http_transport`), which sends, records and
+replays: this module only says what of a request is the question. The key names the call
+(method, host, path); the input carries the rest a replay compares, with everything left out
+that would make an unchanged request differ from run to run or that must never be stored:
+
+* credentials, by name (headers, query parameters) or because the log's redactor flags them;
+* headers that describe the client software or the connection, not the request;
+* a multipart body's random boundary: the body is its parts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    import httpx
+
+    from loom_runtime.redaction import Redactor
+
+KIND = "http"
+
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
+)
+"""Request headers never stored, whatever they hold (with any named by
+:data:`CREDENTIAL_WORDS`)."""
+
+CREDENTIAL_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "auth", "credential", "credentials"}
+)
+"""A request header one of whose words (its name split at ``-`` and ``_``) is one of these
+carries a credential by its name: ``x-goog-api-key``, ``ocp-apim-subscription-key`` (Azure AI
+services), ``private-token`` (GitLab), ``x-auth-token``, ``x-amz-security-token``. Such keys
+are mostly random text no redaction pattern recognises, so the name is what tells. Whole
+words, so ``x-keyboard-layout`` or ``x-max-tokens`` are not taken for one."""
+
+CLIENT_HEADERS = frozenset(
+    {
+        *("host", "user-agent", "content-length", "connection", "accept-encoding"),
+        "idempotency-key",
+        *("traceparent", "tracestate", "baggage", "sentry-trace", "b3", "uber-trace-id"),
+        *("x-amzn-trace-id", "x-cloud-trace-context"),
+    }
+)
+CLIENT_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", "uberctx-")
+"""Request headers that describe the client software, its retries, the connection or the
+telemetry, not what is asked (the host is in the URL, the length is the body's;
+``x-stainless-*`` are the OpenAI and Anthropic SDKs' platform, version and retry-count
+headers; an idempotency key is random per request; tracers (W3C trace context, Sentry,
+Datadog, Zipkin B3, Jaeger, AWS X-Ray, Google Cloud) add a fresh trace id to every request,
+and are often on live and off in a test): left out of the input, so a replay does not
+diverge on them."""
+
+CREDENTIAL_PARAMETERS = frozenset(
+    {
+        *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
+        *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
+    }
+)
+"""Query parameters never stored, whatever they hold (compared lower-cased)."""
+
+
+def request_key_and_input(
+    request: httpx.Request, redactor: Redactor | None
+) -> tuple[str, dict[str, Any]]:
+    """The decision key naming ``request`` and its canonical form (credentials left out).
+
+    The request's body must have been read.
+    """
+    url = request.url
+    origin = url.host if url.port is None else f"{url.host}:{url.port}"
+    query = [  # parsed only when there is one: parsing is most of what this costs a replay
+        [name, value]
+        for name, value in (url.params.multi_items() if url.query else ())
+        if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
+    ]
+    headers: dict[str, str] = {}
+    encoding = request.headers.encoding  # what multi_items() would decode with, found once
+    for raw_name, raw_value in request.headers.raw:
+        name = raw_name.decode(encoding).lower()
+        if name in CLIENT_HEADERS or name.startswith(CLIENT_HEADER_PREFIXES):
+            continue
+        value = raw_value.decode(encoding)
+        if not _credential_header(name, value, redactor):
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    boundary = _BOUNDARY.search(headers.get("content-type", ""))
+    parts = None
+    if boundary is not None:
+        parts = _multipart(request.content, (boundary[1] or boundary[2]).encode("latin-1"))
+    if parts is not None:  # the random boundary left out of the header and the body
+        headers["content-type"] = _BOUNDARY.sub("", headers["content-type"])
+    body = {"multipart": parts} if parts is not None else _request_body(request.content)
+    return f"{KIND}:{request.method} {origin}{url.path}", {
+        "method": request.method,
+        "url": f"{url.scheme}://{origin}{url.path}",
+        "query": query,
+        "headers": dict(sorted(headers.items())),
+        "body": body,
+    }
+
+
+def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:
+    """Whether a header (its name lower-cased) carries a credential: by its name, one of its
+    words, or its value."""
+    words = name.replace("_", "-").split("-")
+    return not CREDENTIAL_WORDS.isdisjoint(words) or _credential(
+        name, value, CREDENTIAL_HEADERS, redactor
+    )
+
+
+def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
+    """Whether a header or parameter carries a credential: by its name, or by the redactor."""
+    return name in names or (redactor is not None and redactor.secret_in(value) is not None)
+
+
+def _request_body(content: bytes) -> dict[str, Any] | None:
+    """A request body as data a diff can read: JSON when it parses, else text, else bytes."""
+    if not content:
+        return None
+    try:
+        return {"json": msgspec.json.decode(content)}
+    except msgspec.DecodeError:
+        pass
+    try:
+        return {"text": content.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"bytes": content}
+
+
+_BOUNDARY = re.compile(r';\s*boundary=(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
+"""A multipart content type's boundary parameter (quoted or not)."""
+
+
+def _multipart(content: bytes, boundary: bytes) -> list[dict[str, Any]] | None:
+    """A multipart body's parts, each its headers and its body (as :func:`_request_body`
+    reads one), without the boundary; None when the body is not multipart with ``boundary``
+    as httpx writes it (then it is compared as it is).
+
+    The boundary is random per request (httpx draws one for every upload), so a body
+    compared with it would differ on every run; and an upload's fields (a transcription's
+    ``model``) read as text in a diff rather than as one line of base64.
+    """
+    pieces = content.split(b"--" + boundary)
+    if len(pieces) < 3 or pieces[0] or not pieces[-1].startswith(b"--"):
+        return None
+    parts = []
+    for piece in pieces[1:-1]:
+        head, blank, part = piece.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not blank or not piece.startswith(b"\r\n") or not part.endswith(b"\r\n"):
+            return None
+        headers: dict[str, str] = {}
+        for line in head.decode("latin-1").split("\r\n"):
+            name, colon, value = line.partition(":")
+            if not colon:
+                return None
+            headers[name.strip().lower()] = value.strip()
+        parts.append({"headers": headers, "body": _request_body(part.removesuffix(b"\r\n"))})
+    return parts

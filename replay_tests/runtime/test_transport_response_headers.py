@@ -1,0 +1,98 @@
+"""ADR 0024, amended: a response's headers as the transport rebuilds them, live and replayed.
+
+Headers are stored as text; the response a client receives is rebuilt from that text, live
+(so the caller sees what a replay will) and on replay. Text that is not ASCII (a latin-1
+filename, as servers send) must survive the rebuild both ways, and a recorded header loom
+never stores (an edited row: ``content-encoding`` that would make the client inflate the body,
+a ``set-cookie`` for its jar) is refused as a typed error naming the decision (ADR 0018).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+import loom_runtime
+from loom_runtime import Loom, OutcomeChangedError, RecordedValueError
+from replay_tests.runtime.test_transport import (  # noqa: F401 (server: a fixture)
+    ATTACHMENT,
+    Server,
+    Unreachable,
+    server,
+)
+
+
+def build(url: str, inner: httpx.BaseTransport) -> Loom:
+    loom = Loom(url)
+
+    @loom.flow("attachment")
+    def attachment(ctx: Any, base: str) -> str:
+        with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+            return client.get(f"{base}/attachment").headers["content-disposition"]
+
+    @loom.flow("items")
+    def items(ctx: Any, base: str) -> Any:
+        with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+            response = client.get(f"{base}/items")
+            return {"body": response.json(), "cookies": dict(client.cookies)}
+
+    return loom
+
+
+def test_a_header_that_is_not_ascii_reaches_the_caller_and_replays(
+    server: Server,  # noqa: F811
+    sqlite_url: str,
+) -> None:
+    """A latin-1 ``content-disposition`` filename: the live caller gets it as httpx decodes
+    it without loom, and the replay gives the same text, sending nothing."""
+    expected = httpx.get(f"{server.url}/attachment").headers["content-disposition"]
+    assert ATTACHMENT in expected
+    with build(sqlite_url, httpx.HTTPTransport()) as loom:
+        run = loom.run("attachment", base=server.url)
+    assert run.output == expected
+    server.stop()
+    with build(sqlite_url, Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == expected
+
+
+@pytest.mark.parametrize(
+    "header",
+    [("content-encoding", "gzip"), ("set-cookie", "session=planted"), ("content-length", "9")],
+)
+def test_a_recorded_header_loom_never_stores_is_refused_naming_the_decision(
+    server: Server,  # noqa: F811
+    sqlite_url: str,
+    header: tuple[str, str],
+) -> None:
+    """An edited row adding a header the recording leaves out (a client would inflate the
+    body, or fill its cookie jar, on the row's say-so) is refused as
+    :class:`RecordedValueError` naming the key, before the client sees the response."""
+    with build(sqlite_url, httpx.HTTPTransport()) as loom:
+        run = loom.run("items", base=server.url)
+        (key,) = loom.execution(run.execution_id).decisions
+    assert run.output["cookies"] == {}  # set-cookie is never stored, so the jar stays empty
+    server.stop()
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        (state,) = db.execute(
+            "SELECT state FROM stored_events WHERE originator_version = 2"
+        ).fetchone()
+        edited = msgspec.json.decode(state)
+        value = msgspec.json.decode(msgspec.json.encode(edited["value"]))
+        edited["value"] = {**value, "headers": [*value["headers"], list(header)]}
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_version = 2",
+            (msgspec.json.encode(edited),),
+        )
+    with build(sqlite_url, Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    [divergence] = result.divergences
+    assert isinstance(divergence, OutcomeChangedError), result.describe()
+    assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
+    assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
+    assert header[0] in str(divergence)
