@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 import re
 import shutil
 import symtable
@@ -146,9 +147,29 @@ def test_the_runnable_blocks_of_each_page_run_in_order(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each page's non-fragment blocks, pasted in order into one session, run without error."""
+    _run_page(page, tmp_path, monkeypatch)
+
+
+def test_a_page_leaves_the_environment_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure guide sets ``os.environ["LOOM_MASTER_KEY"]``, as a user's session would.
+    Left set, every later test of the worker opened its CLI logs encrypted: a damaged
+    database then exited 2 (the key check's usage error) instead of 1, in whichever tests
+    pytest-xdist happened to run after this page."""
+    before = dict(os.environ)
+    _run_page(ROOT / "docs" / "guides" / "erase-a-users-data.md", tmp_path, monkeypatch)
+    assert dict(os.environ) == before
+
+
+def _run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run ``page``'s non-fragment blocks in order in one namespace, in ``tmp_path``; the
+    process environment is put back as it was whatever the blocks set (monkeypatch undoes
+    only what it set itself, after the test)."""
     runnable = [block for block in _blocks(page) if block.given is None]
     monkeypatch.chdir(tmp_path)
     shutil.copytree(RUNBOOKS, tmp_path / "runbooks")
+    environment = dict(os.environ)
     monkeypatch.delenv("LOOM_DB_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
     namespace: dict[str, Any] = {"__name__": "__docs__"}
@@ -161,6 +182,8 @@ def test_the_runnable_blocks_of_each_page_run_in_order(
         finally:
             if hasattr(namespace.get("loom"), "close"):
                 namespace["loom"].close()
+            os.environ.clear()
+            os.environ.update(environment)
 
 
 @pytest.mark.parametrize("block", _fragment_params())
