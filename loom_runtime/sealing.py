@@ -337,10 +337,11 @@ class Keyring:
             return
         table = self.table
         with self.engine.begin() as connection:
-            wrapped = connection.execute(self._select_row, {"subject": KEY_CHECK}).scalar()
+            row = connection.execute(self._select_row, {"subject": KEY_CHECK}).first()
+            wrapped = None if row is None else row[0]
             if wrapped is None:
-                if not create:  # a table without its check row holds no data key yet
-                    return
+                if row is not None or connection.exec_driver_sql(_DATA_KEY_SQL).first():
+                    raise _no_check_row()  # never a check row of this key's own making
                 try:
                     connection.execute(
                         table.insert().values(
@@ -360,10 +361,24 @@ class Keyring:
         self._prove(bytes(wrapped))
 
     def _checked(self, row: Any) -> None:
-        """Prove the master key against the key-check ``row`` read at open, if there is one
-        (a table without its check row holds no data key yet)."""
+        """Prove the master key against the key-check ``row`` read at open. A table without
+        its check row holds no data key yet (the row is written first, or with the first key);
+        one that holds data keys without it, or whose check row holds no key, cannot prove any
+        master key and is refused (:func:`_no_check_row`): read on, it made every execution
+        look erased while its key was still in the table."""
         if row is not None and row[0] is not None:
             self._prove(bytes(row[0]))
+        elif row is not None or self._holds_data_keys():
+            raise _no_check_row()
+
+    def _holds_data_keys(self) -> bool:
+        """Whether the key table holds any row besides the check row (read only when the check
+        row is missing: a fresh table's brief state, or an altered one)."""
+        try:
+            return self._kept(_DATA_KEY_SQL, ()) is not None
+        except Exception:
+            with self.engine.connect() as connection:
+                return connection.exec_driver_sql(_DATA_KEY_SQL).first() is not None
 
     def _prove(self, wrapped: bytes) -> None:
         """Refuse a master key that does not unwrap the key-check row."""
@@ -647,6 +662,21 @@ class Keyring:
         with self._lock:
             for subject in subjects:
                 self._cache.pop(subject, None)
+
+
+_DATA_KEY_SQL: Final = f"SELECT 1 FROM {TABLE} WHERE subject <> '{KEY_CHECK}' LIMIT 1"
+"""Whether the key table holds a row other than its check row: a data key, live or destroyed."""
+
+
+def _no_check_row() -> WrongMasterKeyError:
+    """The refusal of a key table that holds data keys but no key-check row to prove a master
+    key against: every key is refused, so nothing is read as erased and no key adopts it."""
+    return WrongMasterKeyError(
+        f"this log's key table ({TABLE}) holds data keys but not its key-check row "
+        f"({KEY_CHECK!r} is missing or holds no key): it was altered or partly restored, so no "
+        "master key can be proved against it. Nothing was read or written, and nothing was "
+        "erased: restore that row from the backup the other rows came from"
+    )
 
 
 def _erased(cls: type[ErasedError], subject: str, position: int | None) -> ErasedError:
