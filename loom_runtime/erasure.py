@@ -218,11 +218,12 @@ def keyring_of(loom: Loom, selector: str) -> Keyring:
 def plan(
     loom: Loom, keyring: Keyring, ids: list[UUID], *, selector: str, by: str, reason: str
 ) -> ErasureReport:
-    """What erasing executions ``ids`` would do (a dry run's report): which are sealed and
-    live, which were erased before, which are in clear and cannot be. Reads only."""
+    """What erasing executions ``ids`` and their forks (:func:`with_forks`) would do (a dry
+    run's report): which are sealed and live, which were erased before, which are in clear and
+    cannot be. Reads only."""
     subjects: list[ErasedSubject] = []
     not_erasable: list[str] = []
-    for execution_id in ids:
+    for execution_id in with_forks(loom, ids):
         rows = loom.log.rows(execution_id)
         if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
             not_erasable.append(str(execution_id))
@@ -235,6 +236,27 @@ def plan(
             )
         )
     return plan_subjects(keyring, subjects, not_erasable, selector=selector, by=by, reason=reason)
+
+
+def with_forks(loom: Loom, ids: list[UUID]) -> list[UUID]:
+    """``ids`` and every execution forked from one of them, at any depth, parents first.
+
+    Why a fork goes with its parent: it starts with the parent's input and takes the parent's
+    decisions before the fork point as its own events, sealed under its own key (ADR 0027),
+    so erasing the parent alone left a readable copy of what the erasure reported gone. A
+    parent does not go with its fork: what the fork decided after the point is its own."""
+    children: dict[UUID, list[UUID]] = {}
+    for summary in loom.executions():
+        if summary.parent_id is not None:
+            children.setdefault(summary.parent_id, []).append(summary.execution_id)
+    selected = dict.fromkeys(ids)
+    pending = list(ids)
+    while pending:
+        for child in children.get(pending.pop(0), ()):
+            if child not in selected:
+                selected[child] = None
+                pending.append(child)
+    return list(selected)
 
 
 def plan_subjects(

@@ -162,10 +162,11 @@ def test_failures_and_forks_are_sealed_and_replay_until_erased(sealed: Loom) -> 
     parent = sealed.run("note", text="parent")
     fork = sealed.fork(parent.execution_id, at="shout", override={"shout": "OTHER"})
     assert fork.output["shout"] == "OTHER"
-    sealed.erase(execution=parent.execution_id, reason="request", by="dpo")
     assert sealed.replay(fork.execution_id).identical  # the fork has its own key
-    with pytest.raises(ErasedError):
-        sealed.replay(parent.execution_id)
+    sealed.erase(execution=parent.execution_id, reason="request", by="dpo")
+    for erased in (parent, fork):  # the fork holds the parent's input: it goes with it
+        with pytest.raises(ErasedError):
+            sealed.replay(erased.execution_id)
 
 
 def test_erasing_nothing_or_without_encryption_is_refused_typed_and_writes_nothing(
