@@ -2,11 +2,12 @@
 
 Why per field and not per event: what orders, routes and audits a log (ids, keys, kinds,
 positions, times, labels) must stay readable after an erasure, so only the fields that can
-hold personal data are sealed: a flow's input and output, a decision's value and input, an
-error message. Each is AES-GCM under the execution's data key, with the event's stream, version
-and field as associated data, so a ciphertext moved to another place does not open. The chain
-hashes the stored bytes, so it covers the ciphertext, and destroying a key changes no chained
-byte: ``loom verify`` passes before and after an erasure.
+hold personal data are sealed: a flow's input and output, a decision's value, input and meta
+(a retried attempt's exception message is there), an error message. Each is AES-GCM under
+the execution's data key, with the event's stream, version and field as associated data, so a
+ciphertext moved to another place does not open. The chain hashes the stored bytes, so it
+covers the ciphertext, and destroying a key changes no chained byte: ``loom verify`` passes
+before and after an erasure.
 
 Data keys live in ``loom_subject_keys`` in the log's own database, wrapped by a
 :class:`KeyWrapper` (:class:`MasterKey`, or a KMS behind the same two methods). It is the one
@@ -855,12 +856,13 @@ def _sealed_of_text(text: str) -> Sealed | None:
 
 SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "loom.execution.Created": ("input",),
-    "loom.execution.DecisionRecorded": ("value", "input"),
-    "loom.execution.DecisionFailed": ("input", "message"),
+    "loom.execution.DecisionRecorded": ("value", "input", "meta"),
+    "loom.execution.DecisionFailed": ("input", "message", "meta"),
     "loom.execution.Completed": ("output",),
     "loom.execution.Failed": ("message",),
 }
-"""The fields of each execution event that can hold personal data, by topic: the ones sealed."""
+"""The fields of each execution event that can hold personal data, by topic: the ones sealed.
+A decision's ``meta`` too: a retried attempt's exception message is recorded there."""
 _TEXT_FIELDS: Final = frozenset({"message"})
 _FIELDS_OF_CLASS: dict[type, tuple[tuple[str, bool], ...]] = {}
 """:data:`SEALED_FIELDS` by event class, each with whether it is text (:data:`_TEXT_FIELDS`),
@@ -1103,13 +1105,21 @@ class Opener:
                 if len(input_) < len(_ENVELOPE_HEAD)
                 else field(input_, stream, version, "input")
             )
+            meta = decision.meta  # most decisions have none
+            opened_meta = meta if meta is None else field(meta, stream, version, "meta")
             if decision.message is not None:
                 message = self.text(decision.message, stream, version, "message")
                 decisions[key] = replace(
-                    decision, input=opened_input, value=opened_value, message=message
+                    decision,
+                    input=opened_input,
+                    value=opened_value,
+                    message=message,
+                    meta=opened_meta,
                 )
-            elif opened_value is not value or opened_input is not input_:
-                decisions[key] = replace(decision, input=opened_input, value=opened_value)
+            elif opened_value is not value or opened_input is not input_ or opened_meta is not meta:
+                decisions[key] = replace(
+                    decision, input=opened_input, value=opened_value, meta=opened_meta
+                )
         if execution.output is not None:
             execution.output = self.raw(execution.output, stream, execution.version, "output")
         if execution.error is not None:
