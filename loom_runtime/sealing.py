@@ -534,6 +534,21 @@ class Keyring:
             raise _erased(SubjectErasedError, subject, None if row is None else row.erased_position)
         return self.key(subject)
 
+    def live_precondition(self, subject: str) -> Precondition:
+        """What an append sealed under ``subject``'s key must find in its own transaction: the
+        key still live (:data:`LIVE_SQL`), else :class:`SubjectErasedError` naming the forget
+        event, with nothing stored. So a write that read the key live just before another
+        process destroyed it is refused rather than stored under the destroyed key."""
+
+        def refusal() -> ErasedError:
+            self.forget([subject])
+            row = self._row(subject)
+            return _erased(
+                SubjectErasedError, subject, None if row is None else row.erased_position
+            )
+
+        return Precondition(sql=LIVE_SQL, parameter=subject, refusal=refusal)
+
     def _is_live(self, subject: str) -> bool:
         """Whether ``subject``'s key row still holds a key, read on a connection this keyring
         keeps: a pool checkout per append cost ten times the read itself. Any failure of that
@@ -891,19 +906,9 @@ class ExecutionSealer:
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
         redacted when they were encoded), since the log's own pass cannot see into it."""
-        self.precondition = Precondition(
-            sql=LIVE_SQL, parameter=self.subject, refusal=self._refusal
-        )
+        self.precondition = keyring.live_precondition(self.subject)
         """What an append of this execution needs to find: its key still live, read by the
         append's own transaction where the log can (``EventLog.checks_preconditions``)."""
-
-    def _refusal(self) -> ErasedError:
-        """The error of an append that found the key destroyed in its own transaction."""
-        self.keyring.forget([self.subject])
-        row = self.keyring._row(self.subject)
-        return _erased(
-            SubjectErasedError, self.subject, None if row is None else row.erased_position
-        )
 
     def seal_events(self, events: Sequence[Any], *, checked: bool = False) -> list[Any]:
         """Copies of ``events`` with their personal fields sealed.
