@@ -292,7 +292,31 @@ def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
     subjects = list(report.subjects)
     position = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
-    return msgspec.structs.replace(report, applied=True, position=position)
+    while late := _forks_made_meanwhile(loom, keyring, subjects, report):
+        at = _append_forget(loom, late, by=report.by, reason=report.reason)
+        keyring.destroy([s.subject for s in late], position=at)
+        subjects += late
+    return msgspec.structs.replace(
+        report, applied=True, position=position, subjects=tuple(subjects)
+    )
+
+
+def _forks_made_meanwhile(
+    loom: Loom, keyring: Keyring, erased: Sequence[ErasedSubject], report: ErasureReport
+) -> list[ErasedSubject]:
+    """The live forks of executions in ``erased`` that the plan did not see: started while
+    the erasure ran, their first append committed before the parent's key was destroyed (a
+    later one is refused by its own append: :meth:`Loom._parent_live`). Looked for once the
+    keys are gone, so none can follow; each found is erased by a forget event of its own."""
+    ids = [UUID(s.execution_id) for s in erased if s.execution_id is not None]
+    if not ids:
+        return []
+    known = {s.execution_id for s in erased} | set(report.already_erased)
+    fresh = [i for i in with_forks(loom, ids) if str(i) not in known]
+    if not fresh:
+        return []
+    found = plan(loom, keyring, fresh, selector="", by=report.by, reason=report.reason)
+    return list(found.subjects)
 
 
 def _selected(loom: Loom, kind: str, value: Any) -> list[UUID]:
