@@ -81,7 +81,8 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     """What was selected but stored before encryption was switched on (executions, document
     revisions, memory writes): in clear, it cannot be erased by destroying a key."""
     position: int | None = None
-    """Where the forget event is in the log (None for a dry run)."""
+    """Where the forget event is in the log (None for a dry run); a fork found started while
+    the erasure ran is erased by a later one of its own (:func:`apply`)."""
     by: str = ""
     reason: str = ""
 
