@@ -37,7 +37,7 @@ from loom_runtime.errors import (
     LabelError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
-from loom_runtime.sealing import SEALED_FIELDS, sealed_input, subject_of
+from loom_runtime.sealing import SEALED_FIELDS, has_key_table, sealed_input, subject_of
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -203,9 +203,18 @@ def check_who(*, reason: str, by: str) -> None:
 
 
 def keyring_of(loom: Loom, selector: str) -> Keyring:
-    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one."""
+    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one: saying
+    the key is missing where the log is encrypted, and that its data is in clear only where it
+    never was (told "in clear", an operator who forgot the key would believe it)."""
     _ = loom.log  # opens the keyring with the log
     keyring = loom._keyring
+    if keyring is None and has_key_table(loom.log.engine):
+        raise EncryptionOffError(
+            f"cannot erase {selector}: this log is encrypted, but was opened without its "
+            "master key, so no data key can be read or destroyed. Open it with the key it was "
+            "encrypted with: Loom(url, encryption=MasterKey.from_env('LOOM_MASTER_KEY')) (the "
+            "CLI reads $LOOM_MASTER_KEY); nothing was written"
+        )
     if keyring is None:
         raise EncryptionOffError(
             f"cannot erase {selector}: this log was opened without encryption, so what it "

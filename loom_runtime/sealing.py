@@ -769,10 +769,16 @@ def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Preconditio
             parameter=TABLE,
             refusal=lambda: _keyless_refusal(engine, what),
         )
-    with engine.connect() as connection:
-        if not engine.dialect.has_table(connection, TABLE):
-            return None, None
+    if not has_key_table(engine):
+        return None, None
     raise _keyless_refusal(engine, what)
+
+
+def has_key_table(engine: Engine) -> bool:
+    """Whether the log on ``engine`` was ever encrypted (encryption, once switched on, is never
+    switched off): it has the key table. One read, for a Loom without a keyring."""
+    with engine.connect() as connection:
+        return bool(engine.dialect.has_table(connection, TABLE))
 
 
 def _keyless_refusal(engine: Engine, what: str) -> EncryptionOffError:

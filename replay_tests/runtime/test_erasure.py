@@ -329,7 +329,7 @@ def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     assert wrong.exit_code == 2 and "not the key the log was encrypted with" in wrong.output
     monkeypatch.delenv("LOOM_MASTER_KEY")
     off = runner.invoke(app, ["erase", "--user", "alice", "--reason", "r", "--db", url])
-    assert off.exit_code == 2 and "without encryption" in off.output
+    assert off.exit_code == 2 and "encrypted, but was opened without its master key" in off.output
 
 
 class _Crash(BaseException):
