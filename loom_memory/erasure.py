@@ -85,13 +85,18 @@ def write_key(log: EventLog, memory: str, key: str) -> tuple[AESGCM | None, Prec
 
     Made on the key's first sealed write, read again from the key table on every later one, so
     a write after the key was erased is :class:`~loom_runtime.SubjectErasedError` before
-    anything is appended. Without the master key the precondition refuses the append with
+    anything is appended; the precondition reads the key row again in the append's own
+    transaction, so a write racing an erasure made elsewhere is refused the same way rather
+    than stored under the destroyed key (a log that cannot read one relies on the first read).
+    Without the master key the precondition refuses the append with
     :class:`~loom_runtime.EncryptionOffError` if the log is encrypted by then (it would be
     stored in clear; :func:`~loom_runtime.write_keyring`)."""
     keyring, guard = write_keyring(log, f"an entry of key {key!r} in memory {memory!r}")
     if keyring is None:
         return None, guard
-    return keyring.ensure(memory_subject(memory, key), position=log.position), None
+    subject = memory_subject(memory, key)
+    aead = keyring.ensure(subject, position=log.position)
+    return aead, keyring.live_precondition(subject) if log.checks_preconditions else None
 
 
 def text_key(keyring: Keyring | None, memory: str, key: str) -> AESGCM | None:

@@ -243,8 +243,9 @@ def save(
     appending to the execution, as after a lost race; resuming it later continues from what
     was stored.
     ``precondition``: what a keyless Loom's new execution must find in its first append
-    (:func:`~loom_runtime.sealing.write_keyring`). Returns the positions of the appended
-    events, in order.
+    (:func:`~loom_runtime.sealing.write_keyring`), or what a sealed one's must find in place
+    of its own key's check (a fork's first append: its parent's key still live). Returns the
+    positions of the appended events, in order.
     """
     if execution.lost:
         raise ExecutionConflictError(
@@ -260,7 +261,9 @@ def save(
         # An encrypted log (ADR 0049): seal copies, then store; where the log can, the key is
         # checked live by the append's own transaction rather than by a read before it.
         if log.checks_preconditions:
-            return log.save(_Sealing(execution, checked=True), precondition=sealer.precondition)
+            return log.save(
+                _Sealing(execution, checked=True), precondition=precondition or sealer.precondition
+            )
         return log.save(_Sealing(execution, checked=False))
     except StreamConflictError as exc:
         execution.lost = True

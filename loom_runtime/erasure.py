@@ -37,7 +37,7 @@ from loom_runtime.errors import (
     LabelError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
-from loom_runtime.sealing import SEALED_FIELDS, sealed_input, subject_of
+from loom_runtime.sealing import SEALED_FIELDS, has_key_table, sealed_input, subject_of
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -81,7 +81,8 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     """What was selected but stored before encryption was switched on (executions, document
     revisions, memory writes): in clear, it cannot be erased by destroying a key."""
     position: int | None = None
-    """Where the forget event is in the log (None for a dry run)."""
+    """Where the forget event is in the log (None for a dry run); a fork found started while
+    the erasure ran is erased by a later one of its own (:func:`apply`)."""
     by: str = ""
     reason: str = ""
 
@@ -202,9 +203,18 @@ def check_who(*, reason: str, by: str) -> None:
 
 
 def keyring_of(loom: Loom, selector: str) -> Keyring:
-    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one."""
+    """The log's keyring, or :class:`EncryptionOffError` for a log opened without one: saying
+    the key is missing where the log is encrypted, and that its data is in clear only where it
+    never was (told "in clear", an operator who forgot the key would believe it)."""
     _ = loom.log  # opens the keyring with the log
     keyring = loom._keyring
+    if keyring is None and has_key_table(loom.log.engine):
+        raise EncryptionOffError(
+            f"cannot erase {selector}: this log is encrypted, but was opened without its "
+            "master key, so no data key can be read or destroyed. Open it with the key it was "
+            "encrypted with: Loom(url, encryption=MasterKey.from_env('LOOM_MASTER_KEY')) (the "
+            "CLI reads $LOOM_MASTER_KEY); nothing was written"
+        )
     if keyring is None:
         raise EncryptionOffError(
             f"cannot erase {selector}: this log was opened without encryption, so what it "
@@ -218,11 +228,12 @@ def keyring_of(loom: Loom, selector: str) -> Keyring:
 def plan(
     loom: Loom, keyring: Keyring, ids: list[UUID], *, selector: str, by: str, reason: str
 ) -> ErasureReport:
-    """What erasing executions ``ids`` would do (a dry run's report): which are sealed and
-    live, which were erased before, which are in clear and cannot be. Reads only."""
+    """What erasing executions ``ids`` and their forks (:func:`with_forks`) would do (a dry
+    run's report): which are sealed and live, which were erased before, which are in clear and
+    cannot be. Reads only."""
     subjects: list[ErasedSubject] = []
     not_erasable: list[str] = []
-    for execution_id in ids:
+    for execution_id in with_forks(loom, ids):
         rows = loom.log.rows(execution_id)
         if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
             not_erasable.append(str(execution_id))
@@ -235,6 +246,27 @@ def plan(
             )
         )
     return plan_subjects(keyring, subjects, not_erasable, selector=selector, by=by, reason=reason)
+
+
+def with_forks(loom: Loom, ids: list[UUID]) -> list[UUID]:
+    """``ids`` and every execution forked from one of them, at any depth, parents first.
+
+    Why a fork goes with its parent: it starts with the parent's input and takes the parent's
+    decisions before the fork point as its own events, sealed under its own key (ADR 0027),
+    so erasing the parent alone left a readable copy of what the erasure reported gone. A
+    parent does not go with its fork: what the fork decided after the point is its own."""
+    children: dict[UUID, list[UUID]] = {}
+    for summary in loom.executions():
+        if summary.parent_id is not None:
+            children.setdefault(summary.parent_id, []).append(summary.execution_id)
+    selected = dict.fromkeys(ids)
+    pending = list(ids)
+    while pending:
+        for child in children.get(pending.pop(0), ()):
+            if child not in selected:
+                selected[child] = None
+                pending.append(child)
+    return list(selected)
 
 
 def plan_subjects(
@@ -270,7 +302,31 @@ def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
     subjects = list(report.subjects)
     position = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
-    return msgspec.structs.replace(report, applied=True, position=position)
+    while late := _forks_made_meanwhile(loom, keyring, subjects, report):
+        at = _append_forget(loom, late, by=report.by, reason=report.reason)
+        keyring.destroy([s.subject for s in late], position=at)
+        subjects += late
+    return msgspec.structs.replace(
+        report, applied=True, position=position, subjects=tuple(subjects)
+    )
+
+
+def _forks_made_meanwhile(
+    loom: Loom, keyring: Keyring, erased: Sequence[ErasedSubject], report: ErasureReport
+) -> list[ErasedSubject]:
+    """The live forks of executions in ``erased`` that the plan did not see: started while
+    the erasure ran, their first append committed before the parent's key was destroyed (a
+    later one is refused by its own append: :meth:`Loom._parent_live`). Looked for once the
+    keys are gone, so none can follow; each found is erased by a forget event of its own."""
+    ids = [UUID(s.execution_id) for s in erased if s.execution_id is not None]
+    if not ids:
+        return []
+    known = {s.execution_id for s in erased} | set(report.already_erased)
+    fresh = [i for i in with_forks(loom, ids) if str(i) not in known]
+    if not fresh:
+        return []
+    found = plan(loom, keyring, fresh, selector="", by=report.by, reason=report.reason)
+    return list(found.subjects)
 
 
 def _selected(loom: Loom, kind: str, value: Any) -> list[UUID]:

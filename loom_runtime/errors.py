@@ -425,7 +425,8 @@ class EncryptionOffError(ErasureError, ConfigurationError):
 
 class WrongMasterKeyError(ErasureError, ConfigurationError):
     """The master key given does not open this log's key table (its key-check row): a wrong
-    or lost key. Refused when the log is opened, so sealed data is never read as erased."""
+    or lost key, or a table holding data keys that lost its check row, against which no key
+    can be proved. Refused when the log is opened, so sealed data is never read as erased."""
 
 
 class ErasedError(ErasureError):

@@ -238,6 +238,23 @@ class Loom:
             execution.sealer = ExecutionSealer(self._keyring, execution.id, self.settings.redactor)
         return guard
 
+    def _parent_live(self, parent: Execution) -> Precondition | None:
+        """What a fork's first append must find: its sealed parent's key still live, read in
+        the append's own transaction (None for a clear parent, or a log that cannot read a
+        precondition). A fork holds its parent's input and early decisions under its own key,
+        so one started from a parent read just before another process erased it would keep
+        what the erasure destroyed; refused instead (``SubjectErasedError``), and a fork that
+        commits before the key is destroyed is found by the erasure (ADR 0049, amended
+        "erasurerev"). The fork's own key needs no check there: no erasure can name an
+        execution before its first append."""
+        from loom_runtime.sealing import subject_of
+
+        keyring = self._keyring
+        subject = subject_of(parent.id)
+        if keyring is None or not self.log.checks_preconditions or not keyring.live([subject]):
+            return None
+        return keyring.live_precondition(subject)
+
     def _keyless_guard(self, what: str) -> Precondition | None:
         """What the append of ``what`` must find when this Loom has no master key: no key
         table, else :class:`~loom_runtime.errors.EncryptionOffError` and nothing written
@@ -812,7 +829,8 @@ class Loom:
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
                 execution.inherit(decision)
-        save(self.log, execution, precondition=self._seal_new(execution))
+        guard = self._seal_new(execution)
+        save(self.log, execution, precondition=self._parent_live(parent) or guard)
         logger.info(
             "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
         )

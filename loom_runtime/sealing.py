@@ -2,11 +2,12 @@
 
 Why per field and not per event: what orders, routes and audits a log (ids, keys, kinds,
 positions, times, labels) must stay readable after an erasure, so only the fields that can
-hold personal data are sealed: a flow's input and output, a decision's value and input, an
-error message. Each is AES-GCM under the execution's data key, with the event's stream, version
-and field as associated data, so a ciphertext moved to another place does not open. The chain
-hashes the stored bytes, so it covers the ciphertext, and destroying a key changes no chained
-byte: ``loom verify`` passes before and after an erasure.
+hold personal data are sealed: a flow's input and output, a decision's value, input and meta
+(a retried attempt's exception message is there), an error message. Each is AES-GCM under
+the execution's data key, with the event's stream, version and field as associated data, so a
+ciphertext moved to another place does not open. The chain hashes the stored bytes, so it
+covers the ciphertext, and destroying a key changes no chained byte: ``loom verify`` passes
+before and after an erasure.
 
 Data keys live in ``loom_subject_keys`` in the log's own database, wrapped by a
 :class:`KeyWrapper` (:class:`MasterKey`, or a KMS behind the same two methods). It is the one
@@ -337,10 +338,11 @@ class Keyring:
             return
         table = self.table
         with self.engine.begin() as connection:
-            wrapped = connection.execute(self._select_row, {"subject": KEY_CHECK}).scalar()
+            row = connection.execute(self._select_row, {"subject": KEY_CHECK}).first()
+            wrapped = None if row is None else row[0]
             if wrapped is None:
-                if not create:  # a table without its check row holds no data key yet
-                    return
+                if row is not None or connection.exec_driver_sql(_DATA_KEY_SQL).first():
+                    raise _no_check_row()  # never a check row of this key's own making
                 try:
                     connection.execute(
                         table.insert().values(
@@ -360,10 +362,24 @@ class Keyring:
         self._prove(bytes(wrapped))
 
     def _checked(self, row: Any) -> None:
-        """Prove the master key against the key-check ``row`` read at open, if there is one
-        (a table without its check row holds no data key yet)."""
+        """Prove the master key against the key-check ``row`` read at open. A table without
+        its check row holds no data key yet (the row is written first, or with the first key);
+        one that holds data keys without it, or whose check row holds no key, cannot prove any
+        master key and is refused (:func:`_no_check_row`): read on, it made every execution
+        look erased while its key was still in the table."""
         if row is not None and row[0] is not None:
             self._prove(bytes(row[0]))
+        elif row is not None or self._holds_data_keys():
+            raise _no_check_row()
+
+    def _holds_data_keys(self) -> bool:
+        """Whether the key table holds any row besides the check row (read only when the check
+        row is missing: a fresh table's brief state, or an altered one)."""
+        try:
+            return self._kept(_DATA_KEY_SQL, ()) is not None
+        except Exception:
+            with self.engine.connect() as connection:
+                return connection.exec_driver_sql(_DATA_KEY_SQL).first() is not None
 
     def _prove(self, wrapped: bytes) -> None:
         """Refuse a master key that does not unwrap the key-check row."""
@@ -518,6 +534,21 @@ class Keyring:
             raise _erased(SubjectErasedError, subject, None if row is None else row.erased_position)
         return self.key(subject)
 
+    def live_precondition(self, subject: str) -> Precondition:
+        """What an append sealed under ``subject``'s key must find in its own transaction: the
+        key still live (:data:`LIVE_SQL`), else :class:`SubjectErasedError` naming the forget
+        event, with nothing stored. So a write that read the key live just before another
+        process destroyed it is refused rather than stored under the destroyed key."""
+
+        def refusal() -> ErasedError:
+            self.forget([subject])
+            row = self._row(subject)
+            return _erased(
+                SubjectErasedError, subject, None if row is None else row.erased_position
+            )
+
+        return Precondition(sql=LIVE_SQL, parameter=subject, refusal=refusal)
+
     def _is_live(self, subject: str) -> bool:
         """Whether ``subject``'s key row still holds a key, read on a connection this keyring
         keeps: a pool checkout per append cost ten times the read itself. Any failure of that
@@ -649,6 +680,21 @@ class Keyring:
                 self._cache.pop(subject, None)
 
 
+_DATA_KEY_SQL: Final = f"SELECT 1 FROM {TABLE} WHERE subject <> '{KEY_CHECK}' LIMIT 1"
+"""Whether the key table holds a row other than its check row: a data key, live or destroyed."""
+
+
+def _no_check_row() -> WrongMasterKeyError:
+    """The refusal of a key table that holds data keys but no key-check row to prove a master
+    key against: every key is refused, so nothing is read as erased and no key adopts it."""
+    return WrongMasterKeyError(
+        f"this log's key table ({TABLE}) holds data keys but not its key-check row "
+        f"({KEY_CHECK!r} is missing or holds no key): it was altered or partly restored, so no "
+        "master key can be proved against it. Nothing was read or written, and nothing was "
+        "erased: restore that row from the backup the other rows came from"
+    )
+
+
 def _erased(cls: type[ErasedError], subject: str, position: int | None) -> ErasedError:
     where = (
         f"by the forget event at log position {position}"
@@ -723,10 +769,16 @@ def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Preconditio
             parameter=TABLE,
             refusal=lambda: _keyless_refusal(engine, what),
         )
-    with engine.connect() as connection:
-        if not engine.dialect.has_table(connection, TABLE):
-            return None, None
+    if not has_key_table(engine):
+        return None, None
     raise _keyless_refusal(engine, what)
+
+
+def has_key_table(engine: Engine) -> bool:
+    """Whether the log on ``engine`` was ever encrypted (encryption, once switched on, is never
+    switched off): it has the key table. One read, for a Loom without a keyring."""
+    with engine.connect() as connection:
+        return bool(engine.dialect.has_table(connection, TABLE))
 
 
 def _keyless_refusal(engine: Engine, what: str) -> EncryptionOffError:
@@ -825,12 +877,13 @@ def _sealed_of_text(text: str) -> Sealed | None:
 
 SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "loom.execution.Created": ("input",),
-    "loom.execution.DecisionRecorded": ("value", "input"),
-    "loom.execution.DecisionFailed": ("input", "message"),
+    "loom.execution.DecisionRecorded": ("value", "input", "meta"),
+    "loom.execution.DecisionFailed": ("input", "message", "meta"),
     "loom.execution.Completed": ("output",),
     "loom.execution.Failed": ("message",),
 }
-"""The fields of each execution event that can hold personal data, by topic: the ones sealed."""
+"""The fields of each execution event that can hold personal data, by topic: the ones sealed.
+A decision's ``meta`` too: a retried attempt's exception message is recorded there."""
 _TEXT_FIELDS: Final = frozenset({"message"})
 _FIELDS_OF_CLASS: dict[type, tuple[tuple[str, bool], ...]] = {}
 """:data:`SEALED_FIELDS` by event class, each with whether it is text (:data:`_TEXT_FIELDS`),
@@ -859,19 +912,9 @@ class ExecutionSealer:
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
         redacted when they were encoded), since the log's own pass cannot see into it."""
-        self.precondition = Precondition(
-            sql=LIVE_SQL, parameter=self.subject, refusal=self._refusal
-        )
+        self.precondition = keyring.live_precondition(self.subject)
         """What an append of this execution needs to find: its key still live, read by the
         append's own transaction where the log can (``EventLog.checks_preconditions``)."""
-
-    def _refusal(self) -> ErasedError:
-        """The error of an append that found the key destroyed in its own transaction."""
-        self.keyring.forget([self.subject])
-        row = self.keyring._row(self.subject)
-        return _erased(
-            SubjectErasedError, self.subject, None if row is None else row.erased_position
-        )
 
     def seal_events(self, events: Sequence[Any], *, checked: bool = False) -> list[Any]:
         """Copies of ``events`` with their personal fields sealed.
@@ -1073,13 +1116,21 @@ class Opener:
                 if len(input_) < len(_ENVELOPE_HEAD)
                 else field(input_, stream, version, "input")
             )
+            meta = decision.meta  # most decisions have none
+            opened_meta = meta if meta is None else field(meta, stream, version, "meta")
             if decision.message is not None:
                 message = self.text(decision.message, stream, version, "message")
                 decisions[key] = replace(
-                    decision, input=opened_input, value=opened_value, message=message
+                    decision,
+                    input=opened_input,
+                    value=opened_value,
+                    message=message,
+                    meta=opened_meta,
                 )
-            elif opened_value is not value or opened_input is not input_:
-                decisions[key] = replace(decision, input=opened_input, value=opened_value)
+            elif opened_value is not value or opened_input is not input_ or opened_meta is not meta:
+                decisions[key] = replace(
+                    decision, input=opened_input, value=opened_value, meta=opened_meta
+                )
         if execution.output is not None:
             execution.output = self.raw(execution.output, stream, execution.version, "output")
         if execution.error is not None:

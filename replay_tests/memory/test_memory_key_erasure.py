@@ -311,12 +311,14 @@ def test_a_vector_memory_seals_its_entries_and_forgets_an_erased_key(db_url: str
         assert fresh.read("alice") == [] and len(fresh.read("bob")) == 1
 
 
-def test_a_write_racing_the_erasure_is_never_projected(
+def test_a_write_racing_the_erasure_is_refused_in_its_append(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write that read its key live just before another process erased it appends after
-    the forget event, sealed under the key now destroyed (covered by the erasure): no store
-    ever holds it, and a rebuild agrees. The next write is refused."""
+    """A write that read its key live just before another process erased it is refused by
+    its own append, which reads the key row in its transaction (SubjectErasedError naming the
+    forget event): nothing is stored under the destroyed key, no store holds it, and a
+    rebuild agrees (ADR 0060, amended 2026-12-02 "erasurerev"; before, the append went in
+    after the forget event and the write reported success for an entry no one could read)."""
     from loom_memory import event_sourced
 
     racing = f"RACING-{uuid4().hex}"
@@ -331,10 +333,13 @@ def test_a_write_racing_the_erasure_is_never_projected(
             return aead
 
         monkeypatch.setattr(event_sourced, "write_key", erased_meanwhile)
-        memory.append("alice", [MemoryEntry(content=racing)])  # stored after the forget event
+        with pytest.raises(SubjectErasedError) as refused:
+            memory.append("alice", [MemoryEntry(content=racing)])
         monkeypatch.undo()
         [(forget_at, _)] = forget_events(loom)
-        assert loom.log.position > forget_at
+        assert refused.value.position == forget_at
+        assert loom.log.position == forget_at  # nothing appended after the forget event
+        memory.catch_up()  # the forget event, appended by the other process
         assert memory.read("alice") == [] and memory.search("alice", racing) == []
         memory.rebuild()
         assert memory.read("alice") == []

@@ -1,0 +1,137 @@
+"""Erasing an execution erases its forks (ADR 0049, amended 2026-12-02 "erasurerev"), on
+SQLite and PostgreSQL.
+
+A fork starts with its parent's input and takes the parent's decisions before the fork point
+as its own events, sealed under its own key (ADR 0027). Erased by id (or by age), the parent's
+input and decisions stayed readable in every fork of it: the erasure reported the parent
+erased while a full copy of what it held still replayed. A fork started while its parent was
+being erased is refused, or found and erased once the keys are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from loom_runtime import (
+    ErasedError,
+    FlowContext,
+    Labels,
+    Loom,
+    MasterKey,
+    SubjectErasedError,
+    erasure,
+)
+from loom_runtime import loom as loom_module
+
+KEY = MasterKey(b"k" * 32)
+
+
+@pytest.fixture
+def sealed(db_url: str) -> Iterator[Loom]:
+    with Loom(db_url, encryption=KEY) as loom:
+
+        @loom.flow("note")
+        def note(ctx: FlowContext, text: str) -> dict[str, object]:
+            length = ctx.decide("length", lambda: len(text))
+            shout = ctx.decide("shout", lambda: text.upper())
+            return {"length": length, "shout": shout}
+
+        yield loom
+
+
+def test_erasing_an_execution_erases_its_forks_at_every_depth(sealed: Loom) -> None:
+    """The dry run lists the forks and forks of forks; applied, none of them can be read."""
+    parent = sealed.run("note", text="alice lives at 1 Main St", labels=Labels(user="alice"))
+    fork = sealed.fork(parent.execution_id, at="shout", override={"shout": "OTHER"})
+    grandchild = sealed.fork(fork.execution_id, at=1)
+    other = sealed.run("note", text="bob's note", labels=Labels(user="bob"))
+    other_fork = sealed.fork(other.execution_id, at="shout")
+    head = sealed.log.position
+    erased = [str(r.execution_id) for r in (parent, fork, grandchild)]
+
+    plan = sealed.erase(execution=parent.execution_id, reason="r", by="dpo", dry_run=True)
+
+    assert [s.execution_id for s in plan.subjects] == erased
+    assert sealed.log.position == head
+    report = sealed.erase(execution=parent.execution_id, reason="r", by="dpo")
+    assert [s.execution_id for s in report.subjects] == erased
+    for run in (parent, fork, grandchild):
+        with pytest.raises(ErasedError):
+            sealed.execution(run.execution_id)
+    assert sealed.replay(other.execution_id).identical
+    assert sealed.replay(other_fork.execution_id).identical
+    assert sealed.log.verify().problem is None
+
+
+def test_erasing_a_fork_leaves_its_parent(sealed: Loom) -> None:
+    """The copy runs one way: a fork's own decisions after the fork point are not the
+    parent's."""
+    parent = sealed.run("note", text="a note")
+    fork = sealed.fork(parent.execution_id, at="shout")
+
+    report = sealed.erase(execution=fork.execution_id, reason="r", by="dpo")
+
+    assert [s.execution_id for s in report.subjects] == [str(fork.execution_id)]
+    assert sealed.replay(parent.execution_id).identical
+
+
+def test_a_fork_erased_before_is_listed_already_erased(sealed: Loom) -> None:
+    parent = sealed.run("note", text="a note")
+    fork = sealed.fork(parent.execution_id, at=1)
+    sealed.erase(execution=fork.execution_id, reason="r", by="dpo")
+
+    report = sealed.erase(execution=parent.execution_id, reason="r", by="dpo")
+
+    assert [s.execution_id for s in report.subjects] == [str(parent.execution_id)]
+    assert report.already_erased == (str(fork.execution_id),)
+
+
+def test_a_fork_of_a_parent_erased_while_it_starts_is_refused(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent is read, then erased by another process before the fork's first append:
+    that append finds the parent's key destroyed in its own transaction and stores nothing."""
+    with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
+
+        @loom.flow("note")
+        def note(ctx: FlowContext, text: str) -> str:
+            return ctx.decide("shout", lambda: text.upper())
+
+        parent = loom.run("note", text="alice lives at 1 Main St")
+        original = loom_module.save
+
+        def erased_meanwhile(*args: object, **kwargs: object) -> object:
+            other.erase(execution=parent.execution_id, reason="r", by="dpo")
+            monkeypatch.setattr(loom_module, "save", original)
+            return original(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(loom_module, "save", erased_meanwhile)
+        with pytest.raises(SubjectErasedError, match=str(parent.execution_id)):
+            loom.fork(parent.execution_id, at=1)
+        forks = [s for s in loom.executions() if s.parent_id == parent.execution_id]
+        assert forks == []
+
+
+def test_a_fork_made_while_its_parent_is_erased_is_erased_too(
+    sealed: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork whose first append lands after the erasure chose its subjects but before the
+    parent's key is destroyed is found again once the keys are gone, and erased."""
+    parent = sealed.run("note", text="alice lives at 1 Main St")
+    made: list[str] = []
+    original = erasure._append_forget
+
+    def fork_meanwhile(*args: object, **kwargs: object) -> int:
+        if not made:
+            made.append(str(sealed.fork(parent.execution_id, at=1).execution_id))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(erasure, "_append_forget", fork_meanwhile)
+    report = sealed.erase(execution=parent.execution_id, reason="r", by="dpo")
+
+    assert [s.execution_id for s in report.subjects] == [str(parent.execution_id), *made]
+    with pytest.raises(ErasedError):
+        sealed.execution(made[0])
+    assert sealed.log.verify().problem is None
