@@ -67,6 +67,12 @@ TABLE: Final = "loom_subject_keys"
 LIVE_SQL: Final = f"SELECT wrapped_key IS NOT NULL FROM {TABLE} WHERE subject = ?"
 """Whether a subject's key is live (true), destroyed (false) or missing (no row): what a
 sealed append reads in its own transaction where the log can (a :class:`Precondition`)."""
+_LIVE_LOCKED: Final = {"postgresql": f"{LIVE_SQL} FOR SHARE"}
+""":data:`LIVE_SQL` as an append reads it, by dialect. On PostgreSQL a plain read returns the
+last committed row without waiting for a transaction destroying the key, so an append could
+commit after the destruction; the row's share lock makes it wait and read the key gone (or
+makes the destruction wait for the append, which it then erases). SQLite's one write lock
+already orders the two."""
 CACHED_KEYS: Final = 10_000
 """How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
 _NONCE_BYTES: Final = 12
@@ -547,7 +553,8 @@ class Keyring:
                 SubjectErasedError, subject, None if row is None else row.erased_position
             )
 
-        return Precondition(sql=LIVE_SQL, parameter=subject, refusal=refusal)
+        sql = _LIVE_LOCKED.get(self.engine.dialect.name, LIVE_SQL)
+        return Precondition(sql=sql, parameter=subject, refusal=refusal)
 
     def _is_live(self, subject: str) -> bool:
         """Whether ``subject``'s key row still holds a key, read on a connection this keyring
