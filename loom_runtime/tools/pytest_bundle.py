@@ -4,7 +4,9 @@ A marked test calls ``loom.run(...)`` the same way whether it records or replays
 this subclass decides which by the record mode, inside the one method both ``run`` and
 ``arun`` go through. Recording runs the flow live into the test's temporary log and leaves
 the execution for the fixture to export; replaying answers the run from the bundle, with the
-current code, and fails the test with the replay's readable divergences. Under
+current code, and fails the test with the replay's readable divergences. A run recorded as
+raising raises again when replayed (the error the current code raised, matching the
+recorded one), so a test expecting it with ``pytest.raises`` passes in both modes. Under
 ``--loom-update`` a replay whose only divergences are changed decision inputs or a changed
 output is re-sealed instead: the recorded events with those inputs and that output put in,
 everything else (ids, timestamps, values, code version) kept, so the bundle's git diff is
@@ -73,6 +75,7 @@ class BundleLoom(Loom):
         self._ran = False
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
+        self._error: BaseException | None = None
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         if self._ran:
@@ -114,6 +117,8 @@ class BundleLoom(Loom):
         result = yield from self._replay(execution, frozenset())
         if not result.identical:
             self._settle(bundle, result)
+        if self._error is not None:  # recorded as raising, and so it did again: as run() did
+            raise self._error
         return Run(
             execution_id=execution.id,
             flow=execution.flow,
@@ -158,7 +163,7 @@ class BundleLoom(Loom):
         output: msgspec.Raw | None,
         error: BaseException | None,
     ) -> ReplayResult:
-        self._output = output
+        self._output, self._error = output, error
         return super()._replay_result(execution, definition, replayer, output, error)
 
 

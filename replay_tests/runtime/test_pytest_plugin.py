@@ -22,6 +22,11 @@ def greet(ctx, name: str) -> str:
     salutation = ctx.decide("model", lambda: "Hello", input={"prompt": PROMPT + name})
     return f"{salutation}, {name}"
 
+@flows.flow("refuse")
+def refuse(ctx, name: str) -> str:
+    ctx.decide("model", lambda: "Hello", input={"prompt": PROMPT + name})
+    raise ValueError(f"refused {name}")
+
 PROMPT = "TEMPLATE"
 """
 
@@ -295,3 +300,17 @@ def test_an_unmarked_test_gets_a_plain_loom_on_a_temporary_file(
     )
     pytester.runpytest("-p", "no:randomly", "test_plain.py").assert_outcomes(passed=1)
     assert not (pytester.path / "recordings").exists()
+
+
+def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytester) -> None:
+    """A flow that raised when recorded raises the same when replayed: the test that expects
+    it (``pytest.raises``) passes in both modes, as the one test body promises."""
+    bundle = marked_project(
+        pytester,
+        "Greet ",
+        'with pytest.raises(ValueError, match="refused Ada"):\n'
+        '        loom.run("refuse", name="Ada")',
+    )
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert read_bundle(bundle).execution().error is not None
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
