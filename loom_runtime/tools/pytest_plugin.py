@@ -23,7 +23,9 @@ answered from it, by ``--loom-record`` (ini ``loom_record``): ``none`` replays o
 default: CI never records), ``once`` records a missing bundle and replays an existing one,
 ``rewrite`` records afresh. ``--loom-update`` re-seals a bundle whose replay diverged only by
 changed decision inputs or output, and prints each diff it accepted; any other divergence
-still fails. It re-seals the bundles ``--loom-bundles`` collects the same way.
+still fails. It re-seals the bundles ``--loom-bundles`` collects the same way. A recording or
+a re-seal is written only when the test passes: a run its own test rejects is no golden file
+(``once`` would replay it from then on).
 
 Registered through the ``pytest11`` entry point, so installing loom is enough. That also
 loads it into every pytest session of an environment where loom is installed, most of which
@@ -33,7 +35,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
+PASSED = pytest.StashKey[bool]()
+"""Whether a test's call passed: a marked test's recording or re-seal is written only then."""
 RESEALED_PROPERTY = "loom_resealed"
 """The user property a re-sealing test carries (bundle and accepted diffs): a property, not
 session state, so the report reaches the controller when pytest-xdist runs the tests."""
@@ -98,6 +102,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "loom(bundle): the loom fixture's run is recorded to / replayed from this bundle file "
         "(relative to the test file; see --loom-record, --loom-update)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Note whether the test's call passed, for the ``loom`` fixture's teardown to read."""
+    report = yield
+    if call.when == "call":
+        item.stash[PASSED] = report.passed
+    return report
 
 
 def _record_mode(config: pytest.Config) -> str:
@@ -243,6 +258,8 @@ def _bundle_loom(
     )
     try:
         yield bundled
+        if not request.node.stash.get(PASSED, False):
+            return  # what the test rejected is no recording to keep, nor a change to accept
         if bundled.recorded is not None:
             bundle.parent.mkdir(parents=True, exist_ok=True)
             bundled.export(bundled.recorded, bundle)

@@ -314,3 +314,36 @@ def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytes
     pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
     assert read_bundle(bundle).execution().error is not None
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+
+
+def test_a_failing_test_records_no_bundle(pytester: pytest.Pytester) -> None:
+    """A recording whose test fails (its assertion, or the flow raising unexpectedly) is not
+    written: ``once`` would replay the rejected run as golden from then on. The next ``once``
+    records again."""
+    rejected = 'assert loom.run("greet", name="Ada").output == "Hi"'
+    bundle = marked_project(pytester, "Greet ", rejected)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(failed=1)
+    assert not bundle.exists()
+    marked_project(pytester, "Greet ", 'loom.run("refuse", name="Ada")')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(failed=1)
+    assert not bundle.exists()
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert bundle.exists()
+
+
+def test_a_failing_test_keeps_the_bundle_under_rewrite_and_update(
+    pytester: pytest.Pytester,
+) -> None:
+    """Neither ``rewrite`` nor ``--loom-update`` replaces a bundle from a test that then
+    fails: the committed recording stays byte for byte, and nothing is reported re-sealed."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    before = bundle.read_bytes()
+    marked_project(pytester, "Say hi to ", f'{RUN}\n    assert False, "rejected"')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=rewrite").assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    result = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    result.assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    assert "re-sealed" not in result.stdout.str()
