@@ -72,18 +72,19 @@ class BundleLoom(Loom):
         self.resealed: Bundle | None = None
         """The bundle re-sealed under ``--loom-update``, for the fixture to write."""
         self.accepted: tuple[ReplayDivergence, ...] = ()
-        self._ran = False
+        self.ran = False
+        """Whether the test ran its flow: a marked test that never does checks nothing."""
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
         self._error: BaseException | None = None
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        if self._ran:
+        if self.ran:
             raise BundleMismatch(
                 f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
                 "execution: split the test, or run the other flows with a Loom of your own"
             )
-        self._ran = True
+        self.ran = True
         if self.recording:
             return (yield from super()._run(flow, labels, arguments))
         return (yield from self._answer(flow, arguments))

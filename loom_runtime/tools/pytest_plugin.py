@@ -260,6 +260,13 @@ def _bundle_loom(
         yield bundled
         if not request.node.stash.get(PASSED, False):
             return  # what the test rejected is no recording to keep, nor a change to accept
+        if not bundled.ran:
+            pytest.fail(
+                f"{request.node.nodeid} is marked with the bundle {bundle} but ran no flow "
+                "through the loom fixture, so nothing was recorded or replayed: run it with "
+                "loom.run(...) (or loom.arun), or remove the marker",
+                pytrace=False,
+            )
         if bundled.recorded is not None:
             bundle.parent.mkdir(parents=True, exist_ok=True)
             bundled.export(bundled.recorded, bundle)

@@ -347,3 +347,18 @@ def test_a_failing_test_keeps_the_bundle_under_rewrite_and_update(
     result.assert_outcomes(failed=1)
     assert bundle.read_bytes() == before
     assert "re-sealed" not in result.stdout.str()
+
+
+def test_a_marked_test_that_runs_no_flow_is_an_error(pytester: pytest.Pytester) -> None:
+    """A marked test that never runs a flow through the fixture checks nothing: it is an
+    error under ``once`` (which would record nothing, and CI would then ask for a recording
+    that can never be made) and when replaying an existing bundle (which nothing replays)."""
+    bundle = marked_project(pytester, "Greet ", "assert loom")
+    result = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_greet*ran no flow through the loom fixture*"])
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    marked_project(pytester, "Greet ", "assert loom")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1, errors=1)
+    assert bundle.exists()
