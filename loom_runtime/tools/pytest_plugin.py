@@ -51,6 +51,8 @@ BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
 PASSED = pytest.StashKey[bool]()
 """Whether a test's call passed: a marked test's recording or re-seal is written only then."""
+BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
+"""The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
 RESEALED_PROPERTY = "loom_resealed"
 """The user property a re-sealing test carries (bundle and accepted diffs): a property, not
 session state, so the report reaches the controller when pytest-xdist runs the tests."""
@@ -234,19 +236,26 @@ def _bundle_loom(
 ) -> Iterator[Loom]:
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
-    name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
-    if not isinstance(name, str | Path):
+    bundle = _marked_bundle(request.node, marker)
+    if bundle is None:
         raise pytest.UsageError(
             f"{request.node.nodeid}: @pytest.mark.loom needs bundle=PATH (the file its run "
             "records to and replays from)"
         )
-    bundle = request.path.parent / name
     mode = _record_mode(request.config)
     record = mode == "rewrite" or (mode == "once" and not bundle.exists())
     if not record and not bundle.exists():
         pytest.fail(
             f"no loom bundle at {bundle}: record it with --loom-record=once (replay-only is "
             "the default, so CI never records)",
+            pytrace=False,
+        )
+    sharing = _bundle_tests(request.session).get(bundle.resolve(), []) if record else []
+    if len(sharing) > 1:
+        pytest.fail(
+            f"{bundle} is the bundle of {len(sharing)} tests ({', '.join(sharing)}): it holds "
+            "one execution, so each would record over the other; give each test its own "
+            "(for parameters: pytest.param(..., marks=pytest.mark.loom(bundle=...)))",
             pytrace=False,
         )
     bundled = BundleLoom(
@@ -274,6 +283,29 @@ def _bundle_loom(
             _write_resealed(request.node, bundled)
     finally:
         bundled.close()
+
+
+def _marked_bundle(item: pytest.Item, marker: pytest.Mark) -> Path | None:
+    """The bundle ``marker`` names for ``item`` (relative to its file), or None if none."""
+    name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
+    return item.path.parent / name if isinstance(name, str | Path) else None
+
+
+def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
+    """The ids of the session's tests that run the ``loom`` fixture under a marker, by the
+    bundle it names (resolved). Walked once, when a marked test first records: a session that
+    records nothing never pays for it. Every pytest-xdist worker collects every test, so each
+    sees the same claims whichever worker runs them."""
+    claims = session.stash.get(BUNDLE_TESTS, None)
+    if claims is None:
+        claims = {}
+        for item in session.items:
+            marker = item.get_closest_marker("loom")
+            bundle = None if marker is None else _marked_bundle(item, marker)
+            if bundle is not None and "loom" in getattr(item, "fixturenames", ()):
+                claims.setdefault(bundle.resolve(), []).append(item.nodeid)
+        session.stash[BUNDLE_TESTS] = claims
+    return claims
 
 
 def _write_resealed(item: pytest.Item, bundled: BundleLoom) -> None:

@@ -362,3 +362,43 @@ def test_a_marked_test_that_runs_no_flow_is_an_error(pytester: pytest.Pytester) 
     marked_project(pytester, "Greet ", "assert loom")
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1, errors=1)
     assert bundle.exists()
+
+
+SHARED = """
+import pytest
+
+
+@pytest.mark.parametrize("name", ["Ada", "Grace"])
+@pytest.mark.loom(bundle="recordings/greet.json")
+def test_greet(loom, name):
+    assert loom.run("greet", name=name).output == f"Hello, {name}"
+"""
+
+
+@pytest.mark.parametrize("mode", ["once", "rewrite"])
+def test_two_tests_never_record_to_one_bundle(pytester: pytest.Pytester, mode: str) -> None:
+    """Parametrized cases sharing one bundle path would each record over the other (all
+    passing, the last one kept): recording refuses, naming both, and writes nothing."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(test_greet=SHARED)
+    result = pytester.runpytest("-p", "no:randomly", f"--loom-record={mode}")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        ["*greet.json is the bundle of 2 tests*test_greet[[]Ada[]]*test_greet[[]Grace[]]*"]
+    )
+    assert not bundle.exists()
+
+
+def test_parameters_with_a_bundle_each_record_and_replay(pytester: pytest.Pytester) -> None:
+    """What the refusal above advises: a marker per parameter, one bundle each."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(
+        test_greet=SHARED.replace('@pytest.mark.loom(bundle="recordings/greet.json")\n', "")
+        .replace('"Ada"', 'pytest.param("Ada", marks=pytest.mark.loom(bundle="r/ada.json"))')
+        .replace('"Grace"', 'pytest.param("Grace", marks=pytest.mark.loom(bundle="r/gr.json"))')
+    )
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=2)
+    assert (
+        bytes(read_bundle(pytester.path / "r" / "gr.json").execution().input) == b'{"name":"Grace"}'
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
