@@ -38,6 +38,7 @@ from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import Replayer, ReplayResult
+from loom_runtime.tools.display import visible
 from loom_runtime.tools.pytest_plugin import ReplayDiverged
 
 ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
@@ -48,7 +49,11 @@ only recording afresh (``--loom-record=rewrite``) can say what the new answer is
 
 class BundleMismatch(AssertionError):
     """The test runs the flow differently from the bundle (another flow, other arguments, a
-    second run): not a replay divergence but a test that no longer matches its recording."""
+    second run): not a replay divergence but a test that no longer matches its recording.
+    The message is made inert: it shows the bundle's recorded arguments."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(visible(message))
 
 
 class BundleLoom(Loom):

@@ -59,10 +59,13 @@ session state, so the report reaches the controller when pytest-xdist runs the t
 
 
 class ReplayDiverged(AssertionError):
-    """A bundle's replay was not identical; the message is the readable account."""
+    """A bundle's replay was not identical; the message is the readable account, made inert
+    (a bundle's values are untrusted: a recorded prompt can hold what a terminal obeys)."""
 
     def __init__(self, result: ReplayResult) -> None:
-        super().__init__(result.describe())
+        from loom_runtime.tools.display import visible
+
+        super().__init__(visible(result.describe()))
         self.result = result
 
 

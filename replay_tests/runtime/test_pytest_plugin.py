@@ -402,3 +402,25 @@ def test_parameters_with_a_bundle_each_record_and_replay(pytester: pytest.Pytest
         bytes(read_bundle(pytester.path / "r" / "gr.json").execution().input) == b'{"name":"Grace"}'
     )
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
+
+
+def test_a_divergence_from_an_untrusted_bundle_is_printed_inert(pytester: pytest.Pytester) -> None:
+    """A recorded prompt holding a bidi override and a C1 control (an incident's user text)
+    is shown as <U+XXXX> in the failure, in a marked test and a collected bundle alike, as
+    the CLI and the --loom-update summary show it: never obeyed by the terminal."""
+    bundle = marked_project(pytester, "Greet \\u202e\\x9b", 'loom.run("greet", name="Ada\\u202e")')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    pytester.makepyfile(greeter=flows_module("Say hi to "))
+    marked = pytester.runpytest("-p", "no:randomly")
+    marked.assert_outcomes(failed=1)
+    collected = pytester.runpytest(
+        "-p", "no:randomly", f"--loom-bundles={bundle.parent}", "-k", "replay"
+    )
+    collected.assert_outcomes(failed=1)
+    for result in (marked, collected):
+        result.stdout.fnmatch_lines(['*-  "prompt": "Greet <U+202E><U+009B>Ada<U+202E>"*'])
+        assert "\u202e" not in result.stdout.str() and "\x9b" not in result.stdout.str()
+    marked_project(pytester, "Greet ", 'loom.run("greet", name="Bo")')
+    mismatched = pytester.runpytest("-p", "no:randomly")
+    mismatched.stdout.fnmatch_lines(["*BundleMismatch*", '*+  "name": "Bo"*'])
+    assert "\u202e" not in mismatched.stdout.str() and "\x9b" not in mismatched.stdout.str()
