@@ -120,6 +120,20 @@ def pytest_runtest_makereport(
     return report
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked with a bundle must take the ``loom`` fixture: without it the marker is
+    silently nothing, and the test passes in every mode having recorded or replayed nothing.
+    (Not a bundle collected by ``--loom-bundles``: it has no fixtures.)"""
+    fixtures = getattr(item, "fixturenames", None)
+    if fixtures is not None and "loom" not in fixtures and item.get_closest_marker("loom"):
+        pytest.fail(
+            f"{item.nodeid} is marked @pytest.mark.loom(bundle=...) but does not take the loom "
+            "fixture, so nothing is recorded or replayed: add a `loom` argument and run the "
+            "flow with loom.run(...), or remove the marker",
+            pytrace=False,
+        )
+
+
 def _record_mode(config: pytest.Config) -> str:
     mode = str(config.getoption("--loom-record") or config.getini("loom_record"))
     if mode not in RECORD_MODES:

@@ -271,10 +271,11 @@ def test_other_arguments_than_recorded_fail_with_their_diff(pytester: pytest.Pyt
 
 
 def test_a_bundle_holds_one_run(pytester: pytest.Pytester) -> None:
-    marked_project(pytester, "Greet ", f"{RUN}\n    {RUN}")
+    bundle = marked_project(pytester, "Greet ", f"{RUN}\n    {RUN}")
     result = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*BundleMismatch*holds one execution*"])
+    assert not bundle.exists()  # the first run is not kept: its test failed
 
 
 def test_the_marker_needs_a_bundle(pytester: pytest.Pytester) -> None:
@@ -424,3 +425,19 @@ def test_a_divergence_from_an_untrusted_bundle_is_printed_inert(pytester: pytest
     mismatched = pytester.runpytest("-p", "no:randomly")
     mismatched.stdout.fnmatch_lines(["*BundleMismatch*", '*+  "name": "Bo"*'])
     assert "\u202e" not in mismatched.stdout.str() and "\x9b" not in mismatched.stdout.str()
+
+
+def test_the_marker_without_the_fixture_is_an_error(pytester: pytest.Pytester) -> None:
+    """A marked test that does not take the ``loom`` fixture would record and replay nothing
+    and pass in every mode: it errors, saying to take the fixture."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(
+        test_greet="import pytest\n\n\n"
+        '@pytest.mark.loom(bundle="recordings/greet.json")\n'
+        "def test_greet(loom_flows):\n"
+        "    assert loom_flows\n"
+    )
+    for mode in ("once", "none"):
+        result = pytester.runpytest("-p", "no:randomly", f"--loom-record={mode}")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines(["*test_greet*does not take the loom fixture*"])
