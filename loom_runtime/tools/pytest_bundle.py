@@ -132,13 +132,14 @@ class BundleLoom(Loom):
             log_position=execution.log_position,
         )
 
-    def update_bundle(self) -> None:
-        """Replay :attr:`bundle` as it is (a collected bundle has no test body to run):
-        re-seal it into :attr:`resealed` if only accepted divergences, else raise them.
-        Opens no database."""
+    def update_bundle(self) -> ReplayResult:
+        """Replay :attr:`bundle` as it is (a collected bundle, or one ``loom_replay`` names,
+        has no run of the test's to answer): re-seal it into :attr:`resealed` if only accepted
+        divergences, else raise them. Opens no database."""
         result = self.replay_bundle(self.bundle)
         if not result.identical:
             self._settle(read_bundle(self.bundle), result)
+        return result
 
     def _settle(self, bundle: Bundle, result: ReplayResult) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""

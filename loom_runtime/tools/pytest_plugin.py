@@ -222,13 +222,32 @@ def loom_flows(pytestconfig: pytest.Config) -> FlowRegistry:
 
 
 @pytest.fixture
-def loom_replay(loom_flows: FlowRegistry) -> Callable[[str | Path], ReplayResult]:
-    """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical."""
+def loom_replay(
+    request: pytest.FixtureRequest, loom_flows: FlowRegistry
+) -> Iterator[Callable[[str | Path], ReplayResult]]:
+    """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical.
+
+    Under ``--loom-update`` a bundle whose replay changed only decision inputs or the output
+    is re-sealed instead, as the marker's and the collected ones are: written (and printed)
+    at teardown, and only if the test passed."""
+    from loom_runtime.tools.pytest_bundle import BundleLoom
+
+    update = bool(request.config.getoption("--loom-update"))
+    updated: list[BundleLoom] = []
 
     def replay(bundle: str | Path) -> ReplayResult:
-        return replay_or_fail(loom_flows, Path(bundle))
+        if not update:
+            return replay_or_fail(loom_flows, Path(bundle))
+        updating = BundleLoom(
+            None, flows=loom_flows, bundle=Path(bundle), record=False, update=True
+        )
+        updated.append(updating)
+        return updating.update_bundle()  # opens no database: nothing to close
 
-    return replay
+    yield replay
+    if request.node.stash.get(PASSED, False):
+        for updating in updated:
+            _write_resealed(request.node, updating)
 
 
 @pytest.fixture

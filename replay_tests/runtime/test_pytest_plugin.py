@@ -441,3 +441,27 @@ def test_the_marker_without_the_fixture_is_an_error(pytester: pytest.Pytester) -
         result = pytester.runpytest("-p", "no:randomly", f"--loom-record={mode}")
         result.assert_outcomes(errors=1)
         result.stdout.fnmatch_lines(["*test_greet*does not take the loom fixture*"])
+
+
+def test_update_reseals_a_bundle_a_hand_written_test_replays(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """``loom_replay`` under --loom-update accepts a changed prompt like the marker and the
+    collected bundles do, printing it; only when the test passes, and green afterwards."""
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    pytester.makeconftest(
+        "import pytest, flows_v2\n@pytest.fixture\ndef loom_flows():\n    return flows_v2.flows\n"
+    )
+    bundle = recordings / "incident-1.json"
+    before = bundle.read_bytes()
+    test = "def test_incident_1(loom_replay):\n    assert loom_replay({!r}).output == {!r}\n"
+    pytester.makepyfile(test_incidents=test.format(str(bundle), "rejected"))
+    pytester.runpytest("-p", "no:randomly", "--loom-update").assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    pytester.makepyfile(test_incidents=test.format(str(bundle), "Hello, Ada"))
+    updated = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    updated.assert_outcomes(passed=1)
+    updated.stdout.fnmatch_lines(
+        ["re-sealed *incident-1.json, accepting:", '*+  "prompt": "Say hi to Ada"*']
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
