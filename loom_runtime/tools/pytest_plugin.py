@@ -8,8 +8,9 @@ output) when the current code no longer reproduces the recording. ``--loom-flows
 ``FlowRegistry``, or a function returning one. No database is opened: a bundle carries all a
 replay needs.
 
-For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way;
-override the ``loom_flows`` fixture to supply flows from a conftest instead of the option.
+For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way
+(``--loom-update`` re-seals what it replays too); override the ``loom_flows`` fixture to
+supply flows from a conftest instead of the option.
 
 A test that runs a flow records on first run and replays after (ADR 0029)::
 
