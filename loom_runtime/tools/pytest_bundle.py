@@ -124,6 +124,10 @@ class BundleLoom(Loom):
         if not result.identical:
             self._settle(bundle, result)
         if self._error is not None:  # recorded as raising, and so it did again: as run() did
+            self._error.add_note(
+                f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
+                "does not expect it, record it again with --loom-record=rewrite"
+            )
             raise self._error
         return Run(
             execution_id=execution.id,

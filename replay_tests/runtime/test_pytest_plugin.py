@@ -315,6 +315,10 @@ def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytes
     pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
     assert read_bundle(bundle).execution().error is not None
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+    marked_project(pytester, "Greet ", 'loom.run("refuse", name="Ada")')
+    unexpected = pytester.runpytest("-p", "no:randomly")  # the error says where it came from
+    unexpected.assert_outcomes(failed=1)
+    unexpected.stdout.fnmatch_lines(["*ValueError: refused Ada", "*replayed from *greet.json*"])
 
 
 def test_a_failing_test_records_no_bundle(pytester: pytest.Pytester) -> None:
