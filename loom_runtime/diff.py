@@ -8,8 +8,11 @@ in 300 s). So the diff is cut in two ways, each saying what it left out:
 * values whose pretty-printed JSON exceeds :data:`MAX_DIFFED_CHARS` or :data:`MAX_DIFFED_LINES`
   are not diffed at all (difflib is quadratic in the worst case): they are summarised by size,
   sha256 and an excerpt around the first differing byte, found in O(n);
-* a diff is cut after :data:`MAX_LINES` lines ("... N more lines") and each line after
-  :data:`MAX_LINE_CHARS` characters ("... N more characters").
+* a diff is cut after :data:`MAX_LINES` lines ("... N more lines") and each line to
+  :data:`MAX_LINE_CHARS` characters ("... N more characters"). A changed line is cut around
+  where it differs from its counterpart (the added line for a removed one, and back), not
+  from its start: a prompt is one line of pretty JSON, its newlines escaped, and cut from its
+  start a change past the cut showed two identical lines.
 
 Everything here is linear in the values' size.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
@@ -78,19 +81,50 @@ def diff(
 
 
 def _bounded(lines: Iterable[str]) -> str:
-    shown: list[str] = []
-    hidden = 0
-    for line in lines:
-        if len(shown) >= MAX_LINES:
-            hidden += 1
-            continue
-        text = line.rstrip("\n")
-        if len(text) > MAX_LINE_CHARS:
-            text = f"{text[:MAX_LINE_CHARS]}... ({len(text) - MAX_LINE_CHARS:,} more characters)"
-        shown.append(text)
-    if hidden:
-        shown.append(f"... {hidden:,} more lines")
+    texts = [line.rstrip("\n") for line in lines]
+    counterparts = _counterparts(texts)
+    shown = [_cut(text, counterparts.get(at)) for at, text in enumerate(texts[:MAX_LINES])]
+    if len(texts) > MAX_LINES:
+        shown.append(f"... {len(texts) - MAX_LINES:,} more lines")
     return "\n".join(shown) + "\n"
+
+
+def _counterparts(texts: list[str]) -> dict[int, str]:
+    """Each changed line's counterpart, by its index in the unified diff ``texts``: in a run
+    of removed lines followed by added ones, the n-th removed with the n-th added."""
+    found: dict[int, str] = {}
+    removed: list[int] = []
+    added: list[int] = []
+    hunks = next((at for at, text in enumerate(texts) if text.startswith("@@")), len(texts))
+    for at, text in enumerate(texts[hunks:], start=hunks):  # past a note and the file headers
+        if text[:1] == "-" and not added:
+            removed.append(at)
+            continue
+        if text[:1] == "+":
+            added.append(at)
+            continue
+        for old, new in zip(removed, added, strict=False):
+            found[old], found[new] = texts[new], texts[old]
+        removed, added = ([at] if text[:1] == "-" else []), []
+    for old, new in zip(removed, added, strict=False):
+        found[old], found[new] = texts[new], texts[old]
+    return found
+
+
+def _cut(text: str, counterpart: str | None) -> str:
+    """``text`` cut to :data:`MAX_LINE_CHARS`, from its start unless it differs from its
+    ``counterpart`` past what that shows: then from a little before where they differ."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    start = 0
+    if counterpart is not None:  # compared after the "-"/"+" each starts with
+        differs = 1 + _first_difference(text[1:], counterpart[1:])
+        if differs > MAX_LINE_CHARS - _EXCERPT:
+            start = differs - _EXCERPT
+    end = start + MAX_LINE_CHARS
+    before = f"{text[0]}... ({start - 1:,} characters) " if start else ""
+    after = f"... ({len(text) - end:,} more characters)" if end < len(text) else ""
+    return f"{before}{text[start:end]}{after}"
 
 
 def _summary(
@@ -103,7 +137,7 @@ def _summary(
 ) -> str:
     """Both values by size and sha256, and an excerpt of each around their first difference."""
     old, new = bytes(before or b""), bytes(after or b"")
-    at = _first_difference(old, new)
+    at = _first_difference(memoryview(old), memoryview(new))
     start = max(0, at - _EXCERPT)
     lines = [f"{label} {why}; they differ from byte {at:,}:"]
     for side, data in ((sides[0], old), (sides[1], new)):
@@ -115,14 +149,14 @@ def _summary(
     return "\n".join(lines) + "\n"
 
 
-def _first_difference(a: bytes, b: bytes) -> int:
-    """The index of the first byte where ``a`` and ``b`` differ (a binary search of C-speed
-    prefix comparisons: O(n log n) bytes compared, no Python loop over the bytes)."""
+def _first_difference(a: Sequence[object], b: Sequence[object]) -> int:
+    """The index of the first item (byte of a memoryview, character of a str) where ``a`` and
+    ``b`` differ (a binary search of C-speed prefix comparisons: O(n log n) items compared,
+    no Python loop over them)."""
     low, high = 0, min(len(a), len(b))
-    view_a, view_b = memoryview(a), memoryview(b)
     while low < high:
         middle = (low + high + 1) // 2
-        if view_a[:middle] == view_b[:middle]:
+        if a[:middle] == b[:middle]:
             low = middle
         else:
             high = middle - 1

@@ -4,7 +4,9 @@ A marked test calls ``loom.run(...)`` the same way whether it records or replays
 this subclass decides which by the record mode, inside the one method both ``run`` and
 ``arun`` go through. Recording runs the flow live into the test's temporary log and leaves
 the execution for the fixture to export; replaying answers the run from the bundle, with the
-current code, and fails the test with the replay's readable divergences. Under
+current code, and fails the test with the replay's readable divergences. A run recorded as
+raising raises again when replayed (the error the current code raised, matching the
+recorded one), so a test expecting it with ``pytest.raises`` passes in both modes. Under
 ``--loom-update`` a replay whose only divergences are changed decision inputs or a changed
 output is re-sealed instead: the recorded events with those inputs and that output put in,
 everything else (ids, timestamps, values, code version) kept, so the bundle's git diff is
@@ -36,6 +38,7 @@ from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import Replayer, ReplayResult
+from loom_runtime.tools.display import visible
 from loom_runtime.tools.pytest_plugin import ReplayDiverged
 
 ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
@@ -46,7 +49,11 @@ only recording afresh (``--loom-record=rewrite``) can say what the new answer is
 
 class BundleMismatch(AssertionError):
     """The test runs the flow differently from the bundle (another flow, other arguments, a
-    second run): not a replay divergence but a test that no longer matches its recording."""
+    second run): not a replay divergence but a test that no longer matches its recording.
+    The message is made inert: it shows the bundle's recorded arguments."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(visible(message))
 
 
 class BundleLoom(Loom):
@@ -70,17 +77,19 @@ class BundleLoom(Loom):
         self.resealed: Bundle | None = None
         """The bundle re-sealed under ``--loom-update``, for the fixture to write."""
         self.accepted: tuple[ReplayDivergence, ...] = ()
-        self._ran = False
+        self.ran = False
+        """Whether the test ran its flow: a marked test that never does checks nothing."""
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
+        self._error: BaseException | None = None
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        if self._ran:
+        if self.ran:
             raise BundleMismatch(
                 f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
                 "execution: split the test, or run the other flows with a Loom of your own"
             )
-        self._ran = True
+        self.ran = True
         if self.recording:
             return (yield from super()._run(flow, labels, arguments))
         return (yield from self._answer(flow, arguments))
@@ -114,6 +123,12 @@ class BundleLoom(Loom):
         result = yield from self._replay(execution, frozenset())
         if not result.identical:
             self._settle(bundle, result)
+        if self._error is not None:  # recorded as raising, and so it did again: as run() did
+            self._error.add_note(
+                f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
+                "does not expect it, record it again with --loom-record=rewrite"
+            )
+            raise self._error
         return Run(
             execution_id=execution.id,
             flow=execution.flow,
@@ -121,13 +136,14 @@ class BundleLoom(Loom):
             log_position=execution.log_position,
         )
 
-    def update_bundle(self) -> None:
-        """Replay :attr:`bundle` as it is (a collected bundle has no test body to run):
-        re-seal it into :attr:`resealed` if only accepted divergences, else raise them.
-        Opens no database."""
+    def update_bundle(self) -> ReplayResult:
+        """Replay :attr:`bundle` as it is (a collected bundle, or one ``loom_replay`` names,
+        has no run of the test's to answer): re-seal it into :attr:`resealed` if only accepted
+        divergences, else raise them. Opens no database."""
         result = self.replay_bundle(self.bundle)
         if not result.identical:
             self._settle(read_bundle(self.bundle), result)
+        return result
 
     def _settle(self, bundle: Bundle, result: ReplayResult) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""
@@ -158,7 +174,7 @@ class BundleLoom(Loom):
         output: msgspec.Raw | None,
         error: BaseException | None,
     ) -> ReplayResult:
-        self._output = output
+        self._output, self._error = output, error
         return super()._replay_result(execution, definition, replayer, output, error)
 
 

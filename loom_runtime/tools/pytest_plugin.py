@@ -8,8 +8,9 @@ output) when the current code no longer reproduces the recording. ``--loom-flows
 ``FlowRegistry``, or a function returning one. No database is opened: a bundle carries all a
 replay needs.
 
-For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way;
-override the ``loom_flows`` fixture to supply flows from a conftest instead of the option.
+For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way
+(``--loom-update`` re-seals what it replays too); override the ``loom_flows`` fixture to
+supply flows from a conftest instead of the option.
 
 A test that runs a flow records on first run and replays after (ADR 0029)::
 
@@ -23,7 +24,9 @@ answered from it, by ``--loom-record`` (ini ``loom_record``): ``none`` replays o
 default: CI never records), ``once`` records a missing bundle and replays an existing one,
 ``rewrite`` records afresh. ``--loom-update`` re-seals a bundle whose replay diverged only by
 changed decision inputs or output, and prints each diff it accepted; any other divergence
-still fails. It re-seals the bundles ``--loom-bundles`` collects the same way.
+still fails. It re-seals the bundles ``--loom-bundles`` collects the same way. A recording or
+a re-seal is written only when the test passes: a run its own test rejects is no golden file
+(``once`` would replay it from then on).
 
 Registered through the ``pytest11`` entry point, so installing loom is enough. That also
 loads it into every pytest session of an environment where loom is installed, most of which
@@ -33,7 +36,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,16 +50,23 @@ if TYPE_CHECKING:
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
+PASSED = pytest.StashKey[bool]()
+"""Whether a test's call passed: a marked test's recording or re-seal is written only then."""
+BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
+"""The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
 RESEALED_PROPERTY = "loom_resealed"
 """The user property a re-sealing test carries (bundle and accepted diffs): a property, not
 session state, so the report reaches the controller when pytest-xdist runs the tests."""
 
 
 class ReplayDiverged(AssertionError):
-    """A bundle's replay was not identical; the message is the readable account."""
+    """A bundle's replay was not identical; the message is the readable account, made inert
+    (a bundle's values are untrusted: a recorded prompt can hold what a terminal obeys)."""
 
     def __init__(self, result: ReplayResult) -> None:
-        super().__init__(result.describe())
+        from loom_runtime.tools.display import visible
+
+        super().__init__(visible(result.describe()))
         self.result = result
 
 
@@ -98,6 +108,31 @@ def pytest_configure(config: pytest.Config) -> None:
         "loom(bundle): the loom fixture's run is recorded to / replayed from this bundle file "
         "(relative to the test file; see --loom-record, --loom-update)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Note whether the test's call passed, for the ``loom`` fixture's teardown to read."""
+    report = yield
+    if call.when == "call":
+        item.stash[PASSED] = report.passed
+    return report
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked with a bundle must take the ``loom`` fixture: without it the marker is
+    silently nothing, and the test passes in every mode having recorded or replayed nothing.
+    (Not a bundle collected by ``--loom-bundles``: it has no fixtures.)"""
+    fixtures = getattr(item, "fixturenames", None)
+    if fixtures is not None and "loom" not in fixtures and item.get_closest_marker("loom"):
+        pytest.fail(
+            f"{item.nodeid} is marked @pytest.mark.loom(bundle=...) but does not take the loom "
+            "fixture, so nothing is recorded or replayed: add a `loom` argument and run the "
+            "flow with loom.run(...), or remove the marker",
+            pytrace=False,
+        )
 
 
 def _record_mode(config: pytest.Config) -> str:
@@ -188,13 +223,32 @@ def loom_flows(pytestconfig: pytest.Config) -> FlowRegistry:
 
 
 @pytest.fixture
-def loom_replay(loom_flows: FlowRegistry) -> Callable[[str | Path], ReplayResult]:
-    """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical."""
+def loom_replay(
+    request: pytest.FixtureRequest, loom_flows: FlowRegistry
+) -> Iterator[Callable[[str | Path], ReplayResult]]:
+    """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical.
+
+    Under ``--loom-update`` a bundle whose replay changed only decision inputs or the output
+    is re-sealed instead, as the marker's and the collected ones are: written (and printed)
+    at teardown, and only if the test passed."""
+    from loom_runtime.tools.pytest_bundle import BundleLoom
+
+    update = bool(request.config.getoption("--loom-update"))
+    updated: list[BundleLoom] = []
 
     def replay(bundle: str | Path) -> ReplayResult:
-        return replay_or_fail(loom_flows, Path(bundle))
+        if not update:
+            return replay_or_fail(loom_flows, Path(bundle))
+        updating = BundleLoom(
+            None, flows=loom_flows, bundle=Path(bundle), record=False, update=True
+        )
+        updated.append(updating)
+        return updating.update_bundle()  # opens no database: nothing to close
 
-    return replay
+    yield replay
+    if request.node.stash.get(PASSED, False):
+        for updating in updated:
+            _write_resealed(request.node, updating)
 
 
 @pytest.fixture
@@ -219,19 +273,26 @@ def _bundle_loom(
 ) -> Iterator[Loom]:
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
-    name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
-    if not isinstance(name, str | Path):
+    bundle = _marked_bundle(request.node, marker)
+    if bundle is None:
         raise pytest.UsageError(
             f"{request.node.nodeid}: @pytest.mark.loom needs bundle=PATH (the file its run "
             "records to and replays from)"
         )
-    bundle = request.path.parent / name
     mode = _record_mode(request.config)
     record = mode == "rewrite" or (mode == "once" and not bundle.exists())
     if not record and not bundle.exists():
         pytest.fail(
             f"no loom bundle at {bundle}: record it with --loom-record=once (replay-only is "
             "the default, so CI never records)",
+            pytrace=False,
+        )
+    sharing = _bundle_tests(request.session).get(bundle.resolve(), []) if record else []
+    if len(sharing) > 1:
+        pytest.fail(
+            f"{bundle} is the bundle of {len(sharing)} tests ({', '.join(sharing)}): it holds "
+            "one execution, so each would record over the other; give each test its own "
+            "(for parameters: pytest.param(..., marks=pytest.mark.loom(bundle=...)))",
             pytrace=False,
         )
     bundled = BundleLoom(
@@ -243,6 +304,15 @@ def _bundle_loom(
     )
     try:
         yield bundled
+        if not request.node.stash.get(PASSED, False):
+            return  # what the test rejected is no recording to keep, nor a change to accept
+        if not bundled.ran:
+            pytest.fail(
+                f"{request.node.nodeid} is marked with the bundle {bundle} but ran no flow "
+                "through the loom fixture, so nothing was recorded or replayed: run it with "
+                "loom.run(...) (or loom.arun), or remove the marker",
+                pytrace=False,
+            )
         if bundled.recorded is not None:
             bundle.parent.mkdir(parents=True, exist_ok=True)
             bundled.export(bundled.recorded, bundle)
@@ -250,6 +320,29 @@ def _bundle_loom(
             _write_resealed(request.node, bundled)
     finally:
         bundled.close()
+
+
+def _marked_bundle(item: pytest.Item, marker: pytest.Mark) -> Path | None:
+    """The bundle ``marker`` names for ``item`` (relative to its file), or None if none."""
+    name = marker.kwargs.get("bundle", marker.args[0] if marker.args else None)
+    return item.path.parent / name if isinstance(name, str | Path) else None
+
+
+def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
+    """The ids of the session's tests that run the ``loom`` fixture under a marker, by the
+    bundle it names (resolved). Walked once, when a marked test first records: a session that
+    records nothing never pays for it. Every pytest-xdist worker collects every test, so each
+    sees the same claims whichever worker runs them."""
+    claims = session.stash.get(BUNDLE_TESTS, None)
+    if claims is None:
+        claims = {}
+        for item in session.items:
+            marker = item.get_closest_marker("loom")
+            bundle = None if marker is None else _marked_bundle(item, marker)
+            if bundle is not None and "loom" in getattr(item, "fixturenames", ()):
+                claims.setdefault(bundle.resolve(), []).append(item.nodeid)
+        session.stash[BUNDLE_TESTS] = claims
+    return claims
 
 
 def _write_resealed(item: pytest.Item, bundled: BundleLoom) -> None:

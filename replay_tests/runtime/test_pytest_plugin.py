@@ -22,6 +22,11 @@ def greet(ctx, name: str) -> str:
     salutation = ctx.decide("model", lambda: "Hello", input={"prompt": PROMPT + name})
     return f"{salutation}, {name}"
 
+@flows.flow("refuse")
+def refuse(ctx, name: str) -> str:
+    ctx.decide("model", lambda: "Hello", input={"prompt": PROMPT + name})
+    raise ValueError(f"refused {name}")
+
 PROMPT = "TEMPLATE"
 """
 
@@ -266,10 +271,11 @@ def test_other_arguments_than_recorded_fail_with_their_diff(pytester: pytest.Pyt
 
 
 def test_a_bundle_holds_one_run(pytester: pytest.Pytester) -> None:
-    marked_project(pytester, "Greet ", f"{RUN}\n    {RUN}")
+    bundle = marked_project(pytester, "Greet ", f"{RUN}\n    {RUN}")
     result = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*BundleMismatch*holds one execution*"])
+    assert not bundle.exists()  # the first run is not kept: its test failed
 
 
 def test_the_marker_needs_a_bundle(pytester: pytest.Pytester) -> None:
@@ -295,3 +301,171 @@ def test_an_unmarked_test_gets_a_plain_loom_on_a_temporary_file(
     )
     pytester.runpytest("-p", "no:randomly", "test_plain.py").assert_outcomes(passed=1)
     assert not (pytester.path / "recordings").exists()
+
+
+def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytester) -> None:
+    """A flow that raised when recorded raises the same when replayed: the test that expects
+    it (``pytest.raises``) passes in both modes, as the one test body promises."""
+    bundle = marked_project(
+        pytester,
+        "Greet ",
+        'with pytest.raises(ValueError, match="refused Ada"):\n'
+        '        loom.run("refuse", name="Ada")',
+    )
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert read_bundle(bundle).execution().error is not None
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+    marked_project(pytester, "Greet ", 'loom.run("refuse", name="Ada")')
+    unexpected = pytester.runpytest("-p", "no:randomly")  # the error says where it came from
+    unexpected.assert_outcomes(failed=1)
+    unexpected.stdout.fnmatch_lines(["*ValueError: refused Ada", "*replayed from *greet.json*"])
+
+
+def test_a_failing_test_records_no_bundle(pytester: pytest.Pytester) -> None:
+    """A recording whose test fails (its assertion, or the flow raising unexpectedly) is not
+    written: ``once`` would replay the rejected run as golden from then on. The next ``once``
+    records again."""
+    rejected = 'assert loom.run("greet", name="Ada").output == "Hi"'
+    bundle = marked_project(pytester, "Greet ", rejected)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(failed=1)
+    assert not bundle.exists()
+    marked_project(pytester, "Greet ", 'loom.run("refuse", name="Ada")')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(failed=1)
+    assert not bundle.exists()
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert bundle.exists()
+
+
+def test_a_failing_test_keeps_the_bundle_under_rewrite_and_update(
+    pytester: pytest.Pytester,
+) -> None:
+    """Neither ``rewrite`` nor ``--loom-update`` replaces a bundle from a test that then
+    fails: the committed recording stays byte for byte, and nothing is reported re-sealed."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    before = bundle.read_bytes()
+    marked_project(pytester, "Say hi to ", f'{RUN}\n    assert False, "rejected"')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=rewrite").assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    result = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    result.assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    assert "re-sealed" not in result.stdout.str()
+
+
+def test_a_marked_test_that_runs_no_flow_is_an_error(pytester: pytest.Pytester) -> None:
+    """A marked test that never runs a flow through the fixture checks nothing: it is an
+    error under ``once`` (which would record nothing, and CI would then ask for a recording
+    that can never be made) and when replaying an existing bundle (which nothing replays)."""
+    bundle = marked_project(pytester, "Greet ", "assert loom")
+    result = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_greet*ran no flow through the loom fixture*"])
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    marked_project(pytester, "Greet ", "assert loom")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1, errors=1)
+    assert bundle.exists()
+
+
+SHARED = """
+import pytest
+
+
+@pytest.mark.parametrize("name", ["Ada", "Grace"])
+@pytest.mark.loom(bundle="recordings/greet.json")
+def test_greet(loom, name):
+    assert loom.run("greet", name=name).output == f"Hello, {name}"
+"""
+
+
+@pytest.mark.parametrize("mode", ["once", "rewrite"])
+def test_two_tests_never_record_to_one_bundle(pytester: pytest.Pytester, mode: str) -> None:
+    """Parametrized cases sharing one bundle path would each record over the other (all
+    passing, the last one kept): recording refuses, naming both, and writes nothing."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(test_greet=SHARED)
+    result = pytester.runpytest("-p", "no:randomly", f"--loom-record={mode}")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        ["*greet.json is the bundle of 2 tests*test_greet[[]Ada[]]*test_greet[[]Grace[]]*"]
+    )
+    assert not bundle.exists()
+
+
+def test_parameters_with_a_bundle_each_record_and_replay(pytester: pytest.Pytester) -> None:
+    """What the refusal above advises: a marker per parameter, one bundle each."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(
+        test_greet=SHARED.replace('@pytest.mark.loom(bundle="recordings/greet.json")\n', "")
+        .replace('"Ada"', 'pytest.param("Ada", marks=pytest.mark.loom(bundle="r/ada.json"))')
+        .replace('"Grace"', 'pytest.param("Grace", marks=pytest.mark.loom(bundle="r/gr.json"))')
+    )
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=2)
+    assert (
+        bytes(read_bundle(pytester.path / "r" / "gr.json").execution().input) == b'{"name":"Grace"}'
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
+
+
+def test_a_divergence_from_an_untrusted_bundle_is_printed_inert(pytester: pytest.Pytester) -> None:
+    """A recorded prompt holding a bidi override and a C1 control (an incident's user text)
+    is shown as <U+XXXX> in the failure, in a marked test and a collected bundle alike, as
+    the CLI and the --loom-update summary show it: never obeyed by the terminal."""
+    bundle = marked_project(pytester, "Greet \\u202e\\x9b", 'loom.run("greet", name="Ada\\u202e")')
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    pytester.makepyfile(greeter=flows_module("Say hi to "))
+    marked = pytester.runpytest("-p", "no:randomly")
+    marked.assert_outcomes(failed=1)
+    collected = pytester.runpytest(
+        "-p", "no:randomly", f"--loom-bundles={bundle.parent}", "-k", "replay"
+    )
+    collected.assert_outcomes(failed=1)
+    for result in (marked, collected):
+        result.stdout.fnmatch_lines(['*-  "prompt": "Greet <U+202E><U+009B>Ada<U+202E>"*'])
+        assert "\u202e" not in result.stdout.str() and "\x9b" not in result.stdout.str()
+    marked_project(pytester, "Greet ", 'loom.run("greet", name="Bo")')
+    mismatched = pytester.runpytest("-p", "no:randomly")
+    mismatched.stdout.fnmatch_lines(["*BundleMismatch*", '*+  "name": "Bo"*'])
+    assert "\u202e" not in mismatched.stdout.str() and "\x9b" not in mismatched.stdout.str()
+
+
+def test_the_marker_without_the_fixture_is_an_error(pytester: pytest.Pytester) -> None:
+    """A marked test that does not take the ``loom`` fixture would record and replay nothing
+    and pass in every mode: it errors, saying to take the fixture."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(
+        test_greet="import pytest\n\n\n"
+        '@pytest.mark.loom(bundle="recordings/greet.json")\n'
+        "def test_greet(loom_flows):\n"
+        "    assert loom_flows\n"
+    )
+    for mode in ("once", "none"):
+        result = pytester.runpytest("-p", "no:randomly", f"--loom-record={mode}")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines(["*test_greet*does not take the loom fixture*"])
+
+
+def test_update_reseals_a_bundle_a_hand_written_test_replays(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """``loom_replay`` under --loom-update accepts a changed prompt like the marker and the
+    collected bundles do, printing it; only when the test passes, and green afterwards."""
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    pytester.makeconftest(
+        "import pytest, flows_v2\n@pytest.fixture\ndef loom_flows():\n    return flows_v2.flows\n"
+    )
+    bundle = recordings / "incident-1.json"
+    before = bundle.read_bytes()
+    test = "def test_incident_1(loom_replay):\n    assert loom_replay({!r}).output == {!r}\n"
+    pytester.makepyfile(test_incidents=test.format(str(bundle), "rejected"))
+    pytester.runpytest("-p", "no:randomly", "--loom-update").assert_outcomes(failed=1)
+    assert bundle.read_bytes() == before
+    pytester.makepyfile(test_incidents=test.format(str(bundle), "Hello, Ada"))
+    updated = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    updated.assert_outcomes(passed=1)
+    updated.stdout.fnmatch_lines(
+        ["re-sealed *incident-1.json, accepting:", '*+  "prompt": "Say hi to Ada"*']
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
