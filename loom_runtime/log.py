@@ -131,8 +131,9 @@ class Precondition(msgspec.Struct, frozen=True):
     statements while it holds the database's write lock, the row is the one the commit
     sees: what changed it either committed first (and the append is refused) or waits for
     this commit. Where the write lock does not cover the row (PostgreSQL's is a lock on the
-    events table), ``sql`` locks the row itself (``FOR SHARE``). An encrypted execution's appends need their subject's data key to be live
-    (ADR 0049); that is the one user today, but nothing here is about keys.
+    events table), ``sql`` locks the row itself (``FOR SHARE``). The users today are sealed
+    appends, which need their subject's data key to be live (ADR 0049), and a keyless Loom's
+    first append; nothing here is about keys.
 
     ``sql`` is a ``SELECT`` with one ``?`` parameter, ``parameter``; the append proceeds when
     its first row's first column is true, and otherwise is rolled back whole and
