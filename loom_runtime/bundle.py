@@ -254,7 +254,10 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
     data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
     target = path.resolve() if follow_link and path.is_symlink() else path
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:  # no such folder, no permission: name the file asked for
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(descriptor, "wb") as file:
             file.write(data)

@@ -78,3 +78,14 @@ def test_a_written_bundle_keeps_the_files_mode_and_a_link_stays_a_link(tmp_path:
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_bundle_into_a_folder_that_is_not_there_names_the_bundle(tmp_path: Path) -> None:
+    """The error names the path asked for, not the hidden partial file the write goes
+    through (``.b.json.1a2b3c4d.partial``), and keeps its type."""
+    bundle = read_bundle(_exported(tmp_path, "b", size=5))
+    target = tmp_path / "missing" / "b.json"
+    with pytest.raises(FileNotFoundError) as refused:
+        write_bundle(bundle, target)
+    assert refused.value.filename == str(target)
+    assert ".partial" not in str(refused.value)
