@@ -57,7 +57,7 @@ def test_an_append_waits_for_its_key_being_destroyed_and_is_refused(db_url: str)
                     {"subject": started["subject"]},
                 )
                 go.set()
-                flow.join(2)  # the append reaches the key row while it is being destroyed
+                flow.join(1)  # the append reaches the key row while it is being destroyed
                 destroying.commit()
         finally:
             engine.dispose()
