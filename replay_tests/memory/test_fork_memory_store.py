@@ -14,13 +14,11 @@ the failure it guards against can be a hang of the parent as well as of the chil
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import msgspec
 import pytest
+
+from replay_tests.forking_program import run_forking_program
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,24 +32,7 @@ TIMEOUT = 60  # seconds; the whole scenario takes a few
 
 
 def test_forked_children_write_and_close_beside_their_parent(db_url: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    # Its own session, so that a hang is ended for the forked children too, not only the parent.
-    program = subprocess.Popen(
-        [sys.executable, str(PROGRAM), db_url, str(CHILDREN), str(RUNS)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = program.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(program.pid, signal.SIGKILL)
-        _, stderr = program.communicate()
-        pytest.fail(f"the parent or a child hung:\n{stderr}")
-    assert program.returncode == 0, stderr
-    report = msgspec.json.decode(stdout.strip().splitlines()[-1])
+    report = run_forking_program(PROGRAM, db_url, str(CHILDREN), str(RUNS), timeout=TIMEOUT)
     assert report == {
         "children": [0] * CHILDREN,
         "held": {
@@ -59,4 +40,4 @@ def test_forked_children_write_and_close_beside_their_parent(db_url: str) -> Non
             "after": RUNS,
             **{f"child{c}": RUNS for c in range(CHILDREN)},
         },
-    }, stderr
+    }

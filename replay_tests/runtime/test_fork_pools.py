@@ -14,13 +14,11 @@ the failure it guards against is a hang of the parent as well as of the child.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import msgspec
 import pytest
+
+from replay_tests.forking_program import run_forking_program
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,26 +37,11 @@ def test_forked_children_record_and_close_beside_their_parent(
 ) -> None:
     """Children forked from a process with an open Loom record and replay with it and close
     it; the parent records meanwhile and afterwards; every execution is in one verified log."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    # Its own session, so that a hang is ended for the forked children too, not only the parent.
-    program = subprocess.Popen(
-        [sys.executable, str(PROGRAM), db_url, str(CHILDREN), str(RUNS), persistence],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    report = run_forking_program(
+        PROGRAM, db_url, str(CHILDREN), str(RUNS), persistence, timeout=TIMEOUT
     )
-    try:
-        stdout, stderr = program.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(program.pid, signal.SIGKILL)
-        _, stderr = program.communicate()
-        pytest.fail(f"the parent or a child hung:\n{stderr}")
-    assert program.returncode == 0, stderr
-    report = msgspec.json.decode(stdout.strip().splitlines()[-1])
     assert report == {
         "children": [0] * CHILDREN,
         "executions": 1 + RUNS * (CHILDREN + 2),
         "verified": True if persistence == "builtin" else None,
-    }, stderr
+    }
