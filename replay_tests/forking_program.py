@@ -18,11 +18,15 @@ from typing import Any
 import msgspec
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def run_forking_program(program: Path, *args: str, timeout: float) -> Any:
     """The JSON report ``program`` prints as its last line; the test fails if it exits
     non-zero or does not end within ``timeout`` seconds (its whole process group killed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    # The programs import replay_tests.forked_children: the checkout's root on their path.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     running = subprocess.Popen(
         [sys.executable, str(program), *args],
         env=env,

@@ -17,14 +17,13 @@ holds.
 
 from __future__ import annotations
 
-import os
 import sys
-import traceback
 
 import msgspec
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
 from loom_memory.sql import SqlMemoryStore
+from replay_tests.forked_children import exit_statuses, fork_children
 
 
 def _append(store: SqlMemoryStore, key: str, runs: int, *, search: bool) -> None:
@@ -39,23 +38,14 @@ def main(url: str, children: int, runs: int) -> None:
     backend = SqliteMemoryStore if url.startswith("sqlite") else PostgresMemoryStore
     store = backend(url)
     _append(store, "parent", 1, search=True)
-    pids = []
-    for child in range(children):
-        pid = os.fork()
-        if pid == 0:  # the child: nothing may raise past os._exit
-            code = 1
-            try:
-                _append(store, f"child{child}", runs, search=True)
-                store.close()
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        pids.append(pid)
+
+    def child(n: int) -> None:
+        _append(store, f"child{n}", runs, search=True)
+        store.close()
+
+    pids = fork_children(children, child)
     _append(store, "parent", runs, search=False)
-    statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    statuses = exit_statuses(pids)
     _append(store, "after", runs, search=True)
     held = {
         key: len(store.read(key))

@@ -17,9 +17,7 @@ for the sqlalchemy persistence, which keeps none).
 
 from __future__ import annotations
 
-import os
 import sys
-import traceback
 from typing import cast
 
 import msgspec
@@ -27,6 +25,7 @@ import msgspec
 from loom_runtime import IntegrityUnsupportedError, Loom
 from loom_runtime.integrity import verify_log
 from loom_runtime.log import Persistence
+from replay_tests.forked_children import exit_statuses, fork_children
 
 DECISIONS = 10
 
@@ -48,23 +47,14 @@ def main(url: str, children: int, runs: int, persistence: Persistence) -> None:
         return sum(ctx.decide(f"step-{i}", lambda: n) for i in range(DECISIONS))  # type: ignore[attr-defined]
 
     _record(loom, 1, replay=False)
-    pids = []
-    for _ in range(children):
-        pid = os.fork()
-        if pid == 0:  # the child: nothing may raise past os._exit
-            code = 1
-            try:
-                _record(loom, runs, replay=True)
-                loom.close()
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        pids.append(pid)
+
+    def child(_: int) -> None:
+        _record(loom, runs, replay=True)
+        loom.close()
+
+    pids = fork_children(children, child)
     _record(loom, runs, replay=False)
-    statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    statuses = exit_statuses(pids)
     _record(loom, runs, replay=False)
     try:
         verified: bool | None = verify_log(loom.log).problem is None
