@@ -5,6 +5,10 @@ the API reference is autodoc over the three packages' ``__all__``, whose docstri
 reStructuredText with Sphinx roles. ``scripts/docs`` passes ``-W``: a warning (a broken link or
 anchor, a page in no table of contents, a docstring that does not parse) fails the build.
 Nothing here reaches the network: no intersphinx, a theme that ships its assets.
+
+The navigation's toctrees (``docs/index.md``) are ``:titlesonly:``: furo's sidebar shows page
+titles only anyway, and without it Sphinx copied every page's whole section tree into every
+page's navigation before dropping the sections: an eighth of the build, the same HTML.
 """
 
 import importlib
