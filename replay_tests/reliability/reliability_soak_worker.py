@@ -11,7 +11,9 @@ It alternates the workload's ``pipeline`` (a recorded retrieval from the shared 
 parent SIGKILLs it at random moments; the survivors recover what it left unfinished.
 
 It touches ``busy.<pid>`` in DIR once its first execution is over, so the parent kills only
-a worker that is in its loop (killing one still importing would test nothing). Files in DIR
+a worker that is in its loop (killing one still importing would test nothing), and holds
+``running.<pid>`` while an execution runs, so the parent can aim a kill mid-execution (a kill
+during a sync leaves nothing for the survivors to recover). Files in DIR
 steer it: ``drain`` (start nothing new; keep beating and recovering) and ``exit``
 (leave the worker block and exit 0). It prints one JSON line: the executions it started, the
 ones it lost to another worker (taken for dead while alive: its next append was refused,
@@ -51,10 +53,13 @@ def main(db_url: str, folder: Path, seed: int) -> int:
                     synced += 1
                     continue
                 started += 1
+                running = folder / f"running.{os.getpid()}"
+                running.touch()
                 try:
                     run_one(loom, rng.randrange(1_000))
                 except ExecutionConflictError:
                     lost += 1
+                running.unlink()
                 (folder / f"busy.{os.getpid()}").touch()
             while not (folder / "exit").exists():
                 time.sleep(0.05)
