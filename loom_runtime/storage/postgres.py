@@ -392,6 +392,19 @@ class LoomPostgresFactory(PostgresFactory):
         reset_in_child(self, "_renew_pool")
 
     def application_recorder(self) -> ApplicationRecorder:
+        """The recorder, its tables created once the pool's kept connections are open.
+
+        Without that wait the schema lock, the log's first request, came before either kept
+        connection was ready, every time, and psycopg opened a third for it: one server
+        backend more per opened log (ADR 0015, amended "open"). The wait is made here once,
+        not through eventsourcing's ``pool_open_timeout``: psycopg's ``wait`` waits for the
+        pool to be full, so made on every checkout it would block while the writer holds a
+        connection. Creating the tables needs both connections anyway (one holds the schema
+        lock), so a server that can give fewer failed the open before this wait too.
+        """
+        pool = self.datastore.pool
+        with _translated():
+            pool.open(wait=True, timeout=pool.timeout)
         recorder = super().application_recorder()
         self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
         return recorder
