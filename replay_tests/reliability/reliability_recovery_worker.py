@@ -1,7 +1,8 @@
 """A worker process for ``test_recovery_kills.py``: runs flows back to back as a registered
 worker (heartbeat and background recovery) until told to stop.
 
-Run by file path::
+The test forks it as ``main(...)`` from a fork server (``reliability_processes``); by
+hand, run it by file path::
 
     python reliability_recovery_worker.py DB_URL DIR
 

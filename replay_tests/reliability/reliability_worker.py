@@ -63,6 +63,7 @@ import msgspec
 from reliability_checks import SeenEvents, check_log
 from reliability_contention import WriterReport, audit, open_streams, write
 from reliability_faults import arm, count_hits
+from reliability_processes import import_storage
 from reliability_workload import (
     SCENARIOS,
     SOURCE,
@@ -140,6 +141,7 @@ def open_race(db_url: str, processes: int, rounds: int) -> dict[str, Any]:
     interpreter. Each round's children are forked (no connection is open in this process),
     block on a pipe, and are released together by one write of ``processes`` bytes.
     """
+    import_storage()
     failures = 0
     for _ in range(rounds):
         gun, trigger = os.pipe()
@@ -206,6 +208,7 @@ def serve() -> int:
     zygote enforces the time limit itself, because only it can reap the child: a parent
     killing by pid could hit a recycled one.
     """
+    import_storage()
     for line in sys.stdin:
         job = msgspec.json.decode(line, type=Job)
         pid = os.fork()

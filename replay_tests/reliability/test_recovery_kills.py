@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -24,49 +21,42 @@ from uuid import UUID
 
 import msgspec
 import pytest
+import reliability_recovery_worker
+from reliability_processes import KILLED, Worker
 from reliability_recovery_worker import DEAD_AFTER
 
 from loom_runtime import Loom
 from loom_runtime.execution import EXECUTION_TOPICS
 
-# Its own xdist group: five interpreters at once are enough for two cores.
+# Its own xdist group: five processes at once are enough for two cores.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("recovery-kills")]
 
-SCRIPT: Final = Path(__file__).with_name("reliability_recovery_worker.py")
 WORKERS: Final = 4
 KILLS: Final = int(os.environ.get("LOOM_RECOVERY_KILLS", "20"))
 """The issue's twenty; ``LOOM_RECOVERY_KILLS`` runs more (a soak) or fewer."""
 TIMEOUT: Final = 90.0  # seconds for any one wait; every wait is bounded
 
 
-def _spawn(db_url: str, folder: Path) -> subprocess.Popen[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), db_url, str(folder)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _spawn(db_url: str, folder: Path) -> Worker:
+    return Worker(reliability_recovery_worker.main, db_url, folder, folder=folder)
 
 
-def _wait_for(path: Path, worker: subprocess.Popen[str]) -> None:
+def _wait_for(path: Path, worker: Worker) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not path.exists():
-        if worker.poll() is not None:
-            pytest.fail(f"worker {worker.pid} exited {worker.returncode}: {worker.communicate()}")
+        if worker.exitcode is not None:
+            pytest.fail(f"worker {worker.pid} exited: {worker.finish(timeout=TIMEOUT)}")
         assert time.monotonic() < deadline, f"worker {worker.pid} never wrote {path.name}"
         time.sleep(0.01)
 
 
-def _kill_mid_run(worker: subprocess.Popen[str], folder: Path, rng: random.Random) -> None:
+def _kill_mid_run(worker: Worker, folder: Path, rng: random.Random) -> None:
     """SIGKILL ``worker`` a random moment after an execution's second decision began."""
     (folder / f"kill.{worker.pid}").touch()
     _wait_for(folder / f"ready.{worker.pid}", worker)
     time.sleep(rng.uniform(0, 0.1))
-    worker.send_signal(signal.SIGKILL)
-    worker.communicate(timeout=TIMEOUT)
-    assert worker.returncode == -signal.SIGKILL
+    worker.kill()
+    assert worker.exitcode == KILLED
 
 
 def _stream_events(db_url: str) -> dict[UUID, Counter[str]]:
@@ -102,8 +92,8 @@ def test_sigkilled_workers_executions_are_completed_exactly_once_by_the_others(
     (tmp_path / "exit").touch()
     reports = []
     for worker in pool:
-        stdout, stderr = worker.communicate(timeout=TIMEOUT)
-        assert worker.returncode == 0, stderr[-3000:]
+        exitcode, stdout, stderr = worker.finish(timeout=TIMEOUT)
+        assert exitcode == 0, stderr[-3000:]
         reports.append(msgspec.json.decode(stdout.strip().splitlines()[-1]))
 
     streams = _stream_events(db_url)

@@ -23,27 +23,24 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Final
 
 import msgspec
 import pytest
+import reliability_soak_worker
 from reliability_checks import check_log
-from reliability_soak_worker import DEAD_AFTER
+from reliability_processes import KILLED, Worker
 from reliability_workload import knowledge_base, register_flows
 
 from loom_runtime import Loom
 from loom_runtime.execution import Execution
 from loom_runtime.integrity import verify_log
 
-# Its own xdist group, like the recovery kills: eight interpreters at once are enough.
+# Its own xdist group, like the recovery kills: eight worker processes at once are enough.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("soak")]
 
-SCRIPT: Final = Path(__file__).with_name("reliability_soak_worker.py")
 WORKERS: Final = {"postgresql": 8, "sqlite": 4}
 SECONDS: Final = float(os.environ.get("LOOM_SOAK_SECONDS", "10"))
 """How long the workers write; ``LOOM_SOAK_SECONDS`` runs longer (the ten-minute run) or shorter."""
@@ -54,15 +51,8 @@ TIMEOUT: Final = 120.0  # seconds for any one wait; every wait is bounded
 QUESTIONS: Final = ("restart the pool", "doc3 edition", "part2 runbook")
 
 
-def _spawn(db_url: str, folder: Path, seed: int) -> subprocess.Popen[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), db_url, str(folder), str(seed)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _spawn(db_url: str, folder: Path, seed: int) -> Worker:
+    return Worker(reliability_soak_worker.main, db_url, folder, seed, folder=folder)
 
 
 def _answers(loom: Loom, position: int) -> list[list[tuple[str, int, int, str]]]:
@@ -112,24 +102,23 @@ def test_workers_killed_at_random_lose_duplicate_and_reorder_nothing(
             # kills that all missed left the run with no recovery to check).
             running = [n for n in busy if (tmp_path / f"running.{pool[n].pid}").exists()]
             slot = rng.choice(running or busy)
-            pool[slot].send_signal(signal.SIGKILL)
-            _, stderr = pool[slot].communicate(timeout=TIMEOUT)
-            assert pool[slot].returncode == -signal.SIGKILL, stderr[-3000:]
+            pool[slot].kill()
+            assert pool[slot].exitcode == KILLED
             kills += 1
             pool[slot] = _spawn(db_url, tmp_path, next(seeds))
             position = observer.log.position
             checkpoints.append((position, _answers(observer, position)))
 
         (tmp_path / "drain").touch()
-        wait_until = time.monotonic() + TIMEOUT + DEAD_AFTER
+        wait_until = time.monotonic() + TIMEOUT + reliability_soak_worker.DEAD_AFTER
         while _unfinished(observer):
             assert time.monotonic() < wait_until, "the survivors never finished what was killed"
             time.sleep(0.2)
     (tmp_path / "exit").touch()
     reports = []
     for worker in pool:
-        stdout, stderr = worker.communicate(timeout=TIMEOUT)
-        assert worker.returncode == 0, stderr[-3000:]
+        exitcode, stdout, stderr = worker.finish(timeout=TIMEOUT)
+        assert exitcode == 0, stderr[-3000:]
         reports.append(msgspec.json.decode(stdout.strip().splitlines()[-1]))
 
     with Loom(db_url) as loom:
