@@ -1,9 +1,9 @@
-"""Worker processes forked from a server that imported loom once, for the tests that start
-dozens of them (the soak and the recovery kills).
+"""Worker processes forked from a server that imported loom once, for the reliability tests
+that start dozens of them (the soak, the recovery kills, the concurrent writers).
 
 Each started as a new interpreter (``python worker.py ...``) and spent 0.35-0.45 s of CPU
-importing loom, SQLAlchemy and eventsourcing before its first statement: two thirds of those
-tests' CPU, on a machine whose two cores the rest of the suite shares. Here they are forked by
+importing loom, SQLAlchemy and eventsourcing before its first statement: most of those tests'
+CPU, on a machine whose two cores the rest of the suite shares. Here they are forked by
 the standard library's fork server (``multiprocessing``'s ``forkserver`` start method), which
 imported the worker modules and loom's storage backends once.
 
@@ -37,7 +37,9 @@ def import_storage() -> None:
 
 
 _SERVER = multiprocessing.get_context("forkserver")
-_SERVER.set_forkserver_preload(["reliability_soak_worker", "reliability_recovery_worker", *STORAGE])
+_SERVER.set_forkserver_preload(
+    ["reliability_worker", "reliability_soak_worker", "reliability_recovery_worker", *STORAGE]
+)
 
 
 def _run(main: Callable[..., int], args: tuple[object, ...], out: str, err: str) -> None:
@@ -52,7 +54,7 @@ def _run(main: Callable[..., int], args: tuple[object, ...], out: str, err: str)
 
 
 class Worker:
-    """One forked worker: ``main(*args)``, its output kept in ``folder``."""
+    """One forked worker: ``main(*args)``, its stdout and stderr kept in files in ``folder``."""
 
     def __init__(self, main: Callable[..., int], *args: object, folder: Path) -> None:
         self._output = folder / f"worker-output.{id(self)}"

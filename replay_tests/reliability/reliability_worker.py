@@ -1,6 +1,8 @@
 """One real worker process of the reliability tests, and how a test drives one.
 
-Run by file path (the test tree has no packages)::
+The tests start it with :func:`spawn` (forked from the fork server of
+:mod:`reliability_processes`, which imported all of this once); by hand, run it by file path
+(the test tree has no packages)::
 
     python reliability_worker.py DB_URL record --count N [--go FILE]
     python reliability_worker.py DB_URL sync --rounds N [--go FILE]
@@ -53,6 +55,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -63,7 +66,7 @@ import msgspec
 from reliability_checks import SeenEvents, check_log
 from reliability_contention import WriterReport, audit, open_streams, write
 from reliability_faults import arm, count_hits
-from reliability_processes import import_storage
+from reliability_processes import Worker, import_storage
 from reliability_workload import (
     SCENARIOS,
     SOURCE,
@@ -316,19 +319,13 @@ class Outcome(msgspec.Struct, frozen=True):
         return self.status == -signal.SIGKILL
 
 
-def spawn(db_url: str, *args: str) -> subprocess.Popen[str]:
-    """Start a worker in a fresh interpreter; nothing is shared with the caller but the database."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LOOM_")}
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), db_url, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def spawn(db_url: str, *args: str) -> Worker:
+    """Start a worker, forked from the fork server (:mod:`reliability_processes`); nothing is
+    shared with the caller but the database."""
+    return Worker(main, [db_url, *args], folder=Path(tempfile.mkdtemp()))
 
 
-def start_together(go: Path, workers: Sequence[subprocess.Popen[str]], *, timeout: float) -> None:
+def start_together(go: Path, workers: Sequence[Worker], *, timeout: float) -> None:
     """Give the start signal ``go`` once every worker has opened its log and is waiting.
 
     A worker that exits before it is ready (a crash at start-up) ends the wait: the signal is
@@ -336,21 +333,18 @@ def start_together(go: Path, workers: Sequence[subprocess.Popen[str]], *, timeou
     """
     deadline = time.monotonic() + timeout
     while len(list(go.parent.glob(f"{go.name}.ready.*"))) < len(workers):
-        if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+        if any(worker.exitcode is not None for worker in workers) or time.monotonic() > deadline:
             break
         time.sleep(0.01)
     go.touch()
 
 
-def finish(child: subprocess.Popen[str], *, timeout: float) -> Outcome:
+def finish(child: Worker, *, timeout: float) -> Outcome:
     """Wait at most ``timeout`` seconds for a worker (then SIGKILL it and say so)."""
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    status, stdout, stderr = child.finish(timeout=timeout)
+    if status is None:
         child.kill()
-        stdout, stderr = child.communicate()
-        return _outcome(None, stdout, stderr, timeout)
-    return _outcome(child.returncode, stdout, stderr, timeout)
+    return _outcome(status, stdout, stderr, timeout)
 
 
 def _outcome(status: int | None, stdout: str, stderr: str, timeout: float) -> Outcome:
