@@ -145,6 +145,11 @@ class Precondition(msgspec.Struct, frozen=True):
     refusal: Callable[[], BaseException]
 
 
+PlannedPrecondition = Callable[[Sequence["Change"]], Precondition | None]
+"""The :class:`Precondition` an attempt of :meth:`EventLog.append_replanned` must be given,
+from the events that attempt planned (None: none)."""
+
+
 class EventLog(Protocol):
     """The one log of a database: append to streams, read them back, follow the log in order.
 
@@ -195,7 +200,7 @@ class EventLog(Protocol):
         plan: Callable[[int], tuple[Sequence[Change], Outcome]],
         *,
         what: str,
-        precondition: Precondition | None = None,
+        precondition: Precondition | PlannedPrecondition | None = None,
     ) -> tuple[list[int], Outcome]:
         """Plan ``stream``'s next events against its current version and append them,
         re-planning from a fresh read whenever another writer got there first or the database
@@ -209,7 +214,9 @@ class EventLog(Protocol):
         is spent :class:`~loom_runtime.errors.WriteContentionError` names ``what``. Returns
         the appended events' positions and the outcome of the attempt that was appended.
         Every attempt's append is given ``precondition`` (as for :meth:`save`); its refusal
-        ends the write.
+        ends the write. A :data:`PlannedPrecondition` is asked for the attempt's precondition
+        with the events that attempt planned, for a check that depends on what is written (a
+        sync's documents).
         """
         ...
 

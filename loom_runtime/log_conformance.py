@@ -148,6 +148,24 @@ class EventLogContract:
         assert outcome == "planned at 1"  # the outcome of the attempt that was appended
         assert [e.text for e in log.events(stream)] == ["rival", "mine"]
 
+    def test_a_planned_precondition_is_asked_with_each_attempts_events(self, log: EventLog) -> None:
+        """A precondition given as a function is called once per attempt with events, with
+        the events that attempt planned (which documents a sync seals is decided there)."""
+        stream = stream_id("kit:a")
+        asked: list[list[str]] = []
+
+        def plan(version: int) -> tuple[Sequence[Change], None]:
+            if not asked:  # another writer appends between this read and this append
+                log.append(stream, expected_version=version, events=notes("rival"))
+            return [(KitNoted, {"text": f"at {version}", "n": version + 1})], None
+
+        def precondition(events: Sequence[Change]) -> None:
+            asked.append([fields["text"] for _, fields in events])
+
+        log.append_replanned(stream, plan, what="a kit write", precondition=precondition)
+        assert asked == [["at 0"], ["at 1"]]
+        assert [e.text for e in log.events(stream)] == ["rival", "at 1"]
+
     def test_an_empty_plan_appends_nothing(self, log: EventLog) -> None:
         """append_replanned with a plan of no events writes nothing and returns no positions."""
         assert log.append_replanned(stream_id("kit:a"), lambda _v: ([], 7), what="a no-op") == (

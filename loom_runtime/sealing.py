@@ -73,6 +73,21 @@ last committed row without waiting for a transaction destroying the key, so an a
 commit after the destruction; the row's share lock makes it wait and read the key gone (or
 makes the destruction wait for the append, which it then erases). SQLite's one write lock
 already orders the two."""
+_ALL_LIVE_SQL: Final = {
+    "sqlite": (
+        "SELECT NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {TABLE} AS k WHERE k.subject = wanted.value "
+        "AND k.wrapped_key IS NOT NULL))"
+    ),
+    "postgresql": (
+        "SELECT NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(?::jsonb) AS wanted(value) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {TABLE} AS k WHERE k.subject = wanted.value "
+        "AND k.wrapped_key IS NOT NULL FOR SHARE))"
+    ),
+}
+""":data:`LIVE_SQL` for many subjects at once, by dialect: true when every subject of a JSON
+array (the one parameter) has a live key. On PostgreSQL each key row is read ``FOR SHARE``,
+as :data:`_LIVE_LOCKED` reads one: a destruction in flight is waited for and read."""
 CACHED_KEYS: Final = 10_000
 """How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
 _NONCE_BYTES: Final = 12
@@ -555,6 +570,31 @@ class Keyring:
 
         sql = _LIVE_LOCKED.get(self.engine.dialect.name, LIVE_SQL)
         return Precondition(sql=sql, parameter=subject, refusal=refusal)
+
+    def all_live_precondition(self, subjects: Iterable[str]) -> Precondition:
+        """:meth:`live_precondition` for an append sealed under many subjects' keys (a sync's
+        documents): every key still live in the append's own transaction, else
+        :class:`SubjectErasedError` naming the first subject found erased, nothing stored.
+        One subject is :meth:`live_precondition` itself."""
+        wanted = sorted(set(subjects))
+        if len(wanted) == 1:
+            return self.live_precondition(wanted[0])
+
+        def refusal() -> ErasedError:
+            self.forget(wanted)
+            rows = {subject: self._row(subject) for subject in wanted}
+            subject = next(
+                (s for s, row in rows.items() if row is None or row.wrapped_key is None), wanted[0]
+            )
+            row = rows[subject]
+            return _erased(
+                SubjectErasedError, subject, None if row is None else row.erased_position
+            )
+
+        sql = _ALL_LIVE_SQL[self.engine.dialect.name]
+        return Precondition(
+            sql=sql, parameter=msgspec.json.encode(wanted).decode(), refusal=refusal
+        )
 
     def _is_live(self, subject: str) -> bool:
         """Whether ``subject``'s key row still holds a key, read on a connection this keyring

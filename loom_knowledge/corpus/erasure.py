@@ -39,7 +39,7 @@ from loom_runtime import (
 )
 
 if TYPE_CHECKING:
-    from loom_runtime import Keyring, Loom
+    from loom_runtime import Keyring, Loom, Precondition
 
 DOCUMENT: Final = "document:"
 """The prefix of a document's subject: ``document:["<scope>","<doc id>"]``."""
@@ -102,6 +102,18 @@ def prepare_keys(loom: Loom, scope: str, doc_ids: Sequence[str]) -> None:
     if keyring is not None and doc_ids:
         subjects = [document_subject(scope, doc_id) for doc_id in doc_ids]
         keyring.ensure_all(subjects, position=loom.log.position)
+
+
+def documents_live(loom: Loom, scope: str, doc_ids: Sequence[str]) -> Precondition | None:
+    """What the append of a write sealing ``doc_ids`` must find in its own transaction when
+    the log is encrypted and can read it: every document's key still live. So a write that
+    read a key live just before another process erased the document is refused
+    (:class:`~loom_runtime.SubjectErasedError`, nothing appended), never stored under the
+    destroyed key; a log that cannot read one relies on :func:`seal_written`'s read."""
+    keyring = keyring_for(loom.log.engine)
+    if keyring is None or not doc_ids or not loom.log.checks_preconditions:
+        return None
+    return keyring.all_live_precondition(document_subject(scope, doc_id) for doc_id in doc_ids)
 
 
 def _is_sealed(event: DocumentWritten) -> bool:
@@ -331,6 +343,7 @@ def _retrieved(decision: Any, scope: str) -> set[str]:
 __all__ = [
     "document_subject",
     "document_subjects",
+    "documents_live",
     "documents_written_before",
     "executions_that_retrieved",
     "named_document",

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
-from loom_knowledge.corpus.erasure import prepare_keys, seal_written
+from loom_knowledge.corpus.erasure import documents_live, prepare_keys, seal_written
 from loom_knowledge.corpus.events import (
     CorpusReconciled,
     DocumentRemoved,
@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
     from loom_knowledge.corpus.hybrid import HybridRetriever
     from loom_memory import Embedder
+    from loom_runtime import Precondition
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -565,10 +566,18 @@ class KnowledgeBase:
 
         what = f"a write to knowledge scope {self.scope!r}"
         # Without the master key, an encrypted log refuses the batch's append: its text would
-        # be stored in clear (ADR 0049, "Writes").
-        _, guard = write_keyring(self.loom.log, what)
+        # be stored in clear (ADR 0049, "Writes"). With it, the append reads the keys of the
+        # documents it seals, so one erased meanwhile refuses it (ADR 0055, amended "race").
+        keyring, guard = write_keyring(self.loom.log, what)
+
+        def precondition(changes: Sequence[Change]) -> Precondition | None:
+            if keyring is None:
+                return guard
+            written = [fields["doc_id"] for cls, fields in changes if cls is DocumentWritten]
+            return documents_live(self.loom, self.scope, written)
+
         positions, outcome = self.loom.log.append_replanned(
-            self._stream, fresh, what=what, precondition=guard
+            self._stream, fresh, what=what, precondition=precondition
         )
         if positions:
             indexed = _indexed(positions, progress)

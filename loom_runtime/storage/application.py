@@ -37,6 +37,7 @@ from loom_runtime.log import (
     Closed,
     LogSettings,
     Outcome,
+    PlannedPrecondition,
     Precondition,
     Record,
     Row,
@@ -221,15 +222,16 @@ class EventsourcingLog:
         plan: Callable[[int], tuple[Sequence[Change], Outcome]],
         *,
         what: str,
-        precondition: Precondition | None = None,
+        precondition: Precondition | PlannedPrecondition | None = None,
     ) -> tuple[list[int], Outcome]:
         def attempt() -> tuple[list[int], Outcome]:
             version = self.stream_version(stream)
             events, outcome = plan(version)
             if not events:
                 return [], outcome
+            checked = precondition(events) if callable(precondition) else precondition
             positions = self.append(
-                stream, expected_version=version, events=events, precondition=precondition
+                stream, expected_version=version, events=events, precondition=checked
             )
             return positions, outcome
 

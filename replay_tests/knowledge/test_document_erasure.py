@@ -13,10 +13,12 @@ own key).
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from loom_knowledge import Doc, Passage, open_knowledge_base
@@ -35,6 +37,7 @@ from loom_runtime import (
     Loom,
     MasterKey,
     SubjectErasedError,
+    keyring_for,
     stream_id,
 )
 from loom_runtime.erasure import forget_events
@@ -263,37 +266,96 @@ def test_the_cli_erases_a_document_dry_run_first_then_with_apply(
     assert "people/alice" not in search.output
 
 
-def test_a_write_racing_the_erasure_is_refused_or_never_indexed(db_url: str) -> None:
-    """A ``put_doc`` that read the document's key live just before another process erased it
-    appends after the forget event, sealed under the key now destroyed (covered by the
-    erasure): the index never holds its text, and a rebuild agrees. The next write is
-    refused typed."""
+@pytest.mark.parametrize("write", ["put_doc", "sync"])
+def test_a_write_racing_the_erasure_is_refused_and_stores_nothing(db_url: str, write: str) -> None:
+    """A write that read the document's key live just before another process erased it is
+    refused typed by its own append, which reads the key again in its transaction: nothing is
+    stored, never a text sealed under the destroyed key. A sync that writes other documents
+    too is refused whole (one append). A rebuild agrees, and the next write is refused too."""
     racing = f"RACING-{uuid4().hex}"
+    alice = document_subject(SCOPE, "people/alice")
     with Loom(db_url, encryption=KEY) as loom, Loom(db_url, encryption=KEY) as other:
         kb = open_knowledge_base(loom, SCOPE)
         kb.sync(_docs("s", "k"))
-        from loom_runtime import keyring_for
-
         keyring = keyring_for(loom.log.engine)
         assert keyring is not None
         ensure = keyring.ensure
 
         def erased_meanwhile(subject: str, *, position: int) -> object:
-            aead = ensure(subject, position=position)
-            other.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
+            aead = ensure(subject, position=position)  # read live, as the write goes on
+            if subject == alice:
+                other.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
             return aead
 
         keyring.ensure = erased_meanwhile  # type: ignore[assignment,method-assign]
-        kb.put_doc(Doc(id="people/alice", title="Alice", text=f"Now {racing}."))
-        keyring.ensure = ensure  # type: ignore[method-assign]
+        edited = Doc(id="people/alice", title="Alice", text=f"Now {racing}.")
+        try:
+            with pytest.raises(SubjectErasedError) as refused:
+                if write == "put_doc":
+                    kb.put_doc(edited)
+                else:
+                    new = Doc(id="ops/new", title="New", text=f"A new page, {racing} too.")
+                    kb.sync([edited, *_docs("s", "k")[1:], new])
+        finally:
+            keyring.ensure = ensure  # type: ignore[method-assign]
+        [(forget_position, _)] = forget_events(loom)
+        assert f"forget event at log position {forget_position}" in str(refused.value)
+        assert loom.log.position == forget_position  # nothing appended after the erasure
         assert kb.search(racing) == [] and kb.search("Alice") == []
+        assert "ops/new" not in {d.id for d in kb.list_docs()}
         raced = _state(loom)
         drop_corpus(loom)
         assert _state(loom) == raced
         with pytest.raises(SubjectErasedError):
             kb.put_doc(Doc(id="people/alice", title="Alice", text="Again."))
+        assert loom.log.verify().problem is None
     raw = _raw(db_url)
     assert raw.count(racing.encode()) == 0
+
+
+def test_a_sync_waits_for_a_document_key_being_destroyed_and_is_refused(db_url: str) -> None:
+    """A sync whose append reaches a document's key row while another transaction is
+    destroying it waits for that transaction and is refused whole (on PostgreSQL the rows are
+    read ``FOR SHARE``; a plain read would see the last committed key and store the sync
+    under a key nobody holds). Both documents stay unwritten."""
+    racing = f"RACING-{uuid4().hex}"
+    outcome: dict[str, object] = {}
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("s", "k"))
+        before = loom.log.position
+        edited = Doc(id="people/alice", title="Alice", text=f"Now {racing}.")
+        new = Doc(id="ops/new", title="New", text=f"A new page, {racing} too.")
+
+        def sync() -> None:
+            try:
+                outcome["result"] = kb.sync([edited, *_docs("s", "k")[1:], new])
+            except BaseException as exc:  # the refusal is what the test looks for
+                outcome["error"] = exc
+
+        engine = create_engine(db_url)
+        try:
+            with engine.connect() as conn:
+                destroying = conn.begin()
+                conn.execute(
+                    text(
+                        "UPDATE loom_subject_keys SET wrapped_key = NULL, erased_position = 999"
+                        " WHERE subject = :subject"
+                    ),
+                    {"subject": document_subject(SCOPE, "people/alice")},
+                )
+                writer = threading.Thread(target=sync)
+                writer.start()
+                writer.join(1)  # the append reaches the key row while it is being destroyed
+                destroying.commit()
+        finally:
+            engine.dispose()
+        writer.join(30)
+        assert not writer.is_alive()
+        assert isinstance(outcome.get("error"), SubjectErasedError), outcome
+        assert "forget event at log position 999" in str(outcome["error"])
+        assert loom.log.position == before
+        assert kb.search(racing) == []
 
 
 @pytest.mark.parametrize("mode", ["vector", "hybrid"])
