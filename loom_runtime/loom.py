@@ -41,6 +41,7 @@ from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
     DecisionKeyError,
+    EncryptionOffError,
     ErasedError,
     ExecutionConflictError,
     ExecutionFinishedError,
@@ -665,7 +666,9 @@ class Loom:
         ``recover_every``, another daemon thread runs :meth:`recover` at once and then every
         ``recover_every`` seconds. Leaving the block waits for the execution a recovery is
         running, then marks the worker stopped: what it leaves unfinished (the block raised)
-        can be recovered by others at once.
+        can be recovered by others at once. On an encrypted log a Loom without the master
+        key is :class:`EncryptionOffError` before anything is registered: it could run
+        nothing (ADR 0049, amended "worker").
         """
         from loom_runtime.recovery import recovering
         from loom_runtime.workers import Heartbeat, new_worker_id
@@ -685,6 +688,17 @@ class Loom:
                 f"recover_every={recover_every!r} must be a positive number of seconds (or "
                 "None for no recovery): zero or less would recover in a busy loop"
             )
+        if self._keyring is None:
+            from loom_runtime.sealing import has_key_table
+
+            if has_key_table(self.log.engine):
+                raise EncryptionOffError(
+                    "this log is encrypted but this Loom was opened without its master key: a "
+                    "worker could neither read the executions it would recover nor store the "
+                    "ones it starts sealed. Open it with Loom(url, encryption=MasterKey."
+                    "from_env()) and set $LOOM_MASTER_KEY (for `loom worker`: set "
+                    "$LOOM_MASTER_KEY); no worker was registered"
+                )
         beating = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
         beating.start()
         self._heartbeat = beating

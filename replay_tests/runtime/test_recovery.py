@@ -23,7 +23,14 @@ import pytest
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-from loom_runtime import ConfigurationError, FlowContext, Loom, LoomError, MasterKey
+from loom_runtime import (
+    ConfigurationError,
+    EncryptionOffError,
+    FlowContext,
+    Loom,
+    LoomError,
+    MasterKey,
+)
 from loom_runtime.context import save
 from loom_runtime.log import LogSettings
 from loom_runtime.recovery import unfinished
@@ -545,6 +552,30 @@ def test_loom_resume_and_recover_without_the_master_key_say_so_on_one_line(
     _one_line_error(runner.invoke(app, ["resume", str(execution_id), *flows]), 2, "LOOM_MASTER_KEY")
     _one_line_error(runner.invoke(app, ["recover", *flows]), 2, "LOOM_MASTER_KEY")
     with Loom(sqlite_url) as loom:
+        assert events(loom, execution_id)["Resumed"] == 0
+
+
+def test_a_worker_without_the_master_key_refuses_to_start_on_an_encrypted_log(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on an encrypted log without its master key could neither read what it would
+    recover nor store sealed what it starts: refused at once, typed (the API) or on one line
+    with exit 2 naming $LOOM_MASTER_KEY (the CLI), no worker registered and nothing claimed.
+    Before, it ran, and each recovery pass logged a traceback; the command exited 0."""
+    execution_id = _sealed_and_interrupted(sqlite_url, tmp_path, monkeypatch)
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    with Loom(sqlite_url) as loom:
+        registered = loom.workers.workers(dead_after=60)
+        with (
+            pytest.raises(EncryptionOffError, match=r"\$LOOM_MASTER_KEY"),
+            loom.worker(recover_every=0.01),
+        ):
+            pytest.fail("the worker started")
+        assert loom.worker_id is None
+        command = ["worker", "--recover-every", "0.05", "--stop-after", "0.5"]
+        command += ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+        _one_line_error(CliRunner().invoke(app, command), 2, "LOOM_MASTER_KEY", "worker")
+        assert loom.workers.workers(dead_after=60) == registered
         assert events(loom, execution_id)["Resumed"] == 0
 
 
