@@ -1,5 +1,5 @@
 """Every ``--help`` reads like a conventional CLI's (ADR 0033): ``loom run [OPTIONS] FLOW``,
-flags without a type, no ``{flow}`` or ``<bool>`` placeholders anywhere."""
+flags without a type, no ``{flow}``, ``<bool>`` or ``<list[str]>`` placeholders anywhere."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 
 from loom_runtime.tools.cli import app
 
-PLACEHOLDER = re.compile(r"<bool>|\{[A-Za-z_][\w-]*\}")
-"""Typer's own placeholders: a flag's ``<bool>`` type, a required argument as ``{name}``
-(``{}``, the default of ``run --input``, is a value, not a placeholder)."""
+PLACEHOLDER = re.compile(r"<bool>|<list\[|\{[A-Za-z_][\w-]*\}")
+"""Typer's own placeholders: a flag's ``<bool>`` type, a repeatable option's or a variadic
+argument's Python type (``<list[str]>``, where a CLI shows ``<str>...``), a required argument
+as ``{name}`` (``{}``, the default of ``run --input``, is a value, not a placeholder)."""
 
 
 def _paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -34,6 +35,7 @@ def test_the_walk_finds_the_commands_and_the_placeholders_would_be_seen() -> Non
     assert {("run",), ("executions", "list"), ("knowledge", "sync"), ("bundle",)} <= set(PATHS)
     assert PLACEHOLDER.search("Usage: loom run [OPTIONS] {flow}")
     assert PLACEHOLDER.search("--apply  <bool>  Write")
+    assert PLACEHOLDER.search("--tag  <list[str]>  A free tag")
     assert not PLACEHOLDER.search("[default: {}]")
 
 

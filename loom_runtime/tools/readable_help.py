@@ -1,7 +1,8 @@
 """Help that reads like a conventional CLI's: ``loom run [OPTIONS] FLOW``, flags without a type.
 
 Typer (0.2x) writes a required argument in the usage line as ``{flow}`` and gives every flag
-a ``<bool>`` type, as if ``--apply`` took a value. No Typer setting changes either, and
+a ``<bool>`` type, as if ``--apply`` took a value, and a repeatable option the Python type
+``<list[str]>``. No Typer setting changes either, and
 ``metavar=`` only renames the argument (``{FLOW}``) and cannot reach the options Typer adds
 itself (``--help``, ``--install-completion``). So every ``loom`` command and group is built
 from the two classes here, by :class:`LoomTyper` (ADR 0033): arguments are named in capitals
@@ -11,6 +12,7 @@ no type at all.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,17 +20,36 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
+_LIST_TYPE = re.compile(r"<list\[(.+)\]>")
+"""Typer's type of a repeatable option or a variadic argument: the Python annotation."""
+_ELEMENT_NAMES = {"Path": "path"}
+"""An element type as Typer names it in a single value's type (``<path>``, not ``<Path>``)."""
 
-def _readable(params: list[Any]) -> list[Any]:
+
+def _shows(text: str) -> Callable[..., str]:
+    """A ``display_type_rich`` that shows ``text`` (Typer calls it with ``ctx=``)."""
+    return lambda **_: text
+
+
+def _readable(params: list[Any], ctx: Any) -> list[Any]:
     """``params`` with a metavar where Typer would print a placeholder: an argument's name in
-    capitals, and none for a flag (Typer prints the metavar in place of the type)."""
+    capitals, none for a flag (Typer prints the metavar in place of the type), and an
+    element's type for a list (``<str>`` for a repeatable option, ``<str>...`` for a variadic
+    argument, where Typer prints ``<list[str]>``)."""
     for param in params:
         if param.metavar is not None:
             continue
+        listed = _LIST_TYPE.fullmatch(param.display_type(ctx) or "")
+        element = _ELEMENT_NAMES.get(listed[1], listed[1]) if listed else ""
         if param.param_type_name == "argument":
             param.metavar = (param.name or "").upper()
+            if listed:
+                # An argument's type column is not its metavar: Typer asks this method.
+                param.display_type_rich = _shows(f"<{element}>...")
         elif getattr(param, "is_flag", False):
             param.metavar = ""
+        elif listed:
+            param.metavar = f"<{element}>"
     return params
 
 
@@ -36,7 +57,7 @@ class ReadableCommand(TyperCommand):
     """A command whose help names its arguments ``FLOW`` / ``[FLOW]`` and types no flag."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return _readable(super().get_params(ctx))
+        return _readable(super().get_params(ctx), ctx)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -54,7 +75,7 @@ class ReadableGroup(TyperGroup):
     ``--install-completion``) show no type."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return _readable(super().get_params(ctx))
+        return _readable(super().get_params(ctx), ctx)
 
 
 class LoomTyper(typer.Typer):
