@@ -27,7 +27,7 @@ import httpx
 import msgspec
 
 from loom_runtime.backoff import Backoff
-from loom_runtime.context import OpenDecision
+from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision
 from loom_runtime.errors import ModelResponseError
 from loom_runtime.http_request import request_key_and_input
 from loom_runtime.http_transport import (
@@ -38,7 +38,6 @@ from loom_runtime.http_transport import (
     replayed,
     stored_headers,
 )
-from loom_runtime.redaction import Redactor
 
 KIND = "model"
 
@@ -128,7 +127,7 @@ class ModelProfile:
         return KIND
 
     def key_and_input(
-        self, request: httpx.Request, redactor: Redactor | None
+        self, request: httpx.Request, ctx: FlowContext | AsyncFlowContext
     ) -> tuple[str, object]:
         path = request.url.path
         relative = path[len(self.base_path) :] if path.startswith(self.base_path) else path
@@ -139,7 +138,7 @@ class ModelProfile:
                 return key, msgspec.json.decode(request.content)
             except msgspec.DecodeError:
                 pass
-        _, canonical = request_key_and_input(request, redactor)
+        _, canonical = request_key_and_input(request, ctx.redactor)
         return key, {part: canonical[part] for part in ("method", "query", "body")}
 
     def replayed(self, key: str, value: Any) -> Replayed:
