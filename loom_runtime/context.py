@@ -331,13 +331,9 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
 class _Context:
     """What sync and async contexts share: key numbering and answering from a source."""
 
-    def __init__(
-        self, source: DecisionSource, *, execution_id: UUID, flow: str, sealed: bool = False
-    ) -> None:
+    def __init__(self, source: DecisionSource, *, execution_id: UUID, flow: str) -> None:
         self.execution_id = execution_id
         self.flow = flow
-        self.sealed = sealed
-        """Whether the execution's payloads are sealed (ADR 0049): its keys stay in clear."""
         self._source = source
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
@@ -354,24 +350,6 @@ class _Context:
         numbering: queue.SimpleQueue[None] = queue.SimpleQueue()
         numbering.put(None)
         self._acquire, self._release = numbering.get, numbering.put
-
-    def call_key(self, full: str, *, sealed: str) -> str:
-        """The key to record a call under: ``full`` names what it asked for (an HTTP
-        request's path, a resource's URI), ``sealed`` only where it went.
-
-        Keys are stored in clear even when the execution is sealed (ADR 0049), and what a call
-        asks for can name a person (``/users/alice@example.com``), so a sealed execution keys
-        it ``sealed``: the rest is in its input, sealed, and an erasure leaves none of it. A
-        replay or a resume keys a call as the recording did (the form whose key it holds),
-        so an execution recorded in either form, or moved between a clear and an encrypted
-        log by a bundle, is looked up as it was stored.
-        """
-        recorded = self._source.recorded
-        if full in recorded:
-            return full
-        if sealed in recorded or self.sealed:
-            return sealed
-        return full
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if not isinstance(key, str) or not key:

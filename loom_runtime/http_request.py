@@ -73,7 +73,7 @@ def request_key_and_input(
     The request's body must have been read.
     """
     url = request.url
-    origin = _origin(url)
+    origin = url.host if url.port is None else f"{url.host}:{url.port}"
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
         for name, value in (url.params.multi_items() if url.query else ())
@@ -102,16 +102,6 @@ def request_key_and_input(
         "headers": dict(sorted(headers.items())),
         "body": body,
     }
-
-
-def request_origin_key(request: httpx.Request) -> str:
-    """The key naming ``request`` by where it goes alone (method, host and port): a sealed
-    execution's, whose keys are stored in clear while the path may name a person (ADR 0049)."""
-    return f"{KIND}:{request.method} {_origin(request.url)}"
-
-
-def _origin(url: httpx.URL) -> str:
-    return url.host if url.port is None else f"{url.host}:{url.port}"
 
 
 def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:

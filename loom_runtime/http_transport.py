@@ -48,7 +48,8 @@ from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import MissingExtraError, ReadPastRecordingError, RecordedValueError
-from loom_runtime.http_request import KIND, request_key_and_input, request_origin_key
+from loom_runtime.http_request import KIND, request_key_and_input
+from loom_runtime.redaction import Redactor
 
 try:
     import httpx
@@ -138,11 +139,8 @@ class Profile(Protocol):
         ...
 
     def key_and_input(
-        self, request: httpx.Request, ctx: FlowContext | AsyncFlowContext
-    ) -> tuple[str, object]:
-        """The decision's key and input for ``request``, made in ``ctx`` (its redactor, and
-        :meth:`~loom_runtime.context.FlowContext.call_key` for a key that could name a person)."""
-        ...
+        self, request: httpx.Request, redactor: Redactor | None
+    ) -> tuple[str, object]: ...
 
     def replayed(self, key: str, value: Any) -> Replayed:
         """The response rebuilt from a recorded value (plain JSON data, untrusted)."""
@@ -271,7 +269,7 @@ def _exchange(
     retried inside the one decision, each attempt kept for its meta; the last outcome (a
     response, even a final 429, or the error) is what is recorded.
     """
-    key, request_input = profile.key_and_input(request, ctx)
+    key, request_input = profile.key_and_input(request, ctx.redactor)
     decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     if decision.recorded:
         recorded = profile.replayed(decision.key, decision.value)
@@ -363,10 +361,9 @@ class HttpProfile:
     retry: Backoff | None = None
 
     def key_and_input(
-        self, request: httpx.Request, ctx: FlowContext | AsyncFlowContext
+        self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]:
-        key, request_input = request_key_and_input(request, ctx.redactor)
-        return ctx.call_key(key, sealed=request_origin_key(request)), request_input
+        return request_key_and_input(request, redactor)
 
     def replayed(self, key: str, value: Any) -> Replayed:
         return replayed(

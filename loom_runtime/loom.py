@@ -796,12 +796,7 @@ class Loom:
         self, definition: Flow, execution: Execution, source: DecisionSource
     ) -> FlowContext | AsyncFlowContext:
         cls = AsyncFlowContext if definition.is_async else FlowContext
-        return cls(
-            source,
-            execution_id=execution.id,
-            flow=definition.name,
-            sealed=execution.sealer is not None,
-        )
+        return cls(source, execution_id=execution.id, flow=definition.name)
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         definition, execution, kwargs = self._start(flow, labels, arguments)

@@ -10,8 +10,7 @@ what it answered must come from the log on replay, with the server gone (ADR 002
   ``request_state`` when given: they are part of what is asked);
 * ``await session.read_resource(uri)`` a decision of kind ``"resource"``, key
   ``resource:mcp:<scheme>://<host><path>`` (never the query string or userinfo, which may
-  hold credentials), input ``{"uri"}``; in a sealed execution (ADR 0049) the key is
-  ``resource:mcp:<scheme>``, as keys are stored in clear and a URI can name a person;
+  hold credentials), input ``{"uri"}``;
 
 each valued ``{"type": <result class>, "result": <its JSON>}`` (``model_dump(mode="json",
 by_alias=True)``: the protocol's own field names, so an audit reads what the server sent) and
@@ -107,15 +106,13 @@ class RecordedSession:
         )
 
     async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
-        """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow
-        (``resource:mcp:<scheme>`` in a sealed execution: see :func:`_decide`)."""
+        """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
         asked = {"uri": str(uri), **_options(kwargs)}
         return await _decide(
             f"resource:mcp:{resource_name(str(uri))}",
             "resource",
             asked,
             lambda: self.session.read_resource(uri, *args, **kwargs),
-            sealed_key=f"resource:mcp:{urlsplit(str(uri)).scheme}",
         )
 
 
@@ -142,25 +139,16 @@ def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _decide(
-    key: str,
-    kind: str,
-    asked: dict[str, Any],
-    call: Callable[[], Awaitable[Any]],
-    *,
-    sealed_key: str | None = None,
+    key: str, kind: str, asked: dict[str, Any], call: Callable[[], Awaitable[Any]]
 ) -> Any:
     """One call: answered from the log, or made and recorded; the result rebuilt either way.
 
     An :class:`~loom_runtime.context.OpenDecision`, so a sync flow that runs an event loop
-    records as an async flow does. ``sealed_key``: the key in a sealed execution, when
-    ``key`` may name a person (a resource's URI); see
-    :meth:`~loom_runtime.context.FlowContext.call_key`.
+    records as an async flow does.
     """
     ctx = current_context()
     if ctx is None:
         return await call()
-    if sealed_key is not None:
-        key = ctx.call_key(key, sealed=sealed_key)
     decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
     if not decision.recorded:
         try:

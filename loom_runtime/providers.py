@@ -27,7 +27,7 @@ import httpx
 import msgspec
 
 from loom_runtime.backoff import Backoff
-from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision
+from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
 from loom_runtime.http_request import request_key_and_input
 from loom_runtime.http_transport import (
@@ -38,6 +38,7 @@ from loom_runtime.http_transport import (
     replayed,
     stored_headers,
 )
+from loom_runtime.redaction import Redactor
 
 KIND = "model"
 
@@ -127,7 +128,7 @@ class ModelProfile:
         return KIND
 
     def key_and_input(
-        self, request: httpx.Request, ctx: FlowContext | AsyncFlowContext
+        self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]:
         path = request.url.path
         relative = path[len(self.base_path) :] if path.startswith(self.base_path) else path
@@ -138,7 +139,7 @@ class ModelProfile:
                 return key, msgspec.json.decode(request.content)
             except msgspec.DecodeError:
                 pass
-        _, canonical = request_key_and_input(request, ctx.redactor)
+        _, canonical = request_key_and_input(request, redactor)
         return key, {part: canonical[part] for part in ("method", "query", "body")}
 
     def replayed(self, key: str, value: Any) -> Replayed:

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import loom_runtime
-from loom_runtime import DecisionInputChangedError, Loom, MasterKey, wrap
+from loom_runtime import DecisionInputChangedError, Loom, wrap
 from replay_tests.deferred_import import deferred
 
 if TYPE_CHECKING:
@@ -71,10 +71,8 @@ class GoneSession:
         raise AssertionError(f"the MCP server was called on replay: read_resource{args}")
 
 
-def build(
-    url: str, session: Any, *, query: str = "disk full", encryption: MasterKey | None = None
-) -> Loom:
-    loom = Loom(url, encryption=encryption)
+def build(url: str, session: Any, *, query: str = "disk full") -> Loom:
+    loom = Loom(url)
     recorded = loom_runtime.wrap_session(session)
 
     @loom.flow("agent")
@@ -98,10 +96,10 @@ def build(
     return loom
 
 
-def record(url: str, served: list[str], **options: Any) -> Any:
+def record(url: str, served: list[str]) -> Any:
     async def run() -> Any:
         async with mcp.Client(runbook_server(served)) as client:
-            with build(url, client.session, **options) as loom:
+            with build(url, client.session) as loom:
                 return await loom.arun("agent")
 
     return asyncio.run(run())
@@ -218,24 +216,6 @@ def test_outside_a_flow_calls_go_to_the_session_and_everything_else_is_delegated
     assert {tool.name for tool in tools.tools} == {"search", "page_oncall"}
     assert [block.text for block in found.content] == ["q-0"]
     assert served == ["search q"]
-
-
-def test_a_sealed_execution_keys_a_resource_read_by_its_scheme_alone(sqlite_url: str) -> None:
-    """ADR 0049, amended (keys): keys are stored in clear, and a resource's URI can name a
-    person (``user://alice``); in a sealed execution it is in the sealed input alone."""
-    key = MasterKey(b"k" * 32)
-    run = record(sqlite_url, [], encryption=key)
-    with Loom(sqlite_url, encryption=key) as loom:
-        decisions = loom.execution(run.execution_id).decisions
-    assert list(decisions) == [
-        "tool:mcp:search",
-        "tool:mcp:page_oncall",
-        "resource:mcp:runbook",
-        "resource:mcp:missing",
-    ]
-    result = replay(sqlite_url, encryption=key)
-    assert result.identical, result.describe()
-    assert result.output == run.output
 
 
 def test_a_resource_key_names_scheme_host_and_path_never_query_or_userinfo() -> None:
