@@ -37,7 +37,13 @@ from loom_runtime.errors import (
     LabelError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
-from loom_runtime.sealing import SEALED_FIELDS, has_key_table, sealed_input, subject_of
+from loom_runtime.sealing import (
+    has_key_table,
+    holds_sealed_fields,
+    sealed_input,
+    sealed_names,
+    subject_of,
+)
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -235,14 +241,16 @@ def plan(
     not_erasable: list[str] = []
     for execution_id in with_forks(loom, ids):
         rows = loom.log.rows(execution_id)
-        if not rows or not sealed_input(_created_input(loom, rows[0]), execution_id):
+        stored_input = _created_input(loom, rows[0]) if rows else None
+        if not rows or not sealed_input(stored_input, execution_id):
             not_erasable.append(str(execution_id))
             continue
+        names = sealed_names(stored_input)
         subjects.append(
             ErasedSubject(
                 subject=subject_of(execution_id),
                 execution_id=str(execution_id),
-                events=sum(1 for row in rows if row.topic in SEALED_FIELDS),
+                events=sum(holds_sealed_fields(r.topic, r.state, names=names) for r in rows),
             )
         )
     return plan_subjects(keyring, subjects, not_erasable, selector=selector, by=by, reason=reason)

@@ -1,13 +1,16 @@
 """Sealed fields: an execution's personal payloads encrypted under its own data key (ADR 0049).
 
-Why per field and not per event: what orders, routes and audits a log (ids, keys, kinds,
+Why per field and not per event: what orders, routes and audits a log (ids, kinds,
 positions, times, labels) must stay readable after an erasure, so only the fields that can
 hold personal data are sealed: a flow's input and output, a decision's value, input and meta
 (a retried attempt's exception message is there), an error message. Each is AES-GCM under
 the execution's data key, with the event's stream, version and field as associated data, so a
-ciphertext moved to another place does not open. The chain hashes the stored bytes, so it
-covers the ciphertext, and destroying a key changes no chained byte: ``loom verify`` passes
-before and after an erasure.
+ciphertext moved to another place does not open. A decision's key is sealed too (a recorded
+HTTP call's key holds its URL path, which may name a person), deterministically (AES-SIV
+under a key derived from the data key): the events of one execution name the same decision
+by the same stored text, so the execution is rebuilt before anything is opened. The chain
+hashes the stored bytes, so it covers the ciphertext, and destroying a key changes no chained
+byte: ``loom verify`` passes before and after an erasure.
 
 Data keys live in ``loom_subject_keys`` in the log's own database, wrapped by a
 :class:`KeyWrapper` (:class:`MasterKey`, or a KMS behind the same two methods). It is the one
@@ -15,13 +18,15 @@ state outside the log, on purpose: what is in the log can never be destroyed. A 
 (a key wrapped by the master key) makes a wrong master key a refusal at open, never data
 silently read as erased.
 
-Only the cryptography package does cryptography here (AES key wrap, RFC 3394, and AES-GCM);
+Only the cryptography package does cryptography here (AES key wrap, RFC 3394, AES-GCM and
+AES-SIV, RFC 5297);
 this module only decides what is sealed, where, and under which key.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import functools
 import os
@@ -47,7 +52,7 @@ from loom_runtime.storage.mapper import holds_no_text
 from loom_runtime.subjects import SUBJECT_LENGTH
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
     from sqlalchemy import Dialect, Engine, Table
 
     from loom_runtime.execution import Execution
@@ -106,12 +111,15 @@ class Sealed(msgspec.Struct, frozen=True, gc=False):
     ciphertext: bytes
 
 
-class _Envelope(msgspec.Struct, frozen=True, gc=False):
+class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """A sealed JSON value as stored. Untracked, as :class:`Sealed` (which is all it holds):
     every sealed decision makes one on record and on replay, and a tracked one was collector
     work for each."""
 
     sealed: Sealed = msgspec.field(name=MARK)
+    names: bool = False
+    """Set on an execution's sealed input only: its decision keys are sealed too
+    (:func:`sealed_names`). Absent (False) in what a loom sealed before keys were."""
 
 
 holds_no_text(_Envelope)  # ciphertext: the log's redactor has nothing to find in it
@@ -924,38 +932,164 @@ def _sealed_of_text(text: str) -> Sealed | None:
 
 SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "loom.execution.Created": ("input",),
-    "loom.execution.DecisionRecorded": ("value", "input", "meta"),
-    "loom.execution.DecisionFailed": ("input", "message", "meta"),
+    "loom.execution.DecisionRecorded": ("key", "value", "input", "meta"),
+    "loom.execution.DecisionFailed": ("key", "input", "message", "meta"),
+    "loom.execution.Reopened": ("dropped",),
     "loom.execution.Completed": ("output",),
     "loom.execution.Failed": ("message",),
 }
 """The fields of each execution event that can hold personal data, by topic: the ones sealed.
-A decision's ``meta`` too: a retried attempt's exception message is recorded there."""
-_TEXT_FIELDS: Final = frozenset({"message"})
-_FIELDS_OF_CLASS: dict[type, tuple[tuple[str, bool], ...]] = {}
-""":data:`SEALED_FIELDS` by event class, each with whether it is text (:data:`_TEXT_FIELDS`),
-filled as classes are met (one lookup per event)."""
+A decision's ``meta`` too: a retried attempt's exception message is recorded there. A key
+(and the keys a reopening dropped) only in an execution whose input says so
+(:func:`sealed_names`)."""
+_RAW: Final = 0
+_TEXT: Final = 1
+_STARTED: Final = 2
+_NAME: Final = 3
+_NAMES: Final = 4
+_KINDS: Final = {"message": _TEXT, "key": _NAME, "dropped": _NAMES}
+"""How each field of :data:`SEALED_FIELDS` is sealed: JSON (the rest), text, a decision key,
+a tuple of decision keys; and the execution's input (:data:`_STARTED`, see :func:`_kind`)."""
+_NAMES_AD: Final = ":names"
+"""Added to the associated data of an execution's input when its keys are sealed."""
 
 
-def _fields_of(cls: type) -> tuple[tuple[str, bool], ...]:
+def _kind(topic: str, field: str) -> int:
+    """How ``field`` of events of ``topic`` is sealed (:data:`_KINDS`)."""
+    if topic == _CREATED and field == "input":
+        return _STARTED
+    return _KINDS.get(field, _RAW)
+
+
+_FIELDS_OF_CLASS: dict[type, tuple[tuple[str, int], ...]] = {}
+""":data:`SEALED_FIELDS` by event class, each with its kind (:data:`_KINDS`), filled as
+classes are met (one lookup per event)."""
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, int], ...]:
     """The sealed fields of events of class ``cls``, kept in :data:`_FIELDS_OF_CLASS`."""
-    fields = SEALED_FIELDS.get(getattr(cls, "TOPIC", ""), ())
-    return _FIELDS_OF_CLASS.setdefault(cls, tuple((name, name in _TEXT_FIELDS) for name in fields))
+    topic = getattr(cls, "TOPIC", "")
+    fields = SEALED_FIELDS.get(topic, ())
+    return _FIELDS_OF_CLASS.setdefault(cls, tuple((name, _kind(topic, name)) for name in fields))
+
+
+NAME_PREFIX: Final = "sealed:"
+"""How a sealed decision key is stored: the prefix, then the base64 of its AES-SIV
+ciphertext. Only :func:`sealed_names` decides that an execution's keys are sealed (a clear
+key may begin so); in such an execution a key that does not open is a corrupt log."""
+_NAMES_KEY_NONCE: Final = b"loom.names\x00\x00"
+_NAMES_KEY_INFO: Final = b"loom.decision-key-names"
+
+
+def names_cipher(aead: AESGCM) -> AESSIV:
+    """The AES-SIV cipher of an execution's decision keys, derived from its data key.
+
+    The keyring hands out a data key only as its AES-GCM cipher, so the AES-SIV key is one
+    AES-GCM encryption of a constant under a fixed nonce and label (a pseudo-random function
+    of the data key, as :func:`loom_memory.embedding_events.keyed_digest` derives its HMAC
+    key, under a nonce of its own: the keystream is the nonce's, whatever the label). AES-SIV
+    is deterministic: the same key of one execution seals to the same text, which is what
+    lets its events name one decision before anything is opened; it reveals only that two
+    stored keys of one execution are equal, which their events show anyway.
+    """
+    from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+
+    return AESSIV(aead.encrypt(_NAMES_KEY_NONCE, bytes(64), _NAMES_KEY_INFO)[:64])
+
+
+class SealedName(str):
+    """A decision key as stored sealed (:func:`seal_name`): checked for secrets in clear
+    before it was sealed, so the log's mapper stores it unread (:func:`holds_no_text`)."""
+
+    __slots__ = ()
+
+
+class SealedNames(tuple[str, ...]):
+    """The decision keys a reopening dropped, sealed, as :class:`SealedName`."""
+
+    __slots__ = ()
+
+
+holds_no_text(SealedName)
+holds_no_text(SealedNames)
+
+
+def seal_name(names: AESSIV, ad: list[bytes], name: str) -> str:
+    """A decision key as a sealed execution stores it; ``ad``: ``[<its execution's id>]``,
+    so a sealed key does not open in another execution (whose cipher differs anyway)."""
+    return (
+        NAME_PREFIX + binascii.b2a_base64(names.encrypt(name.encode(), ad), newline=False).decode()
+    )
+
+
+def open_name(names: AESSIV, ad: list[bytes], text: object) -> str:
+    """A stored decision key of a sealed execution, opened; :class:`LogCorruptError` for one
+    that is not sealed there (altered, moved from another execution, or written in clear)."""
+    if isinstance(text, str) and text.startswith(NAME_PREFIX):
+        encoded = text[len(NAME_PREFIX) :]
+        try:
+            sealed = binascii.a2b_base64(encoded, strict_mode=True)
+            # Only the canonical text: another spelling of the same bytes would name the same
+            # decision under another text before anything is opened.
+            if binascii.b2a_base64(sealed, newline=False).decode() == encoded:
+                return names.decrypt(sealed, ad).decode()
+        except Exception:  # binascii.Error, InvalidTag, UnicodeDecodeError: all corrupt
+            pass
+    raise _unopened_name(ad[0].decode())
+
+
+def _unopened_name(stream: str) -> LogCorruptError:
+    return LogCorruptError(
+        f"a decision key of execution {stream} does not open where it is stored: it was "
+        "altered, moved or written in clear; run `loom verify`"
+    )
+
+
+def holds_sealed_fields(topic: str, state: bytes, *, names: bool) -> bool:
+    """Whether a stored event of a sealed execution holds a sealed field (what an erasure
+    reports it destroys): every event of a topic of :data:`SEALED_FIELDS`, but a reopening
+    only when it dropped keys and the execution's keys are sealed (``names``)."""
+    if topic != _REOPENED:
+        return topic in SEALED_FIELDS
+    return names and bool(_fields_decoder.decode(state).get("dropped", _EMPTY) != _EMPTY)
+
+
+def sealed_names(raw: msgspec.Raw | bytes | None) -> bool:
+    """Whether an execution's decision keys are sealed, from its stored, sealed input
+    (``Created.input``): set by the loom that sealed it, covered by the chain."""
+    if raw is None or not is_sealed_raw(raw):
+        return False
+    try:
+        return _envelope_decoder.decode(raw).names
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
 
 
 _CREATED: Final = "loom.execution.Created"
+_REOPENED: Final = "loom.execution.Reopened"
+_EMPTY: Final = msgspec.Raw(b"[]")
 
 
 class ExecutionSealer:
     """Seals one execution's events before they are stored, under its data key."""
 
     def __init__(
-        self, keyring: Keyring, execution_id: UUID, redactor: Redactor | None = None
+        self,
+        keyring: Keyring,
+        execution_id: UUID,
+        redactor: Redactor | None = None,
+        *,
+        names: bool,
     ) -> None:
         self.keyring = keyring
         self.execution_id = execution_id
         self.subject = subject_of(execution_id)
         self._stream = str(execution_id)  # formatted once: a UUID's str is a cost per event
+        self.names = names
+        """Whether its decision keys are sealed: yes for an execution this loom starts or
+        imports, no for one an earlier loom sealed with its keys in clear (never both in one
+        execution, so it says so in its input's envelope, :func:`sealed_names`)."""
+        self._names: tuple[AESGCM, AESSIV] | None = None  # the data key's, derived once
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
         redacted when they were encoded), since the log's own pass cannot see into it."""
@@ -1008,15 +1142,20 @@ class ExecutionSealer:
                 f"{self._stream if stream is self.execution_id else stream}"
                 f":{event.originator_version}:"
             )
-            for name, text in fields:
+            for name, kind in fields:
                 value = state[name]
                 # Only a 4-byte value can be ``null`` (a ``Raw`` compares by its bytes).
                 if value is None or (len(value) == 4 and value == null):
                     continue
-                if text:
-                    if self.redactor is not None:
-                        value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
-                    state[name] = seal_text(aead, subject, value, (place + name).encode())
+                if kind:
+                    if kind == _TEXT:
+                        if self.redactor is not None:
+                            value = self.redactor.value(value, path=f"{event.TOPIC}.{name}")
+                        state[name] = seal_text(aead, subject, value, (place + name).encode())
+                    elif kind == _STARTED:
+                        state[name] = self._seal_input(aead, value, place + name)
+                    elif self.names:
+                        state[name] = self._seal_names(aead, value, kind, event.TOPIC, name)
                     continue
                 nonce = urandom(_NONCE_BYTES)
                 # The value's own buffer (a ``msgspec.Raw`` the codec made; AES-GCM reads a
@@ -1027,6 +1166,38 @@ class ExecutionSealer:
                 )
             sealed.append(copied)
         return sealed
+
+    def _seal_input(self, aead: AESGCM, value: Any, place: str) -> _Envelope:
+        """The execution's input sealed at ``place`` (``stream:version:field``), saying whether
+        its keys are sealed twice: in the envelope (:func:`sealed_names`) and in the associated
+        data. A loom from before keys were sealed would rebuild such an execution under the
+        sealed texts, ask none of them, and compute every recorded decision again (a recorded
+        request sent again); its input does not open there, so it refuses the execution
+        instead. The same holds for an edit that removes the flag."""
+        nonce = os.urandom(_NONCE_BYTES)
+        if not self.names:
+            return _Envelope(
+                Sealed(self.subject, nonce, aead.encrypt(nonce, value, place.encode()))
+            )
+        ad = (place + _NAMES_AD).encode()
+        return _Envelope(Sealed(self.subject, nonce, aead.encrypt(nonce, value, ad)), True)
+
+    def _seal_names(self, aead: AESGCM, value: Any, kind: int, topic: str, field: str) -> Any:
+        """A decision key (``kind`` :data:`_NAME`) or a tuple of them, sealed.
+
+        Checked for secrets in clear first, as the log's mapper checks an identifier in clear
+        (ADR 0012): it stores the sealed text unread (:class:`SealedName`), since a pattern
+        found in ciphertext means nothing, and one found by chance would refuse a valid key
+        on every attempt (the sealing is deterministic)."""
+        if self.redactor is not None:
+            self.redactor.check_identifier(value, path=f"{topic}.{field}")
+        cached = self._names
+        if cached is None or cached[0] is not aead:  # a key unwrapped again: derived again
+            cached = self._names = (aead, names_cipher(aead))
+        names, ad = cached[1], [self._stream.encode()]
+        if kind == _NAME:
+            return SealedName(seal_name(names, ad, value))
+        return SealedNames(seal_name(names, ad, name) for name in value)
 
     def seal_rows(self, rows: Sequence[Row], *, position: int) -> list[Row]:
         """Copies of stored rows in clear (an imported bundle's) with their personal fields
@@ -1047,9 +1218,21 @@ class ExecutionSealer:
             if raw is None or _is_null(raw):
                 continue
             ad = _aad(row.stream, row.version, name)
-            if name in _TEXT_FIELDS:
+            kind = _kind(row.topic, name)
+            if kind >= _NAME and not self.names:
+                continue
+            if kind == _TEXT:
                 text = msgspec.json.decode(raw, type=str)
                 stored = msgspec.json.encode(seal_text(aead, self.subject, text, ad))
+            elif kind == _NAME:
+                key = msgspec.json.decode(raw, type=str)
+                sealed_key = self._seal_names(aead, key, kind, row.topic, name)
+                stored = msgspec.json.encode(str(sealed_key))
+            elif kind == _NAMES:
+                keys = msgspec.json.decode(raw, type=tuple[str, ...])
+                stored = msgspec.json.encode(self._seal_names(aead, keys, kind, row.topic, name))
+            elif kind == _STARTED:
+                stored = _envelope_encoder.encode(self._seal_input(aead, bytes(raw), ad.decode()))
             else:
                 stored = _envelope_encoder.encode(seal_raw(aead, self.subject, raw, ad))
             fields[name] = msgspec.Raw(stored)
@@ -1145,15 +1328,22 @@ class Opener:
             return execution
         self._check_live(execution.id)
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
-        execution.input = self.raw(execution.input, stream, 1, "input")
-        versions = execution.decision_versions
+        names = self._names(execution) if sealed_names(execution.input) else None
+        execution.input = self.raw(
+            execution.input, stream, 1, "input" if names is None else "input" + _NAMES_AD
+        )
         decisions = execution.decisions
+        versions = execution.decision_versions
+        # Keys sealed: the two maps are rebuilt under the opened keys, in recorded order.
+        opened, opened_versions = (decisions, versions) if names is None else ({}, {})
+        name_ad = [stream.encode()]
         field = self._raw_field
         replace = msgspec.structs.replace
         # One pass with the per-field work inlined: a replay opens every decision, and the
         # calls around each AES-GCM open cost more than the open itself.
         for key, decision in decisions.items():
             version = versions[key]
+            name = key if names is None else open_name(names, name_ad, key)
             value, input_ = decision.value, decision.input
             opened_value = value if value is None else field(value, stream, version, "value")
             # Most decisions have no input (``null``, never sealed): no call for what is
@@ -1167,27 +1357,48 @@ class Opener:
             opened_meta = meta if meta is None else field(meta, stream, version, "meta")
             if decision.message is not None:
                 message = self.text(decision.message, stream, version, "message")
-                decisions[key] = replace(
+                decision = replace(
                     decision,
+                    key=name,
                     input=opened_input,
                     value=opened_value,
                     message=message,
                     meta=opened_meta,
                 )
-            elif opened_value is not value or opened_input is not input_ or opened_meta is not meta:
-                decisions[key] = replace(
-                    decision, input=opened_input, value=opened_value, meta=opened_meta
+            elif (
+                name is not key
+                or opened_value is not value
+                or opened_input is not input_
+                or opened_meta is not meta
+            ):
+                decision = replace(
+                    decision, key=name, input=opened_input, value=opened_value, meta=opened_meta
                 )
+            opened[name] = decision  # in place when the keys are clear (an existing key)
+            opened_versions[name] = version
+        execution.decisions, execution.decision_versions = opened, opened_versions
         if execution.output is not None:
             execution.output = self.raw(execution.output, stream, execution.version, "output")
         if execution.error is not None:
             error_type, message = execution.error
             execution.error = (error_type, self.text(message, stream, execution.version, "message"))
         execution.reopenings = [
-            msgspec.structs.replace(r, message=self._any_text(r.message, stream))
+            msgspec.structs.replace(
+                r,
+                message=self._any_text(r.message, stream),
+                dropped=r.dropped
+                if names is None
+                else tuple(open_name(names, name_ad, key) for key in r.dropped),
+            )
             for r in execution.reopenings
         ]
         return execution
+
+    def _names(self, execution: Execution) -> AESSIV:
+        """The cipher of a sealed execution's decision keys (:func:`names_cipher`)."""
+        subject = subject_of(execution.id)
+        aead = self._aead(Sealed(subject, b"", b""))  # EncryptionOffError without a keyring
+        return names_cipher(aead)
 
     def _check_live(self, execution_id: UUID) -> None:
         """Refuse (:class:`ErasedError`) a sealed execution whose key was destroyed, even if
@@ -1215,21 +1426,41 @@ class Opener:
         first = rows[0] if rows else None
         if first is None or first.topic != _CREATED:
             return [row.state for row in rows]
-        if not sealed_input(_fields_decoder.decode(first.state).get("input"), first.stream):
+        stored_input = _fields_decoder.decode(first.state).get("input")
+        if not sealed_input(stored_input, first.stream):
             return [row.state for row in rows]
         self._check_live(first.stream)
-        return [self._state(row.topic, row.stream, row.version, row.state) for row in rows]
+        names = None
+        if sealed_names(stored_input):
+            names = names_cipher(self._aead(Sealed(subject_of(first.stream), b"", b"")))
+        return [self._state(row.topic, row.stream, row.version, row.state, names) for row in rows]
 
-    def _state(self, topic: str, stream: UUID, version: int, state: bytes) -> bytes:
-        """A stored event's JSON with its sealed fields opened: what a bundle carries."""
+    def _state(
+        self, topic: str, stream: UUID, version: int, state: bytes, names: AESSIV | None
+    ) -> bytes:
+        """A stored event's JSON with its sealed fields opened: what a bundle carries.
+        ``names``: the execution's keys are sealed, with this cipher."""
         fields = SEALED_FIELDS.get(topic)
-        if not fields or b'"loom.sealed' not in state:
+        if not fields or (names is None and b'"loom.sealed' not in state):
             return state
         decoded = msgspec.json.decode(state)
         for name in fields:
             value = decoded.get(name)
-            if isinstance(value, dict) and MARK in value:
-                raw = self.raw(msgspec.Raw(msgspec.json.encode(value)), stream, version, name)
+            kind = _kind(topic, name)
+            # Where it was sealed: the input of an execution whose keys are sealed says so.
+            place = name + _NAMES_AD if kind == _STARTED and names is not None else name
+            if kind >= _NAME:
+                if names is None or value is None:
+                    continue
+                ad = [str(stream).encode()]
+                if kind == _NAME:
+                    decoded[name] = open_name(names, ad, value)
+                elif isinstance(value, list):
+                    decoded[name] = [open_name(names, ad, key) for key in value]
+                else:
+                    raise _unopened_name(str(stream))
+            elif isinstance(value, dict) and MARK in value:
+                raw = self.raw(msgspec.Raw(msgspec.json.encode(value)), stream, version, place)
                 decoded[name] = msgspec.json.decode(raw)
             elif isinstance(value, str):
                 decoded[name] = self.text(value, stream, version, name)

@@ -41,7 +41,9 @@ def test_a_value_viewing_a_larger_document_is_sealed_as_its_own_bytes(tmp_path: 
         input=msgspec.Raw(b"null"),
     )
     try:
-        [sealed] = ExecutionSealer(keyring, execution_id).seal_events([event], checked=True)
+        [sealed] = ExecutionSealer(keyring, execution_id, names=True).seal_events(
+            [event], checked=True
+        )
         stored = msgspec.Raw(msgspec.json.encode(sealed.value))
         assert b"the value" not in bytes(stored)
         opened = Opener(keyring).raw(stored, str(execution_id), 2, "value")
