@@ -1,17 +1,19 @@
 """Section "encryption" (ADR 0049): what sealing costs per recorded and per replayed decision.
 
 An encrypted log seals every decision's value and input (AES-GCM under the execution's key)
-before it is stored, and a replay opens them again. The same flow of ~1 KB values is recorded
-into a fresh SQLite file and replayed from a second ``Loom``, once with a master key and once
-without, in interleaved rounds; the figures are CPU time per decision (``process_time``), so
-another process's load on the shared machine does not enter them. The targets: recording
-costs at most 10% more with encryption, and replay keeps at least 90% of its throughput.
+and its key (AES-SIV) before it is stored, and a replay opens them again. The same flow of
+~1 KB values is recorded into a fresh SQLite file and replayed from a second ``Loom``, once
+with a master key and once without, in interleaved rounds; the figures are CPU time per
+decision (``process_time``), so another process's load on the shared machine does not enter
+them. The targets: recording costs at most 10% more with encryption, and replay keeps at
+least 90% of its throughput.
 
-The floor, shown beside them: the AES-GCM work the sealed arm cannot avoid, measured on the
+The floor, shown beside them: the cipher work the sealed arm cannot avoid, measured on the
 same recording in the same sample. For replay, ``AESGCM.decrypt`` of exactly the ciphertexts
 the log holds (nonce, ciphertext and associated data taken out of the rows before the clock
-starts), nothing else; for recording, ``AESGCM.encrypt`` of the same plaintexts under fresh
-nonces. Clear plus floor is the least a sealed decision can cost, so the floor says how close
+starts) and ``AESSIV.decrypt`` of its sealed decision keys, nothing else; for recording,
+``AESGCM.encrypt`` of the same plaintexts under fresh nonces and ``AESSIV.encrypt`` of the
+same keys. Clear plus floor is the least a sealed decision can cost, so the floor says how close
 loom is to what the cryptography must cost, and whether a target is within reach at all.
 
 Negative control: the encrypted recording read by a ``Loom`` without the key must be refused,
@@ -21,6 +23,7 @@ sealing would make the encrypted arm as cheap as the clear one for the wrong rea
 
 from __future__ import annotations
 
+import binascii
 import gc
 import os
 import time
@@ -44,7 +47,17 @@ from benchmarks.harness import (
 from benchmarks.stores import fresh_sqlite
 from benchmarks.workload import FLOW, Value, make_values, recording_flow
 from loom_runtime import EncryptionOffError, Loom, MasterKey
-from loom_runtime.sealing import SEALED_FIELDS, Sealed, _aad, sealed_of_raw
+from loom_runtime.sealing import (
+    _NAMES_AD,
+    NAME_PREFIX,
+    SEALED_FIELDS,
+    Sealed,
+    _aad,
+    names_cipher,
+    sealed_names,
+    sealed_of_raw,
+    subject_of,
+)
 
 DECISIONS = 1_000
 KEY = MasterKey(bytes(range(32)))
@@ -68,7 +81,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         for name, stats in (
             ("no master key", clear),
             ("master key (sealed)", sealed),
-            ("floor: AES-GCM alone, same ciphertexts", floor),
+            ("floor: AES-GCM and AES-SIV alone, same ciphertexts", floor),
         )
     )
     best_record = 1 + floor["record_cpu_us"].median / clear["record_cpu_us"].median
@@ -81,12 +94,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     return SectionResult(
         notes=(
             "Sealed per decision: its value, and its input unless it is null (here one "
-            "AES-GCM seal on record and one open on replay); the append's own transaction "
+            "AES-GCM seal on record and one open on replay), and its key (one AES-SIV seal "
+            "and one open, ADR 0049 'names'); the append's own transaction "
             "checks that the key is still live (SQLite), so nothing is stored under a key "
             "another process destroyed.",
-            "Floor: the AES-GCM calls alone on the same recording (replay: decrypt of the "
-            "stored ciphertexts; record: encrypt of the same plaintexts), nothing else. A "
-            "sealed arm cannot cost less than the clear arm plus the floor.",
+            "Floor: the AES-GCM and AES-SIV calls alone on the same recording (replay: "
+            "decrypt of the stored ciphertexts; record: encrypt of the same plaintexts), "
+            "nothing else. A sealed arm cannot cost less than the clear arm plus the floor.",
         ),
         tables=(
             Table(
@@ -114,7 +128,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                 ),
             ),
             Table(
-                title="Against the floor (clear + AES-GCM alone: the best a sealed arm can do)",
+                title="Against the floor (clear + the ciphers alone: the best a sealed arm can do)",
                 columns=("measure", "loom", "best the floor allows", "loom's own cost beyond it"),
                 rows=(
                     (
@@ -163,15 +177,20 @@ def _arm(name: str, values: list[Value], key: MasterKey | None) -> Arm:
 
 
 def _floors(loom: Loom, execution_id: UUID, decisions: int) -> dict[str, float]:
-    """CPU per decision of the AES-GCM calls alone: decrypting every ciphertext the
-    execution's rows hold, and encrypting the same plaintexts under fresh nonces."""
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
+    """CPU per decision of the cipher calls alone: opening every sealed field and decision
+    key the execution's rows hold (AES-GCM, AES-SIV), and sealing the same plaintexts again
+    (AES-GCM under fresh nonces, AES-SIV as stored)."""
     keyring = loom._keyring
     if keyring is None:
         raise InstrumentError("the encrypted arm's Loom has no keyring")
-    opens: list[tuple[AESGCM, Sealed, bytes]] = []
-    for row in loom.log.rows(execution_id):
+    rows = loom.log.rows(execution_id)
+    stream = str(execution_id)
+    aead = keyring.key(subject_of(execution_id))
+    created = msgspec.json.decode(rows[0].state).get("input")
+    names = names_cipher(aead) if sealed_names(msgspec.json.encode(created)) else None
+    opens: list[tuple[Sealed, bytes]] = []
+    keys: list[bytes] = []
+    for row in rows:
         fields = msgspec.json.decode(row.state)
         for name in SEALED_FIELDS.get(row.topic, ()):
             value: Any = fields.get(name)
@@ -179,15 +198,26 @@ def _floors(loom: Loom, execution_id: UUID, decisions: int) -> dict[str, float]:
                 sealed = sealed_of_raw(msgspec.json.encode(value))
                 if sealed is not None:
                     ad = _aad(row.stream, row.version, name)  # where it is stored
-                    opens.append((keyring.key(sealed.subject), sealed, ad))
-    if len(opens) < decisions:
-        raise InstrumentError(f"{len(opens)} sealed fields for {decisions} decisions")
+                    if names is not None and row.topic == "loom.execution.Created":
+                        ad += _NAMES_AD.encode()
+                    opens.append((sealed, ad))
+            elif names is not None and name == "key" and isinstance(value, str):
+                keys.append(binascii.a2b_base64(value.removeprefix(NAME_PREFIX)))
+    if len(opens) < decisions or (names is not None and len(keys) < decisions):
+        raise InstrumentError(
+            f"{len(opens)} sealed fields, {len(keys)} keys, {decisions} decisions"
+        )
+    name_ad = [stream.encode()]
     started = time.process_time()
-    plaintexts = [aead.decrypt(sealed.nonce, sealed.ciphertext, ad) for aead, sealed, ad in opens]
+    plaintexts = [aead.decrypt(sealed.nonce, sealed.ciphertext, ad) for sealed, ad in opens]
+    names_opened = [] if names is None else [names.decrypt(key, name_ad) for key in keys]
     opened = time.process_time() - started
     started = time.process_time()
-    for (aead, _, ad), plaintext in zip(opens, plaintexts, strict=True):
+    for (_, ad), plaintext in zip(opens, plaintexts, strict=True):
         aead.encrypt(os.urandom(12), plaintext, ad)
+    if names is not None:
+        for key in names_opened:
+            names.encrypt(key, name_ad)
     sealed_time = time.process_time() - started
     return {
         "open_floor_us": opened / decisions * 1e6,
