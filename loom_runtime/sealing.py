@@ -1215,10 +1215,13 @@ class ExecutionSealer:
         fields = _fields_decoder.decode(row.state)
         for name in SEALED_FIELDS[row.topic]:
             raw = fields.get(name)
-            if raw is None or _is_null(raw):
+            kind = _kind(row.topic, name)
+            # The input is sealed even when ``null`` (loom never starts one so, a bundle may):
+            # it is what says the execution is sealed (:func:`sealed_input`), and clear, the
+            # execution would read as clear with its other fields sealed, never opened.
+            if raw is None or (_is_null(raw) and kind != _STARTED):
                 continue
             ad = _aad(row.stream, row.version, name)
-            kind = _kind(row.topic, name)
             if kind >= _NAME and not self.names:
                 continue
             if kind == _TEXT:

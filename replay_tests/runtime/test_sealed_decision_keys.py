@@ -30,6 +30,7 @@ from loom_runtime import (
     SecretPattern,
     sealing,
 )
+from loom_runtime import bundle as bundle_module
 from loom_runtime import loom as loom_module
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import LogCorruptError
@@ -334,3 +335,27 @@ def test_an_erasure_counts_a_reopening_only_when_it_holds_sealed_keys(tmp_path: 
         report = loom.erase(execution=failed.execution_id, reason="r", by="dpo", dry_run=True)
     # Created, the decision, Failed, Completed (the reopening and the resume hold no field).
     assert [s.events for s in report.subjects] == [4]
+
+
+def test_an_imported_execution_whose_input_is_null_is_sealed_whole(tmp_path: Path) -> None:
+    """Loom never starts an execution with a ``null`` input, but a bundle is untrusted and its
+    hash is no signature. Sealed with its keys and values while its input stayed clear, the
+    execution read as clear: its keys never opened. Its input is sealed too, so it opens."""
+    with Loom(f"sqlite:///{tmp_path / 'clear.db'}") as loom:
+        _register(loom, broken=[False])
+        run = loom.run("lookup", email=PLANTED)
+        loom.export(run.execution_id, tmp_path / "run.json")
+    original = bundle_module.read_bundle(tmp_path / "run.json")
+    first, *rest = original.events
+    state = msgspec.json.decode(first.state)
+    state["input"] = None
+    crafted = msgspec.structs.replace(
+        original,
+        events=(msgspec.structs.replace(first, state=msgspec.json.encode(state).decode()), *rest),
+    )
+    rehashed = msgspec.structs.replace(crafted, content_hash=bundle_module.content_hash(crafted))
+    bundle_module.write_bundle(rehashed, tmp_path / "crafted.json")
+    with Loom(f"sqlite:///{tmp_path / 'sealed.db'}", encryption=KEY) as loom:
+        imported = loom.import_bundle(tmp_path / "crafted.json")
+        assert PLANTED.encode() not in _stored_text(loom, imported)
+        assert f"orders of {PLANTED}" in loom.execution(imported).decisions
