@@ -63,6 +63,16 @@ def _register(loom: Loom, *, broken: list[bool]) -> None:
         return {"tier": tier, "orders": count}
 
 
+def _failed_run(loom: Loom, broken: list[bool]) -> Any:
+    """The flow registered and run with its orders call failing: the failed execution's id
+    (a DecisionFailed under a planted key, for a reopening to drop)."""
+    _register(loom, broken=broken)
+    with pytest.raises(ConnectionError):
+        loom.run("lookup", email=PLANTED)
+    [failed] = loom.executions()
+    return failed.execution_id
+
+
 def _raw_bytes(path: Path) -> bytes:
     with sqlite3.connect(path) as connection:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -83,13 +93,10 @@ def test_a_key_naming_a_person_is_sealed_opened_for_the_key_and_gone_after_erasu
 ) -> None:
     broken = [True]
     with Loom(db_url, encryption=KEY) as loom:
-        _register(loom, broken=broken)
-        with pytest.raises(ConnectionError):
-            loom.run("lookup", email=PLANTED)
-        [failed] = loom.executions()
+        failed = _failed_run(loom, broken)
         broken[0] = False
         # Reopened: its event names the dropped failed decision by its key.
-        run = loom.resume(failed.execution_id, retry_failed=True)
+        run = loom.resume(failed, retry_failed=True)
         assert run.output == {"tier": "gold", "orders": 3}
         stored = _stored_text(loom, run.execution_id)
         assert PLANTED.encode() not in stored
@@ -163,14 +170,11 @@ def test_an_execution_sealed_before_keys_were_keeps_its_keys_in_clear(
     broken = [True]
     with monkeypatch.context() as patch, Loom(url, encryption=KEY) as loom:
         patch.setattr(loom_module, "ExecutionSealer", Earlier)
-        _register(loom, broken=broken)
-        with pytest.raises(ConnectionError):
-            loom.run("lookup", email=PLANTED)
+        failed = _failed_run(loom, broken)
     with Loom(url, encryption=KEY) as loom:
         _register(loom, broken=broken)
-        [failed] = loom.executions()
         broken[0] = False
-        run = loom.resume(failed.execution_id, retry_failed=True)
+        run = loom.resume(failed, retry_failed=True)
         assert run.output == {"tier": "gold", "orders": 3}
         assert f"orders of {PLANTED}".encode() in _stored_text(loom, run.execution_id)
         assert b'"key":"sealed:' not in _stored_text(loom, run.execution_id)
@@ -270,10 +274,7 @@ def test_a_loom_that_ignores_the_sealed_keys_refuses_the_execution_and_sends_not
     url = f"sqlite:///{tmp_path / 'loom.db'}"
     broken = [True]
     with Loom(url, encryption=KEY) as loom:
-        _register(loom, broken=broken)
-        with pytest.raises(ConnectionError):
-            loom.run("lookup", email=PLANTED)
-        [failed] = loom.executions()
+        failed = _failed_run(loom, broken)
     computed: list[str] = []
     with monkeypatch.context() as patch, Loom(url, encryption=KEY) as older:
         patch.setattr(sealing, "sealed_names", lambda raw: False)  # the flag, not read
@@ -290,7 +291,7 @@ def test_a_loom_that_ignores_the_sealed_keys_refuses_the_execution_and_sends_not
 
         broken[0] = False
         with pytest.raises(LogCorruptError):
-            older.resume(failed.execution_id, retry_failed=True)
+            older.resume(failed, retry_failed=True)
     assert computed == []
 
 
