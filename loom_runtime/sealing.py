@@ -1331,7 +1331,7 @@ class Opener:
             return execution
         self._check_live(execution.id)
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
-        names = self._names(execution) if sealed_names(execution.input) else None
+        names = self._names(execution.id) if sealed_names(execution.input) else None
         execution.input = self.raw(
             execution.input, stream, 1, "input" if names is None else "input" + _NAMES_AD
         )
@@ -1397,9 +1397,9 @@ class Opener:
         ]
         return execution
 
-    def _names(self, execution: Execution) -> AESSIV:
+    def _names(self, execution_id: UUID) -> AESSIV:
         """The cipher of a sealed execution's decision keys (:func:`names_cipher`)."""
-        subject = subject_of(execution.id)
+        subject = subject_of(execution_id)
         aead = self._aead(Sealed(subject, b"", b""))  # EncryptionOffError without a keyring
         return names_cipher(aead)
 
@@ -1435,7 +1435,7 @@ class Opener:
         self._check_live(first.stream)
         names = None
         if sealed_names(stored_input):
-            names = names_cipher(self._aead(Sealed(subject_of(first.stream), b"", b"")))
+            names = self._names(first.stream)
         return [self._state(row.topic, row.stream, row.version, row.state, names) for row in rows]
 
     def _state(
