@@ -54,6 +54,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_rows
 from loom_runtime.log import Row
+from loom_runtime.sealing import is_sealed_raw
 
 T = TypeVar("T")
 
@@ -114,6 +115,13 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
             ) from exc
         if not isinstance(execution, Execution):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
+        if is_sealed_raw(execution.input):
+            # An export opens every sealed field, and a flow's input is keyed by parameter
+            # names (never the mark): imported, this would read as sealed and never open.
+            raise BundleFormatError(
+                "the bundle's execution input holds loom's sealed mark, which an exported "
+                "bundle never carries (an export opens every sealed field): it was crafted"
+            )
         return execution
 
     def resealed(self, events: list[BundleEvent]) -> Bundle:

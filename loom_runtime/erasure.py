@@ -35,6 +35,7 @@ from loom_runtime.errors import (
     ErasureSubjectError,
     ExecutionNotFoundError,
     LabelError,
+    LogCorruptError,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
 from loom_runtime.sealing import (
@@ -242,7 +243,13 @@ def plan(
     for execution_id in with_forks(loom, ids):
         rows = loom.log.rows(execution_id)
         stored_input = _created_input(loom, rows[0]) if rows else None
-        if not rows or not sealed_input(stored_input, execution_id):
+        try:
+            sealed = bool(rows) and sealed_input(stored_input, execution_id)
+        except LogCorruptError:
+            # Its input was altered, so the key table says whether it was sealed: one with a
+            # live key is erased by it, as any other; one selection is not stopped by one row.
+            sealed = bool(keyring.live([subject_of(execution_id)]))
+        if not sealed:
             not_erasable.append(str(execution_id))
             continue
         names = sealed_names(stored_input)

@@ -35,7 +35,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import ErasedError, ExecutionConflictError
+from loom_runtime.errors import ErasedError, ExecutionConflictError, LogCorruptError
 
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
@@ -203,6 +203,9 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
         execution = loom.execution(orphan.execution_id)
     except ErasedError:  # erased while unfinished (ADR 0049): nothing left to finish it with
         logger.info("execution %s was erased: not recovered", orphan.execution_id)
+        return None
+    except LogCorruptError as exc:  # altered rows: nobody can finish it, the rest of the pass can
+        logger.error("execution %s does not read, not recovered: %s", orphan.execution_id, exc)
         return None
     if execution.finished or execution.owner != orphan.owner:
         return None  # finished or claimed since the scan

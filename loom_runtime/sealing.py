@@ -889,9 +889,23 @@ def sealed_input(raw: msgspec.Raw | bytes | None, execution_id: UUID) -> bool:
     cannot be: a flow's input is keyed by parameter names (no dot, so never the mark), and the
     execution's id does not exist until after its input was given. The subject is in the
     stored bytes, so the chain covers this decision too.
+
+    So an input that begins with the mark but is not this execution's sealed input was
+    altered: :class:`LogCorruptError`. Read as clear, the execution's sealed fields would
+    never be opened, nor would an erasure destroy its key ("recorded in clear").
     """
-    sealed = None if raw is None else sealed_of_raw(raw)
-    return sealed is not None and sealed.subject == subject_of(execution_id)
+    if raw is None or not is_sealed_raw(raw):
+        return False
+    try:
+        subject = _envelope_decoder.decode(raw).sealed.subject
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        subject = None
+    if subject != subject_of(execution_id):
+        raise LogCorruptError(
+            f"the input of execution {execution_id} holds loom's sealed mark but is not the "
+            "execution's own sealed input: it was altered or moved; run `loom verify`"
+        )
+    return True
 
 
 def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
@@ -1036,6 +1050,19 @@ def open_name(names: AESSIV, ad: list[bytes], text: object) -> str:
         except Exception:  # binascii.Error, InvalidTag, UnicodeDecodeError: all corrupt
             pass
     raise _unopened_name(ad[0].decode())
+
+
+def _clear_field(stream: UUID | str, version: int | None, field: str) -> LogCorruptError:
+    """A field of a sealed execution found in clear (or not a sealed value): every personal
+    field of a sealed execution is stored sealed (or ``null``), so this one was put there by
+    an edit, which needs no key. Read as it is, it would be a replay's answer as if recorded.
+    ``version``: the event's, None where the state no longer says which."""
+    name = field.partition(":")[0]  # the input's associated data may say ":names"
+    event = "" if version is None else f" of event {version}"
+    return LogCorruptError(
+        f"the {name}{event} of sealed execution {stream} is not a sealed value: a sealed "
+        "execution stores it sealed, so it was altered; run `loom verify`"
+    )
 
 
 def _unopened_name(stream: str) -> LogCorruptError:
@@ -1248,8 +1275,9 @@ _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _NULL = msgspec.Raw(b"null")
 """A field that is JSON ``null`` (a decision without input, a flow returning None): left in
 clear, since it holds nothing personal and its absence is visible anyway; half the AES-GCM
-calls of a decision without input. A sealed execution's fields are each opened only if
-sealed, so a clear ``null`` among them reads as it is. A ``Raw`` equals another by its bytes."""
+calls of a decision without input. A sealed execution's fields are each sealed or ``null``
+(anything else in clear is a corrupt log), so a clear ``null`` among them reads as it is, and
+one sealed by an earlier loom opens. A ``Raw`` equals another by its bytes."""
 
 
 def _is_null(value: object) -> bool:
@@ -1274,9 +1302,13 @@ class Opener:
         return self.keyring.key(sealed.subject)
 
     def raw(self, raw: msgspec.Raw, stream: UUID | str, version: int, field: str) -> msgspec.Raw:
+        """A JSON field of a sealed execution, opened: ``null`` as it is, anything else in
+        clear is :func:`_clear_field` (a sealed execution stores every other value sealed)."""
         sealed = sealed_of_raw(raw)
         if sealed is None:
-            return raw
+            if bytes(raw) == b"null":
+                return raw
+            raise _clear_field(stream, version, field)
         return msgspec.Raw(self._open(sealed, _aad(stream, version, field)))
 
     def _raw_field(self, raw: msgspec.Raw, stream: str, version: int, field: str) -> msgspec.Raw:
@@ -1286,11 +1318,13 @@ class Opener:
         # memoryview (~0.1 against ~0.3 µs, twice per decision), and the decode reads the copy.
         data = bytes(raw)
         if not data.startswith(_ENVELOPE_HEAD):
-            return raw
+            if data == b"null":
+                return raw
+            raise _clear_field(stream, version, field)
         try:
             sealed = _envelope_decoder.decode(data).sealed
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return raw
+            raise _clear_field(stream, version, field) from None
         keyring = self.keyring
         aead = None if keyring is None else keyring._cache.get(sealed.subject)
         ad = f"{stream}:{version}:{field}".encode()  # :func:`_aad`, without its call
@@ -1302,9 +1336,10 @@ class Opener:
             return msgspec.Raw(self._open(sealed, ad))
 
     def text(self, text: str, stream: UUID | str, version: int, field: str) -> str:
+        """A message of a sealed execution, opened; one in clear is :func:`_clear_field`."""
         sealed = _sealed_of_text(text)
         if sealed is None:
-            return text
+            raise _clear_field(stream, version, field)
         return self._open(sealed, _aad(stream, version, field)).decode()
 
     def _open(self, sealed: Sealed, ad: bytes) -> bytes:
@@ -1342,6 +1377,7 @@ class Opener:
         name_ad = [stream.encode()]
         field = self._raw_field
         replace = msgspec.structs.replace
+        null = _NULL
         # One pass with the per-field work inlined: a replay opens every decision, and the
         # calls around each AES-GCM open cost more than the open itself.
         for key, decision in decisions.items():
@@ -1349,15 +1385,20 @@ class Opener:
             name = key if names is None else open_name(names, name_ad, key)
             value, input_ = decision.value, decision.input
             opened_value = value if value is None else field(value, stream, version, "value")
-            # Most decisions have no input (``null``, never sealed): no call for what is
-            # shorter than a sealed value's first bytes.
+            # Most decisions have no input (``null``, never sealed): no call for it (a ``Raw``
+            # compares by its bytes, and only a 4-byte one can be ``null``).
             opened_input = (
                 input_
-                if len(input_) < len(_ENVELOPE_HEAD)
+                if len(input_) == 4 and input_ == null
                 else field(input_, stream, version, "input")
             )
             meta = decision.meta  # most decisions have none
-            opened_meta = meta if meta is None else field(meta, stream, version, "meta")
+            opened_meta = (
+                meta
+                # sealed before keys were, maybe before meta was (ADR 0049, "erasurerev")
+                if meta is None or (names is None and not is_sealed_raw(meta))
+                else field(meta, stream, version, "meta")
+            )
             if decision.message is not None:
                 message = self.text(decision.message, stream, version, "message")
                 decision = replace(
@@ -1412,8 +1453,11 @@ class Opener:
 
     def _any_text(self, text: str, stream: UUID | str) -> str:
         """A reopened failure's message: sealed at a version the state no longer holds, so
-        shown as sealed (its text is in the ``Failed`` event, opened by an export)."""
-        return "(sealed)" if _sealed_of_text(text) is not None else text
+        shown as sealed (its text is in the ``Failed`` event, opened by an export); one in
+        clear is :func:`_clear_field`, as a message read where it is stored would be."""
+        if _sealed_of_text(text) is None:
+            raise _clear_field(stream, None, "reopened failure's message")
+        return "(sealed)"
 
     def rows(self, rows: Sequence[Row]) -> list[Row]:
         """Stored rows with their sealed fields opened (what an import compares a bundle to)."""
@@ -1444,9 +1488,10 @@ class Opener:
         """A stored event's JSON with its sealed fields opened: what a bundle carries.
         ``names``: the execution's keys are sealed, with this cipher."""
         fields = SEALED_FIELDS.get(topic)
-        if not fields or (names is None and b'"loom.sealed' not in state):
+        if not fields:
             return state
         decoded = msgspec.json.decode(state)
+        opened = False  # nothing opened: the stored bytes as they are, not encoded again
         for name in fields:
             value = decoded.get(name)
             kind = _kind(topic, name)
@@ -1455,6 +1500,7 @@ class Opener:
             if kind >= _NAME:
                 if names is None or value is None:
                     continue
+                opened = True
                 ad = [str(stream).encode()]
                 if kind == _NAME:
                     decoded[name] = open_name(names, ad, value)
@@ -1462,9 +1508,18 @@ class Opener:
                     decoded[name] = [open_name(names, ad, key) for key in value]
                 else:
                     raise _unopened_name(str(stream))
-            elif isinstance(value, dict) and MARK in value:
+                continue
+            if value is None or (
+                # sealed before keys were, maybe before meta was (ADR 0049, "erasurerev")
+                name == "meta" and names is None and not (isinstance(value, dict) and MARK in value)
+            ):
+                continue  # ``null`` (or absent) is stored in clear
+            opened = True
+            if kind == _TEXT:
+                if not isinstance(value, str):
+                    raise _clear_field(stream, version, name)
+                decoded[name] = self.text(value, stream, version, name)
+            else:
                 raw = self.raw(msgspec.Raw(msgspec.json.encode(value)), stream, version, place)
                 decoded[name] = msgspec.json.decode(raw)
-            elif isinstance(value, str):
-                decoded[name] = self.text(value, stream, version, name)
-        return msgspec.json.encode(decoded)
+        return msgspec.json.encode(decoded) if opened else state

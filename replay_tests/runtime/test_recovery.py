@@ -658,3 +658,27 @@ def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
         assert f"execution {execution_id} of flow 'steps' recovered" in stderr
         rows = {row.worker: row.alive for row in loom.workers.workers(dead_after=3600)}
         assert rows[stdout.split()[1]] is False
+
+
+def test_a_corrupt_execution_is_skipped_with_an_error_and_the_pass_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An execution that no longer reads (a row altered: ``LogCorruptError``) cannot be
+    finished by anyone; it is logged and left for ``loom verify``, and the executions after it
+    in the pass are still recovered."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    steps = Steps()
+    with Loom(url) as loom:
+        steps.register(loom)
+        corrupt = interrupted(loom, steps)
+        healthy = interrupted(loom, steps)
+    with sqlite3.connect(tmp_path / "loom.db") as connection:
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND topic = ?",
+            (b'{"key": 7}', corrupt.hex, "loom.execution.DecisionRecorded"),
+        )
+    with Loom(url) as other, caplog.at_level(logging.ERROR, logger="loom.runtime"):
+        steps.register(other)
+        runs = other.recover(include_unowned=True)
+    assert [run.execution_id for run in runs] == [healthy]
+    assert any(str(corrupt) in record.getMessage() for record in caplog.records)
