@@ -396,7 +396,11 @@ def _too_deep(path: Path) -> BundleFormatError:
 
 def _decode(data: bytes, path: Path, into: type[T]) -> T:
     if path.suffix == ".msgpack":
-        return msgspec.msgpack.decode(data, type=into)
+        decoded = msgspec.msgpack.decode(data, type=into)
+        if isinstance(decoded, Bundle):
+            for event in decoded.events:  # JSON text in msgpack: the same two readings
+                _refuse_repeated_members(event.state, path)
+        return decoded
     if into is not Bundle:
         return msgspec.json.decode(data, type=into)
     document = msgspec.json.decode(data)

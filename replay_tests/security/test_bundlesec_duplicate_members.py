@@ -71,3 +71,19 @@ def test_a_bundle_as_loom_writes_it_reads(tmp_path: Path) -> None:
     compact = tmp_path / "compact.json"
     compact.write_bytes(msgspec.json.encode(real))
     assert read_bundle(compact) == read_bundle(tmp_path / "real.json") == real
+
+
+def test_a_repeated_member_inside_a_msgpack_bundles_state_is_refused(tmp_path: Path) -> None:
+    """A msgpack bundle carries each state as JSON text too: the same two readings, one
+    shown (``loom bundle show`` of a converted copy, another tool), the last replayed."""
+    real = _recorded(tmp_path)
+    completed = real.events[-1]
+    state = completed.state.replace('"output":', '"output":["shown"],"output":', 1)
+    forged = real.resealed([*real.events[:-1], msgspec.structs.replace(completed, state=state)])
+    path = tmp_path / "forged.msgpack"
+    path.write_bytes(msgspec.msgpack.encode(forged))
+    with pytest.raises(BundleFormatError, match="more than once"):
+        read_bundle(path)
+    control = tmp_path / "real.msgpack"
+    control.write_bytes(msgspec.msgpack.encode(real))
+    assert read_bundle(control) == real
