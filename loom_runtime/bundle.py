@@ -216,6 +216,22 @@ def _check_once(rows: list[Row]) -> None:
             ended = True
 
 
+def check_fields(rows: list[Row]) -> None:
+    """Refuse a row holding a member its event does not define, before it is stored: a
+    newer loom's, or crafted (none that this loom writes holds one). The mapper's decode
+    skips such a member, so stored, it would be kept unread: never redacted, never sealed."""
+    from loom_runtime.storage.mapper import unknown_fields
+
+    for row in rows:
+        extra = unknown_fields(row)
+        if extra:
+            raise BundleFormatError(
+                f"event {row.version} of the bundle ({row.topic}) holds "
+                f"{', '.join(map(repr, extra))}, which that event does not have here: a newer "
+                "loom wrote it, or it was crafted; nothing was imported"
+            )
+
+
 _DECISION_TOPICS: Final = (Execution.DecisionRecorded.TOPIC, Execution.DecisionFailed.TOPIC)
 _ENDING_TOPICS: Final = (Execution.Completed.TOPIC, Execution.Failed.TOPIC)
 

@@ -27,7 +27,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from loom_runtime import codec
-from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
+from loom_runtime.bundle import BundleEvent, check_fields, read_bundle, seal, write_bundle
 from loom_runtime.context import (
     AsyncFlowContext,
     DecisionSource,
@@ -76,6 +76,7 @@ from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.sealing import ExecutionSealer, sealed_input, sealed_names
 from loom_runtime.services import Services
+from loom_runtime.storage.mapper import redacted_rows
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -567,6 +568,9 @@ class Loom:
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         bundle.execution()  # refuse events that do not rebuild an execution before any insert
         rows = bundle.rows()
+        check_fields(rows)  # a member the mapper would skip would be stored unread
+        if self.settings.redactor is not None:  # as if recorded here (ADR 0012, "import")
+            rows = redacted_rows(self.settings.redactor, rows)
         existing = self.log.rows(bundle.execution_id)
         if not existing:
             guard = self._keyless_guard(f"the imported execution {bundle.execution_id}")

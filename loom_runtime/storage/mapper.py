@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -45,7 +46,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
 from loom_runtime.codec import enc_hook
-from loom_runtime.errors import LogCorruptError, NotSerialisableError
+from loom_runtime.errors import LogCorruptError, NotSerialisableError, SecretRefusedError
 from loom_runtime.log import Row
 from loom_runtime.redaction import Redactor
 from loom_runtime.storage.topics import event_class, is_aggregate_topic
@@ -296,6 +297,47 @@ def _redacted(
         else:
             redacted[key] = redactor.value(value, path=f"{topic}.{key}")
     return redacted
+
+
+def redacted_rows(redactor: Redactor, rows: Sequence[Row]) -> list[Row]:
+    """Rows that did not pass the mapper (an imported bundle's) with its redaction applied,
+    as :meth:`MsgspecMapper.to_stored_event` applies it to a recorded event: identifiers
+    checked (one holding a secret refused), values redacted or refused by the mode.
+
+    A row with nothing to redact is kept byte for byte, so importing the same bundle again
+    finds the rows it stored; one that changed is encoded as the mapper encodes an event.
+    """
+    encoder = MsgspecMapper()
+    checked = []
+    for row in rows:
+        event = decode_row(row)
+        cls: type = type(event)
+        topic, _, identifiers, _ = _shape(cls)
+        state = {k: v for k, v in vars(event).items() if k not in _ROW_COLUMNS}
+        try:
+            redacted = _redacted(redactor, topic, identifiers, state)
+        except SecretRefusedError as exc:  # the same refusal, saying which row
+            raise type(exc)(pattern=exc.pattern, path=f"event {row.version} ({exc.path})") from None
+        if all(redacted[k] is v for k, v in state.items()):
+            checked.append(row)
+            continue
+        vars(event).update(redacted)
+        checked.append(msgspec.structs.replace(row, state=encoder.to_stored_event(event).state))
+    return checked
+
+
+def unknown_fields(row: Row) -> list[str]:
+    """The members of a row's stored JSON that its event class does not define, sorted.
+
+    The mapper's decode skips such a member, so a row holding one would be stored with it
+    unread: never redacted, never sealed. No row loom writes holds one."""
+    cls = event_class(row.topic)
+    if cls is None:
+        return []  # not an event at all: refused by the decode
+    return sorted(set(_members.decode(row.state)) - set(schema_for(cls).__struct_fields__))
+
+
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 def _where(stream: object, version: int) -> str:

@@ -19,7 +19,13 @@ from typing import Annotated, Literal
 import msgspec
 import typer
 
-from loom_runtime.errors import BundleError, ErasedError, ExecutionNotFoundError, LogCorruptError
+from loom_runtime.errors import (
+    BundleError,
+    ErasedError,
+    ExecutionNotFoundError,
+    LogCorruptError,
+    SecretRefusedError,
+)
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -156,7 +162,9 @@ def import_command(
             before = loom.log.position
             try:
                 execution_id = loom.import_bundle(file)
-            except (BundleError, ErasedError) as exc:  # erased here: a copy cannot bring it back
+            # Erased here: a copy cannot bring it back. A secret the log's redactor refuses:
+            # that file is not imported, the others still are.
+            except (BundleError, ErasedError, SecretRefusedError) as exc:
                 results.append(Imported(path=str(file), status="failed", error=str(exc)))
             else:
                 status: Status = "present" if loom.log.position == before else "imported"
