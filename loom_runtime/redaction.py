@@ -278,9 +278,8 @@ _PASSED_SIZE = 64
 """How many values a redactor remembers having made from fresh bytes (:meth:`Redactor.encoded`)
 until the mapper stores them: one per thread recording a decision at a time."""
 
-_MAX_PASSES = 8
-"""Passes of the patterns over a text after the first that found a secret, at most: each
-changing pass turns a secret into a marker, so a text stops changing long before (a guard)."""
+_MARKERS = re.compile(rf"{re.escape(_MARKER_PREFIX)}[^\]]*\]")
+"""Markers, cut out of a text before its hints are looked for again (:meth:`Redactor._text`)."""
 
 _ONE_SEARCH_LENGTH = 48
 """Strings up to this long are first searched for all hints at once (:meth:`Redactor._hintless`):
@@ -474,18 +473,23 @@ class Redactor:
         if self._hintless(lowered):
             return value
         found: Counter[str] = Counter()
-        redacted = self._pass(value, lowered, found)
+        redacted = self._pass(value, found, hints=(value, lowered))
         if not found:
             return value  # the same object: callers keep their bytes when nothing changed
-        # A marker ends a word where a secret may begin: a pattern that wants no word
-        # character before its token (``sk-`` glued to an earlier key) matches only once the
-        # earlier key is a marker. So passes run until one changes nothing, and redacting
-        # the stored text again gives it back (a replay compares inputs so, and an import
-        # redacts a bundle's rows again). Each changing pass turns a secret into a marker,
-        # which never matches; the bound is only a guard.
-        for _ in range(_MAX_PASSES):
+        # A marker changes what is around it: a pattern that wants no word character beside
+        # its token (``sk-`` glued to an earlier key) matches once the key next to it is a
+        # marker, a token cut short by one may now pass its pattern's check, and a match the
+        # first pass skipped as overlapping another may stand alone. So passes run again
+        # until one changes nothing, and redacting the stored text again gives it back (a
+        # replay compares inputs so, and an import redacts a bundle's rows again). Each
+        # changing pass turns at least one secret into a marker, which never matches, so
+        # they end. Their hints are looked for outside the markers: a marker's name holds
+        # other patterns' hints ("password" in password-assignment), and the scan they would
+        # start finds nothing a marker could complete.
+        while True:
             counted = found.total()
-            again = self._pass(redacted, redacted.lower(), found)
+            outside = _MARKERS.sub(" ", redacted)
+            again = self._pass(redacted, found, hints=(outside, outside.lower()))
             if found.total() == counted:
                 break
             redacted = again
@@ -493,11 +497,12 @@ class Redactor:
             self._counts.update(found)
         return redacted
 
-    def _pass(self, value: str, lowered: str, found: Counter[str]) -> str:
-        """``value`` with what each pattern matches replaced once, counted in ``found``."""
+    def _pass(self, value: str, found: Counter[str], *, hints: tuple[str, str]) -> str:
+        """``value`` with what each pattern matches replaced once, counted in ``found``;
+        ``hints``: the text (and its lower case) a pattern's hints are looked for in."""
         redacted = value
         for pattern in self.patterns:
-            if not pattern.may_match(value, lowered):
+            if not pattern.may_match(*hints):
                 continue
             if pattern.regex.search(redacted):
                 replace = partial(self._replace, pattern=pattern, found=found)

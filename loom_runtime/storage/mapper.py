@@ -200,13 +200,19 @@ def _decode_state(cls: type, payload: bytes) -> Any:
             raise
         decoded = None  # an old payload may miss a field the new class requires
     if decoded is None or decoded.class_version != target:
-        state = msgspec.json.decode(payload)
-        version = state.pop("class_version", 1)
-        while version < target:
-            getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
-            version += 1
+        state = _upcast(cls, msgspec.json.decode(payload), target)
         decoded = decoder.decode(_encoder.encode(state))
     return decoded
+
+
+def _upcast(cls: type, state: dict[str, Any], target: int) -> dict[str, Any]:
+    """A payload decoded plain, brought to class version ``target`` by ``cls``'s upcasters
+    (each edits the dict in place), without its ``class_version``."""
+    version = state.pop("class_version", 1)
+    while version < target:
+        getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
+        version += 1
+    return state
 
 
 @cache
@@ -332,12 +338,12 @@ def unknown_fields(row: Row) -> list[str]:
     The mapper's decode skips such a member, so a row holding one would be stored with it
     unread: never redacted, never sealed. No row loom writes holds one."""
     cls = event_class(row.topic)
-    if cls is None:
+    state = msgspec.json.decode(row.state)
+    if cls is None or not isinstance(state, dict):
         return []  # not an event at all: refused by the decode
-    return sorted(set(_members.decode(row.state)) - set(schema_for(cls).__struct_fields__))
-
-
-_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
+    # Upcast first: an older version's row holds the members its upcasters rename.
+    members = _upcast(cls, state, _decoder(cls)[1])
+    return sorted(set(members) - set(schema_for(cls).__struct_fields__))
 
 
 def _where(stream: object, version: int) -> str:

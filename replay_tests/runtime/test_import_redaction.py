@@ -145,3 +145,35 @@ def test_a_clean_bundle_is_imported_byte_for_byte(tmp_path: Path) -> None:
     with Loom(f"sqlite:///{tmp_path / 'target.db'}") as loom:
         imported = loom.import_bundle(bundle)
         assert [row.state for row in loom.log.rows(imported)] == states
+
+
+def test_a_member_an_upcaster_renames_is_not_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row of an older class version holds the members of that version: compared after its
+    upcasters ran, as the decode reads it, or every older bundle would be refused once an
+    event is versioned (mapper module docstring)."""
+    from loom_runtime.execution import Execution
+    from loom_runtime.storage import mapper
+
+    bundle = bundle_module.read_bundle(_bundle_without_redaction(tmp_path))
+    decided = next(row for row in bundle.rows() if row.topic == Execution.DecisionRecorded.TOPIC)
+    state = msgspec.json.decode(decided.state)
+    state["label"] = state.pop("kind")  # as version 1 named it
+    old = msgspec.structs.replace(decided, state=msgspec.json.encode(state))
+
+    def upcast_v1_v2(fields: dict[str, object]) -> None:
+        fields["kind"] = fields.pop("label")
+
+    cls = Execution.DecisionRecorded
+    monkeypatch.setattr(cls, "class_version", 2, raising=False)
+    monkeypatch.setattr(cls, "upcast_v1_v2", staticmethod(upcast_v1_v2), raising=False)
+    mapper._decoder.cache_clear()  # its cached class version is the old one
+    try:
+        assert mapper.unknown_fields(old) == []
+        assert mapper.unknown_fields(
+            msgspec.structs.replace(old, state=old.state[:-1] + b',"x":1}')
+        ) == ["x"]
+    finally:
+        monkeypatch.undo()
+        mapper._decoder.cache_clear()
