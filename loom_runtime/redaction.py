@@ -637,8 +637,12 @@ def _secret_group(pattern: SecretPattern) -> str | int:
 
 
 def _is_secret(pattern: SecretPattern, secret: str) -> bool:
-    """Whether a matched secret is one: not a marker, and accepted by the pattern's check."""
-    if secret.startswith(_MARKER_PREFIX):
+    """Whether a matched secret is one: not only markers, and accepted by the pattern's check.
+
+    Text beside a marker is still secret: in ``password=ghp_…!!x`` the token is redacted
+    first, and ``!!x`` is the rest of the password, which a test for a leading marker kept
+    in clear."""
+    if _MARKER_PREFIX in secret and not _MARKERS.sub("", secret):
         return False
     return pattern.check is None or pattern.check(secret)
 

@@ -105,6 +105,13 @@ def test_a_secret_that_follows_another_is_redacted_in_the_same_pass() -> None:
     assert once == "[REDACTED:google-api-key]" * 10
 
 
+def test_the_rest_of_a_password_beside_a_redacted_token_is_redacted() -> None:
+    redactor = Redactor()
+    once = redactor.text("password=ghp_" + "a1" * 18 + "!!tail and more", path="v")
+    assert "!!tail" not in once and once.endswith(" and more")
+    assert redactor.text(once, path="v") == once
+
+
 def test_nested_values_are_redacted_and_clean_keys_kept() -> None:
     """Strings anywhere in plain data and in stored JSON are scanned; a key that holds no
     secret is kept (keys holding one: ``test_redaction_of_keys.py``)."""
