@@ -48,11 +48,11 @@ from benchmarks.stores import fresh_sqlite
 from benchmarks.workload import FLOW, Value, make_values, recording_flow
 from loom_runtime import EncryptionOffError, Loom, MasterKey
 from loom_runtime.sealing import (
-    _NAMES_AD,
     NAME_PREFIX,
     SEALED_FIELDS,
     Sealed,
     _aad,
+    input_place,
     names_cipher,
     sealed_names,
     sealed_of_raw,
@@ -61,6 +61,7 @@ from loom_runtime.sealing import (
 
 DECISIONS = 1_000
 KEY = MasterKey(bytes(range(32)))
+_CREATED = "loom.execution.Created"
 RECORD_TARGET = 1.10
 """Recording CPU per decision with encryption, at most this times the clear recording's."""
 REPLAY_TARGET = 0.90
@@ -186,8 +187,8 @@ def _floors(loom: Loom, execution_id: UUID, decisions: int) -> dict[str, float]:
     rows = loom.log.rows(execution_id)
     stream = str(execution_id)
     aead = keyring.key(subject_of(execution_id))
-    created = msgspec.json.decode(rows[0].state).get("input")
-    names = names_cipher(aead) if sealed_names(msgspec.json.encode(created)) else None
+    created_raw = msgspec.json.encode(msgspec.json.decode(rows[0].state).get("input"))
+    names = names_cipher(aead) if sealed_names(created_raw) else None
     opens: list[tuple[Sealed, bytes]] = []
     keys: list[bytes] = []
     for row in rows:
@@ -197,9 +198,9 @@ def _floors(loom: Loom, execution_id: UUID, decisions: int) -> dict[str, float]:
             if isinstance(value, dict):
                 sealed = sealed_of_raw(msgspec.json.encode(value))
                 if sealed is not None:
-                    ad = _aad(row.stream, row.version, name)  # where it is stored
-                    if names is not None and row.topic == "loom.execution.Created":
-                        ad += _NAMES_AD.encode()
+                    # Where it is stored; an input's place says the flags it carries.
+                    place = input_place(created_raw) if row.topic == _CREATED else name
+                    ad = _aad(row.stream, row.version, place)
                     opens.append((sealed, ad))
             elif names is not None and name == "key" and isinstance(value, str):
                 keys.append(binascii.a2b_base64(value.removeprefix(NAME_PREFIX)))

@@ -74,7 +74,7 @@ from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
-from loom_runtime.sealing import ExecutionSealer, sealed_input, sealed_names
+from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
 from loom_runtime.storage.mapper import redacted_rows
 
@@ -238,7 +238,7 @@ class Loom:
 
             self._keyring.create(subject_of(execution.id), position=self.log.position)
             execution.sealer = ExecutionSealer(
-                self._keyring, execution.id, self.settings.redactor, names=True
+                self._keyring, execution.id, self.settings.redactor, names=True, nulls=True
             )
         return guard
 
@@ -390,11 +390,12 @@ class Loom:
                 f"no execution {execution_id} in the log at {self.settings.url!r}"
             )
         if sealed_input(execution.input, execution.id):
-            names = sealed_names(execution.input)  # read before the input is opened
+            # Read before the input is opened: what sealed it first goes on sealing so.
+            names, nulls = input_flags(execution.input)
             execution = self._opener.execution(execution)  # ErasedError once erased
             if self._keyring is not None:
                 execution.sealer = ExecutionSealer(
-                    self._keyring, execution.id, self.settings.redactor, names=names
+                    self._keyring, execution.id, self.settings.redactor, names=names, nulls=nulls
                 )
         return execution
 
@@ -575,7 +576,7 @@ class Loom:
         if not existing:
             guard = self._keyless_guard(f"the imported execution {bundle.execution_id}")
             if self._keyring is not None:
-                sealer = ExecutionSealer(self._keyring, bundle.execution_id, names=True)
+                sealer = ExecutionSealer(self._keyring, bundle.execution_id, names=True, nulls=True)
                 rows = sealer.seal_rows(rows, position=self.log.position)
             self.log.insert_rows(rows, precondition=guard)
         elif not _same_rows(self._opener.rows(existing), rows):

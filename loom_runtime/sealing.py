@@ -33,7 +33,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 from uuid import UUID
 
 import msgspec
@@ -120,6 +120,9 @@ class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     names: bool = False
     """Set on an execution's sealed input only: its decision keys are sealed too
     (:func:`sealed_names`). Absent (False) in what a loom sealed before keys were."""
+    nulls: bool = False
+    """Set on an execution's sealed input only: its ``null`` values and output are sealed too
+    (:func:`sealed_nulls`). Absent (False) in what a loom sealed before they were."""
 
 
 holds_no_text(_Envelope)  # ciphertext: the log's redactor has nothing to find in it
@@ -966,6 +969,13 @@ _KINDS: Final = {"message": _TEXT, "key": _NAME, "dropped": _NAMES}
 a tuple of decision keys; and the execution's input (:data:`_STARTED`, see :func:`_kind`)."""
 _NAMES_AD: Final = ":names"
 """Added to the associated data of an execution's input when its keys are sealed."""
+_NULLS_AD: Final = ":nulls"
+"""Added after it when its ``null`` values and output are sealed."""
+_NULL_SEALED: Final = frozenset({"value", "output"})
+"""The fields sealed even when ``null`` in an execution that says so (:func:`sealed_nulls`):
+replaced by ``null``, they would be a replay's answer and outcome. A decision's input is not:
+a forged ``null`` input only makes a replay diverge (the code asks with its real one), and
+sealing it would double the AES-GCM calls of a decision without input."""
 
 
 def _kind(topic: str, field: str) -> int:
@@ -1084,12 +1094,43 @@ def holds_sealed_fields(topic: str, state: bytes, *, names: bool) -> bool:
 def sealed_names(raw: msgspec.Raw | bytes | None) -> bool:
     """Whether an execution's decision keys are sealed, from its stored, sealed input
     (``Created.input``): set by the loom that sealed it, covered by the chain."""
+    envelope = _input_envelope(raw)
+    return envelope is not None and envelope.names
+
+
+def sealed_nulls(raw: msgspec.Raw | bytes | None) -> bool:
+    """Whether an execution's ``null`` values and output are sealed, from its stored, sealed
+    input, as :func:`sealed_names`."""
+    envelope = _input_envelope(raw)
+    return envelope is not None and envelope.nulls
+
+
+def input_flags(raw: msgspec.Raw | bytes | None) -> tuple[bool, bool]:
+    """:func:`sealed_names` and :func:`sealed_nulls` of one stored input, decoded once (an
+    input can be large, and every read of a sealed execution asks both)."""
+    envelope = _input_envelope(raw)
+    return (False, False) if envelope is None else (envelope.names, envelope.nulls)
+
+
+def input_place(raw: msgspec.Raw | bytes | None) -> str:
+    """The field name an execution's sealed input was sealed under, in its associated data:
+    ``input`` and each flag its envelope carries, so an edit that drops one does not open."""
+    return _place_of(_input_envelope(raw))
+
+
+def _place_of(envelope: _Envelope | None) -> str:
+    if envelope is None:
+        return "input"
+    return "input" + (_NAMES_AD if envelope.names else "") + (_NULLS_AD if envelope.nulls else "")
+
+
+def _input_envelope(raw: msgspec.Raw | bytes | None) -> _Envelope | None:
     if raw is None or not is_sealed_raw(raw):
-        return False
+        return None
     try:
-        return _envelope_decoder.decode(raw).names
+        return _envelope_decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
+        return None
 
 
 _CREATED: Final = "loom.execution.Created"
@@ -1107,6 +1148,7 @@ class ExecutionSealer:
         redactor: Redactor | None = None,
         *,
         names: bool,
+        nulls: bool,
     ) -> None:
         self.keyring = keyring
         self.execution_id = execution_id
@@ -1116,6 +1158,10 @@ class ExecutionSealer:
         """Whether its decision keys are sealed: yes for an execution this loom starts or
         imports, no for one an earlier loom sealed with its keys in clear (never both in one
         execution, so it says so in its input's envelope, :func:`sealed_names`)."""
+        self.nulls = nulls
+        """Whether its ``null`` values and output are sealed (:data:`_NULL_SEALED`): as
+        ``names``, by what sealed the execution first (:func:`sealed_nulls`)."""
+        self._null_sealed = _NULL_SEALED if nulls else frozenset()
         self._names: tuple[AESGCM, AESSIV] | None = None  # the data key's, derived once
         self.redactor = redactor
         """The log's redactor: a message is redacted before it is sealed (values were
@@ -1146,6 +1192,7 @@ class ExecutionSealer:
         encrypt = aead.encrypt
         urandom = os.urandom
         null = _NULL  # read here, not bound at import: the earlier form is simulated by tests
+        null_sealed = self._null_sealed
         sealed = []
         for event in events:
             cls = type(event)
@@ -1172,7 +1219,7 @@ class ExecutionSealer:
             for name, kind in fields:
                 value = state[name]
                 # Only a 4-byte value can be ``null`` (a ``Raw`` compares by its bytes).
-                if value is None or (len(value) == 4 and value == null):
+                if value is None or (len(value) == 4 and value == null and name not in null_sealed):
                     continue
                 if kind:
                     if kind == _TEXT:
@@ -1196,18 +1243,18 @@ class ExecutionSealer:
 
     def _seal_input(self, aead: AESGCM, value: Any, place: str) -> _Envelope:
         """The execution's input sealed at ``place`` (``stream:version:field``), saying whether
-        its keys are sealed twice: in the envelope (:func:`sealed_names`) and in the associated
-        data. A loom from before keys were sealed would rebuild such an execution under the
-        sealed texts, ask none of them, and compute every recorded decision again (a recorded
-        request sent again); its input does not open there, so it refuses the execution
-        instead. The same holds for an edit that removes the flag."""
+        its keys and nulls are sealed twice: in the envelope (:func:`sealed_names`,
+        :func:`sealed_nulls`) and in the associated data (:func:`input_place`). A loom from
+        before keys were sealed would rebuild such an execution under the sealed texts, ask
+        none of them, and compute every recorded decision again (a recorded request sent
+        again); its input does not open there, so it refuses the execution instead. The same
+        holds for an edit that removes a flag (one removing ``nulls`` would let a sealed value
+        replaced by ``null`` read as recorded)."""
         nonce = os.urandom(_NONCE_BYTES)
-        if not self.names:
-            return _Envelope(
-                Sealed(self.subject, nonce, aead.encrypt(nonce, value, place.encode()))
-            )
-        ad = (place + _NAMES_AD).encode()
-        return _Envelope(Sealed(self.subject, nonce, aead.encrypt(nonce, value, ad)), True)
+        flags = (_NAMES_AD if self.names else "") + (_NULLS_AD if self.nulls else "")
+        ad = (place + flags).encode()
+        sealed = Sealed(self.subject, nonce, aead.encrypt(nonce, value, ad))
+        return _Envelope(sealed, self.names, self.nulls)
 
     def _seal_names(self, aead: AESGCM, value: Any, kind: int, topic: str, field: str) -> Any:
         """A decision key (``kind`` :data:`_NAME`) or a tuple of them, sealed.
@@ -1246,7 +1293,9 @@ class ExecutionSealer:
             # The input is sealed even when ``null`` (loom never starts one so, a bundle may):
             # it is what says the execution is sealed (:func:`sealed_input`), and clear, the
             # execution would read as clear with its other fields sealed, never opened.
-            if raw is None or (_is_null(raw) and kind != _STARTED):
+            if raw is None or (
+                _is_null(raw) and kind != _STARTED and name not in self._null_sealed
+            ):
                 continue
             ad = _aad(row.stream, row.version, name)
             if kind >= _NAME and not self.names:
@@ -1301,24 +1350,35 @@ class Opener:
             )
         return self.keyring.key(sealed.subject)
 
-    def raw(self, raw: msgspec.Raw, stream: UUID | str, version: int, field: str) -> msgspec.Raw:
-        """A JSON field of a sealed execution, opened: ``null`` as it is, anything else in
-        clear is :func:`_clear_field` (a sealed execution stores every other value sealed)."""
+    def raw(
+        self,
+        raw: msgspec.Raw,
+        stream: UUID | str,
+        version: int,
+        field: str,
+        *,
+        null_ok: bool = True,
+    ) -> msgspec.Raw:
+        """A JSON field of a sealed execution, opened: ``null`` as it is where ``null_ok``
+        (:func:`sealed_nulls`), anything else in clear is :func:`_clear_field` (a sealed
+        execution stores every other value sealed)."""
         sealed = sealed_of_raw(raw)
         if sealed is None:
-            if bytes(raw) == b"null":
+            if null_ok and bytes(raw) == b"null":
                 return raw
             raise _clear_field(stream, version, field)
         return msgspec.Raw(self._open(sealed, _aad(stream, version, field)))
 
-    def _raw_field(self, raw: msgspec.Raw, stream: str, version: int, field: str) -> msgspec.Raw:
+    def _raw_field(
+        self, raw: msgspec.Raw, stream: str, version: int, field: str, null_ok: bool
+    ) -> msgspec.Raw:
         """:meth:`raw` for the replay's loop: the same answer, the checks inlined, and the
         cached key taken without :meth:`_aead`'s call when there is one."""
         # The bytes copied whole and ``startswith``: a third of the cost of slicing a
         # memoryview (~0.1 against ~0.3 µs, twice per decision), and the decode reads the copy.
         data = bytes(raw)
         if not data.startswith(_ENVELOPE_HEAD):
-            if data == b"null":
+            if null_ok and data == b"null":
                 return raw
             raise _clear_field(stream, version, field)
         try:
@@ -1366,9 +1426,11 @@ class Opener:
             return execution
         self._check_live(execution.id)
         stream = str(execution.id)  # formatted once: a UUID's str is a cost per field
-        names = self._names(execution.id) if sealed_names(execution.input) else None
-        execution.input = self.raw(
-            execution.input, stream, 1, "input" if names is None else "input" + _NAMES_AD
+        envelope = cast(_Envelope, _input_envelope(execution.input))  # sealed_input: decodes
+        names = self._names(execution.id) if envelope.names else None
+        null_ok = not envelope.nulls
+        execution.input = msgspec.Raw(
+            self._open(envelope.sealed, _aad(stream, 1, _place_of(envelope)))
         )
         decisions = execution.decisions
         versions = execution.decision_versions
@@ -1384,20 +1446,22 @@ class Opener:
             version = versions[key]
             name = key if names is None else open_name(names, name_ad, key)
             value, input_ = decision.value, decision.input
-            opened_value = value if value is None else field(value, stream, version, "value")
+            opened_value = (
+                value if value is None else field(value, stream, version, "value", null_ok)
+            )
             # Most decisions have no input (``null``, never sealed): no call for it (a ``Raw``
             # compares by its bytes, and only a 4-byte one can be ``null``).
             opened_input = (
                 input_
                 if len(input_) == 4 and input_ == null
-                else field(input_, stream, version, "input")
+                else field(input_, stream, version, "input", True)
             )
             meta = decision.meta  # most decisions have none
             opened_meta = (
                 meta
                 # sealed before keys were, maybe before meta was (ADR 0049, "erasurerev")
                 if meta is None or (names is None and not is_sealed_raw(meta))
-                else field(meta, stream, version, "meta")
+                else field(meta, stream, version, "meta", True)
             )
             if decision.message is not None:
                 message = self.text(decision.message, stream, version, "message")
@@ -1422,7 +1486,9 @@ class Opener:
             opened_versions[name] = version
         execution.decisions, execution.decision_versions = opened, opened_versions
         if execution.output is not None:
-            execution.output = self.raw(execution.output, stream, execution.version, "output")
+            execution.output = self.raw(
+                execution.output, stream, execution.version, "output", null_ok=null_ok
+            )
         if execution.error is not None:
             error_type, message = execution.error
             execution.error = (error_type, self.text(message, stream, execution.version, "message"))
@@ -1477,16 +1543,23 @@ class Opener:
         if not sealed_input(stored_input, first.stream):
             return [row.state for row in rows]
         self._check_live(first.stream)
-        names = None
-        if sealed_names(stored_input):
-            names = self._names(first.stream)
-        return [self._state(row.topic, row.stream, row.version, row.state, names) for row in rows]
+        names = self._names(first.stream) if sealed_names(stored_input) else None
+        null_sealed = _NULL_SEALED if sealed_nulls(stored_input) else frozenset()
+        input_at = input_place(stored_input)
+        return [self._state(row, names, null_sealed=null_sealed, input_at=input_at) for row in rows]
 
     def _state(
-        self, topic: str, stream: UUID, version: int, state: bytes, names: AESSIV | None
+        self,
+        row: Row | Record,
+        names: AESSIV | None,
+        *,
+        null_sealed: frozenset[str],
+        input_at: str,
     ) -> bytes:
         """A stored event's JSON with its sealed fields opened: what a bundle carries.
-        ``names``: the execution's keys are sealed, with this cipher."""
+        ``names``: the execution's keys are sealed, with this cipher; ``null_sealed``: the
+        fields it seals even when ``null``; ``input_at``: where its input was sealed."""
+        topic, stream, version, state = row.topic, row.stream, row.version, row.state
         fields = SEALED_FIELDS.get(topic)
         if not fields:
             return state
@@ -1495,8 +1568,7 @@ class Opener:
         for name in fields:
             value = decoded.get(name)
             kind = _kind(topic, name)
-            # Where it was sealed: the input of an execution whose keys are sealed says so.
-            place = name + _NAMES_AD if kind == _STARTED and names is not None else name
+            place = input_at if kind == _STARTED else name  # where it was sealed
             if kind >= _NAME:
                 if names is None or value is None:
                     continue
@@ -1509,11 +1581,12 @@ class Opener:
                 else:
                     raise _unopened_name(str(stream))
                 continue
-            if value is None or (
-                # sealed before keys were, maybe before meta was (ADR 0049, "erasurerev")
-                name == "meta" and names is None and not (isinstance(value, dict) and MARK in value)
-            ):
+            if value is None:
+                if name in null_sealed and name in decoded:
+                    raise _clear_field(stream, version, name)  # a sealed one replaced
                 continue  # ``null`` (or absent) is stored in clear
+            if name == "meta" and names is None and not (isinstance(value, dict) and MARK in value):
+                continue  # sealed before keys were, maybe before meta was ("erasurerev")
             opened = True
             if kind == _TEXT:
                 if not isinstance(value, str):

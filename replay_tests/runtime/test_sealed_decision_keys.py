@@ -277,8 +277,10 @@ def test_a_loom_that_ignores_the_sealed_keys_refuses_the_execution_and_sends_not
         failed = _failed_run(loom, broken)
     computed: list[str] = []
     with monkeypatch.context() as patch, Loom(url, encryption=KEY) as older:
-        patch.setattr(sealing, "sealed_names", lambda raw: False)  # the flag, not read
-        patch.setattr(loom_module, "sealed_names", lambda raw: False)
+        # The flags, not read: neither in the envelope nor in the input's place.
+        patch.setattr(sealing, "sealed_names", lambda raw: False)
+        patch.setattr(sealing, "_place_of", lambda envelope: "input")
+        patch.setattr(loom_module, "input_flags", lambda raw: (False, False))
 
         @older.flow("lookup")
         def lookup(ctx: FlowContext, email: str) -> int:

@@ -75,7 +75,8 @@ def test_a_null_field_is_left_in_clear_and_a_sealed_null_still_reads(
     seal_null: bool, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A decision without input stores its ``null`` in clear; one recorded when nulls were
-    sealed too (the earlier form, simulated here) reads and replays the same."""
+    sealed too (the earlier form, simulated here) reads and replays the same. A ``null``
+    value and output are sealed either way (ADR 0049, "nulls")."""
     from loom_runtime import sealing
 
     if seal_null:
@@ -88,8 +89,8 @@ def test_a_null_field_is_left_in_clear_and_a_sealed_null_still_reads(
             msgspec.json.decode(row.state) for row in loom.log.rows(run.execution_id)
         ]
         assert _sealed(decided["input"]) is seal_null
-        assert _sealed(decided["value"]) is seal_null
-        assert _sealed(completed["output"]) is seal_null
+        assert _sealed(decided["value"])
+        assert _sealed(completed["output"])
         assert _sealed(created["input"])  # a value that is not null: sealed
         execution = loom.execution(run.execution_id)
         value = execution.decisions["copy"].value

@@ -41,7 +41,7 @@ def test_a_value_viewing_a_larger_document_is_sealed_as_its_own_bytes(tmp_path: 
         input=msgspec.Raw(b"null"),
     )
     try:
-        [sealed] = ExecutionSealer(keyring, execution_id, names=True).seal_events(
+        [sealed] = ExecutionSealer(keyring, execution_id, names=True, nulls=True).seal_events(
             [event], checked=True
         )
         stored = msgspec.Raw(msgspec.json.encode(sealed.value))
