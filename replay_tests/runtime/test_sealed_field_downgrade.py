@@ -199,3 +199,57 @@ def test_a_reopened_failures_clear_message_is_refused_as_corrupt(tmp_path: Path)
         pytest.raises(LogCorruptError, match="reopened failure"),
     ):
         loom.execution(failed)
+
+
+def test_a_sealed_execution_rewritten_in_clear_is_refused_by_its_key(tmp_path: Path) -> None:
+    """Every field rewritten in clear, the input too: the events alone look like an execution
+    recorded before encryption was on. The key table says it was sealed (it holds the
+    execution's key), so it is corrupt, and an erasure of its user destroys that key."""
+    path = tmp_path / "loom.db"
+    done, failed = _record(path)
+    with Loom(f"sqlite:///{path}", encryption=KEY) as loom:
+        _register(loom, broken=False)
+        genuine = [msgspec.json.decode(r.state) for r in loom.log.rows(done)]
+        opened = loom.execution(done)
+    rewrites = {
+        "loom.execution.Created": ("input", b'{"question":"alice"}'),
+        "loom.execution.DecisionRecorded": ("value", b'"about alice"'),
+        "loom.execution.Completed": ("output", b'"about alice"'),
+    }
+    for topic, (field, stored) in rewrites.items():
+        _edit(path, done, topic, field, stored)
+    with sqlite3.connect(path) as connection:  # the decision's input, meta and key too
+        rowid, state = connection.execute(
+            "SELECT rowid, state FROM stored_events WHERE originator_id = ? AND topic = ?",
+            (done.hex, "loom.execution.DecisionRecorded"),
+        ).fetchone()
+        fields = msgspec.json.decode(state)
+        fields.update(key="answer", input={"q": "alice"})
+        fields.pop("meta", None)
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE rowid = ?",
+            (msgspec.json.encode(fields), rowid),
+        )
+    assert genuine and opened.output is not None
+    with Loom(f"sqlite:///{path}", encryption=KEY) as loom:
+        _register(loom, broken=False)
+        with pytest.raises(LogCorruptError, match=str(done)):
+            loom.execution(done)
+        with pytest.raises(LogCorruptError, match=str(done)):
+            loom.replay(done)
+        report = loom.erase(user="u", reason="request", by="dpo", dry_run=True)
+        assert str(done) in {s.execution_id for s in report.subjects}
+        assert loom.replay(failed) is not None  # the other one still reads
+
+
+def test_an_execution_recorded_before_encryption_still_reads_with_the_key(tmp_path: Path) -> None:
+    """The control: clear because it was recorded in clear, it has no key, and reads."""
+    path = tmp_path / "loom.db"
+    with Loom(f"sqlite:///{path}") as loom:
+        _register(loom, broken=False)
+        run = loom.run("ask", labels=USER, question="carol")
+    with Loom(f"sqlite:///{path}", encryption=KEY) as loom:
+        _register(loom, broken=False)
+        assert loom.replay(run.execution_id).identical
+        report = loom.erase(user="u", reason="request", by="dpo", dry_run=True)
+        assert report.not_erasable == (str(run.execution_id),)
