@@ -246,12 +246,9 @@ def plan(
         try:
             sealed = bool(rows) and sealed_input(stored_input, execution_id)
         except LogCorruptError:
-            sealed = False
-        if not sealed and rows:
-            # Read as clear, or its input does not decode: the key table says whether it was
-            # sealed (an edit needs no key to rewrite it in clear). One with a key is erased
-            # by it as any other (or was erased before); one selection is not stopped by one.
-            sealed = keyring.known(subject_of(execution_id))
+            # Its input was altered, so the key table says whether it was sealed: one with a
+            # live key is erased by it, as any other; one selection is not stopped by one row.
+            sealed = bool(keyring.live([subject_of(execution_id)]))
         if not sealed:
             not_erasable.append(str(execution_id))
             continue

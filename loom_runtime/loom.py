@@ -74,7 +74,7 @@ from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
-from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input, subject_of
+from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
 from loom_runtime.storage.mapper import redacted_rows
 
@@ -234,6 +234,8 @@ class Loom:
         encrypted by then: it would be stored in clear)."""
         guard = self._keyless_guard(f"execution {execution.id} of flow {execution.flow!r}")
         if self._keyring is not None:
+            from loom_runtime.sealing import subject_of
+
             self._keyring.create(subject_of(execution.id), position=self.log.position)
             execution.sealer = ExecutionSealer(
                 self._keyring, execution.id, self.settings.redactor, names=True, nulls=True
@@ -249,6 +251,8 @@ class Loom:
         commits before the key is destroyed is found by the erasure (ADR 0049, amended
         "erasurerev"). The fork's own key needs no check there: no erasure can name an
         execution before its first append."""
+        from loom_runtime.sealing import subject_of
+
         keyring = self._keyring
         subject = subject_of(parent.id)
         if keyring is None or not self.log.checks_preconditions or not keyring.live([subject]):
@@ -393,13 +397,6 @@ class Loom:
                 execution.sealer = ExecutionSealer(
                     self._keyring, execution.id, self.settings.redactor, names=names, nulls=nulls
                 )
-        elif self._keyring is not None and self._keyring.known(subject_of(execution.id)):
-            # Its events read as clear, but the key table holds its key: it was sealed, and
-            # rewritten in clear by an edit that needs no key (ADR 0049, "downgrade").
-            raise LogCorruptError(
-                f"execution {execution.id} reads as recorded in clear, but this log holds its "
-                "data key: it was sealed, and its events were rewritten; run `loom verify`"
-            )
         return execution
 
     def erase(

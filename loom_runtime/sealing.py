@@ -516,11 +516,6 @@ class Keyring:
             return None
         return _Row(None if row[0] is None else bytes(row[0]), row[1])
 
-    def known(self, subject: str) -> bool:
-        """Whether ``subject`` ever had a key here, live or destroyed: an execution that does
-        was sealed, whatever its events say now."""
-        return subject in self._cache or self._row(subject) is not None
-
     def key(self, subject: str) -> AESGCM:
         """The subject's data key (cached); :class:`ErasedError` if it was destroyed."""
         cached = self._cache.get(subject)
