@@ -352,12 +352,8 @@ def test_an_imported_execution_whose_input_is_null_is_sealed_whole(tmp_path: Pat
     first, *rest = original.events
     state = msgspec.json.decode(first.state)
     state["input"] = None
-    crafted = msgspec.structs.replace(
-        original,
-        events=(msgspec.structs.replace(first, state=msgspec.json.encode(state).decode()), *rest),
-    )
-    rehashed = msgspec.structs.replace(crafted, content_hash=bundle_module.content_hash(crafted))
-    bundle_module.write_bundle(rehashed, tmp_path / "crafted.json")
+    edited = msgspec.structs.replace(first, state=msgspec.json.encode(state).decode())
+    bundle_module.write_bundle(original.resealed([edited, *rest]), tmp_path / "crafted.json")
     with Loom(f"sqlite:///{tmp_path / 'sealed.db'}", encryption=KEY) as loom:
         imported = loom.import_bundle(tmp_path / "crafted.json")
         assert PLANTED.encode() not in _stored_text(loom, imported)

@@ -170,12 +170,8 @@ def test_a_bundle_whose_input_holds_the_sealed_mark_is_refused(
     first, *rest = original.events
     state = msgspec.json.decode(first.state)
     state["input"] = {"loom.sealed": {"subject": f"execution:{run.execution_id}"}}
-    crafted = msgspec.structs.replace(
-        original,
-        events=(msgspec.structs.replace(first, state=msgspec.json.encode(state).decode()), *rest),
-    )
-    rehashed = msgspec.structs.replace(crafted, content_hash=bundle_module.content_hash(crafted))
-    bundle_module.write_bundle(rehashed, tmp_path / "crafted.json")
+    edited = msgspec.structs.replace(first, state=msgspec.json.encode(state).decode())
+    bundle_module.write_bundle(original.resealed([edited, *rest]), tmp_path / "crafted.json")
     with Loom(f"sqlite:///{tmp_path / 'target.db'}", encryption=key) as loom:
         with pytest.raises(BundleFormatError, match="sealed mark"):
             loom.import_bundle(tmp_path / "crafted.json")

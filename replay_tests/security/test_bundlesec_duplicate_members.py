@@ -39,6 +39,14 @@ def _shown_and_sealed(real: Bundle, edit: str) -> Bundle:
     return real.resealed([*real.events[:-1], forged])
 
 
+def _output_twice(real: Bundle) -> Bundle:
+    """The recording re-sealed with a second ``output`` member first in its last state
+    (kept as a string): one reader sees the first, the replay compares the last."""
+    completed = real.events[-1]
+    state = completed.state.replace('"output":', '"output":["shown"],"output":', 1)
+    return real.resealed([*real.events[:-1], msgspec.structs.replace(completed, state=state)])
+
+
 def test_a_repeated_events_member_is_refused(tmp_path: Path) -> None:
     """The real events first (what a reader sees), a re-sealed second ``events`` member last
     (what msgspec keeps): refused as a format error, not replayed."""
@@ -55,12 +63,8 @@ def test_a_repeated_events_member_is_refused(tmp_path: Path) -> None:
 def test_a_repeated_member_inside_a_state_string_is_refused(tmp_path: Path) -> None:
     """A state kept as a string (as older bundles hold every state) with a second ``output``
     member: one reader sees the first, the replay compares the last."""
-    real = _recorded(tmp_path)
-    completed = real.events[-1]
-    state = completed.state.replace('"output":', '"output":["shown"],"output":', 1)
-    forged = real.resealed([*real.events[:-1], msgspec.structs.replace(completed, state=state)])
     path = tmp_path / "forged.json"
-    path.write_bytes(msgspec.json.encode(forged))
+    path.write_bytes(msgspec.json.encode(_output_twice(_recorded(tmp_path))))
     with pytest.raises(BundleFormatError, match="more than once"):
         read_bundle(path)
 
@@ -77,11 +81,8 @@ def test_a_repeated_member_inside_a_msgpack_bundles_state_is_refused(tmp_path: P
     """A msgpack bundle carries each state as JSON text too: the same two readings, one
     shown (``loom bundle show`` of a converted copy, another tool), the last replayed."""
     real = _recorded(tmp_path)
-    completed = real.events[-1]
-    state = completed.state.replace('"output":', '"output":["shown"],"output":', 1)
-    forged = real.resealed([*real.events[:-1], msgspec.structs.replace(completed, state=state)])
     path = tmp_path / "forged.msgpack"
-    path.write_bytes(msgspec.msgpack.encode(forged))
+    path.write_bytes(msgspec.msgpack.encode(_output_twice(real)))
     with pytest.raises(BundleFormatError, match="more than once"):
         read_bundle(path)
     control = tmp_path / "real.msgpack"
