@@ -122,7 +122,7 @@ class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     (:func:`sealed_names`). Absent (False) in what a loom sealed before keys were."""
     nulls: bool = False
     """Set on an execution's sealed input only: its ``null`` values and output are sealed too
-    (:func:`sealed_nulls`). Absent (False) in what a loom sealed before they were."""
+    (:func:`input_flags`). Absent (False) in what a loom sealed before they were."""
 
 
 holds_no_text(_Envelope)  # ciphertext: the log's redactor has nothing to find in it
@@ -899,11 +899,8 @@ def sealed_input(raw: msgspec.Raw | bytes | None, execution_id: UUID) -> bool:
     """
     if raw is None or not is_sealed_raw(raw):
         return False
-    try:
-        subject = _envelope_decoder.decode(raw).sealed.subject
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        subject = None
-    if subject != subject_of(execution_id):
+    envelope = _input_envelope(raw)
+    if envelope is None or envelope.sealed.subject != subject_of(execution_id):
         raise LogCorruptError(
             f"the input of execution {execution_id} holds loom's sealed mark but is not the "
             "execution's own sealed input: it was altered or moved; run `loom verify`"
@@ -972,7 +969,7 @@ _NAMES_AD: Final = ":names"
 _NULLS_AD: Final = ":nulls"
 """Added after it when its ``null`` values and output are sealed."""
 _NULL_SEALED: Final = frozenset({"value", "output"})
-"""The fields sealed even when ``null`` in an execution that says so (:func:`sealed_nulls`):
+"""The fields sealed even when ``null`` in an execution that says so (:func:`input_flags`):
 replaced by ``null``, they would be a replay's answer and outcome. A decision's input is not:
 a forged ``null`` input only makes a replay diverge (the code asks with its real one), and
 sealing it would double the AES-GCM calls of a decision without input."""
@@ -1098,16 +1095,10 @@ def sealed_names(raw: msgspec.Raw | bytes | None) -> bool:
     return envelope is not None and envelope.names
 
 
-def sealed_nulls(raw: msgspec.Raw | bytes | None) -> bool:
-    """Whether an execution's ``null`` values and output are sealed, from its stored, sealed
-    input, as :func:`sealed_names`."""
-    envelope = _input_envelope(raw)
-    return envelope is not None and envelope.nulls
-
-
 def input_flags(raw: msgspec.Raw | bytes | None) -> tuple[bool, bool]:
-    """:func:`sealed_names` and :func:`sealed_nulls` of one stored input, decoded once (an
-    input can be large, and every read of a sealed execution asks both)."""
+    """Whether an execution's keys (:func:`sealed_names`) and its ``null`` values and output
+    are sealed, from one decode of its stored input (an input can be large, and every read of
+    a sealed execution asks both)."""
     envelope = _input_envelope(raw)
     return (False, False) if envelope is None else (envelope.names, envelope.nulls)
 
@@ -1160,7 +1151,7 @@ class ExecutionSealer:
         execution, so it says so in its input's envelope, :func:`sealed_names`)."""
         self.nulls = nulls
         """Whether its ``null`` values and output are sealed (:data:`_NULL_SEALED`): as
-        ``names``, by what sealed the execution first (:func:`sealed_nulls`)."""
+        ``names``, by what sealed the execution first (:func:`input_flags`)."""
         self._null_sealed = _NULL_SEALED if nulls else frozenset()
         self._names: tuple[AESGCM, AESSIV] | None = None  # the data key's, derived once
         self.redactor = redactor
@@ -1244,7 +1235,7 @@ class ExecutionSealer:
     def _seal_input(self, aead: AESGCM, value: Any, place: str) -> _Envelope:
         """The execution's input sealed at ``place`` (``stream:version:field``), saying whether
         its keys and nulls are sealed twice: in the envelope (:func:`sealed_names`,
-        :func:`sealed_nulls`) and in the associated data (:func:`input_place`). A loom from
+        :func:`input_flags`) and in the associated data (:func:`input_place`). A loom from
         before keys were sealed would rebuild such an execution under the sealed texts, ask
         none of them, and compute every recorded decision again (a recorded request sent
         again); its input does not open there, so it refuses the execution instead. The same
@@ -1360,7 +1351,7 @@ class Opener:
         null_ok: bool = True,
     ) -> msgspec.Raw:
         """A JSON field of a sealed execution, opened: ``null`` as it is where ``null_ok``
-        (:func:`sealed_nulls`), anything else in clear is :func:`_clear_field` (a sealed
+        (:func:`input_flags`), anything else in clear is :func:`_clear_field` (a sealed
         execution stores every other value sealed)."""
         sealed = sealed_of_raw(raw)
         if sealed is None:
@@ -1543,9 +1534,10 @@ class Opener:
         if not sealed_input(stored_input, first.stream):
             return [row.state for row in rows]
         self._check_live(first.stream)
-        names = self._names(first.stream) if sealed_names(stored_input) else None
-        null_sealed = _NULL_SEALED if sealed_nulls(stored_input) else frozenset()
-        input_at = input_place(stored_input)
+        envelope = _input_envelope(stored_input)  # decoded once: sealed_input said it does
+        names = self._names(first.stream) if envelope and envelope.names else None
+        null_sealed = _NULL_SEALED if envelope and envelope.nulls else frozenset()
+        input_at = _place_of(envelope)
         return [self._state(row, names, null_sealed=null_sealed, input_at=input_at) for row in rows]
 
     def _state(

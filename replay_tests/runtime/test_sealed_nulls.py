@@ -152,7 +152,7 @@ def test_an_execution_sealed_before_nulls_were_keeps_them_clear(
         register(loom)
         run = loom.resume(interrupted.execution_id)
         created = msgspec.json.decode(loom.log.rows(run.execution_id)[0].state)
-        assert not sealing.sealed_nulls(msgspec.json.encode(created["input"]))
+        assert sealing.input_flags(msgspec.json.encode(created["input"])) == (True, False)
         assert loom.replay(run.execution_id).identical
     values = [
         state["value"]
