@@ -8,13 +8,19 @@ decision (``process_time``), so another process's load on the shared machine doe
 them. The targets: recording costs at most 10% more with encryption, and replay keeps at
 least 90% of its throughput.
 
-The floor, shown beside them: the cipher work the sealed arm cannot avoid, measured on the
-same recording in the same sample. For replay, ``AESGCM.decrypt`` of exactly the ciphertexts
-the log holds (nonce, ciphertext and associated data taken out of the rows before the clock
-starts) and ``AESSIV.decrypt`` of its sealed decision keys, nothing else; for recording,
-``AESGCM.encrypt`` of the same plaintexts under fresh nonces and ``AESSIV.encrypt`` of the
-same keys. Clear plus floor is the least a sealed decision can cost, so the floor says how close
-loom is to what the cryptography must cost, and whether a target is within reach at all.
+The floors, shown beside them: the work the sealed arm cannot avoid, measured on the same
+recording in the same sample. For replay, ``AESGCM.decrypt`` of exactly the ciphertexts the log
+holds (nonce, ciphertext and associated data taken out of the rows before the clock starts) and
+``AESSIV.decrypt`` of its sealed decision keys, one after another, nothing else: a replay reads
+the rows and then opens them in one loop. For recording, where each decision is sealed and then
+committed before the flow goes on, each arm's own stored rows are written again by bare
+``sqlite3`` (``group_commit.same_rows_seconds``: one commit per event, as loom made them), the
+sealed arm's with each row's ciphers called just before its transaction (``AESGCM.encrypt`` of
+the same plaintexts under fresh nonces, ``AESSIV.encrypt`` of the same keys). A cipher called
+between commits costs several times what the same call costs in a loop of its own, so a floor
+timed in such a loop (still shown) understated what sealing must add to a recording. Clear plus
+floor is the least a sealed decision can cost, so the floor says how close loom is to what the
+cryptography must cost, and whether a target is within reach at all.
 
 Negative control: the encrypted recording read by a ``Loom`` without the key must be refused,
 and its stored rows must hold none of the values' text. A sealer that silently stopped
@@ -27,11 +33,13 @@ import binascii
 import gc
 import os
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import msgspec
 
+from benchmarks.group_commit import StoredRows, last_event_id, same_rows_seconds
 from benchmarks.harness import (
     Arm,
     Control,
@@ -44,7 +52,7 @@ from benchmarks.harness import (
     floor_verdict,
     interleave,
 )
-from benchmarks.stores import fresh_sqlite
+from benchmarks.stores import fresh_sqlite, synchronous_in_effect
 from benchmarks.workload import FLOW, Value, make_values, recording_flow
 from loom_runtime import EncryptionOffError, Loom, MasterKey
 from loom_runtime.sealing import (
@@ -58,6 +66,9 @@ from loom_runtime.sealing import (
     sealed_of_raw,
     subject_of,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 
 DECISIONS = 1_000
 KEY = MasterKey(bytes(range(32)))
@@ -74,23 +85,49 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     arms = [_arm("clear", values, None), _arm("encrypted", values, KEY)]
     results = interleave(arms, rounds=settings.rounds, progress=progress)
     clear, sealed = results["clear"], results["encrypted"]
-    record_ratio = sealed["record_cpu_us"].median / clear["record_cpu_us"].median
+    clear_record = clear["record_cpu_us"].median
+    record_ratio = sealed["record_cpu_us"].median / clear_record
     replay_share = clear["replay_cpu_us"].median / sealed["replay_cpu_us"].median
-    floor = {"record_cpu_us": sealed["seal_floor_us"], "replay_cpu_us": sealed["open_floor_us"]}
-    rows = tuple(
-        (name, stats["record_cpu_us"].cell(" µs"), stats["replay_cpu_us"].cell(" µs"))
-        for name, stats in (
-            ("no master key", clear),
-            ("master key (sealed)", sealed),
-            ("floor: AES-GCM and AES-SIV alone, same ciphertexts", floor),
-        )
+    hot = {"record_cpu_us": sealed["seal_floor_us"], "replay_cpu_us": sealed["open_floor_us"]}
+    rows = (
+        ("no master key", clear["record_cpu_us"].cell(" µs"), clear["replay_cpu_us"].cell(" µs")),
+        (
+            "master key (sealed)",
+            sealed["record_cpu_us"].cell(" µs"),
+            sealed["replay_cpu_us"].cell(" µs"),
+        ),
+        (
+            "floor: AES-GCM and AES-SIV alone, one call after another, same ciphertexts",
+            hot["record_cpu_us"].cell(" µs"),
+            hot["replay_cpu_us"].cell(" µs"),
+        ),
+        (
+            "floor: the clear arm's stored rows, bare sqlite3, one commit each",
+            clear["rows_floor_us"].cell(" µs"),
+            "n/a",
+        ),
+        (
+            "floor: the sealed arm's stored rows, bare sqlite3, one commit each, "
+            "each row's ciphers before it",
+            sealed["rows_floor_us"].cell(" µs"),
+            "n/a",
+        ),
     )
-    best_record = 1 + floor["record_cpu_us"].median / clear["record_cpu_us"].median
+    # What sealing must add to a recording: the sealed rows' floor (bigger rows, and the
+    # ciphers where a recording calls them, between commits) over the clear rows' floor.
+    record_floor = sealed["rows_floor_us"].median - clear["rows_floor_us"].median
+    best_record = 1 + record_floor / clear_record
     best_replay = clear["replay_cpu_us"].median / (
-        clear["replay_cpu_us"].median + floor["replay_cpu_us"].median
+        clear["replay_cpu_us"].median + hot["replay_cpu_us"].median
     )
-    loom_record = sealed["record_cpu_us"].median - clear["record_cpu_us"].median
+    loom_record = sealed["record_cpu_us"].median - clear_record
     loom_replay = sealed["replay_cpu_us"].median - clear["replay_cpu_us"].median
+    if record_ratio <= RECORD_TARGET:
+        record_verdict = "met"
+    elif best_record > RECORD_TARGET:
+        record_verdict = f"floor-bound (best {best_record:.2f}x)"
+    else:
+        record_verdict = "MISSED"
     progress("negative control: the encrypted recording read without the key")
     return SectionResult(
         notes=(
@@ -99,9 +136,16 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             "and one open, ADR 0049 'names'); the append's own transaction "
             "checks that the key is still live (SQLite), so nothing is stored under a key "
             "another process destroyed.",
-            "Floor: the AES-GCM and AES-SIV calls alone on the same recording (replay: "
-            "decrypt of the stored ciphertexts; record: encrypt of the same plaintexts), "
-            "nothing else. A sealed arm cannot cost less than the clear arm plus the floor.",
+            "Replay's floor: the AES-GCM and AES-SIV calls alone, decrypting the stored "
+            "ciphertexts one after another, as a replay opens them after reading the rows. "
+            "A sealed replay cannot cost less than the clear one plus that floor.",
+            "Recording's floor: each arm's stored rows written again by bare sqlite3, one "
+            "commit per event as loom made, at loom's synchronous level; in the sealed one "
+            "each row's ciphers (AES-GCM of its fields under fresh nonces, AES-SIV of its key) "
+            "run just before its transaction, where a recording calls them. What sealing must "
+            "add to a recording is the sealed floor over the clear one. Called between "
+            "commits, a cipher costs several times what it costs in a loop of its own (its "
+            "code and tables are no longer in the CPU's caches), which the loop row shows.",
         ),
         tables=(
             Table(
@@ -118,7 +162,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                         "recording cost with encryption",
                         f"{record_ratio:.2f}x",
                         f"<= {RECORD_TARGET:.2f}x",
-                        "met" if record_ratio <= RECORD_TARGET else "MISSED",
+                        record_verdict,
                     ),
                     (
                         "replay throughput with decryption",
@@ -136,13 +180,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                         "recording cost with encryption",
                         f"{record_ratio:.2f}x",
                         f"{best_record:.2f}x",
-                        f"{loom_record - floor['record_cpu_us'].median:.1f} µs per decision",
+                        f"{loom_record - record_floor:.1f} µs per decision",
                     ),
                     (
                         "replay throughput with decryption",
                         f"{replay_share:.2f}x",
                         f"{best_replay:.2f}x",
-                        f"{loom_replay - floor['replay_cpu_us'].median:.1f} µs per decision",
+                        f"{loom_replay - hot['replay_cpu_us'].median:.1f} µs per decision",
                     ),
                 ),
             ),
@@ -153,9 +197,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
 
 def _arm(name: str, values: list[Value], key: MasterKey | None) -> Arm:
     def measure() -> Sample:
-        with fresh_sqlite() as (url, _):
+        with fresh_sqlite() as (url, path):
             with Loom(url, encryption=key) as loom:
                 loom.flow(FLOW)(recording_flow(values))
+                synchronous = synchronous_in_effect(loom)
+                before = last_event_id(path)
                 started = time.process_time()
                 execution_id = loom.run(FLOW, n=len(values)).execution_id
                 recorded = time.process_time() - started
@@ -165,65 +211,121 @@ def _arm(name: str, values: list[Value], key: MasterKey | None) -> Arm:
                 started = time.process_time()
                 result = loom.replay(execution_id)
                 replayed = time.process_time() - started
-                floors = {} if key is None else _floors(loom, execution_id, len(values))
+                ciphers = None if key is None else _Ciphers.of(loom, execution_id, len(values))
             if not result.identical:
                 raise InstrumentError(f"the {name} replay diverged: {result.divergences}")
-        return {
+            stored = StoredRows.read(path, before)
+        rows_floor, matched = same_rows_seconds(
+            stored,
+            len(stored.events),
+            synchronous=synchronous,
+            clock=time.process_time,
+            before_each=None if ciphers is None else ciphers.seal_row,
+        )
+        if not matched:
+            raise InstrumentError(f"the {name} arm's rows floor did not write loom's rows")
+        figures = {
             "record_cpu_us": recorded / len(values) * 1e6,
             "replay_cpu_us": replayed / len(values) * 1e6,
-            **floors,
+            "rows_floor_us": rows_floor / len(values) * 1e6,
         }
+        if ciphers is not None:
+            if len(ciphers.rows) != len(stored.events):
+                raise InstrumentError("the sealed rows and the cipher work do not line up")
+            figures |= ciphers.floors()
+        return figures
 
     return Arm(name, measure)
 
 
-def _floors(loom: Loom, execution_id: UUID, decisions: int) -> dict[str, float]:
-    """CPU per decision of the cipher calls alone: opening every sealed field and decision
-    key the execution's rows hold (AES-GCM, AES-SIV), and sealing the same plaintexts again
-    (AES-GCM under fresh nonces, AES-SIV as stored)."""
-    keyring = loom._keyring
-    if keyring is None:
-        raise InstrumentError("the encrypted arm's Loom has no keyring")
-    rows = loom.log.rows(execution_id)
-    stream = str(execution_id)
-    aead = keyring.key(subject_of(execution_id))
-    created_raw = msgspec.json.encode(msgspec.json.decode(rows[0].state).get("input"))
-    names = names_cipher(aead) if sealed_names(created_raw) else None
-    opens: list[tuple[Sealed, bytes]] = []
-    keys: list[bytes] = []
-    for row in rows:
-        fields = msgspec.json.decode(row.state)
-        for name in SEALED_FIELDS.get(row.topic, ()):
-            value: Any = fields.get(name)
-            if isinstance(value, dict):
-                sealed = sealed_of_raw(msgspec.json.encode(value))
-                if sealed is not None:
-                    # Where it is stored; an input's place says the flags it carries.
-                    place = input_place(created_raw) if row.topic == _CREATED else name
-                    ad = _aad(row.stream, row.version, place)
-                    opens.append((sealed, ad))
-            elif names is not None and name == "key" and isinstance(value, str):
-                keys.append(binascii.a2b_base64(value.removeprefix(NAME_PREFIX)))
-    if len(opens) < decisions or (names is not None and len(keys) < decisions):
-        raise InstrumentError(
-            f"{len(opens)} sealed fields, {len(keys)} keys, {decisions} decisions"
-        )
-    name_ad = [stream.encode()]
-    started = time.process_time()
-    plaintexts = [aead.decrypt(sealed.nonce, sealed.ciphertext, ad) for sealed, ad in opens]
-    names_opened = [] if names is None else [names.decrypt(key, name_ad) for key in keys]
-    opened = time.process_time() - started
-    started = time.process_time()
-    for (_, ad), plaintext in zip(opens, plaintexts, strict=True):
-        aead.encrypt(os.urandom(12), plaintext, ad)
-    if names is not None:
-        for key in names_opened:
-            names.encrypt(key, name_ad)
-    sealed_time = time.process_time() - started
-    return {
-        "open_floor_us": opened / decisions * 1e6,
-        "seal_floor_us": sealed_time / decisions * 1e6,
-    }
+@dataclass
+class _Ciphers:
+    """The cipher work of one sealed recording, row by row: each sealed field as stored
+    (nonce, ciphertext, associated data) with its plaintext, and each sealed decision key
+    with its clear text, all taken out of the rows before any clock starts."""
+
+    aead: AESGCM
+    names: AESSIV | None
+    name_ad: list[bytes]
+    decisions: int
+    rows: list[tuple[list[tuple[Sealed, bytes, bytes]], list[tuple[bytes, bytes]]]]
+    """Per stored row: its sealed fields ``(sealed, ad, plaintext)`` and its sealed keys
+    ``(stored ciphertext, clear key)``."""
+
+    @classmethod
+    def of(cls, loom: Loom, execution_id: UUID, decisions: int) -> _Ciphers:
+        """Every sealed field and decision key the execution's rows hold, opened where it is
+        stored (an input's place says the flags it carries)."""
+        keyring = loom._keyring
+        if keyring is None:
+            raise InstrumentError("the encrypted arm's Loom has no keyring")
+        rows = loom.log.rows(execution_id)
+        stream = str(execution_id)
+        aead = keyring.key(subject_of(execution_id))
+        created_raw = msgspec.json.encode(msgspec.json.decode(rows[0].state).get("input"))
+        names = names_cipher(aead) if sealed_names(created_raw) else None
+        name_ad = [stream.encode()]
+        work: list[tuple[list[tuple[Sealed, bytes, bytes]], list[tuple[bytes, bytes]]]] = []
+        for row in rows:
+            fields = msgspec.json.decode(row.state)
+            opens: list[tuple[Sealed, bytes, bytes]] = []
+            keys: list[tuple[bytes, bytes]] = []
+            for name in SEALED_FIELDS.get(row.topic, ()):
+                value: Any = fields.get(name)
+                if isinstance(value, dict):
+                    sealed = sealed_of_raw(msgspec.json.encode(value))
+                    if sealed is not None:
+                        place = input_place(created_raw) if row.topic == _CREATED else name
+                        ad = _aad(row.stream, row.version, place)
+                        plaintext = aead.decrypt(sealed.nonce, sealed.ciphertext, ad)
+                        opens.append((sealed, ad, plaintext))
+                elif names is not None and name == "key" and isinstance(value, str):
+                    stored = binascii.a2b_base64(value.removeprefix(NAME_PREFIX))
+                    keys.append((stored, names.decrypt(stored, name_ad)))
+            work.append((opens, keys))
+        sealed_fields = sum(len(opens) for opens, _ in work)
+        sealed_keys = sum(len(keys) for _, keys in work)
+        if sealed_fields < decisions or (names is not None and sealed_keys < decisions):
+            raise InstrumentError(
+                f"{sealed_fields} sealed fields, {sealed_keys} keys, {decisions} decisions"
+            )
+        return cls(aead, names, name_ad, decisions, work)
+
+    def seal_row(self, index: int) -> None:
+        """What sealing stored row ``index`` costs: AES-GCM of each field's plaintext under a
+        fresh nonce, AES-SIV of each key (``same_rows_seconds`` calls it before the row's
+        transaction, where a recording seals)."""
+        opens, keys = self.rows[index]
+        encrypt = self.aead.encrypt
+        for _, ad, plaintext in opens:
+            encrypt(os.urandom(12), plaintext, ad)
+        if self.names is not None:
+            for _, key in keys:
+                self.names.encrypt(key, self.name_ad)
+
+    def floors(self) -> dict[str, float]:
+        """CPU per decision of the cipher calls alone, one after another: opening every
+        sealed field and key as stored (the replay's floor: a replay reads the rows, then
+        opens them in one loop), and sealing every row again (beside the recording's floor,
+        where the same calls sit between commits)."""
+        opens = [(sealed, ad) for row_opens, _ in self.rows for sealed, ad, _ in row_opens]
+        keys = [stored for _, row_keys in self.rows for stored, _ in row_keys]
+        decrypt = self.aead.decrypt
+        started = time.process_time()
+        for sealed, ad in opens:
+            decrypt(sealed.nonce, sealed.ciphertext, ad)
+        if self.names is not None:
+            for stored in keys:
+                self.names.decrypt(stored, self.name_ad)
+        opened = time.process_time() - started
+        started = time.process_time()
+        for index in range(len(self.rows)):
+            self.seal_row(index)
+        sealed_time = time.process_time() - started
+        return {
+            "open_floor_us": opened / self.decisions * 1e6,
+            "seal_floor_us": sealed_time / self.decisions * 1e6,
+        }
 
 
 def _control(values: list[Value]) -> Control:

@@ -157,11 +157,11 @@ def _bare_commit_seconds(values: list[Value], decisions: int) -> float:
 
 
 def last_event_id(path: Path) -> int:
-    """The highest event id in loom's file (what was stored before the clock)."""
+    """The highest event id in loom's file (what was stored before the clock; 0 if none)."""
     connection = sqlite3.connect(path)
     try:
         (last,) = connection.execute(f"SELECT max(rowid) FROM {EVENTS}").fetchone()
-        return int(last)
+        return int(last or 0)
     finally:
         connection.close()
 
@@ -206,11 +206,23 @@ class StoredRows:
         )
 
 
-def same_rows_seconds(stored: StoredRows, loom_commits: int) -> tuple[float, bool]:
+def same_rows_seconds(
+    stored: StoredRows,
+    loom_commits: int,
+    *,
+    synchronous: str = "FULL",
+    clock: Callable[[], float] = time.monotonic,
+    before_each: Callable[[int], object] | None = None,
+) -> tuple[float, bool]:
     """Seconds for bare ``sqlite3`` to write the rows loom stored after the clock started, an
-    event row and its chain row per transaction at ``synchronous=FULL``, into a file made by
-    loom's own statements and holding loom's rows from before the clock; and whether it wrote
-    exactly loom's rows (the same ids, both tables) in exactly as many commits as loom made.
+    event row and its chain row per transaction at ``synchronous`` (FULL unless given), into
+    a file made by loom's own statements and holding loom's rows from before the clock; and
+    whether it wrote exactly loom's rows (the same ids, both tables) in exactly as many
+    commits as loom made.
+
+    ``clock``: wall clock unless given (``time.process_time`` for CPU). ``before_each(i)``
+    runs, timed, before the ``i``-th transaction: the work a recorder cannot avoid between
+    two commits (the encryption section's ciphers), done where a recording does it.
 
     The event's id is not given: SQLite assigns it as it does for loom's ``INSERT``."""
     insert_event = f"INSERT INTO {EVENTS} VALUES (?, ?, ?, ?)"
@@ -219,7 +231,7 @@ def same_rows_seconds(stored: StoredRows, loom_commits: int) -> tuple[float, boo
         connection = sqlite3.connect(path, isolation_level=None)
         try:
             connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute(f"PRAGMA synchronous={synchronous}")
             connection.execute("BEGIN")
             for statement in stored.schema:
                 connection.execute(statement)
@@ -231,14 +243,16 @@ def same_rows_seconds(stored: StoredRows, loom_commits: int) -> tuple[float, boo
             connection.executemany(insert_link, stored.links_before)
             connection.execute("COMMIT")
             commits = 0
-            started = time.monotonic()
+            started = clock()
             for event, link in zip(stored.events, stored.links, strict=True):
+                if before_each is not None:
+                    before_each(commits)
                 connection.execute("BEGIN")
                 connection.execute(insert_event, event[1:])
                 connection.execute(insert_link, link)
                 connection.execute("COMMIT")
                 commits += 1
-            seconds = time.monotonic() - started
+            seconds = clock() - started
             written = (
                 connection.execute(
                     f"SELECT rowid, originator_id, originator_version, topic, state FROM {EVENTS} "

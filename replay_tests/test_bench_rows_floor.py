@@ -70,3 +70,20 @@ def test_the_peers_targets_name_what_loom_s_row_shape_allows() -> None:
     assert "7.5x (loom FULL" in dbos.measured and not dbos.met
     assert "1.25 ms, 12.0x: the most loom's row shape allows" in dbos.measured
     assert "1.25 ms, 8.0x" in langgraph.measured
+
+
+def test_work_given_for_each_transaction_runs_before_it_in_order() -> None:
+    """The encryption section's recording floor calls each row's ciphers where a recording
+    does, before that row's transaction: once per transaction, in the rows' order, and the
+    floor still writes exactly loom's rows (at the synchronous level asked)."""
+    stored, commits = _recorded(1)
+    calls: list[tuple[int, int]] = []
+
+    def before_each(index: int) -> None:
+        calls.append((index, len(calls)))
+
+    _, matched = group_commit.same_rows_seconds(
+        stored, commits, synchronous="NORMAL", before_each=before_each
+    )
+    assert matched
+    assert calls == [(index, index) for index in range(commits)]
