@@ -91,7 +91,13 @@ class Telemetry:
         has its own event's position, read from ``positions`` (by key) as the span ends: a
         recorded decision's is there from the start, a new one's once it is stored (ADR 0034).
         A decision computed live is first dropped from ``positions``, so one that is not
-        stored (a replay's live key) has none, rather than its recording's."""
+        stored (a replay's live key) has none, rather than its recording's.
+
+        A sealed execution's spans carry nothing the log seals (ADR 0030, amended "sealed"):
+        a trace leaves the log for a collector that erasure cannot reach. Its decision spans
+        name their kind, not their key, and a failure gives its type, never its message (an
+        exception event holds the message, and the status's description would too)."""
+        sealed = execution.sealer is not None
         attributes = {
             "loom.operation": operation,
             "loom.replay": operation == "replay",
@@ -101,11 +107,17 @@ class Telemetry:
             "loom.log_position": execution.log_position,
         }
         with self._tracer.start_as_current_span(
-            f"loom {operation} {execution.flow}", attributes=attributes
+            f"loom {operation} {execution.flow}",
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
-            traced = _TracedSource(source, self._tracer, span, attributes, positions)
+            traced = _TracedSource(source, self._tracer, span, attributes, positions, sealed)
             try:
                 yield traced
+            except Exception as exc:  # as OpenTelemetry's own: an interrupt is no failure
+                _fail(span, exc, sealed=sealed)
+                raise
             finally:
                 traced.end_unsettled()
 
@@ -120,8 +132,11 @@ class _TracedSource:
         parent: Span,
         execution: Mapping[str, str | bool | int],
         positions: MutableMapping[str, int],
+        sealed: bool,
     ) -> None:
         self._source = source
+        self._sealed = sealed
+        """The execution is sealed: its spans carry no key and no failure's message."""
         self._tracer = tracer
         self._parent = trace.set_span_in_context(parent)
         self._shared = {name: execution[name] for name in ("loom.execution_id", "loom.replay")}
@@ -139,7 +154,7 @@ class _TracedSource:
         try:
             decision = self._source.lookup(slot)
         except Exception as exc:  # a divergence, a changed input: the span says so
-            _end(span, error=exc)
+            _end(span, error=exc, sealed=self._sealed)
             raise
         if decision is None:
             self._open[slot.key] = span
@@ -161,7 +176,7 @@ class _TracedSource:
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
         except Exception as exc:
-            _end(span, error=exc)
+            _end(span, error=exc, sealed=self._sealed)
             raise
         self._locate(span, slot)
         _describe(span, slot, meta)
@@ -178,7 +193,7 @@ class _TracedSource:
         finally:
             self._locate(span, slot)
             _describe(span, slot, meta)
-            _end(span, error=error)
+            _end(span, error=error, sealed=self._sealed)
 
     def end_unsettled(self) -> None:
         """End the spans of decisions never completed (a stream the flow abandoned)."""
@@ -194,26 +209,29 @@ class _TracedSource:
             span.set_attribute("loom.log_position", position)
 
     def _start(self, slot: Slot) -> Span:
-        name, kind, attributes = _naming(slot)
+        name, kind, attributes = _naming(slot, sealed=self._sealed)
         return self._tracer.start_span(
             name, context=self._parent, kind=kind, attributes={**self._shared, **attributes}
         )
 
 
-def _naming(slot: Slot) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
+def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
     """A decision span's name, kind and own attributes: GenAI names for a ``model`` call
-    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key."""
-    attributes: dict[str, str | bool | int] = {
-        "loom.decision.key": slot.key,
-        "loom.decision.kind": slot.kind or "",
-    }
+    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key; in a
+    sealed execution the kind instead, and no key attribute (its log position, set when it
+    is stored, says which decision it is). The GenAI names come from loom's own key shapes
+    (ADR 0025, 0028: a provider and an endpoint, a tool's name) and the request's model."""
+    attributes: dict[str, str | bool | int] = {"loom.decision.kind": slot.kind or ""}
+    if not sealed:
+        attributes["loom.decision.key"] = slot.key
     if slot.kind == "tool":  # tool:<name>, tool:mcp:<name> (ADR 0028)
         tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
         attributes["gen_ai.operation.name"] = "execute_tool"
         attributes["gen_ai.tool.name"] = tool
         return f"execute_tool {tool}", SpanKind.INTERNAL, attributes
     if slot.kind != "model":
-        return f"loom decide {slot.key}", SpanKind.INTERNAL, attributes
+        named = (slot.kind or "") if sealed else slot.key
+        return f"loom decide {named}".rstrip(), SpanKind.INTERNAL, attributes
     provider, _, path = slot.key.removeprefix("model:").partition(":")  # ADR 0025
     operation = _OPERATIONS.get(path.partition("#")[0].rsplit(".", 1)[-1], path)
     attributes["gen_ai.operation.name"] = operation
@@ -250,12 +268,26 @@ def _json_object(raw: msgspec.Raw) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _end(span: Span, *, error: BaseException | None = None, error_type: str | None = None) -> None:
+def _end(
+    span: Span,
+    *,
+    error: BaseException | None = None,
+    error_type: str | None = None,
+    sealed: bool = False,
+) -> None:
     """End ``span``, marked as failed when the decision raised (live or as recorded)."""
     if error is not None:
-        span.record_exception(error)
-        error_type = type(error).__name__
-    if error_type is not None:
+        _fail(span, error, sealed=sealed)
+    elif error_type is not None:
         span.set_attribute("error.type", error_type)
         span.set_status(Status(StatusCode.ERROR))
     span.end()
+
+
+def _fail(span: Span, error: BaseException, *, sealed: bool) -> None:
+    """Mark ``span`` failed with ``error``'s type; in clear also its exception event (the
+    message and traceback), which a sealed execution's span leaves out."""
+    if not sealed:
+        span.record_exception(error)
+    span.set_attribute("error.type", type(error).__name__)
+    span.set_status(Status(StatusCode.ERROR))

@@ -7,6 +7,7 @@ real ``openai`` and ``anthropic`` SDKs talking to the loopback provider.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
@@ -531,3 +532,70 @@ def test_opentelemetry_is_the_otel_extra_not_a_dependency() -> None:
         "opentelemetry-api",
         "opentelemetry-sdk",
     ]
+
+
+def _exported(spans: list[ReadableSpan]) -> str:
+    """Everything a span exporter sends of ``spans``: names, attributes, events, statuses."""
+    parts: list[str] = []
+    for span in spans:
+        parts += [span.name, repr(dict(span.attributes or {})), str(span.status.description)]
+        for event in span.events:
+            parts += [event.name, repr(dict(event.attributes or {}))]
+    return "\n".join(parts)
+
+
+def _register_care(loom: Loom, patient_input: str) -> None:
+    @loom.flow("care")
+    def care(ctx: Any, patient: str) -> str:
+        with contextlib.suppress(LookupError):
+            ctx.decide(f"chart:{patient}", lambda: _no_chart(patient), kind="lookup")
+        note = ctx.decide(f"note:{patient}", lambda: "seen", input={"patient": patient_input})
+        if patient.startswith("carol"):
+            raise ValueError(f"{patient} is not on the ward")
+        return str(note)
+
+
+def _no_chart(patient: str) -> str:
+    raise LookupError(f"no chart for {patient}")
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "clear"])
+def test_a_sealed_execution_exports_no_key_message_or_input_in_its_spans(
+    traced: Traced, tmp_path: Path, sealed: bool
+) -> None:
+    """The log seals a decision's key, a failure's message and an input (ADR 0049); a trace
+    leaves the log for a collector that erasure cannot reach, so a sealed execution's spans
+    carry none of them: a decision span names its kind and its log position, a failure its
+    type. In clear (the control) the same spans carry the patient, so the check can see it."""
+    from loom_runtime import MasterKey
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    key = MasterKey(bytes(range(32))) if sealed else None
+    loom = Loom(url, tracer_provider=traced.provider, encryption=key)
+    _register_care(loom, "alice@example.com")
+    run = loom.run("care", patient="alice@example.com")
+    with pytest.raises(ValueError, match="not on the ward"):
+        loom.run("care", patient="carol@example.com")
+    other = Loom(url, tracer_provider=traced.provider, encryption=key)
+    _register_care(other, "bob@example.com")  # the note's input changed: a divergence
+    assert not other.replay(run.execution_id).identical
+    spans = traced.spans()
+    exported = _exported(spans)
+    for name in ("alice", "carol"):  # keys, a failure's message, a flow's error
+        assert (name in exported) is not sealed, name
+    assert "bob" not in exported  # a changed input is marked on its span, never shown
+    decisions = [span for span in spans if span.parent is not None]
+    assert len(decisions) == 6  # two runs and a replay, two decisions each
+    assert all(span.attributes and "loom.decision.kind" in span.attributes for span in decisions)
+    failed = [s for s in decisions if s.status.status_code is StatusCode.ERROR]
+    assert {str((s.attributes or {})["error.type"]) for s in failed} == {
+        "LookupError",
+        "builtins:LookupError",
+        "DecisionInputChangedError",
+    }
+    stored = [s for s in decisions if s.attributes and "loom.log_position" in s.attributes]
+    assert len(stored) == 6
+    ward = [s for s in spans if s.parent is None and s.status.status_code is StatusCode.ERROR]
+    assert [str((s.attributes or {}).get("error.type")) for s in ward] == ["ValueError"]
+    other.close()
+    loom.close()
