@@ -80,7 +80,7 @@ def arm(flows: int, values: list[Value], decisions: int) -> Arm:
                 loom.flow(FLOW)(recording_flow(values))
                 loom.run(FLOW, n=1)  # the schema and the first connection, before the clock
                 before = last_event_id(path)
-                with _counted(loom) as counts:
+                with counted(loom) as counts:
                     seconds = _record(loom, flows, decisions)
                 if not loom.log.verify().ok:
                     raise InstrumentError(f"group commit: the chain of the {flows}-flow arm broke")
@@ -327,7 +327,7 @@ def _bare_grouped_seconds(values: list[Value], flows: int, decisions: int) -> tu
 
 
 @contextmanager
-def _counted(loom: Loom) -> Iterator[dict[str, int]]:
+def counted(loom: Loom) -> Iterator[dict[str, int]]:
     """Count the appends the recorder is asked for and the transactions it commits."""
     recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
     counts = {"appends": 0, "commits": 0}

@@ -22,7 +22,7 @@ def _recorded(executions: int) -> tuple[group_commit.StoredRows, int]:
             loom.flow(FLOW)(recording_flow(values))
             loom.run(FLOW, n=1)
             before = group_commit.last_event_id(path)
-            with group_commit._counted(loom) as counts:
+            with group_commit.counted(loom) as counts:
                 for _ in range(executions):
                     loom.run(FLOW, n=group_commit.DECISIONS_PER_EXECUTION)
         return group_commit.StoredRows.read(path, before), counts["commits"]
