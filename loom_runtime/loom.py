@@ -924,7 +924,12 @@ class Loom:
         if self._telemetry is None:
             return nullcontext(source)
         return self._telemetry.execution(
-            operation, execution, source, {} if positions is None else positions
+            operation,
+            execution,
+            source,
+            {} if positions is None else positions,
+            # with a master key every execution is traced sealed, a bundle's clear copy too
+            sealed=self._encryption is not None or execution.sealer is not None,
         )
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:

@@ -55,6 +55,9 @@ _OPERATIONS = {  # the last part of a model key's path -> gen_ai.operation.name
     "messages": "chat",  # model:anthropic:messages
     "embeddings": "embeddings",
 }
+_PROVIDERS = frozenset({"openai", "anthropic"})
+"""The providers ``wrap`` records (``model:<provider>:...``): the only provider names a sealed
+execution's span takes from a key."""
 _USAGE = (  # usage field as the provider reports it -> attribute
     ("input_tokens", "gen_ai.usage.input_tokens"),  # Anthropic, OpenAI Responses
     ("prompt_tokens", "gen_ai.usage.input_tokens"),  # OpenAI chat and embeddings
@@ -83,6 +86,8 @@ class Telemetry:
         execution: Execution,
         source: DecisionSource,
         positions: MutableMapping[str, int],
+        *,
+        sealed: bool,
     ) -> Iterator[DecisionSource]:
         """The execution's span, current for the ``with`` block, and ``source`` wrapped so that
         each decision is a child span of it. A failure leaving the block marks the span.
@@ -93,11 +98,11 @@ class Telemetry:
         A decision computed live is first dropped from ``positions``, so one that is not
         stored (a replay's live key) has none, rather than its recording's.
 
-        A sealed execution's spans carry nothing the log seals (ADR 0030, amended "sealed"):
-        a trace leaves the log for a collector that erasure cannot reach. Its decision spans
-        name their kind, not their key, and a failure gives its type, never its message (an
-        exception event holds the message, and the status's description would too)."""
-        sealed = execution.sealer is not None
+        ``sealed`` (a Loom with a master key): the spans carry no decision key and no
+        failure's message (ADR 0030, amended "sealed"), since a trace leaves the log for a
+        collector that erasure cannot reach. Decision spans name their kind, GenAI names come
+        from fixed tables only, and a failure gives its type (an exception event holds the
+        message, and so would the status's description)."""
         attributes = {
             "loom.operation": operation,
             "loom.replay": operation == "replay",
@@ -116,7 +121,7 @@ class Telemetry:
             try:
                 yield traced
             except Exception as exc:  # as OpenTelemetry's own: an interrupt is no failure
-                _fail(span, exc, sealed=sealed)
+                _fail(span, exc, sealed=sealed, described=True)
                 raise
             finally:
                 traced.end_unsettled()
@@ -217,31 +222,42 @@ class _TracedSource:
 
 def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
     """A decision span's name, kind and own attributes: GenAI names for a ``model`` call
-    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key; in a
-    sealed execution the kind instead, and no key attribute (its log position, set when it
-    is stored, says which decision it is). The GenAI names come from loom's own key shapes
-    (ADR 0025, 0028: a provider and an endpoint, a tool's name) and the request's model."""
+    (``"chat gpt-4o"``) or a ``tool`` call (``"execute_tool search"``), else the key.
+
+    Sealed, nothing is taken from the key: any decision may be given the kind ``model`` or
+    ``tool``, so its key may name a person. The span names its kind and has no key attribute
+    (its log position, set once it is stored, says which decision it is); a tool call has no
+    tool name; a model call's operation and provider come only from :data:`_OPERATIONS` and
+    :data:`_PROVIDERS`; the request's model name stays."""
     attributes: dict[str, str | bool | int] = {"loom.decision.kind": slot.kind or ""}
     if not sealed:
         attributes["loom.decision.key"] = slot.key
     if slot.kind == "tool":  # tool:<name>, tool:mcp:<name> (ADR 0028)
-        tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
         attributes["gen_ai.operation.name"] = "execute_tool"
+        if sealed:
+            return "execute_tool", SpanKind.INTERNAL, attributes
+        tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
         attributes["gen_ai.tool.name"] = tool
         return f"execute_tool {tool}", SpanKind.INTERNAL, attributes
     if slot.kind != "model":
         named = (slot.kind or "") if sealed else slot.key
         return f"loom decide {named}".rstrip(), SpanKind.INTERNAL, attributes
     provider, _, path = slot.key.removeprefix("model:").partition(":")  # ADR 0025
-    operation = _OPERATIONS.get(path.partition("#")[0].rsplit(".", 1)[-1], path)
-    attributes["gen_ai.operation.name"] = operation
-    attributes["gen_ai.provider.name"] = provider
-    attributes["gen_ai.system"] = provider
+    endpoint = path.partition("#")[0].rsplit(".", 1)[-1]
+    operation = _OPERATIONS.get(endpoint, None if sealed else path)
+    if sealed and provider not in _PROVIDERS:
+        provider = ""
+    if operation is not None:
+        attributes["gen_ai.operation.name"] = operation
+    if provider:
+        attributes["gen_ai.provider.name"] = provider
+        attributes["gen_ai.system"] = provider
+    label = operation or "loom decide model"
     model = _json_object(slot.input).get("model")
     if not isinstance(model, str):
-        return operation, SpanKind.CLIENT, attributes
+        return label, SpanKind.CLIENT, attributes
     attributes["gen_ai.request.model"] = model
-    return f"{operation} {model}", SpanKind.CLIENT, attributes
+    return f"{label} {model}", SpanKind.CLIENT, attributes
 
 
 def _describe(span: Span, slot: Slot, meta: msgspec.Raw | None) -> None:
@@ -284,10 +300,14 @@ def _end(
     span.end()
 
 
-def _fail(span: Span, error: BaseException, *, sealed: bool) -> None:
+def _fail(span: Span, error: BaseException, *, sealed: bool, described: bool = False) -> None:
     """Mark ``span`` failed with ``error``'s type; in clear also its exception event (the
-    message and traceback), which a sealed execution's span leaves out."""
-    if not sealed:
-        span.record_exception(error)
-    span.set_attribute("error.type", type(error).__name__)
-    span.set_status(Status(StatusCode.ERROR))
+    message and traceback) and, ``described``, the status description OpenTelemetry gives an
+    execution's span (``"ValueError: ..."``), both of which a sealed execution's leaves out."""
+    name = type(error).__name__
+    span.set_attribute("error.type", name)
+    if sealed:
+        span.set_status(Status(StatusCode.ERROR))
+        return
+    span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, f"{name}: {error}" if described else None))

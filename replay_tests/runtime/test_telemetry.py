@@ -599,3 +599,56 @@ def test_a_sealed_execution_exports_no_key_message_or_input_in_its_spans(
     assert [str((s.attributes or {}).get("error.type")) for s in ward] == ["ValueError"]
     other.close()
     loom.close()
+
+
+def test_a_sealed_model_or_tool_decision_takes_no_name_from_its_key(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """``kind`` is the caller's: a ``model`` or ``tool`` decision may have any key, so a
+    sealed execution's GenAI names come from fixed tables, never from the key. A bundle of it
+    replayed by a Loom with the master key is traced the same way."""
+    from loom_runtime import MasterKey
+
+    loom = Loom(
+        f"sqlite:///{tmp_path / 'loom.db'}",
+        tracer_provider=traced.provider,
+        encryption=MasterKey(bytes(range(32))),
+    )
+
+    @loom.flow("care")
+    def care(ctx: Any, patient: str) -> str:
+        summary = ctx.decide(f"summary:{patient}", lambda: "s", kind="model")
+        found = ctx.decide(f"lookup {patient}", lambda: "t", kind="tool")
+        answer = ctx.decide(f"model:openai:responses.{patient}", lambda: "u", kind="model")
+        chat = ctx.decide("model:openai:chat.completions", lambda: "v", kind="model")
+        return str(summary) + str(found) + str(answer) + str(chat)
+
+    run = loom.run("care", patient="alice@example.com")
+    bundle = tmp_path / "care.json"
+    loom.export(run.execution_id, bundle)
+    assert loom.replay_bundle(bundle).identical
+    spans = traced.spans()
+    assert "alice" not in _exported(spans)
+    chats = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    assert len(chats) == 2  # the one key of loom's own shape, recorded and replayed
+    assert all((s.attributes or {}).get("gen_ai.provider.name") == "openai" for s in chats)
+    loom.close()
+
+
+def test_a_failed_execution_span_in_clear_says_the_error_in_its_status(
+    traced: Traced, tmp_path: Path
+) -> None:
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("ward")
+    def ward(ctx: Any) -> str:
+        raise ValueError("carol is not on the ward")
+
+    with pytest.raises(ValueError):
+        loom.run("ward")
+    span = execution_span(traced.spans())
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "ValueError: carol is not on the ward"
+    assert (span.attributes or {})["error.type"] == "ValueError"
+    assert [event.name for event in span.events] == ["exception"]
+    loom.close()
