@@ -90,16 +90,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     replay_share = clear["replay_cpu_us"].median / sealed["replay_cpu_us"].median
     hot = {"record_cpu_us": sealed["seal_floor_us"], "replay_cpu_us": sealed["open_floor_us"]}
     rows = (
-        ("no master key", clear["record_cpu_us"].cell(" µs"), clear["replay_cpu_us"].cell(" µs")),
-        (
-            "master key (sealed)",
-            sealed["record_cpu_us"].cell(" µs"),
-            sealed["replay_cpu_us"].cell(" µs"),
-        ),
-        (
-            "floor: AES-GCM and AES-SIV alone, one call after another, same ciphertexts",
-            hot["record_cpu_us"].cell(" µs"),
-            hot["replay_cpu_us"].cell(" µs"),
+        *(
+            (name, stats["record_cpu_us"].cell(" µs"), stats["replay_cpu_us"].cell(" µs"))
+            for name, stats in (
+                ("no master key", clear),
+                ("master key (sealed)", sealed),
+                ("floor: AES-GCM and AES-SIV alone, one call after another, same ciphertexts", hot),
+            )
         ),
         (
             "floor: the clear arm's stored rows, bare sqlite3, one commit each",
