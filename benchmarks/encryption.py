@@ -243,6 +243,11 @@ def _arm(name: str, values: list[Value], key: MasterKey | None) -> Arm:
     return Arm(name, measure)
 
 
+_RowWork = tuple[list[tuple[Sealed, bytes, bytes]], list[tuple[bytes, bytes]]]
+"""One stored row's cipher work: its sealed fields ``(sealed, ad, plaintext)`` and its sealed
+keys ``(stored ciphertext, clear key)``."""
+
+
 @dataclass
 class _Ciphers:
     """The cipher work of one sealed recording, row by row: each sealed field as stored
@@ -253,9 +258,8 @@ class _Ciphers:
     names: AESSIV | None
     name_ad: list[bytes]
     decisions: int
-    rows: list[tuple[list[tuple[Sealed, bytes, bytes]], list[tuple[bytes, bytes]]]]
-    """Per stored row: its sealed fields ``(sealed, ad, plaintext)`` and its sealed keys
-    ``(stored ciphertext, clear key)``."""
+    rows: list[_RowWork]
+    """Per stored row, in the rows' order."""
     places: list[tuple[str, int]]
     """Per stored row: its stream (hex) and version, to line the work up with the rows."""
 
@@ -272,7 +276,7 @@ class _Ciphers:
         created_raw = msgspec.json.encode(msgspec.json.decode(rows[0].state).get("input"))
         names = names_cipher(aead) if sealed_names(created_raw) else None
         name_ad = [stream.encode()]
-        work: list[tuple[list[tuple[Sealed, bytes, bytes]], list[tuple[bytes, bytes]]]] = []
+        work: list[_RowWork] = []
         for row in rows:
             fields = msgspec.json.decode(row.state)
             opens: list[tuple[Sealed, bytes, bytes]] = []
