@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
@@ -39,6 +40,22 @@ from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import DecisionKeyError
 
 KIND: Final = "tool"
+
+_LIVE: weakref.WeakValueDictionary[str, _Tool] = weakref.WeakValueDictionary()
+"""The decorated tools alive in this process, by decision key (``tool:<name>``).
+
+What a sealed execution's trace may call a tool decision (ADR 0030, amended "tool names"):
+a live ``@tool``'s name is the program's, while any ``tool`` decision's key is the caller's
+and may name a person. Weak, so a tool built and dropped (one per request, say) is forgotten
+with its function."""
+
+
+def registered_tool_name(key: str) -> str | None:
+    """The name of the live ``@tool`` whose decisions ``key`` numbers (``tool:search#2`` ->
+    ``search``), else None."""
+    base = key.partition("#")[0]
+    return base.removeprefix("tool:") if base in _LIVE else None
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,6 +95,7 @@ class _Tool:
         self.function = function
         self.key = f"tool:{tool_name}"
         self.signature = inspect.signature(function)
+        _LIVE[self.key] = self
 
     def wrapper(self) -> Callable[..., Any]:
         """The function to hand back: same metadata, same sync-or-async nature."""

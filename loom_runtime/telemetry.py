@@ -36,6 +36,7 @@ from loom_runtime.errors import (
     MissingExtraError,
 )
 from loom_runtime.execution import Decision, Execution
+from loom_runtime.recorded_tool import registered_tool_name
 from loom_runtime.redaction import Redactor
 
 try:
@@ -226,17 +227,21 @@ def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str |
 
     Sealed, nothing is taken from the key: any decision may be given the kind ``model`` or
     ``tool``, so its key may name a person. The span names its kind and has no key attribute
-    (its log position, set once it is stored, says which decision it is); a tool call has no
-    tool name; a model call's operation and provider come only from :data:`_OPERATIONS` and
-    :data:`_PROVIDERS`; the request's model name stays."""
+    (its log position, set once it is stored, says which decision it is); a tool call is
+    named only by a live ``@tool``'s name (the program's: an MCP call, whose name the model
+    chose, is not); a model call's operation and provider come only from
+    :data:`_OPERATIONS` and :data:`_PROVIDERS`; the request's model name stays."""
     attributes: dict[str, str | bool | int] = {"loom.decision.kind": slot.kind or ""}
     if not sealed:
         attributes["loom.decision.key"] = slot.key
     if slot.kind == "tool":  # tool:<name>, tool:mcp:<name> (ADR 0028)
         attributes["gen_ai.operation.name"] = "execute_tool"
         if sealed:
+            tool = registered_tool_name(slot.key)
+        else:
+            tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
+        if tool is None:
             return "execute_tool", SpanKind.INTERNAL, attributes
-        tool = slot.key.removeprefix("tool:").removeprefix("mcp:").partition("#")[0]
         attributes["gen_ai.tool.name"] = tool
         return f"execute_tool {tool}", SpanKind.INTERNAL, attributes
     if slot.kind != "model":

@@ -635,6 +635,62 @@ def test_a_sealed_model_or_tool_decision_takes_no_name_from_its_key(
     loom.close()
 
 
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "clear"])
+def test_a_decorated_tool_keeps_its_name_in_a_sealed_trace(
+    traced: Traced, tmp_path: Path, sealed: bool
+) -> None:
+    """A ``@tool``'s name is the program's, not the data's: a sealed trace names it as a clear
+    one does. A ``tool`` decision no live ``@tool`` registered (its key is the caller's) stays
+    unnamed there, even one spelt like a tool's key, once that tool is gone."""
+    import gc
+
+    from loom_runtime import MasterKey
+
+    encryption = MasterKey(bytes(range(32))) if sealed else None
+    loom = Loom(
+        f"sqlite:///{tmp_path / 'loom.db'}",
+        tracer_provider=traced.provider,
+        encryption=encryption,
+    )
+
+    @tool(name="ward_search")
+    def search(query: str) -> str:
+        return "bed 4"
+
+    def gone(query: str) -> str:
+        return "x"
+
+    tool(name="discharged")(gone)  # registered, then dropped: nothing holds it
+    gc.collect()
+
+    @loom.flow("care")
+    def care(ctx: Any, patient: str) -> str:
+        first = search(f"where is {patient}")
+        again = search("beds free")
+        own = ctx.decide(f"tool:{patient}", lambda: "y", kind="tool")
+        stale = ctx.decide("tool:discharged", lambda: "z", kind="tool")
+        return first + again + str(own) + str(stale)
+
+    run = loom.run("care", patient="alice@example.com")
+    assert loom.replay(run.execution_id).identical
+    tools = [
+        s
+        for s in traced.spans()
+        if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"
+    ]
+    named = [(s.attributes or {}).get("gen_ai.tool.name") for s in tools]
+    assert [s.name for s in tools].count("execute_tool ward_search") == 4  # 2 run, 2 replayed
+    assert named.count("ward_search") == 4
+    if sealed:
+        assert "alice" not in _exported(traced.spans())
+        assert "discharged" not in _exported(traced.spans())
+        assert named.count(None) == 4
+    else:
+        assert named.count("alice@example.com") == 2
+        assert named.count("discharged") == 2
+    loom.close()
+
+
 def test_a_failed_execution_span_in_clear_says_the_error_in_its_status(
     traced: Traced, tmp_path: Path
 ) -> None:
