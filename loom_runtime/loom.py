@@ -928,9 +928,14 @@ class Loom:
             execution,
             source,
             {} if positions is None else positions,
-            # with a master key every execution is traced sealed, a bundle's clear copy too
-            sealed=self._encryption is not None or execution.sealer is not None,
+            sealed=self._sealed(execution),
         )
+
+    def _sealed(self, execution: Execution) -> bool:
+        """Whether what leaves the log of ``execution`` (spans, log lines) must hold none of
+        what it seals: with a master key every execution is treated so, a bundle's clear copy
+        too (ADR 0030, amended "sealed")."""
+        return self._encryption is not None or execution.sealer is not None
 
     def _complete(self, definition: Flow, execution: Execution, result: object) -> Run:
         try:

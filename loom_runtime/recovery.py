@@ -213,13 +213,18 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
         run = loom._take_over(execution, worker=worker)
     except ExecutionConflictError:
         return None  # another worker claimed it first, or took it over from this one since
-    except Exception:
+    except Exception as exc:
+        # A sealed execution's failure message is sealed so that an erasure destroys it; a
+        # log handler is out of its reach, so only the error's type is logged (the message
+        # and traceback are in the log for the key holder: `loom executions show ID`).
+        sealed = loom._sealed(execution)
         logger.warning(
-            "execution %s of flow %r, recovered from worker %s, failed",
+            "execution %s of flow %r, recovered from worker %s, failed: %s",
             orphan.execution_id,
             orphan.flow,
             orphan.owner,
-            exc_info=True,
+            type(exc).__name__,
+            exc_info=not sealed,
         )
         return None
     logger.info(

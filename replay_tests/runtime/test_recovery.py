@@ -591,6 +591,42 @@ def test_loom_resume_of_an_erased_execution_names_the_forget_event_on_one_line(
     _one_line_error(result, 1, "erased", "forget event")
 
 
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "clear"])
+def test_a_failed_recovery_of_a_sealed_execution_logs_no_message(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture, sealed: bool
+) -> None:
+    """The log seals a failure's message so that an erasure destroys it; a log handler (or
+    Python's last resort, which prints WARNING with nothing configured) is out of its reach.
+    So a sealed execution's failed recovery logs the error's type, never its message or its
+    traceback (whose lines repeat the code that built the message). In clear, the control,
+    the traceback stays for whoever debugs the flow."""
+    key = MasterKey(bytes(range(32))) if sealed else None
+    state = {"crash": True}
+
+    def register(loom: Loom) -> None:
+        @loom.flow("intake")
+        def intake(ctx: FlowContext, patient: str) -> str:
+            ctx.decide("first", lambda: 1)
+            if state["crash"]:
+                raise Crash
+            raise ValueError(f"no bed for {patient}")
+
+    with Loom(sqlite_url, encryption=key) as loom:
+        register(loom)
+        with loom.worker(recover_every=None), pytest.raises(Crash):
+            loom.run("intake", patient="alice@example.com")
+    state["crash"] = False
+    with Loom(sqlite_url, encryption=key) as other, caplog.at_level(logging.DEBUG):
+        register(other)
+        assert other.recover() == []
+        (execution,) = other.executions()
+        assert "alice@example.com" in str(other.execution(execution.execution_id).error)
+    logged = "\n".join(caplog.text.splitlines())
+    assert "ValueError" in logged
+    assert ("alice@example.com" in logged) is not sealed
+    assert ("Traceback" in logged) is not sealed
+
+
 def test_what_a_recovery_logs_on_stderr_is_inert(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
