@@ -92,6 +92,9 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     the erasure ran is erased by a later one of its own (:func:`apply`)."""
     by: str = ""
     reason: str = ""
+    unpurged: tuple[str, ...] = ()
+    """Read models that could not catch up to the forget event, ``"NAME: cause"`` each: they
+    still hold the erased subjects' clear text until they do (``loom doctor`` retries)."""
 
 
 def erase(
@@ -315,15 +318,41 @@ def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
     if not report.subjects:
         return msgspec.structs.replace(report, applied=True)
     subjects = list(report.subjects)
-    position = _append_forget(loom, subjects, by=report.by, reason=report.reason)
+    position = last = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
     while late := _forks_made_meanwhile(loom, keyring, subjects, report):
-        at = _append_forget(loom, late, by=report.by, reason=report.reason)
-        keyring.destroy([s.subject for s in late], position=at)
+        last = _append_forget(loom, late, by=report.by, reason=report.reason)
+        keyring.destroy([s.subject for s in late], position=last)
         subjects += late
     return msgspec.structs.replace(
-        report, applied=True, position=position, subjects=tuple(subjects)
+        report,
+        applied=True,
+        position=position,
+        subjects=tuple(subjects),
+        unpurged=_purge_read_models(loom, upto=last),
     )
+
+
+def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
+    """Catch every read model that forgets on the forget event up to ``upto``: the passage
+    index, the manifest and the memory stores delete the erased subjects' clear text there.
+
+    They would on their next read; but a scope or a memory nobody reads again (and a
+    retention run from cron reads none) would keep the text in clear indefinitely. What could
+    not catch up is returned, ``"NAME: cause"`` each, for the caller to report: the keys are
+    destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again."""
+    from loom_runtime.projection import catch_up, registered_projections
+
+    failed: list[str] = []
+    for projection in registered_projections(loom.log):
+        if Forgotten.TOPIC not in projection.topics:
+            continue
+        try:
+            catch_up(loom.log, projection, upto=upto)
+        except Exception as exc:  # the rest must still purge; the caller reports this one
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            failed.append(f"{projection.name}: {cause}")
+    return tuple(failed)
 
 
 def _forks_made_meanwhile(

@@ -421,7 +421,10 @@ class Loom:
         Their input, decisions, output and error messages become unreadable everywhere the
         log is (a replay raises :class:`~loom_runtime.errors.ErasedError` naming the forget
         event); ids, labels, kinds and positions stay, and ``loom verify`` still passes.
-        ``dry_run`` says what would be erased and writes nothing. Needs ``encryption``
+        Before it returns, every read model in the log's database that forgets on the forget
+        event (passage index, manifest, memory stores) is caught up to it, so none keeps the
+        clear text until its next read; one that cannot is named in the report's
+        ``unpurged``. ``dry_run`` says what would be erased and writes nothing. Needs ``encryption``
         (:class:`~loom_runtime.errors.EncryptionOffError` otherwise); naming nothing erasable
         is :class:`~loom_runtime.errors.ErasureSubjectError`. Exported bundles are copies,
         outside erasure's reach.

@@ -121,6 +121,19 @@ def erase(
         except LoomError as exc:
             fail(str(exc))
     _print_report(report, as_json=as_json)
+    _exit_if_unpurged(report)
+
+
+def _exit_if_unpurged(report: ErasureReport) -> None:
+    """Exit 1 when a read model still holds erased text: the erasure stands (the keys are
+    destroyed), but the check a data-protection request relies on did not pass."""
+    for entry in report.unpurged:
+        warn(
+            f"read model {entry}; it still holds the erased text in clear until it catches "
+            "up (run loom doctor)"
+        )
+    if report.unpurged:
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _print_report(report: ErasureReport, *, as_json: bool) -> None:
@@ -239,6 +252,7 @@ def retain(
             f"{len(report.not_erasable)} {what} older than {older_than} are stored in "
             "clear (recorded before encryption was switched on) and cannot be erased"
         )
+    _exit_if_unpurged(report)
 
 
 def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: bool) -> NoReturn:

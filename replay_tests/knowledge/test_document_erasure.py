@@ -12,6 +12,7 @@ own key).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -266,6 +267,101 @@ def test_the_cli_erases_a_document_dry_run_first_then_with_apply(
     assert "people/alice" not in search.output
 
 
+@pytest.mark.parametrize("how", ["erase", "retain"])
+def test_an_applied_erasure_leaves_no_text_in_any_table_before_anything_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The read models forget on the forget event, but catch up only when read: an erasure
+    from the CLI (a cron job's retention run, say) left a scope or memory nobody reads with
+    the erased text in clear, in its passage index, term tables and entries, indefinitely.
+    An applied erasure catches every read model up to its forget event itself. Every row of
+    every table is read raw, with no loom read in between; the text kept is the control."""
+    from freezegun import freeze_time
+
+    from loom_memory import EventSourcedMemory, MemoryEntry, SqliteMemoryStore
+    from loom_runtime.tools.cli import app
+
+    path = tmp_path / "loom.db"
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    docs = _docs("zzcarolstreet", "zzkeptterm")
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine))
+        with freeze_time("2026-01-01"):  # old enough for the retention runs
+            kb.sync(docs[:1])
+            memory.append("dave", [MemoryEntry(content="card zzdaveterm", role="user")])
+        kb.sync(docs)  # the one above unchanged; the others written now
+        memory.append("erin", [MemoryEntry(content="mail zzerinterm", role="user")])
+        memory.close()
+    if how == "erase":
+        commands = [
+            ["erase", "--document", f"{SCOPE}:people/alice"],
+            ["erase", "--memory-key", "memory:dave"],
+        ]
+    else:
+        commands = [
+            ["retain", "--older-than", "30d", "--scope", SCOPE],
+            ["retain", "--older-than", "30d", "--memory", "memory"],
+        ]
+    for command in commands:
+        done = CliRunner().invoke(app, [*command, "--reason", "r", "--apply", "--db", url])
+        assert done.exit_code == 0, done.output
+
+    rows = _table_rows(path)
+    assert "zzkeptterm" in rows and "zzerinterm" in rows
+    assert "zzcarolstreet" not in rows
+    assert "zzdaveterm" not in rows
+
+
+def test_a_read_model_that_cannot_catch_up_is_named_and_the_erasure_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys are destroyed before the read models catch up, so a failure there does not
+    undo the erasure; the command names the read model on stderr and exits 1, and the
+    report lists it, while the read models that could catch up did."""
+    import loom_runtime.projection
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        open_knowledge_base(loom, SCOPE).sync(_docs("zzcarolstreet", "zzkeptterm"))
+    catch_up = loom_runtime.projection.catch_up
+
+    def failing(log: object, projection: object, **kwargs: object) -> int:
+        if getattr(projection, "name", "") == "knowledge":
+            raise OSError("disk full\nsecond line")
+        return catch_up(log, projection, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loom_runtime.projection, "catch_up", failing)
+    named = ["erase", "--document", f"{SCOPE}:people/alice", "--reason", "r", "--db", url]
+    done = CliRunner().invoke(app, [*named, "--apply", "--json"])
+    assert done.exit_code == 1, done.output
+    assert "warning: read model knowledge: disk full; it still holds" in done.stderr
+    assert "second line" not in done.stderr
+    report = json.loads(done.stdout)
+    assert report["applied"] and report["unpurged"] == ["knowledge: disk full"]
+    assert "zzcarolstreet" in _table_rows(tmp_path / "loom.db")
+    monkeypatch.setattr(loom_runtime.projection, "catch_up", catch_up)
+    again = CliRunner().invoke(app, [*named, "--apply"])
+    assert again.exit_code == 2 and "already erased" in again.output  # the erasure stood
+    doctor = CliRunner().invoke(app, ["doctor", "--db", url])
+    assert doctor.exit_code == 0, doctor.output
+    rows = _table_rows(tmp_path / "loom.db")
+    assert "zzkeptterm" in rows and "zzcarolstreet" not in rows
+
+
+def _table_rows(path: Path) -> str:
+    """Every row of every table of the SQLite file at ``path``, read raw (no loom read that
+    would catch a read model up first)."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return repr([conn.execute(f'SELECT * FROM "{name}"').fetchall() for name in tables])
+
+
 @pytest.mark.parametrize("write", ["put_doc", "sync"])
 def test_a_write_racing_the_erasure_is_refused_and_stores_nothing(db_url: str, write: str) -> None:
     """A write that read the document's key live just before another process erased it is
@@ -386,14 +482,14 @@ def test_a_crash_mid_purge_leaves_the_index_as_it_was_and_the_next_read_purges(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The purge is written in the page's transaction with the index's position: a crash after
-    the passages were deleted rolls both back, and the next catch-up applies it whole."""
+    the passages were deleted (the erasure's own catch-up, after the keys were destroyed)
+    rolls both back, and the next catch-up applies it whole."""
     from loom_knowledge.corpus.corpus_index import CorpusIndex
 
     with Loom(db_url, encryption=KEY) as loom:
         kb = open_knowledge_base(loom, SCOPE)
         kb.sync(_docs("crash-word", "k"))
         before = _state(loom)
-        loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
         purge = CorpusIndex._forgotten
 
         def crashing(self: CorpusIndex, conn: object, position: int, event: object) -> None:
@@ -402,8 +498,9 @@ def test_a_crash_mid_purge_leaves_the_index_as_it_was_and_the_next_read_purges(
 
         monkeypatch.setattr(CorpusIndex, "_forgotten", crashing)
         with pytest.raises(_Crash):
-            kb.refresh()
+            loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
         monkeypatch.setattr(CorpusIndex, "_forgotten", purge)
+        assert keyring_for(loom.log.engine).live([document_subject(SCOPE, "people/alice")]) == []
         index = corpus_index(loom)
         assert index.erasures(SCOPE) == {}
         assert [p.doc_id for p in index.search_passages(SCOPE, "crash", limit=5)] == [
