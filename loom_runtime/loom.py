@@ -18,7 +18,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -39,6 +39,7 @@ from loom_runtime.context import (
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     BundleConflictError,
+    BundleFormatError,
     ConfigurationError,
     DecisionKeyError,
     EncryptionOffError,
@@ -122,6 +123,10 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
         """The labels as one value (they were checked when the execution was listed)."""
         return Labels(tenant=self.tenant, user=self.user, session=self.session, tags=self.tags)
 
+
+_CLOCK_SKEW = timedelta(days=1)
+"""How far ahead of this machine's clock an imported execution may have started: another
+machine's clock may be ahead, or a local time stored as UTC (up to 14 hours)."""
 
 _SUMMARY_TOPICS = (
     Execution.Created.TOPIC,
@@ -570,7 +575,8 @@ class Loom:
         refused (:class:`~loom_runtime.errors.ErasedError`): a copy cannot bring it back.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        bundle.execution()  # refuse events that do not rebuild an execution before any insert
+        # refuse events that do not rebuild an execution before any insert
+        _started_in_the_past(bundle.execution())
         rows = bundle.rows()
         check_fields(rows)  # a member the mapper would skip would be stored unread
         if self.settings.redactor is not None:  # as if recorded here (ADR 0012, "import")
@@ -1086,6 +1092,22 @@ def _same_rows(stored: list[Row], imported: list[Row]) -> bool:
         and msgspec.json.decode(a.state) == msgspec.json.decode(b.state)
         for a, b in zip(stored, imported, strict=True)
     )
+
+
+def _started_in_the_past(execution: Execution) -> None:
+    """Refuse a bundle's execution that starts after this machine's clock (beyond
+    :data:`_CLOCK_SKEW`): its times are the bundle's word, and a start in the future would
+    never be older than any retention age, so no policy would ever erase it (ADR 0053). A
+    start without a timezone is UTC, as retention reads it."""
+    started = execution.created_on
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=UTC)
+    if started > datetime.now(UTC) + _CLOCK_SKEW:
+        raise BundleFormatError(
+            f"the bundle's execution {execution.id} starts at {started.isoformat()}, after this "
+            "machine's clock: its times were edited (a recording cannot start in the future), "
+            "and no retention age would ever select it; nothing was imported"
+        )
 
 
 def _as_uuid(execution_id: UUID | str) -> UUID:

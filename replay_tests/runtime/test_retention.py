@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -24,6 +24,7 @@ from loom_runtime import (
     parse_age,
 )
 from loom_runtime.bundle import read_bundle, write_bundle
+from loom_runtime.errors import BundleFormatError
 
 KEY = MasterKey(b"k" * 32)
 
@@ -174,3 +175,41 @@ def test_a_start_recorded_without_a_timezone_is_read_as_utc(db_url: str, tmp_pat
             report = loom.retain(older_than=timedelta(days=90))
         assert {s.execution_id for s in report.subjects} == {str(imported_old)}
         assert loom.replay(imported_new).identical
+
+
+def test_a_bundle_that_starts_in_the_future_is_refused_by_import(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A bundle's times are untrusted: one that starts after the importing clock (its times
+    edited to 2999, then re-sealed) would never be older than any retention age, so no policy
+    would ever erase it. Import refuses it, writing nothing; a start within a day ahead (one
+    machine's clock ahead of another's, a local time stored as UTC) is still imported."""
+    ahead = (datetime.now(UTC) + timedelta(hours=20)).isoformat()
+    with Loom(f"sqlite:///{tmp_path / 'plain.db'}") as plain, Loom(db_url, encryption=KEY) as loom:
+        _old, new = _history(plain)
+        _register(loom)
+        head = loom.log.position
+        future = _timed_copy(plain, new[0], tmp_path / "future.loom", "2999-04-01T12:00:00Z")
+        with pytest.raises(BundleFormatError) as refused:
+            loom.import_bundle(future)
+        assert "starts at 2999-04-01T12:00:00+00:00, after this machine's clock" in str(
+            refused.value
+        )
+        assert loom.log.position == head and loom.executions() == []
+        skewed = _timed_copy(plain, new[1], tmp_path / "skewed.loom", ahead)
+        assert loom.import_bundle(skewed) == new[1]
+        assert loom.replay(new[1]).identical
+
+
+def _timed_copy(source: Loom, execution_id: UUID, path: Path, when: str) -> Path:
+    """``execution_id`` exported to ``path`` with every event's time replaced by ``when``."""
+    bundle = read_bundle(source.export(execution_id, path))
+    timed = [
+        msgspec.structs.replace(
+            event, state=re.sub(r'"timestamp":\s*"[^"]+"', f'"timestamp":"{when}"', event.state)
+        )
+        for event in bundle.events
+    ]
+    assert timed != list(bundle.events)
+    write_bundle(bundle.resealed(timed), path)
+    return path
