@@ -544,3 +544,71 @@ def test_replaying_a_bundle_needs_no_database_and_creates_none(
     result = _invoke("replay", str(setup.bundle), "--flows", setup.flows)
     assert result.exit_code == 0 and "replayed identically" in result.stdout
     assert list(empty.iterdir()) == []
+
+
+def test_every_command_on_a_sealed_log_without_the_key_says_so_in_one_line(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$LOOM_MASTER_KEY`` forgotten is the likeliest mistake on an encrypted log: every
+    command that must open a sealed field says so on one line and exits 2 (a setup to fix,
+    as for a wrong key), where seven of them printed a traceback and exited 1."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_runtime import Loom, MasterKey
+
+    sealed = f"sqlite:///{setup.tmp_path / 'sealed.db'}"
+    with Loom(sealed, encryption=MasterKey.from_env()) as loom:
+        loom.flows = __import__("conv_flows").flows
+        eid = str(loom.run("double", n=21).execution_id)
+        open_knowledge_base(loom, "ops").put_doc(
+            Doc(id="disk.md", text="Disk full: rotate the logs."), source="repo"
+        )
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    db, flows = ["--db", sealed], ["--flows", setup.flows]
+    for args in (
+        ["run", "double", "--input", '{"n": 2}', *db, *flows],
+        ["audit", eid, *db],
+        ["export", eid, "-o", str(setup.tmp_path / "out.json"), *db],
+        ["fork", eid, "--at-count", "0", *db, *flows],
+        ["import", str(setup.bundle), *db],
+        ["replay", eid, *db, *flows],
+        ["executions", "show", eid, *db],
+        ["knowledge", "counterfactual", eid, *db],
+        [
+            "knowledge",
+            "sync",
+            str(setup.docs),
+            "--scope",
+            "ops",
+            "--source",
+            "repo",
+            "--apply",
+            *db,
+        ],
+    ):
+        result = _invoke(*args)
+        assert result.exit_code == ExitCode.USAGE, (args, result.output)
+        assert result.stdout == "", (args, result.stdout)
+        assert result.stderr.startswith("error: "), (args, result.stderr)
+        assert result.stderr.count("\n") == 1, (args, result.stderr)
+        assert "LOOM_MASTER_KEY" in result.stderr or "master key" in result.stderr, args
+
+
+def test_an_applied_sync_says_what_it_did_and_an_erased_file_how_to_go_on(
+    setup: Setup,
+) -> None:
+    """After --apply the summary is in the past tense. A folder still holding a document
+    that was erased cannot be synced (an erased document stays erased): one line naming it
+    and the fix, not a traceback."""
+    from loom_runtime import Loom, MasterKey
+
+    applied = _sync(setup, "--source", "repo", "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert applied.stdout.startswith("synced: 1 written, 0 unchanged, 0 removed"), applied.stdout
+    with Loom(setup.db, encryption=MasterKey.from_env()) as loom:
+        loom.erase(document="ops:disk.md", reason="request", by="dpo")
+    (setup.docs / "disk.md").write_text("Disk full: rotate the logs, and page the owner.")
+    refused = _sync(setup, "--source", "repo", "--apply")
+    assert refused.exit_code == ExitCode.FAILED, refused.output
+    assert refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: "), refused.stderr
+    assert "disk.md" in refused.stderr and "remove its file" in refused.stderr

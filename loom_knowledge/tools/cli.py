@@ -33,6 +33,7 @@ from loom_runtime import (
     FlowNotFoundError,
     LoomError,
     MissingExtraError,
+    SubjectErasedError,
 )
 from loom_runtime.tools.cli import (
     DbOption,
@@ -217,6 +218,11 @@ def sync_command(
                 )
             else:
                 result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+        except SubjectErasedError as exc:  # one of the folder's documents was erased
+            fail(
+                f"{exc}: an erased document stays erased, so nothing was synced; remove its "
+                f"file from {directory} (or give it another id) and sync again"
+            )
         except SourceConflictError as exc:
             fail(_source_conflict(exc, given=source), code=ExitCode.USAGE)
         except MassDeleteRefusedError as exc:
@@ -391,10 +397,14 @@ def _existing_scope(loom: Loom, scope: str) -> KnowledgeBase:
 def _print_sync(result: SyncResult, *, applied: bool, verbose: bool) -> None:
     """A one-line summary; each document to write or remove only with ``--verbose`` (a folder
     of hundreds of files would otherwise bury the summary)."""
-    verb = "synced" if applied else "plan (dry run; --apply to write)"
+    verb, write, remove = (
+        ("synced", "written", "removed")
+        if applied
+        else ("plan (dry run; --apply to write)", "to write", "to remove")
+    )
     console.print(
-        f"{verb}: {len(result.written)} to write, {len(result.unchanged)} unchanged, "
-        f"{len(result.removed)} to remove, {len(result.retained)} retained (other sources)"
+        f"{verb}: {len(result.written)} {write}, {len(result.unchanged)} unchanged, "
+        f"{len(result.removed)} {remove}, {len(result.retained)} retained (other sources)"
     )
     if not verbose:
         return

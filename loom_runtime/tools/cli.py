@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import msgspec
 import typer
@@ -41,6 +41,7 @@ from loom_runtime.errors import (
     DecisionKeyError,
     EncryptionOffError,
     ErasedError,
+    ErasureSubjectError,
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
@@ -48,13 +49,15 @@ from loom_runtime.errors import (
     FlowNotFoundError,
     ForkPointError,
     IntegrityUnsupportedError,
+    LabelError,
     LogCorruptError,
     LoomError,
     NotSerialisableError,
+    RetentionPolicyError,
 )
 from loom_runtime.flow import load_flows
 from loom_runtime.tools.display import describe_meta, lineage_lines, visible
-from loom_runtime.tools.readable_help import LoomTyper
+from loom_runtime.tools.readable_help import LoomTyper, ReadableGroup
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
@@ -62,10 +65,24 @@ if TYPE_CHECKING:
     from loom_runtime.projection import TrackedProjection
     from loom_runtime.sealing import MasterKey
 
+
+class _LoomGroup(ReadableGroup):
+    """The ``loom`` group: a loom error that no command turned into its own message is still
+    one line on stderr and an exit code of the table (:func:`exit_code_of`), never a
+    traceback. Every command runs inside this group's ``invoke``."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LoomError as exc:
+            fail(str(exc), code=exit_code_of(exc))
+
+
 app = LoomTyper(
     name="loom",
     help="Record, replay and audit AI-agent executions from one append-only event log.",
     no_args_is_help=True,
+    cls=_LoomGroup,
 )
 console = Console(highlight=False)
 """Where results go (stdout): what a script reads or pipes on."""
@@ -86,6 +103,24 @@ class ExitCode(IntEnum):
     """A check failed or something differs: a divergence, tampering, an unhealthy setup."""
     USAGE = 2
     """A usage error, or what was named is not there (execution, file, database)."""
+
+
+def exit_code_of(error: LoomError) -> ExitCode:
+    """The table's code for a loom error a command did not handle itself: 2 for what the
+    caller set up or named wrongly (a missing master key or extra, an unknown flow,
+    execution, label or subject, a bad policy), 1 for everything the command found when it
+    ran (a corrupt log, an erased subject, a conflict)."""
+    usage = (
+        ConfigurationError,
+        DecisionKeyError,
+        ErasureSubjectError,
+        ExecutionNotFoundError,
+        FlowInputError,
+        FlowNotFoundError,
+        LabelError,
+        RetentionPolicyError,
+    )
+    return ExitCode.USAGE if isinstance(error, usage) else ExitCode.FAILED
 
 
 DbOption = Annotated[

@@ -81,8 +81,8 @@ class ReadableGroup(TyperGroup):
 class LoomTyper(typer.Typer):
     """A Typer app whose groups and commands have readable help (the classes above)."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(cls=ReadableGroup, **options)
+    def __init__(self, *, cls: type[ReadableGroup] = ReadableGroup, **options: Any) -> None:
+        super().__init__(cls=cls, **options)
 
     def command(
         self, name: str | None = None, **options: Any

@@ -133,9 +133,9 @@ def test_the_sync_command_says_what_it_did_not_follow(linked_folder: Path, db_ur
     result = CliRunner().invoke(app, args)
     out = " ".join(result.output.split())
     assert result.exit_code == 0, out
-    assert "2 to write" in out and "leak.md" in out and "--follow-external-links" in out
+    assert "2 written" in out and "leak.md" in out and "--follow-external-links" in out
     result = CliRunner().invoke(app, [*args, "--follow-external-links"])
-    assert result.exit_code == 0 and "3 to write" in " ".join(result.output.split())
+    assert result.exit_code == 0 and "3 written" in " ".join(result.output.split())
 
 
 def test_a_folder_is_named_by_a_string_or_a_path(

@@ -43,4 +43,4 @@ def test_the_cli_syncs_past_a_link_loop(looped: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "skipped link a.md" in result.output
-    assert "1 to write" in result.output
+    assert "1 written" in result.output
