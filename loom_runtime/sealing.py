@@ -150,7 +150,10 @@ class KeyWrapper(Protocol):
         ...
 
 
-def _crypto() -> Any:
+def require_cryptography() -> Any:
+    """The ``cryptography`` module loom seals with (its AES key wrap), or
+    :class:`MissingExtraError` naming the ``encryption`` extra: asked when a Loom is given a
+    master key, so a missing extra is said at once, not at the first sealed write."""
     try:
         from cryptography.hazmat.primitives import keywrap
     except ImportError as exc:  # pragma: no cover - the encryption extra is missing
@@ -197,10 +200,10 @@ class MasterKey:
         return base64.urlsafe_b64encode(os.urandom(32)).decode()
 
     def wrap(self, key: bytes) -> bytes:
-        return bytes(_crypto().aes_key_wrap(self._key, key))
+        return bytes(require_cryptography().aes_key_wrap(self._key, key))
 
     def unwrap(self, wrapped: bytes) -> bytes:
-        return bytes(_crypto().aes_key_unwrap(self._key, wrapped))
+        return bytes(require_cryptography().aes_key_unwrap(self._key, wrapped))
 
     def __repr__(self) -> str:
         return "MasterKey(<hidden>)"

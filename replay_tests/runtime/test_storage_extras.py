@@ -86,3 +86,26 @@ def test_a_missing_backend_names_its_extra(
     found_extra, _, message = result.stdout.partition(" | ")
     assert found_extra == extra
     assert f"pip install 'loom-replay[{extra}]'" in message
+
+
+def test_encryption_without_its_extra_is_refused_when_the_loom_is_made(tmp_path: object) -> None:
+    """``MasterKey.generate()`` needs no extra, so without ``cryptography`` the mistake used to
+    show only at the first sealed write, deep in a run. ``Loom(..., encryption=)`` names the
+    extra at once, before a database is opened or created."""
+    result = _run(
+        f"""
+        import sys, pathlib
+        sys.modules["cryptography"] = None
+        from loom_runtime import Loom, MasterKey, MissingExtraError
+        key = MasterKey(bytes(32))
+        try:
+            Loom('sqlite:///{tmp_path}/loom.db', encryption=key)
+        except MissingExtraError as exc:
+            print(exc.extra, "|", exc, "|", pathlib.Path('{tmp_path}/loom.db').exists())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    found_extra, message, created = result.stdout.strip().split(" | ")
+    assert found_extra == "encryption"
+    assert "pip install 'loom-replay[encryption]'" in message
+    assert created == "False"
