@@ -375,6 +375,26 @@ def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:
     assert result.stderr.count("\n") == 1 and long_id in result.stderr
 
 
+def test_a_table_in_a_pipe_keeps_every_column_whole(setup: Setup) -> None:
+    """Not a terminal, a table is as wide as its rows: Rich fitted it to 80 columns, so with a
+    fork and labels the flow column shrank to nothing and its names were gone (and a long
+    name was folded across lines, so grep missed it)."""
+    from loom_runtime import Labels, Loom
+
+    flow = "incident-answer-with-a-rather-long-name"
+    (setup.tmp_path / "conv_long.py").write_text(FLOWS.replace('"double"', f'"{flow}"'))
+    with Loom(setup.db) as loom:
+        loom.flows = __import__("conv_long").flows
+        run = loom.run(flow, n=1, labels=Labels(user="alice", tenant="acme"))
+        loom.fork(run.execution_id, at="twice", override={"twice": 5})
+    result = _invoke("executions", "list", "--db", setup.db)
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if flow in line]
+    assert len(rows) == 2, result.stdout
+    assert all("alice" in row for row in rows), result.stdout
+    assert any(str(run.execution_id)[:8] in row for row in rows), result.stdout  # the parent
+
+
 def test_version_and_completion_are_offered() -> None:
     """`loom --version` prints the installed version; completion scripts are available."""
     from importlib.metadata import version

@@ -49,6 +49,7 @@ from loom_runtime.tools.cli import (
     open_loom,
     open_with_flows,
     print_json,
+    print_table,
     progress_bars,
     warn,
 )
@@ -291,7 +292,7 @@ def list_command(scope: ScopeOption, as_json: JsonOption = False, db: DbOption =
             inert(identifier(record.source or "")),
             record.fingerprint[:12],
         )
-    console.print(table)
+    print_table(table)
 
 
 @knowledge_app.command("search")

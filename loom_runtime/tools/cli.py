@@ -262,6 +262,28 @@ JsonOption = Annotated[
 ]
 
 
+_UNBOUNDED = 1_000_000
+"""A width no table reaches: a table is measured against it, not against the console's."""
+
+
+def print_table(table: Table) -> None:
+    """``table`` on stdout, never narrower than its columns need.
+
+    Rich fits a table to the console, 80 columns when stdout is not a terminal, and past its
+    columns' minimum widths it shrinks a folding column to nothing (the flow names of
+    ``executions list`` vanished once a fork and labels added columns). In a pipe or a file a
+    table is as wide as its widest row, each row on one line (grep finds it whole); on a
+    terminal it folds long cells but is never narrower than its minimum, and overflows the
+    screen instead of dropping a column."""
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(_UNBOUNDED), table)
+    width = needed.maximum if not console.is_terminal else max(console.width, needed.minimum)
+    # Console.print caps its width= at the console's own, so a console as wide as the table,
+    # on the same stream, prints it.
+    Console(file=console.file, width=width, highlight=False).print(table)
+
+
 def print_json(data: object) -> None:
     """``data`` as JSON on stdout: msgspec Structs and recorded ``Raw`` values as they are.
 
@@ -475,7 +497,7 @@ def executions_list(
         if any(labelled):
             cells.append(inert(labels, one_line=True))
         table.add_row(*cells)
-    console.print(table)
+    print_table(table)
 
 
 @executions_app.command("show")
@@ -519,7 +541,7 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
         if forked:
             cells.append(decision.origin or "computed")
         table.add_row(*(inert(cell, one_line=True) for cell in cells))
-    console.print(table)
+    print_table(table)
     if execution.error is not None:
         console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}"))
         console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
