@@ -632,3 +632,18 @@ def test_an_applied_sync_says_what_it_did_and_an_erased_file_how_to_go_on(
     assert refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: "), refused.stderr
     assert "disk.md" in refused.stderr and "remove its file" in refused.stderr
+
+
+def test_a_live_kind_no_decision_has_is_refused_not_ignored(setup: Setup) -> None:
+    """``--live retreival`` ran nothing live and answered "replayed identically": a false
+    yes to "would this still happen today?". A kind the execution (or bundle) never recorded
+    is refused on one line naming the kinds it has; a kind it has runs live as before."""
+    target = ["--db", setup.db, "--flows", setup.flows]
+    for recorded in (setup.execution_id, str(setup.bundle)):
+        typo = _invoke("replay", recorded, "--live", "maths", *target)
+        assert typo.exit_code == ExitCode.USAGE, typo.output
+        assert typo.stdout == ""
+        assert typo.stderr.count("\n") == 1 and "its kinds: math" in typo.stderr, typo.stderr
+        live = _invoke("replay", recorded, "--live", "math", "--json", *target)
+        assert live.exit_code == 0, live.output
+        assert json.loads(live.stdout)["live_values"] == {"twice": 42}

@@ -692,6 +692,15 @@ def replay(
     # A bundle carries its own execution: replaying it reads no log, so needs no database.
     with open_with_flows(db, flows, create=bundle.is_file()) as loom:
         try:
+            if kinds:
+                from loom_runtime.bundle import read_bundle
+
+                recorded = (
+                    read_bundle(bundle, max_bytes=max_bundle_bytes).execution()
+                    if bundle.is_file()
+                    else loom.execution(target)
+                )
+                _check_live_kinds(kinds, recorded)
             result = (
                 loom.replay_bundle(bundle, live=kinds, max_bundle_bytes=max_bundle_bytes)
                 if bundle.is_file()
@@ -728,6 +737,20 @@ def replay(
         for key, value in result.live_values.items():
             console.print(inert(f"live {key}: {value!r}"))
     raise typer.Exit(ExitCode.OK if result.identical else ExitCode.FAILED)
+
+
+def _check_live_kinds(kinds: frozenset[str], execution: Execution) -> None:
+    """Refuse ``--live`` kinds no decision of ``execution`` has (exit 2): a misspelt kind
+    (``retreival``) would run nothing live, and the replay would answer "identical" to the
+    question "would this still happen today?" without having asked it."""
+    recorded = {decision.kind for decision in execution.decisions.values() if decision.kind}
+    unknown = sorted(kinds - recorded)
+    if unknown:
+        fail(
+            f"--live {', '.join(unknown)}: no decision of execution {execution.id} has that "
+            f"kind, so nothing would run live; its kinds: {', '.join(sorted(recorded)) or 'none'}",
+            code=ExitCode.USAGE,
+        )
 
 
 @app.command()
