@@ -511,6 +511,19 @@ def test_as_of_without_a_zone_says_how_to_give_one(setup: Setup) -> None:
     assert result.exit_code == 0 and "disk.md" in result.stdout
 
 
+@pytest.mark.parametrize("given", ["2026-12-04", "2026-12-04T09:30", "2026-12-04T09:30:15.5"])
+def test_the_zones_a_refusal_suggests_are_accepted(setup: Setup, given: str) -> None:
+    """The examples a zone-less time is refused with must themselves work: for a date alone
+    they were ``2026-12-04Z`` (not an ISO time) and ``2026-12-04+01:00`` (read as no zone)."""
+    refused = _invoke("executions", "list", "--since", given, "--db", setup.db)
+    assert refused.exit_code == ExitCode.USAGE
+    suggested = re.findall(r"e\.g\. (\S+) \(UTC\) or (\S+)$", refused.stderr.strip())
+    assert suggested, refused.stderr
+    for example in suggested[0]:
+        accepted = _invoke("executions", "list", "--since", example, "--db", setup.db)
+        assert accepted.exit_code == 0, (example, accepted.output)
+
+
 @pytest.mark.parametrize(
     "command",
     [["list"], ["search", "disk"], ["as-of", "1"]],
@@ -647,3 +660,35 @@ def test_a_live_kind_no_decision_has_is_refused_not_ignored(setup: Setup) -> Non
         live = _invoke("replay", recorded, "--live", "math", "--json", *target)
         assert live.exit_code == 0, live.output
         assert json.loads(live.stdout)["live_values"] == {"twice": 42}
+
+
+def test_a_database_in_a_missing_folder_is_one_line(setup: Setup) -> None:
+    """``--db sqlite:///nope/dir/loom.db`` for a command that may create the database: the
+    folder is named (exit 2), not sqlite's "unable to open database file" in a traceback, and
+    no folder is made (a typo in a path must not leave directories behind)."""
+    missing = setup.tmp_path / "nope" / "dir" / "loom.db"
+    db = ["--db", f"sqlite:///{missing}"]
+    for args in (
+        ["run", "double", "--input", '{"n": 2}', "--flows", setup.flows, *db],
+        ["knowledge", "sync", str(setup.docs), "--scope", "ops", "--apply", *db],
+    ):
+        result = _invoke(*args)
+        assert result.exit_code == ExitCode.USAGE, (args, result.output)
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert f"no folder {missing.parent}" in result.stderr, result.stderr
+    assert not (setup.tmp_path / "nope").exists()
+
+
+def test_audit_html_to_a_path_it_cannot_write_is_one_line(setup: Setup) -> None:
+    """``loom audit ID --html nodir/a.html`` (or a folder) says it cannot write there, exit 2,
+    as ``loom export -o`` does, rather than a FileNotFoundError traceback; ``--json`` with
+    ``--html`` is refused, since one of them would be ignored."""
+    db = ["--db", setup.db]
+    for target in (setup.tmp_path / "nodir" / "a.html", setup.docs):
+        result = _invoke("audit", setup.execution_id, "--html", str(target), *db)
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert result.stderr.startswith(f"error: cannot write {target}: "), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+    both = _invoke("audit", setup.execution_id, "--json", "--html", "a.html", *db)
+    assert both.exit_code == ExitCode.USAGE and "--json or --html" in both.stderr, both.output
+    assert not (setup.tmp_path / "a.html").exists()

@@ -41,6 +41,7 @@ from loom_runtime.tools.cli import (
     FlowsOption,
     JsonOption,
     aware_time,
+    cannot_write,
     console,
     err_console,
     fail,
@@ -120,6 +121,11 @@ def audit_command(
     from loom_knowledge.tools.audit import audit
     from loom_knowledge.tools.audit_render import render_html, render_text
 
+    if as_json and html is not None:
+        fail(
+            "give --json or --html, not both: the report is printed as one of them",
+            code=ExitCode.USAGE,
+        )
     with open_loom(db) as loom:
         try:
             report = audit(loom, execution_id)
@@ -130,7 +136,10 @@ def audit_command(
 
             show_erased(loom, exc, execution_id, as_json=as_json)
     if html is not None:
-        html.write_text(render_html(report), encoding="utf-8")
+        try:
+            html.write_text(render_html(report), encoding="utf-8")
+        except OSError as exc:
+            cannot_write(html, exc)
         console.print(inert(f"wrote {html}"))
     elif as_json:
         print_json(report)

@@ -181,6 +181,12 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
     except LoomError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     path = Path(loom.settings.url.database or "")
+    if loom.settings.is_sqlite and create and not path.parent.is_dir():
+        fail(
+            f"no folder {path.parent.absolute()} to create the loom database {path.name} in "
+            "(check the --db path, or create the folder first)",
+            code=ExitCode.USAGE,
+        )
     if loom.settings.is_sqlite and not create and not path.is_file():
         fail(
             f"no loom database at {path.absolute()} (give --db URL or set LOOM_DB_URL; "
@@ -241,6 +247,18 @@ def open_with_flows(db: str | None, flows: str | None, *, create: bool = False) 
 def flow_missing(exc: FlowNotFoundError) -> NoReturn:
     """A flow not registered, with the command line's way to register it (exit 2)."""
     fail(f"{exc} (pass --flows MODULE:ATTR or set LOOM_FLOWS)", code=ExitCode.USAGE)
+
+
+def cannot_write(target: Path, error: OSError) -> NoReturn:
+    """A file a command was asked to write could not be: one line; exit 2 when the path is at
+    fault (no such folder, a folder, no permission), 1 otherwise (a full disk)."""
+    bad_path = isinstance(
+        error, FileNotFoundError | NotADirectoryError | IsADirectoryError | PermissionError
+    )
+    fail(
+        f"cannot write {target}: {error.strerror or error}",
+        code=ExitCode.USAGE if bad_path else ExitCode.FAILED,
+    )
 
 
 def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
@@ -391,9 +409,12 @@ def aware_time(text: str, *, option: str) -> datetime:
             f"{option} {text!r} is not an ISO time (e.g. 2026-11-30T14:00:00Z)", code=ExitCode.USAGE
         )
     if moment.tzinfo is None:
+        # The examples are built from the moment read, not the text: a date alone
+        # ("2026-12-04") takes a zone only once it has a time.
+        written = moment.isoformat()
         fail(
             f"{option} {text!r} has no time zone, so it names a different moment in every "
-            f"zone: add one, e.g. {text}Z (UTC) or {text}+01:00",
+            f"zone: add one, e.g. {written}Z (UTC) or {written}+01:00",
             code=ExitCode.USAGE,
         )
     return moment

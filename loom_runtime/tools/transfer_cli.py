@@ -31,6 +31,7 @@ from loom_runtime.tools.cli import (
     ExitCode,
     JsonOption,
     app,
+    cannot_write,
     console,
     fail,
     inert,
@@ -119,9 +120,7 @@ def export(
             except LogCorruptError as exc:
                 fail(str(exc))
             except OSError as exc:  # no such folder or no permission: usage; a full disk: 1
-                bad_path = isinstance(exc, FileNotFoundError | NotADirectoryError | PermissionError)
-                code = ExitCode.USAGE if bad_path else ExitCode.FAILED
-                fail(f"cannot write {target}: {exc.strerror or exc}", code=code)
+                cannot_write(target, exc)
             size = path.stat().st_size
             written.append(Exported(execution_id=str(execution_id), path=str(path), bytes=size))
             advance(done, len(executions))
