@@ -43,8 +43,11 @@ from loom_runtime.errors import ErasureSubjectError, RetentionPolicyError
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
 
-_AGE: Final = re.compile(r"([0-9]{1,6})([wdhm])")
-_UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes"}
+_AGE: Final = re.compile(r"([0-9]{1,6})(w|d|h|min)")
+_UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "min": "minutes"}
+_AMBIGUOUS: Final = re.compile(r"[0-9]{1,6}(m|mo|months?|y|yrs?|years?)", re.IGNORECASE)
+"""Ages a person may mean in months or years: ``6m`` is six minutes to one reader and six
+months to another, and read as minutes an applied policy erases nearly everything."""
 RETENTION_KINDS: Final = "loom.retention"
 AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], Sequence[str]]]
 """What a ``loom.retention`` entry point loads: the subjects of a scope (or a memory) older
@@ -60,13 +63,31 @@ def parse_age(text: str) -> timedelta:
     One number and one unit, no fractions or combinations: a retention period is a policy
     someone reads in a crontab, so ``90d`` is written as it is meant.
     """
-    match = _AGE.fullmatch(text.strip()) if isinstance(text, str) else None
+    given = text.strip() if isinstance(text, str) else None
+    match = _AGE.fullmatch(given) if given is not None else None
     if match is None:
+        if given is not None and _AMBIGUOUS.fullmatch(given):
+            raise RetentionPolicyError(
+                f"--older-than {text!r} is ambiguous: write min for minutes (15min), and "
+                "months or years in days (180d for six months, 365d for a year)"
+            )
         raise RetentionPolicyError(
             f"--older-than {text!r} is not an age: write a whole number and a unit, w (weeks), "
-            "d (days), h (hours) or m (minutes), e.g. 90d"
+            "d (days), h (hours) or min (minutes), e.g. 90d"
         )
     return _positive(timedelta(**{_UNITS[match.group(2)]: int(match.group(1))}))
+
+
+def describe_age(age: timedelta) -> str:
+    """``age`` as :func:`parse_age` reads it, in its largest whole unit (``90d``, ``2w``,
+    ``15min``; seconds when it has any): what a forget event's reason and a refusal say."""
+    seconds, rest = divmod(age, timedelta(seconds=1))
+    if rest:
+        return str(age)
+    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _positive(age: timedelta) -> timedelta:
@@ -101,7 +122,7 @@ def retain(
             "no tenant label"
         )
     cutoff = _cutoff(_positive(older_than))
-    reason = reason if reason is not None else f"retention: older than {older_than}"
+    reason = reason if reason is not None else f"retention: older than {describe_age(older_than)}"
     check_who(reason=reason, by=by)
     if aged:
         kind, name = aged[0]
@@ -130,8 +151,8 @@ def _cutoff(older_than: timedelta) -> datetime:
         return datetime.now(UTC) - older_than
     except OverflowError:
         raise RetentionPolicyError(
-            f"--older-than {older_than} reaches before the calendar begins: a retention period is "
-            "years, not millennia (ten years is 3650d)"
+            f"--older-than {describe_age(older_than)} reaches before the calendar begins: a "
+            "retention period is years, not millennia (ten years is 3650d)"
         ) from None
 
 

@@ -182,7 +182,8 @@ def retain(
         str,
         typer.Option(
             "--older-than",
-            help="Erase executions that started longer ago than this: 90d, 2w, 36h, 15m.",
+            help="Erase executions that started longer ago than this: 90d, 2w, 36h, 15min "
+            "(months in days: 180d).",
         ),
     ],
     tenant: Annotated[

@@ -86,7 +86,7 @@ def test_keys_last_written_before_the_cutoff_are_erased_and_a_rebuild_agrees(
             (position, forgotten), *_ = forget_events(loom)
             assert position == report.position
             assert forgotten.subjects == ('memory:["chat","old"]',)
-            assert forgotten.reason == "retention: older than 90 days, 0:00:00"
+            assert forgotten.reason == "retention: older than 90d"
             assert forgotten.by == "retention"
             (row,) = loom.log.notifications(topics=(Forgotten.TOPIC,))
             assert b"4242" not in row.state and b"Leeds" not in row.state  # never content

@@ -85,7 +85,35 @@ def test_ages_read_in_weeks_days_hours_and_minutes() -> None:
     assert parse_age("90d") == timedelta(days=90)
     assert parse_age("2w") == timedelta(weeks=2)
     assert parse_age("36h") == timedelta(hours=36)
-    assert parse_age("15m") == timedelta(minutes=15)
+    assert parse_age("15min") == timedelta(minutes=15)
+
+
+@pytest.mark.parametrize("text", ["6m", "6mo", "1y", "6M"])
+def test_an_age_in_months_or_years_or_a_bare_m_is_refused_saying_why(text: str) -> None:
+    """``6m`` read as six minutes by a policy meant as six months would erase nearly
+    everything once applied: an ambiguous unit is refused, with both spellings that work."""
+    with pytest.raises(RetentionPolicyError, match="min for minutes") as refused:
+        parse_age(text)
+    assert "180d" in str(refused.value) or "365d" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("age", "said"),
+    [
+        (timedelta(days=90), "90d"),
+        (timedelta(weeks=2), "2w"),
+        (timedelta(hours=36), "36h"),
+        (timedelta(minutes=15), "15min"),
+        (timedelta(seconds=90), "90s"),
+    ],
+)
+def test_a_policy_s_reason_names_its_age_as_it_is_written(
+    db_url: str, age: timedelta, said: str
+) -> None:
+    """The forget event's reason is read by people auditing erasures: ``older than 90d``,
+    not Python's ``90 days, 0:00:00``."""
+    with Loom(db_url, encryption=KEY) as loom:
+        assert loom.retain(older_than=age, dry_run=True).reason == f"retention: older than {said}"
 
 
 def test_a_zero_or_negative_age_is_refused_from_python(db_url: str) -> None:
