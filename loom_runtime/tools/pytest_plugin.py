@@ -36,6 +36,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,6 +155,12 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
             "loom needs to know where the flows are registered: pass --loom-flows=MODULE:ATTR, "
             "set loom_flows in the ini file, or override the loom_flows fixture"
         )
+    # The project's package is found from the rootdir, as ``loom --flows`` finds it from the
+    # current directory: the ``pytest`` script, unlike ``python -m pytest``, does not put the
+    # current directory on the import path.
+    root = str(config.rootpath)
+    if root not in sys.path:
+        sys.path.insert(0, root)
     try:
         return load_flows(str(spec))
     except ConfigurationError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -469,3 +470,25 @@ def test_update_reseals_a_bundle_a_hand_written_test_replays(
         ["re-sealed *incident-1.json, accepting:", '*+  "prompt": "Say hi to Ada"*']
     )
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+
+
+def test_loom_flows_in_the_ini_is_found_from_the_rootdir(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """``loom_flows = myapp.flows:flows`` in the project's ini: the project's package is found
+    from the rootdir, as ``loom --flows`` finds it from the current directory, without the
+    ``pythonpath = .`` the pytest script would otherwise need (it does not put the current
+    directory on the import path, as ``python -m pytest`` does)."""
+    package = pytester.mkpydir("myapp_flows_pkg")
+    (package / "flows.py").write_text(flows_module("Greet "))
+    pytester.makeini("[pytest]\nloom_flows = myapp_flows_pkg.flows:flows\n")
+    namespace: dict[str, object] = {}
+    exec(flows_module("Greet "), namespace)
+    flows = namespace["flows"]
+    assert isinstance(flows, FlowRegistry)
+    folder = pytester.path / "recordings"
+    folder.mkdir()
+    with Loom(f"sqlite:///{tmp_path / 'rec.db'}", flows=flows) as recorder:
+        recorder.export(recorder.run("greet", name="Ada").execution_id, folder / "one.json")
+    assert str(pytester.path) not in sys.path
+    pytester.runpytest("--loom-bundles", str(folder)).assert_outcomes(passed=1)
