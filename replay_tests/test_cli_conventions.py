@@ -692,3 +692,20 @@ def test_audit_html_to_a_path_it_cannot_write_is_one_line(setup: Setup) -> None:
     both = _invoke("audit", setup.execution_id, "--json", "--html", "a.html", *db)
     assert both.exit_code == ExitCode.USAGE and "--json or --html" in both.stderr, both.output
     assert not (setup.tmp_path / "a.html").exists()
+
+
+def test_a_fork_override_the_fork_never_asked_for_is_named(setup: Setup) -> None:
+    """``--override thrice=5`` on a flow that asks ``twice``: the fork runs (it is recorded),
+    but an override that answered nothing is a likely typo, so stderr names it and the keys
+    the fork did decide; one that was used is not mentioned."""
+    args = ["fork", setup.execution_id, "--at-count", "0", "--db", setup.db]
+    args += ["--flows", setup.flows]
+    typo = _invoke(*args, "--override", "thrice=5")
+    assert typo.exit_code == 0, typo.output
+    assert typo.stderr == (
+        "warning: --override thrice: the fork never asked for this key, so it answered "
+        "nothing (the keys it decided: twice)\n"
+    )
+    used = _invoke(*args, "--override", "twice=5")
+    assert used.exit_code == 0 and used.stderr == "", used.output
+    assert used.stdout.rstrip().endswith("5")

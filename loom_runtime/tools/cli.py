@@ -682,8 +682,27 @@ def fork(
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
+        if overrides:
+            _warn_unused_overrides(overrides, loom.execution(result.execution_id))
     console.print(f"execution {result.execution_id}")
     console.print_json(data=result.output, ensure_ascii=True)
+
+
+def _warn_unused_overrides(overrides: dict[str, object], fork: Execution) -> None:
+    """Name each override that answered no decision of ``fork`` (a key it never asked, or one
+    it took from its parent): the fork is recorded all the same, but a misspelt key would
+    otherwise look like an answer to "had this been different, what then?"."""
+    used = {key for key, decision in fork.decisions.items() if decision.origin == "override"}
+    decided = list(fork.decisions)
+    shown = ", ".join(decided[:10]) + (
+        f" and {len(decided) - 10} more" if len(decided) > 10 else ""
+    )
+    for key in overrides:
+        if key not in used:
+            warn(
+                f"--override {key}: the fork never asked for this key, so it answered nothing "
+                f"(the keys it decided: {shown or 'none'})"
+            )
 
 
 @app.command()
