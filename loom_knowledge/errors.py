@@ -108,9 +108,8 @@ class MassDeleteRefusedError(KnowledgeError):
         else:
             why = f"that is more than the guard's {max_fraction:.0%}"
         super().__init__(
-            f"sync would remove {would_remove} of the {owned} documents source {source!r} "
-            f"owns and {why}; if the source really dropped them, "
-            "pass allow_mass_delete=True"
+            f"sync would remove {would_remove} of the {owned} {owned_documents(source)} "
+            f"and {why}; if the source really dropped them, pass allow_mass_delete=True"
         )
         self.source = source
         self.would_remove = would_remove
@@ -192,3 +191,9 @@ class EmbedderRequiredError(KnowledgeError, ValueError):
         )
         self.scope = scope
         self.mode = mode
+
+
+def owned_documents(source: str | None) -> str:
+    """Whose documents a refusal counts, in words: ``documents source 'wiki' owns``, or
+    ``documents without a source`` (not ``source None``)."""
+    return "documents without a source" if source is None else f"documents source {source!r} owns"

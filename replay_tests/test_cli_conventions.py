@@ -709,3 +709,42 @@ def test_a_fork_override_the_fork_never_asked_for_is_named(setup: Setup) -> None
     used = _invoke(*args, "--override", "twice=5")
     assert used.exit_code == 0 and used.stderr == "", used.output
     assert used.stdout.rstrip().endswith("5")
+
+
+def test_a_refusal_about_documents_without_a_source_says_so_in_words(setup: Setup) -> None:
+    """The mass-delete refusal named the owner as Python prints it (``source None``)."""
+    plain = ["knowledge", "sync", str(setup.docs), "--scope", "plain", "--db", setup.db]
+    assert _invoke(*plain, "--apply").exit_code == 0
+    (setup.docs / "disk.md").unlink()
+    (setup.docs / "other.md").write_text("Something else entirely.")
+    refused = _invoke(*plain, "--apply")
+    assert refused.exit_code == ExitCode.USAGE, refused.output
+    assert "None" not in refused.stderr, refused.stderr
+    assert "of the 1 documents without a source" in refused.stderr, refused.stderr
+
+
+def test_erase_naming_nothing_or_two_things_says_so_with_the_flags(setup: Setup) -> None:
+    """The refusal named the Python arguments (``execution=, user=, ...``)."""
+    for extra in ([], ["--user", "u", "--tenant", "t"]):
+        refused = _invoke("erase", "--reason", "r", *extra, "--db", setup.db)
+        assert refused.exit_code == ExitCode.USAGE, refused.output
+        assert "--execution, --user, --tenant, --document or --memory-key" in refused.stderr
+        assert "=" not in refused.stderr, refused.stderr
+
+
+def test_as_of_past_the_head_says_so_in_the_command_s_words(setup: Setup) -> None:
+    """A position past the log's head was refused with the Python method's name
+    (``as_of needs ...``); the command names WHEN and the range it takes."""
+    refused = _invoke("knowledge", "as-of", "999", "--scope", "ops", "--db", setup.db)
+    assert refused.exit_code == ExitCode.USAGE, refused.output
+    assert "as_of" not in refused.stderr, refused.stderr
+    assert re.search(r"WHEN 999 is past the log's head \(\d+\)", refused.stderr), refused.stderr
+
+
+def test_retain_with_two_selectors_names_the_flags(setup: Setup) -> None:
+    """The refusal named the Python arguments (``tenant=``, ``scope=``)."""
+    refused = _invoke(
+        "retain", "--older-than", "90d", "--tenant", "t", "--scope", "ops", "--db", setup.db
+    )
+    assert refused.exit_code == ExitCode.USAGE, refused.output
+    assert "give one of --tenant" in refused.stderr and "=" not in refused.stderr

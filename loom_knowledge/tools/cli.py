@@ -26,6 +26,7 @@ from loom_knowledge.errors import (
     KnowledgeError,
     MassDeleteRefusedError,
     SourceConflictError,
+    owned_documents,
 )
 from loom_runtime import (
     ErasedError,
@@ -256,8 +257,8 @@ def _mass_delete(exc: MassDeleteRefusedError) -> str:
         else "the folder holds none of them"
     )
     return (
-        f"sync would remove {exc.would_remove} of the {exc.owned} documents source "
-        f"{exc.source!r} owns, {why}; if the source really dropped them, pass "
+        f"sync would remove {exc.would_remove} of the {exc.owned} "
+        f"{owned_documents(exc.source)}, {why}; if the source really dropped them, pass "
         "--allow-mass-delete"
     )
 
@@ -335,6 +336,13 @@ def as_of_command(
 
     moment = _moment(when)
     with open_loom(db) as loom:
+        head = loom.log.position
+        if isinstance(moment, int) and moment > head:
+            fail(
+                f"WHEN {moment} is past the log's head ({head}): give a position from 0 to "
+                f"{head}, or an ISO time with a zone",
+                code=ExitCode.USAGE,
+            )
         try:
             view = _existing_scope(loom, scope).as_of(moment)
             found = view.retrieve(query, limit=limit) if query is not None else None

@@ -92,6 +92,13 @@ def erase(
         fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
     keys = memory_key or []
     with_person = user is not None or tenant is not None
+    named = [execution, user, tenant, document, None if with_person else (keys or None)]
+    if sum(value is not None for value in named) != 1:
+        fail(
+            "name exactly one of --execution, --user, --tenant, --document or --memory-key "
+            "to erase (--memory-key may go with --user or --tenant)",
+            code=ExitCode.USAGE,
+        )
     if len(keys) > 1 and not with_person:
         fail(
             "--memory-key is repeated only with --user or --tenant (the keys are erased with "
@@ -225,6 +232,12 @@ def retain(
         age = parse_age(older_than)
     except RetentionPolicyError as exc:
         fail(str(exc), code=ExitCode.USAGE)
+    if sum(name is not None for name in (tenant, scope, memory)) > 1:
+        fail(
+            "give one of --tenant (executions), --scope (a knowledge scope's documents) or "
+            "--memory (a memory's keys): documents and memory keys carry no tenant label",
+            code=ExitCode.USAGE,
+        )
     with open_loom(db) as loom:
         try:
             report = loom.retain(
