@@ -339,6 +339,13 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
             "written by `loom export` (Loom.export)"
         ) from exc
     _refuse_over(path, len(data), limit)
+    if path.suffix != ".msgpack" and not data.lstrip().startswith(b"{"):
+        # A bundle cut short still begins as one; text that does not is another file (a
+        # note, a key, an empty file), and "export it again" would send the reader astray.
+        raise BundleFormatError(
+            f"{path} is not a loom bundle: a bundle is the JSON object `loom export` writes, "
+            "and this file does not begin with one"
+        )
     try:
         envelope = _decode(data, path, _Envelope)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: well-formed, wrong shape

@@ -164,8 +164,18 @@ def _reseal(path: Path) -> None:
             BundleFormatError,
         ),
         (lambda text: "[1, 2, 3]", BundleFormatError),
+        (lambda text: "hello\n", BundleFormatError),  # not JSON at all: not a cut-off bundle
+        (lambda text: "", BundleFormatError),
     ],
-    ids=["truncated", "tampered", "future-version", "not-a-bundle", "not-an-object"],
+    ids=[
+        "truncated",
+        "tampered",
+        "future-version",
+        "not-a-bundle",
+        "not-an-object",
+        "not-json",
+        "empty",
+    ],
 )
 def test_a_damaged_bundle_is_refused_with_a_typed_error(
     recorded: tuple[Loom, Any], tmp_path: Path, damage: Any, error: type[Exception]
