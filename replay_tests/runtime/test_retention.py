@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from loom_runtime import (
     ErasedError,
+    ErasureSubjectError,
     FlowContext,
     Labels,
     Loom,
@@ -241,3 +242,18 @@ def _timed_copy(source: Loom, execution_id: UUID, path: Path, when: str) -> Path
     assert timed != list(bundle.events)
     write_bundle(bundle.resealed(timed), path)
     return path
+
+
+def test_a_tenant_no_execution_has_is_refused_as_an_unknown_scope_is(db_url: str) -> None:
+    """A misspelt tenant (``acmee``) in a nightly policy selected nothing and exited 0, every
+    night, while a misspelt scope or memory is refused: a tenant no execution was ever
+    labelled with is refused the same way (nothing written), naming the known ones."""
+    with Loom(db_url, encryption=KEY) as loom:
+        _history(loom)
+        at = loom.log.position
+        with pytest.raises(ErasureSubjectError, match=r"tenant 't3'.*known: 't1', 't2'"):
+            loom.retain(older_than=timedelta(days=90), tenant="t3", dry_run=True)
+        with pytest.raises(ErasureSubjectError, match="tenant 't3'"):
+            loom.retain(older_than=timedelta(days=90), tenant="t3")
+        assert loom.log.position == at
+        assert loom.retain(older_than=timedelta(days=90), tenant="t1", dry_run=True).subjects
