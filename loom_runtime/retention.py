@@ -135,16 +135,11 @@ def retain(
         f", tenant={tenant}" if tenant is not None else ""
     )
     keyring = keyring_of(loom, selector)
-    summaries = loom.executions(tenant=tenant)
-    if tenant is not None and not summaries:
-        # A misspelt tenant in a nightly policy would select nothing, every night, as a
-        # misspelt scope or memory is refused for.
-        known = sorted({s.tenant for s in loom.executions() if s.tenant is not None})
-        raise ErasureSubjectError(
-            f"no execution is labelled tenant {tenant!r}; known: "
-            f"{', '.join(map(repr, known)) or 'none'}; nothing was written"
-        )
-    ids = [summary.execution_id for summary in summaries if _utc(summary.started_at) < cutoff]
+    ids = [
+        summary.execution_id
+        for summary in loom.executions(tenant=tenant)
+        if _utc(summary.started_at) < cutoff
+    ]
     report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     return report if dry_run else apply(loom, keyring, report)
 
