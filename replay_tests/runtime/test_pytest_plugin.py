@@ -60,13 +60,18 @@ def _loaded_before_pytester(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture
 def recordings(pytester: pytest.Pytester, tmp_path: Path) -> Path:
-    """A folder with one bundle, recorded by the code as it was (the 'Greet ' prompt)."""
+    """A folder with one bundle, recorded by the code as it was (the 'Greet ' prompt), and
+    the test's folder on the import path (where it writes the flows modules)."""
     pytester.syspathinsert()
+    return _recorded(pytester.path / "recordings", tmp_path)
+
+
+def _recorded(folder: Path, tmp_path: Path) -> Path:
+    """``folder`` made, holding one bundle recorded by the 'Greet ' prompt."""
     namespace: dict[str, object] = {}
     exec(flows_module("Greet "), namespace)
     flows = namespace["flows"]
     assert isinstance(flows, FlowRegistry)
-    folder = pytester.path / "recordings"
     folder.mkdir()
     with Loom(f"sqlite:///{tmp_path / 'rec.db'}", flows=flows) as recorder:
         run = recorder.run("greet", name="Ada")
@@ -482,13 +487,6 @@ def test_loom_flows_in_the_ini_is_found_from_the_rootdir(
     package = pytester.mkpydir("myapp_flows_pkg")
     (package / "flows.py").write_text(flows_module("Greet "))
     pytester.makeini("[pytest]\nloom_flows = myapp_flows_pkg.flows:flows\n")
-    namespace: dict[str, object] = {}
-    exec(flows_module("Greet "), namespace)
-    flows = namespace["flows"]
-    assert isinstance(flows, FlowRegistry)
-    folder = pytester.path / "recordings"
-    folder.mkdir()
-    with Loom(f"sqlite:///{tmp_path / 'rec.db'}", flows=flows) as recorder:
-        recorder.export(recorder.run("greet", name="Ada").execution_id, folder / "one.json")
+    folder = _recorded(pytester.path / "recordings", tmp_path)
     assert str(pytester.path) not in sys.path
     pytester.runpytest("--loom-bundles", str(folder)).assert_outcomes(passed=1)

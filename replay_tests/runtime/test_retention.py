@@ -179,16 +179,21 @@ def test_loom_retain_refuses_an_age_before_the_calendar_on_one_line(
 def _naive_copy(source: Loom, execution_id: UUID, into: Loom, path: Path) -> UUID:
     """Import ``execution_id`` into ``into`` from a bundle whose timestamps have no timezone,
     as one written by another tool (or edited by hand) may have."""
+    _edited_copy(source, execution_id, path, r'("timestamp":\s*"[^"]+?)(Z|[+]00:00)"', r'\1"')
+    return into.import_bundle(path)
+
+
+def _edited_copy(source: Loom, execution_id: UUID, path: Path, pattern: str, by: str) -> Path:
+    """``execution_id`` exported to ``path`` with ``pattern`` replaced ``by`` in every event's
+    stored state, re-sealed (so only the edit is different)."""
     bundle = read_bundle(source.export(execution_id, path))
-    naive = [
-        msgspec.structs.replace(
-            event, state=re.sub(r'("timestamp":\s*"[^"]+?)(Z|[+]00:00)"', r'\1"', event.state)
-        )
+    edited = [
+        msgspec.structs.replace(event, state=re.sub(pattern, by, event.state))
         for event in bundle.events
     ]
-    assert naive != list(bundle.events)
-    write_bundle(bundle.resealed(naive), path)
-    return into.import_bundle(path)
+    assert edited != list(bundle.events)
+    write_bundle(bundle.resealed(edited), path)
+    return path
 
 
 def test_a_start_recorded_without_a_timezone_is_read_as_utc(db_url: str, tmp_path: Path) -> None:
@@ -231,16 +236,9 @@ def test_a_bundle_that_starts_in_the_future_is_refused_by_import(
 
 def _timed_copy(source: Loom, execution_id: UUID, path: Path, when: str) -> Path:
     """``execution_id`` exported to ``path`` with every event's time replaced by ``when``."""
-    bundle = read_bundle(source.export(execution_id, path))
-    timed = [
-        msgspec.structs.replace(
-            event, state=re.sub(r'"timestamp":\s*"[^"]+"', f'"timestamp":"{when}"', event.state)
-        )
-        for event in bundle.events
-    ]
-    assert timed != list(bundle.events)
-    write_bundle(bundle.resealed(timed), path)
-    return path
+    return _edited_copy(
+        source, execution_id, path, r'"timestamp":\s*"[^"]+"', f'"timestamp":"{when}"'
+    )
 
 
 def test_a_tenant_no_execution_has_is_named_on_stderr(
