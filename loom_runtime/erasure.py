@@ -21,6 +21,7 @@ forget event naming it before.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from importlib.metadata import entry_points
@@ -69,6 +70,9 @@ class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
 SubjectResolver = Callable[["Loom", str], tuple[Sequence[ErasedSubject], Sequence[str]]]
 """What a ``loom.erasure`` entry point loads: the subjects a value names (and what of it is
 stored in clear and cannot be erased); :class:`ErasureSubjectError` for an unknown value."""
+
+logger = logging.getLogger("loom.runtime")
+
 ERASURE_KINDS: Final = "loom.erasure"
 
 
@@ -341,18 +345,29 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     retention run from cron reads none) would keep the text in clear indefinitely. What could
     not catch up is returned, ``"NAME: cause"`` each, for the caller to report: the keys are
     destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again."""
-    from loom_runtime.projection import catch_up, registered_projections
+    from loom_runtime.projection import PROJECTIONS, catch_up
 
     failed: list[str] = []
-    for projection in registered_projections(loom.log):
-        if Forgotten.TOPIC not in projection.topics:
+    for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
+        try:  # opening a package's read models can fail too (a missing extra, a lock)
+            projections = entry_point.load()(loom.log)
+        except Exception as exc:
+            failed.append(f"{entry_point.name}: {_first_line(exc)}")
             continue
-        try:
-            catch_up(loom.log, projection, upto=upto)
-        except Exception as exc:  # the rest must still purge; the caller reports this one
-            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            failed.append(f"{projection.name}: {cause}")
+        for projection in projections:
+            if Forgotten.TOPIC not in projection.topics:
+                continue
+            try:
+                catch_up(loom.log, projection, upto=upto)
+            except Exception as exc:  # the rest must still purge; the caller reports this one
+                failed.append(f"{projection.name}: {_first_line(exc)}")
+    for entry in failed:  # a Python caller may not read the report; the cause may quote data
+        logger.warning("erasure: read model %s did not catch up", entry.partition(":")[0])
     return tuple(failed)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _forks_made_meanwhile(

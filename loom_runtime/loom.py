@@ -576,7 +576,9 @@ class Loom:
         with different events raises :class:`BundleConflictError`. ``max_bundle_bytes`` as
         for :meth:`replay_bundle`. With ``encryption`` the execution is sealed under a key of
         its own, as if recorded here, so :meth:`erase` can erase it; one erased here is
-        refused (:class:`~loom_runtime.errors.ErasedError`): a copy cannot bring it back.
+        refused (:class:`~loom_runtime.errors.ErasedError`): a copy cannot bring it back. An
+        execution that starts more than a day after this machine's clock is refused
+        (:class:`~loom_runtime.errors.BundleFormatError`): no retention age would select it.
         """
         bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
         # refuse events that do not rebuild an execution before any insert
@@ -1109,7 +1111,7 @@ def _started_in_the_past(execution: Execution) -> None:
     if started > datetime.now(UTC) + _CLOCK_SKEW:
         raise BundleFormatError(
             f"the bundle's execution {execution.id} starts at {started.isoformat()}, after this "
-            "machine's clock: its times were edited (a recording cannot start in the future), "
+            "machine's clock: its times were edited, or the recording machine's clock was wrong, "
             "and no retention age would ever select it; nothing was imported"
         )
 

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from sqlalchemy import (
     BigInteger,
@@ -192,6 +192,10 @@ class SQLProjection(ABC):
         conn.execute(_UPDATE_POSITION, {"b_projection": self.name, "b_position": position})
 
 
+PROJECTIONS: Final = "loom.projections"
+"""The entry-point group through which packages above the runtime declare their read models."""
+
+
 def registered_projections(log: EventLog) -> list[TrackedProjection]:
     """Every read model the installed packages keep in ``log``'s database.
 
@@ -200,7 +204,7 @@ def registered_projections(log: EventLog) -> list[TrackedProjection]:
     what ``loom rebuild`` and ``loom doctor`` walk, without the runtime importing them.
     """
     found: list[TrackedProjection] = []
-    for entry_point in sorted(entry_points(group="loom.projections"), key=lambda e: e.name):
+    for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
         found.extend(entry_point.load()(log))
     return found
 

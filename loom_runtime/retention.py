@@ -79,12 +79,14 @@ def parse_age(text: str) -> timedelta:
 
 
 def describe_age(age: timedelta) -> str:
-    """``age`` as :func:`parse_age` reads it, in its largest whole unit (``90d``, ``2w``,
-    ``15min``; seconds when it has any): what a forget event's reason and a refusal say."""
+    """``age`` in the largest of days, hours, minutes and seconds that divides it whole
+    (``90d``, ``36h``, ``15min``, ``90s``): what a forget event's reason and a refusal say.
+    Weeks are given in days (``2w`` is ``14d``), as retention periods are usually written;
+    seconds, which :func:`parse_age` does not take, only for an age given from Python."""
     seconds, rest = divmod(age, timedelta(seconds=1))
     if rest:
         return str(age)
-    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("min", 60)):
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"

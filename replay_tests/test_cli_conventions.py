@@ -577,6 +577,11 @@ def test_replaying_a_bundle_needs_no_database_and_creates_none(
     result = _invoke("replay", str(setup.bundle), "--flows", setup.flows)
     assert result.exit_code == 0 and "replayed identically" in result.stdout
     assert list(empty.iterdir()) == []
+    # Nor does a --db (a global LOOM_DB_URL, say) in a folder that does not exist matter.
+    elsewhere = ["--db", f"sqlite:///{empty / 'nodir' / 'x.db'}"]
+    result = _invoke("replay", str(setup.bundle), "--flows", setup.flows, *elsewhere)
+    assert result.exit_code == 0 and "replayed identically" in result.stdout, result.output
+    assert list(empty.iterdir()) == []
 
 
 def test_every_command_on_a_sealed_log_without_the_key_says_so_in_one_line(
@@ -647,18 +652,19 @@ def test_an_applied_sync_says_what_it_did_and_an_erased_file_how_to_go_on(
     assert "disk.md" in refused.stderr and "remove its file" in refused.stderr
 
 
-def test_a_live_kind_no_decision_has_is_refused_not_ignored(setup: Setup) -> None:
-    """``--live retreival`` ran nothing live and answered "replayed identically": a false
-    yes to "would this still happen today?". A kind the execution (or bundle) never recorded
-    is refused on one line naming the kinds it has; a kind it has runs live as before."""
+def test_a_live_kind_no_decision_has_is_named_not_ignored(setup: Setup) -> None:
+    """``--live retreival`` ran nothing live and answered "replayed identically" without a
+    word. A kind the execution (or bundle) never recorded is named on stderr with the kinds it
+    has; it is not refused, since code that now makes decisions of that kind runs them live.
+    A kind it has runs live as before, without the warning."""
     target = ["--db", setup.db, "--flows", setup.flows]
     for recorded in (setup.execution_id, str(setup.bundle)):
         typo = _invoke("replay", recorded, "--live", "maths", *target)
-        assert typo.exit_code == ExitCode.USAGE, typo.output
-        assert typo.stdout == ""
-        assert typo.stderr.count("\n") == 1 and "its kinds: math" in typo.stderr, typo.stderr
+        assert typo.exit_code == 0, typo.output
+        assert typo.stderr.startswith("warning: --live maths: no recorded decision")
+        assert "(its kinds: math)" in typo.stderr, typo.stderr
         live = _invoke("replay", recorded, "--live", "math", "--json", *target)
-        assert live.exit_code == 0, live.output
+        assert live.exit_code == 0 and live.stderr == "", live.output
         assert json.loads(live.stdout)["live_values"] == {"twice": 42}
 
 
@@ -748,3 +754,19 @@ def test_retain_with_two_selectors_names_the_flags(setup: Setup) -> None:
     )
     assert refused.exit_code == ExitCode.USAGE, refused.output
     assert "give one of --tenant" in refused.stderr and "=" not in refused.stderr
+
+
+def test_a_flow_s_own_loom_error_keeps_its_traceback_and_execution_id(setup: Setup) -> None:
+    """A loom error raised by the flow's code (an empty decision key) is the flow's failure,
+    recorded: it keeps its traceback, pointing at the flow's line, and the note naming the
+    execution that ``loom resume --retry-failed`` needs (exit 1), as a ValueError would."""
+    (setup.tmp_path / "conv_badkey.py").write_text(FLOWS.replace('"twice"', '""'))
+    result = _invoke(
+        "run", "double", "--input", '{"n": 2}', "--db", setup.db, "--flows", "conv_badkey:flows"
+    )
+    assert result.exit_code == 1, result.output
+    assert result.exception is not None
+    assert any(
+        "recorded as the failure of execution" in note
+        for note in getattr(result.exception, "__notes__", [])
+    )

@@ -75,6 +75,10 @@ class _LoomGroup(ReadableGroup):
         try:
             return super().invoke(ctx)
         except LoomError as exc:
+            if getattr(exc, "__notes__", None):
+                # The flow's own failure (recorded, noted with the execution's id that
+                # ``loom resume --retry-failed`` needs): its traceback points at the line.
+                raise
             fail(str(exc), code=exit_code_of(exc))
 
 
@@ -163,7 +167,7 @@ def _root(
     err_console.soft_wrap = not err_console.is_terminal
 
 
-def open_loom(db: str | None, *, create: bool = False) -> Loom:
+def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> Loom:
     """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
     be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2).
 
@@ -181,6 +185,8 @@ def open_loom(db: str | None, *, create: bool = False) -> Loom:
     except LoomError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     path = Path(loom.settings.url.database or "")
+    if not needed:  # the command may read no database at all (a bundle's replay)
+        return loom
     if loom.settings.is_sqlite and create and not path.parent.is_dir():
         fail(
             f"no folder {path.parent.absolute()} to create the loom database {path.name} in "
@@ -226,14 +232,16 @@ FlowsOption = Annotated[
 ]
 
 
-def open_with_flows(db: str | None, flows: str | None, *, create: bool = False) -> Loom:
+def open_with_flows(
+    db: str | None, flows: str | None, *, create: bool = False, needed: bool = True
+) -> Loom:
     """Open the log with the flows named by ``--flows`` (needed to run or replay).
 
     The current directory goes on the import path first, as ``python -m`` puts it there:
     ``--flows myapp.flows:registry`` run from the project directory finds ``myapp`` even
     though the ``loom`` script's own directory is elsewhere.
     """
-    loom = open_loom(db, create=create)
+    loom = open_loom(db, create=create, needed=needed)
     if flows:
         if "" not in sys.path and str(Path.cwd()) not in sys.path:
             sys.path.insert(0, str(Path.cwd()))
@@ -730,7 +738,7 @@ def replay(
     if not bundle.is_file() and (bundle.suffix in (".json", ".msgpack") or "/" in target):
         fail(no_bundle_file(bundle), code=ExitCode.USAGE)
     # A bundle carries its own execution: replaying it reads no log, so needs no database.
-    with open_with_flows(db, flows, create=bundle.is_file()) as loom:
+    with open_with_flows(db, flows, needed=not bundle.is_file()) as loom:
         try:
             if kinds:
                 from loom_runtime.bundle import read_bundle
@@ -780,16 +788,17 @@ def replay(
 
 
 def _check_live_kinds(kinds: frozenset[str], execution: Execution) -> None:
-    """Refuse ``--live`` kinds no decision of ``execution`` has (exit 2): a misspelt kind
-    (``retreival``) would run nothing live, and the replay would answer "identical" to the
-    question "would this still happen today?" without having asked it."""
+    """Warn of ``--live`` kinds no recorded decision of ``execution`` has: a misspelt kind
+    (``retreival``) runs nothing live, and the replay would answer "identical" to a question
+    it never asked. A warning, not a refusal: code that now makes decisions of that kind
+    (a retrieval added since) runs them live, which is what ``--live`` is for."""
     recorded = {decision.kind for decision in execution.decisions.values() if decision.kind}
     unknown = sorted(kinds - recorded)
     if unknown:
-        fail(
-            f"--live {', '.join(unknown)}: no decision of execution {execution.id} has that "
-            f"kind, so nothing would run live; its kinds: {', '.join(sorted(recorded)) or 'none'}",
-            code=ExitCode.USAGE,
+        warn(
+            f"--live {', '.join(unknown)}: no recorded decision of execution {execution.id} has "
+            f"that kind (its kinds: {', '.join(sorted(recorded)) or 'none'}); only decisions of "
+            "it the current code makes run live"
         )
 
 

@@ -279,9 +279,10 @@ def _unknown_tenant(loom: Loom, tenant: str) -> str:
     known = sorted({s.tenant for s in loom.executions() if s.tenant is not None})
     if tenant in known:
         return ""
+    shown = ", ".join(map(repr, known[:10])) + (f" and {len(known) - 10} more" * (len(known) > 10))
     return (
-        f"no execution is labelled tenant {tenant!r} (known: "
-        f"{', '.join(map(repr, known)) or 'none'}); check the name if one was expected"
+        f"no execution is labelled tenant {tenant!r} (known: {shown or 'none'}); check the "
+        "name if one was expected"
     )
 
 

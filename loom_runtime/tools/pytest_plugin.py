@@ -160,7 +160,7 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
     # current directory on the import path.
     root = str(config.rootpath)
     if root not in sys.path:
-        sys.path.insert(0, root)
+        sys.path.append(root)  # last: an installed package the tests run against still wins
     try:
         return load_flows(str(spec))
     except ConfigurationError as exc:

@@ -352,6 +352,35 @@ def test_a_read_model_that_cannot_catch_up_is_named_and_the_erasure_stands(
     assert "zzkeptterm" in rows and "zzcarolstreet" not in rows
 
 
+def test_a_read_model_that_cannot_even_be_opened_leaves_the_erasure_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening a package's read models can fail too (a stemmed store without its extra, a
+    lock): that failure, after the keys are destroyed, raised out of the erasure, so its
+    report was lost and nothing else was purged. It is listed in ``unpurged`` like a failed
+    catch-up, logged by name, and the other read models still purge."""
+    import loom_knowledge.corpus.knowledge_base
+    from loom_memory import EventSourcedMemory, MemoryEntry, SqliteMemoryStore
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        open_knowledge_base(loom, SCOPE).sync(_docs("zzcarolstreet", "zzkeptterm"))
+        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine))
+        memory.append("dave", [MemoryEntry(content="card zzdaveterm", role="user")])
+        memory.close()
+
+    def unopenable(log: object) -> list[object]:
+        raise RuntimeError("stemming needs the snowballstemmer package\nmore")
+
+    monkeypatch.setattr(loom_knowledge.corpus.knowledge_base, "corpus_projections", unopenable)
+    with Loom(url, encryption=KEY) as loom:
+        report = loom.erase(memory_key="memory:dave", reason="r", by="dpo")
+    assert report.applied
+    assert report.unpurged == ("knowledge: stemming needs the snowballstemmer package",)
+    assert "read model knowledge did not catch up" in caplog.text
+    assert "zzdaveterm" not in _table_rows(tmp_path / "loom.db")
+
+
 def _table_rows(path: Path) -> str:
     """Every row of every table of the SQLite file at ``path``, read raw (no loom read that
     would catch a read model up first)."""

@@ -101,7 +101,8 @@ def test_an_age_in_months_or_years_or_a_bare_m_is_refused_saying_why(text: str) 
     ("age", "said"),
     [
         (timedelta(days=90), "90d"),
-        (timedelta(weeks=2), "2w"),
+        (timedelta(weeks=2), "14d"),
+        (timedelta(days=182), "182d"),
         (timedelta(hours=36), "36h"),
         (timedelta(minutes=15), "15min"),
         (timedelta(seconds=90), "90s"),
