@@ -345,29 +345,25 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     retention run from cron reads none) would keep the text in clear indefinitely. What could
     not catch up is returned, ``"NAME: cause"`` each, for the caller to report: the keys are
     destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again."""
-    from loom_runtime.projection import PROJECTIONS, catch_up
+    from loom_runtime.projection import catch_up, registered_projections
 
     failed: list[str] = []
-    for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
-        try:  # opening a package's read models can fail too (a missing extra, a lock)
-            projections = entry_point.load()(loom.log)
-        except Exception as exc:
-            failed.append(f"{entry_point.name}: {_first_line(exc)}")
+
+    def note(name: str, error: Exception) -> None:
+        failed.append(
+            f"{name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        )
+
+    for projection in registered_projections(loom.log, unopened=note):
+        if Forgotten.TOPIC not in projection.topics:
             continue
-        for projection in projections:
-            if Forgotten.TOPIC not in projection.topics:
-                continue
-            try:
-                catch_up(loom.log, projection, upto=upto)
-            except Exception as exc:  # the rest must still purge; the caller reports this one
-                failed.append(f"{projection.name}: {_first_line(exc)}")
+        try:
+            catch_up(loom.log, projection, upto=upto)
+        except Exception as exc:  # the rest must still purge; the caller reports this one
+            note(projection.name, exc)
     for entry in failed:  # a Python caller may not read the report; the cause may quote data
         logger.warning("erasure: read model %s did not catch up", entry.partition(":")[0])
     return tuple(failed)
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _forks_made_meanwhile(

@@ -196,16 +196,25 @@ PROJECTIONS: Final = "loom.projections"
 """The entry-point group through which packages above the runtime declare their read models."""
 
 
-def registered_projections(log: EventLog) -> list[TrackedProjection]:
+def registered_projections(
+    log: EventLog, *, unopened: Callable[[str, Exception], None] | None = None
+) -> list[TrackedProjection]:
     """Every read model the installed packages keep in ``log``'s database.
 
     Packages above the runtime declare theirs through the ``loom.projections`` entry-point
     group: each entry point is a function ``(log) -> Sequence[TrackedProjection]``. This is
     what ``loom rebuild`` and ``loom doctor`` walk, without the runtime importing them.
+    With ``unopened``, a package whose read models cannot be opened (a missing extra, a lock)
+    is reported to it by entry-point name and skipped, instead of raising.
     """
     found: list[TrackedProjection] = []
     for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
-        found.extend(entry_point.load()(log))
+        try:
+            found.extend(entry_point.load()(log))
+        except Exception as exc:
+            if unopened is None:
+                raise
+            unopened(entry_point.name, exc)
     return found
 
 
