@@ -129,10 +129,13 @@ def test_an_erased_documents_vectors_leave_the_database_and_a_rebuild_agrees(
 
         loom.erase(document=f"{SCOPE}:{ALICE}", reason="request", by="dpo")
 
-        # (2) Never returned, now or as of a position before the erasure.
+        # (2) Never returned, now or as of a position before the erasure. The query holds no
+        # random secret: hashed into 64 coordinates, one pushed the other documents below
+        # the floor about once in a hundred runs, and an empty answer proves nothing.
+        query = "Alice harbour address"
         for mode in ("vector", "hybrid"):
-            now = kb.search(f"Alice harbour address {secret}", mode=mode, limit=10)
-            then = kb.as_of(at).search(f"Alice harbour address {secret}", mode=mode, limit=10)
+            now = kb.search(query, mode=mode, limit=10)
+            then = kb.as_of(at).search(query, mode=mode, limit=10)
             assert now and all(p.doc_id != ALICE for p in now)
             assert then and all(p.doc_id != ALICE for p in then)
         # (4) Other documents' vectors and answers are untouched.
