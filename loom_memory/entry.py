@@ -30,7 +30,15 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from loom_memory.errors import EntryNotSerialisableError, MemoryIdentifierSecretError
-from loom_runtime import MAX_DATA_DEPTH, Redactor, json_problem, text_problem, too_deep
+from loom_runtime import (
+    MAX_DATA_DEPTH,
+    Redactor,
+    UtcTimestamp,
+    json_problem,
+    plain_datetime_hook,
+    text_problem,
+    too_deep,
+)
 
 Content: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any] | None
 """JSON-like content: str, int, finite float, bool, None, and lists / str-keyed dicts of them."""
@@ -46,7 +54,7 @@ class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     content: Content
     id: str | UnsetType = UNSET
     role: str | UnsetType = UNSET
-    timestamp: datetime = msgspec.field(default_factory=_utc_now)
+    timestamp: UtcTimestamp = msgspec.field(default_factory=_utc_now)
     origin: str | UnsetType = UNSET
 
     @property
@@ -55,20 +63,7 @@ class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         return self.origin is not UNSET
 
 
-def _enc_hook(value: object) -> object:
-    """Encode a datetime subclass (freezegun's ``FakeDatetime``) as the plain datetime it is.
-
-    msgspec refuses subclasses; converting to the stdlib class (rather than to an ISO string)
-    keeps the bytes identical to those of a real datetime, so an entry written under a frozen
-    clock re-encodes byte for byte when a store is rebuilt from the log.
-    """
-    if isinstance(value, datetime):
-        base: type[datetime] = next(c for c in type(value).__mro__ if c.__module__ == "datetime")
-        return base.fromisoformat(value.isoformat())
-    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
-
-
-_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+_encoder = msgspec.json.Encoder(enc_hook=plain_datetime_hook)
 _decoder = msgspec.json.Decoder(MemoryEntry)
 
 

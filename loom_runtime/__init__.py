@@ -119,6 +119,7 @@ if TYPE_CHECKING:
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.subjects import pair_subject, subject_pair
     from loom_runtime.timeline import position_at
+    from loom_runtime.timestamps import UtcTimestamp, plain_datetime_hook
     from loom_runtime.wrap import wrap
 
 __all__ = [
@@ -198,6 +199,7 @@ __all__ = [
     "UnrecordedDecisionError",
     "UnsupportedClientError",
     "UnusedDecisionsError",
+    "UtcTimestamp",
     "VerifyReport",
     "WriteContentionError",
     "WrongMasterKeyError",
@@ -213,6 +215,7 @@ __all__ = [
     "open_subject_text",
     "pair_subject",
     "parse_age",
+    "plain_datetime_hook",
     "position_at",
     "read_catalog",
     "rebuild",
@@ -254,6 +257,8 @@ _EXPORTS = {
     "Change": "loom_runtime.stream",
     "stream_id": "loom_runtime.stream",
     "position_at": "loom_runtime.timeline",
+    "UtcTimestamp": "loom_runtime.timestamps",
+    "plain_datetime_hook": "loom_runtime.timestamps",
     "DomainEventProtocol": "loom_runtime.log",
     "Anchor": "loom_runtime.integrity",
     "AsyncFlowContext": "loom_runtime.context",

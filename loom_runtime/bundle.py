@@ -55,6 +55,7 @@ from loom_runtime.errors import (
 from loom_runtime.execution import EXECUTION_TOPICS, Execution, project_rows
 from loom_runtime.log import Row
 from loom_runtime.sealing import is_sealed_raw
+from loom_runtime.timestamps import UtcTimestamp, plain_datetime
 
 T = TypeVar("T")
 
@@ -91,7 +92,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
     code_version: str
     started_at_position: int
     positions: tuple[int, int]
-    exported_at: datetime
+    exported_at: UtcTimestamp
     events: tuple[BundleEvent, ...]
     content_hash: str = ""
 
@@ -257,7 +258,7 @@ def seal(
         code_version=code_version,
         started_at_position=started_at_position,
         positions=(events[0].position, events[-1].position),
-        exported_at=datetime.now(UTC),
+        exported_at=plain_datetime(datetime.now(UTC)),
         events=tuple(events),
     )
     return msgspec.structs.replace(bundle, content_hash=content_hash(bundle))

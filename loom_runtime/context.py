@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import ModuleType
-from typing import Annotated, Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
@@ -66,12 +66,10 @@ from loom_runtime.execution import (
 from loom_runtime.log import EventLog, Precondition
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
+from loom_runtime.timestamps import UtcTimestamp
 
 T = TypeVar("T")
 
-# An alias, not ``datetime`` itself: freezegun swaps module attributes that *are* datetime for
-# its FakeDatetime, which msgspec cannot decode into. The alias also demands a tz-aware value.
-_UTCTimestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 _NULL = msgspec.Raw(b"null")
 _UNANSWERED: Any = object()
 """What :meth:`_Context._answer` returns when the source has no answer (compute runs): no
@@ -594,7 +592,7 @@ class _Context:
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
-        return self._decide_now(self._slot("now", None, "clock"), _utcnow, _UTCTimestamp)
+        return self._decide_now(self._slot("now", None, "clock"), _utcnow, UtcTimestamp)
 
     def uuid(self) -> UUID:
         """A fresh uuid4, recorded."""

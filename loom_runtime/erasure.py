@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
@@ -46,6 +45,7 @@ from loom_runtime.sealing import (
     sealed_names,
     subject_of,
 )
+from loom_runtime.timestamps import UtcTimestamp
 
 if TYPE_CHECKING:
     from loom_runtime.loom import Loom
@@ -427,7 +427,7 @@ class ForgetEntry(msgspec.Struct, frozen=True, kw_only=True):
     subject: str
     position: int
     """Where the forget event is in the log (what an :class:`ErasedError` names)."""
-    at: datetime
+    at: UtcTimestamp
     by: str
     reason: str
     erased_with: int

@@ -38,6 +38,7 @@ import msgspec
 from loom_runtime.errors import ConfigurationError, LoomClosedError
 from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
+from loom_runtime.timestamps import UtcTimestamp
 
 if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is parsed or an engine made, not when the package
@@ -111,7 +112,7 @@ class Stamped(msgspec.Struct, frozen=True, kw_only=True):
 
     position: int
     event: Any
-    timestamp: datetime
+    timestamp: UtcTimestamp
 
 
 class Saves(Protocol):

@@ -78,6 +78,7 @@ from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
 from loom_runtime.storage.mapper import redacted_rows
+from loom_runtime.timestamps import UtcTimestamp
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -107,7 +108,7 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
     execution_id: UUID
     flow: str
     code_version: str
-    started_at: datetime
+    started_at: UtcTimestamp
     log_position: int
     status: Literal["running", "completed", "failed"]
     parent_id: UUID | None = None

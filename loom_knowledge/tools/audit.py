@@ -24,7 +24,7 @@ from loom_knowledge.domain.citations import CitationCheck, check_citations
 from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer
-from loom_runtime import Decision, Execution, Labels, Loom, catch_up, codec
+from loom_runtime import Decision, Execution, Labels, Loom, UtcTimestamp, catch_up, codec
 
 Status = Literal["current", "superseded", "removed", "erased", "unknown"]
 """What became of a passage's revision; "erased": its document was erased (ADR 0055), and the
@@ -39,7 +39,7 @@ class AuditedPassage(msgspec.Struct, frozen=True, kw_only=True):
     revision: int
     text: str
     status: Status
-    ended_at: datetime | None = None
+    ended_at: UtcTimestamp | None = None
     ended_position: int | None = None
 
 

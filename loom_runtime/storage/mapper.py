@@ -50,6 +50,7 @@ from loom_runtime.errors import LogCorruptError, NotSerialisableError, SecretRef
 from loom_runtime.log import Row
 from loom_runtime.redaction import Redactor
 from loom_runtime.storage.topics import event_class, is_aggregate_topic
+from loom_runtime.timestamps import stdlib_class
 
 _ROW_COLUMNS = frozenset({"originator_id", "originator_version"})
 _NO_TOPIC = object()
@@ -234,7 +235,7 @@ def schema_for(cls: type) -> type[msgspec.Struct]:
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (f.name, _present_type(hints[f.name]), None)
         if f.name in optional
-        else (f.name, _real_type(hints[f.name]))
+        else (f.name, stdlib_class(hints[f.name]))
         for f in dataclasses.fields(cls)
         if f.name not in _ROW_COLUMNS
     ]
@@ -269,14 +270,7 @@ def _present_type(hint: Any) -> Any:
     """An optional field's type when present: msgspec decodes ``Raw`` only on its own, not in
     a union with ``None`` (absent is the ``None`` default, so a stored ``null`` never occurs)."""
     args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-    return args[0] if args == [msgspec.Raw] else _real_type(hint)
-
-
-def _real_type(hint: Any) -> Any:
-    """The stdlib class behind a patched one (freezegun's FakeDatetime in a test's globals)."""
-    if isinstance(hint, type) and hint.__module__ != "datetime":
-        return next((c for c in hint.__mro__ if c.__module__ == "datetime"), hint)
-    return hint
+    return args[0] if args == [msgspec.Raw] else stdlib_class(hint)
 
 
 def _redacted(
