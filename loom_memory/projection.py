@@ -26,7 +26,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, Engine, MetaData, delete, select
+from sqlalchemy import inspect as inspect_schema
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.erasure import forget_destroyed, keys_named, open_entries
@@ -40,8 +41,10 @@ from loom_memory.events import (
 )
 from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
+from loom_memory.postings import postings_table
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
+from loom_memory.tokenizer_record import recorded_tokenizer
 from loom_runtime import (
     DomainEventProtocol,
     EventLog,
@@ -256,7 +259,12 @@ class InProcessMemoryProjection:
 
 def memory_projections(log: EventLog) -> list[SqlMemoryProjection]:
     """The SQL memory projections tracked in ``log``'s database (the ``loom.projections``
-    entry point): found by their tracking names, ``loom_memory:<memory>:<table prefix>``."""
+    entry point): found by their tracking names, ``loom_memory:<memory>:<table prefix>``.
+
+    Each store is opened as it was built, read from its own tables: with the tokenizer it
+    records and with postings when it keeps them. Opened with the defaults, a stemmed store
+    refused to open, and a postings store caught up without postings its search reads.
+    """
     store_class = (
         PostgresMemoryStore if log.engine.dialect.name == "postgresql" else SqliteMemoryStore
     )
@@ -266,6 +274,12 @@ def memory_projections(log: EventLog) -> list[SqlMemoryProjection]:
         memory, _, prefix = rest.partition(":")
         if kind == "loom_memory" and memory and prefix:
             found.append(
-                SqlMemoryProjection(store_class(log.engine, table_prefix=prefix), memory=memory)
+                SqlMemoryProjection(_as_built(store_class, log.engine, prefix), memory=memory)
             )
     return found
+
+
+def _as_built(store_class: type[SqlMemoryStore], engine: Engine, prefix: str) -> SqlMemoryStore:
+    postings = inspect_schema(engine).has_table(postings_table(prefix, MetaData()).name)
+    tokenizer = recorded_tokenizer(engine, prefix)
+    return store_class(engine, table_prefix=prefix, postings=postings, tokenizer=tokenizer)

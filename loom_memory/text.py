@@ -64,6 +64,7 @@ a huge query gets the same kind of answer everywhere: the best matches of its op
 
 PLAIN_IDENTITY = "loom-words-v1"
 """The identity of the plain tokenizer: what every store written before stemming existed used."""
+_STEMMED = f"{PLAIN_IDENTITY}+snowball-"  # then the Snowball algorithm's name
 
 STEM_CACHE_SIZE = 1 << 16
 """Stems remembered per tokenizer: a corpus repeats its words, and a pure-Python Snowball stem
@@ -98,7 +99,7 @@ class Tokenizer:
         """What a store records: the word splitter's version and the stemmer, if any."""
         if self.stemmer is None:
             return PLAIN_IDENTITY
-        return f"{PLAIN_IDENTITY}+snowball-{self.stemmer}"
+        return f"{_STEMMED}{self.stemmer}"
 
     def tokenize(self, text: str) -> list[str]:
         """:func:`tokenize`'s terms of ``text``, each stemmed if this tokenizer stems."""
@@ -118,6 +119,18 @@ class Tokenizer:
 
 PLAIN = Tokenizer()
 """The default tokenizer: no stemming. The module functions below are its."""
+
+
+def tokenizer_named(identity: str) -> Tokenizer:
+    """The tokenizer whose :attr:`~Tokenizer.identity` is ``identity``: how a store is
+    opened as it was built by code that did not build it (an erasure, ``loom doctor``)."""
+    if identity == PLAIN_IDENTITY:
+        return PLAIN
+    if identity.startswith(_STEMMED):
+        return Tokenizer(stemmer=identity.removeprefix(_STEMMED))
+    raise StoreConfigurationError(
+        f"the tokenizer {identity!r} is not one this loom knows: a newer loom built the store"
+    )
 
 
 def tokenize(text: str) -> list[str]:

@@ -12,10 +12,11 @@ tokenizers were recorded holds plain terms (nothing else existed), and is record
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Connection, MetaData, Table, Text, delete, insert, select
+from sqlalchemy import Column, Connection, Engine, MetaData, Table, Text, delete, insert, select
+from sqlalchemy import inspect as inspect_schema
 
 from loom_memory.errors import StoreConfigurationError
-from loom_memory.text import PLAIN_IDENTITY, Tokenizer
+from loom_memory.text import PLAIN, PLAIN_IDENTITY, Tokenizer, tokenizer_named
 
 SETTING = "tokenizer"
 """The settings row naming the tokenizer."""
@@ -54,3 +55,15 @@ def check_tokenizer(
         )
     conn.execute(delete(settings).where(named))
     conn.execute(insert(settings).values(name=SETTING, value=tokenizer.identity))
+
+
+def recorded_tokenizer(engine: Engine, prefix: str) -> Tokenizer:
+    """The tokenizer the store at ``prefix`` records (plain when it records none: a store
+    written before tokenizers were recorded, or one never opened)."""
+    settings = settings_table(prefix, MetaData())
+    if not inspect_schema(engine).has_table(settings.name):
+        return PLAIN
+    with engine.connect() as conn:
+        recorded = conn.execute(select(settings.c.value).where(settings.c.name == SETTING))
+        identity = recorded.scalar()
+    return PLAIN if identity is None else tokenizer_named(identity)

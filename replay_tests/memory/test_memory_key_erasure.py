@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -25,6 +26,7 @@ from loom_memory import (
     MemoryEntry,
     PostgresMemoryStore,
     SqliteMemoryStore,
+    Tokenizer,
 )
 from loom_memory.erasure import memory_subject
 from loom_memory.events import MemoryAppended, memory_stream
@@ -36,6 +38,7 @@ from loom_runtime import (
     SubjectErasedError,
 )
 from loom_runtime.erasure import forget_events
+from replay_tests.knowledge.test_document_erasure import _table_rows
 from replay_tests.runtime.test_erasure import _raw_bytes_postgres, _raw_bytes_sqlite
 
 KEY = MasterKey(b"m" * 32)
@@ -360,3 +363,40 @@ def test_an_entry_is_redacted_before_it_is_sealed(tmp_path: Path, key: MasterKey
         [entry] = memory.read("alice")
         assert isinstance(entry.content, str) and "MIIEvQIBADAN" not in entry.content
         assert entry.content.startswith("my key is ")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"tokenizer": Tokenizer(stemmer="english")}, {"postings": True}],
+    ids=["stemmed", "postings"],
+)
+def test_an_erasure_purges_a_store_built_with_options_nobody_opens_again(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """The erasure opens every SQL memory store it finds in the database to purge it. It
+    opened each with the default options, so a stemmed store refused to open (and kept the
+    erased entries until someone opened it right), and a postings store was opened without
+    its postings, so the entries it caught up on were never found by its own search. It
+    opens each as it was built now."""
+    path = tmp_path / "loom.db"
+    url = f"sqlite:///{path}"
+    with Loom(url, encryption=KEY) as loom:
+        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine, **options))
+        memory.append("dave", [MemoryEntry(content="card zzdaveterm", id="d")])
+        memory.append("erin", [MemoryEntry(content="mail zzerinterm", id="e")])
+        memory.close()
+        # Written through another projection: the SQL store first sees it in the erasure.
+        _in_process(loom).append("erin", [MemoryEntry(content="note zzlaterterm", id="l")])
+    with Loom(url, encryption=KEY) as loom:
+        report = loom.erase(memory_key="memory:dave", reason="r", by="dpo")
+    assert report.unpurged == ()
+    rows = _table_rows(path)
+    assert "zzerinterm" in rows
+    assert "zzdaveterm" not in rows
+    with Loom(url, encryption=KEY) as loom:
+        store = SqliteMemoryStore(loom.log.engine, **options)
+        memory = EventSourcedMemory(loom, store=store)
+        assert [e.id for e in memory.search("erin", "zzerinterm")] == ["e"]
+        assert [e.id for e in memory.search("erin", "zzlaterterm")] == ["l"]
+        assert memory.read("dave") == []
+        memory.close()
