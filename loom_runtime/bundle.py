@@ -36,7 +36,7 @@ import os
 import secrets
 import stat
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 from uuid import UUID
@@ -215,6 +215,42 @@ def _check_once(rows: list[Row]) -> None:
                     "ends once (a reopening of its failure excepted): it was edited and re-sealed"
                 )
             ended = True
+
+
+_CLOCK_SKEW = timedelta(days=1)
+"""How far ahead of this machine's clock an imported execution may have started: another
+machine's clock may be ahead, or a local time stored as UTC (up to 14 hours)."""
+
+
+def read_importable(path: Path, *, max_bytes: int | None = None) -> tuple[Bundle, list[Row]]:
+    """Read a bundle (:func:`read_bundle`) and check all an import checks before it reads
+    the log: that its events rebuild an execution, which started in the past, with no field
+    the mapper would skip (stored unread). Returns the bundle and its rows.
+
+    The CLI reads each file this way before it opens a database, so a command whose every
+    file is unusable creates none.
+    """
+    bundle = read_bundle(path, max_bytes=max_bytes)
+    _started_in_the_past(bundle.execution())
+    rows = bundle.rows()
+    check_fields(rows)
+    return bundle, rows
+
+
+def _started_in_the_past(execution: Execution) -> None:
+    """Refuse a bundle's execution that starts after this machine's clock (beyond
+    :data:`_CLOCK_SKEW`): its times are the bundle's word, and a start in the future would
+    never be older than any retention age, so no policy would ever erase it (ADR 0053). A
+    start without a timezone is UTC, as retention reads it."""
+    started = execution.created_on
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=UTC)
+    if started > datetime.now(UTC) + _CLOCK_SKEW:
+        raise BundleFormatError(
+            f"the bundle's execution {execution.id} starts at {started.isoformat()}, after this "
+            "machine's clock: its times were edited, or the recording machine's clock was wrong, "
+            "and no retention age would ever select it; nothing was imported"
+        )
 
 
 def check_fields(rows: list[Row]) -> None:

@@ -18,7 +18,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -27,7 +27,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from loom_runtime import codec
-from loom_runtime.bundle import BundleEvent, check_fields, read_bundle, seal, write_bundle
+from loom_runtime.bundle import BundleEvent, read_bundle, read_importable, seal, write_bundle
 from loom_runtime.context import (
     AsyncFlowContext,
     DecisionSource,
@@ -39,7 +39,6 @@ from loom_runtime.context import (
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     BundleConflictError,
-    BundleFormatError,
     ConfigurationError,
     DecisionKeyError,
     EncryptionOffError,
@@ -124,10 +123,6 @@ class ExecutionSummary(msgspec.Struct, frozen=True, kw_only=True):
         """The labels as one value (they were checked when the execution was listed)."""
         return Labels(tenant=self.tenant, user=self.user, session=self.session, tags=self.tags)
 
-
-_CLOCK_SKEW = timedelta(days=1)
-"""How far ahead of this machine's clock an imported execution may have started: another
-machine's clock may be ahead, or a local time stored as UTC (up to 14 hours)."""
 
 _SUMMARY_TOPICS = (
     Execution.Created.TOPIC,
@@ -581,11 +576,7 @@ class Loom:
         execution that starts more than a day after this machine's clock is refused
         (:class:`~loom_runtime.errors.BundleFormatError`): no retention age would select it.
         """
-        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
-        # refuse events that do not rebuild an execution before any insert
-        _started_in_the_past(bundle.execution())
-        rows = bundle.rows()
-        check_fields(rows)  # a member the mapper would skip would be stored unread
+        bundle, rows = read_importable(Path(path), max_bytes=max_bundle_bytes)
         if self.settings.redactor is not None:  # as if recorded here (ADR 0012, "import")
             rows = redacted_rows(self.settings.redactor, rows)
         existing = self.log.rows(bundle.execution_id)
@@ -1099,22 +1090,6 @@ def _same_rows(stored: list[Row], imported: list[Row]) -> bool:
         and msgspec.json.decode(a.state) == msgspec.json.decode(b.state)
         for a, b in zip(stored, imported, strict=True)
     )
-
-
-def _started_in_the_past(execution: Execution) -> None:
-    """Refuse a bundle's execution that starts after this machine's clock (beyond
-    :data:`_CLOCK_SKEW`): its times are the bundle's word, and a start in the future would
-    never be older than any retention age, so no policy would ever erase it (ADR 0053). A
-    start without a timezone is UTC, as retention reads it."""
-    started = execution.created_on
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=UTC)
-    if started > datetime.now(UTC) + _CLOCK_SKEW:
-        raise BundleFormatError(
-            f"the bundle's execution {execution.id} starts at {started.isoformat()}, after this "
-            "machine's clock: its times were edited, or the recording machine's clock was wrong, "
-            "and no retention age would ever select it; nothing was imported"
-        )
 
 
 def _as_uuid(execution_id: UUID | str) -> UUID:

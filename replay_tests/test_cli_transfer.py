@@ -121,6 +121,31 @@ def test_a_missing_path_imports_nothing(tmp_path: Path, source: tuple[str, list[
     assert not target.exists()
 
 
+def test_an_import_of_only_unusable_files_creates_no_database(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    """Every file refused before a row is written (a note, a tampered bundle): the command
+    reports each, exits 1, and leaves no empty database behind at a path that may be a typo.
+    One usable file among them is imported, in the order given."""
+    url, ids = source
+    note, tampered, good = tmp_path / "note.json", tmp_path / "tampered.json", tmp_path / "ok.json"
+    note.write_text("not a bundle")
+    assert _invoke("export", ids[0], "-o", str(tampered), "--db", url).exit_code == ExitCode.OK
+    tampered.write_text(tampered.read_text().replace('"n": 0', '"n": 7'))
+    target = tmp_path / "target.db"
+    result = _invoke("import", str(note), str(tampered), "--db", f"sqlite:///{target}", "--json")
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert [r["status"] for r in json.loads(result.stdout)] == ["failed", "failed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["note.json", "source.db", "tampered.json"]
+
+    assert _invoke("export", ids[1], "-o", str(good), "--db", url).exit_code == ExitCode.OK
+    result = _invoke("import", str(note), str(good), "--db", f"sqlite:///{target}", "--json")
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert [r["status"] for r in json.loads(result.stdout)] == ["failed", "imported"]
+    with Loom(f"sqlite:///{target}") as loom:
+        assert [str(s.execution_id) for s in loom.executions()] == [ids[1]]
+
+
 def test_export_into_a_directory_replaces_a_planted_link_not_what_it_points_to(
     tmp_path: Path, source: tuple[str, list[str]]
 ) -> None:

@@ -14,7 +14,7 @@ progress bar on a terminal (ADR 0033). Registered on the ``loom`` app by
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 import typer
@@ -40,6 +40,9 @@ from loom_runtime.tools.cli import (
     progress_bars,
     warn,
 )
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
 
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 Status = Literal["imported", "present", "failed"]
@@ -153,24 +156,39 @@ def import_command(
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         fail(f"no such file or directory: {', '.join(missing)}", code=ExitCode.USAGE)
-    files = [file for path in paths for file in _bundles_in(path)]
-    results: list[Imported] = []
-    with open_loom(db, create=True) as loom, progress_bars(hidden=as_json) as bar:
-        advance = bar("import")
-        for done, file in enumerate(files, start=1):
-            before = loom.log.position
-            try:
-                execution_id = loom.import_bundle(file)
-            # Erased here: a copy cannot bring it back. A secret the log's redactor refuses:
-            # that file is not imported, the others still are.
-            except (BundleError, ErasedError, SecretRefusedError) as exc:
-                results.append(Imported(path=str(file), status="failed", error=str(exc)))
-            else:
-                status: Status = "present" if loom.log.position == before else "imported"
-                results.append(
-                    Imported(path=str(file), status=status, execution_id=str(execution_id))
-                )
-            advance(done, len(files))
+    from loom_runtime.bundle import read_importable
+
+    files = list(dict.fromkeys(file for path in paths for file in _bundles_in(path)))
+    results: dict[Path, Imported] = {}
+    for file in files:  # read before the database is opened: all unusable, none is created
+        try:
+            read_importable(file)
+        except BundleError as exc:
+            results[file] = Imported(path=str(file), status="failed", error=str(exc))
+    usable = [file for file in files if file not in results]
+    if usable:
+        with open_loom(db, create=True) as loom, progress_bars(hidden=as_json) as bar:
+            advance = bar("import")
+            for done, file in enumerate(usable, start=1):
+                results[file] = _imported(loom, file)
+                advance(done, len(usable))
+    _report([results[file] for file in files], as_json=as_json)
+
+
+def _imported(loom: Loom, file: Path) -> Imported:
+    """What importing one file did; a refusal is its result, and the next file still goes in."""
+    before = loom.log.position
+    try:
+        execution_id = loom.import_bundle(file)
+    # Erased here: a copy cannot bring it back. A secret the log's redactor refuses:
+    # that file is not imported, the others still are.
+    except (BundleError, ErasedError, SecretRefusedError) as exc:
+        return Imported(path=str(file), status="failed", error=str(exc))
+    status: Status = "present" if loom.log.position == before else "imported"
+    return Imported(path=str(file), status=status, execution_id=str(execution_id))
+
+
+def _report(results: list[Imported], *, as_json: bool) -> None:
     failed = [result for result in results if result.status == "failed"]
     if as_json:
         print_json(results)
