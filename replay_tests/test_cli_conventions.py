@@ -363,6 +363,41 @@ def test_a_directory_given_for_a_bundle_is_named_as_one(tmp_path: Path) -> None:
         assert result.stderr == f"error: {folder} is a directory, not a bundle file\n", args
 
 
+def test_a_relative_folder_given_for_a_bundle_is_named_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loom replay bundles`` (no slash, no suffix) was read as an execution id."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bundles").mkdir()
+    result = _invoke("replay", "bundles")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stderr == "error: bundles is a directory, not a bundle file\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [(b'{"format": "a note"}', ExitCode.FAILED), (b"{" + b" " * 300_000_000, ExitCode.USAGE)],
+    ids=["not a bundle", "too large"],
+)
+def test_every_command_that_reads_a_bundle_exits_alike_for_one_unusable_file(
+    tmp_path: Path, content: bytes, code: ExitCode
+) -> None:
+    """``replay`` exited 2 and ``bundle show`` and ``diff`` 1 for the same file. A bundle
+    that fails its checks is an answer (1); one over the size cap is refused unread (2)."""
+    bundle = tmp_path / "b.json"
+    if len(content) > 1000:
+        with bundle.open("wb") as file:
+            file.truncate(len(content))  # sparse: over the cap without writing it
+    else:
+        bundle.write_bytes(content)
+    commands = [["replay", str(bundle)], ["bundle", "show", str(bundle)]]
+    commands.append(["diff", str(bundle), str(bundle)])
+    for args in commands:
+        result = _invoke(*args)
+        assert (result.exit_code, args) == (code, args), result.output
+        assert result.stderr.startswith("error: "), result.output
+
+
 def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:
     """Not a terminal (the runner's stdout is not one): the anchor stays on one line, so
     `loom verify | grep head` finds it whole, and so does a long error message."""

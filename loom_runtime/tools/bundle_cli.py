@@ -7,7 +7,8 @@ compared: two recordings of the same behaviour are the same. A bundle is untrust
 every value is printed through :func:`~loom_runtime.tools.display.visible`.
 
 Exit codes: 0 the same (or shown), 1 they differ or a bundle is unusable (tampered, not a
-bundle: a failed check), 2 a usage error or a file that does not exist. Errors go to stderr.
+bundle: a failed check), 2 a usage error or a file that does not exist, is over the size cap
+or is from a newer loom (``exit_code_of``, as ``loom replay``). Errors go to stderr.
 Registered on the ``loom`` app by the last line of :mod:`loom_runtime.tools.cli`.
 """
 
@@ -19,7 +20,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 import typer
 
-from loom_runtime.tools.cli import ExitCode, JsonOption, app, fail, no_bundle_file, print_json
+from loom_runtime.tools.cli import (
+    ExitCode,
+    JsonOption,
+    app,
+    exit_code_of,
+    fail,
+    no_bundle_file,
+    print_json,
+)
 from loom_runtime.tools.display import describe_meta, visible
 from loom_runtime.tools.readable_help import LoomTyper
 
@@ -192,10 +201,8 @@ def _read(path: Path) -> tuple[Bundle, Execution]:
         return bundle, bundle.execution()
     except BundleNotFoundError:
         fail(no_bundle_file(path), code=ExitCode.USAGE)
-    except ConfigurationError as exc:
-        fail(str(exc), code=ExitCode.USAGE)
-    except BundleError as exc:
-        fail(str(exc))
+    except (BundleError, ConfigurationError) as exc:
+        fail(str(exc), code=exit_code_of(exc))
 
 
 def _view(execution: Execution, *, exported_at: str) -> BundleView:

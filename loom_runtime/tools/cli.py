@@ -35,8 +35,9 @@ from rich.text import Text
 from loom_runtime import codec
 from loom_runtime.errors import (
     BundleError,
-    BundleTamperedError,
-    BundleTruncatedError,
+    BundleNotFoundError,
+    BundleTooLargeError,
+    BundleVersionError,
     ConfigurationError,
     DecisionKeyError,
     EncryptionOffError,
@@ -110,11 +111,15 @@ class ExitCode(IntEnum):
 
 
 def exit_code_of(error: LoomError) -> ExitCode:
-    """The table's code for a loom error a command did not handle itself: 2 for what the
-    caller set up or named wrongly (a missing master key or extra, an unknown flow,
-    execution, label or subject, a bad policy), 1 for everything the command found when it
-    ran (a corrupt log, an erased subject, a conflict)."""
+    """The table's code for a loom error: 2 for what the caller set up or named wrongly (a
+    missing master key or extra, an unknown flow, execution, label or subject, a bad policy,
+    a bundle file that is not there, over the size cap or from a newer loom), 1 for
+    everything the command found when it ran (a corrupt log or bundle, an erased subject, a
+    conflict)."""
     usage = (
+        BundleNotFoundError,
+        BundleTooLargeError,
+        BundleVersionError,
         ConfigurationError,
         DecisionKeyError,
         ErasureSubjectError,
@@ -735,7 +740,8 @@ def replay(
     """Replay an execution (or a bundle) with the current code; exit 1 if it diverges."""
     kinds = frozenset(live or ())
     bundle = Path(target)
-    if not bundle.is_file() and (bundle.suffix in (".json", ".msgpack") or "/" in target):
+    named_a_file = bundle.suffix in (".json", ".msgpack") or "/" in target or bundle.exists()
+    if not bundle.is_file() and named_a_file:
         fail(no_bundle_file(bundle), code=ExitCode.USAGE)
     # A bundle carries its own execution: replaying it reads no log, so needs no database.
     with open_with_flows(db, flows, needed=not bundle.is_file()) as loom:
@@ -756,13 +762,11 @@ def replay(
             )
         except FlowNotFoundError as exc:
             flow_missing(exc)
-        except (BundleTamperedError, BundleTruncatedError, LogCorruptError, ErasedError) as exc:
-            fail(
-                str(exc)
-            )  # the data failed its check (or was erased): an answer, not a usage error
-        except FlowInputError as exc:  # the recorded arguments no longer fit: an answer too
+        except FlowInputError as exc:  # the recorded arguments no longer fit: an answer
             fail(str(exc))
-        except (ExecutionNotFoundError, BundleError, ConfigurationError) as exc:
+        except (BundleError, ConfigurationError, ErasedError, LogCorruptError) as exc:
+            fail(str(exc), code=exit_code_of(exc))  # a failed check 1; what was named wrong 2
+        except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
     if as_json:
         print_json(
