@@ -100,6 +100,22 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     """Read models that could not catch up to the forget event, ``"NAME: cause"`` each: they
     still hold the erased subjects' clear text until they do (``loom doctor`` retries)."""
 
+    @property
+    def refusal(self) -> str | None:
+        """Why applying this plan is refused (nothing it selected can be erased), or None.
+
+        An applied erasure raises it as :class:`ErasureSubjectError`; a dry run returns the
+        plan, and the CLI exits with it as the applied command would.
+        """
+        if self.subjects:
+            return None
+        what = (
+            "already erased"
+            if self.already_erased
+            else "recorded before encryption was switched on"
+        )
+        return f"nothing of {self.selector} can be erased: it was {what}; nothing was written"
+
 
 def erase(
     loom: Loom,
@@ -150,16 +166,11 @@ def erase(
         report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     if memory_keys:
         report = _with_memory_keys(loom, keyring, report, kind, memory_keys)
-    if not report.subjects and not dry_run:
-        what = (
-            "already erased"
-            if report.already_erased
-            else "recorded before encryption was switched on"
-        )
-        raise ErasureSubjectError(
-            f"nothing of {selector} can be erased: it was {what}; nothing was written"
-        )
-    return report if dry_run else apply(loom, keyring, report)
+    if dry_run:
+        return report
+    if report.refusal is not None:
+        raise ErasureSubjectError(report.refusal)
+    return apply(loom, keyring, report)
 
 
 _RESOLVED: Final = {"document": "SCOPE:DOC_ID", "memory_key": "NAME:KEY"}

@@ -128,6 +128,8 @@ def erase(
         except LoomError as exc:
             fail(str(exc))
     _print_report(report, as_json=as_json)
+    if report.refusal is not None:  # a dry run: exit as the applied command would
+        fail(report.refusal, code=ExitCode.USAGE)
     _exit_if_unpurged(report)
 
 

@@ -18,7 +18,7 @@ from uuid import uuid4
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from loom_runtime import (
     EncryptionOffError,
@@ -330,6 +330,41 @@ def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     monkeypatch.delenv("LOOM_MASTER_KEY")
     off = runner.invoke(app, ["erase", "--user", "alice", "--reason", "r", "--db", url])
     assert off.exit_code == 2 and "encrypted, but was opened without its master key" in off.output
+
+
+def test_a_dry_run_that_finds_nothing_erasable_exits_as_the_erasure_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run exited 0 where ``--apply`` refused with 2, so a script's
+    ``loom erase ... && loom erase ... --apply`` checked nothing. Both now refuse alike;
+    the dry run still shows what it found."""
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url) as plain:
+        _register(plain)
+        clear = plain.run("note", text="x", labels=Labels(user="bob"))
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        loom.run("note", text="y", labels=Labels(user="alice"))
+    runner = CliRunner()
+
+    def erase(*args: str) -> Result:
+        return runner.invoke(app, ["erase", *args, "--reason", "r", "--db", url])
+
+    cases = [
+        (["--user", "bob"], "recorded before encryption"),
+        (["--execution", str(clear.execution_id)], "recorded before encryption"),
+    ]
+    for args, why in cases:
+        dry, applied = erase(*args), erase(*args, "--apply")
+        assert (dry.exit_code, applied.exit_code) == (2, 2), (args, dry.output)
+        assert why in dry.stderr and why in applied.stderr
+        assert "not erasable" in dry.stdout
+    assert erase("--user", "alice", "--apply").exit_code == 0
+    again = erase("--user", "alice")
+    assert again.exit_code == 2 and "already erased" in again.stderr, again.output
 
 
 class _Crash(BaseException):
