@@ -275,10 +275,6 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
             ["export", eid, "-o", str(s.tmp_path / "exported"), *db],
             lambda d: d[0]["execution_id"] == eid and d[0]["bytes"] > 0,
         ),
-        "erase": (
-            ["erase", "--execution", eid, "--reason", "request", *db],
-            lambda d: d["applied"] is False and d["not_erasable"] == [eid],  # recorded in clear
-        ),
         "retain": (
             ["retain", "--older-than", "90d", *db],
             lambda d: d["applied"] is False and d["subjects"] == [],  # nothing that old
@@ -292,6 +288,10 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
             lambda d: d["execution_id"] == eid and _keys(d["decisions"][0]) >= {"key", "input"},
         ),
         "recover": (["recover", *db, *flows], lambda d: d == []),  # nothing was interrupted
+        "erase": (
+            [],
+            lambda d: d["applied"] is False and len(d["subjects"]) == 1,
+        ),  # made by the test, last
     }
 
 
@@ -307,6 +307,22 @@ def test_every_command_that_prints_data_has_one_json_schema(setup: Setup) -> Non
     }
     assert sorted(with_json) == sorted(cases)
     for command, (args, check) in cases.items():
+        if command == "erase":
+            # On an execution the dry run can erase, recorded now (after the commands that
+            # count events): sealed, as the key is set, unlike the clear one, whose dry run
+            # is refused as --apply is.
+            ran = _invoke(
+                "run", "double", "--input", '{"n": 3}', "--db", setup.db, "--flows", setup.flows
+            )
+            args = [
+                "erase",
+                "--execution",
+                ran.stdout.split()[1],
+                "--reason",
+                "r",
+                "--db",
+                setup.db,
+            ]
         result = _invoke(*args, "--json")
         assert result.exit_code == 0, (command, result.output)
         assert check(json.loads(result.stdout)), (command, result.stdout)
@@ -396,6 +412,50 @@ def test_every_command_that_reads_a_bundle_exits_alike_for_one_unusable_file(
         result = _invoke(*args)
         assert (result.exit_code, args) == (code, args), result.output
         assert result.stderr.startswith("error: "), result.output
+
+
+def test_an_execution_is_named_by_the_start_of_its_id_as_tables_show_it(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``executions list`` shows a fork's parent by its first 8 characters, and every
+    command refused them ("not an execution id"). A command that takes an id takes the start
+    of one (4 characters or more) that begins exactly one id, as git and docker do; one that
+    begins several is refused naming them, and one that begins none says so."""
+    from uuid import UUID
+
+    import loom_runtime.loom
+    from loom_runtime import Loom
+
+    short = setup.execution_id[:8]
+    for args in (
+        ["executions", "show", short],
+        ["replay", short, "--flows", setup.flows],
+        ["audit", short],
+    ):
+        result = _invoke(*args, "--db", setup.db)
+        assert result.exit_code in (ExitCode.OK, ExitCode.FAILED), (args, result.output)
+    erase = _invoke("erase", "--execution", short, "--reason", "r", "--db", setup.db)
+    assert f"execution={setup.execution_id}" in erase.stderr, erase.output  # recorded in clear
+    shown = _invoke("executions", "show", short.upper(), "--json", "--db", setup.db)
+    assert json.loads(shown.stdout)["id"] == setup.execution_id
+
+    twins = iter(
+        [UUID("abcd0000-0000-4000-8000-000000000001"), UUID("abcd0000-0000-4000-8000-000000000002")]
+    )
+    monkeypatch.setattr(loom_runtime.loom, "uuid4", lambda: next(twins))
+    with Loom(setup.db) as loom:
+        loom.flows = __import__("conv_flows").flows
+        loom.run("double", n=1)
+        loom.run("double", n=2)
+    both = _invoke("executions", "show", "abcd0000", "--db", setup.db)
+    assert both.exit_code == ExitCode.USAGE, both.output
+    assert "abcd0000 begins 2 execution ids" in both.stderr, both.stderr
+    for text in ("abcd0000-0000-4000-8000-000000000003", "ffff"):
+        none = _invoke("executions", "show", text, "--db", setup.db)
+        assert none.exit_code == ExitCode.USAGE, none.output
+    assert "no execution id begins with ffff" in none.stderr, none.stderr
+    three = _invoke("executions", "show", "abc", "--db", setup.db)  # too short to be one
+    assert three.exit_code == ExitCode.USAGE and "not an execution id" in three.stderr
 
 
 def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:

@@ -45,6 +45,7 @@ from loom_runtime.tools.cli import (
     cannot_write,
     console,
     err_console,
+    execution_id_in,
     fail,
     flow_missing,
     inert,
@@ -129,7 +130,7 @@ def audit_command(
         )
     with open_loom(db) as loom:
         try:
-            report = audit(loom, execution_id)
+            report = audit(loom, execution_id := execution_id_in(loom, execution_id))
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except ErasedError as exc:  # shows the forget-log entry (ADR 0049)
@@ -373,7 +374,7 @@ def counterfactual_command(
 
     with open_with_flows(db, flows) as loom:
         try:
-            report = counterfactual(loom, execution_id)
+            report = counterfactual(loom, execution_id_in(loom, execution_id))
         except FlowNotFoundError as exc:
             flow_missing(exc)
         except ExecutionNotFoundError as exc:

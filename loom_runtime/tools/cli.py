@@ -16,6 +16,7 @@ modules; each command imports the log, the projections or the integrity walk whe
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -353,6 +354,37 @@ def inert(text: str, *, one_line: bool = False) -> Text:
     return Text(visible(text, one_line=one_line))
 
 
+_ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{3,34}")
+"""The start of an execution id: 4 to 35 of its characters (a whole id is a UUID)."""
+
+
+def execution_id_in(loom: Loom, text: str) -> str:
+    """The execution id ``text`` names: itself, or the one id it is the start of.
+
+    Tables show an id by its first 8 characters (a fork's parent), so every command that
+    takes an id takes the start of one, as git and docker do: one that begins several ids
+    is refused naming them, one that begins none says so. Anything else (a whole id, or text
+    that cannot start one) goes to the library as it is, which says what is wrong with it.
+    """
+    if not _ID_START.fullmatch(text):
+        return text
+    start = text.lower()
+    ids = [str(summary.execution_id) for summary in loom.executions()]
+    found = [execution_id for execution_id in ids if execution_id.startswith(start)]
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
+        fail(
+            f"{text} begins {len(found)} execution ids ({shown}); give more of it",
+            code=ExitCode.USAGE,
+        )
+    if not found:
+        fail(
+            f"no execution id begins with {text} in the log at {loom.settings.url}",
+            code=ExitCode.USAGE,
+        )
+    return found[0]
+
+
 def no_bundle_file(path: Path) -> str:
     """Why ``path``, given for a bundle, is not one: missing, a directory, or no regular file."""
     if path.is_dir():
@@ -540,7 +572,7 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
     measured) and its outcome. --json prints every value whole (the table shortens them)."""
     with open_loom(db) as loom:
         try:
-            execution = loom.execution(execution_id)
+            execution = loom.execution(execution_id_in(loom, execution_id))
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except (LogCorruptError, ErasedError) as exc:
@@ -638,7 +670,7 @@ def resume(
     """Finish an interrupted execution (or, with --retry-failed, a failed one); print its output."""
     with open_with_flows(db, flows) as loom:
         try:
-            result = loom.resume(execution_id, retry_failed=retry_failed)
+            result = loom.resume(execution_id_in(loom, execution_id), retry_failed=retry_failed)
         except FlowNotFoundError as exc:
             flow_missing(exc)
         except (ExecutionNotFoundError, ExecutionFinishedError, EncryptionOffError) as exc:
@@ -683,7 +715,7 @@ def fork(
     point: str | int = at if at is not None else cast("int", at_count)
     with open_with_flows(db, flows) as loom:
         try:
-            result = loom.fork(execution_id, at=point, override=overrides)
+            result = loom.fork(execution_id_in(loom, execution_id), at=point, override=overrides)
         except FlowNotFoundError as exc:
             flow_missing(exc)
         except (
@@ -745,6 +777,8 @@ def replay(
         fail(no_bundle_file(bundle), code=ExitCode.USAGE)
     # A bundle carries its own execution: replaying it reads no log, so needs no database.
     with open_with_flows(db, flows, needed=not bundle.is_file()) as loom:
+        if not bundle.is_file():
+            target = execution_id_in(loom, target)
         try:
             if kinds:
                 from loom_runtime.bundle import read_bundle

@@ -31,6 +31,7 @@ from loom_runtime.tools.cli import (
     JsonOption,
     app,
     console,
+    execution_id_in,
     fail,
     inert,
     open_loom,
@@ -108,7 +109,7 @@ def erase(
     with open_loom(db) as loom:
         try:
             report = loom.erase(
-                execution=execution,
+                execution=None if execution is None else execution_id_in(loom, execution),
                 user=user,
                 tenant=tenant,
                 document=document,
@@ -127,9 +128,9 @@ def erase(
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
-    _print_report(report, as_json=as_json)
-    if report.refusal is not None:  # a dry run: exit as the applied command would
+    if report.refusal is not None:  # a dry run: refused as the applied command is
         fail(report.refusal, code=ExitCode.USAGE)
+    _print_report(report, as_json=as_json)
     _exit_if_unpurged(report)
 
 

@@ -33,6 +33,7 @@ from loom_runtime.tools.cli import (
     app,
     cannot_write,
     console,
+    execution_id_in,
     fail,
     inert,
     open_loom,
@@ -104,7 +105,7 @@ def export(
             executions = (
                 [summary.execution_id for summary in loom.executions()]
                 if all_executions
-                else [loom.execution(name).id for name in ids]
+                else [loom.execution(execution_id_in(loom, name)).id for name in ids]
             )
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
