@@ -740,11 +740,13 @@ def test_an_applied_sync_says_what_it_did_and_an_erased_file_how_to_go_on(
     with Loom(setup.db, encryption=MasterKey.from_env()) as loom:
         loom.erase(document="ops:disk.md", reason="request", by="dpo")
     (setup.docs / "disk.md").write_text("Disk full: rotate the logs, and page the owner.")
-    refused = _sync(setup, "--source", "repo", "--apply")
-    assert refused.exit_code == ExitCode.FAILED, refused.output
-    assert refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: "), refused.stderr
-    assert "disk.md" in refused.stderr and "remove its file" in refused.stderr
+    # The dry run planned "1 written" where --apply then refused: it refuses alike now.
+    for apply in (["--apply"], []):
+        refused = _sync(setup, "--source", "repo", *apply)
+        assert refused.exit_code == ExitCode.FAILED, (apply, refused.output)
+        assert refused.stdout == ""
+        assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: ")
+        assert "disk.md" in refused.stderr and "remove its file" in refused.stderr, apply
 
 
 def test_a_live_kind_no_decision_has_is_named_not_ignored(setup: Setup) -> None:

@@ -16,7 +16,7 @@ rebuild, finding the key gone and the same event, ends in the same state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
@@ -102,6 +102,18 @@ def prepare_keys(loom: Loom, scope: str, doc_ids: Sequence[str]) -> None:
     if keyring is not None and doc_ids:
         subjects = [document_subject(scope, doc_id) for doc_id in doc_ids]
         keyring.ensure_all(subjects, position=loom.log.position)
+
+
+def refuse_erased(
+    loom: Loom, scope: str, doc_ids: Sequence[str], erased: Mapping[str, int]
+) -> None:
+    """Raise the :class:`~loom_runtime.SubjectErasedError` a write of ``doc_ids`` would meet,
+    for a plan that writes nothing (``plan_sync``, a dry-run sync): the key table's own
+    refusal, read for the documents the corpus index found ``erased`` (id to forget event)."""
+    keyring = keyring_for(loom.log.engine)
+    for doc_id in doc_ids:
+        if keyring is not None and doc_id in erased:
+            keyring.live_key(document_subject(scope, doc_id))  # destroyed: raises
 
 
 def documents_live(loom: Loom, scope: str, doc_ids: Sequence[str]) -> Precondition | None:

@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
-from loom_knowledge.corpus.erasure import documents_live, prepare_keys, seal_written
+from loom_knowledge.corpus.erasure import (
+    documents_live,
+    prepare_keys,
+    refuse_erased,
+    seal_written,
+)
 from loom_knowledge.corpus.events import (
     CorpusReconciled,
     DocumentRemoved,
@@ -362,12 +367,17 @@ class KnowledgeBase:
     def plan_sync(
         self, docs: Sequence[Doc], *, source: str | None = None, allow_mass_delete: bool = False
     ) -> SyncResult:
-        """What :meth:`sync` would do, through the same classifier; writes nothing."""
+        """What :meth:`sync` would do, through the same classifier; writes nothing. A plan that
+        would write an erased document is refused as the sync would be
+        (:class:`~loom_runtime.SubjectErasedError`)."""
         _check_docs(docs)
         _check_source(source)
         self.refresh()
         manifest = self._index.manifest(self.scope)
-        return self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete).result
+        plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+        written = [write.doc.id for write in plan.writes]
+        refuse_erased(self.loom, self.scope, written, self._index.erasures(self.scope))
+        return plan.result
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -125,6 +125,9 @@ def test_an_erased_document_is_forgotten_everywhere_and_a_rebuild_agrees(db_url:
             kb.put_doc(Doc(id="people/alice", title="Alice", text="Back again."))
         with pytest.raises(SubjectErasedError):  # a sync whose source still holds it
             kb.sync(_docs(secret, kept))
+        with pytest.raises(SubjectErasedError) as planned:  # and its plan, as sync would
+            kb.plan_sync(_docs(secret, kept))
+        assert planned.value.position == report.position
         assert _state(loom) == erased_state
         # The log holds a kept document's text only sealed; its index (deletable, rebuilt
         # from the log) holds it in clear to search it.
