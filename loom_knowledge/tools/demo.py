@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -163,6 +164,33 @@ def run_demo(loom: Loom, *, say: Say, owns_database: bool, mode: Mode = "lexical
     scope = SCOPE if owns_database else demo_scope()
     source = "runbook-repo" if owns_database else scope
     scratch = Path(tempfile.mkdtemp(prefix="loom-demo-"))  # the source of truth, deleted in 4
+    try:
+        same, rebuilt = _steps(
+            loom,
+            say=say,
+            owns_database=owns_database,
+            scope=scope,
+            source=source,
+            scratch=scratch,
+            mode=mode,
+        )
+    finally:  # deleted at step 4 on success; a failure before it must not leave it behind
+        shutil.rmtree(scratch, ignore_errors=True)
+    return same and rebuilt
+
+
+def _steps(
+    loom: Loom,
+    *,
+    say: Say,
+    owns_database: bool,
+    scope: str,
+    source: str,
+    scratch: Path,
+    mode: Mode,
+) -> tuple[bool, bool]:
+    """:func:`run_demo`'s six steps in ``scratch``: whether the replay was identical, and
+    the rebuild equal (True when skipped)."""
     folder = scratch / "runbooks"
     register_incident_flow(loom, scope=scope, mode=mode)
     kb = open_knowledge_base(loom, scope)
@@ -230,17 +258,32 @@ def run_demo(loom: Loom, *, say: Say, owns_database: bool, mode: Mode = "lexical
     for divergence in replayed["divergences"]:
         say(f"   {divergence}")
 
-    if not owns_database:
+    rebuilt = True
+    if owns_database:
+        after = corpus_state(loom, scope=scope)
+        rebuilt = after == before
+        say(
+            f"6. rebuilt the corpus from the log: {len(after[0])} documents, {len(after[1])} "
+            f"passages, {'EQUAL' if rebuilt else 'DIFFERENT'} to the original passage for passage"
+        )
+    else:
         say("6. rebuild skipped: it would rebuild every scope of this database (run loom demo")
         say("   without --db to see the corpus rebuilt from the log alone)")
-        return bool(same)
-    after = corpus_state(loom, scope=scope)
-    rebuilt = after == before
+    _say_next(say, url, run.execution_id, scope=scope, mode=mode)
+    return bool(same), rebuilt
+
+
+def _say_next(say: Say, url: str, execution_id: object, *, scope: str, mode: Mode) -> None:
+    """The commands that explore the execution afterwards. ``loom replay ID`` cannot: the
+    flow is the demo's own, registered with its scope and mode, and has no ``--flows``
+    target, so the replay goes through the demo's replay entry, as step 5 did."""
+    db = shlex.quote(url)
+    say("next:")
+    say(f"   what the agent knew: loom audit {execution_id} --db {db}")
     say(
-        f"6. rebuilt the corpus from the log: {len(after[0])} documents, {len(after[1])} "
-        f"passages, {'EQUAL' if rebuilt else 'DIFFERENT'} to the original passage for passage"
+        f"   replay it again: python -m loom_knowledge.tools.demo replay --db {db} "
+        f"--scope {shlex.quote(scope)} --mode {mode} {execution_id}"
     )
-    return same and rebuilt
 
 
 def replay_in_fresh_process(

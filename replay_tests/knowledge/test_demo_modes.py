@@ -64,3 +64,47 @@ def test_the_replay_process_has_the_identity_and_not_the_model() -> None:
 def test_the_replay_entry_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert _replay_main(["replay", "--db", "sqlite://", "--scope", "s", "--mode", "dense", "x"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_a_demo_that_fails_leaves_no_source_folder_behind(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source folder was deleted at step 4 only, so a demo failing before it left a
+    ``loom-demo-*`` folder in the temporary directory for every attempt."""
+    import tempfile
+
+    import loom_knowledge.tools.demo as demo
+
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("the model is down")
+
+    monkeypatch.setattr(demo, "answer_from_corpus", broken)
+    with Loom(sqlite_url) as loom, pytest.raises(RuntimeError, match="the model is down"):
+        run_demo(loom, say=lambda line: None, owns_database=True)
+    assert list(temporary.iterdir()) == []
+
+
+@pytest.mark.slow  # runs the demo's replay in a subprocess
+def test_the_demo_ends_with_commands_that_explore_its_execution(sqlite_url: str) -> None:
+    """The demo said "explore it with --db", but its flow has no --flows target, so `loom
+    replay ID` could not run it. It ends by printing the commands that can: the audit, and
+    the demo's own replay entry (the fresh process of step 5)."""
+    import shlex
+    import subprocess
+    import sys
+
+    lines: list[str] = []
+    with Loom(sqlite_url) as loom:
+        assert run_demo(loom, say=lines.append, owns_database=True)
+    audit = next(line for line in lines if "loom audit" in line).split(": ", 1)[1]
+    replay = next(line for line in lines if "tools.demo replay" in line).split(": ", 1)[1]
+    audited = CliRunner().invoke(app, shlex.split(audit)[1:])
+    assert audited.exit_code == 0, audited.output
+    args = shlex.split(replay)
+    assert args[:3] == ["python", "-m", "loom_knowledge.tools.demo"]
+    done = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and '"identical": true' in done.stdout, done.stderr
