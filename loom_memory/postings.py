@@ -39,6 +39,7 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
+    Engine,
     ForeignKey,
     Index,
     Integer,
@@ -49,6 +50,7 @@ from sqlalchemy import (
     Text,
     case,
     func,
+    inspect,
     literal,
     select,
 )
@@ -98,6 +100,17 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
         Index(f"{prefix}postings_seq", "seq"),
         sqlite_with_rowid=False,
     )
+
+
+def built_with_postings(engine: Engine, prefix: str) -> bool:
+    """Whether the store at ``prefix`` was built with ``postings=True``: read from its
+    tables, for code that opens a store it did not build (an erasure). A plain PostgreSQL
+    store's term index has the same table name, led by the entry's key."""
+    name = postings_table(prefix, MetaData()).name
+    schema = inspect(engine)
+    if not schema.has_table(name):
+        return False
+    return "key" not in {column["name"] for column in schema.get_columns(name)}
 
 
 def posting_rows(seq: int, counts: Mapping[str, int]) -> list[tuple[str, int, int]]:

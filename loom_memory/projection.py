@@ -26,8 +26,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Engine, MetaData, delete, select
-from sqlalchemy import inspect as inspect_schema
+from sqlalchemy import Connection, Engine, delete, select
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.erasure import forget_destroyed, keys_named, open_entries
@@ -41,7 +40,7 @@ from loom_memory.events import (
 )
 from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.postgres import PostgresMemoryStore
-from loom_memory.postings import postings_table
+from loom_memory.postings import built_with_postings
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.tokenizer_record import recorded_tokenizer
@@ -280,6 +279,6 @@ def memory_projections(log: EventLog) -> list[SqlMemoryProjection]:
 
 
 def _as_built(store_class: type[SqlMemoryStore], engine: Engine, prefix: str) -> SqlMemoryStore:
-    postings = inspect_schema(engine).has_table(postings_table(prefix, MetaData()).name)
+    postings = built_with_postings(engine, prefix)
     tokenizer = recorded_tokenizer(engine, prefix)
     return store_class(engine, table_prefix=prefix, postings=postings, tokenizer=tokenizer)

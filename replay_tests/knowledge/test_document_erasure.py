@@ -16,10 +16,11 @@ import json
 import re
 import threading
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
 from loom_knowledge import Doc, Passage, open_knowledge_base
@@ -272,7 +273,7 @@ def test_the_cli_erases_a_document_dry_run_first_then_with_apply(
 
 @pytest.mark.parametrize("how", ["erase", "retain"])
 def test_an_applied_erasure_leaves_no_text_in_any_table_before_anything_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+    db_url: str, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """The read models forget on the forget event, but catch up only when read: an erasure
     from the CLI (a cron job's retention run, say) left a scope or memory nobody reads with
@@ -281,16 +282,16 @@ def test_an_applied_erasure_leaves_no_text_in_any_table_before_anything_reads(
     every table is read raw, with no loom read in between; the text kept is the control."""
     from freezegun import freeze_time
 
-    from loom_memory import EventSourcedMemory, MemoryEntry, SqliteMemoryStore
+    from loom_memory import EventSourcedMemory, MemoryEntry, PostgresMemoryStore, SqliteMemoryStore
     from loom_runtime.tools.cli import app
 
-    path = tmp_path / "loom.db"
-    url = f"sqlite:///{path}"
+    url = db_url
     monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
     docs = _docs("zzcarolstreet", "zzkeptterm")
     with Loom(url, encryption=MasterKey.from_env()) as loom:
         kb = open_knowledge_base(loom, SCOPE)
-        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine))
+        sql = PostgresMemoryStore if "postgresql" in url else SqliteMemoryStore
+        memory = EventSourcedMemory(loom, store=sql(loom.log.engine))
         with freeze_time("2026-01-01"):  # old enough for the retention runs
             kb.sync(docs[:1])
             memory.append("dave", [MemoryEntry(content="card zzdaveterm", role="user")])
@@ -311,7 +312,7 @@ def test_an_applied_erasure_leaves_no_text_in_any_table_before_anything_reads(
         done = CliRunner().invoke(app, [*command, "--reason", "r", "--apply", "--db", url])
         assert done.exit_code == 0, done.output
 
-    rows = _table_rows(path)
+    rows = _table_rows(url)
     assert "zzkeptterm" in rows and "zzerinterm" in rows
     assert "zzcarolstreet" not in rows
     assert "zzdaveterm" not in rows
@@ -345,13 +346,13 @@ def test_a_read_model_that_cannot_catch_up_is_named_and_the_erasure_stands(
     assert "second line" not in done.stderr
     report = json.loads(done.stdout)
     assert report["applied"] and report["unpurged"] == ["knowledge: disk full"]
-    assert "zzcarolstreet" in _table_rows(tmp_path / "loom.db")
+    assert "zzcarolstreet" in _table_rows(url)
     monkeypatch.setattr(loom_runtime.projection, "catch_up", catch_up)
     again = CliRunner().invoke(app, [*named, "--apply"])
     assert again.exit_code == 2 and "already erased" in again.output  # the erasure stood
     doctor = CliRunner().invoke(app, ["doctor", "--db", url])
     assert doctor.exit_code == 0, doctor.output
-    rows = _table_rows(tmp_path / "loom.db")
+    rows = _table_rows(url)
     assert "zzkeptterm" in rows and "zzcarolstreet" not in rows
 
 
@@ -381,17 +382,24 @@ def test_a_read_model_that_cannot_even_be_opened_leaves_the_erasure_reported(
     assert report.applied
     assert report.unpurged == ("knowledge: stemming needs the snowballstemmer package",)
     assert "read model knowledge did not catch up" in caplog.text
-    assert "zzdaveterm" not in _table_rows(tmp_path / "loom.db")
+    assert "zzdaveterm" not in _table_rows(url)
 
 
-def _table_rows(path: Path) -> str:
-    """Every row of every table of the SQLite file at ``path``, read raw (no loom read that
-    would catch a read model up first)."""
-    import sqlite3
+def _table_rows(url: str) -> str:
+    """Every row of every table of the database at ``url``, read raw (no loom read that
+    would catch a read model up first), bytes as bytes."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = inspect(conn).get_table_names()
+            rows = [conn.execute(text(f'SELECT * FROM "{name}"')).all() for name in tables]
+    finally:
+        engine.dispose()
+    return repr([[_raw_values(row) for row in found] for found in rows])
 
-    with sqlite3.connect(path) as conn:
-        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return repr([conn.execute(f'SELECT * FROM "{name}"').fetchall() for name in tables])
+
+def _raw_values(row: Any) -> tuple[Any, ...]:
+    return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
 
 
 @pytest.mark.parametrize("write", ["put_doc", "sync"])

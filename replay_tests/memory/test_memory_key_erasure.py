@@ -371,17 +371,17 @@ def test_an_entry_is_redacted_before_it_is_sealed(tmp_path: Path, key: MasterKey
     ids=["stemmed", "postings"],
 )
 def test_an_erasure_purges_a_store_built_with_options_nobody_opens_again(
-    tmp_path: Path, options: dict[str, Any]
+    db_url: str, options: dict[str, Any]
 ) -> None:
     """The erasure opens every SQL memory store it finds in the database to purge it. It
     opened each with the default options, so a stemmed store refused to open (and kept the
     erased entries until someone opened it right), and a postings store was opened without
     its postings, so the entries it caught up on were never found by its own search. It
     opens each as it was built now."""
-    path = tmp_path / "loom.db"
-    url = f"sqlite:///{path}"
+    url = db_url
+    sql = PostgresMemoryStore if "postgresql" in url else SqliteMemoryStore
     with Loom(url, encryption=KEY) as loom:
-        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine, **options))
+        memory = EventSourcedMemory(loom, store=sql(loom.log.engine, **options))
         memory.append("dave", [MemoryEntry(content="card zzdaveterm", id="d")])
         memory.append("erin", [MemoryEntry(content="mail zzerinterm", id="e")])
         memory.close()
@@ -390,12 +390,11 @@ def test_an_erasure_purges_a_store_built_with_options_nobody_opens_again(
     with Loom(url, encryption=KEY) as loom:
         report = loom.erase(memory_key="memory:dave", reason="r", by="dpo")
     assert report.unpurged == ()
-    rows = _table_rows(path)
+    rows = _table_rows(url)
     assert "zzerinterm" in rows
     assert "zzdaveterm" not in rows
     with Loom(url, encryption=KEY) as loom:
-        store = SqliteMemoryStore(loom.log.engine, **options)
-        memory = EventSourcedMemory(loom, store=store)
+        memory = EventSourcedMemory(loom, store=sql(loom.log.engine, **options))
         assert [e.id for e in memory.search("erin", "zzerinterm")] == ["e"]
         assert [e.id for e in memory.search("erin", "zzlaterterm")] == ["l"]
         assert memory.read("dave") == []
