@@ -260,7 +260,13 @@ def check_fields(rows: list[Row]) -> None:
     from loom_runtime.storage.mapper import unknown_fields
 
     for row in rows:
-        extra = unknown_fields(row)
+        try:
+            extra = unknown_fields(row)
+        except (msgspec.DecodeError, RecursionError) as exc:  # 1e400: JSON, but no double
+            raise BundleFormatError(
+                f"event {row.version} of the bundle ({row.topic}) holds a value loom never "
+                f"writes ({exc}): it was edited; nothing was imported"
+            ) from exc
         if extra:
             raise BundleFormatError(
                 f"event {row.version} of the bundle ({row.topic}) holds "

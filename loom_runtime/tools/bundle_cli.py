@@ -126,6 +126,15 @@ def show_command(
     if as_json:
         print_json(view)
         return
+    try:
+        lines = _lines(view)
+    except (msgspec.DecodeError, RecursionError) as exc:  # a meta of 1e400, say
+        fail(f"{path} holds a value loom never writes ({exc}): it was edited")
+    typer.echo(visible("\n".join(lines)))
+
+
+def _lines(view: BundleView) -> list[str]:
+    """``bundle show``'s text: a header, the arguments, each decision, the outcome."""
     from loom_runtime.codec import pretty
 
     lines = [
@@ -152,7 +161,7 @@ def show_command(
         lines.append(f"raised {view.error}")
     else:
         lines += ["output:", _indented(pretty(view.output))]
-    typer.echo(visible("\n".join(lines)))
+    return lines
 
 
 def compare(before: Execution, after: Execution, *, sides: tuple[str, str]) -> list[Difference]:

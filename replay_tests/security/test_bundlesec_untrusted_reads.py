@@ -139,7 +139,7 @@ def test_a_bundle_nested_past_the_decoder_limit_is_a_format_error(
         Loom(flows=flows).replay_bundle(path)
     code, output, error = _cli("replay", str(path), f"--db=sqlite:///{tmp_path / 'other.db'}")
     assert error is None, f"escaped as {error!r}"
-    assert code == 2 and "Traceback" not in output, output
+    assert code == 1 and "Traceback" not in output, output  # a failed check (ADR 0008)
 
 
 @pytest.mark.parametrize(
@@ -191,6 +191,55 @@ def test_loom_diff_of_a_bundle_holding_an_out_of_range_number_is_a_refusal(
     code, output, error = _cli("diff", str(tmp_path / "real.json"), str(forged))
     assert error is None, f"escaped as {error!r}"
     assert code == 1 and "never writes" in output, output
+
+
+def _bundle_with_decision_field(folder: Path, field: str, raw: str) -> Path:
+    """A re-sealed bundle whose decision event holds ``raw`` JSON as its ``field``."""
+    path = _bundle_with_last_state(
+        folder, '{"output":1,"timestamp":"2026-12-02T00:00:00Z"}', inline=False
+    )
+    real = read_bundle(path)
+    decision = real.events[1]
+    state = (
+        decision.state.replace('"value":', f'"{field}":{raw},"value":', 1)
+        if field == "meta"
+        else decision.state.replace('"value":["q","runbook.md"]', f'"value":{raw}', 1)
+    )
+    assert state != decision.state
+    forged = real.resealed(
+        [real.events[0], msgspec.structs.replace(decision, state=state), *real.events[2:]]
+    )
+    path.write_text(msgspec.json.encode(forged).decode())
+    return path
+
+
+@pytest.mark.parametrize("field", ["value", "meta", "output"])
+def test_an_import_of_a_bundle_holding_an_out_of_range_number_is_a_refusal(
+    tmp_path: Path, field: str
+) -> None:
+    """The import checks every member of every state, and decoding ``1e400`` raised msgspec's
+    ValidationError out of ``Loom.import_bundle`` and a traceback out of ``loom import``. It
+    is a BundleFormatError, and that file is reported as failed (exit 1), one line."""
+    if field == "output":
+        state = '{"output":1e400,"timestamp":"2026-12-02T00:00:00Z"}'
+        forged = _bundle_with_last_state(tmp_path, state, inline=False)
+    else:
+        forged = _bundle_with_decision_field(tmp_path, field, "1e400")
+    with Loom(f"sqlite:///{tmp_path / 'target.db'}") as target:
+        with pytest.raises(BundleFormatError, match="never writes"):
+            target.import_bundle(forged)
+    code, output, error = _cli("import", str(forged), f"--db=sqlite:///{tmp_path / 'cli.db'}")
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "never writes" in output and "Traceback" not in output, output
+
+
+def test_bundle_show_of_a_meta_out_of_a_doubles_range_is_a_refusal(tmp_path: Path) -> None:
+    """`loom bundle show` decodes a decision's meta to describe it: ``1e400`` there was a
+    traceback; it is an unusable bundle (exit 1, one line), as in `loom diff`."""
+    forged = _bundle_with_decision_field(tmp_path, "meta", '{"tokens":1e400}')
+    code, output, error = _cli("bundle", "show", str(forged))
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "never writes" in output and "Traceback" not in output, output
 
 
 # -- arguments the flow's signature no longer takes ------------------------------------------
