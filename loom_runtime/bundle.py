@@ -224,13 +224,22 @@ machine's clock may be ahead, or a local time stored as UTC (up to 14 hours)."""
 
 def read_importable(path: Path, *, max_bytes: int | None = None) -> tuple[Bundle, list[Row]]:
     """Read a bundle (:func:`read_bundle`) and check all an import checks before it reads
-    the log: that its events rebuild an execution, which started in the past, with no field
-    the mapper would skip (stored unread). Returns the bundle and its rows.
+    the log: that its id is an execution's (random), that its events rebuild an execution,
+    which started in the past, with no field the mapper would skip (stored unread). Returns
+    the bundle and its rows.
 
     The CLI reads each file this way before it opens a database, so a command whose every
     file is unusable creates none.
     """
     bundle = read_bundle(path, max_bytes=max_bytes)
+    if bundle.execution_id.version != 4:
+        # Named streams (a knowledge scope, a memory key, the forget log) have computable
+        # uuid5 ids: an execution planted in one before its first write takes it over.
+        raise BundleFormatError(
+            f"the bundle's execution id {bundle.execution_id} is not a random (version 4) "
+            "UUID, as every execution's is: it was edited, and may name another stream of "
+            "the log; nothing was imported"
+        )
     _started_in_the_past(bundle.execution())
     rows = bundle.rows()
     check_fields(rows)

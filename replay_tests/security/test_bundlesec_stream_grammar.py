@@ -82,3 +82,35 @@ def test_a_reopened_execution_recording_its_failed_key_again_replays(tmp_path: P
         "Created", "DecisionFailed", "Failed", "Reopened", "DecisionRecorded", "Completed"
     ]  # fmt: skip
     assert Loom(flows=flows).replay_bundle(path).identical
+
+
+def test_an_import_cannot_plant_an_execution_in_a_named_stream(tmp_path: Path) -> None:
+    """A knowledge scope's, a memory key's and the forget log's streams have ids anyone can
+    compute (uuid5 of their names). A bundle re-sealed under such an id, imported before the
+    stream's first write, made the scope read the planted execution as its first event (its
+    stemmer choice refused) and then append its own events into the execution's stream,
+    which no longer rebuilt. An execution id is always random (version 4): any other is
+    refused, and nothing is written."""
+    from uuid import UUID
+
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_knowledge.corpus.keys import stream_name
+    from loom_runtime import stream_id
+
+    with Loom(f"sqlite:///{tmp_path / 'source.db'}", flows=flows) as loom:
+        real = read_bundle(
+            loom.export(loom.run("search", question="q").execution_id, tmp_path / "r.json")
+        )
+    scope_stream = stream_id(stream_name("runbooks"))
+    planted = msgspec.structs.replace(real, execution_id=scope_stream).resealed(list(real.events))
+    path = write_bundle(planted, tmp_path / "planted.json")
+    with Loom(f"sqlite:///{tmp_path / 'target.db'}", flows=flows) as target:
+        with pytest.raises(BundleFormatError, match="version 4"):
+            target.import_bundle(path)
+        assert target.log.position == 0
+        kb = open_knowledge_base(target, "runbooks", stemmer="english")
+        kb.sync([Doc(id="disk.md", text="Rotate the logs when the disk is full.")])
+        assert kb.stemmer == "english"
+    assert UUID(str(real.execution_id)).version == 4  # the control: what loom writes imports
+    with Loom(f"sqlite:///{tmp_path / 'other.db'}", flows=flows) as other:
+        assert other.import_bundle(tmp_path / "r.json") == real.execution_id
