@@ -191,6 +191,7 @@ def _check_once(rows: list[Row]) -> None:
     from loom_runtime.storage.mapper import decode_state
 
     standing: set[str] = set()
+    failed: set[str] = set()  # the standing keys whose decision failed: all a reopening drops
     ended = False
     for row in rows:
         if row.topic in _DECISION_TOPICS or row.topic == Execution.Reopened.TOPIC:
@@ -198,7 +199,14 @@ def _check_once(rows: list[Row]) -> None:
                 stream=row.stream, version=row.version, topic=row.topic, state=row.state
             )
             if row.topic == Execution.Reopened.TOPIC:
+                if not set(fields.dropped) <= failed:
+                    raise BundleFormatError(
+                        f"event {row.version} of the bundle reopens the execution dropping "
+                        f"{sorted(set(fields.dropped) - failed)!r}, which did not fail; a "
+                        "reopening drops only failed decisions: it was edited and re-sealed"
+                    )
                 standing.difference_update(fields.dropped)
+                failed.difference_update(fields.dropped)
                 ended = False
             elif fields.key in standing:
                 raise BundleFormatError(
@@ -208,6 +216,8 @@ def _check_once(rows: list[Row]) -> None:
                 )
             else:
                 standing.add(fields.key)
+                if row.topic == Execution.DecisionFailed.TOPIC:
+                    failed.add(fields.key)
         elif row.topic in _ENDING_TOPICS:
             if ended:
                 raise BundleFormatError(
