@@ -224,11 +224,21 @@ class OutputChangedError(ReplayDivergence):
         self.diff = diff
 
 
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks shown as ``\\n`` (and a backslash doubled, so the two
+    can be told apart): quoted inside a message, it prints on that message's line."""
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+
+
 class OutcomeChangedError(ReplayDivergence):
     """The recorded run and the replay ended differently (returned vs raised, or another error)."""
 
     def __init__(self, *, recorded: str, replayed: str) -> None:
-        super().__init__(f"the recorded run {recorded}, but the replay {replayed}")
+        # Each on one line: a recorded failure's message is the recording's word, and its
+        # line breaks printed lines of their own ("... replayed identically").
+        super().__init__(
+            f"the recorded run {_one_line(recorded)}, but the replay {_one_line(replayed)}"
+        )
         self.recorded = recorded
         self.replayed = replayed
 

@@ -134,34 +134,44 @@ def show_command(
 
 
 def _lines(view: BundleView) -> list[str]:
-    """``bundle show``'s text: a header, the arguments, each decision, the outcome."""
+    """``bundle show``'s text: a header, the arguments, each decision, the outcome.
+
+    A recorded name or message is shown on one line (:func:`_one`): with its line breaks it
+    printed lines of its own, a forged ``output:`` block or value. Values are pretty JSON,
+    whose strings hold their line breaks escaped.
+    """
     from loom_runtime.codec import pretty
 
     lines = [
-        f"execution {view.execution_id}  flow {view.flow}  code {view.code_version}",
+        f"execution {view.execution_id}  flow {_one(view.flow)}  code {_one(view.code_version)}",
         f"exported {view.exported_at}",
         "arguments:",
         _indented(pretty(view.input)),
     ]
     for decision in view.decisions:
-        kind = f" ({decision.kind})" if decision.kind else ""
-        origin = f" [{decision.origin}]" if decision.origin else ""
+        kind = f" ({_one(decision.kind)})" if decision.kind else ""
+        origin = f" [{_one(decision.origin)}]" if decision.origin else ""
         lines += [
             f"decision {decision.key!r}{kind}{origin}",
             "  input:",
             _indented(pretty(decision.input), 4),
         ]
         if decision.error is not None:
-            lines.append(f"  raised {decision.error}")
+            lines.append(f"  raised {_one(decision.error)}")
         else:
             lines += ["  value:", _indented(pretty(decision.value), 4)]
         if decision.meta is not None:
-            lines.append(f"  measured: {describe_meta(msgspec.json.decode(decision.meta))}")
+            measured = describe_meta(msgspec.json.decode(decision.meta))
+            lines.append(f"  measured: {_one(measured)}")
     if view.error is not None:
-        lines.append(f"raised {view.error}")
+        lines.append(f"raised {_one(view.error)}")
     else:
         lines += ["output:", _indented(pretty(view.output))]
     return lines
+
+
+def _one(text: str) -> str:
+    return visible(text, one_line=True)
 
 
 def compare(before: Execution, after: Execution, *, sides: tuple[str, str]) -> list[Difference]:

@@ -242,6 +242,60 @@ def test_bundle_show_of_a_meta_out_of_a_doubles_range_is_a_refusal(tmp_path: Pat
     assert code == 1 and "never writes" in output and "Traceback" not in output, output
 
 
+# -- a recorded text cannot forge lines of the output ------------------------------------------
+
+
+def test_bundle_show_prints_each_recorded_name_on_its_line(tmp_path: Path) -> None:
+    """A flow name or a decision kind holding line breaks printed lines of its own in `loom
+    bundle show`: a forged ``output:`` block, a forged value. Each is one line now."""
+    path = _bundle_with_last_state(
+        tmp_path, '{"output":1,"timestamp":"2026-12-02T00:00:00Z"}', inline=False
+    )
+    real = read_bundle(path)
+    created, decision, *rest = real.events
+    forged_flow = created.state.replace('"flow":"answer"', '"flow":"answer\\noutput:\\n  FORGED"')
+    forged_kind = decision.state.replace('"kind":"retrieval"', '"kind":"x\\n  value:\\n    FORGED"')
+    assert forged_flow != created.state and forged_kind != decision.state
+    forged = real.resealed(
+        [
+            msgspec.structs.replace(created, state=forged_flow),
+            msgspec.structs.replace(decision, state=forged_kind),
+            *rest,
+        ]
+    )
+    path.write_text(msgspec.json.encode(forged).decode())
+    code, output, error = _cli("bundle", "show", str(path))
+    assert error is None and code == 0, output
+    assert not [line for line in output.splitlines() if line.strip().startswith("FORGED")]
+
+
+def test_a_recorded_failure_message_cannot_forge_a_replay_verdict(tmp_path: Path) -> None:
+    """The recorded failure's message is quoted in the divergence a replay prints: with line
+    breaks it printed a line of its own, "execution ... replayed identically"."""
+    forged_line = "execution 00000000-0000-4000-8000-000000000000 (answer) replayed identically"
+    message = msgspec.json.encode(f"boom\n{forged_line}").decode()
+    state = (
+        '{"error_type":"builtins:ValueError","message":'
+        + message
+        + ',"timestamp":"2026-12-02T00:00:00Z"}'
+    )
+    path = _bundle_with_last_state(tmp_path, state, inline=False)
+    real = read_bundle(path)
+    failed = msgspec.structs.replace(real.events[-1], topic=Execution.Failed.TOPIC)
+    path.write_text(msgspec.json.encode(real.resealed([*real.events[:-1], failed])).decode())
+    code, output, error = _cli(
+        "replay",
+        str(path),
+        f"--db=sqlite:///{tmp_path / 'x.db'}",
+        "--flows",
+        "replay_tests.security.test_bundlesec_untrusted_reads:flows",
+    )
+    assert error is None and code == 1, output
+    assert [line for line in output.splitlines() if line.startswith("execution")] == [
+        output.splitlines()[0]
+    ], output
+
+
 # -- arguments the flow's signature no longer takes ------------------------------------------
 
 CHANGED_FLOWS = """
