@@ -32,6 +32,7 @@ import random
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -341,6 +342,8 @@ class _Context:
         of a replay takes: a set growing by every key of a long execution costs a replay
         several times a list's append (ADR 0048, replay2)."""
         self._taken_ahead = False  # see _occurrence
+        self._by_input: dict[str, tuple[dict[bytes | None, deque[int]], int]] = {}
+        """Per key, its recorded occurrences by input (see :meth:`_later_with_input`)."""
         # Numbering's lock is a queue holding one token: ``get`` takes it, or waits for it
         # as ``Lock.acquire`` waits (interruptibly, without a timeout), and ``put`` hands it
         # back. The same exclusion at half the cost: ``Lock.acquire`` parses a tuple and
@@ -436,13 +439,12 @@ class _Context:
             slot_key = _numbered(key, occurrence)
         first = recorded.get(slot_key)
         if first is not None and first.input != raw_input:
-            candidate = occurrence + 1
-            while (other := recorded.get(_numbered(key, candidate))) is not None:
-                if other.input == raw_input and (ahead := _numbered(key, candidate)) not in taken:
-                    self._taken_ahead = True
-                    taken.add(ahead)
-                    return ahead  # taken out of order: _seen stays
-                candidate += 1
+            later = self._later_with_input(key, occurrence, raw_input)
+            if later is not None:
+                ahead = _numbered(key, later)
+                self._taken_ahead = True
+                taken.add(ahead)
+                return ahead  # taken out of order: _seen stays
         if occurrence == below + 1:  # the usual case: the next one in order
             below += 1
             while self._taken_ahead and _numbered(key, below + 1) in taken:
@@ -452,6 +454,33 @@ class _Context:
         self._seen[key] = below
         taken.add(slot_key)
         return slot_key
+
+    def _later_with_input(self, key: str, occurrence: int, raw_input: msgspec.Raw) -> int | None:
+        """The first untaken occurrence of ``key`` after ``occurrence`` (recorded, untaken,
+        with another input) recorded with ``raw_input``, among those recorded one after
+        another from it; None when there is none.
+
+        Looked up in an index of the key's recorded occurrences by input, built on the first
+        look: walking them on every call made a replay whose inputs all changed (a loop
+        whose prompt changed, or a crafted bundle) quadratic in its decisions. Each queue
+        only loses occurrences that are taken, and ``occurrence`` never moves back (it is
+        the first untaken one), so every look costs O(1) amortised.
+        """
+        index = self._by_input.get(key)
+        if index is None:
+            index = self._by_input[key] = _recorded_by_input(self._source.recorded, key)
+        queues, last = index
+        if occurrence > last:  # past a gap in the recording: walk, as it is never long
+            candidate = occurrence + 1
+            while (other := self._source.recorded.get(_numbered(key, candidate))) is not None:
+                if other.input == raw_input and _numbered(key, candidate) not in self._taken:
+                    return candidate
+                candidate += 1
+            return None
+        queue = queues.get(bytes(raw_input))
+        while queue and (queue[0] <= occurrence or _numbered(key, queue[0]) in self._taken):
+            queue.popleft()
+        return queue.popleft() if queue else None
 
     def _answer(self, slot: Slot, type: Any) -> Any:
         """The source's answer for ``slot``, decoded, or :data:`_UNANSWERED` (compute it).
@@ -807,6 +836,20 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
             return None
         found = vars(found).get(part)
     return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def _recorded_by_input(
+    recorded: Mapping[str, Decision], key: str
+) -> tuple[dict[bytes | None, deque[int]], int]:
+    """The occurrences of ``key`` recorded one after another from the first, as queues of
+    their numbers by input, and the last of them (0 when none)."""
+    queues: dict[bytes | None, deque[int]] = {}
+    occurrence = 1
+    while (decision := recorded.get(_numbered(key, occurrence))) is not None:
+        stored = None if decision.input is None else bytes(decision.input)  # None: no call's
+        queues.setdefault(stored, deque()).append(occurrence)
+        occurrence += 1
+    return queues, occurrence - 1
 
 
 def _numbered(key: str, occurrence: int) -> str:

@@ -37,3 +37,47 @@ def test_in_order_keys_number_as_before_without_the_walk(sqlite_url: str) -> Non
         keys, seen = _numbering(loom, ["a", "b", "a", "a", "b"])
     assert keys == ["a", "b", "a#2", "a#3", "b#2"]
     assert seen == {"a": 3, "b": 2}
+
+
+PREFIX = ["recorded"]
+"""The text each ``classify`` input starts with: changed before the replay, as a prompt is."""
+
+
+def _lookups_to_replay(loom: Loom, n: int, monkeypatch: Any) -> int:
+    """How many occurrence keys the replay of ``n`` decisions, every input changed, builds."""
+    import loom_runtime.context
+
+    @loom.flow("batch")
+    def batch(ctx: FlowContext, n: int) -> list[int]:
+        return [ctx.decide("classify", lambda i=i: i, input=f"{PREFIX[0]} {i}") for i in range(n)]
+
+    PREFIX[0] = "recorded"
+    run = loom.run("batch", n=n)
+    PREFIX[0] = "changed"
+    built = 0
+    numbered = loom_runtime.context._numbered
+
+    def counted(key: str, occurrence: int) -> str:
+        nonlocal built
+        built += 1
+        return numbered(key, occurrence)
+
+    monkeypatch.setattr(loom_runtime.context, "_numbered", counted)
+    result = loom.replay(run.execution_id)
+    monkeypatch.undo()
+    assert not result.identical
+    return built
+
+
+def test_a_replay_whose_every_input_changed_numbers_in_linear_time(
+    sqlite_url: str, monkeypatch: Any
+) -> None:
+    """A call whose next occurrence was recorded with another input looks for a later one
+    recorded with its own. That look walked every later occurrence, on every call: a loop
+    whose prompt changed (or a crafted bundle) made a replay quadratic, 100 s for 16,000
+    decisions. Counted, not timed: doubling the decisions must not quadruple the lookups."""
+    with Loom(sqlite_url) as loom:
+        small = _lookups_to_replay(loom, 300, monkeypatch)
+    with Loom(sqlite_url.replace("loom.db", "large.db")) as loom:
+        large = _lookups_to_replay(loom, 600, monkeypatch)
+    assert large <= 2.5 * small, (small, large)
