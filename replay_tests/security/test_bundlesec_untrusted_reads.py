@@ -225,9 +225,9 @@ def test_an_import_of_a_bundle_holding_an_out_of_range_number_is_a_refusal(
         forged = _bundle_with_last_state(tmp_path, state, inline=False)
     else:
         forged = _bundle_with_decision_field(tmp_path, field, "1e400")
-    with Loom(f"sqlite:///{tmp_path / 'target.db'}") as target:
-        with pytest.raises(BundleFormatError, match="never writes"):
-            target.import_bundle(forged)
+    target = Loom(f"sqlite:///{tmp_path / 'target.db'}")
+    with target, pytest.raises(BundleFormatError, match="never writes"):
+        target.import_bundle(forged)
     code, output, error = _cli("import", str(forged), f"--db=sqlite:///{tmp_path / 'cli.db'}")
     assert error is None, f"escaped as {error!r}"
     assert code == 1 and "never writes" in output and "Traceback" not in output, output
