@@ -342,7 +342,7 @@ class _Context:
         of a replay takes: a set growing by every key of a long execution costs a replay
         several times a list's append (ADR 0048, replay2)."""
         self._taken_ahead = False  # see _occurrence
-        self._by_input: dict[str, tuple[dict[bytes | None, deque[int]], int]] = {}
+        self._by_input: dict[str, _Run] = {}
         """Per key, its recorded occurrences by input (see :meth:`_later_with_input`)."""
         # Numbering's lock is a queue holding one token: ``get`` takes it, or waits for it
         # as ``Lock.acquire`` waits (interruptibly, without a timeout), and ``put`` hands it
@@ -460,24 +460,20 @@ class _Context:
         with another input) recorded with ``raw_input``, among those recorded one after
         another from it; None when there is none.
 
-        Looked up in an index of the key's recorded occurrences by input, built on the first
-        look: walking them on every call made a replay whose inputs all changed (a loop
-        whose prompt changed, or a crafted bundle) quadratic in its decisions. Each queue
-        only loses occurrences that are taken, and ``occurrence`` never moves back (it is
-        the first untaken one), so every look costs O(1) amortised.
+        Looked up in an index of the run of occurrences recorded one after another that
+        holds ``occurrence`` (:class:`_Run`): walking them on every call made a replay whose
+        inputs all changed (a loop whose prompt changed, or a crafted bundle) quadratic in its
+        decisions. A queue only loses occurrences that are taken, ``occurrence`` never moves
+        back (it is the first untaken one), and a run is extended or begun only over
+        occurrences no run covered, so every look costs O(1) amortised.
         """
-        index = self._by_input.get(key)
-        if index is None:
-            index = self._by_input[key] = _recorded_by_input(self._source.recorded, key)
-        queues, last = index
-        if occurrence > last:  # past a gap in the recording: walk, as it is never long
-            candidate = occurrence + 1
-            while (other := self._source.recorded.get(_numbered(key, candidate))) is not None:
-                if other.input == raw_input and _numbered(key, candidate) not in self._taken:
-                    return candidate
-                candidate += 1
-            return None
-        queue = queues.get(bytes(raw_input))
+        recorded = self._source.recorded
+        run = self._by_input.get(key)
+        if run is not None:
+            run.extend(recorded, key)  # a resume records as it goes
+        if run is None or occurrence > run.last:  # the first look, or one past a gap
+            run = self._by_input[key] = _Run(recorded, key, first=occurrence)
+        queue = run.queues.get(bytes(raw_input))
         while queue and (queue[0] <= occurrence or _numbered(key, queue[0]) in self._taken):
             queue.popleft()
         return queue.popleft() if queue else None
@@ -838,18 +834,22 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
     return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
-def _recorded_by_input(
-    recorded: Mapping[str, Decision], key: str
-) -> tuple[dict[bytes | None, deque[int]], int]:
-    """The occurrences of ``key`` recorded one after another from the first, as queues of
-    their numbers by input, and the last of them (0 when none)."""
-    queues: dict[bytes | None, deque[int]] = {}
-    occurrence = 1
-    while (decision := recorded.get(_numbered(key, occurrence))) is not None:
-        stored = None if decision.input is None else bytes(decision.input)  # None: no call's
-        queues.setdefault(stored, deque()).append(occurrence)
-        occurrence += 1
-    return queues, occurrence - 1
+class _Run:
+    """The occurrences of a key recorded one after another from ``first`` up to ``last``, as
+    queues of their numbers by input (see :meth:`_Context._later_with_input`)."""
+
+    __slots__ = ("last", "queues")
+
+    def __init__(self, recorded: Mapping[str, Decision], key: str, *, first: int) -> None:
+        self.queues: dict[bytes, deque[int]] = {}
+        self.last = first - 1
+        self.extend(recorded, key)
+
+    def extend(self, recorded: Mapping[str, Decision], key: str) -> None:
+        """Add the occurrences recorded after ``last`` since, up to the next one missing."""
+        while (decision := recorded.get(_numbered(key, self.last + 1))) is not None:
+            self.last += 1
+            self.queues.setdefault(bytes(decision.input), deque()).append(self.last)
 
 
 def _numbered(key: str, occurrence: int) -> str:

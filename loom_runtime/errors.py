@@ -224,10 +224,16 @@ class OutputChangedError(ReplayDivergence):
         self.diff = diff
 
 
+_LINE_BREAKS = str.maketrans(
+    {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def _one_line(text: str) -> str:
-    """``text`` with its line breaks shown as ``\\n`` (and a backslash doubled, so the two
-    can be told apart): quoted inside a message, it prints on that message's line."""
-    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+    """``text`` with what starts a line (``\\n``, ``\\r``, U+2028, U+2029) escaped, and a
+    backslash doubled so an escape can be told from the text: quoted inside a message, it
+    prints on that message's line."""
+    return text.translate(_LINE_BREAKS)
 
 
 class OutcomeChangedError(ReplayDivergence):

@@ -269,15 +269,17 @@ def _steps(
     else:
         say("6. rebuild skipped: it would rebuild every scope of this database (run loom demo")
         say("   without --db to see the corpus rebuilt from the log alone)")
-    _say_next(say, url, run.execution_id, scope=scope, mode=mode)
+    # Never a password on screen: a URL that has one is named by a placeholder.
+    db = "URL" if loom.log.settings.url.password else shlex.quote(url)
+    _say_next(say, db, run.execution_id, scope=scope, mode=mode)
     return bool(same), rebuilt
 
 
-def _say_next(say: Say, url: str, execution_id: object, *, scope: str, mode: Mode) -> None:
-    """The commands that explore the execution afterwards. ``loom replay ID`` cannot: the
-    flow is the demo's own, registered with its scope and mode, and has no ``--flows``
-    target, so the replay goes through the demo's replay entry, as step 5 did."""
-    db = shlex.quote(url)
+def _say_next(say: Say, db: str, execution_id: object, *, scope: str, mode: Mode) -> None:
+    """The commands that explore the execution afterwards (``db``: the ``--db`` argument
+    as printed). ``loom replay ID`` cannot: the flow is the demo's own, registered with its
+    scope and mode, and has no ``--flows`` target, so the replay goes through the demo's
+    replay entry, as step 5 did."""
     say("next:")
     say(f"   what the agent knew: loom audit {execution_id} --db {db}")
     say(

@@ -368,9 +368,9 @@ def execution_id_in(loom: Loom, text: str) -> str:
     """
     if not _ID_START.fullmatch(text):
         return text
-    start = text.lower()
-    ids = [str(summary.execution_id) for summary in loom.executions()]
-    found = [execution_id for execution_id in ids if execution_id.startswith(start)]
+    start = text.replace("-", "").lower()  # with or without dashes, as UUID() reads a whole one
+    ids = [summary.execution_id for summary in loom.executions()]
+    found = [str(execution_id) for execution_id in ids if execution_id.hex.startswith(start)]
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
         fail(

@@ -81,3 +81,44 @@ def test_a_replay_whose_every_input_changed_numbers_in_linear_time(
     with Loom(sqlite_url.replace("loom.db", "large.db")) as loom:
         large = _lookups_to_replay(loom, 600, monkeypatch)
     assert large <= 2.5 * small, (small, large)
+
+
+def _lookups_with_a_gap(n: int, monkeypatch: Any) -> int:
+    """How many occurrence keys numbering ``n`` calls builds when the recording lacks the
+    key's first occurrence (a crafted bundle; or a reopening that dropped a failed first
+    call) and every input changed."""
+    from uuid import uuid4
+
+    import msgspec
+
+    import loom_runtime.context
+    from loom_runtime.execution import Decision
+    from loom_runtime.replay import Replayer
+
+    numbered = loom_runtime.context._numbered
+    decisions = {}
+    for occurrence in range(2, n + 1):
+        key = numbered("classify", occurrence)
+        recorded_input = msgspec.Raw(msgspec.json.encode(f"recorded {occurrence}"))
+        decisions[key] = Decision(key, None, recorded_input, msgspec.Raw(b"1"))
+    replayer = Replayer(decisions, live=frozenset(), redactor=None)
+    ctx = loom_runtime.context._Context(replayer, execution_id=uuid4(), flow="f")
+    built = 0
+
+    def counted(key: str, occurrence: int) -> str:
+        nonlocal built
+        built += 1
+        return numbered(key, occurrence)
+
+    monkeypatch.setattr(loom_runtime.context, "_numbered", counted)
+    keys = [ctx._slot("classify", f"changed {i}", None).key for i in range(1, n + 1)]
+    monkeypatch.undo()
+    assert keys[:3] == ["classify", "classify#2", "classify#3"]  # numbered in order
+    return built
+
+
+def test_numbering_past_a_gap_in_the_recording_stays_linear(monkeypatch: Any) -> None:
+    """The index covered the occurrences recorded one after another from the first; with
+    the first missing, every look walked the rest again (10.9 s for 8,000 calls)."""
+    small, large = _lookups_with_a_gap(300, monkeypatch), _lookups_with_a_gap(600, monkeypatch)
+    assert large <= 2.5 * small, (small, large)

@@ -269,11 +269,14 @@ def test_bundle_show_prints_each_recorded_name_on_its_line(tmp_path: Path) -> No
     assert not [line for line in output.splitlines() if line.strip().startswith("FORGED")]
 
 
-def test_a_recorded_failure_message_cannot_forge_a_replay_verdict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("line_break", ["\n", "\u2028"], ids=["newline", "line-separator"])
+def test_a_recorded_failure_message_cannot_forge_a_replay_verdict(
+    tmp_path: Path, line_break: str
+) -> None:
     """The recorded failure's message is quoted in the divergence a replay prints: with line
     breaks it printed a line of its own, "execution ... replayed identically"."""
     forged_line = "execution 00000000-0000-4000-8000-000000000000 (answer) replayed identically"
-    message = msgspec.json.encode(f"boom\n{forged_line}").decode()
+    message = msgspec.json.encode(f"boom{line_break}{forged_line}").decode()
     state = (
         '{"error_type":"builtins:ValueError","message":'
         + message
