@@ -36,6 +36,7 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     LabelError,
     LogCorruptError,
+    cause_of,
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
 from loom_runtime.sealing import (
@@ -361,9 +362,7 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     failed: list[str] = []
 
     def note(name: str, error: Exception) -> None:
-        failed.append(
-            f"{name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
-        )
+        failed.append(f"{name}: {cause_of(error)}")
 
     for projection in registered_projections(loom.log, unopened=note):
         if Forgotten.TOPIC not in projection.topics:

@@ -229,6 +229,14 @@ _LINE_BREAKS = str.maketrans(
 )
 
 
+def cause_of(error: BaseException) -> str:
+    """The first line of ``error``'s message that says something (its type's name when
+    none does): what a one-line report of a failure shows, where the rest may quote data
+    or a traceback."""
+    lines = (line for line in str(error).splitlines() if line.strip())
+    return next(lines, type(error).__name__)
+
+
 def _one_line(text: str) -> str:
     """``text`` with what starts a line (``\\n``, ``\\r``, U+2028, U+2029) escaped, and a
     backslash doubled so an escape can be told from the text: quoted inside a message, it

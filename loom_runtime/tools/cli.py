@@ -56,6 +56,7 @@ from loom_runtime.errors import (
     LoomError,
     NotSerialisableError,
     RetentionPolicyError,
+    cause_of,
 )
 from loom_runtime.flow import load_flows
 from loom_runtime.tools.display import describe_meta, lineage_lines, visible
@@ -953,8 +954,11 @@ def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bo
     try:
         reached = projection_catch_up(loom.log, projection, upto=head)
     except Exception as exc:  # any failure to apply the log is what doctor is here to report
-        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return False, label, f"cannot catch up from {start} to {head}: {cause} (run loom rebuild)"
+        return (
+            False,
+            label,
+            f"cannot catch up from {start} to {head}: {cause_of(exc)} (run loom rebuild)",
+        )
     done = f"caught up from {start} to {reached}" if start < head else f"at {start}"
     return reached >= head, label, f"{done} of {head}"
 
