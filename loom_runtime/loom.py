@@ -1099,6 +1099,6 @@ def _as_uuid(execution_id: UUID | str) -> UUID:
         return UUID(str(execution_id))
     except ValueError:
         raise ExecutionNotFoundError(
-            f"{execution_id!r} is not an execution id (expected a UUID such as "
-            "'3f2b…' printed by `loom run`)"
+            f"{execution_id!r} is not an execution id (expected a whole UUID, such as "
+            "'3f2b5c1e-8d4a-4c7e-9b1a-2f6d0e9c4b7a' printed by `loom run`)"
         ) from None

@@ -459,6 +459,16 @@ def test_an_execution_is_named_by_the_start_of_its_id_as_tables_show_it(
     assert three.exit_code == ExitCode.USAGE and "not an execution id" in three.stderr
 
 
+def test_diff_of_execution_ids_says_it_reads_bundle_files(setup: Setup) -> None:
+    """`loom diff ID ID` said only "file not found: ID": it compares bundle files, and the
+    refusal says how to write one."""
+    short = setup.execution_id[:8]
+    for args in (["diff", short, short], ["bundle", "show", short]):
+        result = _invoke(*args)
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert "loom export ID -o FILE" in result.stderr, result.stderr
+
+
 def test_output_in_a_pipe_is_not_hard_wrapped(setup: Setup) -> None:
     """Not a terminal (the runner's stdout is not one): the anchor stays on one line, so
     `loom verify | grep head` finds it whole, and so does a long error message."""

@@ -283,8 +283,8 @@ def _say_next(say: Say, db: str, execution_id: object, *, scope: str, mode: Mode
     say("next:")
     say(f"   what the agent knew: loom audit {execution_id} --db {db}")
     say(
-        f"   replay it again: python -m loom_knowledge.tools.demo replay --db {db} "
-        f"--scope {shlex.quote(scope)} --mode {mode} {execution_id}"
+        f"   replay it again: {shlex.quote(sys.executable)} -m loom_knowledge.tools.demo "
+        f"replay --db {db} --scope {shlex.quote(scope)} --mode {mode} {execution_id}"
     )
 
 

@@ -219,7 +219,13 @@ def _read(path: Path) -> tuple[Bundle, Execution]:
         bundle = read_bundle(path)
         return bundle, bundle.execution()
     except BundleNotFoundError:
-        fail(no_bundle_file(path), code=ExitCode.USAGE)
+        named = (
+            ""
+            if path.suffix or "/" in str(path)
+            else "; an execution id? this reads bundle files: write one with "
+            "`loom export ID -o FILE`"
+        )
+        fail(no_bundle_file(path) + named, code=ExitCode.USAGE)
     except (BundleError, ConfigurationError) as exc:
         fail(str(exc), code=exit_code_of(exc))
 

@@ -105,6 +105,6 @@ def test_the_demo_ends_with_commands_that_explore_its_execution(sqlite_url: str)
     audited = CliRunner().invoke(app, shlex.split(audit)[1:])
     assert audited.exit_code == 0, audited.output
     args = shlex.split(replay)
-    assert args[:3] == ["python", "-m", "loom_knowledge.tools.demo"]
-    done = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, check=False)
+    assert args[:3] == [sys.executable, "-m", "loom_knowledge.tools.demo"]  # this interpreter
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and '"identical": true' in done.stdout, done.stderr
