@@ -66,17 +66,22 @@ def flaky(ctx: FlowContext, question: str) -> object:
     return ctx.decide("model", lambda: FLAKY.pop())
 
 
-def test_a_reopened_execution_recording_its_failed_key_again_replays(tmp_path: Path) -> None:
-    """The control: a reopening drops the failure and the failed decision, so a bundle of
-    Failed, Reopened, the key recorded again and Completed is an execution's, and replays."""
-    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
+def _reopened(folder: Path, *, answer: str) -> Path:
+    """The bundle of a ``flaky`` run that failed, was reopened, and answered ``answer``."""
+    with Loom(f"sqlite:///{folder / 'loom.db'}", flows=flows) as loom:
         FLAKY.clear()
         with pytest.raises(IndexError):
             loom.run("flaky", question="q")
         [summary] = loom.executions()
-        FLAKY.append("answered")
+        FLAKY.append(answer)
         loom.resume(summary.execution_id, retry_failed=True)
-        path = loom.export(summary.execution_id, tmp_path / "reopened.json")
+        return loom.export(summary.execution_id, folder / "reopened.json")
+
+
+def test_a_reopened_execution_recording_its_failed_key_again_replays(tmp_path: Path) -> None:
+    """The control: a reopening drops the failure and the failed decision, so a bundle of
+    Failed, Reopened, the key recorded again and Completed is an execution's, and replays."""
+    path = _reopened(tmp_path, answer="answered")
     topics = [event.topic.rsplit(".", 1)[-1] for event in read_bundle(path).events]
     assert topics == [
         "Created", "DecisionFailed", "Failed", "Reopened", "DecisionRecorded", "Completed"
@@ -121,14 +126,7 @@ def test_a_reopening_that_drops_a_recorded_decision_is_refused(tmp_path: Path) -
     whose reopening dropped a key that was recorded (not failed) recorded it a second time
     and replayed "identical" against the second answer while the file showed the first.
     (A reopening of a completed run was refused already, by the execution's own rebuild.)"""
-    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
-        FLAKY.clear()
-        with pytest.raises(IndexError):
-            loom.run("flaky", question="q")
-        [summary] = loom.executions()
-        FLAKY.append("SAFE-TO-DEPLOY")
-        loom.resume(summary.execution_id, retry_failed=True)
-        real = read_bundle(loom.export(summary.execution_id, tmp_path / "reopened.json"))
+    real = read_bundle(_reopened(tmp_path, answer="SAFE-TO-DEPLOY"))
     created, _failed_decision, failed, reopened, recorded, completed = real.events
     first = recorded.state.replace("SAFE-TO-DEPLOY", "HI")  # the first answer: recorded
     events = [created, msgspec.structs.replace(recorded, state=first), failed, reopened]
