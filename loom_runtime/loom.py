@@ -197,6 +197,11 @@ class Loom:
         self._encryption = encryption
         self._keyring: Keyring | None = None  # opened with the log when encryption is on
 
+    def __repr__(self) -> str:
+        """The log it is on, password hidden (SQLAlchemy's rendering): what a traceback or a
+        failing test shows of it."""
+        return f"{type(self).__name__}({self.settings.url!r})"
+
     @cached_property
     def log(self) -> EventLog:
         """The event log, opened on first use.

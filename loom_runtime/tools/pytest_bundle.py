@@ -38,8 +38,7 @@ from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import Replayer, ReplayResult
-from loom_runtime.tools.display import visible
-from loom_runtime.tools.pytest_plugin import ReplayDiverged
+from loom_runtime.tools.pytest_plugin import BundleVerdict, ReplayDiverged
 
 ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
 """The divergences ``--loom-update`` accepts: what the code now asks and returns. Anything
@@ -47,13 +46,28 @@ else (an unrecorded key, an unused decision, another outcome) changes what was r
 only recording afresh (``--loom-record=rewrite``) can say what the new answer is."""
 
 
-class BundleMismatch(AssertionError):
+class BundleMismatch(BundleVerdict):
     """The test runs the flow differently from the bundle (another flow, other arguments, a
-    second run): not a replay divergence but a test that no longer matches its recording.
-    The message is made inert: it shows the bundle's recorded arguments."""
+    second run): not a replay divergence but a test that no longer matches its recording."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(visible(message))
+
+def next_step(result: ReplayResult, *, marked: bool) -> str:
+    """What to run when ``result``'s divergences are an intended change, said where the test
+    fails: ``--loom-update`` when it can accept them all (changed inputs and output), else
+    recording afresh, which a marked test can do and a collected bundle cannot."""
+    if all(isinstance(d, ACCEPTED) for d in result.divergences):
+        step = "If the change is intended, accept it with pytest --loom-update (it keeps the "
+        step += "recorded answers"
+        if marked:
+            step += "; pytest --loom-record=rewrite records afresh, calling the model and tools "
+            step += "again"
+        return f"{step})."
+    step = "If the change is intended, "
+    if marked:
+        step += "record afresh with pytest --loom-record=rewrite"
+    else:
+        step += "record the execution again and export it over this bundle (loom export ID -o FILE)"
+    return f"{step}: --loom-update accepts only changed decision inputs and output."
 
 
 class BundleLoom(Loom):
@@ -82,6 +96,10 @@ class BundleLoom(Loom):
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
         self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        mode = "recording" if self.recording else "replaying"
+        return f"{super().__repr__()[:-1]}, {mode} {self.bundle})"
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         if self.ran:
@@ -122,7 +140,7 @@ class BundleLoom(Loom):
         self.import_bundle(self.bundle)  # the test can look the execution up as after a run
         result = yield from self._replay(execution, frozenset())
         if not result.identical:
-            self._settle(bundle, result)
+            self._settle(bundle, result, marked=True)
         if self._error is not None:  # recorded as raising, and so it did again: as run() did
             self._error.add_note(
                 f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
@@ -142,13 +160,13 @@ class BundleLoom(Loom):
         divergences, else raise them. Opens no database."""
         result = self.replay_bundle(self.bundle)
         if not result.identical:
-            self._settle(read_bundle(self.bundle), result)
+            self._settle(read_bundle(self.bundle), result, marked=False)
         return result
 
-    def _settle(self, bundle: Bundle, result: ReplayResult) -> None:
+    def _settle(self, bundle: Bundle, result: ReplayResult, *, marked: bool) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""
         if not self.update or not all(isinstance(d, ACCEPTED) for d in result.divergences):
-            raise ReplayDiverged(result)
+            raise ReplayDiverged(result, next_step(result, marked=marked))
         seen = self._seen.inputs if self._seen is not None else {}
         changed = [d for d in result.divergences if isinstance(d, DecisionInputChangedError)]
         output_changed = any(isinstance(d, OutputChangedError) for d in result.divergences)

@@ -36,9 +36,11 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
     from loom_runtime.replay import ReplayResult
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
+NO_FLOWS = (
+    "loom needs to know where the flows are registered: pass --loom-flows=MODULE:ATTR, set "
+    "loom_flows in the ini file, or override the loom_flows fixture"
+)
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
 PASSED = pytest.StashKey[bool]()
@@ -60,14 +66,24 @@ RESEALED_PROPERTY = "loom_resealed"
 session state, so the report reaches the controller when pytest-xdist runs the tests."""
 
 
-class ReplayDiverged(AssertionError):
-    """A bundle's replay was not identical; the message is the readable account, made inert
-    (a bundle's values are untrusted: a recorded prompt can hold what a terminal obeys)."""
+class BundleVerdict(AssertionError):
+    """A test's code no longer matches its recording. The message is the whole account, made
+    inert (a bundle's values are untrusted: a recorded prompt can hold what a terminal
+    obeys); the failure shows the test's own line, not the frames inside loom that found it
+    (``pytest_runtest_call``), as an ``assert`` would."""
 
-    def __init__(self, result: ReplayResult) -> None:
+    def __init__(self, message: str) -> None:
         from loom_runtime.tools.display import visible
 
-        super().__init__(visible(result.describe()))
+        super().__init__(visible(message))
+
+
+class ReplayDiverged(BundleVerdict):
+    """A bundle's replay was not identical: its divergences, and what to run if the change
+    is intended (``next_step``)."""
+
+    def __init__(self, result: ReplayResult, next_step: str) -> None:
+        super().__init__(f"{result.describe().rstrip()}\n{next_step}")
         self.result = result
 
 
@@ -122,6 +138,34 @@ def pytest_runtest_makereport(
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A :class:`BundleVerdict` leaves the test without loom's own frames in its traceback:
+    the failure points at the test's ``loom.run`` line (where pytest's long form shows the
+    test's code) and the message says the rest. Other errors keep every frame."""
+    try:
+        return (yield)
+    except BundleVerdict as verdict:
+        verdict.__traceback__ = _outside_loom(verdict.__traceback__)
+        raise
+
+
+def _outside_loom(traceback: TracebackType | None) -> TracebackType | None:
+    """``traceback`` without the frames of loom's own modules."""
+    import loom_runtime
+
+    inside = str(Path(loom_runtime.__file__).parent) + os.sep
+    kept: list[TracebackType] = []
+    while traceback is not None:
+        if not traceback.tb_frame.f_code.co_filename.startswith(inside):
+            kept.append(traceback)
+        traceback = traceback.tb_next
+    trimmed = None
+    for entry in reversed(kept):
+        trimmed = TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return trimmed
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test marked with a bundle must take the ``loom`` fixture: without it the marker is
     silently nothing, and the test passes in every mode having recorded or replayed nothing.
@@ -149,12 +193,9 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
     from loom_runtime.errors import ConfigurationError
     from loom_runtime.flow import load_flows
 
-    spec = config.getoption("--loom-flows") or config.getini("loom_flows")
+    spec = _flows_spec(config)
     if not spec:
-        raise pytest.UsageError(
-            "loom needs to know where the flows are registered: pass --loom-flows=MODULE:ATTR, "
-            "set loom_flows in the ini file, or override the loom_flows fixture"
-        )
+        pytest.fail(NO_FLOWS, pytrace=False)  # a fixture's: each test that needs it errors
     # The project's package is found from the rootdir, as ``loom --flows`` finds it from the
     # current directory: the ``pytest`` script, unlike ``python -m pytest``, does not put the
     # current directory on the import path.
@@ -162,18 +203,24 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
     if root not in sys.path:
         sys.path.append(root)  # last: an installed package the tests run against still wins
     try:
-        return load_flows(str(spec))
+        return load_flows(spec)
     except ConfigurationError as exc:
-        raise pytest.UsageError(str(exc)) from exc
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _flows_spec(config: pytest.Config) -> str | None:
+    spec = config.getoption("--loom-flows") or config.getini("loom_flows")
+    return str(spec) if spec else None
 
 
 def replay_or_fail(flows: FlowRegistry, bundle: Path) -> ReplayResult:
     """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical."""
     from loom_runtime.loom import Loom
+    from loom_runtime.tools.pytest_bundle import next_step
 
     result = Loom(flows=flows).replay_bundle(bundle)
     if not result.identical:
-        raise ReplayDiverged(result)
+        raise ReplayDiverged(result, next_step(result, marked=False))
     return result
 
 
@@ -214,7 +261,10 @@ class BundleItem(pytest.Item):
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    for folder in config.getoption("--loom-bundles"):
+    folders = config.getoption("--loom-bundles")
+    if folders and not _flows_spec(config):  # a bundle's test has no fixture to override
+        raise pytest.UsageError(NO_FLOWS.removesuffix(", or override the loom_flows fixture"))
+    for folder in folders:
         directory = Path(folder)
         if not directory.is_dir():
             raise pytest.UsageError(f"--loom-bundles={folder}: no such directory")

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import loom_runtime
 from loom_runtime import FlowRegistry, Loom
 from loom_runtime.bundle import read_bundle, write_bundle
 from loom_runtime.execution import Execution
@@ -135,13 +136,6 @@ def test_the_fixture_replays_hand_written_cases(
         f"    assert loom_replay({str(bundle)!r}).output == 'Hello, Ada'\n"
     )
     pytester.runpytest().assert_outcomes(passed=1)
-
-
-def test_missing_flows_option_is_a_usage_error(pytester: pytest.Pytester, recordings: Path) -> None:
-    """Without --loom-flows the bundle test errors and says how to name the flows."""
-    result = pytester.runpytest("--loom-bundles", str(recordings))
-    result.stdout.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
-    assert result.ret != 0
 
 
 def reseal(path: Path, version: int, topic: str | None = None, **changes: object) -> None:
@@ -490,3 +484,69 @@ def test_loom_flows_in_the_ini_is_found_from_the_rootdir(
     folder = _recorded(pytester.path / "recordings", tmp_path)
     assert str(pytester.path) not in sys.path
     pytester.runpytest("--loom-bundles", str(folder)).assert_outcomes(passed=1)
+
+
+LOOM_SOURCE = str(Path(loom_runtime.__file__).parent)
+"""Where loom's own modules are: a failure's traceback shows none of their frames."""
+
+
+def test_a_divergence_fails_at_the_test_s_own_line_with_the_next_step(
+    pytester: pytest.Pytester,
+) -> None:
+    """A changed prompt fails a marked test at its ``loom.run`` line, not inside loom (whose
+    frames say nothing about the user's code), shows the fixture as what it is, and says
+    what to run if the change is intended: --loom-update for a changed input, and
+    --loom-record=rewrite for what an update cannot accept (a decision never recorded)."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    pytester.makepyfile(greeter=flows_module("Say hi to "))
+    changed = pytester.runpytest("-p", "no:randomly")
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(
+        [
+            "loom = BundleLoom(*greet.json*)",
+            '>       assert loom.run("greet", name="Ada").output == "Hello, Ada"',
+            "E   *DecisionInputChangedError*",
+            "E   *accept it with pytest --loom-update*",
+            "test_greet.py:6: *",
+        ]
+    )
+    assert LOOM_SOURCE not in changed.stdout.str()
+    pytester.makepyfile(
+        greeter=flows_module("Greet ").replace(
+            'ctx.decide("model"', 'ctx.decide("tone", lambda: "warm") and ctx.decide("model"'
+        )
+    )
+    unrecorded = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    unrecorded.assert_outcomes(failed=1)
+    unrecorded.stdout.fnmatch_lines(
+        ["E   *UnrecordedDecisionError*", "E   *record afresh with pytest --loom-record=rewrite*"]
+    )
+    assert LOOM_SOURCE not in unrecorded.stdout.str()
+
+
+def test_a_collected_bundle_s_divergence_says_how_to_accept_it(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    pytester.makepyfile(flows_v2=flows_module("Say hi to "))
+    result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v2:flows")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*accept it with pytest --loom-update*"])
+
+
+def test_missing_flows_fail_each_test_in_one_line_and_a_bundle_folder_at_once(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """Without flows, a test taking the ``loom`` fixture errors with the one-line how-to,
+    not a traceback through pytest's plugins; ``--loom-bundles`` without flows is refused
+    before any test runs, as a usage error."""
+    pytester.makepyfile(test_greet="def test_greet(loom):\n    pass\n")
+    fixture = pytester.runpytest("-p", "no:randomly", "test_greet.py")
+    fixture.assert_outcomes(errors=1)
+    fixture.stdout.fnmatch_lines(["*loom needs to know where the flows are registered*"])
+    assert "Traceback" not in fixture.stdout.str() and "pytest_plugin.py" not in (
+        fixture.stdout.str()
+    )
+    collected = pytester.runpytest("--loom-bundles", str(recordings))
+    assert collected.ret == pytest.ExitCode.USAGE_ERROR
+    collected.stderr.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
