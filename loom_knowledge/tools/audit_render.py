@@ -33,7 +33,7 @@ def render_text(report: Audit) -> str:
     """The audit as plain text, one line per fact (a value cannot forge a line)."""
     lines = [
         f"execution {report.execution_id}  flow {report.flow}  code {report.code_version}",
-        f"status {report.status}; the corpus as it saw it: log position {report.log_position}",
+        f"status {report.status}; {_position(report)}",
         *lineage_lines(report),
         f"input: {flat(report.input)}",
     ]
@@ -61,7 +61,10 @@ def render_text(report: Audit) -> str:
                 f"  cited {list(call.citations.grounded)}"
                 + (f", UNGROUNDED {ungrounded}" if ungrounded else ", all grounded")
             )
-    lines += [f"decision {_decision_line(d)}" for d in report.decisions]
+    for decision in report.decisions:
+        lines.append(f"decision {_decision_line(decision)}")
+        if decision.input is not None:
+            lines.append(f"  input: {flat(decision.input)}")
     lines.append(f"error: {report.error}" if report.error else f"output: {flat(report.output)}")
     return "\n".join(visible(line, one_line=True) for line in lines)
 
@@ -72,15 +75,16 @@ def render_html(report: Audit) -> str:
     items = [
         _card(
             "Started",
-            f"input <code>{_h(flat(report.input, 400))}</code><br>"
-            f"the corpus as it saw it: log position {report.log_position}{lineage}",
+            f"input <code>{_h(flat(report.input, 400))}</code><br>{_position(report)}{lineage}",
             "start",
         )
     ]
     items += [_retrieval_card(r) for r in report.retrievals]
     items += [_model_card(c) for c in report.model_calls]
     items += [
-        _card(f"Decision: {d.key}", f"<pre>{_h(_decision_line(d))}</pre>", "decision")
+        _card(
+            f"Decision: {d.key}", f"<pre>{_h(_decision_line(d))}</pre>{_input_html(d)}", "decision"
+        )
         for d in report.decisions
     ]
     outcome = (
@@ -141,10 +145,28 @@ def _measured(meta: object) -> list[str]:
     return [] if meta is None else [f"  measured: {flat(describe_meta(meta), 300)}"]
 
 
+def _position(report: Audit) -> str:
+    """Where in the log the execution started: for one that retrieved, the corpus it saw."""
+    if report.retrievals:
+        return f"the corpus as it saw it: log position {report.log_position}"
+    return f"started after log position {report.log_position}"
+
+
 def _decision_line(decision: AuditedDecision) -> str:
     outcome = f"raised {decision.error}" if decision.error else flat(decision.value, 100)
     measured = f"; measured: {describe_meta(decision.meta)}" if decision.meta is not None else ""
-    return f"{decision.key} (kind {decision.kind}){_origin(decision.origin)}: {outcome}{measured}"
+    kind = "" if decision.kind is None else f" (kind {decision.kind})"
+    return f"{decision.key}{kind}{_origin(decision.origin)}: {outcome}{measured}"
+
+
+def _input_html(decision: AuditedDecision) -> str:
+    """What a decision was asked with (its prompt, a tool's arguments), whole; none if none."""
+    value = decision.input
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        value = msgspec.json.format(msgspec.json.encode(value)).decode()
+    return f"<p><b>Input:</b></p><pre>{_h(value)}</pre>"
 
 
 def _card(title: str, body: str, kind: str) -> str:

@@ -214,3 +214,26 @@ def test_the_audit_shows_lineage_reopenings_and_what_was_measured(
     assert msgspec.json.decode(msgspec.json.encode(forked), type=Audit) == forked
     result = CliRunner().invoke(app, ["audit", str(fork.execution_id), "--json", "--db", db_url])
     assert json.loads(result.output)["parent_id"] == str(failed_id)
+
+
+def test_a_plain_decision_shows_what_it_was_asked_and_a_flow_without_a_corpus_says_so(
+    loom: Loom,
+) -> None:
+    """What the agent was given is half of what an audit is for: a decision the audit does not
+    interpret shows its input beside its value (the prompt of a hand-written model call), in
+    text and HTML; a decision without a kind does not print ``kind None``; an execution that
+    read no corpus does not claim to have seen one."""
+
+    @loom.flow("triage")
+    def triage(ctx: FlowContext, ticket: str) -> Any:
+        prompt = {"prompt": "Route this ticket.", "ticket": ticket}
+        return ctx.decide("model", lambda: {"queue": "billing"}, input=prompt)
+
+    report = audit(loom, loom.run("triage", ticket="charged twice").execution_id)
+    text = render_text(report)
+    assert 'decision model: {"queue":"billing"}' in text
+    assert '  input: {"prompt":"Route this ticket.","ticket":"charged twice"}' in text
+    assert "kind None" not in text
+    assert "corpus" not in text and "started after log position" in text
+    page = render_html(report)
+    assert "Route this ticket." in page and "kind None" not in page and "corpus" not in page
