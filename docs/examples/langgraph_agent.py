@@ -138,6 +138,7 @@ def main(question: str) -> None:
         print(json.dumps(run.output, indent=2))
         replay = loom.replay(run.execution_id)
         print(f"replayed from {url}: {'identical' if replay.identical else replay.describe()}")
+        print(f"what it saw and cited: loom audit {run.execution_id} --db {url}")
 
 
 if __name__ == "__main__":

@@ -209,3 +209,25 @@ def test_each_python_block_of_the_guide_runs_or_is_a_piece_of_the_example(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
     monkeypatch.setenv("OPENAI_BASE_URL", provider.openai_url)
     exec(compile(block, f"{GUIDE.name}, a block", "exec", dont_inherit=True), {})
+
+
+def test_the_example_run_as_a_script_says_how_to_audit_its_execution(
+    provider: ProviderServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python docs/examples/langgraph_agent.py`` as the guide says to run it (the key and
+    the endpoint from the environment): it replays identically and prints the audit command
+    of its execution, which then runs and shows what the agent cited."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.tools.cli import app
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.openai_url)
+    example.main(QUESTION)
+    printed = capsys.readouterr().out
+    assert re.search(r"^replayed from \S+: identical$", printed, re.M), printed
+    command = re.search(r"^what it saw and cited: loom (audit .+)$", printed, re.M)
+    assert command is not None, printed
+    audited = CliRunner().invoke(app, command[1].split())
+    assert audited.exit_code == 0, audited.output
+    assert "disk-full.md" in audited.output
