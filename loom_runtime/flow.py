@@ -7,6 +7,7 @@ stored bytes*, exactly as a replay will (a tuple argument arrives as a list in b
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import inspect
@@ -101,9 +102,11 @@ class FlowRegistry:
             return self._flows[name]
         except KeyError:
             known = ", ".join(sorted(self._flows)) or "none"
+            close = difflib.get_close_matches(name, self._flows, n=1)
+            guess = f"did you mean {close[0]!r}? " if close else ""
             raise FlowNotFoundError(
                 f"no flow named {name!r} is registered in this process (registered: {known}); "
-                "import the module that defines it before running or replaying"
+                f"{guess}import the module that defines it before running or replaying"
             ) from None
 
     def find(self, name: str) -> Flow | None:

@@ -563,6 +563,21 @@ def test_an_unregistered_flow_names_the_command_line_fix(setup: Setup) -> None:
     assert "pass --flows MODULE:ATTR or set LOOM_FLOWS" in result.stderr
 
 
+def test_a_misspelt_flow_given_flows_suggests_the_name_not_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --flows given, "pass --flows" is the wrong fix for a typo: the message names the
+    registered flow it most looks like, and the registry it looked in."""
+    (tmp_path / "typo_flows.py").write_text(FLOWS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "typo_flows", raising=False)
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    result = _invoke("run", "doubel", "--db", db, "--flows", "typo_flows:flows")
+    assert result.exit_code == ExitCode.USAGE
+    assert "did you mean 'double'?" in result.stderr
+    assert "pass --flows" not in result.stderr and "typo_flows:flows" in result.stderr
+
+
 def _sync(s: Setup, *args: str) -> Result:
     return _invoke("knowledge", "sync", str(s.docs), "--scope", "ops", "--db", s.db, *args)
 

@@ -376,7 +376,7 @@ def counterfactual_command(
         try:
             report = counterfactual(loom, execution_id_in(loom, execution_id))
         except FlowNotFoundError as exc:
-            flow_missing(exc)
+            flow_missing(exc, flows)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
     for line in counterfactual_lines(report):  # each inert alone: an id cannot forge a line

@@ -259,9 +259,12 @@ def open_with_flows(
     return loom
 
 
-def flow_missing(exc: FlowNotFoundError) -> NoReturn:
-    """A flow not registered, with the command line's way to register it (exit 2)."""
-    fail(f"{exc} (pass --flows MODULE:ATTR or set LOOM_FLOWS)", code=ExitCode.USAGE)
+def flow_missing(exc: FlowNotFoundError, flows: str | None) -> NoReturn:
+    """A flow not registered (exit 2), with the command line's way to register it; when
+    ``--flows`` was given that is no fix (a typo is, and the library's message suggests the
+    name), so the message names the registry it looked in instead."""
+    fix = "pass --flows MODULE:ATTR or set LOOM_FLOWS" if not flows else f"flows from {flows}"
+    fail(f"{exc} ({fix})", code=ExitCode.USAGE)
 
 
 def cannot_write(target: Path, error: OSError) -> NoReturn:
@@ -434,7 +437,7 @@ def run(
         try:
             result = loom.run(flow, labels=labels, **arguments)
         except FlowNotFoundError as exc:
-            flow_missing(exc)
+            flow_missing(exc, flows)
         except (FlowInputError, NotSerialisableError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
     console.print(f"execution {result.execution_id}")
@@ -673,7 +676,7 @@ def resume(
         try:
             result = loom.resume(execution_id_in(loom, execution_id), retry_failed=retry_failed)
         except FlowNotFoundError as exc:
-            flow_missing(exc)
+            flow_missing(exc, flows)
         except (ExecutionNotFoundError, ExecutionFinishedError, EncryptionOffError) as exc:
             fail(str(exc), code=ExitCode.USAGE)  # EncryptionOffError: sealed, and no key given
         except (ExecutionConflictError, LogCorruptError, ErasedError) as exc:
@@ -718,7 +721,7 @@ def fork(
         try:
             result = loom.fork(execution_id_in(loom, execution_id), at=point, override=overrides)
         except FlowNotFoundError as exc:
-            flow_missing(exc)
+            flow_missing(exc, flows)
         except (
             ExecutionNotFoundError,
             ForkPointError,
@@ -796,7 +799,7 @@ def replay(
                 else loom.replay(target, live=kinds)
             )
         except FlowNotFoundError as exc:
-            flow_missing(exc)
+            flow_missing(exc, flows)
         except FlowInputError as exc:  # the recorded arguments no longer fit: an answer
             fail(str(exc))
         except (BundleError, ConfigurationError, ErasedError, LogCorruptError) as exc:

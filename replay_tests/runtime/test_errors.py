@@ -29,6 +29,16 @@ def test_unknown_flow_names_the_registered_ones(loom: Loom) -> None:
     assert loom.log.position == 0
 
 
+def test_a_misspelt_flow_name_suggests_the_registered_one(loom: Loom) -> None:
+    loom.flow("triage")(lambda ctx: None)
+    loom.flow("answer")(lambda ctx: None)
+    with pytest.raises(FlowNotFoundError, match=r"'triag'.*did you mean 'triage'\?"):
+        loom.run("triag")
+    with pytest.raises(FlowNotFoundError) as unlike:
+        loom.run("zzz")
+    assert "did you mean" not in str(unlike.value)
+
+
 def test_flow_registered_twice_is_refused(loom: Loom) -> None:
     """Flow names key stored executions: a second registration under a taken name fails."""
     loom.flow("f")(lambda ctx: 1)
