@@ -440,7 +440,8 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
     if not bundle.events or content_hash(bundle) != bundle.content_hash:
         raise BundleTamperedError(
             f"{path} was altered after export: its content no longer matches its sha256 "
-            f"({bundle.content_hash[:16] or 'missing'}...)"
+            f"({bundle.content_hash[:16] or 'missing'}...); export it again from its log "
+            "(loom export ID -o FILE), or record it again"
         )
     check_events(bundle.events)
     return bundle

@@ -284,8 +284,14 @@ def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
 
     The message often quotes the user's input or the log, so it is printed inert.
     """
-    err_console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
+    complain(message)
     raise typer.Exit(code)
+
+
+def complain(message: str) -> None:
+    """An error on stderr that does not stop the command (one file of many that failed: the
+    command exits non-zero at the end); inert."""
+    err_console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
 
 
 def warn(message: str) -> None:

@@ -32,6 +32,7 @@ from loom_runtime.tools.cli import (
     JsonOption,
     app,
     cannot_write,
+    complain,
     console,
     execution_id_in,
     fail,
@@ -39,7 +40,6 @@ from loom_runtime.tools.cli import (
     open_loom,
     print_json,
     progress_bars,
-    warn,
 )
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def _report(results: list[Imported], *, as_json: bool) -> None:
         print_json(results)
     else:
         for result in failed:
-            warn(f"{result.path}: {result.error}")
+            complain(f"{result.path}: {result.error}")
         imported = sum(result.status == "imported" for result in results)
         console.print(
             f"imported {imported} execution(s); {len(results) - imported - len(failed)} "
