@@ -8,29 +8,35 @@ tracks one, so ``loom rebuild`` of a log without vectors runs without numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from loom_runtime import EventLog, tracked_names
+from loom_runtime import EventLog, Unopened, open_each, tracked_names
 
 if TYPE_CHECKING:
     from loom_memory.vector_memory import EmbeddingProjection
 
 
-def embedding_projections(log: EventLog) -> list[EmbeddingProjection]:
+def embedding_projections(
+    log: EventLog, *, unopened: Unopened | None = None
+) -> list[EmbeddingProjection]:
     """One :class:`~loom_memory.vector_memory.EmbeddingProjection` per tracked table and model
-    (the ``loom.projections`` entry point)."""
+    (the ``loom.projections`` entry point); one that cannot be opened here is told to
+    ``unopened`` by its tracking name, and the others are still returned."""
     tracked = []
     for name in tracked_names(log.engine):
         kind, _, rest = name.partition(":")
         prefix, _, model = rest.partition(":")
         if kind == "loom_embeddings" and prefix and model:
-            tracked.append((prefix, model))
+            tracked.append((name, prefix, model))
     if not tracked:
         return []
     from loom_memory.embedding_table import EmbeddingTable  # imported here: it needs numpy
     from loom_memory.vector_memory import EmbeddingProjection
 
-    return [
-        EmbeddingProjection(EmbeddingTable(log.engine, model=model, table_prefix=prefix))
-        for prefix, model in tracked
-    ]
+    def opener(prefix: str, model: str) -> Callable[[], EmbeddingProjection]:
+        return lambda: EmbeddingProjection(
+            EmbeddingTable(log.engine, model=model, table_prefix=prefix)
+        )
+
+    return open_each(((name, opener(prefix, model)) for name, prefix, model in tracked), unopened)

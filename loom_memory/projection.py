@@ -23,7 +23,7 @@ memory clears it (ADR 0060), so the live store and a rebuild from position 0 agr
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine, delete, select
@@ -49,7 +49,9 @@ from loom_runtime import (
     EventLog,
     Forgotten,
     SQLProjection,
+    Unopened,
     keyring_for,
+    open_each,
     tracked_names,
 )
 
@@ -256,26 +258,34 @@ class InProcessMemoryProjection:
             self._position = 0
 
 
-def memory_projections(log: EventLog) -> list[SqlMemoryProjection]:
+def memory_projections(
+    log: EventLog, *, unopened: Unopened | None = None
+) -> list[SqlMemoryProjection]:
     """The SQL memory projections tracked in ``log``'s database (the ``loom.projections``
     entry point): found by their tracking names, ``loom_memory:<memory>:<table prefix>``.
 
     Each store is opened as it was built, read from its own tables: with the tokenizer it
     records and with postings when it keeps them. Opened with the defaults, a stemmed store
-    refused to open, and a postings store caught up without postings its search reads.
+    refused to open, and a postings store caught up without postings its search reads. A
+    store that cannot be opened here is told to ``unopened`` by its tracking name, and the
+    others are still returned (:func:`~loom_runtime.projection.open_each`).
     """
     store_class = (
         PostgresMemoryStore if log.engine.dialect.name == "postgresql" else SqliteMemoryStore
     )
-    found = []
+
+    def opener(memory: str, prefix: str) -> Callable[[], SqlMemoryProjection]:
+        return lambda: SqlMemoryProjection(
+            _as_built(store_class, log.engine, prefix), memory=memory
+        )
+
+    openers = []
     for name in tracked_names(log.engine):
         kind, _, rest = name.partition(":")
         memory, _, prefix = rest.partition(":")
         if kind == "loom_memory" and memory and prefix:
-            found.append(
-                SqlMemoryProjection(_as_built(store_class, log.engine, prefix), memory=memory)
-            )
-    return found
+            openers.append((name, opener(memory, prefix)))
+    return open_each(openers, unopened)
 
 
 def _as_built(store_class: type[SqlMemoryStore], engine: Engine, prefix: str) -> SqlMemoryStore:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import entry_points
 from itertools import islice
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -94,6 +94,9 @@ class TrackedProjection(Protocol):
     def reset(self) -> None:
         """Forget every row and the position, so a catch-up rebuilds from 0."""
         ...
+
+
+ProjectionT = TypeVar("ProjectionT", bound=TrackedProjection)
 
 
 class SQLProjection(ABC):
@@ -195,27 +198,48 @@ class SQLProjection(ABC):
 PROJECTIONS: Final = "loom.projections"
 """The entry-point group through which packages above the runtime declare their read models."""
 
+Unopened = Callable[[str, Exception], None]
+"""Told the name of a read model that could not be opened, and why, so the rest go on."""
+
 
 def registered_projections(
-    log: EventLog, *, unopened: Callable[[str, Exception], None] | None = None
+    log: EventLog, *, unopened: Unopened | None = None
 ) -> list[TrackedProjection]:
     """Every read model the installed packages keep in ``log``'s database.
 
     Packages above the runtime declare theirs through the ``loom.projections`` entry-point
-    group: each entry point is a function ``(log) -> Sequence[TrackedProjection]``. This is
-    what ``loom rebuild`` and ``loom doctor`` walk, without the runtime importing them.
-    With ``unopened``, a package whose read models cannot be opened (a missing extra, a lock)
-    is reported to it by entry-point name and skipped, instead of raising.
+    group: each entry point is a function ``(log, *, unopened) -> Sequence[TrackedProjection]``.
+    This is what ``loom rebuild`` and ``loom doctor`` walk, without the runtime importing
+    them. With ``unopened``, a read model that cannot be opened (a missing extra, a store built
+    with a stemmer this environment lacks, a lock) is reported to it and skipped, instead of
+    raising: by the projection's name where a package opens several (:func:`open_each`, so one
+    memory store does not keep the others from an erasure's purge), else by the entry point's.
     """
     found: list[TrackedProjection] = []
     for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
         try:
-            found.extend(entry_point.load()(log))
+            found.extend(entry_point.load()(log, unopened=unopened))
         except Exception as exc:
             if unopened is None:
                 raise
             unopened(entry_point.name, exc)
     return found
+
+
+def open_each(
+    openers: Iterable[tuple[str, Callable[[], ProjectionT]]], unopened: Unopened | None
+) -> list[ProjectionT]:
+    """Each read model ``(name, open)`` names, opened; one whose ``open`` raises is reported to
+    ``unopened`` and skipped, or raised when there is none to tell."""
+    opened: list[ProjectionT] = []
+    for name, open_one in openers:
+        try:
+            opened.append(open_one())
+        except Exception as exc:
+            if unopened is None:
+                raise
+            unopened(name, exc)
+    return opened
 
 
 def tracked_names(engine: Engine) -> list[str]:

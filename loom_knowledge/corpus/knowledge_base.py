@@ -74,6 +74,7 @@ from loom_runtime import (
     EventLog,
     Loom,
     MissingExtraError,
+    Unopened,
     catch_up,
     position_at,
     rebuild,
@@ -738,8 +739,13 @@ def corpus_index(loom: Loom) -> CorpusIndex:
     return loom.services.get(_CORPUS_SERVICE, lambda: CorpusIndex(loom.log.engine))
 
 
-def corpus_projections(log: EventLog) -> list[CorpusIndex]:
-    """The corpus read models of ``log``'s database (the ``loom.projections`` entry point)."""
+def corpus_projections(log: EventLog, *, unopened: Unopened | None = None) -> list[CorpusIndex]:
+    """The corpus read models of ``log``'s database (the ``loom.projections`` entry point).
+
+    One index holds every scope, so there is nothing to skip: ``unopened`` (the entry
+    points' signature) is not told here, and an index that cannot be opened raises, which
+    :func:`~loom_runtime.projection.registered_projections` reports by the entry point's name."""
+    del unopened
     return [CorpusIndex(log.engine)]
 
 

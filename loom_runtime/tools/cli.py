@@ -897,7 +897,11 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
         except Exception as exc:  # whatever stops the log from decoding is doctor's finding
             check(False, "log readable", str(exc))
             verdict()
-        for projection in registered_projections(loom.log):
+
+        def unopenable(name: str, error: Exception) -> None:  # the others are still checked
+            check(False, f"projection {name}", f"cannot be opened: {cause_of(error)}")
+
+        for projection in registered_projections(loom.log, unopened=unopenable):
             check(*_caught_up(loom, projection, head))
             store = getattr(projection, "store", None)
             if store is not None:

@@ -373,7 +373,7 @@ def test_a_read_model_that_cannot_even_be_opened_leaves_the_erasure_reported(
         memory.append("dave", [MemoryEntry(content="card zzdaveterm", role="user")])
         memory.close()
 
-    def unopenable(log: object) -> list[object]:
+    def unopenable(log: object, *, unopened: object = None) -> list[object]:
         raise RuntimeError("stemming needs the snowballstemmer package\nmore")
 
     monkeypatch.setattr(loom_knowledge.corpus.knowledge_base, "corpus_projections", unopenable)
@@ -385,13 +385,13 @@ def test_a_read_model_that_cannot_even_be_opened_leaves_the_erasure_reported(
     assert "zzdaveterm" not in _table_rows(url)
 
 
-def _table_rows(url: str) -> str:
-    """Every row of every table of the database at ``url``, read raw (no loom read that
-    would catch a read model up first), bytes as bytes."""
+def _table_rows(url: str, prefix: str = "") -> str:
+    """Every row of every table (whose name starts with ``prefix``) of the database at
+    ``url``, read raw (no loom read that would catch a read model up first), bytes as bytes."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            tables = inspect(conn).get_table_names()
+            tables = [t for t in inspect(conn).get_table_names() if t.startswith(prefix)]
             rows = [conn.execute(text(f'SELECT * FROM "{name}"')).all() for name in tables]
     finally:
         engine.dispose()

@@ -11,6 +11,7 @@ erased key is refused typed and writes nothing.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from loom_memory import (
@@ -399,3 +401,54 @@ def test_an_erasure_purges_a_store_built_with_options_nobody_opens_again(
         assert [e.id for e in memory.search("erin", "zzlaterterm")] == ["l"]
         assert memory.read("dave") == []
         memory.close()
+
+
+def test_a_store_that_cannot_be_opened_does_not_keep_the_others_from_forgetting(
+    db_url: str,
+) -> None:
+    """Two SQL memory stores hold the erased key's text; one cannot be opened here (its
+    recorded tokenizer names a stemmer this environment lacks). The other still forgets it,
+    and the report names only the one that could not, by its store."""
+    url = db_url
+    _two_stores_one_unopenable(url)
+    with Loom(url, encryption=KEY) as loom:
+        report = loom.erase(memory_key="memory:dave", reason="r", by="dpo")
+    [unpurged] = report.unpurged
+    name, _, cause = unpurged.partition(": ")
+    assert name.startswith("loom_memory:") and name.endswith(":broken_")
+    assert "stem:klingon" in cause
+    kept, broken = _table_rows(url, "kept_"), _table_rows(url, "broken_")
+    assert "_dave" not in kept  # each store projects the memory's every key: both purged
+    assert "zzkept_dave" in broken  # what the report says is left, for doctor to catch up
+
+
+def _two_stores_one_unopenable(url: str) -> None:
+    """Two SQL stores of one memory holding dave's entries; ``broken_`` records a tokenizer
+    this loom does not know, so it cannot be opened here."""
+    sql = PostgresMemoryStore if "postgresql" in url else SqliteMemoryStore
+    with Loom(url, encryption=KEY) as loom:
+        for prefix in ("kept_", "broken_"):
+            memory = EventSourcedMemory(loom, store=sql(loom.log.engine, table_prefix=prefix))
+            memory.append("dave", [MemoryEntry(content=f"card zz{prefix}dave", id="d")])
+            memory.close()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE broken_settings SET value = 'stem:klingon'"))
+    engine.dispose()
+
+
+def test_doctor_reports_a_store_that_cannot_be_opened_and_checks_the_others(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_stores_one_unopenable(db_url)
+    from loom_runtime.tools.cli import app
+
+    monkeypatch.setenv("LOOM_MASTER_KEY", base64.b64encode(b"m" * 32).decode())  # KEY's bytes
+    result = CliRunner().invoke(app, ["doctor", "--db", db_url])
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert any(
+        re.match(r"FAIL projection loom_memory:\S+:broken_: cannot be opened: .*klingon", line)
+        for line in lines
+    ), result.stdout
+    assert any(re.match(r"ok   projection loom_memory:\S+:kept_: ", line) for line in lines)
