@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -187,3 +188,31 @@ def test_export_to_a_folder_that_is_not_there_is_one_line(
     assert result.exit_code == ExitCode.USAGE, result.output
     assert result.stderr.startswith(f"error: cannot write {target}: "), result.stderr
     assert ".partial" not in result.stderr and "Traceback" not in result.output
+
+
+def test_import_reads_each_file_once_but_the_first_usable_one(
+    tmp_path: Path, source: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Import reads files before it opens the database (so files that are all unusable
+    create none), but only until one is usable: reading every file twice doubled the cost of
+    importing a folder of large bundles. A bad file before the first good one is read once."""
+    import loom_runtime.bundle
+    import loom_runtime.loom
+
+    url, _ = source
+    out = tmp_path / "bundles"
+    assert _invoke("export", "--all", "-o", str(out), "--db", url).exit_code == ExitCode.OK
+    (out / "0-bad.json").write_text("{}")
+    reads: list[str] = []
+    real = loom_runtime.bundle.read_importable
+
+    def counted(path: Path, **options: Any) -> Any:
+        reads.append(path.name)
+        return real(path, **options)
+
+    monkeypatch.setattr(loom_runtime.bundle, "read_importable", counted)
+    monkeypatch.setattr(loom_runtime.loom, "read_importable", counted)
+    result = _invoke("import", str(out), "--db", f"sqlite:///{tmp_path / 'target.db'}")
+    assert result.exit_code == ExitCode.FAILED  # the bad file
+    assert "imported 3 execution(s); 0 already in the log; 1 failed" in result.stdout
+    assert len(reads) == 5, reads  # the bad one once, the first good one twice, two once

@@ -161,18 +161,22 @@ def import_command(
 
     files = list(dict.fromkeys(file for path in paths for file in _bundles_in(path)))
     results: dict[Path, Imported] = {}
-    for file in files:  # read before the database is opened: all unusable, none is created
+    # Read before the database is opened, so files that are all unusable create none; but
+    # only until one is usable: the import reads each file again (a bundle is up to 256 MiB).
+    for file in files:
         try:
             read_importable(file)
         except BundleError as exc:
             results[file] = Imported(path=str(file), status="failed", error=str(exc))
-    usable = [file for file in files if file not in results]
-    if usable:
+        else:
+            break
+    rest = [file for file in files if file not in results]
+    if rest:
         with open_loom(db, create=True) as loom, progress_bars(hidden=as_json) as bar:
             advance = bar("import")
-            for done, file in enumerate(usable, start=1):
+            for done, file in enumerate(rest, start=1):
                 results[file] = _imported(loom, file)
-                advance(done, len(usable))
+                advance(done, len(rest))
     _report([results[file] for file in files], as_json=as_json)
 
 
