@@ -336,6 +336,12 @@ types, sequences' parameters, rules and views, policies, extensions, settings, l
 The system's schemas are left out, as is what TRUNCATE itself changes (files, statistics)."""
 
 
+TERMINATE_WAIT_MS = 10_000
+"""How long ending a recycled database's sessions waits for each to exit. Without a timeout
+``pg_terminate_backend`` only signals: on a loaded machine a session was still listed when
+the next test got the database (``test_a_database_given_back_comes_back_empty`` failed)."""
+
+
 class _KitDatabase:
     """One database of :class:`PostgresKits`: its name, its tables and what they held when
     built (rows in COPY's binary form, each sequence's value), the digest of its schema, and
@@ -382,8 +388,8 @@ class _KitDatabase:
         False, and nothing restored, when its schema is no longer the one built."""
         conn = self._conn
         with conn.transaction():
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            conn.execute(  # with a timeout, it waits until each session has gone
+                f"SELECT pg_terminate_backend(pid, {TERMINATE_WAIT_MS}) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
             if conn.execute(_CATALOG_FINGERPRINT).fetchone() != self.fingerprint:
@@ -504,8 +510,8 @@ def _drop_database(name: str) -> None:
 def _empty_database(name: str) -> None:
     """Make a used test database as empty as a new one: end its sessions, drop every schema
     (each table, sequence, view, function and type in it), create ``public`` again."""
-    _admin_sql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+    _admin_sql(  # with a timeout, it waits until each session has gone
+        f"SELECT pg_terminate_backend(pid, {TERMINATE_WAIT_MS}) FROM pg_stat_activity"
         f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
     )
     engine = create_engine(_postgres_url(name), isolation_level="AUTOCOMMIT", poolclass=NullPool)

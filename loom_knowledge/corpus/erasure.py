@@ -111,8 +111,10 @@ def refuse_erased(
     for a plan that writes nothing (``plan_sync``, a dry-run sync): the key table's own
     refusal, read for the documents the corpus index found ``erased`` (id to forget event)."""
     keyring = keyring_for(loom.log.engine)
+    if keyring is None:
+        return
     for doc_id in doc_ids:
-        if keyring is not None and doc_id in erased:
+        if doc_id in erased:
             keyring.live_key(document_subject(scope, doc_id))  # destroyed: raises
 
 
