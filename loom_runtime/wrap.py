@@ -61,22 +61,59 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
     def wrapper(client: Any, retry: Backoff | None) -> Any:
         profile = ModelProfile(provider=provider, base_path=client.base_url.path, retry=retry)
         sdk = sys.modules[type(client).__module__.partition(".")[0]]
-        # The SDK's own default HTTP client (its timeouts, limits, redirects), sending through
-        # loom's transport over the transport it would have used: from the httpx-compatible
-        # package the SDK is built on (httpx2 for current SDKs, httpx for older ones).
+        # The SDK's own default HTTP client class (its timeouts, limits, redirects), sending
+        # through loom's transport over the transport the client would have used: from the
+        # httpx-compatible package the SDK is built on (httpx2 for current SDKs, httpx for
+        # older ones).
         http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
         http = http_package(http_client_class, "AsyncClient" if asynchronous else "Client")
         package = library(http)
+        inner = _sent_as_by(client, http.AsyncClient if asynchronous else http.Client)
         transport: Any
         if asynchronous:
-            transport = package.async_transport(http.AsyncHTTPTransport(), profile)
+            transport = package.async_transport(inner or http.AsyncHTTPTransport(), profile)
         else:
-            transport = package.transport(http.HTTPTransport(), profile)
+            transport = package.transport(inner or http.HTTPTransport(), profile)
         return client.with_options(
             http_client=http_client_class(transport=transport), max_retries=0
         )
 
     return wrapper
+
+
+def _sent_as_by(client: Any, client_class: type) -> _OwnTransport | None:
+    """Where ``client``'s own HTTP client sends a request, for loom's transport to send
+    through: the user's ``http_client=`` (a proxy, a corporate CA, a transport of their own)
+    or the SDK's default one (its connection pool, no second TLS context to build). None when
+    the SDK keeps no such client where its generator puts it (``_client``); loom then sends
+    through a default transport of the SDK's HTTP package."""
+    own = getattr(client, "_client", None)
+    if isinstance(own, client_class) and hasattr(own, "_transport_for_url"):
+        return _OwnTransport(own)
+    return None
+
+
+class _OwnTransport:
+    """Sends each request as ``client`` would: through the transport it picks for the URL
+    (its mount for a proxy, else its own transport, with its TLS settings and pool).
+
+    The client stays its owner's: closing the wrapped client leaves it open, as the SDK's
+    ``with_options`` shares one HTTP client between a client and its copies."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def handle_request(self, request: Any) -> Any:
+        return self._client._transport_for_url(request.url).handle_request(request)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return await self._client._transport_for_url(request.url).handle_async_request(request)
+
+    def close(self) -> None:
+        """Nothing to close: the HTTP client is the original client's (see the class)."""
+
+    async def aclose(self) -> None:
+        """Nothing to close: the HTTP client is the original client's (see the class)."""
 
 
 def _mcp_session(session: Any, retry: Backoff | None) -> Any:

@@ -24,6 +24,7 @@ from loom_runtime import (
     UnsupportedClientError,
     wrap,
 )
+from loom_runtime.http_transport import http_package
 from replay_tests.capture.provider_server import ProviderServer
 from replay_tests.deferred_import import deferred
 
@@ -377,3 +378,80 @@ def test_wrap_imports_no_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_client_s_own_http_client_still_sends_its_requests(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """A client built with an ``http_client`` of the user's (a proxy, a corporate CA, a
+    transport of their own) keeps sending through it once wrapped, live and outside a flow,
+    as the SDK's own ``with_options`` would: wrapping replaced it with a default client, so
+    such settings were silently dropped. Replay still sends nothing."""
+    http = http_package(openai.DefaultHttpxClient, "Client")
+
+    class Counting(http.BaseTransport):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            self.inner = http.HTTPTransport()
+            self.sent: list[str] = []
+
+        def handle_request(self, request: Any) -> Any:
+            self.sent.append(request.url.path)
+            return self.inner.handle_request(request)
+
+    own = Counting()
+    wrapped = wrap(
+        openai.OpenAI(
+            base_url=provider.openai_url,
+            api_key=API_KEY,
+            http_client=openai.DefaultHttpxClient(transport=own),
+        )
+    )
+    question = [{"role": "user", "content": "hi"}]
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("ask")
+        def ask(ctx: Any) -> Any:
+            reply = wrapped.chat.completions.create(model="gpt-4o-mini", messages=question)
+            return reply.choices[0].message.content
+
+        run = loom.run("ask")
+        assert own.sent == ["/v1/chat/completions"]
+        wrapped.chat.completions.create(model="gpt-4o-mini", messages=question)  # no flow
+        assert len(own.sent) == 2
+        assert loom.replay(run.execution_id).identical
+    assert len(own.sent) == 2 and provider.count == 2
+
+
+def test_an_async_client_s_own_http_client_still_sends_its_requests(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    http = http_package(openai.DefaultAsyncHttpxClient, "AsyncClient")
+
+    class Counting(http.AsyncBaseTransport):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            self.inner = http.AsyncHTTPTransport()
+            self.sent: list[str] = []
+
+        async def handle_async_request(self, request: Any) -> Any:
+            self.sent.append(request.url.path)
+            return await self.inner.handle_async_request(request)
+
+    own = Counting()
+    wrapped = wrap(
+        openai.AsyncOpenAI(
+            base_url=provider.openai_url,
+            api_key=API_KEY,
+            http_client=openai.DefaultAsyncHttpxClient(transport=own),
+        )
+    )
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("ask")
+        async def ask(ctx: Any) -> Any:
+            reply = await wrapped.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+            )
+            return reply.choices[0].message.content
+
+        asyncio.run(loom.arun("ask"))
+    assert own.sent == ["/v1/chat/completions"]
