@@ -548,6 +548,11 @@ class _Databases:
         self._free: list[str] = []
         """Emptied databases; read and written on the worker thread only."""
         self._jobs: list[Future[None]] = []
+        # The first database is made and emptied here, on the caller's thread, while the worker
+        # has no job yet: that runs every import and first engine the worker's jobs need, so
+        # the worker never creates a logger. pytest walks logging's table of loggers without
+        # its lock as it sets up each test, and a logger created meanwhile fails that set-up.
+        self._recycle(_create_database())
 
     def _ready(self) -> str:
         """An emptied database, or a new one when none is free (on the worker thread)."""
@@ -603,6 +608,14 @@ def _databases() -> _Databases:
 def pytest_sessionfinish() -> None:
     if _databases.cache_info().currsize:
         _databases().close()
+
+
+def postgres_databases() -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """:func:`fresh_postgres_database` as a factory of ``with`` blocks, for threads of a test's
+    own: this worker's maker of databases is made here, on the caller's thread (see
+    :class:`_Databases`), not on the first of those threads to ask."""
+    _databases()
+    return contextlib.contextmanager(fresh_postgres_database)
 
 
 def fresh_postgres_database() -> Iterator[str]:

@@ -8,12 +8,19 @@ a session still open) must be gone when a later test gets it, as if it were new.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
 
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
+
+ROOT = Path(__file__).parents[1]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=NO_PG)]
 
@@ -67,3 +74,43 @@ def test_a_database_given_back_comes_back_empty() -> None:
     with contextlib.suppress(Exception):
         left_open.close()
     engine.dispose()
+
+
+# Run in a fresh interpreter: in this one, earlier tests have created every logger already.
+LOGGERS_MADE_OFF_THE_MAIN_THREAD = """
+import contextlib, json, logging, threading
+made = []
+make = logging.Manager.getLogger
+def watched(manager, name):
+    if not isinstance(manager.loggerDict.get(name), logging.Logger):
+        if threading.current_thread() is not threading.main_thread():
+            made.append(name)
+    return make(manager, name)
+logging.Manager.getLogger = watched
+from replay_tests import conftest as suite
+database = contextlib.contextmanager(suite.fresh_postgres_database)
+for _ in range(3):
+    with database():
+        pass
+suite.pytest_sessionfinish()
+print(json.dumps(made))
+"""
+
+
+def test_the_database_maker_s_thread_creates_no_logger() -> None:
+    """pytest's log capture walks ``logging``'s table of loggers, without its lock, as each
+    test is set up. A logger created on another thread meanwhile (the maker's first import of
+    psycopg, SQLAlchemy's first engine of a pool class) made a crash-harness test error with
+    "dictionary changed size during iteration". The maker's thread must find every logger it
+    uses made already, on the thread that made the maker."""
+    run = subprocess.run(
+        [sys.executable, "-c", LOGGERS_MADE_OFF_THE_MAIN_THREAD],
+        cwd=ROOT,
+        env={**os.environ, "LOOM_TEST_PG_URL": PG_URL},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == []

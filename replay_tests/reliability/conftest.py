@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -35,4 +35,5 @@ def postgres_database(pytestconfig: pytest.Config) -> Callable[[], AbstractConte
     assert suite is not None, "the suite's conftest.py is not loaded"
     if not suite.PG_URL:
         pytest.skip(suite.NO_PG)
-    return contextmanager(suite.fresh_postgres_database)
+    factory: Callable[[], AbstractContextManager[str]] = suite.postgres_databases()
+    return factory
