@@ -195,6 +195,15 @@ class _AsyncRecordingTransport:
         await self._inner.aclose()
 
 
+def beneath_recording(transport: Any) -> Any:
+    """What ``transport`` sends through, below any of loom's recording transports: a client
+    that already records (a wrapped client, one over :func:`transport`) and is wrapped again
+    must record each request once, not once per layer."""
+    while isinstance(transport, _RecordingTransport | _AsyncRecordingTransport):
+        transport = transport._inner
+    return transport
+
+
 def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:
     """A transport for ``httpx.Client(transport=...)`` that records requests made in a flow.
 

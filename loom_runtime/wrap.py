@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import UnsupportedClientError
-from loom_runtime.http_transport import http_package, library
+from loom_runtime.http_transport import beneath_recording, http_package, library
 from loom_runtime.providers import ModelProfile
 
 C = TypeVar("C")
@@ -68,52 +68,76 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
         http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
         http = http_package(http_client_class, "AsyncClient" if asynchronous else "Client")
         package = library(http)
-        inner = _sent_as_by(client, http.AsyncClient if asynchronous else http.Client)
+        own = _own_http_client(client, http.AsyncClient if asynchronous else http.Client)
+        inner: Any = _OwnTransport(own) if own is not None else None
         transport: Any
         if asynchronous:
             transport = package.async_transport(inner or http.AsyncHTTPTransport(), profile)
         else:
             transport = package.transport(inner or http.HTTPTransport(), profile)
+        settings = _settings(own) if own is not None else {}
         return client.with_options(
-            http_client=http_client_class(transport=transport), max_retries=0
+            http_client=http_client_class(transport=transport, **settings), max_retries=0
         )
 
     return wrapper
 
 
-def _sent_as_by(client: Any, client_class: type) -> _OwnTransport | None:
-    """Where ``client``'s own HTTP client sends a request, for loom's transport to send
-    through: the user's ``http_client=`` (a proxy, a corporate CA, a transport of their own)
-    or the SDK's default one (its connection pool, no second TLS context to build). None when
-    the SDK keeps no such client where its generator puts it (``_client``); loom then sends
+def _own_http_client(client: Any, client_class: type) -> Any:
+    """``client``'s own HTTP client, for the wrapped client to send as it would: the user's
+    ``http_client=`` (a proxy, a corporate CA, headers or a transport of their own) or the
+    SDK's default one (its connection pool, no second TLS context to build). None when the
+    SDK keeps no such client where its generator puts it (``_client``); loom then sends
     through a default transport of the SDK's HTTP package."""
     own = getattr(client, "_client", None)
     if isinstance(own, client_class) and hasattr(own, "_transport_for_url"):
-        return _OwnTransport(own)
+        return own
     return None
+
+
+def _settings(own: Any) -> dict[str, Any]:
+    """What ``own`` applies to a request before its transport sees it (default headers,
+    cookies, query parameters, authentication, event hooks, redirects, timeout), for the
+    wrapped client's HTTP client to apply alike: its transport is loom's, so only these
+    decide what reaches ``own``'s transport."""
+    return {
+        "headers": own.headers,
+        "cookies": own.cookies,
+        "params": own.params,
+        "auth": own.auth,
+        "event_hooks": own.event_hooks,
+        "follow_redirects": own.follow_redirects,
+        "max_redirects": own.max_redirects,
+        "timeout": own.timeout,
+        "trust_env": own.trust_env,
+    }
 
 
 class _OwnTransport:
     """Sends each request as ``client`` would: through the transport it picks for the URL
-    (its mount for a proxy, else its own transport, with its TLS settings and pool).
+    (its mount for a proxy, else its own transport, with its TLS settings and pool), below
+    any recording transport of loom's it has (so a request is recorded once).
 
-    The client stays its owner's: closing the wrapped client leaves it open, as the SDK's
-    ``with_options`` shares one HTTP client between a client and its copies."""
+    Closing the wrapped client closes ``client``, as closing a copy the SDK's
+    ``with_options`` made closes the HTTP client the copies share."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
 
+    def _for(self, request: Any) -> Any:
+        return beneath_recording(self._client._transport_for_url(request.url))
+
     def handle_request(self, request: Any) -> Any:
-        return self._client._transport_for_url(request.url).handle_request(request)
+        return self._for(request).handle_request(request)
 
     async def handle_async_request(self, request: Any) -> Any:
-        return await self._client._transport_for_url(request.url).handle_async_request(request)
+        return await self._for(request).handle_async_request(request)
 
     def close(self) -> None:
-        """Nothing to close: the HTTP client is the original client's (see the class)."""
+        self._client.close()
 
     async def aclose(self) -> None:
-        """Nothing to close: the HTTP client is the original client's (see the class)."""
+        await self._client.aclose()
 
 
 def _mcp_session(session: Any, retry: Backoff | None) -> Any:

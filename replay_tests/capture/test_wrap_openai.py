@@ -22,6 +22,7 @@ from loom_runtime import (
     OutcomeChangedError,
     ReadPastRecordingError,
     UnsupportedClientError,
+    transport,
     wrap,
 )
 from loom_runtime.http_transport import http_package
@@ -455,3 +456,77 @@ def test_an_async_client_s_own_http_client_still_sends_its_requests(
 
         asyncio.run(loom.arun("ask"))
     assert own.sent == ["/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("twice", ["wrap of a wrapped client", "client over loom's transport"])
+def test_a_client_already_recording_is_recorded_once(
+    provider: ProviderServer, tmp_path: Path, twice: str
+) -> None:
+    """Wrapping a wrapped client, or one whose ``http_client`` sends through
+    ``loom_runtime.transport()`` (what ``UnsupportedClientError`` suggests), stacked a second
+    recording transport on the first: each call became two decisions, and the replay of the
+    recording, which asks once, diverged."""
+    http = http_package(openai.DefaultHttpxClient, "Client")
+    if twice == "wrap of a wrapped client":
+        base = wrap(openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY))
+    else:
+        own = openai.DefaultHttpxClient(transport=transport(http.HTTPTransport()))
+        base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    wrapped = wrap(base)
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("ask")
+        def ask(ctx: Any) -> Any:
+            said: Any = [{"role": "user", "content": "once"}]
+            return wrapped.chat.completions.create(model="m", messages=said).model_dump()
+
+        run = loom.run("ask")
+        assert list(loom.execution(run.execution_id).decisions) == ["model:openai:chat.completions"]
+        assert loom.replay(run.execution_id).identical
+    assert provider.count == 1
+
+
+def test_closing_a_wrapped_client_closes_the_client_s_own_connections(
+    provider: ProviderServer,
+) -> None:
+    """As the SDK's ``with_options`` copies share one HTTP client and closing a copy closes
+    it, closing the wrapped client closes the connection pool it sends through (the
+    original's): it stayed open until the garbage collector found it."""
+    original = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY)
+    wrapped = wrap(original)
+    wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert not original._client.is_closed
+    wrapped.close()
+    assert original._client.is_closed
+
+
+def test_a_client_s_own_headers_and_event_hooks_still_apply(provider: ProviderServer) -> None:
+    """Only the transport of the user's ``http_client`` was kept: its default headers, event
+    hooks and authentication were dropped, so a proxy or gateway that needs a header of the
+    user's refused the wrapped client's requests (the guide says it behaves as before)."""
+    seen: list[str] = []
+    own = openai.DefaultHttpxClient(
+        headers={"x-gateway": "team-a"},
+        event_hooks={"request": [lambda request: seen.append(request.headers["x-gateway"])]},
+    )
+    client_ = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    said: Any = [{"role": "user", "content": "hi"}]
+    client_.chat.completions.create(model="m", messages=said)
+    wrap(client_).chat.completions.create(model="m", messages=said)
+    assert seen == ["team-a", "team-a"]
+
+
+def test_closing_a_wrapped_async_client_closes_the_client_s_own_connections(
+    provider: ProviderServer,
+) -> None:
+    original = openai.AsyncOpenAI(base_url=provider.openai_url, api_key=API_KEY)
+    wrapped = wrap(original)
+
+    async def use_and_close() -> None:
+        said: Any = [{"role": "user", "content": "hi"}]
+        await wrapped.chat.completions.create(model="m", messages=said)
+        assert not original._client.is_closed
+        await wrapped.close()
+
+    asyncio.run(use_and_close())
+    assert original._client.is_closed
