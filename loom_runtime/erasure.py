@@ -360,9 +360,11 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     from loom_runtime.projection import catch_up, registered_projections
 
     failed: list[str] = []
+    names: list[str] = []  # a store's name has colons of its own (``loom_memory:memory:p_``)
 
     def note(name: str, error: Exception) -> None:
         failed.append(f"{name}: {cause_of(error)}")
+        names.append(name)
 
     for projection in registered_projections(loom.log, unopened=note):
         if Forgotten.TOPIC not in projection.topics:
@@ -371,8 +373,8 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
             catch_up(loom.log, projection, upto=upto)
         except Exception as exc:  # the rest must still purge; the caller reports this one
             note(projection.name, exc)
-    for entry in failed:  # a Python caller may not read the report; the cause may quote data
-        logger.warning("erasure: read model %s did not catch up", entry.partition(":")[0])
+    for name in names:  # a Python caller may not read the report; the cause may quote data
+        logger.warning("erasure: read model %s did not catch up", name)
     return tuple(failed)
 
 

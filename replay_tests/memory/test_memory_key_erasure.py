@@ -404,11 +404,12 @@ def test_an_erasure_purges_a_store_built_with_options_nobody_opens_again(
 
 
 def test_a_store_that_cannot_be_opened_does_not_keep_the_others_from_forgetting(
-    db_url: str,
+    db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two SQL memory stores hold the erased key's text; one cannot be opened here (its
     recorded tokenizer names a stemmer this environment lacks). The other still forgets it,
-    and the report names only the one that could not, by its store."""
+    and the report names only the one that could not, by its store; so does the warning
+    logged (it named ``loom_memory`` alone, the name's first part)."""
     url = db_url
     _two_stores_one_unopenable(url)
     with Loom(url, encryption=KEY) as loom:
@@ -417,6 +418,7 @@ def test_a_store_that_cannot_be_opened_does_not_keep_the_others_from_forgetting(
     name, _, cause = unpurged.partition(": ")
     assert name.startswith("loom_memory:") and name.endswith(":broken_")
     assert "stem:klingon" in cause
+    assert f"read model {name} did not catch up" in caplog.text
     kept, broken = _table_rows(url, "kept_"), _table_rows(url, "broken_")
     assert "_dave" not in kept  # each store projects the memory's every key: both purged
     assert "zzkept_dave" in broken  # what the report says is left, for doctor to catch up
