@@ -30,6 +30,7 @@ from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
 from loom_runtime.errors import (
     DecisionInputChangedError,
+    OutcomeChangedError,
     OutputChangedError,
     ReplayDivergence,
 )
@@ -51,20 +52,28 @@ class BundleMismatch(BundleVerdict):
     second run): not a replay divergence but a test that no longer matches its recording."""
 
 
-def next_step(result: ReplayResult, *, marked: bool) -> str:
+def next_step(
+    result: ReplayResult, *, marked: bool, rerun: str, raised: BaseException | None = None
+) -> str:
     """What to run when ``result``'s divergences are an intended change, said where the test
     fails: ``--loom-update`` when it can accept them all (changed inputs and output), else
-    recording afresh, which a marked test can do and a collected bundle cannot."""
+    recording afresh, which a marked test can do and a collected bundle cannot. ``rerun`` is
+    what selects this test alone (recording afresh calls the model and tools of every test it
+    runs); ``raised`` is what the current code raised on replay, shown as the cause."""
+    step = ""
+    if raised is not None:
+        step = f"The current code raised {type(raised).__name__} on replay (its traceback is "
+        step += "above, as the cause). "
     if all(isinstance(d, ACCEPTED) for d in result.divergences):
-        step = "If the change is intended, accept it with pytest --loom-update (it keeps the "
-        step += "recorded answers"
+        step += f"If the change is intended, accept it with pytest --loom-update {rerun} (it "
+        step += "keeps the recorded answers"
         if marked:
-            step += "; pytest --loom-record=rewrite records afresh, calling the model and tools "
-            step += "again"
+            step += f"; pytest --loom-record=rewrite {rerun} records afresh, calling the model "
+            step += "and tools again"
         return f"{step})."
-    step = "If the change is intended, "
+    step += "If the change is intended, "
     if marked:
-        step += "record afresh with pytest --loom-record=rewrite"
+        step += f"record afresh with pytest --loom-record=rewrite {rerun}"
     else:
         step += "record the execution again and export it over this bundle (loom export ID -o FILE)"
     return f"{step}: --loom-update accepts only changed decision inputs and output."
@@ -81,11 +90,14 @@ class BundleLoom(Loom):
         bundle: Path,
         record: bool,
         update: bool,
+        rerun: str,
     ) -> None:
         super().__init__(url, flows=flows)
         self.bundle = bundle
         self.recording = record
         self.update = update
+        self.rerun = rerun
+        """The pytest arguments that run this test alone, for a failure's next step."""
         self.recorded: UUID | None = None
         """The execution recorded live, for the fixture to export to :attr:`bundle`."""
         self.resealed: Bundle | None = None
@@ -166,7 +178,9 @@ class BundleLoom(Loom):
     def _settle(self, bundle: Bundle, result: ReplayResult, *, marked: bool) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""
         if not self.update or not all(isinstance(d, ACCEPTED) for d in result.divergences):
-            raise ReplayDiverged(result, next_step(result, marked=marked))
+            raised = self._error if _outcome_changed(result) else None
+            step = next_step(result, marked=marked, rerun=self.rerun, raised=raised)
+            raise ReplayDiverged(result, step) from raised
         seen = self._seen.inputs if self._seen is not None else {}
         changed = [d for d in result.divergences if isinstance(d, DecisionInputChangedError)]
         output_changed = any(isinstance(d, OutputChangedError) for d in result.divergences)
@@ -194,6 +208,10 @@ class BundleLoom(Loom):
     ) -> ReplayResult:
         self._output, self._error = output, error
         return super()._replay_result(execution, definition, replayer, output, error)
+
+
+def _outcome_changed(result: ReplayResult) -> bool:
+    return any(isinstance(d, OutcomeChangedError) for d in result.divergences)
 
 
 class _InputsSeen:

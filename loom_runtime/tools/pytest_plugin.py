@@ -37,6 +37,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -140,13 +141,18 @@ def pytest_runtest_makereport(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """A :class:`BundleVerdict` leaves the test without loom's own frames in its traceback:
-    the failure points at the test's ``loom.run`` line (where pytest's long form shows the
-    test's code) and the message says the rest. Other errors keep every frame."""
+    """A :class:`BundleVerdict` leaves the test without loom's own frames in its traceback
+    (and in its cause's, what the flow raised on replay): the failure points at the test's
+    ``loom.run`` line (where pytest's long form shows the test's code) and the message says
+    the rest. Other errors, and every error under ``--full-trace``, keep every frame."""
     try:
         return (yield)
     except BundleVerdict as verdict:
-        verdict.__traceback__ = _outside_loom(verdict.__traceback__)
+        if not item.config.getoption("fulltrace"):  # --full-trace: every frame, for loom's bugs
+            verdict.__traceback__ = _outside_loom(verdict.__traceback__)
+            if verdict.__cause__ is not None:  # what the flow raised on replay: its own frames
+                cause = verdict.__cause__
+                cause.__traceback__ = _outside_loom(cause.__traceback__)
         raise
 
 
@@ -213,15 +219,31 @@ def _flows_spec(config: pytest.Config) -> str | None:
     return str(spec) if spec else None
 
 
-def replay_or_fail(flows: FlowRegistry, bundle: Path) -> ReplayResult:
-    """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical."""
+def replay_or_fail(flows: FlowRegistry, bundle: Path, *, rerun: str) -> ReplayResult:
+    """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical
+    (``rerun``: the pytest arguments that run the test again, for its next step)."""
     from loom_runtime.loom import Loom
     from loom_runtime.tools.pytest_bundle import next_step
 
     result = Loom(flows=flows).replay_bundle(bundle)
     if not result.identical:
-        raise ReplayDiverged(result, next_step(result, marked=False))
+        raise ReplayDiverged(result, next_step(result, marked=False, rerun=rerun))
     return result
+
+
+def _rerun(item: pytest.Item) -> str:
+    """The pytest arguments that run ``item`` alone, from where pytest was run: its path and
+    name, or for a collected bundle its folder, the flows given and a ``-k`` of its name
+    (a bundle is no path pytest collects by itself)."""
+    config = item.config
+    here = config.invocation_params.dir
+    if isinstance(item, BundleItem):
+        arguments = [f"--loom-bundles={os.path.relpath(item.path.parent, here)}"]
+        if flows := config.getoption("--loom-flows"):
+            arguments.append(f"--loom-flows={flows}")
+        return shlex.join([*arguments, "-k", item.name])
+    _, _, name = item.nodeid.partition("::")
+    return shlex.quote(f"{os.path.relpath(item.path, here)}::{name}")
 
 
 class BundleFile(pytest.File):
@@ -237,11 +259,13 @@ class BundleItem(pytest.Item):
     def runtest(self) -> None:
         flows = _configured_flows(self.config)
         if not self.config.getoption("--loom-update"):
-            replay_or_fail(flows, self.path)
+            replay_or_fail(flows, self.path, rerun=_rerun(self))
             return
         from loom_runtime.tools.pytest_bundle import BundleLoom
 
-        updating = BundleLoom(None, flows=flows, bundle=self.path, record=False, update=True)
+        updating = BundleLoom(
+            None, flows=flows, bundle=self.path, record=False, update=True, rerun=_rerun(self)
+        )
         updating.update_bundle()  # opens no database: nothing to close
         _write_resealed(self, updating)
 
@@ -294,10 +318,11 @@ def loom_replay(
     updated: list[BundleLoom] = []
 
     def replay(bundle: str | Path) -> ReplayResult:
+        rerun = _rerun(request.node)
         if not update:
-            return replay_or_fail(loom_flows, Path(bundle))
+            return replay_or_fail(loom_flows, Path(bundle), rerun=rerun)
         updating = BundleLoom(
-            None, flows=loom_flows, bundle=Path(bundle), record=False, update=True
+            None, flows=loom_flows, bundle=Path(bundle), record=False, update=True, rerun=rerun
         )
         updated.append(updating)
         return updating.update_bundle()  # opens no database: nothing to close
@@ -358,6 +383,7 @@ def _bundle_loom(
         bundle=bundle,
         record=record,
         update=bool(request.config.getoption("--loom-update")),
+        rerun=_rerun(request.node),
     )
     try:
         yield bundled

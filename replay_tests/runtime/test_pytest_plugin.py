@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -507,7 +508,7 @@ def test_a_divergence_fails_at_the_test_s_own_line_with_the_next_step(
             "loom = BundleLoom(*greet.json*)",
             '>       assert loom.run("greet", name="Ada").output == "Hello, Ada"',
             "E   *DecisionInputChangedError*",
-            "E   *accept it with pytest --loom-update*",
+            "E   *accept it with pytest --loom-update test_greet.py::test_greet (it keeps*",
             "test_greet.py:6: *",
         ]
     )
@@ -520,9 +521,39 @@ def test_a_divergence_fails_at_the_test_s_own_line_with_the_next_step(
     unrecorded = pytester.runpytest("-p", "no:randomly", "--loom-update")
     unrecorded.assert_outcomes(failed=1)
     unrecorded.stdout.fnmatch_lines(
-        ["E   *UnrecordedDecisionError*", "E   *record afresh with pytest --loom-record=rewrite*"]
+        [
+            "E   *UnrecordedDecisionError*",
+            # this test alone: a bare --loom-record=rewrite records every marked test afresh
+            "E   *record afresh with pytest --loom-record=rewrite test_greet.py::test_greet: *",
+        ]
     )
     assert LOOM_SOURCE not in unrecorded.stdout.str()
+    # --full-trace asks for every frame: a false divergence may be loom's own bug
+    assert LOOM_SOURCE in pytester.runpytest("-p", "no:randomly", "--full-trace").stdout.str()
+
+
+def test_code_that_now_crashes_on_replay_shows_where(pytester: pytest.Pytester) -> None:
+    """The current code raising where the recorded run returned failed the test with
+    "replay raised builtins:TypeError" alone: not where, and only the advice for an intended
+    change. The error the code raised is now the verdict's cause, its frame in the flow shown."""
+    marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    crashing = flows_module("Greet ").replace(
+        'return f"{salutation}, {name}"', "return salutation + 1  # the bug"
+    )
+    pytester.makepyfile(greeter=crashing)
+    crashed = pytester.runpytest("-p", "no:randomly")
+    crashed.assert_outcomes(failed=1)
+    crashed.stdout.fnmatch_lines(
+        [
+            "*return salutation + 1  # the bug",
+            "E       TypeError: *",
+            "greeter.py:*: TypeError",
+            "*direct cause of the following exception*",
+            "E   *OutcomeChangedError*",
+            "E   *The current code raised TypeError on replay (its traceback is above*",
+        ]
+    )
 
 
 def test_a_collected_bundle_s_divergence_says_how_to_accept_it(
@@ -531,7 +562,12 @@ def test_a_collected_bundle_s_divergence_says_how_to_accept_it(
     pytester.makepyfile(flows_v2=flows_module("Say hi to "))
     result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v2:flows")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*accept it with pytest --loom-update*"])
+    again = "--loom-bundles=recordings --loom-flows=flows_v2:flows -k 'replay[incident-1.json]'"
+    assert f"accept it with pytest --loom-update {again} (" in result.stdout.str()
+    # the command it gives runs that bundle's test, and accepts the change
+    accepted = pytester.runpytest("--loom-update", *shlex.split(again))
+    accepted.assert_outcomes(passed=1)
+    pytester.runpytest(*shlex.split(again)).assert_outcomes(passed=1)
 
 
 def test_missing_flows_fail_each_test_in_one_line_and_a_bundle_folder_at_once(
