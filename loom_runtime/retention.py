@@ -53,6 +53,8 @@ AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], 
 """What a ``loom.retention`` entry point loads: the subjects of a scope (or a memory) older
 than a cutoff, and what of them is stored in clear."""
 _AGED: Final = {"document": "documents of scope", "memory": "keys of memory"}
+STARTED_BEFORE: Final = "started before"
+"""How an erasure by age selects executions, opening its report's selector."""
 """The ``loom.retention`` entry points, and how a selector names what each selects."""
 
 
@@ -133,10 +135,10 @@ def retain(
         subjects, clear = _aged_resolver(kind)(loom, name, cutoff)
         report = plan_subjects(keyring, subjects, clear, selector=selector, by=by, reason=reason)
         return report if dry_run else apply(loom, keyring, report)
-    selector = f"started before {_at(cutoff)}" + (
+    selector = f"{STARTED_BEFORE} {_at(cutoff)}" + (
         f", tenant={tenant}" if tenant is not None else ""
     )
-    keyring = keyring_of(loom, selector)
+    keyring = keyring_of(loom, f"executions {selector}")
     ids = [
         summary.execution_id
         for summary in loom.executions(tenant=tenant)

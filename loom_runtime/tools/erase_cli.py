@@ -161,9 +161,12 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     }.get(kind, "execution(s)")
     if " and memory_key=" in report.selector:
         what = "execution(s) and memory key(s)"
+    from loom_runtime.retention import STARTED_BEFORE
+
+    of = "" if report.selector.startswith(STARTED_BEFORE) else "of "  # retention's selector
     console.print(
         inert(
-            f"{verb} {len(report.subjects)} {what} of {report.selector} "
+            f"{verb} {len(report.subjects)} {what} {of}{report.selector} "
             f"({events} sealed event(s))"
             + (f"; forget event at log position {report.position}" if report.position else "")
         )

@@ -135,7 +135,8 @@ def test_loom_retain_is_a_dry_run_unless_apply(
     with freeze_time("2026-04-15T12:00:00Z"):
         dry = runner.invoke(app, ["retain", "--older-than", "90d", "--db", url])
         assert dry.exit_code == 0, dry.output
-        assert "would erase 4 execution(s)" in dry.stdout and "pass --apply" in dry.stdout
+        assert "would erase 4 execution(s) started before 2026-01-15" in dry.stdout
+        assert "pass --apply" in dry.stdout
         applied = runner.invoke(
             app, ["retain", "--older-than", "90d", "--apply", "--json", "--db", url]
         )
@@ -148,6 +149,10 @@ def test_loom_retain_is_a_dry_run_unless_apply(
     with Loom(url, encryption=MasterKey.from_env()) as loom:
         _register(loom)
         assert all(loom.replay(i).identical for i in new)
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    keyless = runner.invoke(app, ["retain", "--older-than", "90d", "--db", url])
+    assert keyless.exit_code == 2
+    assert "cannot erase executions started before " in keyless.stderr
 
 
 @pytest.mark.parametrize("text", ["999999w", "999999d"])
