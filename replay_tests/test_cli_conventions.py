@@ -456,8 +456,14 @@ def test_an_execution_is_named_by_the_start_of_its_id_as_tables_show_it(
         none = _invoke("executions", "show", text, "--db", setup.db)
         assert none.exit_code == ExitCode.USAGE, none.output
     assert "no execution id begins with ffff" in none.stderr, none.stderr
-    three = _invoke("executions", "show", "abc", "--db", setup.db)  # too short to be one
-    assert three.exit_code == ExitCode.USAGE and "not an execution id" in three.stderr
+    for text in ("abc", "zzz", "3f2b…"):  # too short to be one; not hex; a guide's ellipsis
+        bad = _invoke("executions", "show", text, "--db", setup.db)
+        assert bad.exit_code == ExitCode.USAGE, bad.output
+        # the library's "expected a whole UUID" contradicted the CLI taking a start
+        assert bad.stderr == (
+            f"error: {text!r} is not an execution id: give a whole one, or its first 4 or more "
+            "characters as `loom executions list` shows them\n"
+        ), bad.stderr
 
 
 def test_diff_of_execution_ids_says_it_reads_bundle_files(setup: Setup) -> None:

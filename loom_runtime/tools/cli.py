@@ -25,6 +25,7 @@ from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
+from uuid import UUID
 
 import msgspec
 import typer
@@ -373,11 +374,18 @@ def execution_id_in(loom: Loom, text: str) -> str:
 
     Tables show an id by its first 8 characters (a fork's parent), so every command that
     takes an id takes the start of one, as git and docker do: one that begins several ids
-    is refused naming them, one that begins none says so. Anything else (a whole id, or text
-    that cannot start one) goes to the library as it is, which says what is wrong with it.
+    is refused naming them, one that begins none says so. A whole id goes to the library as
+    it is; other text is refused here, where "the start of one" is what a user may give.
     """
     if not _ID_START.fullmatch(text):
-        return text
+        try:
+            return str(UUID(text))
+        except ValueError:
+            fail(
+                f"{text!r} is not an execution id: give a whole one, or its first 4 or more "
+                "characters as `loom executions list` shows them",
+                code=ExitCode.USAGE,
+            )
     start = text.replace("-", "").lower()  # with or without dashes, as UUID() reads a whole one
     ids = [summary.execution_id for summary in loom.executions()]
     found = [str(execution_id) for execution_id in ids if execution_id.hex.startswith(start)]
