@@ -411,6 +411,9 @@ class LogSettings:
         except TypeError as exc:
             raise ConfigurationError(str(exc)) from exc
         backend = self.url.get_backend_name()
+        if backend == "postgres":  # the scheme of many a DATABASE_URL; SQLAlchemy dropped it
+            backend = "postgresql"
+            self.url = self.url.set(drivername="postgresql+psycopg")
         if backend not in ("sqlite", "postgresql"):
             raise ConfigurationError(
                 f"Unsupported database {backend!r} in {self.url!r}: loom runs on SQLite or "

@@ -19,6 +19,7 @@ from loom_runtime import (
     LoomError,
     NotSerialisableError,
 )
+from loom_runtime.log import LogSettings
 
 
 def test_unknown_flow_names_the_registered_ones(loom: Loom) -> None:
@@ -138,6 +139,15 @@ def test_bad_urls_and_options_are_configuration_errors(tmp_path: Any) -> None:
         Loom(f"sqlite:///{tmp_path}/x.db", lock_timeout=0)
     with pytest.raises(ConfigurationError, match="persistence"):
         Loom(f"sqlite:///{tmp_path}/x.db", persistence="redis")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg"])
+def test_every_common_postgresql_url_means_loom_s_driver(scheme: str) -> None:
+    """``postgres://`` (the form Heroku, Render and many ``DATABASE_URL`` give) was refused
+    as an unsupported database "postgres"; ``postgresql://`` already meant psycopg 3."""
+    settings = LogSettings(f"{scheme}://user:secret@db.example/loom")
+    assert settings.url.drivername == "postgresql+psycopg"
+    assert settings.url.render_as_string(hide_password=False).endswith("@db.example/loom")
 
 
 def test_flow_with_varargs_is_refused_at_registration(loom: Loom) -> None:
