@@ -13,7 +13,7 @@ import importlib
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -25,6 +25,9 @@ from loom_runtime.errors import (
     FlowNotFoundError,
 )
 from loom_runtime.redaction import Redactor
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,12 +99,22 @@ class FlowRegistry:
 
         return register
 
-    def get_flow(self, name: str) -> Flow:
-        """The flow registered as ``name``, or :class:`FlowNotFoundError` naming those that are."""
+    def get_flow(self, name: str, *, recorded_by: UUID | None = None) -> Flow:
+        """The flow registered as ``name``, or :class:`FlowNotFoundError` naming those that are.
+
+        ``recorded_by`` is the execution whose log gave ``name`` (a replay, resume or fork): a
+        name the user did not type gets no "did you mean", which would suggest an edit they
+        cannot make, but the execution that needs it."""
         try:
             return self._flows[name]
         except KeyError:
             known = ", ".join(sorted(self._flows)) or "none"
+            if recorded_by is not None:
+                raise FlowNotFoundError(
+                    f"execution {recorded_by} was recorded by the flow {name!r}, which is not "
+                    f"registered in this process (registered: {known}); import the module "
+                    "that defines it (as it was registered when recorded)"
+                ) from None
             close = difflib.get_close_matches(name, self._flows, n=1)
             guess = f"did you mean {close[0]!r}? " if close else ""
             raise FlowNotFoundError(

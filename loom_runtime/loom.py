@@ -286,9 +286,10 @@ class Loom:
         """Register a flow on this Loom's registry (see :meth:`FlowRegistry.flow`)."""
         return self.flows.flow(name, version=version)
 
-    def get_flow(self, name: str) -> Flow:
-        """The flow registered as ``name`` (:class:`FlowNotFoundError` otherwise)."""
-        return self.flows.get_flow(name)
+    def get_flow(self, name: str, *, recorded_by: UUID | None = None) -> Flow:
+        """The flow registered as ``name`` (:class:`FlowNotFoundError` otherwise; see
+        :meth:`FlowRegistry.get_flow` for ``recorded_by``)."""
+        return self.flows.get_flow(name, recorded_by=recorded_by)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -829,7 +830,7 @@ class Loom:
         """Run a claimed execution's flow to its end (a completed one: its recorded output)."""
         if execution.output is not None:
             return self._finished_run(execution)
-        definition = self.get_flow(execution.flow)
+        definition = self.get_flow(execution.flow, recorded_by=execution.id)
         kwargs = definition.decode_input(execution.input)
         logger.info("execution %s of flow %r resumed", execution.id, definition.name)
         return (yield from self._record("resume", definition, execution, kwargs))
@@ -841,7 +842,7 @@ class Loom:
         run the flow with its overrides."""
         parent = self.execution(execution_id)
         taken = _fork_point(parent, at)
-        definition = self.get_flow(parent.flow)
+        definition = self.get_flow(parent.flow, recorded_by=parent.id)
         overrides = {
             _override_key(key): codec.encode(
                 value, path=f"override of {key!r}", redactor=self.settings.redactor
@@ -991,7 +992,7 @@ class Loom:
     def _prepare_replay(
         self, execution: Execution, live: frozenset[str] | set[str]
     ) -> tuple[Flow, Replayer, dict[str, Any]]:
-        definition = self.get_flow(execution.flow)
+        definition = self.get_flow(execution.flow, recorded_by=execution.id)
         replayer = Replayer(
             execution.decisions, live=frozenset(live), redactor=self.settings.redactor
         )

@@ -40,6 +40,23 @@ def test_a_misspelt_flow_name_suggests_the_registered_one(loom: Loom) -> None:
     assert "did you mean" not in str(unlike.value)
 
 
+def test_a_recorded_flow_not_registered_is_named_without_a_guess(db_url: str) -> None:
+    """Replaying (resuming, forking) takes the flow's name from the log: "did you mean
+    'triage_v2'?" suggested an edit the user cannot make. It says which execution needs it."""
+    with Loom(db_url) as recorder:
+        recorder.flow("triage")(lambda ctx: ctx.decide("k", lambda: 1))
+        run = recorder.run("triage")
+    with Loom(db_url) as loom:
+        loom.flow("triage_v2")(lambda ctx: None)
+        for attempt in (loom.replay, lambda i: loom.fork(i, at=0)):
+            with pytest.raises(FlowNotFoundError) as missing:
+                attempt(run.execution_id)
+            assert "did you mean" not in str(missing.value)
+            assert f"execution {run.execution_id} was recorded by the flow 'triage'" in str(
+                missing.value
+            )
+
+
 def test_flow_registered_twice_is_refused(loom: Loom) -> None:
     """Flow names key stored executions: a second registration under a taken name fails."""
     loom.flow("f")(lambda ctx: 1)
