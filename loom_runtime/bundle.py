@@ -238,8 +238,8 @@ def read_importable(path: Path, *, max_bytes: int | None = None) -> tuple[Bundle
     which started in the past, with no field the mapper would skip (stored unread). Returns
     the bundle and its rows.
 
-    The CLI reads each file this way before it opens a database, so a command whose every
-    file is unusable creates none.
+    The CLI reads files this way before it opens a database, until the first usable one, so
+    a command whose every file is unusable creates none.
     """
     bundle = read_bundle(path, max_bytes=max_bytes)
     if bundle.execution_id.version != 4:
