@@ -63,3 +63,16 @@ def test_arguments_are_named_in_capitals_and_optional_ones_in_brackets() -> None
         ("diff",): "loom diff [OPTIONS] A B",
         ("knowledge", "as-of"): "loom knowledge as-of [OPTIONS] WHEN",
     }
+
+
+def test_a_help_paragraph_is_wrapped_to_the_terminal_not_where_the_source_broke_it(
+    monkeypatch: Any,
+) -> None:
+    """Typer joins the lines of a command's first paragraph only, so the others printed the
+    docstring's line breaks, ragged at any other width ("... --follow-external-links: what",
+    "is synced", "stays in ..."). Each paragraph is one line on a terminal wide enough."""
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setenv("TERMINAL_WIDTH", "300")
+    out = CliRunner().invoke(app, ["knowledge", "sync", "--help"]).stdout
+    sentence = "--follow-external-links: what is synced stays in the append-only log for good"
+    assert any(sentence in line for line in out.splitlines()), out

@@ -12,6 +12,7 @@ no type at all.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -53,8 +54,27 @@ def _readable(params: list[Any], ctx: Any) -> list[Any]:
     return params
 
 
+def _reflowed(text: str | None) -> str | None:
+    """``text`` with the lines of each paragraph joined. Typer joins a command's first
+    paragraph only and prints the others' line breaks as the docstring has them, ragged at
+    any width but the source's; joined, each paragraph is wrapped to the terminal. A paragraph
+    marked ``\b`` (Click's "keep my lines") is left as it is."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
 class ReadableCommand(TyperCommand):
-    """A command whose help names its arguments ``FLOW`` / ``[FLOW]`` and types no flag."""
+    """A command whose help names its arguments ``FLOW`` / ``[FLOW]``, types no flag and is
+    wrapped to the terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _reflowed(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _readable(super().get_params(ctx), ctx)
@@ -72,7 +92,11 @@ class ReadableCommand(TyperCommand):
 
 class ReadableGroup(TyperGroup):
     """A group (``loom``, ``loom knowledge``) whose own flags (``--help``, ``--version``,
-    ``--install-completion``) show no type."""
+    ``--install-completion``) show no type, and whose help is wrapped to the terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _reflowed(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _readable(super().get_params(ctx), ctx)
