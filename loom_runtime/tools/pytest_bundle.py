@@ -93,6 +93,7 @@ class BundleLoom(Loom):
         rerun: str,
     ) -> None:
         super().__init__(url, flows=flows)
+        self._no_database = url is None  # Loom's default URL is a file this one never opens
         self.bundle = bundle
         self.recording = record
         self.update = update
@@ -111,6 +112,8 @@ class BundleLoom(Loom):
 
     def __repr__(self) -> str:
         mode = "recording" if self.recording else "replaying"
+        if self._no_database:  # an update of a bundle: replayed without a log
+            return f"{type(self).__name__}(no database, {mode} {self.bundle})"
         return f"{super().__repr__()[:-1]}, {mode} {self.bundle})"
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:

@@ -6,6 +6,7 @@ import shlex
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -586,3 +587,16 @@ def test_missing_flows_fail_each_test_in_one_line_and_a_bundle_folder_at_once(
     collected = pytester.runpytest("--loom-bundles", str(recordings))
     assert collected.ret == pytest.ExitCode.USAGE_ERROR
     collected.stderr.fnmatch_lines(["*--loom-flows=MODULE:ATTR*"])
+
+
+def test_a_bundle_loom_that_opens_no_database_names_none(tmp_path: Path) -> None:
+    """Updating a collected bundle replays it without a database, but its repr showed the
+    default ``sqlite:///loom.db``, a file it never opens."""
+    from loom_runtime.tools.pytest_bundle import BundleLoom
+
+    bundle = tmp_path / "b.json"
+    options: dict[str, Any] = {"flows": FlowRegistry(), "bundle": bundle, "rerun": "x"}
+    updating = BundleLoom(None, record=False, update=True, **options)
+    assert repr(updating) == f"BundleLoom(no database, replaying {bundle})"
+    on_file = BundleLoom(f"sqlite:///{tmp_path / 'l.db'}", record=True, update=False, **options)
+    assert repr(on_file) == f"BundleLoom(sqlite:///{tmp_path / 'l.db'}, recording {bundle})"
