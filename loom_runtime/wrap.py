@@ -66,9 +66,14 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
         # httpx-compatible package the SDK is built on (httpx2 for current SDKs, httpx for
         # older ones).
         http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
-        http = http_package(http_client_class, "AsyncClient" if asynchronous else "Client")
+        base = "AsyncClient" if asynchronous else "Client"
+        own = _own_http_client(client, base)
+        http = http_package(type(own) if own is not None else http_client_class, base)
+        if not issubclass(http_client_class, getattr(http, base)):
+            # The user's client is of the other package (the SDK takes either): loom's client
+            # and transports are of its package, whose requests its transport handles.
+            http_client_class = getattr(http, base)
         package = library(http)
-        own = _own_http_client(client, http.AsyncClient if asynchronous else http.Client)
         inner: Any = _OwnTransport(own) if own is not None else None
         transport: Any
         if asynchronous:
@@ -83,14 +88,16 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
     return wrapper
 
 
-def _own_http_client(client: Any, client_class: type) -> Any:
+def _own_http_client(client: Any, base: str) -> Any:
     """``client``'s own HTTP client, for the wrapped client to send as it would: the user's
-    ``http_client=`` (a proxy, a corporate CA, headers or a transport of their own) or the
-    SDK's default one (its connection pool, no second TLS context to build). None when the
-    SDK keeps no such client where its generator puts it (``_client``); loom then sends
-    through a default transport of the SDK's HTTP package."""
+    ``http_client=`` (a proxy, a corporate CA, headers or a transport of their own, of either
+    httpx package) or the SDK's default one (its connection pool, no second TLS context to
+    build). None when the SDK keeps no such client where its generator puts it (``_client``);
+    loom then sends through a default transport of the SDK's HTTP package."""
     own = getattr(client, "_client", None)
-    if isinstance(own, client_class) and hasattr(own, "_transport_for_url"):
+    if own is None or not hasattr(own, "_transport_for_url"):
+        return None
+    if isinstance(own, getattr(http_package(type(own), base), base)):  # ``base``: (Async)Client
         return own
     return None
 

@@ -530,3 +530,41 @@ def test_closing_a_wrapped_async_client_closes_the_client_s_own_connections(
 
     asyncio.run(use_and_close())
     assert original._client.is_closed
+
+
+def test_an_http_client_of_the_other_httpx_package_still_sends_its_requests(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """The SDK (built on httpx2) also takes an ``http_client`` of the older ``httpx``;
+    wrapping such a client sent through a default transport of the SDK's package instead,
+    so the user's transport (a proxy, a CA) never saw a request."""
+    import httpx
+
+    class Counting(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx.HTTPTransport()
+            self.sent: list[str] = []
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            self.sent.append(request.url.path)
+            return self.inner.handle_request(request)
+
+    own = Counting()
+    base = openai.OpenAI(
+        base_url=provider.openai_url, api_key=API_KEY, http_client=httpx.Client(transport=own)
+    )
+    assert http_package(type(base._client), "Client") is not http_package(
+        openai.DefaultHttpxClient, "Client"
+    ), "the SDK and the user's client are on one package: this test proves nothing"
+    wrapped = wrap(base)
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("ask")
+        def ask(ctx: Any) -> Any:
+            said: Any = [{"role": "user", "content": "hi"}]
+            return wrapped.chat.completions.create(model="m", messages=said).model_dump()
+
+        run = loom.run("ask")
+        assert own.sent == ["/v1/chat/completions"]
+        assert loom.replay(run.execution_id).identical
+    assert own.sent == ["/v1/chat/completions"] and provider.count == 1
