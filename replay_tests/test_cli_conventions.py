@@ -223,6 +223,15 @@ DECISION = {"key", "kind", "input", "value", "error_type", "message", "meta", "o
 PASSAGES = {"recorded", "position", "passages"}
 
 
+def _a_run(*, flow: str, output: object, id: str | None = None) -> Any:
+    """A check of a printed run: ``{execution_id, flow, output, log_position}``."""
+    return lambda d: (
+        _keys(d) == {"execution_id", "flow", "output", "log_position"}
+        and (d["flow"], d["output"]) == (flow, output)
+        and (id is None or d["execution_id"] == id)
+    )
+
+
 def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
     """For every command that prints data: its --json invocation and a check of the schema."""
     db, flows, eid = ["--db", s.db], ["--flows", s.flows], s.execution_id
@@ -289,6 +298,16 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
             lambda d: d["execution_id"] == eid and _keys(d["decisions"][0]) >= {"key", "input"},
         ),
         "recover": (["recover", *db, *flows], lambda d: d == []),  # nothing was interrupted
+        # Each prints the run as recover lists it; they write, so after the commands that count
+        "run": (
+            ["run", "double", "--input", '{"n": 5}', *db, *flows],
+            _a_run(flow="double", output=10),
+        ),
+        "resume": (["resume", eid, *db, *flows], _a_run(flow="double", output=42, id=eid)),
+        "fork": (
+            ["fork", eid, "--at-count", "0", "--override", "twice=7", *db, *flows],
+            _a_run(flow="double", output=7),
+        ),
         "erase": (
             [],
             lambda d: d["applied"] is False and len(d["subjects"]) == 1,

@@ -65,7 +65,7 @@ from loom_runtime.tools.readable_help import LoomTyper, ReadableGroup
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
-    from loom_runtime.loom import Loom
+    from loom_runtime.loom import Loom, Run
     from loom_runtime.projection import TrackedProjection
     from loom_runtime.sealing import MasterKey
 
@@ -432,6 +432,7 @@ def run(
     tags: Annotated[
         list[str] | None, typer.Option("--tag", help="A free tag (repeat for more).")
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Run FLOW durably and print its execution id and output."""
     from loom_runtime.errors import LabelError
@@ -454,6 +455,15 @@ def run(
             flow_missing(exc, flows)
         except (FlowInputError, NotSerialisableError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
+    print_run(result, as_json=as_json)
+
+
+def print_run(result: Run, *, as_json: bool) -> None:
+    """What ``run``, ``resume`` and ``fork`` print: the execution's id and its output (``--json``:
+    the run as ``recover --json`` lists them)."""
+    if as_json:
+        print_json(result)
+        return
     console.print(f"execution {result.execution_id}")
     console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
 
@@ -684,6 +694,7 @@ def resume(
     ] = False,
     db: DbOption = None,
     flows: FlowsOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Finish an interrupted execution (or, with --retry-failed, a failed one); print its output."""
     with open_with_flows(db, flows) as loom:
@@ -695,8 +706,7 @@ def resume(
             fail(str(exc), code=ExitCode.USAGE)  # EncryptionOffError: sealed, and no key given
         except (ExecutionConflictError, LogCorruptError, ErasedError) as exc:
             fail(str(exc))
-    console.print(f"execution {result.execution_id}")
-    console.print_json(data=result.output, ensure_ascii=True)
+    print_run(result, as_json=as_json)
 
 
 @app.command()
@@ -717,6 +727,7 @@ def fork(
     ] = None,
     db: DbOption = None,
     flows: FlowsOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Run a new execution from a point of EXECUTION_ID, with overrides; print its id and output."""
     if (at is None) == (at_count is None):
@@ -747,8 +758,7 @@ def fork(
             fail(str(exc))
         if overrides:
             _warn_unused_overrides(overrides, loom.execution(result.execution_id))
-    console.print(f"execution {result.execution_id}")
-    console.print_json(data=result.output, ensure_ascii=True)
+    print_run(result, as_json=as_json)
 
 
 def _warn_unused_overrides(overrides: dict[str, object], fork: Execution) -> None:
