@@ -294,7 +294,14 @@ def pytest_collection_modifyitems(
             raise pytest.UsageError(f"--loom-bundles={folder}: no such directory")
         for path in sorted(directory.iterdir()):
             if path.suffix in BUNDLE_SUFFIXES:
-                items.extend(BundleFile.from_parent(session, path=path.resolve()).collect())
+                bundle = BundleFile.from_parent(session, path=path.resolve())
+                collected = [*bundle.collect()]
+                items.extend(collected)
+                # Reported as collected, as pytest reports a file it collects: its count
+                # ("collected N items") was made before these were added.
+                result = list[pytest.Item | pytest.Collector](collected)
+                report = pytest.CollectReport(bundle.nodeid, "passed", None, result)
+                session.ihook.pytest_collectreport(report=report)
 
 
 @pytest.fixture

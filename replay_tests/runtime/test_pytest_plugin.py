@@ -90,6 +90,23 @@ def test_one_passing_test_per_bundle(pytester: pytest.Pytester, recordings: Path
     assert not list(pytester.path.glob("*.db"))
 
 
+def test_collected_bundles_are_counted_with_the_other_tests(
+    pytester: pytest.Pytester, recordings: Path
+) -> None:
+    """pytest said "collected 1 item" for a test file and a bundle, then ran 2: a bundle's
+    test was added after pytest counted. Counted, ``--collect-only`` and ``-k`` agree."""
+    pytester.makepyfile(flows_v1=flows_module("Greet "), test_other="def test_other(): pass\n")
+    options = ["--loom-bundles", str(recordings), "--loom-flows=flows_v1:flows"]
+    listed = pytester.runpytest(*options, "--collect-only", "-q")
+    listed.stdout.fnmatch_lines(["*incident-1.json::replay?incident-1.json?", "2 tests collected*"])
+    ran = pytester.runpytest(*options)
+    ran.stdout.fnmatch_lines(["collected 2 items"])
+    ran.assert_outcomes(passed=2)
+    picked = pytester.runpytest(*options, "-k", "replay[incident-1.json]")
+    picked.stdout.fnmatch_lines(["collected 2 items / 1 deselected / 1 selected"])
+    picked.assert_outcomes(passed=1, deselected=1)
+
+
 def test_a_changed_prompt_fails_with_the_diff(pytester: pytest.Pytester, recordings: Path) -> None:
     """Changed prompt template: the test fails and shows recorded vs replayed input."""
     pytester.makepyfile(flows_v2=flows_module("Say hi to "))
