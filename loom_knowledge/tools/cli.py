@@ -358,6 +358,8 @@ def as_of_command(
         console.print(inert(f"scope {scope} as of log position {view.position}"))
         for record in records:
             console.print(inert(f"  {identifier(record.id)} r{record.revision}"))
+        if not records:
+            console.print("  no documents at that point")
 
 
 @knowledge_app.command("counterfactual")
@@ -445,6 +447,8 @@ def _print_passages(passages: list[Passage], *, as_json: bool, position: int | N
     )
     if position is not None:
         console.print(f"as of log position {position}")
+    if not passages:
+        console.print("no passage matches the query")
     for passage in passages:
         doc_id = identifier(passage.doc_id)
         console.print(

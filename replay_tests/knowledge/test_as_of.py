@@ -151,3 +151,18 @@ def test_cli_as_of(db_url: str, history: dict[str, int]) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "disk.md#0 r2" in result.output and "not recorded" in result.output
+
+
+def test_cli_as_of_says_when_there_was_nothing(db_url: str, history: dict[str, int]) -> None:
+    """Before the first document, and for a query nothing matched, as-of printed only its
+    header: the reader could not tell an empty answer from a truncated one."""
+    before = CliRunner().invoke(app, ["knowledge", "as-of", "0", "--scope", "ops", "--db", db_url])
+    assert before.exit_code == 0, before.output
+    assert before.stdout.splitlines() == [
+        "scope ops as of log position 0",
+        "  no documents at that point",
+    ]
+    search = ["knowledge", "as-of", str(history["v1"]), "--scope", "ops", "--query", "zebra"]
+    nothing = CliRunner().invoke(app, [*search, "--db", db_url])
+    assert nothing.exit_code == 0, nothing.output
+    assert nothing.stdout.splitlines()[-1] == "no passage matches the query"
