@@ -76,3 +76,15 @@ def test_a_help_paragraph_is_wrapped_to_the_terminal_not_where_the_source_broke_
     out = CliRunner().invoke(app, ["knowledge", "sync", "--help"]).stdout
     sentence = "--follow-external-links: what is synced stays in the append-only log for good"
     assert any(sentence in line for line in out.splitlines()), out
+
+
+def test_no_option_name_is_cut_short_on_an_80_column_terminal(monkeypatch: Any) -> None:
+    """``loom knowledge sync --help`` showed ``--follow-external-li…`` at 80 columns, an
+    option nobody could then type (a wide type column, ``<int range> [x>=1]``, took the
+    room), and ``--db`` an example URL cut as ``postgresql+psycopg://use…``."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TERMINAL_WIDTH", "80")
+    cut = re.compile(r"--[\w-]*…|\S{12,}…")
+    for path in PATHS:
+        out = CliRunner().invoke(app, [*path, "--help"]).stdout
+        assert not cut.search(out), (path, out)

@@ -177,6 +177,7 @@ def sync_command(
         typer.Option(
             "--max-file-bytes",
             min=1,
+            metavar="<bytes>",
             help="Refuse the sync if a file is larger than this (default 64 MiB), unread.",
         ),
     ] = MAX_FILE_BYTES,

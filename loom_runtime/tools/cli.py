@@ -140,8 +140,8 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         envvar="LOOM_DB_URL",
-        help="Database URL: sqlite:///path/to/loom.db (default ./loom.db) or "
-        "postgresql+psycopg://user:pw@host:port/db.",
+        help="Database URL: sqlite:///PATH (default ./loom.db) or postgresql://HOST/DB "
+        "(with USER:PW@ and :PORT as needed).",
     ),
 ]
 
