@@ -472,8 +472,14 @@ def test_a_client_already_recording_is_recorded_once(
     else:
         own = openai.DefaultHttpxClient(transport=transport(http.HTTPTransport()))
         base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
-    wrapped = wrap(base)
-    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+    assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
+    assert provider.count == 1
+
+
+def _asked_once(wrapped: Any, folder: Path) -> list[str]:
+    """Ask ``wrapped`` one chat completion in a flow; the keys of the decisions recorded,
+    once its replay (which sends nothing) is checked identical."""
+    with Loom(f"sqlite:///{folder / 'loom.db'}") as loom:
 
         @loom.flow("ask")
         def ask(ctx: Any) -> Any:
@@ -481,9 +487,8 @@ def test_a_client_already_recording_is_recorded_once(
             return wrapped.chat.completions.create(model="m", messages=said).model_dump()
 
         run = loom.run("ask")
-        assert list(loom.execution(run.execution_id).decisions) == ["model:openai:chat.completions"]
         assert loom.replay(run.execution_id).identical
-    assert provider.count == 1
+        return list(loom.execution(run.execution_id).decisions)
 
 
 def test_closing_a_wrapped_client_closes_the_client_s_own_connections(
@@ -556,15 +561,5 @@ def test_an_http_client_of_the_other_httpx_package_still_sends_its_requests(
     assert http_package(type(base._client), "Client") is not http_package(
         openai.DefaultHttpxClient, "Client"
     ), "the SDK and the user's client are on one package: this test proves nothing"
-    wrapped = wrap(base)
-    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
-
-        @loom.flow("ask")
-        def ask(ctx: Any) -> Any:
-            said: Any = [{"role": "user", "content": "hi"}]
-            return wrapped.chat.completions.create(model="m", messages=said).model_dump()
-
-        run = loom.run("ask")
-        assert own.sent == ["/v1/chat/completions"]
-        assert loom.replay(run.execution_id).identical
+    assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
     assert own.sent == ["/v1/chat/completions"] and provider.count == 1
