@@ -169,10 +169,11 @@ class BundleLoom(Loom):
             log_position=execution.log_position,
         )
 
-    def update_bundle(self) -> ReplayResult:
+    def replay_file(self) -> ReplayResult:
         """Replay :attr:`bundle` as it is (a collected bundle, or one ``loom_replay`` names,
-        has no run of the test's to answer): re-seal it into :attr:`resealed` if only accepted
-        divergences, else raise them. Opens no database."""
+        has no run of the test's to answer): under :attr:`update` re-seal it into
+        :attr:`resealed` if only accepted divergences, else raise them, with what the code
+        raised as the cause. Opens no database."""
         result = self.replay_bundle(self.bundle)
         if not result.identical:
             self._settle(read_bundle(self.bundle), result, marked=False)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -62,6 +63,8 @@ PASSED = pytest.StashKey[bool]()
 """Whether a test's call passed: a marked test's recording or re-seal is written only then."""
 BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
 """The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
+CAUSED = "The above exception was the direct cause of the following exception:"
+"""Between what the flow raised on replay and the verdict, as Python and pytest word it."""
 RESEALED_PROPERTY = "loom_resealed"
 """The user property a re-sealing test carries (bundle and accepted diffs): a property, not
 session state, so the report reaches the controller when pytest-xdist runs the tests."""
@@ -94,8 +97,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--loom-bundles",
         action="append",
         default=[],
-        metavar="DIR",
-        help="replay every bundle in DIR as a test (repeatable)",
+        metavar="PATH",
+        help="replay every bundle in folder PATH, or bundle file PATH, as a test (repeatable)",
     )
     group.addoption(
         "--loom-flows",
@@ -219,29 +222,32 @@ def _flows_spec(config: pytest.Config) -> str | None:
     return str(spec) if spec else None
 
 
-def replay_or_fail(flows: FlowRegistry, bundle: Path, *, rerun: str) -> ReplayResult:
-    """Replay ``bundle`` with ``flows``; raise :class:`ReplayDiverged` unless identical
-    (``rerun``: the pytest arguments that run the test again, for its next step)."""
-    from loom_runtime.loom import Loom
-    from loom_runtime.tools.pytest_bundle import next_step
+def replay_file(
+    flows: FlowRegistry, bundle: Path, *, update: bool, rerun: str
+) -> tuple[ReplayResult, BundleLoom]:
+    """Replay ``bundle`` with ``flows`` (no database is opened); raise :class:`ReplayDiverged`
+    unless identical or, under ``update``, re-sealable (``rerun``: the pytest arguments that
+    run the test again, for its next step). Returns the result and the loom that holds any
+    re-sealed bundle, for :func:`_write_resealed`."""
+    from loom_runtime.tools.pytest_bundle import BundleLoom
 
-    result = Loom(flows=flows).replay_bundle(bundle)
-    if not result.identical:
-        raise ReplayDiverged(result, next_step(result, marked=False, rerun=rerun))
-    return result
+    replaying = BundleLoom(
+        None, flows=flows, bundle=bundle, record=False, update=update, rerun=rerun
+    )
+    return replaying.replay_file(), replaying
 
 
 def _rerun(item: pytest.Item) -> str:
     """The pytest arguments that run ``item`` alone, from where pytest was run: its path and
-    name, or for a collected bundle its folder, the flows given and a ``-k`` of its name
-    (a bundle is no path pytest collects by itself)."""
+    name, or for a collected bundle ``--loom-bundles`` of its file and the flows given (a
+    bundle is no path pytest collects by itself, and ``-k`` cannot parse every file name)."""
     config = item.config
     here = config.invocation_params.dir
     if isinstance(item, BundleItem):
-        arguments = [f"--loom-bundles={os.path.relpath(item.path.parent, here)}"]
+        arguments = [f"--loom-bundles={os.path.relpath(item.path, here)}"]
         if flows := config.getoption("--loom-flows"):
             arguments.append(f"--loom-flows={flows}")
-        return shlex.join([*arguments, "-k", item.name])
+        return shlex.join(arguments)
     _, _, name = item.nodeid.partition("::")
     return shlex.quote(f"{os.path.relpath(item.path, here)}::{name}")
 
@@ -258,22 +264,19 @@ class BundleItem(pytest.Item):
 
     def runtest(self) -> None:
         flows = _configured_flows(self.config)
-        if not self.config.getoption("--loom-update"):
-            replay_or_fail(flows, self.path, rerun=_rerun(self))
-            return
-        from loom_runtime.tools.pytest_bundle import BundleLoom
-
-        updating = BundleLoom(
-            None, flows=flows, bundle=self.path, record=False, update=True, rerun=_rerun(self)
-        )
-        updating.update_bundle()  # opens no database: nothing to close
-        _write_resealed(self, updating)
+        update = bool(self.config.getoption("--loom-update"))
+        _, replayed = replay_file(flows, self.path, update=update, rerun=_rerun(self))
+        _write_resealed(self, replayed)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         from loom_runtime.errors import BundleError
 
-        if isinstance(excinfo.value, ReplayDiverged):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, ReplayDiverged):  # the verdict, after what the code raised
+            cause = excinfo.value.__cause__
+            if cause is None:
+                return str(excinfo.value)
+            raised = "".join(traceback.format_exception(cause))
+            return f"{raised}\n{CAUSED}\n\n{excinfo.value}"
         if isinstance(excinfo.value, BundleError):  # an unusable file: what and why, no trace
             return f"{type(excinfo.value).__name__}: {excinfo.value}"
         return str(super().repr_failure(excinfo, style))
@@ -289,19 +292,25 @@ def pytest_collection_modifyitems(
     if folders and not _flows_spec(config):  # a bundle's test has no fixture to override
         raise pytest.UsageError(NO_FLOWS.removesuffix(", or override the loom_flows fixture"))
     for folder in folders:
-        directory = Path(folder)
-        if not directory.is_dir():
-            raise pytest.UsageError(f"--loom-bundles={folder}: no such directory")
-        for path in sorted(directory.iterdir()):
-            if path.suffix in BUNDLE_SUFFIXES:
-                bundle = BundleFile.from_parent(session, path=path.resolve())
-                collected = [*bundle.collect()]
-                items.extend(collected)
-                # Reported as collected, as pytest reports a file it collects: its count
-                # ("collected N items") was made before these were added.
-                result = list[pytest.Item | pytest.Collector](collected)
-                report = pytest.CollectReport(bundle.nodeid, "passed", None, result)
-                session.ihook.pytest_collectreport(report=report)
+        given = Path(folder)
+        if given.is_file() and given.suffix in BUNDLE_SUFFIXES:
+            paths = [given]  # one bundle: what a failure's next step names
+        elif given.is_dir():
+            paths = sorted(path for path in given.iterdir() if path.suffix in BUNDLE_SUFFIXES)
+        else:
+            raise pytest.UsageError(
+                f"--loom-bundles={folder}: no such directory or bundle file "
+                f"({', '.join(BUNDLE_SUFFIXES)})"
+            )
+        for path in paths:
+            bundle = BundleFile.from_parent(session, path=path.resolve())
+            collected = [*bundle.collect()]
+            items.extend(collected)
+            # Reported as collected, as pytest reports a file it collects: its count
+            # ("collected N items") was made before these were added.
+            result = list[pytest.Item | pytest.Collector](collected)
+            report = pytest.CollectReport(bundle.nodeid, "passed", None, result)
+            session.ihook.pytest_collectreport(report=report)
 
 
 @pytest.fixture
@@ -319,20 +328,16 @@ def loom_replay(
     Under ``--loom-update`` a bundle whose replay changed only decision inputs or the output
     is re-sealed instead, as the marker's and the collected ones are: written (and printed)
     at teardown, and only if the test passed."""
-    from loom_runtime.tools.pytest_bundle import BundleLoom
 
     update = bool(request.config.getoption("--loom-update"))
     updated: list[BundleLoom] = []
 
     def replay(bundle: str | Path) -> ReplayResult:
-        rerun = _rerun(request.node)
-        if not update:
-            return replay_or_fail(loom_flows, Path(bundle), rerun=rerun)
-        updating = BundleLoom(
-            None, flows=loom_flows, bundle=Path(bundle), record=False, update=True, rerun=rerun
+        result, replayed = replay_file(
+            loom_flows, Path(bundle), update=update, rerun=_rerun(request.node)
         )
-        updated.append(updating)
-        return updating.update_bundle()  # opens no database: nothing to close
+        updated.append(replayed)
+        return result
 
     yield replay
     if request.node.stash.get(PASSED, False):

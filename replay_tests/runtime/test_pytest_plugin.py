@@ -574,18 +574,50 @@ def test_code_that_now_crashes_on_replay_shows_where(pytester: pytest.Pytester) 
     )
 
 
+@pytest.mark.parametrize("name", ["incident-1.json", "inc (1).json", "x=y [2].json"])
 def test_a_collected_bundle_s_divergence_says_how_to_accept_it(
-    pytester: pytest.Pytester, recordings: Path
+    pytester: pytest.Pytester, recordings: Path, name: str
 ) -> None:
+    """The command names the bundle file itself, which ``--loom-bundles`` takes as it takes a
+    folder: a ``-k 'replay[NAME]'`` could not parse a name such as a browser's second
+    download (``inc (1).json``), so the advice failed for it."""
+    (recordings / "incident-1.json").rename(recordings / name)
+    (recordings / "other.json").write_bytes((recordings / name).read_bytes())
     pytester.makepyfile(flows_v2=flows_module("Say hi to "))
     result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v2:flows")
-    result.assert_outcomes(failed=1)
-    again = "--loom-bundles=recordings --loom-flows=flows_v2:flows -k 'replay[incident-1.json]'"
+    result.assert_outcomes(failed=2)
+    again = shlex.join([f"--loom-bundles=recordings/{name}", "--loom-flows=flows_v2:flows"])
     assert f"accept it with pytest --loom-update {again} (" in result.stdout.str()
-    # the command it gives runs that bundle's test, and accepts the change
+    # the command it gives runs that bundle's test alone, and accepts the change
     accepted = pytester.runpytest("--loom-update", *shlex.split(again))
     accepted.assert_outcomes(passed=1)
     pytester.runpytest(*shlex.split(again)).assert_outcomes(passed=1)
+    other = pytester.runpytest("--loom-bundles=recordings", "--loom-flows=flows_v2:flows")
+    other.assert_outcomes(passed=1, failed=1)  # the other bundle was left as it was
+
+
+@pytest.mark.parametrize("update", [False, True], ids=["replay", "update"])
+def test_a_collected_bundle_whose_code_now_crashes_shows_where(
+    pytester: pytest.Pytester, recordings: Path, update: bool
+) -> None:
+    """A collected bundle's failure said "its traceback is above", and showed none: its
+    report printed the verdict alone, and a replay without --loom-update kept no cause."""
+    crashing = flows_module("Greet ").replace(
+        'return f"{salutation}, {name}"', "return salutation + 1  # the bug"
+    )
+    pytester.makepyfile(flows_v3=crashing)
+    options = ["--loom-bundles", str(recordings), "--loom-flows=flows_v3:flows"]
+    crashed = pytester.runpytest(*options, *(["--loom-update"] if update else []))
+    crashed.assert_outcomes(failed=1)
+    crashed.stdout.fnmatch_lines(
+        [
+            "*return salutation + 1  # the bug",
+            "TypeError: *",
+            "*direct cause of the following exception*",
+            "*OutcomeChangedError*",
+            "*The current code raised TypeError on replay (its traceback is above*",
+        ]
+    )
 
 
 def test_missing_flows_fail_each_test_in_one_line_and_a_bundle_folder_at_once(
