@@ -104,13 +104,14 @@ def _own_http_client(client: Any, base: str) -> Any:
 
 def _settings(own: Any) -> dict[str, Any]:
     """What ``own`` applies to a request before its transport sees it (default headers,
-    cookies, query parameters, authentication, event hooks, redirects, timeout), for the
-    wrapped client's HTTP client to apply alike: its transport is loom's, so only these
-    decide what reaches ``own``'s transport."""
+    cookies, authentication, event hooks, redirects, timeout), for the wrapped client's HTTP
+    client to apply alike: its transport is loom's, so only these decide what reaches
+    ``own``'s transport. Not its default query parameters: a query is part of a model
+    decision's input, so they would change every recording made without them (and store a
+    parameter not known as a credential)."""
     return {
         "headers": own.headers,
         "cookies": own.cookies,
-        "params": own.params,
         "auth": own.auth,
         "event_hooks": own.event_hooks,
         "follow_redirects": own.follow_redirects,

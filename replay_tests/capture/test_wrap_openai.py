@@ -563,3 +563,20 @@ def test_an_http_client_of_the_other_httpx_package_still_sends_its_requests(
     ), "the SDK and the user's client are on one package: this test proves nothing"
     assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
     assert own.sent == ["/v1/chat/completions"] and provider.count == 1
+
+
+def test_a_client_s_own_query_parameters_are_not_added_to_its_requests(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """Carrying the ``http_client``'s ``params`` put a query on every request: the decision's
+    input became ``{method, query, body}`` instead of the body, so a recording made before
+    diverged on replay, and a parameter not known as a credential was stored. They stay the
+    user's client's own, as before ``wrap`` kept its other settings."""
+    own = openai.DefaultHttpxClient(params={"session": "PARAMSECRET444"})
+    base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+        [summary] = loom.executions()
+        decision = loom.execution(summary.execution_id).decisions["model:openai:chat.completions"]
+    assert set(msgspec.json.decode(decision.input)) == {"messages", "model"}
+    assert b"PARAMSECRET444" not in b"".join(p.read_bytes() for p in tmp_path.glob("loom.db*"))
