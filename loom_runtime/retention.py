@@ -53,9 +53,9 @@ AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], 
 """What a ``loom.retention`` entry point loads: the subjects of a scope (or a memory) older
 than a cutoff, and what of them is stored in clear."""
 _AGED: Final = {"document": "documents of scope", "memory": "keys of memory"}
+"""The ``loom.retention`` entry points, and how a selector names what each selects."""
 STARTED_BEFORE: Final = "started before"
 """How an erasure by age selects executions, opening its report's selector."""
-"""The ``loom.retention`` entry points, and how a selector names what each selects."""
 
 
 def parse_age(text: str) -> timedelta:

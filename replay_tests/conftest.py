@@ -655,7 +655,8 @@ def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     every folder made so far in the session's base folder, a scan that grows with each test
     (0.8 ms a test by a worker's 1,500th; ADR 0054, "quick3"). This one is made by
     :func:`tempfile.mkdtemp` in the same base folder, named after its test as pytest names
-    it, and kept as pytest keeps its own."""
+    it, and kept with the session's folder (pytest's default; the suite sets no
+    ``tmp_path_retention_policy``, whose ``failed`` this fixture would not apply)."""
     name = re.sub(r"\W", "_", request.node.name)[:30]
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=tmp_path_factory.getbasetemp()))
 
