@@ -58,7 +58,7 @@ def _reflowed(text: str | None) -> str | None:
     """``text`` with the lines of each paragraph joined. Typer joins a command's first
     paragraph only and prints the others' line breaks as the docstring has them, ragged at
     any width but the source's; joined, each paragraph is wrapped to the terminal. A paragraph
-    marked ``\b`` (Click's "keep my lines") is left as it is."""
+    marked ``\\b`` (Click's "keep my lines") is left as it is."""
     if not text:
         return text
     paragraphs = inspect.cleandoc(text).split("\n\n")
