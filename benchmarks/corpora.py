@@ -61,26 +61,53 @@ def corpora_directory() -> Path:
     return directory
 
 
+Page = tuple[str, str, tuple[str, ...]]
+"""A page as (origin, title, paragraphs)."""
+
+
+class _Pages:
+    """Every page, in file then page order, read from the files only as far as a caller
+    iterates. A few windows need the first pages, not all of them: parsing the four manuals
+    whole is a second and a half (once per process, as every test worker paid it for three
+    documents). What was read is kept, so a second pass reads nothing again."""
+
+    def __init__(self) -> None:
+        self._read: list[Page] = []
+        self._unread = self._parse(corpora_directory())  # a missing directory fails here
+
+    def __iter__(self) -> Iterator[Page]:
+        index = 0
+        while True:
+            if index == len(self._read):
+                page = next(self._unread, None)
+                if page is None:
+                    return
+                self._read.append(page)
+            yield self._read[index]
+            index += 1
+
+    @staticmethod
+    def _parse(directory: Path) -> Iterator[Page]:
+        for name in FILES:
+            with gzip.open(directory / f"{name}.jsonl.gz", "rt", encoding="utf-8") as lines:
+                for line in lines:
+                    page = json.loads(line)
+                    if page["id"] in EXCLUDED_PAGES:
+                        continue
+                    paragraphs = tuple(
+                        collapsed
+                        for paragraph in _BLANK_LINE.split(page["text"])
+                        if (collapsed := _SPACE.sub(" ", paragraph).strip())
+                    )
+                    if paragraphs:
+                        title = _SPACE.sub(" ", page.get("title") or page["id"]).strip()
+                        yield (f"{name}/{page['id']}", title, paragraphs)
+
+
 @cache
-def _pages() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-    """Every page as (origin, title, paragraphs), in file then page order."""
-    directory = corpora_directory()
-    pages = []
-    for name in FILES:
-        with gzip.open(directory / f"{name}.jsonl.gz", "rt", encoding="utf-8") as lines:
-            for line in lines:
-                page = json.loads(line)
-                if page["id"] in EXCLUDED_PAGES:
-                    continue
-                paragraphs = tuple(
-                    collapsed
-                    for paragraph in _BLANK_LINE.split(page["text"])
-                    if (collapsed := _SPACE.sub(" ", paragraph).strip())
-                )
-                if paragraphs:
-                    title = _SPACE.sub(" ", page.get("title") or page["id"]).strip()
-                    pages.append((f"{name}/{page['id']}", title, paragraphs))
-    return tuple(pages)
+def _pages() -> _Pages:
+    """The pages of :func:`corpora_directory`, shared by every caller in this process."""
+    return _Pages()
 
 
 def windows(size: int, count: int) -> list[Window]:
