@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 
 from loom_memory import MemoryEntry, SqliteMemoryStore
 from loom_memory.entry import decode_entry
+from replay_tests.budgets import examples
 
 VOCABULARY = [f"w{index}" for index in range(40)]
 
@@ -72,9 +73,10 @@ def ranked_statements(engine: Engine, search: Any) -> list[str]:
 
 
 def test_a_single_key_store_answers_exactly_the_plain_or_query(store: SqliteMemoryStore) -> None:
-    """300 random queries on a one-key store: the plain OR query's ids, in its order."""
+    """300 random queries (``examples``) on a one-key store: the plain OR query's ids, in
+    its order."""
     rng = random.Random(13)
-    for _ in range(300):
+    for _ in range(examples(300)):
         terms = rng.sample([*VOCABULARY, "absent"], rng.randint(1, 7))
         limit = rng.choice([1, 3, 10, 25])
         found = [entry.id for entry in store.search("k", " ".join(terms), limit=limit)]

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 
 from loom_memory import MemoryEntry, SqliteMemoryStore
 from loom_memory.sqlite import _IndexState
+from replay_tests.budgets import examples
 
 VOCABULARY = [f"w{index}" for index in range(40)]
 
@@ -64,7 +65,7 @@ def test_searches_between_random_writes_answer_the_plain_or_query(engine: Engine
     store = SqliteMemoryStore(engine)
     rng = random.Random(16)
     ids = 0
-    for round_ in range(60):
+    for round_ in range(examples(60)):
         verb = rng.choice(["append", "append", "remove", "replace", "other key", "none"])
         if verb == "append":
             batch = [MemoryEntry(id=f"e{ids + i}", content=text_of(rng)) for i in range(30)]

@@ -20,6 +20,7 @@ from sqlalchemy import Column, Engine, Integer, create_engine, event, text
 from loom_memory import MemoryEntry, SqliteMemoryStore
 from loom_memory.entry import decode_entry
 from loom_memory.topk import SUBSET_TERMS, Hit, TermStats, top_k
+from replay_tests.budgets import examples
 
 if TYPE_CHECKING:
     from replay_tests.conftest import DatabaseTemplates
@@ -92,7 +93,7 @@ def ids(entries: list[MemoryEntry]) -> list[object]:
 
 def test_search_returns_exactly_the_plain_or_query(store: SqliteMemoryStore) -> None:
     rng = random.Random(11)
-    for _ in range(300):
+    for _ in range(examples(300)):
         terms = rng.sample([*VOCABULARY, "absent"], rng.randint(1, 8))
         limit = rng.choice([1, 2, 5, 10, 25])
         flag = rng.choice([None, 0, 2])

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from loom_memory import MemoryEntry, SqliteMemoryStore, topk
+from replay_tests.budgets import examples
 from replay_tests.memory.test_topk import match_expressions
 
 __all__ = ["match_expressions"]  # the fixture, shared with test_topk
@@ -94,10 +95,11 @@ def test_a_middle_rare_term_keeps_the_query_order(
 
 
 def test_random_three_and_four_term_queries_answer_the_or_query(engine: Engine) -> None:
-    """300 random queries of 3-4 terms, rare and common, any order: the OR query's ids."""
+    """300 random queries (``examples``) of 3-4 terms, rare and common, any order: the OR
+    query's ids."""
     store = filled(engine)
     rng = random.Random(3)
-    for _ in range(300):
+    for _ in range(examples(300)):
         terms = rng.sample(
             ["rare", "c1", "c2", "c3", "filler", "more", "absent"], rng.randint(3, 4)
         )

@@ -15,6 +15,7 @@ import random
 
 from sqlalchemy import Engine
 
+from replay_tests.budgets import examples
 from replay_tests.memory.test_topk_head_term import engine, filled, match_expressions, plain_or
 
 __all__ = ["engine", "match_expressions"]  # fixtures, shared with test_topk_head_term
@@ -47,11 +48,11 @@ def test_a_rare_second_term_is_the_head(engine: Engine, match_expressions: list[
 
 
 def test_random_four_term_queries_with_large_limits_answer_the_or_query(engine: Engine) -> None:
-    """300 random four-term queries, limits up to past every rare row (so the second head
-    step runs): the OR query's ids, in order."""
+    """300 random four-term queries (``examples``), limits up to past every rare row (so the
+    second head step runs): the OR query's ids, in order."""
     store = filled(engine)
     rng = random.Random(11)
-    for _ in range(300):
+    for _ in range(examples(300)):
         terms = rng.sample(["rare", "c1", "c2", "c3", "filler", "more", "absent"], 4)
         limit = rng.choice([1, 5, 13, 25, 60, 100])
         answered = [entry.id for entry in store.search("k", " ".join(terms), limit=limit)]
