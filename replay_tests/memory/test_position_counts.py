@@ -24,6 +24,7 @@ from loom_memory.entry import MemoryEntry
 from loom_memory.position_counts import SHIFTS, ranges, read_counts, refill_statements
 from loom_memory.postgres_counts import drop_position_triggers
 from loom_memory.validity import TemporalSqlStore, ValidAt
+from replay_tests.budgets import seeds
 from replay_tests.memory.test_asof_pruned import KEY, OTHER, _brute_force, _history, _rows, _top
 from replay_tests.memory.test_kept_counts import _store, engine
 
@@ -107,7 +108,7 @@ def _callers_own_writes(store: TemporalSqlStore, rng: random.Random, last: int) 
         conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq = {picked[4]}")
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", seeds(2))
 def test_counts_at_every_position_equal_a_recount(engine: Engine, seed: int) -> None:
     """After random appends, ends, re-appends and clears, then a caller's own UPDATEs and
     DELETE, ``N`` and every term's frequency read at each position equal a recount of the
