@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from replay_tests import budgets
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = "replay_tests/memory/test_kept_counts.py"  # seeds(4) and seeds(3)
 
@@ -42,3 +44,13 @@ def test_the_quick_run_keeps_the_first_seed_and_the_full_run_every_seed() -> Non
     seeded = re.compile(r"\[(\d+)\]$")
     assert sorted(m[1] for t in full if (m := seeded.search(t))) == sorted("0123" + "012")
     assert quick == [t for t in full if not (m := seeded.search(t)) or m[1] == "0"]
+
+
+@pytest.mark.parametrize(
+    ("quick", "count", "drawn"), [(False, 300, 300), (True, 300, 100), (True, 2, 1)]
+)
+def test_the_quick_run_draws_a_third_of_the_random_cases_and_never_none(
+    monkeypatch: pytest.MonkeyPatch, quick: bool, count: int, drawn: int
+) -> None:
+    monkeypatch.setattr(budgets, "QUICK", quick)
+    assert budgets.examples(count) == drawn
