@@ -34,3 +34,19 @@ def test_a_table_visible_through_the_search_path_is_found_and_not_created_again(
         assert created == 0
     finally:
         engine.dispose()
+
+
+def test_a_composite_key_is_read_in_key_order_and_a_keyless_table_has_none(pg_url: str) -> None:
+    """Key columns in the key's order (not the table's), each looked up by its number."""
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE loom_pair (a INT, b TEXT, c INT, PRIMARY KEY (c, a))"
+            )
+            conn.exec_driver_sql("CREATE TABLE loom_loose (a INT)")
+            catalog = read_catalog(conn)
+        assert catalog.primary_keys["loom_pair"] == ("c", "a")
+        assert "loom_loose" in catalog.tables and "loom_loose" not in catalog.primary_keys
+    finally:
+        engine.dispose()
