@@ -69,7 +69,8 @@ class _Pages:
     """Every page, in file then page order, read from the files only as far as a caller
     iterates. A few windows need the first pages, not all of them: parsing the four manuals
     whole is a second and a half (once per process, as every test worker paid it for three
-    documents). What was read is kept, so a second pass reads nothing again."""
+    documents). What was read is kept, so a second pass reads nothing again. One thread at a
+    time: no caller iterates it from two (the benchmarks' parallel workers are processes)."""
 
     def __init__(self) -> None:
         self._read: list[Page] = []
@@ -79,7 +80,13 @@ class _Pages:
         index = 0
         while True:
             if index == len(self._read):
-                page = next(self._unread, None)
+                try:
+                    page = next(self._unread, None)
+                except BaseException:
+                    # The generator is finished now: a later pass would take the pages read so
+                    # far for the whole corpus. Forget this reader; the next call starts anew.
+                    _pages.cache_clear()
+                    raise
                 if page is None:
                     return
                 self._read.append(page)

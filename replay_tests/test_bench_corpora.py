@@ -52,3 +52,13 @@ def test_a_longer_pass_continues_from_what_was_read(opened: list[str]) -> None:
     assert longer[:3] == first
     assert longer == corpora.windows(200, 40)  # one pass from nothing read
     assert {window.origin.split("/")[0] for window in longer} == set(corpora.FILES)
+
+
+def test_a_manual_that_fails_to_parse_fails_every_pass(opened: list[str], tmp_path: Path) -> None:
+    """A bad line fails the pass that reaches it and every later one: never a shorter corpus
+    read as the whole."""
+    with gzip.open(tmp_path / "pg15.18.jsonl.gz", "at", encoding="utf-8") as manual:
+        manual.write("not json\n")
+    for _ in range(2):
+        with pytest.raises(json.JSONDecodeError):
+            corpora.windows(200, 40)
