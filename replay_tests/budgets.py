@@ -22,7 +22,8 @@ def seeds(count: int) -> range:
 
 
 def examples(count: int) -> int:
-    """How many random cases a reference test draws (queries, each checked against the plain
-    or brute-force answer): ``count``, or a third of it in the quick run. The cases come from
-    one seeded generator, so the quick run checks the first third of the full run's."""
-    return max(1, count // 3) if QUICK else count
+    """How many random cases a reference test draws (queries, or rounds of writes and
+    queries, each checked against the plain or brute-force answer): ``count``, or a third of
+    it in the quick run, never none and never more. The cases come from one seeded generator,
+    so the quick run checks the first third of the full run's."""
+    return min(count, max(1, count // 3)) if QUICK else count

@@ -47,9 +47,9 @@ def test_the_quick_run_keeps_the_first_seed_and_the_full_run_every_seed() -> Non
 
 
 @pytest.mark.parametrize(
-    ("quick", "count", "drawn"), [(False, 300, 300), (True, 300, 100), (True, 2, 1)]
+    ("quick", "count", "drawn"), [(False, 300, 300), (True, 300, 100), (True, 2, 1), (True, 0, 0)]
 )
-def test_the_quick_run_draws_a_third_of_the_random_cases_and_never_none(
+def test_the_quick_run_draws_a_third_of_the_random_cases_never_none_nor_more(
     monkeypatch: pytest.MonkeyPatch, quick: bool, count: int, drawn: int
 ) -> None:
     monkeypatch.setattr(budgets, "QUICK", quick)

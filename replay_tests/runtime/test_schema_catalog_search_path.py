@@ -37,7 +37,7 @@ def test_a_table_visible_through_the_search_path_is_found_and_not_created_again(
 
 
 def test_a_composite_key_is_read_in_key_order_and_a_keyless_table_has_none(pg_url: str) -> None:
-    """Key columns in the key's order (not the table's), each looked up by its number."""
+    """Key columns in the key's order (not the table's); a table without a key has none."""
     engine = create_engine(pg_url)
     try:
         with engine.begin() as conn:
