@@ -50,3 +50,16 @@ def test_a_composite_key_is_read_in_key_order_and_a_keyless_table_has_none(pg_ur
         assert "loom_loose" in catalog.tables and "loom_loose" not in catalog.primary_keys
     finally:
         engine.dispose()
+
+
+def test_columns_a_primary_key_includes_are_not_part_of_it(pg_url: str) -> None:
+    """``PRIMARY KEY (a) INCLUDE (b)``: the index holds b, the key is a alone."""
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE loom_covered (a INT, b INT, PRIMARY KEY (a) INCLUDE (b))"
+            )
+            assert read_catalog(conn).primary_keys["loom_covered"] == ("a",)
+    finally:
+        engine.dispose()
