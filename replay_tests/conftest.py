@@ -108,7 +108,15 @@ def _built_command(app: typer.Typer) -> _Command:
 typer.testing._get_command = _built_command  # type: ignore[assignment]
 
 
-FROZEN_CLOCK_SKIPS: Final = ("anthropic", "openai", "llama_index", "mcp", "numpy", "hypothesis")
+FROZEN_CLOCK_SKIPS: Final = (
+    "anthropic",
+    "openai",
+    "llama_index",
+    "mcp",
+    "numpy",
+    "hypothesis",
+    "psycopg",
+)
 """Packages whose modules ``freeze_time`` leaves alone (freezegun's ``extend_ignore_list``).
 
 Each ``freeze_time`` walked every loaded module with ``dir()`` to find the clock functions it
@@ -116,7 +124,13 @@ imported: ~0.1 s per start in a worker that had loaded the provider SDKs (anthro
 alone are 3,300 modules), 8.6 s of the quick run. No test freezes the clock around these
 packages' code. One that did would see the real clock wherever one of their frames is among
 the five nearest callers (freezegun's rule for ignored modules): add such a test's package
-nowhere here."""
+nowhere here.
+
+psycopg (and psycopg_pool) is here for the opposite reason: it must always see the real clock.
+A frozen clock is every thread's, and the test databases are emptied on a thread of their own
+(:class:`_Databases`) while other tests freeze it. psycopg, connecting, compared its deadline
+on the real monotonic clock with a frozen one (seconds since 1970) and timed out at once
+(``replay_tests/test_recycled_databases.py``). Its timeouts are the network's, never a test's."""
 freezegun.configure(extend_ignore_list=list(FROZEN_CLOCK_SKIPS))
 
 

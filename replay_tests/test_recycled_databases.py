@@ -10,13 +10,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
+from freezegun import freeze_time
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.pool import NullPool
 
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
 
@@ -114,3 +119,55 @@ def test_the_database_maker_s_thread_creates_no_logger() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == []
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            target.sendall(data)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
+
+
+def test_a_connection_opened_on_another_thread_while_a_test_freezes_the_clock_succeeds() -> None:
+    """The maker empties databases on its own thread while tests run, and some of those tests
+    freeze the clock. freezegun's clock is every thread's: psycopg, mid-connect, compared its
+    deadline (the real monotonic clock + the connect timeout) with the frozen clock (seconds
+    since 1970) and gave up at once, "connection timeout expired", which failed a session at
+    its end. Here the server's answer is held back until the clock is frozen, so the connect
+    is waiting exactly then; it must succeed."""
+    server = make_url(PG_URL)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted, frozen = threading.Event(), threading.Event()
+
+    def relay() -> None:
+        client, _ = listener.accept()
+        accepted.set()
+        frozen.wait(30)
+        time.sleep(0.3)  # psycopg looks at its clock between waits of at most 0.1 s
+        upstream = socket.create_connection((server.host or "127.0.0.1", server.port or 5432))
+        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        _pump(client, upstream)
+
+    outcome: list[object] = []
+
+    def connect() -> None:
+        port = listener.getsockname()[1]
+        engine = create_engine(server.set(host="127.0.0.1", port=port), poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                outcome.append(conn.exec_driver_sql("SELECT 1").scalar())
+        except Exception as error:
+            outcome.append(error)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=work, daemon=True) for work in (relay, connect)]
+    for thread in threads:
+        thread.start()
+    assert accepted.wait(30), "psycopg never reached the relay"
+    with freeze_time("2020-01-01"):
+        frozen.set()
+        threads[1].join(30)
+    listener.close()
+    assert outcome == [1], outcome
