@@ -78,6 +78,25 @@ def test_the_api_reference_documents_every_public_name(site: Path, package: str)
     assert not missing, f"add these to docs/reference/{package}.md: {missing}"
 
 
+@pytest.mark.parametrize("package", PACKAGES)
+def test_an_api_page_s_contents_list_its_public_names_not_their_members(
+    site: Path, package: str
+) -> None:
+    """A reference page's "on this page" list names each public name (a nested class too),
+    not every method and attribute: docs/conf.py takes those out, which also spares the
+    build copying them into every page's navigation (a fifth of its time)."""
+    page = (site / "reference" / f"{package}.html").read_text(encoding="utf-8")
+    contents = page[page.index('class="toc-tree"') :]  # furo's "on this page"
+    listed = set(re.findall(rf'href="#{package}\.([\w.]+)"', contents))
+    module = importlib.import_module(package)
+    assert set(module.__all__) <= listed
+    for name in listed - set(module.__all__):
+        target: object = module
+        for part in name.split("."):
+            target = getattr(target, part)
+        assert isinstance(target, type), f"{package}.{name} is a member, not a public name"
+
+
 def test_a_broken_link_or_anchor_or_a_stray_page_fails_the_build(tmp_path: Path) -> None:
     """The negative control: with the site's configuration, a link to a missing page, a link to
     a missing heading and a page in no table of contents are each reported, and fail; a link to
