@@ -146,8 +146,12 @@ def test_a_connection_opened_on_another_thread_while_a_test_freezes_the_clock_su
         frozen.wait(30)
         time.sleep(0.3)  # psycopg looks at its clock between waits of at most 0.1 s
         upstream = socket.create_connection((server.host or "127.0.0.1", server.port or 5432))
-        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        back.start()
         _pump(client, upstream)
+        back.join(30)
+        client.close()
+        upstream.close()
 
     outcome: list[object] = []
 
@@ -169,5 +173,6 @@ def test_a_connection_opened_on_another_thread_while_a_test_freezes_the_clock_su
     with freeze_time("2020-01-01"):
         frozen.set()
         threads[1].join(30)
+    threads[0].join(30)
     listener.close()
     assert outcome == [1], outcome
