@@ -43,6 +43,9 @@ html_title = "loom"
 # The Markdown sources are in the repository; the site need not serve them again.
 html_copy_source = False
 
+_MEMBERS = frozenset({"method", "classmethod", "staticmethod", "attribute", "property"})
+"""The object types whose entries leave a reference page's contents (:func:`setup`)."""
+
 
 def _members_out_of_the_contents(app: Sphinx, doctree: nodes.document) -> None:
     """Keep a reference page's "on this page" list to the public names (classes, functions,
@@ -55,9 +58,6 @@ def _members_out_of_the_contents(app: Sphinx, doctree: nodes.document) -> None:
     for desc in doctree.findall(addnodes.desc):
         if desc.get("objtype") in _MEMBERS:
             desc["no-contents-entry"] = True
-
-
-_MEMBERS = frozenset({"method", "classmethod", "staticmethod", "attribute", "property"})
 
 
 def setup(app: Sphinx) -> None:
