@@ -440,15 +440,28 @@ class LogSettings:
         engine_renewed_in_child(engine)
         return engine
 
+    def postgres_connect_args(self) -> dict[str, str]:
+        """libpq's connection parameters for this PostgreSQL URL, as SQLAlchemy's psycopg
+        dialect reads it: the host, port, database, user and password the URL names (each
+        left to libpq's defaults, ``PGHOST`` and the rest, when the URL leaves it out) and
+        every parameter of its query (``?host=/run/postgresql``, ``sslmode``, ``options``).
+        The log's pool connects with exactly these and the projections' engine with these
+        plus its lock timeout, so both reach the same server the same way (ADR 0015, amended
+        "url")."""
+        _, params = self.url.get_dialect()().create_connect_args(self.url)
+        return {name: str(value) for name, value in params.items()}
+
     def _postgres_engine(self) -> Engine:
         from sqlalchemy import create_engine
 
+        lock_timeout = f"-c lock_timeout={round(self.lock_timeout * 1000)}"
+        options = self.postgres_connect_args().get("options")
         return create_engine(
             self.url,
             pool_size=self.pool_size,
             pool_pre_ping=True,
-            connect_args={
-                "options": f"-c lock_timeout={round(self.lock_timeout * 1000)}",
+            connect_args={  # these replace the URL's own: its options are kept, not dropped
+                "options": f"{options} {lock_timeout}" if options else lock_timeout,
                 "connect_timeout": max(1, round(self.lock_timeout)),
             },
         )

@@ -23,6 +23,7 @@ from freezegun import freeze_time
 from sqlalchemy import create_engine, make_url
 from sqlalchemy.pool import NullPool
 
+from loom_runtime.log import LogSettings
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_database
 
 ROOT = Path(__file__).parents[1]
@@ -121,6 +122,17 @@ def test_the_database_maker_s_thread_creates_no_logger() -> None:
     assert json.loads(run.stdout.splitlines()[-1]) == []
 
 
+def _connect_to_server() -> socket.socket:
+    """A raw socket to the test server: its Unix socket when the URL names one, else TCP."""
+    connect = LogSettings(PG_URL).postgres_connect_args()
+    host, port = connect.get("host", "127.0.0.1"), int(connect.get("port", "5432"))
+    if not host.startswith("/"):
+        return socket.create_connection((host, port))
+    unix = socket.socket(socket.AF_UNIX)
+    unix.connect(f"{host}/.s.PGSQL.{port}")
+    return unix
+
+
 def _pump(source: socket.socket, target: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while data := source.recv(65536):
@@ -145,7 +157,7 @@ def test_a_connection_opened_on_another_thread_while_a_test_freezes_the_clock_su
         accepted.set()
         frozen.wait(30)
         time.sleep(0.3)  # psycopg looks at its clock between waits of at most 0.1 s
-        upstream = socket.create_connection((server.host or "127.0.0.1", server.port or 5432))
+        upstream = _connect_to_server()
         back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
         back.start()
         _pump(client, upstream)
@@ -157,7 +169,8 @@ def test_a_connection_opened_on_another_thread_while_a_test_freezes_the_clock_su
 
     def connect() -> None:
         port = listener.getsockname()[1]
-        engine = create_engine(server.set(host="127.0.0.1", port=port), poolclass=NullPool)
+        relayed = server.difference_update_query(["host", "port"]).set(host="127.0.0.1", port=port)
+        engine = create_engine(relayed, poolclass=NullPool)
         try:
             with engine.connect() as conn:
                 outcome.append(conn.exec_driver_sql("SELECT 1").scalar())

@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+import msgspec
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Mapper, StoredEvent
 from sqlalchemy import Engine
@@ -81,14 +82,18 @@ def environment(settings: LogSettings) -> dict[str, str]:
             "SQLITE_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
             "LOOM_SQLITE_SYNCHRONOUS": settings.sqlite_synchronous,
         }
-    url = settings.url
+    connect = settings.postgres_connect_args()
     return {
         "PERSISTENCE_MODULE": f"{_POSTGRES}:LoomPostgresFactory",
-        "POSTGRES_DBNAME": url.database or "postgres",
-        "POSTGRES_HOST": url.host or "127.0.0.1",
-        "POSTGRES_PORT": str(url.port or 5432),
-        "POSTGRES_USER": url.username or "postgres",
-        "POSTGRES_PASSWORD": url.password or "",
+        # The pool connects with the URL's own libpq parameters, the projections' engine's
+        # (LoomPostgresFactory). eventsourcing's factory still requires its five settings of
+        # the same; the ones the URL leaves out are libpq's to default, as for the engine.
+        "LOOM_POSTGRES_CONNECT": msgspec.json.encode(connect).decode(),
+        "POSTGRES_DBNAME": connect.get("dbname", ""),
+        "POSTGRES_HOST": connect.get("host", ""),
+        "POSTGRES_PORT": connect.get("port", ""),
+        "POSTGRES_USER": connect.get("user", ""),
+        "POSTGRES_PASSWORD": connect.get("password", ""),
         # eventsourcing opens POSTGRES_POOL_SIZE connections up front (psycopg's min_size) and
         # allows POSTGRES_MAX_OVERFLOW more. Two kept (the held writer's and one for reads,
         # which opening the log uses anyway to create its tables under the schema lock), the
@@ -172,10 +177,11 @@ class EventsourcingLog:
                 pass
         except SQLAlchemyOperationalError as exc:
             self.engine.dispose()
-            url = self.settings.url
-            host, port, user = url.host or "127.0.0.1", url.port or 5432, url.username or "postgres"
+            connect = self.settings.postgres_connect_args()
+            host = connect.get("host", "libpq's default host")
+            port, user = connect.get("port", "5432"), connect.get("user", "libpq's default user")
             raise DatabaseUnavailableError(
-                database=url.database or "postgres",
+                database=connect.get("dbname", "libpq's default database"),
                 where=f"{host}:{port} as {user}",
                 cause=" ".join(str(exc.orig).split()),
             ) from exc

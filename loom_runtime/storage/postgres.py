@@ -24,9 +24,10 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
+import msgspec
 import psycopg
 from eventsourcing import persistence
 from eventsourcing.persistence import (
@@ -382,13 +383,29 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
             yield curs
 
 
+_URL_PARTS = frozenset({"dbname", "host", "port", "user", "password"})
+"""The pool's connection arguments eventsourcing makes of its ``POSTGRES_*`` settings."""
+
+
 class LoomPostgresFactory(PostgresFactory):
-    """The built-in PostgreSQL persistence, with every event hash-chained as it is inserted."""
+    """The built-in PostgreSQL persistence, with every event hash-chained as it is inserted.
+
+    Its pool connects with the URL's own libpq parameters (``LOOM_POSTGRES_CONNECT``, made by
+    :meth:`~loom_runtime.log.LogSettings.postgres_connect_args`) instead of the five settings
+    eventsourcing reads: a host in the URL's query (a Unix socket), ``sslmode`` or
+    ``options`` then reach the log's connections as they reach the projections' engine.
+    """
 
     application_recorder_class = ChainedPostgresRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
+        pool = self.datastore.pool
+        given = cast("dict[str, Any]", pool.kwargs)  # eventsourcing's is a dict, not a callable
+        pool.kwargs = {
+            **{name: value for name, value in given.items() if name not in _URL_PARTS},
+            **msgspec.json.decode(self.env["LOOM_POSTGRES_CONNECT"], type=dict[str, str]),
+        }
         reset_in_child(self, "_renew_pool")
 
     def application_recorder(self) -> ApplicationRecorder:

@@ -26,9 +26,9 @@ from eventsourcing.tests.persistence import (
     NonInterleavingNotificationIDsBaseCase,
 )
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 
 from loom_runtime.integrity import verify_rows
+from loom_runtime.log import LogSettings
 from loom_runtime.storage.chain import ChainedRecorder
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder
 
@@ -107,13 +107,13 @@ class _Postgres(_Chained):
 
         from loom_runtime.storage.postgres import ChainedPostgresRecorder
 
-        url = make_url(PG_URL)
+        connect = LogSettings(PG_URL).postgres_connect_args()  # the URL's host may be a socket
         datastore = PostgresDatastore(
             dbname=self.database,
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "postgres",
-            password=url.password or "",
+            host=connect.get("host", ""),
+            port=connect.get("port", ""),
+            user=connect.get("user", ""),
+            password=connect.get("password", ""),
             pool_size=10,
             max_overflow=10,
             lock_timeout=5,
