@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shlex
 import sys
 from importlib.metadata import entry_points
@@ -45,7 +46,10 @@ def _loaded_before_pytester(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Run a flow and load every package's events before any pytester snapshot. pytester
     forgets the modules imported after its snapshot, but eventsourcing keeps their classes by
     topic (the storage factory, the events a forged bundle's unknown topic makes loom load):
-    imported again by a later test, they would clash."""
+    imported again by a later test, they would clash. hypothesis is imported here too: its
+    pytest plugin imports it at the end of every session, and forgotten after each inner one,
+    it was imported afresh by the next, a fifth of a second each, half of this module's time."""
+    importlib.import_module("hypothesis.internal.observability")
     for entry_point in entry_points(group="loom.events"):
         entry_point.load()
     namespace: dict[str, object] = {}
