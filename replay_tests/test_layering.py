@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import shutil
@@ -23,10 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ORDER = ["loom_runtime", "loom_memory", "loom_knowledge"]
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for every test here (the negative control's planted
+    module is in a temporary folder, so it is never an earlier parse)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -79,9 +86,12 @@ def _surface_violations(package: str, below: str, *, root: Path = ROOT) -> list[
     public = set(importlib.import_module(below).__all__)
     found = []
     for path in sorted((root / package).rglob("*.py")):
-        in_tools = "tools" in path.relative_to(root).parts
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+        relative = path.relative_to(root)
+        in_tools = "tools" in relative.parts
+        for node in ast.walk(_parsed(path)):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            where = f"{relative}:{node.lineno}"
             if isinstance(node, ast.Import):
                 found += [
                     f"{where} imports {alias.name}"
