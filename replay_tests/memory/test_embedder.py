@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import struct
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +33,33 @@ def test_hashing_embedder_is_deterministic_and_normalised() -> None:
     assert first == again
     assert math.isclose(math.fsum(v * v for v in first[0]), 1.0)
     assert embedder.model == "loom-hashing-v1/64" and embedder.dimension == 64
+
+
+@pytest.mark.parametrize(
+    ("dimension", "digest"),
+    [
+        (1024, "8b8608edb7a5946e0967e86aa9373d8e0167ad8725b9c01abb36a56b05bd0ae3"),
+        (64, "deba0c2db113f7f3b0013d9ca35c31791f1f2eb5171fef0ac2c6b154545f9006"),
+        (7, "698f0c8e251c4a84f48e05f6ac985bface5939cb81c71e1da5de84db90a1c68c"),
+    ],
+)
+def test_hashing_embedder_gives_the_same_bits_in_every_release(dimension: int, digest: str) -> None:
+    """``loom-hashing-v1`` names one function: vectors stored by an earlier release are
+    compared with queries embedded by this one, so a change of a single bit (in the features,
+    the hash, the arithmetic) needs a new model name. The digests are of the vectors of the
+    release before the arithmetic was made sparse; 7 coordinates make collisions, and
+    cancelled coordinates, certain."""
+    texts = [
+        "Restart the worker pool when the queue backs up.",
+        "PostgreSQL: VACUUM FULL locks the table",
+        "Ünïcode façade — naïve café",
+        "a",
+        "",
+        "disk full disk full disk full",
+    ]
+    vectors = HashingEmbedder(dimension=dimension).embed(texts)
+    packed = b"".join(struct.pack(f"<{dimension}d", *vector) for vector in vectors)
+    assert hashlib.sha256(packed).hexdigest() == digest
 
 
 def test_hashing_embedder_scores_shared_terms_above_fragments_above_unrelated() -> None:
