@@ -12,7 +12,9 @@ only when the settings select them, and a missing optional package is a
 
 from __future__ import annotations
 
+import getpass
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -177,11 +179,13 @@ class EventsourcingLog:
                 pass
         except SQLAlchemyOperationalError as exc:
             self.engine.dispose()
+            # What the URL leaves out, libpq takes from PG* variables, then its defaults.
             connect = self.settings.postgres_connect_args()
-            host = connect.get("host", "libpq's default host")
-            port, user = connect.get("port", "5432"), connect.get("user", "libpq's default user")
+            host = connect.get("host") or os.environ.get("PGHOST") or "libpq's default socket"
+            port = connect.get("port") or os.environ.get("PGPORT") or "5432"
+            user = connect.get("user") or os.environ.get("PGUSER") or getpass.getuser()
             raise DatabaseUnavailableError(
-                database=connect.get("dbname", "libpq's default database"),
+                database=connect.get("dbname") or os.environ.get("PGDATABASE") or user,
                 where=f"{host}:{port} as {user}",
                 cause=" ".join(str(exc.orig).split()),
             ) from exc

@@ -95,3 +95,25 @@ def test_an_unreachable_socket_is_named_in_the_error(socket_url: str) -> None:
     with pytest.raises(DatabaseUnavailableError) as raised:
         _ = loom.log
     assert missing in str(raised.value) and "127.0.0.1" not in str(raised.value)
+
+
+def test_what_the_url_leaves_out_is_named_as_libpq_fills_it_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``postgresql+psycopg://`` leaves the host, port, user and database to libpq (PGHOST,
+    PGPORT, PGUSER, PGDATABASE), and the error names those, not 127.0.0.1 and ``postgres``.
+    No server is needed: the socket directory does not exist."""
+    missing = f"/nonexistent-{uuid.uuid4().hex[:8]}"
+    for name, value in {
+        "PGHOST": missing,
+        "PGPORT": "6543",
+        "PGUSER": "alice",
+        "PGDATABASE": "incidents",
+    }.items():
+        monkeypatch.setenv(name, value)
+    loom = Loom("postgresql+psycopg://")
+    with pytest.raises(DatabaseUnavailableError) as raised:
+        _ = loom.log
+    message = str(raised.value)
+    assert f"at {missing}:6543 as alice" in message and "createdb incidents" in message
+    assert raised.value.database == "incidents"
