@@ -117,6 +117,14 @@ _OVERFLOW = 10
 """eventsourcing's own ``POSTGRES_MAX_OVERFLOW`` default, kept as the pool's headroom."""
 
 
+def _system_user() -> str:
+    """The operating-system user's name, libpq's default user (and so database) name."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid without a name, as in some containers
+        return "the operating-system user"
+
+
 def import_backend(env: dict[str, str]) -> None:
     """Import the persistence module ``env`` names, or say which extra provides it.
 
@@ -183,7 +191,7 @@ class EventsourcingLog:
             connect = self.settings.postgres_connect_args()
             host = connect.get("host") or os.environ.get("PGHOST") or "libpq's default socket"
             port = connect.get("port") or os.environ.get("PGPORT") or "5432"
-            user = connect.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+            user = connect.get("user") or os.environ.get("PGUSER") or _system_user()
             raise DatabaseUnavailableError(
                 database=connect.get("dbname") or os.environ.get("PGDATABASE") or user,
                 where=f"{host}:{port} as {user}",

@@ -117,3 +117,22 @@ def test_what_the_url_leaves_out_is_named_as_libpq_fills_it_in(
     message = str(raised.value)
     assert f"at {missing}:6543 as alice" in message and "createdb incidents" in message
     assert raised.value.database == "incidents"
+
+
+def test_a_user_without_a_name_still_gets_the_connection_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq's default user is the operating system's; a uid with no name (some containers)
+    must not turn the connection error into a KeyError from looking it up."""
+
+    def nameless() -> str:
+        raise KeyError("getpwuid(): uid not found: 12345")
+
+    monkeypatch.setattr("getpass.getuser", nameless)
+    monkeypatch.setenv("PGHOST", f"/nonexistent-{uuid.uuid4().hex[:8]}")
+    for name in ("PGUSER", "PGDATABASE", "PGPORT"):
+        monkeypatch.delenv(name, raising=False)
+    loom = Loom("postgresql+psycopg://")
+    with pytest.raises(DatabaseUnavailableError) as raised:
+        _ = loom.log
+    assert "as the operating-system user" in str(raised.value)
