@@ -27,20 +27,17 @@ from loom_runtime.log import Row
 pytestmark = pytest.mark.postgres
 
 
-def _server_setting(url: str, name: str) -> str:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return str(conn.execute(text(f"SHOW {name}")).scalar_one())
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def socket_url(pg_url: str) -> Iterator[str]:
     """``pg_url``'s database, reached through the server's Unix socket named in the query."""
-    directory = _server_setting(pg_url, "unix_socket_directories").split(",")[0].strip()
-    port = _server_setting(pg_url, "port")
+    engine = create_engine(pg_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            directories = conn.exec_driver_sql("SHOW unix_socket_directories").scalar_one()
+            port = str(conn.exec_driver_sql("SHOW port").scalar_one())
+    finally:
+        engine.dispose()
+    directory = str(directories).split(",")[0].strip()
     tcp = make_url(pg_url)
     url = URL.create(
         tcp.drivername,
@@ -87,14 +84,20 @@ def test_a_url_naming_a_socket_and_libpq_parameters_is_followed_by_every_connect
         assert _connections(socket_url) == {(None, "loom-url-test")}
 
 
+def _opening_error(url: str) -> DatabaseUnavailableError:
+    """The error opening a loom's log on ``url`` raises."""
+    loom = Loom(url)
+    with pytest.raises(DatabaseUnavailableError) as raised:
+        _ = loom.log
+    return raised.value
+
+
 def test_an_unreachable_socket_is_named_in_the_error(socket_url: str) -> None:
     """The error says where the log looked: the socket directory, not a made-up 127.0.0.1."""
     missing = f"/nonexistent-{uuid.uuid4().hex[:8]}"
     url = make_url(socket_url).update_query_dict({"host": missing})
-    loom = Loom(url.render_as_string(hide_password=False))
-    with pytest.raises(DatabaseUnavailableError) as raised:
-        _ = loom.log
-    assert missing in str(raised.value) and "127.0.0.1" not in str(raised.value)
+    message = str(_opening_error(url.render_as_string(hide_password=False)))
+    assert missing in message and "127.0.0.1" not in message
 
 
 def test_what_the_url_leaves_out_is_named_as_libpq_fills_it_in(
@@ -111,12 +114,9 @@ def test_what_the_url_leaves_out_is_named_as_libpq_fills_it_in(
         "PGDATABASE": "incidents",
     }.items():
         monkeypatch.setenv(name, value)
-    loom = Loom("postgresql+psycopg://")
-    with pytest.raises(DatabaseUnavailableError) as raised:
-        _ = loom.log
-    message = str(raised.value)
-    assert f"at {missing}:6543 as alice" in message and "createdb incidents" in message
-    assert raised.value.database == "incidents"
+    error = _opening_error("postgresql+psycopg://")
+    assert f"at {missing}:6543 as alice" in str(error) and "createdb incidents" in str(error)
+    assert error.database == "incidents"
 
 
 def test_a_user_without_a_name_still_gets_the_connection_error(
@@ -132,7 +132,4 @@ def test_a_user_without_a_name_still_gets_the_connection_error(
     monkeypatch.setenv("PGHOST", f"/nonexistent-{uuid.uuid4().hex[:8]}")
     for name in ("PGUSER", "PGDATABASE", "PGPORT"):
         monkeypatch.delenv(name, raising=False)
-    loom = Loom("postgresql+psycopg://")
-    with pytest.raises(DatabaseUnavailableError) as raised:
-        _ = loom.log
-    assert "as the operating-system user" in str(raised.value)
+    assert "as the operating-system user" in str(_opening_error("postgresql+psycopg://"))
