@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from loom_knowledge import open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import corpus_index, drop_corpus
 from loom_runtime import Loom, catch_up
@@ -23,6 +25,7 @@ PAUSE = 1.0
 """How long the first thread waits, inside its page, for the second to start its own."""
 
 
+@pytest.mark.waits  # PAUSE: the first thread holds its page
 def test_two_threads_catching_up_one_index_leave_what_one_would(loom: Loom) -> None:
     kb = open_knowledge_base(loom, "ops")
     docs = [_doc(f"d{n}", "alpha", "beta") for n in range(6)]

@@ -449,6 +449,7 @@ def test_a_write_racing_the_erasure_is_refused_and_stores_nothing(db_url: str, w
     assert raw.count(racing.encode()) == 0
 
 
+@pytest.mark.waits  # the writer is given 1 s to reach the key row
 def test_a_sync_waits_for_a_document_key_being_destroyed_and_is_refused(db_url: str) -> None:
     """A sync whose append reaches a document's key row while another transaction is
     destroying it waits for that transaction and is refused whole (on PostgreSQL the rows are

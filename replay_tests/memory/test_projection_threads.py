@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from loom_knowledge import Doc, open_knowledge_base
 from loom_memory import EmbeddingProjection, EmbeddingTable, EventSourcedMemory, HashingEmbedder
 from loom_memory.conformance import entry
@@ -70,6 +72,7 @@ def _race(log: Any, projection: SQLProjection, page_state: Callable[[], object])
     assert errors == []
 
 
+@pytest.mark.waits  # PAUSE: the first thread holds its page
 def test_two_threads_applying_one_memory_projection_leave_what_one_would(loom: Loom) -> None:
     writer = EventSourcedMemory(loom, name=MEMORY)
     for step in range(4):
@@ -90,6 +93,7 @@ def test_two_threads_applying_one_memory_projection_leave_what_one_would(loom: L
     assert raced != SqlMemoryHarness(loom, unapplied).read_model()  # the writes were projected
 
 
+@pytest.mark.waits  # PAUSE: the first thread holds its page
 def test_two_threads_applying_one_embedding_projection_leave_what_one_would(db_url: str) -> None:
     embedder = HashingEmbedder(dimension=64)
     with Loom(db_url, encryption=KEY) as loom:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from loom_runtime import FlowContext, Loom, MasterKey, SubjectErasedError
@@ -22,6 +23,7 @@ from loom_runtime import FlowContext, Loom, MasterKey, SubjectErasedError
 KEY = MasterKey(b"r" * 32)
 
 
+@pytest.mark.waits  # the flow is given 1 s to reach the key row
 def test_an_append_waits_for_its_key_being_destroyed_and_is_refused(db_url: str) -> None:
     ready, go = threading.Event(), threading.Event()
     started: dict[str, str] = {}

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
+import pytest
 
 from loom_runtime import FlowContext
 from loom_runtime.context import Slot
@@ -106,6 +107,7 @@ def test_a_failure_while_numbering_releases_the_lock_for_every_thread() -> None:
     assert not other.is_alive() and answers == [2]
 
 
+@pytest.mark.waits  # the second thread is given 0.5 s to reach numbering
 def test_a_second_thread_waits_while_another_is_numbering() -> None:
     """A thread held inside numbering (in its source's lookup) keeps a second thread's decide
     out of numbering until it has left."""

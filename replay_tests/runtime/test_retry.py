@@ -176,6 +176,7 @@ def test_an_empty_plan_appends_nothing(loom: Loom) -> None:
     assert loom.log.position == 0
 
 
+@pytest.mark.waits  # the lock is held for 1.5 s
 def test_a_write_that_finds_sqlite_locked_waits_and_succeeds(tmp_path: Path) -> None:
     """Another connection holding the write lock past the busy timeout delays, never fails."""
     url = f"sqlite:///{tmp_path / 'loom.db'}"
