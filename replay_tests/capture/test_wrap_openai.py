@@ -580,3 +580,41 @@ def test_a_client_s_own_query_parameters_are_not_added_to_its_requests(
         decision = loom.execution(summary.execution_id).decisions["model:openai:chat.completions"]
     assert set(msgspec.json.decode(decision.input)) == {"messages", "model"}
     assert b"PARAMSECRET444" not in b"".join(p.read_bytes() for p in tmp_path.glob("loom.db*"))
+
+
+def test_a_client_s_digest_authentication_records_and_replays_its_two_requests(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """The ``auth`` ``wrap`` carries from the user's ``http_client`` may take several requests:
+    HTTP Digest is answered 401 with a challenge first, then sent again with a response made
+    from a fresh random client nonce. Both requests are recorded; the replay meets the same
+    challenge and its second request, whose ``Authorization`` differs, is still the recorded
+    one, since no credential header is part of a decision's input. The password is never
+    stored."""
+    http = http_package(openai.DefaultHttpxClient, "Client")
+    challenge = 'Digest realm="gateway", nonce="n0nce42", qop="auth", algorithm=MD5'
+    answered: list[str] = []
+
+    class Gateway(http.BaseTransport):
+        """Asks for Digest credentials, then lets an authenticated request through."""
+
+        def __init__(self) -> None:
+            self.inner = http.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            authorization = request.headers.get("authorization", "")
+            answered.append(authorization.partition(" ")[0])
+            if not authorization.startswith("Digest "):
+                return http.Response(401, headers={"www-authenticate": challenge})
+            return self.inner.handle_request(request)
+
+    own = openai.DefaultHttpxClient(
+        transport=Gateway(), auth=http.DigestAuth("ops", "DIGESTPASSWORD77")
+    )
+    base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    keys = _asked_once(wrap(base), tmp_path)
+    # The SDK's key first, then the Digest answer; the replay inside _asked_once sent nothing.
+    assert answered == ["Bearer", "Digest"]
+    assert provider.count == 1
+    assert keys == ["model:openai:chat.completions", "model:openai:chat.completions#2"]
+    assert b"DIGESTPASSWORD77" not in b"".join(p.read_bytes() for p in tmp_path.glob("loom.db*"))
