@@ -33,6 +33,7 @@ client accepts only its own package's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import sys
@@ -151,8 +152,17 @@ class Profile(Protocol):
     ) -> Recording: ...
 
 
+_SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("loom_http_sending", default=False)
+"""True while a recording transport sends a request live: a recording transport reached
+beneath it (a user's transport around :func:`transport`, under a wrapped client) passes the
+request on instead of recording it again. A request is recorded once, by the outermost
+recording transport, whatever lies between the two; a replay answers it there and never
+reaches the inner one, which would otherwise hold a decision no replay asks for."""
+
+
 class _RecordingTransport:
-    """Records each request made inside a flow; passes requests outside one to ``inner``.
+    """Records each request made inside a flow; passes requests outside one (or inside
+    another recording transport's send, :data:`_SENDING`) to ``inner``.
 
     Made a transport of its package by :func:`library` (an SDK on httpx2 refuses an httpx
     transport, and the reverse)."""
@@ -164,10 +174,17 @@ class _RecordingTransport:
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
-        if ctx is None:
+        if ctx is None or _SENDING.get():
             return self._inner.handle_request(request)
         request.read()
-        send = lambda: self._inner.handle_request(request)  # noqa: E731
+
+        def send() -> httpx.Response:
+            sending = _SENDING.set(True)
+            try:
+                return self._inner.handle_request(request)
+            finally:
+                _SENDING.reset(sending)
+
         steps = _exchange(ctx, request, send, _SYNC, self._profile, self._library)
         return drive(steps, _never_pending)
 
@@ -185,10 +202,17 @@ class _AsyncRecordingTransport:
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
-        if ctx is None:
+        if ctx is None or _SENDING.get():
             return await self._inner.handle_async_request(request)
         await request.aread()
-        send = lambda: self._inner.handle_async_request(request)  # noqa: E731
+
+        async def send() -> httpx.Response:
+            sending = _SENDING.set(True)
+            try:
+                return await self._inner.handle_async_request(request)
+            finally:
+                _SENDING.reset(sending)
+
         return await adrive(_exchange(ctx, request, send, _ASYNC, self._profile, self._library))
 
     async def aclose(self) -> None:

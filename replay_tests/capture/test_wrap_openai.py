@@ -22,6 +22,7 @@ from loom_runtime import (
     OutcomeChangedError,
     ReadPastRecordingError,
     UnsupportedClientError,
+    async_transport,
     transport,
     wrap,
 )
@@ -474,6 +475,67 @@ def test_a_client_already_recording_is_recorded_once(
         base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
     assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
     assert provider.count == 1
+
+
+def test_a_client_recording_below_a_transport_of_its_own_is_recorded_once(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """A user's transport (a gateway's signing, a proxy) around ``loom_runtime.transport()``
+    hides loom's transport from ``wrap``, which looks beneath the transport the client picks
+    and no deeper: the call was recorded by both layers, a model decision and an http one,
+    and the replay, which answers the model decision and so never reaches the http layer,
+    diverged on the decision it never asked. A request is recorded by the outermost
+    recording transport it passes through, however deep the others are."""
+    http = http_package(openai.DefaultHttpxClient, "Client")
+    signed: list[str] = []
+
+    class Signing(http.BaseTransport):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def handle_request(self, request: Any) -> Any:
+            signed.append(request.url.path)
+            return self.inner.handle_request(request)
+
+    own = openai.DefaultHttpxClient(transport=Signing(transport(http.HTTPTransport())))
+    base = openai.OpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    assert _asked_once(wrap(base), tmp_path) == ["model:openai:chat.completions"]
+    assert signed == ["/v1/chat/completions"] and provider.count == 1
+
+
+def test_an_async_client_recording_below_a_transport_of_its_own_is_recorded_once(
+    provider: ProviderServer, tmp_path: Path
+) -> None:
+    """As above, for an async client: the outer transport's send awaits the inner one in
+    the same task, which sees it is being sent and passes the request on."""
+    http = http_package(openai.DefaultAsyncHttpxClient, "AsyncClient")
+    signed: list[str] = []
+
+    class Signing(http.AsyncBaseTransport):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def handle_async_request(self, request: Any) -> Any:
+            signed.append(request.url.path)
+            return await self.inner.handle_async_request(request)
+
+    own = openai.DefaultAsyncHttpxClient(
+        transport=Signing(async_transport(http.AsyncHTTPTransport()))
+    )
+    wrapped = wrap(
+        openai.AsyncOpenAI(base_url=provider.openai_url, api_key=API_KEY, http_client=own)
+    )
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("ask")
+        async def ask(ctx: Any) -> Any:
+            said: Any = [{"role": "user", "content": "once"}]
+            return (await wrapped.chat.completions.create(model="m", messages=said)).model_dump()
+
+        run = asyncio.run(loom.arun("ask"))
+        assert list(loom.execution(run.execution_id).decisions) == ["model:openai:chat.completions"]
+        assert loom.replay(run.execution_id).identical
+    assert signed == ["/v1/chat/completions"] and provider.count == 1
 
 
 def _asked_once(wrapped: Any, folder: Path) -> list[str]:
