@@ -21,7 +21,8 @@ Inside a running flow (:func:`~loom_runtime.context.current_context`) a request 
 A recorded key answers from the log with a response rebuilt from it, and the inner transport
 is never called. A transport error is recorded as the decision's failure and raised again on
 replay as the same ``httpx`` error. Outside a flow, a request goes straight to the inner
-transport.
+transport, and so does one that another recording transport is already sending (a user's
+transport between two of loom's): a request is recorded once, by the outermost.
 
 The exchange is shared with wrapped SDK clients (ADR 0025): a :class:`Profile` says what a
 decision stores (``http``: :class:`RecordedResponse`; ``model``: :mod:`loom_runtime.providers`)
