@@ -155,8 +155,9 @@ class Profile(Protocol):
 
 _SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("loom_http_sending", default=False)
 """True while a recording transport sends a request live: a recording transport reached
-beneath it (a user's transport around :func:`transport`, under a wrapped client) passes the
-request on instead of recording it again. A request is recorded once, by the outermost
+beneath it (a wrapped client wrapped again, a client over :func:`transport` wrapped, or a
+user's transport around :func:`transport` under a wrapped client) passes the request on
+instead of recording it again. A request is recorded once, by the outermost
 recording transport, whatever lies between the two; a replay answers it there and never
 reaches the inner one, which would otherwise hold a decision no replay asks for."""
 
@@ -218,15 +219,6 @@ class _AsyncRecordingTransport:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-def beneath_recording(transport: Any) -> Any:
-    """What ``transport`` sends through, below any of loom's recording transports: a client
-    that already records (a wrapped client, one over :func:`transport`) and is wrapped again
-    must record each request once, not once per layer."""
-    while isinstance(transport, _RecordingTransport | _AsyncRecordingTransport):
-        transport = transport._inner
-    return transport
 
 
 def transport(inner: httpx.BaseTransport | None = None) -> httpx.BaseTransport:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import UnsupportedClientError
-from loom_runtime.http_transport import beneath_recording, http_package, library
+from loom_runtime.http_transport import http_package, library
 from loom_runtime.providers import ModelProfile
 
 C = TypeVar("C")
@@ -123,8 +123,9 @@ def _settings(own: Any) -> dict[str, Any]:
 
 class _OwnTransport:
     """Sends each request as ``client`` would: through the transport it picks for the URL
-    (its mount for a proxy, else its own transport, with its TLS settings and pool), below
-    any recording transport of loom's it has (so a request is recorded once).
+    (its mount for a proxy, else its own transport, with its TLS settings and pool). A
+    recording transport of loom's among them passes the request on unrecorded, since the
+    wrapped client's is already sending it (``http_transport._SENDING``).
 
     Closing the wrapped client closes ``client``, as closing a copy the SDK's
     ``with_options`` made closes the HTTP client the copies share."""
@@ -133,7 +134,7 @@ class _OwnTransport:
         self._client = client
 
     def _for(self, request: Any) -> Any:
-        return beneath_recording(self._client._transport_for_url(request.url))
+        return self._client._transport_for_url(request.url)
 
     def handle_request(self, request: Any) -> Any:
         return self._for(request).handle_request(request)
