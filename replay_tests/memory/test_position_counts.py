@@ -206,6 +206,41 @@ def test_the_as_of_search_answers_from_the_kept_counts(engine: Engine) -> None:
     assert _pruned_search(store, "disk zebra", position, 5) != before
 
 
+def test_a_new_store_counts_no_rows_on_open(engine: Engine) -> None:
+    """A store whose entries table this open creates has nothing to count: no statement of
+    the open empties or fills a count table (they are created empty with it), and the store
+    then counts its writes as any other does. The refill still runs where there are rows
+    (``test_opening_a_store_written_without_them_fills_them``, and without the current
+    counts in ``test_kept_counts``)."""
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        store = _store(engine)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    counted = (
+        store.row_counts_table,
+        store.term_counts_table,
+        store.rows_at_table,
+        store.terms_at_table,
+    )
+    refills = [
+        statement
+        for statement in seen
+        for table in counted
+        if statement.startswith((f"DELETE FROM {table}", f"INSERT INTO {table} "))
+    ]
+    assert refills == []
+    assert any(f"CREATE TABLE {store.terms_at_table}" in statement for statement in seen)
+    last = _history(store, random.Random(5), 12)
+    for position in range(last + 1):
+        assert _read(store, KEY, position) == _recount(store, KEY, position), position
+
+
 def _drop_position_counts(store: TemporalSqlStore) -> None:
     """Make the store look written by code that kept no counts by position."""
     with store.engine.begin() as conn:

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.memory.test_position_counts import (
+    test_a_new_store_counts_no_rows_on_open,
     test_an_erased_row_leaves_no_count_and_as_of_answers_without_it,
     test_counts_at_every_position_equal_a_recount,
     test_opening_a_store_written_without_them_fills_them,
@@ -26,6 +27,7 @@ from replay_tests.memory.test_position_counts import (
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=NO_PG)]
 
 RUN_AGAIN_HERE = (
+    test_a_new_store_counts_no_rows_on_open,
     test_an_erased_row_leaves_no_count_and_as_of_answers_without_it,
     test_counts_at_every_position_equal_a_recount,
     test_opening_a_store_written_without_them_fills_them,
