@@ -155,6 +155,7 @@ def index_ddl(prefix: str, entries: Table, index: TermIndex, *, created: set[str
     An entries table created beside an existing index (its old table dropped by hand, its
     triggers with it) finds that index stale; an index created beside existing entries (a store
     written by older code) finds it empty: either way it is emptied and filled from the rows.
+    A new store (every table created here) has nothing to empty or fill: only its triggers.
     """
     rows = entries.name
     postings, terms, keys = (table.name for table in index.tables)
@@ -201,6 +202,8 @@ def index_ddl(prefix: str, entries: Table, index: TermIndex, *, created: set[str
         ]
     if rows not in created and postings not in created:
         return functions
+    if {rows, postings, terms, keys} <= created:  # a new store: nothing to empty or count
+        return [*functions, *triggers]
     return [
         *functions,
         *triggers,

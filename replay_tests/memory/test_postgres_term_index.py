@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, true
+from sqlalchemy import Engine, create_engine, event, true
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, postgres, postgres_terms
 from loom_memory.postgres_terms import drop_ddl
@@ -211,6 +211,38 @@ def test_a_store_written_before_the_index_is_filled_on_open(
         )
     reopened.append("a", [MemoryEntry(content="rare3 after", id="after")])
     _assert_exact(reopened)  # the triggers came with the upgrade
+
+
+def test_a_new_store_fills_no_index_on_open(engine: Engine) -> None:
+    """A store whose tables this open creates has no row to index: no statement of the open
+    empties or fills the index (created empty with the entries), and its triggers keep it from
+    the first write. The fill still runs where there are rows (the two tests around this)."""
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    prefix = f"x{uuid.uuid4().hex[:12]}_"
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        store = PostgresMemoryStore(engine, table_prefix=prefix)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    try:
+        assert store.term_index is not None
+        names = [table.name for table in store.term_index.tables]
+        fills = [
+            statement
+            for statement in seen
+            for name in names
+            if statement.startswith((f"DELETE FROM {name}", f"INSERT INTO {name} "))
+        ]
+        assert fills == []
+        assert any(f"CREATE TRIGGER {store.entries.name}_index_insert" in s for s in seen)
+        _fill(store, random.Random(11))
+        _assert_exact(store)
+    finally:
+        store.drop()
 
 
 def test_an_entries_table_dropped_alone_finds_its_index_rebuilt(
