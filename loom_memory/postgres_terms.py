@@ -152,10 +152,11 @@ def index_ddl(prefix: str, entries: Table, index: TermIndex, *, created: set[str
     (``CREATE OR REPLACE``, which the triggers keep calling): an open runs them only if the
     server holds a body older code wrote (``loom_memory.sql``'s ``_pending``).
 
-    An entries table created beside an existing index (its old table dropped by hand, its
-    triggers with it) finds that index stale; an index created beside existing entries (a store
-    written by older code) finds it empty: either way it is emptied and filled from the rows.
-    A new store (every table created here) has nothing to empty or fill: only its triggers.
+    An index created beside existing entries (a store written by older code) finds it empty,
+    and an entries table created beside an existing index would find it stale: either way it
+    is emptied and filled from the rows. A new store (every table created here, as is a store
+    whose entries table was dropped by hand: ``_create_schema`` drops the index with it) has
+    nothing to empty or fill: only its triggers.
     """
     rows = entries.name
     postings, terms, keys = (table.name for table in index.tables)

@@ -181,9 +181,9 @@ class TemporalSqlStore(SqlMemoryStore):
         return [terms]
 
     def _counts_ddl(self, *, created: set[str]) -> list[str]:
-        """The partial index of the current rows and, when this open created the count tables
-        or the entries table (a store written by older code, or an entries table dropped by
-        hand), the counts refilled from the rows: same SQL on both backends.
+        """The partial index of the current rows and, when this open created a count table
+        beside existing entries (a store written by older code), the counts refilled from the
+        rows: same SQL on both backends.
 
         A new store (its entries created here, with every count table: ``_create_schema``
         drops what an entries table dropped by hand left beside it) has no row to count and

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import Engine, event
@@ -174,6 +176,21 @@ def _pruned_search(
         return store._rank_as_of(conn, KEY, terms, limit, valid, None)
 
 
+@contextmanager
+def _statements(engine: Engine) -> Iterator[list[str]]:
+    """The SQL statements ``engine`` sends inside the block, in order."""
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
 def test_the_as_of_search_answers_from_the_kept_counts(engine: Engine) -> None:
     """Negative control: with a change of ``N`` slipped into the kept counts (at a position
     before any write) the as-of scores change (the search reads them), and no statement of an
@@ -185,16 +202,8 @@ def test_the_as_of_search_answers_from_the_kept_counts(engine: Engine) -> None:
     assert before == _top(
         _brute_force(_rows(store, KEY), position, ["disk", "zebra"]), 5
     )  # right before tampering
-    seen: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        seen.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
+    with _statements(store.engine) as seen:
         store.search_as_of(KEY, "disk zebra", position, limit=5)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
     assert any(store.terms_at_table in statement for statement in seen)
     assert not any("count(" in statement.lower() for statement in seen)
     assert not any("entries_validity" in statement for statement in seen)
@@ -212,16 +221,8 @@ def test_a_new_store_counts_no_rows_on_open(engine: Engine) -> None:
     then counts its writes as any other does. The refill still runs where there are rows
     (``test_opening_a_store_written_without_them_fills_them``, and without the current
     counts in ``test_kept_counts``)."""
-    seen: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with _statements(engine) as seen:
         store = _store(engine)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
     counted = (
         store.row_counts_table,
         store.term_counts_table,

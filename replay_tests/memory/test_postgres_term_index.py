@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, true
+from sqlalchemy import Engine, create_engine, true
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, postgres, postgres_terms
 from loom_memory.postgres_terms import drop_ddl
 from loom_memory.topk import TermStats
+from replay_tests.memory.test_position_counts import _statements
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 
@@ -216,18 +217,10 @@ def test_a_store_written_before_the_index_is_filled_on_open(
 def test_a_new_store_fills_no_index_on_open(engine: Engine) -> None:
     """A store whose tables this open creates has no row to index: no statement of the open
     empties or fills the index (created empty with the entries), and its triggers keep it from
-    the first write. The fill still runs where there are rows (the two tests around this)."""
-    seen: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        seen.append(statement)
-
-    prefix = f"x{uuid.uuid4().hex[:12]}_"
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        store = PostgresMemoryStore(engine, table_prefix=prefix)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    the first write. The fill still runs where there are rows
+    (``test_a_store_written_before_the_index_is_filled_on_open``)."""
+    with _statements(engine) as seen:
+        store = PostgresMemoryStore(engine, table_prefix=f"x{uuid.uuid4().hex[:12]}_")
     try:
         assert store.term_index is not None
         names = [table.name for table in store.term_index.tables]
