@@ -191,6 +191,16 @@ def _statements(engine: Engine) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", record)
 
 
+def _emptied_or_filled(statements: list[str], tables: list[str]) -> list[str]:
+    """The statements that delete from or insert into any of ``tables``."""
+    return [
+        statement
+        for statement in statements
+        for table in tables
+        if statement.startswith((f"DELETE FROM {table}", f"INSERT INTO {table} "))
+    ]
+
+
 def test_the_as_of_search_answers_from_the_kept_counts(engine: Engine) -> None:
     """Negative control: with a change of ``N`` slipped into the kept counts (at a position
     before any write) the as-of scores change (the search reads them), and no statement of an
@@ -223,19 +233,13 @@ def test_a_new_store_counts_no_rows_on_open(engine: Engine) -> None:
     counts in ``test_kept_counts``)."""
     with _statements(engine) as seen:
         store = _store(engine)
-    counted = (
+    counted = [
         store.row_counts_table,
         store.term_counts_table,
         store.rows_at_table,
         store.terms_at_table,
-    )
-    refills = [
-        statement
-        for statement in seen
-        for table in counted
-        if statement.startswith((f"DELETE FROM {table}", f"INSERT INTO {table} "))
     ]
-    assert refills == []
+    assert _emptied_or_filled(seen, counted) == []
     assert any(f"CREATE TABLE {store.terms_at_table}" in statement for statement in seen)
     last = _history(store, random.Random(5), 12)
     for position in range(last + 1):

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, true
 from loom_memory import MemoryEntry, PostgresMemoryStore, postgres, postgres_terms
 from loom_memory.postgres_terms import drop_ddl
 from loom_memory.topk import TermStats
-from replay_tests.memory.test_position_counts import _statements
+from replay_tests.memory.test_position_counts import _emptied_or_filled, _statements
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 
@@ -224,13 +224,7 @@ def test_a_new_store_fills_no_index_on_open(engine: Engine) -> None:
     try:
         assert store.term_index is not None
         names = [table.name for table in store.term_index.tables]
-        fills = [
-            statement
-            for statement in seen
-            for name in names
-            if statement.startswith((f"DELETE FROM {name}", f"INSERT INTO {name} "))
-        ]
-        assert fills == []
+        assert _emptied_or_filled(seen, names) == []
         assert any(f"CREATE TRIGGER {store.entries.name}_index_insert" in s for s in seen)
         _fill(store, random.Random(11))
         _assert_exact(store)
