@@ -236,7 +236,8 @@ def test_an_entries_table_dropped_alone_finds_its_index_rebuilt(
     engine: Engine, store: PostgresMemoryStore
 ) -> None:
     """Dropping the entries table by hand (a projection reset does) drops its triggers; the
-    next open empties the stale index and keeps it again."""
+    next open drops the stale index with it (``_create_schema``), creates it empty and keeps
+    it again."""
     _fill(store, random.Random(10))
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {store.entries.name}")
