@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 import msgspec
 
+from loom_runtime.entry_points import installed_named
 from loom_runtime.errors import (
     EncryptionOffError,
     ErasedError,
@@ -209,7 +209,8 @@ def _with_memory_keys(
 
 def _resolver(kind: str) -> SubjectResolver:
     """The ``loom.erasure`` entry point that names ``kind``'s subjects."""
-    for entry_point in entry_points(group=ERASURE_KINDS, name=kind):
+    entry_point = installed_named(ERASURE_KINDS, kind)
+    if entry_point is not None:
         resolver: SubjectResolver = entry_point.load()
         return resolver
     raise ErasureSubjectError(

@@ -22,7 +22,6 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from importlib.metadata import entry_points
 from itertools import islice
 from typing import Any, Final, Protocol, TypeVar
 
@@ -40,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from loom_runtime.entry_points import installed
 from loom_runtime.log import PAGE_SIZE, READ_ONLY, DomainEventProtocol, EventLog
 from loom_runtime.schema import create_missing
 
@@ -216,7 +216,7 @@ def registered_projections(
     memory store does not keep the others from an erasure's purge), else by the entry point's.
     """
     found: list[TrackedProjection] = []
-    for entry_point in sorted(entry_points(group=PROJECTIONS), key=lambda e: e.name):
+    for entry_point in installed(PROJECTIONS):
         try:
             found.extend(entry_point.load()(log, unopened=unopened))
         except Exception as exc:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Final
 
+from loom_runtime.entry_points import installed_named
 from loom_runtime.erasure import (
     ErasedSubject,
     ErasureReport,
@@ -174,7 +174,8 @@ def _at(cutoff: datetime) -> str:
 def _aged_resolver(kind: str) -> AgedResolver:
     """The ``loom.retention`` entry point that selects ``kind`` (a scope's documents, a
     memory's keys) by age."""
-    for entry_point in entry_points(group=RETENTION_KINDS, name=kind):
+    entry_point = installed_named(RETENTION_KINDS, kind)
+    if entry_point is not None:
         resolver: AgedResolver = entry_point.load()
         return resolver
     raise ErasureSubjectError(

@@ -21,10 +21,11 @@ imported is fixed by what is installed; a stored row only decides *when*, never 
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import entry_points
 
 from eventsourcing.domain import Aggregate, CanMutateAggregate
 from eventsourcing.utils import register_topic
+
+from loom_runtime.entry_points import installed
 
 _events: dict[str, type] = {}
 _aggregates: dict[str, type[Aggregate]] = {}
@@ -80,5 +81,5 @@ def is_aggregate_topic(topic: object) -> bool:
 @cache
 def _import_installed_events() -> None:
     """Import every module of the ``loom.events`` entry points, once per process."""
-    for entry_point in entry_points(group=EVENTS_GROUP):
+    for entry_point in installed(EVENTS_GROUP):
         entry_point.load()

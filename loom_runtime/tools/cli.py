@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 from uuid import UUID
@@ -35,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loom_runtime import codec
+from loom_runtime.entry_points import installed
 from loom_runtime.errors import (
     BundleError,
     BundleNotFoundError,
@@ -1001,7 +1002,7 @@ def _short(text: object, width: int = 60) -> str:
 
 
 def _load_plugins() -> None:
-    for entry_point in entry_points(group="loom.cli"):
+    for entry_point in installed("loom.cli"):
         entry_point.load()(app)
 
 
