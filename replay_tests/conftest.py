@@ -50,9 +50,10 @@ pytest.register_assert_rewrite("loom_runtime.projection_conformance")
 # Every HTTP client a provider SDK builds (one per test that makes a client) loads the CA file
 # of its TLS context: certifi's bundle cost ~25 ms a client (the capture tests: 9.3 s of CPU
 # with it, 7.3 s without; ADR 0054, "quick3"). No test talks TLS, so the suite's processes
-# (and those they start) trust one certificate that verifies nothing (see the file). A CA file
-# the caller chose is kept.
-os.environ.setdefault("SSL_CERT_FILE", str(Path(__file__).with_name("trusts-nothing.pem")))
+# (and those they start) trust one certificate that verifies nothing (see the file), even where
+# the environment names a bundle of its own: no test can depend on which, and a machine that
+# sets SSL_CERT_FILE for every process (this project's does) lost the saving in every run.
+os.environ["SSL_CERT_FILE"] = str(Path(__file__).with_name("trusts-nothing.pem"))
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 NO_PG = "PostgreSQL half skipped: LOOM_TEST_PG_URL is not set (run the suite with scripts/test)"
