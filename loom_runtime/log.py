@@ -419,6 +419,16 @@ class LogSettings:
                 f"Unsupported database {backend!r} in {self.url!r}: loom runs on SQLite or "
                 "PostgreSQL"
             )
+        if backend == "sqlite" and (self.url.host or self.url.port or self.url.username):
+            # SQLAlchemy reads ``sqlite://dir/loom.db`` as host ``dir``, file ``loom.db``: its
+            # engine refuses that, but the log's own connection would open ``./loom.db``.
+            meant = "/".join(part for part in (self.url.host, self.url.database) if part)
+            raise ConfigurationError(
+                f"{self.url.render_as_string(hide_password=True)!r} has two slashes, so "
+                f"SQLite would read {self.url.host!r} as a host: did you mean "
+                f"'sqlite:///{meant}'? (three slashes before a relative path, four before an "
+                "absolute one: sqlite:////var/lib/loom.db)"
+            )
         if backend == "sqlite" and self.url.database in (None, "", ":memory:"):
             raise ConfigurationError(
                 "loom needs a SQLite *file* (sqlite:///path/to/loom.db): the log and its "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,6 +157,31 @@ def test_bad_urls_and_options_are_configuration_errors(tmp_path: Any) -> None:
         Loom(f"sqlite:///{tmp_path}/x.db", lock_timeout=0)
     with pytest.raises(ConfigurationError, match="persistence"):
         Loom(f"sqlite:///{tmp_path}/x.db", persistence="redis")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("url", "meant"),
+    [
+        ("sqlite://nosuchdir/loom.db", "sqlite:///nosuchdir/loom.db"),
+        ("sqlite://../x/loom.db", "sqlite:///../x/loom.db"),
+        ("sqlite://loom.db", "sqlite:///loom.db"),
+        ("sqlite://me:pw@host:5/loom.db", "sqlite:///host/loom.db"),
+    ],
+)
+def test_a_sqlite_url_with_two_slashes_is_refused_before_any_file_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, meant: str
+) -> None:
+    """``sqlite://dir/loom.db`` names a *host* ``dir`` and the file ``loom.db``: SQLAlchemy
+    refuses it, but the log's own connection opened ``./loom.db``, so a read-only command
+    read the wrong log and a write left a stray file before its traceback. Refused first,
+    with the URL the user likely meant (three slashes; four before an absolute path)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nosuchdir").mkdir()
+    with pytest.raises(ConfigurationError, match="two slashes") as caught, Loom(url) as loom:
+        loom.run("never-registered")
+    assert meant in str(caught.value)
+    assert "pw" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == [tmp_path / "nosuchdir"]  # nothing was created
 
 
 @pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg"])
