@@ -350,7 +350,7 @@ class EventsourcingLog:
                 stream=stream,
                 version=stored.originator_version,
                 topic=stored.topic,
-                state=bytes(stored.state),
+                state=stored_state(stored.state),
             )
             for stored in self.application.recorder.select_events(stream)
         ]
@@ -377,7 +377,7 @@ class EventsourcingLog:
                     stream=_uuid(n.originator_id),
                     version=n.originator_version,
                     topic=n.topic,
-                    state=bytes(n.state),
+                    state=stored_state(n.state),
                 )
             if len(page) < page_size:
                 return
@@ -439,6 +439,17 @@ def _conflict(first: Any) -> str:
         f"stream {first.originator_id} moved past version {first.originator_version - 1} "
         "before this append; nothing was written: re-read and retry"
     )
+
+
+def stored_state(state: bytes | bytearray | memoryview | str) -> bytes:
+    """A row's state as the bytes loom wrote: a driver may hand them over as a memoryview, and
+    SQLite as text when the log was edited outside loom (the sqlite3 shell's ``replace()``
+    returns TEXT). Text is read as the UTF-8 it holds, as the stream reads (``sqlite.py``)
+    already decode it: whether its content is still what loom wrote is ``loom verify``'s
+    question, as for any edit."""
+    if isinstance(state, str):
+        return state.encode()
+    return bytes(state)
 
 
 def _uuid(value: UUID | str) -> UUID:

@@ -323,6 +323,34 @@ def test_replaying_or_exporting_a_tampered_log_is_a_one_line_refusal(
     assert_one_line_refusal(*cli("executions", "show", execution_id, f"--db={url}"))
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_state_stored_as_text_reads_as_the_bytes_it_holds(
+    tmp_path: Path, version: int, flows_option: str
+) -> None:
+    """An event's state stored as TEXT, as the sqlite3 shell's ``replace()`` leaves it, its JSON
+    unchanged: every command reads it as before, and `loom verify` (the judge of edits) says
+    where the log was altered. `loom executions list` and `loom doctor` raised a TypeError from
+    ``bytes(str)`` before."""
+    url, bundle = record(tmp_path, "answer", question="db slow")
+    listed = cli("executions", "list", f"--db={url}")
+    edit_row(url, version, "state", lambda state: bytes(state).decode())
+    execution_id = str(read_bundle(bundle).execution_id)
+    assert cli("executions", "list", f"--db={url}") == listed
+    assert listed[0] == 0
+    code, output, error = cli("verify", f"--db={url}")
+    assert (code, error) == (1, None)
+    assert output.startswith(f"TAMPERED at log position {version}: altered"), output
+    for command in (
+        ("executions", "show", execution_id),
+        ("replay", execution_id, flows_option),
+        ("export", execution_id, "-o", str(tmp_path / "again.json")),
+        ("doctor",),
+    ):
+        code, output, error = cli(*command, f"--db={url}")
+        assert (code, error) == (0, None), output
+    assert read_bundle(tmp_path / "again.json").events == read_bundle(bundle).events
+
+
 @pytest.mark.parametrize("kept", [0.5, 0.9])
 def test_verifying_a_truncated_database_file_is_a_one_line_refusal(
     tmp_path: Path, kept: float
