@@ -58,6 +58,24 @@ def test_several_executions_move_to_another_log_once(
         assert loom.log.position == position  # a re-run import writes nothing
 
 
+@pytest.mark.parametrize("json_output", [False, True])
+def test_export_says_on_stderr_that_a_bundle_is_outside_erasure(
+    tmp_path: Path, source: tuple[str, list[str]], json_output: bool
+) -> None:
+    """A bundle is a copy in clear (ADR 0049): the command says so, as a note on stderr, so
+    stdout carries only what was written (it was on stdout, and missing from ``--json``)."""
+    url, ids = source
+    result = _invoke(
+        "export", ids[0], "-o", str(tmp_path / "b.json"), "--db", url, *["--json"] * json_output
+    )
+    assert result.exit_code == ExitCode.OK, result.output
+    assert result.stderr.startswith("note: a bundle is a copy in clear, outside erasure's reach")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "erasure" not in result.stdout
+    if json_output:
+        assert [b["execution_id"] for b in json.loads(result.stdout)] == [ids[0]]
+
+
 def test_export_all_writes_every_execution(tmp_path: Path, source: tuple[str, list[str]]) -> None:
     url, ids = source
     result = _invoke("export", "--all", "-o", str(tmp_path / "all"), "--db", url, "--json")

@@ -34,6 +34,7 @@ from loom_runtime.tools.cli import (
     cannot_write,
     complain,
     console,
+    err_console,
     execution_id_in,
     fail,
     inert,
@@ -135,8 +136,7 @@ def export(
         console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
     else:
         console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
-    if not as_json:
-        console.print(OUTSIDE_ERASURE)
+    err_console.print(OUTSIDE_ERASURE, soft_wrap=True)  # a note: stdout is the result
 
 
 OUTSIDE_ERASURE = (
