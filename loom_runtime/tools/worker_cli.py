@@ -21,12 +21,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from loom_runtime.errors import ConfigurationError, EncryptionOffError, LogCorruptError
-from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
+from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY, unfinished
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -34,12 +34,16 @@ from loom_runtime.tools.cli import (
     JsonOption,
     app,
     console,
+    err_console,
     fail,
     inert,
     open_with_flows,
     print_json,
 )
 from loom_runtime.tools.display import visible
+
+if TYPE_CHECKING:
+    from loom_runtime.loom import Loom
 
 DeadAfterOption = Annotated[
     float,
@@ -68,9 +72,12 @@ def recover(
     flows: FlowsOption = None,
 ) -> None:
     """Finish every execution whose worker stopped heart-beating (one pass); print them."""
+    _need_flows("recover", flows)
     with open_with_flows(db, flows) as loom, _failures_on_stderr(logging.WARNING):
         try:
             runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
+            if not include_unowned:
+                _note_unowned_left(loom, dead_after=dead_after)
         except LogCorruptError as exc:
             fail(str(exc))
         except EncryptionOffError as exc:  # a sealed execution, and no master key given
@@ -101,6 +108,7 @@ def worker(
     flows: FlowsOption = None,
 ) -> None:
     """Run a worker that beats and recovers until SIGTERM or Ctrl-C (or --stop-after)."""
+    _need_flows("worker", flows)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
@@ -123,6 +131,35 @@ def worker(
                 pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _need_flows(command: str, flows: str | None) -> None:
+    """Refuse to run without the flows: a pass could claim nothing it can finish (executions
+    of flows not registered are left alone), so it would report "0 recovered" and succeed."""
+    if not flows:
+        fail(
+            f"loom {command} finishes executions by running their flows: pass --flows "
+            "MODULE:ATTR or set LOOM_FLOWS",
+            code=ExitCode.USAGE,
+        )
+
+
+def _note_unowned_left(loom: Loom, *, dead_after: float) -> None:
+    """Say on stderr how many unfinished executions of registered flows the pass left because
+    they were started outside a worker: without the note, "0 recovered" hid them."""
+    registered = {w.worker for w in loom.workers.workers(dead_after=dead_after)}
+    left = sum(
+        1
+        for execution in unfinished(loom.log)
+        if (execution.owner is None or execution.owner not in registered)
+        and loom.flows.find(execution.flow) is not None
+    )
+    if left:
+        err_console.print(
+            f"note: {left} unfinished execution(s) started outside a worker were left: "
+            "--include-unowned takes them when no process can still be running them",
+            soft_wrap=True,
+        )
 
 
 class _InertFormatter(logging.Formatter):

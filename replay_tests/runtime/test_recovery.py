@@ -521,6 +521,33 @@ def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
 
 
+def test_loom_recover_and_worker_without_flows_refuse_and_a_pass_says_what_it_left(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --flows (or LOOM_FLOWS) nothing could be finished: `loom recover` said "0
+    execution(s) recovered" (exit 0) and `loom worker` ran. And a pass that leaves an
+    execution started outside a worker says so, with the flag that takes it, on stderr."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LOOM_FLOWS", raising=False)
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        execution_id = interrupted(loom, steps)  # started outside a worker: unowned
+    for args in (["recover"], ["worker", "--stop-after", "0"]):
+        _one_line_error(CliRunner().invoke(app, [*args, "--db", sqlite_url]), 2, "--flows")
+    flows = ["--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    result = CliRunner().invoke(app, ["recover", *flows])
+    assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
+    assert result.stderr == (
+        "note: 1 unfinished execution(s) started outside a worker were left: "
+        "--include-unowned takes them when no process can still be running them\n"
+    )
+    result = CliRunner().invoke(app, ["recover", "--include-unowned", *flows])
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert str(execution_id) in result.stdout
+
+
 def _sealed_and_interrupted(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> UUID:
     """An encrypted log holding a dead worker's interrupted execution; the CLI can import
     ``recovery_flows:flows``, and ``$LOOM_MASTER_KEY`` holds the log's key."""
