@@ -214,6 +214,31 @@ def test_every_command_follows_the_exit_code_table(setup: Setup) -> None:
                 assert result.stderr.count("\n") == 1, (command, args, result.stderr)
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["executions", "list", "--stauts", "completed"], ["--stauts", "--status"]),
+        (["rnu"], ["rnu", "run"]),
+        (["demo", "--mode", "bogus"], ["bogus", "lexical"]),
+        (["replay"], ["TARGET"]),
+        (["knowledge", "search", "--limit", "many", "q", "--scope", "s"], ["--limit", "integer"]),
+    ],
+    ids=["misspelt flag", "misspelt command", "bad choice", "missing argument", "bad number"],
+)
+def test_a_command_line_click_refuses_is_one_line_naming_the_help(
+    args: list[str], words: list[str]
+) -> None:
+    """A flag, command, choice or value the parser refuses (Typer drew a usage line and a box
+    of several lines): one line on stderr, with what was wrong, the suggestion, and where the
+    usage is shown; exit 2."""
+    result = _invoke(*args)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+    assert "--help" in result.stderr
+
+
 def _keys(data: object) -> set[str]:
     assert isinstance(data, dict), data
     return set(data)

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
+from loom_runtime.tools.display import visible
+
+_USAGE_ERROR: type[Exception] = typer.BadParameter.__mro__[1]
+"""Click's ``UsageError``: everything the parser refuses is one (a misspelt flag or command, a
+missing argument, a value it cannot read). Typer (0.2x) vendors Click and exports only
+``BadParameter`` of its exceptions, a subclass of it."""
 _LIST_TYPE = re.compile(r"<list\[(.+)\]>")
 """Typer's type of a repeatable option or a variadic argument: the Python annotation."""
 _ELEMENT_NAMES = {"Path": "path"}
@@ -92,7 +99,8 @@ class ReadableCommand(TyperCommand):
 
 class ReadableGroup(TyperGroup):
     """A group (``loom``, ``loom knowledge``) whose own flags (``--help``, ``--version``,
-    ``--install-completion``) show no type, and whose help is wrapped to the terminal."""
+    ``--install-completion``) show no type, and whose help is wrapped to the terminal; a
+    command line it refuses is one line of stderr (:meth:`main`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -100,6 +108,33 @@ class ReadableGroup(TyperGroup):
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _readable(super().get_params(ctx), ctx)
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """As Click's, except that what the parser refuses (a misspelt flag or command, a
+        choice or number it cannot read, a missing argument) is one line of stderr, as every
+        other loom error is, where Typer drew the usage line and a box; exit 2 as before."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except _USAGE_ERROR as refused:
+            error: Any = refused
+            where = f"{error.ctx.command_path} --help" if error.ctx is not None else "--help"
+            message = " ".join(error.format_message().split())
+            typer.echo(f"error: {visible(message, one_line=True)} (see {where})", err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 class LoomTyper(typer.Typer):
