@@ -145,6 +145,11 @@ def recover(
     return runs
 
 
+def _left_by(owner: str | None) -> str:
+    """Who left an execution, for the log: ``worker ID``, or a process that was none."""
+    return f"worker {owner}" if owner is not None else "a process outside any worker"
+
+
 @contextmanager
 def recovering(
     loom: Loom, *, every: float | None, dead_after: float, include_unowned: bool
@@ -219,19 +224,19 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
         # and traceback are in the log for the key holder: `loom executions show ID`).
         sealed = loom._sealed(execution)
         logger.warning(
-            "execution %s of flow %r, recovered from worker %s, failed: %s",
+            "execution %s of flow %r, recovered from %s, failed: %s",
             orphan.execution_id,
             orphan.flow,
-            orphan.owner,
+            _left_by(orphan.owner),
             type(exc).__name__,
             exc_info=not sealed,
         )
         return None
     logger.info(
-        "execution %s of flow %r recovered from worker %s by %s",
+        "execution %s of flow %r recovered from %s by %s",
         orphan.execution_id,
         orphan.flow,
-        orphan.owner,
+        _left_by(orphan.owner),
         worker,
     )
     return run

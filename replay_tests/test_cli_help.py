@@ -88,3 +88,23 @@ def test_no_option_name_is_cut_short_on_an_80_column_terminal(monkeypatch: Any) 
     for path in PATHS:
         out = CliRunner().invoke(app, [*path, "--help"]).stdout
         assert not cut.search(out), (path, out)
+
+
+def _command(path: tuple[str, ...]) -> Any:
+    command: Any = typer.main.get_group(app)
+    for word in path:
+        command = command.commands[word]
+    return command
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """An option without help showed only its name in `--help` (`knowledge search --limit`)."""
+    silent = [
+        f"loom {' '.join(path)} {option.opts[0]}"
+        for path in PATHS
+        if path and not hasattr(_command(path), "commands")
+        for option in _command(path).params
+        if option.param_type_name == "option" and not option.help
+    ]
+    assert silent == []
+    assert len([p for p in PATHS if p]) > 20  # the control: the walk reached the commands

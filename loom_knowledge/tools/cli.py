@@ -311,7 +311,9 @@ def list_command(scope: ScopeOption, as_json: JsonOption = False, db: DbOption =
 def search_command(
     query: str,
     scope: ScopeOption,
-    limit: Annotated[int, typer.Option("--limit")] = 4,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="How many passages to show at most.")
+    ] = 4,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
@@ -330,7 +332,9 @@ def as_of_command(
     when: Annotated[str, typer.Argument(help="A log position, or an ISO time with a zone.")],
     scope: ScopeOption,
     query: Annotated[str | None, typer.Option("--query", help="Search the corpus then.")] = None,
-    limit: Annotated[int, typer.Option("--limit")] = 4,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="How many passages to show at most.")
+    ] = 4,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:

@@ -195,8 +195,9 @@ def retain(
         str,
         typer.Option(
             "--older-than",
-            help="Erase executions that started longer ago than this: 90d, 2w, 36h, 15min "
-            "(months in days: 180d).",
+            help="Erase what is older than this (executions by their start; with --scope or "
+            "--memory, documents or keys by their last write): 90d, 2w, 36h, 15min (months in "
+            "days: 180d).",
         ),
     ],
     tenant: Annotated[

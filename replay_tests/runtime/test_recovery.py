@@ -322,15 +322,21 @@ def test_a_stale_worker_whose_append_fails_after_a_takeover_appends_nothing_more
 
 
 def test_an_execution_without_an_owner_is_recovered_only_when_asked(
-    loom: Loom, other: Loom, steps: Steps
+    loom: Loom, other: Loom, steps: Steps, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Started outside a worker (as every execution before workers existed): its process may
-    be running it right now, so it is not taken unless the caller says it is safe."""
+    be running it right now, so it is not taken unless the caller says it is safe. The log
+    says who left it in words (it said "recovered from worker None")."""
     execution_id = interrupted(loom, steps)
     assert other.recover() == []
     assert events(other, execution_id)["Resumed"] == 0
-    (run,) = other.recover(include_unowned=True)
+    with caplog.at_level(logging.INFO, logger="loom.runtime"):
+        (run,) = other.recover(include_unowned=True)
     assert (run.execution_id, run.output) == (execution_id, OUTPUT)
+    assert f"{execution_id} of flow 'steps' recovered from a process outside any worker" in (
+        caplog.text
+    )
+    assert "None" not in caplog.text
 
 
 def test_failed_finished_and_unregistered_flows_are_not_recovered(
