@@ -267,8 +267,10 @@ def _steps(
             f"passages, {'EQUAL' if rebuilt else 'DIFFERENT'} to the original passage for passage"
         )
     else:
-        say("6. rebuild skipped: it would rebuild every scope of this database (run loom demo")
-        say("   without --db to see the corpus rebuilt from the log alone)")
+        say(
+            "6. rebuild skipped: it would rebuild every scope of this database (run loom demo "
+            "without --db to see the corpus rebuilt from the log alone)"
+        )
     # Never a password on screen: a URL that has one is named by a placeholder.
     db = "URL" if loom.log.settings.url.password else shlex.quote(url)
     _say_next(say, db, run.execution_id, scope=scope, mode=mode)
