@@ -19,6 +19,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 from loom_runtime.bundle import MAX_BUNDLE_BYTES
+from loom_runtime.tools import readable_help
 from loom_runtime.tools.cli import ExitCode, app
 
 FLOWS = """
@@ -237,6 +238,8 @@ def test_a_command_line_click_refuses_is_one_line_naming_the_help(
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert all(word in result.stderr for word in words), result.stderr
     assert "--help" in result.stderr
+    # What the one line is printed for: Click's UsageError, found through Typer's one export.
+    assert readable_help._USAGE_ERROR.__name__ == "UsageError"
 
 
 def _keys(data: object) -> set[str]:

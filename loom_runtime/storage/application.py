@@ -350,7 +350,7 @@ class EventsourcingLog:
                 stream=stream,
                 version=stored.originator_version,
                 topic=stored.topic,
-                state=stored_state(stored.state),
+                state=_stored_state(stored.state),
             )
             for stored in self.application.recorder.select_events(stream)
         ]
@@ -377,7 +377,7 @@ class EventsourcingLog:
                     stream=_uuid(n.originator_id),
                     version=n.originator_version,
                     topic=n.topic,
-                    state=stored_state(n.state),
+                    state=_stored_state(n.state),
                 )
             if len(page) < page_size:
                 return
@@ -441,7 +441,7 @@ def _conflict(first: Any) -> str:
     )
 
 
-def stored_state(state: bytes | bytearray | memoryview | str) -> bytes:
+def _stored_state(state: bytes | bytearray | memoryview | str) -> bytes:
     """A row's state as the bytes loom wrote: a driver may hand them over as a memoryview, and
     SQLite as text when the log was edited outside loom (the sqlite3 shell's ``replace()``
     returns TEXT). Text is read as the UTF-8 it holds, as the stream reads (``sqlite.py``)
