@@ -3,7 +3,11 @@
 "Create if missing" is check-then-create, and PostgreSQL fails the loser of two concurrent
 creators (``UniqueViolation`` on ``pg_type``, "tuple concurrently updated" on a function).
 Workers starting together all create on first use, so every schema change loom makes takes one
-advisory lock first. SQLite needs none: its writers are already serialised.
+advisory lock first. On SQLite the lock is the database's write lock, taken before the catalog is
+read again: a log's engine holds it from ``BEGIN IMMEDIATE`` on, but pysqlite's default runs DDL
+outside any transaction (it begins one only before INSERT, UPDATE or DELETE), so two stores
+opened from one new file's URL both found a table missing and the later one failed with "table
+... already exists".
 """
 
 from __future__ import annotations
@@ -18,9 +22,16 @@ DDL_LOCK_KEY = 0x6C6F6F6D
 
 
 def serialise_ddl(conn: Connection) -> None:
-    """Make the rest of this transaction's schema changes wait for any other process's."""
+    """Make the rest of this transaction's schema changes wait for any other process's.
+
+    On SQLite this begins a write transaction when the driver has none open (pysqlite's
+    default), so the DDL that follows commits or rolls back whole with the caller's
+    transaction; a deferred transaction the driver has already begun is left as it is.
+    """
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DDL_LOCK_KEY})")
+    elif conn.dialect.name == "sqlite" and not conn.connection.driver_connection.in_transaction:  # type: ignore[union-attr]
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 # One statement per backend: every named object of the schema, and each table's primary-key

@@ -8,6 +8,8 @@ control that the probe fails when the delete trigger is missing.
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,6 +245,65 @@ def test_reopening_a_file_keeps_entries_and_index(tmp_path: Path) -> None:
     second = SqliteMemoryStore(url)
     assert [e.id for e in second.search("k", "durable")] == ["durable"]
     second.close()
+
+
+@pytest.mark.parametrize("store_type", [SqliteMemoryStore, SqliteTemporalStore])
+def test_first_opens_of_one_new_file_at_once_all_succeed(
+    tmp_path: Path, store_type: type[SqliteMemoryStore]
+) -> None:
+    """Four stores opened from one new file's URL at the same instant all open, five times.
+
+    Each owns its engine, whose driver runs DDL outside a transaction by default: the schema
+    change must take SQLite's write lock first (``serialise_ddl``), or the later creators fail
+    with "table ... already exists"."""
+    for attempt in range(5):
+        failures = _open_at_once(store_type, f"sqlite:///{tmp_path / f'race{attempt}.db'}")
+        assert failures == [], f"attempt {attempt}: {failures[0]}"
+
+
+def _open_at_once(store_type: type[SqliteMemoryStore], url: str) -> list[Exception]:
+    """Open four stores on ``url`` in threads released together; what the opens raised."""
+    barrier = threading.Barrier(4)
+    opened: list[SqliteMemoryStore] = []
+    failures: list[Exception] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            opened.append(store_type(url))
+        except Exception as exc:  # collected, so every thread is joined before failing
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for store in opened:
+        store.close()
+    return failures
+
+
+def test_a_first_open_that_fails_midway_creates_nothing(tmp_path: Path) -> None:
+    """A first open whose third CREATE fails leaves the file without a table of the store:
+    the schema is created in one transaction, so a crash cannot leave half of it."""
+    path = tmp_path / "half.db"
+    creates = 0
+
+    def fail_third_create(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        nonlocal creates
+        creates += statement.lstrip().startswith("CREATE")
+        if creates == 3:
+            raise RuntimeError("the process dies here")
+
+    event.listen(Engine, "before_cursor_execute", fail_third_create)
+    try:
+        with pytest.raises(RuntimeError, match="dies here"):
+            SqliteTemporalStore(f"sqlite:///{path}")
+    finally:
+        event.remove(Engine, "before_cursor_execute", fail_third_create)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == []
 
 
 @pytest.mark.parametrize("prefix", ["", "1abc_", "bad-prefix", "x; DROP TABLE y", "a" * 41])
