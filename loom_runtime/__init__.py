@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from loom_runtime.erasure import ErasedSubject, ErasureReport, ForgetEntry
     from loom_runtime.errors import (
         ConfigurationError,
+        DatabaseBusyError,
         DatabaseUnavailableError,
         DecisionInputChangedError,
         DecisionKeyError,
@@ -133,6 +134,7 @@ __all__ = [
     "Backoff",
     "Change",
     "ConfigurationError",
+    "DatabaseBusyError",
     "DatabaseUnavailableError",
     "Decide",
     "Decision",
@@ -273,6 +275,7 @@ _EXPORTS = {
     "ReadPastRecordingError": "loom_runtime.errors",
     "RecordedValueError": "loom_runtime.errors",
     "UnsupportedClientError": "loom_runtime.errors",
+    "DatabaseBusyError": "loom_runtime.errors",
     "DatabaseUnavailableError": "loom_runtime.errors",
     "Decide": "loom_runtime.context",
     "Decision": "loom_runtime.execution",

@@ -18,20 +18,33 @@ class ConfigurationError(LoomError):
 
 
 class DatabaseUnavailableError(LoomError):
-    """The log's PostgreSQL database cannot be connected to: missing, refused, unreachable.
+    """The log's database cannot be opened or connected to: a PostgreSQL database missing,
+    refused or unreachable, or a SQLite file the driver cannot open.
 
     Checked once when the log is opened, so the cause is the driver's own ("database ... does
     not exist", "password authentication failed") instead of a connection pool's timeout.
-    ``database`` names it; the cause is on ``__cause__``.
+    ``database`` names it (a SQLite log's path); the cause is on ``__cause__``.
     """
 
-    def __init__(self, *, database: str, where: str, cause: str) -> None:
-        super().__init__(
-            f"cannot open the log in PostgreSQL database {database!r} at {where}: {cause}. "
-            f"Create the database (createdb {database}), start the server, or fix the URL "
-            "(--db / LOOM_DB_URL)"
-        )
+    def __init__(self, message: str, *, database: str) -> None:
+        super().__init__(message)
         self.database = database
+
+
+class DatabaseBusyError(DatabaseUnavailableError):
+    """Another connection held the SQLite log's lock for the whole lock timeout while the log
+    was being opened: another process creating it, writing to it, or holding a transaction
+    open. The file is not damaged; opening it again later, or waiting longer, will do."""
+
+    def __init__(self, *, database: str, lock_timeout: float) -> None:
+        super().__init__(
+            f"the SQLite log at {database} stayed locked by another connection for the whole "
+            f"lock timeout ({lock_timeout:g} s): another process is creating it, writing to "
+            "it or holding a transaction open. Try again, or wait longer with "
+            "Loom(..., lock_timeout=SECONDS)",
+            database=database,
+        )
+        self.lock_timeout = lock_timeout
 
 
 class LoomClosedError(LoomError):

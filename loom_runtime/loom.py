@@ -15,7 +15,6 @@ import difflib
 import logging
 import os
 import socket
-import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -48,7 +47,6 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     ForkPointError,
     LabelError,
-    LogCorruptError,
     NotSerialisableError,
 )
 from loom_runtime.execution import (
@@ -206,16 +204,12 @@ class Loom:
     def log(self) -> EventLog:
         """The event log, opened on first use.
 
-        A SQLite file that is not a database (truncated, overwritten) fails here, in the
-        driver; it is refused as :class:`LogCorruptError` rather than as sqlite3's own error.
+        A SQLite file the driver will not open fails here, with the error for its cause: one
+        that is not a database (truncated, overwritten) is :class:`LogCorruptError`, one
+        another connection keeps locked :class:`DatabaseBusyError`, a path in no folder
+        :class:`ConfigurationError` (``loom_runtime.storage.application``).
         """
-        try:
-            log = open_log(self.settings)
-        except sqlite3.DatabaseError as exc:
-            raise LogCorruptError(
-                f"the database at {self.settings.url!r} cannot be opened as a log ({exc}): "
-                "it is damaged or not a loom database; restore it from a backup"
-            ) from exc
+        log = open_log(self.settings)
         if self._encryption is not None:
             from loom_runtime.sealing import Keyring
 

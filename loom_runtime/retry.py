@@ -125,7 +125,7 @@ def is_contention(exc: BaseException) -> bool:
             return False  # a budget already spent: retrying it would multiply the budget
         if isinstance(current, StreamConflictError):
             return True
-        if isinstance(current, sqlite3.OperationalError) and _is_busy_message(str(current)):
+        if isinstance(current, sqlite3.OperationalError) and is_busy_message(str(current)):
             return True
         if getattr(current, "sqlstate", None) in _BUSY_SQLSTATES:
             return True
@@ -133,5 +133,6 @@ def is_contention(exc: BaseException) -> bool:
     return False
 
 
-def _is_busy_message(message: str) -> bool:
+def is_busy_message(message: str) -> bool:
+    """Whether a SQLite driver error's ``message`` says another connection held the lock."""
     return "database is locked" in message or "database is busy" in message

@@ -32,6 +32,7 @@ class LoomSQLAlchemyFactory(SQLAlchemyFactory):
         def _configure(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             if engine.dialect.name == "sqlite":
+                cursor.execute(f"PRAGMA busy_timeout={lock_timeout_ms}")  # first: the next waits
                 cursor.execute(f"PRAGMA synchronous={synchronous}")
             else:
                 cursor.execute(f"SET lock_timeout = {lock_timeout_ms}")

@@ -15,10 +15,12 @@ from __future__ import annotations
 import getpass
 import importlib
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -29,8 +31,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError as SQLAlchemyOperationalError
 
 from loom_runtime.errors import (
+    ConfigurationError,
+    DatabaseBusyError,
     DatabaseUnavailableError,
     IntegrityUnsupportedError,
+    LogCorruptError,
+    LoomError,
     MissingExtraError,
     StreamConflictError,
 )
@@ -48,7 +54,7 @@ from loom_runtime.log import (
     Stamped,
 )
 from loom_runtime.redaction import Redactor
-from loom_runtime.retry import retrying
+from loom_runtime.retry import is_busy_message, retrying
 from loom_runtime.storage.chain import ChainedRecorder
 from loom_runtime.storage.mapper import MsgspecMapper, decode_event, decode_row
 from loom_runtime.storage.sqlite import ChainedSQLiteRecorder, PreconditionFailed
@@ -141,6 +147,41 @@ def import_backend(env: dict[str, str]) -> None:
         raise
 
 
+def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    """The driver's error behind ``exc`` (eventsourcing's and SQLAlchemy's wrap it), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            return current
+        current = current.__cause__ or getattr(current, "orig", None)
+    return None
+
+
+def _unopenable(settings: LogSettings, error: sqlite3.Error) -> LoomError:
+    """The loom error for a SQLite log the driver would not open, by cause: a lock held by
+    another connection is not damage, nor is a path that names no file a folder could hold."""
+    path = Path(settings.url.database or "").absolute()
+    if isinstance(error, sqlite3.OperationalError) and is_busy_message(str(error)):
+        return DatabaseBusyError(database=str(path), lock_timeout=settings.lock_timeout)
+    if isinstance(error, sqlite3.OperationalError) and not path.parent.is_dir():
+        return ConfigurationError(
+            f"no folder {path.parent} to create the log {path.name} in: create the folder, "
+            "or fix the URL (--db / LOOM_DB_URL)"
+        )
+    if isinstance(error, sqlite3.OperationalError) and path.is_dir():
+        return ConfigurationError(f"the log's path {path} is a folder: name a file in it")
+    if isinstance(error, sqlite3.OperationalError):
+        return DatabaseUnavailableError(
+            f"cannot open the SQLite log at {path}: {error}", database=str(path)
+        )
+    return LogCorruptError(
+        f"the database at {settings.url!r} cannot be opened as a log ({error}): it is "
+        "damaged or not a loom database; restore it from a backup"
+    )
+
+
 class _LoomApplication(Application[UUID]):
     """eventsourcing's Application with loom's mapper; its name keeps the stored table names."""
 
@@ -172,7 +213,14 @@ class EventsourcingLog:
         import_backend(env)
         if not settings.is_sqlite:
             self._check_reachable()
-        self.application = _LoomApplication(env, settings.redactor)
+        try:
+            application = _LoomApplication(env, settings.redactor)
+        except Exception as exc:
+            driver_error = _sqlite_error(exc) if settings.is_sqlite else None
+            if driver_error is None:
+                raise
+            raise _unopenable(settings, driver_error) from exc
+        self.application = application
         """The eventsourcing Application: for this package and tests of it, never above it."""
 
     def _check_reachable(self) -> None:
@@ -192,10 +240,12 @@ class EventsourcingLog:
             host = connect.get("host") or os.environ.get("PGHOST") or "libpq's default socket"
             port = connect.get("port") or os.environ.get("PGPORT") or "5432"
             user = connect.get("user") or os.environ.get("PGUSER") or _system_user()
+            database = connect.get("dbname") or os.environ.get("PGDATABASE") or user
             raise DatabaseUnavailableError(
-                database=connect.get("dbname") or os.environ.get("PGDATABASE") or user,
-                where=f"{host}:{port} as {user}",
-                cause=" ".join(str(exc.orig).split()),
+                f"cannot open the log in PostgreSQL database {database!r} at {host}:{port} as "
+                f"{user}: {' '.join(str(exc.orig).split())}. Create the database (createdb "
+                f"{database}), start the server, or fix the URL (--db / LOOM_DB_URL)",
+                database=database,
             ) from exc
 
     @property
