@@ -49,6 +49,12 @@ UNTRUSTED_CONTENT_NOTE: Final = (
 _FENCE_OPEN: Final = "<passage "
 _FENCE_CLOSE: Final = "</passage>"
 _PASSAGE_FENCE: Final = f"{_FENCE_OPEN}doc_id="
+_PASTED_MIN_CHARS: Final = 40
+"""How long a passage's text must be for instructions containing it to count as pasted. A
+word or a short phrase (a stub page's "question", "cite the doc_id") also occurs in ordinary
+instructions: refusing it failed every answer that retrieved such a page, and let anyone who
+edits one page block answering. Passages pasted into a system prompt are a corpus's
+ordinary passages, paragraphs long, and still refused."""
 _TAG_START: Final = re.compile(r"<(?=\s*(?:/\s*)?passage\b)", re.IGNORECASE)
 """The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``).
 
@@ -203,8 +209,9 @@ def grounded_request(
 
     Raises :class:`TaintedSystemContentError` when a :class:`Passage` is passed as
     ``instructions`` (the mistake the ``str`` annotation prevents for typed callers, caught
-    at run time for the rest), when the instructions contain a retrieved passage's text
-    (passages pasted into the system prompt), and when a conversation turn claims ``system``
+    at run time for the rest), when the instructions contain a retrieved passage's text of
+    at least 40 characters (passages pasted into the system prompt),
+    and when a conversation turn claims ``system``
     (instructions are the author's, never a turn's).
     """
     if isinstance(instructions, Passage):
@@ -213,7 +220,7 @@ def grounded_request(
         )
     for passage in passages:
         text = passage.text.strip()
-        if text and text in instructions:
+        if len(text) >= _PASTED_MIN_CHARS and text in instructions:
             raise TaintedSystemContentError(
                 provenance=Provenance(scope=scope, doc_id=passage.doc_id).label
             )

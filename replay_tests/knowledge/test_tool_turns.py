@@ -36,6 +36,8 @@ from loom_knowledge import (
     to_openai_messages,
     to_openai_tools,
 )
+from loom_knowledge.domain.grounding import unfence
+from loom_knowledge.models.answering import DEFAULT_INSTRUCTIONS
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom, tool
 from replay_tests.knowledge.test_openai_compatible import FakeServer
 
@@ -280,9 +282,25 @@ def test_a_conversation_turn_claiming_system_is_refused() -> None:
 
 def test_passage_text_pasted_into_the_instructions_is_refused() -> None:
     """The common RAG mistake, with the text rather than the Passage object."""
+    pasted = Passage(
+        doc_id="disk.md", index=0, text=f"{PASSAGE.text} Then check df -h.", revision=1
+    )
     with pytest.raises(TaintedSystemContentError) as caught:
-        grounded_request(f"Use this runbook: {PASSAGE.text}", "Why?", [PASSAGE], scope="runbooks")
+        grounded_request(f"Use this runbook: {pasted.text}", "Why?", [pasted], scope="runbooks")
     assert caught.value.provenance == "knowledge:runbooks:disk.md"
+
+
+@pytest.mark.parametrize("text", ["question", "doc_id", "Answer the operator's question"])
+def test_a_short_passage_that_occurs_in_the_instructions_is_not_taken_for_pasted(
+    text: str,
+) -> None:
+    """A stub page's one word, or a short phrase, also occurs in ordinary instructions: refusing
+    it made every answer that retrieved the page fail, and let anyone who edits one page block
+    answering. Only a passage long enough to be its own (40 characters) counts as pasted."""
+    stub = Passage(doc_id="faq.md", index=0, text=text, revision=1)
+    assert text in DEFAULT_INSTRUCTIONS
+    request = grounded_request(DEFAULT_INSTRUCTIONS, "Is the disk full?", [stub], scope="rb")
+    assert unfence(request.messages[1].content) == text
 
 
 def test_a_fenced_passage_in_a_hand_built_system_message_is_refused() -> None:
