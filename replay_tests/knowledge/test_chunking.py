@@ -14,6 +14,7 @@ from loom_knowledge import (
     pack_paragraphs,
     to_passages,
 )
+from loom_knowledge.domain import chunking
 
 
 def _chunk(text: str, max_chars: int = 1000) -> list[str]:
@@ -56,6 +57,25 @@ def test_without_a_late_sentence_end_the_split_is_at_whitespace() -> None:
 def test_a_run_without_whitespace_is_cut_hard_and_not_dropped() -> None:
     blob = "x" * 25
     assert _chunk(blob, max_chars=10) == ["x" * 10, "x" * 10, "x" * 5]
+
+
+def test_a_long_paragraph_is_cut_in_time_linear_in_its_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each cut reads a window of the limit, never the rest of the paragraph: a copy of the
+    rest per cut made one 16 MiB paragraph (a minified export) take 31 s, quadratic in its
+    length. Counted in characters handed to the cut, not timed."""
+    seen: list[int] = []
+    cut_point = chunking._cut_point
+
+    def counted(text: str, max_chars: int) -> int:
+        seen.append(len(text))
+        return cut_point(text, max_chars)
+
+    monkeypatch.setattr(chunking, "_cut_point", counted)
+    text = "word " * 20_000  # one paragraph of 100,000 characters
+    assert _squashed("".join(_chunk(text, max_chars=1000))) == _squashed(text)
+    assert len(seen) >= 99 and max(seen) <= 1001
 
 
 @given(
