@@ -42,7 +42,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from operator import attrgetter, methodcaller
 from types import ModuleType
-from typing import Any, NamedTuple, NoReturn, Protocol
+from typing import Annotated, Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
@@ -79,7 +79,9 @@ class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
     headers: list[tuple[str, str]]
     text: str | None = None
     data: bytes | None = None
-    chunks: list[int] = msgspec.field(default_factory=list)
+    chunks: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
+    """Never below 0: a negative size stepped back over the body, so a replay handed the client
+    text the stored body (what an audit shows) does not hold."""
     complete: bool = True
 
     def pieces(self) -> list[bytes]:

@@ -96,3 +96,33 @@ def test_a_recorded_header_loom_never_stores_is_refused_naming_the_decision(
     assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
     assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
     assert header[0] in str(divergence)
+
+
+def test_recorded_chunk_sizes_below_zero_are_refused_naming_the_decision(
+    server: Server,  # noqa: F811
+    sqlite_url: str,
+) -> None:
+    """Sizes that step back over the body (an edited row or a re-sealed bundle: ``[2, -2, 2,
+    -2, 2]`` for the body ``AB``) handed the client ``ABABAB`` while the stored body, the one
+    an audit shows, said ``AB``; with the output edited to match, the replay called it
+    identical. Refused as :class:`RecordedValueError` naming the key."""
+    with build(sqlite_url, httpx.HTTPTransport()) as loom:
+        run = loom.run("items", base=server.url)
+        (key,) = loom.execution(run.execution_id).decisions
+    server.stop()
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        (state,) = db.execute(
+            "SELECT state FROM stored_events WHERE originator_version = 2"
+        ).fetchone()
+        edited = msgspec.json.decode(state)
+        edited["value"] = {**edited["value"], "chunks": [2, -2, 2, -2, 2]}
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_version = 2",
+            (msgspec.json.encode(edited),),
+        )
+    with build(sqlite_url, Unreachable()) as fresh:
+        result = fresh.replay(run.execution_id)
+    [divergence] = result.divergences
+    assert isinstance(divergence, OutcomeChangedError), result.describe()
+    assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
+    assert "chunks" in str(divergence)
