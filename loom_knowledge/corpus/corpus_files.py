@@ -11,8 +11,9 @@ and is reported in :attr:`DocScan.skipped` instead. The log is append-only, so a
 ``/etc`` in a docs folder would otherwise put ``/etc/passwd`` in it for good. A directory
 link inside the root is not followed either (its target is read under its own path: ids stay
 unique and deterministic, and a link to an ancestor cannot loop); a file link inside the root
-is a document. Dangling links (a link loop among them) and anything that is neither a file
-nor a directory (a FIFO would block the read) are skipped too.
+is a document. Dangling links (a link loop among them), links to a hidden file or folder
+(``notes.md -> .git/config``: hidden entries are skipped, so their links are too), and
+anything that is neither a file nor a directory (a FIFO would block the read) are skipped too.
 
 The folder may change while it is synced, and the walk's checks must still hold when a file
 is read: each is opened without following a link in any component of its path (the walk
@@ -54,7 +55,7 @@ class DocScan(msgspec.Struct, frozen=True, kw_only=True):
 
     docs: list[Doc]
     skipped: list[str]
-    """Relative paths of links not followed: out of the root, or dangling."""
+    """Relative paths of links not followed: out of the root, to a hidden path, or dangling."""
 
 
 class _Walk:
@@ -101,7 +102,12 @@ class _Walk:
         if not target.exists():
             self.skipped.append(relative)
             return None
-        if target.is_relative_to(self.root):
+        inside = target.is_relative_to(self.root)
+        hidden = target.relative_to(self.root).parts if inside else (target.name,)
+        if any(part.startswith(".") for part in hidden):  # as the file itself would be
+            self.skipped.append(relative)
+            return None
+        if inside:
             return None if target.is_dir() else target
         if not self.follow_external_links:
             self.skipped.append(relative)

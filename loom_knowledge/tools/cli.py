@@ -212,7 +212,8 @@ def sync_command(
     for skipped in scan.skipped:
         warn(
             f"skipped link {visible(skipped, one_line=True)}: it points outside "
-            f"{directory} or nowhere (--follow-external-links to read links out of it)"
+            f"{directory}, to a hidden file or folder, or nowhere (--follow-external-links "
+            "to read links out of it)"
         )
     with (
         open_loom(db, create=apply) as loom,  # the dry run only reads

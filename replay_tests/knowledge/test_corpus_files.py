@@ -138,6 +138,28 @@ def test_the_sync_command_says_what_it_did_not_follow(linked_folder: Path, db_ur
     assert result.exit_code == 0 and "3 written" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("follow_external_links", [False, True])
+def test_a_link_to_a_hidden_file_is_skipped_as_the_file_is(
+    tmp_path: Path, follow_external_links: bool
+) -> None:
+    """Links named like documents to ``.git/config`` and ``.env`` in a cloned repository put
+    its credentials in the append-only log, though the files themselves are skipped as
+    hidden: the rule was checked on the link's name only. Each is listed as skipped, and so
+    is a link out of the folder to a hidden file when external links are followed."""
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text("url = https://deploy:s3cret@git.example.com/x")
+    (root / ".env").write_text("DB_PASSWORD=correct-horse")
+    (tmp_path / ".netrc").write_text("password hunter2")
+    (root / "guide.md").write_text("hello")
+    (root / "notes.md").symlink_to(".git/config")
+    (root / "setup.txt").symlink_to(".env")
+    (root / "login.md").symlink_to(tmp_path / ".netrc")
+    scan = scan_docs(root, follow_external_links=follow_external_links)
+    assert [doc.id for doc in scan.docs] == ["guide.md"]
+    assert sorted(scan.skipped) == ["login.md", "notes.md", "setup.txt"]
+
+
 def test_a_folder_is_named_by_a_string_or_a_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
