@@ -48,6 +48,7 @@ from loom_runtime.backoff import Attempt, Backoff, retry_after, transient
 from loom_runtime.diff import diff
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
+    DecisionAfterEndError,
     DecisionInputChangedError,
     DecisionKeyError,
     DecisionTypeChangedError,
@@ -176,6 +177,8 @@ class Recorder:
 
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
+        if decision is None:
+            self._refuse_after_end(slot.key)  # before anything is computed for it
         if decision is None and slot.key in self._overrides:
             self._execution.record_decision(
                 key=slot.key,
@@ -195,9 +198,15 @@ class Recorder:
             )
         return decision
 
+    def _refuse_after_end(self, key: str) -> None:
+        """Nothing is stored after the execution's end event (see DecisionAfterEndError)."""
+        if self._execution.finished:
+            raise DecisionAfterEndError(execution_id=self._execution.id, key=key)
+
     def record(
         self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
     ) -> Any:
+        self._refuse_after_end(slot.key)
         # Redacted before it is stored and decoded back: the flow sees what a replay will see.
         raw, decoded = codec.round_trip(
             value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
@@ -211,6 +220,7 @@ class Recorder:
     def record_failure(
         self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
     ) -> None:
+        self._refuse_after_end(slot.key)
         self._execution.record_failure(
             key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
         )
@@ -334,6 +344,9 @@ class _Context:
         self.execution_id = execution_id
         self.flow = flow
         self._source = source
+        self._open: list[OpenDecision] = []
+        """Decisions opened by this run and not answered from the log (see
+        :meth:`end_open_decisions`)."""
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
         self._taken_in_order: list[str] = []
@@ -521,8 +534,19 @@ class _Context:
         slot = self._slot(key, input, kind)
         value = self._answer(slot, type)
         if value is _UNANSWERED:
-            return OpenDecision(self._source, slot, type=type, recorded=False, value=None)
+            decision = OpenDecision(self._source, slot, type=type, recorded=False, value=None)
+            self._open.append(decision)
+            return decision
         return OpenDecision(self._source, slot, type=type, recorded=True, value=value)
+
+    def end_open_decisions(self) -> None:
+        """Store each decision still open as the flow ends, by its :attr:`OpenDecision.at_end`
+        (a stream left open: what was read, marked incomplete), so that nothing of the
+        execution is stored after its end event (what a later close would have written)."""
+        open_now, self._open = self._open, []
+        for decision in open_now:
+            if not decision.settled and decision.at_end is not None:
+                decision.at_end()
 
     def _decide(
         self,
@@ -730,6 +754,9 @@ class OpenDecision:
         self.recorded = recorded
         self.value = value
         self.settled = recorded
+        self.at_end: Callable[[], None] | None = None
+        """What stores this decision if it is still open when the flow ends (set by whoever
+        computes it: a recording transport stores the part of a stream read so far)."""
         self._source = source
         self._slot = slot
         self._type = type

@@ -145,6 +145,22 @@ class ExecutionFinishedError(LoomError):
     (``resume(id, retry_failed=True)``, ADR 0026)."""
 
 
+class DecisionAfterEndError(LoomError):
+    """A decision was asked, or its value handed in, after its execution had ended: a task or
+    thread the flow started outlived it and still used its ``ctx`` (or a client recording
+    through it). Nothing was stored: an execution's events end with its end, so an export or
+    replay made now sees what one made later will. Await what the flow starts before it
+    returns."""
+
+    def __init__(self, *, execution_id: object, key: str) -> None:
+        super().__init__(
+            f"decision {key!r} came after execution {execution_id} had ended; nothing was "
+            "stored. A task or thread the flow started outlived it: await or join it before "
+            "the flow returns"
+        )
+        self.key = key
+
+
 class ForkPointError(LoomError, ValueError):
     """``fork(..., at=...)`` names no point of the parent execution: a key it never recorded,
     or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""

@@ -331,6 +331,9 @@ def _exchange(
             call.retried(error=f"http {status}", message=message, paused=pause)
         yield from _settle(decision.key, io.sleep(pause))
     recording = profile.recording(decision, response, call)
+    decision.at_end = functools.partial(
+        recording.finish, complete=False
+    )  # a stream the flow left open
     body = io.body(library)(response, recording)
     return library.respond(response.status_code, recording.headers, body)
 

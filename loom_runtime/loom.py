@@ -879,7 +879,10 @@ class Loom:
         with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(definition, execution, source)
             try:
-                result = yield from _call(definition, ctx, kwargs)
+                try:
+                    result = yield from _call(definition, ctx, kwargs)
+                finally:  # before the end event: nothing is stored after it
+                    ctx.end_open_decisions()
             except Exception as exc:
                 self._fail(execution, exc)
                 raise
