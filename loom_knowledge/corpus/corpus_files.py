@@ -69,25 +69,30 @@ class _Walk:
         self.skipped: list[str] = []
         self.entered: set[Path] = set()
 
-    def walk(self, directory: Traversable, prefix: str) -> None:
-        try:
-            entries = list(directory.iterdir())
-        except OSError as exc:
-            raise InvalidOptionError(
-                f"could not list {prefix or './'} in the folder ({exc.strerror}); did it change "
-                "during the sync? sync again"
-            ) from exc
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            relative = f"{prefix}{entry.name}"
-            followed = self._followed(entry, relative)
-            if followed is None:
-                continue
-            if entry.is_dir():  # a followed link's checked target: no link on any path found
-                self.walk(followed, f"{relative}/")
-            elif entry.is_file() and entry.name.endswith(SUFFIXES):
-                self.found.append((relative, followed))
+    def walk(self, top: Traversable, top_prefix: str) -> None:
+        """Find the files under ``top``: a loop over a stack of folders, not a recursion, so
+        a tree of any depth git can hold is walked (the caller sorts what is found)."""
+        pending: list[tuple[Traversable, str]] = [(top, top_prefix)]
+        while pending:
+            directory, prefix = pending.pop()
+            try:
+                entries = list(directory.iterdir())
+            except OSError as exc:
+                raise InvalidOptionError(
+                    f"could not list {prefix or './'} in the folder ({exc.strerror}); did it "
+                    "change during the sync? sync again"
+                ) from exc
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                relative = f"{prefix}{entry.name}"
+                followed = self._followed(entry, relative)
+                if followed is None:
+                    continue
+                if entry.is_dir():  # a followed link's checked target: no link on a path found
+                    pending.append((followed, f"{relative}/"))
+                elif entry.is_file() and entry.name.endswith(SUFFIXES):
+                    self.found.append((relative, followed))
 
     def _followed(self, entry: Traversable, relative: str) -> Traversable | None:
         """What to read for ``entry``: itself, or a link's target as checked here; None for a
@@ -227,7 +232,8 @@ def scan_docs(
     docs = []
     for doc_id, entry in sorted(walk.found, key=lambda found: found[0]):
         try:
-            raw = _read(doc_id, entry, max_file_bytes=max_file_bytes).decode("utf-8")
+            # utf-8-sig: a byte order mark (Windows editors) is not text, nor a heading's start
+            raw = _read(doc_id, entry, max_file_bytes=max_file_bytes).decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise InvalidDocumentError(doc_id=doc_id, field="text", reason="is not UTF-8") from exc
         docs.append(_to_doc(doc_id, raw))

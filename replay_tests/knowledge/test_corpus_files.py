@@ -78,6 +78,28 @@ def test_a_file_that_is_not_utf8_is_refused_by_name(tmp_path: Path) -> None:
     assert (caught.value.doc_id, caught.value.field) == ("latin1.txt", "text")
 
 
+def test_a_byte_order_mark_is_not_text(tmp_path: Path) -> None:
+    """A file saved with a UTF-8 byte order mark (Windows editors) reads as the same file
+    without one: its heading is still the title, and no U+FEFF starts the text."""
+    (tmp_path / "bom.md").write_bytes("\ufeff# Disk full\n\nDelete old logs.".encode())
+    (tmp_path / "plain.md").write_bytes(b"# Disk full\n\nDelete old logs.")
+    bom, plain = load_docs(tmp_path)
+    assert (bom.title, bom.text) == (plain.title, plain.text) == ("Disk full", "Delete old logs.")
+
+
+def test_a_folder_nested_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
+    """Git holds a tree of any depth: the walk is a loop, not a recursion, so 1,000 levels
+    (deeper than Python's recursion limit) are read instead of a RecursionError."""
+    deep = tmp_path
+    for _ in range(1000):  # one level at a time: mkdir(parents=True) itself recurses
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "bottom.md").write_text("found")
+    (tmp_path / "top.md").write_text("top")
+    docs = load_docs(tmp_path)
+    assert [doc.id for doc in docs] == ["d/" * 1000 + "bottom.md", "top.md"]
+
+
 def test_a_file_the_document_rules_refuse_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "nul.md").write_text("a\x00b")
     with pytest.raises(InvalidDocumentError) as caught:
