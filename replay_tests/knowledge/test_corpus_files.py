@@ -96,7 +96,13 @@ def test_a_folder_nested_deeper_than_the_recursion_limit_is_walked(tmp_path: Pat
         deep.mkdir()
     (deep / "bottom.md").write_text("found")
     (tmp_path / "top.md").write_text("top")
-    docs = load_docs(tmp_path)
+    try:
+        docs = load_docs(tmp_path)
+    finally:  # removed here, level by level: shutil.rmtree (pytest's clean-up) recurses too
+        (deep / "bottom.md").unlink()
+        while deep != tmp_path:
+            deep.rmdir()
+            deep = deep.parent
     assert [doc.id for doc in docs] == ["d/" * 1000 + "bottom.md", "top.md"]
 
 
