@@ -24,6 +24,7 @@ the flow calls without passing ``ctx`` (an HTTP transport) can record into it.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import builtins
 import inspect
@@ -836,14 +837,27 @@ def rebuild_error(decision: Decision) -> Exception:
     message = decision.message or ""
     cls = loaded_exception_class(error_type)
     if cls is not None:
-        try:
-            error = cls(message)
-        except Exception:  # a class that needs other arguments: carried as recorded instead
-            error = None
-        if error is not None and str(error) == message:
-            error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
-            return error
+        for argument in _arguments(cls, message):
+            try:
+                error = cls(argument)
+            except Exception:  # a class that needs other arguments: carried as recorded instead
+                continue
+            if str(error) == message:
+                error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
+                return error
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def _arguments(cls: type[Exception], message: str) -> Iterator[object]:
+    """The single arguments that may rebuild a ``cls`` whose ``str`` was ``message``: the
+    message itself, and for a ``KeyError`` (whose ``str`` is its key's ``repr``) the key that
+    ``repr`` reads back as, by ``ast.literal_eval`` (literals only: nothing is run)."""
+    yield message
+    if issubclass(cls, KeyError):
+        try:
+            yield ast.literal_eval(message)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return
 
 
 def loaded_exception_class(error_type: str) -> type[Exception] | None:

@@ -157,6 +157,30 @@ def test_a_recorded_compute_failure_replays_as_the_same_failure(loom: Loom) -> N
     assert result.output == run.output
 
 
+@pytest.mark.parametrize("missing", ["cache", 3, ("tenant", 7)])
+def test_a_recorded_key_error_replays_as_a_key_error_with_its_key(
+    loom: Loom, missing: object
+) -> None:
+    """``str(KeyError("cache"))`` is ``'cache'`` with quotes: rebuilt from that text the
+    replayed error said ``"'cache'"``, failed the same-message check and came back as a
+    RecordedComputeError, so the flow's ``except KeyError`` path was not taken on replay."""
+
+    def lookup() -> Any:
+        raise KeyError(missing)
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> str:
+        try:
+            return ctx.decide("lookup", lookup)
+        except KeyError as exc:
+            return f"no {exc.args[0]!r}"
+
+    run = loom.run("f")
+    assert run.output == f"no {missing!r}"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
 def test_counterfactual_replay_runs_chosen_kinds_live(loom: Loom) -> None:
     """live={'retrieval'} re-runs retrievals against today's data, the rest stays recorded."""
     corpus = {"docs": ["old"]}
