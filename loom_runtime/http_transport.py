@@ -142,6 +142,11 @@ class Profile(Protocol):
         """How a transient failure is retried inside the decision (None: not at all)."""
         ...
 
+    @property
+    def retry_outside(self) -> Backoff | None:
+        """How a transient failure is retried outside any flow (None: sent once, as is)."""
+        ...
+
     def key_and_input(
         self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]: ...
@@ -178,8 +183,16 @@ class _RecordingTransport:
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
-        if ctx is None or _SENDING.get():
+        if _SENDING.get():
             return self._inner.handle_request(request)
+        if ctx is None:
+            retry = self._profile.retry_outside
+            if retry is None:
+                return self._inner.handle_request(request)
+            request.read()  # sent again on a retry
+            call = Call(retry, self._library)
+            steps = _attempts(lambda: self._inner.handle_request(request), _SYNC, call, "request")
+            return drive(steps, _never_pending)
         request.read()
 
         def send() -> httpx.Response:
@@ -206,8 +219,18 @@ class _AsyncRecordingTransport:
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ctx = current_context()
-        if ctx is None or _SENDING.get():
+        if _SENDING.get():
             return await self._inner.handle_async_request(request)
+        if ctx is None:
+            retry = self._profile.retry_outside
+            if retry is None:
+                return await self._inner.handle_async_request(request)
+            await request.aread()  # sent again on a retry
+            call = Call(retry, self._library)
+            inner = self._inner
+            return await adrive(
+                _attempts(lambda: inner.handle_async_request(request), _ASYNC, call, "request")
+            )
         await request.aread()
 
         async def send() -> httpx.Response:
@@ -306,36 +329,46 @@ def _exchange(
             recorded.status, recorded.headers, library.replayed_body(recorded.pieces, cut)
         )
     call = Call(profile.retry, library)
-    while True:
-        try:
-            response = yield from _settle(decision.key, send())
-        except Exception as exc:
-            transient = isinstance(exc, library.transport_error)
-            pause = call.pause(asked=None) if transient else None
-            if pause is None:
-                decision.fail(exc, meta=call.meta())
-                raise
-            call.retried(error=_qualname(exc), message=str(exc), paused=pause)
-        else:
-            status = response.status_code
-            if status not in RETRIED_STATUSES and status < 500:
-                break
-            pause = call.pause(asked=_asked_pause(response.headers))
-            if pause is None:
-                break
-            try:  # the refusal's text, for the audit (and to free the connection)
-                read = yield from _settle(decision.key, io.read(response))
-                message = bytes(read).decode("utf-8", "replace")
-            except library.transport_error as exc:
-                message = str(exc)
-            call.retried(error=f"http {status}", message=message, paused=pause)
-        yield from _settle(decision.key, io.sleep(pause))
+    try:
+        response = yield from _attempts(send, io, call, decision.key)
+    except Exception as exc:
+        decision.fail(exc, meta=call.meta())
+        raise
     recording = profile.recording(decision, response, call)
     decision.at_end = functools.partial(
         recording.finish, complete=False
     )  # a stream the flow left open
     body = io.body(library)(response, recording)
     return library.respond(response.status_code, recording.headers, body)
+
+
+def _attempts(send: Callable[[], Any], io: _Io, call: Call, what: str) -> Steps[httpx.Response]:
+    """Send until a response that is not a refusal saying "later", or until ``call``'s policy
+    has no attempt left: its last response, or the error that ended it. A transport error is
+    retried; any other error, and a refusal with no attempt left, ends the call."""
+    while True:
+        try:
+            response = yield from _settle(what, send())
+        except Exception as exc:
+            transient = isinstance(exc, call.library.transport_error)
+            pause = call.pause(asked=None) if transient else None
+            if pause is None:
+                raise
+            call.retried(error=_qualname(exc), message=str(exc), paused=pause)
+        else:
+            status = response.status_code
+            if status not in RETRIED_STATUSES and status < 500:
+                return response
+            pause = call.pause(asked=_asked_pause(response.headers))
+            if pause is None:
+                return response
+            try:  # the refusal's text, for the audit (and to free the connection)
+                read = yield from _settle(what, io.read(response))
+                message = bytes(read).decode("utf-8", "replace")
+            except call.library.transport_error as exc:
+                message = str(exc)
+            call.retried(error=f"http {status}", message=message, paused=pause)
+        yield from _settle(what, io.sleep(pause))
 
 
 def _settle(what: str, value: Any) -> Steps[Any]:
@@ -390,6 +423,7 @@ class HttpProfile:
 
     kind = KIND
     retry: Backoff | None = None
+    retry_outside: Backoff | None = None
 
     def key_and_input(
         self, request: httpx.Request, redactor: Redactor | None

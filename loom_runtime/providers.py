@@ -117,11 +117,13 @@ Assembler = Callable[[list[SseEvent]], Any]
 @dataclass(frozen=True)
 class ModelProfile:
     """The ``model`` profile of one wrapped client: its provider, its base URL's path (keys
-    name the call relative to it) and its retry policy."""
+    name the call relative to it), its retry policy inside a flow and outside one (the
+    client's own ``max_retries``, which wrapping sets to 0 for loom to retry instead)."""
 
     provider: str
     base_path: str
     retry: Backoff | None
+    retry_outside: Backoff | None = None
 
     @property
     def kind(self) -> str:

@@ -16,6 +16,7 @@ or of a base class (:data:`WRAPPERS`), so ``import loom_runtime`` stays free of 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -39,6 +40,8 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
     :class:`~loom_runtime.mcp_session.RecordedSession` (:func:`wrap_session`). ``retry``
     retries 408, 409, 429, 5xx, timeouts and dropped connections inside the one decision
     (``None``: no retry); a stream is retried only before its first byte reached the caller.
+    Outside a flow the same failures are retried as often as ``client`` would have (its
+    ``max_retries``; the wrapped client's own is 0), pausing as ``retry`` does.
     """
     for cls in type(client).__mro__:
         wrapper = WRAPPERS.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -59,7 +62,12 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
     """The wrapper of one provider's sync or async SDK client (same code, one profile)."""
 
     def wrapper(client: Any, retry: Backoff | None) -> Any:
-        profile = ModelProfile(provider=provider, base_path=client.base_url.path, retry=retry)
+        profile = ModelProfile(
+            provider=provider,
+            base_path=client.base_url.path,
+            retry=retry,
+            retry_outside=_outside(client.max_retries, retry),
+        )
         sdk = sys.modules[type(client).__module__.partition(".")[0]]
         # The SDK's own default HTTP client class (its timeouts, limits, redirects), sending
         # through loom's transport over the transport the client would have used: from the
@@ -86,6 +94,18 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
         )
 
     return wrapper
+
+
+def _outside(max_retries: int, retry: Backoff | None) -> Backoff | None:
+    """How the wrapped client retries outside a flow: as many times as the client it wraps
+    would have (its ``max_retries``), pausing as ``retry`` does (or by :class:`Backoff`'s
+    defaults). The wrapped client's own ``max_retries`` is 0, so that inside a flow loom
+    retries within one decision; outside one, the transport retries in its place, and a
+    client made with ``max_retries=0`` still sends once."""
+    if max_retries < 1:
+        return None
+    pauses = retry if retry is not None else Backoff()
+    return dataclasses.replace(pauses, attempts=max_retries + 1)
 
 
 def _own_http_client(client: Any, base: str) -> Any:

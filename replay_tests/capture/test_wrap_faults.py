@@ -250,3 +250,77 @@ def test_a_tampered_recorded_response_is_a_typed_error_naming_the_decision(
     assert isinstance(divergence, OutcomeChangedError)  # the flow saw the typed error, raised
     assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
     assert f"decision {KEY!r} holds a value that is not a recorded model" in str(divergence)
+
+
+# -- outside a flow: the SDK's retries, as before it was wrapped --------------------------------
+
+
+@pytest.mark.parametrize("fault", ["429", "503"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_outside_a_flow_a_wrapped_client_retries_as_the_sdk_would(
+    provider: ProviderServer, fault: str, asynchronous: bool
+) -> None:
+    """A refusal that says "later", then an answer: the SDK's own client retries and
+    answers, and so must the wrapped one outside a flow. It retried nothing (wrap sets the
+    SDK's ``max_retries`` to 0, for loom to retry inside a decision), so wrapping a client
+    made code that never runs in a flow fail where it worked."""
+    first = {"429": Fault.rate_limited(retry_after="0"), "503": Fault.server_error(503)}[fault]
+    provider.fail_next(first)
+    said: Any = [{"role": "user", "content": "no flow"}]
+    retry = Backoff(first_pause=0.0, max_pause=0.0)
+    if asynchronous:
+        aclient = wrap(openai.AsyncOpenAI(base_url=provider.openai_url, api_key="k"), retry=retry)
+        reply = asyncio.run(aclient.chat.completions.create(model="m", messages=said))
+    else:
+        client = wrap(openai.OpenAI(base_url=provider.openai_url, api_key="k"), retry=retry)
+        reply = client.chat.completions.create(model="m", messages=said)
+    assert reply.choices[0].message.content == "Echo: no flow"
+    assert provider.count == 2
+
+
+def test_outside_a_flow_a_dropped_connection_is_retried() -> None:
+    """A connection reset before any answer, then an answer, through the user's own HTTP
+    client's transport: retried outside a flow, as the SDK retries it."""
+    import httpx2
+
+    sent: list[int] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(1)
+        if len(sent) == 1:
+            raise httpx2.ConnectError("[Errno 104] Connection reset by peer", request=request)
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "answered"},
+                }
+            ],
+        }
+        return httpx2.Response(200, json=reply)
+
+    http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
+    client = wrap(
+        openai.OpenAI(base_url="http://provider.test/v1", api_key="k", http_client=http_client),
+        retry=Backoff(first_pause=0.0, max_pause=0.0),
+    )
+    said: Any = [{"role": "user", "content": "no flow"}]
+    reply = client.chat.completions.create(model="m", messages=said)
+    assert (reply.choices[0].message.content, len(sent)) == ("answered", 2)
+
+
+def test_outside_a_flow_a_client_made_not_to_retry_still_does_not(
+    provider: ProviderServer,
+) -> None:
+    """``max_retries=0`` on the client given to wrap is kept outside a flow: one request."""
+    provider.fail_next(Fault.server_error(503))
+    client = wrap(openai.OpenAI(base_url=provider.openai_url, api_key="k", max_retries=0))
+    said: Any = [{"role": "user", "content": "no flow"}]
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="m", messages=said)
+    assert provider.count == 1
