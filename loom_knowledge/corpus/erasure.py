@@ -23,7 +23,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_knowledge.corpus.events import DocumentWritten
+from loom_knowledge.corpus.events import CorpusReconciled, DocumentWritten
 from loom_knowledge.corpus.keys import stream_name
 from loom_runtime import (
     ErasedError,
@@ -252,21 +252,28 @@ def documents_written_before(
     loom: Loom, scope: str, cutoff: datetime
 ) -> tuple[list[ErasedSubject], list[str]]:
     """The ``loom.retention`` entry point for ``document``: every document of ``scope`` whose
-    last revision was written before ``cutoff`` (its newest text is older than the policy's
-    age), as erasure subjects, with the executions that retrieved each; and the revisions of
-    those documents stored in clear (not erasable).
+    last revision was written, and last found unchanged by a sync, before ``cutoff`` (its
+    newest text is older than the policy's age and no sync has confirmed it since), as erasure
+    subjects, with the executions that retrieved each; and the revisions of those documents
+    stored in clear (not erasable).
 
     The last write, not the first: a document still being revised is still in use, and one key
     covers every revision, so it is erased when its newest revision ages out (its older ones
-    with it). A scope the log never held is :class:`~loom_runtime.ErasureSubjectError` (a
-    typo in a crontab should fail loudly, not erase nothing every night)."""
+    with it). A sync that finds a document unchanged writes no revision, yet the document is
+    current in its source: erasing it would take it out of search and refuse every later sync
+    of that source (it would hold an erased document). A scope the log never held is
+    :class:`~loom_runtime.ErasureSubjectError` (a typo in a crontab should fail loudly, not
+    erase nothing every night)."""
     last: dict[str, datetime] = {}
     sealed: dict[str, int] = {}
     clear: dict[str, list[str]] = {}
     seen = False
     for event in loom.log.events(stream_id(stream_name(scope))):
         seen = True
-        if isinstance(event, DocumentWritten):
+        if isinstance(event, CorpusReconciled):
+            for doc_id in event.unchanged:  # found current by its source's sync: in use
+                last[doc_id] = event.timestamp
+        elif isinstance(event, DocumentWritten):
             doc_id = event.doc_id
             last[doc_id] = event.timestamp
             if _is_sealed(event):

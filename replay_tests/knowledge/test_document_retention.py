@@ -124,3 +124,31 @@ def test_loom_retain_scope_runs_from_the_cli(
         ]
         unknown = runner.invoke(app, ["retain", "--older-than", "90d", "--scope", "x", "--db", url])
         assert unknown.exit_code == 2 and "no knowledge scope" in unknown.output
+
+
+def test_a_document_a_sync_found_unchanged_is_in_use_and_kept(db_url: str) -> None:
+    """A folder synced every night writes no revision for a file that did not change, so its
+    last write kept ageing: retention erased documents still current in the folder, and the
+    next sync of that folder was refused whole (it held an erased document). A sync that
+    found a document unchanged confirms it as of then; one removed from the folder ages from
+    its last write as before."""
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        folder = [
+            Doc(id="vacation.md", text="Vacation is 25 days a year."),
+            Doc(id="rota.md", text="The on-call rota rotates weekly."),
+        ]
+        with freeze_time("2026-01-01T12:00:00Z"):
+            kb.sync([*folder, Doc(id="gone.md", text="Visitor badge 7781.")], source="repo")
+        with freeze_time("2026-04-01T12:00:00Z"):  # gone.md left the folder
+            nightly = kb.sync(folder, source="repo")
+        assert (sorted(nightly.unchanged), nightly.removed) == (
+            ["rota.md", "vacation.md"],
+            ("gone.md",),
+        )
+        with freeze_time("2026-04-15T12:00:00Z"):  # 104 days after January, 14 after April
+            report = loom.retain(older_than=NINETY, scope=SCOPE)
+            assert [s.subject for s in report.subjects] == [document_subject(SCOPE, "gone.md")]
+            assert [p.doc_id for p in kb.search("vacation days")] == ["vacation.md"]
+            again = kb.sync(folder, source="repo")  # the next night's sync still runs
+        assert sorted(again.unchanged) == ["rota.md", "vacation.md"]
