@@ -17,6 +17,7 @@ caller as it arrives, replayed with no network); what the decision holds differs
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Callable
@@ -209,11 +210,17 @@ class _ModelRecording:
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError:
-            if complete and self._announced_json and 200 <= self._status < 300:
+            # The SDK reads with Python's json, which takes what strict JSON refuses (NaN,
+            # -Infinity in a logprob, a lone surrogate escape): such a reply is stored as the
+            # bytes received (which the SDK parses alike on replay), its meta read from them.
+            lenient = _python_json(raw)
+            announced = complete and self._announced_json and 200 <= self._status < 300
+            if announced and lenient is _NOT_JSON:
                 raise self._refuse(f"is not the JSON it announced: {raw[:80]!r}") from None
             value = self._unparsed(raw, complete=complete)
-        else:
-            value = ModelResponse(status=self._status, headers=self.headers, body=body)
+            self._decision.record(value, meta=self._meta(None if lenient is _NOT_JSON else lenient))
+            return
+        value = ModelResponse(status=self._status, headers=self.headers, body=body)
         self._decision.record(value, meta=self._meta(value.body))
 
     def fail(self, error: Exception) -> Exception:
@@ -427,6 +434,17 @@ def assemble_message(events: list[SseEvent]) -> dict[str, Any] | None:
             if isinstance(event.get("usage"), dict):
                 message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
     return message
+
+
+_NOT_JSON: Any = object()
+
+
+def _python_json(raw: bytes) -> Any:
+    """``raw`` as Python's ``json`` (the SDK's parser) reads it, or :data:`_NOT_JSON`."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError and bad UTF-8 are ValueErrors
+        return _NOT_JSON
 
 
 ASSEMBLERS: dict[str, Assembler] = {

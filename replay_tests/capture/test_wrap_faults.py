@@ -176,6 +176,30 @@ def test_a_success_whose_body_is_not_json_is_a_typed_failure(
     assert decision.value is None
 
 
+@pytest.mark.parametrize(
+    "literal",
+    ["-Infinity", "NaN", '"broken \\ud83d emoji"'],
+    ids=["minus-infinity", "nan", "lone-surrogate"],
+)
+def test_json_the_sdk_reads_but_strict_json_does_not_records_and_replays(
+    provider: ProviderServer, sqlite_url: str, literal: str
+) -> None:
+    """A reply with ``-Infinity`` (a vLLM logprob), ``NaN`` or a lone surrogate escape is
+    JSON to the SDK (Python's ``json``) but not to a strict parser: the wrapped call failed
+    with "not the JSON it announced" where the plain client answered. It is stored as the
+    bytes received, so the SDK parses the same reply live and replayed."""
+    body = (
+        '{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        '"message":{"role":"assistant","content":"Echo: odd"},"finish_reason":"stop"}],'
+        f'"extra":{literal}}}'
+    ).encode()
+    provider.fail_next(Fault(headers={"content-type": "application/json"}, body=body))
+    output, decision = record_then_replay(sqlite_url, provider, retry="none", stream=False)
+    assert output == {"text": "Echo: odd"}
+    assert msgspec.json.decode(decision.value)["text"] == body.decode()
+    assert msgspec.json.decode(decision.meta)["model"] == "m"
+
+
 def test_a_response_header_that_is_not_ascii_records_and_replays(
     provider: ProviderServer, sqlite_url: str
 ) -> None:
