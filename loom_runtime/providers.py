@@ -156,7 +156,7 @@ class ModelProfile:
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
         base = decision.key.split("#", 1)[0]
-        return _ModelRecording(decision, response, call, ASSEMBLERS.get(base))
+        return _ModelRecording(decision, response, call, assembler_for(base))
 
 
 class _ModelRecording:
@@ -453,3 +453,18 @@ ASSEMBLERS: dict[str, Assembler] = {
     "model:anthropic:messages": assemble_message,
 }
 """Which assembler builds the final message of a stream, by the decision's key."""
+
+
+def assembler_for(key: str) -> Assembler | None:
+    """The assembler of a stream whose decision is ``key`` (unnumbered): by the key, or by
+    its provider and the operation it ends with, for a path with a prefix of its own (Azure
+    keys a chat completion under its deployment:
+    ``model:openai:deployments.NAME.chat.completions``)."""
+    found = ASSEMBLERS.get(key)
+    if found is not None:
+        return found
+    for known, assembler in ASSEMBLERS.items():
+        provider, _, operation = known.rpartition(":")
+        if key.startswith(f"{provider}:") and key.endswith(f".{operation}"):
+            return assembler
+    return None

@@ -348,3 +348,61 @@ def test_outside_a_flow_a_client_made_not_to_retry_still_does_not(
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(model="m", messages=said)
     assert provider.count == 1
+
+
+def test_an_azure_stream_is_assembled_as_an_openai_one(sqlite_url: str) -> None:
+    """``AzureOpenAI`` keys a chat completion under its deployment
+    (``model:openai:deployments.gpt-4o.chat.completions``): the assembler was looked up by the
+    exact key, so an Azure stream was stored without its assembled ``final`` message and
+    without the model and finish reason in its meta."""
+    import httpx2
+
+    chunks = [
+        {
+            "id": "s",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": word}, "finish_reason": None}
+            ],
+        }
+        for word in ("disk ", "full")
+    ]
+    chunks.append(
+        {
+            "id": "s",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+    )
+    events = b"".join(b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks)
+
+    def answer(request: Any) -> Any:
+        headers = {"content-type": "text/event-stream"}
+        return httpx2.Response(200, headers=headers, content=events + b"data: [DONE]\n\n")
+
+    azure = openai.AzureOpenAI(
+        api_key="k",
+        api_version="2024-10-21",
+        azure_endpoint="https://res.openai.azure.com",
+        http_client=openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer)),
+    )
+    client = wrap(azure)
+    loom = Loom(sqlite_url)
+
+    @loom.flow("ask")
+    def ask(ctx: Any) -> str:
+        said: Any = [{"role": "user", "content": "why"}]
+        stream = client.chat.completions.create(model="gpt-4o", messages=said, stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    with loom:
+        run = loom.run("ask")
+        ((key, decision),) = loom.execution(run.execution_id).decisions.items()
+    assert (run.output, key) == ("disk full", "model:openai:deployments.gpt-4o.chat.completions")
+    final = msgspec.json.decode(decision.value)["final"]
+    assert final["choices"][0]["message"]["content"] == "disk full"
+    assert msgspec.json.decode(decision.meta)["finish_reason"] == "stop"
