@@ -58,7 +58,7 @@ from loom_knowledge.corpus.retrieval import (
     retrieval_input,
 )
 from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
-from loom_knowledge.domain.fingerprint import DEFAULT_FINGERPRINTER
+from loom_knowledge.domain.fingerprint import fingerprinter_for
 from loom_knowledge.domain.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
 from loom_knowledge.domain.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
 from loom_knowledge.errors import (
@@ -193,6 +193,9 @@ class KnowledgeBase:
         self.loom = loom
         self.scope = scope
         self.chunker = chunker
+        self._fingerprinter = fingerprinter_for(chunker)
+        """How documents are fingerprinted here: their content, under an algorithm that names
+        the chunker, so a scope opened with another one re-cuts its documents."""
         self.max_removal_fraction = max_removal_fraction
         self._stream = stream_id(stream_name(scope))
         self._stemmer_given = stemmer is not RECORDED_STEMMER
@@ -274,9 +277,9 @@ class KnowledgeBase:
         ) -> Decided[DocRecord]:
             record = manifest.get(doc.id)
             ensure_writable(doc_id=doc.id, record=record, source=source)
-            digest = DEFAULT_FINGERPRINTER.digest(doc)
+            digest = self._fingerprinter.digest(doc)
             if record is not None and (record.fingerprint_algorithm, record.fingerprint) == (
-                DEFAULT_FINGERPRINTER.algorithm,
+                self._fingerprinter.algorithm,
                 digest,
             ):
                 return [], record
@@ -524,7 +527,7 @@ class KnowledgeBase:
             manifest=manifest,
             docs=docs,
             source=source,
-            fingerprinter=DEFAULT_FINGERPRINTER,
+            fingerprinter=self._fingerprinter,
             max_removal_fraction=self.max_removal_fraction,
             allow_mass_delete=allow_mass_delete,
         )
@@ -638,7 +641,7 @@ class KnowledgeBase:
                     "doc_id": doc.id,
                     "revision": revision,
                     "fingerprint": digest,
-                    "fingerprint_algorithm": DEFAULT_FINGERPRINTER.algorithm,
+                    "fingerprint_algorithm": self._fingerprinter.algorithm,
                     "source": source,
                     "title": doc.title,
                     "meta": doc.meta,

@@ -26,6 +26,12 @@ class Chunker(Protocol):
 
     A chunker may return no texts for a document with nothing to search; such a document is
     still listed in the manifest, so it can still be revised and removed.
+
+    A chunker that has an ``identity`` attribute (a short ``str`` naming how it cuts, as
+    ``pack_paragraphs(500)`` does) is recorded with every document it cut: a scope opened with
+    a chunker of another identity writes its documents again, cut by it, at the next sync
+    (:func:`~loom_knowledge.domain.fingerprint.fingerprinter_for`). One without (a plain
+    function) cannot be told from another.
     """
 
     def __call__(self, doc: Doc) -> Sequence[str]: ...
@@ -75,6 +81,11 @@ class ParagraphPacker:
     """
 
     max_chars: int
+
+    @property
+    def identity(self) -> str:
+        """How this packer cuts, recorded with the documents it cut (see :class:`Chunker`)."""
+        return f"pack_paragraphs({self.max_chars})"
 
     def __post_init__(self) -> None:
         max_chars = self.max_chars

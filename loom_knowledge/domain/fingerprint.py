@@ -19,7 +19,9 @@ from typing import Final
 
 import msgspec
 
+from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
 from loom_knowledge.domain.types import Doc
+from loom_knowledge.errors import InvalidOptionError
 
 FINGERPRINT_ALGORITHM: Final = "sha256/msgspec-json-sorted/v1"
 """The name recorded with every fingerprint :func:`fingerprint` produces. Bump it with any
@@ -47,3 +49,30 @@ class Fingerprinter:
 
 
 DEFAULT_FINGERPRINTER: Final = Fingerprinter(algorithm=FINGERPRINT_ALGORITHM, digest=fingerprint)
+
+
+_IDENTITY_LIMIT: Final = 200
+"""The longest chunker identity taken: it is stored with every document the chunker cut."""
+
+
+def fingerprinter_for(chunker: Chunker) -> Fingerprinter:
+    """The fingerprinter of a scope cut by ``chunker``: the content's digest, under an
+    algorithm name that also names the chunker when it has an ``identity``.
+
+    A document is written again when its record's algorithm differs (:func:`reconcile`), so a
+    scope opened with a chunker of another identity re-cuts every document at its next sync,
+    instead of keeping passages cut another way for good. The default ``pack_paragraphs()``
+    keeps :data:`FINGERPRINT_ALGORITHM`, the name every corpus written before this rule
+    recorded, so an upgrade rewrites none of them.
+    """
+    identity = getattr(chunker, "identity", None)
+    if identity is None or identity == pack_paragraphs().identity:
+        return DEFAULT_FINGERPRINTER
+    if not isinstance(identity, str) or not identity.strip() or len(identity) > _IDENTITY_LIMIT:
+        raise InvalidOptionError(
+            f"a chunker's identity must be a non-blank str of at most {_IDENTITY_LIMIT} "
+            f"characters naming how it cuts, not {identity!r}"
+        )
+    return Fingerprinter(
+        algorithm=f"{FINGERPRINT_ALGORITHM}; chunker={identity}", digest=fingerprint
+    )
