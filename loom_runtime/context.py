@@ -27,9 +27,11 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import functools
 import inspect
 import queue
 import random
+import re
 import sys
 import time
 import uuid
@@ -39,7 +41,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import ModuleType
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Final, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
@@ -141,7 +143,7 @@ class DecisionSource(Protocol):
         ...
 
     def record_failure(
-        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
         """Store that ``compute`` raised ``error`` (or not)."""
         ...
@@ -219,7 +221,7 @@ class Recorder:
         return decoded
 
     def record_failure(
-        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
         self._refuse_after_end(slot.key)
         self._execution.record_failure(
@@ -348,6 +350,8 @@ class _Context:
         self._open: list[OpenDecision] = []
         """Decisions opened by this run and not answered from the log (see
         :meth:`end_open_decisions`)."""
+        self._cancellations: list[Callable[[], None]] = []
+        """Calls the flow cancelled, each stored once the flow goes on (:meth:`_go_on`)."""
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
         self._taken_in_order: list[str] = []
@@ -367,6 +371,8 @@ class _Context:
         self._acquire, self._release = numbering.get, numbering.put
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
+        if self._cancellations:
+            self._go_on()
         if not isinstance(key, str) or not key:
             raise DecisionKeyError(f"a decision key must be a non-empty str, not {key!r}")
         if not key.isascii() and not is_unicode(key):  # ASCII (most keys) has no surrogate
@@ -535,15 +541,32 @@ class _Context:
         slot = self._slot(key, input, kind)
         value = self._answer(slot, type)
         if value is _UNANSWERED:
-            decision = OpenDecision(self._source, slot, type=type, recorded=False, value=None)
+            decision = OpenDecision(
+                self._source,
+                slot,
+                type=type,
+                recorded=False,
+                value=None,
+                cancellations=self._cancellations,
+            )
             self._open.append(decision)
             return decision
         return OpenDecision(self._source, slot, type=type, recorded=True, value=value)
+
+    def _go_on(self) -> None:
+        """Store the calls the flow cancelled so far: it went on after them (it asked another
+        decision, or returned, or raised an ``Exception``), so it caught the cancellation
+        (a timeout's fallback) and a replay must cancel them again. A run stopped by the
+        cancellation itself never comes here: nothing is stored for the call, as for an
+        interrupt, and a resume computes it again (ADR 0026)."""
+        while self._cancellations:
+            self._cancellations.pop(0)()
 
     def end_open_decisions(self) -> None:
         """Store each decision still open as the flow ends, by its :attr:`OpenDecision.at_end`
         (a stream left open: what was read, marked incomplete), so that nothing of the
         execution is stored after its end event (what a later close would have written)."""
+        self._go_on()
         open_now, self._open = self._open, []
         for decision in open_now:
             if not decision.settled and decision.at_end is not None:
@@ -565,9 +588,18 @@ class _Context:
         :class:`_Pause`: slept by the sync driver, awaited by the async one) and computed
         again, up to ``retry.attempts`` calls; each retried failure is an :class:`Attempt` in
         the decision's ``meta["attempts"]`` and only the last outcome is the decision. Only an
-        ``Exception`` is retried or recorded: an interrupt stops the run with nothing stored.
+        ``Exception`` is retried or recorded, and an awaited compute the flow cancelled (its
+        :func:`cancellation`; a replay waits at it to be cancelled again): an interrupt stops
+        the run with nothing stored.
         """
-        value = self._answer(slot, type)
+        try:
+            value = self._answer(slot, type)
+        except RecordedComputeError as recorded:
+            bound = cancelled_wait(recorded)
+            if bound is None:
+                raise
+            yield Pending(slot.key, _Pause(bound))  # for the flow's timeout to cancel again
+            raise
         if value is not _UNANSWERED:
             return value
         return (yield from self._compute(slot, compute, type, retry, retry_on))
@@ -583,11 +615,20 @@ class _Context:
         """The unanswered half of :meth:`_decide`: compute, retry, record."""
         attempts: list[Attempt] = []
         pauses = retry.pauses() if retry is not None else iter(())
+        started = time.perf_counter()
         while True:
             try:
                 result = compute()
                 if inspect.isawaitable(result):
                     result = yield Pending(slot.key, result)
+            except asyncio.CancelledError:  # a timeout around the call: stored if caught
+                elapsed = time.perf_counter() - started
+                meta = self._retried(slot, attempts)
+                failure = cancellation(elapsed)
+                self._cancellations.append(
+                    functools.partial(self._source.record_failure, slot, failure, meta=meta)
+                )
+                raise
             except Exception as exc:
                 planned = next(pauses, None) if retry is not None and retry_on(exc) else None
                 if retry is None or planned is None:
@@ -749,9 +790,17 @@ class OpenDecision:
     """
 
     def __init__(
-        self, source: DecisionSource, slot: Slot, *, type: Any, recorded: bool, value: Any
+        self,
+        source: DecisionSource,
+        slot: Slot,
+        *,
+        type: Any,
+        recorded: bool,
+        value: Any,
+        cancellations: list[Callable[[], None]] | None = None,
     ) -> None:
         self.key = slot.key
+        self._cancellations = cancellations
         self.recorded = recorded
         self.value = value
         self.settled = recorded
@@ -782,6 +831,18 @@ class OpenDecision:
         if not self.settled:
             self.settled = True
             self._source.record_failure(self._slot, error, meta=self.encode_meta(meta))
+
+    def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:
+        """The flow cancelled the call after ``elapsed`` seconds (a timeout around it): its
+        :func:`cancellation` is stored once the flow goes on, and not at all if the
+        cancellation stops the run (see ``_Context._go_on``)."""
+        if self.settled or self._cancellations is None:
+            return
+        self.settled = True
+        failure, encoded = cancellation(elapsed), self.encode_meta(meta)
+        self._cancellations.append(
+            functools.partial(self._source.record_failure, self._slot, failure, meta=encoded)
+        )
 
     def encode_meta(self, meta: Mapping[str, object] | None) -> msgspec.Raw | None:
         """``meta`` as stored (redacted like an input), or None for none."""
@@ -822,6 +883,29 @@ def running(ctx: FlowContext | AsyncFlowContext) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+_CANCELLED = "asyncio.exceptions:CancelledError"
+_CANCELLED_AFTER = re.compile(r"cancelled after (\d{1,6}(?:\.\d{1,6})?) s")
+CANCELLED_WAIT_LIMIT: Final = 300.0
+"""The longest a replay waits for a call recorded as cancelled to be cancelled again."""
+
+
+def cancellation(elapsed: float) -> asyncio.CancelledError:
+    """How an async call the flow cancelled (a timeout around it) is recorded: as a failure
+    of class ``CancelledError``, saying how long it had run. Not recording it left its
+    occurrence of the key taken and empty, so a replay of the unchanged flow failed."""
+    return asyncio.CancelledError(f"cancelled after {elapsed:.3f} s")
+
+
+def cancelled_wait(error: RecordedComputeError) -> float | None:
+    """How long a replay leaves a call recorded as cancelled unanswered, for the flow's own
+    timeout to cancel it again: twice the time it ran live plus a second, at most
+    :data:`CANCELLED_WAIT_LIMIT`. None when ``error`` is no recorded cancellation."""
+    if error.error_type != _CANCELLED:
+        return None
+    ran = _CANCELLED_AFTER.fullmatch(error.message)
+    return None if ran is None else min(2 * float(ran[1]) + 1.0, CANCELLED_WAIT_LIMIT)
 
 
 def rebuild_error(decision: Decision) -> Exception:

@@ -47,9 +47,20 @@ from typing import Annotated, Any, NamedTuple, NoReturn, Protocol
 import msgspec
 
 from loom_runtime.backoff import Attempt, Backoff
-from loom_runtime.context import AsyncFlowContext, FlowContext, OpenDecision, current_context
+from loom_runtime.context import (
+    AsyncFlowContext,
+    FlowContext,
+    OpenDecision,
+    cancelled_wait,
+    current_context,
+)
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import MissingExtraError, ReadPastRecordingError, RecordedValueError
+from loom_runtime.errors import (
+    MissingExtraError,
+    ReadPastRecordingError,
+    RecordedComputeError,
+    RecordedValueError,
+)
 from loom_runtime.http_request import KIND, request_key_and_input
 from loom_runtime.redaction import Redactor
 
@@ -321,7 +332,17 @@ def _exchange(
     response, even a final 429, or the error) is what is recorded.
     """
     key, request_input = profile.key_and_input(request, ctx.redactor)
-    decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
+    try:
+        decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
+    except RecordedComputeError as recorded_failure:
+        bound = cancelled_wait(recorded_failure)
+        if bound is None:
+            raise
+        # Recorded as cancelled (a timeout around the call): wait unanswered, so that the
+        # flow's own timeout cancels this wait as it cancelled the live call; if nothing does
+        # within the bound, the replay has taken another path, and says so.
+        yield from _settle(key, io.sleep(bound))
+        raise
     if decision.recorded:
         recorded = profile.replayed(decision.key, decision.value)
         cut = None if recorded.complete else decision.key
@@ -333,6 +354,9 @@ def _exchange(
         response = yield from _attempts(send, io, call, decision.key)
     except Exception as exc:
         decision.fail(exc, meta=call.meta())
+        raise
+    except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+        decision.cancel(time.perf_counter() - call.started, meta=call.meta())
         raise
     recording = profile.recording(decision, response, call)
     decision.at_end = functools.partial(

@@ -878,14 +878,17 @@ class Loom:
         recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
         with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(definition, execution, source)
+            # Open decisions are stored before the end event (nothing is stored after it);
+            # an interrupt or a cancellation that stops the run stores nothing more (ADR 0026).
             try:
-                try:
-                    result = yield from _call(definition, ctx, kwargs)
-                finally:  # before the end event: nothing is stored after it
-                    ctx.end_open_decisions()
+                result = yield from _call(definition, ctx, kwargs)
             except Exception as exc:
-                self._fail(execution, exc)
+                try:
+                    ctx.end_open_decisions()
+                finally:
+                    self._fail(execution, exc)
                 raise
+            ctx.end_open_decisions()
             return self._complete(definition, execution, result)
 
     def _replay(

@@ -30,14 +30,16 @@ module records are rebuilt, and JSON the installed SDK no longer validates is a
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import current_context
-from loom_runtime.errors import MissingExtraError, RecordedResultError
+from loom_runtime.context import cancelled_wait, current_context
+from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
 
 try:
     import pydantic
@@ -149,14 +151,25 @@ async def _decide(
     ctx = current_context()
     if ctx is None:
         return await call()
-    decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
+    try:
+        decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
+    except RecordedComputeError as recorded:
+        bound = cancelled_wait(recorded)
+        if bound is None:
+            raise
+        await asyncio.sleep(bound)  # recorded as cancelled: for the flow's timeout to cancel
+        raise
     if not decision.recorded:
+        started = time.perf_counter()
         try:
             result = await call()
         except MCPError as exc:  # the server answered with an error: an answer all the same
             result = exc.error
         except Exception as exc:
             decision.fail(exc)
+            raise
+        except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+            decision.cancel(time.perf_counter() - started)
             raise
         recorded_type = SERVER_ERROR if isinstance(result, mcp_types.ErrorData) else None
         if recorded_type is None and RESULT_TYPES.get(type(result).__name__) is type(result):

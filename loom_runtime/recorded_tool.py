@@ -25,8 +25,10 @@ and an ``async def`` stays a coroutine function.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import time
 import typing
 import weakref
 from collections.abc import Callable
@@ -35,9 +37,14 @@ from typing import Any, Final, ParamSpec, TypeVar, overload
 import msgspec
 import msgspec.inspect
 
-from loom_runtime.context import AsyncFlowContext, FlowContext, current_context
+from loom_runtime.context import (
+    AsyncFlowContext,
+    FlowContext,
+    cancelled_wait,
+    current_context,
+)
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import DecisionKeyError
+from loom_runtime.errors import DecisionKeyError, RecordedComputeError
 
 KIND: Final = "tool"
 
@@ -130,17 +137,28 @@ class _Tool:
         sync tool may be called from an async flow (and an async one from a sync flow that
         runs an event loop): the decision is the same, only the driver differs.
         """
-        decision = ctx.open_decision(
-            self.key, input=self.arguments(args, kwargs), kind=KIND, type=self.returns
-        )
+        try:
+            decision = ctx.open_decision(
+                self.key, input=self.arguments(args, kwargs), kind=KIND, type=self.returns
+            )
+        except RecordedComputeError as recorded:
+            bound = cancelled_wait(recorded)
+            if bound is None or not inspect.iscoroutinefunction(self.function):
+                raise  # only an awaited (async) tool can be cancelled, and waits on replay
+            yield Pending(self.key, asyncio.sleep(bound))  # for the flow's timeout to cancel
+            raise
         if decision.recorded:
             return decision.value
+        started = time.perf_counter()
         try:
             result = self.function(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = yield Pending(decision.key, result)
         except Exception as exc:
             decision.fail(exc)
+            raise
+        except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+            decision.cancel(time.perf_counter() - started)
             raise
         return decision.record(result)
 

@@ -99,7 +99,7 @@ class Replayer:
         return decoded
 
     def record_failure(
-        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
         self.live_values[slot.key] = error
 

@@ -190,7 +190,7 @@ class _TracedSource:
         return stored
 
     def record_failure(
-        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
         span = self._open.pop(slot.key, None) or self._start(slot)
         self._positions.pop(slot.key, None)

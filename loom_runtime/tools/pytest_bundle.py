@@ -241,7 +241,7 @@ class _InputsSeen:
         return self.inner.record(slot, value, type=type, meta=meta)
 
     def record_failure(
-        self, slot: Slot, error: Exception, *, meta: msgspec.Raw | None = None
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
         self.inner.record_failure(slot, error, meta=meta)
 

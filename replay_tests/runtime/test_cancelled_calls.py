@@ -1,0 +1,165 @@
+"""An async call the flow cancels (a timeout around it) is recorded, and replays as cancelled.
+
+``await asyncio.wait_for(client.get(...), 0.1)`` with a fallback on ``TimeoutError`` is a
+common agent pattern. The cancelled call took its occurrence of the key but stored nothing
+(``CancelledError`` is not an ``Exception``), so only the fallback's call was in the log, and
+a replay of the unchanged flow failed: its first call found nothing recorded. A cancelled call
+is now recorded as such; on replay it waits, unanswered, to be cancelled again by the flow's
+own timeout, so the flow takes the path it took live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+import loom_runtime
+from loom_runtime import Loom, ReplayDivergence
+
+
+def _flows(loom: Loom, inner: httpx.AsyncBaseTransport, *, timeout: float = 0.2) -> None:
+    @loom.flow("with-fallback")
+    async def with_fallback(ctx: Any) -> str:
+        async with httpx.AsyncClient(transport=loom_runtime.async_transport(inner)) as client:
+            try:
+                reply = await asyncio.wait_for(client.get("http://svc.test/answer"), timeout)
+            except TimeoutError:
+                reply = await client.get("http://svc.test/answer")  # the same call, again
+                return f"fallback: {reply.text}"
+            return f"first: {reply.text}"
+
+
+class SlowFirst(httpx.AsyncBaseTransport):
+    """Answers the first request after 5 s (the flow gives up long before), the rest at once."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        if self.sent == 1:
+            await asyncio.sleep(5)
+        return httpx.Response(200, text=f"answer {self.sent}")
+
+
+class Unreachable(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raise AssertionError("a replay sent a request")
+
+
+def test_a_call_cancelled_by_a_timeout_is_recorded_and_replays_as_cancelled(
+    sqlite_url: str,
+) -> None:
+    with Loom(sqlite_url) as loom:
+        _flows(loom, SlowFirst())
+        run = asyncio.run(loom.arun("with-fallback"))
+        decisions = loom.execution(run.execution_id).decisions
+    assert run.output == "fallback: answer 2"
+    first = decisions["http:GET svc.test/answer"]
+    assert first.error_type == "asyncio.exceptions:CancelledError"
+    with Loom(sqlite_url) as fresh:
+        _flows(fresh, Unreachable())
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert result.identical, result.describe()
+    assert result.output == run.output
+
+
+def test_a_recorded_cancellation_nothing_cancels_on_replay_is_a_divergence(
+    sqlite_url: str,
+) -> None:
+    """Replayed with a timeout far longer than the call took live to be cancelled, nothing
+    cancels the replayed call in time: after waiting a bound derived from the recorded time,
+    the replay reports a divergence rather than hanging."""
+    with Loom(sqlite_url) as loom:
+        _flows(loom, SlowFirst())
+        run = asyncio.run(loom.arun("with-fallback"))
+    with Loom(sqlite_url) as fresh:
+        _flows(fresh, Unreachable(), timeout=60)
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert not result.identical
+    with pytest.raises(ReplayDivergence):
+        result.raise_for_divergence()
+    assert "cancelled" in result.describe()
+
+
+def _other_paths(loom: Loom) -> None:
+    """The same pattern through an awaited ``ctx.decide`` compute and an async ``@tool``."""
+    calls = {"compute": 0, "tool": 0}
+
+    async def slow_first(name: str) -> str:
+        calls[name] += 1
+        if calls[name] == 1:
+            await asyncio.sleep(5)
+        return f"{name} {calls[name]}"
+
+    @loom_runtime.tool
+    async def search(query: str) -> str:
+        return await slow_first("tool")
+
+    @loom.flow("decide-with-fallback")
+    async def decide_with_fallback(ctx: Any) -> list[str]:
+        answers = []
+        for ask in (
+            lambda: ctx.decide("compute", lambda: slow_first("compute")),
+            lambda: search("q"),
+        ):
+            try:
+                answers.append(await asyncio.wait_for(ask(), 0.2))
+            except TimeoutError:
+                answers.append(f"fallback: {await ask()}")
+        return answers
+
+
+@pytest.mark.parametrize("driver", ["decide", "tool"])
+def test_an_awaited_decide_or_tool_cancelled_by_a_timeout_replays_as_cancelled(
+    sqlite_url: str, driver: str
+) -> None:
+    with Loom(sqlite_url) as loom:
+        _other_paths(loom)
+        run = asyncio.run(loom.arun("decide-with-fallback"))
+        decisions = loom.execution(run.execution_id).decisions
+    assert run.output == ["fallback: compute 2", "fallback: tool 2"]
+    key = {"decide": "compute", "tool": "tool:search"}[driver]
+    assert decisions[key].error_type == "asyncio.exceptions:CancelledError"
+    with Loom(sqlite_url) as fresh:
+        _other_paths(fresh)  # its computes would answer at once: the log answers instead
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert result.identical, result.describe()
+    assert result.output == run.output
+
+
+def test_a_run_stopped_by_the_cancellation_stores_nothing_for_the_call_and_resumes(
+    sqlite_url: str,
+) -> None:
+    """A cancellation the flow does not catch stops the run (ADR 0026): nothing is stored for
+    the call, the execution is left unfinished, and a resume computes the call again."""
+    calls = {"n": 0}
+
+    async def slow_first() -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            await asyncio.sleep(5)
+        return f"answer {calls['n']}"
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("no-fallback")
+        async def no_fallback(ctx: Any) -> str:
+            return str(await ctx.decide("slow", slow_first))
+
+        async def started_then_cancelled() -> Any:
+            task = asyncio.ensure_future(loom.arun("no-fallback"))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            (unfinished,) = [e for e in loom.executions() if e.flow == "no-fallback"]
+            return unfinished.execution_id
+
+        execution_id = asyncio.run(started_then_cancelled())
+        assert loom.execution(execution_id).decisions == {}
+        resumed = asyncio.run(loom.aresume(execution_id))
+    assert resumed.output == "answer 2"
