@@ -336,7 +336,7 @@ def _exchange(
         decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
     except RecordedComputeError as recorded_failure:
         bound = cancelled_wait(recorded_failure)
-        if bound is None:
+        if bound is None or io is _SYNC:  # only an awaited call is ever cancelled
             raise
         # Recorded as cancelled (a timeout around the call): wait unanswered, so that the
         # flow's own timeout cancels this wait as it cancelled the live call; if nothing does
@@ -355,13 +355,12 @@ def _exchange(
     except Exception as exc:
         decision.fail(exc, meta=call.meta())
         raise
-    except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+    except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
         decision.cancel(time.perf_counter() - call.started, meta=call.meta())
         raise
     recording = profile.recording(decision, response, call)
-    decision.at_end = functools.partial(
-        recording.finish, complete=False
-    )  # a stream the flow left open
+    # A stream the flow leaves open is stored, as read so far, before the execution ends.
+    decision.at_end = functools.partial(recording.finish, complete=False)
     body = io.body(library)(response, recording)
     return library.respond(response.status_code, recording.headers, body)
 

@@ -168,7 +168,7 @@ async def _decide(
         except Exception as exc:
             decision.fail(exc)
             raise
-        except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+        except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
             decision.cancel(time.perf_counter() - started)
             raise
         recorded_type = SERVER_ERROR if isinstance(result, mcp_types.ErrorData) else None

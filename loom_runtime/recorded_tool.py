@@ -157,7 +157,7 @@ class _Tool:
         except Exception as exc:
             decision.fail(exc)
             raise
-        except asyncio.CancelledError:  # a timeout around the call: recorded, so it replays
+        except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
             decision.cancel(time.perf_counter() - started)
             raise
         return decision.record(result)
