@@ -882,13 +882,13 @@ class Loom:
             # an interrupt or a cancellation that stops the run stores nothing more (ADR 0026).
             try:
                 result = yield from _call(definition, ctx, kwargs)
+                ctx.end_open_decisions()
             except Exception as exc:
                 try:
-                    ctx.end_open_decisions()
+                    ctx.end_open_decisions()  # nothing left to store if it already ran
                 finally:
                     self._fail(execution, exc)
                 raise
-            ctx.end_open_decisions()
             return self._complete(definition, execution, result)
 
     def _replay(
