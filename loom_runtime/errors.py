@@ -438,7 +438,7 @@ class ReadPastRecordingError(LoomError):
 
 class ModelResponseError(LoomError):
     """A provider's answer to a model decision cannot be stored as its answer: a success whose
-    body is not the JSON it announced, or a stream cut before its end. Recorded as the
+    body is not the JSON it announced, or a stream that ended inside an event. Recorded as the
     decision's failure (a replay raises this again, with the same message), never half
     written. The message names the decision and what was received."""
 

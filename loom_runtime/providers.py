@@ -224,15 +224,18 @@ class _ModelRecording:
         self._decision.record(value, meta=self._meta(value.body))
 
     def fail(self, error: Exception) -> Exception:
-        """A body cut by the connection: stored as a :class:`ModelResponseError` failure."""
+        """A body cut by the connection: the transport's own error is stored as the failure,
+        with what had arrived in the meta (``cut_after``), and raised on, so the SDK turns it
+        into its connection error (``openai.APIConnectionError``) live and on replay alike, as
+        it does unwrapped."""
+        meta = self._call.meta()
         if isinstance(error, self._call.library.transport_error):
-            received = (
+            meta["cut_after"] = (
                 f"{len(parse_sse(b''.join(self._chunks).decode('utf-8', 'replace'))[0])} events"
                 if self._streamed
                 else f"{sum(map(len, self._chunks))} bytes"
             )
-            error = self._error(f"was cut after {received} ({_name(error)}: {error})")
-        self._decision.fail(error, meta=self._call.meta())
+        self._decision.fail(error, meta=meta)
         return error
 
     def _refuse(self, what: str) -> ModelResponseError:
@@ -318,10 +321,6 @@ def _finish_reason(answer: dict[str, Any]) -> Any:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
-
-
-def _name(error: Exception) -> str:
-    return type(error).__name__
 
 
 def _objects(events: list[SseEvent]) -> list[dict[str, Any]]:

@@ -154,16 +154,26 @@ def test_a_stream_cut_by_the_connection_is_a_typed_failure_replayed_alike(
     provider: ProviderServer, sqlite_url: str, mid_event: bool
 ) -> None:
     """The connection drops after two events (between events, or inside the third): the
-    caller gets :class:`ModelResponseError` naming the decision, which is recorded as the
-    decision's failure (nothing half written) and raised again on replay."""
+    caller gets the SDK's own ``APIConnectionError``, as the plain client raises it (an
+    agent's ``except openai.APIError`` still runs; loom's own ``ModelResponseError`` did not
+    match it). The transport's error is recorded as the decision's failure (nothing half
+    written), with what had arrived in its meta, and the SDK raises the same on replay."""
     provider.fail_next(Fault.dropped(after=2, mid_event=mid_event))
     output, decision = record_then_replay(sqlite_url, provider, retry="no-pause", stream=True)
-    assert output["raised"] == "ModelResponseError"
-    assert KEY in output["message"] and "cut after 2 events" in output["message"]
-    assert (
-        decision.value is None and decision.error_type == "loom_runtime.errors:ModelResponseError"
-    )
+    assert output["raised"] == "APIConnectionError"
+    assert decision.value is None and decision.error_type.startswith("httpx")
+    assert msgspec.json.decode(decision.meta)["cut_after"] == "2 events"
     assert provider.count == 1  # the stream had begun: never retried
+
+
+def test_a_dropped_stream_raises_what_the_plain_sdk_raises(provider: ProviderServer) -> None:
+    """The control for the test above: the unwrapped client, same fault."""
+    provider.fail_next(Fault.dropped(after=2))
+    plain = openai.OpenAI(base_url=provider.openai_url, api_key="sk-test", max_retries=0)
+    said: Any = [{"role": "user", "content": "why is the disk full"}]
+    with pytest.raises(openai.APIConnectionError):
+        for _ in plain.chat.completions.create(model="m", messages=said, stream=True):
+            pass
 
 
 def test_a_success_whose_body_is_not_json_is_a_typed_failure(
