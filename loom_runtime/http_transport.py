@@ -158,6 +158,11 @@ class Profile(Protocol):
         """How a transient failure is retried outside any flow (None: sent once, as is)."""
         ...
 
+    def buffered(self, response: httpx.Response) -> bool:
+        """Whether ``response``'s body is read whole before the caller gets it (inside the
+        retries: a cut body is then retried) rather than handed on as it arrives."""
+        ...
+
     def key_and_input(
         self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]: ...
@@ -202,7 +207,13 @@ class _RecordingTransport:
                 return self._inner.handle_request(request)
             request.read()  # sent again on a retry
             call = Call(retry, self._library)
-            steps = _attempts(lambda: self._inner.handle_request(request), _SYNC, call, "request")
+            steps = _attempts(
+                lambda: self._inner.handle_request(request),
+                _SYNC,
+                call,
+                "request",
+                self._profile.buffered,
+            )
             return drive(steps, _never_pending)
         request.read()
 
@@ -240,7 +251,13 @@ class _AsyncRecordingTransport:
             call = Call(retry, self._library)
             inner = self._inner
             return await adrive(
-                _attempts(lambda: inner.handle_async_request(request), _ASYNC, call, "request")
+                _attempts(
+                    lambda: inner.handle_async_request(request),
+                    _ASYNC,
+                    call,
+                    "request",
+                    self._profile.buffered,
+                )
             )
         await request.aread()
 
@@ -351,7 +368,7 @@ def _exchange(
         )
     call = Call(profile.retry, library)
     try:
-        response = yield from _attempts(send, io, call, decision.key)
+        response = yield from _attempts(send, io, call, decision.key, profile.buffered)
     except Exception as exc:
         decision.fail(exc, meta=call.meta())
         raise
@@ -365,13 +382,25 @@ def _exchange(
     return library.respond(response.status_code, recording.headers, body)
 
 
-def _attempts(send: Callable[[], Any], io: _Io, call: Call, what: str) -> Steps[httpx.Response]:
+def _attempts(
+    send: Callable[[], Any],
+    io: _Io,
+    call: Call,
+    what: str,
+    buffered: Callable[[httpx.Response], bool] = lambda response: False,
+) -> Steps[httpx.Response]:
     """Send until a response that is not a refusal saying "later", or until ``call``'s policy
     has no attempt left: its last response, or the error that ended it. A transport error is
-    retried; any other error, and a refusal with no attempt left, ends the call."""
+    retried; any other error, and a refusal with no attempt left, ends the call.
+
+    A response ``buffered`` says is read whole (not a stream) is read here, so a body the
+    connection cuts is retried like a dropped connection, as the SDK retries it unwrapped."""
     while True:
         try:
             response = yield from _settle(what, send())
+            status = response.status_code
+            if status not in RETRIED_STATUSES and status < 500 and buffered(response):
+                yield from _settle(what, io.read(response))
         except Exception as exc:
             transient = isinstance(exc, call.library.transport_error)
             pause = call.pause(asked=None) if transient else None
@@ -379,7 +408,6 @@ def _attempts(send: Callable[[], Any], io: _Io, call: Call, what: str) -> Steps[
                 raise
             call.retried(error=_qualname(exc), message=str(exc), paused=pause)
         else:
-            status = response.status_code
             if status not in RETRIED_STATUSES and status < 500:
                 return response
             pause = call.pause(asked=_asked_pause(response.headers))
@@ -447,6 +475,10 @@ class HttpProfile:
     kind = KIND
     retry: Backoff | None = None
     retry_outside: Backoff | None = None
+
+    def buffered(self, response: httpx.Response) -> bool:
+        """Never: the raw body reaches the caller as it arrives (ADR 0024)."""
+        return False
 
     def key_and_input(
         self, request: httpx.Request, redactor: Redactor | None

@@ -130,6 +130,11 @@ class ModelProfile:
     def kind(self) -> str:
         return KIND
 
+    def buffered(self, response: httpx.Response) -> bool:
+        """A reply that is not a stream is read whole inside the retries, so a body the
+        connection cuts is retried, as the SDK retries it unwrapped (it reads it whole too)."""
+        return not response.headers.get("content-type", "").startswith("text/event-stream")
+
     def key_and_input(
         self, request: httpx.Request, redactor: Redactor | None
     ) -> tuple[str, object]:

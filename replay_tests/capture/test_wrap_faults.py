@@ -416,3 +416,62 @@ def test_an_azure_stream_is_assembled_as_an_openai_one(sqlite_url: str) -> None:
     final = msgspec.json.decode(decision.value)["final"]
     assert final["choices"][0]["message"]["content"] == "disk full"
     assert msgspec.json.decode(decision.meta)["finish_reason"] == "stop"
+
+
+def test_a_reply_whose_body_the_connection_cuts_is_retried_inside_the_decision(
+    sqlite_url: str,
+) -> None:
+    """A 200 that is not a stream, cut half way ("peer closed connection"), then the answer:
+    the plain SDK reads the body inside its retries and answers; the wrapped one recorded the
+    cut as the decision's failure after one request, whatever its retry policy. The body is
+    now read inside the retries: two requests, one decision, the cut in its meta."""
+    import httpx2
+
+    reply = msgspec.json.encode(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "answered"},
+                }
+            ],
+        }
+    )
+
+    class CutAfterFirstPiece(httpx2.SyncByteStream):
+        def __iter__(self) -> Any:
+            yield reply[:20]
+            raise httpx2.RemoteProtocolError("peer closed connection")
+
+    sent: list[int] = []
+
+    def answer(request: Any) -> Any:
+        sent.append(1)
+        json_type = {"content-type": "application/json"}
+        if len(sent) == 1:
+            return httpx2.Response(200, headers=json_type, stream=CutAfterFirstPiece())
+        return httpx2.Response(200, headers=json_type, content=reply)
+
+    http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
+    client = wrap(
+        openai.OpenAI(base_url="http://provider.test/v1", api_key="k", http_client=http_client),
+        retry=NO_PAUSE,
+    )
+    loom = Loom(sqlite_url)
+
+    @loom.flow("ask")
+    def ask(ctx: Any) -> str | None:
+        said: Any = [{"role": "user", "content": "why"}]
+        return client.chat.completions.create(model="m", messages=said).choices[0].message.content
+
+    with loom:
+        run = loom.run("ask")
+        (decision,) = loom.execution(run.execution_id).decisions.values()
+    assert (run.output, len(sent)) == ("answered", 2)
+    (attempt,) = msgspec.json.decode(decision.meta)["attempts"]
+    assert "RemoteProtocolError" in attempt["error"]
