@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from loom_knowledge import (
     FINGERPRINT_ALGORITHM,
     Doc,
+    InvalidOptionError,
     open_knowledge_base,
     pack_paragraphs,
 )
@@ -73,3 +76,18 @@ def test_a_chunker_without_an_identity_is_not_told_apart(sqlite_url: str) -> Non
     with Loom(sqlite_url) as loom:
         kb = open_knowledge_base(loom, SCOPE, chunker=whole)
         assert sorted(kb.sync(DOCS, source="s").written) == [doc.id for doc in DOCS]
+
+
+def test_a_chunker_identity_that_is_not_a_short_text_is_refused(sqlite_url: str) -> None:
+    """The identity is stored with every document: a non-str or an over-long one is refused
+    when the scope is opened, naming the rule, before anything is written."""
+
+    def whole(doc: Doc) -> Sequence[str]:
+        return [doc.text]
+
+    with Loom(sqlite_url) as loom:
+        for bad in (7, "", "x" * 201):
+            whole.identity = bad  # type: ignore[attr-defined]
+            with pytest.raises(InvalidOptionError, match="identity"):
+                open_knowledge_base(loom, f"scope{len(str(bad))}", chunker=whole)
+        assert loom.log.position == 0
