@@ -10,6 +10,7 @@ a ``set-cookie`` for its jar) is refused as a typed error naming the decision (A
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -78,24 +79,36 @@ def test_a_recorded_header_loom_never_stores_is_refused_naming_the_decision(
         (key,) = loom.execution(run.execution_id).decisions
     assert run.output["cookies"] == {}  # set-cookie is never stored, so the jar stays empty
     server.stop()
+    divergence = _replayed_with_edited_value(
+        sqlite_url,
+        run.execution_id,
+        lambda value: {**value, "headers": [*value["headers"], list(header)]},
+    )
+    assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
+    assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
+    assert header[0] in str(divergence)
+
+
+def _replayed_with_edited_value(
+    sqlite_url: str, execution_id: Any, edit: Callable[[dict[str, Any]], dict[str, Any]]
+) -> OutcomeChangedError:
+    """Edit the stored value of the execution's one decision (its second event) in the row,
+    replay in a fresh Loom that cannot send, and return the one divergence."""
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
         (state,) = db.execute(
             "SELECT state FROM stored_events WHERE originator_version = 2"
         ).fetchone()
         edited = msgspec.json.decode(state)
-        value = msgspec.json.decode(msgspec.json.encode(edited["value"]))
-        edited["value"] = {**value, "headers": [*value["headers"], list(header)]}
+        edited["value"] = edit(edited["value"])
         db.execute(
             "UPDATE stored_events SET state = ? WHERE originator_version = 2",
             (msgspec.json.encode(edited),),
         )
     with build(sqlite_url, Unreachable()) as fresh:
-        result = fresh.replay(run.execution_id)
+        result = fresh.replay(execution_id)
     [divergence] = result.divergences
     assert isinstance(divergence, OutcomeChangedError), result.describe()
-    assert f"{RecordedValueError.__module__}:RecordedValueError" in str(divergence)
-    assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
-    assert header[0] in str(divergence)
+    return divergence
 
 
 def test_recorded_chunk_sizes_below_zero_are_refused_naming_the_decision(
@@ -110,19 +123,8 @@ def test_recorded_chunk_sizes_below_zero_are_refused_naming_the_decision(
         run = loom.run("items", base=server.url)
         (key,) = loom.execution(run.execution_id).decisions
     server.stop()
-    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
-        (state,) = db.execute(
-            "SELECT state FROM stored_events WHERE originator_version = 2"
-        ).fetchone()
-        edited = msgspec.json.decode(state)
-        edited["value"] = {**edited["value"], "chunks": [2, -2, 2, -2, 2]}
-        db.execute(
-            "UPDATE stored_events SET state = ? WHERE originator_version = 2",
-            (msgspec.json.encode(edited),),
-        )
-    with build(sqlite_url, Unreachable()) as fresh:
-        result = fresh.replay(run.execution_id)
-    [divergence] = result.divergences
-    assert isinstance(divergence, OutcomeChangedError), result.describe()
+    divergence = _replayed_with_edited_value(
+        sqlite_url, run.execution_id, lambda value: {**value, "chunks": [2, -2, 2, -2, 2]}
+    )
     assert f"decision {key!r} holds a value that is not a recorded HTTP response" in str(divergence)
     assert "chunks" in str(divergence)
