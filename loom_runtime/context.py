@@ -77,6 +77,9 @@ T = TypeVar("T")
 
 _NULL = msgspec.Raw(b"null")
 _UNANSWERED: Any = object()
+_OPEN_PRUNED_AT: Final = 64
+"""How many opened decisions a run keeps before it drops those already stored: a stored one
+holds its value (a whole model response), which a long run must not keep to its end."""
 """What :meth:`_Context._answer` returns when the source has no answer (compute runs): no
 decoded value can be this object."""
 
@@ -549,7 +552,13 @@ class _Context:
                 value=None,
                 cancellations=self._cancellations,
             )
-            self._open.append(decision)
+            self._acquire()  # threads of one flow open decisions at once
+            try:
+                if len(self._open) >= _OPEN_PRUNED_AT:  # keep only those still open
+                    self._open = [kept for kept in self._open if not kept.settled]
+                self._open.append(decision)
+            finally:
+                self._release(None)
             return decision
         return OpenDecision(self._source, slot, type=type, recorded=True, value=value)
 
@@ -567,7 +576,11 @@ class _Context:
         (a stream left open: what was read, marked incomplete), so that nothing of the
         execution is stored after its end event (what a later close would have written)."""
         self._go_on()
-        open_now, self._open = self._open, []
+        self._acquire()
+        try:
+            open_now, self._open = self._open, []
+        finally:
+            self._release(None)
         for decision in open_now:
             if not decision.settled and decision.at_end is not None:
                 decision.at_end()

@@ -8,6 +8,8 @@ export or a replay made before that late write saw another execution than one ma
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,3 +83,24 @@ def test_a_decision_asked_after_the_flow_returned_is_refused_and_stores_nothing(
             ctx.decide("late", lambda: 2)
         assert str(run.execution_id) in str(refused.value)
         assert _events(loom, run.execution_id) == before
+
+
+def test_a_long_run_does_not_keep_the_decisions_it_has_stored(sqlite_url: str) -> None:
+    """The run keeps its open decisions to store them at its end; one already stored (with its
+    value: a whole model response) must not be kept until then, or a long run holds every
+    answer it ever received."""
+    early: list[weakref.ref[Any]] = []
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("many-calls")
+        def many_calls(ctx: FlowContext) -> int:
+            for n in range(300):
+                decision = ctx.open_decision(f"call-{n}")
+                decision.record({"answer": "x" * 1000})
+                if n < 10:
+                    early.append(weakref.ref(decision))
+            gc.collect()
+            return sum(ref() is not None for ref in early)
+
+        assert loom.run("many-calls").output == 0
