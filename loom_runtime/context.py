@@ -353,7 +353,7 @@ class _Context:
         self._open: list[OpenDecision] = []
         """Decisions opened by this run and not answered from the log (see
         :meth:`end_open_decisions`)."""
-        self._cancellations: list[Callable[[], None]] = []
+        self._cancellations: list[Callable[[], object]] = []
         """Calls the flow cancelled, each stored once the flow goes on (:meth:`_go_on`)."""
         self._seen: dict[str, int] = {}
         self._taken: set[str] = set()
@@ -810,7 +810,7 @@ class OpenDecision:
         type: Any,
         recorded: bool,
         value: Any,
-        cancellations: list[Callable[[], None]] | None = None,
+        cancellations: list[Callable[[], object]] | None = None,
     ) -> None:
         self.key = slot.key
         self._cancellations = cancellations
@@ -849,13 +849,23 @@ class OpenDecision:
         """The flow cancelled the call after ``elapsed`` seconds (a timeout around it): its
         :func:`cancellation` is stored once the flow goes on, and not at all if the
         cancellation stops the run (see ``_Context._go_on``)."""
+        store = self._source.record_failure
+        self._store_if_the_flow_goes_on(store, cancellation(elapsed), meta)
+
+    def defer(self, value: object, *, meta: Mapping[str, object] | None = None) -> None:
+        """Store ``value`` once the flow goes on, as :meth:`cancel` stores a cancellation: a
+        stream the flow cancelled while reading it, what was read and that it was cancelled."""
+        store = functools.partial(self._source.record, type=self._type)
+        self._store_if_the_flow_goes_on(store, value, meta)
+
+    def _store_if_the_flow_goes_on(
+        self, store: Callable[..., object], outcome: object, meta: Mapping[str, object] | None
+    ) -> None:
         if self.settled or self._cancellations is None:
             return
         self.settled = True
-        failure, encoded = cancellation(elapsed), self.encode_meta(meta)
-        self._cancellations.append(
-            functools.partial(self._source.record_failure, self._slot, failure, meta=encoded)
-        )
+        encoded = self.encode_meta(meta)
+        self._cancellations.append(functools.partial(store, self._slot, outcome, meta=encoded))
 
     def encode_meta(self, meta: Mapping[str, object] | None) -> msgspec.Raw | None:
         """``meta`` as stored (redacted like an input), or None for none."""
@@ -912,13 +922,19 @@ def cancellation(elapsed: float) -> asyncio.CancelledError:
 
 
 def cancelled_wait(error: RecordedComputeError) -> float | None:
-    """How long a replay leaves a call recorded as cancelled unanswered, for the flow's own
-    timeout to cancel it again: twice the time it ran live plus a second, at most
-    :data:`CANCELLED_WAIT_LIMIT`. None when ``error`` is no recorded cancellation."""
+    """How long a replay leaves a call recorded as cancelled unanswered (:func:`replay_wait`),
+    or None when ``error`` is no recorded cancellation."""
     if error.error_type != _CANCELLED:
         return None
     ran = _CANCELLED_AFTER.fullmatch(error.message)
-    return None if ran is None else min(2 * float(ran[1]) + 1.0, CANCELLED_WAIT_LIMIT)
+    return None if ran is None else replay_wait(float(ran[1]))
+
+
+def replay_wait(ran: float) -> float:
+    """How long a replay leaves a call or read that was cancelled after ``ran`` seconds live
+    unanswered, for the flow's own timeout to cancel it again: twice that plus a second, at
+    most :data:`CANCELLED_WAIT_LIMIT`. Past it, the replay has taken another path."""
+    return min(2 * ran + 1.0, CANCELLED_WAIT_LIMIT)
 
 
 def rebuild_error(decision: Decision) -> Exception:

@@ -424,16 +424,27 @@ class ReadPastRecordingError(LoomError):
     The live caller closed the response early, so the recording holds only what it read
     (``complete: false``) and the rest was never received: code that now reads on asks for
     data no log holds, and a replay (or resume) cannot make it up. Raised into the flow at
-    the point it reads past the recorded part, so a replay reports the changed outcome."""
+    the point it reads past the recorded part, so a replay reports the changed outcome.
 
-    def __init__(self, *, key: str) -> None:
+    ``waited`` is set when the recorded run's read was cancelled there (a timeout around it):
+    this run waited that many seconds at the point and nothing cancelled its read."""
+
+    def __init__(self, *, key: str, waited: float | None = None) -> None:
+        if waited is None:
+            why = "was recorded only as far as the recorded run read it before closing it"
+        else:
+            why = (
+                "was recorded only as far as the recorded run read it before its read was "
+                f"cancelled (a timeout around it); nothing cancelled this run's read within "
+                f"{waited:g} s"
+            )
         super().__init__(
-            f"the response of decision {key!r} was recorded only as far as the recorded run "
-            "read it before closing it, and this run reads past that point: the code reads "
-            "more of the response than the recorded run did. Record the execution again to "
-            "replay a longer read"
+            f"the response of decision {key!r} {why}, and this run reads past that point: the "
+            "code reads more of the response than the recorded run did. Record the execution "
+            "again to replay a longer read"
         )
         self.key = key
+        self.waited = waited
 
 
 class ModelResponseError(LoomError):

@@ -53,6 +53,7 @@ from loom_runtime.context import (
     OpenDecision,
     cancelled_wait,
     current_context,
+    replay_wait,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
@@ -94,6 +95,10 @@ class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
     """Never below 0: a negative size stepped back over the body, so a replay handed the client
     text the stored body (what an audit shows) does not hold."""
     complete: bool = True
+    cancelled_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    """Set when the flow cancelled the read (a timeout around it) while it waited for more:
+    seconds from the request to the cancellation. A replay then waits after the body, for the
+    flow's timeout to cancel it again (:func:`~loom_runtime.context.replay_wait`)."""
 
     def pieces(self) -> list[bytes]:
         """The body in the pieces it arrived in. A body the redactor shortened or lengthened
@@ -128,6 +133,11 @@ class Recording(Protocol):
     def add(self, chunk: bytes) -> None: ...
 
     def finish(self, *, complete: bool) -> None: ...
+
+    def cancel(self) -> None:
+        """The flow cancelled the read while it waited for more (a timeout around it): what was
+        read is stored, marked cancelled, once the flow goes on (``OpenDecision.defer``)."""
+        ...
 
     def fail(self, error: Exception) -> Exception:
         """Store the failure; returns the error the caller sees (``error`` or a loom error)."""
@@ -362,10 +372,10 @@ def _exchange(
         raise
     if decision.recorded:
         recorded = profile.replayed(decision.key, decision.value)
-        cut = None if recorded.complete else decision.key
-        return library.respond(
-            recorded.status, recorded.headers, library.replayed_body(recorded.pieces, cut)
-        )
+        # A read cancelled live ends its replayed body where it was cancelled, whole or not.
+        cut = None if recorded.complete and recorded.cancelled_after is None else decision.key
+        body = library.replayed_body(recorded.pieces, cut, recorded.cancelled_after)
+        return library.respond(recorded.status, recorded.headers, body)
     call = Call(profile.retry, library)
     try:
         response = yield from _attempts(send, io, call, decision.key, profile.buffered)
@@ -465,7 +475,13 @@ def replayed(
         if name.lower() in not_stored:
             problem = f"it holds the header {name!r}, which a recording never stores"
             raise RecordedValueError(key=key, expected=expected, problem=problem)
-    return Replayed(recorded.status, recorded.headers, recorded.pieces(), recorded.complete)
+    return Replayed(
+        recorded.status,
+        recorded.headers,
+        recorded.pieces(),
+        recorded.complete,
+        recorded.cancelled_after,
+    )
 
 
 class HttpProfile:
@@ -495,7 +511,7 @@ class HttpProfile:
         )
 
     def recording(self, decision: OpenDecision, response: httpx.Response, call: Call) -> Recording:
-        return _Recording(decision, response)
+        return _Recording(decision, response, call)
 
 
 HTTP = HttpProfile()
@@ -515,9 +531,10 @@ def stored_headers(
 class _Recording:
     """The ``http`` profile's recording: the body's bytes, in the pieces they arrived in."""
 
-    def __init__(self, decision: OpenDecision, response: httpx.Response) -> None:
+    def __init__(self, decision: OpenDecision, response: httpx.Response, call: Call) -> None:
         self.headers = stored_headers(response)
         self._decision = decision
+        self._started = call.started
         self._status = response.status_code
         self._chunks: list[bytes] = []
 
@@ -526,27 +543,28 @@ class _Recording:
 
     def finish(self, *, complete: bool) -> None:
         """Store the response with what was read (once: a later call does nothing)."""
-        if self._decision.settled:
-            return
+        if not self._decision.settled:
+            self._decision.record(self._value(complete=complete))
+
+    def cancel(self) -> None:
+        cancelled_after = round(time.perf_counter() - self._started, 3)
+        self._decision.defer(self._value(complete=False, cancelled_after=cancelled_after))
+
+    def _value(self, *, complete: bool, cancelled_after: float | None = None) -> RecordedResponse:
         body = b"".join(self._chunks)
-        sizes = [len(chunk) for chunk in self._chunks]
         try:
-            value = RecordedResponse(
-                status=self._status,
-                headers=self.headers,
-                text=body.decode("utf-8"),
-                chunks=sizes,
-                complete=complete,
-            )
+            text, data = body.decode("utf-8"), None
         except UnicodeDecodeError:
-            value = RecordedResponse(
-                status=self._status,
-                headers=self.headers,
-                data=body,
-                chunks=sizes,
-                complete=complete,
-            )
-        self._decision.record(value)
+            text, data = None, body
+        return RecordedResponse(
+            status=self._status,
+            headers=self.headers,
+            text=text,
+            data=data,
+            chunks=[len(chunk) for chunk in self._chunks],
+            complete=complete,
+            cancelled_after=cancelled_after,
+        )
 
     def fail(self, error: Exception) -> Exception:
         self._decision.fail(error)
@@ -600,6 +618,9 @@ class _AsyncBody:
             if raised is exc:
                 raise
             raise raised from exc
+        except asyncio.CancelledError:  # a timeout around the read: stored if the flow goes on
+            self._recording.cancel()
+            raise
         self._recording.finish(complete=True)
 
     async def aclose(self) -> None:
@@ -620,11 +641,17 @@ class _ReplayedBody:
     stopped reading, not where the response ended: a reader asking for more than that gets
     :class:`ReadPastRecordingError`, never the part passed off as the whole. A reader that
     stops where the live one did (and closes) never asks.
+
+    A read the live flow cancelled while it waited for more (``cancelled_after``: a timeout
+    around the read) waits there again, unanswered, for the flow's own timeout to cancel it;
+    if nothing does within :func:`~loom_runtime.context.replay_wait`'s bound, the replay
+    took another path and the read fails as one past the recording.
     """
 
-    def __init__(self, pieces: list[bytes], cut: str | None) -> None:
+    def __init__(self, pieces: list[bytes], cut: str | None, cancelled_after: float | None) -> None:
         self._pieces = iter(pieces)
         self._cut = cut
+        self._cancelled_after = cancelled_after
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._pieces
@@ -633,6 +660,10 @@ class _ReplayedBody:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for piece in self._pieces:
             yield piece
+        if self._cancelled_after is not None and self._cut is not None:
+            bound = replay_wait(self._cancelled_after)
+            await asyncio.sleep(bound)
+            raise ReadPastRecordingError(key=self._cut, waited=bound)
         self._ended()
 
     def _ended(self) -> None:
@@ -648,6 +679,7 @@ class Replayed(NamedTuple):
     headers: list[tuple[str, str]]
     pieces: list[bytes]
     complete: bool
+    cancelled_after: float | None = None
 
 
 class Library(NamedTuple):
@@ -660,7 +692,7 @@ class Library(NamedTuple):
     transport_error: type[Exception]
     sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
     async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
-    replayed_body: Callable[[list[bytes], str | None], httpx.SyncByteStream]
+    replayed_body: Callable[[list[bytes], str | None, float | None], httpx.SyncByteStream]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
 

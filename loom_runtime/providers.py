@@ -89,7 +89,8 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     body. For a stream, ``final`` is the message its events assemble to (OpenAI: the deltas
     accumulated, tool calls included; Responses: the last response snapshot; Anthropic: the
     final ``Message``), and ``complete`` is false when the caller closed it before its last
-    event: ``events`` are then what the caller consumed.
+    event: ``events`` are then what the caller consumed. ``cancelled_after`` is set when the
+    flow cancelled the read while it waited for more, as :class:`RecordedResponse`'s is.
     """
 
     status: int
@@ -100,6 +101,7 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     events: list[SseEvent] | None = None
     final: Any = None
     complete: bool = True
+    cancelled_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
     def pieces(self) -> list[bytes]:
         """The body a replay hands the SDK: one piece per recorded event, or the whole."""
@@ -194,8 +196,19 @@ class _ModelRecording:
         """Store the response (once): parsed when it is whole, what was consumed when the
         caller closed it early. A success that is not the JSON it announced, or a stream
         ending inside an event, is stored as a failure and raised."""
-        if self._decision.settled:
-            return
+        if not self._decision.settled:
+            value, meta = self._outcome(complete=complete)
+            self._decision.record(value, meta=meta)
+
+    def cancel(self) -> None:
+        cancelled_after = round(time.perf_counter() - self._call.started, 3)
+        value, meta = self._outcome(complete=False)
+        self._decision.defer(
+            msgspec.structs.replace(value, cancelled_after=cancelled_after), meta=meta
+        )
+
+    def _outcome(self, *, complete: bool) -> tuple[ModelResponse, dict[str, object]]:
+        """The response as stored, and its meta; a refusal (only of a whole one) raises."""
         raw = b"".join(self._chunks)
         if self._streamed:
             events, rest = parse_sse(raw.decode("utf-8", "replace"))
@@ -210,8 +223,7 @@ class _ModelRecording:
                 final=final,
                 complete=ended,
             )
-            self._decision.record(value, meta=self._meta(final))
-            return
+            return value, self._meta(final)
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError:
@@ -223,10 +235,9 @@ class _ModelRecording:
             if announced and lenient is _NOT_JSON:
                 raise self._refuse(f"is not the JSON it announced: {raw[:80]!r}") from None
             value = self._unparsed(raw, complete=complete)
-            self._decision.record(value, meta=self._meta(None if lenient is _NOT_JSON else lenient))
-            return
+            return value, self._meta(None if lenient is _NOT_JSON else lenient)
         value = ModelResponse(status=self._status, headers=self.headers, body=body)
-        self._decision.record(value, meta=self._meta(value.body))
+        return value, self._meta(value.body)
 
     def fail(self, error: Exception) -> Exception:
         """A body cut by the connection: the transport's own error is stored as the failure,

@@ -1,0 +1,140 @@
+"""A stream the flow cancels while reading it (a timeout around the iteration) replays as cancelled.
+
+``asyncio.wait_for(read_the_stream(), 10)`` with a fallback on ``TimeoutError`` is how an agent
+bounds a slow model's stream. The live read was cancelled waiting for its next piece; the
+recording kept what had been read (incomplete), and a replay handed those pieces over and then
+raised :class:`ReadPastRecordingError` where the live read had been cancelled, so the replay of
+the unchanged flow was a divergence. A read cancelled this way is recorded as cancelled: a replay
+hands over the same pieces, then waits where the live read waited, for the flow's own timeout to
+cancel it again (ADR 0026, amended "cancelled reads").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+import loom_runtime
+from loom_runtime import Loom, ReadPastRecordingError
+from replay_tests.runtime.test_cancelled_calls import Unreachable
+
+URL = "http://feed.test/events"
+KEY = "http:GET feed.test/events"
+
+
+class Stalls(httpx.AsyncByteStream):
+    """Two pieces at once, then nothing for 5 s (the flow gives up long before), then a third."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"one;"
+        yield b"two;"
+        await asyncio.sleep(5)
+        yield b"three;"
+
+
+class StallingFeed(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Stalls())
+
+
+def _flows(loom: Loom, inner: httpx.AsyncBaseTransport, *, timeout: float = 0.3) -> None:
+    @loom.flow("read-with-timeout")
+    async def read_with_timeout(ctx: Any) -> str:
+        read: list[str] = []
+
+        async def read_all(response: httpx.Response) -> None:
+            async for piece in response.aiter_raw():
+                read.append(piece.decode())
+
+        async with (
+            httpx.AsyncClient(transport=loom_runtime.async_transport(inner)) as client,
+            client.stream("GET", URL) as response,
+        ):
+            try:
+                await asyncio.wait_for(read_all(response), timeout)
+            except TimeoutError:
+                return f"gave up after {''.join(read)}"
+        return f"read {''.join(read)}"
+
+
+def _record(url: str) -> Any:
+    with Loom(url) as loom:
+        _flows(loom, StallingFeed())
+        run = asyncio.run(loom.arun("read-with-timeout"))
+        decision = loom.execution(run.execution_id).decisions[KEY]
+    return run, decision
+
+
+def test_a_stream_read_cancelled_by_a_timeout_replays_to_the_same_fallback(
+    sqlite_url: str,
+) -> None:
+    run, decision = _record(sqlite_url)
+    assert run.output == "gave up after one;two;"
+    with Loom(sqlite_url) as fresh:
+        _flows(fresh, Unreachable())
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert result.identical, result.describe()
+    assert result.output == run.output
+    recorded = msgspec.json.decode(decision.value)
+    assert recorded["text"] == "one;two;" and recorded["complete"] is False
+    assert 0.2 < recorded["cancelled_after"] < 5
+
+
+@pytest.mark.waits  # the replay waits its 1.6 s bound, idle
+def test_a_cancelled_read_that_nothing_cancels_on_replay_is_a_divergence(
+    sqlite_url: str,
+) -> None:
+    """Replayed with a timeout far longer than the live read lasted, nothing cancels the
+    replayed read in time: after a bound derived from the recorded time (twice it, plus a
+    second) the read fails as one past the recording, instead of hanging. It says so: the
+    plain "read past" message blamed code reading more than the recorded run did."""
+    run, _ = _record(sqlite_url)
+    with Loom(sqlite_url) as fresh:
+        _flows(fresh, Unreachable(), timeout=60)
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert not result.identical
+    assert ReadPastRecordingError.__name__ in result.describe()
+    assert "nothing cancelled this run's read within 1.6" in result.describe()
+
+
+def test_a_read_cancelled_that_stops_the_run_stores_nothing_for_the_call(sqlite_url: str) -> None:
+    """A cancellation the flow does not catch stops the run (ADR 0026): the response is not
+    stored, and a resume asks again."""
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("no-fallback")
+        async def no_fallback(ctx: Any) -> str:
+            inner = StallingFeed()
+            async with (
+                httpx.AsyncClient(transport=loom_runtime.async_transport(inner)) as client,
+                client.stream("GET", URL) as response,
+            ):
+                return "".join([piece.decode() async for piece in response.aiter_raw()])
+
+        async def started_then_cancelled() -> Any:
+            task = asyncio.ensure_future(loom.arun("no-fallback"))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            (unfinished,) = [e for e in loom.executions() if e.flow == "no-fallback"]
+            return unfinished.execution_id
+
+        execution_id = asyncio.run(started_then_cancelled())
+        assert loom.execution(execution_id).decisions == {}
+
+
+@pytest.mark.parametrize("bad", [-1.0, "soon"])
+def test_a_tampered_cancellation_time_is_refused(sqlite_url: str, bad: object) -> None:
+    """The recorded time bounds how long a replay waits: a negative or non-number one is not
+    a recorded response."""
+    from loom_runtime.http_transport import RecordedResponse
+
+    stored = {"status": 200, "headers": [], "text": "x", "complete": False, "cancelled_after": bad}
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert(stored, RecordedResponse)
