@@ -19,6 +19,7 @@ import itertools
 import os
 import re
 import sqlite3
+import sys
 import tempfile
 import threading
 import uuid
@@ -163,8 +164,12 @@ def pytest_sessionstart() -> None:
     pydantic.TypeAdapter(datetime)
 
 
-def pytest_collection_finish() -> None:
-    """Move everything collection made (every module, test item and fixture definition) out
+_IMPORTED_AT_COLLECTION = pytest.StashKey["tuple[frozenset[str], frozenset[Path]]"]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note what collection imported (:func:`imported_at_collection`), then move everything
+    collection made (every module, test item and fixture definition) out
     of the garbage collector's sight.
 
     A worker holds some thousands of modules after collecting the suite, and each full
@@ -179,10 +184,29 @@ def pytest_collection_finish() -> None:
     A cycle that outlives two young collections waits longer to be freed; none holds
     anything a test waits for (ADR 0054, amended "gcfreeze").
     """
+    modules = list(sys.modules.items())
+    session.config.stash[_IMPORTED_AT_COLLECTION] = (
+        frozenset(name.partition(".")[0] for name, _ in modules),
+        frozenset(
+            Path(file) for _, module in modules if (file := getattr(module, "__file__", None))
+        ),
+    )
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 100)
+
+
+@pytest.fixture
+def imported_at_collection(pytestconfig: pytest.Config) -> frozenset[str] | None:
+    """The top-level packages imported once this session had collected its tests, or None
+    when it collected only part of the suite (some test file was not imported).
+
+    Every pytest-xdist worker collects every test file before it runs one, so this is what
+    each worker paid for collection alone (``replay_tests/test_collection_imports.py``)."""
+    names, files = pytestconfig.stash[_IMPORTED_AT_COLLECTION]
+    suite = Path(__file__).parent
+    return names if set(suite.rglob("test_*.py")) <= files else None
 
 
 @pytest.fixture
