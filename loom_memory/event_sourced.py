@@ -55,7 +55,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
-from loom_runtime import LogEvent, Loom, catch_up, keyring_for, rebuild
+from loom_runtime import LogEvent, Loom, catch_up, hold_in_process, keyring_for, rebuild
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -89,6 +89,7 @@ class EventSourcedMemory:
             self._projection = InProcessMemoryProjection(
                 self._store, memory=name, keyring=keyring_for(loom.log.engine)
             )
+            hold_in_process(loom.log, self._projection)  # an erasure here purges it too
         elif isinstance(store, SqlMemoryStore):
             if store.engine is not loom.log.engine:
                 raise StoreNotOnLogDatabaseError(

@@ -352,13 +352,14 @@ def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
 
 def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     """Catch every read model that forgets on the forget event up to ``upto``: the passage
-    index, the manifest and the memory stores delete the erased subjects' clear text there.
+    index, the manifest and the memory stores (those in this process's memory too) delete the
+    erased subjects' clear text there.
 
     They would on their next read; but a scope or a memory nobody reads again (and a
     retention run from cron reads none) would keep the text in clear indefinitely. What could
     not catch up is returned, ``"NAME: cause"`` each, for the caller to report: the keys are
     destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again."""
-    from loom_runtime.projection import catch_up, registered_projections
+    from loom_runtime.projection import catch_up, held_in_process, registered_projections
 
     failed: list[str] = []
     names: list[str] = []  # a store's name has colons of its own (``loom_memory:memory:p_``)
@@ -367,7 +368,8 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
         failed.append(f"{name}: {cause_of(error)}")
         names.append(name)
 
-    for projection in registered_projections(loom.log, unopened=note):
+    projections = [*registered_projections(loom.log, unopened=note), *held_in_process(loom.log)]
+    for projection in projections:
         if Forgotten.TOPIC not in projection.topics:
             continue
         try:

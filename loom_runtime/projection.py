@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
@@ -240,6 +241,27 @@ def open_each(
                 raise
             unopened(name, exc)
     return opened
+
+
+_held_in_process: weakref.WeakKeyDictionary[Engine, weakref.WeakSet[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def hold_in_process(log: EventLog, projection: TrackedProjection) -> None:
+    """Note a read model this process keeps in memory over ``log`` (an in-process memory
+    store), for as long as something else holds it.
+
+    No catalog in the database lists it, so :func:`registered_projections` cannot find it;
+    an erasure through ``log`` catches it up by this note (:func:`held_in_process`). Without
+    it the erased subject's clear text stayed readable in this process until the store's
+    next write, and a flow recalling it recorded it again, under a live key."""
+    _held_in_process.setdefault(log.engine, weakref.WeakSet()).add(projection)
+
+
+def held_in_process(log: EventLog) -> list[TrackedProjection]:
+    """The in-process read models :func:`hold_in_process` noted over ``log``, still alive."""
+    return list(_held_in_process.get(log.engine, ()))
 
 
 def tracked_names(engine: Engine) -> list[str]:
