@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import traceback
 import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -141,12 +142,29 @@ def load_flows(spec: str) -> FlowRegistry:
         target: Any = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load flows from {spec!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed (or would not compile)
+        raise ConfigurationError(f"cannot load flows from {spec!r}: {_raised(exc)}") from exc
     if callable(target) and not isinstance(target, FlowRegistry):
-        target = target()
+        try:
+            target = target()
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot load flows from {spec!r}: calling it raised {_raised(exc)}"
+            ) from exc
     registry = getattr(target, "flows", target)
     if not isinstance(registry, FlowRegistry):
         raise ConfigurationError(f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry")
     return registry
+
+
+def _raised(error: Exception) -> str:
+    """``error`` in one line, with where it was raised: a ``SyntaxError`` names its file and
+    line itself; any other error, the innermost frame of its traceback (the user's module)."""
+    said = f"{type(error).__name__}: {error}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if isinstance(error, SyntaxError) or not frames:
+        return said
+    return f"{said} (at {frames[-1].filename}, line {frames[-1].lineno})"
 
 
 def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:

@@ -272,17 +272,25 @@ def _source_conflict(exc: SourceConflictError, *, given: str | None) -> str:
     A folder synced without ``--source`` into a sourced corpus collides on every document;
     listing them all (49 documents, 2.4 KB) hides the one thing to do.
     """
-    owners = sorted(set(exc.owners.values()), key=lambda owner: owner or "")
-    named = ", ".join(repr(owner) for owner in owners)
+    owners = set(exc.owners.values())
+    sourced = ", ".join(repr(owner) for owner in sorted(filter(None, owners)))
     count = len(exc.owners)
     if given is None:
         return (
-            f"{count} document(s) belong to source {named}: pass --source NAME "
+            f"{count} document(s) belong to source {sourced}: pass --source NAME "
             "(documents are written by their owning source)"
         )
+    # Documents written without a source have none to name: "--source None" is a source
+    # named 'None'. They are written by a sync without --source.
+    owned = " and ".join(
+        [*([f"source {sourced}"] if sourced else []), *(["no source"] if None in owners else [])]
+    )
+    fix = "pass that --source" if sourced else "sync them without --source"
+    if sourced and None in owners:
+        fix = "pass that --source (for those of no source: sync without --source)"
     return (
-        f"source {given!r} may not write {count} document(s) owned by source {named}: "
-        "pass that --source, or remove them there first"
+        f"source {given!r} may not write {count} document(s) owned by {owned}: {fix}, or "
+        "remove them there first"
     )
 
 

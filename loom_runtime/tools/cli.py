@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -74,17 +75,31 @@ if TYPE_CHECKING:
 class _LoomGroup(ReadableGroup):
     """The ``loom`` group: a loom error that no command turned into its own message is still
     one line on stderr and an exit code of the table (:func:`exit_code_of`), never a
-    traceback. Every command runs inside this group's ``invoke``."""
+    traceback. Every command runs inside this group's ``invoke``.
+
+    Any other exception (the flow's own failure, noted with the execution's id that ``loom
+    resume --retry-failed`` needs, whose traceback points at the flow's line; or a defect)
+    is printed as Python prints a traceback, made inert (:func:`visible`), exit 1: its
+    message can quote a model's answer or a recorded value, and Typer's printer wrote it raw
+    (escape sequences and all) and wrapped the execution's id onto a line of its own.
+    """
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):  # Click's own ways out
+            raise
         except LoomError as exc:
             if getattr(exc, "__notes__", None):
-                # The flow's own failure (recorded, noted with the execution's id that
-                # ``loom resume --retry-failed`` needs): its traceback points at the line.
-                raise
+                _traceback(exc)
             fail(str(exc), code=exit_code_of(exc))
+        except Exception as exc:
+            _traceback(exc)
+
+
+def _traceback(error: Exception) -> NoReturn:
+    typer.echo(visible("".join(traceback.format_exception(error))), err=True, nl=False)
+    raise typer.Exit(ExitCode.FAILED)
 
 
 app = LoomTyper(
@@ -366,8 +381,10 @@ def inert(text: str, *, one_line: bool = False) -> Text:
     return Text(visible(text, one_line=one_line))
 
 
-_ID_START = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{3,34}")
-"""The start of an execution id: 4 to 35 of its characters (a whole id is a UUID)."""
+_ID_START = re.compile(r"(?:[0-9a-fA-F]-*){4,31}")
+"""The start of an execution id: 4 to 31 of its hex digits, dashes anywhere (a whole id is a
+UUID). Dashes do not count: `c---` named an execution by one digit, and `erase --apply` erased
+it."""
 
 
 def execution_id_in(loom: Loom, text: str) -> str:
@@ -546,6 +563,7 @@ def executions_list(
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
+        after = None if after is None else execution_id_in(loom, after)
     if after is not None:
         ids = [str(summary.execution_id) for summary in summaries]
         if after not in ids:
@@ -928,6 +946,9 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
     verdict()
 
 
+_ANCHOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{64})")
+
+
 @app.command()
 def verify(
     anchor: Annotated[
@@ -944,14 +965,16 @@ def verify(
 
     expected = None
     if anchor is not None:
-        position, _, digest = anchor.partition(":")
-        try:
-            expected = Anchor(notification_id=int(position), global_hash=digest)
-        except ValueError:
+        # Spaces or a line end around it (read from a file) and hex in capitals are the same
+        # anchor; anything but a position and a SHA-256 is a usage error, never "TAMPERED".
+        given = _ANCHOR.fullmatch(anchor.strip().lower())
+        if given is None or int(given[1]) < 1:
             fail(
-                f"--anchor must be ID:HEX as printed by loom verify, not {anchor!r}",
+                f"--anchor must be ID:HEX as printed by loom verify (a position from 1 and 64 "
+                f"hex digits), not {anchor!r}",
                 code=ExitCode.USAGE,
             )
+        expected = Anchor(notification_id=int(given[1]), global_hash=given[2])
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
         try:
             report = verify_log(loom.log, anchor=expected, progress=bar("verify"))

@@ -129,7 +129,8 @@ class ReadableGroup(TyperGroup):
             error: Any = refused
             where = f"{error.ctx.command_path} --help" if error.ctx is not None else "--help"
             message = " ".join(error.format_message().split())
-            typer.echo(f"error: {visible(message, one_line=True)} (see {where})", err=True)
+            if message:  # a group given no command has printed its help, which says it all
+                typer.echo(f"error: {visible(message, one_line=True)} (see {where})", err=True)
             sys.exit(error.exit_code)
         except typer.Abort:
             typer.echo("error: aborted", err=True)

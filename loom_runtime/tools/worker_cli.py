@@ -109,6 +109,12 @@ def worker(
 ) -> None:
     """Run a worker that beats and recovers until SIGTERM or Ctrl-C (or --stop-after)."""
     _need_flows("worker", flows)
+    if not heartbeat < dead_after:  # in the flags' words (the library's names its arguments)
+        fail(
+            f"--heartbeat ({heartbeat:g} s) must be shorter than --dead-after ({dead_after:g} s), "
+            "or live workers would be taken for dead",
+            code=ExitCode.USAGE,
+        )
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
