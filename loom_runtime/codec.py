@@ -167,6 +167,24 @@ def round_trip(
         ) from exc
 
 
+def same_json(one: msgspec.Raw | bytes, other: msgspec.Raw | bytes) -> bool:
+    """Whether two stored JSON values are the same once re-encoded with sorted keys.
+
+    Comparing decoded Python values would call ``true``, ``1`` and ``1.0`` equal; bytes keep
+    them apart, and sorting keys keeps an object's key order from counting as a change.
+    A value that does not decode (a number out of a double's range such as ``1e400``, or one
+    nested past the decoder's limit) is one loom never encodes, so it equals nothing: a
+    recording holding one was edited, and a replay reports its output changed (an import, a
+    conflict) rather than raising the decoder's error (ADR 0018, amended).
+    """
+    try:
+        return msgspec.json.encode(msgspec.json.decode(one), order="sorted") == msgspec.json.encode(
+            msgspec.json.decode(other), order="sorted"
+        )
+    except (msgspec.DecodeError, RecursionError):
+        return False
+
+
 def pretty(raw: msgspec.Raw | bytes | None, *, sort_keys: bool = True) -> str:
     """Render stored JSON for humans (indented; keys sorted unless ``sort_keys`` is false, so
     the same object reads the same however it was built), for diffs and the CLI."""

@@ -961,12 +961,25 @@ def rebuild_error(decision: Decision) -> Exception:
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
 
 
+_KEY_REPR_LIMIT: Final = 10_000
+"""The longest recorded ``KeyError`` message read back as its key. ``ast.literal_eval`` builds a
+syntax tree of some 500 times the text's size: a 5 MB message in a 10 MB bundle took 2.5 GB."""
+
+_RUNNER_PACKAGES: Final = frozenset(
+    {"unittest", "_pytest", "pytest", "pluggy", "bdb", "pdb", "doctest"}
+)
+"""Packages whose exceptions steer a test runner or debugger (``unittest.SkipTest`` skips the
+test, pytest's ``Exit`` ends the session, ``bdb.BdbQuit`` quits): never rebuilt from a
+recording, or a re-sealed bundle could turn the test that replays it into a skip."""
+
+
 def _arguments(cls: type[Exception], message: str) -> Iterator[object]:
     """The single arguments that may rebuild a ``cls`` whose ``str`` was ``message``: the
     message itself, and for a ``KeyError`` (whose ``str`` is its key's ``repr``) the key that
-    ``repr`` reads back as, by ``ast.literal_eval`` (literals only: nothing is run)."""
+    ``repr`` reads back as, by ``ast.literal_eval`` (literals only: nothing is run), when the
+    message is no longer than :data:`_KEY_REPR_LIMIT`."""
     yield message
-    if issubclass(cls, KeyError):
+    if issubclass(cls, KeyError) and len(message) <= _KEY_REPR_LIMIT:
         try:
             yield ast.literal_eval(message)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -978,6 +991,8 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
 
     Looked up in ``sys.modules`` and then in each namespace's own ``vars()``, so neither an
     import nor a module's ``__getattr__`` (which may import lazily) nor a descriptor runs.
+    A class defined in a test runner's or debugger's package (:data:`_RUNNER_PACKAGES`, by
+    the module the class says it is from, whatever name the recording gave it) is None.
     """
     module_name, _, qualname = error_type.partition(":")
     found: object = builtins if module_name == "builtins" else sys.modules.get(module_name)
@@ -985,7 +1000,13 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
         if not isinstance(found, ModuleType | type):
             return None
         found = vars(found).get(part)
-    return found if isinstance(found, type) and issubclass(found, Exception) else None
+    if not isinstance(found, type) or not issubclass(found, Exception):
+        return None
+    steers = any(
+        str(getattr(ancestor, "__module__", "")).partition(".")[0] in _RUNNER_PACKAGES
+        for ancestor in found.__mro__
+    )
+    return None if steers else found
 
 
 class _Run:

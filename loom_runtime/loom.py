@@ -1089,11 +1089,11 @@ def _run_now(pending: Pending) -> Any:
 
 
 def _same_rows(stored: list[Row], imported: list[Row]) -> bool:
-    """Whether two executions' rows hold the same events, compared as JSON values (an opened
-    sealed field is re-encoded, so its bytes may differ from the bundle's)."""
+    """Whether two executions' rows hold the same events, compared as JSON values re-encoded
+    (an opened sealed field is re-encoded, so its bytes may differ from the bundle's), not as
+    Python values, where ``true``, ``1`` and ``1.0`` are equal (:func:`codec.same_json`)."""
     return len(stored) == len(imported) and all(
-        (a.version, a.topic) == (b.version, b.topic)
-        and msgspec.json.decode(a.state) == msgspec.json.decode(b.state)
+        (a.version, a.topic) == (b.version, b.topic) and codec.same_json(a.state, b.state)
         for a, b in zip(stored, imported, strict=True)
     )
 

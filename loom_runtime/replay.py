@@ -171,30 +171,12 @@ def compare_outcome(
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
         found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
-    elif not _same_json(execution.output, output or b"null"):
+    elif not codec.same_json(execution.output, output or b"null"):
         found.append(OutputChangedError(diff=diff(execution.output, output, label="output")))
     unused = replayer.unused()
     if unused:
         found.append(UnusedDecisionsError(keys=unused))
     return found
-
-
-def _same_json(recorded: msgspec.Raw | bytes, replayed: msgspec.Raw | bytes) -> bool:
-    """Whether two stored JSON values are the same once re-encoded with sorted keys.
-
-    Comparing decoded Python values would call ``true``, ``1`` and ``1.0`` equal; bytes keep
-    them apart, and sorting keys keeps an object's key order from counting as a change.
-    A value that does not decode (a number out of a double's range such as ``1e400``, or one
-    nested past the decoder's limit) is one loom never encodes, so it equals nothing: a
-    recording holding one was edited, and the replay reports its output changed rather
-    than raising the decoder's error (ADR 0018, amended).
-    """
-    try:
-        return msgspec.json.encode(
-            msgspec.json.decode(recorded), order="sorted"
-        ) == msgspec.json.encode(msgspec.json.decode(replayed), order="sorted")
-    except (msgspec.DecodeError, RecursionError):
-        return False
 
 
 def _describe_error(error: BaseException) -> str:

@@ -1087,3 +1087,40 @@ def test_the_start_of_an_id_may_hold_its_dashes(setup: Setup) -> None:
     """The control: an id's start as a table shows it, dash included, still names it."""
     result = _invoke("executions", "show", setup.execution_id[:13], "--db", setup.db)
     assert result.exit_code == ExitCode.OK, result.output
+
+
+LIVE_FLOWS = """
+import os
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+def search():
+    if os.environ.get("CONV_SEARCH_DOWN"):
+        raise ConnectionError("search backend is down")
+    return ["disk.md"]
+
+@flows.flow("lookup")
+def lookup(ctx) -> list:
+    return ctx.decide("search", search, kind="retrieval")
+"""
+
+
+def test_replay_json_describes_a_live_decision_that_raised(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live decision that failed left the exception in ``live_values``: ``--json`` printed a
+    traceback (msgspec cannot encode it) where text mode answered."""
+    (setup.tmp_path / "conv_live.py").write_text(LIVE_FLOWS)
+    target = ["--db", setup.db, "--flows", "conv_live:flows"]
+    recorded = _invoke("run", "lookup", "--json", *target)
+    assert recorded.exit_code == ExitCode.OK, recorded.output
+    execution_id = json.loads(recorded.stdout)["execution_id"]
+    monkeypatch.setenv("CONV_SEARCH_DOWN", "1")
+    result = _invoke("replay", execution_id, "--live", "retrieval", "--json", *target)
+    assert result.exit_code == ExitCode.FAILED, result.output
+    answer = json.loads(result.stdout)
+    assert answer["identical"] is False
+    assert answer["live_values"] == {
+        "search": {"raised": "builtins:ConnectionError", "message": "search backend is down"}
+    }

@@ -862,7 +862,9 @@ def replay(
                     for divergence in result.divergences
                 ],
                 "output": result.output,
-                "live_values": result.live_values,
+                "live_values": {
+                    key: _live_json(value) for key, value in result.live_values.items()
+                },
             }
         )
     else:
@@ -870,6 +872,16 @@ def replay(
         for key, value in result.live_values.items():
             console.print(inert(f"live {key}: {value!r}"))
     raise typer.Exit(ExitCode.OK if result.identical else ExitCode.FAILED)
+
+
+def _live_json(value: Any) -> Any:
+    """A live decision's value as ``--json`` gives it: a failure (an exception, which JSON
+    cannot hold) as ``{"raised": "module:Class", "message": ...}``, as the log records one."""
+    if isinstance(value, BaseException):
+        from loom_runtime.execution import error_message_of, error_type_of
+
+        return {"raised": error_type_of(value), "message": error_message_of(value)}
+    return value
 
 
 def _check_live_kinds(kinds: frozenset[str], execution: Execution) -> None:

@@ -39,6 +39,7 @@ from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
 from loom_runtime.replay import Replayer, ReplayResult
+from loom_runtime.tools.display import visible
 from loom_runtime.tools.pytest_plugin import BundleVerdict, ReplayDiverged
 
 ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
@@ -157,6 +158,11 @@ class BundleLoom(Loom):
         if not result.identical:
             self._settle(bundle, result, marked=True)
         if self._error is not None:  # recorded as raising, and so it did again: as run() did
+            # Its message is the bundle's text (untrusted), and pytest prints it raw: shown
+            # inert, as the verdicts are. The flow saw it unchanged; only the test's report is.
+            self._error.args = tuple(
+                visible(arg) if isinstance(arg, str) else arg for arg in self._error.args
+            )
             self._error.add_note(
                 f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
                 "does not expect it, record it again with --loom-record=rewrite"

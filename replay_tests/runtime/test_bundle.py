@@ -206,3 +206,29 @@ def test_executions_lists_status(loom: Loom) -> None:
         ("ok", "completed"),
         ("bad", "failed"),
     ]
+
+
+_HIT = '"runbook.md"'
+"""The recorded hit as it stands in a bundle's file (its decision's value and the output)."""
+
+
+@pytest.mark.parametrize("swap", [(_HIT, "true", "1"), (_HIT, "1", "1.0")])
+def test_a_history_that_differs_by_true_1_or_1_0_is_a_conflict_not_already_imported(
+    recorded: tuple[Loom, Any], tmp_path: Path, swap: tuple[str, str, str]
+) -> None:
+    """Import compared the two histories as Python values, where ``True == 1 == 1.0``: a bundle
+    holding ``1`` where the log held ``true`` was "already in the log", and replaying the log
+    and the bundle then answered differently. Compared as JSON bytes, it is a conflict."""
+    loom, run = recorded
+    path = loom.export(run.execution_id, tmp_path / "incident.json")
+    text = path.read_text()
+    assert text.count(swap[0]) >= 1
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(text.replace(swap[0], swap[1]))
+    second.write_text(text.replace(swap[0], swap[2]))
+    _reseal(first)
+    _reseal(second)
+    with Loom(f"sqlite:///{tmp_path / 'other.db'}", flows=loom.flows) as other:
+        other.import_bundle(first)
+        with pytest.raises(BundleConflictError):
+            other.import_bundle(second)

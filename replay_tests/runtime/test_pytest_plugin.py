@@ -653,3 +653,67 @@ def test_a_bundle_loom_that_opens_no_database_names_none(tmp_path: Path) -> None
     assert repr(updating) == f"BundleLoom(no database, replaying {bundle})"
     on_file = BundleLoom(f"sqlite:///{tmp_path / 'l.db'}", record=True, update=False, **options)
     assert repr(on_file) == f"BundleLoom(sqlite:///{tmp_path / 'l.db'}, recording {bundle})"
+
+
+def forge_failure(path: Path, error_type: str, message: str) -> None:
+    """Re-seal the bundle of ``greet`` as if its model decision, and so the flow, had failed
+    with ``error_type: message``: what anyone who can edit the committed file can write."""
+    real = read_bundle(path)
+    created, decided, _ = real.events
+    state = msgspec.json.decode(decided.state)
+    failed = {
+        "timestamp": state["timestamp"],
+        "key": state["key"],
+        "kind": state.get("kind"),
+        "input": state["input"],
+        "error_type": error_type,
+        "message": message,
+    }
+    ended = {"timestamp": state["timestamp"], "error_type": error_type, "message": message}
+    events = [
+        created,
+        msgspec.structs.replace(
+            decided,
+            topic=Execution.DecisionFailed.TOPIC,
+            state=msgspec.json.encode(failed).decode(),
+        ),
+        msgspec.structs.replace(
+            real.events[2],
+            topic=Execution.Failed.TOPIC,
+            state=msgspec.json.encode(ended).decode(),
+        ),
+    ]
+    write_bundle(real.resealed(events), path)
+
+
+@pytest.mark.parametrize(
+    "error_type", ["unittest.case:SkipTest", "_pytest.outcomes:Exit", "bdb:BdbQuit"]
+)
+def test_a_bundle_cannot_skip_or_stop_the_test_that_replays_it(
+    pytester: pytest.Pytester, error_type: str
+) -> None:
+    """A recorded failure is rebuilt as its class when that class is loaded; a test runner's
+    own control exceptions were too: a re-sealed bundle whose flow 'failed' with ``SkipTest``
+    turned the regression test into a skip (exit 0, nothing checked), pytest's ``Exit`` ended
+    the session. They are carried as ``RecordedComputeError``: the test fails."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    forge_failure(bundle, error_type, "flaky upstream")
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*RecordedComputeError*{error_type}*flaky upstream*"])
+
+
+def test_a_recorded_failure_raised_into_the_test_is_printed_inert(
+    pytester: pytest.Pytester,
+) -> None:
+    """The verdicts were inert (ADR 0018, "pytestrev"); the recorded error raised again into
+    the test was not: pytest printed the bundle's escape sequences to the terminal."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    forge_failure(bundle, "builtins:ValueError", "\x1b[2J\x1b]0;owned\x07\u202eboom")
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    output = "\n".join(result.outlines)
+    assert "\x1b" not in output and "\u202e" not in output, output
+    assert "ValueError: <U+001B>[2J<U+001B>]0;owned<U+0007><U+202E>boom" in output, output

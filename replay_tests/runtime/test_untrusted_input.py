@@ -424,3 +424,35 @@ def test_a_long_diff_is_cut_with_a_count_of_what_is_left(
     text = Loom(flows=flows).replay_bundle(bundle).describe()
     assert len(text.splitlines()) < 250
     assert "more lines" in text
+
+
+def test_a_long_recorded_key_error_is_not_read_back_as_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A recorded ``KeyError``'s message is read back as its key with ``ast.literal_eval``,
+    whose syntax tree takes ~500 times the text: a 5 MB message in a 10 MB bundle took 2.5 GB.
+    A short one still rebuilds the ``KeyError`` (the control); a long one is carried as
+    recorded, and never parsed."""
+    import ast
+
+    parsed: list[int] = []
+    real = ast.literal_eval
+
+    def counted(text: str) -> object:
+        parsed.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(ast, "literal_eval", counted)
+
+    def rebuilt(message: str) -> Exception:
+        raw = msgspec.Raw(b"null")
+        decision = Decision(
+            key="k", kind=None, input=raw, error_type="builtins:KeyError", message=message
+        )
+        return rebuild_error(decision)
+
+    short = rebuilt("'disk.md'")
+    assert type(short) is KeyError and short.args == ("disk.md",)
+    long = rebuilt("[" + "0," * 50_000 + "0]")
+    assert isinstance(long, RecordedComputeError)
+    assert parsed == [len("'disk.md'")]
