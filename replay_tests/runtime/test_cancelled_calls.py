@@ -150,16 +150,19 @@ def test_a_run_stopped_by_the_cancellation_stores_nothing_for_the_call_and_resum
         async def no_fallback(ctx: Any) -> str:
             return str(await ctx.decide("slow", slow_first))
 
-        async def started_then_cancelled() -> Any:
-            task = asyncio.ensure_future(loom.arun("no-fallback"))
-            await asyncio.sleep(0.2)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            (unfinished,) = [e for e in loom.executions() if e.flow == "no-fallback"]
-            return unfinished.execution_id
-
-        execution_id = asyncio.run(started_then_cancelled())
+        execution_id = asyncio.run(started_then_cancelled(loom, "no-fallback", after=0.2))
         assert loom.execution(execution_id).decisions == {}
         resumed = asyncio.run(loom.aresume(execution_id))
     assert resumed.output == "answer 2"
+
+
+async def started_then_cancelled(loom: Loom, flow: str, *, after: float) -> Any:
+    """Start ``flow`` and cancel its task ``after`` seconds (the run stops: nothing catches
+    the cancellation); the id of the execution it leaves unfinished."""
+    task = asyncio.ensure_future(loom.arun(flow))
+    await asyncio.sleep(after)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (unfinished,) = [e for e in loom.executions() if e.flow == flow]
+    return unfinished.execution_id

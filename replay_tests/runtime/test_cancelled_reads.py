@@ -21,7 +21,7 @@ import pytest
 
 import loom_runtime
 from loom_runtime import Loom, ReadPastRecordingError
-from replay_tests.runtime.test_cancelled_calls import Unreachable
+from replay_tests.runtime.test_cancelled_calls import Unreachable, started_then_cancelled
 
 URL = "http://feed.test/events"
 KEY = "http:GET feed.test/events"
@@ -104,7 +104,7 @@ def test_a_cancelled_read_that_nothing_cancels_on_replay_is_a_divergence(
 
 def test_a_read_cancelled_that_stops_the_run_stores_nothing_for_the_call(sqlite_url: str) -> None:
     """A cancellation the flow does not catch stops the run (ADR 0026): the response is not
-    stored, and a resume asks again."""
+    stored (it was, as read, when the stream's close stored it), so a resume asks again."""
     with Loom(sqlite_url) as loom:
 
         @loom.flow("no-fallback")
@@ -116,16 +116,7 @@ def test_a_read_cancelled_that_stops_the_run_stores_nothing_for_the_call(sqlite_
             ):
                 return "".join([piece.decode() async for piece in response.aiter_raw()])
 
-        async def started_then_cancelled() -> Any:
-            task = asyncio.ensure_future(loom.arun("no-fallback"))
-            await asyncio.sleep(0.3)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            (unfinished,) = [e for e in loom.executions() if e.flow == "no-fallback"]
-            return unfinished.execution_id
-
-        execution_id = asyncio.run(started_then_cancelled())
+        execution_id = asyncio.run(started_then_cancelled(loom, "no-fallback", after=0.3))
         assert loom.execution(execution_id).decisions == {}
 
 
