@@ -127,11 +127,18 @@ def recover(
     with _registered(loom, every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
         # The log before the registry: a worker that registers in between and starts an
         # execution is then either unseen by the scan or seen alive, never taken for unowned.
+        # Only a worker already dead before the scan is forgotten: one that started something
+        # after the scan and died before the registry was read owns work the scan did not see.
+        dead_before = {w.worker for w in loom.workers.workers(dead_after=dead_after) if not w.alive}
         pending = unfinished(loom.log)
         workers = loom.workers.workers(dead_after=dead_after)
         owners = {execution.owner for execution in pending}
         loom.workers.forget(
-            [w.worker for w in workers if not w.alive and w.worker not in owners],
+            [
+                w.worker
+                for w in workers
+                if not w.alive and w.worker in dead_before and w.worker not in owners
+            ],
             dead_after=dead_after,
         )
         liveness = {w.worker: w.alive for w in workers}

@@ -415,6 +415,31 @@ def test_a_worker_that_beats_again_after_the_registry_was_read_is_not_forgotten(
     assert alive.get("sleeper") is True
 
 
+def test_a_worker_that_starts_and_dies_after_the_scan_is_not_forgotten(
+    loom: Loom, other: Loom, steps: Steps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between a pass's scan of the log and its read of the registry, a worker starts an
+    execution and dies (its block left by Ctrl-C: stopped, dead at once). The pass saw no
+    execution of it, found it dead, and deleted its row: from then on its execution had an
+    owner nobody registered, "unowned", and no later pass took it. Only a worker already dead
+    before the scan (which cannot have started anything since) is forgotten."""
+    import loom_runtime.recovery as recovery
+
+    scan = recovery.unfinished
+
+    def started_meanwhile(log: Any) -> Any:
+        pending = scan(log)
+        with loom.worker(recover_every=None):
+            interrupted(loom, steps)  # its worker block is left: the worker is stopped
+        return pending
+
+    monkeypatch.setattr(recovery, "unfinished", started_meanwhile)
+    assert other.recover() == []  # the owner was alive when the scan ran: not this pass's
+    monkeypatch.setattr(recovery, "unfinished", scan)
+    [run] = other.recover()
+    assert run.output == OUTPUT
+
+
 def test_an_execution_erased_while_unfinished_is_not_pending_and_frees_its_owner(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
