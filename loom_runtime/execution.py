@@ -111,6 +111,10 @@ class Execution(Aggregate):
         worker: str | None = None
         """The registered worker that started it (ADR 0040): its owner until another claims
         it. None when started outside a worker (and in logs written before workers existed)."""
+        overrides: msgspec.Raw | None = None
+        """A fork's overrides (ADR 0027), ``{key: value}`` as JSON, kept from its start: a fork
+        interrupted before the flow asked an overridden key is resumed (or recovered) with the
+        key still answered by its override. None (absent) for a run, and for a fork without."""
 
     class DecisionRecorded(Aggregate.Event):
         """A nondeterministic result, stored before the flow was allowed to see it."""
@@ -223,8 +227,10 @@ class Execution(Aggregate):
         session: str | None = None,
         tags: tuple[str, ...] | None = None,
         worker: str | None = None,
+        overrides: msgspec.Raw | None = None,
     ) -> None:
         self.flow = flow
+        self.overrides = overrides
         self.code_version = code_version
         self.input = input
         self.log_position = log_position
@@ -258,6 +264,7 @@ class Execution(Aggregate):
         forked_at: int | None = None,
         labels: Labels = NO_LABELS,
         worker: str | None = None,
+        overrides: msgspec.Raw | None = None,
     ) -> Execution:
         return cls._create(
             cls.Created,
@@ -273,6 +280,7 @@ class Execution(Aggregate):
             session=labels.session,
             tags=labels.tags or None,
             worker=worker,
+            overrides=overrides,
         )
 
     def reset_to(self, stored: Execution) -> None:

@@ -47,6 +47,7 @@ from loom_runtime.errors import (
     ExecutionNotFoundError,
     ForkPointError,
     LabelError,
+    LogCorruptError,
     NotSerialisableError,
 )
 from loom_runtime.execution import (
@@ -827,7 +828,8 @@ class Loom:
         definition = self.get_flow(execution.flow, recorded_by=execution.id)
         kwargs = definition.decode_input(execution.input)
         logger.info("execution %s of flow %r resumed", execution.id, definition.name)
-        return (yield from self._record("resume", definition, execution, kwargs))
+        overrides = _stored_overrides(execution)
+        return (yield from self._record("resume", definition, execution, kwargs, overrides))
 
     def _fork(
         self, execution_id: UUID | str, at: str | int, override: Mapping[str, object] | None
@@ -854,6 +856,7 @@ class Loom:
             forked_at=taken,
             labels=parent.labels,
             worker=self.worker_id,
+            overrides=codec.encode(overrides, path="overrides") if overrides else None,
         )
         for decision in list(parent.decisions.values())[:taken]:
             if decision.key not in overrides:
@@ -1064,6 +1067,20 @@ def _fork_point(parent: Execution, at: str | int) -> int:
         f"execution {parent.id} {problem}; fork at one of its decision keys (see `loom "
         f"executions show {parent.id}`) or at a number of decisions from 0 to {len(keys)}"
     )
+
+
+def _stored_overrides(execution: Execution) -> dict[str, msgspec.Raw] | None:
+    """A fork's overrides as its start stored them (None for a run): a map of decision keys
+    to values, or the row was edited."""
+    if execution.overrides is None:
+        return None
+    try:
+        return msgspec.json.decode(execution.overrides, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise LogCorruptError(
+            f"execution {execution.id}'s stored overrides are not a map of decision keys to "
+            f"values ({exc}); run `loom verify`: the row may have been edited"
+        ) from exc
 
 
 def _override_key(key: object) -> str:

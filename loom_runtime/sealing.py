@@ -948,7 +948,7 @@ def _sealed_of_text(text: str) -> Sealed | None:
 
 
 SEALED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    "loom.execution.Created": ("input",),
+    "loom.execution.Created": ("input", "overrides"),
     "loom.execution.DecisionRecorded": ("key", "value", "input", "meta"),
     "loom.execution.DecisionFailed": ("key", "input", "message", "meta"),
     "loom.execution.Reopened": ("dropped",),
@@ -1426,6 +1426,8 @@ class Opener:
         execution.input = msgspec.Raw(
             self._open(envelope.sealed, _aad(stream, 1, _place_of(envelope)))
         )
+        if execution.overrides is not None:  # a fork's, sealed with its start (version 1)
+            execution.overrides = self.raw(execution.overrides, stream, 1, "overrides")
         decisions = execution.decisions
         versions = execution.decision_versions
         # Keys sealed: the two maps are rebuilt under the opened keys, in recorded order.

@@ -257,3 +257,46 @@ def test_tampered_lineage_is_a_corrupt_log(
         )
     with Loom(sqlite_url) as reader, pytest.raises(LogCorruptError):
         reader.execution(fork.execution_id)
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-flow (not an ``Exception``: nothing is recorded)."""
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+def test_a_fork_interrupted_before_its_override_is_asked_still_answers_it_when_resumed(
+    sqlite_url: str, encrypted: bool
+) -> None:
+    """The overrides lived only in the forking process: a fork killed before the flow asked
+    the overridden key was resumed (or recovered) with the key computed live, stored as the
+    fork's own, and nothing said the counterfactual was never applied. They are stored with
+    the fork's start (sealed with its input when the log is encrypted)."""
+    from loom_runtime import MasterKey
+
+    agent = Agent()
+    with Loom(sqlite_url, encryption=MasterKey(b"f" * 32) if encrypted else None) as loom:
+        register(loom, agent)
+        parent = loom.run("incident", question="why is the db slow?")
+        crash = {"now": True}
+        retrieve = agent.retrieve
+
+        def dies_once() -> list[str]:
+            if crash.pop("now", False):
+                raise Crash
+            return retrieve()
+
+        agent.retrieve = dies_once  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            loom.fork(parent.execution_id, at=0, override={"model": "OVERRIDDEN answer"})
+        fork_id = next(
+            e.execution_id for e in loom.executions() if e.execution_id != parent.execution_id
+        )
+        resumed = loom.resume(fork_id)
+        decisions = loom.execution(fork_id).decisions
+        with loom.log.engine.connect() as conn:
+            states = conn.execute(sa.text("SELECT state FROM stored_events")).scalars().all()
+    assert resumed.output["answer"] == "OVERRIDDEN answer"
+    assert decisions["model"].origin == "override"
+    assert agent.calls == {"retrieve": 2, "model": 1}  # the parent's run, the fork's resume
+    held = sum(b"OVERRIDDEN" in bytes(state) for state in states)
+    assert held == (0 if encrypted else 3)  # the fork's start, its decision, its output
