@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, Final, NoReturn, TypeAlias
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -80,7 +80,15 @@ def encode_entries(entries: Sequence[MemoryEntry]) -> list[bytes]:
         )
     for index, entry in enumerate(entries):
         _check_entry(entry, f"entries[{index}]")
-    return [_encoder.encode(entry) for entry in entries]
+    encoded = [_encoder.encode(entry) for entry in entries]
+    for index, data in enumerate(encoded):
+        if len(data) > MAX_ENTRY_BYTES:
+            raise EntryNotSerialisableError(
+                f"entries[{index}] is {len(data):,} bytes encoded, over {MAX_ENTRY_BYTES:,} "
+                "bytes (loom_memory.entry.MAX_ENTRY_BYTES); split it; nothing was written",
+                path=f"entries[{index}]",
+            )
+    return encoded
 
 
 def decode_entry(data: bytes | str) -> MemoryEntry:
@@ -121,7 +129,7 @@ def _check_entry(entry: object, path: str) -> None:
         if value is not UNSET and not isinstance(value, str):
             _refuse(f"{path}.{name}", value, "a str or absent")
         if isinstance(value, str):
-            _check_text(value, f"{path}.{name}")
+            _check_text(value, f"{path}.{name}", identifier=name == "id")
     if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
         _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
     deep = too_deep(entry.content, limit=MAX_DATA_DEPTH)
@@ -134,12 +142,36 @@ def _check_entry(entry: object, path: str) -> None:
     _check_content(entry.content, f"{path}.content")
 
 
-def _check_text(text: str, path: str) -> None:
+MAX_KEY_BYTES: Final = 1024
+"""The longest key or entry id, in bytes of UTF-8, on every backend. PostgreSQL's index rows
+(key and sequence, key and entry id) hold at most 2,704 bytes: a longer key the log took
+could not be projected there, and the event, in the append-only log, blocked the memory for
+good. Refused before anything is written, on every backend alike."""
+
+
+def identifier_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a key or an entry id on every backend, or None when it can."""
     problem = text_problem(text)
+    if problem is None and len(text) * 4 > MAX_KEY_BYTES:  # at most 4 bytes a letter
+        size = len(text.encode("utf-8"))
+        if size > MAX_KEY_BYTES:
+            problem = f"is {size:,} bytes of UTF-8, over {MAX_KEY_BYTES:,} bytes"
+    return problem
+
+
+MAX_ENTRY_BYTES: Final = 256 * 1024
+"""The largest entry, encoded, on every backend. PostgreSQL's search vector holds at most 1 MB:
+1.3 MB of distinct words could not be projected there, with the same permanent block as an
+over-long key. An entry of this size in distinct short words (the densest vector) fits."""
+
+
+def _check_text(text: str, path: str, *, identifier: bool = False) -> None:
+    problem = text_problem(text)
+    fix = "remove it from the text"
+    if problem is None and identifier:
+        problem, fix = identifier_problem(text), "shorten it"
     if problem is not None:
-        raise EntryNotSerialisableError(
-            f"{path} {problem}; remove it from the text; nothing was written", path=path
-        )
+        raise EntryNotSerialisableError(f"{path} {problem}; {fix}; nothing was written", path=path)
 
 
 def _check_content(value: object, path: str) -> None:

@@ -34,8 +34,10 @@ class InvalidKeyError(InvalidArgumentError, TypeError):
     would alias, and a NUL or lone surrogate cannot be stored by every backend."""
 
     def __init__(self, key: object, *, problem: str | None = None) -> None:
+        shown = f"{key[:60]!r}..." if isinstance(key, str) and len(key) > 60 else repr(key)
         super().__init__(
-            f"memory key {key!r} {problem}: use a key of valid text without NUL"
+            f"memory key {shown} {problem}: use a key of valid text without NUL, of at most "
+            "1,024 bytes"
             if problem is not None
             else f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
             parameter="key",

@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loom_memory.entry import MemoryEntry
+from loom_memory.entry import MemoryEntry, identifier_problem
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import PLAIN, Tokenizer
-from loom_runtime import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
 """How many hits :meth:`SupportsSearch.search` returns when the caller does not say."""
@@ -154,7 +153,7 @@ def check_key(key: object) -> str:
     """Return ``key`` if it is a ``str`` of storable text, else raise :class:`InvalidKeyError`."""
     if not isinstance(key, str):
         raise InvalidKeyError(key)
-    problem = text_problem(key)
+    problem = identifier_problem(key)
     if problem is not None:
         raise InvalidKeyError(key, problem=problem)
     return key
@@ -173,9 +172,10 @@ def check_ids(ids: Iterable[str]) -> frozenset[str]:
                 f"ids must all be str, got {type(entry_id).__name__} {entry_id!r}",
                 parameter="ids",
             )
-        problem = text_problem(entry_id)
+        problem = identifier_problem(entry_id)
         if problem is not None:
-            raise InvalidArgumentError(f"id {entry_id!r} {problem}", parameter="ids")
+            shown = entry_id if len(entry_id) <= 60 else f"{entry_id[:60]}..."
+            raise InvalidArgumentError(f"id {shown!r} {problem}", parameter="ids")
     return frozenset(given)
 
 

@@ -504,3 +504,57 @@ def test_sql_rows_are_projected_into_the_log_database(tmp_path: Path) -> None:
         with loom.log.engine.connect() as conn:
             count = conn.execute(text("SELECT count(*) FROM loom_memory_entries")).scalar_one()
         assert count == 1
+
+
+def test_the_longest_key_and_id_are_stored_and_a_longer_one_is_refused_before_the_log(
+    open_memory: Opener, loom: Loom
+) -> None:
+    """Nothing bounded a key or an entry id: the log took a 4,000-character key, then
+    PostgreSQL's index refused its row ("index row size 4024 exceeds btree maximum 2704"), and
+    the event stayed in the append-only log: every later write to any key, and every opening
+    of the memory, failed for good. Both are at most MAX_KEY_BYTES of UTF-8 on every backend;
+    the longest (in four-byte letters) is stored and read back, one more is refused typed,
+    nothing is written, and the memory stays writable."""
+    from loom_memory.entry import MAX_KEY_BYTES
+
+    memory = open_memory()
+    longest = "\U0001d11e" * (MAX_KEY_BYTES // 4)
+    memory.append(longest, [MemoryEntry(id=longest, content="fits")])
+    assert [e.id for e in memory.read(longest)] == [longest]
+    position = loom.log.position
+    for write, error in (
+        (lambda: memory.append(longest + "k", [entry("x")]), InvalidKeyError),
+        (
+            lambda: memory.append("k", [MemoryEntry(id=longest + "i", content="x")]),
+            EntryNotSerialisableError,
+        ),
+        (lambda: memory.remove("k", [longest + "i"]), InvalidArgumentError),
+    ):
+        with pytest.raises(error, match=f"over {MAX_KEY_BYTES:,} bytes"):
+            write()
+    assert loom.log.position == position
+    memory.append("after", [entry("still writable")])
+    assert [e.content for e in memory.read("after")] == ["still writable"]
+
+
+def test_the_largest_entry_is_stored_and_a_larger_one_is_refused_before_the_log(
+    open_memory: Opener, loom: Loom
+) -> None:
+    """1.3 MB of distinct words made a PostgreSQL search vector over its 1 MB limit, with the
+    same permanent block. An entry is at most MAX_ENTRY_BYTES encoded on every backend: the
+    largest, of distinct short words (the densest search vector), is stored and found."""
+    from loom_memory.entry import MAX_ENTRY_BYTES
+
+    memory = open_memory()
+    words, size, number = [], 0, 0
+    while size < MAX_ENTRY_BYTES - 200:
+        word = f"w{number:x}"
+        words.append(word)
+        size += len(word) + 1
+        number += 1
+    memory.append("big", [MemoryEntry(id="big", content=" ".join(words))])
+    assert [e.id for e in memory.search("big", words[-1])] == ["big"]
+    position = loom.log.position
+    with pytest.raises(EntryNotSerialisableError, match=f"over {MAX_ENTRY_BYTES:,} bytes"):
+        memory.append("big", [MemoryEntry(content="x" * MAX_ENTRY_BYTES)])
+    assert loom.log.position == position
