@@ -55,7 +55,15 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
-from loom_runtime import LogEvent, Loom, catch_up, hold_in_process, keyring_for, rebuild
+from loom_runtime import (
+    LogEvent,
+    Loom,
+    catch_up,
+    hold_in_process,
+    keyring_for,
+    rebuild,
+    tracked_names,
+)
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
@@ -97,6 +105,7 @@ class EventSourcedMemory:
                     "engine: construct it with loom.log.engine so its rows and the projection's "
                     "position commit in one transaction"
                 )
+            _refuse_a_shared_table(store, name)
             self._store = store
             self._projection = SqlMemoryProjection(store, memory=name)
         else:
@@ -234,3 +243,20 @@ logger = logging.getLogger("loom.memory")
 def _raw_entries(entries: Sequence[MemoryEntry]) -> list[msgspec.Raw]:
     """Validate and encode ``entries`` before anything reaches the log."""
     return [msgspec.Raw(data) for data in encode_entries(entries)]
+
+
+def _refuse_a_shared_table(store: SqlMemoryStore, name: str) -> None:
+    """Refuse a memory whose store's tables another memory's projection already fills.
+
+    Rows carry no memory name: two memories on one table prefix read each other's keys, and
+    a rebuild of one deletes the other's rows while the other's position stays at the head.
+    The projections' tracking rows (``loom_memory:NAME:PREFIX``) say who holds a prefix."""
+    own = f"loom_memory:{name}:{store.table_prefix}"
+    for tracked in tracked_names(store.engine):
+        package, _, rest = tracked.partition(":")
+        other, _, prefix = rest.rpartition(":")
+        if package == "loom_memory" and prefix == store.table_prefix and tracked != own:
+            raise StoreConfigurationError(
+                f"the tables of prefix {prefix!r} already hold memory {other!r}; memory "
+                f"{name!r} needs tables of its own: give its store another table_prefix"
+            )

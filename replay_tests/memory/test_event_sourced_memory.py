@@ -558,3 +558,22 @@ def test_the_largest_entry_is_stored_and_a_larger_one_is_refused_before_the_log(
     with pytest.raises(EntryNotSerialisableError, match=f"over {MAX_ENTRY_BYTES:,} bytes"):
         memory.append("big", [MemoryEntry(content="x" * MAX_ENTRY_BYTES)])
     assert loom.log.position == position
+
+
+def test_a_second_memory_on_a_table_another_memory_holds_is_refused(tmp_path: Path) -> None:
+    """Two memory names on one table prefix read each other's keys (rows carry no memory
+    name), and a rebuild of one deleted the other's rows while its position stayed at the
+    head. The second name is refused, naming the first and the way out; the same name opens
+    again, and a prefix of its own works."""
+    with _loom("sqlite", tmp_path) as loom:
+        engine = loom.log.engine
+        alice = EventSourcedMemory(loom, store=SqliteMemoryStore(engine), name="alice")
+        alice.append("k", [entry("alice's note")])
+        with pytest.raises(StoreConfigurationError, match=r"'alice'.*table_prefix"):
+            EventSourcedMemory(loom, store=SqliteMemoryStore(engine), name="bob")
+        again = EventSourcedMemory(loom, store=SqliteMemoryStore(engine), name="alice")
+        assert [e.content for e in again.read("k")] == ["alice's note"]
+        bob = EventSourcedMemory(
+            loom, store=SqliteMemoryStore(engine, table_prefix="bob_"), name="bob"
+        )
+        assert bob.read("k") == []
