@@ -246,6 +246,7 @@ def open_each(
 _held_in_process: weakref.WeakKeyDictionary[Engine, weakref.WeakSet[Any]] = (
     weakref.WeakKeyDictionary()
 )
+_held_lock = threading.Lock()  # a memory made on one thread while another thread erases
 
 
 def hold_in_process(log: EventLog, projection: TrackedProjection) -> None:
@@ -256,12 +257,14 @@ def hold_in_process(log: EventLog, projection: TrackedProjection) -> None:
     an erasure through ``log`` catches it up by this note (:func:`held_in_process`). Without
     it the erased subject's clear text stayed readable in this process until the store's
     next write, and a flow recalling it recorded it again, under a live key."""
-    _held_in_process.setdefault(log.engine, weakref.WeakSet()).add(projection)
+    with _held_lock:
+        _held_in_process.setdefault(log.engine, weakref.WeakSet()).add(projection)
 
 
 def held_in_process(log: EventLog) -> list[TrackedProjection]:
     """The in-process read models :func:`hold_in_process` noted over ``log``, still alive."""
-    return list(_held_in_process.get(log.engine, ()))
+    with _held_lock:
+        return list(_held_in_process.get(log.engine, ()))
 
 
 def tracked_names(engine: Engine) -> list[str]:
