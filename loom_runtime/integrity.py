@@ -222,12 +222,25 @@ def verify_rows(
     anchor: Anchor | None,
     *,
     upto: int = 0,
+    lowest: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
     """Check raw event rows ``(id, originator_id, version, topic, state)`` against raw chain
     rows ``(id, originator_id, version, stream_hash, global_hash)``, both in id order: what a
     log's :meth:`~loom_runtime.log.EventLog.verify` feeds from its two tables, up to ``upto``
-    (the head it reads to, and the total :func:`verify_log`'s ``progress`` is given)."""
+    (the head it reads to, and the total :func:`verify_log`'s ``progress`` is given).
+
+    ``lowest`` is the lowest id in either table. Positions start at 1 and the rows fed start
+    after 0: a row below 1 was never checked while every read of its stream saw it (a forged
+    event under a clean verify), so one is reported inserted, at its position, first."""
+    if lowest < 1:
+        return VerifyReport(
+            checked=0,
+            problem=Tampering.INSERTED,
+            position=lowest,
+            detail="a row stored below position 1, where no recorder writes: every read of "
+            "its stream sees it",
+        )
     reported = -1  # an empty log still reports (0, 0): done
 
     def reached(position: int) -> None:
@@ -298,6 +311,13 @@ def _walk(
                 position,
                 f"the event's stream id is stored as {event.originator_id!r}, a spelling no "
                 "recorder writes: every read of its stream misses it",
+            )
+        if not _spelt_as_written(link.originator_id, originator):
+            return bad(
+                Tampering.ALTERED,
+                position,
+                f"the chain row's stream id is stored as {link.originator_id!r}, a spelling "
+                "no recorder writes: the next append to its stream would chain to another head",
             )
         expected = stream_link(
             streams.get(originator, GENESIS),

@@ -463,12 +463,13 @@ class EventsourcingLog:
             )
         with recorder.reading() as cursor:
             chain = recorder.chain
-            upto = chain.bound(cursor)
+            lowest, upto = chain.bounds(cursor)
             return verify_rows(
                 chain.events(cursor, upto),
                 chain.links(cursor, upto),
                 anchor,
                 upto=upto,
+                lowest=lowest,
                 progress=progress,
             )
 

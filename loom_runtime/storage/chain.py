@@ -58,7 +58,9 @@ class ChainTable:
         self._insert = f"INSERT INTO {chain_table} VALUES ({p}, {p}, {p}, {p}, {p})"
         self._bounds = (
             f"SELECT (SELECT MAX({event_id}) FROM {events_table}) AS last_event, "
-            f"(SELECT MAX(notification_id) FROM {chain_table}) AS last_link"
+            f"(SELECT MAX(notification_id) FROM {chain_table}) AS last_link, "
+            f"(SELECT MIN({event_id}) FROM {events_table}) AS first_event, "
+            f"(SELECT MIN(notification_id) FROM {chain_table}) AS first_link"
         )
         self._events_page = (
             f"SELECT {event_id}, originator_id, originator_version, topic, state "
@@ -155,11 +157,14 @@ class ChainTable:
         found = [GENESIS if value is None else bytes(value) for value in _values(cursor.fetchone())]
         return found[0], dict(zip(originators, found[1:], strict=True))
 
-    def bound(self, cursor: Any) -> int:
-        """The highest id in either table: the walk stops there, so later appends don't count."""
+    def bounds(self, cursor: Any) -> tuple[int, int]:
+        """The lowest and the highest id in either table (1 and 0 when both are empty). The
+        walk stops at the highest, so later appends don't count; it starts after 0, so a row
+        below 1 (where no recorder writes) is found by the lowest."""
         cursor.execute(self._bounds)
-        events, links = _values(cursor.fetchone())
-        return max(events or 0, links or 0)
+        last_event, last_link, first_event, first_link = _values(cursor.fetchone())
+        lowest = min(1 if first is None else first for first in (first_event, first_link))
+        return lowest, max(last_event or 0, last_link or 0)
 
     def events(self, cursor: Any, upto: int) -> Iterator[tuple[Any, ...]]:
         """Raw event rows ``(id, originator_id, version, topic, state)`` in id order."""

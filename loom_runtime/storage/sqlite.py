@@ -263,10 +263,11 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         An append alone in its group (every append of a lone flow) needs no savepoint: a
         conflict escapes the transaction, which rolls back only that append, and the group
         commit raises it in its one caller. In a larger group each append has its own
-        savepoint, so a conflict (or a precondition that does not hold) undoes only that
-        append's rows, and the chain heads are read afresh after one. The heads this recorder
-        left are kept only once the transaction has committed: they are forgotten when it does
-        not (:class:`~loom_runtime.storage.chain.KnownHeads`).
+        savepoint, so a conflict (or a precondition that does not hold, or a value the driver
+        cannot bind) undoes only that append's rows, and the chain heads are read afresh after
+        one; an error of the transaction itself (disk full, I/O) fails the group. The heads
+        this recorder left are kept only once the transaction has committed: they are
+        forgotten when it does not (:class:`~loom_runtime.storage.chain.KnownHeads`).
         """
         known: KnownHeads | None = self.known
         try:
@@ -278,11 +279,16 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
                         c.execute("SAVEPOINT loom_append")
                         try:
                             append.result = self._append(c, append.work, known)
-                        except (sqlite3.IntegrityError, PreconditionFailed) as exc:
+                        except Exception as exc:
+                            conflict = isinstance(exc, sqlite3.IntegrityError)
+                            if not conflict and isinstance(
+                                exc, sqlite3.DatabaseError | MemoryError
+                            ):
+                                raise  # the transaction's own (disk full, I/O): the group's
+                            # This append's own (a conflict, a precondition, a value the driver
+                            # cannot bind): only its rows are undone, only its caller fails.
                             c.execute("ROLLBACK TO loom_append")
-                            append.error = (
-                                exc if isinstance(exc, PreconditionFailed) else IntegrityError(exc)
-                            )
+                            append.error = IntegrityError(exc) if conflict else exc
                             known = None  # what it left is unknown: the rest read the table
                         c.execute("RELEASE loom_append")
         except BaseException:

@@ -163,6 +163,32 @@ def test_a_conflict_in_the_group_fails_only_its_own_caller(sqlite_log: Eventsour
     assert sqlite_log.verify().ok
 
 
+def test_an_append_the_driver_refuses_fails_only_its_own_caller(
+    sqlite_log: EventsourcingLog,
+) -> None:
+    """A value the driver cannot bind (a version past SQLite's integers) is that caller's
+    problem, as a conflict is: it failed every append of its group (ADR 0036 says one
+    caller's failure is its own), where alone each of them is stored."""
+    gate = Gate(_recorder(sqlite_log))
+    leader = _hold_first_commit(sqlite_log, gate)
+    before, after = uuid.uuid4(), uuid.uuid4()
+    group = [
+        Appender(sqlite_log, _rows(before, range(1, 2))),
+        Appender(sqlite_log, _rows(uuid.uuid4(), range(2**63, 2**63 + 1))),
+        Appender(sqlite_log, _rows(after, range(1, 2))),
+    ]
+    for appender in group:
+        appender.start()
+    gate.wait_until_queued(len(group))
+    gate.release.set()
+    for appender in [leader, *group]:
+        appender.join(WAIT_S)
+    assert isinstance(group[1].error, OverflowError)
+    assert group[0].error is None and group[2].error is None
+    assert (_visible(sqlite_log, before), _visible(sqlite_log, after)) == (1, 1)
+    assert sqlite_log.verify().ok
+
+
 def test_a_failed_group_commit_fails_every_member_and_stores_none(
     sqlite_log: EventsourcingLog,
 ) -> None:

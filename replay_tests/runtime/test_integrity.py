@@ -217,6 +217,52 @@ def test_an_inserted_event_is_located(db_url: str, loom: Loom) -> None:
     assert (report.problem, report.position) == (Tampering.INSERTED, position + 1)
 
 
+@pytest.mark.parametrize("position", [0, -1])
+@pytest.mark.parametrize("table", ["events", "chain"])
+def test_a_row_stored_below_position_one_is_reported_inserted(
+    db_url: str, loom: Loom, position: int, table: str
+) -> None:
+    """The walk began after position 0, so a row stored at 0 or below was never checked,
+    while every read of its stream saw it: a forged decision appended to an execution under a
+    clean verify (an anchor's head unchanged too). Positions start at 1; anything below is
+    reported inserted, in either table."""
+    _record(loom, 2)
+    db = Database(db_url)
+    anchor = verify_log(loom.log).head
+    if table == "events":
+        [(stream, version, topic, state)] = db.sql(
+            "SELECT originator_id, originator_version, topic, state FROM {events} WHERE {id} = 2"
+        )
+        db.sql(
+            "INSERT INTO {events} ({id}, originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, ?, ?, ?)",
+            position,
+            stream,
+            version + 100,
+            topic,
+            state,
+        )
+    else:
+        [row] = db.sql("SELECT * FROM loom_chain WHERE notification_id = 2")
+        db.sql("INSERT INTO loom_chain VALUES (?, ?, ?, ?, ?)", position, *row[1:])
+    for report in (verify_log(loom.log), verify_log(loom.log, anchor=anchor)):
+        assert (report.problem, report.position) == (Tampering.INSERTED, position)
+
+
+def test_a_chain_row_respelt_is_reported(db_url: str, loom: Loom) -> None:
+    """A chain row's stream id rewritten in another spelling of the same UUID (capitals)
+    passed: the walk compared spellings as one. The writer reads a stream's head by its exact
+    spelling, so the next append linked to the wrong one and verify then blamed that genuine
+    event. Reported at the edited row, as an event row respelt is."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL stores a uuid, which has one spelling")
+    _record(loom, 2)
+    db = Database(db_url)
+    db.sql("UPDATE loom_chain SET originator_id = upper(originator_id) WHERE notification_id = 2")
+    report = verify_log(loom.log)
+    assert (report.problem, report.position) == (Tampering.ALTERED, 2)
+
+
 def test_a_deleted_chain_row_is_located(db_url: str, loom: Loom) -> None:
     """An event whose chain row is gone is unvouched for, at its position."""
     _record(loom, 2)

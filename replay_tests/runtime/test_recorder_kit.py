@@ -50,9 +50,12 @@ class _Chained:
     def tearDown(self) -> None:
         for recorder in self.recorders:
             with recorder.reading() as cursor:
-                upto = recorder.chain.bound(cursor)
+                lowest, upto = recorder.chain.bounds(cursor)
                 report = verify_rows(
-                    recorder.chain.events(cursor, upto), recorder.chain.links(cursor, upto), None
+                    recorder.chain.events(cursor, upto),
+                    recorder.chain.links(cursor, upto),
+                    None,
+                    lowest=lowest,
                 )
             assert report.ok, report
 
