@@ -34,7 +34,13 @@ class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):
 
 def check_citations(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -> CitationCheck:
     """Split ``cited_doc_ids`` (deduplicated, first occurrence kept) into grounded and not."""
-    shown = tuple(dict.fromkeys(passage.doc_id for passage in passages))
+    return citations_against(cited_doc_ids, (passage.doc_id for passage in passages))
+
+
+def citations_against(cited_doc_ids: Iterable[str], shown_doc_ids: Iterable[str]) -> CitationCheck:
+    """:func:`check_citations` against the ids of the documents shown (an audit reads them
+    from a recorded request's provenance, not from passages)."""
+    shown = tuple(dict.fromkeys(shown_doc_ids))
     shown_set = set(shown)
     cited = dict.fromkeys(cited_doc_ids)
     return CitationCheck(

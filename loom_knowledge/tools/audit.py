@@ -20,7 +20,7 @@ import msgspec
 
 from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_knowledge.corpus.knowledge_base import corpus_index
-from loom_knowledge.domain.citations import CitationCheck, check_citations
+from loom_knowledge.domain.citations import CitationCheck, citations_against
 from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer
@@ -143,9 +143,9 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             retrievals.append(_retrieval(loom, index, decision, *found))
         elif decision.kind != "model":
             others.append(_generic(decision))
-    shown = [p for r in retrievals for p in r.passages]
+    retrieved = [p.doc_id for r in retrievals for p in r.passages]
     model_calls = [
-        _model_call(decision, shown)
+        _model_call(decision, retrieved)
         for decision in execution.decisions.values()
         if decision.kind == "model"
     ]
@@ -252,16 +252,23 @@ def _retrieval(
     )
 
 
-def _model_call(decision: Decision, shown: list[AuditedPassage]) -> AuditedModelCall:
+def _model_call(decision: Decision, retrieved: list[str]) -> AuditedModelCall:
+    """One model call, its citations checked against the documents ITS request carried (by
+    their provenance): a citation of a document another call of the execution was shown, or
+    one of another scope with the same id, is ungrounded here, as the live check found it.
+    A request that is no grounded request (a model call of the flow's own making) is checked
+    against every document the execution retrieved, the only record of what it could show."""
     raw_input, raw_value = decision.input, decision.value
     request = _try_decode(raw_input, GroundedRequest)
     answer = _try_decode(raw_value, Answer)
     citations = None
     if answer is not None:
-        shown_passages = [
-            Passage(doc_id=p.doc_id, index=p.index, text=p.text, revision=p.revision) for p in shown
-        ]
-        citations = check_citations(answer.cited_doc_ids, shown_passages)
+        shown = (
+            retrieved
+            if request is None
+            else [m.provenance.doc_id for m in request.messages if m.provenance is not None]
+        )
+        citations = citations_against(answer.cited_doc_ids, shown)
     return AuditedModelCall(
         key=decision.key,
         request=request,

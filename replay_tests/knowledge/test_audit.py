@@ -237,3 +237,52 @@ def test_a_plain_decision_shows_what_it_was_asked_and_a_flow_without_a_corpus_sa
     assert "corpus" not in text and "started after log position" in text
     page = render_html(report)
     assert "Route this ticket." in page and "kind None" not in page and "corpus" not in page
+
+
+class _CitesX:
+    """A model that cites document ``x`` whatever it is shown."""
+
+    def answer(self, request: Any) -> Answer:
+        return Answer(text="rotate the logs", cited_doc_ids=("x",))
+
+
+@pytest.mark.parametrize("second_scope", ["runbooks", "wiki"])
+def test_a_citation_is_grounded_only_by_its_own_call_s_passages(
+    db_url: str, second_scope: str
+) -> None:
+    """The audit checked every model call's citations against every passage retrieved in the
+    execution: a second call, shown only ``y``, citing ``x`` (shown to the first call, or
+    found in another scope) was "all grounded", exit 0, where the live check had flagged it.
+    Each call is checked against the passages its own recorded request carries."""
+    with Loom(db_url) as loom:
+        first = open_knowledge_base(loom, "runbooks")
+        first.sync([Doc(id="x", text="Disk full: rotate the logs.")])
+        second = open_knowledge_base(loom, second_scope)
+        second.sync(
+            [
+                *([Doc(id="x", text="Disk full: rotate the logs.")] * (second_scope == "runbooks")),
+                Doc(id="y", text="DNS down: check the resolver."),
+            ]
+        )
+
+        @loom.flow("two-questions")
+        def two_questions(ctx: FlowContext) -> list[str]:
+            answer_from_corpus(
+                first, "disk full", decide=ctx.decide, model=ExtractiveModel(), limit=1
+            )
+            live = answer_from_corpus(
+                second, "dns resolver", decide=ctx.decide, model=_CitesX(), limit=1
+            )
+            return list(live.citations.ungrounded)
+
+        run = loom.run("two-questions")
+        assert run.output == ["x"]  # the live check flagged it
+        report = audit(loom, run.execution_id)
+        first_call, second_call = report.model_calls
+        assert first_call.citations is not None and first_call.citations.ok
+        assert second_call.citations is not None
+        assert second_call.citations.ungrounded == ("x",)
+        assert second_call.citations.shown == ("y",)
+        result = CliRunner().invoke(app, ["audit", str(run.execution_id), "--db", db_url])
+    assert result.exit_code == 1, result.output
+    assert "UNGROUNDED" in result.output
