@@ -12,6 +12,8 @@ audit of an execution is the same tomorrow, whatever happens to the corpus.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -72,6 +74,9 @@ class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
     """What was measured while calling (model, latency_ms, usage, attempts), as recorded."""
     error: str | None = None
     """What the call raised, when its last attempt failed."""
+    erased: dict[int, int] = msgspec.field(default_factory=dict)
+    """The request's messages whose document was erased since (ADR 0055): each one's index,
+    and the position of the forget event. Their content is blank here, as in ``raw_input``."""
 
 
 class AuditedDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,8 +149,9 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
         elif decision.kind != "model":
             others.append(_generic(decision))
     retrieved = [p.doc_id for r in retrievals for p in r.passages]
+    erasures = functools.cache(index.erasures)
     model_calls = [
-        _model_call(decision, retrieved)
+        _model_call(decision, retrieved, erasures)
         for decision in execution.decisions.values()
         if decision.kind == "model"
     ]
@@ -252,15 +258,34 @@ def _retrieval(
     )
 
 
-def _model_call(decision: Decision, retrieved: list[str]) -> AuditedModelCall:
+def _model_call(
+    decision: Decision, retrieved: list[str], erasures: Callable[[str], dict[str, int]]
+) -> AuditedModelCall:
     """One model call, its citations checked against the documents ITS request carried (by
     their provenance): a citation of a document another call of the execution was shown, or
     one of another scope with the same id, is ungrounded here, as the live check found it.
     A request that is no grounded request (a model call of the flow's own making) is checked
-    against every document the execution retrieved, the only record of what it could show."""
+    against every document the execution retrieved, the only record of what it could show.
+
+    A passage of a document erased since shows no text (the retrieval rows show none either):
+    its message is blanked, in the request and in ``raw_input`` rebuilt from it."""
     raw_input, raw_value = decision.input, decision.value
     request = _try_decode(raw_input, GroundedRequest)
     answer = _try_decode(raw_value, Answer)
+    erased: dict[int, int] = {}
+    if request is not None:
+        for number, message in enumerate(request.messages):
+            where = message.provenance
+            if where is not None and where.doc_id in (gone := erasures(where.scope)):
+                erased[number] = gone[where.doc_id]
+    if erased:
+        assert request is not None
+        messages = tuple(
+            msgspec.structs.replace(message, content="") if number in erased else message
+            for number, message in enumerate(request.messages)
+        )
+        request = msgspec.structs.replace(request, messages=messages)
+        raw_input = msgspec.Raw(msgspec.json.encode(request))
     citations = None
     if answer is not None:
         shown = (
@@ -279,6 +304,7 @@ def _model_call(decision: Decision, retrieved: list[str]) -> AuditedModelCall:
         origin=decision.origin,
         meta=_meta(decision),
         error=_error(decision),
+        erased=erased,
     )
 
 

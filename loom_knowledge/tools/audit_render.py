@@ -50,9 +50,12 @@ def render_text(report: Audit) -> str:
         if call.error is not None:
             lines.append(f"  raised {call.error}")
         if call.request is not None:
-            for message in call.request.messages:
+            for number, message in enumerate(call.request.messages):
                 label = message.provenance.label if message.provenance else ""
-                lines.append(f"  {message.role:>6} {label:<40} {flat(message.content, 60)}")
+                shown = flat(message.content, 60)
+                if number in call.erased:
+                    shown = f"erased (position {call.erased[number]})"
+                lines.append(f"  {message.role:>6} {label:<40} {shown}")
         if call.answer is not None:
             lines.append(f"  answer: {flat(call.answer.text, 100)}")
         if call.citations is not None:
@@ -214,15 +217,19 @@ def _model_card(call: AuditedModelCall) -> str:
         body.append(f"<p><b>Raised:</b> {_h(call.error)}</p>")
     if call.request is None:
         body.append(f"<pre>{_h(call.raw_input)}</pre>")
-    for message in call.request.messages if call.request is not None else ():
+    for number, message in enumerate(call.request.messages if call.request is not None else ()):
         label = (
             f"<span class='prov'>{_h(message.provenance.label)}</span>"
             if message.provenance
             else ""
         )
+        content = (
+            _badge(f"erased (position {call.erased[number]})", "erased")
+            if number in call.erased
+            else f"<pre>{_h(message.content)}</pre>"
+        )
         body.append(
-            f"<div class='msg'><span class='role'>{_h(message.role)}</span>{label}"
-            f"<pre>{_h(message.content)}</pre></div>"
+            f"<div class='msg'><span class='role'>{_h(message.role)}</span>{label}{content}</div>"
         )
     if call.answer is not None:
         body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")

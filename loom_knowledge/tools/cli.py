@@ -362,16 +362,20 @@ def as_of_command(
             view = _existing_scope(loom, scope).as_of(moment)
             found = view.retrieve(query, limit=limit) if query is not None else None
             records = view.list_docs()
+            erased = view.erased()  # their passages show in no view: said, not left out
         except (LoomError, ValueError) as exc:
             fail(str(exc), code=ExitCode.USAGE)
     if found is not None:
-        _print_passages(found, as_json=as_json, position=view.position)
+        _print_passages(found, as_json=as_json, position=view.position, erased=erased)
     elif as_json:
-        print_json({"scope": scope, "position": view.position, "documents": records})
+        print_json(
+            {"scope": scope, "position": view.position, "documents": records, "erased": erased}
+        )
     else:
         console.print(inert(f"scope {scope} as of log position {view.position}"))
         for record in records:
-            console.print(inert(f"  {identifier(record.id)} r{record.revision}"))
+            gone = f"  erased at {erased[record.id]}" if record.id in erased else ""
+            console.print(inert(f"  {identifier(record.id)} r{record.revision}{gone}"))
         if not records:
             console.print("  no documents at that point")
 
@@ -448,14 +452,33 @@ def _print_sync(result: SyncResult, *, applied: bool, verbose: bool) -> None:
             console.print(inert(f"  {label:<6} {identifier(doc_id)}"))
 
 
-def _print_passages(passages: list[Passage], *, as_json: bool, position: int | None = None) -> None:
+def _print_passages(
+    passages: list[Passage],
+    *,
+    as_json: bool,
+    position: int | None = None,
+    erased: dict[str, int] | None = None,
+) -> None:
     """One line per passage: its id, revision and the start of its text, all inert; or, with
-    --json, ``{"recorded": false, "position": ..., "passages": [...]}`` with every text whole."""
+    --json, ``{"recorded": false, "position": ..., "passages": [...]}`` with every text whole.
+
+    ``erased`` (an as-of view's): the scope's documents erased, which no search returns; said
+    on stderr (and as ``"erased"`` in the JSON), or "no passage matches" would read as a
+    corpus that held nothing relevant."""
     from loom_knowledge.tools.audit_render import flat
 
     if as_json:
-        print_json({"recorded": False, "position": position, "passages": passages})
+        shown: dict[str, object] = {"recorded": False, "position": position, "passages": passages}
+        print_json(shown if erased is None else {**shown, "erased": erased})
         return
+    if erased:
+        named = ", ".join(
+            f"{identifier(doc_id)} (at {at})" for doc_id, at in sorted(erased.items())
+        )
+        err_console.print(
+            inert(f"note: erased documents of this scope show in no search: {named}"),
+            soft_wrap=True,
+        )
     err_console.print(
         "[yellow]this search was not recorded[/yellow] (it is not part of any execution)"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,81 @@ def test_a_citation_is_grounded_only_by_its_own_call_s_passages(
         result = CliRunner().invoke(app, ["audit", str(run.execution_id), "--db", db_url])
     assert result.exit_code == 1, result.output
     assert "UNGROUNDED" in result.output
+
+
+class _PointsTo:
+    """Answers by pointing at the documents shown, without quoting them."""
+
+    def answer(self, request: Any) -> Answer:
+        cited = tuple(m.provenance.doc_id for m in request.messages if m.provenance is not None)
+        return Answer(text="see the cited documents", cited_doc_ids=cited)
+
+
+def test_an_erased_document_s_text_is_not_in_the_audit_s_model_calls(tmp_path: Path) -> None:
+    """The retrieval rows said "erased" with no text; the model call beside them printed the
+    same passage in full from its recorded request, in text, JSON and HTML. Its message shows
+    no text, and the position of the forget event, in every rendering."""
+    from loom_runtime import MasterKey
+
+    secret = "SECRET-STREET-42"
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    key = MasterKey(b"a" * 32)
+    with Loom(url, encryption=key) as loom:
+        kb = open_knowledge_base(loom, "hb")
+        kb.sync(
+            [
+                Doc(id="people/alice", text=f"Alice lives at {secret}."),
+                Doc(id="ops/backups", text="Backups of Alice's team run nightly."),
+            ]
+        )
+
+        @loom.flow("ask")
+        def ask(ctx: FlowContext) -> str:
+            return answer_from_corpus(kb, "Alice", decide=ctx.decide, model=_PointsTo()).answer.text
+
+        run = loom.run("ask")
+        erased_at = loom.erase(document="hb:people/alice", reason="request", by="dpo").position
+        report = audit(loom, run.execution_id)
+        [call] = report.model_calls
+        renderings = {
+            "text": render_text(report),
+            "json": msgspec.json.encode(report).decode(),
+            "html": render_html(report),
+        }
+    for name, rendered in renderings.items():
+        assert secret not in rendered, name
+    for name in ("text", "html"):
+        assert f"erased (position {erased_at})" in renderings[name], name
+    [(number, position)] = call.erased.items()
+    assert call.request is not None and position == erased_at
+    assert call.request.messages[number].content == ""
+    assert "Backups of Alice's team" in renderings["json"]  # the control: kept text stays
+    assert call.citations is not None and call.citations.ok
+
+
+def test_knowledge_as_of_says_which_documents_were_erased(tmp_path: Path) -> None:
+    """`loom knowledge as-of` before an erasure listed the document like any other, and a
+    search of it said "no passage matches": an auditor read that the corpus held nothing
+    relevant. The listing, the search and both JSON forms say "erased at P" (ADR 0055)."""
+    from loom_runtime import MasterKey
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    key = b"b" * 32
+    encoded = base64.urlsafe_b64encode(key).decode()
+    with Loom(url, encryption=MasterKey(key)) as loom:
+        kb = open_knowledge_base(loom, "hb")
+        kb.sync([Doc(id="people/alice", text="Alice lives far."), Doc(id="ops/b", text="Backups.")])
+        before = loom.log.position
+        erased_at = loom.erase(document="hb:people/alice", reason="request", by="dpo").position
+    runner = CliRunner(env={"LOOM_MASTER_KEY": encoded})
+    common = ["knowledge", "as-of", str(before), "--scope", "hb", "--db", url]
+    listing = runner.invoke(app, common)
+    search = runner.invoke(app, [*common, "--query", "alice"])
+    listing_json = runner.invoke(app, [*common, "--json"])
+    search_json = runner.invoke(app, [*common, "--query", "alice", "--json"])
+    for result in (listing, search, listing_json, search_json):
+        assert result.exit_code == 0, result.output
+    assert f"people/alice r1  erased at {erased_at}" in listing.stdout
+    assert f"people/alice (at {erased_at})" in search.output
+    for result in (listing_json, search_json):
+        assert json.loads(result.stdout)["erased"] == {"people/alice": erased_at}
