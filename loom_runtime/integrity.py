@@ -132,6 +132,20 @@ def _spelt_as_written(stored: object, canonical: object) -> bool:
     return type(stored) is str and stored == str(canonical).replace("-", "")
 
 
+def _respelt(event: _Event, link: _Link, canonical: object) -> str:
+    """What is wrong with a position whose event or chain row spells its stream id as no
+    recorder writes it (:func:`_spelt_as_written` said so of one of them)."""
+    if not _spelt_as_written(event.originator_id, canonical):
+        return (
+            f"the event's stream id is stored as {event.originator_id!r}, a spelling no "
+            "recorder writes: every read of its stream misses it"
+        )
+    return (
+        f"the chain row's stream id is stored as {link.originator_id!r}, a spelling no "
+        "recorder writes: the next append to its stream would chain to another head"
+    )
+
+
 def _as_bytes(value: object) -> bytes:
     """A hash column as bytes; anything else (NULL, text someone wrote) as non-matching bytes."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -305,20 +319,11 @@ def _walk(
                 f"the chain holds {link.originator_id} v{link.version} here, the log holds "
                 f"{event.originator_id} v{event.version}",
             )
-        if not _spelt_as_written(event.originator_id, originator):
-            return bad(
-                Tampering.ALTERED,
-                position,
-                f"the event's stream id is stored as {event.originator_id!r}, a spelling no "
-                "recorder writes: every read of its stream misses it",
-            )
-        if not _spelt_as_written(link.originator_id, originator):
-            return bad(
-                Tampering.ALTERED,
-                position,
-                f"the chain row's stream id is stored as {link.originator_id!r}, a spelling "
-                "no recorder writes: the next append to its stream would chain to another head",
-            )
+        if not (
+            _spelt_as_written(event.originator_id, originator)
+            and _spelt_as_written(link.originator_id, originator)
+        ):
+            return bad(Tampering.ALTERED, position, _respelt(event, link, originator))
         expected = stream_link(
             streams.get(originator, GENESIS),
             topic=event.topic,

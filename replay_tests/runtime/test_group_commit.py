@@ -133,18 +133,19 @@ def test_no_queued_append_returns_before_its_commit(sqlite_log: EventsourcingLog
     assert follower.ids and _visible(sqlite_log, stream) == 1
 
 
-def test_a_conflict_in_the_group_fails_only_its_own_caller(sqlite_log: EventsourcingLog) -> None:
-    """A queued append whose version is taken raises the typed conflict; the appends around
-    it in the same commit are stored and chained."""
-    taken = uuid.uuid4()
-    sqlite_log.insert_rows(_rows(taken, range(1, 2)))
-    gate = Gate(_recorder(sqlite_log))
-    leader = _hold_first_commit(sqlite_log, gate)
+def _between_two_good_appends(
+    log: EventsourcingLog, middle: list[Row]
+) -> tuple[BaseException | None, Gate, tuple[uuid.UUID, uuid.UUID]]:
+    """Queue ``middle`` between two good appends behind a held commit, so the three share the
+    next one; the error ``middle``'s caller got, the gate, the good appends' streams. The good
+    ones must have succeeded."""
+    gate = Gate(_recorder(log))
+    leader = _hold_first_commit(log, gate)
     before, after = uuid.uuid4(), uuid.uuid4()
     group = [
-        Appender(sqlite_log, _rows(before, range(1, 2))),
-        Appender(sqlite_log, _rows(taken, range(1, 2))),
-        Appender(sqlite_log, _rows(after, range(1, 2))),
+        Appender(log, _rows(before, range(1, 2))),
+        Appender(log, middle),
+        Appender(log, _rows(after, range(1, 2))),
     ]
     for appender in group:
         appender.start()
@@ -152,14 +153,20 @@ def test_a_conflict_in_the_group_fails_only_its_own_caller(sqlite_log: Eventsour
     gate.release.set()
     for appender in [leader, *group]:
         appender.join(WAIT_S)
-    assert isinstance(group[1].error, StreamConflictError)
     assert group[0].error is None and group[2].error is None
+    assert (_visible(log, before), _visible(log, after)) == (1, 1)
+    return group[1].error, gate, (before, after)
+
+
+def test_a_conflict_in_the_group_fails_only_its_own_caller(sqlite_log: EventsourcingLog) -> None:
+    """A queued append whose version is taken raises the typed conflict; the appends around
+    it in the same commit are stored and chained."""
+    taken = uuid.uuid4()
+    sqlite_log.insert_rows(_rows(taken, range(1, 2)))
+    error, gate, _ = _between_two_good_appends(sqlite_log, _rows(taken, range(1, 2)))
+    assert isinstance(error, StreamConflictError)
     assert gate.commits == 2
-    assert (
-        _visible(sqlite_log, before),
-        _visible(sqlite_log, taken),
-        _visible(sqlite_log, after),
-    ) == (1, 1, 1)
+    assert _visible(sqlite_log, taken) == 1
     assert sqlite_log.verify().ok
 
 
@@ -169,23 +176,10 @@ def test_an_append_the_driver_refuses_fails_only_its_own_caller(
     """A value the driver cannot bind (a version past SQLite's integers) is that caller's
     problem, as a conflict is: it failed every append of its group (ADR 0036 says one
     caller's failure is its own), where alone each of them is stored."""
-    gate = Gate(_recorder(sqlite_log))
-    leader = _hold_first_commit(sqlite_log, gate)
-    before, after = uuid.uuid4(), uuid.uuid4()
-    group = [
-        Appender(sqlite_log, _rows(before, range(1, 2))),
-        Appender(sqlite_log, _rows(uuid.uuid4(), range(2**63, 2**63 + 1))),
-        Appender(sqlite_log, _rows(after, range(1, 2))),
-    ]
-    for appender in group:
-        appender.start()
-    gate.wait_until_queued(len(group))
-    gate.release.set()
-    for appender in [leader, *group]:
-        appender.join(WAIT_S)
-    assert isinstance(group[1].error, OverflowError)
-    assert group[0].error is None and group[2].error is None
-    assert (_visible(sqlite_log, before), _visible(sqlite_log, after)) == (1, 1)
+    unbindable = _rows(uuid.uuid4(), range(2**63, 2**63 + 1))
+    error, gate, _ = _between_two_good_appends(sqlite_log, unbindable)
+    assert isinstance(error, OverflowError)
+    assert gate.commits == 2
     assert sqlite_log.verify().ok
 
 
