@@ -5,7 +5,7 @@ every system is given the same passages, cut by loom's default chunker
 (``pack_paragraphs(max_chars=1000)``), so chunking costs and ranks nothing differently.
 
 :class:`KeywordTable` is the "equivalent keyword store" under the ingestion peers: a SQLite
-file with an FTS5 table (``unicode61``, the tokenizer loom's SQLite index uses), every call
+file with an FTS5 table (``unicode61``, the same for every arm), every call
 its own transaction, bm25 over OR-ed quoted terms. LangChain's ``index()`` and LlamaIndex's
 ``IngestionPipeline`` each write to one through a thin adapter, so what differs between the
 arms is their reconcile logic and bookkeeping, not the index or an embedding model.

@@ -25,15 +25,16 @@ A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` i
 statistics of the rows ``where`` admits, not of the whole index; a trigger deletes an entry's
 postings with it); the FTS index is still kept.
 
-The FTS tokenizer is ``unicode61`` with diacritics kept: it splits on what :func:`tokenize`
-splits on and folds case, so the index holds exactly the first-party terms.
+The FTS tokenizer is ``ascii`` over the terms :func:`tokenize` made, joined by spaces: it
+splits only where they were joined, so the index holds exactly the first-party terms (an index
+made with ``unicode61`` by older code is made again at open, :data:`_TOKENIZER`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from sqlalchemy import (
     Column,
@@ -53,7 +54,14 @@ from sqlalchemy.schema import SchemaItem
 from loom_memory.errors import BackendError
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.topk import Hit, Run, TermStats, top_k
-from loom_runtime import READ_ONLY
+from loom_runtime import READ_ONLY, SchemaCatalog
+
+_TOKENIZER: Final = "tokenize='ascii'"
+"""How FTS5 splits ``search_text``, which holds the entry's terms (:func:`tokenize`, letters
+and digits only) joined by spaces: ``ascii`` splits on ASCII's non-alphanumerics and keeps
+every other character in a word, so its words are exactly the terms. ``unicode61`` split
+words on letters Python's tables call part of one (a New Tai Lue vowel sign, a Vedic sign):
+the term's count was never found, and the entry was missed."""
 
 
 class SqliteMemoryStore(SqlMemoryStore):
@@ -81,11 +89,28 @@ class SqliteMemoryStore(SqlMemoryStore):
     def _declare_search_tables(self, prefix: str, metadata: MetaData) -> None:
         return None  # FTS5 keeps its own tables (_search_ddl); postings are the base's
 
+    def _outdated_tables(self, catalog: SchemaCatalog) -> list[str]:
+        """The FTS5 index made by older code, with ``unicode61``: made again (and filled from
+        the rows, :meth:`_create_schema`) with the tokenizer below."""
+        outdated = super()._outdated_tables(catalog)
+        made = catalog.objects.get(self.fts_table)
+        if made is not None and _TOKENIZER not in made:
+            outdated.append(self.fts_table)
+        return outdated
+
+    def _create_schema(self, conn: Connection, metadata: MetaData, catalog: SchemaCatalog) -> None:
+        remade = self.fts_table in self._outdated_tables(catalog)
+        super()._create_schema(conn, metadata, catalog)
+        if remade:  # an external-content index: filled again from the rows it indexes
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.fts_table}({self.fts_table}) VALUES('rebuild')"
+            )
+
     def _search_ddl(self, *, created: set[str]) -> list[str]:
         rows, fts = self.entries.name, self.fts_table
         return [
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(search_text, "
-            f"content='{rows}', content_rowid='seq', tokenize='unicode61 remove_diacritics 0')",
+            f"content='{rows}', content_rowid='seq', {_TOKENIZER})",
             f"CREATE TRIGGER IF NOT EXISTS {rows}_fts_insert AFTER INSERT ON {rows} BEGIN "
             f"INSERT INTO {fts}(rowid, search_text) VALUES (new.seq, new.search_text); END",
             f"CREATE TRIGGER IF NOT EXISTS {rows}_fts_delete AFTER DELETE ON {rows} BEGIN "

@@ -175,10 +175,11 @@ class TemporalSqlStore(SqlMemoryStore):
     def _outdated_tables(self, catalog: SchemaCatalog) -> list[str]:
         """The counts by position keyed level before term (older code): dropped, then filled
         again from the rows under the key :data:`~loom_memory.position_counts.TERMS_KEY`."""
+        outdated = super()._outdated_tables(catalog)  # a SQLite store's index, for one
         terms = self.terms_at_table
-        if terms not in catalog.tables or catalog.primary_keys.get(terms) == TERMS_KEY:
-            return []
-        return [terms]
+        if terms in catalog.tables and catalog.primary_keys.get(terms) != TERMS_KEY:
+            outdated.append(terms)
+        return outdated
 
     def _counts_ddl(self, *, created: set[str]) -> list[str]:
         """The partial index of the current rows and, when this open created a count table

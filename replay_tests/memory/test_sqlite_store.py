@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from loom_memory import (
     BackendError,
+    InMemoryMemoryStore,
     MemoryEntry,
     SqliteMemoryStore,
     SqliteTemporalStore,
@@ -326,3 +327,51 @@ def test_driver_errors_are_translated(store: SqliteMemoryStore) -> None:
     with pytest.raises(BackendError) as raised:
         store.read("k")
     assert isinstance(raised.value.__cause__, SQLAlchemyError)
+
+
+# Letters Python's tokenizer keeps inside a word and SQLite's ``unicode61`` split it on (their
+# Unicode categories differ between the two tables): a New Tai Lue vowel sign, a Vedic sign.
+SPLIT_BY_UNICODE61 = ("q\u19b0z", "a\u1cf2b")
+
+
+def test_a_word_sqlite_would_split_is_found_as_the_in_memory_store_finds_it(
+    store: SqliteMemoryStore,
+) -> None:
+    """The index split such a word where the terms did not, so the term's count was never
+    found and the entry was missed (or ranked below one matching a weaker term). The index's
+    words are the terms, split on the spaces between them and nowhere else."""
+    reference = InMemoryMemoryStore()
+    for target in (store, reference):
+        target.append(
+            "k",
+            [
+                MemoryEntry(
+                    content=f"note {SPLIT_BY_UNICODE61[0]} {SPLIT_BY_UNICODE61[1]}", id="a"
+                ),
+                MemoryEntry(content="other note", id="b"),
+            ],
+        )
+    for query in (*SPLIT_BY_UNICODE61, f"{SPLIT_BY_UNICODE61[0]} note"):
+        found = [e.id for e in store.search("k", query)]
+        assert found == [e.id for e in reference.search("k", query)], query
+        assert found[:1] == ["a"], query
+
+
+def test_an_index_made_by_older_code_is_made_again_at_open(engine: Engine) -> None:
+    """A store whose index was made with ``unicode61`` is indexed again when it opens, from
+    its rows, and finds the word; its rows are untouched."""
+    old = SqliteMemoryStore(engine)
+    old.append("k", [MemoryEntry(content=f"note {SPLIT_BY_UNICODE61[0]}", id="a")])
+    fts = old.fts_table
+    with engine.begin() as conn:  # the index as older code made it
+        conn.exec_driver_sql(f"DROP TABLE {fts}")
+        conn.exec_driver_sql(
+            f"CREATE VIRTUAL TABLE {fts} USING fts5(search_text, content='{old.entries.name}', "
+            "content_rowid='seq', tokenize='unicode61 remove_diacritics 0')"
+        )
+        conn.exec_driver_sql(f"INSERT INTO {fts}({fts}) VALUES('rebuild')")
+    assert old.search("k", SPLIT_BY_UNICODE61[0]) == []  # the defect, as older stores have it
+    old.close()
+    reopened = SqliteMemoryStore(engine)
+    assert [e.id for e in reopened.search("k", SPLIT_BY_UNICODE61[0])] == ["a"]
+    assert [e.id for e in reopened.read("k")] == ["a"]
