@@ -495,7 +495,10 @@ class KnowledgeBase:
         )
 
     def seen_by(self, execution_id: UUID | str) -> CorpusAsOf:
-        """The corpus as the execution saw it when it started (its recorded log position)."""
+        """The corpus as the execution saw it when it started (its recorded log position).
+
+        A fork starts where it was forked: the retrievals it inherited were made by its
+        parent, earlier, so what they saw is ``seen_by(parent_id)`` (the audit says so)."""
         return self.as_of(self.loom.execution(execution_id).log_position)
 
     def refresh(self, *, progress: Callable[[int, int], None] | None = None) -> int:

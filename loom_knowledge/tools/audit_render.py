@@ -149,10 +149,15 @@ def _measured(meta: object) -> list[str]:
 
 
 def _position(report: Audit) -> str:
-    """Where in the log the execution started: for one that retrieved, the corpus it saw."""
-    if report.retrievals:
-        return f"the corpus as it saw it: log position {report.log_position}"
-    return f"started after log position {report.log_position}"
+    """Where in the log the execution started: for one that retrieved, the corpus it saw. A
+    fork's inherited retrievals were made by its parent, which started earlier: said, or
+    the fork's own start would read as the corpus they saw."""
+    if not report.retrievals:
+        return f"started after log position {report.log_position}"
+    seen = f"the corpus as it saw it: log position {report.log_position}"
+    if any(r.origin == "inherited" for r in report.retrievals):
+        seen += f" (inherited retrievals: as execution {report.parent_id} saw it)"
+    return seen
 
 
 def _decision_line(decision: AuditedDecision) -> str:

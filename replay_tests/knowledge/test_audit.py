@@ -365,3 +365,26 @@ def test_knowledge_as_of_says_which_documents_were_erased(tmp_path: Path) -> Non
     assert f"people/alice (at {erased_at})" in search.output
     for result in (listing_json, search_json):
         assert json.loads(result.stdout)["erased"] == {"people/alice": erased_at}
+
+
+def test_a_fork_s_audit_says_its_inherited_retrievals_saw_its_parent_s_corpus(
+    loom: Loom,
+) -> None:
+    """The header gave the fork's own start as "the corpus as it saw it", where its inherited
+    retrieval was made by the parent, against an earlier corpus."""
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="disk.md", text="Disk full: rotate the logs."))
+
+    @loom.flow("ask")
+    def ask(ctx: FlowContext) -> str:
+        return answer_from_corpus(
+            kb, "disk full", decide=ctx.decide, model=ExtractiveModel()
+        ).answer.text
+
+    parent = loom.run("ask")
+    kb.put_doc(Doc(id="disk.md", text="Disk full: check inodes first."))
+    fork = loom.fork(parent.execution_id, at=1)
+    text = render_text(audit(loom, fork.execution_id))
+    assert f"(inherited retrievals: as execution {parent.execution_id} saw it)" in text
+    own = render_text(audit(loom, parent.execution_id))
+    assert "inherited retrievals" not in own  # the control
