@@ -23,6 +23,8 @@ request, ``gen_ai.response.model`` and token usage from the decision's meta.
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -46,6 +48,8 @@ except ImportError as exc:  # the otel extra is not installed
     raise MissingExtraError(
         extra="otel", missing="opentelemetry-api", needed_by="tracing (Loom(tracer_provider=...))"
     ) from exc
+
+logger = logging.getLogger("loom.runtime.telemetry")
 
 Operation = Literal["run", "resume", "fork", "replay"]
 """What an execution span does: record (``run``/``resume``/``fork``) or ``replay``."""
@@ -112,20 +116,19 @@ class Telemetry:
             "loom.code_version": execution.code_version,
             "loom.log_position": execution.log_position,
         }
-        with self._tracer.start_as_current_span(
-            f"loom {operation} {execution.flow}",
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            traced = _TracedSource(source, self._tracer, span, attributes, positions, sealed)
+        span = _started(self._tracer, f"loom {operation} {execution.flow}", attributes)
+        traced = _TracedSource(source, self._tracer, span, attributes, positions, sealed)
+        with trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
             try:
                 yield traced
             except Exception as exc:  # as OpenTelemetry's own: an interrupt is no failure
-                _fail(span, exc, sealed=sealed, described=True)
+                _fail(span, exc, sealed=sealed, described=True, redactor=traced.redactor)
                 raise
             finally:
                 traced.end_unsettled()
+                _end(span)
 
 
 class _TracedSource:
@@ -155,16 +158,22 @@ class _TracedSource:
         return self._source.recorded
 
     def lookup(self, slot: Slot) -> Decision | None:
-        """Open the decision's span; a decision answered from the log closes it at once."""
-        span = self._start(slot)
+        """Open the decision's span; a decision answered from the log closes it at once.
+
+        A key to compute live is checked first, as the context checks it before computing:
+        the log refuses a key holding a secret, and a span holding it would carry it to the
+        collector."""
         try:
             decision = self._source.lookup(slot)
         except Exception as exc:  # a divergence, a changed input: the span says so
-            _end(span, error=exc, sealed=self._sealed)
+            _end(self._start(slot), error=exc, sealed=self._sealed, redactor=self.redactor)
             raise
         if decision is None:
-            self._open[slot.key] = span
+            if self.redactor is not None:
+                self.redactor.check_identifier(slot.key, path="key")
+            self._open[slot.key] = self._start(slot)
             return None
+        span = self._start(slot)
         span.set_attribute("loom.decision.recorded", True)
         self._locate(span, slot)
         _describe(span, slot, decision.meta)
@@ -182,7 +191,7 @@ class _TracedSource:
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
         except Exception as exc:
-            _end(span, error=exc, sealed=self._sealed)
+            _end(span, error=exc, sealed=self._sealed, redactor=self.redactor)
             raise
         self._locate(span, slot)
         _describe(span, slot, meta)
@@ -199,13 +208,13 @@ class _TracedSource:
         finally:
             self._locate(span, slot)
             _describe(span, slot, meta)
-            _end(span, error=error, sealed=self._sealed)
+            _end(span, error=error, sealed=self._sealed, redactor=self.redactor)
 
     def end_unsettled(self) -> None:
         """End the spans of decisions never completed (a stream the flow abandoned)."""
         for span in self._open.values():
             span.set_attribute("loom.decision.unsettled", True)
-            span.end()
+            _end(span)
         self._open.clear()
 
     def _locate(self, span: Span, slot: Slot) -> None:
@@ -216,9 +225,26 @@ class _TracedSource:
 
     def _start(self, slot: Slot) -> Span:
         name, kind, attributes = _naming(slot, sealed=self._sealed)
-        return self._tracer.start_span(
-            name, context=self._parent, kind=kind, attributes={**self._shared, **attributes}
+        return _started(
+            self._tracer, name, {**self._shared, **attributes}, context=self._parent, kind=kind
         )
+
+
+def _started(
+    tracer: trace.Tracer,
+    name: str,
+    attributes: Mapping[str, str | bool | int],
+    *,
+    context: Any = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> Span:
+    """A span started, or a span that records nothing when starting raised (a processor's
+    ``on_start``): tracing never changes what a flow sees or what is recorded."""
+    try:
+        return tracer.start_span(name, context=context, kind=kind, attributes=attributes)
+    except Exception:
+        logger.debug("starting span %r raised; the decision goes on untraced", name, exc_info=True)
+        return trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
 
 
 def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str | bool | int]]:
@@ -265,6 +291,17 @@ def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str |
     return f"{label} {model}", SpanKind.CLIENT, attributes
 
 
+def _redacted(redactor: Redactor | None, text: str, path: str) -> str:
+    """``text`` as the log would store it; withheld whole when the redactor refuses it (a
+    policy that refuses a secret rather than replacing it), since a span is optional."""
+    if redactor is None:
+        return text
+    try:
+        return redactor.text(text, path=path)
+    except Exception:
+        return "[withheld: the redactor refused it]"
+
+
 def _describe(span: Span, slot: Slot, meta: msgspec.Raw | None) -> None:
     """What a model decision's meta measured, as GenAI attributes (nothing for other kinds)."""
     if slot.kind != "model" or meta is None:
@@ -295,24 +332,54 @@ def _end(
     error: BaseException | None = None,
     error_type: str | None = None,
     sealed: bool = False,
+    redactor: Redactor | None = None,
 ) -> None:
-    """End ``span``, marked as failed when the decision raised (live or as recorded)."""
-    if error is not None:
-        _fail(span, error, sealed=sealed)
-    elif error_type is not None:
-        span.set_attribute("error.type", error_type)
-        span.set_status(Status(StatusCode.ERROR))
-    span.end()
+    """End ``span``, marked as failed when the decision raised (live or as recorded).
+
+    What a span processor raises as the span ends (a collector's client that is down) is
+    logged at DEBUG and goes no further: it came out of ``ctx.decide`` after the value was
+    stored, a flow catching it took another path live than its replay, and an uncaught one
+    recorded the execution as failed with the tracer's error."""
+    try:
+        if error is not None:
+            _fail(span, error, sealed=sealed, redactor=redactor)
+        elif error_type is not None:
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+    except Exception:
+        logger.debug("ending a span raised; the flow goes on as recorded", exc_info=True)
 
 
-def _fail(span: Span, error: BaseException, *, sealed: bool, described: bool = False) -> None:
+def _fail(
+    span: Span,
+    error: BaseException,
+    *,
+    sealed: bool,
+    described: bool = False,
+    redactor: Redactor | None = None,
+) -> None:
     """Mark ``span`` failed with ``error``'s type; in clear also its exception event (the
     message and traceback) and, ``described``, the status description OpenTelemetry gives an
-    execution's span (``"ValueError: ..."``), both of which a sealed execution's leaves out."""
+    execution's span (``"ValueError: ..."``), both of which a sealed execution's leaves out.
+    Both pass through the log's ``redactor`` first, as the failure the log stores does (ADR
+    0012): a traceback of a connection error quoting a URL's password left the process
+    whole, from a log that held it redacted."""
     name = type(error).__name__
     span.set_attribute("error.type", name)
     if sealed:
         span.set_status(Status(StatusCode.ERROR))
         return
-    span.record_exception(error)
-    span.set_status(Status(StatusCode.ERROR, f"{name}: {error}" if described else None))
+    message = _redacted(redactor, str(error), "span.exception.message")
+    stack = _redacted(
+        redactor, "".join(traceback.format_exception(error)), "span.exception.stacktrace"
+    )
+    span.add_event(
+        "exception",
+        {
+            "exception.type": f"{type(error).__module__}.{type(error).__qualname__}",
+            "exception.message": message,
+            "exception.stacktrace": stack,
+        },
+    )
+    span.set_status(Status(StatusCode.ERROR, f"{name}: {message}" if described else None))

@@ -708,3 +708,85 @@ def test_a_failed_execution_span_in_clear_says_the_error_in_its_status(
     assert (span.attributes or {})["error.type"] == "ValueError"
     assert [event.name for event in span.events] == ["exception"]
     loom.close()
+
+
+TOKEN = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+"""A key the default redactor knows (an OpenAI project key's shape)."""
+
+
+def test_a_key_the_log_refuses_as_a_secret_reaches_no_span(traced: Traced, tmp_path: Path) -> None:
+    """The log refuses a decision key holding a secret (it cannot be redacted without
+    filing the value elsewhere); the decision's span had been opened with the key in its name
+    and attribute, and was exported, "unsettled", with the token in clear."""
+    from loom_runtime import SecretIdentifierError
+
+    with traced.loom(tmp_path / "loom.db") as loom:
+
+        @loom.flow("leaky-key")
+        def leaky_key(ctx: Any) -> str:
+            return str(ctx.decide(f"fetch:{TOKEN}", lambda: "x"))
+
+        with pytest.raises(SecretIdentifierError):
+            loom.run("leaky-key")
+    assert TOKEN not in _exported(traced.spans())
+
+
+def test_a_secret_in_a_failure_message_is_redacted_in_spans_as_in_the_log(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """The log stores a failure's message redacted (ADR 0012); the spans carried it whole:
+    the decision's exception event (message and traceback) and the execution's status."""
+
+    def connect() -> str:
+        raise ValueError(f"cannot reach postgresql://app:{TOKEN}@db/prod")
+
+    with traced.loom(tmp_path / "loom.db") as loom:
+
+        @loom.flow("leaky-failure")
+        def leaky_failure(ctx: Any) -> str:
+            return str(ctx.decide("connect", connect))
+
+        with pytest.raises(ValueError):
+            loom.run("leaky-failure")
+    exported = _exported(traced.spans())
+    assert TOKEN not in exported
+    assert "ValueError" in exported and "cannot reach" in exported  # the control: still said
+
+
+class _Failing:
+    """A span processor that raises when a span ends (a collector's client that is down)."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        return None
+
+    def on_end(self, span: Any) -> None:
+        raise ConnectionError("collector down")
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_span_processor_that_raises_changes_nothing_the_flow_sees_or_records(
+    tmp_path: Path,
+) -> None:
+    """A processor raising in ``on_end`` came out of ``ctx.decide`` after the value was
+    stored: a flow catching it took its fallback live, the execution was recorded failed,
+    and its replay (which took the stored value) differed. Tracing changes no outcome."""
+    provider = TracerProvider()
+    provider.add_span_processor(_Failing())  # type: ignore[arg-type]
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", tracer_provider=provider) as loom:
+
+        @loom.flow("robust")
+        def robust(ctx: Any) -> str:
+            try:
+                return str(ctx.decide("a", lambda: "A"))
+            except ConnectionError:
+                return "fallback"
+
+        run = loom.run("robust")
+        assert run.output == "A"
+        assert loom.execution(run.execution_id).error is None
+        assert loom.replay(run.execution_id).identical
