@@ -362,12 +362,14 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
 
 def bundle_json(bundle: Bundle) -> bytes:
     """The reviewable JSON text of ``bundle`` (see the module docstring): sorted, indented,
-    each event's state inline as an object when that reads back to the same text."""
+    each event's state inline as an object when that reads back to the same text, and ended
+    by a newline, as a text file is (an editor or an end-of-file fixer adds one, and each
+    re-seal stripped it again: a stray hunk in every reviewed diff)."""
     document = msgspec.to_builtins(bundle, order="sorted")
     for event in document["events"]:
         event["state"] = _inline_state(event["state"])
     encoded = msgspec.json.encode(document, order="sorted")  # a Raw state keeps its key order
-    return msgspec.json.format(encoded, indent=2)
+    return msgspec.json.format(encoded, indent=2) + b"\n"
 
 
 def _inline_state(state: str) -> str | msgspec.Raw:

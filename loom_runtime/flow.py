@@ -135,6 +135,12 @@ class FlowRegistry:
 def load_flows(spec: str) -> FlowRegistry:
     """Import ``MODULE:ATTR`` naming a :class:`FlowRegistry`, an object with a ``flows``
     registry (a ``Loom``), or a function returning either; return the registry."""
+    return load_flows_from(spec)[0]
+
+
+def load_flows_from(spec: str) -> tuple[FlowRegistry, Any]:
+    """:func:`load_flows`, and the object ``spec`` named (called, if a function): a ``Loom``
+    carries settings a caller replaying its flows must share (its redactor)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"flows must be given as MODULE:ATTR, not {spec!r}")
@@ -154,7 +160,7 @@ def load_flows(spec: str) -> FlowRegistry:
     registry = getattr(target, "flows", target)
     if not isinstance(registry, FlowRegistry):
         raise ConfigurationError(f"{spec} is a {type(target).__name__}, not a Loom or FlowRegistry")
-    return registry
+    return registry, target
 
 
 def _raised(error: Exception) -> str:

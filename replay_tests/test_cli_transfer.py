@@ -234,3 +234,50 @@ def test_import_reads_each_file_once_but_the_first_usable_one(
     assert result.exit_code == ExitCode.FAILED  # the bad file
     assert "imported 3 execution(s); 0 already in the log; 1 failed" in result.stdout
     assert len(reads) == 5, reads  # the bad one once, the first good one twice, two once
+
+
+def test_export_all_leaves_out_erased_executions_and_exports_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export --all` stopped at the first erased execution (exit 1, one error line) and
+    left every later one out: after any erasure, no log could be moved. The erased ones are
+    left out and named; every other one is written."""
+    import base64
+
+    from loom_runtime import MasterKey
+
+    key = b"e" * 32
+    monkeypatch.setenv("LOOM_MASTER_KEY", base64.urlsafe_b64encode(key).decode())
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    with Loom(url, encryption=MasterKey(key)) as loom:
+
+        @loom.flow("double")
+        def double(ctx: object, n: int) -> int:
+            return ctx.decide("twice", lambda: n * 2)  # type: ignore[attr-defined]
+
+        ids = [str(loom.run("double", n=n).execution_id) for n in range(4)]
+        loom.erase(execution=ids[1], reason="request", by="dpo")
+    out = tmp_path / "bundles"
+    exported = _invoke("export", "--all", "-o", str(out), "--db", url)
+    assert exported.exit_code == ExitCode.OK, exported.output
+    kept = [ids[0], *ids[2:]]
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.json" for i in kept)
+    assert f"1 erased execution(s) cannot be exported and were left out: {ids[1]}" in (
+        exported.stderr
+    )
+
+
+def test_an_import_of_a_folder_with_no_bundle_says_so(
+    tmp_path: Path, source: tuple[str, list[str]]
+) -> None:
+    """Bundles only in subfolders (a nightly export's dated folders): "imported 0", exit 0,
+    and nothing imported. Named, and a usage error; no database is made."""
+    url, ids = source
+    nested = tmp_path / "nested" / "2026-12-05"
+    exported = _invoke("export", *ids[:2], "-o", str(nested), "--db", url)
+    assert exported.exit_code == ExitCode.OK, exported.output
+    target = tmp_path / "target.db"
+    result = _invoke("import", str(tmp_path / "nested"), "--db", f"sqlite:///{target}")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "no bundle file" in result.stderr and "subfolders are not searched" in result.stderr
+    assert not target.exists()

@@ -38,6 +38,7 @@ from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
+from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult
 from loom_runtime.tools.display import visible
 from loom_runtime.tools.pytest_plugin import BundleVerdict, ReplayDiverged
@@ -92,8 +93,9 @@ class BundleLoom(Loom):
         record: bool,
         update: bool,
         rerun: str,
+        redactor: RedactorOption = "builtin",
     ) -> None:
-        super().__init__(url, flows=flows)
+        super().__init__(url, flows=flows, redactor=redactor)
         self._no_database = url is None  # Loom's default URL is a file this one never opens
         self.bundle = bundle
         self.recording = record

@@ -50,6 +50,7 @@ import pytest
 if TYPE_CHECKING:
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.loom import Loom
+    from loom_runtime.redaction import RedactorOption
     from loom_runtime.replay import ReplayResult
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
@@ -199,8 +200,25 @@ def _record_mode(config: pytest.Config) -> str:
 
 
 def _configured_flows(config: pytest.Config) -> FlowRegistry:
+    return _configured(config)[0]
+
+
+def _configured_redactor(config: pytest.Config) -> RedactorOption:
+    """The redactor of the ``Loom`` that ``--loom-flows`` names (the app's own), else the
+    built-in one: a bundle recorded through the app's redactor replays only through it. With
+    the built-in one, a value the app redacts came back in clear on replay, the failure
+    printed it, and ``--loom-update`` wrote it into the bundle to commit."""
+    from loom_runtime.loom import Loom
+
+    if not _flows_spec(config):  # flows from an overridden loom_flows fixture
+        return "builtin"
+    target = _configured(config)[1]
+    return target.settings.redactor if isinstance(target, Loom) else "builtin"
+
+
+def _configured(config: pytest.Config) -> tuple[FlowRegistry, object]:
     from loom_runtime.errors import ConfigurationError
-    from loom_runtime.flow import load_flows
+    from loom_runtime.flow import load_flows_from
 
     spec = _flows_spec(config)
     if not spec:
@@ -212,7 +230,7 @@ def _configured_flows(config: pytest.Config) -> FlowRegistry:
     if root not in sys.path:
         sys.path.append(root)  # last: an installed package the tests run against still wins
     try:
-        return load_flows(spec)
+        return load_flows_from(spec)
     except ConfigurationError as exc:
         pytest.fail(str(exc), pytrace=False)
 
@@ -223,7 +241,12 @@ def _flows_spec(config: pytest.Config) -> str | None:
 
 
 def replay_file(
-    flows: FlowRegistry, bundle: Path, *, update: bool, rerun: str
+    flows: FlowRegistry,
+    bundle: Path,
+    *,
+    update: bool,
+    rerun: str,
+    redactor: RedactorOption = "builtin",
 ) -> tuple[ReplayResult, BundleLoom]:
     """Replay ``bundle`` with ``flows`` (no database is opened); raise :class:`ReplayDiverged`
     unless identical or, under ``update``, re-sealable (``rerun``: the pytest arguments that
@@ -232,7 +255,13 @@ def replay_file(
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
     replaying = BundleLoom(
-        None, flows=flows, bundle=bundle, record=False, update=update, rerun=rerun
+        None,
+        flows=flows,
+        bundle=bundle,
+        record=False,
+        update=update,
+        rerun=rerun,
+        redactor=redactor,
     )
     return replaying.replay_file(), replaying
 
@@ -265,7 +294,10 @@ class BundleItem(pytest.Item):
     def runtest(self) -> None:
         flows = _configured_flows(self.config)
         update = bool(self.config.getoption("--loom-update"))
-        _, replayed = replay_file(flows, self.path, update=update, rerun=_rerun(self))
+        redactor = _configured_redactor(self.config)
+        _, replayed = replay_file(
+            flows, self.path, update=update, rerun=_rerun(self), redactor=redactor
+        )
         _write_resealed(self, replayed)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -320,8 +352,15 @@ def loom_flows(pytestconfig: pytest.Config) -> FlowRegistry:
 
 
 @pytest.fixture
+def loom_redactor(pytestconfig: pytest.Config) -> RedactorOption:
+    """The redactor bundles are recorded and replayed through: the one of the ``Loom`` that
+    --loom-flows / loom_flows names, else the built-in one; override freely."""
+    return _configured_redactor(pytestconfig)
+
+
+@pytest.fixture
 def loom_replay(
-    request: pytest.FixtureRequest, loom_flows: FlowRegistry
+    request: pytest.FixtureRequest, loom_flows: FlowRegistry, loom_redactor: RedactorOption
 ) -> Iterator[Callable[[str | Path], ReplayResult]]:
     """``loom_replay(path)`` replays a bundle and fails with the divergence if not identical.
 
@@ -334,7 +373,11 @@ def loom_replay(
 
     def replay(bundle: str | Path) -> ReplayResult:
         result, replayed = replay_file(
-            loom_flows, Path(bundle), update=update, rerun=_rerun(request.node)
+            loom_flows,
+            Path(bundle),
+            update=update,
+            rerun=_rerun(request.node),
+            redactor=loom_redactor,
         )
         updated.append(replayed)
         return result
@@ -347,7 +390,10 @@ def loom_replay(
 
 @pytest.fixture
 def loom(
-    request: pytest.FixtureRequest, tmp_path: Path, loom_flows: FlowRegistry
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    loom_flows: FlowRegistry,
+    loom_redactor: RedactorOption,
 ) -> Iterator[Loom]:
     """A fresh ``Loom`` on a temporary SQLite file with the ``loom_flows``; under
     ``@pytest.mark.loom(bundle=...)`` its run records to or replays from that bundle."""
@@ -356,14 +402,18 @@ def loom(
     url = f"sqlite:///{tmp_path / 'loom.db'}"
     marker = request.node.get_closest_marker("loom")
     if marker is None:
-        with Loom(url, flows=loom_flows) as plain:
+        with Loom(url, flows=loom_flows, redactor=loom_redactor) as plain:
             yield plain
         return
-    yield from _bundle_loom(request, marker, url, loom_flows)
+    yield from _bundle_loom(request, marker, url, loom_flows, loom_redactor)
 
 
 def _bundle_loom(
-    request: pytest.FixtureRequest, marker: pytest.Mark, url: str, flows: FlowRegistry
+    request: pytest.FixtureRequest,
+    marker: pytest.Mark,
+    url: str,
+    flows: FlowRegistry,
+    redactor: RedactorOption,
 ) -> Iterator[Loom]:
     from loom_runtime.tools.pytest_bundle import BundleLoom
 
@@ -381,7 +431,7 @@ def _bundle_loom(
             "the default, so CI never records)",
             pytrace=False,
         )
-    sharing = _bundle_tests(request.session).get(bundle.resolve(), []) if record else []
+    sharing = _bundle_sharers(request.node, bundle) if record else []
     if len(sharing) > 1:
         pytest.fail(
             f"{bundle} is the bundle of {len(sharing)} tests ({', '.join(sharing)}): it holds "
@@ -396,6 +446,7 @@ def _bundle_loom(
         record=record,
         update=bool(request.config.getoption("--loom-update")),
         rerun=_rerun(request.node),
+        redactor=redactor,
     )
     try:
         yield bundled
@@ -423,6 +474,29 @@ def _marked_bundle(item: pytest.Item, marker: pytest.Mark) -> Path | None:
     return item.path.parent / name if isinstance(name, str | Path) else None
 
 
+def _bundle_sharers(item: pytest.Item, bundle: Path) -> list[str]:
+    """The ids of the tests naming ``bundle``: of the session's, and of ``item``'s own
+    siblings (its module's or class's tests, collected again). A run of one test or one case
+    of a parametrized test (``-k``, a node id: the next step a failure prints) selected no
+    other, so the session alone let each case record over the bundle they share in turn."""
+    sharing = dict.fromkeys(_bundle_tests(item.session).get(bundle.resolve(), []))
+    parent = item.parent
+    if isinstance(parent, pytest.Collector):
+        for sibling in parent.collect():
+            if isinstance(sibling, pytest.Item) and _claims(sibling) == bundle.resolve():
+                sharing.setdefault(sibling.nodeid)
+    return list(sharing)
+
+
+def _claims(item: pytest.Item) -> Path | None:
+    """The bundle ``item`` runs the ``loom`` fixture under (resolved), or None."""
+    marker = item.get_closest_marker("loom")
+    bundle = None if marker is None else _marked_bundle(item, marker)
+    if bundle is None or "loom" not in getattr(item, "fixturenames", ()):
+        return None
+    return bundle.resolve()
+
+
 def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
     """The ids of the session's tests that run the ``loom`` fixture under a marker, by the
     bundle it names (resolved). Walked once, when a marked test first records: a session that
@@ -432,10 +506,8 @@ def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
     if claims is None:
         claims = {}
         for item in session.items:
-            marker = item.get_closest_marker("loom")
-            bundle = None if marker is None else _marked_bundle(item, marker)
-            if bundle is not None and "loom" in getattr(item, "fixturenames", ()):
-                claims.setdefault(bundle.resolve(), []).append(item.nodeid)
+            if (bundle := _claims(item)) is not None:
+                claims.setdefault(bundle, []).append(item.nodeid)
         session.stash[BUNDLE_TESTS] = claims
     return claims
 

@@ -101,6 +101,7 @@ def export(
     if into_directory and output.exists() and not output.is_dir():
         fail(f"{output} is a file; several executions go to a directory", code=ExitCode.USAGE)
     written: list[Exported] = []
+    erased: list[str] = []
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
         try:  # every named execution must exist before anything is written
             executions = (
@@ -122,6 +123,10 @@ def export(
             try:
                 # A name derived in a directory never follows a link planted under it.
                 path = loom.export(execution_id, target, follow_link=not into_directory)
+            except ErasedError:  # --all: erased on purpose, not a failure; the rest go on
+                erased.append(str(execution_id))
+                advance(done, len(executions))
+                continue
             except LogCorruptError as exc:
                 fail(str(exc))
             except OSError as exc:  # no such folder or no permission: usage; a full disk: 1
@@ -136,6 +141,12 @@ def export(
         console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
     else:
         console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
+    if erased:  # only --all gets here: a named erased execution is refused before writing
+        err_console.print(
+            f"note: {len(erased)} erased execution(s) cannot be exported and were left out: "
+            + ", ".join(erased),
+            soft_wrap=True,
+        )
     err_console.print(OUTSIDE_ERASURE, soft_wrap=True)  # a note: stdout is the result
 
 
@@ -160,6 +171,12 @@ def import_command(
     from loom_runtime.bundle import read_importable
 
     files = list(dict.fromkeys(file for path in paths for file in _bundles_in(path)))
+    if not files:  # a nightly import pointed at dated subfolders imported nothing, exit 0
+        fail(
+            f"no bundle file ({', '.join(sorted(BUNDLE_SUFFIXES))}) in "
+            f"{', '.join(map(str, paths))}; subfolders are not searched: name them",
+            code=ExitCode.USAGE,
+        )
     results: dict[Path, Imported] = {}
     # Read before the database is opened, so files that are all unusable create none; but
     # only until one is usable: the import reads each file again (a bundle is up to 256 MiB).

@@ -232,3 +232,11 @@ def test_a_history_that_differs_by_true_1_or_1_0_is_a_conflict_not_already_impor
         other.import_bundle(first)
         with pytest.raises(BundleConflictError):
             other.import_bundle(second)
+
+
+def test_a_json_bundle_ends_with_a_newline(recorded: tuple[Loom, Any], tmp_path: Path) -> None:
+    """Written without one, a bundle an editor or a pre-commit end-of-file fixer had given
+    one lost it at each re-seal: a stray hunk in every reviewed diff."""
+    loom, run = recorded
+    text = loom.export(run.execution_id, tmp_path / "incident.json").read_bytes()
+    assert text.endswith(b"}\n") and not text.endswith(b"\n\n")

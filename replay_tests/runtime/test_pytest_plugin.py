@@ -417,6 +417,21 @@ def test_two_tests_never_record_to_one_bundle(pytester: pytest.Pytester, mode: s
     assert not bundle.exists()
 
 
+@pytest.mark.parametrize("select", [["-k", "Grace"], ["test_greet.py::test_greet[Grace]"]])
+def test_a_case_run_alone_still_may_not_record_a_bundle_another_case_names(
+    pytester: pytest.Pytester, select: list[str]
+) -> None:
+    """The check looked at the session's tests only: one case selected alone (``-k``, or
+    its node id, the next step a failure prints) recorded, then the other did, each over the
+    bundle they share. The module's other tests are looked at too."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(test_greet=SHARED)
+    result = pytester.runpytest("-p", "no:randomly", "--loom-record=rewrite", *select)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*greet.json is the bundle of 2 tests*"])
+    assert not bundle.exists()
+
+
 def test_parameters_with_a_bundle_each_record_and_replay(pytester: pytest.Pytester) -> None:
     """What the refusal above advises: a marker per parameter, one bundle each."""
     marked_project(pytester, "Greet ", RUN)
@@ -717,3 +732,45 @@ def test_a_recorded_failure_raised_into_the_test_is_printed_inert(
     output = "\n".join(result.outlines)
     assert "\x1b" not in output and "\u202e" not in output, output
     assert "ValueError: <U+001B>[2J<U+001B>]0;owned<U+0007><U+202E>boom" in output, output
+
+
+APP_LOOM = """
+import re
+from pathlib import Path
+
+from loom_runtime import FlowRegistry, Loom
+from loom_runtime.redaction import Redactor, SecretPattern
+
+flows = FlowRegistry()
+
+@flows.flow("ask")
+def ask(ctx, question: str) -> str:
+    return ctx.decide("model", lambda: "42", input={"q": question, "auth": "itok-s3cr3tvalue"})
+
+token = SecretPattern(name="internal-token", regex=re.compile(r"itok-[a-z0-9]+"), hints=("itok-",))
+loom = Loom(None, flows=flows, redactor=Redactor(extra=[token]))
+"""
+
+
+def test_bundles_are_recorded_and_replayed_through_the_app_s_own_redactor(
+    pytester: pytest.Pytester,
+) -> None:
+    """``loom_flows`` may name the app's own ``Loom``; the plugin replayed through the
+    built-in redactor anyway, so a value the app redacts came back in clear, the failure
+    printed it, and ``--loom-update`` (its advice) wrote it into the bundle to commit."""
+    pytester.syspathinsert()
+    pytester.makeini("[pytest]\nloom_flows = app:loom\n")
+    pytester.makepyfile(
+        app=APP_LOOM,
+        test_ask=MARKED.replace("greet.json", "ask.json").replace(
+            "BODY", 'assert loom.run("ask", question="meaning?").output == "42"'
+        ),
+    )
+    bundle = pytester.path / "recordings" / "ask.json"
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    assert "itok-s3cr3tvalue" not in bundle.read_text()
+    assert "[REDACTED:internal-token]" in bundle.read_text()
+    replayed = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    replayed.assert_outcomes(passed=1)
+    assert "itok-s3cr3tvalue" not in "\n".join(replayed.outlines)
+    assert "itok-s3cr3tvalue" not in bundle.read_text()
