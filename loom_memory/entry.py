@@ -29,7 +29,11 @@ from typing import Any, Final, NoReturn, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from loom_memory.errors import EntryNotSerialisableError, MemoryIdentifierSecretError
+from loom_memory.errors import (
+    EntryNotSerialisableError,
+    InvalidKeyError,
+    MemoryIdentifierSecretError,
+)
 from loom_runtime import (
     MAX_DATA_DEPTH,
     Redactor,
@@ -80,15 +84,7 @@ def encode_entries(entries: Sequence[MemoryEntry]) -> list[bytes]:
         )
     for index, entry in enumerate(entries):
         _check_entry(entry, f"entries[{index}]")
-    encoded = [_encoder.encode(entry) for entry in entries]
-    for index, data in enumerate(encoded):
-        if len(data) > MAX_ENTRY_BYTES:
-            raise EntryNotSerialisableError(
-                f"entries[{index}] is {len(data):,} bytes encoded, over {MAX_ENTRY_BYTES:,} "
-                "bytes (loom_memory.entry.MAX_ENTRY_BYTES); split it; nothing was written",
-                path=f"entries[{index}]",
-            )
-    return encoded
+    return [_encoder.encode(entry) for entry in entries]
 
 
 def decode_entry(data: bytes | str) -> MemoryEntry:
@@ -129,7 +125,7 @@ def _check_entry(entry: object, path: str) -> None:
         if value is not UNSET and not isinstance(value, str):
             _refuse(f"{path}.{name}", value, "a str or absent")
         if isinstance(value, str):
-            _check_text(value, f"{path}.{name}", identifier=name == "id")
+            _check_text(value, f"{path}.{name}")
     if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
         _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
     deep = too_deep(entry.content, limit=MAX_DATA_DEPTH)
@@ -165,13 +161,38 @@ MAX_ENTRY_BYTES: Final = 256 * 1024
 over-long key. An entry of this size in distinct short words (the densest vector) fits."""
 
 
-def _check_text(text: str, path: str, *, identifier: bool = False) -> None:
+def _check_text(text: str, path: str) -> None:
     problem = text_problem(text)
-    fix = "remove it from the text"
-    if problem is None and identifier:
-        problem, fix = identifier_problem(text), "shorten it"
     if problem is not None:
-        raise EntryNotSerialisableError(f"{path} {problem}; {fix}; nothing was written", path=path)
+        raise EntryNotSerialisableError(
+            f"{path} {problem}; remove it from the text; nothing was written", path=path
+        )
+
+
+def check_bounds(
+    *, key: str, entries: Sequence[MemoryEntry] = (), encoded: Sequence[bytes] = ()
+) -> None:
+    """Refuse a key, entry id or entry past :data:`MAX_KEY_BYTES` / :data:`MAX_ENTRY_BYTES`,
+    before an event-sourced write reaches the log (ADR 0004, "bounds"): the log would take
+    it, a PostgreSQL store could not, and the event would block the memory for good. Only
+    there: a store written directly fails the one write, and the corpus index (a projection
+    of documents, whose ids and sizes the knowledge layer bounds) must take what it is given."""
+    problem = identifier_problem(key)
+    if problem is not None:
+        raise InvalidKeyError(key, problem=problem)
+    for index, entry in enumerate(entries):
+        if isinstance(entry.id, str) and (problem := identifier_problem(entry.id)) is not None:
+            path = f"entries[{index}].id"
+            raise EntryNotSerialisableError(
+                f"{path} {problem}; shorten it; nothing was written", path=path
+            )
+    for index, data in enumerate(encoded):
+        if len(data) > MAX_ENTRY_BYTES:
+            raise EntryNotSerialisableError(
+                f"entries[{index}] is {len(data):,} bytes encoded, over {MAX_ENTRY_BYTES:,} "
+                "bytes (loom_memory.entry.MAX_ENTRY_BYTES); split it; nothing was written",
+                path=f"entries[{index}]",
+            )
 
 
 def _check_content(value: object, path: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
+from loom_memory.entry import MemoryEntry, check_bounds, check_identifiers, encode_entries
 from loom_memory.erasure import seal_entries, write_key
 from loom_memory.errors import (
     InvalidArgumentError,
@@ -132,6 +132,7 @@ class EventSourcedMemory:
         """Add ``entries`` to the end of the list at ``key``; an empty list records nothing."""
         check_key(key)
         raw = _raw_entries(entries)
+        check_bounds(key=key, entries=entries, encoded=raw)
         check_identifiers(self._log.redactor, key=key, entries=entries)
         if raw:
             self._write(key, MemoryAppended, {"entries": raw})
@@ -140,13 +141,15 @@ class EventSourcedMemory:
         """Make ``entries`` the list at ``key`` (one event, so one atomic step in every store)."""
         check_key(key)
         raw = _raw_entries(entries)
+        check_bounds(key=key, entries=entries, encoded=raw)
         check_identifiers(self._log.redactor, key=key, entries=entries)
         self._write(key, MemoryReplaced, {"entries": raw})
 
     def remove(self, key: str, ids: Iterable[str]) -> None:
         """Delete every entry at ``key`` whose id is in ``ids``; no ids records nothing."""
         check_key(key)
-        wanted = sorted(check_ids(ids))
+        check_bounds(key=key)
+        wanted = sorted(check_ids(ids, bounded=True))
         check_identifiers(self._log.redactor, key=key, ids=wanted)
         if wanted:
             self._write(key, MemoryRemoved, {"ids": wanted})
@@ -154,6 +157,7 @@ class EventSourcedMemory:
     def clear(self, key: str) -> None:
         """Remove every entry at ``key``."""
         check_key(key)
+        check_bounds(key=key)
         check_identifiers(self._log.redactor, key=key)
         self._write(key, MemoryCleared, {})
 

@@ -33,6 +33,7 @@ from typing import Protocol, runtime_checkable
 from loom_memory.entry import MemoryEntry, identifier_problem
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import PLAIN, Tokenizer
+from loom_runtime import text_problem
 
 DEFAULT_SEARCH_LIMIT = 10
 """How many hits :meth:`SupportsSearch.search` returns when the caller does not say."""
@@ -153,13 +154,13 @@ def check_key(key: object) -> str:
     """Return ``key`` if it is a ``str`` of storable text, else raise :class:`InvalidKeyError`."""
     if not isinstance(key, str):
         raise InvalidKeyError(key)
-    problem = identifier_problem(key)
+    problem = text_problem(key)
     if problem is not None:
         raise InvalidKeyError(key, problem=problem)
     return key
 
 
-def check_ids(ids: Iterable[str]) -> frozenset[str]:
+def check_ids(ids: Iterable[str], *, bounded: bool = False) -> frozenset[str]:
     """Return ``ids`` as a set of ``str``; a bare string is refused (it would mean its letters)."""
     if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
         raise InvalidArgumentError(
@@ -172,7 +173,7 @@ def check_ids(ids: Iterable[str]) -> frozenset[str]:
                 f"ids must all be str, got {type(entry_id).__name__} {entry_id!r}",
                 parameter="ids",
             )
-        problem = identifier_problem(entry_id)
+        problem = identifier_problem(entry_id) if bounded else text_problem(entry_id)
         if problem is not None:
             shown = entry_id if len(entry_id) <= 60 else f"{entry_id[:60]}..."
             raise InvalidArgumentError(f"id {shown!r} {problem}", parameter="ids")

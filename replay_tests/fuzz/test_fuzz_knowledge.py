@@ -409,3 +409,20 @@ def test_meta_nested_exactly_max_meta_depth_round_trips(db_url: str) -> None:
     with pytest.raises(InvalidDocumentError) as caught:
         Doc(id="past-limit", text="x", meta=nested(MAX_META_DEPTH))
     assert caught.value.field.startswith("meta.k.k")
+
+
+def test_a_long_document_id_and_a_large_meta_are_indexed(db_url: str) -> None:
+    """The corpus index is a projection of documents into a memory store: the bounds an
+    event-sourced memory puts on its keys, ids and entries (ADR 0004, "bounds") must not apply
+    to it. Put on every store, they refused a 1,100-byte document id in the projection, after
+    the document's event was in the log: the scope's index failed from then on."""
+    with Loom(db_url) as loom:
+        kb = open_knowledge_base(loom, "fuzz")
+        long_id = "docs/" + "a" * 1_100
+        kb.sync(
+            [
+                Doc(id=long_id, text="hello from a long path"),
+                Doc(id="meta.md", text="hello with meta", meta={"blob": "x" * 300_000}),
+            ]
+        )
+        assert sorted(p.doc_id for p in kb.search("hello")) == sorted([long_id, "meta.md"])
