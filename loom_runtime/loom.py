@@ -26,7 +26,14 @@ from uuid import UUID, uuid4
 import msgspec
 
 from loom_runtime import codec
-from loom_runtime.bundle import BundleEvent, read_bundle, read_importable, seal, write_bundle
+from loom_runtime.bundle import (
+    Bundle,
+    BundleEvent,
+    read_bundle,
+    read_importable,
+    seal,
+    write_bundle,
+)
 from loom_runtime.context import (
     AsyncFlowContext,
     DecisionSource,
@@ -549,6 +556,11 @@ class Loom:
         key), so it is a copy outside erasure's reach; an erased execution cannot be exported
         (:class:`~loom_runtime.errors.ErasedError`).
         """
+        return write_bundle(self.bundle_of(execution_id), Path(path), follow_link=follow_link)
+
+    def bundle_of(self, execution_id: UUID | str) -> Bundle:
+        """The bundle :meth:`export` writes, in memory (to write later, once the log is
+        closed: the pytest plugin writes a test's bundle only once its teardown passed)."""
         try:
             execution = self.execution(execution_id)
         except ErasedError as exc:
@@ -557,14 +569,13 @@ class Loom:
                 subject=exc.subject,
                 position=exc.position,
             ) from exc
-        bundle = seal(
+        return seal(
             execution_id=execution.id,
             flow=execution.flow,
             code_version=execution.code_version,
             started_at_position=execution.log_position,
             events=self._bundle_events(execution),
         )
-        return write_bundle(bundle, Path(path), follow_link=follow_link)
 
     def import_bundle(self, path: str | Path, *, max_bundle_bytes: int | None = None) -> UUID:
         """Add a bundle's execution to this log, keeping it replayable; never duplicates it.

@@ -36,6 +36,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from loom_runtime.bundle import Bundle
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.loom import Loom
     from loom_runtime.redaction import RedactorOption
@@ -61,6 +63,9 @@ NO_FLOWS = (
 BUNDLE_SUFFIXES = (".json", ".msgpack")
 RECORD_MODES = ("none", "once", "rewrite")
 PASSED = pytest.StashKey[bool]()
+PENDING = pytest.StashKey[list[Callable[[], "str | None"]]]()
+"""The bundle writes of a test, done once its teardown has passed too (each returns the note of
+a re-seal for the summary, or None)."""
 """Whether a test's call passed: a marked test's recording or re-seal is written only then."""
 BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
 """The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
@@ -140,6 +145,21 @@ def pytest_runtest_makereport(
     report = yield
     if call.when == "call":
         item.stash[PASSED] = report.passed
+    elif (
+        call.when == "teardown"
+        and (pending := item.stash.get(PENDING, None))
+        and report.passed
+        and item.stash.get(PASSED, False)
+    ):
+        # Written only now, and only if the whole test passed: a fixture whose teardown
+        # fails (after the ``loom`` fixture ended) rejects the run as much as its call would.
+        try:
+            for write in pending:
+                if (note := write()) is not None:
+                    report.user_properties.append((RESEALED_PROPERTY, note))
+        except Exception as exc:  # a report hook must not raise: the test's error instead
+            report.outcome = "failed"
+            report.longrepr = f"loom could not write the test's bundle: {exc}"
     return report
 
 
@@ -298,7 +318,8 @@ class BundleItem(pytest.Item):
         _, replayed = replay_file(
             flows, self.path, update=update, rerun=_rerun(self), redactor=redactor
         )
-        _write_resealed(self, replayed)
+        if (note := _write_resealed(replayed)) is not None:
+            self.user_properties.append((RESEALED_PROPERTY, note))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         from loom_runtime.errors import BundleError
@@ -383,9 +404,8 @@ def loom_replay(
         return result
 
     yield replay
-    if request.node.stash.get(PASSED, False):
-        for updating in updated:
-            _write_resealed(request.node, updating)
+    for updating in updated:
+        _after_teardown(request.node, functools.partial(_write_resealed, updating))
 
 
 @pytest.fixture
@@ -460,12 +480,26 @@ def _bundle_loom(
                 pytrace=False,
             )
         if bundled.recorded is not None:
-            bundle.parent.mkdir(parents=True, exist_ok=True)
-            bundled.export(bundled.recorded, bundle)
+            _after_teardown(
+                request.node,
+                functools.partial(_write_recorded, bundled.bundle_of(bundled.recorded), bundle),
+            )
         else:
-            _write_resealed(request.node, bundled)
+            _after_teardown(request.node, functools.partial(_write_resealed, bundled))
     finally:
         bundled.close()
+
+
+def _after_teardown(item: pytest.Item, write: Callable[[], str | None]) -> None:
+    """Write a bundle once ``item``'s teardown has passed (see ``pytest_runtest_makereport``)."""
+    item.stash.setdefault(PENDING, []).append(write)
+
+
+def _write_recorded(recorded: Bundle, path: Path) -> None:
+    from loom_runtime.bundle import write_bundle
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bundle(recorded, path)
 
 
 def _marked_bundle(item: pytest.Item, marker: pytest.Mark) -> Path | None:
@@ -512,17 +546,15 @@ def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
     return claims
 
 
-def _write_resealed(item: pytest.Item, bundled: BundleLoom) -> None:
-    """Write the bundle ``bundled`` re-sealed, if it did, and note it for the summary."""
+def _write_resealed(bundled: BundleLoom) -> str | None:
+    """Write the bundle ``bundled`` re-sealed, if it did; the note of it for the summary."""
     from loom_runtime.bundle import write_bundle
 
     if bundled.resealed is None:
-        return
+        return None
     write_bundle(bundled.resealed, bundled.bundle)
     accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
-    item.user_properties.append(
-        (RESEALED_PROPERTY, f"re-sealed {bundled.bundle}, accepting:\n{accepted}")
-    )
+    return f"re-sealed {bundled.bundle}, accepting:\n{accepted}"
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -774,3 +774,42 @@ def test_bundles_are_recorded_and_replayed_through_the_app_s_own_redactor(
     replayed.assert_outcomes(passed=1)
     assert "itok-s3cr3tvalue" not in "\n".join(replayed.outlines)
     assert "itok-s3cr3tvalue" not in bundle.read_text()
+
+
+TEARDOWN_FAILS = """
+import pytest
+
+
+@pytest.fixture
+def checked():
+    yield
+    raise AssertionError("the fixture's own check failed at teardown")
+
+
+@pytest.mark.loom(bundle="recordings/greet.json")
+def test_greet(checked, loom):
+    BODY
+"""
+
+
+def test_a_test_that_errors_in_teardown_records_and_re_seals_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    """A bundle is written only for a test that passed; a test pytest reports as an error
+    at teardown (another fixture's check) still recorded under ``once`` and re-sealed under
+    ``--loom-update``: the write ran when the ``loom`` fixture ended, before that teardown."""
+    bundle = marked_project(pytester, "Greet ", RUN)
+    pytester.makepyfile(test_greet=TEARDOWN_FAILS.replace("BODY", RUN))
+    recording = pytester.runpytest("-p", "no:randomly", "--loom-record=once")
+    recording.assert_outcomes(passed=1, errors=1)
+    assert not bundle.exists()
+    marked_project(pytester, "Greet ", RUN)  # recorded by a test that passes whole
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    committed = bundle.read_bytes()
+    pytester.makepyfile(
+        greeter=flows_module("Hello "), test_greet=TEARDOWN_FAILS.replace("BODY", RUN)
+    )
+    updating = pytester.runpytest("-p", "no:randomly", "--loom-update")
+    updating.assert_outcomes(passed=1, errors=1)
+    assert bundle.read_bytes() == committed
+    assert "re-sealed" not in "\n".join(updating.outlines)
