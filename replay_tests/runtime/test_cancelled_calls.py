@@ -67,6 +67,7 @@ def test_a_call_cancelled_by_a_timeout_is_recorded_and_replays_as_cancelled(
     assert result.output == run.output
 
 
+@pytest.mark.waits  # the replay waits its 1.4 s bound, idle
 def test_a_recorded_cancellation_nothing_cancels_on_replay_is_a_divergence(
     sqlite_url: str,
 ) -> None:

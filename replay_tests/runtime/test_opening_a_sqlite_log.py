@@ -40,6 +40,7 @@ def locked(tmp_path: Path) -> Iterator[Path]:
     holder.close()
 
 
+@pytest.mark.waits  # the open waits out its lock timeout, idle
 @pytest.mark.parametrize("persistence", PERSISTENCES)
 def test_a_log_locked_by_another_connection_is_busy_not_damaged(
     locked: Path, persistence: str
