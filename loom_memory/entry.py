@@ -145,14 +145,17 @@ could not be projected there, and the event, in the append-only log, blocked the
 good. Refused before anything is written, on every backend alike."""
 
 
-def identifier_problem(text: str) -> str | None:
-    """Why ``text`` cannot be a key or an entry id on every backend, or None when it can."""
-    problem = text_problem(text)
-    if problem is None and len(text) * 4 > MAX_KEY_BYTES:  # at most 4 bytes a letter
-        size = len(text.encode("utf-8"))
-        if size > MAX_KEY_BYTES:
-            problem = f"is {size:,} bytes of UTF-8, over {MAX_KEY_BYTES:,} bytes"
-    return problem
+def too_long(text: str) -> str | None:
+    """What is wrong with ``text`` as an event-sourced memory's key or entry id past
+    :data:`MAX_KEY_BYTES`, or None (its text was checked already, :func:`text_problem`)."""
+    if len(text) * 4 <= MAX_KEY_BYTES:  # at most 4 bytes a letter: no need to encode it
+        return None
+    size = len(text.encode("utf-8"))
+    return (
+        f"is {size:,} bytes of UTF-8, over {MAX_KEY_BYTES:,} bytes"
+        if size > MAX_KEY_BYTES
+        else None
+    )
 
 
 MAX_ENTRY_BYTES: Final = 256 * 1024
@@ -177,11 +180,11 @@ def check_bounds(
     it, a PostgreSQL store could not, and the event would block the memory for good. Only
     there: a store written directly fails the one write, and the corpus index (a projection
     of documents, whose ids and sizes the knowledge layer bounds) must take what it is given."""
-    problem = identifier_problem(key)
+    problem = too_long(key)
     if problem is not None:
         raise InvalidKeyError(key, problem=problem)
     for index, entry in enumerate(entries):
-        if isinstance(entry.id, str) and (problem := identifier_problem(entry.id)) is not None:
+        if isinstance(entry.id, str) and (problem := too_long(entry.id)) is not None:
             path = f"entries[{index}].id"
             raise EntryNotSerialisableError(
                 f"{path} {problem}; shorten it; nothing was written", path=path

@@ -36,8 +36,7 @@ class InvalidKeyError(InvalidArgumentError, TypeError):
     def __init__(self, key: object, *, problem: str | None = None) -> None:
         shown = f"{key[:60]!r}..." if isinstance(key, str) and len(key) > 60 else repr(key)
         super().__init__(
-            f"memory key {shown} {problem}: use a key of valid text without NUL, of at most "
-            "1,024 bytes"
+            f"memory key {shown} {problem}: use a key of valid text without NUL"
             if problem is not None
             else f"memory keys are str, got {type(key).__name__} {key!r}: convert it explicitly",
             parameter="key",

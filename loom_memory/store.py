@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from loom_memory.entry import MemoryEntry, identifier_problem
+from loom_memory.entry import MemoryEntry, too_long
 from loom_memory.errors import InvalidArgumentError, InvalidKeyError, InvalidLimitError
 from loom_memory.text import PLAIN, Tokenizer
 from loom_runtime import text_problem
@@ -173,7 +173,7 @@ def check_ids(ids: Iterable[str], *, bounded: bool = False) -> frozenset[str]:
                 f"ids must all be str, got {type(entry_id).__name__} {entry_id!r}",
                 parameter="ids",
             )
-        problem = identifier_problem(entry_id) if bounded else text_problem(entry_id)
+        problem = text_problem(entry_id) or (too_long(entry_id) if bounded else None)
         if problem is not None:
             shown = entry_id if len(entry_id) <= 60 else f"{entry_id[:60]}..."
             raise InvalidArgumentError(f"id {shown!r} {problem}", parameter="ids")
