@@ -14,7 +14,7 @@ import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from loom_runtime import LogEvent, StreamConflictError
 from loom_runtime.log import LogSettings, Row, open_log
 from loom_runtime.storage.application import EventsourcingLog
-from loom_runtime.storage.postgres import ChainedPostgresRecorder
+from loom_runtime.storage.postgres import ChainedPostgresRecorder, _Writer
 
 pytestmark = pytest.mark.postgres
 
@@ -387,12 +387,11 @@ def test_an_append_killed_between_its_events_and_its_chain_leaves_nothing(
     log.insert_rows(_rows(uuid.uuid4(), range(1, 3)))
     before = log.position
     killed = uuid.uuid4()
-    unretried: Callable[..., Any] = type(recorder).insert_events.__wrapped__  # type: ignore[attr-defined]
     failures: list[BaseException] = []
 
     def append() -> None:
-        try:
-            unretried(recorder, _stored(_rows(killed, range(1, 4))))
+        try:  # one attempt, not the retried insert_events
+            recorder._insert(_stored(_rows(killed, range(1, 4))), None)
         except BaseException as exc:  # the killed append's error, checked below
             failures.append(exc)
 
@@ -503,3 +502,87 @@ def test_closing_the_log_gives_the_writer_back(log: EventsourcingLog) -> None:
     log.close()
     assert recorder._writer is None
     assert writer.conn.closed
+
+
+# -- a reply lost after the commit ---------------------------------------------------------
+
+
+_LOST = "server closed the connection unexpectedly"
+
+
+def test_an_append_whose_reply_is_lost_after_its_commit_returns_its_own_ids(
+    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server commits the append, then the connection drops before its reply arrives. The
+    retry meets the row the lost attempt stored: that is this append having happened, so it
+    returns that row's id instead of reporting a conflict, and nothing is written twice."""
+    stream = uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 3)))
+    original = _Writer.append
+    lost: list[list[int]] = []
+
+    def commit_then_lose(self: _Writer, event: StoredEvent, precondition: Any) -> list[int]:
+        ids = original(self, event, precondition)
+        if not lost:
+            lost.append(ids)
+            raise psycopg.OperationalError(_LOST)
+        return ids
+
+    monkeypatch.setattr(_Writer, "append", commit_then_lose)
+    ids = log.insert_rows(_rows(stream, range(3, 4)))
+    assert lost and ids == lost[0]
+    assert [row.version for row in _recorder(log).stream_rows(stream)] == [1, 2, 3]
+    assert log.verify().checked == 3
+
+
+def test_a_batch_whose_reply_is_lost_after_its_commit_returns_its_own_ids(
+    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through the pool's path (a batch of events, one statement): every event of the
+    batch is found stored as sent, so the batch's ids come back in its order."""
+    stream, other = uuid.uuid4(), uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 2)))
+    original = psycopg.Cursor.fetchone
+    lost: list[Any] = []
+
+    def commit_then_lose(self: psycopg.Cursor[Any]) -> Any:
+        row = original(self)
+        if not lost:
+            lost.append(row)
+            raise psycopg.OperationalError(_LOST)
+        return row
+
+    monkeypatch.setattr(psycopg.Cursor, "fetchone", commit_then_lose)
+    ids = log.insert_rows(_rows(stream, range(2, 4)) + _rows(other, range(1, 2)))
+    monkeypatch.undo()
+    assert lost and ids == lost[0]["ids"]
+    assert [row.version for row in _recorder(log).stream_rows(stream)] == [1, 2, 3]
+    assert [row.version for row in _recorder(log).stream_rows(other)] == [1]
+    assert log.verify().checked == 4
+
+
+def test_a_lost_attempt_then_another_writer_s_row_is_still_a_conflict(
+    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check that makes a lost reply a success compares the stored row with the one sent:
+    when the attempt was lost before its commit and another writer stored a different event at
+    that version meanwhile, the append is the conflict it always was, and that row stays."""
+    stream = uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 3)))
+    original = _Writer.append
+    lost: list[bool] = []
+    theirs = Row(stream=stream, version=3, topic="test.Noted", state=b'{"n":"theirs"}')
+
+    def lose_to_another_writer(self: _Writer, event: StoredEvent, precondition: Any) -> list[int]:
+        if not lost:
+            lost.append(True)
+            log.insert_rows([theirs])  # the writer is held: this one goes through the pool
+            raise psycopg.OperationalError(_LOST)
+        return original(self, event, precondition)
+
+    monkeypatch.setattr(_Writer, "append", lose_to_another_writer)
+    with pytest.raises(StreamConflictError):
+        log.insert_rows(_rows(stream, range(3, 4)))
+    assert lost
+    assert _recorder(log).stream_rows(stream)[-1] == theirs
+    assert log.verify().checked == 3
