@@ -5,7 +5,11 @@ manual match ~15% of 100,000 entries), and FTS5 computes ``bm25()`` for EVERY ma
 before it can sort. Scoring is the cost; finding the rows is cheap. So we only score the rows
 that could still enter the top ``k``, and prove the rest cannot - the idea of MaxScore (Turtle
 and Flood, 1995), expressed in FTS5 match expressions so that FTS5's own ``bm25()`` does all
-the scoring and the answer is EXACTLY the plain OR query's answer, order and ties included.
+the scoring and the answer is the plain OR query's answer: the same rows, scores and order.
+"The same" up to the last bit of a float: FTS5 adds a row's per-term scores in the order of
+the statement's phrases, so a row scored by a conjunction can differ from the OR query's sum in
+the last place, and two rows whose scores are equal on paper can then swap (each search of a
+given store and query still answers the same every time).
 
 The bound. FTS5's BM25 sums, over the query terms a row contains,
 ``idf(t) * f * (k1 + 1) / (f + k1 * (1 - b + b * len / avglen))``, and that fraction is below
