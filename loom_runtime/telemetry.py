@@ -70,6 +70,11 @@ _USAGE = (  # usage field as the provider reports it -> attribute
     ("completion_tokens", "gen_ai.usage.output_tokens"),
 )
 _any_json = msgspec.json.Decoder()
+NAME_LIMIT = 256
+"""At most this many characters of a span's name. OpenTelemetry's limits (``SpanLimits``,
+``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``) bound attributes, not names, and a name holds a key or a
+model name of any size: a longer one is cut, ending in ``…`` (the key attribute, under the
+user's limits, and the log position still say which decision it is)."""
 
 
 class Telemetry:
@@ -166,7 +171,10 @@ class _TracedSource:
         try:
             decision = self._source.lookup(slot)
         except Exception as exc:  # a divergence, a changed input: the span says so
-            _end(self._start(slot), error=exc, sealed=self._sealed, redactor=self.redactor)
+            # A replay's unrecorded key was never checked (the log took none of it): one the
+            # log would refuse names the span by its kind only, as a sealed execution's.
+            span = self._start(slot, keyless=not self._storable(slot.key))
+            _end(span, error=exc, sealed=self._sealed, redactor=self.redactor)
             raise
         if decision is None:
             if self.redactor is not None:
@@ -223,8 +231,18 @@ class _TracedSource:
         if position is not None:
             span.set_attribute("loom.log_position", position)
 
-    def _start(self, slot: Slot) -> Span:
-        name, kind, attributes = _naming(slot, sealed=self._sealed)
+    def _storable(self, key: str) -> bool:
+        """Whether the log would store ``key`` (no secret the redactor refuses in it)."""
+        if self.redactor is None:
+            return True
+        try:
+            self.redactor.check_identifier(key, path="key")
+        except Exception:
+            return False
+        return True
+
+    def _start(self, slot: Slot, *, keyless: bool = False) -> Span:
+        name, kind, attributes = _naming(slot, sealed=self._sealed or keyless)
         return _started(
             self._tracer, name, {**self._shared, **attributes}, context=self._parent, kind=kind
         )
@@ -238,8 +256,10 @@ def _started(
     context: Any = None,
     kind: SpanKind = SpanKind.INTERNAL,
 ) -> Span:
-    """A span started, or a span that records nothing when starting raised (a processor's
-    ``on_start``): tracing never changes what a flow sees or what is recorded."""
+    """A span started, its name bounded (:data:`NAME_LIMIT`), or a span that records nothing
+    when starting raised (a processor's ``on_start``): tracing never changes what a flow sees
+    or what is recorded."""
+    name = name if len(name) <= NAME_LIMIT else name[: NAME_LIMIT - 1] + "…"
     try:
         return tracer.start_span(name, context=context, kind=kind, attributes=attributes)
     except Exception:

@@ -731,6 +731,62 @@ def test_a_key_the_log_refuses_as_a_secret_reaches_no_span(traced: Traced, tmp_p
     assert TOKEN not in _exported(traced.spans())
 
 
+def test_a_key_first_asked_by_a_replay_reaches_no_span_when_it_holds_a_secret(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """The code changed after the recording and now asks a key holding a secret: the replay
+    reports the unrecorded key, as it must. Its span was started from the key unchecked, so
+    the token left the process in the span's name and ``loom.decision.key``, although the log
+    would have refused to store it and a live run's span never carried it."""
+    asked = {"key": "fetch:plain"}
+    with traced.loom(tmp_path / "loom.db") as loom:
+
+        @loom.flow("changed-key")
+        def changed_key(ctx: Any) -> str:
+            return str(ctx.decide(asked["key"], lambda: "x"))
+
+        run = loom.run("changed-key")
+        asked["key"] = f"fetch:{TOKEN}"
+        traced.take()
+        assert not loom.replay(run.execution_id).identical
+    spans = traced.spans()
+    assert TOKEN not in _exported(spans)
+    failed = [span for span in spans if (span.attributes or {}).get("error.type")]
+    assert [(span.attributes or {})["error.type"] for span in failed] == [
+        "UnrecordedDecisionError"
+    ]  # the control: the divergent decision still has its span, marked
+
+
+def test_a_span_name_is_bounded_however_long_the_key_or_model(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """OpenTelemetry's limits bound attributes, not names: a span named after a 1 MB key (or
+    a model call's 1 MB model name) carried it whole to the collector, over common export
+    message limits, on every run and replay of the execution."""
+    long = "k" * (1 << 20)
+    with traced.loom(tmp_path / "loom.db") as loom:
+
+        @loom.flow("long-names")
+        def long_names(ctx: Any) -> str:
+            ctx.decide(long, lambda: "v")
+            return str(
+                ctx.decide(
+                    "model:openai:chat.completions",
+                    lambda: "m",
+                    input={"model": long},
+                    kind="model",
+                )
+            )
+
+        run = loom.run("long-names")
+        assert loom.replay(run.execution_id).identical
+    spans = traced.spans()
+    decisions = [span for span in spans if span.parent is not None]
+    assert len(decisions) == 4
+    assert all(len(span.name) <= 256 for span in spans)
+    assert {span.name[:18] for span in decisions} == {"loom decide kkkkkk", "chat kkkkkkkkkkkkk"}
+
+
 def test_a_secret_in_a_failure_message_is_redacted_in_spans_as_in_the_log(
     traced: Traced, tmp_path: Path
 ) -> None:
