@@ -21,12 +21,12 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
-from loom_knowledge.corpus.retrieval import MetaFilter, Mode
+from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError
@@ -52,6 +52,14 @@ class KnowledgeBaseRetriever(BaseRetriever):
     """``"lexical"``, ``"vector"`` or ``"hybrid"``: as :meth:`KnowledgeBase.retrieve` takes it."""
     filter: MetaFilter | None = None
     """A filter on the documents' meta, as :meth:`KnowledgeBase.retrieve` takes it."""
+
+    @model_validator(mode="after")
+    def _refuse_what_no_search_takes(self) -> KnowledgeBaseRetriever:
+        """A ``k`` or ``filter`` no search accepts, refused here, as the LlamaIndex retriever
+        refuses it, not at the first query of a chain (pydantic checks only their types)."""
+        check_arguments("", self.mode, self.k)
+        check_filter(self.filter)
+        return self
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
@@ -100,8 +108,8 @@ def to_doc(document: Document, *, id_key: str = "id") -> Doc:
     The id is ``document.id``, else ``metadata[id_key]`` (loaders put the path under
     ``source``: pass ``id_key="source"``). A document with neither is refused: a corpus syncs
     by id, and an id made up here would make every sync see a new document. ``title`` comes
-    from ``metadata["title"]``; the rest of the metadata becomes the doc's meta (checked as
-    any meta is: JSON values only).
+    from ``metadata["title"]`` when it is a string; the rest of the metadata (any other
+    title included) becomes the doc's meta, checked as any meta is: JSON values only.
     """
     metadata: Mapping[str, Any] = document.metadata or {}
     doc_id = document.id if document.id is not None else metadata.get(id_key)
@@ -116,10 +124,12 @@ def to_doc(document: Document, *, id_key: str = "id") -> Doc:
             ),
         )
     title = metadata.get("title")
-    meta = {key: value for key, value in metadata.items() if key not in {id_key, "title"}}
+    titled = isinstance(title, str)  # any other title stays in the meta: nothing is dropped
+    meta = {
+        key: value
+        for key, value in metadata.items()
+        if key != id_key and not (titled and key == "title")
+    }
     return Doc(
-        id=doc_id,
-        text=document.page_content,
-        title=title if isinstance(title, str) else None,
-        meta=meta or None,
+        id=doc_id, text=document.page_content, title=title if titled else None, meta=meta or None
     )

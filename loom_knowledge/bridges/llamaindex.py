@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import Document, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import (
+    Document,
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
 
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
@@ -87,6 +94,7 @@ def to_node(passage: Passage) -> TextNode:
         id_=format_passage_id(passage.doc_id, passage.index),
         text=passage.text,
         metadata=metadata,
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=passage.doc_id)},
     )
 
 
@@ -106,12 +114,12 @@ def to_doc(document: Document, *, id_key: str | None = None) -> Doc:
             field="id",
             reason=f"is missing: the LlamaIndex Document has no metadata[{id_key!r}]",
         )
-    title = metadata.pop("title", None)
+    title = metadata.get("title")
+    titled = isinstance(title, str)  # any other title stays in the meta: nothing is dropped
+    if titled:
+        del metadata["title"]
     if id_key is not None:
         metadata.pop(id_key, None)
     return Doc(
-        id=doc_id,
-        text=document.text,
-        title=title if isinstance(title, str) else None,
-        meta=metadata or None,
+        id=doc_id, text=document.text, title=title if titled else None, meta=metadata or None
     )

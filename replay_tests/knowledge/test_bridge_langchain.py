@@ -144,6 +144,29 @@ def test_a_bad_k_is_refused_before_searching(tmp_path: Path, k: object) -> None:
         KnowledgeBaseRetriever(knowledge_base=kb).invoke("pool", k=k)
 
 
+@pytest.mark.parametrize("filter", [{}, {"team": []}, {"": "x"}, {"n": float("nan")}])
+def test_a_bad_filter_or_k_is_refused_when_the_retriever_is_built(
+    tmp_path: Path, filter: object
+) -> None:
+    """As the LlamaIndex retriever refuses them: pydantic checked the filter's shape only, so
+    a filter no search accepts was taken, and refused at the first query of a chain."""
+    kb = _knowledge_base(tmp_path)
+    with pytest.raises(ValueError, match="filter"):
+        KnowledgeBaseRetriever(knowledge_base=kb, filter=filter)
+    with pytest.raises(ValueError, match="limit"):
+        KnowledgeBaseRetriever(knowledge_base=kb, k=0)
+    assert KnowledgeBaseRetriever(knowledge_base=kb, filter={"team": "db"}).filter  # control
+
+
+def test_a_title_that_is_not_text_stays_in_the_meta() -> None:
+    """A loader's ``title`` that is not a string was dropped: lost on ingest. It stays in the
+    meta."""
+    loaded = Document(page_content="x", metadata={"source": "a.md", "title": 2024})
+    assert to_doc(loaded, id_key="source").meta == {"title": 2024}
+    titled = Document(page_content="x", metadata={"source": "b.md", "title": "B"})
+    assert to_doc(titled, id_key="source").title == "B"  # the control
+
+
 def test_documents_convert_both_ways(tmp_path: Path) -> None:
     loaded = Document(
         page_content="Fail over to the replica.",

@@ -120,6 +120,16 @@ def test_documents_and_nodes_convert(tmp_path: Path) -> None:
     node = bridge.to_node(passage)
     assert isinstance(node, schema.TextNode) and node.node_id == "tls#0"
     assert node.metadata == {"doc_id": "tls", "index": 0, "revision": 1, "title": "TLS"}
+    assert node.ref_doc_id == "tls"  # as the docstring says: its source is the document
+
+
+def test_a_title_that_is_not_text_stays_in_the_meta() -> None:
+    """A reader's ``title`` that is not a string (a year, a list) was popped from the metadata
+    and then dropped for not being a title: lost on ingest. It stays in the meta."""
+    read = schema.Document(text="x", metadata={"file_path": "a.md", "title": 2024, "team": "sre"})
+    assert bridge.to_doc(read, id_key="file_path").meta == {"title": 2024, "team": "sre"}
+    titled = schema.Document(text="x", metadata={"file_path": "b.md", "title": "B"})
+    assert bridge.to_doc(titled, id_key="file_path").title == "B"  # the control
 
 
 def test_a_llamaindex_parser_cuts_the_corpus(tmp_path: Path) -> None:
