@@ -197,8 +197,9 @@ class Loom:
             self._telemetry = Telemetry(tracer_provider)
         self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
         if encryption is not None:
-            from loom_runtime.sealing import require_cryptography
+            from loom_runtime.sealing import require_cryptography, require_key_wrapper
 
+            require_key_wrapper(encryption)
             require_cryptography()
         self._encryption = encryption
         self._keyring: Keyring | None = None  # opened with the log when encryption is on

@@ -150,6 +150,21 @@ class KeyWrapper(Protocol):
         ...
 
 
+def require_key_wrapper(encryption: object) -> None:
+    """Refuse, when a Loom is made, an ``encryption`` that wraps no key: the text
+    :meth:`MasterKey.generate` returns (for ``$LOOM_MASTER_KEY``) or a key's bytes were taken
+    and failed at the first sealed write, inside a flow, with an ``AttributeError``."""
+    if not (
+        callable(getattr(encryption, "wrap", None))
+        and callable(getattr(encryption, "unwrap", None))
+    ):
+        raise ConfigurationError(
+            f"encryption takes a MasterKey (or a KeyWrapper of your KMS), not "
+            f"{type(encryption).__name__}: pass MasterKey.from_env('LOOM_MASTER_KEY') for a "
+            "base64 key in the environment, or MasterKey(key_bytes)"
+        )
+
+
 def require_cryptography() -> Any:
     """The ``cryptography`` module loom seals with (its AES key wrap), or
     :class:`MissingExtraError` naming the ``encryption`` extra: asked when a Loom is given a

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, make_url, text
 from typer.testing import CliRunner, Result
 
 from loom_runtime import (
+    ConfigurationError,
     EncryptionOffError,
     ErasedError,
     ErasureSubjectError,
@@ -122,6 +123,19 @@ def test_a_wrong_master_key_is_refused_at_open_never_read_as_erased(db_url: str)
     with pytest.raises(WrongMasterKeyError, match="not the key the log was encrypted with"):
         _ = wrong.log
     wrong.close()
+
+
+@pytest.mark.parametrize(
+    "given", [MasterKey.generate(), b"k" * 32, object()], ids=["generated-text", "bytes", "object"]
+)
+def test_encryption_given_what_wraps_no_key_is_refused_when_the_loom_is_made(
+    db_url: str, given: object
+) -> None:
+    """``MasterKey.generate()`` returns the key's text (for ``$LOOM_MASTER_KEY``): given to
+    ``Loom(encryption=...)`` it was taken, and the first sealed write failed with
+    ``AttributeError: 'str' object has no attribute 'wrap'``, in a flow. Refused at once."""
+    with pytest.raises(ConfigurationError, match="MasterKey"):
+        Loom(db_url, encryption=given)  # type: ignore[arg-type]
 
 
 def test_a_sealed_execution_read_without_the_master_key_is_refused_typed(db_url: str) -> None:
