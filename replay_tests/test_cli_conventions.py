@@ -305,6 +305,10 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
             ["knowledge", "as-of", "4", "--scope", "ops", *db],
             lambda d: d["position"] == 4 and d["documents"][0]["id"] == "disk.md",
         ),
+        "knowledge counterfactual": (
+            ["knowledge", "counterfactual", eid, *db, *flows],
+            lambda d: d["execution_id"] == eid and d["unchanged"] is True and d["retrievals"] == [],
+        ),
         "diff": (
             ["diff", str(s.bundle), str(s.bundle)],
             lambda d: d["same"] is True and d["differences"] == [],

@@ -383,12 +383,14 @@ def as_of_command(
 @knowledge_app.command("counterfactual")
 def counterfactual_command(
     execution_id: str,
+    as_json: JsonOption = False,
     db: DbOption = None,
     flows: FlowsOption = None,
 ) -> None:
     """Would EXECUTION_ID go the same way today? Retrievals live, the rest recorded.
 
-    Exit 0 if nothing would change, 1 if something would (passages, request, citations).
+    Exit 0 if nothing would change, 1 if something would (passages, request, citations),
+    with --json as without.
     """
     from loom_knowledge.corpus.counterfactual import counterfactual, counterfactual_lines
 
@@ -399,8 +401,11 @@ def counterfactual_command(
             flow_missing(exc, flows)
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
-    for line in counterfactual_lines(report):  # each inert alone: an id cannot forge a line
-        console.print(inert(line, one_line=True))
+    if as_json:
+        print_json(report)
+    else:
+        for line in counterfactual_lines(report):  # each inert alone: an id cannot forge one
+            console.print(inert(line, one_line=True))
     raise typer.Exit(ExitCode.OK if report.unchanged else ExitCode.FAILED)
 
 
