@@ -347,10 +347,18 @@ def _json_cases(s: Setup) -> dict[str, tuple[list[str], Any]]:
     }
 
 
+PRINTS_NO_DATA = {
+    "demo": "a walkthrough told to a person",
+    "rebuild": "progress, then what was rebuilt",
+    "worker": "runs until stopped, printing that it runs",
+}
+"""The commands without --json, and why: every other command prints data."""
+
+
 def test_every_command_that_prints_data_has_one_json_schema(setup: Setup) -> None:
     """--json is offered exactly by the commands that print data (a new one without a row
-    here fails), and what each prints parses as JSON of its schema, with nothing else on
-    stdout."""
+    here fails, and so does a new one without --json that is not in PRINTS_NO_DATA), and
+    what each prints parses as JSON of its schema, with nothing else on stdout."""
     cases = _json_cases(setup)
     with_json = {
         path
@@ -358,6 +366,7 @@ def test_every_command_that_prints_data_has_one_json_schema(setup: Setup) -> Non
         if any("--json" in getattr(p, "opts", ()) for p in command.params)
     }
     assert sorted(with_json) == sorted(cases)
+    assert sorted(set(COMMANDS) - with_json) == sorted(PRINTS_NO_DATA)
     for command, (args, check) in cases.items():
         if command == "erase":
             # On an execution the dry run can erase, recorded now (after the commands that
