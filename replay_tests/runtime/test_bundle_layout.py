@@ -63,3 +63,25 @@ def test_a_state_that_would_not_read_back_exactly_stays_a_string(
 
 def _resealed(bundle: Bundle, events: list[BundleEvent]) -> Bundle:
     return bundle.resealed(events)
+
+
+@flows.flow("ordered")
+def ordered(ctx: FlowContext) -> str:
+    found = ctx.decide("lookup", lambda: {"zeta": 1, "alpha": 2})
+    return ", ".join(found)  # the value's key order reaches what the flow builds
+
+
+def test_recorded_json_keeps_its_recorded_key_order_which_the_flow_sees(tmp_path: Path) -> None:
+    """Sorted keys are the bundle's own structure; a recorded value, input or state keeps its
+    recorded order. The order is part of what was recorded: a replay hands the flow the dict
+    in that order, and the prompt it builds from it follows, so a bundle showing the keys
+    sorted would show a value the flow never saw (and its hash covers the recorded text)."""
+    with Loom(f"sqlite:///{tmp_path / 'rec.db'}", flows=flows) as loom:
+        run = loom.run("ordered")
+        path = loom.export(run.execution_id, tmp_path / "ordered.json")
+    assert run.output == "zeta, alpha"
+    text = path.read_text()
+    assert text.index('"zeta"') < text.index('"alpha"')
+    with Loom(f"sqlite:///{tmp_path / 'other.db'}", flows=flows) as other:
+        replayed = other.replay_bundle(path)
+    assert replayed.identical and replayed.output == "zeta, alpha"
