@@ -30,6 +30,7 @@ import binascii
 import contextlib
 import functools
 import os
+import string
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -203,10 +204,21 @@ class MasterKey:
                 "one with `python -c 'from loom_runtime import MasterKey; "
                 "print(MasterKey.generate())'` and keep it where your other secrets are"
             )
-        try:
-            key = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "==")
-        except ValueError as exc:
-            raise ConfigurationError(f"${name} is not base64: {exc}") from None
+        if len(text) == 32 and all(c in string.hexdigits for c in text):
+            # All in base64's alphabet too, so it would decode, to another (192-bit) key.
+            raise ConfigurationError(
+                f"${name} looks like a key in hex (32 hex digits); loom reads base64: convert "
+                "it with `python -c 'import base64,sys; "
+                "print(base64.b64encode(bytes.fromhex(sys.argv[1])).decode())' HEX`"
+            )
+        standard = text.replace("-", "+").replace("_", "/")
+        try:  # strict: no character outside the alphabet, nothing after the padding
+            key = binascii.a2b_base64(standard + "=" * (-len(standard) % 4), strict_mode=True)
+        except binascii.Error as exc:
+            raise ConfigurationError(
+                f"${name} is not one base64 key ({exc}): give the text "
+                "MasterKey.generate() printed, alone on the line"
+            ) from None
         return cls(key)
 
     @staticmethod
@@ -545,6 +557,12 @@ class Keyring:
         try:
             aead = self._aead(self.wrapper.unwrap(row.wrapped_key))
         except Exception as exc:
+            if self._active:  # the master key opened the key-check row: this row is at fault
+                raise LogCorruptError(
+                    f"the data key row of {subject} in {TABLE} does not unwrap with the master "
+                    "key, which opens this log's key-check row: the row was altered or copied "
+                    f"from another log (restore the key table from a backup): {type(exc).__name__}"
+                ) from exc
             raise WrongMasterKeyError(
                 f"the data key of {subject} does not unwrap with the master key given"
             ) from exc
@@ -1093,7 +1111,18 @@ def _clear_field(stream: UUID | str, version: int | None, field: str) -> LogCorr
 def _unopened_name(stream: str) -> LogCorruptError:
     return LogCorruptError(
         f"a decision key of execution {stream} does not open where it is stored: it was "
-        "altered, moved or written in clear; run `loom verify`"
+        f"altered, moved or written in clear, or {_key_row_or_events(f'execution:{stream}')}"
+    )
+
+
+def _key_row_or_events(subject: str) -> str:
+    """Where to look when a sealed value does not open with its subject's key: the events
+    (which ``loom verify`` checks) or the key's row (which it cannot: a row swapped with
+    another's unwraps, to the wrong key)."""
+    return (
+        f"the data key row of {subject} in {TABLE} was altered (swapped with another's, or "
+        "restored from another backup); `loom verify` checks the events: if it passes, they "
+        "are intact and the key row is the cause (restore the key table from a backup)"
     )
 
 
@@ -1422,7 +1451,7 @@ class Opener:
                 raise
             raise LogCorruptError(
                 f"a sealed field of {sealed.subject} does not open where it is stored: it was "
-                "altered or moved; run `loom verify`"
+                f"altered or moved, or {_key_row_or_events(sealed.subject)}"
             ) from exc
 
     def execution(self, execution: Execution) -> Execution:
