@@ -26,6 +26,7 @@ never saw.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -78,20 +79,23 @@ class _Walk:
             try:
                 entries = list(directory.iterdir())
             except OSError as exc:
-                raise InvalidOptionError(
-                    f"could not list {prefix or './'} in the folder ({exc.strerror}); did it "
-                    "change during the sync? sync again"
-                ) from exc
+                raise _unexamined(prefix or "./", exc) from exc
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
                 relative = f"{prefix}{entry.name}"
-                followed = self._followed(entry, relative)
-                if followed is None:
-                    continue
-                if entry.is_dir():  # a followed link's checked target: no link on a path found
+                try:
+                    followed = self._followed(entry, relative)
+                    if followed is None:
+                        continue
+                    # a followed link's checked target: no link on a path found
+                    is_dir = entry.is_dir()
+                    is_file = not is_dir and entry.is_file()
+                except OSError as exc:  # an lstat or stat of the entry's full path
+                    raise _unexamined(relative, exc) from exc
+                if is_dir:
                     pending.append((followed, f"{relative}/"))
-                elif entry.is_file() and entry.name.endswith(SUFFIXES):
+                elif is_file and entry.name.endswith(SUFFIXES):
                     self.found.append((relative, followed))
 
     def _followed(self, entry: Traversable, relative: str) -> Traversable | None:
@@ -108,8 +112,10 @@ class _Walk:
             self.skipped.append(relative)
             return None
         inside = target.is_relative_to(self.root)
-        hidden = target.relative_to(self.root).parts if inside else (target.name,)
-        if any(part.startswith(".") for part in hidden):  # as the file itself would be
+        # Below the root, or below where the target leaves the tree it shares with the root
+        # (a hidden folder above both, such as ~/.work, is not the target's business).
+        below = self.root if inside else Path(os.path.commonpath([self.root, target]))
+        if any(part.startswith(".") for part in target.relative_to(below).parts):
             self.skipped.append(relative)
             return None
         if inside:
@@ -122,6 +128,22 @@ class _Walk:
                 return None  # a link cycle outside the root
             self.entered.add(target)
         return target
+
+
+def _unexamined(relative: str, exc: OSError) -> InvalidOptionError:
+    """The refusal of a walk that could not list or examine ``relative``: a path longer than
+    the system allows says so (it would fail the same way every time), anything else is
+    taken for the folder changing under the sync."""
+    shown = relative if len(relative) <= 160 else f"{relative[:70]}…{relative[-70:]}"
+    if exc.errno == errno.ENAMETOOLONG:
+        return InvalidOptionError(
+            f"the path of {shown!r} in the folder is too long for this system "
+            f"({exc.strerror}): a folder is read by path, so shorten its names or nesting"
+        )
+    return InvalidOptionError(
+        f"could not examine {shown!r} in the folder ({exc.strerror}); did it change during "
+        "the sync? sync again"
+    )
 
 
 def _to_doc(doc_id: str, raw: str) -> Doc:
@@ -161,14 +183,17 @@ def _read(doc_id: str, entry: Traversable, *, max_file_bytes: int) -> bytes:
             field="file",
             reason=f"could not be read ({exc.strerror}); did it change during the sync? sync again",
         ) from exc
+    # Checked before the descriptor becomes a file object: fdopen refuses a folder's with an
+    # IsADirectoryError of its own, which named no document.
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        raise InvalidDocumentError(
+            doc_id=doc_id,
+            field="file",
+            reason="is no longer a regular file; did it change during the sync? sync again",
+        )
     with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise InvalidDocumentError(
-                doc_id=doc_id,
-                field="file",
-                reason="is no longer a regular file; did it change during the sync? sync again",
-            )
         data = file.read(max_file_bytes + 1) if status.st_size <= max_file_bytes else b""
     if status.st_size > max_file_bytes or len(data) > max_file_bytes:
         raise InvalidDocumentError(

@@ -900,6 +900,13 @@ def _check_source(source: object) -> None:
         )
     if source is not None:
         _check_text("source", source)
+        if not source.strip() or source != source.strip():  # as a scope is refused
+            raise InvalidOptionError(
+                f"source must be a non-blank name without surrounding spaces, not {source!r}: "
+                "it names the one writer allowed to revise a document (ADR 0005), so a blank "
+                "one reads as no source and a padded one as another writer; leave it out (None) "
+                "for none"
+            )
 
 
 def _check_docs(docs: object) -> None:

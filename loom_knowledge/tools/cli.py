@@ -210,11 +210,14 @@ def sync_command(
         fail(str(exc), code=ExitCode.USAGE)
     docs = scan.docs
     for skipped in scan.skipped:
-        warn(
-            f"skipped link {visible(skipped, one_line=True)}: it points outside "
-            f"{directory}, to a hidden file or folder, or nowhere (--follow-external-links "
-            "to read links out of it)"
-        )
+        if follow_external_links:  # only a hidden target or none is left to skip
+            why = "to a hidden file or folder (never read), or nowhere"
+        else:
+            why = (
+                f"outside {directory}, to a hidden file or folder, or nowhere "
+                "(--follow-external-links to read links out of it)"
+            )
+        warn(f"skipped link {visible(skipped, one_line=True)}: it points {why}")
     with (
         open_loom(db, create=apply) as loom,  # the dry run only reads
         progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
@@ -273,7 +276,7 @@ def _source_conflict(exc: SourceConflictError, *, given: str | None) -> str:
     listing them all (49 documents, 2.4 KB) hides the one thing to do.
     """
     owners = set(exc.owners.values())
-    sourced = ", ".join(repr(owner) for owner in sorted(filter(None, owners)))
+    sourced = ", ".join(repr(owner) for owner in sorted(o for o in owners if o is not None))
     count = len(exc.owners)
     if given is None:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,64 @@ def test_a_missing_folder_is_an_error_not_an_empty_corpus(tmp_path: Path) -> Non
     """An empty result would tell a sync to delete every document; a typo must fail."""
     with pytest.raises(InvalidOptionError, match="no directory of documents"):
         load_docs(tmp_path / "runbok")
+
+
+def test_a_followed_link_into_a_hidden_folder_outside_is_skipped(tmp_path: Path) -> None:
+    """With external links followed, a link to ``.env`` outside was skipped but one to
+    ``../shared/.git/config`` was read into the log: only the target's own name was checked
+    for a leading dot. Every part below where the target leaves the tree it shares with the
+    root is checked now; a root that itself lies under a hidden folder still reads its
+    sibling's plain files (the control)."""
+    base = tmp_path / ".work"  # a hidden ancestor of both: not the target's business
+    shared, root = base / "shared", base / "docs"
+    (shared / ".git").mkdir(parents=True)
+    (shared / ".git" / "config").write_text("url = https://deploy:s3cret@git.example.com/x")
+    (shared / "guide.md").write_text("shared guide")
+    root.mkdir()
+    (root / "cfg.md").symlink_to(shared / ".git" / "config")
+    (root / "guide.md").symlink_to(shared / "guide.md")
+    scan = scan_docs(root, follow_external_links=True)
+    assert [doc.id for doc in scan.docs] == ["guide.md"]
+    assert scan.skipped == ["cfg.md"]
+
+
+def test_a_file_that_became_a_folder_after_the_walk_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read refused a file that vanished, or became a link or a FIFO, after the walk saw
+    it ("did it change during the sync?"); one that became a folder raised a bare
+    IsADirectoryError out of the sync."""
+    from loom_knowledge.corpus import corpus_files
+
+    (tmp_path / "a.md").write_text("a")
+    walk = corpus_files._Walk.walk
+
+    def then_a_folder(self: corpus_files._Walk, top: object, prefix: str) -> None:
+        walk(self, top, prefix)  # type: ignore[arg-type]
+        (tmp_path / "a.md").unlink()
+        (tmp_path / "a.md").mkdir()
+
+    monkeypatch.setattr(corpus_files._Walk, "walk", then_a_folder)
+    with pytest.raises(InvalidDocumentError, match="no longer a regular file") as caught:
+        load_docs(tmp_path)
+    assert caught.value.doc_id == "a.md"
+
+
+def test_a_folder_whose_paths_are_too_long_for_the_system_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """Nested folders whose full path passes the system's limit (4,096 bytes on Linux) made
+    the walk's link check raise a bare OSError (ENAMETOOLONG) out of the sync."""
+    directory = os.open(tmp_path, os.O_RDONLY)
+    try:  # each level made from an open descriptor of the one above: never by its full path
+        for _ in range(22):  # 22 levels of 201 bytes: past 4,096
+            os.mkdir("d" * 200, dir_fd=directory)
+            inner = os.open("d" * 200, os.O_RDONLY, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        os.close(os.open("bottom.md", os.O_CREAT | os.O_WRONLY, dir_fd=directory))
+    finally:
+        os.close(directory)
+    (tmp_path / "top.md").write_text("top")
+    with pytest.raises(InvalidOptionError, match="too long"):
+        load_docs(tmp_path)
