@@ -50,6 +50,10 @@ class Embedder(Protocol):
         ...
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: a vector is stored as float32, so a larger value cannot be."""
+
+
 def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
     """Embed ``texts`` and refuse an answer of the wrong count, width or values.
 
@@ -76,6 +80,11 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
         if not all(map(math.isfinite, floats)):
             raise EmbedderError(
                 f"embedder {embedder.model!r} returned a non-finite value for text {index}"
+            )
+        if max(map(abs, floats), default=0.0) > FLOAT32_MAX:  # stored as float32
+            raise EmbedderError(
+                f"embedder {embedder.model!r} returned a value past float32's range (about "
+                f"3.4e38) for text {index}: vectors are stored as float32"
             )
         checked.append(floats)
     return checked

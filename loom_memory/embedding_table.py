@@ -40,6 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_memory.embedding_events import keyed_digest
 from loom_memory.entry import MemoryEntry
+from loom_memory.errors import EmbeddingModelChangedError
 from loom_memory.text import searchable_text, tokenize
 from loom_runtime import EncryptionOffError, MissingExtraError, create_missing, keyring_for
 
@@ -87,9 +88,22 @@ def _insert(conn: Connection, table: Table) -> Any:
 
 
 def unit_vector(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
-    """``vector`` scaled to length 1, or None for the zero vector (similar to nothing)."""
-    norm = float(np.linalg.norm(vector))
-    return None if norm == 0 else (vector / norm).astype(np.float32)
+    """``vector`` scaled to length 1, or None for the zero vector (similar to nothing).
+
+    In float64: cosine is scale-free, but a float32 norm overflowed for components near 1e19
+    (every score 0) and underflowed near 1e-23 (every vector taken for the zero vector)."""
+    wide = vector.astype(np.float64)
+    norm = float(np.linalg.norm(wide))
+    return None if norm == 0 else (wide / norm).astype(np.float32)
+
+
+def _width_changed(model: str, stored: int, width: int) -> EmbeddingModelChangedError:
+    return EmbeddingModelChangedError(
+        f"vectors recorded for embedding model {model!r} have {stored} floats, but the "
+        f"embedder of that name declares {width}: a model whose output width changed is "
+        "another model, so give it another name (its `model`), and its vectors are recorded "
+        "anew; or declare the width it had"
+    )
 
 
 class EmbeddingTable:
@@ -195,9 +209,14 @@ class EmbeddingTable:
             )
 
     def unit_vectors(
-        self, digests: Sequence[str], *, conn: Connection
+        self, digests: Sequence[str], *, conn: Connection, width: int
     ) -> dict[str, NDArray[np.float32]]:
-        """The unit vectors of ``digests`` that the table holds (zero vectors are left out)."""
+        """The unit vectors of ``digests`` that the table holds (zero vectors are left out),
+        each of ``width`` floats, the reader's embedder's dimension.
+
+        A vector is addressed by its model's name, not its width: an embedder whose width
+        changed under the same name finds the old vectors "recorded", and stacking two widths
+        failed deep in numpy. Such a vector is :class:`EmbeddingModelChangedError`."""
         found: dict[str, NDArray[np.float32]] = {}
         for table in self._tables:
             column = table.c
@@ -207,6 +226,8 @@ class EmbeddingTable:
                     column.model == self.model, column.digest.in_(batch)
                 )
                 for digest, data in conn.execute(query):
+                    if len(data) != 4 * width:
+                        raise _width_changed(self.model, len(data) // 4, width)
                     unit = unit_vector(np.frombuffer(data, dtype="<f4").astype(np.float32))
                     if unit is not None:
                         found[digest] = unit

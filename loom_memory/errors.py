@@ -119,7 +119,9 @@ class EmbeddingModelChangedError(StoreConfigurationError):
 
     Vectors of two models live in unrelated spaces, so mixing them would rank by numbers that
     mean nothing. A changed model is a new index: give the store a new ``table_prefix`` (and
-    rebuild it from the log), or open it with the model it names.
+    rebuild it from the log), or open it with the model it names. A model whose width changed
+    under the same name is refused too, when its recorded vectors are read: the name is their
+    address in the log, so such a model needs another name.
     """
 
 

@@ -36,6 +36,7 @@ calls the model, and a missing one is an error, not a call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -300,6 +301,12 @@ class VectorSqlStore(SqlMemoryStore):
                 f"{self.embedder.dimension}",
                 parameter="vector",
             )
+        if not all(map(math.isfinite, query)):  # NaN scores pass no floor: "nothing found"
+            raise InvalidArgumentError(
+                "vector holds a value that is not finite (NaN or infinity): a query vector is "
+                "a stored embedding's kind, and those are refused the same way",
+                parameter="vector",
+            )
         found = self._ranked(key, query, limit, conn=conn, where=where, floor=min_score)
         return [(entry, score) for entry, _, score in found]
 
@@ -383,7 +390,9 @@ class VectorSqlStore(SqlMemoryStore):
         texts = [searchable_text(entry) for entry, _ in entries]
         plain = [text_digest(text) for text in texts]
         keyed = plain if data_key is None else self._addresses(texts, data_key)
-        vectors = self.vectors.unit_vectors(sorted({*plain, *keyed}), conn=conn)
+        vectors = self.vectors.unit_vectors(
+            sorted({*plain, *keyed}), conn=conn, width=self.embedder.dimension
+        )
         units = [vectors.get(k, vectors.get(p)) for k, p in zip(keyed, plain, strict=True)]
         held = [n for n, unit in enumerate(units) if unit is not None]
         width = self.embedder.dimension

@@ -213,7 +213,9 @@ class HybridRetriever:
             return self.index(chosen)  # erased meanwhile by another process: left out now
         table = self._embeddings.table
         with table.engine.connect() as conn:
-            self._units.update(table.unit_vectors(sorted(texts), conn=conn))
+            self._units.update(
+                table.unit_vectors(sorted(texts), conn=conn, width=self.embedder.dimension)
+            )
         return embedded
 
     def _document_keys(self, doc_ids: set[str]) -> dict[str, AESGCM | None]:

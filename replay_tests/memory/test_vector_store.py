@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import delete
 
 from loom_memory import (
+    EmbedderError,
     EmbeddingNotRecordedError,
     EntryNotSerialisableError,
     HashingEmbedder,
@@ -185,3 +186,60 @@ def test_a_floor_must_be_a_number(tmp_path: Path) -> None:
             embedder=HashingEmbedder(),
             min_score="high",  # type: ignore[arg-type]
         )
+
+
+class _Scaled:
+    """Two directions at one scale: "apple" along the first axis, anything else at 45
+    degrees to it, so their cosines are 1 and 0.707 at every scale."""
+
+    dimension = 4
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        self.model = f"scaled/{scale:g}"
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [
+            [x * self.scale for x in ([1.0, 0, 0, 0] if "apple" in t else [1.0, 1.0, 0, 0])]
+            for t in texts
+        ]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e20, 1e-23], ids=["unit", "huge", "tiny"])
+def test_scores_do_not_depend_on_the_vectors_scale(tmp_path: Path, scale: float) -> None:
+    """Cosine is scale-free, but the norm was taken in float32: at 1e20 it overflowed (every
+    score 0), at 1e-23 it underflowed (every vector taken for the zero vector, never a hit)."""
+    store = SqliteVectorStore(
+        f"sqlite:///{tmp_path / 'v.db'}", embedder=_Scaled(scale), min_score=0.5
+    )
+    try:
+        store.append("k", [entry("apple pie"), entry("banana split")])
+        scored = store.search_scored("k", "apple")
+    finally:
+        store.close()
+    assert [hit.content for hit, _ in scored] == ["apple pie", "banana split"]
+    assert [score for _, score in scored] == pytest.approx([1.0, 0.7071], abs=1e-4)
+
+
+def test_a_vector_float32_cannot_hold_is_the_embedder_s_error(tmp_path: Path) -> None:
+    """Finite as a Python float, 1e39 is past float32's range: it reached the packing of the
+    stored vector as a bare OverflowError instead of an EmbedderError naming the model."""
+    store = SqliteVectorStore(f"sqlite:///{tmp_path / 'v.db'}", embedder=_Scaled(1e39), min_score=0)
+    try:
+        with pytest.raises(EmbedderError, match="scaled/1e"):
+            store.append("k", [entry("apple pie")])
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_query_vector_that_is_not_finite_is_refused(
+    vector_store: SqliteVectorStore, bad: float
+) -> None:
+    """A stored vector that is not finite is refused; a query vector was taken and answered
+    "nothing relevant" (NaN scores pass no floor)."""
+    vector_store.append("a", [entry("restart the worker")])
+    [query] = HashingEmbedder().embed(["restart"])
+    query[0] = bad
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        vector_store.search_by_vector("a", query)
