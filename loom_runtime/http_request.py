@@ -56,6 +56,63 @@ Datadog, Zipkin B3, Jaeger, AWS X-Ray, Google Cloud) add a fresh trace id to eve
 and are often on live and off in a test): left out of the input, so a replay does not
 diverge on them."""
 
+CREDENTIAL_FIELD_WORDS = frozenset(
+    {"apikey", "token", "secret", "password", "passwd", "auth", "credential", "credentials"}
+)
+"""A JSON body's field or a query parameter one of whose words (its name split at ``-``, ``_``
+and camel case) is one of these, or that ends in ``key`` after one of :data:`KEY_KINDS`
+(``api_key``, ``subscription-key``, ``accessKey``), carries a credential by its name:
+``client_secret``, ``refresh_token``, ``password``, ``apiKey``. Whole words, so ``max_tokens``
+is not one; nor is a bare ``key`` or a ``sort_key`` (what a key-value or a list API is asked),
+unlike a header named so."""
+
+KEY_KINDS = frozenset(
+    {
+        *("api", "access", "secret", "private", "subscription", "client", "auth", "session"),
+        *("signing", "encryption", "master", "app", "account", "service", "license"),
+        *("developer", "functions", "consumer", "shared", "x"),
+    }
+)
+"""The words before a final ``key`` that make a field's name a credential's."""
+
+CREDENTIAL_FIELD_MARK = "[REDACTED:credential-field]"
+"""What a credential field's string value is stored as: the field stays, so a diff still
+shows the request's shape, and a rotated key compares equal."""
+
+_WORDS = re.compile(r"[a-z0-9]+|[A-Z]+(?![a-z])|[A-Z][a-z0-9]*")
+"""A name's words: lower-case runs, upper-case runs (``API`` of ``X-API-KEY``), and camel
+case's capitalised words (``Key`` of ``apiKey``)."""
+
+
+def credential_name(name: str) -> bool:
+    """Whether a JSON field or query parameter named ``name`` carries a credential by its
+    name (:data:`CREDENTIAL_FIELD_WORDS`)."""
+    words = [word.lower() for word in _WORDS.findall(name)]
+    return not CREDENTIAL_FIELD_WORDS.isdisjoint(words) or (
+        len(words) > 1 and words[-1] == "key" and words[-2] in KEY_KINDS
+    )
+
+
+def without_credentials(value: Any) -> Any:
+    """``value`` (decoded JSON) with the string of every credential-named field replaced by
+    :data:`CREDENTIAL_FIELD_MARK`, at any depth; anything else as it is (the same objects
+    where nothing was replaced)."""
+    if isinstance(value, dict):
+        replaced = {
+            name: (
+                CREDENTIAL_FIELD_MARK
+                if isinstance(item, str) and isinstance(name, str) and credential_name(name)
+                else without_credentials(item)
+            )
+            for name, item in value.items()
+        }
+        return value if all(replaced[n] is value[n] for n in value) else replaced
+    if isinstance(value, list):
+        items = [without_credentials(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
 CREDENTIAL_PARAMETERS = frozenset(
     {
         *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
@@ -77,7 +134,8 @@ def request_key_and_input(
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
         for name, value in (url.params.multi_items() if url.query else ())
-        if not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
+        if not credential_name(name)
+        and not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
     ]
     headers: dict[str, str] = {}
     encoding = request.headers.encoding  # what multi_items() would decode with, found once
@@ -123,7 +181,7 @@ def _request_body(content: bytes) -> dict[str, Any] | None:
     if not content:
         return None
     try:
-        return {"json": msgspec.json.decode(content)}
+        return {"json": without_credentials(msgspec.json.decode(content))}
     except msgspec.DecodeError:
         pass
     try:

@@ -30,7 +30,7 @@ import msgspec
 from loom_runtime.backoff import Backoff
 from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
-from loom_runtime.http_request import request_key_and_input
+from loom_runtime.http_request import request_key_and_input, without_credentials
 from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
     Call,
@@ -146,7 +146,7 @@ class ModelProfile:
         key = f"{KIND}:{self.provider}:{name}"
         if not request.url.query:
             try:
-                return key, msgspec.json.decode(request.content)
+                return key, without_credentials(msgspec.json.decode(request.content))
             except msgspec.DecodeError:
                 pass
         _, canonical = request_key_and_input(request, redactor)
