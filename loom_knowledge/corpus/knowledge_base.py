@@ -900,12 +900,11 @@ def _check_source(source: object) -> None:
         )
     if source is not None:
         _check_text("source", source)
-        if not source.strip() or source != source.strip():  # as a scope is refused
+        if not source.strip():
             raise InvalidOptionError(
-                f"source must be a non-blank name without surrounding spaces, not {source!r}: "
-                "it names the one writer allowed to revise a document (ADR 0005), so a blank "
-                "one reads as no source and a padded one as another writer; leave it out (None) "
-                "for none"
+                f"source must name a writer, not {source!r}: it names the one writer allowed "
+                "to revise a document (ADR 0005), and a blank one reads as no source at all; "
+                "leave it out (None) for none"
             )
 
 

@@ -69,7 +69,9 @@ def _usable(name: str) -> bool:
 
 
 @FUZZ
-@given(doc_id=IDENTIFIERS.filter(_usable), source=st.one_of(st.none(), IDENTIFIERS))
+@given(
+    doc_id=IDENTIFIERS.filter(_usable), source=st.one_of(st.none(), IDENTIFIERS.filter(str.strip))
+)
 @example(doc_id="Bearer authentication.md", source="Bearer authentication")
 @example(doc_id="https://svc:pw123456@wiki/page.md", source=None)
 @example(doc_id="page.md", source="redis://:pw-123@cache")

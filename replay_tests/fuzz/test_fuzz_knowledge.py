@@ -309,9 +309,10 @@ def test_putting_something_that_is_not_a_doc_is_refused(kb: KnowledgeBase, doc: 
     assert snapshot(kb) == before
 
 
-@pytest.mark.parametrize("source", ["ok", "ü/#", "", " "])
+@pytest.mark.parametrize("source", ["ok", "ü/#", " padded "])
 def test_a_textual_source_owns_its_document(kb: KnowledgeBase, source: str) -> None:
-    """A document written under any ordinary source string is listed under that source."""
+    """A document written under any ordinary source string is listed under that source (a
+    blank one is refused: test_knowledge_sync.test_a_blank_source_is_refused)."""
     record = kb.put_doc(Doc(id="owned", text="owned text"), source=source)
     assert record.source == source
     assert kb.list_docs() == [record]

@@ -410,17 +410,15 @@ def test_sync_events_carry_the_revision_and_the_passages_as_cut(
     assert (removed.doc_id, removed.revision) == ("b", 1)
 
 
-@pytest.mark.parametrize("source", ["", " ", " ops", "ops\t"])
-def test_a_blank_or_padded_source_is_refused_as_a_blank_scope_is(
-    kb: KnowledgeBase, source: str
-) -> None:
+@pytest.mark.parametrize("source", ["", " ", "\t\n"])
+def test_a_blank_source_is_refused(kb: KnowledgeBase, source: str) -> None:
     """A source names the one writer allowed to revise a document. ``""`` was taken, shown as
     no source at all, and the refusal that followed told the user to sync "without --source",
-    the very command just refused; ``" ops"`` looks like ``ops`` and is another writer."""
+    the very command just refused."""
     position = kb.loom.log.position
     with pytest.raises(InvalidOptionError, match="source"):
         kb.put_doc(Doc(id="a.md", text="x"), source=source)
     with pytest.raises(InvalidOptionError, match="source"):
         kb.sync([Doc(id="a.md", text="x")], source=source)
     assert kb.loom.log.position == position  # nothing written
-    kb.sync([Doc(id="a.md", text="x")], source="ops")  # the control
+    kb.sync([Doc(id="a.md", text="x")], source=" ops ")  # the control: padded is a name
