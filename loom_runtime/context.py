@@ -33,6 +33,7 @@ import queue
 import random
 import re
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -350,6 +351,10 @@ class _Context:
         self.execution_id = execution_id
         self.flow = flow
         self._source = source
+        self.unattributed: list[str] = []
+        """The first calls of a recorded kind made without a flow context while this body
+        ran (:func:`note_unattributed`); ``unattributed_count`` counts them all."""
+        self.unattributed_count = 0
         self._open: list[OpenDecision] = []
         """Decisions opened by this run and not answered from the log (see
         :meth:`end_open_decisions`)."""
@@ -900,12 +905,39 @@ def current_context() -> FlowContext | AsyncFlowContext | None:
 
 @contextmanager
 def running(ctx: FlowContext | AsyncFlowContext) -> Iterator[None]:
-    """Make ``ctx`` the :func:`current_context` for the ``with`` block (a flow body's run)."""
+    """Make ``ctx`` the :func:`current_context` for the ``with`` block (a flow body's run),
+    and the body one that :func:`note_unattributed` tells of calls made without a context."""
     token = _current.set(ctx)
+    with _bodies_lock:
+        _bodies.append(ctx)
     try:
         yield
     finally:
         _current.reset(token)
+        with _bodies_lock:
+            _bodies.remove(ctx)
+
+
+_bodies: list[FlowContext | AsyncFlowContext] = []
+"""The flow bodies running in this process (:func:`running`)."""
+_bodies_lock = threading.Lock()
+UNATTRIBUTED_NAMED = 5
+"""How many calls made without a context a body keeps by name (the rest are counted)."""
+
+
+def note_unattributed(call: str) -> None:
+    """Tell every flow body running in this process that ``call``, of a kind loom records,
+    was made with no flow context (a thread the flow started without copying its context):
+    a recording warns that it is not recorded, a replay counts it as a divergence.
+
+    Called where such a call finds no context; free when no flow runs (one list test)."""
+    if not _bodies:
+        return
+    with _bodies_lock:
+        for ctx in _bodies:
+            ctx.unattributed_count += 1
+            if len(ctx.unattributed) < UNATTRIBUTED_NAMED:
+                ctx.unattributed.append(call)
 
 
 _CANCELLED = "asyncio.exceptions:CancelledError"

@@ -234,6 +234,27 @@ class DecisionInputChangedError(ReplayDivergence):
         self.diff = diff
 
 
+class UnattributedCallError(ReplayDivergence):
+    """Calls loom records (a request through a recording transport or wrapped client, a
+    ``@tool``, an MCP call) were made while the replay ran, from a thread or task without
+    the flow's context: not answered from the recording, so they went live.
+
+    A thread does not inherit the flow's context (a ``ContextVar``); the recording made the
+    same calls unrecorded and said so in a warning. The check is process-wide: a call of
+    another thread of the process that is no part of the flow is counted too."""
+
+    def __init__(self, *, calls: list[str], count: int) -> None:
+        more = f" and {count - len(calls)} more" if count > len(calls) else ""
+        super().__init__(
+            f"{count} call(s) loom records were made while the replay ran, from a thread or "
+            f"task without the flow's context, and went live: {', '.join(calls)}{more}. "
+            "Start the flow's threads with its context: pool.submit(contextvars."
+            "copy_context().run, fn, ...) (asyncio.to_thread copies it already)"
+        )
+        self.calls = calls
+        self.count = count
+
+
 class UnusedDecisionsError(ReplayDivergence):
     """The recording holds decisions that the replay never asked for."""
 

@@ -53,6 +53,7 @@ from loom_runtime.context import (
     OpenDecision,
     cancelled_wait,
     current_context,
+    note_unattributed,
     replay_wait,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
@@ -195,6 +196,11 @@ recording transport, whatever lies between the two; a replay answers it there an
 reaches the inner one, which would otherwise hold a decision no replay asks for."""
 
 
+def _named(request: httpx.Request) -> str:
+    """A request as a warning names it: method, host and path (never the query: credentials)."""
+    return f"{request.method} {request.url.host}{request.url.path}"
+
+
 class _RecordingTransport:
     """Records each request made inside a flow; passes requests outside one (or inside
     another recording transport's send, :data:`_SENDING`) to ``inner``.
@@ -212,6 +218,7 @@ class _RecordingTransport:
         if _SENDING.get():
             return self._inner.handle_request(request)
         if ctx is None:
+            note_unattributed(_named(request))
             retry = self._profile.retry_outside
             if retry is None:
                 return self._inner.handle_request(request)
@@ -254,6 +261,7 @@ class _AsyncRecordingTransport:
         if _SENDING.get():
             return await self._inner.handle_async_request(request)
         if ctx is None:
+            note_unattributed(_named(request))
             retry = self._profile.retry_outside
             if retry is None:
                 return await self._inner.handle_async_request(request)

@@ -56,6 +56,7 @@ from loom_runtime.errors import (
     LabelError,
     LogCorruptError,
     NotSerialisableError,
+    UnattributedCallError,
 )
 from loom_runtime.execution import (
     EXECUTION_TOPICS,
@@ -902,8 +903,10 @@ class Loom:
                 try:
                     ctx.end_open_decisions()  # nothing left to store if it already ran
                 finally:
+                    _warn_unattributed(execution, ctx)
                     self._fail(execution, exc)
                 raise
+            _warn_unattributed(execution, ctx)
             return self._complete(definition, execution, result)
 
     def _replay(
@@ -932,6 +935,10 @@ class Loom:
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
             except Exception as exc:
                 error = exc
+        if ctx.unattributed_count:
+            replayer.divergences.append(
+                UnattributedCallError(calls=ctx.unattributed, count=ctx.unattributed_count)
+            )
         replayed = self._replay_result(execution, definition, replayer, output, error)
         logger.info(
             "replay of execution %s: %d divergences", execution.id, len(replayed.divergences)
@@ -1032,6 +1039,21 @@ class Loom:
             divergences=tuple(divergences),
             output=None if output is None else codec.decode(output, type=definition.output_type),
             live_values=replayer.live_values,
+        )
+
+
+def _warn_unattributed(execution: Execution, ctx: FlowContext | AsyncFlowContext) -> None:
+    """Say which calls of a recorded kind were made without the flow's context while it ran
+    (:func:`~loom_runtime.context.note_unattributed`): they are not in the recording, so its
+    replay will make them live and report :class:`UnattributedCallError`."""
+    if ctx.unattributed_count:
+        logger.warning(
+            "execution %s: %d call(s) loom records were made from a thread or task without "
+            "the flow's context and were not recorded (%s); start the flow's threads with "
+            "its context: pool.submit(contextvars.copy_context().run, fn, ...)",
+            execution.id,
+            ctx.unattributed_count,
+            ", ".join(ctx.unattributed),
         )
 
 

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import cancelled_wait, current_context
+from loom_runtime.context import cancelled_wait, current_context, note_unattributed
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
 
 try:
@@ -150,6 +150,7 @@ async def _decide(
     """
     ctx = current_context()
     if ctx is None:
+        note_unattributed(key)
         return await call()
     try:
         decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)

@@ -42,6 +42,7 @@ from loom_runtime.context import (
     FlowContext,
     cancelled_wait,
     current_context,
+    note_unattributed,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import DecisionKeyError, RecordedComputeError
@@ -113,6 +114,7 @@ class _Tool:
             async def call_async(*args: Any, **kwargs: Any) -> Any:
                 ctx = current_context()
                 if ctx is None:
+                    note_unattributed(self.key)
                     return await function(*args, **kwargs)
                 return await adrive(self.steps(ctx, args, kwargs))
 
@@ -122,6 +124,7 @@ class _Tool:
         def call(*args: Any, **kwargs: Any) -> Any:
             ctx = current_context()
             if ctx is None:
+                note_unattributed(self.key)
                 return function(*args, **kwargs)
             return drive(self.steps(ctx, args, kwargs), self._refuse_awaitable)
 

@@ -15,7 +15,7 @@ from loom_knowledge.corpus.knowledge_base import KnowledgeBase
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidOptionError, UnrecordedRetrievalError
-from loom_runtime import AsyncFlowContext, current_context
+from loom_runtime import AsyncFlowContext, current_context, note_unattributed
 
 
 def search(
@@ -31,6 +31,7 @@ def search(
     _check(query, limit)
     ctx = current_context()
     if ctx is None:
+        note_unattributed(f"retrieval:{knowledge_base.scope}")
         return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
         raise UnrecordedRetrievalError(
@@ -55,6 +56,7 @@ async def asearch(
     _check(query, limit)
     ctx = current_context()
     if ctx is None:
+        note_unattributed(f"retrieval:{knowledge_base.scope}")
         return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
         recorded = knowledge_base.retrieve(
