@@ -12,6 +12,7 @@ of calls is what the caller wants to bound; the pause cap bounds the time.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -120,7 +121,10 @@ def retry_after(error: BaseException) -> float | None:
     try:
         millis = get("retry-after-ms")
         if isinstance(millis, str):
-            return _finite(float(millis) / 1000)
+            with contextlib.suppress(ValueError):  # unusable: retry-after may still say
+                asked_ms = _finite(float(millis) / 1000)
+                if asked_ms is not None:
+                    return asked_ms
         asked = get("retry-after")
         if not isinstance(asked, str):
             return None

@@ -59,6 +59,7 @@ from loom_runtime.errors import (
     ExecutionConflictError,
     LogWriteError,
     LoomError,
+    NotSerialisableError,
     RecordedComputeError,
     StreamConflictError,
 )
@@ -630,7 +631,12 @@ class _Context:
         retry: Backoff | None,
         retry_on: Callable[[Exception], bool],
     ) -> Steps[Any]:
-        """The unanswered half of :meth:`_decide`: compute, retry, record."""
+        """The unanswered half of :meth:`_decide`: compute, retry, record.
+
+        Every way it ends is stored (ADR 0026, "kept failures"): a value, a failure, a value
+        that cannot be stored (its ``NotSerialisableError``), a ``retry_on`` that raised (its
+        error), and a cancellation during a call or a pause between attempts. An occurrence
+        asked and left unstored would hand its number to the next ask of the key."""
         attempts: list[Attempt] = []
         pauses = retry.pauses() if retry is not None else iter(())
         started = time.perf_counter()
@@ -640,15 +646,15 @@ class _Context:
                 if inspect.isawaitable(result):
                     result = yield Pending(slot.key, result)
             except asyncio.CancelledError:  # a timeout around the call: stored if caught
-                elapsed = time.perf_counter() - started
-                meta = self._retried(slot, attempts)
-                failure = cancellation(elapsed)
-                self._cancellations.append(
-                    functools.partial(self._source.record_failure, slot, failure, meta=meta)
-                )
+                self._cancelled(slot, started, attempts)
                 raise
             except Exception as exc:
-                planned = next(pauses, None) if retry is not None and retry_on(exc) else None
+                try:
+                    again = retry is not None and retry_on(exc)
+                except Exception as refused:  # the predicate's own failure is the outcome
+                    self._source.record_failure(slot, refused, meta=self._retried(slot, attempts))
+                    raise
+                planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
                     self._source.record_failure(slot, exc, meta=self._retried(slot, attempts))
                     raise
@@ -657,9 +663,29 @@ class _Context:
                     Attempt(error=error_type_of(exc), message=error_message_of(exc), paused=paused)
                 )
             else:
-                meta = self._retried(slot, attempts)
-                return self._source.record(slot, result, type=type, meta=meta)
-            yield Pending(slot.key, _Pause(paused))
+                return self._stored(slot, result, type, self._retried(slot, attempts))
+            try:
+                yield Pending(slot.key, _Pause(paused))
+            except asyncio.CancelledError:  # a timeout while it paused between attempts
+                self._cancelled(slot, started, attempts)
+                raise
+
+    def _cancelled(self, slot: Slot, started: float, attempts: list[Attempt]) -> None:
+        """Store ``slot``'s cancellation once the flow goes on (ADR 0026, "cancelled")."""
+        meta = self._retried(slot, attempts)
+        failure = cancellation(time.perf_counter() - started)
+        self._cancellations.append(
+            functools.partial(self._source.record_failure, slot, failure, meta=meta)
+        )
+
+    def _stored(self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None) -> Any:
+        """``result`` recorded as ``slot``'s value; one the log cannot store is recorded as
+        the decision's failure (its ``NotSerialisableError``) and raised."""
+        try:
+            return self._source.record(slot, result, type=type, meta=meta)
+        except NotSerialisableError as refused:
+            self._source.record_failure(slot, refused, meta=meta)
+            raise
 
     def _retried(self, slot: Slot, attempts: list[Attempt]) -> msgspec.Raw | None:
         """The meta of a decision that took ``attempts`` retries (None for none)."""
@@ -697,7 +723,7 @@ class _Context:
         except Exception as exc:
             self._source.record_failure(slot, exc, meta=None)
             raise
-        return self._source.record(slot, result, type=type, meta=None)
+        return self._stored(slot, result, type, None)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""

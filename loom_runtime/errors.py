@@ -53,9 +53,13 @@ class LoomClosedError(LoomError):
 
 
 class NotSerialisableError(LoomError, TypeError):
-    """A value that must go into the log cannot be encoded; ``path`` names the offending field."""
+    """A value that must go into the log cannot be encoded; ``path`` names the offending field.
 
-    def __init__(self, message: str, *, path: str) -> None:
+    A decision's refusal is stored as its failure and rebuilt from its message on replay,
+    where ``except NotSerialisableError`` must catch it as it did live: so ``path`` has a
+    default (empty: not recorded)."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)
         self.path = path
 
