@@ -372,8 +372,22 @@ class Execution(Aggregate):
         self.trigger_event(self.Resumed, worker=worker)
 
     def reopen(self, *, worker: str) -> None:
-        """Drop the failure and every failed decision, to compute them again (ADR 0026)."""
-        dropped = tuple(k for k, d in self.decisions.items() if d.error_type is not None)
+        """Drop the failure, every failed decision and every decision recorded after the first
+        of them, to compute them again (ADR 0026, amended "reopened after").
+
+        After: a flow that caught a failure and went on asked later decisions with what the
+        failure left it (no hits); kept, they would be asked again with what the retried one
+        returns, a changed input on every reopening, or answer stale without an input."""
+        versions = self.decision_versions
+        failed = [versions[k] for k, d in self.decisions.items() if d.error_type is not None]
+        first = min(failed, default=None)
+        dropped = (
+            ()
+            if first is None
+            else tuple(
+                k for k in sorted(self.decisions, key=versions.__getitem__) if versions[k] >= first
+            )
+        )
         self.trigger_event(self.Reopened, worker=worker, dropped=dropped)
 
     def complete(self, *, output: msgspec.Raw) -> None:

@@ -319,9 +319,10 @@ class Loom:
         :class:`ExecutionConflictError` and appends nothing.
 
         A failed execution raises :class:`ExecutionFinishedError`, unless ``retry_failed``:
-        then, once the cause is fixed, it is reopened (ADR 0026): its failure and its failed
-        decisions are dropped and computed again, every successful decision is kept (not
-        computed again), and the flow runs to its end. Reopening is appending at the next
+        then, once the cause is fixed, it is reopened (ADR 0026): its failure, its failed
+        decisions and every decision recorded after the first of them are dropped and
+        computed again, every decision recorded before it is kept (not computed again), and
+        the flow runs to its end. Reopening is appending at the next
         version, so of two workers reopening the same failure exactly one does.
         """
         return drive(self._resume(execution_id, retry_failed), _run_now)

@@ -1,5 +1,6 @@
 """``loom.resume(id, retry_failed=True)``: a failed execution is reopened once its cause is
-fixed; its failed decisions are computed again, every successful one is kept, exactly once."""
+fixed; its failed decisions (and those recorded after the first of them) are computed again,
+every one recorded before is kept, exactly once."""
 
 from __future__ import annotations
 
@@ -266,3 +267,42 @@ def test_a_reopening_of_an_execution_that_had_not_failed_is_a_corrupt_log(
     )
     with Loom(sqlite_url) as loom, pytest.raises(LogCorruptError, match="had not failed"):
         loom.execution(execution_id)
+
+
+def test_a_caught_failure_is_reopened_with_every_decision_recorded_after_it(
+    sqlite_url: str,
+) -> None:
+    """A flow caught a decision's failure, went on (a model asked with no hits), then failed.
+    Reopened, the failed decision was computed again but those after it kept their answers:
+    the model was asked with the new hits and refused as a changed input, on every reopening,
+    so the execution could never finish; without an input it finished on the stale answer,
+    two runs spliced. Every decision recorded after the first failed one is computed again
+    (those before it are kept)."""
+    service = Service()
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("pipeline")
+        def pipeline(ctx: FlowContext) -> str:
+            plan = ctx.decide("plan", lambda: service.call("plan"))
+            try:
+                hits = [ctx.decide("search", lambda: service.call("flaky"))]
+            except RuntimeError:
+                hits = []
+            answer = ctx.decide(
+                "model", lambda: f"{plan} from {hits}", input={"hits": hits}, kind="model"
+            )
+            if not hits:
+                raise LookupError("no hits")
+            return str(answer)
+
+        with pytest.raises(LookupError):
+            loom.run("pipeline")
+        (summary,) = loom.executions()
+        service.down = False
+        run = loom.resume(summary.execution_id, retry_failed=True)
+        execution = loom.execution(summary.execution_id)
+        assert loom.replay(summary.execution_id).identical
+    assert run.output == "plan-value from ['flaky-value']"
+    (reopening,) = execution.reopenings
+    assert reopening.dropped == ("search", "model")
+    assert service.calls["plan"] == 1  # before the first failure: kept
