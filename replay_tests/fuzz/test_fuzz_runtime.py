@@ -131,7 +131,9 @@ def round_tripped(value: Any) -> Any:
 
 
 def run_case(loom: Loom, key: Any, value: Any) -> None:
-    """Decide ``value`` under ``key``: an identical replay, or a typed refusal recording nothing."""
+    """Decide ``value`` under ``key``: an identical replay, or a typed refusal storing no value
+    (a key that cannot be stored records nothing; a value that cannot is the decision's
+    recorded failure, ADR 0026 "kept failures", and the execution replays identically)."""
     CASE.update(key=key, value=value)
     position = loom.log.position
     redacted = loom.log.redactor.total if loom.log.redactor else 0
@@ -141,13 +143,14 @@ def run_case(loom: Loom, key: Any, value: Any) -> None:
         [summary] = [s for s in loom.executions() if s.log_position == position]
         assert summary.status == "failed"
         execution = loom.execution(summary.execution_id)
-        assert execution.decisions == {}
         assert execution.error is not None
         assert execution.error[0].endswith(type(error).__name__)
         if isinstance(error, DecisionKeyError):
+            assert execution.decisions == {}
             assert not isinstance(key, str) or key == "" or not encodable(key)
         else:
             assert isinstance(error, NotSerialisableError)
+            assert_refused_value(loom, summary.execution_id)
             assert error.path.startswith(f"decision {key!r}")
         return
     assert isinstance(key, str) and key
@@ -224,18 +227,27 @@ def test_a_moderately_nested_value_replays_identically(loom: Loom) -> None:
     run_case(loom, "k", deep_list(100))
 
 
+def assert_refused_value(loom: Loom, execution_id: Any) -> None:
+    """The refused decision is recorded as its ``NotSerialisableError``, with no value, and
+    the execution replays identically (the refusal raised again where the flow asked)."""
+    [refused] = loom.execution(execution_id).decisions.values()
+    assert refused.value is None
+    assert (refused.error_type or "").endswith(":NotSerialisableError")
+    assert loom.replay(execution_id).identical
+
+
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 600, 1200, 100_000])
 def test_a_deeply_nested_value_is_recorded_or_refused_with_a_typed_error(
     loom: Loom, depth: int
 ) -> None:
-    """A value nested past MAX_DEPTH is refused with NotSerialisableError; nothing recorded."""
+    """A value nested past MAX_DEPTH is refused with NotSerialisableError; no value stored."""
     CASE.update(key="k", value=deep_list(depth))
     with pytest.raises(NotSerialisableError) as caught:
         loom.run("decide-once")
     assert caught.value.path.startswith("decision 'k'[0][0]")
     [summary] = loom.executions()
     assert summary.status == "failed"
-    assert loom.execution(summary.execution_id).decisions == {}
+    assert_refused_value(loom, summary.execution_id)
 
 
 def test_a_value_nested_exactly_max_depth_replays_identically(loom: Loom) -> None:
@@ -254,7 +266,7 @@ def test_a_lone_surrogate_value_is_refused_with_its_path(loom: Loom) -> None:
     with pytest.raises(NotSerialisableError):
         loom.run("decide-once")
     [summary] = loom.executions()
-    assert loom.execution(summary.execution_id).decisions == {}
+    assert_refused_value(loom, summary.execution_id)
 
 
 def test_a_compute_error_with_a_lone_surrogate_keeps_the_execution_readable(loom: Loom) -> None:
