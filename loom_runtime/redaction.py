@@ -32,6 +32,7 @@ base64 would hide a secret from every pattern.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import threading
 from collections import Counter
@@ -188,10 +189,11 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
         hints=("akia", "asia", "abia", "acca"),
         requires="A",  # the regex is case-sensitive: no capital A, no key (one memchr, not 4 scans)
     ),
-    # AWS secret access keys: 40 base64 characters after their variable name.
+    # AWS secret access keys: 40 base64 characters after their variable name (and up to six
+    # characters of quotes, spaces and a separator: `": "` of JSON is four).
     SecretPattern.compile(
         "aws-secret",
-        r"(?i:aws_?secret_?access_?key)\W{0,3}(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        r"(?i:aws_?secret_?access_?key)\W{0,6}(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
         hints=("secret",),
     ),
     # Anthropic keys: sk-ant-api03-... / sk-ant-admin01-... (before openai, which shares sk-).
@@ -234,14 +236,15 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     ),
     # Passwords and keys assigned in config, shell or JSON text: password=..., "password":
     # "...", api_key: ..., client_secret=... (detect-secrets' KeywordDetector's keywords).
-    # A quoted value is taken whole, spaces included; a bare one ends at a separator. After
+    # A quoted value is taken whole, spaces and the other quote included (it ends only at the
+    # quote that opened it); a bare one ends at a separator. After
     # a colon a bare value must hold a non-letter: "Password: how to reset it" is a heading.
     SecretPattern.compile(
         "password-assignment",
         r"(?<![A-Za-z0-9])(?:passwd|password|passphrase|pwd|api[_-]?key|secret[_-]?key"
         r"|client[_-]?secret|(?:access|auth|refresh)[_-]?token)[\"']?\s*"
         r"(?:=|:(?=\s*[\"']|\s*[^\s\"',;&}]*[^A-Za-z\s\"',;&}]))\s*"
-        r"(?P<quote>[\"'])?(?P<secret>(?(quote)[^\"'\n]+|[^\s\"',;&}]+))",
+        r"(?P<quote>[\"'])?(?P<secret>(?(quote)(?:(?!(?P=quote))[^\n])+|[^\s\"',;&}]+))",
         re.IGNORECASE,
         hints=(
             *("passw", "passphrase", "pwd", "_token", "-token", "accesstoken", "authtoken"),
@@ -253,10 +256,12 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
     # Passwords in URLs, scheme://user:password@host: the user may be empty (redis://:pw@h)
     # and the password may hold '/' or '@': it runs to the LAST '@' that a host name follows
     # (a pasted password is rarely percent-encoded; redacting a path segment too is the safe
-    # error). A port followed by a path is not a password.
+    # error). A port followed by a path is not a password. Scheme, user and password are
+    # bounded (32, 256, 256 characters): unbounded, text without spaces holding many "x://y:"
+    # (a minified list of service URLs) was rescanned to its end from each, quadratic time.
     SecretPattern.compile(
         "url-password",
-        r"\b[a-z][a-z0-9+.\-]*://[^\s/:@]*:(?!\d{1,5}/)(?P<secret>[^\s?#]+)"
+        r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]{0,256}:(?!\d{1,5}/)(?P<secret>[^\s?#]{1,256})"
         r"@(?=[A-Za-z0-9.\-\[\]:]*(?:[/?#\s]|\Z))",
         re.IGNORECASE,
         hints=("://",),
@@ -266,6 +271,25 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
 """Common secret formats, each a shape gitleaks or detect-secrets also detects: PEM private
 keys, bearer and Basic credentials, AWS, OpenAI, Anthropic, GitHub, Google and Slack keys,
 password assignments and passwords in URLs."""
+
+
+_CREDENTIAL_ENTRY = "password-assignment"
+"""The pattern a credential-named mapping entry is counted and marked as: its shape."""
+
+_CREDENTIAL_KEY = re.compile(
+    r"(?<![A-Za-z0-9])(?:passwd|password|passphrase|pwd|api[_-]?key|secret[_-]?key"
+    r"|client[_-]?secret|(?:access|auth|refresh)[_-]?token)\Z",
+    re.IGNORECASE,
+)
+"""A mapping key naming a credential: password-assignment's keywords, ending the name after a
+non-alphanumeric character or at its start (``db_password``, ``apiKey``; not ``password_hint``
+nor ``dbPassword``, as the text form's pattern would not take them)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def credential_key(name: str) -> bool:
+    """Whether a mapping entry named ``name`` holds a credential (:data:`_CREDENTIAL_KEY`)."""
+    return _CREDENTIAL_KEY.search(name) is not None
 
 
 _INERT_ITEMS = frozenset({int, float, bool, type(None)})
@@ -523,9 +547,30 @@ class Redactor:
                 return value
             return self._walk_items(value, enumerate(value), lambda i: f"[{i}]")
         if isinstance(value, dict):
-            keyed = self._keys(value)
+            keyed = self._credential_entries(self._keys(value))
             return self._walk_items(keyed, keyed.items(), lambda k: f".{k}")
         return value
+
+    def _credential_entries(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        """``value``, or a copy whose text under a credential's name (``"password"``,
+        ``client_secret``, ``apiKey``: :func:`credential_key`) is the password-assignment
+        marker: ``"password": "..."`` is that pattern's shape, and as a mapping (a tool's
+        arguments, a config) its name and its value were scanned apart, neither matching."""
+        copy: dict[Any, Any] | None = None
+        for key, item in value.items():
+            if not (type(key) is str and type(item) is str and item and credential_key(key)):
+                continue
+            if _MARKER_PREFIX in item and not _MARKERS.sub("", item):
+                continue  # already redacted
+            if self.mode == "refuse":
+                refusal = _Refusal(_CREDENTIAL_ENTRY)
+                refusal.where.append(f".{key}")
+                raise refusal
+            with self._lock:
+                self._counts[_CREDENTIAL_ENTRY] += 1
+            copy = dict(value) if copy is None else copy
+            copy[key] = MARKER.format(name=_CREDENTIAL_ENTRY)
+        return value if copy is None else copy
 
     def _keys(self, value: dict[Any, Any]) -> dict[Any, Any]:
         """``value``, or a copy (same order) whose string keys are redacted as values are.
