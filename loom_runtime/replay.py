@@ -104,7 +104,11 @@ class Replayer:
         self.live_values[slot.key] = error
 
     def unused(self) -> list[str]:
-        """Recorded decisions the replay never asked for (live kinds excluded)."""
+        """Recorded decisions the replay never asked for (live kinds excluded).
+
+        A fork's inherited decisions are excluded too (ADR 0027, amended "paths"): they are
+        copied with its start, and an override before the fork point may send the flow down a
+        branch that never asks one; whether the fork's own run asked it is not recorded."""
         # A faithful replay of sequential code answered every recorded key, in recorded order,
         # by numbering's match: the two lists being equal proves none unused, for half what
         # the sets below cost. Any other replay (keys asked in another order, a key missed,
@@ -117,7 +121,9 @@ class Replayer:
         return [
             key
             for key, decision in self.recorded.items()
-            if key not in asked and (decision.kind is None or decision.kind not in self._live)
+            if key not in asked
+            and (decision.kind is None or decision.kind not in self._live)
+            and decision.origin != "inherited"
         ]
 
 

@@ -300,3 +300,37 @@ def test_a_fork_interrupted_before_its_override_is_asked_still_answers_it_when_r
     assert agent.calls == {"retrieve": 2, "model": 1}  # the parent's run, the fork's resume
     held = sum(b"OVERRIDDEN" in bytes(state) for state in states)
     assert held == (0 if encrypted else 3)  # the fork's start, its decision, its output
+
+
+def test_a_fork_whose_override_takes_another_path_replays_identically(tmp_path: Path) -> None:
+    """An override before the fork point sends the flow down another branch, so an inherited
+    decision is never asked. The fork completed, but its replay reported that inherited
+    decision unused: the fork's own record holds it (copied with the start), and nothing can
+    say whether the fork's run asked it. An inherited decision a fork's replay never asks is
+    not a divergence; one the fork recorded itself still is (the control)."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("routed")
+        def routed(ctx: Any) -> str:
+            route = ctx.decide("route", lambda: "search", kind="model")
+            if route == "answer-directly":
+                return "direct"
+            hits = ctx.decide("search", lambda: ["p1"], kind="retrieval")
+            return str(ctx.decide("model", lambda: f"answer from {hits}", kind="model"))
+
+        run = loom.run("routed")
+        fork = loom.fork(run.execution_id, at=2, override={"route": "answer-directly"})
+        assert fork.output == "direct"
+        origins = {k: d.origin for k, d in loom.execution(fork.execution_id).decisions.items()}
+        assert origins == {"search": "inherited", "route": "override"}
+        assert loom.replay(fork.execution_id).identical
+        again = loom.fork(run.execution_id, at=1)  # takes 'route', records 'search', 'model'
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as shortened:
+
+        @shortened.flow("routed")
+        def routed_shorter(ctx: Any) -> str:
+            ctx.decide("route", lambda: "search", kind="model")
+            return "answer from ['p1']"
+
+        replayed = shortened.replay(again.execution_id)
+    assert not replayed.identical  # the fork's own 'search' and 'model' were never asked
