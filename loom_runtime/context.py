@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -178,15 +178,30 @@ class Recorder:
         self._overrides = overrides or {}
         self._positions = positions
         self.redactor = log.redactor
+        self._asked: set[str] = set()
+        """The recorded keys this run was answered from (see :meth:`never_asked`)."""
 
     @property
     def recorded(self) -> Mapping[str, Decision]:
         return self._execution.decisions
 
+    def never_asked(self, recorded: Iterable[str]) -> list[str]:
+        """Of ``recorded`` (the keys recorded when this run began), those it never asked,
+        a fork's inherited ones aside (ADR 0027, "paths"): a resume by code that renamed a
+        key leaves them, and the execution's replay will report them unused."""
+        decisions = self._execution.decisions
+        return [
+            key
+            for key in recorded
+            if key not in self._asked and key in decisions and decisions[key].origin != "inherited"
+        ]
+
     def lookup(self, slot: Slot) -> Decision | None:
         decision = self._execution.decisions.get(slot.key)
         if decision is None:
             self._refuse_after_end(slot.key)  # before anything is computed for it
+        else:
+            self._asked.add(slot.key)
         if decision is None and slot.key in self._overrides:
             self._execution.record_decision(
                 key=slot.key,

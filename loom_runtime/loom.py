@@ -35,6 +35,7 @@ from loom_runtime.bundle import (
     write_bundle,
 )
 from loom_runtime.context import (
+    UNATTRIBUTED_NAMED,
     AsyncFlowContext,
     DecisionSource,
     FlowContext,
@@ -893,6 +894,7 @@ class Loom:
         """Call the flow with a recording context; store its output, or its failure."""
         positions = None if self._telemetry is None else self._recorded_positions(execution)
         recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
+        recorded = tuple(execution.decisions)  # a resume's: asked again, or said not to be
         with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(definition, execution, source)
             # Open decisions are stored before the end event (nothing is stored after it);
@@ -908,6 +910,8 @@ class Loom:
                     self._fail(execution, exc)
                 raise
             _warn_unattributed(execution, ctx)
+            if recorded:
+                _warn_never_asked(execution, recorder.never_asked(recorded))
             return self._complete(definition, execution, result)
 
     def _replay(
@@ -1055,6 +1059,26 @@ def _warn_unattributed(execution: Execution, ctx: FlowContext | AsyncFlowContext
             execution.id,
             ctx.unattributed_count,
             ", ".join(ctx.unattributed),
+        )
+
+
+def _warn_never_asked(execution: Execution, keys: list[str]) -> None:
+    """Say which recorded decisions a resumed run never asked: its code changed since they
+    were recorded (a key renamed), so the execution now holds two runs' decisions and its
+    replay will report them unused (ADR 0026, "changed code")."""
+    if keys:
+        shown = ", ".join(map(repr, keys[:UNATTRIBUTED_NAMED]))
+        more = (
+            f" and {len(keys) - UNATTRIBUTED_NAMED} more" if len(keys) > UNATTRIBUTED_NAMED else ""
+        )
+        logger.warning(
+            "execution %s was resumed by code that never asked %d of its recorded decisions "
+            "(%s%s): the code changed since they were recorded, so the execution holds two "
+            "runs' decisions and its replay will report them unused",
+            execution.id,
+            len(keys),
+            shown,
+            more,
         )
 
 
