@@ -60,6 +60,7 @@ from loom_runtime.errors import (
     LogWriteError,
     LoomError,
     NotSerialisableError,
+    OverrideTypeError,
     RecordedComputeError,
     StreamConflictError,
 )
@@ -544,6 +545,8 @@ class _Context:
             return codec.decode(value, type=type)
         except msgspec.ValidationError as exc:  # the code's type changed, or the row did
             name = type.__qualname__ if isinstance(type, builtins.type) else repr(type)
+            if decision.origin == "override":  # or the fork was given the wrong value
+                raise OverrideTypeError(key=slot.key, type=name, problem=str(exc)) from exc
             raise DecisionTypeChangedError(key=slot.key, type=name, problem=str(exc)) from exc
 
     @property

@@ -170,6 +170,19 @@ class ForkPointError(LoomError, ValueError):
     or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""
 
 
+class OverrideTypeError(LoomError, TypeError):
+    """A fork's override does not decode as the type the flow asks its decision with (ADR
+    0027): the value given to ``fork(..., override=)`` is at fault, not the log. The fork is
+    recorded as failed with this error; fork again with a value of that type."""
+
+    def __init__(self, *, key: str, type: str, problem: str) -> None:
+        super().__init__(
+            f"the override of decision {key!r} given to the fork does not decode as {type} "
+            f"({problem}): fork again with a value of that type"
+        )
+        self.key = key
+
+
 class LogCorruptError(LoomError):
     """What the log (or a bundle) holds is not what loom wrote: an event with a topic outside
     loom's own event classes, a state that does not decode, a stream out of order, a database

@@ -21,6 +21,7 @@ from loom_runtime import (
     FlowContext,
     Loom,
     NotSerialisableError,
+    OverrideTypeError,
 )
 from loom_runtime.errors import ForkPointError, LogCorruptError
 
@@ -334,3 +335,20 @@ def test_a_fork_whose_override_takes_another_path_replays_identically(tmp_path: 
 
         replayed = shortened.replay(again.execution_id)
     assert not replayed.identical  # the fork's own 'search' and 'model' were never asked
+
+
+def test_an_override_of_the_wrong_type_is_named_as_the_override(tmp_path: Path) -> None:
+    """An override is decoded with the type the flow asks with; one that does not fit was
+    reported as the code's type having changed "or the log row was altered", sending the user
+    to `loom verify`. It is named as the override given to the fork now."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("typed")
+        def typed(ctx: Any) -> int:
+            return int(ctx.decide("n", lambda: 1, type=int)) + 1
+
+        run = loom.run("typed")
+        with pytest.raises(OverrideTypeError, match="override of decision 'n'") as raised:
+            loom.fork(run.execution_id, at=0, override={"n": "seven"})
+        assert "loom verify" not in str(raised.value)
+        assert loom.fork(run.execution_id, at=0, override={"n": 7}).output == 8  # control
