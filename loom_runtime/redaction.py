@@ -510,6 +510,13 @@ class Redactor:
         # they end. Their hints are looked for outside the markers: a marker's name holds
         # other patterns' hints ("password" in password-assignment), and the scan they would
         # start finds nothing a marker could complete.
+        #
+        # Before those passes, the matches a marker makes possible right after it are taken
+        # where they start (:meth:`_after_markers`): secrets written back to back each need
+        # the marker of the one before, and a full pass per secret made n of them cost n
+        # scans of the whole text (4,000 in 156 KB: 4.4 s). The passes below then confirm the
+        # text is settled, in one pass when those were all there was.
+        redacted = self._after_markers(redacted, found)
         while True:
             counted = found.total()
             outside = _MARKERS.sub(" ", redacted)
@@ -520,6 +527,26 @@ class Redactor:
         with self._lock:
             self._counts.update(found)
         return redacted
+
+    def _after_markers(self, value: str, found: Counter[str]) -> str:
+        """``value`` with every match that starts right after a marker replaced, the markers
+        those make included, rightmost first: a replacement at a marker's end moves only
+        what is after it, so the ends still waiting (all to its left) keep their places."""
+        waiting = [marker.end() for marker in _MARKERS.finditer(value)]
+        text = value
+        while waiting:
+            at = waiting.pop()
+            for pattern in self.patterns:
+                match = pattern.regex.match(text, at)
+                if match is None or match.end() == at:
+                    continue
+                replaced = self._replace(match, pattern=pattern, found=found)
+                if replaced == match.group(0):
+                    continue
+                text = text[: match.start()] + replaced + text[match.end() :]
+                waiting += [at + marker.end() for marker in _MARKERS.finditer(replaced)]
+                break
+        return text
 
     def _pass(self, value: str, found: Counter[str], *, hints: tuple[str, str]) -> str:
         """``value`` with what each pattern matches replaced once, counted in ``found``;
