@@ -73,10 +73,19 @@ class SseEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     event: _Line | None = None
     data: Any = None
     text: str | None = None
+    spelled: str | None = None
+    """The data's JSON as the provider spelled it, when that is not its compact encoding
+    (spaces after separators): the caller of ``iter_lines()`` reads it so on replay too."""
 
     def wire(self) -> bytes:
-        """The event as a provider sends it (the data re-encoded: same JSON, compact)."""
-        payload = self.text if self.text is not None else msgspec.json.encode(self.data).decode()
+        """The event as the provider sent it: its data as spelled (compact unless ``spelled``)."""
+        payload = (
+            self.text
+            if self.text is not None
+            else self.spelled
+            if self.spelled is not None
+            else msgspec.json.encode(self.data).decode()
+        )
         head = f"event: {self.event}\n" if self.event is not None else ""
         return f"{head}data: {payload.replace(chr(10), chr(10) + 'data: ')}\n\n".encode()
 
@@ -102,16 +111,28 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     final: Any = None
     complete: bool = True
     cancelled_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    indent: Annotated[int, msgspec.Meta(ge=1, le=8)] | None = None
+    """The body was ``body`` indented so (OpenAI's replies are, by 2): re-encoded so on replay."""
+    spelled: str | None = None
+    """The body's JSON as the provider spelled it, when neither the compact encoding of
+    ``body`` nor an indented one is (kept whole: the caller of ``with_raw_response`` reads
+    ``.text`` as it was)."""
 
     def pieces(self) -> list[bytes]:
-        """The body a replay hands the SDK: one piece per recorded event, or the whole."""
+        """The body a replay hands the SDK: one piece per recorded event, or the whole, as
+        the provider spelled it."""
         if self.events is not None:
             return [event.wire() for event in self.events]
         if self.text is not None:
             return [self.text.encode()]
         if self.data is not None:
             return [self.data]
-        return [msgspec.json.encode(self.body)]
+        if self.spelled is not None:
+            return [self.spelled.encode()]
+        compact = msgspec.json.encode(self.body)
+        return [
+            compact if self.indent is None else msgspec.json.format(compact, indent=self.indent)
+        ]
 
 
 Assembler = Callable[[list[SseEvent]], Any]
@@ -236,7 +257,9 @@ class _ModelRecording:
                 raise self._refuse(f"is not the JSON it announced: {raw[:80]!r}") from None
             value = self._unparsed(raw, complete=complete)
             return value, self._meta(None if lenient is _NOT_JSON else lenient)
-        value = ModelResponse(status=self._status, headers=self.headers, body=body)
+        value = ModelResponse(
+            status=self._status, headers=self.headers, body=body, **_layout(raw, body)
+        )
         return value, self._meta(value.body)
 
     def fail(self, error: Exception) -> Exception:
@@ -297,6 +320,23 @@ class _ModelRecording:
         return meta
 
 
+_INDENTS = (2, 4)
+"""The indents a JSON body is tried in before it is kept as spelled (:func:`_layout`)."""
+
+
+def _layout(raw: bytes, body: Any) -> dict[str, Any]:
+    """How ``raw`` (a JSON body, ``body`` decoded) is spelled, as :class:`ModelResponse`'s
+    fields: nothing when compact, ``indent`` when indented as msgspec indents, else the text
+    itself (``spelled``)."""
+    compact = msgspec.json.encode(body)
+    if compact == raw:
+        return {}
+    for indent in _INDENTS:
+        if msgspec.json.format(compact, indent=indent) == raw:
+            return {"indent": indent}
+    return {"spelled": raw.decode("utf-8")}  # UTF-8: msgspec refuses JSON that is not
+
+
 def parse_sse(body: str) -> tuple[list[SseEvent], str]:
     """The complete events of an SSE body, and what follows the last one (an event cut
     short, or nothing). Comments and ``id``/``retry`` fields are not kept: no SDK reads them."""
@@ -316,9 +356,12 @@ def parse_sse(body: str) -> tuple[list[SseEvent], str]:
             continue
         payload = "\n".join(data)
         try:
-            events.append(SseEvent(event=name, data=msgspec.json.decode(payload)))
+            decoded = msgspec.json.decode(payload)
         except msgspec.DecodeError:
             events.append(SseEvent(event=name, text=payload))
+            continue
+        compact = msgspec.json.encode(decoded).decode() == payload
+        events.append(SseEvent(event=name, data=decoded, spelled=None if compact else payload))
     return events, rest
 
 

@@ -1,0 +1,98 @@
+"""The raw body a wrapped client's caller reads is the one it read live (ADR 0025, amended
+2026-12-05 "raw bodies").
+
+A model response is stored parsed (what an audit reads); a replay re-encoded it compactly, so
+``with_raw_response(...).text`` (and a streamed ``iter_lines()``) differed from the live run's
+whenever the provider spaced its JSON (OpenAI's replies are indented), and an unchanged flow
+returning it replayed as changed. A body indented as ``msgspec.json.format`` would is stored as
+its indent; any other spacing keeps its exact text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pytest
+
+from loom_runtime import Loom, wrap
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
+
+REPLY = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}
+    ],
+}
+LAYOUTS = {
+    "indented": msgspec.json.format(msgspec.json.encode(REPLY), indent=2),
+    "spaced": json.dumps(REPLY).encode(),
+    "compact": msgspec.json.encode(REPLY),
+}
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+
+
+def _client(body: bytes, *, stream: bool) -> Any:
+    import httpx2
+
+    def answer(request: Any) -> Any:
+        if not stream:
+            return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+        delta = {**CHUNK, "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+        events = f"data: {json.dumps(delta)}\n\ndata: [DONE]\n\n".encode()
+        return httpx2.Response(200, content=events, headers={"content-type": "text/event-stream"})
+
+    http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
+    return wrap(
+        openai.OpenAI(base_url="http://provider.test/v1", api_key="k", http_client=http_client)
+    )
+
+
+def _loom(url: str, client: Any) -> Loom:
+    loom = Loom(url)
+    said: Any = [{"role": "user", "content": "hi"}]
+
+    @loom.flow("raw")
+    def raw(ctx: Any) -> str:
+        return str(client.chat.completions.with_raw_response.create(model="m", messages=said).text)
+
+    @loom.flow("lines")
+    def lines(ctx: Any) -> list[str]:
+        with client.chat.completions.with_streaming_response.create(
+            model="m", messages=said, stream=True
+        ) as response:
+            return [line for line in response.iter_lines() if line]
+
+    return loom
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_raw_body_replays_as_it_was_read(tmp_path: Any, layout: str) -> None:
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with _loom(url, _client(LAYOUTS[layout], stream=False)) as loom:
+        run = loom.run("raw")
+    assert run.output == LAYOUTS[layout].decode()
+    with _loom(url, _client(b"never sent", stream=False)) as loom:
+        replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.divergences
+
+
+def test_streamed_lines_replay_as_they_were_read(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with _loom(url, _client(b"", stream=True)) as loom:
+        run = loom.run("lines")
+    assert run.output[0].startswith('data: {"id": "c"')  # spaced, as the provider sent it
+    with _loom(url, _client(b"", stream=True)) as loom:
+        replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.divergences
