@@ -156,7 +156,9 @@ class SqlMemoryProjection(SQLProjection):
         self._opened: dict[int, list[MemoryEntry] | None] = {}
         self.create_tables(rows_lost=store.created_tables)
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
         """Open the page's sealed entries, then apply it in one transaction: reading a key
         inside that transaction would wait for the write lock it holds (SQLite)."""
         with self._applying:  # the page's opened entries are this object's state
@@ -169,7 +171,7 @@ class SqlMemoryProjection(SQLProjection):
                 if event is not None
             }
             try:
-                return super().apply(events, upto=upto)
+                return super().apply(events, after=after, upto=upto)
             finally:
                 self._opened = {}
 
@@ -216,10 +218,13 @@ class InProcessMemoryProjection:
         """The last log position applied (0 before any)."""
         return self._position
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
-        """Apply a page and move to ``upto``, all or nothing; False if another caller got there."""
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
+        """Apply a page read after ``after`` and move to ``upto``, all or nothing; False if
+        the position moved since the page was read (another caller got there, or a reset)."""
         with self._lock:
-            if (events and events[0][0] <= self._position) or upto <= self._position:
+            if self._position != after:
                 return False
             before: dict[str, list[MemoryEntry]] = {}
             forget_destroyed(self.keyring, (event for _, event in events))

@@ -107,7 +107,9 @@ class EmbeddingProjection(SQLProjection):
         self._last = -1
         self.create_tables(rows_lost=table.created)
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
         """Open the page's sealed vectors of the table's model, then apply the page in one
         transaction; a vector whose key is destroyed opens as None (skipped)."""
         with self._applying:  # the page's opened and held vectors are this object's state
@@ -126,7 +128,7 @@ class EmbeddingProjection(SQLProjection):
             self._opened = {position: _opened(keyring, event) for position, event in sealed}
             self._last = sealed[-1][0] if sealed else -1
             try:
-                return super().apply(events, upto=upto)
+                return super().apply(events, after=after, upto=upto)
             finally:
                 self._opened, self._held = {}, []
 

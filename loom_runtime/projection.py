@@ -85,10 +85,15 @@ class TrackedProjection(Protocol):
         """The last log position applied (0 before any)."""
         ...
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
-        """Apply events and record ``upto`` atomically, unless the position moved meanwhile.
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
+        """Apply events and record ``upto`` atomically, only if the projection is still at
+        ``after``, the position the page was read after.
 
-        Returns False (and applies nothing) when another projector got there first.
+        Returns False (and applies nothing) when the position moved meanwhile: another
+        projector applied the page first, or reset the projection (a rebuild) after the page
+        was read, when applying it would move past the events the reset cleared.
         """
         ...
 
@@ -172,11 +177,12 @@ class SQLProjection(ABC):
         file wait for it, and it for them). Use it as a context manager; never write on it."""
         return self.engine.connect().execution_options(**{READ_ONLY: True})
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
         with self._applying, self.engine.begin() as conn:
-            current = self._lock_position(conn)
-            if (events and events[0][0] <= current) or upto <= current:
-                return False  # another projector applied this page first
+            if self._lock_position(conn) != after:
+                return False  # another projector applied this page first, or reset meanwhile
             for position, event in events:
                 self.handle(conn, position, event)
             self._set_position(conn, upto)
@@ -300,8 +306,10 @@ def catch_up(
         )
         reached = page[-1].position if len(page) == page_size else target
         events = [(record.position, log.decode(record)) for record in page]
-        if not projection.apply(events, upto=reached):
-            position = projection.position()  # lost a race: continue from the winner's position
+        if not projection.apply(events, after=position, upto=reached):
+            # lost a race (another projector applied the page, or reset the projection after
+            # it was read): continue from where the projection is now
+            position = projection.position()
             continue
         position = reached
         if progress is not None:

@@ -124,7 +124,8 @@ class _Watched:
         self.name = inner.name
         self.calls = 0
         self.applied: list[int] = []
-        self.pages: list[tuple[list[tuple[int, Any]], int]] = []
+        self.pages: list[tuple[list[tuple[int, Any]], int, int]] = []
+        """Each page applied: its events, the position it was read after, its ``upto``."""
         self._crash_page = crash_page
         self._survive = survive
 
@@ -138,15 +139,15 @@ class _Watched:
     def reset(self) -> None:
         self.inner.reset()
 
-    def apply(self, events: Page, *, upto: int) -> bool:
+    def apply(self, events: Page, *, after: int, upto: int) -> bool:
         self.calls += 1
         page = list(events)
         offered: Page = page
         if self._crash_page is not None and len(self.pages) == self._crash_page:
             offered = _CrashingPage(page, survive=self._survive)
-        accepted = self.inner.apply(offered, upto=upto)
+        accepted = self.inner.apply(offered, after=after, upto=upto)
         if accepted:
-            self.pages.append((page, upto))
+            self.pages.append((page, after, upto))
             self.applied.extend(position for position, _ in page)
         return accepted
 
@@ -222,7 +223,7 @@ class TrackedProjectionContract:
         harness.projection.reset()
         watched = _Watched(harness.projection)
         assert catch_up(harness.log, watched, page_size=1) == reached
-        assert all(len(page) <= 1 for page, _ in watched.pages)
+        assert all(len(page) <= 1 for page, _, _ in watched.pages)
         assert harness.read_model() == whole
 
     def test_a_page_already_applied_is_refused(self, harness: ProjectionHarness) -> None:
@@ -231,10 +232,24 @@ class TrackedProjectionContract:
         watched = _Watched(harness.projection)
         reached = catch_up(harness.log, watched)
         seen = harness.read_model()
-        page, upto = watched.pages[0]
-        assert harness.projection.apply(page, upto=upto) is False
+        page, after, upto = watched.pages[0]
+        assert harness.projection.apply(page, after=after, upto=upto) is False
         assert harness.projection.position() == reached
         assert harness.read_model() == seen
+
+    def test_a_page_read_before_a_reset_is_refused(self, harness: ProjectionHarness) -> None:
+        """apply refuses a page read after a position the projection has left backwards (a
+        rebuild reset it between another projector's read and its apply): applied, it would
+        move the position past the events the reset cleared, which no catch-up would apply."""
+        harness.write(0)
+        watched = _Watched(harness.projection)
+        catch_up(harness.log, watched, page_size=1)
+        page, after, upto = watched.pages[-1]
+        assert after > 0  # a page past the first event: there is something below it to lose
+        harness.projection.reset()
+        assert harness.projection.apply(page, after=after, upto=upto) is False
+        assert harness.projection.position() == 0
+        assert catch_up(harness.log, harness.projection) == upto
 
     # -- crashes: rows and position together or not at all ------------------------------------
 
@@ -270,7 +285,7 @@ class TrackedProjectionContract:
         watched = _Watched(harness.projection, crash_page=2)
         with pytest.raises(InjectedCrash):
             catch_up(harness.log, watched, page_size=1)
-        kept = watched.pages[-1][1]
+        kept = watched.pages[-1][2]
         assert harness.projection.position() == kept
         survived = harness.read_model()
         assert rebuild(harness.log, harness.projection, upto=kept) == kept

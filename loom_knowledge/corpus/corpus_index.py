@@ -211,7 +211,9 @@ class CorpusIndex(SQLProjection):
 
     # -- projection ---------------------------------------------------------------------------
 
-    def apply(self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, upto: int) -> bool:
+    def apply(
+        self, events: Sequence[tuple[int, DomainEventProtocol[Any]]], *, after: int, upto: int
+    ) -> bool:
         """Open the passage stores the page writes to, then apply it (in one transaction).
 
         A store opened inside the page's transaction would create its tables in another one
@@ -248,7 +250,7 @@ class CorpusIndex(SQLProjection):
                 self._open_recorded_stores()
             self._page = _PageWrites(events) if events else None
             try:
-                return super().apply(events, upto=upto)
+                return super().apply(events, after=after, upto=upto)
             finally:
                 self._page = None
 

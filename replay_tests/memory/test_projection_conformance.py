@@ -113,9 +113,12 @@ class CountingProjection:
     def position(self) -> int:
         return self._position
 
-    def apply(self, events: Page, *, upto: int) -> bool:
-        stale = (events and events[0][0] <= self._position) or upto <= self._position
-        if stale and self.flaw != "accepts a stale page":
+    def apply(self, events: Page, *, after: int, upto: int) -> bool:
+        if self.flaw == "checks only that the page is new":  # as every projection once did
+            moved = bool(events and events[0][0] <= self._position) or upto <= self._position
+        else:
+            moved = self._position != after
+        if moved and self.flaw != "accepts a stale page":
             return False
         before = dict(self.counts)
         try:
@@ -153,6 +156,7 @@ class TestCountingProjection(TrackedProjectionContract):
     [
         ("keeps half a page", "test_a_crash_mid_page_changes_nothing"),
         ("accepts a stale page", "test_a_page_already_applied_is_refused"),
+        ("checks only that the page is new", "test_a_page_read_before_a_reset_is_refused"),
     ],
 )
 def test_the_kit_fails_a_flawed_projection(sqlite_url: str, flaw: str, clause: str) -> None:

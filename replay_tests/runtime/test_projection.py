@@ -86,5 +86,32 @@ def test_a_projector_that_lost_the_race_applies_nothing(recorded: Loom) -> None:
     stale_page = [
         (n.position, recorded.log.decode(n)) for n in recorded.log.notifications(after=20, upto=30)
     ]
-    assert projection.apply(stale_page, upto=30) is False
+    assert projection.apply(stale_page, after=20, upto=30) is False
     assert projection.count() == 27  # decisions 2..26 and 29..30
+
+
+class ResetMeanwhile(DecisionRows):
+    """A projector whose first page is applied just after another one reset the projection
+    (a ``loom rebuild`` started in another process between this one's read and its write)."""
+
+    def __init__(self, loom: Loom) -> None:
+        super().__init__(loom)
+        self.loom = loom
+        self.reset_done = False
+
+    def apply(self, events: Any, **page: Any) -> bool:
+        if not self.reset_done:
+            self.reset_done = True
+            DecisionRows(self.loom).reset()
+        return super().apply(events, **page)
+
+
+def test_a_page_read_before_another_projector_s_reset_is_not_applied(recorded: Loom) -> None:
+    """The page, read after position 20, was applied over the rows the reset had cleared and
+    moved the position past them: decisions 2..20 were gone for good, the position said
+    caught up. A page is applied only where it was read from; the catch-up then starts over
+    from the reset."""
+    catch_up(recorded.log, DecisionRows(recorded), upto=20)
+    racing = ResetMeanwhile(recorded)
+    assert catch_up(recorded.log, racing, page_size=10) == 54
+    assert racing.count() == 50
