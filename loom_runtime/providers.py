@@ -78,14 +78,12 @@ class SseEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     (spaces after separators): the caller of ``iter_lines()`` reads it so on replay too."""
 
     def wire(self) -> bytes:
-        """The event as the provider sent it: its data as spelled (compact unless ``spelled``)."""
-        payload = (
-            self.text
-            if self.text is not None
-            else self.spelled
-            if self.spelled is not None
-            else msgspec.json.encode(self.data).decode()
-        )
+        """The event as the provider sent it: its data as spelled (compact unless ``spelled``
+        spells that very data: :func:`_spelling`)."""
+        if self.text is not None:
+            payload = self.text
+        else:
+            payload = _spelling(self.data, self.spelled).decode()
         head = f"event: {self.event}\n" if self.event is not None else ""
         return f"{head}data: {payload.replace(chr(10), chr(10) + 'data: ')}\n\n".encode()
 
@@ -127,11 +125,9 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
             return [self.text.encode()]
         if self.data is not None:
             return [self.data]
-        if self.spelled is not None:
-            return [self.spelled.encode()]
-        compact = msgspec.json.encode(self.body)
+        spelled = _spelling(self.body, self.spelled)  # compact unless spelled otherwise
         return [
-            compact if self.indent is None else msgspec.json.format(compact, indent=self.indent)
+            spelled if self.indent is None else msgspec.json.format(spelled, indent=self.indent)
         ]
 
 
@@ -318,6 +314,20 @@ class _ModelRecording:
             meta["time_to_first_byte_ms"] = _ms(self._first_byte - self._call.started)
         meta.update(self._call.meta())
         return meta
+
+
+def _spelling(data: Any, spelled: str | None) -> bytes:
+    """``data``'s JSON as the provider spelled it: ``spelled`` when it decodes to ``data``,
+    else its compact encoding. Both are stored, and the audit reads ``data``: a ``spelled``
+    altered apart from it (or redacted unlike it) is not what the flow is handed on replay, so
+    what a replay gives is always what an audit shows."""
+    if spelled is not None:
+        try:
+            if msgspec.json.decode(spelled) == data:
+                return spelled.encode()
+        except msgspec.DecodeError:
+            pass
+    return msgspec.json.encode(data)
 
 
 _INDENTS = (2, 4)

@@ -96,3 +96,29 @@ def test_streamed_lines_replay_as_they_were_read(tmp_path: Any) -> None:
     with _loom(url, _client(b"", stream=True)) as loom:
         replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.divergences
+
+
+def test_a_spelling_altered_apart_from_its_data_is_not_what_a_replay_hands_over(
+    tmp_path: Any,
+) -> None:
+    """The body is stored twice, parsed (what an audit reads) and as spelled: a bundle whose
+    spelled text was altered alone replays the parsed body, so a replay never hands the flow
+    what the audit does not show (here the output then differs: a divergence, not a forgery)."""
+    from loom_runtime.bundle import read_bundle, write_bundle
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with _loom(url, _client(LAYOUTS["spaced"], stream=False)) as loom:
+        run = loom.run("raw")
+        path = loom.export(run.execution_id, tmp_path / "raw.json")
+    bundle = read_bundle(path)
+    events = [
+        msgspec.structs.replace(e, state=e.state.replace('\\"hi\\"', '\\"forged\\"'))
+        for e in bundle.events
+    ]
+    assert events != list(bundle.events)  # the spelled text was altered
+    forged = write_bundle(bundle.resealed(events), tmp_path / "forged.json")
+    with _loom(f"sqlite:///{tmp_path / 'other.db'}", _client(b"", stream=False)) as loom:
+        replayed = loom.replay_bundle(forged)
+    assert "forged" not in replayed.output
+    assert msgspec.json.decode(replayed.output) == REPLY
+    assert not replayed.identical
