@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.entry_points import installed
+from loom_runtime.errors import LogCorruptError
 from loom_runtime.log import PAGE_SIZE, READ_ONLY, DomainEventProtocol, EventLog
 from loom_runtime.schema import create_missing
 
@@ -135,17 +136,20 @@ class SQLProjection(ABC):
         position is reset so the next catch-up rebuilds from the log instead of trusting it.
         ``rows_lost``: the same for tables created elsewhere (a store that creates its own
         tables when it is opened says so, since they are not missing by the time this runs).
+        The reverse too: a tracking row made here (none was left: deleted by hand, its table
+        dropped) starts at 0, so rows its tables still hold are cleared, not applied over
+        again from the log's start (duplicates, or a unique key's IntegrityError).
         """
         with self.engine.begin() as conn:
             created = create_missing(conn, [tracking_table, *self.metadata.sorted_tables])
             recreated = bool(created - {tracking_table.name})
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-            conn.execute(
+            tracked_anew = conn.execute(
                 insert(tracking_table)
                 .values(projection=self.name, position=0)
                 .on_conflict_do_nothing(index_elements=["projection"])
-            )
-            if recreated or rows_lost:
+            ).rowcount
+            if recreated or rows_lost or tracked_anew:
                 self.clear(conn)
                 self._set_position(conn, 0)
 
@@ -295,6 +299,13 @@ def catch_up(
     """
     target = log.position if upto is None else upto
     position = projection.position()
+    if position > target and position > log.position:  # read again: another may have written
+        raise LogCorruptError(
+            f"projection {projection.name!r} is at log position {position}, past the log's head "
+            f"({log.position}): its tracking row in {tracking_table.name} was altered, or the "
+            "log was restored from an older backup than its read models; run `loom verify`, "
+            "then `loom rebuild`"
+        )
     while position < target:
         page = list(
             islice(

@@ -115,3 +115,42 @@ def test_a_page_read_before_another_projector_s_reset_is_not_applied(recorded: L
     racing = ResetMeanwhile(recorded)
     assert catch_up(recorded.log, racing, page_size=10) == 54
     assert racing.count() == 50
+
+
+def _set_tracked(loom: Loom, position: int | None) -> None:
+    """Edit (or, with None, delete) the tracking row, as a hand or a partial restore would."""
+    from sqlalchemy import text
+
+    with loom.log.engine.begin() as conn:
+        if position is None:
+            conn.execute(text("DELETE FROM loom_tracking WHERE projection = 'decision-rows'"))
+        else:
+            conn.execute(
+                text("UPDATE loom_tracking SET position = :p WHERE projection = 'decision-rows'"),
+                {"p": position},
+            )
+
+
+def test_a_lost_tracking_row_starts_the_rows_over_too(recorded: Loom) -> None:
+    """Its rows kept, a projection whose tracking row was deleted started again at 0 and
+    applied the whole log over them: duplicated rows, or (with a unique key, as the corpus's)
+    an IntegrityError that kept it from opening. A tracking row made anew clears the rows."""
+    catch_up(recorded.log, DecisionRows(recorded))
+    _set_tracked(recorded, None)
+    reopened = DecisionRows(recorded)
+    assert catch_up(recorded.log, reopened) == 54
+    assert reopened.count() == 50
+
+
+def test_a_tracking_row_past_the_head_is_refused_not_trusted(recorded: Loom) -> None:
+    """A position past the log's head (the row edited, or the log restored from an older
+    backup than its read models) made every catch-up a no-op: the next writes were never
+    read, and `loom doctor` said "at 1026 of 54", ok."""
+    from loom_runtime.errors import LogCorruptError
+
+    projection = DecisionRows(recorded)
+    catch_up(recorded.log, projection)
+    _set_tracked(recorded, 1026)
+    with pytest.raises(LogCorruptError, match="past the log's head"):
+        catch_up(recorded.log, projection)
+    assert rebuild(recorded.log, projection) == 54 and projection.count() == 50
