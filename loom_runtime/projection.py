@@ -149,6 +149,12 @@ class SQLProjection(ABC):
                 .values(projection=self.name, position=0)
                 .on_conflict_do_nothing(index_elements=["projection"])
             ).rowcount
+            if tracked_anew and not (recreated or rows_lost):
+                logger.warning(
+                    "projection %r had tables but no tracking row (deleted, or the tables were "
+                    "filled outside the log): its rows are cleared and rebuilt from the log",
+                    self.name,
+                )
             if recreated or rows_lost or tracked_anew:
                 self.clear(conn)
                 self._set_position(conn, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -131,13 +132,22 @@ def _set_tracked(loom: Loom, position: int | None) -> None:
             )
 
 
-def test_a_lost_tracking_row_starts_the_rows_over_too(recorded: Loom) -> None:
+def test_a_lost_tracking_row_starts_the_rows_over_too(
+    recorded: Loom, caplog: pytest.LogCaptureFixture
+) -> None:
     """Its rows kept, a projection whose tracking row was deleted started again at 0 and
     applied the whole log over them: duplicated rows, or (with a unique key, as the corpus's)
-    an IntegrityError that kept it from opening. A tracking row made anew clears the rows."""
-    catch_up(recorded.log, DecisionRows(recorded))
-    _set_tracked(recorded, None)
-    reopened = DecisionRows(recorded)
+    an IntegrityError that kept it from opening. A tracking row made anew clears the rows,
+    and says so (a projection made on a fresh database does not: the control)."""
+    with caplog.at_level(logging.WARNING, logger="loom.runtime"):
+        catch_up(recorded.log, DecisionRows(recorded))
+        assert not caplog.records
+        _set_tracked(recorded, None)
+        reopened = DecisionRows(recorded)
+    assert [r.getMessage() for r in caplog.records] == [
+        "projection 'decision-rows' had tables but no tracking row (deleted, or the tables were "
+        "filled outside the log): its rows are cleared and rebuilt from the log"
+    ]
     assert catch_up(recorded.log, reopened) == 54
     assert reopened.count() == 50
 
