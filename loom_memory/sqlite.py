@@ -99,7 +99,12 @@ class SqliteMemoryStore(SqlMemoryStore):
         return outdated
 
     def _create_schema(self, conn: Connection, metadata: MetaData, catalog: SchemaCatalog) -> None:
-        remade = self.fts_table in self._outdated_tables(catalog)
+        # Made again (outdated), or made now over rows that are there (dropped by hand: made
+        # empty, its delete trigger would send it deletes of rows it never held, which
+        # corrupts an FTS5 index).
+        remade = self.fts_table in self._outdated_tables(catalog) or (
+            self.fts_table not in catalog.objects and self.entries.name in catalog.tables
+        )
         super()._create_schema(conn, metadata, catalog)
         if remade:  # an external-content index: filled again from the rows it indexes
             conn.exec_driver_sql(
