@@ -15,6 +15,7 @@ from __future__ import annotations
 import getpass
 import importlib
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -102,6 +103,10 @@ def environment(settings: LogSettings) -> dict[str, str]:
         "POSTGRES_PORT": connect.get("port", ""),
         "POSTGRES_USER": connect.get("user", ""),
         "POSTGRES_PASSWORD": connect.get("password", ""),
+        # eventsourcing qualifies the log's tables with this schema (``public`` when empty),
+        # whatever the connection's search_path: the one the URL names is the log's too, as it
+        # is the projections' (their tables are unqualified), so two schemas are two logs.
+        "POSTGRES_SCHEMA": search_path_schema(connect.get("options", "")),
         # eventsourcing opens POSTGRES_POOL_SIZE connections up front (psycopg's min_size) and
         # allows POSTGRES_MAX_OVERFLOW more. Two kept (the held writer's and one for reads,
         # which opening the log uses anyway to create its tables under the schema lock), the
@@ -114,6 +119,27 @@ def environment(settings: LogSettings) -> dict[str, str]:
         "POSTGRES_LOCK_TIMEOUT": str(max(1, round(settings.lock_timeout))),
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(settings.lock_timeout))),
     }
+
+
+_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*(?P<path>(?:\\\s|[^\s])+)", re.IGNORECASE)
+"""A ``search_path`` setting among libpq's ``options`` (``-csearch_path=tenant_a,public``)."""
+
+
+def search_path_schema(options: str) -> str:
+    """The first schema of the ``search_path`` that libpq ``options`` set ("" when they set
+    none: eventsourcing's ``public``); ``$user`` is skipped, as PostgreSQL skips it when no
+    such schema exists; a quoted name keeps its case, an unquoted one is folded to lower
+    case, as PostgreSQL reads them."""
+    found = _SEARCH_PATH.search(options)
+    if found is None:
+        return ""
+    for part in found["path"].replace("\\ ", " ").split(","):
+        name = part.strip()
+        quoted = name.startswith('"') and name.endswith('"') and len(name) > 1
+        name = name[1:-1] if quoted else name.lower()  # unquoted, PostgreSQL folds it
+        if name and name != "$user":
+            return name
+    return ""
 
 
 _KEPT = 2

@@ -1,0 +1,79 @@
+"""Two logs in two schemas of one PostgreSQL database (ADR 0015, amended 2026-12-05
+"schema").
+
+A URL naming a schema in its ``search_path`` (``?options=-csearch_path%3Dtenant_a``) reached
+the projections' engine but not the log: eventsourcing qualifies the log's tables with its own
+schema setting, ``public`` unless told, so two tenants' Looms wrote one shared log and each
+listed and opened the other's executions. The log now lives in the first schema of the URL's
+search path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from loom_runtime import ExecutionNotFoundError, Loom
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def tenants(pg_url: str) -> Iterator[dict[str, str]]:
+    libpq = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        for schema in ("tenant_a", "tenant_b"):
+            admin.execute(f"CREATE SCHEMA {schema}")
+    yield {
+        schema: make_url(pg_url)
+        .update_query_dict({"options": f"-csearch_path={schema}"})
+        .render_as_string(hide_password=False)
+        for schema in ("tenant_a", "tenant_b")
+    }
+
+
+def _run(url: str, n: int) -> Any:
+    with Loom(url) as loom:
+
+        @loom.flow("f")
+        def f(ctx: Any, x: int) -> int:
+            return int(ctx.decide("d", lambda: x * 2))
+
+        return loom.run("f", x=n).execution_id
+
+
+def test_two_schemas_hold_two_logs(tenants: dict[str, str], pg_url: str) -> None:
+    first = _run(tenants["tenant_a"], 1)
+    second = _run(tenants["tenant_b"], 2)
+    with Loom(tenants["tenant_b"]) as loom:
+        assert [s.execution_id for s in loom.executions()] == [second]
+        with pytest.raises(ExecutionNotFoundError):
+            loom.execution(first)
+        assert loom.log.verify().ok
+    libpq = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq) as admin:
+        found = admin.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'loom_events'"
+        ).fetchall()
+    assert sorted(row[0] for row in found) == ["tenant_a", "tenant_b"]
+
+
+@pytest.mark.parametrize(
+    ("options", "schema"),
+    [
+        ("-csearch_path=tenant_a", "tenant_a"),
+        ('-c search_path="$user",tenant_b,public -c lock_timeout=5000', "tenant_b"),
+        ("-csearch_path=Upper", "upper"),
+        ('-csearch_path="Mixed"', "Mixed"),
+        ("-c statement_timeout=5000", ""),
+        ("", ""),
+    ],
+)
+def test_the_log_s_schema_is_the_first_of_the_search_path(options: str, schema: str) -> None:
+    from loom_runtime.storage.application import search_path_schema
+
+    assert search_path_schema(options) == schema
