@@ -44,6 +44,7 @@ from psycopg import pq
 from psycopg.errors import error_from_result
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from loom_runtime.errors import ConfigurationError
 from loom_runtime.integrity import GENESIS
 from loom_runtime.log import Precondition, Row
 from loom_runtime.schema import DDL_LOCK_KEY
@@ -222,12 +223,31 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder, ChainedRecorder):
         """Create (if missing) under a session advisory lock: processes opening one log at once
         would otherwise race on ``CREATE TYPE``/``CREATE OR REPLACE FUNCTION`` ("tuple
         concurrently updated")."""
+        try:
+            with self.datastore.get_connection() as conn:
+                conn.execute(SQL("SELECT pg_advisory_lock({key})").format(key=DDL_LOCK_KEY))
+                try:
+                    super().create_table()
+                finally:
+                    conn.execute(SQL("SELECT pg_advisory_unlock({key})").format(key=DDL_LOCK_KEY))
+        except persistence.PersistenceError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.ReadOnlySqlTransaction):
+                raise
+            self._read_only_log()
+
+    def _read_only_log(self) -> None:
+        """A read-only database (a hot standby, ``default_transaction_read_only``) refuses the
+        schema's DDL: a log that is there is read as it is (what only reads works, a write is
+        refused by the server); one that is not is :class:`ConfigurationError`, not a trace."""
+        schema = self.datastore.schema
+        names = [f"{schema}.{self.events_table_name}", f"{schema}.{CHAIN_TABLE}"]
         with self.datastore.get_connection() as conn:
-            conn.execute(SQL("SELECT pg_advisory_lock({key})").format(key=DDL_LOCK_KEY))
-            try:
-                super().create_table()
-            finally:
-                conn.execute(SQL("SELECT pg_advisory_unlock({key})").format(key=DDL_LOCK_KEY))
+            found = conn.execute("SELECT to_regclass(%s), to_regclass(%s)", names).fetchone()
+        if found is None or None in found.values():
+            raise ConfigurationError(
+                f"the database is read-only and holds no loom log ({' and '.join(names)} are "
+                "missing): open a log written on its primary, or the primary's URL to make one"
+            )
 
     def insert_events(
         self,
