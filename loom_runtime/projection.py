@@ -144,11 +144,16 @@ class SQLProjection(ABC):
             created = create_missing(conn, [tracking_table, *self.metadata.sorted_tables])
             recreated = bool(created - {tracking_table.name})
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-            tracked_anew = conn.execute(
-                insert(tracking_table)
-                .values(projection=self.name, position=0)
-                .on_conflict_do_nothing(index_elements=["projection"])
-            ).rowcount
+            # RETURNING, not rowcount: psycopg reports -1 for an insert that did nothing.
+            tracked_anew = (
+                conn.execute(
+                    insert(tracking_table)
+                    .values(projection=self.name, position=0)
+                    .on_conflict_do_nothing(index_elements=["projection"])
+                    .returning(tracking_table.c.projection)
+                ).first()
+                is not None
+            )
             if tracked_anew and not (recreated or rows_lost):
                 logger.warning(
                     "projection %r had tables but no tracking row (deleted, or the tables were "

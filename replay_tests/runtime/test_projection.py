@@ -141,6 +141,7 @@ def test_a_lost_tracking_row_starts_the_rows_over_too(
     and says so (a projection made on a fresh database does not: the control)."""
     with caplog.at_level(logging.WARNING, logger="loom.runtime"):
         catch_up(recorded.log, DecisionRows(recorded))
+        assert DecisionRows(recorded).count() == 50  # an ordinary reopen keeps its rows
         assert not caplog.records
         _set_tracked(recorded, None)
         reopened = DecisionRows(recorded)
