@@ -137,7 +137,8 @@ class EmbeddingTable:
                 Column("subject", Text, nullable=False),
                 Column("vector", LargeBinary, nullable=False),
                 PrimaryKeyConstraint("model", "digest", "subject"),
-                Index(f"{name}_subject", "subject"),
+                # At most 62 characters with the longest prefix (40): PostgreSQL cuts 63.
+                Index(f"{table_prefix}subject_emb_by_subject", "subject"),
             )
         with engine.begin() as conn:
             self.created = bool(create_missing(conn, metadata.sorted_tables))

@@ -136,6 +136,12 @@ class SqlMemoryStore(ABC):
                 f"{type(self).__name__} needs a {self.dialect} database, got "
                 f"{self._engine.dialect.name}: use the backend for that database"
             )
+        if self.dialect == "postgresql" and table_prefix != table_prefix.lower():
+            raise StoreConfigurationError(
+                f"table_prefix {table_prefix!r} must be lower case on PostgreSQL: it folds "
+                "unquoted names to lower case, and the store's triggers and functions name its "
+                f"tables unquoted (use {table_prefix.lower()!r})"
+            )
         self.table_prefix = table_prefix
         self.keeps_postings = postings
         """Built with ``postings=True``: every search ranks from the postings side table, so a
