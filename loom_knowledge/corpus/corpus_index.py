@@ -54,6 +54,8 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from loom_knowledge.corpus.erasure import (
     DOCUMENT,
@@ -531,12 +533,8 @@ class CorpusIndex(SQLProjection):
 
     def scopes(self) -> list[str]:
         """Every scope that ever held a document, sorted (a scope is only its documents)."""
-        with self.engine.connect() as conn:
-            return list(
-                conn.execute(
-                    select(self.revisions.c.scope).distinct().order_by(self.revisions.c.scope)
-                ).scalars()
-            )
+        with self.engine.connect() as conn:  # sorted here: by code point on every backend
+            return sorted(conn.execute(select(self.revisions.c.scope).distinct()).scalars())
 
     def revision_history(
         self, scope: str, revisions: set[tuple[str, int]]
@@ -605,7 +603,7 @@ class CorpusIndex(SQLProjection):
                 rows.written_position <= position,
                 or_(rows.ended_position.is_(None), rows.ended_position > position),
             )
-            .order_by(rows.doc_id)
+            .order_by(code_points(rows.doc_id))
         )
         with self.engine.connect() as conn:
             return {row.doc_id: _record(row) for row in conn.execute(query)}
@@ -640,6 +638,24 @@ class CorpusIndex(SQLProjection):
         return nullcontext(conn) if conn is not None else self.reading()
 
 
+class code_points(FunctionElement[str]):
+    """A text column ordered by code point, as SQLite orders text: ``COLLATE "C"`` on
+    PostgreSQL, whose database collation (a language's, on most managed servers) would order
+    ``_x`` before ``9z`` and ``B`` after ``Ä``; the column itself elsewhere."""
+
+    inherit_cache = True
+
+
+@compiles(code_points)
+def _code_points(element: code_points, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
+
+@compiles(code_points, "postgresql")
+def _code_points_postgresql(element: code_points, compiler: Any, **kw: Any) -> str:
+    return f'{compiler.process(element.clauses, **kw)} COLLATE "C"'
+
+
 class _Statements:
     """The statements a write and a manifest read run, built once per index.
 
@@ -667,7 +683,7 @@ class _Statements:
             select(d.doc_id, d.revision, d.fingerprint, d.fingerprint_algorithm)
             .add_columns(d.passage_count, d.source)
             .where(d.scope == bindparam("b_scope"))
-            .order_by(d.doc_id)
+            .order_by(code_points(d.doc_id))
         )
         self.manifest_of = self.manifest.where(d.doc_id.in_(bindparam("b_doc_ids", expanding=True)))
         self.erased_of = select(e.doc_id).where(
