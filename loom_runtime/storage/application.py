@@ -27,7 +27,13 @@ from uuid import UUID
 
 import msgspec
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, Mapper, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    Mapper,
+    OperationalError,
+    StoredEvent,
+)
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError as SQLAlchemyOperationalError
 
@@ -284,7 +290,14 @@ class EventsourcingLog:
 
     @property
     def position(self) -> int:
-        return self.application.recorder.max_notification_id() or 0
+        try:
+            return self.application.recorder.max_notification_id() or 0
+        except (InterfaceError, OperationalError) as exc:  # lost on every retry
+            raise DatabaseUnavailableError(
+                f"the log's position could not be read, on every attempt: {exc} (check the "
+                "database, then run again)",
+                database=self.settings.url.render_as_string(hide_password=True),
+            ) from exc
 
     # -- writing -----------------------------------------------------------------------------
 

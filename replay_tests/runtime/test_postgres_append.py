@@ -586,3 +586,22 @@ def test_a_lost_attempt_then_another_writer_s_row_is_still_a_conflict(
     assert lost
     assert _recorder(log).stream_rows(stream)[-1] == theirs
     assert log.verify().checked == 3
+
+
+def test_a_position_read_that_keeps_losing_its_connection_is_a_loom_error(
+    log: EventsourcingLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run starts by reading the log's position; with the connection lost on every
+    retry, eventsourcing's own OperationalError left ``loom.run`` (an append in the same
+    state is LogWriteError). It is DatabaseUnavailableError, the lost connection its cause."""
+    from eventsourcing.persistence import OperationalError
+
+    from loom_runtime import DatabaseUnavailableError
+
+    def lost() -> int:
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(log.application.recorder, "max_notification_id", lost)
+    with pytest.raises(DatabaseUnavailableError) as raised:
+        _ = log.position
+    assert isinstance(raised.value.__cause__, OperationalError)
