@@ -56,28 +56,28 @@ def build(url: str) -> Loom:
     return loom
 
 
-def test_credential_fields_of_a_json_body_are_in_no_row(tmp_path: Path) -> None:
-    path = tmp_path / "loom.db"
+def _recorded_input(path: Path, flow: str) -> Any:
+    """The stored input of ``flow``'s one request, recorded into ``path`` and replayed
+    identically (a redaction that differed between record and replay would diverge)."""
     with build(f"sqlite:///{path}") as loom:
-        run = loom.run("token")
+        run = loom.run(flow)
         (decision,) = loom.execution(run.execution_id).decisions.values()
         assert loom.replay(run.execution_id).identical
-    rows = _rows(path)
-    assert SECRET not in rows
-    body = msgspec.json.decode(decision.input)["body"]["json"]
+    return msgspec.json.decode(decision.input)
+
+
+def test_credential_fields_of_a_json_body_are_in_no_row(tmp_path: Path) -> None:
+    body = _recorded_input(tmp_path / "loom.db", "token")["body"]["json"]
+    assert SECRET not in _rows(tmp_path / "loom.db")
     assert body["client_id"] == "app" and body["max_tokens"] == 5  # the control
     assert body["nested"][0]["passwordHint"] == 7  # not a string: nothing to hide
     assert body["client_secret"].startswith("[REDACTED:")
 
 
 def test_credential_query_parameters_are_in_no_row(tmp_path: Path) -> None:
-    path = tmp_path / "loom.db"
-    with build(f"sqlite:///{path}") as loom:
-        run = loom.run("query")
-        (decision,) = loom.execution(run.execution_id).decisions.values()
-        assert loom.replay(run.execution_id).identical
-    assert SECRET not in _rows(path)
-    assert msgspec.json.decode(decision.input)["query"] == [["page", "2"]]  # the control
+    query = _recorded_input(tmp_path / "loom.db", "query")["query"]
+    assert SECRET not in _rows(tmp_path / "loom.db")
+    assert query == [["page", "2"]]  # the control
 
 
 def test_a_credential_field_of_a_model_call_is_not_in_its_input() -> None:
