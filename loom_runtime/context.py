@@ -554,6 +554,12 @@ class _Context:
         """The redactor this context's decisions are stored through (None: stored as given)."""
         return self._source.redactor
 
+    def overridden(self, key: str) -> bool:
+        """Whether the recorded decision at occurrence ``key`` is a fork's override (ADR
+        0027): a value that does not fit it is the value given to the fork, not the log."""
+        decision = self._source.recorded.get(key)
+        return decision is not None and decision.origin == "override"
+
     def open_decision(
         self, key: str, *, input: object = None, kind: str | None = None, type: Any = Any
     ) -> OpenDecision:

@@ -59,6 +59,7 @@ from loom_runtime.context import (
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     MissingExtraError,
+    OverrideTypeError,
     ReadPastRecordingError,
     RecordedComputeError,
     RecordedValueError,
@@ -379,7 +380,14 @@ def _exchange(
         yield from _settle(key, io.sleep(bound))
         raise
     if decision.recorded:
-        recorded = profile.replayed(decision.key, decision.value)
+        try:
+            recorded = profile.replayed(decision.key, decision.value)
+        except RecordedValueError as exc:
+            if not ctx.overridden(decision.key):
+                raise
+            raise OverrideTypeError(
+                key=decision.key, type=exc.expected, problem=exc.problem
+            ) from exc
         # A read cancelled live ends its replayed body where it was cancelled, whole or not.
         cut = None if recorded.complete and recorded.cancelled_after is None else decision.key
         body = library.replayed_body(recorded.pieces, cut, recorded.cancelled_after)

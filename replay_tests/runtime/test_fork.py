@@ -352,3 +352,28 @@ def test_an_override_of_the_wrong_type_is_named_as_the_override(tmp_path: Path) 
             loom.fork(run.execution_id, at=0, override={"n": "seven"})
         assert "loom verify" not in str(raised.value)
         assert loom.fork(run.execution_id, at=0, override={"n": 7}).output == 8  # control
+
+
+def test_an_override_that_is_not_a_recorded_response_is_named_as_the_override(
+    tmp_path: Path,
+) -> None:
+    """An ``http`` decision's value is a recorded response; an override that is not one
+    (``{"status": "down"}``, meant as the response's JSON) was reported as "the log row or
+    bundle was altered ... loom verify". It is named as the override given to the fork."""
+    import httpx
+
+    import loom_runtime
+
+    inner = httpx.MockTransport(lambda request: httpx.Response(200, json={"status": "ok"}))
+    client = httpx.Client(transport=loom_runtime.transport(inner))
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("status")
+        def status(ctx: Any) -> Any:
+            return client.get("https://status.example/api/db").json()
+
+        run = loom.run("status")
+        (key,) = loom.execution(run.execution_id).decisions
+        with pytest.raises(OverrideTypeError, match="override of decision") as raised:
+            loom.fork(run.execution_id, at=0, override={key: {"status": "down"}})
+        assert "loom verify" not in str(raised.value)
