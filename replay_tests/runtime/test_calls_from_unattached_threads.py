@@ -56,19 +56,28 @@ def _loom(path: Path, sent: list[str]) -> Loom:
     return loom
 
 
-def test_calls_from_a_thread_without_the_flow_s_context_are_said_not_recorded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _recorded_and_replayed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, *, with_context: bool
+) -> tuple[int, list[str], Any, list[str]]:
+    """Run the pooled flow, then replay it: the decisions it recorded, the warnings of the
+    run, the replay's result, and the requests the replay sent."""
     sent: list[str] = []
     with _loom(tmp_path / "loom.db", sent) as loom:
         with caplog.at_level(logging.WARNING, logger="loom.runtime"):
-            run = loom.run("pooled", with_context=False)
-        assert loom.execution(run.execution_id).decisions == {}
-        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warned) == 1 and "not recorded" in warned[0]
-        assert "GET api.example/a" in warned[0] and "copy_context" in warned[0]
+            run = loom.run("pooled", with_context=with_context)
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        decisions = len(loom.execution(run.execution_id).decisions)
         sent.clear()
-        replayed = loom.replay(run.execution_id)
+        return decisions, warned, loom.replay(run.execution_id), sent
+
+
+def test_calls_from_a_thread_without_the_flow_s_context_are_said_not_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    decisions, warned, replayed, sent = _recorded_and_replayed(tmp_path, caplog, with_context=False)
+    assert decisions == 0
+    assert len(warned) == 1 and "not recorded" in warned[0]
+    assert "GET api.example/a" in warned[0] and "copy_context" in warned[0]
     assert sent  # the replay reached the transport: it cannot be the recording's
     assert not replayed.identical
     (divergence,) = [d for d in replayed.divergences if isinstance(d, UnattributedCallError)]
@@ -78,12 +87,6 @@ def test_calls_from_a_thread_without_the_flow_s_context_are_said_not_recorded(
 def test_calls_from_a_thread_given_the_flow_s_context_are_recorded_and_replayed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sent: list[str] = []
-    with _loom(tmp_path / "loom.db", sent) as loom:
-        with caplog.at_level(logging.WARNING, logger="loom.runtime"):
-            run = loom.run("pooled", with_context=True)
-        assert len(loom.execution(run.execution_id).decisions) == 3
-        sent.clear()
-        assert loom.replay(run.execution_id).identical
-    assert sent == []
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    decisions, warned, replayed, sent = _recorded_and_replayed(tmp_path, caplog, with_context=True)
+    assert (decisions, warned, sent) == (3, [], [])
+    assert replayed.identical
