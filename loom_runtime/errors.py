@@ -170,6 +170,10 @@ class ForkPointError(LoomError, ValueError):
     or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""
 
 
+class PositionError(LoomError, ValueError):
+    """A log position given (``upto=``) that is not one: positions are ints from 0."""
+
+
 class OverrideTypeError(LoomError, TypeError):
     """A fork's override does not decode as the type the flow asks its decision with (ADR
     0027): the value given to ``fork(..., override=)`` is at fault, not the log. The fork is

@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.entry_points import installed
-from loom_runtime.errors import LogCorruptError
+from loom_runtime.errors import LogCorruptError, PositionError
 from loom_runtime.log import PAGE_SIZE, READ_ONLY, DomainEventProtocol, EventLog
 from loom_runtime.schema import create_missing
 
@@ -304,11 +304,16 @@ def catch_up(
     page_size: int = PAGE_SIZE,
     progress: Progress | None = None,
 ) -> int:
-    """Apply every event after the projection's position up to ``upto`` (default: the head).
+    """Apply every event after the projection's position up to ``upto`` (default, and at most:
+    the head; a :class:`PositionError` if it is not a position).
 
     Returns the position reached. Safe to call from many processes at once, and after a crash.
     """
-    target = log.position if upto is None else upto
+    if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+        raise PositionError(f"upto must be a log position (an int from 0), not {upto!r}")
+    # Never past the head: a position stored beyond it would skip the events appended up to
+    # it later (read-your-writes lost), or be refused as past the head by the next catch-up.
+    target = log.position if upto is None else min(upto, log.position)
     position = projection.position()
     if position > target and position > log.position:  # read again: another may have written
         raise LogCorruptError(

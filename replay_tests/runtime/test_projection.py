@@ -165,3 +165,23 @@ def test_a_tracking_row_past_the_head_is_refused_not_trusted(recorded: Loom) -> 
     with pytest.raises(LogCorruptError, match="past the log's head"):
         catch_up(recorded.log, projection)
     assert rebuild(recorded.log, projection) == 54 and projection.count() == 50
+
+
+def test_a_rebuild_up_to_a_position_past_the_head_stops_at_the_head(recorded: Loom) -> None:
+    """``upto`` past the head was stored as the position: the events appended later, up to
+    it, were never applied (a write read back without it), or a later catch-up refused the
+    position as past the head. It stops at the head, and ``upto`` must be a position."""
+    projection = DecisionRows(recorded)
+    assert rebuild(recorded.log, projection, upto=1_000) == 54
+    assert projection.position() == 54
+
+    @recorded.flow("g")
+    def g(ctx: FlowContext) -> int:
+        return int(ctx.decide("k", lambda: 1))
+
+    recorded.run("g")  # events 55..57, decision at 56
+    assert catch_up(recorded.log, projection) == 57
+    assert projection.count() == 51
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(ValueError, match="upto"):
+            rebuild(recorded.log, projection, upto=bad)  # type: ignore[arg-type]
