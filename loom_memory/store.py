@@ -180,11 +180,20 @@ def check_ids(ids: Iterable[str], *, bounded: bool = False) -> frozenset[str]:
     return frozenset(given)
 
 
+MAX_POSITION = 2**63 - 1
+"""The largest log position: positions are stored as 64-bit integers (SQL ``BIGINT``)."""
+
+
 def check_position(position: object) -> int:
-    """Return ``position`` if it is a log position (an int >= 0), else raise."""
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+    """Return ``position`` if it is a log position (an int from 0 to :data:`MAX_POSITION`),
+    else raise: past it, SQLite overflowed and PostgreSQL refused, each its own way."""
+    if (
+        isinstance(position, bool)
+        or not isinstance(position, int)
+        or not 0 <= position <= MAX_POSITION
+    ):
         raise InvalidArgumentError(
-            f"position must be a log position (an int >= 0), got {position!r}",
+            f"position must be a log position (an int from 0 to 2**63 - 1), got {position!r}",
             parameter="position",
         )
     return position

@@ -1,9 +1,10 @@
 """`TieredMemory`: named tiers with TTL and size limits, and recall by recency or relevance.
 
 A tier (working, episodic, semantic, procedural, or one of your own) is a policy over the
-scopes stored in it: entries older than ``ttl`` are expired, and only the newest
-``max_entries`` are kept. Each (tier, scope) is one key of the underlying store
-(:mod:`loom_memory.keys` defines it and every other name this module stores under).
+scopes stored in it: entries older than ``ttl`` are expired, and only the last
+``max_entries`` appended are kept (the store's list order, not the entries' timestamps).
+Each (tier, scope) is one key of the underlying store (:mod:`loom_memory.keys` defines it
+and every other name this module stores under).
 
 Eviction is a rewrite of the whole list, and the rewrite is where memory gets destroyed:
 as clear-then-append, a crash between the two loses the scope. So it uses ``replace`` (one
@@ -143,20 +144,32 @@ class TieredMemory:
     def remember(self, tier: str, scope: str, entries: Sequence[MemoryEntry]) -> None:
         """Append ``entries`` to the scope, then evict what the tier no longer keeps."""
         policy, key = self._locate(tier, scope)
+        now = self._now()  # before anything is written: a clock that cannot say is refused
         self._finish_rewrite(key)
         self.store.append(key, entries)
         if policy.ttl is not None or policy.max_entries is not None:
             current = self.store.read(key)
-            kept = policy.keeps(current, self._clock())
+            kept = policy.keeps(current, now)
             if len(kept) != len(current):
                 self._rewrite(key, kept)
+
+    def _now(self) -> datetime:
+        """The clock's now, refused unless it is an aware datetime (a naive one cannot be
+        compared with the entries' aware timestamps: ``clock=datetime.now`` is the slip)."""
+        now = self._clock()
+        if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+            raise InvalidArgumentError(
+                f"clock must return an aware datetime (such as datetime.now(UTC)), not {now!r}",
+                parameter="clock",
+            )
+        return now
 
     def read(self, tier: str, scope: str) -> list[MemoryEntry]:
         """The scope's unexpired entries in append order; expired ones are dropped for good."""
         policy, key = self._locate(tier, scope)
         self._finish_rewrite(key)
         current = self.store.read(key)
-        alive = policy.unexpired(current, self._clock())
+        alive = policy.unexpired(current, self._now())
         if len(alive) != len(current):
             self._rewrite(key, alive)
         return alive
@@ -197,7 +210,7 @@ class TieredMemory:
         self._finish_rewrite(key)
         asked = limit if policy.ttl is None else MAX_SEARCH_LIMIT
         hits = self.store.search(key, query, limit=asked)
-        return policy.unexpired(hits, self._clock())[:limit]
+        return policy.unexpired(hits, self._now())[:limit]
 
     def recall_relevant(
         self,

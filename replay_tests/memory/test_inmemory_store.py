@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,17 @@ def test_reference_ranks_rarer_terms_higher() -> None:
     store.append("k", [MemoryEntry(content="common rare")])
     hits = store.search("k", "rare common", limit=2)
     assert hits[0].content == "common rare"
+
+
+@pytest.mark.parametrize("position", [2**63, 2**70])
+def test_a_position_past_a_sql_bigint_is_refused_alike_on_every_backend(
+    tmp_path: Path, position: int
+) -> None:
+    """The reference took it, SQLite raised a bare OverflowError and PostgreSQL a
+    BackendError: positions are stored as 64-bit integers, so past them is no position."""
+    from loom_memory import InvalidArgumentError, SqliteTemporalStore
+
+    for store in (InMemoryMemoryStore(), SqliteTemporalStore(f"sqlite:///{tmp_path / 't.db'}")):
+        with pytest.raises(InvalidArgumentError, match="position"):
+            store.append_at("k", [MemoryEntry(content="x")], position)
+        store.append_at("k", [MemoryEntry(content="x")], 2**63 - 1)  # the control: the last

@@ -31,7 +31,7 @@ from loom_memory import (
     TieredMemory,
     UnknownTierError,
 )
-from loom_memory.keys import recall_relevant_key
+from loom_memory.keys import recall_relevant_key, tier_key
 from loom_memory.tiers import DEFAULT_TIERS
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom
 
@@ -478,3 +478,16 @@ def test_tiered_eviction_over_an_event_sourced_store_rebuilds_identically(
         store.rebuild()
         assert contents(store.read(KEY)) == ["beta", "gamma"]
         assert contents(memory.search("working", "s", "alpha beta")) == ["beta"]
+
+
+def test_a_clock_that_is_not_aware_is_refused_before_anything_is_written() -> None:
+    """``clock=datetime.now`` (naive) is a likely slip: remember appended first, then failed
+    on the TTL arithmetic with a bare TypeError, leaving the tier over its max_entries, and
+    every later read of the scope raised the same. Refused, typed, with nothing written."""
+    store = InMemoryMemoryStore()
+    tier = Tier(name="working", ttl=timedelta(hours=1), max_entries=2)
+    memory = TieredMemory(store, tiers=[tier], clock=datetime.now)
+    entries = [MemoryEntry(content=text, id=text) for text in ("a", "b", "c")]
+    with pytest.raises(InvalidArgumentError, match="clock"):
+        memory.remember("working", "s", entries)
+    assert store.read(tier_key("working", "s")) == []
