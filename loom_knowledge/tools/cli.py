@@ -29,6 +29,7 @@ from loom_knowledge.errors import (
     owned_documents,
 )
 from loom_runtime import (
+    ConfigurationError,
     ErasedError,
     ExecutionNotFoundError,
     FlowNotFoundError,
@@ -106,6 +107,8 @@ def demo(db: DemoDbOption = None, mode: DemoModeOption = "lexical") -> None:
                 owns_database=not db,
                 mode=cast(Mode, mode),
             )
+        except ConfigurationError as exc:  # an extra to install: the setup, exit 2
+            fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
     raise typer.Exit(0 if ok else 1)

@@ -220,7 +220,7 @@ def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> L
     if loom.settings.is_sqlite and not create and not path.is_file():
         fail(
             f"no loom database at {path.absolute()} (give --db URL or set LOOM_DB_URL; "
-            "`loom run` or `loom knowledge sync --apply` creates one)",
+            "`loom run`, `loom import` or `loom knowledge sync --apply` creates one)",
             code=ExitCode.USAGE,
         )
     if loom.encrypted and (not loom.settings.is_sqlite or path.is_file()):

@@ -108,3 +108,22 @@ def test_the_demo_ends_with_commands_that_explore_its_execution(sqlite_url: str)
     assert args[:3] == [sys.executable, "-m", "loom_knowledge.tools.demo"]  # this interpreter
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and '"identical": true' in done.stdout, done.stderr
+
+
+def test_a_mode_whose_extra_is_missing_exits_as_a_setup_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loom demo --mode hybrid`` without the vector extra said what to install but exited
+    1 ("a check failed"); a missing extra is the setup's, exit 2, as `knowledge sync
+    --stemmer` without the stem extra exits."""
+    from loom_knowledge.tools import demo
+    from loom_runtime import MissingExtraError
+
+    def needs_numpy(*args: object, **kwargs: object) -> bool:
+        raise MissingExtraError(extra="vector", missing="numpy", needed_by="hybrid retrieval")
+
+    monkeypatch.setattr(demo, "run_demo", needs_numpy)
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    result = CliRunner().invoke(app, ["demo", "--mode", "hybrid", "--db", db])
+    assert result.exit_code == 2, result.output
+    assert "loom-replay[vector]" in result.output
