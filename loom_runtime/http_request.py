@@ -93,23 +93,59 @@ def credential_name(name: str) -> bool:
     )
 
 
+_NAMES: dict[str, bool] = {}
+""":func:`credential_name` of the field names met so far: a request's names repeat (every
+message of a conversation is ``role`` and ``content``), and every call of a flow, and of its
+replay, walks one. Bounded by :data:`_NAMES_KEPT` (names come from requests)."""
+_NAMES_KEPT = 4096
+
+
+def _credential_field(name: str) -> bool:
+    known = _NAMES.get(name)
+    if known is None:
+        if len(_NAMES) >= _NAMES_KEPT:
+            _NAMES.clear()
+        known = _NAMES[name] = credential_name(name)
+    return known
+
+
 def without_credentials(value: Any) -> Any:
-    """``value`` (decoded JSON) with the string of every credential-named field replaced by
-    :data:`CREDENTIAL_FIELD_MARK`, at any depth; anything else as it is (the same objects
-    where nothing was replaced)."""
-    if isinstance(value, dict):
-        replaced = {
-            name: (
-                CREDENTIAL_FIELD_MARK
-                if isinstance(item, str) and isinstance(name, str) and credential_name(name)
-                else without_credentials(item)
-            )
-            for name, item in value.items()
-        }
-        return value if all(replaced[n] is value[n] for n in value) else replaced
-    if isinstance(value, list):
-        items = [without_credentials(item) for item in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    """``value`` (decoded JSON: plain dicts and lists) with the string of every
+    credential-named field replaced by :data:`CREDENTIAL_FIELD_MARK`, at any depth; anything
+    else as it is (the same objects where nothing was replaced: a container is copied only
+    once something in it changes).
+
+    Only containers are walked into, and a field's name is read only when its value is text:
+    a model request is mostly long strings, and every call and replay of a flow walks one
+    (about 0.3 µs a message of a conversation)."""
+    kind = type(value)
+    if kind is dict:
+        copy: dict[Any, Any] | None = None
+        for name, item in value.items():
+            held = type(item)
+            if held is str:
+                if type(name) is not str or not _credential_field(name):
+                    continue
+                changed: Any = CREDENTIAL_FIELD_MARK
+            elif held is dict or held is list:
+                changed = without_credentials(item)
+                if changed is item:
+                    continue
+            else:
+                continue
+            copy = dict(value) if copy is None else copy
+            copy[name] = changed
+        return value if copy is None else copy
+    if kind is list:
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            held = type(item)
+            if held is dict or held is list:
+                changed = without_credentials(item)
+                if changed is not item:
+                    items = list(value) if items is None else items
+                    items[index] = changed
+        return value if items is None else items
     return value
 
 
