@@ -32,7 +32,6 @@ base64 would hide a secret from every pattern.
 from __future__ import annotations
 
 import base64
-import functools
 import re
 import threading
 from collections import Counter
@@ -286,10 +285,19 @@ non-alphanumeric character or at its start (``db_password``, ``apiKey``; not ``p
 nor ``dbPassword``, as the text form's pattern would not take them)."""
 
 
-@functools.lru_cache(maxsize=4096)
+_CREDENTIAL_KEYS: dict[str, bool] = {}
+""":func:`credential_key` of the names met so far (a payload's names repeat: every message of
+a conversation is ``role`` and ``content``); 4,096 at most (names come from payloads)."""
+
+
 def credential_key(name: str) -> bool:
     """Whether a mapping entry named ``name`` holds a credential (:data:`_CREDENTIAL_KEY`)."""
-    return _CREDENTIAL_KEY.search(name) is not None
+    known = _CREDENTIAL_KEYS.get(name)
+    if known is None:
+        if len(_CREDENTIAL_KEYS) >= 4096:
+            _CREDENTIAL_KEYS.clear()
+        known = _CREDENTIAL_KEYS[name] = _CREDENTIAL_KEY.search(name) is not None
+    return known
 
 
 _INERT_ITEMS = frozenset({int, float, bool, type(None)})
@@ -585,7 +593,9 @@ class Redactor:
         arguments, a config) its name and its value were scanned apart, neither matching."""
         copy: dict[Any, Any] | None = None
         for key, item in value.items():
-            if not (type(key) is str and type(item) is str and item and credential_key(key)):
+            if type(item) is not str or not item or type(key) is not str:
+                continue
+            if not credential_key(key):
                 continue
             if _MARKER_PREFIX in item and not _MARKERS.sub("", item):
                 continue  # already redacted
