@@ -894,6 +894,19 @@ class OpenDecision:
         )
         return self.value
 
+    def record_or_refuse(self, value: object, *, meta: Mapping[str, object] | None = None) -> Any:
+        """:meth:`record`, except that a value the log refuses is stored as the decision's
+        failure (its ``NotSerialisableError``) and raised: for a call whose return is the
+        decision (a tool's), the refusal happens where the call returns, so a replay raises
+        it at the same point, and the occurrence is not left unstored (ADR 0026, "kept
+        failures"). A stream's value is refused at its end, after the caller read it, so
+        :meth:`record` does not store the refusal."""
+        try:
+            return self.record(value, meta=meta)
+        except NotSerialisableError as refused:
+            self._source.record_failure(self._slot, refused, meta=self.encode_meta(meta))
+            raise
+
     def fail(self, error: Exception, *, meta: Mapping[str, object] | None = None) -> None:
         """Store that computing the value raised ``error`` (nothing if already settled)."""
         if not self.settled:

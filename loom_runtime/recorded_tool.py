@@ -163,7 +163,7 @@ class _Tool:
         except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
             decision.cancel(time.perf_counter() - started)
             raise
-        return decision.record(result)
+        return decision.record_or_refuse(result)
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by parameter name, defaults applied: what the tool was asked.

@@ -113,3 +113,30 @@ def test_an_unusable_retry_after_ms_falls_back_to_retry_after() -> None:
             response = httpx.Response(429, headers={"retry-after-ms": millis, "retry-after": "3"})
 
         assert retry_after(Asked()) == 3.0
+
+
+def test_a_tool_result_that_cannot_be_stored_is_the_call_s_recorded_failure(
+    tmp_path: Path,
+) -> None:
+    """The same for a ``@tool``: an agent loop that hands a tool's error back to the model
+    caught the refusal and went on, and the replay found the call never recorded."""
+    from loom_runtime import tool
+
+    @tool
+    def search(query: str) -> object:
+        return object()  # not data the log can hold
+
+    with _loom(tmp_path) as loom:
+
+        @loom.flow("agent")
+        def agent(ctx: Any) -> str:
+            try:
+                search("disk")
+            except NotSerialisableError as refused:
+                return f"error {type(refused).__name__}"
+            return "stored"
+
+        run = loom.run("agent")
+        assert run.output == "error NotSerialisableError"
+        assert list(loom.execution(run.execution_id).decisions) == ["tool:search"]
+        assert loom.replay(run.execution_id).identical
