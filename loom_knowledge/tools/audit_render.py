@@ -12,6 +12,7 @@ else, so a value that ever escaped escaping still could not run a script or load
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from importlib.resources import files
 from string import Template
@@ -39,8 +40,8 @@ def render_text(report: Audit) -> str:
     ]
     for retrieval in report.retrievals:
         lines.append(
-            f"retrieval {retrieval.query!r} in {retrieval.scope} (limit {retrieval.limit})"
-            + _origin(retrieval.origin)
+            f"retrieval {flat(retrieval.query)!r} in {identifier(retrieval.scope)} "
+            f"(limit {retrieval.limit})" + _origin(retrieval.origin)
         )
         lines += [f"  {_passage_line(p)}" for p in retrieval.passages]
         lines += _measured(retrieval.meta)
@@ -51,7 +52,7 @@ def render_text(report: Audit) -> str:
             lines.append(f"  raised {call.error}")
         if call.request is not None:
             for number, message in enumerate(call.request.messages):
-                label = message.provenance.label if message.provenance else ""
+                label = identifier(message.provenance.label) if message.provenance else ""
                 shown = flat(message.content, 60)
                 if number in call.erased:
                     shown = f"erased (position {call.erased[number]})"
@@ -59,10 +60,10 @@ def render_text(report: Audit) -> str:
         if call.answer is not None:
             lines.append(f"  answer: {flat(call.answer.text, 100)}")
         if call.citations is not None:
-            ungrounded = list(call.citations.ungrounded)
+            ungrounded = call.citations.ungrounded
             lines.append(
-                f"  cited {list(call.citations.grounded)}"
-                + (f", UNGROUNDED {ungrounded}" if ungrounded else ", all grounded")
+                f"  cited {_ids(call.citations.grounded)}"
+                + (f", UNGROUNDED {_ids(ungrounded)}" if ungrounded else ", all grounded")
             )
     for decision in report.decisions:
         lines.append(f"decision {_decision_line(decision)}")
@@ -105,6 +106,17 @@ def render_html(report: Audit) -> str:
         meta=_h(f"code {report.code_version}"),
         items="".join(items),
     )
+
+
+_BADGES = 200
+"""At most this many citation badges on a page (the rest are counted; ``--json`` has all)."""
+
+
+def _ids(ids: Sequence[str], width: int = 400) -> str:
+    """Document ids as a list printing each apart from its look-alikes (:func:`identifier`),
+    one line of at most ``width`` characters, the number in all when it is cut."""
+    shown = repr([identifier(doc_id) for doc_id in ids])
+    return shown if len(shown) <= width else f"{shown[: width - 1]}… ({len(ids)} in all)"
 
 
 def flat(value: object, width: int = 200) -> str:
@@ -224,7 +236,7 @@ def _model_card(call: AuditedModelCall) -> str:
         body.append(f"<pre>{_h(call.raw_input)}</pre>")
     for number, message in enumerate(call.request.messages if call.request is not None else ()):
         label = (
-            f"<span class='prov'>{_h(message.provenance.label)}</span>"
+            f"<span class='prov'>{_h(identifier(message.provenance.label))}</span>"
             if message.provenance
             else ""
         )
@@ -239,7 +251,13 @@ def _model_card(call: AuditedModelCall) -> str:
     if call.answer is not None:
         body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")
     if call.citations is not None:
-        cites = [_badge(c, "current") for c in call.citations.grounded]
-        cites += [_badge(f"UNGROUNDED {c}", "ungrounded") for c in call.citations.ungrounded]
-        body.append(f"<p><b>Citations:</b> {''.join(cites) or 'none'}</p>")
+        grounded, ungrounded = call.citations.grounded, call.citations.ungrounded
+        cites = [_badge(identifier(c), "current") for c in grounded[:_BADGES]]
+        cites += [
+            _badge(f"UNGROUNDED {identifier(c)}", "ungrounded")
+            for c in ungrounded[: max(0, _BADGES - len(grounded))]
+        ]
+        more = len(grounded) + len(ungrounded) - len(cites)
+        shown = "".join(cites) + (f" and {more} more (--json lists them)" if more else "")
+        body.append(f"<p><b>Citations:</b> {shown or 'none'}</p>")
     return _card(f"Model call: {call.key}", "".join(body), "model")
