@@ -984,8 +984,8 @@ def running(ctx: FlowContext | AsyncFlowContext) -> Iterator[None]:
 _bodies: list[FlowContext | AsyncFlowContext] = []
 """The flow bodies running in this process (:func:`running`)."""
 _bodies_lock = threading.Lock()
-UNATTRIBUTED_NAMED = 5
-"""How many calls made without a context a body keeps by name (the rest are counted)."""
+NAMED_IN_A_WARNING = 5
+"""How many calls or keys a warning (or a divergence) names; the rest are counted."""
 
 
 def note_unattributed(call: str) -> None:
@@ -999,7 +999,7 @@ def note_unattributed(call: str) -> None:
     with _bodies_lock:
         for ctx in _bodies:
             ctx.unattributed_count += 1
-            if len(ctx.unattributed) < UNATTRIBUTED_NAMED:
+            if len(ctx.unattributed) < NAMED_IN_A_WARNING:
                 ctx.unattributed.append(call)
 
 

@@ -35,7 +35,7 @@ from loom_runtime.bundle import (
     write_bundle,
 )
 from loom_runtime.context import (
-    UNATTRIBUTED_NAMED,
+    NAMED_IN_A_WARNING,
     AsyncFlowContext,
     DecisionSource,
     FlowContext,
@@ -1067,9 +1067,9 @@ def _warn_never_asked(execution: Execution, keys: list[str]) -> None:
     were recorded (a key renamed), so the execution now holds two runs' decisions and its
     replay will report them unused (ADR 0026, "changed code")."""
     if keys:
-        shown = ", ".join(map(repr, keys[:UNATTRIBUTED_NAMED]))
+        shown = ", ".join(map(repr, keys[:NAMED_IN_A_WARNING]))
         more = (
-            f" and {len(keys) - UNATTRIBUTED_NAMED} more" if len(keys) > UNATTRIBUTED_NAMED else ""
+            f" and {len(keys) - NAMED_IN_A_WARNING} more" if len(keys) > NAMED_IN_A_WARNING else ""
         )
         logger.warning(
             "execution %s was resumed by code that never asked %d of its recorded decisions "
