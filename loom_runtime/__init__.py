@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         FlowContext,
         OpenDecision,
         current_context,
-        note_unattributed,
+        recorder,
     )
     from loom_runtime.erasure import ErasedSubject, ErasureReport, ForgetEntry
     from loom_runtime.errors import (
@@ -227,7 +227,6 @@ __all__ = [
     "json_problem",
     "keyring_for",
     "lazy_exports",
-    "note_unattributed",
     "open_each",
     "open_log",
     "open_subject_text",
@@ -237,6 +236,7 @@ __all__ = [
     "position_at",
     "read_catalog",
     "rebuild",
+    "recorder",
     "seal_subject_text",
     "sealed_text_subject",
     "serialise_ddl",
@@ -342,7 +342,7 @@ _EXPORTS = {
     "open_log": "loom_runtime.log",
     "OpenDecision": "loom_runtime.context",
     "current_context": "loom_runtime.context",
-    "note_unattributed": "loom_runtime.context",
+    "recorder": "loom_runtime.context",
     "transport": "loom_runtime.http_transport",
     "async_transport": "loom_runtime.http_transport",
     "wrap": "loom_runtime.wrap",

@@ -20,6 +20,12 @@ call is made, and its value stored once, when it is complete (ADR 0024).
 
 While a flow body runs, its context is :func:`current_context` (a ``ContextVar``), so code
 the flow calls without passing ``ctx`` (an HTTP transport) can record into it.
+
+A decision is recorded once, by the outermost call (ADR 0002, amended 2026-12-05 "inside a
+decision"): while a decision's ``compute`` (or a tool's body, or an MCP call) runs live, the
+recorded calls it makes (a request through a recording transport, another tool, another
+``decide``) run as plain calls. A replay answers the outer decision and never runs its body,
+so an inner record would be a decision no replay asks for.
 """
 
 from __future__ import annotations
@@ -666,9 +672,10 @@ class _Context:
         started = time.perf_counter()
         while True:
             try:
-                result = compute()
+                with computing(self):
+                    result = compute()
                 if inspect.isawaitable(result):
-                    result = yield Pending(slot.key, result)
+                    result = yield Pending(slot.key, awaited_computing(self, result))
             except asyncio.CancelledError:  # a timeout around the call: stored if caught
                 self._cancelled(slot, started, attempts)
                 raise
@@ -741,7 +748,8 @@ class _Context:
         if retry is not None:
             return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
         try:
-            result = compute()
+            with computing(self):
+                result = compute()
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
@@ -751,14 +759,20 @@ class _Context:
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
+        if _computing.get() is self:  # inside a decision computed live: a part of it
+            return _utcnow()
         return self._decide_now(self._slot("now", None, "clock"), _utcnow, UtcTimestamp)
 
     def uuid(self) -> UUID:
         """A fresh uuid4, recorded."""
+        if _computing.get() is self:
+            return uuid.uuid4()
         return self._decide_now(self._slot("uuid", None, "uuid"), uuid.uuid4, UUID)
 
     def random(self) -> float:
         """A float in [0, 1), recorded."""
+        if _computing.get() is self:
+            return random.random()
         return self._decide_now(self._slot("random", None, "random"), random.random, float)
 
 
@@ -789,6 +803,8 @@ class FlowContext(_Context):
         retried attempt is in the decision's meta, the last outcome is the decision, and a
         replay neither retries nor pauses (ADR 0026).
         """
+        if _computing.get() is self:  # inside a decision computed live: a part of it
+            return compute()
         slot = self._slot(key, input, kind)
         # Answered here, not through _decide_now: a replay answers every decide, and the one
         # call less is a visible share of the little Python each one runs (ADR 0043, amended).
@@ -844,6 +860,8 @@ class AsyncFlowContext(_Context):
         A plain method returning an awaitable, so the occurrence key is fixed when the call is
         made (program order), not when the awaitable is scheduled.
         """
+        if _computing.get() is self:  # inside a decision computed live: a part of it
+            return _plainly(compute)
         slot = self._slot(key, input, kind)
         return adrive(self._decide(slot, compute, type, retry, retry_on))
 
@@ -964,6 +982,52 @@ def current_context() -> FlowContext | AsyncFlowContext | None:
     (asyncio copies the context), threads it starts do not, and it is gone when the flow ends.
     """
     return _current.get()
+
+
+_computing: ContextVar[_Context | None] = ContextVar("loom_computing", default=None)
+"""The context one of whose decisions is computed live here (its ``compute``, a tool's body,
+an MCP call, a request sent): what that code asks of the same flow is a part of the outer
+decision, not a decision of its own. Holding the context, not a flag, keeps a flow run inside
+a compute (a sub-agent's ``loom.run``) recording into its own execution."""
+
+
+@contextmanager
+def computing(ctx: _Context) -> Iterator[None]:
+    """Mark the ``with`` block as computing one of ``ctx``'s decisions live (see
+    :func:`recorder`); it follows the block into the threads and tasks that copy its context."""
+    token = _computing.set(ctx)
+    try:
+        yield
+    finally:
+        _computing.reset(token)
+
+
+async def awaited_computing(ctx: _Context, awaitable: Awaitable[T]) -> T:
+    """``awaitable`` awaited as a part of one of ``ctx``'s decisions (:func:`computing`): an
+    async ``compute`` or tool body runs when it is awaited, not when it is called."""
+    with computing(ctx):
+        return await awaitable
+
+
+def recorder(call: str) -> FlowContext | AsyncFlowContext | None:
+    """The context a recorded kind of call made here (``call`` names it) is recorded in, or
+    None when it must run unrecorded: outside any flow (noted, see
+    :func:`note_unattributed`), or inside one of the flow's decisions computed live, whose
+    record it is a part of (a tool's request, a tool called by a tool)."""
+    ctx = _current.get()
+    if ctx is None:
+        note_unattributed(call)
+        return None
+    return None if _computing.get() is ctx else ctx
+
+
+async def _plainly(compute: Callable[[], Any]) -> Any:
+    """An async ``decide`` inside a decision computed live: ``compute`` called and, when it
+    returns an awaitable, awaited, with nothing recorded."""
+    result = compute()
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 @contextmanager

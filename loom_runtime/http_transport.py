@@ -4,7 +4,7 @@
 :func:`async_transport`) is how an SDK loom does not wrap by name is recorded: any client that
 accepts an ``http_client`` sends its requests through it (ADR 0024).
 
-Inside a running flow (:func:`~loom_runtime.context.current_context`) a request is an
+Inside a running flow (:func:`~loom_runtime.context.recorder`) a request is an
 :class:`~loom_runtime.context.OpenDecision`:
 
 * the key names the call, ``http:<METHOD> <host[:port]><path>``: never the query string or
@@ -52,8 +52,7 @@ from loom_runtime.context import (
     FlowContext,
     OpenDecision,
     cancelled_wait,
-    current_context,
-    note_unattributed,
+    recorder,
     replay_wait,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
@@ -215,11 +214,10 @@ class _RecordingTransport:
         self._library = library
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        ctx = current_context()
         if _SENDING.get():
             return self._inner.handle_request(request)
-        if ctx is None:
-            note_unattributed(_named(request))
+        ctx = recorder(_named(request))
+        if ctx is None:  # outside a flow, or a part of a decision computed live
             retry = self._profile.retry_outside
             if retry is None:
                 return self._inner.handle_request(request)
@@ -258,11 +256,10 @@ class _AsyncRecordingTransport:
         self._library = library
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        ctx = current_context()
         if _SENDING.get():
             return await self._inner.handle_async_request(request)
-        if ctx is None:
-            note_unattributed(_named(request))
+        ctx = recorder(_named(request))
+        if ctx is None:  # outside a flow, or a part of a decision computed live
             retry = self._profile.retry_outside
             if retry is None:
                 return await self._inner.handle_async_request(request)

@@ -3,7 +3,7 @@
 An MCP server is a tool backend the agent does not own (a ticket system, a file server), so
 what it answered must come from the log on replay, with the server gone (ADR 0028).
 ``wrap_session(session)`` returns a :class:`RecordedSession` that, inside a running flow
-(:func:`~loom_runtime.context.current_context`), makes
+(:func:`~loom_runtime.context.recorder`: not inside another recorded call), makes
 
 * ``await session.call_tool(name, arguments)`` a decision of kind ``"tool"``, key
   ``tool:mcp:<name>``, input ``{"name", "arguments"}`` (plus ``meta``, ``input_responses``,
@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import cancelled_wait, current_context, note_unattributed
+from loom_runtime.context import cancelled_wait, computing, recorder
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
 
 try:
@@ -148,9 +148,8 @@ async def _decide(
     An :class:`~loom_runtime.context.OpenDecision`, so a sync flow that runs an event loop
     records as an async flow does.
     """
-    ctx = current_context()
+    ctx = recorder(key)
     if ctx is None:
-        note_unattributed(key)
         return await call()
     try:
         decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
@@ -163,7 +162,8 @@ async def _decide(
     if not decision.recorded:
         started = time.perf_counter()
         try:
-            result = await call()
+            with computing(ctx):
+                result = await call()
         except MCPError as exc:  # the server answered with an error: an answer all the same
             result = exc.error
         except Exception as exc:

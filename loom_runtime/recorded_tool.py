@@ -4,7 +4,7 @@ An agent's tools (a search, a ticket lookup, a calculator) are nondeterministic 
 model's next turn, so a replay must answer them from the log exactly as ``ctx.decide`` does;
 but tool functions are written once and called by frameworks (LangGraph, an MCP server, a
 hand-written loop) that know nothing of ``ctx``. So the decorator reads the running flow from
-:func:`~loom_runtime.context.current_context` and, inside a flow, makes each call a decision
+:func:`~loom_runtime.context.recorder` and, inside a flow, makes each call a decision
 (ADR 0028):
 
 * kind ``"tool"``, key ``tool:<name>`` (the function's ``__name__`` unless ``name=`` is
@@ -18,6 +18,8 @@ hand-written loop) that know nothing of ``ctx``. So the decorator reads the runn
 * a raised exception is recorded as the decision's failure and raised again on replay.
 
 Outside a flow the function is called as is: the decorator costs one ``ContextVar`` read.
+So it is inside one of the flow's decisions computed live (a tool called by another tool, or
+by a ``decide``'s compute): the outer call is the record, and a replay never runs its body.
 ``functools.wraps`` keeps the name, docstring, annotations and ``__wrapped__``, so frameworks
 that build a tool schema from the signature (LangChain's ``@tool``) see the original function,
 and an ``async def`` stays a coroutine function.
@@ -40,9 +42,10 @@ import msgspec.inspect
 from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
+    awaited_computing,
     cancelled_wait,
-    current_context,
-    note_unattributed,
+    computing,
+    recorder,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import DecisionKeyError, RecordedComputeError
@@ -112,9 +115,8 @@ class _Tool:
 
             @functools.wraps(function)
             async def call_async(*args: Any, **kwargs: Any) -> Any:
-                ctx = current_context()
+                ctx = recorder(self.key)
                 if ctx is None:
-                    note_unattributed(self.key)
                     return await function(*args, **kwargs)
                 return await adrive(self.steps(ctx, args, kwargs))
 
@@ -122,9 +124,8 @@ class _Tool:
 
         @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> Any:
-            ctx = current_context()
+            ctx = recorder(self.key)
             if ctx is None:
-                note_unattributed(self.key)
                 return function(*args, **kwargs)
             return drive(self.steps(ctx, args, kwargs), self._refuse_awaitable)
 
@@ -154,9 +155,10 @@ class _Tool:
             return decision.value
         started = time.perf_counter()
         try:
-            result = self.function(*args, **kwargs)
+            with computing(ctx):
+                result = self.function(*args, **kwargs)
             if inspect.isawaitable(result):
-                result = yield Pending(decision.key, result)
+                result = yield Pending(decision.key, awaited_computing(ctx, result))
         except Exception as exc:
             decision.fail(exc)
             raise

@@ -15,7 +15,7 @@ from loom_knowledge.corpus.knowledge_base import KnowledgeBase
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidOptionError, UnrecordedRetrievalError
-from loom_runtime import AsyncFlowContext, current_context, note_unattributed
+from loom_runtime import AsyncFlowContext, recorder
 
 
 def search(
@@ -29,9 +29,8 @@ def search(
     """The passages for ``query`` (in ``mode``, with ``filter``, as the knowledge base's own
     :meth:`~KnowledgeBase.retrieve` takes them): recorded when a flow is running here."""
     _check(query, limit)
-    ctx = current_context()
-    if ctx is None:
-        note_unattributed(f"retrieval:{knowledge_base.scope}")
+    ctx = recorder(f"retrieval:{knowledge_base.scope}")
+    if ctx is None:  # outside a flow, or a part of a decision computed live
         return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
         raise UnrecordedRetrievalError(
@@ -54,9 +53,8 @@ async def asearch(
 ) -> list[Passage]:
     """The passages for ``query``, from async code: recorded when a flow is running here."""
     _check(query, limit)
-    ctx = current_context()
-    if ctx is None:
-        note_unattributed(f"retrieval:{knowledge_base.scope}")
+    ctx = recorder(f"retrieval:{knowledge_base.scope}")
+    if ctx is None:  # outside a flow, or a part of a decision computed live
         return knowledge_base.search(query, limit=limit, mode=mode, filter=filter)
     if isinstance(ctx, AsyncFlowContext):
         recorded = knowledge_base.retrieve(

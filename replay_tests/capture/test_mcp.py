@@ -110,6 +110,42 @@ def replay(url: str, **options: Any) -> Any:
         return asyncio.run(loom.areplay(loom.executions()[0].execution_id))
 
 
+def test_an_mcp_call_inside_a_tool_is_a_part_of_the_tool_s_decision(sqlite_url: str) -> None:
+    """ADR 0002 "inside a decision": a tool of the agent's own that calls the MCP server is
+    recorded once, as the tool; a replay with the server gone answers it from the log."""
+
+    def build_nested(session: Any) -> Loom:
+        loom = Loom(sqlite_url)
+        recorded = loom_runtime.wrap_session(session)
+
+        @loom_runtime.tool
+        async def runbook_search(query: str) -> list[str]:
+            found = await recorded.call_tool("search", {"query": query})
+            return [block.text for block in found.content]
+
+        @loom.flow("nested")
+        async def agent(ctx: Any) -> list[str]:
+            return await runbook_search("disk full")
+
+        return loom
+
+    served: list[str] = []
+
+    async def run() -> Any:
+        async with mcp.Client(runbook_server(served)) as client:
+            with build_nested(client.session) as loom:
+                return await loom.arun("nested")
+
+    live = asyncio.run(run())
+    assert served == ["search disk full"]
+    with Loom(sqlite_url) as loom:
+        assert list(loom.execution(live.execution_id).decisions) == ["tool:runbook_search"]
+    with build_nested(GoneSession()) as loom:
+        replayed = asyncio.run(loom.areplay(live.execution_id))
+    assert replayed.identical, replayed.describe()
+    assert replayed.output == live.output == ["disk full-0", "disk full-1"]
+
+
 def test_tool_calls_and_resource_reads_are_keyed_decisions_with_their_request_as_input(
     sqlite_url: str,
 ) -> None:

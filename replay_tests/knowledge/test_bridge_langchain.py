@@ -23,7 +23,7 @@ from loom_knowledge import Doc, UnrecordedRetrievalError, format_passage_id, ope
 from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever, to_doc, to_document
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.errors import InvalidDocumentError
-from loom_runtime import Loom
+from loom_runtime import Loom, tool
 
 RUNBOOKS = [
     Doc(id="pool", text="Restart the connection pool when the pool is exhausted."),
@@ -113,6 +113,31 @@ def test_an_async_flow_records_through_ainvoke(tmp_path: Path) -> None:
     _empty(kb)
     replay = asyncio.run(loom.areplay(recorded.execution_id))
     assert replay.identical, replay.describe()
+
+
+def test_a_retrieval_inside_a_tool_is_a_part_of_the_tool_s_decision(tmp_path: Path) -> None:
+    """ADR 0002 "inside a decision": the tool is the record; a replay answers it and never
+    searches, so a retrieval decision of its own would be one no replay asks for."""
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+    retriever = KnowledgeBaseRetriever(knowledge_base=kb, k=2)
+
+    @tool
+    def search_runbooks(question: str) -> list[str | None]:
+        return [doc.id for doc in retriever.invoke(question)]
+
+    @loom.flow("tool-search")
+    def answer(ctx: Any, question: str) -> list[str | None]:
+        return search_runbooks(question)
+
+    recorded = loom.run("tool-search", question="drain the queue")
+    assert recorded.output[0] == "queue#0"
+    decisions = loom.execution(recorded.execution_id).decisions
+    assert [(key, d.kind) for key, d in decisions.items()] == [("tool:search_runbooks", "tool")]
+    _empty(kb)
+    replay = loom.replay(recorded.execution_id)
+    assert replay.identical, replay.describe()
+    assert replay.output == recorded.output
 
 
 def test_a_sync_call_inside_an_async_flow_is_refused_not_run_unrecorded(tmp_path: Path) -> None:
