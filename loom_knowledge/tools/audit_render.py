@@ -18,7 +18,9 @@ from importlib.resources import files
 from string import Template
 
 import msgspec
+from msgspec import UNSET
 
+from loom_knowledge.domain.grounding import Message, ToolCall
 from loom_knowledge.tools.audit import (
     Audit,
     AuditedDecision,
@@ -51,14 +53,20 @@ def render_text(report: Audit) -> str:
         if call.error is not None:
             lines.append(f"  raised {call.error}")
         if call.request is not None:
+            if call.request.tools:
+                lines.append(f"  tools offered: {_ids([tool.name for tool in call.request.tools])}")
             for number, message in enumerate(call.request.messages):
-                label = identifier(message.provenance.label) if message.provenance else ""
+                label = _message_label(message)
                 shown = flat(message.content, 60)
                 if number in call.erased:
                     shown = f"erased (position {call.erased[number]})"
                 lines.append(f"  {message.role:>6} {label:<40} {shown}")
+                asked_for = message.tool_calls or ()
+                lines += [f"         asks {_call_text(asked)}" for asked in asked_for]
         if call.answer is not None:
-            lines.append(f"  answer: {flat(call.answer.text, 100)}")
+            if call.answer.text or not call.answer.tool_calls:
+                lines.append(f"  answer: {flat(call.answer.text, 100)}")
+            lines += [f"  answer asks {_call_text(asked)}" for asked in call.answer.tool_calls]
         if call.citations is not None:
             ungrounded = call.citations.ungrounded
             lines.append(
@@ -124,6 +132,30 @@ def flat(value: object, width: int = 200) -> str:
     text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
     single = visible(" ".join(text.split()), one_line=True)
     return single if len(single) <= width else single[: width - 1] + "…"
+
+
+def _message_label(message: Message) -> str:
+    """What a message's line names beside its role: the document its content came from, or
+    for a tool turn the call it answers (which is how a reader pairs it with the request)."""
+    if message.provenance:
+        return identifier(message.provenance.label)
+    if message.tool_call_id is not UNSET:
+        return f"answers {identifier(message.tool_call_id)}"
+    return ""
+
+
+def _call_text(call: ToolCall) -> str:
+    """A tool call the model asked for, on one line: the tool, its arguments as the model
+    wrote them (bounded), and the call's id that the tool turn answering it names."""
+    return f"{identifier(call.name)} {flat(call.arguments, 120)} (call {identifier(call.id)})"
+
+
+def _call_html(call: ToolCall) -> str:
+    return (
+        f"<div class='msg'><span class='role'>asks</span><code>{_h(identifier(call.name))}</code>"
+        f" <span class='prov'>call {_h(identifier(call.id))}</span>"
+        f"<pre>{_h(call.arguments)}</pre></div>"
+    )
 
 
 def _h(value: str) -> str:
@@ -234,12 +266,12 @@ def _model_card(call: AuditedModelCall) -> str:
         body.append(f"<p><b>Raised:</b> {_h(call.error)}</p>")
     if call.request is None:
         body.append(f"<pre>{_h(call.raw_input)}</pre>")
+    elif call.request.tools:
+        offered = "".join(_badge(identifier(tool.name), "current") for tool in call.request.tools)
+        body.append(f"<p><b>Tools offered:</b> {offered}</p>")
     for number, message in enumerate(call.request.messages if call.request is not None else ()):
-        label = (
-            f"<span class='prov'>{_h(identifier(message.provenance.label))}</span>"
-            if message.provenance
-            else ""
-        )
+        named = _message_label(message)
+        label = f"<span class='prov'>{_h(named)}</span>" if named else ""
         content = (
             _badge(f"erased (position {call.erased[number]})", "erased")
             if number in call.erased
@@ -248,8 +280,11 @@ def _model_card(call: AuditedModelCall) -> str:
         body.append(
             f"<div class='msg'><span class='role'>{_h(message.role)}</span>{label}{content}</div>"
         )
+        body += [_call_html(asked) for asked in message.tool_calls or ()]
     if call.answer is not None:
-        body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")
+        if call.answer.text or not call.answer.tool_calls:
+            body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")
+        body += [_call_html(asked) for asked in call.answer.tool_calls]
     if call.citations is not None:
         grounded, ungrounded = call.citations.grounded, call.citations.ungrounded
         cites = [_badge(identifier(c), "current") for c in grounded[:_BADGES]]

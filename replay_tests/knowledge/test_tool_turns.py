@@ -38,6 +38,8 @@ from loom_knowledge import (
 )
 from loom_knowledge.domain.grounding import unfence
 from loom_knowledge.models.answering import DEFAULT_INSTRUCTIONS
+from loom_knowledge.tools.audit import audit
+from loom_knowledge.tools.audit_render import render_html, render_text
 from loom_runtime import DecisionInputChangedError, FlowContext, Loom, tool
 from replay_tests.knowledge.test_openai_compatible import FakeServer
 
@@ -384,3 +386,27 @@ def test_a_tool_loop_replays_identically_and_a_changed_tool_result_is_the_models
     diff_lines = [line.replace(" ", "") for line in str(changed[0]).splitlines()]
     assert '-"content":"T-1isopen.",' in diff_lines
     assert '+"content":"T-1isclosed.",' in diff_lines
+
+
+def test_the_text_and_html_audits_show_the_tools_offered_asked_for_and_answered(
+    sqlite_url: str,
+) -> None:
+    """The audit's pages showed each message's role and content only: an assistant turn that
+    asked for a tool (empty content) was a blank line, a tool turn did not say which call it
+    answered, and the tools the request offered were in ``--json`` only."""
+    with build(sqlite_url, ticket_status="open") as loom:
+        open_knowledge_base(loom, "runbooks").put_doc(Doc(id="disk.md", text=PASSAGE.text))
+        run = loom.run("agent", question="How do I rotate the logs?")
+        report = audit(loom, run.execution_id)
+    text, page = render_text(report), render_html(report)
+    asked = 'lookup_ticket {"ticket_id": "T-1"} (call call_1)'
+    # The first call's answer asks for the tool; the second call's request carries that turn
+    # and the tool turn answering it.
+    assert f"  answer asks {asked}" in text.splitlines()
+    assert f"         asks {asked}" in text.splitlines()
+    assert any(line.startswith("    tool answers call_1") for line in text.splitlines())
+    assert text.count("tools offered: ['lookup_ticket']") == 2
+    assert "<b>Tools offered:</b> <span class='badge current'>lookup_ticket</span>" in page
+    assert page.count("<code>lookup_ticket</code> <span class='prov'>call call_1</span>") == 2
+    assert "<pre>{&quot;ticket_id&quot;: &quot;T-1&quot;}</pre>" in page
+    assert "<span class='prov'>answers call_1</span>" in page
