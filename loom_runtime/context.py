@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import contextlib
 import functools
 import inspect
 import queue
@@ -159,6 +160,37 @@ class DecisionSource(Protocol):
     ) -> None:
         """Store that ``compute`` raised ``error`` (or not)."""
         ...
+
+
+class _Unrecorded:
+    """The source of a call made inside one of the flow's decisions computed live (see
+    :func:`computing`): it is a part of that decision, so nothing is looked up or stored, but
+    its value is handed back as a recorded one would be (the decoded round trip, ``type=``
+    applied, an unstorable value refused), and ``retry=`` still retries: a helper behaves
+    the same whether a tool calls it or the flow does. Nothing is redacted: the value is
+    never stored, and the outer decision's value is redacted when it is."""
+
+    redactor: Redactor | None = None
+
+    @property
+    def recorded(self) -> Mapping[str, Decision]:
+        return {}
+
+    def lookup(self, slot: Slot) -> Decision | None:
+        return None
+
+    def record(
+        self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
+    ) -> Any:
+        return codec.round_trip(value, path=f"decision {slot.key!r}", type=type)[1]
+
+    def record_failure(
+        self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
+    ) -> None:
+        return None
+
+
+_PART: Final = _Unrecorded()
 
 
 class Recorder:
@@ -576,7 +608,13 @@ class _Context:
         reported now. Otherwise the caller computes the value and hands it to
         :meth:`OpenDecision.record` (or its failure to :meth:`OpenDecision.fail`) when it is
         complete, whatever other decisions were made in between.
+
+        Inside one of the flow's decisions computed live (:func:`computing`) it is a part of
+        that decision: unanswered, and storing nothing.
         """
+        if _computing.get() is self:
+            part = Slot(key, kind, _NULL)
+            return OpenDecision(_PART, part, type=type, recorded=False, value=None)
         slot = self._slot(key, input, kind)
         value = self._answer(slot, type)
         if value is _UNANSWERED:
@@ -651,7 +689,7 @@ class _Context:
             raise
         if value is not _UNANSWERED:
             return value
-        return (yield from self._compute(slot, compute, type, retry, retry_on))
+        return (yield from self._compute(slot, compute, type, retry, retry_on, self._source))
 
     def _compute(
         self,
@@ -660,13 +698,20 @@ class _Context:
         type: Any,
         retry: Backoff | None,
         retry_on: Callable[[Exception], bool],
+        source: DecisionSource,
     ) -> Steps[Any]:
-        """The unanswered half of :meth:`_decide`: compute, retry, record.
+        """The unanswered half of :meth:`_decide`: compute, retry, record into ``source``
+        (the context's, or :class:`_Unrecorded` for a part of a decision computed live).
 
         Every way it ends is stored (ADR 0026, "kept failures"): a value, a failure, a value
         that cannot be stored (its ``NotSerialisableError``), a ``retry_on`` that raised (its
         error), and a cancellation during a call or a pause between attempts. An occurrence
-        asked and left unstored would hand its number to the next ask of the key."""
+        asked and left unstored would hand its number to the next ask of the key.
+
+        The compute runs marked as this flow's (:func:`computing`), an awaitable one while
+        the driver awaits it: a step generator runs in its driver's context, so the mark
+        holds across the ``yield`` and the driver gets the compute's own awaitable (which
+        the sync driver closes when it refuses it)."""
         attempts: list[Attempt] = []
         pauses = retry.pauses() if retry is not None else iter(())
         started = time.perf_counter()
@@ -674,48 +719,65 @@ class _Context:
             try:
                 with computing(self):
                     result = compute()
-                if inspect.isawaitable(result):
-                    result = yield Pending(slot.key, awaited_computing(self, result))
+                    if inspect.isawaitable(result):
+                        result = yield Pending(slot.key, result)
             except asyncio.CancelledError:  # a timeout around the call: stored if caught
-                self._cancelled(slot, started, attempts)
+                self._cancelled(slot, started, attempts, source)
                 raise
             except Exception as exc:
                 try:
                     again = retry is not None and retry_on(exc)
                 except Exception as refused:  # the predicate's own failure is the outcome
-                    self._source.record_failure(slot, refused, meta=self._retried(slot, attempts))
+                    source.record_failure(slot, refused, meta=self._retried(slot, attempts))
                     raise
                 planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
-                    self._source.record_failure(slot, exc, meta=self._retried(slot, attempts))
+                    source.record_failure(slot, exc, meta=self._retried(slot, attempts))
                     raise
                 paused = retry.pause(planned, asked=retry_after(exc))
                 attempts.append(
                     Attempt(error=error_type_of(exc), message=error_message_of(exc), paused=paused)
                 )
             else:
-                return self._stored(slot, result, type, self._retried(slot, attempts))
+                return self._stored(slot, result, type, self._retried(slot, attempts), source)
             try:
                 yield Pending(slot.key, _Pause(paused))
             except asyncio.CancelledError:  # a timeout while it paused between attempts
-                self._cancelled(slot, started, attempts)
+                self._cancelled(slot, started, attempts, source)
                 raise
 
-    def _cancelled(self, slot: Slot, started: float, attempts: list[Attempt]) -> None:
+    def _part(
+        self,
+        key: str,
+        kind: str | None,
+        compute: Callable[[], Any],
+        type: Any,
+        retry: Backoff | None,
+        retry_on: Callable[[Exception], bool],
+    ) -> Steps[Any]:
+        """A ``decide`` inside one of the flow's decisions computed live: computed, retried
+        and handed back as a decision is, with nothing numbered, looked up or stored."""
+        return self._compute(Slot(key, kind, _NULL), compute, type, retry, retry_on, _PART)
+
+    def _cancelled(
+        self, slot: Slot, started: float, attempts: list[Attempt], source: DecisionSource
+    ) -> None:
         """Store ``slot``'s cancellation once the flow goes on (ADR 0026, "cancelled")."""
         meta = self._retried(slot, attempts)
         failure = cancellation(time.perf_counter() - started)
         self._cancellations.append(
-            functools.partial(self._source.record_failure, slot, failure, meta=meta)
+            functools.partial(source.record_failure, slot, failure, meta=meta)
         )
 
-    def _stored(self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None) -> Any:
+    def _stored(
+        self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None, source: DecisionSource
+    ) -> Any:
         """``result`` recorded as ``slot``'s value; one the log cannot store is recorded as
         the decision's failure (its ``NotSerialisableError``) and raised."""
         try:
-            return self._source.record(slot, result, type=type, meta=meta)
+            return source.record(slot, result, type=type, meta=meta)
         except NotSerialisableError as refused:
-            self._source.record_failure(slot, refused, meta=meta)
+            source.record_failure(slot, refused, meta=meta)
             raise
 
     def _retried(self, slot: Slot, attempts: list[Attempt]) -> msgspec.Raw | None:
@@ -745,17 +807,18 @@ class _Context:
         with no pause to take, the driver's only work would be to refuse an awaitable, which
         :meth:`_compute` then records as the decision's failure; done here in that order,
         with the same meta (none), the outcome and what is stored are the same."""
+        source = self._source
         if retry is not None:
-            return drive(self._compute(slot, compute, type, retry, retry_on), _settle_now)
+            return drive(self._compute(slot, compute, type, retry, retry_on, source), _settle_now)
         try:
             with computing(self):
                 result = compute()
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
-            self._source.record_failure(slot, exc, meta=None)
+            source.record_failure(slot, exc, meta=None)
             raise
-        return self._stored(slot, result, type, None)
+        return self._stored(slot, result, type, None, source)
 
     def now(self) -> datetime:
         """The current UTC time, recorded: a replay sees the time the live run saw."""
@@ -804,7 +867,7 @@ class FlowContext(_Context):
         replay neither retries nor pauses (ADR 0026).
         """
         if _computing.get() is self:  # inside a decision computed live: a part of it
-            return compute()
+            return drive(self._part(key, kind, compute, type, retry, retry_on), _settle_now)
         slot = self._slot(key, input, kind)
         # Answered here, not through _decide_now: a replay answers every decide, and the one
         # call less is a visible share of the little Python each one runs (ADR 0043, amended).
@@ -861,7 +924,7 @@ class AsyncFlowContext(_Context):
         made (program order), not when the awaitable is scheduled.
         """
         if _computing.get() is self:  # inside a decision computed live: a part of it
-            return _plainly(compute)
+            return adrive(self._part(key, kind, compute, type, retry, retry_on))
         slot = self._slot(key, input, kind)
         return adrive(self._decide(slot, compute, type, retry, retry_on))
 
@@ -999,14 +1062,8 @@ def computing(ctx: _Context) -> Iterator[None]:
     try:
         yield
     finally:
-        _computing.reset(token)
-
-
-async def awaited_computing(ctx: _Context, awaitable: Awaitable[T]) -> T:
-    """``awaitable`` awaited as a part of one of ``ctx``'s decisions (:func:`computing`): an
-    async ``compute`` or tool body runs when it is awaited, not when it is called."""
-    with computing(ctx):
-        return await awaitable
+        with contextlib.suppress(ValueError):  # a step closed from another context (collected
+            _computing.reset(token)  # with its task): nothing of this context to restore
 
 
 def recorder(call: str) -> FlowContext | AsyncFlowContext | None:
@@ -1019,15 +1076,6 @@ def recorder(call: str) -> FlowContext | AsyncFlowContext | None:
         note_unattributed(call)
         return None
     return None if _computing.get() is ctx else ctx
-
-
-async def _plainly(compute: Callable[[], Any]) -> Any:
-    """An async ``decide`` inside a decision computed live: ``compute`` called and, when it
-    returns an awaitable, awaited, with nothing recorded."""
-    result = compute()
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 @contextmanager

@@ -42,7 +42,6 @@ import msgspec.inspect
 from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
-    awaited_computing,
     cancelled_wait,
     computing,
     recorder,
@@ -155,10 +154,10 @@ class _Tool:
             return decision.value
         started = time.perf_counter()
         try:
-            with computing(ctx):
+            with computing(ctx):  # held while the driver awaits the body: it runs then
                 result = self.function(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = yield Pending(decision.key, awaited_computing(ctx, result))
+                if inspect.isawaitable(result):
+                    result = yield Pending(decision.key, result)
         except Exception as exc:
             decision.fail(exc)
             raise

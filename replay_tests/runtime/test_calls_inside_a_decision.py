@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 import loom_runtime
-from loom_runtime import AsyncFlowContext, FlowContext, Loom, tool
+from loom_runtime import AsyncFlowContext, Backoff, FlowContext, Loom, tool
 
 
 class Backend:
@@ -221,3 +225,119 @@ def test_a_flow_run_inside_a_compute_records_into_its_own_execution(sqlite_url: 
         children = [e for e in loom.executions() if e.flow == "child"]
         assert [str(e.execution_id) for e in children] == [run.output]
         assert list(loom.execution(children[0].execution_id).decisions) == ["child-step"]
+
+
+class Plan(msgspec.Struct):
+    steps: list[str]
+
+
+def test_a_decide_inside_a_tool_keeps_its_retry_and_its_type(sqlite_url: str) -> None:
+    """A part is computed as a decision is, minus the storing: a helper that asks
+    ``ctx.decide(..., type=Plan, retry=...)`` hands back the same thing whether the flow or a
+    tool calls it (the first form of this change called the compute once, raw)."""
+    failures: list[int] = []
+
+    def flaky() -> dict[str, Any]:
+        if len(failures) % 2 == 0:  # every other call fails, as a rate limit would
+            failures.append(1)
+            raise TimeoutError("try again")
+        failures.append(0)
+        return {"steps": ["drain", "restart"]}
+
+    def plan(ctx: FlowContext | AsyncFlowContext) -> Any:
+        return ctx.decide("plan", flaky, type=Plan, retry=Backoff(attempts=3, first_pause=0.0))
+
+    with Loom(sqlite_url) as loom:
+
+        @tool
+        def planned() -> list[str]:
+            ctx = loom_runtime.current_context()
+            assert isinstance(ctx, FlowContext)
+            made = plan(ctx)
+            at = ctx.decide("at", lambda: "2026-12-05T10:00:00Z", type=datetime)
+            assert isinstance(made, Plan) and at == datetime(2026, 12, 5, 10, tzinfo=UTC)
+            return made.steps
+
+        @tool
+        async def aplanned() -> list[str]:
+            ctx = loom_runtime.current_context()
+            assert isinstance(ctx, AsyncFlowContext)
+            made = await plan(ctx)
+            assert isinstance(made, Plan)
+            return made.steps
+
+        @loom.flow("sync")
+        def sync(ctx: FlowContext) -> list[Any]:
+            return [plan(ctx).steps, planned()]
+
+        @loom.flow("async")
+        async def async_flow(ctx: AsyncFlowContext) -> list[Any]:
+            return [(await plan(ctx)).steps, await aplanned()]
+
+        run = loom.run("sync")
+        arun = asyncio.run(loom.arun("async"))
+        assert run.output == arun.output == [["drain", "restart"]] * 2
+        assert list(loom.execution(run.execution_id).decisions) == ["plan", "tool:planned"]
+        assert list(loom.execution(arun.execution_id).decisions) == ["plan", "tool:aplanned"]
+        assert failures == [1, 0] * 4  # each of the four plans retried once
+
+
+def test_an_async_compute_refused_by_a_sync_flow_is_closed_not_leaked(sqlite_url: str) -> None:
+    """The first form of this change wrapped the compute's awaitable in a coroutine of its
+    own, so the sync driver's refusal closed the wrapper and Python warned that the user's
+    coroutine was never awaited."""
+
+    async def fetch() -> int:
+        return 1
+
+    @tool
+    def returns_a_coroutine() -> Any:
+        return fetch()
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("refused")
+        def refused(ctx: FlowContext) -> list[str]:
+            caught: list[str] = []
+            for call in (
+                lambda: ctx.decide("a", fetch),
+                lambda: ctx.decide("b", fetch, retry=Backoff(attempts=2)),
+                returns_a_coroutine,
+            ):
+                with pytest.raises(TypeError, match="awaitable"):
+                    call()
+            return caught
+
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            loom.run("refused")
+            gc.collect()
+    assert [str(w.message) for w in warned if "never awaited" in str(w.message)] == []
+
+
+def test_an_open_decision_inside_a_tool_is_a_part_of_it(sqlite_url: str) -> None:
+    """An integration of the user's own built on ``ctx.open_decision`` (a stream's value
+    stored when it ends) records nothing of its own inside a tool."""
+    with Loom(sqlite_url) as loom:
+
+        def totals() -> int:
+            ctx = loom_runtime.current_context()
+            assert ctx is not None
+            opened = ctx.open_decision("stream:totals", kind="stream")
+            if opened.recorded:
+                return int(opened.value)
+            return int(opened.record(sum(range(5))))
+
+        @tool
+        def report() -> int:
+            return totals() * 2
+
+        @loom.flow("report")
+        def flow(ctx: FlowContext) -> list[int]:
+            return [report(), totals()]
+
+        run = loom.run("report")
+        assert run.output == [20, 10]
+        assert list(loom.execution(run.execution_id).decisions) == ["tool:report", "stream:totals"]
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
