@@ -49,7 +49,7 @@ from loom_runtime.sealing import (
 from loom_runtime.timestamps import UtcTimestamp
 
 if TYPE_CHECKING:
-    from loom_runtime.loom import Loom
+    from loom_runtime.loom import ExecutionSummary, Loom
     from loom_runtime.sealing import Keyring
 
 
@@ -171,6 +171,14 @@ def erase(
         return report
     if report.refusal is not None:
         raise ErasureSubjectError(report.refusal)
+    if kind in ("user", "tenant"):
+
+        def started_before(position: int) -> list[UUID]:
+            return [
+                s.execution_id for s in _labelled(loom, kind, value) if s.log_position < position
+            ]
+
+        return apply(loom, keyring, report, started_before=started_before)
     return apply(loom, keyring, report)
 
 
@@ -329,18 +337,30 @@ def plan_subjects(
     )
 
 
-def apply(loom: Loom, keyring: Keyring, report: ErasureReport) -> ErasureReport:
+def apply(
+    loom: Loom,
+    keyring: Keyring,
+    report: ErasureReport,
+    *,
+    started_before: Callable[[int], list[UUID]] | None = None,
+) -> ErasureReport:
     """Carry out a planned erasure: the forget event first, then the keys (see the module
-    docstring for why in that order). A plan with no subjects writes nothing."""
+    docstring for why in that order). A plan with no subjects writes nothing.
+
+    ``started_before(position)`` selects the executions again (a user's, a tenant's), those
+    that started before the forget event at ``position``: one that started while the erasure
+    ran is erased as a fork made meanwhile is. One that started after it is new data."""
     if not report.subjects:
         return msgspec.structs.replace(report, applied=True)
     subjects = list(report.subjects)
     position = last = _append_forget(loom, subjects, by=report.by, reason=report.reason)
     keyring.destroy([s.subject for s in subjects], position=position)
-    while late := _forks_made_meanwhile(loom, keyring, subjects, report):
+    late_ids = started_before(position) if started_before is not None else []
+    while late := _made_meanwhile(loom, keyring, subjects, late_ids, report):
         last = _append_forget(loom, late, by=report.by, reason=report.reason)
         keyring.destroy([s.subject for s in late], position=last)
         subjects += late
+        late_ids = []
     return msgspec.structs.replace(
         report,
         applied=True,
@@ -381,14 +401,20 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     return tuple(failed)
 
 
-def _forks_made_meanwhile(
-    loom: Loom, keyring: Keyring, erased: Sequence[ErasedSubject], report: ErasureReport
+def _made_meanwhile(
+    loom: Loom,
+    keyring: Keyring,
+    erased: Sequence[ErasedSubject],
+    selected: Sequence[UUID],
+    report: ErasureReport,
 ) -> list[ErasedSubject]:
-    """The live forks of executions in ``erased`` that the plan did not see: started while
-    the erasure ran, their first append committed before the parent's key was destroyed (a
-    later one is refused by its own append: :meth:`Loom._parent_live`). Looked for once the
-    keys are gone, so none can follow; each found is erased by a forget event of its own."""
-    ids = [UUID(s.execution_id) for s in erased if s.execution_id is not None]
+    """The live executions the plan did not see: forks of executions in ``erased`` started
+    while the erasure ran, their first append committed before the parent's key was destroyed
+    (a later one is refused by its own append: :meth:`Loom._parent_live`), and those of
+    ``selected`` (chosen again: a user's execution that started meanwhile) with theirs. Looked
+    for once the keys are gone, so no fork can follow; each found is erased by a forget event
+    of its own, and an execution written under its key meanwhile is erased with it."""
+    ids = [UUID(s.execution_id) for s in erased if s.execution_id is not None] + list(selected)
     if not ids:
         return []
     known = {s.execution_id for s in erased} | set(report.already_erased)
@@ -409,10 +435,14 @@ def _selected(loom: Loom, kind: str, value: Any) -> list[UUID]:
                 f"no execution {value} in the log at {loom.settings.url!r}; nothing was written"
             )
         return [execution_id]
+    return [summary.execution_id for summary in _labelled(loom, kind, value)]
+
+
+def _labelled(loom: Loom, kind: str, value: Any) -> list[ExecutionSummary]:
+    """The executions labelled ``user=value`` or ``tenant=value`` (``kind``)."""
     if not isinstance(value, str):
         raise ErasureSubjectError(f"{kind}= names a label (a str), not {value!r}")
-    summaries = loom.executions(user=value) if kind == "user" else loom.executions(tenant=value)
-    return [summary.execution_id for summary in summaries]
+    return loom.executions(user=value) if kind == "user" else loom.executions(tenant=value)
 
 
 def _created_input(loom: Loom, row: Any) -> bytes | None:

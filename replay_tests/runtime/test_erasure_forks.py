@@ -5,7 +5,8 @@ A fork starts with its parent's input and takes the parent's decisions before th
 as its own events, sealed under its own key (ADR 0027). Erased by id (or by age), the parent's
 input and decisions stayed readable in every fork of it: the erasure reported the parent
 erased while a full copy of what it held still replayed. A fork started while its parent was
-being erased is refused, or found and erased once the keys are gone.
+being erased is refused, or found and erased once the keys are gone; so is an execution of
+an erased user (or tenant) that started while the erasure ran.
 """
 
 from __future__ import annotations
@@ -134,4 +135,36 @@ def test_a_fork_made_while_its_parent_is_erased_is_erased_too(
     assert [s.execution_id for s in report.subjects] == [str(parent.execution_id), *made]
     with pytest.raises(ErasedError):
         sealed.execution(made[0])
+    assert sealed.log.verify().problem is None
+
+
+@pytest.mark.parametrize("label", ["user", "tenant"])
+def test_a_users_execution_started_while_the_user_is_erased_is_erased_too(
+    sealed: Loom, monkeypatch: pytest.MonkeyPatch, label: str
+) -> None:
+    """Erasing by user (or tenant) chose the executions, then appended the forget event: one
+    of the user's that another worker started and finished in between stayed readable,
+    before a forget event saying the user was erased (found by an acceptance audit of the
+    erasure issue). Chosen again once the keys are gone, it is erased; one started after the
+    forget event is new data and stays (the control)."""
+    labels = Labels(**{label: "alice"})
+    first = sealed.run("note", text="alice secret 1", labels=labels)
+    made: list[str] = []
+    original = erasure._append_forget
+
+    def run_meanwhile(*args: object, **kwargs: object) -> int:
+        if not made:  # another worker records one more of alice's executions now
+            made.append(str(sealed.run("note", text="alice secret 2", labels=labels).execution_id))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(erasure, "_append_forget", run_meanwhile)
+    report = sealed.erase(reason="r", by="dpo", **{label: "alice"})  # type: ignore[arg-type]
+    monkeypatch.setattr(erasure, "_append_forget", original)
+    after = sealed.run("note", text="alice comes back", labels=labels)
+
+    assert [s.execution_id for s in report.subjects] == [str(first.execution_id), *made]
+    for erased in (first.execution_id, made[0]):
+        with pytest.raises(ErasedError):
+            sealed.execution(erased)
+    assert sealed.replay(after.execution_id).identical  # readable, and replays
     assert sealed.log.verify().problem is None
