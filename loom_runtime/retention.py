@@ -48,6 +48,8 @@ _UNITS: Final = {"w": "weeks", "d": "days", "h": "hours", "min": "minutes"}
 _AMBIGUOUS: Final = re.compile(r"[0-9]{1,6}(m|mo|months?|y|yrs?|years?)", re.IGNORECASE)
 """Ages a person may mean in months or years: ``6m`` is six minutes to one reader and six
 months to another, and read as minutes an applied policy erases nearly everything."""
+_TOO_LONG: Final = re.compile(r"[0-9]{7,50}(w|d|h|min)")
+"""A well-formed age past :data:`_AGE`'s six digits: refused as too long, not as no age."""
 RETENTION_KINDS: Final = "loom.retention"
 AgedResolver = Callable[["Loom", str, datetime], tuple[Sequence[ErasedSubject], Sequence[str]]]
 """What a ``loom.retention`` entry point loads: the subjects of a scope (or a memory) older
@@ -72,6 +74,11 @@ def parse_age(text: str) -> timedelta:
             raise RetentionPolicyError(
                 f"--older-than {text!r} is ambiguous: write min for minutes (15min), and "
                 "months or years in days (180d for six months, 365d for a year)"
+            )
+        if given is not None and _TOO_LONG.fullmatch(given):
+            raise RetentionPolicyError(
+                f"--older-than {text!r} has more digits than an age needs: at most six "
+                "(999999d is over 2,700 years)"
             )
         raise RetentionPolicyError(
             f"--older-than {text!r} is not an age: write a whole number and a unit, w (weeks), "

@@ -12,6 +12,7 @@ an erased one: its forget-log entry. Registered on the ``loom`` app by
 
 from __future__ import annotations
 
+import getpass
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -79,8 +80,11 @@ def erase(
         ),
     ] = "",
     by: Annotated[
-        str, typer.Option("--by", envvar="USER", help="Who erases (recorded; default $USER).")
-    ] = "",
+        str | None,
+        typer.Option(
+            "--by", envvar="USER", help="Who erases (recorded; default $USER, else your login)."
+        ),
+    ] = None,
     apply: Annotated[
         bool, typer.Option("--apply", help="Erase; without it, only say what would be erased.")
     ] = False,
@@ -91,6 +95,7 @@ def erase(
     unless --apply). Needs $LOOM_MASTER_KEY."""
     if not reason.strip():
         fail("say why with --reason (the forget log records it)", code=ExitCode.USAGE)
+    by = _who(by)
     keys = memory_key or []
     with_person = user is not None or tenant is not None
     named = [execution, user, tenant, document, None if with_person else (keys or None)]
@@ -116,7 +121,7 @@ def erase(
                 memory_key=None if with_person or not keys else keys[0],
                 memory_keys=keys if with_person else (),
                 reason=reason,
-                by=by or "unknown",
+                by=by,
                 dry_run=not apply,
             )
         except (
@@ -187,6 +192,20 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         console.print(inert(f"  {name}  not erasable: stored before encryption was switched on"))
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+def _who(by: str | None) -> str:
+    """Who erases, as the forget log records it: ``--by`` (or ``$USER``), else the login of
+    the account running the command (cron and containers often leave ``$USER`` unset). An
+    empty ``--by``, or no name at all, is refused: the forget log never says "unknown"."""
+    if by is None:
+        try:
+            by = getpass.getuser()
+        except (OSError, KeyError):  # no login name and no account entry for this uid
+            by = ""
+    if not by.strip():
+        fail("say who erases with --by (the forget log records it)", code=ExitCode.USAGE)
+    return by
 
 
 @app.command()

@@ -9,6 +9,8 @@ the raw database files hold no planted plaintext, erased or not.
 
 from __future__ import annotations
 
+import getpass
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -344,6 +346,35 @@ def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     monkeypatch.delenv("LOOM_MASTER_KEY")
     off = runner.invoke(app, ["erase", "--user", "alice", "--reason", "r", "--db", url])
     assert off.exit_code == 2 and "encrypted, but was opened without its master key" in off.output
+
+
+@pytest.mark.parametrize("by", ["", "  "])
+def test_the_cli_refuses_an_erasure_that_does_not_say_who_erases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
+    """``--by ""`` stored ``by: "unknown"`` in the forget log, where the Python API refuses an
+    empty ``by=`` (found by an acceptance audit). Refused like a missing ``--reason``, before
+    anything is written; without ``--by`` and ``$USER``, the login is recorded (below)."""
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    monkeypatch.delenv("USER", raising=False)
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        loom.run("note", text="x", labels=Labels(user="alice"))
+        head = loom.log.position
+    refused = CliRunner().invoke(
+        app, ["erase", "--user", "alice", "--reason", "r", "--apply", "--by", by, "--db", url]
+    )
+    assert refused.exit_code == 2 and "--by" in refused.output
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        assert loom.log.position == head
+    applied = CliRunner().invoke(
+        app, ["erase", "--user", "alice", "--reason", "r", "--apply", "--json", "--db", url]
+    )
+    assert applied.exit_code == 0, applied.output
+    assert json.loads(applied.output)["by"] == getpass.getuser() != "unknown"
 
 
 def test_a_dry_run_that_finds_nothing_erasable_exits_as_the_erasure_would(

@@ -81,6 +81,14 @@ def test_a_bad_age_is_refused_with_a_clear_error(text: str) -> None:
         parse_age(text)
 
 
+@pytest.mark.parametrize("text", ["1000000d", "99999999d", "1234567h"])
+def test_an_age_of_too_many_digits_is_refused_as_such(text: str) -> None:
+    """A whole number and a unit, refused as "not an age: write a whole number and a unit"
+    (found by an acceptance audit): the cause is the six digits an age may have."""
+    with pytest.raises(RetentionPolicyError, match="at most six"):
+        parse_age(text)
+
+
 def test_ages_read_in_weeks_days_hours_and_minutes() -> None:
     assert parse_age("90d") == timedelta(days=90)
     assert parse_age("2w") == timedelta(weeks=2)
