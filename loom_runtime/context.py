@@ -1148,8 +1148,9 @@ def rebuild_error(decision: Decision) -> Exception:
     """Re-create a recorded ``compute`` failure so the flow takes the path it took live.
 
     The original class is rebuilt from its recorded ``module:qualname`` when that class is
-    already loaded (:func:`loaded_exception_class`) and takes a single message argument
-    (``except ValueError`` then behaves the same on replay); otherwise a
+    already loaded (:func:`loaded_exception_class`): from the message when it takes one
+    argument, else made without its constructor (:func:`_without_constructor`), so
+    ``except ValueError`` and ``except RateLimited`` behave the same on replay; otherwise a
     :class:`RecordedComputeError` carries the recorded type and message. The recorded name
     is untrusted input (a log row, a bundle), so it never imports anything.
     """
@@ -1160,12 +1161,35 @@ def rebuild_error(decision: Decision) -> Exception:
         for argument in _arguments(cls, message):
             try:
                 error = cls(argument)
-            except Exception:  # a class that needs other arguments: carried as recorded instead
+            except Exception:  # a class that needs other arguments: made without them below
                 continue
             if str(error) == message:
                 error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
                 return error
+        made = _without_constructor(cls, message)
+        if made is not None:
+            made.add_note(
+                f"loom: replayed from the log (decision {decision.key!r}), made without its "
+                "constructor: the attributes it would set are not there"
+            )
+            return made
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def _without_constructor(cls: type[Exception], message: str) -> Exception | None:
+    """``cls`` holding ``message`` with its ``__init__`` not run (``BaseException.__new__``
+    sets ``args``), when its text is then the message: an ``except`` of the class takes the
+    path it took live, for a class whose constructor needs more than a message (an HTTP
+    status error, an application's ``RateLimited(message, retry_after=...)``). Never one of
+    loom's own errors: a recorded failure must not pass for a replay's finding (ADR 0018)."""
+    if issubclass(cls, LoomError):
+        return None
+    try:
+        error = cls.__new__(cls, message)
+        same = isinstance(error, cls) and str(error) == message
+    except Exception:  # a __new__ of its own, or a __str__ reading what __init__ sets
+        return None
+    return error if same else None
 
 
 _KEY_REPR_LIMIT: Final = 10_000
