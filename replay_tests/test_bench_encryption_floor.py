@@ -61,3 +61,22 @@ def test_sealing_a_row_again_makes_that_rows_cipher_calls(tmp_path: Path) -> Non
         ciphers.seal_row(index)
         made.append((aead.calls - before[0], names.calls - before[1]))
     assert made == [(1, 0), *[(1, 1)] * 5, (1, 0)]
+
+
+def test_the_ingest_arms_check_their_own_log_for_each_document_s_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ingest arms (issue: encryption's cost per ingested document) grep their log for
+    each document's marker word: all in the clear arm's, none in the sealed arm's. A Loom
+    that silently stopped sealing (the master key dropped) must stop the run, not pass as
+    a cheap sealed arm."""
+    docs = encryption.base_docs(3)
+    assert encryption._ingest_arm("clear", docs, None).measure()["put_doc_cpu_us"] > 0
+    assert encryption._ingest_arm("sealed", docs, encryption.KEY).measure()["put_doc_cpu_us"] > 0
+
+    def keyless(url: str, *, encryption: Any = None) -> Loom:
+        return Loom(url)
+
+    monkeypatch.setattr(encryption, "Loom", keyless)
+    with pytest.raises(InstrumentError, match="marker words"):
+        encryption._ingest_arm("not sealed", docs, encryption.KEY).measure()
