@@ -206,6 +206,37 @@ def test_doctor_fails_when_a_projection_cannot_catch_up(db_url: str) -> None:
     assert code == 1 and "FAIL" in out and "loom rebuild" in out
 
 
+def test_doctor_fails_an_encrypted_log_opened_without_its_master_key(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``$LOOM_MASTER_KEY`` doctor said all was well of an encrypted log, where every
+    run, worker and erasure of that process is refused (found by an acceptance audit of the
+    erasure issue). With the key it says encryption is on; a clear log says off."""
+    from loom_runtime import Labels, Loom, MasterKey
+
+    def note(ctx: object) -> str:
+        return "x"
+
+    monkeypatch.delenv("LOOM_MASTER_KEY", raising=False)
+    clear = f"sqlite:///{tmp_path / 'clear.db'}"
+    with Loom(clear) as loom:
+        loom.flow("note")(note)
+        loom.run("note")
+    code, out = _cli("doctor", "--db", clear)
+    assert code == 0 and "encryption: off" in _text(out), out
+    key = MasterKey.generate()
+    monkeypatch.setenv("LOOM_MASTER_KEY", key)
+    with Loom(db_url, encryption=MasterKey.from_env()) as loom:
+        loom.flow("note")(note)
+        loom.run("note", labels=Labels(user="alice"))
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    code, out = _cli("doctor", "--db", db_url)
+    assert code == 1 and "FAIL" in out and "LOOM_MASTER_KEY" in _text(out), out
+    monkeypatch.setenv("LOOM_MASTER_KEY", key)
+    code, out = _cli("doctor", "--db", db_url)
+    assert code == 0 and "encryption: on" in _text(out), out
+
+
 def test_verify_reports_ok_then_the_first_altered_event(db_url: str) -> None:
     """`loom verify` exits 0 on an intact log with a head to keep; 1 after a row is altered."""
     from loom_knowledge import Doc, open_knowledge_base

@@ -947,6 +947,8 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
             check(False, "log readable", str(exc))
             verdict()
 
+        check(*_encryption(loom))
+
         def unopenable(name: str, error: Exception) -> None:  # the others are still checked
             check(False, f"projection {name}", f"cannot be opened: {cause_of(error)}")
 
@@ -956,6 +958,25 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
             if store is not None:
                 check(hasattr(store, "search"), f"  {projection.name} search", type(store).__name__)
     verdict()
+
+
+def _encryption(loom: Loom) -> tuple[bool, str, str]:
+    """Doctor's check of encryption: an encrypted log (it has a key table) opened without its
+    master key fails, since this process's runs, workers and erasures are all refused; a
+    wrong key never gets here (the log refuses to open)."""
+    from loom_runtime.sealing import has_key_table, keyring_for
+
+    engine = loom.log.engine
+    if keyring_for(engine) is not None:
+        return True, "encryption", "on: the master key opens the key table"
+    if has_key_table(engine):
+        return (
+            False,
+            "encryption",
+            "the log is encrypted but $LOOM_MASTER_KEY is not set: runs, workers, erasure "
+            "and sealed reads are refused in this environment (verify and listings work)",
+        )
+    return True, "encryption", "off (no key table; a master key switches it on at its first write)"
 
 
 _ANCHOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{64})")
