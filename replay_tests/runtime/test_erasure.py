@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -266,13 +267,16 @@ def _raw_bytes_postgres(url: str) -> bytes:
                 dumped += repr(rows).encode()
     finally:
         engine.dispose()
-    pg_dump = shutil.which("pg_dump")
+    # The server's own pg_dump (scripts/with-postgres starts that version), else the one on
+    # PATH; once found it must dump: a failing dump skipped silently checked nothing.
+    bindir = Path(os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin"))
+    pg_dump = str(bindir / "pg_dump") if (bindir / "pg_dump").exists() else shutil.which("pg_dump")
     if pg_dump is not None:
         plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         done = subprocess.run([pg_dump, plain], capture_output=True, check=False)
-        if done.returncode == 0:
-            assert b"loom_subject_keys" in done.stdout
-            dumped += done.stdout
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        assert b"loom_subject_keys" in done.stdout
+        dumped += done.stdout
     return dumped
 
 
