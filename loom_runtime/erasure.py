@@ -268,7 +268,18 @@ def plan(
     cannot be. Reads only."""
     subjects: list[ErasedSubject] = []
     not_erasable: list[str] = []
-    for execution_id in with_forks(loom, ids):
+    selected = with_forks(loom, ids)
+    # Erased before: reported as such without reading its rows (a nightly retention run
+    # selects every execution older than its age, most of them erased by earlier runs).
+    gone = set(keyring.destroyed(subject_of(i) for i in selected))
+    for execution_id in selected:
+        if subject_of(execution_id) in gone:
+            subjects.append(
+                ErasedSubject(
+                    subject=subject_of(execution_id), execution_id=str(execution_id), events=0
+                )
+            )
+            continue
         rows = loom.log.rows(execution_id)
         stored_input = _created_input(loom, rows[0]) if rows else None
         try:

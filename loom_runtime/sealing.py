@@ -727,6 +727,14 @@ class Keyring:
 
     def live(self, subjects: Iterable[str]) -> list[str]:
         """Which of ``subjects`` have a key that is not destroyed."""
+        return self._subjects(subjects, destroyed=False)
+
+    def destroyed(self, subjects: Iterable[str]) -> list[str]:
+        """Which of ``subjects`` had a key that an erasure destroyed (its row is kept, with
+        the forget event's position): what an erasure can report without reading the log."""
+        return self._subjects(subjects, destroyed=True)
+
+    def _subjects(self, subjects: Iterable[str], *, destroyed: bool) -> list[str]:
         from sqlalchemy import select
 
         wanted = list(subjects)
@@ -734,13 +742,14 @@ class Keyring:
         found: list[str] = []
         if not self._refresh():
             return found
+        key = table.c.wrapped_key
         with self.engine.connect() as connection:
             for start in range(0, len(wanted), 500):
                 found.extend(
                     connection.execute(
                         select(table.c.subject).where(
                             table.c.subject.in_(wanted[start : start + 500]),
-                            table.c.wrapped_key.is_not(None),
+                            key.is_(None) if destroyed else key.is_not(None),
                         )
                     ).scalars()
                 )

@@ -186,12 +186,21 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
                     f"erase it too with --execution {execution_id}"
                 )
             )
-    for name in report.already_erased:
+    for name in report.already_erased[:_LISTED]:
         console.print(inert(f"  {name}  already erased"))
+    if len(report.already_erased) > _LISTED:  # a nightly retention run's history: counted
+        more = len(report.already_erased) - _LISTED
+        console.print(f"  and {more:,} more already erased (--json lists them)")
     for name in report.not_erasable:
         console.print(inert(f"  {name}  not erasable: stored before encryption was switched on"))
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+_LISTED = 20
+"""How many executions erased before a text report names; the rest are counted. A nightly
+``loom retain`` selects every execution older than its age, so its report (and the mail cron
+sends of it) would otherwise grow by every execution ever erased."""
 
 
 def _who(by: str | None) -> str:

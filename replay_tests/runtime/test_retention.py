@@ -75,6 +75,45 @@ def test_retain_erases_what_started_before_the_cutoff_and_nothing_else(db_url: s
             assert loom.replay(execution_id).identical
 
 
+def test_a_nightly_run_reads_nothing_of_what_earlier_runs_erased_and_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retention run selects every execution older than its age, most of them erased by
+    earlier runs: it read every one's rows each night, and its text report (the mail cron
+    sends) named each one, growing by every execution ever erased (found by an acceptance
+    audit). The keys say what was erased: no row of theirs is read, and the text names the
+    first 20 and counts the rest (``--json`` lists them all)."""
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        with freeze_time("2026-01-01T12:00:00Z"):
+            erased = [loom.run("note", text=f"old {n}").execution_id for n in range(25)]
+        with freeze_time("2026-04-15T12:00:00Z"):
+            first = loom.retain(older_than=timedelta(days=90))
+            assert len(first.subjects) == 25
+            late = loom.run("note", text="later").execution_id
+        read: list[UUID] = []
+        rows = loom.log.rows
+        monkeypatch.setattr(
+            loom.log, "rows", lambda stream: read.append(stream) or rows(stream), raising=False
+        )
+        with freeze_time("2026-08-01T12:00:00Z"):
+            again = loom.retain(older_than=timedelta(days=90), dry_run=True)
+        assert set(again.already_erased) == {str(i) for i in erased}
+        assert [s.execution_id for s in again.subjects] == [str(late)]
+        assert set(read) <= {late}  # no row of an erased execution was read
+    with freeze_time("2026-08-01T12:00:00Z"):
+        text = CliRunner().invoke(app, ["retain", "--older-than", "90d", "--db", url])
+        listed = CliRunner().invoke(app, ["retain", "--older-than", "90d", "--json", "--db", url])
+    assert text.exit_code == 0, text.output
+    assert text.stdout.count("already erased") == 21  # 20 named, one line counting the rest
+    assert "and 5 more already erased (--json lists them)" in text.stdout
+    assert len(json.loads(listed.stdout)["already_erased"]) == 25
+
+
 @pytest.mark.parametrize("text", ["90", "0d", "-5d", "90x", "", "d", "9" * 30 + "d", "1.5d"])
 def test_a_bad_age_is_refused_with_a_clear_error(text: str) -> None:
     with pytest.raises(RetentionPolicyError, match="older-than"):
