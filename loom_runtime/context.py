@@ -1164,16 +1164,34 @@ def rebuild_error(decision: Decision) -> Exception:
             except Exception:  # a class that needs other arguments: made without them below
                 continue
             if str(error) == message:
-                error.add_note(f"loom: replayed from the log (decision {decision.key!r})")
-                return error
-        made = _without_constructor(cls, message)
-        if made is not None:
-            made.add_note(
-                f"loom: replayed from the log (decision {decision.key!r}), made without its "
-                "constructor: the attributes it would set are not there"
+                noted = _noted(error, f"loom: replayed from the log (decision {decision.key!r})")
+                if noted is not None:
+                    return noted
+                break
+        else:
+            made = _without_constructor(cls, message)
+            noted = (
+                None
+                if made is None
+                else _noted(
+                    made,
+                    f"loom: replayed from the log (decision {decision.key!r}), made without its "
+                    "constructor: the attributes it would set are not there",
+                )
             )
-            return made
+            if noted is not None:
+                return noted
     return RecordedComputeError(key=decision.key, error_type=error_type, message=message)
+
+
+def _noted(error: Exception, note: str) -> Exception | None:
+    """``error`` with ``note`` added, or None if it takes no note (a frozen dataclass's
+    instance refuses ``__notes__``): loom's own failure must not replace the recorded one."""
+    try:
+        error.add_note(note)
+    except Exception:
+        return None
+    return error
 
 
 def _without_constructor(cls: type[Exception], message: str) -> Exception | None:
@@ -1181,8 +1199,9 @@ def _without_constructor(cls: type[Exception], message: str) -> Exception | None
     sets ``args``), when its text is then the message: an ``except`` of the class takes the
     path it took live, for a class whose constructor needs more than a message (an HTTP
     status error, an application's ``RateLimited(message, retry_after=...)``). Never one of
-    loom's own errors: a recorded failure must not pass for a replay's finding (ADR 0018)."""
-    if issubclass(cls, LoomError):
+    loom's own classes: a recorded failure must not pass for a replay's finding or a test's
+    verdict (ADR 0018)."""
+    if issubclass(cls, LoomError) or _defined_in(cls, _LOOM_PACKAGES):
         return None
     try:
         error = cls.__new__(cls, message)
@@ -1217,13 +1236,28 @@ def _arguments(cls: type[Exception], message: str) -> Iterator[object]:
             return
 
 
+_LOOM_PACKAGES: Final = frozenset({"loom_runtime", "loom_memory", "loom_knowledge"})
+"""loom's own packages: no class of theirs is made without its constructor."""
+
+
+def _defined_in(cls: type, packages: frozenset[str]) -> bool:
+    """Whether ``cls`` or a class it derives from says it is defined in one of ``packages``
+    (top-level names), whatever name a recording gave it."""
+    return any(
+        str(getattr(ancestor, "__module__", "")).partition(".")[0] in packages
+        for ancestor in cls.__mro__
+    )
+
+
 def loaded_exception_class(error_type: str) -> type[Exception] | None:
     """The ``Exception`` subclass named ``module:qualname`` if its module is already loaded.
 
     Looked up in ``sys.modules`` and then in each namespace's own ``vars()``, so neither an
     import nor a module's ``__getattr__`` (which may import lazily) nor a descriptor runs.
     A class defined in a test runner's or debugger's package (:data:`_RUNNER_PACKAGES`, by
-    the module the class says it is from, whatever name the recording gave it) is None.
+    the module the class says it is from, whatever name the recording gave it) is None, and
+    so is one of loom's command line and test tools (``loom_runtime.tools``: the pytest
+    plugin's verdicts are ``AssertionError``s a forged recording must not raise).
     """
     module_name, _, qualname = error_type.partition(":")
     found: object = builtins if module_name == "builtins" else sys.modules.get(module_name)
@@ -1233,11 +1267,14 @@ def loaded_exception_class(error_type: str) -> type[Exception] | None:
         found = vars(found).get(part)
     if not isinstance(found, type) or not issubclass(found, Exception):
         return None
-    steers = any(
-        str(getattr(ancestor, "__module__", "")).partition(".")[0] in _RUNNER_PACKAGES
-        for ancestor in found.__mro__
+    verdict = any(
+        str(getattr(ancestor, "__module__", "")).startswith(_TOOLS) for ancestor in found.__mro__
     )
-    return None if steers else found
+    return None if verdict or _defined_in(found, _RUNNER_PACKAGES) else found
+
+
+_TOOLS: Final = "loom_runtime.tools."
+"""The package of loom's CLI and pytest plugin, whose exceptions are verdicts."""
 
 
 class _Run:

