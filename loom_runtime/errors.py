@@ -135,6 +135,20 @@ class ExecutionConflictError(StreamConflictError):
     """
 
 
+class ExecutionOwnedError(LoomError):
+    """The execution is being run by a live worker: resuming it here would compute its open
+    decision a second time and stop that worker at its next append. Wait for it, or pass
+    ``force=True`` (``loom resume --force``) when that worker is known to be gone."""
+
+
+class RecoveryLimitError(LoomError):
+    """Recorded as the failure of an execution that recovery claimed
+    :data:`~loom_runtime.recovery.MAX_CLAIMS` times without it finishing (a flow that kills
+    the process that runs it): set aside, so that it no longer takes down each recoverer
+    before the executions behind it. Reopen it once the cause is fixed
+    (``loom resume ID --retry-failed``)."""
+
+
 class LogWriteError(LoomError):
     """The log failed while storing an execution's event (the database, or the event's encoding).
 

@@ -53,10 +53,12 @@ from loom_runtime.errors import (
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
+    ExecutionOwnedError,
     ForkPointError,
     LabelError,
     LogCorruptError,
     NotSerialisableError,
+    RecoveryLimitError,
     UnattributedCallError,
 )
 from loom_runtime.execution import (
@@ -312,12 +314,17 @@ class Loom:
         """As :meth:`run`, from inside a running event loop."""
         return await adrive(self._run(flow, labels, arguments))
 
-    def resume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
+    def resume(
+        self, execution_id: UUID | str, *, retry_failed: bool = False, force: bool = False
+    ) -> Run:
         """Finish an interrupted execution: recorded decisions from the log, the rest live.
 
         A completed execution is returned as recorded (it completes exactly once). Two workers
         resuming the same execution race on the stream version: the loser gets
-        :class:`ExecutionConflictError` and appends nothing.
+        :class:`ExecutionConflictError` and appends nothing. One that a live worker owns (it
+        beats: it is running it) is :class:`ExecutionOwnedError` with nothing appended,
+        unless ``force``: taking it over would compute its open decision again and stop that
+        worker at its next append.
 
         A failed execution raises :class:`ExecutionFinishedError`, unless ``retry_failed``:
         then, once the cause is fixed, it is reopened (ADR 0026): its failure, its failed
@@ -326,11 +333,13 @@ class Loom:
         the flow runs to its end. Reopening is appending at the next
         version, so of two workers reopening the same failure exactly one does.
         """
-        return drive(self._resume(execution_id, retry_failed), _run_now)
+        return drive(self._resume(execution_id, retry_failed, force), _run_now)
 
-    async def aresume(self, execution_id: UUID | str, *, retry_failed: bool = False) -> Run:
+    async def aresume(
+        self, execution_id: UUID | str, *, retry_failed: bool = False, force: bool = False
+    ) -> Run:
         """As :meth:`resume`, from inside a running event loop."""
-        return await adrive(self._resume(execution_id, retry_failed))
+        return await adrive(self._resume(execution_id, retry_failed, force))
 
     def fork(
         self,
@@ -730,7 +739,9 @@ class Loom:
                     "from_env()) and set $LOOM_MASTER_KEY (for `loom worker`: set "
                     "$LOOM_MASTER_KEY); no worker was registered"
                 )
-        beating = Heartbeat(self.workers, worker=new_worker_id(), every=heartbeat)
+        beating = Heartbeat(
+            self.workers, worker=new_worker_id(), every=heartbeat, dead_after=dead_after
+        )
         beating.start()
         self._heartbeat = beating
         try:
@@ -833,8 +844,40 @@ class Loom:
         definition, execution, kwargs = self._start(flow, labels, arguments)
         return (yield from self._record("run", definition, execution, kwargs))
 
-    def _resume(self, execution_id: UUID | str, retry_failed: bool) -> Steps[Run]:
-        return (yield from self._continue(self._claim(self.execution(execution_id), retry_failed)))
+    def _resume(self, execution_id: UUID | str, retry_failed: bool, force: bool) -> Steps[Run]:
+        execution = self.execution(execution_id)
+        if not force:
+            self._refuse_live_owner(execution)
+        return (yield from self._continue(self._claim(execution, retry_failed)))
+
+    def _refuse_live_owner(self, execution: Execution) -> None:
+        """Refuse to resume an unfinished execution that a live worker other than this one
+        owns: it is running it (:meth:`resume`)."""
+        owner = execution.owner
+        if execution.finished or owner is None or owner == self.worker_id:
+            return
+        live = {w.worker: w for w in self.workers.workers(dead_after=DEAD_AFTER) if w.alive}
+        if owner in live:
+            raise ExecutionOwnedError(
+                f"execution {execution.id} is being run by worker {owner}, which is alive (it "
+                "beat within its dead_after): resuming it here would compute its open decision "
+                "again and stop that worker at its next append; nothing was written. Wait for "
+                "it, or, if that worker is gone, resume with force=True (`loom resume ID "
+                "--force`)"
+            )
+
+    def _set_aside(self, execution: Execution, *, worker: str, claims: int) -> None:
+        """Claim ``execution`` for ``worker`` and record :class:`RecoveryLimitError` as its
+        failure in the same append, without running its flow (``recovery``'s guard)."""
+        execution.claim(worker=worker)
+        execution.fail(
+            error=RecoveryLimitError(
+                f"recovery claimed execution {execution.id} {claims} times without it "
+                "finishing (its flow may stop the process that runs it): set aside; once the "
+                f"cause is fixed, reopen it with loom resume {execution.id} --retry-failed"
+            )
+        )
+        save(self.log, execution)
 
     def _continue(self, execution: Execution) -> Steps[Run]:
         """Run a claimed execution's flow to its end (a completed one: its recorded output)."""

@@ -38,6 +38,7 @@ import msgspec
 from loom_runtime.errors import ErasedError, ExecutionConflictError, LogCorruptError
 
 if TYPE_CHECKING:
+    from loom_runtime.execution import Execution
     from loom_runtime.log import EventLog
     from loom_runtime.loom import Loom, Run
 
@@ -52,6 +53,12 @@ busy database or a long pause is not mistaken for a crash (a mistake costs a was
 never a duplicate)."""
 RECOVER_EVERY = 30.0
 """Seconds between a worker's recovery passes."""
+MAX_CLAIMS = 5
+"""Claims of one execution (its ``Resumed`` events since it started or was last reopened)
+after which recovery sets it aside as failed (:class:`RecoveryLimitError`) instead of running
+it again: a flow that kills whatever process runs it (out of memory, a native crash) would
+otherwise be claimed for ever and, oldest first, take down each recoverer before the
+executions behind it. DBOS's ``max_recovery_attempts`` is the same guard."""
 
 
 class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +68,8 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
     flow: str
     owner: str | None
     """A recoverer that loads a different owner leaves the execution (claimed since the scan)."""
+    claims: int = 0
+    """How many times it was claimed (``Resumed``) since it started or was last reopened."""
 
 
 def unfinished(log: EventLog) -> list[Unfinished]:
@@ -85,6 +94,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
     )
     flows: dict[UUID, str] = {}
     owners: dict[UUID, str | None] = {}
+    claims: dict[UUID, int] = {}
     erased: set[str] = set()
     for notification in log.notifications(topics=ownership):
         event = log.decode(notification)
@@ -98,8 +108,12 @@ def unfinished(log: EventLog) -> list[Unfinished]:
             owners.pop(stream, None)
         elif isinstance(event, Execution.Reopened) or stream in owners:  # or Resumed
             owners[stream] = event.worker
+            resumed = isinstance(event, Execution.Resumed)
+            claims[stream] = claims.get(stream, 0) + 1 if resumed else 0
     return [
-        Unfinished(execution_id=stream, flow=flows[stream], owner=owner)
+        Unfinished(
+            execution_id=stream, flow=flows[stream], owner=owner, claims=claims.get(stream, 0)
+        )
         for stream, owner in owners.items()
         if subject_of(stream) not in erased
     ]
@@ -120,11 +134,19 @@ def recover(
     dead_after: float,
     include_unowned: bool,
     stopping: threading.Event | None = None,
+    stuck: set[UUID] | None = None,
 ) -> list[Run]:
     """One pass of :meth:`Loom.recover <loom_runtime.loom.Loom.recover>`; stops between
-    executions once ``stopping`` is set (what is left is left for the others)."""
+    executions once ``stopping`` is set (what is left is left for the others).
+
+    A worker never takes over its own executions (its heartbeat may lag behind a long
+    computation, but it is not dead), except those in ``stuck``: ones its recovery claimed
+    whose flow then stopped without finishing (a ``BaseException`` such as a cancelled
+    task's), which this worker owns and nobody runs. Executions claimed fewer times go
+    first, and one claimed :data:`MAX_CLAIMS` times is set aside as failed."""
     runs = []
-    with _registered(loom, every=min(HEARTBEAT_EVERY, dead_after / 3)) as worker:
+    every = min(HEARTBEAT_EVERY, dead_after / 3)
+    with _registered(loom, every=every, dead_after=dead_after) as worker:
         # The log before the registry: a worker that registers in between and starts an
         # execution is then either unseen by the scan or seen alive, never taken for unowned.
         # Only a worker already dead before the scan is forgotten: one that started something
@@ -142,14 +164,63 @@ def recover(
             dead_after=dead_after,
         )
         liveness = {w.worker: w.alive for w in workers}
-        for execution in pending:
+        stuck = set() if stuck is None else stuck
+        for execution in sorted(pending, key=lambda e: e.claims):  # stable: oldest first
             if stopping is not None and stopping.is_set():
                 break
-            if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
-                run = _adopt(loom, execution, worker=worker)
-                if run is not None:
-                    runs.append(run)
+            if execution.owner == worker:
+                abandoned = execution.execution_id in stuck
+            else:
+                abandoned = is_abandoned(execution.owner, liveness, include_unowned=include_unowned)
+            if not abandoned:
+                continue
+            stuck.discard(execution.execution_id)
+            if execution.claims >= MAX_CLAIMS:
+                _set_aside(loom, execution, worker=worker)
+                continue
+            run = _adopt(loom, execution, worker=worker, stuck=stuck)
+            if run is not None:
+                runs.append(run)
     return runs
+
+
+def _failed_again(loom: Loom, orphan: Unfinished, execution: Execution, exc: Exception) -> None:
+    """Log a recovered flow that failed again (its failure is recorded, as by any resume)."""
+    # A sealed execution's failure message is sealed so that an erasure destroys it; a log
+    # handler is out of its reach, so only the error's type is logged (the message and
+    # traceback are in the log for the key holder: `loom executions show ID`).
+    logger.warning(
+        "execution %s of flow %r, recovered from %s, failed: %s",
+        orphan.execution_id,
+        orphan.flow,
+        _left_by(orphan.owner),
+        type(exc).__name__,
+        exc_info=None if loom._sealed(execution) else exc,
+    )
+
+
+def _set_aside(loom: Loom, orphan: Unfinished, *, worker: str) -> None:
+    """Claim an execution recovered :data:`MAX_CLAIMS` times without finishing and record
+    :class:`RecoveryLimitError` as its failure, without running its flow again."""
+    try:
+        execution = loom.execution(orphan.execution_id)
+        if execution.finished or execution.owner != orphan.owner:
+            return  # finished or claimed since the scan
+        loom._set_aside(execution, worker=worker, claims=orphan.claims)
+    except (ErasedError, LogCorruptError, ExecutionConflictError):
+        return  # erased, unreadable, or another recoverer got there first
+    logger.error(
+        "execution %s of flow %r was claimed %d times without finishing: set aside as failed "
+        "(RecoveryLimitError); reopen it once the cause is fixed: loom resume %s --retry-failed",
+        orphan.execution_id,
+        orphan.flow,
+        orphan.claims,
+        orphan.execution_id,
+    )
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _left_by(owner: str | None) -> str:
@@ -167,12 +238,17 @@ def recovering(
         yield
         return
     stopping = threading.Event()
+    stuck: set[UUID] = set()  # this worker's claims whose flow stopped: taken again next pass
 
     def keep_recovering() -> None:
         while True:
             try:
                 recover(
-                    loom, dead_after=dead_after, include_unowned=include_unowned, stopping=stopping
+                    loom,
+                    dead_after=dead_after,
+                    include_unowned=include_unowned,
+                    stopping=stopping,
+                    stuck=stuck,
                 )
             except Exception:  # the database is away: try again next pass
                 logger.warning("recovery pass failed", exc_info=True)
@@ -189,7 +265,7 @@ def recovering(
 
 
 @contextmanager
-def _registered(loom: Loom, *, every: float) -> Iterator[str]:
+def _registered(loom: Loom, *, every: float, dead_after: float) -> Iterator[str]:
     """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
     one-off recovery claims is owned by a worker others see alive, stopped afterwards."""
     from loom_runtime.workers import Heartbeat, new_worker_id
@@ -197,7 +273,7 @@ def _registered(loom: Loom, *, every: float) -> Iterator[str]:
     if loom.worker_id is not None:
         yield loom.worker_id
         return
-    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every)
+    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every, dead_after=dead_after)
     heartbeat.start()
     try:
         yield heartbeat.worker
@@ -205,9 +281,11 @@ def _registered(loom: Loom, *, every: float) -> Iterator[str]:
         heartbeat.stop()
 
 
-def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
+def _adopt(loom: Loom, orphan: Unfinished, *, worker: str, stuck: set[UUID]) -> Run | None:
     """Claim and finish an abandoned execution; None when another worker has it, its flow is
-    not registered here, or its flow failed again (recorded as failed, logged)."""
+    not registered here, or its flow failed again (recorded as failed, logged), or stopped
+    with a ``BaseException`` that is no interrupt (noted in ``stuck``: this worker owns it
+    now, so it takes it again next pass; :data:`MAX_CLAIMS` ends that)."""
     if loom.flows.find(orphan.flow) is None:
         logger.debug("execution %s: flow %r not registered here", orphan.execution_id, orphan.flow)
         return None
@@ -225,18 +303,21 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
         run = loom._take_over(execution, worker=worker)
     except ExecutionConflictError:
         return None  # another worker claimed it first, or took it over from this one since
-    except Exception as exc:
-        # A sealed execution's failure message is sealed so that an erasure destroys it; a
-        # log handler is out of its reach, so only the error's type is logged (the message
-        # and traceback are in the log for the key holder: `loom executions show ID`).
-        sealed = loom._sealed(execution)
-        logger.warning(
-            "execution %s of flow %r, recovered from %s, failed: %s",
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and _main_thread()):
+            raise  # the process is asked to stop: a one-off `loom recover` stops with it
+        if isinstance(exc, Exception):
+            _failed_again(loom, orphan, execution, exc)
+            return None
+        stuck.add(orphan.execution_id)
+        logger.error(
+            "execution %s of flow %r, recovered from %s, stopped with %s, not an Exception: "
+            "left unfinished, taken again at the next pass (set aside after %d claims)",
             orphan.execution_id,
             orphan.flow,
             _left_by(orphan.owner),
             type(exc).__name__,
-            exc_info=not sealed,
+            MAX_CLAIMS,
         )
         return None
     logger.info(

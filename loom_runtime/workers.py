@@ -38,13 +38,14 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    inspect,
     literal_column,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import READ_ONLY
-from loom_runtime.schema import create_missing
+from loom_runtime.schema import create_missing, serialise_ddl
 
 logger = logging.getLogger("loom.runtime")
 """A heartbeat the database refused, at WARNING (the worker keeps trying)."""
@@ -58,8 +59,11 @@ workers_table = Table(
     Column("pid", BigInteger, nullable=False),
     Column("started_at", Float, nullable=False),
     Column("beat_at", Float, nullable=False),
+    Column("dead_after", Float, nullable=True),
 )
-"""One row per worker that ever beat; times are seconds since the epoch, database clock."""
+"""One row per worker that ever beat; times are seconds since the epoch, database clock.
+``dead_after`` is how long the worker itself asks to be given without a beat (its own
+setting): a recoverer judging by a shorter one would take a live worker's executions."""
 
 _STOPPED = 0.0
 """``beat_at`` of a worker that stopped on purpose: dead at once, whatever ``dead_after``."""
@@ -74,6 +78,8 @@ class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
     started_at: float
     beat_at: float
     alive: bool
+    dead_after: float | None = None
+    """What the worker asked to be judged by (None: a row written before it could say)."""
 
 
 def new_worker_id() -> str:
@@ -88,20 +94,36 @@ class WorkerRegistry:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         with engine.begin() as conn:
-            create_missing(conn, _metadata.sorted_tables)
+            created = create_missing(conn, _metadata.sorted_tables)
+            if workers_table.name not in created and not _has_dead_after(conn):
+                serialise_ddl(conn)  # a table of an earlier release: add the column, once
+                if not _has_dead_after(conn):
+                    conn.exec_driver_sql(
+                        f"ALTER TABLE {workers_table.name} ADD COLUMN dead_after DOUBLE PRECISION"
+                    )
 
-    def beat(self, worker: str) -> None:
-        """Register ``worker`` (this process) if new, and stamp it alive now."""
+    def beat(self, worker: str, *, dead_after: float | None = None) -> None:
+        """Register ``worker`` (this process) if new, and stamp it alive now; ``dead_after``:
+        how long it asks others to wait for its next beat before they take it for dead."""
         host, pid = socket.gethostname(), os.getpid()
         with self.engine.begin() as conn:
             now = _now(conn)
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
             statement = insert(workers_table).values(
-                worker=worker, host=host, pid=pid, started_at=now, beat_at=now
+                worker=worker,
+                host=host,
+                pid=pid,
+                started_at=now,
+                beat_at=now,
+                dead_after=dead_after,
             )
             conn.execute(
                 statement.on_conflict_do_update(
-                    index_elements=["worker"], set_={"beat_at": statement.excluded.beat_at}
+                    index_elements=["worker"],
+                    set_={
+                        "beat_at": statement.excluded.beat_at,
+                        "dead_after": statement.excluded.dead_after,
+                    },
                 )
             )
 
@@ -122,20 +144,24 @@ class WorkerRegistry:
         owner nobody registered: unowned, taken by ``include_unowned`` while it ran."""
         if workers:
             with self.engine.begin() as conn:
-                horizon = _now(conn) - dead_after
+                now = _now(conn)
+                row = workers_table.c
+                asked = (row.dead_after.is_(None)) | (row.beat_at < now - row.dead_after)
                 conn.execute(
                     workers_table.delete().where(
-                        workers_table.c.worker.in_(workers),
-                        (workers_table.c.beat_at <= _STOPPED) | (workers_table.c.beat_at < horizon),
+                        row.worker.in_(workers),
+                        (row.beat_at <= _STOPPED) | ((row.beat_at < now - dead_after) & asked),
                     )
                 )
 
     def workers(self, *, dead_after: float) -> list[WorkerRow]:
-        """Every registered worker, alive when it beat within the last ``dead_after`` seconds."""
+        """Every registered worker, alive when it beat within the last ``dead_after`` seconds,
+        or within its own ``dead_after`` if it asked for longer (a worker that beats every 45
+        seconds is not dead to a recoverer that waits 30)."""
         # Read-only: on SQLite a deferred transaction, so every recovery pass's read neither
         # queues behind an append nor holds one up (a snapshot is all it needs).
         with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn:
-            horizon = _now(conn) - dead_after
+            now = _now(conn)
             rows = conn.execute(select(workers_table).order_by(workers_table.c.started_at))
             return [
                 WorkerRow(
@@ -144,10 +170,18 @@ class WorkerRegistry:
                     pid=row.pid,
                     started_at=row.started_at,
                     beat_at=row.beat_at,
-                    alive=row.beat_at > _STOPPED and row.beat_at >= horizon,
+                    alive=row.beat_at > _STOPPED
+                    and row.beat_at >= now - max(dead_after, row.dead_after or 0.0),
+                    dead_after=row.dead_after,
                 )
                 for row in rows
             ]
+
+
+def _has_dead_after(conn: Connection) -> bool:
+    """Whether the workers table has its ``dead_after`` column (added after its first release)."""
+    columns = inspect(conn).get_columns(workers_table.name)
+    return any(column["name"] == "dead_after" for column in columns)
 
 
 def _now(conn: Connection) -> float:
@@ -170,18 +204,27 @@ class Heartbeat:
     and its own next append to them is refused (it never duplicates anything).
     """
 
-    def __init__(self, registry: WorkerRegistry, *, worker: str, every: float) -> None:
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        *,
+        worker: str,
+        every: float,
+        dead_after: float | None = None,
+    ) -> None:
         if every <= 0:
             raise ValueError(f"a heartbeat interval must be positive, not {every!r}")
         self.registry = registry
         self.worker = worker
         self.every = every
+        self.dead_after = dead_after
+        """Written with every beat: how long others should wait before taking it for dead."""
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"loom-heartbeat {worker}")
         self._thread.daemon = True
 
     def start(self) -> None:
-        self.registry.beat(self.worker)
+        self.registry.beat(self.worker, dead_after=self.dead_after)
         self._thread.start()
 
     def stop(self) -> None:
@@ -193,6 +236,6 @@ class Heartbeat:
     def _beat(self) -> None:
         while not self._stopping.wait(self.every):
             try:
-                self.registry.beat(self.worker)
+                self.registry.beat(self.worker, dead_after=self.dead_after)
             except Exception as exc:  # the database is away: beat again next time
                 logger.warning("heartbeat of worker %s failed: %s", self.worker, exc)

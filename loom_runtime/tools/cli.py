@@ -50,6 +50,7 @@ from loom_runtime.errors import (
     ExecutionConflictError,
     ExecutionFinishedError,
     ExecutionNotFoundError,
+    ExecutionOwnedError,
     FlowInputError,
     FlowNotFoundError,
     ForkPointError,
@@ -660,8 +661,8 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
         console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
     elif execution.output is not None:
         console.print(inert(f"output: {codec.pretty(execution.output)}"))
-    else:
-        console.print(f"not finished (resume it with loom resume {execution.id})")
+    else:  # a live worker may be running it: resume refuses that, unless --force
+        console.print(f"not finished (if its worker is gone: loom resume {execution.id})")
 
 
 def _execution_json(execution: Execution) -> dict[str, object]:
@@ -711,6 +712,12 @@ def resume(
             help="Reopen a failed execution: compute its failed decisions again, keep the rest.",
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Take it over even from a worker that still beats (it is gone)."
+        ),
+    ] = False,
     db: DbOption = None,
     flows: FlowsOption = None,
     as_json: JsonOption = False,
@@ -718,10 +725,17 @@ def resume(
     """Finish an interrupted execution (or, with --retry-failed, a failed one); print its output."""
     with open_with_flows(db, flows) as loom:
         try:
-            result = loom.resume(execution_id_in(loom, execution_id), retry_failed=retry_failed)
+            result = loom.resume(
+                execution_id_in(loom, execution_id), retry_failed=retry_failed, force=force
+            )
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
-        except (ExecutionNotFoundError, ExecutionFinishedError, EncryptionOffError) as exc:
+        except (
+            ExecutionNotFoundError,
+            ExecutionFinishedError,
+            ExecutionOwnedError,
+            EncryptionOffError,
+        ) as exc:
             fail(str(exc), code=ExitCode.USAGE)  # EncryptionOffError: sealed, and no key given
         except (ExecutionConflictError, LogCorruptError, ErasedError) as exc:
             fail(str(exc))

@@ -1,0 +1,180 @@
+"""Recovery's review (ADR 0040, amended 2026-12-05 "review"): five ways a live worker's
+execution was taken over, or an abandoned one was never finished, found by an adversarial
+review with repro scripts, each pinned here on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+
+import pytest
+from typer.testing import CliRunner
+
+from loom_runtime import ExecutionOwnedError, Loom, RecoveryLimitError
+from loom_runtime.recovery import MAX_CLAIMS, recover, unfinished
+from loom_runtime.tools.cli import app
+from replay_tests.runtime.test_recovery import (
+    OUTPUT,
+    Crash,
+    Steps,
+    age,
+    events,
+    interrupted,
+    other,
+    steps,
+)
+
+__all__ = ["other", "steps"]  # fixtures, imported for the tests below
+
+
+def test_a_recovered_flow_stopped_by_a_base_exception_is_taken_again_not_stranded(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """A resumed flow that raised a ``BaseException`` that is no interrupt (a cancelled child
+    task's ``CancelledError``) ended the worker's recovery thread, and the execution it had
+    just claimed was owned by a live worker for good. The thread goes on, and the worker
+    takes the execution again once the cause is gone."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+    cancelled = {"on": True}
+
+    def compute(key: str) -> str:
+        if key == "second" and cancelled["on"]:
+            raise asyncio.CancelledError
+        return f"{key}-value"
+
+    steps.compute = compute  # type: ignore[method-assign]
+    with other.worker(heartbeat=0.05, recover_every=0.05, dead_after=5):
+        deadline = time.monotonic() + 20
+        while events(other, execution_id)["Resumed"] < 1:
+            assert time.monotonic() < deadline, "the worker never claimed the execution"
+            time.sleep(0.02)
+        cancelled["on"] = False  # the cause is gone: the next pass finishes it
+        while other.execution(execution_id).output is None:
+            assert time.monotonic() < deadline, "the claimed execution was stranded"
+            time.sleep(0.02)
+        assert "loom-recovery" in {thread.name for thread in threading.enumerate()}
+    assert events(other, execution_id)["Completed"] == 1
+
+
+def test_an_execution_recovery_cannot_finish_is_set_aside_and_does_not_block_the_rest(
+    loom: Loom, other: Loom, steps: Steps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flow that stops whatever runs it (here a ``Crash`` on every resume) was claimed for
+    ever, and, oldest first, stopped each recoverer before the executions behind it. One
+    claimed ``MAX_CLAIMS`` times is failed with ``RecoveryLimitError`` and not run again; a
+    healthy one is recovered in the first pass."""
+    with loom.worker(recover_every=None):
+        poison = interrupted(loom, steps)
+        healthy = interrupted(loom, steps)
+
+    def compute(key: str) -> str:
+        if key == "second" and steps.crash:
+            raise Crash
+        return f"{key}-value"
+
+    steps.compute = compute  # type: ignore[method-assign]
+    steps.crash = True
+    first = recover(other, dead_after=30, include_unowned=False)
+    assert [run.execution_id for run in first] == []  # the crash came before: the pass goes on
+    assert other.execution(healthy).output is None  # the same crash, for the same flow
+    steps.crash = False
+    assert {run.execution_id for run in recover(other, dead_after=30, include_unowned=False)} == {
+        poison,
+        healthy,
+    }
+    # Now one that crashes every time: claimed MAX_CLAIMS times, then set aside.
+    with loom.worker(recover_every=None):
+        doomed = interrupted(loom, steps)
+    steps.crash = True
+    with caplog.at_level(logging.ERROR, logger="loom.runtime"):
+        for _ in range(MAX_CLAIMS + 2):
+            recover(other, dead_after=30, include_unowned=False)
+    assert events(other, doomed)["Resumed"] == MAX_CLAIMS + 1  # the last claim sets it aside
+    error = other.execution(doomed).error
+    assert error is not None and error[0].endswith(RecoveryLimitError.__qualname__)
+    assert doomed not in {e.execution_id for e in unfinished(other.log)}
+    assert any("set aside" in record.getMessage() for record in caplog.records)
+
+
+def test_resume_refuses_an_execution_a_live_worker_owns_unless_forced(
+    loom: Loom, other: Loom, steps: Steps, db_url: str
+) -> None:
+    """``loom resume`` took over an execution a heart-beating worker was running (its open
+    decision computed twice, that worker stopped at its next append), and ``executions show``
+    advised it. Refused typed with nothing written; ``force`` takes it over."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+        head = other.log.position
+        with pytest.raises(ExecutionOwnedError, match="alive"):
+            other.resume(execution_id)
+        refused = CliRunner().invoke(app, ["resume", str(execution_id), "--db", db_url])
+        assert refused.exit_code == 2 and "--force" in refused.output
+        shown = CliRunner().invoke(app, ["executions", "show", str(execution_id), "--db", db_url])
+        assert "if its worker is gone" in shown.output
+        assert other.log.position == head
+        run = other.resume(execution_id, force=True)
+    assert run.output == OUTPUT
+    assert events(other, execution_id)["Completed"] == 1
+
+
+def test_a_worker_never_takes_over_its_own_execution(loom: Loom, steps: Steps) -> None:
+    """A worker whose beats lagged (a long computation holding the GIL, a locked database)
+    looked dead to its own recovery, which took over the execution it was running: computed
+    twice, and the run stopped by a conflict."""
+    with loom.worker(recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        age(loom, worker, 3600)  # its beats look an hour old
+        assert loom.recover(dead_after=60) == []
+        assert events(loom, execution_id)["Resumed"] == 0
+
+
+def test_a_worker_is_judged_by_the_dead_after_it_asked_for(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """A worker beating every 2 s that asked for 60 s was taken for dead by a recoverer with a
+    shorter ``dead_after`` (``loom recover --dead-after 0.1``, or the default 30 s against a
+    worker beating every 45): its running execution was taken over. Its row says what it
+    asked for, and the longer of the two is used; a stopped worker is still dead at once."""
+    with loom.worker(heartbeat=2, dead_after=60, recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        age(loom, worker, 5)
+        assert other.recover(dead_after=0.1) == []
+        (row,) = [w for w in other.workers.workers(dead_after=0.1) if w.worker == worker]
+        assert row.alive and row.dead_after == 60
+        age(loom, worker, 120)
+        assert [run.execution_id for run in other.recover(dead_after=0.1)] == [execution_id]
+    assert Counter(type(e).__name__ for e in other.log.events(execution_id))["Completed"] == 1
+
+
+def test_a_workers_table_of_an_earlier_release_gains_the_column(db_url: str) -> None:
+    """A ``loom_workers`` table made before workers could say what they ask for has no
+    ``dead_after`` column: the first registry opened on it adds it (once, under the DDL lock),
+    and its rows, which asked for nothing, are judged by the recoverer's ``dead_after``."""
+    from sqlalchemy import create_engine, inspect
+
+    from loom_runtime.workers import WorkerRegistry
+
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE loom_workers (worker VARCHAR(300) PRIMARY KEY, host VARCHAR(255) "
+                "NOT NULL, pid BIGINT NOT NULL, started_at FLOAT NOT NULL, beat_at FLOAT NOT NULL)"
+            )
+            conn.exec_driver_sql("INSERT INTO loom_workers VALUES ('old:1:a', 'old', 1, 1.0, 1.0)")
+        registry = WorkerRegistry(engine)
+        WorkerRegistry(engine)  # a second opener finds the column and adds nothing
+        with engine.connect() as conn:
+            columns = [c["name"] for c in inspect(conn).get_columns("loom_workers")]
+        assert columns.count("dead_after") == 1
+        (old,) = registry.workers(dead_after=30)
+        assert old.worker == "old:1:a" and old.dead_after is None and not old.alive
+        registry.beat("new:2:b", dead_after=90)
+        assert {w.worker: w.alive for w in registry.workers(dead_after=30)}["new:2:b"]
+    finally:
+        engine.dispose()
