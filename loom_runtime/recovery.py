@@ -54,11 +54,13 @@ never a duplicate)."""
 RECOVER_EVERY = 30.0
 """Seconds between a worker's recovery passes."""
 MAX_CLAIMS = 5
-"""Claims of one execution (its ``Resumed`` events since it started or was last reopened)
-after which recovery sets it aside as failed (:class:`RecoveryLimitError`) instead of running
-it again: a flow that kills whatever process runs it (out of memory, a native crash) would
-otherwise be claimed for ever and, oldest first, take down each recoverer before the
-executions behind it. DBOS's ``max_recovery_attempts`` is the same guard."""
+"""Claims of one execution in a row, with no event of its own between them (nothing it ran
+after a claim was stored), after which recovery sets it aside as failed
+(:class:`RecoveryLimitError`) instead of running it again: a flow that kills whatever process
+runs it (out of memory, a native crash) would otherwise be claimed for ever and, oldest first,
+take down each recoverer before the executions behind it. DBOS's ``max_recovery_attempts`` is
+the same guard. Claims between which the flow stored a decision are progress, not a loop: a
+flow resumed by hand many times, each time going further, is never set aside."""
 
 
 class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +71,7 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None
     """A recoverer that loads a different owner leaves the execution (claimed since the scan)."""
     claims: int = 0
-    """How many times it was claimed (``Resumed``) since it started or was last reopened."""
+    """How many times in a row it was claimed (``Resumed`` at consecutive versions)."""
 
 
 def unfinished(log: EventLog) -> list[Unfinished]:
@@ -95,6 +97,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
     flows: dict[UUID, str] = {}
     owners: dict[UUID, str | None] = {}
     claims: dict[UUID, int] = {}
+    claimed_at: dict[UUID, int] = {}  # the version of each one's last claim
     erased: set[str] = set()
     for notification in log.notifications(topics=ownership):
         event = log.decode(notification)
@@ -108,8 +111,14 @@ def unfinished(log: EventLog) -> list[Unfinished]:
             owners.pop(stream, None)
         elif isinstance(event, Execution.Reopened) or stream in owners:  # or Resumed
             owners[stream] = event.worker
-            resumed = isinstance(event, Execution.Resumed)
-            claims[stream] = claims.get(stream, 0) + 1 if resumed else 0
+            if isinstance(event, Execution.Resumed):  # in a row: nothing stored since the last
+                version = event.originator_version
+                in_a_row = claimed_at.get(stream) == version - 1
+                claims[stream] = claims.get(stream, 0) + 1 if in_a_row else 1
+                claimed_at[stream] = version
+            else:  # reopened: a fresh start
+                claims.pop(stream, None)
+                claimed_at.pop(stream, None)
     return [
         Unfinished(
             execution_id=stream, flow=flows[stream], owner=owner, claims=claims.get(stream, 0)

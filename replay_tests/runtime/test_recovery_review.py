@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from loom_runtime import ExecutionOwnedError, Loom, RecoveryLimitError
+from loom_runtime import ExecutionOwnedError, FlowContext, Loom, RecoveryLimitError
 from loom_runtime.recovery import MAX_CLAIMS, recover, unfinished
 from loom_runtime.tools.cli import app
 from replay_tests.runtime.test_recovery import (
@@ -178,3 +178,38 @@ def test_a_workers_table_of_an_earlier_release_gains_the_column(db_url: str) -> 
         assert {w.worker: w.alive for w in registry.workers(dead_after=30)}["new:2:b"]
     finally:
         engine.dispose()
+
+
+def test_an_execution_resumed_many_times_with_progress_is_never_set_aside(
+    loom: Loom, other: Loom
+) -> None:
+    """Only claims in a row count towards ``MAX_CLAIMS``: a flow resumed by hand again and
+    again, storing a decision each time before it stops (a long flow on a flaky host), is
+    progress, and recovery finishes it rather than failing it."""
+    keys = [f"step-{n}" for n in range(MAX_CLAIMS + 4)]
+    stop_at = {"index": 1}
+
+    def register(target: Loom) -> None:
+        @target.flow("long")
+        def long(ctx: FlowContext) -> list[str]:
+            def compute(index: int) -> str:
+                if index == stop_at["index"]:
+                    raise Crash
+                return keys[index]
+
+            return [ctx.decide(key, lambda i=i: compute(i)) for i, key in enumerate(keys)]
+
+    register(loom)
+    register(other)
+    with loom.worker(recover_every=None):
+        with pytest.raises(Crash):
+            loom.run("long")
+        execution_id = loom.executions()[-1].execution_id
+        for index in range(2, MAX_CLAIMS + 3):  # resumed by hand, one decision further each time
+            stop_at["index"] = index
+            with pytest.raises(Crash):
+                loom.resume(execution_id)
+    assert events(other, execution_id)["Resumed"] > MAX_CLAIMS
+    stop_at["index"] = -1
+    (run,) = other.recover()
+    assert run.execution_id == execution_id and run.output == keys
