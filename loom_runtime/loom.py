@@ -15,6 +15,8 @@ import difflib
 import logging
 import os
 import socket
+import threading
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -200,6 +202,12 @@ class Loom:
 
             self._telemetry = Telemetry(tracer_provider)
         self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
+        self._running: Counter[UUID] = Counter()
+        """The executions this Loom is running now, in any thread (a count: two runs of one
+        execution race until one's append is refused). Its own recovery and ``resume`` leave
+        them alone; an execution it owns and no longer runs (cancelled, interrupted) is
+        stranded, and theirs to finish (ADR 0040, amended "review")."""
+        self._running_lock = threading.Lock()
         if encryption is not None:
             from loom_runtime.sealing import require_cryptography, require_key_wrapper
 
@@ -780,7 +788,25 @@ class Loom:
     def _take_over(self, execution: Execution, *, worker: str) -> Run:
         """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it:
         the step of a recovery that needs this Loom's internals (``recovery.recover``)."""
-        return drive(self._continue(self._claim(execution, False, worker=worker)), _run_now)
+        with self._running_here(execution.id):
+            return drive(self._continue(self._claim(execution, False, worker=worker)), _run_now)
+
+    def runs_now(self, execution_id: UUID) -> bool:
+        """Whether this Loom is running ``execution_id`` now, in any of its threads."""
+        return self._running[execution_id] > 0
+
+    @contextmanager
+    def _running_here(self, execution_id: UUID) -> Iterator[None]:
+        """Count ``execution_id`` as run by this Loom for the block (see ``_running``)."""
+        with self._running_lock:
+            self._running[execution_id] += 1
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                self._running[execution_id] -= 1
+                if not self._running[execution_id]:
+                    del self._running[execution_id]
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -804,7 +830,13 @@ class Loom:
             labels=labels,
             worker=self.worker_id,
         )
-        save(self.log, execution, precondition=self._seal_new(execution))
+        with self._running_lock:  # counted before it exists: the run's own block ends it
+            self._running[execution.id] += 1
+        try:
+            save(self.log, execution, precondition=self._seal_new(execution))
+        except BaseException:
+            self._ran(execution.id)
+            raise
         logger.info(
             "execution %s of flow %r started at log position %d",
             execution.id,
@@ -841,26 +873,47 @@ class Loom:
         return cls(source, execution_id=execution.id, flow=definition.name)
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, labels, arguments)
-        return (yield from self._record("run", definition, execution, kwargs))
+        definition, execution, kwargs = self._start(flow, labels, arguments)  # counted running
+        try:
+            return (yield from self._record("run", definition, execution, kwargs))
+        finally:
+            self._ran(execution.id)
+
+    def _ran(self, execution_id: UUID) -> None:
+        """The end of a run :meth:`_start` counted (see ``_running``)."""
+        with self._running_lock:
+            self._running[execution_id] -= 1
+            if not self._running[execution_id]:
+                del self._running[execution_id]
 
     def _resume(self, execution_id: UUID | str, retry_failed: bool, force: bool) -> Steps[Run]:
         execution = self.execution(execution_id)
         if not force:
             self._refuse_live_owner(execution)
-        return (yield from self._continue(self._claim(execution, retry_failed)))
+        with self._running_here(execution.id):
+            return (yield from self._continue(self._claim(execution, retry_failed)))
 
     def _refuse_live_owner(self, execution: Execution) -> None:
-        """Refuse to resume an unfinished execution that a live worker other than this one
-        owns: it is running it (:meth:`resume`)."""
+        """Refuse to resume an unfinished execution that is running: in this Loom (another
+        thread), or in a live worker other than this one, by the ``dead_after`` that worker
+        asked for (:meth:`resume`)."""
         owner = execution.owner
-        if execution.finished or owner is None or owner == self.worker_id:
+        if execution.finished:
             return
-        live = {w.worker: w for w in self.workers.workers(dead_after=DEAD_AFTER) if w.alive}
+        if self.runs_now(execution.id):
+            raise ExecutionOwnedError(
+                f"execution {execution.id} is running in this process (another thread of "
+                "this Loom): resuming it too would compute its open decision again; nothing "
+                "was written"
+            )
+        if owner is None or owner == self.worker_id:  # unowned, or this worker's, stranded
+            return
+        live = {w.worker: w for w in self.workers.workers(dead_after=None) if w.alive}
         if owner in live:
             raise ExecutionOwnedError(
-                f"execution {execution.id} is being run by worker {owner}, which is alive (it "
-                "beat within its dead_after): resuming it here would compute its open decision "
+                f"execution {execution.id} is owned by worker {owner}, which is alive (it beat "
+                "within the dead_after it asked for): resuming it here would compute its open "
+                "decision "
                 "again and stop that worker at its next append; nothing was written. Wait for "
                 "it, or, if that worker is gone, resume with force=True (`loom resume ID "
                 "--force`)"
@@ -872,9 +925,10 @@ class Loom:
         execution.claim(worker=worker)
         execution.fail(
             error=RecoveryLimitError(
-                f"recovery claimed execution {execution.id} {claims} times without it "
-                "finishing (its flow may stop the process that runs it): set aside; once the "
-                f"cause is fixed, reopen it with loom resume {execution.id} --retry-failed"
+                f"execution {execution.id} was claimed {claims} times in a row with nothing "
+                "stored in between (by recovery, or by hand: its flow may stop the process that "
+                "runs it): set aside by recovery; once the cause is fixed, reopen it with "
+                f"loom resume {execution.id} --retry-failed"
             )
         )
         save(self.log, execution)
@@ -920,11 +974,12 @@ class Loom:
             if decision.key not in overrides:
                 execution.inherit(decision)
         guard = self._seal_new(execution)
-        save(self.log, execution, precondition=self._parent_live(parent) or guard)
-        logger.info(
-            "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
-        )
-        return (yield from self._record("fork", definition, execution, kwargs, overrides))
+        with self._running_here(execution.id):  # counted before it exists, as a run's
+            save(self.log, execution, precondition=self._parent_live(parent) or guard)
+            logger.info(
+                "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
+            )
+            return (yield from self._record("fork", definition, execution, kwargs, overrides))
 
     def _record(
         self,

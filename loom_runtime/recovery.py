@@ -143,16 +143,15 @@ def recover(
     dead_after: float,
     include_unowned: bool,
     stopping: threading.Event | None = None,
-    stuck: set[UUID] | None = None,
 ) -> list[Run]:
     """One pass of :meth:`Loom.recover <loom_runtime.loom.Loom.recover>`; stops between
     executions once ``stopping`` is set (what is left is left for the others).
 
-    A worker never takes over its own executions (its heartbeat may lag behind a long
-    computation, but it is not dead), except those in ``stuck``: ones its recovery claimed
-    whose flow then stopped without finishing (a ``BaseException`` such as a cancelled
-    task's), which this worker owns and nobody runs. Executions claimed fewer times go
-    first, and one claimed :data:`MAX_CLAIMS` times is set aside as failed."""
+    A worker never takes over an execution it is running (its heartbeat may lag behind a
+    long computation, but it is not dead); one it owns and no longer runs (a run cancelled,
+    or a recovered flow stopped by a ``BaseException``) is stranded, and it finishes it.
+    Executions claimed fewer times in a row go first, and one claimed :data:`MAX_CLAIMS`
+    times in a row is set aside as failed (by a recoverer that has its flow)."""
     runs = []
     every = min(HEARTBEAT_EVERY, dead_after / 3)
     with _registered(loom, every=every, dead_after=dead_after) as worker:
@@ -173,21 +172,26 @@ def recover(
             dead_after=dead_after,
         )
         liveness = {w.worker: w.alive for w in workers}
-        stuck = set() if stuck is None else stuck
         for execution in sorted(pending, key=lambda e: e.claims):  # stable: oldest first
             if stopping is not None and stopping.is_set():
                 break
             if execution.owner == worker:
-                abandoned = execution.execution_id in stuck
+                abandoned = not loom.runs_now(execution.execution_id)
             else:
                 abandoned = is_abandoned(execution.owner, liveness, include_unowned=include_unowned)
             if not abandoned:
                 continue
-            stuck.discard(execution.execution_id)
+            if loom.flows.find(execution.flow) is None:  # left for a worker that has it
+                logger.debug(
+                    "execution %s: flow %r not registered here",
+                    execution.execution_id,
+                    execution.flow,
+                )
+                continue
             if execution.claims >= MAX_CLAIMS:
                 _set_aside(loom, execution, worker=worker)
                 continue
-            run = _adopt(loom, execution, worker=worker, stuck=stuck)
+            run = _adopt(loom, execution, worker=worker)
             if run is not None:
                 runs.append(run)
     return runs
@@ -219,8 +223,9 @@ def _set_aside(loom: Loom, orphan: Unfinished, *, worker: str) -> None:
     except (ErasedError, LogCorruptError, ExecutionConflictError):
         return  # erased, unreadable, or another recoverer got there first
     logger.error(
-        "execution %s of flow %r was claimed %d times without finishing: set aside as failed "
-        "(RecoveryLimitError); reopen it once the cause is fixed: loom resume %s --retry-failed",
+        "execution %s of flow %r was claimed %d times in a row with nothing stored: set aside "
+        "as failed (RecoveryLimitError); reopen it once the cause is fixed: loom resume %s "
+        "--retry-failed",
         orphan.execution_id,
         orphan.flow,
         orphan.claims,
@@ -247,7 +252,6 @@ def recovering(
         yield
         return
     stopping = threading.Event()
-    stuck: set[UUID] = set()  # this worker's claims whose flow stopped: taken again next pass
 
     def keep_recovering() -> None:
         while True:
@@ -257,7 +261,6 @@ def recovering(
                     dead_after=dead_after,
                     include_unowned=include_unowned,
                     stopping=stopping,
-                    stuck=stuck,
                 )
             except Exception:  # the database is away: try again next pass
                 logger.warning("recovery pass failed", exc_info=True)
@@ -290,14 +293,11 @@ def _registered(loom: Loom, *, every: float, dead_after: float) -> Iterator[str]
         heartbeat.stop()
 
 
-def _adopt(loom: Loom, orphan: Unfinished, *, worker: str, stuck: set[UUID]) -> Run | None:
-    """Claim and finish an abandoned execution; None when another worker has it, its flow is
-    not registered here, or its flow failed again (recorded as failed, logged), or stopped
-    with a ``BaseException`` that is no interrupt (noted in ``stuck``: this worker owns it
-    now, so it takes it again next pass; :data:`MAX_CLAIMS` ends that)."""
-    if loom.flows.find(orphan.flow) is None:
-        logger.debug("execution %s: flow %r not registered here", orphan.execution_id, orphan.flow)
-        return None
+def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
+    """Claim and finish an abandoned execution of a flow registered here; None when another
+    worker has it, or its flow failed again (recorded as failed, logged), or stopped
+    with a ``BaseException`` that is no interrupt (this worker owns it and no longer runs
+    it, so it takes it again next pass; :data:`MAX_CLAIMS` ends that)."""
     try:
         execution = loom.execution(orphan.execution_id)
     except ErasedError:  # erased while unfinished (ADR 0049): nothing left to finish it with
@@ -313,12 +313,12 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str, stuck: set[UUID]) -> 
     except ExecutionConflictError:
         return None  # another worker claimed it first, or took it over from this one since
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and _main_thread()):
+        if isinstance(exc, KeyboardInterrupt | SystemExit) and _main_thread():
             raise  # the process is asked to stop: a one-off `loom recover` stops with it
+        # (outside the main thread no signal arrives: the flow's code raised it)
         if isinstance(exc, Exception):
             _failed_again(loom, orphan, execution, exc)
             return None
-        stuck.add(orphan.execution_id)
         logger.error(
             "execution %s of flow %r, recovered from %s, stopped with %s, not an Exception: "
             "left unfinished, taken again at the next pass (set aside after %d claims)",

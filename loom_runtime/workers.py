@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from loom_runtime.log import READ_ONLY
+from loom_runtime.recovery import DEAD_AFTER
 from loom_runtime.schema import create_missing, serialise_ddl
 
 logger = logging.getLogger("loom.runtime")
@@ -154,10 +155,12 @@ class WorkerRegistry:
                     )
                 )
 
-    def workers(self, *, dead_after: float) -> list[WorkerRow]:
+    def workers(self, *, dead_after: float | None) -> list[WorkerRow]:
         """Every registered worker, alive when it beat within the last ``dead_after`` seconds,
         or within its own ``dead_after`` if it asked for longer (a worker that beats every 45
-        seconds is not dead to a recoverer that waits 30)."""
+        seconds is not dead to a recoverer that waits 30). ``None``: each by its own alone
+        (:data:`~loom_runtime.recovery.DEAD_AFTER` for a row that asked for nothing), as a
+        caller that is no recoverer asks whether a worker is alive."""
         # Read-only: on SQLite a deferred transaction, so every recovery pass's read neither
         # queues behind an append nor holds one up (a snapshot is all it needs).
         with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn:
@@ -171,11 +174,18 @@ class WorkerRegistry:
                     started_at=row.started_at,
                     beat_at=row.beat_at,
                     alive=row.beat_at > _STOPPED
-                    and row.beat_at >= now - max(dead_after, row.dead_after or 0.0),
+                    and row.beat_at >= now - _horizon(dead_after, row.dead_after),
                     dead_after=row.dead_after,
                 )
                 for row in rows
             ]
+
+
+def _horizon(asked: float | None, own: float | None) -> float:
+    """How long a worker is given since its last beat (see :meth:`WorkerRegistry.workers`)."""
+    if asked is None:
+        return own if own is not None else DEAD_AFTER
+    return max(asked, own or 0.0)
 
 
 def _has_dead_after(conn: Connection) -> bool:

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import ExecutionOwnedError, FlowContext, Loom, RecoveryLimitError
+from loom_runtime.context import save
 from loom_runtime.recovery import MAX_CLAIMS, recover, unfinished
 from loom_runtime.tools.cli import app
 from replay_tests.runtime.test_recovery import (
@@ -31,8 +32,9 @@ from replay_tests.runtime.test_recovery import (
 __all__ = ["other", "steps"]  # fixtures, imported for the tests below
 
 
+@pytest.mark.parametrize("stopped_by", [asyncio.CancelledError, KeyboardInterrupt])
 def test_a_recovered_flow_stopped_by_a_base_exception_is_taken_again_not_stranded(
-    loom: Loom, other: Loom, steps: Steps
+    loom: Loom, other: Loom, steps: Steps, stopped_by: type[BaseException]
 ) -> None:
     """A resumed flow that raised a ``BaseException`` that is no interrupt (a cancelled child
     task's ``CancelledError``) ended the worker's recovery thread, and the execution it had
@@ -44,7 +46,7 @@ def test_a_recovered_flow_stopped_by_a_base_exception_is_taken_again_not_strande
 
     def compute(key: str) -> str:
         if key == "second" and cancelled["on"]:
-            raise asyncio.CancelledError
+            raise stopped_by  # no signal reaches the recovery thread: the flow's own code
         return f"{key}-value"
 
     steps.compute = compute  # type: ignore[method-assign]
@@ -122,15 +124,50 @@ def test_resume_refuses_an_execution_a_live_worker_owns_unless_forced(
     assert events(other, execution_id)["Completed"] == 1
 
 
-def test_a_worker_never_takes_over_its_own_execution(loom: Loom, steps: Steps) -> None:
+def test_a_worker_never_takes_over_an_execution_it_is_running(loom: Loom) -> None:
     """A worker whose beats lagged (a long computation holding the GIL, a locked database)
     looked dead to its own recovery, which took over the execution it was running: computed
-    twice, and the run stopped by a conflict."""
+    twice, and the run stopped by a conflict. Nor does ``resume`` on the same Loom, from
+    another thread (a second review found that one)."""
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @loom.flow("slow")
+    def slow(ctx: FlowContext) -> str:
+        def wait() -> str:
+            calls.append(threading.current_thread().name)
+            entered.set()
+            assert release.wait(20)
+            return "done"
+
+        return ctx.decide("request", wait)
+
     with loom.worker(recover_every=None) as worker:
-        execution_id = interrupted(loom, steps)
+        runner = threading.Thread(target=lambda: loom.run("slow"), name="runner")
+        runner.start()
+        assert entered.wait(20)
+        execution_id = loom.executions()[-1].execution_id
         age(loom, worker, 3600)  # its beats look an hour old
         assert loom.recover(dead_after=60) == []
-        assert events(loom, execution_id)["Resumed"] == 0
+        with pytest.raises(ExecutionOwnedError, match="running in this process"):
+            loom.resume(execution_id)
+        release.set()
+        runner.join(20)
+    assert calls == ["runner"]
+    assert events(loom, execution_id) == Counter(Created=1, DecisionRecorded=1, Completed=1)
+
+
+def test_a_run_the_worker_no_longer_runs_is_finished_by_its_own_recovery(
+    loom: Loom, steps: Steps
+) -> None:
+    """A run of a live worker that was cancelled or interrupted (its process went on) is owned
+    by a worker that is alive and runs it no more: other workers leave it to its owner, so its
+    owner's recovery finishes it (a second review found it stranded for the worker's life)."""
+    with loom.worker(recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        (run,) = loom.recover()
+        assert run.execution_id == execution_id and run.output == OUTPUT
+        assert loom.execution(execution_id).owner == worker
 
 
 def test_a_worker_is_judged_by_the_dead_after_it_asked_for(
@@ -213,3 +250,35 @@ def test_an_execution_resumed_many_times_with_progress_is_never_set_aside(
     stop_at["index"] = -1
     (run,) = other.recover()
     assert run.execution_id == execution_id and run.output == keys
+
+
+def test_a_recoverer_without_the_flow_leaves_even_a_looping_execution_alone(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """Set aside ran before the check that the recoverer has the flow: a Loom without it
+    failed an execution it was documented to leave for a worker that has it. One with the
+    flow sets it aside (the control)."""
+    with loom.worker(recover_every=None):
+        execution_id = interrupted(loom, steps)
+    for _ in range(MAX_CLAIMS):  # claimed in a row by processes that died at once
+        execution = other.execution(execution_id)
+        execution.claim(worker="gone:1:x")
+        save(other.log, execution)
+    with Loom(loom.settings.url) as bare:  # no flow registered
+        assert recover(bare, dead_after=30, include_unowned=True) == []
+        assert bare.execution(execution_id).error is None
+    assert other.recover(include_unowned=True) == []
+    error = other.execution(execution_id).error
+    assert error is not None and error[0].endswith(RecoveryLimitError.__qualname__)
+
+
+def test_resume_judges_a_worker_by_the_dead_after_it_asked_for(
+    loom: Loom, other: Loom, steps: Steps
+) -> None:
+    """``resume`` took every worker that beat within 30 s for alive: one that asked for 1 s
+    and stopped beating 3 s ago was still refused as alive."""
+    with loom.worker(heartbeat=0.2, dead_after=1, recover_every=None) as worker:
+        execution_id = interrupted(loom, steps)
+        loom._heartbeat._stopping.set()  # type: ignore[union-attr]  # it stops beating
+        age(loom, worker, 3)
+        assert other.resume(execution_id).output == OUTPUT
