@@ -213,8 +213,8 @@ def _failed_again(loom: Loom, orphan: Unfinished, execution: Execution, exc: Exc
 
 
 def _set_aside(loom: Loom, orphan: Unfinished, *, worker: str) -> None:
-    """Claim an execution recovered :data:`MAX_CLAIMS` times without finishing and record
-    :class:`RecoveryLimitError` as its failure, without running its flow again."""
+    """Claim an execution claimed :data:`MAX_CLAIMS` times in a row with nothing stored, and
+    record :class:`RecoveryLimitError` as its failure, without running its flow again."""
     try:
         execution = loom.execution(orphan.execution_id)
         if execution.finished or execution.owner != orphan.owner:
