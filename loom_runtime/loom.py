@@ -206,7 +206,7 @@ class Loom:
         """The executions this Loom is running now, in any thread (a count: two runs of one
         execution race until one's append is refused). Its own recovery and ``resume`` leave
         them alone; an execution it owns and no longer runs (cancelled, interrupted) is
-        stranded, and theirs to finish (ADR 0040, amended "review")."""
+        stranded, and theirs to finish (ADR 0040, amended "review, second")."""
         self._running_lock = threading.Lock()
         if encryption is not None:
             from loom_runtime.sealing import require_cryptography, require_key_wrapper
@@ -798,15 +798,16 @@ class Loom:
     @contextmanager
     def _running_here(self, execution_id: UUID) -> Iterator[None]:
         """Count ``execution_id`` as run by this Loom for the block (see ``_running``)."""
-        with self._running_lock:
-            self._running[execution_id] += 1
+        self._runs(execution_id)
         try:
             yield
         finally:
-            with self._running_lock:
-                self._running[execution_id] -= 1
-                if not self._running[execution_id]:
-                    del self._running[execution_id]
+            self._ran(execution_id)
+
+    def _runs(self, execution_id: UUID) -> None:
+        """The start of a run of ``execution_id`` here (see ``_running``)."""
+        with self._running_lock:
+            self._running[execution_id] += 1
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -830,8 +831,7 @@ class Loom:
             labels=labels,
             worker=self.worker_id,
         )
-        with self._running_lock:  # counted before it exists: the run's own block ends it
-            self._running[execution.id] += 1
+        self._runs(execution.id)  # counted before it exists: the run's own block ends it
         try:
             save(self.log, execution, precondition=self._seal_new(execution))
         except BaseException:
@@ -880,7 +880,7 @@ class Loom:
             self._ran(execution.id)
 
     def _ran(self, execution_id: UUID) -> None:
-        """The end of a run :meth:`_start` counted (see ``_running``)."""
+        """The end of a run :meth:`_runs` counted (see ``_running``)."""
         with self._running_lock:
             self._running[execution_id] -= 1
             if not self._running[execution_id]:
