@@ -314,13 +314,15 @@ def with_forks(loom: Loom, ids: list[UUID]) -> list[UUID]:
         if summary.parent_id is not None:
             children.setdefault(summary.parent_id, []).append(summary.execution_id)
     selected = dict.fromkeys(ids)
-    pending = list(ids)
-    while pending:
-        for child in children.get(pending.pop(0), ()):
+    order = list(selected)
+    # Breadth first, each id visited once: ``order`` grows as it is walked (popping a list's
+    # front, as before, made a retention run over many executions quadratic in their number).
+    for parent in order:
+        for child in children.get(parent, ()):
             if child not in selected:
                 selected[child] = None
-                pending.append(child)
-    return list(selected)
+                order.append(child)
+    return order
 
 
 def plan_subjects(
