@@ -109,6 +109,9 @@ class BundleLoom(Loom):
         self.accepted: tuple[ReplayDivergence, ...] = ()
         self.ran = False
         """Whether the test ran its flow: a marked test that never does checks nothing."""
+        self.verdict: BundleVerdict | None = None
+        """The verdict its run raised, if any: the plugin fails the test with it even when
+        the test caught it (``pytest.raises(Exception)`` around a recorded failure)."""
         self._seen: _InputsSeen | None = None
         self._output: msgspec.Raw | None = None
         self._error: BaseException | None = None
@@ -120,15 +123,19 @@ class BundleLoom(Loom):
         return f"{super().__repr__()[:-1]}, {mode} {self.bundle})"
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        if self.ran:
-            raise BundleMismatch(
-                f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
-                "execution: split the test, or run the other flows with a Loom of your own"
-            )
-        self.ran = True
-        if self.recording:
-            return (yield from super()._run(flow, labels, arguments))
-        return (yield from self._answer(flow, arguments))
+        try:
+            if self.ran:
+                raise BundleMismatch(
+                    f"this test already ran a flow; a bundle ({self.bundle.name}) holds one "
+                    "execution: split the test, or run the other flows with a Loom of your own"
+                )
+            self.ran = True
+            if self.recording:
+                return (yield from super()._run(flow, labels, arguments))
+            return (yield from self._answer(flow, arguments))
+        except BundleVerdict as verdict:
+            self.verdict = self.verdict or verdict  # the first: what the rest follows from
+            raise
 
     def _start(
         self, flow: str, labels: Labels, arguments: dict[str, Any]

@@ -67,6 +67,8 @@ PENDING = pytest.StashKey[list[Callable[[], "str | None"]]]()
 """The bundle writes of a test, done once its teardown has passed too (each returns the note of
 a re-seal for the summary, or None)."""
 """Whether a test's call passed: a marked test's recording or re-seal is written only then."""
+BUNDLED = pytest.StashKey["BundleLoom"]()
+"""The marked test's ``BundleLoom``, for :func:`pytest_runtest_call` to read its verdict."""
 BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
 """The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
 CAUSED = "The above exception was the direct cause of the following exception:"
@@ -165,12 +167,24 @@ def pytest_runtest_makereport(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """A :class:`BundleVerdict` leaves the test without loom's own frames in its traceback
+    """A verdict the test caught (``pytest.raises(Exception)`` around a run whose recording
+    raised) fails it all the same: it says the code changed, which no test expects.
+
+    A :class:`BundleVerdict` leaves the test without loom's own frames in its traceback
     (and in its cause's, what the flow raised on replay): the failure points at the test's
     ``loom.run`` line (where pytest's long form shows the test's code) and the message says
     the rest. Other errors, and every error under ``--full-trace``, keep every frame."""
     try:
-        return (yield)
+        result = yield
+        bundled = item.stash.get(BUNDLED, None)
+        if bundled is not None and bundled.verdict is not None:  # the test caught it
+            caught = bundled.verdict
+            caught.add_note(
+                "loom: the test caught this verdict (pytest.raises or except around its run) "
+                "and would have passed; a verdict fails the test whoever catches it"
+            )
+            raise caught
+        return result
     except BundleVerdict as verdict:
         if not item.config.getoption("fulltrace"):  # --full-trace: every frame, for loom's bugs
             verdict.__traceback__ = _outside_loom(verdict.__traceback__)
@@ -459,7 +473,7 @@ def _bundle_loom(
             "(for parameters: pytest.param(..., marks=pytest.mark.loom(bundle=...)))",
             pytrace=False,
         )
-    bundled = BundleLoom(
+    bundled = request.node.stash[BUNDLED] = BundleLoom(
         url,
         flows=flows,
         bundle=bundle,

@@ -344,6 +344,30 @@ def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytes
     unexpected.stdout.fnmatch_lines(["*ValueError: refused Ada", "*replayed from *greet.json*"])
 
 
+@pytest.mark.parametrize(
+    "catch",
+    [
+        "with pytest.raises(Exception):\n        ",
+        "try:\n        X\n    except Exception:\n        pass",
+    ],
+    ids=["pytest.raises", "except"],
+)
+def test_a_verdict_the_test_catches_still_fails_it(pytester: pytest.Pytester, catch: str) -> None:
+    """A verdict is an ``AssertionError`` (so it fails the test like an ``assert``), and a
+    test expecting the recorded failure broadly (``pytest.raises(Exception)``, its own
+    ``except Exception``) caught it: a changed prompt, or a flow that no longer raises,
+    passed. Caught or not, a verdict fails the test, naming what was caught."""
+    run = 'loom.run("refuse", name="Ada")'
+    body = catch.replace("X", run) if "X" in catch else catch + run
+    marked_project(pytester, "Greet ", body)
+    pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)  # unchanged: green
+    pytester.makepyfile(greeter=flows_module("Say hi to "))
+    changed = pytester.runpytest("-p", "no:randomly")
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(["*DecisionInputChangedError*", "*the test caught this verdict*"])
+
+
 def test_a_failing_test_records_no_bundle(pytester: pytest.Pytester) -> None:
     """A recording whose test fails (its assertion, or the flow raising unexpectedly) is not
     written: ``once`` would replay the rejected run as golden from then on. The next ``once``
