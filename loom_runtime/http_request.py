@@ -31,11 +31,15 @@ CREDENTIAL_HEADERS = frozenset(
 :data:`CREDENTIAL_WORDS`)."""
 
 CREDENTIAL_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "auth", "credential", "credentials"}
+    {
+        *("key", "apikey", "token", "secret", "password", "auth", "credential", "credentials"),
+        *("authorization", "authentication", "signature"),
+    }
 )
 """A request header one of whose words (its name split at ``-`` and ``_``) is one of these
 carries a credential by its name: ``x-goog-api-key``, ``ocp-apim-subscription-key`` (Azure AI
-services), ``private-token`` (GitLab), ``x-auth-token``, ``x-amz-security-token``. Such keys
+services), ``private-token`` (GitLab), ``x-auth-token``, ``x-amz-security-token``,
+``x-authorization``, ``x-hub-signature-256`` (a webhook's HMAC of its body). Such keys
 are mostly random text no redaction pattern recognises, so the name is what tells. Whole
 words, so ``x-keyboard-layout`` or ``x-max-tokens`` are not taken for one."""
 
@@ -45,6 +49,7 @@ CLIENT_HEADERS = frozenset(
         "idempotency-key",
         *("traceparent", "tracestate", "baggage", "sentry-trace", "b3", "uber-trace-id"),
         *("x-amzn-trace-id", "x-cloud-trace-context"),
+        *("date", "x-amz-date", "x-amz-content-sha256", "x-ms-date", "x-ms-client-request-id"),
     }
 )
 CLIENT_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", "uberctx-")
@@ -53,8 +58,10 @@ telemetry, not what is asked (the host is in the URL, the length is the body's;
 ``x-stainless-*`` are the OpenAI and Anthropic SDKs' platform, version and retry-count
 headers; an idempotency key is random per request; tracers (W3C trace context, Sentry,
 Datadog, Zipkin B3, Jaeger, AWS X-Ray, Google Cloud) add a fresh trace id to every request,
-and are often on live and off in a test): left out of the input, so a replay does not
-diverge on them."""
+and are often on live and off in a test; a signed request (AWS SigV4, Azure Storage) carries
+the time it was signed, its body's hash and a request id beside the signature, which is a
+credential and left out as one): left out of the input, so a replay does not diverge on
+them."""
 
 CREDENTIAL_FIELD_WORDS = frozenset(
     {"apikey", "token", "secret", "password", "passwd", "auth", "credential", "credentials"}
@@ -153,9 +160,39 @@ CREDENTIAL_PARAMETERS = frozenset(
     {
         *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
         *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
+        "code",
     }
 )
-"""Query parameters never stored, whatever they hold (compared lower-cased)."""
+"""Query parameters never stored, whatever they hold (compared lower-cased), with any one of
+whose words is ``signature`` (GCS's ``X-Goog-Signature``) or that :func:`credential_name`
+names. ``code`` is Azure Functions' key (the ``x-functions-key`` header's, in the URL) and an
+OAuth authorization code: both grant access."""
+
+
+def credential_parameter(name: str, value: str, redactor: Redactor | None) -> bool:
+    """Whether a query parameter carries a credential: by its name, or by the redactor."""
+    return (
+        credential_name(name)
+        or "signature" in _WORDS.findall(name.lower())
+        or _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
+    )
+
+
+def url_without_credentials(text: str) -> str:
+    """``text`` (a URL a response names: a redirect's ``location``) with its credential query
+    parameters left out, as a request's are: a presigned download's signature is a key to
+    the object. ``text`` itself when it has none (or is no URL)."""
+    import httpx
+
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError):
+        return text
+    if not url.query:
+        return text
+    items = url.params.multi_items()
+    kept = [(name, value) for name, value in items if not credential_parameter(name, value, None)]
+    return text if len(kept) == len(items) else str(url.copy_with(params=kept))
 
 
 def request_key_and_input(
@@ -170,8 +207,7 @@ def request_key_and_input(
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
         for name, value in (url.params.multi_items() if url.query else ())
-        if not credential_name(name)
-        and not _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
+        if not credential_parameter(name, value, redactor)
     ]
     headers: dict[str, str] = {}
     encoding = request.headers.encoding  # what multi_items() would decode with, found once

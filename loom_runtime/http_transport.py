@@ -63,7 +63,7 @@ from loom_runtime.errors import (
     RecordedComputeError,
     RecordedValueError,
 )
-from loom_runtime.http_request import KIND, request_key_and_input
+from loom_runtime.http_request import KIND, request_key_and_input, url_without_credentials
 from loom_runtime.redaction import Redactor
 
 try:
@@ -533,11 +533,27 @@ HTTP = HttpProfile()
 def stored_headers(
     response: httpx.Response, not_stored: frozenset[str] = RESPONSE_HEADERS_NOT_STORED
 ) -> list[tuple[str, str]]:
-    """A response's headers as a decision stores them (and the caller receives them)."""
+    """A response's headers as the caller receives them (and, with :func:`headers_to_store`,
+    as a decision stores them)."""
     return [
         (name.lower(), value)
         for name, value in response.headers.multi_items()
         if name.lower() not in not_stored
+    ]
+
+
+URL_HEADERS = frozenset({"location", "content-location"})
+"""Response headers holding a URL, stored without its credential query parameters."""
+
+
+def headers_to_store(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` as a decision stores them: a URL a response names (a redirect to a
+    presigned download) without its signature. The live caller gets the whole URL (its
+    client follows it); a replay follows the stored one, whose request is keyed and compared
+    without those parameters all the same (:func:`request_key_and_input`)."""
+    return [
+        (name, url_without_credentials(value) if name in URL_HEADERS else value)
+        for name, value in headers
     ]
 
 
@@ -571,7 +587,7 @@ class _Recording:
             text, data = None, body
         return RecordedResponse(
             status=self._status,
-            headers=self.headers,
+            headers=headers_to_store(self.headers),
             text=text,
             data=data,
             chunks=[len(chunk) for chunk in self._chunks],

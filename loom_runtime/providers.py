@@ -36,6 +36,7 @@ from loom_runtime.http_transport import (
     Call,
     Recording,
     Replayed,
+    headers_to_store,
     replayed,
     stored_headers,
 )
@@ -194,6 +195,7 @@ class _ModelRecording:
         assemble: Assembler | None,
     ) -> None:
         self.headers = stored_headers(response, MODEL_RESPONSE_HEADERS_NOT_STORED)
+        self._stored_headers = headers_to_store(self.headers)
         content_type = response.headers.get("content-type", "")
         self._streamed = content_type.startswith("text/event-stream")
         self._announced_json = "json" in content_type
@@ -235,7 +237,7 @@ class _ModelRecording:
             final = self._assemble(events) if self._assemble is not None else None
             value = ModelResponse(
                 status=self._status,
-                headers=self.headers,
+                headers=self._stored_headers,
                 events=events,
                 final=final,
                 complete=ended,
@@ -254,7 +256,7 @@ class _ModelRecording:
             value = self._unparsed(raw, complete=complete)
             return value, self._meta(None if lenient is _NOT_JSON else lenient)
         value = ModelResponse(
-            status=self._status, headers=self.headers, body=body, **_layout(raw, body)
+            status=self._status, headers=self._stored_headers, body=body, **_layout(raw, body)
         )
         return value, self._meta(value.body)
 
@@ -290,10 +292,10 @@ class _ModelRecording:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return ModelResponse(
-                status=self._status, headers=self.headers, data=raw, complete=complete
+                status=self._status, headers=self._stored_headers, data=raw, complete=complete
             )
         return ModelResponse(
-            status=self._status, headers=self.headers, text=text, complete=complete
+            status=self._status, headers=self._stored_headers, text=text, complete=complete
         )
 
     def _meta(self, answer: Any) -> dict[str, object]:

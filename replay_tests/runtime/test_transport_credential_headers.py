@@ -27,6 +27,9 @@ CREDENTIALS = {
     "x-amz-security-token": "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ",
     "x-functions-key": "Zm9vYmFyYmF6cXV4cXV1eGNvcmdlZ3JhdWx0Z2FycGx5",  # Azure Functions
     "X-Api-Token": "b8c6d4e2f0a9b7c5d3e1f0a2b4c6d8e0",
+    "X-Authorization": "7f3a9c0d1e2b4a5968778695a4b3c2d1",  # review 6 Dec: not the word "auth"
+    "Authentication": "a1b2c3d4e5f60718293a4b5c6d7e8f90",
+    "X-Hub-Signature-256": "sha256=0a1b2c3d4e5f60718293a4b5c6d7e8f9",
 }
 PLAIN = {"X-Trace": "plain-trace-id", "X-Keyboard-Layout": "dvorak"}
 
@@ -63,3 +66,51 @@ def test_a_credential_header_is_in_no_row(tmp_path: Path, name: str) -> None:
     assert "plain-trace-id" in rows  # the control: the request is stored
     stored = msgspec.json.decode(decision.input)["headers"]
     assert stored == {"accept": "*/*", "x-keyboard-layout": "dvorak", "x-trace": "plain-trace-id"}
+
+
+SIGNED = {
+    "code": "Zm9vYmFyYmF6cXV4Q29kZUtleUF6dXJlRnVuY3Rpb25z",  # Azure Functions' key, and OAuth's
+    "X-Goog-Signature": "5d2f6b7c8a9e0f1d2c3b4a59687766554433221100ffeeddccbbaa99",  # GCS
+    "X-Goog-Credential": "signer@project.iam.gserviceaccount.com/20261206/auto/storage",
+}
+PRESIGNED = (
+    "https://bucket.s3.amazonaws.com/asset.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIDEXAMPLE%2F20261206%2Fus-east-1%2Fs3%2Faws4_request"
+    "&X-Amz-Signature=9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d"
+)
+
+
+def test_signed_urls_and_their_redirects_are_in_no_row(tmp_path: Path) -> None:
+    """Query parameters that sign a URL or carry a function key (GCS's, Azure Functions'
+    ``code``) are left out like AWS's; a redirect to a presigned URL (a release download)
+    is stored with its signature left out of ``location``, while the live caller follows
+    the whole URL and a replay follows the stored one to the same recorded answer."""
+    path = tmp_path / "loom.db"
+    followed: list[str] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "api.example":
+            return httpx.Response(302, headers={"location": PRESIGNED})
+        followed.append(str(request.url))
+        return httpx.Response(200, json={"asset": True})
+
+    loom = Loom(f"sqlite:///{path}")
+
+    @loom.flow("signed")
+    def signed(ctx: Any) -> list[int]:
+        transport = loom_runtime.transport(httpx.MockTransport(serve))
+        with httpx.Client(transport=transport, follow_redirects=True) as client:
+            return [
+                client.get("https://storage.example/o", params=SIGNED).status_code,
+                client.get("https://api.example/releases/1").status_code,
+            ]
+
+    with loom:
+        run = loom.run("signed")
+        assert run.output == [200, 200]
+        assert followed[-1] == PRESIGNED  # live: the whole signed URL
+        rows = _rows(path)
+        for secret in [*SIGNED.values(), "9e8d7c6b5a4f3e2d", "AKIDEXAMPLE"]:
+            assert secret not in rows
+        assert "X-Amz-Algorithm" in rows  # the control: the redirect is stored
+        assert loom.replay(run.execution_id).identical

@@ -1,4 +1,4 @@
-"""ADR 0024, amended: tracing headers describe the telemetry, not the request.
+"""ADR 0024, amended: tracing and signing headers describe the telemetry, not the request.
 
 Tracers add a fresh trace id to every outgoing request (W3C ``traceparent``, Sentry's
 ``sentry-trace`` and ``baggage``, Datadog, Zipkin B3, AWS X-Ray), before the transport sees
@@ -33,6 +33,13 @@ def tracing() -> dict[str, str]:
         "x-b3-traceid": trace,
         "b3": f"{trace}-{span}-1",
         "x-amzn-trace-id": f"Root=1-{trace[:8]}-{trace[8:]}",
+        # Request signing (AWS SigV4, Azure Storage): its time, its body's hash, a request id
+        # (the signature itself is a credential, left out as such). Review of 6 December.
+        "x-amz-date": f"20261206T{uuid.uuid4().int % 240000:06d}Z",
+        "x-amz-content-sha256": uuid.uuid4().hex * 2,
+        "x-ms-date": f"Sun, 06 Dec 2026 {uuid.uuid4().int % 24:02d}:00:00 GMT",
+        "x-ms-client-request-id": str(uuid.uuid4()),
+        "date": f"Sun, 06 Dec 2026 {uuid.uuid4().int % 24:02d}:00:00 GMT",
     }
 
 
