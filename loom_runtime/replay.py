@@ -37,7 +37,7 @@ from loom_runtime.errors import (
     UnusedDecisionsError,
 )
 from loom_runtime.execution import Decision, Execution, error_message_of, error_type_of
-from loom_runtime.redaction import RedactorOption, resolve_redactor
+from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
 
 
 class Replayer:
@@ -172,7 +172,7 @@ def compare_outcome(
         return found
     recorded = _describe_recorded(execution)
     if error is not None:
-        replayed = _describe_error(error)
+        replayed = _describe_error(error, replayer.redactor)
         if recorded != replayed:
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
@@ -185,10 +185,20 @@ def compare_outcome(
     return found
 
 
-def _describe_error(error: BaseException) -> str:
+def _describe_error(error: BaseException, redactor: Redactor | None) -> str:
+    """What the flow raised on replay, as its failure would have been stored: the message
+    through the log's redactor (the recorded one was), so a secret the code puts in it (a
+    DSN from configuration) neither makes a faithful replay diverge nor reaches the verdict.
+    A redactor that refuses rather than rewrites withholds a message holding a secret."""
     if isinstance(error, RecordedComputeError):  # the recorded failure, re-raised unchanged
         return f"raised {error.error_type}: {error.message}"
-    return f"raised {error_type_of(error)}: {error_message_of(error)}"
+    message = error_message_of(error)
+    if redactor is not None:
+        if redactor.mode == "redact":
+            message = redactor.text(message, path="the replayed error")
+        elif (pattern := redactor.secret_in(message)) is not None:
+            message = f"[a message holding a {pattern}, withheld]"
+    return f"raised {error_type_of(error)}: {message}"
 
 
 def _describe_recorded(execution: Execution) -> str:
