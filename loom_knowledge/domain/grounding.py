@@ -55,11 +55,26 @@ word or a short phrase (a stub page's "question", "cite the doc_id") also occurs
 instructions: refusing it failed every answer that retrieved such a page, and let anyone who
 edits one page block answering. Passages pasted into a system prompt are a corpus's
 ordinary passages, paragraphs long, and still refused."""
-_TAG_START: Final = re.compile(r"<(?=\s*(?:/\s*)?passage\b)", re.IGNORECASE)
-"""The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``).
+_UNSEEN: Final = (
+    "\\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+"""Whitespace and Unicode's default-ignorable code points (soft hyphen, zero-width space and
+joiners, bidi controls, variation selectors, tag characters): a model reads them, a reader
+sees nothing, so a tag written with them in it is still a tag."""
+_TAG_START: Final = re.compile(
+    "[<\uff1c\ufe64\u2039\u3008\u27e8]"  # "<" and what a model can read as one
+    f"(?=[{_UNSEEN}]*(?:[/\uff0f\u2215\u2044][{_UNSEEN}]*)?"
+    + f"[{_UNSEEN}]*".join("passage")
+    + "\\b)",
+    re.IGNORECASE,
+)
+"""The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``,
+``<\u200b/passage>``, ``\uff1cpassage``).
 
-The second whitespace run is tried only after a ``/``: two optional runs side by side would
-be split every way on a long run after a ``<``, quadratic in a passage's text."""
+Each run of unseen characters is followed by a character outside them (a slash, a letter),
+so the look-ahead never splits a run two ways: linear in a passage's text."""
 
 
 class Provenance(msgspec.Struct, frozen=True, kw_only=True):
@@ -233,8 +248,16 @@ def grounded_request(
         messages.append(
             Message(role="user", content=_fence(passage, provenance), provenance=provenance)
         )
-    messages.append(Message(role="user", content=question))
-    messages.extend(conversation)
+    # The question (an end user's) and the conversation (tool results, pages a tool fetched)
+    # are untrusted as passages are: a fence tag in them would have the model cite a shown
+    # document for their text, so theirs are defused too.
+    messages.append(Message(role="user", content=_defused(question)))
+    messages.extend(
+        msgspec.structs.replace(turn, content=defused)
+        if (defused := _defused(turn.content)) != turn.content
+        else turn
+        for turn in conversation
+    )
     return GroundedRequest(messages=tuple(messages), tools=tuple(tools))
 
 
