@@ -64,6 +64,11 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
+_ordered_encoder = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
+"""For a value holding a set: a set encodes in its iteration order, which differs between
+processes (string hashes are seeded per process), so a recorded input or output holding one
+compared unequal in any other process. msgspec sorts a set's members only with every
+unordered collection, dicts' keys included, so such a value's dicts are stored sorted too."""
 
 
 def _builtins_hook(value: object) -> object:
@@ -79,7 +84,7 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     With a ``redactor``, secrets in the value's strings are replaced by markers (or refused
     with :class:`~loom_runtime.errors.SecretRefusedError`) before the bytes are returned.
     """
-    deep, binary = _inspect(value, MAX_DEPTH)
+    deep, binary, unordered = _inspect(value, MAX_DEPTH)
     if deep is not None:
         raise NotSerialisableError(
             f"{path}{deep} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
@@ -87,17 +92,23 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             path=f"{path}{deep}",
         )
     if redactor is not None and binary:
-        value = _binary_redacted(value, path=path, redactor=redactor)
+        value = _binary_redacted(value, path=path, redactor=redactor, unordered=unordered)
     try:
-        data = _encoder.encode(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        bad_path, bad_value = _find_unencodable(value, path)
-        raise NotSerialisableError(
-            f"{bad_path} cannot be stored in the log: {type(bad_value).__name__} is not "
-            f"msgspec-serialisable ({exc}). Pass plain data (str, int, float, bool, None, "
-            "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
-            path=bad_path,
-        ) from exc
+        data = (_ordered_encoder if unordered else _encoder).encode(value)
+    except TypeError as exc:
+        if not unordered or "not supported between instances" not in str(exc):
+            raise _not_serialisable(value, path, exc) from exc
+        try:  # a set of members of several types ({1, b"x"}): ordered by their JSON
+            data = _ordered_encoder.encode(_sets_by_json(value))
+        except TypeError:
+            raise NotSerialisableError(
+                f"{path} cannot be stored in the log: it holds a set whose members cannot be "
+                f"put in one order ({exc}), and a set stored in its iteration order differs "
+                "between processes; pass a list (or a set of one type)",
+                path=path,
+            ) from exc
+    except (ValueError, OverflowError) as exc:
+        raise _not_serialisable(value, path, exc) from exc
     if redactor is None:
         return msgspec.Raw(data)
     try:
@@ -107,6 +118,31 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             f"{path} cannot be stored in the log: it nests more than {MAX_DEPTH} levels deep",
             path=path,
         ) from exc
+
+
+def _sets_by_json(value: object) -> object:
+    """``value`` with each set (in a dict, list or tuple, at any depth) a list of its members
+    ordered by their JSON: the one order a set of members of several types has in every
+    process. A set inside a Struct or dataclass is left as it is."""
+    if isinstance(value, set | frozenset):
+        members = [_sets_by_json(member) for member in value]
+        return sorted(members, key=_ordered_encoder.encode)
+    if isinstance(value, dict):
+        return {key: _sets_by_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sets_by_json(item) for item in value]
+    return value
+
+
+def _not_serialisable(value: object, path: str, exc: Exception) -> NotSerialisableError:
+    """The error naming the field of ``value`` msgspec could not encode."""
+    bad_path, bad_value = _find_unencodable(value, path)
+    return NotSerialisableError(
+        f"{bad_path} cannot be stored in the log: {type(bad_value).__name__} is not "
+        f"msgspec-serialisable ({exc}). Pass plain data (str, int, float, bool, None, "
+        "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
+        path=bad_path,
+    )
 
 
 def encodes_to(value: object, raw: msgspec.Raw) -> bool:
@@ -121,15 +157,24 @@ def encodes_to(value: object, raw: msgspec.Raw) -> bool:
         return False
 
 
-def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
+def _binary_redacted(
+    value: object, *, path: str, redactor: Redactor, unordered: bool = False
+) -> object:
     """``value`` with the secrets inside its bytes redacted (or refused), before encoding.
 
     base64 would hide a secret inside bytes from every pattern, so they are scanned as the
     text they hold first (ADR 0012). Structs and dataclasses become plain data so every bytes
     value is reachable; the JSON they encode to is the same.
     """
+    if unordered:  # its sets become lists here: in one order, as :func:`encode` stores them
+        value = _sets_by_json(value)
     try:
-        plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
+        plain = msgspec.to_builtins(
+            value,
+            builtin_types=_BINARY,
+            enc_hook=_builtins_hook,
+            order="deterministic" if unordered else None,  # a set left inside a Struct
+        )
     except (TypeError, ValueError, OverflowError):
         return value  # not encodable: the encode that follows names the offending field
     return redactor.value(plain, path=path)
@@ -203,8 +248,9 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
     return _inspect(value, limit)[0]
 
 
-def _inspect(value: object, limit: int) -> tuple[str | None, bool]:
-    """:func:`too_deep`'s answer, and whether a bytes-like value is anywhere in ``value``.
+def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool]:
+    """:func:`too_deep`'s answer, whether a bytes-like value is anywhere in ``value``, and
+    whether a set is.
 
     One walk for both, since :func:`encode` needs both of every value it stores: two walks
     of the same value were a visible share of recording a decision. The depth answer is the
@@ -213,10 +259,10 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool]:
     the first one too deep has always been reported in.
     """
     if isinstance(value, _TEXT):
-        return None, False
+        return None, False, False
     if isinstance(value, _BINARY):
-        return None, True
-    binary = False
+        return None, True, False
+    binary = unordered = False
     stack: list[tuple[object, int, str, object]] = [(value, 0, "", None)]
     trail: list[tuple[str, object]] = []  # (kind, key) of each level down to the current item
     while stack:
@@ -227,8 +273,10 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool]:
         if members is None:
             continue
         if depth >= limit:
-            return "".join(_label(kind, key) for kind, key in trail), binary
+            return "".join(_label(kind, key) for kind, key in trail), binary, unordered
         child_kind, items = members
+        if child_kind == "member":
+            unordered = True
         for name, child in items:
             if isinstance(child, _TEXT):
                 continue
@@ -236,7 +284,7 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool]:
                 binary = True
                 continue
             stack.append((child, depth + 1, child_kind, name))
-    return None, binary
+    return None, binary, unordered
 
 
 def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | None:

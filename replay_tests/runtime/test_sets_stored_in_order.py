@@ -1,0 +1,81 @@
+"""A set is stored in one order, whatever the process (ADR 0002, amended "sets").
+
+A set encodes in its iteration order, and string hashes are seeded per process: an input or
+an output holding a set of strings was recorded in one order and encoded in another by a
+replay in any other process (CI, the pytest plugin, ``loom replay``), which reported the
+unchanged flow's input and output changed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from loom_runtime import NotSerialisableError, codec
+
+NAMES = [f"tool-{index:02d}" for index in range(20)]
+
+PROGRAM = textwrap.dedent(
+    """
+    import sys
+    from loom_runtime import Loom
+
+    loom = Loom(sys.argv[1])
+
+    @loom.flow("pick")
+    def pick(ctx, names: list[str]) -> set[str]:
+        offered = set(names)
+        ctx.decide("model", lambda: "ok", input={"tools": offered})
+        return offered
+
+    if sys.argv[2] == "record":
+        print(loom.run("pick", names=NAMES).execution_id)
+    else:
+        result = loom.replay(sys.argv[3])
+        print(result.describe())
+        sys.exit(0 if result.identical else 1)
+    """
+).replace("NAMES", repr(NAMES))
+
+
+def _python(seed: int, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, *args], env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.slow
+def test_a_set_recorded_in_one_process_replays_identically_in_others(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    recorded = _python(1, url, "record")
+    assert recorded.returncode == 0, recorded.stderr
+    execution_id = recorded.stdout.strip()
+    for seed in (2, 3, 4):
+        replayed = _python(seed, url, "replay", execution_id)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+def test_a_set_encodes_in_its_members_order() -> None:
+    assert bytes(codec.encode(set(NAMES), path="value")) == codec._encoder.encode(sorted(NAMES))
+    assert bytes(codec.encode({"b": frozenset(NAMES)}, path="value")).startswith(
+        b'{"b":["tool-00","tool-01",'
+    )
+
+
+class Offered(msgspec.Struct):
+    tools: set[object]
+
+
+def test_a_set_of_members_of_several_types_is_ordered_by_their_json() -> None:
+    """``{1, "a", b"x"}`` has no order of its own: its members' JSON gives one. Inside a
+    Struct (which is encoded as it is declared) such a set is refused by name instead."""
+    assert bytes(codec.encode({"tools": {1, "a", None}}, path="v")) == b'{"tools":["a",1,null]}'
+    with pytest.raises(NotSerialisableError, match="set whose members cannot be put in one order"):
+        codec.encode(Offered(tools={1, "a"}), path="input of 'model'")
