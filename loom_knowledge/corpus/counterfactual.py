@@ -1,7 +1,10 @@
 """Counterfactual replay: would this execution go the same way against today's corpus?
 
 The execution is replayed with its retrievals run LIVE against the corpus as it is now, while
-everything else (the model's answer, the clock) stays as recorded. Nothing is written. The
+everything else (the model's answer, the clock) stays as recorded. Nothing is written, except
+the vectors a vector or hybrid retrieval embeds for today's passages that have none yet,
+recorded as any live retrieval records them (ADR 0038). A retrieval that raises when run live
+(its embedder down) is reported as failed, every recorded passage removed. The
 report says, per retrieval, which passages today's corpus would add or no longer return; how
 the model request would differ (the unified diff the replay produced); and which of the
 recorded answer's citations would now point at documents the model would not be shown. That
@@ -34,6 +37,9 @@ class RetrievalChange(msgspec.Struct, frozen=True, kw_only=True):
     added: tuple[PassageRef, ...]
     removed: tuple[PassageRef, ...]
     kept: tuple[PassageRef, ...]
+    failed: str | None = None
+    """What the retrieval raised when run live (type and message), if it did: today it returns
+    nothing, so every recorded passage is removed."""
 
 
 class Counterfactual(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,7 +63,12 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
         if decision.kind != "retrieval" or decision.value is None:
             continue
         recorded_passages: list[Passage] = codec.decode(decision.value, type=list[Passage])
-        live_passages: list[Passage] = result.live_values.get(decision.key, [])
+        outcome = result.live_values.get(decision.key, [])
+        # A retrieval that raised live (its embedder down) is kept as what it raised.
+        failed = (
+            f"{type(outcome).__name__}: {outcome}" if isinstance(outcome, BaseException) else None
+        )
+        live_passages: list[Passage] = [] if failed is not None else outcome
         recorded = {_ref(p) for p in recorded_passages}
         live = {_ref(p) for p in live_passages}
         live_docs |= {ref.doc_id for ref in live}
@@ -67,6 +78,7 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
                 added=tuple(sorted(live - recorded)),
                 removed=tuple(sorted(recorded - live)),
                 kept=tuple(sorted(recorded & live)),
+                failed=failed,
             )
         )
     cited = [
@@ -78,7 +90,7 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
     diffs = tuple(d.diff for d in result.divergences if isinstance(d, DecisionInputChangedError))
     return Counterfactual(
         execution_id=execution.id,
-        unchanged=result.identical and all(not (c.added or c.removed) for c in changes),
+        unchanged=result.identical and all(not (c.added or c.removed or c.failed) for c in changes),
         retrievals=tuple(changes),
         request_diffs=diffs,
         now_ungrounded=tuple(dict.fromkeys(d for d in cited if d not in live_docs)),
@@ -106,6 +118,8 @@ def counterfactual_lines(report: Counterfactual) -> list[str]:
     lines = [f"execution {report.execution_id} {verdict}"]
     for change in report.retrievals:
         lines.append(f"retrieval {change.key}")
+        if change.failed is not None:
+            lines.append(f"  ! failed live: {change.failed}")
         lines += [f"  + {_label(ref)}" for ref in change.added]
         lines += [f"  - {_label(ref)}" for ref in change.removed]
         lines.append(f"  = {len(change.kept)} passage(s) unchanged")
