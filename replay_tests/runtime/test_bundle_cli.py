@@ -21,6 +21,14 @@ def greet(ctx: FlowContext, name: str) -> str:
     return f"{salutation}, {name}"
 
 
+@flows.flow("ask")
+def ask(ctx: FlowContext, user_first: bool) -> dict[str, str]:
+    system, user = ("system", "Answer from the passages."), ("user", "why?")
+    request = dict([user, system] if user_first else [system, user])
+    ctx.decide("model", lambda: "42", input=request)
+    return dict(reversed(request.items()))  # an output in the other order: the same output
+
+
 def record(path: Path, prompt: str, name: str = "Ada") -> Path:
     PROMPT["text"] = prompt
     with Loom(f"sqlite:///{path.with_suffix('.db')}", flows=flows) as loom:
@@ -96,3 +104,16 @@ def test_values_from_a_bundle_are_printed_inert(tmp_path: Path) -> None:
     b = record(tmp_path / "b.json", "Greet ")
     _, out, _ = loom("diff", str(a), str(b))
     assert "\x1b" not in out
+
+
+def test_a_request_whose_keys_are_reordered_is_a_changed_input(tmp_path: Path) -> None:
+    """Review of 6 December: the order of a request's keys is what the model reads, and a
+    replay reports it as a changed input (ADR 0002, "key order"); ``loom diff`` sorted keys
+    before comparing, and called the two recordings the same. An output compares as the
+    replay compares it: its key order is not a difference."""
+    with Loom(f"sqlite:///{tmp_path / 'k.db'}", flows=flows) as recorder:
+        a = recorder.export(recorder.run("ask", user_first=False).execution_id, tmp_path / "a.json")
+        b = recorder.export(recorder.run("ask", user_first=True).execution_id, tmp_path / "b.json")
+    code, out, _ = loom("diff", str(a), str(b), "--json")
+    changes = [(d["change"], d["key"]) for d in json.loads(out)["differences"]]
+    assert (code, changes) == (1, [("arguments", None), ("input", "model")])
