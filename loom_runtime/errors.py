@@ -269,6 +269,19 @@ class DecisionInputChangedError(ReplayDivergence):
         self.diff = diff
 
 
+class DecisionKindChangedError(ReplayDivergence):
+    """A recorded decision was asked for again with a different ``kind``: what audits and a
+    counterfactual's ``live=`` read it as changed (a model call now called a retrieval)."""
+
+    def __init__(self, *, key: str, recorded: str | None, asked: str | None) -> None:
+        super().__init__(
+            f"decision {key!r} was recorded as kind {recorded!r} and is now asked as kind {asked!r}"
+        )
+        self.key = key
+        self.recorded = recorded
+        self.asked = asked
+
+
 class UnattributedCallError(ReplayDivergence):
     """Calls loom records (a request through a recording transport or wrapped client, a
     ``@tool``, an MCP call) were made while the replay ran, from a thread or task without

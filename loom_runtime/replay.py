@@ -29,6 +29,7 @@ from loom_runtime.context import Slot
 from loom_runtime.diff import diff
 from loom_runtime.errors import (
     DecisionInputChangedError,
+    DecisionKindChangedError,
     OutcomeChangedError,
     OutputChangedError,
     RecordedComputeError,
@@ -66,10 +67,15 @@ class Replayer:
     def lookup(self, slot: Slot) -> Decision | None:
         matched = slot.matched  # found by numbering in this very mapping, same input
         if matched is not None and (slot.kind is None or slot.kind not in self._live):
+            if matched.kind != slot.kind:
+                self._kind_changed(matched, slot)
             self._answered.append(slot.key)
             return matched
         self._asked.add(slot.key)
         if slot.kind is not None and slot.kind in self._live:
+            recorded = self.recorded.get(slot.key)
+            if recorded is not None and recorded.kind != slot.kind:
+                self._kind_changed(recorded, slot)  # computed live as what it was not
             return None
         decision = self.recorded.get(slot.key)
         if decision is None:
@@ -77,6 +83,8 @@ class Replayer:
             divergence = UnrecordedDecisionError(key=slot.key, nearest=nearest)
             self.divergences.append(divergence)
             raise divergence
+        if decision.kind != slot.kind:
+            self._kind_changed(decision, slot)
         # Asked as ==, not !=: msgspec's Raw answers != several times slower (53 ns against
         # 13), and every decision of a replay asks this once.
         if decision.input == slot.input:
@@ -88,6 +96,14 @@ class Replayer:
             )
         )
         return decision
+
+    def _kind_changed(self, decision: Decision, slot: Slot) -> None:
+        """Note that ``slot`` asks ``decision`` as another kind: audits and a counterfactual's
+        ``live=`` read the kind, so a changed one is a change (answered as recorded all the
+        same, as a changed input is)."""
+        self.divergences.append(
+            DecisionKindChangedError(key=slot.key, recorded=decision.kind, asked=slot.kind)
+        )
 
     def record(
         self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
