@@ -64,7 +64,10 @@ credential and left out as one): left out of the input, so a replay does not div
 them."""
 
 CREDENTIAL_FIELD_WORDS = frozenset(
-    {"apikey", "token", "secret", "password", "passwd", "auth", "credential", "credentials"}
+    {
+        *("apikey", "token", "secret", "password", "passwd", "auth", "credential", "credentials"),
+        *("authorization", "bearer"),
+    }
 )
 """A JSON body's field or a query parameter one of whose words (its name split at ``-``, ``_``
 and camel case) is one of these, or that ends in ``key`` after one of :data:`KEY_KINDS`

@@ -18,7 +18,11 @@ handed back as the SDK's result type rebuilt from that JSON, live and on replay 
 error the server answered with (an ``MCPError``: a JSON-RPC error, an unknown resource) is an
 answer too: recorded as ``{"type": "MCPError", "result": <its ErrorData>}`` and raised again on
 replay with the same code, message and data, so ``except MCPError`` takes the same path. Any
-other failure (the connection closed) is recorded as the decision's failure. Timeouts and
+other failure (the connection closed, a request timed out: the SDK raises those as
+``MCPError`` too, with its own codes) is recorded as the decision's failure. Arguments named
+as credentials and a resource URI's userinfo and signing parameters are stored as the HTTP
+transport stores them (:func:`~loom_runtime.http_request.without_credentials`,
+:func:`stored_uri`). Timeouts and
 progress callbacks are not part of the question and are not recorded; a replay calls none.
 Everything else (``list_tools``, ``initialize``, ``async with``) goes to the session as is,
 and outside a flow so do these two.
@@ -34,12 +38,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
 from loom_runtime.context import cancelled_wait, computing, recorder
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
+from loom_runtime.http_request import credential_parameter, without_credentials
 
 try:
     import pydantic
@@ -58,6 +63,10 @@ _RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
     getattr(mcp_types, "InputRequiredResult", None),  # asked for with allow_input_required (mcp 2)
 )
 RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
+_CLIENT_SIDE: Final = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT})
+"""The codes of an ``MCPError`` the client raises itself (the connection closed, no reply in
+time): no server answered, so it is the decision's failure (reopened by ``retry_failed``),
+never a recorded answer the reopened run would be handed again."""
 """The result classes a recording may name, by name: a recorded name is never imported.
 Anything else (an extension's claimed result) is refused before it is recorded."""
 
@@ -99,7 +108,13 @@ class RecordedSession:
         self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
     ) -> Any:
         """``session.call_tool``, recorded as ``tool:mcp:<name>`` inside a flow."""
-        asked = {"name": name, "arguments": arguments or {}, **_options(kwargs)}
+        # Credential-named arguments stored marked, as an HTTP body's fields are: the server
+        # gets them as given (ADR 0028, amended "credentials").
+        asked = {
+            "name": name,
+            "arguments": without_credentials(arguments or {}),
+            **_options(kwargs),
+        }
         return await _decide(
             f"tool:mcp:{name}",
             "tool",
@@ -109,7 +124,7 @@ class RecordedSession:
 
     async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
         """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
-        asked = {"uri": str(uri), **_options(kwargs)}
+        asked = {"uri": stored_uri(str(uri)), **_options(kwargs)}
         return await _decide(
             f"resource:mcp:{resource_name(str(uri))}",
             "resource",
@@ -130,6 +145,21 @@ def resource_name(uri: str) -> str:
     parts = urlsplit(uri)
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def stored_uri(uri: str) -> str:
+    """A resource URI as its decision's input stores it: without userinfo, and without the
+    query parameters that carry a credential (a presigned object's signature, a token), as
+    the HTTP transport stores a URL. The server is asked the whole URI."""
+    parts = urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        kept = [(k, v) for k, v in pairs if not credential_parameter(k, v, None)]
+        if len(kept) != len(pairs):
+            query = urlencode(kept)
+    return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
 
 
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -164,8 +194,11 @@ async def _decide(
         try:
             with computing(ctx):
                 result = await call()
-        except MCPError as exc:  # the server answered with an error: an answer all the same
-            result = exc.error
+        except MCPError as exc:
+            if exc.error.code in _CLIENT_SIDE:  # no answer came: a failure, as any other
+                decision.fail(exc)
+                raise
+            result = exc.error  # the server answered with an error: an answer all the same
         except Exception as exc:
             decision.fail(exc)
             raise
@@ -183,7 +216,7 @@ async def _decide(
             )
             decision.fail(refused)
             raise refused
-        decision.record(_Recorded(type=recorded_type, result=_dump(result)))
+        decision.record(_Recorded(type=recorded_type, result=_stored(_dump(result))))
     rebuilt = _rebuild(decision.key, decision.value)
     if isinstance(rebuilt, MCPError):
         raise rebuilt
@@ -192,6 +225,17 @@ async def _decide(
 
 def _dump(model: pydantic.BaseModel) -> Any:
     return model.model_dump(mode="json", by_alias=True)
+
+
+def _stored(result: Any) -> Any:
+    """A result's JSON as stored: each resource content's ``uri`` (the server echoes the URI
+    it was asked) as :func:`stored_uri` stores the question's. The flow is handed the result
+    rebuilt from what is stored, live and on replay alike."""
+    contents = result.get("contents") if isinstance(result, dict) else None
+    for item in contents if isinstance(contents, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("uri"), str):
+            item["uri"] = stored_uri(item["uri"])
+    return result
 
 
 def _rebuild(key: str, recorded: _Recorded) -> Any:

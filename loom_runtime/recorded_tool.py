@@ -48,6 +48,7 @@ from loom_runtime.context import (
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import DecisionKeyError, RecordedComputeError
+from loom_runtime.http_request import without_credentials
 
 KIND: Final = "tool"
 
@@ -142,7 +143,12 @@ class _Tool:
         """
         try:
             decision = ctx.open_decision(
-                self.key, input=self.arguments(args, kwargs), kind=KIND, type=self.returns
+                self.key,
+                # Credential-named arguments (``token``, ``api_key``) stored marked, as an HTTP
+                # body's are (ADR 0028, amended "credentials"); the tool gets them as given.
+                input=without_credentials(self.arguments(args, kwargs)),
+                kind=KIND,
+                type=self.returns,
             )
         except RecordedComputeError as recorded:
             bound = cancelled_wait(recorded)

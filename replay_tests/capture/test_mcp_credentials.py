@@ -1,0 +1,128 @@
+"""Credentials handed to a tool are stored as the HTTP path stores them (ADR 0028, amended).
+
+A review of 6 December found MCP ``call_tool`` arguments and ``@tool`` arguments named as
+credentials (``token``, ``auth``, ``secret``, ``private_key``, ``credentials``) stored in
+clear, though the HTTP transport marks the same JSON fields; a resource URI's userinfo and
+signing query parameters stored whole in the input, though the key leaves them out; and
+``authorization``/``bearer`` fields in clear on every path. Each value below is opaque (no
+redaction pattern knows it), so only the name can tell.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import loom_runtime
+from loom_runtime import Loom
+
+pytest.importorskip("mcp")
+from mcp import types
+
+NAMES = ["token", "auth", "secret", "session_token", "private_key", "credentials"]
+NAMES += ["authorization", "bearer", "access_token", "apiKey"]
+
+
+def opaque(where: str, name: str) -> str:
+    return f"V{where}{sum(map(ord, name)) * 7919}qq"
+
+
+class Session:
+    """Stands in for an MCP ``ClientSession``: what the wrapper stores is its own input."""
+
+    async def call_tool(self, name: str, arguments: Any = None, **_: Any) -> Any:
+        return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+
+    async def read_resource(self, uri: Any, **_: Any) -> Any:
+        contents = [types.TextResourceContents(uri=str(uri), text="x")]
+        return types.ReadResourceResult(contents=contents)
+
+
+@loom_runtime.tool
+def lookup(args: dict[str, str], token: str) -> str:
+    return "ok"
+
+
+URI = (
+    "https://deploy:tok9f8e7d6c5b@files.example/report.pdf"
+    "?X-Amz-Signature=9a8b7c6d5e4f&token=qq77opaqueTok&sig=SiGvAlUe123&page=2"
+)
+
+
+def _rows(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def test_credential_named_arguments_and_uri_parts_are_in_no_row(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    session = loom_runtime.wrap_session(Session())
+    answer = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+    loom = Loom(f"sqlite:///{path}")
+
+    @loom.flow("agent")
+    async def agent(ctx: Any) -> str:
+        await session.call_tool("t", {name: opaque("mcp", name) for name in NAMES})
+        lookup({name: opaque("tool", name) for name in NAMES}, token=opaque("tool", "param"))
+        await session.read_resource(URI)
+        with httpx.Client(transport=loom_runtime.transport(answer)) as http:
+            http.post("https://api.example/x", json={n: opaque("http", n) for n in NAMES})
+        return "done"
+
+    with loom:
+        run = loom.run("agent")
+        assert loom.replay(run.execution_id).identical
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    stored = _rows(path)
+    found = [
+        f"{where}:{name}"
+        for where in ("mcp", "tool", "http")
+        for name in [*NAMES, "param"]
+        if opaque(where, name).encode() in stored
+    ]
+    assert found == []
+    for secret in ("tok9f8e7d6c5b", "9a8b7c6d5e4f", "qq77opaqueTok", "SiGvAlUe123"):
+        assert secret.encode() not in stored, secret
+    assert b"page=2" in stored  # the control: the resource's plain query is stored
+
+
+class Flaky(Session):
+    """Times out once (the SDK raises its own ``MCPError`` for that), then answers."""
+
+    calls = 0
+
+    async def call_tool(self, name: str, arguments: Any = None, **_: Any) -> Any:
+        from mcp.shared.exceptions import MCPError
+
+        Flaky.calls += 1
+        if Flaky.calls == 1:
+            raise MCPError(types.REQUEST_TIMEOUT, "Timed out after 0.3s waiting for 'tools/call'")
+        return await super().call_tool(name, arguments)
+
+
+def test_a_timeout_is_a_failure_a_retry_reopens_not_a_recorded_answer(tmp_path: Path) -> None:
+    """Review of 6 December: a request timeout (or a closed connection), which the SDK raises
+    as an ``MCPError`` with a code of its own, was recorded as the server's answer, so
+    ``resume(retry_failed=True)`` handed the reopened run the same timeout for ever."""
+    from mcp.shared.exceptions import MCPError
+
+    session = loom_runtime.wrap_session(Flaky())
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+
+    @loom.flow("agent")
+    async def agent(ctx: Any) -> str:
+        result = await session.call_tool("slow", {})
+        return str(result.content[0].text)
+
+    with loom:
+        with pytest.raises(MCPError, match="Timed out"):
+            loom.run("agent")
+        [summary] = loom.executions()
+        [decision] = loom.execution(summary.execution_id).decisions.values()
+        assert decision.error_type is not None  # a failure, not a recorded answer
+        assert loom.resume(summary.execution_id, retry_failed=True).output == "ok"
+    assert Flaky.calls == 2
