@@ -13,6 +13,7 @@ that would make an unchanged request differ from run to run or that must never b
 from __future__ import annotations
 
 import re
+import zlib
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -227,7 +228,10 @@ def request_key_and_input(
         parts = _multipart(request.content, (boundary[1] or boundary[2]).encode("latin-1"))
     if parts is not None:  # the random boundary left out of the header and the body
         headers["content-type"] = _BOUNDARY.sub("", headers["content-type"])
-    body = {"multipart": parts} if parts is not None else _request_body(request.content)
+    content = request.content
+    if parts is None:  # a gzip header's time differs per run: the body is what it encodes
+        content = _decoded(content, headers.get("content-encoding", ""))
+    body = {"multipart": parts} if parts is not None else _request_body(content)
     return f"{KIND}:{request.method} {origin}{url.path}", {
         "method": request.method,
         "url": f"{url.scheme}://{origin}{url.path}",
@@ -249,6 +253,30 @@ def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool
 def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
     """Whether a header or parameter carries a credential: by its name, or by the redactor."""
     return name in names or (redactor is not None and redactor.secret_in(value) is not None)
+
+
+MAX_DECODED_BODY = 64 * 1024 * 1024
+"""The most a compressed request body is inflated to be compared; a larger one (or one that
+does not inflate) is compared as its compressed bytes, as before."""
+
+
+def _decoded(content: bytes, encoding: str) -> bytes:
+    """``content`` inflated when ``encoding`` is ``gzip`` or ``deflate`` (one coding; a chain
+    or another coding is compared as sent). gzip writes the time it compressed into its
+    header, so an unchanged body compressed again differs byte for byte; inflated, it is
+    compared, diffed and checked for credential fields as any body is (ADR 0024, amended)."""
+    coding = encoding.strip().lower()
+    if not content or coding not in ("gzip", "x-gzip", "deflate"):
+        return content
+    wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+    try:
+        inflater = zlib.decompressobj(wbits)
+        data = inflater.decompress(content, MAX_DECODED_BODY)
+    except zlib.error:
+        return content
+    if inflater.unconsumed_tail or not inflater.eof:  # too large, or cut short
+        return content
+    return data
 
 
 def _request_body(content: bytes) -> dict[str, Any] | None:

@@ -1,0 +1,74 @@
+"""A compressed request body is compared and stored as what it says (ADR 0024, amended).
+
+gzip writes the time it compressed into its header, so an unchanged flow posting a gzipped
+body (a log or OTLP exporter, a bulk API) never replayed identically, and its stored input was
+one line of base64 no diff could read, with any credential field inside it unmarked (review
+of 6 December). A changed body still diverges (the control).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+import loom_runtime
+from loom_runtime import DecisionInputChangedError, Loom
+from replay_tests.runtime.test_transport import Unreachable
+
+BODY = {"events": ["disk full", "restarted"], "api_token": "opaque-9f8e7d6c5b4a"}
+CLOCK = {"mtime": 1_000}
+
+
+def compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        CLOCK["mtime"] += 1  # a later second, as each run compresses later
+        return gzip.compress(data, mtime=CLOCK["mtime"])
+    return zlib.compress(data)
+
+
+def build(url: str, inner: httpx.BaseTransport, encoding: str, body: Any = BODY) -> Loom:
+    loom = Loom(url)
+
+    @loom.flow("ship")
+    def ship(ctx: Any) -> int:
+        content = compress(json.dumps(body).encode(), encoding)
+        headers = {"content-encoding": encoding, "content-type": "application/json"}
+        with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+            return client.post(
+                "https://logs.example/v1", content=content, headers=headers
+            ).status_code
+
+    return loom
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_body_replays_identically_and_is_stored_as_its_json(
+    sqlite_url: str, encoding: str
+) -> None:
+    with build(sqlite_url, httpx.MockTransport(lambda r: httpx.Response(202)), encoding) as loom:
+        run = loom.run("ship")
+        (decision,) = loom.execution(run.execution_id).decisions.values()
+    stored = msgspec.json.decode(decision.input)
+    assert stored["body"] == {
+        "json": {"events": ["disk full", "restarted"], "api_token": "[REDACTED:credential-field]"}
+    }
+    assert stored["headers"]["content-encoding"] == encoding
+    with build(sqlite_url, Unreachable(), encoding) as fresh:
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_a_changed_compressed_body_still_diverges(sqlite_url: str) -> None:
+    with build(sqlite_url, httpx.MockTransport(lambda r: httpx.Response(202)), "gzip") as loom:
+        run = loom.run("ship")
+    changed = {**BODY, "events": ["disk full"]}
+    with build(sqlite_url, Unreachable(), "gzip", body=changed) as fresh:
+        [finding] = fresh.replay(run.execution_id).divergences
+    assert isinstance(finding, DecisionInputChangedError)
+    assert '-        "restarted"' in finding.diff
