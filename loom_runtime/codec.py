@@ -19,6 +19,7 @@ with ``RecursionError`` halfway through a write.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -64,11 +65,6 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
-_ordered_encoder = msgspec.json.Encoder(enc_hook=enc_hook, order="deterministic")
-"""For a value holding a set: a set encodes in its iteration order, which differs between
-processes (string hashes are seeded per process), so a recorded input or output holding one
-compared unequal in any other process. msgspec sorts a set's members only with every
-unordered collection, dicts' keys included, so such a value's dicts are stored sorted too."""
 
 
 def _builtins_hook(value: object) -> object:
@@ -91,23 +87,21 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
             path=f"{path}{deep}",
         )
-    if redactor is not None and binary:
-        value = _binary_redacted(value, path=path, redactor=redactor, unordered=unordered)
-    try:
-        data = (_ordered_encoder if unordered else _encoder).encode(value)
-    except TypeError as exc:
-        if not unordered or "not supported between instances" not in str(exc):
+    if unordered:
+        # A set encodes in its iteration order, which string hashes seed per process: a
+        # recorded set compared unequal in any other process. Its members are put in the order
+        # of their JSON, the one order members of any type (frozensets, which ``<`` orders
+        # only by inclusion, mixed types, which it cannot) have in every process; nothing
+        # else of the value changes (ADR 0002, amended "sets").
+        try:
+            value = _sets_by_json(value)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise _not_serialisable(value, path, exc) from exc
-        try:  # a set of members of several types ({1, b"x"}): ordered by their JSON
-            data = _ordered_encoder.encode(_sets_by_json(value))
-        except TypeError:
-            raise NotSerialisableError(
-                f"{path} cannot be stored in the log: it holds a set whose members cannot be "
-                f"put in one order ({exc}), and a set stored in its iteration order differs "
-                "between processes; pass a list (or a set of one type)",
-                path=path,
-            ) from exc
-    except (ValueError, OverflowError) as exc:
+    if redactor is not None and binary:
+        value = _binary_redacted(value, path=path, redactor=redactor)
+    try:
+        data = _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise _not_serialisable(value, path, exc) from exc
     if redactor is None:
         return msgspec.Raw(data)
@@ -121,17 +115,35 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
 
 
 def _sets_by_json(value: object) -> object:
-    """``value`` with each set (in a dict, list or tuple, at any depth) a list of its members
-    ordered by their JSON: the one order a set of members of several types has in every
-    process. A set inside a Struct or dataclass is left as it is."""
+    """``value`` with each set, at any depth, a list of its members ordered by their JSON.
+
+    Containers are copied only where a set is below them (dict keys and order kept); a Struct
+    or dataclass holding one is copied with that field replaced, so it encodes as declared.
+    Called only for a value :func:`_inspect` found a set in, whose depth it has checked."""
     if isinstance(value, set | frozenset):
         members = [_sets_by_json(member) for member in value]
-        return sorted(members, key=_ordered_encoder.encode)
+        return sorted(members, key=_encoder.encode)
     if isinstance(value, dict):
-        return {key: _sets_by_json(item) for key, item in value.items()}
+        items = {key: _sets_by_json(item) for key, item in value.items()}
+        changed = any(items[key] is not item for key, item in value.items())
+        return items if changed else value
     if isinstance(value, list | tuple):
-        return [_sets_by_json(item) for item in value]
-    return value
+        converted = [_sets_by_json(item) for item in value]
+        changed = any(new is not old for new, old in zip(converted, value, strict=True))
+        return converted if changed else value
+    found = _members(value)
+    if found is None or found[0] != "field":
+        return value
+    fields = {str(name): _sets_by_json(child) for name, child in found[1]}
+    changes = {name: new for name, new in fields.items() if new is not getattr(value, name, None)}
+    if not changes:
+        return value
+    if isinstance(value, msgspec.Struct):
+        return msgspec.structs.replace(value, **changes)
+    copied = copy.copy(value)  # a dataclass: its own fields set, even when frozen
+    for name, new in changes.items():
+        object.__setattr__(copied, name, new)
+    return copied
 
 
 def _not_serialisable(value: object, path: str, exc: Exception) -> NotSerialisableError:
@@ -157,24 +169,15 @@ def encodes_to(value: object, raw: msgspec.Raw) -> bool:
         return False
 
 
-def _binary_redacted(
-    value: object, *, path: str, redactor: Redactor, unordered: bool = False
-) -> object:
+def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
     """``value`` with the secrets inside its bytes redacted (or refused), before encoding.
 
     base64 would hide a secret inside bytes from every pattern, so they are scanned as the
     text they hold first (ADR 0012). Structs and dataclasses become plain data so every bytes
     value is reachable; the JSON they encode to is the same.
     """
-    if unordered:  # its sets become lists here: in one order, as :func:`encode` stores them
-        value = _sets_by_json(value)
     try:
-        plain = msgspec.to_builtins(
-            value,
-            builtin_types=_BINARY,
-            enc_hook=_builtins_hook,
-            order="deterministic" if unordered else None,  # a set left inside a Struct
-        )
+        plain = msgspec.to_builtins(value, builtin_types=_BINARY, enc_hook=_builtins_hook)
     except (TypeError, ValueError, OverflowError):
         return value  # not encodable: the encode that follows names the offending field
     return redactor.value(plain, path=path)

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loom_runtime import NotSerialisableError, codec
+from loom_runtime import codec
 
 NAMES = [f"tool-{index:02d}" for index in range(20)]
 
@@ -74,8 +74,27 @@ class Offered(msgspec.Struct):
 
 
 def test_a_set_of_members_of_several_types_is_ordered_by_their_json() -> None:
-    """``{1, "a", b"x"}`` has no order of its own: its members' JSON gives one. Inside a
-    Struct (which is encoded as it is declared) such a set is refused by name instead."""
+    """``{1, "a", None}`` has no order of its own: its members' JSON gives one, in a dict and
+    inside a Struct alike."""
     assert bytes(codec.encode({"tools": {1, "a", None}}, path="v")) == b'{"tools":["a",1,null]}'
-    with pytest.raises(NotSerialisableError, match="set whose members cannot be put in one order"):
-        codec.encode(Offered(tools={1, "a"}), path="input of 'model'")
+    assert bytes(codec.encode(Offered(tools={1, "a"}), path="v")) == b'{"tools":["a",1]}'
+
+
+def test_sets_of_sets_are_ordered_by_their_json_not_by_inclusion() -> None:
+    """Review of 6 December: ``<`` between frozensets means "is a subset of", a partial
+    order, so sorting them kept the seeded iteration order; their JSON orders them."""
+    groups = {frozenset({f"team-{n}", f"team-{n}x"}) for n in range(8)}  # none inside another
+    expected = [[f"team-{n}", f"team-{n}x"] for n in range(8)]
+    assert bytes(codec.encode({"groups": groups}, path="v")) == codec._encoder.encode(
+        {"groups": expected}
+    )
+
+
+def test_a_set_leaves_its_neighbours_as_they_were() -> None:
+    """Review of 6 December: a dict with integer keys beside a set was refused (msgspec sorts
+    keys only when they are strings), and every dict beside a set came back with its keys
+    sorted. Only the sets are ordered now."""
+    value = {"by_id": {17: "ada", 3: "grace"}, "roles": {"admin"}, "z": 1, "a": 2}
+    assert bytes(codec.encode(value, path="v")) == (
+        b'{"by_id":{"17":"ada","3":"grace"},"roles":["admin"],"z":1,"a":2}'
+    )
