@@ -51,6 +51,7 @@ CLIENT_HEADERS = frozenset(
         *("traceparent", "tracestate", "baggage", "sentry-trace", "b3", "uber-trace-id"),
         *("x-amzn-trace-id", "x-cloud-trace-context"),
         *("date", "x-amz-date", "x-amz-content-sha256", "x-ms-date", "x-ms-client-request-id"),
+        *("x-goog-date", "x-goog-content-sha256"),
     }
 )
 CLIENT_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", "uberctx-")
@@ -164,13 +165,37 @@ CREDENTIAL_PARAMETERS = frozenset(
     {
         *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
         *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
-        "code",
     }
 )
 """Query parameters never stored, whatever they hold (compared lower-cased), with any one of
 whose words is ``signature`` (GCS's ``X-Goog-Signature``) or that :func:`credential_name`
-names. ``code`` is Azure Functions' key (the ``x-functions-key`` header's, in the URL) and an
-OAuth authorization code: both grant access."""
+names; and, by :func:`credential_query`, a ``code`` that is a key and a signed URL's time."""
+
+SIGNATURES = frozenset({"sig", "signature", "x-amz-signature", "x-goog-signature"})
+SIGNING_TIMES = frozenset({"x-amz-date", "x-goog-date"})
+"""A presigned URL's signing time: left out beside a signature (:data:`SIGNATURES`), since the
+same request signed later differs in it; elsewhere a date is what is asked."""
+
+
+def credential_query(
+    pairs: list[tuple[str, str]], host: str, redactor: Redactor | None
+) -> list[tuple[str, str]]:
+    """``pairs`` (a URL's query) without the parameters that carry a credential.
+
+    ``code`` is one only where it grants access: Azure Functions' key (a host under
+    ``azurewebsites.net``: the ``x-functions-key`` header's, in the URL) and an OAuth
+    callback's authorization code (beside its ``state``); anywhere else a country, product or
+    error code is what is asked, and leaving it out hid a changed request."""
+    names = {name.lower() for name, _ in pairs}
+    signed = not SIGNATURES.isdisjoint(names)
+    code_is_key = "state" in names or host.lower().endswith(".azurewebsites.net")
+    return [
+        (name, value)
+        for name, value in pairs
+        if not credential_parameter(name, value, redactor)
+        and not (code_is_key and name.lower() == "code")
+        and not (signed and name.lower() in SIGNING_TIMES)
+    ]
 
 
 def credential_parameter(name: str, value: str, redactor: Redactor | None) -> bool:
@@ -195,7 +220,7 @@ def url_without_credentials(text: str) -> str:
     if not url.query:
         return text
     items = url.params.multi_items()
-    kept = [(name, value) for name, value in items if not credential_parameter(name, value, None)]
+    kept = credential_query(items, url.host, None)
     return text if len(kept) == len(items) else str(url.copy_with(params=kept))
 
 
@@ -210,8 +235,9 @@ def request_key_and_input(
     origin = url.host if url.port is None else f"{url.host}:{url.port}"
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
-        for name, value in (url.params.multi_items() if url.query else ())
-        if not credential_parameter(name, value, redactor)
+        for name, value in (
+            credential_query(url.params.multi_items(), url.host, redactor) if url.query else ()
+        )
     ]
     headers: dict[str, str] = {}
     encoding = request.headers.encoding  # what multi_items() would decode with, found once

@@ -37,6 +37,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -543,7 +544,9 @@ def stored_headers(
 
 
 URL_HEADERS = frozenset({"location", "content-location"})
-"""Response headers holding a URL, stored without its credential query parameters."""
+"""Response headers holding a URL, stored without its credential query parameters (and
+``link``, whose ``<URL>`` parts are)."""
+_LINKED = re.compile(r"<([^<>]*)>")
 
 
 def headers_to_store(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -552,7 +555,14 @@ def headers_to_store(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     client follows it); a replay follows the stored one, whose request is keyed and compared
     without those parameters all the same (:func:`request_key_and_input`)."""
     return [
-        (name, url_without_credentials(value) if name in URL_HEADERS else value)
+        (
+            name,
+            url_without_credentials(value)
+            if name in URL_HEADERS
+            else _LINKED.sub(lambda url: f"<{url_without_credentials(url[1])}>", value)
+            if name == "link"
+            else value,
+        )
         for name, value in headers
     ]
 

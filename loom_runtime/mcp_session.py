@@ -44,7 +44,7 @@ import msgspec
 
 from loom_runtime.context import cancelled_wait, computing, recorder
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
-from loom_runtime.http_request import credential_parameter, without_credentials
+from loom_runtime.http_request import credential_query, without_credentials
 
 try:
     import pydantic
@@ -156,7 +156,7 @@ def stored_uri(uri: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        kept = [(k, v) for k, v in pairs if not credential_parameter(k, v, None)]
+        kept = credential_query(pairs, parts.hostname or "", None)
         if len(kept) != len(pairs):
             query = urlencode(kept)
     return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))

@@ -69,10 +69,11 @@ def test_a_credential_header_is_in_no_row(tmp_path: Path, name: str) -> None:
 
 
 SIGNED = {
-    "code": "Zm9vYmFyYmF6cXV4Q29kZUtleUF6dXJlRnVuY3Rpb25z",  # Azure Functions' key, and OAuth's
     "X-Goog-Signature": "5d2f6b7c8a9e0f1d2c3b4a59687766554433221100ffeeddccbbaa99",  # GCS
     "X-Goog-Credential": "signer@project.iam.gserviceaccount.com/20261206/auto/storage",
 }
+FUNCTION_KEY = "Zm9vYmFyYmF6cXV4Q29kZUtleUF6dXJlRnVuY3Rpb25z"  # Azure Functions' ?code=
+OAUTH_CODE = "SplxlOBeZQQYbYS6WxSbIA"  # an OAuth callback's ?code=, beside its state
 PRESIGNED = (
     "https://bucket.s3.amazonaws.com/asset.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256"
     "&X-Amz-Credential=AKIDEXAMPLE%2F20261206%2Fus-east-1%2Fs3%2Faws4_request"
@@ -103,14 +104,80 @@ def test_signed_urls_and_their_redirects_are_in_no_row(tmp_path: Path) -> None:
             return [
                 client.get("https://storage.example/o", params=SIGNED).status_code,
                 client.get("https://api.example/releases/1").status_code,
+                client.get(
+                    "https://fn.azurewebsites.net/api/hook?code=" + FUNCTION_KEY
+                ).status_code,
+                client.get(f"https://app.example/callback?code={OAUTH_CODE}&state=xyz").status_code,
             ]
 
     with loom:
         run = loom.run("signed")
-        assert run.output == [200, 200]
-        assert followed[-1] == PRESIGNED  # live: the whole signed URL
+        assert run.output == [200, 200, 200, 200]
+        assert PRESIGNED in followed  # live: the whole signed URL
         rows = _rows(path)
-        for secret in [*SIGNED.values(), "9e8d7c6b5a4f3e2d", "AKIDEXAMPLE"]:
+        for secret in [
+            *SIGNED.values(),
+            "9e8d7c6b5a4f3e2d",
+            "AKIDEXAMPLE",
+            FUNCTION_KEY,
+            OAUTH_CODE,
+        ]:
             assert secret not in rows
         assert "X-Amz-Algorithm" in rows  # the control: the redirect is stored
         assert loom.replay(run.execution_id).identical
+
+
+def test_an_everyday_code_parameter_is_part_of_the_question(tmp_path: Path) -> None:
+    """Review of 6 December: ``code`` left out everywhere hid a changed request (``?code=US``
+    asked as ``?code=FR`` replayed "identically", answered with the US reply). It is a
+    credential only as Azure Functions' key (its host) or an OAuth callback's (with
+    ``state``); a country, product or error code is what is asked."""
+    country = {"code": "US"}
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+
+    @loom.flow("country")
+    def lookup(ctx: Any) -> Any:
+        inner = httpx.MockTransport(lambda request: httpx.Response(200, json={"ok": True}))
+        with httpx.Client(transport=loom_runtime.transport(inner)) as client:
+            return client.get("https://countries.example/v1", params=country).json()
+
+    with loom:
+        run = loom.run("country")
+        country["code"] = "FR"
+        [finding] = loom.replay(run.execution_id).divergences
+    assert '"FR"' in str(finding)
+
+
+SIGNING_TIME: dict[str, Any] = {"n": 0}
+
+
+def test_signing_times_in_headers_and_a_presigned_query_do_not_diverge(tmp_path: Path) -> None:
+    """Review of 6 December: GCS signs with ``x-goog-date``, and a presigned URL carries its
+    signing time as ``X-Amz-Date``/``X-Goog-Date`` beside the signature; signed again later,
+    an unchanged request diverged on that time. A presigned link in a ``link`` header is
+    stored without its signature, as one in ``location`` is."""
+    path = tmp_path / "loom.db"
+    loom = Loom(f"sqlite:///{path}")
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"link": f'<{PRESIGNED}>; rel="download"'})
+
+    @loom.flow("signed")
+    def signed(ctx: Any) -> str:
+        SIGNING_TIME["n"] += 1
+        when = f"20261206T0{SIGNING_TIME['n']}0000Z"
+        with httpx.Client(transport=loom_runtime.transport(httpx.MockTransport(serve))) as client:
+            client.get("https://storage.example/b/o", headers={"x-goog-date": when})
+            answer = client.get(
+                "https://bucket.s3.example/o",
+                params={"X-Amz-Date": when, "X-Amz-Signature": "0a1b2c3d4e5f6a7b"},
+            )
+        SIGNING_TIME["link"] = answer.headers["link"]  # what the caller got, kept out of the log
+        return "done"
+
+    with loom:
+        run = loom.run("signed")
+        assert "9e8d7c6b5a4f3e2d" in str(SIGNING_TIME["link"])  # live: the whole link
+        assert "9e8d7c6b5a4f3e2d" not in _rows(path)
+        result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
