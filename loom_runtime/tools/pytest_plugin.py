@@ -175,15 +175,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     ``loom.run`` line (where pytest's long form shows the test's code) and the message says
     the rest. Other errors, and every error under ``--full-trace``, keep every frame."""
     try:
-        result = yield
-        bundled = item.stash.get(BUNDLED, None)
-        if bundled is not None and bundled.verdict is not None:  # the test caught it
-            caught = bundled.verdict
-            caught.add_note(
-                "loom: the test caught this verdict (pytest.raises or except around its run) "
-                "and would have passed; a verdict fails the test whoever catches it"
+        try:
+            result = yield
+        except (pytest.skip.Exception, pytest.xfail.Exception) as outcome:
+            # Skipped or xfailed after catching the verdict ("backend down"): a green build.
+            _raise_caught(
+                item, "skipped" if isinstance(outcome, pytest.skip.Exception) else "xfailed"
             )
-            raise caught
+            raise
+        _raise_caught(item, "passed")
         return result
     except BundleVerdict as verdict:
         if not item.config.getoption("fulltrace"):  # --full-trace: every frame, for loom's bugs
@@ -192,6 +192,20 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
                 cause = verdict.__cause__
                 cause.__traceback__ = _outside_loom(cause.__traceback__)
         raise
+
+
+def _raise_caught(item: pytest.Item, would_have: str) -> None:
+    """Raise the verdict ``item``'s run raised, if the test caught it (and so would have
+    ``would_have``): a verdict fails the test whoever catches it."""
+    bundled = item.stash.get(BUNDLED, None)
+    if bundled is None or bundled.verdict is None:
+        return
+    caught = bundled.verdict
+    caught.add_note(
+        f"loom: the test caught this verdict (pytest.raises or except around its run) and "
+        f"would have {would_have}; a verdict fails the test whoever catches it"
+    )
+    raise caught
 
 
 def _outside_loom(traceback: TracebackType | None) -> TracebackType | None:

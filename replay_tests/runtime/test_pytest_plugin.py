@@ -349,15 +349,20 @@ def test_a_recorded_failure_is_raised_again_when_replayed(pytester: pytest.Pytes
     [
         "with pytest.raises(Exception):\n        ",
         "try:\n        X\n    except Exception:\n        pass",
+        'try:\n        X\n    except Exception:\n        pytest.skip("backend down")',
+        'try:\n        X\n    except Exception:\n        pytest.xfail("known")',
     ],
-    ids=["pytest.raises", "except"],
+    ids=["pytest.raises", "except", "skip", "xfail"],
 )
 def test_a_verdict_the_test_catches_still_fails_it(pytester: pytest.Pytester, catch: str) -> None:
     """A verdict is an ``AssertionError`` (so it fails the test like an ``assert``), and a
     test expecting the recorded failure broadly (``pytest.raises(Exception)``, its own
     ``except Exception``) caught it: a changed prompt, or a flow that no longer raises,
     passed. Caught or not, a verdict fails the test, naming what was caught."""
-    run = 'loom.run("refuse", name="Ada")'
+    # A flow that raises when recorded for those expecting its failure; one that succeeds
+    # for those that skip or xfail when the run raises (a backend down, they say).
+    flow = "greet" if "pytest.skip" in catch or "pytest.xfail" in catch else "refuse"
+    run = f'loom.run("{flow}", name="Ada")'
     body = catch.replace("X", run) if "X" in catch else catch + run
     marked_project(pytester, "Greet ", body)
     pytester.runpytest("-p", "no:randomly", "--loom-record=once").assert_outcomes(passed=1)
