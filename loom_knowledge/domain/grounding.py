@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -195,7 +196,21 @@ def _defused(value: str) -> str:
     change: a text without one (code, HTML) is sent byte for byte as before, so recordings
     replay unchanged. Not reversed by :func:`unfence`: the model reads the text as sent.
     """
-    return _TAG_START.sub("&lt;", value)
+    if value.isascii():  # most text: nothing to fold
+        return _TAG_START.sub("&lt;", value)
+    # Letters a model reads as "passage" (fullwidth, mathematical bold) and angle brackets
+    # that are another one's compatibility form (U+2329 is U+3008) fold to them under NFKC.
+    # Folded one character at a time, so a match in the folded text names the character of
+    # ``value`` it starts at, and only that character is written ``&lt;``.
+    pieces = [c if c < "\x80" else unicodedata.normalize("NFKC", c) for c in value]
+    folded = "".join(pieces)
+    if folded == value:
+        return _TAG_START.sub("&lt;", value)
+    owner = [index for index, piece in enumerate(pieces) for _ in piece]
+    starts = {owner[match.start()] for match in _TAG_START.finditer(folded)}
+    if not starts:
+        return value
+    return "".join("&lt;" if index in starts else c for index, c in enumerate(value))
 
 
 def unfence(content: str) -> str:
