@@ -9,6 +9,7 @@ import pytest
 from loom_knowledge import Doc, ExtractiveModel, open_knowledge_base
 from loom_knowledge.corpus.counterfactual import PassageRef, counterfactual, render_counterfactual
 from loom_knowledge.models.answering import answer_from_corpus
+from loom_memory import HashingEmbedder
 from loom_runtime import FlowContext, Loom
 
 
@@ -55,22 +56,21 @@ def test_a_removed_runbook_would_change_the_incident(incident: tuple[Loom, Any])
     assert "would NOT go the same way" in text and "- disk.md#0 r1" in text
 
 
-def test_a_live_retrieval_that_fails_is_reported_not_a_crash(loom: Loom) -> None:
-    """Review of 6 December: a retrieval raising when run live (its embedder down, today)
-    was kept by the replay as its exception, which the report then iterated as passages: a
-    TypeError instead of a report. Now the retrieval is reported failed, with what it
-    raised, every recorded passage removed, and the execution not unchanged."""
-    from loom_memory import HashingEmbedder
+class Flaky(HashingEmbedder):
+    """The hashing embedder, down (raising) once ``down`` is set."""
 
-    class Flaky(HashingEmbedder):
-        down = False
+    down = False
 
-        def embed(self, texts: Any) -> Any:
-            if Flaky.down:
-                raise ConnectionError("embedding endpoint unreachable")
-            return super().embed(texts)
+    def embed(self, texts: Any) -> Any:
+        if self.down:
+            raise ConnectionError("embedding endpoint unreachable")
+        return super().embed(texts)
 
-    kb = open_knowledge_base(loom, "ops", embedder=Flaky(), min_score=0.1)
+
+def hybrid_incident(loom: Loom, embedder: Flaky) -> Any:
+    """A hybrid-mode answer recorded over one runbook, then a second runbook added (today's
+    passage, with no vector yet): the run."""
+    kb = open_knowledge_base(loom, "ops", embedder=embedder, min_score=0.1)
     kb.put_doc(Doc(id="disk.md", text="When the disk is full, rotate the logs."))
 
     @loom.flow("answer")
@@ -82,7 +82,17 @@ def test_a_live_retrieval_that_fails_is_reported_not_a_crash(loom: Loom) -> None
 
     run = loom.run("answer", question="the disk is full")
     kb.put_doc(Doc(id="inodes.md", text="A full disk can mean inodes ran out."))
-    Flaky.down = True  # and today's new passage must be embedded to be ranked
+    return run
+
+
+def test_a_live_retrieval_that_fails_is_reported_not_a_crash(loom: Loom) -> None:
+    """Review of 6 December: a retrieval raising when run live (its embedder down, today)
+    was kept by the replay as its exception, which the report then iterated as passages: a
+    TypeError instead of a report. Now the retrieval is reported failed, with what it
+    raised, every recorded passage removed, and the execution not unchanged."""
+    embedder = Flaky()
+    run = hybrid_incident(loom, embedder)
+    embedder.down = True  # and today's new passage must be embedded to be ranked
     report = counterfactual(loom, run.execution_id)
     assert not report.unchanged
     [change] = report.retrievals
@@ -95,20 +105,7 @@ def test_a_hybrid_counterfactual_records_only_the_vectors_it_embeds(loom: Loom) 
     """What "nothing is written" means for a vector or hybrid scope (review of 6 December):
     today's passages without vectors are embedded to be ranked, and their vectors recorded
     as any live retrieval records them; no execution or corpus event is written."""
-    from loom_memory import HashingEmbedder
-
-    kb = open_knowledge_base(loom, "ops", embedder=HashingEmbedder(), min_score=0.1)
-    kb.put_doc(Doc(id="disk.md", text="When the disk is full, rotate the logs."))
-
-    @loom.flow("answer")
-    def answer(ctx: FlowContext, question: str) -> list[str]:
-        grounded = answer_from_corpus(
-            kb, question, decide=ctx.decide, model=ExtractiveModel(), mode="hybrid"
-        )
-        return list(grounded.answer.cited_doc_ids)
-
-    run = loom.run("answer", question="the disk is full")
-    kb.put_doc(Doc(id="inodes.md", text="A full disk can mean inodes ran out."))
+    run = hybrid_incident(loom, Flaky())
     before = loom.log.position
     counterfactual(loom, run.execution_id)
     written = [record.topic for record in loom.log.notifications(after=before)]
