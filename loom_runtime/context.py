@@ -1144,6 +1144,20 @@ def replay_wait(ran: float) -> float:
     return min(2 * ran + 1.0, CANCELLED_WAIT_LIMIT)
 
 
+_REBUILDERS: dict[str, Callable[[Decision], Exception | None]] = {}
+"""How loom's integrations rebuild a recorded failure whose class needs more than a message,
+by its recorded ``module:qualname`` (:func:`rebuild_with`)."""
+
+
+def rebuild_with(error_type: str, rebuild: Callable[[Decision], Exception | None]) -> None:
+    """Register how a recorded failure of ``error_type`` is rebuilt from its decision (its
+    message and meta): for an SDK error that carries more than a message (MCP's ``MCPError``
+    and its code), which an integration records in the failure's meta. The recorded name only
+    selects among what loom's own modules registered; ``rebuild`` reads untrusted data and
+    returns None for anything it cannot rebuild (the usual rules then apply)."""
+    _REBUILDERS[error_type] = rebuild
+
+
 def rebuild_error(decision: Decision) -> Exception:
     """Re-create a recorded ``compute`` failure so the flow takes the path it took live.
 
@@ -1156,6 +1170,12 @@ def rebuild_error(decision: Decision) -> Exception:
     """
     error_type = decision.error_type or "builtins:Exception"
     message = decision.message or ""
+    rebuild = _REBUILDERS.get(error_type)
+    rebuilt = None if rebuild is None else rebuild(decision)
+    if rebuilt is not None:
+        noted = _noted(rebuilt, f"loom: replayed from the log (decision {decision.key!r})")
+        if noted is not None:
+            return noted
     cls = loaded_exception_class(error_type)
     if cls is not None:
         for argument in _arguments(cls, message):

@@ -42,8 +42,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import cancelled_wait, computing, recorder
+from loom_runtime.context import cancelled_wait, computing, rebuild_with, recorder
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
+from loom_runtime.execution import Decision
 from loom_runtime.http_request import credential_query, without_credentials
 
 try:
@@ -150,16 +151,22 @@ def resource_name(uri: str) -> str:
 def stored_uri(uri: str) -> str:
     """A resource URI as its decision's input stores it: without userinfo, and without the
     query parameters that carry a credential (a presigned object's signature, a token), as
-    the HTTP transport stores a URL. The server is asked the whole URI."""
+    the HTTP transport stores a URL. The server is asked the whole URI.
+
+    ``uri`` itself when neither is there, and otherwise only those parts cut out of its text:
+    rebuilt by ``urlunsplit``, a scheme ``urllib`` does not know loses its empty authority
+    (``notes:///today`` became ``notes:/today``), which the flow is handed back live."""
     parts = urlsplit(uri)
-    host = parts.netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
+    stored = uri
+    if "@" in parts.netloc:
+        stored = stored.replace(f"//{parts.netloc}", f"//{parts.netloc.rpartition('@')[2]}", 1)
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
         kept = credential_query(pairs, parts.hostname or "", None)
         if len(kept) != len(pairs):
-            query = urlencode(kept)
-    return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+            query = f"?{urlencode(kept)}" if kept else ""
+            stored = stored.replace(f"?{parts.query}", query, 1)
+    return stored
 
 
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -195,8 +202,9 @@ async def _decide(
             with computing(ctx):
                 result = await call()
         except MCPError as exc:
-            if exc.error.code in _CLIENT_SIDE:  # no answer came: a failure, as any other
-                decision.fail(exc)
+            if exc.error.code in _CLIENT_SIDE:  # no answer came: a failure, as any other,
+                # with its code and data for the replay to raise the same MCPError again.
+                decision.fail(exc, meta={"mcp_error": _dump(exc.error)})
                 raise
             result = exc.error  # the server answered with an error: an answer all the same
         except Exception as exc:
@@ -221,6 +229,21 @@ async def _decide(
     if isinstance(rebuilt, MCPError):
         raise rebuilt
     return rebuilt
+
+
+def _rebuilt_failure(decision: Decision) -> Exception | None:
+    """A recorded client-side ``MCPError`` (a timeout, a closed connection) as the SDK raised
+    it: its code, message and data from the failure's meta (untrusted: validated as the SDK's
+    ``ErrorData``; None, and the usual rebuilding, when it is not one)."""
+    try:
+        meta: Any = msgspec.json.decode(decision.meta) if decision.meta is not None else {}
+        error = mcp_types.ErrorData.model_validate(meta["mcp_error"])
+    except (msgspec.DecodeError, pydantic.ValidationError, TypeError, KeyError):
+        return None
+    return MCPError(error.code, error.message, error.data)
+
+
+rebuild_with(f"{MCPError.__module__}:{MCPError.__qualname__}", _rebuilt_failure)
 
 
 def _dump(model: pydantic.BaseModel) -> Any:

@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 import loom_runtime
 from loom_runtime import Loom
+from replay_tests.deferred_import import deferred
 
-pytest.importorskip("mcp")
-from mcp import types
+if TYPE_CHECKING:
+    from mcp import types
+    from mcp.shared import exceptions
+else:  # imported by the first test that uses them, not at collection (ADR 0031)
+    types = deferred("mcp.types")
+    exceptions = deferred("mcp.shared.exceptions")
+
+pytestmark = pytest.mark.xdist_group("mcp-sdk")
 
 NAMES = ["token", "auth", "secret", "session_token", "private_key", "credentials"]
 NAMES += ["authorization", "bearer", "access_token", "apiKey"]
@@ -96,11 +103,10 @@ class Flaky(Session):
     calls = 0
 
     async def call_tool(self, name: str, arguments: Any = None, **_: Any) -> Any:
-        from mcp.shared.exceptions import MCPError
-
         Flaky.calls += 1
         if Flaky.calls == 1:
-            raise MCPError(types.REQUEST_TIMEOUT, "Timed out after 0.3s waiting for 'tools/call'")
+            message = "Timed out after 0.3s waiting for 'tools/call'"
+            raise exceptions.MCPError(types.REQUEST_TIMEOUT, message, {"timeout": 0.3})
         return await super().call_tool(name, arguments)
 
 
@@ -108,7 +114,8 @@ def test_a_timeout_is_a_failure_a_retry_reopens_not_a_recorded_answer(tmp_path: 
     """Review of 6 December: a request timeout (or a closed connection), which the SDK raises
     as an ``MCPError`` with a code of its own, was recorded as the server's answer, so
     ``resume(retry_failed=True)`` handed the reopened run the same timeout for ever."""
-    from mcp.shared.exceptions import MCPError
+    MCPError = exceptions.MCPError
+    Flaky.calls = 0
 
     session = loom_runtime.wrap_session(Flaky())
     loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
@@ -126,3 +133,46 @@ def test_a_timeout_is_a_failure_a_retry_reopens_not_a_recorded_answer(tmp_path: 
         assert decision.error_type is not None  # a failure, not a recorded answer
         assert loom.resume(summary.execution_id, retry_failed=True).output == "ok"
     assert Flaky.calls == 2
+
+
+def test_a_timeout_the_flow_catches_replays_as_the_same_mcp_error(tmp_path: Path) -> None:
+    """The review of the change above: recorded as a failure, the timeout came back on
+    replay as a ``RecordedComputeError`` (``MCPError`` takes a code), so a flow's ``except
+    MCPError`` fallback was not taken and every faithful replay diverged. It is rebuilt from
+    its recorded code, message and data."""
+    Flaky.calls = 0
+    session = loom_runtime.wrap_session(Flaky())
+    loom = Loom(f"sqlite:///{tmp_path / 'loom.db'}")
+
+    @loom.flow("agent")
+    async def agent(ctx: Any) -> str:
+        try:
+            await session.call_tool("slow", {})
+        except exceptions.MCPError as error:
+            return f"fallback {error.error.code} {error.error.data}"
+        return "answered"
+
+    with loom:
+        run = loom.run("agent")
+        assert run.output == f"fallback {types.REQUEST_TIMEOUT} {{'timeout': 0.3}}"
+        result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+@pytest.mark.parametrize(
+    ("uri", "stored"),
+    [
+        ("notes:///daily/today", "notes:///daily/today"),
+        ("mem://", "mem://"),
+        ("file:///etc/x?page=2", "file:///etc/x?page=2"),
+        ("https://u:pw@files.example/a?sig=S1&page=2", "https://files.example/a?page=2"),
+        ("s3x://bucket/o?X-Amz-Signature=abc", "s3x://bucket/o"),
+    ],
+)
+def test_a_uri_is_stored_as_given_but_for_its_credentials(uri: str, stored: str) -> None:
+    """The review of the change above: every URI went through ``urlunsplit``, which drops
+    the empty authority of a scheme ``urllib`` does not know (``notes:///x`` became
+    ``notes:/x``), in what the flow was handed back live."""
+    from loom_runtime.mcp_session import stored_uri
+
+    assert stored_uri(uri) == stored
