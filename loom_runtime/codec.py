@@ -121,6 +121,8 @@ def _sets_by_json(value: object) -> object:
     or dataclass holding one is copied with that field replaced, so it encodes as declared.
     Called only for a value :func:`_inspect` found a set in, whose depth it has checked."""
     if isinstance(value, set | frozenset):
+        if not value:  # no order to give; left a set, it stays a Struct's default
+            return value
         members = [_sets_by_json(member) for member in value]
         return sorted(members, key=_encoder.encode)
     if isinstance(value, dict):
@@ -138,11 +140,14 @@ def _sets_by_json(value: object) -> object:
     changes = {name: new for name, new in fields.items() if new is not getattr(value, name, None)}
     if not changes:
         return value
-    if isinstance(value, msgspec.Struct):
-        return msgspec.structs.replace(value, **changes)
-    copied = copy.copy(value)  # a dataclass: its own fields set, even when frozen
+    # Copied and its fields set, no hook run: ``structs.replace`` runs ``__post_init__``,
+    # which may make the ordered list a set again (or refuse it); set even when frozen.
+    copied = copy.copy(value)
     for name, new in changes.items():
-        object.__setattr__(copied, name, new)
+        if isinstance(copied, msgspec.Struct):
+            msgspec.structs.force_setattr(copied, name, new)
+        else:
+            object.__setattr__(copied, name, new)
     return copied
 
 
@@ -305,6 +310,9 @@ def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | Non
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = "field"
         items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    elif (fields := getattr(type(value), "__attrs_attrs__", None)) is not None:
+        kind = "field"  # an attrs instance, which msgspec encodes as its fields
+        items = ((a.name, getattr(value, a.name, None)) for a in fields)
     else:
         return None
     return kind, items

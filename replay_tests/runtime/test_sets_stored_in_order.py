@@ -98,3 +98,38 @@ def test_a_set_leaves_its_neighbours_as_they_were() -> None:
     assert bytes(codec.encode(value, path="v")) == (
         b'{"by_id":{"17":"ada","3":"grace"},"roles":["admin"],"z":1,"a":2}'
     )
+
+
+class Normalised(msgspec.Struct):
+    """Turns its tags back into a set when made, as a normalising hook does."""
+
+    tags: frozenset[str] | list[str]
+
+    def __post_init__(self) -> None:
+        self.tags = frozenset(self.tags)
+
+
+class WithDefault(msgspec.Struct, omit_defaults=True):
+    name: str
+    exclude: frozenset[str] = frozenset()
+
+
+def test_structs_keep_their_hooks_and_defaults() -> None:
+    """The review of the change above: ``structs.replace`` ran ``__post_init__``, which made
+    the ordered list a set again (stored in iteration order) or refused it; and an empty
+    default set became ``[]``, which an ``omit_defaults`` Struct then stored."""
+    value = Normalised(tags=frozenset(NAMES))
+    assert bytes(codec.encode(value, path="v")) == codec._encoder.encode({"tags": sorted(NAMES)})
+    assert bytes(codec.encode(WithDefault(name="a"), path="v")) == b'{"name":"a"}'
+
+
+def test_a_set_in_an_attrs_instance_is_ordered_too() -> None:
+    attrs = pytest.importorskip("attrs")
+
+    @attrs.frozen
+    class Offer:
+        tools: frozenset[str]
+
+    assert bytes(codec.encode(Offer(tools=frozenset(NAMES)), path="v")) == (
+        codec._encoder.encode({"tools": sorted(NAMES)})
+    )
