@@ -172,9 +172,10 @@ whose words is ``signature`` (GCS's ``X-Goog-Signature``) or that :func:`credent
 names; and, by :func:`credential_query`, a ``code`` that is a key and a signed URL's time."""
 
 SIGNATURES = frozenset({"sig", "signature", "x-amz-signature", "x-goog-signature"})
-SIGNING_TIMES = frozenset({"x-amz-date", "x-goog-date"})
-"""A presigned URL's signing time: left out beside a signature (:data:`SIGNATURES`), since the
-same request signed later differs in it; elsewhere a date is what is asked."""
+SIGNING_TIMES = frozenset({"x-amz-date", "x-goog-date", "st", "se", "expires"})
+"""A signed URL's times (AWS's and GCS's signing time, an Azure SAS's start and expiry, a
+CloudFront or GCS v2 ``Expires``): left out beside a signature (:data:`SIGNATURES`), since the
+same request signed later differs in them; elsewhere a date is what is asked."""
 
 
 def credential_query(
@@ -295,13 +296,20 @@ def _decoded(content: bytes, encoding: str) -> bytes:
     if not content or coding not in ("gzip", "x-gzip", "deflate"):
         return content
     wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
-    try:
-        inflater = zlib.decompressobj(wbits)
-        data = inflater.decompress(content, MAX_DECODED_BODY)
-    except zlib.error:
-        return content
-    if inflater.unconsumed_tail or not inflater.eof:  # too large, or cut short
-        return content
+    data, rest = b"", content
+    while rest:  # gzip may hold several members, one after another: a server reads them all
+        if len(data) >= MAX_DECODED_BODY:  # (a max_length of 0 would mean no limit)
+            return content
+        try:
+            inflater = zlib.decompressobj(wbits)
+            data += inflater.decompress(rest, MAX_DECODED_BODY - len(data))
+        except zlib.error:
+            return content  # not what it says (or bytes after its members): as sent
+        if inflater.unconsumed_tail or not inflater.eof:  # too large, or cut short
+            return content
+        rest = inflater.unused_data
+        if rest and coding == "deflate":  # one zlib stream only
+            return content
     return data
 
 

@@ -72,3 +72,18 @@ def test_a_changed_compressed_body_still_diverges(sqlite_url: str) -> None:
         [finding] = fresh.replay(run.execution_id).divergences
     assert isinstance(finding, DecisionInputChangedError)
     assert '-        "restarted"' in finding.diff
+
+
+def test_every_gzip_member_is_compared_and_trailing_bytes_are_not_dropped() -> None:
+    """The review of the change above: only a body's first gzip member was inflated, so a
+    request whose second member changed (what a server reads: it inflates them all) compared
+    equal, and bytes after a member were ignored. Every member is read; anything else after
+    them leaves the body compared as sent."""
+    from loom_runtime.http_request import _decoded
+
+    first = gzip.compress(b'{"op": "transfer", ', mtime=1)
+    assert _decoded(first + gzip.compress(b'"amount": 5}', mtime=2), "gzip") == (
+        b'{"op": "transfer", "amount": 5}'
+    )
+    trailing = gzip.compress(b"{}", mtime=1) + b"junk"
+    assert _decoded(trailing, "gzip") == trailing

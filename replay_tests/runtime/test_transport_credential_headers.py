@@ -181,3 +181,24 @@ def test_signing_times_in_headers_and_a_presigned_query_do_not_diverge(tmp_path:
         assert "9e8d7c6b5a4f3e2d" not in _rows(path)
         result = loom.replay(run.execution_id)
     assert result.identical, result.describe()
+
+
+@pytest.mark.parametrize(
+    "signed",
+    [
+        {"sv": "2024-11-04", "st": "2026-12-06T0{n}:00Z", "se": "2026-12-06T1{n}:00Z", "sig": "s"},
+        {"Expires": "176500000{n}", "Signature": "s", "Key-Pair-Id": "K1"},  # CloudFront, GCS v2
+    ],
+    ids=["azure-sas", "expires"],
+)
+def test_other_signed_urls_times_do_not_diverge(signed: dict[str, str]) -> None:
+    """The second review of 6 December: an Azure SAS's ``st``/``se`` and a CloudFront or GCS
+    v2 ``Expires`` are signing times too, beside their signature."""
+    from loom_runtime.http_request import credential_query
+
+    def query(n: int) -> list[tuple[str, str]]:
+        return [(name, value.format(n=n)) for name, value in signed.items()]
+
+    assert credential_query(query(1), "h.example", None) == credential_query(
+        query(2), "h.example", None
+    )
