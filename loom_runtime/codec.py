@@ -138,6 +138,8 @@ def _sets_by_json(value: object) -> object:
         return value
     fields = {str(name): _sets_by_json(child) for name, child in found[1]}
     changes = {name: new for name, new in fields.items() if new is not getattr(value, name, None)}
+    for name in _omitted_defaults(value, changes):  # left out of its JSON: nothing to order
+        del changes[name]
     if not changes:
         return value
     # Copied and its fields set, no hook run: ``structs.replace`` runs ``__post_init__``,
@@ -149,6 +151,21 @@ def _sets_by_json(value: object) -> object:
         else:
             object.__setattr__(copied, name, new)
     return copied
+
+
+def _omitted_defaults(value: object, names: Iterable[str]) -> list[str]:
+    """Of ``names``, the fields an ``omit_defaults`` Struct leaves out of its JSON because
+    they hold their default: ordered into a list, they would no longer equal it, and be
+    stored where msgspec (and a recording made before sets were ordered) leaves them out."""
+    if not isinstance(value, msgspec.Struct) or not value.__struct_config__.omit_defaults:
+        return []
+    defaults = {}
+    for field in msgspec.structs.fields(value):
+        if field.default is not msgspec.NODEFAULT:
+            defaults[field.name] = field.default
+        elif field.default_factory is not msgspec.NODEFAULT:
+            defaults[field.name] = field.default_factory()
+    return [name for name in names if name in defaults and getattr(value, name) == defaults[name]]
 
 
 def _not_serialisable(value: object, path: str, exc: Exception) -> NotSerialisableError:

@@ -157,15 +157,22 @@ def stored_uri(uri: str) -> str:
     rebuilt by ``urlunsplit``, a scheme ``urllib`` does not know loses its empty authority
     (``notes:///today`` became ``notes:/today``), which the flow is handed back live."""
     parts = urlsplit(uri)
-    stored = uri
-    if "@" in parts.netloc:
-        stored = stored.replace(f"//{parts.netloc}", f"//{parts.netloc.rpartition('@')[2]}", 1)
-    if parts.query:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
+    host = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
         kept = credential_query(pairs, parts.hostname or "", None)
         if len(kept) != len(pairs):
-            query = f"?{urlencode(kept)}" if kept else ""
-            stored = stored.replace(f"?{parts.query}", query, 1)
+            query = urlencode(kept)
+    if host == parts.netloc and query == parts.query:
+        return uri
+    cuts = [(f"//{parts.netloc}", f"//{host}"), (f"?{parts.query}", f"?{query}" if query else "")]
+    stored = uri
+    for found, kept_text in cuts:
+        if found != kept_text:
+            if found not in stored:  # urlsplit dropped a tab or line break inside it
+                return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+            stored = stored.replace(found, kept_text, 1)
     return stored
 
 

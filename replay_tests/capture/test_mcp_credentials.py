@@ -176,3 +176,19 @@ def test_a_uri_is_stored_as_given_but_for_its_credentials(uri: str, stored: str)
     from loom_runtime.mcp_session import stored_uri
 
     assert stored_uri(uri) == stored
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://deploy:tok9f8e\t7d6c5b@files.example/report.pdf",
+        "https://files.example/report.pdf?X-Amz-Signature=9a8b7c\n6d5e4f&page=2",
+    ],
+)
+def test_a_credential_split_by_a_tab_or_line_break_is_still_cut(uri: str) -> None:
+    """The third review of 6 December: ``urlsplit`` drops tabs and line breaks before it
+    parses, so the parts it found were not in the text and nothing was cut from it."""
+    from loom_runtime.mcp_session import stored_uri
+
+    stored = stored_uri(uri)
+    assert "tok9f8e" not in stored and "9a8b7c" not in stored, stored

@@ -112,6 +112,7 @@ class Normalised(msgspec.Struct):
 class WithDefault(msgspec.Struct, omit_defaults=True):
     name: str
     exclude: frozenset[str] = frozenset()
+    sources: frozenset[str] = frozenset({"web", "docs"})
 
 
 def test_structs_keep_their_hooks_and_defaults() -> None:
@@ -121,6 +122,8 @@ def test_structs_keep_their_hooks_and_defaults() -> None:
     value = Normalised(tags=frozenset(NAMES))
     assert bytes(codec.encode(value, path="v")) == codec._encoder.encode({"tags": sorted(NAMES)})
     assert bytes(codec.encode(WithDefault(name="a"), path="v")) == b'{"name":"a"}'
+    changed = WithDefault(name="a", sources=frozenset({"web", "api"}))  # not the default: ordered
+    assert bytes(codec.encode(changed, path="v")) == b'{"name":"a","sources":["api","web"]}'
 
 
 def test_a_set_in_an_attrs_instance_is_ordered_too() -> None:

@@ -188,8 +188,9 @@ def test_signing_times_in_headers_and_a_presigned_query_do_not_diverge(tmp_path:
     [
         {"sv": "2024-11-04", "st": "2026-12-06T0{n}:00Z", "se": "2026-12-06T1{n}:00Z", "sig": "s"},
         {"Expires": "176500000{n}", "Signature": "s", "Key-Pair-Id": "K1"},  # CloudFront, GCS v2
+        {"Policy": "eyJTdGF0ZW1lbnQiOi{n}", "Signature": "s", "Key-Pair-Id": "K1"},  # custom
     ],
-    ids=["azure-sas", "expires"],
+    ids=["azure-sas", "expires", "cloudfront-policy"],
 )
 def test_other_signed_urls_times_do_not_diverge(signed: dict[str, str]) -> None:
     """The second review of 6 December: an Azure SAS's ``st``/``se`` and a CloudFront or GCS
