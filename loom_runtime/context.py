@@ -62,6 +62,7 @@ from loom_runtime.errors import (
     DecisionAfterEndError,
     DecisionInputChangedError,
     DecisionKeyError,
+    DecisionKindChangedError,
     DecisionTypeChangedError,
     ExecutionConflictError,
     LogWriteError,
@@ -258,6 +259,8 @@ class Recorder:
                 key=slot.key,
                 diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
             )
+        if decision is not None and decision.kind != slot.kind:  # as another kind: the same
+            raise DecisionKindChangedError(key=slot.key, recorded=decision.kind, asked=slot.kind)
         return decision
 
     def _refuse_after_end(self, key: str) -> None:

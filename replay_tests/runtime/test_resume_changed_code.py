@@ -56,3 +56,22 @@ def test_a_resume_that_never_asks_a_recorded_decision_says_so(
         assert not identical
     else:
         assert warned == [] and identical
+
+
+def test_a_resume_asking_a_recorded_decision_as_another_kind_is_refused(tmp_path: Path) -> None:
+    """A resume refuses code that asks a recorded key with another input (two runs spliced);
+    asked as another ``kind`` it was taken silently, though a replay of the execution now
+    reports that as a divergence (review of 6 December). Refused alike, naming both kinds;
+    the same kind resumes (the test above)."""
+    from loom_runtime import DecisionKindChangedError
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    execution_id = _interrupted(url)
+    with Loom(url) as loom:
+
+        @loom.flow("f")
+        def f(ctx: Any) -> str:
+            return str(ctx.decide("search", lambda: "hits", kind="retrieval"))
+
+        with pytest.raises(DecisionKindChangedError, match=r"'search'.*None.*'retrieval'"):
+            loom.resume(execution_id)
