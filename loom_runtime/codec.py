@@ -155,17 +155,22 @@ def _sets_by_json(value: object) -> object:
 
 def _omitted_defaults(value: object, names: Iterable[str]) -> list[str]:
     """Of ``names``, the fields an ``omit_defaults`` Struct leaves out of its JSON because
-    they hold their default: ordered into a list, they would no longer equal it, and be
-    stored where msgspec (and a recording made before sets were ordered) leaves them out."""
+    they hold their default: ordered into a list, they would no longer be it, and be stored
+    where msgspec (and a recording made before sets were ordered) leaves them out.
+
+    msgspec is asked (the Struct encoded once, its keys read): it omits by rules of its own
+    (the default object itself, an empty built-in container from a factory, never in an
+    ``array_like`` Struct), which an equality test got wrong both ways."""
     if not isinstance(value, msgspec.Struct) or not value.__struct_config__.omit_defaults:
         return []
-    defaults = {}
-    for field in msgspec.structs.fields(value):
-        if field.default is not msgspec.NODEFAULT:
-            defaults[field.name] = field.default
-        elif field.default_factory is not msgspec.NODEFAULT:
-            defaults[field.name] = field.default_factory()
-    return [name for name in names if name in defaults and getattr(value, name) == defaults[name]]
+    if value.__struct_config__.array_like:
+        return []
+    try:
+        present = msgspec.json.decode(_encoder.encode(value))
+    except (TypeError, ValueError, OverflowError, msgspec.DecodeError):
+        return []  # the encode that follows names what is wrong
+    encoded = {field.name: field.encode_name for field in msgspec.structs.fields(value)}
+    return [name for name in names if encoded.get(name, name) not in present]
 
 
 def _not_serialisable(value: object, path: str, exc: Exception) -> NotSerialisableError:

@@ -136,3 +136,42 @@ def test_a_set_in_an_attrs_instance_is_ordered_too() -> None:
     assert bytes(codec.encode(Offer(tools=frozenset(NAMES)), path="v")) == (
         codec._encoder.encode({"tools": sorted(NAMES)})
     )
+
+
+DEFAULT = frozenset(NAMES)
+FACTORY_CALLS: list[int] = []
+
+
+def _factory() -> frozenset[str]:
+    FACTORY_CALLS.append(1)
+    return frozenset(NAMES)
+
+
+class StaticDefault(msgspec.Struct, omit_defaults=True):
+    tools: frozenset[str] = DEFAULT
+
+
+class FactoryDefault(msgspec.Struct, omit_defaults=True):
+    tools: frozenset[str] = msgspec.field(default_factory=_factory)
+
+
+class ArrayDefault(msgspec.Struct, omit_defaults=True, array_like=True):
+    tools: frozenset[str] = DEFAULT
+
+
+def test_a_set_msgspec_would_store_is_ordered_whatever_its_default() -> None:
+    """The fourth review of 6 December: a field was taken for omitted when it only equalled
+    its default, but msgspec leaves out only the default object itself, never in an
+    ``array_like`` Struct, and never by a factory's value (which was called on every
+    encode). What msgspec stores is ordered; what it leaves out stays out."""
+    ordered = codec._encoder.encode(sorted(NAMES))
+    equal = frozenset(list(NAMES))  # equal to the default, not it
+    assert bytes(codec.encode(StaticDefault(tools=equal), path="v")) == (
+        b'{"tools":' + ordered + b"}"
+    )
+    assert bytes(codec.encode(StaticDefault(), path="v")) == b"{}"
+    FACTORY_CALLS.clear()
+    made = FactoryDefault()  # the factory runs here, once
+    assert bytes(codec.encode(made, path="v")) == b'{"tools":' + ordered + b"}"
+    assert FACTORY_CALLS == [1]
+    assert bytes(codec.encode(ArrayDefault(), path="v")) == b"[" + ordered + b"]"
