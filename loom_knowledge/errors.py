@@ -197,3 +197,19 @@ def owned_documents(source: str | None) -> str:
     """Whose documents a refusal counts, in words: ``documents source 'wiki' owns``, or
     ``documents without a source`` (not ``source None``)."""
     return "documents without a source" if source is None else f"documents source {source!r} owns"
+
+
+class ImportedExecutionError(KnowledgeError):
+    """An execution imported from a bundle was asked what corpus it saw
+    (:meth:`~loom_knowledge.KnowledgeBase.seen_by`): its recorded log position is the
+    exporting log's, so this log's corpus at that position is not what it saw. Its recorded
+    retrievals are (``loom audit``). ADR 0013, amended "imported"."""
+
+    def __init__(self, *, execution_id: str, position: int, exported_at: str) -> None:
+        super().__init__(
+            f"execution {execution_id} was imported from another log (a bundle exported "
+            f"{exported_at}): its log position {position} is that log's, and this log's corpus "
+            "there is not what it saw; its recorded retrievals are (loom audit shows them)"
+        )
+        self.execution_id = execution_id
+        self.position = position

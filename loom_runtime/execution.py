@@ -482,6 +482,24 @@ class Forgotten(LogEvent):
     reason: str
 
 
+class Imported(LogEvent):
+    """That an execution came from a bundle (``Loom.import_bundle``), stored in the same
+    transaction as its rows, in a stream of its own (:func:`imported_stream`): the execution's
+    own events stay exactly the exporting log's. Its ``log_position`` is that log's, so this
+    log's corpus at that position is not what it saw (ADR 0013, amended "imported")."""
+
+    TOPIC = "loom.execution.imported"
+    IDENTIFIERS = ("execution_id",)
+    execution_id: str
+    exported_at: str
+    """When the bundle was exported (the exporting log's clock), as the bundle says."""
+
+
+def imported_stream(execution_id: UUID) -> UUID:
+    """The stream that says execution ``execution_id`` was imported (one event, or none)."""
+    return stream_id(f"loom:imported:{execution_id}")
+
+
 EXECUTION_EVENT_TYPES: tuple[type[Any], ...] = (
     Execution.Created,
     Execution.DecisionRecorded,

@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -66,6 +66,8 @@ from loom_runtime.errors import (
 from loom_runtime.execution import (
     EXECUTION_TOPICS,
     Execution,
+    Imported,
+    imported_stream,
     project_rows,
     stored_labels,
 )
@@ -88,7 +90,7 @@ from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
-from loom_runtime.storage.mapper import redacted_rows
+from loom_runtime.storage.mapper import MsgspecMapper, redacted_rows
 from loom_runtime.timestamps import UtcTimestamp
 
 if TYPE_CHECKING:
@@ -618,13 +620,23 @@ class Loom:
             if self._keyring is not None:
                 sealer = ExecutionSealer(self._keyring, bundle.execution_id, names=True, nulls=True)
                 rows = sealer.seal_rows(rows, position=self.log.position)
-            self.log.insert_rows(rows, precondition=guard)
+            # That it was imported, in the same transaction: its recorded position is the
+            # exporting log's, which readers of "what it saw" must know (ADR 0013, "imported").
+            marker = _imported_row(bundle.execution_id, str(bundle.exported_at))
+            self.log.insert_rows([*rows, marker], precondition=guard)
         elif not _same_rows(self._opener.rows(existing), rows):
             raise BundleConflictError(
                 f"this log already holds execution {bundle.execution_id} with different "
                 f"events ({len(existing)} here, {len(rows)} in the bundle); nothing was imported"
             )
         return bundle.execution_id
+
+    def imported(self, execution_id: UUID | str) -> Imported | None:
+        """The record that execution ``execution_id`` came from a bundle, or None if it was
+        recorded here (or imported before imports were recorded). Its ``log_position`` is then
+        the exporting log's: this log's corpus there is not what it saw."""
+        rows = self.log.rows(imported_stream(_as_uuid(execution_id)))
+        return None if not rows else cast(Imported, self.log.decode(rows[0]))
 
     def _bundle_events(self, execution: Execution) -> list[BundleEvent]:
         """The execution's events with their log positions, sealed fields opened: a bundle
@@ -1282,3 +1294,16 @@ def _as_uuid(execution_id: UUID | str) -> UUID:
             f"{execution_id!r} is not an execution id (expected a whole UUID, such as "
             "'3f2b5c1e-8d4a-4c7e-9b1a-2f6d0e9c4b7a' printed by `loom run`)"
         ) from None
+
+
+def _imported_row(execution_id: UUID, exported_at: str) -> Row:
+    """The row of :class:`Imported` for an execution imported now, as the mapper stores it."""
+    event = Imported(
+        originator_id=imported_stream(execution_id),
+        originator_version=1,
+        timestamp=datetime.now(UTC),
+        execution_id=str(execution_id),
+        exported_at=exported_at,
+    )
+    stored = MsgspecMapper().to_stored_event(event)
+    return Row(stream=event.originator_id, version=1, topic=stored.topic, state=stored.state)

@@ -64,6 +64,7 @@ from loom_knowledge.domain.types import Doc, DocRecord, Passage, SyncPlan, SyncR
 from loom_knowledge.errors import (
     CorpusIdentifierSecretError,
     EmbedderRequiredError,
+    ImportedExecutionError,
     InvalidArgumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
@@ -498,8 +499,19 @@ class KnowledgeBase:
         """The corpus as the execution saw it when it started (its recorded log position).
 
         A fork starts where it was forked: the retrievals it inherited were made by its
-        parent, earlier, so what they saw is ``seen_by(parent_id)`` (the audit says so)."""
-        return self.as_of(self.loom.execution(execution_id).log_position)
+        parent, earlier, so what they saw is ``seen_by(parent_id)`` (the audit says so).
+
+        An execution imported from a bundle is refused (:class:`ImportedExecutionError`): its
+        recorded position is the exporting log's, and this log's corpus there is another."""
+        execution = self.loom.execution(execution_id)
+        imported = self.loom.imported(execution.id)
+        if imported is not None:
+            raise ImportedExecutionError(
+                execution_id=str(execution.id),
+                position=execution.log_position,
+                exported_at=imported.exported_at,
+            )
+        return self.as_of(execution.log_position)
 
     def refresh(self, *, progress: Callable[[int, int], None] | None = None) -> int:
         """Bring the manifest and passage index up to the head of the log; returns the position.

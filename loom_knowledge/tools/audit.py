@@ -133,6 +133,10 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     reopenings: tuple[AuditedReopening, ...] = ()
     labels: Labels = Labels()
     """Who and what the execution ran for (tenant, user, session, tags), as given at start."""
+    imported: bool = False
+    """Whether it (or, for a fork, the parent it inherited from) came from a bundle: its
+    ``log_position`` is then the exporting log's, and its passages' fates are not this log's
+    to tell (``unknown``; ADR 0013, amended "imported")."""
 
 
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
@@ -140,16 +144,23 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     execution = loom.execution(execution_id)
     index = corpus_index(loom)
     catch_up(loom.log, index)  # the history must include every change up to now
+    # An imported execution's passages were another log's documents: this log's documents of
+    # the same scope, id and revision (and their erasures) say nothing of them.
+    imported = any(
+        loom.imported(origin) is not None
+        for origin in (execution.id, execution.parent_id)
+        if origin is not None
+    )
     retrievals = []
     others = []
     for decision in execution.decisions.values():
         found = _as_retrieval(decision) if decision.kind == "retrieval" else None
         if found is not None:
-            retrievals.append(_retrieval(loom, index, decision, *found))
+            retrievals.append(_retrieval(loom, index, decision, *found, imported=imported))
         elif decision.kind != "model":
             others.append(_generic(decision))
     retrieved = [p.doc_id for r in retrievals for p in r.passages]
-    erasures = functools.cache(index.erasures)
+    erasures = _no_erasures if imported else functools.cache(index.erasures)
     model_calls = [
         _model_call(decision, retrieved, erasures)
         for decision in execution.decisions.values()
@@ -176,6 +187,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             for r in execution.reopenings
         ),
         labels=execution.labels,
+        imported=imported,
     )
 
 
@@ -220,10 +232,16 @@ def _retrieval(
     decision: Decision,
     request: _RetrievalRequest,
     passages: list[Passage],
+    *,
+    imported: bool,
 ) -> AuditedRetrieval:
     scope = request.scope
-    history = index.revision_history(scope, {(p.doc_id, p.revision) for p in passages})
-    erasures = index.erasures(scope)
+    if imported:  # another log's documents: their fate is not this log's to tell
+        history: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+        erasures: dict[str, int] = {}
+    else:
+        history = index.revision_history(scope, {(p.doc_id, p.revision) for p in passages})
+        erasures = index.erasures(scope)
     audited = []
     for passage in passages:
         ended = history.get((passage.doc_id, passage.revision))
@@ -256,6 +274,11 @@ def _retrieval(
         origin=decision.origin,
         meta=_meta(decision),
     )
+
+
+def _no_erasures(scope: str) -> dict[str, int]:
+    """No erasure of this log names an imported execution's documents."""
+    return {}
 
 
 def _model_call(

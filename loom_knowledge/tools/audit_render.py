@@ -196,6 +196,11 @@ def _position(report: Audit) -> str:
     """Where in the log the execution started: for one that retrieved, the corpus it saw. A
     fork's inherited retrievals were made by its parent, which started earlier: said, or
     the fork's own start would read as the corpus they saw."""
+    if report.imported:
+        return (
+            f"imported from another log: its log position {report.log_position} is that "
+            "log's, not this log's corpus; its passages are as recorded, their fate here unknown"
+        )
     if not report.retrievals:
         return f"started after log position {report.log_position}"
     seen = f"the corpus as it saw it: log position {report.log_position}"

@@ -627,13 +627,19 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
             fail(str(exc))
         except ConfigurationError as exc:  # a sealed execution, and no master key given
             fail(str(exc), code=ExitCode.USAGE)
+        imported = loom.imported(execution.id) is not None
     if as_json:
         print_json(_execution_json(execution))
         return
+    where = (
+        f"imported: started after position {execution.log_position} of the log it was exported from"
+        if imported
+        else f"started after log position {execution.log_position}"
+    )
     console.print(
         inert(
             f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
-            f"started after log position {execution.log_position}"
+            + where
         )
     )
     for line in lineage(execution):
