@@ -58,6 +58,9 @@ class AuditedRetrieval(msgspec.Struct, frozen=True, kw_only=True):
     passages: tuple[AuditedPassage, ...]
     origin: str | None = None
     meta: Any = None
+    imported: bool = False
+    """Made in another log (by an imported execution, or inherited from one): its passages
+    were that log's documents, their fate here ``unknown``."""
 
 
 class AuditedModelCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,25 +147,23 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     execution = loom.execution(execution_id)
     index = corpus_index(loom)
     catch_up(loom.log, index)  # the history must include every change up to now
-    # An imported execution's passages were another log's documents: this log's documents of
-    # the same scope, id and revision (and their erasures) say nothing of them.
-    imported = any(
-        loom.imported(origin) is not None
-        for origin in (execution.id, execution.parent_id)
-        if origin is not None
-    )
+    # What an imported execution decided was decided in another log: this log's documents of
+    # the same scope, id and revision (and their erasures) say nothing of its passages. Asked
+    # per decision, since a fork made here decides in this log what it did not inherit.
+    elsewhere = _made_elsewhere(loom, execution)
     retrievals = []
     others = []
     for decision in execution.decisions.values():
         found = _as_retrieval(decision) if decision.kind == "retrieval" else None
         if found is not None:
+            imported = elsewhere(decision.key)
             retrievals.append(_retrieval(loom, index, decision, *found, imported=imported))
         elif decision.kind != "model":
             others.append(_generic(decision))
     retrieved = [p.doc_id for r in retrievals for p in r.passages]
-    erasures = _no_erasures if imported else functools.cache(index.erasures)
+    here = functools.cache(index.erasures)
     model_calls = [
-        _model_call(decision, retrieved, erasures)
+        _model_call(decision, retrieved, _no_erasures if elsewhere(decision.key) else here)
         for decision in execution.decisions.values()
         if decision.kind == "model"
     ]
@@ -187,7 +188,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             for r in execution.reopenings
         ),
         labels=execution.labels,
-        imported=imported,
+        imported=loom.imported(execution.id) is not None,
     )
 
 
@@ -273,7 +274,32 @@ def _retrieval(
         passages=tuple(audited),
         origin=decision.origin,
         meta=_meta(decision),
+        imported=imported,
     )
+
+
+def _made_elsewhere(loom: Loom, execution: Execution) -> Callable[[str], bool]:
+    """Whether the decision at a key of ``execution`` was made in another log: by an imported
+    execution, itself or the ancestor a fork inherited it from (followed up the forks while
+    the decision is inherited). An execution recorded here, and a fork's own decisions, no."""
+    chain: list[Execution] = [execution]
+    imported = [loom.imported(execution.id) is not None]
+    while not imported[-1] and (parent := chain[-1].parent_id) is not None:
+        chain.append(loom.execution(parent))  # recorded here, as its fork was
+        imported.append(loom.imported(parent) is not None)
+    if not imported[-1]:
+        return lambda key: False
+
+    def elsewhere(key: str) -> bool:
+        for member, came in zip(chain, imported, strict=True):
+            if came:  # all an imported execution holds was decided in its own log
+                return True
+            decision = member.decisions.get(key)
+            if decision is None or decision.origin != "inherited":
+                return False  # decided by this member, here
+        return False
+
+    return elsewhere
 
 
 def _no_erasures(scope: str) -> dict[str, int]:

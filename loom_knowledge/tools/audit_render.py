@@ -204,7 +204,9 @@ def _position(report: Audit) -> str:
     if not report.retrievals:
         return f"started after log position {report.log_position}"
     seen = f"the corpus as it saw it: log position {report.log_position}"
-    if any(r.origin == "inherited" for r in report.retrievals):
+    if any(r.origin == "inherited" and r.imported for r in report.retrievals):
+        seen += " (inherited retrievals: made in another log and imported; their fate unknown)"
+    elif any(r.origin == "inherited" for r in report.retrievals):
         seen += f" (inherited retrievals: as execution {report.parent_id} saw it)"
     return seen
 

@@ -14,6 +14,7 @@ importing log still answers (the control).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,62 @@ def test_executions_show_says_the_position_is_the_exporting_logs(tmp_path: Path)
     )
     assert shown.exit_code == 0, shown.output
     assert "of the log it was exported from" in shown.stdout
+
+
+def _picking_log(path: Path, text: str, key: Any = None) -> Loom:
+    """A log whose flow makes a decision of its own before it retrieves, so a fork at 1
+    inherits only that and retrieves live."""
+    loom = Loom(f"sqlite:///{path}", encryption=key)
+    kb = open_knowledge_base(loom, "ops")
+    if text:
+        kb.put_doc(Doc(id="disk.md", text=text))
+
+    @loom.flow("answer")
+    def answer(ctx: FlowContext, question: str) -> list[str]:
+        ctx.decide("pick", lambda: question)
+        grounded = answer_from_corpus(kb, question, decide=ctx.decide, model=ExtractiveModel())
+        return list(grounded.answer.cited_doc_ids)
+
+    return loom
+
+
+def test_a_fork_made_here_is_audited_by_this_logs_corpus_for_what_it_retrieved(
+    tmp_path: Path,
+) -> None:
+    """The review of the import record: a fork made here of an imported execution was
+    audited as imported whole, so this log's erasure of a document the fork itself retrieved
+    live no longer blanked it. Only what a fork inherited from an imported origin is another
+    log's."""
+    from loom_runtime import MasterKey
+
+    with _picking_log(tmp_path / "a.db", "When the disk is full, rotate the logs.") as a:
+        run = a.run("answer", question="the disk is full")
+        bundle = a.export(run.execution_id, tmp_path / "run.json")
+    secret = "Ask Jane Doe before touching the disk."
+    key = MasterKey(bytes(range(32)))
+    with _picking_log(tmp_path / "b.db", secret, key) as b:
+        fork = b.fork(b.import_bundle(bundle), at=1)  # inherits "pick"; retrieves here, live
+        b.erase(document="ops:disk.md", by="dpo", reason="request")
+        report = audit(b, fork.execution_id)
+        text = render_text(report)
+    [passage] = report.retrievals[0].passages
+    assert (passage.status, passage.text) == ("erased", "")
+    assert "Jane Doe" not in report.model_calls[0].raw_input  # the request's passage blanked
+    assert not report.imported and "imported from another log" not in text
+
+
+def test_a_fork_of_a_fork_of_an_imported_execution_inherits_its_unknown(tmp_path: Path) -> None:
+    """The review of the import record: only the direct parent was asked, so a fork of a
+    fork judged the imported passages by this log's documents."""
+    with _picking_log(tmp_path / "a.db", "When the disk is full, rotate the logs.") as a:
+        run = a.run("answer", question="the disk is full")
+        bundle = a.export(run.execution_id, tmp_path / "run.json")
+    with _picking_log(tmp_path / "b.db", "When the disk is full, delete the database files.") as b:
+        first = b.fork(b.import_bundle(bundle), at=3).execution_id
+        second = b.fork(first, at=3).execution_id
+        report = audit(b, second)
+        text = render_text(report)
+    assert "inherited retrievals: made in another log" in text
+    [passage] = report.retrievals[0].passages
+    assert report.retrievals[0].origin == "inherited"
+    assert (passage.status, passage.text) == ("unknown", "When the disk is full, rotate the logs.")
