@@ -213,3 +213,4 @@ class ImportedExecutionError(KnowledgeError):
         )
         self.execution_id = execution_id
         self.position = position
+        self.exported_at = exported_at

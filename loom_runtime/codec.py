@@ -136,8 +136,9 @@ def _sets_by_json(value: object) -> object:
     found = _members(value)
     if found is None or found[0] != "field":
         return value
-    fields = {str(name): _sets_by_json(child) for name, child in found[1]}
-    changes = {name: new for name, new in fields.items() if new is not getattr(value, name, None)}
+    changes = {
+        str(name): new for name, child in found[1] if (new := _sets_by_json(child)) is not child
+    }
     for name in _omitted_defaults(value, changes):  # left out of its JSON: nothing to order
         del changes[name]
     if not changes:
@@ -282,8 +283,8 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool]:
     """:func:`too_deep`'s answer, whether a bytes-like value is anywhere in ``value``, and
     whether a set is.
 
-    One walk for both, since :func:`encode` needs both of every value it stores: two walks
-    of the same value were a visible share of recording a decision. The depth answer is the
+    One walk for all three, since :func:`encode` needs them of every value it stores: two
+    walks of the same value were a visible share of recording a decision. The depth answer is the
     walk's first: a value found too deep is refused whatever else it holds. Containers are
     visited in the order a stack of them gives (the last child first), the order the path of
     the first one too deep has always been reported in.

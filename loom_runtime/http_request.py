@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import zlib
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
@@ -188,42 +189,65 @@ def credential_query(
     ``azurewebsites.net``: the ``x-functions-key`` header's, in the URL) and an OAuth
     callback's authorization code (beside its ``state``); anywhere else a country, product or
     error code is what is asked, and leaving it out hid a changed request."""
-    names = {name.lower() for name, _ in pairs}
-    signed = not SIGNATURES.isdisjoint(names)
-    code_is_key = "state" in names or host.lower().endswith(".azurewebsites.net")
+    lowered = [name.lower() for name, _ in pairs]
+    signed = not SIGNATURES.isdisjoint(lowered)
+    code_is_key = "state" in lowered or host.lower().endswith(".azurewebsites.net")
     return [
         (name, value)
-        for name, value in pairs
+        for (name, value), lower in zip(pairs, lowered, strict=True)
         if not credential_parameter(name, value, redactor)
-        and not (code_is_key and name.lower() == "code")
-        and not (signed and name.lower() in SIGNING_TIMES)
+        and not (code_is_key and lower == "code")
+        and not (signed and lower in SIGNING_TIMES)
     ]
 
 
 def credential_parameter(name: str, value: str, redactor: Redactor | None) -> bool:
     """Whether a query parameter carries a credential: by its name, or by the redactor."""
-    return (
-        credential_name(name)
-        or "signature" in _WORDS.findall(name.lower())
-        or _credential(name.lower(), value, CREDENTIAL_PARAMETERS, redactor)
-    )
+    named = _PARAMETERS.get(name)
+    if named is None:  # names repeat from request to request: each is read once
+        if len(_PARAMETERS) >= _NAMES_KEPT:
+            _PARAMETERS.clear()
+        lower = name.lower()
+        named = _PARAMETERS[name] = (
+            lower in CREDENTIAL_PARAMETERS
+            or credential_name(name)
+            or "signature" in _WORDS.findall(lower)
+        )
+    return named or (redactor is not None and redactor.secret_in(value) is not None)
+
+
+_PARAMETERS: dict[str, bool] = {}
+""":func:`credential_parameter`'s answer by name alone, for the names met so far (bounded by
+:data:`_NAMES_KEPT`, as :data:`_NAMES` is)."""
 
 
 def url_without_credentials(text: str) -> str:
-    """``text`` (a URL a response names: a redirect's ``location``) with its credential query
-    parameters left out, as a request's are: a presigned download's signature is a key to
-    the object. ``text`` itself when it has none (or is no URL)."""
-    import httpx
+    """``text`` (a URL a response names, a redirect's ``location``, an MCP resource URI)
+    without its userinfo and the query parameters that carry a credential
+    (:func:`credential_query`), as a request's URL is stored: a presigned download's
+    signature is a key to the object. ``text`` itself when it has neither (or is no URL).
 
+    Only those parts are cut out of the text: rebuilt by ``urlunsplit``, a scheme ``urllib``
+    does not know loses its empty authority (``notes:///today`` became ``notes:/today``); it
+    is rebuilt only when a tab or line break inside a part (which ``urlsplit`` drops before
+    it parses) keeps the text from matching the parsed part."""
     try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError):
+        parts = urlsplit(text)
+        host = parts.netloc.rpartition("@")[2]
+        pairs = parse_qsl(parts.query, keep_blank_values=True) if parts.query else []
+    except ValueError:  # no URL (an invalid IPv6 host, say)
         return text
-    if not url.query:
+    kept = credential_query(pairs, parts.hostname or "", None)
+    query = urlencode(kept) if len(kept) != len(pairs) else parts.query
+    if host == parts.netloc and query == parts.query:
         return text
-    items = url.params.multi_items()
-    kept = credential_query(items, url.host, None)
-    return text if len(kept) == len(items) else str(url.copy_with(params=kept))
+    stored = text
+    for found, left in ((f"//{parts.netloc}", f"//{host}"), (f"?{parts.query}", f"?{query}")):
+        if found != left:
+            if found not in stored:
+                return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+            stored = stored.replace(found, left if left != "?" else "", 1)
+    return stored
 
 
 def request_key_and_input(

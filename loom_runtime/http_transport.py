@@ -554,17 +554,16 @@ def headers_to_store(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     presigned download) without its signature. The live caller gets the whole URL (its
     client follows it); a replay follows the stored one, whose request is keyed and compared
     without those parameters all the same (:func:`request_key_and_input`)."""
-    return [
-        (
-            name,
-            url_without_credentials(value)
-            if name in URL_HEADERS
-            else _LINKED.sub(lambda url: f"<{url_without_credentials(url[1])}>", value)
-            if name == "link"
-            else value,
-        )
-        for name, value in headers
-    ]
+    return [(name, _stored_header(name, value)) for name, value in headers]
+
+
+def _stored_header(name: str, value: str) -> str:
+    """One response header's value as :func:`headers_to_store` stores it."""
+    if name in URL_HEADERS:
+        return url_without_credentials(value)
+    if name == "link":  # its ``<URL>`` parts
+        return _LINKED.sub(lambda url: f"<{url_without_credentials(url[1])}>", value)
+    return value
 
 
 class _Recording:

@@ -22,7 +22,7 @@ other failure (the connection closed, a request timed out: the SDK raises those 
 ``MCPError`` too, with its own codes) is recorded as the decision's failure. Arguments named
 as credentials and a resource URI's userinfo and signing parameters are stored as the HTTP
 transport stores them (:func:`~loom_runtime.http_request.without_credentials`,
-:func:`stored_uri`). Timeouts and
+:func:`~loom_runtime.http_request.url_without_credentials`). Timeouts and
 progress callbacks are not part of the question and are not recorded; a replay calls none.
 Everything else (``list_tools``, ``initialize``, ``async with``) goes to the session as is,
 and outside a flow so do these two.
@@ -38,14 +38,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
 from loom_runtime.context import cancelled_wait, computing, rebuild_with, recorder
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
 from loom_runtime.execution import Decision
-from loom_runtime.http_request import credential_query, without_credentials
+from loom_runtime.http_request import url_without_credentials, without_credentials
 
 try:
     import pydantic
@@ -64,12 +64,12 @@ _RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
     getattr(mcp_types, "InputRequiredResult", None),  # asked for with allow_input_required (mcp 2)
 )
 RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
+"""The result classes a recording may name, by name: a recorded name is never imported.
+Anything else (an extension's claimed result) is refused before it is recorded."""
 _CLIENT_SIDE: Final = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT})
 """The codes of an ``MCPError`` the client raises itself (the connection closed, no reply in
 time): no server answered, so it is the decision's failure (reopened by ``retry_failed``),
 never a recorded answer the reopened run would be handed again."""
-"""The result classes a recording may name, by name: a recorded name is never imported.
-Anything else (an extension's claimed result) is refused before it is recorded."""
 
 SERVER_ERROR: Final = "MCPError"
 """The recorded type of an error the server answered with (its JSON is the ``ErrorData``)."""
@@ -125,7 +125,7 @@ class RecordedSession:
 
     async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
         """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
-        asked = {"uri": stored_uri(str(uri)), **_options(kwargs)}
+        asked = {"uri": url_without_credentials(str(uri)), **_options(kwargs)}
         return await _decide(
             f"resource:mcp:{resource_name(str(uri))}",
             "resource",
@@ -146,34 +146,6 @@ def resource_name(uri: str) -> str:
     parts = urlsplit(uri)
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def stored_uri(uri: str) -> str:
-    """A resource URI as its decision's input stores it: without userinfo, and without the
-    query parameters that carry a credential (a presigned object's signature, a token), as
-    the HTTP transport stores a URL. The server is asked the whole URI.
-
-    ``uri`` itself when neither is there, and otherwise only those parts cut out of its text:
-    rebuilt by ``urlunsplit``, a scheme ``urllib`` does not know loses its empty authority
-    (``notes:///today`` became ``notes:/today``), which the flow is handed back live."""
-    parts = urlsplit(uri)
-    host = parts.netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        kept = credential_query(pairs, parts.hostname or "", None)
-        if len(kept) != len(pairs):
-            query = urlencode(kept)
-    if host == parts.netloc and query == parts.query:
-        return uri
-    cuts = [(f"//{parts.netloc}", f"//{host}"), (f"?{parts.query}", f"?{query}" if query else "")]
-    stored = uri
-    for found, kept_text in cuts:
-        if found != kept_text:
-            if found not in stored:  # urlsplit dropped a tab or line break inside it
-                return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
-            stored = stored.replace(found, kept_text, 1)
-    return stored
 
 
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -259,12 +231,12 @@ def _dump(model: pydantic.BaseModel) -> Any:
 
 def _stored(result: Any) -> Any:
     """A result's JSON as stored: each resource content's ``uri`` (the server echoes the URI
-    it was asked) as :func:`stored_uri` stores the question's. The flow is handed the result
-    rebuilt from what is stored, live and on replay alike."""
+    it was asked) as the question's is stored (:func:`url_without_credentials`). The flow is
+    handed the result rebuilt from what is stored, live and on replay alike."""
     contents = result.get("contents") if isinstance(result, dict) else None
     for item in contents if isinstance(contents, list) else ():
         if isinstance(item, dict) and isinstance(item.get("uri"), str):
-            item["uri"] = stored_uri(item["uri"])
+            item["uri"] = url_without_credentials(item["uri"])
     return result
 
 

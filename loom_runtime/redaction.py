@@ -742,6 +742,18 @@ class _Collision(_Refusal):
     """Keys of one mapping redacted to the same marker (refused in any mode)."""
 
 
+def as_stored(redactor: Redactor | None, text: str, *, path: str) -> str:
+    """``text`` as the log would store it through ``redactor``; withheld whole when the
+    redactor refuses it (a policy that refuses a secret rather than replacing it): for what
+    is shown beside the log (a span, a replay's verdict), never stored."""
+    if redactor is None:
+        return text
+    try:
+        return redactor.text(text, path=path)
+    except Exception:
+        return "[withheld: the redactor refused it]"
+
+
 def resolve_redactor(option: RedactorOption) -> Redactor | None:
     """The redactor an option stands for; ``"builtin"`` makes a new one (its own counts)."""
     if option == "builtin":

@@ -38,7 +38,7 @@ from loom_runtime.errors import (
     UnusedDecisionsError,
 )
 from loom_runtime.execution import Decision, Execution, error_message_of, error_type_of
-from loom_runtime.redaction import Redactor, RedactorOption, resolve_redactor
+from loom_runtime.redaction import Redactor, RedactorOption, as_stored, resolve_redactor
 
 
 class Replayer:
@@ -205,15 +205,10 @@ def _describe_error(error: BaseException, redactor: Redactor | None) -> str:
     """What the flow raised on replay, as its failure would have been stored: the message
     through the log's redactor (the recorded one was), so a secret the code puts in it (a
     DSN from configuration) neither makes a faithful replay diverge nor reaches the verdict.
-    A redactor that refuses rather than rewrites withholds a message holding a secret."""
+    A redactor that refuses rather than rewrites withholds it (:func:`as_stored`)."""
     if isinstance(error, RecordedComputeError):  # the recorded failure, re-raised unchanged
         return f"raised {error.error_type}: {error.message}"
-    message = error_message_of(error)
-    if redactor is not None:
-        if redactor.mode == "redact":
-            message = redactor.text(message, path="the replayed error")
-        elif (pattern := redactor.secret_in(message)) is not None:
-            message = f"[a message holding a {pattern}, withheld]"
+    message = as_stored(redactor, error_message_of(error), path="the replayed error")
     return f"raised {error_type_of(error)}: {message}"
 
 

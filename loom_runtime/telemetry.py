@@ -39,7 +39,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.recorded_tool import registered_tool_name
-from loom_runtime.redaction import Redactor
+from loom_runtime.redaction import Redactor, as_stored
 
 try:
     from opentelemetry import trace
@@ -311,17 +311,6 @@ def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str |
     return f"{label} {model}", SpanKind.CLIENT, attributes
 
 
-def _redacted(redactor: Redactor | None, text: str, path: str) -> str:
-    """``text`` as the log would store it; withheld whole when the redactor refuses it (a
-    policy that refuses a secret rather than replacing it), since a span is optional."""
-    if redactor is None:
-        return text
-    try:
-        return redactor.text(text, path=path)
-    except Exception:
-        return "[withheld: the redactor refused it]"
-
-
 def _describe(span: Span, slot: Slot, meta: msgspec.Raw | None) -> None:
     """What a model decision's meta measured, as GenAI attributes (nothing for other kinds)."""
     if slot.kind != "model" or meta is None:
@@ -390,9 +379,9 @@ def _fail(
     if sealed:
         span.set_status(Status(StatusCode.ERROR))
         return
-    message = _redacted(redactor, str(error), "span.exception.message")
-    stack = _redacted(
-        redactor, "".join(traceback.format_exception(error)), "span.exception.stacktrace"
+    message = as_stored(redactor, str(error), path="span.exception.message")
+    stack = as_stored(
+        redactor, "".join(traceback.format_exception(error)), path="span.exception.stacktrace"
     )
     span.add_event(
         "exception",

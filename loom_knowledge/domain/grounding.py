@@ -64,6 +64,9 @@ _UNSEEN: Final = (
 """Whitespace and Unicode's default-ignorable code points (soft hyphen, zero-width space and
 joiners, bidi controls, variation selectors, tag characters): a model reads them, a reader
 sees nothing, so a tag written with them in it is still a tag."""
+_BRACKETS: Final = "<\uff1c\ufe64\u2039\u3008\u27e8\u2329\ufe3f"
+"""What a tag can start with: ``<``, what the rule takes for one, and what folds to one of
+them under NFKC (U+2329 and U+FE3F to U+3008)."""
 _TAG_START: Final = re.compile(
     "[<\uff1c\ufe64\u2039\u3008\u27e8]"  # "<" and what a model can read as one
     f"(?=[{_UNSEEN}]*(?:[/\uff0f\u2215\u2044][{_UNSEEN}]*)?"
@@ -198,6 +201,8 @@ def _defused(value: str) -> str:
     """
     if value.isascii():  # most text: nothing to fold
         return _TAG_START.sub("&lt;", value)
+    if not any(bracket in value for bracket in _BRACKETS):  # no tag can start: nothing to do
+        return value
     # Letters a model reads as "passage" (fullwidth, mathematical bold) and angle brackets
     # that are another one's compatibility form (U+2329 is U+3008) fold to them under NFKC.
     # Folded one character at a time, so a match in the folded text names the character of

@@ -137,9 +137,9 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     labels: Labels = Labels()
     """Who and what the execution ran for (tenant, user, session, tags), as given at start."""
     imported: bool = False
-    """Whether it (or, for a fork, the parent it inherited from) came from a bundle: its
-    ``log_position`` is then the exporting log's, and its passages' fates are not this log's
-    to tell (``unknown``; ADR 0013, amended "imported")."""
+    """Whether it came from a bundle: its ``log_position`` is then the exporting log's, and
+    its passages' fates are not this log's to tell (``unknown``; ADR 0013, amended
+    "imported"). A fork made here of one is not: its inherited retrievals say so."""
 
 
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
@@ -150,7 +150,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     # What an imported execution decided was decided in another log: this log's documents of
     # the same scope, id and revision (and their erasures) say nothing of its passages. Asked
     # per decision, since a fork made here decides in this log what it did not inherit.
-    elsewhere = _made_elsewhere(loom, execution)
+    elsewhere, imported_itself = _made_elsewhere(loom, execution)
     retrievals = []
     others = []
     for decision in execution.decisions.values():
@@ -188,7 +188,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             for r in execution.reopenings
         ),
         labels=execution.labels,
-        imported=loom.imported(execution.id) is not None,
+        imported=imported_itself,
     )
 
 
@@ -278,28 +278,25 @@ def _retrieval(
     )
 
 
-def _made_elsewhere(loom: Loom, execution: Execution) -> Callable[[str], bool]:
+def _made_elsewhere(loom: Loom, execution: Execution) -> tuple[Callable[[str], bool], bool]:
     """Whether the decision at a key of ``execution`` was made in another log: by an imported
     execution, itself or the ancestor a fork inherited it from (followed up the forks while
-    the decision is inherited). An execution recorded here, and a fork's own decisions, no."""
-    chain: list[Execution] = [execution]
-    imported = [loom.imported(execution.id) is not None]
-    while not imported[-1] and (parent := chain[-1].parent_id) is not None:
-        chain.append(loom.execution(parent))  # recorded here, as its fork was
-        imported.append(loom.imported(parent) is not None)
-    if not imported[-1]:
-        return lambda key: False
+    the decision is inherited). An execution recorded here, and a fork's own decisions, no.
+    And whether ``execution`` itself was imported."""
+    chain = [execution]  # up to the first imported one: all it holds was decided elsewhere
+    while loom.imported(chain[-1].id) is None:
+        if chain[-1].parent_id is None:
+            return (lambda key: False), False  # recorded here, every fork of it too
+        chain.append(loom.execution(chain[-1].parent_id))
 
     def elsewhere(key: str) -> bool:
-        for member, came in zip(chain, imported, strict=True):
-            if came:  # all an imported execution holds was decided in its own log
-                return True
-            decision = member.decisions.get(key)
-            if decision is None or decision.origin != "inherited":
-                return False  # decided by this member, here
-        return False
+        # Made elsewhere if every fork below the imported execution inherited it.
+        return all(
+            (decision := member.decisions.get(key)) is not None and decision.origin == "inherited"
+            for member in chain[:-1]
+        )
 
-    return elsewhere
+    return elsewhere, len(chain) == 1
 
 
 def _no_erasures(scope: str) -> dict[str, int]:

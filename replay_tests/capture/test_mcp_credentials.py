@@ -167,13 +167,15 @@ def test_a_timeout_the_flow_catches_replays_as_the_same_mcp_error(tmp_path: Path
         ("file:///etc/x?page=2", "file:///etc/x?page=2"),
         ("https://u:pw@files.example/a?sig=S1&page=2", "https://files.example/a?page=2"),
         ("s3x://bucket/o?X-Amz-Signature=abc", "s3x://bucket/o"),
+        ("https://user:pw@host.example/o", "https://host.example/o"),  # a location's too
+        ("/relative?sig=S1&page=2", "/relative?page=2"),
     ],
 )
 def test_a_uri_is_stored_as_given_but_for_its_credentials(uri: str, stored: str) -> None:
     """The review of the change above: every URI went through ``urlunsplit``, which drops
     the empty authority of a scheme ``urllib`` does not know (``notes:///x`` became
     ``notes:/x``), in what the flow was handed back live."""
-    from loom_runtime.mcp_session import stored_uri
+    from loom_runtime.http_request import url_without_credentials as stored_uri
 
     assert stored_uri(uri) == stored
 
@@ -188,7 +190,7 @@ def test_a_uri_is_stored_as_given_but_for_its_credentials(uri: str, stored: str)
 def test_a_credential_split_by_a_tab_or_line_break_is_still_cut(uri: str) -> None:
     """The third review of 6 December: ``urlsplit`` drops tabs and line breaks before it
     parses, so the parts it found were not in the text and nothing was cut from it."""
-    from loom_runtime.mcp_session import stored_uri
+    from loom_runtime.http_request import url_without_credentials as stored_uri
 
     stored = stored_uri(uri)
     assert "tok9f8e" not in stored and "9a8b7c" not in stored, stored
