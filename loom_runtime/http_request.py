@@ -235,8 +235,8 @@ def url_without_credentials(text: str) -> str:
         parts = urlsplit(text)
         host = parts.netloc.rpartition("@")[2]
         pairs = parse_qsl(parts.query, keep_blank_values=True) if parts.query else []
-    except ValueError:  # no URL (an invalid IPv6 host, say)
-        return text
+    except ValueError:  # urlsplit refuses it (a host or userinfo holding what NFKC folds to a
+        return _cut_by_hand(text)  # delimiter, an invalid IPv6 host): its secrets go all the same
     kept = credential_query(pairs, parts.hostname or "", None)
     query = urlencode(kept) if len(kept) != len(pairs) else parts.query
     if host == parts.netloc and query == parts.query:
@@ -351,6 +351,25 @@ def _decoded(content: bytes, encoding: str) -> bytes:
         if at < len(body) and coding == "deflate":  # one zlib stream only
             return content
     return b"".join(inflated)
+
+
+def _cut_by_hand(text: str) -> str:
+    """:func:`url_without_credentials` of a URL ``urlsplit`` refuses: the authority's userinfo
+    (up to its last ``@``) and the query's credential parameters cut from the text as it is,
+    split at the first ``?``, ``#``, ``&`` and ``=`` (whoever sent the URL chose its text, and
+    a refusal must not store its signature)."""
+    base, hashed, fragment = text.partition("#")
+    base, asked, query = base.partition("?")
+    scheme, slashes, rest = base.partition("//")
+    if slashes:
+        authority, slash, path = rest.partition("/")
+        base = f"{scheme}//{authority.rpartition('@')[2]}{slash}{path}"
+    if asked:
+        pairs = [(n, v) for n, _, v in (item.partition("=") for item in query.split("&"))]
+        kept = credential_query(pairs, "", None)
+        query = "&".join(f"{n}={v}" for n, v in kept)
+        asked = "?" if query else ""
+    return f"{base}{asked}{query}{hashed}{fragment}"
 
 
 def _request_body(content: bytes) -> dict[str, Any] | None:

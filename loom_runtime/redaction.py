@@ -750,6 +750,8 @@ def as_stored(redactor: Redactor | None, text: str, *, path: str) -> str:
         return text
     try:
         return redactor.text(text, path=path)
+    except SecretRefusedError as refused:  # named by its pattern, never by its value
+        return f"[withheld: it holds a {refused.pattern}, which the redactor refuses]"
     except Exception:
         return "[withheld: the redactor refused it]"
 

@@ -50,3 +50,13 @@ def test_a_changed_message_still_diverges_without_showing_the_secret(sqlite_url:
     assert isinstance(finding, OutcomeChangedError)
     assert "invoices" in finding.replayed
     assert PASSWORD not in result.describe()
+
+
+def test_a_refusing_redactor_withholds_the_message_naming_its_pattern() -> None:
+    """In refuse mode the replayed message is withheld, named by the secret's pattern (never
+    by its value), as a span's is (``redaction.as_stored``)."""
+    from loom_runtime.redaction import Redactor, as_stored
+
+    refusing = Redactor(mode="refuse")
+    shown = as_stored(refusing, f"could not reach postgresql://app:{PASSWORD}@db/prod", path="x")
+    assert PASSWORD not in shown and shown.startswith("[withheld: it holds a ")
