@@ -225,7 +225,8 @@ def url_without_credentials(text: str) -> str:
     """``text`` (a URL a response names, a redirect's ``location``, an MCP resource URI)
     without its userinfo and the query parameters that carry a credential
     (:func:`credential_query`), as a request's URL is stored: a presigned download's
-    signature is a key to the object. ``text`` itself when it has neither (or is no URL).
+    signature is a key to the object. ``text`` itself when it has neither; cut by hand
+    (:func:`_cut_by_hand`) when ``urlsplit`` refuses it.
 
     Only those parts are cut out of the text: rebuilt by ``urlunsplit``, a scheme ``urllib``
     does not know loses its empty authority (``notes:///today`` became ``notes:/today``); it

@@ -203,3 +203,13 @@ def test_a_credential_split_by_a_tab_or_line_break_is_still_cut(uri: str) -> Non
 
     stored = stored_uri(uri)
     assert "tok9f8e" not in stored and "9a8b7c" not in stored, stored
+
+
+def test_a_resource_key_of_a_uri_urlsplit_refuses_names_no_credential() -> None:
+    """A URI whose userinfo holds what NFKC folds to a delimiter made ``urlsplit`` raise a
+    bare ``ValueError`` out of ``read_resource``'s key; the key is cut by hand instead,
+    without userinfo or query, as for any URI."""
+    from loom_runtime.mcp_session import resource_name
+
+    key = resource_name("https://u\uff03:pw@files.example/o?sig=SIG&page=2")
+    assert key == "https://files.example/o"
