@@ -80,6 +80,7 @@ from loom_runtime.execution import (
     project_execution,
 )
 from loom_runtime.log import EventLog, Precondition
+from loom_runtime.recorded_order import RecordedOrder
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
@@ -405,10 +406,20 @@ def _reset_to_log(log: EventLog, execution: Execution) -> str:
 class _Context:
     """What sync and async contexts share: key numbering and answering from a source."""
 
-    def __init__(self, source: DecisionSource, *, execution_id: UUID, flow: str) -> None:
+    def __init__(
+        self,
+        source: DecisionSource,
+        *,
+        execution_id: UUID,
+        flow: str,
+        order: RecordedOrder | None = None,
+    ) -> None:
         self.execution_id = execution_id
         self.flow = flow
         self._source = source
+        self._order = order
+        """The order recorded answers are handed out in (an async flow's replay or resume,
+        :mod:`~loom_runtime.recorded_order`); None: each as it is asked."""
         self.unattributed: list[str] = []
         """The first calls of a recorded kind made without a flow context while this body
         ran (:func:`note_unattributed`); ``unattributed_count`` counts them all."""
@@ -619,6 +630,29 @@ class _Context:
             part = Slot(key, kind, _NULL)
             return OpenDecision(_PART, part, type=type, recorded=False, value=None)
         slot = self._slot(key, input, kind)
+        if self._order is not None:  # a caller that cannot wait for its recorded turn
+            self._order.handed_out(slot.key)
+        return self._opened(slot, type)
+
+    def open_decision_in_turn(
+        self, key: str, *, input: object = None, kind: str | None = None, type: Any = Any
+    ) -> Steps[OpenDecision]:
+        """:meth:`open_decision` for a caller that awaits (an async transport's, tool's or
+        MCP call): in a replay of an async flow, a recorded answer, or recorded failure, is
+        handed out in its recorded turn (:mod:`~loom_runtime.recorded_order`), so calls made
+        together finish in the order they finished live."""
+        if self._order is None or _computing.get() is self:
+            return self.open_decision(key, input=input, kind=kind, type=type)
+        slot = self._slot(key, input, kind)
+        try:
+            decision = self._opened(slot, type)
+        except Exception as answered:
+            yield from self._in_turn(slot.key, answered)
+            raise
+        yield from self._in_turn(slot.key, decision.value if decision.recorded else _UNANSWERED)
+        return decision
+
+    def _opened(self, slot: Slot, type: Any) -> OpenDecision:
         value = self._answer(slot, type)
         if value is _UNANSWERED:
             decision = OpenDecision(
@@ -684,15 +718,38 @@ class _Context:
         """
         try:
             value = self._answer(slot, type)
-        except RecordedComputeError as recorded:
-            bound = cancelled_wait(recorded)
+        except Exception as answered:  # a recorded failure (or a replay's finding)
+            if self._order is not None:
+                yield from self._in_turn(slot.key, answered)
+            bound = cancelled_wait(answered) if isinstance(answered, RecordedComputeError) else None
             if bound is None:
                 raise
             yield Pending(slot.key, _Pause(bound))  # for the flow's timeout to cancel again
             raise
         if value is not _UNANSWERED:
+            if self._order is not None:  # in line: a replay of an async flow passes here
+                waiting = self._order.turn(slot.key)  # per decision
+                if waiting is not None:
+                    yield Pending(slot.key, waiting)
             return value
+        if self._order is not None:
+            self._order.handed_out(slot.key)
         return (yield from self._compute(slot, compute, type, retry, retry_on, self._source))
+
+    def _in_turn(self, key: str, answer: object) -> Steps[None]:
+        """Wait, when ``answer`` is recorded, until every answer recorded before it has been
+        handed out (:class:`~loom_runtime.recorded_order.RecordedOrder`). A call computed
+        live, and one recorded as cancelled (it handed nothing out: it waits to be cancelled
+        again), is counted handed out as it is asked, and never waits."""
+        assert self._order is not None
+        if answer is _UNANSWERED or (
+            isinstance(answer, RecordedComputeError) and cancelled_wait(answer) is not None
+        ):
+            self._order.handed_out(key)
+            return
+        waiting = self._order.turn(key)
+        if waiting is not None:
+            yield Pending(key, waiting)
 
     def _compute(
         self,
@@ -790,7 +847,10 @@ class _Context:
 
     def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
         """:meth:`_decide` driven now, without ``retry``: the clock, uuid and random of either
-        context (``decide`` of a sync flow does the same in line)."""
+        context (``decide`` of a sync flow does the same in line). It cannot wait for its
+        recorded turn: counted handed out as it is asked."""
+        if self._order is not None:
+            self._order.handed_out(slot.key)
         value = self._answer(slot, type)
         if value is _UNANSWERED:
             value = self._compute_now(slot, compute, type, None, transient)

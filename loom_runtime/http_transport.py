@@ -367,7 +367,12 @@ def _exchange(
     """
     key, request_input = profile.key_and_input(request, ctx.redactor)
     try:
-        decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
+        if io is _SYNC:
+            decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
+        else:  # handed out in its recorded turn: calls made together end as they did live
+            decision = yield from ctx.open_decision_in_turn(
+                key, input=request_input, kind=profile.kind
+            )
     except RecordedComputeError as recorded_failure:
         bound = cancelled_wait(recorded_failure)
         if bound is None or io is _SYNC:  # only an awaited call is ever cancelled

@@ -84,6 +84,7 @@ from loom_runtime.log import (
     Synchronous,
     open_log,
 )
+from loom_runtime.recorded_order import RecordedOrder
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -881,8 +882,20 @@ class Loom:
     def _context(
         self, definition: Flow, execution: Execution, source: DecisionSource
     ) -> FlowContext | AsyncFlowContext:
-        cls = AsyncFlowContext if definition.is_async else FlowContext
-        return cls(source, execution_id=execution.id, flow=definition.name)
+        if not definition.is_async:
+            return FlowContext(source, execution_id=execution.id, flow=definition.name)
+        # A replay or a resume hands an async flow's recorded answers out in the order they
+        # were recorded (ADR 0002, amended "completion order"); a fork's inherited ones were
+        # recorded by its parent's run, and are asked in whatever order its branch asks them.
+        versions = execution.decision_versions
+        recorded = sorted(versions, key=versions.__getitem__)
+        if execution.parent_id is not None:
+            decisions = execution.decisions
+            recorded = [key for key in recorded if decisions[key].origin != "inherited"]
+        order = RecordedOrder(recorded) if len(recorded) > 1 else None
+        return AsyncFlowContext(
+            source, execution_id=execution.id, flow=definition.name, order=order
+        )
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         definition, execution, kwargs = self._start(flow, labels, arguments)  # counted running

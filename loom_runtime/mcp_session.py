@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 
 from loom_runtime.context import cancelled_wait, computing, rebuild_with, recorder
+from loom_runtime.driver import adrive
 from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
 from loom_runtime.execution import Decision
 from loom_runtime.http_request import url_without_credentials, without_credentials
@@ -171,7 +172,9 @@ async def _decide(
     if ctx is None:
         return await call()
     try:
-        decision = ctx.open_decision(key, input=asked, kind=kind, type=_Recorded)
+        decision = await adrive(
+            ctx.open_decision_in_turn(key, input=asked, kind=kind, type=_Recorded)
+        )
     except RecordedComputeError as recorded:
         bound = cancelled_wait(recorded)
         if bound is None:

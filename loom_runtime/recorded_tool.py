@@ -141,15 +141,16 @@ class _Tool:
         sync tool may be called from an async flow (and an async one from a sync flow that
         runs an event loop): the decision is the same, only the driver differs.
         """
+        # Credential-named arguments (``token``, ``api_key``) stored marked, as an HTTP body's
+        # are (ADR 0028, amended "credentials"); the tool gets them as given.
+        asked = without_credentials(self.arguments(args, kwargs))
         try:
-            decision = ctx.open_decision(
-                self.key,
-                # Credential-named arguments (``token``, ``api_key``) stored marked, as an HTTP
-                # body's are (ADR 0028, amended "credentials"); the tool gets them as given.
-                input=without_credentials(self.arguments(args, kwargs)),
-                kind=KIND,
-                type=self.returns,
-            )
+            if inspect.iscoroutinefunction(self.function):  # awaited: it can wait its turn
+                decision = yield from ctx.open_decision_in_turn(
+                    self.key, input=asked, kind=KIND, type=self.returns
+                )
+            else:
+                decision = ctx.open_decision(self.key, input=asked, kind=KIND, type=self.returns)
         except RecordedComputeError as recorded:
             bound = cancelled_wait(recorded)
             if bound is None or not inspect.iscoroutinefunction(self.function):

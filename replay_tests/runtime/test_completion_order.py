@@ -1,0 +1,264 @@
+"""A replay hands an async flow's recorded answers back in the order they were recorded.
+
+Live, concurrent calls finish in whatever order the world answers them, and the log records
+that order. A replay answers every call at once, so without more, tasks finished in the order
+they were started: code that acts on which call finished first (``asyncio.as_completed``,
+``asyncio.wait(return_when=FIRST_COMPLETED)``, a ``TaskGroup`` whose failing task cancels its
+siblings) took another path on every replay and was reported as diverging when nothing had
+changed (ADR 0002, amended "completion order").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from freezegun import freeze_time
+
+import loom_runtime
+from loom_runtime import Loom, ReplayResult, tool
+
+pytestmark = pytest.mark.xdist_group("completion_order")
+
+DELAYS = {"slow": 0.05, "fast": 0.0}
+"""Live, the call started first ("slow") finishes last. Calls are started as tasks in a fixed
+order: ``as_completed`` of bare coroutines starts them in a set's (arbitrary) order."""
+
+
+def _started(ctx: Any) -> list[asyncio.Future[str]]:
+    """The calls "slow" and "fast" as decisions, started as tasks in that order."""
+
+    async def ask(name: str) -> str:
+        await asyncio.sleep(DELAYS[name])
+        return name
+
+    return [
+        asyncio.ensure_future(ctx.decide(name, lambda n=name: ask(n))) for name in ("slow", "fast")
+    ]
+
+
+def _hedged(loom: Loom, *, interrupted: Callable[[], bool] = lambda: False) -> None:
+    """Flow "hedged": two calls started together, used as they finish; ``interrupted()``
+    says whether the process stops right after (as a kill would)."""
+
+    @loom.flow("hedged")
+    async def hedged(ctx: Any) -> list[str]:
+        calls = _started(ctx)
+        order = [await finished for finished in asyncio.as_completed(calls)]
+        if interrupted():
+            raise KeyboardInterrupt  # the process stops here
+        await ctx.decide("answer", lambda: "+".join(order), input=order)
+        return order
+
+
+def test_as_completed_replays_in_the_recorded_order(loom: Loom) -> None:
+    _hedged(loom)
+    run = loom.run("hedged")
+    assert run.output == ["fast", "slow"]  # the control: live, the later call finished first
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == ["fast", "slow"]
+
+
+def test_the_first_completed_wins_and_the_loser_is_cancelled_again(loom: Loom) -> None:
+    @loom.flow("race")
+    async def race(ctx: Any) -> str:
+        done, pending = await asyncio.wait(_started(ctx), return_when=asyncio.FIRST_COMPLETED)
+        for loser in pending:
+            loser.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        winner = done.pop().result()
+        return str(await ctx.decide("use", lambda: f"used {winner}", input=winner))
+
+    run = loom.run("race")
+    assert run.output == "used fast"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == "used fast"
+
+
+def test_a_task_group_s_failure_cancels_the_sibling_only_after_it_answered(loom: Loom) -> None:
+    """Live, the sibling's call finished before the failing one failed; on replay it must be
+    answered before the failure cancels it, or its recorded decision goes unused."""
+
+    @loom.flow("group")
+    async def group(ctx: Any) -> str:
+        async def failing() -> str:
+            await asyncio.sleep(0.05)
+            raise ValueError("the slow call failed")
+
+        async def quick() -> str:
+            await asyncio.sleep(0)  # asks after one pass of the loop: live, long before
+            return str(await ctx.decide("quick", lambda: "quick"))
+
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(ctx.decide("failing", failing))
+                tasks.create_task(quick())
+        except ExceptionGroup as failed:
+            return f"failed: {failed.exceptions[0]}"
+        return "no failure"
+
+    run = loom.run("group")
+    assert run.output == "failed: the slow call failed"
+    assert list(loom.execution(run.execution_id).decisions) == ["quick", "failing"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_gathered_calls_and_the_clock_between_them_replay_identically(loom: Loom) -> None:
+    """A sync call (the clock) inside concurrent tasks is handed out when asked; it must
+    not hold back the calls recorded after it."""
+
+    @loom.flow("mixed")
+    async def mixed(ctx: Any) -> list[str]:
+        async def one(i: int) -> str:
+            async def compute() -> str:
+                await asyncio.sleep(0.01 * (3 - i))
+                return f"v{i}"
+
+            ctx.now()
+            return str(await ctx.decide("k", compute))
+
+        calls = [asyncio.ensure_future(one(i)) for i in range(3)]
+        return [await finished for finished in asyncio.as_completed(calls)]
+
+    run = loom.run("mixed")
+    assert run.output == ["v2", "v1", "v0"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_a_hedging_call_started_after_a_timeout_is_waited_for(loom: Loom) -> None:
+    """Live, the first call had not answered within the timeout, so a second was started, and
+    answered first. On replay the first call's answer waits for the second, which the flow
+    starts only when its timer fires: a pending timer must keep the answer waiting."""
+
+    @loom.flow("backup")
+    async def backup(ctx: Any) -> list[str]:
+        async def ask(name: str, delay: float) -> str:
+            await asyncio.sleep(delay)
+            return name
+
+        first = asyncio.ensure_future(ctx.decide("first", lambda: ask("first", 0.3)))
+        done, _ = await asyncio.wait([first], timeout=0.1)
+        if done:
+            return [first.result()]
+        second = asyncio.ensure_future(ctx.decide("second", lambda: ask("second", 0.0)))
+        return [await finished for finished in asyncio.as_completed([first, second])]
+
+    run = loom.run("backup")
+    assert run.output == ["second", "first"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def _ends(replay: Callable[[], ReplayResult]) -> ReplayResult:
+    """``replay()``'s result, or a failure (not a hung suite) when it does not end."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(replay).result(timeout=60)
+
+
+def test_a_replay_whose_code_no_longer_asks_an_earlier_call_still_ends(loom: Loom) -> None:
+    """The answer held back for a call recorded earlier is given up on when nothing can ask
+    that call any more: the replay ends, and reports the divergence."""
+    _hedged(loom)
+    run = loom.run("hedged")
+
+    with Loom(loom.settings.url) as changed:
+
+        @changed.flow("hedged")
+        async def hedged(ctx: Any) -> list[str]:  # the fast call is gone
+            value = await ctx.decide("slow", lambda: "slow")
+            return [str(value)]
+
+        result = _ends(lambda: changed.replay(run.execution_id))
+    assert result.output == ["slow"]  # answered, after the watch gave up on "fast"
+    assert not result.identical
+    assert {type(found).__name__ for found in result.divergences} >= {"UnusedDecisionsError"}
+
+
+def test_a_divergent_replay_under_a_frozen_clock_still_ends(loom: Loom) -> None:
+    """Giving up on an earlier call must not wait for a clock: a frozen one never moves."""
+    _hedged(loom)
+    run = loom.run("hedged")
+    with Loom(loom.settings.url) as changed:
+
+        @changed.flow("hedged")
+        async def hedged(ctx: Any) -> list[str]:
+            value = await ctx.decide("slow", lambda: "slow")
+            return [str(value)]
+
+        with freeze_time("2026-01-01"):
+            result = _ends(lambda: changed.replay(run.execution_id))
+    assert result.output == ["slow"]
+    assert not result.identical
+
+
+def test_recorded_http_calls_replay_in_the_order_they_finished(loom: Loom) -> None:
+    """The calls an SDK makes through the recording transport are ordered as decisions are."""
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.strip("/")
+        await asyncio.sleep(DELAYS[name])
+        return httpx.Response(200, json={"name": name})
+
+    def build(target: Loom, inner: httpx.AsyncBaseTransport) -> None:
+        @target.flow("fetch")
+        async def fetch(ctx: Any) -> list[str]:
+            transport = loom_runtime.async_transport(inner)
+            async with httpx.AsyncClient(transport=transport, base_url="http://models") as client:
+                calls = [asyncio.ensure_future(client.get(f"/{n}")) for n in ("slow", "fast")]
+                order = [(await done).json()["name"] for done in asyncio.as_completed(calls)]
+            await ctx.decide("answer", lambda: "+".join(order), input=order)
+            return order
+
+    build(loom, httpx.MockTransport(answer))
+    run = loom.run("fetch")
+    assert run.output == ["fast", "slow"]
+
+    async def unreachable(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"a replay sent {request.url}")
+
+    with Loom(loom.settings.url) as fresh:
+        build(fresh, httpx.MockTransport(unreachable))
+        result = fresh.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_recorded_async_tools_replay_in_the_order_they_finished(loom: Loom) -> None:
+    @tool
+    async def lookup(name: str) -> str:
+        await asyncio.sleep(DELAYS[name])
+        return name
+
+    @loom.flow("tools")
+    async def tools(ctx: Any) -> list[str]:
+        calls = [asyncio.ensure_future(lookup(name)) for name in ("slow", "fast")]
+        order = [await done for done in asyncio.as_completed(calls)]
+        await ctx.decide("answer", lambda: "+".join(order), input=order)
+        return order
+
+    run = loom.run("tools")
+    assert run.output == ["fast", "slow"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_a_resume_hands_the_recorded_answers_out_in_their_order(loom: Loom) -> None:
+    """A resume answers the recorded part of an execution as a replay does: an interrupted
+    run whose calls finished in another order than they started goes on with that order."""
+    stop = [True]
+    _hedged(loom, interrupted=lambda: stop[0])
+    with pytest.raises(KeyboardInterrupt):
+        loom.run("hedged")
+    (summary,) = loom.executions()
+    stop[0] = False
+    run = loom.resume(summary.execution_id)
+    assert run.output == ["fast", "slow"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
