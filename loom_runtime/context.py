@@ -244,15 +244,16 @@ class Recorder:
         else:
             self._asked.add(slot.key)
         if decision is None and slot.key in self._overrides:
-            self._execution.record_decision(
-                key=slot.key,
-                kind=slot.kind,
-                value=self._overrides[slot.key],
-                input=slot.input,
-                origin="override",
-            )
-            self._save(slot.key)
-            return self._execution.decisions[slot.key]
+            with self._execution.appending:
+                self._execution.record_decision(
+                    key=slot.key,
+                    kind=slot.kind,
+                    value=self._overrides[slot.key],
+                    input=slot.input,
+                    origin="override",
+                )
+                self._save(slot.key)
+                return self._execution.decisions[slot.key]
         if decision is not None and decision.input != slot.input:
             # Resuming with code that asks a recorded key differently would splice two
             # different runs into one execution: refuse rather than guess.
@@ -277,20 +278,23 @@ class Recorder:
         raw, decoded = codec.round_trip(
             value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
         )
-        self._execution.record_decision(
-            key=slot.key, kind=slot.kind, value=raw, input=slot.input, meta=meta
-        )
-        self._save(slot.key)
+        with self._execution.appending:
+            self._refuse_after_end(slot.key)  # again: another thread may have ended it since
+            self._execution.record_decision(
+                key=slot.key, kind=slot.kind, value=raw, input=slot.input, meta=meta
+            )
+            self._save(slot.key)
         return decoded
 
     def record_failure(
         self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
-        self._refuse_after_end(slot.key)
-        self._execution.record_failure(
-            key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
-        )
-        self._save(slot.key)
+        with self._execution.appending:
+            self._refuse_after_end(slot.key)
+            self._execution.record_failure(
+                key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
+            )
+            self._save(slot.key)
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""

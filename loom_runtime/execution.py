@@ -18,6 +18,7 @@ the mapper never redacts those, and refuses one that holds a secret (ADR 0012).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast
 from uuid import UUID
@@ -245,6 +246,11 @@ class Execution(Aggregate):
         self.error: tuple[str, str] | None = None
         self.reopenings: list[Reopening] = []
         self.lost = False  # set when this worker may append no more: a lost race (never stored)
+        self.appending = threading.RLock()
+        """Held from an event's trigger to its append (never stored): a flow's threads record
+        at once (a tool pool), and a thread switch between one's new version and its save let
+        another's event take that version (ADR 0002, amended "threads record one at a
+        time")."""
         self.owner = worker
         """The worker that started it or last claimed or reopened it (ADR 0040)."""
         self.sealer: Any = None

@@ -1111,8 +1111,9 @@ class Loom:
         except NotSerialisableError as exc:
             self._fail(execution, exc)
             raise
-        execution.complete(output=raw)
-        save(self.log, execution)
+        with execution.appending:  # a thread of the flow still recording is refused after it
+            execution.complete(output=raw)
+            save(self.log, execution)
         logger.info("execution %s of flow %r completed", execution.id, execution.flow)
         return Run(
             execution_id=execution.id,
@@ -1124,8 +1125,9 @@ class Loom:
     def _fail(self, execution: Execution, error: Exception) -> None:
         if execution.lost or isinstance(error, ExecutionConflictError):
             return  # another worker owns the execution now (or this one can no longer append)
-        execution.fail(error=error)
-        save(self.log, execution)
+        with execution.appending:
+            execution.fail(error=error)
+            save(self.log, execution)
         logger.info("execution %s failed: %s", execution.id, type(error).__name__)
         error.add_note(f"loom: recorded as the failure of execution {execution.id}")
 
