@@ -734,7 +734,10 @@ class _Context:
             if self._order is not None:  # in line: a replay of an async flow passes here
                 waiting = self._order.turn(slot.key)  # per decision
                 if waiting is not None:
-                    yield Pending(slot.key, waiting)
+                    try:
+                        yield Pending(slot.key, waiting)
+                    finally:  # resumed (or cancelled): only now is it handed out
+                        self._order.took(slot.key)
             return value
         if self._order is not None:
             self._order.handed_out(slot.key)
@@ -753,7 +756,10 @@ class _Context:
             return
         waiting = self._order.turn(key)
         if waiting is not None:
-            yield Pending(key, waiting)
+            try:
+                yield Pending(key, waiting)
+            finally:
+                self._order.took(key)
 
     def _compute(
         self,

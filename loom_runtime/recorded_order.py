@@ -14,8 +14,8 @@ never come (the code no longer asks an earlier call, or asks it only after this 
 replay would wait forever; so when nothing has been handed out for :data:`STALL_PASSES`
 passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
 waited for are passed over (a later ask of one is answered at once). While a timer of the
-loop is pending (a flow's own ``asyncio.wait(timeout=...)`` before it starts a hedging call),
-the missing call may still come, so the watch gives it :data:`STALL_SECONDS` as well.
+loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
+starts a hedging call), the missing call may still come, so the watch waits that long too.
 ADR 0002 ("completion order") says why and what it cannot see (a call waiting on real I/O
 the log does not hold).
 """
@@ -23,28 +23,29 @@ the log does not hold).
 from __future__ import annotations
 
 import asyncio
-import functools
+import threading
 
 STALL_PASSES = 100
-"""Passes of the event loop with nothing handed out (and no timer pending) after which the
+"""Passes of the event loop with nothing handed out (and no timer due) after which the
 earliest waiting answer is handed out anyway. A woken task asks its next call within a few
 passes (a queue's hand-over takes two), so a faithful replay never gets near it."""
 
 STALL_SECONDS = 5.0
-"""With a timer of the loop pending (it may start the missing call when it fires), how long
-by the loop's clock the watch waits for progress before it hands out the earliest answer: a
-pending timer may belong to a task that never will (a heartbeat of the application that
-replays), and a replay must end."""
+"""How far ahead a timer of the loop counts as one that may start the missing call, and how
+long by the loop's clock the watch then waits for progress before it hands out the earliest
+answer: a timer may belong to a task that never will (a heartbeat of the application that
+replays, an ``asyncio.timeout`` around the whole flow), and a replay must end."""
 
 
 class RecordedOrder:
     """Hands out the recorded answers of one replay (or resume) in their recorded order.
 
     Built from the decision keys in the order the log holds them. :meth:`turn` is asked by a
-    caller that can wait (an awaited ``decide``, an async transport's or tool's call);
-    :meth:`handed_out` by one that cannot (``ctx.now()``, a sync client), which gets its
-    answer at once. Keys it was not built with (computed live, new) are never held back.
-    Used from the flow's event loop only, as everything of an async flow is.
+    caller that can wait (an awaited ``decide``, an async transport's, tool's or MCP call),
+    which calls :meth:`took` once its wait is over (or cancelled); :meth:`handed_out` by one
+    that cannot (``ctx.now()``, a sync client, a sync tool, perhaps on a worker thread), which
+    gets its answer at once. Keys it was not built with (computed live, new) are never held
+    back. Its state is the flow's event loop's: a call from another thread is passed to it.
     """
 
     def __init__(self, keys: list[str]) -> None:
@@ -59,16 +60,27 @@ class RecordedOrder:
         self._progress = 0
         """How many answers have been handed out: the watch's measure of progress."""
         self._watching = False
+        self._gave_up = False
+        """Whether the watch has given up on a turn: the replay diverges, and the watch no
+        longer waits for timers."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None  # the loop's, known from the first turn on
 
     def turn(self, key: str) -> asyncio.Future[None] | None:
         """None when ``key``'s answer may be handed out now (it is then counted handed out),
-        else a future of the running loop that completes when its turn comes."""
+        else a future of the running loop that completes when its turn comes; the caller
+        then calls :meth:`took` when its wait is over, however it ended."""
+        if self._thread is None:  # the first turn, on the flow's loop: whose state this is
+            self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
         if self._in_order(key):
             return None
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank <= self._next:
+        if rank < self._next:  # passed over by the watch: answered at once
+            self._hand(rank)
+            return None
+        if rank == self._next and self._next not in self._waiting:
             self._hand(rank)
             return None
         waiting = self._waiting.get(rank)
@@ -76,14 +88,29 @@ class RecordedOrder:
             return waiting
         loop = asyncio.get_running_loop()
         waiting = self._waiting[rank] = loop.create_future()
-        waiting.add_done_callback(functools.partial(self._left, rank))
         if not self._watching:
             self._watching = True
-            loop.call_soon(self._watch, loop, self._progress, 0, loop.time())
+            now = loop.time()
+            loop.call_soon(self._watch, loop, self._progress, 0, now, now)
         return waiting
+
+    def took(self, key: str) -> None:
+        """The wait :meth:`turn` gave ``key`` is over: its task has resumed with the answer
+        (or was cancelled). Only now is it counted handed out, so a later answer asked while
+        the woken task had not yet run waits for it."""
+        rank = self._ranks().get(key)
+        if rank is not None:
+            if self._waiting.get(rank) is not None and not self._waiting[rank].done():
+                return  # another ask of the same key still waits
+            self._waiting.pop(rank, None)
+            self._hand(rank)
 
     def handed_out(self, key: str) -> None:
         """``key``'s answer was handed out now, by a caller that could not wait its turn."""
+        if self._thread is not None and threading.get_ident() != self._thread:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self.handed_out, key)
+            return
         if not self._in_order(key):
             rank = self._ranks().get(key)
             if rank is not None:
@@ -115,53 +142,53 @@ class RecordedOrder:
         self._wake()
 
     def _wake(self) -> None:
-        """Move past every answer handed out, waking each waiter whose turn that makes."""
-        handed, waiting = self._handed, self._waiting
-        while True:
-            while self._next < len(handed) and handed[self._next]:
-                self._next += 1
-            woken = waiting.pop(self._next, None)
-            if woken is None:
-                return
-            handed[self._next] = 1
-            self._progress += 1
-            if not woken.done():
-                woken.set_result(None)
-
-    def _left(self, rank: int, waiting: asyncio.Future[None]) -> None:
-        """A waiter whose task was cancelled while it waited counts as handed out: the
-        answers after it must not wait for a task that is gone."""
-        if self._waiting.get(rank) is waiting:
-            del self._waiting[rank]
-            self._hand(rank)
+        """Move past every answer handed out; wake the waiter whose turn that makes (it is
+        counted handed out when its task has run: :meth:`took`)."""
+        handed = self._handed
+        while self._next < len(handed) and handed[self._next]:
+            self._next += 1
+        woken = self._waiting.get(self._next)
+        if woken is not None and not woken.done():
+            woken.set_result(None)
 
     def _watch(
-        self, loop: asyncio.AbstractEventLoop, progress: int, idle: int, since: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        progress: int,
+        idle: int,
+        since: float,
+        last: float,
     ) -> None:
-        """Once a pass of the loop while answers wait: hand out the earliest of them after
-        :data:`STALL_PASSES` passes in a row with nothing handed out and no timer pending,
-        or after :data:`STALL_SECONDS` by the loop's clock with nothing handed out at all."""
-        if not self._waiting:
+        """Once a pass of the loop while answers wait: wake the earliest of them after
+        :data:`STALL_PASSES` passes in a row with nothing handed out and no timer due within
+        :data:`STALL_SECONDS`, or after that long by the loop's clock with nothing handed
+        out at all. A clock that did not move since the last pass is frozen (freezegun): no
+        timer of it can fire, so passes alone count. Once it has given up, the replay is
+        known to diverge, and passes alone count from then on."""
+        if not any(not waiting.done() for waiting in self._waiting.values()):
             self._watching = False
             return
-        timer = _timer_pending(loop)
+        now = loop.time()
+        timer = not self._gave_up and now != last and _timer_due(loop, now)
         if self._progress != progress:
-            idle, since = 0, loop.time()
-        elif timer and loop.time() - since < STALL_SECONDS:
+            idle, since = 0, now
+        elif timer and now - since < STALL_SECONDS:
             idle = 0  # the timer may start the missing call: passes count from when it fired
         elif timer or idle >= STALL_PASSES:
+            self._gave_up = True
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
-            idle, since = 0, loop.time()
+            idle, since = 0, now
         if timer:  # look again a little later, not spinning while the loop waits for it
-            loop.call_later(0.01, self._watch, loop, self._progress, idle, since)
+            loop.call_later(0.01, self._watch, loop, self._progress, idle, since, now)
         else:
-            loop.call_soon(self._watch, loop, self._progress, idle + 1, since)
+            loop.call_soon(self._watch, loop, self._progress, idle + 1, since, now)
 
 
-def _timer_pending(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether a timer (an ``asyncio.sleep``, a ``wait`` with a timeout) is pending on
-    ``loop``: asyncio's own loops list them in ``_scheduled``; for a loop that does not
-    (uvloop), none is assumed and the watch counts passes alone."""
+def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
+    """Whether a timer (an ``asyncio.sleep``, a ``wait`` with a timeout) of ``loop`` fires
+    within :data:`STALL_SECONDS`: asyncio's own loops list them in ``_scheduled``; for a loop
+    that does not (uvloop), none is assumed and the watch counts passes alone. A timer due
+    later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
     scheduled = getattr(loop, "_scheduled", ())
-    return any(not timer.cancelled() for timer in scheduled)
+    return any(not timer.cancelled() and timer.when() - now <= STALL_SECONDS for timer in scheduled)

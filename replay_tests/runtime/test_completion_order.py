@@ -11,8 +11,10 @@ changed (ADR 0002, amended "completion order").
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -158,9 +160,23 @@ def test_a_hedging_call_started_after_a_timeout_is_waited_for(loom: Loom) -> Non
 
 
 def _ends(replay: Callable[[], ReplayResult]) -> ReplayResult:
-    """``replay()``'s result, or a failure (not a hung suite) when it does not end."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(replay).result(timeout=60)
+    """``replay()``'s result, or a failure (not a hung suite) when it does not end: run on a
+    daemon thread, which a hung replay cannot keep the process alive with."""
+    outcome: list[ReplayResult | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(replay())
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert outcome, "the replay did not end within 30 s"
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def test_a_replay_whose_code_no_longer_asks_an_earlier_call_still_ends(loom: Loom) -> None:
@@ -261,4 +277,87 @@ def test_a_resume_hands_the_recorded_answers_out_in_their_order(loom: Loom) -> N
     run = loom.resume(summary.execution_id)
     assert run.output == ["fast", "slow"]
     result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_a_woken_answer_is_not_overtaken_by_a_later_one_asked_meanwhile(loom: Loom) -> None:
+    """Live A, B, C finish B, A, C. On replay B's answer wakes A, whose task resumes only on
+    the loop's next pass; C, asking in between, must still wait for A."""
+    delays = {"A": 0.02, "B": 0.01, "C": 0.03}
+
+    @loom.flow("three")
+    async def three(ctx: Any) -> list[str]:
+        async def call(name: str) -> str:
+            await asyncio.sleep(delays[name])
+            return name
+
+        tasks = [asyncio.ensure_future(ctx.decide(n, lambda n=n: call(n))) for n in "ABC"]
+        order = [await finished for finished in asyncio.as_completed(tasks)]
+        await ctx.decide("order", lambda: "".join(order), input=order)
+        return order
+
+    run = loom.run("three")
+    assert run.output == ["B", "A", "C"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["clock", "frozen-clock"])
+def test_a_far_timer_does_not_hold_a_divergent_replay(loom: Loom, frozen: bool) -> None:
+    """An agent loop inside ``asyncio.timeout(300)`` keeps a timer pending throughout. A
+    replay of code that no longer makes a recorded call must report it at once, not wait for
+    a timer that is minutes away (or, with a frozen clock, never fires)."""
+
+    @loom.flow("agent")
+    async def agent(ctx: Any) -> list[str]:
+        async with asyncio.timeout(300):
+            out = []
+            for i in range(3):
+                await ctx.decide("moderate", lambda: "ok")
+                out.append(str(await ctx.decide("step", lambda i=i: f"s{i}")))
+            return out
+
+    run = loom.run("agent")
+    with Loom(loom.settings.url) as changed:
+
+        @changed.flow("agent")
+        async def agent_without_moderation(ctx: Any) -> list[str]:
+            async with asyncio.timeout(300):
+                return [str(await ctx.decide("step", lambda i=i: f"s{i}")) for i in range(3)]
+
+        started = time.monotonic()
+        with freeze_time("2026-01-01") if frozen else contextlib.nullcontext():
+            result = _ends(lambda: changed.replay(run.execution_id))
+        assert time.monotonic() - started < 3
+    assert result.output == ["s0", "s1", "s2"]
+    assert {type(found).__name__ for found in result.divergences} == {"UnusedDecisionsError"}
+
+
+def test_a_sync_tool_on_a_worker_thread_hands_its_answer_out_through_the_loop(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync tool run by ``asyncio.to_thread`` is answered on the worker thread; what that
+    answer wakes belongs to the flow's loop, which asyncio's debug mode enforces (a future
+    completed from another thread raised there, and the replay never ended)."""
+
+    @tool
+    def lookup(name: str) -> str:
+        return f"looked up {name}"
+
+    @loom.flow("mixed")
+    async def mixed(ctx: Any) -> list[str]:
+        async def threaded() -> str:
+            await asyncio.sleep(0.01)
+            return await asyncio.to_thread(lookup, "x")
+
+        async def slow() -> str:
+            await asyncio.sleep(0.1)
+            return "b"
+
+        return list(await asyncio.gather(threaded(), ctx.decide("b", slow)))
+
+    run = loom.run("mixed")
+    assert run.output == ["looked up x", "b"]
+    monkeypatch.setenv("PYTHONASYNCIODEBUG", "1")
+    result = _ends(lambda: loom.replay(run.execution_id))
     assert result.identical, result.describe()
