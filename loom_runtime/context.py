@@ -245,6 +245,7 @@ class Recorder:
             self._asked.add(slot.key)
         if decision is None and slot.key in self._overrides:
             with self._execution.appending:
+                self._refuse_after_end(slot.key)  # again: another thread may have ended it
                 self._execution.record_decision(
                     key=slot.key,
                     kind=slot.kind,
@@ -952,6 +953,13 @@ class FlowContext(_Context):
 
 class AsyncFlowContext(_Context):
     """The ``ctx`` of an ``async def`` flow: ``await ctx.decide(...)``."""
+
+    def runs_on_this_loop(self) -> None:
+        """Called as the flow's coroutine starts: its recorded answers are handed out in
+        their recorded order on the running loop (a call from another thread, or another
+        loop there, cannot wait its turn)."""
+        if self._order is not None:
+            self._order.bind()
 
     @overload
     def decide(

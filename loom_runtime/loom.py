@@ -17,7 +17,15 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -1218,8 +1226,16 @@ def _call(
     with running(ctx):
         result = definition.fn(ctx, **kwargs)
         if definition.is_async:
-            result = yield Pending(definition.name, result)
+            result = yield Pending(definition.name, _on_its_loop(ctx, result))
     return result
+
+
+async def _on_its_loop(ctx: FlowContext | AsyncFlowContext, body: Awaitable[Any]) -> Any:
+    """An async flow's body, awaited once its context knows the loop it runs on: the loop
+    whose tasks wait for their recorded turns (ADR 0002, "completion order")."""
+    if isinstance(ctx, AsyncFlowContext):
+        ctx.runs_on_this_loop()
+    return await body
 
 
 def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]) -> dict[str, int]:

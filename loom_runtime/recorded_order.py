@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 STALL_PASSES = 100
 """Passes of the event loop with nothing handed out (and no timer due) after which the
@@ -36,6 +37,10 @@ long by the loop's clock the watch then waits for progress before it hands out t
 answer: a timer may belong to a task that never will (a heartbeat of the application that
 replays, an ``asyncio.timeout`` around the whole flow), and a replay must end."""
 
+FROZEN_AFTER = 0.05
+"""CPU seconds the process spends while the loop's clock stays put before the watch calls
+that clock frozen: longer than the coarsest clock's tick (15.6 ms)."""
+
 
 class RecordedOrder:
     """Hands out the recorded answers of one replay (or resume) in their recorded order.
@@ -45,7 +50,8 @@ class RecordedOrder:
     which calls :meth:`took` once its wait is over (or cancelled); :meth:`handed_out` by one
     that cannot (``ctx.now()``, a sync client, a sync tool, perhaps on a worker thread), which
     gets its answer at once. Keys it was not built with (computed live, new) are never held
-    back. Its state is the flow's event loop's: a call from another thread is passed to it.
+    back. Its state is the flow's event loop's (:meth:`bind`): a call from another thread is
+    passed to that loop, and a turn asked on another thread's loop is answered at once.
     """
 
     def __init__(self, keys: list[str]) -> None:
@@ -61,17 +67,20 @@ class RecordedOrder:
         """How many answers have been handed out: the watch's measure of progress."""
         self._watching = False
         self._gave_up = False
+        self._moved = 0.0
+        """The process's CPU time when the loop's clock was last seen to move."""
         """Whether the watch has given up on a turn: the replay diverges, and the watch no
         longer waits for timers."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: int | None = None  # the loop's, known from the first turn on
+        self._thread: int | None = None  # the loop's, from :meth:`bind` on
 
     def turn(self, key: str) -> asyncio.Future[None] | None:
         """None when ``key``'s answer may be handed out now (it is then counted handed out),
         else a future of the running loop that completes when its turn comes; the caller
         then calls :meth:`took` when its wait is over, however it ended."""
-        if self._thread is None:  # the first turn, on the flow's loop: whose state this is
-            self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
+        if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
+            self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
+            return None
         if self._in_order(key):
             return None
         rank = self._ranks().get(key)
@@ -83,16 +92,19 @@ class RecordedOrder:
         if rank == self._next and self._next not in self._waiting:
             self._hand(rank)
             return None
-        waiting = self._waiting.get(rank)
-        if waiting is not None and not waiting.done():  # asked again while it waits
-            return waiting
         loop = asyncio.get_running_loop()
         waiting = self._waiting[rank] = loop.create_future()
         if not self._watching:
             self._watching = True
+            self._moved = time.process_time()
             now = loop.time()
             loop.call_soon(self._watch, loop, self._progress, 0, now, now)
         return waiting
+
+    def bind(self) -> None:
+        """Make the running loop, the flow's as its coroutine starts, the one whose state this
+        is: a call from any other thread (or a loop of its own there) is passed to it."""
+        self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
 
     def took(self, key: str) -> None:
         """The wait :meth:`turn` gave ``key`` is over: its task has resumed with the answer
@@ -100,8 +112,6 @@ class RecordedOrder:
         the woken task had not yet run waits for it."""
         rank = self._ranks().get(key)
         if rank is not None:
-            if self._waiting.get(rank) is not None and not self._waiting[rank].done():
-                return  # another ask of the same key still waits
             self._waiting.pop(rank, None)
             self._hand(rank)
 
@@ -162,14 +172,20 @@ class RecordedOrder:
         """Once a pass of the loop while answers wait: wake the earliest of them after
         :data:`STALL_PASSES` passes in a row with nothing handed out and no timer due within
         :data:`STALL_SECONDS`, or after that long by the loop's clock with nothing handed
-        out at all. A clock that did not move since the last pass is frozen (freezegun): no
-        timer of it can fire, so passes alone count. Once it has given up, the replay is
-        known to diverge, and passes alone count from then on."""
+        out at all. A clock that stays put while the process spends :data:`FROZEN_AFTER` of
+        CPU is frozen (freezegun): no timer of it can fire, so passes alone count. Once it has
+        given up, the replay is known to diverge, and passes alone count from then on."""
         if not any(not waiting.done() for waiting in self._waiting.values()):
             self._watching = False
             return
         now = loop.time()
-        timer = not self._gave_up and now != last and _timer_due(loop, now)
+        if now != last:
+            self._moved = time.process_time()
+        # A clock that has not moved while this process spent FROZEN_AFTER of CPU (the watch
+        # spins meanwhile) is frozen (freezegun): no timer of it can fire. One merely coarse
+        # (15.6 ms ticks) moves well before that.
+        frozen = time.process_time() - self._moved > FROZEN_AFTER
+        timer = not self._gave_up and not frozen and _timer_due(loop, now)
         if self._progress != progress:
             idle, since = 0, now
         elif timer and now - since < STALL_SECONDS:
@@ -179,7 +195,9 @@ class RecordedOrder:
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
             idle, since = 0, now
-        if timer:  # look again a little later, not spinning while the loop waits for it
+        # Waiting for a timer, look again a little later rather than spin; but not while the
+        # clock stands still (frozen, a later look would never come; coarse, it soon moves).
+        if timer and now != last:
             loop.call_later(0.01, self._watch, loop, self._progress, idle, since, now)
         else:
             loop.call_soon(self._watch, loop, self._progress, idle + 1, since, now)

@@ -11,7 +11,9 @@ changed (ADR 0002, amended "completion order").
 from __future__ import annotations
 
 import asyncio
+import asyncio.base_events
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -361,3 +363,42 @@ def test_a_sync_tool_on_a_worker_thread_hands_its_answer_out_through_the_loop(
     monkeypatch.setenv("PYTHONASYNCIODEBUG", "1")
     result = _ends(lambda: loom.replay(run.execution_id))
     assert result.identical, result.describe()
+
+
+def test_a_decision_awaited_on_a_helper_s_own_loop_is_answered_at_once(loom: Loom) -> None:
+    """A sync helper run by ``asyncio.to_thread`` that runs its own loop (``asyncio.run``: a
+    sync wrapper of an async SDK) awaits a decision there. That loop is not the flow's and is
+    closed moments later: the order must not take it for the flow's (the replay raised "Event
+    loop is closed"), and its call, which cannot wait its turn, is answered at once."""
+
+    @loom.flow("helper")
+    async def helper(ctx: Any) -> list[str]:
+        def sync_helper() -> str:
+            async def inner() -> str:
+                return str(await ctx.decide("a", lambda: "A"))
+
+            return asyncio.run(inner())
+
+        first = await asyncio.to_thread(sync_helper)
+        ctx.now()
+        return [first, str(await ctx.decide("b", lambda: "B"))]
+
+    run = loom.run("helper")
+    assert run.output == ["A", "B"]
+    result = _ends(lambda: loom.replay(run.execution_id))
+    assert result.identical, result.describe()
+
+
+def test_a_coarse_clock_is_not_taken_for_a_frozen_one(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``time.monotonic()`` ticks every 15.6 ms on some platforms, so two passes of the loop
+    often read the same time. Taken for a frozen clock, it made the watch ignore the timer
+    that starts the backup call, and the hedging replay diverged."""
+    tick = 0.015625
+    monkeypatch.setattr(
+        asyncio.base_events.BaseEventLoop,
+        "time",
+        lambda self: math.floor(time.monotonic() / tick) * tick,
+    )
+    test_a_hedging_call_started_after_a_timeout_is_waited_for(loom)

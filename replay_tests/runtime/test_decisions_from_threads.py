@@ -12,13 +12,17 @@ production (every 5 ms of a running thread) falls inside that window on every ru
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from loom_runtime import Loom
+import loom_runtime.execution as execution_module
+from loom_runtime import DecisionAfterEndError, Loom
 
 
 @pytest.fixture
@@ -62,3 +66,51 @@ def test_threads_recording_failures_together_each_append_theirs(loom: Loom) -> N
     assert run.output == 100
     result = loom.replay(run.execution_id)
     assert result.identical, result.describe()
+
+
+def test_a_fork_s_override_asked_by_a_thread_after_the_end_is_refused(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread the flow left running asks an overridden key as the fork ends. The end was
+    checked before the lock was taken, so a thread switch there let the override be stored
+    after the fork's end event. Here the thread is held at the lock until the fork ended."""
+    at_lock = threading.Event()
+
+    class HeldAtTheLock:
+        def __init__(self) -> None:
+            self._lock = threading.RLock()
+
+        def __enter__(self) -> bool:
+            if threading.current_thread().name == "left-running":
+                at_lock.set()
+                time.sleep(0.2)  # switched out right before taking it
+            return self._lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self._lock.__exit__(*exc)
+
+    refused: list[BaseException] = []
+
+    def ask(ctx: Any) -> None:
+        try:
+            ctx.decide("o", lambda: 2)
+        except DecisionAfterEndError as error:
+            refused.append(error)
+
+    @loom.flow("leaves")
+    def leaves(ctx: Any) -> int:
+        value = ctx.decide("a", lambda: 1)
+        threading.Thread(name="left-running", target=ask, args=(ctx,)).start()
+        at_lock.wait(5)  # returns while its thread is about to store "o"
+        return int(value)
+
+    monkeypatch.setattr(
+        execution_module, "threading", SimpleNamespace(RLock=HeldAtTheLock), raising=True
+    )
+    run = loom.run("leaves")
+    time.sleep(0.5)
+    at_lock.clear()
+    fork = loom.fork(run.execution_id, at=1, override={"o": 99})
+    time.sleep(0.5)
+    assert len(refused) == 2  # the run's thread and the fork's
+    assert list(loom.execution(fork.execution_id).decisions) == ["a"]
