@@ -740,9 +740,22 @@ class _Context:
                     finally:  # resumed (or cancelled): only now is it handed out
                         self._order.took(slot.key)
             return value
-        if self._order is not None:
-            self._order.handed_out(slot.key)
-        return (yield from self._compute(slot, compute, type, retry, retry_on, self._source))
+        order = self._order
+        if order is None:
+            return (yield from self._compute(slot, compute, type, retry, retry_on, self._source))
+        # A recorded call computed again live (a replay's ``live=`` kinds, a counterfactual)
+        # takes its recorded turn when its answer comes, as it did live; the answers after it
+        # wait for it meanwhile. A new key of a resume has no turn.
+        order.live(slot.key)
+        try:
+            value = yield from self._compute(slot, compute, type, retry, retry_on, self._source)
+        except BaseException:
+            order.computed(slot.key)
+            order.handed_out(slot.key)
+            raise
+        order.computed(slot.key)
+        yield from self._in_turn(slot.key, value)
+        return value
 
     def _in_turn(self, key: str, answer: object) -> Steps[None]:
         """Wait, when ``answer`` is recorded, until every answer recorded before it has been

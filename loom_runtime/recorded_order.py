@@ -15,7 +15,9 @@ replay would wait forever; so when nothing has been handed out for :data:`STALL_
 passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
 waited for are passed over (a later ask of one is answered at once). While a timer of the
 loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
-starts a hedging call), the missing call may still come, so the watch waits that long too.
+starts a hedging call), the missing call may still come, so the watch waits that long too;
+so it does while other tasks of the loop are busy, and while a recorded call is computed
+again live (a replay's ``live=`` kinds), until its answer comes.
 ADR 0002 ("completion order") says why and what it cannot see (a call waiting on real I/O
 the log does not hold).
 """
@@ -67,8 +69,13 @@ class RecordedOrder:
         """How many answers have been handed out: the watch's measure of progress."""
         self._watching = False
         self._gave_up = False
-        self._moved = 0.0
-        """The process's CPU time when the loop's clock was last seen to move."""
+        self._live = 0
+        """How many recorded calls are being computed again live (a replay's ``live=``
+        kinds, a counterfactual): each answer will come, however long it takes."""
+        # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
+        # the loop's clock last read, and the CPU time when it was last seen to move.
+        self._seen = self._idle = 0
+        self._since = self._last = self._cpu_since = self._moved = 0.0
         """Whether the watch has given up on a turn: the replay diverges, and the watch no
         longer waits for timers."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,9 +103,10 @@ class RecordedOrder:
         waiting = self._waiting[rank] = loop.create_future()
         if not self._watching:
             self._watching = True
-            self._moved = time.process_time()
-            now = loop.time()
-            loop.call_soon(self._watch, loop, self._progress, 0, now, now)
+            self._seen, self._idle = self._progress, 0
+            self._since = self._last = loop.time()
+            self._cpu_since = self._moved = time.process_time()
+            loop.call_soon(self._watch, loop)
         return waiting
 
     def bind(self) -> None:
@@ -161,46 +169,58 @@ class RecordedOrder:
         if woken is not None and not woken.done():
             woken.set_result(None)
 
-    def _watch(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        progress: int,
-        idle: int,
-        since: float,
-        last: float,
-    ) -> None:
-        """Once a pass of the loop while answers wait: wake the earliest of them after
-        :data:`STALL_PASSES` passes in a row with nothing handed out and no timer due within
-        :data:`STALL_SECONDS`, or after that long by the loop's clock with nothing handed
-        out at all. A clock that stays put while the process spends :data:`FROZEN_AFTER` of
-        CPU is frozen (freezegun): no timer of it can fire, so passes alone count. Once it has
-        given up, the replay is known to diverge, and passes alone count from then on."""
+    def live(self, key: str) -> None:
+        """``key``, a recorded call, is being computed again live: the answers recorded after
+        it wait for it, however long it takes (:meth:`computed` when it is done)."""
+        if key in self._ranks():
+            self._live += 1
+
+    def computed(self, key: str) -> None:
+        """The live computation :meth:`live` announced is done (its answer not yet handed
+        out: that is a :meth:`turn`, or :meth:`handed_out` for a failure)."""
+        if key in self._ranks():
+            self._live -= 1
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Once a pass of the loop while answers wait: wake the earliest of them when the
+        missing answer cannot be on its way. It may be while a recorded call is computed
+        live (no limit), while a timer of the loop is due within :data:`STALL_SECONDS` (for
+        that long by the loop's clock), or while other tasks of the loop are busy (for that
+        long of CPU time: a queue pipeline yields many times between two calls); otherwise
+        after :data:`STALL_PASSES` passes in a row with nothing handed out. A clock that stays
+        put while the process spends :data:`FROZEN_AFTER` of CPU is frozen (freezegun): no
+        timer of it can fire. Once the watch has given up, the replay is known to diverge,
+        and timers are no longer waited for."""
         if not any(not waiting.done() for waiting in self._waiting.values()):
             self._watching = False
             return
-        now = loop.time()
-        if now != last:
-            self._moved = time.process_time()
-        # A clock that has not moved while this process spent FROZEN_AFTER of CPU (the watch
-        # spins meanwhile) is frozen (freezegun): no timer of it can fire. One merely coarse
-        # (15.6 ms ticks) moves well before that.
-        frozen = time.process_time() - self._moved > FROZEN_AFTER
+        now, cpu = loop.time(), time.process_time()
+        moves = now != self._last
+        if moves:
+            self._moved = cpu
+        self._last = now
+        frozen = cpu - self._moved > FROZEN_AFTER
         timer = not self._gave_up and not frozen and _timer_due(loop, now)
-        if self._progress != progress:
-            idle, since = 0, now
-        elif timer and now - since < STALL_SECONDS:
-            idle = 0  # the timer may start the missing call: passes count from when it fired
-        elif timer or idle >= STALL_PASSES:
+        busy = bool(getattr(loop, "_ready", ()))  # asyncio's own loops: other callbacks due
+        timer_left = timer and now - self._since < STALL_SECONDS
+        busy_left = busy and cpu - self._cpu_since < STALL_SECONDS
+        if self._progress != self._seen:
+            self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
+        elif self._live or timer_left or busy_left:
+            self._idle = 0  # the missing answer may be on its way
+        elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
-            idle, since = 0, now
-        # Waiting for a timer, look again a little later rather than spin; but not while the
-        # clock stands still (frozen, a later look would never come; coarse, it soon moves).
-        if timer and now != last:
-            loop.call_later(0.01, self._watch, loop, self._progress, idle, since, now)
+            self._idle, self._since, self._cpu_since = 0, now, cpu
         else:
-            loop.call_soon(self._watch, loop, self._progress, idle + 1, since, now)
+            self._idle += 1
+        # Waiting for a timer or a live call, look again a little later rather than spin; but
+        # not while the clock stands still (frozen, a later look would never come).
+        if (timer or self._live) and moves:
+            loop.call_later(0.01, self._watch, loop)
+        else:
+            loop.call_soon(self._watch, loop)
 
 
 def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:

@@ -402,3 +402,57 @@ def test_a_coarse_clock_is_not_taken_for_a_frozen_one(
         lambda self: math.floor(time.monotonic() / tick) * tick,
     )
     test_a_hedging_call_started_after_a_timeout_is_waited_for(loom)
+
+
+def test_a_task_busy_on_the_loop_before_its_call_keeps_its_turn(loom: Loom) -> None:
+    """A task that yields to the loop many times before its call (a queue pipeline, an async
+    iterator over data in memory) is on its way to it: the watch must not give up on its
+    turn while other tasks of the loop are busy (it did after 100 passes)."""
+
+    @loom.flow("busy")
+    async def busy(ctx: Any) -> list[str]:
+        async def slow() -> str:
+            await asyncio.sleep(0.3)
+            return "late"
+
+        async def working() -> str:
+            for _ in range(300):
+                await asyncio.sleep(0)
+            return str(await ctx.decide("early", lambda: "early"))
+
+        async def waiting() -> str:
+            return str(await ctx.decide("late", slow))
+
+        tasks = [asyncio.ensure_future(working()), asyncio.ensure_future(waiting())]
+        return [await finished for finished in asyncio.as_completed(tasks)]
+
+    run = loom.run("busy")
+    assert run.output == ["early", "late"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def test_a_call_computed_again_live_takes_its_turn_when_it_answers(loom: Loom) -> None:
+    """``replay(live={"tool"})`` (a counterfactual is one) computes the tool calls again. The
+    answers recorded after one must wait for its live answer, as they did live; it was
+    counted handed out when asked, and they overtook it."""
+    delays = {"A": 0.06, "B": 0.02, "C": 0.04}
+    kinds = {"A": "model", "B": "tool", "C": "model"}
+
+    @loom.flow("kinds")
+    async def mixed_kinds(ctx: Any) -> list[str]:
+        async def call(name: str) -> str:
+            await asyncio.sleep(delays[name])
+            return name
+
+        tasks = [
+            asyncio.ensure_future(ctx.decide(n, lambda n=n: call(n), kind=kinds[n])) for n in "ABC"
+        ]
+        order = [await finished for finished in asyncio.as_completed(tasks)]
+        await ctx.decide("order", lambda: "".join(order), input=order)
+        return order
+
+    run = loom.run("kinds")
+    assert run.output == ["B", "C", "A"]
+    result = loom.replay(run.execution_id, live={"tool"})
+    assert result.identical, result.describe()
