@@ -749,7 +749,11 @@ class _Context:
         order.live(slot.key)
         try:
             value = yield from self._compute(slot, compute, type, retry, retry_on, self._source)
-        except BaseException:
+        except Exception as failed:  # a failure is an answer: it takes its turn too
+            order.computed(slot.key)
+            yield from self._in_turn(slot.key, failed)
+            raise
+        except BaseException:  # cancelled, interrupted: nothing to hand out
             order.computed(slot.key)
             order.handed_out(slot.key)
             raise

@@ -62,6 +62,7 @@ class RecordedOrder:
         """Each key's place, built when the first key is asked out of order (sequential
         code never asks one so: it is checked against ``_keys[_next]`` alone)."""
         self._handed = bytearray()  # by rank, built with ``_rank``
+        self._members: frozenset[str] | None = None  # the keys, for :meth:`_recorded`
         self._next = 0
         """The lowest rank not handed out: every answer ranked below it has been."""
         self._waiting: dict[int, asyncio.Future[None]] = {}
@@ -172,21 +173,32 @@ class RecordedOrder:
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
         it wait for it, however long it takes (:meth:`computed` when it is done)."""
-        if key in self._ranks():
+        if self._recorded(key):
             self._live += 1
 
     def computed(self, key: str) -> None:
-        """The live computation :meth:`live` announced is done (its answer not yet handed
-        out: that is a :meth:`turn`, or :meth:`handed_out` for a failure)."""
-        if key in self._ranks():
+        """The live computation :meth:`live` announced is done (its answer, or its failure,
+        not yet handed out: that is a :meth:`turn`, or :meth:`handed_out` for a cancellation
+        or an interrupt)."""
+        if self._recorded(key):
             self._live -= 1
+
+    def _recorded(self, key: str) -> bool:
+        """Whether ``key`` has a turn, asked without building :attr:`_rank` (which would end
+        the in-order path of the sequential replay around a live call)."""
+        if self._rank is not None:
+            return key in self._rank
+        if self._members is None:
+            self._members = frozenset(self._keys)
+        return key in self._members
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Once a pass of the loop while answers wait: wake the earliest of them when the
         missing answer cannot be on its way. It may be while a recorded call is computed
         live (no limit), while a timer of the loop is due within :data:`STALL_SECONDS` (for
         that long by the loop's clock), or while other tasks of the loop are busy (for that
-        long of CPU time: a queue pipeline yields many times between two calls); otherwise
+        long, by CPU time and the loop's clock: a queue pipeline yields many times between two
+        calls; once a replay, as an application's own busy task is always ready); otherwise
         after :data:`STALL_PASSES` passes in a row with nothing handed out. A clock that stays
         put while the process spends :data:`FROZEN_AFTER` of CPU is frozen (freezegun): no
         timer of it can fire. Once the watch has given up, the replay is known to diverge,
@@ -203,7 +215,12 @@ class RecordedOrder:
         timer = not self._gave_up and not frozen and _timer_due(loop, now)
         busy = bool(getattr(loop, "_ready", ()))  # asyncio's own loops: other callbacks due
         timer_left = timer and now - self._since < STALL_SECONDS
-        busy_left = busy and cpu - self._cpu_since < STALL_SECONDS
+        busy_left = (  # once a replay: an application's own busy task is always ready
+            busy
+            and not self._gave_up
+            and cpu - self._cpu_since < STALL_SECONDS
+            and now - self._since < STALL_SECONDS
+        )
         if self._progress != self._seen:
             self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
         elif self._live or timer_left or busy_left:

@@ -456,3 +456,71 @@ def test_a_call_computed_again_live_takes_its_turn_when_it_answers(loom: Loom) -
     assert run.output == ["B", "C", "A"]
     result = loom.replay(run.execution_id, live={"tool"})
     assert result.identical, result.describe()
+
+
+def test_a_live_call_that_fails_takes_its_turn_too(loom: Loom) -> None:
+    """Computed again live, Z now fails sooner than it answered. Its failure is an answer:
+    it waits for X and Y, recorded before it, as a value would (it overtook them)."""
+    replaying = [False]
+
+    @loom.flow("failing")
+    async def failing(ctx: Any) -> list[str]:
+        async def call(name: str, delay: float) -> str:
+            if replaying[0] and name == "Z":
+                await asyncio.sleep(0.01)
+                raise RuntimeError("Z is down now")
+            await asyncio.sleep(delay)
+            return name
+
+        calls = (("X", 0.05, "tool"), ("Y", 0.06, "model"), ("Z", 0.07, "tool"))
+        tasks = [
+            asyncio.ensure_future(ctx.decide(n, lambda n=n, d=d: call(n, d), kind=k))
+            for n, d, k in calls
+        ]
+        out = []
+        for finished in asyncio.as_completed(tasks):
+            try:
+                out.append(await finished)
+            except RuntimeError as error:
+                out.append(type(error).__name__)
+        return out
+
+    run = loom.run("failing")
+    assert run.output == ["X", "Y", "Z"]
+    replaying[0] = True
+    result = loom.replay(run.execution_id, live={"tool"})
+    assert result.output == ["X", "Y", "RuntimeError"]
+
+
+@pytest.mark.waits
+def test_a_divergent_replay_beside_an_application_s_busy_task_ends(loom: Loom) -> None:
+    """An application task always ready on the loop (one that does blocking I/O between its
+    yields spends almost no CPU) is not the flow's: the watch waits for busy tasks at most
+    once a replay, a few seconds, and the replay reports its divergence (it never ended)."""
+    replaying = [False]
+
+    @loom.flow("app")
+    async def app_flow(ctx: Any) -> list[str]:
+        names = "BD" if replaying[0] else "ABCD"
+        tasks = [asyncio.ensure_future(ctx.decide(n, lambda n=n: n.lower())) for n in names]
+        return [str(await finished) for finished in asyncio.as_completed(tasks)]
+
+    async def application() -> ReplayResult:
+        stop = False
+
+        async def busy() -> None:
+            while not stop:
+                time.sleep(0.005)  # blocking I/O, little CPU
+                await asyncio.sleep(0)
+
+        beside = asyncio.create_task(busy())
+        try:
+            run = await loom.arun("app")
+            replaying[0] = True
+            return await loom.areplay(run.execution_id)
+        finally:
+            stop = True
+            await beside
+
+    result = _ends(lambda: asyncio.run(application()))
+    assert "UnusedDecisionsError" in {type(found).__name__ for found in result.divergences}
