@@ -762,10 +762,12 @@ class _Context:
         return value
 
     def _in_turn(self, key: str, answer: object) -> Steps[None]:
-        """Wait, when ``answer`` is recorded, until every answer recorded before it has been
-        handed out (:class:`~loom_runtime.recorded_order.RecordedOrder`). A call computed
-        live, and one recorded as cancelled (it handed nothing out: it waits to be cancelled
-        again), is counted handed out as it is asked, and never waits."""
+        """Wait until every answer recorded before ``answer`` (a value or failure, recorded or
+        just computed again live) has been handed out
+        (:class:`~loom_runtime.recorded_order.RecordedOrder`). An open decision left to its
+        caller to compute (``_UNANSWERED``: its answer comes later, through the caller) and a
+        call recorded as cancelled (it handed nothing out: it waits to be cancelled again)
+        are counted handed out as they are asked, and never wait."""
         assert self._order is not None
         if answer is _UNANSWERED or (
             isinstance(answer, RecordedComputeError) and cancelled_wait(answer) is not None

@@ -70,6 +70,8 @@ class RecordedOrder:
         """How many answers have been handed out: the watch's measure of progress."""
         self._watching = False
         self._gave_up = False
+        """Whether the watch has given up on a turn: the replay diverges, and the watch no
+        longer waits for timers or busy tasks."""
         self._live = 0
         """How many recorded calls are being computed again live (a replay's ``live=``
         kinds, a counterfactual): each answer will come, however long it takes."""
@@ -77,8 +79,6 @@ class RecordedOrder:
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
         self._since = self._last = self._cpu_since = self._moved = 0.0
-        """Whether the watch has given up on a turn: the replay diverges, and the watch no
-        longer waits for timers."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None  # the loop's, from :meth:`bind` on
 
