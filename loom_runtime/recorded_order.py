@@ -94,10 +94,7 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank < self._next:  # passed over by the watch: answered at once
-            self._hand(rank)
-            return None
-        if rank == self._next and self._next not in self._waiting:
+        if rank <= self._next:  # its turn, or passed over by the watch: answered at once
             self._hand(rank)
             return None
         loop = asyncio.get_running_loop()
