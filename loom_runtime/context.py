@@ -80,7 +80,7 @@ from loom_runtime.execution import (
     project_execution,
 )
 from loom_runtime.log import EventLog, Precondition
-from loom_runtime.recorded_order import RecordedOrder
+from loom_runtime.recorded_order import CANCELLED_AFTER, RecordedOrder
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
@@ -645,14 +645,20 @@ class _Context:
         """:meth:`open_decision` for a caller that awaits (an async transport's, tool's or
         MCP call): in a replay of an async flow, a recorded answer, or recorded failure, is
         handed out in its recorded turn (:mod:`~loom_runtime.recorded_order`), so calls made
-        together finish in the order they finished live."""
+        together finish in the order they finished live. A call recorded as cancelled waits
+        unanswered first, for the flow's own timeout to cancel it again
+        (:meth:`_recorded_failure`), and raises its recorded cancellation if nothing does."""
         if self._order is None or _computing.get() is self:
-            return self.open_decision(key, input=input, kind=kind, type=type)
+            try:
+                return self.open_decision(key, input=input, kind=kind, type=type)
+            except RecordedComputeError as recorded:
+                yield from self._recorded_failure(key, recorded, None)
+                raise
         slot = self._slot(key, input, kind)
         try:
             decision = self._opened(slot, type)
         except Exception as answered:
-            yield from self._in_turn(slot.key, answered)
+            yield from self._recorded_failure(slot.key, answered, self._order)
             raise
         yield from self._in_turn(slot.key, decision.value if decision.recorded else _UNANSWERED)
         return decision
@@ -724,12 +730,7 @@ class _Context:
         try:
             value = self._answer(slot, type)
         except Exception as answered:  # a recorded failure (or a replay's finding)
-            if self._order is not None:
-                yield from self._in_turn(slot.key, answered)
-            bound = cancelled_wait(answered) if isinstance(answered, RecordedComputeError) else None
-            if bound is None:
-                raise
-            yield Pending(slot.key, _Pause(bound))  # for the flow's timeout to cancel again
+            yield from self._recorded_failure(slot.key, answered, self._order)
             raise
         if value is not _UNANSWERED:
             if self._order is not None:  # in line: a replay of an async flow passes here
@@ -746,18 +747,18 @@ class _Context:
         # A recorded call computed again live (a replay's ``live=`` kinds, a counterfactual)
         # takes its recorded turn when its answer comes, as it did live; the answers after it
         # wait for it meanwhile. A new key of a resume has no turn.
-        order.live(slot.key)
+        order.underway(slot.key)
         try:
             value = yield from self._compute(slot, compute, type, retry, retry_on, self._source)
         except Exception as failed:  # a failure is an answer: it takes its turn too
-            order.computed(slot.key)
+            order.done(slot.key)
             yield from self._in_turn(slot.key, failed)
             raise
         except BaseException:  # cancelled, interrupted: nothing to hand out
-            order.computed(slot.key)
+            order.done(slot.key)
             order.handed_out(slot.key)
             raise
-        order.computed(slot.key)
+        order.done(slot.key)
         yield from self._in_turn(slot.key, value)
         return value
 
@@ -765,13 +766,10 @@ class _Context:
         """Wait until every answer recorded before ``answer`` (a value or failure, recorded or
         just computed again live) has been handed out
         (:class:`~loom_runtime.recorded_order.RecordedOrder`). An open decision left to its
-        caller to compute (``_UNANSWERED``: its answer comes later, through the caller) and a
-        call recorded as cancelled (it handed nothing out: it waits to be cancelled again)
-        are counted handed out as they are asked, and never wait."""
+        caller to compute (``_UNANSWERED``: its answer comes later, through the caller) is
+        counted handed out as it is asked, and never waits."""
         assert self._order is not None
-        if answer is _UNANSWERED or (
-            isinstance(answer, RecordedComputeError) and cancelled_wait(answer) is not None
-        ):
+        if answer is _UNANSWERED:
             self._order.handed_out(key)
             return
         waiting = self._order.turn(key)
@@ -780,6 +778,40 @@ class _Context:
                 yield Pending(key, waiting)
             finally:
                 self._order.took(key)
+
+    def _recorded_failure(
+        self, key: str, failure: Exception, order: RecordedOrder | None
+    ) -> Steps[None]:
+        """Hand out ``failure``, the answer to ``key`` (its caller raises it next), in its
+        turn of ``order``.
+
+        A call recorded as cancelled (a timeout around it, ADR 0026) is not answered at once:
+        it waits unanswered, for the flow's own timeout to cancel it again as it cancelled the
+        live call; if nothing does within :func:`cancelled_wait`'s bound, the replay has taken
+        another path, and its caller raises the recorded cancellation. Meanwhile its answer is
+        underway: the answers recorded after its cancellation (a sibling that finished after
+        the timeout) wait until it has been cancelled again, as they came after it live."""
+        bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
+        if bound is None:
+            if order is not None:
+                yield from self._in_turn(key, failure)
+            return
+        if order is None:
+            yield Pending(key, _Pause(bound))
+            return
+        order.underway(key)
+        cancelled = False
+        try:
+            yield Pending(key, _Pause(bound))
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            if cancelled:  # again, as live: handed out once the flow has seen it
+                order.cancelled_again(key)
+            else:  # the bound passed (the replay took another path), or an interrupt
+                order.done(key)
+                order.handed_out(key)
 
     def _compute(
         self,
@@ -852,9 +884,13 @@ class _Context:
     def _cancelled(
         self, slot: Slot, started: float, attempts: list[Attempt], source: DecisionSource
     ) -> None:
-        """Store ``slot``'s cancellation once the flow goes on (ADR 0026, "cancelled")."""
-        meta = self._retried(slot, attempts)
+        """Store ``slot``'s cancellation once the flow goes on (ADR 0026, "cancelled"), with
+        how many decisions were stored when it was cancelled (a replay ranks it there:
+        :func:`~loom_runtime.recorded_order.completion_order`)."""
         failure = cancellation(time.perf_counter() - started)
+        cancelled = {CANCELLED_AFTER: len(source.recorded)}
+        measured = {"attempts": attempts, **cancelled} if attempts else cancelled
+        meta = encode_meta(measured, key=slot.key, redactor=self._source.redactor)
         self._cancellations.append(
             functools.partial(source.record_failure, slot, failure, meta=meta)
         )
@@ -1097,9 +1133,12 @@ class OpenDecision:
     def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:
         """The flow cancelled the call after ``elapsed`` seconds (a timeout around it): its
         :func:`cancellation` is stored once the flow goes on, and not at all if the
-        cancellation stops the run (see ``_Context._go_on``)."""
+        cancellation stops the run (see ``_Context._go_on``); its meta says how many
+        decisions were stored when it was cancelled (a replay ranks it there:
+        :func:`~loom_runtime.recorded_order.completion_order`)."""
         store = self._source.record_failure
-        self._store_if_the_flow_goes_on(store, cancellation(elapsed), meta)
+        cancelled = {**(meta or {}), CANCELLED_AFTER: len(self._source.recorded)}
+        self._store_if_the_flow_goes_on(store, cancellation(elapsed), cancelled)
 
     def defer(self, value: object, *, meta: Mapping[str, object] | None = None) -> None:
         """Store ``value`` once the flow goes on, as :meth:`cancel` stores a cancellation: a

@@ -52,7 +52,6 @@ from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
     OpenDecision,
-    cancelled_wait,
     recorder,
     replay_wait,
 )
@@ -61,7 +60,6 @@ from loom_runtime.errors import (
     MissingExtraError,
     OverrideTypeError,
     ReadPastRecordingError,
-    RecordedComputeError,
     RecordedValueError,
 )
 from loom_runtime.http_request import KIND, request_key_and_input, url_without_credentials
@@ -366,22 +364,11 @@ def _exchange(
     response, even a final 429, or the error) is what is recorded.
     """
     key, request_input = profile.key_and_input(request, ctx.redactor)
-    try:
-        if io is _SYNC:
-            decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
-        else:  # handed out in its recorded turn: calls made together end as they did live
-            decision = yield from ctx.open_decision_in_turn(
-                key, input=request_input, kind=profile.kind
-            )
-    except RecordedComputeError as recorded_failure:
-        bound = cancelled_wait(recorded_failure)
-        if bound is None or io is _SYNC:  # only an awaited call is ever cancelled
-            raise
-        # Recorded as cancelled (a timeout around the call): wait unanswered, so that the
-        # flow's own timeout cancels this wait as it cancelled the live call; if nothing does
-        # within the bound, the replay has taken another path, and says so.
-        yield from _settle(key, io.sleep(bound))
-        raise
+    if io is _SYNC:
+        decision = ctx.open_decision(key, input=request_input, kind=profile.kind)
+    else:  # handed out in its recorded turn: calls made together end as they did live; one
+        # recorded as cancelled (a timeout around it) waits there for the flow's timeout
+        decision = yield from ctx.open_decision_in_turn(key, input=request_input, kind=profile.kind)
     if decision.recorded:
         try:
             recorded = profile.replayed(decision.key, decision.value)

@@ -92,7 +92,7 @@ from loom_runtime.log import (
     Synchronous,
     open_log,
 )
-from loom_runtime.recorded_order import RecordedOrder
+from loom_runtime.recorded_order import RecordedOrder, completion_order
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -895,10 +895,10 @@ class Loom:
         # A replay or a resume hands an async flow's recorded answers out in the order they
         # were recorded (ADR 0002, amended "completion order"); a fork's inherited ones were
         # recorded by its parent's run, and are asked in whatever order its branch asks them.
-        versions = execution.decision_versions
-        recorded = sorted(versions, key=versions.__getitem__)
+        # A call the flow cancelled is ranked where it was cancelled, not where it was stored.
+        versions, decisions = execution.decision_versions, execution.decisions
+        recorded = completion_order(sorted(versions, key=versions.__getitem__), decisions)
         if execution.parent_id is not None:
-            decisions = execution.decisions
             recorded = [key for key in recorded if decisions[key].origin != "inherited"]
         order = RecordedOrder(recorded) if len(recorded) > 1 else None
         return AsyncFlowContext(

@@ -42,9 +42,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import cancelled_wait, computing, rebuild_with, recorder
+from loom_runtime.context import computing, rebuild_with, recorder
 from loom_runtime.driver import adrive
-from loom_runtime.errors import MissingExtraError, RecordedComputeError, RecordedResultError
+from loom_runtime.errors import MissingExtraError, RecordedResultError
 from loom_runtime.execution import Decision
 from loom_runtime.http_request import url_without_credentials, without_credentials
 
@@ -171,16 +171,8 @@ async def _decide(
     ctx = recorder(key)
     if ctx is None:
         return await call()
-    try:
-        decision = await adrive(
-            ctx.open_decision_in_turn(key, input=asked, kind=kind, type=_Recorded)
-        )
-    except RecordedComputeError as recorded:
-        bound = cancelled_wait(recorded)
-        if bound is None:
-            raise
-        await asyncio.sleep(bound)  # recorded as cancelled: for the flow's timeout to cancel
-        raise
+    # A call recorded as cancelled (a timeout around it) waits in there for the flow's timeout.
+    decision = await adrive(ctx.open_decision_in_turn(key, input=asked, kind=kind, type=_Recorded))
     if not decision.recorded:
         started = time.perf_counter()
         try:

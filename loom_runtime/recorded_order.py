@@ -16,8 +16,12 @@ passes of the event loop, the earliest waiting answer is handed out and the earl
 waited for are passed over (a later ask of one is answered at once). While a timer of the
 loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
 starts a hedging call), the missing call may still come, so the watch waits that long too;
-so it does while other tasks of the loop are busy, and while a recorded call is computed
-again live (a replay's ``live=`` kinds), until its answer comes.
+so it does while other tasks of the loop are busy, and while a recorded call's answer is on
+its way (computed again live for a replay's ``live=`` kinds, or a call recorded as cancelled
+waiting for the flow's timeout to cancel it again), until it comes.
+
+A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
+siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`).
 ADR 0002 ("completion order") says why and what it cannot see (a call waiting on real I/O
 the log does not hold).
 """
@@ -27,6 +31,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from loom_runtime.execution import Decision
+
+CANCELLED_AFTER = "cancelled_after_decisions"
+"""The meta field of a call the flow cancelled: how many of the execution's decisions were
+stored when it was cancelled (it is stored itself only once the flow goes on)."""
+
+SETTLE_PASSES = 4
+"""Passes of the event loop a call cancelled again waits before it counts as handed out:
+asyncio takes up to three to turn a cancellation into the flow's ``TimeoutError``
+(``wait_for``'s own task ends and wakes its waiter, which wakes the task that awaited it)."""
 
 STALL_PASSES = 100
 """Passes of the event loop with nothing handed out (and no timer due) after which the
@@ -72,9 +92,9 @@ class RecordedOrder:
         self._gave_up = False
         """Whether the watch has given up on a turn: the replay diverges, and the watch no
         longer waits for timers or busy tasks."""
-        self._live = 0
-        """How many recorded calls are being computed again live (a replay's ``live=``
-        kinds, a counterfactual): each answer will come, however long it takes."""
+        self._underway = 0
+        """How many recorded calls have their answer on its way (:meth:`underway`): each
+        will come, or the call end, however long it takes."""
         # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
@@ -167,18 +187,41 @@ class RecordedOrder:
         if woken is not None and not woken.done():
             woken.set_result(None)
 
-    def live(self, key: str) -> None:
-        """``key``, a recorded call, is being computed again live: the answers recorded after
-        it wait for it, however long it takes (:meth:`computed` when it is done)."""
+    def underway(self, key: str) -> None:
+        """``key``, a recorded call, has its answer on its way: computed again live (a
+        replay's ``live=`` kinds, a counterfactual), or a call recorded as cancelled waiting
+        for the flow's timeout to cancel it again. The answers recorded after it wait for it,
+        however long it takes (:meth:`done` when it is over)."""
         if self._recorded(key):
-            self._live += 1
+            self._underway += 1
 
-    def computed(self, key: str) -> None:
-        """The live computation :meth:`live` announced is done (its answer, or its failure,
-        not yet handed out: that is a :meth:`turn`, or :meth:`handed_out` for a cancellation
-        or an interrupt)."""
+    def done(self, key: str) -> None:
+        """What :meth:`underway` announced is over (a live answer or failure, not yet handed
+        out: that is a :meth:`turn`; or :meth:`handed_out` for a cancellation or an
+        interrupt)."""
         if self._recorded(key):
-            self._live -= 1
+            self._underway -= 1
+
+    def cancelled_again(self, key: str) -> None:
+        """``key``, a call recorded as cancelled and :meth:`underway`, was cancelled again by
+        the flow's timeout, as live. It counts as handed out only :data:`SETTLE_PASSES`
+        passes of the loop later: a sibling recorded after the cancellation must not resume
+        before the flow has seen it (the sibling's answer came after the timeout live), and
+        asyncio takes a few passes to deliver a cancellation to the code that awaited it."""
+        self.done(key)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: nothing to let settle
+            self.handed_out(key)
+            return
+
+        def settled(passes: int) -> None:
+            if passes:
+                loop.call_soon(settled, passes - 1)
+            else:
+                self.handed_out(key)
+
+        settled(SETTLE_PASSES)
 
     def _recorded(self, key: str) -> bool:
         """Whether ``key`` has a turn, asked without building :attr:`_rank` (which would end
@@ -191,15 +234,15 @@ class RecordedOrder:
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Once a pass of the loop while answers wait: wake the earliest of them when the
-        missing answer cannot be on its way. It may be while a recorded call is computed
-        live (no limit), while a timer of the loop is due within :data:`STALL_SECONDS` (for
-        that long by the loop's clock), or while other tasks of the loop are busy (for that
-        long, by CPU time and the loop's clock: a queue pipeline yields many times between two
-        calls; once a replay, as an application's own busy task is always ready); otherwise
-        after :data:`STALL_PASSES` passes in a row with nothing handed out. A clock that stays
-        put while the process spends :data:`FROZEN_AFTER` of CPU is frozen (freezegun): no
-        timer of it can fire. Once the watch has given up, the replay is known to diverge,
-        and timers are no longer waited for."""
+        missing answer cannot be on its way. It may be while a recorded call's answer is
+        underway (no limit: :meth:`underway`), while a timer of the loop is due within
+        :data:`STALL_SECONDS` (for that long by the loop's clock), or while other tasks of the
+        loop are busy (for that long, by CPU time and the loop's clock: a queue pipeline
+        yields many times between two calls; once a replay, as an application's own busy task
+        is always ready); otherwise after :data:`STALL_PASSES` passes in a row with nothing
+        handed out. A clock that stays put while the process spends :data:`FROZEN_AFTER` of
+        CPU is frozen (freezegun): no timer of it can fire. Once the watch has given up, the
+        replay is known to diverge, and timers are no longer waited for."""
         if not any(not waiting.done() for waiting in self._waiting.values()):
             self._watching = False
             return
@@ -220,7 +263,7 @@ class RecordedOrder:
         )
         if self._progress != self._seen:
             self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
-        elif self._live or timer_left or busy_left:
+        elif self._underway or timer_left or busy_left:
             self._idle = 0  # the missing answer may be on its way
         elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
@@ -229,9 +272,9 @@ class RecordedOrder:
             self._idle, self._since, self._cpu_since = 0, now, cpu
         else:
             self._idle += 1
-        # Waiting for a timer or a live call, look again a little later rather than spin; but
+        # Waiting for a timer or a call underway, look again a little later rather than spin; but
         # not while the clock stands still (frozen, a later look would never come).
-        if (timer or self._live) and moves:
+        if (timer or self._underway) and moves:
             loop.call_later(0.01, self._watch, loop)
         else:
             loop.call_soon(self._watch, loop)
@@ -244,3 +287,40 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
     later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
     scheduled = getattr(loop, "_scheduled", ())
     return any(not timer.cancelled() and timer.when() - now <= STALL_SECONDS for timer in scheduled)
+
+
+def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:
+    """``keys`` (an execution's decisions in the order they were stored), with each call the
+    flow cancelled moved back to where it was cancelled: after the first
+    ``meta[CANCELLED_AFTER]`` of them, before any stored after its cancellation (two cancelled
+    at one point keep their stored order). A cancellation is stored when the flow next asks
+    something, so a sibling that finished after the timeout was stored before it, and handed
+    out first on replay.
+
+    Only failures are looked at (a cancellation is one; failures are few, so an async replay
+    decodes no meta of a decision that succeeded). The meta is untrusted (a bundle's): a
+    point that is not a count of decisions stored before the call's own is ignored, and the
+    call keeps its stored place; a wrong order is at worst a divergence the watch lets end.
+    """
+    moved: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        decision = decisions[key]
+        if decision.error_type is None or decision.meta is None:
+            continue
+        try:
+            meta = msgspec.json.decode(decision.meta)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        point = meta.get(CANCELLED_AFTER) if isinstance(meta, dict) else None
+        if type(point) is int and 0 <= point < index:
+            moved[key] = point
+    if not moved:
+        return keys
+    place = {key: index for index, key in enumerate(keys)}
+
+    def rank(key: str) -> tuple[int, int, int]:
+        # Moved to just before the decision stored at its point (the first stored after it).
+        point = moved.get(key)
+        return (place[key], 1, 0) if point is None else (point, 0, place[key])
+
+    return sorted(keys, key=rank)

@@ -42,12 +42,11 @@ import msgspec.inspect
 from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
-    cancelled_wait,
     computing,
     recorder,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive
-from loom_runtime.errors import DecisionKeyError, RecordedComputeError
+from loom_runtime.errors import DecisionKeyError
 from loom_runtime.http_request import without_credentials
 
 KIND: Final = "tool"
@@ -144,19 +143,13 @@ class _Tool:
         # Credential-named arguments (``token``, ``api_key``) stored marked, as an HTTP body's
         # are (ADR 0028, amended "credentials"); the tool gets them as given.
         asked = without_credentials(self.arguments(args, kwargs))
-        try:
-            if inspect.iscoroutinefunction(self.function):  # awaited: it can wait its turn
-                decision = yield from ctx.open_decision_in_turn(
-                    self.key, input=asked, kind=KIND, type=self.returns
-                )
-            else:
-                decision = ctx.open_decision(self.key, input=asked, kind=KIND, type=self.returns)
-        except RecordedComputeError as recorded:
-            bound = cancelled_wait(recorded)
-            if bound is None or not inspect.iscoroutinefunction(self.function):
-                raise  # only an awaited (async) tool can be cancelled, and waits on replay
-            yield Pending(self.key, asyncio.sleep(bound))  # for the flow's timeout to cancel
-            raise
+        if inspect.iscoroutinefunction(self.function):  # awaited: it can wait its turn (one
+            # recorded as cancelled, by a timeout around it, waits there for the flow's timeout)
+            decision = yield from ctx.open_decision_in_turn(
+                self.key, input=asked, kind=KIND, type=self.returns
+            )
+        else:
+            decision = ctx.open_decision(self.key, input=asked, kind=KIND, type=self.returns)
         if decision.recorded:
             return decision.value
         started = time.perf_counter()

@@ -20,11 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from freezegun import freeze_time
 
 import loom_runtime
 from loom_runtime import Loom, ReplayResult, tool
+from loom_runtime.execution import Decision
+from loom_runtime.recorded_order import completion_order
 
 pytestmark = pytest.mark.xdist_group("completion_order")
 
@@ -524,3 +527,153 @@ def test_a_divergent_replay_beside_an_application_s_busy_task_ends(loom: Loom) -
 
     result = _ends(lambda: asyncio.run(application()))
     assert "UnusedDecisionsError" in {type(found).__name__ for found in result.divergences}
+
+
+TIMEOUT = 0.05
+"""The timeout around the call that never answers in time ("slow", 0.5 s); its sibling
+answers at 0.15 s, after the timeout: live, the timeout comes first."""
+
+
+def _timed_out_first(loom: Loom, call: Callable[[str, float], Any]) -> str:
+    """Flow "timeouts": ``call(name, seconds)`` twice at once, "slow" under ``TIMEOUT``; what
+    each ended with, in the order they ended."""
+
+    @loom.flow("timeouts")
+    async def timeouts(ctx: Any) -> list[str]:
+        ended: list[str] = []
+
+        async def timed() -> None:
+            try:
+                ended.append(await asyncio.wait_for(call("slow", 0.5), TIMEOUT))
+            except TimeoutError:
+                ended.append("timed out")
+
+        async def sibling() -> None:
+            ended.append(await call("sibling", 0.15))
+
+        await asyncio.gather(timed(), sibling())
+        await ctx.decide("answer", lambda: "+".join(ended), input=ended)
+        return ended
+
+    return "timeouts"
+
+
+async def _after(name: str, seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return name
+
+
+@pytest.mark.parametrize("through", ["decide", "tool", "http"])
+def test_a_call_cancelled_by_a_timeout_replays_where_it_was_cancelled(
+    loom: Loom, through: str
+) -> None:
+    """A cancellation is stored when the flow next asks something, after a sibling that
+    finished later; the replay cancels it again at its own timeout, and the sibling's answer
+    waits for that, as it came after it live (it replayed first: a false divergence)."""
+
+    @tool
+    async def lookup(name: str, seconds: float) -> str:
+        return await _after(name, seconds)
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        name, seconds = request.url.path.strip("/").split("/")
+        return httpx.Response(200, json={"name": await _after(name, float(seconds))})
+
+    transport = loom_runtime.async_transport(httpx.MockTransport(answer))
+
+    async def fetch(name: str, seconds: float) -> str:
+        async with httpx.AsyncClient(transport=transport, base_url="http://tools") as client:
+            return str((await client.get(f"/{name}/{seconds}")).json()["name"])
+
+    def call(name: str, seconds: float) -> Any:
+        if through == "decide":
+            ctx = loom_runtime.current_context()
+            assert ctx is not None
+            return ctx.decide(name, lambda: _after(name, seconds))
+        return lookup(name, seconds) if through == "tool" else fetch(name, seconds)
+
+    flow = _timed_out_first(loom, call)
+    run = loom.run(flow)
+    assert run.output == ["timed out", "sibling"]  # the control: live, the timeout came first
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+    assert result.output == ["timed out", "sibling"]
+
+
+def test_a_call_cancelled_inside_a_timeout_block_replays_where_it_was_cancelled(
+    loom: Loom,
+) -> None:
+    """``asyncio.timeout`` cancels the awaiting task itself, not a task of its own, and the
+    cancellation is stored as late as ``wait_for``'s."""
+
+    @loom.flow("block")
+    async def block(ctx: Any) -> list[str]:
+        ended: list[str] = []
+
+        async def timed() -> None:
+            try:
+                async with asyncio.timeout(TIMEOUT):
+                    ended.append(await ctx.decide("slow", lambda: _after("slow", 0.5)))
+            except TimeoutError:
+                ended.append("timed out")
+
+        async def sibling() -> None:
+            ended.append(await ctx.decide("sibling", lambda: _after("sibling", 0.15)))
+
+        await asyncio.gather(timed(), sibling())
+        return ended
+
+    run = loom.run("block")
+    assert run.output == ["timed out", "sibling"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
+def _decision(index: int, meta: bytes | None, *, failed: bool = True) -> Decision:
+    return Decision(
+        f"k{index}",
+        None,
+        msgspec.Raw(b"null"),
+        None if failed else msgspec.Raw(b"1"),
+        "asyncio.exceptions:CancelledError" if failed else None,
+        "cancelled after 0.050 s" if failed else None,
+        None if meta is None else msgspec.Raw(meta),
+    )
+
+
+def test_a_cancellation_is_ranked_at_the_point_its_meta_names_and_nothing_else() -> None:
+    """The meta is untrusted (a bundle's): only a count of the decisions stored before the
+    call's own moves it; anything else leaves it where it was stored, as a log from before
+    the field was recorded does (none of these may raise)."""
+    keys = [f"k{index}" for index in range(6)]
+
+    def order(meta: bytes | None, *, failed: bool = True) -> list[str]:
+        decisions = {key: _decision(index, None, failed=False) for index, key in enumerate(keys)}
+        decisions["k4"] = _decision(4, meta, failed=failed)
+        return completion_order(keys, decisions)
+
+    assert order(b'{"cancelled_after_decisions": 1}') == ["k0", "k4", "k1", "k2", "k3", "k5"]
+    assert order(b'{"cancelled_after_decisions": 0, "attempts": []}')[0] == "k4"
+    for ignored in (
+        None,  # no meta: a log from before the field
+        b'{"attempts": []}',
+        b'{"cancelled_after_decisions": 4}',  # its own place or later: not before it
+        b'{"cancelled_after_decisions": 9}',
+        b'{"cancelled_after_decisions": -1}',
+        b'{"cancelled_after_decisions": true}',
+        b'{"cancelled_after_decisions": 1.0}',
+        b'{"cancelled_after_decisions": "1"}',
+        b'[{"cancelled_after_decisions": 1}]',
+        b"not json",
+        b"[" * 100_000,
+    ):
+        assert order(ignored) == keys, ignored
+    assert order(b'{"cancelled_after_decisions": 1}', failed=False) == keys  # only a failure
+
+
+def test_calls_cancelled_at_one_point_keep_the_order_they_were_stored_in() -> None:
+    keys = ["a", "b", "c", "d"]
+    decisions = {key: _decision(index, None, failed=False) for index, key in enumerate(keys)}
+    point = b'{"cancelled_after_decisions": 1}'
+    decisions["c"], decisions["d"] = _decision(2, point), _decision(3, point)
+    assert completion_order(keys, decisions) == ["a", "c", "d", "b"]
