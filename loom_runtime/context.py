@@ -689,9 +689,17 @@ class _Context:
         decision, or returned, or raised an ``Exception``), so it caught the cancellation
         (a timeout's fallback) and a replay must cancel them again. A run stopped by the
         cancellation itself never comes here: nothing is stored for the call, as for an
-        interrupt, and a resume computes it again (ADR 0026)."""
-        while self._cancellations:
-            self._cancellations.pop(0)()
+        interrupt, and a resume computes it again (ADR 0026). Threads of the flow each store
+        them as they ask their next decision: each pending store is taken by one ``pop``
+        (atomic), never by a look and then a pop another thread may have emptied the list
+        between."""
+        pending = self._cancellations
+        while True:
+            try:
+                store = pending.pop(0)
+            except IndexError:
+                return
+            store()
 
     def end_open_decisions(self) -> None:
         """Store each decision still open as the flow ends, by its :attr:`OpenDecision.at_end`

@@ -11,6 +11,7 @@ own timeout, so the flow takes the path it took live.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import httpx
@@ -167,3 +168,38 @@ async def started_then_cancelled(loom: Loom, flow: str, *, after: float) -> Any:
         await task
     (unfinished,) = [e for e in loom.executions() if e.flow == flow]
     return unfinished.execution_id
+
+
+class _TakenMeanwhile(list[Any]):
+    """The pending stores of cancellations, one of which another thread stores between this
+    thread's look (``while pending:``, the second look at the list) and its pop."""
+
+    def __init__(self, pending: list[Any]) -> None:
+        super().__init__(pending)
+        self.looks = 0
+
+    def __len__(self) -> int:
+        self.looks += 1
+        if self.looks == 2 and super().__len__() == 1:
+            super().__len__()  # the other thread: it looks, pops and stores it first
+            self.pop(0)()
+            return 1  # what this thread saw, an instant before
+        return super().__len__()
+
+
+def test_a_cancellation_another_thread_stored_first_is_not_popped_again(loom: Loom) -> None:
+    """Threads of one flow (sync tools on worker threads) each store the pending
+    cancellations as they ask their next decision: one finding the list emptied between its
+    look and its pop raised IndexError into the flow."""
+
+    @loom.flow("taken")
+    async def taken(ctx: Any) -> str:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.decide("slow", lambda: asyncio.sleep(5)), 0.01)
+        ctx._cancellations = _TakenMeanwhile(ctx._cancellations)
+        return str(await ctx.decide("next", lambda: "went on"))
+
+    run = loom.run("taken")
+    assert run.output == "went on"
+    assert loom.execution(run.execution_id).decisions["slow"].error_type is not None  # stored
+    assert loom.replay(run.execution_id).identical
