@@ -755,18 +755,22 @@ class _Context:
         # A recorded call computed again live (a replay's ``live=`` kinds, a counterfactual)
         # takes its recorded turn when its answer comes, as it did live; the answers after it
         # wait for it meanwhile. A new key of a resume has no turn.
-        order.underway(slot.key)
+        order.live(slot.key)
         try:
             value = yield from self._compute(slot, compute, type, retry, retry_on, self._source)
         except Exception as failed:  # a failure is an answer: it takes its turn too
-            order.done(slot.key)
+            order.computed(slot.key)
             yield from self._in_turn(slot.key, failed)
             raise
-        except BaseException:  # cancelled, interrupted: nothing to hand out
-            order.done(slot.key)
+        except asyncio.CancelledError:  # by the flow's timeout: out once the flow has seen it
+            order.computed(slot.key)
+            order.settle(slot.key)
+            raise
+        except BaseException:  # interrupted: nothing to hand out
+            order.computed(slot.key)
             order.handed_out(slot.key)
             raise
-        order.done(slot.key)
+        order.computed(slot.key)
         yield from self._in_turn(slot.key, value)
         return value
 
@@ -796,29 +800,31 @@ class _Context:
         A call recorded as cancelled (a timeout around it, ADR 0026) is not answered at once:
         it waits unanswered, for the flow's own timeout to cancel it again as it cancelled the
         live call; if nothing does within :func:`cancelled_wait`'s bound, the replay has taken
-        another path, and its caller raises the recorded cancellation. Meanwhile its answer is
-        underway: the answers recorded after its cancellation (a sibling that finished after
-        the timeout) wait until it has been cancelled again, as they came after it live."""
+        another path, and its caller raises the recorded cancellation. It holds its turn
+        meanwhile (:meth:`RecordedOrder.cancelled_wait`): the answers recorded after its
+        cancellation (a sibling that finished after the timeout) wait until the flow has seen
+        it cancelled again, as they came after it live."""
         bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
         if bound is None:
             if order is not None:
                 yield from self._in_turn(key, failure)
             return
-        if order is None:
+        waiting = None if order is None else order.cancelled_wait(key, bound)
+        if order is None or waiting is None:  # not on the flow's loop: it cannot hold a turn
+            if order is not None:
+                order.handed_out(key)
             yield Pending(key, _Pause(bound))
             return
-        order.underway(key)
         cancelled = False
         try:
-            yield Pending(key, _Pause(bound))
+            yield Pending(key, waiting)
         except asyncio.CancelledError:
             cancelled = True
             raise
         finally:
             if cancelled:  # again, as live: handed out once the flow has seen it
-                order.cancelled_again(key)
+                order.settle(key)
             else:  # the bound passed (the replay took another path), or an interrupt
-                order.done(key)
                 order.handed_out(key)
 
     def _compute(

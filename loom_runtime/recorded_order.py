@@ -16,12 +16,13 @@ passes of the event loop, the earliest waiting answer is handed out and the earl
 waited for are passed over (a later ask of one is answered at once). While a timer of the
 loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
 starts a hedging call), the missing call may still come, so the watch waits that long too;
-so it does while other tasks of the loop are busy, and while a recorded call's answer is on
-its way (computed again live for a replay's ``live=`` kinds, or a call recorded as cancelled
-waiting for the flow's timeout to cancel it again), until it comes.
+so it does while other tasks of the loop are busy, and while a recorded call is computed
+again live (a replay's ``live=`` kinds), until its answer comes.
 
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
-siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`).
+siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
+and on replay holds its turn until the flow's timeout cancels it again
+(:meth:`RecordedOrder.cancelled_wait`).
 ADR 0002 ("completion order") says why and what it cannot see (a call waiting on real I/O
 the log does not hold).
 """
@@ -92,9 +93,11 @@ class RecordedOrder:
         self._gave_up = False
         """Whether the watch has given up on a turn: the replay diverges, and the watch no
         longer waits for timers or busy tasks."""
-        self._underway = 0
-        """How many recorded calls have their answer on its way (:meth:`underway`): each
-        will come, or the call end, however long it takes."""
+        self._live = 0
+        """How many recorded calls are being computed again live (a replay's ``live=``
+        kinds, a counterfactual): each answer will come, however long it takes."""
+        self._own_timers: set[asyncio.TimerHandle] = set()
+        """The timers of :meth:`cancelled_wait`'s waits: not ones the watch waits for."""
         # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
@@ -187,28 +190,52 @@ class RecordedOrder:
         if woken is not None and not woken.done():
             woken.set_result(None)
 
-    def underway(self, key: str) -> None:
-        """``key``, a recorded call, has its answer on its way: computed again live (a
-        replay's ``live=`` kinds, a counterfactual), or a call recorded as cancelled waiting
-        for the flow's timeout to cancel it again. The answers recorded after it wait for it,
-        however long it takes (:meth:`done` when it is over)."""
+    def live(self, key: str) -> None:
+        """``key``, a recorded call, is being computed again live: the answers recorded after
+        it wait for it, however long it takes (:meth:`computed` when it is done)."""
         if self._recorded(key):
-            self._underway += 1
+            self._live += 1
 
-    def done(self, key: str) -> None:
-        """What :meth:`underway` announced is over (a live answer or failure, not yet handed
-        out: that is a :meth:`turn`; or :meth:`handed_out` for a cancellation or an
-        interrupt)."""
+    def computed(self, key: str) -> None:
+        """The live computation :meth:`live` announced is done (its answer, or its failure,
+        not yet handed out: that is a :meth:`turn`; or :meth:`settle` for a cancellation,
+        :meth:`handed_out` for an interrupt)."""
         if self._recorded(key):
-            self._underway -= 1
+            self._live -= 1
 
-    def cancelled_again(self, key: str) -> None:
-        """``key``, a call recorded as cancelled and :meth:`underway`, was cancelled again by
-        the flow's timeout, as live. It counts as handed out only :data:`SETTLE_PASSES`
-        passes of the loop later: a sibling recorded after the cancellation must not resume
-        before the flow has seen it (the sibling's answer came after the timeout live), and
-        asyncio takes a few passes to deliver a cancellation to the code that awaited it."""
-        self.done(key)
+    def cancelled_wait(self, key: str, bound: float) -> asyncio.Future[None] | None:
+        """What a call recorded as cancelled waits on, unanswered, for the flow's timeout to
+        cancel it again (then :meth:`settle`); it completes after ``bound`` seconds if
+        nothing does (then :meth:`handed_out`: the replay took another path). Its turn is held
+        meanwhile: the answers recorded after its cancellation (a sibling that finished after
+        the timeout live) wait. None when the call is not on the flow's loop (it cannot hold
+        its turn there: it counts as handed out at once).
+
+        Its own timer is not one the watch waits for, nor does the watch wait for the call:
+        what cancels it may be an answer ranked after it (a streamed hedge's winner, stored
+        once its body was read, after the loser's cancellation), or nothing (code that no
+        longer awaits it, a frozen clock), and the watch then gives up on its turn as on any
+        other. A timeout of the flow due within :data:`STALL_SECONDS` is waited for."""
+        if threading.get_ident() != self._thread or not self._recorded(key):
+            return None
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(bound, _complete, waiting)
+        self._own_timers.add(timer)
+
+        def over(_: asyncio.Future[None]) -> None:
+            timer.cancel()
+            self._own_timers.discard(timer)
+
+        waiting.add_done_callback(over)
+        return waiting
+
+    def settle(self, key: str) -> None:
+        """``key``'s call was cancelled again by the flow's timeout, as live. It counts as
+        handed out only :data:`SETTLE_PASSES` passes of the loop later: a sibling recorded
+        after the cancellation must not resume before the flow has seen it (the sibling's
+        answer came after the timeout live), and asyncio takes a few passes to deliver a
+        cancellation to the code that awaited it."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on a loop: nothing to let settle
@@ -235,7 +262,7 @@ class RecordedOrder:
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Once a pass of the loop while answers wait: wake the earliest of them when the
         missing answer cannot be on its way. It may be while a recorded call's answer is
-        underway (no limit: :meth:`underway`), while a timer of the loop is due within
+        computed live (no limit), while a timer of the loop is due within
         :data:`STALL_SECONDS` (for that long by the loop's clock), or while other tasks of the
         loop are busy (for that long, by CPU time and the loop's clock: a queue pipeline
         yields many times between two calls; once a replay, as an application's own busy task
@@ -252,7 +279,7 @@ class RecordedOrder:
             self._moved = cpu
         self._last = now
         frozen = cpu - self._moved > FROZEN_AFTER
-        timer = not self._gave_up and not frozen and _timer_due(loop, now)
+        timer = not self._gave_up and not frozen and _timer_due(loop, now, self._own_timers)
         busy = bool(getattr(loop, "_ready", ()))  # asyncio's own loops: other callbacks due
         timer_left = timer and now - self._since < STALL_SECONDS
         busy_left = (  # once a replay: an application's own busy task is always ready
@@ -263,7 +290,7 @@ class RecordedOrder:
         )
         if self._progress != self._seen:
             self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
-        elif self._underway or timer_left or busy_left:
+        elif self._live or timer_left or busy_left:
             self._idle = 0  # the missing answer may be on its way
         elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
@@ -272,21 +299,29 @@ class RecordedOrder:
             self._idle, self._since, self._cpu_since = 0, now, cpu
         else:
             self._idle += 1
-        # Waiting for a timer or a call underway, look again a little later rather than spin; but
+        # Waiting for a timer or a live call, look again a little later rather than spin; but
         # not while the clock stands still (frozen, a later look would never come).
-        if (timer or self._underway) and moves:
+        if (timer or self._live) and moves:
             loop.call_later(0.01, self._watch, loop)
         else:
             loop.call_soon(self._watch, loop)
 
 
-def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
+def _complete(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
+
+
+def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.TimerHandle]) -> bool:
     """Whether a timer (an ``asyncio.sleep``, a ``wait`` with a timeout) of ``loop`` fires
     within :data:`STALL_SECONDS`: asyncio's own loops list them in ``_scheduled``; for a loop
     that does not (uvloop), none is assumed and the watch counts passes alone. A timer due
     later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
     scheduled = getattr(loop, "_scheduled", ())
-    return any(not timer.cancelled() and timer.when() - now <= STALL_SECONDS for timer in scheduled)
+    return any(
+        not timer.cancelled() and timer.when() - now <= STALL_SECONDS and timer not in own
+        for timer in scheduled
+    )
 
 
 def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:

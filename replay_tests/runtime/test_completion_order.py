@@ -534,9 +534,10 @@ TIMEOUT = 0.05
 answers at 0.15 s, after the timeout: live, the timeout comes first."""
 
 
-def _timed_out_first(loom: Loom, call: Callable[[str, float], Any]) -> str:
-    """Flow "timeouts": ``call(name, seconds)`` twice at once, "slow" under ``TIMEOUT``; what
-    each ended with, in the order they ended."""
+def _timed_out_first(loom: Loom, call: Callable[[str, float], Any], *, block: bool = False) -> str:
+    """Flow "timeouts": ``call(name, seconds)`` twice at once, "slow" under ``TIMEOUT``
+    (``wait_for``, or with ``block`` an ``asyncio.timeout`` block); what each ended with, in
+    the order they ended."""
 
     @loom.flow("timeouts")
     async def timeouts(ctx: Any) -> list[str]:
@@ -544,7 +545,11 @@ def _timed_out_first(loom: Loom, call: Callable[[str, float], Any]) -> str:
 
         async def timed() -> None:
             try:
-                ended.append(await asyncio.wait_for(call("slow", 0.5), TIMEOUT))
+                if block:
+                    async with asyncio.timeout(TIMEOUT):
+                        ended.append(await call("slow", 0.5))
+                else:
+                    ended.append(await asyncio.wait_for(call("slow", 0.5), TIMEOUT))
             except TimeoutError:
                 ended.append("timed out")
 
@@ -561,6 +566,13 @@ def _timed_out_first(loom: Loom, call: Callable[[str, float], Any]) -> str:
 async def _after(name: str, seconds: float) -> str:
     await asyncio.sleep(seconds)
     return name
+
+
+def _decided(name: str, seconds: float, *, kind: str | None = None) -> Any:
+    """``name`` decided in the running flow, answered after ``seconds``."""
+    ctx = loom_runtime.current_context()
+    assert ctx is not None
+    return ctx.decide(name, lambda: _after(name, seconds), kind=kind)
 
 
 @pytest.mark.parametrize("through", ["decide", "tool", "http"])
@@ -587,9 +599,7 @@ def test_a_call_cancelled_by_a_timeout_replays_where_it_was_cancelled(
 
     def call(name: str, seconds: float) -> Any:
         if through == "decide":
-            ctx = loom_runtime.current_context()
-            assert ctx is not None
-            return ctx.decide(name, lambda: _after(name, seconds))
+            return _decided(name, seconds)
         return lookup(name, seconds) if through == "tool" else fetch(name, seconds)
 
     flow = _timed_out_first(loom, call)
@@ -605,25 +615,7 @@ def test_a_call_cancelled_inside_a_timeout_block_replays_where_it_was_cancelled(
 ) -> None:
     """``asyncio.timeout`` cancels the awaiting task itself, not a task of its own, and the
     cancellation is stored as late as ``wait_for``'s."""
-
-    @loom.flow("block")
-    async def block(ctx: Any) -> list[str]:
-        ended: list[str] = []
-
-        async def timed() -> None:
-            try:
-                async with asyncio.timeout(TIMEOUT):
-                    ended.append(await ctx.decide("slow", lambda: _after("slow", 0.5)))
-            except TimeoutError:
-                ended.append("timed out")
-
-        async def sibling() -> None:
-            ended.append(await ctx.decide("sibling", lambda: _after("sibling", 0.15)))
-
-        await asyncio.gather(timed(), sibling())
-        return ended
-
-    run = loom.run("block")
+    run = loom.run(_timed_out_first(loom, _decided, block=True))
     assert run.output == ["timed out", "sibling"]
     result = loom.replay(run.execution_id)
     assert result.identical, result.describe()
@@ -677,3 +669,121 @@ def test_calls_cancelled_at_one_point_keep_the_order_they_were_stored_in() -> No
     point = b'{"cancelled_after_decisions": 1}'
     decisions["c"], decisions["d"] = _decision(2, point), _decision(3, point)
     assert completion_order(keys, decisions) == ["a", "c", "d", "b"]
+
+
+def test_a_streamed_hedge_whose_loser_was_cancelled_replays_at_once(loom: Loom) -> None:
+    """Two streamed requests; the first whose headers arrive wins and the other is cancelled.
+    The winner is stored when its body has been read, after the loser's cancellation: the
+    loser ranks first, but only the winner's answer makes the flow cancel it. Holding the
+    loser's turn until it was cancelled again waited out its whole bound, then diverged."""
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        name, seconds = request.url.path.strip("/").split("/")
+        await asyncio.sleep(float(seconds))
+        return httpx.Response(200, content=name.encode())
+
+    transport = loom_runtime.async_transport(httpx.MockTransport(answer))
+
+    @loom.flow("hedge")
+    async def hedge(ctx: Any) -> str:
+        async with httpx.AsyncClient(transport=transport, base_url="http://models") as client:
+
+            async def call(path: str) -> httpx.Response:
+                return await client.send(client.build_request("GET", path), stream=True)
+
+            calls = [asyncio.ensure_future(call(p)) for p in ("/loser/2.0", "/winner/0.1")]
+            done, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            for loser in pending:
+                loser.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            winner = done.pop().result()
+            body = await winner.aread()
+            await winner.aclose()
+            return body.decode()
+
+    run = loom.run("hedge")
+    assert run.output == "winner"
+    started = time.perf_counter()
+    result = _ends(lambda: loom.replay(run.execution_id))
+    assert result.identical, result.describe()
+    assert time.perf_counter() - started < 1.0  # it waited out the loser's bound (~5 s)
+
+
+def test_a_replay_that_no_longer_awaits_the_timed_out_call_does_not_wait_out_its_bound(
+    loom: Loom,
+) -> None:
+    awaited = [True]
+    forgotten: list[asyncio.Future[Any]] = []
+
+    @loom.flow("forgets")
+    async def forgets(ctx: Any) -> list[str]:
+        ended: list[str] = []
+
+        async def timed() -> None:
+            call = ctx.decide("slow", lambda: _after("slow", 5))
+            if not awaited[0]:  # the code changed: the call is started and never awaited
+                forgotten.append(asyncio.ensure_future(call))
+                return
+            try:
+                ended.append(await asyncio.wait_for(call, 0.5))
+            except TimeoutError:
+                ended.append("timed out")
+
+        async def sibling() -> None:
+            ended.append(await ctx.decide("sibling", lambda: _after("sibling", 0.6)))
+
+        await asyncio.gather(timed(), sibling())
+        return ended
+
+    run = loom.run("forgets")
+    awaited[0] = False
+    started = time.perf_counter()
+    result = _ends(lambda: loom.replay(run.execution_id))
+    assert not result.identical  # the output lost "timed out"
+    assert time.perf_counter() - started < 1.0  # the sibling waited out the bound (~2 s)
+
+
+def test_a_divergent_race_with_a_recorded_cancellation_ends_under_a_frozen_clock(
+    loom: Loom,
+) -> None:
+    """A frozen clock fires no timer: the replay's timeout never cancels the recorded call
+    again, so the sibling's turn never came (the watch waited for the call without limit)."""
+
+    @loom.flow("race")
+    async def race(ctx: Any) -> list[str]:
+        async def timed() -> str:
+            try:
+                return str(await asyncio.wait_for(ctx.decide("slow", lambda: _after("s", 5)), 0.05))
+            except TimeoutError:
+                return "timed out"
+
+        tasks = [
+            asyncio.ensure_future(timed()),
+            asyncio.ensure_future(ctx.decide("sibling", lambda: _after("sibling", 0.15))),
+        ]
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0] in done:  # live: the timeout came first
+            return [tasks[0].result(), str(await tasks[1])]
+        tasks[0].cancel()
+        await asyncio.gather(tasks[0], return_exceptions=True)
+        return [str(tasks[1].result()), "gave up"]
+
+    run = loom.run("race")
+    assert run.output == ["timed out", "sibling"]
+    assert loom.replay(run.execution_id).identical
+    with freeze_time("2026-01-01"):
+        result = _ends(lambda: loom.replay(run.execution_id))
+    assert not result.identical
+
+
+def test_a_recorded_call_computed_live_and_cancelled_again_is_not_overtaken(loom: Loom) -> None:
+    """``replay(live={"retrieval"})``: the call that timed out runs live and times out again;
+    its sibling, recorded after the timeout, must wait until the flow has seen it."""
+
+    def call(name: str, seconds: float) -> Any:
+        return _decided(name, seconds, kind="retrieval" if name == "slow" else None)
+
+    run = loom.run(_timed_out_first(loom, call))
+    assert run.output == ["timed out", "sibling"]
+    result = loom.replay(run.execution_id, live={"retrieval"})
+    assert result.output == ["timed out", "sibling"], result.describe()
