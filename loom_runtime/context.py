@@ -673,6 +673,7 @@ class _Context:
                 recorded=False,
                 value=None,
                 cancellations=self._cancellations,
+                cancel_point=self._cancel_point,
             )
             self._acquire()  # threads of one flow open decisions at once
             try:
@@ -902,12 +903,26 @@ class _Context:
         how many decisions were stored when it was cancelled (a replay ranks it there:
         :func:`~loom_runtime.recorded_order.completion_order`)."""
         failure = cancellation(time.perf_counter() - started)
-        cancelled = {CANCELLED_AFTER: len(source.recorded)}
-        measured = {"attempts": attempts, **cancelled} if attempts else cancelled
+        point = self._cancel_point()
+        measured = {"attempts": attempts, **point} if attempts else point
         meta = encode_meta(measured, key=slot.key, redactor=self._source.redactor)
         self._cancellations.append(
             functools.partial(source.record_failure, slot, failure, meta=meta)
         )
+
+    def _cancel_point(self) -> dict[str, int]:
+        """Where a call cancelled now ranks on replay, as its meta says it: after the
+        decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`).
+
+        Nothing (its stored place, then) while the flow holds a streamed answer not yet
+        stored: a response whose headers it has, stored once its body is read. Such an answer
+        came before the cancellation live (a hedge cancels its loser once the winner's headers
+        arrive), but is stored after it, and a count of stored decisions cannot rank the
+        cancellation after it; ranked before, the loser would hold its turn ahead of the very
+        answer that makes the flow cancel it."""
+        if any(not held.settled and held.at_end is not None for held in list(self._open)):
+            return {}
+        return {CANCELLED_AFTER: len(self._source.recorded)}
 
     def _stored(
         self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None, source: DecisionSource
@@ -1097,9 +1112,11 @@ class OpenDecision:
         recorded: bool,
         value: Any,
         cancellations: list[Callable[[], object]] | None = None,
+        cancel_point: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self.key = slot.key
         self._cancellations = cancellations
+        self._cancel_point = cancel_point
         self.recorded = recorded
         self.value = value
         self.settled = recorded
@@ -1151,8 +1168,8 @@ class OpenDecision:
         decisions were stored when it was cancelled (a replay ranks it there:
         :func:`~loom_runtime.recorded_order.completion_order`)."""
         store = self._source.record_failure
-        cancelled = {**(meta or {}), CANCELLED_AFTER: len(self._source.recorded)}
-        self._store_if_the_flow_goes_on(store, cancellation(elapsed), cancelled)
+        point = {} if self._cancel_point is None else self._cancel_point()
+        self._store_if_the_flow_goes_on(store, cancellation(elapsed), {**(meta or {}), **point})
 
     def defer(self, value: object, *, meta: Mapping[str, object] | None = None) -> None:
         """Store ``value`` once the flow goes on, as :meth:`cancel` stores a cancellation: a

@@ -235,12 +235,13 @@ class RecordedOrder:
         handed out only :data:`SETTLE_PASSES` passes of the loop later: a sibling recorded
         after the cancellation must not resume before the flow has seen it (the sibling's
         answer came after the timeout live), and asyncio takes a few passes to deliver a
-        cancellation to the code that awaited it."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on a loop: nothing to let settle
+        cancellation to the code that awaited it. On another thread (a helper's own loop,
+        which may close before those passes) it is handed out at once: a call there cannot
+        wait its turn either."""
+        if threading.get_ident() != self._thread:
             self.handed_out(key)
             return
+        loop = asyncio.get_running_loop()
 
         def settled(passes: int) -> None:
             if passes:

@@ -27,7 +27,7 @@ from freezegun import freeze_time
 import loom_runtime
 from loom_runtime import Loom, ReplayResult, tool
 from loom_runtime.execution import Decision
-from loom_runtime.recorded_order import completion_order
+from loom_runtime.recorded_order import SETTLE_PASSES, RecordedOrder, completion_order
 
 pytestmark = pytest.mark.xdist_group("completion_order")
 
@@ -671,11 +671,15 @@ def test_calls_cancelled_at_one_point_keep_the_order_they_were_stored_in() -> No
     assert completion_order(keys, decisions) == ["a", "c", "d", "b"]
 
 
-def test_a_streamed_hedge_whose_loser_was_cancelled_replays_at_once(loom: Loom) -> None:
+@pytest.mark.parametrize("timeout", [None, 3.0], ids=["no-timer", "a-timer-due"])
+def test_a_streamed_hedge_whose_loser_was_cancelled_replays_at_once(
+    loom: Loom, timeout: float | None
+) -> None:
     """Two streamed requests; the first whose headers arrive wins and the other is cancelled.
-    The winner is stored when its body has been read, after the loser's cancellation: the
-    loser ranks first, but only the winner's answer makes the flow cancel it. Holding the
-    loser's turn until it was cancelled again waited out its whole bound, then diverged."""
+    The winner is stored when its body has been read, after the loser's cancellation, and
+    only the winner's answer makes the flow cancel the loser: ranked before the winner, the
+    loser waited out its whole bound and then diverged (with a timer of the flow due within
+    5 s, which the watch waits for, even once it no longer waited for the loser itself)."""
 
     async def answer(request: httpx.Request) -> httpx.Response:
         name, seconds = request.url.path.strip("/").split("/")
@@ -692,7 +696,9 @@ def test_a_streamed_hedge_whose_loser_was_cancelled_replays_at_once(loom: Loom) 
                 return await client.send(client.build_request("GET", path), stream=True)
 
             calls = [asyncio.ensure_future(call(p)) for p in ("/loser/2.0", "/winner/0.1")]
-            done, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(
+                calls, return_when=asyncio.FIRST_COMPLETED, timeout=timeout
+            )
             for loser in pending:
                 loser.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -787,3 +793,31 @@ def test_a_recorded_call_computed_live_and_cancelled_again_is_not_overtaken(loom
     assert run.output == ["timed out", "sibling"]
     result = loom.replay(run.execution_id, live={"retrieval"})
     assert result.output == ["timed out", "sibling"], result.describe()
+
+
+def test_a_call_settled_on_a_helper_s_loop_is_handed_out_on_the_flow_s() -> None:
+    """A call awaited on a helper's own loop (``asyncio.run`` on a worker thread) and
+    cancelled there settles on the flow's loop: the helper's loop may close before any pass
+    of its own would have handed it out, and the answers after it then waited for the watch
+    to give up on it."""
+
+    async def flow_loop() -> asyncio.Future[None] | None:
+        order = RecordedOrder(["a", "b"])
+        order.bind()
+
+        async def cancelled_there() -> None:
+            order.settle("a")
+
+        def helper() -> None:  # its loop closed as soon as its coroutine ended
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(cancelled_there())
+            finally:
+                loop.close()
+
+        await asyncio.to_thread(helper)
+        for _ in range(SETTLE_PASSES + 2):
+            await asyncio.sleep(0)
+        return order.turn("b")
+
+    assert asyncio.run(flow_loop()) is None  # "b" goes: "a" was handed out
