@@ -23,8 +23,9 @@ A call the flow cancelled (a timeout around it) is stored only once the flow goe
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
 and on replay holds its turn until the flow's timeout cancels it again
 (:meth:`RecordedOrder.cancelled_wait`).
-ADR 0002 ("completion order") says why and what it cannot see (a call waiting on real I/O
-the log does not hold).
+
+ADR 0002 ("completion order", "a cancellation's place") says why and what it cannot see (a
+call waiting on real I/O the log does not hold).
 """
 
 from __future__ import annotations
@@ -262,8 +263,8 @@ class RecordedOrder:
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Once a pass of the loop while answers wait: wake the earliest of them when the
-        missing answer cannot be on its way. It may be while a recorded call's answer is
-        computed live (no limit), while a timer of the loop is due within
+        missing answer cannot be on its way. It may be while a recorded call is computed
+        again live (no limit), while a timer of the loop is due within
         :data:`STALL_SECONDS` (for that long by the loop's clock), or while other tasks of the
         loop are busy (for that long, by CPU time and the loop's clock: a queue pipeline
         yields many times between two calls; once a replay, as an application's own busy task
