@@ -216,8 +216,7 @@ class RecordedOrder:
         what cancels it may be an answer ranked after it (a streamed hedge's winner, stored
         once its body was read, after the loser's cancellation), or nothing (code that no
         longer awaits it, a frozen clock), and the watch then gives up on its turn as on any
-        other. A timer of the flow due before this wait's own bound (its timeout, however
-        long) is waited for, as one due within :data:`STALL_SECONDS` always is."""
+        other. A timeout of the flow due within :data:`STALL_SECONDS` is waited for."""
         if threading.get_ident() != self._thread or not self._recorded(key):
             return None
         loop = asyncio.get_running_loop()
@@ -282,13 +281,9 @@ class RecordedOrder:
             self._moved = cpu
         self._last = now
         frozen = cpu - self._moved > FROZEN_AFTER
-        # A held cancellation's timeout may be far longer than STALL_SECONDS (a model call's
-        # 30 s): a timer due before the held wait's own bound may be the one to cancel it.
-        held = max((timer.when() for timer in self._own_timers), default=now) - now
-        window = max(STALL_SECONDS, held)
-        timer = not self._gave_up and not frozen and _timer_due(loop, now, self._own_timers, window)
+        timer = not self._gave_up and not frozen and _timer_due(loop, now, self._own_timers)
         busy = bool(getattr(loop, "_ready", ()))  # asyncio's own loops: other callbacks due
-        timer_left = timer and now - self._since < window
+        timer_left = timer and now - self._since < STALL_SECONDS
         busy_left = (  # once a replay: an application's own busy task is always ready
             busy
             and not self._gave_up
@@ -319,17 +314,14 @@ def _complete(waiting: asyncio.Future[None]) -> None:
         waiting.set_result(None)
 
 
-def _timer_due(
-    loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.TimerHandle], window: float
-) -> bool:
-    """Whether a timer (an ``asyncio.sleep``, a ``wait`` with a timeout) of ``loop`` other
-    than ``own`` fires within ``window`` seconds (:data:`STALL_SECONDS`, or up to the latest
-    bound of a held cancellation's wait): asyncio's own loops list them in ``_scheduled``;
-    for a loop that does not (uvloop), none is assumed and the watch counts passes alone. A
-    timer due later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
+def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.TimerHandle]) -> bool:
+    """Whether a timer (an ``asyncio.sleep``, a ``wait`` with a timeout) of ``loop`` fires
+    within :data:`STALL_SECONDS`: asyncio's own loops list them in ``_scheduled``; for a loop
+    that does not (uvloop), none is assumed and the watch counts passes alone. A timer due
+    later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
     scheduled = getattr(loop, "_scheduled", ())
     return any(
-        not timer.cancelled() and timer.when() - now <= window and timer not in own
+        not timer.cancelled() and timer.when() - now <= STALL_SECONDS and timer not in own
         for timer in scheduled
     )
 
