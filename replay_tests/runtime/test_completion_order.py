@@ -25,7 +25,7 @@ import pytest
 from freezegun import freeze_time
 
 import loom_runtime
-from loom_runtime import Loom, ReplayResult, tool
+from loom_runtime import Loom, ReplayResult, context, tool
 from loom_runtime.execution import Decision
 from loom_runtime.recorded_order import SETTLE_PASSES, RecordedOrder, completion_order
 
@@ -821,3 +821,39 @@ def test_a_call_settled_on_a_helper_s_loop_is_handed_out_on_the_flow_s() -> None
         return order.turn("b")
 
     assert asyncio.run(flow_loop()) is None  # "b" goes: "a" was handed out
+
+
+def test_a_held_cancellation_does_not_wait_for_a_timer_long_after_its_live_moment(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded as cancelled after 30 s (stubbed, to run fast), replayed by code that now
+    awaits the sibling first and cancels the call itself, inside an ``asyncio.timeout(60)``:
+    that far timer is not the one that cancelled it live. A version that waited for any
+    timer due before the held call's bound (61 s) let this divergent replay wait half of it
+    (a review found it; reverted)."""
+    recorded_cancellation = context.cancellation
+    monkeypatch.setattr(context, "cancellation", lambda elapsed: recorded_cancellation(30.0))
+    changed = [False]
+
+    @loom.flow("far")
+    async def far(ctx: Any) -> list[str]:
+        ended: list[str] = []
+        async with asyncio.timeout(60):
+            slow = asyncio.ensure_future(_decided("slow", 5.0))
+            if not changed[0]:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(slow, 0.05)
+                ended.append("timed out")
+            ended.append(await _decided("sibling", 0.1))
+            slow.cancel()
+            await asyncio.gather(slow, return_exceptions=True)
+        return ended
+
+    run = loom.run("far")
+    assert run.output == ["timed out", "sibling"]
+    monkeypatch.undo()
+    changed[0] = True
+    started = time.perf_counter()
+    result = _ends(lambda: loom.replay(run.execution_id))
+    assert time.perf_counter() - started < 5.0
+    assert not result.identical
