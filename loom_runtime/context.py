@@ -915,7 +915,9 @@ class _Context:
         decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`).
 
         Nothing (its stored place, then) while the flow holds a streamed answer not yet
-        stored: a response whose headers it has, stored once its body is read. Such an answer
+        stored: a response whose headers it has, stored once its body is read (an open
+        decision with an ``at_end``, which the recording transport sets as it hands the
+        response over, and which nothing else sets). Such an answer
         came before the cancellation live (a hedge cancels its loser once the winner's headers
         arrive), but is stored after it, and a count of stored decisions cannot rank the
         cancellation after it; ranked before, the loser would hold its turn ahead of the very
