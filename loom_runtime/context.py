@@ -802,7 +802,7 @@ class _Context:
         it waits unanswered, for the flow's own timeout to cancel it again as it cancelled the
         live call; if nothing does within :func:`cancelled_wait`'s bound, the replay has taken
         another path, and its caller raises the recorded cancellation. It holds its turn
-        meanwhile (:meth:`RecordedOrder.cancelled_wait`): the answers recorded after its
+        meanwhile (:meth:`RecordedOrder.hold`): the answers recorded after its
         cancellation (a sibling that finished after the timeout) wait until the flow has seen
         it cancelled again, as they came after it live."""
         bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
@@ -810,7 +810,7 @@ class _Context:
             if order is not None:
                 yield from self._in_turn(key, failure)
             return
-        waiting = None if order is None else order.cancelled_wait(key, bound)
+        waiting = None if order is None else order.hold(key, bound)
         if order is None or waiting is None:  # not on the flow's loop: it cannot hold a turn
             if order is not None:
                 order.handed_out(key)

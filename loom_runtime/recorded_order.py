@@ -22,7 +22,7 @@ again live (a replay's ``live=`` kinds), until its answer comes.
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
 and on replay holds its turn until the flow's timeout cancels it again
-(:meth:`RecordedOrder.cancelled_wait`).
+(:meth:`RecordedOrder.hold`).
 
 ADR 0002 ("completion order", "a cancellation's place") says why and what it cannot see (a
 call waiting on real I/O the log does not hold).
@@ -98,7 +98,7 @@ class RecordedOrder:
         """How many recorded calls are being computed again live (a replay's ``live=``
         kinds, a counterfactual): each answer will come, however long it takes."""
         self._own_timers: set[asyncio.TimerHandle] = set()
-        """The timers of :meth:`cancelled_wait`'s waits: not ones the watch waits for."""
+        """The timers of :meth:`hold`'s waits: not ones the watch waits for."""
         # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
@@ -204,7 +204,7 @@ class RecordedOrder:
         if self._recorded(key):
             self._live -= 1
 
-    def cancelled_wait(self, key: str, bound: float) -> asyncio.Future[None] | None:
+    def hold(self, key: str, bound: float) -> asyncio.Future[None] | None:
         """What a call recorded as cancelled waits on, unanswered, for the flow's timeout to
         cancel it again (then :meth:`settle`); it completes after ``bound`` seconds if
         nothing does (then :meth:`handed_out`: the replay took another path). Its turn is held
