@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from loom_runtime.flow import FlowRegistry
     from loom_runtime.http_transport import async_transport, transport
     from loom_runtime.integrity import Anchor, Tampering, VerifyReport, verify_log
+    from loom_runtime.key_audit import verify_keys
     from loom_runtime.labels import Labels
     from loom_runtime.log import (
         READ_ONLY,
@@ -255,6 +256,7 @@ __all__ = [
     "tracking_table",
     "transient",
     "transport",
+    "verify_keys",
     "verify_log",
     "wrap",
     "wrap_session",
@@ -356,6 +358,7 @@ _EXPORTS = {
     "async_transport": "loom_runtime.http_transport",
     "wrap": "loom_runtime.wrap",
     "verify_log": "loom_runtime.integrity",
+    "verify_keys": "loom_runtime.key_audit",
     "tool": "loom_runtime.recorded_tool",
     "RecordedResultError": "loom_runtime.errors",
     "RecordedSession": "loom_runtime.mcp_session",

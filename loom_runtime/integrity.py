@@ -157,7 +157,8 @@ def _as_bytes(value: object) -> bytes:
 
 
 class Tampering(StrEnum):
-    """What :func:`verify_log` found wrong at the first bad position."""
+    """What :func:`verify_log` (the chain) or :func:`~loom_runtime.key_audit.verify_keys` (the
+    key table against the log) found wrong at the first bad position."""
 
     ALTERED = "altered"
     """The event's stored bytes differ from those chained at its position."""
@@ -171,6 +172,15 @@ class Tampering(StrEnum):
     """The chain does not link here: a chain row was edited, or rows before it were removed."""
     ANCHOR_MISMATCH = "anchor-mismatch"
     """The log no longer holds the head recorded in the anchor: it was rewritten before it."""
+    KEY_MISSING = "key-missing"
+    """Sealed data is stored at this position, but its subject has no key row and no forget
+    event names it: the key table lost a row (:func:`~loom_runtime.key_audit.verify_keys`)."""
+    KEY_DESTROYED = "key-destroyed"
+    """A subject's key is destroyed, but no forget event names it where its row says: an
+    erasure the forget log does not record."""
+    ERASURE_INCOMPLETE = "erasure-incomplete"
+    """The forget event at this position names a subject whose key is still live: an erasure
+    was interrupted (or is running); ``loom erase`` run again completes it."""
 
 
 class Anchor(msgspec.Struct, frozen=True, kw_only=True):

@@ -1013,8 +1013,13 @@ def verify(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Walk the hash chain; report the first event altered, deleted, inserted or reordered."""
-    from loom_runtime.integrity import Anchor, verify_log
+    """Walk the hash chain; report the first event altered, deleted, inserted or reordered.
+
+    In an encrypted log, then check the key table against the events (ADR 0049, amended
+    "verify"): a key row deleted or destroyed without a forget event, or an erasure left
+    half done, is reported as well, with no master key needed."""
+    from loom_runtime.integrity import Anchor, Tampering, verify_log
+    from loom_runtime.key_audit import verify_keys
 
     expected = None
     if anchor is not None:
@@ -1035,17 +1040,30 @@ def verify(
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
             fail(str(exc))
+        keys = None
+        if report.ok:  # the key table is checked against events the chain vouched for
+            upto = report.head.notification_id if report.head is not None else 0
+            keys = verify_keys(loom.log, upto=upto, progress=bar("keys"))
+            if not keys.ok:
+                report = msgspec.structs.replace(
+                    report, problem=keys.problem, position=keys.position, detail=keys.detail
+                )
+    key_rows = 0 if keys is None else keys.checked
     if as_json:
-        print_json({"ok": report.ok, **msgspec.structs.asdict(report)})
+        print_json({"ok": report.ok, **msgspec.structs.asdict(report), "keys_checked": key_rows})
     elif report.ok:
         head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
-        console.print(f"ok: {report.checked} events verified; head {head} (keep it as --anchor)")
+        agree = f"; {key_rows} data keys agree with the forget log" if key_rows else ""
+        console.print(
+            f"ok: {report.checked} events verified{agree}; head {head} (keep it as --anchor)"
+        )
     else:
         detail = (
             f" at log position {report.position}: {report.problem} ({report.detail}); "
             f"{report.checked} events verified before it"
         )
-        console.print(Text.assemble(("TAMPERED", "red"), inert(detail, one_line=True)))
+        verdict = "INCOMPLETE" if report.problem is Tampering.ERASURE_INCOMPLETE else "TAMPERED"
+        console.print(Text.assemble((verdict, "red"), inert(detail, one_line=True)))
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
 
 

@@ -39,11 +39,14 @@ from loom_runtime import (
     Loom,
     MasterKey,
     SubjectErasedError,
+    Tampering,
     keyring_for,
     stream_id,
+    verify_keys,
 )
 from loom_runtime.erasure import forget_events
 from replay_tests.runtime.test_erasure import _raw_bytes_postgres, _raw_bytes_sqlite
+from replay_tests.runtime.test_verify_keys import delete_key_row
 
 KEY = MasterKey(b"d" * 32)
 
@@ -161,13 +164,41 @@ def test_an_interrupted_erasure_run_again_ends_in_the_same_state(db_url: str) ->
         keyring.destroy = destroy  # type: ignore[method-assign]
         interrupted = _state(loom)
         assert "people/alice" in interrupted[4]
+        half_done = verify_keys(loom.log, upto=loom.log.position)  # ADR 0049, amended "verify"
+        assert half_done.problem is Tampering.ERASURE_INCOMPLETE
+        assert document_subject(SCOPE, "people/alice") in half_done.detail
         again = loom.erase(document=f"{SCOPE}:people/alice", reason="r", by="dpo")
         assert again.applied and len(forget_events(loom)) == 2
+        assert verify_keys(loom.log, upto=loom.log.position).ok
         first = forget_events(loom)[0][0]
         assert _state(loom) == interrupted
         assert corpus_index(loom).erasures(SCOPE) == {"people/alice": first}
         drop_corpus(loom)
         assert _state(loom) == interrupted
+
+
+def test_verify_finds_a_document_s_deleted_key_row_in_its_sealed_text(db_url: str) -> None:
+    """A document's key row deleted by hand (ADR 0049, amended "verify"): its text reads as
+    erased, and ``verify_keys`` names the subject at the event that stored its sealed text,
+    while the documents erased by ``loom erase`` check out."""
+    with Loom(db_url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(_docs("s", "k"))
+        loom.erase(document=f"{SCOPE}:ops/oncall", reason="r", by="dpo")
+        assert verify_keys(loom.log, upto=loom.log.position).ok
+        lost = document_subject(SCOPE, "people/alice")
+        written = [
+            r.position
+            for r in loom.log.notifications(topics=(DocumentWritten.TOPIC,))
+            if b"people/alice" in r.state
+        ]
+        delete_key_row(loom, lost)
+
+        report = verify_keys(loom.log, upto=loom.log.position)
+
+    assert report.problem is Tampering.KEY_MISSING
+    assert report.position == written[0]
+    assert lost in report.detail
 
 
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:

@@ -38,10 +38,13 @@ from loom_runtime import (
     Loom,
     MasterKey,
     SubjectErasedError,
+    Tampering,
+    verify_keys,
 )
 from loom_runtime.erasure import forget_events
 from replay_tests.knowledge.test_document_erasure import _table_rows
 from replay_tests.runtime.test_erasure import _raw_bytes_postgres, _raw_bytes_sqlite
+from replay_tests.runtime.test_verify_keys import delete_key_row
 
 KEY = MasterKey(b"m" * 32)
 Opener = Callable[[Loom], EventSourcedMemory]
@@ -146,6 +149,30 @@ def test_an_erased_memory_key_is_forgotten_and_a_rebuild_agrees(
     assert raw.count(token.encode()) == 0  # nor its term, in any index
     assert raw.count(secret.lower().encode()) == 0
     assert b"loom.sealed" in raw
+
+
+def test_verify_checks_memory_keys_against_the_forget_log(db_url: str) -> None:
+    """ADR 0049, amended "verify": an erased memory key checks out; a kept key's row deleted
+    by hand is named where its first sealed entry is stored."""
+    with Loom(db_url, encryption=KEY) as loom:
+        memory = _in_process(loom)
+        _write(memory, "secret", "kept")
+        loom.erase(memory_key="memory:alice", reason="request", by="dpo")
+        checked = verify_keys(loom.log, upto=loom.log.position)
+        assert checked.ok and checked.checked == 2
+        bob = memory_subject("memory", "bob")
+        first = next(
+            r.position
+            for r in loom.log.notifications(topics=(MemoryAppended.TOPIC,))
+            if r.stream == memory_stream("memory", "bob")
+        )
+        delete_key_row(loom, bob)
+
+        report = verify_keys(loom.log, upto=loom.log.position)
+        memory.close()
+
+    assert report.problem is Tampering.KEY_MISSING
+    assert report.position == first and bob in report.detail
 
 
 def test_the_raw_log_holds_a_kept_keys_text_only_sealed(db_url: str) -> None:
