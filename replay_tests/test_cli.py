@@ -206,6 +206,33 @@ def test_doctor_fails_when_a_projection_cannot_catch_up(db_url: str) -> None:
     assert code == 1 and "FAIL" in out and "loom rebuild" in out
 
 
+def test_doctor_fails_an_erasure_left_half_done_until_it_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR 0049, amended "verify": the forget event appended, the keys not destroyed (a crash
+    between the two writes) is an operator's next step, which doctor names."""
+    from loom_runtime import Labels, Loom, MasterKey, erasure
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    key = MasterKey.generate()
+    monkeypatch.setenv("LOOM_MASTER_KEY", key)
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        loom.flow("note")(lambda ctx: "x")
+        loom.run("note", labels=Labels(user="alice"))
+        code, out = _cli("doctor", "--db", url)
+        assert code == 0 and "keys: 1 data keys agree with the forget log" in _text(out), out
+        keyring = erasure.keyring_of(loom, "user")
+        with monkeypatch.context() as patched:
+            patched.setattr(keyring, "destroy", lambda subjects, *, position: 0)
+            loom.erase(user="alice", reason="request", by="dpo")
+        code, out = _cli("doctor", "--db", url)
+        assert code == 1 and "FAIL keys: erasure-incomplete" in _text(out), out
+        assert "run the same `loom erase ... --apply` again" in _text(out)
+        loom.erase(user="alice", reason="request", by="dpo")
+    code, out = _cli("doctor", "--db", url)
+    assert code == 0 and "FAIL" not in out, out
+
+
 def test_doctor_fails_an_encrypted_log_opened_without_its_master_key(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -939,6 +939,7 @@ def rebuild(db: DbOption = None) -> None:
 def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
     """Check the setup: log reachable and readable, projections caught up. Exit 1 on a problem."""
     from loom_runtime.projection import registered_projections
+    from loom_runtime.sealing import has_key_table
 
     checks: list[dict[str, object]] = []
 
@@ -968,6 +969,8 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
             verdict()
 
         check(*_encryption(loom))
+        if has_key_table(loom.log.engine):
+            check(*_keys_agree(loom, head))
 
         def unopenable(name: str, error: Exception) -> None:  # the others are still checked
             check(False, f"projection {name}", f"cannot be opened: {cause_of(error)}")
@@ -997,6 +1000,18 @@ def _encryption(loom: Loom) -> tuple[bool, str, str]:
             "and sealed reads are refused in this environment (verify and listings work)",
         )
     return True, "encryption", "off (no key table; a master key switches it on at its first write)"
+
+
+def _keys_agree(loom: Loom, head: int) -> tuple[bool, str, str]:
+    """Doctor's check of the key table against the log (what ``loom verify`` checks after
+    the chain): an erasure left half done is an operator's next step, and a key row lost or
+    destroyed by hand is data lost; neither needs the master key to be found."""
+    from loom_runtime.key_audit import verify_keys
+
+    report = verify_keys(loom.log, upto=head)
+    if report.ok:
+        return True, "keys", f"{report.checked} data keys agree with the forget log"
+    return False, "keys", f"{report.problem} at log position {report.position}: {report.detail}"
 
 
 _ANCHOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{64})")
