@@ -48,6 +48,7 @@ class SubjectEmbeddingsRecorded(LogEvent):
 
     TOPIC = "loom.memory.SubjectEmbeddingsRecorded"
     IDENTIFIERS = ("model", "subject", "digests")
+    SEALED = ("vectors",)
     model: str
     subject: str
     digests: list[str]

@@ -30,6 +30,7 @@ class MemoryAppended(LogEvent):
 
     TOPIC = f"{_TOPIC}.Appended"
     IDENTIFIERS = ("memory", "key")
+    SEALED = ("entries",)  # under the key's own key (ADR 0060)
     memory: str
     key: str
     entries: list[msgspec.Raw]
@@ -40,6 +41,7 @@ class MemoryReplaced(LogEvent):
 
     TOPIC = f"{_TOPIC}.Replaced"
     IDENTIFIERS = ("memory", "key")
+    SEALED = ("entries",)
     memory: str
     key: str
     entries: list[msgspec.Raw]

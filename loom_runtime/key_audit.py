@@ -10,16 +10,20 @@ with, is checked here, with no master key (a data key's bytes are never read):
 - every subject whose sealed data the log stores has a key row (loom creates it before the
   first sealed append, and never deletes one): else :attr:`Tampering.KEY_MISSING`, at the
   first event holding its data, unless a forget event names it (erased: the row is gone, but
-  so was the key);
-- every destroyed key names, as ``erased_position``, a forget event that names its subject:
-  else :attr:`Tampering.KEY_DESTROYED` (an erasure the forget log does not record);
+  so was the key); the key-check row too, without which no master key opens the log;
+- every destroyed key names, as ``erased_position``, a forget event that names its subject,
+  and one after the key was made: else :attr:`Tampering.KEY_DESTROYED` (an erasure the forget
+  log does not record);
 - every subject a forget event names has its key destroyed: else
   :attr:`Tampering.ERASURE_INCOMPLETE` (an erasure interrupted between its forget event and
   its keys, or running now; ``loom erase`` run again completes it).
 
 A sealed execution is found by its input (:func:`~loom_runtime.sealing.sealed_input`), so its
 other events are not read; a subject a package above the runtime seals (a document, a memory
-key) by the sealed texts in its events' state, the only events read whole.
+key) by the sealed texts in the fields its event class declares sealed (``LogEvent.SEALED``),
+and nowhere else: a clear field (a document's metadata, a memory key's name) can hold any text,
+one that looks sealed too. Key rows are untrusted as well: a value of any type reads as no
+position.
 """
 
 from __future__ import annotations
@@ -35,24 +39,22 @@ from loom_runtime.integrity import Tampering, VerifyReport
 from loom_runtime.sealing import (
     KEY_CHECK,
     TABLE,
+    UNREADABLE,
     has_key_table,
     sealed_input,
     sealed_text_subject,
     subject_of,
 )
+from loom_runtime.storage.topics import event_class
 
 if TYPE_CHECKING:
     from loom_runtime.log import EventLog
 
 _CREATED: Final = Execution.Created.TOPIC
-_EXECUTION_TOPICS: Final = "loom.execution."
-"""The topics of an execution's own events: their sealed fields are all under the
-execution's key, found once from its input."""
-_SEALED_TEXT: Final = b'"loom.sealed:'
-"""How a sealed text (:func:`~loom_runtime.sealing.seal_subject_text`) begins inside stored
-JSON: a string whose text starts with the mark. A state without it holds none."""
 PROGRESS_STEP: Final = 10_000
 """Events read between two calls of ``progress``."""
+_POSITION_LIMIT: Final = 2**63 - 1
+"""The largest position a log can hold (a signed 64-bit id): a row naming more names none."""
 
 
 class _Input(msgspec.Struct):
@@ -65,6 +67,8 @@ class _Forget(msgspec.Struct):
 
 _input = msgspec.json.Decoder(_Input)
 _forget = msgspec.json.Decoder(_Forget)
+_sealed_fields: dict[str, msgspec.json.Decoder[Any] | None] = {}
+"""By topic: a decoder of the fields its event class declares sealed, or None (none)."""
 
 
 def verify_keys(
@@ -83,36 +87,44 @@ def verify_keys(
     sealed: dict[str, int] = {}  # subject -> the first position holding its sealed data
     named: dict[str, list[int]] = {}  # subject -> the forget events naming it
     for position, subject in _found(log, upto, progress):
-        if subject is None:
-            continue
         if position < 0:
             named.setdefault(subject, []).append(-position)
         else:
             sealed.setdefault(subject, position)
+    first_sealed = min(sealed.values(), default=1)
     problems: list[tuple[int, Tampering, str]] = []
     later: list[tuple[str, int]] = []  # destroyed by a forget event past ``upto``
     checked = 0
-    for subject, destroyed, created_at, erased_at in _key_rows(log):
+    checks = 0
+    for subject, live, created_at, erased_at in _key_rows(log):
+        if subject == KEY_CHECK:
+            checks += live
+            continue
         checked += 1
-        first = sealed.pop(subject, created_at)
+        first = sealed.pop(subject, max(created_at or 1, 1))
         forgets = named.get(subject, ())
-        if not destroyed:
+        if live:
             if forgets:
                 problems.append((forgets[0], Tampering.ERASURE_INCOMPLETE, _incomplete(subject)))
-        elif erased_at is None or erased_at < 1:
-            problems.append((max(first, 1), Tampering.KEY_DESTROYED, _destroyed(subject, None)))
+        elif erased_at is None:
+            problems.append((first, Tampering.KEY_DESTROYED, _destroyed(subject, None)))
+        elif created_at is None or created_at >= erased_at:
+            problems.append((erased_at, Tampering.KEY_DESTROYED, _too_early(subject, created_at)))
         elif erased_at > upto:
             later.append((subject, erased_at))
         elif erased_at not in forgets:
             problems.append((erased_at, Tampering.KEY_DESTROYED, _destroyed(subject, erased_at)))
+    head = log.position if later else upto
     for subject, erased_at in later:  # an erasure since the events were read, or a forgery
-        if subject not in _named_at(log, erased_at):
+        if erased_at > head or subject not in _named_at(log, erased_at):
             problems.append((erased_at, Tampering.KEY_DESTROYED, _destroyed(subject, erased_at)))
     problems.extend(
         (position, Tampering.KEY_MISSING, _missing(subject))
         for subject, position in sealed.items()
         if subject not in named
     )
+    if checked and not checks:
+        problems.append((first_sealed, Tampering.KEY_MISSING, _no_check_row()))
     if not problems:
         return VerifyReport(checked=checked)
     position, problem, detail = min(problems, key=lambda found: found[0])
@@ -123,7 +135,7 @@ def verify_keys(
 
 def _found(
     log: EventLog, upto: int, progress: Callable[[int, int], None] | None
-) -> Iterator[tuple[int, str | None]]:
+) -> Iterator[tuple[int, str]]:
     """``(position, subject)`` for each sealed subject an event at ``position`` holds, and
     ``(-position, subject)`` for each subject the forget event there names."""
     reported = 0
@@ -133,62 +145,78 @@ def _found(
             reported = position
             progress(position, upto)
         if topic == _CREATED:
-            try:
-                if sealed_input(_input.decode(record.state).input, record.stream):
-                    yield position, subject_of(record.stream)
-            except (msgspec.DecodeError, msgspec.ValidationError, LogCorruptError):
-                pass  # unreadable as loom writes it: a replay of it refuses, naming it
+            if _sealed_execution(record.state, record.stream):
+                yield position, subject_of(record.stream)
         elif topic == Forgotten.TOPIC:
             for subject in _subjects_of(record.state):
                 yield -position, subject
-        elif not topic.startswith(_EXECUTION_TOPICS) and _SEALED_TEXT in record.state:
-            for subject in _sealed_texts(record.state):
+        else:
+            for subject in _sealed_texts(topic, record.state):
                 yield position, subject
     if progress is not None:
         progress(upto, upto)
 
 
+def _sealed_execution(state: bytes, execution_id: Any) -> bool:
+    try:
+        return sealed_input(_input.decode(state).input, execution_id)
+    except (*UNREADABLE, LogCorruptError):
+        return False  # unreadable as loom writes it: a replay of it refuses, naming it
+
+
 def _subjects_of(state: bytes) -> tuple[str, ...]:
     try:
         return _forget.decode(state).subjects
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return ()
 
 
-def _sealed_texts(state: bytes) -> set[str]:
-    """The subjects of the sealed texts anywhere in a stored state."""
-    try:
-        value = msgspec.json.decode(state)
-    except msgspec.DecodeError:
+def _sealed_texts(topic: str, state: bytes) -> set[str]:
+    """The subjects of the sealed texts in the fields events of ``topic`` declare sealed
+    (each a sealed text, or a list of them)."""
+    if topic not in _sealed_fields:
+        cls = event_class(topic)
+        fields: tuple[str, ...] = getattr(cls, "SEALED", ())
+        _sealed_fields[topic] = (
+            msgspec.json.Decoder(msgspec.defstruct("Sealed", [(f, Any, None) for f in fields]))
+            if fields
+            else None
+        )
+    decoder = _sealed_fields[topic]
+    if decoder is None:
         return set()
-    found: set[str] = set()
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            subject = sealed_text_subject(item)
+    try:
+        values = msgspec.structs.astuple(decoder.decode(state))
+    except UNREADABLE:
+        return set()
+    found = set()
+    for value in values:
+        for text in value if isinstance(value, list) else (value,):
+            subject = sealed_text_subject(text) if isinstance(text, str) else None
             if subject is not None:
                 found.add(subject)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
     return found
 
 
-def _key_rows(log: EventLog) -> Iterator[tuple[str, bool, int, int | None]]:
-    """``(subject, destroyed, created_position, erased_position)`` of every data key row (not
-    the check row)."""
+def _key_rows(log: EventLog) -> Iterator[tuple[str, bool, int | None, int | None]]:
+    """``(subject, live, created_position, erased_position)`` of every key row, the check
+    row's included; a position that is no whole number of the log's range is None."""
     from sqlalchemy import text
 
     query = text(
-        f"SELECT subject, wrapped_key IS NULL, created_position, erased_position FROM {TABLE} "
-        "WHERE subject <> :check"
+        f"SELECT subject, wrapped_key IS NOT NULL, created_position, erased_position FROM {TABLE}"
     )
     with log.engine.connect() as connection:
-        for subject, destroyed, created, erased in connection.execute(query, {"check": KEY_CHECK}):
-            erased_at = None if erased is None else int(erased)
-            yield str(subject), bool(destroyed), int(created or 0), erased_at
+        for subject, live, created, erased in connection.execute(query):
+            yield str(subject), bool(live), _position(created), _position(erased)
+
+
+def _position(value: object) -> int | None:
+    """A key row's position as loom writes it (an integer from 0), or None: SQLite stores
+    whatever type an edit gives it, and a float or text there is no position."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _POSITION_LIMIT:
+        return value
+    return None
 
 
 def _named_at(log: EventLog, position: int) -> tuple[str, ...]:
@@ -208,6 +236,15 @@ def _missing(subject: str) -> str:
     )
 
 
+def _no_check_row() -> str:
+    return (
+        f"the key table ({TABLE}) holds data keys but not its key-check row "
+        f"({KEY_CHECK!r} is missing or holds no key): no master key can be proved against it, "
+        "so every encrypted open is refused; restore that row from the backup the other rows "
+        "came from"
+    )
+
+
 def _destroyed(subject: str, erased_at: int | None) -> str:
     where = (
         "its row names no forget event"
@@ -221,11 +258,21 @@ def _destroyed(subject: str, erased_at: int | None) -> str:
     )
 
 
+def _too_early(subject: str, created_at: int | None) -> str:
+    made = "at no position" if created_at is None else f"at {created_at}"
+    return (
+        f"the key of {subject} is destroyed by the forget event its row names, but was made "
+        f"{made}, not before it: a key made after an erasure was marked destroyed by it, so "
+        "the data written under it is unreadable and no erasure records that (restore the row "
+        "from a backup that holds the key)"
+    )
+
+
 def _incomplete(subject: str) -> str:
     return (
         f"this forget event names {subject}, whose key is still live: an erasure was "
-        "interrupted between its forget event and its keys (or is running now); run the "
-        "same `loom erase ... --apply` again to complete it"
+        "interrupted between its forget event and its keys, or is running now; if none is, "
+        "run the same `loom erase ... --apply` again to complete it"
     )
 
 

@@ -129,6 +129,11 @@ class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 holds_no_text(_Envelope)  # ciphertext: the log's redactor has nothing to find in it
 
 
+UNREADABLE: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+"""What decoding a stored text or value can raise: it is untrusted (ADR 0018), and JSON nested
+deep enough makes msgspec raise ``RecursionError`` (a clear text that begins like a sealed
+one and nests thousands of brackets), which is no crash of a read, only a value that is not
+sealed."""
 _envelope_encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _sealed_decoder = msgspec.json.Decoder(Sealed)
@@ -976,7 +981,7 @@ def sealed_of_raw(raw: msgspec.Raw | bytes) -> Sealed | None:
         return None
     try:
         return _envelope_decoder.decode(raw).sealed
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return None
 
 
@@ -985,7 +990,7 @@ def _sealed_of_text(text: str) -> Sealed | None:
         return None
     try:
         return _sealed_decoder.decode(text[len(_MESSAGE_PREFIX) :])
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return None
 
 
@@ -1176,7 +1181,7 @@ def _input_envelope(raw: msgspec.Raw | bytes | None) -> _Envelope | None:
         return None
     try:
         return _envelope_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return None
 
 

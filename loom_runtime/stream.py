@@ -35,6 +35,12 @@ class LogEvent:
 
     ``IDENTIFIERS`` names the fields that identify something (ids, keys, names, scopes): the
     mapper never redacts them, and refuses one holding a secret (ADR 0012).
+
+    ``SEALED`` names the fields an encrypted log stores sealed under a subject's key (a
+    sealed text, :func:`~loom_runtime.seal_subject_text`, or a list of them): where
+    :func:`~loom_runtime.verify_keys` looks for the subjects whose key rows the log needs.
+    Only there: a clear field can hold any text, one that looks sealed too (ADR 0049,
+    amended "verify").
     """
 
     originator_id: UUID
@@ -43,6 +49,7 @@ class LogEvent:
 
     TOPIC: ClassVar[str] = ""
     IDENTIFIERS: ClassVar[tuple[str, ...]] = ()
+    SEALED: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -32,6 +32,7 @@ class DocumentWritten(LogEvent):
 
     TOPIC = f"{_TOPIC}.DocumentWritten"
     IDENTIFIERS = ("scope", "doc_id", "fingerprint", "fingerprint_algorithm", "source")
+    SEALED = ("title", "passages")  # under the document's key (ADR 0055)
     scope: str
     doc_id: str
     revision: int

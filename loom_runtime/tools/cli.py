@@ -1073,9 +1073,13 @@ def verify(
             f"ok: {report.checked} events verified{agree}; head {head} (keep it as --anchor)"
         )
     else:
-        detail = (
-            f" at log position {report.position}: {report.problem} ({report.detail}); "
+        verified = (
             f"{report.checked} events verified before it"
+            if keys is None or keys.ok
+            else f"the chain of all {report.checked} events is intact"
+        )
+        detail = (
+            f" at log position {report.position}: {report.problem} ({report.detail}); {verified}"
         )
         verdict = "INCOMPLETE" if report.problem is Tampering.ERASURE_INCOMPLETE else "TAMPERED"
         console.print(Text.assemble((verdict, "red"), inert(detail, one_line=True)))

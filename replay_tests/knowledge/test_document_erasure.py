@@ -201,6 +201,25 @@ def test_verify_finds_a_document_s_deleted_key_row_in_its_sealed_text(db_url: st
     assert lost in report.detail
 
 
+def test_a_clear_title_that_begins_like_a_sealed_text_and_nests_deep_reads_as_clear(
+    tmp_path: Path,
+) -> None:
+    """A document written before encryption was switched on is read in clear; a title that
+    began like a sealed text and nested 3,000 brackets made the read's decoder raise
+    ``RecursionError`` out of a search (found by an attack review, ADR 0049 amended
+    "verify")."""
+    deep = 'loom.sealed:{"subject":"x","z":' + "[" * 3000 + "]" * 3000 + "}"
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url) as loom:
+        open_knowledge_base(loom, SCOPE).sync([Doc(id="a", title=deep, text="alpha beta")])
+    with Loom(url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.put_doc(Doc(id="b", title="B", text="gamma"))  # switches encryption on
+        [hit] = kb.search("alpha", limit=3)
+        assert hit.title == deep
+        assert verify_keys(loom.log, upto=loom.log.position).ok
+
+
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
     with Loom(db_url, encryption=KEY) as loom:
         open_knowledge_base(loom, SCOPE).sync(_docs("s", "k"))

@@ -238,3 +238,107 @@ def test_the_cli_reports_a_key_row_problem_and_exits_1(sealed: Loom) -> None:
     report = json.loads(as_json.output)
     assert report["ok"] is False and report["problem"] == "key-missing"
     assert report["checked"] > 0 and report["head"] is not None  # the chain itself is intact
+
+
+# -- found by an attack review of the first version -------------------------------------------
+
+
+def test_clear_text_that_looks_sealed_is_not_taken_for_a_subject(sealed: Loom) -> None:
+    """Only the fields loom seals are read (``LogEvent.SEALED``): a document's metadata and
+    a memory key's name are stored in clear and chosen by outsiders, and a text in them that
+    looks sealed named a subject with no key, a lasting false alarm on an honest log."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_memory import EventSourcedMemory, InMemoryMemoryStore, MemoryEntry
+
+    forged = 'loom.sealed:{"subject":"execution:forged","nonce":"","ciphertext":""}'
+    kb = open_knowledge_base(sealed, "hb")
+    kb.sync([Doc(id="a", title="A", text="t", meta={"source_url": forged})])
+    EventSourcedMemory(sealed, store=InMemoryMemoryStore()).append(
+        forged, [MemoryEntry(content="hi", id="1")]
+    )
+    report = _keys(sealed)
+    assert report.ok, report
+    assert report.checked == 2  # the document's key and the memory key's
+
+
+def test_deeply_nested_stored_text_is_read_without_raising(sealed: Loom) -> None:
+    """A text that begins like a sealed one and nests thousands of brackets made the
+    decoder raise ``RecursionError`` through ``loom verify`` (and through a read of a clear
+    document title that looks sealed)."""
+    from loom_knowledge import Doc, open_knowledge_base
+    from loom_runtime.sealing import sealed_text_subject
+
+    deep = 'loom.sealed:{"subject":"x","z":' + "[" * 3000 + "]" * 3000 + "}"
+    assert sealed_text_subject(deep) is None
+    open_knowledge_base(sealed, "hb").sync([Doc(id="a", title="A", text="t", meta={"u": deep})])
+    assert _keys(sealed).ok
+
+
+@pytest.mark.parametrize(
+    "erased_position", ["'abc'", "X'00ff'", "1e19", "9.3e18", "-5", "0"], ids=repr
+)
+def test_a_key_row_with_a_forged_position_of_any_type_is_reported(
+    sealed: Loom, erased_position: str
+) -> None:
+    """SQLite stores whatever type an UPDATE gives; a row is outside the chain, so its
+    values are read as untrusted: never a ``ValueError`` or ``OverflowError`` out of verify."""
+    if not sealed.settings.url.drivername.startswith("sqlite"):
+        pytest.skip("PostgreSQL's bigint column refuses such values itself")
+    hidden = sealed.run("note", text="evidence").execution_id
+    _sql(
+        sealed,
+        "UPDATE loom_subject_keys SET wrapped_key = NULL, "
+        f"erased_position = {erased_position}, created_position = {erased_position} "
+        "WHERE subject = :s",
+        s=_subject(hidden),
+    )
+    report = _keys(sealed)
+    assert report.problem is Tampering.KEY_DESTROYED, report
+
+
+def test_a_key_destroyed_before_it_was_created_is_reported(sealed: Loom) -> None:
+    """A key made after the forget event its row names cannot have been destroyed by it. An
+    erased memory key's row deleted (not reported: its key was gone already), the key written
+    again (a new key), and that key marked destroyed at the old forget event hid the data
+    written after the erasure behind an erasure that names it."""
+    from loom_memory import EventSourcedMemory, InMemoryMemoryStore, MemoryEntry
+    from loom_memory.erasure import memory_subject
+
+    subject = memory_subject("memory", "dave")
+    memory = EventSourcedMemory(sealed, store=InMemoryMemoryStore())
+    memory.append("dave", [MemoryEntry(content="before", id="1")])
+    position = sealed.erase(memory_key="memory:dave", reason="request", by="dpo").position
+    delete_key_row(sealed, subject)
+    assert _keys(sealed).ok
+    memory.append("dave", [MemoryEntry(content="after the erasure", id="2")])
+    _sql(
+        sealed,
+        "UPDATE loom_subject_keys SET wrapped_key = NULL, erased_position = :p WHERE subject = :s",
+        p=position,
+        s=subject,
+    )
+    report = _keys(sealed)
+    assert report.problem is Tampering.KEY_DESTROYED, report
+    assert "made at" in report.detail
+
+
+def test_a_missing_key_check_row_is_reported(sealed: Loom) -> None:
+    """Without its key-check row no master key can be proved, so every encrypted open is
+    refused; verify, which needs no key, said the key table was fine."""
+    sealed.run("note", text="x")
+    _sql(sealed, "DELETE FROM loom_subject_keys WHERE subject = 'loom:key-check'")
+    report = _keys(sealed)
+    assert report.problem is Tampering.KEY_MISSING
+    assert "key-check" in report.detail
+
+
+def test_the_cli_says_the_chain_is_intact_when_the_key_table_is_not(sealed: Loom) -> None:
+    from loom_runtime.tools.cli import app
+
+    url = sealed.settings.url.render_as_string(hide_password=False)
+    run = sealed.run("note", text="x")
+    delete_key_row(sealed, _subject(run.execution_id))
+    result = CliRunner().invoke(app, ["verify", "--db", url])
+    assert result.exit_code == 1
+    assert "events verified before it" not in result.output
+    assert "the chain of all" in " ".join(result.output.split())
