@@ -124,6 +124,7 @@ if TYPE_CHECKING:
         keyring_for,
         open_subject_text,
         seal_subject_text,
+        sealed_after,
         sealed_text_subject,
         write_keyring,
     )
@@ -245,6 +246,7 @@ __all__ = [
     "rebuild",
     "recorder",
     "seal_subject_text",
+    "sealed_after",
     "sealed_text_subject",
     "serialise_ddl",
     "stream_id",
@@ -383,6 +385,7 @@ _EXPORTS = {
     "Sealed": "loom_runtime.sealing",
     "Keyring": "loom_runtime.sealing",
     "keyring_for": "loom_runtime.sealing",
+    "sealed_after": "loom_runtime.sealing",
     "open_subject_text": "loom_runtime.sealing",
     "seal_subject_text": "loom_runtime.sealing",
     "sealed_text_subject": "loom_runtime.sealing",

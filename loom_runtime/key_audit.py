@@ -41,6 +41,7 @@ from loom_runtime.sealing import (
     TABLE,
     UNREADABLE,
     has_key_table,
+    sealed_after,
     sealed_input,
     sealed_text_subject,
     subject_of,
@@ -79,14 +80,17 @@ def verify_keys(
     trusts the events it reads). Ok at once for a log that was never encrypted.
 
     The report's ``checked`` counts the key rows checked; a problem is the one at the lowest
-    log position, its ``detail`` saying how many more there are. ``progress(position, upto)``
-    is called as the events are read, rising. Never raises on what it reads.
+    log position (a lost or forged row before an erasure left half done), its ``detail``
+    saying how many more there are. ``progress(position, upto)`` is called as the events are
+    read, rising. Never raises on what it reads; a key table whose columns are not loom's
+    raises the database's error (SQLAlchemy's), as any unreadable table does.
     """
     if not has_key_table(log.engine):
         return VerifyReport(checked=0)
     sealed: dict[str, int] = {}  # subject -> the first position holding its sealed data
     named: dict[str, list[int]] = {}  # subject -> the forget events naming it
-    for position, subject in _found(log, upto, progress):
+    after = sealed_after(log.engine)
+    for position, subject in _found(log, upto, -1 if after is None else after, progress):
         if position < 0:
             named.setdefault(subject, []).append(-position)
         else:
@@ -127,17 +131,23 @@ def verify_keys(
         problems.append((first_sealed, Tampering.KEY_MISSING, _no_check_row()))
     if not problems:
         return VerifyReport(checked=checked)
-    position, problem, detail = min(problems, key=lambda found: found[0])
+    # An erasure left half done is an operator's next step; a lost or forged row is not, and
+    # must not hide behind one (a script that erases again on "incomplete" would miss it).
+    position, problem, detail = min(
+        problems, key=lambda found: (found[1] is Tampering.ERASURE_INCOMPLETE, found[0])
+    )
     if len(problems) > 1:
         detail += f" ({len(problems) - 1} more problem(s) in the key table)"
     return VerifyReport(checked=checked, problem=problem, position=position, detail=detail)
 
 
 def _found(
-    log: EventLog, upto: int, progress: Callable[[int, int], None] | None
+    log: EventLog, upto: int, after: int, progress: Callable[[int, int], None] | None
 ) -> Iterator[tuple[int, str]]:
     """``(position, subject)`` for each sealed subject an event at ``position`` holds, and
-    ``(-position, subject)`` for each subject the forget event there names."""
+    ``(-position, subject)`` for each subject the forget event there names. A text is read as
+    sealed only past ``after`` (:func:`~loom_runtime.sealing.sealed_after`, -1 for none): one
+    stored before can look sealed and be an outsider's clear text."""
     reported = 0
     for record in log.notifications(upto=upto):
         position, topic = record.position, record.topic
@@ -150,7 +160,7 @@ def _found(
         elif topic == Forgotten.TOPIC:
             for subject in _subjects_of(record.state):
                 yield -position, subject
-        else:
+        elif after >= 0 and position > after:
             for subject in _sealed_texts(topic, record.state):
                 yield position, subject
     if progress is not None:

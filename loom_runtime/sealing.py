@@ -837,6 +837,41 @@ def keyring_for(engine: Engine) -> Keyring | None:
     return _keyrings.get(engine)
 
 
+_sealed_after: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+""":func:`sealed_after`'s answer per engine, once there is one: it never changes after."""
+
+
+def sealed_after(engine: Engine) -> int | None:
+    """The log position after which sealed data can be stored, or None while none can: the
+    lowest ``created_position`` of the log's data keys (every sealed field is appended after
+    its key was made, at the head then), read without the master key.
+
+    Why: whether a stored text is sealed cannot rest on its look alone. A document's title and
+    body are outsiders' text, and one that begins like a sealed text was taken for one, so a
+    clear log's corpus raised :class:`EncryptionOffError` on every read and write after it; a
+    text stored at or before this position is clear whatever it looks like (ADR 0049, amended
+    "verify"). Keys are never deleted and later ones are made at later positions, so an answer
+    once found stands; none is looked for again (one read) only while the log has none."""
+    found = _sealed_after.get(engine)
+    if found is not None:
+        return found
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        with engine.connect() as connection:
+            lowest = connection.execute(
+                text(f"SELECT min(created_position) FROM {TABLE} WHERE subject <> :check"),
+                {"check": KEY_CHECK},
+            ).scalar()
+    except DBAPIError:  # no key table: the log was never encrypted
+        return None
+    if not isinstance(lowest, int) or isinstance(lowest, bool):
+        return None
+    _sealed_after[engine] = lowest
+    return lowest
+
+
 _switched_on: weakref.WeakSet[Engine] = weakref.WeakSet()
 """Engines of keyless Looms whose log was seen with a key table: encryption is never switched
 off, so once seen it is never looked for again on that engine."""

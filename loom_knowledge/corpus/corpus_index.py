@@ -83,6 +83,8 @@ from loom_runtime import (
     Forgotten,
     SQLProjection,
     keyring_for,
+    sealed_after,
+    sealed_text_subject,
     tracking_table,
 )
 
@@ -247,7 +249,9 @@ class CorpusIndex(SQLProjection):
                 if isinstance(event, DocumentWritten):
                     # Opened before the page's transaction too: reading a key inside it would
                     # wait for the write lock that transaction holds (SQLite).
-                    self._opened[position] = open_written(keyring, event)
+                    self._opened[position] = open_written(
+                        keyring, event, clear=self._stored_clear(position, event)
+                    )
             if unseen:
                 self._open_recorded_stores()
             self._page = _PageWrites(events) if events else None
@@ -255,6 +259,15 @@ class CorpusIndex(SQLProjection):
                 return super().apply(events, after=after, upto=upto)
             finally:
                 self._page = None
+
+    def _stored_clear(self, position: int, event: DocumentWritten) -> bool:
+        """Whether ``event`` was stored where nothing can be sealed: only asked (one read of
+        the key table, then remembered) for a revision with a text that looks sealed."""
+        texts = event.passages if event.title is None else [event.title, *event.passages]
+        if not any(sealed_text_subject(text) is not None for text in texts):
+            return False
+        after = sealed_after(self.engine)
+        return after is None or position <= after
 
     def reset(self) -> None:
         with self._applying:

@@ -136,11 +136,17 @@ def _is_sealed(event: DocumentWritten) -> bool:
 
 
 def open_written(
-    keyring: Keyring | None, event: DocumentWritten
+    keyring: Keyring | None, event: DocumentWritten, *, clear: bool = False
 ) -> tuple[str | None, list[str]] | None:
     """A written revision's title and passages in clear; None once the document was erased
     (its key destroyed). A sealed revision read without a key is
-    :class:`~loom_runtime.EncryptionOffError`: never indexed as if it were empty."""
+    :class:`~loom_runtime.EncryptionOffError`: never indexed as if it were empty.
+
+    ``clear``: the revision was stored where nothing can be sealed (at or before
+    :func:`~loom_runtime.sealed_after`), so its texts are as written, whatever they look like:
+    a title or body that begins like a sealed text is an outsider's text, not a ciphertext."""
+    if clear:
+        return event.title, list(event.passages)
     subject = document_subject(event.scope, event.doc_id)
     try:
         title = (

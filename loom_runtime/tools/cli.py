@@ -1006,9 +1006,14 @@ def _keys_agree(loom: Loom, head: int) -> tuple[bool, str, str]:
     """Doctor's check of the key table against the log (what ``loom verify`` checks after
     the chain): an erasure left half done is an operator's next step, and a key row lost or
     destroyed by hand is data lost; neither needs the master key to be found."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from loom_runtime.key_audit import verify_keys
 
-    report = verify_keys(loom.log, upto=head)
+    try:
+        report = verify_keys(loom.log, upto=head)
+    except SQLAlchemyError as exc:  # its columns altered
+        return False, "keys", f"the key table could not be read: {cause_of(exc)}"
     if report.ok:
         return True, "keys", f"{report.checked} data keys agree with the forget log"
     return False, "keys", f"{report.problem} at log position {report.position}: {report.detail}"
@@ -1033,6 +1038,8 @@ def verify(
     In an encrypted log, then check the key table against the events (ADR 0049, amended
     "verify"): a key row deleted or destroyed without a forget event, or an erasure left
     half done, is reported as well, with no master key needed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from loom_runtime.integrity import Anchor, Tampering, verify_log
     from loom_runtime.key_audit import verify_keys
 
@@ -1058,7 +1065,10 @@ def verify(
         keys = None
         if report.ok:  # the key table is checked against events the chain vouched for
             upto = report.head.notification_id if report.head is not None else 0
-            keys = verify_keys(loom.log, upto=upto, progress=bar("keys"))
+            try:
+                keys = verify_keys(loom.log, upto=upto, progress=bar("keys"))
+            except SQLAlchemyError as exc:  # its columns altered: no verdict can be given
+                fail(f"the key table could not be read: {cause_of(exc)}")
             if not keys.ok:
                 report = msgspec.structs.replace(
                     report, problem=keys.problem, position=keys.position, detail=keys.detail

@@ -220,6 +220,42 @@ def test_a_clear_title_that_begins_like_a_sealed_text_and_nests_deep_reads_as_cl
         assert verify_keys(loom.log, upto=loom.log.position).ok
 
 
+def _looks_sealed(subject: str) -> str:
+    """A text shaped exactly like a sealed one (a well-formed envelope): what anyone who
+    writes a document can put in its title or body."""
+    envelope = {
+        "subject": subject,
+        "nonce": "bm5ubm5ubm5ubm5u",
+        "ciphertext": "Y2NjY2NjY2NjY2NjY2NjY2NjYw==",
+    }
+    return "loom.sealed:" + json.dumps(envelope, separators=(",", ":"))
+
+
+def test_a_document_whose_text_looks_sealed_is_indexed_in_clear_in_a_clear_log(
+    tmp_path: Path,
+) -> None:
+    """A document's title and body are outsiders' text. One that began like a sealed text
+    (under its own subject, even) was taken for sealed: in a clear log every later write and
+    search of the corpus raised ``EncryptionOffError``, for good, since the event stays in the
+    log (found by an attack review, ADR 0049 amended "verify"). Nothing is sealed before a
+    log's first data key: such a text is clear."""
+    fake = _looks_sealed(document_subject(SCOPE, "about-loom"))
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync([Doc(id="about-loom", title=fake, text=f"{fake}\n\nhow loom stores text")])
+        kb.put_doc(Doc(id="other", text="unrelated words"))
+        assert [p.doc_id for p in kb.search("unrelated")] == ["other"]
+        assert kb.search("stores")[0].title == fake
+    with Loom(url, encryption=KEY) as loom:  # switched on later: still clear, still indexed
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.put_doc(Doc(id="sealed-one", text="zebra words"))
+        drop_corpus(loom)  # rebuilt from position 0, the clear-era event included
+        assert kb.search("stores")[0].title == fake
+        assert [p.doc_id for p in kb.search("zebra")] == ["sealed-one"]
+        assert verify_keys(loom.log, upto=loom.log.position).ok
+
+
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
     with Loom(db_url, encryption=KEY) as loom:
         open_knowledge_base(loom, SCOPE).sync(_docs("s", "k"))

@@ -342,3 +342,37 @@ def test_the_cli_says_the_chain_is_intact_when_the_key_table_is_not(sealed: Loom
     assert result.exit_code == 1
     assert "events verified before it" not in result.output
     assert "the chain of all" in " ".join(result.output.split())
+
+
+def test_a_lost_row_is_reported_before_an_erasure_left_half_done(
+    sealed: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted erasure at a lower position hid a deleted row behind "incomplete", the
+    one problem a script would answer by erasing again."""
+    from loom_runtime import erasure
+
+    sealed.run("note", text="a", labels=Labels(user="alice"))
+    keyring = erasure.keyring_of(sealed, "user")
+    with monkeypatch.context() as patched:
+        patched.setattr(keyring, "destroy", lambda subjects, *, position: 0)
+        sealed.erase(user="alice", reason="request", by="dpo")
+    lost = sealed.run("note", text="c").execution_id
+    delete_key_row(sealed, _subject(lost))
+    report = _keys(sealed)
+    assert report.problem is Tampering.KEY_MISSING
+    assert "(1 more problem(s) in the key table)" in report.detail
+
+
+def test_a_key_table_whose_columns_were_altered_is_a_clear_cli_error(sealed: Loom) -> None:
+    from loom_runtime.tools.cli import app
+
+    if not sealed.settings.url.drivername.startswith("sqlite"):
+        pytest.skip("one backend shows the CLI's handling")
+    url = sealed.settings.url.render_as_string(hide_password=False)
+    sealed.run("note", text="x")
+    _sql(sealed, "ALTER TABLE loom_subject_keys RENAME COLUMN erased_position TO gone")
+    for command in (["verify"], ["verify", "--json"], ["doctor"]):
+        result = CliRunner().invoke(app, [*command, "--db", url])
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), command
+        assert "key table" in " ".join(result.output.split())
