@@ -133,19 +133,26 @@ _SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*(?P<path>(?:\\\s|[^\s])+)", r
 
 def search_path_schema(options: str) -> str:
     """The first schema of the ``search_path`` that libpq ``options`` set ("" when they set
-    none: eventsourcing's ``public``); ``$user`` is skipped, as PostgreSQL skips it when no
-    such schema exists; a quoted name keeps its case, an unquoted one is folded to lower
-    case, as PostgreSQL reads them."""
+    none: eventsourcing's ``public``)."""
+    return next(iter(search_path_schemas(options)), "")
+
+
+def search_path_schemas(options: str) -> list[str]:
+    """The schemas of the ``search_path`` that libpq ``options`` set, in order (none when they
+    set none); ``$user`` is skipped, as PostgreSQL skips it when no such schema exists; a
+    quoted name keeps its case, an unquoted one is folded to lower case, as PostgreSQL reads
+    them."""
     found = _SEARCH_PATH.search(options)
     if found is None:
-        return ""
+        return []
+    names = []
     for part in found["path"].replace("\\ ", " ").split(","):
         name = part.strip()
         quoted = name.startswith('"') and name.endswith('"') and len(name) > 1
         name = name[1:-1] if quoted else name.lower()  # unquoted, PostgreSQL folds it
         if name and name != "$user":
-            return name
-    return ""
+            names.append(name)
+    return names
 
 
 _KEPT = 2

@@ -48,6 +48,7 @@ from loom_runtime.errors import ConfigurationError
 from loom_runtime.integrity import GENESIS
 from loom_runtime.log import Precondition, Row
 from loom_runtime.schema import DDL_LOCK_KEY
+from loom_runtime.storage.application import search_path_schemas
 from loom_runtime.storage.chain import CHAIN_TABLE, ChainedRecorder, ChainTable
 from loom_runtime.storage.forks import renewed_in_child, reset_in_child, set_aside
 from loom_runtime.storage.sqlite import PreconditionFailed
@@ -503,9 +504,41 @@ class LoomPostgresFactory(PostgresFactory):
         pool = self.datastore.pool
         with _translated():
             pool.open(wait=True, timeout=pool.timeout)
+        self._refuse_another_log_on_the_path()
         recorder = super().application_recorder()
         self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
         return recorder
+
+    def _refuse_another_log_on_the_path(self) -> None:
+        """:class:`ConfigurationError` when the URL's search path names, besides the log's
+        schema, one that holds another loom log (its chain table), before anything is made.
+
+        The log's own tables are qualified with its schema, but the rest of loom's (the key
+        table, the projections' and their tracking) are unqualified and found on the search
+        path: with ``tenant_a,public``, where ``public`` holds another log, every one of them
+        ``tenant_a`` lacked was that log's, the key table among them, so one tenant's erasure
+        destroyed the other's keys (ADR 0015, amended "shared path"). Only a path of more than
+        one schema is looked at: an ordinary open makes no query more."""
+        options = msgspec.json.decode(self.env["LOOM_POSTGRES_CONNECT"], type=dict[str, str])
+        schemas = search_path_schemas(options.get("options", ""))
+        others = [schema for schema in schemas[1:] if schema != self.datastore.schema]
+        if not others:
+            return
+        with self.datastore.get_connection() as conn:
+            found = conn.execute(
+                "SELECT n.nspname AS schema FROM pg_class AS c JOIN pg_namespace AS n "
+                "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = ANY(%s) "
+                "ORDER BY 1 LIMIT 1",
+                [CHAIN_TABLE, others],
+            ).fetchone()
+        if found is not None:
+            raise ConfigurationError(
+                f"the URL's search path ({', '.join(schemas)}) reaches schema "
+                f"{found['schema']!r}, which holds another loom log: loom's tables other than "
+                "the log's are found on the search path, so this log would share that one's "
+                f"(its key table among them). Name only {self.datastore.schema!r} in "
+                "search_path; nothing was created"
+            )
 
     def _renew_pool(self) -> None:
         """In a forked child: a new, unopened pool configured as the inherited one, which is

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from loom_runtime import ExecutionNotFoundError, Loom
+from loom_runtime import ConfigurationError, ExecutionNotFoundError, Loom
 
 pytestmark = pytest.mark.postgres
 
@@ -77,3 +77,24 @@ def test_the_log_s_schema_is_the_first_of_the_search_path(options: str, schema: 
     from loom_runtime.storage.application import search_path_schema
 
     assert search_path_schema(options) == schema
+
+
+def test_a_search_path_that_reaches_another_log_is_refused_at_open(
+    tenants: dict[str, str], pg_url: str
+) -> None:
+    """loom's tables other than the log's are unqualified, found on the search path: a URL
+    naming ``tenant_a,public``, where ``public`` holds another log, shared every table of
+    that log ``tenant_a`` lacked, the key table among them (one tenant's erasure then destroys
+    the other's keys). Found by a review of ``loom verify``'s key check (ADR 0015, amended
+    2026-12-06 "shared path"). Refused, with nothing created; a path whose other schemas hold
+    no log opens as before."""
+    both = make_url(pg_url).update_query_dict({"options": "-csearch_path=tenant_a,public"})
+    url = both.render_as_string(hide_password=False)
+    _run(url, 1)  # public holds no log yet: fine, the log is tenant_a's
+    _run(pg_url, 2)  # now public holds one
+    with (
+        pytest.raises(ConfigurationError, match=r"public.*holds another loom log"),
+        Loom(url) as loom,
+    ):
+        loom.executions()
+    assert _run(tenants["tenant_a"], 3) is not None  # naming only the log's schema still works
