@@ -178,6 +178,8 @@ class Tampering(StrEnum):
     KEY_DESTROYED = "key-destroyed"
     """A subject's key is destroyed, but no forget event names it where its row says: an
     erasure the forget log does not record."""
+    KEY_ALTERED = "key-altered"
+    """A key row's positions contradict the log: made at or after its own sealed data."""
     ERASURE_INCOMPLETE = "erasure-incomplete"
     """The forget event at this position names a subject whose key is still live: an erasure
     was interrupted (or is running); ``loom erase`` run again completes it."""

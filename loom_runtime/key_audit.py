@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 _CREATED: Final = Execution.Created.TOPIC
 PROGRESS_STEP: Final = 10_000
 """Events read between two calls of ``progress``."""
+_INPUT: Final = "input"
+_TEXT: Final = "text"
+_FORGET: Final = "forget"
 _POSITION_LIMIT: Final = 2**63 - 1
 """The largest position a log can hold (a signed 64-bit id): a row naming more names none."""
 
@@ -89,12 +92,26 @@ def verify_keys(
         return VerifyReport(checked=0)
     sealed: dict[str, int] = {}  # subject -> the first position holding its sealed data
     named: dict[str, list[int]] = {}  # subject -> the forget events naming it
-    after = sealed_after(log.engine)
-    for position, subject in _found(log, upto, -1 if after is None else after, progress):
-        if position < 0:
-            named.setdefault(subject, []).append(-position)
-        else:
+    texts: dict[str, tuple[int, int]] = {}  # subject -> first and last sealed-looking text
+    for kind, position, subject in _found(log, upto, progress):
+        if kind == _FORGET:
+            named.setdefault(subject, []).append(position)
+        elif kind == _INPUT:
             sealed.setdefault(subject, position)
+        else:
+            first, _ = texts.get(subject, (position, position))
+            texts[subject] = (first, position)
+    # A text can look sealed and be an outsider's clear text, stored before anything could be
+    # sealed (sealing.sealed_after, from the key rows). The rows are untrusted here: a sealed
+    # execution's input (found by itself) bounds that position too, so raising the rows'
+    # positions cannot hide a document's texts behind it.
+    after = sealed_after(log.engine)
+    floor = -1 if after is None else after
+    if sealed:
+        floor = min(sealed.values()) - 1 if floor < 0 else min(floor, min(sealed.values()) - 1)
+    for subject, (first, last) in texts.items():
+        if last > floor:
+            sealed.setdefault(subject, first if first > floor else last)
     first_sealed = min(sealed.values(), default=1)
     problems: list[tuple[int, Tampering, str]] = []
     later: list[tuple[str, int]] = []  # destroyed by a forget event past ``upto``
@@ -105,8 +122,11 @@ def verify_keys(
             checks += live
             continue
         checked += 1
-        first = sealed.pop(subject, max(created_at or 1, 1))
+        stored = sealed.pop(subject, None)
+        first = max(created_at or 1, 1) if stored is None else stored
         forgets = named.get(subject, ())
+        if stored is not None and created_at is not None and created_at >= stored:
+            problems.append((stored, Tampering.KEY_ALTERED, _made_after(subject, created_at)))
         if live:
             if forgets:
                 problems.append((forgets[0], Tampering.ERASURE_INCOMPLETE, _incomplete(subject)))
@@ -142,12 +162,11 @@ def verify_keys(
 
 
 def _found(
-    log: EventLog, upto: int, after: int, progress: Callable[[int, int], None] | None
-) -> Iterator[tuple[int, str]]:
-    """``(position, subject)`` for each sealed subject an event at ``position`` holds, and
-    ``(-position, subject)`` for each subject the forget event there names. A text is read as
-    sealed only past ``after`` (:func:`~loom_runtime.sealing.sealed_after`, -1 for none): one
-    stored before can look sealed and be an outsider's clear text."""
+    log: EventLog, upto: int, progress: Callable[[int, int], None] | None
+) -> Iterator[tuple[str, int, str]]:
+    """``(kind, position, subject)``: a sealed execution's input (:data:`_INPUT`), a text
+    that looks sealed in a field declared sealed (:data:`_TEXT`), a subject a forget event
+    names (:data:`_FORGET`)."""
     reported = 0
     for record in log.notifications(upto=upto):
         position, topic = record.position, record.topic
@@ -156,13 +175,13 @@ def _found(
             progress(position, upto)
         if topic == _CREATED:
             if _sealed_execution(record.state, record.stream):
-                yield position, subject_of(record.stream)
+                yield _INPUT, position, subject_of(record.stream)
         elif topic == Forgotten.TOPIC:
             for subject in _subjects_of(record.state):
-                yield -position, subject
-        elif after >= 0 and position > after:
+                yield _FORGET, position, subject
+        else:
             for subject in _sealed_texts(topic, record.state):
-                yield position, subject
+                yield _TEXT, position, subject
     if progress is not None:
         progress(upto, upto)
 
@@ -275,6 +294,14 @@ def _too_early(subject: str, created_at: int | None) -> str:
         f"{made}, not before it: a key made after an erasure was marked destroyed by it, so "
         "the data written under it is unreadable and no erasure records that (restore the row "
         "from a backup that holds the key)"
+    )
+
+
+def _made_after(subject: str, created_at: int) -> str:
+    return (
+        f"sealed data of {subject} is stored here, but its key's row says it was made at "
+        f"{created_at}, not before: a key is made before anything is sealed under it, so the "
+        "row was altered (restore the key table from a backup)"
     )
 
 

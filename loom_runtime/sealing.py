@@ -856,16 +856,16 @@ def sealed_after(engine: Engine) -> int | None:
     if found is not None:
         return found
     from sqlalchemy import text
-    from sqlalchemy.exc import DBAPIError
 
-    try:
-        with engine.connect() as connection:
-            lowest = connection.execute(
-                text(f"SELECT min(created_position) FROM {TABLE} WHERE subject <> :check"),
-                {"check": KEY_CHECK},
-            ).scalar()
-    except DBAPIError:  # no key table: the log was never encrypted
+    if not has_key_table(engine):  # the log was never encrypted
         return None
+    # Any error here is raised: taken for "no key table", a lock or a lost connection would
+    # have a sealed revision indexed as its ciphertext, for good.
+    with engine.connect() as connection:
+        lowest = connection.execute(
+            text(f"SELECT min(created_position) FROM {TABLE} WHERE subject <> :check"),
+            {"check": KEY_CHECK},
+        ).scalar()
     if not isinstance(lowest, int) or isinstance(lowest, bool):
         return None
     _sealed_after[engine] = lowest

@@ -127,8 +127,11 @@ def environment(settings: LogSettings) -> dict[str, str]:
     }
 
 
-_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*(?P<path>(?:\\\s|[^\s])+)", re.IGNORECASE)
-"""A ``search_path`` setting among libpq's ``options`` (``-csearch_path=tenant_a,public``)."""
+_SEARCH_PATH = re.compile(
+    r"(?:-c\s*|--)search[_-]path\s*=\s*(?P<path>(?:\\\s|[^\s])+)", re.IGNORECASE
+)
+"""A ``search_path`` setting among libpq's ``options``: ``-csearch_path=tenant_a,public``,
+``-c search_path=...`` or ``--search_path=...`` (``--search-path``), as the server reads them."""
 
 
 def search_path_schema(options: str) -> str:
@@ -255,6 +258,8 @@ class EventsourcingLog:
         try:
             application = _LoomApplication(env, settings.redactor)
         except Exception as exc:
+            if "engine" in self.__dict__:  # the reachability check's connection, pooled
+                self.engine.dispose()
             driver_error = _sqlite_error(exc) if settings.is_sqlite else None
             if driver_error is None:
                 raise

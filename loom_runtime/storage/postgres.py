@@ -532,6 +532,7 @@ class LoomPostgresFactory(PostgresFactory):
                 [CHAIN_TABLE, others],
             ).fetchone()
         if found is not None:
+            self.datastore.pool.close()  # the open fails: its connections go with it
             raise ConfigurationError(
                 f"the URL's search path ({', '.join(schemas)}) reaches schema "
                 f"{found['schema']!r}, which holds another loom log: loom's tables other than "

@@ -46,7 +46,7 @@ from loom_runtime import (
 )
 from loom_runtime.erasure import forget_events
 from replay_tests.runtime.test_erasure import _raw_bytes_postgres, _raw_bytes_sqlite
-from replay_tests.runtime.test_verify_keys import delete_key_row
+from replay_tests.runtime.test_verify_keys import delete_key_row, run_sql
 
 KEY = MasterKey(b"d" * 32)
 
@@ -254,6 +254,69 @@ def test_a_document_whose_text_looks_sealed_is_indexed_in_clear_in_a_clear_log(
         assert kb.search("stores")[0].title == fake
         assert [p.doc_id for p in kb.search("zebra")] == ["sealed-one"]
         assert verify_keys(loom.log, upto=loom.log.position).ok
+
+
+def test_a_key_table_that_cannot_be_read_fails_the_read_never_indexes_ciphertext(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nothing can be sealed is read from the key table; an error there (a lock, a
+    lost connection) was taken for "no key table", and a sealed revision was indexed as its
+    ciphertext, for good (found by a review, ADR 0049 amended "verify")."""
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.exc import OperationalError
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        open_knowledge_base(loom, SCOPE).sync([Doc(id="a", title="A", text="zebra crossing")])
+    execute = Connection.execute
+
+    def locked(self: Connection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        if "min(created_position)" in str(statement):
+            raise OperationalError(str(statement), {}, Exception("database is locked"))
+        return execute(self, statement, *args, **kwargs)
+
+    with Loom(url, encryption=KEY) as loom:  # a reader that has not read it yet
+        kb = open_knowledge_base(loom, SCOPE)
+        monkeypatch.setattr(Connection, "execute", locked)
+        with pytest.raises(OperationalError):
+            drop_corpus(loom)
+            kb.search("zebra")
+        monkeypatch.undo()
+        drop_corpus(loom)
+        [hit] = kb.search("zebra")
+        assert hit.title == "A"
+
+
+def test_raising_the_key_rows_positions_does_not_hide_a_deleted_document_key(
+    tmp_path: Path,
+) -> None:
+    """Verify reads no text stored before anything could be sealed (the lowest key row's
+    ``created_position``); the rows are untrusted, so one edit raising that position hid a
+    document whose key row was deleted (found by a review, ADR 0049 amended "verify"). A
+    sealed execution's input bounds it, and a row made after its own sealed data is
+    ``key-altered``."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        loom.flow("note")(lambda ctx: ctx.decide("d", lambda: "x"))
+        loom.run("note")
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync([Doc(id="alice", title="Alice", text="zebra alice personal data")])
+        loom.run("note")
+        kb.put_doc(Doc(id="bob", text="giraffe bob"))
+        assert verify_keys(loom.log, upto=loom.log.position).ok
+        [alice, _] = [r.position for r in loom.log.notifications(topics=(DocumentWritten.TOPIC,))]
+        delete_key_row(loom, document_subject(SCOPE, "alice"))
+        run_sql(
+            loom,
+            "UPDATE loom_subject_keys SET created_position = :p "
+            "WHERE subject <> 'loom:key-check' AND created_position < :p",
+            p=alice,
+        )
+    with Loom(url, encryption=KEY) as loom:  # a process whose sealed_after is read afresh
+        report = verify_keys(loom.log, upto=loom.log.position)
+    # The first execution's row, raised past its own input, and alice's lost row after it.
+    assert report.problem is Tampering.KEY_ALTERED, report
+    assert report.detail.endswith("(1 more problem(s) in the key table)")
 
 
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:

@@ -69,6 +69,8 @@ def test_two_schemas_hold_two_logs(tenants: dict[str, str], pg_url: str) -> None
         ('-c search_path="$user",tenant_b,public -c lock_timeout=5000', "tenant_b"),
         ("-csearch_path=Upper", "upper"),
         ('-csearch_path="Mixed"', "Mixed"),
+        ("--search_path=tenant_b,public", "tenant_b"),
+        ("-c lock_timeout=5000 --search-path=tenant_c", "tenant_c"),
         ("-c statement_timeout=5000", ""),
         ("", ""),
     ],
@@ -92,9 +94,21 @@ def test_a_search_path_that_reaches_another_log_is_refused_at_open(
     url = both.render_as_string(hide_password=False)
     _run(url, 1)  # public holds no log yet: fine, the log is tenant_a's
     _run(pg_url, 2)  # now public holds one
-    with (
-        pytest.raises(ConfigurationError, match=r"public.*holds another loom log"),
-        Loom(url) as loom,
-    ):
-        loom.executions()
+    libpq = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def backends() -> int:
+        with psycopg.connect(libpq) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    before = backends()
+    for _ in range(3):  # a refused open keeps no connection (its pool's two, its engine's one)
+        with (
+            pytest.raises(ConfigurationError, match=r"public.*holds another loom log"),
+            Loom(url) as loom,
+        ):
+            loom.executions()
+    assert backends() <= before
     assert _run(tenants["tenant_a"], 3) is not None  # naming only the log's schema still works

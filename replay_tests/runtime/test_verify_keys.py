@@ -53,7 +53,8 @@ def _keys(loom: Loom) -> Any:
     return verify_keys(loom.log, upto=loom.log.position)
 
 
-def _sql(loom: Loom, statement: str, **parameters: object) -> None:
+def run_sql(loom: Loom, statement: str, **parameters: object) -> None:
+    """Run ``statement`` on the log's database as anyone with SQL access can."""
     engine = create_engine(loom.settings.url)
     try:
         with engine.begin() as connection:
@@ -64,7 +65,7 @@ def _sql(loom: Loom, statement: str, **parameters: object) -> None:
 
 def delete_key_row(loom: Loom, subject: str) -> None:
     """Delete ``subject``'s key row as anyone with SQL access can: no master key needed."""
-    _sql(loom, "DELETE FROM loom_subject_keys WHERE subject = :s", s=subject)
+    run_sql(loom, "DELETE FROM loom_subject_keys WHERE subject = :s", s=subject)
 
 
 def _subject(execution_id: UUID) -> str:
@@ -103,7 +104,7 @@ def test_a_key_destroyed_by_hand_is_an_erasure_the_forget_log_does_not_record(
     sealed: Loom,
 ) -> None:
     hidden = sealed.run("note", text="evidence").execution_id
-    _sql(
+    run_sql(
         sealed,
         "UPDATE loom_subject_keys SET wrapped_key = NULL WHERE subject = :s",
         s=_subject(hidden),
@@ -125,7 +126,7 @@ def test_a_destroyed_key_pointing_at_another_subject_s_forget_event_is_reported(
     hidden = sealed.run("note", text="evidence").execution_id
     position = sealed.erase(user="bob", reason="request", by="dpo").position
     assert _keys(sealed).ok
-    _sql(
+    run_sql(
         sealed,
         "UPDATE loom_subject_keys SET wrapped_key = NULL, erased_position = :p WHERE subject = :s",
         p=position,
@@ -149,7 +150,7 @@ def test_a_destroyed_key_naming_a_position_past_the_verified_head_is_checked_the
     hidden = sealed.run("note", text="evidence").execution_id
     head = sealed.log.position
     sealed.run("note", text="later")  # so head + 1 is a real event, not a forget event
-    _sql(
+    run_sql(
         sealed,
         "UPDATE loom_subject_keys SET wrapped_key = NULL, erased_position = :p WHERE subject = :s",
         p=head + past,
@@ -200,7 +201,7 @@ def test_an_interrupted_erasure_is_reported_until_it_is_run_again(
 def test_several_problems_report_the_lowest_position_and_count_the_rest(sealed: Loom) -> None:
     first = sealed.run("note", text="a").execution_id
     second = sealed.run("note", text="b").execution_id
-    _sql(sealed, "DELETE FROM loom_subject_keys WHERE subject <> 'loom:key-check'")
+    run_sql(sealed, "DELETE FROM loom_subject_keys WHERE subject <> 'loom:key-check'")
 
     report = _keys(sealed)
 
@@ -285,7 +286,7 @@ def test_a_key_row_with_a_forged_position_of_any_type_is_reported(
     if not sealed.settings.url.drivername.startswith("sqlite"):
         pytest.skip("PostgreSQL's bigint column refuses such values itself")
     hidden = sealed.run("note", text="evidence").execution_id
-    _sql(
+    run_sql(
         sealed,
         "UPDATE loom_subject_keys SET wrapped_key = NULL, "
         f"erased_position = {erased_position}, created_position = {erased_position} "
@@ -311,7 +312,7 @@ def test_a_key_destroyed_before_it_was_created_is_reported(sealed: Loom) -> None
     delete_key_row(sealed, subject)
     assert _keys(sealed).ok
     memory.append("dave", [MemoryEntry(content="after the erasure", id="2")])
-    _sql(
+    run_sql(
         sealed,
         "UPDATE loom_subject_keys SET wrapped_key = NULL, erased_position = :p WHERE subject = :s",
         p=position,
@@ -326,7 +327,7 @@ def test_a_missing_key_check_row_is_reported(sealed: Loom) -> None:
     """Without its key-check row no master key can be proved, so every encrypted open is
     refused; verify, which needs no key, said the key table was fine."""
     sealed.run("note", text="x")
-    _sql(sealed, "DELETE FROM loom_subject_keys WHERE subject = 'loom:key-check'")
+    run_sql(sealed, "DELETE FROM loom_subject_keys WHERE subject = 'loom:key-check'")
     report = _keys(sealed)
     assert report.problem is Tampering.KEY_MISSING
     assert "key-check" in report.detail
@@ -370,7 +371,7 @@ def test_a_key_table_whose_columns_were_altered_is_a_clear_cli_error(sealed: Loo
         pytest.skip("one backend shows the CLI's handling")
     url = sealed.settings.url.render_as_string(hide_password=False)
     sealed.run("note", text="x")
-    _sql(sealed, "ALTER TABLE loom_subject_keys RENAME COLUMN erased_position TO gone")
+    run_sql(sealed, "ALTER TABLE loom_subject_keys RENAME COLUMN erased_position TO gone")
     for command in (["verify"], ["verify", "--json"], ["doctor"]):
         result = CliRunner().invoke(app, [*command, "--db", url])
         assert result.exit_code == 1, result.output
