@@ -90,28 +90,7 @@ def verify_keys(
     """
     if not has_key_table(log.engine):
         return VerifyReport(checked=0)
-    sealed: dict[str, int] = {}  # subject -> the first position holding its sealed data
-    named: dict[str, list[int]] = {}  # subject -> the forget events naming it
-    texts: dict[str, tuple[int, int]] = {}  # subject -> first and last sealed-looking text
-    for kind, position, subject in _found(log, upto, progress):
-        if kind == _FORGET:
-            named.setdefault(subject, []).append(position)
-        elif kind == _INPUT:
-            sealed.setdefault(subject, position)
-        else:
-            first, _ = texts.get(subject, (position, position))
-            texts[subject] = (first, position)
-    # A text can look sealed and be an outsider's clear text, stored before anything could be
-    # sealed (sealing.sealed_after, from the key rows). The rows are untrusted here: a sealed
-    # execution's input (found by itself) bounds that position too, so raising the rows'
-    # positions cannot hide a document's texts behind it.
-    after = sealed_after(log.engine)
-    floor = -1 if after is None else after
-    if sealed:
-        floor = min(sealed.values()) - 1 if floor < 0 else min(floor, min(sealed.values()) - 1)
-    for subject, (first, last) in texts.items():
-        if last > floor:
-            sealed.setdefault(subject, first if first > floor else last)
+    sealed, named = _stored(log, upto, progress)
     first_sealed = min(sealed.values(), default=1)
     problems: list[tuple[int, Tampering, str]] = []
     later: list[tuple[str, int]] = []  # destroyed by a forget event past ``upto``
@@ -159,6 +138,37 @@ def verify_keys(
     if len(problems) > 1:
         detail += f" ({len(problems) - 1} more problem(s) in the key table)"
     return VerifyReport(checked=checked, problem=problem, position=position, detail=detail)
+
+
+def _stored(
+    log: EventLog, upto: int, progress: Callable[[int, int], None] | None
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """The subjects whose sealed data the log holds up to ``upto``, each with the first
+    position holding it, and the subjects forget events name, each with their positions.
+
+    A text can look sealed and be an outsider's clear text, stored before anything could be
+    sealed (:func:`~loom_runtime.sealing.sealed_after`, read from the key rows). The rows are
+    untrusted here: a sealed execution's input (found by itself) bounds that position too, so
+    raising the rows' positions cannot hide a document's texts behind it."""
+    sealed: dict[str, int] = {}
+    named: dict[str, list[int]] = {}
+    texts: dict[str, tuple[int, int]] = {}  # the first and last text that looks sealed
+    for kind, position, subject in _found(log, upto, progress):
+        if kind == _FORGET:
+            named.setdefault(subject, []).append(position)
+        elif kind == _INPUT:
+            sealed.setdefault(subject, position)
+        else:
+            first, _ = texts.get(subject, (position, position))
+            texts[subject] = (first, position)
+    after = sealed_after(log.engine)
+    floor = -1 if after is None else after
+    if sealed:
+        floor = min(sealed.values()) - 1 if floor < 0 else min(floor, min(sealed.values()) - 1)
+    for subject, (first, last) in texts.items():
+        if last > floor:
+            sealed.setdefault(subject, first if first > floor else last)
+    return sealed, named
 
 
 def _found(
