@@ -23,7 +23,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_knowledge.corpus.events import CorpusReconciled, DocumentWritten
+from loom_knowledge.corpus.events import CORPUS_TOPICS, CorpusReconciled, DocumentWritten
 from loom_knowledge.corpus.keys import stream_name
 from loom_runtime import (
     ErasedError,
@@ -33,6 +33,7 @@ from loom_runtime import (
     open_subject_text,
     pair_subject,
     seal_subject_text,
+    sealed_after,
     sealed_text_subject,
     stream_id,
     subject_pair,
@@ -130,9 +131,35 @@ def documents_live(loom: Loom, scope: str, doc_ids: Sequence[str]) -> Preconditi
     return keyring.all_live_precondition(document_subject(scope, doc_id) for doc_id in doc_ids)
 
 
-def _is_sealed(event: DocumentWritten) -> bool:
+def _is_sealed(event: DocumentWritten, position: int, clear_upto: int) -> bool:
+    """Whether a revision is stored sealed: its texts all look sealed, and it was stored
+    after ``clear_upto`` (:func:`_clear_upto`), where something could first be sealed; a
+    revision stored before is an outsider's clear text, whatever it looks like."""
     texts = [*event.passages, *([] if event.title is None else [event.title])]
-    return bool(texts) and all(sealed_text_subject(text) is not None for text in texts)
+    return (
+        position > clear_upto
+        and bool(texts)
+        and all(sealed_text_subject(text) is not None for text in texts)
+    )
+
+
+def _clear_upto(loom: Loom) -> int:
+    """The last log position where nothing can be sealed (-1: none, the log has no data key
+    yet, so every position is clear, as far as the log's end)."""
+    after = sealed_after(loom.log.engine)
+    return loom.log.position if after is None else after
+
+
+def _scope_events(loom: Loom, scope: str, topics: Sequence[str]) -> list[tuple[int, Any]]:
+    """The events of ``topics`` in ``scope``'s stream, with their log positions (which
+    :func:`_is_sealed` needs): read by topic across the log, an erasure's cost, not a
+    read's."""
+    stream = stream_id(stream_name(scope))
+    return [
+        (record.position, loom.log.decode(record))
+        for record in loom.log.notifications(topics=topics)
+        if record.stream == stream
+    ]
 
 
 def open_written(
@@ -177,8 +204,9 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     subject = document_subject(scope, doc_id)
     sealed = 0
     clear: list[str] = []
-    for event in revisions:
-        if _is_sealed(event):
+    clear_upto = _clear_upto(loom)
+    for position, event in revisions:
+        if _is_sealed(event, position, clear_upto):
             sealed += 1
         else:
             clear.append(f"{subject}@{event.revision}")
@@ -190,7 +218,7 @@ def document_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], list
     ], clear
 
 
-def _named_in_log(loom: Loom, value: str) -> tuple[str, str, list[DocumentWritten]]:
+def _named_in_log(loom: Loom, value: str) -> tuple[str, str, list[tuple[int, DocumentWritten]]]:
     """The scope, doc id and written revisions of the document ``value`` names: ``SCOPE:DOC_ID``
     or the pair form a document's subject shows, ``["SCOPE","DOC_ID"]``.
 
@@ -241,12 +269,12 @@ def _named_in_log(loom: Loom, value: str) -> tuple[str, str, list[DocumentWritte
     )
 
 
-def _revisions(loom: Loom, scope: str, doc_id: str) -> list[DocumentWritten]:
-    """Every revision of ``doc_id`` written to ``scope``, from the log."""
+def _revisions(loom: Loom, scope: str, doc_id: str) -> list[tuple[int, DocumentWritten]]:
+    """Every revision of ``doc_id`` written to ``scope``, from the log, with its position."""
     return [
-        event
-        for event in loom.log.events(stream_id(stream_name(scope)))
-        if isinstance(event, DocumentWritten) and event.doc_id == doc_id
+        (position, event)
+        for position, event in _scope_events(loom, scope, (DocumentWritten.TOPIC,))
+        if event.doc_id == doc_id
     ]
 
 
@@ -274,7 +302,8 @@ def documents_written_before(
     sealed: dict[str, int] = {}
     clear: dict[str, list[str]] = {}
     seen = False
-    for event in loom.log.events(stream_id(stream_name(scope))):
+    clear_upto = _clear_upto(loom)
+    for position, event in _scope_events(loom, scope, CORPUS_TOPICS):
         seen = True
         if isinstance(event, CorpusReconciled):
             for doc_id in event.unchanged:  # found current by its source's sync: in use
@@ -282,7 +311,7 @@ def documents_written_before(
         elif isinstance(event, DocumentWritten):
             doc_id = event.doc_id
             last[doc_id] = event.timestamp
-            if _is_sealed(event):
+            if _is_sealed(event, position, clear_upto):
                 sealed[doc_id] = sealed.get(doc_id, 0) + 1
             else:
                 named = f"{document_subject(scope, doc_id)}@{event.revision}"

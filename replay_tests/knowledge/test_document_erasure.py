@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -317,6 +318,32 @@ def test_raising_the_key_rows_positions_does_not_hide_a_deleted_document_key(
     # The first execution's row, raised past its own input, and alice's lost row after it.
     assert report.problem is Tampering.KEY_ALTERED, report
     assert report.detail.endswith("(1 more problem(s) in the key table)")
+
+
+def test_erasure_counts_a_clear_revision_that_looks_sealed_as_clear(tmp_path: Path) -> None:
+    """Erasure and retention told a document's sealed revisions from its clear ones by their
+    look: a revision written in clear before encryption was switched on, whose text looks
+    sealed, was counted as sealed (an erase of it alone said "already erased"; with a sealed
+    revision after it, it was counted among the erased ones though its text stays in the
+    log). Found by a review (ADR 0049, amended "verify")."""
+    fake = _looks_sealed(document_subject(SCOPE, "about"))
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url) as loom:
+        open_knowledge_base(loom, SCOPE).sync([Doc(id="about", title=fake, text=fake)])
+    subject = document_subject(SCOPE, "about")
+    with Loom(url, encryption=KEY) as loom:
+        loom.flow("note")(lambda ctx: ctx.decide("d", lambda: "x"))
+        loom.run("note")  # switches encryption on: the document's revision stays clear
+        alone = loom.erase(document=f"{SCOPE}:about", reason="r", by="dpo", dry_run=True)
+        assert alone.subjects == () and alone.not_erasable == (f"{subject}@1",)
+        with pytest.raises(ErasureSubjectError, match="before encryption"):
+            loom.erase(document=f"{SCOPE}:about", reason="r", by="dpo")
+        open_knowledge_base(loom, SCOPE).put_doc(Doc(id="about", text="zebra new text"))
+        dry = loom.erase(document=f"{SCOPE}:about", reason="r", by="dpo", dry_run=True)
+        assert [(s.subject, s.events) for s in dry.subjects] == [(subject, 1)]
+        assert dry.not_erasable == (f"{subject}@1",)
+        retained = loom.retain(older_than=timedelta(microseconds=1), scope=SCOPE, dry_run=True)
+        assert f"{subject}@1" in retained.not_erasable
 
 
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
