@@ -851,7 +851,8 @@ def sealed_after(engine: Engine) -> int | None:
     clear log's corpus raised :class:`EncryptionOffError` on every read and write after it; a
     text stored at or before this position is clear whatever it looks like (ADR 0049, amended
     "verify"). Keys are never deleted and later ones are made at later positions, so an answer
-    once found stands; none is looked for again (one read) only while the log has none."""
+    once found stands and is remembered per engine; None is not (it is read again, until the
+    log has a data key)."""
     found = _sealed_after.get(engine)
     if found is not None:
         return found

@@ -144,10 +144,12 @@ def _is_sealed(event: DocumentWritten, position: int, clear_upto: int) -> bool:
 
 
 def _clear_upto(loom: Loom) -> int:
-    """The last log position where nothing can be sealed (-1: none, the log has no data key
-    yet, so every position is clear, as far as the log's end)."""
+    """The last log position where nothing can be sealed: :func:`~loom_runtime.sealed_after`,
+    or the head while the log has no data key (read first: a sealed write made meanwhile
+    lands past it)."""
+    head = loom.log.position
     after = sealed_after(loom.log.engine)
-    return loom.log.position if after is None else after
+    return head if after is None else after
 
 
 def _scope_events(loom: Loom, scope: str, topics: Sequence[str]) -> list[tuple[int, Any]]:
