@@ -109,10 +109,9 @@ def environment(settings: LogSettings) -> dict[str, str]:
         "POSTGRES_PORT": connect.get("port", ""),
         "POSTGRES_USER": connect.get("user", ""),
         "POSTGRES_PASSWORD": connect.get("password", ""),
-        # eventsourcing qualifies the log's tables with this schema (``public`` when empty),
-        # whatever the connection's search_path: the one the URL names is the log's too, as it
-        # is the projections' (their tables are unqualified), so two schemas are two logs.
-        "POSTGRES_SCHEMA": search_path_schema(connect.get("options", "")),
+        # No POSTGRES_SCHEMA: the factory puts the log in the schema the server creates the
+        # connection's tables in, where loom's other (unqualified) tables go (ADR 0015,
+        # amended "current schema").
         # eventsourcing opens POSTGRES_POOL_SIZE connections up front (psycopg's min_size) and
         # allows POSTGRES_MAX_OVERFLOW more. Two kept (the held writer's and one for reads,
         # which opening the log uses anyway to create its tables under the schema lock), the
@@ -134,17 +133,12 @@ _SEARCH_PATH = re.compile(
 ``-c search_path=...`` or ``--search_path=...`` (``--search-path``), as the server reads them."""
 
 
-def search_path_schema(options: str) -> str:
-    """The first schema of the ``search_path`` that libpq ``options`` set ("" when they set
-    none: eventsourcing's ``public``)."""
-    return next(iter(search_path_schemas(options)), "")
-
-
 def search_path_schemas(options: str) -> list[str]:
-    """The schemas of the ``search_path`` that libpq ``options`` set, in order (none when they
-    set none); ``$user`` is skipped, as PostgreSQL skips it when no such schema exists; a
-    quoted name keeps its case, an unquoted one is folded to lower case, as PostgreSQL reads
-    them."""
+    """The schemas the ``search_path`` that libpq ``options`` set names, in order (none when
+    they set none), ``$user`` left out; a quoted name keeps its case, an unquoted one is
+    folded to lower case, as PostgreSQL reads them. Where the log goes is the server's answer
+    (``current_schema()``); this is what the URL asked for, which earlier versions took the
+    first of as the log's schema (``LoomPostgresFactory._place_the_log``)."""
     found = _SEARCH_PATH.search(options)
     if found is None:
         return []

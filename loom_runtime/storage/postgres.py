@@ -469,6 +469,42 @@ _URL_PARTS = frozenset({"dbname", "host", "port", "user", "password"})
 """The pool's connection arguments eventsourcing makes of its ``POSTGRES_*`` settings."""
 
 
+def _placement_problem(
+    named: list[str], current: str | None, path: list[str], logs: list[str], earlier: str
+) -> str | None:
+    """Why the log cannot be placed in ``current`` (see ``LoomPostgresFactory._place_the_log``):
+    ``named``, the URL's search path; ``path``, the schemas of the effective one that exist;
+    ``logs``, the schemas among them (and ``earlier``) that hold a loom log."""
+    shown = ", ".join(path) or "none"
+    if named and named[0] not in path:
+        return (
+            f"schema {named[0]!r}, the first the URL's search_path names, does not exist (or "
+            f"this role may not use it): create it, or name one that exists (existing: {shown})"
+        )
+    if current is None:
+        return (
+            "no schema of this connection's search path exists, so PostgreSQL has nowhere to "
+            "create loom's tables: create one, or name one with search_path in the URL"
+        )
+    if earlier != current and earlier in logs and current not in logs:
+        return (
+            f"schema {earlier!r} holds the loom log earlier versions made for this URL, but "
+            f"PostgreSQL creates this connection's tables in {current!r} (search path: "
+            f"{shown}), where loom now keeps its log beside its other tables: name "
+            f"search_path={earlier} in the URL to keep using that log, or move its tables "
+            f'into {current!r} (ADR 0015, amended "current schema")'
+        )
+    others = [schema for schema in logs if schema != current and schema in path]
+    if others:
+        return (
+            f"the search path ({shown}) reaches schema {others[0]!r}, which holds another "
+            "loom log: loom's tables other than the log's are found on the search path, so "
+            "this log would share that one's (its key table among them). Name only "
+            f"{current!r} in search_path"
+        )
+    return None
+
+
 class LoomPostgresFactory(PostgresFactory):
     """The built-in PostgreSQL persistence, with every event hash-chained as it is inserted.
 
@@ -504,42 +540,46 @@ class LoomPostgresFactory(PostgresFactory):
         pool = self.datastore.pool
         with _translated():
             pool.open(wait=True, timeout=pool.timeout)
-        self._refuse_another_log_on_the_path()
+        self._place_the_log()
         recorder = super().application_recorder()
         self._loom_recorders = [*getattr(self, "_loom_recorders", ()), recorder]
         return recorder
 
-    def _refuse_another_log_on_the_path(self) -> None:
-        """:class:`ConfigurationError` when the URL's search path names, besides the log's
-        schema, one that holds another loom log (its chain table), before anything is made.
+    def _place_the_log(self) -> None:
+        """Put the log in the schema where this connection creates its tables, or refuse to
+        open (:class:`ConfigurationError`, before anything is made); one catalog query.
 
-        The log's own tables are qualified with its schema, but the rest of loom's (the key
-        table, the projections' and their tracking) are unqualified and found on the search
-        path: with ``tenant_a,public``, where ``public`` holds another log, every one of them
-        ``tenant_a`` lacked was that log's, the key table among them, so one tenant's erasure
-        destroyed the other's keys (ADR 0015, amended "shared path"). Only a path of more than
-        one schema is looked at: an ordinary open makes no query more."""
+        loom's tables other than the log's (the key table, the projections' and their
+        tracking) are unqualified, so PostgreSQL puts them in its ``current_schema()``: the
+        first schema of the search path that exists, ``$user`` and a path set for the role,
+        the database or ``PGOPTIONS`` included. The log's tables are qualified by
+        eventsourcing with one schema, which was read from the URL alone (``public`` when it
+        named none): with a schema of the role's own name, the log went to ``public`` (on
+        PostgreSQL 15, "permission denied for schema public"; where allowed, every role's log
+        was one table) and the other tables to the role's. The server's answer is the log's
+        schema now (ADR 0015, amended "current schema"). Refused: a schema the URL names first
+        that does not exist; a path with no schema that does; a log left where earlier
+        versions put it (the URL's first schema, else ``public``) while the new place holds
+        none, so that it is not taken for an empty one; a path reaching another schema that
+        holds a log, whose tables would be shared (ADR 0015, amended "shared path")."""
         options = msgspec.json.decode(self.env["LOOM_POSTGRES_CONNECT"], type=dict[str, str])
-        schemas = search_path_schemas(options.get("options", ""))
-        others = [schema for schema in schemas[1:] if schema != self.datastore.schema]
-        if not others:
-            return
+        named = search_path_schemas(options.get("options", ""))
+        earlier = named[0] if named else "public"  # where earlier versions put the log
         with self.datastore.get_connection() as conn:
             found = conn.execute(
-                "SELECT n.nspname AS schema FROM pg_class AS c JOIN pg_namespace AS n "
-                "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = ANY(%s) "
-                "ORDER BY 1 LIMIT 1",
-                [CHAIN_TABLE, others],
+                "SELECT current_schema() AS current, current_schemas(false)::text[] AS path, "
+                "ARRAY(SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n "
+                "ON n.oid = c.relnamespace WHERE c.relname = %s AND (n.nspname = "
+                "ANY(current_schemas(false)) OR n.nspname = %s) ORDER BY 1) AS logs",
+                [CHAIN_TABLE, earlier],
             ).fetchone()
-        if found is not None:
+        assert found is not None  # a SELECT without FROM returns one row
+        current, path, logs = found["current"], found["path"], found["logs"]
+        problem = _placement_problem(named, current, path, logs, earlier)
+        if problem is not None:
             self.datastore.pool.close()  # the open fails: its connections go with it
-            raise ConfigurationError(
-                f"the URL's search path ({', '.join(schemas)}) reaches schema "
-                f"{found['schema']!r}, which holds another loom log: loom's tables other than "
-                "the log's are found on the search path, so this log would share that one's "
-                f"(its key table among them). Name only {self.datastore.schema!r} in "
-                "search_path; nothing was created"
-            )
+            raise ConfigurationError(f"{problem}; nothing was created")
+        self.datastore.schema = current
 
     def _renew_pool(self) -> None:
         """In a forked child: a new, unopened pool configured as the inherited one, which is

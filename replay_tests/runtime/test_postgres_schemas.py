@@ -5,11 +5,14 @@ A URL naming a schema in its ``search_path`` (``?options=-csearch_path%3Dtenant_
 the projections' engine but not the log: eventsourcing qualifies the log's tables with its own
 schema setting, ``public`` unless told, so two tenants' Looms wrote one shared log and each
 listed and opened the other's executions. The log now lives in the first schema of the URL's
-search path.
+search path; since the amendment "current schema" (2026-12-06), in the schema PostgreSQL
+creates the connection's tables in (the first of the effective search path that exists: the
+URL's, the role's, ``$user``), where loom's other tables are.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,10 +78,10 @@ def test_two_schemas_hold_two_logs(tenants: dict[str, str], pg_url: str) -> None
         ("", ""),
     ],
 )
-def test_the_log_s_schema_is_the_first_of_the_search_path(options: str, schema: str) -> None:
-    from loom_runtime.storage.application import search_path_schema
+def test_the_first_schema_a_url_names_is_read_from_its_options(options: str, schema: str) -> None:
+    from loom_runtime.storage.application import search_path_schemas
 
-    assert search_path_schema(options) == schema
+    assert next(iter(search_path_schemas(options)), "") == schema
 
 
 def test_a_search_path_that_reaches_another_log_is_refused_at_open(
@@ -112,3 +115,101 @@ def test_a_search_path_that_reaches_another_log_is_refused_at_open(
             loom.executions()
     assert backends() <= before
     assert _run(tenants["tenant_a"], 3) is not None  # naming only the log's schema still works
+
+
+# -- the schema PostgreSQL creates in (ADR 0015, amended 2026-12-06 "current schema") ----------
+
+
+def _admin(url: str) -> psycopg.Connection[Any]:
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return psycopg.connect(libpq, autocommit=True)
+
+
+@pytest.fixture
+def role(pg_url: str) -> Iterator[str]:
+    """A login role owning a schema of its own name and nothing else: PostgreSQL's advice for a
+    database many users share (its docs' "secure schema usage pattern"). On PostgreSQL 15 it
+    may not create anything in ``public``. Its URL is yielded; roles are the server's, not the
+    database's, so each test makes its own and drops it."""
+    name = f"loom_role_{uuid.uuid4().hex[:8]}"
+    with _admin(pg_url) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION {name}")
+    try:
+        yield make_url(pg_url).set(username=name).render_as_string(hide_password=False)
+    finally:
+        with _admin(pg_url) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [name],
+            )
+            admin.execute(f"DROP OWNED BY {name}")
+            admin.execute(f"DROP ROLE {name}")
+
+
+def _schemas_of(url: str, table: str) -> list[str]:
+    with _admin(url) as admin:
+        rows = admin.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = %s ORDER BY 1",
+            [table],
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_role_s_own_schema_holds_its_log(role: str, pg_url: str) -> None:
+    """With no search path in the URL, the log goes where PostgreSQL creates the connection's
+    tables (``$user`` first, then ``public``), beside loom's other tables: it went to
+    ``public``, which a PostgreSQL 15 role may not create in ("permission denied for schema
+    public"), and where it did (an older server, a grant) every role's log was one table."""
+    name = make_url(role).username
+    first = _run(role, 1)
+    with Loom(role) as loom:
+        assert [s.execution_id for s in loom.executions()] == [first]
+        assert loom.log.verify().ok
+    assert _schemas_of(pg_url, "loom_events") == [name]
+    assert _schemas_of(pg_url, "loom_chain") == [name]
+
+
+def test_a_search_path_set_for_the_role_places_the_log(role: str, pg_url: str) -> None:
+    """A search path set on the role (``ALTER ROLE ... SET search_path``), which the URL does
+    not show, is the one PostgreSQL uses, so it is the log's."""
+    name = make_url(role).username
+    with _admin(pg_url) as admin:
+        admin.execute(f"CREATE SCHEMA tenant_x AUTHORIZATION {name}")
+        database = make_url(pg_url).database
+        admin.execute(f'ALTER ROLE {name} IN DATABASE "{database}" SET search_path = tenant_x')
+    _run(role, 1)
+    assert _schemas_of(pg_url, "loom_events") == ["tenant_x"]
+
+
+def test_a_log_where_earlier_versions_put_it_is_not_silently_left_behind(pg_url: str) -> None:
+    """Earlier versions put the log in ``public`` when the URL named no schema, even where the
+    connection creates its tables elsewhere. Such a log is not opened as a new empty one in
+    the schema loom now uses: the open is refused, naming both schemas and the fix, and the
+    URL that names ``public`` still reads it."""
+    public = make_url(pg_url).update_query_dict({"options": "-csearch_path=public"})
+    old = public.render_as_string(hide_password=False)
+    first = _run(old, 1)  # written in public, as earlier versions wrote it
+    user = make_url(pg_url).username
+    with _admin(pg_url) as admin:
+        admin.execute(f'CREATE SCHEMA "{user}"')  # now "$user" comes first on the path
+    with (
+        pytest.raises(ConfigurationError, match=rf"'public'.*'{user}'.*search_path"),
+        Loom(pg_url) as loom,
+    ):
+        loom.executions()
+    assert _schemas_of(pg_url, "loom_events") == ["public"]  # nothing made in the new one
+    with Loom(old) as loom:
+        assert [s.execution_id for s in loom.executions()] == [first]
+
+
+def test_a_schema_the_url_names_that_does_not_exist_is_a_configuration_error(
+    pg_url: str,
+) -> None:
+    missing = make_url(pg_url).update_query_dict({"options": "-csearch_path=nowhere,public"})
+    with (
+        pytest.raises(ConfigurationError, match=r"'nowhere'.*does not exist"),
+        Loom(missing.render_as_string(hide_password=False)) as loom,
+    ):
+        loom.executions()
+    assert _schemas_of(pg_url, "loom_events") == []
