@@ -134,13 +134,11 @@ def documents_live(loom: Loom, scope: str, doc_ids: Sequence[str]) -> Preconditi
 def _is_sealed(event: DocumentWritten, position: int, clear_upto: int) -> bool:
     """Whether a revision is stored sealed: its texts all look sealed, and it was stored
     after ``clear_upto`` (:func:`_clear_upto`), where something could first be sealed; a
-    revision stored before is an outsider's clear text, whatever it looks like."""
+    revision stored before is an outsider's clear text, whatever it looks like. A revision
+    with no text at all (no title, no passages) stored after it was written under the
+    subject's key like any other: it is erasable, not "recorded before encryption"."""
     texts = [*event.passages, *([] if event.title is None else [event.title])]
-    return (
-        position > clear_upto
-        and bool(texts)
-        and all(sealed_text_subject(text) is not None for text in texts)
-    )
+    return position > clear_upto and all(sealed_text_subject(text) is not None for text in texts)
 
 
 def _clear_upto(loom: Loom) -> int:

@@ -42,6 +42,7 @@ from loom_runtime import (
     SubjectErasedError,
     Tampering,
     keyring_for,
+    rebuild,
     stream_id,
     verify_keys,
 )
@@ -344,6 +345,34 @@ def test_erasure_counts_a_clear_revision_that_looks_sealed_as_clear(tmp_path: Pa
         assert dry.not_erasable == (f"{subject}@1",)
         retained = loom.retain(older_than=timedelta(microseconds=1), scope=SCOPE, dry_run=True)
         assert f"{subject}@1" in retained.not_erasable
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-write", "after-another"])
+def test_a_document_with_nothing_to_seal_is_erased_like_any_other(
+    tmp_path: Path, first: bool
+) -> None:
+    """A document with no title and no passages (an empty text: its meta is all it holds)
+    written with encryption on was counted as a revision stored in clear, since nothing of
+    it looked sealed: its erasure was refused as "recorded before encryption was switched
+    on", which it was not, and it stayed listed. Found by a stateful test of the corpus."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        if not first:
+            kb.put_doc(Doc(id="full", text="node disk"), source="a")
+        kb.put_doc(Doc(id="empty", text="", meta={"owner": "alice"}), source="a")
+        subject = document_subject(SCOPE, "empty")
+        dry = loom.erase(document=f"{SCOPE}:empty", reason="r", by="dpo", dry_run=True)
+        assert [(s.subject, s.events) for s in dry.subjects] == [(subject, 1)]
+        assert dry.not_erasable == ()
+        assert loom.erase(document=f"{SCOPE}:empty", reason="r", by="dpo").applied
+        assert "empty" not in [doc.id for doc in kb.list_docs()]
+        with pytest.raises(SubjectErasedError):  # erased: not written again
+            kb.put_doc(Doc(id="empty", text="", meta={"owner": "alice"}), source="a")
+        assert verify_keys(loom.log, upto=loom.log.position).ok
+        listed = kb.list_docs()
+        rebuild(loom.log, corpus_index(loom))
+        assert kb.list_docs() == listed
 
 
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
