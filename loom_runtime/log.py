@@ -465,7 +465,11 @@ class LogSettings:
         from sqlalchemy import create_engine
 
         lock_timeout = f"-c lock_timeout={round(self.lock_timeout * 1000)}"
-        options = self.postgres_connect_args().get("options")
+        # libpq reads PGOPTIONS only when no ``options`` are given, as for the log's pool,
+        # which gets the URL's; these carry the lock timeout, so they carry PGOPTIONS too: a
+        # search path set there places loom's tables where it places the log's (ADR 0015,
+        # amended "current schema").
+        options = self.postgres_connect_args().get("options") or os.environ.get("PGOPTIONS")
         return create_engine(
             self.url,
             pool_size=self.pool_size,

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from loom_runtime import ConfigurationError, ExecutionNotFoundError, Loom
+from loom_knowledge import Doc, open_knowledge_base
+from loom_runtime import ConfigurationError, ExecutionNotFoundError, Loom, MasterKey
 
 pytestmark = pytest.mark.postgres
 
@@ -213,3 +214,21 @@ def test_a_schema_the_url_names_that_does_not_exist_is_a_configuration_error(
     ):
         loom.executions()
     assert _schemas_of(pg_url, "loom_events") == []
+
+
+def test_pgoptions_places_the_log_and_every_other_table_alike(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq reads ``PGOPTIONS`` when the URL sets no ``options``: the log's pool did, and the
+    projections' engine, whose ``options`` carry its lock timeout, did not, so with the log
+    placed by the server's search path the log went to ``tenant_x`` and the read models and
+    their tracking to ``public``."""
+    with _admin(pg_url) as admin:
+        admin.execute("CREATE SCHEMA tenant_x")
+    monkeypatch.setenv("PGOPTIONS", "-c search_path=tenant_x")
+    with Loom(pg_url, encryption=MasterKey(b"k" * 32)) as loom:
+        loom.flow("f")(lambda ctx: ctx.decide("d", lambda: 1))
+        loom.run("f")  # its key, in the key table
+        open_knowledge_base(loom, "kb").put_doc(Doc(id="a", text="hello"))  # a read model
+    for table in ("loom_events", "loom_subject_keys", "loom_tracking"):
+        assert _schemas_of(pg_url, table) == ["tenant_x"], table
