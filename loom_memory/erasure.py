@@ -137,21 +137,16 @@ def forget_destroyed(keyring: Keyring | None, events: Iterable[object]) -> None:
     without this a write that raced an erasure elsewhere (sealed under the key just before it
     was destroyed) would still open here, as would an as-of rebuild of the erased key.
 
-    One read of a key's row per distinct key of the page, on the connection the keyring keeps
-    for write checks (``live_key``, which drops a destroyed key from the cache): a page of one
+    One read of a key's row per distinct cached key of the page, on the connection the keyring
+    keeps for write checks (:meth:`~loom_runtime.Keyring.forget_destroyed`): a page of one
     write reads one row, where a batched ``IN`` query cost a quarter of a sealed write."""
     if keyring is None:
         return
-    subjects = {
+    keyring.forget_destroyed(
         memory_subject(event.memory, event.key)
         for event in events
         if isinstance(event, MemoryAppended | MemoryReplaced) and event.entries
-    }
-    for subject in subjects:
-        try:
-            keyring.live_key(subject)
-        except ErasedError:
-            continue  # destroyed (or never made): opening its entries finds it so
+    )
 
 
 def open_entries(

@@ -121,10 +121,8 @@ class EmbeddingProjection(SQLProjection):
             keyring = keyring_for(self.engine) if sealed else None
             if keyring is not None:
                 # The keyring caches a key once opened: another process may have destroyed it
-                # since, and vectors sealed just before that must not open here. One query
-                # for the page's subjects (a page of a corpus sync names hundreds).
-                subjects = {event.subject for _, event in sealed}
-                keyring.forget(subjects - set(keyring.live(subjects)))
+                # since, and vectors sealed just before that must not open here.
+                keyring.forget_destroyed(event.subject for _, event in sealed)
             self._opened = {position: _opened(keyring, event) for position, event in sealed}
             self._last = sealed[-1][0] if sealed else -1
             try:

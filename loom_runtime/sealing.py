@@ -787,6 +787,20 @@ class Keyring:
             for subject in subjects:
                 self._cache.pop(subject, None)
 
+    def forget_destroyed(self, subjects: Iterable[str]) -> None:
+        """Drop the cached keys of ``subjects`` whose rows no longer hold one: destroyed by
+        another process since this one cached them. A projection calls it before it opens a
+        page's sealed data: with the stale key it would project the text of a subject erased
+        elsewhere (and commit it, in the pages before the one holding the forget event). Only
+        cached subjects are read (one not cached is read when it is opened anyway): one on the
+        kept connection (a page of one write), several in batched queries (a sync's page
+        names hundreds)."""
+        cached = [subject for subject in set(subjects) if subject in self._cache]
+        if len(cached) == 1:
+            self.forget([] if self._is_live(cached[0]) else cached)
+        elif cached:
+            self.forget(set(cached) - set(self.live(cached)))
+
 
 _DATA_KEY_SQL: Final = f"SELECT 1 FROM {TABLE} WHERE subject <> '{KEY_CHECK}' LIMIT 1"
 """Whether the key table holds a row other than its check row: a data key, live or destroyed."""

@@ -241,6 +241,12 @@ class CorpusIndex(SQLProjection):
             keyring = keyring_for(self.engine)
             self._opened.clear()
             self._erased_docs = None
+            if keyring is not None:  # a key another process destroyed must not open here
+                keyring.forget_destroyed(
+                    document_subject(event.scope, event.doc_id)
+                    for _, event in events
+                    if isinstance(event, DocumentWritten)
+                )
             for position, event in events:
                 if isinstance(event, TokenizerChosen):
                     self.passage_store(event.stemmer)

@@ -41,6 +41,7 @@ from loom_runtime import (
     MasterKey,
     SubjectErasedError,
     Tampering,
+    catch_up,
     keyring_for,
     rebuild,
     stream_id,
@@ -373,6 +374,36 @@ def test_a_document_with_nothing_to_seal_is_erased_like_any_other(
         listed = kb.list_docs()
         rebuild(loom.log, corpus_index(loom))
         assert kb.list_docs() == listed
+
+
+def test_a_process_holding_a_key_another_erased_indexes_none_of_its_text(db_url: str) -> None:
+    """A process caches each data key it opens. Another process erased a document this one
+    wrote; this one's rebuild of the corpus index then opened the document's revision with
+    the cached key and committed its text to the passage store, in every page before the one
+    holding the forget event (a page is 500 events: a reader between pages found it, and a
+    file not VACUUMed kept it). A fresh process indexes it as erased from the start; so does
+    this one now. Found by a stateful test of erasure."""
+    with Loom(db_url, encryption=KEY) as writer, Loom(db_url, encryption=KEY) as operator:
+        kb = open_knowledge_base(writer, SCOPE)
+        kb.put_doc(Doc(id="people/carol", text="Carol lives at zqcarolsecret road"))
+        written = writer.log.position
+        kb.put_doc(Doc(id="ops/x", text="runbook step"))
+        operator.erase(document=f"{SCOPE}:people/carol", reason="r", by="dpo")
+        index = corpus_index(writer)
+        index.reset()
+        catch_up(writer.log, index, upto=written)  # a page that ends before the forget event
+        engine = create_engine(db_url)
+        try:
+            with engine.connect() as conn:
+                held = conn.execute(
+                    text("SELECT count(*) FROM loom_kb_entries WHERE entry LIKE :planted"),
+                    {"planted": "%zqcarolsecret%"},
+                ).scalar()
+        finally:
+            engine.dispose()
+        assert held == 0
+        catch_up(writer.log, index)
+        assert kb.search("zqcarolsecret") == []
 
 
 def test_bad_document_names_are_typed_errors_that_write_nothing(db_url: str) -> None:
