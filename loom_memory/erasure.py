@@ -133,7 +133,7 @@ def _is_sealed(raw: msgspec.Raw) -> bool:
 
 def forget_destroyed(keyring: Keyring | None, events: Iterable[object]) -> None:
     """Drop the cached data keys of the memory keys ``events`` write that another process
-    has destroyed, in one read of the key table: the keyring caches a key once opened, and
+    has destroyed: the keyring caches a key once opened, and
     without this a write that raced an erasure elsewhere (sealed under the key just before it
     was destroyed) would still open here, as would an as-of rebuild of the erased key.
 
