@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Connection, Engine, select
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.erasure import forget_destroyed, keys_named, open_entries
@@ -189,8 +189,8 @@ class SqlMemoryProjection(SQLProjection):
             apply_event(writer, mine, self._opened[position])
 
     def clear(self, conn: Connection) -> None:
-        """Delete every row of the store's table (its search index follows by trigger)."""
-        conn.execute(delete(self.store.entries))
+        """Delete every entry of every key, search structures included."""
+        self.store.clear_all(conn=conn)
 
 
 class InProcessMemoryProjection:

@@ -305,9 +305,9 @@ class SqlMemoryStore(ABC):
 
     def clear(self, key: str, *, conn: Connection | None = None) -> None:
         """Remove every entry at ``key``."""
-        statement = delete(self.entries).where(self.entries.c.key == check_key(key))
+        check_key(key)
         with self._begin(conn) as c:
-            c.execute(statement)
+            self._delete_rows(c, key)
 
     def forget_deleted(self, *, conn: Connection | None = None) -> None:
         """Rewrite the search structures so that no page of them still holds text of deleted
@@ -319,7 +319,16 @@ class SqlMemoryStore(ABC):
     def clear_all(self, *, conn: Connection | None = None) -> None:
         """Remove every entry of every key (a projection's reset), search structures included."""
         with self._begin(conn) as c:
-            c.execute(delete(self.entries))
+            self._delete_rows(c, None)
+
+    def _delete_rows(self, conn: Connection, key: str | None) -> None:
+        """Delete every entry at ``key`` (``None``: of every key) and what is derived from
+        them: here the rows, whose triggers and foreign keys take the rest with them; a
+        backend whose triggers would do that row by row deletes more at once first."""
+        statement = delete(self.entries)
+        if key is not None:
+            statement = statement.where(self.entries.c.key == key)
+        conn.execute(statement)
 
     def replace(
         self, key: str, entries: Sequence[MemoryEntry], *, conn: Connection | None = None

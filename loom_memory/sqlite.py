@@ -44,6 +44,7 @@ from sqlalchemy import (
     MetaData,
     Row,
     Text,
+    delete,
     literal_column,
     select,
     table,
@@ -135,6 +136,21 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"CREATE TRIGGER IF NOT EXISTS {rows}_postings_delete AFTER DELETE ON {rows} BEGIN "
             f"DELETE FROM {postings} WHERE seq = old.seq; END"
         ]
+
+    def _delete_rows(self, conn: Connection, key: str | None) -> None:
+        """The rows' postings first, in one statement, then the rows: each row's delete
+        triggers read its postings (to delete them, and a temporal store to uncount its terms
+        term by term at every level), ~0.75 ms a passage, which made deleting the rows most
+        of a corpus projection's rebuild; with the postings gone they find none."""
+        if self.postings is not None:
+            statement = delete(self.postings)
+            if key is not None:
+                rows = self.entries.c
+                statement = statement.where(
+                    self.postings.c.seq.in_(select(rows.seq).where(rows.key == key))
+                )
+            conn.execute(statement)
+        super()._delete_rows(conn, key)
 
     def forget_deleted(self, *, conn: Connection | None = None) -> None:
         """Merge the FTS5 index into one segment: a delete only adds a tombstone segment, and

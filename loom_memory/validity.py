@@ -629,6 +629,21 @@ class SqliteTemporalStore(TemporalSqlStore, SqliteMemoryStore):
         super()._declare_search_tables(prefix, metadata)
         self._declare_count_tables(metadata)
 
+    def _delete_rows(self, conn: Connection, key: str | None) -> None:
+        """The rows deleted with their postings first (:class:`SqliteMemoryStore`), so their
+        triggers no longer uncount their terms; every count of ``key`` is zero once its rows
+        are gone, and is deleted as such. One writer at a time on SQLite: no row of the key
+        can be counted by another transaction between the two."""
+        super()._delete_rows(conn, key)
+        where, parameters = ("", ()) if key is None else (" WHERE key = ?", (key,))
+        for table in (
+            self.row_counts_table,
+            self.term_counts_table,
+            self.rows_at_table,
+            self.terms_at_table,
+        ):
+            conn.exec_driver_sql(f"DELETE FROM {table}{where}", parameters)
+
     def _search_ddl(self, *, created: set[str]) -> list[str]:
         """The FTS and postings DDL, the counting triggers, and the shared counting DDL
         (:meth:`TemporalSqlStore._counts_ddl`)."""
