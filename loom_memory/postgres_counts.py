@@ -44,8 +44,14 @@ from dataclasses import dataclass
 from loom_memory.position_counts import LEVELS_SQL, end_sql
 
 _MOVED = "n.key IS DISTINCT FROM o.key"
+_KEPT = "NOT o.key = ANY(gone)"
+"""A deleted row whose key keeps rows: the changes of a key left with none are not summed,
+its counts are deleted whole (:func:`_emptied`)."""
 _CHANGES = {
-    "delete": "SELECT o.key, o.search_vector, -1 AS sign FROM old_rows o WHERE o.valid_to IS NULL",
+    "delete": (
+        "SELECT o.key, o.search_vector, -1 AS sign FROM old_rows o "
+        f"WHERE o.valid_to IS NULL AND {_KEPT}"
+    ),
     # A row's seq never changes (its postings refer to it): old and new rows pair by seq.
     "update": (
         "SELECT o.key, o.search_vector, -1 AS sign FROM old_rows o JOIN new_rows n "
@@ -77,8 +83,21 @@ def count_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> list[
                 "<= 0",
             ),
         )
+        # The key rows locked in key order before the emptied keys are read: a writer adding
+        # rows of a key upserts its key row first, so it has committed (and its rows are
+        # seen) or waits until this statement's transaction ends.
+        key_rows = (
+            f"PERFORM 1 FROM {rows} WHERE key IN (SELECT o.key FROM old_rows o) "
+            "ORDER BY key FOR UPDATE;"
+        )
         statements += _statement_trigger(
-            entries, _function(prefix, event), f"{entries}_count_{event}", event, counts
+            entries,
+            _function(prefix, event),
+            f"{entries}_count_{event}",
+            event,
+            counts,
+            lock=key_rows if event == "delete" else "",
+            emptied=_emptied(entries, counts) if event == "delete" else "",
         )
     return statements
 
@@ -112,7 +131,7 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
     )
     pairs = f"FROM old_rows o JOIN new_rows n ON n.seq = o.seq WHERE {changed}"
     events = {
-        "delete": _changes_of("o", -1, "FROM old_rows o"),
+        "delete": _changes_of("o", -1, f"FROM old_rows o WHERE {_KEPT}"),
         "update": f"{_changes_of('o', -1, pairs)} UNION ALL {_changes_of('n', 1, pairs)}",
     }
     statements = []
@@ -127,9 +146,12 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
                 "= 0",
             ),
         )
+        # A delete locks every key it deleted rows of (the changes leave out the emptied
+        # ones, known only once their writers are waited for).
+        keys = "old_rows" if event == "delete" else f"({changes})"
         lock = (
             f"PERFORM {key_lock(prefix, 'd.key')} FROM (SELECT DISTINCT ch.key FROM "
-            f"({changes}) AS ch ORDER BY ch.key) AS d;"
+            f"{keys} AS ch ORDER BY ch.key) AS d;"
         )
         # Named to fire after the current counts' trigger of the same event (PostgreSQL fires
         # them in name order): that one takes the key's current count first, as an insert does.
@@ -140,8 +162,26 @@ def position_triggers(prefix: str, entries: str, *, rows: str, terms: str) -> li
             event,
             counts,
             lock=lock,
+            emptied=_emptied(entries, counts) if event == "delete" else "",
         )
     return statements
+
+
+def _emptied(entries: str, counts: tuple[_Counts, _Counts]) -> str:
+    """PL/pgSQL putting in ``gone`` the keys a delete left with no row of ``entries`` and
+    deleting every count of theirs (term rows first), all of which are zero once their rows
+    are gone: a key cleared (a projection's reset, ``clear``) is not summed row by row, term
+    by term and level by level, the most of a rebuild's reset (2.0 of 2.1 s for 2,704
+    passages). Run after the trigger's lock: a writer of such a key has committed (its rows
+    are seen, the key is not emptied) or waits for this transaction."""
+    rows, terms = counts
+    return (
+        "SELECT coalesce(array_agg(d.key), '{}') INTO gone FROM (SELECT DISTINCT o.key "
+        f"FROM old_rows o) AS d WHERE NOT EXISTS (SELECT 1 FROM {entries} AS e "
+        "WHERE e.key = d.key); "
+        f"IF cardinality(gone) > 0 THEN DELETE FROM {terms.table} WHERE key = ANY(gone); "
+        f"DELETE FROM {rows.table} WHERE key = ANY(gone); END IF;"
+    )
 
 
 def _at_every_level(changes: str, *, terms: bool = False) -> str:
@@ -222,14 +262,15 @@ def _statement_trigger(
     counts: tuple[_Counts, _Counts],
     *,
     lock: str = "",
+    emptied: str = "",
 ) -> list[str]:
     """(Re)create ``function`` and the statement-level ``trigger`` calling it after each
     ``event`` on ``entries``, with the statement's rows as transition tables: the function
     takes ``lock``, adds to the key rows then the term rows of ``counts``, and deletes the
     ones left at zero, term rows first."""
     rows, terms = counts
-    declare = f"{rows.declare('r')} {terms.declare('t')}"
-    body = f"{lock} {rows.add('r')} {terms.add('t')} {terms.prune('t')} {rows.prune('r')}"
+    declare = f"{rows.declare('r')} {terms.declare('t')} gone text[] := '{{}}';"
+    body = f"{lock} {emptied} {rows.add('r')} {terms.add('t')} {terms.prune('t')} {rows.prune('r')}"
     return [
         f"{_REPLACE} {function}() RETURNS trigger LANGUAGE plpgsql AS "
         f"$$ DECLARE {declare} BEGIN {body} RETURN NULL; END $$",

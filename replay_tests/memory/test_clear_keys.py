@@ -128,3 +128,22 @@ def test_clearing_every_key_leaves_no_row_count_or_index_term(engine: Engine, se
     assert _orphans(store) == 0
     _fts_in_step(store)
     _counts_in_step(store, last)
+
+
+@pytest.mark.parametrize("seed", seeds(2))
+def test_one_delete_emptying_one_key_and_thinning_another_counts_both(
+    engine: Engine, seed: int
+) -> None:
+    """A caller's own DELETE taking every row of one key and some of the other: the emptied
+    key's counts go whole, the other's are uncounted row by row, in one statement."""
+    store = _store(engine)
+    last = _history(store, random.Random(seed), 40)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"DELETE FROM {store.entries.name} WHERE key = '{KEY}' OR seq / 2 * 2 = seq"
+        )
+    assert _held(store, KEY) == {table: set() for table in _held(store, KEY)}
+    assert _held(store, OTHER)["entries"]
+    assert _orphans(store) == 0
+    _fts_in_step(store)
+    _counts_in_step(store, last)
