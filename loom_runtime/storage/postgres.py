@@ -24,7 +24,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 from uuid import UUID
 
 import msgspec
@@ -469,22 +469,57 @@ _URL_PARTS = frozenset({"dbname", "host", "port", "user", "password"})
 """The pool's connection arguments eventsourcing makes of its ``POSTGRES_*`` settings."""
 
 
-def _placement_problem(
-    named: list[str], current: str | None, path: list[str], logs: list[str], earlier: str
-) -> str | None:
-    """Why the log cannot be placed in ``current`` (see ``LoomPostgresFactory._place_the_log``):
-    ``named``, the URL's search path; ``path``, the schemas of the effective one that exist;
-    ``logs``, the schemas among them (and ``earlier``) that hold a loom log."""
+class _Placement(TypedDict):
+    """What ``LoomPostgresFactory._place_the_log`` reads from the server, in one query."""
+
+    current: str | None
+    """``current_schema()``: where PostgreSQL creates this connection's tables."""
+    path: list[str]
+    """The schemas of the effective search path that exist and this role may use."""
+    logs: list[str]
+    """The schemas among them (and where earlier versions put the log) holding a loom log."""
+    role: str
+    """``current_user``, quoted as SQL needs it."""
+    creatable: bool | None
+    """Whether this role may create tables in ``current`` (None without one)."""
+    unusable: list[str]
+    """Schemas of the search path that exist but this role may not use (no ``USAGE``)."""
+
+
+def _placement_problem(named: list[str], found: _Placement, earlier: str) -> str | None:
+    """Why the log cannot be placed in ``found["current"]`` (see
+    ``LoomPostgresFactory._place_the_log``): ``named``, the URL's search path; ``earlier``,
+    where earlier versions put the log."""
+    current, path, logs, role = found["current"], found["path"], found["logs"], found["role"]
     shown = ", ".join(path) or "none"
+    own_schema = (
+        f"CREATE SCHEMA {role} AUTHORIZATION {role} (the default search path puts a schema "
+        "of the role's name first)"
+    )
     if named and named[0] not in path:
         return (
             f"schema {named[0]!r}, the first the URL's search_path names, does not exist (or "
             f"this role may not use it): create it, or name one that exists (existing: {shown})"
         )
+    if current is None and found["unusable"]:
+        unusable = found["unusable"][0]
+        return (
+            f"schema {unusable!r} of this connection's search path exists, but role {role} "
+            "may not use it (no USAGE privilege), so PostgreSQL has nowhere to create loom's "
+            f"tables: as a superuser, run {own_schema}, or GRANT USAGE, CREATE ON SCHEMA "
+            f"{unusable} TO {role}"
+        )
     if current is None:
         return (
             "no schema of this connection's search path exists, so PostgreSQL has nowhere to "
             "create loom's tables: create one, or name one with search_path in the URL"
+        )
+    if not found["creatable"] and current not in logs:
+        return (
+            f"role {role} may not create tables in schema {current!r}, where PostgreSQL "
+            "creates this connection's tables (since PostgreSQL 15 only the owner of public "
+            f"may, by default): as a superuser, run {own_schema}, or GRANT CREATE ON SCHEMA "
+            f"{current} TO {role}"
         )
     if earlier != current and earlier in logs and current not in logs:
         return (
@@ -503,6 +538,22 @@ def _placement_problem(
             f"{current!r} in search_path"
         )
     return None
+
+
+_PLACEMENT = (
+    "SELECT current_schema() AS current, current_schemas(false)::text[] AS path, "
+    "ARRAY(SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n "
+    "ON n.oid = c.relnamespace WHERE c.relname = %s AND (n.nspname = "
+    "ANY(current_schemas(false)) OR n.nspname = %s) ORDER BY 1) AS logs, "
+    "quote_ident(current_user) AS role, "
+    "has_schema_privilege(current_schema(), 'CREATE') AS creatable, "
+    # The search path as set ("$user" standing for the role), matched by quoted name.
+    "ARRAY(SELECT n.nspname::text FROM pg_namespace AS n "
+    "WHERE NOT has_schema_privilege(n.oid, 'USAGE') AND quote_ident(n.nspname) = "
+    "ANY(array_replace(string_to_array(replace(current_setting('search_path'), ' ', ''), "
+    "','), '\"$user\"', quote_ident(current_user))) ORDER BY 1) AS unusable"
+)
+"""The one catalog query placing the log (:class:`_Placement`)."""
 
 
 class LoomPostgresFactory(PostgresFactory):
@@ -561,25 +612,21 @@ class LoomPostgresFactory(PostgresFactory):
         that does not exist; a path with no schema that does; a log left where earlier
         versions put it (the URL's first schema, else ``public``) while the new place holds
         none, so that it is not taken for an empty one; a path reaching another schema that
-        holds a log, whose tables would be shared (ADR 0015, amended "shared path")."""
+        holds a log, whose tables would be shared (ADR 0015, amended "shared path"); a role
+        that may not use the path's schemas, or create its tables in the current one, told
+        the statement that fixes it rather than the server's "permission denied" from inside
+        eventsourcing."""
         options = msgspec.json.decode(self.env["LOOM_POSTGRES_CONNECT"], type=dict[str, str])
         named = search_path_schemas(options.get("options", ""))
         earlier = named[0] if named else "public"  # where earlier versions put the log
         with self.datastore.get_connection() as conn:
-            found = conn.execute(
-                "SELECT current_schema() AS current, current_schemas(false)::text[] AS path, "
-                "ARRAY(SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n "
-                "ON n.oid = c.relnamespace WHERE c.relname = %s AND (n.nspname = "
-                "ANY(current_schemas(false)) OR n.nspname = %s) ORDER BY 1) AS logs",
-                [CHAIN_TABLE, earlier],
-            ).fetchone()
+            found = conn.execute(_PLACEMENT, [CHAIN_TABLE, earlier]).fetchone()
         assert found is not None  # a SELECT without FROM returns one row
-        current, path, logs = found["current"], found["path"], found["logs"]
-        problem = _placement_problem(named, current, path, logs, earlier)
+        problem = _placement_problem(named, cast("_Placement", found), earlier)
         if problem is not None:
             self.datastore.pool.close()  # the open fails: its connections go with it
             raise ConfigurationError(f"{problem}; nothing was created")
-        self.datastore.schema = current
+        self.datastore.schema = found["current"]
 
     def _renew_pool(self) -> None:
         """In a forked child: a new, unopened pool configured as the inherited one, which is

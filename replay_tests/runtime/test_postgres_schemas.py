@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -126,16 +127,15 @@ def _admin(url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(libpq, autocommit=True)
 
 
-@pytest.fixture
-def role(pg_url: str) -> Iterator[str]:
-    """A login role owning a schema of its own name and nothing else: PostgreSQL's advice for a
-    database many users share (its docs' "secure schema usage pattern"). On PostgreSQL 15 it
-    may not create anything in ``public``. Its URL is yielded; roles are the server's, not the
-    database's, so each test makes its own and drops it."""
+@contextmanager
+def _role(pg_url: str, *, own_schema: bool) -> Iterator[str]:
+    """A new login role's URL, with a schema of its own name if ``own_schema``; roles are the
+    server's, not the database's, so each test makes its own and drops it."""
     name = f"loom_role_{uuid.uuid4().hex[:8]}"
     with _admin(pg_url) as admin:
         admin.execute(f"CREATE ROLE {name} LOGIN")
-        admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION {name}")
+        if own_schema:
+            admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION {name}")
     try:
         yield make_url(pg_url).set(username=name).render_as_string(hide_password=False)
     finally:
@@ -146,6 +146,15 @@ def role(pg_url: str) -> Iterator[str]:
             )
             admin.execute(f"DROP OWNED BY {name}")
             admin.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def role(pg_url: str) -> Iterator[str]:
+    """A login role owning a schema of its own name and nothing else: PostgreSQL's advice for a
+    database many users share (its docs' "secure schema usage pattern"). On PostgreSQL 15 it
+    may not create anything in ``public``."""
+    with _role(pg_url, own_schema=True) as url:
+        yield url
 
 
 def _schemas_of(url: str, table: str) -> list[str]:
@@ -202,6 +211,46 @@ def test_a_log_where_earlier_versions_put_it_is_not_silently_left_behind(pg_url:
     assert _schemas_of(pg_url, "loom_events") == ["public"]  # nothing made in the new one
     with Loom(old) as loom:
         assert [s.execution_id for s in loom.executions()] == [first]
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["usage", "no-usage"])
+def test_a_role_that_may_not_create_where_its_tables_go_is_told_how_to_fix_it(
+    pg_url: str, usage: bool
+) -> None:
+    """A role with no schema of its own: its tables go to ``public``, where PostgreSQL 15 lets
+    only the owner create (``usage``: as PostgreSQL 15 makes it; else a ``public`` made again,
+    which grants nothing, so the role may not even use it). The open is refused before
+    anything is made, naming the schema, the role and the fixes, not with the server's
+    "permission denied" from inside eventsourcing nor "no schema exists"; once the role owns
+    a schema of its name, the same URL opens."""
+    with _admin(pg_url) as admin:
+        grant = "GRANT USAGE ON SCHEMA public TO" if usage else "REVOKE USAGE ON SCHEMA public FROM"
+        admin.execute(f"{grant} PUBLIC")
+    problem = (
+        "may not create tables in schema 'public'"
+        if usage
+        else "schema 'public' of this connection's search path exists, but role {name} may "
+        "not use it"
+    )
+    fix = "GRANT CREATE ON SCHEMA public" if usage else "GRANT USAGE, CREATE ON SCHEMA public"
+    with _role(pg_url, own_schema=False) as url:
+        name = make_url(url).username
+        with (
+            pytest.raises(
+                ConfigurationError,
+                match=rf"{problem.format(name=name)}.*CREATE SCHEMA {name} AUTHORIZATION "
+                rf"{name}.*{fix} TO {name}; nothing was created",
+            ),
+            Loom(url) as loom,
+        ):
+            loom.executions()
+        assert _schemas_of(pg_url, "loom_events") == []
+        with _admin(pg_url) as admin:
+            admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION {name}")
+        first = _run(url, 1)
+        with Loom(url) as loom:
+            assert [s.execution_id for s in loom.executions()] == [first]
+        assert _schemas_of(pg_url, "loom_events") == [name]
 
 
 def test_a_schema_the_url_names_that_does_not_exist_is_a_configuration_error(
