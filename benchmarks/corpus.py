@@ -10,7 +10,9 @@ them (a write returns only once the manifest and passage index have caught up).
   into the 10,000-document corpus (removed again, untimed, after each round). Beside them, the
   floors: SQLite's own work for the passage index of the same documents, inserted by the bare
   ``sqlite3`` module in one transaction (under ``sync``) and in one transaction per document
-  (under ``put_doc``, which commits each document); no ingest can beat them (ADR 0044).
+  (under ``put_doc``, which commits each document), and the latter with the counts the index
+  keeps, into an empty store and into a copy of the 10,000-document corpus (where a
+  document's terms dirty a page each of big B-trees); no ingest can beat them (ADR 0044).
 * **Unchanged sync** of a 2,000- and a 10,000-document corpus, each built once by a sync: time
   and events appended, read from ``loom.log.position`` before and after (must be exactly 1).
 * **Edited sync** of the 10,000-document corpus with 1% of documents edited and 1% dropped
@@ -75,6 +77,7 @@ from loom_knowledge import (
     passage_content,
     to_passages,
 )
+from loom_knowledge.corpus.keys import corpus_key
 from loom_memory import MemoryEntry, SqliteMemoryStore, SqliteTemporalStore, entry_terms
 from loom_memory.entry import encode_entries
 from loom_memory.position_counts import TERMS_KEY, bucketed, inserted_changes
@@ -145,7 +148,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             seconds, events = corpus.sync(corpus.docs)
             builds.append((size, seconds, events))
             corpora[size] = corpus
-        SNAPSHOTS.keep(synced_key(corpora[large].docs), path)  # before any round writes to it
+        snapshot = synced_key(corpora[large].docs)
+        SNAPSHOTS.keep(snapshot, path)  # before any round writes to it
+        head = corpora[large].loom.log.position
         leaks: list[int] = []
         arms = [
             _sync_ingest_arm(docs[:sync_ingest]),
@@ -154,12 +159,13 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             _floor_arm(docs[:sync_ingest]),
             _floor_arm(docs[:put_ingest], per_document=True),
             _floor_arm(docs[:put_ingest], per_document=True, counts=True),
+            _floor_arm(spare, per_document=True, counts=True, into=_Into(snapshot, head, large)),
             _unchanged_arm(corpora[small]),
             _unchanged_arm(corpora[large]),
             _edited_arm(corpora[large], leaks),
             _retrieval_arm(corpora[large], query_set),
         ]
-        ingest, synced, retrieval = arms[:6], arms[6:9], arms[9]
+        ingest, synced, retrieval = arms[:7], arms[7:10], arms[10]
         results = interleave(arms, rounds=settings.rounds, progress=progress)
         progress("negative controls")
         unchanged_small = results[synced[0].name]["seconds"]
@@ -287,7 +293,19 @@ def _put_into_arm(corpus: Corpus, docs: list[Doc]) -> Arm:
     )
 
 
-def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = False) -> Arm:
+@dataclass(frozen=True)
+class _Into:
+    """A corpus a floor writes into: its snapshot (``SNAPSHOTS``' key), taken when the log's
+    head was ``head``, and its size, for the arm's name."""
+
+    snapshot: str
+    head: int
+    docs: int
+
+
+def _floor_arm(
+    docs: list[Doc], *, per_document: bool = False, counts: bool = False, into: _Into | None = None
+) -> Arm:
     """SQLite's own work for the passage index of ``docs``: the floor under any ingest.
 
     The rows a sync's projection writes to the passage store (each passage's entry row, which
@@ -303,11 +321,22 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
     own :func:`~loom_memory.position_counts.bucketed` and written by the same upserts. That
     is the floor under ``put_doc`` through this index as it is, counts and all; the one
     without them shows what the counts cost (ADR 0044, amended "counts").
+
+    With ``into``, the same rows and counts go into a copy of that corpus (its snapshot,
+    restored before the clock), at the positions after its head, as ``put_doc`` into it
+    writes them: into a large index each document's rows and term counts land on pages of
+    their own across big B-trees, so a floor measured into an empty file would flatter
+    itself against ``put_doc`` into the corpus (ADR 0044, amended "in place").
     """
     chunker = pack_paragraphs()
+    first = 1 if into is None else into.head + 1
+    # The key the corpus's passage store writes under: in a corpus copy, rows of another key
+    # would sort apart from its rows and fill a few pages of their own (ten times fewer
+    # written than where a document's terms fall among the corpus's).
+    key = corpus_key(SCOPE)
     rows: list[list[tuple[str, str, list[tuple[str, int]]]]] = []
     kept: list[list[tuple[str, str, list[tuple[Any, ...]]]]] = []
-    for position, doc in enumerate(docs, start=1):
+    for position, doc in enumerate(docs, start=first):
         passages = to_passages(doc, revision=1, chunker=chunker)
         entries = [
             MemoryEntry(
@@ -322,12 +351,12 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
             terms = entry_terms(entry)
             rows[-1].append((data.decode(), " ".join(terms), list(Counter(terms).items())))
             held.append(set(terms))
-        by_rows, by_terms = bucketed(inserted_changes((SCOPE, position, None, t) for t in held))
+        by_rows, by_terms = bucketed(inserted_changes((key, position, None, t) for t in held))
         frequencies = sorted(Counter(term for terms in held for term in terms).items())
         kept.append(
             [
-                ("row_counts_table", "key", [(SCOPE, len(held))]),
-                ("term_counts_table", "key, term", [(SCOPE, *df) for df in frequencies]),
+                ("row_counts_table", "key", [(key, len(held))]),
+                ("term_counts_table", "key, term", [(key, *df) for df in frequencies]),
                 ("rows_at_table", "key, level, bucket", by_rows),
                 ("terms_at_table", ", ".join(TERMS_KEY), by_terms),
             ]
@@ -335,6 +364,8 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
             else []
         )
 
+    # The term buckets the floor must add: every one in an empty file, the new positions'
+    # (level 0) in a corpus, whose higher levels' buckets exist already.
     buckets = len(
         {
             upsert[:4]
@@ -342,11 +373,15 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
             for table, _, values in upserts
             if table == "terms_at_table"
             for upsert in values
+            if into is None or upsert[2] == 0
         }
     )
+    counted = "" if into is None else f" WHERE level = 0 AND bucket >= {first}"
 
     def measure() -> Sample:
         with fresh_sqlite() as (url, path):
+            if into is not None:
+                _expect(SNAPSHOTS.restore(into.snapshot, path), "no snapshot of the corpus")
             engine = create_engine(url)
             store = SqliteTemporalStore(
                 engine, table_prefix="loom_kb_", columns=[Column("revision", Integer)]
@@ -359,7 +394,7 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
                 started = time.perf_counter()
                 connection.execute("BEGIN IMMEDIATE")
                 documents = zip(rows, kept, strict=True)
-                for position, (document, upserts) in enumerate(documents, start=1):
+                for position, (document, upserts) in enumerate(documents, start=first):
                     for table, columns, values in upserts:  # the counts kept beside the rows
                         count = "n" if table.startswith("row") else "df"
                         marks = ", ".join("?" * len(values[0]))
@@ -373,7 +408,7 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
                         (seq,) = connection.execute(
                             f"INSERT INTO {store.entries.name} (key, entry, search_text, "
                             "valid_from, revision) VALUES (?, ?, ?, ?, 1) RETURNING seq",
-                            (SCOPE, entry, search_text, position),
+                            (key, entry, search_text, position),
                         ).fetchone()
                         connection.executemany(
                             f"INSERT INTO {store.table_prefix}postings (term, seq, tf) "
@@ -386,19 +421,25 @@ def _floor_arm(docs: list[Doc], *, per_document: bool = False, counts: bool = Fa
                 connection.execute("COMMIT")
                 elapsed = time.perf_counter() - started
                 (written,) = connection.execute(
-                    f"SELECT count(*) FROM {store.terms_at_table}"
+                    f"SELECT count(*) FROM {store.terms_at_table}{counted}"
                 ).fetchone()
+                keys = connection.execute(
+                    f"SELECT DISTINCT key FROM {store.entries.name}"
+                ).fetchall()
             finally:
                 connection.close()
         # A floor that skipped the counts would pass for one that wrote them.
         _expect(written == buckets, f"the floor wrote {written} term buckets, not {buckets}")
+        # Rows of another key sort apart from the corpus's (see ``key`` above).
+        _expect(keys == [(key,)], f"the floor's rows are under keys {keys}, not only {key!r}")
         return {"docs_per_s": len(docs) / elapsed, "events": 0}
 
     unit = "one transaction per document" if per_document else "one transaction"
     rows_of = "and the counts it keeps " if counts else ""
+    where = "" if into is None else f", into a copy of the {into.docs:,}-document corpus"
     return Arm(
-        f"{FLOOR}the passage index rows {rows_of}of the same {len(docs):,} documents, bare "
-        f"sqlite3, {unit} (no log, no loom)",
+        f"{FLOOR}the passage index rows {rows_of}of the same {len(docs):,} documents{where}, "
+        f"bare sqlite3, {unit} (no log, no loom)",
         measure,
     )
 
@@ -525,12 +566,18 @@ def _ingest_table(
 ) -> Table:
     rows = []
     floors = [name for name in names if name.startswith(FLOOR)]
-    sync_floor, put_floor, counted_floor = (results[name]["docs_per_s"].median for name in floors)
+    sync_floor, put_floor, counted_floor, in_place_floor = (
+        results[name]["docs_per_s"].median for name in floors
+    )
     ceilings = {
         floors[0]: f"ceiling of sync: {sync_floor / SYNC_TARGET:.2f}x the sync target",
         floors[1]: f"ceiling of put_doc: {put_floor / PUT_TARGET:.2f}x the put_doc target",
         floors[2]: (
             f"ceiling of put_doc through this index: {counted_floor / PUT_TARGET:.2f}x the "
+            "put_doc target"
+        ),
+        floors[3]: (
+            f"ceiling of put_doc into the corpus: {in_place_floor / PUT_TARGET:.2f}x the "
             "put_doc target"
         ),
     }
@@ -545,6 +592,8 @@ def _ingest_table(
         verdict = f"{_verdict(rate.median, target)}; {rate.median / floor:.2f}x its floor"
         if put:
             verdict += f", {rate.median / counted_floor:.2f}x with the counts"
+        if put and "new documents into the" in name:
+            verdict += f", {rate.median / in_place_floor:.2f}x the same rows' floor in place"
         rows.append((name, rate.cell("/s"), _events(stats["events"]), verdict))
     for size, seconds, events in builds:
         built = size / seconds

@@ -4,9 +4,18 @@ ceiling, never as met and never as loom's miss alone."""
 
 from __future__ import annotations
 
-from benchmarks import group_commit, scaleout
-from benchmarks.harness import Arm, Stats, floor_verdict
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from unittest.mock import patch
+
+from benchmarks import corpus, group_commit, scaleout
+from benchmarks.corpus import SCOPE, SOURCE, base_docs
+from benchmarks.harness import Arm, Snapshots, Stats, floor_verdict
 from benchmarks.workload import make_values
+from loom_knowledge import open_knowledge_base
+from loom_runtime import Loom
 
 
 def test_the_verdict_is_met_floor_bound_or_missed() -> None:
@@ -48,3 +57,63 @@ def test_the_postgresql_table_sets_loom_against_the_bare_calls_scaling() -> None
     }
     table = scaleout._scaling_table(results)
     assert table.rows == ((">= 4x", "1.20x", "1.50x", "floor-bound (ceiling 1.50x)"),)
+
+
+def test_the_put_doc_floor_in_place_writes_what_put_doc_writes_where_it_writes_it(
+    tmp_path: Path,
+) -> None:
+    """The floor under ``put_doc`` into a corpus writes into a copy of that corpus, under the
+    key its passage store uses, the rows and counts ``put_doc`` writes: after it, the copy's
+    index holds exactly what the corpus's own index holds after ``put_doc`` of the same
+    documents (rows under one key, the same terms counted at the same positions)."""
+    docs = base_docs(24)
+    built, spare = docs[:20], docs[20:]
+    path = tmp_path / "corpus.db"
+    with Loom(f"sqlite:///{path}") as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        kb.sync(built, source=SOURCE)
+        snapshots = Snapshots()
+        snapshots.keep("corpus", path)
+        head = loom.log.position
+        floor = corpus._floor_arm(
+            spare, per_document=True, counts=True, into=corpus._Into("corpus", head, 20)
+        )
+        with (
+            patch.object(corpus, "SNAPSHOTS", snapshots),
+            _kept_copy(tmp_path / "floor.db") as copy,
+        ):
+            assert floor.measure()["docs_per_s"] > 0
+        for doc in spare:
+            kb.put_doc(doc, source=SOURCE)
+    assert _counts(copy) == _counts(path)
+
+
+@contextmanager
+def _kept_copy(kept: Path) -> Iterator[Path]:
+    """The file the floor writes, copied to ``kept`` before its scratch directory goes."""
+    real = corpus.fresh_sqlite
+
+    @contextmanager
+    def keeping() -> Iterator[tuple[str, Path]]:
+        with real() as (url, path):
+            yield url, path
+            with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(kept)) as to:
+                source.backup(to)
+
+    with patch.object(corpus, "fresh_sqlite", keeping):
+        yield kept
+
+
+def _counts(path: Path) -> tuple[list[tuple[object, ...]], ...]:
+    """The index's keys and its counts by position, as a recount would compare them."""
+    with closing(sqlite3.connect(path)) as connection:
+        return tuple(
+            connection.execute(sql).fetchall()
+            for sql in (
+                "SELECT DISTINCT key FROM loom_kb_entries",
+                "SELECT * FROM loom_kb_terms_at ORDER BY 1, 2, 3, 4",
+                "SELECT * FROM loom_kb_rows_at ORDER BY 1, 2, 3",
+                "SELECT * FROM loom_kb_current_terms ORDER BY 1, 2",
+                "SELECT * FROM loom_kb_current_rows ORDER BY 1",
+            )
+        )
