@@ -748,12 +748,13 @@ def _upsert_counts(
 ) -> None:
     """Add ``values`` (``columns`` then the ``count`` to add) to the count ``table``, one
     upsert for the batch: on PostgreSQL its columns as arrays in one statement (psycopg's
-    ``executemany`` would send one INSERT per row), on SQLite one ``executemany``."""
+    ``executemany`` would send one INSERT per row), in binary as the postings go
+    (:func:`~loom_memory.sql._insert_postings`), on SQLite one ``executemany``."""
     upsert = f"ON CONFLICT ({columns}) DO UPDATE SET {count} = c.{count} + excluded.{count}"
     if conn.dialect.name == "postgresql":
         arrays = [list(column) for column in zip(*values, strict=True)]
         types = ["text[]" if isinstance(column[0], str) else "bigint[]" for column in arrays]
-        unnest = ", ".join(f"%s::{kind}" for kind in types)
+        unnest = ", ".join(f"%b::{kind}" for kind in types)
         conn.exec_driver_sql(
             f"INSERT INTO {table} AS c ({columns}, {count}) SELECT * FROM unnest({unnest}) "
             + upsert,
