@@ -339,7 +339,7 @@ def _floor_arm(
     key = corpus_key(SCOPE)
     rows: list[list[tuple[str, str, list[tuple[str, int]]]]] = []
     kept: list[list[tuple[str, str, list[tuple[Any, ...]]]]] = []
-    written: list[tuple[int, list[set[str]]]] = []  # each document's position and rows' terms
+    placed: list[tuple[int, list[set[str]]]] = []  # each document's position and rows' terms
     for position, doc in enumerate(docs, start=first):
         passages = to_passages(doc, revision=1, chunker=chunker)
         entries = [
@@ -355,10 +355,10 @@ def _floor_arm(
             terms = entry_terms(entry)
             rows[-1].append((data.decode(), " ".join(terms), list(Counter(terms).items())))
             held.append(set(terms))
-        written.append((position, held))
-        kept.append(_counted(key, written[-1:]) if counts and per_document else [])
+        placed.append((position, held))
+        kept.append(_counted(key, placed[-1:]) if counts and per_document else [])
     if counts and not per_document:  # one transaction: the counts of all, summed once
-        kept[-1] = _counted(key, written)
+        kept[-1] = _counted(key, placed)
 
     # The term buckets the floor must add: every one in an empty file, the new positions'
     # (level 0) in a corpus, whose higher levels' buckets exist already.
