@@ -12,7 +12,7 @@ from unittest.mock import patch
 
 from benchmarks import corpus, group_commit, scaleout
 from benchmarks.corpus import SCOPE, SOURCE, base_docs
-from benchmarks.harness import Arm, Snapshots, Stats, floor_verdict
+from benchmarks.harness import Arm, Snapshots, Stats, _copy_sqlite, floor_verdict
 from benchmarks.workload import make_values
 from loom_knowledge import open_knowledge_base
 from loom_runtime import Loom
@@ -97,8 +97,7 @@ def _kept_copy(kept: Path) -> Iterator[Path]:
     def keeping() -> Iterator[tuple[str, Path]]:
         with real() as (url, path):
             yield url, path
-            with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(kept)) as to:
-                source.backup(to)
+            _copy_sqlite(path, kept)
 
     with patch.object(corpus, "fresh_sqlite", keeping):
         yield kept
