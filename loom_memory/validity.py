@@ -38,7 +38,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -107,13 +106,8 @@ class TemporalSqlStore(SqlMemoryStore):
             columns=[
                 Column("valid_from", BigInteger, nullable=True, default=0),
                 Column("valid_to", BigInteger, nullable=True),
-                # A search reads the seqs a key admits at a position from this index alone
-                # (the rows are wide). valid_from leads valid_to on purpose: an index on
-                # (key, valid_to) made SQLite pick it for end_validity (UPDATE ... WHERE key
-                # AND entry_id IN .. AND valid_to IS NULL) and scan every current entry of the
-                # key per call; this one offers that UPDATE only its key prefix, so the
-                # (key, entry_id) index serves it.
-                Index(f"{table_prefix}entries_validity", "key", "valid_from", "valid_to", "seq"),
+                # The index of (key, seq, valid_from, valid_to) is made by _counts_ddl, where
+                # a store written by older code gets it too.
                 *columns,
             ],
             postings=True,
@@ -152,6 +146,12 @@ class TemporalSqlStore(SqlMemoryStore):
         """Name of the partial ``(key, seq)`` index of the current rows."""
         return f"{self.table_prefix}entries_current"
 
+    @property
+    def admission_index(self) -> str:
+        """Name of the ``(key, seq, valid_from, valid_to)`` index: whether a row is valid at
+        a position, read without the row (see :meth:`_counts_ddl`)."""
+        return f"{self.table_prefix}entries_admission"
+
     def _declare_count_tables(self, metadata: MetaData) -> None:
         """Declare the two current count tables and the two by position (each backend's
         ``_declare_search_tables`` calls this beside its own search tables)."""
@@ -182,9 +182,20 @@ class TemporalSqlStore(SqlMemoryStore):
         return outdated
 
     def _counts_ddl(self, *, created: set[str]) -> list[str]:
-        """The partial index of the current rows and, when this open created a count table
-        beside existing entries (a store written by older code), the counts refilled from the
-        rows: same SQL on both backends.
+        """The partial index of the current rows, the admission index and, when this open
+        created a count table beside existing entries (a store written by older code), the
+        counts refilled from the rows: same SQL on both backends.
+
+        The admission index, ``(key, seq, valid_from, valid_to)``, answers whether a row is
+        valid at a position without reading the row (~1.5 KB of a passage, two to a page): a
+        search as of P tests every candidate so, and read it from the rows at twice the
+        time of a current search (ADR 0059, amended "admission"). It replaces the
+        ``(key, valid_from, valid_to, seq)`` index of older code, dropped here, which no
+        probe by ``seq`` could use. valid_to comes last on purpose: an index with
+        ``(key, valid_to)`` first made SQLite pick it for ``end_validity`` (``UPDATE ...
+        WHERE key AND entry_id IN .. AND valid_to IS NULL``) and scan every current entry of
+        the key per call; this one offers that UPDATE its key prefix only, so the
+        ``(key, entry_id)`` index serves it.
 
         A new store (its entries created here, with every count table: ``_create_schema``
         drops what an entries table dropped by hand left beside it) has no row to count and
@@ -197,7 +208,10 @@ class TemporalSqlStore(SqlMemoryStore):
         counts, terms = self.row_counts_table, self.term_counts_table
         statements = [
             f"CREATE INDEX IF NOT EXISTS {self.current_index} ON {rows} (key, seq) "
-            "WHERE valid_to IS NULL"
+            "WHERE valid_to IS NULL",
+            f"CREATE INDEX IF NOT EXISTS {self.admission_index} ON {rows} "
+            "(key, seq, valid_from, valid_to)",
+            f"DROP INDEX IF EXISTS {self.table_prefix}entries_validity",
         ]
         if {rows, counts, terms, self.rows_at_table, self.terms_at_table} <= created:
             return statements
@@ -354,8 +368,11 @@ class TemporalSqlStore(SqlMemoryStore):
             position=valid.position,
         )
         mark = driver_mark(conn)
+        # SQLite: the candidate's row by its seq (the rowid) is what the planner picks, and
+        # reads a wide row per candidate; the admission index holds all a probe tests.
+        hint = f" INDEXED BY {self.admission_index}" if conn.dialect.name == "sqlite" else ""
         then = Admission(
-            f"{self.entries.name} AS e",
+            f"{self.entries.name} AS e{hint}",
             f"e.valid_from <= {mark} AND (e.valid_to IS NULL OR e.valid_to > {mark})",
             (valid.position, valid.position),
         )

@@ -14,16 +14,19 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from loom_memory import MemoryEntry, idf_weight
 from loom_memory import postings as postings_module
 from loom_memory.entry import decode_entry
 from loom_memory.postings import rank
+from loom_memory.sql import DEFAULT_TABLE_PREFIX
 from loom_memory.store import MAX_SEARCH_LIMIT
 from loom_memory.validity import TemporalSqlStore, ValidAt
+from loom_runtime import read_catalog
 from replay_tests.budgets import seeds
 from replay_tests.memory.test_kept_counts import _store, engine
 
@@ -290,3 +293,63 @@ def test_as_of_with_where_and_reads_follow_the_position(engine: Engine) -> None:
         )
         plain = store.search_annotated(KEY, "disk wal", as_of=position, limit=5)
         assert narrowed == plain  # no row has a revision: the filter admits the same rows
+
+
+ADMISSION = f"{DEFAULT_TABLE_PREFIX}entries_admission"
+
+
+def test_a_candidate_is_admitted_from_the_admission_index_not_its_row(engine: Engine) -> None:
+    """SQLite: each round of a search as of P tests its candidates' validity on the covering
+    ``(key, seq, valid_from, valid_to)`` index, never by a lookup of the (wide) row by its
+    seq, which read a page per candidate at twice a current search's time (ADR 0059,
+    amended "admission")."""
+    store = _store(engine)
+    position = _history(store, random.Random(4), 20) - 5
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "candidates" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        found = store.search_as_of(KEY, "disk zebra wal", position, limit=5)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+    assert found, "the history left rows to find"
+    assert statements, "the probe saw no ranked statement"
+    with store.engine.connect() as conn:
+        for statement, parameters in statements:
+            plan = " | ".join(
+                row[-1]
+                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            )
+            assert f"SEARCH e USING COVERING INDEX {ADMISSION}" in plan, plan
+            assert "PRIMARY KEY (rowid" not in plan, plan
+
+
+def test_a_store_with_the_older_validity_index_gets_the_admission_index(engine: Engine) -> None:
+    """Opened over the index older code made, ``(key, valid_from, valid_to, seq)``, a store
+    drops it and makes the admission index in its place (one index on every write, as
+    before); every as-of answer is the same."""
+    store = _store(engine)
+    last = _history(store, random.Random(6), 25)
+    prefix = store.table_prefix
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP INDEX {store.admission_index}")
+        conn.exec_driver_sql(
+            f"CREATE INDEX {prefix}entries_validity ON {store.entries.name} "
+            "(key, valid_from, valid_to, seq)"
+        )
+    reopened = _store(engine)
+    with engine.connect() as conn:
+        objects = read_catalog(conn).objects
+    assert reopened.admission_index in objects
+    assert f"{prefix}entries_validity" not in objects
+    rows = _rows(reopened, KEY)
+    for position in range(0, last + 1, 3):
+        terms = list(reopened.tokenizer.query_terms("disk zebra wal"))
+        assert _pruned(reopened, KEY, "disk zebra wal", position, 5) == _top(
+            _brute_force(rows, position, terms), 5
+        )

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from replay_tests.conftest import NO_PG, PG_URL, fresh_postgres_engine
 from replay_tests.memory.test_asof_pruned import (
     test_a_bound_below_the_exact_one_would_answer_wrong_as_of,
+    test_a_store_with_the_older_validity_index_gets_the_admission_index,
     test_an_as_of_search_never_recounts_every_match,
     test_as_of_every_position_and_limit_equals_brute_force_and_the_old_plan,
     test_as_of_with_where_and_reads_follow_the_position,
@@ -29,6 +30,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=NO_PG)
 
 RUN_AGAIN_HERE = (
     test_a_bound_below_the_exact_one_would_answer_wrong_as_of,
+    test_a_store_with_the_older_validity_index_gets_the_admission_index,
+    test_a_store_with_the_older_validity_index_gets_the_admission_index,
     test_an_as_of_search_never_recounts_every_match,
     test_as_of_every_position_and_limit_equals_brute_force_and_the_old_plan,
     test_as_of_with_where_and_reads_follow_the_position,
