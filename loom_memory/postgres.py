@@ -26,7 +26,8 @@ bounds that prove which rows cannot enter the top ``limit``. A search with ``whe
 the statement: its statistics are those of the admitted rows, unknown before counting them.
 
 A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (same
-formula, integer scores, ties by entry id; a foreign key's cascade deletes an entry's postings).
+formula, integer scores, ties by entry id; a statement-level trigger deletes an entry's
+postings, :meth:`PostgresMemoryStore._postings_trigger`).
 
 ``entry_id`` is a stored generated column, ``entry::json ->> 'id'``, indexed with ``key`` so
 ``remove`` is one indexed ``DELETE``. Use a ``postgresql+psycopg://`` URL (psycopg 3).
@@ -67,6 +68,7 @@ from loom_memory.postgres_terms import (
     term_index,
 )
 from loom_memory.sql import SqlMemoryStore
+from loom_runtime import SchemaCatalog
 
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position; it clamps larger ones itself
 
@@ -100,10 +102,46 @@ class PostgresMemoryStore(SqlMemoryStore):
         # The GIN index is declared with the table, in _search_schema. A postings store
         # written before it left the index out still has one: drop it (idempotent).
         if self.keeps_postings:
-            return [f"DROP INDEX IF EXISTS {_gin_index(self.table_prefix)}"]
+            gin = f"DROP INDEX IF EXISTS {_gin_index(self.table_prefix)}"
+            function, trigger = self._postings_trigger()
+            return [gin, function, *([trigger] if self.entries.name in created else [])]
         if self.term_index is None:
             return []
         return index_ddl(self.table_prefix, self.entries, self.term_index, created=created)
+
+    def _postings_trigger(self) -> tuple[str, str]:
+        """The function and the statement-level trigger deleting a deleted entry's postings
+        (a store with ``postings=True``): one ``DELETE`` joined to the statement's deleted
+        rows, where the foreign key older code declared cascaded row by row and was checked
+        for every posting inserted (ADR 0044, amended "no foreign key")."""
+        assert self.postings is not None
+        rows, function = self.entries.name, _postings_function(self.table_prefix)
+        return (
+            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN DELETE FROM {self.postings.name} p USING old_rows o WHERE p.seq = o.seq; "
+            "RETURN NULL; END $$",
+            f"CREATE TRIGGER {rows}_postings_delete AFTER DELETE ON {rows} "
+            f"REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+        )
+
+    def _upgrade_ddl(self, catalog: SchemaCatalog) -> list[str]:
+        """A postings store older code wrote, with a foreign key from its postings to its
+        entries and no delete trigger (told by the trigger's function, which it lacks): the
+        key dropped and the trigger made, in the open's transaction, once."""
+        if (
+            self.postings is None
+            or self.postings.name not in catalog.tables
+            or _postings_function(self.table_prefix) in catalog.functions
+        ):
+            return []
+        _, trigger = self._postings_trigger()
+        return [
+            # PostgreSQL's name for the key older code declared unnamed: <table>_<column>_fkey.
+            f"ALTER TABLE {self.postings.name} DROP CONSTRAINT IF EXISTS "
+            f"{self.postings.name}_seq_fkey",
+            f"DROP TRIGGER IF EXISTS {self.entries.name}_postings_delete ON {self.entries.name}",
+            trigger,
+        ]
 
     def _drop_ddl(self) -> list[str]:
         return [] if self.term_index is None else drop_ddl(self.table_prefix)
@@ -189,6 +227,11 @@ class _Char(UserDefinedType[str]):
 
 _WEIGHT_A = cast(literal("A"), _Char())
 _ONLY_A = cast(literal(["a"], ARRAY(Text)), ARRAY(_Char()))
+
+
+def _postings_function(prefix: str) -> str:
+    """The trigger function deleting a postings store's deleted entries' postings."""
+    return f"{prefix}postings_on_delete"
 
 
 def _gin_index(prefix: str) -> str:

@@ -13,8 +13,8 @@ again, whoever issues the statement (a caller's own ``UPDATE`` or ``DELETE`` inc
 Why statement-level with transition tables, not a trigger per row as on SQLite: one
 ``end_validity`` or ``clear`` changes many rows, and one grouped upsert per statement costs
 far less than two statements per row. Why the terms come from the rows' ``search_vector``,
-not their postings: the foreign key's cascade has deleted a deleted row's postings before an
-``AFTER`` statement trigger runs, and the vector's lexemes are the entry's distinct terms
+not their postings: the postings' own delete trigger may have run before these (a deleted
+row's postings are then gone), and the vector's lexemes are the entry's distinct terms
 (the store writes one lexeme per term, :class:`~loom_memory.PostgresMemoryStore`), the same
 set its postings hold.
 

@@ -40,7 +40,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -67,9 +66,11 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
 
     Clustered by ``(term, seq)`` (``WITHOUT ROWID`` on SQLite) so a term's postings, counts
     included, are one range read. Deleted with the entry by the database itself, whoever
-    deletes it (a caller's own ``DELETE`` included): on PostgreSQL by the foreign key's
-    cascade, on SQLite (where foreign keys are off by default) by a trigger the backend adds.
-    A posting left behind would, on SQLite, collide with a re-used rowid.
+    deletes it (a caller's own ``DELETE`` included), by a trigger each backend adds: per row on
+    SQLite, per statement on PostgreSQL. No foreign key: SQLite does not enforce one by
+    default, and PostgreSQL checked it for every posting inserted, a fifth of a corpus sync
+    (ADR 0044, amended "no foreign key"). A posting left behind would, on SQLite, collide
+    with a re-used rowid.
 
     ``keyed`` leads each posting with its entry's key, clustered by ``(key, term, seq)``: a
     search that ranks within a key and knows its statistics already (a plain PostgreSQL store,
@@ -82,12 +83,7 @@ def postings_table(prefix: str, metadata: MetaData, *, keyed: bool = False) -> T
         metadata,
         *([Column("key", Text, nullable=False)] if keyed else []),
         Column("term", Text, nullable=False),
-        Column(
-            "seq",
-            BigInteger().with_variant(Integer, "sqlite"),
-            *([] if keyed else [ForeignKey(f"{prefix}entries.seq", ondelete="CASCADE")]),
-            nullable=False,
-        ),
+        Column("seq", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
         Column("tf", Integer, nullable=False),
         PrimaryKeyConstraint(
             *(["key"] if keyed else []),

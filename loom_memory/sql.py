@@ -197,6 +197,7 @@ class SqlMemoryStore(ABC):
             all(name in catalog.tables for name in metadata.tables)
             and not self._outdated_tables(catalog)
             and not _pending(self._search_ddl(created=set()), catalog)
+            and not self._upgrade_ddl(catalog)
         )
 
     def _create_schema(self, conn: Connection, metadata: MetaData, catalog: SchemaCatalog) -> None:
@@ -223,7 +224,7 @@ class SqlMemoryStore(ABC):
             )
         metadata.create_all(conn, checkfirst=True)
         created = {table.name for table in metadata.sorted_tables} - existing
-        for statement in self._search_ddl(created=created):
+        for statement in [*self._search_ddl(created=created), *self._upgrade_ddl(catalog)]:
             conn.exec_driver_sql(statement)
 
     @property
@@ -537,6 +538,13 @@ class SqlMemoryStore(ABC):
         """Tables of ``catalog`` laid out by older code, to drop and create anew at open: a
         subclass keeping a table derived from its rows (filled again by ``_search_ddl``, which
         sees it as created) names it here when its layout changed. None by default."""
+        return []
+
+    def _upgrade_ddl(self, catalog: SchemaCatalog) -> list[str]:
+        """DDL that moves a store older code wrote to this code's layout where only the catalog
+        can tell (an object's absence, not a table's), run after the search DDL; nothing
+        when the catalog shows the store moved (or created by this open: the catalog was read
+        before). None by default."""
         return []
 
     @abstractmethod

@@ -1,9 +1,12 @@
-"""A PostgreSQL store ranked from its postings keeps no GIN index on its search vector.
+"""A PostgreSQL store ranked from its postings keeps no GIN index on its search vector, and
+no foreign key from its postings to its entries.
 
 Such a store never runs ``@@`` (its searches read the postings side table), so a GIN index on
 ``search_vector`` would only cost every insert (ADR 0044). A store without postings still has
 it: its ``where=`` searches match through it. A database written before the index was left
-out loses it when the store is next opened, and searches answer the same.
+out loses it when the store is next opened, and searches answer the same. Likewise the foreign
+key older code declared, checked for every posting inserted: a trigger deletes a deleted
+entry's postings instead, and a store with the key is moved at its next open.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, PostgresTemporalStore
 
@@ -75,3 +78,77 @@ def test_an_existing_gin_index_is_dropped_on_open_and_searches_answer_the_same(
     reopened = PostgresTemporalStore(engine, table_prefix="kb_")
     assert _gin_indexes(engine, "kb_entries") == []
     assert [e.id for e in reopened.search("k", "vacuum transaction")] == before
+
+
+def _foreign_keys(engine: Engine, table: str) -> list[str]:
+    """The foreign keys of ``table`` (read from the catalog)."""
+    query = text(
+        "SELECT c.conname FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
+        "WHERE t.relname = :table AND c.contype = 'f' ORDER BY c.conname"
+    )
+    with engine.connect() as conn:
+        return list(conn.scalars(query, {"table": table}))
+
+
+def _postings_of(engine: Engine, store: PostgresTemporalStore) -> dict[str, int]:
+    """Per entry id still in the table, or ``?`` for an entry gone, its postings' count."""
+    assert store.postings is not None
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            f"SELECT coalesce(e.entry_id, '?'), count(*) FROM {store.postings.name} p "
+            f"LEFT JOIN {store.entries.name} e ON e.seq = p.seq GROUP BY 1 ORDER BY 1"
+        )
+        return dict(found.tuples().all())
+
+
+def _deletes_postings_with_their_entries(engine: Engine, store: PostgresTemporalStore) -> None:
+    """A ``remove`` and a caller's own ``DELETE`` each take their entries' postings along."""
+    store.append("k", _ENTRIES)
+    store.append("other", [MemoryEntry(id="c", content={"text": "vacuum"})])
+    assert set(_postings_of(engine, store)) == {"a", "b", "c"}
+    store.remove("k", ["a"])
+    assert set(_postings_of(engine, store)) == {"b", "c"}
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {store.entries.name} WHERE key = 'k'")
+    assert set(_postings_of(engine, store)) == {"c"}
+    assert [e.id for e in store.search("other", "vacuum table")] == ["c"]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_postings_store_deletes_postings_by_trigger_not_a_foreign_key(engine: Engine) -> None:
+    """No foreign key from the postings to the entries: PostgreSQL checked it for every
+    posting inserted, a fifth of a corpus sync; a statement-level trigger deletes a deleted
+    entry's postings instead, whoever deletes it (ADR 0044, amended "no foreign key")."""
+    store = PostgresTemporalStore(engine, table_prefix="kb_")
+    assert _foreign_keys(engine, "kb_postings") == []
+    _deletes_postings_with_their_entries(engine, store)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_store_with_the_older_foreign_key_gets_the_trigger_once(engine: Engine) -> None:
+    """A postings store older code wrote (a cascading foreign key, no trigger) is moved at its
+    next open: the key dropped, the trigger made; the open after that changes nothing."""
+    PostgresTemporalStore(engine, table_prefix="kb_")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER kb_entries_postings_delete ON kb_entries")
+        conn.exec_driver_sql("DROP FUNCTION kb_postings_on_delete()")
+        conn.exec_driver_sql(
+            "ALTER TABLE kb_postings ADD FOREIGN KEY (seq) REFERENCES kb_entries (seq) "
+            "ON DELETE CASCADE"
+        )
+    assert _foreign_keys(engine, "kb_postings") == ["kb_postings_seq_fkey"]
+    reopened = PostgresTemporalStore(engine, table_prefix="kb_")
+    assert _foreign_keys(engine, "kb_postings") == []
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        PostgresTemporalStore(engine, table_prefix="kb_")
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert seen, "the probe saw no statement of the open"
+    assert not [s for s in seen if s.lstrip().upper().startswith(("ALTER", "CREATE", "DROP"))]
+    _deletes_postings_with_their_entries(engine, reopened)
