@@ -27,7 +27,7 @@ the statement: its statistics are those of the admitted rows, unknown before cou
 
 A store built with ``postings=True`` ranks through :mod:`loom_memory.postings` instead (same
 formula, integer scores, ties by entry id; a statement-level trigger deletes an entry's
-postings, :meth:`PostgresMemoryStore._postings_trigger`).
+postings, :meth:`PostgresMemoryStore._postings_triggers`).
 
 ``entry_id`` is a stored generated column, ``entry::json ->> 'id'``, indexed with ``key`` so
 ``remove`` is one indexed ``DELETE``. Use a ``postgresql+psycopg://`` URL (psycopg 3).
@@ -102,48 +102,73 @@ class PostgresMemoryStore(SqlMemoryStore):
         # The GIN index is declared with the table, in _search_schema. A postings store
         # written before it left the index out still has one: drop it (idempotent).
         if self.keeps_postings:
+            assert self.postings is not None
             gin = f"DROP INDEX IF EXISTS {_gin_index(self.table_prefix)}"
-            function, trigger = self._postings_trigger()
-            return [gin, function, *([trigger] if self.entries.name in created else [])]
+            functions, triggers = self._postings_triggers()
+            # With either table made now (a new store; postings dropped by hand), the
+            # triggers are made too: nothing else would make them for this store.
+            made = created & {self.entries.name, self.postings.name}
+            return [gin, *functions, *(triggers if made else [])]
         if self.term_index is None:
             return []
         return index_ddl(self.table_prefix, self.entries, self.term_index, created=created)
 
-    def _postings_trigger(self) -> tuple[str, str]:
-        """The function and the statement-level trigger deleting a deleted entry's postings
-        (a store with ``postings=True``): one ``DELETE`` joined to the statement's deleted
+    def _postings_triggers(self) -> tuple[list[str], list[str]]:
+        """The functions and statement-level triggers of a store with ``postings=True``: one
+        deleting a deleted entry's postings (one ``DELETE`` joined to the statement's deleted
         rows, where the foreign key older code declared cascaded row by row and was checked
-        for every posting inserted (ADR 0044, amended "no foreign key")."""
+        for every posting inserted), one refusing a ``TRUNCATE`` of the entries, which fires
+        no delete trigger and would leave the postings to rows that reuse their numbers (the
+        key refused it too). ADR 0044, amended "no foreign key"."""
         assert self.postings is not None
-        rows, function = self.entries.name, _postings_function(self.table_prefix)
+        rows = self.entries.name
+        deleted, truncated = _postings_functions(self.table_prefix)
         return (
-            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN DELETE FROM {self.postings.name} p USING old_rows o WHERE p.seq = o.seq; "
-            "RETURN NULL; END $$",
-            f"CREATE TRIGGER {rows}_postings_delete AFTER DELETE ON {rows} "
-            f"REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+            [
+                f"CREATE OR REPLACE FUNCTION {deleted}() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN DELETE FROM {self.postings.name} p USING old_rows o "
+                "WHERE p.seq = o.seq; RETURN NULL; END $$",
+                f"CREATE OR REPLACE FUNCTION {truncated}() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION USING MESSAGE = 'TRUNCATE of ' || TG_TABLE_NAME || "
+                "' would leave its postings and counts behind: DELETE its rows, or drop the "
+                "store and rebuild it'; END $$",
+            ],
+            [
+                f"DROP TRIGGER IF EXISTS {rows}_postings_delete ON {rows}",
+                f"CREATE TRIGGER {rows}_postings_delete AFTER DELETE ON {rows} "
+                "REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION {deleted}()",
+                f"DROP TRIGGER IF EXISTS {rows}_postings_truncate ON {rows}",
+                f"CREATE TRIGGER {rows}_postings_truncate BEFORE TRUNCATE ON {rows} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {truncated}()",
+            ],
         )
 
     def _upgrade_ddl(self, catalog: SchemaCatalog) -> list[str]:
         """A postings store older code wrote, with a foreign key from its postings to its
-        entries and no delete trigger (told by the trigger's function, which it lacks): the
-        key dropped and the trigger made, in the open's transaction, once."""
+        entries and none of the triggers (told by their functions, which it lacks): the key
+        dropped and the triggers made, in the open's transaction, once. A store whose
+        postings this open makes gets its triggers from :meth:`_search_ddl`."""
         if (
             self.postings is None
             or self.postings.name not in catalog.tables
-            or _postings_function(self.table_prefix) in catalog.functions
+            or all(name in catalog.functions for name in _postings_functions(self.table_prefix))
         ):
             return []
-        _, trigger = self._postings_trigger()
+        _, triggers = self._postings_triggers()
         return [
             # PostgreSQL's name for the key older code declared unnamed: <table>_<column>_fkey.
             f"ALTER TABLE {self.postings.name} DROP CONSTRAINT IF EXISTS "
             f"{self.postings.name}_seq_fkey",
-            f"DROP TRIGGER IF EXISTS {self.entries.name}_postings_delete ON {self.entries.name}",
-            trigger,
+            *triggers,
         ]
 
     def _drop_ddl(self) -> list[str]:
+        if self.keeps_postings:  # their triggers go with the entries table
+            return [
+                f"DROP FUNCTION IF EXISTS {name}() CASCADE"
+                for name in _postings_functions(self.table_prefix)
+            ]
         return [] if self.term_index is None else drop_ddl(self.table_prefix)
 
     def _search_values(self, terms: list[str]) -> dict[str, Any]:
@@ -229,9 +254,10 @@ _WEIGHT_A = cast(literal("A"), _Char())
 _ONLY_A = cast(literal(["a"], ARRAY(Text)), ARRAY(_Char()))
 
 
-def _postings_function(prefix: str) -> str:
-    """The trigger function deleting a postings store's deleted entries' postings."""
-    return f"{prefix}postings_on_delete"
+def _postings_functions(prefix: str) -> tuple[str, str]:
+    """A postings store's trigger functions: deleting a deleted entry's postings, refusing a
+    ``TRUNCATE`` of the entries."""
+    return f"{prefix}postings_on_delete", f"{prefix}postings_on_truncate"
 
 
 def _gin_index(prefix: str) -> str:

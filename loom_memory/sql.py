@@ -324,7 +324,7 @@ class SqlMemoryStore(ABC):
 
     def _delete_rows(self, conn: Connection, key: str | None) -> None:
         """Delete every entry at ``key`` (``None``: of every key) and what is derived from
-        them: here the rows, whose triggers and foreign keys take the rest with them; a
+        them: here the rows, whose triggers take the rest with them; a
         backend whose triggers would do that row by row deletes more at once first."""
         statement = delete(self.entries)
         if key is not None:

@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not PG_URL, reason=NO_PG)
 RUN_AGAIN_HERE = (
     test_a_bound_below_the_exact_one_would_answer_wrong_as_of,
     test_a_store_with_the_older_validity_index_gets_the_admission_index,
-    test_a_store_with_the_older_validity_index_gets_the_admission_index,
     test_an_as_of_search_never_recounts_every_match,
     test_as_of_every_position_and_limit_equals_brute_force_and_the_old_plan,
     test_as_of_with_where_and_reads_follow_the_position,

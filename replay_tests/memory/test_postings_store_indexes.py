@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 
 from loom_memory import MemoryEntry, PostgresMemoryStore, PostgresTemporalStore
 
@@ -124,14 +125,21 @@ def test_a_postings_store_deletes_postings_by_trigger_not_a_foreign_key(engine: 
     _deletes_postings_with_their_entries(engine, store)
 
 
+def _as_older_code_wrote_it(engine: Engine) -> None:
+    """Take away what only this code makes: the postings' triggers and their functions."""
+    with engine.begin() as conn:
+        for name in ("delete", "truncate"):
+            conn.exec_driver_sql(f"DROP TRIGGER kb_entries_postings_{name} ON kb_entries")
+            conn.exec_driver_sql(f"DROP FUNCTION kb_postings_on_{name}()")
+
+
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_a_store_with_the_older_foreign_key_gets_the_trigger_once(engine: Engine) -> None:
     """A postings store older code wrote (a cascading foreign key, no trigger) is moved at its
     next open: the key dropped, the trigger made; the open after that changes nothing."""
     PostgresTemporalStore(engine, table_prefix="kb_")
+    _as_older_code_wrote_it(engine)
     with engine.begin() as conn:
-        conn.exec_driver_sql("DROP TRIGGER kb_entries_postings_delete ON kb_entries")
-        conn.exec_driver_sql("DROP FUNCTION kb_postings_on_delete()")
         conn.exec_driver_sql(
             "ALTER TABLE kb_postings ADD FOREIGN KEY (seq) REFERENCES kb_entries (seq) "
             "ON DELETE CASCADE"
@@ -152,3 +160,32 @@ def test_a_store_with_the_older_foreign_key_gets_the_trigger_once(engine: Engine
     assert seen, "the probe saw no statement of the open"
     assert not [s for s in seen if s.lstrip().upper().startswith(("ALTER", "CREATE", "DROP"))]
     _deletes_postings_with_their_entries(engine, reopened)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_postings_dropped_by_hand_are_made_again_with_their_trigger(engine: Engine) -> None:
+    """An older store whose postings table was dropped by hand (no trigger, no function):
+    the open makes the table and the triggers, so deletes take their postings along (the
+    key made them go before; a trigger made only with the entries table would not)."""
+    PostgresTemporalStore(engine, table_prefix="kb_")
+    _as_older_code_wrote_it(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE kb_postings")
+    reopened = PostgresTemporalStore(engine, table_prefix="kb_")
+    assert _foreign_keys(engine, "kb_postings") == []
+    _deletes_postings_with_their_entries(engine, reopened)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_truncate_of_the_entries_is_refused(engine: Engine) -> None:
+    """``TRUNCATE`` fires no delete trigger: allowed, it would leave the postings (and the
+    counts) to the rows that reuse their numbers after ``RESTART IDENTITY``, found by terms
+    they do not hold. It is refused, as the key refused it, and nothing changes."""
+    store = PostgresTemporalStore(engine, table_prefix="kb_")
+    store.append("k", _ENTRIES)
+    before = _postings_of(engine, store)
+    refused = pytest.raises(DBAPIError, match="TRUNCATE of kb_entries would leave its postings")
+    with refused, engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE kb_entries RESTART IDENTITY")
+    assert _postings_of(engine, store) == before
+    assert [e.id for e in store.search("k", "vacuum table")] == ["a", "b"]
