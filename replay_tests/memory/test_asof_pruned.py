@@ -14,10 +14,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from loom_memory import MemoryEntry, idf_weight
 from loom_memory import postings as postings_module
@@ -29,6 +28,7 @@ from loom_memory.validity import TemporalSqlStore, ValidAt
 from loom_runtime import read_catalog
 from replay_tests.budgets import seeds
 from replay_tests.memory.test_kept_counts import _store, engine
+from replay_tests.plans import sqlite_plans
 
 __all__ = ["engine"]  # the fixture these tests (and test_asof_pruned_postgres's) are given
 
@@ -305,29 +305,17 @@ def test_a_candidate_is_admitted_from_the_admission_index_not_its_row(engine: En
     amended "admission")."""
     store = _store(engine)
     position = _history(store, random.Random(4), 20) - 5
-    statements: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "candidates" in statement:
-            statements.append((statement, parameters))
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
-        found = store.search_as_of(KEY, "disk zebra wal", position, limit=5)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
-
+    found, plans = sqlite_plans(
+        store.engine,
+        "candidates",
+        lambda: store.search_as_of(KEY, "disk zebra wal", position, limit=5),
+    )
     assert found, "the history left rows to find"
-    assert statements, "the probe saw no ranked statement"
-    with store.engine.connect() as conn:
-        for statement, parameters in statements:
-            plan = " | ".join(
-                row[-1]
-                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
-            )
-            # A probe by key and seq: an index led otherwise would scan the key's entries.
-            assert f"SEARCH e USING COVERING INDEX {ADMISSION} (key=? AND seq=?" in plan, plan
-            assert "PRIMARY KEY (rowid" not in plan, plan
+    assert plans, "the probe saw no ranked statement"
+    for plan in plans:
+        # A probe by key and seq: an index led otherwise would scan the key's entries.
+        assert f"SEARCH e USING COVERING INDEX {ADMISSION} (key=? AND seq=?" in plan, plan
+        assert "PRIMARY KEY (rowid" not in plan, plan
 
 
 def test_a_store_with_the_older_validity_index_gets_the_admission_index(engine: Engine) -> None:

@@ -21,6 +21,7 @@ from loom_memory import MemoryEntry, SqliteMemoryStore
 from loom_memory.entry import decode_entry
 from loom_memory.topk import SUBSET_TERMS, Hit, TermStats, top_k
 from replay_tests.budgets import examples
+from replay_tests.plans import sqlite_plans
 
 if TYPE_CHECKING:
     from replay_tests.conftest import DatabaseTemplates
@@ -182,23 +183,7 @@ def test_a_bound_below_a_real_score_would_be_caught() -> None:
 
 def test_the_key_check_reads_the_key_index_not_the_rows(store: SqliteMemoryStore) -> None:
     """Each ranked statement checks the key on the covering (key, seq) index: no row lookups."""
-    statements: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "bm25(" in statement:
-            statements.append((statement, parameters))
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
-        store.search("k", "w0 w59", limit=3)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
-
-    assert statements, "the probe saw no ranked statement"
-    with store.engine.connect() as conn:
-        for statement, parameters in statements:
-            plan = " | ".join(
-                row[-1]
-                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
-            )
-            assert "COVERING INDEX loom_memory_entries_key_seq" in plan, plan
+    _, plans = sqlite_plans(store.engine, "bm25(", lambda: store.search("k", "w0 w59", limit=3))
+    assert plans, "the probe saw no ranked statement"
+    for plan in plans:
+        assert "COVERING INDEX loom_memory_entries_key_seq" in plan, plan
