@@ -237,6 +237,33 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'loom.db'}"
 
 
+@pytest.fixture
+def demo_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where ``loom demo`` without ``--db`` runs in a test: the working directory, with
+    ``LOOM_DB_URL`` unset (the demo must not touch either)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    return tmp_path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_tempfiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder :mod:`tempfile` makes its files in, in this process, for the session: one in
+    the session's base folder, which pytest removes with its older runs.
+
+    What the code under test keeps there on purpose (``loom demo``'s log and the LangGraph
+    example's, which they print for the user to explore; a worker's output files) went to the
+    system's temporary folder, and every run of the suite left such folders behind. A process
+    the tests start uses ``TMPDIR`` as before."""
+    folder = tmp_path_factory.getbasetemp() / "tempfile"
+    folder.mkdir(exist_ok=True)
+    previous, tempfile.tempdir = tempfile.tempdir, str(folder)
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = previous
+
+
 class DatabaseTemplates:
     """Databases built once per worker session, each test given its own copy.
 

@@ -24,16 +24,14 @@ def test_demo_is_registered_through_the_entry_point() -> None:
 
 
 @pytest.mark.slow  # runs `loom demo` in subprocesses
-def test_demo_runs_the_headline_and_exits_0(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_demo_runs_the_headline_and_exits_0(demo_folder: Path, session_tempfiles: Path) -> None:
     """`loom demo` replays identically in a fresh process and rebuilds an equal corpus."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("LOOM_DB_URL", raising=False)
     result = CliRunner().invoke(app, ["demo"])
     assert result.exit_code == 0, result.output
     text = _text(result.output)
     assert "IDENTICAL" in text and "EQUAL to the original passage for passage" in text
+    # The demo keeps its log for the user to explore: the suite's, in the session's folder.
+    assert f"sqlite:///{session_tempfiles}/loom-demo-" in text
 
 
 def _readme_corpus(url: str) -> tuple[int, list[object]]:
@@ -57,21 +55,18 @@ def _readme_corpus(url: str) -> tuple[int, list[object]]:
 @pytest.mark.slow  # runs `loom demo` in subprocesses
 @pytest.mark.parametrize("env", [False, True], ids=["default", "LOOM_DB_URL"])
 def test_demo_never_touches_the_users_database(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: bool
+    demo_folder: Path, monkeypatch: pytest.MonkeyPatch, env: bool
 ) -> None:
     """Without --db the demo writes a new file of its own: ./loom.db (or LOOM_DB_URL's
     database), holding the README example's corpus, is byte for byte what it was."""
-    monkeypatch.chdir(tmp_path)
     if env:
-        monkeypatch.setenv("LOOM_DB_URL", f"sqlite:///{tmp_path / 'prod.db'}")
-    else:
-        monkeypatch.delenv("LOOM_DB_URL", raising=False)
-    database = tmp_path / ("prod.db" if env else "loom.db")
+        monkeypatch.setenv("LOOM_DB_URL", f"sqlite:///{demo_folder / 'prod.db'}")
+    database = demo_folder / ("prod.db" if env else "loom.db")
     _readme_corpus(f"sqlite:///{database}")
-    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.db*")}
+    before = {p.name: p.read_bytes() for p in demo_folder.glob("*.db*")}
     result = CliRunner().invoke(app, ["demo"])
     assert result.exit_code == 0, result.output
-    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.db*")} == before
+    assert {p.name: p.read_bytes() for p in demo_folder.glob("*.db*")} == before
     assert "loom-demo-" in _text(result.output)  # it says where its own log is
 
 

@@ -9,7 +9,7 @@ after the corpus is deleted, and a retrieval that cannot be recorded is not run.
 from __future__ import annotations
 
 import asyncio
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,30 +48,35 @@ def _empty(kb: Any) -> None:
     assert kb.search("pool", limit=5) == []
 
 
-# The kit builds its retriever from a property, so the corpus lives in a folder of its own
-# for the test session (the kit's tests only read it).
-_KIT_FOLDER = Path(tempfile.mkdtemp(prefix="loom-langchain-kit-"))
-
-
 # The kit's one async test relies on pytest-asyncio (which it installs); its other tests are
 # sync, and the class-wide mark warns about each of them.
 @pytest.mark.asyncio
 @pytest.mark.filterwarnings("ignore:.*marked with '@pytest.mark.asyncio' but it is not an async")
 class TestLangChainRetrieverContract(RetrieversIntegrationTests):
+    kit_kb: Any = None
+    """The kit's corpus: it builds its retriever from a property, and its tests only read it."""
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _kit_corpus(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+        """Made once for the class in the session's temporary folder: a folder made when the
+        module was imported (at collection, even when none of its tests ran) was left behind
+        in the system's temporary folder on every run."""
+        cls.kit_kb = _knowledge_base(tmp_path_factory.mktemp("langchain-kit"))
+        yield
+        cls.kit_kb.loom.close()
+
     @property
     def retriever_constructor(self) -> type[KnowledgeBaseRetriever]:
         return KnowledgeBaseRetriever
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"knowledge_base": _KIT_KB, "k": 2}
+        return {"knowledge_base": self.kit_kb, "k": 2}
 
     @property
     def retriever_query_example(self) -> str:
         return "restart the pool"
-
-
-_KIT_KB = _knowledge_base(_KIT_FOLDER)
 
 
 def test_a_flow_records_the_chain_s_retrievals_and_replays_them_without_the_corpus(

@@ -20,11 +20,7 @@ def _text(output: str) -> str:
 
 
 @pytest.mark.slow  # runs `loom demo` in subprocesses
-def test_demo_in_hybrid_mode_replays_without_corpus_or_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+def test_demo_in_hybrid_mode_replays_without_corpus_or_model(demo_folder: Path) -> None:
     result = CliRunner().invoke(app, ["demo", "--mode", "hybrid"])
     assert result.exit_code == 0, result.output
     text = _text(result.output)
