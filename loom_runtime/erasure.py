@@ -361,8 +361,9 @@ def apply(
     docstring for why in that order). A plan with no subjects writes nothing.
 
     ``started_before(position)`` selects the executions again (a user's, a tenant's), those
-    that started before the forget event at ``position``: one that started while the erasure
-    ran is erased as a fork made meanwhile is. One that started after it is new data."""
+    that started before the forget event at ``position``: one stored while the erasure ran
+    is erased as a fork made meanwhile is. One whose first event is stored after this second
+    choice is new data, whatever position its start read (ADR 0049, amended "fork read")."""
     if not report.subjects:
         return msgspec.structs.replace(report, applied=True)
     subjects = list(report.subjects)

@@ -286,12 +286,21 @@ class Loom:
         what the erasure destroyed; refused instead (``SubjectErasedError``), and a fork that
         commits before the key is destroyed is found by the erasure (ADR 0049, amended
         "erasurerev"). The fork's own key needs no check there: no erasure can name an
-        execution before its first append."""
+        execution before its first append.
+
+        Whether the parent is sealed is what it was read as (:meth:`execution` gave it a
+        sealer), never whether its key is live now: a key destroyed since the parent was read
+        would make a sealed parent look clear, and the fork would keep what was erased (ADR
+        0049, amended "fork read"). A log that cannot read a precondition reads the key here,
+        just before the append."""
         from loom_runtime.sealing import subject_of
 
         keyring = self._keyring
+        if keyring is None or parent.sealer is None:
+            return None
         subject = subject_of(parent.id)
-        if keyring is None or not self.log.checks_preconditions or not keyring.live([subject]):
+        if not self.log.checks_preconditions:
+            keyring.live_key(subject)  # SubjectErasedError once destroyed
             return None
         return keyring.live_precondition(subject)
 

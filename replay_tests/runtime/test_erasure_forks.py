@@ -25,6 +25,7 @@ from loom_runtime import (
     erasure,
 )
 from loom_runtime import loom as loom_module
+from loom_runtime.log import Persistence
 
 KEY = MasterKey(b"k" * 32)
 
@@ -113,6 +114,44 @@ def test_a_fork_of_a_parent_erased_while_it_starts_is_refused(
             loom.fork(parent.execution_id, at=1)
         forks = [s for s in loom.executions() if s.parent_id == parent.execution_id]
         assert forks == []
+
+
+@pytest.mark.parametrize("persistence", ["builtin", "sqlalchemy"])
+def test_a_fork_of_a_parent_erased_before_its_append_is_checked_is_refused(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, persistence: Persistence
+) -> None:
+    """The parent is read, then erased by another process while the fork makes its own key,
+    before the fork asks whether the parent's key is live: that question found the key gone
+    and answered as for a clear parent (no check), so the fork was stored under its own live
+    key with the erased parent's input and decisions, after the forget event and outside it
+    (found by an attack review). A sealed parent's key is checked by the fork's append
+    whatever it was a moment before: the fork is refused, and nothing of it is stored. A log
+    that cannot read a precondition in its append (``persistence="sqlalchemy"``) reads the key
+    just before it."""
+    with (
+        Loom(db_url, encryption=KEY, persistence=persistence) as loom,
+        Loom(db_url, encryption=KEY, persistence=persistence) as other,
+    ):
+
+        @loom.flow("note")
+        def note(ctx: FlowContext, text: str) -> str:
+            return ctx.decide("shout", lambda: text.upper())
+
+        parent = loom.run("note", text="alice lives at 1 Main St")
+        original = loom._seal_new
+
+        def erased_meanwhile(execution: object) -> object:
+            other.erase(execution=parent.execution_id, reason="r", by="dpo")
+            monkeypatch.setattr(loom, "_seal_new", original)
+            return original(execution)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(loom, "_seal_new", erased_meanwhile)
+        with pytest.raises(SubjectErasedError, match=str(parent.execution_id)):
+            loom.fork(parent.execution_id, at=1)
+        forks = [s for s in loom.executions() if s.parent_id == parent.execution_id]
+        assert forks == []
+        if persistence == "builtin":  # the other keeps no hash chain to verify
+            assert loom.log.verify().problem is None
 
 
 def test_a_fork_made_while_its_parent_is_erased_is_erased_too(
