@@ -38,7 +38,7 @@ import stat
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -185,6 +185,11 @@ def _check_once(rows: list[Row]) -> None:
     replaces the earlier, so a re-sealed bundle could show a reader one answer or outcome and
     be replayed, "identical", against another, never asked about the first.
 
+    And refuse a decision marked as a fork's (its ``origin``) where loom never marks one: a
+    replay does not count an inherited decision it never asks as unused (ADR 0027, "paths"),
+    so the mark on a decision the code no longer asks made a replay say identical (ADR 0027,
+    amended "marks").
+
     Checked on a bundle only, which anyone can re-seal: a log has its hash chain, and its
     invariant checkers must still read such a log to report the bug that wrote it.
     """
@@ -193,11 +198,19 @@ def _check_once(rows: list[Row]) -> None:
     standing: set[str] = set()
     failed: set[str] = set()  # the standing keys whose decision failed: all a reopening drops
     ended = False
+    marks = _Marks()
     for row in rows:
-        if row.topic in _DECISION_TOPICS or row.topic == Execution.Reopened.TOPIC:
+        if row.topic == Execution.Created.TOPIC:
+            _, created = decode_state(
+                stream=row.stream, version=row.version, topic=row.topic, state=row.state
+            )
+            marks.start(created)
+        elif row.topic in _DECISION_TOPICS or row.topic == Execution.Reopened.TOPIC:
             _, fields = decode_state(
                 stream=row.stream, version=row.version, topic=row.topic, state=row.state
             )
+            if row.topic != Execution.Reopened.TOPIC:
+                marks.check(row.version, fields.key, fields.origin)
             if row.topic == Execution.Reopened.TOPIC:
                 if not set(fields.dropped) <= failed:
                     raise BundleFormatError(
@@ -225,6 +238,47 @@ def _check_once(rows: list[Row]) -> None:
                     "ends once (a reopening of its failure excepted): it was edited and re-sealed"
                 )
             ended = True
+
+
+class _Marks:
+    """Where a bundle's decisions may be marked as a fork's (ADR 0027): ``inherited`` on the
+    decisions a fork took from its parent, stored right after its start (events 2, 3, ...,
+    no more than it took), and ``override`` on a key a fork was given an override for.
+    Anywhere else the mark is a forger's."""
+
+    def __init__(self) -> None:
+        self.took = 0
+        """How many of its parent's decisions the execution took (0: not a fork)."""
+        self.overridden: frozenset[str] = frozenset()
+        self.next_inherited = 2
+        """The version an inherited decision may have next: they follow the start unbroken."""
+
+    def start(self, created: Any) -> None:
+        if created.parent_id is None:
+            return
+        self.took = created.forked_at or 0
+        if created.overrides is not None:
+            # Not a map: left empty here, and the execution's rebuild refuses it, naming it.
+            with contextlib.suppress(msgspec.DecodeError):
+                self.overridden = frozenset(msgspec.json.decode(created.overrides, type=dict))
+
+    def check(self, version: int, key: str, origin: str | None) -> None:
+        if origin is None:
+            return
+        if origin == "inherited" and version == self.next_inherited and version - 1 <= self.took:
+            self.next_inherited += 1
+            return
+        if origin == "override" and key in self.overridden:
+            return
+        where = (
+            "a fork's first decisions, taken from its parent"
+            if origin == "inherited"
+            else "a key the fork was given an override for"
+        )
+        raise BundleFormatError(
+            f"event {version} of the bundle is decision {key!r} marked "
+            f"{origin!r}, which loom marks only on {where}: it was edited and re-sealed"
+        )
 
 
 _CLOCK_SKEW = timedelta(days=1)

@@ -137,3 +137,74 @@ def test_a_reopening_that_drops_a_recorded_decision_is_refused(tmp_path: Path) -
     path = write_bundle(forged, tmp_path / "forged.json")
     with pytest.raises(BundleFormatError, match="which did not fail"):
         Loom(flows=flows).replay_bundle(path)
+
+
+@flows.flow("steps", version="t")
+def steps(ctx: FlowContext, question: str) -> object:
+    first = ctx.decide("first", lambda: question.upper())
+    return [first, ctx.decide("second", lambda: len(question))]
+
+
+def _marked(folder: Path, *, where: str) -> Bundle:
+    """A recording re-sealed with one decision marked as a fork's (``origin``) where loom
+    never writes that mark: ``where`` says which decision, in which execution."""
+    with Loom(f"sqlite:///{folder / 'loom.db'}", flows=flows) as loom:
+        run = loom.run("steps", question="q").execution_id
+        fork = loom.fork(run, at=1).execution_id
+        real = read_bundle(loom.export(fork if where.startswith("fork") else run, folder / "r"))
+    events = list(real.events)
+    if where == "run, a decision the code no longer asks":  # inserted before the ending
+        extra = msgspec.json.decode(events[1].state) | {"key": "approve", "value": "DENIED"}
+        extra_state = msgspec.json.encode(extra).decode()
+        events.insert(-1, msgspec.structs.replace(events[1], state=extra_state))
+        index, origin = len(events) - 2, "inherited"
+    elif where == "run, its own decision":
+        index, origin = 2, "override"
+    else:  # "fork, a decision its own run recorded after its start"
+        index, origin = 2, "inherited"
+    state = msgspec.json.decode(events[index].state) | {"origin": origin}
+    marked = msgspec.json.encode(state).decode()
+    events[index] = msgspec.structs.replace(events[index], state=marked)
+    return real.resealed(
+        [
+            msgspec.structs.replace(event, version=version)
+            for version, event in enumerate(events, start=1)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "run, a decision the code no longer asks",
+        "run, its own decision",
+        "fork, a decision its own run recorded after its start",
+    ],
+)
+def test_a_decision_marked_as_a_forks_where_loom_never_marks_one_is_refused(
+    tmp_path: Path, where: str
+) -> None:
+    """A fork's decisions taken from its parent are marked ``inherited`` and stored with its
+    start, and a replay does not count one it never asks as unused (an override may send the
+    fork down another branch: ADR 0027, "paths"). Nothing checked where the mark stood: a
+    decision the current code no longer asks, marked so in a run's re-sealed bundle, was
+    skipped by that count and the replay said identical, exit 0 (an attack review). The mark
+    stands only where loom writes it: ``inherited`` on a fork's first decisions, stored right
+    after its start, no more than it took; ``override`` in a fork given overrides."""
+    path = write_bundle(_marked(tmp_path, where=where), tmp_path / "forged.json")
+    with pytest.raises(BundleFormatError, match="marked"):
+        Loom(flows=flows).replay_bundle(path)
+    with Loom(f"sqlite:///{tmp_path / 'target.db'}", flows=flows) as target:
+        with pytest.raises(BundleFormatError, match="marked"):
+            target.import_bundle(path)
+        assert target.log.position == 0
+
+
+def test_a_forks_bundle_with_its_inherited_decisions_replays(tmp_path: Path) -> None:
+    """The control: a fork's bundle, its first decision inherited and marked so, replays."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
+        fork = loom.fork(loom.run("steps", question="q").execution_id, at=1).execution_id
+        path = loom.export(fork, tmp_path / "fork.json")
+    origins = [msgspec.json.decode(e.state).get("origin") for e in read_bundle(path).events]
+    assert origins == [None, "inherited", None, None]
+    assert Loom(flows=flows).replay_bundle(path).identical
