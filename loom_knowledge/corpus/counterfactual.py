@@ -51,23 +51,36 @@ class Counterfactual(msgspec.Struct, frozen=True, kw_only=True):
     request_diffs: tuple[str, ...]
     now_ungrounded: tuple[str, ...]
     divergences: tuple[str, ...]
+    uncompared: tuple[str, ...] = ()
+    """The keys of ``kind="retrieval"`` decisions whose values are not loom's passages (an
+    application's own search): run live as every retrieval is, so a change in what they
+    return still reaches ``divergences`` and the verdict, but not compared passage by
+    passage."""
 
 
 def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
     """Replay with live retrievals and compare them, the request and the citations."""
     execution = loom.execution(execution_id)
     result = loom.replay(execution.id, live={"retrieval"})
-    changes = []
+    changes: list[RetrievalChange] = []
+    uncompared: list[str] = []
     live_docs: set[str] = set()
     for decision in execution.decisions.values():
         if decision.kind != "retrieval" or decision.value is None:
             continue
-        recorded_passages: list[Passage] = codec.decode(decision.value, type=list[Passage])
         outcome = result.live_values.get(decision.key, [])
         # A retrieval that raised live (its embedder down) is kept as what it raised.
         failed = (
             f"{type(outcome).__name__}: {outcome}" if isinstance(outcome, BaseException) else None
         )
+        recorded_passages: list[Passage] | None
+        try:
+            recorded_passages = codec.decode(decision.value, type=list[Passage])
+        except msgspec.ValidationError:  # an application's own retrieval, of its own shape
+            recorded_passages = None
+        if recorded_passages is None or not (failed is not None or _passages(outcome)):
+            uncompared.append(decision.key)
+            continue
         live_passages: list[Passage] = [] if failed is not None else outcome
         recorded = {_ref(p) for p in recorded_passages}
         live = {_ref(p) for p in live_passages}
@@ -95,7 +108,13 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
         request_diffs=diffs,
         now_ungrounded=tuple(dict.fromkeys(d for d in cited if d not in live_docs)),
         divergences=tuple(f"{type(d).__name__}: {d}" for d in result.divergences),
+        uncompared=tuple(uncompared),
     )
+
+
+def _passages(value: object) -> bool:
+    """Whether a retrieval's live value is loom's passages, to compare with the recorded."""
+    return isinstance(value, list) and all(isinstance(item, Passage) for item in value)
 
 
 def render_counterfactual(report: Counterfactual) -> str:
@@ -123,6 +142,7 @@ def counterfactual_lines(report: Counterfactual) -> list[str]:
         lines += [f"  + {_label(ref)}" for ref in change.added]
         lines += [f"  - {_label(ref)}" for ref in change.removed]
         lines.append(f"  = {len(change.kept)} passage(s) unchanged")
+    lines += [f"retrieval {key}: not loom's passages, not compared" for key in report.uncompared]
     for diff in report.request_diffs:
         lines.append("model request would change:")
         lines += diff.rstrip().split("\n")

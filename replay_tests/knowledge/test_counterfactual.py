@@ -112,3 +112,25 @@ def test_a_hybrid_counterfactual_records_only_the_vectors_it_embeds(loom: Loom) 
     assert written and all(topic.endswith("EmbeddingsRecorded") for topic in written), written
     counterfactual(loom, run.execution_id)  # embedded once: the second writes nothing
     assert loom.log.position == before + len(written)
+
+
+def test_a_retrieval_of_the_applications_own_shape_is_named_not_compared(loom: Loom) -> None:
+    """A flow's own search labelled ``kind="retrieval"`` (the docs allow a retrieval of your
+    own shape) made the counterfactual decode its value as loom's passages: an untyped
+    ``msgspec.ValidationError`` traceback, where ``loom audit`` of the same execution worked
+    (an attack review). It is run live as every retrieval is, and named as not compared; the
+    report goes on (the control: a change of its live value still reaches the verdict)."""
+    hits = {"hits": ["a", "b"]}
+
+    @loom.flow("lookup")
+    def lookup(ctx: FlowContext, q: str) -> int:
+        found = ctx.decide("search", lambda: dict(hits), input={"q": q}, kind="retrieval")
+        return len(found["hits"])
+
+    run = loom.run("lookup", q="disk")
+    report = counterfactual(loom, run.execution_id)
+    assert report.retrievals == () and report.uncompared == ("search",)
+    assert report.unchanged
+    assert "retrieval search: not loom's passages, not compared" in render_counterfactual(report)
+    hits["hits"] = ["a"]  # today's search returns less: the flow's output changes
+    assert not counterfactual(loom, run.execution_id).unchanged
