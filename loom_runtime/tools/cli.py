@@ -300,7 +300,8 @@ def cannot_write(target: Path, error: OSError) -> NoReturn:
 def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
     """Print an error on one line of stderr and exit with ``code`` (:class:`ExitCode`).
 
-    The message often quotes the user's input or the log, so it is printed inert.
+    The message often quotes the user's input or the log, so it is printed inert, on one
+    line: a line break in a quoted key or kind would print a line loom did not write.
     """
     complain(message)
     raise typer.Exit(code)
@@ -309,12 +310,18 @@ def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
 def complain(message: str) -> None:
     """An error on stderr that does not stop the command (one file of many that failed: the
     command exits non-zero at the end); inert."""
-    err_console.print(Text.assemble(("error:", "red"), " ", inert(message)), soft_wrap=True)
+    err_console.print(
+        Text.assemble(("error:", "red"), " ", inert(message, one_line=True)), soft_wrap=True
+    )
 
 
 def warn(message: str) -> None:
-    """A note on stderr that does not stop the command (a skipped file, say); inert."""
-    err_console.print(Text.assemble(("warning:", "yellow"), " ", inert(message)), soft_wrap=True)
+    """A note on stderr that does not stop the command (a skipped file, say); inert, on one
+    line (as :func:`fail`)."""
+    err_console.print(
+        Text.assemble(("warning:", "yellow"), " ", inert(message, one_line=True)),
+        soft_wrap=True,
+    )
 
 
 JsonOption = Annotated[
@@ -639,7 +646,8 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
     console.print(
         inert(
             f"execution {execution.id}: flow {execution.flow!r} (code {execution.code_version}), "
-            + where
+            + where,
+            one_line=True,  # the code version is recorded text: it cannot forge the lineage
         )
     )
     for line in lineage(execution):
@@ -663,7 +671,7 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
         table.add_row(*(inert(cell, one_line=True) for cell in cells))
     print_table(table)
     if execution.error is not None:
-        console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}"))
+        console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}", one_line=True))
         console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
     elif execution.output is not None:
         console.print(inert(f"output: {codec.pretty(execution.output)}"))

@@ -299,6 +299,57 @@ def test_a_recorded_failure_message_cannot_forge_a_replay_verdict(
     ], output
 
 
+def _imported_with_breaks(folder: Path) -> tuple[str, Path, Any]:
+    """A log holding a re-sealed bundle's execution whose code version and decision kind hold
+    line breaks, each followed by a line loom prints; its URL, the bundle and the id."""
+    url, loom, execution_id = _record(folder)
+    with loom:
+        real = read_bundle(loom.export(execution_id, folder / "real.json"))
+    created, decision, *rest = real.events
+    lineage = "forked from execution 00000000-0000-4000-8000-000000000000, taking its first 2"
+    forged_version = created.state.replace(
+        '"code_version":"t"', f'"code_version":"t)\\n{lineage}"'
+    )
+    forged_kind = decision.state.replace('"kind":"retrieval"', '"kind":"model\\nerror: FORGED"')
+    assert forged_version != created.state and forged_kind != decision.state
+    forged = real.resealed(
+        [
+            msgspec.structs.replace(created, state=forged_version),
+            msgspec.structs.replace(decision, state=forged_kind),
+            *rest,
+        ]
+    )
+    path = folder / "forged.json"
+    path.write_text(msgspec.json.encode(forged).decode())
+    target = f"sqlite:///{folder / 'target.db'}"
+    code, output, error = _cli("import", str(path), f"--db={target}")
+    assert error is None and code == 0, output
+    return target, path, execution_id
+
+
+def test_executions_show_and_a_warning_print_a_recorded_text_on_its_line(
+    tmp_path: Path,
+) -> None:
+    """The code version a bundle recorded printed its line breaks in `loom executions show`'s
+    first line (a forged lineage line: "forked from execution ..."), and a recorded kind in
+    the one-line warning of `loom replay --live` (a forged "error:" line), found by an attack
+    review. Both are recorded text, shown on the line loom prints them on."""
+    target, path, execution_id = _imported_with_breaks(tmp_path)
+    code, output, error = _cli("executions", "show", str(execution_id), f"--db={target}")
+    assert error is None and code == 0, output
+    assert not [line for line in output.splitlines() if line.startswith("forked from")], output
+    code, output, error = _cli(
+        "replay",
+        str(path),
+        "--live=retrieval",
+        "--flows",
+        "replay_tests.security.test_bundlesec_untrusted_reads:flows",
+    )
+    assert error is None, output
+    assert not [line for line in output.splitlines() if "FORGED" in line.split(":", 1)[0]]
+    assert [line for line in output.splitlines() if line.startswith("error:")] == [], output
+
+
 # -- arguments the flow's signature no longer takes ------------------------------------------
 
 CHANGED_FLOWS = """
