@@ -18,9 +18,10 @@ the mapper never redacts those, and refuses one that holds a secret (ADR 0012).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 from uuid import UUID
 
 import msgspec
@@ -463,8 +464,20 @@ def error_type_of(error: BaseException) -> str:
 def error_message_of(error: BaseException) -> str:
     """``str(error)`` as the log records it: a NUL or a lone surrogate in it is escaped
     (:func:`~loom_runtime.storable.storable_text`), because a failure that cannot be recorded
-    would leave the execution neither failed nor resumable."""
-    return storable_text(str(error))
+    would leave the execution neither failed nor resumable; and a URL it quotes is stored as
+    a request's URL is, without its userinfo and credential query parameters
+    (:func:`~loom_runtime.http_request.url_without_credentials`): an HTTP client's error names
+    the URL it failed on, ``?key=...`` included, which no pattern of a redactor knows."""
+    message = str(error)
+    if "://" in message:
+        from loom_runtime.http_request import url_without_credentials
+
+        message = _URL_IN_TEXT.sub(lambda found: url_without_credentials(found[0]), message)
+    return storable_text(message)
+
+
+_URL_IN_TEXT: Final = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
+"""A URL quoted in a message: a scheme, ``://``, and what follows up to a space or a quote."""
 
 
 register_aggregate(Execution)
