@@ -302,14 +302,12 @@ def test_a_recorded_failure_message_cannot_forge_a_replay_verdict(
 def _imported_with_breaks(folder: Path) -> tuple[str, Path, Any]:
     """A log holding a re-sealed bundle's execution whose code version and decision kind hold
     line breaks, each followed by a line loom prints; its URL, the bundle and the id."""
-    url, loom, execution_id = _record(folder)
+    _, loom, execution_id = _record(folder)
     with loom:
         real = read_bundle(loom.export(execution_id, folder / "real.json"))
     created, decision, *rest = real.events
     lineage = "forked from execution 00000000-0000-4000-8000-000000000000, taking its first 2"
-    forged_version = created.state.replace(
-        '"code_version":"t"', f'"code_version":"t)\\n{lineage}"'
-    )
+    forged_version = created.state.replace('"code_version":"t"', f'"code_version":"t)\\n{lineage}"')
     forged_kind = decision.state.replace('"kind":"retrieval"', '"kind":"model\\nerror: FORGED"')
     assert forged_version != created.state and forged_kind != decision.state
     forged = real.resealed(
