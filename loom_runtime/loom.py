@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 from uuid import UUID, uuid4
 
 import msgspec
@@ -64,6 +64,7 @@ from loom_runtime.errors import (
     ExecutionFinishedError,
     ExecutionNotFoundError,
     ExecutionOwnedError,
+    FlowInputError,
     ForkPointError,
     LabelError,
     LogCorruptError,
@@ -99,6 +100,7 @@ from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
 from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
+from loom_runtime.storage.forks import renewed_in_child, reset_in_child
 from loom_runtime.storage.mapper import MsgspecMapper, redacted_rows
 from loom_runtime.timestamps import UtcTimestamp
 
@@ -219,6 +221,10 @@ class Loom:
         them alone; an execution it owns and no longer runs (cancelled, interrupted) is
         stranded, and theirs to finish (ADR 0040, amended "review, second")."""
         self._running_lock = threading.Lock()
+        # A child forked inside `worker()` (a `fork` pool) is no worker: its parent's heartbeat
+        # and count are not its own (ADR 0040, amended "attack").
+        renewed_in_child(self, "_running_lock")
+        reset_in_child(self, "_forget_parents_runs")
         if encryption is not None:
             from loom_runtime.sealing import require_cryptography, require_key_wrapper
 
@@ -723,6 +729,13 @@ class Loom:
 
         return WorkerRegistry(self.log.engine)
 
+    def _forget_parents_runs(self) -> None:
+        """In a forked child: neither its parent's worker nor running what the parent runs.
+        Under the parent's worker id, the parent's recovery would take the child's live runs
+        for its own stranded ones (it does not count them) and compute them again."""
+        self._heartbeat = None
+        self._running = Counter()
+
     @property
     def worker_id(self) -> str | None:
         """This Loom's id as a registered worker, inside :meth:`worker`; None outside it."""
@@ -744,7 +757,11 @@ class Loom:
         ``recover_every``, another daemon thread runs :meth:`recover` at once and then every
         ``recover_every`` seconds. Leaving the block waits for the execution a recovery is
         running, then marks the worker stopped: what it leaves unfinished (the block raised)
-        can be recovered by others at once. On an encrypted log a Loom without the master
+        can be recovered by others at once. If this Loom still runs executions then (other
+        threads' runs), it only stops beating: its row expires after ``dead_after``, as a
+        crashed worker's, so those runs are not taken over while they go on. Runs started
+        after the block are no worker's. A process forked inside the block is no worker
+        either (it may enter a block of its own). On an encrypted log a Loom without the master
         key is :class:`EncryptionOffError` before anything is registered: it could run
         nothing (ADR 0049, amended "worker").
         """
@@ -788,8 +805,10 @@ class Loom:
             ):
                 yield beating.worker
         finally:
-            self._heartbeat = None
-            beating.stop()
+            self._heartbeat = None  # from here on, a run started is no worker's
+            with self._running_lock:  # a run counts itself before it reads its owner
+                running = bool(self._running)
+            beating.stop(gone=not running)
 
     def recover(
         self, *, dead_after: float = DEAD_AFTER, include_unowned: bool = False
@@ -815,11 +834,13 @@ class Loom:
             )
         return recover(self, dead_after=dead_after, include_unowned=include_unowned)
 
-    def _take_over(self, execution: Execution, *, worker: str) -> Run:
-        """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it:
-        the step of a recovery that needs this Loom's internals (``recovery.recover``)."""
+    def _take_over(self, execution: Execution, call: _Call | None, *, worker: str) -> Run:
+        """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it
+        with ``call`` (its :meth:`_resumable`): the step of a recovery that needs this Loom's
+        internals (``recovery.recover``)."""
         with self._running_here(execution.id):
-            return drive(self._continue(self._claim(execution, False, worker=worker)), _run_now)
+            self._claim(execution, worker=worker)
+            return drive(self._continue(execution, call), _run_now)
 
     def runs_now(self, execution_id: UUID) -> bool:
         """Whether this Loom is running ``execution_id`` now, in any of its threads."""
@@ -852,20 +873,23 @@ class Loom:
             )
         definition = self.get_flow(flow)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
-        execution = Execution.start(
-            id=uuid4(),
-            flow=definition.name,
-            code_version=definition.version,
-            input=raw_input,
-            log_position=self.log.position,
-            labels=labels,
-            worker=self.worker_id,
-        )
-        self._runs(execution.id)  # counted before it exists: the run's own block ends it
+        execution_id = uuid4()
+        # Counted before its owner is read and before it exists (the run's own block ends it):
+        # a worker block that ends meanwhile either sees it running or gives it no owner.
+        self._runs(execution_id)
         try:
+            execution = Execution.start(
+                id=execution_id,
+                flow=definition.name,
+                code_version=definition.version,
+                input=raw_input,
+                log_position=self.log.position,
+                labels=labels,
+                worker=self.worker_id,
+            )
             save(self.log, execution, precondition=self._seal_new(execution))
         except BaseException:
-            self._ran(execution.id)
+            self._ran(execution_id)
             raise
         logger.info(
             "execution %s of flow %r started at log position %d",
@@ -875,26 +899,44 @@ class Loom:
         )
         return definition, execution, kwargs
 
-    def _claim(
-        self, execution: Execution, retry_failed: bool, *, worker: str | None = None
-    ) -> Execution:
-        """``execution``, claimed by ``worker`` (this Loom's) at the version it was loaded at
-        (reopened if it failed and ``retry_failed``); a completed one is returned as it is."""
+    def _resumable(self, execution: Execution, retry_failed: bool = False) -> _Call | None:
+        """How to call ``execution``'s flow to finish it: None for a completed one (returned as
+        recorded). Everything that refuses a resume is checked here, before :meth:`_claim`
+        writes anything: a failure not to be retried, a flow not registered, and a stored
+        input the flow no longer takes (its signature changed since the execution started),
+        which would otherwise leave a claim behind at every attempt (ADR 0040, amended
+        "attack")."""
+        if execution.error is not None and not retry_failed:
+            error_type, message = execution.error
+            raise ExecutionFinishedError(
+                f"execution {execution.id} failed ({error_type}: {message}). Once the cause "
+                "is fixed, reopen it with loom.resume(id, retry_failed=True) (`loom resume "
+                "ID --retry-failed`): its failed decisions are computed again, the rest kept"
+            )
+        if execution.output is not None:
+            return None
+        definition = self.get_flow(execution.flow, recorded_by=execution.id)
+        try:
+            kwargs = definition.decode_input(execution.input)
+        except FlowInputError as exc:
+            raise FlowInputError(
+                f"execution {execution.id} was not resumed: {exc} (the flow's parameters "
+                "changed since it started); nothing was written. Resume it with code whose "
+                f"flow {definition.name!r} takes the input it was started with"
+            ) from exc
+        return _Call(definition, kwargs, _stored_overrides(execution))
+
+    def _claim(self, execution: Execution, *, worker: str | None = None) -> None:
+        """Claim an unfinished ``execution`` for ``worker`` (this Loom's) at the version it was
+        loaded at, reopening it if it failed (:meth:`_resumable` said it may be); a completed
+        one is left as it is."""
         worker = worker or self.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         if execution.error is not None:
-            if not retry_failed:
-                error_type, message = execution.error
-                raise ExecutionFinishedError(
-                    f"execution {execution.id} failed ({error_type}: {message}). Once the cause "
-                    "is fixed, reopen it with loom.resume(id, retry_failed=True) (`loom resume "
-                    "ID --retry-failed`): its failed decisions are computed again, the rest kept"
-                )
             execution.reopen(worker=worker)
             save(self.log, execution)
         elif execution.output is None:
             execution.claim(worker=worker)
             save(self.log, execution)
-        return execution
 
     def _context(
         self, definition: Flow, execution: Execution, source: DecisionSource
@@ -932,8 +974,10 @@ class Loom:
         execution = self.execution(execution_id)
         if not force:
             self._refuse_live_owner(execution)
+        call = self._resumable(execution, retry_failed)
         with self._running_here(execution.id):
-            return (yield from self._continue(self._claim(execution, retry_failed)))
+            self._claim(execution)
+            return (yield from self._continue(execution, call))
 
     def _refuse_live_owner(self, execution: Execution) -> None:
         """Refuse to resume an unfinished execution that is running: in this Loom (another
@@ -975,15 +1019,17 @@ class Loom:
         )
         save(self.log, execution)
 
-    def _continue(self, execution: Execution) -> Steps[Run]:
-        """Run a claimed execution's flow to its end (a completed one: its recorded output)."""
-        if execution.output is not None:
+    def _continue(self, execution: Execution, call: _Call | None) -> Steps[Run]:
+        """Run a claimed execution's flow to its end with ``call`` (None, for a completed one:
+        its recorded output)."""
+        if call is None:
             return self._finished_run(execution)
-        definition = self.get_flow(execution.flow, recorded_by=execution.id)
-        kwargs = definition.decode_input(execution.input)
-        logger.info("execution %s of flow %r resumed", execution.id, definition.name)
-        overrides = _stored_overrides(execution)
-        return (yield from self._record("resume", definition, execution, kwargs, overrides))
+        logger.info("execution %s of flow %r resumed", execution.id, call.definition.name)
+        return (
+            yield from self._record(
+                "resume", call.definition, execution, call.kwargs, call.overrides
+            )
+        )
 
     def _fork(
         self, execution_id: UUID | str, at: str | int, override: Mapping[str, object] | None
@@ -1000,23 +1046,24 @@ class Loom:
             for key, value in (override or {}).items()
         }
         kwargs = definition.decode_input(parent.input)
-        execution = Execution.start(
-            id=uuid4(),
-            flow=definition.name,
-            code_version=definition.version,
-            input=parent.input,
-            log_position=self.log.position,
-            parent_id=parent.id,
-            forked_at=taken,
-            labels=parent.labels,
-            worker=self.worker_id,
-            overrides=codec.encode(overrides, path="overrides") if overrides else None,
-        )
-        for decision in list(parent.decisions.values())[:taken]:
-            if decision.key not in overrides:
-                execution.inherit(decision)
-        guard = self._seal_new(execution)
-        with self._running_here(execution.id):  # counted before it exists, as a run's
+        fork_id = uuid4()
+        with self._running_here(fork_id):  # counted before its owner is read, as a run's
+            execution = Execution.start(
+                id=fork_id,
+                flow=definition.name,
+                code_version=definition.version,
+                input=parent.input,
+                log_position=self.log.position,
+                parent_id=parent.id,
+                forked_at=taken,
+                labels=parent.labels,
+                worker=self.worker_id,
+                overrides=codec.encode(overrides, path="overrides") if overrides else None,
+            )
+            for decision in list(parent.decisions.values())[:taken]:
+                if decision.key not in overrides:
+                    execution.inherit(decision)
+            guard = self._seal_new(execution)
             save(self.log, execution, precondition=self._parent_live(parent) or guard)
             logger.info(
                 "execution %s forked from %s after %d decisions", execution.id, parent.id, taken
@@ -1187,6 +1234,15 @@ class Loom:
             output=None if output is None else codec.decode(output, type=definition.output_type),
             live_values=replayer.live_values,
         )
+
+
+class _Call(NamedTuple):
+    """How a resume calls an execution's flow (:meth:`Loom._resumable`), checked before the
+    claim is written."""
+
+    definition: Flow
+    kwargs: dict[str, Any]
+    overrides: dict[str, msgspec.Raw] | None
 
 
 def _warn_unattributed(execution: Execution, ctx: FlowContext | AsyncFlowContext) -> None:

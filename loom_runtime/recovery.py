@@ -35,7 +35,12 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import ErasedError, ExecutionConflictError, LogCorruptError
+from loom_runtime.errors import (
+    ErasedError,
+    ExecutionConflictError,
+    FlowInputError,
+    LogCorruptError,
+)
 
 if TYPE_CHECKING:
     from loom_runtime.execution import Execution
@@ -147,8 +152,9 @@ def recover(
     """One pass of :meth:`Loom.recover <loom_runtime.loom.Loom.recover>`; stops between
     executions once ``stopping`` is set (what is left is left for the others).
 
-    A worker never takes over an execution it is running (its heartbeat may lag behind a
-    long computation, but it is not dead); one it owns and no longer runs (a run cancelled,
+    A Loom never takes over an execution it is running, whoever owns it (a worker's
+    heartbeat may lag behind a long computation, but it is not dead; a run started outside a
+    worker is unowned, but not abandoned); one it owns and no longer runs (a run cancelled,
     or a recovered flow stopped by a ``BaseException``) is stranded, and it finishes it.
     Executions claimed fewer times in a row go first, and one claimed :data:`MAX_CLAIMS`
     times in a row is set aside as failed (by a recoverer that has its flow)."""
@@ -175,8 +181,10 @@ def recover(
         for execution in sorted(pending, key=lambda e: e.claims):  # stable: oldest first
             if stopping is not None and stopping.is_set():
                 break
+            if loom.runs_now(execution.execution_id):
+                continue
             if execution.owner == worker:
-                abandoned = not loom.runs_now(execution.execution_id)
+                abandoned = True  # stranded: owned here, run here no more
             else:
                 abandoned = is_abandoned(execution.owner, liveness, include_unowned=include_unowned)
             if not abandoned:
@@ -209,6 +217,28 @@ def _failed_again(loom: Loom, orphan: Unfinished, execution: Execution, exc: Exc
         _left_by(orphan.owner),
         type(exc).__name__,
         exc_info=None if loom._sealed(execution) else exc,
+    )
+
+
+def _not_resumable(
+    loom: Loom, orphan: Unfinished, execution: Execution, exc: FlowInputError
+) -> None:
+    """Log an execution whose stored input the flow registered here no longer takes: left
+    unfinished and unclaimed, every pass, for a worker still on code that takes it or for a
+    resume once the code does (a claim each pass would only set it aside, never run)."""
+    # A sealed execution's refusal may quote its input (an enum value): it is not logged.
+    reason = (
+        "its stored input does not fit the flow registered here (FlowInputError, not quoted "
+        "for a sealed execution: `loom resume ID` shows it); nothing was written"
+        if loom._sealed(execution)
+        else str(exc)
+    )
+    logger.warning(
+        "execution %s of flow %r, left by %s, is left unfinished: %s",
+        orphan.execution_id,
+        orphan.flow,
+        _left_by(orphan.owner),
+        reason,
     )
 
 
@@ -306,10 +336,18 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
     except LogCorruptError as exc:  # altered rows: nobody can finish it, the rest of the pass can
         logger.error("execution %s does not read, not recovered: %s", orphan.execution_id, exc)
         return None
-    if execution.finished or execution.owner != orphan.owner:
-        return None  # finished or claimed since the scan
+    if execution.finished or execution.owner != orphan.owner or loom.runs_now(execution.id):
+        return None  # finished or claimed since the scan, or being resumed in another thread
     try:
-        run = loom._take_over(execution, worker=worker)
+        call = loom._resumable(execution)
+    except FlowInputError as exc:  # nothing claimed: a worker whose flow takes it can finish it
+        _not_resumable(loom, orphan, execution, exc)
+        return None
+    except LogCorruptError as exc:  # its stored overrides do not read
+        logger.error("execution %s does not read, not recovered: %s", orphan.execution_id, exc)
+        return None
+    try:
+        run = loom._take_over(execution, call, worker=worker)
     except ExecutionConflictError:
         return None  # another worker claimed it first, or took it over from this one since
     except BaseException as exc:

@@ -232,16 +232,25 @@ class Heartbeat:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"loom-heartbeat {worker}")
         self._thread.daemon = True
+        self._pid = os.getpid()
+        """The process that beats: a forked child's copy is not its heartbeat to stop."""
 
     def start(self) -> None:
         self.registry.beat(self.worker, dead_after=self.dead_after)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop beating and mark this worker stopped (its unfinished work recoverable now)."""
+    def stop(self, *, gone: bool = True) -> None:
+        """Stop beating and, if ``gone``, mark this worker stopped (its unfinished work
+        recoverable now); else its row keeps its last beat and expires after ``dead_after``,
+        as a crashed worker's does (runs it owns are still going on). In a process forked
+        after :meth:`start` nothing is done: the beating thread and the worker are the
+        parent's, alive."""
+        if os.getpid() != self._pid:
+            return
         self._stopping.set()
         self._thread.join()
-        self.registry.stop(self.worker)
+        if gone:
+            self.registry.stop(self.worker)
 
     def _beat(self) -> None:
         while not self._stopping.wait(self.every):

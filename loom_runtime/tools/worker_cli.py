@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
@@ -26,7 +27,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from loom_runtime.errors import ConfigurationError, EncryptionOffError, LogCorruptError
-from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY, unfinished
+from loom_runtime.recovery import (
+    DEAD_AFTER,
+    HEARTBEAT_EVERY,
+    RECOVER_EVERY,
+    is_abandoned,
+    unfinished,
+)
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
@@ -76,8 +83,7 @@ def recover(
     with open_with_flows(db, flows) as loom, _failures_on_stderr(logging.WARNING):
         try:
             runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
-            if not include_unowned:
-                _note_unowned_left(loom, dead_after=dead_after)
+            _note_left(loom, dead_after=dead_after, include_unowned=include_unowned)
         except LogCorruptError as exc:
             fail(str(exc))
         except EncryptionOffError as exc:  # a sealed execution, and no master key given
@@ -150,20 +156,39 @@ def _need_flows(command: str, flows: str | None) -> None:
         )
 
 
-def _note_unowned_left(loom: Loom, *, dead_after: float) -> None:
-    """Say on stderr how many unfinished executions of registered flows the pass left because
-    they were started outside a worker: without the note, "0 recovered" hid them."""
-    registered = {w.worker for w in loom.workers.workers(dead_after=dead_after)}
-    left = sum(
-        1
-        for execution in unfinished(loom.log)
-        if (execution.owner is None or execution.owner not in registered)
-        and loom.flows.find(execution.flow) is not None
-    )
-    if left:
+def _note_left(loom: Loom, *, dead_after: float, include_unowned: bool) -> None:
+    """Say on stderr what the pass left that the operator can act on: without the notes, "0
+    recovered" hid it. Unfinished executions of registered flows started outside a worker
+    (unless they were asked for), and abandoned ones of flows not in --flows, with those
+    flows' names (the skip itself is logged at DEBUG only)."""
+    liveness = {w.worker: w.alive for w in loom.workers.workers(dead_after=dead_after)}
+    unowned = 0
+    unregistered: Counter[str] = Counter()
+    for execution in unfinished(loom.log):
+        if loom.flows.find(execution.flow) is None:
+            if is_abandoned(execution.owner, liveness, include_unowned=include_unowned):
+                unregistered[execution.flow] += 1
+        elif not include_unowned and (execution.owner is None or execution.owner not in liveness):
+            unowned += 1
+    if unowned:
         err_console.print(
-            f"note: {left} unfinished execution(s) started outside a worker were left: "
+            f"note: {unowned} unfinished execution(s) started outside a worker were left: "
             "--include-unowned takes them when no process can still be running them",
+            soft_wrap=True,
+        )
+    if unregistered:
+        from loom_runtime.context import NAMED_IN_A_WARNING  # here: the CLI loads no log first
+
+        named = unregistered.most_common(NAMED_IN_A_WARNING)
+        more = len(unregistered) - len(named)
+        flows = ", ".join(f"{flow!r} ({count})" for flow, count in named)
+        err_console.print(
+            inert(
+                f"note: {unregistered.total()} unfinished execution(s) of flows not in --flows "
+                f"were left, for a worker that has them: {flows}"
+                + (f" and {more} more flow(s)" if more else ""),
+                one_line=True,
+            ),
             soft_wrap=True,
         )
 
