@@ -5,9 +5,12 @@ replays: this module only says what of a request is the question. The key names 
 (method, host, path); the input carries the rest a replay compares, with everything left out
 that would make an unchanged request differ from run to run or that must never be stored:
 
-* credentials, by name (headers, query parameters) or because the log's redactor flags them;
+* credentials, by name (headers, query parameters) or because the log's redactor flags them,
+  and the secret part of a path that is a credential (:func:`path_without_secrets`);
 * headers that describe the client software or the connection, not the request;
-* a multipart body's random boundary: the body is its parts.
+* a multipart body's random boundary: the body is its parts;
+* a form body (``application/x-www-form-urlencoded``, how an OAuth token request is sent) is
+  its name/value pairs, credentials left out by the rule a query's are.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ if TYPE_CHECKING:
     from loom_runtime.redaction import Redactor
 
 KIND = "http"
+
+JSON_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)
+"""What reading a body as JSON raises when it is not JSON loom can hold: malformed, or nested
+deeper than msgspec decodes (about 1,000 levels: ``RecursionError``, which a walk of a
+decoded body nearly as deep can raise too). Either way the body is read as text or bytes,
+and the request is sent as httpx alone would send it."""
 
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
@@ -68,16 +77,42 @@ them."""
 
 CREDENTIAL_FIELD_WORDS = frozenset(
     {
-        *("apikey", "token", "secret", "password", "passwd", "auth", "credential", "credentials"),
-        *("authorization", "bearer"),
+        *("apikey", "token", "secret", "password", "passwd", "passphrase", "auth", "bearer"),
+        *("credential", "credentials", "authorization", "verifier", "assertion"),
     }
 )
-"""A JSON body's field or a query parameter one of whose words (its name split at ``-``, ``_``
-and camel case) is one of these, or that ends in ``key`` after one of :data:`KEY_KINDS`
-(``api_key``, ``subscription-key``, ``accessKey``), carries a credential by its name:
-``client_secret``, ``refresh_token``, ``password``, ``apiKey``. Whole words, so ``max_tokens``
-is not one; nor is a bare ``key`` or a ``sort_key`` (what a key-value or a list API is asked),
-unlike a header named so."""
+"""A JSON body's field, a query parameter or a form field carries a credential by its name
+when its head word (the last of its words, split at ``-``, ``_`` and camel case) is one of
+these, or is ``key`` after one of :data:`KEY_KINDS` (``api_key``, ``subscription-key``,
+``accessKey``): ``client_secret``, ``refresh_token``, ``password``, ``apiKey``, an OAuth
+``code_verifier`` or ``client_assertion``. The head, not any word: a ``token_symbol`` is a
+symbol, an ``auth_level`` a level, a ``secret_id`` names a secret without holding it, and
+each is what is asked (taken for a credential, a changed one replayed as identical). A
+``token`` after one of :data:`CURSOR_WORDS` is a listing's cursor (``pageToken``), not one.
+Whole words, so ``max_tokens`` is not one; nor is a bare ``key`` or a ``sort_key`` (what a
+key-value or a list API is asked), unlike a header named so."""
+
+CREDENTIAL_SUFFIXES = frozenset(
+    {
+        *("value", "string", "code", "hash", "digest", "jwt", "b64", "base64", "hex", "pem"),
+        *("header", "new", "old", "current", "confirm", "confirmation", "again", "repeat"),
+    }
+)
+"""Words after a credential's name that keep the field one: the form it holds the credential
+in (``secret_value``, ``token_hash``; ``authorization_code``, an OAuth grant), or which of
+them it is (``password_confirmation``, ``password_new``). Read past (with any number, as in
+``api_key_2``) before the head word is."""
+
+CURSOR_WORDS = frozenset(
+    {
+        *("page", "next", "prev", "previous", "continuation", "cursor", "pagination"),
+        *("sync", "resume", "delta", "change"),
+    }
+)
+"""Words before a final ``token`` that make it a position in a listing or a change feed
+(Google's ``pageToken``/``nextPageToken``/``syncToken``, AWS's ``NextToken``, a
+``continuation_token``, a change stream's ``resume_token``), which the server hands out to be
+sent back: what is asked, not a credential."""
 
 KEY_KINDS = frozenset(
     {
@@ -98,12 +133,19 @@ case's capitalised words (``Key`` of ``apiKey``)."""
 
 
 def credential_name(name: str) -> bool:
-    """Whether a JSON field or query parameter named ``name`` carries a credential by its
-    name (:data:`CREDENTIAL_FIELD_WORDS`)."""
+    """Whether a JSON field, query parameter or form field named ``name`` carries a
+    credential by its name: by its head word (:data:`CREDENTIAL_FIELD_WORDS`), read past
+    :data:`CREDENTIAL_SUFFIXES` and numbers."""
     words = [word.lower() for word in _WORDS.findall(name)]
-    return not CREDENTIAL_FIELD_WORDS.isdisjoint(words) or (
-        len(words) > 1 and words[-1] == "key" and words[-2] in KEY_KINDS
-    )
+    while len(words) > 1 and (words[-1].isdigit() or words[-1] in CREDENTIAL_SUFFIXES):
+        words.pop()
+    head = words[-1].rstrip("0123456789") if words else ""  # password2
+    qualifier = words[-2] if len(words) > 1 else ""
+    if head == "token":
+        return qualifier not in CURSOR_WORDS
+    if head == "key":
+        return qualifier in KEY_KINDS
+    return head in CREDENTIAL_FIELD_WORDS
 
 
 _NAMES: dict[str, bool] = {}
@@ -166,6 +208,7 @@ CREDENTIAL_PARAMETERS = frozenset(
     {
         *("key", "api_key", "api-key", "apikey", "access_token", "token", "password", "secret"),
         *("sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"),
+        *("appid", "hapikey"),  # OpenWeatherMap's and HubSpot's API keys
     }
 )
 """Query parameters never stored, whatever they hold (compared lower-cased), with any one of
@@ -187,11 +230,14 @@ def credential_query(
 
     ``code`` is one only where it grants access: Azure Functions' key (a host under
     ``azurewebsites.net``: the ``x-functions-key`` header's, in the URL) and an OAuth
-    callback's authorization code (beside its ``state``); anywhere else a country, product or
-    error code is what is asked, and leaving it out hid a changed request."""
+    authorization code (beside its ``state`` in the callback, its ``grant_type`` in the token
+    request's form); anywhere else a country, product or error code is what is asked, and
+    leaving it out hid a changed request."""
     lowered = [name.lower() for name, _ in pairs]
     signed = not SIGNATURES.isdisjoint(lowered)
-    code_is_key = "state" in lowered or host.lower().endswith(".azurewebsites.net")
+    code_is_key = (
+        "state" in lowered or "grant_type" in lowered or host.lower().endswith(".azurewebsites.net")
+    )
     return [
         (name, value)
         for (name, value), lower in zip(pairs, lowered, strict=True)
@@ -202,7 +248,16 @@ def credential_query(
 
 
 def credential_parameter(name: str, value: str, redactor: Redactor | None) -> bool:
-    """Whether a query parameter carries a credential: by its name, or by the redactor."""
+    """Whether a query parameter or form pair carries a credential: by its name, or by the
+    redactor."""
+    return credential_parameter_name(name) or (
+        redactor is not None and redactor.secret_in(value) is not None
+    )
+
+
+def credential_parameter_name(name: str) -> bool:
+    """Whether a query parameter or form field named ``name`` carries a credential by its
+    name (:data:`CREDENTIAL_PARAMETERS`, :func:`credential_name`, the word ``signature``)."""
     named = _PARAMETERS.get(name)
     if named is None:  # names repeat from request to request: each is read once
         if len(_PARAMETERS) >= _NAMES_KEPT:
@@ -213,18 +268,49 @@ def credential_parameter(name: str, value: str, redactor: Redactor | None) -> bo
             or credential_name(name)
             or "signature" in _WORDS.findall(lower)
         )
-    return named or (redactor is not None and redactor.secret_in(value) is not None)
+    return named
 
 
 _PARAMETERS: dict[str, bool] = {}
-""":func:`credential_parameter`'s answer by name alone, for the names met so far (bounded by
+""":func:`credential_parameter_name`'s answers, for the names met so far (bounded by
 :data:`_NAMES_KEPT`, as :data:`_NAMES` is)."""
+
+
+PATH_SECRET_MARK = "[REDACTED:path-secret]"
+"""What the secret part of a path is stored as, in a key and a URL alike."""
+
+_DISCORD_WEBHOOK = re.compile(r"/api(?:/v\d+)?/webhooks/\d+/([^/]+)")
+PATH_SECRETS: dict[str, re.Pattern[str]] = {
+    "hooks.slack.com": re.compile(r"/services/[^/]+/[^/]+/([^/]+)"),
+    **dict.fromkeys(
+        ("discord.com", "discordapp.com", "canary.discord.com", "ptb.discord.com"),
+        _DISCORD_WEBHOOK,
+    ),
+    "api.telegram.org": re.compile(r"(?:/file)?/bot\d+:([^/]+)"),
+}
+"""Hosts whose URL path holds a credential, and where in it (the group): a Slack incoming
+webhook's secret, a Discord webhook's (or interaction follow-up's) token, a Telegram bot's
+token after its id. Whoever has the URL can post as the app, and no redaction pattern knows
+the random text; the host and the path's shape are what tell. The ids before the secret stay
+(they say which webhook or bot was called)."""
+
+
+def path_without_secrets(host: str, path: str) -> str:
+    """``path`` (of a URL on ``host``) with the secret :data:`PATH_SECRETS` finds in it as
+    :data:`PATH_SECRET_MARK`; ``path`` itself elsewhere. A request is keyed and compared by
+    this path, so a rotated webhook secret replays as the same call."""
+    shape = PATH_SECRETS.get(host.lower())
+    found = shape.match(path) if shape is not None else None
+    if found is None:
+        return path
+    return f"{path[: found.start(1)]}{PATH_SECRET_MARK}{path[found.end(1) :]}"
 
 
 def url_without_credentials(text: str) -> str:
     """``text`` (a URL a response names, a redirect's ``location``, an MCP resource URI)
-    without its userinfo and the query parameters that carry a credential
-    (:func:`credential_query`), as a request's URL is stored: a presigned download's
+    without its userinfo, the query parameters that carry a credential
+    (:func:`credential_query`) and a secret in its path (:func:`path_without_secrets`), as a
+    request's URL is stored: a presigned download's
     signature is a key to the object. ``text`` itself when it has neither; cut by hand
     (:func:`_cut_by_hand`) when ``urlsplit`` refuses it.
 
@@ -240,13 +326,18 @@ def url_without_credentials(text: str) -> str:
         return _cut_by_hand(text)  # delimiter, an invalid IPv6 host): its secrets go all the same
     kept = credential_query(pairs, parts.hostname or "", None)
     query = urlencode(kept) if len(kept) != len(pairs) else parts.query
-    if host == parts.netloc and query == parts.query:
+    path = path_without_secrets(parts.hostname or "", parts.path)
+    if host == parts.netloc and query == parts.query and path == parts.path:
         return text
     stored = text
-    for found, left in ((f"//{parts.netloc}", f"//{host}"), (f"?{parts.query}", f"?{query}")):
+    for found, left in (
+        (f"//{parts.netloc}", f"//{host}"),
+        (parts.path, path),  # after the authority, which holds no "/"
+        (f"?{parts.query}", f"?{query}"),
+    ):
         if found != left:
             if found not in stored:
-                return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+                return urlunsplit((parts.scheme, host, path, query, parts.fragment))
             stored = stored.replace(found, left if left != "?" else "", 1)
     return stored
 
@@ -260,6 +351,7 @@ def request_key_and_input(
     """
     url = request.url
     origin = url.host if url.port is None else f"{url.host}:{url.port}"
+    path = path_without_secrets(url.host, url.path)
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
         for name, value in (
@@ -275,37 +367,45 @@ def request_key_and_input(
         value = raw_value.decode(encoding)
         if not _credential_header(name, value, redactor):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    boundary = _BOUNDARY.search(headers.get("content-type", ""))
+    content_type = headers.get("content-type", "")
+    boundary = _BOUNDARY.search(content_type)
     parts = None
     if boundary is not None:
         parts = _multipart(request.content, (boundary[1] or boundary[2]).encode("latin-1"))
+    body: dict[str, Any] | None
     if parts is not None:  # the random boundary left out of the header and the body
-        headers["content-type"] = _BOUNDARY.sub("", headers["content-type"])
-    content = request.content
-    if parts is None:  # a gzip header's time differs per run: the body is what it encodes
-        content = _decoded(content, headers.get("content-encoding", ""))
-    body = {"multipart": parts} if parts is not None else _request_body(content)
-    return f"{KIND}:{request.method} {origin}{url.path}", {
+        headers["content-type"] = _BOUNDARY.sub("", content_type)
+        body = {"multipart": parts}
+    else:  # a gzip header's time differs per run: the body is what it encodes
+        content = _decoded(request.content, headers.get("content-encoding", ""))
+        form = None
+        if content and content_type.partition(";")[0].strip().lower() == FORM:
+            form = _form(content, url.host, redactor)
+        body = form if form is not None else _request_body(content)
+    return f"{KIND}:{request.method} {origin}{path}", {
         "method": request.method,
-        "url": f"{url.scheme}://{origin}{url.path}",
+        "url": f"{url.scheme}://{origin}{path}",
         "query": query,
         "headers": dict(sorted(headers.items())),
         "body": body,
     }
 
 
-def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:
-    """Whether a header (its name lower-cased) carries a credential: by its name, one of its
-    words, or its value."""
-    words = name.replace("_", "-").split("-")
-    return not CREDENTIAL_WORDS.isdisjoint(words) or _credential(
-        name, value, CREDENTIAL_HEADERS, redactor
+def credential_header(name: str) -> bool:
+    """Whether a header (its name lower-cased) carries a credential by its name or one of its
+    words: a request's is left out of the input, a response's stored redacted
+    (:func:`~loom_runtime.http_transport.headers_to_store`)."""
+    return name in CREDENTIAL_HEADERS or not CREDENTIAL_WORDS.isdisjoint(
+        name.replace("_", "-").split("-")
     )
 
 
-def _credential(name: str, value: str, names: frozenset[str], redactor: Redactor | None) -> bool:
-    """Whether a header or parameter carries a credential: by its name, or by the redactor."""
-    return name in names or (redactor is not None and redactor.secret_in(value) is not None)
+def _credential_header(name: str, value: str, redactor: Redactor | None) -> bool:
+    """Whether a request header (its name lower-cased) carries a credential: by its name, one
+    of its words, or its value."""
+    return credential_header(name) or (
+        redactor is not None and redactor.secret_in(value) is not None
+    )
 
 
 MAX_DECODED_BODY = 4 * 1024 * 1024
@@ -373,13 +473,30 @@ def _cut_by_hand(text: str) -> str:
     return f"{base}{asked}{query}{hashed}{fragment}"
 
 
+FORM = "application/x-www-form-urlencoded"
+
+
+def _form(content: bytes, host: str, redactor: Redactor | None) -> dict[str, Any] | None:
+    """A form body as its ``[name, value]`` pairs without the ones that carry a credential,
+    by the rule a URL's query is read by (:func:`credential_query`: an OAuth token request's
+    ``client_secret``, ``code``, ``code_verifier``, ``refresh_token``...); None when it is not
+    UTF-8 (then it is compared as any body is). Pairs, not text: a credential can only be cut
+    out of a diffable body field by field."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    pairs = parse_qsl(text, keep_blank_values=True)
+    return {"form": [[name, value] for name, value in credential_query(pairs, host, redactor)]}
+
+
 def _request_body(content: bytes) -> dict[str, Any] | None:
     """A request body as data a diff can read: JSON when it parses, else text, else bytes."""
     if not content:
         return None
     try:
         return {"json": without_credentials(msgspec.json.decode(content))}
-    except msgspec.DecodeError:
+    except JSON_DECODE_ERRORS:
         pass
     try:
         return {"text": content.decode("utf-8")}
@@ -398,7 +515,9 @@ def _multipart(content: bytes, boundary: bytes) -> list[dict[str, Any]] | None:
 
     The boundary is random per request (httpx draws one for every upload), so a body
     compared with it would differ on every run; and an upload's fields (a transcription's
-    ``model``) read as text in a diff rather than as one line of base64.
+    ``model``) read as text in a diff rather than as one line of base64. A part whose form
+    name is a credential's (an ``api_key`` field beside the file, by
+    :func:`credential_parameter_name`) is left out, as such a form pair is.
     """
     pieces = content.split(b"--" + boundary)
     if len(pieces) < 3 or pieces[0] or not pieces[-1].startswith(b"--"):
@@ -414,5 +533,11 @@ def _multipart(content: bytes, boundary: bytes) -> list[dict[str, Any]] | None:
             if not colon:
                 return None
             headers[name.strip().lower()] = value.strip()
-        parts.append({"headers": headers, "body": _request_body(part.removesuffix(b"\r\n"))})
+        named = _FIELD_NAME.search(headers.get("content-disposition", ""))
+        if named is None or not credential_parameter_name(named[1] or named[2] or ""):
+            parts.append({"headers": headers, "body": _request_body(part.removesuffix(b"\r\n"))})
     return parts
+
+
+_FIELD_NAME = re.compile(r';\s*name=(?:"([^"]*)"|([^;\s]+))', re.IGNORECASE)
+"""A multipart part's ``content-disposition`` form name (quoted or not; not ``filename``)."""

@@ -62,7 +62,13 @@ from loom_runtime.errors import (
     ReadPastRecordingError,
     RecordedValueError,
 )
-from loom_runtime.http_request import KIND, request_key_and_input, url_without_credentials
+from loom_runtime.http_request import (
+    KIND,
+    credential_header,
+    path_without_secrets,
+    request_key_and_input,
+    url_without_credentials,
+)
 from loom_runtime.redaction import Redactor
 
 try:
@@ -196,8 +202,10 @@ reaches the inner one, which would otherwise hold a decision no replay asks for.
 
 
 def _named(request: httpx.Request) -> str:
-    """A request as a warning names it: method, host and path (never the query: credentials)."""
-    return f"{request.method} {request.url.host}{request.url.path}"
+    """A request as a warning names it: method, host and path (never the query, nor a secret
+    in the path: credentials)."""
+    url = request.url
+    return f"{request.method} {url.host}{path_without_secrets(url.host, url.path)}"
 
 
 class _RecordingTransport:
@@ -541,16 +549,26 @@ URL_HEADERS = frozenset({"location", "content-location"})
 _LINKED = re.compile(r"<([^<>]*)>")
 
 
+CREDENTIAL_HEADER_MARK = "[REDACTED:credential-header]"
+"""What a response header named as a credential (:func:`credential_header`: a login's
+``x-subject-token``, an ``x-auth-token``, an STS ``x-amz-security-token``) is stored as."""
+
+
 def headers_to_store(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``headers`` as a decision stores them: a URL a response names (a redirect to a
-    presigned download) without its signature. The live caller gets the whole URL (its
-    client follows it); a replay follows the stored one, whose request is keyed and compared
-    without those parameters all the same (:func:`request_key_and_input`)."""
+    presigned download) without its signature, a credential header's value as
+    :data:`CREDENTIAL_HEADER_MARK`. The live caller gets the whole URL (its client follows
+    it) and the credential (it logs in with it); a replay follows the stored URL, whose
+    request is keyed and compared without those parameters all the same
+    (:func:`request_key_and_input`), and gets the header with the marker, as a value the
+    redactor marked replays marked (the header stays: code that reads it does not fail)."""
     return [(name, _stored_header(name, value)) for name, value in headers]
 
 
 def _stored_header(name: str, value: str) -> str:
     """One response header's value as :func:`headers_to_store` stores it."""
+    if credential_header(name):
+        return CREDENTIAL_HEADER_MARK
     if name in URL_HEADERS:
         return url_without_credentials(value)
     if name == "link":  # its ``<URL>`` parts

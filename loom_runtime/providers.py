@@ -30,7 +30,7 @@ import msgspec
 from loom_runtime.backoff import Backoff
 from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
-from loom_runtime.http_request import request_key_and_input, without_credentials
+from loom_runtime.http_request import JSON_DECODE_ERRORS, request_key_and_input, without_credentials
 from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
     Call,
@@ -165,7 +165,7 @@ class ModelProfile:
         if not request.url.query:
             try:
                 return key, without_credentials(msgspec.json.decode(request.content))
-            except msgspec.DecodeError:
+            except JSON_DECODE_ERRORS:
                 pass
         _, canonical = request_key_and_input(request, redactor)
         return key, {part: canonical[part] for part in ("method", "query", "body")}
@@ -245,7 +245,7 @@ class _ModelRecording:
             return value, self._meta(final)
         try:
             body = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+        except JSON_DECODE_ERRORS:
             # The SDK reads with Python's json, which takes what strict JSON refuses (NaN,
             # -Infinity in a logprob, a lone surrogate escape): such a reply is stored as the
             # bytes received (which the SDK parses alike on replay), its meta read from them.
@@ -327,7 +327,7 @@ def _spelling(data: Any, spelled: str | None) -> bytes:
         try:
             if msgspec.json.decode(spelled) == data:
                 return spelled.encode()
-        except msgspec.DecodeError:
+        except JSON_DECODE_ERRORS:
             pass
     return msgspec.json.encode(data)
 
@@ -369,7 +369,7 @@ def parse_sse(body: str) -> tuple[list[SseEvent], str]:
         payload = "\n".join(data)
         try:
             decoded = msgspec.json.decode(payload)
-        except msgspec.DecodeError:
+        except JSON_DECODE_ERRORS:
             events.append(SseEvent(event=name, text=payload))
             continue
         compact = msgspec.json.encode(decoded).decode() == payload
@@ -496,7 +496,7 @@ def assemble_message(events: list[SseEvent]) -> dict[str, Any] | None:
             if delta.get("type") == "signature_delta":
                 block["signature"] = delta.get("signature")
         elif kind == "content_block_stop" and isinstance(index, int) and index in partial_json:
-            with contextlib.suppress(msgspec.DecodeError):  # a cut input stays as it started
+            with contextlib.suppress(*JSON_DECODE_ERRORS):  # a cut input stays as it started
                 blocks[index]["input"] = msgspec.json.decode(partial_json.pop(index))
         elif kind == "message_delta":
             delta = _object(event.get("delta"))
