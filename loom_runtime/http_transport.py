@@ -52,6 +52,7 @@ from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
     OpenDecision,
+    rebuild_error,
     recorder,
     replay_wait,
 )
@@ -62,6 +63,7 @@ from loom_runtime.errors import (
     ReadPastRecordingError,
     RecordedValueError,
 )
+from loom_runtime.execution import Decision, error_message_of, error_type_of
 from loom_runtime.http_request import (
     KIND,
     credential_header,
@@ -81,6 +83,15 @@ except ImportError as exc:  # the http extra is not installed
 RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding", "content-length"})
 """``set-cookie`` is a credential; the body is stored decoded, so its encoding and encoded
 length no longer describe it."""
+
+
+class BodyFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """What reading a response's body raised after the part stored (a connection cut
+    mid-stream): its class as ``module:qualname`` and its message, as a decision's failure
+    is recorded, and rebuilt the same way (:func:`~loom_runtime.context.rebuild_error`)."""
+
+    error_type: str
+    message: str
 
 
 class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +116,9 @@ class RecordedResponse(msgspec.Struct, frozen=True, kw_only=True):
     """Set when the flow cancelled the read (a timeout around it) while it waited for more:
     seconds from the request to the cancellation. A replay then waits after the body, for the
     flow's timeout to cancel it again (:func:`~loom_runtime.context.replay_wait`)."""
+    failed: BodyFailure | None = None
+    """Set when reading the body failed after what is stored (the connection cut): a replay
+    hands out the stored pieces, then raises it, where the live caller got it."""
 
     def pieces(self) -> list[bytes]:
         """The body in the pieces it arrived in. A body the redactor shortened or lengthened
@@ -386,9 +400,15 @@ def _exchange(
             raise OverrideTypeError(
                 key=decision.key, type=exc.expected, problem=exc.problem
             ) from exc
-        # A read cancelled live ends its replayed body where it was cancelled, whole or not.
-        cut = None if recorded.complete and recorded.cancelled_after is None else decision.key
-        body = library.replayed_body(recorded.pieces, cut, recorded.cancelled_after)
+        # A read cancelled live ends its replayed body where it was cancelled, whole or not;
+        # one the connection cut raises there what the live read raised.
+        failure = None if recorded.failed is None else _rebuilt(decision.key, recorded.failed)
+        cut = (
+            None
+            if failure is not None or (recorded.complete and recorded.cancelled_after is None)
+            else decision.key
+        )
+        body = library.replayed_body(recorded.pieces, cut, recorded.cancelled_after, failure)
         return library.respond(recorded.status, recorded.headers, body)
     call = Call(profile.retry, library)
     try:
@@ -404,6 +424,16 @@ def _exchange(
     decision.at_end = functools.partial(recording.finish, complete=False)
     body = io.body(library)(response, recording)
     return library.respond(response.status_code, recording.headers, body)
+
+
+def _rebuilt(key: str, failed: BodyFailure) -> Exception:
+    """The error a body's read raised live, rebuilt as a recorded decision's failure is."""
+    return rebuild_error(
+        Decision(key, KIND, _NO_INPUT, error_type=failed.error_type, message=failed.message)
+    )
+
+
+_NO_INPUT = msgspec.Raw(b"null")
 
 
 def _attempts(
@@ -495,6 +525,7 @@ def replayed(
         recorded.pieces(),
         recorded.complete,
         recorded.cancelled_after,
+        getattr(recorded, "failed", None),  # a model response keeps none (its failure is)
     )
 
 
@@ -598,7 +629,13 @@ class _Recording:
         cancelled_after = round(time.perf_counter() - self._started, 3)
         self._decision.defer(self._value(complete=False, cancelled_after=cancelled_after))
 
-    def _value(self, *, complete: bool, cancelled_after: float | None = None) -> RecordedResponse:
+    def _value(
+        self,
+        *,
+        complete: bool,
+        cancelled_after: float | None = None,
+        failed: BodyFailure | None = None,
+    ) -> RecordedResponse:
         body = b"".join(self._chunks)
         try:
             text, data = body.decode("utf-8"), None
@@ -612,10 +649,16 @@ class _Recording:
             chunks=[len(chunk) for chunk in self._chunks],
             complete=complete,
             cancelled_after=cancelled_after,
+            failed=failed,
         )
 
     def fail(self, error: Exception) -> Exception:
-        self._decision.fail(error)
+        """The response as read, and what reading it raised after (a connection cut
+        mid-stream), stored as the decision's value: a caller that kept the chunks before the
+        cut gets them again on replay, then the error (ADR 0024, amended "cut body")."""
+        if not self._decision.settled:
+            failed = BodyFailure(error_type=error_type_of(error), message=error_message_of(error))
+            self._decision.record(self._value(complete=False, failed=failed))
         return error
 
 
@@ -696,10 +739,18 @@ class _ReplayedBody:
     took another path and the read fails as one past the recording.
     """
 
-    def __init__(self, pieces: list[bytes], cut: str | None, cancelled_after: float | None) -> None:
+    def __init__(
+        self,
+        pieces: list[bytes],
+        cut: str | None,
+        cancelled_after: float | None,
+        failure: Exception | None = None,
+    ) -> None:
         self._pieces = iter(pieces)
         self._cut = cut
         self._cancelled_after = cancelled_after
+        self._failure = failure
+        """What the live read raised after the last piece (a connection cut), raised there."""
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._pieces
@@ -715,6 +766,8 @@ class _ReplayedBody:
         self._ended()
 
     def _ended(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._cut is not None:
             raise ReadPastRecordingError(key=self._cut)
 
@@ -728,6 +781,7 @@ class Replayed(NamedTuple):
     pieces: list[bytes]
     complete: bool
     cancelled_after: float | None = None
+    failed: BodyFailure | None = None
 
 
 class Library(NamedTuple):
@@ -740,7 +794,9 @@ class Library(NamedTuple):
     transport_error: type[Exception]
     sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
     async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
-    replayed_body: Callable[[list[bytes], str | None, float | None], httpx.SyncByteStream]
+    replayed_body: Callable[
+        [list[bytes], str | None, float | None, Exception | None], httpx.SyncByteStream
+    ]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]
 
