@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import zlib
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
@@ -351,7 +351,7 @@ def request_key_and_input(
     """
     url = request.url
     origin = url.host if url.port is None else f"{url.host}:{url.port}"
-    path = path_without_secrets(url.host, url.path)
+    path = path_without_secrets(url.host, _path(url))
     query = [  # parsed only when there is one: parsing is most of what this costs a replay
         [name, value]
         for name, value in (
@@ -389,6 +389,20 @@ def request_key_and_input(
         "headers": dict(sorted(headers.items())),
         "body": body,
     }
+
+
+_ENCODED_SLASH = re.compile(b"%2[fF]")
+
+
+def _path(url: httpx.URL) -> str:
+    """``url``'s path as a request is keyed and compared by: decoded (``%20`` a space, UTF-8
+    escapes their letters), but for an encoded ``/``, kept as ``%2F``. Decoded, a segment
+    holding a slash (``reports%2F2024.csv``, one object) read as two (``reports/2024.csv``, an
+    object in a folder), another resource to the server (ADR 0024, amended "encoded slash")."""
+    raw = url.raw_path.partition(b"?")[0]
+    if _ENCODED_SLASH.search(raw) is None:
+        return url.path  # every recording before the amendment keeps its key
+    return "%2F".join(unquote(part.decode("ascii")) for part in _ENCODED_SLASH.split(raw))
 
 
 def credential_header(name: str) -> bool:
