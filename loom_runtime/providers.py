@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import httpx
 import msgspec
@@ -134,6 +134,12 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
 Assembler = Callable[[list[SseEvent]], Any]
 
+BETA_HEADERS: Final = ("anthropic-beta", "openai-beta")
+"""Request headers that switch a provider's features (a 1M context, interleaved thinking, the
+Assistants API's version): what is asked as much as the body is, so a replay compares them
+(ADR 0025, amended "beta headers"). Only these: the rest describe the client or its
+credentials."""
+
 
 @dataclass(frozen=True)
 class ModelProfile:
@@ -162,13 +168,19 @@ class ModelProfile:
         relative = path[len(self.base_path) :] if path.startswith(self.base_path) else path
         name = _VERSION.sub("", relative.strip("/")).replace("/", ".") or "."
         key = f"{KIND}:{self.provider}:{name}"
+        # A beta feature changes the answer and is asked in a header: compared beside the
+        # body when sent; a call without one is compared by its body alone, as it always was.
+        betas = {name: request.headers[name] for name in BETA_HEADERS if name in request.headers}
         if not request.url.query:
             try:
-                return key, without_credentials(msgspec.json.decode(request.content))
+                body = without_credentials(msgspec.json.decode(request.content))
             except JSON_DECODE_ERRORS:
                 pass
+            else:
+                return key, {"body": body, "headers": betas} if betas else body
         _, canonical = request_key_and_input(request, redactor)
-        return key, {part: canonical[part] for part in ("method", "query", "body")}
+        asked = {part: canonical[part] for part in ("method", "query", "body")}
+        return key, asked | {"headers": betas} if betas else asked
 
     def replayed(self, key: str, value: Any) -> Replayed:
         return replayed(

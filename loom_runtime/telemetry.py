@@ -304,7 +304,10 @@ def _naming(slot: Slot, *, sealed: bool) -> tuple[str, SpanKind, dict[str, str |
         attributes["gen_ai.provider.name"] = provider
         attributes["gen_ai.system"] = provider
     label = operation or "loom decide model"
-    model = _json_object(slot.input).get("model")
+    asked = _json_object(slot.input)
+    if asked.keys() == {"body", "headers"} and isinstance(asked["body"], dict):
+        asked = asked["body"]  # asked with a beta header (ADR 0025, amended "beta headers")
+    model = asked.get("model")
     if not isinstance(model, str):
         return label, SpanKind.CLIENT, attributes
     attributes["gen_ai.request.model"] = model

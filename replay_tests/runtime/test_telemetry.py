@@ -360,7 +360,12 @@ def test_an_openai_call_follows_the_genai_conventions_recorded_and_replayed(
     assert replayed.attributes["loom.replay"] is True
 
 
-def test_an_anthropic_call_reports_its_token_usage(traced: Traced, tmp_path: Path) -> None:
+@pytest.mark.parametrize("beta", [None, "context-1m-2025-08-07"], ids=["plain", "beta"])
+def test_an_anthropic_call_reports_its_token_usage(
+    traced: Traced, tmp_path: Path, beta: str | None
+) -> None:
+    """Also asked with a beta header, which its decision's input holds beside the body (ADR
+    0025, amended "beta headers"): the span still names the model."""
     with ProviderServer() as provider:
         loom = traced.loom(tmp_path / "loom.db")
 
@@ -371,6 +376,7 @@ def test_an_anthropic_call_reports_its_token_usage(traced: Traced, tmp_path: Pat
                 model="claude-haiku-4-5",
                 max_tokens=64,
                 messages=[{"role": "user", "content": "disk full"}],
+                extra_headers={} if beta is None else {"anthropic-beta": beta},
             )
             return "done"
 
