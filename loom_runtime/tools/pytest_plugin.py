@@ -6,7 +6,8 @@ file (``*.json``, ``*.msgpack``) in each folder; a test fails with the readable 
 output) when the current code no longer reproduces the recording. ``--loom-flows`` (or the
 ``loom_flows`` ini option) names where the flows are registered: a ``Loom``, a
 ``FlowRegistry``, or a function returning one. No database is opened: a bundle carries all a
-replay needs.
+replay needs. An entry of the folder loom does not replay (a symbolic link, a folder, a file
+whose name does not print as itself) is a test that fails saying why.
 
 For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way
 (``--loom-update`` re-seals what it replays too); override the ``loom_flows`` fixture to
@@ -69,6 +70,8 @@ a re-seal for the summary, or None)."""
 """Whether a test's call passed: a marked test's recording or re-seal is written only then."""
 BUNDLED = pytest.StashKey["BundleLoom"]()
 """The marked test's ``BundleLoom``, for :func:`pytest_runtest_call` to read its verdict."""
+REPLAYED = pytest.StashKey[list["BundleVerdict"]]()
+"""The verdicts ``loom_replay`` raised in a test, for :func:`pytest_runtest_call` as well."""
 BUNDLE_TESTS = pytest.StashKey[dict[Path, list[str]]]()
 """The session's marked tests by the bundle they name (see ``_bundle_tests``)."""
 CAUSED = "The above exception was the direct cause of the following exception:"
@@ -195,12 +198,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 def _raise_caught(item: pytest.Item, would_have: str) -> None:
-    """Raise the verdict ``item``'s run raised, if the test caught it (and so would have
-    ``would_have``): a verdict fails the test whoever catches it."""
+    """Raise the verdict ``item``'s run (or a ``loom_replay`` of it) raised, if the test caught
+    it (and so would have ``would_have``): a verdict fails the test whoever catches it."""
     bundled = item.stash.get(BUNDLED, None)
-    if bundled is None or bundled.verdict is None:
+    replayed = item.stash.get(REPLAYED, [])
+    if bundled is not None and bundled.verdict is not None:
+        caught = bundled.verdict
+    elif replayed:
+        caught = replayed[0]
+    else:
         return
-    caught = bundled.verdict
     caught.add_note(
         f"loom: the test caught this verdict (pytest.raises or except around its run) and "
         f"would have {would_have}; a verdict fails the test whoever catches it"
@@ -318,15 +325,21 @@ def _rerun(item: pytest.Item) -> str:
     """The pytest arguments that run ``item`` alone, from where pytest was run: its path and
     name, or for a collected bundle ``--loom-bundles`` of its file and the flows given (a
     bundle is no path pytest collects by itself, and ``-k`` cannot parse every file name)."""
+    from loom_runtime.tools.display import visible
+
     config = item.config
     here = config.invocation_params.dir
     if isinstance(item, BundleItem):
         arguments = [f"--loom-bundles={os.path.relpath(item.path, here)}"]
         if flows := config.getoption("--loom-flows"):
             arguments.append(f"--loom-flows={flows}")
-        return shlex.join(arguments)
-    _, _, name = item.nodeid.partition("::")
-    return shlex.quote(f"{os.path.relpath(item.path, here)}::{name}")
+        rerun = shlex.join(arguments)
+    else:
+        _, _, name = item.nodeid.partition("::")
+        rerun = shlex.quote(f"{os.path.relpath(item.path, here)}::{name}")
+    # A folder's path can hold a line break, which shlex quotes but a verdict's message
+    # (multi-line) keeps: the line after it in the terminal would be the folder's text.
+    return visible(rerun, one_line=True)
 
 
 class BundleFile(pytest.File):
@@ -346,11 +359,14 @@ class BundleItem(pytest.Item):
         _, replayed = replay_file(
             flows, self.path, update=update, rerun=_rerun(self), redactor=redactor
         )
-        if (note := _write_resealed(replayed)) is not None:
+        # Never through a link: one put in the folder's file's place since it was collected
+        # would send the re-sealed bundle over whatever it points to (``_refusal``).
+        if (note := _write_resealed(replayed, follow_link=False)) is not None:
             self.user_properties.append((RESEALED_PROPERTY, note))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        from loom_runtime.errors import BundleError
+        from loom_runtime.errors import LoomError
+        from loom_runtime.tools.display import visible
 
         if isinstance(excinfo.value, ReplayDiverged):  # the verdict, after what the code raised
             cause = excinfo.value.__cause__
@@ -358,8 +374,12 @@ class BundleItem(pytest.Item):
                 return str(excinfo.value)
             raised = "".join(traceback.format_exception(cause))
             return f"{raised}\n{CAUSED}\n\n{excinfo.value}"
-        if isinstance(excinfo.value, BundleError):  # an unusable file: what and why, no trace
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+        if isinstance(excinfo.value, LoomError):
+            # An unusable file, a flow not registered: loom's error says what and why. Its
+            # traceback runs through pytest's own frames (this item has no test function to
+            # cut it at), a thousand lines of them and their locals; the message can quote
+            # the bundle (a flow's name), so it is shown inert.
+            return f"{type(excinfo.value).__name__}: {visible(str(excinfo.value), one_line=True)}"
         return str(super().repr_failure(excinfo, style))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
@@ -375,23 +395,104 @@ def pytest_collection_modifyitems(
     for folder in folders:
         given = Path(folder)
         if given.is_file() and given.suffix in BUNDLE_SUFFIXES:
-            paths = [given]  # one bundle: what a failure's next step names
+            inside, names = given.parent, [given.name]  # one bundle: what a next step names
         elif given.is_dir():
-            paths = sorted(path for path in given.iterdir() if path.suffix in BUNDLE_SUFFIXES)
+            inside = given
+            names = sorted(path.name for path in given.iterdir() if path.suffix in BUNDLE_SUFFIXES)
         else:
             raise pytest.UsageError(
                 f"--loom-bundles={folder}: no such directory or bundle file "
                 f"({', '.join(BUNDLE_SUFFIXES)})"
             )
-        for path in paths:
-            bundle = BundleFile.from_parent(session, path=path.resolve())
-            collected = [*bundle.collect()]
-            items.extend(collected)
-            # Reported as collected, as pytest reports a file it collects: its count
-            # ("collected N items") was made before these were added.
-            result = list[pytest.Item | pytest.Collector](collected)
-            report = pytest.CollectReport(bundle.nodeid, "passed", None, result)
-            session.ihook.pytest_collectreport(report=report)
+        # The folder as the user named it may be a link; what is in it is taken as it is.
+        inside = inside.resolve()
+        refused: dict[str, str] = {}
+        for name in names:
+            if (refusal := _refusal(inside / name)) is None:
+                _collected(session, items, BundleFile.from_parent(session, path=inside / name))
+            else:
+                refused[_printed(name)] = refusal
+        if refused:
+            entries = RefusedEntries.from_parent(session, path=inside, refused=refused)
+            _collected(session, items, entries)
+
+
+def _collected(
+    session: pytest.Session, items: list[pytest.Item], collector: pytest.Collector
+) -> None:
+    """Add ``collector``'s tests to the session's ``items``, reported as collected as pytest
+    reports a file it collects: its count ("collected N items") was made before these."""
+    collected = [item for item in collector.collect() if isinstance(item, pytest.Item)]
+    items.extend(collected)
+    result = list[pytest.Item | pytest.Collector](collected)
+    session.ihook.pytest_collectreport(
+        report=pytest.CollectReport(collector.nodeid, "passed", None, result)
+    )
+
+
+def _refusal(path: Path) -> str | None:
+    """Why the folder's entry ``path`` is no bundle loom replays, or None if it is one.
+
+    pytest makes a test's id of its file's path and prints it raw (the progress line, the
+    failure's headline, the summary): a name holding an escape sequence or a line break
+    retitled and cleared the terminal and forged a line of results. A symbolic link led out of
+    the folder, to a file read and named as the test, and ``--loom-update`` re-sealed it
+    there; a pipe blocks the read for ever. Each is a test that fails saying so, under the
+    folder's own id (:class:`RefusedEntries`): never silently left out of a regression run."""
+    if _printed(path.name) != path.name:
+        return (
+            "does not print as itself (<U+XXXX> and \\xNN stand for what a terminal obeys, a "
+            "line break, a byte that is not UTF-8), and pytest prints a test's id raw: rename "
+            "the file to replay it"
+        )
+    if path.is_symlink():
+        return (
+            "is a symbolic link: loom replays only the files in the folder itself (a link can "
+            "lead out of it, and --loom-update would re-seal what it leads to); copy the bundle in"
+        )
+    if not path.is_file():
+        return "is not a regular file (a folder, a pipe or a device), so no bundle to replay"
+    return None
+
+
+def _printed(name: str) -> str:
+    """A file name as a terminal should see it: a byte that is not UTF-8 (which Python keeps
+    as a lone surrogate, printed as the raw byte again) as ``\\xNN``, then as :func:`visible`
+    shows a one-line value."""
+    from loom_runtime.tools.display import visible
+
+    return visible(os.fsencode(name).decode(errors="backslashreplace"), one_line=True)
+
+
+class RefusedEntries(pytest.Directory):
+    """The entries of a ``--loom-bundles`` folder that are no bundle to replay (``_refusal``),
+    each a test that fails saying why, named by the folder's id and the entry's printed name:
+    an id made of the entry's path would print that name raw."""
+
+    def __init__(self, *, refused: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.refused = refused
+        """Each refused entry's printed name, and why it is refused."""
+
+    def collect(self) -> Iterator[RefusedEntry]:
+        for entry, refusal in self.refused.items():
+            yield RefusedEntry.from_parent(
+                self, name=f"refused[{entry}]", refusal=f"{entry} {refusal}"
+            )
+
+
+class RefusedEntry(pytest.Item):
+    """A folder's entry loom does not replay: fails with why, and runs nothing."""
+
+    def __init__(self, *, refusal: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.refusal = refusal
+
+    def runtest(self) -> None:
+        pytest.fail(self.refusal, pytrace=False)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"loom {self.name}"
 
 
 @pytest.fixture
@@ -421,19 +522,24 @@ def loom_replay(
     updated: list[BundleLoom] = []
 
     def replay(bundle: str | Path) -> ReplayResult:
-        result, replayed = replay_file(
-            loom_flows,
-            Path(bundle),
-            update=update,
-            rerun=_rerun(request.node),
-            redactor=loom_redactor,
-        )
+        try:
+            result, replayed = replay_file(
+                loom_flows,
+                Path(bundle),
+                update=update,
+                rerun=_rerun(request.node),
+                redactor=loom_redactor,
+            )
+        except BundleVerdict as verdict:  # failing the test even if it catches it
+            request.node.stash.setdefault(REPLAYED, []).append(verdict)
+            raise
         updated.append(replayed)
         return result
 
     yield replay
-    for updating in updated:
-        _after_teardown(request.node, functools.partial(_write_resealed, updating))
+    for updating in updated:  # a path the test chose: a link there is followed, as by export
+        write = functools.partial(_write_resealed, updating, follow_link=True)
+        _after_teardown(request.node, write)
 
 
 @pytest.fixture
@@ -513,7 +619,8 @@ def _bundle_loom(
                 functools.partial(_write_recorded, bundled.bundle_of(bundled.recorded), bundle),
             )
         else:
-            _after_teardown(request.node, functools.partial(_write_resealed, bundled))
+            write = functools.partial(_write_resealed, bundled, follow_link=True)
+            _after_teardown(request.node, write)  # the marker's path: its link is followed
     finally:
         bundled.close()
 
@@ -574,13 +681,14 @@ def _bundle_tests(session: pytest.Session) -> dict[Path, list[str]]:
     return claims
 
 
-def _write_resealed(bundled: BundleLoom) -> str | None:
-    """Write the bundle ``bundled`` re-sealed, if it did; the note of it for the summary."""
+def _write_resealed(bundled: BundleLoom, *, follow_link: bool) -> str | None:
+    """Write the bundle ``bundled`` re-sealed, if it did; the note of it for the summary.
+    ``follow_link`` as ``write_bundle``'s: only for a path a test chose."""
     from loom_runtime.bundle import write_bundle
 
     if bundled.resealed is None:
         return None
-    write_bundle(bundled.resealed, bundled.bundle)
+    write_bundle(bundled.resealed, bundled.bundle, follow_link=follow_link)
     accepted = "\n".join(str(divergence) for divergence in bundled.accepted)
     return f"re-sealed {bundled.bundle}, accepting:\n{accepted}"
 
