@@ -30,9 +30,11 @@ import msgspec
 from loom_runtime.backoff import Backoff
 from loom_runtime.context import OpenDecision
 from loom_runtime.errors import ModelResponseError
+from loom_runtime.execution import error_message_of, error_type_of
 from loom_runtime.http_request import JSON_DECODE_ERRORS, request_key_and_input, without_credentials
 from loom_runtime.http_transport import (
     RESPONSE_HEADERS_NOT_STORED,
+    BodyFailure,
     Call,
     Recording,
     Replayed,
@@ -116,6 +118,9 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """The body's JSON as the provider spelled it, when neither the compact encoding of
     ``body`` nor an indented one is (kept whole: the caller of ``with_raw_response`` reads
     ``.text`` as it was)."""
+    failed: BodyFailure | None = None
+    """What reading a stream raised after its stored ``events`` (the connection cut): a
+    replay hands out the events, then raises it, where the SDK met it live."""
 
     def pieces(self) -> list[bytes]:
         """The body a replay hands the SDK: one piece per recorded event, or the whole, as
@@ -273,17 +278,25 @@ class _ModelRecording:
         return value, self._meta(value.body)
 
     def fail(self, error: Exception) -> Exception:
-        """A body cut by the connection: the transport's own error is stored as the failure,
-        with what had arrived in the meta (``cut_after``), and raised on, so the SDK turns it
-        into its connection error (``openai.APIConnectionError``) live and on replay alike, as
-        it does unwrapped."""
+        """A body cut by the connection, raised on, so the SDK turns it into its connection
+        error (``openai.APIConnectionError``) live and on replay alike, as it does unwrapped.
+
+        A stream is stored as read, its complete events and then the error
+        (:attr:`ModelResponse.failed`): a flow that kept what it consumed before the cut gets
+        the same events again on replay, then the same error (ADR 0025, amended "cut
+        stream"). Any other body: the transport's error is the decision's failure, with what
+        had arrived in the meta (``cut_after``)."""
+        if self._streamed:
+            if not self._decision.settled:
+                value, meta = self._outcome(complete=False)
+                failed = BodyFailure(
+                    error_type=error_type_of(error), message=error_message_of(error)
+                )
+                self._decision.record(msgspec.structs.replace(value, failed=failed), meta=meta)
+            return error
         meta = self._call.meta()
         if isinstance(error, self._call.library.transport_error):
-            meta["cut_after"] = (
-                f"{len(parse_sse(b''.join(self._chunks).decode('utf-8', 'replace'))[0])} events"
-                if self._streamed
-                else f"{sum(map(len, self._chunks))} bytes"
-            )
+            meta["cut_after"] = f"{sum(map(len, self._chunks))} bytes"
         self._decision.fail(error, meta=meta)
         return error
 

@@ -46,16 +46,20 @@ def build(db: str) -> Loom:
     def ask(ctx: Any, url: str, retry: str, stream: bool) -> dict[str, Any]:
         client = wrap(openai.OpenAI(base_url=url, api_key="sk-test"), retry=RETRIES[retry])
         said: Any = [{"role": "user", "content": "why is the disk full"}]
+        kept: list[str] = []  # what a stream gave before it failed: an agent keeps it
         try:
             if stream:
                 chunks = client.chat.completions.create(model="m", messages=said, stream=True)
-                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                for chunk in chunks:
+                    kept.extend(c.delta.content or "" for c in chunk.choices[:1])
+                text = "".join(kept)
             else:
                 reply = client.chat.completions.create(model="m", messages=said)
                 text = reply.choices[0].message.content or ""
         except (openai.APIError, ModelResponseError) as exc:
             status = getattr(exc, "status_code", None)
-            return {"raised": type(exc).__name__, "status": status, "message": str(exc)}
+            raised = {"raised": type(exc).__name__, "status": status, "message": str(exc)}
+            return raised | ({"kept": "".join(kept)} if kept else {})
         return {"text": text}
 
     @loom.flow("async-ask")
@@ -150,19 +154,24 @@ def test_a_refused_connection_is_retried_then_recorded_as_the_failure(
 
 
 @pytest.mark.parametrize("mid_event", [False, True])
-def test_a_stream_cut_by_the_connection_is_a_typed_failure_replayed_alike(
+def test_a_stream_cut_by_the_connection_replays_its_events_then_the_error(
     provider: ProviderServer, sqlite_url: str, mid_event: bool
 ) -> None:
     """The connection drops after two events (between events, or inside the third): the
     caller gets the SDK's own ``APIConnectionError``, as the plain client raises it (an
     agent's ``except openai.APIError`` still runs; loom's own ``ModelResponseError`` did not
-    match it). The transport's error is recorded as the decision's failure (nothing half
-    written), with what had arrived in its meta, and the SDK raises the same on replay."""
+    match it), after the two events' text, which the flow keeps. The stream is stored as
+    read, its two events and then the transport's error (``failed``), and a replay hands the
+    SDK the same events, then the same error. It was stored as the decision's failure, which
+    a replay raised when the request was sent: the flow kept nothing, and the unchanged flow
+    replayed as diverged (an attack review; ADR 0025, amended "cut stream")."""
     provider.fail_next(Fault.dropped(after=2, mid_event=mid_event))
     output, decision = record_then_replay(sqlite_url, provider, retry="no-pause", stream=True)
-    assert output["raised"] == "APIConnectionError"
-    assert decision.value is None and decision.error_type.startswith("httpx")
-    assert msgspec.json.decode(decision.meta)["cut_after"] == "2 events"
+    assert output["raised"] == "APIConnectionError" and output["kept"]
+    assert decision.error_type is None
+    stored = msgspec.json.decode(decision.value)
+    assert len(stored["events"]) == 2 and not stored["complete"]
+    assert stored["failed"]["error_type"].startswith("httpx")
     assert provider.count == 1  # the stream had begun: never retried
 
 
