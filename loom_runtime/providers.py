@@ -79,10 +79,21 @@ class SseEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     spelled: str | None = None
     """The data's JSON as the provider spelled it, when that is not its compact encoding
     (spaces after separators): the caller of ``iter_lines()`` reads it so on replay too."""
+    raw: str | None = None
+    """The event's text as it was read, with the comments before it, when that is not how
+    :meth:`wire` spells it anew: CRLF line ends, ``data:`` without its space, an ``id`` or
+    ``retry`` field, a keep-alive comment (``: OPENROUTER PROCESSING``). No SDK reads those,
+    but the caller of ``iter_lines()`` does (ADR 0025, amended "raw events")."""
 
     def wire(self) -> bytes:
-        """The event as the provider sent it: its data as spelled (compact unless ``spelled``
-        spells that very data: :func:`_spelling`)."""
+        """The event as the provider sent it: as read (``raw``) when that text reads as this
+        very event, else its data as spelled (compact unless ``spelled`` spells that very
+        data: :func:`_spelling`). What the audit shows is the event's name and data; a text
+        that reads otherwise (altered apart from them) is never what a replay hands over."""
+        if self.raw is not None:
+            read, rest = parse_sse(self.raw)
+            if not rest and len(read) == 1 and read[0] == self:
+                return self.raw.encode()
         if self.text is not None:
             payload = self.text
         else:
@@ -376,13 +387,18 @@ def _layout(raw: bytes, body: Any) -> dict[str, Any]:
 
 def parse_sse(body: str) -> tuple[list[SseEvent], str]:
     """The complete events of an SSE body, and what follows the last one (an event cut
-    short, or nothing). Comments and ``id``/``retry`` fields are not kept: no SDK reads them."""
-    *blocks, rest = body.replace("\r\n", "\n").replace("\r", "\n").split("\n\n")
+    short, or nothing). Comments and ``id``/``retry`` fields are read past (no SDK reads
+    them), but an event's text as read is kept when it is not spelled as :meth:`SseEvent.wire`
+    would spell it (``raw``), with the comment blocks before it."""
+    *pieces, rest = _BLANK_LINE.split(body)
     events = []
-    for block in blocks:
+    before = ""  # blocks holding no event (comments), sent before the next event
+    for block, end in zip(pieces[::2], pieces[1::2], strict=True):
+        read = before + block + end
+        before = ""
         name: str | None = None
         data: list[str] = []
-        for line in block.split("\n"):
+        for line in block.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
             field, _, value = line.partition(":")
             value = value.removeprefix(" ")
             if field == "event":
@@ -390,16 +406,25 @@ def parse_sse(body: str) -> tuple[list[SseEvent], str]:
             elif field == "data":
                 data.append(value)
         if name is None and not data:
+            before = read
             continue
         payload = "\n".join(data)
         try:
             decoded = msgspec.json.decode(payload)
         except JSON_DECODE_ERRORS:
-            events.append(SseEvent(event=name, text=payload))
-            continue
-        compact = msgspec.json.encode(decoded).decode() == payload
-        events.append(SseEvent(event=name, data=decoded, spelled=None if compact else payload))
+            event = SseEvent(event=name, text=payload)
+        else:
+            compact = msgspec.json.encode(decoded).decode() == payload
+            event = SseEvent(event=name, data=decoded, spelled=None if compact else payload)
+        if event.wire() != read.encode():
+            event = msgspec.structs.replace(event, raw=read)
+        events.append(event)
     return events, rest
+
+
+_BLANK_LINE = re.compile(r"((?:\r\n|\r|\n)(?:\r\n|\r|\n))")
+"""What ends an SSE block: a line end and an empty line (either spelling, CR, LF or CRLF),
+kept by ``split`` as what the block was read with."""
 
 
 def _terminal(event: SseEvent) -> bool:

@@ -50,7 +50,7 @@ def _client(body: bytes, *, stream: bool) -> Any:
         if not stream:
             return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
         delta = {**CHUNK, "choices": [{"index": 0, "delta": {"content": "hi"}}]}
-        events = f"data: {json.dumps(delta)}\n\ndata: [DONE]\n\n".encode()
+        events = body or f"data: {json.dumps(delta)}\n\ndata: [DONE]\n\n".encode()
         return httpx2.Response(200, content=events, headers={"content-type": "text/event-stream"})
 
     http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
@@ -96,6 +96,48 @@ def test_streamed_lines_replay_as_they_were_read(tmp_path: Any) -> None:
     with _loom(url, _client(b"", stream=True)) as loom:
         replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.divergences
+
+
+def _event(text: str) -> str:
+    delta = {**CHUNK, "choices": [{"index": 0, "delta": {"content": text}}]}
+    return msgspec.json.encode(delta).decode()
+
+
+SPELLINGS = {
+    "comments, ids and CRLF": (
+        f": OPENROUTER PROCESSING\r\n\r\nid: 1\r\ndata:{_event('Hel')}\r\n\r\n"
+        f"id: 2\r\ndata:{_event('lo')}\r\n\r\ndata:[DONE]\r\n\r\n"
+    ),
+    "retry and an event name": f"retry: 3000\nevent: chunk\ndata:  {_event('hi')}\n\n",
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_streamed_lines_replay_as_the_provider_spelled_them(tmp_path: Any, spelling: str) -> None:
+    """A stream's comments (OpenRouter's keep-alives), ``id`` and ``retry`` fields, ``data:``
+    without its space and CRLF line ends were not kept: ``iter_lines()`` of an unchanged flow
+    replayed re-spelled, reported as changed (an attack review; ADR 0025, amended "raw
+    events"). Each event keeps its text as read when that is not how it is spelled anew."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    body = SPELLINGS[spelling].encode()
+    with _loom(url, _client(body, stream=True)) as loom:
+        run = loom.run("lines")
+    assert any(not line.startswith(("data: ", "event: ")) for line in run.output)
+    with _loom(url, _client(b"", stream=True)) as loom:
+        replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.divergences
+
+
+def test_an_events_text_altered_apart_from_its_data_is_not_what_a_replay_hands_over() -> None:
+    """An event's text as read is handed over only when it reads as that very event (its name
+    and data, what an audit shows): altered apart from them (a row or bundle edited), the
+    event is spelled anew from its data."""
+    from loom_runtime.providers import parse_sse
+
+    [event], rest = parse_sse(SPELLINGS["comments, ids and CRLF"].split("id: 2")[0])
+    assert rest == "" and event.raw is not None and event.wire() == event.raw.encode()
+    forged = msgspec.structs.replace(event, raw=event.raw.replace("Hel", "Bye"))
+    assert b"Bye" not in forged.wire() and b"Hel" in forged.wire()
 
 
 def test_a_spelling_altered_apart_from_its_data_is_not_what_a_replay_hands_over(
