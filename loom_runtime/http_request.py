@@ -37,9 +37,15 @@ and the request is sent as httpx alone would send it."""
 
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
+    | {"x-honeycomb-team"}  # Honeycomb's API key, named after the team it belongs to
 )
 """Request headers never stored, whatever they hold (with any named by
-:data:`CREDENTIAL_WORDS`)."""
+:data:`CREDENTIAL_WORDS`, or with a word ending in one of :data:`GLUED_CREDENTIALS`)."""
+
+GLUED_CREDENTIALS = ("token", "secret", "apikey", "password")
+"""What a header's word that glues its words together ends in when it names a credential
+(Pivotal Tracker's ``X-TrackerToken``, a ``X-CSRFToken``): ``tokens`` (a count, as in
+``x-ratelimit-remaining-tokens``) does not."""
 
 CREDENTIAL_WORDS = frozenset(
     {
@@ -409,8 +415,11 @@ def credential_header(name: str) -> bool:
     """Whether a header (its name lower-cased) carries a credential by its name or one of its
     words: a request's is left out of the input, a response's stored redacted
     (:func:`~loom_runtime.http_transport.headers_to_store`)."""
-    return name in CREDENTIAL_HEADERS or not CREDENTIAL_WORDS.isdisjoint(
-        name.replace("_", "-").split("-")
+    words = name.replace("_", "-").split("-")
+    return (
+        name in CREDENTIAL_HEADERS
+        or not CREDENTIAL_WORDS.isdisjoint(words)
+        or any(word.endswith(GLUED_CREDENTIALS) for word in words)
     )
 
 
