@@ -18,10 +18,9 @@ the mapper never redacts those, and refuses one that holds a secret (ADR 0012).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal, cast
+from typing import Any, Literal, cast
 from uuid import UUID
 
 import msgspec
@@ -468,16 +467,9 @@ def error_message_of(error: BaseException) -> str:
     a request's URL is, without its userinfo and credential query parameters
     (:func:`~loom_runtime.http_request.url_without_credentials`): an HTTP client's error names
     the URL it failed on, ``?key=...`` included, which no pattern of a redactor knows."""
-    message = str(error)
-    if "://" in message:
-        from loom_runtime.http_request import url_without_credentials
+    from loom_runtime.http_request import urls_without_credentials
 
-        message = _URL_IN_TEXT.sub(lambda found: url_without_credentials(found[0]), message)
-    return storable_text(message)
-
-
-_URL_IN_TEXT: Final = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
-"""A URL quoted in a message: a scheme, ``://``, and what follows up to a space or a quote."""
+    return storable_text(urls_without_credentials(str(error)))
 
 
 register_aggregate(Execution)

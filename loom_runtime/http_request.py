@@ -312,6 +312,19 @@ def path_without_secrets(host: str, path: str) -> str:
     return f"{path[: found.start(1)]}{PATH_SECRET_MARK}{path[found.end(1) :]}"
 
 
+def urls_without_credentials(text: str) -> str:
+    """``text`` (an error's message, a traceback) with every URL it quotes as
+    :func:`url_without_credentials` stores one: an HTTP client's error names the URL it failed
+    on, ``?key=...`` and a password included, which no pattern of a redactor knows."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda found: url_without_credentials(found[0]), text)
+
+
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
+"""A URL quoted in a text: a scheme, ``://``, and what follows up to a space or a quote."""
+
+
 def url_without_credentials(text: str) -> str:
     """``text`` (a URL a response names, a redirect's ``location``, an MCP resource URI)
     without its userinfo, the query parameters that carry a credential

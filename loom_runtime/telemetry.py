@@ -35,9 +35,11 @@ from loom_runtime.context import DecisionSource, Slot
 from loom_runtime.errors import (
     ConfigurationError,
     DecisionInputChangedError,
+    DecisionKindChangedError,
     MissingExtraError,
 )
 from loom_runtime.execution import Decision, Execution
+from loom_runtime.http_request import urls_without_credentials
 from loom_runtime.recorded_tool import registered_tool_name
 from loom_runtime.redaction import Redactor, as_stored
 
@@ -187,6 +189,8 @@ class _TracedSource:
         _describe(span, slot, decision.meta)
         if decision.input != slot.input:  # a replay goes on past a changed input: mark it here
             _end(span, error_type=DecisionInputChangedError.__name__)
+        elif decision.kind != slot.kind:  # and past a changed kind, as the replayer compares
+            _end(span, error_type=DecisionKindChangedError.__name__)
         else:
             _end(span, error_type=decision.error_type)
         return decision
@@ -374,17 +378,23 @@ def _fail(
     """Mark ``span`` failed with ``error``'s type; in clear also its exception event (the
     message and traceback) and, ``described``, the status description OpenTelemetry gives an
     execution's span (``"ValueError: ..."``), both of which a sealed execution's leaves out.
-    Both pass through the log's ``redactor`` first, as the failure the log stores does (ADR
-    0012): a traceback of a connection error quoting a URL's password left the process
-    whole, from a log that held it redacted."""
+    Both are stored as the failure the log stores is: every URL they quote without its
+    credentials (:func:`~loom_runtime.http_request.urls_without_credentials`), then through
+    the log's ``redactor`` (ADR 0012): a traceback of a connection error quoting a URL's
+    password, or an HTTP error's message its ``?key=``, left the process whole, from a log
+    that held it redacted."""
     name = type(error).__name__
     span.set_attribute("error.type", name)
     if sealed:
         span.set_status(Status(StatusCode.ERROR))
         return
-    message = as_stored(redactor, str(error), path="span.exception.message")
+    message = as_stored(
+        redactor, urls_without_credentials(str(error)), path="span.exception.message"
+    )
     stack = as_stored(
-        redactor, "".join(traceback.format_exception(error)), path="span.exception.stacktrace"
+        redactor,
+        urls_without_credentials("".join(traceback.format_exception(error))),
+        path="span.exception.stacktrace",
     )
     span.add_event(
         "exception",

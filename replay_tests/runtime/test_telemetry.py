@@ -238,8 +238,16 @@ def _raise_lookup_error() -> str:
     raise LookupError("no such runbook")
 
 
+@pytest.mark.parametrize(
+    ("asked_ticket", "asked_kind", "divergence"),
+    [
+        ("changed", "llm", "DecisionInputChangedError"),
+        # An attack review: a changed kind is a divergence the span said nothing of.
+        ("T-1", "tool", "DecisionKindChangedError"),
+    ],
+)
 def test_a_divergence_is_an_error_span_on_the_decision_that_diverged(
-    traced: Traced, tmp_path: Path
+    traced: Traced, tmp_path: Path, asked_ticket: str, asked_kind: str, divergence: str
 ) -> None:
     loom = traced.loom(tmp_path / "loom.db")
     register_triage(loom)
@@ -249,13 +257,15 @@ def test_a_divergence_is_an_error_span_on_the_decision_that_diverged(
 
     @other.flow("triage")
     def triage(ctx: Any, ticket: str) -> str:
-        return ctx.decide("classify", lambda: "x", input={"ticket": "changed"}, kind="llm")
+        asked = {"ticket": asked_ticket}
+        return ctx.decide("classify", lambda: "x", input=asked, kind=asked_kind)
 
-    assert not other.replay(run.execution_id).identical
+    result = other.replay(run.execution_id)
+    assert divergence in [type(d).__name__ for d in result.divergences]
     span = decision_spans(traced.spans())["classify"]
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes is not None
-    assert span.attributes["error.type"] == "DecisionInputChangedError"
+    assert span.attributes["error.type"] == divergence
 
 
 def test_async_decisions_made_at_once_are_all_children_of_the_execution(
@@ -813,6 +823,32 @@ def test_a_secret_in_a_failure_message_is_redacted_in_spans_as_in_the_log(
     exported = _exported(traced.spans())
     assert TOKEN not in exported
     assert "ValueError" in exported and "cannot reach" in exported  # the control: still said
+
+
+@pytest.mark.parametrize("where", ["decision", "flow"])
+def test_a_url_credential_in_a_failure_message_reaches_no_span(
+    traced: Traced, tmp_path: Path, where: str
+) -> None:
+    """An HTTP error's message names the URL it failed on, ``?key=`` included, which no pattern
+    of the redactor knows. The log stores it without the URL's credentials (ADR 0024, amended
+    "failure messages"); the decision's exception event and the execution's status carried
+    it whole (an attack review of the spans)."""
+    opaque = "9f3b2c71d4e8a6b05c1d2e3f4a5b6c7d"
+
+    def fetch() -> str:
+        raise ValueError(f"503 for url 'https://api.example.com/weather?q=Paris&key={opaque}'")
+
+    with traced.loom(tmp_path / "loom.db") as loom:
+
+        @loom.flow("weather")
+        def weather(ctx: Any) -> str:
+            return str(ctx.decide("fetch", fetch) if where == "decision" else fetch())
+
+        with pytest.raises(ValueError):
+            loom.run("weather")
+    exported = _exported(traced.spans())
+    assert opaque not in exported
+    assert "api.example.com/weather?q=Paris" in exported  # the control: the URL is still said
 
 
 class _Failing:
