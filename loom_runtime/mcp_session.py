@@ -153,11 +153,15 @@ def resource_name(uri: str) -> str:
 
 
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: pydantic_core.to_jsonable_python(kwargs[name])
-        for name in REQUEST_OPTIONS
-        if kwargs.get(name) is not None
-    }
+    """The request options given (:data:`REQUEST_OPTIONS`) as stored: a credential-named field
+    among them (a ``meta`` carrying an ``authorization``) marked, as in the arguments."""
+    return without_credentials(
+        {
+            name: pydantic_core.to_jsonable_python(kwargs[name])
+            for name in REQUEST_OPTIONS
+            if kwargs.get(name) is not None
+        }
+    )
 
 
 async def _decide(

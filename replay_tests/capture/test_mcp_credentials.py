@@ -73,6 +73,8 @@ def test_credential_named_arguments_and_uri_parts_are_in_no_row(tmp_path: Path) 
     @loom.flow("agent")
     async def agent(ctx: Any) -> str:
         await session.call_tool("t", {name: opaque("mcp", name) for name in NAMES})
+        # And in the request's meta, recorded as part of what is asked (an attack review).
+        await session.call_tool("t", {"q": "x"}, meta={n: opaque("meta", n) for n in NAMES})
         lookup({name: opaque("tool", name) for name in NAMES}, token=opaque("tool", "param"))
         await session.read_resource(URI)
         with httpx.Client(transport=loom_runtime.transport(answer)) as http:
@@ -87,7 +89,7 @@ def test_credential_named_arguments_and_uri_parts_are_in_no_row(tmp_path: Path) 
     stored = _rows(path)
     found = [
         f"{where}:{name}"
-        for where in ("mcp", "tool", "http")
+        for where in ("mcp", "meta", "tool", "http")
         for name in [*NAMES, "param"]
         if opaque(where, name).encode() in stored
     ]
