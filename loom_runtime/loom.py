@@ -1120,14 +1120,15 @@ class Loom:
             if self._telemetry is None
             else (recorded_positions or self._recorded_positions)(execution)
         )
-        with self._traced("replay", execution, replayer, positions) as source:
-            ctx = self._context(definition, execution, source)
-            try:
+        ctx: FlowContext | AsyncFlowContext | None = None
+        try:  # outside the traced block: what the flow raised marks the replay's span as a run's
+            with self._traced("replay", execution, replayer, positions) as source:
+                ctx = self._context(definition, execution, source)
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
-            except Exception as exc:
-                error = exc
-        if ctx.unattributed_count:
+        except Exception as exc:
+            error = exc
+        if ctx is not None and ctx.unattributed_count:
             replayer.divergences.append(
                 UnattributedCallError(calls=ctx.unattributed, count=ctx.unattributed_count)
             )

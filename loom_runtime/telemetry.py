@@ -37,6 +37,7 @@ from loom_runtime.errors import (
     DecisionInputChangedError,
     DecisionKindChangedError,
     MissingExtraError,
+    NotSerialisableError,
 )
 from loom_runtime.execution import Decision, Execution
 from loom_runtime.http_request import urls_without_credentials
@@ -202,6 +203,11 @@ class _TracedSource:
         self._positions.pop(slot.key, None)  # computed live: its own event's, if stored
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
+        except NotSerialisableError:
+            # The context records the refusal as the decision's failure next: one span, ended
+            # by that (a second, begun then, would say the decision twice).
+            self._open[slot.key] = span
+            raise
         except Exception as exc:
             _end(span, error=exc, sealed=self._sealed, redactor=self.redactor)
             raise

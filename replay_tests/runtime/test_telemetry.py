@@ -137,6 +137,52 @@ def test_a_replay_span_says_replay_and_its_decisions_come_from_the_log(
         assert span.attributes["loom.decision.recorded"] is True
 
 
+def test_a_replay_whose_flow_raises_is_an_error_span(traced: Traced, tmp_path: Path) -> None:
+    """The replay catches what the flow raises, to report it as a changed outcome, and caught
+    it inside the execution's span: a run's span says its error, a replay's said nothing (an
+    attack review of the spans)."""
+    loom = traced.loom(tmp_path / "loom.db")
+    register_triage(loom)
+    run = loom.run("triage", ticket="T-1")
+    traced.take()
+    other = traced.loom(tmp_path / "loom.db")
+
+    @other.flow("triage")
+    def triage(ctx: Any, ticket: str) -> str:
+        raise ValueError("the new code fails")
+
+    result = other.replay(run.execution_id)
+    assert [type(d).__name__ for d in result.divergences][:1] == ["OutcomeChangedError"]
+    root = execution_span(traced.spans())
+    assert root.name == "loom replay triage"
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes is not None and root.attributes["error.type"] == "ValueError"
+
+
+def test_a_value_the_log_refuses_is_one_error_span(traced: Traced, tmp_path: Path) -> None:
+    """A decision whose value the log cannot store is recorded as its failure. Its span was
+    ended by the refusal and a second one begun by the failure's record: two error spans for
+    one decision, the first without its log position (an attack review of the spans)."""
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("unstorable")
+    def unstorable(ctx: Any) -> str:
+        try:
+            ctx.decide("conn", lambda: object())
+        except Exception:  # NotSerialisableError: the flow goes on, the failure is recorded
+            return "fallback"
+        return "stored"
+
+    run = loom.run("unstorable")
+    assert run.output == "fallback"
+    spans = [span for span in traced.spans() if span.parent is not None]
+    assert [span.name for span in spans] == ["loom decide conn"]
+    [span] = spans
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "NotSerialisableError"
+    assert "loom.log_position" in span.attributes  # the failure's own event
+
+
 def test_a_resumed_execution_marks_its_recorded_decisions(traced: Traced, tmp_path: Path) -> None:
     loom = traced.loom(tmp_path / "loom.db")
     failing = {"now": True}
@@ -767,10 +813,14 @@ def test_a_key_first_asked_by_a_replay_reaches_no_span_when_it_holds_a_secret(
         assert not loom.replay(run.execution_id).identical
     spans = traced.spans()
     assert TOKEN not in _exported(spans)
-    failed = [span for span in spans if (span.attributes or {}).get("error.type")]
-    assert [(span.attributes or {})["error.type"] for span in failed] == [
-        "UnrecordedDecisionError"
-    ]  # the control: the divergent decision still has its span, marked
+    failed = {
+        span.name.split(" ")[1]: (span.attributes or {})["error.type"]
+        for span in spans
+        if (span.attributes or {}).get("error.type")
+    }
+    # The control: the divergent decision still has its span, marked; and so is the replay's
+    # own, which the flow left with that error.
+    assert failed == {"decide": "UnrecordedDecisionError", "replay": "UnrecordedDecisionError"}
 
 
 def test_a_span_name_is_bounded_however_long_the_key_or_model(
