@@ -16,21 +16,22 @@ a tool that returns something else on replay shows up as that model decision's i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.citations import CitationCheck, check_citations
-from loom_knowledge.domain.grounding import GroundedRequest, Message, ToolSpec, grounded_request
+from loom_knowledge.domain.grounding import (
+    DEFAULT_INSTRUCTIONS,
+    GroundedRequest,
+    Message,
+    ToolSpec,
+    grounded_request,
+)
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.models.model import Answer, Model
-
-DEFAULT_INSTRUCTIONS: Final = (
-    "You are an on-call assistant. Answer the operator's question from the runbook passages "
-    "only, briefly, and cite the doc_id of every passage you use."
-)
 
 
 class GroundedAnswer(msgspec.Struct, frozen=True, kw_only=True):

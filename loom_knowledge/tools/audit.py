@@ -13,7 +13,7 @@ audit of an execution is the same tomorrow, whatever happens to the corpus.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -23,8 +23,9 @@ import msgspec
 from loom_knowledge.corpus.corpus_index import CorpusIndex
 from loom_knowledge.corpus.knowledge_base import corpus_index
 from loom_knowledge.domain.citations import CitationCheck, citations_against
-from loom_knowledge.domain.grounding import GroundedRequest
+from loom_knowledge.domain.grounding import UNTRUSTED_CONTENT_NOTE, GroundedRequest
 from loom_knowledge.domain.types import Passage
+from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
 from loom_runtime import Decision, Execution, Labels, Loom, UtcTimestamp, catch_up, codec
 
@@ -151,22 +152,25 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     # the same scope, id and revision (and their erasures) say nothing of its passages. Asked
     # per decision, since a fork made here decides in this log what it did not inherit.
     elsewhere, imported_itself = _made_elsewhere(loom, execution)
-    retrievals = []
-    others = []
-    for decision in execution.decisions.values():
-        found = _as_retrieval(decision) if decision.kind == "retrieval" else None
-        if found is not None:
-            imported = elsewhere(decision.key)
-            retrievals.append(_retrieval(loom, index, decision, *found, imported=imported))
-        elif decision.kind != "model":
-            others.append(_generic(decision))
-    retrieved = [p.doc_id for r in retrievals for p in r.passages]
     here = functools.cache(index.erasures)
-    model_calls = [
-        _model_call(decision, retrieved, _no_erasures if elsewhere(decision.key) else here)
-        for decision in execution.decisions.values()
-        if decision.kind == "model"
-    ]
+    retrievals: list[AuditedRetrieval] = []
+    others = []
+    model_calls = []
+    # In the order recorded: a model call can have been shown only what was retrieved before
+    # it, never a document a later retrieval returned.
+    retrieved: list[str] = []
+    for decision in execution.decisions.values():
+        if decision.kind == "model":
+            erasures = _no_erasures if elsewhere(decision.key) else here
+            model_calls.append(_model_call(decision, tuple(retrieved), erasures))
+            continue
+        found = _as_retrieval(decision) if decision.kind == "retrieval" else None
+        if found is None:
+            others.append(_generic(decision))
+            continue
+        imported = elsewhere(decision.key)
+        retrievals.append(_retrieval(loom, index, decision, *found, imported=imported))
+        retrieved.extend(passage.doc_id for passage in retrievals[-1].passages)
     return Audit(
         execution_id=execution.id,
         flow=execution.flow,
@@ -305,13 +309,13 @@ def _no_erasures(scope: str) -> dict[str, int]:
 
 
 def _model_call(
-    decision: Decision, retrieved: list[str], erasures: Callable[[str], dict[str, int]]
+    decision: Decision, retrieved: Sequence[str], erasures: Callable[[str], dict[str, int]]
 ) -> AuditedModelCall:
     """One model call, its citations checked against the documents ITS request carried (by
     their provenance): a citation of a document another call of the execution was shown, or
     one of another scope with the same id, is ungrounded here, as the live check found it.
-    A request that is no grounded request (a model call of the flow's own making) is checked
-    against every document the execution retrieved, the only record of what it could show.
+    A request of the flow's own making (:func:`_shown`) is checked against ``retrieved``, the
+    documents the execution retrieved before the call.
 
     A passage of a document erased since shows no text (the retrieval rows show none either):
     its message is blanked, in the request and in ``raw_input`` rebuilt from it."""
@@ -334,12 +338,7 @@ def _model_call(
         raw_input = msgspec.Raw(msgspec.json.encode(request))
     citations = None
     if answer is not None:
-        shown = (
-            retrieved
-            if request is None
-            else [m.provenance.doc_id for m in request.messages if m.provenance is not None]
-        )
-        citations = citations_against(answer.cited_doc_ids, shown)
+        citations = citations_against(answer.cited_doc_ids, _shown(request, retrieved))
     return AuditedModelCall(
         key=decision.key,
         request=request,
@@ -354,12 +353,32 @@ def _model_call(
     )
 
 
+def _shown(request: GroundedRequest | None, retrieved: Sequence[str]) -> Sequence[str]:
+    """The documents a model call was shown: those its request's fenced passages came from.
+
+    A request of the flow's own making records none: one that is no :class:`GroundedRequest`,
+    or one that decodes as one (a chat ``{"messages": [...]}`` it pasted retrieved text into)
+    holding no passage and not built by ``grounded_request`` (whose system message ends in
+    :data:`UNTRUSTED_CONTENT_NOTE`). ``retrieved`` is the only record of what it could show.
+    A request ``grounded_request`` built without passages (its retrieval found nothing)
+    showed no document, as the live check found."""
+    if request is None:
+        return retrieved
+    carried = [m.provenance.doc_id for m in request.messages if m.provenance is not None]
+    built_by_grounded_request = any(
+        m.role == "system" and m.content.endswith(UNTRUSTED_CONTENT_NOTE) for m in request.messages
+    )
+    return carried if carried or built_by_grounded_request else retrieved
+
+
 def _try_decode(raw: Any, into: type[Any]) -> Any:
     if raw is None:
         return None
     try:
         return codec.decode(raw, type=into)
-    except msgspec.ValidationError:
+    # A GroundedRequest refuses tainted system content even when decoded: a request of the
+    # flow's own making may hold some (its prompt quoting a fence tag), and is then not one.
+    except (msgspec.ValidationError, TaintedSystemContentError):
         return None
 
 

@@ -305,6 +305,33 @@ def test_a_short_passage_that_occurs_in_the_instructions_is_not_taken_for_pasted
     assert unfence(request.messages[1].content) == text
 
 
+@pytest.mark.parametrize(
+    "instructions",
+    [DEFAULT_INSTRUCTIONS, f"{DEFAULT_INSTRUCTIONS} Name the host you mean."],
+    ids=["default", "default-extended"],
+)
+@pytest.mark.parametrize(
+    "text",
+    ["Answer the operator's question from the runbook passages only", DEFAULT_INSTRUCTIONS],
+    ids=["a-sentence", "all-of-it"],
+)
+def test_a_passage_that_is_a_piece_of_the_default_instructions_is_not_taken_for_pasted(
+    instructions: str, text: str
+) -> None:
+    """Review of grounding (6 December): the default instructions are public, so a page
+    holding 40 characters or more of them was refused as pasted, and blocked every answer
+    that retrieved it. Their text is loom's, not a passage's: a passage that is a piece of
+    it is no sign of pasting (the control: a passage pasted after them still is)."""
+    page = Passage(doc_id="zz-note.md", index=0, text=text, revision=1)
+    assert len(text) >= 40 and text in instructions
+    request = grounded_request(instructions, "Is the disk full?", [page], scope="rb")
+    assert unfence(request.messages[1].content) == text
+    pasted = Passage(doc_id="disk.md", index=0, text=f"{PASSAGE.text} Check df -h.", revision=1)
+    with pytest.raises(TaintedSystemContentError) as caught:
+        grounded_request(f"{instructions}\n{pasted.text}", "Why?", [page, pasted], scope="rb")
+    assert caught.value.provenance == "knowledge:rb:disk.md"
+
+
 def test_a_fenced_passage_in_a_hand_built_system_message_is_refused() -> None:
     fenced = _request().messages[1].content
     with pytest.raises(TaintedSystemContentError, match="fenced <passage>"):
