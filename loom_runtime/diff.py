@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import itertools
+import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -71,13 +72,22 @@ def diff(
         itertools.chain(
             note,
             difflib.unified_diff(
-                old.splitlines(keepends=True),
-                new.splitlines(keepends=True),
+                _lines(old),
+                _lines(new),
                 fromfile=f"{sides[0]} {label}",
                 tofile=f"{sides[1]} {label}",
             ),
         )
     )
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines with their ends, split at ``\n`` only: ``splitlines`` also splits at
+    NEL, U+2028 and the like, which a recorded string holds as they are in pretty JSON."""
+    return _LINE_ENDS.findall(text)
+
+
+_LINE_ENDS = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
 def _bounded(lines: Iterable[str]) -> str:

@@ -102,7 +102,7 @@ from loom_runtime.sealing import ExecutionSealer, input_flags, sealed_input
 from loom_runtime.services import Services
 from loom_runtime.storage.forks import renewed_in_child, reset_in_child
 from loom_runtime.storage.mapper import MsgspecMapper, redacted_rows
-from loom_runtime.timestamps import UtcTimestamp
+from loom_runtime.timestamps import UtcTimestamp, as_utc
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -575,7 +575,7 @@ class Loom:
                     execution_id=event.originator_id,
                     flow=event.flow,
                     code_version=event.code_version,
-                    started_at=event.timestamp,
+                    started_at=as_utc(event.timestamp),  # whatever zone it was stored in
                     log_position=event.log_position,
                     status="running",
                     parent_id=event.parent_id,

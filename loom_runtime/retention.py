@@ -149,7 +149,7 @@ def retain(
     ids = [
         summary.execution_id
         for summary in loom.executions(tenant=tenant)
-        if _utc(summary.started_at) < cutoff
+        if summary.started_at < cutoff  # in UTC, whatever zone it was stored in (as_utc)
     ]
     report = plan(loom, keyring, ids, selector=selector, by=by, reason=reason)
     return report if dry_run else apply(loom, keyring, report)
@@ -165,13 +165,6 @@ def _cutoff(older_than: timedelta) -> datetime:
             f"--older-than {describe_age(older_than)} reaches before the calendar begins: a "
             "retention period is years, not millennia (ten years is 3650d)"
         ) from None
-
-
-def _utc(when: datetime) -> datetime:
-    """``when``, a recorded start, read as UTC if it has no timezone (an imported execution
-    from a writer that stored none): loom's times are UTC, and a naive time cannot be compared
-    with the aware cutoff, so one such start would stop every later run of the policy."""
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _at(cutoff: datetime) -> str:

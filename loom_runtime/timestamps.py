@@ -14,7 +14,7 @@ and a value loom makes itself is passed through :func:`plain_datetime` before it
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 else:
     UtcTimestamp = Annotated[stdlib_class(datetime), msgspec.Meta(tz=True)]
 """A timezone-aware timestamp field of a msgspec Struct (a naive value is refused on decode)."""
+
+
+def as_utc(when: datetime) -> datetime:
+    """``when``, a recorded time, in UTC: read as UTC if it has no zone (an imported execution
+    from a writer that stored none; loom's own are UTC), converted if it has another offset.
+    A naive time cannot be compared with an aware one, and a time at +05:00 listed as it is
+    would be five hours off under a UTC heading."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def plain_datetime(value: datetime) -> datetime:

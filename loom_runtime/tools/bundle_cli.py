@@ -291,4 +291,6 @@ def _text(value: str | None) -> bytes:
 
 
 def _indented(text: str, by: int = 2) -> str:
-    return "\n".join(" " * by + line for line in text.splitlines())
+    # At "\n" only: ``splitlines`` also breaks at NEL, U+2028 and others a recorded string
+    # holds unescaped in pretty JSON, which would print a line of the value's own making.
+    return "\n".join(" " * by + line for line in text.split("\n"))

@@ -297,6 +297,17 @@ def cannot_write(target: Path, error: OSError) -> NoReturn:
     )
 
 
+def json_option(text: str, refusal: str) -> Any:
+    """``text``, an option's JSON, decoded; else a usage error ``refusal: why``. Valid JSON
+    too is refused so when Python's parser cannot read it: nested past its depth
+    (``RecursionError``), an integer past its digit limit (``ValueError``, of which a syntax
+    error, ``JSONDecodeError``, is one)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        fail(f"{refusal}: {exc}", code=ExitCode.USAGE)
+
+
 def fail(message: str, *, code: ExitCode = ExitCode.FAILED) -> NoReturn:
     """Print an error on one line of stderr and exit with ``code`` (:class:`ExitCode`).
 
@@ -464,10 +475,7 @@ def run(
     from loom_runtime.errors import LabelError
     from loom_runtime.labels import Labels
 
-    try:
-        arguments = json.loads(arguments_json)
-    except json.JSONDecodeError as exc:
-        fail(f"--input is not JSON: {exc}", code=ExitCode.USAGE)
+    arguments = json_option(arguments_json, "--input is not JSON")
     if not isinstance(arguments, dict):
         fail("--input must be a JSON object of the flow's arguments", code=ExitCode.USAGE)
     try:  # checked before the database is opened: a refused label writes nothing
@@ -784,10 +792,7 @@ def fork(
         key, found, value = item.partition("=")
         if not found or not key:
             fail(f"--override must be KEY=JSON, not {item!r}", code=ExitCode.USAGE)
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError as exc:
-            fail(f"--override {key!r}: the value is not JSON: {exc}", code=ExitCode.USAGE)
+        overrides[key] = json_option(value, f"--override {key!r}: the value is not JSON")
     point: str | int = at if at is not None else cast("int", at_count)
     with open_with_flows(db, flows) as loom:
         try:

@@ -36,7 +36,10 @@ code point), and a test checks the list against the running Python's Unicode dat
 _BREAKING = "\t\n\u2028\u2029"
 """What starts a new line (or jumps to a column): layout in a text, a forged line in an id."""
 
-_MULTI_LINE = re.compile(f"[{_ACTING}{_HIDING}]")
+_SEPARATORS = "\u2028\u2029"
+"""LINE and PARAGRAPH SEPARATOR: no layout a terminal makes, but a line break to a pager, an
+editor or ``str.splitlines``: shown even where ``\n`` is layout."""
+_MULTI_LINE = re.compile(f"[{_ACTING}{_HIDING}{_SEPARATORS}]")
 _ONE_LINE = re.compile(f"[{_ACTING}{_HIDING}{_BREAKING}]")
 _SPACES = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
 """Every space separator but U+0020 (Unicode category Zs): each prints as a space."""
@@ -47,7 +50,8 @@ def visible(text: str, *, one_line: bool = False) -> str:
     """``text`` with every control, bidi and zero-width character shown as ``<U+XXXX>``.
 
     Tab and newline are kept as layout unless ``one_line`` (ids, keys, table cells, where a
-    line break would forge a line of output). Idempotent: the result contains none of them.
+    line break would forge a line of output); U+2028 and U+2029 never are. Idempotent: the
+    result contains none of them.
     """
     pattern = _ONE_LINE if one_line else _MULTI_LINE
     return pattern.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)

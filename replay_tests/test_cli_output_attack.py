@@ -1,0 +1,120 @@
+"""What an attack review of the CLI found in its input and output (ADR 0008, amended "cli
+review"): JSON the parser cannot read past its limits, imported start times out of UTC, and
+line separators that split a recorded value into lines of loom's own output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from typer.testing import CliRunner, Result
+
+from loom_runtime import FlowContext, FlowRegistry, Loom
+from loom_runtime.bundle import read_bundle, write_bundle
+from loom_runtime.tools.cli import ExitCode, app
+
+flows = FlowRegistry()
+
+
+@flows.flow("echo", version="t")
+def echo(ctx: FlowContext, text: Any) -> object:
+    return ctx.decide("said", lambda: text)
+
+
+FLOWS = "--flows=replay_tests.test_cli_output_attack:flows"
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _one_line_usage_error(result: Result) -> None:
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+DEEP = "[" * 3000 + "]" * 3000
+HUGE = "9" * 5000  # past Python's 4,300 digits for an int read from text
+
+
+@pytest.mark.parametrize("value", [DEEP, HUGE], ids=["deep", "huge-int"])
+def test_json_the_parser_cannot_read_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    """Valid JSON that Python's parser refuses (nested past its depth, an integer past its
+    digit limit) escaped ``run --input`` and ``fork --override`` as a traceback, exit 1."""
+    db = f"--db=sqlite:///{tmp_path / 'loom.db'}"
+    _one_line_usage_error(_invoke("run", "echo", "--input", f'{{"text": {value}}}', db, FLOWS))
+    assert not (tmp_path / "loom.db").exists()  # refused before the database is opened
+    ran = _invoke("run", "echo", "--input", '{"text": "hi"}', db, FLOWS, "--json")
+    assert ran.exit_code == 0, ran.output  # the control
+    execution_id = msgspec.json.decode(ran.stdout)["execution_id"]
+    forked = _invoke("fork", execution_id, "--at-count", "0", "--override", f"said={value}", db)
+    _one_line_usage_error(forked)
+
+
+def _imported_starting_at(tmp_path: Path, timestamp: str) -> str:
+    """A log holding one imported execution whose recorded start is ``timestamp``; its URL."""
+    with Loom(f"sqlite:///{tmp_path / 'source.db'}", flows=flows) as loom:
+        path = loom.export(loom.run("echo", text="hi").execution_id, tmp_path / "one.json")
+    real = read_bundle(path)
+    created, *rest = real.events
+    state = msgspec.json.decode(created.state) | {"timestamp": timestamp}
+    moved = msgspec.structs.replace(created, state=msgspec.json.encode(state).decode())
+    write_bundle(real.resealed([moved, *rest]), tmp_path / "moved.json")
+    db = f"sqlite:///{tmp_path / 'target.db'}"
+    imported = _invoke("import", str(tmp_path / "moved.json"), f"--db={db}")
+    assert imported.exit_code == 0, imported.output
+    return db
+
+
+def test_a_start_recorded_without_a_zone_is_listed_and_filtered_as_utc(tmp_path: Path) -> None:
+    """An imported execution whose writer stored its start with no zone (read as UTC, as
+    retention reads it) made ``executions list --since`` raise a naive/aware TypeError."""
+    db = _imported_starting_at(tmp_path, "2026-12-06T10:00:00")
+    listed = _invoke("executions", "list", f"--db={db}", "--since", "2026-12-06T09:00:00Z")
+    assert listed.exit_code == 0, listed.output
+    assert "2026-12-06 10:00:00" in listed.output
+    later = _invoke("executions", "list", f"--db={db}", "--since", "2026-12-06T11:00:00Z")
+    assert later.exit_code == 0 and "2026-12-06 10:00:00" not in later.output
+
+
+def test_a_start_recorded_at_another_offset_is_shown_in_utc(tmp_path: Path) -> None:
+    """The column says ``started (UTC)``; a start recorded at +05:00 was shown at its own
+    local time, five hours off."""
+    db = _imported_starting_at(tmp_path, "2026-12-06T19:35:29+05:00")
+    listed = _invoke("executions", "list", f"--db={db}")
+    assert listed.exit_code == 0, listed.output
+    assert "2026-12-06 14:35:29" in listed.output and "19:35:29" not in listed.output
+    as_json = _invoke("executions", "list", f"--db={db}", "--json")
+    assert "2026-12-06T14:35:29" in as_json.stdout
+
+
+FORGED = "A\x85output:\u2028FORGED\u2029  measured: nothing"
+
+
+def test_a_line_separator_in_a_value_forges_no_line(tmp_path: Path) -> None:
+    """A recorded value holding NEL, LINE SEPARATOR or PARAGRAPH SEPARATOR was split into lines
+    of ``bundle show`` (``str.splitlines`` splits on them), one reading ``output:``, and reached
+    the terminal raw in ``diff`` and ``executions show``. Each is shown as ``<U+XXXX>``."""
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(db, flows=flows) as loom:
+        forged = loom.run("echo", text=FORGED).execution_id
+        plain = loom.run("echo", text="plain").execution_id
+        path = loom.export(forged, tmp_path / "forged.json")
+        other = loom.export(plain, tmp_path / "plain.json")
+    outputs = {
+        "bundle show": _invoke("bundle", "show", str(path)),
+        "diff": _invoke("diff", str(path), str(other)),
+        "executions show": _invoke("executions", "show", str(forged), f"--db={db}"),
+    }
+    for command, result in outputs.items():
+        assert result.exception is None or isinstance(result.exception, SystemExit), command
+        text = result.output
+        assert not any(separator in text for separator in "\x85\u2028\u2029"), command
+        assert "<U+2028>" in text, (command, text)  # the control: the value is shown
+        lines = text.splitlines()
+        assert not [line for line in lines if line.strip().startswith("FORGED")], command
