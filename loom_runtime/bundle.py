@@ -30,6 +30,7 @@ loaded. A file over the size cap (:data:`MAX_BUNDLE_BYTES`) is refused before it
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ from uuid import UUID
 import msgspec
 
 from loom_runtime.errors import (
+    BundleError,
     BundleFormatError,
     BundleNotFoundError,
     BundleTamperedError,
@@ -390,9 +392,21 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
     chose (``loom export -o DIR`` names each ``<id>.json``): a link planted under it must not
     send the bundle over the file it points to. An existing file keeps its permissions; a new
     one gets the usual ones (0o666 less the umask).
+
+    Only a bundle (or an empty file) is replaced: any other file there raises
+    :class:`FileExistsError`, unwritten. Re-exporting over a bundle is the point of ``-o``;
+    over anything else it is a slip that cost the file (``loom export ID -o loom.db``
+    replaced the very log it read).
     """
     data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
     target = path.resolve() if follow_link and path.is_symlink() else path
+    if not _replaceable(target):
+        raise FileExistsError(
+            errno.EEXIST,
+            "it exists and does not read as a loom bundle, the only file an export replaces: "
+            "remove it, or write elsewhere",
+            str(path),
+        )
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     try:
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -412,6 +426,22 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
         partial.unlink(missing_ok=True)
         raise
     return path
+
+
+def _replaceable(target: Path) -> bool:
+    """Whether writing a bundle at ``target`` loses nothing but a bundle: no file there, an
+    empty one, no regular file (a link not followed is replaced, not what it points to; a
+    folder is refused by the rename), or one whose envelope is a bundle's, of any version."""
+    try:
+        found = target.lstat()
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISREG(found.st_mode) or found.st_size == 0:
+        return True
+    try:
+        return _decode(_read_regular(target, bundle_size_cap()), target, _Envelope).format == FORMAT
+    except (OSError, BundleError, msgspec.DecodeError, RecursionError):
+        return False
 
 
 def bundle_json(bundle: Bundle) -> bytes:
@@ -444,18 +474,14 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
 
     A file over ``max_bytes`` (default: ``LOOM_MAX_BUNDLE_BYTES``, else
     :data:`MAX_BUNDLE_BYTES`) is refused by its size before it is read, and at most
-    ``max_bytes + 1`` bytes are ever read (a file that grows, or a device with no size).
+    ``max_bytes + 1`` bytes are ever read (a file that grows). Anything but a regular file (a
+    FIFO, a device, a folder) is refused unread, without waiting on it.
     """
     limit = bundle_size_cap(max_bytes)
     try:
-        with path.open("rb") as file:
-            _refuse_over(path, os.fstat(file.fileno()).st_size, limit)
-            data = file.read(limit + 1)
-    except OSError as exc:  # missing, a directory, unreadable
-        raise BundleNotFoundError(
-            f"cannot read a bundle at {path}: {exc.strerror or exc}; pass the path of a file "
-            "written by `loom export` (Loom.export)"
-        ) from exc
+        data = _read_regular(path, limit)
+    except OSError as exc:  # missing, unreadable
+        raise _no_bundle_at(path, exc.strerror or str(exc)) from exc
     _refuse_over(path, len(data), limit)
     if path.suffix != ".msgpack" and not data.lstrip().startswith(b"{"):
         # A bundle cut short still begins as one; text that does not is another file (a
@@ -501,6 +527,34 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
         )
     check_events(bundle.events)
     return bundle
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file at ``path``; anything else (a FIFO, a
+    device, a folder) is refused unread.
+
+    Opened without blocking and checked on the open descriptor: a FIFO's open waits for a
+    writer, so every reader handed one hung (``loom import``, ``bundle show``, ``diff``), and
+    a check of the path before opening it races with the path's replacement.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            what = "a directory" if stat.S_ISDIR(found.st_mode) else "a pipe or a device"
+            raise _no_bundle_at(path, f"it is {what}, not a regular file, as a bundle is")
+        _refuse_over(path, found.st_size, limit)
+        with os.fdopen(descriptor, "rb", closefd=False) as file:
+            return file.read(limit + 1)
+    finally:
+        os.close(descriptor)
+
+
+def _no_bundle_at(path: Path, why: str) -> BundleNotFoundError:
+    return BundleNotFoundError(
+        f"cannot read a bundle at {path}: {why}; pass the path of a file written by "
+        "`loom export` (Loom.export)"
+    )
 
 
 def bundle_size_cap(max_bytes: int | None = None) -> int:

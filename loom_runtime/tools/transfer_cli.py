@@ -13,6 +13,7 @@ progress bar on a terminal (ADR 0033). Registered on the ``loom`` app by
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -74,12 +75,13 @@ def export(
         list[str] | None, typer.Argument(help="The executions to export (or --all).")
     ] = None,
     output: Annotated[
-        Path | None,
+        str | None,  # not a Path, which drops a trailing separator: `-o new/` names a directory
         typer.Option(
             "-o",
             "--output",
+            metavar="PATH",
             help="The bundle file for one execution (.json or .msgpack); a directory for "
-            "several or --all (one <id>.json each).",
+            "several, --all or a path ending in a separator (one <id>.json each).",
         ),
     ] = None,
     all_executions: Annotated[
@@ -97,12 +99,24 @@ def export(
         )
     if all_executions == bool(ids):
         fail("name the executions to export, or pass --all (not both)", code=ExitCode.USAGE)
-    into_directory = all_executions or len(ids) > 1 or output.is_dir()
-    if into_directory and output.exists() and not output.is_dir():
-        fail(f"{output} is a file; several executions go to a directory", code=ExitCode.USAGE)
+    named_directory = output.endswith(tuple(filter(None, (os.sep, os.altsep))))
+    destination = Path(output)
+    into_directory = all_executions or len(ids) > 1 or named_directory or destination.is_dir()
+    if into_directory and destination.exists() and not destination.is_dir():
+        fail(
+            f"{output} is a file; several executions, --all and a path ending in {os.sep} go "
+            "to a directory",
+            code=ExitCode.USAGE,
+        )
     written: list[Exported] = []
     erased: list[str] = []
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
+        if not into_directory and _is_the_logs_database(loom, destination):
+            fail(
+                f"{output} is the log's own database: the bundle would replace the log; "
+                "write it elsewhere",
+                code=ExitCode.USAGE,
+            )
         try:  # every named execution must exist before anything is written
             executions = (
                 [summary.execution_id for summary in loom.executions()]
@@ -116,10 +130,13 @@ def export(
         except ErasedError as exc:
             fail(f"an erased execution cannot be exported: {exc}")
         if into_directory:
-            output.mkdir(parents=True, exist_ok=True)
+            try:
+                destination.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file on the way (a/file/sub), no permission
+                cannot_write(destination, exc)
         advance = bar("export")
         for done, execution_id in enumerate(executions, start=1):
-            target = output / f"{execution_id}.json" if into_directory else output
+            target = destination / f"{execution_id}.json" if into_directory else destination
             try:
                 # A name derived in a directory never follows a link planted under it.
                 path = loom.export(execution_id, target, follow_link=not into_directory)
@@ -129,6 +146,8 @@ def export(
                 continue
             except LogCorruptError as exc:
                 fail(str(exc))
+            except FileExistsError as exc:  # a file that is no bundle is there: name another
+                fail(f"cannot write {target}: {exc.strerror}", code=ExitCode.USAGE)
             except OSError as exc:  # no such folder or no permission: usage; a full disk: 1
                 cannot_write(target, exc)
             size = path.stat().st_size
@@ -138,7 +157,7 @@ def export(
         print_json(written)
     elif into_directory:
         size = sum(bundle.bytes for bundle in written)
-        console.print(inert(f"wrote {len(written)} bundle(s) to {output} ({size:,} bytes)"))
+        console.print(inert(f"wrote {len(written)} bundle(s) to {destination} ({size:,} bytes)"))
     else:
         console.print(inert(f"wrote {written[0].path} ({written[0].bytes:,} bytes)"))
     if erased:  # only --all gets here: a named erased execution is refused before writing
@@ -148,6 +167,17 @@ def export(
             soft_wrap=True,
         )
     err_console.print(OUTSIDE_ERASURE, soft_wrap=True)  # a note: stdout is the result
+
+
+def _is_the_logs_database(loom: Loom, path: Path) -> bool:
+    """Whether ``path`` (its link followed, as the write follows it) is the SQLite database
+    ``loom`` reads, or its WAL or shared-memory file: a bundle renamed over one of them
+    destroys the log, or what of it was not yet checkpointed."""
+    if not loom.settings.is_sqlite:
+        return False
+    database = Path(loom.settings.url.database or "").resolve()
+    own = {database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm")}
+    return path.resolve() in own
 
 
 OUTSIDE_ERASURE = (
@@ -169,6 +199,7 @@ def import_command(
     if missing:
         fail(f"no such file or directory: {', '.join(missing)}", code=ExitCode.USAGE)
     from loom_runtime.bundle import read_importable
+    from loom_runtime.storage.mapper import redacted_rows
 
     files = list(dict.fromkeys(file for path in paths for file in _bundles_in(path)))
     if not files:  # a nightly import pointed at dated subfolders imported nothing, exit 0
@@ -178,22 +209,26 @@ def import_command(
             code=ExitCode.USAGE,
         )
     results: dict[Path, Imported] = {}
-    # Read before the database is opened, so files that are all unusable create none; but
-    # only until one is usable: the import reads each file again (a bundle is up to 256 MiB).
-    for file in files:
-        try:
-            read_importable(file)
-        except BundleError as exc:
-            results[file] = Imported(path=str(file), status="failed", error=str(exc))
-        else:
-            break
-    rest = [file for file in files if file not in results]
-    if rest:
-        with open_loom(db, create=True) as loom, progress_bars(hidden=as_json) as bar:
-            advance = bar("import")
-            for done, file in enumerate(rest, start=1):
-                results[file] = _imported(loom, file)
-                advance(done, len(rest))
+    with open_loom(db, create=True) as loom:  # a SQLite file is created on first use, not here
+        # Read before the database is used, so files that are all unusable create none; but
+        # only until one is usable: the import reads each file again (a bundle is up to 256
+        # MiB). Refused here as the import refuses it, this log's redactor included.
+        for file in files:
+            try:
+                _, rows = read_importable(file)
+                if loom.settings.redactor is not None:
+                    redacted_rows(loom.settings.redactor, rows)
+            except (BundleError, SecretRefusedError) as exc:
+                results[file] = Imported(path=str(file), status="failed", error=str(exc))
+            else:
+                break
+        rest = [file for file in files if file not in results]
+        if rest:
+            with progress_bars(hidden=as_json) as bar:
+                advance = bar("import")
+                for done, file in enumerate(rest, start=1):
+                    results[file] = _imported(loom, file)
+                    advance(done, len(rest))
     _report([results[file] for file in files], as_json=as_json)
 
 
