@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from loom_runtime import ConfigurationError, Loom, tool, wrap
+from loom_runtime import ConfigurationError, Loom, Run, tool, wrap
 from replay_tests.capture.provider_server import ProviderServer
 from replay_tests.deferred_import import deferred
 
@@ -85,6 +85,16 @@ def register_triage(loom: Loom) -> None:
         return f"{ticket}: {label}"
 
 
+def recorded_triage(traced: Traced, tmp_path: Path) -> tuple[Run, Loom]:
+    """A run of ``triage`` recorded (its spans taken), and a second traced Loom on its log,
+    with no flow yet: a test registers the changed code there and replays the run."""
+    loom = traced.loom(tmp_path / "loom.db")
+    register_triage(loom)
+    run = loom.run("triage", ticket="T-1")
+    traced.take()
+    return run, traced.loom(tmp_path / "loom.db")
+
+
 def test_a_run_is_one_span_with_a_child_span_per_decision(traced: Traced, tmp_path: Path) -> None:
     loom = traced.loom(tmp_path / "loom.db")
     register_triage(loom)
@@ -141,11 +151,7 @@ def test_a_replay_whose_flow_raises_is_an_error_span(traced: Traced, tmp_path: P
     """The replay catches what the flow raises, to report it as a changed outcome, and caught
     it inside the execution's span: a run's span says its error, a replay's said nothing (an
     attack review of the spans)."""
-    loom = traced.loom(tmp_path / "loom.db")
-    register_triage(loom)
-    run = loom.run("triage", ticket="T-1")
-    traced.take()
-    other = traced.loom(tmp_path / "loom.db")
+    run, other = recorded_triage(traced, tmp_path)
 
     @other.flow("triage")
     def triage(ctx: Any, ticket: str) -> str:
@@ -295,11 +301,7 @@ def _raise_lookup_error() -> str:
 def test_a_divergence_is_an_error_span_on_the_decision_that_diverged(
     traced: Traced, tmp_path: Path, asked_ticket: str, asked_kind: str, divergence: str
 ) -> None:
-    loom = traced.loom(tmp_path / "loom.db")
-    register_triage(loom)
-    run = loom.run("triage", ticket="T-1")
-    traced.take()
-    other = traced.loom(tmp_path / "loom.db")
+    run, other = recorded_triage(traced, tmp_path)
 
     @other.flow("triage")
     def triage(ctx: Any, ticket: str) -> str:
