@@ -33,12 +33,14 @@ CREDENTIALS = [
     *("Authorization", "api_key_2", "password_confirmation", "authorization_code"),
     *("auth_code", "secret_value", "token_hash", "code_verifier", "client_assertion"),
     *("oauth_verifier", "assertion", "basic_auth"),
+    "id_token_hint",  # OpenID Connect's logout request: the ID token itself, as a hint
 ]
 NOT_CREDENTIALS = [
     *("pageToken", "page_token", "nextPageToken", "next_token", "continuation_token"),
     *("syncToken", "resume_token", "cursor_token", "token_symbol", "token_id", "tokenAddress"),
     *("auth_level", "auth_type", "auth_method", "token_type", "secret_id", "SecretId"),
     *("password_policy", "max_tokens", "key", "sort_key", "code", "country_code", "tokens"),
+    "login_hint",
 ]
 
 
