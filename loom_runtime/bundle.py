@@ -381,7 +381,9 @@ def seal(
     return msgspec.structs.replace(bundle, content_hash=content_hash(bundle))
 
 
-def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Path:
+def write_bundle(
+    bundle: Bundle, path: Path, *, follow_link: bool = True, over_any_file: bool = False
+) -> Path:
     """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path.
 
     The file is replaced whole or not at all: the bundle is written to a new file beside it,
@@ -396,11 +398,14 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
     Only a bundle (or an empty file) is replaced: any other file there raises
     :class:`FileExistsError`, unwritten. Re-exporting over a bundle is the point of ``-o``;
     over anything else it is a slip that cost the file (``loom export ID -o loom.db``
-    replaced the very log it read).
+    replaced the very log it read). A bundle is told by how it begins (:func:`_replaceable`),
+    so one over the size cap, cut short or of another version is replaced too.
+    ``over_any_file``: the caller's own file, whatever it holds now (a test's recording that
+    ``--loom-record=rewrite`` writes again, even left conflicted by a merge).
     """
     data = msgspec.msgpack.encode(bundle) if path.suffix == ".msgpack" else bundle_json(bundle)
     target = path.resolve() if follow_link and path.is_symlink() else path
-    if not _replaceable(target):
+    if not over_any_file and not _replaceable(target):
         raise FileExistsError(
             errno.EEXIST,
             "it exists and does not read as a loom bundle, the only file an export replaces: "
@@ -431,7 +436,10 @@ def write_bundle(bundle: Bundle, path: Path, *, follow_link: bool = True) -> Pat
 def _replaceable(target: Path) -> bool:
     """Whether writing a bundle at ``target`` loses nothing but a bundle: no file there, an
     empty one, no regular file (a link not followed is replaced, not what it points to; a
-    folder is refused by the rename), or one whose envelope is a bundle's, of any version."""
+    folder is refused by the rename), or one that begins as a bundle does: a JSON object, or
+    a msgpack map for ``.msgpack``. By its beginning, not by reading it whole: a bundle over
+    the size cap, one cut short by an interrupted copy, or one of another version is replaced
+    as any bundle is, and a database (``SQLite format 3``), notes or a key is not."""
     try:
         found = target.lstat()
     except FileNotFoundError:
@@ -439,9 +447,16 @@ def _replaceable(target: Path) -> bool:
     if not stat.S_ISREG(found.st_mode) or found.st_size == 0:
         return True
     try:
-        return _decode(_read_regular(target, bundle_size_cap()), target, _Envelope).format == FORMAT
-    except (OSError, BundleError, msgspec.DecodeError, RecursionError):
+        head = _read_regular(target, _HEAD_BYTES, capped=False).lstrip()
+    except (OSError, BundleError):
         return False
+    return head[:1] in (_MSGPACK_MAPS if target.suffix == ".msgpack" else (b"{",))
+
+
+_HEAD_BYTES: Final = 4096
+"""How much of an existing file :func:`_replaceable` reads: past any leading whitespace."""
+_MSGPACK_MAPS: Final = (*(bytes([marker]) for marker in range(0x80, 0x90)), b"\xde", b"\xdf")
+"""The first byte of a msgpack map (fixmap, map 16, map 32): a msgpack bundle's."""
 
 
 def bundle_json(bundle: Bundle) -> bytes:
@@ -529,7 +544,7 @@ def read_bundle(path: Path, *, max_bytes: int | None = None) -> Bundle:
     return bundle
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
+def _read_regular(path: Path, limit: int, *, capped: bool = True) -> bytes:
     """At most ``limit + 1`` bytes of the regular file at ``path``; anything else (a FIFO, a
     device, a folder) is refused unread.
 
@@ -543,7 +558,8 @@ def _read_regular(path: Path, limit: int) -> bytes:
         if not stat.S_ISREG(found.st_mode):
             what = "a directory" if stat.S_ISDIR(found.st_mode) else "a pipe or a device"
             raise _no_bundle_at(path, f"it is {what}, not a regular file, as a bundle is")
-        _refuse_over(path, found.st_size, limit)
+        if capped:  # else only its first ``limit + 1`` bytes are wanted, whatever its size
+            _refuse_over(path, found.st_size, limit)
         with os.fdopen(descriptor, "rb", closefd=False) as file:
             return file.read(limit + 1)
     finally:

@@ -195,3 +195,31 @@ def test_an_import_its_redactor_refuses_creates_no_database(tmp_path: Path) -> N
     assert result.exit_code == ExitCode.FAILED, result.output
     assert [r["status"] for r in json.loads(result.stdout)] == ["failed", "imported"]
     assert _executions(f"sqlite:///{target}") == [str(good_id)]
+
+
+def test_a_bundle_over_the_cap_or_cut_short_is_replaced_as_a_bundle(
+    tmp_path: Path, source: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal above told a bundle by reading it whole, under the size cap: a bundle over
+    the cap, or one an interrupted copy cut short, was "not a bundle" and could not be
+    exported over (a regression review of this change). A bundle is told by how it begins; a
+    test's own recording is rewritten whatever it holds (a merge left it conflicted)."""
+    from loom_runtime.bundle import read_bundle, write_bundle
+
+    url, ids = source
+    target = tmp_path / "big.json"
+    assert _invoke("export", ids[0], "-o", str(target), "--db", url).exit_code == ExitCode.OK
+    monkeypatch.setenv("LOOM_MAX_BUNDLE_BYTES", str(target.stat().st_size // 2))
+    again = _invoke("export", ids[1], "-o", str(target), "--db", url)
+    assert again.exit_code == ExitCode.OK, again.output
+    monkeypatch.delenv("LOOM_MAX_BUNDLE_BYTES")
+    assert read_bundle(target).execution_id.hex == ids[1].replace("-", "")
+    text = target.read_text()
+    target.write_text(text[: len(text) // 2])  # cut short
+    assert _invoke("export", ids[0], "-o", str(target), "--db", url).exit_code == ExitCode.OK
+    bundle = read_bundle(target)
+    target.write_text(f"<<<<<<< HEAD\n{text}=======\n{text}>>>>>>> feature\n")
+    with pytest.raises(FileExistsError):  # the control: conflict markers are no bundle's start
+        write_bundle(bundle, target)
+    write_bundle(bundle, target, over_any_file=True)  # the plugin's rewrite of its own file
+    assert read_bundle(target) == bundle
