@@ -422,9 +422,10 @@ def parse_sse(body: str) -> tuple[list[SseEvent], str]:
     return events, rest
 
 
-_BLANK_LINE = re.compile(r"((?:\r\n|\r|\n)(?:\r\n|\r|\n))")
+_BLANK_LINE = re.compile(r"((?:\r\n|\r(?!\n)|\n){2})")
 """What ends an SSE block: a line end and an empty line (either spelling, CR, LF or CRLF),
-kept by ``split`` as what the block was read with."""
+kept by ``split`` as what the block was read with. A CR before an LF is never a line end of
+its own: one CRLF read as two would end the block inside an event."""
 
 
 def _terminal(event: SseEvent) -> bool:

@@ -128,6 +128,25 @@ def test_streamed_lines_replay_as_the_provider_spelled_them(tmp_path: Any, spell
     assert replayed.identical, replayed.divergences
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_an_event_of_several_lines_is_one_event_whatever_its_line_ends(end: str) -> None:
+    """A CRLF line end inside an event was read as a line end and an empty line, so each
+    ``event:`` line and its ``data:`` were stored as two events (the terminal one a bare
+    name), every one with its raw text (a regression review of "raw events")."""
+    from loom_runtime.providers import parse_sse
+
+    body = end.join(["event: message_start", 'data: {"type":"message_start"}', ""])
+    body += end + end.join(["event: message_stop", 'data: {"type":"message_stop"}', "", ""])
+    events, rest = parse_sse(body)
+    assert rest == ""
+    assert [(e.event, e.data) for e in events] == [
+        ("message_start", {"type": "message_start"}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    assert b"".join(event.wire() for event in events) == body.encode()
+    assert all(event.raw is None for event in events) is (end == "\n")  # LF: spelled anew
+
+
 def test_an_events_text_altered_apart_from_its_data_is_not_what_a_replay_hands_over() -> None:
     """An event's text as read is handed over only when it reads as that very event (its name
     and data, what an audit shows): altered apart from them (a row or bundle edited), the
