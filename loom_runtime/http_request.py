@@ -103,6 +103,7 @@ CREDENTIAL_SUFFIXES = frozenset(
         *("value", "string", "code", "hash", "digest", "jwt", "b64", "base64", "hex", "pem"),
         *("header", "new", "old", "current", "confirm", "confirmation", "again", "repeat"),
         "hint",  # OpenID Connect's ``id_token_hint``: the ID token itself
+        *("binary", "json", "base", "blob", "bytes", "data", "file"),  # AWS's ``SecretBinary``
     }
 )
 """Words after a credential's name that keep the field one: the form it holds the credential

@@ -34,6 +34,8 @@ CREDENTIALS = [
     *("auth_code", "secret_value", "token_hash", "code_verifier", "client_assertion"),
     *("oauth_verifier", "assertion", "basic_auth"),
     "id_token_hint",  # OpenID Connect's logout request: the ID token itself, as a hint
+    # The form a credential is held in, after its name (a regression review of the rule):
+    *("SecretBinary", "credentials_json", "secret_key_base", "token_data", "api_key_file"),
 ]
 NOT_CREDENTIALS = [
     *("pageToken", "page_token", "nextPageToken", "next_token", "continuation_token"),
@@ -41,6 +43,7 @@ NOT_CREDENTIALS = [
     *("auth_level", "auth_type", "auth_method", "token_type", "secret_id", "SecretId"),
     *("password_policy", "max_tokens", "key", "sort_key", "code", "country_code", "tokens"),
     "login_hint",
+    *("user_data", "key_file"),
 ]
 
 
