@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, time
 from typing import Any, Final, TypeVar
@@ -103,6 +104,12 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
         data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise _not_serialisable(value, path, exc) from exc
+    if b"null" in data and (bad := _first_non_finite(value, path)) is not None:
+        raise NotSerialisableError(
+            f"{bad} cannot be stored in the log: it is NaN or infinite, which JSON has no "
+            "number for (it would be stored as null); store it as a string or None",
+            path=bad,
+        )
     if redactor is None:
         return msgspec.Raw(data)
     try:
@@ -339,6 +346,25 @@ def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | Non
     else:
         return None
     return kind, items
+
+
+def _first_non_finite(value: object, path: str) -> str | None:
+    """The path of the first NaN or infinite float in ``value``, or None.
+
+    msgspec writes all three as ``null``, so a live run would get ``None`` back for its
+    ``inf`` and an input changed from ``inf`` to ``nan`` would compare equal (ADR 0002,
+    amended "non-finite floats"). Only called when the encoded bytes hold a ``null``, and
+    after the depth check, so the recursion is bounded by :data:`MAX_DEPTH`."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    members = _members(value)
+    if members is None:
+        return None
+    kind, items = members
+    for key, child in items:
+        if (found := _first_non_finite(child, path + _label(kind, key))) is not None:
+            return found
+    return None
 
 
 def _label(kind: str, key: object) -> str:
