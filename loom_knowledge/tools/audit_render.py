@@ -233,7 +233,9 @@ def _card(title: str, body: str, kind: str) -> str:
 
 
 def _badge(text: str, kind: str) -> str:
-    return f"<span class='badge {kind}'>{_h(text)}</span>"
+    """``text`` in a badge styled by ``kind``: both come from the log, so both are escaped
+    (a quote in ``kind`` would otherwise open an attribute of its own)."""
+    return f"<span class='badge {escape(kind)}'>{_h(text)}</span>"
 
 
 def _retrieval_card(retrieval: AuditedRetrieval) -> str:
