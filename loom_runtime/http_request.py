@@ -289,7 +289,9 @@ PATH_SECRET_MARK = "[REDACTED:path-secret]"
 
 _DISCORD_WEBHOOK = re.compile(r"/api(?:/v\d+)?/webhooks/\d+/([^/]+)")
 PATH_SECRETS: dict[str, re.Pattern[str]] = {
-    "hooks.slack.com": re.compile(r"/services/[^/]+/[^/]+/([^/]+)"),
+    "hooks.slack.com": re.compile(
+        r"/(?:services/[^/]+/[^/]+|workflows/[^/]+/[^/]+/[^/]+|triggers/[^/]+/[^/]+)/([^/]+)"
+    ),
     **dict.fromkeys(
         ("discord.com", "discordapp.com", "canary.discord.com", "ptb.discord.com"),
         _DISCORD_WEBHOOK,
@@ -298,7 +300,8 @@ PATH_SECRETS: dict[str, re.Pattern[str]] = {
 }
 """Hosts whose URL path holds a credential, and where in it (the group): a Slack incoming
 webhook's secret, a Discord webhook's (or interaction follow-up's) token, a Telegram bot's
-token after its id. Whoever has the URL can post as the app, and no redaction pattern knows
+token after its id (Slack's Workflow Builder webhooks and triggers end in their secret
+too). Whoever has the URL can post as the app, and no redaction pattern knows
 the random text; the host and the path's shape are what tell. The ids before the secret stay
 (they say which webhook or bot was called)."""
 

@@ -26,6 +26,9 @@ DISCORD = "Ab3dEf6hIj9lMn2pQr5tUv8xYz1Bc4De7Gh0Jk3Mn6Pq9St2Vw5Yz8Ab1De4Gh7"
 TELEGRAM = "AAHf3kLm9Qr2St5Uv8Wx1Yz4Ab7Cd0Ef3Gh"
 URLS = [
     f"https://hooks.slack.com/services/T0A1B2C3D/B0E4F5G6H/{SLACK}",
+    # Workflow Builder webhooks and triggers (second capture review, 6 December)
+    f"https://hooks.slack.com/workflows/T0A1B2C3D/A0E4F5G6H/412345678901234567/{SLACK}",
+    f"https://hooks.slack.com/triggers/T0A1B2C3D/412345678901234567/{SLACK}",
     f"https://discord.com/api/webhooks/1234567890123456789/{DISCORD}",
     f"https://discord.com/api/v10/webhooks/1234567890123456789/{DISCORD}/messages/55",
     f"https://api.telegram.org/bot7012345678:{TELEGRAM}/sendMessage",
@@ -34,6 +37,8 @@ URLS = [
 ]
 KEYS = [
     f"http:POST hooks.slack.com/services/T0A1B2C3D/B0E4F5G6H/{MARK}",
+    f"http:POST hooks.slack.com/workflows/T0A1B2C3D/A0E4F5G6H/412345678901234567/{MARK}",
+    f"http:POST hooks.slack.com/triggers/T0A1B2C3D/412345678901234567/{MARK}",
     f"http:POST discord.com/api/webhooks/1234567890123456789/{MARK}",
     f"http:POST discord.com/api/v10/webhooks/1234567890123456789/{MARK}/messages/55",
     f"http:POST api.telegram.org/bot7012345678:{MARK}/sendMessage",
