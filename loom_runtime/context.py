@@ -77,6 +77,7 @@ from loom_runtime.execution import (
     Execution,
     error_message_of,
     error_type_of,
+    printed,
     project_execution,
 )
 from loom_runtime.log import EventLog, Precondition
@@ -1355,7 +1356,7 @@ def rebuild_error(decision: Decision) -> Exception:
                 error = cls(argument)
             except Exception:  # a class that needs other arguments: made without them below
                 continue
-            if str(error) == message:
+            if printed(error) == message:
                 noted = _noted(error, f"loom: replayed from the log (decision {decision.key!r})")
                 if noted is not None:
                     return noted
@@ -1390,17 +1391,45 @@ def _without_constructor(cls: type[Exception], message: str) -> Exception | None
     """``cls`` holding ``message`` with its ``__init__`` not run (``BaseException.__new__``
     sets ``args``), when its text is then the message: an ``except`` of the class takes the
     path it took live, for a class whose constructor needs more than a message (an HTTP
-    status error, an application's ``RateLimited(message, retry_after=...)``). Never one of
-    loom's own classes: a recorded failure must not pass for a replay's finding or a test's
-    verdict (ADR 0018)."""
+    status error, an application's ``RateLimited(message, retry_after=...)``). When its
+    ``__str__`` reads what ``__init__`` sets, a subclass printing the message (and named as
+    the class) stands in, if making one runs no code of the class (ADR 0002, amended
+    "unprintable"). Never one of loom's own classes: a recorded failure must not pass for a
+    replay's finding or a test's verdict (ADR 0018)."""
     if issubclass(cls, LoomError) or _defined_in(cls, _LOOM_PACKAGES):
         return None
     try:
         error = cls.__new__(cls, message)
-        same = isinstance(error, cls) and str(error) == message
-    except Exception:  # a __new__ of its own, or a __str__ reading what __init__ sets
+        if isinstance(error, cls) and printed(error) == message:
+            return error
+        if not _plain_to_subclass(cls):
+            return None
+        # A __str__ reading what __init__ sets (``"HTTP status %d" % self.status``) prints
+        # the message only from a subclass that prints it: named as the class, caught as it.
+        printing: type[Exception] = type(
+            cls.__name__,
+            (cls,),
+            {
+                "__str__": lambda _: message,
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+            },
+        )
+        error = printing.__new__(printing, message)
+    except Exception:  # a __new__ of its own, a class that takes no subclass
         return None
-    return error if same else None
+    return error if isinstance(error, cls) and str(error) == message else None
+
+
+def _plain_to_subclass(cls: type[Exception]) -> bool:
+    """Whether ``cls`` prints by a ``__str__`` of its own (Python code, which may read what
+    ``__init__`` sets; a built-in's text is its arguments') and making a subclass of it runs
+    none of its code: no metaclass of its own and no ``__init_subclass__`` (a registry of
+    subclasses would get one a recording chose)."""
+    if getattr(cls.__str__, "__code__", None) is None or type(cls) is not type:
+        return False
+    hooked = (k for k in cls.__mro__ if k is not object and "__init_subclass__" in vars(k))
+    return next(hooked, None) is None
 
 
 _KEY_REPR_LIMIT: Final = 10_000

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 from uuid import UUID
 
 import msgspec
@@ -469,7 +469,22 @@ def error_message_of(error: BaseException) -> str:
     the URL it failed on, ``?key=...`` included, which no pattern of a redactor knows."""
     from loom_runtime.http_request import urls_without_credentials
 
-    return storable_text(urls_without_credentials(str(error)))
+    return storable_text(urls_without_credentials(printed(error)))
+
+
+UNPRINTABLE: Final = "<exception str() failed>"
+"""What :func:`printed` gives for an exception whose ``__str__`` raises: Python's own words
+for it in a traceback."""
+
+
+def printed(error: BaseException) -> str:
+    """``str(error)``, or :data:`UNPRINTABLE` when its ``__str__`` raises: an exception that
+    cannot print itself is still a failure to record (and to rebuild), never a second error
+    replacing the one the flow or its compute raised."""
+    try:
+        return str(error)
+    except Exception:
+        return UNPRINTABLE
 
 
 register_aggregate(Execution)

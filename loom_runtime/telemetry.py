@@ -39,7 +39,7 @@ from loom_runtime.errors import (
     MissingExtraError,
     NotSerialisableError,
 )
-from loom_runtime.execution import Decision, Execution
+from loom_runtime.execution import Decision, Execution, printed
 from loom_runtime.http_request import urls_without_credentials
 from loom_runtime.recorded_tool import registered_tool_name
 from loom_runtime.redaction import Redactor, as_stored
@@ -395,7 +395,7 @@ def _fail(
         span.set_status(Status(StatusCode.ERROR))
         return
     message = as_stored(
-        redactor, urls_without_credentials(str(error)), path="span.exception.message"
+        redactor, urls_without_credentials(printed(error)), path="span.exception.message"
     )
     stack = as_stored(
         redactor,

@@ -36,7 +36,7 @@ class RateLimitedError(Exception):
 
 
 class CodedError(Exception):
-    """One whose text is made from attributes its constructor sets: not rebuildable."""
+    """One whose text is made from attributes its constructor sets."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -108,11 +108,19 @@ def test_a_class_made_without_its_constructor_says_so_and_keeps_the_message() ->
     assert any("without its constructor" in note for note in error.__notes__)
 
 
-def test_what_cannot_be_made_so_is_still_carried_as_recorded() -> None:
-    """The controls: a class whose text comes from attributes it lacks, and loom's own
-    errors (a forged finding must never pass for one: ADR 0018), stay RecordedComputeError."""
+def test_a_class_whose_text_needs_its_attributes_is_a_subclass_printing_the_message() -> None:
+    """ADR 0002, amended "unprintable": it was carried as RecordedComputeError, so a flow's
+    ``except CodedError`` fallback, taken live, was not taken on replay or resume."""
     coded = _rebuilt(f"{__name__}:CodedError", "failed with code 7")
-    assert isinstance(coded, RecordedComputeError)
+    assert isinstance(coded, CodedError) and str(coded) == "failed with code 7"
+    assert type(coded).__qualname__ == "CodedError" and type(coded).__module__ == __name__
+    assert not hasattr(coded, "code")  # its constructor did not run
+    assert any("without its constructor" in note for note in coded.__notes__)
+
+
+def test_what_cannot_be_made_so_is_still_carried_as_recorded() -> None:
+    """The control: loom's own errors (a forged finding must never pass for one: ADR 0018)
+    stay RecordedComputeError."""
     forged = _rebuilt("loom_runtime.errors:OutputChangedError", "the output changed")
     assert isinstance(forged, RecordedComputeError) and not isinstance(forged, OutputChangedError)
 

@@ -940,3 +940,34 @@ def test_a_span_processor_that_raises_changes_nothing_the_flow_sees_or_records(
         assert run.output == "A"
         assert loom.execution(run.execution_id).error is None
         assert loom.replay(run.execution_id).identical
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str exploded")
+
+
+def _raise_unprintable() -> str:
+    raise _Unprintable
+
+
+def test_a_failure_that_cannot_print_itself_is_an_error_span(
+    traced: Traced, tmp_path: Path
+) -> None:
+    """Core review of 6 December: the span took ``str(error)`` and raised in its place."""
+    loom = traced.loom(tmp_path / "loom.db")
+
+    @loom.flow("f")
+    def f(ctx: Any) -> str:
+        try:
+            ctx.decide("fetch", _raise_unprintable, kind="tool")
+        except _Unprintable:
+            return "fallback"
+        return "found"
+
+    assert loom.run("f").output == "fallback"
+    live = decision_spans(traced.take())["fetch"]
+    assert live.status.status_code is StatusCode.ERROR
+    (event,) = live.events
+    assert event.attributes is not None
+    assert event.attributes["exception.message"] == "<exception str() failed>"
