@@ -118,6 +118,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
             ) from exc
         if not isinstance(execution, Execution):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
+        _check_positions(execution)
         if is_sealed_raw(execution.input):
             # An export opens every sealed field, and a flow's input is keyed by parameter
             # names (never the mark): imported, this would read as sealed and never open.
@@ -240,6 +241,27 @@ def _check_once(rows: list[Row]) -> None:
                     "ends once (a reopening of its failure excepted): it was edited and re-sealed"
                 )
             ended = True
+
+
+_LOG_INTEGERS: Final = range(2**63)
+"""What a log's integer columns hold (SQLite's INTEGER, PostgreSQL's BIGINT), less the
+negatives that no position or count is."""
+
+
+def _check_positions(execution: Execution) -> None:
+    """Refuse a start position or fork point that no log holds. ``log_position`` is where an
+    export scans the log from, in SQL: one past 64 bits was imported, and every later export of
+    it was the driver's ``OverflowError`` traceback. ``forked_at`` counts decisions, stored and
+    read beside it, and is bounded the same way."""
+    for name, value in (
+        ("log_position", execution.log_position),
+        ("forked_at", execution.forked_at),
+    ):
+        if value is not None and value not in _LOG_INTEGERS:
+            raise BundleFormatError(
+                f"the bundle's execution has a {name} outside 0..2**63-1, which loom never "
+                "writes and no log holds: it was edited and re-sealed"
+            )
 
 
 class _Marks:

@@ -1,10 +1,12 @@
 """``loom diff A B`` and ``loom bundle show F``: a bundle read as text, in review (ADR 0029).
 
 A re-recorded bundle lands in a pull request; these commands say what changed in terms a
-reviewer knows (the flow's arguments, each decision's input and value, the outcome), with the
-same bounded unified diffs a failed replay shows. Ids, timestamps and log positions are not
-compared: two recordings of the same behaviour are the same. A bundle is untrusted input, so
-every value is printed through :func:`~loom_runtime.tools.display.visible`.
+reviewer knows (the flow's arguments, a fork's lineage, each decision's input, value and
+origin, the outcome), with the same bounded unified diffs a failed replay shows. Ids,
+timestamps and log positions are not compared: two recordings of the same behaviour are the
+same. A bundle is untrusted input, so every value is printed through
+:func:`~loom_runtime.tools.display.visible`, and every key and kind through
+:func:`~loom_runtime.tools.display.identifier`, so that two that differ never print alike.
 
 Exit codes: 0 the same (or shown), 1 they differ or a bundle is unusable (tampered, not a
 bundle: a failed check), 2 a usage error or a file that does not exist, is over the size cap
@@ -29,7 +31,7 @@ from loom_runtime.tools.cli import (
     no_bundle_file,
     print_json,
 )
-from loom_runtime.tools.display import describe_meta, visible
+from loom_runtime.tools.display import describe_meta, identifier, visible
 from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
@@ -39,7 +41,18 @@ if TYPE_CHECKING:
 bundle_app = LoomTyper(help="Read bundle files.", no_args_is_help=True)
 app.add_typer(bundle_app, name="bundle")
 
-Change = Literal["flow", "arguments", "added", "removed", "kind", "input", "value", "outcome"]
+Change = Literal[
+    "flow",
+    "arguments",
+    "lineage",
+    "added",
+    "removed",
+    "kind",
+    "origin",
+    "input",
+    "value",
+    "outcome",
+]
 
 
 class Difference(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,8 +105,9 @@ def diff_command(
 ) -> None:
     """Compare two bundles by behaviour (exit 1 when they differ).
 
-    The flow's arguments, each decision's input and value, decisions only one made, and the
-    outcome, as unified diffs; ids, timestamps and log positions are not compared.
+    The flow's arguments, a fork's lineage, each decision's input, value and origin,
+    decisions only one made, and the outcome, as unified diffs; ids, timestamps and log
+    positions are not compared.
     """
     (_, before), (_, after) = _read(a), _read(b)
     try:
@@ -106,7 +120,7 @@ def diff_command(
     elif not differences:
         typer.echo(f"same: {visible(str(a), one_line=True)} and {visible(str(b), one_line=True)}")
     for difference in [] if as_json else differences:
-        where = f" {visible(repr(difference.key), one_line=True)}" if difference.key else ""
+        where = f" {_key(difference.key)}" if difference.key else ""
         typer.echo(f"{difference.change}{where}:")
         typer.echo(visible(difference.diff).rstrip("\n"))
     raise typer.Exit(ExitCode.FAILED if differences else ExitCode.OK)
@@ -149,10 +163,10 @@ def _lines(view: BundleView) -> list[str]:
         _indented(pretty(view.input)),
     ]
     for decision in view.decisions:
-        kind = f" ({_one(decision.kind)})" if decision.kind else ""
+        kind = f" ({identifier(decision.kind)})" if decision.kind else ""
         origin = f" [{_one(decision.origin)}]" if decision.origin else ""
         lines += [
-            f"decision {decision.key!r}{kind}{origin}",
+            f"decision {_key(decision.key)}{kind}{origin}",
             "  input:",
             _indented(pretty(decision.input), 4),
         ]
@@ -174,6 +188,12 @@ def _one(text: str) -> str:
     return visible(text, one_line=True)
 
 
+def _key(key: str) -> str:
+    """A decision key as ``diff`` and ``show`` print it: quoted, one line, and apart from any
+    other key (NFC ``café`` and NFD ``cafe`` + U+0301 printed alike, "removed" then "added")."""
+    return identifier(repr(key))
+
+
 def compare(before: Execution, after: Execution, *, sides: tuple[str, str]) -> list[Difference]:
     """Every difference in behaviour between two recorded executions, in recorded order."""
     from loom_runtime.diff import diff
@@ -189,21 +209,26 @@ def compare(before: Execution, after: Execution, *, sides: tuple[str, str]) -> l
 
     found: list[Difference] = []
     if before.flow != after.flow:
-        found.append(changed("flow", _text(before.flow), _text(after.flow), None, "flow"))
+        found.append(changed("flow", _name(before.flow), _name(after.flow), None, "flow"))
     # Arguments and inputs compare as their bytes, as a replay compares them: their key
     # order is what the code (a model) reads (ADR 0002, "key order"); values and outputs with
     # keys in any order, as a replay's output check does.
     if bytes(before.input) != bytes(after.input):
         found.append(changed("arguments", before.input, after.input, None, "arguments"))
+    if _lineage(before) != _lineage(after):
+        found.append(changed("lineage", _lineage(before), _lineage(after), None, "lineage"))
     for key in [*before.decisions, *(k for k in after.decisions if k not in before.decisions)]:
         old, new = before.decisions.get(key), after.decisions.get(key)
-        label = f"decision {key!r}"
+        label = f"decision {_key(key)}"
         if old is None or new is None:
             change: Change = "added" if old is None else "removed"
             found.append(changed(change, _recorded(old), _recorded(new), key, label))
             continue
         if old.kind != new.kind:
-            found.append(changed("kind", _text(old.kind), _text(new.kind), key, f"kind of {label}"))
+            found.append(changed("kind", _name(old.kind), _name(new.kind), key, f"kind of {label}"))
+        if old.origin != new.origin:  # what a replay counts as unused (ADR 0027, "paths")
+            origins = _name(old.origin), _name(new.origin)
+            found.append(changed("origin", *origins, key, f"origin of {label}"))
         if bytes(old.input) != bytes(new.input):
             found.append(changed("input", old.input, new.input, key, f"input of {label}"))
         if _outcome(old) != _outcome(new):
@@ -286,8 +311,24 @@ def _canonical(raw: msgspec.Raw | bytes | None) -> bytes:
     return msgspec.json.encode(decoded, order="sorted")
 
 
-def _text(value: str | None) -> bytes:
-    return msgspec.json.encode(value)
+def _lineage(execution: Execution) -> bytes:
+    """Whether the execution is a fork, and of how many of its parent's decisions with which
+    overrides, as comparable JSON: a replay reads them (an inherited decision the code no
+    longer asks is not unused, ADR 0027), so a run and a fork of the same decisions replay
+    differently. Not the parent's id: a fork recorded again forks a parent recorded again."""
+    overrides = None if execution.overrides is None else msgspec.json.decode(execution.overrides)
+    lineage = {
+        "fork": execution.parent_id is not None,
+        "forked_at": execution.forked_at,
+        "overrides": overrides,
+    }
+    return msgspec.json.encode(lineage, order="sorted")
+
+
+def _name(value: str | None) -> bytes:
+    """A flow's name, a kind or an origin as the JSON a diff shows, apart from any other
+    (:func:`~loom_runtime.tools.display.identifier`)."""
+    return msgspec.json.encode(None if value is None else identifier(value))
 
 
 def _indented(text: str, by: int = 2) -> str:

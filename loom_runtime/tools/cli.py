@@ -903,7 +903,8 @@ def replay(
     else:
         console.print(inert(result.describe()))
         for key, value in result.live_values.items():
-            console.print(inert(f"live {key}: {value!r}"))
+            # The key is recorded text (a key can be built from a value): one line, quoted.
+            console.print(inert(f"live {key!r}: {value!r}", one_line=True))
     raise typer.Exit(ExitCode.OK if result.identical else ExitCode.FAILED)
 
 
