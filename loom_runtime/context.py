@@ -70,6 +70,8 @@ from loom_runtime.errors import (
     NotSerialisableError,
     OverrideTypeError,
     RecordedComputeError,
+    RedactedKeysCollideError,
+    SecretRefusedError,
     StreamConflictError,
 )
 from loom_runtime.execution import (
@@ -931,10 +933,10 @@ class _Context:
         self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None, source: DecisionSource
     ) -> Any:
         """``result`` recorded as ``slot``'s value; one the log cannot store is recorded as
-        the decision's failure (its ``NotSerialisableError``) and raised."""
+        the decision's failure (its :data:`REFUSALS` error) and raised."""
         try:
             return source.record(slot, result, type=type, meta=meta)
-        except NotSerialisableError as refused:
+        except REFUSALS as refused:
             source.record_failure(slot, refused, meta=meta)
             raise
 
@@ -1154,7 +1156,7 @@ class OpenDecision:
         :meth:`record` does not store the refusal."""
         try:
             return self.record(value, meta=meta)
-        except NotSerialisableError as refused:
+        except REFUSALS as refused:
             self._source.record_failure(self._slot, refused, meta=self.encode_meta(meta))
             raise
 
@@ -1329,6 +1331,22 @@ def rebuild_with(error_type: str, rebuild: Callable[[Decision], Exception | None
     selects among what loom's own modules registered; ``rebuild`` reads untrusted data and
     returns None for anything it cannot rebuild (the usual rules then apply)."""
     _REBUILDERS[error_type] = rebuild
+
+
+REFUSALS: Final = (NotSerialisableError, SecretRefusedError)
+"""How the log refuses a decision's value: one it cannot encode, and one its redactor refuses
+(a secret in ``refuse`` mode, keys that redact alike). Stored as the decision's failure, so
+a flow that catches it replays, and resumes, as it ran (ADR 0026, amended "refusals")."""
+
+
+def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Exception]:
+    """How a recorded refusal of ``cls`` is rebuilt: its constructor takes the pattern and
+    path, which are not recorded, not the message."""
+    return lambda decision: cls.replayed(decision.message or "")
+
+
+for _refusal in (SecretRefusedError, RedactedKeysCollideError):
+    rebuild_with(f"{_refusal.__module__}:{_refusal.__qualname__}", _refusal_again(_refusal))
 
 
 def rebuild_error(decision: Decision) -> Exception:

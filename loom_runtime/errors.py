@@ -8,6 +8,8 @@ errors are translated with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
+from typing import Self
+
 
 class LoomError(Exception):
     """Root of every error loom raises on purpose."""
@@ -399,18 +401,30 @@ class IntegrityUnsupportedError(LoomError):
 class SecretRefusedError(LoomError, ValueError):
     """A value matched a secret pattern and the redactor refuses instead of redacting.
 
-    Nothing was written. ``pattern`` names the matching pattern and ``path`` where the value
-    was; the message never contains the value itself.
+    The value was not written (a decision's refused value is stored as the decision's
+    failure, this error's message, so a replay raises it where the live run did).
+    ``pattern`` names the matching pattern and ``path`` where the value was; the message
+    never contains the value itself.
     """
 
     def __init__(self, *, pattern: str, path: str) -> None:
         super().__init__(
             f"{path} contains what looks like a secret ({pattern}); the log's redactor is set to "
-            "refuse, so nothing was written. Remove the secret from the value, or configure "
+            "refuse, so the value was not written. Remove the secret from the value, or configure "
             "Redactor(mode='redact') to store it with a [REDACTED:...] marker instead"
         )
         self.pattern = pattern
         self.path = path
+
+    @classmethod
+    def replayed(cls, message: str) -> Self:
+        """The refusal as a replay raises it for the decision that recorded it (ADR 0026,
+        amended "refusals"): its recorded message, which names the pattern and the path;
+        ``pattern`` and ``path`` themselves are not recorded, so they are empty."""
+        error = cls.__new__(cls)
+        LoomError.__init__(error, message)
+        error.pattern = error.path = ""
+        return error
 
 
 class RedactedKeysCollideError(SecretRefusedError):

@@ -272,8 +272,9 @@ def test_refuse_mode_writes_nothing_for_an_event(db_url: str) -> None:
         log.close()
 
 
-def test_refuse_mode_records_no_decision_and_the_flow_sees_the_error(db_url: str) -> None:
-    """A decision whose value holds a secret is refused before it is appended."""
+def test_refuse_mode_stores_the_refusal_not_the_value_and_the_flow_sees_it(db_url: str) -> None:
+    """A decision whose value holds a secret is refused before it is appended; the refusal
+    is stored as the decision's failure (ADR 0026, amended "refusals"), never the value."""
     log = open_log(LogSettings(db_url, redactor=Redactor(mode="refuse")))
     try:
         execution = Execution.start(
@@ -287,7 +288,8 @@ def test_refuse_mode_records_no_decision_and_the_flow_sees_the_error(db_url: str
         ctx = FlowContext(Recorder(log, execution), execution_id=execution.id, flow="f")
         with pytest.raises(SecretRefusedError, match="decision 'model'"):
             ctx.decide("model", lambda: f"Bearer {TOKEN}")
-        assert log.position == 1  # only Created
+        assert log.position == 2  # Created, and the refusal as the decision's failure
+        assert all(TOKEN.encode() not in row.state for row in log.rows(execution.id))
         assert ctx.decide("clean", lambda: "ok") == "ok"
     finally:
         log.close()

@@ -91,8 +91,9 @@ def test_a_secret_in_a_decision_is_redacted_and_counted_once(log: EventLog) -> N
 
 @pytest.mark.parametrize("where", ["value", "input", "meta"])
 def test_a_secret_is_refused_on_every_path_of_a_decision(refusing: EventLog, where: str) -> None:
-    """Refuse mode refuses a secret in a decision's value, input or meta: nothing stored."""
-    ctx, _ = _context(refusing)
+    """Refuse mode refuses a secret in a decision's value, input or meta: none of it stored
+    (a refused value is stored as the decision's failure: ADR 0026, amended "refusals")."""
+    ctx, execution = _context(refusing)
     secret = {"auth": f"Bearer {TOKEN}"}
     with pytest.raises(SecretRefusedError):
         if where == "value":
@@ -101,7 +102,8 @@ def test_a_secret_is_refused_on_every_path_of_a_decision(refusing: EventLog, whe
             ctx.decide("k", lambda: "ok", input=secret)
         else:
             ctx.open_decision("k").record("ok", meta=secret)
-    assert refusing.position == 1  # only Created
+    assert refusing.position == (2 if where == "value" else 1)
+    assert all(TOKEN.encode() not in row.state for row in refusing.rows(execution.id))
 
 
 def test_a_value_the_codec_did_not_make_is_still_read_by_the_mapper(

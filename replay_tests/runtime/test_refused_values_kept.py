@@ -1,0 +1,56 @@
+"""A decision value the redactor refuses is stored as the decision's failure.
+
+Core review of 6 December: only ``NotSerialisableError`` was; a value refused by
+``Redactor(mode="refuse")`` (``SecretRefusedError``), or one whose two keys redact to the
+same marker under the default redactor (``RedactedKeysCollideError``), left the occurrence
+unstored. A flow that caught the refusal completed live, its faithful replay said
+``UnrecordedDecisionError``, and a resume ran the compute again (ADR 0026, "kept failures").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loom_runtime import FlowContext, Loom, Redactor
+
+GITHUB_A, GITHUB_B = "ghp_" + "a" * 36, "ghp_" + "b" * 36
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "refusal"),
+    [
+        ("refuse", {"body": f"token {GITHUB_A}"}, "SecretRefusedError"),
+        ("redact", {GITHUB_A: "ci", GITHUB_B: "deploy"}, "RedactedKeysCollideError"),
+    ],
+    ids=["refuse-mode", "colliding-keys"],
+)
+def test_a_refused_value_is_the_decision_s_failure_and_replays(
+    tmp_path: Path, mode: str, value: object, refusal: str
+) -> None:
+    computed: list[int] = []
+
+    def compute() -> object:
+        computed.append(1)
+        return value
+
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode=mode)) as loom:  # type: ignore[arg-type]
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            try:
+                ctx.decide("tokens", compute)
+            except Exception as refused:
+                return f"refused: {type(refused).__name__}"
+            return "stored"
+
+        run = loom.run("f")
+        assert run.output == f"refused: {refusal}"
+        decision = loom.execution(run.execution_id).decisions["tokens"]
+        assert decision.error_type == f"loom_runtime.errors:{refusal}"
+        assert GITHUB_A not in (decision.message or "")
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+        assert replayed.output == run.output
+    assert computed == [1]
