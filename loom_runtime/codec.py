@@ -53,9 +53,14 @@ _TEXT = (str, int, float, bool, type(None))  # the scalars that are not bytes
 def enc_hook(value: object) -> object:
     """Encode subclasses msgspec refuses but whose base it knows: freezegun's FakeDatetime,
     frameworks' str subclasses (LangChain's message text), numpy's float64. They are stored
-    as their base type, which is what a replay returns."""
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
+    as their base type, which is what a replay returns: a datetime as the built-in datetime
+    it equals, which msgspec writes as it writes any (UTC as ``Z``; ``isoformat`` wrote
+    ``+00:00``, and a recording made under ``freeze_time`` replayed elsewhere as changed)."""
+    for kind, built_in in _BUILT_IN_TIMES:
+        if isinstance(value, kind):
+            # Made by msgspec's decoder, which builds the C type itself: a constructor
+            # looked up by name is freezegun's fake while time is frozen.
+            return built_in.decode(_encoder.encode(value.isoformat()))  # type: ignore[attr-defined]
     if isinstance(value, str):
         return str(value)
     if isinstance(value, float):
@@ -66,6 +71,11 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
+_BUILT_IN_TIMES: Final = tuple(
+    (kind, msgspec.json.Decoder(kind)) for kind in (datetime, date, time)
+)
+"""Each time type (the classes themselves, taken at import, before any ``freeze_time``) and a
+decoder making it from its ISO text; ``datetime`` before ``date``, of which it is one."""
 
 
 def _builtins_hook(value: object) -> object:
