@@ -72,30 +72,29 @@ class Replayer:
             self._answered.append(slot.key)
             return matched
         self._asked.add(slot.key)
-        if slot.kind is not None and slot.kind in self._live:
-            recorded = self.recorded.get(slot.key)
-            if recorded is not None and recorded.kind != slot.kind:
-                self._kind_changed(recorded, slot)  # computed live as what it was not
-            return None
+        live = slot.kind is not None and slot.kind in self._live
         decision = self.recorded.get(slot.key)
         if decision is None:
             nearest = difflib.get_close_matches(slot.key, list(self.recorded), n=3, cutoff=0.4)
             divergence = UnrecordedDecisionError(key=slot.key, nearest=nearest)
             self.divergences.append(divergence)
+            if live:  # computed live all the same: a counterfactual runs on
+                return None
             raise divergence
         if decision.kind != slot.kind:
-            self._kind_changed(decision, slot)
+            self._kind_changed(decision, slot)  # for a live kind: computed as what it was not
         # Asked as ==, not !=: msgspec's Raw answers != several times slower (53 ns against
-        # 13), and every decision of a replay asks this once.
+        # 13), and every decision of a replay asks this once. A live kind is compared too: a
+        # changed query is a change whatever today's data returns for it.
         if decision.input == slot.input:
-            return decision
+            return None if live else decision
         self.divergences.append(
             DecisionInputChangedError(
                 key=slot.key,
-                diff=diff(decision.input, slot.input, label=f"input of {slot.key}"),
+                diff=diff(decision.input, slot.input, label=f"input of {slot.key!r}"),
             )
         )
-        return decision
+        return None if live else decision
 
     def _kind_changed(self, decision: Decision, slot: Slot) -> None:
         """Note that ``slot`` asks ``decision`` as another kind: audits and a counterfactual's
@@ -120,7 +119,7 @@ class Replayer:
         self.live_values[slot.key] = error
 
     def unused(self) -> list[str]:
-        """Recorded decisions the replay never asked for (live kinds excluded).
+        """Recorded decisions the replay never asked for (of a live kind too: a call gone).
 
         A fork's inherited decisions are excluded too (ADR 0027, amended "paths"): they are
         copied with its start, and an override before the fork point may send the flow down a
@@ -137,9 +136,7 @@ class Replayer:
         return [
             key
             for key, decision in self.recorded.items()
-            if key not in asked
-            and (decision.kind is None or decision.kind not in self._live)
-            and decision.origin != "inherited"
+            if key not in asked and decision.origin != "inherited"
         ]
 
 

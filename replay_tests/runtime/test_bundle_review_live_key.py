@@ -39,7 +39,10 @@ def _forged(tmp_path: Path, doc: str) -> Path:
             state["value"] = doc
         elif state.get("key") == "read:runbook.md":
             state["key"] = f"read:{doc}"
-        events.append(msgspec.structs.replace(event, state=json.dumps(state)))
+        # Written compact, as loom writes it: a respelled input is a change of its own.
+        events.append(
+            msgspec.structs.replace(event, state=json.dumps(state, separators=(",", ":")))
+        )
     forged = tmp_path / "forged.json"
     forged.write_bytes(msgspec.json.encode(bundle.resealed(events)))
     return forged

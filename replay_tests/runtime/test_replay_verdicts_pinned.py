@@ -125,8 +125,8 @@ def test_fewer_decisions_read_the_same(db_url: str, tmp_path: Path) -> None:
 INPUT = [
     "execution ID (f) diverged:",
     "- DecisionInputChangedError: decision 'second' was recorded with a different input:",
-    "--- recorded input of second",
-    "+++ replayed input of second",
+    "--- recorded input of 'second'",
+    "+++ replayed input of 'second'",
     "@@ -1,3 +1,3 @@",
     " {",
     '-  "q": "input"',
