@@ -45,6 +45,12 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 """The largest file :func:`scan_docs` reads by default: a document is kept in the log for good,
 and a sparse file of any apparent size would otherwise be read whole into memory first."""
 
+_LINE_BREAK = re.compile(r"[\r\n\u2028\u2029\x85]")
+"""What ends a file's first line, and so its heading: a carriage return alone (classic Mac
+files) and the Unicode line, paragraph and next-line separators too. Split at a line feed
+alone, such a file's whole body was its title and its text empty: a document no search could
+find."""
+
 _HEADING = re.compile(r"#{1,6}[ \t]+(?P<title>.+)")
 """An ATX heading's opening; its closing `#` run is cut by :func:`_title`, not by the pattern
 (a lazy title before an optional `[ \t]+#+` made the engine try every split of a long run of
@@ -151,11 +157,15 @@ def _to_doc(doc_id: str, raw: str) -> Doc:
 
     Moved rather than copied, so the title is not indexed twice in the first passage.
     """
-    first, _, rest = raw.lstrip().partition("\n")
+    content = raw.lstrip()
+    line_break = _LINE_BREAK.search(content)
+    first = content if line_break is None else content[: line_break.start()]
     heading = _HEADING.fullmatch(first.strip())
     if heading is None:
         return Doc(id=doc_id, text=raw.strip())
-    return Doc(id=doc_id, text=rest.strip(), title=_title(heading["title"]))
+    # The rest starts at the line break, which the strip drops: a "\n" file's text is what
+    # it always was, so an unchanged file re-synced writes nothing.
+    return Doc(id=doc_id, text=content[len(first) :].strip(), title=_title(heading["title"]))
 
 
 def _title(heading: str) -> str:

@@ -59,8 +59,20 @@ from loom_knowledge.corpus.retrieval import (
 )
 from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
 from loom_knowledge.domain.fingerprint import fingerprinter_for
-from loom_knowledge.domain.reconcile import DEFAULT_MAX_REMOVAL_FRACTION, ensure_writable, reconcile
-from loom_knowledge.domain.types import Doc, DocRecord, Passage, SyncPlan, SyncResult
+from loom_knowledge.domain.reconcile import (
+    DEFAULT_MAX_REMOVAL_FRACTION,
+    check_allow_mass_delete,
+    ensure_writable,
+    reconcile,
+)
+from loom_knowledge.domain.types import (
+    Doc,
+    DocRecord,
+    Passage,
+    SyncPlan,
+    SyncResult,
+    check_doc,
+)
 from loom_knowledge.errors import (
     CorpusIdentifierSecretError,
     EmbedderRequiredError,
@@ -328,6 +340,7 @@ class KnowledgeBase:
         """
         _check_docs(docs)
         _check_source(source)
+        check_allow_mass_delete(allow_mass_delete)
 
         def decide(
             manifest: Mapping[str, DocRecord], next_revisions: Revisions
@@ -377,6 +390,7 @@ class KnowledgeBase:
         (:class:`~loom_runtime.SubjectErasedError`)."""
         _check_docs(docs)
         _check_source(source)
+        check_allow_mass_delete(allow_mass_delete)
         self.refresh()
         manifest = self._index.manifest(self.scope)
         plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
@@ -951,5 +965,12 @@ def _check_text(name: str, value: str) -> None:
 
 
 def _check_doc(doc: object) -> None:
+    """Refuse what is not a storable :class:`Doc` before a write decides on it.
+
+    A document is checked again, not trusted to be as it was made: its meta is a dict that
+    may have changed since, and an event the corpus index cannot apply, once appended, stops
+    every scope of the log for good (:func:`~loom_knowledge.domain.types.check_doc`).
+    """
     if not isinstance(doc, Doc):
         raise InvalidOptionError(f"expected a loom_knowledge.Doc, not {type(doc).__name__}")
+    check_doc(doc)

@@ -51,6 +51,21 @@ def ensure_writable(*, doc_id: str, record: DocRecord | None, source: str | None
         raise SourceConflictError(writer=source, owners={doc_id: record.source})
 
 
+def check_allow_mass_delete(allow_mass_delete: object) -> None:
+    """Refuse a mass-delete override that is not a real ``bool``.
+
+    The override lets one sync remove every document of a source, so only ``True`` may: a
+    truthy stand-in (the string ``"false"`` read from a config file or the environment) would
+    otherwise wipe the corpus the guard exists to protect (ADR 0006, amended "corpus review").
+    """
+    if not isinstance(allow_mass_delete, bool):
+        raise InvalidOptionError(
+            f"allow_mass_delete must be True or False, not {type(allow_mass_delete).__name__} "
+            f"{allow_mass_delete!r}: it lets a sync remove every document of its source, so "
+            "parse a flag from configuration into a bool first"
+        )
+
+
 def reconcile(
     *,
     manifest: Mapping[str, DocRecord],
@@ -68,8 +83,10 @@ def reconcile(
     A document is written when it is new, when its fingerprint changed, or when its record
     was fingerprinted by another algorithm (listed in ``rehashed``). Raises
     :class:`DuplicateDocumentError`, :class:`SourceConflictError` (naming every conflicting
-    document) or :class:`MassDeleteRefusedError`; nothing is classified partially.
+    document) or :class:`MassDeleteRefusedError`, and :class:`InvalidOptionError` for an
+    override that is not a bool; nothing is classified partially.
     """
+    check_allow_mass_delete(allow_mass_delete)
     if not 0.0 <= max_removal_fraction <= 1.0:
         raise InvalidOptionError(
             f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}; "

@@ -8,6 +8,7 @@ exactly what was decided, and decoding it back must give an equal value.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Final
 
 import msgspec
@@ -18,7 +19,8 @@ from loom_runtime import MAX_DATA_DEPTH, json_problem, text_problem, too_deep
 MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
 """How deeply a document's meta may nest: the index stores meta one level down, inside a
 passage's content, which may nest :data:`~loom_runtime.codec.MAX_DATA_DEPTH` levels. Checked
-when the :class:`Doc` is made, so a corpus never logs a document it cannot index."""
+when the :class:`Doc` is made and again when it is written, so a corpus never logs a document
+it cannot index."""
 
 
 def _check_string(value: str, *, doc_id: object, field: str) -> None:
@@ -46,7 +48,9 @@ class Doc(msgspec.Struct, frozen=True, kw_only=True):
     ``meta`` is the caller's own vocabulary (source, section, author, ...) and travels
     verbatim. It is searchable text (ADR 0007), so a value stamped on every document matches
     every document. A ``Doc`` that cannot be stored faithfully cannot be constructed: the
-    checks run here rather than at ingest, so a bad document fails where it was made.
+    checks run here rather than at ingest, so a bad document fails where it was made. ``meta``
+    is copied once checked, and every write checks the document again (:func:`check_doc`):
+    ``doc.meta`` is still a dict anyone holding the document can change.
     """
 
     id: str
@@ -55,35 +59,45 @@ class Doc(msgspec.Struct, frozen=True, kw_only=True):
     meta: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id.strip():
-            raise InvalidDocumentError(
-                doc_id=self.id, field="id", reason="must be a non-blank string"
-            )
-        _check_string(self.id, doc_id=self.id, field="id")
-        if not isinstance(self.text, str):
-            raise InvalidDocumentError(
-                doc_id=self.id, field="text", reason=f"is a {type(self.text).__name__}, not a str"
-            )
-        _check_string(self.text, doc_id=self.id, field="text")
-        if self.title is not None:
-            if not isinstance(self.title, str):
-                raise InvalidDocumentError(
-                    doc_id=self.id, field="title", reason="must be a str or None"
-                )
-            _check_string(self.title, doc_id=self.id, field="title")
+        check_doc(self)
         if self.meta is not None:
-            if not isinstance(self.meta, dict):
-                raise InvalidDocumentError(
-                    doc_id=self.id, field="meta", reason="must be a dict or None"
-                )
-            deep = too_deep(self.meta, limit=MAX_META_DEPTH)
-            if deep is not None:
-                raise InvalidDocumentError(
-                    doc_id=self.id,
-                    field=f"meta{deep}",
-                    reason=f"nests more than {MAX_META_DEPTH} levels deep (MAX_META_DEPTH)",
-                )
-            _check_json(self.meta, doc_id=self.id, field="meta")
+            # The caller's dict stays the caller's: a template reused for the next document,
+            # changed after this one was checked, must not change (or poison) this one.
+            msgspec.structs.force_setattr(self, "meta", copy.deepcopy(self.meta))
+
+
+def check_doc(doc: Doc) -> None:
+    """Refuse a document that cannot be stored faithfully: the checks a :class:`Doc` is made
+    with, and which every write runs again before it decides anything.
+
+    Run again because a made ``Doc`` can still change: its meta is a dict reachable through
+    ``doc.meta``. A value changed after construction would be appended to the log and then
+    refused by the corpus index, and the log is append-only, so every later catch-up of every
+    scope would fail at that event for good (ADR 0010, amended "corpus review").
+    """
+    if not isinstance(doc.id, str) or not doc.id.strip():
+        raise InvalidDocumentError(doc_id=doc.id, field="id", reason="must be a non-blank string")
+    _check_string(doc.id, doc_id=doc.id, field="id")
+    if not isinstance(doc.text, str):
+        raise InvalidDocumentError(
+            doc_id=doc.id, field="text", reason=f"is a {type(doc.text).__name__}, not a str"
+        )
+    _check_string(doc.text, doc_id=doc.id, field="text")
+    if doc.title is not None:
+        if not isinstance(doc.title, str):
+            raise InvalidDocumentError(doc_id=doc.id, field="title", reason="must be a str or None")
+        _check_string(doc.title, doc_id=doc.id, field="title")
+    if doc.meta is not None:
+        if not isinstance(doc.meta, dict):
+            raise InvalidDocumentError(doc_id=doc.id, field="meta", reason="must be a dict or None")
+        deep = too_deep(doc.meta, limit=MAX_META_DEPTH)
+        if deep is not None:
+            raise InvalidDocumentError(
+                doc_id=doc.id,
+                field=f"meta{deep}",
+                reason=f"nests more than {MAX_META_DEPTH} levels deep (MAX_META_DEPTH)",
+            )
+        _check_json(doc.meta, doc_id=doc.id, field="meta")
 
 
 class Passage(msgspec.Struct, frozen=True, kw_only=True):
