@@ -57,7 +57,7 @@ from loom_knowledge.corpus.retrieval import (
     filtered,
     retrieval_input,
 )
-from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
+from loom_knowledge.domain.chunking import Chunker, pack_paragraphs, storable_passages
 from loom_knowledge.domain.fingerprint import fingerprinter_for
 from loom_knowledge.domain.reconcile import (
     DEFAULT_MAX_REMOVAL_FRACTION,
@@ -82,6 +82,7 @@ from loom_knowledge.errors import (
     KnowledgeBaseOptionsError,
 )
 from loom_memory import StoreConfigurationError, Tokenizer, embedding_projections
+from loom_memory.entry import too_long
 from loom_runtime import (
     Change,
     EventLog,
@@ -674,7 +675,7 @@ class KnowledgeBase:
                     "source": source,
                     "title": doc.title,
                     "meta": doc.meta,
-                    "passages": list(self.chunker(doc)),
+                    "passages": storable_passages(doc, self.chunker(doc)),
                 },
             ),
         )
@@ -830,6 +831,8 @@ def open_knowledge_base(
             f"scope must be a non-blank string without surrounding spaces, not {scope!r}"
         )
     _check_text("scope", scope)
+    if (problem := too_long(scope)) is not None:
+        raise InvalidOptionError(f"scope {problem} (loom_knowledge.domain.types.MAX_ID_BYTES)")
     _check_identifier(loom, scope, path="scope")
     if max_removal_fraction is not None and not 0.0 <= max_removal_fraction <= 1.0:
         raise InvalidOptionError(

@@ -9,12 +9,17 @@ than the limit.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
+from loom_knowledge.domain.passage_entry import PassageContent
 from loom_knowledge.domain.types import Doc, Passage
-from loom_knowledge.errors import InvalidOptionError
+from loom_knowledge.errors import InvalidDocumentError, InvalidOptionError
+from loom_memory.entry import MAX_ENTRY_BYTES
+from loom_runtime import text_problem
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")
@@ -129,3 +134,47 @@ def to_passages(doc: Doc, *, revision: int, chunker: Chunker) -> list[Passage]:
         )
         for index, text in enumerate(chunker(doc))
     ]
+
+
+def storable_passages(doc: Doc, texts: Iterable[object]) -> list[str]:
+    """``texts``, a chunker's cut of ``doc``, as a write stores them; or
+    :class:`InvalidDocumentError` naming the first the corpus index could not hold.
+
+    A chunker is the application's code, and its passages go into the log before the index
+    applies them: a passage holding a NUL, or an entry (text, title and meta) past
+    :data:`~loom_memory.entry.MAX_ENTRY_BYTES` (PostgreSQL's search vector), would be refused
+    by the index after the append, and the event would stop every scope of the log for good.
+    The exact size is encoded only for a passage that could be near the bound (JSON writes a
+    character in at most 6 bytes).
+    """
+    passages: list[str] = []
+    around = 64 + 6 * len(doc.title or "") + (len(msgspec.json.encode(doc.meta)) if doc.meta else 0)
+    for index, text in enumerate(texts):
+        field = f"passages[{index}]"
+        if not isinstance(text, str):
+            raise InvalidDocumentError(
+                doc_id=doc.id, field=field, reason=f"is a {type(text).__name__}, not a str"
+            )
+        problem = text_problem(text)
+        if problem is not None:
+            raise InvalidDocumentError(doc_id=doc.id, field=field, reason=problem)
+        if around + 6 * len(text) > MAX_ENTRY_BYTES:
+            _check_entry_size(doc, field, text)
+        passages.append(text)
+    return passages
+
+
+def _check_entry_size(doc: Doc, field: str, text: str) -> None:
+    """Refuse ``text`` if its index entry, with ``doc``'s title and meta, is too large."""
+    content = PassageContent(text=text, title=doc.title, meta=doc.meta)
+    size = len(msgspec.json.encode(content))
+    if size > MAX_ENTRY_BYTES:
+        raise InvalidDocumentError(
+            doc_id=doc.id,
+            field=field,
+            reason=(
+                f"is {size:,} bytes as an index entry (its text, title and meta), over "
+                f"{MAX_ENTRY_BYTES:,} (loom_memory.entry.MAX_ENTRY_BYTES): shorten the "
+                "title or meta, or cut smaller passages"
+            ),
+        )

@@ -14,7 +14,14 @@ from typing import Any, Final
 import msgspec
 
 from loom_knowledge.errors import InvalidDocumentError
+from loom_memory.entry import MAX_KEY_BYTES, too_long
 from loom_runtime import MAX_DATA_DEPTH, json_problem, text_problem, too_deep
+
+MAX_ID_BYTES: Final = MAX_KEY_BYTES
+"""The longest document id, and scope, in bytes of UTF-8, on every backend: a memory key's
+bound. PostgreSQL's index rows hold the scope's key and a passage's entry id
+(``<doc_id>#<index>``) side by side in at most 2,704 bytes; a longer id the log took could
+not be indexed there, and its event, in the append-only log, stopped every scope for good."""
 
 MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
 """How deeply a document's meta may nest: the index stores meta one level down, inside a
@@ -78,6 +85,11 @@ def check_doc(doc: Doc) -> None:
     if not isinstance(doc.id, str) or not doc.id.strip():
         raise InvalidDocumentError(doc_id=doc.id, field="id", reason="must be a non-blank string")
     _check_string(doc.id, doc_id=doc.id, field="id")
+    problem = too_long(doc.id)
+    if problem is not None:
+        raise InvalidDocumentError(
+            doc_id=f"{doc.id[:40]}...", field="id", reason=f"{problem} (MAX_ID_BYTES)"
+        )
     if not isinstance(doc.text, str):
         raise InvalidDocumentError(
             doc_id=doc.id, field="text", reason=f"is a {type(doc.text).__name__}, not a str"

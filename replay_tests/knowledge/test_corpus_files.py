@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,22 +91,27 @@ def test_a_byte_order_mark_is_not_text(tmp_path: Path) -> None:
 
 
 def test_a_folder_nested_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
-    """Git holds a tree of any depth: the walk is a loop, not a recursion, so 1,000 levels
-    (deeper than Python's recursion limit) are read instead of a RecursionError."""
+    """Git holds a tree of any depth: the walk is a loop, not a recursion, so 400 levels
+    (deeper than the recursion limit the walk runs under here) are read instead of a
+    RecursionError. Not 1,000 under Python's own limit: that document's id would be past
+    MAX_ID_BYTES, which a file's path may not be."""
     deep = tmp_path
-    for _ in range(1000):  # one level at a time: mkdir(parents=True) itself recurses
+    for _ in range(400):  # one level at a time: mkdir(parents=True) itself recurses
         deep = deep / "d"
         deep.mkdir()
     (deep / "bottom.md").write_text("found")
     (tmp_path / "top.md").write_text("top")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 300)
     try:
         docs = load_docs(tmp_path)
     finally:  # removed here, level by level: shutil.rmtree (pytest's clean-up) recurses too
+        sys.setrecursionlimit(limit)
         (deep / "bottom.md").unlink()
         while deep != tmp_path:
             deep.rmdir()
             deep = deep.parent
-    assert [doc.id for doc in docs] == ["d/" * 1000 + "bottom.md", "top.md"]
+    assert [doc.id for doc in docs] == ["d/" * 400 + "bottom.md", "top.md"]
 
 
 def test_a_file_the_document_rules_refuse_names_the_file(tmp_path: Path) -> None:
