@@ -143,13 +143,17 @@ def search_path_schemas(options: str) -> list[str]:
     if found is None:
         return []
     names = []
-    for part in found["path"].replace("\\ ", " ").split(","):
-        name = part.strip()
-        quoted = name.startswith('"') and name.endswith('"') and len(name) > 1
-        name = name[1:-1] if quoted else name.lower()  # unquoted, PostgreSQL folds it
+    for quoted, plain in _PATH_ITEM.findall(found["path"].replace("\\ ", " ")):
+        # Quoted, a name is as written (a doubled quote is one); else PostgreSQL folds it.
+        name = quoted.replace('""', '"') if quoted else plain.strip().lower()
         if name and name != "$user":
             names.append(name)
     return names
+
+
+_PATH_ITEM = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^,]*))\s*(?:,|$)')
+"""One schema of a search path: a quoted name (which may hold commas and doubled quotes), or
+what runs to the next comma."""
 
 
 _KEPT = 2

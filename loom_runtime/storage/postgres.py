@@ -20,11 +20,12 @@ and verifies it as one chain).
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypedDict, cast
+from typing import Any, Final, TypedDict, cast
 from uuid import UUID
 
 import msgspec
@@ -482,6 +483,8 @@ class _Placement(TypedDict):
     """``current_user``, quoted as SQL needs it."""
     creatable: bool | None
     """Whether this role may create tables in ``current`` (None without one)."""
+    keyword: bool | None
+    """Whether ``current`` is one of PostgreSQL's reserved words (None without one)."""
     unusable: list[str]
     """Schemas of the search path that exist but this role may not use (no ``USAGE``)."""
 
@@ -514,6 +517,13 @@ def _placement_problem(named: list[str], found: _Placement, earlier: str) -> str
             "no schema of this connection's search path exists, so PostgreSQL has nowhere to "
             "create loom's tables: create one, or name one with search_path in the URL"
         )
+    if current is not None and (found["keyword"] or not _UNQUOTED_NAME.fullmatch(current)):
+        return (
+            f"schema {current!r}, where PostgreSQL creates this connection's tables, needs "
+            "quoting in SQL (capitals, spaces, punctuation or a keyword), and eventsourcing "
+            "writes the log's schema into its statements unquoted: keep the log in a schema "
+            "named with lower-case letters, digits and underscores"
+        )
     if not found["creatable"] and current not in logs:
         return (
             f"role {role} may not create tables in schema {current!r}, where PostgreSQL "
@@ -540,6 +550,12 @@ def _placement_problem(named: list[str], found: _Placement, earlier: str) -> str
     return None
 
 
+_UNQUOTED_NAME: Final = re.compile(r"[^\W\d][\w$]*")
+"""A schema name eventsourcing's statements can hold unquoted: a letter (of any script or
+case) or underscore, then letters, digits, underscores and dollars, and no reserved word.
+Spaces, quotes, dots and commas broke them (a syntax error, a "cross-database reference")."""
+
+
 _PLACEMENT = (
     "SELECT current_schema() AS current, current_schemas(false)::text[] AS path, "
     "ARRAY(SELECT n.nspname::text FROM pg_class AS c JOIN pg_namespace AS n "
@@ -547,6 +563,8 @@ _PLACEMENT = (
     "ANY(current_schemas(false)) OR n.nspname = %s) ORDER BY 1) AS logs, "
     "quote_ident(current_user) AS role, "
     "has_schema_privilege(current_schema(), 'CREATE') AS creatable, "
+    "lower(current_schema()) IN (SELECT word FROM pg_get_keywords() WHERE catcode <> 'U') "
+    "AS keyword, "
     # The search path as set ("$user" standing for the role), matched by quoted name.
     "ARRAY(SELECT n.nspname::text FROM pg_namespace AS n "
     "WHERE NOT has_schema_privilege(n.oid, 'USAGE') AND quote_ident(n.nspname) = "
@@ -731,7 +749,9 @@ class _Writer:
     def _prepare(self, statement: Composed) -> None:
         result = self.pgconn.exec_(statement.as_bytes(self.conn))
         if result.status != pq.ExecStatus.COMMAND_OK:
-            error = error_from_result(result, encoding=self.encoding)
+            # A lost connection as every other statement's (the retry's class): a writer's
+            # session ended before its first checked append failed it for good.
+            error = self._error(result)
             if not isinstance(error, psycopg.errors.DuplicatePreparedStatement):
                 raise error
             # Left by an earlier recorder of this process on the same pooled connection: the

@@ -112,3 +112,29 @@ def test_a_keyless_execution_sends_nothing_but_its_appends(pg_url: str) -> None:
             event.remove(engine, "before_cursor_execute", seen)
         assert statements == []
         assert loom.log.position > before
+
+
+def test_a_writer_lost_before_its_first_checked_append_is_replaced_and_retried(
+    log: EventsourcingLog,  # noqa: F811
+    pg_url: str,
+) -> None:
+    """PostgreSQL review of 6 December: the writer prepares its checked statement at its
+    first checked append (every new execution of a keyless Loom). A session ended by then
+    (a restart, an idle timeout) failed that PREPARE with the server's error class, not the
+    lost connection's, so the append was not retried: a transient drop failed the run."""
+    import psycopg
+
+    from replay_tests.runtime.test_postgres_append import _backend_pid, _libpq
+
+    recorder = _recorder(log)
+    stream = uuid.uuid4()
+    log.insert_rows(_rows(stream, range(1, 2)))  # the writer is taken, its plain append ready
+    killed = _backend_pid(recorder)
+    assert killed is not None and recorder._writer is not None
+    assert not recorder._writer.checked_prepared
+    with psycopg.connect(_libpq(pg_url), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (killed,))
+    log.insert_rows(_rows(stream, range(2, 3)), precondition=HOLDS)
+    assert _backend_pid(recorder) not in (None, killed)
+    assert [row.version for row in recorder.stream_rows(stream)] == [1, 2]
+    assert log.verify().checked == 2

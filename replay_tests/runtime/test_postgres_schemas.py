@@ -79,12 +79,45 @@ def test_two_schemas_hold_two_logs(tenants: dict[str, str], pg_url: str) -> None
         ("-c lock_timeout=5000 --search-path=tenant_c", "tenant_c"),
         ("-c statement_timeout=5000", ""),
         ("", ""),
+        # PostgreSQL review of 6 December: a quoted name holding a comma or a doubled quote
+        ('-csearch_path="sch,ema",public', "sch,ema"),
+        ('-csearch_path="we""ird"', 'we"ird'),
     ],
 )
 def test_the_first_schema_a_url_names_is_read_from_its_options(options: str, schema: str) -> None:
     from loom_runtime.storage.application import search_path_schemas
 
     assert next(iter(search_path_schemas(options)), "") == schema
+
+
+@pytest.mark.parametrize("schema", ["My Schema", "o'brien", "a.b", "select"])
+def test_a_schema_whose_name_needs_quoting_is_refused_at_open(pg_url: str, schema: str) -> None:
+    """PostgreSQL review of 6 December: eventsourcing writes the log's schema into its SQL
+    unquoted, so a schema whose name needs quoting opened with an untyped syntax error
+    (``My Schema``, ``o'brien``, ``select``) or a "cross-database reference" (``a.b``).
+    Refused, saying why, nothing created."""
+    quoted = '"' + schema.replace('"', '""') + '"'
+    with _admin(pg_url) as admin:
+        admin.execute(f"CREATE SCHEMA {quoted}")
+    url = (
+        make_url(pg_url)
+        # libpq splits options at spaces: one inside a value is written "\ "
+        .update_query_dict({"options": "-csearch_path=" + quoted.replace(" ", "\\ ")})
+        .render_as_string(hide_password=False)
+    )
+    try:
+        with pytest.raises(ConfigurationError, match="needs quoting"), Loom(url) as loom:
+            loom.executions()
+        with _admin(pg_url) as admin:
+            made = admin.execute(
+                "SELECT count(*) FROM pg_class AS c JOIN pg_namespace AS n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s",
+                [schema],
+            ).fetchone()
+        assert made == (0,)
+    finally:
+        with _admin(pg_url) as admin:
+            admin.execute(f"DROP SCHEMA {quoted} CASCADE")
 
 
 def test_a_search_path_that_reaches_another_log_is_refused_at_open(
@@ -287,3 +320,26 @@ def test_pgoptions_places_the_log_and_every_other_table_alike(
         open_knowledge_base(loom, "kb").put_doc(Doc(id="a", text="hello"))  # a read model
     for table in ("loom_events", "loom_subject_keys", "loom_tracking"):
         assert _schemas_of(pg_url, table) == ["tenant_x"], table
+
+
+@pytest.mark.parametrize("schema", ["Mixed", "ünï", "x$y", "type"])
+def test_a_schema_named_in_capitals_another_script_or_an_unreserved_word_holds_a_log(
+    pg_url: str, schema: str
+) -> None:
+    """The control: names eventsourcing's statements hold unquoted still take the log."""
+    quoted = '"' + schema + '"'
+    with _admin(pg_url) as admin:
+        admin.execute(f"CREATE SCHEMA {quoted}")
+    url = (
+        make_url(pg_url)
+        .update_query_dict({"options": f"-csearch_path={quoted}"})
+        .render_as_string(hide_password=False)
+    )
+    try:
+        execution = _run(url, 4)
+        with Loom(url) as loom:
+            assert [s.execution_id for s in loom.executions()] == [execution]
+            assert loom.log.verify().ok
+    finally:
+        with _admin(pg_url) as admin:
+            admin.execute(f"DROP SCHEMA {quoted} CASCADE")
