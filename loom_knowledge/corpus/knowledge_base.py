@@ -62,6 +62,7 @@ from loom_knowledge.domain.fingerprint import fingerprinter_for
 from loom_knowledge.domain.reconcile import (
     DEFAULT_MAX_REMOVAL_FRACTION,
     check_allow_mass_delete,
+    check_max_removal_fraction,
     ensure_writable,
     reconcile,
 )
@@ -834,10 +835,8 @@ def open_knowledge_base(
     if (problem := too_long(scope)) is not None:
         raise InvalidOptionError(f"scope {problem} (loom_knowledge.domain.types.MAX_ID_BYTES)")
     _check_identifier(loom, scope, path="scope")
-    if max_removal_fraction is not None and not 0.0 <= max_removal_fraction <= 1.0:
-        raise InvalidOptionError(
-            f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}"
-        )
+    if max_removal_fraction is not None:
+        check_max_removal_fraction(max_removal_fraction)
     scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
     if existing is not None and stemmer is not RECORDED_STEMMER and stemmer != existing.stemmer:

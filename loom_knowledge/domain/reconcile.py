@@ -66,6 +66,20 @@ def check_allow_mass_delete(allow_mass_delete: object) -> None:
         )
 
 
+def check_max_removal_fraction(fraction: object) -> None:
+    """Refuse a removal guard that is not a number from 0 to 1: ``True`` would be taken as
+    1.0, a guard that never fires, and a string failed the comparison untyped."""
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0.0 <= fraction <= 1.0
+    ):
+        raise InvalidOptionError(
+            f"max_removal_fraction must be a number between 0 and 1, got {fraction!r}; "
+            "it is the share of a source's documents one sync may remove"
+        )
+
+
 def reconcile(
     *,
     manifest: Mapping[str, DocRecord],
@@ -87,11 +101,7 @@ def reconcile(
     override that is not a bool; nothing is classified partially.
     """
     check_allow_mass_delete(allow_mass_delete)
-    if not 0.0 <= max_removal_fraction <= 1.0:
-        raise InvalidOptionError(
-            f"max_removal_fraction must be between 0 and 1, got {max_removal_fraction!r}; "
-            "it is the share of a source's documents one sync may remove"
-        )
+    check_max_removal_fraction(max_removal_fraction)
     duplicates = [doc_id for doc_id, seen in Counter(doc.id for doc in docs).items() if seen > 1]
     if duplicates:
         raise DuplicateDocumentError(doc_ids=duplicates)

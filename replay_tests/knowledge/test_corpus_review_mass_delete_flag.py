@@ -27,3 +27,15 @@ def test_an_override_that_is_not_a_bool_is_refused_by_every_entry(loom: Loom, fl
         reconcile(manifest={}, docs=[], source=None, allow_mass_delete=flag)  # type: ignore[arg-type]
     assert loom.log.position == before
     assert len(kb.list_docs()) == 3
+
+
+@pytest.mark.parametrize("fraction", [True, "0.5", float("nan"), [0.5]], ids=repr)
+def test_a_removal_fraction_that_is_not_a_number_is_refused_typed(
+    loom: Loom, fraction: object
+) -> None:
+    """Corpus review, second: ``True`` was taken as 1.0 (a guard that never fires) and a
+    string failed the comparison with an untyped ``TypeError``, at open and in reconcile."""
+    with pytest.raises(InvalidOptionError, match="max_removal_fraction"):
+        open_knowledge_base(loom, "s", max_removal_fraction=fraction)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="max_removal_fraction"):
+        reconcile(manifest={}, docs=[], source=None, max_removal_fraction=fraction)  # type: ignore[arg-type]
