@@ -2,10 +2,12 @@
 
 Positions are the log's own clock (one global order); people ask in wall time ("what did the
 agent know at 03:12?"). Each event carries the timestamp it was created at, and timestamps
-grow with positions (a writer stamps its events just before it appends them; concurrent
-writers can invert two neighbours by microseconds, which a question asked in seconds does
-not see). So the answer is a binary search over positions, reading one event per step:
-O(log n) reads, no index to maintain.
+grow with positions (a writer stamps its events just before it appends them). Concurrent
+writers can invert neighbours by as long as one waited for the log's write lock: microseconds
+on an idle log, up to the lock's wait (seconds) under contention on PostgreSQL, where an
+append that timed out is retried with its first stamp. A moment inside such a window may be
+answered with a neighbouring position. So the answer is a binary search over positions,
+reading one event per step: O(log n) reads, no index to maintain.
 """
 
 from __future__ import annotations
