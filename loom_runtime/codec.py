@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, time
 from typing import Any, Final, TypeVar
@@ -58,9 +57,13 @@ def enc_hook(value: object) -> object:
     ``+00:00``, and a recording made under ``freeze_time`` replayed elsewhere as changed)."""
     for kind, built_in in _BUILT_IN_TIMES:
         if isinstance(value, kind):
-            # Made by msgspec's decoder, which builds the C type itself: a constructor
-            # looked up by name is freezegun's fake while time is frozen.
-            return built_in.decode(_encoder.encode(value.isoformat()))  # type: ignore[attr-defined]
+            text = value.isoformat()  # type: ignore[attr-defined]
+            try:
+                # Made by msgspec's decoder, which builds the C type itself: a constructor
+                # looked up by name is freezegun's fake while time is frozen.
+                return built_in.decode(_encoder.encode(text))
+            except msgspec.DecodeError:  # an offset in seconds (local mean time): as before
+                return text
     if isinstance(value, str):
         return str(value)
     if isinstance(value, float):
@@ -91,12 +94,18 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     With a ``redactor``, secrets in the value's strings are replaced by markers (or refused
     with :class:`~loom_runtime.errors.SecretRefusedError`) before the bytes are returned.
     """
-    deep, binary, unordered = _inspect(value, MAX_DEPTH)
+    deep, binary, unordered, non_finite = _inspect(value, MAX_DEPTH)
     if deep is not None:
         raise NotSerialisableError(
             f"{path}{deep} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
             path=f"{path}{deep}",
+        )
+    if non_finite is not None:
+        raise NotSerialisableError(
+            f"{path}{non_finite} cannot be stored in the log: it is NaN or infinite, which JSON "
+            "has no number for (it would be stored as null); store it as a string or None",
+            path=f"{path}{non_finite}",
         )
     if unordered:
         # A set encodes in its iteration order, which string hashes seed per process: a
@@ -114,12 +123,6 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
         data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise _not_serialisable(value, path, exc) from exc
-    if b"null" in data and (bad := _first_non_finite(value, path)) is not None:
-        raise NotSerialisableError(
-            f"{bad} cannot be stored in the log: it is NaN or infinite, which JSON has no "
-            "number for (it would be stored as null); store it as a string or None",
-            path=bad,
-        )
     if redactor is None:
         return msgspec.Raw(data)
     try:
@@ -209,9 +212,14 @@ def encodes_to(value: object, raw: msgspec.Raw) -> bool:
     bytes passed every check when they were written), never for producing bytes to store.
     """
     try:
-        return _encoder.encode(value) == bytes(raw)
+        data = _encoder.encode(value)
     except Exception:  # not encodable, or nested past msgspec's own limit: not the same
         return False
+    if data != bytes(raw):
+        return False
+    # A NaN or infinity encodes as the null stored for None: never the value stored (ADR 0002,
+    # amended "non-finite floats"), and found only by the walk encode makes.
+    return b"null" not in data or _inspect(value, MAX_DEPTH)[3] is None
 
 
 def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:
@@ -296,21 +304,25 @@ def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:
     return _inspect(value, limit)[0]
 
 
-def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool]:
-    """:func:`too_deep`'s answer, whether a bytes-like value is anywhere in ``value``, and
-    whether a set is.
+def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool, str | None]:
+    """:func:`too_deep`'s answer, whether a bytes-like value is anywhere in ``value``, whether
+    a set is, and the path of a NaN or infinite float in it (None: none).
 
-    One walk for all three, since :func:`encode` needs them of every value it stores: two
-    walks of the same value were a visible share of recording a decision. The depth answer is the
-    walk's first: a value found too deep is refused whatever else it holds. Containers are
+    One walk for all four, since :func:`encode` needs them of every value it stores: two
+    walks of the same value were a visible share of recording a decision (a second walk for
+    the floats cost five times the encode of a value holding a ``None``). The depth answer is
+    the walk's first: a value found too deep is refused whatever else it holds. Containers are
     visited in the order a stack of them gives (the last child first), the order the path of
-    the first one too deep has always been reported in.
+    the first one too deep has always been reported in. A float is non-finite when ``x - x``
+    is not 0 (NaN and the infinities give NaN).
     """
     if isinstance(value, _TEXT):
-        return None, False, False
+        finite = not isinstance(value, float) or value - value == 0.0
+        return None, False, False, None if finite else ""
     if isinstance(value, _BINARY):
-        return None, True, False
+        return None, True, False, None
     binary = unordered = False
+    non_finite: str | None = None
     stack: list[tuple[object, int, str, object]] = [(value, 0, "", None)]
     trail: list[tuple[str, object]] = []  # (kind, key) of each level down to the current item
     while stack:
@@ -321,18 +333,21 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool]:
         if members is None:
             continue
         if depth >= limit:
-            return "".join(_label(kind, key) for kind, key in trail), binary, unordered
+            return "".join(_label(kind, key) for kind, key in trail), binary, unordered, None
         child_kind, items = members
         if child_kind == "member":
             unordered = True
         for name, child in items:
             if isinstance(child, _TEXT):
+                if isinstance(child, float) and child - child != 0.0 and non_finite is None:
+                    here = "".join(_label(kind, key) for kind, key in trail)
+                    non_finite = here + _label(child_kind, name)
                 continue
             if isinstance(child, _BINARY):
                 binary = True
                 continue
             stack.append((child, depth + 1, child_kind, name))
-    return None, binary, unordered
+    return None, binary, unordered, non_finite
 
 
 def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | None:
@@ -356,25 +371,6 @@ def _members(value: object) -> tuple[str, Iterable[tuple[object, object]]] | Non
     else:
         return None
     return kind, items
-
-
-def _first_non_finite(value: object, path: str) -> str | None:
-    """The path of the first NaN or infinite float in ``value``, or None.
-
-    msgspec writes all three as ``null``, so a live run would get ``None`` back for its
-    ``inf`` and an input changed from ``inf`` to ``nan`` would compare equal (ADR 0002,
-    amended "non-finite floats"). Only called when the encoded bytes hold a ``null``, and
-    after the depth check, so the recursion is bounded by :data:`MAX_DEPTH`."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    members = _members(value)
-    if members is None:
-        return None
-    kind, items = members
-    for key, child in items:
-        if (found := _first_non_finite(child, path + _label(kind, key))) is not None:
-            return found
-    return None
 
 
 def _label(kind: str, key: object) -> str:

@@ -8,7 +8,8 @@ errors are translated with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
-from typing import Self
+import re
+from typing import ClassVar, Self
 
 
 class LoomError(Exception):
@@ -419,12 +420,18 @@ class SecretRefusedError(LoomError, ValueError):
     @classmethod
     def replayed(cls, message: str) -> Self:
         """The refusal as a replay raises it for the decision that recorded it (ADR 0026,
-        amended "refusals"): its recorded message, which names the pattern and the path;
-        ``pattern`` and ``path`` themselves are not recorded, so they are empty."""
+        amended "refusals"): its recorded message, and the ``path`` and ``pattern`` that
+        message begins with (empty if it does not read as this class writes it)."""
         error = cls.__new__(cls)
         LoomError.__init__(error, message)
-        error.pattern = error.path = ""
+        found = cls._WRITTEN.match(message)
+        error.path, error.pattern = (found["path"], found["pattern"]) if found else ("", "")
         return error
+
+    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
+        r"(?P<path>.*) contains what looks like a secret \((?P<pattern>[^()]*)\); ", re.DOTALL
+    )
+    """How the message begins, naming the path and the pattern (:meth:`replayed`)."""
 
 
 class RedactedKeysCollideError(SecretRefusedError):
@@ -439,11 +446,15 @@ class RedactedKeysCollideError(SecretRefusedError):
         LoomError.__init__(
             self,
             f"{path} has keys that hold secrets ({pattern}) and would be the same key once "
-            "redacted, so one entry would be lost; nothing was written. Keep secrets out of "
+            "redacted, so one entry would be lost; the value was not written. Keep secrets out of "
             "mapping keys (use them as values, or key by a name that holds no secret)",
         )
         self.pattern = pattern
         self.path = path
+
+    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
+        r"(?P<path>.*) has keys that hold secrets \((?P<pattern>[^()]*)\) and ", re.DOTALL
+    )
 
 
 class SecretIdentifierError(SecretRefusedError):

@@ -64,3 +64,16 @@ def test_a_run_recorded_under_freeze_time_replays_identically_without_it(loom: L
     clock[0] = lambda: MOMENT
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.describe()
+
+
+def test_an_offset_in_seconds_is_stored_as_before_under_freeze_time() -> None:
+    """Regression review: msgspec's decoder refuses an offset in seconds (a historical
+    local-mean-time zone, +00:19:32), so the rebuilt value failed to encode; it is stored as
+    its ISO text, as it always was."""
+    from zoneinfo import ZoneInfo
+
+    with freeze_time(MOMENT):
+        from datetime import datetime as frozen_datetime
+
+        old = frozen_datetime(1900, 1, 1, 12, tzinfo=ZoneInfo("Europe/Amsterdam"))
+        assert bytes(encode(old, path="v")) == b'"1900-01-01T12:00:00+00:19:32"'

@@ -34,7 +34,7 @@ NON_FINITE = [math.inf, -math.inf, math.nan]
         (lambda n: {"a": [1.0, {"b": n}]}, "v.a[1].b"),
         (lambda n: (0.5, n), "v[1]"),
         (lambda n: [Reading(label="x", value=n)], "v[0].value"),
-        (lambda n: {"s": {n}}, "v.s[0]"),  # a set is stored as its ordered list
+        (lambda n: {"s": {n}}, "v.s[*]"),
     ],
     ids=["top", "nested dict", "tuple", "struct", "set"],
 )
@@ -80,3 +80,19 @@ def test_an_input_of_inf_is_refused_so_a_change_to_nan_cannot_replay_identical(
     with pytest.raises(NotSerialisableError) as raised:
         loom.run("f")
     assert raised.value.path.endswith(".threshold")
+
+
+def test_a_replay_asking_with_nan_where_none_was_recorded_diverges(db_url: str) -> None:
+    """Regression review: the replay's fast path compared the input's JSON bytes, where NaN
+    is the null stored for None, so the changed input replayed IDENTICAL."""
+    inputs: list[object] = [None]
+
+    def flow(ctx: FlowContext) -> object:
+        return ctx.decide("k", lambda: 1, input={"mean": inputs[0]})
+
+    with Loom(db_url) as loom:
+        loom.flow("f")(flow)
+        run = loom.run("f")
+        inputs[0] = math.nan
+        result = loom.replay(run.execution_id)
+    assert not result.identical

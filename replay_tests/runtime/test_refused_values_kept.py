@@ -14,20 +14,21 @@ from pathlib import Path
 import pytest
 
 from loom_runtime import FlowContext, Loom, Redactor
+from loom_runtime.errors import SecretRefusedError
 
 GITHUB_A, GITHUB_B = "ghp_" + "a" * 36, "ghp_" + "b" * 36
 
 
 @pytest.mark.parametrize(
-    ("mode", "value", "refusal"),
+    ("mode", "value", "refusal", "where"),
     [
-        ("refuse", {"body": f"token {GITHUB_A}"}, "SecretRefusedError"),
-        ("redact", {GITHUB_A: "ci", GITHUB_B: "deploy"}, "RedactedKeysCollideError"),
+        ("refuse", {"body": f"token {GITHUB_A}"}, "SecretRefusedError", "'tokens'.body"),
+        ("redact", {GITHUB_A: "ci", GITHUB_B: "deploy"}, "RedactedKeysCollideError", "'tokens'"),
     ],
     ids=["refuse-mode", "colliding-keys"],
 )
 def test_a_refused_value_is_the_decision_s_failure_and_replays(
-    tmp_path: Path, mode: str, value: object, refusal: str
+    tmp_path: Path, mode: str, value: object, refusal: str, where: str
 ) -> None:
     computed: list[int] = []
 
@@ -41,12 +42,12 @@ def test_a_refused_value_is_the_decision_s_failure_and_replays(
         def f(ctx: FlowContext) -> str:
             try:
                 ctx.decide("tokens", compute)
-            except Exception as refused:
-                return f"refused: {type(refused).__name__}"
+            except SecretRefusedError as refused:  # what it says is replayed too
+                return f"refused: {type(refused).__name__} {refused.path} {refused.pattern}"
             return "stored"
 
         run = loom.run("f")
-        assert run.output == f"refused: {refusal}"
+        assert run.output == f"refused: {refusal} decision {where} github-token"
         decision = loom.execution(run.execution_id).decisions["tokens"]
         assert decision.error_type == f"loom_runtime.errors:{refusal}"
         assert GITHUB_A not in (decision.message or "")
