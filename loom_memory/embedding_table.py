@@ -87,7 +87,7 @@ def _insert(conn: Connection, table: Table) -> Any:
     return insert(table).on_conflict_do_nothing()
 
 
-def unit_vector(vector: NDArray[np.float32]) -> NDArray[np.float32] | None:
+def unit_vector(vector: NDArray[np.floating[Any]]) -> NDArray[np.float32] | None:
     """``vector`` scaled to length 1, or None for the zero vector (similar to nothing).
 
     In float64: cosine is scale-free, but a float32 norm overflowed for components near 1e19

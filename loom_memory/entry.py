@@ -23,7 +23,7 @@ entry it can never project) or a lone surrogate (not encodable), and content nes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NoReturn, TypeAlias
 
 import msgspec
@@ -84,7 +84,21 @@ def encode_entries(entries: Sequence[MemoryEntry]) -> list[bytes]:
         )
     for index, entry in enumerate(entries):
         _check_entry(entry, f"entries[{index}]")
-    return [_encoder.encode(entry) for entry in entries]
+    return [_encode(entry, f"entries[{index}]") for index, entry in enumerate(entries)]
+
+
+def _encode(entry: MemoryEntry, path: str) -> bytes:
+    """``entry`` as JSON; what msgspec cannot write (a float subclass, an int past Python's
+    4,300-digit string limit) is the typed refusal every other bad value gets, not a bare
+    ``TypeError`` or ``ValueError``."""
+    try:
+        return _encoder.encode(entry)
+    except (TypeError, ValueError) as exc:
+        raise EntryNotSerialisableError(
+            f"{path} cannot be encoded as JSON ({exc}); use plain str, int, float, bool, "
+            "None, list and dict values; nothing was written",
+            path=path,
+        ) from exc
 
 
 def decode_entry(data: bytes | str) -> MemoryEntry:
@@ -126,8 +140,7 @@ def _check_entry(entry: object, path: str) -> None:
             _refuse(f"{path}.{name}", value, "a str or absent")
         if isinstance(value, str):
             _check_text(value, f"{path}.{name}")
-    if not isinstance(entry.timestamp, datetime) or entry.timestamp.tzinfo is None:
-        _refuse(f"{path}.timestamp", entry.timestamp, "a timezone-aware datetime")
+    _check_timestamp(entry.timestamp, f"{path}.timestamp")
     deep = too_deep(entry.content, limit=MAX_DATA_DEPTH)
     if deep is not None:
         raise EntryNotSerialisableError(
@@ -196,6 +209,28 @@ def check_bounds(
                 "bytes (loom_memory.entry.MAX_ENTRY_BYTES); split it; nothing was written",
                 path=f"entries[{index}]",
             )
+
+
+def _check_timestamp(timestamp: object, path: str) -> None:
+    """Refuse a timestamp the log would not give back equal: a naive one or one whose zone
+    has no offset (msgspec writes both without one, and they are refused when read back, so
+    the event would block the memory for good), and an offset that is not a whole number of
+    minutes (RFC 3339 has none finer: msgspec dropped the seconds, moving the instant)."""
+    if not isinstance(timestamp, datetime):
+        _refuse(path, timestamp, "a timezone-aware datetime")
+    try:
+        offset = timestamp.utcoffset()
+    except (TypeError, ValueError) as exc:  # a tzinfo answering what datetime refuses
+        raise EntryNotSerialisableError(
+            f"{path}'s timezone has no valid UTC offset ({exc}); nothing was written", path=path
+        ) from exc
+    if offset is None:
+        _refuse(path, timestamp, "a timezone-aware datetime (its tzinfo gives no UTC offset)")
+    if offset % _MINUTE:
+        _refuse(path, timestamp, "a UTC offset of whole minutes (convert it to UTC)")
+
+
+_MINUTE: Final = timedelta(minutes=1)
 
 
 def _check_content(value: object, path: str) -> None:

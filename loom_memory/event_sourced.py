@@ -55,6 +55,7 @@ from loom_memory.inmemory import InMemoryMemoryStore
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
+from loom_memory.text import check_term_bytes
 from loom_runtime import (
     LogEvent,
     Loom,
@@ -130,20 +131,24 @@ class EventSourcedMemory:
 
     def append(self, key: str, entries: Sequence[MemoryEntry]) -> None:
         """Add ``entries`` to the end of the list at ``key``; an empty list records nothing."""
-        check_key(key)
-        raw = _raw_entries(entries)
-        check_bounds(key=key, entries=entries, encoded=raw)
-        check_identifiers(self._log.redactor, key=key, entries=entries)
+        raw = self._checked(key, entries)
         if raw:
             self._write(key, MemoryAppended, {"entries": raw})
 
     def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
         """Make ``entries`` the list at ``key`` (one event, so one atomic step in every store)."""
+        self._write(key, MemoryReplaced, {"entries": self._checked(key, entries)})
+
+    def _checked(self, key: str, entries: Sequence[MemoryEntry]) -> list[msgspec.Raw]:
+        """``entries`` encoded, once everything the store could not project is refused: a
+        write the log took but the store refused would block the memory (every key) for good.
+        """
         check_key(key)
         raw = _raw_entries(entries)
         check_bounds(key=key, entries=entries, encoded=raw)
+        check_term_bytes(self._store.tokenizer, entries, raw)
         check_identifiers(self._log.redactor, key=key, entries=entries)
-        self._write(key, MemoryReplaced, {"entries": raw})
+        return raw
 
     def remove(self, key: str, ids: Iterable[str]) -> None:
         """Delete every entry at ``key`` whose id is in ``ids``; no ids records nothing."""

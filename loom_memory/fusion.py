@@ -11,6 +11,7 @@ on nothing but the inputs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
@@ -41,7 +42,7 @@ def reciprocal_rank_fusion(
         )
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise InvalidArgumentError(f"k must be an int >= 0, got {k!r}", parameter="k")
-    scores: dict[Hashable, float] = {}
+    parts: dict[Hashable, list[float]] = {}
     first: dict[Hashable, T] = {}
     for ranking in rankings:
         seen: set[Hashable] = set()
@@ -51,7 +52,10 @@ def reciprocal_rank_fusion(
                 continue
             seen.add(name)
             first.setdefault(name, item)
-            scores[name] = scores.get(name, 0.0) + 1.0 / (k + rank)
+            parts.setdefault(name, []).append(1.0 / (k + rank))
+    # Summed exactly (fsum): added in ranking order, the same ranks in another order could
+    # round apart, and a tie was broken by rounding instead of by the first item met.
+    scores = {name: math.fsum(terms) for name, terms in parts.items()}
     order = {name: n for n, name in enumerate(first)}
     best = sorted(scores, key=lambda name: (-scores[name], order[name]))
     return [first[name] for name in best[:limit]]

@@ -93,6 +93,10 @@ from loom_runtime import (
 )
 
 DEFAULT_TABLE_PREFIX = "loom_memory_"
+IDS_PER_STATEMENT = 10_000
+"""Entry ids per ``DELETE ... IN (...)`` of :meth:`SqlMemoryStore.remove`: under PostgreSQL's
+65,535 bound parameters (the key is one more), and a remove of a few ids is one statement."""
+
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 
 
@@ -342,16 +346,22 @@ class SqlMemoryStore(ABC):
                 self._insert(c, rows, terms)
 
     def remove(self, key: str, ids: Iterable[str], *, conn: Connection | None = None) -> None:
-        """Delete every entry at ``key`` whose id is in ``ids``: one statement on the id index."""
+        """Delete every entry at ``key`` whose id is in ``ids``: a statement on the id index per
+        :data:`IDS_PER_STATEMENT` ids, all in one transaction. One statement for every id was
+        over PostgreSQL's 65,535 parameters from 65,536 ids, and the remove event, in the
+        log, blocked an event-sourced memory for good."""
         check_key(key)
-        wanted = check_ids(ids)
+        wanted = sorted(check_ids(ids))
         if not wanted:
             return
-        statement = delete(self.entries).where(
-            self.entries.c.key == key, self.entries.c.entry_id.in_(sorted(wanted))
-        )
         with self._begin(conn) as c:
-            c.execute(statement)
+            for start in range(0, len(wanted), IDS_PER_STATEMENT):
+                chunk = wanted[start : start + IDS_PER_STATEMENT]
+                c.execute(
+                    delete(self.entries).where(
+                        self.entries.c.key == key, self.entries.c.entry_id.in_(chunk)
+                    )
+                )
 
     def search(
         self,

@@ -17,11 +17,12 @@ different question than the caller asked, and still pass a kit that can only pro
 
 A store may be opened with a stemming :class:`Tokenizer` (``Tokenizer(stemmer="english")``,
 the ``stem`` extra): after the steps above each term is reduced to its Snowball stem, so
-"running" and "runs" are both "run". The module functions are the plain tokenizer's, and every
-backend of a store indexes and queries through the store's one tokenizer, so SQLite,
-PostgreSQL and the in-memory reference keep matching alike; a store records the tokenizer's
-:attr:`Tokenizer.identity` and refuses to open under another one (a different tokenizer is a
-different index: mixing stemmed and plain terms would match silently less).
+"running" and "runs" are both "run" (an empty stem is no term, and is dropped). The module
+functions are the plain tokenizer's, and every backend of a store indexes and queries through
+the store's one tokenizer, so SQLite, PostgreSQL and the in-memory reference keep matching
+alike; a store records the tokenizer's :attr:`Tokenizer.identity` and refuses to open under
+another one (a different tokenizer is a different index: mixing stemmed and plain terms would
+match silently less).
 
 Terms are OR-ed (the first :data:`MAX_QUERY_TERMS` distinct ones): a longer question must never
 return fewer memories (PostgreSQL's
@@ -35,13 +36,14 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from loom_memory.entry import Content, MemoryEntry
-from loom_memory.errors import StoreConfigurationError
+from loom_memory.errors import EntryNotSerialisableError, StoreConfigurationError
 
 STOP_WORDS = frozenset(
     {
@@ -106,7 +108,9 @@ class Tokenizer:
         terms = tokenize(text)
         if self._stem is None:
             return terms
-        return [self._stem(term) for term in terms]
+        # A Snowball stem may be empty (porter's of the "s" in "Bob's"): not a term, and a
+        # PostgreSQL search vector refuses it, so the entry's event blocked the memory.
+        return [stem for stem in map(self._stem, terms) if stem]
 
     def entry_terms(self, entry: MemoryEntry) -> list[str]:
         """The terms a store indexes ``entry`` under (duplicates are frequencies)."""
@@ -119,6 +123,47 @@ class Tokenizer:
 
 PLAIN = Tokenizer()
 """The default tokenizer: no stemming. The module functions below are its."""
+
+
+MAX_TERM_BYTES = (1 << 20) - 1
+"""The most UTF-8 bytes an entry's terms may take, as a PostgreSQL search vector counts them
+(its 1 MB limit, checked twice: on every occurrence's bytes, and on the distinct lexemes with
+their positions)."""
+
+_TERM_BYTES_PER_ENCODED_BYTE = 17
+"""An upper bound on a search vector's bytes per byte of the entry's JSON: each occurrence of
+a term costs its bytes and at most 5 more (a position, and a distinct lexeme's count and
+alignment), and no character yields more than 50 of those from its 3 bytes (U+FDFA, four
+Arabic words of 30 bytes under NFKC). So an entry under ~60 KB encoded is never tokenized
+here: the common case costs one comparison."""
+
+
+def check_term_bytes(
+    tokenizer: Tokenizer, entries: Sequence[MemoryEntry], encoded: Sequence[bytes]
+) -> None:
+    """Refuse an entry whose terms a PostgreSQL search vector cannot hold, before an
+    event-sourced write reaches the log (ADR 0004, "bounds"): within MAX_ENTRY_BYTES, text
+    that expands under NFKC (``'\u3300'``, 3 bytes, is the 12 of ``'アパート'``) made a vector
+    over 1 MB, and the event blocked the memory for good. Refused on every backend alike, with
+    the store's own tokenizer; only an entry large enough to exceed it is tokenized here."""
+    for index, (entry, data) in enumerate(zip(entries, encoded, strict=True)):
+        if len(data) * _TERM_BYTES_PER_ENCODED_BYTE <= MAX_TERM_BYTES:
+            continue  # too small to exceed it
+        counts = Counter(tokenizer.entry_terms(entry))
+        sizes = {term: len(term.encode()) for term in counts}
+        occurrences = sum(sizes[term] * count for term, count in counts.items())
+        # Each distinct lexeme: its bytes, one of alignment, a count and its positions (at
+        # most 256 are kept).
+        vector = sum(size + 3 + 2 * min(counts[term], 256) for term, size in sizes.items())
+        size = max(occurrences, vector)
+        if size > MAX_TERM_BYTES:
+            path = f"entries[{index}]"
+            raise EntryNotSerialisableError(
+                f"{path}'s search terms take {size:,} bytes, over {MAX_TERM_BYTES:,} "
+                "(loom_memory.text.MAX_TERM_BYTES, PostgreSQL's search vector limit): its "
+                "text expands when normalised; split it; nothing was written",
+                path=path,
+            )
 
 
 def tokenizer_named(identity: str) -> Tokenizer:

@@ -37,6 +37,7 @@ calls the model, and a missing one is an error, not a call.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ from sqlalchemy import (
     select,
 )
 
-from loom_memory.embedder import Embedder, checked_vectors
+from loom_memory.embedder import FLOAT32_MAX, Embedder, checked_vectors
 from loom_memory.embedding_table import EmbeddingTable, embedding_texts, text_digest, unit_vector
 from loom_memory.entry import MemoryEntry, encode_entries
 from loom_memory.erasure import text_key
@@ -106,13 +107,8 @@ class VectorSqlStore(SqlMemoryStore):
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         embed_missing: bool = True,
     ) -> None:
-        if isinstance(min_score, bool) or not isinstance(min_score, int | float):
-            raise InvalidArgumentError(
-                f"min_score must be a number (a cosine floor, e.g. 0.3), got {min_score!r}",
-                parameter="min_score",
-            )
         self.embedder = embedder
-        self._min_score = float(min_score)
+        self._min_score = _checked_floor(min_score)
         self.embed_missing = embed_missing
         """False for a store projected from the log: a missing vector is then an error."""
         self.memory: str | None = None
@@ -307,6 +303,12 @@ class VectorSqlStore(SqlMemoryStore):
                 "a stored embedding's kind, and those are refused the same way",
                 parameter="vector",
             )
+        if max(map(abs, query)) > FLOAT32_MAX:
+            raise InvalidArgumentError(
+                "vector holds a value past float32's range (about 3.4e38): a query vector is "
+                "a stored embedding's kind, and those are refused the same way",
+                parameter="vector",
+            )
         found = self._ranked(key, query, limit, conn=conn, where=where, floor=min_score)
         return [(entry, score) for entry, _, score in found]
 
@@ -336,10 +338,12 @@ class VectorSqlStore(SqlMemoryStore):
         where: ColumnElement[bool] | None,
         floor: float | None,
     ) -> list[tuple[MemoryEntry, dict[str, Any], float]]:
-        unit = unit_vector(np.asarray(query, dtype=np.float32))
+        least = self._min_score if floor is None else _checked_floor(floor)
+        # In float64: cast to float32 first, a query of components near 1e-46 (in range once
+        # scaled, as cosine is) was taken for the zero vector, and found nothing.
+        unit = unit_vector(np.asarray(query, dtype=np.float64))
         if unit is None:
             return []
-        least = self._min_score if floor is None else floor
         data_key = self._data_key(key)  # read before the transaction, as a projection does
         with self._begin(conn) as c:
             index = self._key_index(c, key, data_key)
@@ -423,6 +427,22 @@ def top_positions(
         candidates = candidates[kept >= threshold]
     ordered: NDArray[np.intp] = candidates[np.argsort(-scores[candidates], kind="stable")][:limit]
     return ordered
+
+
+def _checked_floor(min_score: object) -> float:
+    """``min_score`` as a float, refused unless a finite number (the store's and a search's
+    alike): a NaN floor admitted nothing (every search ``[]``, silently), and a string failed
+    deep in numpy with its own error type."""
+    if (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not -sys.float_info.max <= min_score <= sys.float_info.max
+    ):
+        raise InvalidArgumentError(
+            f"min_score must be a finite number (a cosine floor, e.g. 0.3), got {min_score!r}",
+            parameter="min_score",
+        )
+    return float(min_score)
 
 
 class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from sqlalchemy import Connection
 
 from loom_memory.embedder import Embedder, checked_vectors
@@ -47,13 +48,13 @@ from loom_memory.embedding_table import (
     pack_vector,
     unpack_vector,
 )
-from loom_memory.entry import MemoryEntry, check_identifiers, encode_entries
+from loom_memory.entry import MemoryEntry, decode_entry
 from loom_memory.erasure import forget_destroyed, memory_subject, text_key, write_key
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
 from loom_memory.event_sourced import EventSourcedMemory
 from loom_memory.events import MEMORY_TOPICS
 from loom_memory.projection import SqlMemoryProjection, memory_event, opened_entries
-from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key
+from loom_memory.store import DEFAULT_SEARCH_LIMIT
 from loom_memory.vector import VectorSqlStore
 from loom_runtime import (
     Change,
@@ -287,16 +288,6 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         """The store's floor."""
         return self._vector_store.min_score
 
-    def append(self, key: str, entries: Sequence[MemoryEntry]) -> None:
-        """Record the vectors the log lacks, then append as :class:`EventSourcedMemory` does."""
-        self._record_for(key, entries)
-        super().append(key, entries)
-
-    def replace(self, key: str, entries: Sequence[MemoryEntry]) -> None:
-        """Record the vectors the log lacks, then replace as :class:`EventSourcedMemory` does."""
-        self._record_for(key, entries)
-        super().replace(key, entries)
-
     def search_scored(
         self,
         key: str,
@@ -329,16 +320,32 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         rebuild(self._log, self._embeddings, upto=upto)
         return super().rebuild(upto=upto)
 
-    def _record_for(self, key: str, entries: Sequence[MemoryEntry]) -> None:
-        """Check the write as the memory will, then record the vectors its texts lack: with
+    def _checked(self, key: str, entries: Sequence[MemoryEntry]) -> list[msgspec.Raw]:
+        """Check an append or replace as :class:`EventSourcedMemory` does, then record the
+        vectors its texts lack: a refused write never calls the model or logs a vector."""
+        raw = super()._checked(key, entries)
+        self._record_for(key, entries, raw)
+        return raw
+
+    def _record_for(
+        self, key: str, entries: Sequence[MemoryEntry], raw: Sequence[msgspec.Raw]
+    ) -> None:
+        """Record the vectors the texts of checked ``entries`` (encoded: ``raw``) lack, as the
+        log will store them: redacted by the log's redactor (ADR 0012), as the projection
+        reads them. Addressed by the caller's text, a secret in it included, the vector was
+        not the one the projection looked up, and the memory was blocked for good. With
         encryption on, under the key's data key (made now if the key has none; an erased key
         is :class:`~loom_runtime.SubjectErasedError` before anything is appended)."""
-        check_key(key)
-        encode_entries(entries)
-        check_identifiers(self._log.redactor, key=key, entries=entries)
+        stored = list(entries)
+        redactor = self._log.redactor
+        if redactor is not None:
+            for index, data in enumerate(raw):
+                redacted = redactor.raw(data, path=f"entries[{index}]")
+                if redacted is not data:
+                    stored[index] = decode_entry(redacted)
         aead, guard = write_key(self._log, self.name, key)
         subject = memory_subject(self.name, key)
-        self._record(*_addressed(embedding_texts(entries).values(), aead, subject), guard)
+        self._record(*_addressed(embedding_texts(stored).values(), aead, subject), guard)
 
     def _record(
         self,
