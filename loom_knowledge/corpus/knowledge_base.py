@@ -34,6 +34,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Final, TypeVar
 from uuid import UUID
 
+import msgspec
+
 from loom_knowledge.corpus.corpus_index import TABLE_PREFIX, CorpusIndex
 from loom_knowledge.corpus.erasure import (
     documents_live,
@@ -59,6 +61,7 @@ from loom_knowledge.corpus.retrieval import (
 )
 from loom_knowledge.domain.chunking import Chunker, pack_paragraphs, storable_passages
 from loom_knowledge.domain.fingerprint import fingerprinter_for
+from loom_knowledge.domain.passage_entry import PassageContent
 from loom_knowledge.domain.reconcile import (
     DEFAULT_MAX_REMOVAL_FRACTION,
     check_allow_mass_delete,
@@ -79,11 +82,19 @@ from loom_knowledge.errors import (
     EmbedderRequiredError,
     ImportedExecutionError,
     InvalidArgumentError,
+    InvalidDocumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
 )
-from loom_memory import StoreConfigurationError, Tokenizer, embedding_projections
+from loom_memory import (
+    EntryNotSerialisableError,
+    MemoryEntry,
+    StoreConfigurationError,
+    Tokenizer,
+    embedding_projections,
+)
 from loom_memory.entry import too_long
+from loom_memory.text import MAX_TERM_BYTES, TERM_BYTES_PER_ENCODED_BYTE, check_term_bytes
 from loom_runtime import (
     Change,
     EventLog,
@@ -283,6 +294,7 @@ class KnowledgeBase:
         old ones (they stop retrieving; a shorter revision leaves no orphans). An unchanged one
         writes nothing. A document another source owns is refused (SourceConflictError)."""
         _check_doc(doc)
+        check_doc(doc)  # again: see _plan
         _check_source(source)
         self._check_doc_id(doc.id, path="doc.id")
         _check_identifier(self.loom, source, path="source")
@@ -554,7 +566,7 @@ class KnowledgeBase:
         for index, doc in enumerate(docs):
             _check_doc(doc)
             self._check_doc_id(doc.id, path=f"docs[{index}].id")
-        return reconcile(
+        plan = reconcile(
             manifest=manifest,
             docs=docs,
             source=source,
@@ -562,6 +574,13 @@ class KnowledgeBase:
             max_removal_fraction=self.max_removal_fraction,
             allow_mass_delete=allow_mass_delete,
         )
+        # A document the plan writes is checked again, not trusted to be as it was made: its
+        # meta is a dict that may have changed since, and an event the corpus index cannot
+        # apply, once appended, stops every scope of the log for good (ADR 0010, "corpus
+        # review"). Only those: an unchanged sync of 10,000 documents checks none.
+        for write in plan.writes:
+            check_doc(write.doc)
+        return plan
 
     def _check_doc_id(self, doc_id: str, *, path: str) -> None:
         """Refuse a document id the log's redactor takes for a secret, checking each id once.
@@ -676,7 +695,9 @@ class KnowledgeBase:
                     "source": source,
                     "title": doc.title,
                     "meta": doc.meta,
-                    "passages": storable_passages(doc, self.chunker(doc)),
+                    "passages": check_passage_terms(
+                        doc, storable_passages(doc, self.chunker(doc)), stemmer=self._stemmer
+                    ),
                 },
             ),
         )
@@ -833,7 +854,7 @@ def open_knowledge_base(
         )
     _check_text("scope", scope)
     if (problem := too_long(scope)) is not None:
-        raise InvalidOptionError(f"scope {problem} (loom_knowledge.domain.types.MAX_ID_BYTES)")
+        raise InvalidOptionError(f"scope {problem} (loom_knowledge.domain.types.MAX_SCOPE_BYTES)")
     _check_identifier(loom, scope, path="scope")
     if max_removal_fraction is not None:
         check_max_removal_fraction(max_removal_fraction)
@@ -966,13 +987,29 @@ def _check_text(name: str, value: str) -> None:
         raise InvalidOptionError(f"{name} {value!r} {problem}; pass valid text without NUL")
 
 
-def _check_doc(doc: object) -> None:
-    """Refuse what is not a storable :class:`Doc` before a write decides on it.
+def check_passage_terms(doc: Doc, passages: list[str], *, stemmer: str | None) -> list[str]:
+    """``passages`` of ``doc``, once each entry's search terms (its text, title and meta, by
+    the scope's tokenizer) are known to fit a PostgreSQL search vector; else
+    :class:`InvalidDocumentError`, on every backend alike, before the event is appended (the
+    index refusing it afterwards would stop every scope of the log for good).
 
-    A document is checked again, not trusted to be as it was made: its meta is a dict that
-    may have changed since, and an event the corpus index cannot apply, once appended, stops
-    every scope of the log for good (:func:`~loom_knowledge.domain.types.check_doc`).
-    """
+    Only an entry that could be that large is tokenized (its JSON is at most 6 bytes a
+    character, and a vector at most 17 bytes a byte of it): a passage is ~1,000 characters."""
+    around = 64 + 6 * len(doc.title or "") + (len(msgspec.json.encode(doc.meta)) if doc.meta else 0)
+    for index, text in enumerate(passages):
+        if (around + 6 * len(text)) * TERM_BYTES_PER_ENCODED_BYTE <= MAX_TERM_BYTES:
+            continue
+        content = PassageContent(text=text, title=doc.title, meta=doc.meta)
+        entry = MemoryEntry(content=msgspec.to_builtins(content))
+        try:
+            check_term_bytes(Tokenizer(stemmer), [entry], [msgspec.json.encode(content)])
+        except EntryNotSerialisableError as refused:
+            raise InvalidDocumentError(
+                doc_id=doc.id, field=f"passages[{index}]", reason=str(refused)
+            ) from refused
+    return passages
+
+
+def _check_doc(doc: object) -> None:
     if not isinstance(doc, Doc):
         raise InvalidOptionError(f"expected a loom_knowledge.Doc, not {type(doc).__name__}")
-    check_doc(doc)

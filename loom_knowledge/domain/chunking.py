@@ -13,12 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import msgspec
-
-from loom_knowledge.domain.passage_entry import PassageContent
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError, InvalidOptionError
-from loom_memory.entry import MAX_ENTRY_BYTES
 from loom_runtime import text_problem
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
@@ -141,14 +137,12 @@ def storable_passages(doc: Doc, texts: Iterable[object]) -> list[str]:
     :class:`InvalidDocumentError` naming the first the corpus index could not hold.
 
     A chunker is the application's code, and its passages go into the log before the index
-    applies them: a passage holding a NUL, or an entry (text, title and meta) past
-    :data:`~loom_memory.entry.MAX_ENTRY_BYTES` (PostgreSQL's search vector), would be refused
-    by the index after the append, and the event would stop every scope of the log for good.
-    The exact size is encoded only for a passage that could be near the bound (JSON writes a
-    character in at most 6 bytes).
+    applies them: a passage that is not text, or holds a NUL or a lone surrogate, would be
+    refused by the index after the append, and the event would stop every scope of the log
+    for good. (Its search terms' size is the index's to check: :func:`~loom_knowledge.corpus.
+    knowledge_base.check_passage_terms`.)
     """
     passages: list[str] = []
-    around = 64 + 6 * len(doc.title or "") + (len(msgspec.json.encode(doc.meta)) if doc.meta else 0)
     for index, text in enumerate(texts):
         field = f"passages[{index}]"
         if not isinstance(text, str):
@@ -158,23 +152,5 @@ def storable_passages(doc: Doc, texts: Iterable[object]) -> list[str]:
         problem = text_problem(text)
         if problem is not None:
             raise InvalidDocumentError(doc_id=doc.id, field=field, reason=problem)
-        if around + 6 * len(text) > MAX_ENTRY_BYTES:
-            _check_entry_size(doc, field, text)
         passages.append(text)
     return passages
-
-
-def _check_entry_size(doc: Doc, field: str, text: str) -> None:
-    """Refuse ``text`` if its index entry, with ``doc``'s title and meta, is too large."""
-    content = PassageContent(text=text, title=doc.title, meta=doc.meta)
-    size = len(msgspec.json.encode(content))
-    if size > MAX_ENTRY_BYTES:
-        raise InvalidDocumentError(
-            doc_id=doc.id,
-            field=field,
-            reason=(
-                f"is {size:,} bytes as an index entry (its text, title and meta), over "
-                f"{MAX_ENTRY_BYTES:,} (loom_memory.entry.MAX_ENTRY_BYTES): shorten the "
-                "title or meta, or cut smaller passages"
-            ),
-        )

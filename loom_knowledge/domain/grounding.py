@@ -73,22 +73,20 @@ sees nothing, so a tag written with them in it is still a tag."""
 _BRACKETS: Final = "<\uff1c\ufe64\u2039\u3008\u27e8\u2329\ufe3f"
 """What a tag can start with: ``<``, what the rule takes for one, and what folds to one of
 them under NFKC (U+2329 and U+FE3F to U+3008)."""
-_LETTER_LOOK_ALIKES: Final = str.maketrans(
-    {
-        **dict.fromkeys("\u0440\u0420\u03c1\u03a1\u2ca3\u2ca2", "p"),  # Cyrillic er, rho, ro
-        **dict.fromkeys("\u0430\u0410\u03b1\u0391\u0251\u237a", "a"),  # Cyrillic a, alpha
-        **dict.fromkeys("\u0455\u0405\ua731\u13da\uabaa", "s"),  # Cyrillic dze, small s
-        **dict.fromkeys("\u0261\u0581\u050c", "g"),  # script g, Armenian co, Komi sje
-        **dict.fromkeys("\u0435\u0415\u0395\u04bd\u212e\uab32", "e"),  # Cyrillic ie, epsilon
-    }
-)
+_LOOK_ALIKES: Final = {
+    "p": "\u0440\u0420\u03c1\u03a1\u2ca3\u2ca2",  # Cyrillic er, Greek rho, Coptic ro
+    "a": "\u0430\u0410\u03b1\u0391\u0251\u237a",  # Cyrillic a, Greek alpha, Latin alpha
+    "s": "\u0455\u0405\ua731\u13da\uabaa",  # Cyrillic dze, small capital s, Cherokee
+    "g": "\u0261\u0581\u050c",  # Latin script g, Armenian co, Komi sje
+    "e": "\u0435\u0415\u0395\u04bd\u212e\uab32",  # Cyrillic ie, Greek epsilon
+}
 """Letters of other scripts a model reads as a letter of ``passage`` and that NFKC leaves
-alone (``</passage>`` written with Cyrillic a's): folded to it before the tag rule is matched. Only
-the five letters of the fence's name, from Unicode's confusables for them."""
+alone (``</passage>`` written with Cyrillic a's): matched as that letter by the tag rule.
+Only the five letters of the fence's name, from Unicode's confusables for them."""
 _TAG_START: Final = re.compile(
     "[<\uff1c\ufe64\u2039\u3008\u27e8]"  # "<" and what a model can read as one
     f"(?=[{_UNSEEN}]*(?:[/\uff0f\u2215\u2044][{_UNSEEN}]*)?"
-    + f"[{_UNSEEN}]*".join("passage")
+    + f"[{_UNSEEN}]*".join(f"[{letter}{_LOOK_ALIKES[letter]}]" for letter in "passage")
     + f"(?:[{_UNSEEN}]|\\b))",
     re.IGNORECASE,
 )
@@ -224,14 +222,11 @@ def _defused(value: str) -> str:
     if not any(bracket in value for bracket in _BRACKETS):  # no tag can start: nothing to do
         return value
     # Letters a model reads as "passage" (fullwidth, mathematical bold) and angle brackets
-    # that are another one's compatibility form (U+2329 is U+3008) fold to them under NFKC;
-    # other scripts' look-alikes of its letters (Cyrillic a) by :data:`_LETTER_LOOK_ALIKES`.
+    # that are another one's compatibility form (U+2329 is U+3008) fold to them under NFKC
+    # (other scripts' look-alikes of its letters are the rule's own: :data:`_LOOK_ALIKES`).
     # Folded one character at a time, so a match in the folded text names the character of
     # ``value`` it starts at, and only that character is written ``&lt;``.
-    pieces = [
-        c if c < "\x80" else unicodedata.normalize("NFKC", c).translate(_LETTER_LOOK_ALIKES)
-        for c in value
-    ]
+    pieces = [c if c < "\x80" else unicodedata.normalize("NFKC", c) for c in value]
     folded = "".join(pieces)
     if folded == value:
         return _TAG_START.sub("&lt;", value)

@@ -4,8 +4,8 @@ A write appends its event first and the shared corpus index applies it after; th
 append-only, so an event the index refuses stops every scope's catch-up, every rebuild and
 every fresh process for good. Reviews of 6 December found three such events the corpus
 took: a chunker's passage holding a NUL (on SQLite too), and a document id or scope longer
-than PostgreSQL's index rows hold (2,704 bytes with the key beside it). A title or meta so
-large that each passage's entry passes PostgreSQL's search vector bound is the fourth.
+than PostgreSQL's index rows hold (2,704 bytes with the key beside it). A title or meta whose
+words make each passage's search vector pass PostgreSQL's 1 MB is the fourth.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import pytest
 
 from loom_knowledge import Doc, InvalidDocumentError, InvalidOptionError, open_knowledge_base
-from loom_knowledge.domain.types import MAX_ID_BYTES
-from loom_memory.entry import MAX_ENTRY_BYTES
+from loom_knowledge.domain.types import MAX_ID_BYTES, MAX_SCOPE_BYTES
 from loom_runtime import Loom
 
 
@@ -50,14 +49,24 @@ def test_a_chunker_s_passage_the_index_cannot_hold_is_refused(
     _still_serves(loom, before)
 
 
-def test_a_passage_whose_entry_is_too_large_is_refused(loom: Loom) -> None:
+def test_a_passage_whose_search_terms_pass_the_vector_bound_is_refused(loom: Loom) -> None:
+    """A title of 150,000 distinct words is in each passage's entry: its search vector is
+    past PostgreSQL's 1 MB (refused on every backend alike, before the append)."""
     kb = open_knowledge_base(loom, "ops")
     before = loom.log.position
-    title = " ".join(f"w{n}" for n in range(MAX_ENTRY_BYTES // 4))
+    title = " ".join(f"w{n}" for n in range(150_000))
     with pytest.raises(InvalidDocumentError) as raised:
         kb.put_doc(Doc(id="a.md", text="short text", title=title))
     assert raised.value.field == "passages[0]"
     _still_serves(loom, before)
+
+
+def test_a_large_meta_of_few_terms_is_indexed(loom: Loom) -> None:
+    """The control: a 300 KB meta value is one long word, past the term length, so its
+    vector is small; the corpus index takes it (a memory's entry bound is not the corpus's)."""
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="meta.md", text="hello with meta", meta={"blob": "x" * 300_000}))
+    assert [p.doc_id for p in kb.search("hello")] == ["meta.md"]
 
 
 def test_a_document_id_past_the_bound_cannot_be_made() -> None:
@@ -70,12 +79,13 @@ def test_a_document_id_past_the_bound_cannot_be_made() -> None:
 
 def test_a_scope_past_the_bound_is_refused(loom: Loom) -> None:
     with pytest.raises(InvalidOptionError):
-        open_knowledge_base(loom, "s" * (MAX_ID_BYTES + 1))
+        open_knowledge_base(loom, "s" * (MAX_SCOPE_BYTES + 1))
     _still_serves(loom, loom.log.position)
 
 
 def test_the_longest_id_and_scope_are_stored_and_found(loom: Loom) -> None:
-    """The control, on each backend (PostgreSQL's index holds both side by side)."""
-    kb = open_knowledge_base(loom, "s" * MAX_ID_BYTES)
+    """The control, on each backend (PostgreSQL's index holds both side by side), a passage
+    index of five digits included."""
+    kb = open_knowledge_base(loom, "s" * MAX_SCOPE_BYTES, chunker=lambda doc: ["x"] * 10_001)
     kb.put_doc(Doc(id="d" * MAX_ID_BYTES, text="the disk is full"))
-    assert [p.doc_id for p in kb.search("disk")] == ["d" * MAX_ID_BYTES]
+    assert [(p.doc_id, p.index) for p in kb.search("x", limit=1)] == [("d" * MAX_ID_BYTES, 0)]
