@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     )
     from loom_memory.embedding_projections import embedding_projections
     from loom_memory.embedding_table import EmbeddingTable, text_digest, unit_vector
-    from loom_memory.entry import Content, MemoryEntry
+    from loom_memory.entry import MAX_KEY_BYTES, Content, MemoryEntry
     from loom_memory.erasure import memory_key_subjects, memory_subject
     from loom_memory.errors import (
         BackendError,
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from loom_memory.text import (
         MAX_QUERY_TERMS,
         Tokenizer,
+        check_term_bytes,
         entry_terms,
         query_terms,
         searchable_text,
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
     "DEFAULT_TIERS",
+    "MAX_KEY_BYTES",
     "MAX_QUERY_TERMS",
     "MAX_SEARCH_LIMIT",
     "RRF_K",
@@ -137,6 +139,7 @@ __all__ = [
     "TieredMemory",
     "Tokenizer",
     "UnknownTierError",
+    "check_term_bytes",
     "checked_vectors",
     "embed_query",
     "embedding_key",
@@ -169,6 +172,7 @@ _EXPORTS = {
     "InvalidArgumentError": "loom_memory.errors",
     "InvalidKeyError": "loom_memory.errors",
     "InvalidLimitError": "loom_memory.errors",
+    "MAX_KEY_BYTES": "loom_memory.entry",
     "MAX_QUERY_TERMS": "loom_memory.text",
     "MAX_SEARCH_LIMIT": "loom_memory.store",
     "MemoryEntry": "loom_memory.entry",
@@ -194,6 +198,7 @@ _EXPORTS = {
     "TieredMemory": "loom_memory.tiers",
     "Tokenizer": "loom_memory.text",
     "UnknownTierError": "loom_memory.errors",
+    "check_term_bytes": "loom_memory.text",
     "entry_terms": "loom_memory.text",
     "idf_weight": "loom_memory.postings",
     "query_terms": "loom_memory.text",

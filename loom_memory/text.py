@@ -130,7 +130,7 @@ MAX_TERM_BYTES = (1 << 20) - 1
 (its 1 MB limit, checked twice: on every occurrence's bytes, and on the distinct lexemes with
 their positions)."""
 
-TERM_BYTES_PER_ENCODED_BYTE = 17
+_TERM_BYTES_PER_ENCODED_BYTE = 17
 """An upper bound on a search vector's bytes per byte of the entry's JSON: each occurrence of
 a term costs its bytes and at most 5 more (a position, and a distinct lexeme's count and
 alignment), and no character yields more than 50 of those from its 3 bytes (U+FDFA, four
@@ -147,7 +147,7 @@ def check_term_bytes(
     over 1 MB, and the event blocked the memory for good. Refused on every backend alike, with
     the store's own tokenizer; only an entry large enough to exceed it is tokenized here."""
     for index, (entry, data) in enumerate(zip(entries, encoded, strict=True)):
-        if len(data) * TERM_BYTES_PER_ENCODED_BYTE <= MAX_TERM_BYTES:
+        if len(data) * _TERM_BYTES_PER_ENCODED_BYTE <= MAX_TERM_BYTES:
             continue  # too small to exceed it
         counts = Counter(tokenizer.entry_terms(entry))
         sizes = {term: len(term.encode()) for term in counts}

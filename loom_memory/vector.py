@@ -37,7 +37,6 @@ calls the model, and a missing one is an error, not a call.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,7 +69,13 @@ from loom_memory.sql import DEFAULT_TABLE_PREFIX, SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_key, check_search
 from loom_memory.text import searchable_text
-from loom_runtime import MissingExtraError, create_missing, keyring_for, serialise_ddl
+from loom_runtime import (
+    MissingExtraError,
+    create_missing,
+    finite_real,
+    keyring_for,
+    serialise_ddl,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -433,16 +438,13 @@ def _checked_floor(min_score: object) -> float:
     """``min_score`` as a float, refused unless a finite number (the store's and a search's
     alike): a NaN floor admitted nothing (every search ``[]``, silently), and a string failed
     deep in numpy with its own error type."""
-    if (
-        isinstance(min_score, bool)
-        or not isinstance(min_score, int | float)
-        or not -sys.float_info.max <= min_score <= sys.float_info.max
-    ):
+    floor = finite_real(min_score)
+    if floor is None:
         raise InvalidArgumentError(
             f"min_score must be a finite number (a cosine floor, e.g. 0.3), got {min_score!r}",
             parameter="min_score",
         )
-    return float(min_score)
+    return floor
 
 
 class SqliteVectorStore(VectorSqlStore, SqliteMemoryStore):

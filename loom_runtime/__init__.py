@@ -128,7 +128,7 @@ if TYPE_CHECKING:
         sealed_text_subject,
         write_keyring,
     )
-    from loom_runtime.storable import json_problem, text_problem
+    from loom_runtime.storable import finite_real, json_problem, text_problem
     from loom_runtime.storage.forks import engine_renewed_in_child
     from loom_runtime.stream import Change, LogEvent, stream_id
     from loom_runtime.subjects import pair_subject, subject_pair
@@ -231,6 +231,7 @@ __all__ = [
     "create_missing",
     "current_context",
     "engine_renewed_in_child",
+    "finite_real",
     "hold_in_process",
     "json_problem",
     "keyring_for",
@@ -283,6 +284,7 @@ _EXPORTS = {
     "engine_renewed_in_child": "loom_runtime.storage.forks",
     "read_catalog": "loom_runtime.schema",
     "serialise_ddl": "loom_runtime.schema",
+    "finite_real": "loom_runtime.storable",
     "json_problem": "loom_runtime.storable",
     "text_problem": "loom_runtime.storable",
     "Change": "loom_runtime.stream",

@@ -55,15 +55,20 @@ def enc_hook(value: object) -> object:
     as their base type, which is what a replay returns: a datetime as the built-in datetime
     it equals, which msgspec writes as it writes any (UTC as ``Z``; ``isoformat`` wrote
     ``+00:00``, and a recording made under ``freeze_time`` replayed elsewhere as changed)."""
-    for kind, built_in in _BUILT_IN_TIMES:
-        if isinstance(value, kind):
-            text = value.isoformat()  # type: ignore[attr-defined]
-            try:
-                # Made by msgspec's decoder, which builds the C type itself: a constructor
-                # looked up by name is freezegun's fake while time is frozen.
-                return built_in.decode(_encoder.encode(text))
-            except msgspec.DecodeError:  # an offset in seconds (local mean time): as before
-                return text
+    real_datetime, real_date, real_time = _REAL_TIMES
+    if isinstance(value, real_datetime):
+        return real_datetime(
+            *(value.year, value.month, value.day, value.hour, value.minute, value.second),
+            value.microsecond,
+            value.tzinfo,
+            fold=value.fold,
+        )
+    if isinstance(value, real_date):
+        return real_date(value.year, value.month, value.day)
+    if isinstance(value, real_time):
+        return real_time(
+            value.hour, value.minute, value.second, value.microsecond, value.tzinfo, fold=value.fold
+        )
     if isinstance(value, str):
         return str(value)
     if isinstance(value, float):
@@ -74,11 +79,15 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
-_BUILT_IN_TIMES: Final = tuple(
-    (kind, msgspec.json.Decoder(kind)) for kind in (datetime, date, time)
+_REAL_TIMES: Final = (
+    type(msgspec.json.decode(b'"2000-01-01T00:00:00"', type=datetime)),
+    type(msgspec.json.decode(b'"2000-01-01"', type=date)),
+    type(msgspec.json.decode(b'"00:00:00"', type=time)),
 )
-"""Each time type (the classes themselves, taken at import, before any ``freeze_time``) and a
-decoder making it from its ISO text; ``datetime`` before ``date``, of which it is one."""
+"""The built-in ``datetime``, ``date`` and ``time`` classes, as msgspec's decoder makes them
+(it builds the C types itself): under ``freeze_time`` the names are freezegun's fakes, and a
+subclass rebuilt by one would come back to the hook. ``datetime`` before ``date``, of which
+it is one."""
 
 
 def _builtins_hook(value: object) -> object:
@@ -218,8 +227,40 @@ def encodes_to(value: object, raw: msgspec.Raw) -> bool:
     if data != bytes(raw):
         return False
     # A NaN or infinity encodes as the null stored for None: never the value stored (ADR 0002,
-    # amended "non-finite floats"), and found only by the walk encode makes.
-    return b"null" not in data or _inspect(value, MAX_DEPTH)[3] is None
+    # amended "non-finite floats").
+    return b"null" not in data or not _holds_non_finite(value)
+
+
+def _holds_non_finite(value: object) -> bool:
+    """Whether a NaN or infinite float is anywhere in ``value``: :func:`_inspect`'s answer
+    without its paths and labels, for the replay's fast path, which runs it on every input
+    holding a ``null`` (the whole walk cost as much as the encode it spares). Only containers
+    are stacked; a float is non-finite when ``x - x`` is not 0."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()  # a float key is written as a string
+        elif isinstance(item, list | tuple):
+            children = item
+        elif isinstance(item, float):
+            return item - item != 0.0
+        elif (members := _members(item)) is not None:
+            children = (child for _, child in members[1])
+        else:
+            continue
+        for child in children:
+            if isinstance(child, float):
+                if child - child != 0.0:
+                    return True
+            elif not isinstance(child, _LEAVES):
+                stack.append(child)
+    return False
+
+
+_LEAVES: Final = (str, int, bool, type(None), bytes, bytearray, memoryview)
+"""What holds no float: skipped by :func:`_holds_non_finite` without being stacked."""
 
 
 def _binary_redacted(value: object, *, path: str, redactor: Redactor) -> object:

@@ -16,6 +16,7 @@ failure that cannot be recorded would leave an execution neither failed nor resu
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Final
 
 JSON_KINDS: Final = "JSON-like: str, int, float, bool, None, list or str-keyed dict"
@@ -93,3 +94,17 @@ def json_problem(value: object, path: str = "") -> tuple[str, str] | None:
         else:
             return where, f"is a {type(item).__name__}, not {JSON_KINDS}"
     return None
+
+
+def finite_real(value: object) -> float | None:
+    """``value`` as a float if it is a finite real number of any type (an int, a float,
+    numpy's floats, a ``Fraction``; never a ``bool``), else None: the one test of a numeric
+    option (a floor, a fraction), so a numpy ``float32`` is taken and a NaN, an infinity, an
+    int past a float's range or a string is refused by the caller, typed."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -70,6 +70,7 @@ from loom_knowledge.domain.reconcile import (
     reconcile,
 )
 from loom_knowledge.domain.types import (
+    MAX_SCOPE_BYTES,
     Doc,
     DocRecord,
     Passage,
@@ -91,10 +92,9 @@ from loom_memory import (
     MemoryEntry,
     StoreConfigurationError,
     Tokenizer,
+    check_term_bytes,
     embedding_projections,
 )
-from loom_memory.entry import too_long
-from loom_memory.text import MAX_TERM_BYTES, TERM_BYTES_PER_ENCODED_BYTE, check_term_bytes
 from loom_runtime import (
     Change,
     EventLog,
@@ -853,11 +853,14 @@ def open_knowledge_base(
             f"scope must be a non-blank string without surrounding spaces, not {scope!r}"
         )
     _check_text("scope", scope)
-    if (problem := too_long(scope)) is not None:
-        raise InvalidOptionError(f"scope {problem} (loom_knowledge.domain.types.MAX_SCOPE_BYTES)")
+    if len(scope) * 4 > MAX_SCOPE_BYTES and (size := len(scope.encode())) > MAX_SCOPE_BYTES:
+        raise InvalidOptionError(
+            f"scope is {size:,} bytes of UTF-8, over {MAX_SCOPE_BYTES:,} bytes "
+            "(loom_knowledge.domain.types.MAX_SCOPE_BYTES)"
+        )
     _check_identifier(loom, scope, path="scope")
     if max_removal_fraction is not None:
-        check_max_removal_fraction(max_removal_fraction)
+        max_removal_fraction = check_max_removal_fraction(max_removal_fraction)
     scopes = loom.services.get(_SCOPES_SERVICE, dict[str, KnowledgeBase])
     existing = scopes.get(scope)
     if existing is not None and stemmer is not RECORDED_STEMMER and stemmer != existing.stemmer:
@@ -991,21 +994,23 @@ def check_passage_terms(doc: Doc, passages: list[str], *, stemmer: str | None) -
     """``passages`` of ``doc``, once each entry's search terms (its text, title and meta, by
     the scope's tokenizer) are known to fit a PostgreSQL search vector; else
     :class:`InvalidDocumentError`, on every backend alike, before the event is appended (the
-    index refusing it afterwards would stop every scope of the log for good).
-
-    Only an entry that could be that large is tokenized (its JSON is at most 6 bytes a
-    character, and a vector at most 17 bytes a byte of it): a passage is ~1,000 characters."""
-    around = 64 + 6 * len(doc.title or "") + (len(msgspec.json.encode(doc.meta)) if doc.meta else 0)
+    index refusing it afterwards would stop every scope of the log for good). Only an entry
+    that could be that large is tokenized (:func:`~loom_memory.check_term_bytes`)."""
+    tokenizer = Tokenizer(stemmer)
     for index, text in enumerate(passages):
-        if (around + 6 * len(text)) * TERM_BYTES_PER_ENCODED_BYTE <= MAX_TERM_BYTES:
-            continue
         content = PassageContent(text=text, title=doc.title, meta=doc.meta)
         entry = MemoryEntry(content=msgspec.to_builtins(content))
         try:
-            check_term_bytes(Tokenizer(stemmer), [entry], [msgspec.json.encode(content)])
+            check_term_bytes(tokenizer, [entry], [msgspec.json.encode(content)])
         except EntryNotSerialisableError as refused:
             raise InvalidDocumentError(
-                doc_id=doc.id, field=f"passages[{index}]", reason=str(refused)
+                doc_id=doc.id,
+                field=f"passages[{index}]",
+                reason=(
+                    "has more search terms, with the title and meta every passage repeats, "
+                    "than a PostgreSQL search vector holds (loom_memory.text.MAX_TERM_BYTES): "
+                    "shorten the title or meta, or cut smaller passages"
+                ),
             ) from refused
     return passages
 

@@ -20,7 +20,7 @@ from typing import Final
 import msgspec
 
 from loom_knowledge.domain.chunking import Chunker, pack_paragraphs
-from loom_knowledge.domain.types import Doc, check_doc
+from loom_knowledge.domain.types import Doc, check_doc, encoded_meta
 from loom_knowledge.errors import InvalidOptionError
 
 FINGERPRINT_ALGORITHM: Final = "sha256/msgspec-json-sorted/v1"
@@ -32,12 +32,14 @@ def fingerprint(doc: Doc) -> str:
     """The sha256 hex digest of the document's title, text and meta, canonically encoded.
 
     A document whose meta was changed after it was made so that it no longer encodes (a key
-    that is not a str) is refused as its constructor would refuse it, typed."""
+    that is not a str, a float subclass) is refused as its constructor would refuse it, typed.
+    """
     content = {"title": doc.title, "text": doc.text, "meta": doc.meta}
     try:
         canonical = msgspec.json.encode(content, order="sorted")
     except (TypeError, ValueError):
-        check_doc(doc)  # names what is wrong
+        check_doc(doc)  # names what the JSON rule refuses
+        encoded_meta(doc, order="sorted")  # and what msgspec does
         raise
     return hashlib.sha256(canonical).hexdigest()
 

@@ -87,7 +87,7 @@ _TAG_START: Final = re.compile(
     "[<\uff1c\ufe64\u2039\u3008\u27e8]"  # "<" and what a model can read as one
     f"(?=[{_UNSEEN}]*(?:[/\uff0f\u2215\u2044][{_UNSEEN}]*)?"
     + f"[{_UNSEEN}]*".join(f"[{letter}{_LOOK_ALIKES[letter]}]" for letter in "passage")
-    + f"(?:[{_UNSEEN}]|\\b))",
+    + f"(?:[{_UNSEEN}]|(?!\\w)))",
     re.IGNORECASE,
 )
 """The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``,
@@ -95,7 +95,8 @@ _TAG_START: Final = re.compile(
 
 The name ends where an unseen character or a non-word character follows it: ``\\b`` alone
 missed ``</passage\u3164>``, the Hangul fillers being letters (``\\w``) to ``re`` though
-unseen. Each run of unseen characters is followed by a character outside them (a slash, a
+unseen, and ``</passag\u212e>``, its last look-alike a symbol (no word boundary before
+``>``). Each run of unseen characters is followed by a character outside them (a slash, a
 letter), so the look-ahead never splits a run two ways: linear in a passage's text."""
 
 

@@ -31,6 +31,7 @@ from loom_knowledge.errors import (
     MassDeleteRefusedError,
     SourceConflictError,
 )
+from loom_runtime import finite_real
 
 DEFAULT_MAX_REMOVAL_FRACTION: Final = 0.5
 """A reconcile may remove at most half of a source's documents without an override.
@@ -66,18 +67,17 @@ def check_allow_mass_delete(allow_mass_delete: object) -> None:
         )
 
 
-def check_max_removal_fraction(fraction: object) -> None:
-    """Refuse a removal guard that is not a number from 0 to 1: ``True`` would be taken as
-    1.0, a guard that never fires, and a string failed the comparison untyped."""
-    if (
-        isinstance(fraction, bool)
-        or not isinstance(fraction, int | float)
-        or not 0.0 <= fraction <= 1.0
-    ):
+def check_max_removal_fraction(fraction: object) -> float:
+    """``fraction`` as a float, refused unless a real number from 0 to 1 (numpy's floats and
+    ``Fraction`` are): ``True`` would be taken as 1.0, a guard that never fires, and a string
+    failed the comparison untyped."""
+    number = finite_real(fraction)
+    if number is None or not 0.0 <= number <= 1.0:
         raise InvalidOptionError(
-            f"max_removal_fraction must be a number between 0 and 1, got {fraction!r}; "
+            f"max_removal_fraction must be a real number from 0 to 1, got {fraction!r}; "
             "it is the share of a source's documents one sync may remove"
         )
+    return number
 
 
 def reconcile(
@@ -101,7 +101,7 @@ def reconcile(
     override that is not a bool; nothing is classified partially.
     """
     check_allow_mass_delete(allow_mass_delete)
-    check_max_removal_fraction(max_removal_fraction)
+    max_removal_fraction = check_max_removal_fraction(max_removal_fraction)
     duplicates = [doc_id for doc_id, seen in Counter(doc.id for doc in docs).items() if seen > 1]
     if duplicates:
         raise DuplicateDocumentError(doc_ids=duplicates)

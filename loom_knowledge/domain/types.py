@@ -8,12 +8,12 @@ exactly what was decided, and decoding it back must give an equal value.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
 from loom_knowledge.errors import InvalidDocumentError
-from loom_memory.entry import MAX_KEY_BYTES
+from loom_memory import MAX_KEY_BYTES
 from loom_runtime import MAX_DATA_DEPTH, json_problem, text_problem, too_deep
 
 MAX_ID_BYTES: Final = 1_536
@@ -73,8 +73,20 @@ class Doc(msgspec.Struct, frozen=True, kw_only=True):
             # The caller's dict stays the caller's: a template reused for the next document,
             # changed after this one was checked, must not change (or poison) this one. Copied
             # through its JSON (checked to be plain JSON): a tenth of what deepcopy costs.
-            copied = msgspec.json.decode(msgspec.json.encode(self.meta))
+            copied = msgspec.json.decode(encoded_meta(self))
             msgspec.structs.force_setattr(self, "meta", copied)
+
+
+def encoded_meta(doc: Doc, *, order: Literal["sorted"] | None = None) -> bytes:
+    """``doc.meta`` as JSON, or :class:`InvalidDocumentError` for what msgspec cannot write
+    that the JSON rule lets by (a float subclass such as numpy's ``float64``, an int past
+    Python's 4,300-digit limit): typed, as every other refusal of a document."""
+    try:
+        return msgspec.json.encode(doc.meta, order=order)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDocumentError(
+            doc_id=doc.id, field="meta", reason=f"does not encode as JSON ({exc})"
+        ) from exc
 
 
 def check_doc(doc: Doc) -> None:

@@ -520,7 +520,7 @@ def _placement_problem(named: list[str], found: _Placement, earlier: str) -> str
     if current is not None and (found["keyword"] or not _UNQUOTED_NAME.fullmatch(current)):
         return (
             f"schema {current!r}, where PostgreSQL creates this connection's tables, needs "
-            "quoting in SQL (capitals, spaces, punctuation or a keyword), and eventsourcing "
+            "quoting in SQL (spaces, punctuation or a reserved word), and eventsourcing "
             "writes the log's schema into its statements unquoted: keep the log in a schema "
             "named with lower-case letters, digits and underscores"
         )

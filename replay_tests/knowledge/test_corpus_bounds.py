@@ -58,6 +58,7 @@ def test_a_passage_whose_search_terms_pass_the_vector_bound_is_refused(loom: Loo
     with pytest.raises(InvalidDocumentError) as raised:
         kb.put_doc(Doc(id="a.md", text="short text", title=title))
     assert raised.value.field == "passages[0]"
+    assert "title or meta" in str(raised.value) and "entries[" not in str(raised.value)
     _still_serves(loom, before)
 
 

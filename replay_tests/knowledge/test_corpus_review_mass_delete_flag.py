@@ -39,3 +39,15 @@ def test_a_removal_fraction_that_is_not_a_number_is_refused_typed(
         open_knowledge_base(loom, "s", max_removal_fraction=fraction)  # type: ignore[arg-type]
     with pytest.raises(InvalidOptionError, match="max_removal_fraction"):
         reconcile(manifest={}, docs=[], source=None, max_removal_fraction=fraction)  # type: ignore[arg-type]
+
+
+def test_a_removal_fraction_of_any_real_type_is_taken(loom: Loom) -> None:
+    """The control (second regression review): numpy's floats and ``Fraction`` are real
+    numbers, and were taken before the check; they still are, as floats."""
+    from fractions import Fraction
+
+    import numpy
+
+    for fraction in (Fraction(1, 2), numpy.float32(0.5), numpy.float64(0.5), 1):
+        kb = open_knowledge_base(loom, f"s{fraction!r}", max_removal_fraction=fraction)  # type: ignore[arg-type]
+        assert kb.max_removal_fraction == float(fraction)

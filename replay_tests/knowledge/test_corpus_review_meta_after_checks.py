@@ -100,3 +100,24 @@ def test_a_caller_s_meta_changed_after_the_document_was_made_is_not_the_document
     assert doc.meta == {"team": "sre", "tags": ["cpu"]}
     assert [p.meta for p in kb.search("cpu")] == [{"team": "sre", "tags": ["cpu"]}]
     _still_answers(loom, db_url, other)
+
+
+class _Float(float):
+    """A float subclass (numpy's float64 is one): the JSON rule lets it by, msgspec does not."""
+
+
+@pytest.mark.parametrize("value", [_Float(0.5), 10**5000], ids=["float-subclass", "huge-int"])
+def test_meta_msgspec_cannot_write_is_refused_typed(loom: Loom, value: object) -> None:
+    """Second regression review: the constructor's copy of the meta and the fingerprint of a
+    document whose meta was changed raised msgspec's bare TypeError or ValueError."""
+    with pytest.raises(InvalidDocumentError) as raised:
+        Doc(id="a.md", text="t", meta={"x": value})
+    assert raised.value.field == "meta"
+    doc = Doc(id="a.md", text="t", meta={"x": 1})
+    assert doc.meta is not None
+    doc.meta["x"] = value
+    kb = open_knowledge_base(loom, "s")
+    before = loom.log.position
+    with pytest.raises(InvalidDocumentError):
+        kb.put_doc(doc)
+    assert loom.log.position == before

@@ -148,3 +148,16 @@ def test_items_tied_across_three_rankings_keep_the_order_first_met() -> None:
         first = "A" if ranks[0] < other[0] else "B"
         broken += fused.index(first) > fused.index("B" if first == "A" else "A")
     assert broken == 0
+
+
+def test_a_floor_of_any_real_type_is_taken_as_a_float() -> None:
+    """Second regression review: numpy's floats were taken as floors before the finite check
+    and then refused by it; a real number of any type is a floor, a string is not."""
+    from fractions import Fraction
+
+    import numpy
+
+    from loom_memory.vector import _checked_floor
+
+    for floor in (numpy.float32(0.25), numpy.float64(0.25), Fraction(1, 4), 0.25):
+        assert _checked_floor(floor) == 0.25

@@ -66,14 +66,18 @@ def test_a_run_recorded_under_freeze_time_replays_identically_without_it(loom: L
     assert replayed.identical, replayed.describe()
 
 
-def test_an_offset_in_seconds_is_stored_as_before_under_freeze_time() -> None:
-    """Regression review: msgspec's decoder refuses an offset in seconds (a historical
-    local-mean-time zone, +00:19:32), so the rebuilt value failed to encode; it is stored as
-    its ISO text, as it always was."""
+def test_an_offset_in_seconds_is_stored_as_a_real_datetime_s_under_freeze_time() -> None:
+    """Regression reviews: msgspec's decoder refuses an offset in seconds (a historical
+    local-mean-time zone, +00:19:32), so a first rebuild failed to encode it, and a second
+    stored its ISO text where a real datetime is written with its offset in minutes: a
+    recording under freeze_time replayed elsewhere as changed. Both now write the same."""
     from zoneinfo import ZoneInfo
 
+    amsterdam = ZoneInfo("Europe/Amsterdam")
+    real = bytes(encode(datetime(1900, 1, 1, 12, tzinfo=amsterdam), path="v"))
     with freeze_time(MOMENT):
         from datetime import datetime as frozen_datetime
 
-        old = frozen_datetime(1900, 1, 1, 12, tzinfo=ZoneInfo("Europe/Amsterdam"))
-        assert bytes(encode(old, path="v")) == b'"1900-01-01T12:00:00+00:19:32"'
+        frozen = frozen_datetime(1900, 1, 1, 12, tzinfo=amsterdam)
+        assert type(frozen).__name__ == "FakeDatetime"
+        assert bytes(encode(frozen, path="v")) == real
