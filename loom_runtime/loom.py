@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 from uuid import UUID, uuid4
 
 import msgspec
@@ -46,6 +46,7 @@ from loom_runtime.bundle import (
 )
 from loom_runtime.context import (
     NAMED_IN_A_WARNING,
+    REFUSALS,
     AsyncFlowContext,
     DecisionSource,
     FlowContext,
@@ -68,7 +69,6 @@ from loom_runtime.errors import (
     ForkPointError,
     LabelError,
     LogCorruptError,
-    NotSerialisableError,
     RecoveryLimitError,
     UnattributedCallError,
 )
@@ -1093,12 +1093,13 @@ class Loom:
                 try:
                     ctx.end_open_decisions()  # nothing left to store if it already ran
                 finally:
-                    _warn_unattributed(execution, ctx)
+                    _warn_unattributed(execution, ctx, sealed=self._sealed(execution))
                     self._fail(execution, exc)
                 raise
-            _warn_unattributed(execution, ctx)
+            _warn_unattributed(execution, ctx, sealed=self._sealed(execution))
             if recorded:
-                _warn_never_asked(execution, recorder.never_asked(recorded))
+                never_asked = recorder.never_asked(recorded)
+                _warn_never_asked(execution, never_asked, sealed=self._sealed(execution))
             return self._complete(definition, execution, result)
 
     def _replay(
@@ -1173,7 +1174,7 @@ class Loom:
                 type=definition.output_type,
                 redactor=self.settings.redactor,
             )
-        except NotSerialisableError as exc:
+        except REFUSALS as exc:  # the codec's and the redactor's: the run's failure
             self._fail(execution, exc)
             raise
         with execution.appending:  # a thread of the flow still recording is refused after it
@@ -1246,10 +1247,19 @@ class _Call(NamedTuple):
     overrides: dict[str, msgspec.Raw] | None
 
 
-def _warn_unattributed(execution: Execution, ctx: FlowContext | AsyncFlowContext) -> None:
+_NOT_NAMED: Final = "not named: the execution is sealed"
+"""What a warning about a sealed execution says in place of its calls' or keys' names: a log
+line is beyond erasure's reach once a handler keeps it (ADR 0049, amended "log lines")."""
+
+
+def _warn_unattributed(
+    execution: Execution, ctx: FlowContext | AsyncFlowContext, *, sealed: bool
+) -> None:
     """Say which calls of a recorded kind were made without the flow's context while it ran
     (:func:`~loom_runtime.context.note_unattributed`): they are not in the recording, so its
-    replay will make them live and report :class:`UnattributedCallError`."""
+    replay will make them live and report :class:`UnattributedCallError`. Named only for a
+    clear execution: a call's name holds its URL's path, part of a sealed key had it been
+    recorded."""
     if ctx.unattributed_count:
         logger.warning(
             "execution %s: %d call(s) loom records were made from a thread or task without "
@@ -1257,14 +1267,15 @@ def _warn_unattributed(execution: Execution, ctx: FlowContext | AsyncFlowContext
             "its context: pool.submit(contextvars.copy_context().run, fn, ...)",
             execution.id,
             ctx.unattributed_count,
-            ", ".join(ctx.unattributed),
+            _NOT_NAMED if sealed else ", ".join(ctx.unattributed),
         )
 
 
-def _warn_never_asked(execution: Execution, keys: list[str]) -> None:
+def _warn_never_asked(execution: Execution, keys: list[str], *, sealed: bool) -> None:
     """Say which recorded decisions a resumed run never asked: its code changed since they
     were recorded (a key renamed), so the execution now holds two runs' decisions and its
-    replay will report them unused (ADR 0026, "changed code")."""
+    replay will report them unused (ADR 0026, "changed code"). Keys are sealed in a sealed
+    execution: only their count is said."""
     if keys:
         shown = ", ".join(map(repr, keys[:NAMED_IN_A_WARNING]))
         more = (
@@ -1272,12 +1283,11 @@ def _warn_never_asked(execution: Execution, keys: list[str]) -> None:
         )
         logger.warning(
             "execution %s was resumed by code that never asked %d of its recorded decisions "
-            "(%s%s): the code changed since they were recorded, so the execution holds two "
+            "(%s): the code changed since they were recorded, so the execution holds two "
             "runs' decisions and its replay will report them unused",
             execution.id,
             len(keys),
-            shown,
-            more,
+            _NOT_NAMED if sealed else shown + more,
         )
 
 

@@ -31,13 +31,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from loom_runtime.context import DecisionSource, Slot
+from loom_runtime.context import REFUSALS, DecisionSource, Slot
 from loom_runtime.errors import (
     ConfigurationError,
     DecisionInputChangedError,
     DecisionKindChangedError,
     MissingExtraError,
-    NotSerialisableError,
 )
 from loom_runtime.execution import Decision, Execution, printed
 from loom_runtime.http_request import urls_without_credentials
@@ -203,7 +202,7 @@ class _TracedSource:
         self._positions.pop(slot.key, None)  # computed live: its own event's, if stored
         try:
             stored = self._source.record(slot, value, type=type, meta=meta)
-        except NotSerialisableError:
+        except REFUSALS:
             # The context records the refusal as the decision's failure next: one span, ended
             # by that (a second, begun then, would say the decision twice).
             self._open[slot.key] = span

@@ -165,7 +165,21 @@ def test_a_replay_whose_flow_raises_is_an_error_span(traced: Traced, tmp_path: P
     assert root.attributes is not None and root.attributes["error.type"] == "ValueError"
 
 
-def test_a_value_the_log_refuses_is_one_error_span(traced: Traced, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        (object, "NotSerialisableError"),
+        # Erasure review of 6 December: a value the redactor refuses was two spans.
+        (
+            lambda: {"ghp_" + "b" * 36: 2, "ghp_" + "c" * 36: 3},  # keys redacting alike
+            "RedactedKeysCollideError",
+        ),
+    ],
+    ids=["unencodable", "redactor-refusal"],
+)
+def test_a_value_the_log_refuses_is_one_error_span(
+    traced: Traced, tmp_path: Path, value: Any, refusal: str
+) -> None:
     """A decision whose value the log cannot store is recorded as its failure. Its span was
     ended by the refusal and a second one begun by the failure's record: two error spans for
     one decision, the first without its log position (an attack review of the spans)."""
@@ -174,8 +188,8 @@ def test_a_value_the_log_refuses_is_one_error_span(traced: Traced, tmp_path: Pat
     @loom.flow("unstorable")
     def unstorable(ctx: Any) -> str:
         try:
-            ctx.decide("conn", lambda: object())
-        except Exception:  # NotSerialisableError: the flow goes on, the failure is recorded
+            ctx.decide("conn", value)
+        except Exception:  # the refusal: the flow goes on, the failure is recorded
             return "fallback"
         return "stored"
 
@@ -185,7 +199,7 @@ def test_a_value_the_log_refuses_is_one_error_span(traced: Traced, tmp_path: Pat
     assert [span.name for span in spans] == ["loom decide conn"]
     [span] = spans
     assert span.attributes is not None
-    assert span.attributes["error.type"] == "NotSerialisableError"
+    assert span.attributes["error.type"] == refusal
     assert "loom.log_position" in span.attributes  # the failure's own event
 
 
