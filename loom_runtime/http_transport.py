@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from operator import attrgetter, methodcaller
 from types import ModuleType
-from typing import Annotated, Any, NamedTuple, NoReturn, Protocol
+from typing import Annotated, Any, Final, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
@@ -80,9 +80,9 @@ except ImportError as exc:  # the http extra is not installed
         extra="http", missing="httpx", needed_by="recording HTTP (loom_runtime.transport)"
     ) from exc
 
-RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding", "content-length"})
-"""``set-cookie`` is a credential; the body is stored decoded, so its encoding and encoded
-length no longer describe it."""
+RESPONSE_HEADERS_NOT_STORED = frozenset({"set-cookie", "content-encoding"})
+"""``set-cookie`` is a credential; the body is stored decoded, so its encoding no longer
+describes it (nor its ``content-length``, then: :func:`stored_headers`)."""
 
 
 class BodyFailure(msgspec.Struct, frozen=True, kw_only=True):
@@ -509,15 +509,19 @@ def replayed(
     (``not_stored``), was not written by loom's recording (a tampered row or bundle): a typed
     error naming the key. Such a header is refused, not dropped: ``content-encoding`` would
     make the client inflate the recorded body (a small row, gigabytes in memory),
-    ``set-cookie`` would fill its cookie jar, ``content-length`` would contradict the body.
+    ``set-cookie`` would fill its cookie jar. A ``content-length`` is refused when it could
+    not have been recorded with the body (:func:`_length_fits`).
     """
     try:
         recorded = msgspec.convert(value, type)
     except msgspec.ValidationError as exc:
         raise RecordedValueError(key=key, expected=expected, problem=str(exc)) from exc
-    for name, _ in recorded.headers:
+    for name, header in recorded.headers:
         if name.lower() in not_stored:
             problem = f"it holds the header {name!r}, which a recording never stores"
+            raise RecordedValueError(key=key, expected=expected, problem=problem)
+        if name.lower() == "content-length" and not _length_fits(header, recorded):
+            problem = f"its content-length {header!r} does not describe the stored body"
             raise RecordedValueError(key=key, expected=expected, problem=problem)
     return Replayed(
         recorded.status,
@@ -527,6 +531,17 @@ def replayed(
         recorded.cancelled_after,
         getattr(recorded, "failed", None),  # a model response keeps none (its failure is)
     )
+
+
+def _length_fits(value: str, recorded: Any) -> bool:
+    """Whether a recorded ``content-length`` is one a recording stores: the body's length, any
+    length for no body (a HEAD request's, a 304's), at least the part stored of a body read
+    only in part (the connection cut, the caller closed it)."""
+    if not value.isdigit():
+        return False
+    stored = sum(map(len, recorded.pieces()))
+    partial = not recorded.complete or getattr(recorded, "failed", None) is not None
+    return stored == 0 or int(value) == stored or (partial and int(value) >= stored)
 
 
 class HttpProfile:
@@ -566,12 +581,18 @@ def stored_headers(
     response: httpx.Response, not_stored: frozenset[str] = RESPONSE_HEADERS_NOT_STORED
 ) -> list[tuple[str, str]]:
     """A response's headers as the caller receives them (and, with :func:`headers_to_store`,
-    as a decision stores them)."""
+    as a decision stores them). ``content-length`` is kept unless the body was encoded: the
+    stored body is then decoded and the length no longer its; left out always, a HEAD
+    request's or a download's size was missing inside a flow only."""
+    dropped = not_stored | _ENCODED_LENGTH if "content-encoding" in response.headers else not_stored
     return [
         (name.lower(), value)
         for name, value in response.headers.multi_items()
-        if name.lower() not in not_stored
+        if name.lower() not in dropped
     ]
+
+
+_ENCODED_LENGTH: Final = frozenset({"content-length"})
 
 
 URL_HEADERS = frozenset({"location", "content-location"})

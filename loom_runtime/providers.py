@@ -47,13 +47,15 @@ from loom_runtime.redaction import Redactor
 KIND = "model"
 
 MODEL_RESPONSE_HEADERS_NOT_STORED = RESPONSE_HEADERS_NOT_STORED | {
+    "content-length",
     "transfer-encoding",
     "openai-organization",
     "openai-project",
     "anthropic-organization-id",
 }
 """Besides the ``http`` profile's: the account's organisation and project ids (they identify
-the payer, like a key does) and the framing of the body, which a replay re-frames."""
+the payer, like a key does) and the framing and length of the body, which a replay
+re-frames."""
 
 TERMINAL_EVENTS = frozenset(
     {"[DONE]", "message_stop", "response.completed", "response.incomplete", "response.failed"}
