@@ -30,6 +30,7 @@ import msgspec
 
 from loom_runtime.errors import NotSerialisableError
 from loom_runtime.redaction import Redactor
+from loom_runtime.timestamps import plain_datetime, stdlib_class
 
 T = TypeVar("T")
 
@@ -52,21 +53,17 @@ _TEXT = (str, int, float, bool, type(None))  # the scalars that are not bytes
 def enc_hook(value: object) -> object:
     """Encode subclasses msgspec refuses but whose base it knows: freezegun's FakeDatetime,
     frameworks' str subclasses (LangChain's message text), numpy's float64. They are stored
-    as their base type, which is what a replay returns: a datetime as the built-in datetime
-    it equals, which msgspec writes as it writes any (UTC as ``Z``; ``isoformat`` wrote
-    ``+00:00``, and a recording made under ``freeze_time`` replayed elsewhere as changed)."""
-    real_datetime, real_date, real_time = _REAL_TIMES
-    if isinstance(value, real_datetime):
-        return real_datetime(
-            *(value.year, value.month, value.day, value.hour, value.minute, value.second),
-            value.microsecond,
-            value.tzinfo,
-            fold=value.fold,
-        )
-    if isinstance(value, real_date):
-        return real_date(value.year, value.month, value.day)
-    if isinstance(value, real_time):
-        return real_time(
+    as their base type, which is what a replay returns: a datetime as the stdlib datetime it
+    equals (:func:`~loom_runtime.timestamps.plain_datetime`, by the class behind the subclass,
+    never a name freezegun swaps), which msgspec writes as it writes any (UTC as ``Z``;
+    ``isoformat`` wrote ``+00:00``, and a recording made under ``freeze_time`` replayed
+    elsewhere as changed)."""
+    if isinstance(value, datetime):  # checked before date, of which it is one
+        return plain_datetime(value)
+    if isinstance(value, date):
+        return stdlib_class(type(value))(value.year, value.month, value.day)
+    if isinstance(value, time):
+        return stdlib_class(type(value))(
             value.hour, value.minute, value.second, value.microsecond, value.tzinfo, fold=value.fold
         )
     if isinstance(value, str):
@@ -79,15 +76,6 @@ def enc_hook(value: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
-_REAL_TIMES: Final = (
-    type(msgspec.json.decode(b'"2000-01-01T00:00:00"', type=datetime)),
-    type(msgspec.json.decode(b'"2000-01-01"', type=date)),
-    type(msgspec.json.decode(b'"00:00:00"', type=time)),
-)
-"""The built-in ``datetime``, ``date`` and ``time`` classes, as msgspec's decoder makes them
-(it builds the C types itself): under ``freeze_time`` the names are freezegun's fakes, and a
-subclass rebuilt by one would come back to the hook. ``datetime`` before ``date``, of which
-it is one."""
 
 
 def _builtins_hook(value: object) -> object:
