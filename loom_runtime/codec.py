@@ -29,7 +29,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from loom_runtime.errors import NotSerialisableError
-from loom_runtime.redaction import Redactor
+from loom_runtime.redaction import Redactor, as_stored
 from loom_runtime.timestamps import plain_datetime, stdlib_class
 
 T = TypeVar("T")
@@ -93,16 +93,18 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     """
     deep, binary, unordered, non_finite = _inspect(value, MAX_DEPTH)
     if deep is not None:
+        where = _shown(f"{path}{deep}", redactor)
         raise NotSerialisableError(
-            f"{path}{deep} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
+            f"{where} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
             "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
-            path=f"{path}{deep}",
+            path=where,
         )
     if non_finite is not None:
+        where = _shown(f"{path}{non_finite}", redactor)
         raise NotSerialisableError(
-            f"{path}{non_finite} cannot be stored in the log: it is NaN or infinite, which JSON "
-            "has no number for (it would be stored as null); store it as a string or None",
-            path=f"{path}{non_finite}",
+            f"{where} cannot be stored in the log: it is NaN or infinite, which JSON has no "
+            "number for (it would be stored as null); store it as a string or None",
+            path=where,
         )
     if unordered:
         # A set encodes in its iteration order, which string hashes seed per process: a
@@ -113,13 +115,13 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
         try:
             value = _sets_by_json(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise _not_serialisable(value, path, exc) from exc
+            raise _not_serialisable(value, path, exc, redactor) from exc
     if redactor is not None and binary:
         value = _binary_redacted(value, path=path, redactor=redactor)
     try:
         data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise _not_serialisable(value, path, exc) from exc
+        raise _not_serialisable(value, path, exc, redactor) from exc
     if redactor is None:
         return msgspec.Raw(data)
     try:
@@ -191,15 +193,26 @@ def _omitted_defaults(value: object, names: Iterable[str]) -> list[str]:
     return [name for name in names if encoded.get(name, name) not in present]
 
 
-def _not_serialisable(value: object, path: str, exc: Exception) -> NotSerialisableError:
+def _not_serialisable(
+    value: object, path: str, exc: Exception, redactor: Redactor | None = None
+) -> NotSerialisableError:
     """The error naming the field of ``value`` msgspec could not encode."""
     bad_path, bad_value = _find_unencodable(value, path)
+    where = _shown(bad_path, redactor)
     return NotSerialisableError(
-        f"{bad_path} cannot be stored in the log: {type(bad_value).__name__} is not "
-        f"msgspec-serialisable ({exc}). Pass plain data (str, int, float, bool, None, "
-        "list, dict with str keys, datetime, msgspec.Struct) or convert it first.",
-        path=bad_path,
+        f"{where} cannot be stored in the log: {type(bad_value).__name__} is not "
+        f"msgspec-serialisable ({_shown(str(exc), redactor)}). Pass plain data (str, int, "
+        "float, bool, None, list, dict with str keys, datetime, msgspec.Struct) or convert it "
+        "first.",
+        path=where,
     )
+
+
+def _shown(text: str, redactor: Redactor | None) -> str:
+    """A refusal's path (built from the value's own keys) or reason as the log would store
+    it: a secret held in a key is redacted in the error the flow sees, as in the failure
+    stored for its replay, so both read the same."""
+    return text if redactor is None else as_stored(redactor, text, path="refusal")
 
 
 def encodes_to(value: object, raw: msgspec.Raw) -> bool:

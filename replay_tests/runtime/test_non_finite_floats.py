@@ -96,3 +96,14 @@ def test_a_replay_asking_with_nan_where_none_was_recorded_diverges(db_url: str) 
         inputs[0] = math.nan
         result = loom.replay(run.execution_id)
     assert not result.identical
+
+
+def test_a_refusal_s_path_through_a_secret_key_is_redacted_as_the_log_stores_it() -> None:
+    """Erasure review of 6 December: the path of a refused value is built from the value's
+    own keys, and the live error quoted a secret held in one, while the failure stored for a
+    replay is redacted: the flow saw one message live and another replayed."""
+    token = "ghp_" + "a" * 36
+    for value in ({"x": {token: math.nan}}, {token: [[object()]]}):
+        with pytest.raises(NotSerialisableError) as raised:
+            encode(value, path="v", redactor=Redactor())
+        assert token not in str(raised.value) and token not in raised.value.path
