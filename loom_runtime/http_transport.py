@@ -509,23 +509,23 @@ def replayed(
     (``not_stored``), was not written by loom's recording (a tampered row or bundle): a typed
     error naming the key. Such a header is refused, not dropped: ``content-encoding`` would
     make the client inflate the recorded body (a small row, gigabytes in memory),
-    ``set-cookie`` would fill its cookie jar. A ``content-length`` is refused when it could
-    not have been recorded with the body (:func:`_length_fits`).
+    ``set-cookie`` would fill its cookie jar. A ``content-length`` is handed back as the
+    stored body's length (:func:`_replayed_length`).
     """
     try:
         recorded = msgspec.convert(value, type)
     except msgspec.ValidationError as exc:
         raise RecordedValueError(key=key, expected=expected, problem=str(exc)) from exc
-    for name, header in recorded.headers:
+    headers = list(recorded.headers)
+    for index, (name, header) in enumerate(headers):
         if name.lower() in not_stored:
             problem = f"it holds the header {name!r}, which a recording never stores"
             raise RecordedValueError(key=key, expected=expected, problem=problem)
-        if name.lower() == "content-length" and not _length_fits(header, recorded):
-            problem = f"its content-length {header!r} does not describe the stored body"
-            raise RecordedValueError(key=key, expected=expected, problem=problem)
+        if name.lower() == "content-length":
+            headers[index] = (name, _replayed_length(key, expected, header, recorded))
     return Replayed(
         recorded.status,
-        recorded.headers,
+        headers,
         recorded.pieces(),
         recorded.complete,
         recorded.cancelled_after,
@@ -533,15 +533,17 @@ def replayed(
     )
 
 
-def _length_fits(value: str, recorded: Any) -> bool:
-    """Whether a recorded ``content-length`` is one a recording stores: the body's length, any
-    length for no body (a HEAD request's, a 304's), at least the part stored of a body read
-    only in part (the connection cut, the caller closed it)."""
+def _replayed_length(key: str, expected: str, value: str, recorded: Any) -> str:
+    """A recorded ``content-length`` as a replay hands it back: the stored body's length for a
+    whole body (the redactor may have made it shorter or longer than the one the server
+    measured, so a recording holds the server's), as recorded for none (a HEAD's, a 304's)
+    or a body read only in part. One that is no number was not recorded: refused."""
     if not value.isdigit():
-        return False
+        problem = f"its content-length {value!r} is no length"
+        raise RecordedValueError(key=key, expected=expected, problem=problem)
     stored = sum(map(len, recorded.pieces()))
     partial = not recorded.complete or getattr(recorded, "failed", None) is not None
-    return stored == 0 or int(value) == stored or (partial and int(value) >= stored)
+    return value if stored == 0 or partial else str(stored)
 
 
 class HttpProfile:
