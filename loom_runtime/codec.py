@@ -93,18 +93,18 @@ def encode(value: object, *, path: str, redactor: Redactor | None = None) -> msg
     """
     deep, binary, unordered, non_finite = _inspect(value, MAX_DEPTH)
     if deep is not None:
-        where = _shown(f"{path}{deep}", redactor)
-        raise NotSerialisableError(
-            f"{where} cannot be stored in the log: it nests more than {MAX_DEPTH} levels "
-            "deep (loom_runtime.codec.MAX_DEPTH); flatten the value or store it as a string",
-            path=where,
+        raise _refused(
+            f"{path}{deep}",
+            f"it nests more than {MAX_DEPTH} levels deep (loom_runtime.codec.MAX_DEPTH); "
+            "flatten the value or store it as a string",
+            redactor,
         )
     if non_finite is not None:
-        where = _shown(f"{path}{non_finite}", redactor)
-        raise NotSerialisableError(
-            f"{where} cannot be stored in the log: it is NaN or infinite, which JSON has no "
-            "number for (it would be stored as null); store it as a string or None",
-            path=where,
+        raise _refused(
+            f"{path}{non_finite}",
+            "it is NaN or infinite, which JSON has no number for (it would be stored as null); "
+            "store it as a string or None",
+            redactor,
         )
     if unordered:
         # A set encodes in its iteration order, which string hashes seed per process: a
@@ -198,14 +198,19 @@ def _not_serialisable(
 ) -> NotSerialisableError:
     """The error naming the field of ``value`` msgspec could not encode."""
     bad_path, bad_value = _find_unencodable(value, path)
-    where = _shown(bad_path, redactor)
-    return NotSerialisableError(
-        f"{where} cannot be stored in the log: {type(bad_value).__name__} is not "
-        f"msgspec-serialisable ({_shown(str(exc), redactor)}). Pass plain data (str, int, "
-        "float, bool, None, list, dict with str keys, datetime, msgspec.Struct) or convert it "
-        "first.",
-        path=where,
+    return _refused(
+        bad_path,
+        f"{type(bad_value).__name__} is not msgspec-serialisable ({_shown(str(exc), redactor)})."
+        " Pass plain data (str, int, float, bool, None, list, dict with str keys, datetime, "
+        "msgspec.Struct) or convert it first.",
+        redactor,
     )
+
+
+def _refused(where: str, why: str, redactor: Redactor | None) -> NotSerialisableError:
+    """The refusal of the value at ``where``, named as the log would store the name."""
+    shown = _shown(where, redactor)
+    return NotSerialisableError(f"{shown} cannot be stored in the log: {why}", path=shown)
 
 
 def _shown(text: str, redactor: Redactor | None) -> str:
