@@ -1341,7 +1341,7 @@ a flow that catches it replays, and resumes, as it ran (ADR 0026, amended "refus
 
 def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Exception]:
     """How a recorded refusal of ``cls`` is rebuilt: its constructor takes the pattern and
-    path, which are not recorded, not the message."""
+    path, not the message, which names both (:meth:`SecretRefusedError.replayed`)."""
     return lambda decision: cls.replayed(decision.message or "")
 
 
