@@ -77,17 +77,23 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
                 f"text {index}, but declares dimension {embedder.dimension}: fix the declared "
                 "dimension (it is part of the index) or the model"
             )
-        if not all(map(math.isfinite, floats)):
+        problem = values_problem(floats)
+        if problem is not None:
             raise EmbedderError(
-                f"embedder {embedder.model!r} returned a non-finite value for text {index}"
-            )
-        if max(map(abs, floats), default=0.0) > FLOAT32_MAX:  # stored as float32
-            raise EmbedderError(
-                f"embedder {embedder.model!r} returned a value past float32's range (about "
-                f"3.4e38) for text {index}: vectors are stored as float32"
+                f"embedder {embedder.model!r} returned a vector for text {index} that {problem}"
             )
         checked.append(floats)
     return checked
+
+
+def values_problem(floats: Sequence[float]) -> str | None:
+    """What keeps ``floats`` from being stored as a vector, or None: the one rule for an
+    embedder's answers and a query vector alike (a query is compared with stored ones)."""
+    if not all(map(math.isfinite, floats)):  # a NaN score passes no floor: "nothing found"
+        return "holds a non-finite value (NaN or infinity)"
+    if max(map(abs, floats), default=0.0) > FLOAT32_MAX:
+        return "holds a value past float32's range (about 3.4e38), as which vectors are stored"
+    return None
 
 
 def _check_dimension(dimension: object) -> int:

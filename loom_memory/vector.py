@@ -36,7 +36,6 @@ calls the model, and a missing one is an error, not a call.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,7 +53,7 @@ from sqlalchemy import (
     select,
 )
 
-from loom_memory.embedder import FLOAT32_MAX, Embedder, checked_vectors
+from loom_memory.embedder import Embedder, checked_vectors, values_problem
 from loom_memory.embedding_table import EmbeddingTable, embedding_texts, text_digest, unit_vector
 from loom_memory.entry import MemoryEntry, encode_entries
 from loom_memory.erasure import text_key
@@ -302,16 +301,11 @@ class VectorSqlStore(SqlMemoryStore):
                 f"{self.embedder.dimension}",
                 parameter="vector",
             )
-        if not all(map(math.isfinite, query)):  # NaN scores pass no floor: "nothing found"
+        problem = values_problem(query)
+        if problem is not None:
             raise InvalidArgumentError(
-                "vector holds a value that is not finite (NaN or infinity): a query vector is "
-                "a stored embedding's kind, and those are refused the same way",
-                parameter="vector",
-            )
-        if max(map(abs, query)) > FLOAT32_MAX:
-            raise InvalidArgumentError(
-                "vector holds a value past float32's range (about 3.4e38): a query vector is "
-                "a stored embedding's kind, and those are refused the same way",
+                f"vector {problem}: a query vector is a stored embedding's kind, and those are "
+                "refused the same way",
                 parameter="vector",
             )
         found = self._ranked(key, query, limit, conn=conn, where=where, floor=min_score)
