@@ -63,6 +63,10 @@ def render_text(report: Audit) -> str:
                 lines.append(f"  {message.role:>6} {label:<40} {shown}")
                 asked_for = message.tool_calls or ()
                 lines += [f"         asks {_call_text(asked)}" for asked in asked_for]
+        else:
+            lines.append(f"  input: {flat(call.raw_input)}")
+        if call.answer is None and call.error is None:
+            lines.append(f"  returned: {flat(returned(call))}")
         if call.answer is not None:
             if call.answer.text or not call.answer.tool_calls:
                 lines.append(f"  answer: {flat(call.answer.text, 100)}")
@@ -132,6 +136,51 @@ def flat(value: object, width: int = 200) -> str:
     text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
     single = visible(" ".join(text.split()), one_line=True)
     return single if len(single) <= width else single[: width - 1] + "…"
+
+
+def returned(call: AuditedModelCall) -> object:
+    """What a model call that is no loom ``Answer`` returned, for a reader: a wrapped client's
+    stored reply (status, headers, body) as the text its message holds, when it has the shape
+    of an OpenAI chat completion, a Responses API response or an Anthropic message (a
+    stream's assembled one alike); any other reply or value as recorded."""
+    try:
+        value = msgspec.json.decode(call.raw_output)
+    except msgspec.DecodeError:  # "(none)": nothing was stored
+        return call.raw_output
+    if isinstance(value, dict) and "status" in value and "headers" in value:
+        value = next((value[part] for part in _REPLY_PARTS if value.get(part) is not None), None)
+    text = _message_text(value)
+    return value if text is None else text
+
+
+_REPLY_PARTS = ("final", "body", "text")
+"""Where a stored provider reply keeps its message (``loom_runtime.providers.ModelResponse``):
+a stream's assembled one, a JSON body, a body that is no JSON."""
+
+
+def _message_text(reply: object) -> str | None:
+    """The text of a provider reply's message(s), or None when it has none of the known
+    shapes (a tool call only, an embedding): the reply is then shown as it is."""
+    if not isinstance(reply, dict):
+        return None
+    pieces: list[object] = []
+    for choice in _items(reply.get("choices")):  # OpenAI chat completion
+        pieces.append(_field(choice.get("message"), "content"))
+    for item in _items(reply.get("output")):  # OpenAI Responses
+        pieces += [_field(part, "text") for part in _items(item.get("content"))]
+    if reply.get("type") == "message":  # Anthropic
+        pieces += [_field(block, "text") for block in _items(reply.get("content"))]
+    texts = [piece for piece in pieces if isinstance(piece, str)]
+    return "\n".join(texts) if texts else None
+
+
+def _items(value: object) -> list[dict[str, object]]:
+    """The objects of a reply's list (anything else in it, or no list, is skipped)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _field(value: object, name: str) -> object:
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def _message_label(message: Message) -> str:
@@ -290,6 +339,10 @@ def _model_card(call: AuditedModelCall) -> str:
             f"<div class='msg'><span class='role'>{_h(message.role)}</span>{label}{content}</div>"
         )
         body += [_call_html(asked) for asked in message.tool_calls or ()]
+    if call.answer is None and call.error is None:
+        shown = returned(call)
+        text = shown if isinstance(shown, str) else msgspec.json.format(msgspec.json.encode(shown))
+        body.append(f"<p><b>Returned:</b></p><pre>{_h(text)}</pre>")
     if call.answer is not None:
         if call.answer.text or not call.answer.tool_calls:
             body.append(f"<p><b>Answer:</b> {_h(call.answer.text)}</p>")
