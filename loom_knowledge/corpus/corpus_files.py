@@ -27,6 +27,7 @@ never saw.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import stat
@@ -37,6 +38,8 @@ import msgspec
 
 from loom_knowledge.domain.types import Doc
 from loom_knowledge.errors import InvalidDocumentError, InvalidOptionError
+
+logger = logging.getLogger("loom.knowledge")
 
 SUFFIXES = (".md", ".txt")
 """The file types read as documents; anything else in the directory is ignored."""
@@ -281,7 +284,36 @@ def load_docs(
     follow_external_links: bool = False,
     max_file_bytes: int = MAX_FILE_BYTES,
 ) -> list[Doc]:
-    """The documents of :func:`scan_docs` (links out of the root are not followed)."""
-    return scan_docs(
+    """The documents of :func:`scan_docs`, each link it skipped a warning on the
+    ``loom.knowledge`` logger.
+
+    Warned, not just dropped: ``kb.sync(load_docs(folder))`` removes from the corpus a
+    document whose file became a link out of the folder (a runbook moved to a shared checkout
+    and linked back), which the folder still seems to hold. :func:`scan_docs` lists them.
+    """
+    scan = scan_docs(
         directory, follow_external_links=follow_external_links, max_file_bytes=max_file_bytes
-    ).docs
+    )
+    for link in scan.skipped:
+        logger.warning(
+            "skipped link %r: it points %s",
+            link,
+            skipped_because(
+                directory,
+                follow_external_links=follow_external_links,
+                to_follow="follow_external_links=True",
+            ),
+        )
+    return scan.docs
+
+
+def skipped_because(directory: object, *, follow_external_links: bool, to_follow: str) -> str:
+    """Where a link :func:`scan_docs` skipped may point (its walk does not say which rule
+    fired), ending with how to follow links out of ``directory`` (``to_follow``) when
+    they were not followed."""
+    if follow_external_links:  # only a hidden target or none is left to skip
+        return "to a hidden file or folder (never read), or nowhere"
+    return (
+        f"outside {directory}, to a hidden file or folder, or nowhere "
+        f"({to_follow} to read links out of it)"
+    )

@@ -18,7 +18,7 @@ import msgspec
 import typer
 from rich.table import Table
 
-from loom_knowledge.corpus.corpus_files import MAX_FILE_BYTES, scan_docs
+from loom_knowledge.corpus.corpus_files import MAX_FILE_BYTES, scan_docs, skipped_because
 from loom_knowledge.corpus.retrieval import MODES, Mode
 from loom_knowledge.errors import (
     InvalidOptionError,
@@ -212,14 +212,10 @@ def sync_command(
     except KnowledgeError as exc:
         fail(str(exc), code=ExitCode.USAGE)
     docs = scan.docs
+    why = skipped_because(
+        directory, follow_external_links=follow_external_links, to_follow="--follow-external-links"
+    )
     for skipped in scan.skipped:
-        if follow_external_links:  # only a hidden target or none is left to skip
-            why = "to a hidden file or folder (never read), or nowhere"
-        else:
-            why = (
-                f"outside {directory}, to a hidden file or folder, or nowhere "
-                "(--follow-external-links to read links out of it)"
-            )
         warn(f"skipped link {visible(skipped, one_line=True)}: it points {why}")
     with (
         open_loom(db, create=apply) as loom,  # the dry run only reads

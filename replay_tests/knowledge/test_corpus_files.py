@@ -153,6 +153,24 @@ def test_links_out_of_the_folder_are_not_followed(linked_folder: Path) -> None:
     assert [doc.id for doc in load_docs(linked_folder)] == ["alias.md", "guides/a.md"]
 
 
+def test_load_docs_warns_of_each_link_it_skips(
+    linked_folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``kb.sync(load_docs(folder))`` is what the README teaches; a link it skipped silently
+    (a runbook moved to a shared checkout and linked back) was removed from the corpus by
+    the next sync with no word, where ``loom knowledge sync`` warned (newcomer review). Each
+    one is a warning on the ``loom.knowledge`` logger now, worded as the CLI's."""
+    (linked_folder / "odd\x1b[2Jname.md").symlink_to(linked_folder.parent / "outside" / "x.md")
+    with caplog.at_level("WARNING", logger="loom.knowledge"):
+        load_docs(linked_folder)
+    warned = [record.getMessage() for record in caplog.records]
+    assert len(warned) == 4, warned
+    assert warned[0].startswith("skipped link 'etc': it points outside ")
+    assert "--follow-external-links" not in warned[0]
+    assert "follow_external_links=True" in warned[0]
+    assert "\x1b" not in "".join(warned)  # a file name cannot drive the terminal
+
+
 def test_links_out_of_the_folder_are_followed_only_when_asked(linked_folder: Path) -> None:
     """follow_external_links=True reads them (a docs folder linking a shared checkout)."""
     ids = [doc.id for doc in scan_docs(linked_folder, follow_external_links=True).docs]
