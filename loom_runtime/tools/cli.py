@@ -63,7 +63,7 @@ from loom_runtime.errors import (
     cause_of,
 )
 from loom_runtime.flow import load_flows
-from loom_runtime.tools.display import describe_meta, lineage_lines, visible
+from loom_runtime.tools.display import describe_meta, full_date, lineage_lines, visible
 from loom_runtime.tools.readable_help import LoomTyper, ReadableGroup
 
 if TYPE_CHECKING:
@@ -618,7 +618,7 @@ def executions_list(
         cells: list[str | Text] = [
             str(summary.execution_id),
             summary.status,
-            summary.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            full_date(summary.started_at),
             inert(summary.flow, one_line=True),
         ]
         if forks:

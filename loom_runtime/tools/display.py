@@ -16,6 +16,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 from loom_runtime.labels import NO_LABELS, Labels
 
@@ -55,6 +56,13 @@ def visible(text: str, *, one_line: bool = False) -> str:
     """
     pattern = _ONE_LINE if one_line else _MULTI_LINE
     return pattern.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)
+
+
+def full_date(moment: datetime) -> str:
+    """``moment`` as every command dates (docs/cli.md): the full date and time in UTC, to the
+    second. A time stored without a zone (an import from a writer that kept none) is UTC."""
+    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return aware.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def identifier(text: str) -> str:

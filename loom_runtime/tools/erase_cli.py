@@ -39,6 +39,7 @@ from loom_runtime.tools.cli import (
     print_json,
     warn,
 )
+from loom_runtime.tools.display import full_date
 
 if TYPE_CHECKING:
     from loom_runtime.erasure import ErasureReport
@@ -337,7 +338,7 @@ def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: b
             inert(
                 f"execution {execution_id}: erased by the forget event at log position "
                 f"{entry.position} "
-                f"({entry.at.isoformat()}) by {entry.by}: {entry.reason}"
+                f"({full_date(entry.at)} UTC) by {entry.by}: {entry.reason}"
             )
         )
         console.print(

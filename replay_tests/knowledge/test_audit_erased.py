@@ -4,6 +4,7 @@ when, why and where the forget event is, never the content; exit 1, as for a rep
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,8 @@ def test_audit_of_an_erased_execution_shows_the_forget_entry(
     assert "by dpo@example.com" in result.stdout
     assert "art. 17 request" in result.stdout
     assert "SECRET-NOTE" not in result.output
+    # dated as every command dates (docs/cli.md): the full date in UTC, not an ISO stamp
+    assert re.search(r"\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\) by dpo@", result.stdout)
 
 
 def test_audit_json_of_an_erased_execution_is_the_forget_entry(
