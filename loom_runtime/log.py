@@ -377,6 +377,12 @@ class LogSettings:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
+        if url is not None and not url.strip():  # `--db "$UNSET"`: never the default's file
+            raise ConfigurationError(
+                "the database URL is empty: give sqlite:///path/to/loom.db or "
+                "postgresql+psycopg://user:password@host:port/dbname (or leave it out for "
+                "LOOM_DB_URL, else ./loom.db)"
+            )
         raw = url or os.environ.get("LOOM_DB_URL") or DEFAULT_URL
         try:
             self.url: URL = make_url(raw)

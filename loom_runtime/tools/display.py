@@ -16,9 +16,10 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from loom_runtime.labels import NO_LABELS, Labels
+from loom_runtime.timestamps import as_utc
 
 _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f"
 """C0 controls except tab and newline, DEL, C1 controls: what a terminal obeys."""
@@ -60,9 +61,8 @@ def visible(text: str, *, one_line: bool = False) -> str:
 
 def full_date(moment: datetime) -> str:
     """``moment`` as every command dates (docs/cli.md): the full date and time in UTC, to the
-    second. A time stored without a zone (an import from a writer that kept none) is UTC."""
-    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    return aware.strftime("%Y-%m-%d %H:%M:%S")
+    second (:func:`~loom_runtime.timestamps.as_utc`: a time stored without a zone is UTC)."""
+    return as_utc(moment).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def identifier(text: str) -> str:

@@ -159,6 +159,24 @@ def test_bad_urls_and_options_are_configuration_errors(tmp_path: Any) -> None:
         Loom(f"sqlite:///{tmp_path}/x.db", persistence="redis")  # type: ignore[arg-type]
 
 
+def test_an_empty_url_is_refused_not_read_as_the_default(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--db "$LOOM_DB_URL"`` with the variable unset passes ``""``: it opened ./loom.db,
+    so a script read (or wrote) the wrong database without a word (newcomer review). Only
+    None, the argument not given, means "LOOM_DB_URL, else ./loom.db"."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.tools.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="empty"):
+        Loom("")
+    result = CliRunner().invoke(app, ["run", "f", "--db", ""])
+    assert result.exit_code == 2 and "empty" in result.output
+    assert not (tmp_path / "loom.db").exists()
+
+
 @pytest.mark.parametrize(
     ("url", "meant"),
     [
