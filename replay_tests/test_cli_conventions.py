@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -421,6 +422,29 @@ def test_a_read_only_command_never_creates_a_database(
     assert "no loom database at" in result.stderr
     assert str(tmp_path / ("loom.db" if default else "typo.db")) in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", ["another application's", "empty"])
+@pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
+def test_a_read_only_command_never_writes_into_a_database_that_is_not_loom_s(
+    tmp_path: Path, args: list[str], content: str
+) -> None:
+    """An existing SQLite file with no loom log in it (another application's, or empty) had
+    loom's tables written into it by `verify`, which then said "ok: 0 events verified": the
+    wrong --db was changed and passed (integrity review). Refused, exit 2, the file as it was."""
+    path = tmp_path / "app.db"
+    if content == "empty":
+        path.touch()
+    else:
+        with sqlite3.connect(path) as connection:
+            connection.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        connection.close()
+    before = path.read_bytes()
+    result = _invoke(*args, "--db", f"sqlite:///{path}")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "no loom log in" in result.stderr
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
 
 
 def test_replaying_a_missing_file_says_file_not_found(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ class _NotRead:
 _NOT_READ = _NotRead()
 """What a read on the held connection returns when it read nothing: the pool reads instead."""
 
+EVENTS_TABLE = "stored_events"
+"""The events table of the built-in SQLite log (eventsourcing's name for it)."""
+
 DECISION_TOPIC = "loom.execution.DecisionRecorded"
 """The topic of most rows a stream read returns (an execution's decisions, whose class
 declares this very text): the read has SQLite send the integer 0 in its place, and one str
@@ -144,7 +147,7 @@ class _HeldTransaction(SQLiteTransaction):
 class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
     """``eventsourcing.sqlite``'s application recorder, plus the chain row per event."""
 
-    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = EVENTS_TABLE):
         # Set before the base constructor, which builds the create-table statements.
         self.chain = ChainTable.for_sqlite(events_table_name)
         super().__init__(datastore, events_table_name)

@@ -224,6 +224,12 @@ def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> L
             "`loom run`, `loom import` or `loom knowledge sync --apply` creates one)",
             code=ExitCode.USAGE,
         )
+    if loom.settings.is_sqlite and not create and not _holds_a_log(path):
+        fail(
+            f"no loom log in {path.absolute()}: it is another application's database, or "
+            "empty (check the --db path)",
+            code=ExitCode.USAGE,
+        )
     if loom.encrypted and (not loom.settings.is_sqlite or path.is_file()):
         # A wrong master key is refused here, before the command runs (a database not yet
         # created has no key to be wrong about, and is not created by this check).
@@ -232,6 +238,32 @@ def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> L
         except LoomError as exc:
             fail(str(exc), code=ExitCode.USAGE)
     return loom
+
+
+def _holds_a_log(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` holds a loom log (its events table or its chain
+    table: `verify` reports either one gone), read without writing: opening the log creates
+    its tables, so a read-only command pointed at another application's database would add
+    them and then report on an empty log."""
+    import sqlite3
+
+    from loom_runtime.storage.chain import CHAIN_TABLE
+    from loom_runtime.storage.sqlite import EVENTS_TABLE
+
+    try:
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        found = connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+            (EVENTS_TABLE, CHAIN_TABLE),
+        ).fetchone()
+    except sqlite3.Error:  # not a database at all
+        return False
+    finally:
+        connection.close()
+    return found is not None
 
 
 def master_key() -> MasterKey | None:
