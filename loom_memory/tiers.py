@@ -121,7 +121,13 @@ def utc_now() -> datetime:
 
 
 class TieredMemory:
-    """Named tiers over one :class:`~loom_memory.store.MemoryStore`."""
+    """Named tiers over one :class:`~loom_memory.store.MemoryStore`.
+
+    By default (:data:`DEFAULT_TIERS`): ``working`` keeps a scope's last 50 entries for an
+    hour, ``episodic`` its last 1,000 for 30 days, ``semantic`` and ``procedural`` keep
+    everything. Expiry and trimming happen when a scope is read or remembered into (the module
+    docstring says why a search never writes back); relevance recall needs ``decide``.
+    """
 
     def __init__(
         self,
