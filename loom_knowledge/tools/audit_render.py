@@ -341,7 +341,11 @@ def _model_card(call: AuditedModelCall) -> str:
         body += [_call_html(asked) for asked in message.tool_calls or ()]
     if call.answer is None and call.error is None:
         shown = returned(call)
-        text = shown if isinstance(shown, str) else msgspec.json.format(msgspec.json.encode(shown))
+        text = (
+            shown
+            if isinstance(shown, str)
+            else msgspec.json.format(msgspec.json.encode(shown)).decode()
+        )
         body.append(f"<p><b>Returned:</b></p><pre>{_h(text)}</pre>")
     if call.answer is not None:
         if call.answer.text or not call.answer.tool_calls:
