@@ -11,6 +11,12 @@ what it answered must come from the log on replay, with the server gone (ADR 002
 * ``await session.read_resource(uri)`` a decision of kind ``"resource"``, key
   ``resource:mcp:<scheme>://<host><path>`` (never the query string or userinfo, which may
   hold credentials), input ``{"uri"}``;
+* ``await session.get_prompt(name, arguments)`` a decision of kind ``"prompt"``, key
+  ``prompt:mcp:<name>``, input ``{"name", "arguments"}`` (plus the options, as a tool call);
+* ``await session.list_tools()``, ``list_resources()``, ``list_resource_templates()`` and
+  ``list_prompts()`` a decision of kind ``"list"``, key ``list:mcp:tools`` (``resources``,
+  ``resource_templates``, ``prompts``), input the ``params`` given (``{"cursor"}``), or
+  ``{}``: what a server offers is what the model is offered, an answer like any other;
 
 each valued ``{"type": <result class>, "result": <its JSON>}`` (``model_dump(mode="json",
 by_alias=True)``: the protocol's own field names, so an audit reads what the server sent) and
@@ -24,8 +30,8 @@ as credentials and a resource URI's userinfo and signing parameters are stored a
 transport stores them (:func:`~loom_runtime.http_request.without_credentials`,
 :func:`~loom_runtime.http_request.url_without_credentials`). Timeouts and
 progress callbacks are not part of the question and are not recorded; a replay calls none.
-Everything else (``list_tools``, ``initialize``, ``async with``) goes to the session as is,
-and outside a flow so do these two.
+Everything else (``initialize``, ``send_ping``, ``async with``) goes to the session as is,
+and outside a flow so do these.
 
 The recorded type name and JSON are untrusted input (a bundle): only the result types this
 module records are rebuilt, and JSON the installed SDK no longer validates is a
@@ -62,6 +68,11 @@ except ImportError as exc:  # the mcp extra is not installed
 _RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
     mcp_types.CallToolResult,
     mcp_types.ReadResourceResult,
+    mcp_types.GetPromptResult,
+    mcp_types.ListToolsResult,
+    mcp_types.ListResourcesResult,
+    mcp_types.ListResourceTemplatesResult,
+    mcp_types.ListPromptsResult,
     getattr(mcp_types, "InputRequiredResult", None),  # asked for with allow_input_required (mcp 2)
 )
 RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
@@ -76,8 +87,13 @@ SERVER_ERROR: Final = "MCPError"
 """The recorded type of an error the server answered with (its JSON is the ``ErrorData``)."""
 
 REQUEST_OPTIONS: Final = ("meta", "input_responses", "request_state")
-"""Keyword arguments of ``call_tool``/``read_resource`` that change what is asked, so they
-are part of the recorded input when given."""
+"""Keyword arguments of ``call_tool``/``read_resource``/``get_prompt`` that change what is
+asked, so they are part of the recorded input when given."""
+
+LISTING: Final = "list"
+"""The kind of a recorded ``list_tools``/``list_resources``/``list_resource_templates``/
+``list_prompts`` (key ``list:mcp:<what>``): not ``tool``, whose decisions are tool calls
+(traced as ``execute_tool``) and whose keys a tool named ``tools`` could take."""
 
 
 class _Recorded(msgspec.Struct, frozen=True):
@@ -88,7 +104,8 @@ class _Recorded(msgspec.Struct, frozen=True):
 
 
 class RecordedSession:
-    """An MCP ``ClientSession`` whose ``call_tool`` and ``read_resource`` are recorded in flows.
+    """An MCP ``ClientSession`` whose tool calls, resource reads, prompts and listings are
+    recorded in flows.
 
     Every other attribute is the wrapped session's own; :attr:`session` is the session.
     """
@@ -110,19 +127,31 @@ class RecordedSession:
         self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
     ) -> Any:
         """``session.call_tool``, recorded as ``tool:mcp:<name>`` inside a flow."""
-        # Credential-named arguments stored marked, as an HTTP body's fields are: the server
-        # gets them as given (ADR 0028, amended "credentials").
-        asked = {
-            "name": name,
-            "arguments": without_credentials(arguments or {}),
-            **_options(kwargs),
-        }
-        return await _decide(
-            f"tool:mcp:{name}",
-            "tool",
-            asked,
-            lambda: self.session.call_tool(name, arguments, *args, **kwargs),
-        )
+        return await _named(self.session, "call_tool", "tool", name, arguments, args, kwargs)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, str] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``session.get_prompt``, recorded as ``prompt:mcp:<name>`` inside a flow: the
+        messages a server's prompt gives are put before the model as a tool's result is."""
+        return await _named(self.session, "get_prompt", "prompt", name, arguments, args, kwargs)
+
+    async def list_tools(self, **kwargs: Any) -> Any:
+        """``session.list_tools``, recorded as ``list:mcp:tools`` inside a flow: the tools
+        offered to the model on replay are those the server offered live."""
+        return await _listing(self.session, "tools", kwargs)
+
+    async def list_resources(self, **kwargs: Any) -> Any:
+        """``session.list_resources``, recorded as ``list:mcp:resources`` inside a flow."""
+        return await _listing(self.session, "resources", kwargs)
+
+    async def list_resource_templates(self, **kwargs: Any) -> Any:
+        """``session.list_resource_templates``, recorded as ``list:mcp:resource_templates``."""
+        return await _listing(self.session, "resource_templates", kwargs)
+
+    async def list_prompts(self, **kwargs: Any) -> Any:
+        """``session.list_prompts``, recorded as ``list:mcp:prompts`` inside a flow."""
+        return await _listing(self.session, "prompts", kwargs)
 
     async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
         """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
@@ -150,6 +179,42 @@ def resource_name(uri: str) -> str:
         return url_without_credentials(uri).partition("#")[0].partition("?")[0]
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+async def _named(
+    session: ClientSession,
+    method: str,
+    kind: str,
+    name: str,
+    arguments: dict[str, Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``session.<method>(name, arguments, ...)``, a call of a named tool or prompt
+    (``call_tool``, ``get_prompt``), recorded as ``<kind>:mcp:<name>``. The session is asked
+    only when the call is made: a replay's may be a closed one, or none."""
+    # Credential-named arguments stored marked, as an HTTP body's fields are: the server
+    # gets them as given (ADR 0028, amended "credentials").
+    asked = {"name": name, "arguments": without_credentials(arguments or {}), **_options(kwargs)}
+    return await _decide(
+        f"{kind}:mcp:{name}",
+        kind,
+        asked,
+        lambda: getattr(session, method)(name, arguments, *args, **kwargs),
+    )
+
+
+async def _listing(session: ClientSession, what: str, kwargs: dict[str, Any]) -> Any:
+    """``session.list_<what>(...)``, a listing of what the server offers, recorded as
+    ``list:mcp:<what>``; asked with its ``params`` (a page's ``cursor``, a ``_meta``) as
+    given, without None fields and credentials, and the request options."""
+    params = pydantic_core.to_jsonable_python(
+        kwargs.get("params"), by_alias=True, exclude_none=True
+    )
+    asked = {**without_credentials(params or {}), **_options(kwargs)}
+    return await _decide(
+        f"{LISTING}:mcp:{what}", LISTING, asked, lambda: getattr(session, f"list_{what}")(**kwargs)
+    )
 
 
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:

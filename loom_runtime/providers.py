@@ -43,6 +43,7 @@ from loom_runtime.http_transport import (
     stored_headers,
 )
 from loom_runtime.redaction import Redactor
+from loom_runtime.storable import is_unicode
 
 KIND = "model"
 
@@ -111,9 +112,12 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     page), ``data`` (bytes that are not UTF-8, e.g. audio) and ``events`` (a stream) holds the
     body. For a stream, ``final`` is the message its events assemble to (OpenAI: the deltas
     accumulated, tool calls included; Responses: the last response snapshot; Anthropic: the
-    final ``Message``), and ``complete`` is false when the caller closed it before its last
-    event: ``events`` are then what the caller consumed. ``cancelled_after`` is set when the
-    flow cancelled the read while it waited for more, as :class:`RecordedResponse`'s is.
+    final ``Message``; for the audit only, so None when the events do not assemble), and
+    ``complete`` is false when the caller closed it before its last event: ``events`` are
+    then what the caller consumed. A stream that is not UTF-8 is stored as its ``data``, with
+    its ``final``: the SDK raises on the bytes as it decodes them, on replay too.
+    ``cancelled_after`` is set when the flow cancelled the read while it waited for more, as
+    :class:`RecordedResponse`'s is.
     """
 
     status: int
@@ -260,15 +264,23 @@ class _ModelRecording:
         """The response as stored, and its meta; a refusal (only of a whole one) raises."""
         raw = b"".join(self._chunks)
         if self._streamed:
-            events, rest = parse_sse(raw.decode("utf-8", "replace"))
+            try:
+                text, data = raw.decode("utf-8"), None
+            except UnicodeDecodeError:
+                # The SDK raises on such an event as it decodes it: stored as the bytes read,
+                # a replay hands it the same bytes and it raises there again. The events and
+                # ``final`` the audit reads are those of the text with replacement characters.
+                text, data = raw.decode("utf-8", "replace"), raw
+            events, rest = parse_sse(text)
             if complete and rest.strip():
                 raise self._refuse(f"ended inside an event after {len(events)} events")
             ended = complete or bool(events and _terminal(events[-1]))
-            final = self._assemble(events) if self._assemble is not None else None
+            final = _final(self._assemble, events)
             value = ModelResponse(
                 status=self._status,
                 headers=self._stored_headers,
-                events=events,
+                events=events if data is None else None,
+                data=data,
                 final=final,
                 complete=ended,
             )
@@ -284,7 +296,7 @@ class _ModelRecording:
             if announced and lenient is _NOT_JSON:
                 raise self._refuse(f"is not the JSON it announced: {raw[:80]!r}") from None
             value = self._unparsed(raw, complete=complete)
-            return value, self._meta(None if lenient is _NOT_JSON else lenient)
+            return value, self._meta(None if lenient is _NOT_JSON else _unicode(lenient))
         value = ModelResponse(
             status=self._status, headers=self._stored_headers, body=body, **_layout(raw, body)
         )
@@ -447,18 +459,76 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+def _final(assemble: Assembler | None, events: list[SseEvent]) -> Any:
+    """The message ``events`` assemble to, as stored (``final``), or None.
+
+    For the audit only, while the SDK reads the stream as it is: the assemblers skip a piece
+    of a shape they do not know, and an assembly that still fails (an event nested past the
+    recursion limit) leaves ``final`` None rather than failing a call the SDK answered (ADR
+    0025, amended "stream shapes"). Text read by Python's ``json`` (an event msgspec
+    refuses) may hold halves of a surrogate pair, made one character here."""
+    if assemble is None:
+        return None
+    try:
+        final = assemble(events)
+        if any(event.text is not None and not _terminal(event) for event in events):
+            final = _unicode(final)
+    except Exception:  # audit only: never fails the call (see above)
+        return None
+    return final
+
+
 def _objects(events: list[SseEvent]) -> list[dict[str, Any]]:
-    """The events whose data is a JSON object (what every assembler reads)."""
-    return [event.data for event in events if isinstance(event.data, dict)]
+    """The events whose data is a JSON object (what every assembler reads): msgspec's, or, for
+    an event it refused (``NaN``, ``-Infinity``, a lone surrogate escape), Python's ``json``'s,
+    as the SDK reads it and as a reply that is not a stream is read for its meta."""
+    objects = []
+    for event in events:
+        data = event.data
+        if data is None and event.text is not None and not _terminal(event):
+            data = _python_json(event.text)
+        if isinstance(data, dict):
+            objects.append(data)
+    return objects
 
 
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _unicode(value: Any) -> Any:
+    """``value`` (Python's ``json``'s) with each string made storable: a surrogate pair (the
+    halves of one character, escaped apart or split over a stream's chunks and joined) as the
+    character, a lone surrogate (which UTF-8 cannot hold) as its backslash escape. None when it
+    nests deeper than this walk may go (audit and meta only: never a failed call)."""
+    try:
+        return _paired(value)
+    except RecursionError:
+        return None
+
+
+def _paired(value: Any) -> Any:
+    if isinstance(value, str):
+        if is_unicode(value):
+            return value
+        paired = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return paired.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_paired(item) for item in value]
+    if isinstance(value, dict):
+        return {_paired(name): _paired(item) for name, item in value.items()}
+    return value
+
+
 def _append(target: dict[str, Any], field: str, piece: Any) -> None:
+    """Add a text ``piece`` to ``target[field]`` (anything but text there is started over)."""
     if isinstance(piece, str):
-        target[field] = (target.get(field) or "") + piece
+        held = target.get(field)
+        target[field] = (held if isinstance(held, str) else "") + piece
 
 
 def assemble_chat(events: list[SseEvent]) -> dict[str, Any] | None:
@@ -473,7 +543,7 @@ def assemble_chat(events: list[SseEvent]) -> dict[str, Any] | None:
             final["object"] = "chat.completion"
         if chunk.get("usage") is not None:
             final["usage"] = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        for choice in _list(chunk.get("choices")):
             if not isinstance(choice, dict) or not isinstance(choice.get("index", 0), int):
                 continue
             index = choice.get("index", 0)
@@ -486,7 +556,7 @@ def assemble_chat(events: list[SseEvent]) -> dict[str, Any] | None:
                 assembled["message"]["role"] = delta["role"]
             _append(assembled["message"], "content", delta.get("content"))
             _append(assembled["message"], "refusal", delta.get("refusal"))
-            for call in delta.get("tool_calls") or []:
+            for call in _list(delta.get("tool_calls")):
                 if isinstance(call, dict) and isinstance(call.get("index"), int):
                     _add_tool_call(calls.setdefault(index, {}), call)
             if choice.get("finish_reason") is not None:
@@ -527,19 +597,21 @@ def assemble_message(events: list[SseEvent]) -> dict[str, Any] | None:
     block from its start and deltas (text, tool input JSON, thinking), ``message_delta``'s
     stop reason and usage."""
     message: dict[str, Any] | None = None
+    blocks: list[dict[str, Any]] = []
     partial_json: dict[int, str] = {}
     for event in _objects(events):
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
-            message = {**event["message"], "content": []}
+            message, blocks = dict(event["message"]), []
             continue
         if message is None:
             continue
         index = event.get("index")
-        blocks: list[dict[str, Any]] = message["content"]
+        if not isinstance(index, int) or not 0 <= index < len(blocks):
+            index = None  # a block never started: what is said of it is skipped
         if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
             blocks.append(dict(event["content_block"]))
-        elif kind == "content_block_delta" and isinstance(index, int) and index < len(blocks):
+        elif kind == "content_block_delta" and index is not None:
             delta = _object(event.get("delta"))
             block = blocks[index]
             if delta.get("type") == "input_json_delta":
@@ -548,21 +620,24 @@ def assemble_message(events: list[SseEvent]) -> dict[str, Any] | None:
                 _append(block, field, delta.get(field))
             if delta.get("type") == "signature_delta":
                 block["signature"] = delta.get("signature")
-        elif kind == "content_block_stop" and isinstance(index, int) and index in partial_json:
+            elif delta.get("type") == "citations_delta":  # as the SDK adds it to a text block
+                block["citations"] = [*_list(block.get("citations")), delta.get("citation")]
+        elif kind == "content_block_stop" and index in partial_json:
             with contextlib.suppress(*JSON_DECODE_ERRORS):  # a cut input stays as it started
                 blocks[index]["input"] = msgspec.json.decode(partial_json.pop(index))
         elif kind == "message_delta":
-            delta = _object(event.get("delta"))
-            message.update(delta)
+            message.update(_object(event.get("delta")))
             if isinstance(event.get("usage"), dict):
-                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
-    return message
+                message["usage"] = {**_object(message.get("usage")), **event["usage"]}
+    if message is None:
+        return None
+    return {**message, "content": blocks}  # the blocks built here, whatever a delta said
 
 
 _NOT_JSON: Any = object()
 
 
-def _python_json(raw: bytes) -> Any:
+def _python_json(raw: bytes | str) -> Any:
     """``raw`` as Python's ``json`` (the SDK's parser) reads it, or :data:`_NOT_JSON`."""
     try:
         return json.loads(raw)

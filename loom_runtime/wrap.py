@@ -8,7 +8,9 @@ Inside a flow each call is a ``model`` decision; replay hands the SDK the record
 and the SDK builds its own types from it (``ChatCompletion``, ``Message``, stream chunks, the
 ``.stream(...)`` helpers) with no network. Outside a flow the transport passes every request
 through untouched. The SDK's retries are off because loom retries inside the decision
-(``retry``), so the attempts are one decision, not one each.
+(``retry``), so the attempts are one decision, not one each; a client derived from the wrapped
+one (``with_options``, ``copy``) is wrapped alike, a ``max_retries`` it is given counted by
+loom's retries, not the SDK's.
 
 The SDK is never imported here: a client is recognised by the ``module:qualname`` of its class
 or of a base class (:data:`WRAPPERS`), so ``import loom_runtime`` stays free of SDKs.
@@ -17,13 +19,15 @@ or of a base class (:data:`WRAPPERS`), so ``import loom_runtime`` stays free of 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from loom_runtime.backoff import Backoff
 from loom_runtime.errors import UnsupportedClientError
-from loom_runtime.http_transport import http_package, library
+from loom_runtime.http_transport import Library, http_package, library
 from loom_runtime.providers import ModelProfile
 
 C = TypeVar("C")
@@ -41,7 +45,10 @@ def wrap(client: C, *, retry: Backoff | None = Backoff()) -> C:  # noqa: B008 (f
     retries 408, 409, 429, 5xx, timeouts and dropped connections inside the one decision
     (``None``: no retry); a stream is retried only before its first byte reached the caller.
     Outside a flow the same failures are retried as often as ``client`` would have (its
-    ``max_retries``; the wrapped client's own is 0), pausing as ``retry`` does.
+    ``max_retries``; the wrapped client's own is 0), pausing as ``retry`` does. A client
+    derived from the wrapped one (``with_options``, ``copy``) records alike with its SDK
+    retries off; given ``max_retries=N``, it retries N times, in a flow and outside, pausing
+    as ``retry`` does.
     """
     for cls in type(client).__mro__:
         wrapper = WRAPPERS.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -66,42 +73,108 @@ def _sdk_client(provider: str, *, asynchronous: bool) -> Wrapper:
             provider=provider,
             base_path=client.base_url.path,
             retry=retry,
-            retry_outside=_outside(client.max_retries, retry),
+            retry_outside=_retries(client.max_retries, retry),
         )
-        sdk = sys.modules[type(client).__module__.partition(".")[0]]
-        # The SDK's own default HTTP client class (its timeouts, limits, redirects), sending
-        # through loom's transport over the transport the client would have used: from the
-        # httpx-compatible package the SDK is built on (httpx2 for current SDKs, httpx for
-        # older ones).
-        http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
-        base = "AsyncClient" if asynchronous else "Client"
-        own = _own_http_client(client, base)
-        http = http_package(type(own) if own is not None else http_client_class, base)
-        if not issubclass(http_client_class, getattr(http, base)):
-            # The user's client is of the other package (the SDK takes either): loom's client
-            # and transports are of its package, whose requests its transport handles.
-            http_client_class = getattr(http, base)
-        package = library(http)
-        inner: Any = _OwnTransport(own) if own is not None else None
-        transport: Any
-        if asynchronous:
-            transport = package.async_transport(inner or http.AsyncHTTPTransport(), profile)
-        else:
-            transport = package.transport(inner or http.HTTPTransport(), profile)
-        settings = _settings(own) if own is not None else {}
-        return client.with_options(
-            http_client=http_client_class(transport=transport, **settings), max_retries=0
-        )
+        return _wrapped(client, _sending(client, profile, retry, asynchronous=asynchronous))
 
     return wrapper
 
 
-def _outside(max_retries: int, retry: Backoff | None) -> Backoff | None:
-    """How the wrapped client retries outside a flow: as many times as the client it wraps
-    would have (its ``max_retries``), pausing as ``retry`` does (or by :class:`Backoff`'s
-    defaults). The wrapped client's own ``max_retries`` is 0, so that inside a flow loom
-    retries within one decision; outside one, the transport retries in its place, and a
-    client made with ``max_retries=0`` still sends once."""
+@dataclass(frozen=True)
+class _Sending:
+    """How a wrapped client sends: through loom's transport with ``profile`` over ``inner``,
+    in an HTTP client of ``http_client_class`` with ``settings``. Kept for the clients derived
+    from it (``with_options``, ``copy``), which send so too, over the same ``inner`` (its
+    connection pool): :func:`_derived`."""
+
+    profile: ModelProfile
+    pauses: Backoff | None
+    """``wrap``'s ``retry``: how a retry count given to a derived client pauses."""
+    inner: Any
+    package: Library
+    http_client_class: Any
+    settings: Mapping[str, Any]
+    asynchronous: bool
+
+    def http_client(self) -> Any:
+        """A new HTTP client sending through a recording transport with :attr:`profile`."""
+        made = self.package.async_transport if self.asynchronous else self.package.transport
+        return self.http_client_class(transport=made(self.inner, self.profile), **self.settings)
+
+
+def _sending(
+    client: Any, profile: ModelProfile, pauses: Backoff | None, *, asynchronous: bool
+) -> _Sending:
+    """How ``client``, wrapped, sends: the SDK's own default HTTP client class (its
+    timeouts, limits, redirects), through loom's transport over the transport ``client``
+    would have used, from the httpx-compatible package the SDK is built on (httpx2 for
+    current SDKs, httpx for older ones)."""
+    sdk = sys.modules[type(client).__module__.partition(".")[0]]
+    http_client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
+    base = "AsyncClient" if asynchronous else "Client"
+    own = _own_http_client(client, base)
+    http = http_package(type(own) if own is not None else http_client_class, base)
+    if not issubclass(http_client_class, getattr(http, base)):
+        # The user's client is of the other package (the SDK takes either): loom's client
+        # and transports are of its package, whose requests its transport handles.
+        http_client_class = getattr(http, base)
+    if own is not None:
+        inner: Any = _OwnTransport(own)
+    else:
+        inner = http.AsyncHTTPTransport() if asynchronous else http.HTTPTransport()
+    settings = _settings(own) if own is not None else {}
+    return _Sending(
+        profile, pauses, inner, library(http), http_client_class, settings, asynchronous
+    )
+
+
+def _wrapped(client: Any, sending: _Sending) -> Any:
+    """``client`` copied (the SDK's own ``copy``) to send as ``sending`` says, with the
+    SDK's retries off, and its ``with_options``/``copy`` deriving wrapped clients."""
+    made = type(client).copy(client, http_client=sending.http_client(), max_retries=0)
+    return _deriving(made, sending)
+
+
+def _deriving(client: Any, sending: _Sending) -> Any:
+    """``client``, whose ``with_options`` and ``copy`` (the SDK's one method, under two names)
+    are :func:`_derived`: set on the instance, so the client stays of the SDK's class."""
+    client.with_options = client.copy = functools.partial(_derived, client, sending)
+    return client
+
+
+def _derived(client: Any, sending: _Sending, /, **options: Any) -> Any:
+    """``client.with_options(**options)`` of a wrapped client, wrapped as it is.
+
+    The SDK's own copy keeps loom's HTTP client but takes the ``max_retries`` given: the SDK
+    retried again inside a flow, each attempt a decision of its own, and a replay handed back
+    the recorded refusal and slept the SDK's pause again (ADR 0026: a replay neither retries
+    nor pauses). The copy keeps ``max_retries=0``; a count given is loom's to retry, in a
+    flow and outside, pausing as ``wrap``'s ``retry`` does (one HTTP client more, over the
+    same connection pool). An HTTP client given is sent through as ``wrap`` sends through a
+    client's own (ADR 0026, amended "derived clients")."""
+    count = options.pop("max_retries", None)
+    counted = isinstance(count, int) and not isinstance(count, bool)
+    if counted:
+        retries = _retries(count, sending.pauses)
+        profile = dataclasses.replace(sending.profile, retry=retries, retry_outside=retries)
+        sending = dataclasses.replace(sending, profile=profile)
+    derived = type(client).copy(client, **options, max_retries=0)
+    if options.get("http_client") is not None:  # the caller's own: loom's sends through it
+        sending = _sending(
+            derived, sending.profile, sending.pauses, asynchronous=sending.asynchronous
+        )
+    elif not counted:  # loom's HTTP client, shared as the SDK shares it
+        return _deriving(derived, sending)
+    return _wrapped(derived, sending)
+
+
+def _retries(max_retries: int, retry: Backoff | None) -> Backoff | None:
+    """How a wrapped client told to retry ``max_retries`` times retries: as many times,
+    pausing as ``retry`` does (or by :class:`Backoff`'s defaults); None for 0. Outside a flow
+    that is the count of the client it wraps, as the SDK would have retried; the wrapped
+    client's own ``max_retries`` is 0, so that inside a flow loom retries within one decision
+    (outside one, the transport retries in its place), and a client made with
+    ``max_retries=0`` still sends once."""
     if max_retries < 1:
         return None
     pauses = retry if retry is not None else Backoff()
