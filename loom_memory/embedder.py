@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from loom_memory.errors import EmbedderError, InvalidArgumentError
 from loom_memory.text import tokenize
@@ -58,8 +59,13 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
     """Embed ``texts`` and refuse an answer of the wrong count, width or values.
 
     Every store calls the embedder through this, so a misbehaving adapter is an
-    :class:`EmbedderError` naming it, never a vector silently truncated by ``zip``.
+    :class:`EmbedderError` naming it, never a vector silently truncated by ``zip``. The
+    embedder's declared model and dimension are checked first, even for no texts (an open
+    checks an embedder so, without calling it): the model is the address of every vector
+    recorded in the log, and one that is not text would be appended as it is and never
+    decode again.
     """
+    _check_identity(embedder)
     if not texts:
         return []
     vectors = embedder.embed(list(texts))
@@ -70,7 +76,13 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
         )
     checked = []
     for index, vector in enumerate(vectors):
-        floats = list(map(float, vector))
+        floats = _floats(vector)
+        if floats is None:
+            raise EmbedderError(
+                f"embedder {embedder.model!r} returned for text {index} a "
+                f"{type(vector).__name__} that is not a sequence of real numbers (a str, a "
+                "bool, None or a complex is not one): return floats"
+            )
         if len(floats) != embedder.dimension:
             raise EmbedderError(
                 f"embedder {embedder.model!r} returned a vector of {len(floats)} floats for "
@@ -84,6 +96,47 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
             )
         checked.append(floats)
     return checked
+
+
+def _check_identity(embedder: Embedder) -> None:
+    """Refuse an embedder whose declared model or dimension no store can use, with the checks
+    an adapter's own arguments get."""
+    try:
+        _check_model(embedder.model)
+        _check_dimension(embedder.dimension)
+    except InvalidArgumentError as exc:
+        raise EmbedderError(
+            f"embedder {type(embedder).__name__} declares an unusable {exc.parameter}: {exc}"
+        ) from exc
+
+
+_FLOAT: Final = {float}
+"""The element types of a vector of Python floats: copied as they are."""
+
+
+def _floats(vector: object) -> list[float] | None:
+    """``vector`` as floats, or None unless it is an iterable of real numbers (ints, floats,
+    numpy's scalars; never a bool). ``float()`` alone read "1" and True as numbers and a str
+    vector as its characters. This is every embedding's path, so the element types are
+    collected in one pass and checked once each (a vector has one or two), a list of floats
+    is copied as it is, and an array is read with its own ``tolist``: a 384-float vector
+    costs about what ``list(map(float, vector))`` did."""
+    if isinstance(vector, str | bytes | bytearray):
+        return None
+    try:
+        if isinstance(vector, list | tuple):
+            items: Any = vector
+        else:
+            tolist = getattr(vector, "tolist", None)  # numpy, torch: Python numbers at C speed
+            items = tolist() if tolist is not None else list(vector)  # type: ignore[call-overload]
+        kinds = set(map(type, items))
+        if kinds == _FLOAT:
+            return items if isinstance(items, list) and items is not vector else list(items)
+        if any(kind is bool or not issubclass(kind, numbers.Real) for kind in kinds):
+            return None
+        return list(map(float, items))
+    except (TypeError, ValueError, OverflowError):  # not iterable; an int past float's range
+        return None
 
 
 def values_problem(floats: Sequence[float]) -> str | None:

@@ -267,6 +267,9 @@ class EventSourcedVectorMemory(EventSourcedMemory):
                 f"{type(store).__name__} writes through {store.engine.url!r}, not the log's "
                 "engine: construct it with loom.log.engine"
             )
+        # Its model and dimension, before anything is logged: the model addresses every
+        # vector appended, and one that is not text would never decode again.
+        checked_vectors(store.embedder, [])
         store.embed_missing = False
         store.memory = name
         self._vector_store = store

@@ -29,7 +29,7 @@ from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, Knowled
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
-from loom_knowledge.errors import InvalidDocumentError
+from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_document"]
 
@@ -53,13 +53,24 @@ class KnowledgeBaseRetriever(BaseRetriever):
     filter: MetaFilter | None = None
     """A filter on the documents' meta, as :meth:`KnowledgeBase.retrieve` takes it."""
 
-    @model_validator(mode="after")
-    def _refuse_what_no_search_takes(self) -> KnowledgeBaseRetriever:
-        """A ``k`` or ``filter`` no search accepts, refused here, as the LlamaIndex retriever
-        refuses it, not at the first query of a chain (pydantic checks only their types)."""
-        check_arguments("", self.mode, self.k)
-        check_filter(self.filter)
-        return self
+    def __init__(self, **data: Any) -> None:
+        """Checked before pydantic sees the options, so a refusal is the knowledge base's own
+        typed error (pydantic wraps a ``ValueError`` raised in a validator in its
+        ``ValidationError``); the validator below then checks the same values again."""
+        _check_options(data)
+        super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_what_no_search_takes(cls, data: Any) -> Any:
+        """The raw options, checked as the LlamaIndex retriever and ``kb.retrieve`` check them,
+        before pydantic's lax mode coerces them: it made ``k=True`` 1 and ``"3"`` 3, and a set
+        inside ``filter`` a list in hash order, which a replay under another PYTHONHASHSEED
+        saw as another input. Also the path ``model_validate`` takes, which skips
+        ``__init__``."""
+        if isinstance(data, Mapping):
+            _check_options(data)
+        return data
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
@@ -82,6 +93,24 @@ class KnowledgeBaseRetriever(BaseRetriever):
             self.knowledge_base, query, limit=limit, mode=self.mode, filter=self.filter
         )
         return [to_document(passage) for passage in passages]
+
+
+def _check_options(data: Mapping[str, Any]) -> None:
+    """Refuse a retriever's raw options that no search takes: a ``knowledge_base`` that is not
+    one (:class:`InvalidArgumentError`, as the LlamaIndex retriever), a ``k``, ``mode`` or
+    ``filter`` outside what :meth:`KnowledgeBase.retrieve` takes (:class:`InvalidOptionError`,
+    with its own checks)."""
+    knowledge_base = data.get("knowledge_base")
+    if not isinstance(knowledge_base, KnowledgeBase):
+        raise InvalidArgumentError(
+            f"knowledge_base must be a KnowledgeBase (open_knowledge_base(loom, scope)), not "
+            f"{type(knowledge_base).__name__} {knowledge_base!r}"
+        )
+    fields = KnowledgeBaseRetriever.model_fields
+    check_arguments(
+        "", data.get("mode", fields["mode"].default), data.get("k", fields["k"].default)
+    )
+    check_filter(data.get("filter"))
 
 
 def to_document(passage: Passage) -> Document:

@@ -31,7 +31,7 @@ from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, Knowled
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
-from loom_knowledge.errors import InvalidDocumentError
+from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_node"]
 
@@ -53,6 +53,11 @@ class KnowledgeBaseRetriever(BaseRetriever):
         filter: MetaFilter | None = None,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(knowledge_base, KnowledgeBase):  # as the LangChain retriever's
+            raise InvalidArgumentError(
+                f"knowledge_base must be a KnowledgeBase (open_knowledge_base(loom, scope)), "
+                f"not {type(knowledge_base).__name__} {knowledge_base!r}"
+            )
         check_arguments("", mode, similarity_top_k)  # refused here, not at the first query
         check_filter(filter)
         super().__init__(**kwargs)
@@ -102,12 +107,26 @@ def to_doc(document: Document, *, id_key: str | None = None) -> Doc:
     """A LlamaIndex ``Document`` (from a reader) as a loom :class:`Doc` to ingest.
 
     The id is ``metadata[id_key]`` when ``id_key`` is given (``SimpleDirectoryReader`` puts
-    the path under ``file_path``), else the document's ``doc_id``, which LlamaIndex makes up
-    at random when the reader sets none: such an id would make every sync see new
-    documents, so pass ``filename_as_id=True`` to the reader or name an ``id_key``.
+    the path under ``file_path``), else the document's ``doc_id`` when it was set: by the
+    reader (``filename_as_id=True``), by you, or read back from a docstore. A document whose
+    id LlamaIndex made up at random (a reader that sets none) is refused, as ADR 0041 says: a
+    made-up id would make every sync see new documents.
     """
     metadata: dict[str, Any] = dict(document.metadata or {})
-    doc_id = metadata.get(id_key) if id_key is not None else document.doc_id
+    if id_key is None:
+        if "id_" not in document.model_fields_set:
+            raise InvalidDocumentError(
+                doc_id=document.doc_id,
+                field="id",
+                reason=(
+                    "was made up at random by LlamaIndex (the reader set none), so every "
+                    "read would be a new document to sync: pass filename_as_id=True to the "
+                    "reader, set the Document's id_, or name an id_key such as 'file_path'"
+                ),
+            )
+        doc_id: object = document.doc_id
+    else:
+        doc_id = metadata.get(id_key)
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise InvalidDocumentError(
             doc_id=doc_id,

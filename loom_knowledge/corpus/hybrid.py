@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from loom_runtime import ErasedError, MissingExtraError, SubjectErasedError, keyring_for
+from loom_runtime import (
+    ErasedError,
+    MissingExtraError,
+    SubjectErasedError,
+    finite_real,
+    keyring_for,
+)
 
 try:
     import numpy as np
@@ -144,15 +150,21 @@ class HybridRetriever:
         min_score: float,
         candidates: int = DEFAULT_CANDIDATES,
     ) -> None:
-        if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+        floor = finite_real(min_score)
+        if floor is None:  # a NaN floor admitted nothing: every vector search [], silently
             raise InvalidOptionError(
-                f"min_score must be a number (the model's cosine floor), got {min_score!r}"
+                f"min_score must be a finite number (the model's cosine floor, e.g. 0.3), got "
+                f"{min_score!r}"
             )
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise InvalidOptionError(f"candidates must be a positive int, got {candidates!r}")
+        # The embedder's model and dimension, checked by loom_memory before anything is
+        # recorded: the model addresses every vector logged, and one that is not text (5,
+        # None) would be appended at the first vector search and never decode again.
+        checked_vectors(embedder, [])
         self.kb = kb
         self.embedder = embedder
-        self.min_score = float(min_score)
+        self.min_score = floor
         self.candidates = candidates
         self._projection: EmbeddingProjection | None = None
         # Both maps only grow and never go stale: a passage (doc, index, revision) always has

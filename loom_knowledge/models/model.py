@@ -83,10 +83,11 @@ class ExtractiveModel:
     max_sentences: int = 2
 
     def __post_init__(self) -> None:
-        if self.max_sentences < 1:
-            raise InvalidOptionError(
-                f"max_sentences must be at least 1, got {self.max_sentences!r}"
-            )
+        """Refused when built, not at the first answer: True was taken as 1, 1.5 failed
+        slicing the ranked sentences, and "2" comparing with 1 (a TypeError)."""
+        count = self.max_sentences
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidOptionError(f"max_sentences must be an int of at least 1, got {count!r}")
 
     def answer(self, request: GroundedRequest) -> Answer:
         questions = [

@@ -18,10 +18,11 @@ model has not answered yet). Usage and ``finish_reason`` are kept when the endpo
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
@@ -84,7 +85,8 @@ class OpenAICompatibleModel:
 
     base_url: str
     model: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as a bearer token; kept out of the repr, which logs and tracebacks show."""
     timeout: float = 60.0
 
     def answer(self, request: GroundedRequest) -> Answer:
@@ -135,10 +137,20 @@ class OpenAICompatibleModel:
         )
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
-                return json.loads(response.read())
+                data = response.read()
         except urllib.error.HTTPError as exc:
             raise ModelUnavailableError(
                 f"{self.base_url} answered HTTP {exc.code}: {exc.read()[:300]!r}"
             ) from exc
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
-            raise ModelUnavailableError(f"{self.base_url} could not be used: {exc}") from exc
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            # Refused, timed out, closed without a reply, a body cut short, a garbled status
+            # line: the endpoint could not be used (http.client's own errors escaped untyped).
+            raise ModelUnavailableError(f"{self.base_url} could not be used: {exc!r}") from exc
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            # Not JSON, not UTF-8 (both ValueErrors), or nested past the parser's recursion
+            # limit: the endpoint answered, but nothing that can be an answer.
+            raise ModelResponseError(
+                f"{self.base_url} replied with a body that is not JSON: {exc!s:.200}"
+            ) from exc

@@ -22,7 +22,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from loom_knowledge import Doc, UnrecordedRetrievalError, format_passage_id, open_knowledge_base
 from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever, to_doc, to_document
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
-from loom_knowledge.errors import InvalidDocumentError
+from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError, InvalidOptionError
 from loom_runtime import Loom, tool
 
 RUNBOOKS = [
@@ -186,6 +186,41 @@ def test_a_bad_filter_or_k_is_refused_when_the_retriever_is_built(
     with pytest.raises(ValueError, match="limit"):
         KnowledgeBaseRetriever(knowledge_base=kb, k=0)
     assert KnowledgeBaseRetriever(knowledge_base=kb, filter={"team": "db"}).filter  # control
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"k": True},
+        {"k": "3"},
+        {"k": 2.0},
+        {"k": None},
+        {"filter": {"team": {"sre", "db"}}},
+        {"filter": {"team": "sre", "n": float("nan")}},
+        {"mode": "dense"},
+    ],
+)
+def test_options_are_refused_on_their_raw_values_with_the_knowledge_base_s_error(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """Pydantic coerced before the check ran: ``k=True`` became 1 and ``"3"`` 3, and a set
+    inside a filter became a list in hash order, recorded so (a replay under another
+    PYTHONHASHSEED diverged); what it refused was its own ValidationError. The raw values
+    are checked now, as the LlamaIndex retriever and ``kb.retrieve`` check them."""
+    kb = _knowledge_base(tmp_path)
+    with pytest.raises(InvalidOptionError):
+        KnowledgeBaseRetriever(knowledge_base=kb, **options)
+    with pytest.raises(ValueError, match=r"limit|filter|mode"):  # pydantic's own entry too
+        KnowledgeBaseRetriever.model_validate({"knowledge_base": kb, **options})
+    built = KnowledgeBaseRetriever(knowledge_base=kb, k=3, filter={"team": ("sre", "db")})
+    assert (built.k, built.filter) == (3, {"team": ("sre", "db")})  # the control
+
+
+@pytest.mark.parametrize("knowledge_base", [None, "runbooks"])
+def test_a_knowledge_base_that_is_not_one_is_refused_when_built(knowledge_base: object) -> None:
+    """Refused with the same typed error as the LlamaIndex retriever, not pydantic's."""
+    with pytest.raises(InvalidArgumentError, match="KnowledgeBase"):
+        KnowledgeBaseRetriever(knowledge_base=knowledge_base)  # type: ignore[arg-type]
 
 
 def test_a_title_that_is_not_text_stays_in_the_meta() -> None:

@@ -15,18 +15,19 @@ import pytest
 
 from loom_knowledge import Doc, UnrecordedRetrievalError, open_knowledge_base
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
-from loom_knowledge.errors import InvalidDocumentError
+from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError
 from loom_runtime import Loom
 from replay_tests.deferred_import import deferred
 
 if TYPE_CHECKING:
-    from llama_index.core import llms, node_parser, query_engine, schema
+    from llama_index.core import llms, node_parser, query_engine, readers, schema
 
     from loom_knowledge.bridges import llamaindex as bridge
 else:
     llms = deferred("llama_index.core.llms")
     node_parser = deferred("llama_index.core.node_parser")
     query_engine = deferred("llama_index.core.query_engine")
+    readers = deferred("llama_index.core.readers")
     schema = deferred("llama_index.core.schema")
     bridge = deferred("loom_knowledge.bridges.llamaindex")
 
@@ -123,6 +124,31 @@ def test_documents_and_nodes_convert(tmp_path: Path) -> None:
     assert node.ref_doc_id == "tls"  # as the docstring says: its source is the document
 
 
+def test_a_document_with_the_id_llamaindex_made_up_is_refused(tmp_path: Path) -> None:
+    """A reader without ``filename_as_id`` leaves LlamaIndex's random uuid as the id, which
+    was taken: every read of the same file was a new document to sync (ADR 0041 promised
+    the refusal). An id a reader or the caller set, or one read back from a docstore, is
+    taken."""
+    made_up = schema.Document(text="Rotate the logs.", metadata={"file_path": "logs.md"})
+    with pytest.raises(InvalidDocumentError, match="filename_as_id"):
+        bridge.to_doc(made_up)
+    assert bridge.to_doc(made_up, id_key="file_path").id == "logs.md"
+    assert bridge.to_doc(schema.Document(text="x", id_="given")).id == "given"
+    reloaded = schema.Document.from_dict(schema.Document(text="x", doc_id="kept").to_dict())
+    assert bridge.to_doc(reloaded).id == "kept"
+    (tmp_path / "logs.md").write_text("Rotate the logs weekly.")
+    reader = readers.SimpleDirectoryReader(input_files=[tmp_path / "logs.md"], filename_as_id=True)
+    assert [bridge.to_doc(doc).id for doc in reader.load_data()] == [str(tmp_path / "logs.md")]
+
+
+@pytest.mark.parametrize("knowledge_base", [None, "runbooks"])
+def test_a_knowledge_base_that_is_not_one_is_refused_when_built(knowledge_base: object) -> None:
+    """It was taken, and the first query failed with an AttributeError; refused with the
+    LangChain retriever's typed error now."""
+    with pytest.raises(InvalidArgumentError, match="KnowledgeBase"):
+        bridge.KnowledgeBaseRetriever(knowledge_base=knowledge_base)
+
+
 def test_a_title_that_is_not_text_stays_in_the_meta() -> None:
     """A reader's ``title`` that is not a string (a year, a list) was popped from the metadata
     and then dropped for not being a title: lost on ingest. It stays in the meta."""
@@ -141,3 +167,28 @@ def test_a_llamaindex_parser_cuts_the_corpus(tmp_path: Path) -> None:
     kb.sync([long_doc])
     texts = [p.text for p in kb.passages()]
     assert texts == parser.split_text(long_doc.text) and len(texts) > 1
+
+
+def test_a_parser_s_settings_are_the_chunker_s_identity(tmp_path: Path) -> None:
+    """A node parser's fields are its settings: a scope reopened with another ``chunk_size``
+    is cut again at its next sync (it reported every document unchanged, cut the old way)."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    long_doc = Doc(id="long", text=" ".join(doc.text for doc in RUNBOOKS))
+
+    def cut(chunk_size: int) -> list[str]:
+        parser = node_parser.SentenceSplitter(chunk_size=chunk_size, chunk_overlap=0)
+        with Loom(url) as loom:
+            kb = open_knowledge_base(loom, "split", chunker=SplitterChunker(parser))
+            kb.sync([long_doc])
+            return [p.text for p in kb.passages()]
+
+    assert len(cut(1000)) == 1
+    assert cut(12) == node_parser.SentenceSplitter(chunk_size=12, chunk_overlap=0).split_text(
+        long_doc.text
+    )
+
+    def identity(chunk_size: int) -> str:
+        parser = node_parser.SentenceSplitter(chunk_size=chunk_size, chunk_overlap=0)
+        return SplitterChunker(parser).identity
+
+    assert identity(12) == identity(12) != identity(13)

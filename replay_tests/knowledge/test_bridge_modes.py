@@ -8,6 +8,7 @@ carries the mode and the filter, and it replays identically with the corpus empt
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_knowledge.bridges.langchain import KnowledgeBaseRetriever as LangChainRetriever
+from loom_knowledge.errors import InvalidArgumentError
 from loom_memory import HashingEmbedder
 from loom_runtime import Loom, codec
 from replay_tests.deferred_import import deferred
@@ -94,8 +96,8 @@ def test_a_bridge_retrieves_hybrid_and_filtered_recorded_and_replayable(
 def test_a_bridge_refuses_a_mode_or_filter_the_knowledge_base_does_not_know_when_built(
     tmp_path: Path,
 ) -> None:
-    """Refused at construction (LangChain's through pydantic, as its retrievers are), not at
-    the first query of a chain."""
+    """Refused at construction, not at the first query of a chain (LangChain's with the
+    knowledge base's own typed error, checked before pydantic coerces anything)."""
     kb = _knowledge_base(tmp_path)
     with pytest.raises(ValueError, match="mode"):
         LangChainRetriever(knowledge_base=kb, mode="semantic")
@@ -103,3 +105,39 @@ def test_a_bridge_refuses_a_mode_or_filter_the_knowledge_base_does_not_know_when
         llamaindex.KnowledgeBaseRetriever(knowledge_base=kb, mode="semantic")
     with pytest.raises(ValueError, match="filter"):
         llamaindex.KnowledgeBaseRetriever(knowledge_base=kb, filter={"team": {"$in": ["sre"]}})
+
+
+async def _langchain_async(kb: Any, mode: str) -> list[str]:
+    retriever = LangChainRetriever(knowledge_base=kb, k=3, mode=mode)  # type: ignore[arg-type]
+    return [str(document.id) for document in await retriever.ainvoke(QUESTION)]
+
+
+async def _llamaindex_async(kb: Any, mode: str) -> list[str]:
+    retriever = llamaindex.KnowledgeBaseRetriever(knowledge_base=kb, mode=mode)  # type: ignore[arg-type]
+    return [node.node.node_id for node in await retriever.aretrieve(QUESTION)]
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        _langchain_async,
+        pytest.param(_llamaindex_async, marks=pytest.mark.xdist_group("llamaindex-sdk")),
+    ],
+    ids=["langchain", "llamaindex"],
+)
+def test_an_async_flow_retrieves_lexically_and_is_told_a_vector_mode_needs_a_def_flow(
+    tmp_path: Path, ask: Any
+) -> None:
+    """What both guides say: ``ainvoke``/``aretrieve`` record a lexical retrieval in an
+    async flow; a hybrid one records two decisions in turn and raises InvalidArgumentError
+    there, before anything is recorded."""
+    kb = _knowledge_base(tmp_path)
+    loom = kb.loom
+
+    @loom.flow("async-bridge")
+    async def answer(ctx: Any, mode: str) -> list[str]:
+        return await ask(kb, mode)
+
+    assert asyncio.run(loom.arun("async-bridge", mode="lexical")).output
+    with pytest.raises(InvalidArgumentError, match="plain def flow"):
+        asyncio.run(loom.arun("async-bridge", mode="hybrid"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from sqlalchemy import inspect
 from loom_knowledge import Doc, HybridRetriever, KnowledgeBase, open_knowledge_base
 from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_knowledge.errors import InvalidOptionError
+from loom_memory import EmbedderError
 from loom_runtime import DecisionInputChangedError, Loom
 from replay_tests.embedders import CountingEmbedder
 
@@ -145,6 +147,48 @@ def test_bad_modes_and_limits_are_refused(
 ) -> None:
     with pytest.raises(InvalidOptionError):
         retriever.search("worker", mode=mode, limit=limit)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("floor", [math.nan, math.inf, -math.inf, "0.1", True])
+def test_a_floor_that_is_not_a_finite_number_is_refused(kb: KnowledgeBase, floor: object) -> None:
+    """A NaN floor admitted no passage (every vector search ``[]``, hybrid silently BM25
+    only) and was recorded as the retrievals' input: refused as loom_memory's stores refuse
+    it."""
+    with pytest.raises(InvalidOptionError, match="min_score"):
+        HybridRetriever(kb, embedder=CountingEmbedder(), min_score=floor)  # type: ignore[arg-type]
+    assert HybridRetriever(kb, embedder=CountingEmbedder(), min_score=0).min_score == 0.0
+
+
+class _NamedBy(CountingEmbedder):
+    """The test embedder declaring another ``model`` (a misconfigured adapter)."""
+
+    def __init__(self, model: object) -> None:
+        super().__init__(dimension=16)
+        self._declared = model
+
+    @property
+    def model(self) -> str:
+        return self._declared  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("model", [5, None])
+def test_an_embedder_whose_model_is_not_text_is_refused_when_the_scope_opens(
+    loom: Loom, model: object
+) -> None:
+    """The model addresses every recorded vector: 5 or None was appended as is at the first
+    vector search and the event never decoded again (LogCorruptError for every reader of the
+    log). Refused at open, before any append; the scope opens with a usable model after."""
+    kb = open_knowledge_base(loom, "runbooks")
+    kb.sync(DOCS, source="test")
+    position = loom.log.position
+    with pytest.raises(EmbedderError, match="model"):
+        open_knowledge_base(loom, "other", embedder=_NamedBy(model), min_score=FLOOR)
+    with pytest.raises(EmbedderError, match="model"):
+        HybridRetriever(kb, embedder=_NamedBy(model), min_score=FLOOR)
+    assert loom.log.position == position
+    reopened = open_knowledge_base(loom, "other", embedder=CountingEmbedder(), min_score=FLOOR)
+    reopened.sync(DOCS, source="test")
+    assert _ids(reopened.search("postgresql", mode="vector")) == ["pg"]
 
 
 def test_a_replay_creates_no_table(sqlite_url: str) -> None:

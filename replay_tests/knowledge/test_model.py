@@ -89,3 +89,12 @@ def test_an_unfenced_tainted_message_is_read_as_plain_passage_text() -> None:
 def test_max_sentences_below_one_is_refused() -> None:
     with pytest.raises(InvalidOptionError, match="max_sentences"):
         ExtractiveModel(max_sentences=0)
+
+
+@pytest.mark.parametrize("max_sentences", [True, 1.5, "2", None, 2.0])
+def test_max_sentences_that_is_not_an_int_is_refused_when_built(max_sentences: object) -> None:
+    """True was taken as 1, 1.5 failed at the first answer (a slice of a float) and "2" with
+    a TypeError from ``<``: refused typed when built, like 0."""
+    with pytest.raises(InvalidOptionError, match="max_sentences"):
+        ExtractiveModel(max_sentences=max_sentences)  # type: ignore[arg-type]
+    assert ExtractiveModel(max_sentences=1).max_sentences == 1  # the control

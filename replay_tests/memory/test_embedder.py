@@ -117,6 +117,57 @@ def test_checked_vectors_refuses_a_broken_answer(answer: list[list[float]], said
         checked_vectors(embedder, ["a", "b"])
 
 
+class _Declaring:
+    """An embedder declaring the given ``model`` and ``dimension``; its vectors fit width 3."""
+
+    def __init__(self, model: object, dimension: object) -> None:
+        self.model = model
+        self.dimension = dimension
+        self.calls = 0
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        self.calls += 1
+        return [[1.0, 0.0, 0.0] for _ in texts]
+
+
+@pytest.mark.parametrize(
+    ("model", "dimension"), [(5, 3), (None, 3), (" ", 3), ("m", True), ("m", 0), ("m", 3.0)]
+)
+def test_an_unusable_model_or_dimension_is_refused_before_the_model_is_called(
+    model: object, dimension: object
+) -> None:
+    """The model is every recorded vector's address in the log: a model of 5 or None was
+    appended as is and the event never decoded again (LogCorruptError for every reader). So
+    the declared identity is checked first, even with no texts (which is how an open checks
+    an embedder without calling it)."""
+    embedder = _Declaring(model, dimension)
+    for texts in ([], ["a"]):
+        with pytest.raises(EmbedderError, match=r"model|dimension"):
+            checked_vectors(embedder, texts)  # type: ignore[arg-type]
+    assert embedder.calls == 0
+    assert checked_vectors(_Declaring("m", 3), []) == []  # type: ignore[arg-type]  # control
+
+
+@pytest.mark.parametrize(
+    "vector",
+    ["1.0", b"abc", 7, None, [1.0, None, 0.0], [1.0, 1j, 0.0], ["1", "0", "0"], [True, 0.0, 0.0]],
+)
+def test_a_vector_that_is_not_real_numbers_is_refused(vector: Any) -> None:
+    """``float()`` read a str vector as three characters (or failed with ValueError), took
+    "1" and True as numbers, and raised TypeError on None or a complex: each is an
+    EmbedderError naming the model now."""
+    embedder = _Lying([vector])
+    with pytest.raises(EmbedderError, match="lying"):
+        checked_vectors(embedder, ["a"])
+
+
+def test_real_numbers_of_any_type_are_taken() -> None:
+    """ints and float subclasses (numpy's floats among them) are floats in a vector."""
+    np = pytest.importorskip("numpy")
+    answer = [[1, np.float32(0.5), np.float64(0.25)], np.asarray([0.0, 1.0, 2.0], np.float32)]
+    assert checked_vectors(_Lying(answer), ["a", "b"]) == [[1.0, 0.5, 0.25], [0.0, 1.0, 2.0]]
+
+
 class _FakeEmbeddings:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from sqlalchemy import delete
 from typer.testing import CliRunner
 
 from loom_memory import (
+    EmbedderError,
     EmbeddingModelChangedError,
     EventSourcedVectorMemory,
     HashingEmbedder,
@@ -167,6 +168,34 @@ def test_a_lexical_store_is_refused(loom: Loom) -> None:
         pytest.skip("one backend is enough for an argument check")
     with pytest.raises(StoreConfigurationError):
         EventSourcedVectorMemory(loom, store=SqliteMemoryStore(loom.log.engine))  # type: ignore[arg-type]
+
+
+class _NamedBy(HashingEmbedder):
+    """The hashing embedder declaring another ``model`` (a misconfigured adapter)."""
+
+    def __init__(self, model: object) -> None:
+        super().__init__(dimension=16)
+        self._declared = model
+
+    @property
+    def model(self) -> str:
+        return self._declared  # type: ignore[return-value]
+
+
+def test_an_embedder_whose_model_is_not_text_is_refused_before_the_log_is_written(
+    loom: Loom,
+) -> None:
+    """A model of 5 was logged as the vectors' address, which no reader decodes again
+    (LogCorruptError for every later process): refused when the memory opens, the log as it
+    was, and a memory with a usable model works on it after."""
+    if loom.log.engine.dialect.name != "sqlite":
+        pytest.skip("one backend is enough for an argument check")
+    with pytest.raises(EmbedderError, match="model"):
+        EventSourcedVectorMemory(loom, store=_store(loom, _NamedBy(5)))
+    assert loom.log.position == 0
+    memory = EventSourcedVectorMemory(loom, store=_store(loom, HashingEmbedder(), prefix="ok_"))
+    memory.append("k", [entry("restart the worker")])
+    assert contents(memory.read("k")) == ["restart the worker"]
 
 
 def test_loom_rebuild_restores_the_recorded_vectors(loom: Loom) -> None:
