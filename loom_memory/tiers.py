@@ -233,6 +233,12 @@ class TieredMemory:
         unrecorded recall would make a replay run a different prompt than the run did.
         """
         _check_n(n)
+        if not callable(decide):
+            raise InvalidArgumentError(
+                "recall_relevant needs decide=ctx.decide: a relevance search's hits change as "
+                "the tier grows, so it is recorded (search() is the unrecorded one)",
+                parameter="decide",
+            )
         _, key = self._locate(tier, scope)
         check_search(key, query, n)
         return decide(

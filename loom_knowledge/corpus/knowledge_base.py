@@ -86,6 +86,7 @@ from loom_knowledge.errors import (
     InvalidDocumentError,
     InvalidOptionError,
     KnowledgeBaseOptionsError,
+    UnrecordedRetrievalError,
 )
 from loom_memory import (
     EntryNotSerialisableError,
@@ -102,8 +103,10 @@ from loom_runtime import (
     MissingExtraError,
     Unopened,
     catch_up,
+    current_context,
     position_at,
     rebuild,
+    recorder,
     stream_id,
     text_problem,
     write_keyring,
@@ -198,8 +201,29 @@ class CorpusAsOf:
         vectors = _require_vectors(self._vectors, self.scope, mode)
         return vectors.search(query, mode=mode, limit=limit, filter=checked, as_of=self.position)
 
-    retrieve = search
-    """The same unrecorded search: the view has no flow to record it in."""
+    def retrieve(
+        self,
+        query: str,
+        *,
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+        mode: Mode = "lexical",
+        filter: MetaFilter | None = None,
+    ) -> list[Passage]:
+        """:meth:`search` under the name an audit reads it by (the view records nothing).
+
+        Refused inside a running flow, outside a decision's ``compute``: there it would read
+        as :meth:`KnowledgeBase.retrieve`, the recorded verb, and record nothing (seed ADR
+        0090: relevance recall requires ``decide``; the unrecorded escape is spelled
+        ``search``, where a reader sees it).
+        """
+        if current_context() is not None and recorder(f"retrieval:{self.scope}") is not None:
+            raise UnrecordedRetrievalError(
+                f"an as-of view of knowledge scope {self.scope!r} was asked to retrieve inside "
+                "a flow, where it records nothing: record it with "
+                "kb.retrieve(query, decide=ctx.decide), or call .search(...) to search the "
+                "past corpus unrecorded knowingly"
+            )
+        return self.search(query, limit=limit, mode=mode, filter=filter)
 
 
 class KnowledgeBase:

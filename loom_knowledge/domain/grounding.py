@@ -8,9 +8,13 @@ question. One message per passage rather than a joined block, because provenance
 a value: joining passages means dropping it exactly where it starts to matter.
 
 ``instructions`` is typed ``str`` so the common RAG mistake (passages pasted into the system
-prompt) does not type-check; :func:`guard_messages` is the second belt and runs whenever a
-:class:`GroundedRequest` is constructed or decoded, so a request with tainted content in a
-system position cannot exist at all.
+prompt) does not type-check; :func:`grounded_request` refuses at run time what the type did
+not stop (a passage, or the list ``kb.retrieve`` returns). :func:`guard_messages` is the second
+belt and
+runs whenever a :class:`GroundedRequest` is constructed or decoded: no system message may carry
+a passage's provenance or a passage fence. What it cannot see is text copied out of a passage
+into a :class:`Message` built by hand (the taint rides on the message, not on the string), so
+a request built by :func:`grounded_request` is the one whose system position is known clean.
 
 A message's ``content`` is exactly what the model is sent (the passage fence included), so
 :func:`encode_request` bytes are the request, and the SDK adapters only reshape it.
@@ -181,7 +185,8 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GroundedRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A model request whose system messages are guaranteed free of untrusted content.
+    """A model request whose system messages carry no passage (its provenance or its fence);
+    built by :func:`grounded_request`, free of retrieved text (see the module docstring).
 
     ``tools`` are the tools the model may call (none: left out of the encoding, so a request
     without tools encodes as it did before tools existed).
@@ -262,16 +267,27 @@ def grounded_request(
     ``tool`` turns answering their calls), appended in order; ``tools`` are the tools the
     model may call.
 
-    Raises :class:`TaintedSystemContentError` when a :class:`Passage` is passed as
-    ``instructions`` (the mistake the ``str`` annotation prevents for typed callers, caught
-    at run time for the rest), when the instructions contain a retrieved passage's text of
-    at least 40 characters (passages pasted into the system prompt) that is not a piece of
-    :data:`DEFAULT_INSTRUCTIONS`, and when a conversation turn claims ``system``
-    (instructions are the author's, never a turn's).
+    Raises :class:`TaintedSystemContentError` when a :class:`Passage` (or a list or tuple
+    holding one: what ``kb.retrieve`` returns) is passed as ``instructions`` (the mistake the
+    ``str`` annotation prevents for typed callers, caught at run time for the rest), when
+    the instructions contain a retrieved passage's text of at least 40 characters (passages
+    pasted into the system prompt) that is not a piece of :data:`DEFAULT_INSTRUCTIONS`, and
+    when a conversation turn claims ``system`` (instructions are the author's, never a
+    turn's); :class:`InvalidArgumentError` for instructions that are no ``str`` at all.
     """
-    if isinstance(instructions, Passage):
-        raise TaintedSystemContentError(
-            provenance=Provenance(scope=scope, doc_id=instructions.doc_id).label
+    if not isinstance(instructions, str):
+        # What kb.retrieve returns, passed as the instructions, is the natural mistake the
+        # seed's string type makes fail: a list of passages would be written into the system
+        # message (its repr holds their text), and `in` on it finds no pasted text.
+        held = instructions if isinstance(instructions, list | tuple) else (instructions,)
+        passage = next((item for item in held if isinstance(item, Passage)), None)
+        if passage is not None:
+            raise TaintedSystemContentError(
+                provenance=Provenance(scope=scope, doc_id=passage.doc_id).label
+            )
+        raise InvalidArgumentError(
+            "instructions must be the system prompt's text (a str), not "
+            f"{type(instructions).__name__}"
         )
     for passage in passages:
         text = passage.text.strip()
