@@ -159,19 +159,41 @@ a stream's assembled one, a JSON body, a body that is no JSON."""
 
 
 def _message_text(reply: object) -> str | None:
-    """The text of a provider reply's message(s), or None when it has none of the known
-    shapes (a tool call only, an embedding): the reply is then shown as it is."""
+    """The text of a provider reply's message(s), and each tool call it asks for (``asks
+    name(arguments)``: an agent's first call often holds nothing else), or None when it has
+    none of the known shapes (an embedding): the reply is then shown as it is."""
     if not isinstance(reply, dict):
         return None
     pieces: list[object] = []
     for choice in _items(reply.get("choices")):  # OpenAI chat completion
-        pieces.append(_field(choice.get("message"), "content"))
+        message = choice.get("message")
+        pieces.append(_field(message, "content"))
+        calls = _items(_field(message, "tool_calls"))
+        pieces += [
+            _asks(_field(call.get("function"), "name"), call.get("function")) for call in calls
+        ]
     for item in _items(reply.get("output")):  # OpenAI Responses
         pieces += [_field(part, "text") for part in _items(item.get("content"))]
+        if item.get("type") == "function_call":
+            pieces.append(_asks(item.get("name"), item))
     if reply.get("type") == "message":  # Anthropic
-        pieces += [_field(block, "text") for block in _items(reply.get("content"))]
+        for block in _items(reply.get("content")):
+            is_call = block.get("type") == "tool_use"
+            pieces.append(
+                _asks(block.get("name"), block, "input") if is_call else block.get("text")
+            )
     texts = [piece for piece in pieces if isinstance(piece, str)]
     return "\n".join(texts) if texts else None
+
+
+def _asks(name: object, call: object, field: str = "arguments") -> str | None:
+    """``asks name(arguments)`` for a tool call of a reply (its arguments as the provider
+    sent them: a JSON text, or for Anthropic an object), None if it names no tool."""
+    if not isinstance(name, str):
+        return None
+    arguments = _field(call, field)
+    shown = arguments if isinstance(arguments, str) else msgspec.json.encode(arguments).decode()
+    return f"asks {name}({shown})"
 
 
 def _items(value: object) -> list[dict[str, object]]:

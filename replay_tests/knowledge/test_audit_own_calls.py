@@ -13,11 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from openai import OpenAI
 
-from loom_knowledge.tools.audit import audit
-from loom_knowledge.tools.audit_render import render_html, render_text
+from loom_knowledge.tools.audit import AuditedModelCall, audit
+from loom_knowledge.tools.audit_render import render_html, render_text, returned
 from loom_runtime import FlowContext, Loom, wrap
 from replay_tests.capture.provider_server import ProviderServer
 
@@ -75,3 +76,53 @@ def test_a_wrapped_clients_answer_is_shown_as_its_message_text(
     text = _before_outcome(render_text(report), "\noutput:")
     assert "returned: Echo: why is the db slow?" in text
     assert "Echo: why is the db slow?" in _before_outcome(render_html(report), "Outcome:")
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        (  # OpenAI chat: a tool call and no text
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "content": None,
+                            "tool_calls": [
+                                {"function": {"name": "lookup", "arguments": '{"q": "disk"}'}}
+                            ],
+                        }
+                    }
+                ]
+            },
+            'asks lookup({"q": "disk"})',
+        ),
+        (  # Anthropic: text, then a tool use
+            {
+                "type": "message",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "name": "lookup", "input": {"q": "disk"}},
+                ],
+            },
+            'Checking.\nasks lookup({"q":"disk"})',
+        ),
+        (  # Responses: a function call item
+            {"output": [{"type": "function_call", "name": "lookup", "arguments": "{}"}]},
+            "asks lookup({})",
+        ),
+    ],
+    ids=["chat", "anthropic", "responses"],
+)
+def test_a_reply_that_asks_for_a_tool_shows_the_call(reply: dict[str, Any], shown: str) -> None:
+    """An agent's first model call usually answers with a tool call and no text: shown as
+    the call it asks for, not as the reply's JSON cut at 200 characters."""
+    stored = {"status": 200, "headers": [], "body": reply}
+    call = AuditedModelCall(
+        key="model",
+        request=None,
+        answer=None,
+        citations=None,
+        raw_input="{}",
+        raw_output=msgspec.json.encode(stored).decode(),
+    )
+    assert returned(call) == shown
