@@ -22,7 +22,6 @@ import ast
 import builtins
 import os
 import re
-import shutil
 import symtable
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ AGENT_GUIDE = ROOT / "docs" / "guides" / "record-an-existing-agent.md"
 AGENT_TEST = ROOT / "replay_tests" / "capture" / "test_langgraph_agent.py"
 GUIDES = sorted(page for page in (ROOT / "docs" / "guides").glob("*.md") if page != AGENT_GUIDE)
 PAGES = [ROOT / "README.md", *GUIDES]
-RUNBOOKS = ROOT / "loom_knowledge" / "tools" / "runbooks"
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 MARKER = re.compile(r"^[ \t]*<!--\s*fragment\b(?P<rest>.*?)-->", re.S | re.M)
@@ -167,8 +165,7 @@ def _run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     process environment is put back as it was whatever the blocks set (monkeypatch undoes
     only what it set itself, after the test)."""
     runnable = [block for block in _blocks(page) if block.given is None]
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(RUNBOOKS, tmp_path / "runbooks")
+    monkeypatch.chdir(tmp_path)  # an empty folder, as a reader's: no runbooks/ of ours
     environment = dict(os.environ)
     monkeypatch.delenv("LOOM_DB_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
