@@ -69,6 +69,11 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> list[list[float
     if not texts:
         return []
     vectors = embedder.embed(list(texts))
+    if isinstance(vectors, str | bytes) or not hasattr(vectors, "__len__"):
+        raise EmbedderError(
+            f"embedder {embedder.model!r} returned a {type(vectors).__name__} for "
+            f"{len(texts)} texts: an embedder must return one vector per text, in a list"
+        )
     if len(vectors) != len(texts):
         raise EmbedderError(
             f"embedder {embedder.model!r} returned {len(vectors)} vectors for {len(texts)} "

@@ -111,6 +111,7 @@ class VectorSqlStore(SqlMemoryStore):
         table_prefix: str = DEFAULT_TABLE_PREFIX,
         embed_missing: bool = True,
     ) -> None:
+        checked_vectors(embedder, [])  # its model and dimension, before the space is written
         self.embedder = embedder
         self._min_score = _checked_floor(min_score)
         self.embed_missing = embed_missing

@@ -29,7 +29,7 @@ from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, Knowled
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
-from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError
+from loom_knowledge.errors import InvalidDocumentError
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_document"]
 
@@ -100,12 +100,7 @@ def _check_options(data: Mapping[str, Any]) -> None:
     one (:class:`InvalidArgumentError`, as the LlamaIndex retriever), a ``k``, ``mode`` or
     ``filter`` outside what :meth:`KnowledgeBase.retrieve` takes (:class:`InvalidOptionError`,
     with its own checks)."""
-    knowledge_base = data.get("knowledge_base")
-    if not isinstance(knowledge_base, KnowledgeBase):
-        raise InvalidArgumentError(
-            f"knowledge_base must be a KnowledgeBase (open_knowledge_base(loom, scope)), not "
-            f"{type(knowledge_base).__name__} {knowledge_base!r}"
-        )
+    recorded_search.check_knowledge_base(data.get("knowledge_base"))
     fields = KnowledgeBaseRetriever.model_fields
     check_arguments(
         "", data.get("mode", fields["mode"].default), data.get("k", fields["k"].default)

@@ -31,7 +31,7 @@ from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, Knowled
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, check_filter
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
-from loom_knowledge.errors import InvalidArgumentError, InvalidDocumentError
+from loom_knowledge.errors import InvalidDocumentError
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_node"]
 
@@ -53,11 +53,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
         filter: MetaFilter | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(knowledge_base, KnowledgeBase):  # as the LangChain retriever's
-            raise InvalidArgumentError(
-                f"knowledge_base must be a KnowledgeBase (open_knowledge_base(loom, scope)), "
-                f"not {type(knowledge_base).__name__} {knowledge_base!r}"
-            )
+        recorded_search.check_knowledge_base(knowledge_base)  # as the LangChain retriever's
         check_arguments("", mode, similarity_top_k)  # refused here, not at the first query
         check_filter(filter)
         super().__init__(**kwargs)

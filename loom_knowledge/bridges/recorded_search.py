@@ -14,7 +14,11 @@ from typing import cast
 from loom_knowledge.corpus.knowledge_base import KnowledgeBase
 from loom_knowledge.corpus.retrieval import MetaFilter, Mode
 from loom_knowledge.domain.types import Passage
-from loom_knowledge.errors import InvalidOptionError, UnrecordedRetrievalError
+from loom_knowledge.errors import (
+    InvalidArgumentError,
+    InvalidOptionError,
+    UnrecordedRetrievalError,
+)
 from loom_runtime import AsyncFlowContext, recorder
 
 
@@ -62,6 +66,17 @@ async def asearch(
         )
         return await cast(Awaitable[list[Passage]], recorded)
     return knowledge_base.retrieve(query, decide=ctx.decide, limit=limit, mode=mode, filter=filter)
+
+
+def check_knowledge_base(value: object) -> None:
+    """Refuse, when a retriever is built, a ``knowledge_base`` that is not one: it failed at
+    the first query with an untyped ``AttributeError`` (named by type only: an arbitrary
+    object's ``repr`` can be anything)."""
+    if not isinstance(value, KnowledgeBase):
+        raise InvalidArgumentError(
+            "knowledge_base must be a KnowledgeBase (open_knowledge_base(loom, scope)), not "
+            f"a {type(value).__name__}"
+        )
 
 
 def _check(query: object, limit: object) -> None:

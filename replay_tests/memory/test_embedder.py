@@ -161,6 +161,14 @@ def test_a_vector_that_is_not_real_numbers_is_refused(vector: Any) -> None:
         checked_vectors(embedder, ["a"])
 
 
+@pytest.mark.parametrize("answer", [None, 3, "abc"])
+def test_an_answer_that_is_no_list_of_vectors_is_refused(answer: Any) -> None:
+    """``len(None)`` raised a bare TypeError out of every store (bridges review); a str of
+    the right length was read as one vector per character."""
+    with pytest.raises(EmbedderError, match="lying"):
+        checked_vectors(_Lying(answer), ["a", "b", "c"])
+
+
 def test_real_numbers_of_any_type_are_taken() -> None:
     """ints and float subclasses (numpy's floats among them) are floats in a vector."""
     np = pytest.importorskip("numpy")

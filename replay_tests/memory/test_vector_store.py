@@ -243,3 +243,34 @@ def test_a_query_vector_that_is_not_finite_is_refused(
     query[0] = bad
     with pytest.raises(InvalidArgumentError, match="finite"):
         vector_store.search_by_vector("a", query)
+
+
+class _Declares(HashingEmbedder):
+    """A hashing embedder declaring another model or dimension (a config value missing)."""
+
+    def __init__(self, *, model: object = "hash", dimension: object = 64) -> None:
+        super().__init__(dimension=64)
+        self._declared = (model, dimension)
+
+    @property
+    def model(self) -> str:
+        return self._declared[0]  # type: ignore[return-value]
+
+    @property
+    def dimension(self) -> int:
+        return self._declared[1]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "declared", [{"model": 5}, {"model": None}, {"dimension": 0}, {"dimension": True}]
+)
+def test_an_unusable_embedder_is_refused_before_the_store_writes(
+    tmp_path: Path, declared: dict[str, object]
+) -> None:
+    """The store wrote the embedder's model into its vector space before anything checked
+    it: model 5 left a '5' row, None a BackendError (NOT NULL) instead of the typed refusal
+    the event-sourced memory gives (bridges review)."""
+    url = f"sqlite:///{tmp_path / 'vectors.db'}"
+    with pytest.raises(EmbedderError, match="unusable"):
+        SqliteVectorStore(url, embedder=_Declares(**declared), min_score=0.1)  # type: ignore[arg-type]
+    assert not (tmp_path / "vectors.db").exists() or os.path.getsize(tmp_path / "vectors.db") == 0
