@@ -40,6 +40,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import FORGET_LOG, Forgotten
 from loom_runtime.sealing import (
+    TABLE,
     has_key_table,
     holds_sealed_fields,
     sealed_input,
@@ -335,8 +336,15 @@ def plan_subjects(
     reason: str,
 ) -> ErasureReport:
     """The report of erasing sealed ``subjects``: those whose key is live are erased, the
-    rest were erased before (listed by execution id, or by subject). Reads only."""
+    rest were erased before (listed by execution id, or by subject). Reads only.
+
+    A log holding sealed subjects and no key table lost its keys (the table dropped or
+    renamed): none is live, yet none was erased, and "already erased" with no forget event
+    was the answer (ADR 0049, amended "sealed floor"). That is :class:`LogCorruptError`, with
+    nothing written."""
     live = set(keyring.live(s.subject for s in subjects))
+    if len(live) < len(subjects) and not has_key_table(keyring.engine):
+        raise LogCorruptError(_no_key_table(subjects[0].subject, len(subjects)))
     return ErasureReport(
         applied=False,
         selector=selector,
@@ -347,6 +355,15 @@ def plan_subjects(
         not_erasable=tuple(not_erasable),
         by=by,
         reason=reason,
+    )
+
+
+def _no_key_table(subject: str, count: int) -> str:
+    return (
+        f"cannot erase {subject}" + (f" and {count - 1} more" if count > 1 else "") + ": the "
+        f"log holds its sealed data but has no key table ({TABLE}), so its key is lost, not "
+        "erased (no forget event names it): the table was dropped or renamed. Nothing was "
+        "written; restore the table from a backup (`loom verify` reports it as key-missing)"
     )
 
 

@@ -22,8 +22,14 @@ A sealed execution is found by its input (:func:`~loom_runtime.sealing.sealed_in
 other events are not read; a subject a package above the runtime seals (a document, a memory
 key) by the sealed texts in the fields its event class declares sealed (``LogEvent.SEALED``),
 and nowhere else: a clear field (a document's metadata, a memory key's name) can hold any text,
-one that looks sealed too. Key rows are untrusted as well: a value of any type reads as no
-position.
+one that looks sealed too. An event's texts are sealed when every one of them is
+(:func:`~loom_runtime.sealing.sealed_subjects`), whatever the key rows say: they are what is
+being checked, and a floor read from them (the first key's position) let one deleted or edited
+row hide a document's texts (ADR 0049, amended "sealed floor"). Key rows are untrusted as well:
+a value of any type reads as no position, and one past the log's head is ``key-altered``.
+
+A log with no key table was never encrypted, or had its table dropped or renamed: a sealed
+execution's input, which proves itself, tells the second (``key-missing``, the table gone).
 """
 
 from __future__ import annotations
@@ -41,9 +47,8 @@ from loom_runtime.sealing import (
     TABLE,
     UNREADABLE,
     has_key_table,
-    sealed_after,
     sealed_input,
-    sealed_text_subject,
+    sealed_subjects,
     subject_of,
 )
 from loom_runtime.storage.topics import event_class
@@ -80,7 +85,8 @@ def verify_keys(
 ) -> VerifyReport:
     """Check the key table against the log's events up to position ``upto`` (the head a
     :func:`~loom_runtime.integrity.verify_log` verified: read the chain first, since this
-    trusts the events it reads). Ok at once for a log that was never encrypted.
+    trusts the events it reads). Ok for a log that was never encrypted: no key table, and no
+    sealed execution (then only its ``Created`` events are read).
 
     The report's ``checked`` counts the key rows checked; a problem is the one at the lowest
     log position (a lost or forged row before an erasure left half done), its ``detail``
@@ -89,11 +95,13 @@ def verify_keys(
     raises the database's error (SQLAlchemy's), as any unreadable table does.
     """
     if not has_key_table(log.engine):
-        return VerifyReport(checked=0)
-    sealed, named = _stored(log, upto, progress)
+        return _without_table(log, upto, progress)
+    eras, named = _stored(log, upto, progress)
+    sealed = {subject: first for subject, first in map(_first, eras.items()) if first}
     first_sealed = min(sealed.values(), default=1)
     problems: list[tuple[int, Tampering, str]] = []
     later: list[tuple[str, int]] = []  # destroyed by a forget event past ``upto``
+    ahead: list[tuple[str, int]] = []  # made past ``upto``: since the events were read, or forged
     checked = 0
     checks = 0
     for subject, live, created_at, erased_at in _key_rows(log):
@@ -104,8 +112,12 @@ def verify_keys(
         stored = sealed.pop(subject, None)
         first = max(created_at or 1, 1) if stored is None else stored
         forgets = named.get(subject, ())
-        if stored is not None and created_at is not None and created_at >= stored:
-            problems.append((stored, Tampering.KEY_ALTERED, _made_after(subject, created_at)))
+        if created_at is not None:
+            before = _stored_by(eras.get(subject, []), created_at)
+            if before is not None:
+                problems.append((before, Tampering.KEY_ALTERED, _made_after(subject, created_at)))
+            elif created_at > upto:
+                ahead.append((subject, created_at))
         if live:
             if forgets:
                 problems.append((forgets[0], Tampering.ERASURE_INCOMPLETE, _incomplete(subject)))
@@ -117,10 +129,8 @@ def verify_keys(
             later.append((subject, erased_at))
         elif erased_at not in forgets:
             problems.append((erased_at, Tampering.KEY_DESTROYED, _destroyed(subject, erased_at)))
-    head = log.position if later else upto
-    for subject, erased_at in later:  # an erasure since the events were read, or a forgery
-        if erased_at > head or subject not in _named_at(log, erased_at):
-            problems.append((erased_at, Tampering.KEY_DESTROYED, _destroyed(subject, erased_at)))
+    if later or ahead:
+        problems.extend(_past(log, upto, later, ahead))
     problems.extend(
         (position, Tampering.KEY_MISSING, _missing(subject))
         for subject, position in sealed.items()
@@ -128,6 +138,27 @@ def verify_keys(
     )
     if checked and not checks:
         problems.append((first_sealed, Tampering.KEY_MISSING, _no_check_row()))
+    return _verdict(checked, problems)
+
+
+def _past(
+    log: EventLog, upto: int, later: list[tuple[str, int]], ahead: list[tuple[str, int]]
+) -> Iterator[tuple[int, Tampering, str]]:
+    """The problems of rows naming positions past ``upto``, checked against the log as it is
+    now (its head read once): a destruction by an erasure made since the events were read is
+    found there, a key made since is at or before that head; a made-up position is neither."""
+    head = log.position
+    for subject, erased_at in later:
+        if erased_at > head or subject not in _named_at(log, erased_at):
+            yield erased_at, Tampering.KEY_DESTROYED, _destroyed(subject, erased_at)
+    for subject, created_at in ahead:
+        if created_at > head:
+            yield upto, Tampering.KEY_ALTERED, _made_past_head(subject, created_at, head)
+
+
+def _verdict(checked: int, problems: list[tuple[int, Tampering, str]]) -> VerifyReport:
+    """The report of ``problems``: the first by position, tampering before an erasure left
+    half done, with a count of the rest."""
     if not problems:
         return VerifyReport(checked=checked)
     # An erasure left half done is an operator's next step; a lost or forged row is not, and
@@ -140,43 +171,73 @@ def verify_keys(
     return VerifyReport(checked=checked, problem=problem, position=position, detail=detail)
 
 
+def _without_table(
+    log: EventLog, upto: int, progress: Callable[[int, int], None] | None
+) -> VerifyReport:
+    """The check of a log with no key table: never encrypted, unless a sealed execution's
+    input (which proves itself: it names its own execution, whose id did not exist before
+    it) says otherwise; then the table was dropped or renamed, every key is lost with it, and
+    the first sealed data is ``key-missing``. A document's or memory key's text alone does not
+    tell a log that lost its table from a clear one holding an outsider's text shaped like a
+    sealed one (ADR 0049, amended "sealed floor")."""
+    executions = log.notifications(upto=upto, topics=(_CREATED,))
+    if not any(_sealed_execution(r.state, r.stream) for r in executions):
+        if progress is not None:
+            progress(upto, upto)
+        return VerifyReport(checked=0)
+    eras, _ = _stored(log, upto, progress)
+    sealed = sorted((first, subject) for subject, first in map(_first, eras.items()) if first)
+    position, subject = sealed[0]
+    return _verdict(0, [(position, Tampering.KEY_MISSING, _table_gone(subject, len(sealed)))])
+
+
+_Eras = list[tuple[int, int | None]]
+"""One subject's sealed data, by era: the position an era starts after (0, then each forget
+event naming the subject) and the first sealed position in it (None: none yet)."""
+
+
 def _stored(
     log: EventLog, upto: int, progress: Callable[[int, int], None] | None
-) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """The subjects whose sealed data the log holds up to ``upto``, each with the first
-    position holding it, and the subjects forget events name, each with their positions.
+) -> tuple[dict[str, _Eras], dict[str, list[int]]]:
+    """The sealed data the log holds up to ``upto``, by subject and era (:data:`_Eras`), and
+    the subjects forget events name, each with their positions.
 
-    A text can look sealed and be an outsider's clear text, stored before anything could be
-    sealed (:func:`~loom_runtime.sealing.sealed_after`, read from the key rows). The rows are
-    untrusted here: a sealed execution's input (found by itself) bounds that position too, so
-    raising the rows' positions cannot hide a document's texts behind it."""
-    sealed: dict[str, int] = {}
+    By era, because a key is compared with the data stored since the subject was last
+    erased before the key was made: an erased subject's row deleted (its key was gone
+    already) and the subject written again under a new key is a key made after the first
+    era's data, and rightly so."""
+    eras: dict[str, _Eras] = {}
     named: dict[str, list[int]] = {}
-    texts: dict[str, tuple[int, int]] = {}  # the first and last text that looks sealed
     for kind, position, subject in _found(log, upto, progress):
+        found = eras.setdefault(subject, [(0, None)])
         if kind == _FORGET:
             named.setdefault(subject, []).append(position)
-        elif kind == _INPUT:
-            sealed.setdefault(subject, position)
-        else:
-            first, _ = texts.get(subject, (position, position))
-            texts[subject] = (first, position)
-    after = sealed_after(log.engine)
-    floor = -1 if after is None else after
-    if sealed:
-        floor = min(sealed.values()) - 1 if floor < 0 else min(floor, min(sealed.values()) - 1)
-    for subject, (first, last) in texts.items():
-        if last > floor:
-            sealed.setdefault(subject, first if first > floor else last)
-    return sealed, named
+            found.append((position, None))
+        elif found[-1][1] is None:
+            found[-1] = (found[-1][0], position)
+    return eras, named
+
+
+def _first(item: tuple[str, _Eras]) -> tuple[str, int | None]:
+    """A subject and the first position holding its sealed data (None: it holds none)."""
+    subject, eras = item
+    return subject, next((first for _, first in eras if first is not None), None)
+
+
+def _stored_by(eras: _Eras, created_at: int) -> int | None:
+    """The first position holding data sealed under a key made at ``created_at``, if one is
+    not after it (the row was altered): in the era the key was made in, the one after the
+    last forget event naming the subject before it."""
+    first = next((first for start, first in reversed(eras) if start <= created_at), None)
+    return first if first is not None and first <= created_at else None
 
 
 def _found(
     log: EventLog, upto: int, progress: Callable[[int, int], None] | None
 ) -> Iterator[tuple[str, int, str]]:
-    """``(kind, position, subject)``: a sealed execution's input (:data:`_INPUT`), a text
-    that looks sealed in a field declared sealed (:data:`_TEXT`), a subject a forget event
-    names (:data:`_FORGET`)."""
+    """``(kind, position, subject)``: a sealed execution's input (:data:`_INPUT`), the
+    subject of an event's sealed texts (:data:`_TEXT`, :func:`_sealed_texts`), a subject a
+    forget event names (:data:`_FORGET`)."""
     reported = 0
     for record in log.notifications(upto=upto):
         position, topic = record.position, record.topic
@@ -210,9 +271,10 @@ def _subjects_of(state: bytes) -> tuple[str, ...]:
         return ()
 
 
-def _sealed_texts(topic: str, state: bytes) -> set[str]:
-    """The subjects of the sealed texts in the fields events of ``topic`` declare sealed
-    (each a sealed text, or a list of them)."""
+def _sealed_texts(topic: str, state: bytes) -> frozenset[str]:
+    """The subjects that sealed the texts in the fields events of ``topic`` declare sealed
+    (each a text, or a list of them; other values, a memory's clear entries, are no text),
+    when every one of them is sealed (:func:`~loom_runtime.sealing.sealed_subjects`)."""
     if topic not in _sealed_fields:
         cls = event_class(topic)
         fields: tuple[str, ...] = getattr(cls, "SEALED", ())
@@ -223,18 +285,18 @@ def _sealed_texts(topic: str, state: bytes) -> set[str]:
         )
     decoder = _sealed_fields[topic]
     if decoder is None:
-        return set()
+        return frozenset()
     try:
         values = msgspec.structs.astuple(decoder.decode(state))
     except UNREADABLE:
-        return set()
-    found = set()
-    for value in values:
-        for text in value if isinstance(value, list) else (value,):
-            subject = sealed_text_subject(text) if isinstance(text, str) else None
-            if subject is not None:
-                found.add(subject)
-    return found
+        return frozenset()
+    texts = [
+        text
+        for value in values
+        for text in (value if isinstance(value, list) else (value,))
+        if isinstance(text, str)
+    ]
+    return sealed_subjects(texts) or frozenset()
 
 
 def _key_rows(log: EventLog) -> Iterator[tuple[str, bool, int | None, int | None]]:
@@ -312,6 +374,23 @@ def _made_after(subject: str, created_at: int) -> str:
         f"sealed data of {subject} is stored here, but its key's row says it was made at "
         f"{created_at}, not before: a key is made before anything is sealed under it, so the "
         "row was altered (restore the key table from a backup)"
+    )
+
+
+def _made_past_head(subject: str, created_at: int, head: int) -> str:
+    return (
+        f"the key of {subject} says it was made at log position {created_at}, past the log's "
+        f"head ({head}): loom makes a key at the head, before its first write, so the row "
+        "was altered (restore the key table from a backup)"
+    )
+
+
+def _table_gone(subject: str, subjects: int) -> str:
+    return (
+        f"sealed data of {subject} is stored here ({subjects} subject(s) in all), but the log "
+        f"has no key table ({TABLE}): it is gone (dropped or renamed), and with it every data "
+        "key and the key-check row, with no forget event erasing them. The data reads as "
+        "erased, yet was never erased: restore the table from a backup"
     )
 
 

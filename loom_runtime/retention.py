@@ -62,7 +62,8 @@ STARTED_BEFORE: Final = "started before"
 
 def parse_age(text: str) -> timedelta:
     """An age as ``loom retain --older-than`` takes it: a whole number and a unit, ``w``
-    (weeks), ``d`` (days), ``h`` (hours) or ``m`` (minutes): ``90d``, ``2w``, ``36h``.
+    (weeks), ``d`` (days), ``h`` (hours) or ``min`` (minutes): ``90d``, ``2w``, ``15min``.
+    ``m`` is refused as ambiguous (minutes to one reader, months to another).
 
     One number and one unit, no fractions or combinations: a retention period is a policy
     someone reads in a crontab, so ``90d`` is written as it is meant.

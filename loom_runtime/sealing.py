@@ -30,6 +30,7 @@ import binascii
 import contextlib
 import functools
 import os
+import sqlite3
 import string
 import threading
 import weakref
@@ -47,8 +48,10 @@ from loom_runtime.errors import (
     MissingExtraError,
     SubjectErasedError,
     WrongMasterKeyError,
+    cause_of,
 )
 from loom_runtime.log import Precondition
+from loom_runtime.retry import is_contention
 from loom_runtime.storage.mapper import holds_no_text
 from loom_runtime.subjects import SUBJECT_LENGTH
 
@@ -289,6 +292,42 @@ def _create_table_sql(dialect: Dialect) -> str:
     return sql
 
 
+@contextlib.contextmanager
+def _key_table_shape() -> Iterator[None]:
+    """Raise a read or write of the key table that fails on the table's own shape (a column
+    dropped or renamed, the table gone mid-read) as :class:`LogCorruptError`, the one line
+    ``loom verify`` already gave without the master key; with it, the database's error went
+    out of every command as a traceback. Contention and a lost connection are raised as
+    they are: they are no fault of the table. Only the slower paths are wrapped (a keyring's
+    own connection failing, or a transaction of several rows); the reads an append makes are
+    not, and cost nothing more."""
+    try:
+        yield
+    except Exception as exc:
+        if not _misshapen(exc):
+            raise
+        raise LogCorruptError(
+            f"the key table ({TABLE}) could not be read: {cause_of(exc)}. Its columns are not "
+            "the ones loom made (altered by hand, or restored from another schema): restore it "
+            "from a backup, or run `loom verify` to see what else differs"
+        ) from exc
+
+
+def _misshapen(exc: BaseException) -> bool:
+    """Whether a database error says a statement does not fit the table: SQLite's "no such
+    column" and its kin, PostgreSQL's SQLSTATE class 42 (undefined column or table, a type
+    that does not match)."""
+    driver = getattr(exc, "orig", None) or exc
+    if is_contention(exc):
+        return False
+    if isinstance(driver, sqlite3.OperationalError):
+        message = str(driver)
+        return any(
+            said in message for said in ("no such column", "no column named", "no such table")
+        )
+    return str(getattr(driver, "sqlstate", None) or "").startswith("42")
+
+
 class _Row(msgspec.Struct, frozen=True):
     wrapped_key: bytes | None
     erased_position: int | None
@@ -404,7 +443,7 @@ class Keyring:
             self._checked(self._fetch_row(KEY_CHECK))
             return
         table = self.table
-        with self.engine.begin() as connection:
+        with _key_table_shape(), self.engine.begin() as connection:
             row = connection.execute(self._select_row, {"subject": KEY_CHECK}).first()
             wrapped = None if row is None else row[0]
             if wrapped is None:
@@ -445,7 +484,7 @@ class Keyring:
         try:
             return self._kept(_DATA_KEY_SQL, ()) is not None
         except Exception:
-            with self.engine.connect() as connection:
+            with _key_table_shape(), self.engine.connect() as connection:
                 return connection.exec_driver_sql(_DATA_KEY_SQL).first() is not None
 
     def _prove(self, wrapped: bytes) -> None:
@@ -494,7 +533,7 @@ class Keyring:
         try:
             self._kept(self._insert_sql, values, fetch=False)
         except Exception:
-            with self.engine.begin() as connection:
+            with _key_table_shape(), self.engine.begin() as connection:
                 connection.execute(self.table.insert(), {**row, "created_position": position})
 
     def ensure(self, subject: str, *, position: int) -> AESGCM:
@@ -519,7 +558,7 @@ class Keyring:
         self._switch_on()
         table = self.table
         held: set[str] = set()
-        with self.engine.connect() as connection:
+        with _key_table_shape(), self.engine.connect() as connection:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 held.update(
@@ -535,7 +574,7 @@ class Keyring:
             for s, k in keys.items()
         ]
         try:
-            with self.engine.begin() as connection:
+            with _key_table_shape(), self.engine.begin() as connection:
                 connection.execute(table.insert(), rows)
         except IntegrityError:
             return  # another process made one of them: each write finds its own
@@ -667,7 +706,7 @@ class Keyring:
         try:
             return self._kept(self._row_sql, (subject,))
         except Exception:
-            with self.engine.connect() as connection:
+            with _key_table_shape(), self.engine.connect() as connection:
                 return connection.execute(self._select_row, {"subject": subject}).first()
 
     @contextlib.contextmanager
@@ -748,7 +787,7 @@ class Keyring:
         if not self._refresh():
             return found
         key = table.c.wrapped_key
-        with self.engine.connect() as connection:
+        with _key_table_shape(), self.engine.connect() as connection:
             for start in range(0, len(wanted), 500):
                 found.extend(
                     connection.execute(
@@ -767,7 +806,7 @@ class Keyring:
 
         table = self.table
         destroyed = 0
-        with self.engine.begin() as connection:
+        with _key_table_shape(), self.engine.begin() as connection:
             for start in range(0, len(subjects), 500):
                 result = connection.execute(
                     update(table)
@@ -856,17 +895,21 @@ _sealed_after: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionar
 
 
 def sealed_after(engine: Engine) -> int | None:
-    """The log position after which sealed data can be stored, or None while none can: the
-    lowest ``created_position`` of the log's data keys (every sealed field is appended after
-    its key was made, at the head then), read without the master key.
+    """The lowest ``created_position`` of the log's data keys (every sealed field is appended
+    after its key was made, at the head then), or None while the log has no data key: read
+    without the master key, from rows anyone with SQL access can edit.
 
-    Why: whether a stored text is sealed cannot rest on its look alone. A document's title and
-    body are outsiders' text, and one that begins like a sealed text was taken for one, so a
-    clear log's corpus raised :class:`EncryptionOffError` on every read and write after it; a
-    text stored at or before this position is clear whatever it looks like (ADR 0049, amended
-    "verify"). Keys are never deleted and later ones are made at later positions, so an answer
-    once found stands and is remembered per engine; None is not (it is read again, until the
-    log has a data key)."""
+    So it is never what makes a text clear. Deleting the first key's row, or raising the
+    rows' positions, moved it past sealed texts, and the corpus index served their ciphertext
+    as the document's text while ``loom verify`` read past them (ADR 0049, amended "sealed
+    floor"): whether a stored text is sealed is decided by the text itself
+    (:func:`sealed_subjects`). What this position still decides is safe whichever way a row
+    edit moves it: a revision whose every text is shaped like a sealed one, stored at or
+    before it, is never opened nor served (the erased state), since it is either an
+    outsider's text shaped so on purpose or a sealed one whose rows were altered. Keys are
+    never deleted and later ones are made at later positions, so an answer once found stands
+    and is remembered per engine; None is not (it is read again, until the log has a data
+    key)."""
     found = _sealed_after.get(engine)
     if found is not None:
         return found
@@ -933,8 +976,10 @@ def write_keyring(log: EventLog, what: str) -> tuple[Keyring | None, Preconditio
 
 
 def has_key_table(engine: Engine) -> bool:
-    """Whether the log on ``engine`` was ever encrypted (encryption, once switched on, is never
-    switched off): it has the key table. One read, for a Loom without a keyring."""
+    """Whether the log on ``engine`` has the key table: it was encrypted (encryption, once
+    switched on, is never switched off), unless the table was dropped or renamed since, which
+    only the log's own sealed data can tell (:func:`~loom_runtime.key_audit.verify_keys`).
+    One read, for a Loom without a keyring."""
     with engine.connect() as connection:
         return bool(engine.dialect.has_table(connection, TABLE))
 
@@ -962,6 +1007,25 @@ def sealed_text_subject(text: str) -> str | None:
     """The subject whose key sealed ``text``, or None if ``text`` is clear."""
     sealed = _sealed_of_text(text)
     return None if sealed is None else sealed.subject
+
+
+def sealed_subjects(texts: Iterable[str]) -> frozenset[str] | None:
+    """The subjects that sealed the texts one stored event holds in the fields it declares
+    sealed, when every one of them is a sealed text; None when one is not, or there are none.
+
+    Why the text itself decides, and all of an event's texts together: a sealed write seals
+    every text of the event (a document's title and each passage), so an event mixing clear
+    and sealed-looking text is an outsider's clear text (a document about loom quoting one),
+    and no key row (anyone with SQL access can edit them, ADR 0049 amended "sealed floor")
+    moves that line. What it cannot tell apart: an outsider's text written in clear whose every
+    part is shaped exactly like a sealed text, on purpose; such a revision is read as sealed."""
+    subjects = set()
+    for text in texts:
+        sealed = _sealed_of_text(text)
+        if sealed is None:
+            return None
+        subjects.add(sealed.subject)
+    return frozenset(subjects) if subjects else None
 
 
 def open_subject_text(keyring: Keyring | None, text: str, place: str) -> str:

@@ -81,6 +81,7 @@ from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore,
 from loom_runtime import (
     DomainEventProtocol,
     Forgotten,
+    Keyring,
     SQLProjection,
     keyring_for,
     sealed_after,
@@ -255,9 +256,7 @@ class CorpusIndex(SQLProjection):
                 if isinstance(event, DocumentWritten):
                     # Opened before the page's transaction too: reading a key inside it would
                     # wait for the write lock that transaction holds (SQLite).
-                    self._opened[position] = open_written(
-                        keyring, event, clear=self._stored_clear(position, event)
-                    )
+                    self._opened[position] = self._open_written(keyring, position, event)
             if unseen:
                 self._open_recorded_stores()
             self._page = _PageWrites(events) if events else None
@@ -266,14 +265,31 @@ class CorpusIndex(SQLProjection):
             finally:
                 self._page = None
 
-    def _stored_clear(self, position: int, event: DocumentWritten) -> bool:
-        """Whether ``event`` was stored where nothing can be sealed: only asked (one read of
-        the key table, then remembered) for a revision with a text that looks sealed."""
+    def _open_written(
+        self, keyring: Keyring | None, position: int, event: DocumentWritten
+    ) -> tuple[str | None, list[str]] | None:
+        """A written revision's title and passages as the index holds them; None (the erased
+        state: listed, nothing searchable) for one whose texts are never opened nor served.
+
+        A revision with a text that looks sealed, stored after the first key row's position
+        (:func:`~loom_runtime.sealed_after`, one read of the key table, remembered), is opened
+        text by text, as any sealed one. At or before it, or where the log has no data key,
+        the revision's own texts say: a sealed write seals every one, so one with any clear
+        text is an outsider's, read as written; one whose every text looks sealed is withheld,
+        since it is either an outsider's text shaped so on purpose or a sealed one whose key
+        rows were deleted or edited. Why the rows may only withhold, never make a text clear:
+        anyone with SQL can edit them, and a deleted first row, read as "clear", served the
+        document's ciphertext as its text for good (ADR 0049, amended "sealed floor"). Only
+        that rare revision has every text decoded: an honest sealed one stops at its first."""
         texts = event.passages if event.title is None else [event.title, *event.passages]
         if not any(sealed_text_subject(text) is not None for text in texts):
-            return False
+            return open_written(keyring, event, clear=True)
         after = sealed_after(self.engine)
-        return after is None or position <= after
+        if after is not None and position > after:
+            return open_written(keyring, event)
+        if all(sealed_text_subject(text) is not None for text in texts):
+            return None
+        return open_written(keyring, event, clear=True)
 
     def reset(self) -> None:
         with self._applying:
@@ -339,7 +355,7 @@ class CorpusIndex(SQLProjection):
         del values["id"]
         page = self._page if self._page is not None else _PageWrites(())
         opened = self._opened.pop(position, None)
-        if opened is not None:  # None: its key is destroyed, and a forget event follows
+        if opened is not None:  # None: its key is destroyed (a forget event follows), or withheld
             store = self._store_of(conn, event.scope)
             passages = (key, _entries(event, *opened), position, {"revision": event.revision})
             page.held(store).appends.append(passages)

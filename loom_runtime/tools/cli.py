@@ -1015,8 +1015,9 @@ def doctor(as_json: JsonOption = False, db: DbOption = None) -> None:
             verdict()
 
         check(*_encryption(loom))
-        if has_key_table(loom.log.engine):
-            check(*_keys_agree(loom, head))
+        keys = _keys_agree(loom, head)  # a clear log's too: a key table gone is seen so
+        if not keys[0] or has_key_table(loom.log.engine):
+            check(*keys)
 
         def unopenable(name: str, error: Exception) -> None:  # the others are still checked
             check(False, f"projection {name}", f"cannot be opened: {cause_of(error)}")
@@ -1036,9 +1037,10 @@ def _encryption(loom: Loom) -> tuple[bool, str, str]:
     from loom_runtime.sealing import has_key_table, keyring_for
 
     engine = loom.log.engine
-    if keyring_for(engine) is not None:
+    table = has_key_table(engine)
+    if keyring_for(engine) is not None and table:
         return True, "encryption", "on: the master key opens the key table"
-    if has_key_table(engine):
+    if table:
         return (
             False,
             "encryption",
