@@ -11,16 +11,23 @@ it for.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
-from openai import OpenAI
 
 from loom_knowledge.tools.audit import AuditedModelCall, audit
 from loom_knowledge.tools.audit_render import render_html, render_text, returned
 from loom_runtime import FlowContext, Loom, wrap
 from replay_tests.capture.provider_server import ProviderServer
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
 
 
 def _before_outcome(text: str, marker: str) -> str:
@@ -58,7 +65,7 @@ def test_a_wrapped_clients_answer_is_shown_as_its_message_text(
     shows the text its message holds (a stream's assembled message), not 200 characters of
     headers."""
     with ProviderServer() as server, Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
-        client = wrap(OpenAI(base_url=server.openai_url, api_key="sk-loopback"))
+        client = wrap(openai.OpenAI(base_url=server.openai_url, api_key="sk-loopback"))
 
         @loom.flow("ask")
         def ask(ctx: FlowContext, question: str) -> str:
