@@ -19,9 +19,23 @@ that precedes it, so a failing clause shows its values. The class has no ``Test`
 that pytest never collects the kit itself; each test states one clause in its docstring, so
 ``-k`` selects clauses and a failure names the clause broken.
 
-The hash chain is the one optional capability: a log that keeps none raises
-:class:`~loom_runtime.errors.IntegrityUnsupportedError` from ``verify``, and its clause SKIPS
-naming it.
+Two capabilities are optional, and their clauses SKIP naming them: the hash chain (a log
+that keeps none raises :class:`~loom_runtime.errors.IntegrityUnsupportedError` from
+``verify``) and preconditions read inside the append (a log whose ``checks_preconditions`` is
+false). One clause needs more than the port: that ``verify`` reports an event edited behind
+the log's back needs someone to edit it, which only the backend's author can do; provide a
+fixture ``tamper`` (a callable taking a position, changing the stored bytes of the event
+there) or that clause skips, saying so::
+
+    @pytest.fixture
+    def tamper(self, log):
+        def edit(position):
+            ...  # UPDATE the events table's state at ``position``, bypassing the log
+        return edit
+
+Why so many clauses pin an edge (a free row ahead of a taken one, ``event_at`` between
+positions, every verb of a closed log): each was a wrong backend the kit once let pass
+(ADR 0020, amended 6 Dec).
 
 What the kit cannot see:
 
@@ -34,7 +48,7 @@ What the kit cannot see:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any, ClassVar
@@ -50,7 +64,8 @@ from loom_runtime.errors import (
     StreamConflictError,
 )
 from loom_runtime.execution import Execution, project_execution
-from loom_runtime.log import EventLog, Row
+from loom_runtime.integrity import Anchor, VerifyReport
+from loom_runtime.log import EventLog, Precondition, Row
 from loom_runtime.stream import Change, LogEvent, stream_id
 
 
@@ -72,6 +87,21 @@ class KitCounted(LogEvent):
 def notes(*texts: str) -> list[Change]:
     """One :class:`KitNoted` change per text, numbered from 1."""
     return [(KitNoted, {"text": text, "n": n}) for n, text in enumerate(texts, start=1)]
+
+
+class KitRefused(Exception):
+    """What the kit's precondition raises when it does not hold."""
+
+
+def kit_precondition(*, holds: bool) -> Precondition:
+    """A :class:`Precondition` that holds or not by its parameter alone: ``SELECT ? = 'yes'``
+    reads no table, so it means the same on every database (SQLite runs it as a subquery of
+    the insert, PostgreSQL with ``$1`` for the ``?``)."""
+    return Precondition(
+        sql="SELECT ? = 'yes'",
+        parameter="yes" if holds else "no",
+        refusal=lambda: KitRefused("the kit's precondition does not hold"),
+    )
 
 
 class EventLogContract:
@@ -193,6 +223,16 @@ class EventLogContract:
         log.append(stream, expected_version=0, events=notes("x", "y"))
         assert [e.text for e in log.events(stream, desc=True, limit=1)] == ["y"]
 
+    def test_events_newest_first_and_limit_each_alone(self, log: EventLog) -> None:
+        """events(desc=True) without a limit returns every event newest first; limit without
+        desc returns the first events, oldest first; after_version applies to both."""
+        stream = stream_id("kit:a")
+        log.append(stream, expected_version=0, events=notes("x", "y", "z"))
+        assert [e.text for e in log.events(stream, desc=True)] == ["z", "y", "x"]
+        assert [e.text for e in log.events(stream, limit=2)] == ["x", "y"]
+        assert [e.text for e in log.events(stream, after_version=1, desc=True)] == ["z", "y"]
+        assert [e.text for e in log.events(stream, after_version=1, limit=1)] == ["y"]
+
     def test_events_read_after_a_version(self, log: EventLog) -> None:
         """events(after_version=v) returns the events with versions above v."""
         stream = stream_id("kit:a")
@@ -249,12 +289,32 @@ class EventLogContract:
         with pytest.raises(LogCorruptError):
             log.decode(row)
 
+    def test_a_corrupt_row_of_a_known_topic_is_refused(self, log: EventLog) -> None:
+        """decode of a row whose topic is known but whose bytes are not its event (not JSON,
+        not UTF-8, a field of the wrong type or missing) raises LogCorruptError, never the
+        decoder's own error: a caller catches one type for every bad row (ADR 0018)."""
+        for state in (b"{not json", b"\xff\x00", b'{"text": 1, "n": "x"}', b"{}", b"null"):
+            row = Row(stream=uuid4(), version=1, topic=KitNoted.TOPIC, state=state)
+            with pytest.raises(LogCorruptError):
+                log.decode(row)
+
     def test_the_event_at_a_position(self, log: EventLog) -> None:
         """event_at(p) returns the event stored at p, its position and its timestamp."""
         [_, second] = log.append(stream_id("kit:a"), expected_version=0, events=notes("x", "y"))
         stamped = log.event_at(second)
         assert stamped is not None and stamped.position == second
         assert stamped.event.text == "y" and stamped.timestamp == stamped.event.timestamp
+
+    def test_the_event_at_or_after_a_position(self, log: EventLog) -> None:
+        """event_at(p) is the first event at or after p (positions may skip): event_at(0)
+        is the first event, event_at(first) the first, event_at(second) the second."""
+        [first, second] = log.append(stream_id("kit:a"), expected_version=0, events=notes("x", "y"))
+        found = [log.event_at(position) for position in (0, first, second)]
+        assert [(s.position, s.event.text) if s else None for s in found] == [
+            (first, "x"),
+            (first, "x"),
+            (second, "y"),
+        ]
 
     def test_no_event_past_the_head(self, log: EventLog) -> None:
         """event_at(p) for p past the head returns None."""
@@ -281,13 +341,49 @@ class EventLogContract:
         assert [e.text for e in log.events(copy)] == ["x", "y"]
 
     def test_inserting_a_taken_version_is_refused_whole(self, log: EventLog) -> None:
-        """insert_rows at a version the stream holds raises StreamConflictError, writes nothing."""
+        """insert_rows with a row at a version the stream holds raises StreamConflictError and
+        writes nothing: not even the free rows of another stream given ahead of it."""
         stream = stream_id("kit:a")
         log.append(stream, expected_version=0, events=notes("x"))
         head = log.position
+        taken = log.rows(stream)
+        fresh = uuid4()
+        free = [msgspec.structs.replace(row, stream=fresh) for row in taken]
         with pytest.raises(StreamConflictError):
-            log.insert_rows(log.rows(stream))
+            log.insert_rows([*free, *taken])
+        assert (log.position, log.stream_version(fresh)) == (head, 0)
+        with pytest.raises(StreamConflictError):
+            log.insert_rows(taken)
         assert log.position == head
+
+    # -- preconditions (optional: checks_preconditions) ----------------------------------------
+
+    def test_a_false_precondition_refuses_every_write_whole(self, log: EventLog) -> None:
+        """Where checks_preconditions, a write given a precondition that holds is stored, and
+        one given a precondition that does not raises its refusal and stores nothing: append
+        (of several events), append_replanned, save and insert_rows (else: skipped)."""
+        if not log.checks_preconditions:
+            pytest.skip("capability not supported: preconditions (checks_preconditions)")
+        stream = stream_id("kit:a")
+        log.append(
+            stream, expected_version=0, events=notes("x"), precondition=kit_precondition(holds=True)
+        )
+        head = log.position
+        refused = kit_precondition(holds=False)
+        with pytest.raises(KitRefused):
+            log.append(stream, expected_version=1, events=notes("y", "z"), precondition=refused)
+        with pytest.raises(KitRefused):
+            log.append_replanned(
+                stream, lambda _v: (notes("w"), None), what="a kit write", precondition=refused
+            )
+        execution = _execution()
+        with pytest.raises(KitRefused):
+            log.save(execution, precondition=refused)
+        copy = [msgspec.structs.replace(row, stream=uuid4()) for row in log.rows(stream)]
+        with pytest.raises(KitRefused):
+            log.insert_rows(copy, precondition=refused)
+        assert log.position == head
+        assert [log.stream_version(s) for s in (stream, execution.id, copy[0].stream)] == [1, 0, 0]
 
     # -- what the log shares -------------------------------------------------------------------
 
@@ -297,27 +393,92 @@ class EventLogContract:
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
         assert log.engine.url.database == log.settings.url.database
 
+    @pytest.fixture
+    def tamper(self, log: EventLog) -> Callable[[int], None]:
+        """Override: change the stored bytes of the event at a position behind the log's back."""
+        _verified(log)  # a log without a chain skips for that reason first
+        pytest.skip(
+            "provide a fixture tamper (a callable taking a position, editing the stored state "
+            "of the event there, bypassing the log) to check that verify reports the edit"
+        )
+
     def test_a_fresh_log_verifies(self, log: EventLog) -> None:
         """A log that keeps a hash chain verifies every event it stored (else: skipped)."""
         log.append(stream_id("kit:a"), expected_version=0, events=notes("x", "y"))
-        try:
-            report = log.verify()
-        except IntegrityUnsupportedError:
-            pytest.skip("capability not supported: a hash chain (verify)")
+        report = _verified(log)
         assert report.ok and report.checked == 2
 
+    def test_verify_holds_the_log_to_an_anchor(self, log: EventLog) -> None:
+        """The head a verify reports checks out as an anchor later; an anchor the log does not
+        hold (another hash at a position it has, or a position past its end) is reported, not
+        ok: so a verify that never looks cannot pass (else: skipped)."""
+        [first, _] = log.append(stream_id("kit:a"), expected_version=0, events=notes("x", "y"))
+        head = _verified(log).head
+        assert head is not None and head.notification_id == log.position
+        assert log.verify(anchor=head).ok
+        forged = Anchor(notification_id=first, global_hash="00" * 32)
+        past = Anchor(notification_id=log.position + 1, global_hash=head.global_hash)
+        assert [log.verify(anchor=anchor).ok for anchor in (forged, past)] == [False, False]
+
+    def test_verify_reports_an_event_edited_behind_the_log(
+        self, log: EventLog, tamper: Callable[[int], None]
+    ) -> None:
+        """After the stored bytes of one event are edited outside the log, verify is not ok
+        and names that event's position (else: skipped, without a chain or a tamper fixture)."""
+        [_, second, _] = log.append(
+            stream_id("kit:a"), expected_version=0, events=notes("x", "y", "z")
+        )
+        assert _verified(log).ok
+        tamper(second)
+        report = log.verify()
+        assert (report.ok, report.position) == (False, second)
+
     def test_a_closed_log_refuses_every_use_and_closes_again_quietly(self, log: EventLog) -> None:
-        """After close, a read or an append raises LoomClosedError (nothing reaches a closed
-        pool); a second close does nothing."""
-        log.append(stream_id("kit:a"), expected_version=0, events=notes("x"))
+        """After close, every verb that reaches the database raises LoomClosedError (nothing
+        reaches a closed pool): each write, each read, position, event_at, verify (or its
+        IntegrityUnsupportedError) and a connection from engine; a second close does nothing.
+        decode, settings and redactor read no database and may still answer."""
+        stream = stream_id("kit:a")
+        log.append(stream, expected_version=0, events=notes("x"))
+        copy = [msgspec.structs.replace(row, stream=uuid4()) for row in log.rows(stream)]
         log.close()
         log.close()
-        with pytest.raises(LoomClosedError):
-            log.append(stream_id("kit:a"), expected_version=1, events=notes("y"))
-        with pytest.raises(LoomClosedError):
-            _ = log.position
-        with pytest.raises(LoomClosedError):
-            log.events(stream_id("kit:a"))
+        uses: dict[str, Callable[[], object]] = {
+            "append": lambda: log.append(stream, expected_version=1, events=notes("y")),
+            "append_replanned": lambda: log.append_replanned(
+                stream, lambda _v: (notes("y"), None), what="a kit write"
+            ),
+            "save": lambda: log.save(_execution()),
+            "insert_rows": lambda: log.insert_rows(copy),
+            "stream_version": lambda: log.stream_version(stream),
+            "events": lambda: list(log.events(stream)),
+            "rows": lambda: log.rows(stream),
+            "notifications": lambda: list(log.notifications()),
+            "event_at": lambda: log.event_at(1),
+            "position": lambda: log.position,
+            "engine.connect": lambda: log.engine.connect(),
+            "verify": lambda: log.verify(),  # a log without a chain may say so instead
+        }
+        answered = []
+        for verb, use in uses.items():
+            try:
+                use()
+            except LoomClosedError:
+                continue
+            except IntegrityUnsupportedError:
+                if verb == "verify":
+                    continue
+                raise
+            answered.append(verb)
+        assert answered == []
+
+
+def _verified(log: EventLog) -> VerifyReport:
+    """``log.verify()``, or the clause skipped when the log keeps no hash chain."""
+    try:
+        return log.verify()
+    except IntegrityUnsupportedError:
+        pytest.skip("capability not supported: a hash chain (verify)")
 
 
 def _execution() -> Execution:

@@ -11,7 +11,7 @@ yielding a fresh, empty store::
         def store(self):
             store = MyStore(...)
             yield store
-            store.close()
+            store.close()  # if MyStore has the optional close; else yield alone
 
 and adds ``pytest.register_assert_rewrite("loom_memory.conformance")`` to the conftest.py that
 precedes it, so a failing clause shows its values. The class has no ``Test`` prefix so that
@@ -26,8 +26,19 @@ tested when present and SKIPPED, naming the capability, when absent (presence is
 flag). The id round trip is tested on every store, because the
 ``remove`` fallback depends on it precisely where ``remove`` is missing.
 
+The argument checks are pinned on every verb that takes the argument, optional verbs
+included: each non-``str`` key of ``helpers.BAD_KEYS``, each position of ``BAD_POSITIONS``,
+each limit of ``BAD_LIMITS``, a bare ``str`` of ids. Edges a backend gets wrong by
+construction are pinned too: keys that a ``LIKE`` or a prefix would mix up are cleared one at
+a time, ids differing only in case, spaces or accents are removed one at a time, a limit is
+applied after matching, ``replace`` keeps duplicates, and a caller's edits to what it
+appended or read never reach the store (ADR 0004, amended 6 Dec).
+
 What the kit cannot see:
 
+* what ``close`` releases. A store may still answer after ``close`` (SQLAlchemy re-creates a
+  disposed engine's pool), so the only clause is that a second ``close`` is harmless; that
+  connections are returned is the backend's own test.
 * index maintenance. A backend that joins its index back to its rows passes every clear,
   replace and remove clause even if its index grows stale without bound. Test that in the
   backend's own suite by reading the index without the join.

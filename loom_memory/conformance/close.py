@@ -12,7 +12,12 @@ from loom_memory.store import (
 
 
 class CloseClauses:
-    """The optional ``close``: skipped, by name, on a store without it."""
+    """The optional ``close``: skipped, by name, on a store without it.
+
+    One clause only: what ``close`` releases is not visible through the seam (a disposed
+    SQLAlchemy engine opens a new pool on its next use), so a store whose ``close`` does
+    nothing passes. That a store keeps values, not the caller's objects, is a clause of every
+    store (``RequiredClauses``), not of this one."""
 
     def test_close_can_be_called_twice(self, store: MemoryStore) -> None:
         """close is safe to call more than once."""

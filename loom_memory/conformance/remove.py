@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loom_memory.conformance.helpers import (
+    BAD_KEYS,
+    EXACT_IDS,
     KEY,
     OTHER_KEY,
     contents,
@@ -14,6 +16,7 @@ from loom_memory.conformance.helpers import (
 )
 from loom_memory.errors import (
     InvalidArgumentError,
+    InvalidKeyError,
 )
 from loom_memory.store import (
     MemoryStore,
@@ -55,6 +58,16 @@ class RemoveClauses:
         removing.remove(KEY, [""])
         assert contents(store.read(KEY)) == ["n", "anon"]
 
+    def test_remove_matches_each_id_exactly(
+        self, store: MemoryStore, removing: SupportsRemove
+    ) -> None:
+        """Ids differing only in case, surrounding spaces or accents are removed one by one,
+        each by its own id only (no folding, trimming or skipped characters)."""
+        store.append(KEY, [entry(n, id=entry_id) for n, entry_id in enumerate(EXACT_IDS)])
+        for n, entry_id in enumerate(EXACT_IDS):
+            removing.remove(KEY, [entry_id])
+            assert ids(store.read(KEY)) == list(EXACT_IDS[n + 1 :]), entry_id
+
     def test_remove_drops_every_entry_sharing_an_id(
         self, store: MemoryStore, removing: SupportsRemove
     ) -> None:
@@ -81,6 +94,16 @@ class RemoveClauses:
         removing.remove(KEY, [])
         removing.remove(OTHER_KEY, ["a"])
         assert contents(store.read(KEY)) == ["a", "anon"]
+
+    def test_remove_refuses_a_non_string_key(
+        self, store: MemoryStore, removing: SupportsRemove
+    ) -> None:
+        """A key that is not a str raises InvalidKeyError; nothing is removed."""
+        store.append("1", [entry("a", id="a")])
+        for bad_key in BAD_KEYS:
+            with pytest.raises(InvalidKeyError):
+                removing.remove(bad_key, ["a"])
+        assert ids(store.read("1")) == ["a"]
 
     def test_remove_refuses_a_bare_string(
         self, store: MemoryStore, removing: SupportsRemove

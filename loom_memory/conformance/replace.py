@@ -6,6 +6,7 @@ import pytest
 from msgspec import UNSET
 
 from loom_memory.conformance.helpers import (
+    BAD_KEYS,
     KEY,
     OTHER_KEY,
     contents,
@@ -15,6 +16,7 @@ from loom_memory.conformance.helpers import (
 )
 from loom_memory.errors import (
     EntryNotSerialisableError,
+    InvalidKeyError,
 )
 from loom_memory.store import (
     MemoryStore,
@@ -45,6 +47,21 @@ class ReplaceClauses:
         store.append(KEY, [entry("old", id="old")])
         replacing.replace(KEY, [entry("z", id="z"), entry("anon"), entry("a", id="a")])
         assert ids(store.read(KEY)) == ["z", UNSET, "a"]
+
+    def test_replace_keeps_duplicates(self, store: MemoryStore, replacing: SupportsReplace) -> None:
+        """Replacing with an equal entry three times keeps three: a list, not a set."""
+        twin = entry("same", id="x", role="user")
+        replacing.replace(KEY, [twin, twin, twin])
+        assert store.read(KEY) == [twin, twin, twin]
+
+    def test_replace_refuses_a_non_string_key(
+        self, store: MemoryStore, replacing: SupportsReplace
+    ) -> None:
+        """A key that is not a str raises InvalidKeyError; nothing is written."""
+        for bad_key in BAD_KEYS:
+            with pytest.raises(InvalidKeyError):
+                replacing.replace(bad_key, [entry("x")])
+        assert [store.read(str(bad_key)) for bad_key in BAD_KEYS] == [[] for _ in BAD_KEYS]
 
     def test_replace_with_nothing_empties_the_key(
         self, store: MemoryStore, replacing: SupportsReplace

@@ -9,8 +9,10 @@ import pytest
 from msgspec import UNSET
 
 from loom_memory.conformance.helpers import (
+    BAD_KEYS,
     KEY,
     OTHER_KEY,
+    SIMILAR_KEYS,
     WHEN,
     contents,
     entry,
@@ -60,6 +62,21 @@ class RequiredClauses:
         store.append(KEY, [entry("kept")])
         store.append(KEY, [])
         assert contents(store.read(KEY)) == ["kept"]
+
+    def test_a_callers_edits_do_not_change_what_is_remembered(self, store: MemoryStore) -> None:
+        """Changing a content dict after appending it, or the entries and list a read
+        returned, changes nothing a later read returns: a store keeps values, not the
+        caller's objects."""
+        content: dict[str, Any] = {"note": "original", "tags": ["a"]}
+        store.append(KEY, [entry(content)])
+        content["note"] = "changed by the caller"
+        content["tags"].append("b")
+        read = store.read(KEY)
+        read_content = read[0].content
+        assert isinstance(read_content, dict)
+        read_content["note"] = "changed by a reader"
+        read.append(entry("appended to a read"))
+        assert store.read(KEY) == [entry({"note": "original", "tags": ["a"]})]
 
     def test_absent_role_reads_back_absent(self, store: MemoryStore) -> None:
         """An entry without a role reads back with the role UNSET, not None."""
@@ -118,7 +135,7 @@ class RequiredClauses:
 
     def test_similar_keys_are_distinct(self, store: MemoryStore) -> None:
         """Keys differing only in case, wildcards or a suffix are different lists."""
-        keys = ["k", "K", "k%", "k_", "k*", "k ", "k/sub"]
+        keys = list(SIMILAR_KEYS)
         for key in keys:
             store.append(key, [entry(key)])
         assert [contents(store.read(key)) for key in keys] == [[key] for key in keys]
@@ -129,7 +146,7 @@ class RequiredClauses:
         assert contents(store.read("")) == ["root"]
         assert store.read(KEY) == []
 
-    @pytest.mark.parametrize("bad_key", [1, None, b"kit", ("kit",)])
+    @pytest.mark.parametrize("bad_key", BAD_KEYS)
     def test_non_string_key_is_refused(self, store: MemoryStore, bad_key: Any) -> None:
         """A key that is not a str raises InvalidKeyError from every required verb."""
         for verb in (
@@ -189,6 +206,16 @@ class RequiredClauses:
         store.append(OTHER_KEY, [entry("b")])
         store.clear(KEY)
         assert contents(store.read(OTHER_KEY)) == ["b"]
+
+    def test_clear_empties_only_its_own_key_among_similar_ones(self, store: MemoryStore) -> None:
+        """Clearing each of keys that differ only in case, a wildcard or a suffix, one at a
+        time, empties that key alone (a clear by LIKE or by prefix empties its neighbours)."""
+        for key in SIMILAR_KEYS:
+            store.append(key, [entry(key)])
+        for n, cleared in enumerate(SIMILAR_KEYS):
+            store.clear(cleared)
+            seen = [contents(store.read(key)) for key in SIMILAR_KEYS]
+            assert seen == [[] if m <= n else [key] for m, key in enumerate(SIMILAR_KEYS)], cleared
 
     def test_clear_of_unwritten_key_is_a_no_op(self, store: MemoryStore) -> None:
         """Clearing a key never written succeeds and changes nothing."""

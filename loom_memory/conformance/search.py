@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from loom_memory.conformance.helpers import (
+    BAD_KEYS,
+    BAD_LIMITS,
     KEY,
     OTHER_KEY,
     contents,
@@ -20,6 +22,7 @@ from loom_memory.errors import (
     InvalidLimitError,
 )
 from loom_memory.store import (
+    DEFAULT_SEARCH_LIMIT,
     MAX_SEARCH_LIMIT,
     MemoryStore,
     SupportsRemove,
@@ -187,9 +190,19 @@ class SearchClauses:
         assert searching.search(KEY, "2031 05 17") == []
 
     def test_search_respects_the_limit(self, store: MemoryStore, searching: SupportsSearch) -> None:
-        """At most limit hits are returned."""
+        """At most limit hits are returned, chosen among every match: entries that match
+        nothing, appended first, take none of the limit (no limit before the match)."""
+        store.append(KEY, [entry("lunch menu") for _ in range(12)])
         store.append(KEY, [entry(f"match {n}") for n in range(5)])
-        assert len(searching.search(KEY, "match", limit=3)) == 3
+        hits = contents(searching.search(KEY, "match", limit=3))
+        assert len(hits) == 3 and all(str(hit).startswith("match") for hit in hits)
+
+    def test_search_default_limit_is_the_documented_one(
+        self, store: MemoryStore, searching: SupportsSearch
+    ) -> None:
+        """Without a limit, search returns at most DEFAULT_SEARCH_LIMIT hits."""
+        store.append(KEY, [entry(f"match {n}") for n in range(DEFAULT_SEARCH_LIMIT + 5)])
+        assert len(searching.search(KEY, "match")) == DEFAULT_SEARCH_LIMIT
 
     def test_search_limit_is_clamped(self, store: MemoryStore, searching: SupportsSearch) -> None:
         """A limit above MAX_SEARCH_LIMIT returns at most MAX_SEARCH_LIMIT hits."""
@@ -198,7 +211,7 @@ class SearchClauses:
             MAX_SEARCH_LIMIT
         )
 
-    @pytest.mark.parametrize("limit", [0, -1, 2.5, True])
+    @pytest.mark.parametrize("limit", BAD_LIMITS)
     def test_search_refuses_a_bad_limit(self, searching: SupportsSearch, limit: Any) -> None:
         """A limit that is not a positive int raises InvalidLimitError."""
         with pytest.raises(InvalidLimitError):
@@ -206,8 +219,9 @@ class SearchClauses:
 
     def test_search_refuses_a_non_string_key(self, searching: SupportsSearch) -> None:
         """A non-str key raises InvalidKeyError from search too."""
-        with pytest.raises(InvalidKeyError):
-            searching.search(42, "anything")  # type: ignore[arg-type]
+        for bad_key in BAD_KEYS:
+            with pytest.raises(InvalidKeyError):
+                searching.search(bad_key, "anything")
 
     def test_search_after_clear_finds_nothing(
         self, store: MemoryStore, searching: SupportsSearch

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from loom_memory.conformance.helpers import (
+    BAD_KEYS,
+    BAD_LIMITS,
+    BAD_POSITIONS,
     KEY,
     OTHER_KEY,
     contents,
@@ -15,8 +21,12 @@ from loom_memory.conformance.helpers import (
 from loom_memory.entry import MemoryEntry
 from loom_memory.errors import (
     InvalidArgumentError,
+    InvalidKeyError,
+    InvalidLimitError,
 )
 from loom_memory.store import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_SEARCH_LIMIT,
     MemoryStore,
     SupportsSearch,
     SupportsValidity,
@@ -54,11 +64,12 @@ class ValidityClauses:
     def test_validity_as_of_sees_entries_from_their_position_on(
         self, temporal: SupportsValidity
     ) -> None:
-        """As of a position, only entries appended at or before it are there."""
-        temporal.append_at(KEY, [entry("one", id="a")], 3)
-        temporal.append_at(KEY, [entry("two", id="b")], 5)
+        """As of a position, only entries appended at or before it are there, in append
+        order (the ids run against the alphabet, so an order by id shows)."""
+        temporal.append_at(KEY, [entry("one", id="z"), entry("two", id="m")], 3)
+        temporal.append_at(KEY, [entry("three", id="a")], 5)
         seen = [ids(temporal.read_as_of(KEY, position)) for position in (2, 4, 5)]
-        assert seen == [[], ["a"], ["a", "b"]]
+        assert seen == [[], ["z", "m"], ["z", "m", "a"]]
 
     def test_validity_plain_append_is_valid_from_position_zero(
         self, store: MemoryStore, temporal: SupportsValidity
@@ -113,11 +124,57 @@ class ValidityClauses:
     def test_validity_refuses_a_position_that_is_not_one(
         self, store: MemoryStore, temporal: SupportsValidity
     ) -> None:
-        """A negative, bool or non-int position raises InvalidArgumentError; nothing is written."""
-        for position in (-1, True, 1.5):
-            with pytest.raises(InvalidArgumentError):
-                temporal.append_at(KEY, [entry("x")], position)  # type: ignore[arg-type]
-        assert store.read(KEY) == []
+        """A negative, bool or non-int position raises InvalidArgumentError from every
+        validity verb; nothing is written or ended."""
+        temporal.append_at(OTHER_KEY, [entry("kept", id="a")], 1)
+        verbs: list[Callable[[Any], object]] = [
+            lambda p: temporal.append_at(KEY, [entry("x")], p),
+            lambda p: temporal.end_validity(OTHER_KEY, ["a"], p),
+            lambda p: temporal.read_as_of(OTHER_KEY, p),
+            lambda p: temporal.search_as_of(OTHER_KEY, "kept", p),
+        ]
+        for verb in verbs:
+            for position in BAD_POSITIONS:
+                with pytest.raises(InvalidArgumentError):
+                    verb(position)
+        assert (store.read(KEY), ids(store.read(OTHER_KEY))) == ([], ["a"])
+
+    def test_validity_refuses_a_non_string_key(self, temporal: SupportsValidity) -> None:
+        """A key that is not a str raises InvalidKeyError from every validity verb."""
+        verbs: list[Callable[[Any], object]] = [
+            lambda k: temporal.append_at(k, [entry("x")], 1),
+            lambda k: temporal.end_validity(k, ["a"], 1),
+            lambda k: temporal.read_as_of(k, 1),
+            lambda k: temporal.search_as_of(k, "x", 1),
+        ]
+        for verb in verbs:
+            for bad_key in BAD_KEYS:
+                with pytest.raises(InvalidKeyError):
+                    verb(bad_key)
+
+    def test_validity_end_refuses_a_bare_string(
+        self, store: MemoryStore, temporal: SupportsValidity
+    ) -> None:
+        """ids given to end_validity as one str (which would mean its letters) raises
+        InvalidArgumentError; nothing is ended."""
+        temporal.append_at(KEY, [entry("a", id="a"), entry("b", id="b")], 1)
+        with pytest.raises(InvalidArgumentError):
+            temporal.end_validity(KEY, "ab", 2)
+        assert ids(store.read(KEY)) == ["a", "b"]
+
+    def test_validity_search_as_of_limits_as_search_does(self, temporal: SupportsValidity) -> None:
+        """search_as_of returns at most limit hits (DEFAULT_SEARCH_LIMIT without one, at
+        most MAX_SEARCH_LIMIT), and refuses a limit that is not a positive int."""
+        temporal.append_at(KEY, [entry(f"match {n}") for n in range(MAX_SEARCH_LIMIT + 5)], 1)
+        counts = [
+            len(temporal.search_as_of(KEY, "match", 1, limit=3)),
+            len(temporal.search_as_of(KEY, "match", 1)),
+            len(temporal.search_as_of(KEY, "match", 1, limit=MAX_SEARCH_LIMIT * 10)),
+        ]
+        assert counts == [3, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT]
+        for limit in BAD_LIMITS:
+            with pytest.raises(InvalidLimitError):
+                temporal.search_as_of(KEY, "match", 1, limit=limit)
 
     def test_validity_search_skips_ended_entries(
         self, temporal: SupportsValidity, searching: SupportsSearch

@@ -4,6 +4,10 @@ Events are written by a knowledge base on the log's database, which keeps its ow
 there. The index under test is a second one, in a second database, caught up from the same log:
 a projection only needs the log to read and an engine to write to, and this way only the kit
 moves it.
+
+The knowledge base's own index (the first one, on the log's database) is the expected read
+model: the same class, but caught up by loom's own reads, never by the kit's pages and
+crashes. The index under test can be reopened over its database, and dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from sqlalchemy import Engine, create_engine
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_knowledge.corpus.corpus_index import CorpusIndex
-from loom_runtime import EventLog, Loom
+from loom_knowledge.corpus.knowledge_base import corpus_index
+from loom_runtime import EventLog, Loom, catch_up
 from loom_runtime.projection_conformance import TrackedProjectionContract
 from replay_tests.conftest import fresh_postgres_database
 
@@ -53,19 +58,32 @@ class CorpusHarness:
         return len(result.written) + len(result.removed) + 1
 
     def read_model(self) -> object:
-        index = self._projection
-        return {
-            scope: (
-                index.manifest(scope),
-                index.read_passages(scope),
-                index.search_passages(scope, "queue worker", limit=10),
-            )
-            for scope in SCOPES
-        }
+        return _read(self._projection)
+
+    def expected_read_model(self) -> object:
+        """The knowledge base's own index, caught up as loom catches it up."""
+        index = corpus_index(self.loom)
+        catch_up(self.loom.log, index)
+        return _read(index)
 
     def drop(self) -> None:
         self._projection.drop()
         self._projection = CorpusIndex(self.engine)
+
+    def reopen(self) -> None:
+        self._projection = CorpusIndex(self.engine)
+
+
+def _read(index: CorpusIndex) -> object:
+    """What a corpus index's readers see: each scope's manifest, passages and a search."""
+    return {
+        scope: (
+            index.manifest(scope),
+            index.read_passages(scope),
+            index.search_passages(scope, "queue worker", limit=10),
+        )
+        for scope in SCOPES
+    }
 
 
 @pytest.fixture

@@ -2,6 +2,12 @@
 
 Events are written by an :class:`EventSourcedMemory` with its own in-process store; the
 projection under test is a second one of the same memory, so only the kit moves it.
+
+The harness keeps its own model of what it wrote (each key's list, changed by plain list
+operations, no projection code), and gives it to the kit as the expected read model: read
+through a scratch store of the projection's own kind filled with those lists, so that a
+search ranks the same entries the same way. The SQL harness can reopen its projection over
+the same tables, and drop them.
 """
 
 from __future__ import annotations
@@ -14,11 +20,19 @@ import pytest
 from loom_memory import (
     EventSourcedMemory,
     InMemoryMemoryStore,
+    MemoryEntry,
+    MemoryStore,
     PostgresMemoryStore,
     SqliteMemoryStore,
 )
 from loom_memory.conformance import entry
-from loom_memory.events import MEMORY_TOPICS
+from loom_memory.events import (
+    MEMORY_TOPICS,
+    MemoryAppended,
+    MemoryCleared,
+    MemoryRemoved,
+    MemoryReplaced,
+)
 from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjection
 from loom_runtime import EventLog, Loom
 from loom_runtime.projection_conformance import (
@@ -31,14 +45,26 @@ KEYS = ("a0", "a1", "b")
 PREFIX = "kit_"
 
 
+def read_memory(store: Any) -> object:
+    """What a memory projection's readers see in ``store``: every key, and a search of each."""
+    return {
+        "keys": {key: store.read(key) for key in KEYS},
+        "search": [store.search(key, "step replaced second") for key in KEYS],
+    }
+
+
 class MemoryHarness:
     """Writes every kind of memory event; reads every key and a search of the projection's
-    store."""
+    store; expects what its own model of the lists shows."""
 
     def __init__(self, loom: Loom, projection: Any) -> None:
         self.loom = loom
         self.writer = EventSourcedMemory(loom, name=MEMORY)
         self._projection = projection
+        self.lists: dict[str, list[MemoryEntry]] = {key: [] for key in KEYS}
+        """Each key's list as the writes so far leave it, by list operations alone."""
+        self.written: dict[str, int] = {}
+        """How many events of each class the writes so far appended."""
 
     @property
     def log(self) -> EventLog:
@@ -52,34 +78,61 @@ class MemoryHarness:
         """Append, replace and remove (and every third step clear): one event each."""
         key = f"a{step % 2}"
         first, second = entry(f"step {step} first", id=f"{step}.1"), entry(f"step {step} second")
+        replaced = entry(f"step {step} replaced", id=f"{step}.r")
         self.writer.append(key, [first, second])
-        self.writer.replace("b", [entry(f"step {step} replaced", id=f"{step}.r")])
+        self.writer.replace("b", [replaced])
         self.writer.remove(key, [f"{step}.1"])
+        self.lists[key] = [*self.lists[key], first, second]
+        self.lists["b"] = [replaced]
+        self.lists[key] = [item for item in self.lists[key] if item.id != f"{step}.1"]
+        written = [MemoryAppended, MemoryReplaced, MemoryRemoved]
         if step % 3 == 2:
-            self.writer.clear(f"a{(step + 1) % 2}")
-            return 4
-        return 3
+            cleared = f"a{(step + 1) % 2}"
+            self.writer.clear(cleared)
+            self.lists[cleared] = []
+            written.append(MemoryCleared)
+        for kind in written:
+            self.written[kind.__name__] = self.written.get(kind.__name__, 0) + 1
+        return len(written)
 
     def read_model(self) -> object:
-        store = self._projection.store
-        return {
-            "keys": {key: store.read(key) for key in KEYS},
-            "search": [store.search(key, "step replaced second") for key in KEYS],
-        }
+        return read_memory(self._projection.store)
+
+    def expected_read_model(self) -> object:
+        """The model's lists, read through a fresh store of the projection's kind."""
+        scratch = self.scratch_store()
+        for key, entries in self.lists.items():
+            scratch.clear(key)
+            scratch.append(key, entries)
+        return read_memory(scratch)
+
+    def scratch_store(self) -> MemoryStore:
+        return InMemoryMemoryStore()
 
 
 class SqlMemoryHarness(MemoryHarness):
-    """The SQL projection, whose tables can be dropped (the optional clause)."""
+    """The SQL projection, which can be reopened over its tables and have them dropped (the
+    optional clauses); its expected read model is read through scratch tables of its kind."""
 
     def drop(self) -> None:
         self._projection.store.drop()
         self._projection = _sql_projection(self.loom)
 
+    def reopen(self) -> None:
+        self._projection = _sql_projection(self.loom)
 
-def _sql_projection(loom: Loom) -> SqlMemoryProjection:
+    def scratch_store(self) -> MemoryStore:
+        return _sql_store(self.loom, "kit_expected_")
+
+
+def _sql_store(loom: Loom, prefix: str) -> PostgresMemoryStore | SqliteMemoryStore:
     engine = loom.log.engine
     store_class = PostgresMemoryStore if engine.dialect.name == "postgresql" else SqliteMemoryStore
-    return SqlMemoryProjection(store_class(engine, table_prefix=PREFIX), memory=MEMORY)
+    return store_class(engine, table_prefix=prefix)
+
+
+def _sql_projection(loom: Loom) -> SqlMemoryProjection:
+    return SqlMemoryProjection(_sql_store(loom, PREFIX), memory=MEMORY)
 
 
 class TestInProcessMemoryProjection(TrackedProjectionContract):
@@ -140,6 +193,9 @@ class CountingHarness(MemoryHarness):
     def read_model(self) -> object:
         assert isinstance(self._projection, CountingProjection)
         return dict(self._projection.counts)
+
+    def expected_read_model(self) -> object:
+        return dict(self.written)
 
 
 class TestCountingProjection(TrackedProjectionContract):
