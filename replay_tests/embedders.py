@@ -21,3 +21,21 @@ class CountingEmbedder(HashingEmbedder):
             raise AssertionError(f"the embedding model was called for {list(texts)!r}")
         self.texts.extend(texts)
         return super().embed(texts)
+
+
+class MisdeclaredEmbedder(CountingEmbedder):
+    """The test embedder declaring another ``model`` or ``dimension`` than it embeds with (a
+    misconfigured adapter: a config value missing, a number where a name belongs)."""
+
+    def __init__(self, *, model: object = "hash", dimension: object = 16) -> None:
+        super().__init__(dimension=16)
+        self._declared = (model, dimension)
+
+    @property
+    def model(self) -> str:
+        return self._declared[0]  # type: ignore[return-value]
+
+    @property
+    def dimension(self) -> int:
+        return self._declared[1]  # type: ignore[return-value]
+

@@ -14,7 +14,7 @@ from loom_knowledge.corpus.knowledge_base import drop_corpus
 from loom_knowledge.errors import InvalidOptionError
 from loom_memory import EmbedderError
 from loom_runtime import DecisionInputChangedError, Loom
-from replay_tests.embedders import CountingEmbedder
+from replay_tests.embedders import CountingEmbedder, MisdeclaredEmbedder
 
 FLOOR = 0.1
 """Lower than memory's kit floor: a passage of ten terms sharing only word fragments with a
@@ -159,18 +159,6 @@ def test_a_floor_that_is_not_a_finite_number_is_refused(kb: KnowledgeBase, floor
     assert HybridRetriever(kb, embedder=CountingEmbedder(), min_score=0).min_score == 0.0
 
 
-class _NamedBy(CountingEmbedder):
-    """The test embedder declaring another ``model`` (a misconfigured adapter)."""
-
-    def __init__(self, model: object) -> None:
-        super().__init__(dimension=16)
-        self._declared = model
-
-    @property
-    def model(self) -> str:
-        return self._declared  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize("model", [5, None])
 def test_an_embedder_whose_model_is_not_text_is_refused_when_the_scope_opens(
     loom: Loom, model: object
@@ -182,9 +170,10 @@ def test_an_embedder_whose_model_is_not_text_is_refused_when_the_scope_opens(
     kb.sync(DOCS, source="test")
     position = loom.log.position
     with pytest.raises(EmbedderError, match="model"):
-        open_knowledge_base(loom, "other", embedder=_NamedBy(model), min_score=FLOOR)
+        misdeclared = MisdeclaredEmbedder(model=model)
+        open_knowledge_base(loom, "other", embedder=misdeclared, min_score=FLOOR)
     with pytest.raises(EmbedderError, match="model"):
-        HybridRetriever(kb, embedder=_NamedBy(model), min_score=FLOOR)
+        HybridRetriever(kb, embedder=MisdeclaredEmbedder(model=model), min_score=FLOOR)
     assert loom.log.position == position
     reopened = open_knowledge_base(loom, "other", embedder=CountingEmbedder(), min_score=FLOOR)
     reopened.sync(DOCS, source="test")

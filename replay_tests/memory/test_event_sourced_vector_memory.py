@@ -29,7 +29,7 @@ from loom_memory.vector import VectorSqlStore
 from loom_runtime import Loom
 from loom_runtime.tools.cli import app
 from replay_tests.conftest import PostgresKits, fresh_postgres_database
-from replay_tests.embedders import CountingEmbedder
+from replay_tests.embedders import CountingEmbedder, MisdeclaredEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 FLOOR = 0.2
@@ -170,18 +170,6 @@ def test_a_lexical_store_is_refused(loom: Loom) -> None:
         EventSourcedVectorMemory(loom, store=SqliteMemoryStore(loom.log.engine))  # type: ignore[arg-type]
 
 
-class _NamedBy(HashingEmbedder):
-    """The hashing embedder declaring another ``model`` (a misconfigured adapter)."""
-
-    def __init__(self, model: object) -> None:
-        super().__init__(dimension=16)
-        self._declared = model
-
-    @property
-    def model(self) -> str:
-        return self._declared  # type: ignore[return-value]
-
-
 def test_an_embedder_whose_model_is_not_text_is_refused_before_the_log_is_written(
     loom: Loom,
 ) -> None:
@@ -191,7 +179,7 @@ def test_an_embedder_whose_model_is_not_text_is_refused_before_the_log_is_writte
     if loom.log.engine.dialect.name != "sqlite":
         pytest.skip("one backend is enough for an argument check")
     with pytest.raises(EmbedderError, match="model"):
-        EventSourcedVectorMemory(loom, store=_store(loom, _NamedBy(5)))
+        EventSourcedVectorMemory(loom, store=_store(loom, MisdeclaredEmbedder(model=5)))
     assert loom.log.position == 0
     memory = EventSourcedVectorMemory(loom, store=_store(loom, HashingEmbedder(), prefix="ok_"))
     memory.append("k", [entry("restart the worker")])

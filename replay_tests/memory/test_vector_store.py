@@ -21,7 +21,7 @@ from loom_memory import (
 from loom_memory.conformance import MemoryStoreContract, entry
 from loom_memory.conformance.helpers import contents
 from replay_tests.conftest import PostgresKit, SqliteCopy
-from replay_tests.embedders import CountingEmbedder
+from replay_tests.embedders import CountingEmbedder, MisdeclaredEmbedder
 
 PG_URL = os.environ.get("LOOM_TEST_PG_URL", "")
 FLOOR = 0.2
@@ -245,22 +245,6 @@ def test_a_query_vector_that_is_not_finite_is_refused(
         vector_store.search_by_vector("a", query)
 
 
-class _Declares(HashingEmbedder):
-    """A hashing embedder declaring another model or dimension (a config value missing)."""
-
-    def __init__(self, *, model: object = "hash", dimension: object = 64) -> None:
-        super().__init__(dimension=64)
-        self._declared = (model, dimension)
-
-    @property
-    def model(self) -> str:
-        return self._declared[0]  # type: ignore[return-value]
-
-    @property
-    def dimension(self) -> int:
-        return self._declared[1]  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize(
     "declared", [{"model": 5}, {"model": None}, {"dimension": 0}, {"dimension": True}]
 )
@@ -272,5 +256,5 @@ def test_an_unusable_embedder_is_refused_before_the_store_writes(
     the event-sourced memory gives (bridges review)."""
     url = f"sqlite:///{tmp_path / 'vectors.db'}"
     with pytest.raises(EmbedderError, match="unusable"):
-        SqliteVectorStore(url, embedder=_Declares(**declared), min_score=0.1)  # type: ignore[arg-type]
+        SqliteVectorStore(url, embedder=MisdeclaredEmbedder(**declared), min_score=0.1)  # type: ignore[arg-type]
     assert not (tmp_path / "vectors.db").exists() or os.path.getsize(tmp_path / "vectors.db") == 0
