@@ -22,9 +22,11 @@ Adapters, none of which imports anything heavy:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import numbers
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -137,11 +139,25 @@ def _floats(vector: object) -> list[float] | None:
         kinds = set(map(type, items))
         if kinds == _FLOAT:
             return items if isinstance(items, list) and items is not vector else list(items)
-        if any(kind is bool or not issubclass(kind, numbers.Real) for kind in kinds):
+        if not all(map(_real, kinds)):
             return None
         return list(map(float, items))
     except (TypeError, ValueError, OverflowError):  # not iterable; an int past float's range
         return None
+
+
+@functools.cache
+def _real(kind: type) -> bool:
+    """Whether a vector's element of type ``kind`` is a real number: one :mod:`numbers` calls
+    real (ints, floats, numpy's), or one a tensor library makes a number by ``__float__``
+    alone (a TensorFlow scalar, a torch 0-d tensor, a ``Decimal``); never text, a bool
+    (numpy's too: ``float(True)`` is 1) nor a complex (its ``__float__`` drops the imaginary
+    part or raises). Cached: a vector has one or two element types, and every embedding asks."""
+    if kind is bool or kind.__name__ == "bool_" or issubclass(kind, str | bytes | bytearray):
+        return False
+    if issubclass(kind, numbers.Complex) and not issubclass(kind, numbers.Real):
+        return False
+    return issubclass(kind, numbers.Real) or hasattr(kind, "__float__")
 
 
 def values_problem(floats: Sequence[float]) -> str | None:
@@ -155,11 +171,17 @@ def values_problem(floats: Sequence[float]) -> str | None:
 
 
 def _check_dimension(dimension: object) -> int:
-    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+    """A positive int: Python's or any integer type (numpy's ``int64``, from an array's
+    shape), never a bool."""
+    try:
+        whole = None if isinstance(dimension, bool) else operator.index(dimension)  # type: ignore[arg-type]
+    except TypeError:
+        whole = None
+    if whole is None or whole < 1:
         raise InvalidArgumentError(
             f"dimension must be a positive int, got {dimension!r}", parameter="dimension"
         )
-    return dimension
+    return whole
 
 
 def _check_model(model: object) -> str:

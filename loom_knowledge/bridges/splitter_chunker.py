@@ -87,7 +87,8 @@ def _setting(value: object) -> object:
     if isinstance(value, set | frozenset):
         return sorted((_setting(item) for item in value), key=json.dumps)
     if isinstance(value, Mapping):
-        return {str(key): _setting(item) for key, item in value.items()}
+        # A key is a setting too: str() of an object key holds its address, new each process.
+        return {json.dumps(_setting(key)): _setting(item) for key, item in value.items()}
     qualname = getattr(value, "__qualname__", None)
     if isinstance(qualname, str):  # a function, method or class: its name
         return f"{getattr(value, '__module__', None)}.{qualname}"

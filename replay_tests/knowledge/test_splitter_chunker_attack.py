@@ -105,3 +105,21 @@ def test_a_splitter_s_identity_is_its_class_and_settings() -> None:
     assert first != identity(RecursiveCharacterTextSplitter(chunk_size=50, chunk_overlap=1))
     assert first != identity(CharacterTextSplitter(chunk_size=50, chunk_overlap=0))
     assert identity(_Returning(["a"])) != identity(_Returning(["b"]))
+
+
+class _Keyed:
+    """A splitter whose settings are keyed by objects (options per tokenizer object)."""
+
+    def __init__(self) -> None:
+        self.overrides = {_Returning(["a"]): 100}
+
+    def split_text(self, text: str) -> list[str]:
+        return [text]
+
+
+def test_settings_keyed_by_objects_give_one_identity_for_equal_splitters() -> None:
+    """A mapping's keys went in by ``str()``, which for an object holds its address: two
+    equally configured splitters (so two processes) had two identities, and a scope re-cut
+    every document at each process's first sync (regression review)."""
+    first, second = (SplitterChunker(_Keyed()).identity for _ in range(2))  # type: ignore[arg-type]
+    assert first == second

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
@@ -167,6 +168,52 @@ def test_an_answer_that_is_no_list_of_vectors_is_refused(answer: Any) -> None:
     the right length was read as one vector per character."""
     with pytest.raises(EmbedderError, match="lying"):
         checked_vectors(_Lying(answer), ["a", "b", "c"])
+
+
+class _FloatLike:
+    """A tensor library's scalar: a number by ``__float__`` alone (a TensorFlow scalar, a
+    torch 0-d tensor), registered nowhere in :mod:`numbers`."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+class _TensorRow:
+    """A tensor row with no ``tolist`` (TensorFlow's eager tensor): it iterates to scalars."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def __iter__(self) -> Any:
+        return (_FloatLike(value) for value in self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [
+        [_FloatLike(1.0), _FloatLike(0.5), _FloatLike(0.25)],
+        _TensorRow([1.0, 0.5, 0.25]),
+        [Decimal("1"), Decimal("0.5"), Decimal("0.25")],
+    ],
+    ids=["scalars by __float__", "a tensor row without tolist", "Decimal"],
+)
+def test_numbers_of_tensor_libraries_are_taken(vector: Any) -> None:
+    """The first element check took only what :mod:`numbers` registers as real: a TensorFlow
+    embedder's vectors, stored before, were refused (regression review)."""
+    assert checked_vectors(_Lying([vector]), ["a"]) == [[1.0, 0.5, 0.25]]
+
+
+def test_a_dimension_that_is_a_numpy_integer_is_taken() -> None:
+    np = pytest.importorskip("numpy")
+    embedder = _Lying([[1.0, 0.5, 0.25]])
+    embedder.dimension = np.int64(3)  # type: ignore[assignment]
+    assert checked_vectors(embedder, ["a"]) == [[1.0, 0.5, 0.25]]
 
 
 def test_real_numbers_of_any_type_are_taken() -> None:
