@@ -226,8 +226,9 @@ def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> L
         )
     if loom.settings.is_sqlite and not create and not _holds_a_log(path):
         fail(
-            f"no loom log in {path.absolute()}: it is another application's database, or "
-            "empty (check the --db path)",
+            f"no loom log in {path.absolute()}: it is another application's database, an "
+            "empty file, or a log written with persistence='sqlalchemy', which the CLI does "
+            "not open (check the --db path)",
             code=ExitCode.USAGE,
         )
     if loom.encrypted and (not loom.settings.is_sqlite or path.is_file()):
