@@ -56,6 +56,7 @@ from loom_memory.projection import InProcessMemoryProjection, SqlMemoryProjectio
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.store import DEFAULT_SEARCH_LIMIT, check_ids, check_key
 from loom_memory.text import check_term_bytes
+from loom_memory.tokenizer_record import record_build
 from loom_runtime import (
     LogEvent,
     Loom,
@@ -91,6 +92,10 @@ class EventSourcedMemory:
             )
         self.name = name
         self._log = loom.log
+        self._build_recorded = True
+        """Whether the log records how the store is built (ADR 0009, amended "build"): an
+        in-process store is built by every process that opens it, a SQL store's build is
+        recorded with this object's first write."""
         self._store: SqlMemoryStore | InMemoryMemoryStore
         self._projection: SqlMemoryProjection | InProcessMemoryProjection
         if store is None or isinstance(store, InMemoryMemoryStore):
@@ -109,6 +114,7 @@ class EventSourcedMemory:
             _refuse_a_shared_table(store, name)
             self._store = store
             self._projection = SqlMemoryProjection(store, memory=name)
+            self._build_recorded = False
         else:
             raise StoreConfigurationError(
                 f"EventSourcedMemory projects into InMemoryMemoryStore or a SQL store, not "
@@ -216,6 +222,17 @@ class EventSourcedMemory:
             # Redacted before they are sealed, as the log would redact them in clear
             # (ADR 0012): a ciphertext hides a secret from every pattern.
             entries = [redactor.raw(raw, path=f"entries[{i}]") for i, raw in enumerate(entries)]
+
+        if not self._build_recorded and isinstance(self._store, SqlMemoryStore):
+            # Before the write, so a store holding rows of this log is never unrecorded.
+            record_build(
+                self._log,
+                self.name,
+                self._store.table_prefix,
+                tokenizer=self._store.tokenizer,
+                postings=self._store.keeps_postings,
+            )
+            self._build_recorded = True
 
         def plan(version: int) -> tuple[list[tuple[type[LogEvent], dict[str, Any]]], None]:
             # Blind: the same event at any version; sealed entries name the version they are

@@ -66,6 +66,27 @@ class MemoryCleared(LogEvent):
     key: str
 
 
+class MemoryStoreBuilt(LogEvent):
+    """Memory ``memory``'s SQL store at ``table_prefix`` indexes with the tokenizer
+    ``tokenizer`` (its identity) and keeps postings or not.
+
+    Why in the log: the store's own settings table is a read model too, and a rebuild of a
+    store whose tables were dropped read them from tables that were gone, so a stemmed store
+    came back plain and its application could not open it. Appended on the store's stream
+    (:func:`store_stream`) with the first write through a store built otherwise than the log
+    last recorded; a plain store without postings records nothing while nothing else was
+    recorded (what a store with no record is read as), so logs of such stores do not change.
+    Not a write to a key: not among :data:`MEMORY_TOPICS`.
+    """
+
+    TOPIC = f"{_TOPIC}.StoreBuilt"
+    IDENTIFIERS = ("memory", "table_prefix", "tokenizer")
+    memory: str
+    table_prefix: str
+    tokenizer: str
+    postings: bool
+
+
 MemoryEvent: TypeAlias = MemoryAppended | MemoryReplaced | MemoryRemoved | MemoryCleared
 """Any memory event (LogEvent subclasses cannot share a base without registering its topic)."""
 
@@ -80,3 +101,9 @@ MEMORY_TOPICS = (
 def memory_stream(memory: str, key: str) -> UUID:
     """The stream of one key of one memory: the same id in every process."""
     return stream_id(f"memory:{memory}:{key}")
+
+
+def store_stream(memory: str, table_prefix: str) -> UUID:
+    """The stream recording how one memory's store at ``table_prefix`` is built (a memory's
+    name holds no ``:``, and no key stream's name starts ``memory-store:``)."""
+    return stream_id(f"memory-store:{memory}:{table_prefix}")

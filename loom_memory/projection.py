@@ -26,10 +26,11 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, select
 
 from loom_memory.entry import MemoryEntry
 from loom_memory.erasure import forget_destroyed, keys_named, open_entries
+from loom_memory.errors import StoreConfigurationError
 from loom_memory.events import (
     MEMORY_TOPICS,
     MemoryAppended,
@@ -43,7 +44,8 @@ from loom_memory.postgres import PostgresMemoryStore
 from loom_memory.postings import built_with_postings
 from loom_memory.sql import SqlMemoryStore
 from loom_memory.sqlite import SqliteMemoryStore
-from loom_memory.tokenizer_record import recorded_tokenizer
+from loom_memory.text import tokenizer_named
+from loom_memory.tokenizer_record import recorded_build, recorded_tokenizer
 from loom_runtime import (
     DomainEventProtocol,
     EventLog,
@@ -269,11 +271,11 @@ def memory_projections(
     """The SQL memory projections tracked in ``log``'s database (the ``loom.projections``
     entry point): found by their tracking names, ``loom_memory:<memory>:<table prefix>``.
 
-    Each store is opened as it was built, read from its own tables: with the tokenizer it
-    records and with postings when it keeps them. Opened with the defaults, a stemmed store
-    refused to open, and a postings store caught up without postings its search reads. A
-    store that cannot be opened here is told to ``unopened`` by its tracking name, and the
-    others are still returned (:func:`~loom_runtime.projection.open_each`).
+    Each store is opened as it was built, as the log records it (else as its own tables say):
+    with its tokenizer and with postings when it keeps them. Opened with the defaults, a
+    stemmed store refused to open, and a postings store caught up without postings its
+    search reads. A store that cannot be opened here is told to ``unopened`` by its tracking
+    name, and the others are still returned (:func:`~loom_runtime.projection.open_each`).
     """
     store_class = (
         PostgresMemoryStore if log.engine.dialect.name == "postgresql" else SqliteMemoryStore
@@ -281,7 +283,7 @@ def memory_projections(
 
     def opener(memory: str, prefix: str) -> Callable[[], SqlMemoryProjection]:
         return lambda: SqlMemoryProjection(
-            _as_built(store_class, log.engine, prefix), memory=memory
+            _as_built(store_class, log, memory, prefix), memory=memory
         )
 
     openers = []
@@ -293,7 +295,28 @@ def memory_projections(
     return open_each(openers, unopened)
 
 
-def _as_built(store_class: type[SqlMemoryStore], engine: Engine, prefix: str) -> SqlMemoryStore:
-    postings = built_with_postings(engine, prefix)
-    tokenizer = recorded_tokenizer(engine, prefix)
-    return store_class(engine, table_prefix=prefix, postings=postings, tokenizer=tokenizer)
+def _as_built(
+    store_class: type[SqlMemoryStore], log: EventLog, memory: str, prefix: str
+) -> SqlMemoryStore:
+    """Memory ``memory``'s store at ``prefix``, opened with the tokenizer and postings the log
+    records for it (ADR 0009, amended "build"): its tables may be gone, or their settings row,
+    and read from them a stemmed store came back plain. A store the log records nothing of is
+    opened as its tables say. Tables that disagree with the log's record were altered outside
+    it, and are refused rather than rebuilt by a guess."""
+    recorded = recorded_build(log, memory, prefix)
+    if recorded is None:
+        postings = built_with_postings(log.engine, prefix)
+        tokenizer = recorded_tokenizer(log.engine, prefix)
+    else:
+        postings, tokenizer = recorded.postings, tokenizer_named(recorded.tokenizer)
+    try:
+        return store_class(log.engine, table_prefix=prefix, postings=postings, tokenizer=tokenizer)
+    except StoreConfigurationError as exc:
+        if recorded is None:
+            raise
+        raise StoreConfigurationError(
+            f"the log records memory {memory!r}'s store {prefix}* as built with the tokenizer "
+            f"{recorded.tokenizer!r}, but its tables were altered outside the log and say "
+            "otherwise: drop them (a projection: nothing is lost) and run `loom rebuild`. "
+            f"The store said: {exc}"
+        ) from exc

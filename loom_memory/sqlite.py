@@ -8,6 +8,10 @@ it in the same transaction as the rows:
 * after an insert, the new row's terms are added under its ``seq`` (the FTS rowid);
 * after a delete, FTS5's ``'delete'`` command removes exactly that rowid's terms.
 
+A reset (``clear_all``, what ``loom rebuild`` runs) is the exception: it drops the index and its
+triggers, deletes the rows and makes the index again, so a repair never needs the index it
+repairs to be sound.
+
 Two lessons are built in. Deleting from an FTS5 table by a column value scans the whole index,
 so nothing here ever does: ``remove`` is one ``DELETE`` on the ordinary table using its
 ``(key, entry_id)`` index, and the trigger deletes from the index by rowid. And a search joined
@@ -113,6 +117,10 @@ class SqliteMemoryStore(SqlMemoryStore):
             )
 
     def _search_ddl(self, *, created: set[str]) -> list[str]:
+        return [*self._index_ddl(), *self._postings_ddl()]
+
+    def _index_ddl(self) -> list[str]:
+        """The FTS5 index, the triggers keeping it in step with the rows, and its vocabulary."""
         rows, fts = self.entries.name, self.fts_table
         return [
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(search_text, "
@@ -124,7 +132,6 @@ class SqliteMemoryStore(SqlMemoryStore):
             f"VALUES ('delete', old.seq, old.search_text); END",
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.vocabulary_table} "
             f"USING fts5vocab({fts}, 'row')",
-            *self._postings_ddl(),
         ]
 
     def _postings_ddl(self) -> list[str]:
@@ -152,6 +159,24 @@ class SqliteMemoryStore(SqlMemoryStore):
             conn.execute(statement)
         super()._delete_rows(conn, key)
 
+    def clear_all(self, *, conn: Connection | None = None) -> None:
+        """Remove every entry of every key without asking the FTS5 index anything: it is
+        dropped with its triggers, the rows deleted, and it is made again, empty.
+
+        Why: this is a projection's reset, the repair ``loom rebuild`` runs. Through the
+        per-row delete trigger, each row's delete asked the index to remove that row's terms,
+        and an index emptied or damaged by hand (``DELETE FROM <prefix>fts``) answers "database
+        disk image is malformed": the repair failed on what it was to repair, and a memory's
+        next ``clear``, already in the log, blocked every catch-up (ADR 0009, amended "fts").
+        A dropped index holds nothing of the rows, so there is nothing to keep in step; all of
+        it runs in the caller's transaction (SQLite's DDL is transactional)."""
+        with self._begin(conn) as c:
+            for statement in self._drop_index_ddl():
+                c.exec_driver_sql(statement)
+            self._delete_rows(c, None)
+            for statement in self._index_ddl():
+                c.exec_driver_sql(statement)
+
     def forget_deleted(self, *, conn: Connection | None = None) -> None:
         """Merge the FTS5 index into one segment: a delete only adds a tombstone segment, and
         the deleted rows' terms stay in the older segments' pages until a merge drops them."""
@@ -160,7 +185,15 @@ class SqliteMemoryStore(SqlMemoryStore):
             c.exec_driver_sql(f"INSERT INTO {fts}({fts}) VALUES('optimize')")
 
     def _drop_ddl(self) -> list[str]:
+        return self._drop_index_ddl()
+
+    def _drop_index_ddl(self) -> list[str]:
+        """DDL dropping what :meth:`_index_ddl` makes (the triggers first: a trigger naming a
+        dropped index would fail the next write of a row)."""
+        rows = self.entries.name
         return [
+            f"DROP TRIGGER IF EXISTS {rows}_fts_insert",
+            f"DROP TRIGGER IF EXISTS {rows}_fts_delete",
             f"DROP TABLE IF EXISTS {self.vocabulary_table}",
             f"DROP TABLE IF EXISTS {self.fts_table}",
         ]

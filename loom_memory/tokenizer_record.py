@@ -8,6 +8,13 @@ an embedding model is part of a vector index's (ADR 0038): the store records
 another while it holds rows. An empty store (new, cleared, or its rows all removed) takes the
 tokenizer it is opened with, so a rebuild into it may change tokenizers. A store written before
 tokenizers were recorded holds plain terms (nothing else existed), and is recorded as such.
+
+That record is a read model's row, though, and a store rebuilt by code that was not told how
+it is built (``loom rebuild``, ``loom doctor``) cannot trust it: its tables may be gone, or the
+row deleted. So an event-sourced memory also records its store's build, the tokenizer and
+postings, in the log (:class:`~loom_memory.events.MemoryStoreBuilt`, :func:`record_build`),
+and such a rebuild reads it from there (:func:`recorded_build`); the settings row only decides
+for a store the log records nothing of.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from sqlalchemy import Column, Connection, Engine, MetaData, Table, Text, delete
 from sqlalchemy import inspect as inspect_schema
 
 from loom_memory.errors import StoreConfigurationError
+from loom_memory.events import MemoryStoreBuilt, store_stream
 from loom_memory.text import PLAIN, PLAIN_IDENTITY, Tokenizer, tokenizer_named
+from loom_runtime import Change, EventLog
 
 SETTING = "tokenizer"
 """The settings row naming the tokenizer."""
@@ -67,3 +76,37 @@ def recorded_tokenizer(engine: Engine, prefix: str) -> Tokenizer:
         recorded = conn.execute(select(settings.c.value).where(settings.c.name == SETTING))
         identity = recorded.scalar()
     return PLAIN if identity is None else tokenizer_named(identity)
+
+
+def recorded_build(log: EventLog, memory: str, prefix: str) -> MemoryStoreBuilt | None:
+    """How ``log`` last recorded memory ``memory``'s store at ``prefix`` to be built (one
+    indexed read); None when it records nothing: a plain store without postings, or one last
+    written before builds were recorded, which only its own tables describe."""
+    latest = next(iter(log.events(store_stream(memory, prefix), desc=True, limit=1)), None)
+    return latest if isinstance(latest, MemoryStoreBuilt) else None
+
+
+def record_build(
+    log: EventLog, memory: str, prefix: str, *, tokenizer: Tokenizer, postings: bool
+) -> None:
+    """Record in ``log`` that memory ``memory``'s store at ``prefix`` is built with
+    ``tokenizer`` and ``postings``, unless that is what the log records already (nothing
+    recorded reads as plain without postings). Decided on the stream's version, so two
+    writers recording the same build at once append it once."""
+    built = {
+        "memory": memory,
+        "table_prefix": prefix,
+        "tokenizer": tokenizer.identity,
+        "postings": postings,
+    }
+
+    def plan(version: int) -> tuple[list[Change], None]:
+        last = recorded_build(log, memory, prefix) if version else None
+        recorded = (PLAIN_IDENTITY, False) if last is None else (last.tokenizer, last.postings)
+        if recorded == (tokenizer.identity, postings):
+            return [], None
+        return [(MemoryStoreBuilt, built)], None
+
+    log.append_replanned(
+        store_stream(memory, prefix), plan, what=f"the build of memory {memory!r}'s store"
+    )
