@@ -377,7 +377,7 @@ class LogSettings:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
-        if url is not None and not url.strip():  # `--db "$UNSET"`: never the default's file
+        if isinstance(url, str) and not url.strip():  # `--db "$UNSET"`: never the default's
             raise ConfigurationError(
                 "the database URL is empty: give sqlite:///path/to/loom.db or "
                 "postgresql+psycopg://user:password@host:port/dbname (or leave it out for "

@@ -245,7 +245,9 @@ def _holds_a_log(path: Path) -> bool:
     """Whether the SQLite file at ``path`` holds a loom log (its events table or its chain
     table: `verify` reports either one gone), read without writing: opening the log creates
     its tables, so a read-only command pointed at another application's database would add
-    them and then report on an empty log."""
+    them and then report on an empty log. A file that cannot be read as a database at all
+    (damaged, cut short, garbage) is not refused here: opening the log reports it, one line,
+    as the damage it is (``LogCorruptError``, exit 1)."""
     import sqlite3
 
     from loom_runtime.storage.chain import CHAIN_TABLE
@@ -253,17 +255,15 @@ def _holds_a_log(path: Path) -> bool:
 
     try:
         connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            found = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                (EVENTS_TABLE, CHAIN_TABLE),
+            ).fetchone()
+        finally:
+            connection.close()
     except sqlite3.Error:
-        return False
-    try:
-        found = connection.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-            (EVENTS_TABLE, CHAIN_TABLE),
-        ).fetchone()
-    except sqlite3.Error:  # not a database at all
-        return False
-    finally:
-        connection.close()
+        return True
     return found is not None
 
 

@@ -62,12 +62,39 @@ class _OneShot:
         except OSError:
             return
         with conn:
-            conn.recv(65536)
+            _read_request(conn)  # whole: unread bytes at close would reset the connection
             if self.raw:
                 conn.sendall(self.raw)
+            conn.shutdown(socket.SHUT_WR)  # the reply ends here; wait for the client to close
+            while conn.recv(65536):
+                pass
 
     def answer(self) -> None:
         OpenAICompatibleModel(base_url=self.url, model="m", timeout=5).answer(REQUEST)
+
+
+def _read_request(conn: socket.socket) -> None:
+    """Read one HTTP request: its head, then as many body bytes as its Content-Length says."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
 
 
 @pytest.fixture
