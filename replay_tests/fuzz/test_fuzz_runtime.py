@@ -29,6 +29,7 @@ from loom_runtime import (
     NotSerialisableError,
     Redactor,
     SecretRefusedError,
+    codec,
 )
 from loom_runtime.codec import MAX_DEPTH
 from loom_runtime.errors import LogWriteError
@@ -126,8 +127,11 @@ def encodable(text: str) -> bool:
 
 
 def round_tripped(value: Any) -> Any:
-    """What the log gives back for ``value`` (tuples become lists, NaN null, and so on)."""
-    return msgspec.json.decode(msgspec.json.encode(value))
+    """What the log gives back for ``value`` (tuples become lists, a set the list of its
+    members in the order of their JSON, ADR 0002 amended "sets"): the codec's own encoding,
+    not msgspec's, which lists a set in its iteration order (``{0, -1}`` as ``[0, -1]``,
+    where the log stores ``[-1, 0]``: a case the fuzz found on PostgreSQL)."""
+    return msgspec.json.decode(codec.encode(value, path="value"))
 
 
 def run_case(loom: Loom, key: Any, value: Any) -> None:
