@@ -144,12 +144,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     )
     loom_record = sealed["record_cpu_us"].median - clear_record
     loom_replay = sealed["replay_cpu_us"].median - clear["replay_cpu_us"].median
-    if record_ratio <= RECORD_TARGET:
-        record_verdict = "met"
-    elif best_record > RECORD_TARGET:
-        record_verdict = f"floor-bound (best {best_record:.2f}x)"
-    else:
-        record_verdict = "MISSED"
+    # The shared rule (ADR 0048): floor-bound only with loom at its floor, not merely a floor
+    # above the target.
+    record_verdict = floor_verdict(record_ratio, RECORD_TARGET, best_record, at_most=True)
     progress("negative control: the encrypted recording read without the key")
     return SectionResult(
         notes=(

@@ -67,6 +67,8 @@ EVENTS = "stored_events"
 FLOWS = 8
 SCALING_TARGET = 6.0
 """8 concurrent flows against 1, aggregate decisions/s."""
+ONE_FLOW_TARGET = 1.3
+"""One FULL flow's time per decision, at most this times the bare commit's (ADR 0048)."""
 DECISIONS_PER_EXECUTION = 25
 START_TIMEOUT_S = 60.0
 
@@ -412,8 +414,9 @@ def table(one: Arm, many: Arm, results: Results, rounds: int) -> Table:
         rows=tuple(rows),
         note=f"median of {rounds} interleaved rounds (low-high); each decide returns only "
         "after the commit holding its decision; each floor runs right after the arm of as "
-        "many flows in each of its samples (target for 1 flow: <= 1.3x; 8 flows vs 1: "
-        f">= {SCALING_TARGET:g}x). The same rows' floor writes, with no loom code, exactly "
+        f"many flows in each of its samples (target for 1 flow: <= {ONE_FLOW_TARGET:g}x; 8 "
+        f"flows vs 1: >= {SCALING_TARGET:g}x, both judged below). The same rows' floor "
+        "writes, with no loom code, exactly "
         "the event and chain rows loom stored (its execution's start and end events "
         "included), so its time over the bare floor is what the disk charges for a chained, "
         "versioned event and loom's time over it is loom's own CPU (ADR 0048)",
@@ -421,26 +424,41 @@ def table(one: Arm, many: Arm, results: Results, rounds: int) -> Table:
 
 
 def scaling_table(one: Arm, many: Arm, results: Results) -> Table:
-    """The 8-vs-1 target beside the bare group commit's own 8-vs-1: what this machine allows."""
+    """Both targets beside the floors measured in the same samples: one flow's time per
+    decision over the bare commit against the same rows' floor's (the least any recorder of
+    loom's rows pays on this disk), and 8 flows vs 1 against the bare group commit's own
+    8-vs-1 (the most grouping gains here). Each gets a verdict row, so a miss is printed."""
     single, grouped = results[one.name], results[many.name]
+    one_flow = single["vs_floor"].median
+    rows_floor = single["rows_floor_vs_floor"].median
     loom = grouped["per_s"].median / single["per_s"].median
     ceiling = grouped["grouped_floor_per_s"].median / single["grouped_floor_per_s"].median
     return Table(
-        title=f"SQLite FULL, {FLOWS} concurrent flows vs 1, against the bare group commit's "
-        "own scaling",
-        columns=("target", "loom", f"ceiling: bare group commit, {FLOWS} writers vs 1", "verdict"),
+        title="SQLite FULL targets against the floors measured beside them",
+        columns=("target", "loom", "ceiling: the floor's same figure", "verdict"),
         rows=(
             (
-                f">= {SCALING_TARGET:g}x",
+                f"1 flow, time per decision over the bare commit: <= {ONE_FLOW_TARGET:g}x "
+                "(ceiling: the same rows' floor over it)",
+                f"{one_flow:.2f}x",
+                f"{rows_floor:.2f}x",
+                floor_verdict(one_flow, ONE_FLOW_TARGET, rows_floor, at_most=True),
+            ),
+            (
+                f"{FLOWS} flows vs 1, decisions/s: >= {SCALING_TARGET:g}x (ceiling: the bare "
+                f"group commit, {FLOWS} writers vs 1)",
                 f"{loom:.2f}x",
                 f"{ceiling:.2f}x",
                 floor_verdict(loom, SCALING_TARGET, ceiling),
             ),
         ),
-        note="both ratios between medians of this run; the bare writers share commits exactly "
-        "as loom's flows do but spend only sqlite3's CPU per append, and one process's "
-        "threads run Python one at a time (the GIL), so their ratio is the most grouping "
-        "gains on this disk and these cores (ADR 0048)",
+        note="medians of this run's samples; the 1-flow ratios are per sample (loom's time, "
+        "and the same rows' floor's, over the bare commit timed right after it); the bare "
+        "writers share commits exactly as loom's flows do but spend only sqlite3's CPU per "
+        "append, and one process's threads run Python one at a time (the GIL), so their "
+        "ratio is the most grouping gains on this disk and these cores. Floor-bound: the "
+        "floor misses the target and loom is within a tenth of the floor; MISSED (ceiling "
+        "X): the floor misses it too, but loom is further from it (ADR 0048)",
     )
 
 

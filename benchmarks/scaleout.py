@@ -95,6 +95,7 @@ from benchmarks.harness import (
     Settings,
     Stats,
     Table,
+    figure,
     floor_verdict,
     interleave,
     scratch_directory,
@@ -118,6 +119,8 @@ QUICK_DURATION_S = 0.4
 PG_WORKERS = (1, 4, 8)
 SCALING_TARGET = 4.0
 """PostgreSQL, 8 workers against 1 on one log, aggregate decisions/s."""
+ONE_WORKER_TARGET = 3_000.0
+"""PostgreSQL, one worker's decisions/s (ADR 0048)."""
 FLOOR_WORKERS = (1, 8)
 """PostgreSQL worker counts whose arm also measures the bare append floor by as many workers:
 the floor's own 8-vs-1 scaling is the most the "8 workers vs 1" target can reach here."""
@@ -508,30 +511,41 @@ def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
         note=f"median of {rounds} interleaved rounds (low-high); ratios between medians; 'at "
         "once' is how many workers ran together (module docstring); a floor runs right "
         "after the arm above it in each of its samples, by as many worker processes, on a "
-        "fresh database (target for 1 PostgreSQL worker: >= 3,000/s; 8 workers vs 1 on one "
-        f"log: >= {SCALING_TARGET:g}x)",
+        f"fresh database (target for 1 PostgreSQL worker: >= {ONE_WORKER_TARGET:,.0f}/s; 8 "
+        f"workers vs 1 on one log: >= {SCALING_TARGET:g}x; both judged below)",
     )
 
 
 def _scaling_table(results: Results) -> Table:
-    """The 8-vs-1 target beside the same ratio of the bare floor: what this machine allows."""
+    """Both PostgreSQL targets beside the bare floor measured in the same samples: one
+    worker's rate against the bare ``loom_events_append`` call's by one worker, and 8 workers
+    vs 1 against the bare call's own 8-vs-1. Each gets a verdict row, so a miss is printed."""
     one, many = results["PostgreSQL, 1 worker"], results["PostgreSQL, 8 workers"]
-    loom = many["per_s"].median / one["per_s"].median
-    ceiling = many["floor_per_s"].median / one["floor_per_s"].median
+    rate, floor = one["per_s"].median, one["floor_per_s"].median
+    loom = many["per_s"].median / rate
+    ceiling = many["floor_per_s"].median / floor
     return Table(
-        title="PostgreSQL, 8 workers vs 1 on one log, against the floor's own scaling",
-        columns=("target", "loom", "ceiling: bare call, 8 workers vs 1", "verdict"),
+        title="PostgreSQL targets against the bare call measured beside them",
+        columns=("target", "loom", "ceiling: the bare call's same figure", "verdict"),
         rows=(
             (
-                f">= {SCALING_TARGET:g}x",
+                f"1 worker, decisions/s: >= {ONE_WORKER_TARGET:,.0f}/s",
+                f"{figure(rate)}/s",
+                f"{figure(floor)}/s",
+                floor_verdict(rate, ONE_WORKER_TARGET, floor, unit="/s"),
+            ),
+            (
+                f"8 workers vs 1 on one log, decisions/s: >= {SCALING_TARGET:g}x",
                 f"{loom:.2f}x",
                 f"{ceiling:.2f}x",
                 floor_verdict(loom, SCALING_TARGET, ceiling),
             ),
         ),
-        note="both ratios between medians of this run; the bare call has no loom code, one "
-        "round trip per decision, so with the client and the server sharing this machine's "
-        "cores its 8-vs-1 ratio is the most any client could reach here (ADR 0048)",
+        note="medians of this run; the bare call has no loom code, one round trip per "
+        "decision, so with the client and the server sharing this machine's cores its rate "
+        "and its 8-vs-1 ratio are the most any client could reach here. Floor-bound: the "
+        "floor misses the target and loom is within a tenth of the floor; MISSED (ceiling "
+        "X): the floor misses it too, but loom is further from it (ADR 0048)",
     )
 
 

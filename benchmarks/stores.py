@@ -56,6 +56,33 @@ def synchronous_in_effect(loom: Loom) -> str:
     may ignore the setting; a comparison between arms in different durability classes would
     otherwise be reported as a comparison of persistence modules.
     """
+    return synchronous_name(_pool_synchronous(loom))
+
+
+def synchronous_name(level: float) -> str:
+    """SQLite's name for a ``PRAGMA synchronous`` number (``2`` -> ``FULL``)."""
+    return _SYNCHRONOUS_NAMES.get(int(level), str(level))
+
+
+def writer_synchronous(loom: Loom) -> int:
+    """The ``PRAGMA synchronous`` of the connection the log's appends are committed on, as a
+    number (``synchronous_name`` names it).
+
+    The built-in recorder commits every append on a connection it holds (``writing()``, ADR
+    0048), not on one of its pool's: that one is asked, inside the transaction its appends
+    take (an empty one here, committed with nothing to write). Call it on the ``Loom`` a timed
+    run used, after the run, so the answer is that run's writer's. ``sqlalchemy`` commits
+    through its datastore's sessions, which are asked instead."""
+    if loom.log.settings.persistence == "sqlalchemy":
+        return _pool_synchronous(loom)
+    recorder: Any = loom.log.application.recorder  # type: ignore[attr-defined]
+    with recorder.writing() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        return int(cursor.fetchone()[0])
+
+
+def _pool_synchronous(loom: Loom) -> int:
+    """``PRAGMA synchronous`` asked through the datastore's own transaction (its pool)."""
     datastore: Any = loom.log.application.recorder.datastore  # type: ignore[attr-defined]
     if loom.log.settings.persistence == "sqlalchemy":
         with datastore.transaction(commit=False) as session:
@@ -64,7 +91,7 @@ def synchronous_in_effect(loom: Loom) -> str:
         with datastore.transaction(commit=False) as cursor:
             cursor.execute("PRAGMA synchronous")
             level = cursor.fetchone()[0]
-    return _SYNCHRONOUS_NAMES.get(int(level), str(level))
+    return int(level)
 
 
 @contextmanager

@@ -93,13 +93,20 @@ def record(
     *,
     persistence: Persistence = "builtin",
     synchronous: Synchronous = "NORMAL",
+    observe: Callable[[Loom], object] | None = None,
 ) -> tuple[UUID, float]:
-    """Run the flow once against a fresh log; the execution id and decisions/s recorded."""
+    """Run the flow once against a fresh log; the execution id and decisions/s recorded.
+
+    ``observe`` is called, untimed, with the ``Loom`` that recorded, right after the clock
+    stops and before it closes: what the timed run's own connections were set to can be asked
+    of them there (a fresh ``Loom`` would answer for its own)."""
     with Loom(url, persistence=persistence, sqlite_synchronous=synchronous) as loom:
         loom.flow(FLOW)(recording_flow(values))
         started = time.perf_counter()
         run = loom.run(FLOW, n=len(values))
         elapsed = time.perf_counter() - started
+        if observe is not None:
+            observe(loom)
     return run.execution_id, len(values) / elapsed
 
 
@@ -126,9 +133,13 @@ def record_and_replay(
     *,
     persistence: Persistence = "builtin",
     synchronous: Synchronous = "NORMAL",
+    observe: Callable[[Loom], object] | None = None,
 ) -> Sample:
-    """One sample: record the flow, then replay it identically from a second Loom."""
-    execution_id, recorded = record(url, values, persistence=persistence, synchronous=synchronous)
+    """One sample: record the flow, then replay it identically from a second Loom
+    (``observe``: see :func:`record`)."""
+    execution_id, recorded = record(
+        url, values, persistence=persistence, synchronous=synchronous, observe=observe
+    )
     gc.collect()  # the replay starts without the recording's garbage, as every peer's does
     replayed, divergences = replay(
         url, execution_id, recording_flow(values), len(values), persistence=persistence

@@ -62,7 +62,11 @@ def test_the_peers_targets_name_what_loom_s_row_shape_allows() -> None:
             "rows_floor_ms": Stats((1.25,)),
         },
         "loom NORMAL 10": {"record_ms": Stats((0.5,))},
-        "DBOS 10": {"record_ms": Stats((15.0,)), "replay_per_s": Stats((100.0,))},
+        "DBOS 10": {
+            "record_ms": Stats((15.0,)),
+            "replay_per_s": Stats((100.0,)),
+            "fixed_ms": Stats((1_000.0,)),
+        },
         "LangGraph 10": {"record_ms": Stats((10.0,)), "replay_per_s": Stats((100.0,))},
         f"{peers_durable.FLOOR} 10": {"record_ms": Stats((1.0,))},
     }

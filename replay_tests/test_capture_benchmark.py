@@ -3,14 +3,15 @@
 The control (:func:`benchmarks.capture.alter_first_chunk`) is what lets the section refuse to
 publish when a replay stops re-emitting what was recorded; these tests prove it changes one
 streamed chunk and nothing else (so its divergence cannot come from a changed input or a
-broken bundle) and that the replay it feeds reports exactly the changed output. No timing is
-asserted: speed is the benchmark's business.
+broken bundle) and that the replay it feeds reports exactly the changed output. No speed is
+asserted (that is the benchmark's business); loom's own-time formula is, on a fake clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -95,11 +96,24 @@ def test_loom_s_clock_refuses_a_replay_it_did_not_see_whole() -> None:
         clock.timed(lambda: None)()
 
 
-def test_loom_s_clock_counts_the_replay_outside_the_body_and_loom_inside_it() -> None:
+def test_loom_s_clock_counts_the_replay_outside_the_body_and_loom_inside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loom's own time = (replay - body) + transport, on a clock whose every interval is
+    known: 3 s of loom before the flow's body and 2 s after it, and in the body per turn
+    0.5 s of SDK code and 0.25 s in loom's transport. Dropping the transport's share, counting
+    the whole replay, or counting the body as loom's would each give another figure."""
+    now = [0.0]
+
+    def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(capture, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     clock = capture._LoomClock()
 
     class Transport:
         def handle_request(self, request: Any) -> str:
+            advance(0.25)  # loom: match the call, compare the request, hand back the response
             return "response"
 
         def close(self) -> None:
@@ -112,12 +126,14 @@ def test_loom_s_clock_counts_the_replay_outside_the_body_and_loom_inside_it() ->
     clock.time_transport_of(Client)
 
     def replay() -> None:
+        advance(3.0)  # loom before the body: the execution read
         with clock.flow():
             for _ in range(capture.TURNS):
+                advance(0.5)  # the SDK and the conversation's own code
                 Client._client._transport.handle_request(None)
+        advance(2.0)  # loom after it: the output checked
 
     clock.timed(replay)()
-    own = clock.take()
-    assert own > 0
+    assert clock.take() == 3.0 + 2.0 + capture.TURNS * 0.25
     with pytest.raises(ValueError):  # taken: the next verdict starts from no samples
         clock.take()
