@@ -38,4 +38,3 @@ class MisdeclaredEmbedder(CountingEmbedder):
     @property
     def dimension(self) -> int:
         return self._declared[1]  # type: ignore[return-value]
-
