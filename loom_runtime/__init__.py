@@ -125,6 +125,7 @@ if TYPE_CHECKING:
         open_subject_text,
         seal_subject_text,
         sealed_after,
+        sealed_subjects,
         sealed_text_subject,
         write_keyring,
     )
@@ -248,6 +249,7 @@ __all__ = [
     "recorder",
     "seal_subject_text",
     "sealed_after",
+    "sealed_subjects",
     "sealed_text_subject",
     "serialise_ddl",
     "stream_id",
@@ -390,6 +392,7 @@ _EXPORTS = {
     "sealed_after": "loom_runtime.sealing",
     "open_subject_text": "loom_runtime.sealing",
     "seal_subject_text": "loom_runtime.sealing",
+    "sealed_subjects": "loom_runtime.sealing",
     "sealed_text_subject": "loom_runtime.sealing",
     "write_keyring": "loom_runtime.sealing",
     "pair_subject": "loom_runtime.subjects",

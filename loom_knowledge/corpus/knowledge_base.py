@@ -212,9 +212,9 @@ class CorpusAsOf:
         """:meth:`search` under the name an audit reads it by (the view records nothing).
 
         Refused inside a running flow, outside a decision's ``compute``: there it would read
-        as :meth:`KnowledgeBase.retrieve`, the recorded verb, and record nothing (seed ADR
-        0090: relevance recall requires ``decide``; the unrecorded escape is spelled
-        ``search``, where a reader sees it).
+        as :meth:`KnowledgeBase.retrieve`, the recorded verb, and record nothing: a relevance
+        search in a flow is recorded through ``decide``, and the unrecorded one is spelled
+        ``search``, where a reader sees it (ADR 0010).
         """
         if current_context() is not None and recorder(f"retrieval:{self.scope}") is not None:
             raise UnrecordedRetrievalError(
