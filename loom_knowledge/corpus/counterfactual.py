@@ -17,7 +17,9 @@ from uuid import UUID
 
 import msgspec
 
+from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
+from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
 from loom_runtime import DecisionInputChangedError, Loom, codec
 
@@ -64,7 +66,8 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
     result = loom.replay(execution.id, live={"retrieval"})
     changes: list[RetrievalChange] = []
     uncompared: list[str] = []
-    live_docs: set[str] = set()
+    live_docs: dict[str | None, set[str]] = {}
+    """Per scope (None: a retrieval whose input names none), the documents returned today."""
     for decision in execution.decisions.values():
         if decision.kind != "retrieval" or decision.value is None:
             continue
@@ -84,7 +87,7 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
         live_passages: list[Passage] = [] if failed is not None else outcome
         recorded = {_ref(p) for p in recorded_passages}
         live = {_ref(p) for p in live_passages}
-        live_docs |= {ref.doc_id for ref in live}
+        live_docs.setdefault(_scope_of(decision.input), set()).update(r.doc_id for r in live)
         changes.append(
             RetrievalChange(
                 key=decision.key,
@@ -94,11 +97,12 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
                 failed=failed,
             )
         )
-    cited = [
+    ungrounded = [
         doc_id
         for decision in execution.decisions.values()
         if decision.kind == "model" and decision.value is not None
         for doc_id in _citations(decision.value)
+        if not _still_shown(doc_id, _shown_from(decision.input, doc_id), live_docs)
     ]
     diffs = tuple(d.diff for d in result.divergences if isinstance(d, DecisionInputChangedError))
     return Counterfactual(
@@ -106,7 +110,7 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
         unchanged=result.identical and all(not (c.added or c.removed or c.failed) for c in changes),
         retrievals=tuple(changes),
         request_diffs=diffs,
-        now_ungrounded=tuple(dict.fromkeys(d for d in cited if d not in live_docs)),
+        now_ungrounded=tuple(dict.fromkeys(ungrounded)),
         divergences=tuple(f"{type(d).__name__}: {d}" for d in result.divergences),
         uncompared=tuple(uncompared),
     )
@@ -157,6 +161,40 @@ def _ref(passage: Passage) -> PassageRef:
 
 def _label(ref: PassageRef) -> str:
     return f"{ref.doc_id}#{ref.index} r{ref.revision}"
+
+
+def _scope_of(raw_input: msgspec.Raw) -> str | None:
+    """The scope a retrieval's recorded input names (:func:`retrieval_input`), if any."""
+    try:
+        recorded: object = codec.decode(raw_input)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    scope = recorded.get("scope") if isinstance(recorded, dict) else None
+    return scope if isinstance(scope, str) else None
+
+
+def _shown_from(raw_input: msgspec.Raw, doc_id: str) -> set[str]:
+    """The scopes a model call's recorded request showed ``doc_id`` from, by its passages'
+    provenance; empty for a request of the flow's own making, which records none."""
+    try:
+        request: GroundedRequest = codec.decode(raw_input, type=GroundedRequest)
+    except (msgspec.ValidationError, TaintedSystemContentError):
+        return set()
+    return {
+        message.provenance.scope
+        for message in request.messages
+        if message.provenance is not None and message.provenance.doc_id == doc_id
+    }
+
+
+def _still_shown(doc_id: str, scopes: set[str], live_docs: dict[str | None, set[str]]) -> bool:
+    """Whether a citation of ``doc_id`` would still point at a document the model is shown:
+    one a retrieval of a scope its passage came from returns today. Documents of two scopes
+    can share an id, so another scope's document of that id does not count. Where the
+    request records no provenance, any retrieval of the execution returning it does."""
+    if scopes:
+        return any(doc_id in live_docs.get(scope, ()) for scope in scopes)
+    return any(doc_id in docs for docs in live_docs.values())
 
 
 def _citations(raw: msgspec.Raw) -> tuple[str, ...]:

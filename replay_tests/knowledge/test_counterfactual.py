@@ -134,3 +134,28 @@ def test_a_retrieval_of_the_applications_own_shape_is_named_not_compared(loom: L
     assert "retrieval search: not loom's passages, not compared" in render_counterfactual(report)
     hits["hits"] = ["a"]  # today's search returns less: the flow's output changes
     assert not counterfactual(loom, run.execution_id).unchanged
+
+
+def test_a_citation_gone_from_its_scope_is_ungrounded_whatever_another_scope_returns(
+    loom: Loom,
+) -> None:
+    """A citation is checked against the scope its passage was shown from: ``ops`` losing
+    README.md makes the answer's citation ungrounded even though ``hr``, retrieved in the
+    same flow, still returns a README.md of its own (a different document)."""
+    ops = open_knowledge_base(loom, "ops")
+    hr = open_knowledge_base(loom, "hr")
+    ops.put_doc(Doc(id="README.md", text="When the disk is full, rotate the logs."))
+    hr.put_doc(Doc(id="README.md", text="When the disk is full, file a ticket with HR."))
+
+    @loom.flow("answer-with-footer")
+    def answer(ctx: FlowContext, question: str) -> list[str]:
+        grounded = answer_from_corpus(ops, question, decide=ctx.decide, model=ExtractiveModel())
+        hr.retrieve(question, decide=ctx.decide)  # a lookup in another scope, for a footer
+        return list(grounded.answer.cited_doc_ids)
+
+    run = loom.run("answer-with-footer", question="the disk is full")
+    assert run.output == ["README.md"]
+    assert counterfactual(loom, run.execution_id).now_ungrounded == ()
+    ops.remove_doc("README.md")
+    report = counterfactual(loom, run.execution_id)
+    assert report.now_ungrounded == ("README.md",)
