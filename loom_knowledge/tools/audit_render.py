@@ -264,9 +264,11 @@ def _measured(meta: object) -> list[str]:
 
 
 def _position(report: Audit) -> str:
-    """Where in the log the execution started: for one that retrieved, the corpus it saw. A
-    fork's inherited retrievals were made by its parent, which started earlier: said, or
-    the fork's own start would read as the corpus they saw."""
+    """Where in the log the execution started: for one that retrieved, the corpus then. Not
+    called the corpus it saw: a retrieval searches the corpus as it is when it runs, which a
+    sync while the flow waited (a tool, an approval, a resume after a crash) has changed; the
+    retrieval rows below are what each one returned. A fork's inherited retrievals were made
+    by its parent, which started earlier: said, or the fork's start would read as theirs."""
     if report.imported:
         return (
             f"imported from another log: its log position {report.log_position} is that "
@@ -274,7 +276,10 @@ def _position(report: Audit) -> str:
         )
     if not report.retrievals:
         return f"started after log position {report.log_position}"
-    seen = f"the corpus as it saw it: log position {report.log_position}"
+    seen = (
+        f"started at log position {report.log_position} (the corpus then; each retrieval "
+        "below shows what it returned when it ran)"
+    )
     if any(r.origin == "inherited" and r.imported for r in report.retrievals):
         seen += " (inherited retrievals: made in another log and imported; their fate unknown)"
     elif any(r.origin == "inherited" for r in report.retrievals):

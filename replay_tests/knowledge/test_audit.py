@@ -388,3 +388,28 @@ def test_a_fork_s_audit_says_its_inherited_retrievals_saw_its_parent_s_corpus(
     assert f"(inherited retrievals: as execution {parent.execution_id} saw it)" in text
     own = render_text(audit(loom, parent.execution_id))
     assert "inherited retrievals" not in own  # the control
+
+
+def test_the_header_does_not_call_the_start_s_corpus_what_a_later_retrieval_saw(
+    loom: Loom,
+) -> None:
+    """A document revised while the flow ran (here by a step before its retrieval) is
+    retrieved in its new revision: the header named the start's position "the corpus as it
+    saw it", where ``as-of`` shows the old revision. It says where the execution started and
+    that the retrieval rows are what each retrieval returned; those rows show the new text."""
+    kb = open_knowledge_base(loom, "ops")
+    kb.put_doc(Doc(id="disk.md", text="When the disk is full, rotate the logs."))
+
+    @loom.flow("ask-after-a-step")
+    def ask(ctx: FlowContext) -> str:
+        revised = Doc(id="disk.md", text="Disk full: delete /var.")
+        ctx.decide("approval", lambda: kb.put_doc(revised) or 1)  # a sync while it waited
+        return answer_from_corpus(
+            kb, "disk full", decide=ctx.decide, model=ExtractiveModel()
+        ).answer.text
+
+    run = loom.run("ask-after-a-step")
+    text = render_text(audit(loom, run.execution_id))
+    assert "as it saw it" not in text
+    assert f"started at log position {loom.execution(run.execution_id).log_position}" in text
+    assert "Disk full: delete /var." in text
