@@ -469,7 +469,29 @@ def error_message_of(error: BaseException) -> str:
     the URL it failed on, ``?key=...`` included, which no pattern of a redactor knows."""
     from loom_runtime.http_request import urls_without_credentials
 
-    return storable_text(urls_without_credentials(printed(error)))
+    return storable_text(urls_without_credentials(described(error)))
+
+
+_GROUP_DEPTH: Final = 8
+"""How deep :func:`described` names the errors of groups inside groups."""
+
+
+def described(error: BaseException, depth: int = 0) -> str:
+    """:func:`printed`, and for an exception group (``asyncio.TaskGroup``'s), each error inside
+    it by type and message, in brackets, nested groups likewise (8 deep, then ``...``).
+
+    A group's own message ("unhandled errors in a TaskGroup (1 sub-exception)") says nothing
+    of what failed: stored alone, a task raising ``KeyError`` where it had raised
+    ``ValueError`` replayed identical, and the audit could not say what failed (ADR 0002)."""
+    text = printed(error)
+    if not isinstance(error, BaseExceptionGroup):
+        return text
+    if depth >= _GROUP_DEPTH:
+        return f"{text} [...]"
+    inner = "; ".join(
+        f"{error_type_of(item)}: {described(item, depth + 1)}" for item in error.exceptions
+    )
+    return f"{text} [{inner}]"
 
 
 UNPRINTABLE: Final = "<exception str() failed>"

@@ -37,8 +37,16 @@ from loom_runtime.errors import (
     UnrecordedDecisionError,
     UnusedDecisionsError,
 )
-from loom_runtime.execution import Decision, Execution, error_message_of, error_type_of
+from loom_runtime.execution import (
+    Decision,
+    Execution,
+    error_message_of,
+    error_type_of,
+    printed,
+)
+from loom_runtime.http_request import urls_without_credentials
 from loom_runtime.redaction import Redactor, RedactorOption, as_stored, resolve_redactor
+from loom_runtime.storable import storable_text
 
 
 class Replayer:
@@ -186,7 +194,7 @@ def compare_outcome(
     recorded = _describe_recorded(execution)
     if error is not None:
         replayed = _describe_error(error, replayer.redactor)
-        if recorded != replayed:
+        if recorded != replayed and recorded != _group_as_recorded_before(error, replayer):
             found.append(OutcomeChangedError(recorded=recorded, replayed=replayed))
     elif execution.output is None:
         found.append(OutcomeChangedError(recorded=recorded, replayed="returned"))
@@ -207,6 +215,17 @@ def _describe_error(error: BaseException, redactor: Redactor | None) -> str:
         return f"raised {error.error_type}: {error.message}"
     message = as_stored(redactor, error_message_of(error), path="the replayed error")
     return f"raised {error_type_of(error)}: {message}"
+
+
+def _group_as_recorded_before(error: BaseException, replayer: Replayer) -> str | None:
+    """An exception group as releases before its errors were stored recorded it (its own
+    message only): such a recording cannot tell what its tasks raised, and the same code
+    replays it identical rather than diverging on every old incident (ADR 0002, amended)."""
+    if not isinstance(error, BaseExceptionGroup) or isinstance(error, RecordedComputeError):
+        return None
+    message = storable_text(urls_without_credentials(printed(error)))
+    stored = as_stored(replayer.redactor, message, path="the replayed error")
+    return f"raised {error_type_of(error)}: {stored}"
 
 
 def _describe_recorded(execution: Execution) -> str:
