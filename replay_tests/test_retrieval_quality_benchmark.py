@@ -162,7 +162,6 @@ def test_the_numpy_model_gives_the_published_vector() -> None:
     assert vector[:5] == pytest.approx(expected, abs=1e-3)
 
 
-
 def test_the_numpy_model_gives_each_text_its_own_vector_in_a_padded_batch() -> None:
     """Texts of different lengths share a batch, the shorter ones padded: their vectors are the
     ones each gets alone (a mask applied to the wrong axis, or a row of the attention taken
@@ -178,6 +177,7 @@ def test_the_numpy_model_gives_each_text_its_own_vector_in_a_padded_batch() -> N
     alone = np.vstack([embedder.matrix([text]) for text in texts])
     assert np.abs(together - alone).max() < 1e-5
     assert len({tuple(np.round(row, 4)) for row in together}) == len(texts)
+
 
 def _pages() -> list[Doc]:
     return [
