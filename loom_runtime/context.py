@@ -609,6 +609,11 @@ class _Context:
                 raise OverrideTypeError(key=slot.key, type=name, problem=str(exc)) from exc
             raise DecisionTypeChangedError(key=slot.key, type=name, problem=str(exc)) from exc
 
+    def computing_here(self) -> bool:
+        """Whether the code running here is one of this flow's decisions computed live (its
+        ``compute``, a tool's body), not the flow's own code."""
+        return _computing.get() is self
+
     @property
     def redactor(self) -> Redactor | None:
         """The redactor this context's decisions are stored through (None: stored as given)."""

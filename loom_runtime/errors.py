@@ -182,6 +182,22 @@ class DecisionAfterEndError(LoomError):
         self.key = key
 
 
+class SubflowOutsideDecisionError(LoomError):
+    """A flow was started (``loom.run``/``arun``) by another flow's own code, outside any of
+    its decisions. Nothing in the parent would record it: every replay and resume of the
+    parent would run the child again live, its model calls included, and append a new
+    execution. Start it inside ``ctx.decide`` (a sub-agent as a tool): the child records into
+    its own execution and the parent records its result, which a replay answers (ADR 0002)."""
+
+    def __init__(self, *, flow: str, parent: object) -> None:
+        super().__init__(
+            f"flow {flow!r} was started from the body of execution {parent} outside any "
+            "decision: a replay or resume of it would start it again live. Start it inside "
+            f"ctx.decide (e.g. ctx.decide('{flow}', lambda: loom.run('{flow}', ...).output))"
+        )
+        self.flow = flow
+
+
 class ForkPointError(LoomError, ValueError):
     """``fork(..., at=...)`` names no point of the parent execution: a key it never recorded,
     or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""

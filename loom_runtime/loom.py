@@ -51,6 +51,7 @@ from loom_runtime.context import (
     DecisionSource,
     FlowContext,
     Recorder,
+    current_context,
     running,
     save,
 )
@@ -70,6 +71,7 @@ from loom_runtime.errors import (
     LabelError,
     LogCorruptError,
     RecoveryLimitError,
+    SubflowOutsideDecisionError,
     UnattributedCallError,
 )
 from loom_runtime.execution import (
@@ -872,6 +874,9 @@ class Loom:
                 label="labels",
             )
         definition = self.get_flow(flow)
+        parent = current_context()
+        if parent is not None and not parent.computing_here():
+            raise SubflowOutsideDecisionError(flow=definition.name, parent=parent.execution_id)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
         execution_id = uuid4()
         # Counted before its owner is read and before it exists (the run's own block ends it):
