@@ -435,6 +435,9 @@ class _Context:
         self._open: list[OpenDecision] = []
         """Decisions opened by this run and not answered from the log (see
         :meth:`end_open_decisions`)."""
+        self._in_flight: dict[asyncio.Task[Any], None] = {}
+        """The tasks asking one of an async flow's decisions now (an ordered set: cancelled
+        in the order they asked, :meth:`AsyncFlowContext.settle_in_flight`)."""
         self._cancellations: list[Callable[[], object]] = []
         """Calls the flow cancelled, each stored once the flow goes on (:meth:`_go_on`)."""
         self._seen: dict[str, int] = {}
@@ -1055,6 +1058,21 @@ class AsyncFlowContext(_Context):
         if self._order is not None:
             self._order.bind()
 
+    async def settle_in_flight(self) -> None:
+        """Cancel the decisions still being asked or computed by the flow's tasks as its body
+        ends (a gather whose first call failed, a race's loser, a prefetch never awaited),
+        and wait for them: each stores its cancellation before the execution's end, as when
+        ``asyncio.run`` ends the flow's loop under ``loom.run``. Under ``await loom.arun`` the
+        loop goes on, and they went on computing: their values could not be stored after the
+        end, so the unchanged code's replay found them unrecorded, and a cancelled run's
+        prefetch computed beside the resume that computed it again (ADR 0002, amended)."""
+        here = asyncio.current_task()
+        left = [task for task in self._in_flight if task is not here and not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+
     @overload
     def decide(
         self,
@@ -1101,7 +1119,19 @@ class AsyncFlowContext(_Context):
         if _computing.get() is self:  # inside a decision computed live: a part of it
             return adrive(self._part(key, kind, compute, type, retry, retry_on))
         slot = self._slot(key, input, kind)
-        return adrive(self._decide(slot, compute, type, retry, retry_on))
+        return self._in_its_task(adrive(self._decide(slot, compute, type, retry, retry_on)))
+
+    async def _in_its_task(self, decision: Awaitable[T]) -> T:
+        """``decision`` awaited with the task awaiting it known as asking one of this flow's
+        decisions (:meth:`settle_in_flight`)."""
+        task = asyncio.current_task()
+        if task is None:  # awaited outside a task (a bare coroutine driven by hand)
+            return await decision
+        self._in_flight[task] = None
+        try:
+            return await decision
+        finally:
+            self._in_flight.pop(task, None)
 
 
 class OpenDecision:

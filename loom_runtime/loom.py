@@ -1313,10 +1313,17 @@ def _call(
 
 async def _on_its_loop(ctx: FlowContext | AsyncFlowContext, body: Awaitable[Any]) -> Any:
     """An async flow's body, awaited once its context knows the loop it runs on: the loop
-    whose tasks wait for their recorded turns (ADR 0002, "completion order")."""
-    if isinstance(ctx, AsyncFlowContext):
-        ctx.runs_on_this_loop()
-    return await body
+    whose tasks wait for their recorded turns (ADR 0002, "completion order"). As it ends
+    (returned, raised or cancelled), the decisions its tasks still ask are cancelled and
+    waited for (:meth:`AsyncFlowContext.settle_in_flight`), on the caller's loop as on
+    ``asyncio.run``'s."""
+    if not isinstance(ctx, AsyncFlowContext):
+        return await body
+    ctx.runs_on_this_loop()
+    try:
+        return await body
+    finally:
+        await ctx.settle_in_flight()
 
 
 def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]) -> dict[str, int]:
