@@ -1119,17 +1119,19 @@ class AsyncFlowContext(_Context):
         if _computing.get() is self:  # inside a decision computed live: a part of it
             return adrive(self._part(key, kind, compute, type, retry, retry_on))
         slot = self._slot(key, input, kind)
-        return self._in_its_task(adrive(self._decide(slot, compute, type, retry, retry_on)))
+        return self._in_its_task(self._decide(slot, compute, type, retry, retry_on))
 
-    async def _in_its_task(self, decision: Awaitable[T]) -> T:
-        """``decision`` awaited with the task awaiting it known as asking one of this flow's
-        decisions (:meth:`settle_in_flight`)."""
+    async def _in_its_task(self, decision: Steps[T]) -> T:
+        """``decision`` driven with the task awaiting it known as asking one of this flow's
+        decisions (:meth:`settle_in_flight`). Its steps are driven here, not handed in as a
+        coroutine: an awaitable the caller closes unawaited (a helper refusing an async
+        flow's ``decide``) leaves no coroutine behind that was never awaited."""
         task = asyncio.current_task()
         if task is None:  # awaited outside a task (a bare coroutine driven by hand)
-            return await decision
+            return await adrive(decision)
         self._in_flight[task] = None
         try:
-            return await decision
+            return await adrive(decision)
         finally:
             self._in_flight.pop(task, None)
 
