@@ -11,12 +11,12 @@ that was not shown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
 from loom_knowledge.domain.types import Passage
-from loom_knowledge.errors import UngroundedCitationError
+from loom_knowledge.errors import InvalidArgumentError, UngroundedCitationError
 
 
 class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,8 +33,27 @@ class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_citations(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -> CitationCheck:
-    """Split ``cited_doc_ids`` (deduplicated, first occurrence kept) into grounded and not."""
-    return citations_against(cited_doc_ids, (passage.doc_id for passage in passages))
+    """Split ``cited_doc_ids`` (deduplicated, first occurrence kept) into grounded and not.
+
+    Raises :class:`InvalidArgumentError`, naming the argument, when ``cited_doc_ids`` is not an
+    iterable of ``str`` ids or is one ``str`` (iterated, ``"ab"`` would be the ids ``a`` and
+    ``b``, and a document never shown would be called grounded), and when ``passages`` is not
+    an iterable of :class:`Passage`.
+    """
+    if isinstance(passages, (str, bytes, Mapping, Passage)) or not isinstance(passages, Iterable):
+        raise InvalidArgumentError(
+            f"passages must be the passages the model was shown (a list of Passage), not "
+            f"{type(passages).__name__}"
+        )
+    shown: list[str] = []
+    for position, passage in enumerate(passages):
+        if not isinstance(passage, Passage):
+            raise InvalidArgumentError(
+                f"passages[{position}] must be a Passage, not {type(passage).__name__} "
+                f"{passage!r:.80}"
+            )
+        shown.append(passage.doc_id)
+    return citations_against(cited_doc_ids, shown)
 
 
 def citations_against(cited_doc_ids: Iterable[str], shown_doc_ids: Iterable[str]) -> CitationCheck:
@@ -42,7 +61,7 @@ def citations_against(cited_doc_ids: Iterable[str], shown_doc_ids: Iterable[str]
     from a recorded request's provenance, not from passages)."""
     shown = tuple(dict.fromkeys(shown_doc_ids))
     shown_set = set(shown)
-    cited = dict.fromkeys(cited_doc_ids)
+    cited = dict.fromkeys(_cited_ids(cited_doc_ids))
     return CitationCheck(
         grounded=tuple(doc_id for doc_id in cited if doc_id in shown_set),
         ungrounded=tuple(doc_id for doc_id in cited if doc_id not in shown_set),
@@ -51,8 +70,26 @@ def citations_against(cited_doc_ids: Iterable[str], shown_doc_ids: Iterable[str]
 
 
 def assert_grounded(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -> tuple[str, ...]:
-    """Return the cited doc ids, or raise :class:`UngroundedCitationError` naming unshown ones."""
+    """Return the cited doc ids, or raise :class:`UngroundedCitationError` naming unshown ones
+    (:class:`InvalidArgumentError` for arguments :func:`check_citations` refuses)."""
     check = check_citations(cited_doc_ids, passages)
     if not check.ok:
         raise UngroundedCitationError(ungrounded=check.ungrounded, shown=check.shown)
     return check.grounded
+
+
+def _cited_ids(cited_doc_ids: object) -> list[str]:
+    """``cited_doc_ids`` as a list of ``str``, or :class:`InvalidArgumentError` naming it."""
+    if isinstance(cited_doc_ids, (str, bytes, Mapping)) or not isinstance(cited_doc_ids, Iterable):
+        raise InvalidArgumentError(
+            "cited_doc_ids must be the doc ids the answer cites (a list of str), not a "
+            f"{type(cited_doc_ids).__name__} {cited_doc_ids!r:.80} (a str is not split into ids)"
+        )
+    cited = list(cited_doc_ids)
+    for position, doc_id in enumerate(cited):
+        if not isinstance(doc_id, str):
+            raise InvalidArgumentError(
+                f"cited_doc_ids[{position}] must be a doc id (a str), not "
+                f"{type(doc_id).__name__} {doc_id!r:.80}"
+            )
+    return cited

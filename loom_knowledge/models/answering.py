@@ -15,6 +15,7 @@ a tool that returns something else on replay shows up as that model decision's i
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +32,9 @@ from loom_knowledge.domain.grounding import (
     grounded_request,
 )
 from loom_knowledge.domain.types import Passage
+from loom_knowledge.errors import InvalidArgumentError
 from loom_knowledge.models.model import Answer, Model
+from loom_runtime import AsyncFlowContext
 
 
 class GroundedAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,10 +66,22 @@ def answer_from_corpus(
     :func:`~loom_knowledge.domain.grounding.grounded_request` (the turns after the question,
     the tools the model may call); the taint rules hold for them as for the passages.
     ``mode`` and ``filter`` are :meth:`KnowledgeBase.retrieve`'s.
+
+    Raises :class:`InvalidArgumentError` inside an ``async def`` flow (its ``ctx.decide``
+    returns awaitables): there, ``await kb.retrieve(...)``, build the request with
+    :func:`~loom_knowledge.domain.grounding.grounded_request` and ``await ctx.decide`` the
+    model call.
     """
+    if isinstance(getattr(decide, "__self__", None), AsyncFlowContext):
+        raise _needs_a_plain_flow()
     passages: list[Passage] = kb.retrieve(
         question, decide=decide, limit=limit, mode=mode, filter=filter
     )
+    if inspect.isawaitable(passages):  # an async ctx.decide passed through a wrapper
+        close = getattr(passages, "close", None)
+        if close is not None:
+            close()  # never awaited: nothing was retrieved or recorded
+        raise _needs_a_plain_flow()
     request = grounded_request(
         instructions, question, passages, scope=kb.scope, conversation=conversation, tools=tools
     )
@@ -83,4 +98,12 @@ def answer_from_corpus(
         request=request,
         answer=answer,
         citations=check_citations(answer.cited_doc_ids, passages),
+    )
+
+
+def _needs_a_plain_flow() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        "answer_from_corpus needs a plain def flow (its decide returns values, an async def "
+        "flow's ctx.decide awaitables); in an async def flow, await kb.retrieve(...), build "
+        "the request with grounded_request(...) and await ctx.decide the model call"
     )
