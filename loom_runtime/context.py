@@ -83,7 +83,7 @@ from loom_runtime.execution import (
     project_execution,
 )
 from loom_runtime.log import EventLog, Precondition
-from loom_runtime.recorded_order import CANCELLED_AFTER, RecordedOrder
+from loom_runtime.recorded_order import CANCELLED_AFTER, RecordedOrder, bounded_wait
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
@@ -825,7 +825,7 @@ class _Context:
         if order is None or waiting is None:  # not on the flow's loop: it cannot hold a turn
             if order is not None:
                 order.handed_out(key)
-            yield Pending(key, _Pause(bound))
+            yield Pending(key, _Bounded(bound))
             return
         cancelled = False
         try:
@@ -1589,6 +1589,15 @@ class _Pause:
 
     def __await__(self) -> Generator[Any, None, None]:
         return asyncio.sleep(self.seconds).__await__()
+
+
+class _Bounded(_Pause):
+    """A recorded cancellation's wait for the flow's timeout (ADR 0026): ``seconds`` at most,
+    ended early, when awaited, once the loop's clock is seen frozen
+    (:func:`~loom_runtime.recorded_order.bounded_wait`); slept by the sync driver."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return bounded_wait(asyncio.get_running_loop(), self.seconds).__await__()
 
 
 def _settle_now(pending: Pending) -> Any:

@@ -220,12 +220,11 @@ class RecordedOrder:
         if threading.get_ident() != self._thread or not self._recorded(key):
             return None
         loop = asyncio.get_running_loop()
-        waiting: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(bound, _complete, waiting)
+        waiting = bounded_wait(loop, bound)
+        timer = waiting.timer
         self._own_timers.add(timer)
 
         def over(_: asyncio.Future[None]) -> None:
-            timer.cancel()
             self._own_timers.discard(timer)
 
         waiting.add_done_callback(over)
@@ -312,6 +311,39 @@ class RecordedOrder:
 def _complete(waiting: asyncio.Future[None]) -> None:
     if not waiting.done():
         waiting.set_result(None)
+
+
+class _BoundedWait(asyncio.Future[None]):
+    """A future :func:`bounded_wait` completes; ``timer`` is its bound's timer."""
+
+    timer: asyncio.TimerHandle
+
+
+def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> _BoundedWait:
+    """A future completed after ``bound`` seconds of ``loop``'s clock, or as soon as that
+    clock is seen frozen: standing still while the process spends :data:`FROZEN_AFTER` of
+    CPU (freezegun), when no timer of the loop can fire.
+
+    What a call recorded as cancelled waits on during a replay (ADR 0026): for the flow's own
+    timeout to cancel it again, else its bound. Under a frozen clock neither can come, and
+    the replay hung; it now takes the bound as passed (the replay took another path). A
+    moving clock is seen at the first look, a pass of the loop after this call, and nothing
+    more is looked at."""
+    waiting = _BoundedWait(loop=loop)
+    waiting.timer = loop.call_later(bound, _complete, waiting)
+    waiting.add_done_callback(lambda _: waiting.timer.cancel())
+    started, cpu = loop.time(), time.process_time()
+
+    def look() -> None:
+        if waiting.done() or loop.time() != started:
+            return
+        if time.process_time() - cpu > FROZEN_AFTER:
+            _complete(waiting)
+        else:
+            loop.call_soon(look)
+
+    loop.call_soon(look)
+    return waiting
 
 
 def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.TimerHandle]) -> bool:
