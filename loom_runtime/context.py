@@ -75,10 +75,12 @@ from loom_runtime.errors import (
     StreamConflictError,
 )
 from loom_runtime.execution import (
+    GROUP_DEPTH,
     Decision,
     Execution,
     error_message_of,
     error_type_of,
+    group_members,
     printed,
     project_execution,
 )
@@ -880,7 +882,7 @@ class _Context:
                     raise
                 planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
-                    source.record_failure(slot, exc, meta=self._retried(slot, attempts))
+                    source.record_failure(slot, exc, meta=self._retried(slot, attempts, exc))
                     raise
                 paused = retry.pause(planned, asked=retry_after(exc))
                 attempts.append(
@@ -948,10 +950,15 @@ class _Context:
             source.record_failure(slot, refused, meta=meta)
             raise
 
-    def _retried(self, slot: Slot, attempts: list[Attempt]) -> msgspec.Raw | None:
-        """The meta of a decision that took ``attempts`` retries (None for none)."""
-        meta = {"attempts": attempts} if attempts else None
-        return encode_meta(meta, key=slot.key, redactor=self._source.redactor)
+    def _retried(
+        self, slot: Slot, attempts: list[Attempt], failure: Exception | None = None
+    ) -> msgspec.Raw | None:
+        """The meta of a decision that took ``attempts`` retries (None for none and no
+        ``failure`` that is an exception group, whose errors it keeps: :func:`_group_again`)."""
+        meta: dict[str, object] = {"attempts": attempts} if attempts else {}
+        if isinstance(failure, BaseExceptionGroup):
+            meta[GROUP_META] = group_members(failure)
+        return encode_meta(meta or None, key=slot.key, redactor=self._source.redactor)
 
     def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
         """:meth:`_decide` driven now, without ``retry``: the clock, uuid and random of either
@@ -1374,6 +1381,62 @@ REFUSALS: Final = (NotSerialisableError, SecretRefusedError)
 """How the log refuses a decision's value: one it cannot encode, and one its redactor refuses
 (a secret in ``refuse`` mode, keys that redact alike). Stored as the decision's failure, so
 a flow that catches it replays, and resumes, as it ran (ADR 0026, amended "refusals")."""
+
+
+GROUP_META: Final = "exceptions"
+"""The meta member that keeps an exception group's errors (:func:`group_members`)."""
+
+_GROUP_LIMIT: Final = 1_000
+"""The most errors a recorded group is rebuilt with, nested ones counted: the meta is
+untrusted (a bundle), and a group of a million rebuilt errors is no replay's answer."""
+
+
+def _group_again(decision: Decision) -> Exception | None:
+    """A recorded exception group rebuilt with the errors its meta keeps (``except*`` and
+    ``except ExceptionGroup`` then take the path they took live), each rebuilt as any
+    recorded failure is (:func:`rebuild_error`, never importing), nested groups likewise;
+    None (the usual rules) for a recording without them or not in loom's shape."""
+    if decision.meta is None:
+        return None
+    try:
+        meta = msgspec.json.decode(decision.meta)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    entry = meta.get(GROUP_META) if isinstance(meta, dict) else None
+    budget = [_GROUP_LIMIT]
+    return _group_of(entry, decision, 0, budget) if isinstance(entry, dict) else None
+
+
+def _group_of(
+    entry: dict[str, Any], decision: Decision, depth: int, budget: list[int]
+) -> ExceptionGroup[Exception] | None:
+    message, members = entry.get("message"), entry.get("exceptions")
+    if not isinstance(message, str) or not isinstance(members, list) or not members:
+        return None
+    if depth >= GROUP_DEPTH or len(members) > budget[0]:
+        return None
+    budget[0] -= len(members)
+    errors: list[Exception] = []
+    for member in members:
+        if not isinstance(member, dict):
+            return None
+        error_type, text = member.get("type"), member.get("message")
+        if not isinstance(error_type, str) or not isinstance(text, str):
+            return None
+        if "exceptions" in member:
+            if error_type != "builtins:ExceptionGroup":
+                return None
+            nested = _group_of(member, decision, depth + 1, budget)
+            if nested is None:
+                return None
+            errors.append(nested)
+        else:
+            part = msgspec.structs.replace(decision, error_type=error_type, message=text, meta=None)
+            errors.append(rebuild_error(part))
+    return ExceptionGroup(message, errors)
+
+
+rebuild_with("builtins:ExceptionGroup", _group_again)
 
 
 def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Exception]:

@@ -472,8 +472,9 @@ def error_message_of(error: BaseException) -> str:
     return storable_text(urls_without_credentials(described(error)))
 
 
-_GROUP_DEPTH: Final = 8
-"""How deep :func:`described` names the errors of groups inside groups."""
+GROUP_DEPTH: Final = 8
+"""How deep :func:`described` names, and :func:`group_members` keeps, the errors of groups
+inside groups."""
 
 
 def described(error: BaseException, depth: int = 0) -> str:
@@ -486,12 +487,34 @@ def described(error: BaseException, depth: int = 0) -> str:
     text = printed(error)
     if not isinstance(error, BaseExceptionGroup):
         return text
-    if depth >= _GROUP_DEPTH:
+    if depth >= GROUP_DEPTH:
         return f"{text} [...]"
     inner = "; ".join(
         f"{error_type_of(item)}: {described(item, depth + 1)}" for item in error.exceptions
     )
     return f"{text} [{inner}]"
+
+
+def group_members(group: BaseExceptionGroup[Any], depth: int = 0) -> dict[str, object]:
+    """An exception group as a failure's meta keeps it, so a replay rebuilds it with its
+    errors (ADR 0002, amended): its own ``message`` and each error's type and message (as
+    :func:`error_message_of` stores a message, without the brackets of a nested group, which
+    is kept as a member of its own), ``GROUP_DEPTH`` deep."""
+    members: list[dict[str, object]] = []
+    for error in group.exceptions:
+        member: dict[str, object] = {"type": error_type_of(error)}
+        if isinstance(error, BaseExceptionGroup) and depth + 1 < GROUP_DEPTH:
+            member |= group_members(error, depth + 1)
+        else:
+            member["message"] = _stored_message(printed(error))
+        members.append(member)
+    return {"message": _stored_message(group.message), "exceptions": members}
+
+
+def _stored_message(text: str) -> str:
+    from loom_runtime.http_request import urls_without_credentials
+
+    return storable_text(urls_without_credentials(text))
 
 
 UNPRINTABLE: Final = "<exception str() failed>"

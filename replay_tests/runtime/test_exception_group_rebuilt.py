@@ -1,0 +1,101 @@
+"""ADR 0002, amended: a compute that fails with an exception group (a tool fanning out with
+``asyncio.TaskGroup``) is replayed as that group, holding the errors it held, so a flow that
+handles it with ``except*`` or ``except ExceptionGroup`` takes the path it took live. The group
+could not be rebuilt from its message (it needs its errors): the replay raised
+``RecordedComputeError`` and diverged from the unchanged code. The errors are kept in the
+failure's meta (type and message each, nested groups likewise), read back as untrusted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from loom_runtime import AsyncFlowContext, Loom
+from loom_runtime.context import rebuild_error
+from loom_runtime.execution import Decision
+
+
+async def _fan_out() -> str:
+    async def backend(number: int) -> None:
+        raise ValueError(f"backend {number} down")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(backend(1))
+    return "unreachable"
+
+
+def test_a_flow_handling_a_compute_s_group_with_except_star_replays_identical(
+    loom: Loom,
+) -> None:
+    @loom.flow("star")
+    async def star(ctx: AsyncFlowContext) -> str:
+        try:
+            answer: str = await ctx.decide("search", _fan_out, kind="tool")
+            return answer
+        except* ValueError:
+            pass
+        return "fallback"
+
+    run = loom.run("star")
+    assert run.output == "fallback"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.divergences
+
+
+def test_a_group_is_rebuilt_with_its_errors_nested_ones_too() -> None:
+    meta = {
+        "exceptions": {
+            "message": "outer",
+            "exceptions": [
+                {"type": "builtins:ValueError", "message": "one"},
+                {
+                    "type": "builtins:ExceptionGroup",
+                    "message": "inner",
+                    "exceptions": [{"type": "builtins:KeyError", "message": "'two'"}],
+                },
+            ],
+        }
+    }
+    decision = Decision(
+        "search",
+        "tool",
+        msgspec.Raw(b"null"),
+        error_type="builtins:ExceptionGroup",
+        message="outer (2 sub-exceptions) [...]",
+        meta=msgspec.Raw(msgspec.json.encode(meta)),
+    )
+    rebuilt = rebuild_error(decision)
+    assert isinstance(rebuilt, ExceptionGroup) and rebuilt.message == "outer"
+    first, second = rebuilt.exceptions
+    assert isinstance(first, ValueError) and str(first) == "one"
+    assert isinstance(second, ExceptionGroup)
+    assert isinstance(second.exceptions[0], KeyError)
+
+
+@pytest.mark.parametrize(
+    "exceptions",
+    [
+        None,
+        "not a mapping",
+        {"message": "no errors", "exceptions": []},
+        {"message": 3, "exceptions": [{"type": "builtins:ValueError", "message": "x"}]},
+        {"message": "m", "exceptions": [{"type": 1, "message": "x"}]},
+        {"message": "m", "exceptions": [{"type": "builtins:ValueError"}]},
+    ],
+)
+def test_a_group_s_errors_that_are_not_as_loom_stores_them_rebuild_nothing(
+    exceptions: object,
+) -> None:
+    """The meta is untrusted (a bundle): anything but loom's own shape is the recorded type
+    and message as a :class:`RecordedComputeError`, as before, never a crash."""
+    decision = Decision(
+        "search",
+        "tool",
+        msgspec.Raw(b"null"),
+        error_type="builtins:ExceptionGroup",
+        message="m",
+        meta=msgspec.Raw(msgspec.json.encode({"exceptions": exceptions})),
+    )
+    assert not isinstance(rebuild_error(decision), ExceptionGroup)
