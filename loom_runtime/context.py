@@ -1073,8 +1073,14 @@ class AsyncFlowContext(_Context):
         loop goes on, and they went on computing: their values could not be stored after the
         end, so the unchanged code's replay found them unrecorded, and a cancelled run's
         prefetch computed beside the resume that computed it again (ADR 0002, amended)."""
-        here = asyncio.current_task()
-        left = [task for task in self._in_flight if task is not here and not task.done()]
+        here, loop = asyncio.current_task(), asyncio.get_running_loop()
+        # Only this loop's tasks: a task of another loop (a thread running its own) cannot be
+        # cancelled from here safely, and goes on as before.
+        left = [
+            task
+            for task in list(self._in_flight)
+            if task is not here and not task.done() and task.get_loop() is loop
+        ]
         for task in left:
             task.cancel()
         if left:
