@@ -984,7 +984,8 @@ class _Context:
         Without ``retry`` (every decision of a plain recording), no generator and no driver:
         with no pause to take, the driver's only work would be to refuse an awaitable, which
         :meth:`_compute` then records as the decision's failure; done here in that order,
-        with the same meta (none), the outcome and what is stored are the same."""
+        with the same meta (none, or a group's errors), the outcome and what is stored are
+        the same."""
         source = self._source
         if retry is not None:
             return drive(self._compute(slot, compute, type, retry, retry_on, source), _settle_now)
@@ -994,7 +995,7 @@ class _Context:
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
-            source.record_failure(slot, exc, meta=None)
+            source.record_failure(slot, exc, meta=self._retried(slot, [], exc))
             raise
         return self._stored(slot, result, type, None, source)
 
@@ -1214,6 +1215,8 @@ class OpenDecision:
         """Store that computing the value raised ``error`` (nothing if already settled)."""
         if not self.settled:
             self.settled = True
+            if isinstance(error, BaseExceptionGroup):  # its errors kept, as a compute's are
+                meta = {**(meta or {}), GROUP_META: group_members(error)}
             self._source.record_failure(self._slot, error, meta=self.encode_meta(meta))
 
     def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import msgspec
 import pytest
 
-from loom_runtime import AsyncFlowContext, Loom
+from loom_runtime import AsyncFlowContext, FlowContext, Loom
 from loom_runtime.context import rebuild_error
 from loom_runtime.execution import Decision
 
@@ -42,6 +42,31 @@ def test_a_flow_handling_a_compute_s_group_with_except_star_replays_identical(
     assert run.output == "fallback"
     result = loom.replay(run.execution_id)
     assert result.identical, result.divergences
+
+
+def test_a_plain_flow_handling_a_compute_s_group_replays_identical(loom: Loom) -> None:
+    """The same in a ``def`` flow, whose decisions are computed by another path (no driver),
+    and through a fork past the failure, which answers it from the parent's recording."""
+
+    def fails() -> str:
+        raise ExceptionGroup("tools", [ValueError("backend down")])
+
+    @loom.flow("plain-star")
+    def plain(ctx: FlowContext) -> str:
+        outcome = "other"
+        try:
+            ctx.decide("search", fails, kind="tool")
+        except* ValueError:
+            outcome = "fallback"
+        ctx.decide("after", lambda: 1)
+        return outcome
+
+    run = loom.run("plain-star")
+    assert run.output == "fallback"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.divergences
+    fork = loom.fork(run.execution_id, at="after")
+    assert fork.output == "fallback"
 
 
 def test_a_group_is_rebuilt_with_its_errors_nested_ones_too() -> None:
