@@ -272,9 +272,18 @@ class Recorder:
         return decision
 
     def _refuse_after_end(self, key: str) -> None:
-        """Nothing is stored after the execution's end event (see DecisionAfterEndError)."""
+        """Nothing is stored after the execution's end event (see DecisionAfterEndError), and
+        nothing computed for a run another worker took over: once its append was refused
+        (:func:`save`), each later decision's compute would run its side effects again and
+        only its append be refused, in a flow that catches errors around ``decide`` (ADR
+        0040, amended: only the decision open at the takeover is computed twice)."""
         if self._execution.finished:
             raise DecisionAfterEndError(execution_id=self._execution.id, key=key)
+        if self._execution.lost:
+            raise ExecutionConflictError(
+                f"execution {self._execution.id} is owned by another worker since this "
+                f"worker's append was refused: decision {key!r} is not computed here"
+            )
 
     def record(
         self, slot: Slot, value: object, *, type: Any, meta: msgspec.Raw | None = None
