@@ -344,7 +344,7 @@ class Loom:
         and select it in :meth:`executions` (ADR 0034). They are one argument, not four,
         because ``user`` or ``session`` is as likely a flow parameter as a label.
         """
-        return drive(self._run(flow, labels, arguments), _run_now)
+        return drive(self._run(flow, labels, arguments, sync=True), _run_now)
 
     async def arun(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
         """As :meth:`run`, from inside a running event loop."""
@@ -369,7 +369,7 @@ class Loom:
         the flow runs to its end. Reopening is appending at the next
         version, so of two workers reopening the same failure exactly one does.
         """
-        return drive(self._resume(execution_id, retry_failed, force), _run_now)
+        return drive(self._resume(execution_id, retry_failed, force, sync=True), _run_now)
 
     async def aresume(
         self, execution_id: UUID | str, *, retry_failed: bool = False, force: bool = False
@@ -395,7 +395,7 @@ class Loom:
         inherited decisions as its own events, so it replays, exports and imports on its own
         (ADR 0027). Raises :class:`ForkPointError` for a point the parent does not have.
         """
-        return drive(self._fork(execution_id, at, override), _run_now)
+        return drive(self._fork(execution_id, at, override, sync=True), _run_now)
 
     async def afork(
         self,
@@ -829,6 +829,12 @@ class Loom:
         """
         from loom_runtime.recovery import recover
 
+        if _loop_running():
+            raise ConfigurationError(
+                "loom.recover() runs the flows it finishes here, and an event loop is running "
+                "in this thread: call it from another thread (`await asyncio.to_thread("
+                "loom.recover)`), as `loom worker` does; nothing was written"
+            )
         if not dead_after > 0:  # NaN fails too: no beat compares with it, so none is alive
             raise ConfigurationError(
                 f"dead_after={dead_after!r} must be a positive number of seconds: with zero or "
@@ -840,6 +846,8 @@ class Loom:
         """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it
         with ``call`` (its :meth:`_resumable`): the step of a recovery that needs this Loom's
         internals (``recovery.recover``)."""
+        if call is not None:
+            _refuse_in_a_running_loop(call.definition, "aresume")
         with self._running_here(execution.id):
             self._claim(execution, worker=worker)
             return drive(self._continue(execution, call), _run_now)
@@ -865,7 +873,7 @@ class Loom:
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
-        self, flow: str, labels: Labels, arguments: dict[str, Any]
+        self, flow: str, labels: Labels, arguments: dict[str, Any], *, sync: bool = False
     ) -> tuple[Flow, Execution, dict[str, Any]]:
         if not isinstance(labels, Labels):
             raise LabelError(
@@ -874,6 +882,8 @@ class Loom:
                 label="labels",
             )
         definition = self.get_flow(flow)
+        if sync:
+            _refuse_in_a_running_loop(definition, "arun")
         parent = current_context()
         if parent is not None and not parent.computing_here():
             raise SubflowOutsideDecisionError(flow=definition.name, parent=parent.execution_id)
@@ -961,8 +971,10 @@ class Loom:
             source, execution_id=execution.id, flow=definition.name, order=order
         )
 
-    def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, labels, arguments)  # counted running
+    def _run(
+        self, flow: str, labels: Labels, arguments: dict[str, Any], *, sync: bool = False
+    ) -> Steps[Run]:
+        definition, execution, kwargs = self._start(flow, labels, arguments, sync=sync)
         try:
             return (yield from self._record("run", definition, execution, kwargs))
         finally:
@@ -975,11 +987,15 @@ class Loom:
             if not self._running[execution_id]:
                 del self._running[execution_id]
 
-    def _resume(self, execution_id: UUID | str, retry_failed: bool, force: bool) -> Steps[Run]:
+    def _resume(
+        self, execution_id: UUID | str, retry_failed: bool, force: bool, *, sync: bool = False
+    ) -> Steps[Run]:
         execution = self.execution(execution_id)
         if not force:
             self._refuse_live_owner(execution)
         call = self._resumable(execution, retry_failed)
+        if sync and call is not None:
+            _refuse_in_a_running_loop(call.definition, "aresume")
         with self._running_here(execution.id):
             self._claim(execution)
             return (yield from self._continue(execution, call))
@@ -1037,13 +1053,20 @@ class Loom:
         )
 
     def _fork(
-        self, execution_id: UUID | str, at: str | int, override: Mapping[str, object] | None
+        self,
+        execution_id: UUID | str,
+        at: str | int,
+        override: Mapping[str, object] | None,
+        *,
+        sync: bool = False,
     ) -> Steps[Run]:
         """Create the fork (its Created event and inherited decisions in one append), then
         run the flow with its overrides."""
         parent = self.execution(execution_id)
         taken = _fork_point(parent, at)
         definition = self.get_flow(parent.flow, recorded_by=parent.id)
+        if sync:
+            _refuse_in_a_running_loop(definition, "afork")
         overrides = {
             _override_key(key): codec.encode(
                 value, path=f"override of {key!r}", redactor=self.settings.redactor
@@ -1377,6 +1400,27 @@ def _override_key(key: object) -> str:
             f"an override is keyed by a decision key (a non-empty str), not {key!r}"
         )
     return key
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _refuse_in_a_running_loop(definition: Flow, instead: str) -> None:
+    """Refuse, before anything is written, to run an async flow from a sync method while an
+    event loop runs in this thread (:func:`_run_now` cannot settle it there). Refused by the
+    driver instead, after the run was started or the execution claimed, it was stored as the
+    flow's failure: an interrupted execution resumed at an application's start-up became
+    failed for good over a usage error."""
+    if definition.is_async and _loop_running():
+        raise ConfigurationError(
+            f"flow {definition.name!r} is async and an event loop is already running: use "
+            f"`await loom.{instead}(...)` instead; nothing was written"
+        )
 
 
 def _run_now(pending: Pending) -> Any:
