@@ -780,6 +780,12 @@ class Loom:
                 f"heartbeat={heartbeat!r} must be positive and shorter than "
                 f"dead_after={dead_after!r}, or live workers would be taken for dead"
             )
+        for name, seconds in (("heartbeat", heartbeat), ("recover_every", recover_every)):
+            if seconds is not None and not seconds <= threading.TIMEOUT_MAX:
+                raise ConfigurationError(
+                    f"{name}={seconds!r} is past the longest wait this platform takes "
+                    f"({threading.TIMEOUT_MAX:.0f} s): its thread would die at its first wait"
+                )
         if recover_every is not None and not recover_every > 0:  # NaN fails too
             raise ConfigurationError(
                 f"recover_every={recover_every!r} must be a positive number of seconds (or "

@@ -115,6 +115,17 @@ def worker(
 ) -> None:
     """Run a worker that beats and recovers until SIGTERM or Ctrl-C (or --stop-after)."""
     _need_flows("worker", flows)
+    for flag, seconds in (
+        ("--heartbeat", heartbeat),
+        ("--recover-every", recover_every),
+        ("--stop-after", stop_after),
+    ):
+        if seconds is not None and not seconds <= threading.TIMEOUT_MAX:  # NaN too
+            fail(
+                f"{flag} ({seconds:g} s) is past the longest wait this platform takes "
+                f"({threading.TIMEOUT_MAX:.0f} s); leave --stop-after out to run until stopped",
+                code=ExitCode.USAGE,
+            )
     if not heartbeat < dead_after:  # in the flags' words (the library's names its arguments)
         fail(
             f"--heartbeat ({heartbeat:g} s) must be shorter than --dead-after ({dead_after:g} s), "

@@ -776,3 +776,34 @@ def test_a_corrupt_execution_is_skipped_with_an_error_and_the_pass_goes_on(
         runs = other.recover(include_unowned=True)
     assert [run.execution_id for run in runs] == [healthy]
     assert any(str(corrupt) in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("heartbeat", "recover_every", "dead_after"),
+    [(1e308, 60.0, float("inf")), (1.0, 1e12, 30.0), (1.0, float("inf"), 30.0)],
+)
+def test_intervals_past_the_longest_wait_are_refused(
+    loom: Loom, heartbeat: float, recover_every: float, dead_after: float
+) -> None:
+    """An interval past ``threading.TIMEOUT_MAX`` killed the heartbeat or recovery thread at
+    its first wait (``OverflowError``), leaving a worker that neither beats nor recovers."""
+    with (
+        pytest.raises(ConfigurationError, match="longest wait"),
+        loom.worker(heartbeat=heartbeat, recover_every=recover_every, dead_after=dead_after),
+    ):
+        pass
+    assert loom.workers.workers(dead_after=60) == []
+
+
+@pytest.mark.parametrize(
+    "flag", [["--stop-after", "inf"], ["--stop-after", "1e10"], ["--recover-every", "inf"]]
+)
+def test_loom_worker_refuses_an_interval_past_the_longest_wait_on_one_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str]
+) -> None:
+    """``--stop-after inf`` printed an ``OverflowError`` traceback (exit 1); ``--recover-every
+    inf`` printed one from the recovery thread and exited 0."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["worker", *flag, "--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    _one_line_error(CliRunner().invoke(app, args), 2, flag[0], "longest wait")
