@@ -1349,7 +1349,20 @@ def note_unattributed(call: str) -> None:
         for ctx in _bodies:
             ctx.unattributed_count += 1
             if len(ctx.unattributed) < NAMED_IN_A_WARNING:
-                ctx.unattributed.append(call)
+                ctx.unattributed.append(_named(call, ctx.redactor))
+
+
+WITHHELD_NAME: Final = "[withheld: its name holds a secret]"
+"""What an unattributed call's name is said as when it holds a secret (:func:`_named`)."""
+
+
+def _named(call: str, redactor: Redactor | None) -> str:
+    """``call`` as a warning or a replay's divergence may say it: withheld when it holds a
+    secret the log's redactor would refuse as an identifier (a key in a URL's path), as the
+    same call made inside the flow is refused; a warning reaches a terminal unasked."""
+    if redactor is not None and redactor.secret_in(call) is not None:
+        return WITHHELD_NAME
+    return call
 
 
 _CANCELLED = "asyncio.exceptions:CancelledError"
