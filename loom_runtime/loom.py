@@ -217,6 +217,9 @@ class Loom:
 
             self._telemetry = Telemetry(tracer_provider)
         self._heartbeat: Heartbeat | None = None  # set while this Loom is a worker (ADR 0040)
+        self._becoming_worker = threading.Lock()
+        """Held from :meth:`worker`'s check that this Loom is no worker to its first beat: two
+        threads entering at once were both accepted, the first beat's write between them."""
         self._running: Counter[UUID] = Counter()
         """The executions this Loom is running now, in any thread (a count: two runs of one
         execution race until one's append is refused). Its own recovery and ``resume`` leave
@@ -737,6 +740,7 @@ class Loom:
         for its own stranded ones (it does not count them) and compute them again."""
         self._heartbeat = None
         self._running = Counter()
+        self._becoming_worker = threading.Lock()  # a fork copies it held if a thread held it
 
     @property
     def worker_id(self) -> str | None:
@@ -770,43 +774,44 @@ class Loom:
         from loom_runtime.recovery import recovering
         from loom_runtime.workers import Heartbeat, new_worker_id
 
-        if self._heartbeat is not None:
-            raise ConfigurationError(
-                f"this Loom is already worker {self._heartbeat.worker}; use one "
-                "`with loom.worker(...)` block per Loom"
-            )
-        if not 0 < heartbeat < dead_after:
-            raise ConfigurationError(
-                f"heartbeat={heartbeat!r} must be positive and shorter than "
-                f"dead_after={dead_after!r}, or live workers would be taken for dead"
-            )
-        for name, seconds in (("heartbeat", heartbeat), ("recover_every", recover_every)):
-            if seconds is not None and not seconds <= threading.TIMEOUT_MAX:
+        with self._becoming_worker:
+            if self._heartbeat is not None:
                 raise ConfigurationError(
-                    f"{name}={seconds!r} is past the longest wait this platform takes "
-                    f"({threading.TIMEOUT_MAX:.0f} s): its thread would die at its first wait"
+                    f"this Loom is already worker {self._heartbeat.worker}; use one "
+                    "`with loom.worker(...)` block per Loom"
                 )
-        if recover_every is not None and not recover_every > 0:  # NaN fails too
-            raise ConfigurationError(
-                f"recover_every={recover_every!r} must be a positive number of seconds (or "
-                "None for no recovery): zero or less would recover in a busy loop"
-            )
-        if self._keyring is None:
-            from loom_runtime.sealing import has_key_table
+            if not 0 < heartbeat < dead_after:
+                raise ConfigurationError(
+                    f"heartbeat={heartbeat!r} must be positive and shorter than "
+                    f"dead_after={dead_after!r}, or live workers would be taken for dead"
+                )
+            for name, seconds in (("heartbeat", heartbeat), ("recover_every", recover_every)):
+                if seconds is not None and not seconds <= threading.TIMEOUT_MAX:
+                    raise ConfigurationError(
+                        f"{name}={seconds!r} is past the longest wait this platform takes "
+                        f"({threading.TIMEOUT_MAX:.0f} s): its thread would die at its first wait"
+                    )
+            if recover_every is not None and not recover_every > 0:  # NaN fails too
+                raise ConfigurationError(
+                    f"recover_every={recover_every!r} must be a positive number of seconds (or "
+                    "None for no recovery): zero or less would recover in a busy loop"
+                )
+            if self._keyring is None:
+                from loom_runtime.sealing import has_key_table
 
-            if has_key_table(self.log.engine):
-                raise EncryptionOffError(
-                    "this log is encrypted but this Loom was opened without its master key: a "
-                    "worker could neither read the executions it would recover nor store the "
-                    "ones it starts sealed. Open it with Loom(url, encryption=MasterKey."
-                    "from_env()) and set $LOOM_MASTER_KEY (for `loom worker`: set "
-                    "$LOOM_MASTER_KEY); no worker was registered"
-                )
-        beating = Heartbeat(
-            self.workers, worker=new_worker_id(), every=heartbeat, dead_after=dead_after
-        )
-        beating.start()
-        self._heartbeat = beating
+                if has_key_table(self.log.engine):
+                    raise EncryptionOffError(
+                        "this log is encrypted but this Loom was opened without its master key: a "
+                        "worker could neither read the executions it would recover nor store the "
+                        "ones it starts sealed. Open it with Loom(url, encryption=MasterKey."
+                        "from_env()) and set $LOOM_MASTER_KEY (for `loom worker`: set "
+                        "$LOOM_MASTER_KEY); no worker was registered"
+                    )
+            beating = Heartbeat(
+                self.workers, worker=new_worker_id(), every=heartbeat, dead_after=dead_after
+            )
+            beating.start()
+            self._heartbeat = beating
         try:
             with recovering(
                 self, every=recover_every, dead_after=dead_after, include_unowned=include_unowned

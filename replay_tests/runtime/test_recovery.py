@@ -807,3 +807,40 @@ def test_loom_worker_refuses_an_interval_past_the_longest_wait_on_one_line(
     monkeypatch.syspath_prepend(str(tmp_path))
     args = ["worker", *flag, "--db", sqlite_url, "--flows", "recovery_flows:flows"]
     _one_line_error(CliRunner().invoke(app, args), 2, flag[0], "longest wait")
+
+
+def test_two_threads_entering_worker_at_once_are_not_both_workers(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check that this Loom is not a worker yet and the assignment that makes it one had
+    the first beat's database write between them: two threads entering at once were both
+    accepted, and once one left, the other's block was no worker (its runs unowned)."""
+    import threading
+    import time
+
+    from loom_runtime.workers import Heartbeat
+
+    first_beat = Heartbeat.start
+
+    def slow_start(self: Heartbeat) -> None:
+        time.sleep(0.2)  # the first beat's write, slowed: both threads are inside it
+        first_beat(self)
+
+    monkeypatch.setattr(Heartbeat, "start", slow_start)
+    barrier, outcomes = threading.Barrier(2), []
+
+    def enter() -> None:
+        barrier.wait()
+        try:
+            with loom.worker(recover_every=None) as worker_id:
+                outcomes.append(worker_id)
+                time.sleep(0.3)
+        except ConfigurationError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=enter) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(type(o).__name__ for o in outcomes) == ["ConfigurationError", "str"]
