@@ -347,7 +347,9 @@ class Loom:
         and select it in :meth:`executions` (ADR 0034). They are one argument, not four,
         because ``user`` or ``session`` is as likely a flow parameter as a label.
         """
-        return drive(self._run(flow, labels, arguments, sync=True), _run_now)
+        # Refused here, not in ``_run``: a subclass (the pytest plugin's) answers ``_run``.
+        _refuse_in_a_running_loop(self.get_flow(flow), "arun")
+        return drive(self._run(flow, labels, arguments), _run_now)
 
     async def arun(self, flow: str, /, *, labels: Labels = NO_LABELS, **arguments: Any) -> Run:
         """As :meth:`run`, from inside a running event loop."""
@@ -796,7 +798,9 @@ class Loom:
                     f"recover_every={recover_every!r} must be a positive number of seconds (or "
                     "None for no recovery): zero or less would recover in a busy loop"
                 )
-            if self._keyring is None:
+            # Opened without a key, not "no keyring yet": the keyring opens with the log, on
+            # its first use, which a fresh Loom's worker() can be.
+            if self._encryption is None:
                 from loom_runtime.sealing import has_key_table
 
                 if has_key_table(self.log.engine):
@@ -884,7 +888,7 @@ class Loom:
     # -- internals ---------------------------------------------------------------------------
 
     def _start(
-        self, flow: str, labels: Labels, arguments: dict[str, Any], *, sync: bool = False
+        self, flow: str, labels: Labels, arguments: dict[str, Any]
     ) -> tuple[Flow, Execution, dict[str, Any]]:
         if not isinstance(labels, Labels):
             raise LabelError(
@@ -893,8 +897,6 @@ class Loom:
                 label="labels",
             )
         definition = self.get_flow(flow)
-        if sync:
-            _refuse_in_a_running_loop(definition, "arun")
         parent = current_context()
         if parent is not None and not parent.computing_here():
             raise SubflowOutsideDecisionError(flow=definition.name, parent=parent.execution_id)
@@ -982,10 +984,8 @@ class Loom:
             source, execution_id=execution.id, flow=definition.name, order=order
         )
 
-    def _run(
-        self, flow: str, labels: Labels, arguments: dict[str, Any], *, sync: bool = False
-    ) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, labels, arguments, sync=sync)
+    def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
+        definition, execution, kwargs = self._start(flow, labels, arguments)  # counted running
         try:
             return (yield from self._record("run", definition, execution, kwargs))
         finally:

@@ -308,19 +308,17 @@ def recovering(
 
 @contextmanager
 def _registered(loom: Loom, *, every: float, dead_after: float) -> Iterator[str]:
-    """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
-    one-off recovery claims is owned by a worker others see alive, stopped afterwards."""
-    from loom_runtime.workers import Heartbeat, new_worker_id
-
+    """``loom``'s worker id if it is a worker; else ``loom`` made a worker for the block
+    (:meth:`~loom_runtime.loom.Loom.worker`, recovering nothing itself), so that what a
+    one-off recovery claims is owned by a worker others see alive, and so is a sub-agent a
+    recovered flow starts (``loom.run`` inside a decision): with only a heartbeat registered
+    beside it, the Loom was no worker and the child was stored unowned, left by every later
+    pass had this one died mid-child. Stopped afterwards as any worker block is."""
     if loom.worker_id is not None:
         yield loom.worker_id
         return
-    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every, dead_after=dead_after)
-    heartbeat.start()
-    try:
-        yield heartbeat.worker
-    finally:
-        heartbeat.stop()
+    with loom.worker(heartbeat=every, recover_every=None, dead_after=dead_after) as worker:
+        yield worker
 
 
 def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:

@@ -844,3 +844,49 @@ def test_two_threads_entering_worker_at_once_are_not_both_workers(
     for thread in threads:
         thread.join(10)
     assert sorted(type(o).__name__ for o in outcomes) == ["ConfigurationError", "str"]
+
+
+def test_a_sub_agent_started_by_a_one_off_recovery_is_owned_by_its_worker(
+    loom: Loom, other: Loom
+) -> None:
+    """A one-off ``recover()`` (``loom recover``) registers a worker for its pass and claims
+    with it, but the Loom was no worker meanwhile: a sub-agent its recovered flow started
+    (``loom.run`` inside a decision) was stored unowned, and had the pass died mid-child, no
+    later pass would take it (unowned runs are left to ``--include-unowned``)."""
+    crash = {"on": True}
+
+    for instance in (loom, other):
+
+        @instance.flow("child")
+        def child(ctx: FlowContext) -> str:
+            return str(ctx.decide("work", lambda: "done"))
+
+        @instance.flow("parent")
+        def parent(ctx: FlowContext, instance: Loom = instance) -> str:
+            def research() -> str:
+                if crash["on"]:
+                    raise Crash  # the first worker dies before its sub-agent starts
+                return str(instance.run("child").output)
+
+            return str(ctx.decide("research", research))
+
+    with loom.worker(recover_every=None, dead_after=1.0, heartbeat=0.2), pytest.raises(Crash):
+        loom.run("parent")
+    crash["on"] = False
+    [run] = other.recover(dead_after=1.0)
+    assert run.output == "done"
+    [child_summary] = [e for e in other.executions() if e.flow == "child"]
+    owner = other.execution(child_summary.execution_id).owner
+    claimed_by = other.execution(run.execution_id).owner
+    assert owner is not None and owner == claimed_by
+
+
+def test_a_fresh_sealed_loom_can_become_a_worker_first_thing(sqlite_url: str) -> None:
+    """``worker()`` asked whether the keyring was open, which it is only once the log is: a
+    Loom opened with its master key whose first call was ``worker()`` was told it had none."""
+    key = MasterKey(bytes(range(32)))
+    with Loom(sqlite_url, encryption=key) as loom:
+        loom.flow("one")(lambda ctx: ctx.decide("a", lambda: 1))
+        loom.run("one")  # the log is encrypted now
+    with Loom(sqlite_url, encryption=key) as fresh, fresh.worker(recover_every=None) as worker:
+        assert worker == fresh.worker_id
