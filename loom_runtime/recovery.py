@@ -77,6 +77,9 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
     """A recoverer that loads a different owner leaves the execution (claimed since the scan)."""
     claims: int = 0
     """How many times in a row it was claimed (``Resumed`` at consecutive versions)."""
+    taken_from: tuple[str | None, ...] = ()
+    """The owners those claims took it from, in order: workers alive again now were taken for
+    dead while their heartbeats lagged (:func:`recover`)."""
 
 
 def unfinished(log: EventLog) -> list[Unfinished]:
@@ -103,6 +106,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
     owners: dict[UUID, str | None] = {}
     claims: dict[UUID, int] = {}
     claimed_at: dict[UUID, int] = {}  # the version of each one's last claim
+    taken_from: dict[UUID, list[str | None]] = {}  # the owners of the claims in a row
     erased: set[str] = set()
     for notification in log.notifications(topics=ownership):
         event = log.decode(notification)
@@ -115,18 +119,26 @@ def unfinished(log: EventLog) -> list[Unfinished]:
         elif isinstance(event, Execution.Completed | Execution.Failed):
             owners.pop(stream, None)
         elif isinstance(event, Execution.Reopened) or stream in owners:  # or Resumed
+            previous = owners.get(stream)
             owners[stream] = event.worker
             if isinstance(event, Execution.Resumed):  # in a row: nothing stored since the last
                 version = event.originator_version
                 in_a_row = claimed_at.get(stream) == version - 1
                 claims[stream] = claims.get(stream, 0) + 1 if in_a_row else 1
                 claimed_at[stream] = version
+                row = taken_from.setdefault(stream, []) if in_a_row else []
+                taken_from[stream] = [*row, previous]
             else:  # reopened: a fresh start
                 claims.pop(stream, None)
                 claimed_at.pop(stream, None)
+                taken_from.pop(stream, None)
     return [
         Unfinished(
-            execution_id=stream, flow=flows[stream], owner=owner, claims=claims.get(stream, 0)
+            execution_id=stream,
+            flow=flows[stream],
+            owner=owner,
+            claims=claims.get(stream, 0),
+            taken_from=tuple(taken_from.get(stream, ())),
         )
         for stream, owner in owners.items()
         if subject_of(stream) not in erased
@@ -197,8 +209,22 @@ def recover(
                 )
                 continue
             if execution.claims >= MAX_CLAIMS:
-                _set_aside(loom, execution, worker=worker)
-                continue
+                lagging = sorted({w for w in execution.taken_from if w and liveness.get(w)})
+                if not lagging:
+                    _set_aside(loom, execution, worker=worker)
+                    continue
+                # Taken from workers alive again since: their beats lagged (a compute holding
+                # the GIL, a paused process), not a flow that stops what runs it.
+                logger.warning(
+                    "execution %s of flow %r was claimed %d times in a row, from workers alive "
+                    "again since (%s): their heartbeats lag behind dead_after (a compute that "
+                    "holds the GIL, a paused process); it is recovered, not set aside. Raise "
+                    "dead_after above the longest such pause",
+                    execution.execution_id,
+                    execution.flow,
+                    execution.claims,
+                    ", ".join(lagging),
+                )
             run = _adopt(loom, execution, worker=worker)
             if run is not None:
                 runs.append(run)

@@ -282,3 +282,30 @@ def test_resume_judges_a_worker_by_the_dead_after_it_asked_for(
         loom._heartbeat._stopping.set()  # type: ignore[union-attr]  # it stops beating
         age(loom, worker, 3)
         assert other.resume(execution_id).output == OUTPUT
+
+
+def test_an_execution_passed_between_live_workers_is_recovered_not_set_aside(
+    loom: Loom, other: Loom, steps: Steps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compute holding the GIL past ``dead_after`` stops its worker's heartbeat thread: the
+    other workers take it for dead and claim the execution in turn, each taken for dead in
+    its turn. Every claim in that row was taken from a worker alive again now, yet after
+    ``MAX_CLAIMS`` of them a healthy fleet recorded the execution failed
+    (``RecoveryLimitError``, blaming a flow that "may stop the process that runs it"). Only
+    claims taken from workers none of which is alive now set it aside; otherwise it is
+    recovered, with a warning to raise ``dead_after``."""
+    with loom.worker(recover_every=None) as stopped:  # the last claimer: taken for dead
+        execution_id = interrupted(loom, steps)
+    live = ("live-a", "live-b")
+    for worker in live:
+        other.workers.beat(worker, dead_after=60)
+    for claim in range(MAX_CLAIMS):
+        owner = stopped if claim == MAX_CLAIMS - 1 else live[claim % 2]
+        other._claim(other.execution(execution_id), worker=owner)
+    [listed] = [e for e in unfinished(other.log) if e.execution_id == execution_id]
+    assert listed.claims == MAX_CLAIMS  # the control: this is the row that set it aside
+    with caplog.at_level(logging.WARNING, logger="loom.runtime"):
+        runs = recover(other, dead_after=60, include_unowned=False)
+    assert [run.execution_id for run in runs] == [execution_id]
+    assert other.execution(execution_id).error is None
+    assert any("dead_after" in record.getMessage() for record in caplog.records)
