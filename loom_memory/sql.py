@@ -86,6 +86,7 @@ from loom_memory.text import PLAIN, Tokenizer
 from loom_memory.tokenizer_record import check_tokenizer, settings_table
 from loom_runtime import (
     READ_ONLY,
+    LogSettings,
     SchemaCatalog,
     engine_renewed_in_child,
     read_catalog,
@@ -695,8 +696,10 @@ def _pending(statements: list[str], catalog: SchemaCatalog) -> list[str]:
 def _create_engine(url: URL | str) -> Engine:
     """The engine a store opened from ``url`` owns. A process forked from this one gets an
     empty pool of its own (``engine_renewed_in_child``), so a worker started after the store
-    was opened never talks on its parent's connections; an engine passed in is the caller's
-    to manage, as SQLAlchemy leaves it."""
+    was opened never talks on its parent's connections; on SQLite, what it deletes is
+    overwritten (``LogSettings.overwrite_deleted_content``), so a removed entry's text leaves
+    no copy in the file's free space. An engine passed in is the caller's to manage, as
+    SQLAlchemy leaves it (the log's engine, ``loom.log.engine``, overwrites too)."""
     try:
         engine = create_engine(url)
     except (SQLAlchemyError, ImportError) as exc:
@@ -705,4 +708,5 @@ def _create_engine(url: URL | str) -> Engine:
             "sqlite:///memory.db or postgresql+psycopg://user@host/db, or an Engine"
         ) from exc
     engine_renewed_in_child(engine)
+    LogSettings.overwrite_deleted_content(engine)
     return engine

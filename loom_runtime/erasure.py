@@ -100,7 +100,9 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     unpurged: tuple[str, ...] = ()
     """Read models that could not catch up to the forget event, ``"NAME: cause"`` each: they
-    still hold the erased subjects' clear text until they do (``loom doctor`` retries)."""
+    still hold the erased subjects' clear text until they do (``loom doctor`` retries). On
+    SQLite, also the write-ahead log (``PATH-wal: cause``) when it could not be emptied, a
+    reader holding it: it may hold that text until the next ``wal_checkpoint(TRUNCATE)``."""
 
     @property
     def refusal(self) -> str | None:
@@ -409,7 +411,9 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
     They would on their next read; but a scope or a memory nobody reads again (and a
     retention run from cron reads none) would keep the text in clear indefinitely. What could
     not catch up is returned, ``"NAME: cause"`` each, for the caller to report: the keys are
-    destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again."""
+    destroyed by then, so the erasure itself stands, and ``loom doctor`` catches up again.
+    Then, on SQLite, the write-ahead log is emptied of what the purge deleted
+    (:func:`_truncate_wal`)."""
     from loom_runtime.projection import catch_up, held_in_process, registered_projections
 
     failed: list[str] = []
@@ -429,7 +433,57 @@ def _purge_read_models(loom: Loom, *, upto: int) -> tuple[str, ...]:
             note(projection.name, exc)
     for name in names:  # a Python caller may not read the report; the cause may quote data
         logger.warning("erasure: read model %s did not catch up", name)
+    if (kept := _truncate_wal(loom)) is not None:
+        failed.append(kept)
     return tuple(failed)
+
+
+def _truncate_wal(loom: Loom) -> str | None:
+    """Checkpoint the log's SQLite database and empty its write-ahead log (``PRAGMA
+    wal_checkpoint(TRUNCATE)``); None when done, or on PostgreSQL, else what stays, ``"NAME:
+    cause"``, for the report's ``unpurged``.
+
+    Why: the WAL holds every page a write changed since the last checkpoint, the erased
+    document's passages and memory entries and the destroyed data keys among them (written in
+    clear, or wrapped, before the erasure), and SQLite's own checkpoints (PASSIVE) copy pages
+    into the file without emptying it. Only a TRUNCATE checkpoint (or ``VACUUM``) did, and
+    none ran (ADR 0049, amended "free pages"). The purge's deletes are overwritten in place
+    (``PRAGMA secure_delete``: :meth:`~loom_runtime.LogSettings.overwrite_deleted_content`),
+    so the pages the checkpoint copies hold none of that text.
+
+    Best effort: a checkpoint waits, up to the lock timeout, for every reader of the WAL to
+    finish; one still reading then (another process's long read) leaves the WAL as it is, and
+    the erasure stands, reported. A failure is reported the same way, never raised: the keys
+    are destroyed by then."""
+    engine = loom.log.engine
+    if engine.dialect.name != "sqlite":
+        return None
+    name = f"{engine.url.database}-wal"
+    try:
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            # Outside any transaction (the pool's connection is in autocommit): SQLite refuses
+            # a checkpoint inside one.
+            cursor.execute(_TRUNCATE_WAL)
+            row = cursor.fetchone()  # (busy, WAL frames, frames checkpointed)
+            cursor.close()
+        finally:
+            raw.close()
+    except Exception as exc:  # the erasure stands; the caller reports this
+        logger.warning("erasure: the write-ahead log %s was not checkpointed", name)
+        return f"{name}: {cause_of(exc)}"
+    if row is None or row[0]:
+        logger.warning("erasure: the write-ahead log %s was not emptied (busy)", name)
+        return (
+            f"{name}: another connection was still reading it, so it was not emptied and may "
+            "hold the erased text until the next checkpoint; run PRAGMA "
+            "wal_checkpoint(TRUNCATE) on the database once no process reads it"
+        )
+    return None
+
+
+_TRUNCATE_WAL: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 
 def _made_meanwhile(

@@ -350,6 +350,15 @@ def open_log(settings: LogSettings) -> EventLog:
     return EventsourcingLog(settings)
 
 
+SECURE_DELETE: Final = "PRAGMA secure_delete=ON"
+"""What every SQLite connection loom opens for the log's read models and key table runs:
+SQLite then overwrites with zeros what a ``DELETE`` or an ``UPDATE`` frees (ADR 0049, amended
+"free pages"). The read models hold documents' and memory entries' text in clear until an
+erasure purges them, and a destroyed data key is overwritten in its row: without the pragma
+both stayed in the file's free space and free pages, upstream SQLite's compiled default being
+OFF (Debian's build, among others, defaults it ON)."""
+
+
 def decode_rows(rows: Iterable[Row]) -> list[Any]:
     """The events stored rows hold, with no log open (a bundle's); as :meth:`EventLog.decode`."""
     from loom_runtime.storage.mapper import decode_row
@@ -456,6 +465,21 @@ class LogSettings:
         engine_renewed_in_child(engine)
         return engine
 
+    @staticmethod
+    def overwrite_deleted_content(engine: Engine) -> None:
+        """Have every new connection of ``engine`` run :data:`SECURE_DELETE`, if it is
+        SQLite's (PostgreSQL has no such setting: see the erasure guide). For the engines loom
+        opens: the log's (:meth:`create_engine`) and a memory store's opened from a URL; an
+        engine a caller makes and passes in keeps its own settings, as SQLAlchemy leaves
+        them."""
+        if engine.dialect.name != "sqlite":
+            return
+        from sqlalchemy import event
+
+        @event.listens_for(engine, "connect")
+        def _secure_delete(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            dbapi_connection.execute(SECURE_DELETE)
+
     def postgres_connect_args(self) -> dict[str, str]:
         """libpq's connection parameters for this PostgreSQL URL, as SQLAlchemy's psycopg
         dialect reads it: the host, port, database, user and password the URL names (each
@@ -508,4 +532,5 @@ class LogSettings:
             read_only = conn.get_execution_options().get(READ_ONLY, False)
             conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
+        self.overwrite_deleted_content(engine)
         return engine

@@ -9,19 +9,28 @@ report says, per retrieval, which passages today's corpus would add or no longer
 the model request would differ (the unified diff the replay produced); and which of the
 recorded answer's citations would now point at documents the model would not be shown. That
 is the regression test for a corpus change: replay yesterday's incidents against it.
+
+A document erased since (ADR 0055) is gone from today's corpus, so a request that carried its
+passages differs; its text is withheld from the diff, as the audit blanks it (``[erased
+(position P)]`` in place of the message's content), in ``request_diffs`` and ``divergences``.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping
 from uuid import UUID
 
 import msgspec
 
+from loom_knowledge.corpus.erased_documents import DecisionErasures, erased_messages
 from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
-from loom_runtime import DecisionInputChangedError, Loom, codec
+from loom_runtime import Decision, DecisionInputChangedError, Loom, codec
 
 
 class PassageRef(msgspec.Struct, frozen=True, order=True):
@@ -104,16 +113,109 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
         for doc_id in _citations(decision.value)
         if not _still_shown(doc_id, _shown_from(decision.input, doc_id), live_docs)
     ]
-    diffs = tuple(d.diff for d in result.divergences if isinstance(d, DecisionInputChangedError))
+    erasures = functools.cache(lambda: DecisionErasures(loom, execution))  # read if needed
+    diffs: list[str] = []
+    divergences: list[str] = []
+    for divergence in result.divergences:
+        told = f"{type(divergence).__name__}: {divergence}"
+        if isinstance(divergence, DecisionInputChangedError):
+            recorded = execution.decisions.get(divergence.key)
+            shown = _withheld(divergence.diff, recorded, erasures)
+            diffs.append(shown)
+            told = told.replace(divergence.diff, shown)  # the error's text quotes the diff
+        divergences.append(told)
     return Counterfactual(
         execution_id=execution.id,
         unchanged=result.identical and all(not (c.added or c.removed or c.failed) for c in changes),
         retrievals=tuple(changes),
-        request_diffs=diffs,
+        request_diffs=tuple(diffs),
         now_ungrounded=tuple(dict.fromkeys(ungrounded)),
-        divergences=tuple(f"{type(d).__name__}: {d}" for d in result.divergences),
+        divergences=tuple(divergences),
         uncompared=tuple(uncompared),
     )
+
+
+def _withheld(
+    diff: str, recorded: Decision | None, erasures: Callable[[], DecisionErasures]
+) -> str:
+    """``diff`` (a decision's recorded input against the replayed one) with the text of the
+    recorded request's messages of erased documents withheld: each such line of the recorded
+    side shows ``[erased (position P)]`` as its content, as the audit says. The lines are found
+    by where they are in the recorded input, never by their text, so a line the diff cut
+    short is withheld too; a diff too large to show lines gives no excerpt of the recorded
+    input. The replayed side is today's corpus, shown as it is."""
+    request = None if recorded is None else _request(recorded.input)
+    if recorded is None or request is None or not any(m.provenance for m in request.messages):
+        return diff
+    if not (erased := erased_messages(request, erasures().of(recorded.key))):
+        return diff
+    lines = diff.split("\n")
+    hunks = [at for at, line in enumerate(lines) if _HUNK.match(line)]
+    if not hunks:  # summarised, not diffed: each side's size, digest and an excerpt
+        return "\n".join(
+            f"{line.split(', sha256 ', 1)[0]}, {_withheld_note(erased)}"
+            if line.startswith("recorded ") and ", sha256 " in line
+            else line
+            for line in lines
+        )
+    # Rendered as the diff rendered it: keys sorted, unless only their order differed (a
+    # note before the file headers says so, and the diff shows them as built).
+    replaced = _erased_lines(recorded.input, erased, sort_keys=lines[0].startswith("---"))
+    if replaced is None:  # never expected: the whole diff rather than a guess at its lines
+        return f"{_withheld_note(erased)}\n"
+    shown = lines[: hunks[0]]
+    old = 0  # the line of the recorded input the diff's next "-" or " " line is
+    for line in lines[hunks[0] :]:
+        if found := _HUNK.match(line):
+            start, count = int(found[1]), found[2]
+            old = start + 1 if count == "0" else start
+        elif line[:1] in ("-", " "):
+            if old in replaced:
+                shown.append(f"{line[0]}{replaced[old]}")
+                old += 1
+                continue
+            old += 1
+        shown.append(line)
+    return "\n".join(shown)
+
+
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def _erased_lines(
+    raw_input: msgspec.Raw, erased: Mapping[int, int], *, sort_keys: bool
+) -> dict[int, str] | None:
+    """The lines (numbered from 1) of the recorded input, rendered as a diff renders it, that
+    hold the text of the messages ``erased`` names, each with what is shown in its place; None
+    if the input does not render line for line with its messages' content replaced."""
+    value = json.loads(bytes(raw_input))
+    before = codec.pretty(raw_input, sort_keys=sort_keys).split("\n")
+    try:
+        for number, position in erased.items():
+            value["messages"][number]["content"] = f"[erased (position {position})]"
+    except (KeyError, IndexError, TypeError):
+        return None
+    after = codec.pretty(msgspec.json.encode(value), sort_keys=sort_keys).split("\n")
+    if len(before) != len(after):
+        return None
+    return {
+        at: new
+        for at, (old, new) in enumerate(zip(before, after, strict=True), start=1)
+        if old != new
+    }
+
+
+def _withheld_note(erased: Mapping[int, int]) -> str:
+    positions = ", ".join(str(p) for p in sorted(set(erased.values())))
+    return f"excerpt withheld: it holds the text of documents erased at position {positions}"
+
+
+def _request(raw_input: msgspec.Raw) -> GroundedRequest | None:
+    """The recorded input as a grounded request, or None for one of another shape."""
+    try:
+        return codec.decode(raw_input, type=GroundedRequest)
+    except (msgspec.ValidationError, TaintedSystemContentError):
+        return None
 
 
 def _passages(value: object) -> bool:
@@ -176,9 +278,8 @@ def _scope_of(raw_input: msgspec.Raw) -> str | None:
 def _shown_from(raw_input: msgspec.Raw, doc_id: str) -> set[str]:
     """The scopes a model call's recorded request showed ``doc_id`` from, by its passages'
     provenance; empty for a request of the flow's own making, which records none."""
-    try:
-        request: GroundedRequest = codec.decode(raw_input, type=GroundedRequest)
-    except (msgspec.ValidationError, TaintedSystemContentError):
+    request = _request(raw_input)
+    if request is None:
         return set()
     return {
         message.provenance.scope

@@ -12,8 +12,7 @@ audit of an execution is the same tomorrow, whatever happens to the corpus.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -21,13 +20,13 @@ from uuid import UUID
 import msgspec
 
 from loom_knowledge.corpus.corpus_index import CorpusIndex
-from loom_knowledge.corpus.knowledge_base import corpus_index
+from loom_knowledge.corpus.erased_documents import DecisionErasures, Erasures, erased_messages
 from loom_knowledge.domain.citations import CitationCheck, citations_against
 from loom_knowledge.domain.grounding import UNTRUSTED_CONTENT_NOTE, GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
-from loom_runtime import Decision, Execution, Labels, Loom, UtcTimestamp, catch_up, codec
+from loom_runtime import Decision, Execution, Labels, Loom, UtcTimestamp, codec
 
 Status = Literal["current", "superseded", "removed", "erased", "unknown"]
 """What became of a passage's revision; "erased": its document was erased (ADR 0055), and the
@@ -146,13 +145,8 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
 def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     """Build the audit of ``execution_id`` from its decisions and the corpus history."""
     execution = loom.execution(execution_id)
-    index = corpus_index(loom)
-    catch_up(loom.log, index)  # the history must include every change up to now
-    # What an imported execution decided was decided in another log: this log's documents of
-    # the same scope, id and revision (and their erasures) say nothing of its passages. Asked
-    # per decision, since a fork made here decides in this log what it did not inherit.
-    elsewhere, imported_itself = _made_elsewhere(loom, execution)
-    here = functools.cache(index.erasures)
+    erasures = DecisionErasures(loom, execution)
+    index = erasures.index
     retrievals: list[AuditedRetrieval] = []
     others = []
     model_calls = []
@@ -161,14 +155,13 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
     retrieved: list[str] = []
     for decision in execution.decisions.values():
         if decision.kind == "model":
-            erasures = _no_erasures if elsewhere(decision.key) else here
-            model_calls.append(_model_call(decision, tuple(retrieved), erasures))
+            model_calls.append(_model_call(decision, tuple(retrieved), erasures.of(decision.key)))
             continue
         found = _as_retrieval(decision) if decision.kind == "retrieval" else None
         if found is None:
             others.append(_generic(decision))
             continue
-        imported = elsewhere(decision.key)
+        imported = erasures.elsewhere(decision.key)
         retrievals.append(_retrieval(loom, index, decision, *found, imported=imported))
         retrieved.extend(passage.doc_id for passage in retrievals[-1].passages)
     return Audit(
@@ -192,7 +185,7 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
             for r in execution.reopenings
         ),
         labels=execution.labels,
-        imported=imported_itself,
+        imported=erasures.imported,
     )
 
 
@@ -282,34 +275,8 @@ def _retrieval(
     )
 
 
-def _made_elsewhere(loom: Loom, execution: Execution) -> tuple[Callable[[str], bool], bool]:
-    """Whether the decision at a key of ``execution`` was made in another log: by an imported
-    execution, itself or the ancestor a fork inherited it from (followed up the forks while
-    the decision is inherited). An execution recorded here, and a fork's own decisions, no.
-    And whether ``execution`` itself was imported."""
-    chain = [execution]  # up to the first imported one: all it holds was decided elsewhere
-    while loom.imported(chain[-1].id) is None:
-        if chain[-1].parent_id is None:
-            return (lambda key: False), False  # recorded here, every fork of it too
-        chain.append(loom.execution(chain[-1].parent_id))
-
-    def elsewhere(key: str) -> bool:
-        # Made elsewhere if every fork below the imported execution inherited it.
-        return all(
-            (decision := member.decisions.get(key)) is not None and decision.origin == "inherited"
-            for member in chain[:-1]
-        )
-
-    return elsewhere, len(chain) == 1
-
-
-def _no_erasures(scope: str) -> dict[str, int]:
-    """No erasure of this log names an imported execution's documents."""
-    return {}
-
-
 def _model_call(
-    decision: Decision, retrieved: Sequence[str], erasures: Callable[[str], dict[str, int]]
+    decision: Decision, retrieved: Sequence[str], erasures: Erasures
 ) -> AuditedModelCall:
     """One model call, its citations checked against the documents ITS request carried (by
     their provenance): a citation of a document another call of the execution was shown, or
@@ -322,12 +289,7 @@ def _model_call(
     raw_input, raw_value = decision.input, decision.value
     request = _try_decode(raw_input, GroundedRequest)
     answer = _try_decode(raw_value, Answer)
-    erased: dict[int, int] = {}
-    if request is not None:
-        for number, message in enumerate(request.messages):
-            where = message.provenance
-            if where is not None and where.doc_id in (gone := erasures(where.scope)):
-                erased[number] = gone[where.doc_id]
+    erased = erased_messages(request, erasures)
     if erased:
         assert request is not None
         messages = tuple(
