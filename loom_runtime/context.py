@@ -76,6 +76,7 @@ from loom_runtime.errors import (
 )
 from loom_runtime.execution import (
     GROUP_DEPTH,
+    GROUP_KEPT,
     Decision,
     Execution,
     error_message_of,
@@ -282,7 +283,8 @@ class Recorder:
         if self._execution.lost:
             raise ExecutionConflictError(
                 f"execution {self._execution.id} is owned by another worker since this "
-                f"worker's append was refused: decision {key!r} is not computed here"
+                "worker's append was refused, or its log could not be re-read after a failed "
+                f"write: decision {key!r} is not computed here"
             )
 
     def record(
@@ -625,8 +627,10 @@ class _Context:
 
     def computing_here(self) -> bool:
         """Whether the code running here is one of this flow's decisions computed live (its
-        ``compute``, a tool's body), not the flow's own code."""
-        return _computing.get() is self
+        ``compute``, a tool's body) or may be the work of one opened and not yet settled (an
+        :class:`OpenDecision` whose value is recorded later: a recorded HTTP call's, whose
+        in-process service may run a flow of its own), not the flow's own code alone."""
+        return _computing.get() is self or any(not held.settled for held in list(self._open))
 
     @property
     def redactor(self) -> Redactor | None:
@@ -965,8 +969,8 @@ class _Context:
         """The meta of a decision that took ``attempts`` retries (None for none and no
         ``failure`` that is an exception group, whose errors it keeps: :func:`_group_again`)."""
         meta: dict[str, object] = {"attempts": attempts} if attempts else {}
-        if isinstance(failure, BaseExceptionGroup):
-            meta[GROUP_META] = group_members(failure)
+        if isinstance(failure, BaseExceptionGroup) and (kept := group_members(failure)):
+            meta[GROUP_META] = kept
         return encode_meta(meta or None, key=slot.key, redactor=self._source.redactor)
 
     def _decide_now(self, slot: Slot, compute: Callable[[], Any], type: Any) -> Any:
@@ -1224,8 +1228,8 @@ class OpenDecision:
         """Store that computing the value raised ``error`` (nothing if already settled)."""
         if not self.settled:
             self.settled = True
-            if isinstance(error, BaseExceptionGroup):  # its errors kept, as a compute's are
-                meta = {**(meta or {}), GROUP_META: group_members(error)}
+            if isinstance(error, BaseExceptionGroup) and (kept := group_members(error)):
+                meta = {**(meta or {}), GROUP_META: kept}  # its errors, as a compute's are
             self._source.record_failure(self._slot, error, meta=self.encode_meta(meta))
 
     def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:
@@ -1417,10 +1421,6 @@ a flow that catches it replays, and resumes, as it ran (ADR 0026, amended "refus
 GROUP_META: Final = "exceptions"
 """The meta member that keeps an exception group's errors (:func:`group_members`)."""
 
-_GROUP_LIMIT: Final = 1_000
-"""The most errors a recorded group is rebuilt with, nested ones counted: the meta is
-untrusted (a bundle), and a group of a million rebuilt errors is no replay's answer."""
-
 
 def _group_again(decision: Decision) -> Exception | None:
     """A recorded exception group rebuilt with the errors its meta keeps (``except*`` and
@@ -1434,7 +1434,7 @@ def _group_again(decision: Decision) -> Exception | None:
     except (msgspec.DecodeError, RecursionError):
         return None
     entry = meta.get(GROUP_META) if isinstance(meta, dict) else None
-    budget = [_GROUP_LIMIT]
+    budget = [GROUP_KEPT]  # the meta is untrusted (a bundle): no more than loom keeps
     return _group_of(entry, decision, 0, budget) if isinstance(entry, dict) else None
 
 

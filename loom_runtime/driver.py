@@ -13,6 +13,7 @@ reduced to the one suspension point loom has.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
@@ -60,3 +61,13 @@ async def adrive(steps: Steps[T]) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+def loop_running() -> bool:
+    """Whether an event loop runs in this thread: where :func:`drive` cannot settle an async
+    flow's coroutine (a new loop cannot run inside a running one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -477,38 +477,72 @@ GROUP_DEPTH: Final = 8
 inside groups."""
 
 
-def described(error: BaseException, depth: int = 0) -> str:
+GROUP_NAMED: Final = 20
+"""How many errors of a group (nested ones counted) a failure's message names before
+``... N more``: a fan-out of thousands would otherwise store a message of megabytes."""
+
+GROUP_KEPT: Final = 1_000
+"""The most errors (nested ones counted) a failure's meta keeps to rebuild a group on replay
+(:func:`group_members`); a larger group keeps none and replays as ``RecordedComputeError``."""
+
+
+def described(error: BaseException) -> str:
     """:func:`printed`, and for an exception group (``asyncio.TaskGroup``'s), each error inside
-    it by type and message, in brackets, nested groups likewise (8 deep, then ``...``).
+    it by type and message, in brackets, nested groups likewise (``GROUP_DEPTH`` deep, the
+    first ``GROUP_NAMED`` errors, then how many more).
 
     A group's own message ("unhandled errors in a TaskGroup (1 sub-exception)") says nothing
     of what failed: stored alone, a task raising ``KeyError`` where it had raised
     ``ValueError`` replayed identical, and the audit could not say what failed (ADR 0002)."""
+    return _described(error, 0, [GROUP_NAMED])
+
+
+def _described(error: BaseException, depth: int, budget: list[int]) -> str:
     text = printed(error)
     if not isinstance(error, BaseExceptionGroup):
         return text
     if depth >= GROUP_DEPTH:
         return f"{text} [...]"
-    inner = "; ".join(
-        f"{error_type_of(item)}: {described(item, depth + 1)}" for item in error.exceptions
-    )
-    return f"{text} [{inner}]"
+    named = []
+    for at, item in enumerate(error.exceptions):
+        if budget[0] <= 0:
+            named.append(f"... {len(error.exceptions) - at} more")
+            break
+        budget[0] -= 1
+        named.append(f"{error_type_of(item)}: {_described(item, depth + 1, budget)}")
+    return f"{text} [{'; '.join(named)}]"
 
 
-def group_members(group: BaseExceptionGroup[Any], depth: int = 0) -> dict[str, object]:
+def group_members(group: BaseExceptionGroup[Any]) -> dict[str, object] | None:
     """An exception group as a failure's meta keeps it, so a replay rebuilds it with its
     errors (ADR 0002, amended): its own ``message`` and each error's type and message (as
     :func:`error_message_of` stores a message, without the brackets of a nested group, which
-    is kept as a member of its own), ``GROUP_DEPTH`` deep."""
+    is kept as a member of its own), ``GROUP_DEPTH`` deep; None for a group of more than
+    ``GROUP_KEPT`` errors, nested ones counted (kept whole or not at all: a group rebuilt with
+    some of its errors would take another path in an ``except*``)."""
+    budget = [GROUP_KEPT]
+    members = _members(group, 0, budget)
+    return None if members is None else {"message": _stored_message(group.message), **members}
+
+
+def _members(
+    group: BaseExceptionGroup[Any], depth: int, budget: list[int]
+) -> dict[str, object] | None:
+    budget[0] -= len(group.exceptions)
+    if budget[0] < 0:
+        return None
     members: list[dict[str, object]] = []
     for error in group.exceptions:
         member: dict[str, object] = {"type": error_type_of(error)}
         if isinstance(error, BaseExceptionGroup) and depth + 1 < GROUP_DEPTH:
-            member |= group_members(error, depth + 1)
+            nested = _members(error, depth + 1, budget)
+            if nested is None:
+                return None
+            member |= {"message": _stored_message(error.message), **nested}
         else:
             member["message"] = _stored_message(printed(error))
         members.append(member)
-    return {"message": _stored_message(group.message), "exceptions": members}
+    return {"exceptions": members}
 
 
 def _stored_message(text: str) -> str:

@@ -55,7 +55,7 @@ from loom_runtime.context import (
     running,
     save,
 )
-from loom_runtime.driver import Pending, Steps, adrive, drive
+from loom_runtime.driver import Pending, Steps, adrive, drive, loop_running
 from loom_runtime.errors import (
     BundleConflictError,
     ConfigurationError,
@@ -749,6 +749,14 @@ class Loom:
         """This Loom's id as a registered worker, inside :meth:`worker`; None outside it."""
         return None if self._heartbeat is None else self._heartbeat.worker
 
+    def _owner_of_new_runs(self) -> str | None:
+        """The worker a run or fork started here is owned by: this Loom's inside
+        :meth:`worker`; else, in the thread running a one-off recovery pass, the worker that
+        pass registered (``workers.RECOVERING_AS``); else none."""
+        from loom_runtime.workers import RECOVERING_AS
+
+        return self.worker_id or RECOVERING_AS.get()
+
     @contextmanager
     def worker(
         self,
@@ -844,12 +852,6 @@ class Loom:
         """
         from loom_runtime.recovery import recover
 
-        if _loop_running():
-            raise ConfigurationError(
-                "loom.recover() runs the flows it finishes here, and an event loop is running "
-                "in this thread: call it from another thread (`await asyncio.to_thread("
-                "loom.recover)`), as `loom worker` does; nothing was written"
-            )
         if not dead_after > 0:  # NaN fails too: no beat compares with it, so none is alive
             raise ConfigurationError(
                 f"dead_after={dead_after!r} must be a positive number of seconds: with zero or "
@@ -913,7 +915,7 @@ class Loom:
                 input=raw_input,
                 log_position=self.log.position,
                 labels=labels,
-                worker=self.worker_id,
+                worker=self._owner_of_new_runs(),
             )
             save(self.log, execution, precondition=self._seal_new(execution))
         except BaseException:
@@ -1096,7 +1098,7 @@ class Loom:
                 parent_id=parent.id,
                 forked_at=taken,
                 labels=parent.labels,
-                worker=self.worker_id,
+                worker=self._owner_of_new_runs(),
                 overrides=codec.encode(overrides, path="overrides") if overrides else None,
             )
             for decision in list(parent.decisions.values())[:taken]:
@@ -1413,21 +1415,13 @@ def _override_key(key: object) -> str:
     return key
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def _refuse_in_a_running_loop(definition: Flow, instead: str) -> None:
     """Refuse, before anything is written, to run an async flow from a sync method while an
     event loop runs in this thread (:func:`_run_now` cannot settle it there). Refused by the
     driver instead, after the run was started or the execution claimed, it was stored as the
     flow's failure: an interrupted execution resumed at an application's start-up became
     failed for good over a usage error."""
-    if definition.is_async and _loop_running():
+    if definition.is_async and loop_running():
         raise ConfigurationError(
             f"flow {definition.name!r} is async and an event loop is already running: use "
             f"`await loom.{instead}(...)` instead; nothing was written"

@@ -35,6 +35,7 @@ from uuid import UUID
 
 import msgspec
 
+from loom_runtime.driver import loop_running
 from loom_runtime.errors import (
     ErasedError,
     ExecutionConflictError,
@@ -209,7 +210,11 @@ def recover(
                 )
                 continue
             if execution.claims >= MAX_CLAIMS:
-                lagging = sorted({w for w in execution.taken_from if w and liveness.get(w)})
+                # Not this recoverer: taking back its own stranded run (a flow that stops
+                # whatever runs it) is no lagging heartbeat.
+                lagging = sorted(
+                    {w for w in execution.taken_from if w and w != worker and liveness.get(w)}
+                )
                 if not lagging:
                     _set_aside(loom, execution, worker=worker)
                     continue
@@ -334,17 +339,26 @@ def recovering(
 
 @contextmanager
 def _registered(loom: Loom, *, every: float, dead_after: float) -> Iterator[str]:
-    """``loom``'s worker id if it is a worker; else ``loom`` made a worker for the block
-    (:meth:`~loom_runtime.loom.Loom.worker`, recovering nothing itself), so that what a
-    one-off recovery claims is owned by a worker others see alive, and so is a sub-agent a
-    recovered flow starts (``loom.run`` inside a decision): with only a heartbeat registered
-    beside it, the Loom was no worker and the child was stored unowned, left by every later
-    pass had this one died mid-child. Stopped afterwards as any worker block is."""
+    """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
+    one-off recovery claims is owned by a worker others see alive, stopped afterwards. It
+    owns what the pass starts too (:data:`~loom_runtime.workers.RECOVERING_AS`, in this
+    thread): a sub-agent a recovered flow starts (``loom.run`` inside a decision) was stored
+    unowned, and left by every later pass had this one died mid-child. Not the Loom's worker
+    (``loom.worker()``): another thread's run meanwhile would be owned by a worker that stops
+    beating when the pass ends, and taken over while it still runs."""
+    from loom_runtime.workers import RECOVERING_AS, Heartbeat, new_worker_id
+
     if loom.worker_id is not None:
         yield loom.worker_id
         return
-    with loom.worker(heartbeat=every, recover_every=None, dead_after=dead_after) as worker:
-        yield worker
+    heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every, dead_after=dead_after)
+    heartbeat.start()
+    token = RECOVERING_AS.set(heartbeat.worker)
+    try:
+        yield heartbeat.worker
+    finally:
+        RECOVERING_AS.reset(token)
+        heartbeat.stop()
 
 
 def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
@@ -369,6 +383,17 @@ def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:
         return None
     except LogCorruptError as exc:  # its stored overrides do not read
         logger.error("execution %s does not read, not recovered: %s", orphan.execution_id, exc)
+        return None
+    if call is not None and call.definition.is_async and loop_running():
+        # A sync pass in a thread running an event loop (Jupyter, an application's start-up)
+        # cannot run an async flow: left for a pass that can, nothing claimed.
+        logger.warning(
+            "execution %s of flow %r is left unfinished: the flow is async and this pass runs "
+            "in a thread with a running event loop; recover from another thread "
+            "(`await asyncio.to_thread(loom.recover)`) or a `loom worker`",
+            orphan.execution_id,
+            orphan.flow,
+        )
         return None
     try:
         run = loom._take_over(execution, call, worker=worker)

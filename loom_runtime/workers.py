@@ -25,6 +25,7 @@ import os
 import socket
 import threading
 from collections.abc import Collection
+from contextvars import ContextVar
 from uuid import uuid4
 
 import msgspec
@@ -47,6 +48,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from loom_runtime.log import READ_ONLY
 from loom_runtime.recovery import DEAD_AFTER
 from loom_runtime.schema import create_missing, serialise_ddl
+
+RECOVERING_AS: ContextVar[str | None] = ContextVar("loom_recovering_as", default=None)
+"""The worker a one-off recovery pass (``loom.recover()`` outside :meth:`Loom.worker`)
+registered, in the thread (and the tasks and threads copying its context) running that pass:
+a sub-agent a recovered flow starts (``loom.run`` inside a decision) is owned by it, as the
+claim is. Scoped to the pass, not set on the Loom: another thread's run meanwhile stays
+unowned, and its worker() block is not refused."""
 
 logger = logging.getLogger("loom.runtime")
 """A heartbeat the database refused, at WARNING (the worker keeps trying)."""

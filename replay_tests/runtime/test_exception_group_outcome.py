@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from loom_runtime import AsyncFlowContext, Loom
+from loom_runtime import AsyncFlowContext, FlowContext, Loom
 from loom_runtime.execution import error_message_of
 
 
@@ -73,3 +73,35 @@ def test_a_group_recorded_before_its_errors_were_stored_still_replays_identical(
     recorded = loom.execution(summary.execution_id).error
     assert recorded is not None and "[" not in recorded[1]
     assert loom.replay(summary.execution_id).identical
+
+
+def test_a_large_group_s_message_names_twenty_errors_and_counts_the_rest() -> None:
+    """A fan-out of 5,000 failed calls stored a message of half a megabyte (every error
+    named): the first twenty are named, then how many more, nested ones counted."""
+    group = ExceptionGroup("fan-out", [ValueError(f"call {n} failed") for n in range(5_000)])
+    message = error_message_of(group)
+    assert message.count("builtins:ValueError") == 20
+    assert message.endswith("; ... 4980 more]") and len(message) < 1_000
+
+
+def test_a_group_too_large_to_keep_keeps_no_errors_and_is_recorded_bounded(loom: Loom) -> None:
+    """Its meta kept every error (600 KB for 5,000): past ``GROUP_KEPT`` it keeps none (a
+    group rebuilt with some of its errors would take another ``except*`` path), and the
+    replay raises the recorded type and message, as before groups were kept."""
+    from loom_runtime.execution import GROUP_KEPT
+
+    def fan_out() -> str:
+        raise ExceptionGroup("fan-out", [ValueError(str(n)) for n in range(GROUP_KEPT + 1)])
+
+    @loom.flow("big")
+    def big(ctx: FlowContext) -> str:
+        try:
+            ctx.decide("search", fan_out)
+        except Exception as exc:
+            return type(exc).__name__
+        return "none"
+
+    run = loom.run("big")
+    assert run.output == "ExceptionGroup"
+    decision = loom.execution(run.execution_id).decisions["search"]
+    assert decision.meta is None and len(decision.message or "") < 1_000

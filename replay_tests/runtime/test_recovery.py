@@ -890,3 +890,48 @@ def test_a_fresh_sealed_loom_can_become_a_worker_first_thing(sqlite_url: str) ->
         loom.run("one")  # the log is encrypted now
     with Loom(sqlite_url, encryption=key) as fresh, fresh.worker(recover_every=None) as worker:
         assert worker == fresh.worker_id
+
+
+def test_a_one_off_recovery_pass_owns_nothing_another_thread_starts(
+    loom: Loom, steps: Steps
+) -> None:
+    """The pass's worker owns what the pass starts, not the Loom: made the Loom's worker for
+    the pass, another thread's ``worker()`` block was refused meanwhile, and a run another
+    thread started during the pass was owned by a worker that stopped beating when the pass
+    ended, then taken over while it still ran."""
+    entered, release = threading.Event(), threading.Event()
+
+    @loom.flow("slow")
+    def slow(ctx: FlowContext) -> str:
+        def wait() -> str:
+            entered.set()
+            assert release.wait(20)
+            return "done"
+
+        return str(ctx.decide("wait", wait))
+
+    execution_id = interrupted(loom, steps)  # something for the pass to recover
+    seen: dict[str, object] = {}
+    original = steps.compute
+
+    def during_the_pass(key: str) -> str:
+        if key == "second" and "owner" not in seen:
+            runner = threading.Thread(target=lambda: seen.setdefault("run", loom.run("slow")))
+            runner.start()
+            assert entered.wait(20)
+            [summary] = [e for e in loom.executions() if e.flow == "slow"]
+            seen["owner"] = loom.execution(summary.execution_id).owner
+            try:
+                with loom.worker(recover_every=None):
+                    seen["worker"] = "accepted"
+            except ConfigurationError as exc:
+                seen["worker"] = exc
+            release.set()
+            runner.join(20)
+        return original(key)
+
+    steps.compute = during_the_pass  # type: ignore[method-assign]
+    [run] = loom.recover(include_unowned=True)
+    assert run.execution_id == execution_id
+    assert seen["owner"] is None  # started outside any worker, as before the pass
+    assert seen["worker"] == "accepted"

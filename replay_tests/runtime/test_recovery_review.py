@@ -309,3 +309,31 @@ def test_an_execution_passed_between_live_workers_is_recovered_not_set_aside(
     assert [run.execution_id for run in runs] == [execution_id]
     assert other.execution(execution_id).error is None
     assert any("dead_after" in record.getMessage() for record in caplog.records)
+
+
+def test_a_flow_that_stops_its_own_worker_s_runs_is_still_set_aside(loom: Loom) -> None:
+    """The control the lagging-heartbeat rule above must keep: a flow stopped by a
+    ``BaseException`` that is no interrupt is taken back by its own live worker every pass;
+    claims taken from the recoverer itself are no sign of a lagging heartbeat, and after
+    ``MAX_CLAIMS`` it is set aside (it ran 40 times in 4 s, still running, when they were)."""
+
+    class Poison(BaseException):
+        pass
+
+    runs = {"n": 0}
+
+    @loom.flow("poison")
+    def poison(ctx: FlowContext) -> str:
+        runs["n"] += 1
+        ctx.decide("first", lambda: 1)
+        raise Poison
+
+    with pytest.raises(Poison):
+        loom.run("poison")
+    with loom.worker(recover_every=None) as worker:
+        for _ in range(MAX_CLAIMS + 3):
+            recover(loom, dead_after=30, include_unowned=True)
+    [summary] = loom.executions()
+    error = loom.execution(summary.execution_id).error
+    assert error is not None and error[0].endswith(RecoveryLimitError.__qualname__)
+    assert runs["n"] == MAX_CLAIMS + 1, worker

@@ -59,3 +59,27 @@ def test_a_flow_started_inside_a_decision_replays_without_running_it_again(loom:
     assert run.output == "answer to db" and calls == ["db"]
     assert loom.replay(run.execution_id).identical
     assert loom.log.position == position and calls == ["db"]
+
+
+def test_a_flow_started_while_an_open_decision_waits_for_its_value_is_allowed(
+    loom: Loom,
+) -> None:
+    """An open decision is one of the flow's decisions being computed, its value recorded
+    later (a recorded HTTP call's, an in-process service behind it that runs a flow of its
+    own): the sub-flow started meanwhile is its value's work, as inside ``ctx.decide``, and
+    a replay answers the open decision from the log."""
+
+    @loom.flow("child")
+    def child(ctx: FlowContext) -> str:
+        return str(ctx.decide("work", lambda: "done"))
+
+    @loom.flow("parent")
+    def parent(ctx: FlowContext) -> str:
+        opened = ctx.open_decision("sub")
+        if opened.recorded:
+            return str(opened.value)
+        return str(opened.record(loom.run("child").output))
+
+    run = loom.run("parent")
+    assert run.output == "done"
+    assert loom.replay(run.execution_id).identical

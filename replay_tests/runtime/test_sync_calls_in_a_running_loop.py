@@ -7,10 +7,11 @@ fork left a failed execution, over a usage error."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
-from loom_runtime import AsyncFlowContext, ConfigurationError, Loom
+from loom_runtime import AsyncFlowContext, ConfigurationError, FlowContext, Loom
 
 
 class Crash(BaseException):  # a process dying, not a failure the flow raises
@@ -38,21 +39,48 @@ def _interrupted(loom: Loom) -> object:
     return summary.execution_id
 
 
-@pytest.mark.parametrize("call", ["resume", "recover"])
-def test_a_sync_resume_inside_a_running_loop_writes_nothing(loom: Loom, call: str) -> None:
+def test_a_sync_resume_inside_a_running_loop_writes_nothing(loom: Loom) -> None:
     execution_id = _interrupted(loom)
     before = loom.log.position
 
     async def startup() -> None:
-        if call == "resume":
-            loom.resume(execution_id, force=True)  # type: ignore[arg-type]
-        else:
-            loom.recover(include_unowned=True)
+        loom.resume(execution_id, force=True)  # type: ignore[arg-type]
 
-    with pytest.raises(ConfigurationError, match=r"aresume|another thread"):
+    with pytest.raises(ConfigurationError, match="aresume"):
         asyncio.run(startup())
     assert loom.log.position == before
     assert loom.resume(execution_id, force=True).output == ["one", "two"]  # type: ignore[arg-type]
+
+
+def test_a_recovery_pass_inside_a_running_loop_leaves_async_flows_and_runs_sync_ones(
+    loom: Loom, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass in a thread running a loop (Jupyter, a start-up hook) claims no async flow's
+    execution (it could not run it) and says so; a sync flow's it recovers, as before."""
+    execution_id = _interrupted(loom)
+    crash = {"on": True}
+
+    @loom.flow("plain")
+    def plain(ctx: FlowContext) -> list[str]:
+        def second() -> str:
+            if crash["on"]:
+                raise Crash
+            return "two"
+
+        return [str(ctx.decide("first", lambda: "one")), ctx.decide("second", second)]
+
+    with pytest.raises(Crash):
+        loom.run("plain")
+    crash["on"] = False
+    before = {e.execution_id: loom.execution(e.execution_id).version for e in loom.executions()}
+
+    async def startup() -> list[object]:
+        return [run.output for run in loom.recover(include_unowned=True)]
+
+    with caplog.at_level(logging.WARNING, logger="loom.runtime"):
+        assert asyncio.run(startup()) == [["one", "two"]]
+    assert loom.execution(execution_id).version == before[execution_id]  # nothing claimed
+    assert any("event loop" in record.getMessage() for record in caplog.records)
 
 
 def test_a_sync_run_or_fork_inside_a_running_loop_writes_nothing(loom: Loom) -> None:
