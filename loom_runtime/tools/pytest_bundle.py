@@ -41,7 +41,12 @@ from loom_runtime.loom import Loom, Run
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult
 from loom_runtime.tools.display import visible
-from loom_runtime.tools.pytest_plugin import BundleVerdict, ReplayDiverged
+from loom_runtime.tools.pytest_plugin import (
+    BundleNotReplayed,
+    BundleVerdict,
+    ReplayDiverged,
+    not_replayed_step,
+)
 
 ACCEPTED: tuple[type[ReplayDivergence], ...] = (DecisionInputChangedError, OutputChangedError)
 """The divergences ``--loom-update`` accepts: what the code now asks and returns. Anything
@@ -122,6 +127,24 @@ class BundleLoom(Loom):
             return f"{type(self).__name__}(no database, {mode} {self.bundle})"
         return f"{super().__repr__()[:-1]}, {mode} {self.bundle})"
 
+    def get_flow(self, name: str, *, recorded_by: UUID | None = None) -> Flow:
+        """As ``Loom.get_flow``; replaying, a flow not registered (renamed since the bundle
+        was recorded) is a :class:`BundleNotReplayed` verdict, kept as the run's wherever
+        ``Loom`` looks it up (``run`` does before ``_run``): a ``FlowNotFoundError`` is a
+        ``KeyError``, which the test expecting its recorded failure caught."""
+        try:
+            return super().get_flow(name, recorded_by=recorded_by)
+        except Exception as exc:
+            # Live, nothing is replayed; and :meth:`replay_file` (no database: a collected
+            # bundle, ``loom_replay``) leaves what was raised to its caller to report.
+            if self.recording or self._no_database:
+                raise
+            verdict = BundleNotReplayed(
+                self.bundle, exc, not_replayed_step(self.rerun, marked=True)
+            )
+            self.verdict = self.verdict or verdict
+            raise verdict from exc
+
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
         try:
             if self.ran:
@@ -145,7 +168,46 @@ class BundleLoom(Loom):
         return started
 
     def _answer(self, flow: str, arguments: dict[str, Any]) -> Steps[Run]:
-        """The run answered from the bundle by a replay of the current code."""
+        """The run answered from the bundle by a replay of the current code.
+
+        Anything raised before the recorded outcome is raised again (the bundle unreadable,
+        the flow renamed, a new required argument) is a :class:`BundleNotReplayed` verdict:
+        raised as it was, a ``FlowNotFoundError`` (a ``KeyError``) or a ``BundleError``, the
+        test expecting the recorded failure (``pytest.raises(Exception)``) caught it and
+        passed with nothing replayed."""
+        try:
+            bundle, execution, result = yield from self._replayed(flow, arguments)
+            if not result.identical:
+                self._settle(bundle, result, marked=True)
+        except BundleVerdict:
+            raise
+        except Exception as exc:
+            raise BundleNotReplayed(
+                self.bundle, exc, not_replayed_step(self.rerun, marked=True)
+            ) from exc
+        if self._error is not None:  # recorded as raising, and so it did again: as run() did
+            # Its message is the bundle's text (untrusted), and pytest prints it raw: shown
+            # inert, as the verdicts are. The flow saw it unchanged; only the test's report is.
+            self._error.args = tuple(
+                visible(arg) if isinstance(arg, str) else arg for arg in self._error.args
+            )
+            self._error.add_note(
+                f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
+                "does not expect it, record it again with --loom-record=rewrite"
+            )
+            raise self._error
+        return Run(
+            execution_id=execution.id,
+            flow=execution.flow,
+            output=result.output,
+            log_position=execution.log_position,
+        )
+
+    def _replayed(
+        self, flow: str, arguments: dict[str, Any]
+    ) -> Steps[tuple[Bundle, Execution, ReplayResult]]:
+        """The bundle, its execution, and the replay of the current code run as the test runs
+        it (``flow`` with ``arguments``); a :class:`BundleMismatch` if it runs another."""
         bundle = read_bundle(self.bundle)
         execution = bundle.execution()
         definition = self.get_flow(flow)
@@ -164,25 +226,7 @@ class BundleLoom(Loom):
             )
         self.import_bundle(self.bundle)  # the test can look the execution up as after a run
         result = yield from self._replay(execution, frozenset())
-        if not result.identical:
-            self._settle(bundle, result, marked=True)
-        if self._error is not None:  # recorded as raising, and so it did again: as run() did
-            # Its message is the bundle's text (untrusted), and pytest prints it raw: shown
-            # inert, as the verdicts are. The flow saw it unchanged; only the test's report is.
-            self._error.args = tuple(
-                visible(arg) if isinstance(arg, str) else arg for arg in self._error.args
-            )
-            self._error.add_note(
-                f"loom: replayed from {self.bundle}, which recorded this failure; if the test "
-                "does not expect it, record it again with --loom-record=rewrite"
-            )
-            raise self._error
-        return Run(
-            execution_id=execution.id,
-            flow=execution.flow,
-            output=result.output,
-            log_position=execution.log_position,
-        )
+        return bundle, execution, result
 
     def replay_file(self) -> ReplayResult:
         """Replay :attr:`bundle` as it is (a collected bundle, or one ``loom_replay`` names,

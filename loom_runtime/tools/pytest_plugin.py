@@ -7,7 +7,10 @@ output) when the current code no longer reproduces the recording. ``--loom-flows
 ``loom_flows`` ini option) names where the flows are registered: a ``Loom``, a
 ``FlowRegistry``, or a function returning one. No database is opened: a bundle carries all a
 replay needs. An entry of the folder loom does not replay (a symbolic link, a folder, a file
-whose name does not print as itself) is a test that fails saying why.
+whose name does not print as itself, or named ``.JSON``) is a test that fails saying why, and
+so is a folder that holds no bundle at all: a regression run never passes having replayed
+nothing. ``--loom-bundles-only`` runs those tests alone (no other test is collected), as the
+next step a collected bundle's failure prints does.
 
 For hand-written tests, the ``loom_replay`` fixture replays a bundle and fails the same way
 (``--loom-update`` re-seals what it replays too); override the ``loom_flows`` fixture to
@@ -37,6 +40,7 @@ and fixtures, when a bundle is collected or a loom fixture requested.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shlex
@@ -102,6 +106,35 @@ class ReplayDiverged(BundleVerdict):
         self.result = result
 
 
+class BundleNotReplayed(BundleVerdict):
+    """A test's bundle could not be replayed at all: it does not read (edited and not
+    re-sealed, cut short, left with merge conflict markers), or the current code cannot run it
+    (its flow renamed, a new required argument). Raised from that ``error``, whose type and
+    message are the verdict's first line: raised as itself, it was an exception like any
+    other, which a test expecting its recorded failure (``pytest.raises(Exception)``) caught
+    and passed with nothing checked."""
+
+    def __init__(self, bundle: Path, error: Exception, next_step: str) -> None:
+        super().__init__(
+            f"{bundle} could not be replayed: {type(error).__name__}: {error}\n{next_step}"
+        )
+        self.bundle = bundle
+        self.error = error
+
+
+def not_replayed_step(rerun: str, *, marked: bool) -> str:
+    """What to do when a bundle could not be replayed (:class:`BundleNotReplayed`)."""
+    again = (
+        f"record it afresh with pytest --loom-record=rewrite {rerun}"
+        if marked
+        else "record the execution again and export it over this bundle (loom export ID -o FILE)"
+    )
+    return (
+        f"If the code changed on purpose, {again}; a bundle that no longer reads (edited by "
+        "hand, cut short, left with merge conflict markers) is restored from version control."
+    )
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("loom", "loom recorded executions")
     group.addoption(
@@ -110,6 +143,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="PATH",
         help="replay every bundle in folder PATH, or bundle file PATH, as a test (repeatable)",
+    )
+    group.addoption(
+        "--loom-bundles-only",
+        action="store_true",
+        help="run only the bundles --loom-bundles collects: no other test is collected or run "
+        "(what a collected bundle's next step uses, so that --loom-update re-seals it alone)",
     )
     group.addoption(
         "--loom-flows",
@@ -165,7 +204,42 @@ def pytest_runtest_makereport(
         except Exception as exc:  # a report hook must not raise: the test's error instead
             report.outcome = "failed"
             report.longrepr = f"loom could not write the test's bundle: {exc}"
+    if report.failed and _shows_a_bundle(item):
+        report.longrepr = _inert(report.longrepr)
     return report
+
+
+def _shows_a_bundle(item: pytest.Item) -> bool:
+    """Whether ``item``'s failure can print a bundle's text: a collected bundle's (or refused
+    entry's) test, a marked test's, one that takes ``loom_replay``."""
+    return (
+        isinstance(item, BundleItem | RefusedEntry)
+        or BUNDLED in item.stash
+        or "loom_replay" in getattr(item, "fixturenames", ())
+    )
+
+
+def _inert(longrepr: Any) -> Any:
+    """A failure's report with every text in it shown as :func:`visible` shows it.
+
+    A bundle's text reaches a failure by more ways than loom's verdicts (which are inert
+    themselves): the error the replayed code raised, printed as a verdict's cause; a recorded
+    error raised again into the test, whose class may print a message of its own (a
+    ``__str__`` that is not its arguments'); a note; the summary line that quotes any of them.
+    pytest prints each raw, so the report's texts (its lines, its crash message, the chain's)
+    are made inert where they all end up, whatever raised them. pytest's report parts are
+    dataclasses of strings, lists and tuples; anything else is left as it is."""
+    from loom_runtime.tools.display import visible
+
+    if isinstance(longrepr, str):
+        return visible(longrepr)
+    if type(longrepr) in (list, tuple):
+        return type(longrepr)(_inert(part) for part in longrepr)
+    if dataclasses.is_dataclass(longrepr) and not isinstance(longrepr, type):
+        for field in dataclasses.fields(longrepr):
+            # setattr of object's: a frozen report part (none is, today) is made inert too
+            object.__setattr__(longrepr, field.name, _inert(getattr(longrepr, field.name)))
+    return longrepr
 
 
 @pytest.hookimpl(wrapper=True)
@@ -191,6 +265,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except BundleVerdict as verdict:
         if not item.config.getoption("fulltrace"):  # --full-trace: every frame, for loom's bugs
             verdict.__traceback__ = _outside_loom(verdict.__traceback__)
+            if isinstance(verdict, BundleNotReplayed):  # its first line says what was raised
+                verdict.__cause__, verdict.__suppress_context__ = None, True
             if verdict.__cause__ is not None:  # what the flow raised on replay: its own frames
                 cause = verdict.__cause__
                 cause.__traceback__ = _outside_loom(cause.__traceback__)
@@ -323,14 +399,17 @@ def replay_file(
 
 def _rerun(item: pytest.Item) -> str:
     """The pytest arguments that run ``item`` alone, from where pytest was run: its path and
-    name, or for a collected bundle ``--loom-bundles`` of its file and the flows given (a
-    bundle is no path pytest collects by itself, and ``-k`` cannot parse every file name)."""
+    name, or for a collected bundle ``--loom-bundles-only --loom-bundles`` of its file and the
+    flows given (a bundle is no path pytest collects by itself, and ``-k`` cannot parse every
+    file name)."""
     from loom_runtime.tools.display import visible
 
     config = item.config
     here = config.invocation_params.dir
     if isinstance(item, BundleItem):
-        arguments = [f"--loom-bundles={os.path.relpath(item.path, here)}"]
+        # --loom-bundles-only: this bundle alone, not every test of the project (whose
+        # bundles --loom-update would re-seal too, accepting changes no one looked at)
+        arguments = ["--loom-bundles-only", f"--loom-bundles={os.path.relpath(item.path, here)}"]
         if flows := config.getoption("--loom-flows"):
             arguments.append(f"--loom-flows={flows}")
         rerun = shlex.join(arguments)
@@ -372,7 +451,8 @@ class BundleItem(pytest.Item):
             cause = excinfo.value.__cause__
             if cause is None:
                 return str(excinfo.value)
-            raised = "".join(traceback.format_exception(cause))
+            # The replayed code's error: its message can be the bundle's (a recorded failure)
+            raised = visible("".join(traceback.format_exception(cause)))
             return f"{raised}\n{CAUSED}\n\n{excinfo.value}"
         if isinstance(excinfo.value, LoomError):
             # An unusable file, a flow not registered: loom's error says what and why. Its
@@ -386,19 +466,31 @@ class BundleItem(pytest.Item):
         return self.path, None, f"loom replay {self.path.name}"
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``--loom-bundles-only``, no file is collected (the folders still are, for their
+    conftest files): only the bundles ``--loom-bundles`` adds are tests, and a test module
+    elsewhere is neither imported nor can its import error stop the run."""
+    if config.getoption("--loom-bundles-only") and not collection_path.is_dir():
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     folders = config.getoption("--loom-bundles")
     if folders and not _flows_spec(config):  # a bundle's test has no fixture to override
         raise pytest.UsageError(NO_FLOWS.removesuffix(", or override the loom_flows fixture"))
+    only = config.getoption("--loom-bundles-only")
+    if only and not folders:
+        raise pytest.UsageError("--loom-bundles-only needs --loom-bundles=PATH: the bundles to run")
     for folder in folders:
         given = Path(folder)
-        if given.is_file() and given.suffix in BUNDLE_SUFFIXES:
-            inside, names = given.parent, [given.name]  # one bundle: what a next step names
-        elif given.is_dir():
+        if given.is_dir():
             inside = given
-            names = sorted(path.name for path in given.iterdir() if path.suffix in BUNDLE_SUFFIXES)
+            names = sorted(path.name for path in given.iterdir() if _listed(path))
+        elif given.suffix.lower() in BUNDLE_SUFFIXES and (given.is_file() or given.is_symlink()):
+            inside, names = given.parent, [given.name]  # one bundle: what a next step names
         else:
             raise pytest.UsageError(
                 f"--loom-bundles={folder}: no such directory or bundle file "
@@ -406,15 +498,36 @@ def pytest_collection_modifyitems(
             )
         # The folder as the user named it may be a link; what is in it is taken as it is.
         inside = inside.resolve()
-        refused: dict[str, str] = {}
+        failing: dict[str, str] = {}
+        replayed = 0
         for name in names:
             if (refusal := _refusal(inside / name)) is None:
                 _collected(session, items, BundleFile.from_parent(session, path=inside / name))
+                replayed += 1
             else:
-                refused[_printed(name)] = refusal
-        if refused:
-            entries = RefusedEntries.from_parent(session, path=inside, refused=refused)
+                failing[f"refused[{_printed(name)}]"] = f"{_printed(name)} {refusal}"
+        if not replayed and not failing:
+            failing["no-bundle"] = (
+                f"--loom-bundles={_printed(folder)} holds no bundle ({', '.join(BUNDLE_SUFFIXES)}) "
+                "to replay: a run that replays none would pass having checked nothing. Export "
+                "an incident into it (loom export ID -o FILE), or leave the option out until "
+                "there is one"
+            )
+        if failing:
+            entries = RefusedEntries.from_parent(session, path=inside, failing=failing)
             _collected(session, items, entries)
+    if only:  # what a plugin's own collection added too: the bundles alone run
+        others = [item for item in items if not isinstance(item, BundleItem | RefusedEntry)]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if isinstance(item, BundleItem | RefusedEntry)]
+
+
+def _listed(path: Path) -> bool:
+    """Whether a folder's entry is replayed or refused: a bundle's suffix in any case, or a
+    folder. A folder's bundles, or one named ``INCIDENT.JSON``, were silently left out of the
+    run (a regression no test caught); other files (a README) are no bundle, and ignored."""
+    return path.suffix.lower() in BUNDLE_SUFFIXES or path.is_dir()
 
 
 def _collected(
@@ -437,8 +550,11 @@ def _refusal(path: Path) -> str | None:
     failure's headline, the summary): a name holding an escape sequence or a line break
     retitled and cleared the terminal and forged a line of results. A symbolic link led out of
     the folder, to a file read and named as the test, and ``--loom-update`` re-sealed it
-    there; a pipe blocks the read for ever. Each is a test that fails saying so, under the
-    folder's own id (:class:`RefusedEntries`): never silently left out of a regression run."""
+    there; a pipe blocks the read for ever. A folder's bundles, and a file named ``.JSON``,
+    were left out of the run without a word (loom replays only the folder's own files, by
+    their suffix as written: ADR 0013, "plugin review"). Each is a test that fails saying so,
+    under the folder's own id (:class:`RefusedEntries`): never silently left out of a
+    regression run."""
     if _printed(path.name) != path.name:
         return (
             "does not print as itself (<U+XXXX> and \\xNN stand for what a terminal obeys, a "
@@ -451,7 +567,19 @@ def _refusal(path: Path) -> str | None:
             "lead out of it, and --loom-update would re-seal what it leads to); copy the bundle in"
         )
     if not path.is_file():
-        return "is not a regular file (a folder, a pipe or a device), so no bundle to replay"
+        refusal = "is not a regular file (a folder, a pipe or a device), so no bundle to replay"
+        if path.is_dir():
+            refusal += (
+                "; loom replays the files of the folder it is given, not of the folders in it: "
+                "give this one a --loom-bundles of its own"
+            )
+        return refusal
+    if path.suffix not in BUNDLE_SUFFIXES:
+        suffixes = " or ".join(BUNDLE_SUFFIXES)
+        return (
+            f"ends in {path.suffix}, and loom reads a bundle only as {suffixes} (the suffix says "
+            "how it is encoded): rename the file to replay it"
+        )
     return None
 
 
@@ -466,19 +594,18 @@ def _printed(name: str) -> str:
 
 class RefusedEntries(pytest.Directory):
     """The entries of a ``--loom-bundles`` folder that are no bundle to replay (``_refusal``),
-    each a test that fails saying why, named by the folder's id and the entry's printed name:
-    an id made of the entry's path would print that name raw."""
+    each a test that fails saying why, named by the folder's id and the entry's printed name
+    (``refused[NAME]``: an id made of the entry's path would print that name raw); and for a
+    folder with nothing to replay at all, the test ``no-bundle``."""
 
-    def __init__(self, *, refused: dict[str, str], **kwargs: Any) -> None:
+    def __init__(self, *, failing: dict[str, str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.refused = refused
-        """Each refused entry's printed name, and why it is refused."""
+        self.failing = failing
+        """Each failing test's name, and why it fails."""
 
     def collect(self) -> Iterator[RefusedEntry]:
-        for entry, refusal in self.refused.items():
-            yield RefusedEntry.from_parent(
-                self, name=f"refused[{entry}]", refusal=f"{entry} {refusal}"
-            )
+        for name, refusal in self.failing.items():
+            yield RefusedEntry.from_parent(self, name=name, refusal=refusal)
 
 
 class RefusedEntry(pytest.Item):
@@ -533,6 +660,11 @@ def loom_replay(
         except BundleVerdict as verdict:  # failing the test even if it catches it
             request.node.stash.setdefault(REPLAYED, []).append(verdict)
             raise
+        except Exception as exc:  # nothing replayed: a verdict too, or a test's except hid it
+            step = not_replayed_step(_rerun(request.node), marked=False)
+            not_replayed = BundleNotReplayed(Path(bundle), exc, step)
+            request.node.stash.setdefault(REPLAYED, []).append(not_replayed)
+            raise not_replayed from exc
         updated.append(replayed)
         return result
 

@@ -634,7 +634,9 @@ def test_a_collected_bundle_s_divergence_says_how_to_accept_it(
     pytester.makepyfile(flows_v2=flows_module("Say hi to "))
     result = pytester.runpytest("--loom-bundles", str(recordings), "--loom-flows=flows_v2:flows")
     result.assert_outcomes(failed=2)
-    again = shlex.join([f"--loom-bundles=recordings/{name}", "--loom-flows=flows_v2:flows"])
+    again = shlex.join(
+        ["--loom-bundles-only", f"--loom-bundles=recordings/{name}", "--loom-flows=flows_v2:flows"]
+    )
     assert f"accept it with pytest --loom-update {again} (" in result.stdout.str()
     # the command it gives runs that bundle's test alone, and accepts the change
     accepted = pytester.runpytest("--loom-update", *shlex.split(again))
