@@ -11,12 +11,13 @@ that was not shown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import msgspec
 
+from loom_knowledge.domain.arguments import items_of
 from loom_knowledge.domain.types import Passage
-from loom_knowledge.errors import InvalidArgumentError, UngroundedCitationError
+from loom_knowledge.errors import UngroundedCitationError
 
 
 class CitationCheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,19 +41,7 @@ def check_citations(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -
     ``b``, and a document never shown would be called grounded), and when ``passages`` is not
     an iterable of :class:`Passage`.
     """
-    if isinstance(passages, (str, bytes, Mapping, Passage)) or not isinstance(passages, Iterable):
-        raise InvalidArgumentError(
-            f"passages must be the passages the model was shown (a list of Passage), not "
-            f"{type(passages).__name__}"
-        )
-    shown: list[str] = []
-    for position, passage in enumerate(passages):
-        if not isinstance(passage, Passage):
-            raise InvalidArgumentError(
-                f"passages[{position}] must be a Passage, not {type(passage).__name__} "
-                f"{passage!r:.80}"
-            )
-        shown.append(passage.doc_id)
+    shown = [passage.doc_id for passage in items_of(passages, "passages", Passage)]
     return citations_against(cited_doc_ids, shown)
 
 
@@ -61,7 +50,7 @@ def citations_against(cited_doc_ids: Iterable[str], shown_doc_ids: Iterable[str]
     from a recorded request's provenance, not from passages)."""
     shown = tuple(dict.fromkeys(shown_doc_ids))
     shown_set = set(shown)
-    cited = dict.fromkeys(_cited_ids(cited_doc_ids))
+    cited = dict.fromkeys(items_of(cited_doc_ids, "cited_doc_ids", str))
     return CitationCheck(
         grounded=tuple(doc_id for doc_id in cited if doc_id in shown_set),
         ungrounded=tuple(doc_id for doc_id in cited if doc_id not in shown_set),
@@ -76,20 +65,3 @@ def assert_grounded(cited_doc_ids: Iterable[str], passages: Iterable[Passage]) -
     if not check.ok:
         raise UngroundedCitationError(ungrounded=check.ungrounded, shown=check.shown)
     return check.grounded
-
-
-def _cited_ids(cited_doc_ids: object) -> list[str]:
-    """``cited_doc_ids`` as a list of ``str``, or :class:`InvalidArgumentError` naming it."""
-    if isinstance(cited_doc_ids, (str, bytes, Mapping)) or not isinstance(cited_doc_ids, Iterable):
-        raise InvalidArgumentError(
-            "cited_doc_ids must be the doc ids the answer cites (a list of str), not a "
-            f"{type(cited_doc_ids).__name__} {cited_doc_ids!r:.80} (a str is not split into ids)"
-        )
-    cited = list(cited_doc_ids)
-    for position, doc_id in enumerate(cited):
-        if not isinstance(doc_id, str):
-            raise InvalidArgumentError(
-                f"cited_doc_ids[{position}] must be a doc id (a str), not "
-                f"{type(doc_id).__name__} {doc_id!r:.80}"
-            )
-    return cited
