@@ -467,9 +467,7 @@ def error_message_of(error: BaseException) -> str:
     a request's URL is, without its userinfo and credential query parameters
     (:func:`~loom_runtime.http_request.url_without_credentials`): an HTTP client's error names
     the URL it failed on, ``?key=...`` included, which no pattern of a redactor knows."""
-    from loom_runtime.http_request import urls_without_credentials
-
-    return storable_text(urls_without_credentials(described(error)))
+    return stored_message(described(error))
 
 
 GROUP_DEPTH: Final = 8
@@ -522,7 +520,7 @@ def group_members(group: BaseExceptionGroup[Any]) -> dict[str, object] | None:
     some of its errors would take another path in an ``except*``)."""
     budget = [GROUP_KEPT]
     members = _members(group, 0, budget)
-    return None if members is None else {"message": _stored_message(group.message), **members}
+    return None if members is None else {"message": stored_message(group.message), **members}
 
 
 def _members(
@@ -538,14 +536,16 @@ def _members(
             nested = _members(error, depth + 1, budget)
             if nested is None:
                 return None
-            member |= {"message": _stored_message(error.message), **nested}
+            member |= {"message": stored_message(error.message), **nested}
         else:
-            member["message"] = _stored_message(printed(error))
+            member["message"] = stored_message(printed(error))
         members.append(member)
     return {"exceptions": members}
 
 
-def _stored_message(text: str) -> str:
+def stored_message(text: str) -> str:
+    """An error's text as the log stores it (:func:`error_message_of`): storable, and any
+    URL in it without its credentials."""
     from loom_runtime.http_request import urls_without_credentials
 
     return storable_text(urls_without_credentials(text))

@@ -1431,9 +1431,7 @@ def _refuse_in_a_running_loop(definition: Flow, instead: str) -> None:
 def _run_now(pending: Pending) -> Any:
     """Settle an async flow from a sync method: on a new event loop, never inside one."""
     coroutine = cast("Coroutine[Any, Any, Any]", pending.awaitable)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not loop_running():
         return asyncio.run(coroutine)
     coroutine.close()
     raise ConfigurationError(

@@ -43,10 +43,9 @@ from loom_runtime.execution import (
     error_message_of,
     error_type_of,
     printed,
+    stored_message,
 )
-from loom_runtime.http_request import urls_without_credentials
 from loom_runtime.redaction import Redactor, RedactorOption, as_stored, resolve_redactor
-from loom_runtime.storable import storable_text
 
 
 class Replayer:
@@ -223,8 +222,7 @@ def _group_as_recorded_before(error: BaseException, replayer: Replayer) -> str |
     replays it identical rather than diverging on every old incident (ADR 0002, amended)."""
     if not isinstance(error, BaseExceptionGroup) or isinstance(error, RecordedComputeError):
         return None
-    message = storable_text(urls_without_credentials(printed(error)))
-    stored = as_stored(replayer.redactor, message, path="the replayed error")
+    stored = as_stored(replayer.redactor, stored_message(printed(error)), path="the replayed error")
     return f"raised {error_type_of(error)}: {stored}"
 
 
