@@ -891,18 +891,18 @@ class _Context:
                 try:
                     again = retry is not None and retry_on(exc)
                 except Exception as refused:  # the predicate's own failure is the outcome
-                    source.record_failure(slot, refused, meta=self._retried(slot, attempts))
+                    source.record_failure(slot, refused, meta=self._meta_of(slot, attempts))
                     raise
                 planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
-                    source.record_failure(slot, exc, meta=self._retried(slot, attempts, exc))
+                    source.record_failure(slot, exc, meta=self._meta_of(slot, attempts, exc))
                     raise
                 paused = retry.pause(planned, asked=retry_after(exc))
                 attempts.append(
                     Attempt(error=error_type_of(exc), message=error_message_of(exc), paused=paused)
                 )
             else:
-                return self._stored(slot, result, type, self._retried(slot, attempts), source)
+                return self._stored(slot, result, type, self._meta_of(slot, attempts), source)
             try:
                 yield Pending(slot.key, _Pause(paused))
             except asyncio.CancelledError:  # a timeout while it paused between attempts
@@ -963,7 +963,7 @@ class _Context:
             source.record_failure(slot, refused, meta=meta)
             raise
 
-    def _retried(
+    def _meta_of(
         self, slot: Slot, attempts: list[Attempt], failure: Exception | None = None
     ) -> msgspec.Raw | None:
         """The meta of a decision that took ``attempts`` retries (None for none and no
@@ -1008,7 +1008,7 @@ class _Context:
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
-            source.record_failure(slot, exc, meta=self._retried(slot, [], exc))
+            source.record_failure(slot, exc, meta=self._meta_of(slot, [], exc))
             raise
         return self._stored(slot, result, type, None, source)
 
