@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import ModuleType
-from typing import Any, Final, Protocol, TypeVar, overload
+from typing import Any, Final, NamedTuple, Protocol, TypeVar, overload
 from uuid import UUID
 
 import msgspec
@@ -434,6 +434,7 @@ class _Context:
         execution_id: UUID,
         flow: str,
         order: RecordedOrder | None = None,
+        naming: SubAgentNaming | None = None,
     ) -> None:
         self.execution_id = execution_id
         self.flow = flow
@@ -441,6 +442,9 @@ class _Context:
         self._order = order
         """The order recorded answers are handed out in (an async flow's replay or resume,
         :mod:`~loom_runtime.recorded_order`); None: each as it is asked."""
+        self.naming = naming
+        """What the sub-agents this run's decisions start are named by (:func:`sub_agent`);
+        None in a replay, whose decisions computed live start executions of their own."""
         self.unattributed: list[str] = []
         """The first calls of a recorded kind made without a flow context while this body
         ran (:func:`note_unattributed`); ``unattributed_count`` counts them all."""
@@ -880,7 +884,7 @@ class _Context:
         started = time.perf_counter()
         while True:
             try:
-                with computing(self):
+                with computing(self, slot.key, attempt=len(attempts) + 1):
                     result = compute()
                     if inspect.isawaitable(result):
                         result = yield Pending(slot.key, result)
@@ -1003,7 +1007,7 @@ class _Context:
         if retry is not None:
             return drive(self._compute(slot, compute, type, retry, retry_on, source), _settle_now)
         try:
-            with computing(self):
+            with computing(self, slot.key):
                 result = compute()
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
@@ -1295,16 +1299,92 @@ decision, not a decision of its own. Holding the context, not a flag, keeps a fl
 a compute (a sub-agent's ``loom.run``) recording into its own execution."""
 
 
+class _ComputedLive:
+    """One attempt at one of a flow's decisions, computed live here: what names the
+    sub-agents it starts (:func:`sub_agent`)."""
+
+    __slots__ = ("_lock", "_started", "attempt", "ctx", "key")
+
+    def __init__(self, ctx: _Context, key: str, attempt: int) -> None:
+        self.ctx, self.key, self.attempt = ctx, key, attempt
+        self._started: dict[str, int] = {}
+        self._lock = threading.Lock()  # the compute's own threads may start runs at once
+
+    def count(self, flow: str) -> int:
+        """How many runs of ``flow`` this attempt started before this one."""
+        with self._lock:
+            started = self._started.get(flow, 0)
+            self._started[flow] = started + 1
+            return started
+
+
+_computed_live: ContextVar[_ComputedLive | None] = ContextVar("loom_computed_live", default=None)
+
+
 @contextmanager
-def computing(ctx: _Context) -> Iterator[None]:
-    """Mark the ``with`` block as computing one of ``ctx``'s decisions live (see
-    :func:`recorder`); it follows the block into the threads and tasks that copy its context."""
+def computing(ctx: _Context, key: str, *, attempt: int = 1) -> Iterator[None]:
+    """Mark the ``with`` block as computing ``ctx``'s decision ``key`` (its numbered key)
+    live, in its ``attempt``-th call (see :func:`recorder` and :func:`sub_agent`); it follows
+    the block into the threads and tasks that copy its context. Inside a decision of ``ctx``
+    already computed live (a ``decide`` or a tool inside a compute: a part of it), the outer
+    decision stays the one that names sub-agents: the part is not recorded, so only the outer
+    one's order of starts is computed again the same way."""
+    part = _computing.get() is ctx
     token = _computing.set(ctx)
+    live = None if part else _computed_live.set(_ComputedLive(ctx, key, attempt))
     try:
         yield
     finally:
         with contextlib.suppress(ValueError):  # a step closed from another context (collected
-            _computing.reset(token)  # with its task): nothing of this context to restore
+            if live is not None:  # with its task): nothing of this context to restore
+                _computed_live.reset(live)
+            _computing.reset(token)
+
+
+class SubAgentNaming(NamedTuple):
+    """What a recording run names the sub-agents its decisions start by (:func:`sub_agent`)."""
+
+    generation: int
+    """How many times the execution was reopened (ADR 0026): a reopened one starts anew."""
+    seal: Callable[[str], str] | None
+    """A decision key as the execution stores it sealed (ADR 0049, "names"); None for one
+    whose keys are stored in clear."""
+
+
+class SubAgent(msgspec.Struct, frozen=True, kw_only=True):
+    """The execution a flow run inside one of a recording flow's decisions is (see
+    :func:`sub_agent`)."""
+
+    execution_id: UUID
+    parent: UUID
+    """The execution whose decision started it."""
+    key: str
+    """That decision's key."""
+
+
+def sub_agent(flow: str) -> SubAgent | None:
+    """The execution a run of ``flow`` started here is, when here is one of a recording
+    flow's decisions computed live (a sub-agent); None elsewhere (a fresh id).
+
+    Its id is derived from the decision (the parent execution, how many times that was
+    reopened, the key and the attempt) and from what is run (the flow, and how many runs of it
+    the attempt started before). A decision computed again after its worker died names the
+    same execution, so the run finds the sub-agent it started the first time and finishes that
+    one instead of starting a second (ADR 0040, amended "sub-agents"). An id is stored in
+    clear, so nothing that may be sealed goes in as it is: the input is left out (a digest of
+    an erased input would let anyone confirm a guess of it) and a sealed execution's key goes
+    in sealed. In a replay (no ``naming``) a decision computed live starts a new execution,
+    as it always did."""
+    live = _computed_live.get()
+    ctx = _current.get()
+    if live is None or live.ctx is not ctx or ctx is None or ctx.naming is None:
+        return None
+    generation, seal = ctx.naming
+    key = live.key if seal is None else seal(live.key)
+    name = "\n".join((str(generation), key, str(live.attempt), flow, str(live.count(flow))))
+    return SubAgent(
+        execution_id=uuid.uuid5(ctx.execution_id, name), parent=ctx.execution_id, key=live.key
+    )
 
 
 def recorder(call: str) -> FlowContext | AsyncFlowContext | None:

@@ -91,7 +91,7 @@ class Execution(Aggregate):
         TOPIC = f"{_TOPIC}.Created"
         IDENTIFIERS = (
             *("flow", "code_version", "parent_id"),
-            *("tenant", "user", "session", "tags", "worker"),
+            *("tenant", "user", "session", "tags", "worker", "started_by"),
         )
         flow: str
         code_version: str
@@ -112,6 +112,11 @@ class Execution(Aggregate):
         worker: str | None = None
         """The registered worker that started it (ADR 0040): its owner until another claims
         it. None when started outside a worker (and in logs written before workers existed)."""
+        started_by: UUID | None = None
+        """The execution one of whose decisions started this one (a sub-agent: ``loom.run``
+        inside a compute, ADR 0040 amended "sub-agents"); None (absent) otherwise, and in logs
+        written before sub-agents were told apart. Not the decision's key: this event is
+        sealed under the child's key, which does not seal a parent's key (ADR 0049)."""
         overrides: msgspec.Raw | None = None
         """A fork's overrides (ADR 0027), ``{key: value}`` as JSON, kept from its start: a fork
         interrupted before the flow asked an overridden key is resumed (or recovered) with the
@@ -228,10 +233,12 @@ class Execution(Aggregate):
         session: str | None = None,
         tags: tuple[str, ...] | None = None,
         worker: str | None = None,
+        started_by: UUID | None = None,
         overrides: msgspec.Raw | None = None,
     ) -> None:
         self.flow = flow
         self.overrides = overrides
+        self.started_by = started_by
         self.code_version = code_version
         self.input = input
         self.log_position = log_position
@@ -270,6 +277,7 @@ class Execution(Aggregate):
         forked_at: int | None = None,
         labels: Labels = NO_LABELS,
         worker: str | None = None,
+        started_by: UUID | None = None,
         overrides: msgspec.Raw | None = None,
     ) -> Execution:
         return cls._create(
@@ -286,6 +294,7 @@ class Execution(Aggregate):
             session=labels.session,
             tags=labels.tags or None,
             worker=worker,
+            started_by=started_by,
             overrides=overrides,
         )
 

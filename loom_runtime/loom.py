@@ -51,9 +51,13 @@ from loom_runtime.context import (
     DecisionSource,
     FlowContext,
     Recorder,
+    SubAgent,
+    SubAgentNaming,
     current_context,
+    rebuild_error,
     running,
     save,
+    sub_agent,
 )
 from loom_runtime.driver import Pending, Steps, adrive, drive, loop_running
 from loom_runtime.errors import (
@@ -71,11 +75,13 @@ from loom_runtime.errors import (
     LabelError,
     LogCorruptError,
     RecoveryLimitError,
+    SubAgentChangedError,
     SubflowOutsideDecisionError,
     UnattributedCallError,
 )
 from loom_runtime.execution import (
     EXECUTION_TOPICS,
+    Decision,
     Execution,
     Imported,
     imported_stream,
@@ -891,7 +897,12 @@ class Loom:
 
     def _start(
         self, flow: str, labels: Labels, arguments: dict[str, Any]
-    ) -> tuple[Flow, Execution, dict[str, Any]]:
+    ) -> tuple[Flow, Execution, dict[str, Any], SubAgent | None]:
+        """Start a run of ``flow``: its definition, its new execution (stored, counted
+        running here), its arguments as the flow takes them, and None. A sub-agent (a run
+        inside a recording flow's decision) that this decision started before its run stopped
+        is that execution, loaded, and what named it: the caller finishes it
+        (:meth:`_rejoin`)."""
         if not isinstance(labels, Labels):
             raise LabelError(
                 f"labels must be a loom_runtime.Labels (e.g. Labels(tenant='acme', "
@@ -903,10 +914,14 @@ class Loom:
         if parent is not None and not parent.computing_here():
             raise SubflowOutsideDecisionError(flow=definition.name, parent=parent.execution_id)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
-        execution_id = uuid4()
+        sub = sub_agent(definition.name)
+        earlier = None if sub is None else self._started_before(sub, definition, raw_input)
+        execution_id = uuid4() if sub is None else sub.execution_id
         # Counted before its owner is read and before it exists (the run's own block ends it):
         # a worker block that ends meanwhile either sees it running or gives it no owner.
         self._runs(execution_id)
+        if earlier is not None:
+            return definition, earlier, kwargs, sub
         try:
             execution = Execution.start(
                 id=execution_id,
@@ -916,6 +931,7 @@ class Loom:
                 log_position=self.log.position,
                 labels=labels,
                 worker=self._owner_of_new_runs(),
+                started_by=None if sub is None else sub.parent,
             )
             save(self.log, execution, precondition=self._seal_new(execution))
         except BaseException:
@@ -927,7 +943,47 @@ class Loom:
             definition.name,
             execution.log_position,
         )
-        return definition, execution, kwargs
+        return definition, execution, kwargs, None
+
+    def _started_before(
+        self, sub: SubAgent, definition: Flow, raw_input: msgspec.Raw
+    ) -> Execution | None:
+        """The sub-agent ``sub`` names, if its decision started it in an earlier run (one
+        that stopped before the decision was stored): None when it is new. It must be the
+        same run (:class:`SubAgentChangedError`) and not running now
+        (:class:`ExecutionOwnedError`, as :meth:`resume` refuses it)."""
+        try:
+            execution = self.execution(sub.execution_id)
+        except ExecutionNotFoundError:
+            return None
+        if execution.started_by != sub.parent or codec.decode_untyped(
+            execution.input
+        ) != codec.decode_untyped(raw_input):
+            raise SubAgentChangedError(
+                execution=execution.id, flow=definition.name, parent=sub.parent, key=sub.key
+            )
+        self._refuse_live_owner(execution)
+        return execution
+
+    def _rejoin(self, definition: Flow, execution: Execution, sub: SubAgent) -> Steps[Run]:
+        """Finish a sub-agent its decision (``sub``) started before its run stopped, as that
+        run would have: its output if it completed, its failure raised again if it failed (as
+        the decision saw it), else resumed (what it stored is not computed again)."""
+        logger.info(
+            "execution %s of flow %r, started by a decision of execution %s in a run that "
+            "stopped, is taken up again",
+            execution.id,
+            definition.name,
+            sub.parent,
+        )
+        if execution.error is not None:
+            error_type, message = execution.error
+            raise rebuild_error(
+                Decision(sub.key, None, execution.input, error_type=error_type, message=message)
+            )
+        call = self._resumable(execution)
+        self._claim(execution, worker=self._owner_of_new_runs())
+        return (yield from self._continue(execution, call))
 
     def _resumable(self, execution: Execution, retry_failed: bool = False) -> _Call | None:
         """How to call ``execution``'s flow to finish it: None for a completed one (returned as
@@ -969,10 +1025,17 @@ class Loom:
             save(self.log, execution)
 
     def _context(
-        self, definition: Flow, execution: Execution, source: DecisionSource
+        self, definition: Flow, execution: Execution, source: DecisionSource, *, recording: bool
     ) -> FlowContext | AsyncFlowContext:
+        naming = None
+        if recording:  # its decisions name the sub-agents they start (context.sub_agent)
+            sealer = execution.sealer
+            seal = sealer.sealed_name if sealer is not None and sealer.names else None
+            naming = SubAgentNaming(len(execution.reopenings), seal)
         if not definition.is_async:
-            return FlowContext(source, execution_id=execution.id, flow=definition.name)
+            return FlowContext(
+                source, execution_id=execution.id, flow=definition.name, naming=naming
+            )
         # A replay or a resume hands an async flow's recorded answers out in the order they
         # were recorded (ADR 0002, amended "completion order"); a fork's inherited ones were
         # recorded by its parent's run, and are asked in whatever order its branch asks them.
@@ -983,12 +1046,18 @@ class Loom:
             recorded = [key for key in recorded if decisions[key].origin != "inherited"]
         order = RecordedOrder(recorded) if len(recorded) > 1 else None
         return AsyncFlowContext(
-            source, execution_id=execution.id, flow=definition.name, order=order
+            source,
+            execution_id=execution.id,
+            flow=definition.name,
+            order=order,
+            naming=naming,
         )
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
-        definition, execution, kwargs = self._start(flow, labels, arguments)  # counted running
+        definition, execution, kwargs, earlier = self._start(flow, labels, arguments)  # running
         try:
+            if earlier is not None:
+                return (yield from self._rejoin(definition, execution, earlier))
             return (yield from self._record("run", definition, execution, kwargs))
         finally:
             self._ran(execution.id)
@@ -1124,7 +1193,7 @@ class Loom:
         recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
         recorded = tuple(execution.decisions)  # a resume's: asked again, or said not to be
         with self._traced(operation, execution, recorder, positions) as source:
-            ctx = self._context(definition, execution, source)
+            ctx = self._context(definition, execution, source, recording=True)
             # Open decisions are stored before the end event (nothing is stored after it);
             # an interrupt or a cancellation that stops the run stores nothing more (ADR 0026).
             try:
@@ -1165,7 +1234,7 @@ class Loom:
         ctx: FlowContext | AsyncFlowContext | None = None
         try:  # outside the traced block: what the flow raised marks the replay's span as a run's
             with self._traced("replay", execution, replayer, positions) as source:
-                ctx = self._context(definition, execution, source)
+                ctx = self._context(definition, execution, source, recording=False)
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:

@@ -245,7 +245,7 @@ async def _decide(
     if not decision.recorded:
         started = time.perf_counter()
         try:
-            with computing(ctx):
+            with computing(ctx, decision.key):
                 result = await call()
         except MCPError as exc:
             if exc.error.code in _CLIENT_SIDE:  # no answer came: a failure, as any other,

@@ -154,7 +154,8 @@ class _Tool:
             return decision.value
         started = time.perf_counter()
         try:
-            with computing(ctx):  # held while the driver awaits the body: it runs then
+            # held while the driver awaits the body: it runs then
+            with computing(ctx, decision.key):
                 result = self.function(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = yield Pending(decision.key, result)

@@ -81,6 +81,9 @@ class Unfinished(msgspec.Struct, frozen=True, kw_only=True):
     taken_from: tuple[str | None, ...] = ()
     """The owners those claims took it from, in order: workers alive again now were taken for
     dead while their heartbeats lagged (:func:`recover`)."""
+    started_by: UUID | None = None
+    """The execution whose decision started it, for a sub-agent: while that one is unfinished,
+    its recovery finishes the sub-agent (:func:`recover`)."""
 
 
 def unfinished(log: EventLog) -> list[Unfinished]:
@@ -104,6 +107,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
         Forgotten.TOPIC,
     )
     flows: dict[UUID, str] = {}
+    parents: dict[UUID, UUID] = {}
     owners: dict[UUID, str | None] = {}
     claims: dict[UUID, int] = {}
     claimed_at: dict[UUID, int] = {}  # the version of each one's last claim
@@ -117,6 +121,8 @@ def unfinished(log: EventLog) -> list[Unfinished]:
         elif isinstance(event, Execution.Created):
             flows[stream] = event.flow
             owners[stream] = event.worker
+            if event.started_by is not None:
+                parents[stream] = event.started_by
         elif isinstance(event, Execution.Completed | Execution.Failed):
             owners.pop(stream, None)
         elif isinstance(event, Execution.Reopened) or stream in owners:  # or Resumed
@@ -140,6 +146,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
             owner=owner,
             claims=claims.get(stream, 0),
             taken_from=tuple(taken_from.get(stream, ())),
+            started_by=parents.get(stream),
         )
         for stream, owner in owners.items()
         if subject_of(stream) not in erased
@@ -191,10 +198,21 @@ def recover(
             dead_after=dead_after,
         )
         liveness = {w.worker: w.alive for w in workers}
+        unfinished_ids = {execution.execution_id for execution in pending}
         for execution in sorted(pending, key=lambda e: e.claims):  # stable: oldest first
             if stopping is not None and stopping.is_set():
                 break
             if loom.runs_now(execution.execution_id):
+                continue
+            if execution.started_by in unfinished_ids:
+                # A sub-agent is its parent's to finish: the parent's decision, computed
+                # again, takes it up (Loom._rejoin). Taken here as well, it would run beside
+                # that, which finds it running and fails (ADR 0040, amended "sub-agents").
+                logger.debug(
+                    "execution %s: left to its unfinished parent %s",
+                    execution.execution_id,
+                    execution.started_by,
+                )
                 continue
             if execution.owner == worker:
                 abandoned = True  # stranded: owned here, run here no more

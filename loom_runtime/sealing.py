@@ -1407,6 +1407,15 @@ class ExecutionSealer:
             sealed.append(copied)
         return sealed
 
+    def sealed_name(self, key: str) -> str:
+        """``key`` as this execution stores a decision key: deterministic under its data key
+        (a destroyed one is :class:`SubjectErasedError`). What names the sub-agents its
+        decisions start (:func:`~loom_runtime.context.sub_agent`): a child's id is stored in
+        clear, and one derived from the key in clear would confirm a guess of a sealed key."""
+        return str(
+            self._seal_names(self.keyring.live_key(self.subject), key, _NAME, _CREATED, "key")
+        )
+
     def _seal_input(self, aead: AESGCM, value: Any, place: str) -> _Envelope:
         """The execution's input sealed at ``place`` (``stream:version:field``), saying whether
         its keys and nulls are sealed twice: in the envelope (:func:`sealed_names`,

@@ -729,6 +729,7 @@ def _execution_json(execution: Execution) -> dict[str, object]:
         "log_position": execution.log_position,
         "parent_id": execution.parent_id,
         "forked_at": execution.forked_at,
+        "started_by": execution.started_by,
         "tenant": execution.labels.tenant,
         "user": execution.labels.user,
         "session": execution.labels.session,
@@ -751,6 +752,7 @@ def lineage(execution: Execution) -> list[str]:
         parent_id=execution.parent_id,
         forked_at=execution.forked_at,
         labels=execution.labels,
+        started_by=execution.started_by,
         reopenings=[
             (r.worker, f"{r.error_type}: {r.message}", r.dropped) for r in execution.reopenings
         ],

@@ -132,14 +132,17 @@ def lineage_lines(
     forked_at: object | None,
     reopenings: Iterable[tuple[str, str, Sequence[str]]],
     labels: Labels = NO_LABELS,
+    started_by: object | None = None,
 ) -> list[str]:
     """Where an execution comes from, as ``executions show`` and the audit print it: who and
     what it ran for (its labels, ADR 0034), the parent it was forked from and the point (ADR
-    0027), and each reopened failure as ``(worker, error, keys computed again)`` (ADR 0026);
-    no line for a plain run."""
+    0027), the decision that started it for a sub-agent (ADR 0040), and each reopened failure
+    as ``(worker, error, keys computed again)`` (ADR 0026); no line for a plain run."""
     lines = [] if labels == NO_LABELS else [f"ran for {describe_labels(labels)}"]
     if parent_id is not None:
         lines.append(f"forked from execution {parent_id}, taking its first {forked_at} decision(s)")
+    if started_by is not None:
+        lines.append(f"started by a decision of execution {started_by} (a sub-agent)")
     for worker, error, dropped in reopenings:
         again = ", ".join(repr(key) for key in dropped) or "none"
         lines.append(f"reopened by {worker} after it failed ({error}); computed again: {again}")

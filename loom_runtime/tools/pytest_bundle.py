@@ -25,7 +25,7 @@ from uuid import UUID
 import msgspec
 
 from loom_runtime.bundle import Bundle, BundleEvent, read_bundle
-from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot
+from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot, SubAgent
 from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
 from loom_runtime.errors import (
@@ -162,7 +162,7 @@ class BundleLoom(Loom):
 
     def _start(
         self, flow: str, labels: Labels, arguments: dict[str, Any]
-    ) -> tuple[Flow, Execution, dict[str, Any]]:
+    ) -> tuple[Flow, Execution, dict[str, Any], SubAgent | None]:
         started = super()._start(flow, labels, arguments)
         self.recorded = started[1].id  # exported even if the flow then fails: that is recorded
         return started
@@ -255,11 +255,11 @@ class BundleLoom(Loom):
         self.accepted = result.divergences
 
     def _context(
-        self, definition: Flow, execution: Execution, source: DecisionSource
+        self, definition: Flow, execution: Execution, source: DecisionSource, *, recording: bool
     ) -> FlowContext | AsyncFlowContext:
         if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
-        return super()._context(definition, execution, source)
+        return super()._context(definition, execution, source, recording=recording)
 
     def _replay_result(
         self,

@@ -1,11 +1,13 @@
 """Runtime tests: register the event-log conformance kit for assertion rewriting before it loads,
-and the SQLite log the recorder's connection tests share."""
+the SQLite log the recorder's connection tests share, and the second Loom the recovery tests
+take over with."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from loom_runtime import Loom
 from loom_runtime.log import LogSettings, open_log
 from loom_runtime.storage.application import EventsourcingLog
 
@@ -20,3 +22,10 @@ def sqlite_log(tmp_path: Path) -> Iterator[EventsourcingLog]:
     assert isinstance(opened, EventsourcingLog)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def other(db_url: str) -> Iterator[Loom]:
+    """A second Loom on the same log: another worker process, as far as the log can tell."""
+    with Loom(db_url) as instance:
+        yield instance

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -87,13 +86,6 @@ def age(loom: Loom, worker: str, seconds: float) -> None:
             .where(workers_table.c.worker == worker)
             .values(beat_at=workers_table.c.beat_at - seconds)
         )
-
-
-@pytest.fixture
-def other(db_url: str) -> Iterator[Loom]:
-    """A second Loom on the same log: another worker process, as far as the log can tell."""
-    with Loom(db_url) as instance:
-        yield instance
 
 
 @pytest.fixture

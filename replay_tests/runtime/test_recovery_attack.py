@@ -21,9 +21,9 @@ from loom_runtime import FlowContext, FlowInputError, FlowNotFoundError, Loom, M
 from loom_runtime.recovery import MAX_CLAIMS
 from loom_runtime.tools.cli import app
 from replay_tests.forked_children import exit_statuses, fork_children
-from replay_tests.runtime.test_recovery import Crash, events, other, steps
+from replay_tests.runtime.test_recovery import Crash, events, steps
 
-__all__ = ["other", "steps"]  # fixtures, imported for the tests below
+__all__ = ["steps"]  # a fixture, imported for the tests below
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

@@ -25,11 +25,10 @@ from replay_tests.runtime.test_recovery import (
     age,
     events,
     interrupted,
-    other,
     steps,
 )
 
-__all__ = ["other", "steps"]  # fixtures, imported for the tests below
+__all__ = ["steps"]  # a fixture, imported for the tests below
 
 
 @pytest.mark.parametrize("stopped_by", [asyncio.CancelledError, KeyboardInterrupt])
