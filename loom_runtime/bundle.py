@@ -404,7 +404,12 @@ def seal(
 
 
 def write_bundle(
-    bundle: Bundle, path: Path, *, follow_link: bool = True, over_any_file: bool = False
+    bundle: Bundle,
+    path: Path,
+    *,
+    follow_link: bool = True,
+    over_any_file: bool = False,
+    private: bool = False,
 ) -> Path:
     """Write ``bundle`` to ``path`` (msgpack for ``.msgpack``, else JSON); returns the path.
 
@@ -415,7 +420,8 @@ def write_bundle(
     with ``follow_link=False`` the link itself is, for a name the caller derived rather than
     chose (``loom export -o DIR`` names each ``<id>.json``): a link planted under it must not
     send the bundle over the file it points to. An existing file keeps its permissions; a new
-    one gets the usual ones (0o666 less the umask).
+    one gets the usual ones (0o666 less the umask), or, ``private``, its owner's only (0o600:
+    the clear copy of an execution its log keeps sealed, ADR 0049).
 
     Only a bundle (or an empty file) is replaced: any other file there raises
     :class:`FileExistsError`, unwritten. Re-exporting over a bundle is the point of ``-o``;
@@ -436,7 +442,8 @@ def write_bundle(
         )
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     try:
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        mode = 0o600 if private else 0o666
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except OSError as exc:  # no such folder, no permission: name the file asked for
         raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:

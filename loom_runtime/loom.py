@@ -614,9 +614,15 @@ class Loom:
 
         The bundle holds the execution's values in clear (it replays with no database and no
         key), so it is a copy outside erasure's reach; an erased execution cannot be exported
-        (:class:`~loom_runtime.errors.ErasedError`).
+        (:class:`~loom_runtime.errors.ErasedError`). From an encrypted log, a new file is
+        readable by its owner only (0o600): the clear copy of what the log keeps sealed.
         """
-        return write_bundle(self.bundle_of(execution_id), Path(path), follow_link=follow_link)
+        return write_bundle(
+            self.bundle_of(execution_id),
+            Path(path),
+            follow_link=follow_link,
+            private=self._encryption is not None,
+        )
 
     def bundle_of(self, execution_id: UUID | str) -> Bundle:
         """The bundle :meth:`export` writes, in memory (to write later, once the log is

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loom_runtime import Loom
+from loom_runtime import Loom, MasterKey
 from loom_runtime.bundle import read_bundle, write_bundle
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs RLIMIT_FSIZE")
@@ -89,3 +89,22 @@ def test_a_bundle_into_a_folder_that_is_not_there_names_the_bundle(tmp_path: Pat
         write_bundle(bundle, target)
     assert refused.value.filename == str(target)
     assert ".partial" not in str(refused.value)
+
+
+def test_a_new_bundle_of_an_encrypted_log_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """A bundle holds the execution in clear (it replays with no key): exported from a log
+    that keeps it sealed, a new file with the usual mode (0o666 less a umask of 022) let every
+    user of the machine read what the log protects. Owner-only now; a clear log's bundle, and
+    an existing file's mode, are as they were (above)."""
+    key = MasterKey(bytes(range(32)))
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    umask = os.umask(0o022)
+    try:
+        with Loom(url, encryption=key) as loom:
+            loom.flow("one")(lambda ctx: ctx.decide("a", lambda: "private"))
+            run = loom.run("one")
+            exported = loom.export(run.execution_id, tmp_path / "sealed.json")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(exported.stat().st_mode) == 0o600
+    assert read_bundle(exported).execution_id == run.execution_id
