@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import logging
 import os
 import re
 import symtable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -160,16 +161,53 @@ def test_a_page_leaves_the_environment_as_it_found_it(
     assert dict(os.environ) == before
 
 
+def test_a_page_leaves_logging_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tracing guide sets the ``loom`` logger to INFO, as a user's session would. Left
+    set, a later test of the worker that captured the DEBUG records of ``loom.memory`` with
+    ``caplog.at_level(DEBUG)`` (which sets the root logger's level, not ``loom``'s) got none,
+    in whichever tests pytest-xdist happened to run after this page."""
+    before = _logging_state()
+    _run_page(ROOT / "docs" / "guides" / "trace-executions.md", tmp_path, monkeypatch)
+    assert _logging_state() == before
+
+
+def _logging_state() -> dict[str, object]:
+    """The loggers with a level of their own, and the root logger's level and handlers: what
+    a page's blocks may set."""
+    loggers = logging.Logger.manager.loggerDict.values()
+    state: dict[str, object] = {
+        lg.name: lg.level for lg in loggers if isinstance(lg, logging.Logger) and lg.level
+    }
+    root = logging.getLogger()
+    state[""] = (root.level, list(root.handlers))
+    return state
+
+
+def _restore_logging(state: dict[str, object]) -> None:
+    """Put back what :func:`_logging_state` read: a level set since is cleared."""
+    for lg in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(lg, logging.Logger):
+            level = state.get(lg.name, logging.NOTSET)
+            lg.setLevel(level if isinstance(level, int) else logging.NOTSET)
+    level, handlers = cast(tuple[int, list[logging.Handler]], state[""])
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.handlers[:] = handlers
+
+
 def _run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run ``page``'s non-fragment blocks in order in one namespace, in ``tmp_path``; the
-    process environment is put back as it was whatever the blocks set (monkeypatch undoes
-    only what it set itself, after the test)."""
+    process environment and the loggers' levels and root handlers are put back as they were
+    whatever the blocks set (monkeypatch undoes only what it set itself, after the test)."""
     runnable = [block for block in _blocks(page) if block.given is None]
     monkeypatch.chdir(tmp_path)  # an empty folder, as a reader's: no runbooks/ of ours
     environment = dict(os.environ)
     monkeypatch.delenv("LOOM_DB_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
     namespace: dict[str, Any] = {"__name__": "__docs__"}
+    logged = _logging_state()
     with ProviderServer() as provider:
         monkeypatch.setenv("OPENAI_BASE_URL", provider.openai_url)
         try:
@@ -181,6 +219,7 @@ def _run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
                 namespace["loom"].close()
             os.environ.clear()
             os.environ.update(environment)
+            _restore_logging(logged)
 
 
 @pytest.mark.parametrize("block", _fragment_params())

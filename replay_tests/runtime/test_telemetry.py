@@ -581,7 +581,10 @@ def test_memory_writes_and_knowledge_syncs_are_logged_on_their_loggers(
     from loom_knowledge import Doc, open_knowledge_base
     from loom_memory import EventSourcedMemory, MemoryEntry
 
-    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom, caplog.at_level(logging.DEBUG):
+    with (
+        Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom,
+        caplog.at_level(logging.DEBUG, logger="loom"),
+    ):
         EventSourcedMemory(loom, name="notes").append("user:1", [MemoryEntry(content="hi")])
         kb = open_knowledge_base(loom, "runbooks")
         kb.sync([Doc(id="disk", text="Rotate the logs.")], source="wiki")
