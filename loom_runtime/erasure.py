@@ -101,7 +101,8 @@ class ErasureReport(msgspec.Struct, frozen=True, kw_only=True):
     unpurged: tuple[str, ...] = ()
     """Read models that could not catch up to the forget event, ``"NAME: cause"`` each: they
     still hold the erased subjects' clear text until they do (``loom doctor`` retries). On
-    SQLite, also the write-ahead log (``PATH-wal: cause``) when it could not be emptied, a
+    SQLite, also the write-ahead log (``write-ahead log PATH-wal: cause``, :data:`WAL_ENTRY`)
+    when it could not be emptied, a
     reader holding it: it may hold that text until the next ``wal_checkpoint(TRUNCATE)``."""
 
     @property
@@ -458,7 +459,7 @@ def _truncate_wal(loom: Loom) -> str | None:
     engine = loom.log.engine
     if engine.dialect.name != "sqlite":
         return None
-    name = f"{engine.url.database}-wal"
+    name = f"{WAL_ENTRY}{engine.url.database}-wal"
     try:
         raw = engine.raw_connection()
         try:
@@ -484,6 +485,9 @@ def _truncate_wal(loom: Loom) -> str | None:
 
 
 _TRUNCATE_WAL: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
+WAL_ENTRY: Final = "write-ahead log "
+"""How the report's ``unpurged`` entry of the SQLite write-ahead log begins (the rest name
+read models, which ``loom doctor`` catches up; the WAL's entry says what empties it)."""
 
 
 def _made_meanwhile(

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from sqlalchemy.engine import make_url
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_memory import EventSourcedMemory, MemoryEntry, SqliteMemoryStore
 from loom_runtime import Loom, MasterKey
+from loom_runtime.tools.erase_cli import _exit_if_unpurged
 
 KEY = MasterKey(b"r" * 32)
 ERASED = (b"Zyxwvu", b"Qwertyplace", b"Plughfrobnicate")
@@ -142,7 +144,7 @@ def test_the_wal_holds_no_erased_text_when_erase_returns(
 
 
 def test_a_reader_holding_the_wal_leaves_the_erasure_applied_and_reported(
-    sqlite_url: str, secure_delete_off: None
+    sqlite_url: str, secure_delete_off: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The checkpoint waits (the lock timeout) for every reader of the WAL; one still reading
     then keeps the WAL as it is. The erasure stands (the keys are destroyed, the read models
@@ -156,8 +158,13 @@ def test_a_reader_holding_the_wal_leaves_the_erasure_applied_and_reported(
         report = loom.erase(document="handbook:people/carol", reason="r", by="dpo")
         assert report.applied and len(report.unpurged) == 1, report.unpurged
         [entry] = report.unpurged
-        assert entry.startswith(f"{make_url(sqlite_url).database}-wal: ")
+        assert entry.startswith(f"write-ahead log {make_url(sqlite_url).database}-wal: ")
         assert "wal_checkpoint(TRUNCATE)" in entry
+        with pytest.raises(typer.Exit):  # as `loom erase` prints it: no read model, no doctor
+            _exit_if_unpurged(report)
+        printed = " ".join(capsys.readouterr().err.split())
+        assert "write-ahead log" in printed and "wal_checkpoint(TRUNCATE)" in printed
+        assert "read model" not in printed and "loom doctor" not in printed
         assert open_knowledge_base(loom, "handbook").search("Zyxwvu") == []
         reader.execute("COMMIT")
         again = loom.erase(memory_key="memory:dave", reason="r", by="dpo")
