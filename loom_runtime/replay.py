@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import msgspec
@@ -147,6 +147,10 @@ class Replayer:
         ]
 
 
+DESCRIBED: Final = 50
+"""How many divergences :meth:`ReplayResult.describe` spells out before it counts the rest."""
+
+
 class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a replay found. ``identical`` is true only when there is no divergence at all."""
 
@@ -168,11 +172,19 @@ class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
             raise self.divergences[0]
 
     def describe(self) -> str:
-        """A readable account: 'identical', or every divergence in order."""
+        """A readable account: 'identical', or the divergences in order, the first
+        :data:`DESCRIBED` of them and then how many more (what ``loom replay`` and a failing
+        bundle test print: a loop whose prompt changed gives one per decision, each with its
+        diff; :attr:`divergences` holds them all)."""
         if self.identical:
             return f"execution {self.execution_id} ({self.flow}) replayed identically"
         lines = [f"execution {self.execution_id} ({self.flow}) diverged:"]
-        lines += [f"- {type(d).__name__}: {d}" for d in self.divergences]
+        lines += [f"- {type(d).__name__}: {d}" for d in self.divergences[:DESCRIBED]]
+        if (more := len(self.divergences) - DESCRIBED) > 0:
+            lines.append(
+                f"... and {more:,} more divergences (all in ReplayResult.divergences, or "
+                "loom replay ID --json)"
+            )
         return "\n".join(lines)
 
 

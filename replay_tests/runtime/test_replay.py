@@ -16,6 +16,7 @@ from loom_runtime import (
     UnrecordedDecisionError,
     UnusedDecisionsError,
 )
+from loom_runtime.replay import DESCRIBED
 
 
 def _boom() -> Any:
@@ -198,3 +199,28 @@ def test_counterfactual_replay_runs_chosen_kinds_live(loom: Loom) -> None:
     assert result.output == "answer from ['old']"  # the model answer stayed recorded
     assert result.identical  # the model key was still asked with the same (absent) input
     assert loom.log.position == before
+
+
+def test_thousands_of_divergences_are_described_in_a_bounded_account(loom: Loom) -> None:
+    """``describe()`` is what ``loom replay`` and a failing bundle test print: a loop whose
+    prompt changed gives one divergence, with its diff, per decision, and 3,000 of them made
+    a report no terminal or CI log could show. The first ones are described, then a count;
+    ``divergences`` (and ``loom replay --json``) hold them all."""
+    prompt = {"text": "first"}
+
+    @loom.flow("loop")
+    def loop(ctx: FlowContext) -> int:
+        for n in range(3_000):
+            ctx.decide(f"step-{n}", lambda n=n: n, input=prompt["text"])
+        return 0
+
+    run = loom.run("loop")
+    prompt["text"] = "second"
+    result = loom.replay(run.execution_id)
+    assert len(result.divergences) == 3_000
+    described = result.describe()
+    assert described.count("DecisionInputChangedError") == DESCRIBED
+    assert described.endswith(
+        f"... and {3_000 - DESCRIBED:,} more divergences (all in ReplayResult.divergences, "
+        "or loom replay ID --json)"
+    )
