@@ -526,7 +526,11 @@ def pytest_collection_modifyitems(
 def _listed(path: Path) -> bool:
     """Whether a folder's entry is replayed or refused: a bundle's suffix in any case, or a
     folder. A folder's bundles, or one named ``INCIDENT.JSON``, were silently left out of the
-    run (a regression no test caught); other files (a README) are no bundle, and ignored."""
+    run (a regression no test caught); other files (a README) are no bundle, and ignored, as
+    are tooling's entries (``__pycache__``, a hidden ``.git``), which failed the run as
+    folders with nothing wrong in them."""
+    if path.name.startswith(".") or path.name == "__pycache__":
+        return False
     return path.suffix.lower() in BUNDLE_SUFFIXES or path.is_dir()
 
 

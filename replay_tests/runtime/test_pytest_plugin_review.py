@@ -171,6 +171,23 @@ def test_every_entry_of_a_bundle_folder_is_replayed_or_fails(
     named.stdout.fnmatch_lines(["*INCIDENT-3.JSON ends in .JSON*"])
 
 
+def test_hidden_entries_and_pycache_in_a_bundle_folder_are_not_refused(
+    pytester: pytest.Pytester,
+    recordings: Path,  # noqa: F811
+) -> None:
+    """Every folder in a ``--loom-bundles`` folder failed as "not a regular file": a
+    ``__pycache__`` Python made beside a helper module, a ``.git`` or an editor's hidden
+    folder failed the run with nothing wrong in it. Those are tooling's, never a bundle's: left
+    out, as a README is; a folder of another name still fails (above)."""
+    for name in ("__pycache__", ".ipynb_checkpoints", ".git"):
+        (recordings / name).mkdir()
+        (recordings / name / "x.json").write_text("{}")
+    pytester.makepyfile(flows_v1=flows_module("Greet "))
+    options = ["-p", "no:randomly", "--loom-bundles", str(recordings), "-rA"]
+    result = pytester.runpytest(*options, "--loom-flows=flows_v1:flows")
+    result.assert_outcomes(passed=1)
+
+
 @pytest.mark.parametrize("content", [[], ["README.md"]], ids=["empty", "no-bundle"])
 def test_a_bundle_folder_with_nothing_to_replay_fails(
     pytester: pytest.Pytester, content: list[str]
