@@ -320,15 +320,20 @@ def read_importable(path: Path, *, max_bytes: int | None = None) -> tuple[Bundle
     a command whose every file is unusable creates none.
     """
     bundle = read_bundle(path, max_bytes=max_bytes)
-    if bundle.execution_id.version != 4:
+    execution = bundle.execution()
+    version = bundle.execution_id.version
+    if not (version == 4 or (version == 8 and execution.started_by is not None)):
         # Named streams (a knowledge scope, a memory key, the forget log) have computable
-        # uuid5 ids: an execution planted in one before its first write takes it over.
+        # uuid5 ids: an execution planted in one before its first write takes it over. A
+        # sub-agent's id is derived too, but as a version 8 UUID, which no named stream is
+        # (context.SubAgents.ids); a recording run never takes up an imported one.
         raise BundleFormatError(
             f"the bundle's execution id {bundle.execution_id} is not a random (version 4) "
-            "UUID, as every execution's is: it was edited, and may name another stream of "
-            "the log; nothing was imported"
+            "UUID, as every execution's is, nor a sub-agent's (version 8, naming the execution "
+            "that started it): it was edited, and may name another stream of the log; nothing "
+            "was imported"
         )
-    _started_in_the_past(bundle.execution())
+    _started_in_the_past(execution)
     rows = bundle.rows()
     check_fields(rows)
     return bundle, rows

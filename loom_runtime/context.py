@@ -36,6 +36,7 @@ import builtins
 import contextlib
 import functools
 import inspect
+import itertools
 import queue
 import random
 import re
@@ -1303,19 +1304,13 @@ class _ComputedLive:
     """One attempt at one of a flow's decisions, computed live here: what names the
     sub-agents it starts (:func:`sub_agent`)."""
 
-    __slots__ = ("_lock", "_started", "attempt", "ctx", "key")
+    __slots__ = ("attempt", "ctx", "key", "lock", "taken")
 
     def __init__(self, ctx: _Context, key: str, attempt: int) -> None:
         self.ctx, self.key, self.attempt = ctx, key, attempt
-        self._started: dict[str, int] = {}
-        self._lock = threading.Lock()  # the compute's own threads may start runs at once
-
-    def count(self, flow: str) -> int:
-        """How many runs of ``flow`` this attempt started before this one."""
-        with self._lock:
-            started = self._started.get(flow, 0)
-            self._started[flow] = started + 1
-            return started
+        self.taken: set[UUID] = set()
+        """The sub-agents' ids this attempt took, started or found (:class:`SubAgents`)."""
+        self.lock = threading.Lock()  # the compute's own threads may start runs at once
 
 
 _computed_live: ContextVar[_ComputedLive | None] = ContextVar("loom_computed_live", default=None)
@@ -1344,47 +1339,69 @@ def computing(ctx: _Context, key: str, *, attempt: int = 1) -> Iterator[None]:
 class SubAgentNaming(NamedTuple):
     """What a recording run names the sub-agents its decisions start by (:func:`sub_agent`)."""
 
-    generation: int
-    """How many times the execution was reopened (ADR 0026): a reopened one starts anew."""
+    reopened: Mapping[str, int]
+    """Per decision key, how many reopenings (ADR 0026) dropped it to compute it again: a
+    decision computed anew after its failure starts its sub-agents anew, one that never
+    stored an outcome (its worker died) takes up those it started."""
     seal: Callable[[str], str] | None
     """A decision key as the execution stores it sealed (ADR 0049, "names"); None for one
     whose keys are stored in clear."""
+    force: bool
+    """The run is a forced resume (``resume(force=True)``): a sub-agent found is taken up
+    whoever owns it, as its parent was."""
 
 
-class SubAgent(msgspec.Struct, frozen=True, kw_only=True):
-    """The execution a flow run inside one of a recording flow's decisions is (see
-    :func:`sub_agent`)."""
+class SubAgents:
+    """The runs of one flow that one attempt at a decision starts (:func:`sub_agent`): each
+    is the first of :meth:`ids` that is free or is the same run started before."""
 
-    execution_id: UUID
-    parent: UUID
-    """The execution whose decision started it."""
-    key: str
-    """That decision's key."""
+    def __init__(self, live: _ComputedLive, flow: str, naming: SubAgentNaming) -> None:
+        self.parent: UUID = live.ctx.execution_id
+        self.key = live.key
+        self.force = naming.force
+        self.lock = live.lock
+        """Held while a run picks its id: the compute's threads pick one at a time."""
+        self._live = live
+        key = live.key if naming.seal is None else naming.seal(live.key)
+        generation = naming.reopened.get(live.key, 0)
+        self._name = "\n".join((str(generation), key, str(live.attempt), flow))
+
+    def ids(self) -> Iterator[UUID]:
+        """The ids the n-th run of the flow in this attempt gets, n = 0, 1, ..., less those
+        taken: uuid5 in the parent's id, made a version 8 UUID, so no execution's (version 4)
+        and no named stream's (version 5) id is ever one, and a bundle can be told a
+        sub-agent's (:func:`~loom_runtime.bundle.read_importable`)."""
+        for n in itertools.count():
+            derived = bytearray(uuid.uuid5(self.parent, f"{self._name}\n{n}").bytes)
+            derived[6] = (derived[6] & 0x0F) | 0x80  # version 8 (uuid's own stops at 5 here)
+            execution_id = UUID(bytes=bytes(derived))
+            if execution_id not in self._live.taken:
+                yield execution_id
+
+    def take(self, execution_id: UUID) -> None:
+        """Mark ``execution_id`` this attempt's: no other run of it is given it."""
+        self._live.taken.add(execution_id)
 
 
-def sub_agent(flow: str) -> SubAgent | None:
-    """The execution a run of ``flow`` started here is, when here is one of a recording
-    flow's decisions computed live (a sub-agent); None elsewhere (a fresh id).
+def sub_agent(flow: str) -> SubAgents | None:
+    """The runs of ``flow`` started here, when here is one of a recording flow's decisions
+    computed live (sub-agents); None elsewhere (a fresh id each).
 
-    Its id is derived from the decision (the parent execution, how many times that was
-    reopened, the key and the attempt) and from what is run (the flow, and how many runs of it
-    the attempt started before). A decision computed again after its worker died names the
-    same execution, so the run finds the sub-agent it started the first time and finishes that
-    one instead of starting a second (ADR 0040, amended "sub-agents"). An id is stored in
-    clear, so nothing that may be sealed goes in as it is: the input is left out (a digest of
-    an erased input would let anyone confirm a guess of it) and a sealed execution's key goes
-    in sealed. In a replay (no ``naming``) a decision computed live starts a new execution,
-    as it always did."""
+    A sub-agent's id is derived from the decision (the parent execution, the reopenings that
+    dropped the decision, its key and attempt) and from what is run (the flow, and its number
+    among that attempt's runs of it). A decision computed again after its worker died derives
+    the same ids, so a run finds the sub-agent it started the first time and finishes that one
+    instead of starting a second (ADR 0040, amended "sub-agents"); which of them is which is
+    told by their input and labels (:meth:`Loom._start`), so runs started from threads in
+    another order still find their own. An id is stored in clear, so nothing that may be
+    sealed goes in as it is: the input is left out (a digest of an erased input would let
+    anyone confirm a guess of it) and a sealed execution's key goes in sealed. In a replay (no
+    ``naming``) a decision computed live starts a new execution, as it always did."""
     live = _computed_live.get()
     ctx = _current.get()
     if live is None or live.ctx is not ctx or ctx is None or ctx.naming is None:
         return None
-    generation, seal = ctx.naming
-    key = live.key if seal is None else seal(live.key)
-    name = "\n".join((str(generation), key, str(live.attempt), flow, str(live.count(flow))))
-    return SubAgent(
-        execution_id=uuid.uuid5(ctx.execution_id, name), parent=ctx.execution_id, key=live.key
-    )
+    return SubAgents(live, flow, ctx.naming)
 
 
 def recorder(call: str) -> FlowContext | AsyncFlowContext | None:

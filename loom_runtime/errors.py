@@ -198,24 +198,6 @@ class SubflowOutsideDecisionError(LoomError):
         self.flow = flow
 
 
-class SubAgentChangedError(LoomError):
-    """A decision computed again after its run stopped (a worker died in it) started a
-    sub-agent where its first computation had started one of the same flow with another input:
-    the code changed, or runs of one flow that the compute started at once (from threads) came
-    in another order. Finishing the first would answer another question, and starting a second
-    would leave the first to be finished as well: nothing was written, and the decision fails
-    with this error (ADR 0040, amended "sub-agents")."""
-
-    def __init__(self, *, execution: object, flow: str, parent: object, key: str) -> None:
-        super().__init__(
-            f"decision {key!r} of execution {parent}, computed again, started flow {flow!r} "
-            f"with another input than its first computation gave execution {execution}, "
-            "which is unfinished or done: nothing was written. Let the decision start the same "
-            f"runs in the same order, or see `loom executions show {execution}`"
-        )
-        self.flow = flow
-
-
 class ForkPointError(LoomError, ValueError):
     """``fork(..., at=...)`` names no point of the parent execution: a key it never recorded,
     or a number of decisions outside 0..the number it recorded (ADR 0027). Nothing was written."""

@@ -51,8 +51,8 @@ from loom_runtime.context import (
     DecisionSource,
     FlowContext,
     Recorder,
-    SubAgent,
     SubAgentNaming,
+    SubAgents,
     current_context,
     rebuild_error,
     running,
@@ -75,7 +75,6 @@ from loom_runtime.errors import (
     LabelError,
     LogCorruptError,
     RecoveryLimitError,
-    SubAgentChangedError,
     SubflowOutsideDecisionError,
     UnattributedCallError,
 )
@@ -903,7 +902,7 @@ class Loom:
 
     def _start(
         self, flow: str, labels: Labels, arguments: dict[str, Any]
-    ) -> tuple[Flow, Execution, dict[str, Any], SubAgent | None]:
+    ) -> tuple[Flow, Execution, dict[str, Any], SubAgents | None]:
         """Start a run of ``flow``: its definition, its new execution (stored, counted
         running here), its arguments as the flow takes them, and None. A sub-agent (a run
         inside a recording flow's decision) that this decision started before its run stopped
@@ -921,8 +920,13 @@ class Loom:
             raise SubflowOutsideDecisionError(flow=definition.name, parent=parent.execution_id)
         raw_input, kwargs = definition.bind(arguments, redactor=self.settings.redactor)
         sub = sub_agent(definition.name)
-        earlier = None if sub is None else self._started_before(sub, definition, raw_input)
-        execution_id = uuid4() if sub is None else sub.execution_id
+        earlier = None
+        if sub is None:
+            execution_id = uuid4()
+        else:
+            with sub.lock:  # the compute's threads pick their runs' ids one at a time
+                execution_id, earlier = self._sub_agent(sub, definition, raw_input, labels)
+                sub.take(execution_id)
         # Counted before its owner is read and before it exists (the run's own block ends it):
         # a worker block that ends meanwhile either sees it running or gives it no owner.
         self._runs(execution_id)
@@ -951,27 +955,35 @@ class Loom:
         )
         return definition, execution, kwargs, None
 
-    def _started_before(
-        self, sub: SubAgent, definition: Flow, raw_input: msgspec.Raw
-    ) -> Execution | None:
-        """The sub-agent ``sub`` names, if its decision started it in an earlier run (one
-        that stopped before the decision was stored): None when it is new. It must be the
-        same run (:class:`SubAgentChangedError`) and not running now
-        (:class:`ExecutionOwnedError`, as :meth:`resume` refuses it)."""
-        try:
-            execution = self.execution(sub.execution_id)
-        except ExecutionNotFoundError:
-            return None
-        if execution.started_by != sub.parent or codec.decode_untyped(
-            execution.input
-        ) != codec.decode_untyped(raw_input):
-            raise SubAgentChangedError(
-                execution=execution.id, flow=definition.name, parent=sub.parent, key=sub.key
-            )
-        self._refuse_live_owner(execution)
-        return execution
+    def _sub_agent(
+        self, sub: SubAgents, definition: Flow, raw_input: msgspec.Raw, labels: Labels
+    ) -> tuple[UUID, Execution | None]:
+        """The id of a run of ``definition`` inside a decision (a sub-agent, ``sub``), and
+        the execution found there if the decision started this same run before its run
+        stopped (None: it is new). The same run: the same flow, input and labels, started by
+        this parent, recorded here (an imported one was made elsewhere: a bundle can name any
+        id). One that is not (another input: the code changed, or the compute's threads
+        started their runs in another order) is passed over for the next id, and a found one
+        running in a live worker is :class:`ExecutionOwnedError`, as :meth:`resume` refuses
+        it, unless the parent's run was forced."""
+        for execution_id in sub.ids():
+            try:
+                found = self.execution(execution_id)
+            except ExecutionNotFoundError:
+                return execution_id, None
+            if (
+                found.started_by == sub.parent
+                and found.flow == definition.name
+                and found.labels == labels
+                and codec.decode_untyped(found.input) == codec.decode_untyped(raw_input)
+                and self.imported(execution_id) is None
+            ):
+                if not sub.force or self.runs_now(execution_id):
+                    self._refuse_live_owner(found)
+                return execution_id, found
+        raise AssertionError("unreachable: ids() ends only at a free id")  # pragma: no cover
 
-    def _rejoin(self, definition: Flow, execution: Execution, sub: SubAgent) -> Steps[Run]:
+    def _rejoin(self, definition: Flow, execution: Execution, sub: SubAgents) -> Steps[Run]:
         """Finish a sub-agent its decision (``sub``) started before its run stopped, as that
         run would have: its output if it completed, its failure raised again if it failed (as
         the decision saw it), else resumed (what it stored is not computed again)."""
@@ -1031,13 +1043,15 @@ class Loom:
             save(self.log, execution)
 
     def _context(
-        self, definition: Flow, execution: Execution, source: DecisionSource, *, recording: bool
+        self,
+        definition: Flow,
+        execution: Execution,
+        source: DecisionSource,
+        *,
+        naming: SubAgentNaming | None,
     ) -> FlowContext | AsyncFlowContext:
-        naming = None
-        if recording:  # its decisions name the sub-agents they start (context.sub_agent)
-            sealer = execution.sealer
-            seal = sealer.sealed_name if sealer is not None and sealer.names else None
-            naming = SubAgentNaming(len(execution.reopenings), seal)
+        """The flow's ``ctx``; ``naming``: what a recording run names the sub-agents its
+        decisions start by (None in a replay)."""
         if not definition.is_async:
             return FlowContext(
                 source, execution_id=execution.id, flow=definition.name, naming=naming
@@ -1086,7 +1100,7 @@ class Loom:
             _refuse_in_a_running_loop(call.definition, "aresume")
         with self._running_here(execution.id):
             self._claim(execution)
-            return (yield from self._continue(execution, call))
+            return (yield from self._continue(execution, call, force=force))
 
     def _refuse_live_owner(self, execution: Execution) -> None:
         """Refuse to resume an unfinished execution that is running: in this Loom (another
@@ -1128,15 +1142,18 @@ class Loom:
         )
         save(self.log, execution)
 
-    def _continue(self, execution: Execution, call: _Call | None) -> Steps[Run]:
+    def _continue(
+        self, execution: Execution, call: _Call | None, *, force: bool = False
+    ) -> Steps[Run]:
         """Run a claimed execution's flow to its end with ``call`` (None, for a completed one:
-        its recorded output)."""
+        its recorded output); ``force``: a forced resume (its sub-agents' owners are
+        overridden as its own was)."""
         if call is None:
             return self._finished_run(execution)
         logger.info("execution %s of flow %r resumed", execution.id, call.definition.name)
         return (
             yield from self._record(
-                "resume", call.definition, execution, call.kwargs, call.overrides
+                "resume", call.definition, execution, call.kwargs, call.overrides, force=force
             )
         )
 
@@ -1193,13 +1210,18 @@ class Loom:
         execution: Execution,
         kwargs: dict[str, Any],
         overrides: Mapping[str, msgspec.Raw] | None = None,
+        *,
+        force: bool = False,
     ) -> Steps[Run]:
-        """Call the flow with a recording context; store its output, or its failure."""
+        """Call the flow with a recording context; store its output, or its failure
+        (``force``: a forced resume, see :meth:`_continue`)."""
         positions = None if self._telemetry is None else self._recorded_positions(execution)
         recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
         recorded = tuple(execution.decisions)  # a resume's: asked again, or said not to be
         with self._traced(operation, execution, recorder, positions) as source:
-            ctx = self._context(definition, execution, source, recording=True)
+            ctx = self._context(
+                definition, execution, source, naming=_naming(execution, force=force)
+            )
             # Open decisions are stored before the end event (nothing is stored after it);
             # an interrupt or a cancellation that stops the run stores nothing more (ADR 0026).
             try:
@@ -1240,7 +1262,7 @@ class Loom:
         ctx: FlowContext | AsyncFlowContext | None = None
         try:  # outside the traced block: what the flow raised marks the replay's span as a run's
             with self._traced("replay", execution, replayer, positions) as source:
-                ctx = self._context(definition, execution, source, recording=False)
+                ctx = self._context(definition, execution, source, naming=None)
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:
@@ -1447,6 +1469,17 @@ def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]
         for key, version in execution.decision_versions.items()
         if version in position_of
     }
+
+
+def _naming(execution: Execution, *, force: bool) -> SubAgentNaming:
+    """What a recording run of ``execution`` names the sub-agents its decisions start by
+    (:func:`~loom_runtime.context.sub_agent`)."""
+    sealer = execution.sealer
+    return SubAgentNaming(
+        reopened=Counter(key for reopening in execution.reopenings for key in reopening.dropped),
+        seal=sealer.sealed_name if sealer is not None and sealer.names else None,
+        force=force,
+    )
 
 
 def _fork_point(parent: Execution, at: str | int) -> int:

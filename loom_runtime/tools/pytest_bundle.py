@@ -25,7 +25,14 @@ from uuid import UUID
 import msgspec
 
 from loom_runtime.bundle import Bundle, BundleEvent, read_bundle
-from loom_runtime.context import AsyncFlowContext, DecisionSource, FlowContext, Slot, SubAgent
+from loom_runtime.context import (
+    AsyncFlowContext,
+    DecisionSource,
+    FlowContext,
+    Slot,
+    SubAgentNaming,
+    SubAgents,
+)
 from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
 from loom_runtime.errors import (
@@ -162,7 +169,7 @@ class BundleLoom(Loom):
 
     def _start(
         self, flow: str, labels: Labels, arguments: dict[str, Any]
-    ) -> tuple[Flow, Execution, dict[str, Any], SubAgent | None]:
+    ) -> tuple[Flow, Execution, dict[str, Any], SubAgents | None]:
         started = super()._start(flow, labels, arguments)
         self.recorded = started[1].id  # exported even if the flow then fails: that is recorded
         return started
@@ -255,11 +262,16 @@ class BundleLoom(Loom):
         self.accepted = result.divergences
 
     def _context(
-        self, definition: Flow, execution: Execution, source: DecisionSource, *, recording: bool
+        self,
+        definition: Flow,
+        execution: Execution,
+        source: DecisionSource,
+        *,
+        naming: SubAgentNaming | None,
     ) -> FlowContext | AsyncFlowContext:
         if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
-        return super()._context(definition, execution, source, recording=recording)
+        return super()._context(definition, execution, source, naming=naming)
 
     def _replay_result(
         self,

@@ -6,14 +6,22 @@ started, once, instead of starting a second child beside the orphaned first."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import json
+import threading
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from loom_runtime import AsyncFlowContext, FlowContext, Loom, MasterKey, SubAgentChangedError
+from loom_runtime import AsyncFlowContext, FlowContext, Labels, Loom, MasterKey
+from loom_runtime.bundle import BundleEvent, read_bundle, seal, write_bundle
+from loom_runtime.recovery import MAX_CLAIMS
 from loom_runtime.tools.cli import app
 from replay_tests.runtime.test_recovery import Crash
 
@@ -68,6 +76,13 @@ def died(loom: Loom, agent: SubAgent, at: str) -> None:
     agent.crash_at = None
 
 
+def derived(parent: uuid.UUID, *name: str) -> uuid.UUID:
+    """A sub-agent's id: uuid5 of ``name``'s parts in the parent's id, made version 8."""
+    raw = bytearray(uuid.uuid5(parent, "\n".join(name)).bytes)
+    raw[6] = (raw[6] & 0x0F) | 0x80
+    return uuid.UUID(bytes=bytes(raw))
+
+
 def children(loom: Loom) -> list[Any]:
     return [loom.execution(e.execution_id) for e in loom.executions() if e.flow == "child"]
 
@@ -88,7 +103,7 @@ def test_a_sub_agent_cut_off_with_its_parent_is_finished_once_by_the_parents_rec
     parent = other.execution(runs[0].execution_id)
     assert child.started_by == parent.id
     # In clear, the key as it is (the sealed test's control): generation, key, attempt, flow, n.
-    assert child.id == uuid.uuid5(parent.id, "\n".join(("0", "research", "1", "child", "0")))
+    assert child.id == derived(parent.id, "0", "research", "1", "child", "0")
 
 
 def test_a_sub_agent_whose_parent_is_unfinished_is_left_to_the_parent(
@@ -181,15 +196,200 @@ def test_a_replay_that_computes_the_decision_live_starts_its_own_sub_agent(
     assert len(children(loom)) == 2
 
 
-def test_a_sub_agent_asked_with_another_input_after_the_crash_is_refused(
+def test_a_decision_that_asks_another_run_after_the_crash_starts_that_one(
     loom: Loom, other: Loom, agent: SubAgent
 ) -> None:
+    """The code changed between the crash and the recovery: the decision asks another
+    question, so it gets a run of its own; the first, unfinished, is its parent's until the
+    parent is finished, then recovered as any execution is."""
     died(loom, agent, "draft")
-    agent.topic = "billing"  # the code changed: the decision asks another question now
-    with pytest.raises(SubAgentChangedError, match=r"'research'.*'child'"):
-        other.resume(next(e.execution_id for e in other.executions() if e.flow == "parent"))
-    [child] = children(other)
-    assert child.output is None and agent.calls["look"] == 1
+    agent.topic = "billing"
+    [run] = other.recover()
+    assert run.output == ["look-done", "draft-done"]
+    first, second = sorted(children(other), key=lambda c: c.output is None)
+    assert second.output is None and first.input != second.input
+    [orphan] = other.recover()
+    assert orphan.execution_id == second.id
+
+
+def test_a_run_asked_for_another_user_is_not_handed_the_first_users_sub_agent(
+    loom: Loom, other: Loom
+) -> None:
+    """The same flow and input for another user is another run: it must not be handed the
+    first user's child (and, sealed, that user's decrypted output)."""
+    user = {"name": "alice"}
+    calls: Counter[str] = Counter()
+    crash = {"on": True}
+    for instance in (loom, other):
+
+        @instance.flow("child")
+        def child(ctx: FlowContext) -> str:
+            def read() -> str:
+                calls[user["name"]] += 1
+                if crash["on"]:
+                    raise Crash
+                return f"mail of {user['name']}"
+
+            return str(ctx.decide("read", read))
+
+        @instance.flow("parent")
+        def parent(ctx: FlowContext, instance: Loom = instance) -> str:
+            run = lambda: instance.run("child", labels=Labels(user=user["name"])).output  # noqa: E731
+            return str(ctx.decide("inbox", run))
+
+    with loom.worker(recover_every=None), pytest.raises(Crash):
+        loom.run("parent")
+    user["name"], crash["on"] = "bob", False
+    [run] = other.recover()
+    assert run.output == "mail of bob"
+    assert sorted(str(c.labels.user) for c in children(other)) == ["alice", "bob"]
+
+
+def test_runs_started_from_threads_in_another_order_find_their_own(loom: Loom, other: Loom) -> None:
+    """A decision fans out one run per topic from a thread pool; after the crash the threads
+    start in the other order, so the n-th run of the flow asks another topic. Each finds the
+    child of its own topic (by input), and each child's work is done once."""
+    calls: Counter[str] = Counter()
+    state: dict[str, Any] = {"order": ["a", "b"], "crash": True}
+    for instance in (loom, other):
+
+        @instance.flow("researcher")
+        def researcher(ctx: FlowContext, topic: str) -> str:
+            def look() -> str:
+                calls[topic] += 1
+                return topic.upper()
+
+            value = str(ctx.decide("look", look))
+            if state["crash"] and topic == "b":
+                raise Crash
+            return value
+
+        @instance.flow("parent")
+        def parent(ctx: FlowContext, instance: Loom = instance) -> list[str]:
+            def fan_out() -> list[str]:
+                turns = {topic: threading.Event() for topic in ("a", "b")}
+
+                def one(topic: str) -> str:
+                    assert turns[topic].wait(20)
+                    try:
+                        return str(instance.run("researcher", topic=topic).output)
+                    finally:  # the next topic in this run's order starts once this one ends
+                        for rest in state["order"]:
+                            if not turns[rest].is_set():
+                                turns[rest].set()
+                                break
+
+                with ThreadPoolExecutor(2) as pool:
+                    futures = [
+                        pool.submit(contextvars.copy_context().run, one, topic)
+                        for topic in ("a", "b")
+                    ]
+                    turns[state["order"][0]].set()
+                    return [future.result() for future in futures]
+
+            return list(ctx.decide("fan_out", fan_out))
+
+    with loom.worker(recover_every=None), pytest.raises(Crash):
+        loom.run("parent")
+    state["order"], state["crash"] = ["b", "a"], False
+    [run] = other.recover()
+    assert run.output == ["A", "B"]
+    assert calls == Counter(a=1, b=1)
+    assert len([e for e in other.executions() if e.flow == "researcher"]) == 2
+    assert other.recover() == []
+
+
+def test_a_forced_resume_takes_up_the_sub_agent_its_live_looking_worker_owns(
+    loom: Loom, other: Loom, agent: SubAgent
+) -> None:
+    """``resume(force=True)`` is for a worker known gone whose heartbeat still looks fresh:
+    its parent is taken over, and so is the child the decision finds (owned by that worker):
+    before, the child's owner refused it inside the compute and the parent failed for good."""
+    agent.crash_at = "draft"
+    with loom.worker(recover_every=None):
+        with pytest.raises(Crash):
+            loom.run("parent")
+        agent.crash_at = None
+        parent_id = next(e.execution_id for e in other.executions() if e.flow == "parent")
+        run = other.resume(parent_id, force=True)  # the worker still beats
+    assert run.output == ["look-done", "draft-done"]
+    assert agent.calls == Counter(research=2, look=1, draft=2, **{"after-child": 1})
+
+
+def test_a_parent_set_aside_and_reopened_takes_up_the_sub_agent_that_finished_alone(
+    loom: Loom, other: Loom, agent: SubAgent
+) -> None:
+    """A parent set aside by recovery (or failed elsewhere) without its decision failing keeps
+    the decision's sub-agents: reopened, the decision (dropped by no reopening) takes up the
+    child that was finished meanwhile, instead of starting a second and redoing its work."""
+    died(loom, agent, "after-child")  # the child completed; the decision was never stored
+    parent_id = next(e.execution_id for e in other.executions() if e.flow == "parent")
+    parent = other.execution(parent_id)
+    other._set_aside(parent, worker="recoverer", claims=MAX_CLAIMS)
+    run = other.resume(parent_id, retry_failed=True)
+    assert run.output == ["look-done", "draft-done"]
+    assert agent.calls == Counter(research=2, look=1, draft=1, **{"after-child": 2})
+    assert len(children(other)) == 1
+
+
+def test_an_imported_execution_at_a_sub_agents_id_is_imported_and_never_taken_up(
+    loom: Loom, other: Loom, tmp_path: Path
+) -> None:
+    """A sub-agent's id is derived, made version 8: ``loom import`` takes a child's bundle (it
+    refused every id but a random one). A bundle can name any id, so a decision never takes up
+    an imported execution: one planted at the id a crashed parent's decision derives, with the
+    same input and labels and a forged output, is passed over for a run of its own."""
+    crash = {"on": True}
+    calls: Counter[str] = Counter()
+    elsewhere = Loom(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    for instance in (loom, other, elsewhere):
+
+        @instance.flow("child")
+        def child(ctx: FlowContext, q: str) -> str:
+            return str(ctx.decide("look", lambda: calls.update(["look"]) or f"real {q}"))
+
+        @instance.flow("parent")
+        def parent(ctx: FlowContext, instance: Loom = instance) -> str:
+            def research() -> str:
+                if crash["on"] and instance is loom:
+                    raise Crash  # dies before its decision starts the child
+                return str(instance.run("child", q="x").output)
+
+            return str(ctx.decide("research", research))
+
+    with loom.worker(recover_every=None), pytest.raises(Crash):
+        loom.run("parent")
+    crash["on"] = False
+    parent_id = next(e.execution_id for e in other.executions() if e.flow == "parent")
+    with elsewhere:
+        elsewhere.run("parent")
+        [made] = [e.execution_id for e in elsewhere.executions() if e.flow == "child"]
+        genuine = elsewhere.export(made, tmp_path / "child.json")
+    assert made.version == 8
+    real = read_bundle(genuine)
+    target = derived(parent_id, "0", "research", "1", "child", "0")
+
+    def forged(event: BundleEvent) -> BundleEvent:
+        state = json.loads(event.state)
+        if "started_by" in state:
+            state["started_by"] = str(parent_id)
+        if "output" in state:
+            state["output"] = "forged"
+        return msgspec.structs.replace(event, state=json.dumps(state))
+
+    planted = seal(
+        execution_id=target,
+        flow=real.flow,
+        code_version=real.code_version,
+        started_at_position=real.started_at_position,
+        events=[forged(event) for event in real.events],
+    )
+    other.import_bundle(write_bundle(planted, tmp_path / "planted.json"))
+    other.import_bundle(genuine)  # a child's own bundle imports
+    assert other.execution(target).output is not None
+    [run] = other.recover()
+    assert run.output == "real x"
+    assert calls["look"] == 2  # elsewhere's, and the recovered decision's own child
 
 
 def test_runs_of_one_flow_in_one_decision_and_its_parts_are_told_apart(
@@ -289,5 +489,6 @@ def test_a_sealed_parents_sub_agent_is_named_by_its_sealed_key(sqlite_url: str) 
         assert run.output == ["look-done", "draft-done"]
         assert agent.calls == Counter(research=2, look=1, draft=2, **{"after-child": 1})
         [child] = children(other)
-        in_clear = uuid.uuid5(run.execution_id, "\n".join(("0", "research", "1", "child", "0")))
+        in_clear = derived(run.execution_id, "0", "research", "1", "child", "0")
         assert child.started_by == run.execution_id and child.id != in_clear
+        assert child.id.version == 8
