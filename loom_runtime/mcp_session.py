@@ -13,6 +13,10 @@ what it answered must come from the log on replay, with the server gone (ADR 002
   hold credentials), input ``{"uri"}``;
 * ``await session.get_prompt(name, arguments)`` a decision of kind ``"prompt"``, key
   ``prompt:mcp:<name>``, input ``{"name", "arguments"}`` (plus the options, as a tool call);
+* ``await session.complete(ref, argument, context_arguments)`` a decision of kind
+  ``"complete"``, key ``complete:mcp:<the prompt's name or the template's URI>``, input
+  ``{"ref", "argument", "context_arguments"}``: the completions a server suggests for a
+  prompt's or a template's argument are what a user picks from;
 * ``await session.list_tools()``, ``list_resources()``, ``list_resource_templates()`` and
   ``list_prompts()`` a decision of kind ``"list"``, key ``list:mcp:tools`` (``resources``,
   ``resource_templates``, ``prompts``), input the ``params`` given (``{"cursor"}``), or
@@ -31,7 +35,8 @@ transport stores them (:func:`~loom_runtime.http_request.without_credentials`,
 :func:`~loom_runtime.http_request.url_without_credentials`). Timeouts and
 progress callbacks are not part of the question and are not recorded; a replay calls none.
 Everything else (``initialize``, ``send_ping``, ``async with``) goes to the session as is,
-and outside a flow so do these.
+and outside a flow so do these: a ping asks whether the server is there, which a replay
+without it must not be told it is.
 
 The recorded type name and JSON are untrusted input (a bundle): only the result types this
 module records are rebuilt, and JSON the installed SDK no longer validates is a
@@ -73,6 +78,7 @@ _RECORDED_CLASSES: Final[tuple[type[pydantic.BaseModel] | None, ...]] = (
     mcp_types.ListResourcesResult,
     mcp_types.ListResourceTemplatesResult,
     mcp_types.ListPromptsResult,
+    mcp_types.CompleteResult,
     getattr(mcp_types, "InputRequiredResult", None),  # asked for with allow_input_required (mcp 2)
 )
 RESULT_TYPES: Final = {cls.__name__: cls for cls in _RECORDED_CLASSES if cls is not None}
@@ -152,6 +158,30 @@ class RecordedSession:
     async def list_prompts(self, **kwargs: Any) -> Any:
         """``session.list_prompts``, recorded as ``list:mcp:prompts`` inside a flow."""
         return await _listing(self.session, "prompts", kwargs)
+
+    async def complete(self, ref: Any, argument: dict[str, str], *args: Any, **kwargs: Any) -> Any:
+        """``session.complete``, recorded as ``complete:mcp:<prompt name or template URI>``
+        inside a flow: the suggestions for an argument (``{"name", "value"}``) the server
+        gave, asked with the reference and the other arguments already chosen."""
+        reference = pydantic_core.to_jsonable_python(ref, by_alias=True, exclude_none=True)
+        if isinstance(reference, dict) and "uri" in reference:
+            reference["uri"] = url_without_credentials(str(reference["uri"]))
+            named = resource_name(str(ref.uri))
+        else:
+            named = str(getattr(ref, "name", ""))
+        chosen = args[0] if args else kwargs.get("context_arguments")
+        asked = {
+            "ref": reference,
+            "argument": without_credentials(dict(argument)),
+            **({"context_arguments": without_credentials(dict(chosen))} if chosen else {}),
+            **_options(kwargs),
+        }
+        return await _decide(
+            f"complete:mcp:{named}",
+            "complete",
+            asked,
+            lambda: self.session.complete(ref, argument, *args, **kwargs),
+        )
 
     async def read_resource(self, uri: Any, *args: Any, **kwargs: Any) -> Any:
         """``session.read_resource``, recorded as ``resource:mcp:<uri>`` inside a flow."""
