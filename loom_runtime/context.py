@@ -1522,9 +1522,11 @@ GROUP_META: Final = "exceptions"
 def _group_again(decision: Decision) -> Exception | None:
     """A recorded exception group rebuilt with the errors its meta keeps (``except*`` and
     ``except ExceptionGroup`` then take the path they took live), each rebuilt as any
-    recorded failure is (:func:`rebuild_error`, never importing), nested groups likewise;
-    None (the usual rules) for a recording without them or not in loom's shape."""
-    if decision.meta is None:
+    recorded failure is (:func:`rebuild_error`, never importing), nested groups likewise, as
+    its own class: ``ExceptionGroup`` or an application's subclass of it, when loaded
+    (:func:`_group_class`); None (the usual rules) for a recording without them or not in
+    loom's shape."""
+    if decision.meta is None or _group_class(decision.error_type) is None:
         return None
     try:
         meta = msgspec.json.decode(decision.meta)
@@ -1532,12 +1534,22 @@ def _group_again(decision: Decision) -> Exception | None:
         return None
     entry = meta.get(GROUP_META) if isinstance(meta, dict) else None
     budget = [GROUP_KEPT]  # the meta is untrusted (a bundle): no more than loom keeps
-    return _group_of(entry, decision, 0, budget) if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    return _group_of(entry | {"type": decision.error_type}, decision, 0, budget)
+
+
+def _group_class(error_type: str | None) -> type[ExceptionGroup[Exception]] | None:
+    """The exception group class named ``error_type``: ``ExceptionGroup``, or a subclass of it
+    already loaded (:func:`loaded_exception_class`); None for anything else."""
+    cls = loaded_exception_class(error_type or "")
+    return cls if cls is not None and issubclass(cls, ExceptionGroup) else None
 
 
 def _group_of(
     entry: dict[str, Any], decision: Decision, depth: int, budget: list[int]
 ) -> ExceptionGroup[Exception] | None:
+    cls = _group_class(entry.get("type"))
     message, members = entry.get("message"), entry.get("exceptions")
     if not isinstance(message, str) or not isinstance(members, list) or not members:
         return None
@@ -1552,8 +1564,6 @@ def _group_of(
         if not isinstance(error_type, str) or not isinstance(text, str):
             return None
         if "exceptions" in member:
-            if error_type != "builtins:ExceptionGroup":
-                return None
             nested = _group_of(member, decision, depth + 1, budget)
             if nested is None:
                 return None
@@ -1561,7 +1571,12 @@ def _group_of(
         else:
             part = msgspec.structs.replace(decision, error_type=error_type, message=text, meta=None)
             errors.append(rebuild_error(part))
-    return ExceptionGroup(message, errors)
+    if cls is None:
+        return None
+    try:
+        return cls(message, errors)
+    except Exception:  # a subclass whose constructor takes other arguments: the usual rules
+        return None
 
 
 rebuild_with("builtins:ExceptionGroup", _group_again)
@@ -1591,6 +1606,8 @@ def rebuild_error(decision: Decision) -> Exception:
     message = decision.message or ""
     rebuild = _REBUILDERS.get(error_type)
     rebuilt = None if rebuild is None else rebuild(decision)
+    if rebuild is None and decision.meta is not None:  # an application's group, kept so
+        rebuilt = _group_again(decision)
     if rebuilt is not None:
         noted = _noted(rebuilt, f"loom: replayed from the log (decision {decision.key!r})")
         if noted is not None:

@@ -124,3 +124,46 @@ def test_a_group_s_errors_that_are_not_as_loom_stores_them_rebuild_nothing(
         meta=msgspec.Raw(msgspec.json.encode({"exceptions": exceptions})),
     )
     assert not isinstance(rebuild_error(decision), ExceptionGroup)
+
+
+class Batch(ExceptionGroup):  # type: ignore[type-arg]
+    """An application's own exception group (a batch of failed tool calls)."""
+
+
+def test_a_subclass_of_exception_group_replays_as_itself_with_its_errors(loom: Loom) -> None:
+    """An application's ``ExceptionGroup`` subclass was rebuilt as ``RecordedComputeError``:
+    ``except Batch`` and ``except* ValueError`` took another path on replay than live, and a
+    flow letting it through replayed as failing with another error. Rebuilt as its class
+    (loaded, never imported), holding its errors, nested ones too."""
+
+    def fails() -> str:
+        raise Batch("batch", [ValueError("a down"), Batch("inner", [KeyError("b")])])
+
+    @loom.flow("batch")
+    def batch(ctx: FlowContext) -> list[str]:
+        seen = []
+        try:
+            ctx.decide("tools", fails)
+        except Batch as group:
+            seen.append(type(group.exceptions[1]).__name__)
+            try:
+                raise group
+            except* ValueError:
+                seen.append("value")
+            except* KeyError:
+                seen.append("key")
+        return seen
+
+    @loom.flow("through")
+    def through(ctx: FlowContext) -> str:
+        return str(ctx.decide("tools", fails))
+
+    run = loom.run("batch")
+    assert run.output == ["Batch", "value", "key"]
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.divergences
+    with pytest.raises(Batch):
+        loom.run("through")
+    failed = loom.executions()[-1].execution_id
+    again = loom.replay(failed)
+    assert again.identical, again.divergences
