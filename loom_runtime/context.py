@@ -1304,12 +1304,17 @@ class _ComputedLive:
     """One attempt at one of a flow's decisions, computed live here: what names the
     sub-agents it starts (:func:`sub_agent`)."""
 
-    __slots__ = ("attempt", "ctx", "key", "lock", "taken")
+    __slots__ = ("attempt", "ctx", "found", "key", "lock", "low", "taken")
 
     def __init__(self, ctx: _Context, key: str, attempt: int) -> None:
         self.ctx, self.key, self.attempt = ctx, key, attempt
-        self.taken: set[UUID] = set()
-        """The sub-agents' ids this attempt took, started or found (:class:`SubAgents`)."""
+        self.taken: dict[str, set[int]] = {}
+        """Per flow, the numbers this attempt took above ``low`` (:class:`SubAgents`)."""
+        self.low: dict[str, int] = {}
+        """Per flow, the lowest number this attempt has not taken."""
+        self.found: dict[UUID, Any] = {}
+        """What was read at each id this attempt walked (``Loom._sub_agent``): each is read
+        once, however many runs walk past it."""
         self.lock = threading.Lock()  # the compute's own threads may start runs at once
 
 
@@ -1362,25 +1367,33 @@ class SubAgents:
         self.lock = live.lock
         """Held while a run picks its id: the compute's threads pick one at a time."""
         self._live = live
+        self.found = live.found
         key = live.key if naming.seal is None else naming.seal(live.key)
         generation = naming.reopened.get(live.key, 0)
+        self._flow = flow
         self._name = "\n".join((str(generation), key, str(live.attempt), flow))
 
-    def ids(self) -> Iterator[UUID]:
-        """The ids the n-th run of the flow in this attempt gets, n = 0, 1, ..., less those
-        taken: uuid5 in the parent's id, made a version 8 UUID, so no execution's (version 4)
-        and no named stream's (version 5) id is ever one, and a bundle can be told a
-        sub-agent's (:func:`~loom_runtime.bundle.read_importable`)."""
-        for n in itertools.count():
-            derived = bytearray(uuid.uuid5(self.parent, f"{self._name}\n{n}").bytes)
-            derived[6] = (derived[6] & 0x0F) | 0x80  # version 8 (uuid's own stops at 5 here)
-            execution_id = UUID(bytes=bytes(derived))
-            if execution_id not in self._live.taken:
-                yield execution_id
+    def ids(self) -> Iterator[tuple[int, UUID]]:
+        """The numbers n = 0, 1, ... of the flow's runs in this attempt that are not taken,
+        from the lowest, each with its id: uuid5 in the parent's id, made a version 8 UUID,
+        so no execution's (version 4) and no named stream's (version 5) id is ever one, and a
+        bundle can be told a sub-agent's (:func:`~loom_runtime.bundle.read_importable`)."""
+        taken = self._live.taken.get(self._flow, set())
+        for n in itertools.count(self._live.low.get(self._flow, 0)):
+            if n not in taken:
+                derived = bytearray(uuid.uuid5(self.parent, f"{self._name}\n{n}").bytes)
+                derived[6] = (derived[6] & 0x0F) | 0x80  # version 8 (uuid's own stops at 5)
+                yield n, UUID(bytes=bytes(derived))
 
-    def take(self, execution_id: UUID) -> None:
-        """Mark ``execution_id`` this attempt's: no other run of it is given it."""
-        self._live.taken.add(execution_id)
+    def take(self, n: int) -> None:
+        """Mark the ``n``-th run this attempt's: no other run is given it."""
+        taken = self._live.taken.setdefault(self._flow, set())
+        taken.add(n)
+        low = self._live.low.get(self._flow, 0)
+        while low in taken:  # a run of the usual order starts at its own number: O(1)
+            taken.discard(low)
+            low += 1
+        self._live.low[self._flow] = low
 
 
 def sub_agent(flow: str) -> SubAgents | None:

@@ -925,8 +925,8 @@ class Loom:
             execution_id = uuid4()
         else:
             with sub.lock:  # the compute's threads pick their runs' ids one at a time
-                execution_id, earlier = self._sub_agent(sub, definition, raw_input, labels)
-                sub.take(execution_id)
+                n, execution_id, earlier = self._sub_agent(sub, definition, raw_input, labels)
+                sub.take(n)
         # Counted before its owner is read and before it exists (the run's own block ends it):
         # a worker block that ends meanwhile either sees it running or gives it no owner.
         self._runs(execution_id)
@@ -957,30 +957,48 @@ class Loom:
 
     def _sub_agent(
         self, sub: SubAgents, definition: Flow, raw_input: msgspec.Raw, labels: Labels
-    ) -> tuple[UUID, Execution | None]:
-        """The id of a run of ``definition`` inside a decision (a sub-agent, ``sub``), and
-        the execution found there if the decision started this same run before its run
-        stopped (None: it is new). The same run: the same flow, input and labels, started by
-        this parent, recorded here (an imported one was made elsewhere: a bundle can name any
-        id). One that is not (another input: the code changed, or the compute's threads
-        started their runs in another order) is passed over for the next id, and a found one
-        running in a live worker is :class:`ExecutionOwnedError`, as :meth:`resume` refuses
-        it, unless the parent's run was forced."""
-        for execution_id in sub.ids():
-            try:
-                found = self.execution(execution_id)
-            except ExecutionNotFoundError:
-                return execution_id, None
-            if (
-                found.started_by == sub.parent
-                and found.flow == definition.name
-                and found.labels == labels
-                and codec.decode_untyped(found.input) == codec.decode_untyped(raw_input)
-                and self.imported(execution_id) is None
-            ):
-                if not sub.force or self.runs_now(execution_id):
-                    self._refuse_live_owner(found)
-                return execution_id, found
+    ) -> tuple[int, UUID, Execution | None]:
+        """The number and id of a run of ``definition`` inside a decision (a sub-agent,
+        ``sub``), and the execution found there if the decision started this same run before
+        its run stopped (None: it is new). The same run: started by this parent, recorded
+        here (an imported one was made elsewhere: a bundle can name any id), of the same flow
+        and labels (read in clear first, so another user's child is never opened: erased, it
+        would stop this run), and the same input. One that is not (another input: the code
+        changed, or the compute's threads started their runs in another order) is passed over
+        for the next id, and so is an erased one (erasure forgets what was stored, it does not
+        forbid a new run); what was read at each id is kept for the attempt's other runs. A
+        found one running in a live worker is :class:`ExecutionOwnedError`, as :meth:`resume`
+        refuses it, unless the parent's run was forced."""
+        asked: Any = _NOT_READ
+        for n, execution_id in sub.ids():
+            seen = sub.found.get(execution_id)
+            if seen is None:
+                stored = project_rows(self.log.rows(execution_id))  # in clear: nothing opened
+                if stored is None:
+                    return n, execution_id, None
+                seen = sub.found[execution_id] = _Sibling(stored)
+            if not seen.may_be(sub.parent, definition.name, labels):
+                continue
+            if seen.skipped is None:
+                seen.skipped = self.imported(execution_id) is not None
+            if seen.skipped:
+                continue
+            opened = None
+            if seen.input is _NOT_READ:
+                try:
+                    opened = self.execution(execution_id)
+                except ErasedError:  # erased: nothing to take up; a new run is no erased write
+                    seen.skipped = True  # passed over from now on
+                    continue
+                seen.input = codec.decode_untyped(opened.input)
+            if asked is _NOT_READ:
+                asked = codec.decode_untyped(raw_input)
+            if seen.input != asked:
+                continue
+            found = opened or self.execution(execution_id)
+            if not sub.force or self.runs_now(execution_id):
+                self._refuse_live_owner(found)
+            return n, execution_id, found
         raise AssertionError("unreachable: ids() ends only at a free id")  # pragma: no cover
 
     def _rejoin(self, definition: Flow, execution: Execution, sub: SubAgents) -> Steps[Run]:
@@ -1469,6 +1487,28 @@ def _decision_positions(execution: Execution, located: Iterable[tuple[int, int]]
         for key, version in execution.decision_versions.items()
         if version in position_of
     }
+
+
+_NOT_READ: Final = object()
+
+
+class _Sibling:
+    """What ``Loom._sub_agent`` read at one id of a decision's sub-agents: the fields stored
+    in clear at once, whether it was imported (or erased: passed over alike) and its input
+    (opened) once they are asked."""
+
+    __slots__ = ("flow", "input", "labels", "skipped", "started_by")
+
+    def __init__(self, stored: Execution) -> None:
+        self.flow, self.labels, self.started_by = stored.flow, stored.labels, stored.started_by
+        self.skipped: bool | None = None
+        """Imported or erased: never taken up (None: not asked yet)."""
+        self.input: Any = _NOT_READ
+
+    def may_be(self, parent: UUID, flow: str, labels: Labels) -> bool:
+        """Whether its clear fields are those of a run of ``flow`` for ``labels`` that
+        ``parent`` started."""
+        return self.started_by == parent and self.flow == flow and self.labels == labels
 
 
 def _naming(execution: Execution, *, force: bool) -> SubAgentNaming:

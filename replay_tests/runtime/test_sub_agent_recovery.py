@@ -492,3 +492,89 @@ def test_a_sealed_parents_sub_agent_is_named_by_its_sealed_key(sqlite_url: str) 
         in_clear = derived(run.execution_id, "0", "research", "1", "child", "0")
         assert child.started_by == run.execution_id and child.id != in_clear
         assert child.id.version == 8
+
+
+def test_another_users_erased_sub_agent_does_not_stop_the_parents_recovery(
+    sqlite_url: str,
+) -> None:
+    """A sealed parent's decision runs the same flow for alice and then bob; its worker dies in
+    bob's child, and alice is erased before the recovery. The walk opened each child it passed,
+    so alice's erased one raised ``ErasedError`` and failed the parent, bob's too. Another
+    user's child is passed over by its labels (stored in clear) without being opened, and an
+    erased one is passed over: alice's run starts anew, bob's is taken up."""
+    key = MasterKey(bytes(range(32)))
+    calls: Counter[str] = Counter()
+    crash = {"on": True}
+    with Loom(sqlite_url, encryption=key) as loom, Loom(sqlite_url, encryption=key) as other:
+        for instance in (loom, other):
+
+            @instance.flow("inbox")
+            def inbox(ctx: FlowContext, who: str) -> str:
+                user = who
+                value = str(ctx.decide("read", lambda: calls.update([user]) or f"mail of {user}"))
+                if crash["on"] and user == "bob":
+                    raise Crash
+                return value
+
+            @instance.flow("parent")
+            def parent(ctx: FlowContext, instance: Loom = instance) -> list[str]:
+                def both() -> list[str]:
+                    return [
+                        str(instance.run("inbox", labels=Labels(user=user), who=user).output)
+                        for user in ("alice", "bob")
+                    ]
+
+                return list(ctx.decide("both", both))
+
+        with loom.worker(recover_every=None), pytest.raises(Crash):
+            loom.run("parent")
+        crash["on"] = False
+        loom.erase(user="alice", reason="request", by="dpo")
+        [run] = other.recover()
+        assert run.output == ["mail of alice", "mail of bob"]
+        assert calls == Counter(alice=2, bob=1)
+
+
+def test_a_decision_s_many_sub_agents_are_named_and_found_in_linear_time(
+    loom: Loom, other: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run walked the ids from the first (every one taken before it: quadratic uuid5s in
+    a normal run) and re-read every sibling it passed (quadratic reads when a recovery asks
+    them in another order). The walk starts at the lowest free number, and each id is read
+    once per attempt."""
+    order = {"topics": [f"t{n}" for n in range(60)], "crash": True}
+    made = Counter[str]()
+    for instance in (loom, other):
+
+        @instance.flow("child")
+        def child(ctx: FlowContext, topic: str) -> str:
+            return str(ctx.decide("look", lambda: topic.upper()))
+
+        @instance.flow("parent")
+        def parent(ctx: FlowContext, instance: Loom = instance) -> int:
+            def fan_out() -> int:
+                done = [instance.run("child", topic=topic).output for topic in order["topics"]]
+                if order["crash"]:
+                    raise Crash  # every child finished; the decision never stored
+                return len(done)
+
+            return int(ctx.decide("fan_out", fan_out))
+
+    real = uuid.uuid5
+
+    def counted(namespace: uuid.UUID, name: str) -> uuid.UUID:
+        made["uuid5"] += 1
+        return real(namespace, name)
+
+    monkeypatch.setattr(uuid, "uuid5", counted)
+    with loom.worker(recover_every=None), pytest.raises(Crash):
+        loom.run("parent")
+    assert made["uuid5"] == 60  # one each, not 60 * 61 / 2
+    order["topics"].reverse()
+    order["crash"] = False
+    reads = Counter[str]()
+    rows = other.log.rows
+    monkeypatch.setattr(other.log, "rows", lambda *a, **k: reads.update(["rows"]) or rows(*a, **k))
+    [run] = other.recover()
+    assert run.output == 60
+    assert reads["rows"] < 10 * 60, reads  # was ~60 * 61 / 2 executions read
