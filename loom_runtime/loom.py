@@ -962,8 +962,8 @@ class Loom:
         ``sub``), and the execution found there if the decision started this same run before
         its run stopped (None: it is new). The same run: started by this parent, recorded
         here (an imported one was made elsewhere: a bundle can name any id), of the same flow
-        and labels (read in clear first, so another user's child is never opened: erased, it
-        would stop this run), and the same input. One that is not (another input: the code
+        and labels (read in clear first: another user's child is never opened), and the same
+        input. One that is not (another input: the code
         changed, or the compute's threads started their runs in another order) is passed over
         for the next id, and so is an erased one (erasure forgets what was stored, it does not
         forbid a new run); what was read at each id is kept for the attempt's other runs. A
