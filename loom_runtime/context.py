@@ -1539,7 +1539,7 @@ def _group_again(decision: Decision) -> Exception | None:
     its own class: ``ExceptionGroup`` or an application's subclass of it, when loaded
     (:func:`_group_class`); None (the usual rules) for a recording without them or not in
     loom's shape."""
-    if decision.meta is None or _group_class(decision.error_type) is None:
+    if decision.meta is None:
         return None
     try:
         meta = msgspec.json.decode(decision.meta)
@@ -1564,7 +1564,7 @@ def _group_of(
 ) -> ExceptionGroup[Exception] | None:
     cls = _group_class(entry.get("type"))
     message, members = entry.get("message"), entry.get("exceptions")
-    if not isinstance(message, str) or not isinstance(members, list) or not members:
+    if cls is None or not isinstance(message, str) or not isinstance(members, list) or not members:
         return None
     if depth >= GROUP_DEPTH or len(members) > budget[0]:
         return None
@@ -1584,8 +1584,6 @@ def _group_of(
         else:
             part = msgspec.structs.replace(decision, error_type=error_type, message=text, meta=None)
             errors.append(rebuild_error(part))
-    if cls is None:
-        return None
     try:
         return cls(message, errors)
     except Exception:  # a subclass whose constructor takes other arguments: the usual rules

@@ -10,24 +10,14 @@ without a divergence. It is a decision now, rebuilt as the SDK's ``CompleteResul
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import pytest
 
 import loom_runtime
 from loom_runtime import Loom
-from replay_tests.capture.test_mcp_listings_attack import GoneSession
-from replay_tests.deferred_import import deferred
-
-if TYPE_CHECKING:
-    import mcp
-    from mcp import types as mcp_types
-    from mcp.server import mcpserver
-else:  # imported by the tests that use them, on one worker (ADR 0031)
-    mcp = deferred("mcp")
-    mcp_types = deferred("mcp.types")
-    mcpserver = deferred("mcp.server.mcpserver")
+from replay_tests.capture.test_mcp_listings_attack import GoneSession, mcp, mcp_types, mcpserver
 
 pytestmark = pytest.mark.xdist_group("mcp-sdk")
 
