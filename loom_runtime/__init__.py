@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         OutputChangedError,
         OverrideTypeError,
         PositionError,
+        ReadModelCheckUnsupportedError,
         ReadPastRecordingError,
         RecordedComputeError,
         RecordedResultError,
@@ -111,6 +112,7 @@ if TYPE_CHECKING:
         tracked_names,
         tracking_table,
     )
+    from loom_runtime.read_model_check import ReadModelReport, TableDifference
     from loom_runtime.recorded_tool import tool
     from loom_runtime.redaction import Redactor, SecretPattern
     from loom_runtime.replay import ReplayResult
@@ -197,6 +199,8 @@ __all__ = [
     "OverrideTypeError",
     "PositionError",
     "Precondition",
+    "ReadModelCheckUnsupportedError",
+    "ReadModelReport",
     "ReadPastRecordingError",
     "RecordedComputeError",
     "RecordedResultError",
@@ -219,6 +223,7 @@ __all__ = [
     "StreamConflictError",
     "SubflowOutsideDecisionError",
     "SubjectErasedError",
+    "TableDifference",
     "Tampering",
     "UnattributedCallError",
     "Unopened",
@@ -302,6 +307,9 @@ _EXPORTS = {
     "ConfigurationError": "loom_runtime.errors",
     "ModelResponseError": "loom_runtime.errors",
     "ReadPastRecordingError": "loom_runtime.errors",
+    "ReadModelCheckUnsupportedError": "loom_runtime.errors",
+    "ReadModelReport": "loom_runtime.read_model_check",
+    "TableDifference": "loom_runtime.read_model_check",
     "RecordedValueError": "loom_runtime.errors",
     "UnsupportedClientError": "loom_runtime.errors",
     "DatabaseBusyError": "loom_runtime.errors",

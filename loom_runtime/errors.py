@@ -415,6 +415,11 @@ class IntegrityUnsupportedError(LoomError):
     """The log's persistence keeps no hash chain, so it cannot be verified (ADR 0011)."""
 
 
+class ReadModelCheckUnsupportedError(LoomError):
+    """The log's read models cannot be checked against a rebuild here: they are checked in a
+    copy of a SQLite database file, and a PostgreSQL log has none."""
+
+
 class SecretRefusedError(LoomError, ValueError):
     """A value matched a secret pattern and the redactor refuses instead of redacting.
 

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from loom_runtime.erasure import ErasureReport
+    from loom_runtime.read_model_check import Bars, ReadModelReport
     from loom_runtime.sealing import Keyring, KeyWrapper, Opener
     from loom_runtime.telemetry import Operation, Telemetry
     from loom_runtime.workers import Heartbeat, WorkerRegistry
@@ -470,6 +471,15 @@ class Loom:
                     self._keyring, execution.id, self.settings.redactor, names=names, nulls=nulls
                 )
         return execution
+
+    def check_read_models(self, *, bars: Bars | None = None) -> ReadModelReport:
+        """Every read model of this SQLite log compared with a rebuild of it from the log, in
+        two copies of the database (:mod:`~loom_runtime.read_model_check`; ``loom verify
+        --read-models``); ``bars`` makes a progress callback per read model and step.
+        :class:`~loom_runtime.errors.ReadModelCheckUnsupportedError` on PostgreSQL."""
+        from loom_runtime.read_model_check import check_read_models
+
+        return check_read_models(self.settings, encryption=self._encryption, bars=bars)
 
     def erase(
         self,

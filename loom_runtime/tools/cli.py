@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom, Run
     from loom_runtime.projection import TrackedProjection
+    from loom_runtime.read_model_check import ReadModelReport
     from loom_runtime.sealing import MasterKey
 
 
@@ -1081,6 +1082,14 @@ def verify(
             "--anchor", help="A head printed by an earlier verify (ID:HEX), kept elsewhere."
         ),
     ] = None,
+    read_models: Annotated[
+        bool,
+        typer.Option(
+            "--read-models",
+            help="Then compare every read model with a rebuild of it from the log, in a "
+            "copy of the SQLite database.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
@@ -1088,9 +1097,11 @@ def verify(
 
     In an encrypted log, then check the key table against the events (ADR 0049, amended
     "verify"): a key row deleted or destroyed without a forget event, or an erasure left
-    half done, is reported as well, with no master key needed."""
+    half done, is reported as well, with no master key needed. With ``--read-models``, then
+    compare each read model's rows with a rebuild from the log (ADR 0009, amended "check")."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from loom_runtime.errors import ReadModelCheckUnsupportedError
     from loom_runtime.integrity import Anchor, Tampering, verify_log
     from loom_runtime.key_audit import verify_keys
 
@@ -1124,15 +1135,30 @@ def verify(
                 report = msgspec.structs.replace(
                     report, problem=keys.problem, position=keys.position, detail=keys.detail
                 )
+        models = None
+        if read_models and report.ok:  # rebuilt from events the chain vouched for
+            try:
+                models = loom.check_read_models(bars=bar)
+            except ReadModelCheckUnsupportedError as exc:
+                fail(str(exc), code=ExitCode.USAGE)
     key_rows = 0 if keys is None else keys.checked
     if as_json:
-        print_json({"ok": report.ok, **msgspec.structs.asdict(report), "keys_checked": key_rows})
+        print_json(
+            {
+                "ok": report.ok and (models is None or models.ok),
+                **msgspec.structs.asdict(report),
+                "keys_checked": key_rows,
+                **({} if models is None else {"read_models": _read_models_json(models)}),
+            }
+        )
     elif report.ok:
         head = f"{report.head.notification_id}:{report.head.global_hash}" if report.head else "-"
         agree = f"; {key_rows} data keys agree with the forget log" if key_rows else ""
         console.print(
             f"ok: {report.checked} events verified{agree}; head {head} (keep it as --anchor)"
         )
+        if models is not None:
+            _print_read_models(models)
     else:
         verified = (
             f"{report.checked} events verified before it"
@@ -1144,7 +1170,43 @@ def verify(
         )
         verdict = "INCOMPLETE" if report.problem is Tampering.ERASURE_INCOMPLETE else "TAMPERED"
         console.print(Text.assemble((verdict, "red"), inert(detail, one_line=True)))
-    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
+    ok = report.ok and (models is None or models.ok)
+    raise typer.Exit(ExitCode.OK if ok else ExitCode.FAILED)
+
+
+def _read_models_json(models: ReadModelReport) -> dict[str, object]:
+    return {"ok": models.ok, **msgspec.structs.asdict(models)}
+
+
+def _print_read_models(models: ReadModelReport) -> None:
+    """One line for read models that agree with a rebuild; else one per table that does not
+    and per problem, then what repairs them. Table names and problems come from the database:
+    printed inert."""
+    where = f"at log position {models.position}"
+    if models.ok:
+        console.print(
+            f"ok: {len(models.projections)} read model(s), {models.tables} tables, agree with "
+            f"a rebuild from the log {where}"
+        )
+        return
+    for difference in models.differences:
+        if difference.only_here < 0:
+            detail = (
+                f"table {difference.table} is not the same table in a rebuild (missing, or "
+                f"other columns): {difference.rows} rows here, {difference.rebuilt_rows} rebuilt"
+            )
+        else:
+            detail = (
+                f"table {difference.table} holds {difference.rows} rows, a rebuild "
+                f"{difference.rebuilt_rows}: {difference.only_here} not in the rebuild, "
+                f"{difference.only_rebuilt} of the rebuild's missing"
+            )
+        console.print(Text.assemble(("DIFFERS", "red"), " ", inert(detail, one_line=True)))
+    for problem in models.problems:
+        console.print(Text.assemble(("DIFFERS", "red"), " ", inert(problem, one_line=True)))
+    console.print(
+        f"the read models disagree with the log {where}: `loom rebuild` rebuilds them from it"
+    )
 
 
 def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bool, str, str]:

@@ -1,0 +1,296 @@
+"""Whether every read model holds what the log says: a copy caught up, a copy rebuilt, compared.
+
+A read model's tracking row says how far it applied the log, never that its rows are right:
+rows edited or deleted by hand, a tracking row moved, or a full-text index damaged leave
+searches wrong while ``loom doctor`` sees projections caught up (ADR 0009, "behind"). Checking
+that on every write would cost every append; this check costs nothing until it is run.
+
+It takes one snapshot of the SQLite database (SQLite's backup API: one read transaction, so
+concurrent writers neither block it nor tear it) into two copies in a private folder beside
+the database. In the first every registered read model catches up, as the next read would;
+in the second every one is rebuilt from position 0, as ``loom rebuild`` does. Both then hold
+the same log, so they must hold the same rows: each table is compared row by row (SQL
+``EXCEPT`` both ways, and the row counts), and each FTS5 index of the first copy is checked
+against its rows by FTS5's own ``integrity-check``. The live database is only read.
+
+An entry's ``seq`` (a memory store's row id) is where a row was inserted, not what it holds:
+an erased document's rows, deleted from the live store, were never inserted into the rebuilt
+one, so every later ``seq`` differs by the gap. Entries are compared by their rank in
+``seq`` order, and a ``postings`` table (``<prefix>postings``) by the rank of the entry it
+points to in ``<prefix>entries``: the same rows in the same order are equal, a posting whose
+entry is gone is not.
+
+The copies hold what the database holds (read models in clear, with a master key too), in a
+folder only its owner can read, next to the database (the same disk and permissions), and
+are deleted when the check ends, whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from loom_runtime.errors import ReadModelCheckUnsupportedError
+from loom_runtime.projection import Progress, catch_up, rebuild, registered_projections
+from loom_runtime.storage.chain import CHAIN_TABLE
+
+if TYPE_CHECKING:
+    from loom_runtime.log import LogSettings
+    from loom_runtime.sealing import KeyWrapper
+
+Bars = Callable[[str], Progress]
+"""Makes a progress callback for a named step (the CLI's progress bars)."""
+
+_SKIPPED: frozenset[str] = frozenset({"stored_events", CHAIN_TABLE})
+"""The log's own tables: both copies hold them as snapshotted, and no read model writes them."""
+
+_FTS5 = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s+.*\bUSING\s+fts5\s*\(", re.IGNORECASE | re.DOTALL)
+_FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
+"""The tables FTS5 keeps an index in (``<table>_data`` …): their layout depends on how the rows
+were batched, so they are checked by ``integrity-check``, not compared."""
+
+
+class TableDifference(msgspec.Struct, frozen=True, kw_only=True):
+    """A table whose rows differ from a rebuild's."""
+
+    table: str
+    rows: int
+    """Rows the read model holds (caught up)."""
+    rebuilt_rows: int
+    """Rows a rebuild from the log holds."""
+    only_here: int
+    """Distinct rows the read model holds that a rebuild does not (altered or added)."""
+    only_rebuilt: int
+    """Distinct rows a rebuild holds that the read model does not (altered or lost)."""
+
+
+class ReadModelReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of :func:`check_read_models`."""
+
+    position: int
+    """The log position both copies were brought to."""
+    projections: tuple[str, ...]
+    """The read models checked, by tracking name."""
+    tables: int
+    """Tables compared."""
+    differences: tuple[TableDifference, ...] = ()
+    problems: tuple[str, ...] = ()
+    """What could not be compared or failed its own check: a read model that could not be
+    opened, caught up or rebuilt, an FTS5 index that does not match its rows."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences and not self.problems
+
+
+def check_read_models(
+    settings: LogSettings, *, encryption: KeyWrapper | None = None, bars: Bars | None = None
+) -> ReadModelReport:
+    """Compare every read model of the SQLite log ``settings`` name with a rebuild of it from
+    the log (module docstring); ``encryption``: the master key the log was opened with.
+
+    :class:`ReadModelCheckUnsupportedError` for a PostgreSQL log (there is no file to copy)."""
+    path = _database_file(settings)
+    with _private_folder(path.parent) as folder:
+        here, rebuilt = folder / "caught-up.db", folder / "rebuilt.db"
+        _snapshot(path, here, rebuilt)
+        problems: list[str] = []
+        names, position = _project(settings, here, encryption, bars, problems, rebuilt=False)
+        _project(settings, rebuilt, encryption, bars, problems, rebuilt=True)
+        with closing(sqlite3.connect(rebuilt)) as conn:
+            conn.execute("ATTACH DATABASE ? AS here", (str(here),))
+            problems += _fts5_problems(conn)
+            compared, differences = _compare(conn)
+    return ReadModelReport(
+        position=position,
+        projections=tuple(names),
+        tables=compared,
+        differences=tuple(differences),
+        problems=tuple(problems),
+    )
+
+
+def _database_file(settings: LogSettings) -> Path:
+    if not settings.is_sqlite:
+        raise ReadModelCheckUnsupportedError(
+            "read models are checked in a copy of a SQLite database; a PostgreSQL log's "
+            "cannot be copied from here (`loom rebuild` rebuilds them from the log, ADR 0009)"
+        )
+    path = Path(settings.url.database or "")  # LogSettings refuses a database in memory
+    if not path.is_file():
+        raise ReadModelCheckUnsupportedError(f"no SQLite database at {path.absolute()}")
+    return path
+
+
+@contextmanager
+def _private_folder(beside: Path) -> Iterator[Path]:
+    """A folder only this user can open (``mkdtemp``: mode 0o700), deleted with what it holds."""
+    folder = Path(tempfile.mkdtemp(prefix=".loom-check-", dir=beside))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def _snapshot(source: Path, *copies: Path) -> None:
+    """``source`` copied whole into each of ``copies`` from one read transaction (the backup
+    API's single step), opened read-only so that nothing of the live file changes."""
+    with closing(sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)) as live:
+        for copy in copies:
+            with closing(sqlite3.connect(copy)) as target:
+                live.backup(target)
+
+
+def _project(
+    settings: LogSettings,
+    path: Path,
+    encryption: KeyWrapper | None,
+    bars: Bars | None,
+    problems: list[str],
+    *,
+    rebuilt: bool,
+) -> tuple[list[str], int]:
+    """Catch up (or rebuild) every registered read model of the copy at ``path``; what fails
+    is added to ``problems``. Returns the read models' names and the log's position."""
+    from loom_runtime.loom import Loom
+
+    step = "rebuilt" if rebuilt else "caught up"
+
+    def unopened(name: str, exc: Exception) -> None:
+        problem = f"{name}: could not be opened here ({_cause(exc)})"
+        if problem not in problems:  # told by both copies
+            problems.append(problem)
+
+    with Loom(
+        f"sqlite:///{path}",
+        persistence=settings.persistence,
+        sqlite_synchronous="OFF",  # a scratch copy: nothing in it needs to survive a crash
+        redactor=settings.redactor,
+        encryption=encryption,
+    ) as loom:
+        log = loom.log
+        names = []
+        for projection in registered_projections(log, unopened=unopened):
+            names.append(projection.name)
+            advance = None if bars is None else bars(f"{step}: {projection.name}")
+            try:
+                (rebuild if rebuilt else catch_up)(log, projection, progress=advance)
+            except Exception as exc:  # whatever stops a read model projecting the log is found
+                problems.append(f"{projection.name}: could not be {step} ({_cause(exc)})")
+        return names, log.position
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def _fts5_problems(conn: sqlite3.Connection) -> list[str]:
+    """Each FTS5 index of the caught-up copy checked against its rows."""
+    problems = []
+    for name in _virtual_fts5(conn, "here"):
+        table = _quoted(name)
+        try:
+            conn.execute(f"INSERT INTO here.{table}({table}) VALUES ('integrity-check')")
+        except sqlite3.DatabaseError as exc:
+            problems.append(f"{name}: the full-text index does not match its rows ({exc})")
+    return problems
+
+
+def _virtual_fts5(conn: sqlite3.Connection, schema: str) -> list[str]:
+    rows = conn.execute(
+        f"SELECT name, sql FROM {schema}.sqlite_master WHERE type = 'table' AND sql IS NOT NULL"
+    )
+    return [name for name, sql in rows if _FTS5.match(sql)]
+
+
+def _tables(conn: sqlite3.Connection, schema: str) -> set[str]:
+    """The tables of a copy that are compared: not SQLite's own, not virtual, not an FTS5
+    index's (:data:`_FTS5_SHADOWS`), not the log's (:data:`_SKIPPED`)."""
+    skipped = set(_SKIPPED)
+    for name in _virtual_fts5(conn, schema):
+        skipped.update(f"{name}_{shadow}" for shadow in _FTS5_SHADOWS)
+    rows = conn.execute(
+        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' "
+        "AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'"
+    )
+    return {name for (name,) in rows} - skipped
+
+
+def _compare(conn: sqlite3.Connection) -> tuple[int, list[TableDifference]]:
+    """Every table of either copy, compared (``main``: rebuilt, ``here``: caught up)."""
+    tables = {"here": _tables(conn, "here"), "main": _tables(conn, "main")}
+    differences = []
+    for table in sorted(tables["here"] | tables["main"]):
+        counts = {
+            schema: _scalar(conn, f"SELECT count(*) FROM {schema}.{_quoted(table)}")
+            if table in names
+            else 0
+            for schema, names in tables.items()
+        }
+        columns = {schema: _columns(conn, schema, table) for schema in tables}
+        if any(table not in names for names in tables.values()) or (
+            columns["here"] != columns["main"]
+        ):
+            # A table only one copy has, or with other columns: no row can be compared.
+            only_here = only_rebuilt = -1
+        else:
+            mine, theirs = (
+                _canonical(schema, table, columns[schema], tables[schema])
+                for schema in ("here", "main")
+            )
+            only_here = _scalar(conn, f"SELECT count(*) FROM ({mine} EXCEPT {theirs})")
+            only_rebuilt = _scalar(conn, f"SELECT count(*) FROM ({theirs} EXCEPT {mine})")
+            if counts["here"] == counts["main"] and not only_here and not only_rebuilt:
+                continue
+        differences.append(
+            TableDifference(
+                table=table,
+                rows=counts["here"],
+                rebuilt_rows=counts["main"],
+                only_here=only_here,
+                only_rebuilt=only_rebuilt,
+            )
+        )
+    return len(tables["here"] | tables["main"]), differences
+
+
+def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[tuple[str, int]]:
+    """``(name, position in the primary key)`` of each column, in order."""
+    return [
+        (row[1], row[5]) for row in conn.execute(f"PRAGMA {schema}.table_info({_quoted(table)})")
+    ]
+
+
+def _canonical(schema: str, table: str, columns: list[tuple[str, int]], tables: set[str]) -> str:
+    """A SELECT of ``table``'s rows with each ``seq`` replaced by its rank (module docstring)."""
+    names = [name for name, _ in columns]
+    source = f"{schema}.{_quoted(table)}"
+    entries = table.removesuffix("postings") + "entries"
+    if [name for name, key in columns if key] == ["seq"]:  # an entries table: seq is its id
+        ranked = ["ROW_NUMBER() OVER (ORDER BY seq)" if n == "seq" else _quoted(n) for n in names]
+        return f"SELECT {', '.join(ranked)} FROM {source}"
+    if "seq" in names and table.endswith("postings") and entries in tables:
+        ranks = (
+            f"(SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) AS rank "
+            f"FROM {schema}.{_quoted(entries)})"
+        )
+        picked = ["r.rank" if n == "seq" else f"x.{_quoted(n)}" for n in names]
+        return f"SELECT {', '.join(picked)} FROM {source} AS x LEFT JOIN {ranks} AS r USING (seq)"
+    return f"SELECT {', '.join(map(_quoted, names))} FROM {source}"
+
+
+def _quoted(name: str) -> str:
+    """``name`` as an SQL identifier, whatever it holds (a table name is the database's word)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _scalar(conn: sqlite3.Connection, sql: str) -> int:
+    return int(conn.execute(sql).fetchone()[0])

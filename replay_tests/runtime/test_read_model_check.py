@@ -1,0 +1,233 @@
+"""``loom verify --read-models``: every read model compared with a rebuild of it from the log,
+in copies of the SQLite database (ADR 0009, amended "check").
+
+A read model's tracking row says how far it applied the log, never that its rows are right:
+emptied postings or counts, an edited passage, a tracking row moved behind, or a damaged
+full-text index left searches wrong while ``loom doctor`` said ok. Each damage below is one an
+attack review made; each is found, and a log that was only written through loom (revisions,
+removals, erasures of a document and of a memory key, recorded vectors) checks out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loom_knowledge import Doc, open_knowledge_base
+from loom_memory import EventSourcedMemory, HashingEmbedder, MemoryEntry, SqliteMemoryStore
+from loom_runtime import Loom, MasterKey, ReadModelCheckUnsupportedError
+from loom_runtime.tools.cli import app
+
+SECRET = b"r" * 32
+KEY = MasterKey(SECRET)
+ENV = {"LOOM_MASTER_KEY": base64.urlsafe_b64encode(SECRET).decode()}
+
+
+def _docs(revision: int, count: int = 12) -> list[Doc]:
+    return [
+        Doc(
+            id=f"runbook-{n}",
+            title=f"Runbook {n}",
+            text=f"restart the vacuum worker {n} when replication lag grows; revision {revision}"
+            + (" and page the on-call" if n % 3 == 0 else ""),
+        )
+        for n in range(count)
+    ]
+
+
+def _written(loom: Loom) -> None:
+    """A log written only through loom: a corpus synced twice (revisions), a document removed
+    and one erased, vectors recorded, a SQL memory appended, replaced, removed from and one
+    of its keys erased."""
+    kb = open_knowledge_base(loom, "ops", embedder=HashingEmbedder(), min_score=0.0)
+    kb.sync(_docs(1), source="wiki")
+    kb.sync(_docs(2, count=10), source="wiki")  # ten revised, two removed by the sync
+    kb.put_doc(Doc(id="notes", text="autovacuum thresholds explained"), source="manual")
+    assert kb.search("vacuum worker", limit=3, mode="vector")  # records the passages' vectors
+    loom.erase(document="ops:runbook-4", reason="test", by="test")
+    memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine))
+    memory.append("dave", [MemoryEntry(id="d1", content="Dave's card ends in 4242")])
+    memory.append("erin", [MemoryEntry(id="e1", content="Erin prefers email")])
+    memory.append("erin", [MemoryEntry(id="e2", content="Erin works nights")])
+    memory.replace("erin", [MemoryEntry(id="e3", content="Erin prefers phone calls")])
+    memory.append(
+        "frank", [MemoryEntry(id="f1", content="Frank"), MemoryEntry(id="f2", content="F")]
+    )
+    memory.remove("frank", ["f1"])
+    loom.erase(memory_key="memory:dave", reason="test", by="test")
+    memory.close()
+
+
+@pytest.fixture
+def written(sqlite_url: str) -> Iterator[Loom]:
+    with Loom(sqlite_url, encryption=KEY) as loom:
+        _written(loom)
+        yield loom
+
+
+def _sql(loom: Loom, statement: str) -> None:
+    """Run ``statement`` on the log's file as anyone with write access to it can."""
+    path = loom.settings.url.database
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute(statement)
+    conn.close()
+
+
+def _folder_listing(loom: Loom) -> list[str]:
+    path = loom.settings.url.database
+    assert path is not None
+    return sorted(entry.name for entry in Path(path).parent.iterdir())
+
+
+def test_a_log_written_through_loom_checks_out(written: Loom) -> None:
+    before = _folder_listing(written)
+    report = written.check_read_models()
+    assert report.ok, report
+    assert report.position == written.log.position
+    # The corpus, the SQL memory and the recorded vectors were all compared.
+    assert {name.split(":")[0] for name in report.projections} >= {
+        "knowledge",
+        "loom_memory",
+        "loom_embeddings",
+    }, report.projections
+    assert report.tables >= 15
+    assert _folder_listing(written) == before  # the copies are gone
+
+
+def test_read_models_caught_up_write_by_write_equal_one_rebuilt_in_pages(sqlite_url: str) -> None:
+    """Live, each write caught up on its own; rebuilt, a page of many writes at once. Counts
+    kept per block of 256 positions, revisions ended and terms that come and go must end up
+    the same rows either way, or every clean log would be reported as differing."""
+    with Loom(sqlite_url) as loom:
+        kb = open_knowledge_base(loom, "ops")
+        for n in range(300):  # past a 256-position block, one document rewritten many times
+            kb.put_doc(Doc(id=f"d{n % 7}", text=f"doc {n} term{n % 5}"), source="m")
+        kb.remove_doc("d3", source="m")
+        memory = EventSourcedMemory(loom, store=SqliteMemoryStore(loom.log.engine, postings=True))
+        memory.append("k", [MemoryEntry(id="1", content="alpha zzz")])
+        memory.replace("k", [MemoryEntry(id="2", content="beta")])
+        memory.append("k", [MemoryEntry(id="3", content="zzz again")])
+        memory.remove("k", ["3"])
+        memory.clear("k")
+        memory.append("j", [MemoryEntry(id="4", content="gamma")])
+        memory.close()
+        report = loom.check_read_models()
+    assert report.ok, report
+
+
+@pytest.mark.parametrize(
+    ("damage", "table"),
+    [
+        ("DELETE FROM loom_kb_postings WHERE term = 'vacuum'", "loom_kb_postings"),
+        ("DELETE FROM loom_kb_terms_at", "loom_kb_terms_at"),
+        (
+            "UPDATE loom_kb_current_terms SET df = df + 1 WHERE term = 'restart'",
+            "loom_kb_current_terms",
+        ),
+        (
+            "UPDATE loom_kb_entries SET entry = replace(entry, 'restart', 'delete') "
+            "WHERE seq = (SELECT max(seq) FROM loom_kb_entries WHERE entry LIKE '%restart%')",
+            "loom_kb_entries",
+        ),
+        ("DELETE FROM loom_kb_documents WHERE doc_id = 'notes'", "loom_kb_documents"),
+        ("DELETE FROM loom_memory_entries WHERE key = 'erin'", "loom_memory_entries"),
+        ("DELETE FROM loom_kb_subject_embeddings", "loom_kb_subject_embeddings"),
+    ],
+)
+def test_rows_edited_by_hand_are_found(written: Loom, damage: str, table: str) -> None:
+    _sql(written, damage)
+    report = written.check_read_models()
+    assert not report.ok
+    [difference] = [d for d in report.differences if d.table == table]
+    assert difference.only_here + difference.only_rebuilt > 0, report
+
+
+def test_a_tracking_row_moved_behind_is_found(written: Loom) -> None:
+    _sql(written, "UPDATE loom_tracking SET position = 3 WHERE projection = 'knowledge'")
+    report = written.check_read_models()
+    assert not report.ok
+    # Applied again over its own rows: refused by a unique key, or doubled rows.
+    assert report.problems or report.differences, report
+
+
+def test_a_damaged_full_text_index_is_found(written: Loom) -> None:
+    _sql(written, "DELETE FROM loom_kb_fts_data WHERE id = (SELECT max(id) FROM loom_kb_fts_data)")
+    report = written.check_read_models()
+    assert not report.ok
+    assert any(problem.startswith("loom_kb_fts: ") for problem in report.problems), report
+
+
+def test_the_live_database_is_only_read(written: Loom) -> None:
+    """The live file is snapshotted, never written: damage found stays until a rebuild."""
+    _sql(written, "DELETE FROM loom_kb_terms_at")
+    path = written.settings.url.database
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        before = conn.execute("SELECT count(*) FROM loom_kb_terms_at").fetchone()[0]
+    assert not written.check_read_models().ok
+    with sqlite3.connect(path) as conn:
+        after = conn.execute("SELECT count(*) FROM loom_kb_terms_at").fetchone()[0]
+    assert before == after == 0
+
+
+def test_a_table_name_holding_quotes_is_compared_not_run(written: Loom) -> None:
+    """Table names are the database's words: quoted as identifiers, never run as SQL."""
+    _sql(written, 'CREATE TABLE "x""; DROP TABLE loom_kb_entries; --" (a INTEGER)')
+    report = written.check_read_models()
+    assert report.ok, report  # the same (empty) table in both copies
+
+
+def test_the_cli_says_which_tables_differ_and_exits_1(written: Loom) -> None:
+    url = written.settings.url.render_as_string(hide_password=False)
+    runner = CliRunner(env=ENV)
+    ok = runner.invoke(app, ["verify", "--read-models", "--db", url])
+    assert ok.exit_code == 0, ok.output
+    assert "agree with a rebuild from the log at log position" in ok.output
+
+    _sql(written, "DELETE FROM loom_kb_postings WHERE term = 'vacuum'")
+    damaged = runner.invoke(app, ["verify", "--read-models", "--db", url])
+    assert damaged.exit_code == 1, damaged.output
+    assert "DIFFERS table loom_kb_postings holds" in damaged.output
+    assert "`loom rebuild` rebuilds them" in damaged.output
+    as_json = runner.invoke(app, ["verify", "--read-models", "--json", "--db", url])
+    assert as_json.exit_code == 1
+    report = json.loads(as_json.output)
+    assert report["ok"] is False and report["problem"] is None  # the chain is intact
+    assert [d["table"] for d in report["read_models"]["differences"]] == ["loom_kb_postings"]
+
+    repaired = runner.invoke(app, ["rebuild", "--db", url])
+    assert repaired.exit_code == 0, repaired.output
+    again = runner.invoke(app, ["verify", "--read-models", "--db", url])
+    assert again.exit_code == 0, again.output
+
+
+def test_without_the_flag_verify_reads_no_read_model(written: Loom) -> None:
+    _sql(written, "DELETE FROM loom_kb_terms_at")
+    url = written.settings.url.render_as_string(hide_password=False)
+    result = CliRunner(env=ENV).invoke(app, ["verify", "--db", url])
+    assert result.exit_code == 0, result.output
+    assert "read model" not in result.output
+
+
+@pytest.mark.postgres
+def test_a_postgresql_log_is_a_usage_error(pg_url: str) -> None:
+    with Loom(pg_url) as loom, pytest.raises(ReadModelCheckUnsupportedError, match="PostgreSQL"):
+        loom.check_read_models()
+    result = CliRunner().invoke(app, ["verify", "--read-models", "--db", pg_url])
+    assert result.exit_code == 2, result.output
+    assert "loom rebuild" in result.output
+
+
+def test_a_database_file_gone_since_it_was_opened_is_refused(written: Loom) -> None:
+    path = written.settings.url.database
+    assert path is not None
+    Path(path).rename(Path(path).with_suffix(".moved"))
+    with pytest.raises(ReadModelCheckUnsupportedError, match="no SQLite database at"):
+        written.check_read_models()
