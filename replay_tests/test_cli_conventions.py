@@ -8,6 +8,7 @@ read-only commands that never create a database.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -1161,3 +1162,22 @@ def test_replay_json_describes_a_live_decision_that_raised(
     assert answer["live_values"] == {
         "search": {"raised": "builtins:ConnectionError", "message": "search backend is down"}
     }
+
+
+@pytest.mark.parametrize("command", [["erase", "--help"], ["knowledge", "--help"]])
+def test_a_reader_that_goes_away_is_no_traceback(command: list[str]) -> None:
+    """``loom erase --help | head``: the reader takes a few lines and closes the pipe while
+    loom still writes. Click ends quietly on a broken pipe, but inside a subcommand loom's
+    group caught it as a defect of its own and printed a traceback on the terminal."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loom_runtime.tools.cli", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert process.stdout is not None
+    for _ in range(10):  # as `head` does: some lines read, then the pipe closed
+        process.stdout.readline()
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=60)
+    assert b"Traceback" not in stderr, stderr.decode()

@@ -84,12 +84,17 @@ class _LoomGroup(ReadableGroup):
     is printed as Python prints a traceback, made inert (:func:`visible`), exit 1: its
     message can quote a model's answer or a recorded value, and Typer's printer wrote it raw
     (escape sequences and all) and wrapped the execution's id onto a line of its own.
+
+    A broken pipe (the reader went away: ``loom … | head``) is no defect: it is left to
+    Click, which ends quietly (exit 1), where this group printed it as a traceback.
     """
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # Click's own ways out
+            raise
+        except BrokenPipeError:  # the reader went away (`loom … | head`): Click ends quietly
             raise
         except LoomError as exc:
             if getattr(exc, "__notes__", None):
