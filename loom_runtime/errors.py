@@ -415,7 +415,12 @@ class IntegrityUnsupportedError(LoomError):
     """The log's persistence keeps no hash chain, so it cannot be verified (ADR 0011)."""
 
 
-class ReadModelCheckUnsupportedError(LoomError):
+class ReadModelCheckError(LoomError):
+    """The log's read models could not be checked against a rebuild: the copies they are
+    checked in could not be written (the disk full, the folder not writable)."""
+
+
+class ReadModelCheckUnsupportedError(ReadModelCheckError):
     """The log's read models cannot be checked against a rebuild here: they are checked in a
     copy of a SQLite database file, and a PostgreSQL log has none."""
 

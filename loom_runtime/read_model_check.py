@@ -38,7 +38,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from loom_runtime.errors import ReadModelCheckUnsupportedError
+from loom_runtime.errors import (
+    EncryptionOffError,
+    ReadModelCheckError,
+    ReadModelCheckUnsupportedError,
+)
 from loom_runtime.projection import Progress, catch_up, rebuild, registered_projections
 from loom_runtime.storage.chain import CHAIN_TABLE
 
@@ -51,6 +55,12 @@ Bars = Callable[[str], Progress]
 
 _SKIPPED: frozenset[str] = frozenset({"stored_events", CHAIN_TABLE})
 """The log's own tables: both copies hold them as snapshotted, and no read model writes them."""
+
+_ZERO_COUNTS: dict[str, str] = {"rows_at": "n", "terms_at": "df"}
+"""Counts kept by position (``<prefix>rows_at``, ``<prefix>terms_at``: ADR 0059) and their
+count column. A bucket summed to zero adds nothing to any read, and whether one is left
+depends on how the writes were batched (a page that ends and begins a term's rows in one call
+never writes it; two catch-ups write it and take it back): such rows are not compared."""
 
 _FTS5 = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s+.*\bUSING\s+fts5\s*\(", re.IGNORECASE | re.DOTALL)
 _FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
@@ -67,9 +77,11 @@ class TableDifference(msgspec.Struct, frozen=True, kw_only=True):
     rebuilt_rows: int
     """Rows a rebuild from the log holds."""
     only_here: int
-    """Distinct rows the read model holds that a rebuild does not (altered or added)."""
+    """Distinct rows the read model holds that a rebuild does not (altered or added); -1 when
+    no row can be compared: the table is missing from one copy, or has other columns."""
     only_rebuilt: int
-    """Distinct rows a rebuild holds that the read model does not (altered or lost)."""
+    """Distinct rows a rebuild holds that the read model does not (altered or lost); -1 as
+    ``only_here``."""
 
 
 class ReadModelReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,12 +95,15 @@ class ReadModelReport(msgspec.Struct, frozen=True, kw_only=True):
     """Tables compared."""
     differences: tuple[TableDifference, ...] = ()
     problems: tuple[str, ...] = ()
-    """What could not be compared or failed its own check: a read model that could not be
-    opened, caught up or rebuilt, an FTS5 index that does not match its rows."""
+    """Damage found besides the rows: a read model that could not catch up (a page refused
+    as applied twice), an FTS5 index that does not match its rows."""
+    unchecked: tuple[str, ...] = ()
+    """Read models this environment could not check, and why: one that cannot be opened here
+    (a missing extra), or that even a rebuild from the log cannot build here."""
 
     @property
     def ok(self) -> bool:
-        return not self.differences and not self.problems
+        return not self.differences and not self.problems and not self.unchecked
 
 
 def check_read_models(
@@ -97,28 +112,34 @@ def check_read_models(
     """Compare every read model of the SQLite log ``settings`` name with a rebuild of it from
     the log (module docstring); ``encryption``: the master key the log was opened with.
 
-    :class:`ReadModelCheckUnsupportedError` for a PostgreSQL log (there is no file to copy)."""
-    path = _database_file(settings)
+    :class:`ReadModelCheckUnsupportedError` for a PostgreSQL log (there is no file to copy),
+    :class:`ReadModelCheckError` when the copies cannot be written, and
+    :class:`~loom_runtime.errors.EncryptionOffError` for an encrypted log without its key
+    (its sealed events cannot be projected, so every read model would read as damaged)."""
+    path = checked_file(settings)
     with _private_folder(path.parent) as folder:
         here, rebuilt = folder / "caught-up.db", folder / "rebuilt.db"
         _snapshot(path, here, rebuilt)
-        problems: list[str] = []
-        names, position = _project(settings, here, encryption, bars, problems, rebuilt=False)
-        _project(settings, rebuilt, encryption, bars, problems, rebuilt=True)
+        found = _Found()
+        names, position = _project(settings, here, encryption, bars, found, rebuilt=False)
+        _project(settings, rebuilt, encryption, bars, found, rebuilt=True)
         with closing(sqlite3.connect(rebuilt)) as conn:
             conn.execute("ATTACH DATABASE ? AS here", (str(here),))
-            problems += _fts5_problems(conn)
+            found.problems += _fts5_problems(conn)
             compared, differences = _compare(conn)
     return ReadModelReport(
         position=position,
         projections=tuple(names),
         tables=compared,
         differences=tuple(differences),
-        problems=tuple(problems),
+        problems=tuple(found.problems),
+        unchecked=tuple(found.unchecked),
     )
 
 
-def _database_file(settings: LogSettings) -> Path:
+def checked_file(settings: LogSettings) -> Path:
+    """The SQLite file whose read models :func:`check_read_models` would check (asked before
+    anything long runs); :class:`ReadModelCheckUnsupportedError` when there is none."""
     if not settings.is_sqlite:
         raise ReadModelCheckUnsupportedError(
             "read models are checked in a copy of a SQLite database; a PostgreSQL log's "
@@ -128,6 +149,18 @@ def _database_file(settings: LogSettings) -> Path:
     if not path.is_file():
         raise ReadModelCheckUnsupportedError(f"no SQLite database at {path.absolute()}")
     return path
+
+
+class _Found:
+    """What the projections of both copies reported, by kind (:class:`ReadModelReport`)."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.unchecked: list[str] = []
+
+    def cannot_check(self, what: str) -> None:
+        if what not in self.unchecked:  # both copies tell of a read model that cannot open
+            self.unchecked.append(what)
 
 
 @contextmanager
@@ -140,13 +173,22 @@ def _private_folder(beside: Path) -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
-def _snapshot(source: Path, *copies: Path) -> None:
-    """``source`` copied whole into each of ``copies`` from one read transaction (the backup
-    API's single step), opened read-only so that nothing of the live file changes."""
-    with closing(sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)) as live:
-        for copy in copies:
-            with closing(sqlite3.connect(copy)) as target:
+def _snapshot(source: Path, here: Path, rebuilt: Path) -> None:
+    """``source`` copied whole into ``here`` from one read transaction (the backup API's single
+    step), opened read-only so that nothing of the live file changes; then ``here`` copied
+    into ``rebuilt``, so both hold the same snapshot whatever was written meanwhile (two
+    backups of the live file would be two snapshots, a write apart)."""
+    for origin, copy in ((f"{source.absolute().as_uri()}?mode=ro", here), (here.as_uri(), rebuilt)):
+        try:
+            with (
+                closing(sqlite3.connect(origin, uri=True)) as live,
+                closing(sqlite3.connect(copy)) as target,
+            ):
                 live.backup(target)
+        except (OSError, sqlite3.Error) as exc:
+            raise ReadModelCheckError(
+                f"could not copy the database to {copy.parent} to check its read models: {exc}"
+            ) from exc
 
 
 def _project(
@@ -154,21 +196,19 @@ def _project(
     path: Path,
     encryption: KeyWrapper | None,
     bars: Bars | None,
-    problems: list[str],
+    found: _Found,
     *,
     rebuilt: bool,
 ) -> tuple[list[str], int]:
     """Catch up (or rebuild) every registered read model of the copy at ``path``; what fails
-    is added to ``problems``. Returns the read models' names and the log's position."""
+    is told to ``found``. Returns the read models' names and the log's position.
+
+    A read model the rebuild cannot build either is unchecked, not damaged: the log cannot be
+    projected here (a missing extra), whatever the live rows hold."""
     from loom_runtime.loom import Loom
+    from loom_runtime.sealing import has_key_table
 
     step = "rebuilt" if rebuilt else "caught up"
-
-    def unopened(name: str, exc: Exception) -> None:
-        problem = f"{name}: could not be opened here ({_cause(exc)})"
-        if problem not in problems:  # told by both copies
-            problems.append(problem)
-
     with Loom(
         f"sqlite:///{path}",
         persistence=settings.persistence,
@@ -177,15 +217,39 @@ def _project(
         encryption=encryption,
     ) as loom:
         log = loom.log
+        if encryption is None and has_key_table(log.engine):
+            raise EncryptionOffError(
+                "this log is encrypted: its read models are rebuilt from sealed events, which "
+                "open only with its master key; set $LOOM_MASTER_KEY (Loom(url, "
+                "encryption=MasterKey.from_env())) to check them"
+            )
         names = []
+        unopened = lambda name, exc: found.cannot_check(  # noqa: E731
+            f"{name}: could not be opened here ({_cause(exc)})"
+        )
         for projection in registered_projections(log, unopened=unopened):
             names.append(projection.name)
             advance = None if bars is None else bars(f"{step}: {projection.name}")
             try:
                 (rebuild if rebuilt else catch_up)(log, projection, progress=advance)
             except Exception as exc:  # whatever stops a read model projecting the log is found
-                problems.append(f"{projection.name}: could not be {step} ({_cause(exc)})")
+                if _interrupted(exc):  # Ctrl-C, which SQLAlchemy may raise as its own error
+                    raise KeyboardInterrupt from exc
+                what = f"{projection.name}: could not be {step} ({_cause(exc)})"
+                (found.cannot_check if rebuilt else found.problems.append)(what)
         return names, log.position
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised because of a ``KeyboardInterrupt`` (in its chain)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _cause(exc: BaseException) -> str:
@@ -229,13 +293,16 @@ def _compare(conn: sqlite3.Connection) -> tuple[int, list[TableDifference]]:
     tables = {"here": _tables(conn, "here"), "main": _tables(conn, "main")}
     differences = []
     for table in sorted(tables["here"] | tables["main"]):
-        counts = {
-            schema: _scalar(conn, f"SELECT count(*) FROM {schema}.{_quoted(table)}")
+        columns = {schema: _columns(conn, schema, table) for schema in tables}
+        rows = {
+            schema: _scalar(
+                conn,
+                f"SELECT count(*) FROM ({_canonical(schema, table, columns[schema], names)})",
+            )
             if table in names
             else 0
             for schema, names in tables.items()
         }
-        columns = {schema: _columns(conn, schema, table) for schema in tables}
         if any(table not in names for names in tables.values()) or (
             columns["here"] != columns["main"]
         ):
@@ -248,13 +315,13 @@ def _compare(conn: sqlite3.Connection) -> tuple[int, list[TableDifference]]:
             )
             only_here = _scalar(conn, f"SELECT count(*) FROM ({mine} EXCEPT {theirs})")
             only_rebuilt = _scalar(conn, f"SELECT count(*) FROM ({theirs} EXCEPT {mine})")
-            if counts["here"] == counts["main"] and not only_here and not only_rebuilt:
+            if rows["here"] == rows["main"] and not only_here and not only_rebuilt:
                 continue
         differences.append(
             TableDifference(
                 table=table,
-                rows=counts["here"],
-                rebuilt_rows=counts["main"],
+                rows=rows["here"],
+                rebuilt_rows=rows["main"],
                 only_here=only_here,
                 only_rebuilt=only_rebuilt,
             )
@@ -270,10 +337,12 @@ def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[tuple[st
 
 
 def _canonical(schema: str, table: str, columns: list[tuple[str, int]], tables: set[str]) -> str:
-    """A SELECT of ``table``'s rows with each ``seq`` replaced by its rank (module docstring)."""
+    """A SELECT of ``table``'s rows as compared: each ``seq`` replaced by its rank, and no
+    bucket of counts by position at zero (module docstring)."""
     names = [name for name, _ in columns]
     source = f"{schema}.{_quoted(table)}"
     entries = table.removesuffix("postings") + "entries"
+    zero = next((count for kind, count in _ZERO_COUNTS.items() if table.endswith(kind)), None)
     if [name for name, key in columns if key] == ["seq"]:  # an entries table: seq is its id
         ranked = ["ROW_NUMBER() OVER (ORDER BY seq)" if n == "seq" else _quoted(n) for n in names]
         return f"SELECT {', '.join(ranked)} FROM {source}"
@@ -284,7 +353,8 @@ def _canonical(schema: str, table: str, columns: list[tuple[str, int]], tables: 
         )
         picked = ["r.rank" if n == "seq" else f"x.{_quoted(n)}" for n in names]
         return f"SELECT {', '.join(picked)} FROM {source} AS x LEFT JOIN {ranks} AS r USING (seq)"
-    return f"SELECT {', '.join(map(_quoted, names))} FROM {source}"
+    listed = f"SELECT {', '.join(map(_quoted, names))} FROM {source}"
+    return listed if zero is None or zero not in names else f"{listed} WHERE {zero} <> 0"
 
 
 def _quoted(name: str) -> str:

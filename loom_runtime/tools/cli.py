@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ from uuid import UUID
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
@@ -422,7 +425,9 @@ def progress_bars(*, hidden: bool = False) -> Iterator[Callable[[str], Callable[
     with Progress(console=err_console, disable=not shown) as bars:
 
         def bar(label: str) -> Callable[[int, int], None]:
-            task = bars.add_task(label, total=None)
+            # A label may quote the database (a read model's tracking name): Rich reads a
+            # task's description as markup, so it is escaped, control characters shown.
+            task = bars.add_task(escape(visible(label, one_line=True)), total=None)
             return lambda done, total: bars.update(task, completed=done, total=total)
 
         yield bar
@@ -1106,9 +1111,10 @@ def verify(
     compare each read model's rows with a rebuild from the log (ADR 0009, amended "check")."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from loom_runtime.errors import ReadModelCheckUnsupportedError
+    from loom_runtime.errors import ReadModelCheckError
     from loom_runtime.integrity import Anchor, Tampering, verify_log
     from loom_runtime.key_audit import verify_keys
+    from loom_runtime.read_model_check import checked_file
 
     expected = None
     if anchor is not None:
@@ -1124,7 +1130,11 @@ def verify(
         expected = Anchor(notification_id=int(given[1]), global_hash=given[2])
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
         try:
+            if read_models:  # refused before the chain's walk, not after it
+                checked_file(loom.settings)
             report = verify_log(loom.log, anchor=expected, progress=bar("verify"))
+        except ReadModelCheckError as exc:
+            fail(str(exc), code=ExitCode.USAGE)
         except IntegrityUnsupportedError as exc:
             fail(str(exc), code=ExitCode.USAGE)
         except LogCorruptError as exc:
@@ -1141,10 +1151,11 @@ def verify(
                     report, problem=keys.problem, position=keys.position, detail=keys.detail
                 )
         models = None
-        if read_models and report.ok:  # rebuilt from events the chain vouched for
+        if read_models and report.ok:  # a log that fails its own check is not projected
             try:
-                models = loom.check_read_models(bars=bar)
-            except ReadModelCheckUnsupportedError as exc:
+                with _sigterm_unwinds():
+                    models = loom.check_read_models(bars=bar)
+            except ReadModelCheckError as exc:
                 fail(str(exc), code=ExitCode.USAGE)
     key_rows = 0 if keys is None else keys.checked
     if as_json:
@@ -1153,7 +1164,7 @@ def verify(
                 "ok": report.ok and (models is None or models.ok),
                 **msgspec.structs.asdict(report),
                 "keys_checked": key_rows,
-                **({} if models is None else {"read_models": _read_models_json(models)}),
+                **({"read_models": _read_models_json(models)} if read_models else {}),
             }
         )
     elif report.ok:
@@ -1175,12 +1186,39 @@ def verify(
         )
         verdict = "INCOMPLETE" if report.problem is Tampering.ERASURE_INCOMPLETE else "TAMPERED"
         console.print(Text.assemble((verdict, "red"), inert(detail, one_line=True)))
-    ok = report.ok and (models is None or models.ok)
-    raise typer.Exit(ExitCode.OK if ok else ExitCode.FAILED)
+        if read_models:
+            console.print("read models not checked: the log itself did not verify")
+    if not report.ok or (models is not None and (models.differences or models.problems)):
+        raise typer.Exit(ExitCode.FAILED)
+    # Nothing found, but some read model unchecked: this environment lacks what it needs.
+    raise typer.Exit(ExitCode.USAGE if models is not None and models.unchecked else ExitCode.OK)
 
 
-def _read_models_json(models: ReadModelReport) -> dict[str, object]:
-    return {"ok": models.ok, **msgspec.structs.asdict(models)}
+def _read_models_json(models: ReadModelReport | None) -> dict[str, object] | None:
+    """``--json``'s ``read_models``: null when they were not checked (the log did not verify)."""
+    return None if models is None else {"ok": models.ok, **msgspec.structs.asdict(models)}
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raised as ``SystemExit`` inside (in the main thread, if nothing else handles
+    it): the default action ends the process where it stands, leaving a read-model check's
+    copies of the database (read models in clear) on disk; unwound, its ``finally`` deletes
+    them. Ctrl-C unwinds already."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _print_read_models(models: ReadModelReport) -> None:
@@ -1209,9 +1247,17 @@ def _print_read_models(models: ReadModelReport) -> None:
         console.print(Text.assemble(("DIFFERS", "red"), " ", inert(detail, one_line=True)))
     for problem in models.problems:
         console.print(Text.assemble(("DIFFERS", "red"), " ", inert(problem, one_line=True)))
-    console.print(
-        f"the read models disagree with the log {where}: `loom rebuild` rebuilds them from it"
-    )
+    for unchecked in models.unchecked:
+        console.print(Text.assemble(("UNCHECKED", "yellow"), " ", inert(unchecked, one_line=True)))
+    if models.differences or models.problems:
+        console.print(
+            f"the read models disagree with the log {where}: `loom rebuild` rebuilds them from it"
+        )
+    else:
+        console.print(
+            f"no difference found {where}, but not every read model could be checked here "
+            "(install what it needs, then check again)"
+        )
 
 
 def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bool, str, str]:

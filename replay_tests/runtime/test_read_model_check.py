@@ -11,17 +11,30 @@ removals, erasures of a document and of a memory key, recorded vectors) checks o
 from __future__ import annotations
 
 import base64
+import io
 import json
+import os
+import signal
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_memory import EventSourcedMemory, HashingEmbedder, MemoryEntry, SqliteMemoryStore
-from loom_runtime import Loom, MasterKey, ReadModelCheckUnsupportedError
+from loom_runtime import (
+    EncryptionOffError,
+    Loom,
+    MasterKey,
+    ReadModelCheckError,
+    ReadModelCheckUnsupportedError,
+    read_model_check,
+)
 from loom_runtime.tools.cli import app
 
 SECRET = b"r" * 32
@@ -231,3 +244,162 @@ def test_a_database_file_gone_since_it_was_opened_is_refused(written: Loom) -> N
     Path(path).rename(Path(path).with_suffix(".moved"))
     with pytest.raises(ReadModelCheckUnsupportedError, match="no SQLite database at"):
         written.check_read_models()
+
+
+# -- found by a review of the first version ---------------------------------------------------
+
+
+def test_counts_left_at_zero_by_one_batching_and_not_another_are_not_a_difference(
+    sqlite_url: str,
+) -> None:
+    """300 writes over 50 documents, each caught up on its own: a term's bucket of counts by
+    position gets +1 and later -1 in two catch-ups (a row at zero), where the rebuild's one
+    page cancels them before writing (no row). Both sum to the same counts at every position:
+    the first version called this clean log damaged and told the user to rebuild."""
+    with Loom(sqlite_url) as loom:
+        kb = open_knowledge_base(loom, "ops")
+        for n in range(300):
+            text = f"writer doc {n} term{n % 13} lorem ipsum"
+            kb.put_doc(Doc(id=f"w{n % 50}", text=text), source="w")
+        report = loom.check_read_models()
+    assert report.ok, report
+
+
+def test_a_write_while_the_check_copies_is_in_neither_copy_or_in_both(sqlite_url: str) -> None:
+    """Another writer appends while the check runs: both copies are one snapshot (the second is
+    copied from the first), so a write lands in both or in neither. Two backups of the live
+    file were two snapshots: every check under load reported the rebuild's extra rows."""
+    with Loom(sqlite_url) as loom:
+        open_knowledge_base(loom, "ops").sync(_docs(1), source="wiki")
+    stop = threading.Event()
+
+    def write() -> None:
+        with Loom(sqlite_url) as writer:
+            kb = open_knowledge_base(writer, "ops")
+            n = 0
+            while not stop.is_set():
+                kb.put_doc(Doc(id=f"w{n % 20}", text=f"written meanwhile {n}"), source="m")
+                n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        with Loom(sqlite_url) as loom:
+            reports = [loom.check_read_models() for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    assert all(report.ok for report in reports), reports
+
+
+def test_an_encrypted_log_without_its_key_is_refused_not_called_damaged(written: Loom) -> None:
+    url = written.settings.url.render_as_string(hide_password=False)
+    with Loom(url) as keyless, pytest.raises(EncryptionOffError, match="LOOM_MASTER_KEY"):
+        keyless.check_read_models()
+    result = CliRunner(env={"LOOM_MASTER_KEY": None}).invoke(
+        app, ["verify", "--read-models", "--db", url]
+    )
+    assert result.exit_code == 2, result.output
+    assert "DIFFERS" not in result.output and "loom rebuild" not in result.output
+
+
+def test_a_read_model_that_cannot_open_here_is_unchecked_not_damaged(
+    written: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read model this environment cannot open (a stemmer not installed) says nothing about
+    its rows: UNCHECKED, exit 2, and no advice to rebuild."""
+    real = read_model_check.registered_projections
+
+    def without_an_extra(log: Any, *, unopened: Any = None) -> Any:
+        unopened("loom_memory:memory:loom_memory_", ModuleNotFoundError("snowballstemmer"))
+        return [p for p in real(log, unopened=unopened) if not p.name.startswith("loom_memory")]
+
+    monkeypatch.setattr(read_model_check, "registered_projections", without_an_extra)
+    report = written.check_read_models()
+    assert not report.ok and not report.differences and not report.problems
+    assert report.unchecked == (
+        "loom_memory:memory:loom_memory_: could not be opened here "
+        "(ModuleNotFoundError: snowballstemmer)",
+    )
+    url = written.settings.url.render_as_string(hide_password=False)
+    result = CliRunner(env=ENV).invoke(app, ["verify", "--read-models", "--db", url])
+    assert result.exit_code == 2, result.output
+    assert "UNCHECKED loom_memory:memory:loom_memory_" in result.output
+    assert "loom rebuild" not in result.output
+
+
+def test_ctrl_c_stops_the_check_even_as_a_database_error(
+    written: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLAlchemy may raise its own error for a KeyboardInterrupt in a query: the first
+    version recorded it as the read model's damage and printed a verdict."""
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Can't reconnect until invalid transaction is rolled back") from exc
+
+    monkeypatch.setattr(read_model_check, "catch_up", interrupted)
+    before = _folder_listing(written)
+    with pytest.raises(KeyboardInterrupt):
+        written.check_read_models()
+    assert _folder_listing(written) == before  # the copies are deleted on the way out
+
+
+def test_sigterm_unwinds_the_cli_check_so_its_copies_are_deleted() -> None:
+    """The copies hold the database in clear; the default SIGTERM ended the process with them
+    on disk, where they outlived a later erasure."""
+    from loom_runtime.tools.cli import _sigterm_unwinds
+
+    with pytest.raises(SystemExit) as stopped, _sigterm_unwinds():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_copies_that_cannot_be_written_are_one_typed_error(
+    written: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect = sqlite3.connect
+
+    def full(target: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(target).endswith(".db") and ".loom-check-" in str(target):
+            raise sqlite3.OperationalError("database or disk is full")
+        return connect(target, *args, **kwargs)
+
+    monkeypatch.setattr(read_model_check.sqlite3, "connect", full)
+    before = _folder_listing(written)
+    with pytest.raises(ReadModelCheckError, match="disk is full"):
+        written.check_read_models()
+    assert _folder_listing(written) == before
+
+
+def test_a_tampered_chain_leaves_the_read_models_unchecked_and_says_so(written: Loom) -> None:
+    _sql(written, "UPDATE stored_events SET state = state || ' ' WHERE rowid = 3")
+    url = written.settings.url.render_as_string(hide_password=False)
+    runner = CliRunner(env=ENV)
+    text = runner.invoke(app, ["verify", "--read-models", "--db", url])
+    assert text.exit_code == 1, text.output
+    assert "read models not checked: the log itself did not verify" in text.output
+    as_json = runner.invoke(app, ["verify", "--read-models", "--json", "--db", url])
+    assert json.loads(as_json.output)["read_models"] is None
+
+
+def test_progress_labels_from_the_database_are_printed_inert(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bar's label may be a read model's tracking name, which is the database's text: Rich
+    read it as markup, and a control sequence in it reached the terminal."""
+    from rich.console import Console
+
+    from loom_runtime.tools import cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=screen, force_terminal=True))
+    with cli.progress_bars() as bar:
+        bar("rebuilt: [bold magenta]x\x1b]0;PWNED\x07")(1, 1)
+    shown = screen.getvalue()
+    assert "\x1b]0;PWNED" not in shown
+    assert "[bold magenta]x" in shown
