@@ -65,6 +65,8 @@ QUERIES = 200
 QUICK_QUERIES = 40
 QUICK_PAGES = 200
 """--quick: the first pages of each manual only, judgments restricted to them."""
+QUICK_FAQ_PAGES = 100
+"""--quick: the FAQ's distractor pages (its own pages are always kept)."""
 QUICK_HISTORY_PAGES = 60
 """--quick: the history row syncs four versions on each backend, over a third of this
 section's time at 300 pages; its answer (equal or not) needs no more pages."""
@@ -99,7 +101,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     pages = QUICK_PAGES if settings.quick else None
     rounds = min(settings.rounds, MAX_ROUNDS)
     pg17 = _workload("pg17", "qrels-pg17-index", count, pages)
-    faq = _faq_workload(pages)
+    faq = _faq_workload(QUICK_FAQ_PAGES if settings.quick else None)
+    if settings.quick:  # every FAQ question was half of a quick round's time on PostgreSQL
+        faq = _sampled(faq, count)
     pg15 = _workload("pg15.18", "qrels-pg15-index", count, pages)
     backends = list(_history_backends(settings))
     with ExitStack() as stack:
@@ -166,6 +170,12 @@ def _workload(version: str, judgments: str, count: int, limit: int | None) -> Wo
     judged = [(q, rel & ids) for q, rel in qrels(judgments) if rel & ids and terms(q)]
     judged = random.Random(QUERY_SEED).sample(judged, min(count, len(judged)))
     return Workload(version, pages, tuple(judged))
+
+
+def _sampled(workload: Workload, count: int) -> Workload:
+    """``workload`` with ``count`` of its judged queries, sampled as :func:`_workload` does."""
+    judged = random.Random(QUERY_SEED).sample(workload.judged, min(count, len(workload.judged)))
+    return replace(workload, judged=tuple(judged))
 
 
 def _faq_workload(limit: int | None) -> Workload:

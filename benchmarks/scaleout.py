@@ -36,15 +36,15 @@ projection (``registered_projections(log)``, the one named ``knowledge``) is reb
 position 0 with ``loom_runtime.projection.rebuild``; events applied per second, and afterwards
 the manifest must list every document.
 
-**Contended writes** (ADR 0019). ``CONTENDED_WORKERS`` processes each make
-``CONTENDED_OPS`` knowledge writes (syncs of their own source alternating with ``put_doc`` of
-documents every process revises) and as many memory appends, all on ONE corpus scope and ONE
-memory key, released together: the workload of ``replay_tests/reliability/
-test_concurrent_writes.py``, driven through the same worker script and judged by the same
-audit (``reliability_worker.py write`` / ``audit-writes``), so the row measures exactly what
-the test asserts. Each writer and each audit is a process forked from one of
-``CONTENDED_WORKERS`` zygotes of that script started once per run (:class:`_Writers`), and the
-writers are released together once every one has opened its log. Reported: failed writes,
+**Contended writes** (ADR 0019). ``CONTENDED_WORKERS`` processes each make ``CONTENDED_OPS``
+(``QUICK_CONTENDED_OPS`` with ``--quick``) knowledge writes (syncs of their own source
+alternating with ``put_doc`` of documents every process revises) and as many memory appends,
+all on ONE corpus scope and ONE memory key, released together: the workload of
+``replay_tests/reliability/test_concurrent_writes.py``, driven through the same worker script
+and judged by the same audit (``reliability_worker.py write`` / ``audit-writes``), so the row
+measures exactly what the test asserts. Each writer and each audit is a process forked from one
+of ``CONTENDED_WORKERS`` zygotes of that script started once per run (:class:`_Writers`), and
+the writers are released together once every one has opened its log. Reported: failed writes,
 writes lost or duplicated in the log, whether the hash chain verifies, and writes per second
 from the start signal to the slowest worker's end. Its control runs the same workload with a
 retry budget too small to wait in: it must fail writes, or the audit could not see a failure.
@@ -144,6 +144,8 @@ SCOPE = "bench"
 SOURCE = "bench"
 CONTENDED_WORKERS = 8
 CONTENDED_OPS = 20
+QUICK_CONTENDED_OPS = 10
+"""--quick: each writer's writes; the control still starves (8 writers, one scope and key)."""
 """Per worker: this many knowledge writes and as many memory appends."""
 CONTENDED_ROUNDS = 3
 CONTENDED_TIMEOUT_S = 300.0
@@ -195,11 +197,16 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         throughput = interleave(arms, rounds=settings.rounds, progress=progress)
 
     contention_rounds = 1 if settings.quick else min(settings.rounds, CONTENDED_ROUNDS)
+    ops = QUICK_CONTENDED_OPS if settings.quick else CONTENDED_OPS
     with ExitStack() as stack:
         progress(f"contended writes: starting {CONTENDED_WORKERS} worker zygotes")
         writers = _Writers(stack, CONTENDED_WORKERS)
-        contended = [_contended_arm(writers, backend, settings.pg_url) for backend, _ in backends]
-        starved = _contended_arm(writers, "SQLite", None, retry_budget=CONTROL_RETRY_BUDGET_S)
+        contended = [
+            _contended_arm(writers, backend, settings.pg_url, ops=ops) for backend, _ in backends
+        ]
+        starved = _contended_arm(
+            writers, "SQLite", None, ops=ops, retry_budget=CONTROL_RETRY_BUDGET_S
+        )
         contention = interleave([*contended, starved], rounds=contention_rounds, progress=progress)
 
     apart = recorded[serialised.name]["at_once"]
@@ -227,9 +234,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         "start barrier to the last worker's finish, and must equal the decision events found "
         "in the log afterwards. A fresh database per sample; loom defaults otherwise "
         "(pool_size=5, lock_timeout=5 s; SQLite synchronous=NORMAL).",
-        f"Contended writes: {CONTENDED_WORKERS} processes x {CONTENDED_OPS} knowledge writes "
+        f"Contended writes: {CONTENDED_WORKERS} processes x {ops} knowledge writes "
         f"(syncs of the process's own 3 documents alternating with put_doc of 3 shared "
-        f"documents) + {CONTENDED_OPS} memory appends each, ONE corpus scope and ONE memory "
+        f"documents) + {ops} memory appends each, ONE corpus scope and ONE memory "
         "key, default write_retry (30 s budget, full-jitter pauses 5 ms doubling to 0.5 s); "
         "lost/duplicated match every logged write to the one call that reported it, 'serial' "
         "says the corpus and memory equal a replay of the log in order (ADR 0019).",
@@ -248,7 +255,7 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             _recording_table([*recording, unshared, serialised], recorded, settings.rounds),
             *([_scaling_table(recorded)] if settings.pg_url else []),
             _throughput_table(arms, throughput, settings.rounds),
-            _contention_table(contended, contention, contention_rounds),
+            _contention_table(contended, contention, contention_rounds, ops),
         ),
         controls=(control, starved_control),
     )
@@ -660,7 +667,7 @@ class _Writers:
             stack.callback(self.zygotes[-1].close)
         self.pool = stack.enter_context(ThreadPoolExecutor(count))
 
-    def run(self, url: str, go: Path, budget: list[str]) -> list[dict[str, Any]]:
+    def run(self, url: str, go: Path, budget: list[str], ops: int) -> list[dict[str, Any]]:
         """Every writer forked, released together once all are ready; their reports."""
         running = [
             self.pool.submit(
@@ -670,7 +677,7 @@ class _Writers:
                 "--worker",
                 str(number),
                 "--ops",
-                str(CONTENDED_OPS),
+                str(ops),
                 "--go",
                 str(go),
                 *budget,
@@ -716,7 +723,12 @@ def _payload(outcome: Any, what: str) -> Any:
 
 
 def _contended_arm(
-    writers: _Writers, backend: str, pg_url: str | None, *, retry_budget: float | None = None
+    writers: _Writers,
+    backend: str,
+    pg_url: str | None,
+    *,
+    ops: int,
+    retry_budget: float | None = None,
 ) -> Arm:
     """The contended workload on a fresh database, audited by a fresh (forked) process."""
 
@@ -725,12 +737,12 @@ def _contended_arm(
             url = _fresh_url(stack, backend, pg_url)
             directory = stack.enter_context(scratch_directory())
             budget = [] if retry_budget is None else ["--retry-budget", str(retry_budget)]
-            reports = writers.run(url, directory / "go", budget)
+            reports = writers.run(url, directory / "go", budget, ops)
             (directory / "reports.json").write_text(json.dumps(reports))
             audit = writers.audit(url, directory / "reports.json")
         seconds = max(report["seconds"] for report in reports)
         return {
-            "per_s": CONTENDED_WORKERS * CONTENDED_OPS * 2 / seconds,
+            "per_s": CONTENDED_WORKERS * ops * 2 / seconds,
             "failures": audit["failures"],
             "lost": audit["lost"],
             "duplicated": audit["duplicated"],
@@ -742,7 +754,7 @@ def _contended_arm(
     return Arm(f"contended writes, {backend}{control}", measure)
 
 
-def _contention_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+def _contention_table(arms: list[Arm], results: Results, rounds: int, ops: int) -> Table:
     rows = []
     for arm in arms:
         stats = results[arm.name]
@@ -758,8 +770,8 @@ def _contention_table(arms: list[Arm], results: Results, rounds: int) -> Table:
             )
         )
     return Table(
-        title=f"Contended writes: {CONTENDED_WORKERS} processes x {CONTENDED_OPS} syncs and "
-        f"put_docs + {CONTENDED_OPS} memory appends on one scope and one key",
+        title=f"Contended writes: {CONTENDED_WORKERS} processes x {ops} syncs and "
+        f"put_docs + {ops} memory appends on one scope and one key",
         columns=(
             "backend",
             "failed",
@@ -771,7 +783,7 @@ def _contention_table(arms: list[Arm], results: Results, rounds: int) -> Table:
         ),
         rows=tuple(rows),
         note=f"failed/lost/duplicated: totals over {rounds} rounds of "
-        f"{CONTENDED_WORKERS * CONTENDED_OPS * 2} writes each; rate: median (low-high)",
+        f"{CONTENDED_WORKERS * ops * 2} writes each; rate: median (low-high)",
     )
 
 

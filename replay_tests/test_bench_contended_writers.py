@@ -23,7 +23,7 @@ def test_forked_writers_race_together_and_the_audit_sees_their_writes() -> None:
         url, _ = stack.enter_context(fresh_sqlite())
         directory = stack.enter_context(scratch_directory())
 
-        reports = writers.run(url, directory / "go", [])
+        reports = writers.run(url, directory / "go", [], scaleout.QUICK_CONTENDED_OPS)
         (directory / "reports.json").write_text(json.dumps(reports))
         audit = writers.audit(url, directory / "reports.json")
 
@@ -39,7 +39,11 @@ def test_the_starved_control_still_fails_writes_through_the_zygotes() -> None:
     with ExitStack() as stack:
         writers = scaleout._Writers(stack, 4)
         arm = scaleout._contended_arm(
-            writers, "SQLite", None, retry_budget=scaleout.CONTROL_RETRY_BUDGET_S
+            writers,
+            "SQLite",
+            None,
+            ops=scaleout.QUICK_CONTENDED_OPS,  # the fewest any run makes: still starved
+            retry_budget=scaleout.CONTROL_RETRY_BUDGET_S,
         )
         sample = arm.measure()
 
@@ -54,4 +58,4 @@ def test_a_writer_that_fails_is_an_instrument_error_not_a_figure() -> None:
         missing = directory / "no-such-directory" / "log.db"
 
         with pytest.raises(InstrumentError, match="contended-write worker failed"):
-            writers.run(f"sqlite:///{missing}", directory / "go", [])
+            writers.run(f"sqlite:///{missing}", directory / "go", [], 1)
