@@ -22,15 +22,19 @@ entry is gone is not.
 
 The copies hold what the database holds (read models in clear, with a master key too), in a
 folder only its owner can read, next to the database (the same disk and permissions), and
-are deleted when the check ends, whatever its outcome.
+are deleted when the check ends, whatever its outcome, SIGTERM included; only ``kill -9``
+leaves them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import sqlite3
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -165,12 +169,41 @@ class _Found:
 
 @contextmanager
 def _private_folder(beside: Path) -> Iterator[Path]:
-    """A folder only this user can open (``mkdtemp``: mode 0o700), deleted with what it holds."""
+    """A folder only this user can open (``mkdtemp``: mode 0o700), deleted with what it holds:
+    when the check ends, however it ends, and on SIGTERM too (:func:`_deleted_on_sigterm`)."""
     folder = Path(tempfile.mkdtemp(prefix=".loom-check-", dir=beside))
     try:
-        yield folder
+        with _deleted_on_sigterm(folder):
+            yield folder
     finally:
-        shutil.rmtree(folder)
+        shutil.rmtree(folder, ignore_errors=True)  # gone already if SIGTERM came first
+
+
+@contextmanager
+def _deleted_on_sigterm(folder: Path) -> Iterator[None]:
+    """While inside, SIGTERM deletes ``folder`` and then ends the process as SIGTERM does.
+
+    The copies hold the database in clear, and the default action ended the process with them
+    on disk, where they outlived a later erasure. Raising an exception from the handler instead
+    could land between a lock's ``acquire`` and its ``try`` and hang the close that unwinds;
+    deleting and ending does neither. Only in the main thread (where Python runs handlers) and
+    only over the default action: a handler the application set is left to it."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def terminated(signum: int, _frame: object) -> None:
+        shutil.rmtree(folder, ignore_errors=True)  # an open SQLite file unlinks on Linux too
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _snapshot(source: Path, here: Path, rebuilt: Path) -> None:

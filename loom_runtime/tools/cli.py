@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import sys
-import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -1153,8 +1151,7 @@ def verify(
         models = None
         if read_models and report.ok:  # a log that fails its own check is not projected
             try:
-                with _sigterm_unwinds():
-                    models = loom.check_read_models(bars=bar)
+                models = loom.check_read_models(bars=bar)
             except ReadModelCheckError as exc:
                 fail(str(exc), code=ExitCode.USAGE)
     key_rows = 0 if keys is None else keys.checked
@@ -1197,28 +1194,6 @@ def verify(
 def _read_models_json(models: ReadModelReport | None) -> dict[str, object] | None:
     """``--json``'s ``read_models``: null when they were not checked (the log did not verify)."""
     return None if models is None else {"ok": models.ok, **msgspec.structs.asdict(models)}
-
-
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raised as ``SystemExit`` inside (in the main thread, if nothing else handles
-    it): the default action ends the process where it stands, leaving a read-model check's
-    copies of the database (read models in clear) on disk; unwound, its ``finally`` deletes
-    them. Ctrl-C unwinds already."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _print_read_models(models: ReadModelReport) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -347,16 +348,43 @@ def test_ctrl_c_stops_the_check_even_as_a_database_error(
     assert _folder_listing(written) == before  # the copies are deleted on the way out
 
 
-def test_sigterm_unwinds_the_cli_check_so_its_copies_are_deleted() -> None:
-    """The copies hold the database in clear; the default SIGTERM ended the process with them
-    on disk, where they outlived a later erasure."""
-    from loom_runtime.tools.cli import _sigterm_unwinds
+_TERMINATED_MIDWAY = """
+import sys, time
+from pathlib import Path
+from loom_knowledge import Doc, open_knowledge_base
+from loom_runtime import Loom, read_model_check
 
-    with pytest.raises(SystemExit) as stopped, _sigterm_unwinds():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises before this ends
-    assert stopped.value.code == 128 + signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+url, marker = sys.argv[1], Path(sys.argv[2])
+with Loom(url) as loom:
+    open_knowledge_base(loom, "ops").put_doc(Doc(id="a", text="alpha"), source="m")
+
+def stuck(*args, **kwargs):
+    marker.touch()  # the copies exist now: the parent sends SIGTERM
+    time.sleep(60)
+
+read_model_check.catch_up = stuck
+with Loom(url) as loom:
+    loom.check_read_models()
+"""
+
+
+def test_sigterm_during_a_check_deletes_its_copies_and_ends_the_process(tmp_path: Path) -> None:
+    """The copies hold the database in clear. The default SIGTERM ended the process with them
+    on disk, where they outlived a later erasure; raising an exception from the handler (the
+    second version) could land between a lock's acquire and its ``try`` and hang the close.
+    The handler deletes the folder itself and ends the process as SIGTERM does."""
+    database, marker = tmp_path / "loom.db", tmp_path / "copying"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _TERMINATED_MIDWAY, f"sqlite:///{database}", str(marker)]
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), "the check never reached its read models"
+    assert list(tmp_path.glob(".loom-check-*")), "the copies should exist mid-check"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == -signal.SIGTERM
+    assert not list(tmp_path.glob(".loom-check-*"))
 
 
 def test_copies_that_cannot_be_written_are_one_typed_error(
