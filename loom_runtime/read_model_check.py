@@ -120,7 +120,7 @@ def check_read_models(
     :class:`ReadModelCheckError` when the copies cannot be written, and
     :class:`~loom_runtime.errors.EncryptionOffError` for an encrypted log without its key
     (its sealed events cannot be projected, so every read model would read as damaged)."""
-    path = checked_file(settings)
+    path = checked_file(settings, encrypted=encryption is not None)
     with _private_folder(path.parent) as folder:
         here, rebuilt = folder / "caught-up.db", folder / "rebuilt.db"
         _snapshot(path, here, rebuilt)
@@ -130,20 +130,26 @@ def check_read_models(
         with closing(sqlite3.connect(rebuilt)) as conn:
             conn.execute("ATTACH DATABASE ? AS here", (str(here),))
             found.problems += _fts5_problems(conn)
-            compared, differences = _compare(conn)
+            # A read model the rebuild could not build left its tables half built, and which
+            # tables are its is the read model's to say: no table is compared then, and what
+            # its catch-up said is no finding either (the log cannot be projected here).
+            compared, differences = (0, []) if found.unbuilt else _compare(conn)
+    problems = [p for p in found.problems if p.partition(": ")[0] not in found.unbuilt]
     return ReadModelReport(
         position=position,
         projections=tuple(names),
         tables=compared,
         differences=tuple(differences),
-        problems=tuple(found.problems),
+        problems=tuple(problems),
         unchecked=tuple(found.unchecked),
     )
 
 
-def checked_file(settings: LogSettings) -> Path:
+def checked_file(settings: LogSettings, *, encrypted: bool) -> Path:
     """The SQLite file whose read models :func:`check_read_models` would check (asked before
-    anything long runs); :class:`ReadModelCheckUnsupportedError` when there is none."""
+    anything long runs); :class:`ReadModelCheckUnsupportedError` when there is none, and
+    :class:`~loom_runtime.errors.EncryptionOffError` for an encrypted log when ``encrypted``
+    (a master key given) is False: its sealed events cannot be projected without it."""
     if not settings.is_sqlite:
         raise ReadModelCheckUnsupportedError(
             "read models are checked in a copy of a SQLite database; a PostgreSQL log's "
@@ -152,7 +158,23 @@ def checked_file(settings: LogSettings) -> Path:
     path = Path(settings.url.database or "")  # LogSettings refuses a database in memory
     if not path.is_file():
         raise ReadModelCheckUnsupportedError(f"no SQLite database at {path.absolute()}")
+    if not encrypted and _has_key_table(path):
+        raise EncryptionOffError(
+            "this log is encrypted: its read models are rebuilt from sealed events, which "
+            "open only with its master key; set $LOOM_MASTER_KEY (Loom(url, "
+            "encryption=MasterKey.from_env())) to check them"
+        )
     return path
+
+
+def _has_key_table(path: Path) -> bool:
+    from loom_runtime.sealing import TABLE
+
+    with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as live:
+        found = live.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+        ).fetchone()
+    return found is not None
 
 
 class _Found:
@@ -161,6 +183,8 @@ class _Found:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.unchecked: list[str] = []
+        self.unbuilt: set[str] = set()
+        """Read models even the rebuild could not build: their tables are half built."""
 
     def cannot_check(self, what: str) -> None:
         if what not in self.unchecked:  # both copies tell of a read model that cannot open
@@ -171,12 +195,34 @@ class _Found:
 def _private_folder(beside: Path) -> Iterator[Path]:
     """A folder only this user can open (``mkdtemp``: mode 0o700), deleted with what it holds:
     when the check ends, however it ends, and on SIGTERM too (:func:`_deleted_on_sigterm`)."""
-    folder = Path(tempfile.mkdtemp(prefix=".loom-check-", dir=beside))
-    try:
-        with _deleted_on_sigterm(folder):
+    try:  # absolute: the copies are opened by URI, and a relative path (./loom.db) has none
+        folder = Path(tempfile.mkdtemp(prefix=".loom-check-", dir=beside)).absolute()
+    except OSError as exc:
+        raise ReadModelCheckError(
+            f"could not create a folder beside the database to check its read models: {exc}"
+        ) from exc
+    with _deleted_on_sigterm(folder):
+        try:
             yield folder
+        finally:
+            with _signals_held():  # a Ctrl-C mid-delete would leave part of the copies
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while inside (delivered when it ends), where the platform
+    can (``pthread_sigmask``, in the main thread)."""
+    if not hasattr(signal, "pthread_sigmask") or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
     finally:
-        shutil.rmtree(folder, ignore_errors=True)  # gone already if SIGTERM came first
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextmanager
@@ -239,7 +285,6 @@ def _project(
     A read model the rebuild cannot build either is unchecked, not damaged: the log cannot be
     projected here (a missing extra), whatever the live rows hold."""
     from loom_runtime.loom import Loom
-    from loom_runtime.sealing import has_key_table
 
     step = "rebuilt" if rebuilt else "caught up"
     with Loom(
@@ -250,16 +295,13 @@ def _project(
         encryption=encryption,
     ) as loom:
         log = loom.log
-        if encryption is None and has_key_table(log.engine):
-            raise EncryptionOffError(
-                "this log is encrypted: its read models are rebuilt from sealed events, which "
-                "open only with its master key; set $LOOM_MASTER_KEY (Loom(url, "
-                "encryption=MasterKey.from_env())) to check them"
-            )
         names = []
-        unopened = lambda name, exc: found.cannot_check(  # noqa: E731
-            f"{name}: could not be opened here ({_cause(exc)})"
-        )
+
+        def unopened(name: str, exc: Exception) -> None:
+            if _interrupted(exc):
+                raise KeyboardInterrupt from exc
+            found.cannot_check(f"{name}: could not be opened here ({_cause(exc)})")
+
         for projection in registered_projections(log, unopened=unopened):
             names.append(projection.name)
             advance = None if bars is None else bars(f"{step}: {projection.name}")
@@ -269,7 +311,11 @@ def _project(
                 if _interrupted(exc):  # Ctrl-C, which SQLAlchemy may raise as its own error
                     raise KeyboardInterrupt from exc
                 what = f"{projection.name}: could not be {step} ({_cause(exc)})"
-                (found.cannot_check if rebuilt else found.problems.append)(what)
+                if rebuilt:
+                    found.cannot_check(what)
+                    found.unbuilt.add(projection.name)
+                else:
+                    found.problems.append(what)
         return names, log.position
 
 
@@ -387,7 +433,10 @@ def _canonical(schema: str, table: str, columns: list[tuple[str, int]], tables: 
         picked = ["r.rank" if n == "seq" else f"x.{_quoted(n)}" for n in names]
         return f"SELECT {', '.join(picked)} FROM {source} AS x LEFT JOIN {ranks} AS r USING (seq)"
     listed = f"SELECT {', '.join(map(_quoted, names))} FROM {source}"
-    return listed if zero is None or zero not in names else f"{listed} WHERE {zero} <> 0"
+    if zero is None or zero not in names or "level" not in names:
+        return listed
+    # A marker row (level -1, ``SELF_COUNTED``) is never left behind, at zero or not: kept.
+    return f"{listed} WHERE NOT ({zero} = 0 AND level >= 0)"
 
 
 def _quoted(name: str) -> str:

@@ -1129,7 +1129,7 @@ def verify(
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
         try:
             if read_models:  # refused before the chain's walk, not after it
-                checked_file(loom.settings)
+                checked_file(loom.settings, encrypted=loom.encrypted)
             report = verify_log(loom.log, anchor=expected, progress=bar("verify"))
         except ReadModelCheckError as exc:
             fail(str(exc), code=ExitCode.USAGE)

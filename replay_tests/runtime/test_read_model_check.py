@@ -431,3 +431,63 @@ def test_progress_labels_from_the_database_are_printed_inert(
     shown = screen.getvalue()
     assert "\x1b]0;PWNED" not in shown
     assert "[bold magenta]x" in shown
+
+
+# -- found by a regression review of the fixes ------------------------------------------------
+
+
+def test_the_default_relative_database_path_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``./loom.db``, the CLI's default: the copies' folder was relative and opening a copy by
+    URI raised a ValueError traceback."""
+    monkeypatch.chdir(tmp_path)
+    with Loom("sqlite:///loom.db") as loom:
+        open_knowledge_base(loom, "ops").sync(_docs(1), source="wiki")
+        assert loom.check_read_models().ok
+    result = CliRunner(env={"LOOM_DB_URL": None}).invoke(app, ["verify", "--read-models"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_leftover_marker_row_at_zero_is_still_found(written: Loom) -> None:
+    """Buckets summed to zero are left out of the comparison, but a store's SELF_COUNTED
+    marker (level -1) is never left behind: one planted blocks the next write, so it is
+    damage, zero or not."""
+    _sql(
+        written,
+        "INSERT INTO loom_kb_rows_at (key, level, bucket, n) VALUES ('knowledge:ops', -1, 0, 0)",
+    )
+    report = written.check_read_models()
+    assert [d.table for d in report.differences] == ["loom_kb_rows_at"], report
+
+
+def test_a_read_model_the_rebuild_cannot_build_compares_no_half_built_table(
+    written: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild emptied the tables, then failed (the log cannot be projected here): its
+    half-built tables read as DIFFERS with advice to rebuild. Now: UNCHECKED, nothing else."""
+    real = read_model_check.rebuild
+
+    def fails_midway(log: Any, projection: Any, **kwargs: Any) -> int:
+        if projection.name == "knowledge":
+            projection.reset()
+            raise RuntimeError("sealed events cannot be opened here")
+        return real(log, projection, **kwargs)
+
+    monkeypatch.setattr(read_model_check, "rebuild", fails_midway)
+    report = written.check_read_models()
+    assert not report.differences and not report.problems, report
+    assert report.unchecked == (
+        "knowledge: could not be rebuilt (RuntimeError: sealed events cannot be opened here)",
+    )
+
+
+def test_a_folder_that_cannot_be_created_is_one_typed_error(
+    written: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(*_args: Any, **_kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(read_model_check.tempfile, "mkdtemp", read_only)
+    with pytest.raises(ReadModelCheckError, match="could not create a folder"):
+        written.check_read_models()
