@@ -129,12 +129,15 @@ def check_read_models(
         _project(settings, rebuilt, encryption, bars, found, rebuilt=True)
         with closing(sqlite3.connect(rebuilt)) as conn:
             conn.execute("ATTACH DATABASE ? AS here", (str(here),))
-            found.problems += _fts5_problems(conn)
             # A read model the rebuild could not build left its tables half built, and which
             # tables are its is the read model's to say: no table is compared then, and what
             # its catch-up said is no finding either (the log cannot be projected here).
+            problems = [
+                problem
+                for name, problem in found.not_caught_up.items()
+                if name not in found.unbuilt
+            ] + _fts5_problems(conn)
             compared, differences = (0, []) if found.unbuilt else _compare(conn)
-    problems = [p for p in found.problems if p.partition(": ")[0] not in found.unbuilt]
     return ReadModelReport(
         position=position,
         projections=tuple(names),
@@ -168,6 +171,8 @@ def checked_file(settings: LogSettings, *, encrypted: bool) -> Path:
 
 
 def _has_key_table(path: Path) -> bool:
+    """:func:`~loom_runtime.sealing.has_key_table` asked of the file itself, read-only: it is
+    asked before anything is copied, with no engine opened on the live database."""
     from loom_runtime.sealing import TABLE
 
     with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as live:
@@ -181,7 +186,8 @@ class _Found:
     """What the projections of both copies reported, by kind (:class:`ReadModelReport`)."""
 
     def __init__(self) -> None:
-        self.problems: list[str] = []
+        self.not_caught_up: dict[str, str] = {}
+        """Why each read model that could not catch up could not, by its name."""
         self.unchecked: list[str] = []
         self.unbuilt: set[str] = set()
         """Read models even the rebuild could not build: their tables are half built."""
@@ -315,7 +321,7 @@ def _project(
                     found.cannot_check(what)
                     found.unbuilt.add(projection.name)
                 else:
-                    found.problems.append(what)
+                    found.not_caught_up[projection.name] = what
         return names, log.position
 
 
