@@ -16,9 +16,10 @@ same size, the request as its input: the bare durable append at loom's default (
 ``synchronous=NORMAL``) that recording a call cannot avoid. The call target is "added at most
 1 ms more than this append".
 
-**conversation**: 50 model calls of a tool-using conversation (each question answered in two
-calls: one asks for the ``lookup`` tool, the tool runs as a decision, one answers from its
-result; every request carries the whole conversation so far, as a chat agent's do). loom
+**conversation**: 50 model calls (20 with ``--quick``) of a tool-using conversation (each
+question answered in two calls: one asks for the ``lookup`` tool, the tool runs as a decision,
+one answers from its result; every request carries the whole conversation so far, as a chat
+agent's do). loom
 records it with a wrapped client; VCR.py records it with a raw client into a YAML cassette
 with the settings of LangSmith's request cache (``langsmith.utils.with_cache``: match on
 method, URI, path and body; request headers dropped). The server is stopped, and each replays
@@ -81,6 +82,8 @@ WARM_UP = 5
 """Calls of each client left out of the percentiles: the first ones open the connection."""
 TURNS = 50
 """Model calls in the conversation (two per question: the tool call, then the answer)."""
+QUICK_TURNS = 20
+"""The conversation's model calls with ``--quick``: ~5 s less of a run a smoke test waits for."""
 REPEATS = 5
 QUICK_REPEATS = 1
 """Replays of the conversation per sample, each followed by its floor's (see ``_Paired``)."""
@@ -123,13 +126,14 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
     """Measure every arm in interleaved rounds, then run the negative control once."""
     calls = QUICK_CALLS if settings.quick else CALLS
     repeats = QUICK_REPEATS if settings.quick else REPEATS
+    turns = QUICK_TURNS if settings.quick else TURNS
     arms = [
         Arm("call", partial(_paired_calls, calls, stream=False)),
         Arm("stream", partial(_paired_calls, calls, stream=True)),
         Arm("append", partial(_appends, calls)),
-        Arm("loom conversation", partial(_loom_conversation, repeats)),
-        Arm("VCR.py conversation", partial(_vcr_conversation, repeats)),
-        Arm("HTTP layer", partial(_http_layer, _SdkFloor().requests, repeats)),
+        Arm("loom conversation", partial(_loom_conversation, turns, repeats)),
+        Arm("VCR.py conversation", partial(_vcr_conversation, turns, repeats)),
+        Arm("HTTP layer", partial(_http_layer, _SdkFloor(turns).requests, repeats)),
     ]
     results = interleave(arms, rounds=settings.rounds, progress=progress)
     progress("negative control: a replay with one recorded chunk altered")
@@ -143,9 +147,9 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
         ),
         tables=(
             _latency_table(results, note),
-            _conversation_table(results, note),
-            _http_layer_table(results, note),
-            _recording_table(results, note),
+            _conversation_table(results, note, turns),
+            _http_layer_table(results, note, turns),
+            _recording_table(results, note, turns),
         ),
         controls=(altered_chunk_control(),),
     )
@@ -270,13 +274,13 @@ def _lookup(arguments: str) -> str:
     return f"runbooks/{len(query) % 7}.md says: for {query}, follow the checklist in order"
 
 
-def _loom_conversation(repeats: int) -> Sample:
+def _loom_conversation(turns: int, repeats: int) -> Sample:
     """Record the conversation, stop the server, replay from the log and from the bundle.
 
     Besides each replay's total, loom's own time is timed inside loom (see :class:`_LoomClock`),
     so the own-share verdict does not rest on a small difference of two large, noisy totals.
     """
-    clock = _LoomClock()
+    clock = _LoomClock(turns)
     with (
         fresh_sqlite() as (url, path),
         scratch_directory() as directory,
@@ -296,13 +300,13 @@ def _loom_conversation(repeats: int) -> Sample:
         with Loom(url) as loom:
             loom.flow("capture-conversation")(conversation)
             started = time.perf_counter()
-            recorded = loom.run("capture-conversation", turns=TURNS)
+            recorded = loom.run("capture-conversation", turns=turns)
             recording = time.perf_counter() - started
             bundle = loom.export(recorded.execution_id, directory / "conversation.json")
         server.stop()  # from here on a request would be refused
-        _check_answers("the loom recording", recorded.output)
+        _check_answers("the loom recording", recorded.output, turns)
         clock.time_transport_of(client)
-        floor = _SdkFloor()
+        floor = _SdkFloor(turns)
         with Loom(url) as loom:
             loom.flow("capture-conversation")(conversation)
             from_log = floor.paired(
@@ -315,14 +319,14 @@ def _loom_conversation(repeats: int) -> Sample:
             )
             bundle_inside = clock.take()
         return {
-            "record_ms": 1000 * recording / TURNS,
-            "log_replay_per_s": TURNS / from_log.replay,
-            "log_own_ms": 1000 * from_log.own / TURNS,
-            "log_inside_ms": 1000 * log_inside / TURNS,
-            "bundle_replay_per_s": TURNS / from_bundle.replay,
-            "bundle_own_ms": 1000 * from_bundle.own / TURNS,
-            "bundle_inside_ms": 1000 * bundle_inside / TURNS,
-            "floor_per_s": TURNS / statistics.median([from_log.floor, from_bundle.floor]),
+            "record_ms": 1000 * recording / turns,
+            "log_replay_per_s": turns / from_log.replay,
+            "log_own_ms": 1000 * from_log.own / turns,
+            "log_inside_ms": 1000 * log_inside / turns,
+            "bundle_replay_per_s": turns / from_bundle.replay,
+            "bundle_own_ms": 1000 * from_bundle.own / turns,
+            "bundle_inside_ms": 1000 * bundle_inside / turns,
+            "floor_per_s": turns / statistics.median([from_log.floor, from_bundle.floor]),
             "log_kb": sqlite_bytes(path) / 1024,
             "bundle_kb": bundle.stat().st_size / 1024,
         }
@@ -340,7 +344,8 @@ class _LoomClock:
     the same thing, but as a small difference of two large totals it is mostly noise.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, turns: int) -> None:
+        self._turns = turns
         self._inside = 0.0
         self._body = 0.0
         self._calls = 0
@@ -388,10 +393,10 @@ class _LoomClock:
             started = time.perf_counter()
             replay()
             total = time.perf_counter() - started
-            if self._calls != TURNS or not 0 < self._body < total:
+            if self._calls != self._turns or not 0 < self._body < total:
                 raise InstrumentError(
-                    f"loom's clock saw {self._calls} transport calls (expected {TURNS}) or a "
-                    "flow body outside its replay: the own time would miss part of loom"
+                    f"loom's clock saw {self._calls} transport calls (expected {self._turns}) "
+                    "or a flow body outside its replay: the own time would miss part of loom"
                 )
             self._replays.append(total - self._body + self._inside)
 
@@ -408,7 +413,7 @@ def _identical(source: str, result: Any) -> None:
         raise InstrumentError(f"the timed replay from the {source} diverged: {result.describe()}")
 
 
-def _vcr_conversation(repeats: int) -> Sample:
+def _vcr_conversation(turns: int, repeats: int) -> Sample:
     """Record the conversation into a VCR.py cassette, stop the server, play it back."""
     import vcr
 
@@ -420,24 +425,24 @@ def _vcr_conversation(repeats: int) -> Sample:
         cassette = directory / "conversation.yaml"
         with _vcr(vcr, directory, "new_episodes").use_cassette(cassette.name):
             started = time.perf_counter()
-            recorded = _converse(client, _lookup, TURNS)
+            recorded = _converse(client, _lookup, turns)
             recording = time.perf_counter() - started
         server.stop()  # from here on a request would be refused
-        _check_answers("the VCR.py recording", recorded)
+        _check_answers("the VCR.py recording", recorded, turns)
 
         def play_back() -> None:
             with _vcr(vcr, directory, "none").use_cassette(cassette.name) as played:
-                replayed = _converse(client, _lookup, TURNS)
+                replayed = _converse(client, _lookup, turns)
                 if not played.all_played:
                     raise InstrumentError("the VCR.py replay left recorded requests unplayed")
             if replayed != recorded:
                 raise InstrumentError("the VCR.py replay answered differently from its recording")
 
-        paired = _SdkFloor().paired(play_back, repeats)
+        paired = _SdkFloor(turns).paired(play_back, repeats)
         return {
-            "record_ms": 1000 * recording / TURNS,
-            "replay_per_s": TURNS / paired.replay,
-            "own_ms": 1000 * paired.own / TURNS,
+            "record_ms": 1000 * recording / turns,
+            "replay_per_s": turns / paired.replay,
+            "own_ms": 1000 * paired.own / turns,
             "cassette_kb": cassette.stat().st_size / 1024,
         }
 
@@ -461,9 +466,10 @@ class _SdkFloor:
     time minus this floor's, measured alternately in the same sample so both see the same load.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, turns: int) -> None:
         from replay_tests.capture.provider_server import ROUTES
 
+        self._turns = turns
         self._http = _sdk_http()
         self._replies: list[bytes] = []
         self.requests: list[bytes] = []
@@ -476,7 +482,7 @@ class _SdkFloor:
             return _json_response(self._http, self._replies[-1])
 
         with self._client(provider) as live:
-            self._recorded = _converse(live, _lookup, TURNS)
+            self._recorded = _converse(live, _lookup, turns)
         self._answers = iter(self._replies)
         self._memory = self._client(lambda _: _json_response(self._http, next(self._answers)))
 
@@ -494,7 +500,7 @@ class _SdkFloor:
 
     def _replay(self) -> None:
         self._answers = iter(self._replies)
-        if _converse(self._memory, _lookup, TURNS) != self._recorded:
+        if _converse(self._memory, _lookup, self._turns) != self._recorded:
             raise InstrumentError("the SDK floor answered differently from its recording")
 
     def _client(self, handler: Callable[[Any], Any]) -> Client:
@@ -615,8 +621,8 @@ def _vcr(vcr: Any, directory: Path, record_mode: str) -> Any:
     )
 
 
-def _check_answers(what: str, answers: Any) -> None:
-    if not isinstance(answers, list) or len(answers) != TURNS // 2 or not all(answers):
+def _check_answers(what: str, answers: Any, turns: int) -> None:
+    if not isinstance(answers, list) or len(answers) != turns // 2 or not all(answers):
         raise InstrumentError(f"{what} did not answer every question: {answers!r:.200}")
     if not all(str(answer).startswith("Answer: ") for answer in answers):
         raise InstrumentError(f"{what} answered without its tool result: {answers[0]!r}")
@@ -760,7 +766,7 @@ def _latency_table(results: Results, note: str) -> Table:
     )
 
 
-def _conversation_table(results: Results, note: str) -> Table:
+def _conversation_table(results: Results, note: str, turns: int) -> Table:
     loom, cassette = results["loom conversation"], results["VCR.py conversation"]
     vcr_speed = cassette["replay_per_s"]
     replays = (
@@ -799,7 +805,7 @@ def _conversation_table(results: Results, note: str) -> Table:
         )
     )
     return Table(
-        title=f"A {TURNS}-call tool-using conversation replayed with the server stopped",
+        title=f"A {turns}-call tool-using conversation replayed with the server stopped",
         columns=(
             "replayed by",
             "model calls/s (SDK included)",
@@ -820,7 +826,7 @@ def _conversation_table(results: Results, note: str) -> Table:
     )
 
 
-def _http_layer_table(results: Results, note: str) -> Table:
+def _http_layer_table(results: Results, note: str, turns: int) -> Table:
     arm = results["HTTP layer"]
     vcr_speed, floor = arm["vcr_per_s"], arm["floor_per_s"]
     rows = []
@@ -850,7 +856,7 @@ def _http_layer_table(results: Results, note: str) -> Table:
         )
     )
     return Table(
-        title=f"The same {TURNS} requests replayed with no SDK (a plain httpx.Client)",
+        title=f"The same {turns} requests replayed with no SDK (a plain httpx.Client)",
         columns=(
             "replayed by",
             "requests/s",
@@ -865,10 +871,10 @@ def _http_layer_table(results: Results, note: str) -> Table:
     )
 
 
-def _recording_table(results: Results, note: str) -> Table:
+def _recording_table(results: Results, note: str, turns: int) -> Table:
     loom, cassette = results["loom conversation"], results["VCR.py conversation"]
     return Table(
-        title=f"Recording the {TURNS}-call conversation against the loopback server",
+        title=f"Recording the {turns}-call conversation against the loopback server",
         columns=("recorded by", "per model call", "stored size"),
         rows=(
             (

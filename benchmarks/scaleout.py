@@ -175,7 +175,11 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
             for workers in counts
         ]
         if server:  # right after the shared PostgreSQL log's rows
-            logs = [_logs_arm(count, server, values, duration) for count in LOGS]
+            # Informational (no verdict): a quick run measures them once, ~2 s less.
+            logs_rounds = 1 if settings.quick else None
+            logs = [
+                _logs_arm(count, server, values, duration, rounds=logs_rounds) for count in LOGS
+            ]
             recording[len(PG_WORKERS) : len(PG_WORKERS)] = logs
         unshared = _unshared_arm(values, duration)
         serialised = _unshared_arm(values, duration, serialised=True)
@@ -377,8 +381,11 @@ def _decision_events(loom: Loom) -> int:
     return sum(1 for _ in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)))
 
 
-def _logs_arm(logs: int, server: _Server, values: list[Value], duration: float) -> Arm:
-    """``logs`` workers, each recording into its own fresh database on the one server."""
+def _logs_arm(
+    logs: int, server: _Server, values: list[Value], duration: float, *, rounds: int | None
+) -> Arm:
+    """``logs`` workers, each recording into its own fresh database on the one server (in the
+    first ``rounds`` rounds only, if given)."""
 
     def measure() -> Sample:
         with ExitStack() as stack:
@@ -394,7 +401,7 @@ def _logs_arm(logs: int, server: _Server, values: list[Value], duration: float) 
             )
         return {"per_s": decisions / seconds, "decisions": decisions, "at_once": at_once}
 
-    return Arm(f"PostgreSQL, {logs} logs on one server, 1 worker each", measure)
+    return Arm(f"PostgreSQL, {logs} logs on one server, 1 worker each", measure, rounds=rounds)
 
 
 def _record_concurrently(
@@ -472,6 +479,11 @@ def _worker(
 
 
 def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
+    capped = "".join(
+        f"; {arm.name}: the first {arm.rounds} round(s) only"
+        for arm in arms
+        if arm.rounds is not None and arm.rounds < rounds
+    )
     rows = []
     for arm in arms:
         backend = arm.name.partition(",")[0]
@@ -515,7 +527,8 @@ def _recording_table(arms: list[Arm], results: Results, rounds: int) -> Table:
             "decisions",
         ),
         rows=tuple(rows),
-        note=f"median of {rounds} interleaved rounds (low-high); ratios between medians; 'at "
+        note=f"median of {rounds} interleaved rounds (low-high){capped}; ratios between "
+        "medians; 'at "
         "once' is how many workers ran together (module docstring); a floor runs right "
         "after the arm above it in each of its samples, by as many worker processes, on a "
         f"fresh database (target for 1 PostgreSQL worker: >= {ONE_WORKER_TARGET:,.0f}/s; 8 "

@@ -91,7 +91,7 @@ def test_loom_s_clock_refuses_a_replay_it_did_not_see_whole() -> None:
     """The own-share verdict times loom inside its transport: a replay whose model calls did
     not all pass through the timed transport (or with no flow body timed) would report too
     little of loom, so the clock stops the harness instead of publishing it."""
-    clock = capture._LoomClock()
+    clock = capture._LoomClock(capture.TURNS)
     with pytest.raises(capture.InstrumentError, match="transport calls"):
         clock.timed(lambda: None)()
 
@@ -109,7 +109,7 @@ def test_loom_s_clock_counts_the_replay_outside_the_body_and_loom_inside_it(
         now[0] += seconds
 
     monkeypatch.setattr(capture, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    clock = capture._LoomClock()
+    clock = capture._LoomClock(capture.TURNS)
 
     class Transport:
         def handle_request(self, request: Any) -> str:
