@@ -403,11 +403,48 @@ def print_table(table: Table) -> None:
 
 
 def print_json(data: object) -> None:
-    """``data`` as JSON on stdout: msgspec Structs and recorded ``Raw`` values as they are.
+    """``data`` as JSON on stdout, indented: msgspec Structs and recorded ``Raw`` values as
+    they are, a recorded number with its own text (``1e400`` stays ``1e400``).
 
-    Non-ASCII is escaped as ``\\uXXXX``: still JSON, and inert if it reaches a terminal.
+    Non-ASCII is escaped as ``\\uXXXX``: still JSON, and inert if it reaches a terminal. A
+    string that cannot be UTF-8 (a file name's undecodable bytes, as ``os.fsdecode`` keeps
+    them) shows those bytes as ``\\xNN``. Encoded, indented and written by msgspec and one
+    regular expression: Rich's ``print_json`` parsed the text again with Python's ``json``
+    (``1e400`` became ``Infinity``, 5,000 digits a traceback) and highlighted it, 20-35 times
+    the time and about 10 times the memory (ADR 0033, amended "json").
     """
-    console.print_json(msgspec.json.encode(data).decode(), ensure_ascii=True)
+    try:
+        encoded = msgspec.json.encode(data)
+    except UnicodeEncodeError:
+        plain = msgspec.to_builtins(data, builtin_types=(msgspec.Raw,))
+        encoded = msgspec.json.encode(_utf8_strings(plain))
+    text = msgspec.json.format(encoded, indent=2).decode()
+    typer.echo(_NON_ASCII.sub(_json_escape, text))
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+"""Outside ASCII: JSON's structure is ASCII, so every match is inside a string."""
+
+
+def _json_escape(found: re.Match[str]) -> str:
+    """One character as JSON's ``\\uXXXX`` (a surrogate pair beyond the BMP), as
+    ``json.dumps(..., ensure_ascii=True)`` writes it."""
+    code = ord(found[0])
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 | code >> 10:04x}\\u{0xDC00 | code & 0x3FF:04x}"
+
+
+def _utf8_strings(value: Any) -> Any:
+    """``value`` (builtins) with each string's undecodable bytes shown as ``\\xNN``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_utf8_strings(key): _utf8_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_utf8_strings(item) for item in value]
+    return value
 
 
 @contextmanager
@@ -541,7 +578,7 @@ def print_run(result: Run, *, as_json: bool) -> None:
         print_json(result)
         return
     console.print(f"execution {result.execution_id}")
-    console.print_json(data=result.output, ensure_ascii=True)  # \uXXXX: inert, still JSON
+    print_json(result.output)
 
 
 executions_app = LoomTyper(help="List and inspect recorded executions.", no_args_is_help=True)
