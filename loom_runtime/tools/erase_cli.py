@@ -340,10 +340,11 @@ def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: b
         print_json({"execution_id": execution_id, "erased": entry})
     else:
         console.print(
-            inert(
+            inert(  # one line: a break in the reason or the name would forge a line
                 f"execution {execution_id}: erased by the forget event at log position "
                 f"{entry.position} "
-                f"({full_date(entry.at)} UTC) by {entry.by}: {entry.reason}"
+                f"({full_date(entry.at)} UTC) by {entry.by}: {entry.reason}",
+                one_line=True,
             )
         )
         console.print(

@@ -207,10 +207,15 @@ def _note_left(loom: Loom, *, dead_after: float, include_unowned: bool) -> None:
 class _InertFormatter(logging.Formatter):
     """A log line as :func:`~loom_runtime.tools.display.visible` shows it: the owner ids and
     error messages it quotes come from the log (an imported bundle names any owner it likes),
-    so their control characters are shown as ``<U+XXXX>``, never sent to the terminal."""
+    so their control characters are shown as ``<U+XXXX>``, never sent to the terminal. The
+    message is one line (a line break in a quoted owner printed a log line of its own); a
+    traceback after it keeps its lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record))
+        one_line = logging.makeLogRecord(
+            {**record.__dict__, "msg": visible(record.getMessage(), one_line=True), "args": None}
+        )
+        return visible(super().format(one_line))
 
 
 @contextmanager

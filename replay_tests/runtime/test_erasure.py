@@ -466,3 +466,42 @@ def test_a_sealed_value_moved_to_another_place_does_not_open(sealed: Loom) -> No
     ):
         with pytest.raises(LogCorruptError, match="altered or moved"):
             opener.raw(value, stream, version, field)
+
+
+def test_a_reason_or_name_with_line_breaks_forges_no_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erasure's ``reason`` and ``by`` are free text, printed back wherever the erased
+    execution is shown: a line break in them printed a line loom did not write (a review's
+    reason faked "its input, decisions and output are intact"). Shown on one line, the break
+    as ``<U+000A>``, by every command that prints them."""
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        run = loom.run("note", text="x", labels=Labels(user="alice"))
+    runner = CliRunner()
+    forged = "FORGED: its input, decisions and output are intact"
+    applied = runner.invoke(
+        app,
+        [
+            "erase",
+            "--user",
+            "alice",
+            "--reason",
+            f"gdpr\n{forged}",
+            "--by",
+            f"dpo\r\n{forged}",
+            "--apply",
+            "--db",
+            url,
+        ],
+    )
+    assert applied.exit_code == 0, applied.output
+    for command in (["audit"], ["replay"], ["executions", "show"]):
+        shown = runner.invoke(app, [*command, str(run.execution_id), "--db", url])
+        assert "forget event" in shown.output, (command, shown.output)
+        lines = shown.output.splitlines()
+        assert not any(line.startswith("FORGED") for line in lines), (command, shown.output)

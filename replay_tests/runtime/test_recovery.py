@@ -706,6 +706,34 @@ def test_what_a_recovery_logs_on_stderr_is_inert(
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
 
 
+def test_an_owner_with_a_line_break_forges_no_log_line(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log line's message is one line: an owner's id with a line break (an imported
+    bundle writes any owner it likes) printed a log line of its own on stderr."""
+    with Loom(sqlite_url) as loom, monkeypatch.context() as patched:
+        patched.setattr("loom_runtime.workers.new_worker_id", lambda: "evil\nERROR: forged")
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            interrupted(loom, steps)
+    (tmp_path / "broken_flows.py").write_text(
+        "from loom_runtime import FlowRegistry\n"
+        "flows = FlowRegistry()\n"
+        "@flows.flow('steps')\n"
+        "def steps(ctx):\n"
+        "    raise RuntimeError('still down')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(
+        app, ["recover", "--db", sqlite_url, "--flows", "broken_flows:flows"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "recovered from worker evil<U+000A>ERROR: forged" in result.stderr
+    assert not any(line.startswith("ERROR: forged") for line in result.stderr.splitlines())
+    assert "Traceback" in result.stderr  # the failure's traceback keeps its lines
+
+
 @pytest.mark.slow
 def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
     sqlite_url: str, tmp_path: Path
