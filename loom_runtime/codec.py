@@ -338,7 +338,13 @@ def pretty(raw: msgspec.Raw | bytes | None, *, sort_keys: bool = True) -> str:
     the same object reads the same however it was built), for diffs and the CLI."""
     if raw is None:
         return "(none)"
-    return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=sort_keys, ensure_ascii=False)
+    try:
+        return json.dumps(json.loads(bytes(raw)), indent=2, sort_keys=sort_keys, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        # What Python's ``json`` refuses and loom never writes (an integer past its 4,300
+        # digits, nesting past its depth: an edited row) is shown as stored, not raised: a
+        # display has nothing to read in it (``loom verify`` says whether it was edited).
+        return bytes(raw).decode("utf-8", "replace")
 
 
 def too_deep(value: object, *, limit: int = MAX_DEPTH) -> str | None:

@@ -719,7 +719,8 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
         build, decoder, current = decision
         try:
             fields = decoder.decode(row.state)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+            # TypeError: no state at all (a row edited to NULL)
             fields = None  # decode_state below raises the LogCorruptError (or upcasts)
         if fields is None or fields.class_version != current:
             _, fields = decode_state(

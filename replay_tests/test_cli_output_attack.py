@@ -5,6 +5,8 @@ line separators that split a recorded value into lines of loom's own output.
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +120,48 @@ def test_a_line_separator_in_a_value_forges_no_line(tmp_path: Path) -> None:
         assert "<U+2028>" in text, (command, text)  # the control: the value is shown
         lines = text.splitlines()
         assert not [line for line in lines if line.strip().startswith("FORGED")], command
+
+
+def _edited_decision(tmp_path: Path, old: bytes, new: bytes | None) -> tuple[str, str]:
+    """A log holding one ``echo`` execution whose decision row's stored state is edited
+    (``old`` replaced by ``new``; None: the state set to NULL); its URL and execution id."""
+    path = tmp_path / "loom.db"
+    with Loom(f"sqlite:///{path}", flows=flows) as loom:
+        execution_id = str(loom.run("echo", text=1).execution_id)
+    with closing(sqlite3.connect(path)) as connection, connection:
+        ((rowid, state),) = connection.execute(
+            "SELECT rowid, state FROM stored_events WHERE topic LIKE '%DecisionRecorded%'"
+        ).fetchall()
+        assert old in state
+        edited = None if new is None else state.replace(old, new, 1)
+        connection.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (edited, rowid))
+    return f"sqlite:///{path}", execution_id
+
+
+@pytest.mark.parametrize(
+    ("new", "commands"),
+    [
+        (None, (["executions", "show"], ["audit"])),  # a state set to NULL
+        (b'"value":' + HUGE.encode(), (["executions", "show"],)),  # past Python's digits
+        (b'"value":1e400', (["audit"],)),  # past a float's range
+    ],
+    ids=["null-state", "huge-int", "1e400"],
+)
+def test_an_edited_row_is_one_line_never_a_traceback(
+    tmp_path: Path, new: bytes | None, commands: tuple[list[str], ...]
+) -> None:
+    """A decision row edited to hold what loom never writes (no state, an integer Python's
+    ``json`` refuses, a number no float holds) ended ``executions show`` and ``audit`` in a
+    ``TypeError``, ``ValueError`` or ``msgspec.ValidationError`` traceback; ADR 0018 promises
+    one line naming the damage (or the value shown as stored, where nothing needs it read)."""
+    url, execution_id = _edited_decision(tmp_path, b'"value":1', new)
+    for command in commands:
+        result = _invoke(*command, execution_id, f"--db={url}")
+        assert "Traceback" not in result.output, (command, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            command,
+            result.exception,
+        )
+        if result.exit_code != 0:
+            assert result.exit_code == ExitCode.FAILED, (command, result.output)
+            assert len(result.output.strip().splitlines()) == 1, (command, result.output)

@@ -26,7 +26,15 @@ from loom_knowledge.domain.grounding import UNTRUSTED_CONTENT_NOTE, GroundedRequ
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
-from loom_runtime import Decision, Execution, Labels, Loom, UtcTimestamp, codec
+from loom_runtime import (
+    Decision,
+    Execution,
+    Labels,
+    LogCorruptError,
+    Loom,
+    UtcTimestamp,
+    codec,
+)
 
 Status = Literal["current", "superseded", "removed", "erased", "unknown"]
 """What became of a passage's revision; "erased": its document was erased (ADR 0055), and the
@@ -170,10 +178,10 @@ def audit(loom: Loom, execution_id: UUID | str) -> Audit:
         code_version=execution.code_version,
         log_position=execution.log_position,
         status=_status(execution),
-        input=codec.decode(execution.input),
+        input=_decoded(execution.input, "the execution's input"),
         retrievals=tuple(retrievals),
         model_calls=tuple(model_calls),
-        output=None if execution.output is None else codec.decode(execution.output),
+        output=None if execution.output is None else _decoded(execution.output, "its output"),
         error=None if execution.error is None else ": ".join(execution.error),
         decisions=tuple(others),
         parent_id=execution.parent_id,
@@ -207,8 +215,10 @@ def _generic(decision: Decision) -> AuditedDecision:
     return AuditedDecision(
         key=decision.key,
         kind=decision.kind,
-        input=codec.decode(decision.input),
-        value=None if failed or decision.value is None else codec.decode(decision.value),
+        input=_decoded(decision.input, f"decision {decision.key!r}'s input"),
+        value=None
+        if failed or decision.value is None
+        else _decoded(decision.value, f"decision {decision.key!r}'s value"),
         error=_error(decision),
         origin=decision.origin,
         meta=_meta(decision),
@@ -216,7 +226,23 @@ def _generic(decision: Decision) -> AuditedDecision:
 
 
 def _meta(decision: Decision) -> Any:
-    return None if decision.meta is None else codec.decode(decision.meta)
+    return (
+        None
+        if decision.meta is None
+        else _decoded(decision.meta, f"decision {decision.key!r}'s meta")
+    )
+
+
+def _decoded(raw: msgspec.Raw, where: str) -> Any:
+    """A recorded JSON value, decoded; one loom never writes (``1e400``, past a float's range;
+    nesting past the decoder's depth: an edited row) is :class:`LogCorruptError`, naming it."""
+    try:
+        return codec.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise LogCorruptError(
+            f"{where} holds a value loom never writes ({exc}); run `loom verify`: the row "
+            "may have been edited"
+        ) from exc
 
 
 def _error(decision: Decision) -> str | None:

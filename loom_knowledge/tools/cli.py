@@ -33,6 +33,7 @@ from loom_runtime import (
     ErasedError,
     ExecutionNotFoundError,
     FlowNotFoundError,
+    LogCorruptError,
     LoomError,
     MissingExtraError,
     SubjectErasedError,
@@ -136,6 +137,8 @@ def audit_command(
             report = audit(loom, execution_id := execution_id_in(loom, execution_id))
         except ExecutionNotFoundError as exc:
             fail(str(exc), code=ExitCode.USAGE)
+        except LogCorruptError as exc:  # an edited row: one line, as `executions show` says
+            fail(str(exc))
         except ErasedError as exc:  # shows the forget-log entry (ADR 0049)
             from loom_runtime.tools.erase_cli import show_erased
 

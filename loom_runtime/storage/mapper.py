@@ -154,8 +154,15 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
         )
     try:
         decoded = _decode_state(cls, state)
-    except (msgspec.DecodeError, msgspec.ValidationError, AttributeError, RecursionError) as exc:
-        # RecursionError: nested past the decoder's limit, deeper than any value loom stores
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        AttributeError,
+        RecursionError,
+        TypeError,
+    ) as exc:
+        # RecursionError: nested past the decoder's limit, deeper than any value loom stores;
+        # TypeError: no state at all (a row edited to NULL)
         raise LogCorruptError(
             f"{_where(stream, version)} ({topic}) does not decode as "
             f"{cls.__qualname__}: {exc}. If the event class changed, give it a "
