@@ -309,8 +309,7 @@ def catch_up(
 
     Returns the position reached. Safe to call from many processes at once, and after a crash.
     """
-    if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
-        raise PositionError(f"upto must be a log position (an int from 0), not {upto!r}")
+    _check_upto(upto)
     # Never past the head: a position stored beyond it would skip the events appended up to
     # it later (read-your-writes lost), or be refused as past the head by the next catch-up.
     target = log.position if upto is None else min(upto, log.position)
@@ -345,6 +344,12 @@ def catch_up(
     return position
 
 
+def _check_upto(upto: object) -> None:
+    """A :class:`PositionError` unless ``upto`` is None or a log position (an int from 0)."""
+    if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+        raise PositionError(f"upto must be a log position (an int from 0), not {upto!r}")
+
+
 def rebuild(
     log: EventLog,
     projection: TrackedProjection,
@@ -352,7 +357,10 @@ def rebuild(
     upto: int | None = None,
     progress: Progress | None = None,
 ) -> int:
-    """Drop the projection's rows and build it again from position 0 (up to ``upto``)."""
+    """Drop the projection's rows and build it again from position 0 (up to ``upto``).
+
+    ``upto`` is checked first: refused after the drop, it left the read model empty."""
+    _check_upto(upto)
     logger.info("rebuilding projection %r from the log", projection.name)
     projection.reset()
     return catch_up(log, projection, upto=upto, progress=progress)

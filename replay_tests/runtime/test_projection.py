@@ -185,3 +185,15 @@ def test_a_rebuild_up_to_a_position_past_the_head_stops_at_the_head(recorded: Lo
     for bad in (-1, True, 1.5, "3"):
         with pytest.raises(ValueError, match="upto"):
             rebuild(recorded.log, projection, upto=bad)  # type: ignore[arg-type]
+
+
+def test_a_rebuild_refused_for_its_upto_keeps_the_rows(recorded: Loom) -> None:
+    """``rebuild(upto=<not a position>)`` raised only after it had dropped the rows: the read
+    model stood empty (a memory searched nothing) until something caught it up again, and
+    a SQL store's tables are every process's. It is refused before anything is dropped."""
+    projection = DecisionRows(recorded)
+    catch_up(recorded.log, projection)
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(ValueError, match="upto"):
+            rebuild(recorded.log, projection, upto=bad)  # type: ignore[arg-type]
+        assert projection.count() == 50 and projection.position() == 54, bad
