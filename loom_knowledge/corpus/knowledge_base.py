@@ -70,6 +70,7 @@ from loom_knowledge.domain.reconcile import (
     reconcile,
 )
 from loom_knowledge.domain.types import (
+    MAX_REPEATED_BYTES,
     MAX_SCOPE_BYTES,
     Doc,
     DocRecord,
@@ -77,6 +78,7 @@ from loom_knowledge.domain.types import (
     SyncPlan,
     SyncResult,
     check_doc,
+    encoded_meta,
 )
 from loom_knowledge.errors import (
     CorpusIdentifierSecretError,
@@ -1015,11 +1017,13 @@ def _check_text(name: str, value: str) -> None:
 
 
 def check_passage_terms(doc: Doc, passages: list[str], *, stemmer: str | None) -> list[str]:
-    """``passages`` of ``doc``, once each entry's search terms (its text, title and meta, by
-    the scope's tokenizer) are known to fit a PostgreSQL search vector; else
-    :class:`InvalidDocumentError`, on every backend alike, before the event is appended (the
-    index refusing it afterwards would stop every scope of the log for good). Only an entry
-    that could be that large is tokenized (:func:`~loom_memory.check_term_bytes`)."""
+    """``passages`` of ``doc``, once its title and meta, repeated in every passage, are within
+    :data:`~loom_knowledge.domain.types.MAX_REPEATED_BYTES`, and each entry's search terms (its
+    text, title and meta, by the scope's tokenizer) are known to fit a PostgreSQL search
+    vector; else :class:`InvalidDocumentError`, on every backend alike, before the event is
+    appended (the index refusing it afterwards would stop every scope of the log for good).
+    Only an entry that could be that large is tokenized (:func:`~loom_memory.check_term_bytes`)."""
+    _check_repeated(doc, len(passages))
     tokenizer = Tokenizer(stemmer)
     for index, text in enumerate(passages):
         content = PassageContent(text=text, title=doc.title, meta=doc.meta)
@@ -1037,6 +1041,20 @@ def check_passage_terms(doc: Doc, passages: list[str], *, stemmer: str | None) -
                 ),
             ) from refused
     return passages
+
+
+def _check_repeated(doc: Doc, passages: int) -> None:
+    """The title and meta each of ``doc``'s ``passages`` repeats, within their bound."""
+    title = len(doc.title.encode()) if doc.title else 0
+    meta = len(encoded_meta(doc)) if doc.meta else 0
+    if (title + meta) * passages > MAX_REPEATED_BYTES:
+        raise InvalidDocumentError(
+            doc_id=doc.id,
+            field="title" if title >= meta else "meta",
+            reason=f"the title ({title:,} bytes) and meta ({meta:,} bytes of JSON), repeated in "
+            f"each of its {passages:,} passages, make {(title + meta) * passages:,} bytes, over "
+            f"{MAX_REPEATED_BYTES:,} (MAX_REPEATED_BYTES): shorten them, or cut fewer passages",
+        )
 
 
 def _check_doc(doc: object) -> None:

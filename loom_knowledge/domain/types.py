@@ -25,6 +25,15 @@ not be indexed there, and its event, in the append-only log, stopped every scope
 MAX_SCOPE_BYTES: Final = MAX_KEY_BYTES
 """The longest scope, in bytes of UTF-8: a memory key's bound (1,024)."""
 
+MAX_REPEATED_BYTES: Final = 4 * 1024 * 1024
+"""The most bytes a written document's title and meta may take once repeated in each of its
+passages: (UTF-8 bytes of the title + bytes of the meta's JSON) x passages. Every passage
+repeats them (each is searchable, and returned with the passage), so their size is multiplied
+by the passage count: a 100 KB title on a 200-passage document wrote 243 MB and took 20 s on
+SQLite, every rebuild paying it again. A 300 KB meta on a one-passage document still goes in;
+a 4,000-passage book may carry 1 KB. Checked when a document is written, not when an event
+is read: a revision stored before the bound still projects."""
+
 MAX_META_DEPTH: Final = MAX_DATA_DEPTH - 1
 """How deeply a document's meta may nest: the index stores meta one level down, inside a
 passage's content, which may nest :data:`~loom_runtime.codec.MAX_DATA_DEPTH` levels. Checked
