@@ -58,11 +58,14 @@ MAX_TERM_LENGTH = 256
 """Longer letter/digit runs (encoded blobs) are not words and are dropped; PostgreSQL refuses
 lexemes over 2 KiB, and a term one backend drops must be dropped by all of them."""
 
-MAX_QUERY_TERMS = 1_000
+MAX_QUERY_TERMS = 64
 """A query's distinct terms beyond this many are not searched. A question has tens of words; a
-pasted document has thousands, and PostgreSQL refused a 20,000-term OR query outright ("stack
-depth limit exceeded") where SQLite answered it. Every backend searches the same first terms, so
-a huge query gets the same kind of answer everywhere: the best matches of its opening."""
+pasted document has thousands, and a search's cost grows with its terms (every row holding any
+of them may have to be scored): 1,000 terms took 12.5-17 s on SQLite and 38-45 s on PostgreSQL
+over 20,000 passages, holding a connection throughout (64: ~0.7 s on SQLite; ADR 0016, amended
+"terms"). PostgreSQL also refused a 20,000-term OR query outright ("stack depth limit
+exceeded"). Every backend searches the same first terms, so a long query gets the same kind of
+answer everywhere: the best matches of its opening."""
 
 PLAIN_IDENTITY = "loom-words-v1"
 """The identity of the plain tokenizer: what every store written before stemming existed used."""
