@@ -193,14 +193,14 @@ def run(settings: Settings, progress: Progress) -> SectionResult:
                 # A quick run times the references (no verdict divides by them) at its larger
                 # size only: ~3 s less of a smoke run.
                 references = not settings.quick or size == max(sizes)
+                if backend.open is _memory_store and not references:
+                    continue  # only a reference: not even filled, so no row says it was
                 progress(f"filling {backend.name} with {size:,} entries")
                 store = stack.enter_context(backend.open())
                 fills.append((backend.name, size, _fill(store, entries[:size])))
                 if isinstance(store, PostgresMemoryStore):
                     _analyze(store)
                 if backend.open is _memory_store:
-                    if not references:
-                        continue
                     per_query = _probe(store, query_set[:PROBE_QUERIES])
                     probe_rounds = min(search_rounds, REFERENCE_ROUNDS)
                     projected = per_query * QUERIES * probe_rounds

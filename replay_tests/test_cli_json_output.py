@@ -53,11 +53,11 @@ def test_recorded_numbers_keep_their_text(capsys: pytest.CaptureFixture[str]) ->
 def test_non_ascii_is_escaped_and_reads_back(capsys: pytest.CaptureFixture[str]) -> None:
     """Non-ASCII, bidi controls and astral characters are ``\\uXXXX`` escapes (surrogate pairs
     for the astral ones): inert on a terminal, and the same strings when parsed."""
-    text = "caf\u00e9 \u202egnp.exe \u2066x\u2069 \U0001f600 \x1b]0;title\x07 \x85"
+    text = "caf\u00e9 \u202egnp.exe \u2066x\u2069 \U0001f600 \x1b]0;title\x07 \x85 \x7f"
     print_json({"text": text, "\u00e9": 1})
     shown = capsys.readouterr().out
     assert shown.isascii()
-    assert "\x1b" not in shown and "\x07" not in shown
+    assert "\x1b" not in shown and "\x07" not in shown and "\x7f" not in shown
     assert _strict(shown) == {"text": text, "\u00e9": 1}
 
 

@@ -165,3 +165,35 @@ def test_an_edited_row_is_one_line_never_a_traceback(
         if result.exit_code != 0:
             assert result.exit_code == ExitCode.FAILED, (command, result.output)
             assert len(result.output.strip().splitlines()) == 1, (command, result.output)
+
+
+def test_a_bug_in_an_upcaster_is_not_reported_as_an_edited_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a state that is not bytes is called edited for being no state (a row set to NULL):
+    a ``TypeError`` raised by an event class's own upcaster is that code's bug, raised as it
+    is, not "the row may have been edited" (a regression review of the NULL-state fix)."""
+    from loom_runtime.errors import LogCorruptError
+    from loom_runtime.execution import Execution
+    from loom_runtime.storage import mapper
+
+    cls = Execution.DecisionRecorded
+
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["attempt"] = state.get("missing") + 1  # type: ignore[operator]  # the bug
+
+    monkeypatch.setattr(cls, "class_version", 2, raising=False)
+    monkeypatch.setattr(cls, "upcast_v1_v2", staticmethod(upcast_v1_v2), raising=False)
+    mapper._decoder.cache_clear()
+    mapper._shape.cache_clear()
+    try:
+        topic = mapper._shape(cls)[0]
+        where = {"stream": "00000000-0000-0000-0000-000000000001", "version": 2, "topic": topic}
+        with pytest.raises(TypeError):
+            mapper.decode_state(**where, state=b'{"key":"k","kind":"call","input":1,"value":2}')
+        with pytest.raises(LogCorruptError, match="no stored state"):
+            mapper.decode_state(**where, state=None)  # type: ignore[arg-type]
+    finally:
+        monkeypatch.undo()
+        mapper._decoder.cache_clear()
+        mapper._shape.cache_clear()

@@ -30,6 +30,7 @@ from loom_knowledge.domain.grounding import GroundedRequest
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import TaintedSystemContentError
 from loom_knowledge.models.model import Answer
+from loom_memory import MAX_QUERY_TERMS, tokenize
 from loom_runtime import Decision, DecisionInputChangedError, Loom, codec
 
 
@@ -51,6 +52,10 @@ class RetrievalChange(msgspec.Struct, frozen=True, kw_only=True):
     failed: str | None = None
     """What the retrieval raised when run live (type and message), if it did: today it returns
     nothing, so every recorded passage is removed."""
+    query_terms: int | None = None
+    """The recorded query's distinct terms, when more than a search reads today
+    (:data:`~loom_memory.MAX_QUERY_TERMS`, 64 since ADR 0016's amendment "terms"; 1,000
+    before): a difference may then be the search's, not the corpus's."""
 
 
 class Counterfactual(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +109,7 @@ def counterfactual(loom: Loom, execution_id: UUID | str) -> Counterfactual:
                 removed=tuple(sorted(recorded - live)),
                 kept=tuple(sorted(recorded & live)),
                 failed=failed,
+                query_terms=_terms_past_the_bound(decision.input),
             )
         )
     ungrounded = [
@@ -248,6 +254,12 @@ def counterfactual_lines(report: Counterfactual) -> list[str]:
         lines += [f"  + {_label(ref)}" for ref in change.added]
         lines += [f"  - {_label(ref)}" for ref in change.removed]
         lines.append(f"  = {len(change.kept)} passage(s) unchanged")
+        if change.query_terms is not None:
+            lines.append(
+                f"  note: its query has {change.query_terms:,} distinct terms and a search reads "
+                f"the first {MAX_QUERY_TERMS} today (ADR 0016): a difference may be the "
+                "search's, not the corpus's"
+            )
     lines += [f"retrieval {key}: not loom's passages, not compared" for key in report.uncompared]
     for diff in report.request_diffs:
         lines.append("model request would change:")
@@ -263,6 +275,20 @@ def _ref(passage: Passage) -> PassageRef:
 
 def _label(ref: PassageRef) -> str:
     return f"{ref.doc_id}#{ref.index} r{ref.revision}"
+
+
+def _terms_past_the_bound(raw_input: msgspec.Raw) -> int | None:
+    """How many distinct terms a retrieval's recorded query has, if more than a search reads
+    today (a recording made while the bound was 1,000 searched them all)."""
+    try:
+        recorded: object = codec.decode(raw_input)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    query = recorded.get("query") if isinstance(recorded, dict) else None
+    if not isinstance(query, str):
+        return None
+    terms = len(dict.fromkeys(tokenize(query)))
+    return terms if terms > MAX_QUERY_TERMS else None
 
 
 def _scope_of(raw_input: msgspec.Raw) -> str | None:

@@ -603,9 +603,12 @@ class KnowledgeBase:
         # A document the plan writes is checked again, not trusted to be as it was made: its
         # meta is a dict that may have changed since, and an event the corpus index cannot
         # apply, once appended, stops every scope of the log for good (ADR 0010, "corpus
-        # review"). Only those: an unchanged sync of 10,000 documents checks none.
+        # review"). Only those: an unchanged sync of 10,000 documents checks none. Its passages
+        # are cut and checked here too, so a dry run refuses what its --apply would.
         for write in plan.writes:
             check_doc(write.doc)
+            passages = storable_passages(write.doc, self.chunker(write.doc))
+            check_passage_terms(write.doc, passages, stemmer=self._stemmer)
         return plan
 
     def _check_doc_id(self, doc_id: str, *, path: str) -> None:
@@ -1051,9 +1054,9 @@ def _check_repeated(doc: Doc, passages: int) -> None:
         raise InvalidDocumentError(
             doc_id=doc.id,
             field="title" if title >= meta else "meta",
-            reason=f"the title ({title:,} bytes) and meta ({meta:,} bytes of JSON), repeated in "
-            f"each of its {passages:,} passages, make {(title + meta) * passages:,} bytes, over "
-            f"{MAX_REPEATED_BYTES:,} (MAX_REPEATED_BYTES): shorten them, or cut fewer passages",
+            reason=f"is too large to repeat in each passage: title {title:,} and meta {meta:,} "
+            f"bytes (JSON) x {passages:,} passage(s) = {(title + meta) * passages:,} bytes, over "
+            f"{MAX_REPEATED_BYTES:,} (MAX_REPEATED_BYTES); shorten them, or cut fewer passages",
         )
 
 

@@ -152,17 +152,15 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
             "loom's event classes; it was refused unread (import the package that "
             "defines it, or run `loom verify`: the row may have been edited)"
         )
+    if not isinstance(state, bytes | bytearray | memoryview):  # a row edited to NULL
+        raise LogCorruptError(
+            f"{_where(stream, version)} ({topic}) has no stored state (it holds "
+            f"{type(state).__name__}); run `loom verify`: the row may have been edited"
+        )
     try:
         decoded = _decode_state(cls, state)
-    except (
-        msgspec.DecodeError,
-        msgspec.ValidationError,
-        AttributeError,
-        RecursionError,
-        TypeError,
-    ) as exc:
-        # RecursionError: nested past the decoder's limit, deeper than any value loom stores;
-        # TypeError: no state at all (a row edited to NULL)
+    except (msgspec.DecodeError, msgspec.ValidationError, AttributeError, RecursionError) as exc:
+        # RecursionError: nested past the decoder's limit, deeper than any value loom stores
         raise LogCorruptError(
             f"{_where(stream, version)} ({topic}) does not decode as "
             f"{cls.__qualname__}: {exc}. If the event class changed, give it a "

@@ -406,7 +406,7 @@ def print_json(data: object) -> None:
     """``data`` as JSON on stdout, indented: msgspec Structs and recorded ``Raw`` values as
     they are, a recorded number with its own text (``1e400`` stays ``1e400``).
 
-    Non-ASCII is escaped as ``\\uXXXX``: still JSON, and inert if it reaches a terminal. A
+    Non-ASCII and DEL are escaped as ``\\uXXXX``: still JSON, and inert if it reaches a terminal. A
     string that cannot be UTF-8 (a file name's undecodable bytes, as ``os.fsdecode`` keeps
     them) shows those bytes as ``\\xNN``. Encoded, indented and written by msgspec and one
     regular expression: Rich's ``print_json`` parsed the text again with Python's ``json``
@@ -422,8 +422,10 @@ def print_json(data: object) -> None:
     typer.echo(_NON_ASCII.sub(_json_escape, text))
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-"""Outside ASCII: JSON's structure is ASCII, so every match is inside a string."""
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")
+"""Outside printable ASCII and the controls msgspec escapes itself (DEL, which it does not,
+included, as ``json.dumps(ensure_ascii=True)`` escapes it): JSON's structure is ASCII, so every
+match is inside a string."""
 
 
 def _json_escape(found: re.Match[str]) -> str:

@@ -123,6 +123,8 @@ def test_a_title_or_meta_repeated_past_the_bound_is_refused_before_the_log(
     assert raised.value.field == ("title" if doc.title else "meta")
     with pytest.raises(InvalidDocumentError, match="MAX_REPEATED_BYTES"):
         kb.sync([doc], source="s")
+    with pytest.raises(InvalidDocumentError, match="MAX_REPEATED_BYTES"):
+        kb.plan_sync([doc], source="s")  # a dry run refuses what its apply would
     _still_serves(loom, before)
 
 

@@ -159,3 +159,32 @@ def test_a_citation_gone_from_its_scope_is_ungrounded_whatever_another_scope_ret
     ops.remove_doc("README.md")
     report = counterfactual(loom, run.execution_id)
     assert report.now_ungrounded == ("README.md",)
+
+
+def test_a_query_past_today_s_term_bound_is_named_not_blamed_on_the_corpus(
+    loom: Loom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrieval recorded while a search read 1,000 distinct terms, asked again today when
+    it reads 64 (ADR 0016, "terms"): the corpus did not change, the search did. The report
+    says so beside the retrieval, instead of only blaming today's corpus (a regression
+    review's finding)."""
+    import loom_memory.text
+
+    kb = open_knowledge_base(loom, "ops")
+    kb.sync([Doc(id="early.md", text="w0"), Doc(id="late.md", text="w70")], source="s")
+
+    @loom.flow("ask")
+    def ask(ctx: FlowContext, q: str) -> list[str]:
+        return [p.doc_id for p in kb.retrieve(q, decide=ctx.decide)]
+
+    query = " ".join(f"w{n}" for n in range(100))
+    with monkeypatch.context() as before:
+        before.setattr(loom_memory.text, "MAX_QUERY_TERMS", 1000)
+        run = loom.run("ask", q=query)
+    assert sorted(run.output) == ["early.md", "late.md"]
+    report = counterfactual(loom, run.execution_id)
+    [change] = report.retrievals
+    assert change.removed == (PassageRef("late.md", 0, 1),) and change.query_terms == 100
+    assert "its query has 100 distinct terms" in render_counterfactual(report)
+    short = counterfactual(loom, loom.run("ask", q="w0 w70").execution_id)
+    assert short.retrievals[0].query_terms is None  # a query within the bound: no note
