@@ -337,7 +337,7 @@ class KnowledgeBase:
             ):
                 return [], record
             revision = next_revisions([doc.id])[doc.id]
-            change = self._written(doc, digest, source, revision)
+            change = self._written(doc, digest, source, revision, self._passages(doc))
             return [change], _written_record(change)
 
         # The record the appended event writes, as the projection will file it: read back
@@ -385,12 +385,14 @@ class KnowledgeBase:
         def decide(
             manifest: Mapping[str, DocRecord], next_revisions: Revisions
         ) -> Decided[SyncResult]:
-            plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+            plan, cut = self._plan(
+                manifest, docs, source=source, allow_mass_delete=allow_mass_delete
+            )
             prepare_keys(self.loom, self.scope, [w.doc.id for w in plan.writes])
             revisions = next_revisions([w.doc.id for w in plan.writes])
             changes = [
-                self._written(w.doc, w.fingerprint, source, revisions[w.doc.id])
-                for w in plan.writes
+                self._written(w.doc, w.fingerprint, source, revisions[w.doc.id], passages)
+                for w, passages in zip(plan.writes, cut, strict=True)
             ]
             changes += [self._removed(manifest[doc_id]) for doc_id in plan.removed]
             result = plan.result
@@ -433,7 +435,7 @@ class KnowledgeBase:
         check_allow_mass_delete(allow_mass_delete)
         self.refresh()
         manifest = self._index.manifest(self.scope)
-        plan = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+        plan, _ = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
         written = [write.doc.id for write in plan.writes]
         refuse_erased(self.loom, self.scope, written, self._index.erasures(self.scope))
         return plan.result
@@ -587,7 +589,8 @@ class KnowledgeBase:
         *,
         source: str | None,
         allow_mass_delete: bool,
-    ) -> SyncPlan:
+    ) -> tuple[SyncPlan, list[list[str]]]:
+        """The plan, and the checked passages (:meth:`_passages`) of each document it writes."""
         _check_identifier(self.loom, source, path="source")
         for index, doc in enumerate(docs):
             _check_doc(doc)
@@ -603,13 +606,19 @@ class KnowledgeBase:
         # A document the plan writes is checked again, not trusted to be as it was made: its
         # meta is a dict that may have changed since, and an event the corpus index cannot
         # apply, once appended, stops every scope of the log for good (ADR 0010, "corpus
-        # review"). Only those: an unchanged sync of 10,000 documents checks none. Its passages
-        # are cut and checked here too, so a dry run refuses what its --apply would.
+        # review"). Only those: an unchanged sync of 10,000 documents checks none. Their
+        # passages are cut and checked here, once, so a dry run refuses what its apply would.
+        cut = []
         for write in plan.writes:
             check_doc(write.doc)
-            passages = storable_passages(write.doc, self.chunker(write.doc))
-            check_passage_terms(write.doc, passages, stemmer=self._stemmer)
-        return plan
+            cut.append(self._passages(write.doc))
+        return plan, cut
+
+    def _passages(self, doc: Doc) -> list[str]:
+        """``doc``'s passages by the scope's chunker, checked as a write stores them."""
+        return check_passage_terms(
+            doc, storable_passages(doc, self.chunker(doc)), stemmer=self._stemmer
+        )
 
     def _check_doc_id(self, doc_id: str, *, path: str) -> None:
         """Refuse a document id the log's redactor takes for a secret, checking each id once.
@@ -709,7 +718,9 @@ class KnowledgeBase:
             for doc_id in doc_ids
         }
 
-    def _written(self, doc: Doc, digest: str, source: str | None, revision: int) -> Change:
+    def _written(
+        self, doc: Doc, digest: str, source: str | None, revision: int, passages: list[str]
+    ) -> Change:
         # Sealed under the document's key when the log is encrypted (ADR 0055).
         return (
             DocumentWritten,
@@ -724,9 +735,7 @@ class KnowledgeBase:
                     "source": source,
                     "title": doc.title,
                     "meta": doc.meta,
-                    "passages": check_passage_terms(
-                        doc, storable_passages(doc, self.chunker(doc)), stemmer=self._stemmer
-                    ),
+                    "passages": passages,
                 },
             ),
         )
