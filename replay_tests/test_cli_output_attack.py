@@ -188,7 +188,11 @@ def test_a_bug_in_an_upcaster_is_not_reported_as_an_edited_row(
     mapper._shape.cache_clear()
     try:
         topic = mapper._shape(cls)[0]
-        where = {"stream": "00000000-0000-0000-0000-000000000001", "version": 2, "topic": topic}
+        where: dict[str, Any] = {
+            "stream": "00000000-0000-0000-0000-000000000001",
+            "version": 2,
+            "topic": topic,
+        }
         with pytest.raises(TypeError):
             mapper.decode_state(**where, state=b'{"key":"k","kind":"call","input":1,"value":2}')
         with pytest.raises(LogCorruptError, match="no stored state"):

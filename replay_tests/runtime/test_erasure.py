@@ -33,6 +33,7 @@ from loom_runtime import (
     Labels,
     Loom,
     MasterKey,
+    Run,
     SubjectErasedError,
     WrongMasterKeyError,
 )
@@ -311,16 +312,22 @@ def test_without_encryption_nothing_is_sealed(db_url: str) -> None:
     assert b"PLAIN-TEXT" in rows[0].state
 
 
+def _alice_s_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Run]:
+    """An encrypted log (its key in ``LOOM_MASTER_KEY``) holding one execution of user
+    alice: its URL and the run."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        return url, loom.run("note", text="x", labels=Labels(user="alice"))
+
+
 def test_the_cli_erases_a_user_dry_run_first_then_with_apply(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from loom_runtime.tools.cli import app
 
-    url = f"sqlite:///{tmp_path / 'loom.db'}"
-    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
-    with Loom(url, encryption=MasterKey.from_env()) as loom:
-        _register(loom)
-        run = loom.run("note", text="x", labels=Labels(user="alice"))
+    url, run = _alice_s_note(tmp_path, monkeypatch)
     runner = CliRunner()
 
     dry = runner.invoke(app, ["erase", "--user", "alice", "--reason", "request", "--db", url])
@@ -477,11 +484,7 @@ def test_a_reason_or_name_with_line_breaks_forges_no_line(
     as ``<U+000A>``, by every command that prints them."""
     from loom_runtime.tools.cli import app
 
-    url = f"sqlite:///{tmp_path / 'loom.db'}"
-    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
-    with Loom(url, encryption=MasterKey.from_env()) as loom:
-        _register(loom)
-        run = loom.run("note", text="x", labels=Labels(user="alice"))
+    url, run = _alice_s_note(tmp_path, monkeypatch)
     runner = CliRunner()
     forged = "FORGED: its input, decisions and output are intact"
     applied = runner.invoke(

@@ -20,7 +20,7 @@ from uuid import UUID
 
 import pytest
 from sqlalchemy import update
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from loom_runtime import (
     ConfigurationError,
@@ -677,14 +677,13 @@ def test_a_failed_recovery_of_a_sealed_execution_logs_no_message(
     assert ("Traceback" in logged) is not sealed
 
 
-def test_what_a_recovery_logs_on_stderr_is_inert(
-    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An owner's id and a flow's error message come from the log (an imported bundle writes
-    any owner it likes): on stderr their terminal escapes are shown as <U+XXXX>, never sent."""
-    hostile = "evil\x1b]0;owned\x07\x1b[2J"
+def _recovered_by_cli(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, owner: str, error: str
+) -> Result:
+    """``loom recover`` of an execution left by worker ``owner``, whose flow now raises a
+    ``RuntimeError`` with the Python literal ``error``: what the command printed."""
     with Loom(sqlite_url) as loom, monkeypatch.context() as patched:
-        patched.setattr("loom_runtime.workers.new_worker_id", lambda: hostile)
+        patched.setattr("loom_runtime.workers.new_worker_id", lambda: owner)
         steps = Steps()
         steps.register(loom)
         with loom.worker(recover_every=None):
@@ -694,13 +693,25 @@ def test_what_a_recovery_logs_on_stderr_is_inert(
         "flows = FlowRegistry()\n"
         "@flows.flow('steps')\n"
         "def steps(ctx):\n"
-        "    raise RuntimeError('still down \\x1b[31m')\n"
+        f"    raise RuntimeError({error})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     result = CliRunner().invoke(
         app, ["recover", "--db", sqlite_url, "--flows", "failing_flows:flows"]
     )
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_what_a_recovery_logs_on_stderr_is_inert(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner's id and a flow's error message come from the log (an imported bundle writes
+    any owner it likes): on stderr their terminal escapes are shown as <U+XXXX>, never sent."""
+    hostile = "evil\x1b]0;owned\x07\x1b[2J"
+    result = _recovered_by_cli(
+        sqlite_url, tmp_path, monkeypatch, owner=hostile, error="'still down \\x1b[31m'"
+    )
     assert "recovered from worker evil<U+001B>]0;owned<U+0007>" in result.stderr
     assert "still down <U+001B>[31m" in result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
@@ -711,24 +722,8 @@ def test_an_owner_with_a_line_break_forges_no_log_line(
 ) -> None:
     """A log line's message is one line: an owner's id with a line break (an imported
     bundle writes any owner it likes) printed a log line of its own on stderr."""
-    with Loom(sqlite_url) as loom, monkeypatch.context() as patched:
-        patched.setattr("loom_runtime.workers.new_worker_id", lambda: "evil\nERROR: forged")
-        steps = Steps()
-        steps.register(loom)
-        with loom.worker(recover_every=None):
-            interrupted(loom, steps)
-    (tmp_path / "broken_flows.py").write_text(
-        "from loom_runtime import FlowRegistry\n"
-        "flows = FlowRegistry()\n"
-        "@flows.flow('steps')\n"
-        "def steps(ctx):\n"
-        "    raise RuntimeError('still down')\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    result = CliRunner().invoke(
-        app, ["recover", "--db", sqlite_url, "--flows", "broken_flows:flows"]
-    )
-    assert result.exit_code == 0, result.output
+    owner = "evil\nERROR: forged"
+    result = _recovered_by_cli(sqlite_url, tmp_path, monkeypatch, owner=owner, error="'down'")
     assert "recovered from worker evil<U+000A>ERROR: forged" in result.stderr
     assert not any(line.startswith("ERROR: forged") for line in result.stderr.splitlines())
     assert "Traceback" in result.stderr  # the failure's traceback keeps its lines
