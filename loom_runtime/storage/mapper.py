@@ -152,7 +152,8 @@ def decode_state(*, stream: object, version: int, topic: str, state: bytes) -> t
             "loom's event classes; it was refused unread (import the package that "
             "defines it, or run `loom verify`: the row may have been edited)"
         )
-    if not isinstance(state, bytes | bytearray | memoryview):  # a row edited to NULL
+    if not isinstance(state, bytes | bytearray | memoryview | str):  # a row edited to NULL
+        # (a state stored as TEXT, by an import or a hand's INSERT, is read as its text)
         raise LogCorruptError(
             f"{_where(stream, version)} ({topic}) has no stored state (it holds "
             f"{type(state).__name__}); run `loom verify`: the row may have been edited"
