@@ -61,6 +61,7 @@ from loom_runtime import (
     LogEvent,
     Loom,
     catch_up,
+    current_context,
     hold_in_process,
     keyring_for,
     rebuild,
@@ -211,6 +212,12 @@ class EventSourcedMemory:
             self._store.close()
 
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
+        context = current_context()
+        if context is not None and context.replaying:
+            # A replay appends nothing (ADR 0002, amended "replay writes nothing"): the flow
+            # body's write is in the log from the run it replays, and a recall recorded there
+            # is answered from it; written again, each replay added the entries once more.
+            return
         stream = memory_stream(self.name, key)
         payload = {"memory": self.name, "key": key, **fields}
         # With encryption on, every write reads the key's row first: an erased key is

@@ -436,9 +436,14 @@ class _Context:
         flow: str,
         order: RecordedOrder | None = None,
         naming: SubAgentNaming | None = None,
+        replaying: bool = False,
     ) -> None:
         self.execution_id = execution_id
         self.flow = flow
+        self.replaying = replaying
+        """Whether this run is a replay (``Loom.replay``), which appends nothing to the log: a
+        write the flow's body makes through loom (a memory's) is in the log already, from the
+        run it replays, and is left out (ADR 0002, amended "replay writes nothing")."""
         self._source = source
         self._order = order
         """The order recorded answers are handed out in (an async flow's replay or resume,

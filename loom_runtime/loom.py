@@ -1077,12 +1077,17 @@ class Loom:
         source: DecisionSource,
         *,
         naming: SubAgentNaming | None,
+        replaying: bool = False,
     ) -> FlowContext | AsyncFlowContext:
         """The flow's ``ctx``; ``naming``: what a recording run names the sub-agents its
-        decisions start by (None in a replay)."""
+        decisions start by (None in a replay); ``replaying``: a replay's (``ctx.replaying``)."""
         if not definition.is_async:
             return FlowContext(
-                source, execution_id=execution.id, flow=definition.name, naming=naming
+                source,
+                execution_id=execution.id,
+                flow=definition.name,
+                naming=naming,
+                replaying=replaying,
             )
         # A replay or a resume hands an async flow's recorded answers out in the order they
         # were recorded (ADR 0002, amended "completion order"); a fork's inherited ones were
@@ -1099,6 +1104,7 @@ class Loom:
             flow=definition.name,
             order=order,
             naming=naming,
+            replaying=replaying,
         )
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
@@ -1290,7 +1296,7 @@ class Loom:
         ctx: FlowContext | AsyncFlowContext | None = None
         try:  # outside the traced block: what the flow raised marks the replay's span as a run's
             with self._traced("replay", execution, replayer, positions) as source:
-                ctx = self._context(definition, execution, source, naming=None)
+                ctx = self._context(definition, execution, source, naming=None, replaying=True)
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:

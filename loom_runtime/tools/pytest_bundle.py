@@ -268,10 +268,11 @@ class BundleLoom(Loom):
         source: DecisionSource,
         *,
         naming: SubAgentNaming | None,
+        replaying: bool = False,
     ) -> FlowContext | AsyncFlowContext:
         if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
-        return super()._context(definition, execution, source, naming=naming)
+        return super()._context(definition, execution, source, naming=naming, replaying=replaying)
 
     def _replay_result(
         self,
