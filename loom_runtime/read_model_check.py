@@ -18,7 +18,8 @@ an erased document's rows, deleted from the live store, were never inserted into
 one, so every later ``seq`` differs by the gap. Entries are compared by their rank in
 ``seq`` order, and a ``postings`` table (``<prefix>postings``) by the rank of the entry it
 points to in ``<prefix>entries``: the same rows in the same order are equal, a posting whose
-entry is gone is not.
+entry is gone is not. A vector store's per-key token (``<prefix>vector_keys.token``) is random
+by design and left out; that every key has a row is compared.
 
 The copies hold what the database holds (read models in clear, with a master key too), in a
 folder only its owner can read, next to the database (the same disk and permissions), and
@@ -65,6 +66,11 @@ _ZERO_COUNTS: dict[str, str] = {"rows_at": "n", "terms_at": "df"}
 count column. A bucket summed to zero adds nothing to any read, and whether one is left
 depends on how the writes were batched (a page that ends and begins a term's rows in one call
 never writes it; two catch-ups write it and take it back): such rows are not compared."""
+
+_RANDOM: dict[str, str] = {"vector_keys": "token"}
+"""Columns of random values (a vector store's ``<prefix>vector_keys.token``: what its writes
+change so a cached in-process index knows a key's rows moved, ``loom_memory.vector``): a
+rebuild draws others, so only the rest of each row is compared (that every key has one)."""
 
 _FTS5 = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s+.*\bUSING\s+fts5\s*\(", re.IGNORECASE | re.DOTALL)
 _FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
@@ -422,9 +428,10 @@ def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[tuple[st
 
 
 def _canonical(schema: str, table: str, columns: list[tuple[str, int]], tables: set[str]) -> str:
-    """A SELECT of ``table``'s rows as compared: each ``seq`` replaced by its rank, and no
-    bucket of counts by position at zero (module docstring)."""
-    names = [name for name, _ in columns]
+    """A SELECT of ``table``'s rows as compared: each ``seq`` replaced by its rank, no bucket
+    of counts by position at zero and no column of random tokens (module docstring)."""
+    random = next((column for kind, column in _RANDOM.items() if table.endswith(kind)), None)
+    names = [name for name, _ in columns if name != random]
     source = f"{schema}.{_quoted(table)}"
     entries = table.removesuffix("postings") + "entries"
     zero = next((count for kind, count in _ZERO_COUNTS.items() if table.endswith(kind)), None)

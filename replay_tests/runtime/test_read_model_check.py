@@ -115,6 +115,26 @@ def test_a_log_written_through_loom_checks_out(written: Loom) -> None:
     assert _folder_listing(written) == before  # the copies are gone
 
 
+def test_a_vector_memory_written_through_loom_checks_out(sqlite_url: str) -> None:
+    """A vector store keeps, per key, a random token its writes change (what tells a cached
+    in-process index that the key's rows moved): a copy rebuilt draws other tokens, so the
+    check found every vector memory "damaged", and no `loom rebuild` could clear it (a memory
+    review). The tokens are not compared; that every key has one is."""
+    from loom_memory import EventSourcedVectorMemory
+    from loom_memory.vector import SqliteVectorStore
+
+    with Loom(sqlite_url) as loom:
+        store = SqliteVectorStore(
+            loom.log.engine, embedder=HashingEmbedder(dimension=32), min_score=0.0
+        )
+        memory = EventSourcedVectorMemory(loom, store=store)
+        memory.append("k", [MemoryEntry(content="deploy the blue button")])
+        memory.append("j", [MemoryEntry(content="rotate the logs")])
+        report = loom.check_read_models()
+        assert report.ok, report
+        memory.close()
+
+
 def test_read_models_caught_up_write_by_write_equal_one_rebuilt_in_pages(sqlite_url: str) -> None:
     """Live, each write caught up on its own; rebuilt, a page of many writes at once. Counts
     kept per block of 256 positions, revisions ended and terms that come and go must end up
