@@ -627,7 +627,8 @@ def _refuse_over(path: Path, size: int, limit: int) -> None:
         raise BundleTooLargeError(
             f"{path} is too large to read as a bundle: {size:,} bytes or more, over the cap of "
             f"{limit:,}; it was not read. If you trust the file, raise the cap "
-            f"(max_bundle_bytes=, --max-bundle-bytes or {MAX_BUNDLE_BYTES_ENV})"
+            f"({MAX_BUNDLE_BYTES_ENV} for every command, `loom replay --max-bundle-bytes`, or "
+            "max_bundle_bytes= in Python)"
         )
 
 
