@@ -827,19 +827,7 @@ class Loom:
                     f"recover_every={recover_every!r} must be a positive number of seconds (or "
                     "None for no recovery): zero or less would recover in a busy loop"
                 )
-            # Opened without a key, not "no keyring yet": the keyring opens with the log, on
-            # its first use, which a fresh Loom's worker() can be.
-            if self._encryption is None:
-                from loom_runtime.sealing import has_key_table
-
-                if has_key_table(self.log.engine):
-                    raise EncryptionOffError(
-                        "this log is encrypted but this Loom was opened without its master key: a "
-                        "worker could neither read the executions it would recover nor store the "
-                        "ones it starts sealed. Open it with Loom(url, encryption=MasterKey."
-                        "from_env()) and set $LOOM_MASTER_KEY (for `loom worker`: set "
-                        "$LOOM_MASTER_KEY); no worker was registered"
-                    )
+            self._refuse_keyless_recovery("worker", "no worker was registered")
             beating = Heartbeat(
                 self.workers, worker=new_worker_id(), every=heartbeat, dead_after=dead_after
             )
@@ -878,7 +866,27 @@ class Loom:
                 f"dead_after={dead_after!r} must be a positive number of seconds: with zero or "
                 "less every live worker would be taken for dead and its executions taken over"
             )
+        # Even with nothing to recover yet: a scheduled pass whose key went missing reported
+        # "0 recovered" until the first crash needed it.
+        self._refuse_keyless_recovery("recovery", "nothing was recovered")
         return recover(self, dead_after=dead_after, include_unowned=include_unowned)
+
+    def _refuse_keyless_recovery(self, what: str, outcome: str) -> None:
+        """:class:`EncryptionOffError` when this Loom was opened without the master key of an
+        encrypted log (not "no keyring yet": the keyring opens with the log, on its first
+        use, which a fresh Loom's worker or recovery can be)."""
+        if self._encryption is not None:
+            return
+        from loom_runtime.sealing import has_key_table
+
+        if has_key_table(self.log.engine):
+            raise EncryptionOffError(
+                f"this log is encrypted but this Loom was opened without its master key: a "
+                f"{what} could neither read the executions it would recover nor store the ones "
+                "it starts sealed. Open it with Loom(url, encryption=MasterKey.from_env()) and "
+                f"set $LOOM_MASTER_KEY (for `loom worker` or `loom recover`: set "
+                f"$LOOM_MASTER_KEY); {outcome}"
+            )
 
     def _take_over(self, execution: Execution, call: _Call | None, *, worker: str) -> Run:
         """Claim ``execution`` for ``worker`` at the version it was loaded at, and finish it

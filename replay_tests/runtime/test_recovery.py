@@ -605,6 +605,26 @@ def test_loom_resume_and_recover_without_the_master_key_say_so_on_one_line(
         assert events(loom, execution_id)["Resumed"] == 0
 
 
+def test_recover_without_the_master_key_refuses_with_nothing_to_recover(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery pass on an encrypted log without its key said "0 execution(s) recovered",
+    exit 0, whenever nothing was unfinished yet (a docs review): a nightly pass whose key had
+    gone missing reported success until the first crash needed it. Refused at once, as a
+    worker is: typed (the API), one line and exit 2 (the CLI)."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    with Loom(sqlite_url, encryption=MasterKey.from_env()) as loom:
+        Steps().register(loom)
+        loom.run("steps")  # finished: nothing is left to recover
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    with Loom(sqlite_url) as loom, pytest.raises(EncryptionOffError, match=r"\$LOOM_MASTER_KEY"):
+        loom.recover()
+    command = ["recover", "--db", sqlite_url, "--flows", "recovery_flows:flows"]
+    _one_line_error(CliRunner().invoke(app, command), 2, "LOOM_MASTER_KEY", "recover")
+
+
 def test_a_worker_without_the_master_key_refuses_to_start_on_an_encrypted_log(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
