@@ -32,9 +32,10 @@ def reciprocal_rank_fusion(
 ) -> list[T]:
     """The best ``limit`` items of ``rankings`` fused by reciprocal rank.
 
-    ``identity`` says when two rankings name the same item (a passage id, an entry's
-    ``(id, content)``); the first occurrence met is the one returned. An item listed twice in
-    one ranking counts at its best rank there.
+    ``identity`` says when two rankings name the same item, as a value that hashes (a passage
+    id, an entry's id, or its encoded JSON: an entry's content is often a dict, which does
+    not); the first occurrence met is the one returned. An item listed twice in one ranking
+    counts at its best rank there.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(
@@ -48,8 +49,15 @@ def reciprocal_rank_fusion(
         seen: set[Hashable] = set()
         for rank, item in enumerate(ranking, start=1):
             name = identity(item)
-            if name in seen:
-                continue
+            try:
+                if name in seen:
+                    continue
+            except TypeError:  # unhashable
+                raise InvalidArgumentError(
+                    f"identity must return a value that hashes (an id, a str), not a "
+                    f"{type(name).__name__}",
+                    parameter="identity",
+                ) from None
             seen.add(name)
             first.setdefault(name, item)
             parts.setdefault(name, []).append(1.0 / (k + rank))

@@ -295,7 +295,15 @@ class VectorSqlStore(SqlMemoryStore):
         """As :meth:`search_scored` for a query vector of the store's model (the model is not
         called: a caller that recorded the query's embedding replays without it)."""
         _, limit = check_search(key, "", limit)
-        query = [float(value) for value in vector]
+        try:
+            if isinstance(vector, str | bytes | bytearray):  # iterated, it is characters
+                raise TypeError(type(vector).__name__)
+            query = [float(value) for value in vector]
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"vector must be a sequence of floats, not {type(vector).__name__} ({exc})",
+                parameter="vector",
+            ) from None
         if len(query) != self.embedder.dimension:
             raise InvalidArgumentError(
                 f"vector has {len(query)} floats; {self.model!r} vectors have "

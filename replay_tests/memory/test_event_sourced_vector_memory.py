@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import delete
@@ -16,6 +17,7 @@ from loom_memory import (
     EmbeddingModelChangedError,
     EventSourcedVectorMemory,
     HashingEmbedder,
+    InvalidArgumentError,
     PostgresVectorStore,
     SqliteMemoryStore,
     SqliteVectorStore,
@@ -204,3 +206,12 @@ def test_loom_rebuild_restores_the_recorded_vectors(loom: Loom) -> None:
         EventSourcedVectorMemory(loom, store=_store(loom, broken)).search_by_vector("k", query)
         == before
     )
+
+
+@pytest.mark.parametrize("vector", ["abc", b"ab", [1.0, "x"], [None]])
+def test_a_query_vector_that_is_not_numbers_is_refused_typed(loom: Loom, vector: Any) -> None:
+    """A string iterated as characters raised a bare ``ValueError`` (a memory review); every
+    other bad vector was already an ``InvalidArgumentError``."""
+    memory = EventSourcedVectorMemory(loom, store=_store(loom, CountingEmbedder()))
+    with pytest.raises(InvalidArgumentError, match="vector"):
+        memory.search_by_vector("k", vector)

@@ -37,3 +37,10 @@ def test_the_limit_cuts_the_fused_ranking() -> None:
 def test_bad_limits_and_constants_are_refused(limit: int, k: int) -> None:
     with pytest.raises(InvalidArgumentError):
         _fused([["a"]], limit=limit, k=k)
+
+
+def test_an_identity_that_does_not_hash_is_refused_typed() -> None:
+    """An entry's content is often a dict: an identity returning it (or a tuple holding it)
+    raised a bare ``TypeError: unhashable type`` from deep inside (a memory review)."""
+    with pytest.raises(InvalidArgumentError, match="identity"):
+        reciprocal_rank_fusion([[{"a": 1}]], identity=lambda item: (1, item), limit=3)
