@@ -71,6 +71,13 @@ from loom_runtime import (
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
+def in_a_replay() -> bool:
+    """Whether a flow replayed in the log that recorded it is running here (``ctx.replaying``):
+    its memory writes are in the log already, and are left out."""
+    context = current_context()
+    return context is not None and context.replaying
+
+
 class EventSourcedMemory:
     """A :class:`~loom_memory.store.MemoryStore` recorded in the log and projected to a backend."""
 
@@ -212,8 +219,7 @@ class EventSourcedMemory:
             self._store.close()
 
     def _write(self, key: str, event: type[LogEvent], fields: Mapping[str, Any]) -> None:
-        context = current_context()
-        if context is not None and context.replaying:
+        if in_a_replay():
             # A replay appends nothing (ADR 0002, amended "replay writes nothing"): the flow
             # body's write is in the log from the run it replays, and a recall recorded there
             # is answered from it; written again, each replay added the entries once more.

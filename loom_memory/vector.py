@@ -299,7 +299,7 @@ class VectorSqlStore(SqlMemoryStore):
             if isinstance(vector, str | bytes | bytearray):  # iterated, it is characters
                 raise TypeError(type(vector).__name__)
             query = [float(value) for value in vector]
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidArgumentError(
                 f"vector must be a sequence of floats, not {type(vector).__name__} ({exc})",
                 parameter="vector",

@@ -51,7 +51,7 @@ from loom_memory.embedding_table import (
 from loom_memory.entry import MemoryEntry, decode_entry
 from loom_memory.erasure import forget_destroyed, memory_subject, text_key, write_key
 from loom_memory.errors import StoreConfigurationError, StoreNotOnLogDatabaseError
-from loom_memory.event_sourced import EventSourcedMemory
+from loom_memory.event_sourced import EventSourcedMemory, in_a_replay
 from loom_memory.events import MEMORY_TOPICS
 from loom_memory.projection import SqlMemoryProjection, memory_event, opened_entries
 from loom_memory.store import DEFAULT_SEARCH_LIMIT
@@ -327,7 +327,8 @@ class EventSourcedVectorMemory(EventSourcedMemory):
         """Check an append or replace as :class:`EventSourcedMemory` does, then record the
         vectors its texts lack: a refused write never calls the model or logs a vector."""
         raw = super()._checked(key, entries)
-        self._record_for(key, entries, raw)
+        if not in_a_replay():  # a replay's write is left out: no vector to record, no model call
+            self._record_for(key, entries, raw)
         return raw
 
     def _record_for(

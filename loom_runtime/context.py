@@ -441,9 +441,11 @@ class _Context:
         self.execution_id = execution_id
         self.flow = flow
         self.replaying = replaying
-        """Whether this run is a replay (``Loom.replay``), which appends nothing to the log: a
-        write the flow's body makes through loom (a memory's) is in the log already, from the
-        run it replays, and is left out (ADR 0002, amended "replay writes nothing")."""
+        """Whether this run is a replay (``Loom.replay``) of an execution recorded in this log,
+        which appends nothing to it: a write the flow's body makes through loom (a memory's)
+        is in the log already, from the run it replays, and is left out (ADR 0002, amended
+        "replay writes nothing"). False for a bundle's replay and an imported execution's:
+        their writes were made in another log."""
         self._source = source
         self._order = order
         """The order recorded answers are handed out in (an async flow's replay or resume,

@@ -424,7 +424,8 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        return drive(self._replay(self.execution(execution_id), live), _run_now)
+        execution = self.execution(execution_id)
+        return drive(self._replay(execution, live, in_log=self._recorded_here(execution)), _run_now)
 
     def replay_bundle(
         self,
@@ -451,7 +452,14 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        return await adrive(self._replay(self.execution(execution_id), live))
+        execution = self.execution(execution_id)
+        return await adrive(self._replay(execution, live, in_log=self._recorded_here(execution)))
+
+    def _recorded_here(self, execution: Execution) -> bool:
+        """Whether ``execution`` was recorded in this log (not imported from a bundle): the
+        writes its flow made through loom (a memory's) are here, and a replay leaves them out
+        (``ctx.replaying``; ADR 0002, amended "replay writes nothing")."""
+        return self.imported(execution.id) is None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1287,11 +1295,14 @@ class Loom:
         execution: Execution,
         live: frozenset[str] | set[str],
         recorded_positions: Callable[[Execution], dict[str, int]] | None = None,
+        *,
+        in_log: bool = False,
     ) -> Steps[ReplayResult]:
         """Call the flow with a replaying context; compare what it did with the recording.
 
         ``recorded_positions`` says where the recording's decisions are (default: where this
-        log holds them); asked only when tracing (their spans report it).
+        log holds them); asked only when tracing (their spans report it). ``in_log``: the
+        execution was recorded in this log, so its flow's writes are here (``ctx.replaying``).
         """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
@@ -1304,7 +1315,7 @@ class Loom:
         ctx: FlowContext | AsyncFlowContext | None = None
         try:  # outside the traced block: what the flow raised marks the replay's span as a run's
             with self._traced("replay", execution, replayer, positions) as source:
-                ctx = self._context(definition, execution, source, naming=None, replaying=True)
+                ctx = self._context(definition, execution, source, naming=None, replaying=in_log)
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:

@@ -208,7 +208,7 @@ def test_loom_rebuild_restores_the_recorded_vectors(loom: Loom) -> None:
     )
 
 
-@pytest.mark.parametrize("vector", ["abc", b"ab", [1.0, "x"], [None]])
+@pytest.mark.parametrize("vector", ["abc", b"ab", [1.0, "x"], [None], [10**400]])
 def test_a_query_vector_that_is_not_numbers_is_refused_typed(loom: Loom, vector: Any) -> None:
     """A string iterated as characters raised a bare ``ValueError`` (a memory review); every
     other bad vector was already an ``InvalidArgumentError``."""

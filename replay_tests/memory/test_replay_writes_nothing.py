@@ -9,10 +9,18 @@ recall replayed live (``live={"memory"}``) appended its tier's eviction too.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from loom_memory import EventSourcedMemory, MemoryEntry, TieredMemory
+from loom_memory import (
+    EventSourcedMemory,
+    EventSourcedVectorMemory,
+    MemoryEntry,
+    SqliteVectorStore,
+    TieredMemory,
+)
 from loom_memory.tiers import Tier
 from loom_runtime import FlowContext, Loom
+from replay_tests.embedders import CountingEmbedder
 
 
 def test_a_replay_does_not_write_the_flow_s_memory_again(loom: Loom) -> None:
@@ -54,3 +62,53 @@ def test_a_recall_replayed_live_evicts_nothing_into_the_log(loom: Loom) -> None:
     position = loom.log.position
     loom.replay(run.execution_id, live={"memory"})
     assert loom.log.position == position
+
+
+def test_a_bundle_or_an_imported_execution_still_makes_its_memory_writes(
+    loom: Loom, tmp_path: Path
+) -> None:
+    """Left out only where the log holds them: a bundle replayed on another log (a CI run),
+    or an execution imported from one, never wrote its memory there, and a flow reading back
+    what it wrote (unrecorded) diverged once its write was left out (a regression review)."""
+
+    def note_app(url: str) -> Loom:
+        other = Loom(url)
+        memory = EventSourcedMemory(other)
+
+        @other.flow("note")
+        def note(ctx: FlowContext, text: str) -> list[str]:
+            memory.append("u1", [MemoryEntry(content=text, id=ctx.uuid().hex)])
+            return [str(entry.content) for entry in memory.read("u1")]
+
+        return other
+
+    with note_app(f"sqlite:///{tmp_path / 'recorded.db'}") as recording:
+        run = recording.run("note", text="deploy with the blue button")
+        bundle = recording.export(run.execution_id, tmp_path / "note.json")
+        assert recording.replay(run.execution_id).identical  # its own log: left out
+    with note_app(f"sqlite:///{tmp_path / 'ci.db'}") as ci:
+        assert ci.replay_bundle(bundle).identical
+    with note_app(f"sqlite:///{tmp_path / 'imported.db'}") as other:
+        other.import_bundle(bundle)
+        assert other.replay(run.execution_id).identical
+
+
+def test_a_vector_memory_s_replayed_write_records_no_vector(loom: Loom) -> None:
+    """A vector memory records a text's vector before it appends the entry: a replayed write
+    whose text the current code changed still called the model and appended the vector (a
+    regression review), the entry itself left out."""
+    embedder = CountingEmbedder()
+    store = SqliteVectorStore(loom.log.engine, embedder=embedder, min_score=0.0)
+    memory = EventSourcedVectorMemory(loom, store=store)
+    said = ["rotate the logs"]
+
+    @loom.flow("note")
+    def note(ctx: FlowContext) -> None:
+        memory.append("u1", [MemoryEntry(content=said[0], id=ctx.uuid().hex)])
+
+    run = loom.run("note")
+    said[0] = "rotate the logs nightly"  # the code changed since the recording
+    calls, position = len(embedder.texts), loom.log.position
+    loom.replay(run.execution_id)
+    assert loom.log.position == position and len(embedder.texts) == calls
+    memory.close()
