@@ -15,6 +15,7 @@ from loom_memory import (
     EventSourcedMemory,
     EventSourcedVectorMemory,
     MemoryEntry,
+    PostgresVectorStore,
     SqliteVectorStore,
     TieredMemory,
 )
@@ -98,7 +99,8 @@ def test_a_vector_memory_s_replayed_write_records_no_vector(loom: Loom) -> None:
     whose text the current code changed still called the model and appended the vector (a
     regression review), the entry itself left out."""
     embedder = CountingEmbedder()
-    store = SqliteVectorStore(loom.log.engine, embedder=embedder, min_score=0.0)
+    cls = PostgresVectorStore if loom.log.engine.dialect.name == "postgresql" else SqliteVectorStore
+    store = cls(loom.log.engine, embedder=embedder, min_score=0.0)
     memory = EventSourcedVectorMemory(loom, store=store)
     said = ["rotate the logs"]
 
