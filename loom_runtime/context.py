@@ -436,16 +436,12 @@ class _Context:
         flow: str,
         order: RecordedOrder | None = None,
         naming: SubAgentNaming | None = None,
-        replaying: bool = False,
+        replaying: bool | Callable[[], bool] = False,
     ) -> None:
         self.execution_id = execution_id
         self.flow = flow
-        self.replaying = replaying
-        """Whether this run is a replay (``Loom.replay``) of an execution recorded in this log,
-        which appends nothing to it: a write the flow's body makes through loom (a memory's)
-        is in the log already, from the run it replays, and is left out (ADR 0002, amended
-        "replay writes nothing"). False for a bundle's replay and an imported execution's:
-        their writes were made in another log."""
+        self._replaying = replaying
+        """:attr:`replaying`, or what tells it, asked the first time it is read."""
         self._source = source
         self._order = order
         """The order recorded answers are handed out in (an async flow's replay or resume,
@@ -482,6 +478,17 @@ class _Context:
         numbering: queue.SimpleQueue[None] = queue.SimpleQueue()
         numbering.put(None)
         self._acquire, self._release = numbering.get, numbering.put
+
+    @property
+    def replaying(self) -> bool:
+        """Whether this run is a replay (``Loom.replay``) of an execution recorded in this log,
+        which appends nothing to it: a write the flow's body makes through loom (a memory's)
+        is in the log already, from the run it replays, and is left out (ADR 0002, amended
+        "replay writes nothing"). False for a bundle's replay and an imported execution's:
+        their writes were made in another log."""
+        if not isinstance(self._replaying, bool):  # two threads may both ask: same answer
+            self._replaying = self._replaying()
+        return self._replaying
 
     def _slot(self, key: str, input: object, kind: str | None) -> Slot:
         if self._cancellations:

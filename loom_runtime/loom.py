@@ -28,7 +28,7 @@ from collections.abc import (
 )
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 from uuid import UUID, uuid4
@@ -424,8 +424,7 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """Re-run the current code with every decision answered from the log; append nothing."""
-        execution = self.execution(execution_id)
-        return drive(self._replay(execution, live, in_log=self._recorded_here(execution)), _run_now)
+        return drive(self._replay(self.execution(execution_id), live, in_log=True), _run_now)
 
     def replay_bundle(
         self,
@@ -452,14 +451,7 @@ class Loom:
         self, execution_id: UUID | str, *, live: frozenset[str] | set[str] = frozenset()
     ) -> ReplayResult:
         """As :meth:`replay`, from inside a running event loop."""
-        execution = self.execution(execution_id)
-        return await adrive(self._replay(execution, live, in_log=self._recorded_here(execution)))
-
-    def _recorded_here(self, execution: Execution) -> bool:
-        """Whether ``execution`` was recorded in this log (not imported from a bundle): the
-        writes its flow made through loom (a memory's) are here, and a replay leaves them out
-        (``ctx.replaying``; ADR 0002, amended "replay writes nothing")."""
-        return self.imported(execution.id) is None
+        return await adrive(self._replay(self.execution(execution_id), live, in_log=True))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1093,7 +1085,7 @@ class Loom:
         source: DecisionSource,
         *,
         naming: SubAgentNaming | None,
-        replaying: bool = False,
+        replaying: bool | Callable[[], bool] = False,
     ) -> FlowContext | AsyncFlowContext:
         """The flow's ``ctx``; ``naming``: what a recording run names the sub-agents its
         decisions start by (None in a replay); ``replaying``: a replay's (``ctx.replaying``)."""
@@ -1290,6 +1282,12 @@ class Loom:
                 _warn_never_asked(execution, never_asked, sealed=self._sealed(execution))
             return self._complete(definition, execution, result)
 
+    def _recorded_here(self, execution_id: UUID) -> bool:
+        """Whether ``execution_id`` was recorded in this log, not imported from a bundle: the
+        writes its flow made through loom (a memory's) are here, and a replay leaves them out
+        (``ctx.replaying``; ADR 0002, amended "replay writes nothing")."""
+        return self.imported(execution_id) is None
+
     def _replay(
         self,
         execution: Execution,
@@ -1302,7 +1300,9 @@ class Loom:
 
         ``recorded_positions`` says where the recording's decisions are (default: where this
         log holds them); asked only when tracing (their spans report it). ``in_log``: the
-        execution was recorded in this log, so its flow's writes are here (``ctx.replaying``).
+        execution was read from this log; unless it was imported there, its flow's writes are
+        here too (``ctx.replaying``, asked only when the flow writes: a read of the import
+        marker cost a short replay a tenth of its time).
         """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
@@ -1315,7 +1315,14 @@ class Loom:
         ctx: FlowContext | AsyncFlowContext | None = None
         try:  # outside the traced block: what the flow raised marks the replay's span as a run's
             with self._traced("replay", execution, replayer, positions) as source:
-                ctx = self._context(definition, execution, source, naming=None, replaying=in_log)
+                recorded_here = partial(self._recorded_here, execution.id)
+                ctx = self._context(
+                    definition,
+                    execution,
+                    source,
+                    naming=None,
+                    replaying=recorded_here if in_log else False,
+                )
                 result = yield from _call(definition, ctx, kwargs)
                 output = codec.encode(result, path="output", redactor=replayer.redactor)
         except Exception as exc:

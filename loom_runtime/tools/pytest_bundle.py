@@ -17,7 +17,7 @@ Imported only when a marked test requests the fixture (the plugin module imports
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -268,7 +268,7 @@ class BundleLoom(Loom):
         source: DecisionSource,
         *,
         naming: SubAgentNaming | None,
-        replaying: bool = False,
+        replaying: bool | Callable[[], bool] = False,
     ) -> FlowContext | AsyncFlowContext:
         if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
