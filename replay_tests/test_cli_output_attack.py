@@ -201,3 +201,53 @@ def test_a_bug_in_an_upcaster_is_not_reported_as_an_edited_row(
         monkeypatch.undo()
         mapper._decoder.cache_clear()
         mapper._shape.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("rows", "column"),
+    [
+        ("topic LIKE '%DecisionRecorded%'", "state"),
+        ("originator_version = 1", "state"),  # the execution's start
+        ("topic LIKE '%DecisionRecorded%'", "topic"),
+    ],
+    ids=["decision-state", "start-state", "decision-topic"],
+)
+def test_stored_text_that_is_not_utf8_is_one_line_and_verify_names_the_row(
+    tmp_path: Path, rows: str, column: str
+) -> None:
+    """A row edited to hold TEXT that is not UTF-8 ended every reading command, and ``loom
+    verify`` itself, in an ``OperationalError`` traceback (sqlite3 fails the fetch before loom
+    sees the value). Now ``verify`` answers TAMPERED at that row, and every other command says
+    the log is damaged in one line, exit 1 (ADR 0018, "not UTF-8")."""
+    path = tmp_path / "loom.db"
+    with Loom(f"sqlite:///{path}", flows=flows) as loom:
+        execution_id = str(loom.run("echo", text=1).execution_id)
+        export = tmp_path / "bundle.json"
+        loom.export(execution_id, export)  # the control: the log was readable
+    with closing(sqlite3.connect(path)) as connection, connection:
+        edited = connection.execute(
+            f"UPDATE stored_events SET {column} = CAST(X'7B22FF' AS TEXT) WHERE {rows}"
+        )
+        assert edited.rowcount == 1
+    url = f"--db=sqlite:///{path}"
+    verified = _invoke("verify", url)
+    assert "Traceback" not in verified.output, verified.output
+    assert verified.exit_code == ExitCode.FAILED, verified.output
+    assert "TAMPERED" in verified.output, verified.output
+    for command in (
+        ["executions", "show", execution_id],
+        ["executions", "list"],
+        ["audit", execution_id],
+        ["replay", execution_id, FLOWS],
+        ["export", execution_id, "-o", str(tmp_path / "again.json")],
+    ):
+        result = _invoke(*command, url)
+        assert "Traceback" not in result.output, (command, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            command,
+            result.exception,
+        )
+        if result.exit_code != 0:
+            assert result.exit_code == ExitCode.FAILED, (command, result.output)
+            assert len(result.output.strip().splitlines()) == 1, (command, result.output)
+            assert "UTF-8" in result.output, (command, result.output)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -30,6 +31,7 @@ from eventsourcing.sqlite import (
     SQLiteTransaction,
 )
 
+from loom_runtime.errors import LogCorruptError
 from loom_runtime.log import Precondition, Row
 from loom_runtime.storage.chain import ChainedRecorder, ChainTable, KnownHeads
 from loom_runtime.storage.forks import renewed_in_child, reset_in_child, set_aside
@@ -44,6 +46,9 @@ class _NotRead:
 
 _NOT_READ = _NotRead()
 """What a read on the held connection returns when it read nothing: the pool reads instead."""
+
+_NOT_UTF8 = re.compile(r"Could not decode to UTF-8 column '(.{1,200}?)' with text '")
+"""How sqlite3 begins the error of a fetch that met TEXT that is not UTF-8 (then the value)."""
 
 EVENTS_TABLE = "stored_events"
 """The events table of the built-in SQLite log (eventsourcing's name for it)."""
@@ -402,8 +407,20 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder, ChainedRecorder):
         if reader is not None and self._reader_pid == os.getpid():
             reader.close()
 
-    def reading(self) -> AbstractContextManager[Any]:
-        return self.datastore.transaction(commit=False)
+    @contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The walk's transaction, whose TEXT values are read as stored even when they are not
+        UTF-8: sqlite3 fails such a fetch outright, so a row edited to hold one stopped
+        ``loom verify`` with a traceback where it must answer "tampered" (ADR 0018, "not
+        UTF-8"). The bytes that are not UTF-8 come back as lone surrogates, which no value loom
+        writes holds, so the row hashes differently and the walk names it."""
+        with self.datastore.transaction(commit=False) as cursor:
+            connection = cursor.sqlite_cursor.connection
+            connection.text_factory = _text_as_stored
+            try:
+                yield cursor
+            finally:
+                connection.text_factory = str
 
     def stream_rows(self, stream: UUID) -> list[Row]:
         """The stream's rows by version: read on the held connection when it is free
@@ -441,15 +458,42 @@ def _stream_rows(cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
     NULL is storable (the column is nullable). A topic stored as a BLOB or NULL never equals
     the text and comes back as it is, as before.
     """
-    return [
-        Row(
-            stream=stream,
-            version=version,
-            topic=DECISION_TOPIC if topic == 0 else topic,
-            state=state,
-        )
-        for version, topic, state in cursor
-    ]
+    try:
+        return [
+            Row(
+                stream=stream,
+                version=version,
+                topic=DECISION_TOPIC if topic == 0 else topic,
+                state=state,
+            )
+            for version, topic, state in cursor
+        ]
+    except sqlite3.OperationalError as exc:
+        column = stored_text_not_utf8(exc)
+        if column is None:
+            raise
+        raise LogCorruptError(
+            f"execution {stream}'s stored rows hold text that is not UTF-8 (column {column!r}): "
+            "the log's database was changed outside loom; `loom verify` names the row"
+        ) from exc
+
+
+def stored_text_not_utf8(error: BaseException) -> str | None:
+    """The column named when ``error``, or an error it was raised from, is sqlite3 refusing to
+    read a TEXT value that is not UTF-8 (something no loom writer stores, so the database was
+    edited), else None. Only the column is kept: sqlite3's message quotes the whole value."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, sqlite3.OperationalError):
+            found = _NOT_UTF8.match(str(seen))
+            if found is not None:
+                return found[1]
+        seen = seen.__cause__
+    return None
+
+
+def _text_as_stored(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
 
 
 @lru_cache(maxsize=1024)

@@ -102,7 +102,22 @@ class _LoomGroup(ReadableGroup):
                 _traceback(exc)
             fail(str(exc), code=exit_code_of(exc))
         except Exception as exc:
+            _not_utf8(exc)
             _traceback(exc)
+
+
+def _not_utf8(error: Exception) -> None:
+    """Fail in one line if ``error`` is sqlite3 refusing a stored TEXT value that is not UTF-8:
+    no loom writer stores one, so the database was edited; every reading path met it as a
+    traceback (ADR 0018, "not UTF-8")."""
+    from loom_runtime.storage.sqlite import stored_text_not_utf8
+
+    column = stored_text_not_utf8(error)
+    if column is not None:
+        fail(
+            f"the log's database holds text that is not UTF-8 (column {column!r}): it was "
+            "changed outside loom; `loom verify` names the row"
+        )
 
 
 def _traceback(error: Exception) -> NoReturn:
