@@ -36,6 +36,7 @@ from loom_runtime.errors import (
     ReplayDivergence,
     UnrecordedDecisionError,
     UnusedDecisionsError,
+    one_line,
 )
 from loom_runtime.execution import (
     Decision,
@@ -176,9 +177,11 @@ class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
         :data:`DESCRIBED` of them and then how many more (what ``loom replay`` and a failing
         bundle test print: a loop whose prompt changed gives one per decision, each with its
         diff; :attr:`divergences` holds them all)."""
+        # The name is recorded text: a line break in it would print a verdict line of its own.
+        flow = one_line(self.flow)
         if self.identical:
-            return f"execution {self.execution_id} ({self.flow}) replayed identically"
-        lines = [f"execution {self.execution_id} ({self.flow}) diverged:"]
+            return f"execution {self.execution_id} ({flow}) replayed identically"
+        lines = [f"execution {self.execution_id} ({flow}) diverged:"]
         lines += [f"- {type(d).__name__}: {d}" for d in self.divergences[:DESCRIBED]]
         if (more := len(self.divergences) - DESCRIBED) > 0:
             lines.append(

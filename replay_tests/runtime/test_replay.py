@@ -224,3 +224,24 @@ def test_thousands_of_divergences_are_described_in_a_bounded_account(loom: Loom)
         f"... and {3_000 - DESCRIBED:,} more divergences (all in ReplayResult.divergences, "
         "or loom replay ID --json)"
     )
+
+
+def test_a_flow_name_with_a_line_break_forges_no_line_of_the_verdict(loom: Loom) -> None:
+    """The verdict quoted the flow's name as it is: a name holding a line break printed a
+    line of its own, which could read as another execution's "replayed identically" in ``loom
+    replay``, a bundle test or a CI log. The name is quoted on the verdict's line."""
+    name = "f\nexecution 00000000-0000-4000-8000-000000000000 (g) replayed identically"
+    asked = {"value": 1}
+
+    @loom.flow(name)
+    def f(ctx: FlowContext) -> int:
+        return ctx.decide("value", lambda: asked["value"], input=asked["value"])
+
+    run = loom.run(name)
+    described = loom.replay(run.execution_id).describe()
+    assert described.endswith(") replayed identically"), described
+    assert len(described.splitlines()) == 1, described
+    asked["value"] = 2
+    diverged = loom.replay(run.execution_id).describe().splitlines()
+    assert diverged[0].endswith(") diverged:"), diverged  # the control: it still diverges
+    assert not [line for line in diverged if line.startswith("execution 0000")], diverged
