@@ -175,32 +175,34 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     from loom_runtime.retention import STARTED_BEFORE
 
     of = "" if report.selector.startswith(STARTED_BEFORE) else "of "  # retention's selector
-    console.print(
-        inert(
-            f"{verb} {len(report.subjects)} {what} {of}{report.selector} "
-            f"({events} sealed event(s))"
-            + (f"; forget event at log position {report.position}" if report.position else "")
-        )
+    _line(
+        f"{verb} {len(report.subjects)} {what} {of}{report.selector} "
+        f"({events} sealed event(s))"
+        + (f"; forget event at log position {report.position}" if report.position else "")
     )
     for subject in report.subjects:
         name = subject.execution_id or subject.subject
-        console.print(inert(f"  {name}  {subject.events} sealed event(s)"))
+        _line(f"  {name}  {subject.events} sealed event(s)")
         for execution_id in subject.held_by:
-            console.print(
-                inert(
-                    f"    retrieved by execution {execution_id}: its record keeps a copy; "
-                    f"erase it too with --execution {execution_id}"
-                )
+            _line(
+                f"    retrieved by execution {execution_id}: its record keeps a copy; "
+                f"erase it too with --execution {execution_id}"
             )
     for name in report.already_erased[:_LISTED]:
-        console.print(inert(f"  {name}  already erased"))
+        _line(f"  {name}  already erased")
     if len(report.already_erased) > _LISTED:  # a nightly retention run's history: counted
         more = len(report.already_erased) - _LISTED
         console.print(f"  and {more:,} more already erased (--json lists them)")
     for name in report.not_erasable:
-        console.print(inert(f"  {name}  not erasable: stored before encryption was switched on"))
+        _line(f"  {name}  not erasable: stored before encryption was switched on")
     if not report.applied:
         console.print("dry run: nothing was written; pass --apply to erase")
+
+
+def _line(text: str) -> None:
+    """Print one line of the report: a selector or a subject's name is recorded text (a
+    document id, a memory key), and a line break in it would print a line loom did not write."""
+    console.print(inert(text, one_line=True))
 
 
 _LISTED = 20

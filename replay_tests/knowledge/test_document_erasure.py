@@ -788,3 +788,27 @@ def test_a_crash_mid_purge_leaves_the_index_as_it_was_and_the_next_read_purges(
         assert after != before and "people/alice" not in {d.id for d in after[0]}  # type: ignore[attr-defined]
         drop_corpus(loom)
         assert _state(loom) == after
+
+
+def test_a_document_id_with_a_line_break_forges_no_line_of_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure's report printed the selector and each subject's name as they are: a
+    document id (corpus text, which a sync takes from files) holding a line break printed a
+    line loom did not write. Each report line stays one line, the break spelt out."""
+    from loom_runtime.tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    monkeypatch.setenv("LOOM_MASTER_KEY", MasterKey.generate())
+    doc_id = "people/x\nFORGED: nothing was erased"
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        open_knowledge_base(loom, SCOPE).sync([Doc(id=doc_id, title="X", text="x's note.")])
+    runner = CliRunner()
+    for apply in ([], ["--apply"]):
+        shown = runner.invoke(
+            app, ["erase", "--document", f"{SCOPE}:{doc_id}", "--reason", "r", *apply, "--db", url]
+        )
+        assert shown.exit_code == 0, shown.output
+        assert " 1 document(s) of document=" in shown.output, shown.output  # the control
+        lines = shown.output.splitlines()
+        assert not [line for line in lines if line.lstrip().startswith("FORGED")], shown.output
