@@ -133,6 +133,26 @@ def test_several_executions_are_refused_into_a_file(
     assert existing.read_text() == "{}"
 
 
+@pytest.mark.parametrize("suffix", [".json", ".msgpack", ".JSON"])
+def test_several_executions_are_refused_into_a_bundle_file_name(
+    tmp_path: Path, source: tuple[str, list[str]], suffix: str
+) -> None:
+    """``export A B -o out.json`` (no such path yet) made a directory named ``out.json`` and
+    wrote the bundles into it: a name that says "one bundle file" is refused for several, with
+    nothing made, as an existing file is. A directory already there keeps its name."""
+    url, ids = source
+    named = tmp_path / f"out{suffix}"
+    for args in ([*ids[:2]], ["--all"]):
+        result = _invoke("export", *args, "-o", str(named), "--db", url)
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert "directory" in result.stderr, result.stderr
+        assert not named.exists()
+    named.mkdir()  # the control: an existing directory so named is used as one
+    kept = _invoke("export", *ids[:2], "-o", str(named), "--db", url)
+    assert kept.exit_code == 0, kept.output
+    assert len(list(named.iterdir())) == 2
+
+
 def test_a_missing_path_imports_nothing(tmp_path: Path, source: tuple[str, list[str]]) -> None:
     url, ids = source
     bundle = tmp_path / "one.json"

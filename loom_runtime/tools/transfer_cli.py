@@ -108,6 +108,17 @@ def export(
             "to a directory",
             code=ExitCode.USAGE,
         )
+    if (
+        into_directory
+        and not named_directory
+        and not destination.exists()
+        and destination.suffix.lower() in BUNDLE_SUFFIXES
+    ):  # a new directory named like a bundle file is almost surely not what was meant
+        fail(
+            f"{output} names one bundle file; several executions and --all go to a directory "
+            f"(-o {destination.with_suffix('')}{os.sep})",
+            code=ExitCode.USAGE,
+        )
     written: list[Exported] = []
     erased: list[str] = []
     with open_loom(db) as loom, progress_bars(hidden=as_json) as bar:
