@@ -17,8 +17,8 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
-from eventsourcing.persistence import OperationalError
 
+from loom_runtime.errors import LogCorruptError
 from loom_runtime.log import Row
 from loom_runtime.storage.application import EventsourcingLog
 from loom_runtime.storage.sqlite import DECISION_TOPIC
@@ -28,7 +28,8 @@ from replay_tests.runtime.test_stream_rows_topic import _read, _recorded, _store
 
 _CREATED = "loom.execution.Created"
 _UNDECODABLE = (
-    "Could not decode to UTF-8 column 'CASE WHEN topic = ? THEN 0 ELSE topic END' with text"
+    "stored rows hold text that is not UTF-8 (column 'CASE WHEN topic = ? THEN 0 ELSE topic "
+    "END'): the log's database was changed outside loom"
 )
 """The error a stream read gives for such a topic (naming the column as the read names it)."""
 
@@ -83,9 +84,10 @@ def test_a_tampered_plain_topic_comes_back_as_stored(
     assert _read(sqlite_url, execution_id) == stored
 
 
-def test_a_topic_that_is_not_utf8_fails_as_it_always_did(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_topic_that_is_not_utf8_fails_as_damage(sqlite_url: str, tmp_path: Path) -> None:
     """A start row's topic stored as text that is not UTF-8 fails the read (on the held
-    connection, then again through the pool) with the error it always gave, word for word."""
+    connection, then again through the pool) as ``LogCorruptError`` naming the column (it was
+    sqlite3's ``OperationalError``, a traceback in every command: ADR 0018, "not UTF-8")."""
     execution_id = _recorded(sqlite_url)
     with sqlite3.connect(tmp_path / "loom.db") as connection:
         connection.execute(
@@ -93,7 +95,7 @@ def test_a_topic_that_is_not_utf8_fails_as_it_always_did(sqlite_url: str, tmp_pa
             "WHERE originator_id = ? AND topic = ?",
             (execution_id.hex, _CREATED),
         )
-    with pytest.raises(OperationalError, match=re.escape(_UNDECODABLE)):
+    with pytest.raises(LogCorruptError, match=re.escape(_UNDECODABLE)):
         _read(sqlite_url, execution_id)
 
 
