@@ -63,7 +63,7 @@ from loom_runtime.errors import (
     RetentionPolicyError,
     cause_of,
 )
-from loom_runtime.flow import load_flows
+from loom_runtime.flow import load_flows_from
 from loom_runtime.tools.display import describe_meta, full_date, lineage_lines, visible
 from loom_runtime.tools.readable_help import LoomTyper, ReadableGroup
 
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from loom_runtime.loom import Loom, Run
     from loom_runtime.projection import TrackedProjection
     from loom_runtime.read_model_check import ReadModelReport
+    from loom_runtime.redaction import RedactorOption
     from loom_runtime.sealing import MasterKey
 
 
@@ -214,7 +215,13 @@ def _root(
     err_console.soft_wrap = not err_console.is_terminal
 
 
-def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> Loom:
+def open_loom(
+    db: str | None,
+    *,
+    create: bool = False,
+    needed: bool = True,
+    redactor: RedactorOption = "builtin",
+) -> Loom:
     """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
     be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2).
 
@@ -226,7 +233,7 @@ def open_loom(db: str | None, *, create: bool = False, needed: bool = True) -> L
     from loom_runtime.loom import Loom
 
     try:
-        loom = Loom(db, encryption=master_key())
+        loom = Loom(db, encryption=master_key(), redactor=redactor)
         if not loom.settings.is_sqlite:
             _ = loom.log
     except LoomError as exc:
@@ -321,14 +328,22 @@ def open_with_flows(
     ``--flows myapp.flows:registry`` run from the project directory finds ``myapp`` even
     though the ``loom`` script's own directory is elsewhere.
     """
-    loom = open_loom(db, create=create, needed=needed)
-    if flows:
-        if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
-        try:
-            loom.flows = load_flows(flows)
-        except LoomError as exc:
-            fail(str(exc), code=ExitCode.USAGE)
+    if not flows:
+        return open_loom(db, create=create, needed=needed)
+    from loom_runtime.loom import Loom
+
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        registry, named = load_flows_from(flows)
+    except LoomError as exc:
+        fail(str(exc), code=ExitCode.USAGE)
+    # A Loom named by --flows brings its redactor: what it recorded was redacted by it, so a
+    # replay through the built-in one diverged (printing the secret in the diff), and `loom
+    # run` stored in clear what the app redacts (ADR 0029, amended "cli redactor").
+    redactor: RedactorOption = named.settings.redactor if isinstance(named, Loom) else "builtin"
+    loom = open_loom(db, create=create, needed=needed, redactor=redactor)
+    loom.flows = registry
     return loom
 
 

@@ -1,0 +1,78 @@
+"""The CLI opens the log with the redactor of the ``Loom`` that ``--flows`` names (ADR 0029,
+amended "cli redactor"): a log recorded through the app's own redactor replays through it.
+
+With the built-in one, ``loom replay`` of a faithful recording diverged and printed the
+secret the app redacts in the diff, and ``loom run`` stored it in clear.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import msgspec
+import pytest
+from typer.testing import CliRunner, Result
+
+from loom_runtime import FlowContext, FlowRegistry, Loom, Redactor, SecretPattern
+from loom_runtime.tools.cli import ExitCode, app
+
+TOKEN = SecretPattern.compile("acme-token", r"acme_[0-9a-f]{16}", hints=("acme_",))
+SECRET = "acme_0123456789abcdef"
+REDACTOR = Redactor(extra=[TOKEN])
+
+registry = FlowRegistry()
+
+
+@registry.flow("lookup", version="t")
+def lookup(ctx: FlowContext, customer: str) -> str:
+    return ctx.decide("crm", lambda: "gold", input={"customer": customer, "auth": SECRET})
+
+
+APP_DB = Path("loom-app-never-opened.db")
+"""The app's own log: never opened by the CLI, which opens --db."""
+
+
+def app_loom() -> Loom:
+    """The app's own Loom, as ``--flows`` names it."""
+    return Loom(f"sqlite:///{APP_DB}", flows=registry, redactor=REDACTOR)
+
+
+FLOWS = "--flows=replay_tests.test_cli_app_redactor:app_loom"
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _stored(path: Path) -> bytes:
+    with closing(sqlite3.connect(path)) as connection:
+        return b"".join(
+            bytes(state) for (state,) in connection.execute("SELECT state FROM stored_events")
+        )
+
+
+@pytest.mark.parametrize("recorded_by", ["python", "cli"])
+def test_the_cli_replays_through_the_apps_redactor(tmp_path: Path, recorded_by: str) -> None:
+    path = tmp_path / "loom.db"
+    db = f"--db=sqlite:///{path}"
+    if recorded_by == "python":
+        with Loom(f"sqlite:///{path}", flows=registry, redactor=REDACTOR) as loom:
+            execution_id = str(loom.run("lookup", customer="c-1").execution_id)
+    else:
+        ran = _invoke("run", "lookup", "--input", '{"customer": "c-1"}', "--json", db, FLOWS)
+        assert ran.exit_code == 0, ran.output
+        execution_id = msgspec.json.decode(ran.stdout)["execution_id"]
+    assert SECRET.encode() not in _stored(path)  # stored redacted, whoever recorded it
+    assert b"REDACTED" in _stored(path)  # the control: the input was recorded
+    replayed = _invoke("replay", execution_id, db, FLOWS)
+    assert replayed.exit_code == ExitCode.OK, replayed.output
+    assert "replayed identically" in replayed.output
+    assert SECRET not in replayed.output
+    bundle = tmp_path / "b.json"
+    assert _invoke("export", execution_id, "-o", str(bundle), db).exit_code == 0
+    from_bundle = _invoke("replay", str(bundle), FLOWS)
+    assert from_bundle.exit_code == ExitCode.OK, from_bundle.output
+    assert SECRET not in from_bundle.output
+    assert not APP_DB.exists()  # the app's URL was not used
