@@ -1306,6 +1306,7 @@ class Loom:
         """
         definition, replayer, kwargs = self._prepare_replay(execution, live)
         output: msgspec.Raw | None = None
+        value: object = None
         error: BaseException | None = None
         positions = (
             None
@@ -1324,14 +1325,21 @@ class Loom:
                     replaying=recorded_here if in_log else False,
                 )
                 result = yield from _call(definition, ctx, kwargs)
-                output = codec.encode(result, path="output", redactor=replayer.redactor)
+                # Checked against the return type as the run checked it (_complete): an output
+                # that does not fit was the run's failure, and is the replay's.
+                output, value = codec.round_trip(
+                    result,
+                    path="output",
+                    type=definition.output_type,
+                    redactor=replayer.redactor,
+                )
         except Exception as exc:
             error = exc
         if ctx is not None and ctx.unattributed_count:
             replayer.divergences.append(
                 UnattributedCallError(calls=ctx.unattributed, count=ctx.unattributed_count)
             )
-        replayed = self._replay_result(execution, definition, replayer, output, error)
+        replayed = self._replay_result(execution, definition, replayer, output, value, error)
         logger.info(
             "replay of execution %s: %d divergences", execution.id, len(replayed.divergences)
         )
@@ -1420,6 +1428,7 @@ class Loom:
         definition: Flow,
         replayer: Replayer,
         output: msgspec.Raw | None,
+        value: object,
         error: BaseException | None,
     ) -> ReplayResult:
         divergences = replayer.divergences + compare_outcome(
@@ -1431,7 +1440,7 @@ class Loom:
             recorded_code_version=execution.code_version,
             code_version=definition.version,
             divergences=tuple(divergences),
-            output=None if output is None else codec.decode(output, type=definition.output_type),
+            output=value,
             live_values=replayer.live_values,
         )
 

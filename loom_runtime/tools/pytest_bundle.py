@@ -280,10 +280,11 @@ class BundleLoom(Loom):
         definition: Flow,
         replayer: Replayer,
         output: msgspec.Raw | None,
+        value: object,
         error: BaseException | None,
     ) -> ReplayResult:
         self._output, self._error = output, error
-        return super()._replay_result(execution, definition, replayer, output, error)
+        return super()._replay_result(execution, definition, replayer, output, value, error)
 
 
 def _outcome_changed(result: ReplayResult) -> bool:

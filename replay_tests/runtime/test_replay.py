@@ -10,6 +10,7 @@ from loom_runtime import (
     DecisionInputChangedError,
     FlowContext,
     Loom,
+    NotSerialisableError,
     OutcomeChangedError,
     OutputChangedError,
     ReplayDivergence,
@@ -245,3 +246,42 @@ def test_a_flow_name_with_a_line_break_forges_no_line_of_the_verdict(loom: Loom)
     diverged = loom.replay(run.execution_id).describe().splitlines()
     assert diverged[0].endswith(") diverged:"), diverged  # the control: it still diverges
     assert not [line for line in diverged if line.startswith("execution 0000")], diverged
+
+
+def test_an_output_that_does_not_fit_the_return_type_replays_as_the_failure_it_was(
+    loom: Loom, db_url: str
+) -> None:
+    """A live run refuses an output that does not fit the flow's return annotation (the
+    execution fails); its replay encoded the output unchecked and then decoded it with the
+    type, a ``msgspec.ValidationError`` out of ``replay``. An incident caused by a model answer
+    of the wrong shape could never replay as identical. The replay checks the output as the
+    run did: the same refusal, the same failure, identical; a change is still a divergence."""
+    answer = {"value": "not an int"}
+
+    def flow(ctx: FlowContext) -> int:
+        return ctx.decide("a", lambda: answer["value"])
+
+    with Loom(db_url) as old:
+        old.flow("f")(flow)
+        with pytest.raises(NotSerialisableError):
+            old.run("f")
+        [summary] = old.executions()
+    loom.flow("f")(flow)
+    result = loom.replay(summary.execution_id)
+    assert result.identical, result.describe()
+    assert result.output is None
+
+    @loom.flow("g")
+    def fits(ctx: FlowContext) -> int:
+        return 1
+
+    run = loom.run("g")
+    loom.flows = type(loom.flows)()
+
+    @loom.flow("g")
+    def no_longer_fits(ctx: FlowContext) -> int:
+        return "one"  # type: ignore[return-value]
+
+    [divergence] = loom.replay(run.execution_id).divergences
+    assert isinstance(divergence, OutcomeChangedError)
+    assert "does not fit its declared type" in divergence.replayed
