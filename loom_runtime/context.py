@@ -366,8 +366,9 @@ def save(
         execution.lost = True
         raise ExecutionConflictError(
             f"execution {execution.id} was appended to by another worker first; this worker's "
-            f"event (version {execution.version}) was refused and nothing was duplicated. "
-            "Reload the execution to see the winner's result."
+            f"event (version {execution.version}) was refused, so the log holds no duplicate "
+            "(a decision both computed did run twice). Reload the execution to see the "
+            "winner's result."
         ) from exc
     except BaseException as exc:
         attempted = execution.version

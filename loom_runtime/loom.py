@@ -101,7 +101,7 @@ from loom_runtime.log import (
     open_log,
 )
 from loom_runtime.recorded_order import RecordedOrder, completion_order
-from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY
+from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY, registered_worker
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
 from loom_runtime.retry import DEFAULT_RETRY, RetryPolicy
@@ -1138,10 +1138,15 @@ class Loom:
         if not force:
             self._refuse_live_owner(execution)
         call = self._resumable(execution, retry_failed)
-        if sync and call is not None:
+        if call is None:  # completed: returned as recorded, nothing claimed
+            return self._finished_run(execution)
+        if sync:
             _refuse_in_a_running_loop(call.definition, "aresume")
-        with self._running_here(execution.id):
-            self._claim(execution)
+        # Claimed for a worker registered for the resume, not for host:pid (which nobody can
+        # judge alive): a second resume elsewhere is refused while this one runs, and
+        # recovery takes the execution if this one dies (ADR 0040, amended "resume").
+        with self._running_here(execution.id), registered_worker(self) as worker:
+            self._claim(execution, worker=worker)
             return (yield from self._continue(execution, call, force=force))
 
     def _refuse_live_owner(self, execution: Execution) -> None:

@@ -180,7 +180,7 @@ def recover(
     times in a row is set aside as failed (by a recoverer that has its flow)."""
     runs = []
     every = min(HEARTBEAT_EVERY, dead_after / 3)
-    with _registered(loom, every=every, dead_after=dead_after) as worker:
+    with registered_worker(loom, every=every, dead_after=dead_after) as worker:
         # The log before the registry: a worker that registers in between and starts an
         # execution is then either unseen by the scan or seen alive, never taken for unowned.
         # Only a worker already dead before the scan is forgotten: one that started something
@@ -356,12 +356,16 @@ def recovering(
 
 
 @contextmanager
-def _registered(loom: Loom, *, every: float, dead_after: float) -> Iterator[str]:
+def registered_worker(
+    loom: Loom, *, every: float = HEARTBEAT_EVERY, dead_after: float = DEAD_AFTER
+) -> Iterator[str]:
     """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
-    one-off recovery claims is owned by a worker others see alive, stopped afterwards. It
-    owns what the pass starts too (:data:`~loom_runtime.workers.RECOVERING_AS`, in this
-    thread): a sub-agent a recovered flow starts (``loom.run`` inside a decision) was stored
-    unowned, and left by every later pass had this one died mid-child. Not the Loom's worker
+    one-off recovery or a resume (``Loom.resume``) claims is owned by a worker others see
+    alive, stopped afterwards: a second resume is refused while it runs, and recovery takes
+    what it leaves unfinished once it stops beating. It owns what the block starts too
+    (:data:`~loom_runtime.workers.RECOVERING_AS`, in this thread): a sub-agent a recovered
+    flow starts (``loom.run`` inside a decision) was stored unowned, and left by every later
+    pass had this one died mid-child. Not the Loom's worker
     (``loom.worker()``): another thread's run meanwhile would be owned by a worker that stops
     beating when the pass ends, and taken over while it still runs."""
     from loom_runtime.workers import RECOVERING_AS, Heartbeat, new_worker_id

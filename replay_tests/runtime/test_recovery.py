@@ -25,6 +25,7 @@ from typer.testing import CliRunner, Result
 from loom_runtime import (
     ConfigurationError,
     EncryptionOffError,
+    ExecutionOwnedError,
     FlowContext,
     Loom,
     LoomError,
@@ -970,3 +971,84 @@ def test_a_one_off_recovery_pass_owns_nothing_another_thread_starts(
     assert run.execution_id == execution_id
     assert seen["owner"] is None  # started outside any worker, as before the pass
     assert seen["worker"] == "accepted"
+
+
+class _Held:
+    """A flow ``held`` whose second decision waits until released, or crashes."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.crash = False
+        self.calls: Counter[str] = Counter()
+
+    def wait(self) -> str:
+        self.calls["wait"] += 1
+        if self.crash:
+            raise Crash
+        self.entered.set()
+        assert self.release.wait(30)
+        return "waited"
+
+    def register(self, loom: Loom) -> None:
+        @loom.flow("held")
+        def held(ctx: FlowContext) -> list[str]:
+            return [ctx.decide("first", lambda: "first"), ctx.decide("wait", self.wait)]
+
+
+def test_a_resume_runs_as_a_live_worker_so_a_second_resume_is_refused(
+    loom: Loom, other: Loom
+) -> None:
+    """A resume outside a worker claimed the execution for ``host:pid``, an owner nobody can
+    judge alive: a second ``loom resume`` from another shell took it over while the first
+    still ran, and both computed its open decision (a side effect twice). A resume now runs
+    as a registered worker for its duration: seen alive, so the second is refused with nothing
+    written; stopped at its end."""
+    held = _Held()
+    held.register(loom)
+    held.register(other)
+    held.crash = True
+    with pytest.raises(Crash):
+        loom.run("held")
+    held.crash = False
+    [summary] = loom.executions()
+    resumed: list[Any] = []
+    thread = threading.Thread(target=lambda: resumed.append(loom.resume(summary.execution_id)))
+    thread.start()
+    try:
+        assert held.entered.wait(30)
+        owner = other.execution(summary.execution_id).owner
+        live = {w.worker for w in other.workers.workers(dead_after=None) if w.alive}
+        assert owner in live, (owner, live)
+        version = other.execution(summary.execution_id).version
+        with pytest.raises(ExecutionOwnedError):
+            other.resume(summary.execution_id)
+        assert other.execution(summary.execution_id).version == version  # nothing written
+    finally:
+        held.release.set()
+        thread.join(30)
+    assert resumed and resumed[0].output == ["first", "waited"]
+    assert held.calls["wait"] == 2  # the crashed run's, and the one resume's
+    live = {w.worker for w in other.workers.workers(dead_after=None) if w.alive}
+    assert owner not in live  # stopped with the resume
+
+
+def test_a_resume_that_dies_leaves_its_execution_to_recovery(loom: Loom, other: Loom) -> None:
+    """A resume interrupted mid-flow left its execution owned by ``host:pid``, which never
+    registered: every recovery pass took it for "started outside a worker" and left it for
+    good. Its owner is now the resume's worker, which stops beating when it ends, so the next
+    pass recovers the execution without being asked to take unowned ones."""
+    held = _Held()
+    held.register(loom)
+    held.register(other)
+    held.crash = True
+    with pytest.raises(Crash):
+        loom.run("held")
+    [summary] = loom.executions()
+    with pytest.raises(Crash):
+        loom.resume(summary.execution_id)  # dies in the same decision again
+    held.crash = False
+    held.release.set()
+    runs = other.recover()
+    assert [run.execution_id for run in runs] == [summary.execution_id]
+    assert runs[0].output == ["first", "waited"]

@@ -17,6 +17,7 @@ from loom_runtime import (
     AsyncFlowContext,
     ExecutionConflictError,
     ExecutionFinishedError,
+    ExecutionOwnedError,
     FlowContext,
     Loom,
 )
@@ -137,8 +138,9 @@ def test_two_workers_reopening_the_same_failure_one_wins(sqlite_url: str) -> Non
 
 
 def test_two_looms_resuming_a_failure_concurrently_finish_it_once(sqlite_url: str) -> None:
-    """Worker A reopens and is inside the recomputed decision when worker B resumes too: the
-    execution is completed once, by B; A's append is refused with the typed conflict."""
+    """Worker A reopens and is inside the recomputed decision when worker B resumes too: B is
+    refused, A being a live worker while it resumes (ADR 0040, amended "resume"); forced, B
+    completes the execution once and A's append is refused with the typed conflict."""
     down = [True]
     inside, go = threading.Event(), threading.Event()
 
@@ -158,7 +160,7 @@ def test_two_looms_resuming_a_failure_concurrently_finish_it_once(sqlite_url: st
     def worker(loom: Loom, execution_id: str) -> None:
         name = threading.current_thread().name
         try:
-            outcomes[name] = loom.resume(execution_id, retry_failed=True).output
+            outcomes[name] = loom.resume(execution_id, retry_failed=True, force=name == "B").output
         except ExecutionConflictError as exc:
             outcomes[name] = exc
 
@@ -173,6 +175,8 @@ def test_two_looms_resuming_a_failure_concurrently_finish_it_once(sqlite_url: st
         thread_a = threading.Thread(target=worker, args=(a, execution_id), name="A")
         thread_a.start()
         assert inside.wait(timeout=30)
+        with pytest.raises(ExecutionOwnedError, match="alive"):
+            b.resume(execution_id, retry_failed=True)
         thread_b = threading.Thread(target=worker, args=(b, execution_id), name="B")
         thread_b.start()
         thread_b.join(timeout=30)
