@@ -113,8 +113,14 @@ def unfinished(log: EventLog) -> list[Unfinished]:
     claimed_at: dict[UUID, int] = {}  # the version of each one's last claim
     taken_from: dict[UUID, list[str | None]] = {}  # the owners of the claims in a row
     erased: set[str] = set()
+    damaged: set[UUID] = set()
     for notification in log.notifications(topics=ownership):
-        event = log.decode(notification)
+        try:
+            event = log.decode(notification)
+        except LogCorruptError as exc:  # an altered row: that stream is left, not every pass
+            damaged.add(notification.stream)
+            logger.error("execution %s does not read, not recovered: %s", notification.stream, exc)
+            continue
         stream = event.originator_id
         if isinstance(event, Forgotten):
             erased.update(event.subjects)
@@ -149,7 +155,7 @@ def unfinished(log: EventLog) -> list[Unfinished]:
             started_by=parents.get(stream),
         )
         for stream, owner in owners.items()
-        if subject_of(stream) not in erased
+        if subject_of(stream) not in erased and stream not in damaged
     ]
 
 

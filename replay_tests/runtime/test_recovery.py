@@ -1052,3 +1052,28 @@ def test_a_resume_that_dies_leaves_its_execution_to_recovery(loom: Loom, other: 
     runs = other.recover()
     assert [run.execution_id for run in runs] == [summary.execution_id]
     assert runs[0].output == ["first", "waited"]
+
+
+def test_an_unreadable_ownership_event_is_skipped_and_the_pass_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scan that finds unfinished executions decoded every ownership event unguarded: one
+    altered row (here the end of an execution finished long ago) stopped every recovery pass,
+    so no crashed execution was recovered again. That stream is logged and left out."""
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    steps = Steps()
+    with Loom(url) as loom:
+        steps.register(loom)
+        finished = loom.run("steps").execution_id
+        healthy = interrupted(loom, steps)
+    with sqlite3.connect(tmp_path / "loom.db") as connection:
+        edited = connection.execute(
+            "UPDATE stored_events SET state = state || X'2C' WHERE originator_id = ? AND topic = ?",
+            (finished.hex, "loom.execution.Completed"),
+        )
+        assert edited.rowcount == 1
+    with Loom(url) as other, caplog.at_level(logging.ERROR, logger="loom.runtime"):
+        steps.register(other)
+        runs = other.recover(include_unowned=True)
+    assert [run.execution_id for run in runs] == [healthy]
+    assert any(str(finished) in record.getMessage() for record in caplog.records)
