@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import math
 import os
 import socket
 import threading
@@ -822,6 +823,17 @@ class Loom:
                         f"{name}={seconds!r} is past the longest wait this platform takes "
                         f"({threading.TIMEOUT_MAX:.0f} s): its thread would die at its first wait"
                     )
+            if not math.isfinite(dead_after):
+                raise ConfigurationError(
+                    f"dead_after={dead_after!r} must be finite: recoverers judge this worker by "
+                    "it, so if it died its executions would never be recovered"
+                )
+            if dead_after < 2 * heartbeat:  # one late beat must not make a live worker dead
+                raise ConfigurationError(
+                    f"dead_after={dead_after!r} must be at least twice heartbeat={heartbeat!r}: "
+                    "one beat late (a slow commit, a paused process) and a live worker would be "
+                    "taken over, its open decision computed twice"
+                )
             if recover_every is not None and not recover_every > 0:  # NaN fails too
                 raise ConfigurationError(
                     f"recover_every={recover_every!r} must be a positive number of seconds (or "
@@ -857,7 +869,8 @@ class Loom:
         :meth:`worker`, or before workers existed) is taken only with ``include_unowned``:
         its process may still be running it. A flow that raises again is recorded as failed
         (as in :meth:`resume`), logged, and the pass goes on. A ``dead_after`` that is not
-        positive (or NaN) is :class:`ConfigurationError`: it would take every worker for dead.
+        positive (or NaN) is :class:`ConfigurationError`: it would take every worker for dead;
+        so is an infinite one, which would take none.
         """
         from loom_runtime.recovery import recover
 
@@ -865,6 +878,11 @@ class Loom:
             raise ConfigurationError(
                 f"dead_after={dead_after!r} must be a positive number of seconds: with zero or "
                 "less every live worker would be taken for dead and its executions taken over"
+            )
+        if not math.isfinite(dead_after):
+            raise ConfigurationError(
+                f"dead_after={dead_after!r} must be finite: no worker would ever be taken for "
+                "dead, and nothing recovered, however long ago it stopped"
             )
         # Even with nothing to recover yet: a scheduled pass whose key went missing reported
         # "0 recovered" until the first crash needed it.

@@ -126,10 +126,10 @@ def worker(
                 f"({threading.TIMEOUT_MAX:.0f} s); leave --stop-after out to run until stopped",
                 code=ExitCode.USAGE,
             )
-    if not heartbeat < dead_after:  # in the flags' words (the library's names its arguments)
+    if not 2 * heartbeat <= dead_after:  # in the flags' words (the library's names arguments)
         fail(
-            f"--heartbeat ({heartbeat:g} s) must be shorter than --dead-after ({dead_after:g} s), "
-            "or live workers would be taken for dead",
+            f"--dead-after ({dead_after:g} s) must be at least twice --heartbeat "
+            f"({heartbeat:g} s), or a live worker one beat late would be taken for dead",
             code=ExitCode.USAGE,
         )
     stopping = threading.Event()

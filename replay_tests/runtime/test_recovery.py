@@ -479,6 +479,34 @@ def test_worker_settings_that_would_kill_live_workers_are_refused(loom: Loom) ->
         pass
 
 
+@pytest.mark.parametrize(
+    ("heartbeat", "dead_after", "said"),
+    [(0.5, 0.5000001, "twice"), (10.0, 19.9, "twice"), (5.0, float("inf"), "finite")],
+)
+def test_a_dead_after_without_margin_or_without_end_is_refused(
+    loom: Loom, heartbeat: float, dead_after: float, said: str
+) -> None:
+    """A ``dead_after`` a hair above the heartbeat passed: one late beat (a slow commit, a
+    paused process) and a live worker was taken over, its open decision computed twice (seen
+    on PostgreSQL). An infinite one passed too, and a worker that then died was never
+    recovered, by anyone. It must be finite and at least twice the heartbeat."""
+    with (
+        pytest.raises(ConfigurationError, match=said),
+        loom.worker(heartbeat=heartbeat, dead_after=dead_after),
+    ):
+        pass
+    assert loom.workers.workers(dead_after=60) == []
+    with loom.worker(heartbeat=heartbeat, dead_after=2 * heartbeat, recover_every=None):
+        pass  # the control: twice is enough
+
+
+def test_a_recovery_that_takes_nobody_for_dead_is_refused(loom: Loom) -> None:
+    """``recover(dead_after=inf)`` judged no worker dead, ever: "0 recovered" with nothing
+    said, however long ago a worker stopped."""
+    with pytest.raises(ConfigurationError, match="finite"):
+        loom.recover(dead_after=float("inf"))
+
+
 @pytest.mark.parametrize("dead_after", [0.0, -30.0, float("nan")])
 def test_a_dead_after_that_would_take_live_workers_for_dead_is_refused(
     loom: Loom, other: Loom, steps: Steps, dead_after: float
