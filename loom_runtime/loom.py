@@ -280,7 +280,19 @@ class Loom:
         from loom_runtime.sealing import Opener
 
         _ = self.log  # opens the keyring with the log
-        return Opener(self._keyring)
+        if self._keyring is not None:
+            return Opener(self._keyring)
+        return Opener(None, erased_at=self._erased_at)
+
+    def _erased_at(self, subject: str) -> int | None:
+        """The position of the forget event that erased ``subject``, or None: read only when a
+        Loom without the master key meets a sealed field (the forget log is in clear)."""
+        from loom_runtime.erasure import forget_events
+
+        for position, event in forget_events(self):
+            if subject in event.subjects:
+                return position
+        return None
 
     def _seal_new(self, execution: Execution) -> Precondition | None:
         """Give a new execution its own data key, so its events are sealed (ADR 0049); without

@@ -34,7 +34,7 @@ import sqlite3
 import string
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 from uuid import UUID
 
@@ -1511,13 +1511,22 @@ def _is_null(value: object) -> bool:
 
 class Opener:
     """Opens the sealed fields of stored executions with a log's keyring (None: no
-    encryption, and a sealed field is :class:`EncryptionOffError`)."""
+    encryption, and a sealed field is :class:`EncryptionOffError`, or :class:`ErasedError`
+    when ``erased_at`` finds its subject in the forget log, which is stored in clear)."""
 
-    def __init__(self, keyring: Keyring | None) -> None:
+    def __init__(
+        self, keyring: Keyring | None, *, erased_at: Callable[[str], int | None] | None = None
+    ) -> None:
         self.keyring = keyring
+        self.erased_at = erased_at
 
     def _aead(self, sealed: Sealed) -> AESGCM:
         if self.keyring is None:
+            # Erased is the answer whatever the key: asking for the key would send whoever
+            # checks an erasure after a key that reveals only that (ADR 0049, "keyless").
+            position = None if self.erased_at is None else self.erased_at(sealed.subject)
+            if position is not None:
+                raise _erased(ErasedError, sealed.subject, position)
             raise EncryptionOffError(
                 f"{sealed.subject} is sealed and the log was opened without "
                 "encryption: open it with Loom(url, encryption=MasterKey.from_env("

@@ -214,3 +214,26 @@ def test_knowledge_never_writes_memory_tables(tmp_path: Path) -> None:
         f"the workload must write the memory tables every way, saw {writers}"
     )
     assert set().union(*writers.values()) == {"loom_memory"}
+
+
+def test_every_error_loom_raises_is_importable_from_the_package() -> None:
+    """The guides name ``BundleTamperedError`` and its family for ``except`` clauses, but
+    ``from loom_runtime import BundleTamperedError`` was an ImportError: only ``errors``, not the
+    public surface (ADR 0023), held them. Every public exception class of the one hierarchy is
+    exported; a new one that is not fails here."""
+    import inspect
+
+    import loom_runtime
+    from loom_runtime import errors
+
+    missing = [
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value)
+        and issubclass(value, BaseException)
+        and value.__module__ == errors.__name__
+        and not name.startswith("_")
+        and name not in loom_runtime.__all__
+    ]
+    assert missing == []
+    assert loom_runtime.BundleTamperedError is errors.BundleTamperedError  # the lazy map too

@@ -508,3 +508,33 @@ def test_a_reason_or_name_with_line_breaks_forges_no_line(
         assert "forget event" in shown.output, (command, shown.output)
         lines = shown.output.splitlines()
         assert not any(line.startswith("FORGED") for line in lines), (command, shown.output)
+
+
+def test_an_erased_execution_read_without_the_master_key_says_it_was_erased(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read without ``$LOOM_MASTER_KEY``, an erased execution said "sealed and the log was
+    opened without encryption: open it with the key" (exit 2), sending a data-protection
+    officer checking an erasure after a key that reveals only "erased". The forget log is in
+    clear: the execution is reported erased, with its forget entry, key or not."""
+    from loom_runtime.tools.cli import app
+
+    url, run = _alice_s_note(tmp_path, monkeypatch)
+    with Loom(url, encryption=MasterKey.from_env()) as loom:
+        _register(loom)
+        kept = loom.run("note", text="y", labels=Labels(user="bob"))
+        report = loom.erase(user="alice", reason="request #7", by="dpo")
+    monkeypatch.delenv("LOOM_MASTER_KEY")
+    with Loom(url) as keyless:
+        with pytest.raises(ErasedError) as erased:
+            keyless.execution(run.execution_id)
+        assert erased.value.position == report.position
+        with pytest.raises(EncryptionOffError):  # the control: not erased, the key is needed
+            keyless.execution(kept.execution_id)
+    runner = CliRunner()
+    for command in (["audit"], ["executions", "show"], ["replay"]):
+        shown = runner.invoke(app, [*command, str(run.execution_id), "--db", url])
+        assert shown.exit_code == 1, (command, shown.output)
+        assert f"forget event at log position {report.position}" in shown.output, shown.output
+    audited = runner.invoke(app, ["audit", str(run.execution_id), "--db", url])
+    assert "request #7" in audited.output, audited.output  # its forget entry, as with the key
