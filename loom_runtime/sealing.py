@@ -50,7 +50,7 @@ from loom_runtime.errors import (
     WrongMasterKeyError,
     cause_of,
 )
-from loom_runtime.log import Precondition
+from loom_runtime.log import READ_ONLY, Precondition
 from loom_runtime.retry import is_contention
 from loom_runtime.storage.mapper import holds_no_text
 from loom_runtime.subjects import SUBJECT_LENGTH
@@ -980,7 +980,9 @@ def has_key_table(engine: Engine) -> bool:
     switched on, is never switched off), unless the table was dropped or renamed since, which
     only the log's own sealed data can tell (:func:`~loom_runtime.key_audit.verify_keys`).
     One read, for a Loom without a keyring."""
-    with engine.connect() as connection:
+    # Read-only: on SQLite a plain connection begins IMMEDIATE, and waited for (then failed
+    # on) any writer holding the lock, for a question a reader can answer.
+    with engine.connect().execution_options(**{READ_ONLY: True}) as connection:
         return bool(engine.dialect.has_table(connection, TABLE))
 
 

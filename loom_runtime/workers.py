@@ -102,6 +102,12 @@ class WorkerRegistry:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Read first, without the write lock: a table already in place (every open but the
+        # first) needs no write transaction, which would wait for (and fail on) any other
+        # writer holding the SQLite log's lock.
+        with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
+            if inspect(conn).has_table(workers_table.name) and _has_dead_after(conn):
+                return
         with engine.begin() as conn:
             created = create_missing(conn, _metadata.sorted_tables)
             if workers_table.name not in created and not _has_dead_after(conn):

@@ -187,7 +187,7 @@ def import_backend(env: dict[str, str]) -> None:
         raise
 
 
-def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
     """The driver's error behind ``exc`` (eventsourcing's and SQLAlchemy's wrap it), if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -258,7 +258,7 @@ class EventsourcingLog:
         except Exception as exc:
             if "engine" in self.__dict__:  # the reachability check's connection, pooled
                 self.engine.dispose()
-            driver_error = _sqlite_error(exc) if settings.is_sqlite else None
+            driver_error = sqlite_error(exc) if settings.is_sqlite else None
             if driver_error is None:
                 raise
             raise _unopenable(settings, driver_error) from exc

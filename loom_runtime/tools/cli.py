@@ -104,6 +104,7 @@ class _LoomGroup(ReadableGroup):
             fail(str(exc), code=exit_code_of(exc))
         except Exception as exc:
             _not_utf8(exc)
+            _busy(exc)
             _traceback(exc)
 
 
@@ -118,6 +119,23 @@ def _not_utf8(error: Exception) -> None:
         fail(
             f"the log's database holds text that is not UTF-8 (column {column!r}): it was "
             "changed outside loom; `loom verify` names the row"
+        )
+
+
+def _busy(error: Exception) -> None:
+    """Fail in one line if ``error`` is SQLite's lock held by another connection for the whole
+    lock timeout: not a defect but a busy log (a long import, a backup, a paused process), as
+    a refused append already said; `recover`, `resume` and `worker` printed it as a traceback."""
+    import sqlite3
+
+    from loom_runtime.retry import is_busy_message
+    from loom_runtime.storage.application import sqlite_error
+
+    driver = sqlite_error(error)
+    if isinstance(driver, sqlite3.OperationalError) and is_busy_message(str(driver)):
+        fail(
+            "the SQLite log stayed locked by another connection for the whole lock timeout: "
+            "another process is writing to it or holding a transaction open; try again"
         )
 
 

@@ -1105,3 +1105,41 @@ def test_an_unreadable_ownership_event_is_skipped_and_the_pass_goes_on(
         runs = other.recover(include_unowned=True)
     assert [run.execution_id for run in runs] == [healthy]
     assert any(str(finished) in record.getMessage() for record in caplog.records)
+
+
+def test_recover_resume_and_worker_on_a_locked_log_say_busy_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another process held SQLite's write lock past the lock timeout (a long import, a
+    backup, a paused process), `loom run` said so in one line, but `recover`, `resume` and
+    `worker` printed an 83-line SQLAlchemy traceback: their first reads (the key table's
+    check, the worker table's) began write transactions. The reads no longer take the lock,
+    and what must write says the log is busy, in one line."""
+    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        execution_id = interrupted(loom, steps)
+        _ = loom.workers  # the worker table exists, as on any log a worker has used
+    monkeypatch.setitem(Loom.__init__.__kwdefaults__, "lock_timeout", 0.2)
+    flows = ["--db", url, "--flows", "recovery_flows:flows"]
+    holder = sqlite3.connect(tmp_path / "loom.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for args in (
+            ["recover", "--include-unowned"],
+            ["resume", str(execution_id)],
+            ["worker", "--stop-after", "0"],
+        ):
+            result = CliRunner().invoke(app, [*args, *flows])
+            assert "Traceback" not in result.output, (args, result.output)
+            assert result.exit_code == 1, (args, result.output)
+            assert len(result.output.strip().splitlines()) == 1, (args, result.output)
+            assert "locked" in result.output, (args, result.output)
+    finally:
+        holder.rollback()
+        holder.close()
+    result = CliRunner().invoke(app, ["resume", str(execution_id), *flows])  # the control
+    assert result.exit_code == 0, result.output
