@@ -1201,8 +1201,9 @@ class Loom:
                 "within the dead_after it asked for): resuming it here would compute its open "
                 "decision "
                 "again and stop that worker at its next append; nothing was written. Wait for "
-                "it, or, if that worker is gone, resume with force=True (`loom resume ID "
-                "--force`)"
+                "it, or, if that worker is gone or no longer runs it (a run cancelled in a "
+                "worker started with recover_every=None stays its own until it stops), resume "
+                "with force=True (`loom resume ID --force`)"
             )
 
     def _set_aside(self, execution: Execution, *, worker: str, claims: int) -> None:
