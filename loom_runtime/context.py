@@ -454,6 +454,9 @@ class _Context:
         """The first calls of a recorded kind made without a flow context while this body
         ran (:func:`note_unattributed`); ``unattributed_count`` counts them all."""
         self.unattributed_count = 0
+        self.uncancelled: list[tuple[str, float]] = []
+        """Each call recorded as cancelled that nothing cancelled again within its bound (a
+        replay's divergence even when the flow catches what it then raises), and the bound."""
         self._open: list[OpenDecision] = []
         """Decisions opened by this run and not answered from the log (see
         :meth:`end_open_decisions`)."""
@@ -861,10 +864,12 @@ class _Context:
             if order is not None:
                 order.handed_out(key)
             yield Pending(key, _Bounded(bound))
+            self.uncancelled.append((key, bound))
             return
         cancelled = False
         try:
             yield Pending(key, waiting)
+            self.uncancelled.append((key, bound))
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -279,6 +279,22 @@ class UnrecordedDecisionError(ReplayDivergence):
         self.nearest = nearest
 
 
+class CancellationNotRepeatedError(ReplayDivergence):
+    """A call the recorded run cancelled (a timeout around it) was cancelled by nothing in
+    the replay within its bound: the code took another path (a timeout removed or made
+    longer). The flow received the recorded cancellation as a failure; a flow that caught it
+    would otherwise hide the change (ADR 0026, amended "caught")."""
+
+    def __init__(self, *, key: str, waited: float) -> None:
+        super().__init__(
+            f"decision {key!r} was cancelled in the recorded run (a timeout around it), but "
+            f"nothing cancelled it in the replay within {waited:g} s: the code no longer "
+            "times it out as it did; the recorded cancellation was raised into the flow"
+        )
+        self.key = key
+        self.waited = waited
+
+
 class DecisionInputChangedError(ReplayDivergence):
     """A recorded decision was asked for again with a different ``input``."""
 

@@ -63,6 +63,7 @@ from loom_runtime.context import (
 from loom_runtime.driver import Pending, Steps, adrive, drive, loop_running
 from loom_runtime.errors import (
     BundleConflictError,
+    CancellationNotRepeatedError,
     ConfigurationError,
     DecisionKeyError,
     EncryptionOffError,
@@ -1374,6 +1375,11 @@ class Loom:
         if ctx is not None and ctx.unattributed_count:
             replayer.divergences.append(
                 UnattributedCallError(calls=ctx.unattributed, count=ctx.unattributed_count)
+            )
+        if ctx is not None:
+            replayer.divergences.extend(
+                CancellationNotRepeatedError(key=key, waited=bound)
+                for key, bound in ctx.uncancelled
             )
         replayed = self._replay_result(execution, definition, replayer, output, value, error)
         logger.info(

@@ -87,6 +87,45 @@ def test_a_recorded_cancellation_nothing_cancels_on_replay_is_a_divergence(
     assert "cancelled" in result.describe()
 
 
+
+def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
+    sqlite_url: str,
+) -> None:
+    """The recorded run's timeout cancelled the call; the new code has no timeout and catches
+    ``Exception`` around it. Nothing cancelled the replayed call, so after its bound the
+    recorded cancellation was raised into the flow, which caught it and returned its fallback:
+    "identical", where live the new code would have waited for the answer. A recorded
+    cancellation nothing repeats is now a divergence of its own, caught or not."""
+
+    async def slow() -> str:
+        await asyncio.sleep(5)
+        return "late answer"
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("timed")
+        async def timed(ctx: Any) -> str:
+            try:
+                return await asyncio.wait_for(ctx.decide("slow", slow), 0.05)
+            except TimeoutError:
+                return "fallback"
+
+        run = asyncio.run(loom.arun("timed"))
+    assert run.output == "fallback"
+    with Loom(sqlite_url) as fresh:
+
+        @fresh.flow("timed")
+        async def no_timeout(ctx: Any) -> str:
+            try:
+                return await ctx.decide("slow", slow)
+            except Exception:
+                return "fallback"
+
+        result = asyncio.run(fresh.areplay(run.execution_id))
+    assert not result.identical
+    assert "cancelled" in result.describe(), result.describe()
+    assert result.output == "fallback"  # the flow's own path, as before
+
 def _other_paths(loom: Loom) -> None:
     """The same pattern through an awaited ``ctx.decide`` compute and an async ``@tool``."""
     calls = {"compute": 0, "tool": 0}
