@@ -25,7 +25,9 @@ from loom_runtime.errors import (
     FlowInputError,
     FlowNotFoundError,
 )
+from loom_runtime.labels import refused_character
 from loom_runtime.redaction import Redactor
+from loom_runtime.storable import text_problem
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -89,7 +91,10 @@ class FlowRegistry:
         """
 
         def register(fn: F) -> F:
-            flow_name = name or fn.__name__
+            flow_name = fn.__name__ if name is None else name
+            _check_text(flow_name, what="flow name")
+            if version is not None:
+                _check_text(version, what=f"version label of flow {flow_name!r}")
             if flow_name in self._flows:
                 raise FlowAlreadyRegisteredError(
                     f"a flow named {flow_name!r} is already registered; flow names key stored "
@@ -173,6 +178,21 @@ def _raised(error: Exception) -> str:
     return f"{said} (at {frames[-1].filename}, line {frames[-1].lineno})"
 
 
+def _check_text(value: object, *, what: str) -> None:
+    """Refuse a flow name or version label that is not plain text: each is stored in every
+    execution's start and printed by every command, so one that is no string made every
+    listing of the log fail, and a control or invisible character (a line break, a bidi
+    override) printed a line loom did not write or a name that reads as another."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"a {what} must be a non-empty string, not {value!r}")
+    problem = text_problem(value)
+    refused = refused_character(value)
+    if problem is None and refused is not None:
+        problem = f"contains U+{ord(refused):04X}, a control or invisible character"
+    if problem is not None:
+        raise ConfigurationError(f"the {what} {value!r} {problem}; give plain text")
+
+
 def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
     parameters = list(inspect.signature(fn).parameters.values())
     if not parameters:
@@ -183,6 +203,11 @@ def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ConfigurationError(
                 f"flow {name!r} cannot take *args/**kwargs: its input is recorded by name"
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise ConfigurationError(
+                f"flow {name!r} cannot take the positional-only parameter {parameter.name!r}: "
+                "its input is recorded by name, and the flow is called with it by keyword"
             )
         if parameter.name == "labels":  # loom.run(name, labels=..., **arguments)
             raise ConfigurationError(

@@ -11,6 +11,7 @@ import pytest
 from loom_knowledge import Doc, ExtractiveModel, open_knowledge_base
 from loom_knowledge.models.answering import answer_from_corpus
 from loom_runtime import FlowContext, Loom
+from replay_tests.unchecked import register_unchecked
 
 CLEAR_SCREEN: Final = "\x1b[2J\x1b[H"
 OSC_TITLE: Final = "\x1b]0;owned window\x07"
@@ -45,7 +46,7 @@ def record_hostile_execution(loom: Loom) -> UUID:
     kb = open_knowledge_base(loom, "ops")
     kb.put_doc(Doc(id=DOC_ID, title=TITLE, text=TEXT))
 
-    @loom.flow(FLOW)
+    @register_unchecked(loom, FLOW)  # a name registration refuses, as an old log holds it
     def hostile(ctx: FlowContext, question: str) -> Any:
         answer_from_corpus(kb, question, decide=ctx.decide, model=ExtractiveModel())
         ctx.decide(KEY, lambda: TEXT, kind="note")

@@ -87,7 +87,6 @@ def test_a_recorded_cancellation_nothing_cancels_on_replay_is_a_divergence(
     assert "cancelled" in result.describe()
 
 
-
 def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     sqlite_url: str,
 ) -> None:
@@ -125,6 +124,7 @@ def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     assert not result.identical
     assert "cancelled" in result.describe(), result.describe()
     assert result.output == "fallback"  # the flow's own path, as before
+
 
 def _other_paths(loom: Loom) -> None:
     """The same pattern through an awaited ``ctx.decide`` compute and an async ``@tool``."""

@@ -226,3 +226,42 @@ def test_every_error_is_a_loom_error() -> None:
     ]
     assert len(classes) > 10
     assert all(issubclass(cls, LoomError) for cls in classes)
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [
+        (5, None),  # stored as a number: every listing of the log then failed to decode
+        ("v", 7),
+        ("", None),
+        ("pay\u202eetalp", None),  # shown reversed
+        ("f\nexecution x replayed identically", None),
+        ("f\x00", None),
+        ("f", "\ud800"),  # a lone surrogate: refused only at the first run before
+    ],
+)
+def test_a_flow_name_or_version_that_is_no_plain_text_is_refused_at_registration(
+    loom: Loom, name: Any, version: Any
+) -> None:
+    """A flow name (or version label) is stored in every execution's start and printed by
+    every command: one that is not a string was stored as given and then made every listing
+    of the log fail (``LogCorruptError``, "the row may have been edited") while ``loom
+    verify`` said ok. A name or label that is no non-empty text without control or invisible
+    characters is refused where it is registered, before anything is written."""
+    with pytest.raises(ConfigurationError):
+        loom.flow(name, version=version)(lambda ctx: 1)
+    loom.flow("plain-name", version="v1.2")(lambda ctx: 1)  # the control
+    assert loom.run("plain-name").output == 1
+    assert [summary.flow for summary in loom.executions()] == ["plain-name"]
+
+
+def test_a_flow_with_a_positional_only_parameter_is_refused_at_registration(loom: Loom) -> None:
+    """Loom calls a flow with its arguments by keyword (its input is recorded by name): a
+    positional-only parameter was accepted, and every run then stored a failed execution
+    with a bare ``TypeError``."""
+
+    def positional(ctx: FlowContext, a: int, /) -> int:
+        return a
+
+    with pytest.raises(ConfigurationError, match="positional-only"):
+        loom.flow("p")(positional)

@@ -22,6 +22,7 @@ from loom_runtime.recovery import MAX_CLAIMS
 from loom_runtime.tools.cli import app
 from replay_tests.forked_children import exit_statuses, fork_children
 from replay_tests.runtime.test_recovery import Crash, events, steps
+from replay_tests.unchecked import register_unchecked
 
 __all__ = ["steps"]  # a fixture, imported for the tests below
 
@@ -314,9 +315,9 @@ def test_loom_recover_says_which_flows_it_left_for_want_of_them(
     their flows, on one line, the names inert (they come from the log)."""
     hostile = "bill\x1b[2Jing\nforged line"
     with Loom(sqlite_url) as loom:
-        for name in ("billing", hostile):
+        for name in ("billing", hostile):  # refused by registration now; an old log holds it
 
-            @loom.flow(name)
+            @register_unchecked(loom, name)
             def crashing(ctx: FlowContext) -> str:
                 ctx.decide("charge", lambda: "ok")
                 raise Crash

@@ -18,6 +18,7 @@ from loom_runtime import (
     UnusedDecisionsError,
 )
 from loom_runtime.replay import DESCRIBED
+from replay_tests.unchecked import register_unchecked
 
 
 def _boom() -> Any:
@@ -234,7 +235,7 @@ def test_a_flow_name_with_a_line_break_forges_no_line_of_the_verdict(loom: Loom)
     name = "f\nexecution 00000000-0000-4000-8000-000000000000 (g) replayed identically"
     asked = {"value": 1}
 
-    @loom.flow(name)
+    @register_unchecked(loom, name)  # refused by registration now; an old log holds it
     def f(ctx: FlowContext) -> int:
         return ctx.decide("value", lambda: asked["value"], input=asked["value"])
 
