@@ -90,7 +90,7 @@ from loom_runtime.execution import (
     stored_labels,
 )
 from loom_runtime.flow import F, Flow, FlowRegistry
-from loom_runtime.labels import NO_LABELS, Labels
+from loom_runtime.labels import NO_LABELS, Labels, checked_tags
 from loom_runtime.log import (
     Closed,
     EventLog,
@@ -593,7 +593,7 @@ class Loom:
         events (not its decisions); one that does not match is dropped at its start, so its
         later events cost a dictionary miss.
         """
-        wanted = Labels(tenant=tenant, user=user, session=session, tags=tuple(tags))
+        wanted = Labels(tenant=tenant, user=user, session=session, tags=checked_tags(tags))
         summaries: dict[UUID, ExecutionSummary] = {}
         for notification in self.log.notifications(topics=_SUMMARY_TOPICS):
             event = self.log.decode(notification)
@@ -1458,10 +1458,13 @@ class Loom:
     def _prepare_replay(
         self, execution: Execution, live: frozenset[str] | set[str]
     ) -> tuple[Flow, Replayer, dict[str, Any]]:
+        kinds = _kinds(live)
+        if kinds is None:
+            raise ConfigurationError(  # a str would be read as its characters, silently
+                f"live must be a set of decision kinds, such as {{'retrieval'}}, not {live!r}"
+            )
         definition = self.get_flow(execution.flow, recorded_by=execution.id)
-        replayer = Replayer(
-            execution.decisions, live=frozenset(live), redactor=self.settings.redactor
-        )
+        replayer = Replayer(execution.decisions, live=kinds, redactor=self.settings.redactor)
         return definition, replayer, definition.decode_input(execution.input)
 
     def _replay_result(
@@ -1485,6 +1488,17 @@ class Loom:
             output=value,
             live_values=replayer.live_values,
         )
+
+
+def _kinds(live: object) -> frozenset[str] | None:
+    """``live`` as a replay's set of decision kinds, or None when it is none: a str (read as
+    its characters), a mapping, no iterable, or an iterable of anything but strings."""
+    if isinstance(live, str | bytes | Mapping) or not isinstance(live, Iterable):
+        return None
+    kinds = tuple(live)
+    if not all(isinstance(kind, str) for kind in kinds):
+        return None
+    return frozenset(kinds)
 
 
 class _Call(NamedTuple):

@@ -16,6 +16,8 @@ from loom_runtime import (
     FlowContext,
     FlowInputError,
     FlowNotFoundError,
+    LabelError,
+    Labels,
     Loom,
     LoomError,
     NotSerialisableError,
@@ -265,3 +267,25 @@ def test_a_flow_with_a_positional_only_parameter_is_refused_at_registration(loom
 
     with pytest.raises(ConfigurationError, match="positional-only"):
         loom.flow("p")(positional)
+
+
+def test_a_single_string_for_live_kinds_or_tags_is_refused_not_read_as_its_characters(
+    loom: Loom,
+) -> None:
+    """``replay(id, live="model")`` ran decisions of kind ``"m"`` live and ``"model"`` ones
+    recorded (a counterfactual testing the wrong thing, silently); ``executions(tags="prod")``
+    found nothing. Both are refused, as ``Labels(tags="prod")`` already was."""
+    computed: list[str] = []
+
+    @loom.flow("f")
+    def f(ctx: FlowContext) -> str:
+        return ctx.decide("answer", lambda: computed.append("model") or "x", kind="model")
+
+    run = loom.run("f", labels=Labels(tags=("prod",)))
+    with pytest.raises(ConfigurationError, match="live"):
+        loom.replay(run.execution_id, live="model")  # type: ignore[arg-type]
+    with pytest.raises(LabelError):
+        loom.executions(tags="prod")  # type: ignore[arg-type]
+    assert loom.replay(run.execution_id, live={"model"}).identical  # the controls
+    assert computed == ["model", "model"]
+    assert [s.execution_id for s in loom.executions(tags=("prod",))] == [run.execution_id]
