@@ -64,3 +64,21 @@ def test_too_deep_is_refused_first_even_holding_bytes() -> None:
 def test_depth_at_the_limit_is_accepted() -> None:
     assert too_deep(_nested(MAX_DEPTH, b"x")) is None
     assert too_deep(_nested(MAX_DEPTH + 1, b"x")) == "[0]" * MAX_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ({1: "from int key", "1": "from str key"}, "input"),
+        ({"outer": {2: 1, "2": 2}}, "input.outer"),
+        ([{1.5: "a", "1.5": "b"}], "input[0]"),
+    ],
+)
+def test_keys_that_collide_once_encoded_are_refused(value: object, named: str) -> None:
+    """``{1: ..., "1": ...}`` encoded to an object holding ``"1"`` twice: the reader kept one
+    value (the other silently lost), and the exported bundle was refused as malformed. Refused
+    before anything is stored, naming where."""
+    with pytest.raises(NotSerialisableError) as refused:
+        encode(value, path="input")
+    assert refused.value.path == named, refused.value.path
+    assert bytes(encode({1: "a", 2: "b", "3": "c"}, path="input")) == b'{"1":"a","2":"b","3":"c"}'
