@@ -25,7 +25,7 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.errors import LabelError, LogCorruptError
+from loom_runtime.errors import ExecutionNotFoundError, LabelError, LogCorruptError
 from loom_runtime.labels import NO_LABELS, Labels
 from loom_runtime.log import Event, Row
 from loom_runtime.storable import storable_text
@@ -639,6 +639,13 @@ def project_execution(execution: Execution | None, events: Iterable[Event]) -> E
     (as eventsourcing's default projector does) costs more than the rest of a replay.
     """
     for event in events:
+        if execution is None and not isinstance(event, EXECUTION_EVENT_TYPES):
+            # Another kind of stream (a memory key's, a corpus's): no execution has this id.
+            # Called an edited log, it sent an operator to `loom verify`, which said ok.
+            raise ExecutionNotFoundError(
+                f"stream {event.originator_id} is not an execution: it begins with a "
+                f"{type(event).__qualname__} (no execution has this id)"
+            )
         if not isinstance(event, EXECUTION_EVENT_TYPES) or (
             isinstance(event, Execution.Created) != (execution is None)
         ):

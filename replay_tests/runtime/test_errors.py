@@ -289,3 +289,18 @@ def test_a_single_string_for_live_kinds_or_tags_is_refused_not_read_as_its_chara
     assert loom.replay(run.execution_id, live={"model"}).identical  # the controls
     assert computed == ["model", "model"]
     assert [s.execution_id for s in loom.executions(tags=("prod",))] == [run.execution_id]
+
+
+def test_the_id_of_another_kind_of_stream_is_no_execution_not_a_corrupt_log(loom: Loom) -> None:
+    """Given the id of a memory's stream, ``loom.execution`` (and replay, resume, fork,
+    export) said the log was edited and to run ``loom verify``, which then said ok: an
+    operator could restore a backup of a healthy log. It is no execution: not found."""
+    from loom_memory import EventSourcedMemory, MemoryEntry
+
+    memory = EventSourcedMemory(loom)
+    memory.append("k", [MemoryEntry(content="a note")])
+    [stream] = {record.stream for record in loom.log.notifications()}
+    with pytest.raises(ExecutionNotFoundError, match="not an execution"):
+        loom.execution(stream)
+    with pytest.raises(ExecutionNotFoundError):
+        loom.replay(stream)
