@@ -444,6 +444,17 @@ class LogSettings:
                 f"'sqlite:///{meant}'? (three slashes before a relative path, four before an "
                 "absolute one: sqlite:////var/lib/loom.db)"
             )
+        if backend == "sqlite" and (
+            self.url.query or (self.url.database or "").startswith("file:")
+        ):
+            # The log's own connections open the path as a URI, the SQLAlchemy engine (the
+            # workers, key and read-model tables) as a file name: `file:` URLs and query
+            # parameters put them in different databases, or one in memory.
+            raise ConfigurationError(
+                f"{self.url.render_as_string(hide_password=True)!r}: give the SQLite log as a "
+                "plain file path (sqlite:///path/to/loom.db), without 'file:' or '?options': "
+                "loom opens the file through two drivers, which would read them differently"
+            )
         if backend == "sqlite" and self.url.database in (None, "", ":memory:"):
             raise ConfigurationError(
                 "loom needs a SQLite *file* (sqlite:///path/to/loom.db): the log and its "

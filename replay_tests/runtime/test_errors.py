@@ -304,3 +304,24 @@ def test_the_id_of_another_kind_of_stream_is_no_execution_not_a_corrupt_log(loom
         loom.execution(stream)
     with pytest.raises(ExecutionNotFoundError):
         loom.replay(stream)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///file:plain.db",  # the log opened it as a URI, the engine as a path
+        "sqlite:///file:mem.db?mode=memory&uri=true",
+        "sqlite:///rel.db?mode=ro",  # silently ignored: the log opened and wrote
+    ],
+)
+def test_a_sqlite_url_that_would_split_the_log_from_its_tables_is_refused(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    """The log's own connections open a SQLite path as a URI and the SQLAlchemy engine (the
+    workers, key and read-model tables) as a file name, so ``file:`` URLs put them in
+    different databases (or the engine's in memory), and query parameters were ignored by one
+    and not the other. Refused, before any file is made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="sqlite:///"):
+        LogSettings(url)
+    assert list(tmp_path.iterdir()) == []
