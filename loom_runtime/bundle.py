@@ -617,8 +617,10 @@ def bundle_size_cap(max_bytes: int | None = None) -> int:
             raise ConfigurationError(
                 f"{MAX_BUNDLE_BYTES_ENV} must be a number of bytes, not {setting!r}"
             ) from None
-    if max_bytes < 1:
-        raise ConfigurationError(f"the bundle size cap must be at least 1 byte, not {max_bytes}")
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+        raise ConfigurationError(
+            f"the bundle size cap must be a whole number of bytes from 1, not {max_bytes!r}"
+        )
     return max_bytes
 
 

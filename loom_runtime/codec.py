@@ -28,7 +28,7 @@ from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
-from loom_runtime.errors import NotSerialisableError
+from loom_runtime.errors import DecisionArgumentError, NotSerialisableError
 from loom_runtime.redaction import Redactor, as_stored
 from loom_runtime.timestamps import plain_datetime, stdlib_class
 
@@ -305,7 +305,14 @@ def decode(raw: msgspec.Raw | bytes, *, type: type[T] | Any = Any) -> T:
     """
     if type is Any:
         return _untyped.decode(raw)  # type: ignore[no-any-return]
-    return msgspec.json.decode(raw, type=type)
+    try:
+        return msgspec.json.decode(raw, type=type)
+    except TypeError as exc:  # msgspec's refusal of the type itself, never of the value
+        raise DecisionArgumentError(
+            f"type={type!r} is no type a value can be decoded as ({exc}): give a plain data "
+            "type, a msgspec Struct, a dataclass or a datetime",
+            parameter="type",
+        ) from exc
 
 
 def round_trip(

@@ -61,6 +61,7 @@ from loom_runtime.diff import diff
 from loom_runtime.driver import Pending, Steps, adrive, drive
 from loom_runtime.errors import (
     DecisionAfterEndError,
+    DecisionArgumentError,
     DecisionInputChangedError,
     DecisionKeyError,
     DecisionKindChangedError,
@@ -900,6 +901,10 @@ class _Context:
         the driver awaits it: a step generator runs in its driver's context, so the mark
         holds across the ``yield`` and the driver gets the compute's own awaitable (which
         the sync driver closes when it refuses it)."""
+        wrong = _wrong_argument(compute, retry, retry_on)
+        if wrong is not None:  # stored as the failure: the occurrence is taken, as any ask's
+            source.record_failure(slot, wrong, meta=None)
+            raise wrong
         attempts: list[Attempt] = []
         pauses = retry.pauses() if retry is not None else iter(())
         started = time.perf_counter()
@@ -1027,6 +1032,10 @@ class _Context:
         source = self._source
         if retry is not None:
             return drive(self._compute(slot, compute, type, retry, retry_on, source), _settle_now)
+        wrong = _wrong_argument(compute, None, retry_on)
+        if wrong is not None:  # stored as the failure: the occurrence is taken, as any ask's
+            source.record_failure(slot, wrong, meta=None)
+            raise wrong
         try:
             with computing(self, slot.key):
                 result = compute()
@@ -1542,10 +1551,33 @@ def rebuild_with(error_type: str, rebuild: Callable[[Decision], Exception | None
     _REBUILDERS[error_type] = rebuild
 
 
-REFUSALS: Final = (NotSerialisableError, SecretRefusedError)
-"""How the log refuses a decision's value: one it cannot encode, and one its redactor refuses
-(a secret in ``refuse`` mode, keys that redact alike). Stored as the decision's failure, so
-a flow that catches it replays, and resumes, as it ran (ADR 0026, amended "refusals")."""
+def _wrong_argument(
+    compute: object, retry: object, retry_on: object
+) -> DecisionArgumentError | None:
+    """The refusal of a ``decide`` argument of the wrong kind, or None: checked only where a
+    decision is computed live (a replay never calls them), before the first attempt."""
+    if not callable(compute):
+        return DecisionArgumentError(
+            f"compute must be a function taking no arguments (a lambda), not {compute!r}",
+            parameter="compute",
+        )
+    if retry is not None and not isinstance(retry, Backoff):
+        return DecisionArgumentError(
+            f"retry must be a loom_runtime.Backoff (or None), not {retry!r}", parameter="retry"
+        )
+    if not callable(retry_on):
+        return DecisionArgumentError(
+            f"retry_on must be a function of the exception, not {retry_on!r}",
+            parameter="retry_on",
+        )
+    return None
+
+
+REFUSALS: Final = (NotSerialisableError, SecretRefusedError, DecisionArgumentError)
+"""How the log refuses a decision's value: one it cannot encode, one its redactor refuses
+(a secret in ``refuse`` mode, keys that redact alike), and one asked as no type
+(``type=5``). Stored as the decision's failure, so a flow that catches it replays, and
+resumes, as it ran (ADR 0026, amended "refusals")."""
 
 
 GROUP_META: Final = "exceptions"

@@ -84,6 +84,17 @@ class DecisionTypeChangedError(LoomError, TypeError):
         self.problem = problem
 
 
+class DecisionArgumentError(LoomError, TypeError):
+    """An argument of ``ctx.decide`` (or of a recorded call built on it) other than its key is
+    of the wrong kind: a ``compute`` that is not callable, a ``type`` values cannot be decoded
+    as, a ``retry`` that is no ``Backoff``, a ``retry_on`` that is not callable. ``parameter``
+    names it. Stored as the decision's failure, as a compute's own error is."""
+
+    def __init__(self, message: str, *, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 class FlowNotFoundError(LoomError, KeyError):
     """No flow is registered under this name in this process."""
 

@@ -111,6 +111,8 @@ class FlowRegistry:
         ``recorded_by`` is the execution whose log gave ``name`` (a replay, resume or fork): a
         name the user did not type gets no "did you mean", which would suggest an edit they
         cannot make, but the execution that needs it."""
+        if not isinstance(name, str):
+            raise FlowNotFoundError(f"a flow is named by a string, not {name!r}")
         try:
             return self._flows[name]
         except KeyError:

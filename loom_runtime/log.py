@@ -26,6 +26,7 @@ With the built-in persistence every event is hash-chained as it is inserted (ADR
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -408,10 +409,17 @@ class LogSettings:
             raise ConfigurationError(
                 f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA, not {sqlite_synchronous!r}"
             )
-        if lock_timeout <= 0:
-            raise ConfigurationError("lock_timeout must be > 0 seconds: loom never waits forever")
-        if pool_size < 1:
-            raise ConfigurationError("pool_size must be at least 1")
+        if (
+            not isinstance(lock_timeout, int | float)
+            or isinstance(lock_timeout, bool)
+            or not 0 < lock_timeout < math.inf  # NaN fails too
+        ):
+            raise ConfigurationError(
+                f"lock_timeout must be a finite number of seconds > 0, not {lock_timeout!r}: "
+                "loom never waits forever"
+            )
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+            raise ConfigurationError(f"pool_size must be a whole number from 1, not {pool_size!r}")
         if not isinstance(write_retry, RetryPolicy):
             raise ConfigurationError(
                 f"write_retry must be a loom_runtime.RetryPolicy, not {type(write_retry).__name__}"

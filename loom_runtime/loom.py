@@ -452,7 +452,7 @@ class Loom:
         A file over ``max_bundle_bytes`` (default ``LOOM_MAX_BUNDLE_BYTES``, else 256 MiB) is
         refused unread with :class:`~loom_runtime.errors.BundleTooLargeError`.
         """
-        bundle = read_bundle(Path(path), max_bytes=max_bundle_bytes)
+        bundle = read_bundle(_bundle_path(path), max_bytes=max_bundle_bytes)
         located = [(event.version, event.position) for event in bundle.events]
         return drive(
             self._replay(
@@ -642,7 +642,7 @@ class Loom:
         """
         return write_bundle(
             self.bundle_of(execution_id),
-            Path(path),
+            _bundle_path(path),
             follow_link=follow_link,
             private=self._encryption is not None,
         )
@@ -677,7 +677,7 @@ class Loom:
         execution that starts more than a day after this machine's clock is refused
         (:class:`~loom_runtime.errors.BundleFormatError`): no retention age would select it.
         """
-        bundle, rows = read_importable(Path(path), max_bytes=max_bundle_bytes)
+        bundle, rows = read_importable(_bundle_path(path), max_bytes=max_bundle_bytes)
         if self.settings.redactor is not None:  # as if recorded here (ADR 0012, "import")
             rows = redacted_rows(self.settings.redactor, rows)
         existing = self.log.rows(bundle.execution_id)
@@ -1251,6 +1251,10 @@ class Loom:
         definition = self.get_flow(parent.flow, recorded_by=parent.id)
         if sync:
             _refuse_in_a_running_loop(definition, "afork")
+        if override is not None and not isinstance(override, Mapping):
+            raise ConfigurationError(
+                f"override must map decision keys to values ({{'key': value}}), not {override!r}"
+            )
         overrides = {
             _override_key(key): codec.encode(
                 value, path=f"override of {key!r}", redactor=self.settings.redactor
@@ -1488,6 +1492,14 @@ class Loom:
             output=value,
             live_values=replayer.live_values,
         )
+
+
+def _bundle_path(path: object) -> Path:
+    """``path`` as a bundle file's path; anything that names no file (None, a number) is
+    :class:`ConfigurationError`, where ``Path(...)`` raised a bare ``TypeError``."""
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigurationError(f"a bundle's path must be a str or a Path, not {path!r}")
+    return Path(path)
 
 
 def _kinds(live: object) -> frozenset[str] | None:
