@@ -409,10 +409,12 @@ def _inspect(value: object, limit: int) -> tuple[str | None, bool, bool, str | N
         child_kind, items = members
         if child_kind == "member":
             unordered = True
-        keyed = child_kind == "key"
+        keyed = child_kind == "key" and colliding is None
         for name, child in items:
-            if keyed and type(name) is not str and colliding is None and _keys_collide(item):
-                colliding = "".join(_label(kind, key) for kind, key in trail)
+            if keyed and type(name) is not str:  # once per mapping, at its first such key
+                keyed = False
+                if _keys_collide(item):
+                    colliding = "".join(_label(kind, key) for kind, key in trail)
             if isinstance(child, _TEXT):
                 if isinstance(child, float) and child - child != 0.0 and non_finite is None:
                     here = "".join(_label(kind, key) for kind, key in trail)

@@ -82,3 +82,18 @@ def test_keys_that_collide_once_encoded_are_refused(value: object, named: str) -
         encode(value, path="input")
     assert refused.value.path == named, refused.value.path
     assert bytes(encode({1: "a", 2: "b", "3": "c"}, path="input")) == b'{"1":"a","2":"b","3":"c"}'
+
+
+def test_a_mapping_s_keys_are_compared_once_not_once_per_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first form encoded a mapping's keys again for each key that is not a str: 5,000 int
+    keys took 3 s to record instead of 0.5 ms (a regression review). Once per mapping,
+    counted."""
+    from loom_runtime import codec
+
+    calls: list[object] = []
+    real = codec._keys_collide
+    monkeypatch.setattr(codec, "_keys_collide", lambda m: calls.append(m) or real(m))
+    encode({"a": {i: i for i in range(1000)}, "b": {str(i): i for i in range(1000)}}, path="v")
+    assert len(calls) == 1  # the int-keyed mapping, once; the str-keyed one never
