@@ -1653,6 +1653,10 @@ def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Except
 
 for _refusal in (SecretRefusedError, RedactedKeysCollideError):
     rebuild_with(f"{_refusal.__module__}:{_refusal.__qualname__}", _refusal_again(_refusal))
+rebuild_with(
+    f"{DecisionArgumentError.__module__}:{DecisionArgumentError.__qualname__}",
+    lambda decision: DecisionArgumentError.replayed(decision.message or ""),
+)
 
 
 def rebuild_error(decision: Decision) -> Exception:

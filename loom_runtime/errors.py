@@ -94,6 +94,14 @@ class DecisionArgumentError(LoomError, TypeError):
         super().__init__(message)
         self.parameter = parameter
 
+    @classmethod
+    def replayed(cls, message: str) -> Self:
+        """The refusal as a replay or resume raises it for the decision that recorded it: its
+        recorded message, and the ``parameter`` that message begins with (empty if it does
+        not read as this class writes it), so a flow that caught it takes the same path."""
+        found = re.match(r"(compute|type|retry_on|retry)\b", message)
+        return cls(message, parameter=found[1] if found else "")
+
 
 class FlowNotFoundError(LoomError, KeyError):
     """No flow is registered under this name in this process."""

@@ -114,3 +114,35 @@ def test_a_bundle_path_or_cap_of_the_wrong_kind_is_a_loom_error(
     loom.export(run, tmp_path / "b.json")
     with pytest.raises(LoomError):
         call(loom, run)
+
+
+def test_a_flow_that_catches_the_argument_error_replays_and_resumes_as_it_ran(
+    loom: Loom, other: Loom
+) -> None:
+    """The first form stored the refusal but rebuilt it on replay as ``RecordedComputeError``
+    (its constructor needs ``parameter``): a flow catching ``TypeError`` or
+    ``DecisionArgumentError`` took another path on replay (a false divergence), and its
+    resume stored a false failure (a regression review). Rebuilt as itself, with its
+    parameter."""
+    crash = {"now": True}
+
+    class Crash(BaseException):
+        pass
+
+    def flow(ctx: FlowContext) -> str:
+        try:
+            ctx.decide("k", "not callable")  # type: ignore[arg-type]
+        except DecisionArgumentError as exc:
+            said = exc.parameter
+        if crash["now"]:
+            raise Crash
+        return f"fallback for {said}"
+
+    for instance in (loom, other):
+        instance.flow("f")(flow)
+    with pytest.raises(Crash):
+        loom.run("f")
+    [summary] = loom.executions()
+    crash["now"] = False
+    assert other.resume(summary.execution_id).output == "fallback for compute"
+    assert other.replay(summary.execution_id).identical
