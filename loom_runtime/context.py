@@ -864,13 +864,16 @@ class _Context:
         if order is None or waiting is None:  # not on the flow's loop: it cannot hold a turn
             if order is not None:
                 order.handed_out(key)
-            yield Pending(key, _Bounded(bound))
-            self.uncancelled.append((key, bound))
+            bounded = _Bounded(bound)
+            yield Pending(key, bounded)
+            if not bounded.frozen:  # a frozen clock (freezegun) is no change of the code
+                self.uncancelled.append((key, bound))
             return
         cancelled = False
         try:
             yield Pending(key, waiting)
-            self.uncancelled.append((key, bound))
+            if not waiting.frozen:
+                self.uncancelled.append((key, bound))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -1871,8 +1874,13 @@ class _Bounded(_Pause):
     ended early, when awaited, once the loop's clock is seen frozen
     (:func:`~loom_runtime.recorded_order.bounded_wait`); slept by the sync driver."""
 
+    frozen = False
+    """Whether the wait ended because the loop's clock stood still (set once awaited)."""
+
     def __await__(self) -> Generator[Any, None, None]:
-        return bounded_wait(asyncio.get_running_loop(), self.seconds).__await__()
+        waiting = bounded_wait(asyncio.get_running_loop(), self.seconds)
+        yield from waiting.__await__()
+        self.frozen = waiting.frozen
 
 
 def _settle_now(pending: Pending) -> Any:

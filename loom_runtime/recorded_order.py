@@ -204,7 +204,7 @@ class RecordedOrder:
         if self._recorded(key):
             self._live -= 1
 
-    def hold(self, key: str, bound: float) -> asyncio.Future[None] | None:
+    def hold(self, key: str, bound: float) -> BoundedWait | None:
         """What a call recorded as cancelled waits on, unanswered, for the flow's timeout to
         cancel it again (then :meth:`settle`); it completes after ``bound`` seconds if
         nothing does (then :meth:`handed_out`: the replay took another path). Its turn is held
@@ -313,13 +313,16 @@ def _complete(waiting: asyncio.Future[None]) -> None:
         waiting.set_result(None)
 
 
-class _BoundedWait(asyncio.Future[None]):
-    """A future :func:`bounded_wait` completes; ``timer`` is its bound's timer."""
+class BoundedWait(asyncio.Future[None]):
+    """A future :func:`bounded_wait` completes; ``timer`` is its bound's timer, ``frozen``
+    whether it completed because the clock stood still rather than because the bound passed
+    (no code's doing: a replay must not report it as a change of the flow)."""
 
     timer: asyncio.TimerHandle
+    frozen: bool = False
 
 
-def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> _BoundedWait:
+def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> BoundedWait:
     """A future completed after ``bound`` seconds of ``loop``'s clock, or as soon as that
     clock is seen frozen: standing still while the process spends :data:`FROZEN_AFTER` of
     CPU (freezegun), when no timer of the loop can fire.
@@ -329,7 +332,7 @@ def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> _BoundedWait:
     the replay hung; it now takes the bound as passed (the replay took another path). A
     moving clock is seen at the first look, a pass of the loop after this call, and nothing
     more is looked at."""
-    waiting = _BoundedWait(loop=loop)
+    waiting = BoundedWait(loop=loop)
     waiting.timer = loop.call_later(bound, _complete, waiting)
     waiting.add_done_callback(lambda _: waiting.timer.cancel())
     started, cpu = loop.time(), time.process_time()
@@ -338,6 +341,7 @@ def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> _BoundedWait:
         if waiting.done() or loop.time() != started:
             return
         if time.process_time() - cpu > FROZEN_AFTER:
+            waiting.frozen = True
             _complete(waiting)
         else:
             loop.call_soon(look)

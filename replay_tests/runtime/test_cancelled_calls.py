@@ -126,6 +126,36 @@ def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     assert result.output == "fallback"  # the flow's own path, as before
 
 
+
+def test_a_frozen_clock_that_keeps_the_timeout_from_firing_is_no_divergence(
+    sqlite_url: str,
+) -> None:
+    """Under freezegun no timer fires: the replayed call's bound is taken as passed once the
+    clock is seen standing still (ADR 0026, "frozen clock"). The first form of the
+    divergence above called that a code change, so an unchanged flow with a catch-all
+    fallback diverged under a frozen clock (a regression review). Only a bound that passed on
+    a moving clock is the code's."""
+    from freezegun import freeze_time
+
+    async def slow() -> str:
+        await asyncio.sleep(1)
+        return "late"
+
+    with Loom(sqlite_url) as loom:
+
+        @loom.flow("guarded")
+        async def guarded(ctx: Any) -> str:
+            try:
+                return await asyncio.wait_for(ctx.decide("model", slow), 0.05)
+            except Exception:
+                return "fallback"
+
+        run = loom.run("guarded")
+        assert loom.replay(run.execution_id).identical  # the control: a moving clock
+        with freeze_time("2026-12-07"):
+            result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
 def _other_paths(loom: Loom) -> None:
     """The same pattern through an awaited ``ctx.decide`` compute and an async ``@tool``."""
     calls = {"compute": 0, "tool": 0}
