@@ -13,8 +13,9 @@ import importlib
 import inspect
 import traceback
 import typing
+import unicodedata
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -25,7 +26,6 @@ from loom_runtime.errors import (
     FlowInputError,
     FlowNotFoundError,
 )
-from loom_runtime.labels import refused_character
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import text_problem
 
@@ -188,11 +188,35 @@ def _check_text(value: object, *, what: str) -> None:
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"a {what} must be a non-empty string, not {value!r}")
     problem = text_problem(value)
-    refused = refused_character(value)
+    refused = next((c for c in value if _refused_in_name(c)), None)
     if problem is None and refused is not None:
-        problem = f"contains U+{ord(refused):04X}, a control or invisible character"
+        problem = f"contains U+{ord(refused):04X}, a control, line-breaking or bidi character"
     if problem is not None:
         raise ConfigurationError(f"the {what} {value!r} {problem}; give plain text")
+
+
+_BIDI_AND_INVISIBLE: Final = frozenset(
+    chr(code)
+    for code in (
+        *(0x061C, 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+)
+"""Format characters a name must not hold: the bidi controls (a name printed reversed) and
+the invisible spaces and joiners that join nothing (two names that look alike)."""
+
+
+def _refused_in_name(character: str) -> bool:
+    """Whether a flow name or version label may not hold ``character``: a control or a line
+    or paragraph separator (a line of its own in every listing), a lone surrogate, or
+    :data:`_BIDI_AND_INVISIBLE`. Other format characters are part of how names are written
+    (a Persian name's zero-width non-joiner, an emoji sequence's zero-width joiner and tags, a
+    soft hyphen), so the labels' stricter rule (every format character) is not applied."""
+    return (
+        unicodedata.category(character) in ("Cc", "Cs", "Zl", "Zp")
+        or character in _BIDI_AND_INVISIBLE
+    )
 
 
 def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:

@@ -126,7 +126,6 @@ def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     assert result.output == "fallback"  # the flow's own path, as before
 
 
-
 def test_a_frozen_clock_that_keeps_the_timeout_from_firing_is_no_divergence(
     sqlite_url: str,
 ) -> None:
@@ -155,6 +154,7 @@ def test_a_frozen_clock_that_keeps_the_timeout_from_firing_is_no_divergence(
         with freeze_time("2026-12-07"):
             result = loom.replay(run.execution_id)
     assert result.identical, result.describe()
+
 
 def _other_paths(loom: Loom) -> None:
     """The same pattern through an awaited ``ctx.decide`` compute and an async ``@tool``."""

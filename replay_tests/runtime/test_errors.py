@@ -237,6 +237,8 @@ def test_every_error_is_a_loom_error() -> None:
         ("v", 7),
         ("", None),
         ("pay\u202eetalp", None),  # shown reversed
+        ("zero\u200bwidth", None),  # looks like "zerowidth"
+        ("line\u2028separator", None),
         ("f\nexecution x replayed identically", None),
         ("f\x00", None),
         ("f", "\ud800"),  # a lone surrogate: refused only at the first run before
@@ -255,6 +257,27 @@ def test_a_flow_name_or_version_that_is_no_plain_text_is_refused_at_registration
     loom.flow("plain-name", version="v1.2")(lambda ctx: 1)  # the control
     assert loom.run("plain-name").output == 1
     assert [summary.flow for summary in loom.executions()] == ["plain-name"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "پیش‌نویس",  # Persian, with its zero-width non-joiner
+        "क्‍ष",  # Devanagari with a zero-width joiner
+        "👨‍👩‍👧",  # an emoji family
+        "🏴󠁧󠁢󠁥󠁮󠁧󠁿",  # a flag
+        "soft­hyphen",
+        "billing.refund/v2: a flow",
+    ],
+)
+def test_names_written_with_joiners_and_tags_are_registered(loom: Loom, name: str) -> None:
+    """The first form refused every format character, so a Persian name (its zero-width
+    non-joiner), an emoji sequence and a soft hyphen were refused, and a log recorded under
+    such a name could not be replayed (a regression review). Only controls, line
+    separators, bidi controls and invisible spaces are refused."""
+    loom.flow(name, version="v1 👩‍💻")(lambda ctx: 1)
+    run = loom.run(name)
+    assert loom.replay(run.execution_id).identical
 
 
 def test_a_flow_with_a_positional_only_parameter_is_refused_at_registration(loom: Loom) -> None:
