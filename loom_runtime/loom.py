@@ -1176,7 +1176,10 @@ class Loom:
         # Claimed for a worker registered for the resume, not for host:pid (which nobody can
         # judge alive): a second resume elsewhere is refused while this one runs, and
         # recovery takes the execution if this one dies (ADR 0040, amended "resume").
-        with self._running_here(execution.id), registered_worker(self) as worker:
+        with (
+            self._running_here(execution.id),
+            registered_worker(self, forget_when_done=True) as worker,
+        ):
             self._claim(execution, worker=worker)
             return (yield from self._continue(execution, call, force=force))
 
@@ -1197,14 +1200,16 @@ class Loom:
             return
         live = {w.worker: w for w in self.workers.workers(dead_after=None) if w.alive}
         if owner in live:
+            expires = live[owner].dead_after or DEAD_AFTER
             raise ExecutionOwnedError(
                 f"execution {execution.id} is owned by worker {owner}, which is alive (it beat "
-                "within the dead_after it asked for): resuming it here would compute its open "
-                "decision "
-                "again and stop that worker at its next append; nothing was written. Wait for "
-                "it, or, if that worker is gone or no longer runs it (a run cancelled in a "
-                "worker started with recover_every=None stays its own until it stops), resume "
-                "with force=True (`loom resume ID --force`)"
+                f"within the {expires:g} s it asked to be judged by): resuming it here would "
+                "compute its open decision again and stop that worker at its next append; "
+                "nothing was written. Wait for it (a killed worker, or a killed `loom resume` "
+                f"or `loom recover`, which beat while they ran, is taken for dead {expires:g} s "
+                "after its last beat), or, if that worker is gone or no longer runs it (a run "
+                "cancelled in a worker started with recover_every=None stays its own until it "
+                "stops), resume with force=True (`loom resume ID --force`)"
             )
 
     def _set_aside(self, execution: Execution, *, worker: str, claims: int) -> None:

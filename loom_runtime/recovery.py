@@ -363,7 +363,11 @@ def recovering(
 
 @contextmanager
 def registered_worker(
-    loom: Loom, *, every: float = HEARTBEAT_EVERY, dead_after: float = DEAD_AFTER
+    loom: Loom,
+    *,
+    every: float = HEARTBEAT_EVERY,
+    dead_after: float = DEAD_AFTER,
+    forget_when_done: bool = False,
 ) -> Iterator[str]:
     """``loom``'s worker id if it is a worker; else a worker for the block, so that what a
     one-off recovery or a resume (``Loom.resume``) claims is owned by a worker others see
@@ -373,7 +377,13 @@ def registered_worker(
     flow starts (``loom.run`` inside a decision) was stored unowned, and left by every later
     pass had this one died mid-child. Not the Loom's worker
     (``loom.worker()``): another thread's run meanwhile would be owned by a worker that stops
-    beating when the pass ends, and taken over while it still runs."""
+    beating when the pass ends, and taken over while it still runs.
+
+    ``forget_when_done``: the worker's row is deleted when the block ends without an error (a
+    resume that finished its execution owns nothing more), where it was left stopped for a
+    later recovery pass to delete: an application resuming by hand, with no pass running,
+    piled up one row per resume, and each resume's liveness check read them all. A block that
+    raised keeps the row, stopped, so its execution is recovered."""
     from loom_runtime.workers import RECOVERING_AS, Heartbeat, new_worker_id
 
     if loom.worker_id is not None:
@@ -382,11 +392,15 @@ def registered_worker(
     heartbeat = Heartbeat(loom.workers, worker=new_worker_id(), every=every, dead_after=dead_after)
     heartbeat.start()
     token = RECOVERING_AS.set(heartbeat.worker)
+    done = False
     try:
         yield heartbeat.worker
+        done = True
     finally:
         RECOVERING_AS.reset(token)
         heartbeat.stop()
+        if done and forget_when_done:
+            loom.workers.forget([heartbeat.worker], dead_after=dead_after)
 
 
 def _adopt(loom: Loom, orphan: Unfinished, *, worker: str) -> Run | None:

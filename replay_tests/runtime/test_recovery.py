@@ -1057,8 +1057,8 @@ def test_a_resume_runs_as_a_live_worker_so_a_second_resume_is_refused(
         thread.join(30)
     assert resumed and resumed[0].output == ["first", "waited"]
     assert held.calls["wait"] == 2  # the crashed run's, and the one resume's
-    live = {w.worker for w in other.workers.workers(dead_after=None) if w.alive}
-    assert owner not in live  # stopped with the resume
+    rows = {w.worker for w in other.workers.workers(dead_after=None)}
+    assert owner not in rows  # its row deleted once its execution completed (none piles up)
 
 
 def test_a_resume_that_dies_leaves_its_execution_to_recovery(loom: Loom, other: Loom) -> None:
