@@ -76,3 +76,20 @@ def test_the_cli_replays_through_the_apps_redactor(tmp_path: Path, recorded_by: 
     assert from_bundle.exit_code == ExitCode.OK, from_bundle.output
     assert SECRET not in from_bundle.output
     assert not APP_DB.exists()  # the app's URL was not used
+
+
+def test_loom_import_redacts_through_the_apps_redactor(tmp_path: Path) -> None:
+    """An import stores a bundle as if it were recorded here, through this log's redactor
+    (ADR 0012, "import"); `loom import` used the built-in one, so a bundle from a log the
+    app's redactor never saw was stored with the app's secret in clear, where
+    `Loom(redactor=app).import_bundle` redacts it (a regression review)."""
+    source = tmp_path / "source.db"
+    with Loom(f"sqlite:///{source}", flows=registry, redactor=None) as loom:
+        execution_id = loom.run("lookup", customer="c-1").execution_id
+        loom.export(execution_id, tmp_path / "b.json")
+    assert SECRET.encode() in _stored(source)  # the control: the bundle holds it in clear
+    target = tmp_path / "target.db"
+    imported = _invoke("import", str(tmp_path / "b.json"), f"--db=sqlite:///{target}", FLOWS)
+    assert imported.exit_code == 0, imported.output
+    assert SECRET.encode() not in _stored(target)
+    assert b"REDACTED" in _stored(target)

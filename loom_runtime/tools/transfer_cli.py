@@ -30,6 +30,7 @@ from loom_runtime.errors import (
 from loom_runtime.tools.cli import (
     DbOption,
     ExitCode,
+    FlowsOption,
     JsonOption,
     app,
     cannot_write,
@@ -40,6 +41,7 @@ from loom_runtime.tools.cli import (
     fail,
     inert,
     open_loom,
+    open_with_flows,
     print_json,
     progress_bars,
 )
@@ -204,8 +206,11 @@ def import_command(
     ],
     as_json: JsonOption = False,
     db: DbOption = None,
+    flows: FlowsOption = None,
 ) -> None:
-    """Add exported executions to this log (each at most once). Exit 1 if one could not be."""
+    """Add exported executions to this log (each at most once). Exit 1 if one could not be.
+
+    With --flows naming your Loom, its redactor applies, as it does to what it records."""
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         fail(f"no such file or directory: {', '.join(missing)}", code=ExitCode.USAGE)
@@ -220,7 +225,9 @@ def import_command(
             code=ExitCode.USAGE,
         )
     results: dict[Path, Imported] = {}
-    with open_loom(db, create=True) as loom:  # a SQLite file is created on first use, not here
+    # A SQLite file is created on first use, not here; a Loom named by --flows gives its
+    # redactor: an import stores a bundle as if recorded here (ADR 0029, "cli redactor").
+    with open_with_flows(db, flows, create=True) as loom:
         # Read before the database is used, so files that are all unusable create none; but
         # only until one is usable: the import reads each file again (a bundle is up to 256
         # MiB). Refused here as the import refuses it, this log's redactor included.
