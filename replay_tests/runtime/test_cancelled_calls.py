@@ -87,6 +87,24 @@ def test_a_recorded_cancellation_nothing_cancels_on_replay_is_a_divergence(
     assert "cancelled" in result.describe()
 
 
+def _fallback_flow(*, timeout: float | None, caught: type[Exception]) -> Any:
+    """A flow asking a slow decision (under ``timeout``, if any) that returns "fallback" when
+    the call raises ``caught``."""
+
+    async def slow() -> str:
+        await asyncio.sleep(5)
+        return "late answer"
+
+    async def flow(ctx: Any) -> str:
+        try:
+            asked = ctx.decide("slow", slow)
+            return await (asked if timeout is None else asyncio.wait_for(asked, timeout))
+        except caught:
+            return "fallback"
+
+    return flow
+
+
 def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     sqlite_url: str,
 ) -> None:
@@ -96,30 +114,12 @@ def test_a_recorded_cancellation_the_flow_catches_is_still_a_divergence(
     "identical", where live the new code would have waited for the answer. A recorded
     cancellation nothing repeats is now a divergence of its own, caught or not."""
 
-    async def slow() -> str:
-        await asyncio.sleep(5)
-        return "late answer"
-
     with Loom(sqlite_url) as loom:
-
-        @loom.flow("timed")
-        async def timed(ctx: Any) -> str:
-            try:
-                return await asyncio.wait_for(ctx.decide("slow", slow), 0.05)
-            except TimeoutError:
-                return "fallback"
-
+        loom.flow("timed")(_fallback_flow(timeout=0.05, caught=TimeoutError))
         run = asyncio.run(loom.arun("timed"))
     assert run.output == "fallback"
     with Loom(sqlite_url) as fresh:
-
-        @fresh.flow("timed")
-        async def no_timeout(ctx: Any) -> str:
-            try:
-                return await ctx.decide("slow", slow)
-            except Exception:
-                return "fallback"
-
+        fresh.flow("timed")(_fallback_flow(timeout=None, caught=Exception))
         result = asyncio.run(fresh.areplay(run.execution_id))
     assert not result.identical
     assert "cancelled" in result.describe(), result.describe()
@@ -136,19 +136,8 @@ def test_a_frozen_clock_that_keeps_the_timeout_from_firing_is_no_divergence(
     a moving clock is the code's."""
     from freezegun import freeze_time
 
-    async def slow() -> str:
-        await asyncio.sleep(1)
-        return "late"
-
     with Loom(sqlite_url) as loom:
-
-        @loom.flow("guarded")
-        async def guarded(ctx: Any) -> str:
-            try:
-                return await asyncio.wait_for(ctx.decide("model", slow), 0.05)
-            except Exception:
-                return "fallback"
-
+        loom.flow("guarded")(_fallback_flow(timeout=0.05, caught=Exception))
         run = loom.run("guarded")
         assert loom.replay(run.execution_id).identical  # the control: a moving clock
         with freeze_time("2026-12-07"):

@@ -1024,6 +1024,19 @@ class _Held:
             return [ctx.decide("first", lambda: "first"), ctx.decide("wait", self.wait)]
 
 
+def _crashed_held(loom: Loom, other: Loom) -> tuple[_Held, Any]:
+    """``held`` registered on both Looms, run on ``loom`` and crashed in its second decision
+    (left crashing); the flow and the execution's summary."""
+    held = _Held()
+    held.register(loom)
+    held.register(other)
+    held.crash = True
+    with pytest.raises(Crash):
+        loom.run("held")
+    [summary] = loom.executions()
+    return held, summary
+
+
 def test_a_resume_runs_as_a_live_worker_so_a_second_resume_is_refused(
     loom: Loom, other: Loom
 ) -> None:
@@ -1032,14 +1045,8 @@ def test_a_resume_runs_as_a_live_worker_so_a_second_resume_is_refused(
     still ran, and both computed its open decision (a side effect twice). A resume now runs
     as a registered worker for its duration: seen alive, so the second is refused with nothing
     written; stopped at its end."""
-    held = _Held()
-    held.register(loom)
-    held.register(other)
-    held.crash = True
-    with pytest.raises(Crash):
-        loom.run("held")
+    held, summary = _crashed_held(loom, other)
     held.crash = False
-    [summary] = loom.executions()
     resumed: list[Any] = []
     thread = threading.Thread(target=lambda: resumed.append(loom.resume(summary.execution_id)))
     thread.start()
@@ -1066,13 +1073,7 @@ def test_a_resume_that_dies_leaves_its_execution_to_recovery(loom: Loom, other: 
     registered: every recovery pass took it for "started outside a worker" and left it for
     good. Its owner is now the resume's worker, which stops beating when it ends, so the next
     pass recovers the execution without being asked to take unowned ones."""
-    held = _Held()
-    held.register(loom)
-    held.register(other)
-    held.crash = True
-    with pytest.raises(Crash):
-        loom.run("held")
-    [summary] = loom.executions()
+    held, summary = _crashed_held(loom, other)
     with pytest.raises(Crash):
         loom.resume(summary.execution_id)  # dies in the same decision again
     held.crash = False
