@@ -389,7 +389,7 @@ def cause_of(error: BaseException) -> str:
     return next(lines, type(error).__name__)
 
 
-def one_line(text: str) -> str:
+def _one_line(text: str) -> str:
     """``text`` with what starts a line (``\\n``, ``\\r``, U+2028, U+2029) escaped, and a
     backslash doubled so an escape can be told from the text: quoted inside a message, it
     prints on that message's line."""
@@ -403,7 +403,7 @@ class OutcomeChangedError(ReplayDivergence):
         # Each on one line: a recorded failure's message is the recording's word, and its
         # line breaks printed lines of their own ("... replayed identically").
         super().__init__(
-            f"the recorded run {one_line(recorded)}, but the replay {one_line(replayed)}"
+            f"the recorded run {_one_line(recorded)}, but the replay {_one_line(replayed)}"
         )
         self.recorded = recorded
         self.replayed = replayed

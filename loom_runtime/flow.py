@@ -155,12 +155,12 @@ def load_flows_from(spec: str) -> tuple[FlowRegistry, Any]:
         target: Any = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load flows from {spec!r}: {exc}") from exc
-    except Exception as exc:  # the module's own code failed (or would not compile)
+    except (Exception, SystemExit) as exc:  # its own code failed, would not compile, or exited
         raise ConfigurationError(f"cannot load flows from {spec!r}: {_raised(exc)}") from exc
     if callable(target) and not isinstance(target, FlowRegistry):
         try:
             target = target()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ConfigurationError(
                 f"cannot load flows from {spec!r}: calling it raised {_raised(exc)}"
             ) from exc
@@ -170,7 +170,7 @@ def load_flows_from(spec: str) -> tuple[FlowRegistry, Any]:
     return registry, target
 
 
-def _raised(error: Exception) -> str:
+def _raised(error: BaseException) -> str:
     """``error`` in one line, with where it was raised: a ``SyntaxError`` names its file and
     line itself; any other error, the innermost frame of its traceback (the user's module)."""
     said = f"{type(error).__name__}: {error}"
@@ -198,13 +198,14 @@ def _check_text(value: object, *, what: str) -> None:
 _BIDI_AND_INVISIBLE: Final = frozenset(
     chr(code)
     for code in (
-        *(0x061C, 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF),
+        *(0x061C, 0x180E, 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF),
         *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
+        *range(0x2061, 0x2070),
     )
 )
-"""Format characters a name must not hold: the bidi controls (a name printed reversed) and
-the invisible spaces and joiners that join nothing (two names that look alike)."""
+"""Format characters a name must not hold: the bidi controls (a name printed reversed), and
+the invisible spaces, word joiner, invisible operators and deprecated format characters (two
+names that look alike)."""
 
 
 def _refused_in_name(character: str) -> bool:

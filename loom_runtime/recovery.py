@@ -37,10 +37,12 @@ import msgspec
 
 from loom_runtime.driver import loop_running
 from loom_runtime.errors import (
+    DatabaseUnavailableError,
     ErasedError,
     ExecutionConflictError,
     FlowInputError,
     LogCorruptError,
+    LogWriteError,
 )
 
 if TYPE_CHECKING:
@@ -379,11 +381,13 @@ def registered_worker(
     (``loom.worker()``): another thread's run meanwhile would be owned by a worker that stops
     beating when the pass ends, and taken over while it still runs.
 
-    ``forget_when_done``: the worker's row is deleted when the block ends without an error (a
-    resume that finished its execution owns nothing more), where it was left stopped for a
-    later recovery pass to delete: an application resuming by hand, with no pass running,
-    piled up one row per resume, and each resume's liveness check read them all. A block that
-    raised keeps the row, stopped, so its execution is recovered."""
+    ``forget_when_done``: the worker's row is deleted when the block ends without an error, or
+    with the flow's own error (a resume that completed or failed its execution owns nothing
+    recovery would take), where it was left stopped for a later recovery pass to delete: an
+    application resuming by hand, with no pass running, piled up one row per resume, and each
+    resume's liveness check read them all. A block stopped by an interrupt (a cancellation, a
+    SIGTERM's exit, a crash standing in for one), or by the log failing (the execution may be
+    unfinished), keeps the row, stopped, so its execution is recovered."""
     from loom_runtime.workers import RECOVERING_AS, Heartbeat, new_worker_id
 
     if loom.worker_id is not None:
@@ -396,6 +400,9 @@ def registered_worker(
     try:
         yield heartbeat.worker
         done = True
+    except Exception as exc:
+        done = not isinstance(exc, LogWriteError | DatabaseUnavailableError)
+        raise
     finally:
         RECOVERING_AS.reset(token)
         heartbeat.stop()

@@ -36,7 +36,6 @@ from loom_runtime.errors import (
     ReplayDivergence,
     UnrecordedDecisionError,
     UnusedDecisionsError,
-    one_line,
 )
 from loom_runtime.execution import (
     Decision,
@@ -177,8 +176,10 @@ class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
         :data:`DESCRIBED` of them and then how many more (what ``loom replay`` and a failing
         bundle test print: a loop whose prompt changed gives one per decision, each with its
         diff; :attr:`divergences` holds them all)."""
-        # The name is recorded text: a line break in it would print a verdict line of its own.
-        flow = one_line(self.flow)
+        # The name is recorded text (an old log's, a bundle's): a line break in it would print
+        # a verdict line of its own, and what does not print would print raw in a test's
+        # failure; each is shown as its code point, as the CLI shows them.
+        flow = "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in self.flow)
         if self.identical:
             return f"execution {self.execution_id} ({flow}) replayed identically"
         lines = [f"execution {self.execution_id} ({flow}) diverged:"]

@@ -93,3 +93,22 @@ def test_loom_import_redacts_through_the_apps_redactor(tmp_path: Path) -> None:
     assert imported.exit_code == 0, imported.output
     assert SECRET.encode() not in _stored(target)
     assert b"REDACTED" in _stored(target)
+
+
+def test_flows_that_fail_to_load_say_where_they_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands read ``--flows`` from ``$LOOM_FLOWS`` when it is not given, so `loom import`
+    (which now takes it) failed in a job that never passed it, without saying why; a module
+    that calls ``sys.exit`` when imported ended the command silently with its code (a second
+    regression review). One line, naming the variable; exit 2."""
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LOOM_FLOWS", "exits_on_import:loom")
+    with Loom(f"sqlite:///{tmp_path / 'source.db'}", flows=registry) as loom:
+        loom.export(loom.run("lookup", customer="c-1").execution_id, tmp_path / "b.json")
+    result = _invoke("import", str(tmp_path / "b.json"), f"--db=sqlite:///{tmp_path / 't.db'}")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.output.startswith("error: cannot load flows from 'exits_on_import:loom'")
+    assert "SystemExit" in result.output and "$LOOM_FLOWS" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

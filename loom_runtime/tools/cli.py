@@ -355,7 +355,14 @@ def open_with_flows(
     try:
         registry, named = load_flows_from(flows)
     except LoomError as exc:
-        fail(str(exc), code=ExitCode.USAGE)
+        import os
+
+        where = (  # a command given no --flows reads it from the environment, unasked
+            " (from $LOOM_FLOWS: pass --flows MODULE:ATTR, or unset it)"
+            if os.environ.get("LOOM_FLOWS") == flows
+            else ""
+        )
+        fail(f"{exc}{where}", code=ExitCode.USAGE)
     # A Loom named by --flows brings its redactor: what it recorded was redacted by it, so a
     # replay through the built-in one diverged (printing the secret in the diff), and `loom
     # run` stored in clear what the app redacts (ADR 0029, amended "cli redactor").

@@ -239,6 +239,8 @@ def test_every_error_is_a_loom_error() -> None:
         ("pay\u202eetalp", None),  # shown reversed
         ("zero\u200bwidth", None),  # looks like "zerowidth"
         ("line\u2028separator", None),
+        ("pay\u2063", None),  # an invisible separator
+        ("mongolian\u180evowel", None),
         ("f\nexecution x replayed identically", None),
         ("f\x00", None),
         ("f", "\ud800"),  # a lone surrogate: refused only at the first run before

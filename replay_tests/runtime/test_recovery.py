@@ -1144,3 +1144,24 @@ def test_recover_resume_and_worker_on_a_locked_log_say_busy_in_one_line(
         holder.close()
     result = CliRunner().invoke(app, ["resume", str(execution_id), *flows])  # the control
     assert result.exit_code == 0, result.output
+
+
+def test_a_resume_whose_flow_fails_leaves_no_worker_row(loom: Loom) -> None:
+    """A resume whose flow raised (the execution recorded failed, which recovery never takes)
+    kept its worker's row, stopped, so retrying failures by hand still piled rows up (a
+    second regression review). Only an interrupted resume keeps its row for recovery."""
+    outcome: dict[str, BaseException] = {"now": Crash()}
+
+    @loom.flow("flaky")
+    def flaky(ctx: FlowContext) -> str:
+        ctx.decide("first", lambda: "first")
+        raise outcome["now"]
+
+    with pytest.raises(Crash):
+        loom.run("flaky")
+    [summary] = loom.executions()
+    outcome["now"] = ValueError("still broken")
+    with pytest.raises(ValueError):
+        loom.resume(summary.execution_id)
+    assert loom.executions()[0].status == "failed"
+    assert loom.workers.workers(dead_after=None) == []

@@ -243,6 +243,7 @@ def test_a_flow_name_with_a_line_break_forges_no_line_of_the_verdict(loom: Loom)
     described = loom.replay(run.execution_id).describe()
     assert described.endswith(") replayed identically"), described
     assert len(described.splitlines()) == 1, described
+    assert "(f<U+000A>execution" in described, described  # shown as the CLI shows it
     asked["value"] = 2
     diverged = loom.replay(run.execution_id).describe().splitlines()
     assert diverged[0].endswith(") diverged:"), diverged  # the control: it still diverges
