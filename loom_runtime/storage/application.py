@@ -64,7 +64,7 @@ from loom_runtime.redaction import Redactor
 from loom_runtime.retry import is_busy_message, retrying
 from loom_runtime.storage.chain import ChainedRecorder
 from loom_runtime.storage.mapper import MsgspecMapper, decode_event, decode_row
-from loom_runtime.storage.sqlite import ChainedSQLiteRecorder, PreconditionFailed
+from loom_runtime.storage.sqlite import ChainedSQLiteRecorder, PreconditionFailed, sqlite_error
 
 if TYPE_CHECKING:
     from loom_runtime.integrity import Anchor, VerifyReport
@@ -185,18 +185,6 @@ def import_backend(env: dict[str, str]) -> None:
         if (exc.name or "").partition(".")[0] in packages:
             raise MissingExtraError(extra=extra, missing=exc.name or "") from exc
         raise
-
-
-def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
-    """The driver's error behind ``exc`` (eventsourcing's and SQLAlchemy's wrap it), if any."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, sqlite3.Error):
-            return current
-        current = current.__cause__ or getattr(current, "orig", None)
-    return None
 
 
 def _unopenable(settings: LogSettings, error: sqlite3.Error) -> LoomError:

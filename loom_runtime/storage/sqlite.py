@@ -478,18 +478,25 @@ def _stream_rows(cursor: sqlite3.Cursor, stream: UUID) -> list[Row]:
         ) from exc
 
 
-def stored_text_not_utf8(error: BaseException) -> str | None:
-    """The column named when ``error``, or an error it was raised from, is sqlite3 refusing to
-    read a TEXT value that is not UTF-8 (something no loom writer stores, so the database was
-    edited), else None. Only the column is kept: sqlite3's message quotes the whole value."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, sqlite3.OperationalError):
-            found = _NOT_UTF8.match(str(seen))
-            if found is not None:
-                return found[1]
-        seen = seen.__cause__
+def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    """The driver's error behind ``exc`` (eventsourcing's and SQLAlchemy's wrap it), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            return current
+        current = current.__cause__ or getattr(current, "orig", None)
     return None
+
+
+def stored_text_not_utf8(error: BaseException) -> str | None:
+    """The column named when the driver's error behind ``error`` is sqlite3 refusing to read a
+    TEXT value that is not UTF-8 (something no loom writer stores, so the database was
+    edited), else None. Only the column is kept: sqlite3's message quotes the whole value."""
+    driver = sqlite_error(error)
+    found = _NOT_UTF8.match(str(driver)) if isinstance(driver, sqlite3.OperationalError) else None
+    return None if found is None else found[1]
 
 
 def _text_as_stored(data: bytes) -> str:

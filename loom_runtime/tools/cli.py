@@ -129,7 +129,7 @@ def _busy(error: Exception) -> None:
     import sqlite3
 
     from loom_runtime.retry import is_busy_message
-    from loom_runtime.storage.application import sqlite_error
+    from loom_runtime.storage.sqlite import sqlite_error
 
     driver = sqlite_error(error)
     if isinstance(driver, sqlite3.OperationalError) and is_busy_message(str(driver)):
