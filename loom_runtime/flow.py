@@ -139,15 +139,11 @@ class FlowRegistry:
         return sorted(self._flows)
 
 
-def load_flows(spec: str) -> FlowRegistry:
-    """Import ``MODULE:ATTR`` naming a :class:`FlowRegistry`, an object with a ``flows``
-    registry (a ``Loom``), or a function returning either; return the registry."""
-    return load_flows_from(spec)[0]
-
-
 def load_flows_from(spec: str) -> tuple[FlowRegistry, Any]:
-    """:func:`load_flows`, and the object ``spec`` named (called, if a function): a ``Loom``
-    carries settings a caller replaying its flows must share (its redactor)."""
+    """Import ``MODULE:ATTR`` naming a :class:`FlowRegistry`, an object with a ``flows``
+    registry (a ``Loom``), or a function returning either; return the registry and the object
+    named (called, if a function): a ``Loom`` carries settings a caller replaying or running
+    its flows must share (its redactor)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"flows must be given as MODULE:ATTR, not {spec!r}")
