@@ -80,7 +80,7 @@ def check_label(value: object, *, label: str) -> str:
             f"{MAX_LABEL_LENGTH} (use an id, not a description)",
             label=label,
         )
-    refused = refused_character(value)
+    refused = next((c for c in value if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
     if refused is not None:
         raise LabelError(
             f"{label} {value!r} contains U+{ord(refused):04X}, a control or invisible "
@@ -88,13 +88,6 @@ def check_label(value: object, *, label: str) -> str:
             label=label,
         )
     return value
-
-
-def refused_character(value: str) -> str | None:
-    """The first control or invisible character of ``value`` (a line break, a bidi override,
-    a zero-width space, a lone surrogate), or None: text that holds one can print a line of
-    its own or look like other text."""
-    return next((c for c in value if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
 
 
 def checked_tags(tags: Iterable[str]) -> tuple[str, ...]:
