@@ -112,3 +112,21 @@ def test_flows_that_fail_to_load_say_where_they_came_from(
     assert result.output.startswith("error: cannot load flows from 'exits_on_import:loom'")
     assert "SystemExit" in result.output and "$LOOM_FLOWS" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_loom_knowledge_sync_redacts_through_the_apps_redactor(tmp_path: Path) -> None:
+    """`kb.sync` in the app redacts a document's text through the app's redactor (ADR 0012);
+    `loom knowledge sync` took no --flows and stored through the built-in one, so the same
+    folder synced from the command line kept the app's secret in clear (noted by the verdict
+    review). With --flows (or $LOOM_FLOWS) naming the app's Loom, it is the app's."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "runbook.md").write_text(f"# Runbook\n\nCall the CRM with {SECRET} when paged.\n")
+    for flows, stored_in_clear in ((None, True), (FLOWS, False)):
+        path = tmp_path / f"{stored_in_clear}.db"
+        args = ["knowledge", "sync", str(docs), "--scope=ops", "--apply", f"--db=sqlite:///{path}"]
+        synced = _invoke(*args, *([flows] if flows else []))
+        assert synced.exit_code == 0, synced.output
+        assert b"Runbook" in _stored(path)  # the control: the document was stored
+        assert (SECRET.encode() in _stored(path)) is stored_in_clear, flows
+    assert not APP_DB.exists()  # the app's URL was not used

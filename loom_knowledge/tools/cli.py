@@ -196,13 +196,15 @@ def sync_command(
         ),
     ] = None,
     as_json: JsonOption = False,
+    flows: FlowsOption = None,
     db: DbOption = None,
 ) -> None:
     """Reconcile SCOPE against the COMPLETE set of documents in DIRECTORY.
 
     Links out of DIRECTORY are not followed unless --follow-external-links: what is synced
     stays in the append-only log for good, and a stray link to /etc would put /etc there.
-    The flag is for a docs folder that links a shared checkout on purpose.
+    The flag is for a docs folder that links a shared checkout on purpose. With --flows naming
+    your Loom, its redactor applies to the documents, as it does to your app's kb.sync.
     """
     from loom_knowledge.corpus.knowledge_base import RECORDED_STEMMER, open_knowledge_base
 
@@ -221,7 +223,9 @@ def sync_command(
     for skipped in scan.skipped:
         warn(f"skipped link {visible(skipped, one_line=True)}: it points {why}")
     with (
-        open_loom(db, create=apply) as loom,  # the dry run only reads
+        # A Loom named by --flows brings its redactor (ADR 0029, "cli redactor"): the built-in
+        # one kept in clear what the app's own sync of the same folder redacts.
+        open_with_flows(db, flows, create=apply) as loom,  # the dry run only reads
         progress_bars(hidden=as_json or not apply) as bar,  # a plan indexes nothing
     ):
         try:
