@@ -1039,6 +1039,7 @@ class _Context:
         if wrong is not None:  # stored as the failure: the occurrence is taken, as any ask's
             source.record_failure(slot, wrong, meta=None)
             raise wrong
+        started = time.perf_counter()
         try:
             with computing(self, slot.key):
                 result = compute()
@@ -1046,6 +1047,9 @@ class _Context:
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
             source.record_failure(slot, exc, meta=self._meta_of(slot, [], exc))
+            raise
+        except asyncio.CancelledError:  # stored if the flow goes on, as _compute stores it
+            self._cancelled(slot, started, [], source)
             raise
         return self._stored(slot, result, type, None, source)
 
@@ -1100,7 +1104,12 @@ class FlowContext(_Context):
         slot = self._slot(key, input, kind)
         # Answered here, not through _decide_now: a replay answers every decide, and the one
         # call less is a visible share of the little Python each one runs (ADR 0043, amended).
-        value = self._answer(slot, type)
+        try:
+            value = self._answer(slot, type)
+        except RecordedComputeError as recorded:
+            if recorded.error_type == _CANCELLED:
+                raise _cancelled_again(recorded, key) from None
+            raise
         if value is _UNANSWERED:
             value = self._compute_now(slot, compute, type, retry, retry_on)
         return value
@@ -1531,6 +1540,18 @@ def cancelled_wait(error: RecordedComputeError) -> float | None:
         return None
     ran = _CANCELLED_AFTER.fullmatch(error.message)
     return None if ran is None else replay_wait(float(ran[1]))
+
+
+def _cancelled_again(recorded: RecordedComputeError, key: str) -> asyncio.CancelledError:
+    """``recorded``, a sync flow's recorded cancellation, as its ``decide`` raises it on replay.
+
+    Its compute ended in ``asyncio.CancelledError`` and the flow caught it and went on: it is
+    raised as that class again, so the flow's ``except`` takes it as it did live. Nothing
+    outside a sync flow's call can cancel it, so nothing waits for a timeout to cancel it
+    again, as an async flow's replay does (:meth:`_Context._recorded_failure`)."""
+    again = asyncio.CancelledError(recorded.message)
+    again.add_note(f"loom: replayed from the log (decision {key!r})")
+    return again
 
 
 def replay_wait(ran: float) -> float:

@@ -261,3 +261,42 @@ def test_a_cancellation_another_thread_stored_first_is_not_popped_again(loom: Lo
     assert run.output == "went on"
     assert loom.execution(run.execution_id).decisions["slow"].error_type is not None  # stored
     assert loom.replay(run.execution_id).identical
+
+
+def _cancelled_inside() -> str:
+    """A sync compute that ends in ``asyncio.CancelledError``: ``asyncio.run`` of a task that
+    something cancels (here itself) raises it into the caller."""
+
+    async def cancelled() -> str:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+        return "never"
+
+    return asyncio.run(cancelled())
+
+
+@pytest.mark.parametrize("retry", [None, loom_runtime.Backoff(attempts=2, first_pause=0)])
+def test_a_sync_compute_that_raises_cancelled_error_the_flow_catches_replays(
+    loom: Loom, retry: loom_runtime.Backoff | None
+) -> None:
+    """A plain decide (no ``retry=``) of a sync flow computed on a path of its own that caught
+    only ``Exception``: a compute ending in ``CancelledError`` (a ``BaseException``) stored
+    nothing, so when the flow caught it and went on, its replay failed as unrecorded (noted
+    by a regression review). It is stored as the ``retry=`` path stores it, once the flow goes
+    on (ADR 0026, "cancelled")."""
+
+    @loom.flow("sync-cancelled")
+    def sync_cancelled(ctx: Any) -> str:
+        try:
+            ctx.decide("inner", _cancelled_inside, retry=retry)
+        except asyncio.CancelledError:
+            return str(ctx.decide("after", lambda: "went on"))
+        return "not cancelled"
+
+    run = loom.run("sync-cancelled")
+    assert run.output == "went on"
+    stored = loom.execution(run.execution_id).decisions
+    assert stored["inner"].error_type == "asyncio.exceptions:CancelledError", stored
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.divergences
+    assert replayed.output == "went on"
