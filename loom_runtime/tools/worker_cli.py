@@ -209,11 +209,17 @@ class _InertFormatter(logging.Formatter):
     error messages it quotes come from the log (an imported bundle names any owner it likes),
     so their control characters are shown as ``<U+XXXX>``, never sent to the terminal. The
     message is one line (a line break in a quoted owner printed a log line of its own); a
-    traceback after it keeps its lines."""
+    traceback after it keeps its lines. Its level is in lower case, as the command line's own
+    ``error:`` and ``warning:`` (ADR 0008)."""
 
     def format(self, record: logging.LogRecord) -> str:
         one_line = logging.makeLogRecord(
-            {**record.__dict__, "msg": visible(record.getMessage(), one_line=True), "args": None}
+            {
+                **record.__dict__,
+                "msg": visible(record.getMessage(), one_line=True),
+                "args": None,
+                "levelname": record.levelname.lower(),
+            }
         )
         return visible(super().format(one_line))
 

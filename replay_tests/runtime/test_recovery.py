@@ -778,6 +778,18 @@ def test_an_owner_with_a_line_break_forges_no_log_line(
     assert "Traceback" in result.stderr  # the failure's traceback keeps its lines
 
 
+def test_what_a_recovery_logs_on_stderr_is_prefixed_as_every_cli_note(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line's own notes say ``error:`` and ``warning:`` (ADR 0008); the
+    runtime's log lines that `loom recover` and `loom worker` show said ``WARNING:``, in
+    logging's capitals (a docs review)."""
+    result = _recovered_by_cli(sqlite_url, tmp_path, monkeypatch, owner="w-1", error="'down'")
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("warning: execution ") for line in lines), result.stderr
+    assert not any(line.startswith(("WARNING", "ERROR", "INFO")) for line in lines), lines
+
+
 @pytest.mark.slow
 def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
     sqlite_url: str, tmp_path: Path
