@@ -354,3 +354,26 @@ def test_resume_retry_failed_and_fork_show_their_lineage(
     assert _cli("fork", execution_id, "--at", "nope", *flows)[0] == 2
     assert _cli("fork", execution_id, "--at-count", "9", *flows)[0] == 2
     assert _cli("fork", execution_id, "--at-count", "0", "--override", "x", *flows)[0] == 2
+
+
+def test_executions_show_shortens_a_huge_input_and_output(db_url: str) -> None:
+    """`executions show` shortens a decision's value in its table but printed the input and
+    the output whole: a 2 MB prompt filled the terminal (a CLI review). Each is shortened to
+    a head, saying how much was left out and that --json prints it whole."""
+    from loom_runtime import Loom
+
+    huge = "x" * 2_000_000
+    with Loom(db_url) as loom:
+
+        @loom.flow("echo")
+        def echo(ctx: object, text: str) -> str:
+            return text.upper()
+
+        execution_id = str(loom.run("echo", text=huge).execution_id)
+    code, out = _cli("executions", "show", execution_id, "--db", db_url)
+    assert code == 0, out
+    assert len(out) < 20_000, len(out)
+    assert out.count("more characters: --json prints it whole") == 2, out[-2_000:]
+    assert "input: " in out and "output: " in out
+    code, whole = _cli("executions", "show", execution_id, "--json", "--db", db_url)
+    assert code == 0 and huge in whole and huge.upper() in whole

@@ -248,3 +248,21 @@ def test_stored_text_that_is_not_utf8_is_one_line_and_verify_names_the_row(
         result = _invoke(*command, url)
         _ok_or_one_failed_line(result, command)
         assert result.exit_code == 0 or "UTF-8" in result.output, (command, result.output)
+
+
+def test_flow_names_that_print_alike_are_listed_apart(tmp_path: Path) -> None:
+    """A flow name may hold a no-break space or a combining mark (names in every script are
+    allowed, ADR 0002 "flow names"), so an imported bundle's 'billing\\u00a0' or a
+    decomposed 'cafe\\u0301' printed exactly like 'billing ' and 'café' in `executions list`
+    (a regression review). The list shows flow names as it shows document ids
+    (``identifier``): such characters as <U+XXXX>."""
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(db) as loom:
+        for name in ("billing\u00a0", "cafe\u0301", "café"):
+            loom.flow(name)(lambda ctx: 1)
+            loom.run(name)
+    result = _invoke("executions", "list", f"--db={db}")
+    assert result.exit_code == 0, result.output
+    assert "billing<U+00A0>" in result.output, result.output
+    assert "cafe<U+0301>" in result.output, result.output
+    assert "café" in result.output  # the control: a composed name prints as it is

@@ -700,7 +700,7 @@ def executions_list(
 ) -> None:
     """Every execution in the log, oldest first (or those the options select, a page at a time)."""
     from loom_runtime.errors import LabelError
-    from loom_runtime.tools.display import describe_labels
+    from loom_runtime.tools.display import describe_labels, identifier
 
     if status not in (None, "running", "completed", "failed"):
         fail(f"--status must be running, completed or failed, not {status!r}", code=ExitCode.USAGE)
@@ -755,7 +755,9 @@ def executions_list(
             str(summary.execution_id),
             summary.status,
             full_date(summary.started_at),
-            inert(summary.flow, one_line=True),
+            # as a document id is shown: two names that print alike (a no-break space, a
+            # decomposed letter) are listed apart (ADR 0008, amended "names alike")
+            Text(identifier(summary.flow)),
         ]
         if forks:
             cells.append(str(summary.parent_id or "")[:8])
@@ -768,7 +770,8 @@ def executions_list(
 @executions_app.command("show")
 def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption = None) -> None:
     """One execution: its lineage, input, every decision (key, kind, input, value, what was
-    measured) and its outcome. --json prints every value whole (the table shortens them)."""
+    measured) and its outcome. --json prints every value whole (the table shortens them, and a
+    long input, output or error is cut to its first 4,000 characters)."""
     with open_loom(db) as loom:
         try:
             execution = loom.execution(execution_id_in(loom, execution_id))
@@ -796,7 +799,7 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
     )
     for line in lineage(execution):
         console.print(inert(line, one_line=True))
-    console.print(inert(f"input: {codec.pretty(execution.input)}"))
+    console.print(inert(f"input: {_head(codec.pretty(execution.input))}"))
     table = Table("key", "kind", "input", "value", "meta")
     forked = execution.parent_id is not None
     if forked:
@@ -815,10 +818,11 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
         table.add_row(*(inert(cell, one_line=True) for cell in cells))
     print_table(table)
     if execution.error is not None:
-        console.print(inert(f"failed: {execution.error[0]}: {execution.error[1]}", one_line=True))
+        failed = f"failed: {execution.error[0]}: {_head(execution.error[1])}"
+        console.print(inert(failed, one_line=True))
         console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
     elif execution.output is not None:
-        console.print(inert(f"output: {codec.pretty(execution.output)}"))
+        console.print(inert(f"output: {_head(codec.pretty(execution.output))}"))
     else:  # a live worker may be running it: resume refuses that, unless --force
         console.print(f"not finished (if its worker is gone: loom resume {execution.id})")
 
@@ -1349,6 +1353,19 @@ def _caught_up(loom: Loom, projection: TrackedProjection, head: int) -> tuple[bo
         )
     done = f"caught up from {start} to {reached}" if start < head else f"at {start}"
     return reached >= head, label, f"{done} of {head}"
+
+
+SHOWN_CHARACTERS = 4_000
+"""How much of an input, output or error message ``executions show`` prints: a 2 MB prompt
+filled the terminal. ``--json`` prints every value whole."""
+
+
+def _head(text: str) -> str:
+    """``text`` whole, or its first :data:`SHOWN_CHARACTERS` and how many were left out."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    left_out = len(text) - SHOWN_CHARACTERS
+    return f"{text[:SHOWN_CHARACTERS]}… ({left_out:,} more characters: --json prints it whole)"
 
 
 def _short(text: object, width: int = 60) -> str:
