@@ -242,7 +242,17 @@ def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
             fields.append((parameter.name, annotation))
         else:
             fields.append((parameter.name, annotation, parameter.default))
-    schema = msgspec.defstruct(f"{name}_input", fields, kw_only=True, forbid_unknown_fields=True)
+    try:
+        schema = msgspec.defstruct(
+            f"{name}_input", fields, kw_only=True, forbid_unknown_fields=True
+        )
+    except TypeError as exc:  # a non-empty list, dict or set as a default: shared by calls
+        mutable = ", ".join(repr(p.name) for p in parameters[1:] if _shared_default(p.default))
+        raise ConfigurationError(
+            f"flow {name!r} cannot take parameter {mutable or '(one of them)'} with a "
+            "non-empty list, dict or set as its default (every call would share it): default "
+            "to None (or a tuple, a frozenset) and build the collection in the flow"
+        ) from exc
     try:
         msgspec.json.Decoder(schema)
     except TypeError as exc:
@@ -251,6 +261,12 @@ def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
             "annotate inputs with plain data types or msgspec Structs"
         ) from exc
     return schema
+
+
+def _shared_default(default: object) -> bool:
+    """Whether msgspec refuses ``default`` as a field's default: a non-empty mutable
+    collection, which every call would share (an empty one it copies per call)."""
+    return isinstance(default, list | dict | set | bytearray) and len(default) > 0
 
 
 def _output_type(fn: Callable[..., Any]) -> Any:

@@ -463,6 +463,11 @@ class LogSettings:
                 "plain file path (sqlite:///path/to/loom.db), without 'file:' or '?options': "
                 "loom opens the file through two drivers, which would read them differently"
             )
+        if backend == "sqlite" and "\x00" in (self.url.database or ""):
+            raise ConfigurationError(  # else sqlite3's bare ValueError, "embedded null byte"
+                f"{self.url.render_as_string(hide_password=True)!r}: the SQLite path holds a "
+                "NUL character (\\x00), which no file name can"
+            )
         if backend == "sqlite" and self.url.database in (None, "", ":memory:"):
             raise ConfigurationError(
                 "loom needs a SQLite *file* (sqlite:///path/to/loom.db): the log and its "

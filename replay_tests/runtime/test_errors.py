@@ -294,6 +294,34 @@ def test_a_flow_with_a_positional_only_parameter_is_refused_at_registration(loom
         loom.flow("p")(positional)
 
 
+@pytest.mark.parametrize("default", [{"a"}, ["a"], {"a": 1}])
+def test_a_flow_parameter_defaulting_to_a_mutable_collection_is_a_typed_refusal(
+    loom: Loom, default: object
+) -> None:
+    """msgspec, which builds the flow's input type, refuses a non-empty list, dict or set as
+    a default: registering such a flow raised its bare ``TypeError``, naming no flow and no
+    parameter (an API review). It is a ``ConfigurationError`` naming both, with the fix."""
+
+    def tagged(ctx: FlowContext, tags: object = default) -> int:
+        return 1
+
+    with pytest.raises(ConfigurationError, match=r"flow 'tagged'.*parameter 'tags'.*None"):
+        loom.flow("tagged")(tagged)
+
+    def empty(ctx: FlowContext, tags: list[str] = []) -> int:  # noqa: B006 (copied: allowed)
+        return len(tags)
+
+    loom.flow("empty")(empty)  # the control: an empty one is copied per call, so allowed
+    assert loom.run("empty").output == 0
+
+
+def test_a_nul_in_a_sqlite_path_is_a_configuration_error(tmp_path: Path) -> None:
+    """A NUL character in the database path reached sqlite3, whose bare ``ValueError``
+    ("embedded null byte") named nothing (an API review)."""
+    with pytest.raises(ConfigurationError, match="NUL"):
+        Loom(f"sqlite:///{tmp_path}/a\x00b.db").executions()
+
+
 def test_a_single_string_for_live_kinds_or_tags_is_refused_not_read_as_its_characters(
     loom: Loom,
 ) -> None:
