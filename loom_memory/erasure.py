@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
+from uuid import UUID
 
 import msgspec
 
@@ -34,6 +35,7 @@ from loom_runtime import (
     ErasedSubject,
     ErasureSubjectError,
     Precondition,
+    keyring_for,
     open_subject_text,
     pair_subject,
     seal_subject_text,
@@ -209,8 +211,61 @@ def memory_key_subjects(loom: Loom, value: str) -> tuple[list[ErasedSubject], li
             f"memory {memory!r} holds no entries written at key {key!r} in the log at "
             f"{loom.settings.url!r}; nothing was written (keys are matched exactly)"
         )
-    found = [ErasedSubject(subject=subject, execution_id=None, events=sealed)] if sealed else []
+    held_by = tuple(str(e) for e in recalled_by(loom, memory, [key]).get(key, ()))
+    found = (
+        [ErasedSubject(subject=subject, execution_id=None, events=sealed, held_by=held_by)]
+        if sealed
+        else []
+    )
     return found, clear
+
+
+def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[UUID]]:
+    """For each of ``memory``'s ``keys``, the live executions whose recorded recalls returned
+    one of its entries: their records keep a copy under their own keys, which erasing the
+    memory key does not reach, so an erasure's report names them (``held_by``, as for a
+    document's recorded retrievals: ADR 0055).
+
+    A recall is a decision of kind ``"memory"`` (a tier's ``recall`` and ``recall_relevant``,
+    or the application's own) whose value is a list of entries, one of which was written at
+    the key (the same entry, compared encoded: content, id, role, time and taint). Candidates
+    are found by the decisions' kind, in clear; only those executions are opened. An erasure
+    is rare, and its dry run reads only."""
+    from loom_runtime import EncryptionOffError, Execution
+
+    keyring = keyring_for(loom.log.engine)
+    written: dict[bytes, set[str]] = {}
+    for key in keys:
+        for event in loom.log.events(memory_stream(memory, key)):
+            if isinstance(event, MemoryAppended | MemoryReplaced):
+                for entry in open_entries(keyring, event) or ():
+                    written.setdefault(msgspec.json.encode(entry), set()).add(key)
+    found: dict[str, list[UUID]] = {}
+    if not written:
+        return found
+    candidates: dict[UUID, None] = {}
+    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
+        event = loom.log.decode(record)
+        if getattr(event, "kind", None) == "memory":
+            candidates[event.originator_id] = None
+    for execution_id in candidates:
+        try:
+            execution = loom.execution(execution_id)
+        except (ErasedError, EncryptionOffError):
+            continue
+        recalled: set[str] = set()
+        for decision in execution.decisions.values():
+            if decision.kind != "memory" or decision.value is None:
+                continue
+            try:
+                entries = msgspec.json.decode(decision.value, type=list[MemoryEntry])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # a recall of another shape (the application's own)
+            for entry in entries:
+                recalled |= written.get(msgspec.json.encode(entry), set())
+        for key in sorted(recalled):
+            found.setdefault(key, []).append(execution_id)
+    return found
 
 
 def memory_keys_written_before(
@@ -249,8 +304,14 @@ def memory_keys_written_before(
             "written (memory names are matched exactly; the default is 'memory')"
         )
     old = [key for key, written in last.items() if written < cutoff]
+    held = recalled_by(loom, memory, [key for key in old if key in sealed])
     subjects = [
-        ErasedSubject(subject=memory_subject(memory, key), execution_id=None, events=sealed[key])
+        ErasedSubject(
+            subject=memory_subject(memory, key),
+            execution_id=None,
+            events=sealed[key],
+            held_by=tuple(str(e) for e in held.get(key, ())),
+        )
         for key in old
         if key in sealed
     ]

@@ -65,8 +65,9 @@ class ErasedSubject(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     held_by: tuple[str, ...] = ()
     """Executions whose own records hold copies of this subject's text (a recorded retrieval
-    of a document's passages): sealed under their own keys, so this erasure does not reach
-    them; the report names them so that they can be erased too (``--execution ID``)."""
+    of a document's passages, a recorded recall of a memory key's entries): sealed under their
+    own keys, so this erasure does not reach them; the report names them so that they can be
+    erased too (``--execution ID``)."""
 
 
 SubjectResolver = Callable[["Loom", str], tuple[Sequence[ErasedSubject], Sequence[str]]]

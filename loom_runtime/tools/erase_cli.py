@@ -183,9 +183,11 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
     for subject in report.subjects:
         name = subject.execution_id or subject.subject
         _line(f"  {name}  {subject.events} sealed event(s)")
+        # a memory key's subject starts "memory:" (loom_memory.erasure.MEMORY): recalled
+        copied = "recalled" if subject.subject.startswith("memory:") else "retrieved"
         for execution_id in subject.held_by:
             _line(
-                f"    retrieved by execution {execution_id}: its record keeps a copy; "
+                f"    {copied} by execution {execution_id}: its record keeps a copy; "
                 f"erase it too with --execution {execution_id}"
             )
     for name in report.already_erased[:_LISTED]:

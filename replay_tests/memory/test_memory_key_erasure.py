@@ -482,3 +482,43 @@ def test_doctor_reports_a_store_that_cannot_be_opened_and_checks_the_others(
         for line in lines
     ), result.stdout
     assert any(re.match(r"ok   projection loom_memory:\S+:kept_: ", line) for line in lines)
+
+
+def test_the_report_names_the_executions_that_recalled_the_key(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flow's recorded recall keeps a copy of the key's entries under the execution's own
+    key, which erasing the memory key does not reach. A document's erasure names such
+    executions (``held_by``, ADR 0055); a memory key's named none, so a data-protection
+    officer read "nothing else holds it" (noted by a memory review). Now it names the
+    executions whose recalls returned one of the key's entries, and only those."""
+    from loom_memory import TieredMemory
+    from loom_runtime import FlowContext
+    from loom_runtime.tools.cli import app
+
+    with Loom(db_url, encryption=KEY) as loom:
+        tiers = TieredMemory(EventSourcedMemory(loom))
+
+        @loom.flow("chat")
+        def chat(ctx: FlowContext, user: str) -> int:
+            tiers.remember("semantic", user, [MemoryEntry(content=f"{user} likes tea")])
+            return len(tiers.recall("semantic", user, 5, decide=ctx.decide))
+
+        @loom.flow("quiet")
+        def quiet(ctx: FlowContext, user: str) -> int:
+            return len(tiers.read("semantic", user))  # read, not recorded: holds no copy
+
+        alice = str(loom.run("chat", user="alice").execution_id)
+        bob = str(loom.run("chat", user="bob").execution_id)
+        loom.run("quiet", user="alice")
+        key = "memory:tier/semantic/alice"
+        dry = loom.erase(memory_key=key, reason="request", by="dpo", dry_run=True)
+        assert [s.held_by for s in dry.subjects] == [(alice,)], (dry, bob)
+        monkeypatch.setenv("LOOM_MASTER_KEY", base64.b64encode(b"m" * 32).decode())
+        cli = CliRunner().invoke(
+            app, ["erase", "--memory-key", key, "--reason", "r", "--db", db_url]
+        )
+        assert f"recalled by execution {alice}" in cli.output, cli.output
+        report = loom.erase(memory_key=key, reason="request", by="dpo")
+        assert [s.held_by for s in report.subjects] == [(alice,)]
+        assert loom.replay(bob).identical  # the control: another key's recall is untouched
