@@ -250,6 +250,38 @@ def test_stored_text_that_is_not_utf8_is_one_line_and_verify_names_the_row(
         assert result.exit_code == 0 or "UTF-8" in result.output, (command, result.output)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "ALTER TABLE stored_events RENAME COLUMN topic TO topik",
+        "ALTER TABLE stored_events RENAME TO events_moved",
+    ],
+    ids=["column", "table"],
+)
+def test_a_log_table_changed_outside_loom_is_one_line_never_a_traceback(
+    tmp_path: Path, damage: str
+) -> None:
+    """A ``stored_events`` table whose columns (or name) were changed ended every command,
+    ``loom verify`` included, in an ``OperationalError`` traceback ("no such column: topic";
+    a CLI review). It is one line saying the database lacks what loom made, exit 1; with the
+    table renamed away, verify finds the chain's events gone: TAMPERED."""
+    path = tmp_path / "loom.db"
+    with Loom(f"sqlite:///{path}", flows=flows) as loom:
+        execution_id = str(loom.run("echo", text=1).execution_id)
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute(damage)
+    url = f"--db=sqlite:///{path}"
+    moved = damage.endswith("events_moved")  # verify finds the chain's events gone
+    commands = [["verify"]] + ([] if moved else [["executions", "list"], ["audit", execution_id]])
+    for command in commands:
+        result = _invoke(*command, url)
+        assert "Traceback" not in result.output, (command, result.output)
+        assert result.exit_code == ExitCode.FAILED, (command, result.output)
+        said = "TAMPERED" if moved else "changed outside loom"
+        assert said in result.output, (command, result.output)
+        assert len(result.output.strip().splitlines()) == 1, (command, result.output)
+
+
 def test_flow_names_that_print_alike_are_listed_apart(tmp_path: Path) -> None:
     """A flow name may hold a no-break space or a combining mark (names in every script are
     allowed, ADR 0002 "flow names"), so an imported bundle's 'billing\\u00a0' or a

@@ -499,6 +499,22 @@ def stored_text_not_utf8(error: BaseException) -> str | None:
     return None if found is None else found[1]
 
 
+_MISSING_SCHEMA = re.compile(
+    r"(no such (?:column|table): \S{1,200}|table \S{1,200} has no column named \S{1,200})"
+)
+"""sqlite3's words for a table or column the statement names and the database lacks."""
+
+
+def missing_schema(error: BaseException) -> str | None:
+    """What the database lacks (``no such column: topic``) when the driver's error behind
+    ``error`` is sqlite3 finding no table or column a statement names, else None."""
+    driver = sqlite_error(error)
+    found = (
+        _MISSING_SCHEMA.match(str(driver)) if isinstance(driver, sqlite3.OperationalError) else None
+    )
+    return None if found is None else found[1]
+
+
 def _text_as_stored(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 

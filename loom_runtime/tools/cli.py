@@ -105,6 +105,7 @@ class _LoomGroup(ReadableGroup):
         except Exception as exc:
             _not_utf8(exc)
             _busy(exc)
+            _schema_changed(exc)
             _traceback(exc)
 
 
@@ -136,6 +137,20 @@ def _busy(error: Exception) -> None:
         fail(
             "the SQLite log stayed locked by another connection for the whole lock timeout: "
             "another process is writing to it or holding a transaction open; try again"
+        )
+
+
+def _schema_changed(error: Exception) -> None:
+    """Fail in one line if ``error`` is the database lacking a table or column loom made
+    (renamed or dropped outside loom, or not a loom log at all): every command, `loom
+    verify` included, printed the driver's ``OperationalError`` as a traceback."""
+    from loom_runtime.storage.sqlite import missing_schema
+
+    missing = missing_schema(error)
+    if missing is not None:
+        fail(
+            f"the log's database lacks a table or column loom made ({missing}): it was changed "
+            "outside loom, or it is not a loom log"
         )
 
 
