@@ -1039,7 +1039,6 @@ class _Context:
         if wrong is not None:  # stored as the failure: the occurrence is taken, as any ask's
             source.record_failure(slot, wrong, meta=None)
             raise wrong
-        started = time.perf_counter()
         try:
             with computing(self, slot.key):
                 result = compute()
@@ -1048,8 +1047,11 @@ class _Context:
         except Exception as exc:
             source.record_failure(slot, exc, meta=self._meta_of(slot, [], exc))
             raise
-        except asyncio.CancelledError:  # stored if the flow goes on, as _compute stores it
-            self._cancelled(slot, started, [], source)
+        except asyncio.CancelledError as cancelled:  # stored once the flow goes on, as it was
+            # raised (its own message: a sync replay raises it again at once, nothing waits
+            # to cancel it, so the "cancelled after" form an async replay times is not needed)
+            store = functools.partial(source.record_failure, slot, cancelled, meta=None)
+            self._cancellations.append(store)
             raise
         return self._stored(slot, result, type, None, source)
 
