@@ -700,6 +700,10 @@ def _create_engine(url: URL | str) -> Engine:
     overwritten (``LogSettings.overwrite_deleted_content``), so a removed entry's text leaves
     no copy in the file's free space. An engine passed in is the caller's to manage, as
     SQLAlchemy leaves it (the log's engine, ``loom.log.engine``, overwrites too)."""
+    if LogSettings.holds_nul(url):  # sqlite3's bare ValueError; libpq cuts the string there
+        raise StoreConfigurationError(
+            f"cannot open a database at {url!r}: the URL holds a NUL character (\\x00)"
+        )
     try:
         engine = create_engine(url)
     except (SQLAlchemyError, ImportError) as exc:

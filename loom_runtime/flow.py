@@ -246,12 +246,14 @@ def _input_schema(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
         schema = msgspec.defstruct(
             f"{name}_input", fields, kw_only=True, forbid_unknown_fields=True
         )
-    except TypeError as exc:  # a non-empty list, dict or set as a default: shared by calls
+    except TypeError as exc:  # a default msgspec refuses: every call would share it
         mutable = ", ".join(repr(p.name) for p in parameters[1:] if _shared_default(p.default))
+        if not mutable:  # another default (a mutable Struct) or name: msgspec says what
+            raise ConfigurationError(f"flow {name!r} cannot take its parameters: {exc}") from exc
         raise ConfigurationError(
-            f"flow {name!r} cannot take parameter {mutable or '(one of them)'} with a "
-            "non-empty list, dict or set as its default (every call would share it): default "
-            "to None (or a tuple, a frozenset) and build the collection in the flow"
+            f"flow {name!r} cannot take parameter {mutable} with a non-empty list, dict, set "
+            "or bytearray as its default (every call would share it): default to None (or a "
+            "tuple or frozenset of immutable values) and build the collection in the flow"
         ) from exc
     try:
         msgspec.json.Decoder(schema)

@@ -463,10 +463,12 @@ class LogSettings:
                 "plain file path (sqlite:///path/to/loom.db), without 'file:' or '?options': "
                 "loom opens the file through two drivers, which would read them differently"
             )
-        if backend == "sqlite" and "\x00" in (self.url.database or ""):
-            raise ConfigurationError(  # else sqlite3's bare ValueError, "embedded null byte"
-                f"{self.url.render_as_string(hide_password=True)!r}: the SQLite path holds a "
-                "NUL character (\\x00), which no file name can"
+        if LogSettings.holds_nul(self.url):
+            # sqlite3 raised a bare ValueError ("embedded null byte"); libpq cuts the
+            # connection string at it, and connected to a server the URL does not name.
+            raise ConfigurationError(
+                f"{self.url.render_as_string(hide_password=True)!r}: the database URL holds a "
+                "NUL character (\\x00), which no path, host or parameter can"
             )
         if backend == "sqlite" and self.url.database in (None, "", ":memory:"):
             raise ConfigurationError(
@@ -488,6 +490,27 @@ class LogSettings:
         engine = self._postgres_engine() if not self.is_sqlite else self._sqlite_engine()
         engine_renewed_in_child(engine)
         return engine
+
+    @staticmethod
+    def holds_nul(url: URL | str) -> bool:
+        """Whether any part of ``url`` (user, password, host, database, a query's names and
+        values, percent-encoded or not) holds a NUL character: no driver takes one (sqlite3
+        raises a bare ValueError; libpq cuts the connection string there and reaches a server
+        the URL does not name). Also for the stores' own URLs."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = make_url(url)
+        except ArgumentError:  # not a URL at all: whoever opens it says so
+            return isinstance(url, str) and "\x00" in url
+        query = [
+            part
+            for name, value in parsed.query.items()
+            for part in (name, *((value,) if isinstance(value, str) else value))
+        ]
+        parts = (parsed.username, parsed.password, parsed.host, parsed.database, *query)
+        return any("\x00" in part for part in parts if part is not None)
 
     @staticmethod
     def overwrite_deleted_content(engine: Engine) -> None:

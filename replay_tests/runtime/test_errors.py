@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from loom_runtime import (
@@ -294,7 +295,7 @@ def test_a_flow_with_a_positional_only_parameter_is_refused_at_registration(loom
         loom.flow("p")(positional)
 
 
-@pytest.mark.parametrize("default", [{"a"}, ["a"], {"a": 1}])
+@pytest.mark.parametrize("default", [{"a"}, ["a"], {"a": 1}, bytearray(b"a")])
 def test_a_flow_parameter_defaulting_to_a_mutable_collection_is_a_typed_refusal(
     loom: Loom, default: object
 ) -> None:
@@ -315,11 +316,39 @@ def test_a_flow_parameter_defaulting_to_a_mutable_collection_is_a_typed_refusal(
     assert loom.run("empty").output == 0
 
 
-def test_a_nul_in_a_sqlite_path_is_a_configuration_error(tmp_path: Path) -> None:
+class _Options(msgspec.Struct):
+    top_k: int = 5
+
+
+def test_a_mutable_struct_default_keeps_msgspecs_own_reason(loom: Loom) -> None:
+    """msgspec refuses a mutable Struct as a default too, saying to make it ``frozen``: the
+    first form of the refusal above blamed a list, dict or set, naming no parameter (a
+    regression review). Another refusal keeps msgspec's words, with the flow's name."""
+
+    def ranked(ctx: FlowContext, options: _Options = _Options()) -> int:  # noqa: B008
+        return options.top_k
+
+    with pytest.raises(ConfigurationError, match=r"flow 'ranked'.*frozen=True") as refused:
+        loom.flow("ranked")(ranked)
+    assert "list, dict" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{tmp}/a\x00b.db",
+        "postgresql+psycopg://loom@127.0.0.1:6999/lo\x00om",
+        "postgresql+psycopg://loom@127.0.0.1:6999/loom?host=/run/\x00pg",
+    ],
+    ids=["sqlite-path", "postgresql-database", "postgresql-query"],
+)
+def test_a_nul_anywhere_in_the_url_is_a_configuration_error(tmp_path: Path, url: str) -> None:
     """A NUL character in the database path reached sqlite3, whose bare ``ValueError``
-    ("embedded null byte") named nothing (an API review)."""
+    ("embedded null byte") named nothing (an API review); in a PostgreSQL URL libpq cut the
+    connection string at it and connected to a server the URL does not name (a regression
+    review). Refused before any connection, on every backend."""
     with pytest.raises(ConfigurationError, match="NUL"):
-        Loom(f"sqlite:///{tmp_path}/a\x00b.db").executions()
+        Loom(url.format(tmp=tmp_path)).executions()
 
 
 def test_a_single_string_for_live_kinds_or_tags_is_refused_not_read_as_its_characters(
@@ -378,3 +407,16 @@ def test_a_sqlite_url_that_would_split_the_log_from_its_tables_is_refused(
     with pytest.raises(ConfigurationError, match="sqlite:///"):
         LogSettings(url)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("nul", ["path", "query"])
+def test_a_nul_in_a_memory_stores_own_url_is_a_store_configuration_error(
+    tmp_path: Path, nul: str
+) -> None:
+    """A store opened from its own URL met the NUL as sqlite3's bare ``ValueError`` (a
+    regression review); refused as the log's URL is, before any connection."""
+    from loom_memory import SqliteMemoryStore, StoreConfigurationError
+
+    url = f"sqlite:///{tmp_path}/m\x00.db" if nul == "path" else f"sqlite:///{tmp_path}/m.db?x=%00"
+    with pytest.raises(StoreConfigurationError, match="NUL"):
+        SqliteMemoryStore(url)
