@@ -770,9 +770,9 @@ def executions_list(
             str(summary.execution_id),
             summary.status,
             full_date(summary.started_at),
-            # as a document id is shown: two names that print alike (a no-break space, a
-            # decomposed letter) are listed apart (ADR 0008, amended "names alike")
-            Text(identifier(summary.flow)),
+            # as a document id is shown, marks as written: two names that print alike (a
+            # no-break space, a space at an end) are listed apart (ADR 0008, "names alike")
+            Text(identifier(summary.flow, marks=False)),
         ]
         if forks:
             cells.append(str(summary.parent_id or "")[:8])

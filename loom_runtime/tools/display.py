@@ -65,18 +65,21 @@ def full_date(moment: datetime) -> str:
     return as_utc(moment).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def identifier(text: str) -> str:
+def identifier(text: str, *, marks: bool = True) -> str:
     """An id (a document's, a source's) as :func:`visible` shows a one-line value, and so that
     no two ids print alike: a space at either end, every space but U+0020 (a no-break space
     prints as a space) and, in an id not in Unicode's composed form (NFC), every combining
     mark (``e`` + U+0301 prints as ``é``) are shown as ``<U+XXXX>`` too.
+
+    ``marks=False`` leaves the combining marks as written (a flow's name: Arabic or Hebrew
+    typed in keyboard order is not in NFC, and every vowel mark would print as a code).
 
     Ids in NFC with ordinary spaces, in any script, print unchanged: the marks of a composed
     id are its letters' own. What no escaping can show apart are letters of different
     scripts drawn alike (Latin ``a`` and Cyrillic U+0430); telling those apart needs a policy on
     which scripts an id may use, which is the application's (loom stores ids exactly)."""
     shown = _UNLIKE_ID.sub(lambda found: f"<U+{ord(found[0]):04X}>", text)
-    if unicodedata.is_normalized("NFC", shown):
+    if not marks or unicodedata.is_normalized("NFC", shown):
         return shown
     return "".join(
         f"<U+{ord(char):04X}>" if unicodedata.combining(char) else char for char in shown

@@ -204,13 +204,17 @@ def _note_left(loom: Loom, *, dead_after: float, include_unowned: bool) -> None:
         )
 
 
+_LEVELS = {"INFO": "note", "CRITICAL": "error"}
+"""Logging's level names the command line names otherwise (others: in lower case)."""
+
+
 class _InertFormatter(logging.Formatter):
     """A log line as :func:`~loom_runtime.tools.display.visible` shows it: the owner ids and
     error messages it quotes come from the log (an imported bundle names any owner it likes),
     so their control characters are shown as ``<U+XXXX>``, never sent to the terminal. The
     message is one line (a line break in a quoted owner printed a log line of its own); a
-    traceback after it keeps its lines. Its level is in lower case, as the command line's own
-    ``error:`` and ``warning:`` (ADR 0008)."""
+    traceback after it keeps its lines. Its level is named as the command line's own lines
+    are: ``error:``, ``warning:``, ``note:`` (ADR 0008)."""
 
     def format(self, record: logging.LogRecord) -> str:
         one_line = logging.makeLogRecord(
@@ -218,7 +222,7 @@ class _InertFormatter(logging.Formatter):
                 **record.__dict__,
                 "msg": visible(record.getMessage(), one_line=True),
                 "args": None,
-                "levelname": record.levelname.lower(),
+                "levelname": _LEVELS.get(record.levelname, record.levelname.lower()),
             }
         )
         return visible(super().format(one_line))

@@ -790,6 +790,19 @@ def test_what_a_recovery_logs_on_stderr_is_prefixed_as_every_cli_note(
     assert not any(line.startswith(("WARNING", "ERROR", "INFO")) for line in lines), lines
 
 
+def test_a_workers_info_line_is_a_note_as_the_cli_names_its_own() -> None:
+    """`loom worker` shows what it recovered at logging's INFO, which printed as ``info:``
+    where the command line's own such lines say ``note:`` (a regression review)."""
+    from loom_runtime.tools.worker_cli import _InertFormatter
+
+    formatter = _InertFormatter("%(levelname)s: %(message)s")
+    shown = [
+        formatter.format(logging.makeLogRecord({"levelno": level, "levelname": name, "msg": "m"}))
+        for level, name in ((logging.INFO, "INFO"), (logging.CRITICAL, "CRITICAL"))
+    ]
+    assert shown == ["note: m", "error: m"]
+
+
 @pytest.mark.slow
 def test_loom_worker_recovers_until_sigterm_then_stops_cleanly(
     sqlite_url: str, tmp_path: Path
