@@ -876,6 +876,9 @@ class _Context:
                 self.uncancelled.append((key, bound))
         except asyncio.CancelledError:
             cancelled = True
+            seen = order.seen_in_turn(key)  # after the cancellations stored before it
+            if seen is not None:
+                yield Pending(key, seen)
             raise
         finally:
             if cancelled:  # again, as live: handed out once the flow has seen it

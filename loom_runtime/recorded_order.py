@@ -9,7 +9,9 @@ reported as diverging when nothing had changed.
 
 So a replay of an async flow hands a recorded answer out only once every answer recorded
 before it has been handed out; a task asking early waits (on a future of the running loop)
-until its turn. Sequential code asks in the recorded order and never waits. When a turn can
+until its turn, and a few passes more when the last answer went to another task (the code
+acting on it may be a step away: ``wait_for``'s own task, one more ``await``). Sequential
+code asks in the recorded order and never waits. When a turn can
 never come (the code no longer asks an earlier call, or asks it only after this one), the
 replay would wait forever; so when nothing has been handed out for :data:`STALL_PASSES`
 passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
@@ -22,10 +24,10 @@ again live (a replay's ``live=`` kinds), until its answer comes.
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
 and on replay holds its turn until the flow's timeout cancels it again
-(:meth:`RecordedOrder.hold`).
+(:meth:`RecordedOrder.hold`), and the flow sees it in turn (:meth:`RecordedOrder.seen_in_turn`).
 
-ADR 0002 ("completion order", "a cancellation's place") says why and what it cannot see (a
-call waiting on real I/O the log does not hold).
+ADR 0002 ("completion order", "a cancellation's place", "a step away") says why and what it
+cannot see (a call waiting on real I/O the log does not hold).
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ class RecordedOrder:
         self._since = self._last = self._cpu_since = self._moved = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None  # the loop's, from :meth:`bind` on
+        self._taker: asyncio.Task[object] | None = None
+        """The task that took the last answer handed out on the loop: its next ask (code
+        running in sequence) is answered at once; another task's waits :data:`SETTLE_PASSES`
+        passes (:meth:`_wake_later`)."""
 
     def turn(self, key: str) -> asyncio.Future[None] | None:
         """None when ``key``'s answer may be handed out now (it is then counted handed out),
@@ -113,14 +119,42 @@ class RecordedOrder:
         if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
             self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
             return None
-        if self._in_order(key):
+        task = asyncio.current_task()
+        in_sequence = task is self._taker or self._taker is None
+        if in_sequence and self._in_order(key):
+            self._taker = task
             return None
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank <= self._next:  # its turn, or passed over by the watch: answered at once
-            self._hand(rank)
+        if rank < self._next or (rank == self._next and in_sequence):
+            self._hand(rank)  # its turn in sequence, or passed over by the watch: at once
+            self._taker = task
             return None
+        waiting = self._wait(rank)
+        if rank == self._next:  # its turn, asked by another task than the last answer's
+            self._wake_later(waiting)
+        return waiting
+
+    def seen_in_turn(self, key: str) -> asyncio.Future[None] | None:
+        """What ``key``'s call, recorded as cancelled and now cancelled again, waits on before
+        the flow sees its cancellation: the turn of every answer stored before it (None when
+        that has come, or off the flow's loop). Two timeouts that fire together fire in the
+        order their tasks started, which ``as_completed`` takes from a set: live and on
+        replay, another order; the stored order is the live one (ADR 0002, amended "a step
+        away"). The waiting call is not counted handed out: :meth:`settle` does that."""
+        if threading.get_ident() != self._thread:
+            return None
+        rank = self._ranks().get(key)
+        if rank is None or rank <= self._next:
+            return None
+        waiting = self._wait(rank)
+        waiting.add_done_callback(lambda _: self._waiting.pop(rank, None))
+        return waiting
+
+    def _wait(self, rank: int) -> asyncio.Future[None]:
+        """A future of the running loop that completes when ``rank``'s turn comes, watched
+        (:meth:`_watch`) so that a turn that never comes is given up on."""
         loop = asyncio.get_running_loop()
         waiting = self._waiting[rank] = loop.create_future()
         if not self._watching:
@@ -143,6 +177,7 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is not None:
             self._waiting.pop(rank, None)
+            self._taker = asyncio.current_task()
             self._hand(rank)
 
     def handed_out(self, key: str) -> None:
@@ -183,13 +218,31 @@ class RecordedOrder:
 
     def _wake(self) -> None:
         """Move past every answer handed out; wake the waiter whose turn that makes (it is
-        counted handed out when its task has run: :meth:`took`)."""
+        counted handed out when its task has run: :meth:`took`), a few passes later."""
         handed = self._handed
         while self._next < len(handed) and handed[self._next]:
             self._next += 1
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
-            woken.set_result(None)
+            self._wake_later(woken)
+
+    def _wake_later(self, waiting: asyncio.Future[None]) -> None:
+        """Complete ``waiting``, a task's turn, :data:`SETTLE_PASSES` passes of the loop from
+        now. The answer before it was counted handed out when the task that asked it resumed,
+        but the code that acts on it may be a step or more away: ``wait_for`` (on Python 3.11)
+        and ``shield`` ask from a task of their own, whose end wakes the flow's task a pass or
+        two later, and a flow may ``await`` once more before it acts. Live, the next answer
+        came later than that (milliseconds, not passes); answered at once, another task acted
+        on it first, and a faithful replay diverged (ADR 0002, amended "a step away")."""
+        loop = waiting.get_loop()
+
+        def later(passes: int) -> None:
+            if passes:
+                loop.call_soon(later, passes - 1)
+            elif not waiting.done():
+                waiting.set_result(None)
+
+        later(SETTLE_PASSES)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
@@ -372,7 +425,7 @@ def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list
 
     Only failures are looked at (a cancellation is one; failures are few, so an async replay
     decodes no meta of a decision that succeeded). The meta is untrusted (a bundle's): a
-    point that is not a count of decisions stored before the call's own is ignored, and the
+    point that is not a count of decisions stored up to the call's own is ignored, and the
     call keeps its stored place; a wrong order is at worst a divergence the watch lets end.
     """
     moved: dict[str, int] = {}
@@ -385,7 +438,9 @@ def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list
         except (msgspec.DecodeError, RecursionError):
             continue
         point = meta.get(CANCELLED_AFTER) if isinstance(meta, dict) else None
-        if type(point) is int and 0 <= point < index:
+        # At its own place (the first cancellation of a point) it stays there, but ranks
+        # with the others cancelled at that point, in stored order, not after them.
+        if type(point) is int and 0 <= point <= index:
             moved[key] = point
     if not moved:
         return keys

@@ -857,3 +857,81 @@ def test_a_held_cancellation_does_not_wait_for_a_timer_long_after_its_live_momen
     result = _ends(lambda: loom.replay(run.execution_id))
     assert time.perf_counter() - started < 5.0
     assert not result.identical
+
+
+def _early_forms(call: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    """Ways a flow awaits the call that answered first live, each a step or more between the
+    task that asked and the code that acts on the answer."""
+
+    async def wait_for() -> Any:  # Python 3.11: asks from wait_for's own inner task
+        return await asyncio.wait_for(call(), 5)
+
+    async def shield() -> Any:
+        return await asyncio.shield(call())
+
+    async def ensure_future() -> Any:
+        return await asyncio.ensure_future(call())
+
+    async def one_more_step() -> Any:
+        answer = await call()
+        await asyncio.sleep(0)
+        return answer
+
+    return {
+        "wait_for": wait_for,
+        "shield": shield,
+        "ensure_future": ensure_future,
+        "one_more_step": one_more_step,
+    }
+
+
+@pytest.mark.parametrize("form", ["wait_for", "shield", "ensure_future", "one_more_step"])
+def test_an_answer_a_step_from_the_flow_is_not_overtaken_by_the_next(loom: Loom, form: str) -> None:
+    """Live, "early" answered 20 ms before "late". On replay "early" was counted handed out as
+    soon as the task that asked it resumed: under ``wait_for`` (its inner task), ``shield``,
+    ``ensure_future`` or one more ``await``, the flow's own task was still a few passes from
+    acting on it when "late", asked by another task, was answered at once and acted on first.
+    Every replay of the unchanged flow diverged (a fuzz review)."""
+
+    @loom.flow("step")
+    async def step(ctx: Any) -> list[str]:
+        async def answered(value: str, delay: float) -> str:
+            await asyncio.sleep(delay)
+            return value
+
+        async def late() -> str:
+            return str(await ctx.decide("late", lambda: answered("late", 0.02)))
+
+        early = _early_forms(lambda: ctx.decide("early", lambda: answered("early", 0)))[form]
+        return [await finished for finished in asyncio.as_completed([late(), early()])]
+
+    run = loom.run("step")
+    assert run.output == ["early", "late"]
+    for _ in range(3):
+        result = loom.replay(run.execution_id)
+        assert result.identical, result.describe()
+
+
+def test_two_timeouts_that_fire_together_replay_in_their_stored_order(loom: Loom) -> None:
+    """Two calls under one 30 ms timeout each, both cut, collected as they finish:
+    ``as_completed`` starts its tasks in a set's order, so the replay's timers fired in
+    another order than the live run's, and about half of the unchanged replays swapped the
+    two fallbacks (a fuzz review). A call cancelled again waits, before the flow sees it,
+    for the cancellations stored before it to have been seen."""
+
+    @loom.flow("two-timeouts")
+    async def two_timeouts(ctx: Any) -> list[str]:
+        async def call(key: str) -> str:
+            try:
+                async with asyncio.timeout(0.03):
+                    return str(await ctx.decide(key, lambda: asyncio.sleep(0.3, key)))
+            except TimeoutError:
+                return f"{key} timed out"
+
+        return [await finished for finished in asyncio.as_completed([call("a"), call("b")])]
+
+    runs = [loom.run("two-timeouts") for _ in range(3)]
+    for run in runs:
+        for _ in range(3):
+            result = loom.replay(run.execution_id)
+            assert result.identical, (run.output, result.describe())
