@@ -294,6 +294,13 @@ class KnowledgeBase:
             self._settle()
         return self._stemmer
 
+    @property
+    def fingerprint_algorithm(self) -> str:
+        """What this knowledge base records beside each document's fingerprint: the hash and,
+        for a chunker with an identity, the chunker. A document recorded under another is
+        written again, re-cut, at its next sync (ADR 0010, amended "rechunk")."""
+        return self._fingerprinter.algorithm
+
     def _settle(self) -> None:
         """Read the scope's stemmer from the log if the scope exists, refusing a different one
         asked for explicitly; a scope not written yet stays unsettled (another process may

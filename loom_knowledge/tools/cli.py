@@ -62,8 +62,10 @@ from loom_runtime.tools.display import identifier, visible
 from loom_runtime.tools.readable_help import LoomTyper
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from loom_knowledge.corpus.knowledge_base import KnowledgeBase
-    from loom_knowledge.domain.types import Passage, SyncResult
+    from loom_knowledge.domain.types import Doc, Passage, SyncResult
     from loom_runtime import Loom
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="The corpus scope.")]
@@ -187,6 +189,14 @@ def sync_command(
             help="Refuse the sync if a file is larger than this (default 64 MiB), unread.",
         ),
     ] = MAX_FILE_BYTES,
+    rechunk: Annotated[
+        bool,
+        typer.Option(
+            "--rechunk",
+            help="Re-cut documents an application cut with its own chunker, with the default "
+            "(default: refuse, writing nothing).",
+        ),
+    ] = False,
     stemmer: Annotated[
         str | None,
         typer.Option(
@@ -232,6 +242,10 @@ def sync_command(
             kb = open_knowledge_base(
                 loom, scope, stemmer=RECORDED_STEMMER if stemmer is None else stemmer
             )
+            result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
+            recut = _cut_otherwise(kb, docs)
+            if recut and not rechunk:
+                fail(_recut(len(recut), scope), code=ExitCode.USAGE)
             if apply:
                 result = kb.sync(
                     docs,
@@ -239,8 +253,6 @@ def sync_command(
                     allow_mass_delete=allow_mass_delete,
                     progress=bar("indexing"),
                 )
-            else:
-                result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
         except SubjectErasedError as exc:  # one of the folder's documents was erased
             fail(
                 f"{exc}: an erased document stays erased, so nothing was synced; remove its "
@@ -258,6 +270,30 @@ def sync_command(
         print_json({"applied": apply, **msgspec.structs.asdict(result)})
     else:
         _print_sync(result, applied=apply, verbose=verbose)
+
+
+def _cut_otherwise(kb: KnowledgeBase, docs: Sequence[Doc]) -> list[str]:
+    """The documents of ``docs`` the scope holds under another fingerprint algorithm than
+    ``kb``'s: a sync re-cuts them with this command's (the default) chunker."""
+    ids = {doc.id for doc in docs}
+    algorithm = kb.fingerprint_algorithm
+    return [
+        record.id
+        for record in kb.list_docs()
+        if record.id in ids and record.fingerprint_algorithm != algorithm
+    ]
+
+
+def _recut(count: int, scope: str) -> str:
+    """The refusal to re-cut what another chunker cut (ADR 0010, amended "cli chunker")."""
+    return (
+        f"{count} document(s) of scope {scope!r} were written under another fingerprint "
+        "algorithm than this command's: cut by your application's own chunker (or an older "
+        "loom). This command cuts with the default chunker, so it would rewrite every one of "
+        "them, and your application's next sync would rewrite them back; nothing was written. "
+        "Sync this scope from your application, or pass --rechunk to re-cut them with the "
+        "default on purpose"
+    )
 
 
 def _mass_delete(exc: MassDeleteRefusedError) -> str:

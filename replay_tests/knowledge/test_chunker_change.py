@@ -11,6 +11,7 @@ another chunker are written again, cut by the new one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,39 @@ def test_a_chunker_identity_that_is_not_a_short_text_is_refused(sqlite_url: str)
             with pytest.raises(InvalidOptionError, match="identity"):
                 open_knowledge_base(loom, f"scope{len(str(bad))}", chunker=whole)
         assert loom.log.position == 0
+
+
+def test_the_cli_refuses_to_recut_a_scope_an_app_cut_with_its_own_chunker(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """`loom knowledge sync` opens a scope with the default chunker: on a scope the app cuts
+    with its own, an unchanged folder was "4 written" (every document re-cut), and the app's
+    next sync re-cut them back, each time (a corpus fuzz review). The command now refuses,
+    writing nothing, and says how: sync from the app, or ``--rechunk`` to re-cut on purpose."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.tools.cli import ExitCode, app
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for doc in DOCS:
+        (folder / doc.id).write_text(doc.text)
+    synced = ["knowledge", "sync", str(folder), f"--scope={SCOPE}", "--source=s", "--apply"]
+    with Loom(sqlite_url) as loom:
+        open_knowledge_base(loom, SCOPE, chunker=pack_paragraphs(100)).sync(
+            [Doc(id=doc.id, text=doc.text, title=None) for doc in DOCS], source="s"
+        )
+        position = loom.log.position
+    for args in (synced, synced[:-1]):  # the dry run says so too
+        refused = CliRunner().invoke(app, [*args, f"--db={sqlite_url}"])
+        assert refused.exit_code == ExitCode.USAGE, refused.output
+        assert "--rechunk" in refused.output and "3 document(s)" in refused.output
+    with Loom(sqlite_url) as loom:
+        assert loom.log.position == position  # nothing was written
+    recut = CliRunner().invoke(app, [*synced, "--rechunk", f"--db={sqlite_url}"])
+    assert recut.exit_code == 0, recut.output
+    with Loom(sqlite_url) as loom:
+        assert _longest(loom) > 100  # re-cut with the default, as asked
+        again = CliRunner().invoke(app, [*synced, f"--db={sqlite_url}"])
+        assert again.exit_code == 0, again.output  # the control: the default's own scope
+        assert loom.log.position == position + len(DOCS) + 2  # one event for the unchanged
