@@ -35,6 +35,7 @@ from loom_runtime import (
     ErasedSubject,
     ErasureSubjectError,
     Precondition,
+    executions_holding,
     keyring_for,
     open_subject_text,
     pair_subject,
@@ -228,11 +229,8 @@ def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[
 
     A recall is a decision of kind ``"memory"`` (a tier's ``recall`` and ``recall_relevant``,
     or the application's own) whose value is a list of entries, one of which was written at
-    the key (the same entry, compared encoded: content, id, role, time and taint). Candidates
-    are found by the decisions' kind, in clear; only those executions are opened. An erasure
-    is rare, and its dry run reads only."""
-    from loom_runtime import EncryptionOffError, Execution
-
+    the key (the same entry, compared encoded: content, id, role, time and taint), among
+    :func:`~loom_runtime.executions_holding` those recalls."""
     keyring = keyring_for(loom.log.engine)
     written: dict[bytes, set[str]] = {}
     for key in keys:
@@ -243,16 +241,7 @@ def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[
     found: dict[str, list[UUID]] = {}
     if not written:
         return found
-    candidates: dict[UUID, None] = {}
-    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
-        event = loom.log.decode(record)
-        if getattr(event, "kind", None) == "memory":
-            candidates[event.originator_id] = None
-    for execution_id in candidates:
-        try:
-            execution = loom.execution(execution_id)
-        except (ErasedError, EncryptionOffError):
-            continue
+    for execution in executions_holding(loom, "memory"):
         recalled: set[str] = set()
         for decision in execution.decisions.values():
             if decision.kind != "memory" or decision.value is None:
@@ -264,7 +253,7 @@ def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[
             for entry in entries:
                 recalled |= written.get(msgspec.json.encode(entry), set())
         for key in sorted(recalled):
-            found.setdefault(key, []).append(execution_id)
+            found.setdefault(key, []).append(execution.id)
     return found
 
 

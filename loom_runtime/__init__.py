@@ -32,7 +32,12 @@ if TYPE_CHECKING:
         current_context,
         recorder,
     )
-    from loom_runtime.erasure import ErasedSubject, ErasureReport, ForgetEntry
+    from loom_runtime.erasure import (
+        ErasedSubject,
+        ErasureReport,
+        ForgetEntry,
+        executions_holding,
+    )
     from loom_runtime.errors import (
         BundleConflictError,
         BundleError,
@@ -265,6 +270,7 @@ __all__ = [
     "create_missing",
     "current_context",
     "engine_renewed_in_child",
+    "executions_holding",
     "finite_real",
     "hold_in_process",
     "json_problem",
@@ -432,6 +438,7 @@ _EXPORTS = {
     "ErasedSubject": "loom_runtime.erasure",
     "ErasureReport": "loom_runtime.erasure",
     "ForgetEntry": "loom_runtime.erasure",
+    "executions_holding": "loom_runtime.erasure",
     "RetentionPolicyError": "loom_runtime.errors",
     "parse_age": "loom_runtime.retention",
     "KeyWrapper": "loom_runtime.sealing",

@@ -22,7 +22,7 @@ forget event naming it before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
@@ -38,7 +38,7 @@ from loom_runtime.errors import (
     LogCorruptError,
     cause_of,
 )
-from loom_runtime.execution import FORGET_LOG, Forgotten
+from loom_runtime.execution import FORGET_LOG, Execution, Forgotten
 from loom_runtime.sealing import (
     TABLE,
     has_key_table,
@@ -589,6 +589,27 @@ def forget_entry(loom: Loom, error: ErasedError) -> ForgetEntry | None:
     return None
 
 
+def executions_holding(loom: Loom, kind: str) -> Iterator[Execution]:
+    """The live executions with a decision of ``kind``, opened: where an erased subject's
+    copies may be (a document's recorded retrievals, a memory key's recalls), which an
+    erasure's report names (``ErasedSubject.held_by``).
+
+    Candidates are found by the decisions' kind, stored in clear, and only those are opened.
+    An execution already erased, or one this Loom cannot open (sealed, and no master key),
+    holds nothing readable here and is passed over. One pass over the log's decisions: an
+    erasure is rare, and its dry run reads only."""
+    candidates: dict[UUID, None] = {}
+    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
+        event = loom.log.decode(record)
+        if getattr(event, "kind", None) == kind:
+            candidates[event.originator_id] = None
+    for execution_id in candidates:
+        try:
+            yield loom.execution(execution_id)
+        except (ErasedError, EncryptionOffError):
+            continue
+
+
 def forget_events(loom: Loom) -> list[tuple[int, Forgotten]]:
     """Every forget event in the log, with its position, oldest first."""
     found = []
@@ -603,6 +624,7 @@ __all__ = [
     "ForgetEntry",
     "SubjectResolver",
     "erase",
+    "executions_holding",
     "forget_entry",
     "forget_events",
 ]

@@ -29,6 +29,7 @@ from loom_runtime import (
     ErasedError,
     ErasedSubject,
     ErasureSubjectError,
+    executions_holding,
     keyring_for,
     open_subject_text,
     pair_subject,
@@ -361,26 +362,15 @@ def executions_that_retrieved(loom: Loom, scope: str, doc_id: str) -> list[UUID]
 
 def _retrieved_by(loom: Loom, scope: str, doc_ids: set[str]) -> dict[str, list[UUID]]:
     """For each of ``doc_ids``, the live executions that retrieved it from ``scope``."""
-    from loom_runtime import EncryptionOffError, Execution
-
     found: dict[str, list[UUID]] = {}
     if not doc_ids:
         return found
-    candidates: dict[UUID, None] = {}
-    for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
-        event = loom.log.decode(record)
-        if getattr(event, "kind", None) == "retrieval":
-            candidates[event.originator_id] = None
-    for execution_id in candidates:
-        try:
-            execution = loom.execution(execution_id)
-        except (ErasedError, EncryptionOffError):
-            continue
+    for execution in executions_holding(loom, "retrieval"):
         retrieved: set[str] = set()
         for decision in execution.decisions.values():
             retrieved |= _retrieved(decision, scope)
         for doc_id in sorted(retrieved & doc_ids):
-            found.setdefault(doc_id, []).append(execution_id)
+            found.setdefault(doc_id, []).append(execution.id)
     return found
 
 
