@@ -876,7 +876,8 @@ class _Context:
                 self.uncancelled.append((key, bound))
         except asyncio.CancelledError:
             cancelled = True
-            seen = order.seen_in_turn(key)  # after the cancellations stored before it
+            # After the cancellations stored before it whose timers fired with its own live
+            seen = order.seen_in_turn(key, functools.partial(self._fired_with, failure))
             if seen is not None:
                 yield Pending(key, seen)
             raise
@@ -885,6 +886,19 @@ class _Context:
                 order.settle(key)
             else:  # the bound passed (the replay took another path), or an interrupt
                 order.handed_out(key)
+
+    def _fired_with(self, failure: Exception, key: str) -> bool:
+        """Whether the recorded decision at ``key`` is a cancellation whose timer fired with
+        ``failure``'s live: both cancelled after as long, within :data:`TOGETHER` (timers set
+        in one pass for one timeout, as ``as_completed`` starts its calls)."""
+        decision = self._source.recorded.get(key)
+        if decision is None or decision.error_type != _CANCELLED:
+            return False
+        ran = _CANCELLED_AFTER.fullmatch(decision.message or "")
+        this = _CANCELLED_AFTER.fullmatch(getattr(failure, "message", ""))
+        return (
+            ran is not None and this is not None and abs(float(ran[1]) - float(this[1])) <= TOGETHER
+        )
 
     def _compute(
         self,
@@ -1545,6 +1559,12 @@ def cancelled_wait(error: RecordedComputeError) -> float | None:
         return None
     ran = _CANCELLED_AFTER.fullmatch(error.message)
     return None if ran is None else replay_wait(float(ran[1]))
+
+
+TOGETHER: Final = 0.005
+"""How close, in seconds, two calls' recorded times to their cancellation are for their timers
+to have fired together live (:meth:`_Context._fired_with`): the calls of one ``as_completed``
+start within a pass of each other; a timeout another length apart is a different moment."""
 
 
 def _cancelled_again(recorded: RecordedComputeError, key: str) -> asyncio.CancelledError:

@@ -9,9 +9,7 @@ reported as diverging when nothing had changed.
 
 So a replay of an async flow hands a recorded answer out only once every answer recorded
 before it has been handed out; a task asking early waits (on a future of the running loop)
-until its turn, and a few passes more when the last answer went to another task (the code
-acting on it may be a step away: ``wait_for``'s own task, one more ``await``). Sequential
-code asks in the recorded order and never waits. When a turn can
+until its turn. Sequential code asks in the recorded order and never waits. When a turn can
 never come (the code no longer asks an earlier call, or asks it only after this one), the
 replay would wait forever; so when nothing has been handed out for :data:`STALL_PASSES`
 passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
@@ -24,10 +22,11 @@ again live (a replay's ``live=`` kinds), until its answer comes.
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
 and on replay holds its turn until the flow's timeout cancels it again
-(:meth:`RecordedOrder.hold`), and the flow sees it in turn (:meth:`RecordedOrder.seen_in_turn`).
+(:meth:`RecordedOrder.hold`); one whose timeout fired together with an earlier one's live is
+seen by the flow after it (:meth:`RecordedOrder.seen_in_turn`).
 
-ADR 0002 ("completion order", "a cancellation's place", "a step away") says why and what it
-cannot see (a call waiting on real I/O the log does not hold).
+ADR 0002 ("completion order", "a cancellation's place", "timers together") says why and what
+it cannot see (a call waiting on real I/O the log does not hold).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -107,10 +106,6 @@ class RecordedOrder:
         self._since = self._last = self._cpu_since = self._moved = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None  # the loop's, from :meth:`bind` on
-        self._taker: asyncio.Task[object] | None = None
-        """The task that took the last answer handed out on the loop: its next ask (code
-        running in sequence) is answered at once; another task's waits :data:`SETTLE_PASSES`
-        passes (:meth:`_wake_later`)."""
 
     def turn(self, key: str) -> asyncio.Future[None] | None:
         """None when ``key``'s answer may be handed out now (it is then counted handed out),
@@ -119,34 +114,36 @@ class RecordedOrder:
         if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
             self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
             return None
-        task = asyncio.current_task()
-        in_sequence = task is self._taker or self._taker is None
-        if in_sequence and self._in_order(key):
-            self._taker = task
+        if self._in_order(key):
             return None
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank < self._next or (rank == self._next and in_sequence):
-            self._hand(rank)  # its turn in sequence, or passed over by the watch: at once
-            self._taker = task
+        if rank <= self._next:  # its turn, or passed over by the watch: answered at once
+            self._hand(rank)
             return None
-        waiting = self._wait(rank)
-        if rank == self._next:  # its turn, asked by another task than the last answer's
-            self._wake_later(waiting)
-        return waiting
+        return self._wait(rank)
 
-    def seen_in_turn(self, key: str) -> asyncio.Future[None] | None:
+    def seen_in_turn(
+        self, key: str, together: Callable[[str], bool]
+    ) -> asyncio.Future[None] | None:
         """What ``key``'s call, recorded as cancelled and now cancelled again, waits on before
-        the flow sees its cancellation: the turn of every answer stored before it (None when
-        that has come, or off the flow's loop). Two timeouts that fire together fire in the
-        order their tasks started, which ``as_completed`` takes from a set: live and on
-        replay, another order; the stored order is the live one (ADR 0002, amended "a step
-        away"). The waiting call is not counted handed out: :meth:`settle` does that."""
+        the flow sees its cancellation: the turn of the answers stored before it, when each
+        of them is a cancellation ``together`` says fired with this one live (timers due at
+        one moment, as ``as_completed`` sets them: they fire in the order their tasks
+        started, which it takes from a set, so the replay's order is not the live one; the
+        stored order is). None otherwise, or when its turn has come: a timeout that fired
+        earlier or later live keeps the replay's own order, so a change to it shows (ADR
+        0002, amended "timers together"). The waiting call is counted handed out by
+        :meth:`settle`, not here."""
         if threading.get_ident() != self._thread:
             return None
         rank = self._ranks().get(key)
         if rank is None or rank <= self._next:
+            return None
+        handed = self._handed
+        earlier = [self._keys[r] for r in range(self._next, rank) if not handed[r]]
+        if not all(together(other) for other in earlier):
             return None
         waiting = self._wait(rank)
         waiting.add_done_callback(lambda _: self._waiting.pop(rank, None))
@@ -177,7 +174,6 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is not None:
             self._waiting.pop(rank, None)
-            self._taker = asyncio.current_task()
             self._hand(rank)
 
     def handed_out(self, key: str) -> None:
@@ -218,31 +214,13 @@ class RecordedOrder:
 
     def _wake(self) -> None:
         """Move past every answer handed out; wake the waiter whose turn that makes (it is
-        counted handed out when its task has run: :meth:`took`), a few passes later."""
+        counted handed out when its task has run: :meth:`took`)."""
         handed = self._handed
         while self._next < len(handed) and handed[self._next]:
             self._next += 1
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
-            self._wake_later(woken)
-
-    def _wake_later(self, waiting: asyncio.Future[None]) -> None:
-        """Complete ``waiting``, a task's turn, :data:`SETTLE_PASSES` passes of the loop from
-        now. The answer before it was counted handed out when the task that asked it resumed,
-        but the code that acts on it may be a step or more away: ``wait_for`` (on Python 3.11)
-        and ``shield`` ask from a task of their own, whose end wakes the flow's task a pass or
-        two later, and a flow may ``await`` once more before it acts. Live, the next answer
-        came later than that (milliseconds, not passes); answered at once, another task acted
-        on it first, and a faithful replay diverged (ADR 0002, amended "a step away")."""
-        loop = waiting.get_loop()
-
-        def later(passes: int) -> None:
-            if passes:
-                loop.call_soon(later, passes - 1)
-            elif not waiting.done():
-                waiting.set_result(None)
-
-        later(SETTLE_PASSES)
+            woken.set_result(None)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
