@@ -30,6 +30,7 @@ from loom_memory.events import (
     MemoryReplaced,
     memory_stream,
 )
+from loom_memory.keys import tier_key
 from loom_runtime import (
     ErasedError,
     ErasedSubject,
@@ -250,11 +251,29 @@ def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[
                 entries = msgspec.json.decode(decision.value, type=list[MemoryEntry])
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # a recall of another shape (the application's own)
+            asked = _recalled_key(decision.input)
             for entry in entries:
-                recalled |= written.get(msgspec.json.encode(entry), set())
+                holding = written.get(msgspec.json.encode(entry), set())
+                recalled |= holding if asked is None else holding & {asked}
         for key in sorted(recalled):
             found.setdefault(key, []).append(execution.id)
     return found
+
+
+class _Recall(msgspec.Struct):
+    tier: str
+    scope: str
+
+
+def _recalled_key(recorded_input: msgspec.Raw) -> str | None:
+    """The key a tier's recall read (its input names the tier and scope), or None for a
+    recall of another shape: the same entry written at two keys (a seeded welcome message) is
+    then told apart by the key the recall asked."""
+    try:
+        asked = msgspec.json.decode(recorded_input, type=_Recall)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return tier_key(asked.tier, asked.scope)
 
 
 def memory_keys_written_before(

@@ -75,7 +75,8 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.schema import SchemaItem
 
 from loom_memory.entry import MemoryEntry, decode_entry, encode_entries
@@ -701,8 +702,12 @@ def _create_engine(url: URL | str) -> Engine:
     no copy in the file's free space. An engine passed in is the caller's to manage, as
     SQLAlchemy leaves it (the log's engine, ``loom.log.engine``, overwrites too)."""
     if LogSettings.holds_nul(url):  # sqlite3's bare ValueError; libpq cuts the string there
+        try:  # shown without its password, as the log's refusal shows its URL
+            shown = repr(make_url(url).render_as_string(hide_password=True))
+        except ArgumentError:
+            shown = "the URL given"
         raise StoreConfigurationError(
-            f"cannot open a database at {url!r}: the URL holds a NUL character (\\x00)"
+            f"cannot open a database at {shown}: the URL holds a NUL character (\\x00)"
         )
     try:
         engine = create_engine(url)

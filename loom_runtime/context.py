@@ -1574,7 +1574,8 @@ def _cancelled_again(recorded: RecordedComputeError, key: str) -> asyncio.Cancel
     raised as that class again, so the flow's ``except`` takes it as it did live. Nothing
     outside a sync flow's call can cancel it, so nothing waits for a timeout to cancel it
     again, as an async flow's replay does (:meth:`_Context._recorded_failure`)."""
-    again = asyncio.CancelledError(recorded.message)
+    # A cancellation without a message has no args (task.cancel()): CancelledError("") has one
+    again = asyncio.CancelledError(*((recorded.message,) if recorded.message else ()))
     again.add_note(f"loom: replayed from the log (decision {key!r})")
     return again
 

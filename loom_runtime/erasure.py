@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
@@ -137,6 +138,37 @@ def erase(
     dry_run: bool,
 ) -> ErasureReport:
     """See :meth:`Loom.erase`."""
+    token = _SCANNED.set({})  # each kind's holders found once, however many keys name them
+    try:
+        return _erase(
+            loom,
+            execution=execution,
+            user=user,
+            tenant=tenant,
+            document=document,
+            memory_key=memory_key,
+            memory_keys=memory_keys,
+            reason=reason,
+            by=by,
+            dry_run=dry_run,
+        )
+    finally:
+        _SCANNED.reset(token)
+
+
+def _erase(
+    loom: Loom,
+    *,
+    execution: UUID | str | None,
+    user: str | None,
+    tenant: str | None,
+    document: str | None,
+    memory_key: str | None,
+    memory_keys: Sequence[str],
+    reason: str,
+    by: str,
+    dry_run: bool,
+) -> ErasureReport:
     named = [
         (name, value)
         for name, value in (
@@ -211,10 +243,16 @@ def _with_memory_keys(
         subjects.extend(found)
         clear.extend(stored_clear)
     keys = plan_subjects(keyring, subjects, clear, selector="", by=report.by, reason=report.reason)
+    # An execution this erasure covers holds nothing after it: not one to erase too.
+    erased = {subject.execution_id for subject in report.subjects}
+    held = tuple(
+        msgspec.structs.replace(s, held_by=tuple(e for e in s.held_by if e not in erased))
+        for s in keys.subjects
+    )
     return msgspec.structs.replace(
         report,
         selector=f"{report.selector} and memory_key=" + ", ".join(dict.fromkeys(memory_keys)),
-        subjects=report.subjects + keys.subjects,
+        subjects=report.subjects + held,
         already_erased=report.already_erased + keys.already_erased,
         not_erasable=report.not_erasable + keys.not_erasable,
     )
@@ -589,6 +627,11 @@ def forget_entry(loom: Loom, error: ErasedError) -> ForgetEntry | None:
     return None
 
 
+_SCANNED: ContextVar[dict[str, list[Execution]] | None] = ContextVar("scanned", default=None)
+"""While an erasure runs, the executions :func:`executions_holding` found for each kind: an
+erasure naming twenty memory keys read the whole log once per key (a regression review)."""
+
+
 def executions_holding(loom: Loom, kind: str) -> Iterator[Execution]:
     """The live executions with a decision of ``kind``, opened: where an erased subject's
     copies may be (a document's recorded retrievals, a memory key's recalls), which an
@@ -596,8 +639,17 @@ def executions_holding(loom: Loom, kind: str) -> Iterator[Execution]:
 
     Candidates are found by the decisions' kind, stored in clear, and only those are opened.
     An execution already erased, or one this Loom cannot open (sealed, and no master key),
-    holds nothing readable here and is passed over. One pass over the log's decisions: an
-    erasure is rare, and its dry run reads only."""
+    holds nothing readable here and is passed over. One pass over the log's decisions per
+    erasure: an erasure is rare, and its dry run reads only."""
+    scanned = _SCANNED.get()
+    if scanned is None:
+        return _holding(loom, kind)
+    if kind not in scanned:
+        scanned[kind] = list(_holding(loom, kind))
+    return iter(scanned[kind])
+
+
+def _holding(loom: Loom, kind: str) -> Iterator[Execution]:
     candidates: dict[UUID, None] = {}
     for record in loom.log.notifications(topics=(Execution.DecisionRecorded.TOPIC,)):
         event = loom.log.decode(record)

@@ -13,13 +13,14 @@ until its turn, and a few passes more when the answer came live well after the o
 and that one went to another task (the code acting on it may be a step away: ``wait_for``'s
 own task, one more ``await``). Sequential code asks in the recorded order and never waits.
 When a turn can never come (the code no longer asks an earlier call, or asks it only after
-this one), the replay would wait forever; so when nothing has been handed out for :data:`STALL_PASSES`
-passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
-waited for are passed over (a later ask of one is answered at once). While a timer of the
-loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
-starts a hedging call), the missing call may still come, so the watch waits that long too;
-so it does while other tasks of the loop are busy, and while a recorded call is computed
-again live (a replay's ``live=`` kinds), until its answer comes.
+this one), the replay would wait forever; so when nothing has been handed out for
+:data:`STALL_PASSES` passes of the event loop, the earliest waiting answer is handed out and
+the earlier ones it waited for are passed over (a later ask of one is answered at once).
+While a timer of the loop is due within :data:`STALL_SECONDS` (a flow's own
+``asyncio.wait(timeout=...)`` before it starts a hedging call), the missing call may still
+come, so the watch waits that long too; so it does while other tasks of the loop are busy,
+and while a recorded call is computed again live (a replay's ``live=`` kinds), until its
+answer comes.
 
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),

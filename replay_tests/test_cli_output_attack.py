@@ -299,3 +299,27 @@ def test_flow_names_that_print_alike_are_listed_apart(tmp_path: Path) -> None:
     assert "billing<U+00A0>" in result.output, result.output
     assert "<U+0020>lead" in result.output, result.output
     assert arabic in result.output  # the control: marks as written, no codes
+
+
+def test_a_flows_own_sqlite_error_is_its_traceback_not_a_damaged_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's one-line translations of sqlite3 errors (a missing table, a lock, text that is
+    not UTF-8) took a flow's own database error for the log's: `loom run` printed "changed
+    outside loom" where the flow's traceback and its execution id belong (a regression
+    review). A flow's recorded failure is printed as its traceback."""
+    (tmp_path / "app_db_flows.py").write_text(
+        "import sqlite3\n"
+        "from loom_runtime import FlowRegistry\n"
+        "flows = FlowRegistry()\n"
+        "@flows.flow('lookup')\n"
+        "def lookup(ctx):\n"
+        "    return sqlite3.connect(':memory:').execute('SELECT * FROM orders').fetchall()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    url = f"--db=sqlite:///{tmp_path / 'loom.db'}"
+    result = _invoke("run", "lookup", "--flows=app_db_flows:flows", url)
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert "no such table: orders" in result.output
+    assert "changed outside loom" not in result.output, result.output
+    assert "recorded as the failure of execution" in result.output

@@ -103,10 +103,19 @@ class _LoomGroup(ReadableGroup):
                 _traceback(exc)
             fail(str(exc), code=exit_code_of(exc))
         except Exception as exc:
-            _not_utf8(exc)
-            _busy(exc)
-            _schema_changed(exc)
+            if not _flows_own(exc):  # the app's own database errors are its traceback
+                _not_utf8(exc)
+                _busy(exc)
+                _schema_changed(exc)
             _traceback(exc)
+
+
+def _flows_own(error: Exception) -> bool:
+    """Whether ``error`` is a flow's own failure, recorded as its execution's (the note
+    :meth:`Loom.run` adds): a sqlite3 error in it is the application's database, not the
+    log's, and its traceback and execution id are what the user needs."""
+    notes = getattr(error, "__notes__", ())
+    return any(str(note).startswith("loom: recorded as the failure") for note in notes)
 
 
 def _not_utf8(error: Exception) -> None:

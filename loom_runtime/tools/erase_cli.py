@@ -185,11 +185,14 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         _line(f"  {name}  {subject.events} sealed event(s)")
         # a memory key's subject starts "memory:" (loom_memory.erasure.MEMORY): recalled
         copied = "recalled" if subject.subject.startswith("memory:") else "retrieved"
-        for execution_id in subject.held_by:
+        for execution_id in subject.held_by[:_LISTED]:
             _line(
                 f"    {copied} by execution {execution_id}: its record keeps a copy; "
                 f"erase it too with --execution {execution_id}"
             )
+        if len(subject.held_by) > _LISTED:
+            more = len(subject.held_by) - _LISTED
+            console.print(f"    and {more:,} more executions hold a copy (--json lists them)")
     for name in report.already_erased[:_LISTED]:
         _line(f"  {name}  already erased")
     if len(report.already_erased) > _LISTED:  # a nightly retention run's history: counted

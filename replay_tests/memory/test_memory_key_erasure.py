@@ -522,3 +522,49 @@ def test_the_report_names_the_executions_that_recalled_the_key(
         report = loom.erase(memory_key=key, reason="request", by="dpo")
         assert [s.held_by for s in report.subjects] == [(alice,)]
         assert loom.replay(bob).identical  # the control: another key's recall is untouched
+
+
+def test_recalled_by_names_neither_the_executions_erased_with_it_nor_another_keys(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A regression review of the report above: ``--user alice --memory-key K`` told the
+    officer to erase, "too", alice's own execution that the same erasure covers; the same
+    entry written at two keys (a seeded welcome message, one timestamp) named bob's recall
+    under alice's key; and every memory key read the whole log again (20 keys: 40 s)."""
+    from datetime import UTC, datetime
+
+    import loom_runtime.erasure as erasure
+    from loom_memory import TieredMemory
+    from loom_runtime import FlowContext, Labels
+
+    welcome = MemoryEntry(content="welcome!", timestamp=datetime(2026, 1, 1, tzinfo=UTC))
+    scans: list[str] = []
+    scan = erasure._holding
+
+    def counted(loom: Loom, kind: str) -> Any:
+        scans.append(kind)
+        return scan(loom, kind)
+
+    monkeypatch.setattr(erasure, "_holding", counted)
+    with Loom(db_url, encryption=KEY) as loom:
+        tiers = TieredMemory(EventSourcedMemory(loom))
+
+        @loom.flow("greet")
+        def greet(ctx: FlowContext, user: str) -> int:
+            return len(tiers.recall("semantic", user, 5, decide=ctx.decide))
+
+        for user in ("alice", "bob", "carol"):
+            tiers.remember("semantic", user, [welcome])
+        alice = str(loom.run("greet", user="alice", labels=Labels(user="alice")).execution_id)
+        bob = str(loom.run("greet", user="bob", labels=Labels(user="bob")).execution_id)
+        keys = [f"memory:tier/semantic/{user}" for user in ("alice", "bob", "carol")]
+        alone = loom.erase(memory_key=keys[0], reason="r", by="dpo", dry_run=True)
+        assert [s.held_by for s in alone.subjects] == [(alice,)], bob  # not bob's recall
+        scans.clear()
+        both = loom.erase(user="alice", memory_keys=keys, reason="r", by="dpo", dry_run=True)
+        held = {s.subject: s.held_by for s in both.subjects if s.execution_id is None}
+        assert held == {memory_subject("memory", k.split(":", 1)[1]): () for k in keys[:1]} | {
+            memory_subject("memory", keys[1].split(":", 1)[1]): (bob,),
+            memory_subject("memory", keys[2].split(":", 1)[1]): (),
+        }
+        assert scans == ["memory"]  # one read of the log for the three keys

@@ -263,6 +263,30 @@ def test_a_cancellation_another_thread_stored_first_is_not_popped_again(loom: Lo
     assert loom.replay(run.execution_id).identical
 
 
+def test_a_sync_cancellation_without_a_message_replays_without_one(loom: Loom) -> None:
+    """``task.cancel()`` with no message raises ``CancelledError()`` (no args); the replay
+    raised ``CancelledError("")``, so a flow that recorded ``e.args`` diverged (a regression
+    review)."""
+
+    async def cancelled() -> str:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+        return "never"
+
+    @loom.flow("no-message")
+    def no_message(ctx: Any) -> str:
+        try:
+            ctx.decide("inner", lambda: asyncio.run(cancelled()))
+        except asyncio.CancelledError as cancellation:
+            return f"{ctx.decide('after', lambda: 'went on')}: {cancellation.args!r}"
+        return "not cancelled"
+
+    run = loom.run("no-message")
+    assert run.output == "went on: ()"
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.describe()
+
+
 def _cancelled_inside() -> str:
     """A sync compute that ends in ``asyncio.CancelledError``: ``asyncio.run`` of a task that
     something cancels (here itself) raises it into the caller."""

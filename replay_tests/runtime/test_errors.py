@@ -420,3 +420,14 @@ def test_a_nul_in_a_memory_stores_own_url_is_a_store_configuration_error(
     url = f"sqlite:///{tmp_path}/m\x00.db" if nul == "path" else f"sqlite:///{tmp_path}/m.db?x=%00"
     with pytest.raises(StoreConfigurationError, match="NUL"):
         SqliteMemoryStore(url)
+
+
+def test_a_stores_nul_refusal_hides_the_password() -> None:
+    """The refusal quoted a PostgreSQL store URL whole, password and all (a regression
+    review); it shows it as the log's refusal does, with ``***``."""
+    from loom_memory import StoreConfigurationError
+    from loom_memory.sql import _create_engine
+
+    with pytest.raises(StoreConfigurationError, match="NUL") as refused:
+        _create_engine("postgresql+psycopg://app:s3cr%00et@127.0.0.1:6999/loom")
+    assert "s3cr" not in str(refused.value) and "***" in str(refused.value)
