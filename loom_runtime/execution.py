@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any, Final, Literal, cast
 from uuid import UUID
 
@@ -136,7 +135,7 @@ class Execution(Aggregate):
         origin: Origin | None = None
 
         def apply(self, aggregate: Any) -> None:
-            _note(aggregate, recorded_decision(self), self.originator_version, self.timestamp)
+            _note(aggregate, recorded_decision(self), self.originator_version)
 
     class DecisionFailed(Aggregate.Event):
         """A decision's ``compute`` raised; ``error_type`` is ``module:qualname`` of the error."""
@@ -152,7 +151,7 @@ class Execution(Aggregate):
         origin: Origin | None = None
 
         def apply(self, aggregate: Any) -> None:
-            _note(aggregate, failed_decision(self), self.originator_version, self.timestamp)
+            _note(aggregate, failed_decision(self), self.originator_version)
 
     class Resumed(Aggregate.Event):
         """A worker claimed an unfinished execution; a second claimant of the same version loses.
@@ -250,10 +249,6 @@ class Execution(Aggregate):
         self.decision_versions: dict[str, int] = {}
         """The stream version of the event that recorded each decision, by key (kept in
         memory, never stored): how a decision's span finds its log position (ADR 0034)."""
-        self.decision_times: dict[int, datetime] = {}
-        """When each decision was stored, by the version of its event (its event's own
-        timestamp, kept in memory): how far apart two answers came live (ADR 0002, amended
-        "timers together, answers apart")."""
         self.output: msgspec.Raw | None = None
         self.error: tuple[str, str] | None = None
         self.reopenings: list[Reopening] = []
@@ -316,7 +311,6 @@ class Execution(Aggregate):
         self.modified_on = stored.modified_on
         self.decisions = dict(stored.decisions)
         self.decision_versions = dict(stored.decision_versions)
-        self.decision_times = dict(stored.decision_times)
         self.output = stored.output
         self.error = stored.error
         self.reopenings = list(stored.reopenings)
@@ -444,10 +438,9 @@ def failed_decision(fields: Any) -> Decision:
     )
 
 
-def _note(execution: Execution, decision: Decision, version: int, stored: datetime) -> None:
+def _note(execution: Execution, decision: Decision, version: int) -> None:
     execution.decisions[decision.key] = decision
     execution.decision_versions[decision.key] = version
-    execution.decision_times[version] = stored
 
 
 def stored_labels(
@@ -719,7 +712,6 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
     # may replace them.
     decisions: dict[str, Decision] = {}
     versions: dict[str, int] = {}
-    times: dict[int, datetime] = {}
     for row in rows:
         decision = table.get(row.topic)
         if decision is None:
@@ -729,7 +721,6 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
             execution = cast("Execution", project_execution(execution, (decode_row(row),)))
             stream, version, last = execution.id, execution.version, None
             decisions, versions = execution.decisions, execution.decision_versions
-            times = execution.decision_times
             table = applied
             continue
         build, decoder, current = decision
@@ -750,7 +741,6 @@ def project_rows(rows: Iterable[Row]) -> Execution | None:
         key = fields.key
         decisions[key] = build(fields)
         versions[key] = version
-        times[version] = fields.timestamp
         last = fields
     if last is not None and execution is not None:
         execution.version, execution.modified_on = version, last.timestamp

@@ -102,7 +102,7 @@ from loom_runtime.log import (
     Synchronous,
     open_log,
 )
-from loom_runtime.recorded_order import RecordedOrder, answered_apart, completion_order
+from loom_runtime.recorded_order import RecordedOrder, completion_order
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY, registered_worker
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -1136,11 +1136,7 @@ class Loom:
         recorded = completion_order(sorted(versions, key=versions.__getitem__), decisions)
         if execution.parent_id is not None:
             recorded = [key for key in recorded if decisions[key].origin != "inherited"]
-        order = (
-            RecordedOrder(recorded, apart=answered_apart(recorded, versions, execution))
-            if len(recorded) > 1
-            else None
-        )
+        order = RecordedOrder(recorded) if len(recorded) > 1 else None
         return AsyncFlowContext(
             source,
             execution_id=execution.id,

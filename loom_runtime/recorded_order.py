@@ -9,18 +9,15 @@ reported as diverging when nothing had changed.
 
 So a replay of an async flow hands a recorded answer out only once every answer recorded
 before it has been handed out; a task asking early waits (on a future of the running loop)
-until its turn, and a few passes more when the answer came live well after the one before it
-and that one went to another task (the code acting on it may be a step away: ``wait_for``'s
-own task, one more ``await``). Sequential code asks in the recorded order and never waits.
-When a turn can never come (the code no longer asks an earlier call, or asks it only after
-this one), the replay would wait forever; so when nothing has been handed out for
-:data:`STALL_PASSES` passes of the event loop, the earliest waiting answer is handed out and
-the earlier ones it waited for are passed over (a later ask of one is answered at once).
-While a timer of the loop is due within :data:`STALL_SECONDS` (a flow's own
-``asyncio.wait(timeout=...)`` before it starts a hedging call), the missing call may still
-come, so the watch waits that long too; so it does while other tasks of the loop are busy,
-and while a recorded call is computed again live (a replay's ``live=`` kinds), until its
-answer comes.
+until its turn. Sequential code asks in the recorded order and never waits. When a turn can
+never come (the code no longer asks an earlier call, or asks it only after this one), the
+replay would wait forever; so when nothing has been handed out for :data:`STALL_PASSES`
+passes of the event loop, the earliest waiting answer is handed out and the earlier ones it
+waited for are passed over (a later ask of one is answered at once). While a timer of the
+loop is due within :data:`STALL_SECONDS` (a flow's own ``asyncio.wait(timeout=...)`` before it
+starts a hedging call), the missing call may still come, so the watch waits that long too;
+so it does while other tasks of the loop are busy, and while a recorded call is computed
+again live (a replay's ``live=`` kinds), until its answer comes.
 
 A call the flow cancelled (a timeout around it) is stored only once the flow goes on, after
 siblings that finished later; it is ranked where it was cancelled (:func:`completion_order`),
@@ -28,8 +25,8 @@ and on replay holds its turn until the flow's timeout cancels it again
 (:meth:`RecordedOrder.hold`); one whose timeout fired together with an earlier one's live is
 seen by the flow after it (:meth:`RecordedOrder.seen_in_turn`).
 
-ADR 0002 ("completion order", "a cancellation's place", "timers together, answers apart")
-says why and what it cannot see (a call waiting on real I/O the log does not hold).
+ADR 0002 ("completion order", "a cancellation's place", "timers together") says why and what
+it cannot see (a call waiting on real I/O the log does not hold).
 """
 
 from __future__ import annotations
@@ -38,12 +35,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 if TYPE_CHECKING:
-    from loom_runtime.execution import Decision, Execution
+    from loom_runtime.execution import Decision
 
 CANCELLED_AFTER = "cancelled_after_decisions"
 """The meta field of a call the flow cancelled: how many of the execution's decisions were
@@ -82,13 +79,8 @@ class RecordedOrder:
     passed to that loop, and a turn asked on another thread's loop is answered at once.
     """
 
-    def __init__(self, keys: list[str], *, apart: frozenset[str] = frozenset()) -> None:
+    def __init__(self, keys: list[str]) -> None:
         self._keys = keys
-        self._apart = apart
-        """The keys whose answer came live at least :data:`APART` after the one before it:
-        the code acting on that one had time to (:func:`answered_apart`)."""
-        self._taker: asyncio.Task[Any] | None = None
-        """The task that took the last answer handed out on the loop."""
         self._rank: dict[str, int] | None = None
         """Each key's place, built when the first key is asked out of order (sequential
         code never asks one so: it is checked against ``_keys[_next]`` alone)."""
@@ -122,24 +114,15 @@ class RecordedOrder:
         if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
             self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
             return None
-        task = asyncio.current_task()
-        # Another task's answer that came apart from the last one live waits a few passes:
-        # the code acting on the last one may be a step away from the task that took it.
-        later = key in self._apart and self._taker is not None and task is not self._taker
-        if not later and self._in_order(key):
-            self._taker = task
+        if self._in_order(key):
             return None
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank < self._next or (rank == self._next and not later):
-            self._hand(rank)  # its turn, or passed over by the watch: answered at once
-            self._taker = task
+        if rank <= self._next:  # its turn, or passed over by the watch: answered at once
+            self._hand(rank)
             return None
-        waiting = self._wait(rank)
-        if rank == self._next:
-            self._wake_later(waiting)
-        return waiting
+        return self._wait(rank)
 
     def seen_in_turn(
         self, key: str, together: Callable[[str], bool]
@@ -151,7 +134,7 @@ class RecordedOrder:
         started, which it takes from a set, so the replay's order is not the live one; the
         stored order is). None otherwise, or when its turn has come: a timeout that fired
         earlier or later live keeps the replay's own order, so a change to it shows (ADR
-        0002, amended "timers together, answers apart"). The waiting call is counted handed out by
+        0002, amended "timers together"). The waiting call is counted handed out by
         :meth:`settle`, not here."""
         if threading.get_ident() != self._thread:
             return None
@@ -191,7 +174,6 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is not None:
             self._waiting.pop(rank, None)
-            self._taker = asyncio.current_task()
             self._hand(rank)
 
     def handed_out(self, key: str) -> None:
@@ -238,27 +220,7 @@ class RecordedOrder:
             self._next += 1
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
-            if self._keys[self._next] in self._apart:
-                self._wake_later(woken)
-            else:
-                woken.set_result(None)
-
-    def _wake_later(self, waiting: asyncio.Future[None]) -> None:
-        """Complete ``waiting``, a task's turn, :data:`SETTLE_PASSES` passes of the loop from
-        now: its answer came live well after the last one handed out (:data:`APART`), which
-        was counted handed out when the task that asked it resumed, but the code acting on it
-        may be a step or more away (``wait_for``'s own task on Python 3.11, ``shield``, one
-        more ``await``). Answered at once, another task acted first (ADR 0002, amended
-        "timers together, answers apart")."""
-        loop = waiting.get_loop()
-
-        def later(passes: int) -> None:
-            if passes:
-                loop.call_soon(later, passes - 1)
-            elif not waiting.done():
-                waiting.set_result(None)
-
-        later(SETTLE_PASSES)
+            woken.set_result(None)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
@@ -429,34 +391,6 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.Tim
         not timer.cancelled() and timer.when() - now <= STALL_SECONDS and timer not in own
         for timer in scheduled
     )
-
-
-APART = 0.001
-"""How long after the answer before it, live, an answer must have come for the replay to give
-the code acting on that one a few passes first: longer than a pass of the loop. Answers of
-one pass (a sync compute, a tool with no I/O, equal timers) are handed out as they are asked."""
-
-
-def answered_apart(
-    keys: list[str], versions: Mapping[str, int], execution: Execution
-) -> frozenset[str]:
-    """The keys of ``keys`` (a replay's recorded order) whose decision was stored at least
-    :data:`APART` after the one ranked before it, by their events' times (a cancellation is
-    stored late, once the flow goes on: a gap it is part of may say nothing, and is then one
-    more short wait)."""
-    times = execution.decision_times
-    apart: set[str] = set()
-    previous = None
-    for key in keys:
-        stored = times.get(versions.get(key, -1))
-        if (
-            stored is not None
-            and previous is not None
-            and (stored - previous).total_seconds() >= APART
-        ):
-            apart.add(key)
-        previous = stored
-    return frozenset(apart)
 
 
 def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:
