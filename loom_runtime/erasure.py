@@ -138,37 +138,6 @@ def erase(
     dry_run: bool,
 ) -> ErasureReport:
     """See :meth:`Loom.erase`."""
-    token = _SCANNED.set({})  # each kind's holders found once, however many keys name them
-    try:
-        return _erase(
-            loom,
-            execution=execution,
-            user=user,
-            tenant=tenant,
-            document=document,
-            memory_key=memory_key,
-            memory_keys=memory_keys,
-            reason=reason,
-            by=by,
-            dry_run=dry_run,
-        )
-    finally:
-        _SCANNED.reset(token)
-
-
-def _erase(
-    loom: Loom,
-    *,
-    execution: UUID | str | None,
-    user: str | None,
-    tenant: str | None,
-    document: str | None,
-    memory_key: str | None,
-    memory_keys: Sequence[str],
-    reason: str,
-    by: str,
-    dry_run: bool,
-) -> ErasureReport:
     named = [
         (name, value)
         for name, value in (
@@ -238,10 +207,14 @@ def _with_memory_keys(
         )
     subjects: list[ErasedSubject] = []
     clear: list[str] = []
-    for value in dict.fromkeys(memory_keys):
-        found, stored_clear = _resolver("memory_key")(loom, value)
-        subjects.extend(found)
-        clear.extend(stored_clear)
+    token = _SCANNED.set({})  # the keys' holders found in one read of the log, not one a key
+    try:
+        for value in dict.fromkeys(memory_keys):
+            found, stored_clear = _resolver("memory_key")(loom, value)
+            subjects.extend(found)
+            clear.extend(stored_clear)
+    finally:
+        _SCANNED.reset(token)
     keys = plan_subjects(keyring, subjects, clear, selector="", by=report.by, reason=report.reason)
     # An execution this erasure covers holds nothing after it: not one to erase too.
     erased = {subject.execution_id for subject in report.subjects}
@@ -628,8 +601,8 @@ def forget_entry(loom: Loom, error: ErasedError) -> ForgetEntry | None:
 
 
 _SCANNED: ContextVar[dict[str, list[Execution]] | None] = ContextVar("scanned", default=None)
-"""While an erasure runs, the executions :func:`executions_holding` found for each kind: an
-erasure naming twenty memory keys read the whole log once per key (a regression review)."""
+"""While an erasure resolves several memory keys, the executions :func:`executions_holding`
+found for each kind: twenty keys read the whole log once each (a regression review)."""
 
 
 def executions_holding(loom: Loom, kind: str) -> Iterator[Execution]:
@@ -639,8 +612,8 @@ def executions_holding(loom: Loom, kind: str) -> Iterator[Execution]:
 
     Candidates are found by the decisions' kind, stored in clear, and only those are opened.
     An execution already erased, or one this Loom cannot open (sealed, and no master key),
-    holds nothing readable here and is passed over. One pass over the log's decisions per
-    erasure: an erasure is rare, and its dry run reads only."""
+    holds nothing readable here and is passed over. One pass over the log's decisions (one
+    per erasure, however many keys it names): an erasure is rare, and its dry run reads only."""
     scanned = _SCANNED.get()
     if scanned is None:
         return _holding(loom, kind)
