@@ -892,13 +892,9 @@ class _Context:
         ``failure``'s live: both cancelled after as long, within :data:`TOGETHER` (timers set
         in one pass for one timeout, as ``as_completed`` starts its calls)."""
         decision = self._source.recorded.get(key)
-        if decision is None or decision.error_type != _CANCELLED:
-            return False
-        ran = _CANCELLED_AFTER.fullmatch(decision.message or "")
-        this = _CANCELLED_AFTER.fullmatch(getattr(failure, "message", ""))
-        return (
-            ran is not None and this is not None and abs(float(ran[1]) - float(this[1])) <= TOGETHER
-        )
+        ran = None if decision is None else _ran(decision.error_type, decision.message)
+        this = _ran(_CANCELLED, getattr(failure, "message", None))
+        return ran is not None and this is not None and abs(ran - this) <= TOGETHER
 
     def _compute(
         self,
@@ -1555,10 +1551,17 @@ def cancellation(elapsed: float) -> asyncio.CancelledError:
 def cancelled_wait(error: RecordedComputeError) -> float | None:
     """How long a replay leaves a call recorded as cancelled unanswered (:func:`replay_wait`),
     or None when ``error`` is no recorded cancellation."""
-    if error.error_type != _CANCELLED:
+    ran = _ran(error.error_type, error.message)
+    return None if ran is None else replay_wait(ran)
+
+
+def _ran(error_type: str | None, message: str | None) -> float | None:
+    """How long a call recorded as cancelled had run (its :func:`cancellation` message), or
+    None for any other failure."""
+    if error_type != _CANCELLED or message is None:
         return None
-    ran = _CANCELLED_AFTER.fullmatch(error.message)
-    return None if ran is None else replay_wait(float(ran[1]))
+    ran = _CANCELLED_AFTER.fullmatch(message)
+    return None if ran is None else float(ran[1])
 
 
 TOGETHER: Final = 0.005
