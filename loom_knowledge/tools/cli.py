@@ -242,8 +242,7 @@ def sync_command(
             kb = open_knowledge_base(
                 loom, scope, stemmer=RECORDED_STEMMER if stemmer is None else stemmer
             )
-            result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
-            recut = _cut_otherwise(kb, docs)
+            recut = _cut_otherwise(kb, docs)  # the manifest alone: no document hashed twice
             if recut and not rechunk:
                 fail(_recut(len(recut), scope), code=ExitCode.USAGE)
             if apply:
@@ -253,6 +252,8 @@ def sync_command(
                     allow_mass_delete=allow_mass_delete,
                     progress=bar("indexing"),
                 )
+            else:
+                result = kb.plan_sync(docs, source=source, allow_mass_delete=allow_mass_delete)
         except SubjectErasedError as exc:  # one of the folder's documents was erased
             fail(
                 f"{exc}: an erased document stays erased, so nothing was synced; remove its "
