@@ -88,7 +88,13 @@ from loom_runtime.execution import (
     project_execution,
 )
 from loom_runtime.log import EventLog, Precondition
-from loom_runtime.recorded_order import CANCELLED_AFTER, RecordedOrder, bounded_wait
+from loom_runtime.recorded_order import (
+    CANCELLED_AFTER,
+    AnswerSpacing,
+    RecordedOrder,
+    bounded_wait,
+    spaced_meta,
+)
 from loom_runtime.redaction import Redactor
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
@@ -211,7 +217,9 @@ class Recorder:
     decision (``origin="override"``) with the input it was asked with, whatever that input.
 
     Given ``positions``, it notes there the log position of each decision it stores, by key:
-    what a decision's span reports (ADR 0034); without, it notes nothing.
+    what a decision's span reports (ADR 0034); without, it notes nothing. Given ``spacing``
+    (an async flow's), each answer's meta says how many loop passes after the one before it
+    it came, when a replay must not hand it out sooner (ADR 0002, amended "answers spaced").
     """
 
     def __init__(
@@ -221,11 +229,13 @@ class Recorder:
         *,
         overrides: Mapping[str, msgspec.Raw] | None = None,
         positions: dict[str, int] | None = None,
+        spacing: AnswerSpacing | None = None,
     ) -> None:
         self._log = log
         self._execution = execution
         self._overrides = overrides or {}
         self._positions = positions
+        self._spacing = spacing
         self.redactor = log.redactor
         self._asked: set[str] = set()
         """The recorded keys this run was answered from (see :meth:`never_asked`)."""
@@ -297,6 +307,8 @@ class Recorder:
         raw, decoded = codec.round_trip(
             value, path=f"decision {slot.key!r}", type=type, redactor=self.redactor
         )
+        if self._spacing is not None:
+            meta = self._spaced(self._spacing, slot.key, meta)
         with self._execution.appending:
             self._refuse_after_end(slot.key)  # again: another thread may have ended it since
             self._execution.record_decision(
@@ -308,12 +320,21 @@ class Recorder:
     def record_failure(
         self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
+        if self._spacing is not None:
+            meta = self._spaced(self._spacing, slot.key, meta)
         with self._execution.appending:
             self._refuse_after_end(slot.key)
             self._execution.record_failure(
                 key=slot.key, kind=slot.kind, input=slot.input, error=error, meta=meta
             )
             self._save(slot.key)
+
+    @staticmethod
+    def _spaced(spacing: AnswerSpacing, key: str, meta: msgspec.Raw | None) -> msgspec.Raw | None:
+        """``meta`` of ``key``'s answer, with the passes since the answer before it when a
+        replay needs them."""
+        passes = spacing.stamp(key)
+        return meta if passes is None else spaced_meta(meta, passes)
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""
@@ -439,10 +460,14 @@ class _Context:
         order: RecordedOrder | None = None,
         naming: SubAgentNaming | None = None,
         replaying: bool | Callable[[], bool] = False,
+        spacing: AnswerSpacing | None = None,
     ) -> None:
         self.execution_id = execution_id
         self.flow = flow
         self._replaying = replaying
+        self._spacing = spacing
+        """A recording async flow's (its recorder's too): bound to the flow's loop as it
+        starts, set aside while what the flow cancelled is stored."""
         """:attr:`replaying`, or what tells it, asked the first time it is read."""
         self._source = source
         self._order = order
@@ -534,6 +559,8 @@ class _Context:
                     slot_key = self._occurrence(key, raw_input)
         finally:
             self._release(None)
+        if self._spacing is not None:
+            self._spacing.asked(slot_key)
         return Slot(slot_key, kind, raw_input, matched)
 
     def _input(self, key: str, input: object) -> msgspec.Raw:
@@ -744,13 +771,20 @@ class _Context:
         them as they ask their next decision: each pending store is taken by one ``pop``
         (atomic), never by a look and then a pop another thread may have emptied the list
         between."""
-        pending = self._cancellations
+        pending, spacing = self._cancellations, self._spacing
         while True:
             try:
                 store = pending.pop(0)
             except IndexError:
                 return
-            store()
+            if spacing is None:
+                store()
+                continue
+            spacing.aside = True  # stored after the fact: no answer the flow was handed now
+            try:
+                store()
+            finally:
+                spacing.aside = False
 
     def end_open_decisions(self) -> None:
         """Store each decision still open as the flow ends, by its :attr:`OpenDecision.at_end`
@@ -1139,6 +1173,8 @@ class AsyncFlowContext(_Context):
         loop there, cannot wait its turn)."""
         if self._order is not None:
             self._order.bind()
+        if self._spacing is not None:
+            self._spacing.bind()
 
     async def settle_in_flight(self) -> None:
         """Cancel the decisions still being asked or computed by the flow's tasks as its body

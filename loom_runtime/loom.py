@@ -102,7 +102,12 @@ from loom_runtime.log import (
     Synchronous,
     open_log,
 )
-from loom_runtime.recorded_order import RecordedOrder, completion_order
+from loom_runtime.recorded_order import (
+    AnswerSpacing,
+    RecordedOrder,
+    answer_spacing,
+    completion_order,
+)
 from loom_runtime.recovery import DEAD_AFTER, HEARTBEAT_EVERY, RECOVER_EVERY, registered_worker
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult, compare_outcome
@@ -1117,9 +1122,11 @@ class Loom:
         *,
         naming: SubAgentNaming | None,
         replaying: bool | Callable[[], bool] = False,
+        spacing: AnswerSpacing | None = None,
     ) -> FlowContext | AsyncFlowContext:
         """The flow's ``ctx``; ``naming``: what a recording run names the sub-agents its
-        decisions start by (None in a replay); ``replaying``: a replay's (``ctx.replaying``)."""
+        decisions start by (None in a replay); ``replaying``: a replay's (``ctx.replaying``);
+        ``spacing``: an async recording's (:class:`AnswerSpacing`, its recorder's too)."""
         if not definition.is_async:
             return FlowContext(
                 source,
@@ -1136,7 +1143,13 @@ class Loom:
         recorded = completion_order(sorted(versions, key=versions.__getitem__), decisions)
         if execution.parent_id is not None:
             recorded = [key for key in recorded if decisions[key].origin != "inherited"]
-        order = RecordedOrder(recorded) if len(recorded) > 1 else None
+        # An answer that came live passes after the one before it, to another task, is
+        # handed out no sooner (ADR 0002, amended "answers spaced").
+        order = (
+            RecordedOrder(recorded, spacing=answer_spacing(recorded, decisions))
+            if len(recorded) > 1
+            else None
+        )
         return AsyncFlowContext(
             source,
             execution_id=execution.id,
@@ -1144,6 +1157,7 @@ class Loom:
             order=order,
             naming=naming,
             replaying=replaying,
+            spacing=spacing,
         )
 
     def _run(self, flow: str, labels: Labels, arguments: dict[str, Any]) -> Steps[Run]:
@@ -1304,11 +1318,18 @@ class Loom:
         """Call the flow with a recording context; store its output, or its failure
         (``force``: a forced resume, see :meth:`_continue`)."""
         positions = None if self._telemetry is None else self._recorded_positions(execution)
-        recorder = Recorder(self.log, execution, overrides=overrides, positions=positions)
+        spacing = AnswerSpacing() if definition.is_async else None
+        recorder = Recorder(
+            self.log, execution, overrides=overrides, positions=positions, spacing=spacing
+        )
         recorded = tuple(execution.decisions)  # a resume's: asked again, or said not to be
         with self._traced(operation, execution, recorder, positions) as source:
             ctx = self._context(
-                definition, execution, source, naming=_naming(execution, force=force)
+                definition,
+                execution,
+                source,
+                naming=_naming(execution, force=force),
+                spacing=spacing,
             )
             # Open decisions are stored before the end event (nothing is stored after it);
             # an interrupt or a cancellation that stops the run stores nothing more (ADR 0026).

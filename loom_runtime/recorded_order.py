@@ -25,8 +25,15 @@ and on replay holds its turn until the flow's timeout cancels it again
 (:meth:`RecordedOrder.hold`); one whose timeout fired together with an earlier one's live is
 seen by the flow after it (:meth:`RecordedOrder.seen_in_turn`).
 
-ADR 0002 ("completion order", "a cancellation's place", "timers together") says why and what
-it cannot see (a call waiting on real I/O the log does not hold).
+An answer's turn is not all: code acting on an answer may be a pass or two of the loop away
+from the task that took it (``wait_for``'s own task, ``shield``, one more ``await``), and an
+answer that came live well after it, to another task, must not be handed out before that code
+has run. So a live run keeps, in each such answer's meta, how many passes after the one before
+it the answer came (:class:`AnswerSpacing`, up to :data:`SPACED_PASSES`), and the replay hands
+it out no sooner after that one (:func:`answer_spacing`).
+
+ADR 0002 ("completion order", "a cancellation's place", "timers together", "answers spaced")
+says why and what it cannot see (a call waiting on real I/O the log does not hold).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -45,6 +52,16 @@ if TYPE_CHECKING:
 CANCELLED_AFTER = "cancelled_after_decisions"
 """The meta field of a call the flow cancelled: how many of the execution's decisions were
 stored when it was cancelled (it is stored itself only once the flow goes on)."""
+
+ANSWERED_AFTER = "answered_after_passes"
+"""The meta field of an answer taken live by another task than the answer stored before it,
+one or more passes of the event loop after it: how many (up to :data:`SPACED_PASSES`)."""
+
+SPACED_PASSES = 8
+"""The most passes of the event loop an answer is kept apart from the one before it: more than
+asyncio takes to carry an answer from the task that took it to the code acting on it
+(``wait_for``'s inner task, a ``shield``, a gather inside a gather). An answer that came later
+live (after real I/O, many milliseconds later) is counted as this many."""
 
 SETTLE_PASSES = 4
 """Passes of the event loop a call cancelled again waits before it counts as handed out:
@@ -79,8 +96,13 @@ class RecordedOrder:
     passed to that loop, and a turn asked on another thread's loop is answered at once.
     """
 
-    def __init__(self, keys: list[str]) -> None:
+    def __init__(self, keys: list[str], *, spacing: Mapping[int, int] | None = None) -> None:
         self._keys = keys
+        self._spacing = spacing or {}
+        """By rank, how many passes of the loop after the answer ranked before it an answer
+        may be handed out (:func:`answer_spacing`); most ranks have none."""
+        self._held = -1
+        """The rank whose turn has come but is held (:meth:`_spaced`), or -1."""
         self._rank: dict[str, int] | None = None
         """Each key's place, built when the first key is asked out of order (sequential
         code never asks one so: it is checked against ``_keys[_next]`` alone)."""
@@ -119,8 +141,8 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is None:
             return None
-        if rank <= self._next:  # its turn, or passed over by the watch: answered at once
-            self._hand(rank)
+        if rank <= self._next and rank != self._held:  # its turn, or passed over by the watch
+            self._hand(rank)  # answered at once
             return None
         return self._wait(rank)
 
@@ -191,9 +213,16 @@ class RecordedOrder:
         """Whether ``key`` is the next recorded one while none was asked out of order (it is
         then counted handed out): the path of sequential code, with nothing to wake."""
         following = self._next
-        if self._rank is None and following < len(self._keys) and self._keys[following] == key:
+        if (
+            self._rank is None
+            and following < len(self._keys)
+            and self._keys[following] == key
+            and following != self._held
+        ):
             self._next = following + 1
             self._progress += 1
+            if self._spacing:
+                self._spaced()
             return True
         return False
 
@@ -216,11 +245,40 @@ class RecordedOrder:
         """Move past every answer handed out; wake the waiter whose turn that makes (it is
         counted handed out when its task has run: :meth:`took`)."""
         handed = self._handed
+        moved = False
         while self._next < len(handed) and handed[self._next]:
             self._next += 1
+            moved = True
+        if moved and self._spacing:
+            self._spaced()
+        if self._next == self._held:
+            return
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
             woken.set_result(None)
+
+    def _spaced(self) -> None:
+        """The turn of the answer ranked ``_next`` has come: when it came live a number of
+        passes after the one before it, to another task, hold it that many passes of the
+        loop (from now: the one before was just handed out), then wake its waiter. The watch
+        giving up lifts the hold."""
+        rank, loop = self._next, self._loop
+        passes = self._spacing.get(rank)
+        if not passes or loop is None or loop.is_closed() or self._gave_up:
+            self._held = -1
+            return
+        self._held = rank
+
+        def later(left: int) -> None:
+            if self._held != rank:
+                return
+            if left > 1:
+                loop.call_soon(later, left - 1)
+                return
+            self._held = -1
+            self._wake()
+
+        loop.call_soon(later, passes)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
@@ -326,6 +384,7 @@ class RecordedOrder:
             self._idle = 0  # the missing answer may be on its way
         elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
+            self._held = -1
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
             self._idle, self._since, self._cpu_since = 0, now, cpu
@@ -430,3 +489,112 @@ def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list
         return (place[key], 1, 0) if point is None else (point, 0, place[key])
 
     return sorted(keys, key=rank)
+
+
+_SPACING_MARK = f'"{ANSWERED_AFTER}"'.encode()
+
+
+class _Spacing(msgspec.Struct):
+    """The one meta field :func:`answer_spacing` reads (any other is skipped unparsed)."""
+
+    answered_after_passes: object = None
+
+
+_spacing_decoder = msgspec.json.Decoder(_Spacing)
+
+
+def answer_spacing(keys: list[str], decisions: Mapping[str, Decision]) -> dict[int, int]:
+    """By rank in ``keys`` (a replay's order), the passes of the loop after the answer ranked
+    before it that each answer's meta says it came live (:data:`ANSWERED_AFTER`); only an
+    answer that has the field. The meta is untrusted (a bundle's): anything but a whole
+    number from 1 up is ignored, and more than :data:`SPACED_PASSES` is taken as that many,
+    so a crafted one delays an answer by a few passes at most."""
+    spacing: dict[int, int] = {}
+    for rank, key in enumerate(keys):
+        meta = decisions[key].meta
+        if rank == 0 or meta is None or _SPACING_MARK not in bytes(meta):
+            continue
+        try:
+            passes = _spacing_decoder.decode(meta).answered_after_passes
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if type(passes) is int and passes > 0:
+            spacing[rank] = min(passes, SPACED_PASSES)
+    return spacing
+
+
+class AnswerSpacing:
+    """Live, in an async flow's run: how many passes of the event loop each answer came after
+    the answer stored before it, when it was already asked as that one was handed out, to
+    another task (:meth:`stamp`).
+
+    Counted by one callback of the loop at a time, which counts a pass and calls itself
+    again, up to :data:`SPACED_PASSES` after the last answer (so the loop never spins for
+    long). Needing no spacing: an answer asked only after the one before it was handed out
+    (the code that asked it ran after that one, and does on replay too: sequential code, even
+    each call in a ``wait_for`` of its own), one the same task took, and one of the same
+    pass. What the flow stores as it goes on, after the fact (a cancellation,
+    :attr:`aside`), is no answer it was handed.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
+        self._passes = 0
+        self._counting = False
+        self._taker: asyncio.Task[Any] | None = None
+        self._stamps = 0
+        """Answers handed out so far."""
+        self._asked: dict[str, int] = {}
+        """Keys asked and not yet answered, each with ``_stamps`` as it was asked."""
+        self.aside = False
+        """True while the flow stores what it cancelled (not an answer it was handed)."""
+
+    def bind(self) -> None:
+        """Count the running loop's passes: the flow's, as its coroutine starts."""
+        self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
+        self._taker, self._passes = None, 0
+
+    def asked(self, key: str) -> None:
+        """The flow asks ``key`` now (on its loop; anywhere else nothing is counted)."""
+        if threading.get_ident() == self._thread:
+            self._asked[key] = self._stamps
+
+    def stamp(self, key: str) -> int | None:
+        """``key``'s answer is handed to the running task now: the passes since the answer
+        before it, when it was asked before that one was handed out, another task took that
+        one, and they came in different passes; else None. None too off the flow's loop (a
+        sync tool on a worker thread), which counts nothing."""
+        loop = self._loop
+        if loop is None or threading.get_ident() != self._thread or loop.is_closed():
+            return None
+        asked = self._asked.pop(key, None)
+        if self.aside:
+            return None
+        task = asyncio.current_task(loop)
+        passes, taker, stamps = self._passes, self._taker, self._stamps
+        self._passes, self._taker, self._stamps = 0, task, stamps + 1
+        if not self._counting:
+            self._counting = True
+            loop.call_soon(self._count)
+        if asked is None or asked == stamps or task is taker or not passes:
+            return None
+        return passes
+
+    def _count(self) -> None:
+        self._passes += 1
+        if self._passes < SPACED_PASSES and self._loop is not None:
+            self._loop.call_soon(self._count)
+        else:
+            self._counting = False
+
+
+def spaced_meta(meta: msgspec.Raw | None, passes: int) -> msgspec.Raw:
+    """``meta`` (a decision's, as stored: a JSON object or None) with :data:`ANSWERED_AFTER`
+    first; a field of the same name given by the caller comes after it, and wins."""
+    field = b'{"%s":%d' % (ANSWERED_AFTER.encode(), passes)
+    body = bytes(meta) if meta is not None else b"{}"
+    if body[:1] != b"{":  # not an object (never stored by loom): kept as it is
+        return msgspec.Raw(body)
+    rest = body[1:].lstrip()
+    return msgspec.Raw(field + (b"}" if rest[:1] == b"}" else b"," + rest))

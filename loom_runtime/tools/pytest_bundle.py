@@ -45,6 +45,7 @@ from loom_runtime.execution import Decision, Execution
 from loom_runtime.flow import Flow, FlowRegistry
 from loom_runtime.labels import Labels
 from loom_runtime.loom import Loom, Run
+from loom_runtime.recorded_order import AnswerSpacing
 from loom_runtime.redaction import RedactorOption
 from loom_runtime.replay import Replayer, ReplayResult
 from loom_runtime.tools.display import visible
@@ -269,10 +270,13 @@ class BundleLoom(Loom):
         *,
         naming: SubAgentNaming | None,
         replaying: bool | Callable[[], bool] = False,
+        spacing: AnswerSpacing | None = None,
     ) -> FlowContext | AsyncFlowContext:
         if isinstance(source, Replayer):  # a replay's: note what the current code asks
             self._seen = source = _InputsSeen(source)
-        return super()._context(definition, execution, source, naming=naming, replaying=replaying)
+        return super()._context(
+            definition, execution, source, naming=naming, replaying=replaying, spacing=spacing
+        )
 
     def _replay_result(
         self,

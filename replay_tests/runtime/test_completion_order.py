@@ -940,3 +940,55 @@ def test_timeouts_that_fired_apart_are_not_put_back_in_the_stored_order(loom: Lo
     timeouts.update(a=0.06, b=0.03)
     for _ in range(3):
         assert not loom.replay(run.execution_id).identical
+
+
+@pytest.mark.parametrize("shape", ["wait_for", "shield", "ensure_future", "one more await"])
+def test_an_answer_acted_on_a_step_away_is_not_overtaken_by_one_that_came_later(
+    loom: Loom, shape: str
+) -> None:
+    """Live, "a" answered at once and "b", asked by another task, 20 ms later, so the code
+    acting on "a" ran first even a step or two away from the task that took it
+    (``wait_for``'s own task on Python 3.11, ``shield``, ``ensure_future``, one more
+    ``await``). A replay has both answers at hand: "b" was handed out as soon as "a" was
+    taken, and its code ran first, so every replay of the unchanged flow diverged. Each
+    answer now keeps how many loop passes after the one before it, taken by another task, it
+    came live, and the replay hands it out no sooner. The control: code that now acts on "a"
+    only after a timer of its own (live, "b" first) still diverges."""
+    acting = {"after": 0.0}
+
+    @loom.flow("a-step-away")
+    async def a_step_away(ctx: Any) -> list[str]:
+        marks: list[str] = []
+
+        async def first() -> None:
+            call = ctx.decide("a", lambda: asyncio.sleep(0, 1))
+            if shape == "wait_for":
+                await asyncio.wait_for(call, 1)
+            elif shape == "shield":
+                await asyncio.shield(call)
+            elif shape == "ensure_future":
+                await asyncio.ensure_future(call)
+            else:
+                await call
+                await asyncio.sleep(0)
+            if acting["after"]:
+                await asyncio.sleep(acting["after"])
+            marks.append("A")
+
+        async def second() -> None:
+            await ctx.decide("b", lambda: asyncio.sleep(0.02, 2))
+            marks.append("B")
+
+        await asyncio.gather(first(), second())
+        return list(await ctx.decide("marks", lambda: list(marks), input=list(marks)))
+
+    run = loom.run("a-step-away")
+    assert run.output == ["A", "B"]
+    decisions = loom.execution(run.execution_id).decisions
+    assert b'"answered_after_passes"' in bytes(decisions["b"].meta or b"")
+    for _ in range(3):
+        result = loom.replay(run.execution_id)
+        assert result.identical, result.describe()
+    acting["after"] = 0.05
+    assert loom.run("a-step-away").output == ["B", "A"]  # live, the change shows
+    assert not loom.replay(run.execution_id).identical
