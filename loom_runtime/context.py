@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import ModuleType
-from typing import Any, Final, NamedTuple, Protocol, TypeVar, overload
+from typing import Any, Final, NamedTuple, Protocol, TypeGuard, TypeVar, overload
 from uuid import UUID
 
 import msgspec
@@ -824,6 +824,8 @@ class _Context:
             value = self._answer(slot, type)
         except Exception as answered:  # a recorded failure (or a replay's finding)
             yield from self._recorded_failure(slot.key, answered, self._order)
+            if _raised_cancellation(answered):  # as the compute raised it: the flow's except
+                raise _cancelled_again(answered, slot.key) from None
             raise
         if value is not _UNANSWERED:
             if self._order is not None:  # in line: a replay of an async flow passes here
@@ -964,8 +966,11 @@ class _Context:
                     result = compute()
                     if inspect.isawaitable(result):
                         result = yield Pending(slot.key, result)
-            except asyncio.CancelledError:  # a timeout around the call: stored if caught
-                self._cancelled(slot, started, attempts, source)
+            except asyncio.CancelledError as cancelled:  # stored if the flow catches it
+                if _cancelling():  # by a timeout around the call: a replay waits for it again
+                    self._cancelled(slot, started, attempts, source)
+                else:  # raised by the compute itself (or in a sync flow): raised again at once
+                    self._store_raised(slot, cancelled, self._meta_of(slot, attempts), source)
                 raise
             except Exception as exc:
                 try:
@@ -1015,6 +1020,21 @@ class _Context:
         self._cancellations.append(
             functools.partial(source.record_failure, slot, failure, meta=meta)
         )
+
+    def _store_raised(
+        self,
+        slot: Slot,
+        cancelled: asyncio.CancelledError,
+        meta: msgspec.Raw | None,
+        source: DecisionSource,
+    ) -> None:
+        """Store a ``CancelledError`` that no cancellation of the flow's task raised (a sync
+        flow's compute, or an async one raising its own) once the flow goes on, as it was
+        raised: its own message, so a replay raises it again at once. The "cancelled after"
+        form is for a call the flow's timeout cancelled, which a replay waits on to be
+        cancelled again, and nothing would (ADR 0026, "cancelled")."""
+        store = functools.partial(source.record_failure, slot, cancelled, meta=meta)
+        self._cancellations.append(store)
 
     def _cancel_point(self) -> dict[str, int]:
         """Where a call cancelled now ranks on replay, as its meta says it: after the
@@ -1094,11 +1114,8 @@ class _Context:
         except Exception as exc:
             source.record_failure(slot, exc, meta=self._meta_of(slot, [], exc))
             raise
-        except asyncio.CancelledError as cancelled:  # stored once the flow goes on, as it was
-            # raised (its own message: a sync replay raises it again at once, nothing waits
-            # to cancel it, so the "cancelled after" form an async replay times is not needed)
-            store = functools.partial(source.record_failure, slot, cancelled, meta=None)
-            self._cancellations.append(store)
+        except asyncio.CancelledError as cancelled:  # no timeout of a sync flow's: as raised
+            self._store_raised(slot, cancelled, None, source)
             raise
         return self._stored(slot, result, type, None, source)
 
@@ -1577,6 +1594,18 @@ CANCELLED_WAIT_LIMIT: Final = 300.0
 """The longest a replay waits for a call recorded as cancelled to be cancelled again."""
 
 
+def _cancelling() -> bool:
+    """Whether a ``CancelledError`` caught now comes from a cancellation of the running task
+    (a timeout, a ``TaskGroup``, ``wait_for``'s inner task, the flow's end): the task is then
+    cancelling until it uncancels. A compute raising one of its own, or a sync flow's (no
+    running loop), leaves nothing cancelling."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop here
+        return False
+    return task is not None and task.cancelling() > 0
+
+
 def cancellation(elapsed: float) -> asyncio.CancelledError:
     """How an async call the flow cancelled (a timeout around it) is recorded: as a failure
     of class ``CancelledError``, saying how long it had run. Not recording it left its
@@ -1606,13 +1635,25 @@ to have fired together live (:meth:`_Context._fired_with`): the calls of one ``a
 start within a pass of each other; a timeout another length apart is a different moment."""
 
 
+def _raised_cancellation(error: Exception) -> TypeGuard[RecordedComputeError]:
+    """Whether ``error``, a replay's answer, is a recorded ``CancelledError`` that a compute
+    raised itself (stored with its own message), not the cancellation of a call the flow's
+    timeout cut (the "cancelled after" form, which the replay waits on to be cut again)."""
+    return (
+        isinstance(error, RecordedComputeError)
+        and error.error_type == _CANCELLED
+        and _ran(error.error_type, error.message) is None
+    )
+
+
 def _cancelled_again(recorded: RecordedComputeError, key: str) -> asyncio.CancelledError:
-    """``recorded``, a sync flow's recorded cancellation, as its ``decide`` raises it on replay.
+    """``recorded``, a recorded cancellation no timeout of the flow made (a sync flow's, or
+    one an async compute raised itself), as its ``decide`` raises it on replay.
 
     Its compute ended in ``asyncio.CancelledError`` and the flow caught it and went on: it is
     raised as that class again, so the flow's ``except`` takes it as it did live. Nothing
-    outside a sync flow's call can cancel it, so nothing waits for a timeout to cancel it
-    again, as an async flow's replay does (:meth:`_Context._recorded_failure`)."""
+    cancelled the call, so nothing waits for a timeout to cancel it again, as an async
+    flow's replay does for one its timeout cut (:meth:`_Context._recorded_failure`)."""
     # A cancellation without a message has no args (task.cancel()): CancelledError("") has one
     again = asyncio.CancelledError(*((recorded.message,) if recorded.message else ()))
     again.add_note(f"loom: replayed from the log (decision {key!r})")

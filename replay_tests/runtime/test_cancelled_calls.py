@@ -322,6 +322,43 @@ def test_a_sync_compute_that_raises_cancelled_error_the_flow_catches_replays(
     assert run.output == ("went on: user pressed stop" if retry is None else "went on: ?")
     stored = loom.execution(run.execution_id).decisions
     assert stored["inner"].error_type == "asyncio.exceptions:CancelledError", stored
+    # Its own words on either path: the retry= path stored the "cancelled after" form of a
+    # call an async flow's timeout cut, which no timeout of a sync flow's did.
+    assert stored["inner"].message == "user pressed stop", stored
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.divergences
+    assert replayed.output == run.output
+
+
+def test_an_async_compute_that_raises_cancelled_error_itself_replays_identical(
+    loom: Loom,
+) -> None:
+    """An awaited compute that raises ``CancelledError`` of its own (a client library's way to
+    say a stream was closed upstream), not cancelled by the flow: it was stored as a
+    cancellation by the flow's timeout, so its replay waited for a timeout that never comes
+    and reported ``CancellationNotRepeatedError`` (an older item of a verdict review). Only a
+    task the flow cancelled is cancelling; this one is stored with its own message, as a sync
+    compute's is, and raised again at once on replay."""
+
+    async def closed_upstream() -> str:
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError("stream closed upstream")
+
+    @loom.flow("async-cancelled-itself")
+    async def cancelled_itself(ctx: Any) -> str:
+        try:
+            await ctx.decide("inner", closed_upstream)
+        except asyncio.CancelledError as cancelled:
+            return f"{await ctx.decide('after', lambda: 'went on')}: {cancelled}"
+        return "not cancelled"
+
+    run = loom.run("async-cancelled-itself")
+    assert run.output == "went on: stream closed upstream"
+    stored = loom.execution(run.execution_id).decisions["inner"]
+    assert (stored.error_type, stored.message) == (
+        "asyncio.exceptions:CancelledError",
+        "stream closed upstream",
+    )
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
     assert replayed.output == run.output
