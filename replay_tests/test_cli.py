@@ -377,3 +377,27 @@ def test_executions_show_shortens_a_huge_input_and_output(db_url: str) -> None:
     assert "input: " in out and "output: " in out
     code, whole = _cli("executions", "show", execution_id, "--json", "--db", db_url)
     assert code == 0 and huge in whole and huge.upper() in whole
+
+
+def test_executions_show_cuts_an_input_after_showing_its_invisible_characters(
+    db_url: str,
+) -> None:
+    """The 4,000-character cut was made before invisible characters were shown as
+    ``<U+XXXX>``: an input of 5,000 zero-width spaces printed as 32,000 characters (a CLI
+    review). The cut is made on what is printed, newlines of an error message included."""
+    from loom_runtime import Loom
+
+    hidden = "\u200b" * 5_000
+    with Loom(db_url) as loom:
+
+        @loom.flow("echo-hidden")
+        def echo_hidden(ctx: object, text: str) -> str:
+            raise ValueError("\n" * 5_000)
+
+        with pytest.raises(ValueError) as failed:
+            loom.run("echo-hidden", text=hidden)
+    execution_id = failed.value.__notes__[-1].split()[-1]  # "...the failure of execution ID"
+    code, out = _cli("executions", "show", execution_id, "--db", db_url)
+    assert code == 0, out
+    assert len(out) < 12_000, len(out)
+    assert out.count("more characters: --json prints it whole") == 2, out[-2_000:]

@@ -842,7 +842,7 @@ def executions_show(execution_id: str, as_json: JsonOption = False, db: DbOption
         table.add_row(*(inert(cell, one_line=True) for cell in cells))
     print_table(table)
     if execution.error is not None:
-        failed = f"failed: {execution.error[0]}: {_head(execution.error[1])}"
+        failed = f"failed: {execution.error[0]}: {_head(execution.error[1], one_line=True)}"
         console.print(inert(failed, one_line=True))
         console.print(f"once the cause is fixed: loom resume {execution.id} --retry-failed")
     elif execution.output is not None:
@@ -1384,12 +1384,15 @@ SHOWN_CHARACTERS = 4_000
 filled the terminal. ``--json`` prints every value whole."""
 
 
-def _head(text: str) -> str:
-    """``text`` whole, or its first :data:`SHOWN_CHARACTERS` and how many were left out."""
-    if len(text) <= SHOWN_CHARACTERS:
-        return text
-    left_out = len(text) - SHOWN_CHARACTERS
-    return f"{text[:SHOWN_CHARACTERS]}… ({left_out:,} more characters: --json prints it whole)"
+def _head(text: str, *, one_line: bool = False) -> str:
+    """``text`` as printed (:func:`~loom_runtime.tools.display.visible`), whole or its first
+    :data:`SHOWN_CHARACTERS` and how many were left out. Cut after escaping: cut before,
+    5,000 zero-width spaces printed as 32,000 characters."""
+    shown = visible(text, one_line=one_line)
+    if len(shown) <= SHOWN_CHARACTERS:
+        return shown
+    left_out = len(shown) - SHOWN_CHARACTERS
+    return f"{shown[:SHOWN_CHARACTERS]}… ({left_out:,} more characters: --json prints it whole)"
 
 
 def _short(text: object, width: int = 60) -> str:
