@@ -73,6 +73,7 @@ from loom_runtime.errors import (
     OverrideTypeError,
     RecordedComputeError,
     RedactedKeysCollideError,
+    ReplayDivergence,
     SecretRefusedError,
     StreamConflictError,
 )
@@ -480,6 +481,10 @@ class _Context:
         """The first calls of a recorded kind made without a flow context while this body
         ran (:func:`note_unattributed`); ``unattributed_count`` counts them all."""
         self.unattributed_count = 0
+        self.findings: list[ReplayDivergence] = []
+        """What loom raised into the flow because the recording cannot answer what the code
+        now asks (a value that no longer decodes, a read past a recorded response): a
+        replay reports each whether or not the flow catches it (:func:`note_finding`)."""
         self.uncancelled: list[tuple[str, float]] = []
         """Each call recorded as cancelled that nothing cancelled again within its bound (a
         replay's divergence even when the flow catches what it then raises), and the bound."""
@@ -674,7 +679,9 @@ class _Context:
             name = type.__qualname__ if isinstance(type, builtins.type) else repr(type)
             if decision.origin == "override":  # or the fork was given the wrong value
                 raise OverrideTypeError(key=slot.key, type=name, problem=str(exc)) from exc
-            raise DecisionTypeChangedError(key=slot.key, type=name, problem=str(exc)) from exc
+            changed = DecisionTypeChangedError(key=slot.key, type=name, problem=str(exc))
+            self.findings.append(changed)  # reported even if the flow catches it
+            raise changed from exc
 
     def computing_here(self) -> bool:
         """Whether the code running here is one of this flow's decisions computed live (its
@@ -1558,6 +1565,16 @@ _bodies: list[FlowContext | AsyncFlowContext] = []
 _bodies_lock = threading.Lock()
 NAMED_IN_A_WARNING = 5
 """How many calls or keys a warning (or a divergence) names; the rest are counted."""
+
+
+def note_finding(finding: ReplayDivergence) -> ReplayDivergence:
+    """``finding``, raised next into the flow whose body runs here by a recorded call that
+    cannot answer as the code now asks (a read past a recorded response), noted so a replay
+    reports it even if the flow catches it; returned for the ``raise``."""
+    ctx = _current.get()
+    if ctx is not None:
+        ctx.findings.append(finding)
+    return finding
 
 
 def note_unattributed(call: str) -> None:

@@ -67,10 +67,20 @@ class NotSerialisableError(LoomError, TypeError):
         self.path = path
 
 
-class DecisionTypeChangedError(LoomError, TypeError):
+class ReplayDivergence(LoomError):
+    """Base of every way a replay can differ from the recorded execution.
+
+    A replay tells its own findings from what the flow raised by identity (the instances it
+    collected), never by this class: a recording can name any class as a failure's type.
+    """
+
+
+class DecisionTypeChangedError(ReplayDivergence, TypeError):
     """A recorded decision's value does not decode as the type the code now declares for it
     (``ctx.decide(..., type=)``, a ``@tool``'s return annotation, an SDK result): the type
-    changed since the recording, or the row was edited. Raised where the flow asks for it."""
+    changed since the recording, or the row was edited. Raised where the flow asks for it; a
+    replay reports it whether or not the flow catches it (ADR 0002, amended "caught
+    findings")."""
 
     def __init__(self, *, key: str, type: str, problem: str) -> None:
         super().__init__(
@@ -275,14 +285,6 @@ class RecordedResultError(LoomError, ValueError):
         )
         self.key = key
         self.reason = reason
-
-
-class ReplayDivergence(LoomError):
-    """Base of every way a replay can differ from the recorded execution.
-
-    A replay tells its own findings from what the flow raised by identity (the instances it
-    collected), never by this class: a recording can name any class as a failure's type.
-    """
 
 
 class UnrecordedDecisionError(ReplayDivergence):
@@ -573,7 +575,7 @@ class RecordedValueError(LogCorruptError):
         self.problem = problem
 
 
-class ReadPastRecordingError(LoomError):
+class ReadPastRecordingError(ReplayDivergence):
     """A recorded response was read further than the recorded run read it.
 
     The live caller closed the response early, so the recording holds only what it read
@@ -582,7 +584,8 @@ class ReadPastRecordingError(LoomError):
     the point it reads past the recorded part, so a replay reports the changed outcome.
 
     ``waited`` is set when the recorded run's read was cancelled there (a timeout around it):
-    this run waited that many seconds at the point and nothing cancelled its read."""
+    this run waited that many seconds at the point and nothing cancelled its read. A replay
+    reports it whether or not the flow catches it (ADR 0002, amended "caught findings")."""
 
     def __init__(self, *, key: str, waited: float | None = None) -> None:
         if waited is None:

@@ -52,6 +52,7 @@ from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
     OpenDecision,
+    note_finding,
     rebuild_error,
     recorder,
     replay_wait,
@@ -785,14 +786,14 @@ class _ReplayedBody:
         if self._cancelled_after is not None and self._cut is not None:
             bound = replay_wait(self._cancelled_after)
             await asyncio.sleep(bound)
-            raise ReadPastRecordingError(key=self._cut, waited=bound)
+            raise note_finding(ReadPastRecordingError(key=self._cut, waited=bound))
         self._ended()
 
     def _ended(self) -> None:
         if self._failure is not None:
             raise self._failure
         if self._cut is not None:
-            raise ReadPastRecordingError(key=self._cut)
+            raise note_finding(ReadPastRecordingError(key=self._cut))
 
 
 class Replayed(NamedTuple):

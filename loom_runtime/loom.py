@@ -1407,6 +1407,9 @@ class Loom:
                 UnattributedCallError(calls=ctx.unattributed, count=ctx.unattributed_count)
             )
         if ctx is not None:
+            # What the recording could not answer, caught by the flow or not (ADR 0002,
+            # amended "caught findings"): an uncaught one is the outcome, told by identity.
+            replayer.divergences.extend(ctx.findings)
             replayer.divergences.extend(
                 CancellationNotRepeatedError(key=key, waited=bound)
                 for key, bound in ctx.uncancelled

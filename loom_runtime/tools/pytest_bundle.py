@@ -37,8 +37,10 @@ from loom_runtime.diff import diff
 from loom_runtime.driver import Steps
 from loom_runtime.errors import (
     DecisionInputChangedError,
+    DecisionTypeChangedError,
     OutcomeChangedError,
     OutputChangedError,
+    ReadPastRecordingError,
     ReplayDivergence,
 )
 from loom_runtime.execution import Decision, Execution
@@ -249,7 +251,7 @@ class BundleLoom(Loom):
     def _settle(self, bundle: Bundle, result: ReplayResult, *, marked: bool) -> None:
         """Re-seal the bundle if updating and every divergence is accepted; else fail."""
         if not self.update or not all(isinstance(d, ACCEPTED) for d in result.divergences):
-            raised = self._error if _outcome_changed(result) else None
+            raised = self._error if _outcome_changed(result, self._error) else None
             step = next_step(result, marked=marked, rerun=self.rerun, raised=raised)
             raise ReplayDiverged(result, step) from raised
         seen = self._seen.inputs if self._seen is not None else {}
@@ -291,8 +293,15 @@ class BundleLoom(Loom):
         return super()._replay_result(execution, definition, replayer, output, value, error)
 
 
-def _outcome_changed(result: ReplayResult) -> bool:
-    return any(isinstance(d, OutcomeChangedError) for d in result.divergences)
+def _outcome_changed(result: ReplayResult, raised: BaseException | None) -> bool:
+    """Whether the replay ended in ``raised``, the current code's error: a changed outcome,
+    or what the recording could not answer, let through by the flow (reported as itself
+    since ADR 0002's "caught findings", and shown with its traceback as before)."""
+    return any(
+        isinstance(d, OutcomeChangedError)
+        or (d is raised and isinstance(d, DecisionTypeChangedError | ReadPastRecordingError))
+        for d in result.divergences
+    )
 
 
 class _InputsSeen:

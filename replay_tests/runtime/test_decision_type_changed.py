@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from loom_runtime import DecisionTypeChangedError, Loom, OutcomeChangedError, tool
+from loom_runtime import DecisionTypeChangedError, Loom, tool
 
 
 class Ticket(msgspec.Struct, frozen=True):
@@ -56,7 +56,9 @@ def test_a_value_that_no_longer_decodes_names_the_decision(
     sqlite_url: str, flow: str, key: str
 ) -> None:
     """Recorded as ``Ticket``, replayed by code declaring ``TicketWithPriority``: the flow
-    gets :class:`DecisionTypeChangedError` naming the key, the type and the missing field."""
+    gets :class:`DecisionTypeChangedError` naming the key, the type and the missing field,
+    and the replay reports that very error (before it was caught or not, the changed
+    outcome quoted it)."""
     with build(sqlite_url, Ticket) as loom:
         run = loom.run(flow)
     assert run.output == "disk full"
@@ -65,8 +67,43 @@ def test_a_value_that_no_longer_decodes_names_the_decision(
     with build(sqlite_url, TicketWithPriority) as changed:
         result = changed.replay(run.execution_id)
     [divergence] = result.divergences
-    assert isinstance(divergence, OutcomeChangedError), result.describe()
+    assert isinstance(divergence, DecisionTypeChangedError), result.describe()
     said = str(divergence)
-    assert f"{DecisionTypeChangedError.__module__}:DecisionTypeChangedError" in said
     assert f"decision {key!r}" in said
     assert "TicketWithPriority" in said and "priority" in said
+
+
+def test_a_value_that_no_longer_decodes_is_reported_when_the_flow_catches_it(
+    sqlite_url: str,
+) -> None:
+    """A flow that asks inside ``except Exception`` and falls back took
+    :class:`DecisionTypeChangedError` as the compute's failure, and its replay was reported
+    identical though the code's type had changed (a verdict review): the replay cannot answer
+    the decision as the code now asks it, whatever the flow does with that."""
+    declared: dict[str, type[Any]] = {"ticket": Ticket}
+
+    def build_catching() -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("catching")
+        def catching(ctx: Any) -> str:
+            ticket = declared["ticket"]
+            fields = {"priority": 1} if ticket is TicketWithPriority else {}
+            try:
+                found = ctx.decide("ticket", lambda: ticket(id=7, title="x", **fields), type=ticket)
+            except Exception:
+                return "fallback"
+            return "fallback" if found.title else "empty"
+
+        return loom
+
+    with build_catching() as loom:
+        run = loom.run("catching")
+        assert loom.replay(run.execution_id).identical  # the control: the same type
+    declared["ticket"] = TicketWithPriority
+    with build_catching() as changed:
+        result = changed.replay(run.execution_id)
+    assert result.output == run.output  # the flow hid it: the outcome alone looks the same
+    [divergence] = result.divergences
+    assert isinstance(divergence, DecisionTypeChangedError), result.describe()
+    assert "'ticket'" in str(divergence) and "priority" in str(divergence)

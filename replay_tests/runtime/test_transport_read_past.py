@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 import loom_runtime
-from loom_runtime import Loom, OutcomeChangedError, ReadPastRecordingError
+from loom_runtime import Loom, ReadPastRecordingError
 from replay_tests.runtime.test_transport import Unreachable
 
 URL = "https://events.example/feed"
@@ -99,7 +99,7 @@ def _replay(loom: Loom, flow: str, execution_id: Any) -> Any:
 @pytest.mark.parametrize("flow", ["read", "aread"])
 def test_reading_past_where_the_recorded_run_closed_is_reported(sqlite_url: str, flow: str) -> None:
     """Recorded after one event; replayed by code that reads to the end: the flow gets
-    :class:`ReadPastRecordingError` naming the decision, reported as the changed outcome."""
+    :class:`ReadPastRecordingError` naming the decision, and the replay reports it."""
     inner = httpx.MockTransport(answer)
     with build(sqlite_url, inner, keep=1) as loom:
         run = _run(loom, flow)
@@ -111,8 +111,7 @@ def test_reading_past_where_the_recorded_run_closed_is_reported(sqlite_url: str,
     with build(sqlite_url, Unreachable(), keep=None) as reads_all:
         result = _replay(reads_all, flow, run.execution_id)
     [divergence] = result.divergences
-    assert isinstance(divergence, OutcomeChangedError), result.describe()
-    assert f"{ReadPastRecordingError.__module__}:ReadPastRecordingError" in str(divergence)
+    assert isinstance(divergence, ReadPastRecordingError), result.describe()
     assert repr(KEY) in str(divergence)
 
 
@@ -136,3 +135,44 @@ def test_a_body_iterated_again_continues_on_replay_as_it_did_live(sqlite_url: st
         result = fresh.replay(run.execution_id)
     assert result.identical, result.describe()
     assert result.output == run.output
+
+
+def test_reading_past_the_recording_is_reported_when_the_flow_catches_it(
+    sqlite_url: str,
+) -> None:
+    """Code that reads to the end inside ``except Exception`` (a reader that keeps what it
+    got) took :class:`ReadPastRecordingError` as one more failure of the network, returned
+    the recorded part, and its replay was reported identical (a verdict review). The replay
+    cannot answer what the code now reads: that is reported whatever the flow does with it."""
+    keep: dict[str, int | None] = {"events": 1}
+
+    def build_catching(inner: Any) -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("read-catching")
+        def read_catching(ctx: Any) -> list[str]:
+            seen: list[str] = []
+            try:
+                with (
+                    httpx.Client(transport=loom_runtime.transport(inner)) as client,
+                    client.stream("GET", URL) as response,
+                ):
+                    for chunk in response.iter_bytes():
+                        seen.append(chunk.decode())
+                        if len(seen) == keep["events"]:
+                            break
+            except Exception:
+                pass
+            return seen
+
+        return loom
+
+    with build_catching(httpx.MockTransport(answer)) as loom:
+        run = loom.run("read-catching")
+    with build_catching(Unreachable()) as same:  # the control: closes where it did
+        assert same.replay(run.execution_id).identical
+    keep["events"] = None
+    with build_catching(Unreachable()) as reads_all:
+        result = reads_all.replay(run.execution_id)
+    assert result.output == run.output  # the flow hid it: the outcome alone looks the same
+    assert any(isinstance(d, ReadPastRecordingError) for d in result.divergences), result.describe()
