@@ -323,3 +323,34 @@ def test_a_flows_own_sqlite_error_is_its_traceback_not_a_damaged_log(
     assert "no such table: orders" in result.output
     assert "changed outside loom" not in result.output, result.output
     assert "recorded as the failure of execution" in result.output
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "ALTER TABLE loom_events RENAME COLUMN topic TO topik",
+        "ALTER TABLE loom_events RENAME TO events_moved",
+    ],
+    ids=["column", "table"],
+)
+def test_a_postgresql_log_table_changed_outside_loom_is_one_line_never_a_traceback(
+    pg_url: str, damage: str
+) -> None:
+    """The PostgreSQL half of the test above: an ``UndefinedColumn`` or ``UndefinedTable``
+    from the server ended every command in a traceback (left by the first fix, SQLite's
+    only). It is the same one line, exit 1."""
+    import psycopg
+
+    with Loom(pg_url, flows=flows) as loom:
+        execution_id = str(loom.run("echo", text=1).execution_id)
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://")) as connection:
+        connection.execute(damage)  # type: ignore[arg-type]
+    moved = damage.endswith("events_moved")  # verify finds the chain's events gone
+    commands = [["verify"]] + ([] if moved else [["executions", "list"], ["audit", execution_id]])
+    for command in commands:
+        result = _invoke(*command, f"--db={pg_url}")
+        assert "Traceback" not in result.output, (command, result.output)
+        assert result.exit_code == ExitCode.FAILED, (command, result.output)
+        said = "TAMPERED" if moved else "changed outside loom"
+        assert said in result.output, (command, result.output)
+        assert len(result.output.strip().splitlines()) == 1, (command, result.output)

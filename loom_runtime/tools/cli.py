@@ -25,7 +25,7 @@ from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, cast
 from uuid import UUID
 
 import msgspec
@@ -155,12 +155,32 @@ def _schema_changed(error: Exception) -> None:
     verify` included, printed the driver's ``OperationalError`` as a traceback."""
     from loom_runtime.storage.sqlite import missing_schema
 
-    missing = missing_schema(error)
+    missing = missing_schema(error) or _postgres_missing_schema(error)
     if missing is not None:
         fail(
             f"the log's database lacks a table or column loom made ({missing}): it was changed "
             "outside loom, or it is not a loom log"
         )
+
+
+_UNDEFINED: Final = frozenset({"42P01", "42703", "42883"})
+"""PostgreSQL's SQLSTATEs for a table, a column and a function a statement names and the
+database lacks (``undefined_table``, ``undefined_column``, ``undefined_function``)."""
+
+
+def _postgres_missing_schema(error: BaseException) -> str | None:
+    """What the database lacks (``column "topic" does not exist``) when the driver's error
+    behind ``error`` is PostgreSQL's undefined table, column or function, else None. Told by
+    the error's ``sqlstate`` (psycopg's, behind eventsourcing's and SQLAlchemy's wrappers),
+    so nothing of psycopg is imported for it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) in _UNDEFINED:
+            return str(current).strip().splitlines()[0][:200]
+        current = current.__cause__ or getattr(current, "orig", None)
+    return None
 
 
 def _traceback(error: Exception) -> NoReturn:
