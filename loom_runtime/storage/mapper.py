@@ -214,8 +214,16 @@ def _decode_state(cls: type, payload: bytes) -> Any:
 
 def _upcast(cls: type, state: dict[str, Any], target: int) -> dict[str, Any]:
     """A payload decoded plain, brought to class version ``target`` by ``cls``'s upcasters
-    (each edits the dict in place), without its ``class_version``."""
+    (each edits the dict in place), without its ``class_version``. A version that is no
+    whole number from 1 to ``target`` is ``ValidationError``: loom writes none of its own
+    (its events are all at 1), and one past ``target`` is a newer loom's event, which this
+    one cannot know the meaning of (read as its own, it was taken for the current version)."""
     version = state.pop("class_version", 1)
+    if type(version) is not int or not 1 <= version <= target:
+        raise msgspec.ValidationError(
+            f"class_version {version!r} is none this loom reads (1 to {target}): "
+            "a newer loom wrote it, or it was edited"
+        )
     while version < target:
         getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
         version += 1

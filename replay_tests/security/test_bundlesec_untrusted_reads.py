@@ -384,3 +384,42 @@ def test_recorded_arguments_the_flow_no_longer_takes_are_a_one_line_refusal(
     assert code == 1 and "Traceback" not in output, output
     assert "does not fit its signature" in output, output
     assert len(output.strip().splitlines()) == 1, output
+
+
+# -- a class version this loom never wrote ----------------------------------------------------
+
+
+@pytest.mark.parametrize("class_version", ['"2"', "2", "0", "true", "2.0"])
+def test_a_bundle_row_with_a_class_version_loom_never_wrote_is_a_refusal(
+    tmp_path: Path, class_version: str
+) -> None:
+    """A stored ``class_version`` is what brings an older event up to date; loom writes none
+    for its events (all at version 1). A crafted one raised a bare ``TypeError`` out of
+    ``import_bundle`` (``"2" < 1``), and a number past the class's was read as the current
+    version, as if a newer loom's event meant what this one's does. Each is a refusal:
+    BundleFormatError, nothing imported."""
+    state = '{"output":1,"class_version":' + class_version + ',"timestamp":"2026-12-02T00:00:00Z"}'
+    forged = _bundle_with_last_state(tmp_path, state, inline=False)
+    target = Loom(f"sqlite:///{tmp_path / 'target.db'}")
+    with target:
+        with pytest.raises(BundleFormatError):
+            target.import_bundle(forged)
+        assert not target.executions(), "nothing was to be imported"
+    code, output, error = _cli("import", str(forged), f"--db=sqlite:///{tmp_path / 'cli.db'}")
+    assert error is None, f"escaped as {error!r}"
+    assert code == 1 and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("class_version", ['"2"', "2"])
+def test_a_log_row_with_a_class_version_loom_never_wrote_is_log_corrupt(
+    tmp_path: Path, class_version: str
+) -> None:
+    """The same crafted version in a log row: LogCorruptError naming the row, never a
+    ``TypeError`` or a newer event read as this loom's."""
+    url, loom, execution_id = _record(tmp_path)
+    loom.close()
+    state = '{"output":["db slow","runbook.md"],"class_version":' + class_version
+    state += ',"timestamp":"2026-12-02T00:00:00Z"}'
+    _sql(url, ("UPDATE stored_events SET state = ? WHERE rowid = ?", (state.encode(), 3)))
+    with Loom(url, flows=flows) as loom, pytest.raises(LogCorruptError, match="v3"):
+        loom.execution(execution_id)
