@@ -446,6 +446,11 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.Tim
     that does not (uvloop), none is assumed and the watch counts passes alone. A timer due
     later (an ``asyncio.timeout(300)`` around the whole flow) is not waited for."""
     scheduled = getattr(loop, "_scheduled", ())
+    # A heap: its head is the earliest timer, cancelled ones included. Past the window, none
+    # is due (asked once a pass while answers wait: a scan of 10,000 far ``wait_for``
+    # timeouts each pass made a replay handing out one answer a pass quadratic).
+    if not scheduled or scheduled[0].when() - now > STALL_SECONDS:
+        return False
     return any(
         not timer.cancelled() and timer.when() - now <= STALL_SECONDS and timer not in own
         for timer in scheduled
@@ -553,7 +558,7 @@ class AnswerSpacing:
     def bind(self) -> None:
         """Count the running loop's passes: the flow's, as its coroutine starts."""
         self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
-        self._taker, self._passes = None, 0
+        self._taker, self._passes, self._counting = None, 0, False
 
     def asked(self, key: str) -> None:
         """The flow asks ``key`` now (on its loop; anywhere else nothing is counted)."""
@@ -591,10 +596,14 @@ class AnswerSpacing:
 
 def spaced_meta(meta: msgspec.Raw | None, passes: int) -> msgspec.Raw:
     """``meta`` (a decision's, as stored: a JSON object or None) with :data:`ANSWERED_AFTER`
-    first; a field of the same name given by the caller comes after it, and wins."""
+    first. One the caller gave a field of that name is decoded and the field replaced: a
+    member stored twice is what a bundle's reader refuses."""
     field = b'{"%s":%d' % (ANSWERED_AFTER.encode(), passes)
     body = bytes(meta) if meta is not None else b"{}"
     if body[:1] != b"{":  # not an object (never stored by loom): kept as it is
         return msgspec.Raw(body)
+    if _SPACING_MARK in body:
+        given = msgspec.json.decode(body)
+        return msgspec.Raw(msgspec.json.encode({**given, ANSWERED_AFTER: passes}))
     rest = body[1:].lstrip()
     return msgspec.Raw(field + (b"}" if rest[:1] == b"}" else b"," + rest))

@@ -992,3 +992,36 @@ def test_an_answer_acted_on_a_step_away_is_not_overtaken_by_one_that_came_later(
     acting["after"] = 0.05
     assert loom.run("a-step-away").output == ["B", "A"]  # live, the change shows
     assert not loom.replay(run.execution_id).identical
+
+
+def test_a_caller_s_meta_of_the_spacing_s_name_is_replaced_not_stored_twice(
+    loom: Loom, tmp_path: Any
+) -> None:
+    """A caller that gives an open decision a meta field named as the spacing's own had it
+    stored twice in one JSON object, which a bundle's reader refuses (a regression review):
+    export succeeded and replay_bundle failed. The spacing's value replaces the caller's."""
+
+    @loom.flow("meta-named-alike")
+    async def meta_named_alike(ctx: Any) -> list[str]:
+        marks: list[str] = []
+
+        async def first() -> None:
+            await asyncio.wait_for(ctx.decide("a", lambda: asyncio.sleep(0, 1)), 1)
+            marks.append("A")
+
+        async def second() -> None:
+            opened = ctx.open_decision("b")
+            await asyncio.sleep(0.02)
+            opened.record("v", meta={"answered_after_passes": "mine", "model": "m"})
+            marks.append("B")
+
+        await asyncio.gather(first(), second())
+        return marks
+
+    run = loom.run("meta-named-alike")
+    meta = bytes(loom.execution(run.execution_id).decisions["b"].meta or b"")
+    assert meta.count(b'"answered_after_passes"') == 1, meta
+    assert msgspec.json.decode(meta)["model"] == "m"
+    bundle = loom.export(run.execution_id, tmp_path / "run.json")
+    result = loom.replay_bundle(bundle)
+    assert result.identical, result.describe()
