@@ -71,6 +71,7 @@ from loom_runtime.errors import (
     LoomError,
     NotSerialisableError,
     OverrideTypeError,
+    ReadPastRecordingError,
     RecordedComputeError,
     RedactedKeysCollideError,
     ReplayDivergence,
@@ -1567,13 +1568,19 @@ NAMED_IN_A_WARNING = 5
 """How many calls or keys a warning (or a divergence) names; the rest are counted."""
 
 
-def note_finding(finding: ReplayDivergence) -> ReplayDivergence:
-    """``finding``, raised next into the flow whose body runs here by a recorded call that
-    cannot answer as the code now asks (a read past a recorded response), noted so a replay
-    reports it even if the flow catches it; returned for the ``raise``."""
+def note_finding(finding: ReadPastRecordingError) -> ReadPastRecordingError:
+    """``finding``, raised next into the flow whose body runs here by a recorded response
+    read past what the recording holds, noted so a replay reports it even if the flow
+    catches it; returned for the ``raise``. Once per decision: a body read past again (an
+    SDK draining it after the flow caught the first) raises the same finding again, so it
+    is reported once, and told by identity if the flow lets it through."""
     ctx = _current.get()
-    if ctx is not None:
-        ctx.findings.append(finding)
+    if ctx is None:
+        return finding
+    for noted in ctx.findings:
+        if isinstance(noted, ReadPastRecordingError) and noted.key == finding.key:
+            return noted
+    ctx.findings.append(finding)
     return finding
 
 

@@ -176,3 +176,39 @@ def test_reading_past_the_recording_is_reported_when_the_flow_catches_it(
         result = reads_all.replay(run.execution_id)
     assert result.output == run.output  # the flow hid it: the outcome alone looks the same
     assert any(isinstance(d, ReadPastRecordingError) for d in result.divergences), result.describe()
+
+
+def test_a_body_read_past_twice_is_reported_once(sqlite_url: str) -> None:
+    """A flow that catches the read past and reads the body again (as an SDK draining it
+    does) got two identical ``ReadPastRecordingError`` findings for one decision (a regression
+    review): the same finding is raised again and reported once."""
+    keep: dict[str, int | None] = {"events": 1}
+
+    def build_twice(inner: Any) -> Loom:
+        loom = Loom(sqlite_url)
+
+        @loom.flow("read-twice")
+        def read_twice(ctx: Any) -> str:
+            seen: list[str] = []
+            with (
+                httpx.Client(transport=loom_runtime.transport(inner)) as client,
+                client.stream("GET", URL) as response,
+            ):
+                for _ in range(2 if keep["events"] is None else 1):
+                    try:
+                        for chunk in response.stream:
+                            seen.append(chunk.decode())
+                            if len(seen) == keep["events"]:
+                                break
+                    except ReadPastRecordingError:
+                        pass
+            return seen[0]
+
+        return loom
+
+    with build_twice(httpx.MockTransport(answer)) as loom:
+        run = loom.run("read-twice")
+    keep["events"] = None
+    with build_twice(Unreachable()) as reads_all:
+        result = reads_all.replay(run.execution_id)
+    assert [type(d) for d in result.divergences] == [ReadPastRecordingError], result.describe()
