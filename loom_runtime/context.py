@@ -722,7 +722,12 @@ class _Context:
         slot = self._slot(key, input, kind)
         if self._order is not None:  # a caller that cannot wait for its recorded turn
             self._order.handed_out(slot.key)
-        return self._opened(slot, type)
+        try:
+            return self._opened(slot, type)
+        except RecordedComputeError as recorded:
+            if _raised_cancellation(recorded):  # as the call raised it: the flow's except
+                raise _cancelled_again(recorded, slot.key) from None
+            raise
 
     def open_decision_in_turn(
         self, key: str, *, input: object = None, kind: str | None = None, type: Any = Any
@@ -744,6 +749,8 @@ class _Context:
             decision = self._opened(slot, type)
         except Exception as answered:
             yield from self._recorded_failure(slot.key, answered, self._order)
+            if _raised_cancellation(answered):  # as the call raised it: the flow's except
+                raise _cancelled_again(answered, slot.key) from None
             raise
         yield from self._in_turn(slot.key, decision.value if decision.recorded else _UNANSWERED)
         return decision
@@ -1363,6 +1370,23 @@ class OpenDecision:
         store = self._source.record_failure
         point = {} if self._cancel_point is None else self._cancel_point()
         self._store_if_the_flow_goes_on(store, cancellation(elapsed), {**(meta or {}), **point})
+
+    def ended_in(
+        self,
+        cancelled: asyncio.CancelledError,
+        elapsed: float,
+        *,
+        meta: Mapping[str, object] | None = None,
+    ) -> None:
+        """The call ended in ``cancelled`` after ``elapsed`` seconds: the flow's cut
+        (:meth:`cancel`) when the running task is cancelling (a timeout around it), else
+        raised by the call itself (a client saying its stream was closed upstream), stored
+        as raised once the flow goes on, so a replay raises it again at once (ADR 0026,
+        amended "raised, not cut")."""
+        if _cancelling():
+            self.cancel(elapsed, meta=meta)
+        else:
+            self._store_if_the_flow_goes_on(self._source.record_failure, cancelled, meta)
 
     def defer(self, value: object, *, meta: Mapping[str, object] | None = None) -> None:
         """Store ``value`` once the flow goes on, as :meth:`cancel` stores a cancellation: a

@@ -417,8 +417,8 @@ def _exchange(
     except Exception as exc:
         decision.fail(exc, meta=call.meta())
         raise
-    except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
-        decision.cancel(time.perf_counter() - call.started, meta=call.meta())
+    except asyncio.CancelledError as cancelled:  # stored if the flow goes on
+        decision.ended_in(cancelled, time.perf_counter() - call.started, meta=call.meta())
         raise
     recording = profile.recording(decision, response, call)
     # A stream the flow leaves open is stored, as read so far, before the execution ends.

@@ -286,8 +286,8 @@ async def _decide(
         except Exception as exc:
             decision.fail(exc)
             raise
-        except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
-            decision.cancel(time.perf_counter() - started)
+        except asyncio.CancelledError as cancelled:  # stored if the flow goes on
+            decision.ended_in(cancelled, time.perf_counter() - started)
             raise
         recorded_type = SERVER_ERROR if isinstance(result, mcp_types.ErrorData) else None
         if recorded_type is None and RESULT_TYPES.get(type(result).__name__) is type(result):

@@ -162,8 +162,8 @@ class _Tool:
         except Exception as exc:
             decision.fail(exc)
             raise
-        except asyncio.CancelledError:  # a timeout around the call: stored if the flow goes on
-            decision.cancel(time.perf_counter() - started)
+        except asyncio.CancelledError as cancelled:  # stored if the flow goes on
+            decision.ended_in(cancelled, time.perf_counter() - started)
             raise
         return decision.record_or_refuse(result)
 

@@ -362,3 +362,48 @@ def test_an_async_compute_that_raises_cancelled_error_itself_replays_identical(
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.describe()
     assert replayed.output == run.output
+
+
+@loom_runtime.tool
+async def _closed_upstream_tool() -> str:
+    await asyncio.sleep(0)
+    raise asyncio.CancelledError("stream closed upstream")
+
+
+class _ClosesUpstream(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError("stream closed upstream")
+
+
+@pytest.mark.parametrize("call", ["tool", "http"])
+def test_a_recorded_call_that_raises_cancelled_error_itself_replays_identical(
+    loom: Loom, call: str
+) -> None:
+    """The fix above covered ``ctx.decide``; a ``@tool`` and the httpx transport (and an MCP
+    call, the same code) still stored a ``CancelledError`` the call raised itself as the
+    flow's cut, so the unchanged flow's replay waited for a timeout that never came and
+    diverged (a regression review). Each now stores it as raised, and its replay raises it
+    again at once."""
+
+    async def ask() -> str:
+        if call == "tool":
+            return await _closed_upstream_tool()
+        transport = loom_runtime.async_transport(_ClosesUpstream())
+        async with httpx.AsyncClient(transport=transport) as client:
+            return (await client.get("http://svc.test/feed")).text
+
+    @loom.flow(f"{call}-cancelled-itself")
+    async def cancelled_itself(ctx: Any) -> str:
+        try:
+            return await ask()
+        except asyncio.CancelledError as cancelled:
+            return f"caught: {cancelled}"
+
+    run = loom.run(f"{call}-cancelled-itself")
+    assert run.output == "caught: stream closed upstream"
+    (stored,) = loom.execution(run.execution_id).decisions.values()
+    assert stored.message == "stream closed upstream", stored
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
+    assert replayed.output == run.output
