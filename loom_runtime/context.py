@@ -467,6 +467,9 @@ class _Context:
         self.execution_id = execution_id
         self.flow = flow
         self._replaying = replaying
+        self._began = time.perf_counter()
+        """When the flow began, about (this context is made as it starts): a cut's place in
+        the run, live and on replay (:data:`CUT_AT`)."""
         self._spacing = spacing
         """A recording async flow's (its recorder's too): bound to the flow's loop as it
         starts, set aside while what the flow cancelled is stored."""
@@ -907,6 +910,8 @@ class _Context:
         cancellation (a sibling that finished after the timeout) wait until the flow has seen
         it cancelled again, as they came after it live."""
         bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
+        if bound is not None:
+            bound = self._cut_bound(key, bound)
         if bound is None:
             if order is not None:
                 yield from self._in_turn(key, failure)
@@ -937,6 +942,29 @@ class _Context:
                 order.settle(key)
             else:  # the bound passed (the replay took another path), or an interrupt
                 order.handed_out(key)
+
+    def _cut_bound(self, key: str, bound: float) -> float:
+        """How long the call recorded as cut at ``key`` waits to be cut again: ``bound`` (twice
+        its own live run and a second), or longer, until this run is as far from its start as
+        the live run was when the cut came, and a second more (:data:`CUT_AT`): a timeout
+        around several calls fires that long after it began, and a replay answers the calls
+        before at once (ADR 0026, amended "cut at"). The meta is untrusted (a bundle's): no
+        finite number from 0 is ignored, and the wait never passes
+        :data:`CANCELLED_WAIT_LIMIT`."""
+        decision = self._source.recorded.get(key)
+        meta = None if decision is None else decision.meta
+        if meta is None or _CUT_MARK not in bytes(meta):
+            return bound
+        try:
+            at = _cut_decoder.decode(meta).cancelled_at_run_seconds
+        except (msgspec.DecodeError, RecursionError):
+            return bound
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            return bound
+        if not 0 <= at < CANCELLED_WAIT_LIMIT:  # NaN too
+            return bound
+        here = time.perf_counter() - self._began
+        return min(max(bound, at - here + 1.0), CANCELLED_WAIT_LIMIT)
 
     def _fired_with(self, failure: Exception, key: str) -> bool:
         """Whether the recorded decision at ``key`` is a cancellation whose timer fired with
@@ -1051,9 +1079,11 @@ class _Context:
         store = functools.partial(source.record_failure, slot, cancelled, meta=meta)
         self._cancellations.append(store)
 
-    def _cancel_point(self) -> dict[str, int]:
+    def _cancel_point(self) -> dict[str, float]:
         """Where a call cancelled now ranks on replay, as its meta says it: after the
-        decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`).
+        decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`), and
+        when in the run it was cut (:data:`CUT_AT`, seconds since the flow began: how long
+        its replay waits at least for the flow's timer to cut it again, :meth:`_cut_bound`).
 
         Nothing (its stored place, then) while the flow holds a streamed answer not yet
         stored: a response whose headers it has, stored once its body is read (an open
@@ -1063,9 +1093,10 @@ class _Context:
         arrive), but is stored after it, and a count of stored decisions cannot rank the
         cancellation after it; ranked before, the loser would hold its turn ahead of the very
         answer that makes the flow cancel it."""
+        at = {CUT_AT: round(time.perf_counter() - self._began, 3)}
         if any(not held.settled and held.at_end is not None for held in list(self._open)):
-            return {}
-        return {CANCELLED_AFTER: len(self._source.recorded)}
+            return at
+        return {CANCELLED_AFTER: len(self._source.recorded), **at}
 
     def _stored(
         self, slot: Slot, result: Any, type: Any, meta: msgspec.Raw | None, source: DecisionSource
@@ -1310,7 +1341,7 @@ class OpenDecision:
         recorded: bool,
         value: Any,
         cancellations: list[Callable[[], object]] | None = None,
-        cancel_point: Callable[[], dict[str, int]] | None = None,
+        cancel_point: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.key = slot.key
         self._cancellations = cancellations
@@ -1635,6 +1666,20 @@ def _named(call: str, redactor: Redactor | None) -> str:
         return WITHHELD_NAME
     return call
 
+
+CUT_AT: Final = "cancelled_at_run_seconds"
+"""The meta field of a call the flow cut: seconds from the flow's start to the cut."""
+
+_CUT_MARK: Final = f'"{CUT_AT}"'.encode()
+
+
+class _CutAt(msgspec.Struct):
+    """The one meta field :meth:`_Context._cut_bound` reads (any other is skipped)."""
+
+    cancelled_at_run_seconds: object = None
+
+
+_cut_decoder: Final = msgspec.json.Decoder(_CutAt)
 
 _CANCELLED = "asyncio.exceptions:CancelledError"
 _CANCELLED_AFTER = re.compile(r"cancelled after (\d{1,6}(?:\.\d{1,6})?) s")

@@ -407,3 +407,27 @@ def test_a_recorded_call_that_raises_cancelled_error_itself_replays_identical(
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.describe()
     assert replayed.output == run.output
+
+
+def test_a_timeout_around_several_calls_cuts_the_last_again_on_replay(loom: Loom) -> None:
+    """``asyncio.timeout`` around a step of two calls: the first took most of the time, the
+    second was cut soon after it started. A replay answers the first at once, so the flow's
+    timer fires as long after the start as it did live, but the second waited for it only
+    twice its own short run plus a second, and every replay of the unchanged flow reported
+    ``CancellationNotRepeatedError`` (a regression review). A cut now also records when, in
+    the run, it came, and the replay waits at least until its own run reaches that point."""
+
+    @loom.flow("step-timeout")
+    async def step_timeout(ctx: Any) -> str:
+        try:
+            async with asyncio.timeout(1.6):
+                await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+                return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
+        except TimeoutError:
+            return "fallback"
+
+    run = loom.run("step-timeout")
+    assert run.output == "fallback"
+    for _ in range(2):
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
