@@ -373,7 +373,7 @@ def test_executions_show_shortens_a_huge_input_and_output(db_url: str) -> None:
     code, out = _cli("executions", "show", execution_id, "--db", db_url)
     assert code == 0, out
     assert len(out) < 20_000, len(out)
-    assert out.count("more characters: --json prints it whole") == 2, out[-2_000:]
+    assert out.count("more characters as shown: --json prints it whole") == 2, out[-2_000:]
     assert "input: " in out and "output: " in out
     code, whole = _cli("executions", "show", execution_id, "--json", "--db", db_url)
     assert code == 0 and huge in whole and huge.upper() in whole
@@ -400,4 +400,5 @@ def test_executions_show_cuts_an_input_after_showing_its_invisible_characters(
     code, out = _cli("executions", "show", execution_id, "--db", db_url)
     assert code == 0, out
     assert len(out) < 12_000, len(out)
-    assert out.count("more characters: --json prints it whole") == 2, out[-2_000:]
+    assert "<U+200B>… (" in out, "the cut never leaves half an escape"
+    assert out.count("more characters as shown: --json prints it whole") == 2, out[-2_000:]

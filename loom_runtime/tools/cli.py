@@ -1411,8 +1411,12 @@ def _head(text: str, *, one_line: bool = False) -> str:
     shown = visible(text, one_line=one_line)
     if len(shown) <= SHOWN_CHARACTERS:
         return shown
-    left_out = len(shown) - SHOWN_CHARACTERS
-    return f"{shown[:SHOWN_CHARACTERS]}… ({left_out:,} more characters: --json prints it whole)"
+    head = shown[:SHOWN_CHARACTERS]
+    opened = head.rfind("<U+", SHOWN_CHARACTERS - 10)
+    if opened != -1 and ">" not in head[opened:]:  # never half a <U+XXXX>
+        head = head[:opened]
+    left_out = len(shown) - len(head)
+    return f"{head}… ({left_out:,} more characters as shown: --json prints it whole)"
 
 
 def _short(text: object, width: int = 60) -> str:
