@@ -568,7 +568,7 @@ class _Context:
                     slot_key = self._occurrence(key, raw_input)
         finally:
             self._release(None)
-        if self._spacing is not None and matched is None:  # one a resume answers: no ask
+        if matched is None and self._spacing is not None:  # one a resume answers: no ask
             self._spacing.asked(slot_key)
         return Slot(slot_key, kind, raw_input, matched)
 
