@@ -354,3 +354,18 @@ def test_a_postgresql_log_table_changed_outside_loom_is_one_line_never_a_traceba
         said = "TAMPERED" if moved else "changed outside loom"
         assert said in result.output, (command, result.output)
         assert len(result.output.strip().splitlines()) == 1, (command, result.output)
+
+
+def test_executions_list_takes_a_flow_name_as_the_list_shows_it(tmp_path: Path) -> None:
+    """The list shows a no-break space in a flow name as <U+00A0>, and --flow took only the
+    stored name, which a terminal cannot type apart from a space (a review): the name as shown
+    selects it too, and the plain space's flow is not selected by it."""
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(db) as loom:
+        for name in ("billing\u00a0", "billing "):
+            loom.flow(name)(lambda ctx: 1)
+            loom.run(name)
+    result = _invoke("executions", "list", "--flow", "billing<U+00A0>", "--json", f"--db={db}")
+    assert result.exit_code == 0, result.output
+    listed = msgspec.json.decode(result.output)
+    assert [row["flow"] for row in listed] == ["billing\u00a0"], listed

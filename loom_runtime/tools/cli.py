@@ -772,7 +772,8 @@ def executions_list(
     summaries = [
         summary
         for summary in summaries
-        if (flow is None or summary.flow == flow)
+        # The name as stored, or as the list shows it (a no-break space as <U+00A0>).
+        if (flow is None or flow in (summary.flow, identifier(summary.flow, marks=False)))
         and (status is None or summary.status == status)
         and (start is None or summary.started_at >= start)
         and (end is None or summary.started_at < end)
