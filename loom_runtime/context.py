@@ -95,6 +95,7 @@ from loom_runtime.recorded_order import (
     AnswerSpacing,
     RecordedOrder,
     bounded_wait,
+    last_timer_within,
     spaced_meta,
 )
 from loom_runtime.redaction import Redactor
@@ -945,12 +946,14 @@ class _Context:
 
     def _cut_bound(self, key: str, bound: float) -> float:
         """How long the call recorded as cut at ``key`` waits to be cut again: ``bound`` (twice
-        its own live run and a second), or longer, until this run is as far from its start as
-        the live run was when the cut came, and a second more (:data:`CUT_AT`): a timeout
-        around several calls fires that long after it began, and a replay answers the calls
-        before at once (ADR 0026, amended "cut at"). The meta is untrusted (a bundle's): no
-        finite number from 0 is ignored, and the wait never passes
-        :data:`CANCELLED_WAIT_LIMIT`."""
+        its own live run and a second), or longer for a timer set before it: a timeout around
+        several calls fires as long after it began as it did live, and a replay answers the
+        calls before at once. So the wait goes on until the last timer of the loop due while
+        this run is no further from its start than the live run was at the cut
+        (:data:`CUT_AT`), and a second (ADR 0026, amended "cut at"). No such timer, no longer
+        wait: a replay whose code no longer times the call out says so as soon as before.
+        The meta is untrusted (a bundle's): no finite number from 0 is ignored, and the wait
+        never passes :data:`CANCELLED_WAIT_LIMIT`."""
         decision = self._source.recorded.get(key)
         meta = None if decision is None else decision.meta
         if meta is None or _CUT_MARK not in bytes(meta):
@@ -963,8 +966,9 @@ class _Context:
             return bound
         if not 0 <= at < CANCELLED_WAIT_LIMIT:  # NaN too
             return bound
-        here = time.perf_counter() - self._began
-        return min(max(bound, at - here + 1.0), CANCELLED_WAIT_LIMIT)
+        window = min(at - (time.perf_counter() - self._began) + 1.0, CANCELLED_WAIT_LIMIT)
+        timer = last_timer_within(window) if window > bound else None
+        return bound if timer is None else min(max(bound, timer + 0.1), window)
 
     def _fired_with(self, failure: Exception, key: str) -> bool:
         """Whether the recorded decision at ``key`` is a cancellation whose timer fired with

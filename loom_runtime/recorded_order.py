@@ -457,6 +457,25 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.Tim
     )
 
 
+def last_timer_within(window: float) -> float | None:
+    """Seconds from now to the last timer of the running loop due within ``window`` seconds
+    (an ``asyncio.timeout`` or ``wait_for`` set earlier, a sleep), or None when there is none
+    or no running asyncio loop that lists its timers (a sync flow, uvloop). What a call
+    recorded as cut by a timeout set before it (around a whole step) waits for on replay,
+    since nothing else can cut it again (ADR 0026, amended "cut at")."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    now = loop.time()
+    due = [
+        timer.when() - now
+        for timer in getattr(loop, "_scheduled", ())
+        if not timer.cancelled() and 0 <= timer.when() - now <= window
+    ]
+    return max(due, default=None)
+
+
 def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:
     """``keys`` (an execution's decisions in the order they were stored), with each call the
     flow cancelled moved back to where it was cancelled: after the first

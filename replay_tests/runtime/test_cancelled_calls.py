@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 import loom_runtime
-from loom_runtime import Loom, ReplayDivergence
+from loom_runtime import CancellationNotRepeatedError, Loom, ReplayDivergence
 
 
 def _flows(loom: Loom, inner: httpx.AsyncBaseTransport, *, timeout: float = 0.2) -> None:
@@ -415,12 +415,15 @@ def test_a_timeout_around_several_calls_cuts_the_last_again_on_replay(loom: Loom
     timer fires as long after the start as it did live, but the second waited for it only
     twice its own short run plus a second, and every replay of the unchanged flow reported
     ``CancellationNotRepeatedError`` (a regression review). A cut now also records when, in
-    the run, it came, and the replay waits at least until its own run reaches that point."""
+    the run, it came, and the replay waits for a timer of the loop due by then. The control:
+    code that no longer times the step out diverges after the call's own short bound, not
+    after the live run's time (the first form waited that long: a second review)."""
+    limit: dict[str, float | None] = {"step": 1.6}
 
     @loom.flow("step-timeout")
     async def step_timeout(ctx: Any) -> str:
         try:
-            async with asyncio.timeout(1.6):
+            async with asyncio.timeout(limit["step"]):
                 await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
                 return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
         except TimeoutError:
@@ -431,3 +434,9 @@ def test_a_timeout_around_several_calls_cuts_the_last_again_on_replay(loom: Loom
     for _ in range(2):
         replayed = loom.replay(run.execution_id)
         assert replayed.identical, replayed.describe()
+    limit["step"] = None  # the timeout removed
+    diverged = loom.replay(run.execution_id)
+    [waited] = [
+        d.waited for d in diverged.divergences if isinstance(d, CancellationNotRepeatedError)
+    ]
+    assert waited < 1.6, waited  # twice the cut call's ~0.15 s and a second, no timer to wait for
