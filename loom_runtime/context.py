@@ -912,7 +912,7 @@ class _Context:
         it cancelled again, as they came after it live."""
         bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
         if bound is not None:
-            bound = self._cut_bound(key, bound)
+            bound = self.cut_bound(key, bound)
         if bound is None:
             if order is not None:
                 yield from self._in_turn(key, failure)
@@ -944,7 +944,7 @@ class _Context:
             else:  # the bound passed (the replay took another path), or an interrupt
                 order.handed_out(key)
 
-    def _cut_bound(self, key: str, bound: float) -> float:
+    def cut_bound(self, key: str, bound: float) -> float:
         """How long the call recorded as cut at ``key`` waits to be cut again: ``bound`` (twice
         its own live run and a second), or longer for a timer set before it: a timeout around
         several calls fires as long after it began as it did live, and a replay answers the
@@ -1014,7 +1014,7 @@ class _Context:
                     if inspect.isawaitable(result):
                         result = yield Pending(slot.key, result)
             except asyncio.CancelledError as cancelled:  # stored if the flow catches it
-                if _cancelling():  # by a timeout around the call: a replay waits for it again
+                if cancelling():  # by a timeout around the call: a replay waits for it again
                     self._cancelled(slot, started, attempts, source)
                 else:  # raised by the compute itself (or in a sync flow): raised again at once
                     self._store_raised(slot, cancelled, self._meta_of(slot, attempts), source)
@@ -1087,7 +1087,7 @@ class _Context:
         """Where a call cancelled now ranks on replay, as its meta says it: after the
         decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`), and
         when in the run it was cut (:data:`CUT_AT`, seconds since the flow began: how long
-        its replay waits at least for the flow's timer to cut it again, :meth:`_cut_bound`).
+        its replay waits at least for the flow's timer to cut it again, :meth:`cut_bound`).
 
         Nothing (its stored place, then) while the flow holds a streamed answer not yet
         stored: a response whose headers it has, stored once its body is read (an open
@@ -1406,6 +1406,12 @@ class OpenDecision:
         point = {} if self._cancel_point is None else self._cancel_point()
         self._store_if_the_flow_goes_on(store, cancellation(elapsed), {**(meta or {}), **point})
 
+    def cut_point(self) -> dict[str, float]:
+        """Where in the run a cut now comes, as a cut call's meta says it (the flow's
+        context's :meth:`_Context._cancel_point`; nothing outside a run): what a read the flow
+        cuts stores with what it read, for its replay's wait (ADR 0026, amended "cut at")."""
+        return {} if self._cancel_point is None else self._cancel_point()
+
     def ended_in(
         self,
         cancelled: asyncio.CancelledError,
@@ -1418,7 +1424,7 @@ class OpenDecision:
         raised by the call itself (a client saying its stream was closed upstream), stored
         as raised once the flow goes on, so a replay raises it again at once (ADR 0026,
         amended "raised, not cut")."""
-        if _cancelling():
+        if cancelling():
             self.cancel(elapsed, meta=meta)
         else:
             self._store_if_the_flow_goes_on(self._source.record_failure, cancelled, meta)
@@ -1691,7 +1697,7 @@ CANCELLED_WAIT_LIMIT: Final = 300.0
 """The longest a replay waits for a call recorded as cancelled to be cancelled again."""
 
 
-def _cancelling() -> bool:
+def cancelling() -> bool:
     """Whether a ``CancelledError`` caught now comes from a cancellation of the running task
     (a timeout, a ``TaskGroup``, ``wait_for``'s inner task, the flow's end): the task is then
     cancelling until it uncancels. A compute raising one of its own, or a sync flow's (no
@@ -1741,6 +1747,13 @@ def _raised_cancellation(error: Exception) -> TypeGuard[RecordedComputeError]:
         and error.error_type == _CANCELLED
         and _ran(error.error_type, error.message) is None
     )
+
+
+def raised_again(error: Exception, key: str) -> BaseException:
+    """``error``, a recorded failure rebuilt for ``key``, as the flow gets it on replay: a
+    ``CancelledError`` the call raised itself is that class again (:func:`_cancelled_again`),
+    anything else as it is."""
+    return _cancelled_again(error, key) if _raised_cancellation(error) else error
 
 
 def _cancelled_again(recorded: RecordedComputeError, key: str) -> asyncio.CancelledError:

@@ -52,7 +52,10 @@ from loom_runtime.context import (
     AsyncFlowContext,
     FlowContext,
     OpenDecision,
+    cancelling,
+    current_context,
     note_finding,
+    raised_again,
     rebuild_error,
     recorder,
     replay_wait,
@@ -157,7 +160,14 @@ class Recording(Protocol):
 
     def cancel(self) -> None:
         """The flow cancelled the read while it waited for more (a timeout around it): what was
-        read is stored, marked cancelled, once the flow goes on (``OpenDecision.defer``)."""
+        read is stored, marked cancelled, once the flow goes on (``OpenDecision.defer``), with
+        where in the run the cut came (``OpenDecision.cut_point``)."""
+        ...
+
+    def raised(self, cancelled: asyncio.CancelledError) -> None:
+        """The read raised ``cancelled`` itself (a stream closed upstream), not the flow's
+        timeout: what was read and that error are stored once the flow goes on, and a replay
+        raises it there again at once (ADR 0026, amended "raised, not cut")."""
         ...
 
     def fail(self, error: Exception) -> Exception:
@@ -427,11 +437,13 @@ def _exchange(
     return library.respond(response.status_code, recording.headers, body)
 
 
-def _rebuilt(key: str, failed: BodyFailure) -> Exception:
-    """The error a body's read raised live, rebuilt as a recorded decision's failure is."""
-    return rebuild_error(
+def _rebuilt(key: str, failed: BodyFailure) -> BaseException:
+    """The error a body's read raised live, rebuilt as a recorded decision's failure is (a
+    ``CancelledError`` it raised itself as that class)."""
+    rebuilt = rebuild_error(
         Decision(key, KIND, _NO_INPUT, error_type=failed.error_type, message=failed.message)
     )
+    return raised_again(rebuilt, key)
 
 
 _NO_INPUT = msgspec.Raw(b"null")
@@ -651,7 +663,14 @@ class _Recording:
 
     def cancel(self) -> None:
         cancelled_after = round(time.perf_counter() - self._started, 3)
-        self._decision.defer(self._value(complete=False, cancelled_after=cancelled_after))
+        value = self._value(complete=False, cancelled_after=cancelled_after)
+        self._decision.defer(value, meta=self._decision.cut_point())
+
+    def raised(self, cancelled: asyncio.CancelledError) -> None:
+        failed = BodyFailure(
+            error_type=error_type_of(cancelled), message=error_message_of(cancelled)
+        )
+        self._decision.defer(self._value(complete=False, failed=failed))
 
     def _value(
         self,
@@ -733,8 +752,11 @@ class _AsyncBody:
             if raised is exc:
                 raise
             raise raised from exc
-        except asyncio.CancelledError:  # a timeout around the read: stored if the flow goes on
-            self._recording.cancel()
+        except asyncio.CancelledError as cancelled:  # stored if the flow goes on
+            if cancelling():  # a timeout around the read
+                self._recording.cancel()
+            else:  # the read raised it itself
+                self._recording.raised(cancelled)
             raise
         self._recording.finish(complete=True)
 
@@ -768,7 +790,7 @@ class _ReplayedBody:
         pieces: list[bytes],
         cut: str | None,
         cancelled_after: float | None,
-        failure: Exception | None = None,
+        failure: BaseException | None = None,
     ) -> None:
         self._pieces = iter(pieces)
         self._cut = cut
@@ -785,6 +807,9 @@ class _ReplayedBody:
             yield piece
         if self._cancelled_after is not None and self._cut is not None:
             bound = replay_wait(self._cancelled_after)
+            ctx = current_context()  # a step's timer due later in the run: waited for too
+            if ctx is not None:
+                bound = ctx.cut_bound(self._cut, bound)
             await asyncio.sleep(bound)
             raise note_finding(ReadPastRecordingError(key=self._cut, waited=bound))
         self._ended()
@@ -819,7 +844,7 @@ class Library(NamedTuple):
     sync_body: Callable[[httpx.Response, Recording], httpx.SyncByteStream]
     async_body: Callable[[httpx.Response, Recording], httpx.AsyncByteStream]
     replayed_body: Callable[
-        [list[bytes], str | None, float | None, Exception | None], httpx.SyncByteStream
+        [list[bytes], str | None, float | None, BaseException | None], httpx.SyncByteStream
     ]
     transport_class: Callable[[Any, Profile, Library], httpx.BaseTransport]
     async_transport_class: Callable[[Any, Profile, Library], httpx.AsyncBaseTransport]

@@ -16,6 +16,7 @@ caller as it arrives, replayed with no network); what the decision holds differs
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -257,8 +258,16 @@ class _ModelRecording:
         cancelled_after = round(time.perf_counter() - self._call.started, 3)
         value, meta = self._outcome(complete=False)
         self._decision.defer(
-            msgspec.structs.replace(value, cancelled_after=cancelled_after), meta=meta
+            msgspec.structs.replace(value, cancelled_after=cancelled_after),
+            meta={**meta, **self._decision.cut_point()},
         )
+
+    def raised(self, cancelled: asyncio.CancelledError) -> None:
+        value, meta = self._outcome(complete=False)
+        failed = BodyFailure(
+            error_type=error_type_of(cancelled), message=error_message_of(cancelled)
+        )
+        self._decision.defer(msgspec.structs.replace(value, failed=failed), meta=meta)
 
     def _outcome(self, *, complete: bool) -> tuple[ModelResponse, dict[str, object]]:
         """The response as stored, and its meta; a refusal (only of a whole one) raises."""

@@ -133,3 +133,73 @@ def test_a_tampered_cancellation_time_is_refused(sqlite_url: str, bad: object) -
     stored = {"status": 200, "headers": [], "text": "x", "complete": False, "cancelled_after": bad}
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert(stored, RecordedResponse)
+
+
+def test_a_stream_read_cut_by_a_step_timeout_replays_to_the_same_fallback(loom: Loom) -> None:
+    """A timeout around a step: a call that took most of it, then a streamed read cut soon
+    after its first pieces (a model's reply streamed inside a step's budget). A replay answers
+    the first call at once, so the flow's timer fires as late into the run as it did live, but
+    the read waited only twice its own short time and a second, and every replay of the
+    unchanged flow reported ``ReadPastRecordingError`` (a regression review). It waits, as a
+    cut call does, for a timer of the loop due by the live cut's time in the run."""
+
+    class Stall(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, stream=Stalls())
+
+    @loom.flow("step-read")
+    async def step_read(ctx: Any) -> str:
+        got: list[str] = []
+        transport = loom_runtime.async_transport(Stall())
+        async with httpx.AsyncClient(transport=transport) as client:
+            try:
+                async with asyncio.timeout(1.6):
+                    await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+                    async with client.stream("GET", URL) as response:
+                        async for piece in response.aiter_raw():
+                            got.append(piece.decode())
+            except TimeoutError:
+                return "fallback after " + "".join(got)
+        return "read " + "".join(got)
+
+    run = loom.run("step-read")
+    assert run.output == "fallback after one;two;"
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
+
+
+def test_a_stream_whose_read_raises_cancelled_error_itself_replays_identical(
+    loom: Loom,
+) -> None:
+    """A body whose read raises ``CancelledError`` of its own (a stream closed upstream), not
+    the flow's timeout, was stored as a read the flow cut, so its replay waited for a timeout
+    that never came and reported ``ReadPastRecordingError`` (a regression review). It is
+    stored as what the read raised, and a replay raises it again at once."""
+
+    class ClosedUpstream(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b"one;"
+            await asyncio.sleep(0)
+            raise asyncio.CancelledError("stream closed upstream")
+
+    class Closes(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, stream=ClosedUpstream())
+
+    @loom.flow("read-raises")
+    async def read_raises(ctx: Any) -> str:
+        got: list[str] = []
+        async with httpx.AsyncClient(transport=loom_runtime.async_transport(Closes())) as client:
+            try:
+                async with client.stream("GET", URL) as response:
+                    async for piece in response.aiter_raw():
+                        got.append(piece.decode())
+            except asyncio.CancelledError as cancelled:
+                return f"caught {cancelled} after {''.join(got)}"
+        return "read " + "".join(got)
+
+    run = loom.run("read-raises")
+    assert run.output == "caught stream closed upstream after one;"
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
+    assert replayed.output == run.output
