@@ -95,7 +95,6 @@ from loom_runtime.recorded_order import (
     AnswerSpacing,
     RecordedOrder,
     bounded_wait,
-    last_timer_within,
     spaced_meta,
 )
 from loom_runtime.redaction import Redactor
@@ -911,13 +910,11 @@ class _Context:
         cancellation (a sibling that finished after the timeout) wait until the flow has seen
         it cancelled again, as they came after it live."""
         bound = cancelled_wait(failure) if isinstance(failure, RecordedComputeError) else None
-        if bound is not None:
-            bound = self.cut_bound(key, bound)
         if bound is None:
             if order is not None:
                 yield from self._in_turn(key, failure)
             return
-        waiting = None if order is None else order.hold(key, bound)
+        waiting = None if order is None else order.hold(key, bound, until=self.cut_until(key))
         if order is None or waiting is None:  # not on the flow's loop: it cannot hold a turn
             if order is not None:
                 order.handed_out(key)
@@ -944,31 +941,28 @@ class _Context:
             else:  # the bound passed (the replay took another path), or an interrupt
                 order.handed_out(key)
 
-    def cut_bound(self, key: str, bound: float) -> float:
-        """How long the call recorded as cut at ``key`` waits to be cut again: ``bound`` (twice
-        its own live run and a second), or longer for a timer set before it: a timeout around
-        several calls fires as long after it began as it did live, and a replay answers the
-        calls before at once. So the wait goes on until the last timer of the loop due while
+    def cut_until(self, key: str) -> float | None:
+        """Until when (a ``time.perf_counter`` moment) the call or read recorded as cut at
+        ``key`` may wait past its own bound for a timer of the loop to cut it again: while
         this run is no further from its start than the live run was at the cut
-        (:data:`CUT_AT`), and a second (ADR 0026, amended "cut at"). No such timer, no longer
-        wait: a replay whose code no longer times the call out says so as soon as before.
-        The meta is untrusted (a bundle's): no finite number from 0 is ignored, and the wait
-        never passes :data:`CANCELLED_WAIT_LIMIT`."""
+        (:data:`CUT_AT`), and a second (:func:`~loom_runtime.recorded_order.more_time`). A
+        timeout around several calls fires as long after it began as it did live, and a
+        replay answers the calls before at once (ADR 0026, amended "cut at"). None for a
+        recording without the field. The meta is untrusted (a bundle's): no finite number
+        from 0 is ignored, and the wait never passes :data:`CANCELLED_WAIT_LIMIT`."""
         decision = self._source.recorded.get(key)
         meta = None if decision is None else decision.meta
         if meta is None or _CUT_MARK not in bytes(meta):
-            return bound
+            return None
         try:
             at = _cut_decoder.decode(meta).cancelled_at_run_seconds
         except (msgspec.DecodeError, RecursionError):
-            return bound
+            return None
         if not isinstance(at, int | float) or isinstance(at, bool):
-            return bound
+            return None
         if not 0 <= at < CANCELLED_WAIT_LIMIT:  # NaN too
-            return bound
-        window = min(at - (time.perf_counter() - self._began) + 1.0, CANCELLED_WAIT_LIMIT)
-        timer = last_timer_within(window) if window > bound else None
-        return bound if timer is None else min(max(bound, timer + 0.1), window)
+            return None
+        return min(self._began + at + 1.0, time.perf_counter() + CANCELLED_WAIT_LIMIT)
 
     def _fired_with(self, failure: Exception, key: str) -> bool:
         """Whether the recorded decision at ``key`` is a cancellation whose timer fired with
@@ -1087,7 +1081,7 @@ class _Context:
         """Where a call cancelled now ranks on replay, as its meta says it: after the
         decisions stored so far (:func:`~loom_runtime.recorded_order.completion_order`), and
         when in the run it was cut (:data:`CUT_AT`, seconds since the flow began: how long
-        its replay waits at least for the flow's timer to cut it again, :meth:`cut_bound`).
+        its replay may wait for the flow's timer to cut it again, :meth:`cut_until`).
 
         Nothing (its stored place, then) while the flow holds a streamed answer not yet
         stored: a response whose headers it has, stored once its body is read (an open
@@ -1684,7 +1678,7 @@ _CUT_MARK: Final = f'"{CUT_AT}"'.encode()
 
 
 class _CutAt(msgspec.Struct):
-    """The one meta field :meth:`_Context._cut_bound` reads (any other is skipped)."""
+    """The one meta field :meth:`_Context.cut_until` reads (any other is skipped)."""
 
     cancelled_at_run_seconds: object = None
 

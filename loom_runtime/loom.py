@@ -54,6 +54,7 @@ from loom_runtime.context import (
     Recorder,
     SubAgentNaming,
     SubAgents,
+    cancelling,
     current_context,
     rebuild_error,
     running,
@@ -1401,6 +1402,12 @@ class Loom:
                     redactor=replayer.redactor,
                 )
         except Exception as exc:
+            error = exc
+        except asyncio.CancelledError as exc:
+            if cancelling():  # the replay itself was cancelled (its caller's task)
+                raise
+            # A cancellation recorded as raised by a call, that the code no longer catches:
+            # the flow's outcome, reported, never raised out of replay() (ADR 0026).
             error = exc
         if ctx is not None and ctx.unattributed_count:
             replayer.divergences.append(

@@ -39,6 +39,7 @@ says why and what it cannot see (a call waiting on real I/O the log does not hol
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -293,7 +294,7 @@ class RecordedOrder:
         if self._recorded(key):
             self._live -= 1
 
-    def hold(self, key: str, bound: float) -> BoundedWait | None:
+    def hold(self, key: str, bound: float, *, until: float | None = None) -> BoundedWait | None:
         """What a call recorded as cancelled waits on, unanswered, for the flow's timeout to
         cancel it again (then :meth:`settle`); it completes after ``bound`` seconds if
         nothing does (then :meth:`handed_out`: the replay took another path). Its turn is held
@@ -305,19 +306,17 @@ class RecordedOrder:
         what cancels it may be an answer ranked after it (a streamed hedge's winner, stored
         once its body was read, after the loser's cancellation), or nothing (code that no
         longer awaits it, a frozen clock), and the watch then gives up on its turn as on any
-        other. A timeout of the flow due within :data:`STALL_SECONDS` is waited for."""
+        other. A timeout of the flow due within :data:`STALL_SECONDS` is waited for.
+
+        ``until`` (a ``time.perf_counter`` moment): past ``bound``, the wait goes on while a
+        timer of the loop, none of this order's own, is due by then (:func:`more_time`): a
+        timeout set around a whole step, perhaps by another task after this wait began."""
         if threading.get_ident() != self._thread or not self._recorded(key):
             return None
         loop = asyncio.get_running_loop()
-        waiting = bounded_wait(loop, bound)
-        timer = waiting.timer
-        self._own_timers.add(timer)
-
-        def over(_: asyncio.Future[None]) -> None:
-            self._own_timers.discard(timer)
-
-        waiting.add_done_callback(over)
-        return waiting
+        own = self._own_timers
+        more = None if until is None else functools.partial(more_time, until, own)
+        return bounded_wait(loop, bound, more=more, own=own)
 
     def settle(self, key: str) -> None:
         """``key``'s call was cancelled again by the flow's timeout, as live. It counts as
@@ -412,7 +411,13 @@ class BoundedWait(asyncio.Future[None]):
     frozen: bool = False
 
 
-def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> BoundedWait:
+def bounded_wait(
+    loop: asyncio.AbstractEventLoop,
+    bound: float,
+    *,
+    more: Callable[[], float | None] | None = None,
+    own: set[asyncio.TimerHandle] | None = None,
+) -> BoundedWait:
     """A future completed after ``bound`` seconds of ``loop``'s clock, or as soon as that
     clock is seen frozen: standing still while the process spends :data:`FROZEN_AFTER` of
     CPU (freezegun), when no timer of the loop can fire.
@@ -421,10 +426,34 @@ def bounded_wait(loop: asyncio.AbstractEventLoop, bound: float) -> BoundedWait:
     timeout to cancel it again, else its bound. Under a frozen clock neither can come, and
     the replay hung; it now takes the bound as passed (the replay took another path). A
     moving clock is seen at the first look, a pass of the loop after this call, and nothing
-    more is looked at."""
+    more is looked at.
+
+    ``more``, asked as the bound passes, says how much longer to wait (None: no longer), and
+    is asked again then. ``own`` holds the wait's timer while it is scheduled (a watch's
+    set of timers it must not wait for)."""
     waiting = BoundedWait(loop=loop)
-    waiting.timer = loop.call_later(bound, _complete, waiting)
-    waiting.add_done_callback(lambda _: waiting.timer.cancel())
+
+    def expired() -> None:
+        if own is not None:
+            own.discard(waiting.timer)
+        longer = None if more is None or waiting.done() else more()
+        if longer is None:
+            _complete(waiting)
+        else:
+            schedule(longer)
+
+    def schedule(seconds: float) -> None:
+        waiting.timer = loop.call_later(seconds, expired)
+        if own is not None:
+            own.add(waiting.timer)
+
+    def over(_: asyncio.Future[None]) -> None:
+        waiting.timer.cancel()
+        if own is not None:
+            own.discard(waiting.timer)
+
+    schedule(bound)
+    waiting.add_done_callback(over)
     started, cpu = loop.time(), time.process_time()
 
     def look() -> None:
@@ -457,23 +486,32 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.Tim
     )
 
 
-def last_timer_within(window: float) -> float | None:
-    """Seconds from now to the last timer of the running loop due within ``window`` seconds
-    (an ``asyncio.timeout`` or ``wait_for`` set earlier, a sleep), or None when there is none
-    or no running asyncio loop that lists its timers (a sync flow, uvloop). What a call
-    recorded as cut by a timeout set before it (around a whole step) waits for on replay,
-    since nothing else can cut it again (ADR 0026, amended "cut at")."""
+def more_time(
+    until: float, own: set[asyncio.TimerHandle] | frozenset[asyncio.TimerHandle] = frozenset()
+) -> float | None:
+    """How much longer a replay's wait for a cut to come again goes on: until the last timer
+    of the running loop due by ``until`` (a ``time.perf_counter`` moment; a timer of ``own``
+    aside), and 0.1 s more, or None when none is due by then. A loop that does not list its
+    timers (uvloop) is waited on until ``until``, as any timer may be there. What a call or a
+    read recorded as cut by a timeout set around a whole step waits for on replay, since
+    nothing else can cut it again (ADR 0026, amended "cut at")."""
+    left = until - time.perf_counter()
+    if left <= 0:
+        return None
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return None
+    scheduled = getattr(loop, "_scheduled", None)
+    if scheduled is None:
+        return left
     now = loop.time()
     due = [
         timer.when() - now
-        for timer in getattr(loop, "_scheduled", ())
-        if not timer.cancelled() and 0 <= timer.when() - now <= window
+        for timer in scheduled
+        if not timer.cancelled() and timer not in own and 0 <= timer.when() - now <= left
     ]
-    return max(due, default=None)
+    return None if not due else min(max(due) + 0.1, left)
 
 
 def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:

@@ -440,3 +440,85 @@ def test_a_timeout_around_several_calls_cuts_the_last_again_on_replay(loom: Loom
         d.waited for d in diverged.divergences if isinstance(d, CancellationNotRepeatedError)
     ]
     assert waited < 1.6, waited  # twice the cut call's ~0.15 s and a second, no timer to wait for
+
+
+def test_a_step_timer_armed_by_another_task_after_the_wait_began_is_waited_for(
+    loom: Loom,
+) -> None:
+    """A watchdog task created after the step's task cancels the step at 1.6 s. On replay the
+    step's first call is answered at once, so its cut call began to wait before the watchdog
+    had armed its sleep: the first form of the longer wait looked for a timer only then, found
+    none, and every replay of the unchanged flow diverged (a regression review). The wait asks
+    again as its bound passes."""
+
+    @loom.flow("watchdog")
+    async def watchdog(ctx: Any) -> str:
+        async def step() -> str:
+            await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+            return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
+
+        task = asyncio.ensure_future(step())
+
+        async def dog() -> None:
+            await asyncio.sleep(1.6)
+            task.cancel()
+
+        guard = asyncio.ensure_future(dog())
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return "watchdog"
+        finally:
+            await guard
+
+    run = loom.run("watchdog")
+    assert run.output == "watchdog"
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
+
+
+def test_a_loop_that_does_not_list_its_timers_is_waited_on_for_the_whole_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvloop lists no timers (no ``_scheduled``): the first form read that as "no timer" and
+    cut the wait short, so unchanged step-timeout flows diverged under uvloop (a regression
+    review). Such a loop is waited on until the window's end, as any timer may be there; the
+    control, an asyncio loop with no timer due, ends the wait."""
+    import time
+
+    from loom_runtime import recorded_order
+
+    async def asked() -> tuple[float | None, float | None]:
+        until = time.perf_counter() + 2.0
+        listed = recorded_order.more_time(until)
+        monkeypatch.setattr(recorded_order.asyncio, "get_running_loop", lambda: object())
+        return listed, recorded_order.more_time(until)
+
+    listed, unlisted = asyncio.run(asked())
+    assert listed is None  # asyncio's loop, no timer due: no longer wait
+    assert unlisted is not None and 1.5 < unlisted <= 2.0, unlisted
+
+
+def test_a_raised_cancellation_the_code_no_longer_catches_is_reported_not_raised(
+    loom: Loom,
+) -> None:
+    """A tool that raised ``CancelledError`` itself, caught live; code that no longer catches
+    it let the replayed cancellation out of ``loom.replay()`` itself (a regression review): a
+    test calling it saw its own task cancelled. It is the replay's changed outcome."""
+    catching = {"on": True}
+
+    @loom.flow("stops-catching")
+    async def stops_catching(ctx: Any) -> str:
+        if not catching["on"]:
+            return await _closed_upstream_tool()
+        try:
+            return await _closed_upstream_tool()
+        except asyncio.CancelledError:
+            return "caught"
+
+    run = loom.run("stops-catching")
+    assert run.output == "caught"
+    catching["on"] = False
+    replayed = loom.replay(run.execution_id)
+    assert not replayed.identical
+    assert "CancelledError" in replayed.describe(), replayed.describe()
