@@ -945,7 +945,7 @@ class _Context:
         """Until when (a ``time.perf_counter`` moment) the call or read recorded as cut at
         ``key`` may wait past its own bound for a timer of the loop to cut it again: while
         this run is no further from its start than the live run was at the cut
-        (:data:`CUT_AT`), and a second (:func:`~loom_runtime.recorded_order.more_time`). A
+        (:data:`CUT_AT`), and a second (:func:`~loom_runtime.recorded_order.step_timer`). A
         timeout around several calls fires as long after it began as it did live, and a
         replay answers the calls before at once (ADR 0026, amended "cut at"). None for a
         recording without the field. The meta is untrusted (a bundle's): no finite number

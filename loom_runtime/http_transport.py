@@ -75,7 +75,7 @@ from loom_runtime.http_request import (
     request_key_and_input,
     url_without_credentials,
 )
-from loom_runtime.recorded_order import more_time
+from loom_runtime.recorded_order import bounded_wait, step_timer
 from loom_runtime.redaction import Redactor
 
 try:
@@ -808,11 +808,11 @@ class _ReplayedBody:
             yield piece
         if self._cancelled_after is not None and self._cut is not None:
             bound = replay_wait(self._cancelled_after)
-            await asyncio.sleep(bound)
             ctx = current_context()  # a step's timer due later in the run: waited for too
             until = None if ctx is None else ctx.cut_until(self._cut)
-            while until is not None and (longer := more_time(until)) is not None:
-                await asyncio.sleep(longer)
+            more = None if until is None else step_timer(until)
+            # Ended by a frozen clock too (freezegun's tick=False), where a sleep hung.
+            await bounded_wait(asyncio.get_running_loop(), bound, more=more)
             raise note_finding(ReadPastRecordingError(key=self._cut, waited=bound))
         self._ended()
 

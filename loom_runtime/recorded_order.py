@@ -39,7 +39,6 @@ says why and what it cannot see (a call waiting on real I/O the log does not hol
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -309,13 +308,13 @@ class RecordedOrder:
         other. A timeout of the flow due within :data:`STALL_SECONDS` is waited for.
 
         ``until`` (a ``time.perf_counter`` moment): past ``bound``, the wait goes on while a
-        timer of the loop, none of this order's own, is due by then (:func:`more_time`): a
+        timer of the loop, none of this order's own, is due by then (:func:`step_timer`): a
         timeout set around a whole step, perhaps by another task after this wait began."""
         if threading.get_ident() != self._thread or not self._recorded(key):
             return None
         loop = asyncio.get_running_loop()
         own = self._own_timers
-        more = None if until is None else functools.partial(more_time, until, own)
+        more = None if until is None else step_timer(until, own)
         return bounded_wait(loop, bound, more=more, own=own)
 
     def settle(self, key: str) -> None:
@@ -486,32 +485,48 @@ def _timer_due(loop: asyncio.AbstractEventLoop, now: float, own: set[asyncio.Tim
     )
 
 
-def more_time(
+def step_timer(
     until: float, own: set[asyncio.TimerHandle] | frozenset[asyncio.TimerHandle] = frozenset()
-) -> float | None:
-    """How much longer a replay's wait for a cut to come again goes on: until the last timer
-    of the running loop due by ``until`` (a ``time.perf_counter`` moment; a timer of ``own``
-    aside), and 0.1 s more, or None when none is due by then. A loop that does not list its
-    timers (uvloop) is waited on until ``until``, as any timer may be there. What a call or a
-    read recorded as cut by a timeout set around a whole step waits for on replay, since
-    nothing else can cut it again (ADR 0026, amended "cut at")."""
-    left = until - time.perf_counter()
-    if left <= 0:
-        return None
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    scheduled = getattr(loop, "_scheduled", None)
-    if scheduled is None:
-        return left
-    now = loop.time()
-    due = [
-        timer.when() - now
-        for timer in scheduled
-        if not timer.cancelled() and timer not in own and 0 <= timer.when() - now <= left
-    ]
-    return None if not due else min(max(due) + 0.1, left)
+) -> Callable[[], float | None]:
+    """What a replay's wait for a cut to come again asks each time its bound passes
+    (:func:`bounded_wait`'s ``more``): how much longer to wait, or None.
+
+    The wait goes on until the last timer of the running loop due by ``until`` (a
+    ``time.perf_counter`` moment), and 0.1 s more, counting only the timers already pending
+    when the bound first passed (a timer of ``own`` aside): a timeout set around a whole
+    step, or a watchdog's sleep armed since the wait began, is one timer that stays pending
+    until it fires; a heartbeat's sleep is a new timer every tick, and a replay whose code
+    no longer times the call out must not wait out the window for it. A loop that does not
+    list its timers (uvloop) is waited on until ``until``, as any timer may be there. What a
+    call or a read recorded as cut by a timeout around a whole step waits for on replay,
+    since nothing else can cut it again (ADR 0026, amended "cut at")."""
+    first: set[asyncio.TimerHandle] | None = None
+
+    def more() -> float | None:
+        nonlocal first
+        left = until - time.perf_counter()
+        if left <= 0:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        scheduled = getattr(loop, "_scheduled", None)
+        if scheduled is None:
+            return left
+        now = loop.time()
+        due = {
+            timer
+            for timer in scheduled
+            if not timer.cancelled() and timer not in own and 0 <= timer.when() - now <= left
+        }
+        if first is None:
+            first = due
+        else:
+            due &= first
+        return None if not due else min(max(t.when() for t in due) - now + 0.1, left)
+
+    return more
 
 
 def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list[str]:

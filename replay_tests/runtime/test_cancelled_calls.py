@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import httpx
@@ -490,9 +491,9 @@ def test_a_loop_that_does_not_list_its_timers_is_waited_on_for_the_whole_window(
 
     async def asked() -> tuple[float | None, float | None]:
         until = time.perf_counter() + 2.0
-        listed = recorded_order.more_time(until)
+        listed = recorded_order.step_timer(until)()
         monkeypatch.setattr(recorded_order.asyncio, "get_running_loop", lambda: object())
-        return listed, recorded_order.more_time(until)
+        return listed, recorded_order.step_timer(until)()
 
     listed, unlisted = asyncio.run(asked())
     assert listed is None  # asyncio's loop, no timer due: no longer wait
@@ -522,3 +523,39 @@ def test_a_raised_cancellation_the_code_no_longer_catches_is_reported_not_raised
     replayed = loom.replay(run.execution_id)
     assert not replayed.identical
     assert "CancelledError" in replayed.describe(), replayed.describe()
+
+
+def test_a_heartbeat_beside_a_removed_timeout_does_not_stretch_the_divergent_replay(
+    loom: Loom,
+) -> None:
+    """A heartbeat task sleeping 0.2 s in a loop beside the step: its next tick is always a
+    timer due within the window, and the second form of the longer wait, asked again each
+    time its bound passed, waited out the whole window for it once the code no longer timed
+    the call out (a fourth regression review: 13.7 s against 3.0 s). Only timers pending as
+    the bound first passes count: a heartbeat's sleep is a new timer each tick."""
+    limit: dict[str, float | None] = {"step": 1.6}
+
+    @loom.flow("heartbeat-step")
+    async def heartbeat_step(ctx: Any) -> str:
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(0.2)
+
+        beating = asyncio.ensure_future(beat())
+        try:
+            async with asyncio.timeout(limit["step"]):
+                await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+                return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
+        except TimeoutError:
+            return "fallback"
+        finally:
+            beating.cancel()
+
+    run = loom.run("heartbeat-step")
+    assert run.output == "fallback"
+    assert loom.replay(run.execution_id).identical  # the control: the step's timer, waited for
+    limit["step"] = None
+    started = time.perf_counter()
+    assert not loom.replay(run.execution_id).identical
+    # The call's own bound (about 1.3 s) and at most one heartbeat tick, not the 2.6 s window.
+    assert time.perf_counter() - started < 2.3

@@ -203,3 +203,43 @@ def test_a_stream_whose_read_raises_cancelled_error_itself_replays_identical(
     replayed = loom.replay(run.execution_id)
     assert replayed.identical, replayed.describe()
     assert replayed.output == run.output
+
+
+def test_a_read_cut_by_a_step_timeout_ends_its_replay_under_a_frozen_clock(loom: Loom) -> None:
+    """Under ``freeze_time(tick=False)`` no timer fires: a replayed read cut by a timeout
+    waited with a plain sleep, and the replay never ended (a regression review; cut calls
+    already ended, ADR 0026 "frozen clock"). It waits as a cut call does, ended by a clock
+    seen standing still."""
+    import threading
+
+    from freezegun import freeze_time
+
+    class Stall(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, stream=Stalls())
+
+    @loom.flow("frozen-read")
+    async def frozen_read(ctx: Any) -> str:
+        got: list[str] = []
+        transport = loom_runtime.async_transport(Stall())
+        async with httpx.AsyncClient(transport=transport) as client:
+            try:
+                async with asyncio.timeout(0.3):
+                    async with client.stream("GET", URL) as response:
+                        async for piece in response.aiter_raw():
+                            got.append(piece.decode())
+            except TimeoutError:
+                return "fallback after " + "".join(got)
+        return "read " + "".join(got)
+
+    run = loom.run("frozen-read")
+    ended: list[object] = []
+
+    def replay() -> None:
+        with freeze_time("2026-12-07", tick=False):
+            ended.append(loom.replay(run.execution_id))
+
+    thread = threading.Thread(target=replay, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert ended, "the replay did not end within 30 s"
