@@ -492,18 +492,18 @@ def step_timer(
     (:func:`bounded_wait`'s ``more``): how much longer to wait, or None.
 
     The wait goes on until the last timer of the running loop due by ``until`` (a
-    ``time.perf_counter`` moment), and 0.1 s more, counting only the timers already pending
-    when the bound first passed (a timer of ``own`` aside): a timeout set around a whole
-    step, or a watchdog's sleep armed since the wait began, is one timer that stays pending
-    until it fires; a heartbeat's sleep is a new timer every tick, and a replay whose code
-    no longer times the call out must not wait out the window for it. A loop that does not
-    list its timers (uvloop) is waited on until ``until``, as any timer may be there. What a
-    call or a read recorded as cut by a timeout around a whole step waits for on replay,
-    since nothing else can cut it again (ADR 0026, amended "cut at")."""
-    first: set[asyncio.TimerHandle] | None = None
+    ``time.perf_counter`` moment), and 0.02 s more, a timer of ``own`` aside; asked again
+    when that passes. Any timer counts: a timeout set around a whole step is one, a
+    watchdog that polls a deadline makes a new one each tick, and a heartbeat's ticks look
+    alike, so a replay whose code no longer times the call out may wait until ``until``,
+    the live run's own time at the cut (a regression review found that counting only the
+    timers pending as the bound first passed made every replay of an unchanged flow cut by
+    a polling watchdog diverge). A loop that does not list its timers (uvloop) is waited on
+    until ``until``, as any timer may be there. What a call or a read recorded as cut by a
+    timeout around a whole step waits for on replay, since nothing else can cut it again
+    (ADR 0026, amended "cut at")."""
 
     def more() -> float | None:
-        nonlocal first
         left = until - time.perf_counter()
         if left <= 0:
             return None
@@ -515,16 +515,14 @@ def step_timer(
         if scheduled is None:
             return left
         now = loop.time()
-        due = {
-            timer
+        # One already due but not yet run (the loop runs it next) counts too: a watchdog
+        # polling at the margin's period re-arms just as the wait looks again.
+        due = [
+            timer.when() - now
             for timer in scheduled
-            if not timer.cancelled() and timer not in own and 0 <= timer.when() - now <= left
-        }
-        if first is None:
-            first = due
-        else:
-            due &= first
-        return None if not due else min(max(t.when() for t in due) - now + 0.1, left)
+            if not timer.cancelled() and timer not in own and timer.when() - now <= left
+        ]
+        return None if not due else min(max(max(due), 0.0) + 0.02, left)
 
     return more
 

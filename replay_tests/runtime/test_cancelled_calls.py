@@ -525,37 +525,47 @@ def test_a_raised_cancellation_the_code_no_longer_catches_is_reported_not_raised
     assert "CancelledError" in replayed.describe(), replayed.describe()
 
 
-def test_a_heartbeat_beside_a_removed_timeout_does_not_stretch_the_divergent_replay(
+def test_a_polling_watchdog_cuts_the_call_again_and_a_heartbeat_wait_ends_with_the_window(
     loom: Loom,
 ) -> None:
-    """A heartbeat task sleeping 0.2 s in a loop beside the step: its next tick is always a
-    timer due within the window, and the second form of the longer wait, asked again each
-    time its bound passed, waited out the whole window for it once the code no longer timed
-    the call out (a fourth regression review: 13.7 s against 3.0 s). Only timers pending as
-    the bound first passes count: a heartbeat's sleep is a new timer each tick."""
-    limit: dict[str, float | None] = {"step": 1.6}
+    """A watchdog that polls a deadline every 0.1 s makes a new timer each tick, so the one
+    that cuts the call is armed after the wait's bound first passed. A third form of the
+    longer wait counted only the timers pending then (to keep a heartbeat beside a removed
+    timeout from stretching a divergent replay), and every replay of such an unchanged flow
+    diverged (a fifth regression review). Any timer counts again; the price, pinned here: a
+    heartbeat beside a removed timeout keeps the divergent replay waiting until the run is as
+    far as the live cut (1.6 s here, plus a second), never longer."""
+    watched = {"on": True}
 
-    @loom.flow("heartbeat-step")
-    async def heartbeat_step(ctx: Any) -> str:
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(0.2)
+    @loom.flow("polling-watchdog")
+    async def polling_watchdog(ctx: Any) -> str:
+        async def step() -> str:
+            await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+            return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
 
-        beating = asyncio.ensure_future(beat())
+        task = asyncio.ensure_future(step())
+        deadline = asyncio.get_running_loop().time() + 1.6
+
+        async def dog() -> None:
+            while asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)  # a poll, and a heartbeat once nothing is watched
+            if watched["on"]:
+                task.cancel()
+
+        guard = asyncio.ensure_future(dog())
         try:
-            async with asyncio.timeout(limit["step"]):
-                await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
-                return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
-        except TimeoutError:
-            return "fallback"
+            return await task
+        except asyncio.CancelledError:
+            return "watchdog"
         finally:
-            beating.cancel()
+            guard.cancel()
 
-    run = loom.run("heartbeat-step")
-    assert run.output == "fallback"
-    assert loom.replay(run.execution_id).identical  # the control: the step's timer, waited for
-    limit["step"] = None
+    run = loom.run("polling-watchdog")
+    assert run.output == "watchdog"
+    for _ in range(2):
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+    watched["on"] = False  # the watchdog still polls, but no longer cuts the step
     started = time.perf_counter()
     assert not loom.replay(run.execution_id).identical
-    # The call's own bound (about 1.3 s) and at most one heartbeat tick, not the 2.6 s window.
-    assert time.perf_counter() - started < 2.3
+    assert time.perf_counter() - started < 4.0  # the 2.6 s window and some slack, not 30 s
