@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import httpx
@@ -454,23 +455,13 @@ def test_a_step_timer_armed_by_another_task_after_the_wait_began_is_waited_for(
 
     @loom.flow("watchdog")
     async def watchdog(ctx: Any) -> str:
-        async def step() -> str:
-            await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
-            return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
-
-        task = asyncio.ensure_future(step())
+        task = asyncio.ensure_future(_long_then_stuck(ctx))
 
         async def dog() -> None:
             await asyncio.sleep(1.6)
             task.cancel()
 
-        guard = asyncio.ensure_future(dog())
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return "watchdog"
-        finally:
-            await guard
+        return await _watched(task, dog())
 
     run = loom.run("watchdog")
     assert run.output == "watchdog"
@@ -539,11 +530,7 @@ def test_a_polling_watchdog_cuts_the_call_again_and_a_heartbeat_wait_ends_with_t
 
     @loom.flow("polling-watchdog")
     async def polling_watchdog(ctx: Any) -> str:
-        async def step() -> str:
-            await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
-            return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))
-
-        task = asyncio.ensure_future(step())
+        task = asyncio.ensure_future(_long_then_stuck(ctx))
         deadline = asyncio.get_running_loop().time() + 1.6
 
         async def dog() -> None:
@@ -552,13 +539,7 @@ def test_a_polling_watchdog_cuts_the_call_again_and_a_heartbeat_wait_ends_with_t
             if watched["on"]:
                 task.cancel()
 
-        guard = asyncio.ensure_future(dog())
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return "watchdog"
-        finally:
-            guard.cancel()
+        return await _watched(task, dog())
 
     run = loom.run("polling-watchdog")
     assert run.output == "watchdog"
@@ -569,3 +550,20 @@ def test_a_polling_watchdog_cuts_the_call_again_and_a_heartbeat_wait_ends_with_t
     started = time.perf_counter()
     assert not loom.replay(run.execution_id).identical
     assert time.perf_counter() - started < 4.0  # the 2.6 s window and some slack, not 30 s
+
+
+async def _watched(task: asyncio.Future[str], dog: Coroutine[Any, Any, None]) -> str:
+    """``task``'s answer, or "watchdog" when ``dog``, run beside it, cancels it."""
+    guard = asyncio.ensure_future(dog)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return "watchdog"
+    finally:
+        guard.cancel()
+
+
+async def _long_then_stuck(ctx: Any) -> str:
+    """A step of two calls: one that takes 1.45 s, then one that would take 30 s."""
+    await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
+    return str(await ctx.decide("second", lambda: asyncio.sleep(30, "b")))

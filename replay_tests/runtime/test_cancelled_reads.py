@@ -143,25 +143,7 @@ def test_a_stream_read_cut_by_a_step_timeout_replays_to_the_same_fallback(loom: 
     unchanged flow reported ``ReadPastRecordingError`` (a regression review). It waits, as a
     cut call does, for a timer of the loop due by the live cut's time in the run."""
 
-    class Stall(httpx.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            return httpx.Response(200, stream=Stalls())
-
-    @loom.flow("step-read")
-    async def step_read(ctx: Any) -> str:
-        got: list[str] = []
-        transport = loom_runtime.async_transport(Stall())
-        async with httpx.AsyncClient(transport=transport) as client:
-            try:
-                async with asyncio.timeout(1.6):
-                    await ctx.decide("first", lambda: asyncio.sleep(1.45, "a"))
-                    async with client.stream("GET", URL) as response:
-                        async for piece in response.aiter_raw():
-                            got.append(piece.decode())
-            except TimeoutError:
-                return "fallback after " + "".join(got)
-        return "read " + "".join(got)
-
+    _timed_read(loom, "step-read", limit=1.6, before=1.45)
     run = loom.run("step-read")
     assert run.output == "fallback after one;two;"
     replayed = loom.replay(run.execution_id)
@@ -214,24 +196,7 @@ def test_a_read_cut_by_a_step_timeout_ends_its_replay_under_a_frozen_clock(loom:
 
     from freezegun import freeze_time
 
-    class Stall(httpx.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            return httpx.Response(200, stream=Stalls())
-
-    @loom.flow("frozen-read")
-    async def frozen_read(ctx: Any) -> str:
-        got: list[str] = []
-        transport = loom_runtime.async_transport(Stall())
-        async with httpx.AsyncClient(transport=transport) as client:
-            try:
-                async with asyncio.timeout(0.3):
-                    async with client.stream("GET", URL) as response:
-                        async for piece in response.aiter_raw():
-                            got.append(piece.decode())
-            except TimeoutError:
-                return "fallback after " + "".join(got)
-        return "read " + "".join(got)
-
+    _timed_read(loom, "frozen-read", limit=0.3)
     run = loom.run("frozen-read")
     ended: list[object] = []
 
@@ -243,3 +208,29 @@ def test_a_read_cut_by_a_step_timeout_ends_its_replay_under_a_frozen_clock(loom:
     thread.start()
     thread.join(30)
     assert ended, "the replay did not end within 30 s"
+
+
+class _Stalling(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Stalls())
+
+
+def _timed_read(loom: Loom, name: str, *, limit: float, before: float | None = None) -> None:
+    """Flow ``name``: a step under ``asyncio.timeout(limit)`` that first waits ``before``
+    seconds in a decision (if given), then reads the stalling stream until the step's
+    timeout cuts the read; it returns what it read."""
+
+    @loom.flow(name)
+    async def timed_read(ctx: Any) -> str:
+        got: list[str] = []
+        async with httpx.AsyncClient(transport=loom_runtime.async_transport(_Stalling())) as client:
+            try:
+                async with asyncio.timeout(limit):
+                    if before is not None:
+                        await ctx.decide("first", lambda: asyncio.sleep(before, "a"))
+                    async with client.stream("GET", URL) as response:
+                        async for piece in response.aiter_raw():
+                            got.append(piece.decode())
+            except TimeoutError:
+                return "fallback after " + "".join(got)
+        return "read " + "".join(got)
