@@ -95,6 +95,7 @@ from loom_runtime.recorded_order import (
     AnswerSpacing,
     RecordedOrder,
     bounded_wait,
+    meta_number,
     spaced_meta,
 )
 from loom_runtime.redaction import Redactor
@@ -951,16 +952,8 @@ class _Context:
         recording without the field. The meta is untrusted (a bundle's): no finite number
         from 0 is ignored, and the wait never passes :data:`CANCELLED_WAIT_LIMIT`."""
         decision = self._source.recorded.get(key)
-        meta = None if decision is None else decision.meta
-        if meta is None or _CUT_MARK not in bytes(meta):
-            return None
-        try:
-            at = _cut_decoder.decode(meta).cancelled_at_run_seconds
-        except (msgspec.DecodeError, RecursionError):
-            return None
-        if not isinstance(at, int | float) or isinstance(at, bool):
-            return None
-        if not 0 <= at < CANCELLED_WAIT_LIMIT:  # NaN too
+        at = None if decision is None else meta_number(decision.meta, CUT_AT)
+        if at is None or not 0 <= at < CANCELLED_WAIT_LIMIT:
             return None
         return min(self._began + at + 1.0, time.perf_counter() + CANCELLED_WAIT_LIMIT)
 
@@ -1673,17 +1666,6 @@ def _named(call: str, redactor: Redactor | None) -> str:
 
 CUT_AT: Final = "cancelled_at_run_seconds"
 """The meta field of a call the flow cut: seconds from the flow's start to the cut."""
-
-_CUT_MARK: Final = f'"{CUT_AT}"'.encode()
-
-
-class _CutAt(msgspec.Struct):
-    """The one meta field :meth:`_Context.cut_until` reads (any other is skipped)."""
-
-    cancelled_at_run_seconds: object = None
-
-
-_cut_decoder: Final = msgspec.json.Decoder(_CutAt)
 
 _CANCELLED = "asyncio.exceptions:CancelledError"
 _CANCELLED_AFTER = re.compile(r"cancelled after (\d{1,6}(?:\.\d{1,6})?) s")

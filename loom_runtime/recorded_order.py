@@ -39,6 +39,8 @@ says why and what it cannot see (a call waiting on real I/O the log does not hol
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -566,16 +568,31 @@ def completion_order(keys: list[str], decisions: Mapping[str, Decision]) -> list
     return sorted(keys, key=rank)
 
 
-_SPACING_MARK = f'"{ANSWERED_AFTER}"'.encode()
+@functools.cache
+def _field_reader(name: str) -> tuple[bytes, msgspec.json.Decoder[Any]]:
+    """The mark that shows meta may hold field ``name``, and a decoder of that field alone
+    (any other is skipped unparsed), made once per field."""
+    field = msgspec.defstruct(f"_{name}", [(name, object, None)])
+    return f'"{name}"'.encode(), msgspec.json.Decoder(field)
 
 
-class _Spacing(msgspec.Struct):
-    """The one meta field :func:`answer_spacing` reads (any other is skipped unparsed)."""
-
-    answered_after_passes: object = None
-
-
-_spacing_decoder = msgspec.json.Decoder(_Spacing)
+def meta_number(meta: msgspec.Raw | None, name: str) -> int | float | None:
+    """The number a decision's ``meta`` holds as ``name``, read as untrusted (a bundle's):
+    None when it has none, does not decode, or holds anything but an int or a finite float
+    (never a bool). Shared by the fields a replay's order reads (:data:`ANSWERED_AFTER`,
+    the cut time of ``context.CUT_AT``)."""
+    if meta is None:
+        return None
+    mark, decoder = _field_reader(name)
+    if mark not in bytes(meta):
+        return None
+    try:
+        value = getattr(decoder.decode(meta), name)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return value
+    return None
 
 
 def answer_spacing(keys: list[str], decisions: Mapping[str, Decision]) -> dict[int, int]:
@@ -586,13 +603,7 @@ def answer_spacing(keys: list[str], decisions: Mapping[str, Decision]) -> dict[i
     so a crafted one delays an answer by a few passes at most."""
     spacing: dict[int, int] = {}
     for rank, key in enumerate(keys):
-        meta = decisions[key].meta
-        if rank == 0 or meta is None or _SPACING_MARK not in bytes(meta):
-            continue
-        try:
-            passes = _spacing_decoder.decode(meta).answered_after_passes
-        except (msgspec.DecodeError, RecursionError):
-            continue
+        passes = meta_number(decisions[key].meta, ANSWERED_AFTER) if rank else None
         if type(passes) is int and passes > 0:
             spacing[rank] = min(passes, SPACED_PASSES)
     return spacing
@@ -672,7 +683,7 @@ def spaced_meta(meta: msgspec.Raw | None, passes: int) -> msgspec.Raw:
     body = bytes(meta) if meta is not None else b"{}"
     if body[:1] != b"{":  # not an object (never stored by loom): kept as it is
         return msgspec.Raw(body)
-    if _SPACING_MARK in body:
+    if _field_reader(ANSWERED_AFTER)[0] in body:
         given = msgspec.json.decode(body)
         return msgspec.Raw(msgspec.json.encode({**given, ANSWERED_AFTER: passes}))
     rest = body[1:].lstrip()
