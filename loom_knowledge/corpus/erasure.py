@@ -81,18 +81,21 @@ def seal_written(loom: Loom, fields: dict[str, Any]) -> dict[str, Any]:
     revision = fields["revision"]
     redactor = loom.log.redactor
 
-    def sealed(text: str, field: str) -> str:
+    def sealed(text: str, field: str, shown: str) -> str:
         # Redacted before it is sealed, as the log would redact it in clear (ADR 0012): a
-        # ciphertext hides a secret from every pattern.
-        clear = text if redactor is None else redactor.text(text, path=field)
+        # ciphertext hides a secret from every pattern. A refusal names the field as the
+        # clear event's would (``shown``), so a dry run's refusal reads the same.
+        path = f"{DocumentWritten.TOPIC}.{shown}"
+        clear = text if redactor is None else redactor.text(text, path=path)
         return seal_subject_text(aead, subject, clear, _place(subject, revision, field))
 
     title = fields["title"]
     return {
         **fields,
-        "title": None if title is None else sealed(title, "title"),
+        "title": None if title is None else sealed(title, "title", "title"),
         "passages": [
-            sealed(text, f"passages.{index}") for index, text in enumerate(fields["passages"])
+            sealed(text, f"passages.{index}", f"passages[{index}]")
+            for index, text in enumerate(fields["passages"])
         ],
     }
 

@@ -103,6 +103,7 @@ from loom_runtime import (
     EventLog,
     Loom,
     MissingExtraError,
+    SecretRefusedError,
     Unopened,
     catch_up,
     current_context,
@@ -395,6 +396,7 @@ class KnowledgeBase:
             plan, cut = self._plan(
                 manifest, docs, source=source, allow_mass_delete=allow_mass_delete
             )
+            self._refuse_secrets(plan, cut)
             prepare_keys(self.loom, self.scope, [w.doc.id for w in plan.writes])
             revisions = next_revisions([w.doc.id for w in plan.writes])
             changes = [
@@ -442,10 +444,32 @@ class KnowledgeBase:
         check_allow_mass_delete(allow_mass_delete)
         self.refresh()
         manifest = self._index.manifest(self.scope)
-        plan, _ = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
+        plan, cut = self._plan(manifest, docs, source=source, allow_mass_delete=allow_mass_delete)
         written = [write.doc.id for write in plan.writes]
         refuse_erased(self.loom, self.scope, written, self._index.erasures(self.scope))
+        self._refuse_secrets(plan, cut)
         return plan.result
+
+    def _refuse_secrets(self, plan: SyncPlan, cut: list[list[str]]) -> None:
+        """Raise :class:`~loom_runtime.SecretRefusedError` for a document the plan writes
+        whose title, meta or passages hold what the log's redactor refuses: the append would
+        refuse the whole sync, and a dry run had planned it as written. Checked by the plan
+        and the sync alike, before anything is appended, so both name the document (the
+        append's own refusal names only the event's field, which in a folder of thousands
+        does not say which file to fix). A redacting redactor stores it with a marker."""
+        redactor = self.loom.log.redactor
+        if redactor is None or redactor.mode != "refuse":
+            return
+        for write, passages in zip(plan.writes, cut, strict=True):
+            fields = (("title", write.doc.title), ("meta", write.doc.meta), ("passages", passages))
+            for name, value in fields:
+                if value is None:
+                    continue
+                try:
+                    redactor.value(value, path=f"{DocumentWritten.TOPIC}.{name}")
+                except SecretRefusedError as refused:
+                    where = f"{refused.path} of document {write.doc.id!r}"
+                    raise SecretRefusedError(pattern=refused.pattern, path=where) from None
 
     # -- reading ------------------------------------------------------------------------------
 

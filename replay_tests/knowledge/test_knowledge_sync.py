@@ -31,7 +31,7 @@ from loom_knowledge import (
 )
 from loom_memory import MemoryEntry
 from loom_memory.sql import SqlMemoryStore
-from loom_runtime import Loom
+from loom_runtime import Loom, MasterKey, Redactor, SecretRefusedError
 from replay_tests.knowledge.corpus_tables import read_passages, store_class
 
 SCOPE = "ops"
@@ -422,3 +422,58 @@ def test_a_blank_source_is_refused(kb: KnowledgeBase, source: str) -> None:
         kb.sync([Doc(id="a.md", text="x")], source=source)
     assert kb.loom.log.position == position  # nothing written
     kb.sync([Doc(id="a.md", text="x")], source=" ops ")  # the control: padded is a name
+
+
+_SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # a GitHub token's shape
+"""Made up, in two pieces so no scanner takes this file for a leak."""
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        (Doc(id="leak.md", text=f"rotate {_SECRET} monthly"), "passages[0]"),
+        (Doc(id="leak.md", text="rotate monthly", title=f"key {_SECRET}"), "title"),
+        (Doc(id="leak.md", text="rotate monthly", meta={"owner": f"key {_SECRET}"}), "meta.owner"),
+    ],
+    ids=["passage", "title", "meta"],
+)
+@pytest.mark.parametrize("encryption", [None, MasterKey(bytes(range(32)))], ids=["clear", "sealed"])
+def test_a_dry_run_in_refuse_mode_refuses_what_the_sync_would_refuse(
+    db_url: str, doc: Doc, field: str, encryption: MasterKey | None
+) -> None:
+    """With the log's redactor set to refuse, a document the sync would refuse for a secret is
+    refused by the plan too, naming the same field: the dry run of `loom knowledge sync` had
+    planned it as written, and `--apply` then refused the whole sync. Nothing is appended. Both
+    name the document as well as the field (the append's refusal named only the field). A
+    ``put_doc`` of it names the field alike, sealed or clear: an encrypted log, which redacts
+    the title and passages before sealing them, had said ``passages.0``."""
+    with Loom(db_url, redactor=Redactor(mode="refuse"), encryption=encryption) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        docs = [_doc("fine"), doc]
+        with pytest.raises(SecretRefusedError) as planned:
+            kb.plan_sync(docs, source="wiki")
+        position = loom.log.position
+        with pytest.raises(SecretRefusedError) as synced:
+            kb.sync(docs, source="wiki")
+        assert loom.log.position == position
+        assert (planned.value.pattern, planned.value.path) == (
+            synced.value.pattern,
+            synced.value.path,
+        )
+        assert synced.value.path == f"{DocumentWritten.TOPIC}.{field} of document 'leak.md'"
+        with pytest.raises(SecretRefusedError) as put:
+            kb.put_doc(doc, source="wiki")
+        assert put.value.path == f"{DocumentWritten.TOPIC}.{field}"
+        assert loom.log.position == position
+
+
+def test_a_dry_run_in_redact_mode_plans_a_document_holding_a_secret_as_written(
+    db_url: str,
+) -> None:
+    """The control: redacting (the default) stores the document with a marker, so the plan and
+    the sync both write it."""
+    with Loom(db_url, redactor=Redactor(mode="redact")) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        docs = [_doc("fine"), Doc(id="leak.md", text=f"rotate {_SECRET} monthly")]
+        assert kb.plan_sync(docs, source="wiki") == kb.sync(docs, source="wiki")
+        assert kb.list_docs()[1].id == "leak.md"
