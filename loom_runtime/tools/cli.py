@@ -20,7 +20,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, version
@@ -381,6 +381,15 @@ FlowsOption = Annotated[
 ]
 
 
+@contextmanager
+def user_output() -> Iterator[None]:
+    """Run the user's code (a ``--flows`` module as it loads, a flow's body) with what it
+    prints on stderr: stdout is the command's own output, so ``--json`` stays one JSON
+    document and a pipe gets only that, while the app's lines still reach the terminal."""
+    with redirect_stdout(sys.stderr):
+        yield
+
+
 def open_with_flows(
     db: str | None, flows: str | None, *, create: bool = False, needed: bool = True
 ) -> Loom:
@@ -397,7 +406,8 @@ def open_with_flows(
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        registry, named = load_flows_from(flows)
+        with user_output():
+            registry, named = load_flows_from(flows)
     except LoomError as exc:
         import os
 
@@ -664,7 +674,8 @@ def run(
         fail(str(exc), code=ExitCode.USAGE)
     with open_with_flows(db, flows, create=True) as loom:
         try:
-            result = loom.run(flow, labels=labels, **arguments)
+            with user_output():
+                result = loom.run(flow, labels=labels, **arguments)
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
         except (FlowInputError, NotSerialisableError) as exc:
@@ -934,9 +945,10 @@ def resume(
     """Finish an interrupted execution (or, with --retry-failed, a failed one); print its output."""
     with open_with_flows(db, flows) as loom:
         try:
-            result = loom.resume(
-                execution_id_in(loom, execution_id), retry_failed=retry_failed, force=force
-            )
+            with user_output():
+                result = loom.resume(
+                    execution_id_in(loom, execution_id), retry_failed=retry_failed, force=force
+                )
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
         except (
@@ -983,7 +995,10 @@ def fork(
     point: str | int = at if at is not None else cast("int", at_count)
     with open_with_flows(db, flows) as loom:
         try:
-            result = loom.fork(execution_id_in(loom, execution_id), at=point, override=overrides)
+            with user_output():
+                result = loom.fork(
+                    execution_id_in(loom, execution_id), at=point, override=overrides
+                )
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
         except (
@@ -1056,11 +1071,12 @@ def replay(
                     else loom.execution(target)
                 )
                 _check_live_kinds(kinds, recorded)
-            result = (
-                loom.replay_bundle(bundle, live=kinds, max_bundle_bytes=max_bundle_bytes)
-                if bundle.is_file()
-                else loom.replay(target, live=kinds)
-            )
+            with user_output():
+                result = (
+                    loom.replay_bundle(bundle, live=kinds, max_bundle_bytes=max_bundle_bytes)
+                    if bundle.is_file()
+                    else loom.replay(target, live=kinds)
+                )
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
         except FlowInputError as exc:  # the recorded arguments no longer fit: an answer

@@ -46,6 +46,7 @@ from loom_runtime.tools.cli import (
     inert,
     open_with_flows,
     print_json,
+    user_output,
 )
 from loom_runtime.tools.display import visible
 
@@ -82,7 +83,8 @@ def recover(
     _need_flows("recover", flows)
     with open_with_flows(db, flows) as loom, _failures_on_stderr(logging.WARNING):
         try:
-            runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
+            with user_output():
+                runs = loom.recover(dead_after=dead_after, include_unowned=include_unowned)
             _note_left(loom, dead_after=dead_after, include_unowned=include_unowned)
         except LogCorruptError as exc:
             fail(str(exc))
@@ -146,7 +148,8 @@ def worker(
                     console.print(
                         inert(f"worker {worker_id} running; stop it with SIGTERM or Ctrl-C")
                     )
-                    stopping.wait(stop_after)
+                    with user_output():  # the flows it recovers run meanwhile
+                        stopping.wait(stop_after)
                 console.print(inert(f"worker {worker_id} stopped"))
             except ConfigurationError as exc:
                 fail(str(exc), code=ExitCode.USAGE)

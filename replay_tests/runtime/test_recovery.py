@@ -573,6 +573,28 @@ def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     assert (result.exit_code, result.stdout) == (0, "0 execution(s) recovered\n")
 
 
+def test_loom_recover_json_is_json_when_the_recovered_flow_prints(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the flow a pass resumes prints goes to stderr: it had come before the runs'
+    JSON on stdout, so `loom recover --json` printed a document no reader could parse."""
+    speaking = "    print('resumed, and speaking')\n    return ["
+    chatty = FLOWS_MODULE.replace("    return [", speaking)
+    (tmp_path / "recovery_chatty_flows.py").write_text(chatty)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Loom(sqlite_url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            execution_id = interrupted(loom, steps)
+    args = ["recover", "--db", sqlite_url, "--flows", "recovery_chatty_flows:flows", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)
+    assert (run["execution_id"], run["output"]) == (str(execution_id), OUTPUT)
+    assert "resumed, and speaking" in result.stderr
+
+
 def test_loom_recover_and_worker_without_flows_refuse_and_a_pass_says_what_it_left(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
