@@ -86,6 +86,12 @@ def test_replay_and_fork_json_are_json_when_the_flow_prints(
         "--flows", chatty, "--json",
     )  # fmt: skip
     assert _json(forked)["output"] == 8
+    again = _invoke(
+        "knowledge", "counterfactual", execution_id, "--db", db_url, "--flows", chatty, "--json"
+    )
+    assert again.exit_code == 0, (again.stdout, again.stderr)
+    assert json.loads(again.stdout)["unchanged"] is True
+    assert "the flow body speaks" in again.stderr
 
 
 def test_knowledge_sync_json_is_json_when_the_flows_module_prints(

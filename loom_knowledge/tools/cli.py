@@ -56,6 +56,7 @@ from loom_runtime.tools.cli import (
     print_json,
     print_table,
     progress_bars,
+    user_output,
     warn,
 )
 from loom_runtime.tools.display import identifier, visible
@@ -442,7 +443,8 @@ def counterfactual_command(
 
     with open_with_flows(db, flows) as loom:
         try:
-            report = counterfactual(loom, execution_id_in(loom, execution_id))
+            with user_output():  # the flow runs again: what it prints is not the report
+                report = counterfactual(loom, execution_id_in(loom, execution_id))
         except FlowNotFoundError as exc:
             flow_missing(exc, flows)
         except ExecutionNotFoundError as exc:
