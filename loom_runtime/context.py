@@ -1799,6 +1799,13 @@ resumes, as it ran (ADR 0026, amended "refusals")."""
 GROUP_META: Final = "exceptions"
 """The meta member that keeps an exception group's errors (:func:`group_members`)."""
 
+MCP_ERROR_META: Final = "mcp_error"
+"""The meta member that keeps an MCP client-side error's code, message and data."""
+
+FAILURE_META: Final = (GROUP_META, MCP_ERROR_META)
+"""The meta members a recorded failure is rebuilt from, besides its type and message: what
+the flow's ``except`` sees on replay, so ``loom diff`` compares them as part of the failure."""
+
 
 def _group_again(decision: Decision) -> Exception | None:
     """A recorded exception group rebuilt with the errors its meta keeps (``except*`` and
@@ -1891,6 +1898,12 @@ def rebuild_error(decision: Decision) -> Exception:
     rebuilt = None if rebuild is None else rebuild(decision)
     if rebuild is None and decision.meta is not None:  # an application's group, kept so
         rebuilt = _group_again(decision)
+    if rebuilt is not None and error_message_of(rebuilt) != message:
+        # Rebuilt from the failure's meta (a group's errors, an MCP error's code), which must
+        # say what the stored message says: the message is what `bundle show`, the audit and
+        # a reviewer read, and a bundle edited in the meta alone replayed another failure
+        # (ADR 0002, amended "failure meta"). So the usual rules below, from the message.
+        rebuilt = None
     if rebuilt is not None:
         noted = _noted(rebuilt, f"loom: replayed from the log (decision {decision.key!r})")
         if noted is not None:

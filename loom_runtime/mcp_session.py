@@ -53,7 +53,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from loom_runtime.context import computing, rebuild_with, recorder
+from loom_runtime.context import MCP_ERROR_META, computing, rebuild_with, recorder
 from loom_runtime.driver import adrive
 from loom_runtime.errors import MissingExtraError, RecordedResultError
 from loom_runtime.execution import Decision
@@ -280,7 +280,7 @@ async def _decide(
         except MCPError as exc:
             if exc.error.code in _CLIENT_SIDE:  # no answer came: a failure, as any other,
                 # with its code and data for the replay to raise the same MCPError again.
-                decision.fail(exc, meta={"mcp_error": _dump(exc.error)})
+                decision.fail(exc, meta={MCP_ERROR_META: _dump(exc.error)})
                 raise
             result = exc.error  # the server answered with an error: an answer all the same
         except Exception as exc:
@@ -313,7 +313,7 @@ def _rebuilt_failure(decision: Decision) -> Exception | None:
     ``ErrorData``; None, and the usual rebuilding, when it is not one)."""
     try:
         meta: Any = msgspec.json.decode(decision.meta) if decision.meta is not None else {}
-        error = mcp_types.ErrorData.model_validate(meta["mcp_error"])
+        error = mcp_types.ErrorData.model_validate(meta[MCP_ERROR_META])
     except (msgspec.DecodeError, pydantic.ValidationError, TypeError, KeyError):
         return None
     return MCPError(error.code, error.message, error.data)

@@ -283,10 +283,26 @@ def _view(execution: Execution, *, exported_at: str) -> BundleView:
 
 
 def _outcome(decision: Decision) -> bytes:
-    """A decision's value, or its recorded failure, as comparable JSON."""
+    """A decision's value, or its recorded failure, as comparable JSON: a failure with the
+    meta members it is rebuilt from (a group's errors, an MCP error's code), which decide the
+    ``except`` a replay takes as much as its type does (ADR 0029, amended "failure meta")."""
     if decision.error_type is not None:
-        return msgspec.json.encode({"raised": decision.error_type, "message": decision.message})
+        failure: dict[str, Any] = {"raised": decision.error_type, "message": decision.message}
+        rebuilt_from = _failure_meta(decision.meta)
+        if rebuilt_from:
+            failure["meta"] = rebuilt_from
+        return msgspec.json.encode(failure, order="sorted")
     return _canonical(decision.value)
+
+
+def _failure_meta(meta: msgspec.Raw | None) -> dict[str, Any]:
+    """The members of a failure's ``meta`` it is rebuilt from (``FAILURE_META``)."""
+    from loom_runtime.context import FAILURE_META
+
+    decoded: Any = None if meta is None else msgspec.json.decode(meta)
+    if not isinstance(decoded, dict):
+        return {}
+    return {name: decoded[name] for name in FAILURE_META if name in decoded}
 
 
 def _recorded(decision: Decision | None) -> bytes | None:

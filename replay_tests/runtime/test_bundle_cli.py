@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
+from loom_runtime.bundle import read_bundle, write_bundle
 from loom_runtime.tools.cli import app
 
 flows = FlowRegistry()
@@ -117,3 +121,87 @@ def test_a_request_whose_keys_are_reordered_is_a_changed_input(tmp_path: Path) -
     code, out, _ = loom("diff", str(a), str(b), "--json")
     changes = [(d["change"], d["key"]) for d in json.loads(out)["differences"]]
     assert (code, changes) == (1, [("arguments", None), ("input", "model")])
+
+
+@flows.flow("fan-out")
+def fan_out(ctx: FlowContext) -> str:
+    def fails() -> str:
+        raise ExceptionGroup("tools", [ValueError("card declined")])
+
+    outcome = "none"
+    try:
+        ctx.decide("tool", fails, kind="tool")
+    except* ValueError:
+        outcome = "declined"
+    return outcome
+
+
+def _edited_meta(bundle: Path, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:
+    """``bundle`` with its failed decision's meta edited by ``edit`` and sealed again, as an
+    attacker with the file (its seal is a checksum, not a signature) can write it."""
+    original = read_bundle(bundle)
+    events = []
+    for event in original.events:
+        state = json.loads(event.state)
+        if state.get("error_type") is not None and isinstance(state.get("meta"), dict):
+            edit(state["meta"])
+        events.append(msgspec.structs.replace(event, state=json.dumps(state)))
+    return write_bundle(original.resealed(events), path)
+
+
+def test_a_failure_s_meta_that_a_replay_rebuilds_it_from_is_a_difference(tmp_path: Path) -> None:
+    """An attack review: the meta a recorded failure is rebuilt from (a group's errors, an
+    MCP error's code) decides which ``except`` a replay takes, yet ``loom diff`` compared only
+    the type and message and called a bundle edited there "same". It is compared as part of
+    the failure, and shown."""
+    with Loom(f"sqlite:///{tmp_path / 'g.db'}", flows=flows) as recorder:
+        a = recorder.export(recorder.run("fan-out").execution_id, tmp_path / "a.json")
+
+    def to_key_error(meta: dict[str, Any]) -> None:
+        meta["exceptions"]["exceptions"][0]["type"] = "builtins:KeyError"
+
+    b = _edited_meta(a, to_key_error, tmp_path / "b.json")
+    code, out, _ = loom("diff", str(a), str(b), "--json")
+    changes = [(d["change"], d["key"]) for d in json.loads(out)["differences"]]
+    assert (code, changes) == (1, [("value", "tool")])
+    code, out, _ = loom("diff", str(a), str(b))
+    assert code == 1 and "builtins:KeyError" in out
+    unchanged = _edited_meta(a, lambda meta: None, tmp_path / "c.json")  # the control
+    assert loom("diff", str(a), str(unchanged))[0] == 0
+
+
+changed = FlowRegistry()
+
+
+@changed.flow("fan-out")
+def fan_out_changed(ctx: FlowContext) -> str:
+    """The code under review: handles only TypeError groups now."""
+
+    def fails() -> str:
+        raise ExceptionGroup("tools", [ValueError("card declined")])
+
+    outcome = "none"
+    try:
+        ctx.decide("tool", fails, kind="tool")
+    except* TypeError:
+        outcome = "declined"
+    return outcome
+
+
+def test_a_bundle_edited_in_a_failure_s_meta_alone_does_not_replay_identical(
+    tmp_path: Path,
+) -> None:
+    """The same attack on the verdict: the edited bundle (meta TypeError, message still
+    ValueError) replayed identical for the changed code, whose ``except* TypeError`` the
+    ValueError group the message names escapes. A group whose errors do not describe as its
+    message is not rebuilt from them (ADR 0002, amended "failure meta")."""
+    with Loom(f"sqlite:///{tmp_path / 'g.db'}", flows=flows) as recorder:
+        a = recorder.export(recorder.run("fan-out").execution_id, tmp_path / "a.json")
+
+    def to_type_error(meta: dict[str, Any]) -> None:
+        meta["exceptions"]["exceptions"][0]["type"] = "builtins:TypeError"
+
+    b = _edited_meta(a, to_type_error, tmp_path / "b.json")
+    assert not Loom(flows=changed).replay_bundle(a).identical  # the honest bundle catches it
+    assert not Loom(flows=changed).replay_bundle(b).identical
+    assert Loom(flows=flows).replay_bundle(a).identical  # the control: unchanged code

@@ -8,6 +8,7 @@ failure's meta (type and message each, nested groups likewise), read back as unt
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -88,7 +89,8 @@ def test_a_group_is_rebuilt_with_its_errors_nested_ones_too() -> None:
         "tool",
         msgspec.Raw(b"null"),
         error_type="builtins:ExceptionGroup",
-        message="outer (2 sub-exceptions) [...]",
+        message="outer (2 sub-exceptions) [builtins:ValueError: one; builtins:ExceptionGroup: "
+        "inner (1 sub-exception) [builtins:KeyError: 'two']]",
         meta=msgspec.Raw(msgspec.json.encode(meta)),
     )
     rebuilt = rebuild_error(decision)
@@ -167,3 +169,75 @@ def test_a_subclass_of_exception_group_replays_as_itself_with_its_errors(loom: L
     failed = loom.executions()[-1].execution_id
     again = loom.replay(failed)
     assert again.identical, again.divergences
+
+
+def _group_failure(meta_errors: list[dict[str, str]], message: str) -> Decision:
+    meta = {"exceptions": {"message": "tools", "exceptions": meta_errors}}
+    return Decision(
+        "search",
+        "tool",
+        msgspec.Raw(b"null"),
+        error_type="builtins:ExceptionGroup",
+        message=message,
+        meta=msgspec.Raw(msgspec.json.encode(meta)),
+    )
+
+
+def test_a_group_is_rebuilt_only_when_its_errors_are_the_ones_its_message_names() -> None:
+    """The meta's errors are what a replay raises; the stored message is what `bundle show`,
+    the audit and a reviewer read. A bundle edited in the meta alone (ValueError to KeyError)
+    replayed identical for code whose ``except* KeyError`` a ValueError group would escape.
+    A group whose errors do not describe as its message is not rebuilt from them."""
+    named = "tools (1 sub-exception) [builtins:ValueError: card declined]"
+    agreeing = _group_failure([{"type": "builtins:ValueError", "message": "card declined"}], named)
+    rebuilt = rebuild_error(agreeing)
+    assert isinstance(rebuilt, ExceptionGroup) and isinstance(rebuilt.exceptions[0], ValueError)
+    forged = _group_failure([{"type": "builtins:KeyError", "message": "card declined"}], named)
+    assert not isinstance(rebuild_error(forged), ExceptionGroup)
+
+
+@pytest.mark.parametrize(
+    "errors",
+    [
+        pytest.param(lambda: [ValueError(f"backend {n} down") for n in range(25)], id="25-errors"),
+        pytest.param(lambda: [ValueError("token ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8")],
+                     id="a-secret"),
+        pytest.param(lambda: [ValueError("GET https://bob:pw@api.example.com/x?key=s3cr3t")],
+                     id="a-url-with-credentials"),
+        pytest.param(lambda: [ValueError("a\x00nul and a \ud800 surrogate")], id="unstorable"),
+        pytest.param(lambda: [_nested(7)], id="nested-to-the-kept-depth"),
+        pytest.param(lambda: [KeyError("k"), Batch("inner", [OSError(2, "gone")])], id="mixed"),
+    ],
+)  # fmt: skip
+def test_a_recorded_group_of_any_shape_replays_identical(
+    loom: Loom, errors: Callable[[], list[Exception]]
+) -> None:
+    """The rule above, against what loom itself records: each shape's message (redacted,
+    made storable, cut after 20 errors, nested past the kept depth) still describes the group
+    its meta rebuilds, so the unchanged flow replays identical. (Nested past ``GROUP_DEPTH``
+    the innermost errors are not kept, and such a flow diverges, rule or not.)"""
+
+    def fails() -> str:
+        raise ExceptionGroup("tools", errors())
+
+    @loom.flow("shapes")
+    def shapes(ctx: FlowContext) -> list[str]:
+        seen = []
+        try:
+            ctx.decide("search", fails, kind="tool")
+        except* ValueError:
+            seen.append("value")
+        except* Exception:
+            seen.append("other")
+        return seen
+
+    run = loom.run("shapes")
+    result = loom.replay(run.execution_id)
+    assert result.identical, result.divergences
+
+
+def _nested(depth: int) -> Exception:
+    error: Exception = ValueError("deepest")
+    for level in range(depth):
+        error = ExceptionGroup(f"level {level}", [error])
+    return error
