@@ -181,10 +181,19 @@ def check_events(events: tuple[BundleEvent, ...]) -> None:
             )
 
 
+def _after_first_failure(standing: dict[str, int], failed: set[str]) -> set[str]:
+    """What :meth:`Execution.reopen` drops: the standing decisions from the first failed one
+    on (ADR 0026, amended "reopened after"); a reopening by a loom before that dropped the
+    failed ones alone, which :func:`_check_once` accepts too."""
+    first = min((standing[key] for key in failed), default=None)
+    return set() if first is None else {key for key, at in standing.items() if at >= first}
+
+
 def _check_once(rows: list[Row]) -> None:
     """Refuse a decision key recorded while its decision stands, and an execution ended while
     it stands ended: streams loom never writes (numbering gives a repeated call ``k#2``; only a
-    reopening drops failed decisions and a failure). Projected, the later event silently
+    reopening drops decisions, the failed ones and those recorded after the first of them, and
+    a failure). Projected, the later event silently
     replaces the earlier, so a re-sealed bundle could show a reader one answer or outcome and
     be replayed, "identical", against another, never asked about the first.
 
@@ -198,8 +207,8 @@ def _check_once(rows: list[Row]) -> None:
     """
     from loom_runtime.storage.mapper import decode_state
 
-    standing: set[str] = set()
-    failed: set[str] = set()  # the standing keys whose decision failed: all a reopening drops
+    standing: dict[str, int] = {}  # the standing keys, each with its event's version
+    failed: set[str] = set()  # the standing keys whose decision failed
     ended = False
     marks = _Marks()
     for row in rows:
@@ -215,14 +224,18 @@ def _check_once(rows: list[Row]) -> None:
             if row.topic != Execution.Reopened.TOPIC:
                 marks.check(row.version, fields.key, fields.origin)
             if row.topic == Execution.Reopened.TOPIC:
-                if not set(fields.dropped) <= failed:
+                dropped = set(fields.dropped)
+                if dropped != failed and dropped != _after_first_failure(standing, failed):
+                    extra = sorted(dropped - _after_first_failure(standing, failed))
                     raise BundleFormatError(
                         f"event {row.version} of the bundle reopens the execution dropping "
-                        f"{sorted(set(fields.dropped) - failed)!r}, which did not fail; a "
-                        "reopening drops only failed decisions: it was edited and re-sealed"
+                        f"{extra or sorted(dropped)!r}, which did not fail and was not recorded "
+                        "after a failed decision; a reopening drops those alone: it was "
+                        "edited and re-sealed"
                     )
-                standing.difference_update(fields.dropped)
-                failed.difference_update(fields.dropped)
+                for key in dropped:
+                    standing.pop(key, None)
+                failed.difference_update(dropped)
                 ended = False
             elif fields.key in standing:
                 raise BundleFormatError(
@@ -231,7 +244,7 @@ def _check_once(rows: list[Row]) -> None:
                     "it was edited and re-sealed"
                 )
             else:
-                standing.add(fields.key)
+                standing[fields.key] = row.version
                 if row.topic == Execution.DecisionFailed.TOPIC:
                     failed.add(fields.key)
         elif row.topic in _ENDING_TOPICS:

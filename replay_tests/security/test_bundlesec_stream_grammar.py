@@ -139,6 +139,55 @@ def test_a_reopening_that_drops_a_recorded_decision_is_refused(tmp_path: Path) -
         Loom(flows=flows).replay_bundle(path)
 
 
+SEARCH_DOWN = [True]
+
+
+@flows.flow("grounded", version="t")
+def grounded(ctx: FlowContext, question: str) -> object:
+    """Catches a failed search and goes on to ask the model with no hits, then fails."""
+
+    def search() -> list[str]:
+        if SEARCH_DOWN[0]:
+            raise ConnectionError("index down")
+        return ["runbook.md"]
+
+    try:
+        hits = ctx.decide("search", search, kind="retrieval")
+    except ConnectionError:
+        hits = []
+    answer = ctx.decide("model", lambda: f"from {len(hits)} hits", kind="model", input=hits)
+    if not hits:
+        raise RuntimeError("no grounding")
+    return answer
+
+
+def test_a_reopening_that_drops_the_decisions_after_a_failure_replays_and_imports(
+    tmp_path: Path,
+) -> None:
+    """A reopening drops the failed decisions and every decision recorded after the first of
+    them (ADR 0026, amended "reopened after"), but a bundle was accepted only when every key
+    it dropped had failed: the bundle of a genuine incident of this shape (a caught failure,
+    a later decision, the run failed, resumed with ``retry_failed``) was refused by
+    ``replay_bundle`` and ``import_bundle``. The forgery above is still refused."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
+        SEARCH_DOWN[0] = True
+        with pytest.raises(RuntimeError):
+            loom.run("grounded", question="q")
+        [summary] = loom.executions()
+        SEARCH_DOWN[0] = False
+        assert loom.resume(summary.execution_id, retry_failed=True).output == "from 1 hits"
+        path = loom.export(summary.execution_id, tmp_path / "incident.json")
+    dropped = [
+        msgspec.json.decode(event.state)["dropped"]
+        for event in read_bundle(path).events
+        if event.topic.endswith("Reopened")
+    ]
+    assert dropped == [["search", "model"]]  # "model" did not fail: it came after
+    assert Loom(flows=flows).replay_bundle(path).identical
+    with Loom(f"sqlite:///{tmp_path / 'other.db'}", flows=flows) as other:
+        assert other.import_bundle(path) == summary.execution_id
+
+
 @flows.flow("steps", version="t")
 def steps(ctx: FlowContext, question: str) -> object:
     first = ctx.decide("first", lambda: question.upper())
