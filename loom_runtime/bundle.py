@@ -106,6 +106,10 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         """
         check_events(self.events)
         rows = self.rows()
+        # Before anything reads them: the mapper skips a member its event does not define,
+        # so a decision given a failure's members beside its value read as that value to a
+        # replay, `bundle show` and `loom diff`, and as a failure to a reviewer of the JSON.
+        check_fields(rows)
         try:
             _check_once(rows)
             execution = project_rows(rows)
@@ -347,9 +351,7 @@ def read_importable(path: Path, *, max_bytes: int | None = None) -> tuple[Bundle
             "was imported"
         )
     _started_in_the_past(execution)
-    rows = bundle.rows()
-    check_fields(rows)
-    return bundle, rows
+    return bundle, bundle.rows()
 
 
 def _started_in_the_past(execution: Execution) -> None:
@@ -369,9 +371,10 @@ def _started_in_the_past(execution: Execution) -> None:
 
 
 def check_fields(rows: list[Row]) -> None:
-    """Refuse a row holding a member its event does not define, before it is stored: a
-    newer loom's, or crafted (none that this loom writes holds one). The mapper's decode
-    skips such a member, so stored, it would be kept unread: never redacted, never sealed."""
+    """Refuse a row holding a member its event does not define: a newer loom's, or crafted
+    (none that this loom writes holds one). The mapper's decode skips such a member, so it
+    would be read past by every reader of the bundle and, imported, stored unread: never
+    redacted, never sealed."""
     from loom_runtime.storage.mapper import unknown_fields
 
     for row in rows:
@@ -380,13 +383,13 @@ def check_fields(rows: list[Row]) -> None:
         except (msgspec.DecodeError, RecursionError) as exc:  # 1e400: JSON, but no double
             raise BundleFormatError(
                 f"event {row.version} of the bundle ({row.topic}) holds a value loom never "
-                f"writes ({exc}): it was edited; nothing was imported"
+                f"writes ({exc}): it was edited"
             ) from exc
         if extra:
             raise BundleFormatError(
                 f"event {row.version} of the bundle ({row.topic}) holds "
                 f"{', '.join(map(repr, extra))}, which that event does not have here: a newer "
-                "loom wrote it, or it was crafted; nothing was imported"
+                "loom wrote it, or it was crafted"
             )
 
 

@@ -257,3 +257,30 @@ def test_a_forks_bundle_with_its_inherited_decisions_replays(tmp_path: Path) -> 
     origins = [msgspec.json.decode(e.state).get("origin") for e in read_bundle(path).events]
     assert origins == [None, "inherited", None, None]
     assert Loom(flows=flows).replay_bundle(path).identical
+
+
+def test_a_member_an_event_does_not_define_is_refused_by_every_reader(tmp_path: Path) -> None:
+    """An attack review: a recorded decision given ``error_type`` and ``message`` members
+    beside its value reads, in the reviewed JSON, as a failure; the mapper skips members its
+    event does not define, so `replay_bundle`, `bundle show` and `loom diff` read the value
+    ("identical", "same") while only `loom import` refused it. Every reader refuses it now."""
+    from typer.testing import CliRunner
+
+    from loom_runtime.tools.cli import app
+
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=flows) as loom:
+        real = read_bundle(
+            loom.export(loom.run("search", question="q").execution_id, tmp_path / "real.json")
+        )
+    events = list(real.events)
+    state = msgspec.json.decode(events[1].state)
+    state |= {"error_type": "builtins:PermissionError", "message": "secret scanner: leaked key"}
+    events[1] = msgspec.structs.replace(events[1], state=msgspec.json.encode(state).decode())
+    path = write_bundle(real.resealed(events), tmp_path / "forged.json")
+    with pytest.raises(BundleFormatError, match="'error_type', 'message'"):
+        Loom(flows=flows).replay_bundle(path)
+    real_path = str(tmp_path / "real.json")
+    for command in (["bundle", "show", str(path)], ["diff", real_path, str(path)]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 1 and "'error_type'" in result.stderr, result.output
+    assert Loom(flows=flows).replay_bundle(tmp_path / "real.json").identical  # the control
