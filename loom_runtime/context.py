@@ -336,8 +336,8 @@ class Recorder:
     def _spaced(spacing: AnswerSpacing, key: str, meta: msgspec.Raw | None) -> msgspec.Raw | None:
         """``meta`` of ``key``'s answer, with the passes since the answer before it when a
         replay needs them."""
-        passes = spacing.stamp(key)
-        return meta if passes is None else spaced_meta(meta, passes)
+        passes, seconds = spacing.stamp(key)
+        return spaced_meta(meta, passes, seconds)
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""
@@ -571,6 +571,8 @@ class _Context:
             self._release(None)
         if matched is None and self._spacing is not None:  # one a resume answers: no ask
             self._spacing.asked(slot_key)
+        if self._order is not None:  # a replay's (or resume's) of an async flow
+            self._order.asked(slot_key)
         return Slot(slot_key, kind, raw_input, matched)
 
     def _input(self, key: str, input: object) -> msgspec.Raw:
@@ -999,7 +1001,11 @@ class _Context:
                 with computing(self, slot.key, attempt=len(attempts) + 1):
                     result = compute()
                     if inspect.isawaitable(result):
-                        result = yield Pending(slot.key, result)
+                        try:
+                            result = yield Pending(slot.key, result)
+                        finally:  # when it came, not when it is stored (ADR 0002, "timer first")
+                            if self._spacing is not None:
+                                self._spacing.arrived(slot.key)
             except asyncio.CancelledError as cancelled:  # stored if the flow catches it
                 if cancelling():  # by a timeout around the call: a replay waits for it again
                     self._cancelled(slot, started, attempts, source)

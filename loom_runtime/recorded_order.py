@@ -59,6 +59,29 @@ ANSWERED_AFTER = "answered_after_passes"
 """The meta field of an answer taken live by another task than the answer stored before it,
 one or more passes of the event loop after it: how many (up to :data:`SPACED_PASSES`)."""
 
+ANSWERED_IN = "answered_after_seconds"
+"""The meta field of an answer of an async flow that came at least :data:`ANSWER_SECONDS`
+after it was asked: how long after, in seconds (by the loop's clock). A replay holds the
+answer while a timer the flow armed after asking is due within that time (ADR 0002, amended
+"timer first")."""
+
+ANSWER_SECONDS = 0.001
+"""The shortest time an answer is kept for: a timer due sooner after a call than a
+millisecond is no race of an agent's."""
+
+TIE_SECONDS = 0.0003
+"""How much earlier than its answer came live a timer must be due on replay to count as one
+that beat it: a replay asks faster than the live run, so the timers a flow arms right after
+asking are due a little sooner after the ask (a tenth of a millisecond or two); closer races
+were coin tosses live too."""
+
+ANSWER_WAIT_LIMIT = 300.0
+"""The longest a replay holds an answer for a timer (a crafted meta's word goes no further)."""
+
+TIMER_SCAN_LIMIT = 256
+"""The most pending timers of the loop a replay looks at as a call is asked: a flow with more
+(thousands of gathered ``wait_for``) is not held for timers, as before."""
+
 SPACED_PASSES = 8
 """The most passes of the event loop an answer is kept apart from the one before it: more than
 asyncio takes to carry an answer from the task that took it to the code acting on it
@@ -98,11 +121,26 @@ class RecordedOrder:
     passed to that loop, and a turn asked on another thread's loop is answered at once.
     """
 
-    def __init__(self, keys: list[str], *, spacing: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        keys: list[str],
+        *,
+        spacing: Mapping[int, int] | None = None,
+        seconds: Mapping[str, float] | None = None,
+    ) -> None:
         self._keys = keys
         self._spacing = spacing or {}
         """By rank, how many passes of the loop after the answer ranked before it an answer
         may be handed out (:func:`answer_spacing`); most ranks have none."""
+        self._seconds = seconds or {}
+        """By key, how long after it was asked each answer came live (:func:`answer_seconds`)."""
+        self._asked_at: dict[str, tuple[float, dict[int, asyncio.TimerHandle]]] = {}
+        """The keys asked whose answer came a while after live, not yet handed out: until
+        when (the loop's clock) a timer may have beaten it, and the timers pending as it was
+        asked (kept, so their ids are not reused meanwhile): :meth:`asked`."""
+        self._timed = -1
+        """The rank whose turn has come but is held for a timer (:meth:`_timer_hold`), or -1."""
+        self._timed_hold: asyncio.Future[None] | None = None
         self._held = -1
         """The rank whose turn has come but is held (:meth:`_spaced`), or -1."""
         self._rank: dict[str, int] | None = None
@@ -138,6 +176,8 @@ class RecordedOrder:
         if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
             self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
             return None
+        if key in self._asked_at:
+            return self._turn_timed(key)
         if self._in_order(key):
             return None
         rank = self._ranks().get(key)
@@ -147,6 +187,79 @@ class RecordedOrder:
             self._hand(rank)  # answered at once
             return None
         return self._wait(rank)
+
+    def asked(self, key: str) -> None:
+        """The flow asks ``key`` now. When its answer came live a while after it was asked
+        (:data:`ANSWERED_IN`), note until when a timer may have fired first, and the timers
+        already pending: only one the flow arms after asking (a ``wait`` with a timeout, a
+        pause before looking) can be the one that fired first live; a heartbeat ticking all
+        along is not waited for."""
+        seconds = self._seconds.get(key)
+        if seconds is None or threading.get_ident() != self._thread or self._gave_up:
+            return
+        loop = self._loop
+        scheduled = getattr(loop, "_scheduled", None)
+        if loop is None or scheduled is None or len(scheduled) > TIMER_SCAN_LIMIT:
+            return
+        until = loop.time() + seconds - TIE_SECONDS
+        pending = {id(timer): timer for timer in scheduled if timer.when() <= until}
+        self._asked_at[key] = (until, pending)
+
+    def _turn_timed(self, key: str) -> asyncio.Future[None] | None:
+        """:meth:`turn` for a key :meth:`asked` noted: as any, but once its turn has come it
+        may be held for a timer (:meth:`_timer_hold`)."""
+        rank = self._ranks().get(key)
+        if rank is None:
+            self._asked_at.pop(key, None)
+            return None
+        if rank == self._next and rank not in (self._held, self._timed):
+            hold = self._timer_hold(rank, key)
+            if hold is None:
+                self._hand(rank)
+            return hold
+        if rank < self._next:  # passed over by the watch: answered at once
+            self._asked_at.pop(key, None)
+            self._hand(rank)
+            return None
+        return self._wait(rank)
+
+    def _timer_hold(self, rank: int, key: str) -> asyncio.Future[None] | None:
+        """A future completed once every timer the flow armed after asking ``key`` and due
+        within the time its answer took live has fired, and :data:`SPACED_PASSES` passes of
+        the loop more (a timeout's cancellation reaching the code that awaited it); the turn
+        of ``rank`` is held meanwhile. None when there is none: the answer came first live,
+        and is handed out now. The watch giving up lifts the hold."""
+        noted = self._asked_at.pop(key, None)
+        loop = self._loop
+        if noted is None or loop is None or self._gave_up:
+            return None
+        until, pending = noted
+        now, own = loop.time(), self._own_timers
+        due = [
+            timer.when()
+            for timer in getattr(loop, "_scheduled", ())
+            if timer.when() <= until
+            and id(timer) not in pending
+            and not timer.cancelled()
+            and timer not in own
+        ]
+        if not due:
+            return None
+        held: asyncio.Future[None] = loop.create_future()
+        self._timed, self._timed_hold = rank, held
+
+        def settled(passes: int) -> None:
+            if self._timed != rank:  # lifted by the watch
+                _complete(held)
+            elif passes:
+                loop.call_soon(settled, passes - 1)
+            else:
+                self._timed, self._timed_hold = -1, None
+                _complete(held)
+
+        fired = bounded_wait(loop, max(max(due) - now, 0.0) + 0.001, own=own)
+        fired.add_done_callback(lambda _: settled(SPACED_PASSES))
+        return held
 
     def seen_in_turn(
         self, key: str, together: Callable[[str], bool]
@@ -198,6 +311,7 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is not None:
             self._waiting.pop(rank, None)
+            self._asked_at.pop(key, None)
             self._hand(rank)
 
     def handed_out(self, key: str) -> None:
@@ -253,11 +367,16 @@ class RecordedOrder:
             moved = True
         if moved and self._spacing:
             self._spaced()
-        if self._next == self._held:
+        if self._next in (self._held, self._timed):
             return
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
-            woken.set_result(None)
+            key = self._keys[self._next]
+            hold = self._timer_hold(self._next, key) if key in self._asked_at else None
+            if hold is None:
+                woken.set_result(None)
+            else:
+                hold.add_done_callback(lambda _: self._wake())
 
     def _spaced(self) -> None:
         """The turn of the answer ranked ``_next`` has come: when it came live a number of
@@ -281,6 +400,12 @@ class RecordedOrder:
             self._wake()
 
         loop.call_soon(later, passes)
+
+    def _lift_timed(self) -> None:
+        """End a hold for a timer (the watch gave up: the replay diverges)."""
+        hold, self._timed, self._timed_hold = self._timed_hold, -1, None
+        if hold is not None:
+            _complete(hold)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
@@ -380,11 +505,12 @@ class RecordedOrder:
         )
         if self._progress != self._seen:
             self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
-        elif self._live or timer_left or busy_left:
-            self._idle = 0  # the missing answer may be on its way
+        elif self._live or self._timed >= 0 or timer_left or busy_left:
+            self._idle = 0  # the missing answer may be on its way (or held for a timer)
         elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
             self._held = -1
+            self._lift_timed()
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
             self._idle, self._since, self._cpu_since = 0, now, cpu
@@ -392,10 +518,22 @@ class RecordedOrder:
             self._idle += 1
         # Waiting for a timer or a live call, look again a little later rather than spin; but
         # not while the clock stands still (frozen, a later look would never come).
-        if (timer or self._live) and moves:
+        if (timer or self._live or self._timed >= 0) and moves:
             loop.call_later(0.01, self._watch, loop)
         else:
             loop.call_soon(self._watch, loop)
+
+
+def answer_seconds(keys: list[str], decisions: Mapping[str, Decision]) -> dict[str, float]:
+    """By key, how long after it was asked each answer came live (:data:`ANSWERED_IN`), for
+    the answers whose meta says so. Untrusted (a bundle's): anything but a number above 0 is
+    ignored, and more than :data:`ANSWER_WAIT_LIMIT` is taken as that much."""
+    seconds: dict[str, float] = {}
+    for key in keys:
+        took = meta_number(decisions[key].meta, ANSWERED_IN)
+        if took is not None and took > 0:
+            seconds[key] = min(float(took), ANSWER_WAIT_LIMIT)
+    return seconds
 
 
 def _complete(waiting: asyncio.Future[None]) -> None:
@@ -631,8 +769,11 @@ class AnswerSpacing:
         self._taker: asyncio.Task[Any] | None = None
         self._stamps = 0
         """Answers handed out so far."""
-        self._asked: dict[str, int] = {}
-        """Keys asked and not yet answered, each with ``_stamps`` as it was asked."""
+        self._asked: dict[str, tuple[int, float]] = {}
+        """Keys asked and not yet answered, each with ``_stamps`` and the loop's time as it
+        was asked."""
+        self._arrived: dict[str, float] = {}
+        """Keys whose awaited compute has returned, with the loop's time then (:meth:`arrived`)."""
         self.aside = False
         """True while the flow stores what it cancelled (not an answer it was handed)."""
 
@@ -643,29 +784,43 @@ class AnswerSpacing:
 
     def asked(self, key: str) -> None:
         """The flow asks ``key`` now (on its loop; anywhere else nothing is counted)."""
-        if threading.get_ident() == self._thread:
-            self._asked[key] = self._stamps
+        if threading.get_ident() == self._thread and self._loop is not None:
+            self._asked[key] = (self._stamps, self._loop.time())
 
-    def stamp(self, key: str) -> int | None:
-        """``key``'s answer is handed to the running task now: the passes since the answer
-        before it, when it was asked before that one was handed out, another task took that
-        one, and they came in different passes; else None. None too off the flow's loop (a
-        sync tool on a worker thread), which counts nothing."""
+    def arrived(self, key: str) -> None:
+        """``key``'s awaited compute returned (or raised) now: its answer came then, though it
+        is stored a little later (encoded, redacted, appended). Storing takes the task's step
+        that the answer woke, so a timer due in between fired after the flow had it."""
+        loop = self._loop
+        if loop is not None and threading.get_ident() == self._thread and key in self._asked:
+            self._arrived[key] = loop.time()
+
+    def stamp(self, key: str) -> tuple[int | None, float | None]:
+        """``key``'s answer is handed to the running task now. First, the passes since the
+        answer before it, when it was asked before that one was handed out, another task took
+        that one, and they came in different passes; else None. Second, the seconds since it
+        was asked, when at least :data:`ANSWER_SECONDS`; else None. Both None off the flow's
+        loop (a sync tool on a worker thread), which counts nothing."""
         loop = self._loop
         if loop is None or threading.get_ident() != self._thread or loop.is_closed():
-            return None
+            return None, None
         asked = self._asked.pop(key, None)
+        came = self._arrived.pop(key, None)
         if self.aside:
-            return None
+            return None, None
         task = asyncio.current_task(loop)
         passes, taker, stamps = self._passes, self._taker, self._stamps
         self._passes, self._taker, self._stamps = 0, task, stamps + 1
         if not self._counting:
             self._counting = True
             loop.call_soon(self._count)
-        if asked is None or asked == stamps or task is taker or not passes:
-            return None
-        return passes
+        if asked is None:
+            return None, None
+        seconds = (loop.time() if came is None else came) - asked[1]
+        took = round(seconds, 4) if seconds >= ANSWER_SECONDS else None
+        if asked[0] == stamps or task is taker or not passes:
+            return None, took
+        return passes, took
 
     def _count(self) -> None:
         self._passes += 1
@@ -675,16 +830,26 @@ class AnswerSpacing:
             self._counting = False
 
 
-def spaced_meta(meta: msgspec.Raw | None, passes: int) -> msgspec.Raw:
+def spaced_meta(
+    meta: msgspec.Raw | None, passes: int | None, seconds: float | None = None
+) -> msgspec.Raw | None:
     """``meta`` (a decision's, as stored: a JSON object or None) with :data:`ANSWERED_AFTER`
-    first. One the caller gave a field of that name is decoded and the field replaced: a
-    member stored twice is what a bundle's reader refuses."""
-    field = b'{"%s":%d' % (ANSWERED_AFTER.encode(), passes)
+    (``passes``) and :data:`ANSWERED_IN` (``seconds``) first, each when not None. One the
+    caller gave a field of either name is decoded and the field replaced: a member stored
+    twice is what a bundle's reader refuses."""
+    fields = {
+        name: value
+        for name, value in ((ANSWERED_AFTER, passes), (ANSWERED_IN, seconds))
+        if value is not None
+    }
+    if not fields:
+        return meta
     body = bytes(meta) if meta is not None else b"{}"
     if body[:1] != b"{":  # not an object (never stored by loom): kept as it is
         return msgspec.Raw(body)
-    if _field_reader(ANSWERED_AFTER)[0] in body:
+    if any(_field_reader(name)[0] in body for name in fields):
         given = msgspec.json.decode(body)
-        return msgspec.Raw(msgspec.json.encode({**given, ANSWERED_AFTER: passes}))
+        return msgspec.Raw(msgspec.json.encode({**given, **fields}))
+    head = msgspec.json.encode(fields)[:-1]  # the fields, the object left open
     rest = body[1:].lstrip()
-    return msgspec.Raw(field + (b"}" if rest[:1] == b"}" else b"," + rest))
+    return msgspec.Raw(head + (b"}" if rest[:1] == b"}" else b"," + rest))

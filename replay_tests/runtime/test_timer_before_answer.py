@@ -1,0 +1,139 @@
+"""ADR 0002, amended "timer first": a timer of the flow that fired live before a call it did
+not cancel was answered is waited for on replay before that answer is handed out.
+
+A generated-flow review replayed 1,650 unchanged async flows: one in five replays said
+"diverged", almost all for one cause. A call the flow does not cancel (a hedge's first call,
+``wait_for(shield(t))``, a prefetch checked after a pause, ``as_completed`` with a timeout) is
+stored as a plain answer, and nothing said that the flow's timer had fired before it came; the
+replay handed it out at once, so the timer lost the race it had won live. A live run now keeps
+how long after it was asked each answer came (``answered_after_seconds``), and a replay holds
+an answer while a timer of the flow armed after the call was asked is due within that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from loom_runtime import AsyncFlowContext, Loom
+
+
+def after(seconds: float, value: object) -> Callable[[], Awaitable[object]]:
+    """A compute the world answers ``value`` after ``seconds``."""
+
+    async def compute() -> object:
+        await asyncio.sleep(seconds)
+        return value
+
+    return compute
+
+
+def hedge(timeout: float) -> Callable[[AsyncFlowContext], Awaitable[list[Any]]]:
+    """Start a backup call when the first is slow; the first still answers first."""
+
+    async def flow(ctx: AsyncFlowContext) -> list[Any]:
+        first = asyncio.ensure_future(ctx.decide("first", after(0.03, "first")))
+        done, _ = await asyncio.wait([first], timeout=timeout)
+        if done:
+            return [first.result()]
+        second = asyncio.ensure_future(ctx.decide("second", after(0.04, "second")))
+        return [await f for f in asyncio.as_completed([first, second])]
+
+    return flow
+
+
+async def shielded(ctx: AsyncFlowContext) -> list[Any]:
+    """Give up waiting on a call, but keep it: ``wait_for(shield(t))``."""
+    t = asyncio.ensure_future(ctx.decide("answer", after(0.03, 1)))
+    try:
+        return ["fast", await asyncio.wait_for(asyncio.shield(t), 0.01)]
+    except TimeoutError:
+        return ["slow", await t]
+
+
+async def polled(ctx: AsyncFlowContext) -> list[Any]:
+    """Prefetch, pause, and look whether it is ready."""
+    t = asyncio.create_task(ctx.decide("prefetch", after(0.03, 1)))
+    await asyncio.sleep(0.01)
+    return [t.done(), await t]
+
+
+async def collected(ctx: AsyncFlowContext) -> list[Any]:
+    """Take what answers within 20 ms; the call left running answers meanwhile."""
+    got: list[Any] = []
+    calls = [ctx.decide("a", after(0.005, "a")), ctx.decide("b", after(0.04, "b"))]
+    try:
+        for future in asyncio.as_completed(calls, timeout=0.02):
+            got.append(await future)
+    except TimeoutError:
+        got.append("timeout")
+    got.append(await ctx.decide("next", after(0.05, "next")))
+    return got
+
+
+SHAPES: dict[str, Callable[[AsyncFlowContext], Awaitable[list[Any]]]] = {
+    "hedge": hedge(0.01),
+    "shielded-timeout": shielded,
+    "sleep-poll": polled,
+    "as-completed-timeout": collected,
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_timer_that_fired_before_an_uncancelled_answer_fires_first_on_replay(
+    loom: Loom, shape: str
+) -> None:
+    """Each shape's unchanged replay is identical (each diverged on every replay before)."""
+    loom.flow(shape)(SHAPES[shape])
+    run = loom.run(shape)
+    assert run.output in (
+        ["first", "second"],
+        ["slow", 1],
+        [False, 1],
+        ["a", "timeout", "next"],
+    ), run.output  # the timer won live, as the shapes are timed
+    for _ in range(3):
+        result = loom.replay(run.execution_id)
+        assert result.identical, result.describe()
+
+
+def test_a_timer_lengthened_past_the_answer_diverges(loom: Loom) -> None:
+    """The rule fires both ways: the hedge recorded with a 10 ms wait, replayed by code that
+    waits 50 ms (longer than the first call took live), returns the first answer alone, as
+    that code would live, and the backup is reported unused."""
+    loom.flow("hedge")(hedge(0.01))
+    run = loom.run("hedge")
+    loom.flows = type(loom.flows)()
+    loom.flow("hedge")(hedge(0.05))
+    result = loom.replay(run.execution_id)
+    assert not result.identical
+    assert result.output == ["first"]
+
+
+def test_a_heartbeat_armed_before_a_call_is_not_waited_for(loom: Loom) -> None:
+    """Only a timer armed after the call was asked is one its answer may have come after:
+    a background heartbeat, ticking all along, does not make a replay wait out each call's
+    live time (five calls of 0.2 s: the replay would take a second)."""
+
+    @loom.flow("beating")
+    async def beating(ctx: AsyncFlowContext) -> list[object]:
+        async def heartbeat() -> None:
+            while True:
+                await asyncio.sleep(0.05)
+
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0)
+        answers = [await ctx.decide(f"call-{n}", after(0.2, n)) for n in range(5)]
+        beat.cancel()
+        return answers
+
+    run = loom.run("beating")
+    started = time.perf_counter()
+    result = loom.replay(run.execution_id)
+    took = time.perf_counter() - started
+    assert result.identical, result.describe()
+    assert took < 0.6, f"the replay waited {took:.2f} s for a heartbeat"
