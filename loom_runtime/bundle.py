@@ -123,6 +123,7 @@ class Bundle(msgspec.Struct, frozen=True, kw_only=True):
         if not isinstance(execution, Execution):
             raise BundleFormatError("the bundle's events do not rebuild an execution")
         _check_positions(execution)
+        _check_depth(execution)
         if is_sealed_raw(execution.input):
             # An export opens every sealed field, and a flow's input is keyed by parameter
             # names (never the mark): imported, this would read as sealed and never open.
@@ -183,6 +184,31 @@ def check_events(events: tuple[BundleEvent, ...]) -> None:
                 "an execution's stream starts with exactly one Created event; this bundle's "
                 f"event {expected} is {event.topic!r}"
             )
+
+
+def _check_depth(execution: Execution) -> None:
+    """Refuse a decision whose recorded input or value nests deeper than loom stores
+    (``codec.MAX_DEPTH``): live, such an input fails the run and such a value is stored as
+    the decision's failure, but a replay hands the recorded bytes back (an input the code
+    encodes to the same bytes is matched without the encoder's checks), so a bundle holding
+    one replayed identical. Only JSON with more brackets than the limit is decoded to be
+    measured: no other can nest that deep."""
+    from loom_runtime.codec import MAX_DEPTH, too_deep
+
+    for key, decision in execution.decisions.items():
+        for field, raw in (("input", decision.input), ("value", decision.value)):
+            data = b"" if raw is None else bytes(raw)
+            if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+                continue
+            try:
+                deep = too_deep(msgspec.json.decode(data)) is not None
+            except RecursionError:  # past the decoder's own limit
+                deep = True
+            if deep:
+                raise BundleFormatError(
+                    f"decision {key!r}: its {field} nests more than {MAX_DEPTH} levels deep, "
+                    "which loom never stores: it was crafted"
+                )
 
 
 def _after_first_failure(standing: dict[str, int], failed: set[str]) -> set[str]:

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loom_runtime import FlowContext, FlowRegistry, Loom
-from loom_runtime.bundle import read_bundle
+from loom_runtime.bundle import read_bundle, write_bundle
 from loom_runtime.errors import BundleFormatError, LogCorruptError
 from loom_runtime.execution import Execution
 from loom_runtime.tools.cli import app
@@ -423,3 +423,49 @@ def test_a_log_row_with_a_class_version_loom_never_wrote_is_log_corrupt(
     _sql(url, ("UPDATE stored_events SET state = ? WHERE rowid = ?", (state.encode(), 3)))
     with Loom(url, flows=flows) as loom, pytest.raises(LogCorruptError, match="v3"):
         loom.execution(execution_id)
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("field", ["input", "value"])
+def test_a_recorded_input_or_value_nested_deeper_than_loom_stores_is_refused(
+    tmp_path: Path, field: str
+) -> None:
+    """An attack review: loom refuses to store an input or a value nested more than
+    ``MAX_DEPTH`` levels (the run fails, or the decision is stored as that failure), but a
+    bundle holding one replayed identical, since a replay hands the recorded bytes back
+    (an input as the code encodes it is matched by its bytes, skipping the encoder's checks).
+    Every reader refuses it, naming the decision; one at the limit still replays."""
+    from loom_runtime.codec import MAX_DEPTH
+
+    deep = FlowRegistry()
+
+    @deep.flow("tree", version="t")
+    def tree(ctx: FlowContext, depth: int) -> object:
+        nested = _nested(depth)
+        if field == "input":
+            return ctx.decide("model", lambda: "approve", input={"doc": nested})
+        return ctx.decide("model", lambda: nested) is not None
+
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", flows=deep) as loom:
+        run = loom.run("tree", depth=MAX_DEPTH - 2)
+        real = read_bundle(loom.export(run.execution_id, tmp_path / "real.json"))
+    assert Loom(flows=deep).replay_bundle(tmp_path / "real.json").identical  # the control
+    events = list(real.events)
+    state = msgspec.json.decode(events[1].state)
+    if field == "input":
+        state["input"] = {"doc": _nested(MAX_DEPTH + 10)}
+    else:
+        state["value"] = _nested(MAX_DEPTH + 10)
+    events[1] = msgspec.structs.replace(events[1], state=msgspec.json.encode(state).decode())
+    created = msgspec.json.decode(events[0].state)
+    created["input"] = {"depth": MAX_DEPTH + 10}
+    events[0] = msgspec.structs.replace(events[0], state=msgspec.json.encode(created).decode())
+    path = write_bundle(real.resealed(events), tmp_path / "forged.json")
+    with pytest.raises(BundleFormatError, match=rf"decision 'model'.*{field}.*{MAX_DEPTH}"):
+        Loom(flows=deep).replay_bundle(path)
