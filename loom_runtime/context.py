@@ -1904,12 +1904,6 @@ def rebuild_error(decision: Decision) -> Exception:
     rebuilt = None if rebuild is None else rebuild(decision)
     if rebuild is None and decision.meta is not None:  # an application's group, kept so
         rebuilt = _group_again(decision)
-    if rebuilt is not None and error_message_of(rebuilt) != message:
-        # Rebuilt from the failure's meta (a group's errors, an MCP error's code), which must
-        # say what the stored message says: the message is what `bundle show`, the audit and
-        # a reviewer read, and a bundle edited in the meta alone replayed another failure
-        # (ADR 0002, amended "failure meta"). So the usual rules below, from the message.
-        rebuilt = None
     if rebuilt is not None:
         noted = _noted(rebuilt, f"loom: replayed from the log (decision {decision.key!r})")
         if noted is not None:

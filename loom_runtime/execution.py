@@ -505,11 +505,7 @@ def described(error: BaseException) -> str:
 
 
 def _described(error: BaseException, depth: int, budget: list[int]) -> str:
-    # Each error inside a group as the meta stores it (:func:`group_members`): made storable
-    # on its own, so a URL ending one error's text cannot take the separator after it with its
-    # credentials (``?key=...;``), and a replay's group rebuilt from the meta describes as the
-    # stored message does (ADR 0002, amended "failure meta").
-    text = printed(error) if depth == 0 else stored_message(printed(error))
+    text = printed(error)
     if not isinstance(error, BaseExceptionGroup):
         return text
     if depth >= GROUP_DEPTH:

@@ -120,3 +120,50 @@ def test_the_command_s_own_output_stays_on_stdout(db_url: str, chatty: str) -> N
     listed = _invoke("executions", "list", "--db", db_url, "--json")
     assert listed.exit_code == 0
     assert [row["execution_id"] for row in json.loads(listed.stdout)] == [execution_id]
+
+
+UTF8_AND_SHELL = """
+import io, subprocess, sys
+
+sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")  # a common idiom
+print("loading, in UTF-8: \\u00e9")
+
+from loom_runtime import FlowRegistry
+
+flows = FlowRegistry()
+
+@flows.flow("double")
+def double(ctx, n: int) -> int:
+    print("the flow body speaks")
+    subprocess.run([sys.executable, "-c", "print('a tool it runs speaks too')"], check=True)
+    return ctx.decide("twice", lambda: n * 2)
+"""
+
+
+def test_in_a_real_process_the_code_s_own_stdout_and_its_subprocesses_go_to_stderr(
+    tmp_path: Path,
+) -> None:
+    """Through real file descriptors, as `loom` runs from a shell: a module replacing
+    ``sys.stdout`` with a UTF-8 wrapper of its buffer made every run fail (the redirect had
+    swapped ``sys.stdout``, so the wrapper took stderr's buffer and closed it when collected:
+    a regression review), and a tool's subprocess wrote into the JSON."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "utf8_flows.py").write_text(UTF8_AND_SHELL)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    db = f"sqlite:///{tmp_path / 'loom.db'}"
+    command = [sys.executable, "-m", "loom_runtime", "run", "double", "--input", '{"n": 21}']
+    done = subprocess.run(
+        [*command, "--db", db, "--flows", "utf8_flows:flows", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"] == 42
+    for line in ("loading, in UTF-8", "the flow body speaks", "a tool it runs speaks too"):
+        assert line in done.stderr

@@ -16,11 +16,12 @@ modules; each command imports the log, the projections or the integrity walk whe
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stdout, suppress
 from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, version
@@ -385,9 +386,32 @@ FlowsOption = Annotated[
 def user_output() -> Iterator[None]:
     """Run the user's code (a ``--flows`` module as it loads, a flow's body) with what it
     prints on stderr: stdout is the command's own output, so ``--json`` stays one JSON
-    document and a pipe gets only that, while the app's lines still reach the terminal."""
-    with redirect_stdout(sys.stderr):
+    document and a pipe gets only that, while the app's lines still reach the terminal.
+
+    At the file descriptor: stdout's is pointed at stderr's for the while, so a subprocess the
+    code starts is redirected too, and ``sys.stdout`` stays the object it is. A module that
+    replaces it (``io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")``, a common way to
+    force UTF-8) had wrapped stderr's buffer under a swapped ``sys.stdout``, and closed it
+    when the wrapper was collected (a regression review). A stdout with no descriptor (a test
+    runner's capture) is swapped at the Python level instead."""
+    try:
+        out, err = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        with redirect_stdout(sys.stderr):
+            yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(out)
+    try:
+        os.dup2(err, out)
         yield
+    finally:
+        # What the code left buffered goes where it was written, to stderr (unless the code
+        # closed or broke its stdout: then there is nothing to keep).
+        with suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(saved, out)
+        os.close(saved)
 
 
 def open_with_flows(
@@ -409,8 +433,6 @@ def open_with_flows(
         with user_output():
             registry, named = load_flows_from(flows)
     except LoomError as exc:
-        import os
-
         where = (  # a command given no --flows reads it from the environment, unasked
             " (from $LOOM_FLOWS: pass --flows MODULE:ATTR, or unset it)"
             if os.environ.get("LOOM_FLOWS") == flows
