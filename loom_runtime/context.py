@@ -336,8 +336,7 @@ class Recorder:
     def _spaced(spacing: AnswerSpacing, key: str, meta: msgspec.Raw | None) -> msgspec.Raw | None:
         """``meta`` of ``key``'s answer, with the passes since the answer before it when a
         replay needs them."""
-        passes, seconds = spacing.stamp(key)
-        return spaced_meta(meta, passes, seconds)
+        return spaced_meta(meta, *spacing.stamp(key))
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""

@@ -44,7 +44,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -64,6 +64,10 @@ ANSWERED_IN = "answered_after_seconds"
 after it was asked: how long after, in seconds (by the loop's clock). A replay holds the
 answer while a timer the flow armed after asking is due within that time (ADR 0002, amended
 "timer first")."""
+
+ANSWERED_AFTER_PREVIOUS = "answered_after_previous_seconds"
+"""With :data:`ANSWERED_IN`, when the answer before it came after the ask: how long after that
+one this one came. What a timer the flow armed after that answer is measured against."""
 
 ANSWER_SECONDS = 0.001
 """The shortest time an answer is kept for: a timer due sooner after a call than a
@@ -126,7 +130,7 @@ class RecordedOrder:
         keys: list[str],
         *,
         spacing: Mapping[int, int] | None = None,
-        seconds: Mapping[str, float] | None = None,
+        seconds: Mapping[str, tuple[float, float | None]] | None = None,
     ) -> None:
         self._keys = keys
         self._spacing = spacing or {}
@@ -135,9 +139,15 @@ class RecordedOrder:
         self._seconds = seconds or {}
         """By key, how long after it was asked each answer came live (:func:`answer_seconds`)."""
         self._asked_at: dict[str, tuple[float, dict[int, asyncio.TimerHandle]]] = {}
-        """The keys asked whose answer came a while after live, not yet handed out: until
-        when (the loop's clock) a timer may have beaten it, and the timers pending as it was
-        asked (kept, so their ids are not reused meanwhile): :meth:`asked`."""
+        """The keys asked whose answer came a while after live, not yet handed out: when
+        (the loop's clock) each was asked, and the timers pending then (kept, so their ids
+        are not reused meanwhile): :meth:`asked`."""
+        self._handout: tuple[float, dict[int, asyncio.TimerHandle]] | None = None
+        """When an answer was last handed out (the loop's clock) while a key noted by
+        :meth:`asked` waited, and the timers pending then."""
+        self._hold_budget = ANSWER_WAIT_LIMIT
+        """Seconds this replay may still hold answers for timers, all holds together: a
+        crafted bundle's times cost a run no more than one cancelled call's wait."""
         self._timed = -1
         """The rank whose turn has come but is held for a timer (:meth:`_timer_hold`), or -1."""
         self._timed_hold: asyncio.Future[None] | None = None
@@ -161,7 +171,9 @@ class RecordedOrder:
         """How many recorded calls are being computed again live (a replay's ``live=``
         kinds, a counterfactual): each answer will come, however long it takes."""
         self._own_timers: set[asyncio.TimerHandle] = set()
-        """The timers of :meth:`hold`'s waits: not ones the watch waits for."""
+        """The timers of :meth:`hold`'s waits and the watch's own: not ones the watch, or a
+        hold for a timer, waits for."""
+        self._watch_timer: asyncio.TimerHandle | None = None
         # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
@@ -201,9 +213,17 @@ class RecordedOrder:
         scheduled = getattr(loop, "_scheduled", None)
         if loop is None or scheduled is None or len(scheduled) > TIMER_SCAN_LIMIT:
             return
-        until = loop.time() + seconds - TIE_SECONDS
-        pending = {id(timer): timer for timer in scheduled if timer.when() <= until}
-        self._asked_at[key] = (until, pending)
+        self._asked_at[key] = (loop.time(), {id(timer): timer for timer in scheduled})
+
+    def _note_handout(self) -> None:
+        """An answer is handed out while keys :meth:`asked` noted wait: note when, and the
+        timers pending then (a timer armed after it is measured from it)."""
+        loop = self._loop
+        scheduled = getattr(loop, "_scheduled", None)
+        if loop is None or scheduled is None or len(scheduled) > TIMER_SCAN_LIMIT:
+            self._handout = None
+            return
+        self._handout = (loop.time(), {id(timer): timer for timer in scheduled})
 
     def _turn_timed(self, key: str) -> asyncio.Future[None] | None:
         """:meth:`turn` for a key :meth:`asked` noted: as any, but once its turn has come it
@@ -231,20 +251,31 @@ class RecordedOrder:
         and is handed out now. The watch giving up lifts the hold."""
         noted = self._asked_at.pop(key, None)
         loop = self._loop
-        if noted is None or loop is None or self._gave_up:
+        scheduled = getattr(loop, "_scheduled", ())
+        if noted is None or loop is None or self._gave_up or len(scheduled) > TIMER_SCAN_LIMIT:
             return None
-        until, pending = noted
+        asked, pending = noted
+        took, later = self._seconds[key]
+        # A timer armed after the last answer handed out (after the ask) is measured from that
+        # answer, as the live run measured it from the answer before this one; any other
+        # armed since the ask, from the ask.
+        handout = self._handout
+        since = handout if later is not None and handout and handout[0] > asked else None
         now, own = loop.time(), self._own_timers
-        due = [
-            timer.when()
-            for timer in getattr(loop, "_scheduled", ())
-            if timer.when() <= until
-            and id(timer) not in pending
-            and not timer.cancelled()
-            and timer not in own
-        ]
-        if not due:
+        due = []
+        for timer in scheduled:
+            if id(timer) in pending or timer.cancelled() or timer in own:
+                continue
+            if since is not None and id(timer) not in since[1]:
+                until = since[0] + cast(float, later) - TIE_SECONDS
+            else:
+                until = asked + took - TIE_SECONDS
+            if timer.when() <= until:
+                due.append(timer.when())
+        wait = 0.0 if not due else max(max(due) - now, 0.0) + 0.001
+        if not due or wait > self._hold_budget:
             return None
+        self._hold_budget -= wait
         held: asyncio.Future[None] = loop.create_future()
         self._timed, self._timed_hold = rank, held
 
@@ -257,7 +288,7 @@ class RecordedOrder:
                 self._timed, self._timed_hold = -1, None
                 _complete(held)
 
-        fired = bounded_wait(loop, max(max(due) - now, 0.0) + 0.001, own=own)
+        fired = bounded_wait(loop, wait, own=own)
         fired.add_done_callback(lambda _: settled(SPACED_PASSES))
         return held
 
@@ -320,6 +351,7 @@ class RecordedOrder:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self.handed_out, key)
             return
+        self._asked_at.pop(key, None)
         if not self._in_order(key):
             rank = self._ranks().get(key)
             if rank is not None:
@@ -337,6 +369,8 @@ class RecordedOrder:
         ):
             self._next = following + 1
             self._progress += 1
+            if self._asked_at:
+                self._note_handout()
             if self._spacing:
                 self._spaced()
             return True
@@ -355,6 +389,8 @@ class RecordedOrder:
             return
         handed[rank] = 1
         self._progress += 1
+        if self._asked_at:
+            self._note_handout()
         self._wake()
 
     def _wake(self) -> None:
@@ -519,20 +555,32 @@ class RecordedOrder:
         # Waiting for a timer or a live call, look again a little later rather than spin; but
         # not while the clock stands still (frozen, a later look would never come).
         if (timer or self._live or self._timed >= 0) and moves:
-            loop.call_later(0.01, self._watch, loop)
+            # Its own timer: not one a hold waits for, nor one the watch waits for.
+            self._own_timers.discard(self._watch_timer)
+            self._watch_timer = loop.call_later(0.01, self._watch, loop)
+            self._own_timers.add(self._watch_timer)
         else:
             loop.call_soon(self._watch, loop)
 
 
-def answer_seconds(keys: list[str], decisions: Mapping[str, Decision]) -> dict[str, float]:
-    """By key, how long after it was asked each answer came live (:data:`ANSWERED_IN`), for
+def answer_seconds(
+    keys: list[str], decisions: Mapping[str, Decision]
+) -> dict[str, tuple[float, float | None]]:
+    """By key, how long after it was asked each answer came live (:data:`ANSWERED_IN`), and
+    after the answer before it when that came later (:data:`ANSWERED_AFTER_PREVIOUS`), for
     the answers whose meta says so. Untrusted (a bundle's): anything but a number above 0 is
     ignored, and more than :data:`ANSWER_WAIT_LIMIT` is taken as that much."""
-    seconds: dict[str, float] = {}
+    seconds: dict[str, tuple[float, float | None]] = {}
     for key in keys:
-        took = meta_number(decisions[key].meta, ANSWERED_IN)
-        if took is not None and took > 0:
-            seconds[key] = min(float(took), ANSWER_WAIT_LIMIT)
+        meta = decisions[key].meta
+        took = meta_number(meta, ANSWERED_IN)
+        if took is None or not took > 0:
+            continue
+        later = meta_number(meta, ANSWERED_AFTER_PREVIOUS)
+        seconds[key] = (
+            min(float(took), ANSWER_WAIT_LIMIT),
+            min(float(later), ANSWER_WAIT_LIMIT) if later is not None and later >= 0 else None,
+        )
     return seconds
 
 
@@ -774,6 +822,8 @@ class AnswerSpacing:
         was asked."""
         self._arrived: dict[str, float] = {}
         """Keys whose awaited compute has returned, with the loop's time then (:meth:`arrived`)."""
+        self._last_came = float("-inf")
+        """When the answer handed out last came (the loop's clock)."""
         self.aside = False
         """True while the flow stores what it cancelled (not an answer it was handed)."""
 
@@ -795,32 +845,40 @@ class AnswerSpacing:
         if loop is not None and threading.get_ident() == self._thread and key in self._asked:
             self._arrived[key] = loop.time()
 
-    def stamp(self, key: str) -> tuple[int | None, float | None]:
+    def stamp(self, key: str) -> tuple[int | None, float | None, float | None]:
         """``key``'s answer is handed to the running task now. First, the passes since the
         answer before it, when it was asked before that one was handed out, another task took
         that one, and they came in different passes; else None. Second, the seconds since it
-        was asked, when at least :data:`ANSWER_SECONDS`; else None. Both None off the flow's
-        loop (a sync tool on a worker thread), which counts nothing."""
+        was asked, when at least :data:`ANSWER_SECONDS`; else None. Third, with the second,
+        the seconds since the answer before it came, when that came after the ask; else None.
+        All None off the flow's loop (a sync tool on a worker thread), which counts nothing."""
         loop = self._loop
         if loop is None or threading.get_ident() != self._thread or loop.is_closed():
-            return None, None
+            return None, None, None
         asked = self._asked.pop(key, None)
         came = self._arrived.pop(key, None)
         if self.aside:
-            return None, None
+            return None, None, None
         task = asyncio.current_task(loop)
         passes, taker, stamps = self._passes, self._taker, self._stamps
         self._passes, self._taker, self._stamps = 0, task, stamps + 1
         if not self._counting:
             self._counting = True
             loop.call_soon(self._count)
+        now = loop.time() if came is None else came
+        since, self._last_came = self._last_came, now
         if asked is None:
-            return None, None
-        seconds = (loop.time() if came is None else came) - asked[1]
+            return None, None, None
+        seconds = now - asked[1]
         took = round(seconds, 4) if seconds >= ANSWER_SECONDS else None
+        # And from the answer before it, when that came after the ask: a replay hands that
+        # one out at once, so a timer the flow armed after it is armed that much sooner after
+        # the ask than live (a regression review: a prefetch, then a call, then a timed look
+        # at the prefetch).
+        later = round(now - since, 4) if took is not None and since > asked[1] else None
         if asked[0] == stamps or task is taker or not passes:
-            return None, took
-        return passes, took
+            return None, took, later
+        return passes, took, later
 
     def _count(self) -> None:
         self._passes += 1
@@ -831,17 +889,18 @@ class AnswerSpacing:
 
 
 def spaced_meta(
-    meta: msgspec.Raw | None, passes: int | None, seconds: float | None = None
+    meta: msgspec.Raw | None,
+    passes: int | None,
+    seconds: float | None = None,
+    later: float | None = None,
 ) -> msgspec.Raw | None:
     """``meta`` (a decision's, as stored: a JSON object or None) with :data:`ANSWERED_AFTER`
-    (``passes``) and :data:`ANSWERED_IN` (``seconds``) first, each when not None. One the
-    caller gave a field of either name is decoded and the field replaced: a member stored
-    twice is what a bundle's reader refuses."""
-    fields = {
-        name: value
-        for name, value in ((ANSWERED_AFTER, passes), (ANSWERED_IN, seconds))
-        if value is not None
-    }
+    (``passes``), :data:`ANSWERED_IN` (``seconds``) and :data:`ANSWERED_AFTER_PREVIOUS`
+    (``later``) first, each when not None. One the caller gave a field of any of those names
+    is decoded and the field replaced: a member stored twice is what a bundle's reader
+    refuses."""
+    named = ((ANSWERED_AFTER, passes), (ANSWERED_IN, seconds), (ANSWERED_AFTER_PREVIOUS, later))
+    fields = {name: value for name, value in named if value is not None}
     if not fields:
         return meta
     body = bytes(meta) if meta is not None else b"{}"

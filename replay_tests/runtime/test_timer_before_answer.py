@@ -137,3 +137,55 @@ def test_a_heartbeat_armed_before_a_call_is_not_waited_for(loom: Loom) -> None:
     took = time.perf_counter() - started
     assert result.identical, result.describe()
     assert took < 0.6, f"the replay waited {took:.2f} s for a heartbeat"
+
+
+async def prefetched(ctx: AsyncFlowContext) -> list[Any]:
+    """Prefetch x (0.2 s), ask y (0.1 s), then give x 0.12 s more: x comes at 0.2 s, before
+    the timer at 0.22 s, so the fast path is taken."""
+    t = asyncio.ensure_future(ctx.decide("x", after(0.2, "x")))
+    y = await ctx.decide("y", after(0.1, "y"))
+    done, _ = await asyncio.wait([t], timeout=0.12)
+    return [y, "fast" if done else "slow", await t]
+
+
+def test_an_answer_s_time_counts_from_the_answer_before_it_when_that_came_later(
+    loom: Loom,
+) -> None:
+    """A regression review of the first form, which counted each answer's time from its ask:
+    the replay answers y at once, so the flow armed its timer 0.1 s sooner after x's ask than
+    live, and x was held past it; every replay of the unchanged flow took the slow path (and
+    a resume computed the other branch live). Counted from the later of the ask and the
+    answer handed out before it, as on replay, the fast path is taken."""
+    loom.flow("prefetched")(prefetched)
+    run = loom.run("prefetched")
+    assert run.output == ["y", "fast", "x"]
+    for _ in range(3):
+        result = loom.replay(run.execution_id)
+        assert result.identical, result.describe()
+
+
+def test_the_watch_s_own_timer_holds_no_answer(loom: Loom) -> None:
+    """The watch re-arms a timer of its own while answers wait; the first form took it for
+    one the flow armed, and every answer of a gather beside a heartbeat was held (a replay as
+    long as the live run, and near ties reordered). 30 calls of up to 0.3 s beside a 20 ms
+    heartbeat."""
+
+    @loom.flow("gathered")
+    async def gathered(ctx: AsyncFlowContext) -> list[object]:
+        async def heartbeat() -> None:
+            while True:
+                await asyncio.sleep(0.02)
+
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0)
+        calls = [ctx.decide(f"call-{n}", after(0.03 * (n % 10 + 1), n)) for n in range(30)]
+        answers = list(await asyncio.gather(*calls))
+        beat.cancel()
+        return answers
+
+    run = loom.run("gathered")
+    started = time.perf_counter()
+    result = loom.replay(run.execution_id)
+    took = time.perf_counter() - started
+    assert result.identical, result.describe()
+    assert took < 0.1, f"the replay held answers for {took:.2f} s (live: 0.3 s)"
