@@ -336,7 +336,8 @@ class Recorder:
     def _spaced(spacing: AnswerSpacing, key: str, meta: msgspec.Raw | None) -> msgspec.Raw | None:
         """``meta`` of ``key``'s answer, with the passes since the answer before it when a
         replay needs them."""
-        return spaced_meta(meta, *spacing.stamp(key))
+        passes = spacing.stamp(key)
+        return meta if passes is None else spaced_meta(meta, passes)
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""
@@ -570,8 +571,6 @@ class _Context:
             self._release(None)
         if matched is None and self._spacing is not None:  # one a resume answers: no ask
             self._spacing.asked(slot_key)
-        if self._order is not None:  # a replay's (or resume's) of an async flow
-            self._order.asked(slot_key)
         return Slot(slot_key, kind, raw_input, matched)
 
     def _input(self, key: str, input: object) -> msgspec.Raw:
@@ -1000,11 +999,7 @@ class _Context:
                 with computing(self, slot.key, attempt=len(attempts) + 1):
                     result = compute()
                     if inspect.isawaitable(result):
-                        try:
-                            result = yield Pending(slot.key, result)
-                        finally:  # when it came, not when it is stored (ADR 0002, "timer first")
-                            if self._spacing is not None:
-                                self._spacing.arrived(slot.key)
+                        result = yield Pending(slot.key, result)
             except asyncio.CancelledError as cancelled:  # stored if the flow catches it
                 if cancelling():  # by a timeout around the call: a replay waits for it again
                     self._cancelled(slot, started, attempts, source)

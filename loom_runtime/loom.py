@@ -106,7 +106,6 @@ from loom_runtime.log import (
 from loom_runtime.recorded_order import (
     AnswerSpacing,
     RecordedOrder,
-    answer_seconds,
     answer_spacing,
     completion_order,
 )
@@ -1147,12 +1146,9 @@ class Loom:
             recorded = [key for key in recorded if decisions[key].origin != "inherited"]
         # An answer that came live passes after the one before it, to another task, is
         # handed out no sooner (ADR 0002, amended "answers spaced").
-        # And one that came live a while after it was asked waits for a timer the flow armed
-        # after asking, due within that while (ADR 0002, amended "timer first").
-        seconds = answer_seconds(recorded, decisions)
         order = (
-            RecordedOrder(recorded, spacing=answer_spacing(recorded, decisions), seconds=seconds)
-            if len(recorded) > 1 or seconds
+            RecordedOrder(recorded, spacing=answer_spacing(recorded, decisions))
+            if len(recorded) > 1
             else None
         )
         return AsyncFlowContext(

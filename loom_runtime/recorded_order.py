@@ -44,7 +44,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -58,33 +58,6 @@ stored when it was cancelled (it is stored itself only once the flow goes on).""
 ANSWERED_AFTER = "answered_after_passes"
 """The meta field of an answer taken live by another task than the answer stored before it,
 one or more passes of the event loop after it: how many (up to :data:`SPACED_PASSES`)."""
-
-ANSWERED_IN = "answered_after_seconds"
-"""The meta field of an answer of an async flow that came at least :data:`ANSWER_SECONDS`
-after it was asked: how long after, in seconds (by the loop's clock). A replay holds the
-answer while a timer the flow armed after asking is due within that time (ADR 0002, amended
-"timer first")."""
-
-ANSWERED_AFTER_PREVIOUS = "answered_after_previous_seconds"
-"""With :data:`ANSWERED_IN`, when the answer before it came after the ask: how long after that
-one this one came. What a timer the flow armed after that answer is measured against."""
-
-ANSWER_SECONDS = 0.001
-"""The shortest time an answer is kept for: a timer due sooner after a call than a
-millisecond is no race of an agent's."""
-
-TIE_SECONDS = 0.0003
-"""How much earlier than its answer came live a timer must be due on replay to count as one
-that beat it: a replay asks faster than the live run, so the timers a flow arms right after
-asking are due a little sooner after the ask (a tenth of a millisecond or two); closer races
-were coin tosses live too."""
-
-ANSWER_WAIT_LIMIT = 300.0
-"""The longest a replay holds an answer for a timer (a crafted meta's word goes no further)."""
-
-TIMER_SCAN_LIMIT = 256
-"""The most pending timers of the loop a replay looks at as a call is asked: a flow with more
-(thousands of gathered ``wait_for``) is not held for timers, as before."""
 
 SPACED_PASSES = 8
 """The most passes of the event loop an answer is kept apart from the one before it: more than
@@ -125,32 +98,11 @@ class RecordedOrder:
     passed to that loop, and a turn asked on another thread's loop is answered at once.
     """
 
-    def __init__(
-        self,
-        keys: list[str],
-        *,
-        spacing: Mapping[int, int] | None = None,
-        seconds: Mapping[str, tuple[float, float | None]] | None = None,
-    ) -> None:
+    def __init__(self, keys: list[str], *, spacing: Mapping[int, int] | None = None) -> None:
         self._keys = keys
         self._spacing = spacing or {}
         """By rank, how many passes of the loop after the answer ranked before it an answer
         may be handed out (:func:`answer_spacing`); most ranks have none."""
-        self._seconds = seconds or {}
-        """By key, how long after it was asked each answer came live (:func:`answer_seconds`)."""
-        self._asked_at: dict[str, tuple[float, dict[int, asyncio.TimerHandle]]] = {}
-        """The keys asked whose answer came a while after live, not yet handed out: when
-        (the loop's clock) each was asked, and the timers pending then (kept, so their ids
-        are not reused meanwhile): :meth:`asked`."""
-        self._handout: tuple[float, dict[int, asyncio.TimerHandle]] | None = None
-        """When an answer was last handed out (the loop's clock) while a key noted by
-        :meth:`asked` waited, and the timers pending then."""
-        self._hold_budget = ANSWER_WAIT_LIMIT
-        """Seconds this replay may still hold answers for timers, all holds together: a
-        crafted bundle's times cost a run no more than one cancelled call's wait."""
-        self._timed = -1
-        """The rank whose turn has come but is held for a timer (:meth:`_timer_hold`), or -1."""
-        self._timed_hold: asyncio.Future[None] | None = None
         self._held = -1
         """The rank whose turn has come but is held (:meth:`_spaced`), or -1."""
         self._rank: dict[str, int] | None = None
@@ -171,9 +123,7 @@ class RecordedOrder:
         """How many recorded calls are being computed again live (a replay's ``live=``
         kinds, a counterfactual): each answer will come, however long it takes."""
         self._own_timers: set[asyncio.TimerHandle] = set()
-        """The timers of :meth:`hold`'s waits and the watch's own: not ones the watch, or a
-        hold for a timer, waits for."""
-        self._watch_timer: asyncio.TimerHandle | None = None
+        """The timers of :meth:`hold`'s waits: not ones the watch waits for."""
         # The watch's: the progress it last saw, passes since, and when (loop clock and CPU);
         # the loop's clock last read, and the CPU time when it was last seen to move.
         self._seen = self._idle = 0
@@ -188,8 +138,6 @@ class RecordedOrder:
         if threading.get_ident() != self._thread:  # not on the flow's loop (a helper's
             self.handed_out(key)  # ``asyncio.run`` on a worker thread): it cannot wait
             return None
-        if key in self._asked_at:
-            return self._turn_timed(key)
         if self._in_order(key):
             return None
         rank = self._ranks().get(key)
@@ -199,98 +147,6 @@ class RecordedOrder:
             self._hand(rank)  # answered at once
             return None
         return self._wait(rank)
-
-    def asked(self, key: str) -> None:
-        """The flow asks ``key`` now. When its answer came live a while after it was asked
-        (:data:`ANSWERED_IN`), note until when a timer may have fired first, and the timers
-        already pending: only one the flow arms after asking (a ``wait`` with a timeout, a
-        pause before looking) can be the one that fired first live; a heartbeat ticking all
-        along is not waited for."""
-        seconds = self._seconds.get(key)
-        if seconds is None or threading.get_ident() != self._thread or self._gave_up:
-            return
-        loop = self._loop
-        scheduled = getattr(loop, "_scheduled", None)
-        if loop is None or scheduled is None or len(scheduled) > TIMER_SCAN_LIMIT:
-            return
-        self._asked_at[key] = (loop.time(), {id(timer): timer for timer in scheduled})
-
-    def _note_handout(self) -> None:
-        """An answer is handed out while keys :meth:`asked` noted wait: note when, and the
-        timers pending then (a timer armed after it is measured from it)."""
-        loop = self._loop
-        scheduled = getattr(loop, "_scheduled", None)
-        if loop is None or scheduled is None or len(scheduled) > TIMER_SCAN_LIMIT:
-            self._handout = None
-            return
-        self._handout = (loop.time(), {id(timer): timer for timer in scheduled})
-
-    def _turn_timed(self, key: str) -> asyncio.Future[None] | None:
-        """:meth:`turn` for a key :meth:`asked` noted: as any, but once its turn has come it
-        may be held for a timer (:meth:`_timer_hold`)."""
-        rank = self._ranks().get(key)
-        if rank is None:
-            self._asked_at.pop(key, None)
-            return None
-        if rank == self._next and rank not in (self._held, self._timed):
-            hold = self._timer_hold(rank, key)
-            if hold is None:
-                self._hand(rank)
-            return hold
-        if rank < self._next:  # passed over by the watch: answered at once
-            self._asked_at.pop(key, None)
-            self._hand(rank)
-            return None
-        return self._wait(rank)
-
-    def _timer_hold(self, rank: int, key: str) -> asyncio.Future[None] | None:
-        """A future completed once every timer the flow armed after asking ``key`` and due
-        within the time its answer took live has fired, and :data:`SPACED_PASSES` passes of
-        the loop more (a timeout's cancellation reaching the code that awaited it); the turn
-        of ``rank`` is held meanwhile. None when there is none: the answer came first live,
-        and is handed out now. The watch giving up lifts the hold."""
-        noted = self._asked_at.pop(key, None)
-        loop = self._loop
-        scheduled = getattr(loop, "_scheduled", ())
-        if noted is None or loop is None or self._gave_up or len(scheduled) > TIMER_SCAN_LIMIT:
-            return None
-        asked, pending = noted
-        took, later = self._seconds[key]
-        # A timer armed after the last answer handed out (after the ask) is measured from that
-        # answer, as the live run measured it from the answer before this one; any other
-        # armed since the ask, from the ask.
-        handout = self._handout
-        since = handout if later is not None and handout and handout[0] > asked else None
-        now, own = loop.time(), self._own_timers
-        due = []
-        for timer in scheduled:
-            if id(timer) in pending or timer.cancelled() or timer in own:
-                continue
-            if since is not None and id(timer) not in since[1]:
-                until = since[0] + cast(float, later) - TIE_SECONDS
-            else:
-                until = asked + took - TIE_SECONDS
-            if timer.when() <= until:
-                due.append(timer.when())
-        wait = 0.0 if not due else max(max(due) - now, 0.0) + 0.001
-        if not due or wait > self._hold_budget:
-            return None
-        self._hold_budget -= wait
-        held: asyncio.Future[None] = loop.create_future()
-        self._timed, self._timed_hold = rank, held
-
-        def settled(passes: int) -> None:
-            if self._timed != rank:  # lifted by the watch
-                _complete(held)
-            elif passes:
-                loop.call_soon(settled, passes - 1)
-            else:
-                self._timed, self._timed_hold = -1, None
-                _complete(held)
-
-        fired = bounded_wait(loop, wait, own=own)
-        fired.add_done_callback(lambda _: settled(SPACED_PASSES))
-        return held
 
     def seen_in_turn(
         self, key: str, together: Callable[[str], bool]
@@ -342,7 +198,6 @@ class RecordedOrder:
         rank = self._ranks().get(key)
         if rank is not None:
             self._waiting.pop(rank, None)
-            self._asked_at.pop(key, None)
             self._hand(rank)
 
     def handed_out(self, key: str) -> None:
@@ -351,7 +206,6 @@ class RecordedOrder:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self.handed_out, key)
             return
-        self._asked_at.pop(key, None)
         if not self._in_order(key):
             rank = self._ranks().get(key)
             if rank is not None:
@@ -369,8 +223,6 @@ class RecordedOrder:
         ):
             self._next = following + 1
             self._progress += 1
-            if self._asked_at:
-                self._note_handout()
             if self._spacing:
                 self._spaced()
             return True
@@ -389,8 +241,6 @@ class RecordedOrder:
             return
         handed[rank] = 1
         self._progress += 1
-        if self._asked_at:
-            self._note_handout()
         self._wake()
 
     def _wake(self) -> None:
@@ -403,16 +253,11 @@ class RecordedOrder:
             moved = True
         if moved and self._spacing:
             self._spaced()
-        if self._next in (self._held, self._timed):
+        if self._next == self._held:
             return
         woken = self._waiting.get(self._next)
         if woken is not None and not woken.done():
-            key = self._keys[self._next]
-            hold = self._timer_hold(self._next, key) if key in self._asked_at else None
-            if hold is None:
-                woken.set_result(None)
-            else:
-                hold.add_done_callback(lambda _: self._wake())
+            woken.set_result(None)
 
     def _spaced(self) -> None:
         """The turn of the answer ranked ``_next`` has come: when it came live a number of
@@ -436,12 +281,6 @@ class RecordedOrder:
             self._wake()
 
         loop.call_soon(later, passes)
-
-    def _lift_timed(self) -> None:
-        """End a hold for a timer (the watch gave up: the replay diverges)."""
-        hold, self._timed, self._timed_hold = self._timed_hold, -1, None
-        if hold is not None:
-            _complete(hold)
 
     def live(self, key: str) -> None:
         """``key``, a recorded call, is being computed again live: the answers recorded after
@@ -541,12 +380,11 @@ class RecordedOrder:
         )
         if self._progress != self._seen:
             self._seen, self._idle, self._since, self._cpu_since = self._progress, 0, now, cpu
-        elif self._live or self._timed >= 0 or timer_left or busy_left:
-            self._idle = 0  # the missing answer may be on its way (or held for a timer)
+        elif self._live or timer_left or busy_left:
+            self._idle = 0  # the missing answer may be on its way
         elif timer or busy or self._idle >= STALL_PASSES:
             self._gave_up = True
             self._held = -1
-            self._lift_timed()
             self._next = max(self._next, min(self._waiting))  # the earlier ones passed over
             self._wake()
             self._idle, self._since, self._cpu_since = 0, now, cpu
@@ -554,34 +392,10 @@ class RecordedOrder:
             self._idle += 1
         # Waiting for a timer or a live call, look again a little later rather than spin; but
         # not while the clock stands still (frozen, a later look would never come).
-        if (timer or self._live or self._timed >= 0) and moves:
-            # Its own timer: not one a hold waits for, nor one the watch waits for.
-            self._own_timers.discard(self._watch_timer)
-            self._watch_timer = loop.call_later(0.01, self._watch, loop)
-            self._own_timers.add(self._watch_timer)
+        if (timer or self._live) and moves:
+            loop.call_later(0.01, self._watch, loop)
         else:
             loop.call_soon(self._watch, loop)
-
-
-def answer_seconds(
-    keys: list[str], decisions: Mapping[str, Decision]
-) -> dict[str, tuple[float, float | None]]:
-    """By key, how long after it was asked each answer came live (:data:`ANSWERED_IN`), and
-    after the answer before it when that came later (:data:`ANSWERED_AFTER_PREVIOUS`), for
-    the answers whose meta says so. Untrusted (a bundle's): anything but a number above 0 is
-    ignored, and more than :data:`ANSWER_WAIT_LIMIT` is taken as that much."""
-    seconds: dict[str, tuple[float, float | None]] = {}
-    for key in keys:
-        meta = decisions[key].meta
-        took = meta_number(meta, ANSWERED_IN)
-        if took is None or not took > 0:
-            continue
-        later = meta_number(meta, ANSWERED_AFTER_PREVIOUS)
-        seconds[key] = (
-            min(float(took), ANSWER_WAIT_LIMIT),
-            min(float(later), ANSWER_WAIT_LIMIT) if later is not None and later >= 0 else None,
-        )
-    return seconds
 
 
 def _complete(waiting: asyncio.Future[None]) -> None:
@@ -817,13 +631,8 @@ class AnswerSpacing:
         self._taker: asyncio.Task[Any] | None = None
         self._stamps = 0
         """Answers handed out so far."""
-        self._asked: dict[str, tuple[int, float]] = {}
-        """Keys asked and not yet answered, each with ``_stamps`` and the loop's time as it
-        was asked."""
-        self._arrived: dict[str, float] = {}
-        """Keys whose awaited compute has returned, with the loop's time then (:meth:`arrived`)."""
-        self._last_came = float("-inf")
-        """When the answer handed out last came (the loop's clock)."""
+        self._asked: dict[str, int] = {}
+        """Keys asked and not yet answered, each with ``_stamps`` as it was asked."""
         self.aside = False
         """True while the flow stores what it cancelled (not an answer it was handed)."""
 
@@ -834,51 +643,29 @@ class AnswerSpacing:
 
     def asked(self, key: str) -> None:
         """The flow asks ``key`` now (on its loop; anywhere else nothing is counted)."""
-        if threading.get_ident() == self._thread and self._loop is not None:
-            self._asked[key] = (self._stamps, self._loop.time())
+        if threading.get_ident() == self._thread:
+            self._asked[key] = self._stamps
 
-    def arrived(self, key: str) -> None:
-        """``key``'s awaited compute returned (or raised) now: its answer came then, though it
-        is stored a little later (encoded, redacted, appended). Storing takes the task's step
-        that the answer woke, so a timer due in between fired after the flow had it."""
-        loop = self._loop
-        if loop is not None and threading.get_ident() == self._thread and key in self._asked:
-            self._arrived[key] = loop.time()
-
-    def stamp(self, key: str) -> tuple[int | None, float | None, float | None]:
-        """``key``'s answer is handed to the running task now. First, the passes since the
-        answer before it, when it was asked before that one was handed out, another task took
-        that one, and they came in different passes; else None. Second, the seconds since it
-        was asked, when at least :data:`ANSWER_SECONDS`; else None. Third, with the second,
-        the seconds since the answer before it came, when that came after the ask; else None.
-        All None off the flow's loop (a sync tool on a worker thread), which counts nothing."""
+    def stamp(self, key: str) -> int | None:
+        """``key``'s answer is handed to the running task now: the passes since the answer
+        before it, when it was asked before that one was handed out, another task took that
+        one, and they came in different passes; else None. None too off the flow's loop (a
+        sync tool on a worker thread), which counts nothing."""
         loop = self._loop
         if loop is None or threading.get_ident() != self._thread or loop.is_closed():
-            return None, None, None
+            return None
         asked = self._asked.pop(key, None)
-        came = self._arrived.pop(key, None)
         if self.aside:
-            return None, None, None
+            return None
         task = asyncio.current_task(loop)
         passes, taker, stamps = self._passes, self._taker, self._stamps
         self._passes, self._taker, self._stamps = 0, task, stamps + 1
         if not self._counting:
             self._counting = True
             loop.call_soon(self._count)
-        now = loop.time() if came is None else came
-        since, self._last_came = self._last_came, now
-        if asked is None:
-            return None, None, None
-        seconds = now - asked[1]
-        took = round(seconds, 4) if seconds >= ANSWER_SECONDS else None
-        # And from the answer before it, when that came after the ask: a replay hands that
-        # one out at once, so a timer the flow armed after it is armed that much sooner after
-        # the ask than live (a regression review: a prefetch, then a call, then a timed look
-        # at the prefetch).
-        later = round(now - since, 4) if took is not None and since > asked[1] else None
-        if asked[0] == stamps or task is taker or not passes:
-            return None, took, later
-        return passes, took, later
+        if asked is None or asked == stamps or task is taker or not passes:
+            return None
+        return passes
 
     def _count(self) -> None:
         self._passes += 1
@@ -888,27 +675,16 @@ class AnswerSpacing:
             self._counting = False
 
 
-def spaced_meta(
-    meta: msgspec.Raw | None,
-    passes: int | None,
-    seconds: float | None = None,
-    later: float | None = None,
-) -> msgspec.Raw | None:
+def spaced_meta(meta: msgspec.Raw | None, passes: int) -> msgspec.Raw:
     """``meta`` (a decision's, as stored: a JSON object or None) with :data:`ANSWERED_AFTER`
-    (``passes``), :data:`ANSWERED_IN` (``seconds``) and :data:`ANSWERED_AFTER_PREVIOUS`
-    (``later``) first, each when not None. One the caller gave a field of any of those names
-    is decoded and the field replaced: a member stored twice is what a bundle's reader
-    refuses."""
-    named = ((ANSWERED_AFTER, passes), (ANSWERED_IN, seconds), (ANSWERED_AFTER_PREVIOUS, later))
-    fields = {name: value for name, value in named if value is not None}
-    if not fields:
-        return meta
+    first. One the caller gave a field of that name is decoded and the field replaced: a
+    member stored twice is what a bundle's reader refuses."""
+    field = b'{"%s":%d' % (ANSWERED_AFTER.encode(), passes)
     body = bytes(meta) if meta is not None else b"{}"
     if body[:1] != b"{":  # not an object (never stored by loom): kept as it is
         return msgspec.Raw(body)
-    if any(_field_reader(name)[0] in body for name in fields):
+    if _field_reader(ANSWERED_AFTER)[0] in body:
         given = msgspec.json.decode(body)
-        return msgspec.Raw(msgspec.json.encode({**given, **fields}))
-    head = msgspec.json.encode(fields)[:-1]  # the fields, the object left open
+        return msgspec.Raw(msgspec.json.encode({**given, ANSWERED_AFTER: passes}))
     rest = body[1:].lstrip()
-    return msgspec.Raw(head + (b"}" if rest[:1] == b"}" else b"," + rest))
+    return msgspec.Raw(field + (b"}" if rest[:1] == b"}" else b"," + rest))

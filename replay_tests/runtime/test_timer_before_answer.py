@@ -1,13 +1,14 @@
-"""ADR 0002, amended "timer first": a timer of the flow that fired live before a call it did
-not cancel was answered is waited for on replay before that answer is handed out.
+"""ADR 0002, known limitation "timer first": a timer of the flow that fired live before a call
+it did not cancel was answered loses that race on replay.
 
 A generated-flow review replayed 1,650 unchanged async flows: one in five replays said
-"diverged", almost all for one cause. A call the flow does not cancel (a hedge's first call,
+"diverged", almost all for this cause. A call the flow does not cancel (a hedge's first call,
 ``wait_for(shield(t))``, a prefetch checked after a pause, ``as_completed`` with a timeout) is
-stored as a plain answer, and nothing said that the flow's timer had fired before it came; the
-replay handed it out at once, so the timer lost the race it had won live. A live run now keeps
-how long after it was asked each answer came (``answered_after_seconds``), and a replay holds
-an answer while a timer of the flow armed after the call was asked is due within that time.
+stored as a plain answer, and nothing says that the flow's timer had fired before it came. A
+form that held answers for such timers was tried and withdrawn after two regression reviews
+(the ADR says why). The four shapes are pinned as strict expected failures: one that starts
+replaying identical fails the suite and is to be made a plain test. The controls below are
+what any form must keep.
 """
 
 from __future__ import annotations
@@ -83,11 +84,15 @@ SHAPES: dict[str, Callable[[AsyncFlowContext], Awaitable[list[Any]]]] = {
 }
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="ADR 0002, known limitation 'timer first': the timer loses the race on replay",
+)
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_a_timer_that_fired_before_an_uncancelled_answer_fires_first_on_replay(
     loom: Loom, shape: str
 ) -> None:
-    """Each shape's unchanged replay is identical (each diverged on every replay before)."""
+    """Each shape's unchanged replay would be identical (each diverges on every replay)."""
     loom.flow(shape)(SHAPES[shape])
     run = loom.run(shape)
     assert run.output in (
@@ -102,9 +107,9 @@ def test_a_timer_that_fired_before_an_uncancelled_answer_fires_first_on_replay(
 
 
 def test_a_timer_lengthened_past_the_answer_diverges(loom: Loom) -> None:
-    """The rule fires both ways: the hedge recorded with a 10 ms wait, replayed by code that
-    waits 50 ms (longer than the first call took live), returns the first answer alone, as
-    that code would live, and the backup is reported unused."""
+    """A control any form must keep: the hedge recorded with a 10 ms wait, replayed by code
+    that waits 50 ms (longer than the first call took live), returns the first answer alone,
+    as that code would live, and the backup is reported unused."""
     loom.flow("hedge")(hedge(0.01))
     run = loom.run("hedge")
     loom.flows = type(loom.flows)()
@@ -115,9 +120,9 @@ def test_a_timer_lengthened_past_the_answer_diverges(loom: Loom) -> None:
 
 
 def test_a_heartbeat_armed_before_a_call_is_not_waited_for(loom: Loom) -> None:
-    """Only a timer armed after the call was asked is one its answer may have come after:
-    a background heartbeat, ticking all along, does not make a replay wait out each call's
-    live time (five calls of 0.2 s: the replay would take a second)."""
+    """A control any form must keep: a background heartbeat, ticking all along, does not make
+    a replay wait out each call's live time (five calls of 0.2 s: the replay would take a
+    second)."""
 
     @loom.flow("beating")
     async def beating(ctx: AsyncFlowContext) -> list[object]:
@@ -151,11 +156,10 @@ async def prefetched(ctx: AsyncFlowContext) -> list[Any]:
 def test_an_answer_s_time_counts_from_the_answer_before_it_when_that_came_later(
     loom: Loom,
 ) -> None:
-    """A regression review of the first form, which counted each answer's time from its ask:
-    the replay answers y at once, so the flow armed its timer 0.1 s sooner after x's ask than
-    live, and x was held past it; every replay of the unchanged flow took the slow path (and
-    a resume computed the other branch live). Counted from the later of the ask and the
-    answer handed out before it, as on replay, the fast path is taken."""
+    """A control any form must keep (the withdrawn one broke it): the replay answers y at
+    once, so the flow arms its timer 0.1 s sooner after x's ask than live; x must not be held
+    past it, or every replay of the unchanged flow takes the slow path (and a resume computes
+    the other branch live)."""
     loom.flow("prefetched")(prefetched)
     run = loom.run("prefetched")
     assert run.output == ["y", "fast", "x"]
@@ -165,10 +169,10 @@ def test_an_answer_s_time_counts_from_the_answer_before_it_when_that_came_later(
 
 
 def test_the_watch_s_own_timer_holds_no_answer(loom: Loom) -> None:
-    """The watch re-arms a timer of its own while answers wait; the first form took it for
-    one the flow armed, and every answer of a gather beside a heartbeat was held (a replay as
-    long as the live run, and near ties reordered). 30 calls of up to 0.3 s beside a 20 ms
-    heartbeat."""
+    """A control any form must keep (the withdrawn one broke it): the watch re-arms a timer of
+    its own while answers wait, which must hold no answer; every answer of a gather beside a
+    heartbeat was held (a replay as long as the live run). 30 calls of up to 0.3 s beside a
+    20 ms heartbeat."""
 
     @loom.flow("gathered")
     async def gathered(ctx: AsyncFlowContext) -> list[object]:
