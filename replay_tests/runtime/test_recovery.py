@@ -553,17 +553,27 @@ def steps(ctx) -> list[str]:
 """
 
 
+def _a_dead_workers_execution(
+    url: str, folder: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str
+) -> UUID:
+    """An execution of ``steps`` interrupted under a worker that is gone, and the flows module
+    ``module`` (``source``) that `loom recover --flows` loads to finish it."""
+    (folder / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(folder))
+    with Loom(url) as loom:
+        steps = Steps()
+        steps.register(loom)
+        with loom.worker(recover_every=None):
+            return interrupted(loom, steps)
+
+
 def test_loom_recover_resumes_a_dead_workers_execution_and_says_so(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`loom recover` prints what it resumed (--json: the runs); a second pass finds nothing."""
-    (tmp_path / "recovery_flows.py").write_text(FLOWS_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with Loom(sqlite_url) as loom:
-        steps = Steps()
-        steps.register(loom)
-        with loom.worker(recover_every=None):
-            execution_id = interrupted(loom, steps)
+    execution_id = _a_dead_workers_execution(
+        sqlite_url, tmp_path, monkeypatch, "recovery_flows", FLOWS_MODULE
+    )
     args = ["recover", "--db", sqlite_url, "--flows", "recovery_flows:flows"]
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
@@ -580,13 +590,9 @@ def test_loom_recover_json_is_json_when_the_recovered_flow_prints(
     JSON on stdout, so `loom recover --json` printed a document no reader could parse."""
     speaking = "    print('resumed, and speaking')\n    return ["
     chatty = FLOWS_MODULE.replace("    return [", speaking)
-    (tmp_path / "recovery_chatty_flows.py").write_text(chatty)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with Loom(sqlite_url) as loom:
-        steps = Steps()
-        steps.register(loom)
-        with loom.worker(recover_every=None):
-            execution_id = interrupted(loom, steps)
+    execution_id = _a_dead_workers_execution(
+        sqlite_url, tmp_path, monkeypatch, "recovery_chatty_flows", chatty
+    )
     args = ["recover", "--db", sqlite_url, "--flows", "recovery_chatty_flows:flows", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

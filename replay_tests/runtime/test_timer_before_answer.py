@@ -126,21 +126,13 @@ def test_a_heartbeat_armed_before_a_call_is_not_waited_for(loom: Loom) -> None:
 
     @loom.flow("beating")
     async def beating(ctx: AsyncFlowContext) -> list[object]:
-        async def heartbeat() -> None:
-            while True:
-                await asyncio.sleep(0.05)
-
-        beat = asyncio.create_task(heartbeat())
+        beat = asyncio.create_task(_heartbeat(0.05))
         await asyncio.sleep(0)
         answers = [await ctx.decide(f"call-{n}", after(0.2, n)) for n in range(5)]
         beat.cancel()
         return answers
 
-    run = loom.run("beating")
-    started = time.perf_counter()
-    result = loom.replay(run.execution_id)
-    took = time.perf_counter() - started
-    assert result.identical, result.describe()
+    took = _identical_replay_seconds(loom, loom.run("beating").execution_id)
     assert took < 0.6, f"the replay waited {took:.2f} s for a heartbeat"
 
 
@@ -176,20 +168,27 @@ def test_the_watch_s_own_timer_holds_no_answer(loom: Loom) -> None:
 
     @loom.flow("gathered")
     async def gathered(ctx: AsyncFlowContext) -> list[object]:
-        async def heartbeat() -> None:
-            while True:
-                await asyncio.sleep(0.02)
-
-        beat = asyncio.create_task(heartbeat())
+        beat = asyncio.create_task(_heartbeat(0.02))
         await asyncio.sleep(0)
         calls = [ctx.decide(f"call-{n}", after(0.03 * (n % 10 + 1), n)) for n in range(30)]
         answers = list(await asyncio.gather(*calls))
         beat.cancel()
         return answers
 
-    run = loom.run("gathered")
+    took = _identical_replay_seconds(loom, loom.run("gathered").execution_id)
+    assert took < 0.1, f"the replay held answers for {took:.2f} s (live: 0.3 s)"
+
+
+async def _heartbeat(period: float) -> None:
+    """A background task ticking all along, as an agent's keep-alive does."""
+    while True:
+        await asyncio.sleep(period)
+
+
+def _identical_replay_seconds(loom: Loom, execution_id: Any) -> float:
+    """How long the replay of ``execution_id`` took, checked identical."""
     started = time.perf_counter()
-    result = loom.replay(run.execution_id)
+    result = loom.replay(execution_id)
     took = time.perf_counter() - started
     assert result.identical, result.describe()
-    assert took < 0.1, f"the replay held answers for {took:.2f} s (live: 0.3 s)"
+    return took
