@@ -223,9 +223,9 @@ def _check_once(rows: list[Row]) -> None:
     """Refuse a decision key recorded while its decision stands, and an execution ended while
     it stands ended: streams loom never writes (numbering gives a repeated call ``k#2``; only a
     reopening drops decisions, the failed ones and those recorded after the first of them, and
-    a failure). Projected, the later event silently
-    replaces the earlier, so a re-sealed bundle could show a reader one answer or outcome and
-    be replayed, "identical", against another, never asked about the first.
+    a failure). Projected, the later event silently replaces the earlier, so a re-sealed
+    bundle could show a reader one answer or outcome and be replayed, "identical", against
+    another, never asked about the first.
 
     And refuse a decision marked as a fork's (its ``origin``) where loom never marks one: a
     replay does not count an inherited decision it never asks as unused (ADR 0027, "paths"),
@@ -254,9 +254,9 @@ def _check_once(rows: list[Row]) -> None:
             if row.topic != Execution.Reopened.TOPIC:
                 marks.check(row.version, fields.key, fields.origin)
             if row.topic == Execution.Reopened.TOPIC:
-                dropped = set(fields.dropped)
-                if dropped != failed and dropped != _after_first_failure(standing, failed):
-                    extra = sorted(dropped - _after_first_failure(standing, failed))
+                dropped, reopened = set(fields.dropped), _after_first_failure(standing, failed)
+                if dropped not in (failed, reopened):
+                    extra = sorted(dropped - reopened)
                     raise BundleFormatError(
                         f"event {row.version} of the bundle reopens the execution dropping "
                         f"{extra or sorted(dropped)!r}, which did not fail and was not recorded "
