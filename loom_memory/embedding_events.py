@@ -86,10 +86,12 @@ def seal_vector(key: AESGCM, subject: str, model: str, digest: str, packed: byte
 
 def open_vectors(keyring: Keyring | None, event: SubjectEmbeddingsRecorded) -> list[bytes]:
     """The packed vectors of ``event`` in clear; :class:`~loom_runtime.ErasedError` once its
-    subject's key is destroyed, :class:`~loom_runtime.EncryptionOffError` without a keyring."""
+    subject's key is destroyed, :class:`~loom_runtime.EncryptionOffError` without a keyring,
+    :class:`~loom_runtime.LogCorruptError` for a vector that is not a sealed text (every one
+    is sealed: read as clear, an envelope decoded as base64 gave a vector of another width)."""
     places = (_place(event.subject, event.model, digest) for digest in event.digests)
     opened: Sequence[str] = [
-        open_subject_text(keyring, vector, place)
+        open_subject_text(keyring, vector, place, sealed_only=True)
         for vector, place in zip(event.vectors, places, strict=True)
     ]
     return [base64.b64decode(text) for text in opened]

@@ -168,7 +168,8 @@ def open_entries(
         for index, raw in enumerate(event.entries):
             if _is_sealed(raw):
                 text = msgspec.json.decode(bytes(raw), type=str)
-                opened = open_subject_text(keyring, text, _place(subject, version, index))
+                place = _place(subject, version, index)
+                opened = open_subject_text(keyring, text, place, sealed_only=True)
                 entries.append(decode_entry(opened))
             else:
                 entries.append(decode_entry(bytes(raw)))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         current_context,
         recorder,
     )
+    from loom_runtime.envelope import Sealed
     from loom_runtime.erasure import (
         ErasedSubject,
         ErasureReport,
@@ -141,7 +142,6 @@ if TYPE_CHECKING:
         Keyring,
         KeyWrapper,
         MasterKey,
-        Sealed,
         keyring_for,
         open_subject_text,
         seal_subject_text,
@@ -443,7 +443,7 @@ _EXPORTS = {
     "parse_age": "loom_runtime.retention",
     "KeyWrapper": "loom_runtime.sealing",
     "MasterKey": "loom_runtime.sealing",
-    "Sealed": "loom_runtime.sealing",
+    "Sealed": "loom_runtime.envelope",
     "Keyring": "loom_runtime.sealing",
     "keyring_for": "loom_runtime.sealing",
     "sealed_after": "loom_runtime.sealing",

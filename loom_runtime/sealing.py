@@ -40,6 +40,7 @@ from uuid import UUID
 
 import msgspec
 
+from loom_runtime.envelope import MARK, TEXT_PREFIX, UNREADABLE, Sealed, sealed_of_text
 from loom_runtime.errors import (
     ConfigurationError,
     EncryptionOffError,
@@ -63,11 +64,6 @@ if TYPE_CHECKING:
     from loom_runtime.log import EventLog, Record, Row
     from loom_runtime.redaction import Redactor
 
-MARK: Final = "loom.sealed"
-"""The key of a sealed JSON value's one member, and the prefix of a sealed message. The mark
-alone never decides that a field is sealed (a clear value may carry it: a sealed field copied
-from another log); :func:`sealed_input` does, for a whole execution."""
-_MESSAGE_PREFIX: Final = MARK + ":"
 _ENVELOPE_HEAD: Final = b'{"' + MARK.encode() + b'":'
 """How a sealed JSON value's stored bytes begin (its encoder writes no space)."""
 KEY_CHECK: Final = "loom:key-check"
@@ -103,18 +99,6 @@ _NONCE_BYTES: Final = 12
 _DATA_KEY_BYTES: Final = 32
 
 
-class Sealed(msgspec.Struct, frozen=True, gc=False):
-    """One sealed field as stored: whose key opens it, the AES-GCM nonce and ciphertext.
-
-    Untracked by the garbage collector (``gc=False``): its fields are text and bytes, so it
-    can be in no reference cycle (msgspec found that per instance; now it is declared).
-    """
-
-    subject: str
-    nonce: bytes
-    ciphertext: bytes
-
-
 class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """A sealed JSON value as stored. Untracked, as :class:`Sealed` (which is all it holds):
     every sealed decision makes one on record and on replay, and a tracked one was collector
@@ -132,14 +116,8 @@ class _Envelope(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 holds_no_text(_Envelope)  # ciphertext: the log's redactor has nothing to find in it
 
 
-UNREADABLE: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
-"""What decoding a stored text or value can raise: it is untrusted (ADR 0018), and JSON nested
-deep enough makes msgspec raise ``RecursionError`` (a clear text that begins like a sealed
-one and nests thousands of brackets), which is no crash of a read, only a value that is not
-sealed."""
 _envelope_encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
-_sealed_decoder = msgspec.json.Decoder(Sealed)
 
 
 @runtime_checkable
@@ -1007,7 +985,7 @@ def seal_subject_text(aead: AESGCM, subject: str, text: str, place: str) -> str:
 
 def sealed_text_subject(text: str) -> str | None:
     """The subject whose key sealed ``text``, or None if ``text`` is clear."""
-    sealed = _sealed_of_text(text)
+    sealed = sealed_of_text(text)
     return None if sealed is None else sealed.subject
 
 
@@ -1023,20 +1001,32 @@ def sealed_subjects(texts: Iterable[str]) -> frozenset[str] | None:
     part is shaped exactly like a sealed text, on purpose; such a revision is read as sealed."""
     subjects = set()
     for text in texts:
-        sealed = _sealed_of_text(text)
+        sealed = sealed_of_text(text)
         if sealed is None:
             return None
         subjects.add(sealed.subject)
     return frozenset(subjects) if subjects else None
 
 
-def open_subject_text(keyring: Keyring | None, text: str, place: str) -> str:
+def open_subject_text(
+    keyring: Keyring | None, text: str, place: str, *, sealed_only: bool = False
+) -> str:
     """``text`` opened if sealed (:func:`seal_subject_text`), as it is if clear.
 
     :class:`ErasedError` once its subject's key is destroyed; :class:`EncryptionOffError`
-    without a keyring; :class:`LogCorruptError` if it was altered or moved from ``place``."""
-    sealed = _sealed_of_text(text)
+    without a keyring; :class:`LogCorruptError` if it was altered or moved from ``place``.
+
+    ``sealed_only``: the field is stored sealed whenever it is stored (a recorded vector of a
+    subject, a memory entry stored as a string), so a text that is not a whole sealed text
+    was altered: :class:`LogCorruptError`, never read as clear (ADR 0061, amended "sealed
+    only")."""
+    sealed = sealed_of_text(text)
     if sealed is None:
+        if sealed_only:
+            raise LogCorruptError(
+                "a stored field that is only ever stored sealed is not a sealed text: it was "
+                "altered; run `loom verify`"
+            )
         return text
     return Opener(keyring)._open(sealed, place.encode()).decode()
 
@@ -1088,7 +1078,7 @@ def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
 def seal_text(aead: AESGCM, subject: str, text: str, ad: bytes) -> str:
     nonce = os.urandom(_NONCE_BYTES)
     sealed = Sealed(subject, nonce, aead.encrypt(nonce, text.encode(), ad))
-    return _MESSAGE_PREFIX + _envelope_encoder.encode(sealed).decode()
+    return TEXT_PREFIX + _envelope_encoder.encode(sealed).decode()
 
 
 def sealed_of_raw(raw: msgspec.Raw | bytes) -> Sealed | None:
@@ -1097,15 +1087,6 @@ def sealed_of_raw(raw: msgspec.Raw | bytes) -> Sealed | None:
         return None
     try:
         return _envelope_decoder.decode(raw).sealed
-    except UNREADABLE:
-        return None
-
-
-def _sealed_of_text(text: str) -> Sealed | None:
-    if not text.startswith(_MESSAGE_PREFIX):
-        return None
-    try:
-        return _sealed_decoder.decode(text[len(_MESSAGE_PREFIX) :])
     except UNREADABLE:
         return None
 
@@ -1583,7 +1564,7 @@ class Opener:
 
     def text(self, text: str, stream: UUID | str, version: int, field: str) -> str:
         """A message of a sealed execution, opened; one in clear is :func:`_clear_field`."""
-        sealed = _sealed_of_text(text)
+        sealed = sealed_of_text(text)
         if sealed is None:
             raise _clear_field(stream, version, field)
         return self._open(sealed, _aad(stream, version, field)).decode()
@@ -1709,7 +1690,7 @@ class Opener:
         """A reopened failure's message: sealed at a version the state no longer holds, so
         shown as sealed (its text is in the ``Failed`` event, opened by an export); one in
         clear is :func:`_clear_field`, as a message read where it is stored would be."""
-        if _sealed_of_text(text) is None:
+        if sealed_of_text(text) is None:
             raise _clear_field(stream, None, "reopened failure's message")
         return "(sealed)"
 
