@@ -70,13 +70,19 @@ ordinary passages, paragraphs long, and still refused."""
 _UNSEEN: Final = (
     "\\s\\x00-\\x1f\\x7f-\\x9f"
     "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+    # The other format characters (Arabic, Syriac and Kaithi number signs and marks, the
+    # interlinear annotation controls above, Egyptian hieroglyph format controls of Unicode
+    # 12 and 15) and the braille pattern blank, which renders as a space.
+    "\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u2800\U000110bd\U000110cd"
+    "\U00013430-\U0001343f"
 )
-"""Whitespace, the C0 and C1 control characters, and Unicode's default-ignorable code points
+"""Whitespace, the C0 and C1 control characters, Unicode's default-ignorable code points
 (soft hyphen, zero-width space and joiners, bidi controls, variation selectors, tag
-characters): a model reads them, a reader sees nothing, so a tag written with them in it is
-still a tag."""
+characters), every other format character and the braille blank: a model reads them, a
+reader sees nothing (or a mark beside a number), so a tag written with them in it is still a
+tag."""
 _TAG_BRACKETS: Final = (
     "<\uff1c\ufe64\u2039\u3008\u27e8\u29fc"
     # Unicode's confusables for "<" that NFKC leaves alone: modifier letter left arrowhead,
@@ -98,12 +104,12 @@ _SLASHES: Final = (
 """What the tag rule takes for the ``/`` of a closing tag, in folded text."""
 _LOOK_ALIKES: Final = {
     "p": (
-        "\u0440\u0420\u03c1\u03a1\u2ca3\u2ca2"  # Cyrillic er, Greek rho, Coptic ro
+        "\u0440\u0420\u03c1\u03a1\u2ca3\u2ca2\u1d18"  # Cyrillic er, rhos, small capital
         "\u2374\u00fe\u01bf\u03f8\u2ccf\u2cce"  # APL rho, thorn, wynn, sho, Coptic ha
         "\u13e2\u146d\ua4d1\U00010295\U0001cce5"  # Cherokee, syllabics, Lisu, Lycian
     ),
     "a": (
-        "\u0430\u0410\u03b1\u0391\u0251\u237a"  # Cyrillic a, Greek alpha, Latin alpha
+        "\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00"  # Cyrillic a, alphas, small capital
         "\u13aa\u15c5\ua4ee\U000102a0\U00016f40\U0001ccd6"  # Cherokee, Lisu, Carian
     ),
     "s": (
@@ -112,11 +118,11 @@ _LOOK_ALIKES: Final = {
         "\U000118c1\U00010448\U00010420\U00010296\U00016f3a\U0001cce8"
     ),
     "g": (
-        "\u0261\u0581\u050c"  # Latin script g, Armenian co, Komi sje
+        "\u0261\u0581\u050c\u0262"  # Latin script g, Armenian co, Komi sje, small capital
         "\u1d83\u018d\u13c0\u13f3\ua4d6\U0001ccdc"  # g with hook, turned delta, Lisu
     ),
     "e": (
-        "\u0435\u0415\u0395\u04bd\u212e\uab32"  # Cyrillic ie, Greek epsilon
+        "\u0435\u0415\u0395\u04bd\u212e\uab32\u1d07"  # Cyrillic ie, epsilon, small capital
         "\u22ff\u2d39\u13ac\ua4f0\U000118a6\U000118ae\U00010286\U0001ccda"
     ),
 }
@@ -124,7 +130,8 @@ _LOOK_ALIKES: Final = {
 alone (``</passage>`` written with Cyrillic a's): matched as that letter by the tag rule.
 Only the five letters of the fence's name (either case: the rule ignores case), from
 Unicode's confusables for them (confusables.txt 17.0; U+1CCD6 and its neighbours, outlined
-capitals, are unassigned to an older Python and fold to the letter under a newer one)."""
+capitals, are unassigned to an older Python and fold to the letter under a newer one), and
+their small capitals (U+1D18, U+1D00, U+A731, U+0262, U+1D07), which confusables.txt omits."""
 
 
 def _lowered(letters: str) -> str:
