@@ -28,6 +28,7 @@ hold, with the store's model; that is indexing, and the only time the model sees
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,10 +72,13 @@ from loom_runtime import (
     catch_up,
     keyring_for,
     rebuild,
+    sealed_text_subject,
 )
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+logger = logging.getLogger("loom.memory")
 
 _VECTORS_PER_EVENT = 64
 """Vectors per logged event: a large batch is several events in one atomic append, so no
@@ -157,7 +161,20 @@ class EmbeddingProjection(SQLProjection):
 
 
 def _opened(keyring: Keyring | None, event: SubjectEmbeddingsRecorded) -> list[bytes] | None:
-    """A sealed event's packed vectors, or None once its subject's key is destroyed."""
+    """A sealed event's packed vectors, or None once its subject's key is destroyed.
+
+    None too, with a warning, for an event holding a vector that is not a sealed text: a loom
+    before 5093c4b let its redactor write a marker into a ciphertext now and then (ADR 0012,
+    amended "ciphertext"), before the chain hashed it, so ``loom verify`` passes and nothing
+    can open it. A vector is derived data: skipped, its texts count as not embedded, and the
+    next search embeds them again and records them (ADR 0061, amended "sealed only")."""
+    if not all(sealed_text_subject(vector) is not None for vector in event.vectors):
+        logger.warning(
+            "skipped recorded vectors of model %r that are not sealed texts (damaged when "
+            "stored); their texts will be embedded again",
+            event.model,
+        )
+        return None
     try:
         return open_vectors(keyring, event)
     except ErasedError:

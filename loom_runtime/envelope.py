@@ -37,7 +37,34 @@ UNREADABLE: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionErro
 deep enough makes msgspec raise ``RecursionError`` (a clear text that begins like a sealed
 one and nests thousands of brackets), which is no crash of a read, only a value that is not
 sealed."""
+NONCE_BYTES: Final = 12
+"""An AES-GCM nonce's length, as loom draws them."""
+TAG_BYTES: Final = 16
+"""The AES-GCM tag every ciphertext ends with."""
 _sealed_decoder = msgspec.json.Decoder(Sealed)
+_sealed_encoder = msgspec.json.Encoder()
+
+
+def sealed_text(sealed: Sealed) -> str:
+    """``sealed`` as a sealed text, the one way loom writes it."""
+    return TEXT_PREFIX + _sealed_encoder.encode(sealed).decode()
+
+
+def written_sealed_text(text: str) -> Sealed | None:
+    """The sealed field of ``text`` if it is exactly a sealed text as loom writes one
+    (:func:`sealed_text`: no other member, no space, a 12-byte nonce, room for the tag), else
+    None. Stricter than :func:`sealed_of_text`, which msgspec satisfies with unknown members,
+    a repeated member or spaces: what the redactor passes by must be ciphertext and nothing
+    else (ADR 0012, amended "ciphertext")."""
+    sealed = sealed_of_text(text)
+    if (
+        sealed is None
+        or len(sealed.nonce) != NONCE_BYTES
+        or len(sealed.ciphertext) < TAG_BYTES
+        or sealed_text(sealed) != text
+    ):
+        return None
+    return sealed
 
 
 def sealed_of_text(text: str) -> Sealed | None:

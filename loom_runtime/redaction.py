@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import msgspec
 
-from loom_runtime.envelope import TEXT_PREFIX, sealed_of_text
+from loom_runtime.envelope import TEXT_PREFIX, written_sealed_text
 from loom_runtime.errors import (
     RedactedKeysCollideError,
     SecretIdentifierError,
@@ -543,15 +543,16 @@ class Redactor:
         Its clear text was redacted before it was sealed, and its ciphertext is random base64,
         which holds a run shaped like a Google API key about once in 250,000 sealed vectors: a
         marker written there made the envelope unreadable, and readers took it for clear text
-        (ADR 0012, amended "ciphertext"). Only a whole envelope is passed by, and only if its
-        subject, made of identifiers each refused at its own boundary when it held a secret,
-        holds none. A clear text crafted in that shape keeps whatever its ciphertext member
-        encodes, as any base64 does: the redactor guards against accidents, not against a
-        writer set on storing a secret.
+        (ADR 0012, amended "ciphertext"). Only a text exactly as loom writes one is passed by
+        (no other member, no space: :func:`~loom_runtime.envelope.written_sealed_text`), and
+        only if its subject, made of identifiers each refused at its own boundary when it held
+        a secret, holds none. A clear text crafted in that shape keeps whatever its ciphertext
+        member encodes, as any base64 does: the redactor guards against accidents, not against
+        a writer set on storing a secret.
         """
         if not value.startswith(TEXT_PREFIX):
             return False
-        sealed = sealed_of_text(value)
+        sealed = written_sealed_text(value)
         return sealed is not None and self.secret_in(sealed.subject) is None
 
     def _after_markers(self, value: str, found: Counter[str]) -> str:

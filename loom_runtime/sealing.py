@@ -40,7 +40,14 @@ from uuid import UUID
 
 import msgspec
 
-from loom_runtime.envelope import MARK, TEXT_PREFIX, UNREADABLE, Sealed, sealed_of_text
+from loom_runtime.envelope import (
+    MARK,
+    NONCE_BYTES,
+    UNREADABLE,
+    Sealed,
+    sealed_of_text,
+    sealed_text,
+)
 from loom_runtime.errors import (
     ConfigurationError,
     EncryptionOffError,
@@ -95,7 +102,7 @@ array (the one parameter) has a live key. On PostgreSQL each key row is read ``F
 as :data:`_LIVE_LOCKED` reads one: a destruction in flight is waited for and read."""
 CACHED_KEYS: Final = 10_000
 """How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
-_NONCE_BYTES: Final = 12
+_NONCE_BYTES: Final = NONCE_BYTES
 _DATA_KEY_BYTES: Final = 32
 
 
@@ -1077,8 +1084,7 @@ def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
 
 def seal_text(aead: AESGCM, subject: str, text: str, ad: bytes) -> str:
     nonce = os.urandom(_NONCE_BYTES)
-    sealed = Sealed(subject, nonce, aead.encrypt(nonce, text.encode(), ad))
-    return TEXT_PREFIX + _envelope_encoder.encode(sealed).decode()
+    return sealed_text(Sealed(subject, nonce, aead.encrypt(nonce, text.encode(), ad)))
 
 
 def sealed_of_raw(raw: msgspec.Raw | bytes) -> Sealed | None:

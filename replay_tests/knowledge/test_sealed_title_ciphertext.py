@@ -10,6 +10,7 @@ characters: the genuine write path, with the run the random nonce would give onc
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import re
 from pathlib import Path
@@ -19,10 +20,20 @@ import pytest
 
 from loom_knowledge import Doc, open_knowledge_base
 from loom_knowledge.corpus.erasure import document_subject
-from loom_runtime import Loom, MasterKey, keyring_for
+from loom_knowledge.corpus.hybrid import passage_text
+from loom_memory import EmbeddingTable, HashingEmbedder, embedding_projections
+from loom_memory.embedding_events import (
+    SubjectEmbeddingsRecorded,
+    embeddings_stream,
+    seal_vector,
+)
+from loom_memory.embedding_table import pack_vector
+from loom_runtime import Loom, MasterKey, keyring_for, rebuild
 from loom_runtime import sealing as sealing_module
+from replay_tests.knowledge.test_document_erasure_embeddings import table_rows
 
 KEY = MasterKey(b"t" * 32)
+EMBEDDER = HashingEmbedder(dimension=64)
 SCOPE, DOC = "handbook", "ops/keys"
 _RUN = re.compile(r"AIza[0-9A-Za-z_-]{36}")
 _HEAD = base64.b64decode("AIza")  # the ciphertext's first three bytes
@@ -72,3 +83,49 @@ def test_a_title_whose_ciphertext_holds_a_key_shaped_run_reads_back(
         assert any(_RUN.search(state) for state in states)  # the run is there
         [passage] = open_knowledge_base(loom, SCOPE).passages()
     assert (passage.title, passage.text) == (title, "Rotate the keys every quarter.")
+
+
+def test_a_vector_damaged_when_it_was_stored_is_embedded_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression review: a log written before the fix may hold a sealed vector whose
+    ciphertext the redactor marked. It cannot be opened, and the chain covers it (``loom
+    verify`` passes), so reading it as corrupt made vector search fail for good. The event is
+    skipped instead, with a warning: its text counts as not embedded, the next search embeds
+    it again and records it, and a rebuild agrees. A vector is derived data; a memory entry,
+    which is not, still reads as corrupt (``replay_tests/memory/test_sealed_text_reading.py``)."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", encryption=KEY) as loom:
+        kb = open_knowledge_base(loom, SCOPE, embedder=EMBEDDER, min_score=0.1)
+        kb.sync([Doc(id=DOC, title="Keys", text="Rotate the signing keys every quarter.")])
+        [passage] = kb.passages()
+        subject = document_subject(SCOPE, DOC)
+        keyring = keyring_for(loom.log.engine)
+        assert keyring is not None
+        key = keyring.key(subject)
+        text = passage_text(passage)
+        digest = EmbeddingTable.address(text, key=key)
+        sealed = seal_vector(
+            key, subject, EMBEDDER.model, digest, pack_vector(EMBEDDER.embed([text])[0])
+        )
+        damaged = sealed.replace('"ciphertext":"', '"ciphertext":"[REDACTED:google-api-key]')
+        fields = {"model": EMBEDDER.model, "subject": subject, "digests": [digest]}
+        loom.log.append_replanned(
+            embeddings_stream(EMBEDDER.model),
+            lambda _version: (
+                [(SubjectEmbeddingsRecorded, {**fields, "vectors": [damaged]})],
+                None,
+            ),
+            what="a vector damaged before the fix",
+        )
+        with caplog.at_level(logging.WARNING, logger="loom.memory"):
+            found = kb.search("signing keys", mode="vector")
+        assert [p.doc_id for p in found] == [DOC]
+        assert "not sealed texts" in caplog.text
+        recorded = loom.log.notifications(topics=[SubjectEmbeddingsRecorded.TOPIC])
+        assert [loom.log.decode(r).digests for r in recorded] == [[digest], [digest]]
+        [projection] = [
+            p for p in embedding_projections(loom.log) if p.table.model == EMBEDDER.model
+        ]
+        live = table_rows(projection.table)
+        rebuild(loom.log, projection)
+        assert table_rows(projection.table) == live != []
