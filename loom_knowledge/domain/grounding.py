@@ -33,9 +33,10 @@ encoded) on a message that does not use them, and ``tools`` is left out when emp
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import unicodedata
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict, get_args
 
@@ -44,6 +45,7 @@ from msgspec import UNSET, UnsetType
 
 from loom_knowledge.corpus.keys import provenance_label
 from loom_knowledge.domain.arguments import items_of
+from loom_knowledge.domain.fence_alphabet import CLASSES, FOLDS
 from loom_knowledge.domain.types import Passage
 from loom_knowledge.errors import InvalidArgumentError, TaintedSystemContentError
 
@@ -67,96 +69,59 @@ word or a short phrase (a stub page's "question", "cite the doc_id") also occurs
 instructions: refusing it failed every answer that retrieved such a page, and let anyone who
 edits one page block answering. Passages pasted into a system prompt are a corpus's
 ordinary passages, paragraphs long, and still refused."""
-_UNSEEN: Final = (
-    "\\s\\x00-\\x1f\\x7f-\\x9f"
-    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
-    # The other format characters (Arabic, Syriac and Kaithi number signs and marks, the
-    # interlinear annotation controls above, Egyptian hieroglyph format controls of Unicode
-    # 12 and 15) and the braille pattern blank, which renders as a space.
-    "\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u2800\U000110bd\U000110cd"
-    "\U00013430-\U0001343f"
+_FOLDS: Final = {chr(point): fold for point, fold in FOLDS.items()}
+
+
+def _class(name: str, below: int) -> str:
+    """One class of the pinned alphabet, in ``re`` syntax: its characters below ``below``."""
+    runs = (
+        re.escape(chr(first)) + ("" if first == last else "-" + re.escape(chr(last)))
+        for first, last in ((first, min(last, below - 1)) for first, last in CLASSES[name])
+        if first < below
+    )
+    return f"[{''.join(runs)}]"
+
+
+def _points(name: str) -> frozenset[str]:
+    """The characters of one class of the pinned alphabet."""
+    return frozenset(chr(at) for first, last in CLASSES[name] for at in range(first, last + 1))
+
+
+_TAG_BRACKETS: Final = _points("bracket")
+_BRACKETS: Final = "".join(
+    sorted(
+        _TAG_BRACKETS
+        | {char for char, fold in _FOLDS.items() if not _TAG_BRACKETS.isdisjoint(fold)}
+    )
 )
-"""Whitespace, the C0 and C1 control characters, Unicode's default-ignorable code points
-(soft hyphen, zero-width space and joiners, bidi controls, variation selectors, tag
-characters), every other format character and the braille blank: a model reads them, a
-reader sees nothing (or a mark beside a number), so a tag written with them in it is still a
-tag."""
-_TAG_BRACKETS: Final = (
-    "<\uff1c\ufe64\u2039\u3008\u27e8\u29fc"
-    # Unicode's confusables for "<" that NFKC leaves alone: modifier letter left arrowhead,
-    # Canadian syllabics pa, runic kauna, a heavy angle quotation ornament, a Greek
-    # instrumental notation symbol.
-    "\u02c2\u1438\u16b2\u276e\U0001d236"
-)
-"""What the tag rule takes for a tag's ``<``: ``<`` and its fullwidth and small forms, the
-angle quotation mark and brackets, and Unicode's confusables for ``<`` that NFKC leaves alone."""
-_BRACKETS: Final = _TAG_BRACKETS + "\u2329\ufe3f"
-"""What a tag can start with: :data:`_TAG_BRACKETS`, and what folds to one of them under NFKC
-(U+2329 and U+FE3F to U+3008). Text holding none of these holds no tag."""
-_SLASHES: Final = (
-    "/\uff0f\u2215\u2044"
-    # Unicode's confusables for "/" that NFKC leaves alone (U+2F03, the Kangxi radical, folds
-    # to U+4E3F; the halfwidth katakana no U+FF89 to U+30CE).
-    "\u1735\u2041\u2571\u27cb\u29f8\u2cc6\u2cc7\u3033\u30ce\u31d3\u4e3f\U0001d23a"
-)
-"""What the tag rule takes for the ``/`` of a closing tag, in folded text."""
-_LOOK_ALIKES: Final = {
-    "p": (
-        "\u0440\u0420\u03c1\u03a1\u2ca3\u2ca2\u1d18"  # Cyrillic er, rhos, small capital
-        "\u2374\u00fe\u01bf\u03f8\u2ccf\u2cce"  # APL rho, thorn, wynn, sho, Coptic ha
-        "\u13e2\u146d\ua4d1\U00010295\U0001cce5"  # Cherokee, syllabics, Lisu, Lycian
-    ),
-    "a": (
-        "\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00"  # Cyrillic a, alphas, small capital
-        "\u13aa\u15c5\ua4ee\U000102a0\U00016f40\U0001ccd6"  # Cherokee, Lisu, Carian
-    ),
-    "s": (
-        "\u0455\u0405\ua731\u13da\uabaa"  # Cyrillic dze, small capital s, Cherokee
-        "\u01bd\u0d1f\u054f\u13d5\ua4e2"  # tone five, Malayalam tta, Armenian, Lisu
-        "\U000118c1\U00010448\U00010420\U00010296\U00016f3a\U0001cce8"
-    ),
-    "g": (
-        "\u0261\u0581\u050c\u0262"  # Latin script g, Armenian co, Komi sje, small capital
-        "\u1d83\u018d\u13c0\u13f3\ua4d6\U0001ccdc"  # g with hook, turned delta, Lisu
-    ),
-    "e": (
-        "\u0435\u0415\u0395\u04bd\u212e\uab32\u1d07"  # Cyrillic ie, epsilon, small capital
-        "\u22ff\u2d39\u13ac\ua4f0\U000118a6\U000118ae\U00010286\U0001ccda"
-    ),
-}
-"""Letters of other scripts a model reads as a letter of ``passage`` and that NFKC leaves
-alone (``</passage>`` written with Cyrillic a's): matched as that letter by the tag rule.
-Only the five letters of the fence's name (either case: the rule ignores case), from
-Unicode's confusables for them (confusables.txt 17.0; U+1CCD6 and its neighbours, outlined
-capitals, are unassigned to an older Python and fold to the letter under a newer one), and
-their small capitals (U+1D18, U+1D00, U+A731, U+0262, U+1D07), which confusables.txt omits."""
+"""What a tag can start with: a bracket of the rule, or what folds to one under NFKC (U+2329
+and U+FE3F to U+3008). Text holding none of these holds no tag."""
 
 
-def _lowered(letters: str) -> str:
-    """``letters`` and the lower case of each: ``re`` ignores case in a class by lowering the
-    text, and (CPython 3.11) then misses a capital beyond the BMP listed without its small
-    letter (U+118A6, Warang Citi)."""
-    return "".join(dict.fromkeys(c for letter in letters for c in (letter, letter.lower())))
+@functools.cache
+def _tag_start(below: int = sys.maxunicode + 1) -> re.Pattern[str]:
+    """The ``<`` of anything a model could read as a fence's own tag (``</passage>``,
+    ``< PASSAGE``, ``<\u200b/passage>``, ``\uff1cpassage``, ``<\x07passage``), in text whose
+    characters are all below ``below`` (ASCII text's rule is smaller and faster).
 
+    The rule of :mod:`~loom_knowledge.domain.fence_rule`, built from its pinned alphabet with
+    no flag, so no answer of this Python's Unicode (case, ``\\w``, ``\\s``) enters it.
+    Compiled on first use: the full rule's word class is 734 runs of characters, 12 ms of
+    ``re``'s work an import need not pay.
 
-_TAG_START: Final = re.compile(
-    f"[{_TAG_BRACKETS}]"  # "<" and what a model can read as one
-    f"(?=[{_UNSEEN}]*(?:[{_SLASHES}][{_UNSEEN}]*)?"
-    + f"[{_UNSEEN}]*".join(f"[{letter}{_lowered(_LOOK_ALIKES[letter])}]" for letter in "passage")
-    + f"(?:[{_UNSEEN}]|(?!\\w)))",
-    re.IGNORECASE,
-)
-"""The ``<`` of anything a model could read as a fence's own tag (``</passage>``, ``< PASSAGE``,
-``<\u200b/passage>``, ``\uff1cpassage``, ``<\x07passage``).
-
-The name ends where an unseen character or a non-word character follows it: ``\\b`` alone
-missed ``</passage\u3164>``, the Hangul fillers being letters (``\\w``) to ``re`` though
-unseen, and ``</passag\u212e>``, its last look-alike a symbol (no word boundary before
-``>``). No unseen character is a slash or a letter of the name (or a look-alike of one), so
-each run of unseen characters is followed by a character outside them and the look-ahead
-never splits a run two ways: linear in a passage's text."""
+    The name ends where an unseen character or a non-word character follows it: ``\\b``
+    alone missed ``</passage\u3164>``, the Hangul fillers being letters (``\\w``) to ``re``
+    though unseen, and ``</passag\u212e>``, its last look-alike a symbol (no word boundary
+    before ``>``). No unseen character is a slash or a letter of the name (or a look-alike of
+    one), so each run of unseen characters is followed by a character outside them and the
+    look-ahead never splits a run two ways: linear in a passage's text."""
+    unseen_run = f"{_class('unseen', below)}*"
+    return re.compile(
+        _class("bracket", below)  # "<" and what a model can read as one
+        + f"(?={unseen_run}(?:{_class('slash', below)}{unseen_run})?"
+        + unseen_run.join(_class(letter, below) for letter in "passage")
+        + f"(?:{_class('unseen', below)}|(?!{_class('word', below)})))"
+    )
 
 
 class Provenance(msgspec.Struct, frozen=True, kw_only=True):
@@ -294,21 +259,22 @@ def _defused(value: str) -> str:
     replay unchanged. Not reversed by :func:`unfence`: the model reads the text as sent.
     """
     if value.isascii():  # most text: nothing to fold
-        return _TAG_START.sub("&lt;", value)
+        return _tag_start(0x80).sub("&lt;", value)
     if not any(bracket in value for bracket in _BRACKETS):  # no tag can start: nothing to do
         return value
     # Letters a model reads as "passage" (fullwidth, mathematical bold) and angle brackets
     # that are another one's compatibility form (U+2329 is U+3008) fold to them under NFKC
-    # (other scripts' look-alikes of its letters, "<" and "/" are the rule's own:
-    # :data:`_LOOK_ALIKES`, :data:`_TAG_BRACKETS`, :data:`_SLASHES`).
+    # (other scripts' look-alikes of its letters, "<" and "/" are the rule's own, listed in
+    # :mod:`~loom_knowledge.domain.fence_rule`), as Unicode 14 folds them (:data:`_FOLDS`,
+    # pinned: this Python's own would build another request on another Python).
     # Folded one character at a time, so a match in the folded text names the character of
     # ``value`` it starts at, and only that character is written ``&lt;``.
-    pieces = [c if c < "\x80" else unicodedata.normalize("NFKC", c) for c in value]
+    pieces = [c if c < "\x80" else _FOLDS.get(c, c) for c in value]
     folded = "".join(pieces)
     if folded == value:
-        return _TAG_START.sub("&lt;", value)
+        return _tag_start().sub("&lt;", value)
     owner = [index for index, piece in enumerate(pieces) for _ in piece]
-    starts = {owner[match.start()] for match in _TAG_START.finditer(folded)}
+    starts = {owner[match.start()] for match in _tag_start().finditer(folded)}
     if not starts:
         return value
     return "".join("&lt;" if index in starts else c for index, c in enumerate(value))
