@@ -35,12 +35,14 @@ from loom_runtime import (
     ErasedError,
     ErasedSubject,
     ErasureSubjectError,
+    LogCorruptError,
     Precondition,
     executions_holding,
     keyring_for,
     open_subject_text,
     pair_subject,
     seal_subject_text,
+    sealed_text_subject,
     subject_pair,
     write_keyring,
 )
@@ -154,28 +156,48 @@ def forget_destroyed(keyring: Keyring | None, events: Iterable[object]) -> None:
 
 
 def open_entries(
-    keyring: Keyring | None, event: MemoryAppended | MemoryReplaced
+    keyring: Keyring | None, event: MemoryAppended | MemoryReplaced, *, damaged: bool = True
 ) -> list[MemoryEntry] | None:
     """An event's entries in clear; None once its key was erased (its data key destroyed).
 
     Clear entries (written before encryption was switched on) are decoded as they are. A
     sealed entry read without a keyring is :class:`~loom_runtime.EncryptionOffError`: never
-    projected as if the key were empty."""
+    projected as if the key were empty. An entry that is not a sealed text (:func:`_damaged`)
+    is :class:`~loom_runtime.LogCorruptError` naming the key, or left out with ``damaged``
+    false (what looks for recalls of the key's entries: nobody can have read it)."""
     subject = memory_subject(event.memory, event.key)
     version = event.originator_version
     entries = []
     try:
         for index, raw in enumerate(event.entries):
-            if _is_sealed(raw):
-                text = msgspec.json.decode(bytes(raw), type=str)
-                place = _place(subject, version, index)
-                opened = open_subject_text(keyring, text, place, sealed_only=True)
-                entries.append(decode_entry(opened))
-            else:
+            if not _is_sealed(raw):
                 entries.append(decode_entry(bytes(raw)))
+                continue
+            text = msgspec.json.decode(bytes(raw), type=str)
+            if sealed_text_subject(text) is None:
+                if keyring is not None:
+                    keyring.key(subject)  # erased: the entry is gone with the rest
+                if damaged:
+                    raise _damaged(event, index)
+                continue
+            opened = open_subject_text(keyring, text, _place(subject, version, index))
+            entries.append(decode_entry(opened))
     except ErasedError:
         return None
     return entries
+
+
+def _damaged(event: MemoryAppended | MemoryReplaced, index: int) -> LogCorruptError:
+    """The refusal of an entry stored as a string that is not a sealed text: a loom before
+    5093c4b let its redactor write a marker into a ciphertext now and then, before the chain
+    hashed it (so ``loom verify`` passes), or the row was altered. It cannot be read; erasing
+    its key drops it (ADR 0061, amended "sealed only")."""
+    return LogCorruptError(
+        f"memory {event.memory!r}, key {event.key!r}: entry {index} of version "
+        f"{event.originator_version} is not a sealed text (damaged when it was stored, by a "
+        "loom before 5093c4b, or altered since) and cannot be read; erasing the key drops "
+        "it: loom erase --memory-key NAME:KEY --apply"
+    )
 
 
 def _stored_sealed(event: object) -> bool | None:
@@ -238,7 +260,7 @@ def recalled_by(loom: Loom, memory: str, keys: Iterable[str]) -> dict[str, list[
     for key in keys:
         for event in loom.log.events(memory_stream(memory, key)):
             if isinstance(event, MemoryAppended | MemoryReplaced):
-                for entry in open_entries(keyring, event) or ():
+                for entry in open_entries(keyring, event, damaged=False) or ():
                     written.setdefault(msgspec.json.encode(entry), set()).add(key)
     found: dict[str, list[UUID]] = {}
     if not written:

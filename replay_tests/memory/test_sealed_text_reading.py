@@ -13,14 +13,18 @@ from __future__ import annotations
 import base64
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
+from loom_memory import EventSourcedMemory, InMemoryMemoryStore, MemoryEntry
 from loom_memory.embedding_events import SubjectEmbeddingsRecorded, open_vectors, seal_vector
-from loom_memory.erasure import open_entries
+from loom_memory.erasure import memory_subject, open_entries
+from loom_memory.errors import ProjectionFailedError
 from loom_memory.events import MemoryAppended
 from loom_runtime import LogCorruptError, Loom, MasterKey, keyring_for, stream_id
+from loom_runtime import sealing as sealing_module
 
 KEY = MasterKey(b"v" * 32)
 SUBJECT = 'document:["handbook","ops/keys"]'
@@ -58,6 +62,8 @@ def test_a_memory_entry_stored_as_a_string_that_is_not_a_sealed_text_is_corrupt(
 ) -> None:
     with Loom(f"sqlite:///{tmp_path / 'loom.db'}", encryption=KEY) as loom:
         keyring = keyring_for(loom.log.engine)
+        assert keyring is not None
+        keyring.ensure(memory_subject("notes", "k"), position=loom.log.position)  # live
         event = MemoryAppended(
             originator_id=stream_id("memory:notes"),
             originator_version=1,
@@ -68,3 +74,38 @@ def test_a_memory_entry_stored_as_a_string_that_is_not_a_sealed_text_is_corrupt(
         )
         with pytest.raises(LogCorruptError, match="altered"):
             open_entries(keyring, event)
+
+
+def test_a_memory_key_holding_a_damaged_entry_can_be_erased(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression review: the entry an older loom's redactor damaged (a marker written into
+    its ciphertext, before the chain hashed it) cannot be read, so its memory's projection
+    refuses, naming the key. Erasing the key is the remedy, and it failed on that entry too
+    (the erasure looks for recalls of the key's entries first): a data-protection request
+    must not fail on data nobody can read. After it, the memory reads again."""
+    real = sealing_module.seal_text
+
+    def damaged(aead: Any, subject: str, text: str, ad: bytes) -> str:
+        sealed = real(aead, subject, text, ad)
+        if "second" not in text:
+            return sealed
+        return sealed.replace('"ciphertext":"', '"ciphertext":"[REDACTED:google-api-key]')
+
+    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    with Loom(url, encryption=KEY) as loom:
+        memory = EventSourcedMemory(loom, store=InMemoryMemoryStore())
+        memory.append("alice", [MemoryEntry(content="first note", id="a1")])
+        memory.append("bob", [MemoryEntry(content="bob's note", id="b1")])
+        monkeypatch.setattr(sealing_module, "seal_text", damaged)
+        with pytest.raises(ProjectionFailedError, match="erasing the key drops it"):
+            memory.append("alice", [MemoryEntry(content="second note", id="a2")])  # logged
+        monkeypatch.undo()
+    with Loom(url, encryption=KEY) as loom:
+        with pytest.raises(LogCorruptError, match=r"key 'alice': entry 0 of version 2"):
+            EventSourcedMemory(loom, store=InMemoryMemoryStore())
+        report = loom.erase(memory_key="memory:alice", reason="damaged entry", by="dpo")
+        assert report.applied
+        reopened = EventSourcedMemory(loom, store=InMemoryMemoryStore())
+        assert [entry.id for entry in reopened.read("bob")] == ["b1"]
+        assert reopened.read("alice") == []
