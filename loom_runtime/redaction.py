@@ -319,6 +319,11 @@ _ONE_SEARCH_LENGTH = 48
 below it, one regex search beat twelve patterns' ``in`` scans (0.3-0.6 µs against ~1.1 µs at
 9-32 characters); above it the scans, at memchr speed, win (1.4 against 1.2 µs at 64)."""
 
+_PAYLOAD_LENGTH = 256
+"""Text this long that is base64 throughout is a payload (:meth:`Redactor._payload`): an
+embedding of 48 floats is 256 characters, a secret a few dozen."""
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
 
@@ -349,6 +354,8 @@ class Redactor:
         if mode not in ("redact", "refuse"):
             raise ValueError(f"mode must be 'redact' or 'refuse', not {mode!r}")
         self.patterns = (*patterns, *extra)
+        self._payload_patterns = tuple(p for p in self.patterns if p not in BUILTIN_PATTERNS)
+        """What a base64 payload is read with (:meth:`_payload`): not the built-in patterns."""
         self.mode: RedactionMode = mode
         hints = [hint for pattern in self.patterns for hint in pattern.hints]
         self._hints = (
@@ -505,8 +512,11 @@ class Redactor:
         lowered = value.lower()
         if self._hintless(lowered) or self._ciphertext(value):
             return value
+        patterns = self._patterns_for(value)
+        if not patterns:
+            return value
         found: Counter[str] = Counter()
-        redacted = self._pass(value, found, hints=(value, lowered))
+        redacted = self._pass(value, found, patterns, hints=(value, lowered))
         if not found:
             return value  # the same object: callers keep their bytes when nothing changed
         # A marker changes what is around it: a pattern that wants no word character beside
@@ -525,11 +535,11 @@ class Redactor:
         # the marker of the one before, and a full pass per secret made n of them cost n
         # scans of the whole text (4,000 in 156 KB: 4.4 s). The passes below then confirm the
         # text is settled, in one pass when those were all there was.
-        redacted = self._after_markers(redacted, found)
+        redacted = self._after_markers(redacted, found, patterns)
         while True:
             counted = found.total()
             outside = _MARKERS.sub(" ", redacted)
-            again = self._pass(redacted, found, hints=(outside, outside.lower()))
+            again = self._pass(redacted, found, patterns, hints=(outside, outside.lower()))
             if found.total() == counted:
                 break
             redacted = again
@@ -555,7 +565,30 @@ class Redactor:
         sealed = written_sealed_text(value)
         return sealed is not None and self.secret_in(sealed.subject) is None
 
-    def _after_markers(self, value: str, found: Counter[str]) -> str:
+    def _patterns_for(self, value: str) -> tuple[SecretPattern, ...]:
+        """The patterns ``value`` is read with: the extra ones only for a payload."""
+        return self._payload_patterns if self._payload(value) else self.patterns
+
+    def _payload(self, value: str) -> bool:
+        """Whether ``value`` is a base64 payload: at least :data:`_PAYLOAD_LENGTH` characters
+        of base64 throughout (markers aside), as an SDK receives an embedding or an image.
+
+        Read with the extra patterns only (ADR 0012, amended "payloads"): base64 hides any
+        secret it encodes from every pattern, so what a built-in one finds in it is chance,
+        and random base64 holds a Google-API-key-shaped run about once in 150,000 1,536-wide
+        embeddings. A marker there broke the payload: the replay decoded it and raised, and
+        in refuse mode the call was refused. A secret written in clear is not base64 that
+        long (a path or a URL holds ``.``, ``-``, ``:`` or a space within 256 characters); a
+        team's own token pattern still reads the payload, and markers are set aside so
+        redacting the text again reads it the same way."""
+        if len(value) < _PAYLOAD_LENGTH:
+            return False
+        bare = _MARKERS.sub("", value) if _MARKER_PREFIX in value else value
+        return len(bare) >= _PAYLOAD_LENGTH and _BASE64.fullmatch(bare) is not None
+
+    def _after_markers(
+        self, value: str, found: Counter[str], patterns: tuple[SecretPattern, ...]
+    ) -> str:
         """``value`` with every match that starts right after a marker replaced, the markers
         those make included, rightmost first: a replacement at a marker's end moves only
         what is after it, so the ends still waiting (all to its left) keep their places."""
@@ -563,7 +596,7 @@ class Redactor:
         text = value
         while waiting:
             at = waiting.pop()
-            for pattern in self.patterns:
+            for pattern in patterns:
                 match = pattern.regex.match(text, at)
                 if match is None or match.end() == at:
                     continue
@@ -575,11 +608,19 @@ class Redactor:
                 break
         return text
 
-    def _pass(self, value: str, found: Counter[str], *, hints: tuple[str, str]) -> str:
-        """``value`` with what each pattern matches replaced once, counted in ``found``;
-        ``hints``: the text (and its lower case) a pattern's hints are looked for in."""
+    def _pass(
+        self,
+        value: str,
+        found: Counter[str],
+        patterns: tuple[SecretPattern, ...],
+        *,
+        hints: tuple[str, str],
+    ) -> str:
+        """``value`` with what each of ``patterns`` matches replaced once, counted in
+        ``found``; ``hints``: the text (and its lower case) a pattern's hints are looked for
+        in."""
         redacted = value
-        for pattern in self.patterns:
+        for pattern in patterns:
             if not pattern.may_match(*hints):
                 continue
             if pattern.regex.search(redacted):

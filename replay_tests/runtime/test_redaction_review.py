@@ -98,11 +98,12 @@ def _full_passes(redactor: Redactor, text: str) -> str:
     from loom_runtime.redaction import _MARKERS
 
     found: Counter[str] = Counter()
-    redacted = redactor._pass(text, found, hints=(text, text.lower()))
+    patterns = redactor._patterns_for(text)  # a base64 payload's: the extra ones only
+    redacted = redactor._pass(text, found, patterns, hints=(text, text.lower()))
     while True:
         counted = found.total()
         outside = _MARKERS.sub(" ", redacted)
-        again = redactor._pass(redacted, found, hints=(outside, outside.lower()))
+        again = redactor._pass(redacted, found, patterns, hints=(outside, outside.lower()))
         if found.total() == counted:
             return redacted
         redacted = again

@@ -1,0 +1,127 @@
+"""A base64 payload in a recorded value is stored as it came (ADR 0012, amended "payloads").
+
+openai's SDK asks for embeddings as base64 (``encoding_format="base64"``) and decodes them
+itself, so every wrapped embedding call records a long base64 string per vector. Random
+base64 holds a run shaped like a Google API key (``AIza`` and 35 token characters after a
+non-word character) about once in 150,000 1,536-wide vectors. The redactor wrote its marker
+there: the live run had the real vector, the replay decoded the marked string and raised
+(``buffer size must be a multiple of element size``), and an unchanged agent "diverged"; in
+refuse mode the live call was refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from loom_runtime import FlowContext, Loom, Redactor, SecretPattern, SecretRefusedError, wrap
+from replay_tests.deferred_import import deferred
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = deferred("openai")
+
+pytestmark = pytest.mark.xdist_group("provider-sdks")  # one worker imports the SDKs
+
+RUN = "AIzaSy" + "B" * 34
+"""40 base64 characters (30 bytes) that the google-api-key pattern matches."""
+PACKED = base64.b64decode(RUN) + bytes(6138)  # 1,536 float32s, the run first
+VECTOR = base64.b64encode(PACKED).decode()
+assert VECTOR.startswith(RUN)
+
+
+def _through(redactor: Redactor, value: object) -> object:
+    return redactor.value(value, path="decision.value")
+
+
+@pytest.mark.parametrize("mode", ["redact", "refuse"])
+def test_a_long_base64_payload_is_stored_as_it_came(mode: str) -> None:
+    value = {"data": [{"embedding": VECTOR}], "image": {"b64_json": "xx/+" * 64 + RUN}}
+    redactor = Redactor(mode=mode)  # type: ignore[arg-type]
+    assert _through(redactor, value) == value
+    assert redactor.total == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"key {RUN}",  # prose
+        RUN,  # the key alone, short
+        f"{RUN}:{VECTOR}",  # not base64 throughout
+        "s3/prod/" + "AKIAIOSFODNN7EXAMPLE" + "/config",  # a short path
+        "A" * 200 + "/AKIAIOSFODNN7EXAMPLE/" + "b" * 20,  # a path under the payload length
+    ],
+)
+def test_a_secret_outside_a_base64_payload_is_still_redacted(text: str) -> None:
+    """Control: only text that is base64 throughout and long is a payload."""
+    redacted = _through(Redactor(), {"v": text})
+    assert redacted != {"v": text}, text
+    with pytest.raises(SecretRefusedError):
+        _through(Redactor(mode="refuse"), {"v": text})
+
+
+def test_an_extra_pattern_still_reads_a_base64_payload() -> None:
+    """The payload rule passes only the built-in patterns by: a team's own token pattern, for
+    a token that is itself base64, still finds it there."""
+    token = SecretPattern.compile("team-token", r"TEAMTOKEN[A-Za-z0-9]{8}", hints=("teamtoken",))
+    payload = VECTOR[:400] + "TEAMTOKENabcd1234" + VECTOR[400:800]
+    redacted = _through(Redactor(extra=[token]), {"v": payload})
+    assert isinstance(redacted, dict) and "TEAMTOKENabcd1234" not in redacted["v"]
+    assert RUN in redacted["v"]  # the built-in patterns still pass the payload by
+    assert _through(Redactor(extra=[token]), redacted) == redacted  # idempotent
+
+
+class _Embeddings(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        reply = {
+            "object": "list",
+            "model": "text-embedding-3-small",
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            "data": [{"object": "embedding", "index": 0, "embedding": VECTOR}],
+        }
+        body = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def embeddings_url() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Embeddings)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+    thread.join()
+
+
+def test_a_wrapped_embedding_whose_base64_holds_a_key_shaped_run_replays(
+    embeddings_url: str, tmp_path: Path
+) -> None:
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("embed")
+        def embed(ctx: FlowContext, text: str) -> list[float]:
+            client = wrap(openai.OpenAI(base_url=embeddings_url, api_key="sk-x", max_retries=0))
+            reply = client.embeddings.create(model="text-embedding-3-small", input=[text])
+            return [float(x) for x in reply.data[0].embedding[:4]]
+
+        run = loom.run("embed", text="rotate the keys")
+        assert run.output == list(struct.unpack("<4f", PACKED[:16]))
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
