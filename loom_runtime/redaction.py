@@ -32,12 +32,14 @@ base64 would hide a secret from every pattern.
 from __future__ import annotations
 
 import base64
+import bisect
 import re
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Literal, TypeVar, Union
 
 import msgspec
@@ -271,6 +273,8 @@ BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
 """Common secret formats, each a shape gitleaks or detect-secrets also detects: PEM private
 keys, bearer and Basic credentials, AWS, OpenAI, Anthropic, GitHub, Google and Slack keys,
 password assignments and passwords in URLs."""
+_BUILTIN: frozenset[SecretPattern] = frozenset(BUILTIN_PATTERNS)
+"""The patterns a payload passes by (:func:`_in_payload`); a team's own still read it."""
 
 
 _CREDENTIAL_ENTRY = "password-assignment"
@@ -320,9 +324,9 @@ below it, one regex search beat twelve patterns' ``in`` scans (0.3-0.6 µs again
 9-32 characters); above it the scans, at memchr speed, win (1.4 against 1.2 µs at 64)."""
 
 _PAYLOAD_LENGTH = 256
-"""Text this long that is base64 throughout is a payload (:meth:`Redactor._payload`): an
-embedding of 48 floats is 256 characters, a secret a few dozen."""
-_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+"""A run of base64 characters this long is a payload (:func:`_in_payload`): an embedding of
+48 floats is 256 characters, a secret a few dozen."""
+_LONG_RUN = re.compile(f"[A-Za-z0-9+/]{{{_PAYLOAD_LENGTH},}}")
 
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
@@ -354,8 +358,6 @@ class Redactor:
         if mode not in ("redact", "refuse"):
             raise ValueError(f"mode must be 'redact' or 'refuse', not {mode!r}")
         self.patterns = (*patterns, *extra)
-        self._payload_patterns = tuple(p for p in self.patterns if p not in BUILTIN_PATTERNS)
-        """What a base64 payload is read with (:meth:`_payload`): not the built-in patterns."""
         self.mode: RedactionMode = mode
         hints = [hint for pattern in self.patterns for hint in pattern.hints]
         self._hints = (
@@ -512,11 +514,8 @@ class Redactor:
         lowered = value.lower()
         if self._hintless(lowered) or self._ciphertext(value):
             return value
-        patterns = self._patterns_for(value)
-        if not patterns:
-            return value
         found: Counter[str] = Counter()
-        redacted = self._pass(value, found, patterns, hints=(value, lowered))
+        redacted = self._pass(value, found, hints=(value, lowered))
         if not found:
             return value  # the same object: callers keep their bytes when nothing changed
         # A marker changes what is around it: a pattern that wants no word character beside
@@ -535,11 +534,11 @@ class Redactor:
         # the marker of the one before, and a full pass per secret made n of them cost n
         # scans of the whole text (4,000 in 156 KB: 4.4 s). The passes below then confirm the
         # text is settled, in one pass when those were all there was.
-        redacted = self._after_markers(redacted, found, patterns)
+        redacted = self._after_markers(redacted, found)
         while True:
             counted = found.total()
             outside = _MARKERS.sub(" ", redacted)
-            again = self._pass(redacted, found, patterns, hints=(outside, outside.lower()))
+            again = self._pass(redacted, found, hints=(outside, outside.lower()))
             if found.total() == counted:
                 break
             redacted = again
@@ -565,30 +564,7 @@ class Redactor:
         sealed = written_sealed_text(value)
         return sealed is not None and self.secret_in(sealed.subject) is None
 
-    def _patterns_for(self, value: str) -> tuple[SecretPattern, ...]:
-        """The patterns ``value`` is read with: the extra ones only for a payload."""
-        return self._payload_patterns if self._payload(value) else self.patterns
-
-    def _payload(self, value: str) -> bool:
-        """Whether ``value`` is a base64 payload: at least :data:`_PAYLOAD_LENGTH` characters
-        of base64 throughout (markers aside), as an SDK receives an embedding or an image.
-
-        Read with the extra patterns only (ADR 0012, amended "payloads"): base64 hides any
-        secret it encodes from every pattern, so what a built-in one finds in it is chance,
-        and random base64 holds a Google-API-key-shaped run about once in 150,000 1,536-wide
-        embeddings. A marker there broke the payload: the replay decoded it and raised, and
-        in refuse mode the call was refused. A secret written in clear is not base64 that
-        long (a path or a URL holds ``.``, ``-``, ``:`` or a space within 256 characters); a
-        team's own token pattern still reads the payload, and markers are set aside so
-        redacting the text again reads it the same way."""
-        if len(value) < _PAYLOAD_LENGTH:
-            return False
-        bare = _MARKERS.sub("", value) if _MARKER_PREFIX in value else value
-        return len(bare) >= _PAYLOAD_LENGTH and _BASE64.fullmatch(bare) is not None
-
-    def _after_markers(
-        self, value: str, found: Counter[str], patterns: tuple[SecretPattern, ...]
-    ) -> str:
+    def _after_markers(self, value: str, found: Counter[str]) -> str:
         """``value`` with every match that starts right after a marker replaced, the markers
         those make included, rightmost first: a replacement at a marker's end moves only
         what is after it, so the ends still waiting (all to its left) keep their places."""
@@ -596,7 +572,7 @@ class Redactor:
         text = value
         while waiting:
             at = waiting.pop()
-            for pattern in patterns:
+            for pattern in self.patterns:
                 match = pattern.regex.match(text, at)
                 if match is None or match.end() == at:
                     continue
@@ -608,19 +584,11 @@ class Redactor:
                 break
         return text
 
-    def _pass(
-        self,
-        value: str,
-        found: Counter[str],
-        patterns: tuple[SecretPattern, ...],
-        *,
-        hints: tuple[str, str],
-    ) -> str:
-        """``value`` with what each of ``patterns`` matches replaced once, counted in
-        ``found``; ``hints``: the text (and its lower case) a pattern's hints are looked for
-        in."""
+    def _pass(self, value: str, found: Counter[str], *, hints: tuple[str, str]) -> str:
+        """``value`` with what each pattern matches replaced once, counted in ``found``;
+        ``hints``: the text (and its lower case) a pattern's hints are looked for in."""
         redacted = value
-        for pattern in patterns:
+        for pattern in self.patterns:
             if not pattern.may_match(*hints):
                 continue
             if pattern.regex.search(redacted):
@@ -765,12 +733,41 @@ class Redactor:
         secret = match.group(group)
         if not _is_secret(pattern, secret):
             return match.group(0)  # already redacted (idempotent), or a word, not a token
+        if pattern in _BUILTIN and _in_payload(match):
+            return match.group(0)  # chance, in base64 that encodes something else
         if self.mode == "refuse":
             raise _Refusal(pattern.name)
         found[pattern.name] += 1
         before = match.string[match.start() : match.start(group)]
         after = match.string[match.end(group) : match.end()]
         return before + MARKER.format(name=pattern.name) + after
+
+
+def _in_payload(match: re.Match[str]) -> bool:
+    """Whether ``match`` lies inside a run of at least :data:`_PAYLOAD_LENGTH` base64
+    characters (markers counted as part of it): a payload, as an SDK sends or receives an
+    embedding, an image or a file (``"embedding": "…"``, ``data:image/png;base64,…``).
+
+    A built-in pattern's match there is chance (ADR 0012, amended "payloads"): base64 hides
+    any secret it encodes from every pattern, and random base64 holds a Google-API-key-shaped
+    run about once per thousand MiB. A marker there broke the payload: a replay decoded it
+    and raised, and refuse mode refused the call. A secret written in clear sits beside a
+    space, quote, ``.``, ``-``, ``_``, ``:`` or ``=`` long before 256 characters; a team's own
+    pattern still reads a payload. Markers count as the run's characters, so the passes of
+    one call and of a second call over its result see the same runs."""
+    runs = _long_runs(match.string)
+    at = bisect.bisect_right(runs, (match.start(), sys.maxsize)) - 1
+    return at >= 0 and runs[at][1] >= match.end()
+
+
+@lru_cache(maxsize=4)
+def _long_runs(text: str) -> tuple[tuple[int, int], ...]:
+    """The spans of ``text``'s payload-long runs of base64 characters, markers counted as
+    such, in order: found once per text, not once per match (a text of glued key-shaped runs
+    would otherwise cost a scan of the whole text per match)."""
+    if _MARKER_PREFIX in text:
+        text = _MARKERS.sub(lambda marker: "A" * len(marker.group()), text)
+    return tuple(run.span() for run in _LONG_RUN.finditer(text))
 
 
 def _secret_group(pattern: SecretPattern) -> str | int:

@@ -45,7 +45,16 @@ def _through(redactor: Redactor, value: object) -> object:
 
 @pytest.mark.parametrize("mode", ["redact", "refuse"])
 def test_a_long_base64_payload_is_stored_as_it_came(mode: str) -> None:
-    value = {"data": [{"embedding": VECTOR}], "image": {"b64_json": "xx/+" * 64 + RUN}}
+    """Whole or within text: an embedding, an image's ``b64_json``, a ``data:`` URL (openai's
+    image input; a regression review found the first form, which asked for base64
+    throughout, still refused it), a payload followed by a newline, JSON written as text."""
+    value = {
+        "data": [{"embedding": VECTOR}],
+        "image": {"b64_json": "xx/+" * 64 + RUN},
+        "image_url": {"url": f"data:image/png;base64,{VECTOR}"},
+        "file": VECTOR + "\n",
+        "tool_result": json.dumps({"pdf": VECTOR[100:]}),
+    }
     redactor = Redactor(mode=mode)  # type: ignore[arg-type]
     assert _through(redactor, value) == value
     assert redactor.total == 0
@@ -78,6 +87,21 @@ def test_an_extra_pattern_still_reads_a_base64_payload() -> None:
     assert isinstance(redacted, dict) and "TEAMTOKENabcd1234" not in redacted["v"]
     assert RUN in redacted["v"]  # the built-in patterns still pass the payload by
     assert _through(Redactor(extra=[token]), redacted) == redacted  # idempotent
+
+
+def test_redacting_a_payload_an_extra_pattern_marked_again_gives_it_back() -> None:
+    """Regression review: a 261-character payload holding a team token and the run. The
+    first form set markers aside and then saw 222 characters: no payload, so the run was
+    redacted on the second call only, and a bundle's re-import conflicted. Markers now count
+    as part of the run, and the passes of one call settle what another call settles: here
+    the token's shorter marker leaves a 243-character run, no payload, in both."""
+    token = SecretPattern.compile("team-token", r"TEAMTOKEN[A-Za-z0-9]{30}", hints=("teamtoken",))
+    text = RUN + "x" * 182 + "TEAMTOKEN" + "y" * 30
+    assert len(text) == 261
+    redactor = Redactor(extra=[token])
+    once = redactor.text(text, path="v")
+    assert "TEAMTOKEN" not in once
+    assert redactor.text(once, path="v") == once
 
 
 class _Embeddings(BaseHTTPRequestHandler):

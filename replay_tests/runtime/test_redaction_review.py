@@ -98,12 +98,11 @@ def _full_passes(redactor: Redactor, text: str) -> str:
     from loom_runtime.redaction import _MARKERS
 
     found: Counter[str] = Counter()
-    patterns = redactor._patterns_for(text)  # a base64 payload's: the extra ones only
-    redacted = redactor._pass(text, found, patterns, hints=(text, text.lower()))
+    redacted = redactor._pass(text, found, hints=(text, text.lower()))
     while True:
         counted = found.total()
         outside = _MARKERS.sub(" ", redacted)
-        again = redactor._pass(redacted, found, patterns, hints=(outside, outside.lower()))
+        again = redactor._pass(redacted, found, hints=(outside, outside.lower()))
         if found.total() == counted:
             return redacted
         redacted = again
@@ -125,7 +124,10 @@ def test_secrets_written_back_to_back_take_a_bounded_number_of_passes(
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Redactor, "_pass", counting)
-    glued = ("AIza" + "B" * 35) * n + ("AKIA" + "E" * 16 + "-") * n
+    # In runs of six keys (234 characters): a longer run of base64 is a payload, which the
+    # built-in patterns pass by (ADR 0012, amended "payloads").
+    google = " ".join([("AIza" + "B" * 35) * 6] * (n // 6)) + " " + ("AIza" + "B" * 35) * (n % 6)
+    glued = google + ("AKIA" + "E" * 16 + "-") * n
     redacted = redactor.text(glued, path="v")
     assert "AIzaB" not in redacted and "AKIAE" not in redacted
     assert redacted.count("[REDACTED:") == 2 * n
