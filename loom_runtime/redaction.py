@@ -32,14 +32,12 @@ base64 would hide a secret from every pattern.
 from __future__ import annotations
 
 import base64
-import bisect
 import re
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Literal, TypeVar, Union
 
 import msgspec
@@ -326,7 +324,8 @@ below it, one regex search beat twelve patterns' ``in`` scans (0.3-0.6 µs again
 _PAYLOAD_LENGTH = 256
 """A run of base64 characters this long is a payload (:func:`_in_payload`): an embedding of
 48 floats is 256 characters, a secret a few dozen."""
-_LONG_RUN = re.compile(f"[A-Za-z0-9+/]{{{_PAYLOAD_LENGTH},}}")
+_RUN = re.compile(r"[A-Za-z0-9+/]*")
+"""Base64 characters, as many as there are (always matches, maybe empty)."""
 
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
@@ -745,29 +744,35 @@ class Redactor:
 
 def _in_payload(match: re.Match[str]) -> bool:
     """Whether ``match`` lies inside a run of at least :data:`_PAYLOAD_LENGTH` base64
-    characters (markers counted as part of it): a payload, as an SDK sends or receives an
-    embedding, an image or a file (``"embedding": "…"``, ``data:image/png;base64,…``).
+    characters: a payload, as an SDK sends or receives an embedding, an image or a file
+    (``"embedding": "…"``, ``data:image/png;base64,…``).
 
     A built-in pattern's match there is chance (ADR 0012, amended "payloads"): base64 hides
     any secret it encodes from every pattern, and random base64 holds a Google-API-key-shaped
     run about once per thousand MiB. A marker there broke the payload: a replay decoded it
     and raised, and refuse mode refused the call. A secret written in clear sits beside a
     space, quote, ``.``, ``-``, ``_``, ``:`` or ``=`` long before 256 characters; a team's own
-    pattern still reads a payload. Markers count as the run's characters, so the passes of
-    one call and of a second call over its result see the same runs."""
-    runs = _long_runs(match.string)
-    at = bisect.bisect_right(runs, (match.start(), sys.maxsize)) - 1
-    return at >= 0 and runs[at][1] >= match.end()
+    pattern still reads a payload.
+
+    Measured around the match in the text as it is now, at most 256 characters each way: no
+    scan of the whole text per match (glued key-shaped runs made that quadratic). A marker is
+    not base64, so it ends a run: a run a marker split is read as two, in this pass and in
+    every later one, so the passes settle and redacting the result again gives it back."""
+    text = match.string
+    start, end = match.span()
+    if _run_end(text, start, end) != end:
+        return False  # the match itself holds other characters
+    right = _run_end(text, end, end + _PAYLOAD_LENGTH) - end
+    before = text[max(0, start - _PAYLOAD_LENGTH) : start][::-1]
+    left = _run_end(before, 0, len(before))
+    return left + (end - start) + right >= _PAYLOAD_LENGTH
 
 
-@lru_cache(maxsize=4)
-def _long_runs(text: str) -> tuple[tuple[int, int], ...]:
-    """The spans of ``text``'s payload-long runs of base64 characters, markers counted as
-    such, in order: found once per text, not once per match (a text of glued key-shaped runs
-    would otherwise cost a scan of the whole text per match)."""
-    if _MARKER_PREFIX in text:
-        text = _MARKERS.sub(lambda marker: "A" * len(marker.group()), text)
-    return tuple(run.span() for run in _LONG_RUN.finditer(text))
+def _run_end(text: str, start: int, stop: int) -> int:
+    """Where the run of base64 characters from ``start`` ends, looking no further than
+    ``stop``."""
+    run = _RUN.match(text, start, stop)
+    return start if run is None else run.end()
 
 
 def _secret_group(pattern: SecretPattern) -> str | int:

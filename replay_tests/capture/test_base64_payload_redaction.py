@@ -149,3 +149,52 @@ def test_a_wrapped_embedding_whose_base64_holds_a_key_shaped_run_replays(
         assert run.output == list(struct.unpack("<4f", PACKED[:16]))
         replayed = loom.replay(run.execution_id)
         assert replayed.identical, replayed.describe()
+
+
+def test_text_after_an_unclosed_marker_is_redacted() -> None:
+    """Second regression review: the rule counted anything from ``[REDACTED:`` to the next
+    ``]`` as part of a run, so a truncated marker made the log lines after it a "payload" and
+    an AWS key and a password there were stored in clear. A marker is not base64: it ends a
+    run, whatever it holds."""
+    text = (
+        "prev: Bearer [REDACTED:bea\n"
+        + "line of a log\n" * 20
+        + "AWS AKIAIOSFODNN7EXAMPLE password=s3cr3tP4ss\nsee [1]"
+    )
+    redacted = Redactor().text(text, path="v")
+    assert "AKIAIOSFODNN7EXAMPLE" not in redacted and "s3cr3tP4ss" not in redacted
+    with pytest.raises(SecretRefusedError):
+        Redactor(mode="refuse").text(text, path="v")
+
+
+def test_a_marker_does_not_join_two_runs_into_a_payload() -> None:
+    """Second regression review: a GitHub token (not base64: ``_``) between two runs, once
+    its marker counted as run characters, joined them into a 345-character payload and the
+    Google key beside it stayed in clear."""
+    github = "ghp_" + "D" * 36
+    google = "AIza" + "C" * 35
+    text = f"{'x' * 200}/{github}/{google}/{'y' * 80}"
+    redacted = Redactor().text(text, path="v")
+    assert github not in redacted and google not in redacted, redacted
+
+
+def test_the_payload_rule_reads_a_bounded_window_per_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Second regression review: measuring the run over the whole text for each match made
+    glued key-shaped runs quadratic again (4,000 keys: 150 s against 0.33 s). Counted, not
+    timed: the characters the rule reads per match stay under twice the payload length plus
+    the match, however long the text."""
+    from loom_runtime import redaction
+
+    read: list[int] = []
+    run_end = redaction._run_end
+
+    def counting(text: str, start: int, stop: int) -> int:
+        end = run_end(text, start, stop)
+        read.append(end - start)
+        return end
+
+    monkeypatch.setattr(redaction, "_run_end", counting)
+    glued = " ".join([("AIza" + "B" * 35) * 6] * 700)  # 4,200 keys, 6 to a run (234 chars)
+    redacted = Redactor().text(glued, path="v")
+    assert redacted.count("[REDACTED:google-api-key]") == 4200
+    assert read and max(read) <= 2 * 256 + 39
