@@ -328,6 +328,7 @@ _PAYLOAD_LENGTH = 256
 _RUN = re.compile(r"[A-Za-z0-9+/]*")
 """Base64 characters, as many as there are (always matches, maybe empty)."""
 _RUN_WHOLE = re.compile(r"[A-Za-z0-9+/]+")
+"""Base64 characters only (what is left of a match must be, for it to lie in a payload)."""
 
 _CLEAN_NAME_LENGTH = 200
 """Identifiers longer than this are checked every time rather than remembered."""
@@ -758,9 +759,9 @@ def _in_payload(match: re.Match[str]) -> bool:
 
     Measured around the match in the text as it is now, at most 256 characters each way
     (right first, then only what is still needed on the left): no scan of the whole text per
-    match (glued key-shaped runs made that quadratic). A marker is
-    not base64, so it ends a run: a run a marker split is read as two, in this pass and in
-    every later one, so the passes settle and redacting the result again gives it back."""
+    match (glued key-shaped runs made that quadratic). A marker is not base64, so it ends a
+    run: a run a marker split is read as two, in this pass and in every later one, so the
+    passes settle and redacting the result again gives it back."""
     text = match.string
     start, end = match.span()
     if _run_end(text, start, end) != end:
