@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -118,19 +119,16 @@ def _classes() -> dict[str, str]:
     return classes
 
 
-def _points() -> range:
-    return range(sys.maxunicode + 1)
+def _code_points() -> Iterator[int]:
+    """Every code point a text can hold: surrogates left out."""
+    return (point for point in range(sys.maxunicode + 1) if not 0xD800 <= point < 0xE000)
 
 
 def _members(pattern: str) -> set[int]:
     """Every code point ``pattern`` (one class) matches ignoring case, as this Python's
-    Unicode answers; surrogates, which no text holds, left out."""
+    Unicode answers."""
     compiled = re.compile(pattern, re.IGNORECASE)
-    return {
-        point
-        for point in _points()
-        if not 0xD800 <= point < 0xE000 and compiled.fullmatch(chr(point))
-    }
+    return {point for point in _code_points() if compiled.fullmatch(chr(point))}
 
 
 def _runs(points: set[int]) -> list[tuple[int, int]]:
@@ -154,9 +152,9 @@ def _folds(members: dict[str, set[int]]) -> dict[int, str]:
         return point in unseen or point not in word
 
     folds = {}
-    for point in range(0x80, sys.maxunicode + 1):
-        if 0xD800 <= point < 0xE000:
-            continue
+    for point in _code_points():
+        if point < 0x80:
+            continue  # ASCII is never folded (the prompt builder's fast path)
         fold = unicodedata.normalize("NFKC", chr(point))
         if fold == chr(point):
             continue
