@@ -20,7 +20,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
-from loom_runtime import Keyring, LogEvent, open_subject_text, seal_subject_text, stream_id
+from loom_runtime import (
+    Keyring,
+    LogCorruptError,
+    LogEvent,
+    open_subject_text,
+    seal_subject_text,
+    sealed_text_subject,
+    stream_id,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -89,9 +97,25 @@ def open_vectors(keyring: Keyring | None, event: SubjectEmbeddingsRecorded) -> l
     subject's key is destroyed, :class:`~loom_runtime.EncryptionOffError` without a keyring,
     :class:`~loom_runtime.LogCorruptError` for a vector that is not a sealed text (every one
     is sealed: read as clear, an envelope decoded as base64 gave a vector of another width)."""
+    if damaged(event):
+        raise LogCorruptError(
+            f"recorded vectors of model {event.model!r} hold one that is not a sealed text "
+            "(every one is sealed): damaged when it was stored, by a loom before 5093c4b, or "
+            "altered since"
+        )
     places = (_place(event.subject, event.model, digest) for digest in event.digests)
     opened: Sequence[str] = [
-        open_subject_text(keyring, vector, place, sealed_only=True)
+        open_subject_text(keyring, vector, place)
         for vector, place in zip(event.vectors, places, strict=True)
     ]
     return [base64.b64decode(text) for text in opened]
+
+
+def damaged(event: SubjectEmbeddingsRecorded) -> bool:
+    """Whether ``event`` holds a vector that is not a sealed text: a loom before 5093c4b let
+    its redactor write a marker into a ciphertext now and then (ADR 0012, amended
+    "ciphertext"), before the chain hashed it, so ``loom verify`` passes and nothing can open
+    it. A vector is derived data: the embedding projection skips such an event, its texts
+    count as not embedded, and whatever embeds them next (a search, a memory's next open)
+    records them again (ADR 0061, amended "sealed only")."""
+    return not all(sealed_text_subject(vector) is not None for vector in event.vectors)

@@ -39,6 +39,7 @@ from loom_memory.embedder import Embedder, checked_vectors
 from loom_memory.embedding_events import (
     EmbeddingsRecorded,
     SubjectEmbeddingsRecorded,
+    damaged,
     embeddings_stream,
     open_vectors,
     seal_vector,
@@ -72,7 +73,6 @@ from loom_runtime import (
     catch_up,
     keyring_for,
     rebuild,
-    sealed_text_subject,
 )
 
 if TYPE_CHECKING:
@@ -111,8 +111,8 @@ class EmbeddingProjection(SQLProjection):
         insert per event (a document each) was most of a corpus's sealed indexing."""
         self._last = -1
         self._warned: set[int] = set()
-        """Positions of damaged events already warned of (:func:`_damaged`): a rebuild and a
-        read-model check skip them again, and said so each time."""
+        """Positions of damaged events already warned of (``embedding_events.damaged``): a
+        rebuild and a read-model check skip them again, and said so each time."""
         self.create_tables(rows_lost=table.created)
 
     def apply(
@@ -132,21 +132,21 @@ class EmbeddingProjection(SQLProjection):
                 # since, and vectors sealed just before that must not open here.
                 keyring.forget_destroyed(event.subject for _, event in sealed)
             self._opened = {position: _opened(keyring, event) for position, event in sealed}
-            damaged = [
+            skipped = [
                 position
                 for position, event in sealed
                 if self._opened[position] is None
                 and position not in self._warned
-                and _damaged(event)
+                and damaged(event)
             ]
-            if damaged:
-                self._warned.update(damaged)
+            if skipped:
+                self._warned.update(skipped)
                 logger.warning(
                     "recorded vectors of model %r at log positions %s are not sealed texts "
                     "(damaged when stored) and were skipped: the texts they held count as not "
                     "embedded until they are embedded and recorded again",
                     self.table.model,
-                    damaged,
+                    skipped,
                 )
             self._last = sealed[-1][0] if sealed else -1
             try:
@@ -181,25 +181,15 @@ class EmbeddingProjection(SQLProjection):
 
 def _opened(keyring: Keyring | None, event: SubjectEmbeddingsRecorded) -> list[bytes] | None:
     """A sealed event's packed vectors, or None once its subject's key is destroyed, or when
-    one of them is not a sealed text (:func:`_damaged`)."""
+    one of them is not a sealed text (:func:`~loom_memory.embedding_events.damaged`)."""
     try:
-        if _damaged(event):
+        if damaged(event):
             if keyring is not None:
                 keyring.key(event.subject)  # erased: nothing to warn of, nothing to embed
             return None
         return open_vectors(keyring, event)
     except ErasedError:
         return None
-
-
-def _damaged(event: SubjectEmbeddingsRecorded) -> bool:
-    """Whether ``event`` holds a vector that is not a sealed text: a loom before 5093c4b let
-    its redactor write a marker into a ciphertext now and then (ADR 0012, amended
-    "ciphertext"), before the chain hashed it, so ``loom verify`` passes and nothing can open
-    it. A vector is derived data: such an event is skipped, its texts count as not embedded,
-    and whatever embeds them next (a search, a memory's next open) records them again (ADR
-    0061, amended "sealed only")."""
-    return not all(sealed_text_subject(vector) is not None for vector in event.vectors)
 
 
 def record_embeddings(

@@ -1015,25 +1015,13 @@ def sealed_subjects(texts: Iterable[str]) -> frozenset[str] | None:
     return frozenset(subjects) if subjects else None
 
 
-def open_subject_text(
-    keyring: Keyring | None, text: str, place: str, *, sealed_only: bool = False
-) -> str:
+def open_subject_text(keyring: Keyring | None, text: str, place: str) -> str:
     """``text`` opened if sealed (:func:`seal_subject_text`), as it is if clear.
 
     :class:`ErasedError` once its subject's key is destroyed; :class:`EncryptionOffError`
-    without a keyring; :class:`LogCorruptError` if it was altered or moved from ``place``.
-
-    ``sealed_only``: the field is stored sealed whenever it is stored (a recorded vector of a
-    subject, a memory entry stored as a string), so a text that is not a whole sealed text
-    was altered: :class:`LogCorruptError`, never read as clear (ADR 0061, amended "sealed
-    only")."""
+    without a keyring; :class:`LogCorruptError` if it was altered or moved from ``place``."""
     sealed = sealed_of_text(text)
     if sealed is None:
-        if sealed_only:
-            raise LogCorruptError(
-                "a stored field that is only ever stored sealed is not a sealed text: it was "
-                "altered; run `loom verify`"
-            )
         return text
     return Opener(keyring)._open(sealed, place.encode()).decode()
 
