@@ -102,7 +102,6 @@ array (the one parameter) has a live key. On PostgreSQL each key row is read ``F
 as :data:`_LIVE_LOCKED` reads one: a destruction in flight is waited for and read."""
 CACHED_KEYS: Final = 10_000
 """How many unwrapped data keys a Loom keeps (one per execution it wrote or read lately)."""
-_NONCE_BYTES: Final = NONCE_BYTES
 _DATA_KEY_BYTES: Final = 32
 
 
@@ -1066,12 +1065,12 @@ def seal_raw(aead: AESGCM, subject: str, raw: msgspec.Raw, ad: bytes) -> Any:
     secret to find, and the value was redacted before it was sealed), where scanning the
     base64 of every sealed value cost more than sealing it.
     """
-    nonce = os.urandom(_NONCE_BYTES)
+    nonce = os.urandom(NONCE_BYTES)
     return _Envelope(Sealed(subject, nonce, aead.encrypt(nonce, bytes(raw), ad)))
 
 
 def seal_text(aead: AESGCM, subject: str, text: str, ad: bytes) -> str:
-    nonce = os.urandom(_NONCE_BYTES)
+    nonce = os.urandom(NONCE_BYTES)
     return sealed_text(Sealed(subject, nonce, aead.encrypt(nonce, text.encode(), ad)))
 
 
@@ -1374,7 +1373,7 @@ class ExecutionSealer:
                     elif self.names:
                         state[name] = self._seal_names(aead, value, kind, event.TOPIC, name)
                     continue
-                nonce = urandom(_NONCE_BYTES)
+                nonce = urandom(NONCE_BYTES)
                 # The value's own buffer (a ``msgspec.Raw`` the codec made; AES-GCM reads a
                 # contiguous byte buffer): ``bytes(value)`` copied the 1 KB value first,
                 # ~1.7 K instructions an event.
@@ -1402,7 +1401,7 @@ class ExecutionSealer:
         again); its input does not open there, so it refuses the execution instead. The same
         holds for an edit that removes a flag (one removing ``nulls`` would let a sealed value
         replaced by ``null`` read as recorded)."""
-        nonce = os.urandom(_NONCE_BYTES)
+        nonce = os.urandom(NONCE_BYTES)
         flags = (_NAMES_AD if self.names else "") + (_NULLS_AD if self.nulls else "")
         ad = (place + flags).encode()
         sealed = Sealed(self.subject, nonce, aead.encrypt(nonce, value, ad))
