@@ -98,7 +98,7 @@ from loom_runtime.recorded_order import (
     meta_number,
     spaced_meta,
 )
-from loom_runtime.redaction import Redactor
+from loom_runtime.redaction import Redactor, holds_marker
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
 
@@ -585,7 +585,20 @@ class _Context:
         likely = self._source.recorded.get(_numbered(key, self._seen.get(key, 0) + 1))
         if likely is not None and codec.encodes_to(input, likely.input):
             return likely.input
-        return codec.encode(input, path=f"input of {key!r}", redactor=self._source.redactor)
+        path, redactor = f"input of {key!r}", self._source.redactor
+        raw = codec.encode(input, path=path, redactor=redactor)
+        if (
+            likely is None
+            or redactor is None
+            or raw == likely.input
+            or not holds_marker(bytes(likely.input))
+        ):
+            return raw
+        # Recorded before the redactor passed by base64 payloads and sealed texts, it may hold
+        # a marker written into one (a chance key-shaped run): compared as it was stored then,
+        # so an unchanged agent replays identical (ADR 0012, amended "older recordings").
+        earlier = codec.encode(input, path=path, redactor=redactor.marking_payloads())
+        return likely.input if earlier == likely.input else raw
 
     def _occurrence(self, key: str, raw_input: msgspec.Raw) -> str:
         """The occurrence key of this call of ``key``, taken: the first not yet taken, unless

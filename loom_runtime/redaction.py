@@ -56,6 +56,7 @@ RedactorOption = Union["Redactor", Literal["builtin"], None]
 patterns), a :class:`Redactor` of your own, or ``None`` to store values as given."""
 MARKER = "[REDACTED:{name}]"
 _MARKER_PREFIX = "[REDACTED:"
+_MARKER_BYTES = _MARKER_PREFIX.encode()
 
 
 @dataclass(frozen=True)
@@ -381,6 +382,10 @@ class Redactor:
         self._clean_names: dict[str, None] = {}
         self._clean_chars = 0
         """The characters of the names in ``_clean_names`` (bounded by _CLEAN_NAMES_CHARS)."""
+        self._passes_by = True
+        """Whether sealed texts and base64 payloads are passed by (False only in
+        :meth:`marking_payloads`'s copy)."""
+        self._marking: Redactor | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -461,6 +466,20 @@ class Redactor:
                 del self._clean_names[oldest]
                 self._clean_chars -= len(oldest)
 
+    def marking_payloads(self) -> Redactor:
+        """This redactor's patterns as loom ran them before 7 December 2026, when a key-shaped
+        run inside a base64 payload or a sealed text was marked too: only to recognise an
+        input recorded then (ADR 0012, amended "older recordings"), never to store one.
+
+        In redact mode whatever this one's is: such an input was stored with its marker, and
+        a refusal here would fail a replay the current rule answers.
+        """
+        if self._marking is None:  # two threads may both make one: the same patterns
+            marking = Redactor(patterns=self.patterns, mode="redact")
+            marking._passes_by = False
+            self._marking = marking
+        return self._marking
+
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""
         return self._at(path, self._raw, raw)
@@ -514,7 +533,7 @@ class Redactor:
 
     def _text(self, value: str) -> str:
         lowered = value.lower()
-        if self._hintless(lowered) or self._ciphertext(value):
+        if self._hintless(lowered) or (self._passes_by and self._ciphertext(value)):
             return value
         found: Counter[str] = Counter()
         redacted = self._pass(value, found, hints=(value, lowered))
@@ -735,7 +754,7 @@ class Redactor:
         secret = match.group(group)
         if not _is_secret(pattern, secret):
             return match.group(0)  # already redacted (idempotent), or a word, not a token
-        if id(pattern) in _BUILTIN and _in_payload(match):
+        if self._passes_by and id(pattern) in _BUILTIN and _in_payload(match):
             return match.group(0)  # chance, in base64 that encodes something else
         if self.mode == "refuse":
             raise _Refusal(pattern.name)
@@ -743,6 +762,11 @@ class Redactor:
         before = match.string[match.start() : match.start(group)]
         after = match.string[match.end(group) : match.end()]
         return before + MARKER.format(name=pattern.name) + after
+
+
+def holds_marker(data: bytes) -> bool:
+    """Whether stored JSON ``data`` holds a redaction marker (as JSON writes it: unescaped)."""
+    return _MARKER_BYTES in data
 
 
 def _in_payload(match: re.Match[str]) -> bool:

@@ -198,3 +198,36 @@ def test_the_payload_rule_reads_a_bounded_window_per_match(monkeypatch: pytest.M
     redacted = Redactor().text(glued, path="v")
     assert redacted.count("[REDACTED:google-api-key]") == 4200
     assert read and max(read) <= 2 * 256 + 39
+
+
+def _payload_flow(payload: str) -> Any:
+    def describe(ctx: FlowContext) -> str:
+        request = {"model": "vision", "image_url": f"data:image/png;base64,{payload}"}
+        return ctx.decide("describe", lambda: "a cat", input=request)
+
+    return describe
+
+
+def test_a_recording_made_before_the_payload_rule_replays_identical(tmp_path: Path) -> None:
+    """An execution recorded before the payload rule (ADR 0012, amended "payloads", "older
+    recordings") holds the marker the redactor then wrote into its input's payload. Today's
+    redactor leaves that payload alone, so the same code asking the same question encoded
+    another input, and the replay said "input changed" of an unchanged agent. The input is
+    also compared as the redactor stored it then, so it replays identical; a payload that
+    changed elsewhere still diverges."""
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    # What was stored then: the pattern's 39 characters (AIza and 35 more) marked.
+    marked = "[REDACTED:google-api-key]" + VECTOR[39:]
+    with Loom(url, redactor=None) as old:  # writes the bytes the old rule wrote, as they are
+        old.flow("describe")(_payload_flow(marked))
+        execution_id = old.run("describe").execution_id
+    with Loom(url) as loom:
+        loom.flow("describe")(_payload_flow(VECTOR))
+        result = loom.replay(execution_id)
+        assert result.identical, result.describe()
+        redactor = loom.settings.redactor
+        assert redactor is not None and redactor.total == 0  # nothing counted, nothing stored
+        loom.flows = type(loom.flows)()
+        loom.flow("describe")(_payload_flow(VECTOR[:-8] + "B" * 8))
+        changed = loom.replay(execution_id)
+    assert [type(d).__name__ for d in changed.divergences] == ["DecisionInputChangedError"]
