@@ -323,8 +323,18 @@ class Recorder:
     def record_failure(
         self, slot: Slot, error: BaseException, *, meta: msgspec.Raw | None = None
     ) -> None:
-        if self._spacing is not None:
-            meta = self._spaced(self._spacing, slot.key, meta)
+        """Store ``error`` as the decision's outcome. One whose message the log refuses (a
+        secret under ``Redactor(mode="refuse")``) is not lost: the refusal is stored in its
+        place and raised, as for a refused value, so the flow sees what its replay will
+        (ADR 0026, amended "refused failures")."""
+        passes = None if self._spacing is None else self._spacing.stamp(slot.key)
+        try:
+            self._append_failure(slot, error, _with_passes(meta, passes))
+        except REFUSALS as refused:  # nothing was stored: the save put the execution back
+            self._append_failure(slot, refused, _with_passes(None, passes))
+            raise
+
+    def _append_failure(self, slot: Slot, error: BaseException, meta: msgspec.Raw | None) -> None:
         with self._execution.appending:
             self._refuse_after_end(slot.key)
             self._execution.record_failure(
@@ -336,14 +346,18 @@ class Recorder:
     def _spaced(spacing: AnswerSpacing, key: str, meta: msgspec.Raw | None) -> msgspec.Raw | None:
         """``meta`` of ``key``'s answer, with the passes since the answer before it when a
         replay needs them."""
-        passes = spacing.stamp(key)
-        return meta if passes is None else spaced_meta(meta, passes)
+        return _with_passes(meta, spacing.stamp(key))
 
     def _save(self, key: str) -> None:
         """Append the decision just triggered for ``key``; note its position if asked to."""
         stored = save(self._log, self._execution)
         if self._positions is not None:
             self._positions[key] = stored[-1]
+
+
+def _with_passes(meta: msgspec.Raw | None, passes: int | None) -> msgspec.Raw | None:
+    """``meta`` with the loop passes since the answer before (None: none to keep)."""
+    return meta if passes is None else spaced_meta(meta, passes)
 
 
 def save(
@@ -1027,7 +1041,7 @@ class _Context:
                     raise
                 planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
-                    source.record_failure(slot, exc, meta=self._meta_of(slot, attempts, exc))
+                    self._record_failure(slot, exc, attempts, source)
                     raise
                 paused = retry.pause(planned, asked=retry_after(exc))
                 attempts.append(
@@ -1113,6 +1127,19 @@ class _Context:
             source.record_failure(slot, refused, meta=meta)
             raise
 
+    def _record_failure(
+        self, slot: Slot, failure: Exception, attempts: list[Attempt], source: DecisionSource
+    ) -> None:
+        """``failure`` stored as the decision's outcome. When its group's errors (kept in the
+        meta) hold what the log refuses, the refusal is stored and raised instead, as when
+        the message does (:meth:`Recorder.record_failure`)."""
+        try:
+            meta = self._meta_of(slot, attempts, failure)
+        except REFUSALS as refused:
+            source.record_failure(slot, refused, meta=self._meta_of(slot, attempts))
+            raise
+        source.record_failure(slot, failure, meta=meta)
+
     def _meta_of(
         self, slot: Slot, attempts: list[Attempt], failure: Exception | None = None
     ) -> msgspec.Raw | None:
@@ -1162,7 +1189,7 @@ class _Context:
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
-            source.record_failure(slot, exc, meta=self._meta_of(slot, [], exc))
+            self._record_failure(slot, exc, [], source)
             raise
         except asyncio.CancelledError as cancelled:  # no timeout of a sync flow's: as raised
             self._store_raised(slot, cancelled, None, source)
@@ -1393,8 +1420,14 @@ class OpenDecision:
         if not self.settled:
             self.settled = True
             if isinstance(error, BaseExceptionGroup) and (kept := group_members(error)):
-                meta = {**(meta or {}), GROUP_META: kept}  # its errors, as a compute's are
-            self._source.record_failure(self._slot, error, meta=self.encode_meta(meta))
+                try:  # its errors, as a compute's are, or the refusal as a compute's is
+                    encoded = self.encode_meta({**(meta or {}), GROUP_META: kept})
+                except REFUSALS as refused:
+                    self._source.record_failure(self._slot, refused, meta=self.encode_meta(meta))
+                    raise
+            else:
+                encoded = self.encode_meta(meta)
+            self._source.record_failure(self._slot, error, meta=encoded)
 
     def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:
         """The flow cancelled the call after ``elapsed`` seconds (a timeout around it): its

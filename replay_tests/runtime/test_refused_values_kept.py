@@ -9,6 +9,7 @@ unstored. A flow that caught the refusal completed live, its faithful replay sai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,4 +55,60 @@ def test_a_refused_value_is_the_decision_s_failure_and_replays(
         replayed = loom.replay(run.execution_id)
         assert replayed.identical, replayed.describe()
         assert replayed.output == run.output
+    assert computed == [1]
+
+
+def _raises(error: Exception, computed: list[int]) -> Callable[[], object]:
+    def compute() -> object:
+        computed.append(1)
+        raise error
+
+    return compute
+
+
+@pytest.mark.parametrize("via", ["compute", "open_decision"])
+@pytest.mark.parametrize(
+    ("error", "where"),
+    [
+        (ValueError(f"bad token {GITHUB_A}"), "loom.execution.DecisionFailed.message"),
+        (
+            ExceptionGroup("tools", [ValueError(f"bad token {GITHUB_A}"), KeyError("x")]),
+            "meta of 'call'.exceptions.exceptions[0].message",
+        ),
+    ],
+    ids=["message", "group-meta"],
+)
+def test_a_failure_whose_message_the_redactor_refuses_stores_the_refusal(
+    tmp_path: Path, error: Exception, where: str, via: str
+) -> None:
+    """A compute's (or a wrapped call's: ``OpenDecision.fail``) error whose message, or for a
+    group a member's, holds a secret under ``Redactor(mode="refuse")``: the flow sees the
+    refusal, as for a refused value, and the refusal is the decision's failure. Before,
+    nothing was stored: the flow that caught it completed live, its faithful replay said
+    ``UnrecordedDecisionError``, and a resume ran the compute again (ADR 0026, amended
+    "refused failures")."""
+    computed: list[int] = []
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            try:
+                if via == "compute":
+                    ctx.decide("call", _raises(error, computed))
+                else:  # answered (a recorded failure raised) where it is opened
+                    held = ctx.open_decision("call")
+                    computed.append(1)
+                    held.fail(error)
+            except SecretRefusedError as refused:
+                return f"refused: {refused.path} {refused.pattern}"
+            return "returned"
+
+        run = loom.run("f")
+        assert run.output == f"refused: {where} github-token"
+        decision = loom.execution(run.execution_id).decisions["call"]
+        assert decision.error_type == "loom_runtime.errors:SecretRefusedError"
+        assert GITHUB_A not in (decision.message or "") + str(decision.meta)
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+        assert loom.resume(run.execution_id).output == run.output
     assert computed == [1]
