@@ -73,7 +73,6 @@ from loom_runtime.errors import (
     OverrideTypeError,
     ReadPastRecordingError,
     RecordedComputeError,
-    RedactedKeysCollideError,
     ReplayDivergence,
     SecretRefusedError,
     StreamConflictError,
@@ -1914,14 +1913,22 @@ def _group_of(
 rebuild_with("builtins:ExceptionGroup", _group_again)
 
 
+def _refusal_class(error_type: str) -> type[SecretRefusedError] | None:
+    """The loaded refusal class ``error_type`` names (``SecretRefusedError``, the colliding
+    keys', an identifier's of any package: ``CorpusIdentifierSecretError`` raised by a tool
+    writing a document), or None. Loom's own classes are otherwise never rebuilt (a recorded
+    failure must not pass for a finding or a verdict); a refusal is neither, and each one is
+    rebuilt from its message (ADR 0026, amended "identifier refusals")."""
+    cls = loaded_exception_class(error_type)
+    return cls if cls is not None and issubclass(cls, SecretRefusedError) else None
+
+
 def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Exception]:
     """How a recorded refusal of ``cls`` is rebuilt: its constructor takes the pattern and
     path, not the message, which names both (:meth:`SecretRefusedError.replayed`)."""
     return lambda decision: cls.replayed(decision.message or "")
 
 
-for _refusal in (SecretRefusedError, RedactedKeysCollideError):
-    rebuild_with(f"{_refusal.__module__}:{_refusal.__qualname__}", _refusal_again(_refusal))
 rebuild_with(
     f"{DecisionArgumentError.__module__}:{DecisionArgumentError.__qualname__}",
     lambda decision: DecisionArgumentError.replayed(decision.message or ""),
@@ -1941,6 +1948,8 @@ def rebuild_error(decision: Decision) -> Exception:
     error_type = decision.error_type or "builtins:Exception"
     message = decision.message or ""
     rebuild = _REBUILDERS.get(error_type)
+    if rebuild is None and (refusal := _refusal_class(error_type)) is not None:
+        rebuild = _refusal_again(refusal)
     rebuilt = None if rebuild is None else rebuild(decision)
     if rebuild is None and decision.meta is not None:  # an application's group, kept so
         rebuilt = _group_again(decision)

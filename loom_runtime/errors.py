@@ -540,6 +540,10 @@ class SecretIdentifierError(SecretRefusedError):
         self.pattern = pattern
         self.path = path
 
+    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
+        r"(?P<path>.*) looks like it holds a secret \((?P<pattern>[^()]*)\); ", re.DOTALL
+    )
+
 
 class MissingExtraError(ConfigurationError):
     """A configured backend or a used feature needs an optional package that is not installed.

@@ -197,3 +197,36 @@ def test_a_query_holding_a_secret_is_retrieved_recorded_redacted_and_replayed(
         states = conn.execute(text(f"SELECT state FROM {table}")).scalars().all()
     assert all(b"Hunter2x9" not in bytes(state) for state in states)
     assert any(b"login fails with password=" in bytes(state) for state in states)
+
+
+@pytest.mark.parametrize("store", ["corpus", "memory"])
+def test_an_identifier_refused_inside_a_decision_is_rebuilt_on_replay(
+    loom: Loom, store: str
+) -> None:
+    """A tool (a decision's compute) writing a document or a memory entry under an id that
+    holds a secret gets the package's refusal, and the flow catching it by its class takes
+    the same path on replay. Before, the recorded failure came back as
+    ``RecordedComputeError`` (loom's own classes are rebuilt only when registered), so the
+    unchanged flow diverged (ADR 0026, amended "identifier refusals")."""
+    kb, memory = open_knowledge_base(loom, "docs"), EventSourcedMemory(loom)
+    refusal = {"corpus": KnowledgeError, "memory": MemoryStoreError}[store]
+
+    def write() -> str:
+        if store == "corpus":
+            kb.put_doc(Doc(id=SECRET_ID, text="t"))
+        else:
+            memory.append(SECRET_ID, [MemoryEntry(content="c")])
+        return "written"
+
+    @loom.flow("tool")
+    def tool(ctx: FlowContext) -> str:
+        try:
+            return ctx.decide("write", write)
+        except refusal as refused:
+            assert isinstance(refused, SecretIdentifierError)
+            return f"refused: {type(refused).__name__} {refused.path} {refused.pattern}"
+
+    run = loom.run("tool")
+    assert run.output.startswith("refused: ") and "url-password" in run.output, run.output
+    replayed = loom.replay(run.execution_id)
+    assert replayed.identical, replayed.describe()
