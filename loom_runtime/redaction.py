@@ -386,6 +386,7 @@ class Redactor:
         """Whether sealed texts and base64 payloads are passed by (False only in
         :meth:`marking_payloads`'s copy)."""
         self._marking: Redactor | None = None
+        self._checking: Redactor | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -465,6 +466,14 @@ class Redactor:
                 oldest = next(iter(self._clean_names))
                 del self._clean_names[oldest]
                 self._clean_chars -= len(oldest)
+
+    def check(self, value: object, *, path: str) -> None:
+        """Raise what storing ``value`` would raise (a secret in refuse mode, keys that would
+        be one key once redacted in any mode), counting nothing: for a plan that must refuse
+        what its write will, before the write counts what it redacts."""
+        if self._checking is None:  # two threads may both make one: the same patterns
+            self._checking = Redactor(patterns=self.patterns, mode=self.mode)
+        self._checking.value(value, path=path)
 
     def marking_payloads(self) -> Redactor:
         """This redactor's patterns as loom ran them before 7 December 2026, when a key-shaped

@@ -456,20 +456,25 @@ class KnowledgeBase:
         refuse the whole sync, and a dry run had planned it as written. Checked by the plan
         and the sync alike, before anything is appended, so both name the document (the
         append's own refusal names only the event's field, which in a folder of thousands
-        does not say which file to fix). A redacting redactor stores it with a marker."""
+        does not say which file to fix). A redacting redactor stores it with a marker, but
+        refuses meta whose keys would be one key once redacted (``RedactedKeysCollideError``,
+        in any mode), so the meta alone is checked then: a title or passages cannot collide,
+        and redacting them twice would cost every sync (ADR 0012, amended "colliding meta").
+        Checked without counting (:meth:`~loom_runtime.Redactor.check`): the write counts."""
         redactor = self.loom.log.redactor
-        if redactor is None or redactor.mode != "refuse":
+        if redactor is None:
             return
+        refusing = redactor.mode == "refuse"
         for write, passages in zip(plan.writes, cut, strict=True):
             fields = (("title", write.doc.title), ("meta", write.doc.meta), ("passages", passages))
             for name, value in fields:
-                if value is None:
+                if value is None or (name != "meta" and not refusing):
                     continue
                 try:
-                    redactor.value(value, path=f"{DocumentWritten.TOPIC}.{name}")
+                    redactor.check(value, path=f"{DocumentWritten.TOPIC}.{name}")
                 except SecretRefusedError as refused:
                     where = f"{refused.path} of document {write.doc.id!r}"
-                    raise SecretRefusedError(pattern=refused.pattern, path=where) from None
+                    raise type(refused)(pattern=refused.pattern, path=where) from None
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from loom_knowledge import (
 )
 from loom_memory import MemoryEntry
 from loom_memory.sql import SqlMemoryStore
-from loom_runtime import Loom, MasterKey, Redactor, SecretRefusedError
+from loom_runtime import Loom, MasterKey, RedactedKeysCollideError, Redactor, SecretRefusedError
 from replay_tests.knowledge.corpus_tables import read_passages, store_class
 
 SCOPE = "ops"
@@ -467,6 +467,28 @@ def test_a_dry_run_in_refuse_mode_refuses_what_the_sync_would_refuse(
         assert loom.log.position == position
 
 
+def test_a_dry_run_in_redact_mode_refuses_meta_whose_keys_collide_as_the_sync_would(
+    db_url: str,
+) -> None:
+    """Two meta keys holding secrets that redact to the same marker are refused in any mode
+    (one entry would be lost). The plan refuses them as the sync does, naming the document;
+    before, the dry run planned the document as written and the sync then refused the whole
+    sync, naming only the event's field (ADR 0012, amended "colliding meta")."""
+    meta = {_SECRET: "ci", _SECRET.replace("a1", "z9"): "deploy"}
+    with Loom(db_url, redactor=Redactor(mode="redact")) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        docs = [_doc("fine"), Doc(id="leak.md", text="rotate monthly", meta=meta)]
+        with pytest.raises(RedactedKeysCollideError) as planned:
+            kb.plan_sync(docs, source="wiki")
+        position = loom.log.position
+        with pytest.raises(RedactedKeysCollideError) as synced:
+            kb.sync(docs, source="wiki")
+        assert loom.log.position == position
+        assert planned.value.path == synced.value.path
+        assert synced.value.path == f"{DocumentWritten.TOPIC}.meta of document 'leak.md'"
+        assert _SECRET not in str(synced.value)
+
+
 def test_a_dry_run_in_redact_mode_plans_a_document_holding_a_secret_as_written(
     db_url: str,
 ) -> None:
@@ -474,6 +496,9 @@ def test_a_dry_run_in_redact_mode_plans_a_document_holding_a_secret_as_written(
     the sync both write it."""
     with Loom(db_url, redactor=Redactor(mode="redact")) as loom:
         kb = open_knowledge_base(loom, SCOPE)
-        docs = [_doc("fine"), Doc(id="leak.md", text=f"rotate {_SECRET} monthly")]
+        leak = Doc(id="leak.md", text=f"rotate {_SECRET} monthly", meta={"by": f"k {_SECRET}"})
+        docs = [_doc("fine"), leak]
         assert kb.plan_sync(docs, source="wiki") == kb.sync(docs, source="wiki")
         assert kb.list_docs()[1].id == "leak.md"
+        redactor = loom.settings.redactor
+        assert redactor is not None and redactor.total == 2  # the write's: the plans count none
