@@ -402,3 +402,35 @@ def test_executions_show_cuts_an_input_after_showing_its_invisible_characters(
     assert len(out) < 12_000, len(out)
     assert "<U+200B>… (" in out, "the cut never leaves half an escape"
     assert out.count("more characters as shown: --json prints it whole") == 2, out[-2_000:]
+
+
+def test_flows_naming_a_loom_bring_its_database_unless_db_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--flows app:loom`` names the ``Loom`` the flows are registered on, and the README's
+    quickstart builds that ``Loom`` on the app's own database. The command used its flows
+    and redactor but opened ``--db``, else ``LOOM_DB_URL``, else ``./loom.db``: a run was
+    recorded in a new ``./loom.db`` while the flow's body read the app's corpus, and an
+    audit there found none of its passages. Without ``--db`` (or ``LOOM_DB_URL``) the
+    command now opens the named Loom's database; given one that differs, it warns that the
+    flows' own reads and writes go elsewhere (ADR 0008, amended "flows bring their log")."""
+    app = tmp_path / "app.db"
+    (tmp_path / "app_loom_flows.py").write_text(
+        FLOWS.replace("FlowRegistry", "Loom").replace("Loom()", f"Loom('sqlite:///{app}')")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out = _cli("run", "double", "--input", '{"n": 21}', "--flows", "app_loom_flows:flows")
+    assert code == 0 and "42" in out, out
+    assert not (elsewhere / "loom.db").exists()
+    code, out = _cli("executions", "list", "--db", f"sqlite:///{app}")
+    assert code == 0 and "completed" in out and "double" in out
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    code, out = _cli(
+        "run", "double", "--input", '{"n": 1}', "--db", other, "--flows", "app_loom_flows:flows"
+    )
+    assert code == 0 and "warning:" in out and str(app) in out, out
+    assert "warning:" not in _cli("executions", "list", "--db", other)[1]

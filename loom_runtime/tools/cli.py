@@ -69,6 +69,8 @@ from loom_runtime.tools.display import describe_meta, full_date, lineage_lines, 
 from loom_runtime.tools.readable_help import LoomTyper, ReadableGroup
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
     from loom_runtime.execution import Execution
     from loom_runtime.loom import Loom, Run
     from loom_runtime.projection import TrackedProjection
@@ -443,9 +445,33 @@ def open_with_flows(
     # replay through the built-in one diverged (printing the secret in the diff), and `loom
     # run` stored in clear what the app redacts (ADR 0029, amended "cli redactor").
     redactor: RedactorOption = named.settings.redactor if isinstance(named, Loom) else "builtin"
-    loom = open_loom(db, create=create, needed=needed, redactor=redactor)
+    # And its database, unless --db (or LOOM_DB_URL) names one: the flows' bodies read and
+    # write through that Loom (a knowledge base opened on it), so a run recorded in
+    # ./loom.db held an execution whose corpus was elsewhere (ADR 0008, amended "flows bring
+    # their log").
+    own = named.settings.url if isinstance(named, Loom) else None
+    given = db if db is not None or own is None else own.render_as_string(hide_password=False)
+    loom = open_loom(given, create=create, needed=needed, redactor=redactor)
+    if needed and own is not None and not _same_database(own, loom.settings.url):
+        warn(
+            f"{flows} is a Loom on {own.render_as_string(hide_password=True)}, and this command "
+            f"uses {loom.settings.url.render_as_string(hide_password=True)}: what the flows read "
+            "or write through their own Loom (a knowledge base, a memory) is in the first"
+        )
     loom.flows = registry
     return loom
+
+
+def _same_database(one: URL, other: URL) -> bool:
+    """Whether two log URLs name one database: a SQLite file by its resolved path (a relative
+    and an absolute spelling are one file), anything else by the whole URL."""
+    if one.get_backend_name() == other.get_backend_name() == "sqlite":
+        return _resolved(one.database) == _resolved(other.database)
+    return one.render_as_string(hide_password=False) == other.render_as_string(hide_password=False)
+
+
+def _resolved(database: str | None) -> str:
+    return str(Path(database).resolve()) if database else ""
 
 
 def flow_missing(exc: FlowNotFoundError, flows: str | None) -> NoReturn:
