@@ -397,8 +397,9 @@ class LogSettings:
         try:
             self.url: URL = make_url(raw)
         except ArgumentError as exc:
+            path = "" if "://" in raw else f" (the SQLite file {raw!r} is sqlite:///{raw})"
             raise ConfigurationError(
-                f"Cannot parse database URL {raw!r}: use sqlite:///path/to/loom.db or "
+                f"Cannot parse database URL {raw!r}{path}: use sqlite:///path/to/loom.db or "
                 "postgresql+psycopg://user:password@host:port/dbname"
             ) from exc
         if persistence not in ("builtin", "sqlalchemy"):

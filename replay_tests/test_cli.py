@@ -434,3 +434,10 @@ def test_flows_naming_a_loom_bring_its_database_unless_db_is_given(
     )
     assert code == 0 and "warning:" in out and str(app) in out, out
     assert "warning:" not in _cli("executions", "list", "--db", other)[1]
+
+
+def test_a_file_path_given_as_the_database_url_is_told_its_url() -> None:
+    """``--db loom.db`` (a path, not a URL) is a usage error that names the URL it meant."""
+    result = CliRunner().invoke(app, ["executions", "list", "--db", "./loom.db"])
+    assert result.exit_code == 2
+    assert "sqlite:///./loom.db" in _text(result.output)
