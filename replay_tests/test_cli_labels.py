@@ -75,6 +75,34 @@ def test_each_option_excludes_the_executions_without_its_label(log: Log) -> None
     assert log.listed("--tenant", "acme", "--tag", "nightly") == [ids[0], ids[4]]
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "known"),
+    [
+        ("--tenant", "acm", "tenant 'acm' (known: 'acme', 'beta')"),
+        ("--user", "u-3", "user 'u-3' (known: 'u-1', 'u-2')"),
+        ("--session", "s-2", "session 's-2' (known: 's-1')"),
+        ("--tag", "evl", "tag 'evl' (known: 'eval', 'nightly')"),
+        ("--flow", "ech", "flow 'ech' (known: 'echo')"),
+    ],
+)
+def test_a_filter_no_execution_matches_at_all_is_named_with_the_known_values(
+    log: Log, option: str, value: str, known: str
+) -> None:
+    """A misspelt filter printed an empty table and exited 0, with no hint, where `loom
+    retain --tenant` warns and `knowledge list --scope` refuses (a newcomer's walk). The
+    list still exits 0 (an empty selection is an answer), and says on stderr which values
+    exist (ADR 0008, amended "unknown filters")."""
+    result = _invoke("executions", "list", "--db", log.db, option, value)
+    assert result.exit_code == ExitCode.OK
+    assert f"warning: no execution has {known}; check the name" in " ".join(result.stderr.split())
+
+
+def test_filters_that_each_match_but_not_together_warn_of_nothing(log: Log) -> None:
+    """The control: beta's executions have no user u-1, but both values exist."""
+    result = _invoke("executions", "list", "--db", log.db, "--tenant", "beta", "--user", "u-1")
+    assert result.exit_code == ExitCode.OK and result.stderr == ""
+
+
 def test_json_carries_the_labels_and_an_unlabelled_execution_has_none(log: Log) -> None:
     result = _invoke("executions", "list", "--json", "--db", log.db)
     rows = {row["execution_id"]: row for row in json.loads(result.stdout)}

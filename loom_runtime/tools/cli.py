@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, redirect_stdout, suppress
 from datetime import datetime
 from enum import IntEnum
@@ -819,6 +819,7 @@ def executions_list(
         except LogCorruptError as exc:
             fail(str(exc))
         after = None if after is None else execution_id_in(loom, after)
+        everything = loom.executions() if tenant or user or session or tags or flow else []
     if after is not None:
         ids = [str(summary.execution_id) for summary in summaries]
         if after not in ids:
@@ -837,6 +838,17 @@ def executions_list(
         and (start is None or summary.started_at >= start)
         and (end is None or summary.started_at < end)
     ]
+    if not summaries:  # a misspelt filter (ADR 0008, amended "unknown filters")
+        for label, given, known in (
+            ("tenant", [tenant], [s.tenant for s in everything]),
+            ("user", [user], [s.user for s in everything]),
+            ("session", [session], [s.session for s in everything]),
+            ("tag", tags or [], [tag for s in everything for tag in s.tags]),
+            ("flow", [flow], [identifier(s.flow, marks=False) for s in everything]),
+        ):
+            for value in given:
+                if value is not None and (unknown := unknown_value(label, value, known)):
+                    warn(unknown)
     if limit is not None and len(summaries) > limit:
         summaries = summaries[:limit]
         warn(f"more: --after {summaries[-1].execution_id} for the next page")
@@ -869,6 +881,19 @@ def executions_list(
             cells.append(inert(labels, one_line=True))
         table.add_row(*cells)
     print_table(table)
+
+
+def unknown_value(label: str, given: str, known: Iterable[str | None]) -> str:
+    """A warning when no execution has ``given`` as its ``label`` (else ""), naming the
+    values some execution has: a misspelt filter selects nothing, which alone reads as an
+    answer. Not a refusal: a value may be used before its first execution."""
+    values = sorted({value for value in known if value is not None})
+    if given in values:
+        return ""
+    shown = ", ".join(map(repr, values[:10])) + (
+        f" and {len(values) - 10} more" * (len(values) > 10)
+    )
+    return f"no execution has {label} {given!r} (known: {shown or 'none'}); check the name"
 
 
 @executions_app.command("show")

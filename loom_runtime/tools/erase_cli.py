@@ -37,6 +37,7 @@ from loom_runtime.tools.cli import (
     inert,
     open_loom,
     print_json,
+    unknown_value,
     warn,
 )
 from loom_runtime.tools.display import full_date
@@ -301,7 +302,11 @@ def retain(
             fail(str(exc), code=ExitCode.USAGE)
         except LoomError as exc:
             fail(str(exc))
-        unknown = tenant is not None and not report.subjects and _unknown_tenant(loom, tenant)
+        unknown = (
+            tenant is not None
+            and not report.subjects
+            and unknown_value("tenant", tenant, (s.tenant for s in loom.executions()))
+        )
     _print_report(report, as_json=as_json)
     if unknown:
         warn(unknown)
@@ -318,20 +323,6 @@ def retain(
             "clear (recorded before encryption was switched on) and cannot be erased"
         )
     _exit_if_unpurged(report)
-
-
-def _unknown_tenant(loom: Loom, tenant: str) -> str:
-    """A warning when no execution is labelled ``tenant`` (else ""): a misspelt tenant in a
-    nightly policy would select nothing every night. Not a refusal, as an unknown scope is:
-    a policy may well be set up for a tenant before its first execution."""
-    known = sorted({s.tenant for s in loom.executions() if s.tenant is not None})
-    if tenant in known:
-        return ""
-    shown = ", ".join(map(repr, known[:10])) + (f" and {len(known) - 10} more" * (len(known) > 10))
-    return (
-        f"no execution is labelled tenant {tenant!r} (known: {shown or 'none'}); check the "
-        "name if one was expected"
-    )
 
 
 def show_erased(loom: Loom, error: ErasedError, execution_id: str, *, as_json: bool) -> NoReturn:

@@ -314,8 +314,7 @@ def test_a_tenant_no_execution_has_is_named_on_stderr(
         )
         assert typo.exit_code == 0, typo.output
         assert typo.stderr == (
-            "warning: no execution is labelled tenant 't3' (known: 't1', 't2'); check the "
-            "name if one was expected\n"
+            "warning: no execution has tenant 't3' (known: 't1', 't2'); check the name\n"
         )
     known = runner.invoke(app, ["retain", "--older-than", "9999d", "--tenant", "t1", "--db", url])
     assert known.exit_code == 0 and known.stderr == "", known.output
