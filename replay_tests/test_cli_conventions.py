@@ -1007,6 +1007,21 @@ def test_a_flow_s_failure_prints_its_traceback_inert_and_its_id_on_one_line(
     assert re.search(r"recorded as the failure of execution [0-9a-f-]{36}\n", result.stderr)
 
 
+def test_a_flow_s_traceback_begins_at_the_flow(setup: Setup) -> None:
+    """The traceback printed for a flow's failure began with eight frames of loom's command
+    line, Typer, Click and the driver before the flow's own (docs/cli.md says its lines point
+    at your code, a newcomer's walk found they did not): the frames before the first of the
+    application's are left out (ADR 0008, amended "flow traceback")."""
+    (setup.tmp_path / "conv_raises.py").write_text(
+        FLOWS + "\n@flows.flow('boom')\ndef boom(ctx) -> str:\n    raise ValueError('boom')\n"
+    )
+    result = _invoke("run", "boom", "--db", setup.db, "--flows", "conv_raises:flows")
+    assert result.exit_code == ExitCode.FAILED, result.output
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\w+)', result.stderr)
+    assert frames and frames[0] == (str(setup.tmp_path / "conv_raises.py"), "boom"), frames
+    assert "ValueError: boom" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("module", "said"),
     [

@@ -26,6 +26,7 @@ from datetime import datetime
 from enum import IntEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, cast
 from uuid import UUID
 
@@ -187,8 +188,29 @@ def _postgres_missing_schema(error: BaseException) -> str | None:
 
 
 def _traceback(error: Exception) -> NoReturn:
-    typer.echo(visible("".join(traceback.format_exception(error))), err=True, nl=False)
+    """Print ``error``'s traceback inert and exit 1. A flow's own failure's begins at the
+    application's first frame: the command line, Typer, Click and loom's driver before it
+    are not where its cause is (ADR 0008, amended "flow traceback"); loom's own defect keeps
+    every frame."""
+    tb = _from_the_flow(error.__traceback__) if _flows_own(error) else error.__traceback__
+    printed = traceback.format_exception(type(error), error, tb)
+    typer.echo(visible("".join(printed)), err=True, nl=False)
     raise typer.Exit(ExitCode.FAILED)
+
+
+_RUNNERS: Final = frozenset({"loom_runtime", "typer", "click", "contextlib", "asyncio"})
+"""The packages whose frames come before a flow's own in a run's traceback."""
+
+
+def _from_the_flow(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from its first frame outside :data:`_RUNNERS` (all of it when it has none)."""
+    first = tb
+    while first is not None:
+        module = str(first.tb_frame.f_globals.get("__name__", ""))
+        if module.partition(".")[0] not in _RUNNERS:
+            return first
+        first = first.tb_next
+    return tb
 
 
 app = LoomTyper(
@@ -399,6 +421,8 @@ def user_output() -> Iterator[None]:
     try:
         out, err = sys.stdout.fileno(), sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        out = err = -1
+    if out < 0:  # run outside the handler: the code's own error is not "during" this one
         with redirect_stdout(sys.stderr):
             yield
         return
