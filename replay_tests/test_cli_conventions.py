@@ -498,6 +498,11 @@ def test_every_command_that_reads_a_bundle_exits_alike_for_one_unusable_file(
         result = _invoke(*args)
         assert (result.exit_code, args) == (code, args), result.output
         assert result.stderr.startswith("error: "), result.output
+    # `import` reports each file's refusal and goes on (exit 1), naming the file once: it
+    # printed "error: PATH: PATH is too large..." (a newcomer's walk).
+    imported = _invoke("import", str(bundle), "--db", f"sqlite:///{tmp_path / 'l.db'}")
+    assert imported.exit_code == ExitCode.FAILED, imported.output
+    assert " ".join(imported.stderr.split()).count(str(bundle)) == 1, imported.stderr
 
 
 def test_an_execution_is_named_by_the_start_of_its_id_as_tables_show_it(
@@ -925,11 +930,23 @@ def test_a_fork_override_the_fork_never_asked_for_is_named(setup: Setup) -> None
     assert typo.exit_code == 0, typo.output
     assert typo.stderr == (
         "warning: --override thrice: the fork never asked for this key, so it answered "
-        "nothing (the keys it decided: twice)\n"
+        "nothing (the keys it asked: twice)\n"
     )
     used = _invoke(*args, "--override", "twice=5")
     assert used.exit_code == 0 and used.stderr == "", used.output
     assert used.stdout.rstrip().endswith("5")
+
+
+def test_a_fork_override_names_the_keys_asked_before_the_fork_point_too(setup: Setup) -> None:
+    """An override answers a key before the fork point as well, so the keys a misspelt one
+    may have meant include those the fork took from its parent; the warning called them "the
+    keys it decided" (a newcomer's walk): it says "asked"."""
+    args = ["fork", setup.execution_id, "--at-count", "1", "--db", setup.db]
+    typo = _invoke(*args, "--flows", setup.flows, "--override", "thrice=5")
+    assert typo.exit_code == 0, typo.output
+    assert "(the keys it asked: twice)" in typo.stderr, typo.stderr
+    used = _invoke(*args, "--flows", setup.flows, "--override", "twice=5")
+    assert used.exit_code == 0 and used.stderr == "" and used.stdout.rstrip().endswith("5")
 
 
 def test_a_refusal_about_documents_without_a_source_says_so_in_words(setup: Setup) -> None:

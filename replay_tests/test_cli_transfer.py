@@ -97,7 +97,8 @@ def test_one_bad_bundle_is_reported_and_the_others_go_in(
     assert "imported 2 execution(s); 0 already in the log; 1 failed" in result.stdout
     # A file that failed is an error, not a warning (the command exits 1 for it), and the
     # refusal says how to get a good copy.
-    assert result.stderr.startswith(f"error: {tampered}: ")
+    assert result.stderr.startswith(f"error: {tampered}")
+    assert " ".join(result.stderr.split()).count(str(tampered)) == 1  # named once
     assert "export it again" in result.stderr
     with Loom(target) as loom:
         assert sorted(str(s.execution_id) for s in loom.executions()) == sorted([ids[0], ids[2]])

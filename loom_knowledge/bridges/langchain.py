@@ -15,14 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, model_validator
-
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
@@ -30,6 +22,22 @@ from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, c
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError
+from loom_runtime import MissingExtraError
+
+try:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManagerForRetrieverRun,
+    )
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from pydantic import ConfigDict, model_validator
+except ImportError as exc:  # the langchain extra is not installed
+    raise MissingExtraError(
+        extra="langchain",
+        missing=exc.name or "langchain-core",
+        needed_by="the LangChain bridge (loom_knowledge.bridges.langchain)",
+    ) from exc
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_document"]
 

@@ -15,16 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import (
-    Document,
-    NodeRelationship,
-    NodeWithScore,
-    QueryBundle,
-    RelatedNodeInfo,
-    TextNode,
-)
-
 from loom_knowledge.bridges import recorded_search
 from loom_knowledge.bridges.splitter_chunker import SplitterChunker
 from loom_knowledge.corpus.knowledge_base import DEFAULT_RETRIEVE_LIMIT, KnowledgeBase
@@ -32,6 +22,24 @@ from loom_knowledge.corpus.retrieval import MetaFilter, Mode, check_arguments, c
 from loom_knowledge.domain.passage_entry import format_passage_id
 from loom_knowledge.domain.types import Doc, Passage
 from loom_knowledge.errors import InvalidDocumentError
+from loom_runtime import MissingExtraError
+
+try:
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.schema import (
+        Document,
+        NodeRelationship,
+        NodeWithScore,
+        QueryBundle,
+        RelatedNodeInfo,
+        TextNode,
+    )
+except ImportError as exc:  # the llamaindex extra is not installed
+    raise MissingExtraError(
+        extra="llamaindex",
+        missing=exc.name or "llama-index-core",
+        needed_by="the LlamaIndex bridge (loom_knowledge.bridges.llamaindex)",
+    ) from exc
 
 __all__ = ["KnowledgeBaseRetriever", "SplitterChunker", "to_doc", "to_node"]
 

@@ -1117,15 +1117,15 @@ def _warn_unused_overrides(overrides: dict[str, object], fork: Execution) -> Non
     it took from its parent): the fork is recorded all the same, but a misspelt key would
     otherwise look like an answer to "had this been different, what then?"."""
     used = {key for key, decision in fork.decisions.items() if decision.origin == "override"}
-    decided = list(fork.decisions)
-    shown = ", ".join(decided[:10]) + (
-        f" and {len(decided) - 10} more" if len(decided) > 10 else ""
-    )
+    # Every key the fork asked, those answered from its parent included: an override answers
+    # one before the fork point as well, so each is what a misspelt key may have meant.
+    asked = list(fork.decisions)
+    shown = ", ".join(asked[:10]) + (f" and {len(asked) - 10} more" if len(asked) > 10 else "")
     for key in overrides:
         if key not in used:
             warn(
                 f"--override {key}: the fork never asked for this key, so it answered nothing "
-                f"(the keys it decided: {shown or 'none'})"
+                f"(the keys it asked: {shown or 'none'})"
             )
 
 

@@ -13,6 +13,7 @@ an erased one: its forget-log entry. Registered on the ``loom`` app by
 from __future__ import annotations
 
 import getpass
+import re
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -175,9 +176,11 @@ def _print_report(report: ErasureReport, *, as_json: bool) -> None:
         what = "execution(s) and memory key(s)"
     from loom_runtime.retention import STARTED_BEFORE
 
-    of = "" if report.selector.startswith(STARTED_BEFORE) else "of "  # retention's selector
+    # Retention's selectors say what they select ("documents of scope=..."): said once.
+    selector = re.sub(r"^(documents|keys) (?=of )", "", report.selector)
+    of = "" if selector.startswith((STARTED_BEFORE, "of ")) else "of "
     _line(
-        f"{verb} {len(report.subjects)} {what} {of}{report.selector} "
+        f"{verb} {len(report.subjects)} {what} {of}{selector} "
         f"({events} sealed event(s))"
         + (f"; forget event at log position {report.position}" if report.position else "")
     )

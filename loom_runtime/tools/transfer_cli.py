@@ -268,8 +268,9 @@ def _report(results: list[Imported], *, as_json: bool) -> None:
     if as_json:
         print_json(results)
     else:
-        for result in failed:
-            complain(f"{result.path}: {result.error}")
+        for result in failed:  # named once: most refusals of a file begin with its path
+            error = result.error or ""
+            complain(error if error.startswith(result.path) else f"{result.path}: {error}")
         imported = sum(result.status == "imported" for result in results)
         console.print(
             f"imported {imported} execution(s); {len(results) - imported - len(failed)} "

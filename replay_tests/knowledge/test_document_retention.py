@@ -114,7 +114,7 @@ def test_loom_retain_scope_runs_from_the_cli(
     with freeze_time("2026-04-15T12:00:00Z"):
         dry = runner.invoke(app, args)
         assert dry.exit_code == 0, dry.output
-        assert "would erase 1 document(s) of documents of scope=handbook" in dry.output
+        assert "would erase 1 document(s) of scope=handbook" in dry.output
         applied = runner.invoke(app, [*args, "--apply", "--json"])
         assert applied.exit_code == 0, applied.output
         report = json.loads(applied.stdout)

@@ -194,7 +194,7 @@ def test_the_cli_retains_a_memory_and_erases_a_users_keys(
         args = ["retain", "--older-than", "90d", "--memory", "chat", "--db", url]
         dry = runner.invoke(app, args)
         assert dry.exit_code == 0, dry.output
-        assert "would erase 1 memory key(s) of keys of memory=chat" in dry.output
+        assert "would erase 1 memory key(s) of memory=chat" in dry.output
         assert 'memory:["chat","old"]' in dry.output and "dry run" in dry.output
         applied = runner.invoke(app, [*args, "--apply", "--json"])
         assert applied.exit_code == 0, applied.output

@@ -109,3 +109,31 @@ def test_encryption_without_its_extra_is_refused_when_the_loom_is_made(tmp_path:
     assert found_extra == "encryption"
     assert "pip install 'loom-replay[encryption]'" in message
     assert created == "False"
+
+
+@pytest.mark.slow  # a fresh interpreter: slow runs real subprocesses
+@pytest.mark.parametrize(
+    ("module", "missing", "extra"),
+    [
+        ("loom_knowledge.bridges.langchain", "langchain_core", "langchain"),
+        ("loom_knowledge.bridges.llamaindex", "llama_index", "llamaindex"),
+    ],
+)
+def test_a_framework_bridge_without_its_extra_names_it(
+    module: str, missing: str, extra: str
+) -> None:
+    """Importing a bridge without its framework raised a bare ``ModuleNotFoundError``, where
+    every other extra says which to install (a newcomer's walk): ``MissingExtraError``."""
+    result = _run(
+        f"""
+        import sys
+        sys.modules[{missing!r}] = None
+        from loom_runtime import MissingExtraError
+        try:
+            import {module}
+        except MissingExtraError as exc:
+            print(exc.extra)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == extra
