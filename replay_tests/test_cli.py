@@ -441,3 +441,12 @@ def test_a_file_path_given_as_the_database_url_is_told_its_url() -> None:
     result = CliRunner().invoke(app, ["executions", "list", "--db", "./loom.db"])
     assert result.exit_code == 2
     assert "sqlite:///./loom.db" in _text(result.output)
+
+
+def test_a_folder_given_as_the_database_is_told_so(tmp_path: Path) -> None:
+    """``--db sqlite:///somefolder`` said "no loom database at" the folder, as if nothing
+    were there (a newcomer's walk): the path is a folder, and a file in it is wanted."""
+    for command in (["executions", "list"], ["run", "nope"]):
+        result = CliRunner().invoke(app, [*command, "--db", f"sqlite:///{tmp_path}"])
+        assert result.exit_code == 2, result.output
+        assert f"{tmp_path} is a folder" in _text(result.output)

@@ -204,10 +204,31 @@ def _unopenable(settings: LogSettings, error: sqlite3.Error) -> LoomError:
         return DatabaseUnavailableError(
             f"cannot open the SQLite log at {path}: {error}", database=str(path)
         )
+    if not _begins_as_sqlite(path):  # a mistyped path (a Markdown file) is told so first
+        return LogCorruptError(
+            f"the file at {path} is not a SQLite database (it does not begin as one): check "
+            "the path (--db / LOOM_DB_URL); if it held your log, it is damaged: restore it "
+            "from a backup"
+        )
     return LogCorruptError(
         f"the database at {settings.url!r} cannot be opened as a log ({error}): it is "
         "damaged or not a loom database; restore it from a backup"
     )
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+"""How every SQLite database file begins (its header string)."""
+
+
+def _begins_as_sqlite(path: Path) -> bool:
+    """Whether the file at ``path`` begins as a SQLite database does (an unreadable or empty
+    file is given the benefit of the doubt: the driver's own error says more)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_SQLITE_HEADER))
+    except OSError:
+        return True
+    return not head or head == _SQLITE_HEADER
 
 
 class _LoomApplication(Application[UUID]):

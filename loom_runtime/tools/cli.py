@@ -334,6 +334,11 @@ def open_loom(
             "(check the --db path, or create the folder first)",
             code=ExitCode.USAGE,
         )
+    if loom.settings.is_sqlite and path.is_dir():
+        fail(
+            f"the log's path {path.absolute()} is a folder: name the log's file in it",
+            code=ExitCode.USAGE,
+        )
     if loom.settings.is_sqlite and not create and not path.is_file():
         fail(
             f"no loom database at {path.absolute()} (give --db URL or set LOOM_DB_URL; "

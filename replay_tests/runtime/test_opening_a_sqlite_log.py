@@ -99,3 +99,23 @@ def test_the_sqlalchemy_persistence_waits_for_the_lock_timeout(tmp_path: Path) -
     loom = Loom(f"sqlite:///{tmp_path / 'x.db'}", persistence="sqlalchemy", lock_timeout=0.5)
     with loom, loom.log.application.factory.datastore.engine.connect() as conn:  # type: ignore[attr-defined]
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 500
+
+
+@pytest.mark.parametrize("persistence", PERSISTENCES)
+def test_a_file_that_is_not_sqlite_at_all_is_named_as_such_not_only_as_damage(
+    tmp_path: Path, persistence: str
+) -> None:
+    """``--db sqlite:///runbooks/disk-full.md`` (a mistyped path) was told the database "is
+    damaged or not a loom database; restore it from a backup": the wrong advice for a file
+    that was never a database (a newcomer's walk). A file that does not begin as SQLite
+    files do is named as not a SQLite database, with the path to check first; the file is
+    left as it was."""
+    notes = tmp_path / "disk-full.md"
+    notes.write_text("# Disk full\nRotate the logs.\n" * 200)
+    before = notes.read_bytes()
+    loom = Loom(f"sqlite:///{notes}", persistence=persistence)  # type: ignore[arg-type]
+    with pytest.raises(LogCorruptError) as raised:
+        _ = loom.log
+    message = str(raised.value)
+    assert "is not a SQLite database" in message and "check the path" in message, message
+    assert notes.read_bytes() == before
