@@ -1168,6 +1168,8 @@ flows = FlowRegistry()
 def search():
     if os.environ.get("CONV_SEARCH_DOWN"):
         raise ConnectionError("search backend is down")
+    if os.environ.get("CONV_SEARCH_LONG"):
+        return ["passage " * 2000]
     return ["disk.md"]
 
 @flows.flow("lookup")
@@ -1194,6 +1196,23 @@ def test_replay_json_describes_a_live_decision_that_raised(
     assert answer["live_values"] == {
         "search": {"raised": "builtins:ConnectionError", "message": "search backend is down"}
     }
+
+
+def test_replay_text_cuts_a_long_live_value_as_executions_show_cuts_values(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replay --live`` printed each live value's repr whole on one line (16,000 characters
+    of passages here; a newcomer's walk): it is cut as ``executions show`` cuts a value, and
+    says that ``--json`` prints it whole."""
+    (setup.tmp_path / "conv_live_long.py").write_text(LIVE_FLOWS)
+    target = ["--db", setup.db, "--flows", "conv_live_long:flows"]
+    recorded = _invoke("run", "lookup", "--json", *target)
+    execution_id = json.loads(recorded.stdout)["execution_id"]
+    monkeypatch.setenv("CONV_SEARCH_LONG", "1")
+    result = _invoke("replay", execution_id, "--live", "retrieval", *target)
+    assert result.exit_code == ExitCode.FAILED, result.output
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("live ")]
+    assert len(line) < 4_200 and line.endswith("--json prints it whole)"), line[-200:]
 
 
 @pytest.mark.parametrize("command", [["erase", "--help"], ["knowledge", "--help"]])

@@ -1208,8 +1208,9 @@ def replay(
     else:
         console.print(inert(result.describe()))
         for key, value in result.live_values.items():
-            # The key is recorded text (a key can be built from a value): one line, quoted.
-            console.print(inert(f"live {key!r}: {value!r}", one_line=True))
+            # The key is recorded text (a key can be built from a value): one line, quoted,
+            # and cut as `executions show` cuts a value (--json prints it whole).
+            console.print(inert(_head(f"live {key!r}: {value!r}", one_line=True)))
     raise typer.Exit(ExitCode.OK if result.identical else ExitCode.FAILED)
 
 
