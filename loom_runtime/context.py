@@ -97,7 +97,7 @@ from loom_runtime.recorded_order import (
     meta_number,
     spaced_meta,
 )
-from loom_runtime.redaction import Redactor, holds_marker
+from loom_runtime.redaction import Redactor, marked_in_a_run
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
 
@@ -604,13 +604,16 @@ class _Context:
             likely is None
             or redactor is None
             or raw == likely.input
-            or not holds_marker(bytes(likely.input))
+            or not marked_in_a_run(bytes(likely.input))
         ):
             return raw
         # Recorded before the redactor passed by base64 payloads and sealed texts, it may hold
         # a marker written into one (a chance key-shaped run): compared as it was stored then,
         # so an unchanged agent replays identical (ADR 0012, amended "older recordings").
-        earlier = codec.encode(input, path=path, redactor=redactor.marking_payloads())
+        try:
+            earlier = codec.encode(input, path=path, redactor=redactor.marking_payloads())
+        except REFUSALS:  # keys that collide under the earlier rule: not the recorded input
+            return raw
         return likely.input if earlier == likely.input else raw
 
     def _occurrence(self, key: str, raw_input: msgspec.Raw) -> str:
@@ -1030,24 +1033,27 @@ class _Context:
                 if cancelling():  # by a timeout around the call: a replay waits for it again
                     self._cancelled(slot, started, attempts, source)
                 else:  # raised by the compute itself (or in a sync flow): raised again at once
-                    self._store_raised(slot, cancelled, self._meta_of(slot, attempts), source)
+                    self._store_raised(slot, cancelled, self._cut_meta(slot, attempts), source)
                 raise
             except Exception as exc:
                 try:
                     again = retry is not None and retry_on(exc)
                 except Exception as refused:  # the predicate's own failure is the outcome
-                    source.record_failure(slot, refused, meta=self._meta_of(slot, attempts))
+                    meta = self._meta_or_refusal(slot, attempts, source)
+                    source.record_failure(slot, refused, meta=meta)
                     raise
                 planned = next(pauses, None) if again else None
                 if retry is None or planned is None:
-                    self._record_failure(slot, exc, attempts, source)
+                    meta = self._meta_or_refusal(slot, attempts, source, exc)
+                    source.record_failure(slot, exc, meta=meta)
                     raise
                 paused = retry.pause(planned, asked=retry_after(exc))
                 attempts.append(
                     Attempt(error=error_type_of(exc), message=error_message_of(exc), paused=paused)
                 )
             else:
-                return self._stored(slot, result, type, self._meta_of(slot, attempts), source)
+                meta = self._meta_or_refusal(slot, attempts, source)
+                return self._stored(slot, result, type, meta, source)
             try:
                 yield Pending(slot.key, _Pause(paused))
             except asyncio.CancelledError:  # a timeout while it paused between attempts
@@ -1074,9 +1080,7 @@ class _Context:
         how many decisions were stored when it was cancelled (a replay ranks it there:
         :func:`~loom_runtime.recorded_order.completion_order`)."""
         failure = cancellation(time.perf_counter() - started)
-        point = self._cancel_point()
-        measured = {"attempts": attempts, **point} if attempts else point
-        meta = encode_meta(measured, key=slot.key, redactor=self._source.redactor)
+        meta = self._cut_meta(slot, attempts, **self._cancel_point())
         self._cancellations.append(
             functools.partial(source.record_failure, slot, failure, meta=meta)
         )
@@ -1126,18 +1130,33 @@ class _Context:
             source.record_failure(slot, refused, meta=meta)
             raise
 
-    def _record_failure(
-        self, slot: Slot, failure: Exception, attempts: list[Attempt], source: DecisionSource
-    ) -> None:
-        """``failure`` stored as the decision's outcome. When its group's errors (kept in the
-        meta) hold what the log refuses, the refusal is stored and raised instead, as when
-        the message does (:meth:`Recorder.record_failure`)."""
+    def _meta_or_refusal(
+        self,
+        slot: Slot,
+        attempts: list[Attempt],
+        source: DecisionSource,
+        failure: Exception | None = None,
+    ) -> msgspec.Raw | None:
+        """The outcome's meta (:meth:`_meta_of`). One the log refuses (an attempt's error, or
+        a group's, names a secret under ``mode="refuse"``) stores the refusal as the
+        decision's failure, with no meta, and raises it, as a refused message does
+        (:meth:`Recorder.record_failure`): the flow sees what its replay will."""
         try:
-            meta = self._meta_of(slot, attempts, failure)
+            return self._meta_of(slot, attempts, failure)
         except REFUSALS as refused:
-            source.record_failure(slot, refused, meta=self._meta_of(slot, attempts))
+            source.record_failure(slot, refused, meta=None)
             raise
-        source.record_failure(slot, failure, meta=meta)
+
+    def _cut_meta(self, slot: Slot, attempts: list[Attempt], **point: float) -> msgspec.Raw | None:
+        """A cancellation's meta: the attempts so far and where it was cut. One whose
+        attempts the log refuses keeps only where it was cut: a cancellation must stay one
+        (asyncio's timeout turns it into ``TimeoutError``), so no refusal is raised in its
+        place (ADR 0026, amended "refused failures")."""
+        measured = {"attempts": attempts, **point} if attempts else point
+        try:
+            return encode_meta(measured, key=slot.key, redactor=self._source.redactor)
+        except REFUSALS:
+            return encode_meta(point, key=slot.key, redactor=self._source.redactor)
 
     def _meta_of(
         self, slot: Slot, attempts: list[Attempt], failure: Exception | None = None
@@ -1188,7 +1207,7 @@ class _Context:
             if inspect.isawaitable(result):
                 _refuse_awaitable(Pending(slot.key, result))
         except Exception as exc:
-            self._record_failure(slot, exc, [], source)
+            source.record_failure(slot, exc, meta=self._meta_or_refusal(slot, [], source, exc))
             raise
         except asyncio.CancelledError as cancelled:  # no timeout of a sync flow's: as raised
             self._store_raised(slot, cancelled, None, source)
@@ -1410,22 +1429,28 @@ class OpenDecision:
         :meth:`record` does not store the refusal."""
         try:
             return self.record(value, meta=meta)
-        except REFUSALS as refused:
-            self._source.record_failure(self._slot, refused, meta=self.encode_meta(meta))
+        except REFUSALS as refused:  # the value refused, or its meta: then stored without
+            try:
+                kept = self.encode_meta(meta)
+            except REFUSALS:
+                kept = None
+            self._source.record_failure(self._slot, refused, meta=kept)
             raise
 
     def fail(self, error: Exception, *, meta: Mapping[str, object] | None = None) -> None:
-        """Store that computing the value raised ``error`` (nothing if already settled)."""
+        """Store that computing the value raised ``error`` (nothing if already settled). Meta
+        the log refuses (a secret in it, or in a group's errors it keeps, under
+        ``mode="refuse"``) stores the refusal in its place and raises it, as a compute's
+        does (ADR 0026, amended "refused failures")."""
         if not self.settled:
             self.settled = True
             if isinstance(error, BaseExceptionGroup) and (kept := group_members(error)):
-                try:  # its errors, as a compute's are, or the refusal as a compute's is
-                    encoded = self.encode_meta({**(meta or {}), GROUP_META: kept})
-                except REFUSALS as refused:
-                    self._source.record_failure(self._slot, refused, meta=self.encode_meta(meta))
-                    raise
-            else:
+                meta = {**(meta or {}), GROUP_META: kept}  # its errors, as a compute's are
+            try:
                 encoded = self.encode_meta(meta)
+            except REFUSALS as refused:
+                self._source.record_failure(self._slot, refused, meta=None)
+                raise
             self._source.record_failure(self._slot, error, meta=encoded)
 
     def cancel(self, elapsed: float, *, meta: Mapping[str, object] | None = None) -> None:
@@ -1914,13 +1939,18 @@ rebuild_with("builtins:ExceptionGroup", _group_again)
 
 
 def _refusal_class(error_type: str) -> type[SecretRefusedError] | None:
-    """The loaded refusal class ``error_type`` names (``SecretRefusedError``, the colliding
-    keys', an identifier's of any package: ``CorpusIdentifierSecretError`` raised by a tool
-    writing a document), or None. Loom's own classes are otherwise never rebuilt (a recorded
-    failure must not pass for a finding or a verdict); a refusal is neither, and each one is
-    rebuilt from its message (ADR 0026, amended "identifier refusals")."""
+    """The loaded refusal class of loom's that ``error_type`` names (``SecretRefusedError``,
+    the colliding keys', an identifier's of any of loom's packages: a tool writing a document
+    raises ``CorpusIdentifierSecretError``), or None. Loom's own classes are otherwise never
+    rebuilt (a recorded failure must not pass for a finding or a verdict); a refusal is
+    neither, and each one is rebuilt from its message (ADR 0026, amended "identifier
+    refusals")."""
     cls = loaded_exception_class(error_type)
-    return cls if cls is not None and issubclass(cls, SecretRefusedError) else None
+    if cls is None or not issubclass(cls, SecretRefusedError):
+        return None
+    # loom's own: an application's subclass may need its own __new__ or attributes, which
+    # `replayed` does not give it (the usual rules then apply: RecordedComputeError).
+    return cls if str(cls.__module__).partition(".")[0] in _LOOM_PACKAGES else None
 
 
 def _refusal_again(cls: type[SecretRefusedError]) -> Callable[[Decision], Exception]:
@@ -1950,7 +1980,10 @@ def rebuild_error(decision: Decision) -> Exception:
     rebuild = _REBUILDERS.get(error_type)
     if rebuild is None and (refusal := _refusal_class(error_type)) is not None:
         rebuild = _refusal_again(refusal)
-    rebuilt = None if rebuild is None else rebuild(decision)
+    try:  # a rebuilder reads untrusted data: one that fails rebuilds nothing
+        rebuilt = None if rebuild is None else rebuild(decision)
+    except Exception:
+        rebuilt = None
     if rebuild is None and decision.meta is not None:  # an application's group, kept so
         rebuilt = _group_again(decision)
     if rebuilt is not None:

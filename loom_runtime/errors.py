@@ -492,7 +492,8 @@ class SecretRefusedError(LoomError, ValueError):
         return error
 
     _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) contains what looks like a secret \((?P<pattern>[^()]*)\); ", re.DOTALL
+        r"(?P<path>.*) contains what looks like a secret \((?P<pattern>.*)\); the log's ",
+        re.DOTALL,
     )
     """How the message begins, naming the path and the pattern (:meth:`replayed`)."""
 
@@ -516,7 +517,8 @@ class RedactedKeysCollideError(SecretRefusedError):
         self.path = path
 
     _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) has keys that hold secrets \((?P<pattern>[^()]*)\) and ", re.DOTALL
+        r"(?P<path>.*) has keys that hold secrets \((?P<pattern>.*)\) and would be the same ",
+        re.DOTALL,
     )
 
 
@@ -541,15 +543,17 @@ class SecretIdentifierError(SecretRefusedError):
         self.path = path
 
     _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) looks like it holds a secret \((?P<pattern>[^()]*)\); ", re.DOTALL
+        r"(?P<path>.*) looks like it holds a secret \((?P<pattern>.*)\); identifiers are ",
+        re.DOTALL,
     )
 
 
-class MissingExtraError(ConfigurationError):
+class MissingExtraError(ConfigurationError, ImportError):
     """A configured backend or a used feature needs an optional package that is not installed.
 
     ``extra`` names the loom extra that installs it (``postgres``, ``sqlalchemy``, ``http``);
-    ``needed_by`` says what needs it.
+    ``needed_by`` says what needs it. An ``ImportError`` too: ``except ImportError`` and
+    ``pytest.importorskip`` around an import of an optional part catch it.
     """
 
     def __init__(self, *, extra: str, missing: str, needed_by: str = "this log's backend") -> None:

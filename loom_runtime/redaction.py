@@ -32,6 +32,7 @@ base64 would hide a secret from every pattern.
 from __future__ import annotations
 
 import base64
+import copy
 import re
 import threading
 from collections import Counter
@@ -57,6 +58,7 @@ patterns), a :class:`Redactor` of your own, or ``None`` to store values as given
 MARKER = "[REDACTED:{name}]"
 _MARKER_PREFIX = "[REDACTED:"
 _MARKER_BYTES = _MARKER_PREFIX.encode()
+_MARKER_IN_A_RUN = re.compile(rb"[A-Za-z0-9+/]\[REDACTED:|\[REDACTED:[^\]]*\][A-Za-z0-9+/]")
 
 
 @dataclass(frozen=True)
@@ -472,7 +474,7 @@ class Redactor:
         be one key once redacted in any mode), counting nothing: for a plan that must refuse
         what its write will, before the write counts what it redacts."""
         if self._checking is None:  # two threads may both make one: the same patterns
-            self._checking = Redactor(patterns=self.patterns, mode=self.mode)
+            self._checking = self._fresh_copy(self.mode)
         self._checking.value(value, path=path)
 
     def marking_payloads(self) -> Redactor:
@@ -484,10 +486,22 @@ class Redactor:
         a refusal here would fail a replay the current rule answers.
         """
         if self._marking is None:  # two threads may both make one: the same patterns
-            marking = Redactor(patterns=self.patterns, mode="redact")
+            marking = self._fresh_copy("redact")
             marking._passes_by = False
             self._marking = marking
         return self._marking
+
+    def _fresh_copy(self, mode: RedactionMode) -> Redactor:
+        """This redactor (a subclass's own rules kept: no ``__init__`` is run) in ``mode``,
+        with counts and caches of its own."""
+        fresh = copy.copy(self)
+        fresh.mode = mode
+        fresh._counts = Counter()
+        fresh._lock = threading.Lock()
+        fresh._clean, fresh._passed, fresh._clean_names = {}, {}, {}
+        fresh._clean_chars = 0
+        fresh._marking = fresh._checking = None
+        return fresh
 
     def raw(self, raw: msgspec.Raw, *, path: str) -> msgspec.Raw:
         """Stored JSON with its strings redacted; the same object when there was nothing to do."""
@@ -773,9 +787,12 @@ class Redactor:
         return before + MARKER.format(name=pattern.name) + after
 
 
-def holds_marker(data: bytes) -> bool:
-    """Whether stored JSON ``data`` holds a redaction marker (as JSON writes it: unescaped)."""
-    return _MARKER_BYTES in data
+def marked_in_a_run(data: bytes) -> bool:
+    """Whether stored JSON ``data`` holds a redaction marker beside a base64 character: where
+    the rule before the payload rule marked a chance run inside a payload or a sealed text
+    (the match never took a whole payload). A marker after ``Bearer `` or ``password=`` (an
+    HTTP call's recorded headers) is not: the earlier rule would give the same bytes."""
+    return _MARKER_BYTES in data and _MARKER_IN_A_RUN.search(data) is not None
 
 
 def _in_payload(match: re.Match[str]) -> bool:

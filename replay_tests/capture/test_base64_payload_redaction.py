@@ -231,3 +231,28 @@ def test_a_recording_made_before_the_payload_rule_replays_identical(tmp_path: Pa
         loom.flow("describe")(_payload_flow(VECTOR[:-8] + "B" * 8))
         changed = loom.replay(execution_id)
     assert [type(d).__name__ for d in changed.divergences] == ["DecisionInputChangedError"]
+
+
+def test_an_input_the_earlier_rule_would_refuse_is_reported_changed_not_raised(
+    tmp_path: Path,
+) -> None:
+    """The comparison under the earlier rule may meet what that rule refuses (two keys that
+    are payloads it would mark alike): a regression review saw it raise out of
+    ``ctx.decide`` where "input changed" was due. Such an input is not the recorded one."""
+    pad = "Q" * 300
+    first, second = (f"{pad}/AIza{pair * 17}B{pad}" for pair in ("A1", "C3"))
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+
+    def asking(input: object) -> Any:
+        def flow(ctx: FlowContext) -> str:
+            return str(ctx.decide("call", lambda: "ok", input=input))
+
+        return flow
+
+    with Loom(url, redactor=None) as old:
+        old.flow("f")(asking({"note": "QQ[REDACTED:google-api-key]QQ"}))
+        execution_id = old.run("f").execution_id
+    with Loom(url) as loom:
+        loom.flow("f")(asking({first: 1, second: 2}))
+        result = loom.replay(execution_id)
+    assert [type(d).__name__ for d in result.divergences] == ["DecisionInputChangedError"]

@@ -502,3 +502,24 @@ def test_a_dry_run_in_redact_mode_plans_a_document_holding_a_secret_as_written(
         assert kb.list_docs()[1].id == "leak.md"
         redactor = loom.settings.redactor
         assert redactor is not None and redactor.total == 2  # the write's: the plans count none
+
+
+class _Confidential(Redactor):
+    """A team's own rule on top of the patterns: anything marked CONFIDENTIAL is refused."""
+
+    def value(self, value: object, *, path: str) -> object:
+        if "CONFIDENTIAL" in repr(value):
+            raise SecretRefusedError(pattern="confidential", path=path)
+        return super().value(value, path=path)
+
+
+def test_a_dry_run_refuses_what_a_redactor_subclass_s_own_rule_refuses(db_url: str) -> None:
+    """``Redactor.check`` made a plain ``Redactor`` of the patterns, so a subclass's own rule
+    did not run in the plan, which planned as written what the sync then refused (a
+    regression review): the check runs on a copy of the redactor itself."""
+    with Loom(db_url, redactor=_Confidential(mode="refuse")) as loom:
+        kb = open_knowledge_base(loom, SCOPE)
+        docs = [Doc(id="a.md", text="Rotate the logs.", meta={"class": "CONFIDENTIAL"})]
+        with pytest.raises(SecretRefusedError) as planned:
+            kb.plan_sync(docs, source="wiki")
+        assert planned.value.path == f"{DocumentWritten.TOPIC}.meta of document 'a.md'"

@@ -9,13 +9,18 @@ unstored. A flow that caught the refusal completed live, its faithful replay sai
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from loom_runtime import FlowContext, Loom, Redactor
-from loom_runtime.errors import SecretRefusedError
+from loom_runtime import AsyncFlowContext, Backoff, FlowContext, Loom, Redactor
+from loom_runtime.errors import (
+    RedactedKeysCollideError,
+    SecretIdentifierError,
+    SecretRefusedError,
+)
 
 GITHUB_A, GITHUB_B = "ghp_" + "a" * 36, "ghp_" + "b" * 36
 
@@ -112,3 +117,164 @@ def test_a_failure_whose_message_the_redactor_refuses_stores_the_refusal(
         assert replayed.identical, replayed.describe()
         assert loom.resume(run.execution_id).output == run.output
     assert computed == [1]
+
+
+def _outcomes(outcomes: list[object], computed: list[int]) -> Callable[[], object]:
+    def compute() -> object:
+        computed.append(1)
+        outcome = outcomes[len(computed) - 1]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    return compute
+
+
+@pytest.mark.parametrize(
+    "outcomes",
+    [[ValueError(f"bad token {GITHUB_A}"), "ok"], [ValueError(f"bad {GITHUB_A}"), KeyError("x")]],
+    ids=["then-returned", "then-raised"],
+)
+def test_a_retried_decision_whose_earlier_attempt_the_redactor_refuses_stores_the_refusal(
+    tmp_path: Path, outcomes: list[object]
+) -> None:
+    """The attempts a retried decision keeps in its meta name each error: one holding a
+    secret under ``mode="refuse"`` refused the meta and nothing was stored, whether the
+    last attempt returned or raised. The refusal is the decision's failure now, as for a
+    refused message (a regression review of ADR 0026's "refused failures")."""
+    computed: list[int] = []
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            try:
+                return str(
+                    ctx.decide(
+                        "call",
+                        _outcomes(outcomes, computed),
+                        retry=Backoff(attempts=2, first_pause=0, max_pause=0),
+                        retry_on=lambda _: True,
+                    )
+                )
+            except SecretRefusedError as refused:
+                return f"refused: {refused.pattern}"
+
+        run = loom.run("f")
+        assert run.output == "refused: github-token"
+        decision = loom.execution(run.execution_id).decisions["call"]
+        assert decision.error_type == "loom_runtime.errors:SecretRefusedError"
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+        assert loom.resume(run.execution_id).output == run.output
+    assert computed == [1, 1]
+
+
+def test_a_timeout_during_a_retry_pause_stays_a_timeout_when_an_attempt_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A timeout cutting a retried call in its pause stores the cancellation with the
+    attempts so far; one whose message the redactor refuses turned the flow's
+    ``TimeoutError`` into ``SecretRefusedError`` and stored nothing. A cancellation must
+    stay one (asyncio's timeout reads it): it is stored without the attempts, and the flow
+    times out as it did, live and on replay."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        async def f(ctx: AsyncFlowContext) -> str:
+            async def compute() -> str:
+                raise ValueError(f"bad token {GITHUB_A}")
+
+            try:
+                async with asyncio.timeout(0.2):
+                    await ctx.decide(
+                        "call",
+                        compute,
+                        retry=Backoff(attempts=3, first_pause=5, max_pause=5),
+                        retry_on=lambda _: True,
+                    )
+            except TimeoutError:
+                return "timed out"
+            return "returned"
+
+        run = loom.run("f")
+        assert run.output == "timed out"
+        decision = loom.execution(run.execution_id).decisions["call"]
+        assert GITHUB_A not in str(decision.meta) + (decision.message or "")
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+
+
+@pytest.mark.parametrize("outcome", ["fail", "record_or_refuse"])
+def test_a_wrapped_call_whose_meta_the_redactor_refuses_stores_the_refusal(
+    tmp_path: Path, outcome: str
+) -> None:
+    """What a wrapped call measured (its meta) holding a secret under ``mode="refuse"``:
+    nothing was stored for a failure, nor for a value recorded by ``record_or_refuse`` (whose
+    refusal was stored with the very meta refused again). The refusal is stored without it."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            try:
+                held = ctx.open_decision("call")
+                if outcome == "fail":
+                    held.fail(ValueError("upstream down"), meta={"auth": f"token {GITHUB_A}"})
+                else:
+                    held.record_or_refuse("ok", meta={"auth": f"token {GITHUB_A}"})
+            except SecretRefusedError as refused:
+                return f"refused: {refused.pattern}"
+            return "stored"
+
+        run = loom.run("f")
+        assert run.output == "refused: github-token"
+        decision = loom.execution(run.execution_id).decisions["call"]
+        assert decision.error_type == "loom_runtime.errors:SecretRefusedError"
+        assert decision.meta is None
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+
+
+class _PolicyRefusal(SecretRefusedError):
+    """An application's own refusal, with a constructor of its own."""
+
+    def __new__(cls, rule: str) -> _PolicyRefusal:
+        return super().__new__(cls)
+
+    def __init__(self, rule: str) -> None:
+        super().__init__(pattern="policy", path=f"rule {rule}")
+        self.rule = rule
+
+
+def test_an_application_s_own_refusal_class_is_not_rebuilt_as_loom_s_are(tmp_path: Path) -> None:
+    """Loom's refusal classes are rebuilt from their message; an application's subclass was
+    too, without its ``__new__`` arguments, and the replay raised loom's own ``TypeError``
+    into the flow (a regression review). It is rebuilt as any loom subclass of the
+    application's is not: a ``RecordedComputeError``, reported, never a crash."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}") as loom:
+
+        @loom.flow("f")
+        def f(ctx: FlowContext) -> str:
+            try:
+                ctx.decide("call", _raises(_PolicyRefusal("r1"), []))
+            except _PolicyRefusal as refused:
+                return f"refused by {refused.rule}"
+            return "returned"
+
+        run = loom.run("f")
+        assert run.output == "refused by r1"
+        replayed = loom.replay(run.execution_id)
+    assert [type(d).__name__ for d in replayed.divergences] == ["OutcomeChangedError"]
+    assert "TypeError" not in replayed.describe()
+
+
+@pytest.mark.parametrize(
+    "cls", [SecretRefusedError, RedactedKeysCollideError, SecretIdentifierError]
+)
+def test_a_refusal_reads_back_a_pattern_and_path_holding_parentheses(
+    cls: type[SecretRefusedError],
+) -> None:
+    """A team's own pattern named with parentheses replayed with an empty path and pattern,
+    so a flow reading them diverged (a regression review): read back whole."""
+    refused = cls(pattern="team rule (v2)", path="decision 'k' (retried)")
+    again = cls.replayed(str(refused))
+    assert (again.pattern, again.path) == ("team rule (v2)", "decision 'k' (retried)")
