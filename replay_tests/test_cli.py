@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -450,3 +451,37 @@ def test_a_folder_given_as_the_database_is_told_so(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, [*command, "--db", f"sqlite:///{tmp_path}"])
         assert result.exit_code == 2, result.output
         assert f"{tmp_path} is a folder" in _text(result.output)
+
+
+def test_flows_naming_a_loom_take_its_database_only_where_the_command_opens_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A regression review of the rule above: a Loom of ``persistence="sqlalchemy"`` had a
+    second, builtin log written into its database (the command line opens builtin logs
+    only), and a bundle's replay, which needs no database, connected to the Loom's. Neither
+    takes the Loom's URL; the first is warned about. A password given as a query parameter
+    is not printed in the warning, nor is the query taken for another log."""
+    app = tmp_path / "app.db"
+    module = FLOWS.replace("FlowRegistry", "Loom")
+    (tmp_path / "sa_loom_flows.py").write_text(
+        module.replace("Loom()", f"Loom('sqlite:///{app}', persistence='sqlalchemy')")
+    )
+    (tmp_path / "pg_loom_flows.py").write_text(
+        module.replace("Loom()", "Loom('postgresql://u:p@127.0.0.1:1/db?password=hunter2')")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out = _cli("run", "double", "--input", '{"n": 1}', "--flows", "sa_loom_flows:flows")
+    assert code == 0 and "warning:" in out and str(app) in out, out
+    assert not app.exists() and (tmp_path / "loom.db").exists()
+    listed = _cli("executions", "list", "--json")[1]
+    bundle = tmp_path / "run.json"
+    assert _cli("export", json.loads(listed)[0]["execution_id"], "-o", str(bundle))[0] == 0
+    code, out = _cli("replay", str(bundle), "--flows", "pg_loom_flows:flows")
+    assert code == 0 and "replayed identically" in out, out
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    code, out = _cli(
+        "run", "double", "--input", '{"n": 1}', "--db", other, "--flows", "pg_loom_flows:flows"
+    )
+    assert code == 0 and "warning:" in out and "127.0.0.1" in out and "hunter2" not in out, out

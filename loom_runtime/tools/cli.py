@@ -478,25 +478,49 @@ def open_with_flows(
     # write through that Loom (a knowledge base opened on it), so a run recorded in
     # ./loom.db held an execution whose corpus was elsewhere (ADR 0008, amended "flows bring
     # their log").
+    # Only a builtin log's: the command line opens no other (a Loom of persistence=
+    # "sqlalchemy" would have had a second, builtin log written beside its own); and only
+    # when a database is needed (a bundle's replay opens none).
     own = named.settings.url if isinstance(named, Loom) else None
-    given = db if db is not None or own is None else own.render_as_string(hide_password=False)
+    builtin = isinstance(named, Loom) and named.settings.persistence == "builtin"
+    takes = own is not None and builtin and db is None and needed
+    given = own.render_as_string(hide_password=False) if own is not None and takes else db
     loom = open_loom(given, create=create, needed=needed, redactor=redactor)
     if needed and own is not None and not _same_database(own, loom.settings.url):
         warn(
-            f"{flows} is a Loom on {own.render_as_string(hide_password=True)}, and this command "
-            f"uses {loom.settings.url.render_as_string(hide_password=True)}: what the flows read "
-            "or write through their own Loom (a knowledge base, a memory) is in the first"
+            f"{flows} is a Loom on {_shown(own)}, and this command uses "
+            f"{_shown(loom.settings.url)}: what the flows read or write through their own "
+            "Loom (a knowledge base, a memory) is in the first"
         )
     loom.flows = registry
     return loom
 
 
 def _same_database(one: URL, other: URL) -> bool:
-    """Whether two log URLs name one database: a SQLite file by its resolved path (a relative
-    and an absolute spelling are one file), anything else by the whole URL."""
+    """Whether two log URLs name one log: a SQLite file by its resolved path (a relative and
+    an absolute spelling are one file), a server's by its backend, user, host, port, database
+    and ``options`` (a search path names another schema's log); other query parameters (a
+    timeout, a password given as one) do not make another log."""
     if one.get_backend_name() == other.get_backend_name() == "sqlite":
         return _resolved(one.database) == _resolved(other.database)
-    return one.render_as_string(hide_password=False) == other.render_as_string(hide_password=False)
+    return _log_of(one) == _log_of(other)
+
+
+def _log_of(url: URL) -> tuple[object, ...]:
+    return (
+        url.get_backend_name(),
+        url.username,
+        url.host,
+        url.port,
+        url.database,
+        url.query.get("options"),
+    )
+
+
+def _shown(url: URL) -> str:
+    """``url`` as a warning prints it: without its password, and without its query, where
+    libpq takes one too (``?password=``)."""
+    return url.set(query={}).render_as_string(hide_password=True)
 
 
 def _resolved(database: str | None) -> str:
@@ -848,7 +872,6 @@ def executions_list(
         except LogCorruptError as exc:
             fail(str(exc))
         after = None if after is None else execution_id_in(loom, after)
-        everything = loom.executions() if tenant or user or session or tags or flow else []
     if after is not None:
         ids = [str(summary.execution_id) for summary in summaries]
         if after not in ids:
@@ -867,17 +890,8 @@ def executions_list(
         and (start is None or summary.started_at >= start)
         and (end is None or summary.started_at < end)
     ]
-    if not summaries:  # a misspelt filter (ADR 0008, amended "unknown filters")
-        for label, given, known in (
-            ("tenant", [tenant], [s.tenant for s in everything]),
-            ("user", [user], [s.user for s in everything]),
-            ("session", [session], [s.session for s in everything]),
-            ("tag", tags or [], [tag for s in everything for tag in s.tags]),
-            ("flow", [flow], [identifier(s.flow, marks=False) for s in everything]),
-        ):
-            for value in given:
-                if value is not None and (unknown := unknown_value(label, value, known)):
-                    warn(unknown)
+    if not summaries and (tenant or user or session or tags or flow):  # a misspelt filter?
+        _warn_unknown_filters(db, flow=flow, tenant=tenant, user=user, session=session, tags=tags)
     if limit is not None and len(summaries) > limit:
         summaries = summaries[:limit]
         warn(f"more: --after {summaries[-1].execution_id} for the next page")
@@ -910,6 +924,33 @@ def executions_list(
             cells.append(inert(labels, one_line=True))
         table.add_row(*cells)
     print_table(table)
+
+
+def _warn_unknown_filters(
+    db: str | None,
+    *,
+    flow: str | None,
+    tenant: str | None,
+    user: str | None,
+    session: str | None,
+    tags: list[str] | None,
+) -> None:
+    """Name each filter of an empty list that no execution matches at all, with the values
+    there are (ADR 0008, amended "unknown filters"): read only when the list is empty."""
+    from loom_runtime.tools.display import identifier
+
+    with open_loom(db) as loom:
+        everything = loom.executions()
+    for label, given, known in (
+        ("tenant", [tenant], [s.tenant for s in everything]),
+        ("user", [user], [s.user for s in everything]),
+        ("session", [session], [s.session for s in everything]),
+        ("tag", tags or [], [tag for s in everything for tag in s.tags]),
+        ("flow", [flow], [identifier(s.flow, marks=False) for s in everything]),
+    ):
+        for value in given:
+            if value is not None and (unknown := unknown_value(label, value, known)):
+                warn(unknown)
 
 
 def unknown_value(label: str, given: str, known: Iterable[str | None]) -> str:
