@@ -97,7 +97,7 @@ from loom_runtime.recorded_order import (
     meta_number,
     spaced_meta,
 )
-from loom_runtime.redaction import Redactor, marked_in_a_run
+from loom_runtime.redaction import Redactor, as_stored, marked_in_a_run
 from loom_runtime.storable import is_unicode
 from loom_runtime.timestamps import UtcTimestamp
 
@@ -330,6 +330,14 @@ class Recorder:
         try:
             self._append_failure(slot, error, _with_passes(meta, passes))
         except REFUSALS as refused:  # nothing was stored: the save put the execution back
+            if isinstance(error, asyncio.CancelledError):
+                # A cancellation raised with a secret in its message (stored after the flow
+                # went on): it stays a cancellation, its message withheld, as a refusal raised
+                # at the flow's next decision would be a failure the live run never saw.
+                withheld = as_stored(self.redactor, error_message_of(error), path="message")
+                cancelled = asyncio.CancelledError(withheld)
+                self._append_failure(slot, cancelled, _with_passes(meta, passes))
+                return
             self._append_failure(slot, refused, _with_passes(None, passes))
             raise
 
@@ -1498,7 +1506,13 @@ class OpenDecision:
         if self.settled or self._cancellations is None:
             return
         self.settled = True
-        encoded = self.encode_meta(meta)
+        try:
+            encoded = self.encode_meta(meta)
+        except REFUSALS:  # called as the call is cancelled: a cancellation must stay one, so
+            # it is kept with where it was cut only, never replaced by the refusal (a timeout
+            # reads it; ADR 0026, amended "refused failures, reviewed")
+            cut = {name: value for name, value in (meta or {}).items() if name in _CUT_FIELDS}
+            encoded = self.encode_meta(cut)
         self._cancellations.append(functools.partial(store, self._slot, outcome, meta=encoded))
 
     def encode_meta(self, meta: Mapping[str, object] | None) -> msgspec.Raw | None:
@@ -1736,6 +1750,11 @@ def _named(call: str, redactor: Redactor | None) -> str:
 
 CUT_AT: Final = "cancelled_at_run_seconds"
 """The meta field of a call the flow cut: seconds from the flow's start to the cut."""
+
+
+_CUT_FIELDS: Final = frozenset({CUT_AT, CANCELLED_AFTER})
+"""The fields of a cut call's meta that say where it was cut: what a cancellation keeps when
+the rest of its meta is refused."""
 
 _CANCELLED = "asyncio.exceptions:CancelledError"
 _CANCELLED_AFTER = re.compile(r"cancelled after (\d{1,6}(?:\.\d{1,6})?) s")

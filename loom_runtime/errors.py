@@ -487,15 +487,17 @@ class SecretRefusedError(LoomError, ValueError):
         message begins with (empty if it does not read as this class writes it)."""
         error = cls.__new__(cls)
         LoomError.__init__(error, message)
-        found = cls._WRITTEN.match(message)
-        error.path, error.pattern = (found["path"], found["pattern"]) if found else ("", "")
+        # Split at the first of each fixed text, never matched by a pattern: a recorded
+        # message is untrusted and unbounded, and a regular expression with two open groups
+        # took minutes on a crafted megabyte (a regression review).
+        before, after = cls._WRITTEN
+        path, opened, rest = message.partition(before)
+        pattern, closed, _ = rest.partition(after)
+        error.path, error.pattern = (path, pattern) if opened and closed else ("", "")
         return error
 
-    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) contains what looks like a secret \((?P<pattern>.*)\); the log's ",
-        re.DOTALL,
-    )
-    """How the message begins, naming the path and the pattern (:meth:`replayed`)."""
+    _WRITTEN: ClassVar[tuple[str, str]] = (" contains what looks like a secret (", "); the log's ")
+    """The texts around the pattern in the message, after the path (:meth:`replayed`)."""
 
 
 class RedactedKeysCollideError(SecretRefusedError):
@@ -516,10 +518,7 @@ class RedactedKeysCollideError(SecretRefusedError):
         self.pattern = pattern
         self.path = path
 
-    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) has keys that hold secrets \((?P<pattern>.*)\) and would be the same ",
-        re.DOTALL,
-    )
+    _WRITTEN: ClassVar[tuple[str, str]] = (" has keys that hold secrets (", ") and would be ")
 
 
 class SecretIdentifierError(SecretRefusedError):
@@ -542,18 +541,16 @@ class SecretIdentifierError(SecretRefusedError):
         self.pattern = pattern
         self.path = path
 
-    _WRITTEN: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?P<path>.*) looks like it holds a secret \((?P<pattern>.*)\); identifiers are ",
-        re.DOTALL,
-    )
+    _WRITTEN: ClassVar[tuple[str, str]] = (" looks like it holds a secret (", "); identifiers ")
 
 
-class MissingExtraError(ConfigurationError, ImportError):
+class MissingExtraError(ConfigurationError, ModuleNotFoundError):
     """A configured backend or a used feature needs an optional package that is not installed.
 
     ``extra`` names the loom extra that installs it (``postgres``, ``sqlalchemy``, ``http``);
-    ``needed_by`` says what needs it. An ``ImportError`` too: ``except ImportError`` and
-    ``pytest.importorskip`` around an import of an optional part catch it.
+    ``needed_by`` says what needs it. A ``ModuleNotFoundError`` too, whose ``name`` is the
+    missing module: ``except ImportError`` and ``pytest.importorskip`` around an import of an
+    optional part catch it.
     """
 
     def __init__(self, *, extra: str, missing: str, needed_by: str = "this log's backend") -> None:
@@ -562,6 +559,7 @@ class MissingExtraError(ConfigurationError, ImportError):
             f"pip install 'loom-replay[{extra}]'"
         )
         self.extra = extra
+        self.name = missing
 
 
 # --- Recording SDK clients (loom_runtime.wrap, ADR 0025) ------------------------------------

@@ -34,6 +34,7 @@ client accepts only its own package's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -49,6 +50,7 @@ import msgspec
 
 from loom_runtime.backoff import Attempt, Backoff
 from loom_runtime.context import (
+    REFUSALS,
     AsyncFlowContext,
     FlowContext,
     OpenDecision,
@@ -431,6 +433,18 @@ def _exchange(
     except asyncio.CancelledError as cancelled:  # stored if the flow goes on
         decision.ended_in(cancelled, time.perf_counter() - call.started, meta=call.meta())
         raise
+    if call.attempts:
+        # What the retries kept must be storable before the body is handed out: an
+        # attempt's refusal text naming a secret under mode="refuse" refused the answer's
+        # meta once the body was read, and nothing was stored. The refusal is the outcome,
+        # as a compute's is (ADR 0026, amended "refused failures, reviewed").
+        try:
+            decision.encode_meta(call.meta())
+        except REFUSALS as refused:
+            with contextlib.suppress(Exception):
+                yield from _settle(decision.key, io.read(response))  # frees the connection
+            decision.fail(refused)
+            raise
     recording = profile.recording(decision, response, call)
     # A stream the flow leaves open is stored, as read so far, before the execution ends.
     decision.at_end = functools.partial(recording.finish, complete=False)

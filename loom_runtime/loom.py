@@ -283,6 +283,13 @@ class Loom:
         return self._encryption is not None
 
     @property
+    def encryption(self) -> KeyWrapper | None:
+        """The key wrapper this Loom was given (None: it seals nothing): what another Loom
+        on the same log needs to open it (the command line's, given this one by
+        ``--flows``)."""
+        return self._encryption
+
+    @property
     def _opener(self) -> Opener:
         from loom_runtime.sealing import Opener
 

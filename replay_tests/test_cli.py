@@ -485,3 +485,42 @@ def test_flows_naming_a_loom_take_its_database_only_where_the_command_opens_one(
         "run", "double", "--input", '{"n": 1}', "--db", other, "--flows", "pg_loom_flows:flows"
     )
     assert code == 0 and "warning:" in out and "127.0.0.1" in out and "hunter2" not in out, out
+
+
+def test_flows_naming_an_encrypted_loom_lend_its_key_with_its_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second regression review: the named Loom's database was taken without its key, so
+    with no ``LOOM_MASTER_KEY`` a run into a log that had no key table yet was written in
+    clear (beyond erasure's reach). The key comes with the database."""
+    app = tmp_path / "app.db"
+    (tmp_path / "sealed_loom_flows.py").write_text(
+        FLOWS.replace("FlowRegistry", "Loom")
+        .replace("Loom()", f"Loom('sqlite:///{app}', encryption=MasterKey(bytes(range(32))))")
+        .replace("import Loom", "import Loom, MasterKey")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LOOM_DB_URL", raising=False)
+    monkeypatch.delenv("LOOM_MASTER_KEY", raising=False)
+    code, out = _cli(
+        "run", "double", "--input", '{"n": 987654}', "--flows", "sealed_loom_flows:flows"
+    )
+    assert code == 0 and "1975308" in out, out
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("app.db*"))
+    assert b"987654" not in stored and b"1975308" not in stored
+
+
+def test_two_server_urls_that_differ_in_their_query_name_two_logs() -> None:
+    """``?host=``, ``?dbname=`` and ``?options=`` name another server, database or schema;
+    a password in the query does not make another log, and is never shown."""
+    from sqlalchemy.engine import make_url
+
+    from loom_runtime.tools.cli import _same_database, _shown
+
+    one = make_url("postgresql+psycopg://app@/loom?host=/run/a")
+    assert not _same_database(one, make_url("postgresql+psycopg://app@/loom?host=/run/b"))
+    assert not _same_database(one, make_url("postgresql+psycopg://app@/loom?host=/run/a&dbname=x"))
+    assert _same_database(one, make_url("postgresql+psycopg://app:pw@/loom?host=/run/a&password=s"))
+    assert "s3cret" not in _shown(
+        make_url("postgresql://app@h/loom?password=s3cret&sslmode=require")
+    )

@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from loom_runtime.projection import TrackedProjection
     from loom_runtime.read_model_check import ReadModelReport
     from loom_runtime.redaction import RedactorOption
-    from loom_runtime.sealing import MasterKey
+    from loom_runtime.sealing import KeyWrapper, MasterKey
 
 
 class _LoomGroup(ReadableGroup):
@@ -308,6 +308,7 @@ def open_loom(
     create: bool = False,
     needed: bool = True,
     redactor: RedactorOption = "builtin",
+    encryption: KeyWrapper | None = None,
 ) -> Loom:
     """Open the log for a command; a bad URL or option, or a PostgreSQL database that cannot
     be reached (checked now, so it is one line, not a traceback), is a usage error (exit 2).
@@ -316,11 +317,14 @@ def open_loom(
     opening a missing file creates it, so a read-only command given a typo (``--db
     sqlite:///typo.db``, or run from the wrong directory) would otherwise leave an empty
     ``loom.db`` behind and report "0 events verified", ok.
+
+    ``encryption``: the key of a ``Loom`` whose log this is (``--flows``), used when
+    ``$LOOM_MASTER_KEY`` is not set.
     """
     from loom_runtime.loom import Loom
 
     try:
-        loom = Loom(db, encryption=master_key(), redactor=redactor)
+        loom = Loom(db, encryption=master_key() or encryption, redactor=redactor)
         if not loom.settings.is_sqlite:
             _ = loom.log
     except LoomError as exc:
@@ -485,7 +489,10 @@ def open_with_flows(
     builtin = isinstance(named, Loom) and named.settings.persistence == "builtin"
     takes = own is not None and builtin and db is None and needed
     given = own.render_as_string(hide_password=False) if own is not None and takes else db
-    loom = open_loom(given, create=create, needed=needed, redactor=redactor)
+    # With its key: without it, a run into a log that has no key table yet was written in
+    # clear, beyond erasure's reach (a regression review).
+    key = named.encryption if takes and isinstance(named, Loom) else None
+    loom = open_loom(given, create=create, needed=needed, redactor=redactor, encryption=key)
     if needed and own is not None and not _same_database(own, loom.settings.url):
         warn(
             f"{flows} is a Loom on {_shown(own)}, and this command uses "
@@ -499,28 +506,30 @@ def open_with_flows(
 def _same_database(one: URL, other: URL) -> bool:
     """Whether two log URLs name one log: a SQLite file by its resolved path (a relative and
     an absolute spelling are one file), a server's by its backend, user, host, port, database
-    and ``options`` (a search path names another schema's log); other query parameters (a
-    timeout, a password given as one) do not make another log."""
+    and query (``?host=``, ``?dbname=``, ``?options=`` name another server, database or
+    schema), a password aside. A query that differs only by a timeout is warned about too:
+    a warning too many, never one too few."""
     if one.get_backend_name() == other.get_backend_name() == "sqlite":
         return _resolved(one.database) == _resolved(other.database)
     return _log_of(one) == _log_of(other)
 
 
 def _log_of(url: URL) -> tuple[object, ...]:
-    return (
-        url.get_backend_name(),
-        url.username,
-        url.host,
-        url.port,
-        url.database,
-        url.query.get("options"),
-    )
+    query = _without_passwords(url).query
+    return (url.get_backend_name(), url.username, url.host, url.port, url.database, query)
+
+
+def _without_passwords(url: URL) -> URL:
+    return url.set(password=None).difference_update_query(_PASSWORD_PARAMETERS)
+
+
+_PASSWORD_PARAMETERS: Final = ("password", "sslpassword")
+"""libpq's query parameters that hold a secret (``?password=``)."""
 
 
 def _shown(url: URL) -> str:
-    """``url`` as a warning prints it: without its password, and without its query, where
-    libpq takes one too (``?password=``)."""
-    return url.set(query={}).render_as_string(hide_password=True)
+    """``url`` as a warning prints it: without its password, in its user part or its query."""
+    return _without_passwords(url).render_as_string(hide_password=True)
 
 
 def _resolved(database: str | None) -> str:

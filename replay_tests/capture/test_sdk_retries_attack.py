@@ -174,3 +174,88 @@ def test_a_derived_anthropic_client_keeps_the_sdk_retries_off() -> None:
     client = wrap(anthropic.Anthropic(base_url="http://p.test", api_key="k"))
     assert client.with_options(max_retries=5).max_retries == 0
     assert client.copy(max_retries=5).with_options(timeout=3.0).max_retries == 0
+
+
+class _RefusedBody(Provider):
+    """A 503 whose body names a token, then a chat completion."""
+
+    def __call__(self, request: Any) -> Any:
+        import httpx2
+
+        self.sent += 1
+        if self.sent <= self.busy:
+            token = "ghp_" + "a" * 36
+            return httpx2.Response(503, json={"error": {"message": f"rejected token {token}"}})
+        return httpx2.Response(200, json=REPLY)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_retried_call_whose_refused_attempt_the_redactor_refuses_stores_the_refusal(
+    tmp_path: Any, asynchronous: bool
+) -> None:
+    """Under ``Redactor(mode="refuse")``, loom's retry keeps each attempt's refusal text in
+    the decision's meta: a 503 naming a token, then a 200, refused the meta when the answer
+    was stored, after the body was read, and nothing was stored; the replay said
+    ``UnrecordedDecisionError`` (a second regression review of ADR 0026's "refused
+    failures"). The refusal is the call's outcome once the retries end, as for a compute."""
+    from loom_runtime import Redactor, SecretRefusedError
+
+    provider = _RefusedBody()
+    client = provider.client(asynchronous=asynchronous, retry=Backoff(attempts=2, first_pause=0))
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        async def ask_async() -> str:
+            try:
+                await client.chat.completions.create(model="m", messages=SAID)
+            except SecretRefusedError as refused:
+                return f"refused: {refused.pattern}"
+            return "answered"
+
+        def ask() -> str:
+            try:
+                client.chat.completions.create(model="m", messages=SAID)
+            except SecretRefusedError as refused:
+                return f"refused: {refused.pattern}"
+            return "answered"
+
+        async def asynchronous_flow(ctx: Any) -> str:
+            return await ask_async()
+
+        loom.flow("f")(asynchronous_flow if asynchronous else (lambda ctx: ask()))
+        run = loom.run("f")
+        assert run.output == "refused: github-token" and provider.sent == 2
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+        assert provider.sent == 2
+
+
+def test_a_timeout_in_a_retry_pause_stays_a_timeout_when_an_attempt_is_refused(
+    tmp_path: Any,
+) -> None:
+    """A timeout cutting a wrapped call in its retry pause stores the cut with the attempts
+    so far: one whose refusal text names a token under ``mode="refuse"`` turned the flow's
+    ``TimeoutError`` into ``SecretRefusedError`` and stored nothing (a second regression
+    review). The cut is stored with where it was cut only, and the flow times out, live and
+    on replay."""
+    from loom_runtime import Redactor
+
+    provider = _RefusedBody()
+    retry = Backoff(attempts=3, first_pause=5, max_pause=5)
+    client = provider.client(asynchronous=True, retry=retry)
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        async def f(ctx: Any) -> str:
+            try:
+                async with asyncio.timeout(0.2):
+                    await client.chat.completions.create(model="m", messages=SAID)
+            except TimeoutError:
+                return "timed out"
+            return "answered"
+
+        run = loom.run("f")
+        assert run.output == "timed out"
+        [decision] = loom.execution(run.execution_id).decisions.values()
+        assert "ghp_" not in str(decision.meta) and decision.meta is not None
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()

@@ -10,6 +10,7 @@ unstored. A flow that caught the refusal completed live, its faithful replay sai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -278,3 +279,31 @@ def test_a_refusal_reads_back_a_pattern_and_path_holding_parentheses(
     refused = cls(pattern="team rule (v2)", path="decision 'k' (retried)")
     again = cls.replayed(str(refused))
     assert (again.pattern, again.path) == ("team rule (v2)", "decision 'k' (retried)")
+
+
+def test_a_cancellation_raised_with_a_secret_in_its_message_stays_a_cancellation(
+    tmp_path: Path,
+) -> None:
+    """A compute raising its own ``CancelledError`` (a client whose stream was closed
+    upstream) is stored once the flow goes on; one whose message named a token under
+    ``mode="refuse"`` raised the refusal from the flow's next, unrelated decision, and stored
+    nothing (a second regression review). It is stored as a cancellation, its message
+    withheld, and replays as one."""
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        async def f(ctx: AsyncFlowContext) -> list[object]:
+            async def compute() -> str:
+                raise asyncio.CancelledError(f"closed upstream, token {GITHUB_A}")
+
+            with contextlib.suppress(asyncio.CancelledError):
+                await ctx.decide("call", compute)
+            return ["next", await ctx.decide("next", lambda: 7)]
+
+        run = loom.run("f")
+        assert run.output == ["next", 7]
+        decision = loom.execution(run.execution_id).decisions["call"]
+        assert decision.error_type == "asyncio.exceptions:CancelledError"
+        assert GITHUB_A not in (decision.message or "") and "withheld" in (decision.message or "")
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
