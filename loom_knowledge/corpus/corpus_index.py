@@ -50,6 +50,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    inspect,
     or_,
     select,
     update,
@@ -77,7 +78,13 @@ from loom_knowledge.domain.passage_entry import (
 )
 from loom_knowledge.domain.types import DocRecord, Passage
 from loom_knowledge.errors import InvalidOptionError, InvalidPassageIdError
-from loom_memory import MemoryEntry, PostgresTemporalStore, SqliteTemporalStore, Tokenizer
+from loom_memory import (
+    MemoryEntry,
+    PostgresTemporalStore,
+    SqliteTemporalStore,
+    StoreConfigurationError,
+    Tokenizer,
+)
 from loom_runtime import (
     DomainEventProtocol,
     Forgotten,
@@ -172,12 +179,28 @@ class CorpusIndex(SQLProjection):
             if self.engine.dialect.name == "postgresql"
             else SqliteTemporalStore
         )
-        return store_class(
-            self.engine,
-            table_prefix=TABLE_PREFIX if stemmer is None else stemmed_prefix(stemmer),
-            columns=[Column("revision", Integer, nullable=True)],
-            tokenizer=Tokenizer(stemmer),
-        )
+        prefix = TABLE_PREFIX if stemmer is None else stemmed_prefix(stemmer)
+
+        def opened(tokenizer: Tokenizer) -> PassageStore:
+            return store_class(
+                self.engine,
+                table_prefix=prefix,
+                columns=[Column("revision", Integer, nullable=True)],
+                tokenizer=tokenizer,
+            )
+
+        try:
+            return opened(Tokenizer(stemmer))
+        except StoreConfigurationError:
+            # A stemmed store records its tokenizer from its first open: rows without that
+            # record lost the settings table by hand, and the store reads them as plain
+            # terms, refusing its own stemmer (every read of the log failed, a rebuild's
+            # too). Dropped by the store itself, opened as what it claims to be, and made
+            # again: empty, so the projection rebuilds it from the log (ADR 0010, amended).
+            if stemmer is None or inspect(self.engine).has_table(f"{prefix}settings"):
+                raise
+            opened(Tokenizer(None)).drop()
+            return opened(Tokenizer(stemmer))
 
     def passage_store(self, stemmer: str | None) -> PassageStore:
         """The passage store of ``stemmer``'s scopes, opened (its tables created) on first use.
@@ -193,14 +216,17 @@ class CorpusIndex(SQLProjection):
 
     def _open_recorded_stores(self) -> bool:
         """Open the store of every stemmer a scope was created with, so :meth:`clear` and
-        :meth:`drop` reach their tables too; True if one had lost its tables (its rows are
-        gone while the projection's position says they are there)."""
+        :meth:`drop` reach their tables too; True if one had lost a table (its rows, their
+        postings or its settings are gone while the projection's position says they are
+        there)."""
         with self.reading() as conn:
             if not conn.dialect.has_table(conn, self.tokenizers.name):
                 return False  # a read model from before stemmed scopes, not yet upgraded
             stemmers = sorted(conn.execute(select(self.tokenizers.c.stemmer).distinct()).scalars())
         opened = [stemmer for stemmer in stemmers if stemmer not in self._stemmed]
-        return any(self.passage_store(stemmer).created_tables for stemmer in opened)
+        # Its rows lost (by hand), or their postings (every search found nothing), or its
+        # settings (made again empty by _open_store): rebuilt from the log.
+        return any(_lost(self.passage_store(stemmer)) for stemmer in opened)
 
     def _store_of(self, conn: Connection, scope: str) -> PassageStore:
         """The store holding ``scope``'s passages, for an event of it being applied.
@@ -519,6 +545,10 @@ class CorpusIndex(SQLProjection):
                 store.drop(conn=conn)
             self.metadata.drop_all(conn)
             conn.execute(delete(tracking_table).where(tracking_table.c.projection == self.name))
+        # Their tables are gone: opened again on next use (clearing these failed on a table
+        # this very drop removed, and every read of the log with it).
+        self._stemmed.clear()
+        self._scope_stemmers.clear()
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -861,3 +891,8 @@ def _passage(entry: MemoryEntry, values: dict[str, Any]) -> Passage:
             reason="no document revision counts it (an orphan passage): run kb.rebuild()",
         )
     return passage_from_entry(entry_id=entry_id, content=content, revision=revision)
+
+
+def _lost(store: PassageStore) -> bool:
+    """Whether ``store`` found one of its tables gone as it opened: rebuild it from the log."""
+    return store.created_tables or store.predates_postings
