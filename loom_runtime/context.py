@@ -1519,6 +1519,13 @@ class OpenDecision:
         """``meta`` as stored (redacted like an input), or None for none."""
         return encode_meta(meta, key=self.key, redactor=self._source.redactor)
 
+    def stored_message(self, message: str) -> str:
+        """An error's ``message`` as this decision's value may hold it: redacted, or withheld
+        whole where the redactor refuses it. A read that raised its own cancellation keeps
+        that error in its value, stored once the flow goes on: a refusal then would be
+        raised from the flow's next decision (ADR 0026, amended "refused failures")."""
+        return as_stored(self._source.redactor, message, path=f"message of {self.key!r}")
+
 
 def encode_meta(
     meta: Mapping[str, object] | None, *, key: str, redactor: Redactor | None

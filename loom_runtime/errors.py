@@ -491,7 +491,7 @@ class SecretRefusedError(LoomError, ValueError):
         # message is untrusted and unbounded, and a regular expression with two open groups
         # took minutes on a crafted megabyte (a regression review).
         before, after = cls._WRITTEN
-        path, opened, rest = message.partition(before)
+        path, opened, rest = message.rpartition(before)  # the path may hold the text too
         pattern, closed, _ = rest.partition(after)
         error.path, error.pattern = (path, pattern) if opened and closed else ("", "")
         return error

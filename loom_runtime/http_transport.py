@@ -683,7 +683,8 @@ class _Recording:
 
     def raised(self, cancelled: asyncio.CancelledError) -> None:
         failed = BodyFailure(
-            error_type=error_type_of(cancelled), message=error_message_of(cancelled)
+            error_type=error_type_of(cancelled),
+            message=self._decision.stored_message(error_message_of(cancelled)),
         )
         self._decision.defer(self._value(complete=False, failed=failed))
 

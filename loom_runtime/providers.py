@@ -265,7 +265,8 @@ class _ModelRecording:
     def raised(self, cancelled: asyncio.CancelledError) -> None:
         value, meta = self._outcome(complete=False)
         failed = BodyFailure(
-            error_type=error_type_of(cancelled), message=error_message_of(cancelled)
+            error_type=error_type_of(cancelled),
+            message=self._decision.stored_message(error_message_of(cancelled)),
         )
         self._decision.defer(msgspec.structs.replace(value, failed=failed), meta=meta)
 

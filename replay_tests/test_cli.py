@@ -508,6 +508,11 @@ def test_flows_naming_an_encrypted_loom_lend_its_key_with_its_database(
     assert code == 0 and "1975308" in out, out
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("app.db*"))
     assert b"987654" not in stored and b"1975308" not in stored
+    # Another key in the environment (a third review): the Loom's own opens its log, where
+    # the environment's was refused, or made a keyless log's key table under itself.
+    monkeypatch.setenv("LOOM_MASTER_KEY", "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=")
+    code, out = _cli("run", "double", "--input", '{"n": 2}', "--flows", "sealed_loom_flows:flows")
+    assert code == 0 and "4" in out, out
 
 
 def test_two_server_urls_that_differ_in_their_query_name_two_logs() -> None:

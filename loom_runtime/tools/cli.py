@@ -318,13 +318,15 @@ def open_loom(
     sqlite:///typo.db``, or run from the wrong directory) would otherwise leave an empty
     ``loom.db`` behind and report "0 events verified", ok.
 
-    ``encryption``: the key of a ``Loom`` whose log this is (``--flows``), used when
-    ``$LOOM_MASTER_KEY`` is not set.
+    ``encryption``: the key of the ``Loom`` whose log this is (``--flows`` lent it), used
+    before ``$LOOM_MASTER_KEY``: another key there made a keyless log's key table under it,
+    and locked the app out of its own log (a regression review).
     """
     from loom_runtime.loom import Loom
 
     try:
-        loom = Loom(db, encryption=master_key() or encryption, redactor=redactor)
+        key = encryption if encryption is not None else master_key()
+        loom = Loom(db, encryption=key, redactor=redactor)
         if not loom.settings.is_sqlite:
             _ = loom.log
     except LoomError as exc:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,10 +276,12 @@ def test_a_refusal_reads_back_a_pattern_and_path_holding_parentheses(
     cls: type[SecretRefusedError],
 ) -> None:
     """A team's own pattern named with parentheses replayed with an empty path and pattern,
-    so a flow reading them diverged (a regression review): read back whole."""
-    refused = cls(pattern="team rule (v2)", path="decision 'k' (retried)")
-    again = cls.replayed(str(refused))
-    assert (again.pattern, again.path) == ("team rule (v2)", "decision 'k' (retried)")
+    so a flow reading them diverged (a regression review): read back whole, and a path (a
+    key the flow chose) holding the message's own text too (a third review)."""
+    for path in ("decision 'k' (retried)", f"decision 'a{cls._WRITTEN[0]}b'.args.x"):
+        refused = cls(pattern="team rule (v2)", path=path)
+        again = cls.replayed(str(refused))
+        assert (again.pattern, again.path) == ("team rule (v2)", path)
 
 
 def test_a_cancellation_raised_with_a_secret_in_its_message_stays_a_cancellation(
@@ -305,5 +308,46 @@ def test_a_cancellation_raised_with_a_secret_in_its_message_stays_a_cancellation
         decision = loom.execution(run.execution_id).decisions["call"]
         assert decision.error_type == "asyncio.exceptions:CancelledError"
         assert GITHUB_A not in (decision.message or "") and "withheld" in (decision.message or "")
+        replayed = loom.replay(run.execution_id)
+        assert replayed.identical, replayed.describe()
+
+
+def test_a_stream_whose_read_raises_a_cancellation_naming_a_secret_is_stored(
+    tmp_path: Path,
+) -> None:
+    """A recorded HTTP stream whose read raises its own ``CancelledError`` (closed upstream)
+    keeps that error in its value, stored once the flow goes on: one naming a token under
+    ``mode="refuse"`` raised the refusal from the flow's next decision and stored nothing (a
+    third regression review). Its message is withheld, and the read replays as it ran."""
+    import httpx
+
+    from loom_runtime.http_transport import async_transport
+
+    class Closing(httpx.AsyncByteStream):
+        async def __aiter__(self) -> Any:
+            yield b"harmless part\n"
+            raise asyncio.CancelledError(f"stream closed upstream for token {GITHUB_A}")
+
+    transport = async_transport(
+        httpx.MockTransport(lambda _: httpx.Response(200, stream=Closing()))
+    )
+    with Loom(f"sqlite:///{tmp_path / 'loom.db'}", redactor=Redactor(mode="refuse")) as loom:
+
+        @loom.flow("f")
+        async def f(ctx: AsyncFlowContext) -> list[object]:
+            seen: list[object] = []
+            async with httpx.AsyncClient(transport=transport) as client:
+                try:
+                    async with client.stream("GET", "http://x.test/") as response:
+                        async for chunk in response.aiter_bytes():
+                            seen.append(len(chunk))
+                except asyncio.CancelledError:
+                    seen.append("cancelled")
+            return [seen, await ctx.decide("next", lambda: 7)]
+
+        run = loom.run("f")
+        assert run.output == [[14, "cancelled"], 7]
+        stored = loom.execution(run.execution_id).decisions
+        assert GITHUB_A not in str([d.value for d in stored.values()])
         replayed = loom.replay(run.execution_id)
         assert replayed.identical, replayed.describe()
