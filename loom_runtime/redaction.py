@@ -58,7 +58,9 @@ patterns), a :class:`Redactor` of your own, or ``None`` to store values as given
 MARKER = "[REDACTED:{name}]"
 _MARKER_PREFIX = "[REDACTED:"
 _MARKER_BYTES = _MARKER_PREFIX.encode()
-_MARKER_IN_A_RUN = re.compile(rb"[A-Za-z0-9+/]\[REDACTED:|\[REDACTED:[^\]]*\][A-Za-z0-9+/]")
+_MARKER_IN_A_RUN = re.compile(rb"[A-Za-z0-9+/]\[REDACTED:|\[REDACTED:[^\]]{0,100}\][A-Za-z0-9+/]")
+"""A marker beside a base64 character (:func:`marked_in_a_run`); a marker's name read at most
+100 characters far, so text full of unclosed markers (a crafted recording) is read once."""
 
 
 @dataclass(frozen=True)
