@@ -189,8 +189,9 @@ class CorpusIndex(SQLProjection):
                 tokenizer=tokenizer,
             )
 
+        tokenizer = Tokenizer(stemmer)  # an unknown stemmer is refused here, before any table
         try:
-            return opened(Tokenizer(stemmer))
+            return opened(tokenizer)
         except StoreConfigurationError:
             # A stemmed store records its tokenizer from its first open: rows without that
             # record lost the settings table by hand, and the store reads them as plain
@@ -200,7 +201,7 @@ class CorpusIndex(SQLProjection):
             if stemmer is None or inspect(self.engine).has_table(f"{prefix}settings"):
                 raise
             opened(Tokenizer(None)).drop()
-            return opened(Tokenizer(stemmer))
+            return opened(tokenizer)
 
     def passage_store(self, stemmer: str | None) -> PassageStore:
         """The passage store of ``stemmer``'s scopes, opened (its tables created) on first use.
