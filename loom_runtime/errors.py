@@ -487,9 +487,9 @@ class SecretRefusedError(LoomError, ValueError):
         message begins with (empty if it does not read as this class writes it)."""
         error = cls.__new__(cls)
         LoomError.__init__(error, message)
-        # Split at the first of each fixed text, never matched by a pattern: a recorded
-        # message is untrusted and unbounded, and a regular expression with two open groups
-        # took minutes on a crafted megabyte (a regression review).
+        # Split at fixed texts (the last of the one before the pattern, the first after it),
+        # never matched by a pattern: a recorded message is untrusted and unbounded, and a
+        # regular expression with two open groups took minutes on a crafted megabyte.
         before, after = cls._WRITTEN
         path, opened, rest = message.rpartition(before)  # the path may hold the text too
         pattern, closed, _ = rest.partition(after)
